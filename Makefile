@@ -1,0 +1,35 @@
+# Two entry points for a fresh machine: `make demo` and `make test` (see README).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+# Tests always see 8 emulated CPU devices so that sharding code paths run everywhere.
+TEST_ENV = XLA_FLAGS="--xla_force_host_platform_device_count=8 $(XLA_FLAGS)" JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} MPLBACKEND=Agg
+
+.PHONY: install demo test test-slow lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	MPLBACKEND=Agg $(BIN)/ivhl demo
+
+lint: install
+	$(BIN)/ruff check ivhl_jax models sims bench tests
+
+test: install lint
+	$(TEST_ENV) $(BIN)/python -m pytest -m "not slow" -q --timeout=600
+
+test-slow: install
+	$(TEST_ENV) $(BIN)/python -m pytest -m "slow" -q --timeout=1800 || [ $$? -eq 5 ]
+
+bench: install
+	$(BIN)/ivhl bench --size small --export bench/results/small.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,199 @@
+"""Benchmark harness: jitted vs op-by-op, compile time apart, peers in the same process, JSON out.
+
+Method (the same for every op):
+  * ``compile_s``: wall time of ``jax.jit(fn).lower(*args).compile()``.
+  * jit: ``warmup`` untimed calls of the compiled function, then ``repeats`` timed calls, each
+    ending in ``block_until_ready``; median and inter-quartile range reported, raw samples kept.
+  * op-by-op: the same function under ``jax.disable_jit()`` (every primitive dispatched eagerly,
+    the analogue of PyTorch eager). Slow cases take fewer samples (``max_eager_s`` budget).
+  * peers (optional): zero-argument callables (NumPy, PyTorch eager, ``torch.compile``) built by
+    the op's factory; timed the same way in the same run, so ratios are meaningful on a noisy host.
+
+Ops register themselves in modules ``ivhl_jax.bench.ops_<area>`` via a dict
+``OPS = {"name": factory}`` where ``factory(size) -> BenchCase``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+SIZES = ("small", "medium", "large", "extreme")
+
+
+@dataclasses.dataclass
+class BenchCase:
+    """One benchmarked operation at one problem size.
+
+    Attributes:
+      op: op name (unique across the registry).
+      size: one of :data:`SIZES`.
+      fn: pure JAX function ``fn(*args)``; the harness jits it.
+      args: positional arguments (arrays/pytrees) for ``fn``.
+      params: problem description recorded in the JSON (shapes, counts, dtypes).
+      flops: floating-point operations per call, if known (for GFLOP/s).
+      bytes_moved: bytes read + written per call, if known (for GB/s vs the bandwidth bound).
+      peers: name -> builder; a builder is called once (setup, compile) and returns a zero-arg
+        callable that runs the peer once and returns after its work is finished.
+      op_by_op: whether to time the function with ``jax.disable_jit()``.
+      items_per_call: work items per call (steps, samples, tokens) for a throughput figure.
+      items_name: what the items are ("steps", "samples", ...).
+      notes: free text stored in the JSON.
+    """
+
+    op: str
+    size: str
+    fn: Callable[..., Any]
+    args: tuple
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    flops: float | None = None
+    bytes_moved: float | None = None
+    peers: dict[str, Callable[[], Callable[[], Any]]] = dataclasses.field(default_factory=dict)
+    op_by_op: bool = True
+    items_per_call: float | None = None
+    items_name: str = "calls"
+    notes: str = ""
+
+
+def summarize(samples: Sequence[float]) -> dict[str, Any]:
+    """Median, IQR, min and the raw samples (seconds)."""
+    arr = np.asarray(samples, dtype=float)
+    q1, med, q3 = np.percentile(arr, [25, 50, 75])
+    return {"median_s": float(med), "iqr_s": float(q3 - q1), "min_s": float(arr.min()),
+            "n": int(arr.size), "samples_s": [float(x) for x in arr]}
+
+
+def time_callable(call: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
+                  budget_s: float | None = None) -> dict[str, Any]:
+    """Time ``call()`` (which must block until its work is done) ``repeats`` times after ``warmup``.
+
+    With ``budget_s``, stop early (at least one sample) once the samples exceed the budget.
+    """
+    for _ in range(warmup):
+        call()
+    samples: list[float] = []
+    spent = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        dt = time.perf_counter() - t0
+        samples.append(dt)
+        spent += dt
+        if budget_s is not None and spent > budget_s:
+            break
+    return summarize(samples)
+
+
+def run_case(case: BenchCase, *, repeats: int = 5, warmup: int = 1, max_eager_s: float = 20.0,
+             peers: bool = True) -> dict[str, Any]:
+    """Benchmark one case; returns a JSON-ready record."""
+    rec: dict[str, Any] = {"op": case.op, "size": case.size, "params": case.params, "notes": case.notes}
+    jitted = jax.jit(case.fn)
+    t0 = time.perf_counter()
+    compiled = jitted.lower(*case.args).compile()
+    rec["compile_s"] = time.perf_counter() - t0
+    rec["jit"] = time_callable(lambda: jax.block_until_ready(compiled(*case.args)), repeats=repeats, warmup=warmup)
+    med = rec["jit"]["median_s"]
+    if case.flops:
+        rec["gflops_per_s"] = case.flops / med / 1e9
+    if case.bytes_moved:
+        rec["gbytes_per_s"] = case.bytes_moved / med / 1e9
+    if case.items_per_call:
+        rec["throughput"] = {"items": case.items_name, "per_s": case.items_per_call / med}
+    try:
+        mem = compiled.memory_analysis()
+        if mem is not None:
+            rec["memory"] = {k: int(getattr(mem, k)) for k in
+                             ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
+                              "generated_code_size_in_bytes") if hasattr(mem, k)}
+    except Exception as e:  # memory analysis is backend-dependent; record why it is missing
+        rec["memory"] = {"unavailable": repr(e)}
+    if case.op_by_op:
+        def eager():
+            with jax.disable_jit():
+                jax.block_until_ready(case.fn(*case.args))
+
+        rec["op_by_op"] = time_callable(eager, repeats=repeats, warmup=1, budget_s=max_eager_s)
+        rec["speedup_jit_vs_op_by_op"] = rec["op_by_op"]["median_s"] / med
+    else:
+        rec["op_by_op"] = {"skipped": "op-by-op dispatch of this op is impractically slow at this size"}
+    if peers and case.peers:
+        rec["peers"] = {}
+        for name, build in case.peers.items():
+            try:
+                t0 = time.perf_counter()
+                call = build()
+                call()  # first call: compile/trace for torch.compile
+                setup = time.perf_counter() - t0
+                res = time_callable(call, repeats=repeats, warmup=warmup)
+                res["setup_s"] = setup
+                # > 1 means ivhl_jax (jit) is faster than the peer.
+                res["peer_over_jit"] = res["median_s"] / med
+                rec["peers"][name] = res
+            except ImportError as e:
+                rec["peers"][name] = {"skipped": f"peer not installed ({e.name}); pip install '.[peers]'"}
+            except Exception as e:  # a failing peer must not hide our own numbers
+                rec["peers"][name] = {"error": repr(e)}
+    return rec
+
+
+def registry() -> dict[str, Callable[[str], BenchCase]]:
+    """All ops from modules ``ivhl_jax.bench.ops_*`` (name -> factory(size))."""
+    import ivhl_jax.bench as pkg
+
+    ops: dict[str, Callable[[str], BenchCase]] = {}
+    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if not mod.name.startswith("ops_"):
+            continue
+        module = importlib.import_module(f"ivhl_jax.bench.{mod.name}")
+        for name, factory in getattr(module, "OPS", {}).items():
+            if name in ops:
+                raise RuntimeError(f"bench op {name!r} is registered twice (second in {mod.name})")
+            ops[name] = factory
+    return ops
+
+
+def run(ops: Sequence[str] | None = None, sizes: Sequence[str] = ("small",), *, repeats: int = 5,
+        warmup: int = 1, peers: bool = True, max_eager_s: float = 20.0,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the selected ops at the selected sizes; returns the full JSON document."""
+    from ivhl_jax.device import device_report
+
+    available = registry()
+    names = list(available) if not ops else list(ops)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ValueError(f"unknown bench op(s) {unknown}; available: {sorted(available)}")
+    bad = [s for s in sizes if s not in SIZES]
+    if bad:
+        raise ValueError(f"size must be one of {list(SIZES)}, got {bad}")
+    doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "environment": device_report(), "method": {"repeats": repeats, "warmup": warmup,
+                           "statistic": "median and IQR of wall time per call, block_until_ready"},
+                           "results": []}
+    for size in sizes:
+        for name in names:
+            log(f"[bench] {name} ({size}) ...")
+            try:
+                case = available[name](size)
+                rec = run_case(case, repeats=repeats, warmup=warmup, peers=peers, max_eager_s=max_eager_s)
+            except Exception as e:
+                rec = {"op": name, "size": size, "error": repr(e)}
+                log(f"[bench]   FAILED: {e!r}")
+            else:
+                line = f"[bench]   jit {rec['jit']['median_s'] * 1e3:.3f} ms (compile {rec['compile_s']:.2f} s)"
+                if "speedup_jit_vs_op_by_op" in rec:
+                    line += f", op-by-op {rec['op_by_op']['median_s'] * 1e3:.3f} ms"
+                for pname, p in rec.get("peers", {}).items():
+                    if "median_s" in p:
+                        line += f", {pname} {p['median_s'] * 1e3:.3f} ms (x{p['peer_over_jit']:.2f})"
+                log(line)
+            doc["results"].append(rec)
+    return doc

@@ -1,0 +1,94 @@
+"""The ``ivhl`` command line.
+
+  ivhl demo                         the embedded default holography run (no arguments, no downloads)
+  ivhl info                         platform, devices, memory, versions
+  ivhl sim NAME [options]           a simulation from ivhl_jax.sims.NAME   (``ivhl sim --list``)
+  ivhl train NAME [options]         a training script ivhl_jax.sims.train_NAME
+  ivhl bench [--op NAME] [--size S] [--export FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+
+def _sim_modules(prefix: str = "") -> list[str]:
+    import ivhl_jax.sims as sims
+
+    names = []
+    for m in pkgutil.iter_modules(sims.__path__):
+        if m.name.startswith("_"):
+            continue
+        if prefix:
+            if m.name.startswith(prefix):
+                names.append(m.name[len(prefix):])
+        elif not m.name.startswith("train_"):
+            names.append(m.name)
+    return sorted(names)
+
+
+def _dispatch(kind: str, name: str | None, argv: list[str]) -> int:
+    prefix = "train_" if kind == "train" else ""
+    available = _sim_modules(prefix)
+    if name in (None, "--list", "-l"):
+        print(f"available for `ivhl {kind}`: {', '.join(available) or '(none)'}")
+        return 0 if name else 2
+    if name not in available:
+        print(f"ivhl {kind}: unknown name {name!r}; available: {', '.join(available)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"ivhl_jax.sims.{prefix}{name}")
+    return int(module.main(argv) or 0)
+
+
+def _bench(argv: list[str]) -> int:
+    from ivhl_jax.bench import harness
+    from ivhl_jax.io import write_json
+
+    p = argparse.ArgumentParser(prog="ivhl bench", description="Benchmark ops: jit vs op-by-op (+ peers).")
+    p.add_argument("--op", action="append", help="op name (repeatable); default: all")
+    p.add_argument("--size", action="append", choices=harness.SIZES, help="problem size (repeatable); default small")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs after warm-up (>= 5 recommended)")
+    p.add_argument("--no-peers", action="store_true", help="skip NumPy/PyTorch peers")
+    p.add_argument("--max-eager-s", type=float, default=20.0, help="time budget per op for op-by-op samples")
+    p.add_argument("--export", help="write the JSON document here")
+    p.add_argument("--list", action="store_true", help="list the registered ops and exit")
+    a = p.parse_args(argv)
+    if a.list:
+        for name in sorted(harness.registry()):
+            print(name)
+        return 0
+    if a.repeats < 1:
+        p.error("--repeats must be >= 1")
+    doc = harness.run(a.op, a.size or ["small"], repeats=a.repeats, peers=not a.no_peers, max_eager_s=a.max_eager_s)
+    if a.export:
+        print(f"wrote {write_json(a.export, doc)}")
+    return 1 if any("error" in r for r in doc["results"]) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "info":
+        from ivhl_jax.device import format_report
+
+        print(format_report())
+        return 0
+    if cmd == "demo":
+        return _dispatch("sim", "holography", ["--demo", *rest])
+    if cmd in ("sim", "train"):
+        return _dispatch(cmd, rest[0] if rest else None, rest[1:])
+    if cmd == "bench":
+        return _bench(rest)
+    print(f"ivhl: unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Flax modules (imported as ``ivhl_jax.models``)."""

@@ -1,0 +1,32 @@
+"""Test-wide setup: 8 emulated CPU devices (so sharding is always exercised) and a notebook runner."""
+
+from __future__ import annotations
+
+import os
+
+# Must happen before jax initialises its backend; `make test` sets the same flag.
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pathlib  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def execute_notebook(name: str, timeout: int = 600) -> None:
+    """Execute notebooks/<name> top to bottom in a fresh kernel; raises on the first failing cell."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = REPO / "notebooks" / name
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}})
+    client.execute()
+
+
+@pytest.fixture
+def run_notebook():
+    return execute_notebook
