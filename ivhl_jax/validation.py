@@ -85,7 +85,11 @@ def check_array(
             want = " or ".join(str(a) for a in allowed)
             raise ValueError(f"{name} must be {want}-dimensional, got shape {tuple(arr.shape)}")
     if finite and is_concrete(arr) and jnp.issubdtype(arr.dtype, jnp.inexact):
-        if not bool(jnp.all(jnp.isfinite(arr))):
+        # NumPy on the host: inside a jit trace even jnp ops on a concrete constant produce tracers.
+        host = np.asarray(arr)
+        if host.dtype == jnp.bfloat16:
+            host = host.astype(np.float32)
+        if not np.all(np.isfinite(host)):
             raise ValueError(f"{name} contains NaN or inf values")
     return arr
 

@@ -239,3 +239,13 @@ def test_compilation_cache_writes_entries(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(out.stdout.strip().splitlines()[-1]) >= 1
+
+
+def test_check_array_finite_on_constant_inside_jit():
+    const = np.array([1.0, 2.0], np.float32)
+
+    @jax.jit
+    def f(x):
+        return x + validation.check_array(const, "const", finite=True)
+
+    np.testing.assert_array_equal(f(jnp.ones(2)), [2.0, 3.0])
