@@ -1,0 +1,370 @@
+"""Holographic interference of point sources on a helix, with optional optical-vortex imprint.
+
+    ivhl demo                                    # the embedded default, pictures in runs/demo
+    ivhl sim holography --out runs/holo --set n_sources=128 --set "grid=[256, 256]"
+    ivhl sim holography --config run.toml --no-resume
+
+Model (see :mod:`ivhl_jax.fields`): ``n_sources`` point sources on a helix about the z axis emit
+outgoing waves A e^{i(k_j r − ω_j t + φ_j)}/(r + ε) with ω_j = k_j (c = 1); the wavenumbers
+spread by ±``frequency_spread`` (relative, fixed by ``seed``) around k0 = 2π/``wavelength``, so
+the interference pattern beats in time. The field is optionally multiplied by straight vortex
+lines along z (``vortex_centers`` (x, y), integer ``vortex_charges``). It is evaluated on a 2-D
+slice (``plane`` "xy", "xz" or "yz" at ``plane_offset``) or, for a 3-entry ``grid``, on a 3-D grid
+over [−extent, extent]^D, for ``n_steps`` time steps of ``dt`` inside ``lax.scan``
+(:func:`ivhl_jax.rollout.rollout`), driven chunk by chunk with checkpoints in ``<out>/ckpt``
+(:func:`ivhl_jax.runner.run_chunked`; a run resumes bit-exactly, and can be extended by raising
+``n_steps``).
+
+Outputs in ``--out`` (default ``runs/holography``; ``--demo``: ``runs/demo``): ``intensity.png``
+(last frame, log scale), ``phase.png`` (last frame, with the plaquette vortex charges of
+:func:`ivhl_jax.fields.vortex_map`), ``mean_intensity.png`` (time average), ``summary.json``.
+Image axes: horizontal = first coordinate of the plane, vertical = second; for a 3-D grid the
+pictures show the z = middle slice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from ivhl_jax import fields
+from ivhl_jax.checkpoint import Checkpointer
+from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.io import save_figure, write_json
+from ivhl_jax.rollout import rollout
+from ivhl_jax.runner import RunResult, run_chunked
+
+_PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}  # (first axis, second axis, normal)
+
+
+@dataclasses.dataclass(frozen=True)
+class HolographyConfig:
+    """Configuration of the holography run; the defaults are the embedded demo.
+
+    Lengths in units L, time in L/c with c = 1. The default covers one period of the base
+    frequency (16 × 0.03125 = 0.5 = λ/c) on a 128 × 128 slice through the helix.
+    """
+
+    n_sources: int = 64
+    helix_radius: float = 1.0
+    helix_pitch: float = 0.5
+    helix_turns: float = 3.0
+    wavelength: float = 0.5
+    frequency_spread: float = 0.05
+    phase_pattern: str = "alternating"
+    amplitude: float = 1.0
+    softening: float = 0.05
+    grid: tuple[int, ...] = (128, 128)
+    extent: float = 2.0
+    plane: str = "xy"
+    plane_offset: float = 0.0
+    vortex_centers: tuple[tuple[float, float], ...] = ((0.45, 0.35), (-0.5, -0.3))
+    vortex_charges: tuple[int, ...] = (1, -2)
+    vortex_core: float = 0.15
+    n_steps: int = 16
+    dt: float = 0.03125
+    steps_per_chunk: int = 4
+    checkpoint_every: int = 8
+    seed: int = 0
+
+    def validate(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"HolographyConfig: {msg}")
+
+        need(self.n_sources >= 1, f"n_sources must be >= 1, got {self.n_sources}")
+        need(self.helix_radius >= 0, f"helix_radius must be >= 0, got {self.helix_radius}")
+        need(self.wavelength > 0, f"wavelength must be > 0, got {self.wavelength}")
+        need(0 <= self.frequency_spread < 1, f"frequency_spread must be in [0, 1), got {self.frequency_spread}")
+        need(self.phase_pattern in ("zero", "alternating", "random"),
+             f"phase_pattern must be zero, alternating or random, got {self.phase_pattern!r}")
+        need(self.softening > 0, f"softening must be > 0, got {self.softening}")
+        need(len(self.grid) in (2, 3) and all(g >= 2 for g in self.grid),
+             f"grid must be [H, W] (a slice) or [H, W, L] (3-D) with entries >= 2, got {list(self.grid)}")
+        need(self.extent > 0, f"extent must be > 0, got {self.extent}")
+        need(self.plane in _PLANES, f"plane must be one of {list(_PLANES)}, got {self.plane!r}")
+        need(len(self.vortex_centers) == len(self.vortex_charges),
+             f"vortex_centers ({len(self.vortex_centers)}) and vortex_charges ({len(self.vortex_charges)}) "
+             "must have the same length")
+        need(self.vortex_core > 0, f"vortex_core must be > 0, got {self.vortex_core}")
+        need(self.n_steps >= 1, f"n_steps must be >= 1, got {self.n_steps}")
+        need(self.dt > 0, f"dt must be > 0, got {self.dt}")
+        need(self.steps_per_chunk >= 1 and self.n_steps % self.steps_per_chunk == 0,
+             f"n_steps ({self.n_steps}) must be a positive multiple of steps_per_chunk ({self.steps_per_chunk})")
+        need(self.checkpoint_every >= 1 and self.checkpoint_every % self.steps_per_chunk == 0,
+             f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
+             f"({self.steps_per_chunk})")
+
+
+@struct.dataclass
+class HoloState:
+    """Time-loop state: time, step count, the latest field and running intensity statistics."""
+
+    t: jax.Array
+    step: jax.Array
+    field: jax.Array           # complex, grid shape: ψ at the last evaluated time
+    intensity_sum: jax.Array   # Σ_t |ψ|² over evaluated frames (grid shape)
+    intensity_peak: jax.Array  # max_t |ψ|² per grid point
+
+
+@struct.dataclass
+class HoloParams:
+    points: jax.Array       # (N, 3)
+    sources: jax.Array      # (M, 3)
+    amplitudes: jax.Array   # (M,)
+    wavenumbers: jax.Array  # (M,)
+    phases: jax.Array       # (M,)
+    imprint: jax.Array      # (N,) complex vortex factor (ones without vortices)
+    softening: jax.Array
+    dt: jax.Array
+
+
+def build_params(cfg: HolographyConfig) -> HoloParams:
+    """Sources, grid points and the (time-independent) vortex imprint of ``cfg``."""
+    src = fields.helix_sources(cfg.n_sources, cfg.helix_radius, cfg.helix_pitch, cfg.helix_turns)
+    rng = np.random.default_rng(cfg.seed)
+    k0 = 2 * np.pi / cfg.wavelength
+    k = k0 * (1.0 + cfg.frequency_spread * rng.uniform(-1.0, 1.0, cfg.n_sources))
+    if cfg.phase_pattern == "zero":
+        ph = np.zeros(cfg.n_sources)
+    elif cfg.phase_pattern == "alternating":  # the seed project's alternating π "polarity"
+        ph = np.pi * (np.arange(cfg.n_sources) % 2)
+    else:
+        ph = rng.uniform(-np.pi, np.pi, cfg.n_sources)
+    e = cfg.extent
+    if len(cfg.grid) == 2:
+        a, b, normal = _PLANES[cfg.plane]
+        plane_pts = np.asarray(fields.grid_points(cfg.grid, -e, e, dtype=jnp.float32))
+        pts = np.zeros((plane_pts.shape[0], 3), np.float32)
+        pts[:, a], pts[:, b], pts[:, normal] = plane_pts[:, 0], plane_pts[:, 1], cfg.plane_offset
+    else:
+        pts = np.asarray(fields.grid_points(cfg.grid, -e, e, dtype=jnp.float32))
+    pts = jnp.asarray(pts)
+    if cfg.vortex_charges:
+        centers = np.array([[x, y, 0.0] for x, y in cfg.vortex_centers], np.float32)
+        imprint = fields.vortex(pts, centers, np.asarray(cfg.vortex_charges, np.int32), core_size=cfg.vortex_core)
+    else:
+        imprint = jnp.ones(pts.shape[0], jnp.complex64)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    return HoloParams(points=pts, sources=src, amplitudes=jnp.full(cfg.n_sources, cfg.amplitude, jnp.float32),
+                      wavenumbers=f32(k), phases=f32(ph), imprint=imprint, softening=f32(cfg.softening),
+                      dt=f32(cfg.dt))
+
+
+def field_at(params: HoloParams, t: jax.Array) -> jax.Array:
+    """ψ(points, t) · imprint, shape (N,)."""
+    psi = fields.superpose(params.points, params.sources, amplitudes=params.amplitudes,
+                           wavenumbers=params.wavenumbers, phases=params.phases, t=t, softening=params.softening)
+    return psi * params.imprint
+
+
+def _slice_2d(grid: tuple[int, ...], flat: jax.Array) -> jax.Array:
+    """The displayed 2-D slice of a flat grid quantity (the z = middle slice of a 3-D grid)."""
+    g = flat.reshape(grid)
+    return g if len(grid) == 2 else g[:, :, grid[2] // 2]
+
+
+def initial_state(cfg: HolographyConfig) -> HoloState:
+    n = int(np.prod(cfg.grid))
+    return HoloState(t=jnp.zeros((), jnp.float32), step=jnp.zeros((), jnp.int32),
+                     field=jnp.zeros(n, jnp.complex64), intensity_sum=jnp.zeros(n, jnp.float32),
+                     intensity_peak=jnp.zeros(n, jnp.float32))
+
+
+def step(state: HoloState, params: HoloParams) -> HoloState:
+    """Evaluate the field at ``state.t``, accumulate statistics, advance t by dt."""
+    psi = field_at(params, state.t)
+    i = fields.intensity(psi)
+    return HoloState(t=state.t + params.dt, step=state.step + 1, field=psi,
+                     intensity_sum=state.intensity_sum + i, intensity_peak=jnp.maximum(state.intensity_peak, i))
+
+
+def make_observe(grid: tuple[int, ...]):
+    """Per-step observations: time, intensity statistics and vortex counts on the displayed slice."""
+
+    def observe(state: HoloState, params: HoloParams) -> dict[str, jax.Array]:
+        i = fields.intensity(state.field)
+        vm = fields.vortex_map(_slice_2d(grid, state.field))
+        return {"t": state.t - params.dt, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i),
+                "vortices_positive": jnp.sum(vm > 0), "vortices_negative": jnp.sum(vm < 0),
+                "net_charge": jnp.sum(vm)}
+
+    return observe
+
+
+@functools.lru_cache(maxsize=8)
+def _chunk_fn(steps_per_chunk: int, grid: tuple[int, ...]):
+    """The jitted chunk ``(state, params) -> (state, observations)``; cached so that repeated runs in
+    one process (resume, tests, notebooks) reuse the compiled program."""
+    observe = make_observe(grid)
+    return jax.jit(lambda s, p: rollout(step, s, p, steps_per_chunk, observe=observe))
+
+
+def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True
+             ) -> tuple[RunResult, HoloParams]:
+    """Run ``cfg`` (resuming from ``checkpointer`` if it holds a checkpoint); returns (result, params)."""
+    params = build_params(cfg)
+    chunk = _chunk_fn(cfg.steps_per_chunk, tuple(cfg.grid))
+    result = run_chunked(lambda s: chunk(s, params), initial_state(cfg), n_chunks=cfg.n_steps // cfg.steps_per_chunk,
+                         steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
+                         metadata=lambda s, _: {"config": config_dict(cfg), "step": s},
+                         progress=progress, description="holography")
+    return result, params
+
+
+def _extent_labels(cfg: HolographyConfig) -> tuple[list[float], str, str]:
+    names = "xyz"
+    if len(cfg.grid) == 3:
+        return [-cfg.extent, cfg.extent, -cfg.extent, cfg.extent], "x", "y"
+    a, b, _ = _PLANES[cfg.plane]
+    return [-cfg.extent, cfg.extent, -cfg.extent, cfg.extent], names[a], names[b]
+
+
+def _title(cfg: HolographyConfig) -> str:
+    if len(cfg.grid) == 3:
+        z = np.linspace(-cfg.extent, cfg.extent, cfg.grid[2])[cfg.grid[2] // 2]
+        return f"3-D grid {tuple(cfg.grid)}, slice z = {z:.3g}"
+    normal = "xyz"[_PLANES[cfg.plane][2]]
+    return f"{cfg.plane} slice at {normal} = {cfg.plane_offset:g}"
+
+
+def write_outputs(cfg: HolographyConfig, result: RunResult, params: HoloParams, out: str) -> dict[str, str]:
+    """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths."""
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
+
+    st = result.state
+    psi = np.asarray(_slice_2d(cfg.grid, st.field))
+    inten = np.abs(psi) ** 2
+    mean_i = np.asarray(_slice_2d(cfg.grid, st.intensity_sum)) / max(int(st.step), 1)
+    vm = np.asarray(fields.vortex_map(psi))
+    ext, xa, xb = _extent_labels(cfg)
+    title = _title(cfg)
+    paths = {}
+
+    def image(data, name, label, **kw):
+        fig = Figure(figsize=(6.2, 5.2))
+        ax = fig.add_subplot()
+        im = ax.imshow(data.T, origin="lower", extent=ext, **kw)
+        fig.colorbar(im, ax=ax, label=label)
+        ax.set_xlabel(xa)
+        ax.set_ylabel(xb)
+        return fig, ax
+
+    def log_norm(data):
+        top = float(np.max(data))
+        return LogNorm(vmin=max(top * 1e-4, 1e-30), vmax=max(top, 2e-30))
+
+    fig, ax = image(inten, "intensity", "|ψ|²", norm=log_norm(inten), cmap="inferno")
+    ax.set_title(f"intensity at t = {float(st.t - params.dt):.4g}\n{title}")
+    paths["intensity"] = save_figure(fig, os.path.join(out, "intensity.png"))
+
+    fig, ax = image(np.angle(psi), "phase", "arg ψ (rad)", cmap="twilight", vmin=-np.pi, vmax=np.pi)
+    h, w = psi.shape
+    xs = np.linspace(-cfg.extent, cfg.extent, h)
+    ys = np.linspace(-cfg.extent, cfg.extent, w)
+    xc, yc = 0.5 * (xs[1:] + xs[:-1]), 0.5 * (ys[1:] + ys[:-1])
+    for sign, color, marker in ((1, "red", "+"), (-1, "cyan", "x")):
+        ii, jj = np.nonzero(np.sign(vm) == sign)
+        ax.scatter(xc[ii], yc[jj], s=14, c=color, marker=marker, linewidths=0.8,
+                   label=f"charge {'+' if sign > 0 else '−'} ({len(ii)})")
+    ax.legend(loc="upper right", fontsize=7, framealpha=0.6)
+    ax.set_title(f"phase and plaquette vortex charges (net {int(vm.sum())})\n{title}")
+    paths["phase"] = save_figure(fig, os.path.join(out, "phase.png"))
+
+    fig, ax = image(mean_i, "mean", "⟨|ψ|²⟩_t", norm=log_norm(mean_i), cmap="magma")
+    ax.set_title(f"time-averaged intensity over {int(st.step)} frames\n{title}")
+    paths["mean_intensity"] = save_figure(fig, os.path.join(out, "mean_intensity.png"))
+
+    hist = jax.tree_util.tree_map(np.asarray, result.history)
+    full_i = np.abs(np.asarray(st.field)) ** 2
+    summary = {
+        "config": config_dict(cfg),
+        "steps": result.steps,
+        "resumed_from": result.resumed_from,
+        "wall_time_s": result.wall_time_s,
+        "final_time": float(st.t - params.dt),
+        "final": {
+            "max_intensity": float(full_i.max()),
+            "mean_intensity": float(full_i.mean()),
+            "slice_vortices_positive": int((vm > 0).sum()),
+            "slice_vortices_negative": int((vm < 0).sum()),
+            "slice_net_charge": int(vm.sum()),
+        },
+        "time_averaged_max_intensity": float(np.max(np.asarray(st.intensity_sum)) / max(int(st.step), 1)),
+        "imprinted_net_charge": int(sum(cfg.vortex_charges)),
+        "history": hist,
+        "devices": [str(d) for d in jax.devices()[:1]],
+        "pictures": dict(paths),
+    }
+    paths["summary"] = write_json(os.path.join(out, "summary.json"), summary)
+    return {k: os.path.abspath(v) for k, v in paths.items()}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ivhl sim holography", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="TOML or JSON file with HolographyConfig keys")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--out", help="output folder (default runs/holography; with --demo runs/demo)")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
+                   help="resume from <out>/ckpt if present (default: yes; --demo: no)")
+    p.add_argument("--no-progress", action="store_true", help="do not show progress")
+    p.add_argument("--demo", action="store_true", help="the embedded default run, written to runs/demo")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        cfg = load_config(HolographyConfig, a.config, a.set)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"ivhl sim holography: {e}", file=sys.stderr)
+        return 2
+    out = a.out or ("runs/demo" if a.demo else "runs/holography")
+    resume = a.resume if a.resume is not None else not a.demo
+    ckpt_dir = os.path.join(out, "ckpt")
+    cfg_path = os.path.join(out, "config.json")
+    # Resuming is only meaningful for the same physics; n_steps may grow (that extends the run).
+    comparable = {k: v for k, v in config_dict(cfg).items() if k != "n_steps"}
+    if os.path.isdir(ckpt_dir):
+        if not resume:
+            shutil.rmtree(ckpt_dir)
+        elif os.path.isfile(cfg_path):
+            with open(cfg_path) as f:
+                old = {k: v for k, v in json.load(f).items() if k != "n_steps"}
+            if old != comparable:
+                diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
+                print(f"ivhl sim holography: {out} holds a checkpoint of a different configuration "
+                      f"(differs in {diff}); use --no-resume to start over or another --out", file=sys.stderr)
+                return 2
+    write_json(cfg_path, config_dict(cfg))
+    if a.demo:
+        print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} grid, "
+              f"{cfg.n_steps} time steps, vortices {list(cfg.vortex_charges)}")
+    with Checkpointer(ckpt_dir, save_every=cfg.checkpoint_every) as ck:
+        result, params = simulate(cfg, checkpointer=ck, progress=not a.no_progress)
+    paths = write_outputs(cfg, result, params, out)
+    if result.resumed_from is not None:
+        print(f"resumed from step {result.resumed_from}")
+    print(f"done: {result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
+    for name in ("intensity", "phase", "mean_intensity", "summary"):
+        print(f"  {name:15s} {paths[name]}")
+    if a.demo:
+        print(f"open the pictures above (PNG); the run's numbers are in {paths['summary']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""notebooks/01_wave_fields.ipynb runs top to bottom."""
+
+from __future__ import annotations
+
+
+def test_wave_fields_notebook_runs(run_notebook):
+    run_notebook("01_wave_fields.ipynb", timeout=600)
