@@ -1,0 +1,291 @@
+"""Condensate simulation: a Gross–Pitaevskii BEC (``--model gp``) or the GFT condensate (``--model gft``).
+
+GP run: the ground state of the trap (imaginary time, optionally in a rotating frame), then vortex
+imprints, then real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ (ħ = m = 1, trap units).
+GFT run: a complex field on a periodic rank-r lattice evolving under i∂φ/∂t = δV/δφ* from small
+noise (m² < 0: symmetry breaking), or its gradient flow with ``gft_imaginary=true``.
+
+The time loop runs in jitted chunks (:func:`ivhl_jax.runner.run_chunked`) with checkpoints in
+<out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
+Outputs in <out>: density.png, phase.png, observables.png, observables.json (time series and
+summary), final_state.npy.
+
+  ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
+  ivhl sim bec --config run.toml --out runs/bec_vortex
+  ivhl sim bec --set model=gft --set gft_rank=3 --set gft_n=16 --set mass_sq=-0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ivhl_jax import condensate as C
+from ivhl_jax import gft as G
+from ivhl_jax.checkpoint import Checkpointer
+from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.io import save_figure, write_json
+from ivhl_jax.runner import RunResult, run_chunked
+
+
+@dataclasses.dataclass(frozen=True)
+class BECConfig:
+    """Run configuration (TOML/JSON keys; ``--set key=value``)."""
+
+    model: Literal["gp", "gft"] = "gp"
+    # --- GP ---
+    dims: int = 2
+    grid: int = 128                  # points per axis
+    length: float = 20.0             # box side (trap units)
+    trap: tuple[float, ...] = (1.0,)  # trap frequencies ω (one, or one per axis)
+    g: float = 200.0
+    omega_rot: float = 0.0           # rotation about z (2D/3D); the ground state is found in this frame
+    imprints: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)  # (x, y, charge)
+    ground_dt: float = 5e-3
+    ground_steps: int = 3000
+    ground_tol: float = 1e-7
+    noise: float = 0.0               # complex noise on the ground-state guess (nucleates lattices)
+    # --- GFT ---
+    gft_rank: int = 3
+    gft_n: int = 16
+    mass_sq: float = -0.5
+    lam: float = 0.1
+    gft_init: float = 0.05           # initial noise amplitude
+    gft_imaginary: bool = False      # gradient flow instead of real time
+    # --- time loop ---
+    dt: float = 2e-3
+    steps: int = 2000
+    steps_per_chunk: int = 200
+    save_every: int = 50
+    checkpoint_every: int = 1000
+    seed: int = 0
+    precision: Literal["float32", "float64"] = "float32"
+
+    def validate(self) -> None:
+        if self.dims not in (1, 2, 3):
+            raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
+        if not 1 <= self.gft_rank <= 4:
+            raise ValueError(f"gft_rank must be 1..4, got {self.gft_rank}")
+        if len(self.trap) not in (1, self.dims):
+            raise ValueError(f"trap must have 1 or dims={self.dims} frequencies, got {list(self.trap)}")
+        if self.omega_rot and self.dims == 1:
+            raise ValueError("omega_rot needs dims=2 or 3")
+        if self.imprints and self.dims == 1:
+            raise ValueError("imprints (vortices) need dims=2 or 3")
+        for name in ("grid", "gft_n", "steps", "steps_per_chunk", "save_every", "checkpoint_every", "ground_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps % self.steps_per_chunk:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
+        if self.steps_per_chunk % self.save_every:
+            raise ValueError(f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every "
+                             f"({self.save_every})")
+        if self.checkpoint_every % self.steps_per_chunk:
+            raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
+                             f"({self.steps_per_chunk})")
+        if not self.dt > 0 or not self.ground_dt > 0:
+            raise ValueError("dt and ground_dt must be > 0")
+
+
+def _dtype(cfg: BECConfig):
+    if cfg.precision == "float64" and not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+    return jnp.float64 if cfg.precision == "float64" else jnp.float32
+
+
+def gp_system(cfg: BECConfig) -> C.GPSystem:
+    grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
+    trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
+    return C.GPSystem(grid, C.harmonic(grid, trap, dtype=_dtype(cfg)), cfg.g, cfg.omega_rot)
+
+
+def gp_initial_state(cfg: BECConfig, system: C.GPSystem) -> tuple[jax.Array, dict]:
+    """Ground state (imaginary time) with the configured vortices imprinted."""
+    psi, info = jax.jit(lambda s: C.ground_state(s, 1.0, dt=cfg.ground_dt, tol=cfg.ground_tol,
+                                                 max_steps=cfg.ground_steps, key=jax.random.key(cfg.seed),
+                                                 noise=cfg.noise))(system)
+    if cfg.imprints:
+        centers = jnp.asarray([[x, y] for x, y, _ in cfg.imprints])
+        charges = jnp.asarray([q for _, _, q in cfg.imprints], jnp.int32)
+        psi = C.imprint_vortices(psi, system.grid, centers, charges, core_size=0.5 / np.sqrt(max(cfg.g, 1.0)) + 0.1)
+        psi = C.normalize(psi, system.grid)
+    return psi, {k: np.asarray(v).item() for k, v in info.items()}
+
+
+def gft_system(cfg: BECConfig) -> G.GFTSystem:
+    return G.GFTSystem((cfg.gft_n,) * cfg.gft_rank, cfg.mass_sq, cfg.lam)
+
+
+def gft_initial_state(cfg: BECConfig) -> jax.Array:
+    shape = (cfg.gft_n,) * cfg.gft_rank
+    kr, ki = jax.random.split(jax.random.key(cfg.seed))
+    rdt = _dtype(cfg)
+    return cfg.gft_init * jax.lax.complex(jax.random.normal(kr, shape, rdt), jax.random.normal(ki, shape, rdt))
+
+
+def _gp_observe(psi: jax.Array, system: C.GPSystem) -> dict:
+    obs = C.default_observables(psi, system)
+    if system.grid.ndim >= 2:
+        obs["lz"] = C.angular_momentum(psi, system.grid)
+    return obs
+
+
+def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
+             resuming: bool = False) -> tuple[RunResult, dict]:
+    """Prepare the initial state (skipped when resuming) and run the chunked real-time loop."""
+    extra: dict = {}
+    if cfg.model == "gp":
+        system = gp_system(cfg)
+        if resuming:
+            state = jnp.zeros(system.grid.shape, system.complex_dtype)  # template; restored from the checkpoint
+        else:
+            state, extra["ground_state"] = gp_initial_state(cfg, system)
+
+        @jax.jit
+        def advance(psi):
+            return C.evolve(psi, system, cfg.dt, cfg.steps_per_chunk, cfg.save_every, observe=_gp_observe)
+
+        extra["system"] = system
+    else:
+        system = gft_system(cfg)
+        state = gft_initial_state(cfg)
+
+        @jax.jit
+        def advance(phi):
+            return G.gft_evolve(phi, system, cfg.dt, cfg.steps_per_chunk, cfg.save_every,
+                                imaginary=cfg.gft_imaginary)
+
+        extra["system"] = system
+    result = run_chunked(advance, state, n_chunks=cfg.steps // cfg.steps_per_chunk,
+                         steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
+                         metadata={"model": cfg.model}, progress=progress, description=f"bec[{cfg.model}]")
+    return result, extra
+
+
+def _slice2d(a: np.ndarray) -> np.ndarray:
+    while a.ndim > 2:
+        a = a[..., a.shape[-1] // 2]
+    return a
+
+
+def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out, exist_ok=True)
+    state = np.asarray(result.state)
+    np.save(os.path.join(out, "final_state.npy"), state)
+    hist = {k: np.asarray(v) for k, v in result.history.items()}
+    t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
+    paths = {}
+    rho = np.abs(state) ** 2
+    ph = np.angle(state)
+    summary: dict = {"config": config_dict(cfg), "steps": result.steps, "resumed_from": result.resumed_from,
+                     "wall_time_s": result.wall_time_s, "t": t, "observables": hist}
+    if cfg.model == "gp":
+        system = extra["system"]
+        grid = system.grid
+        summary["final"] = {k: float(v[-1]) for k, v in hist.items()}
+        summary["ground_state"] = extra.get("ground_state")
+        extent = None
+        if grid.ndim >= 2:
+            x, y = grid.coords[0], grid.coords[1]
+            extent = (x[0], x[-1], y[0], y[-1])
+            psi2 = _slice2d(state)
+            pos, q = C.vortex_positions(jnp.asarray(psi2), grid, min_density=0.1, window=4)
+            summary["vortices"] = {"positions": pos, "charges": q, "count": int(np.abs(q).sum()),
+                                   "net_charge": int(q.sum())}
+    else:
+        summary["final"] = {k: float(v[-1]) for k, v in hist.items()}
+        summary["vacuum"] = dict(zip(("abs2", "energy_per_site"), G.gft_vacuum(cfg.mass_sq, cfg.lam)))
+        extent = None
+    for name, data, cmap, label in (("density", rho, "viridis", "|ψ|²"), ("phase", ph, "twilight", "arg ψ")):
+        fig, ax = plt.subplots(figsize=(5, 4))
+        if data.ndim == 1:
+            ax.plot(C.Grid.uniform(cfg.grid, cfg.length).coords[0] if cfg.model == "gp" else np.arange(data.size),
+                    data)
+            ax.set_ylabel(label)
+        else:
+            im = ax.imshow(_slice2d(data).T, origin="lower", cmap=cmap, extent=extent)
+            fig.colorbar(im, ax=ax, label=label)
+            if cfg.model == "gp" and "vortices" in summary and len(summary["vortices"]["charges"]):
+                p = summary["vortices"]["positions"]
+                ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
+        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}")
+        paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
+    keys = [k for k in hist if k.startswith("energy") or k in ("norm", "charge", "order", "lz")]
+    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
+    for ax, k in zip(np.atleast_1d(axes), keys):
+        ax.plot(t, hist[k])
+        ax.set_ylabel(k, fontsize=8)
+    np.atleast_1d(axes)[-1].set_xlabel("t")
+    paths["observables_plot"] = save_figure(fig, os.path.join(out, "observables.png"))
+    paths["observables"] = write_json(os.path.join(out, "observables.json"), summary)
+    paths["final_state"] = os.path.join(out, "final_state.npy")
+    return paths
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ivhl sim bec", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--config", help="TOML or JSON file with BECConfig keys")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    p.add_argument("--model", choices=("gp", "gft"), help="shorthand for --set model=...")
+    p.add_argument("--out", help="output folder (default runs/bec or runs/gft)")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="resume from <out>/ckpt if present (default: yes)")
+    p.add_argument("--no-progress", action="store_true", help="do not show progress")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    overrides = list(a.set) + ([f"model={a.model}"] if a.model else [])
+    try:
+        cfg = load_config(BECConfig, a.config, overrides)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"ivhl sim bec: {e}", file=sys.stderr)
+        return 2
+    out = a.out or ("runs/bec" if cfg.model == "gp" else "runs/gft")
+    ckpt_dir = os.path.join(out, "ckpt")
+    cfg_path = os.path.join(out, "config.json")
+    comparable = {k: v for k, v in config_dict(cfg).items() if k != "steps"}
+    if os.path.isdir(ckpt_dir):
+        if not a.resume:
+            shutil.rmtree(ckpt_dir)
+        elif os.path.isfile(cfg_path):
+            with open(cfg_path) as f:
+                old = {k: v for k, v in json.load(f).items() if k != "steps"}
+            if old != comparable:
+                diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
+                print(f"ivhl sim bec: {out} holds a checkpoint of a different configuration (differs in {diff}); "
+                      "use --no-resume to start over or another --out", file=sys.stderr)
+                return 2
+    os.makedirs(out, exist_ok=True)
+    write_json(cfg_path, config_dict(cfg))
+    with Checkpointer(ckpt_dir, save_every=cfg.checkpoint_every) as ck:
+        resuming = a.resume and ck.latest_step() is not None
+        result, extra = simulate(cfg, checkpointer=ck, progress=not a.no_progress, resuming=resuming)
+    paths = write_outputs(cfg, result, extra, out)
+    if result.resumed_from is not None:
+        print(f"resumed from step {result.resumed_from}")
+    print(f"done: {result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
+    for name, path in paths.items():
+        print(f"  {name:17s} {os.path.abspath(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
