@@ -1,0 +1,264 @@
+"""1+1D CDT: structure, moves, detailed balance, exact enumeration (chi-squared), observables."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from ivhl_jax import cdt
+
+CAP = 48  # one vertex capacity everywhere, so compiled programs are shared between tests
+
+# ---------------------------------------------------------------------------------------------
+# independent brute-force enumeration of strips (no formula used)
+
+
+def _strip_links(word, j0, a, b):
+    """Cyclic sequence of timelike links (i, j) of the strip with triangle word and first link (0, j0)."""
+    i, j = 0, j0
+    links = []
+    for w in word:
+        links.append((i, j))
+        if w == "U":
+            i = (i + 1) % a
+        else:
+            j = (j + 1) % b
+    if (i, j) != (0, j0):
+        return None
+    return links
+
+
+def _canonical_cycle(links):
+    n = len(links)
+    return min(tuple(links[k:] + links[:k]) for k in range(n))
+
+
+def _brute_force_strips(a, b):
+    """All distinct labelled strips between oriented circles Z_a (below) and Z_b (above)."""
+    seen = set()
+    for ups in itertools.combinations(range(a + b), a):
+        word = ["D"] * (a + b)
+        for k in ups:
+            word[k] = "U"
+        for j0 in range(b):
+            links = _strip_links(word, j0, a, b)
+            if links is not None:
+                seen.add(_canonical_cycle(links))
+    return seen
+
+
+def _enumerated_weights(lam, n_slices, l_max):
+    """P(l_0..l_{T-1}) ∝ e^{-2 lam sum l} (number of labelled tori)/(2 prod l), every count by brute force.
+
+    A torus with rooted, oriented slices is a tuple of independent strips; the decoration group
+    (a root per slice, a global orientation) has 2 prod l elements and acts with stabiliser Aut(T),
+    so sum over unlabelled T of 1/|Aut(T)| = (labelled count) / (2 prod l) (orbit-stabiliser).
+    """
+    counts = {(a, b): len(_brute_force_strips(a, b)) for a in range(3, l_max + 1) for b in range(3, l_max + 1)}
+    w = {}
+    for ls in itertools.product(range(3, l_max + 1), repeat=n_slices):
+        n_lab = math.prod(counts[ls[t], ls[(t + 1) % n_slices]] for t in range(n_slices))
+        w[ls] = math.exp(-2 * lam * sum(ls)) * n_lab / (2 * math.prod(ls))
+    return w
+
+
+def test_strip_count_matches_bruteforce():
+    for a, b in [(3, 3), (3, 4), (4, 3), (4, 5), (5, 5)]:
+        assert len(_brute_force_strips(a, b)) == cdt.strip_count(a, b) == math.comb(a + b - 1, a - 1) * b
+
+
+# ---------------------------------------------------------------------------------------------
+# structure and moves
+
+
+def test_initial_state_and_bad_input():
+    s = cdt.initial_state(3, 5, capacity=CAP)
+    cdt.assert_invariants(s)
+    assert int(s.n0) == 15 and int(s.n2) == 30 and s.lengths.tolist() == [5] * 3
+    with pytest.raises(ValueError, match="length"):
+        cdt.initial_state(3, 2)
+    with pytest.raises(ValueError, match="n_slices"):
+        cdt.initial_state(1, 4)
+    with pytest.raises(ValueError, match="capacity"):
+        cdt.initial_state(3, 4, capacity=5)
+    with pytest.raises(ValueError, match="ln 2"):
+        cdt.make_params(0.5)
+    with pytest.raises(ValueError, match="target"):
+        cdt.make_params(0.5, eps=0.01)
+
+
+def test_invariants_detect_corruption():
+    s = cdt.initial_state(3, 4, capacity=CAP)
+    bad = s.replace(tl=s.tl.at[0].set(5))
+    res = cdt._check_jit(bad)
+    assert not bool(res["neighbours"])
+    bad2 = s.replace(tv=s.tv.at[0, 2].set(1))
+    assert not bool(cdt._check_jit(bad2)["gluing"])
+    bad = s.replace(lengths=s.lengths.at[0].set(5))
+    assert not bool(cdt._check_jit(bad)["slices"])
+    with pytest.raises(AssertionError, match="invariants"):
+        cdt.assert_invariants(bad)
+
+
+def _live_triangle_table(s):
+    alive = np.nonzero(np.asarray(s.tpos) < int(s.n2))[0]
+    return {int(t): (int(s.ttype[t]), int(s.ttime[t]), int(s.tl[t]), int(s.tr[t]), int(s.tc[t]),
+                     tuple(int(x) for x in s.tv[t])) for t in alive}
+
+
+def test_insert_then_delete_is_identity_and_ratios_balance():
+    s = cdt.initial_state(3, 4, capacity=CAP)
+    params = cdt.make_params(0.9, eps=0.01, target=30.0)
+    up = 2 * 4 + 2  # an up triangle of strip 1
+    s1 = cdt.apply_insertion(s, up)
+    cdt.assert_invariants(s1)
+    assert int(s1.n0) == 13 and s1.lengths.tolist() == [4, 5, 4]
+    v = int(s1.vperm[12])
+    q = np.asarray(cdt.coordination_numbers(s1))
+    assert q[v] == 4
+    assert bool(cdt.is_removable(s1, v))
+    s2 = cdt.apply_removal(s1, v)
+    cdt.assert_invariants(s2)
+    assert _live_triangle_table(s2) == _live_triangle_table(s)
+    # forward ratio at (N0, N2) times backward ratio at (N0+1, N2+2) is exactly one
+    for n0 in (12, 30, 101):
+        la = cdt.log_acceptance("add", n0, 2 * n0, params)
+        ld = cdt.log_acceptance("delete", n0 + 1, 2 * n0 + 2, params)
+        np.testing.assert_allclose(float(la + ld), 0.0, atol=1e-5)
+        np.testing.assert_allclose(float(la), -2 * 0.9 - 0.01 * ((2 * n0 + 2 - 30) ** 2 - (2 * n0 - 30) ** 2)
+                                   + math.log(n0 / (n0 + 1)), rtol=1e-5)
+    # a vertex of coordination > 4 is not removable
+    v_big = int(np.argmax(np.where(np.asarray(s1.vpos) < 13, q, 0)))
+    assert q[v_big] > 4 and not bool(cdt.is_removable(s1, v_big))
+
+
+def test_flip_is_an_involution():
+    s = cdt.initial_state(3, 4, capacity=CAP)
+    t1 = 0  # an up triangle, its right neighbour is down
+    s1 = cdt.apply_flip(s, t1)
+    cdt.assert_invariants(s1)
+    assert _live_triangle_table(s1) != _live_triangle_table(s)
+    # after the swap, t1's left neighbour is the old right one; flipping that pair undoes it
+    s2 = cdt.apply_flip(s1, int(s1.tl[t1]))
+    assert _live_triangle_table(s2) == _live_triangle_table(s)
+
+
+@pytest.fixture(scope="module")
+def small_runs():
+    """One compiled chain function shared by the tests below (T = 3, lam = 1)."""
+    params = cdt.make_params(1.0, attempts_per_sweep=100)
+    fn = jax.jit(lambda k, s: cdt.run_chains(k, s, params, 30, 1))
+    states = cdt.replicate(cdt.initial_state(3, 3, capacity=CAP), 256)
+    return fn, states, fn(jax.random.PRNGKey(0), states)
+
+
+def test_invariants_after_every_move_many_chains():
+    params = cdt.make_params(0.8, attempts_per_sweep=1)
+    n_chains, n_att = 8, 300
+    states = cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), n_chains)
+    us = jax.random.uniform(jax.random.PRNGKey(3), (n_chains, n_att, 3))
+
+    def chain(s, u):
+        def body(s, ui):
+            s = cdt.attempt(s, ui, params)
+            return s, jnp.stack(list(cdt.check_invariants(s).values()))
+
+        return jax.lax.scan(body, s, u)
+
+    final, ok = jax.jit(jax.vmap(chain))(states, us)
+    assert bool(np.all(np.asarray(ok))), "an invariant failed after some move"
+    acc = np.asarray(final.accepts).sum(0)
+    assert np.all(acc > 0), f"every move type must be exercised, accepts={acc}"
+    assert not bool(np.any(np.asarray(final.overflow)))
+
+
+def _chi2(samples, probs, n_min=10):
+    """Pearson chi-squared of sample tuples against exact probabilities, bins with expectation >= n_min."""
+    n = len(samples)
+    cnt = collections.Counter(samples)
+    keys = [k for k, p in probs.items() if p * n >= n_min]
+    o = np.array([cnt.get(k, 0) for k in keys], float)
+    e = np.array([probs[k] * n for k in keys])
+    o = np.append(o, n - o.sum())
+    e = np.append(e, n - e.sum())
+    chi2 = float(((o - e) ** 2 / e).sum())
+    return chi2, len(keys), float(stats.chi2.sf(chi2, len(keys)))
+
+
+def test_chi2_against_exact_enumeration(small_runs):
+    _, _, (final, obs) = small_runs
+    assert not bool(np.any(np.asarray(final.overflow)))
+    # 256 independent chains; keep every 5th sweep after 10 burn-in sweeps (tau << 500 attempts here)
+    L = np.asarray(obs["lengths"])[:, 10::5, :].reshape(-1, 3)
+    samples = [tuple(int(x) for x in v) for v in L]
+    w = _enumerated_weights(1.0, 3, 7)
+    # normalise with the exact tail beyond l_max = 7 (transfer-matrix formula, agrees on the box)
+    exact = cdt.exact_length_distribution(1.0, 3, 14)
+    box_mass = sum(exact[k] for k in w)
+    z = sum(w.values())
+    probs = {k: v / z * box_mass for k, v in w.items()}
+    for k in list(w)[:50]:
+        np.testing.assert_allclose(probs[k], exact[k], rtol=1e-9)
+    chi2, dof, p = _chi2(samples, probs)
+    assert p > 1e-3, f"MC disagrees with exact enumeration: chi2={chi2:.1f} dof={dof} p={p:.2e}"
+    # the test has power: a 5 % shift of lambda (the size of the N0/(N0+1) proposal factor) is rejected
+    wrong = cdt.exact_length_distribution(1.08, 3, 14)
+    assert _chi2(samples, wrong)[2] < 1e-6
+
+
+def test_run_chains_deterministic_and_observables(small_runs):
+    fn, states, a = small_runs
+    b = fn(jax.random.PRNGKey(0), states)
+    same = jax.tree_util.tree_all(jax.tree_util.tree_map(lambda x, y: bool(jnp.all(x == y)), a, b))
+    assert same, "same key must reproduce the run bit for bit"
+    obs = a[1]
+    assert obs["lengths"].shape == (256, 30, 3)
+    np.testing.assert_array_equal(np.asarray(obs["n2"]), 2 * np.asarray(obs["lengths"]).sum(-1))
+    hist = np.asarray(obs["coordination"])
+    np.testing.assert_array_equal(hist.sum(-1), np.asarray(obs["n0"]))
+    q = np.arange(hist.shape[-1])
+    # Euler: sum of coordination numbers = 3 N2 = 6 N0, so the mean coordination is exactly 6
+    np.testing.assert_array_equal((hist * q).sum(-1), 6 * np.asarray(obs["n0"]))
+    assert hist[..., :4].sum() == 0
+    corr = np.asarray(cdt.volume_correlator(obs["lengths"]))
+    assert corr.shape == (3,) and corr[0] > 0
+
+
+def test_bfs_distances_match_scipy(small_runs):
+    fn, states, (final0, _) = small_runs
+    final, _ = fn(jax.random.PRNGKey(9), states)
+    assert not bool(jnp.all(final.lengths == final0.lengths)), "another key must give other chains"
+    k = int(np.argmax(np.asarray(final.n0)))
+    s = jax.tree_util.tree_map(lambda x: x[k], final)
+    s = jax.device_get(s)
+    n0, c0 = int(s.n0), s.vtime.shape[0]
+    alive_t = np.asarray(s.tpos) < int(s.n2)
+    tv = np.asarray(s.tv)[alive_t]
+    rows = np.concatenate([tv[:, 0], tv[:, 1], tv[:, 2]])
+    cols = np.concatenate([tv[:, 1], tv[:, 2], tv[:, 0]])
+    g = csr_matrix((np.ones(rows.size), (rows, cols)), shape=(c0, c0))
+    origin = int(s.vperm[0])
+    ref = shortest_path(g, directed=False, unweighted=True, indices=origin)
+    d = np.asarray(jax.jit(cdt.vertex_distances, static_argnums=2)(s, origin, 20))
+    live = np.asarray(s.vpos) < n0
+    np.testing.assert_array_equal(d[live], ref[live].astype(int))
+    sph = np.asarray(jax.jit(cdt.sphere_volumes, static_argnums=2)(jax.random.PRNGKey(0), s, 20))
+    np.testing.assert_allclose(sph.sum(), n0, rtol=1e-6)
+    assert sph[0] == 1.0
+
+
+def test_exact_mean_length_transfer_matrix_vs_direct_sum():
+    # Tr(L M^T)/Tr(M^T) against a direct sum over the exact distribution (T = 2, small box)
+    lam = 1.0
+    exact = cdt.exact_length_distribution(lam, 2, 40)
+    direct = sum(p * k[0] for k, p in exact.items())
+    np.testing.assert_allclose(cdt.exact_mean_length(lam, 2, l_max=40), direct, rtol=1e-10)
