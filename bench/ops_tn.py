@@ -1,0 +1,71 @@
+"""Benchmarks for ivhl_jax.tn / ivhl_jax.mera: network contraction and one MERA sweep at χ = 4, 8, 12 (16).
+
+* ``tn_contract``: the seven-tensor contraction of one ascending-superoperator term (the MERA's dominant
+  network) via :func:`ivhl_jax.tn.contract` (cached optimal path); peer: NumPy ``einsum`` with the same path.
+* ``mera_sweep``: one full Evenbly–Vidal sweep (steady state, descend, 3 environments + SVD updates per layer,
+  ascend) of a 2-transitional-layer modified binary MERA.
+* ``tn_matmul_peak``: a large square matmul, the machine's practical GFLOP/s ceiling to compare against.
+
+FLOP counts: opt_einsum's path cost for ``tn_contract``; XLA's ``cost_analysis`` of the compiled sweep for
+``mera_sweep``; 2n³ for the matmul. Float32 (the library's default dtype; the MERA drivers use float64).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ivhl_jax import mera as M
+from ivhl_jax import tn
+from ivhl_jax.bench.harness import BenchCase
+
+_CHI = {"small": 4, "medium": 8, "large": 12, "extreme": 16}
+_SPEC = "ekr,fckl,lds,efab,aip,bcij,jdq->rspq"
+
+
+def _contract_case(size: str) -> BenchCase:
+    chi = _CHI[size]
+    key = jax.random.split(jax.random.key(0), 7)
+    shapes = [(chi, chi, chi), (chi,) * 4, (chi, chi, chi), (chi,) * 4, (chi, chi, chi), (chi,) * 4, (chi, chi, chi)]
+    args = tuple(jax.random.normal(k, s, jnp.float32) for k, s in zip(key, shapes))
+    path, flops = tn.contraction_path(_SPEC, *shapes)
+
+    def numpy_peer():
+        nargs = [np.asarray(a) for a in args]
+        return lambda: np.einsum(_SPEC, *nargs, optimize=["einsum_path", *path])
+
+    return BenchCase(op="tn_contract", size=size, fn=lambda *t: tn.contract(_SPEC, *t), args=args,
+                     params={"chi": chi, "subscripts": _SPEC, "path": path}, flops=flops,
+                     peers={"numpy": numpy_peer}, notes="ascending-superoperator term, optimal path cached")
+
+
+def _sweep_case(size: str) -> BenchCase:
+    chi = _CHI[size]
+    cfg = M.MERAConfig(chi=chi, layers=2, u_delay=0)
+    mera = M.init_mera(jax.random.key(0), cfg)
+    h = M.ising_two_site_hamiltonian(1.0, jnp.float32)
+    fn = lambda m, hh: M.sweep(m, hh, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales)
+    try:
+        cost = jax.jit(fn).lower(mera, h).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, list | tuple) else cost
+        flops = float(cost.get("flops", 0.0)) or None
+    except Exception:  # cost analysis is backend-dependent; GFLOP/s is then omitted
+        flops = None
+    return BenchCase(op="mera_sweep", size=size, fn=fn, args=(mera, h),
+                     params={"chi": chi, "chi_mid": cfg.mid, "transitional_layers": cfg.layers,
+                             "si_scales": cfg.si_scales, "power_iters": cfg.power_iters},
+                     flops=flops, op_by_op=chi <= 8, items_per_call=1, items_name="sweeps",
+                     notes="float32; flops from XLA cost_analysis (SVDs/eigh counted as XLA reports them)")
+
+
+def _peak_case(size: str) -> BenchCase:
+    n = {"small": 512, "medium": 1024, "large": 2048, "extreme": 4096}[size]
+    k = jax.random.split(jax.random.key(1))
+    a = jax.random.normal(k[0], (n, n), jnp.float32)
+    b = jax.random.normal(k[1], (n, n), jnp.float32)
+    return BenchCase(op="tn_matmul_peak", size=size, fn=jnp.matmul, args=(a, b), params={"n": n},
+                     flops=2.0 * n**3, op_by_op=False, notes="reference ceiling for the GFLOP/s of the TN ops")
+
+
+OPS = {"tn_contract": _contract_case, "mera_sweep": _sweep_case, "tn_matmul_peak": _peak_case}
