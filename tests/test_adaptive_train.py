@@ -1,0 +1,65 @@
+"""Training of the adaptive model: jitted chunks, checkpoint resume bit-exact, CLI outputs, accuracy (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from ivhl_jax.checkpoint import Checkpointer
+from ivhl_jax.config import load_config
+from ivhl_jax.runner import run_chunked
+from ivhl_jax.sims import train_adaptive as ta
+
+TINY = ["steps=20", "chunk=10", "batch_size=16", "model.num_nodes=8", "model.hidden_dim=8", "model.inner_steps=1"]
+
+
+def test_train_chunks_resume_bit_exactly(tmp_path):
+    cfg = load_config(ta.TrainAdaptiveConfig, None, TINY + ["preset=seed"])
+    data = ta.load_dataset(cfg)
+    _, mcfg, carry, state, advance, _ = ta.build(cfg, data)
+    assert carry and mcfg.scheduler == "shared" and mcfg.input_dim == 64
+    full = run_chunked(advance, state, n_chunks=2, steps_per_chunk=10, progress=False)
+    with Checkpointer(tmp_path / "ckpt") as ck:
+        first = run_chunked(advance, state, n_chunks=1, steps_per_chunk=10, checkpointer=ck, progress=False)
+    assert int(first.state.step) == 10
+    with Checkpointer(tmp_path / "ckpt") as ck:
+        resumed = run_chunked(advance, state, n_chunks=2, steps_per_chunk=10, checkpointer=ck, progress=False)
+    assert resumed.resumed_from == 10
+    chex.assert_trees_all_equal(jax.random.key_data(full.state.key), jax.random.key_data(resumed.state.key))
+    chex.assert_trees_all_equal(full.state.replace(key=None), resumed.state.replace(key=None))
+    chex.assert_trees_all_equal(full.history, resumed.history)
+    assert int(full.state.step) == 20  # the data cursor
+    assert np.all(np.isfinite(np.asarray(full.history["loss"])))
+
+
+@pytest.mark.slow  # ~100 s on the loaded 2-core host (one compile of the training chunk)
+def test_cli_writes_summary_and_plots(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["--out", str(out), "--no-progress"] + [a for s in TINY for a in ("--set", s)]
+    assert ta.main(argv) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["steps"] == 20 and 0.0 <= s["test_accuracy"] <= 1.0
+    assert s["n_test"] == 359 and s["n_train"] == 1438
+    assert abs(sum(s["phase_ratios_last100"].values()) - 1.0) < 1e-5
+    for f in ("metrics.json", "training.png", "energy.png"):
+        assert os.path.exists(out / f)
+    assert "test accuracy" in capsys.readouterr().out
+
+
+def test_config_errors_are_named():
+    with pytest.raises(ValueError, match="multiple of chunk"):
+        load_config(ta.TrainAdaptiveConfig, None, ["steps=25", "chunk=10"])
+    with pytest.raises(ValueError, match="dataset"):
+        load_config(ta.TrainAdaptiveConfig, None, ["dataset=mnist"])
+
+
+@pytest.mark.slow
+def test_improved_model_reaches_97_percent_on_digits(tmp_path):
+    cfg = load_config(ta.TrainAdaptiveConfig, None, ["steps=1500", "chunk=500"])
+    s = ta.train(cfg, str(tmp_path / "run"), progress=False, plots=False)
+    assert s["test_accuracy"] >= 0.97, s["test_accuracy"]
