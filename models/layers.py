@@ -1,0 +1,312 @@
+"""Transformer/CNN building blocks (Flax linen): activations, norms, fused blocks, BN folding, RoPE.
+
+Every parameter carries logical axis names (``nn.with_logical_partitioning``) so a mesh rule set
+can shard it: ``"embed"`` (model width), ``"mlp"`` (feed-forward width), ``"heads"``, ``"kv"``
+(head dim), ``"vocab"``, and ``"conv_in"``/``"conv_out"`` for conv kernels. Initialise with
+``model.init`` and strip the metadata with ``flax.linen.meta.unbox`` (or keep it to read the
+partition specs with ``nn.get_partition_spec``).
+
+"Fused" blocks need no special kernels in JAX: under ``jit`` XLA fuses the element-wise epilogue
+(bias + activation) of a matmul into one loop that reads the matmul result once, and the
+normalisation prologue of LayerNorm + Dense likewise (tested from the compiled HLO in
+``tests/test_layers.py``). Conv + BatchNorm + ReLU additionally supports *BN folding* for
+inference: ``W' = W·γ/σ``, ``b' = (b − μ)·γ/σ + β`` with ``σ = sqrt(var + eps)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import erf
+
+from ivhl_jax.validation import check_array, check_choice, check_scalar
+
+Dtype = Any
+
+
+# --------------------------------------------------------------------------- activations
+
+def gelu_exact(x: jax.Array) -> jax.Array:
+    """GELU with the exact Gaussian CDF: ``x·Φ(x) = x/2·(1 + erf(x/√2))`` (PyTorch's default)."""
+    return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def gelu_tanh(x: jax.Array) -> jax.Array:
+    """GELU, tanh approximation: ``x/2·(1 + tanh(√(2/π)(x + 0.044715 x³)))`` (jax.nn.gelu's default)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+def silu(x: jax.Array) -> jax.Array:
+    """SiLU / swish: ``x·σ(x)``."""
+    return jax.nn.silu(x)
+
+
+def mish(x: jax.Array) -> jax.Array:
+    """Mish: ``x·tanh(softplus(x))``."""
+    return x * jnp.tanh(jax.nn.softplus(x))
+
+
+def relu(x: jax.Array) -> jax.Array:
+    return jax.nn.relu(x)
+
+
+def swiglu(x: jax.Array) -> jax.Array:
+    """SwiGLU on a last axis split in halves ``[a, b]``: ``silu(a)·b`` (Shazeer 2020). Halves the width."""
+    a, b = _split_gate(x)
+    return jax.nn.silu(a) * b
+
+
+def geglu(x: jax.Array) -> jax.Array:
+    """GeGLU: ``gelu_exact(a)·b`` with ``[a, b]`` the halves of the last axis."""
+    a, b = _split_gate(x)
+    return gelu_exact(a) * b
+
+
+def _split_gate(x):
+    if x.shape[-1] % 2:
+        raise ValueError(f"gated activations need an even last dimension, got shape {x.shape}")
+    return jnp.split(x, 2, axis=-1)
+
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "gelu": gelu_exact, "gelu_tanh": gelu_tanh, "silu": silu, "mish": mish, "relu": relu,
+    "swiglu": swiglu, "geglu": geglu,
+}
+GATED = ("swiglu", "geglu")
+
+
+def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
+    """Activation by name: gelu (exact erf), gelu_tanh, silu, mish, relu, swiglu, geglu."""
+    check_choice(name, "activation", tuple(ACTIVATIONS))
+    return ACTIVATIONS[name]
+
+
+# --------------------------------------------------------------------------- norms
+
+def _param(module, name, init, shape, axes, dtype):
+    return module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype)
+
+
+class RMSNorm(nn.Module):
+    """``y = x / sqrt(mean(x², -1) + eps) · γ`` (statistics in float32)."""
+
+    eps: float = 1e-6
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        d = x.shape[-1]
+        scale = _param(self, "scale", nn.initializers.ones, (d,), ("embed",), self.param_dtype)
+        dtype = self.dtype or x.dtype
+        xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return (y * scale.astype(y.dtype)).astype(dtype)
+
+
+class LayerNorm(nn.Module):
+    """``y = (x − mean) / sqrt(var + eps) · γ + β`` over the last axis (statistics in float32)."""
+
+    eps: float = 1e-5
+    use_bias: bool = True
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        d = x.shape[-1]
+        scale = _param(self, "scale", nn.initializers.ones, (d,), ("embed",), self.param_dtype)
+        dtype = self.dtype or x.dtype
+        xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+        mu = jnp.mean(xf, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(xf - mu), axis=-1, keepdims=True)
+        y = (xf - mu) * jax.lax.rsqrt(var + self.eps) * scale.astype(xf.dtype)
+        if self.use_bias:
+            y = y + _param(self, "bias", nn.initializers.zeros, (d,), ("embed",), self.param_dtype).astype(xf.dtype)
+        return y.astype(dtype)
+
+
+def get_norm(kind: str, **kwargs) -> nn.Module:
+    """``RMSNorm(**kwargs)`` for ``"rmsnorm"``, ``LayerNorm(**kwargs)`` for ``"layernorm"``."""
+    check_choice(kind, "norm", ("rmsnorm", "layernorm"))
+    return RMSNorm(**kwargs) if kind == "rmsnorm" else LayerNorm(**kwargs)
+
+
+class BatchNorm(nn.Module):
+    """BatchNorm over all axes but the last, with running statistics.
+
+    ``train=True``: normalise with the batch mean/variance and update ``batch_stats``
+    (``mean ← m·mean + (1−m)·μ_B``, same for var; apply with ``mutable=["batch_stats"]``).
+    ``train=False``: normalise with the running statistics (deterministic inference).
+    """
+
+    momentum: float = 0.9
+    eps: float = 1e-5
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, *, train: bool):
+        c = x.shape[-1]
+        scale = _param(self, "scale", nn.initializers.ones, (c,), ("conv_out",), self.param_dtype)
+        bias = _param(self, "bias", nn.initializers.zeros, (c,), ("conv_out",), self.param_dtype)
+        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
+        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((c,), jnp.float32))
+        xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+        if train:
+            axes = tuple(range(x.ndim - 1))
+            mean = jnp.mean(xf, axis=axes)
+            var = jnp.mean(jnp.square(xf - mean), axis=axes)
+            if not self.is_initializing():
+                m = self.momentum
+                ra_mean.value = m * ra_mean.value + (1 - m) * mean.astype(jnp.float32)
+                ra_var.value = m * ra_var.value + (1 - m) * var.astype(jnp.float32)
+        else:
+            mean, var = ra_mean.value.astype(xf.dtype), ra_var.value.astype(xf.dtype)
+        y = (xf - mean) * jax.lax.rsqrt(var + self.eps) * scale.astype(xf.dtype) + bias.astype(xf.dtype)
+        return y.astype(self.dtype or x.dtype)
+
+
+# --------------------------------------------------------------------------- fused blocks
+
+class Dense(nn.Module):
+    """``y = x W + b`` with logical axes ``axes`` (input, output) on W."""
+
+    features: int
+    axes: tuple[str, str] = ("embed", "mlp")
+    use_bias: bool = True
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, x):
+        w = _param(self, "kernel", self.kernel_init, (x.shape[-1], self.features), self.axes, self.param_dtype)
+        dtype = self.dtype or x.dtype
+        y = jnp.dot(x.astype(dtype), w.astype(dtype))
+        if self.use_bias:
+            y = y + _param(self, "bias", nn.initializers.zeros, (self.features,), self.axes[1:],
+                           self.param_dtype).astype(dtype)
+        return y
+
+
+class DenseAct(nn.Module):
+    """Dense + activation (``act(xW + b)``): one matmul, the epilogue fused by XLA under jit.
+
+    Gated activations (swiglu/geglu) produce ``features`` outputs from a ``2·features`` matmul.
+    """
+
+    features: int
+    activation: str = "gelu"
+    axes: tuple[str, str] = ("embed", "mlp")
+    use_bias: bool = True
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        act = get_activation(self.activation)
+        width = 2 * self.features if self.activation in GATED else self.features
+        return act(Dense(width, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")(x))
+
+
+class LayerNormDense(nn.Module):
+    """LayerNorm (or RMSNorm) followed by Dense: the normalisation is fused into the matmul's input."""
+
+    features: int
+    norm: str = "layernorm"
+    axes: tuple[str, str] = ("embed", "mlp")
+    use_bias: bool = True
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        h = get_norm(self.norm, dtype=self.dtype, param_dtype=self.param_dtype, name="norm")(x)
+        return Dense(self.features, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")(h)
+
+
+class ConvBNReLU(nn.Module):
+    """``relu(BN(conv(x)))`` for NHWC images, SAME padding; ``train`` selects batch vs running stats."""
+
+    features: int
+    kernel_size: tuple[int, int] = (3, 3)
+    strides: tuple[int, int] = (1, 1)
+    momentum: float = 0.9
+    eps: float = 1e-5
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, *, train: bool):
+        y = nn.Conv(self.features, self.kernel_size, self.strides, padding="SAME", dtype=self.dtype,
+                    param_dtype=self.param_dtype, name="conv",
+                    kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                             (None, None, "conv_in", "conv_out")),
+                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("conv_out",)))(x)
+        y = BatchNorm(self.momentum, self.eps, self.dtype, self.param_dtype, name="bn")(y, train=train)
+        return jax.nn.relu(y)
+
+
+def fold_conv_bn(variables: dict, eps: float = 1e-5) -> dict:
+    """Fold a :class:`ConvBNReLU`'s BatchNorm (running stats) into its conv: inference params.
+
+    Returns ``{"kernel": W', "bias": b'}`` with ``W' = W·γ/σ``, ``b' = (b − μ)·γ/σ + β``,
+    ``σ = sqrt(var + eps)``; use with :func:`conv_relu_folded`. The folded conv computes
+    ``relu(BN_eval(conv(x)))`` up to floating-point rounding (one multiply re-associated).
+    """
+    v = nn.meta.unbox(variables)
+    p, stats = v["params"], v["batch_stats"]["bn"]
+    conv, bn = p["conv"], p["bn"]
+    dtype = jnp.result_type(conv["kernel"], bn["scale"], stats["var"])
+    mult = bn["scale"].astype(dtype) * jax.lax.rsqrt(stats["var"].astype(dtype) + eps)
+    return {"kernel": conv["kernel"].astype(dtype) * mult,
+            "bias": (conv["bias"].astype(dtype) - stats["mean"].astype(dtype)) * mult + bn["bias"].astype(dtype)}
+
+
+def conv_relu_folded(folded: dict, x: jax.Array, strides: tuple[int, int] = (1, 1)) -> jax.Array:
+    """``relu(conv(x; W') + b')`` with SAME padding, NHWC / HWIO."""
+    y = jax.lax.conv_general_dilated(x, folded["kernel"].astype(x.dtype), strides, "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return jax.nn.relu(y + folded["bias"].astype(x.dtype))
+
+
+# --------------------------------------------------------------------------- rotary embeddings
+
+def rope_frequencies(head_dim: int, base: float = 10000.0) -> jax.Array:
+    """``θ_i = base^(−2i/H)``, i = 0..H/2−1."""
+    check_scalar(head_dim, "head_dim", integer=True, minimum=2)
+    if head_dim % 2:
+        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    return base ** (-jnp.arange(0, head_dim // 2, dtype=jnp.float32) * 2.0 / head_dim)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float = 10000.0) -> jax.Array:
+    """Rotary position embedding (Su et al. 2021), rotate-half convention.
+
+    Pairs ``(x_i, x_{i+H/2})`` of each head are rotated by angle ``p·θ_i``; so
+    ``<R(p)q, R(p')k> = <R(0)q, R(p'−p)k>`` (attention scores depend only on relative position)
+    and norms are preserved.
+
+    Args:
+      x: ``[B, T, N, H]``.
+      positions: integer/float positions ``[T]`` or ``[B, T]`` (default ``arange(T)``).
+    """
+    x = check_array(x, "x", ndim=4, kind="floating")
+    B, T, N, H = x.shape
+    inv = rope_frequencies(H, base)
+    pos = jnp.arange(T, dtype=jnp.float32) if positions is None else jnp.asarray(positions, jnp.float32)
+    if pos.ndim == 1:
+        pos = pos[None]
+    calc = jnp.promote_types(x.dtype, jnp.float32)
+    ang = pos[..., None].astype(calc) * inv.astype(calc)  # [B|1, T, H/2]
+    cos = jnp.cos(ang)[:, :, None, :]
+    sin = jnp.sin(ang)[:, :, None, :]
+    x1, x2 = jnp.split(x.astype(calc), 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)

@@ -1,0 +1,276 @@
+"""Pre-norm decoder-only transformer (Flax linen), layers stacked with ``nn.scan``.
+
+One block (pre-norm, residual)::
+
+    h = x + Dropout(W_o · Attn(RoPE(W_q n(x)), RoPE(W_k n(x)), W_v n(x)))
+    y = h + Dropout(W_2 · act(W_1 n(h)))
+
+with ``n`` = RMSNorm or LayerNorm, ``act`` = GELU/SwiGLU/GeGLU/..., causal attention through
+:func:`ivhl_jax.attention.attention` (``xla``/``cudnn``/``chunked``/``pallas``). The ``n_layers``
+blocks are one ``nn.scan`` over a stacked parameter tree (leading axis ``"layers"``), so compile time
+does not grow with depth, and each block may be rematerialised (``remat`` policy):
+
+* ``"none"``: keep every activation for the backward pass (fastest, most memory);
+* ``"dots_saveable"``: keep only matmul outputs without batch dims, recompute element-wise work;
+* ``"full"``: keep only each block's input, recompute the block in the backward pass.
+
+Precision: ``precision`` names an :mod:`ivhl_jax.precision` policy; parameters are stored in its
+``param_dtype`` (fp32 master weights), matmuls run in ``compute_dtype``, norms/softmax statistics
+and the logits/loss in float32.
+
+Logical axis names of the parameters (for sharding rules, see :func:`param_logical_axes`):
+
+=========================  ==================================  ====================
+parameter                  shape                               logical axes
+=========================  ==================================  ====================
+embed/embedding            (vocab, d_model)                    ("vocab", "embed")
+pos_embed (no RoPE)        (max_len, d_model)                  (None, "embed")
+blocks/…/attn/{q,k,v}      (layers, d_model, heads, head_dim)  ("layers", "embed", "heads", "kv")
+blocks/…/attn/out          (layers, heads, head_dim, d_model)  ("layers", "heads", "kv", "embed")
+blocks/…/mlp/wi/kernel     (layers, d_model, d_ff[·2 if gated])("layers", "embed", "mlp")
+blocks/…/mlp/wo/kernel     (layers, d_ff, d_model)             ("layers", "mlp", "embed")
+…/norm scale, bias         (layers, d_model)                   ("layers", "embed")
+unembed (untied)           (d_model, vocab)                    ("embed", "vocab")
+=========================  ==================================  ====================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ivhl_jax import precision
+from ivhl_jax.attention import IMPLEMENTATIONS, attention
+from ivhl_jax.models.layers import ACTIVATIONS, GATED, Dense, DenseAct, apply_rope, get_norm
+from ivhl_jax.validation import check_array, check_choice, check_scalar
+
+REMAT_POLICIES = ("none", "dots_saveable", "full")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of :class:`Transformer` (see the module docstring)."""
+
+    vocab_size: int = 256
+    d_model: int = 512
+    n_layers: int = 6
+    n_heads: int = 8
+    d_ff: int = 2048
+    max_len: int = 1024
+    activation: str = "gelu"
+    norm: str = "rmsnorm"
+    rope: bool = True
+    tied_embeddings: bool = True
+    dropout: float = 0.0
+    remat: str = "none"
+    precision: str = "fp32"
+    attention: str = "auto"
+    attention_block: int = 128
+
+    def validate(self) -> TransformerConfig:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "attention_block"):
+            check_scalar(getattr(self, name), name, integer=True, minimum=1)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.rope and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head_dim (d_model/n_heads = {self.head_dim}); change n_heads")
+        check_choice(self.activation, "activation", tuple(ACTIVATIONS))
+        check_choice(self.norm, "norm", ("rmsnorm", "layernorm"))
+        check_choice(self.remat, "remat", REMAT_POLICIES)
+        check_choice(self.attention, "attention", IMPLEMENTATIONS)
+        check_scalar(self.dropout, "dropout", minimum=0.0, maximum=0.99)
+        precision.get_policy(self.precision)
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def policy(self) -> precision.Policy:
+        return precision.get_policy(self.precision)
+
+
+PRESETS = {
+    "tiny": dict(d_model=64, n_layers=2, n_heads=4, d_ff=256, max_len=256),
+    "small": dict(d_model=512, n_layers=6, n_heads=8, d_ff=2048, max_len=1024),
+    "base": dict(d_model=768, n_layers=12, n_heads=12, d_ff=3072, max_len=2048),
+}
+
+
+def preset(name: str, **overrides: Any) -> TransformerConfig:
+    """``tiny`` (64/2/4), ``small`` (512/6/8) or ``base`` (768/12/12), with field overrides."""
+    check_choice(name, "preset", tuple(PRESETS))
+    return TransformerConfig(**{**PRESETS[name], **overrides}).validate()
+
+
+def _remat_policy(name: str):
+    if name == "dots_saveable":
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    return None  # "full": save nothing but the block input
+
+
+class Block(nn.Module):
+    """One pre-norm block; ``__call__(x) -> (x, None)`` so it can be the body of ``nn.scan``."""
+
+    cfg: TransformerConfig
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x, _=None):
+        cfg = self.cfg
+        dt = cfg.policy.compute_dtype
+        pdt = cfg.policy.param_dtype
+        N, Hd, D = cfg.n_heads, cfg.head_dim, cfg.d_model
+        init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
+
+        def proj(name):
+            return self.param(name, nn.with_logical_partitioning(init, ("embed", "heads", "kv")), (D, N, Hd), pdt)
+
+        with_attn = nn.with_logical_partitioning(nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2),
+                                                 ("heads", "kv", "embed"))
+        h = get_norm(cfg.norm, dtype=dt, param_dtype=pdt, name="attn_norm")(x)
+        q = jnp.einsum("btd,dnh->btnh", h, proj("q").astype(dt))
+        k = jnp.einsum("btd,dnh->btnh", h, proj("k").astype(dt))
+        v = jnp.einsum("btd,dnh->btnh", h, proj("v").astype(dt))
+        if cfg.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        o = attention(q, k, v, causal=True, implementation=cfg.attention, block_q=cfg.attention_block,
+                      block_k=cfg.attention_block)
+        wo = self.param("out", with_attn, (N, Hd, D), pdt)
+        a = jnp.einsum("btnh,nhd->btd", o, wo.astype(dt))
+        x = x + nn.Dropout(cfg.dropout)(a, deterministic=self.deterministic).astype(x.dtype)
+        h = get_norm(cfg.norm, dtype=dt, param_dtype=pdt, name="mlp_norm")(x)
+        h = DenseAct(cfg.d_ff, cfg.activation, axes=("embed", "mlp"), dtype=dt, param_dtype=pdt, name="wi")(h)
+        h = Dense(D, axes=("mlp", "embed"), dtype=dt, param_dtype=pdt, name="wo")(h)
+        x = x + nn.Dropout(cfg.dropout)(h, deterministic=self.deterministic).astype(x.dtype)
+        return x, None
+
+
+class Transformer(nn.Module):
+    """Decoder-only LM: ``tokens [B, T] int -> logits [B, T, vocab] float32``."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, tokens, *, deterministic: bool = True):
+        cfg = self.cfg
+        dt, pdt = cfg.policy.compute_dtype, cfg.policy.param_dtype
+        T = tokens.shape[-1]
+        if T > cfg.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len={cfg.max_len}")
+        emb = self.param("embedding", nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")),
+                         (cfg.vocab_size, cfg.d_model), pdt)
+        x = jnp.take(emb, tokens, axis=0).astype(dt)
+        if not cfg.rope:
+            pos = self.param("pos_embed", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
+                             (cfg.max_len, cfg.d_model), pdt)
+            x = x + pos[:T].astype(dt)
+        block = Block
+        if cfg.remat != "none":
+            block = nn.remat(Block, prevent_cse=False, policy=_remat_policy(cfg.remat))
+        stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                        length=cfg.n_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+        x, _ = stack(cfg, deterministic, name="blocks")(x)
+        x = get_norm(cfg.norm, dtype=dt, param_dtype=pdt, name="final_norm")(x)
+        if cfg.tied_embeddings:
+            logits = jnp.einsum("btd,vd->btv", x, emb.astype(dt)) * (1.0 / math.sqrt(cfg.d_model))
+        else:
+            w = self.param("unembed", nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "vocab")),
+                           (cfg.d_model, cfg.vocab_size), pdt)
+            logits = x @ w.astype(dt)
+        return logits.astype(jnp.float32)
+
+
+def init_params(cfg: TransformerConfig, key: jax.Array, seq_len: int = 8) -> Any:
+    """Unboxed parameter tree (``param_dtype``) of :class:`Transformer`."""
+    cfg.validate()
+    tokens = jnp.zeros((1, min(seq_len, cfg.max_len)), jnp.int32)
+    return jax.jit(lambda k: nn.meta.unbox(Transformer(cfg).init(k, tokens)["params"]))(key)
+
+
+def param_logical_axes(cfg: TransformerConfig) -> Any:
+    """Tree (same structure as :func:`init_params`) of ``PartitionSpec`` with *logical* axis names.
+
+    Map it to mesh axes with ``flax.linen.logical_to_mesh_axes(spec, rules)``, e.g. rules
+    ``(("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"), ("vocab", "tensor"), ("layers", None),
+    ("kv", None))``.
+    """
+    tokens = jnp.zeros((1, 8), jnp.int32)
+    boxed = jax.eval_shape(lambda k: Transformer(cfg).init(k, tokens), jax.random.key(0))
+    return nn.get_partition_spec(boxed)["params"]
+
+
+def count_params(params: Any) -> int:
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
+
+
+def flops_per_token(cfg: TransformerConfig, seq_len: int) -> float:
+    """Training FLOPs per token (PaLM appendix B): ``6·N + 12·L·d·T`` with N the non-embedding matmul
+    parameters (+ the unembedding matmul) and the attention term for context length T."""
+    L, D = cfg.n_layers, cfg.d_model
+    ff_in = cfg.d_ff * (2 if cfg.activation in GATED else 1)
+    n_matmul = L * (4 * D * D + D * ff_in + cfg.d_ff * D) + D * cfg.vocab_size
+    return 6.0 * n_matmul + 12.0 * L * D * seq_len
+
+
+def lm_loss_fn(cfg: TransformerConfig):
+    """``loss_fn(params, batch, key, extra) -> (loss, (metrics, extra))`` for ``ivhl_jax.training``.
+
+    ``batch``: integer tokens ``[B, T+1]``; inputs ``[:, :-1]``, targets ``[:, 1:]``. The loss is
+    the mean next-token cross-entropy in nats (float32); metrics add ``bits_per_token`` and
+    ``accuracy``.
+    """
+    model = Transformer(cfg)
+
+    def loss_fn(params, batch, key, extra):
+        tokens = check_array(batch, "batch", ndim=2, kind="integer").astype(jnp.int32)
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        deterministic = cfg.dropout == 0.0
+        logits = model.apply({"params": params}, inputs, deterministic=deterministic,
+                             rngs=None if deterministic else {"dropout": key})
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+        loss = jnp.mean(nll)
+        acc = jnp.mean((jnp.argmax(logits, -1) == targets).astype(jnp.float32))
+        return loss, ({"bits_per_token": loss / jnp.log(2.0), "accuracy": acc}, extra)
+
+    return loss_fn
+
+
+def generate(cfg: TransformerConfig, params: Any, prompt: jax.Array, n_new: int, key: jax.Array, *,
+             temperature: float = 1.0, top_k: int | None = None) -> jax.Array:
+    """Sample ``n_new`` tokens after ``prompt [P]`` (ancestral sampling, temperature, optional top-k).
+
+    The sequence lives in a fixed buffer of length ``P + n_new`` (``<= max_len``) and each step
+    re-runs the causal model on the whole buffer (no KV cache: simple and exact, O(T²) per token —
+    fine for the small models trained here). Returns the tokens ``[P + n_new]``.
+    """
+    prompt = check_array(prompt, "prompt", ndim=1, kind="integer").astype(jnp.int32)
+    check_scalar(n_new, "n_new", integer=True, minimum=1)
+    check_scalar(temperature, "temperature", positive=True)
+    P = prompt.shape[0]
+    total = P + n_new
+    if P < 1 or total > cfg.max_len:
+        raise ValueError(f"need 1 <= len(prompt) and len(prompt) + n_new <= max_len={cfg.max_len}, "
+                         f"got {P} + {n_new}")
+    model = Transformer(cfg)
+    buf = jnp.zeros((total,), jnp.int32).at[:P].set(prompt)
+
+    def step(carry, t):
+        buf, key = carry
+        key, sub = jax.random.split(key)
+        logits = model.apply({"params": params}, buf[None])[0, t - 1] / temperature
+        if top_k is not None:
+            kth = jnp.sort(logits)[-top_k]
+            logits = jnp.where(logits < kth, -jnp.inf, logits)
+        tok = jax.random.categorical(sub, logits).astype(jnp.int32)
+        return (buf.at[t].set(tok), key), None
+
+    (buf, _), _ = jax.lax.scan(step, (buf, key), jnp.arange(P, total))
+    return buf

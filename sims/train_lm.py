@@ -1,0 +1,395 @@
+"""Byte-level transformer language model trained on the Python standard library's own source.
+
+``ivhl train lm`` needs no download: the corpus is the ``.py`` files under
+``sysconfig.get_paths()["stdlib"]`` (site-/dist-packages excluded), read in sorted path order and
+concatenated (separated by a newline) up to ``max_bytes``. The last ``val_fraction`` of the bytes
+is the validation set (later files, never seen in training). Vocabulary: the 256 byte values.
+
+Training examples are non-overlapping windows of ``seq_len + 1`` bytes; the batch at step ``s`` is
+``ivhl_jax.data.Batcher(...).batch(windows, s)``, a pure function of (seed, s), so the data cursor
+is the step stored in the train state and resuming from an Orbax checkpoint is bit-exact. The train
+step is ``ivhl_jax.training.make_train_step`` (AdamW, warm-up + cosine, global-norm clipping,
+gradient accumulation, precision policy with dynamic loss scaling for fp16); ``steps_per_chunk``
+steps run inside one jitted ``lax.scan`` (``ivhl_jax.runner.run_chunked``), followed by a
+validation evaluation on ``eval_batches`` fixed batches.
+
+The yardstick is the unigram (order-0) entropy ``H = −Σ p_b log2 p_b`` of the training bytes: a
+model that ignores context cannot do better than H bits/byte; the transformer must get well below.
+
+Outputs in ``--out`` (default ``runs/lm``): ``summary.json``, ``loss_curve.png``, ``config.json``,
+``ckpt/`` and, with ``--generate``, ``sample.txt``.
+
+  ivhl train lm                                   # default run (a few minutes on 2 CPU cores)
+  ivhl train lm --set steps=2000 --set d_model=256 --out runs/lm_big
+  ivhl train lm --generate --prompt "def " --length 300 --temperature 0.8
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import sysconfig
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ivhl_jax import training
+from ivhl_jax.checkpoint import Checkpointer
+from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.data import Batcher
+from ivhl_jax.io import save_figure, write_json
+from ivhl_jax.models.transformer import (
+    TransformerConfig,
+    count_params,
+    flops_per_token,
+    generate,
+    init_params,
+    lm_loss_fn,
+)
+from ivhl_jax.runner import run_chunked
+from ivhl_jax.validation import check_choice, check_scalar
+
+LN2 = math.log(2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainLMConfig:
+    """Run configuration (model fields flattened so ``--set d_model=256`` works)."""
+
+    # model
+    d_model: int = 128
+    n_layers: int = 3
+    n_heads: int = 4
+    d_ff: int = 384
+    activation: str = "swiglu"
+    norm: str = "rmsnorm"
+    rope: bool = True
+    tied_embeddings: bool = True
+    dropout: float = 0.0
+    remat: str = "none"
+    precision: str = "fp32"
+    attention: str = "auto"
+    attention_block: int = 128
+    # data
+    seq_len: int = 128
+    max_bytes: int = 3_000_000
+    val_fraction: float = 0.1
+    # optimisation
+    batch_size: int = 16
+    steps: int = 600
+    steps_per_chunk: int = 50
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    accumulate: int = 1
+    eval_batches: int = 8
+    seed: int = 0
+    keep_checkpoints: int = 2
+
+    def validate(self) -> TrainLMConfig:
+        self.model().validate()
+        for name in ("seq_len", "max_bytes", "batch_size", "steps", "steps_per_chunk", "eval_batches",
+                     "accumulate", "keep_checkpoints"):
+            check_scalar(getattr(self, name), name, integer=True, minimum=1)
+        check_scalar(self.val_fraction, "val_fraction", minimum=0.001, maximum=0.5)
+        if self.steps % self.steps_per_chunk:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
+        check_scalar(self.warmup_steps, "warmup_steps", integer=True, nonnegative=True)
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= steps ({self.steps})")
+        if self.steps % self.accumulate:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of accumulate ({self.accumulate})")
+        return self
+
+    def model(self) -> TransformerConfig:
+        return TransformerConfig(vocab_size=256, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
+                                 d_ff=self.d_ff, max_len=max(self.seq_len, 8), activation=self.activation,
+                                 norm=self.norm, rope=self.rope, tied_embeddings=self.tied_embeddings,
+                                 dropout=self.dropout, remat=self.remat, precision=self.precision,
+                                 attention=self.attention, attention_block=self.attention_block)
+
+
+# --------------------------------------------------------------------------- data
+
+def stdlib_python_files() -> list[str]:
+    """Sorted paths (relative to the stdlib directory) of its ``.py`` files, third-party dirs excluded."""
+    root = sysconfig.get_paths()["stdlib"]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__"))
+        for f in filenames:
+            if f.endswith(".py"):
+                out.append(os.path.relpath(os.path.join(dirpath, f), root))
+    return sorted(out)
+
+
+def load_corpus(max_bytes: int) -> tuple[np.ndarray, dict]:
+    """The first ``max_bytes`` bytes of the concatenated stdlib sources, as uint8, plus provenance."""
+    check_scalar(max_bytes, "max_bytes", integer=True, minimum=1024)
+    root = sysconfig.get_paths()["stdlib"]
+    chunks, total, used = [], 0, 0
+    for rel in stdlib_python_files():
+        with open(os.path.join(root, rel), "rb") as fh:
+            data = fh.read() + b"\n"
+        chunks.append(data)
+        total += len(data)
+        used += 1
+        if total >= max_bytes:
+            break
+    blob = b"".join(chunks)[:max_bytes]
+    if len(blob) < max_bytes:
+        raise ValueError(f"the stdlib at {root} has only {len(blob)} bytes of .py source; lower max_bytes")
+    info = {"root": root, "files": used, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+            "python": sys.version.split()[0]}
+    return np.frombuffer(blob, dtype=np.uint8), info
+
+
+def unigram_entropy_bits(data: np.ndarray) -> float:
+    """Order-0 entropy ``−Σ p_b log2 p_b`` of a byte array (bits/byte)."""
+    counts = np.bincount(np.asarray(data, np.uint8), minlength=256).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def make_windows(data: np.ndarray, seq_len: int) -> np.ndarray:
+    """Non-overlapping windows ``[n, seq_len + 1]`` (each shares its last byte with the next's first)."""
+    n = (len(data) - 1) // seq_len
+    if n < 1:
+        raise ValueError(f"{len(data)} bytes are too few for seq_len={seq_len}")
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+    return data[idx]
+
+
+def prepare_data(cfg: TrainLMConfig) -> dict:
+    data, info = load_corpus(cfg.max_bytes)
+    n_val = int(round(len(data) * cfg.val_fraction))
+    train, val = data[:-n_val], data[-n_val:]
+    tw, vw = make_windows(train, cfg.seq_len), make_windows(val, cfg.seq_len)
+    n_eval = cfg.eval_batches * cfg.batch_size
+    if len(vw) < n_eval:
+        raise ValueError(f"validation set has {len(vw)} windows < eval_batches*batch_size = {n_eval}; "
+                         "raise max_bytes or val_fraction, or lower eval_batches")
+    if len(tw) < cfg.batch_size:
+        raise ValueError(f"training set has {len(tw)} windows < batch_size {cfg.batch_size}")
+    return {"train": tw, "val": vw[:n_eval].reshape(cfg.eval_batches, cfg.batch_size, cfg.seq_len + 1),
+            "info": info, "unigram_entropy_bits": unigram_entropy_bits(train),
+            "val_unigram_cross_entropy_bits": _unigram_cross_entropy(train, val)}
+
+
+def _unigram_cross_entropy(train, val) -> float:
+    """Bits/byte of the validation set under the (add-one smoothed) training byte frequencies."""
+    counts = np.bincount(train, minlength=256).astype(np.float64) + 1.0
+    logp = np.log2(counts / counts.sum())
+    return float(-logp[val].mean())
+
+
+# --------------------------------------------------------------------------- training
+
+def build(cfg: TrainLMConfig, data: dict):
+    """(initial TrainState, advance(state) -> (state, obs), optimizer)."""
+    mcfg = cfg.model()
+    opt = training.make_optimizer(name="adamw", learning_rate=cfg.learning_rate,
+                                  warmup_steps=cfg.warmup_steps // cfg.accumulate,
+                                  total_steps=cfg.steps // cfg.accumulate, min_lr_ratio=cfg.min_lr_ratio,
+                                  weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm, accumulate=cfg.accumulate)
+    key = jax.random.key(cfg.seed)
+    params = init_params(mcfg, jax.random.fold_in(key, 1), cfg.seq_len)
+    state = training.init_train_state(params, opt, key=jax.random.fold_in(key, 2), policy=mcfg.precision)
+    loss_fn = lm_loss_fn(mcfg)
+    train_step = training.make_train_step(loss_fn, opt, mcfg.precision)
+    eval_step = training.make_eval_step(loss_fn, mcfg.precision)
+    batcher = Batcher(len(data["train"]), cfg.batch_size, seed=cfg.seed)
+
+    @jax.jit
+    def chunk(state, train_windows, val_batches):
+        def body(st, _):
+            st, m = train_step(st, batcher.batch(train_windows, st.step))
+            return st, {"loss": m["loss"], "grad_norm": m["grad_norm"], "skipped": m["skipped"]}
+
+        state, obs = jax.lax.scan(body, state, None, length=cfg.steps_per_chunk)
+        val = jax.lax.map(lambda b: eval_step(state, b)["loss"], val_batches)
+        obs["val_loss"] = jnp.mean(val)[None]
+        obs["val_step"] = state.step[None]
+        return state, obs
+
+    train_windows = jnp.asarray(data["train"])
+    val_batches = jnp.asarray(data["val"])
+    return state, (lambda st: chunk(st, train_windows, val_batches)), opt
+
+
+def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool = True, plots: bool = True,
+          stop_after_chunks: int | None = None) -> dict:
+    """Train (or resume), write summary/plot/checkpoints to ``out``, return the summary dict.
+
+    ``stop_after_chunks`` ends this invocation early (as an interruption would); a later call with
+    the same config resumes from the checkpoint and finishes bit-identically.
+    """
+    cfg.validate()
+    os.makedirs(out, exist_ok=True)
+    data = prepare_data(cfg)
+    state, advance, _ = build(cfg, data)
+    ckpt_dir = os.path.join(out, "ckpt")
+    if not resume and os.path.isdir(ckpt_dir):
+        import shutil
+
+        shutil.rmtree(ckpt_dir)
+    write_json(os.path.join(out, "config.json"), config_dict(cfg))
+    n_chunks = cfg.steps // cfg.steps_per_chunk
+    if stop_after_chunks is not None:
+        n_chunks = min(n_chunks, int(stop_after_chunks))
+    with Checkpointer(ckpt_dir, save_every=cfg.steps_per_chunk, keep=cfg.keep_checkpoints) as ckpt:
+        res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.steps_per_chunk, checkpointer=ckpt,
+                          metadata={"config": config_dict(cfg)}, progress=progress, description="train lm")
+    hist = jax.tree_util.tree_map(np.asarray, res.history)
+    mcfg = cfg.model()
+    n_params = count_params(res.state.params)
+    tokens = cfg.batch_size * cfg.seq_len
+    train_bits = hist["loss"] / LN2
+    val_bits = hist["val_loss"] / LN2
+    tail = max(1, min(cfg.steps_per_chunk, len(train_bits)))
+    summary = {
+        "config": config_dict(cfg),
+        "corpus": data["info"],
+        "n_params": n_params,
+        "steps": int(res.state.step),
+        "resumed_from": res.resumed_from,
+        "wall_time_s_this_invocation": res.wall_time_s,
+        "tokens_per_step": tokens,
+        "model_flops_per_token": flops_per_token(mcfg, cfg.seq_len),
+        "unigram_entropy_bits_per_byte": data["unigram_entropy_bits"],
+        "val_unigram_cross_entropy_bits_per_byte": data["val_unigram_cross_entropy_bits"],
+        "final_train_bits_per_byte_last_chunk_mean": float(train_bits[-tail:].mean()),
+        "final_val_bits_per_byte": float(val_bits[-1]),
+        "val_bits_per_byte_curve": {"step": hist["val_step"].tolist(), "bits": val_bits.tolist()},
+        "skipped_steps": int(hist["skipped"].sum()),
+    }
+    summary["val_over_unigram"] = summary["final_val_bits_per_byte"] / summary["unigram_entropy_bits_per_byte"]
+    if res.resumed_from is None or res.resumed_from < res.steps:
+        done = res.steps - (res.resumed_from or 0)
+        summary["tokens_per_s_this_invocation"] = done * tokens / res.wall_time_s if done else None
+    write_json(os.path.join(out, "summary.json"), summary)
+    if plots:
+        _plot(hist, data, os.path.join(out, "loss_curve.png"))
+    return summary
+
+
+def _plot(hist, data, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = np.arange(1, len(hist["loss"]) + 1)
+    ax.plot(steps, hist["loss"] / LN2, lw=0.8, label="train (per step)")
+    ax.plot(hist["val_step"], hist["val_loss"] / LN2, "o-", label="validation")
+    ax.axhline(data["unigram_entropy_bits"], color="k", ls="--", label="unigram entropy (train bytes)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("bits / byte")
+    ax.set_ylim(0, max(8.5, float(np.max(hist["loss"][: max(1, len(steps) // 20)] / LN2))))
+    ax.legend()
+    ax.set_title("byte-level LM on the Python stdlib")
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- generation
+
+def restore_params(cfg: TrainLMConfig, out: str):
+    """Parameters of the latest checkpoint in ``out/ckpt`` (and its step)."""
+    ckpt_dir = os.path.join(out, "ckpt")
+    data = prepare_data(cfg)
+    state, advance, _ = build(cfg, data)
+    with Checkpointer(ckpt_dir, save_every=cfg.steps_per_chunk) as ckpt:
+        step = ckpt.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {ckpt_dir}; run `ivhl train lm --out {out}` first")
+        _, obs = jax.eval_shape(advance, state)
+        done = step // cfg.steps_per_chunk
+        hist_like = jax.tree_util.tree_map(lambda o: jax.ShapeDtypeStruct((done * o.shape[0],) + o.shape[1:], o.dtype),
+                                           obs)
+        _, restored, _ = ckpt.restore({"state": state, "history": hist_like}, step)
+    return restored["state"].params, step
+
+
+def sample_text(cfg: TrainLMConfig, params, prompt: str, length: int, *, temperature: float = 0.8,
+                top_k: int | None = None, seed: int = 0) -> str:
+    """Sample ``length`` bytes after ``prompt`` (UTF-8), decoded with replacement of invalid bytes."""
+    mcfg = cfg.model()
+    p = np.frombuffer(prompt.encode("utf-8"), np.uint8)
+    if len(p) == 0:
+        p = np.frombuffer(b"\n", np.uint8)
+    out = list(p.tolist())
+    key = jax.random.key(seed)
+    # Generate in pieces of n_new bytes, each conditioned on the last ctx_len = max_len - n_new bytes,
+    # so every call has the same shapes (one compilation).
+    n_new = min(length, max(1, mcfg.max_len // 2))
+    ctx_len = mcfg.max_len - n_new
+    fn = jax.jit(lambda prm, ctx, k: generate(mcfg, prm, ctx, n_new, k, temperature=temperature, top_k=top_k))
+    while len(out) - len(p) < length:
+        ctx = np.asarray(out[-ctx_len:], np.int32)
+        if len(ctx) < ctx_len:  # left-pad with newlines
+            ctx = np.concatenate([np.full(ctx_len - len(ctx), 10, np.int32), ctx])
+        key, sub = jax.random.split(key)
+        buf = np.asarray(fn(params, jnp.asarray(ctx), sub))
+        out.extend(buf[ctx_len:].tolist())
+    return bytes(out[: len(p) + length]).decode("utf-8", errors="replace")
+
+
+# --------------------------------------------------------------------------- CLI
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ivhl train lm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", help="TOML/JSON config file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
+    p.add_argument("--out", default=os.path.join("runs", "lm"))
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--generate", action="store_true", help="sample from the latest checkpoint in --out")
+    p.add_argument("--prompt", default="def ", help="generation prompt (UTF-8)")
+    p.add_argument("--length", type=int, default=300, help="bytes to generate")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    a = p.parse_args(argv)
+    if a.generate:
+        cfg_path = a.config or os.path.join(a.out, "config.json")
+        if not os.path.isfile(cfg_path):
+            p.error(f"no config at {cfg_path}; train first or pass --config")
+        cfg = load_config(TrainLMConfig, cfg_path, a.set)
+        check_scalar(a.length, "--length", integer=True, minimum=1)
+        params, step = restore_params(cfg, a.out)
+        t0 = time.perf_counter()
+        text = sample_text(cfg, params, a.prompt, a.length, temperature=a.temperature, top_k=a.top_k, seed=a.seed)
+        dt = time.perf_counter() - t0
+        path = os.path.join(a.out, "sample.txt")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(f"--- sample (checkpoint step {step}, T={a.temperature}, {a.length} bytes in {dt:.1f} s) ---")
+        print(text)
+        print(f"--- written to {path}")
+        return 0
+    cfg = load_config(TrainLMConfig, a.config, a.set)
+    check_choice(cfg.precision, "precision", ("fp32", "bf16", "fp16", "pure_bf16"))
+    s = train(cfg, a.out, resume=a.resume, progress=not a.no_progress, plots=not a.no_plots)
+    print(json.dumps({k: s[k] for k in ("n_params", "steps", "unigram_entropy_bits_per_byte",
+                                        "final_train_bits_per_byte_last_chunk_mean", "final_val_bits_per_byte",
+                                        "val_over_unigram")}, indent=1))
+    print(f"wrote {os.path.join(a.out, 'summary.json')}" + ("" if a.no_plots else
+                                                            f" and {os.path.join(a.out, 'loss_curve.png')}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

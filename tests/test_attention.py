@@ -1,0 +1,175 @@
+"""Attention implementations vs an independent float64 NumPy reference (forward and gradients).
+
+Tolerances: float32 implementations vs the float64 reference: 2e-5 absolute on outputs and
+gradients (inputs O(1), T <= 40); float64 chunked/Pallas: 1e-12.
+"""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ivhl_jax.attention import attention, attention_flops
+
+
+def np_attention(q, k, v, mask=None, causal=False, g=None):
+    """float64 NumPy forward, and with cotangent g the gradients (dq, dk, dv) of sum(O * g)."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    B, Tq, N, H = q.shape
+    Tk = k.shape[1]
+    scale = 1.0 / np.sqrt(H)
+    s = np.einsum("bqnh,bknh->bnqk", q, k) * scale
+    allowed = np.ones((B, N, Tq, Tk), bool)
+    if mask is not None:
+        allowed &= np.broadcast_to(np.asarray(mask), allowed.shape)
+    if causal:
+        allowed &= np.tril(np.ones((Tq, Tk), bool))
+    s = np.where(allowed, s, -np.inf)
+    s = s - s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(-1, keepdims=True)
+    o = np.einsum("bnqk,bknh->bqnh", p, v)
+    if g is None:
+        return o
+    g = np.asarray(g, np.float64)
+    dv = np.einsum("bnqk,bqnh->bknh", p, g)
+    dp = np.einsum("bqnh,bknh->bnqk", g, v)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
+    dq = np.einsum("bnqk,bknh->bqnh", ds, k)
+    dk = np.einsum("bnqk,bqnh->bknh", ds, q)
+    return o, (dq, dk, dv)
+
+
+def _inputs(B=2, T=21, N=2, H=8, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v, g = (rng.standard_normal((B, T, N, H)).astype(dtype) for _ in range(4))
+    valid = rng.random((B, T)) > 0.3
+    valid[:, 0] = True  # no fully-masked query rows (implementations differ there by design)
+    return q, k, v, g, valid[:, None, None, :]
+
+
+def _fwd_and_grads(impl, mask, causal, block=8):
+    def f(q, k, v, g):
+        o, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, mask=mask, causal=causal, implementation=impl,
+                                                   block_q=block, block_k=block), q, k, v)
+        return o, vjp(g)
+
+    return jax.jit(f)
+
+
+@pytest.mark.parametrize("impl", ["xla", "chunked", "pallas"])
+def test_matches_float64_reference_causal_and_padding_mask(impl):
+    q, k, v, g, mask = _inputs()
+    o, grads = _fwd_and_grads(impl, jnp.asarray(mask), True)(q, k, v, g)
+    o_ref, grads_ref = np_attention(q, k, v, mask, True, g)
+    np.testing.assert_allclose(o, o_ref, atol=2e-5, rtol=0)
+    for a, b in zip(grads, grads_ref):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["chunked", pytest.param("pallas", marks=pytest.mark.slow)])
+def test_float64_exact_to_roundoff(impl):
+    with jax.enable_x64(True):
+        q, k, v, g, _ = _inputs(T=19, dtype=np.float64)
+        o_ref, grads_ref = np_attention(q, k, v, None, False, g)
+        o, grads = _fwd_and_grads(impl, None, False, block=4)(q, k, v, g)
+        assert o.dtype == jnp.float64
+        np.testing.assert_allclose(o, o_ref, atol=1e-12, rtol=0)
+        for a, b in zip(grads, grads_ref):
+            np.testing.assert_allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_chunked_backward_memory_is_linear_while_xla_is_quadratic():
+    """Compiled temp memory of value_and_grad: doubling T doubles chunked, quadruples xla."""
+
+    def temp(impl, T):
+        x = jax.ShapeDtypeStruct((1, T, 1, 16), jnp.float32)
+        loss = lambda q, k, v: jnp.sum(attention(q, k, v, causal=True, implementation=impl, block_k=128))
+        c = jax.jit(jax.grad(loss, (0, 1, 2))).lower(x, x, x).compile()
+        return c.memory_analysis().temp_size_in_bytes
+
+    ch = [temp("chunked", T) for T in (512, 1024)]
+    xl = [temp("xla", T) for T in (512, 1024)]
+    assert ch[1] / ch[0] < 2.6, ch
+    assert xl[1] / xl[0] > 3.2, xl
+    assert xl[1] > 5 * ch[1], (xl, ch)
+
+
+def test_vmap_and_cross_attention_lengths():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((3, 2, 9, 2, 8)).astype(np.float32)
+    kv = rng.standard_normal((3, 2, 13, 2, 8)).astype(np.float32)
+    f = jax.jit(jax.vmap(lambda q, kv: attention(q, kv, kv, implementation="chunked", block_k=4)))
+    out = f(q, kv)
+    ref = np.stack([np_attention(q[i], kv[i], kv[i]) for i in range(3)])
+    np.testing.assert_allclose(out, ref, atol=2e-5)
+
+
+def test_cudnn_request_falls_back_off_gpu_with_a_warning():
+    q, k, v, _, _ = _inputs(T=8)
+    qb, kb, vb = (jnp.asarray(a, jnp.bfloat16) for a in (q, k, v))
+    if jax.default_backend() == "gpu":
+        pytest.skip("fallback path is exercised off-GPU")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = attention(qb, kb, vb, causal=True, implementation="cudnn")
+    assert any("falls back" in str(x.message) or "using the XLA path" in str(x.message) for x in w)
+    ref = attention(qb, kb, vb, causal=True, implementation="xla")
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(ref, np.float32))
+
+
+def test_bad_inputs_raise_clear_errors():
+    q = jnp.zeros((1, 4, 2, 8))
+    with pytest.raises(ValueError, match="q"):
+        attention(q[0], q, q)
+    with pytest.raises(ValueError, match="k must have shape"):
+        attention(q, jnp.zeros((1, 4, 3, 8)), q)
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        attention(q, q, q, mask=jnp.ones((4, 4)))
+    with pytest.raises(ValueError, match="broadcastable"):
+        attention(q, q, q, mask=jnp.ones((3, 4), bool))
+    with pytest.raises(ValueError, match="implementation"):
+        attention(q, q, q, implementation="flash")
+    with pytest.raises(ValueError, match="causal"):
+        attention(q, jnp.zeros((1, 5, 2, 8)), jnp.zeros((1, 5, 2, 8)), causal=True)
+
+
+def test_attention_flops_formula():
+    assert attention_flops(1, 10, 10, 1, 4) == 4 * 10 * 10 * 4
+    assert attention_flops(1, 10, 10, 1, 4, causal=True, backward=True) == 4 * 100 * 4 * 3.5 / 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["xla", "chunked", "pallas"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("T,block", [(40, 16), (33, 32)])
+def test_full_matrix_against_float64_reference(impl, causal, masked, T, block):
+    q, k, v, g, mask = _inputs(T=T, seed=T)
+    m = jnp.asarray(mask) if masked else None
+    o, grads = _fwd_and_grads(impl, m, causal, block)(q, k, v, g)
+    o_ref, grads_ref = np_attention(q, k, v, mask if masked else None, causal, g)
+    np.testing.assert_allclose(o, o_ref, atol=2e-5, rtol=0)
+    for a, b in zip(grads, grads_ref):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_full_head_mask_and_bf16_paths():
+    """A per-(batch, head, query, key) random mask, and bf16 inputs (looser tolerance)."""
+    rng = np.random.default_rng(7)
+    q, k, v, g, _ = _inputs(T=24, seed=7)
+    mask = rng.random((2, 2, 24, 24)) > 0.4
+    mask[..., 0] = True
+    o_ref, grads_ref = np_attention(q, k, v, mask, False, g)
+    for impl in ("xla", "chunked", "pallas"):
+        o, grads = _fwd_and_grads(impl, jnp.asarray(mask), False)(q, k, v, g)
+        np.testing.assert_allclose(o, o_ref, atol=2e-5)
+        for a, b in zip(grads, grads_ref):
+            np.testing.assert_allclose(a, b, atol=2e-5)
+        qb, kb, vb = (jnp.asarray(a, jnp.bfloat16) for a in (q, k, v))
+        ob = attention(qb, kb, vb, mask=jnp.asarray(mask), implementation=impl, block_q=8, block_k=8)
+        assert ob.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(ob, np.float32), o_ref, atol=3e-2)

@@ -1,0 +1,164 @@
+"""Layers vs independent float64 NumPy/SciPy references; XLA fusion from compiled HLO; BN folding; RoPE."""
+
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import erf as sp_erf
+
+from ivhl_jax.models import layers as L
+
+X = np.linspace(-6.0, 6.0, 241)
+
+
+def np_ref(name, x):
+    x = np.asarray(x, np.float64)
+    sig = 1.0 / (1.0 + np.exp(-x))
+    softplus = np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)
+    gelu = 0.5 * x * (1 + sp_erf(x / np.sqrt(2)))
+    if name in ("swiglu", "geglu"):
+        a, b = np.split(x, 2, axis=-1)
+        act = a / (1 + np.exp(-a)) if name == "swiglu" else 0.5 * a * (1 + sp_erf(a / np.sqrt(2)))
+        return act * b
+    return {
+        "gelu": gelu,
+        "gelu_tanh": 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+        "silu": x * sig,
+        "mish": x * np.tanh(softplus),
+        "relu": np.maximum(x, 0),
+    }[name]
+
+
+@pytest.mark.parametrize("name", sorted(L.ACTIVATIONS))
+def test_activations_match_float64_reference(name):
+    x = np.stack([X, X[::-1]], 0)[:, :240]
+    with jax.enable_x64(True):
+        out64 = L.get_activation(name)(jnp.asarray(x, jnp.float64))
+        np.testing.assert_allclose(out64, np_ref(name, x), atol=1e-12, rtol=1e-12)
+    out32 = L.get_activation(name)(jnp.asarray(x, jnp.float32))
+    np.testing.assert_allclose(out32, np_ref(name, x), atol=5e-6, rtol=2e-6)
+
+
+def test_exact_and_tanh_gelu_differ_by_the_known_amount():
+    """jax.nn.gelu defaults to tanh; the exact (erf) one differs by up to ~4.7e-4 (anchors B5)."""
+    diff = np.max(np.abs(np_ref("gelu", X) - np_ref("gelu_tanh", X)))
+    assert 4e-4 < diff < 5e-4
+    np.testing.assert_allclose(L.gelu_exact(jnp.asarray(X, jnp.float32)), jax.nn.gelu(X, approximate=False),
+                               atol=1e-6)
+
+
+def _init_apply(module, x, **kw):
+    variables = module.init(jax.random.key(0), x, **kw)
+    return nn.meta.unbox(variables)
+
+
+def test_rmsnorm_and_layernorm_match_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 7, 16)) * 3 + 1
+    with jax.enable_x64(True):
+        for mod, ref in (
+            (L.RMSNorm(eps=1e-6), x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6)),
+            (L.LayerNorm(eps=1e-5), (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)),
+        ):
+            v = _init_apply(mod, jnp.asarray(x))
+            v = jax.tree_util.tree_map(lambda p: p * 1.5 if p.ndim else p, v)  # non-trivial scale
+            out = mod.apply(v, jnp.asarray(x))
+            bias = v["params"].get("bias", 0.0)
+            np.testing.assert_allclose(out, ref * 1.5 + np.asarray(bias), atol=1e-12)
+            assert mod.apply(v, jnp.asarray(x, jnp.float32)).dtype == jnp.float32
+
+
+def test_batchnorm_train_updates_running_stats_and_eval_uses_them():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 5)) * 2 + 3
+    bn = L.BatchNorm(momentum=0.9, eps=1e-5)
+    with jax.enable_x64(True):
+        v = _init_apply(bn, jnp.asarray(x), train=False)
+        y, upd = bn.apply(v, jnp.asarray(x), train=True, mutable=["batch_stats"])
+        np.testing.assert_allclose(y, (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5), atol=1e-12)
+        np.testing.assert_allclose(upd["batch_stats"]["mean"], 0.1 * x.mean(0), rtol=1e-6)
+        np.testing.assert_allclose(upd["batch_stats"]["var"], 0.9 + 0.1 * x.var(0), rtol=1e-6)
+        v2 = {"params": v["params"], "batch_stats": upd["batch_stats"]}
+        y_eval = bn.apply(v2, jnp.asarray(x), train=False)
+        m, var = np.asarray(upd["batch_stats"]["mean"]), np.asarray(upd["batch_stats"]["var"])
+        np.testing.assert_allclose(y_eval, (x - m) / np.sqrt(var + 1e-5), atol=1e-6)
+
+
+def test_conv_bn_relu_folding_equals_eval_mode():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 8, 8, 3))
+    block = L.ConvBNReLU(features=6)
+    with jax.enable_x64(True):
+        xs = jnp.asarray(x)
+        v = _init_apply(block, xs, train=False)
+        # Non-trivial statistics and affine parameters.
+        v["batch_stats"]["bn"] = {"mean": jnp.asarray(rng.standard_normal(6)),
+                                  "var": jnp.asarray(rng.random(6) + 0.5)}
+        v["params"]["bn"] = {"scale": jnp.asarray(rng.standard_normal(6)), "bias": jnp.asarray(rng.standard_normal(6))}
+        v["params"]["conv"]["bias"] = jnp.asarray(rng.standard_normal(6))
+        ref = jax.jit(lambda v, x: block.apply(v, x, train=False))(v, xs)
+        out = jax.jit(lambda v, x: L.conv_relu_folded(L.fold_conv_bn(v, eps=block.eps), x))(v, xs)
+        np.testing.assert_allclose(out, ref, atol=1e-13)
+        assert float(jnp.mean(ref > 0)) > 0.2  # the ReLU is neither all-on nor all-off
+    v32 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), v)
+    x32 = jnp.asarray(x, jnp.float32)
+    out32 = jax.jit(lambda v, x: L.conv_relu_folded(L.fold_conv_bn(v), x))(v32, x32)
+    np.testing.assert_allclose(out32, jax.jit(lambda v, x: block.apply(v, x, train=False))(v32, x32), atol=2e-5)
+
+
+def test_rope_preserves_norms_and_depends_on_relative_position():
+    rng = np.random.default_rng(3)
+    q = jnp.asarray(rng.standard_normal((1, 1, 1, 16)), jnp.float32)
+    k = jnp.asarray(rng.standard_normal((1, 1, 1, 16)), jnp.float32)
+
+    @jax.jit
+    def _score(p, pk):
+        return jnp.sum(L.apply_rope(q, p[None]) * L.apply_rope(k, pk[None]))
+
+    def score(p, pk):
+        return float(_score(jnp.float32(p), jnp.float32(pk)))
+
+    for p, pk in ((0, 3), (10, 13), (100, 103)):
+        np.testing.assert_allclose(score(p, pk), score(0, 3), rtol=1e-4, atol=1e-4)
+    assert abs(score(0, 3) - score(0, 7)) > 1e-3
+    x = jnp.asarray(rng.standard_normal((2, 50, 3, 8)), jnp.float32)
+    r = jax.jit(L.apply_rope)(x)
+    np.testing.assert_allclose(jnp.linalg.norm(r, axis=-1), jnp.linalg.norm(x, axis=-1), rtol=1e-5)
+    np.testing.assert_allclose(r[:, 0], x[:, 0], atol=0)  # position 0 is the identity
+    with pytest.raises(ValueError, match="even head_dim"):
+        L.apply_rope(jnp.zeros((1, 2, 1, 5)))
+
+
+ELEMENTWISE = {"add", "multiply", "subtract", "divide", "erf", "exponential", "tanh", "rsqrt", "maximum",
+               "logistic", "sqrt", "negate", "select", "compare", "convert"}
+
+
+def _entry_ops(hlo_text):
+    entry = hlo_text[hlo_text.index("ENTRY"):]
+    entry = entry[: entry.index("\n}")]
+    ops = re.findall(r"=\s*\S+\s+([a-z\-]+)\(", entry)
+    kinds = re.findall(r"kind=(k\w+)", entry)
+    return ops, kinds
+
+
+@pytest.mark.parametrize("block", ["dense_gelu", "layernorm_dense"])
+def test_xla_fuses_the_elementwise_work_around_the_matmul(block):
+    """Compiled HLO: no element-wise op runs unfused at the top level, so no intermediate activation
+    buffer (pre-activation, normalised input pieces) is materialised besides the matmul output; the
+    compiled temp memory is at most one activation-sized buffer."""
+    M, K, N = 128, 256, 512
+    x = jax.ShapeDtypeStruct((M, K), jnp.float32)
+    if block == "dense_gelu":
+        mod = L.DenseAct(N, "gelu")
+    else:
+        mod = L.LayerNormDense(N)
+    params = jax.eval_shape(lambda: nn.meta.unbox(mod.init(jax.random.key(0), jnp.zeros((M, K)))))
+    compiled = jax.jit(mod.apply).lower(params, x).compile()
+    ops, kinds = _entry_ops(compiled.as_text())
+    assert not (set(ops) & ELEMENTWISE), ops
+    assert "fusion" in ops and any(k in ("kLoop", "kInput", "kOutput") for k in kinds), (ops, kinds)
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    assert temp <= M * max(K, N) * 4 + 4096, temp

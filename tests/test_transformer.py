@@ -1,0 +1,129 @@
+"""Transformer: config validation, logical axes, causality, attention-path agreement, precision
+policies through the shared train step (bf16, fp16 loss-scale skip), remat equivalence and memory."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ivhl_jax import training
+from ivhl_jax.models.transformer import (
+    Transformer,
+    TransformerConfig,
+    flops_per_token,
+    init_params,
+    lm_loss_fn,
+    param_logical_axes,
+    preset,
+)
+
+
+def tiny(**kw):
+    base = dict(d_model=32, n_layers=2, n_heads=4, d_ff=64, max_len=32, attention="xla", attention_block=8)
+    return preset("tiny", **{**base, **kw})
+
+
+def _batch(B=4, T=17, seed=0):
+    return jax.random.randint(jax.random.key(seed), (B, T), 0, 256)
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        TransformerConfig(d_model=30, n_heads=4).validate()
+    with pytest.raises(ValueError, match="remat"):
+        TransformerConfig(remat="sometimes").validate()
+    with pytest.raises(ValueError, match="policy"):
+        TransformerConfig(precision="fp8").validate()
+    assert preset("small").d_model == 512 and preset("small").n_layers == 6 and preset("small").n_heads == 8
+    assert preset("base").d_model == 768 and preset("base").n_layers == 12 and preset("base").n_heads == 12
+
+
+def test_params_are_stacked_over_layers_and_carry_logical_axes():
+    cfg = tiny(activation="swiglu", tied_embeddings=False)
+    params = init_params(cfg, jax.random.key(0))
+    axes = param_logical_axes(cfg)
+    flat_p = jax.tree_util.tree_leaves_with_path(params)
+    is_spec = lambda x: isinstance(x, jax.sharding.PartitionSpec)
+    flat_a = dict(jax.tree_util.tree_leaves_with_path(axes, is_leaf=is_spec))
+    for path, p in flat_p:
+        assert len(flat_a[path]) == p.ndim, (path, flat_a[path], p.shape)
+    assert params["blocks"]["q"].shape == (2, 32, 4, 8)
+    assert tuple(axes["blocks"]["q"]) == ("layers", "embed", "heads", "kv")
+    assert tuple(axes["embedding"]) == ("vocab", "embed")
+    assert tuple(axes["unembed"]) == ("embed", "vocab")
+    assert params["blocks"]["wi"]["dense"]["kernel"].shape == (2, 32, 128)  # gated: 2·d_ff
+
+
+def test_causal_and_attention_paths_agree_inside_the_model():
+    cfg = tiny()
+    params = init_params(cfg, jax.random.key(1))
+    tokens = _batch()
+    fwd = {impl: jax.jit(lambda p, t, impl=impl: Transformer(tiny(attention=impl)).apply({"params": p}, t))
+           for impl in ("xla", "chunked")}
+    logits = fwd["xla"](params, tokens)
+    assert logits.shape == (4, 17, 256) and logits.dtype == jnp.float32
+    np.testing.assert_allclose(fwd["chunked"](params, tokens), logits, atol=2e-5)
+    changed = tokens.at[:, 10].set((tokens[:, 10] + 1) % 256)
+    out2 = fwd["xla"](params, changed)
+    np.testing.assert_array_equal(out2[:, :10], logits[:, :10])  # the past does not see the future
+    assert float(jnp.max(jnp.abs(out2[:, 10:] - logits[:, 10:]))) > 1e-4
+
+
+def _state_and_step(cfg, policy, **ls):
+    opt = training.make_optimizer(name="adamw", learning_rate=3e-3, warmup_steps=1, total_steps=50)
+    params = init_params(cfg, jax.random.key(2))
+    state = training.init_train_state(params, opt, key=jax.random.key(3), policy=policy, **ls)
+    return state, jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, policy))
+
+
+def test_fp16_overflow_step_is_skipped_and_scale_halves():
+    cfg = tiny(precision="fp16")
+    state, step = _state_and_step(cfg, "fp16", initial=2.0**30)  # 2^30·grad overflows fp16 (max 65504)
+    new, m = step(state, _batch())
+    assert int(m["skipped"]) == 1
+    assert float(new.loss_scale.loss_scale) == 2.0**29
+    jax.tree_util.tree_map(np.testing.assert_array_equal, new.params, state.params)
+    assert jax.tree_util.tree_leaves(new.params)[0].dtype == jnp.float32  # fp32 master weights
+    for _ in range(12):  # the scale keeps halving until the gradients fit, then training proceeds
+        new, m = step(new, _batch())
+    assert int(m["skipped"]) == 0 and np.isfinite(float(m["loss"]))
+
+
+@pytest.mark.slow
+def test_bf16_and_fp32_train_the_same_and_loss_falls():
+    batch = _batch(seed=5)
+    losses = {}
+    for pol in ("fp32", "bf16"):
+        state, step = _state_and_step(tiny(precision=pol), pol)
+        hist = []
+        for _ in range(30):
+            state, m = step(state, batch)
+            hist.append(float(m["loss"]))
+        assert jax.tree_util.tree_leaves(state.params)[0].dtype == jnp.float32
+        losses[pol] = hist
+    assert losses["fp32"][-1] < 0.5 * losses["fp32"][0]  # memorises the fixed batch
+    assert abs(losses["bf16"][0] - losses["fp32"][0]) < 0.05
+    assert abs(losses["bf16"][-1] - losses["fp32"][-1]) < 0.25 * losses["fp32"][-1] + 0.1
+
+
+@pytest.mark.slow
+def test_remat_policies_give_the_same_gradients_and_less_memory():
+    tokens = _batch(B=8, T=33)
+    params = init_params(tiny(), jax.random.key(4))
+    grads, temps = {}, {}
+    for remat in ("none", "dots_saveable", "full"):
+        cfg = tiny(remat=remat, n_layers=4, max_len=64)
+        params = init_params(cfg, jax.random.key(4))
+        loss = lambda p, cfg=cfg: lm_loss_fn(cfg)(p, tokens, jax.random.key(0), None)[0]
+        compiled = jax.jit(jax.grad(loss)).lower(params).compile()
+        temps[remat] = compiled.memory_analysis().temp_size_in_bytes
+        grads[remat] = compiled(params)
+    for remat in ("dots_saveable", "full"):
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), grads[remat], grads["none"])
+    assert temps["full"] < temps["none"], temps
+
+
+def test_flops_per_token_matches_hand_count():
+    cfg = TransformerConfig(d_model=8, n_layers=1, n_heads=2, d_ff=16, vocab_size=10, activation="gelu")
+    n = 4 * 64 + 8 * 16 + 16 * 8 + 8 * 10
+    assert flops_per_token(cfg, 5) == 6 * n + 12 * 1 * 8 * 5
