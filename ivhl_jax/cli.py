@@ -5,6 +5,8 @@
   ivhl sim NAME [options]           a simulation from ivhl_jax.sims.NAME   (``ivhl sim --list``)
   ivhl train NAME [options]         a training script ivhl_jax.sims.train_NAME
   ivhl bench [--op NAME] [--size S] [--export FILE.json]
+  ivhl launch --nproc N [--devices-per-process K] -- CMD ...
+                                    N local processes wired with jax.distributed (127.0.0.1)
 """
 
 from __future__ import annotations
@@ -86,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(cmd, rest[0] if rest else None, rest[1:])
     if cmd == "bench":
         return _bench(rest)
+    if cmd == "launch":
+        from ivhl_jax.launch import main as launch_main
+
+        return int(launch_main(rest) or 0)
     print(f"ivhl: unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
     return 2
 

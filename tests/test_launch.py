@@ -1,0 +1,227 @@
+"""`ivhl launch`: two local processes wired by jax.distributed — reduction, data-parallel step, checkpoints
+saved by 2 processes and restored by 1, and a dying process making the other fail within bounded time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from ivhl_jax import launch
+
+WORKER = textwrap.dedent('''
+    import json, os, sys, time
+    from ivhl_jax.launch import initialize
+    info = initialize()
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.experimental import multihost_utils
+    from ivhl_jax import parallel, training
+    from ivhl_jax.checkpoint import Checkpointer
+
+    mode, out = sys.argv[1], sys.argv[2]
+    pid = jax.process_index()
+    res = dict(info, n_dev=jax.device_count(), n_local=jax.local_device_count())
+    mesh = parallel.make_mesh({"data": -1})
+    local = np.full((jax.local_device_count(),), pid + 1.0, np.float32)
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), local)
+    total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x)
+    res["sum"] = float(total.addressable_data(0))
+    if mode == "die":
+        if pid == int(os.environ.get("DIE_PID", "1")):
+            os._exit(3)
+        f = jax.jit(lambda a: jnp.sum(a), out_shardings=NamedSharding(mesh, P()))
+        t0 = time.time()
+        try:
+            for i in range(100000):
+                f(x + i).block_until_ready()
+                time.sleep(0.01)
+        except Exception as e:  # a failed collective raises; the coordination service may also abort us
+            print(f"worker {pid}: collective failed after {time.time() - t0:.1f} s: {e}", file=sys.stderr)
+            sys.exit(7)
+        sys.exit(0)
+
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.normal(size=(16, 32)).astype(np.float32) / 4, "b1": np.zeros(32, np.float32),
+              "w2": rng.normal(size=(32, 4)).astype(np.float32) / 6}
+    batch = {"x": rng.normal(size=(16, 16)).astype(np.float32), "y": rng.normal(size=(16, 4)).astype(np.float32)}
+
+    def loss_fn(p, b, key, extra):
+        y = jnp.tanh(b["x"] @ p["w1"] + p["b1"]) @ p["w2"]
+        loss = jnp.mean((y - b["y"]) ** 2)
+        return loss, ({}, extra)
+
+    opt = training.make_optimizer(learning_rate=1e-2)
+    state = training.init_train_state(params, opt, key=jax.random.key(0))
+    spec = {"data": -1} if mode == "dp" else {"fsdp": -1}
+    mesh = parallel.make_mesh(spec)
+    sh = parallel.state_shardings(state, mesh, min_size=1)
+    gstate = parallel.shard_tree(state, sh)
+    n = batch["x"].shape[0] // jax.process_count()
+    mine = {k: v[pid * n:(pid + 1) * n] for k, v in batch.items()}  # this host's rows only
+    gbatch = parallel.shard_batch(mine, mesh, process_local=True)
+    step = parallel.jit_train_step(training.make_train_step(loss_fn, opt), sh,
+                                   jax.tree_util.tree_map(lambda a: a.sharding, gbatch), mesh)
+    for _ in range(2):
+        gstate, m = step(gstate, gbatch)
+    res["loss"] = float(m["loss"])
+    ref_step = jax.jit(training.make_train_step(loss_fn, opt))
+    dev = jax.local_devices()[0]
+    ref = jax.device_put(state, dev)
+    for _ in range(2):
+        ref, rm = ref_step(ref, jax.device_put(batch, dev))
+    res["ref_loss"] = float(rm["loss"])
+    full = multihost_utils.process_allgather(gstate.params, tiled=True)
+    res["max_param_diff"] = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                                for a, b in zip(jax.tree_util.tree_leaves(full), jax.tree_util.tree_leaves(ref.params)))
+    res["w1_spec"] = str(gstate.params["w1"].sharding.spec)
+    if mode == "ckpt":
+        with Checkpointer(os.path.join(out, "ckpt")) as ck:
+            ck.save(int(gstate.step), gstate, metadata={"processes": jax.process_count()})
+        if pid == 0:
+            np.savez(os.path.join(out, "params.npz"), **{k: np.asarray(v) for k, v in full.items()})
+    with open(os.path.join(out, f"result{pid}.json"), "w") as fh:
+        json.dump(res, fh)
+''')
+
+
+def _write_worker(tmp_path):
+    path = tmp_path / "worker.py"
+    path.write_text(WORKER)
+    return str(path)
+
+
+def _clean_env():
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("IVHL_") or k in ("JAX_PLATFORMS",):
+            env.pop(k)
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def _run_launch(tmp_path, mode, timeout=240):
+    worker = _write_worker(tmp_path)
+    cmd = [sys.executable, "-m", "ivhl_jax.launch", "--nproc", "2", "--devices-per-process", "2",
+           "--heartbeat-timeout", "10", "--timeout", str(timeout - 20), "--", sys.executable, worker, mode,
+           str(tmp_path)]
+    proc = subprocess.run(cmd, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2)]
+
+
+def test_detect_environment_and_child_env():
+    assert launch.detect_environment({}) == "single"
+    assert launch.detect_environment({"IVHL_COORDINATOR": "127.0.0.1:1"}) == "ivhl"
+    assert launch.detect_environment({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}) == "slurm"
+    assert launch.detect_environment({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"}) == "single"
+    assert launch.detect_environment({"OMPI_COMM_WORLD_SIZE": "2"}) == "ompi"
+    env = launch.child_env(1, 2, 12345, devices_per_process=4,
+                           base={"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --foo"})
+    assert env["IVHL_COORDINATOR"] == "127.0.0.1:12345" and env["IVHL_PROCESS_ID"] == "1"
+    assert env["XLA_FLAGS"] == "--foo --xla_force_host_platform_device_count=4"
+    assert launch.initialize(env={}) == {"environment": "single", "process_id": 0, "num_processes": 1}
+    with pytest.raises(ValueError, match=">= 1 second"):
+        launch.initialize(env={}, heartbeat_timeout=0)
+
+
+def test_launch_cli_errors(capsys):
+    with pytest.raises(SystemExit):
+        launch.main(["--nproc", "2"])  # no command
+    assert "no command" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        launch.main(["--nproc", "0", "--", "true"])
+    # a failing child makes the launcher return its exit code
+    assert launch.main(["--nproc", "2", "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+    assert launch.main(["--nproc", "2", "--", sys.executable, "-c", "pass"]) == 0
+
+
+def test_launcher_stops_the_others_when_one_fails_or_it_is_terminated():
+    import signal
+
+    # process 1 would run for a minute; process 0 fails: the launcher returns 4 after the 1 s grace
+    code = ("import os, sys, time; first = os.environ['IVHL_PROCESS_ID'] == '0'; "
+            "time.sleep(0.2 if first else 60); sys.exit(4)")
+    t0 = time.monotonic()
+    assert launch.main(["--nproc", "2", "--grace", "1", "--", sys.executable, "-c", code]) == 4
+    assert time.monotonic() - t0 < 30
+    # SIGTERM to the launcher (a scheduler, `timeout`) terminates its children too
+    marker = "import time; time.sleep(61.5)"
+    p = subprocess.Popen([sys.executable, "-m", "ivhl_jax.launch", "--nproc", "2", "--", sys.executable, "-c",
+                          marker], env=_clean_env())
+    time.sleep(3)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 143
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert not left
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_two_processes_reduce_and_train_data_parallel(tmp_path):
+    res = _run_launch(tmp_path, "dp")
+    for i, r in enumerate(res):
+        assert r["process_id"] == i and r["num_processes"] == 2 and r["n_dev"] == 4 and r["n_local"] == 2
+        assert r["sum"] == pytest.approx(2 * 1.0 + 2 * 2.0)  # cross-process reduction
+        assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-5)  # DP step over 2 hosts == one device
+        assert r["max_param_diff"] < 1e-6
+    assert res[0]["loss"] == res[1]["loss"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_checkpoint_from_two_processes_restores_on_one(tmp_path):
+    import jax.numpy as jnp
+
+    from ivhl_jax import parallel, training
+    from ivhl_jax.checkpoint import Checkpointer
+
+    res = _run_launch(tmp_path, "ckpt")
+    assert "fsdp" in res[0]["w1_spec"] and res[0]["max_param_diff"] < 1e-6
+    saved = np.load(tmp_path / "params.npz")
+    like = training.init_train_state({k: jnp.zeros_like(saved[k]) for k in saved.files},
+                                     training.make_optimizer(learning_rate=1e-2), key=jax.random.key(0))
+    for devices in (jax.devices(), jax.devices()[:4], jax.devices()[:1]):
+        mesh = parallel.make_mesh({"fsdp": -1}, devices=devices)
+        step, state, meta = Checkpointer(tmp_path / "ckpt").restore(like, sharding=parallel.state_shardings(
+            like, mesh, min_size=1))
+        assert step == 2 and meta == {"processes": 2}
+        for k in saved.files:
+            np.testing.assert_array_equal(np.asarray(state.params[k]), saved[k])  # bit-exact
+        assert len(state.params["w1"].sharding.device_set) == len(devices)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("dead", [1, 0], ids=["worker_dies", "coordinator_dies"])
+def test_dead_process_makes_the_other_fail_in_bounded_time(tmp_path, dead):
+    worker = _write_worker(tmp_path)
+    port = launch.free_port()
+    procs = []
+    for i in range(2):
+        env = launch.child_env(i, 2, port, devices_per_process=1, heartbeat_timeout=5, base=_clean_env())
+        env["DIE_PID"] = str(dead)
+        procs.append(subprocess.Popen([sys.executable, worker, "die", str(tmp_path)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    survivor = procs[1 - dead]
+    try:
+        procs[dead].communicate(timeout=180)
+        t_dead = time.monotonic()
+        _, err = survivor.communicate(timeout=60)  # bounded: the survivor must stop on its own
+        waited = time.monotonic() - t_dead
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    print(f"process {dead} died; the survivor exited with code {survivor.returncode} after {waited:.1f} s")
+    assert procs[dead].returncode == 3
+    assert survivor.returncode != 0
+    assert waited < 60
+    assert any(s in err for s in ("collective failed", "heartbeat", "Terminating process")), err[-2000:]
