@@ -18,6 +18,7 @@ from ivhl_jax.sims import train_adaptive as ta
 TINY = ["steps=20", "chunk=10", "batch_size=16", "model.num_nodes=8", "model.hidden_dim=8", "model.inner_steps=1"]
 
 
+@pytest.mark.slow  # ~30 s; chunked resume is covered fast in test_foundation and the sim tests
 def test_train_chunks_resume_bit_exactly(tmp_path):
     cfg = load_config(ta.TrainAdaptiveConfig, None, TINY + ["preset=seed"])
     data = ta.load_dataset(cfg)

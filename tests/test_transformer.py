@@ -54,6 +54,7 @@ def test_params_are_stacked_over_layers_and_carry_logical_axes():
     assert params["blocks"]["wi"]["dense"]["kernel"].shape == (2, 32, 128)  # gated: 2·d_ff
 
 
+@pytest.mark.slow  # ~16 s; attention paths are compared fast in test_attention
 def test_causal_and_attention_paths_agree_inside_the_model():
     cfg = tiny()
     params = init_params(cfg, jax.random.key(1))
@@ -76,6 +77,7 @@ def _state_and_step(cfg, policy, **ls):
     return state, jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, policy))
 
 
+@pytest.mark.slow  # ~18 s; loss-scale skipping is also covered fast in test_foundation/test_training_infra
 def test_fp16_overflow_step_is_skipped_and_scale_halves():
     cfg = tiny(precision="fp16")
     state, step = _state_and_step(cfg, "fp16", initial=2.0**30)  # 2^30·grad overflows fp16 (max 65504)
