@@ -4,7 +4,7 @@
   network) via :func:`ivhl_jax.tn.contract` (cached optimal path); peer: NumPy ``einsum`` with the same path.
 * ``mera_sweep``: one full Evenbly–Vidal sweep (steady state, descend, 3 environments + SVD updates per layer,
   ascend) of a 2-transitional-layer modified binary MERA.
-* ``tn_matmul_peak``: a large square matmul, the machine's practical GFLOP/s ceiling to compare against.
+* the machine's matmul ceiling to compare GFLOP/s against is ``matmul_peak_f32`` (``bench/ops_machine.py``).
 
 FLOP counts: opt_einsum's path cost for ``tn_contract``; XLA's ``cost_analysis`` of the compiled sweep for
 ``mera_sweep``; 2n³ for the matmul. Float32 (the library's default dtype; the MERA drivers use float64).
@@ -59,13 +59,4 @@ def _sweep_case(size: str) -> BenchCase:
                      notes="float32; flops from XLA cost_analysis (SVDs/eigh counted as XLA reports them)")
 
 
-def _peak_case(size: str) -> BenchCase:
-    n = {"small": 512, "medium": 1024, "large": 2048, "extreme": 4096}[size]
-    k = jax.random.split(jax.random.key(1))
-    a = jax.random.normal(k[0], (n, n), jnp.float32)
-    b = jax.random.normal(k[1], (n, n), jnp.float32)
-    return BenchCase(op="tn_matmul_peak", size=size, fn=jnp.matmul, args=(a, b), params={"n": n},
-                     flops=2.0 * n**3, op_by_op=False, notes="reference ceiling for the GFLOP/s of the TN ops")
-
-
-OPS = {"tn_contract": _contract_case, "mera_sweep": _sweep_case, "tn_matmul_peak": _peak_case}
+OPS = {"tn_contract": _contract_case, "mera_sweep": _sweep_case}

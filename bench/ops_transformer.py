@@ -156,21 +156,12 @@ def _torch_lm(B: int, T: int):
     return build
 
 
-def _matmul_peak_case(size: str) -> BenchCase:
-    n = {"small": 1024, "medium": 2048, "large": 4096, "extreme": 4096}[size]
-    rng = np.random.default_rng(0)
-    a = jnp.asarray(rng.standard_normal((n, n)), jnp.float32)
-    return BenchCase(op="matmul_peak_f32", size=size, fn=lambda a, b: a @ b, args=(a, a), params={"n": n},
-                     flops=2.0 * n**3, op_by_op=False, notes="reference peak for MFU on this host")
-
-
 OPS = {
     "attention_xla_grad": lambda size: _attention_grad_case("xla", size),
     "attention_chunked_grad": lambda size: _attention_grad_case("chunked", size),
     "dense_gelu": lambda size: _block_case("dense_gelu", size),
     "layernorm_dense": lambda size: _block_case("layernorm_dense", size),
     "transformer_train_step": _train_step_case,
-    "matmul_peak_f32": _matmul_peak_case,
 }
 
 
