@@ -15,6 +15,7 @@ overrides, rejects unknown keys and wrongly typed values by name, and calls the 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -162,3 +163,23 @@ def load_config(cls: type[T], path: str | os.PathLike | None = None,
 def config_dict(cfg: Any) -> dict[str, Any]:
     """A JSON-ready dict of a config dataclass (for result files and checkpoint metadata)."""
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resume: bool | None = True,
+                      config_help: str = "TOML or JSON file with the run's config keys",
+                      out_help: str | None = None) -> argparse.ArgumentParser:
+    """The options every ``ivhl sim``/``ivhl train`` command shares.
+
+    ``--config FILE``, ``--set KEY=VALUE`` (repeatable, passed to :func:`load_config` as overrides),
+    ``--out DIR`` (default ``out``), ``--resume/--no-resume`` (continue from ``DIR/ckpt`` if a checkpoint
+    exists; default ``resume``) and ``--no-progress``.
+    """
+    parser.add_argument("--config", help=config_help)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (repeatable; nested keys as section.key)")
+    default_help = f"output folder (default {out})" if out else "output folder"
+    parser.add_argument("--out", default=out, help=out_help or default_help)
+    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=resume,
+                        help="continue from the checkpoint in <out>/ckpt if there is one")
+    parser.add_argument("--no-progress", action="store_true", help="do not show progress")
+    return parser

@@ -33,7 +33,7 @@ import numpy as np
 from ivhl_jax import condensate as C
 from ivhl_jax import gft as G
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.runner import RunResult, run_chunked
 
@@ -240,13 +240,9 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ivhl sim bec", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--config", help="TOML or JSON file with BECConfig keys")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    add_run_arguments(p, out=None, config_help="TOML or JSON file with BECConfig keys",
+                      out_help="output folder (default runs/bec or runs/gft)")
     p.add_argument("--model", choices=("gp", "gft"), help="shorthand for --set model=...")
-    p.add_argument("--out", help="output folder (default runs/bec or runs/gft)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="resume from <out>/ckpt if present (default: yes)")
-    p.add_argument("--no-progress", action="store_true", help="do not show progress")
     return p
 
 

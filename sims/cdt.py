@@ -25,7 +25,7 @@ import numpy as np
 
 from ivhl_jax import cdt
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.runner import run_chunked
 
@@ -193,13 +193,7 @@ def _report(cfg, out, final, hist, res, vol, cap, attempts) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ivhl sim cdt", description=__doc__.split("\n")[0])
-    p.add_argument("--config", help="TOML/JSON file with CDTConfig fields")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field (slices, volume, lam, eps, chains, sweeps, ...)")
-    p.add_argument("--out", default="runs/cdt", help="output folder (default runs/cdt)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="resume from DIR/ckpt when a checkpoint exists (default)")
-    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_run_arguments(p, out="runs/cdt", config_help="TOML/JSON file with CDTConfig fields")
     a = p.parse_args(argv)
     cfg = load_config(CDTConfig, a.config, a.set)
     simulate(cfg, a.out, resume=a.resume, progress=not a.no_progress)

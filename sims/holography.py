@@ -40,7 +40,7 @@ from flax import struct
 
 from ivhl_jax import fields
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.rollout import rollout
 from ivhl_jax.runner import RunResult, run_chunked
@@ -315,12 +315,8 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: HoloParams, 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ivhl sim holography", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", help="TOML or JSON file with HolographyConfig keys")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    p.add_argument("--out", help="output folder (default runs/holography; with --demo runs/demo)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
-                   help="resume from <out>/ckpt if present (default: yes; --demo: no)")
-    p.add_argument("--no-progress", action="store_true", help="do not show progress")
+    add_run_arguments(p, out=None, resume=None, config_help="TOML or JSON file with HolographyConfig keys",
+                      out_help="output folder (default runs/holography; with --demo runs/demo)")
     p.add_argument("--demo", action="store_true", help="the embedded default run, written to runs/demo")
     return p
 

@@ -34,7 +34,7 @@ import numpy as np
 from ivhl_jax import adaptive, training
 from ivhl_jax.adaptive import AdaptiveConfig
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config
 from ivhl_jax.data import Batcher, train_test_split
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, predict
@@ -245,11 +245,7 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ivhl train adaptive", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", help="TOML/JSON config file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
-    p.add_argument("--out", default=os.path.join("runs", "adaptive"))
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--no-progress", action="store_true")
+    add_run_arguments(p, out=os.path.join("runs", "adaptive"))
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--profile", action="store_true",
                    help="instead of training, profile the train step and write baseline.json to --out")

@@ -43,7 +43,7 @@ import numpy as np
 
 from ivhl_jax import training
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config
 from ivhl_jax.data import Batcher
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.models.transformer import (
@@ -350,11 +350,7 @@ def sample_text(cfg: TrainLMConfig, params, prompt: str, length: int, *, tempera
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ivhl train lm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", help="TOML/JSON config file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (repeatable)")
-    p.add_argument("--out", default=os.path.join("runs", "lm"))
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--no-progress", action="store_true")
+    add_run_arguments(p, out=os.path.join("runs", "lm"))
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--generate", action="store_true", help="sample from the latest checkpoint in --out")
     p.add_argument("--prompt", default="def ", help="generation prompt (UTF-8)")

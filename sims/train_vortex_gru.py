@@ -26,7 +26,7 @@ import numpy as np
 
 from ivhl_jax import fields, training
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config
 from ivhl_jax.data import Batcher
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.models.gru import TrajectoryGRU
@@ -185,11 +185,7 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ivhl train vortex_gru", description=__doc__.split("\n\n")[0])
-    p.add_argument("--config")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--out", default=os.path.join("runs", "vortex_gru"))
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--no-progress", action="store_true")
+    add_run_arguments(p, out=os.path.join("runs", "vortex_gru"))
     a = p.parse_args(argv)
     cfg = load_config(VortexGRUConfig, a.config, a.set)
     t0 = time.perf_counter()
