@@ -49,7 +49,7 @@ class MERASimConfig:
     power_iters: int = 4
     u_delay: int = 10
     refsym: bool = True
-    si_scales: int = 4
+    si_scales: int = 1
     sweeps_per_chunk: int = 50
     checkpoint_every: int = 200      # sweeps
     seed: int = 0
