@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ivhl_jax.fastmath import sincos
 from ivhl_jax.rollout import rollout
 from ivhl_jax.validation import check_array, check_scalar, is_concrete
 
@@ -230,7 +231,9 @@ def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any) -> Any:
     theta = theta.astype(rdt)
     if imaginary:
         return jnp.expm1(-theta).astype(dtype)
-    s, c = jnp.sin(0.5 * theta), jnp.cos(0.5 * theta)
+    # One shared range reduction for sin and cos (XLA's CPU sin/cos are ~10x slower); relative
+    # precision at small θ is kept because the odd polynomial is x·(1 + O(x²)).
+    s, c = sincos(0.5 * theta)
     return jax.lax.complex(-2 * s * s, -2 * s * c).astype(dtype)
 
 
