@@ -106,13 +106,14 @@ def _train_step_case(size: str) -> BenchCase:
     state = training.init_train_state(params, opt, key=jax.random.key(1))
     step = training.make_train_step(lm_loss_fn(cfg), opt, "fp32")
     batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, 256)
-    fn = lambda state, batch: step(state, batch)[1]["loss"]
+    # Return the whole new state: with only the loss as output XLA would drop the backward pass and update.
+    fn = lambda state, batch: step(state, batch)
     n_params = int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
     return BenchCase(op="transformer_train_step", size=size, fn=fn, args=(state, batch),
                      params={"preset": "small", "d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "batch": B,
                              "seq_len": T, "n_params": n_params, "precision": "fp32"},
                      flops=flops_per_token(cfg, T) * B * T, items_per_call=B * T, items_name="tokens",
-                     op_by_op=False, peers={"torch_eager": _torch_lm(B, T)},
+                     op_by_op=size == "small", peers={"torch_eager": _torch_lm(B, T)},
                      notes="one AdamW step (fwd+bwd+update); MFU = gflops_per_s / measured matmul peak")
 
 
