@@ -46,16 +46,10 @@ def _sweep_case(size: str) -> BenchCase:
     mera = M.init_mera(jax.random.key(0), cfg)
     h = M.ising_two_site_hamiltonian(1.0, jnp.float32)
     fn = lambda m, hh: M.sweep(m, hh, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales)
-    try:
-        cost = jax.jit(fn).lower(mera, h).compile().cost_analysis()
-        cost = cost[0] if isinstance(cost, list | tuple) else cost
-        flops = float(cost.get("flops", 0.0)) or None
-    except Exception:  # cost analysis is backend-dependent; GFLOP/s is then omitted
-        flops = None
     return BenchCase(op="mera_sweep", size=size, fn=fn, args=(mera, h),
                      params={"chi": chi, "chi_mid": cfg.mid, "transitional_layers": cfg.layers,
                              "si_scales": cfg.si_scales, "power_iters": cfg.power_iters},
-                     flops=flops, op_by_op=chi <= 8, items_per_call=1, items_name="sweeps",
+                     op_by_op=chi <= 8, items_per_call=1, items_name="sweeps",
                      notes="float32; flops from XLA cost_analysis (SVDs/eigh counted as XLA reports them)")
 
 
