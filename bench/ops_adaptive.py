@@ -13,13 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ivhl_jax import adaptive
 from ivhl_jax.bench.harness import BenchCase
-from ivhl_jax.profiling import adaptive_workload, mlp_workload
+from ivhl_jax.profiling import adaptive_workload, fused_train_chunk, mlp_workload
 
 STEPS = {"small": 20, "medium": 100, "large": 400, "extreme": 1000}
 BATCH = 32
@@ -31,18 +29,7 @@ TORCH_THREADS = 1
 def _scan_case(op: str, size: str, loss_fn, params, opt, get_batch, peers: dict, params_doc: dict,
                notes: str) -> BenchCase:
     steps = STEPS[size]
-
-    def chunk(carry):
-        def body(c, _):
-            p, s, st, k = c
-            k, sub = jax.random.split(k)
-            loss, g = jax.value_and_grad(loss_fn)(p, get_batch(st), sub)
-            u, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, u), s, st + 1, k), loss
-
-        return jax.lax.scan(body, carry, None, length=steps)
-
-    carry = (params, opt.init(params), jnp.zeros((), jnp.int32), jax.random.key(1))
+    chunk, carry = fused_train_chunk(loss_fn, params, opt, get_batch, steps, jax.random.key(1))
     return BenchCase(op=op, size=size, fn=chunk, args=(carry,), params={"steps": steps, "batch": BATCH, **params_doc},
                      peers=peers, op_by_op=False, items_per_call=steps * BATCH, items_name="samples", notes=notes)
 

@@ -172,12 +172,12 @@ def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTr
     return run
 
 
-def profile_fused(loss_fn: Callable, params: Any, optimizer: optax.GradientTransformation,
-                  get_batch: Callable[[jax.Array], Any], *, batch_size: int, chunk: int = 200, repeats: int = 3,
-                  key: jax.Array | None = None) -> dict[str, Any]:
-    """Throughput of the production path: ``chunk`` fused train steps (data + fwd + bwd + Adam) per jitted
-    ``lax.scan`` call. Returns compile time, per-chunk times and samples/s = total samples / total time."""
-    key = jax.random.key(0) if key is None else key
+def fused_train_chunk(loss_fn: Callable[..., jax.Array], params: Any, optimizer: optax.GradientTransformation,
+                      get_batch: Callable[[jax.Array], Any], steps: int, key: jax.Array
+                      ) -> tuple[Callable[[Any], tuple[Any, jax.Array]], Any]:
+    """The production training path: ``steps`` fused train steps (data + fwd + bwd + update) in one
+    ``lax.scan``. Returns ``(chunk_fn, initial_carry)``; ``chunk_fn(carry) -> (carry, losses)`` and the
+    carry is ``(params, opt_state, step, key)``, so the step is the data cursor."""
 
     def chunk_fn(carry):
         def body(c, _):
@@ -187,9 +187,18 @@ def profile_fused(loss_fn: Callable, params: Any, optimizer: optax.GradientTrans
             u, s = optimizer.update(g, s, p)
             return (optax.apply_updates(p, u), s, st + 1, k), loss
 
-        return jax.lax.scan(body, carry, None, length=chunk)
+        return jax.lax.scan(body, carry, None, length=steps)
 
-    carry = (params, optimizer.init(params), jnp.zeros((), jnp.int32), key)
+    return chunk_fn, (params, optimizer.init(params), jnp.zeros((), jnp.int32), key)
+
+
+def profile_fused(loss_fn: Callable, params: Any, optimizer: optax.GradientTransformation,
+                  get_batch: Callable[[jax.Array], Any], *, batch_size: int, chunk: int = 200, repeats: int = 3,
+                  key: jax.Array | None = None) -> dict[str, Any]:
+    """Throughput of the production path: ``chunk`` fused train steps (data + fwd + bwd + Adam) per jitted
+    ``lax.scan`` call. Returns compile time, per-chunk times and samples/s = total samples / total time."""
+    key = jax.random.key(0) if key is None else key
+    chunk_fn, carry = fused_train_chunk(loss_fn, params, optimizer, get_batch, chunk, key)
     c, t_c = _compile(chunk_fn, carry)
     carry, _ = jax.block_until_ready(c(carry))  # warm-up
     times = []
