@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import tomllib
 import types
 import typing
@@ -183,3 +184,32 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resum
                         help="continue from the checkpoint in <out>/ckpt if there is one")
     parser.add_argument("--no-progress", action="store_true", help="do not show progress")
     return parser
+
+
+def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendable: Sequence[str] = ()) -> str:
+    """Make ``out`` ready for a run of ``cfg``; return its checkpoint folder ``out/ckpt``.
+
+    Without ``resume`` an existing checkpoint is deleted. With it, the checkpoint must come from the same
+    configuration (``out/config.json``), except for the ``extendable`` keys (a larger step count extends a
+    finished run); otherwise a ValueError names the keys that differ. ``cfg`` is then written to
+    ``out/config.json``.
+    """
+    out = os.fspath(out)
+    ckpt_dir = os.path.join(out, "ckpt")
+    cfg_path = os.path.join(out, "config.json")
+    comparable = {k: v for k, v in config_dict(cfg).items() if k not in extendable}
+    if os.path.isdir(ckpt_dir):
+        if not resume:
+            shutil.rmtree(ckpt_dir)
+        elif os.path.isfile(cfg_path):
+            with open(cfg_path) as f:
+                old = {k: v for k, v in json.load(f).items() if k not in extendable}
+            if old != comparable:
+                diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
+                raise ValueError(f"{out} holds a checkpoint of a different configuration (differs in {diff}); "
+                                 "use --no-resume to start over or another --out")
+    os.makedirs(out, exist_ok=True)
+    from ivhl_jax.io import write_json
+
+    write_json(cfg_path, config_dict(cfg))
+    return ckpt_dir

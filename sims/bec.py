@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import Literal
@@ -33,7 +31,7 @@ import numpy as np
 from ivhl_jax import condensate as C
 from ivhl_jax import gft as G
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.runner import RunResult, run_chunked
 
@@ -255,22 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ivhl sim bec: {e}", file=sys.stderr)
         return 2
     out = a.out or ("runs/bec" if cfg.model == "gp" else "runs/gft")
-    ckpt_dir = os.path.join(out, "ckpt")
-    cfg_path = os.path.join(out, "config.json")
-    comparable = {k: v for k, v in config_dict(cfg).items() if k != "steps"}
-    if os.path.isdir(ckpt_dir):
-        if not a.resume:
-            shutil.rmtree(ckpt_dir)
-        elif os.path.isfile(cfg_path):
-            with open(cfg_path) as f:
-                old = {k: v for k, v in json.load(f).items() if k != "steps"}
-            if old != comparable:
-                diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
-                print(f"ivhl sim bec: {out} holds a checkpoint of a different configuration (differs in {diff}); "
-                      "use --no-resume to start over or another --out", file=sys.stderr)
-                return 2
-    os.makedirs(out, exist_ok=True)
-    write_json(cfg_path, config_dict(cfg))
+    try:
+        ckpt_dir = prepare_run_dir(out, cfg, resume=a.resume, extendable=("steps",))
+    except ValueError as e:
+        print(f"ivhl sim bec: {e}", file=sys.stderr)
+        return 2
     with Checkpointer(ckpt_dir, save_every=cfg.checkpoint_every) as ck:
         resuming = a.resume and ck.latest_step() is not None
         result, extra = simulate(cfg, checkpointer=ck, progress=not a.no_progress, resuming=resuming)

@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 
@@ -40,7 +38,7 @@ from flax import struct
 
 from ivhl_jax import fields
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.rollout import rollout
 from ivhl_jax.runner import RunResult, run_chunked
@@ -330,22 +328,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = a.out or ("runs/demo" if a.demo else "runs/holography")
     resume = a.resume if a.resume is not None else not a.demo
-    ckpt_dir = os.path.join(out, "ckpt")
-    cfg_path = os.path.join(out, "config.json")
     # Resuming is only meaningful for the same physics; n_steps may grow (that extends the run).
-    comparable = {k: v for k, v in config_dict(cfg).items() if k != "n_steps"}
-    if os.path.isdir(ckpt_dir):
-        if not resume:
-            shutil.rmtree(ckpt_dir)
-        elif os.path.isfile(cfg_path):
-            with open(cfg_path) as f:
-                old = {k: v for k, v in json.load(f).items() if k != "n_steps"}
-            if old != comparable:
-                diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
-                print(f"ivhl sim holography: {out} holds a checkpoint of a different configuration "
-                      f"(differs in {diff}); use --no-resume to start over or another --out", file=sys.stderr)
-                return 2
-    write_json(cfg_path, config_dict(cfg))
+    try:
+        ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=("n_steps",))
+    except ValueError as e:
+        print(f"ivhl sim holography: {e}", file=sys.stderr)
+        return 2
     if a.demo:
         print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} grid, "
               f"{cfg.n_steps} time steps, vortices {list(cfg.vortex_charges)}")
