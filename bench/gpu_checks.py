@@ -1,0 +1,552 @@
+"""GPU checks and timings in one run: correctness of the GPU code paths, then their speed.
+
+Run on a machine with a GPU (``python -m ivhl_jax.bench.gpu_checks --out DIR``); every section is
+independent (a failing one records its traceback and the run goes on) and writes
+``DIR/gpu_checks.json``. ``--quick`` shrinks every size so the script itself can be tested on a CPU.
+
+Sections
+  env          devices, versions, ``nvidia-smi``.
+  ceilings     measured bf16 / f32 matmul rate and device-to-device copy bandwidth (the MFU and
+               bandwidth denominators; datasheet numbers are only leads).
+  attention_ok every attention implementation (xla, cudnn, chunked, pallas compiled — not interpret)
+               in f32 and bf16, causal and padding-masked, forward and all three gradients, against a
+               float64 NumPy reference: max-norm relative error.
+  attention    forward and forward+backward time and TFLOP/s (causal, bf16) per implementation.
+  transformer  one AdamW train step of the ``base`` preset (768/12/12) in bf16 (fp32 master weights):
+               tokens/s, model TFLOP/s (6N + 12LdT per token) and MFU against the measured bf16 peak.
+  parallel     the same step through ``ivhl_jax.parallel.jit_train_step`` (1-device ``data`` and
+               ``fsdp`` meshes) over the plain ``jax.jit`` step: the overhead of the parallel code path.
+  gp           Gross–Pitaevskii Strang steps (``condensate.evolve``) vs the same algorithm in PyTorch on
+               the same GPU (eager and, if it compiles, ``torch.compile``).
+  adaptive     the adaptive-model fused training chunk (seed configuration): samples/s on the GPU.
+
+Timing: warm-up calls first (compile apart), then ``repeats`` calls each ending in
+``block_until_ready`` / ``torch.cuda.synchronize`` (the harness's ``time_callable``); median, IQR, min
+and the raw samples are recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ivhl_jax.bench.harness import time_callable
+
+H100_BF16_DENSE_TFLOPS = 989.4  # datasheet (SXM, dense); the measured peak is the MFU denominator
+
+
+def _median_time(call: Callable[[], Any], repeats: int) -> dict[str, Any]:
+    return time_callable(call, repeats=repeats, warmup=2)
+
+
+def _jax_call(fn, *args):
+    import jax
+
+    return lambda: jax.block_until_ready(fn(*args))
+
+
+# ------------------------------------------------------------------------------------------------ env
+def section_env(quick: bool) -> dict:
+    import jax
+
+    from ivhl_jax.device import device_report
+
+    out = {"report": device_report(), "default_backend": jax.default_backend()}
+    try:
+        out["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit",
+             "--format=csv"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        out["nvidia_smi"] = f"unavailable: {e}"
+    try:
+        import torch
+
+        out["torch"] = {"version": torch.__version__, "cuda": torch.cuda.is_available()}
+    except ImportError:
+        out["torch"] = None
+    return out
+
+
+# ------------------------------------------------------------------------------------------ ceilings
+def section_ceilings(quick: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    n = 512 if quick else 8192
+    reps = 3 if quick else 10
+    out = {}
+    ka, kb = jax.random.split(jax.random.key(0))
+    for name, dt, prec in (("bf16", jnp.bfloat16, None), ("f32_default", jnp.float32, None),
+                           ("f32_highest", jnp.float32, jax.lax.Precision.HIGHEST)):
+        a = jax.random.normal(ka, (n, n), dt)
+        b = jax.random.normal(kb, (n, n), dt)
+        f = jax.jit(lambda a, b, p=prec: jnp.matmul(a, b, precision=p))
+        t = _median_time(_jax_call(f, a, b), reps)
+        out[f"matmul_{name}"] = {"n": n, **t, "tflops": 2 * n**3 / t["median_s"] / 1e12}
+    try:  # the same product through PyTorch (cuBLAS), for comparison with the JAX figure
+        import torch
+
+        if torch.cuda.is_available():
+            ta, tb = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+
+            def tcall():
+                torch.matmul(ta, tb)
+                torch.cuda.synchronize()
+
+            t = _median_time(tcall, reps)
+            out["matmul_bf16_torch"] = {"n": n, **t, "tflops": 2 * n**3 / t["median_s"] / 1e12}
+    except ImportError:
+        pass
+    nbytes = (1 << 24) if quick else (1 << 31)
+    x = jnp.ones((nbytes // 4,), jnp.float32)
+    f = jax.jit(lambda x: x * 1.0000001)
+    t = _median_time(_jax_call(f, x), reps)
+    out["copy"] = {"bytes": nbytes, **t, "gbps_read_plus_write": 2 * nbytes / t["median_s"] / 1e9}
+    return out
+
+
+# ------------------------------------------------------------------------------------- attention_ok
+def _np_attention(q, k, v, allowed, scale):
+    """float64 forward; returns (o, p) with q,k,v [B,T,N,H] and allowed [B,N,Tq,Tk] or None."""
+    s = np.einsum("bqnh,bknh->bnqk", q, k) * scale
+    if allowed is not None:
+        s = np.where(allowed, s, -np.inf)
+    s = s - s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bnqk,bknh->bqnh", p, v), p
+
+
+def _np_attention_grads(q, k, v, do, p, scale):
+    """Gradients of sum(o * do) for softmax attention (float64)."""
+    dv = np.einsum("bnqk,bqnh->bknh", p, do)
+    dp = np.einsum("bqnh,bknh->bnqk", do, v)
+    ds = p * (dp - np.sum(dp * p, -1, keepdims=True))
+    dq = np.einsum("bnqk,bknh->bqnh", ds, k) * scale
+    dk = np.einsum("bnqk,bqnh->bknh", ds, q) * scale
+    return dq, dk, dv
+
+
+def _rel(a, b) -> float:
+    a = np.asarray(a, np.float64)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def section_attention_ok(quick: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.attention import attention
+
+    B, T, N, H = (2, 128, 2, 64) if quick else (2, 512, 4, 64)
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((B, T, N, H)) for _ in range(4))
+    lengths = np.array([T, T * 3 // 4])
+    pad = np.arange(T)[None, :] < lengths[:, None]  # [B, Tk]: key padding
+    scale = 1.0 / math.sqrt(H)
+    results = []
+    for masking in ("causal", "padding"):
+        causal = masking == "causal"
+        allowed = (np.tril(np.ones((T, T), bool))[None, None] if causal
+                   else np.broadcast_to(pad[:, None, None, :], (B, N, T, T)))
+        o_ref, p = _np_attention(q, k, v, allowed, scale)
+        grads_ref = _np_attention_grads(q, k, v, do, p, scale)
+        mask = None if causal else jnp.asarray(pad[:, None, None, :])
+        for dtype in ("float32", "bfloat16"):
+            for impl in ("xla", "cudnn", "chunked", "pallas"):
+                rec = {"impl": impl, "dtype": dtype, "masking": masking, "shape": [B, T, N, H]}
+                try:
+                    qj, kj, vj, doj = (jnp.asarray(a, dtype) for a in (q, k, v, do))
+                    kw = dict(mask=mask, causal=causal, implementation=impl)
+                    if impl == "pallas":
+                        kw["interpret"] = False
+
+                    def loss(q_, k_, v_, kw=kw, doj=doj):
+                        return jnp.sum(attention(q_, k_, v_, **kw).astype(jnp.float32) * doj.astype(jnp.float32))
+
+                    o = jax.jit(lambda a, b, c, kw=kw: attention(a, b, c, **kw))(qj, kj, vj)
+                    g = jax.jit(jax.grad(loss, (0, 1, 2)))(qj, kj, vj)
+                    rec["fwd_rel_err"] = _rel(o, o_ref)
+                    rec.update({f"d{n}_rel_err": _rel(gg, gr) for n, gg, gr in zip("qkv", g, grads_ref)})
+                    worst = max(rec["fwd_rel_err"], rec["dq_rel_err"], rec["dk_rel_err"], rec["dv_rel_err"])
+                    # f32 on GPU: XLA may use TF32 for f32 dots (error ~1e-3); bf16 operands ~1e-2.
+                    rec["tolerance"] = 5e-3 if dtype == "float32" else 3e-2
+                    rec["ok"] = bool(np.isfinite(worst) and worst <= rec["tolerance"])
+                except Exception as e:  # recorded, the run goes on
+                    rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+                    rec["ok"] = False
+                results.append(rec)
+    return {"results": results, "all_ok": all(r["ok"] for r in results)}
+
+
+# ---------------------------------------------------------------------------------------- attention
+def section_attention(quick: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.attention import attention, attention_flops
+
+    shapes = [(1, 256, 2, 64)] if quick else [(4, 4096, 16, 64), (4, 4096, 16, 128), (1, 16384, 16, 128)]
+    reps = 3 if quick else 20
+    out = []
+    for B, T, N, H in shapes:
+        ks = jax.random.split(jax.random.key(0), 3)
+        q, k, v = (jax.random.normal(kk, (B, T, N, H), jnp.bfloat16) for kk in ks)
+        for impl in ("xla", "cudnn", "chunked", "pallas"):
+            rec = {"impl": impl, "shape": [B, T, N, H], "dtype": "bfloat16", "causal": True}
+            kw = dict(causal=True, implementation=impl)
+            if impl == "pallas":
+                kw["interpret"] = False
+            try:
+                fwd = jax.jit(lambda q, k, v, kw=kw: attention(q, k, v, **kw))
+                tf = _median_time(_jax_call(fwd, q, k, v), reps)
+                rec["fwd"] = {**tf, "tflops": attention_flops(B, T, T, N, H, causal=True) / tf["median_s"] / 1e12}
+
+                def loss(q, k, v, kw=kw):
+                    return jnp.sum(attention(q, k, v, **kw).astype(jnp.float32))
+
+                bwd = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))
+                tb = _median_time(_jax_call(bwd, q, k, v), reps)
+                rec["fwd_bwd"] = {**tb, "tflops": attention_flops(B, T, T, N, H, causal=True, backward=True)
+                                  / tb["median_s"] / 1e12}
+            except Exception as e:
+                rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            out.append(rec)
+    return {"results": out, "flops_note": "causal half of 4·B·N·T²·H (forward), x3.5 with backward"}
+
+
+# -------------------------------------------------------------------------------------- transformer
+def _lm_step(cfg, B, T, seed=0):
+    import jax
+
+    from ivhl_jax import training
+    from ivhl_jax.models.transformer import init_params, lm_loss_fn
+
+    opt = training.make_optimizer(name="adamw", learning_rate=1e-4, warmup_steps=1, total_steps=100)
+    params = init_params(cfg, jax.random.key(seed))
+    state = training.init_train_state(params, opt, key=jax.random.key(1), policy=cfg.precision)
+    step = training.make_train_step(lm_loss_fn(cfg), opt, cfg.precision)
+    batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, cfg.vocab_size)
+    return step, state, batch, params
+
+
+def _time_train(step_jit, state, batch, reps):
+    import jax
+
+    holder = {"s": state}
+
+    def call():  # carry the state forward: every timed step is a real, dependent update
+        holder["s"], m = step_jit(holder["s"], batch)
+        jax.block_until_ready(m["loss"])
+        jax.block_until_ready(holder["s"].params)
+
+    t = _median_time(call, reps)
+    return t, holder["s"]
+
+
+def section_transformer(quick: bool, peak_bf16_tflops: float | None) -> dict:
+    import jax
+
+    from ivhl_jax.models.transformer import count_params, flops_per_token, preset
+
+    out = []
+    runs = ([("tiny", 2, 64, "xla", "none")] if quick else
+            [("base", 8, 2048, "cudnn", "none"), ("base", 8, 2048, "xla", "none"),
+             ("base", 16, 2048, "cudnn", "dots_saveable"), ("base", 8, 2048, "chunked", "none")])
+    reps = 3 if quick else 10
+    for name, B, T, att, remat in runs:
+        rec = {"preset": name, "batch": B, "seq_len": T, "attention": att, "remat": remat, "precision": "bf16"}
+        try:
+            cfg = preset(name, max_len=T, precision="bf16", attention=att, remat=remat)
+            step, state, batch, params = _lm_step(cfg, B, T)
+            step_jit = jax.jit(step, donate_argnums=(0,))
+            t0 = time.perf_counter()
+            compiled = step_jit.lower(state, batch).compile()
+            rec["compile_s"] = time.perf_counter() - t0
+            mem = compiled.memory_analysis()
+            if mem is not None:
+                rec["temp_bytes"] = int(getattr(mem, "temp_size_in_bytes", 0))
+            t, _ = _time_train(step_jit, state, batch, reps)
+            flops = flops_per_token(cfg, T) * B * T
+            rec.update({"n_params": count_params(params), **t, "tokens_per_s": B * T / t["median_s"],
+                        "model_tflops": flops / t["median_s"] / 1e12})
+            if peak_bf16_tflops:
+                rec["mfu_vs_measured_peak"] = rec["model_tflops"] / peak_bf16_tflops
+            rec["mfu_vs_datasheet_989"] = rec["model_tflops"] / H100_BF16_DENSE_TFLOPS
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            rec["traceback"] = traceback.format_exc()[-1500:]
+        out.append(rec)
+    return {"results": out, "flops_note": "model FLOPs 6N + 12·L·d·T per token (PaLM appendix B)"}
+
+
+# ----------------------------------------------------------------------------------------- parallel
+def section_parallel(quick: bool) -> dict:
+    import jax
+
+    from ivhl_jax import parallel
+    from ivhl_jax.models.transformer import param_logical_axes, preset
+
+    name, B, T = ("tiny", 4, 64) if quick else ("base", 8, 1024)
+    reps = 3 if quick else 10
+    cfg = preset(name, max_len=T, precision="bf16", attention="auto")
+    step, state, batch, _ = _lm_step(cfg, B, T)
+    plain = jax.jit(step)
+    t_plain, _ = _time_train(plain, state, batch, reps)
+    out = {"preset": name, "batch": B, "seq_len": T, "plain": t_plain, "modes": []}
+    for spec in ({"data": 1}, {"fsdp": 1}):
+        rec = {"mesh": spec}
+        try:
+            mesh = parallel.make_mesh(spec)
+            sh = parallel.state_shardings(state, mesh, param_logical_axes(cfg))
+            gstate = parallel.shard_tree(state, sh)
+            gbatch = parallel.shard_batch(batch, mesh)
+            pstep = parallel.jit_train_step(step, sh, gbatch.sharding, mesh, donate=False)
+            t, _ = _time_train(pstep, gstate, gbatch, reps)
+            rec.update(t)
+            rec["overhead_vs_plain"] = t["median_s"] / t_plain["median_s"] - 1.0
+            # Interleave a second plain measurement so a drift of the GPU clock shows as spread.
+            t_plain2, _ = _time_train(plain, state, batch, reps)
+            rec["plain_again"] = t_plain2
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            rec["traceback"] = traceback.format_exc()[-1500:]
+        out["modes"].append(rec)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- gp
+def section_gp(quick: bool) -> dict:
+    import jax.numpy as jnp
+
+    from ivhl_jax import condensate as C
+
+    cases = [((32, 32, 32), 10)] if quick else [((256, 256), 100), ((128, 128, 128), 50), ((256, 256, 256), 20)]
+    reps = 3 if quick else 10
+    dt, g = 1e-3, 100.0
+    out = []
+    for shape, steps in cases:
+        rec = {"shape": list(shape), "steps_per_call": steps, "dtype": "complex64"}
+        try:
+            grid = C.Grid.uniform(shape, [0.1 * n for n in shape])
+            system = C.GPSystem(grid, C.harmonic(grid), g)
+            psi = C.gaussian(grid)
+            import jax
+
+            ev = jax.jit(lambda p, system=system, steps=steps: C.evolve(
+                p, system, dt, steps, steps, observe=lambda q, s: jnp.zeros(()))[0])
+            t = _median_time(_jax_call(ev, psi), reps)
+            rec["jax_ms_per_step"] = 1e3 * t["median_s"] / steps
+            n = int(np.prod(shape))
+            rec["jax_gbps_3pass_bound"] = 3 * 2 * 8 * n * steps / t["median_s"] / 1e9
+            kin = np.exp(-0.5j * dt * grid.k_squared()).astype(np.complex64)
+            rec.update(_torch_gp(np.asarray(system.potential), np.asarray(psi), kin, dt, g, steps, reps,
+                                 np.asarray(ev(psi))))
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            rec["traceback"] = traceback.format_exc()[-1500:]
+        out.append(rec)
+    return {"results": out, "note": "same Strang algorithm in both (two half local phases + FFT pair per step)"}
+
+
+def _torch_gp(v_np, psi_np, kin_np, dt, g, steps, reps, jax_result) -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"torch": "no CUDA"}
+    dev = "cuda"
+    v = torch.from_numpy(v_np).to(dev)
+    p0 = torch.from_numpy(psi_np).to(dev)
+    kin = torch.from_numpy(kin_np).to(dev)
+    half = 0.5 * dt
+
+    def evolve(p):
+        for _ in range(steps):
+            p = p * torch.polar(torch.ones_like(v), -half * (v + g * (p.real ** 2 + p.imag ** 2)))
+            p = torch.fft.ifftn(torch.fft.fftn(p) * kin)
+            p = p * torch.polar(torch.ones_like(v), -half * (v + g * (p.real ** 2 + p.imag ** 2)))
+        return p
+
+    out = {}
+    for name, fn in (("torch_eager", evolve), ("torch_compile", None)):
+        try:
+            if fn is None:
+                fn = torch.compile(evolve)
+            with torch.no_grad():
+                res = fn(p0)
+                torch.cuda.synchronize()
+
+                def call(fn=fn):
+                    fn(p0)
+                    torch.cuda.synchronize()
+
+                t = _median_time(call, reps)
+            out[f"{name}_ms_per_step"] = 1e3 * t["median_s"] / steps
+            out[f"{name}_max_abs_diff_vs_jax"] = float(np.max(np.abs(res.cpu().numpy() - jax_result)))
+        except Exception as e:
+            out[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    return out
+
+
+# ------------------------------------------------------------------------------------ pallas_blocks
+def section_pallas_blocks(quick: bool) -> dict:
+    """Compiled Pallas attention forward per (block_q, block_k): compiles?, error vs the XLA path, time."""
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.attention import attention
+
+    shapes = [(1, 256, 2, 64)] if quick else [(4, 4096, 16, 64), (4, 4096, 16, 128)]
+    reps = 3 if quick else 20
+    out = []
+    for B, T, N, H in shapes:
+        ks = jax.random.split(jax.random.key(0), 3)
+        q, k, v = (jax.random.normal(kk, (B, T, N, H), jnp.bfloat16) for kk in ks)
+        pad = jnp.arange(T)[None, :] < jnp.array(([T, T // 2] * B)[:B])[:, None]
+        for masking in ("causal", "padding"):
+            mask = None if masking == "causal" else pad[:, None, None, :]
+            kw = dict(causal=masking == "causal", mask=mask)
+            ref = jax.jit(lambda q, k, v, kw=kw: attention(q, k, v, implementation="xla", **kw))(q, k, v)
+            for bq, bk in ((128, 128), (128, 64), (64, 64), (64, 32), (32, 32)):
+                rec = {"shape": [B, T, N, H], "masking": masking, "block_q": bq, "block_k": bk}
+                try:
+                    f = jax.jit(lambda q, k, v, kw=kw, bq=bq, bk=bk: attention(
+                        q, k, v, implementation="pallas", interpret=False, block_q=bq, block_k=bk, **kw))
+                    o = f(q, k, v)
+                    rec["rel_err_vs_xla"] = float(jnp.max(jnp.abs(o.astype(jnp.float32) - ref.astype(jnp.float32)))
+                                                  / jnp.max(jnp.abs(ref.astype(jnp.float32))))
+                    t = _median_time(_jax_call(f, q, k, v), reps)
+                    rec.update(t)
+                except Exception as e:
+                    rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+                out.append(rec)
+    return {"results": out}
+
+
+# ------------------------------------------------------------------------------------- gp_rounding
+def section_gp_rounding(quick: bool) -> dict:
+    """Norm and energy drift of the raw float32 real-time scheme on this backend and on the CPU.
+
+    The configuration of tests/test_condensate.py::test_real_time_conserves_norm_and_energy (1D, 128
+    points, g = 5, dipole kick, dt = 2e-3, 1000 steps), with and without ``project_norm``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax import condensate as C
+
+    grid = C.Grid.uniform((128,), 16.0)
+    system = C.GPSystem(grid, C.harmonic(grid), 5.0)
+    out = {}
+    for dev in ([jax.devices()[0], jax.devices("cpu")[0]] if jax.default_backend() != "cpu" else [jax.devices()[0]]):
+        with jax.default_device(dev):
+            psi0, _ = C.ground_state(system, 1.0, dt=0.01, tol=1e-6, max_steps=3000)
+            psi0 = psi0 * jnp.exp(1j * 0.7 * jnp.asarray(grid.coords[0], jnp.float32))
+            n0 = float(C.norm(psi0, grid))
+            e0 = float(C.energy(psi0, system)["total"])
+            for proj in (False, True):
+                _, obs = jax.jit(lambda p, proj=proj: C.evolve(p, system, 2e-3, 1000, 100, project_norm=proj))(psi0)
+                out[f"{dev.platform}_project_{proj}"] = {
+                    "norm_rel_drift": (np.asarray(obs["norm"]) / n0 - 1).tolist(),
+                    "energy_rel_drift": (np.asarray(obs["energy_total"]) / e0 - 1).tolist()}
+    return out
+
+
+# ----------------------------------------------------------------------------------------- adaptive
+def section_adaptive(quick: bool) -> dict:
+    from ivhl_jax.bench.harness import run_case
+    from ivhl_jax.bench.ops_adaptive import OPS
+
+    case = OPS["adaptive_train"]("small" if quick else "large")
+    case.peers = {}
+    rec = run_case(case, repeats=3 if quick else 7)
+    return {"record": rec}
+
+
+SECTIONS = ("env", "ceilings", "attention_ok", "attention", "transformer", "parallel", "gp", "adaptive",
+            "pallas_blocks", "gp_rounding")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench/results", help="folder for gpu_checks.json")
+    ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections (repeatable)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (to test the script on a CPU)")
+    ap.add_argument("--name", default="gpu_checks.json", help="output file name")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, args.name)
+    doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sections": {}}
+    peak = None
+    for name in args.only or SECTIONS:
+        t0 = time.perf_counter()
+        print(f"[gpu_checks] {name} ...", flush=True)
+        try:
+            if name == "transformer":
+                res = section_transformer(args.quick, peak)
+            else:
+                res = globals()[f"section_{name}"](args.quick)
+            if name == "ceilings":
+                peak = res["matmul_bf16"]["tflops"]
+        except Exception as e:
+            res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        res["section_wall_s"] = time.perf_counter() - t0
+        doc["sections"][name] = res
+        from ivhl_jax.io import write_json
+
+        write_json(path, doc)  # after every section: a later crash loses nothing
+        print(json.dumps(_summary(name, res), default=str)[:1500], flush=True)
+    print(f"wrote {path}")
+    return 0
+
+
+def _summary(name: str, res: dict) -> dict:
+    """A short line per section for the console (the JSON has everything)."""
+    if "error" in res:
+        return {name: res["error"]}
+    if name == "ceilings":
+        return {k: round(v.get("tflops", v.get("gbps_read_plus_write", 0)), 1) for k, v in res.items()
+                if isinstance(v, dict)}
+    if name == "attention_ok":
+        return {"all_ok": res["all_ok"], "bad": [(r["impl"], r["dtype"], r["masking"], r.get("error", ""),
+                                                  r.get("fwd_rel_err"), r.get("dq_rel_err"))
+                                                 for r in res["results"] if not r["ok"]]}
+    if name == "attention":
+        return {name: [(r["impl"], r["shape"], round(r.get("fwd", {}).get("tflops", 0), 1),
+                        round(r.get("fwd_bwd", {}).get("tflops", 0), 1), r.get("error", "")[:80])
+                       for r in res["results"]]}
+    if name == "transformer":
+        return {name: [(r["attention"], r["batch"], r["remat"], round(r.get("tokens_per_s", 0)),
+                        round(r.get("model_tflops", 0), 1), round(r.get("mfu_vs_measured_peak", 0), 3),
+                        r.get("error", "")[:80]) for r in res["results"]]}
+    if name == "parallel":
+        return {"plain_ms": 1e3 * res["plain"]["median_s"],
+                "modes": [(m["mesh"], round(m.get("overhead_vs_plain", float("nan")), 4), m.get("error", "")[:80])
+                          for m in res["modes"]]}
+    if name == "gp":
+        return {name: [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "traceback"}
+                       for r in res["results"]]}
+    if name == "pallas_blocks":
+        return {name: [(r["shape"][-1], r["masking"], r["block_q"], r["block_k"], r.get("rel_err_vs_xla"),
+                        r.get("median_s"), r.get("error", "")[:60]) for r in res["results"]]}
+    if name == "gp_rounding":
+        return {k: (v["norm_rel_drift"][-1], max(abs(x) for x in v["energy_rel_drift"])) for k, v in res.items()
+                if isinstance(v, dict)}
+    if name == "adaptive":
+        rec = res["record"]
+        return {"median_s": rec["jit"]["median_s"], "throughput": rec.get("throughput")}
+    return {name: "done"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
