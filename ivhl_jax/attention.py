@@ -21,7 +21,10 @@ Implementations (one function, one semantics):
 * ``"pallas"`` — a Pallas flash-attention forward kernel (grid over batch × heads × query blocks,
   inner loop over key blocks). Runs compiled on GPU (Triton) and on CPU with ``interpret=True``
   (the default off-GPU, used by the tests). Its gradient is the chunked backward pass above (same
-  residuals), so it is differentiable and O(T) in memory.
+  residuals), so it is differentiable and O(T) in memory. Compiled tiles default to what was
+  measured fastest on an H100 (bench/results/gpu_h100.json): ``(block_q, block_k) = (128, 64)`` for
+  head_dim ≤ 64 and ``(32, 32)`` above; 128×128 tiles exceed the 227 KiB of shared memory there with
+  a mask or head_dim 128 (the compile fails with RESOURCE_EXHAUSTED).
 
 All accumulate in float32 (float64 if the inputs are float64) and return the query dtype. A query
 row whose keys are all masked returns zeros in ``chunked``/``pallas``; ``xla`` returns the mean of
@@ -352,7 +355,7 @@ def _cudnn_or_fallback(q, k, v, mask, causal, scale):
 # --------------------------------------------------------------------------- public entry point
 
 def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str = "auto",
-              scale: float | None = None, block_q: int = 128, block_k: int = 128,
+              scale: float | None = None, block_q: int | None = None, block_k: int | None = None,
               interpret: bool | None = None) -> jax.Array:
     """Scaled dot-product attention ``softmax(scale·QKᵀ + log mask) V``.
 
@@ -363,7 +366,8 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
       causal: forbid attending to later positions (``k_index > q_index``).
       implementation: ``"auto" | "xla" | "cudnn" | "chunked" | "pallas"`` (see module docstring).
       scale: logit scale, default ``1/sqrt(H)``.
-      block_q, block_k: tile sizes of the chunked/Pallas paths (T need not be a multiple).
+      block_q, block_k: tile sizes of the chunked/Pallas paths (T need not be a multiple); default
+        128 (chunked, interpreted Pallas) or the measured GPU tiles of the compiled Pallas kernel.
       interpret: Pallas interpret mode; default True unless running on GPU.
 
     Returns:
@@ -373,8 +377,9 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
     q, k, v = _check_qkv(q, k, v)
     B, Tq, N, H = q.shape
     Tk = k.shape[1]
-    check_scalar(block_q, "block_q", integer=True, minimum=1)
-    check_scalar(block_k, "block_k", integer=True, minimum=1)
+    for name, blk in (("block_q", block_q), ("block_k", block_k)):
+        if blk is not None:
+            check_scalar(blk, name, integer=True, minimum=1)
     if causal and Tq != Tk:
         raise ValueError(f"causal attention needs Tq == Tk (aligned positions), got Tq={Tq}, Tk={Tk}")
     scale = 1.0 / math.sqrt(H) if scale is None else float(scale)
@@ -387,11 +392,12 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
         return _xla(q, k, v, mask, causal, scale, "xla")
     if impl == "cudnn":
         return _cudnn_or_fallback(q, k, v, mask, causal, scale)
-    bk = min(block_k, Tk)
     if impl == "chunked":
-        return _chunked(q, k, v, mask, causal, scale, bk)
+        return _chunked(q, k, v, mask, causal, scale, min(block_k or 128, Tk))
     interpret = (not _on_gpu()) if interpret is None else bool(interpret)
-    return _pallas(q, k, v, mask, causal, scale, block_q, bk, interpret)
+    auto_q, auto_k = (128, 128) if interpret else ((128, 64) if H <= 64 else (32, 32))
+    bq, bk = block_q or auto_q, min(block_k or auto_k, Tk)
+    return _pallas(q, k, v, mask, causal, scale, bq, bk, interpret)
 
 
 def attention_flops(batch: int, seq_q: int, seq_k: int, heads: int, head_dim: int, *, causal: bool = False,

@@ -70,7 +70,7 @@ class TransformerConfig:
     remat: str = "none"
     precision: str = "fp32"
     attention: str = "auto"
-    attention_block: int = 128
+    attention_block: int = 128  # key block of the chunked path; the Pallas kernel picks its own measured tiles
 
     def validate(self) -> TransformerConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "attention_block"):
@@ -140,8 +140,8 @@ class Block(nn.Module):
         v = jnp.einsum("btd,dnh->btnh", h, proj("v").astype(dt))
         if cfg.rope:
             q, k = apply_rope(q), apply_rope(k)
-        o = attention(q, k, v, causal=True, implementation=cfg.attention, block_q=cfg.attention_block,
-                      block_k=cfg.attention_block)
+        o = attention(q, k, v, causal=True, implementation=cfg.attention,
+                      block_k=cfg.attention_block if cfg.attention == "chunked" else None)
         wo = self.param("out", with_attn, (N, Hd, D), pdt)
         a = jnp.einsum("btnh,nhd->btd", o, wo.astype(dt))
         x = x + nn.Dropout(cfg.dropout)(a, deterministic=self.deterministic).astype(x.dtype)
