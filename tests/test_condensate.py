@@ -78,10 +78,14 @@ def test_real_time_conserves_norm_and_energy():
     psi0 = psi0 * jnp.exp(1j * 0.7 * jnp.asarray(sys1.grid.coords[0], jnp.float32))  # dipole kick: moves
     psi, obs = jax.jit(lambda p: C.evolve(p, sys1, 2e-3, 1000, 100))(psi0)
     n0 = float(C.norm(psi0, sys1.grid))
-    # Raw float32 scheme: the only norm loss is complex64 FFT round-off (~5e-8 per transform, biased).
+    # Raw float32 scheme: the only norm loss is complex64 FFT round-off (~5e-8 per transform, biased;
+    # measured over these 1000 steps: -5.4e-5 with XLA:CPU, -1.45e-4 with cuFFT on an H100).
     assert abs(float(obs["norm"][-1]) / n0 - 1) < 2e-4
+    # Energy conservation of the scheme itself, with the round-off norm loss projected out (the raw
+    # energy follows the norm: 7.8e-5 CPU, 2.0e-4 GPU). Measured: 9e-7 CPU, 1.2e-5 H100.
+    _, obs_p = jax.jit(lambda p: C.evolve(p, sys1, 2e-3, 1000, 100, project_norm=True))(psi0)
     e0 = float(C.energy(psi0, sys1)["total"])
-    assert np.max(np.abs(np.asarray(obs["energy_total"]) / e0 - 1)) < 1e-4
+    assert np.max(np.abs(np.asarray(obs_p["energy_total"]) / e0 - 1)) < 1e-4
     # the cloud really moved (non-trivial dynamics): centre of mass oscillates
     x = jnp.asarray(sys1.grid.coords[0], jnp.float32)
     com = float(jnp.sum(x * C.density(psi)) / jnp.sum(C.density(psi)))

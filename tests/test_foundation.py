@@ -16,7 +16,11 @@ from jax.sharding import PartitionSpec as P
 
 from ivhl_jax import checkpoint, config, precision, rollout, runner, validation
 
+ON_CPU = pytest.mark.skipif(jax.default_backend() != "cpu",
+                            reason="the suite emulates 8 CPU devices; an accelerator has as many as it has")
 
+
+@ON_CPU
 def test_eight_devices_emulated():
     assert jax.device_count() == 8
 
@@ -163,6 +167,7 @@ def test_checkpoint_resume_bit_exact(tmp_path):
     np.testing.assert_array_equal(resumed.history, straight.history)
 
 
+@ON_CPU
 def test_checkpoint_dtypes_and_restore_onto_other_mesh(tmp_path):
     mesh8 = jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     mesh4 = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
@@ -218,6 +223,7 @@ def test_config_loading(tmp_path):
 
 
 # ---------------------------------------------------------------- device + CLI
+@ON_CPU
 def test_device_report_and_cli_info(capsys):
     from ivhl_jax import cli, device
 

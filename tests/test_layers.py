@@ -159,6 +159,11 @@ def test_xla_fuses_the_elementwise_work_around_the_matmul(block):
     compiled = jax.jit(mod.apply).lower(params, x).compile()
     ops, kinds = _entry_ops(compiled.as_text())
     assert not (set(ops) & ELEMENTWISE), ops
-    assert "fusion" in ops and any(k in ("kLoop", "kInput", "kOutput") for k in kinds), (ops, kinds)
+    if jax.default_backend() == "cpu":
+        assert "fusion" in ops and any(k in ("kLoop", "kInput", "kOutput") for k in kinds), (ops, kinds)
+    else:  # XLA:GPU fuses the element-wise work into the GEMM itself (Triton/cuBLAS epilogues, kCustom)
+        assert "kCustom" in kinds, (ops, kinds)
     temp = compiled.memory_analysis().temp_size_in_bytes
-    assert temp <= M * max(K, N) * 4 + 4096, temp
+    # On GPU the temp buffer also holds cuBLAS's fixed 1 MiB GEMM workspace (measured on an H100: exactly 1 MiB).
+    workspace = 0 if jax.default_backend() == "cpu" else 1 << 20
+    assert temp <= M * max(K, N) * 4 + 4096 + workspace, temp

@@ -31,7 +31,9 @@ def _regression():
 
 def _loss_fn(p, batch, key, extra):
     x, y = batch
-    pred = x @ p["w"].astype(x.dtype)
+    # Compute in the policy's dtype: with f32 data the fp16 weights would be upcast, and XLA:GPU keeps
+    # such f16 round trips in f32 (excess precision), so the fp16 overflow below would never happen.
+    pred = x.astype(p["w"].dtype) @ p["w"]
     return jnp.mean((pred.astype(jnp.float32) - y) ** 2), ({}, extra)
 
 
