@@ -20,7 +20,7 @@ Outputs in ``--out`` (default ``runs/lm``): ``summary.json``, ``loss_curve.png``
 ``ckpt/`` and, with ``--generate``, ``sample.txt``.
 
   ivhl train lm                                   # default run (a few minutes on 2 CPU cores)
-  ivhl train lm --set steps=2000 --set d_model=256 --out runs/lm_big
+  ivhl train lm --set steps=2000 --set model.d_model=256 --out runs/lm_big
   ivhl train lm --generate --prompt "def " --length 300 --temperature 0.8
 """
 
@@ -55,29 +55,21 @@ from ivhl_jax.models.transformer import (
     lm_loss_fn,
 )
 from ivhl_jax.runner import run_chunked
-from ivhl_jax.validation import check_choice, check_scalar
+from ivhl_jax.validation import check_scalar
 
 LN2 = math.log(2.0)
 
 
+def _default_model() -> TransformerConfig:
+    return TransformerConfig(vocab_size=256, d_model=128, n_layers=3, n_heads=4, d_ff=384, max_len=128,
+                             activation="swiglu", norm="rmsnorm")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainLMConfig:
-    """Run configuration (model fields flattened so ``--set d_model=256`` works)."""
+    """Run configuration; the model is a nested :class:`TransformerConfig` (``--set model.d_model=256``)."""
 
-    # model
-    d_model: int = 128
-    n_layers: int = 3
-    n_heads: int = 4
-    d_ff: int = 384
-    activation: str = "swiglu"
-    norm: str = "rmsnorm"
-    rope: bool = True
-    tied_embeddings: bool = True
-    dropout: float = 0.0
-    remat: str = "none"
-    precision: str = "fp32"
-    attention: str = "auto"
-    attention_block: int = 128
+    model: TransformerConfig = dataclasses.field(default_factory=_default_model)
     # data
     seq_len: int = 128
     max_bytes: int = 3_000_000
@@ -97,10 +89,15 @@ class TrainLMConfig:
     keep_checkpoints: int = 2
 
     def validate(self) -> TrainLMConfig:
-        self.model().validate()
+        self.model.validate()
+        if self.model.vocab_size != 256:
+            raise ValueError(f"model.vocab_size must be 256 (the model reads bytes), got {self.model.vocab_size}")
         for name in ("seq_len", "max_bytes", "batch_size", "steps", "steps_per_chunk", "eval_batches",
                      "accumulate", "keep_checkpoints"):
             check_scalar(getattr(self, name), name, integer=True, minimum=1)
+        if self.model.max_len < self.seq_len:
+            raise ValueError(f"model.max_len ({self.model.max_len}) must be >= seq_len ({self.seq_len}); "
+                             f"set model.max_len={self.seq_len}")
         check_scalar(self.val_fraction, "val_fraction", minimum=0.001, maximum=0.5)
         if self.steps % self.steps_per_chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
@@ -110,13 +107,6 @@ class TrainLMConfig:
         if self.steps % self.accumulate:
             raise ValueError(f"steps ({self.steps}) must be a multiple of accumulate ({self.accumulate})")
         return self
-
-    def model(self) -> TransformerConfig:
-        return TransformerConfig(vocab_size=256, d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads,
-                                 d_ff=self.d_ff, max_len=max(self.seq_len, 8), activation=self.activation,
-                                 norm=self.norm, rope=self.rope, tied_embeddings=self.tied_embeddings,
-                                 dropout=self.dropout, remat=self.remat, precision=self.precision,
-                                 attention=self.attention, attention_block=self.attention_block)
 
 
 # --------------------------------------------------------------------------- data
@@ -197,7 +187,7 @@ def _unigram_cross_entropy(train, val) -> float:
 
 def build(cfg: TrainLMConfig, data: dict):
     """(initial TrainState, advance(state) -> (state, obs), optimizer)."""
-    mcfg = cfg.model()
+    mcfg = cfg.model
     opt = training.make_optimizer(name="adamw", learning_rate=cfg.learning_rate,
                                   warmup_steps=cfg.warmup_steps // cfg.accumulate,
                                   total_steps=cfg.steps // cfg.accumulate, min_lr_ratio=cfg.min_lr_ratio,
@@ -251,7 +241,7 @@ def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool =
         res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.steps_per_chunk, checkpointer=ckpt,
                           metadata={"config": config_dict(cfg)}, progress=progress, description="train lm")
     hist = jax.tree_util.tree_map(np.asarray, res.history)
-    mcfg = cfg.model()
+    mcfg = cfg.model
     n_params = count_params(res.state.params)
     tokens = cfg.batch_size * cfg.seq_len
     train_bits = hist["loss"] / LN2
@@ -325,7 +315,7 @@ def restore_params(cfg: TrainLMConfig, out: str):
 def sample_text(cfg: TrainLMConfig, params, prompt: str, length: int, *, temperature: float = 0.8,
                 top_k: int | None = None, seed: int = 0) -> str:
     """Sample ``length`` bytes after ``prompt`` (UTF-8), decoded with replacement of invalid bytes."""
-    mcfg = cfg.model()
+    mcfg = cfg.model
     p = np.frombuffer(prompt.encode("utf-8"), np.uint8)
     if len(p) == 0:
         p = np.frombuffer(b"\n", np.uint8)
@@ -377,7 +367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"--- written to {path}")
         return 0
     cfg = load_config(TrainLMConfig, a.config, a.set)
-    check_choice(cfg.precision, "precision", ("fp32", "bf16", "fp16", "pure_bf16"))
     s = train(cfg, a.out, resume=a.resume, progress=not a.no_progress, plots=not a.no_plots)
     print(json.dumps({k: s[k] for k in ("n_params", "steps", "unigram_entropy_bits_per_byte",
                                         "final_train_bits_per_byte_last_chunk_mean", "final_val_bits_per_byte",

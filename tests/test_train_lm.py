@@ -32,14 +32,18 @@ def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match="warmup_steps"):
         load_config(T.TrainLMConfig, None, ["steps=10", "steps_per_chunk=5", "warmup_steps=20"])
     with pytest.raises(ValueError, match="unknown config key"):
-        load_config(T.TrainLMConfig, None, ["d_modle=8"])
-    cfg = load_config(T.TrainLMConfig, None, ["d_model=64", "precision=bf16"])
-    assert cfg.model().d_model == 64 and cfg.model().policy.compute_dtype == jax.numpy.bfloat16
+        load_config(T.TrainLMConfig, None, ["model.d_modle=8"])
+    with pytest.raises(ValueError, match="model.max_len"):
+        load_config(T.TrainLMConfig, None, ["seq_len=256"])
+    with pytest.raises(ValueError, match="vocab_size"):
+        load_config(T.TrainLMConfig, None, ["model.vocab_size=100"])
+    cfg = load_config(T.TrainLMConfig, None, ["model.d_model=64", "model.precision=bf16"])
+    assert cfg.model.d_model == 64 and cfg.model.policy.compute_dtype == jax.numpy.bfloat16
 
 
-TINY = ["d_model=32", "n_layers=1", "n_heads=2", "d_ff=64", "seq_len=32", "batch_size=4", "steps=4",
-        "steps_per_chunk=2", "warmup_steps=1", "max_bytes=60000", "eval_batches=2", "attention=chunked",
-        "attention_block=16"]
+TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64", "model.max_len=32",
+        "seq_len=32", "batch_size=4", "steps=4", "steps_per_chunk=2", "warmup_steps=1", "max_bytes=60000",
+        "eval_batches=2", "model.attention=chunked", "model.attention_block=16"]
 
 
 @pytest.mark.slow
