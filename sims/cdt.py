@@ -25,7 +25,7 @@ import numpy as np
 
 from ivhl_jax import cdt
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.runner import run_chunked
 
@@ -93,12 +93,8 @@ def simulate(cfg: CDTConfig, out: str, *, resume: bool = True, progress: bool = 
         # runner concatenates along axis 0: put measurements first, chains second
         return (ks, ss), jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), obs)
 
-    os.makedirs(out, exist_ok=True)
-    ckdir = os.path.abspath(os.path.join(out, "ckpt"))
-    if not resume and os.path.isdir(ckdir):
-        import shutil
-
-        shutil.rmtree(ckdir)
+    # A checkpoint of another configuration is refused by name, never silently continued.
+    ckdir = os.path.abspath(prepare_run_dir(out, cfg, resume=resume, extendable=("sweeps", "chunks")))
     with Checkpointer(ckdir, save_every=per_chunk, keep=2) as ck:
         res = run_chunked(advance, (keys, states), n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=ck,
                           metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -30,7 +28,7 @@ import numpy as np
 
 from ivhl_jax import mera as M
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import config_dict, load_config
+from ivhl_jax.config import load_config, prepare_run_dir
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.runner import run_chunked
 
@@ -177,20 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ivhl sim mera: {e}", file=sys.stderr)
         return 2
     out = a.out
-    ckpt = os.path.join(out, "ckpt")
-    cfg_path = os.path.join(out, "config.json")
-    if os.path.isdir(ckpt):
-        if not a.resume:
-            shutil.rmtree(ckpt)
-        elif os.path.isfile(cfg_path):
-            with open(cfg_path) as f:
-                old = json.load(f)
-            if old != json.loads(json.dumps(config_dict(cfg), default=list)):
-                print(f"ivhl sim mera: {out} holds a checkpoint of a different configuration; use --no-resume "
-                      "or another --out", file=sys.stderr)
-                return 2
-    os.makedirs(out, exist_ok=True)
-    write_json(cfg_path, config_dict(cfg))
+    try:
+        prepare_run_dir(out, cfg, resume=a.resume)
+    except ValueError as e:
+        print(f"ivhl sim mera: {e}", file=sys.stderr)
+        return 2
     summary = simulate(cfg, out, resume=a.resume, progress=not a.no_progress)
     paths = write_outputs(summary, out)
     print(f"final energy error per site: {summary['final_energy_error']:.3e}; scaling dims "

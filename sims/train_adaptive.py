@@ -34,7 +34,7 @@ import numpy as np
 from ivhl_jax import adaptive, training
 from ivhl_jax.adaptive import AdaptiveConfig
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
 from ivhl_jax.data import Batcher, train_test_split
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, predict
@@ -194,11 +194,7 @@ def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: 
     """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``."""
     data = load_dataset(cfg)
     model, mcfg, carry, state, advance, evaluate = build(cfg, data)
-    ckpt_dir = os.path.join(out, "ckpt")
-    if not resume and os.path.isdir(ckpt_dir):
-        import shutil
-
-        shutil.rmtree(ckpt_dir)
+    ckpt_dir = prepare_run_dir(out, cfg, resume=resume)  # refuses a checkpoint of another configuration
     n_chunks = cfg.steps // cfg.chunk
     with Checkpointer(ckpt_dir, save_every=cfg.chunk * cfg.checkpoint_every, keep=2) as ckpt:
         res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.chunk, checkpointer=ckpt,

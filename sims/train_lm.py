@@ -43,7 +43,7 @@ import numpy as np
 
 from ivhl_jax import training
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
 from ivhl_jax.data import Batcher
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.models.transformer import (
@@ -225,15 +225,10 @@ def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool =
     the same config resumes from the checkpoint and finishes bit-identically.
     """
     cfg.validate()
-    os.makedirs(out, exist_ok=True)
+    # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
+    ckpt_dir = prepare_run_dir(out, cfg, resume=resume)
     data = prepare_data(cfg)
     state, advance, _ = build(cfg, data)
-    ckpt_dir = os.path.join(out, "ckpt")
-    if not resume and os.path.isdir(ckpt_dir):
-        import shutil
-
-        shutil.rmtree(ckpt_dir)
-    write_json(os.path.join(out, "config.json"), config_dict(cfg))
     n_chunks = cfg.steps // cfg.steps_per_chunk
     if stop_after_chunks is not None:
         n_chunks = min(n_chunks, int(stop_after_chunks))

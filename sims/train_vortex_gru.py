@@ -26,7 +26,7 @@ import numpy as np
 
 from ivhl_jax import fields, training
 from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
 from ivhl_jax.data import Batcher
 from ivhl_jax.io import save_figure, write_json
 from ivhl_jax.models.gru import TrajectoryGRU
@@ -147,11 +147,7 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
-    ckpt_dir = os.path.join(out, "ckpt")
-    if not resume and os.path.isdir(ckpt_dir):
-        import shutil
-
-        shutil.rmtree(ckpt_dir)
+    ckpt_dir = prepare_run_dir(out, cfg, resume=resume)  # refuses a checkpoint of another configuration
     with Checkpointer(ckpt_dir, save_every=cfg.chunk, keep=2) as ck:
         res = run_chunked(jax.jit(advance), state, n_chunks=cfg.steps // cfg.chunk, steps_per_chunk=cfg.chunk,
                           checkpointer=ck, progress=progress, description="train vortex_gru")

@@ -120,5 +120,7 @@ def test_sim_cli_writes_outputs_and_resumes(tmp_path):
     assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4"]) == 0
     second = json.load(open(os.path.join(out, "summary.json")))
     assert second["resumed_from"] == 8 and second["sweeps_done"] == 16
+    with pytest.raises(ValueError, match="different configuration.*volume"):  # never continue another run
+        sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4", "--set", "volume=120"])
     with pytest.raises(ValueError, match="lam"):
         sim.main(["--set", "eps=0", "--set", "lam=0.6", "--out", out])
