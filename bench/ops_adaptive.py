@@ -1,6 +1,7 @@
 """Benchmarks of adaptive-model training: a jitted ``lax.scan`` chunk of fused train steps (data gather,
 forward, backward, clipped Adam) vs vectorised PyTorch eager and ``torch.compile`` implementations of the
-same equations (per-sample scheduler, proper log-probability policy, explicit initial state per batch),
+same equations and the same sampling algorithm (per-sample scheduler, proper log-probability policy, one
+uniform per node + inverse CDF for the phase draw, explicit initial state per batch),
 plus the seed's MLP reference (128-256-128-10, Adam).
 
 One call = ``steps`` optimiser steps at batch 32, so throughput = steps x 32 / median time per call.
@@ -21,9 +22,11 @@ from ivhl_jax.profiling import adaptive_workload, fused_train_chunk, mlp_workloa
 
 STEPS = {"small": 20, "medium": 100, "large": 400, "extreme": 1000}
 BATCH = 32
-# On the shared, oversubscribed 2-core host two torch intra-op threads spin against each other
-# (measured ~2 s/step vs 76 ms/step with one thread), so the peers get their best setting.
-TORCH_THREADS = 1
+# The peers get their best thread setting. On a quiet 2-core host two torch intra-op threads are faster
+# (adaptive_train, 100 steps, load ~1.7: eager 5.7k vs 4.3k samples/s, compile 11.7k vs 8.6k); on a heavily
+# oversubscribed host they spin against each other (once measured ~2 s/step vs 76 ms/step with one thread),
+# so on such a host set this to 1.
+TORCH_THREADS = 2
 
 
 def _scan_case(op: str, size: str, loss_fn, params, opt, get_batch, peers: dict, params_doc: dict,
@@ -39,6 +42,9 @@ def _scan_case(op: str, size: str, loss_fn, params, opt, get_batch, peers: dict,
 
 def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, seed: int = 0):
     """Builder of a PyTorch training loop of the same equations (vectorised over batch and nodes)."""
+    if (cfg.seed_compat or cfg.temperature != 1.0 or not 0.0 < cfg.exploration_rate < 1.0
+            or cfg.scheduler != "per_sample"):
+        raise ValueError("the torch peer implements the per-sample scheduler, proper policy, T = 1, 0 < eps < 1")
 
     def build():
         import torch
@@ -60,8 +66,9 @@ def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, se
         w_exp, w_r2 = tw(0.6, 0.1, 0.25, 0.05), tw(0.0, 0.8, 0.2, 0.0)
         w_r4c, w_r4, w_r5a, w_r5 = tw(0.1, 0, 0.3, 0.6), tw(0.3, 0, 0.7, 0), tw(0.2, 0, 0.8, 0), tw(0.7, 0, 0.3, 0)
         circ = float(np.sin(2 * np.pi / cfg.circadian_period))
+        below_one = float(np.nextafter(np.float32(1), np.float32(0)))
 
-        def loss_fn(x, y, p, unif, gumbel):
+        def loss_fn(x, y, p, unif):
             b = x.shape[0]
             h = torch.zeros(b, n, hd)
             energy = torch.full((b, n), cfg.initial_energy)
@@ -85,9 +92,14 @@ def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, se
             sev = torch.clamp(abar / (2 * cfg.anxiety_threshold), max=1.0)
             r1 = torch.stack([(1 - sev) * 0.1, 0.6 * sev, 0.3 * sev, torch.zeros_like(sev)], -1)
             w = torch.where(e(abar > cfg.anxiety_threshold), r1, w)
-            w = torch.where(e(unif < cfg.exploration_rate), w_exp, w)
-            logits_p = torch.where(w > 0, torch.log(torch.where(w > 0, w, torch.ones_like(w))), -torch.inf)
-            phase = torch.argmax(logits_p / cfg.temperature + gumbel, -1)
+            # The same sampling as ivhl_jax.adaptive._decide: one uniform per node decides R0 and, rescaled
+            # within its branch, the phase by inverse CDF over the masses (= w for the proper policy at T = 1).
+            eps = cfg.exploration_rate
+            explore = unif < eps
+            w = torch.where(e(explore), w_exp, w)
+            v = torch.where(explore, unif * (1.0 / eps), (unif - eps) * (1.0 / (1.0 - eps))).clamp(max=below_one)
+            cdf = torch.cumsum(w, -1)
+            phase = (v.unsqueeze(-1) * cdf[..., 3:] >= cdf[..., :3]).sum(-1)
             scale = 1 + p["phase_scales"][phase]
             awake = (phase != 1).float()
             delta = e(scale) * (h @ p["W_s"] + p["b_s"])
@@ -106,8 +118,7 @@ def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, se
             for s in range(steps):
                 idx = perm[(s * BATCH) % 7968:(s * BATCH) % 7968 + BATCH]
                 unif = torch.rand(BATCH, cfg.num_nodes)
-                gumbel = -torch.log(-torch.log(torch.rand(BATCH, cfg.num_nodes, 4).clamp_min(1e-20)))
-                loss = fn(x_all[idx], y_all[idx], params, unif, gumbel)
+                loss = fn(x_all[idx], y_all[idx], params, unif)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(plist, 1.0)

@@ -23,10 +23,15 @@ anxiety ``Abar <- 0.3 A + 0.7 Abar``, ``r`` a restorative need). A rule cascade 
 over the phases; the first rule that applies wins: R0 exploration (prob. eps), R1 ``Abar > theta``,
 R2 ``r > 0.6`` and awake, R3 ``E < 2``, R4 ``E > 20`` and ``a < 0.3``, R5 ``a > 0.7``, R6 transition
 matrix row of the current phase (re-weighted by anxiety and need). The cascade is evaluated for all
-nodes at once by ``where``-priority selection, and each node draws once from ``categorical(logits)``
-with its own split key. ``logits = log(w) / T`` (proper probabilities tempered by ``T``); with
-``seed_compat=True`` the logits are ``w / T``, reproducing the seed's softmax-of-probabilities, under
-which every policy is nearly uniform. After the draw, ``r`` and the sleep quality ``q`` are updated.
+nodes at once by ``where``-priority selection, and each node draws once from ``softmax(logits)``.
+``logits = log(w) / T`` (proper probabilities tempered by ``T``); with ``seed_compat=True`` the logits
+are ``w / T``, reproducing the seed's softmax-of-probabilities, under which every policy is nearly
+uniform. After the draw, ``r`` and the sleep quality ``q`` are updated.
+
+Sampling (performance, same distributions): one uniform ``u`` per node decides both R0 (``u < eps``)
+and, rescaled to [0, 1) within its branch, the phase by inverse CDF over the 4 unnormalised masses
+``exp(logits)`` (``w`` itself for the proper policy at ``T = 1``, so no transcendental work). That is
+one 32-bit random word per node instead of five (R0 uniform + 4 Gumbel), with no log/exp.
 
 Two documented scheduler semantics (``AdaptiveConfig.scheduler``):
 
@@ -51,6 +56,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ivhl_jax.validation import check_array, check_choice, check_scalar
 
@@ -284,13 +290,58 @@ def phase_logits(weights: jax.Array, temperature: float, seed_compat: bool) -> j
     return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf) / temperature
 
 
+def phase_masses(weights: jax.Array, temperature: float, seed_compat: bool) -> jax.Array:
+    """Unnormalised probabilities ``q = exp(logits - max logits)`` of :func:`phase_logits` (last axis).
+
+    For the proper policy at ``T = 1`` this is ``w`` itself (``q ∝ exp(log w) = w``): no transcendental
+    work in the hot loop. Zero weights of the proper policy give ``q = 0`` exactly.
+    """
+    if not seed_compat and temperature == 1.0:
+        return weights
+    logits = phase_logits(weights, temperature, seed_compat)
+    return jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+
+
+def sample_phase(masses: jax.Array, u: jax.Array) -> jax.Array:
+    """Inverse-CDF draw of one phase per node: ``masses [..., 4]`` (unnormalised), ``u [...]`` uniform in [0, 1).
+
+    Returns ``k = #{j < 3 : u·Σq >= q_0 + ... + q_j}`` (int32), i.e. phase ``k`` with probability
+    ``q_k / Σq``. The comparison is on the unnormalised running sum, whose last entry is the total, so
+    a zero mass is an empty interval and that phase is never drawn (also not at ``u`` just below 1).
+    """
+    c0 = masses[..., 0]
+    c1 = c0 + masses[..., 1]
+    c2 = c1 + masses[..., 2]
+    t = u * (c2 + masses[..., 3])
+    # A reduction, not a sum of three compares: XLA CPU then materialises the phases once instead of
+    # fusing (and recomputing) the whole draw into every [B, N, H] kernel that reads them.
+    return jnp.sum(t[..., None] >= jnp.stack([c0, c1, c2], axis=-1), axis=-1, dtype=jnp.int32)
+
+
+# Largest float32 below 1: keeps the rescaled uniform of _decide strictly below 1 after rounding.
+_BELOW_ONE = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
+
+
 def _decide(cfg: AdaptiveConfig, key, phase, energy, activity, abar, r, circadian):
-    """One categorical draw per node: (phase [..., N]) from the cascade. ``key`` covers all nodes."""
-    k_explore, k_draw = jax.random.split(key)
-    explore = jax.random.uniform(k_explore, energy.shape) < cfg.exploration_rate
+    """One phase draw per node (phase [..., N]) from the cascade. ``key`` covers all nodes.
+
+    One uniform ``u`` per node drives both random choices: rule R0 fires iff ``u < eps``, and the
+    categorical draw uses ``u`` rescaled to [0, 1) within the R0 / not-R0 branch (conditionally on the
+    branch it is again uniform), so the phase distribution is ``softmax(phase_logits)`` of the cascade,
+    at one 32-bit random word per node. ``u`` lies on a 2^-23 grid, so each phase probability is
+    realised to within ~1e-6 (absolute).
+    """
+    u = jax.random.uniform(key, energy.shape)
+    eps = cfg.exploration_rate
+    if eps <= 0.0:
+        explore, v = jnp.zeros(u.shape, bool), u
+    elif eps >= 1.0:
+        explore, v = jnp.ones(u.shape, bool), u
+    else:
+        explore = u < eps
+        v = jnp.minimum(jnp.where(explore, u * (1.0 / eps), (u - eps) * (1.0 / (1.0 - eps))), _BELOW_ONE)
     w = phase_weights(phase, energy, activity, abar, r, circadian, explore, cfg.anxiety_threshold)
-    logits = phase_logits(w, cfg.temperature, cfg.seed_compat)
-    return jax.random.categorical(k_draw, logits, axis=-1).astype(jnp.int32)
+    return sample_phase(phase_masses(w, cfg.temperature, cfg.seed_compat), v)
 
 
 def _circadian(t: jax.Array, period: int) -> jax.Array:
@@ -308,16 +359,14 @@ def _after_decision(phase, abar, r, q, restorative_strength: float = 0.1):
 
 
 def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: jax.Array, key: jax.Array):
-    """Per-sample scheduler: returns (phase [B,N], new scheduler fields). ``key`` is split per sample."""
+    """Per-sample scheduler: returns (phase [B,N], new scheduler fields); one uniform per (sample, node)."""
     if not cfg.stochastic:
         phase = jnp.full_like(state.phase, ACTIVE)
         return phase, state.replace(phase=phase, t=state.t + 1)
     t = state.t + 1
     circ = _circadian(t, cfg.circadian_period)[:, None]
     abar = 0.3 * anx + 0.7 * state.anxiety_ema
-    keys = jax.random.split(key, anx.shape[0])
-    decide = lambda k, p, en, ac, ab, rr, c: _decide(cfg, k, p, en, ac, ab, rr, c)
-    phase = jax.vmap(decide)(keys, state.phase, state.energy, state.activity, abar, state.restorative, circ)
+    phase = _decide(cfg, key, state.phase, state.energy, state.activity, abar, state.restorative, circ)
     r, q = _after_decision(phase, abar, state.restorative, state.sleep_quality)
     return phase, state.replace(phase=phase, anxiety_ema=abar, restorative=r, sleep_quality=q, t=t)
 
@@ -352,6 +401,34 @@ def project_input(params: dict, x: jax.Array, cfg: AdaptiveConfig) -> jax.Array:
     return x @ params["W_in"] + params["b_in"]
 
 
+@jax.custom_vjp
+def _rows_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """``x @ w`` for ``x [..., R, K]`` (here ``h [B, N, H] @ W_s``), with a reverse-mode rule tuned for XLA CPU.
+
+    The weight gradient ``dw = Σ_b x_bᵀ g_b`` is written as a batched GEMM over the leading axes plus a
+    sum. Autodiff's default, one GEMM contracting all B·R rows at once, makes XLA materialise a
+    transposed copy of the cotangent ``g`` on the critical path of the backward pass (measured: the
+    fused train step of the seed configuration runs ~1.3x faster with this rule). Same math, same
+    result up to float32 summation order. Reverse mode only (``jax.jvp`` through it is not defined).
+    """
+    return x @ w
+
+
+def _rows_matmul_fwd(x, w):
+    return x @ w, (x, w)
+
+
+def _rows_matmul_bwd(res, g):
+    x, w = res
+    xb = x.reshape((-1,) + x.shape[-2:])
+    gb = g.reshape((-1,) + g.shape[-2:])
+    dw = jnp.sum(jnp.matmul(jnp.swapaxes(xb, -1, -2), gb, preferred_element_type=jnp.float32), axis=0)
+    return g @ w.T, dw.astype(w.dtype)
+
+
+_rows_matmul.defvjp(_rows_matmul_fwd, _rows_matmul_bwd)
+
+
 def node_update(params: dict, cfg: AdaptiveConfig, h, energy, u, anx, phase):
     """Hidden, energy and activity update for given phases (broadcasts over any batch shape).
 
@@ -360,7 +437,7 @@ def node_update(params: dict, cfg: AdaptiveConfig, h, energy, u, anx, phase):
     u_n = u[:, None, :] if u.ndim == 2 else u
     scale = 1.0 + params["phase_scales"][phase]
     awake = (phase != SLEEP).astype(h.dtype)
-    delta = scale[..., None] * (h @ params["W_s"] + params["b_s"])
+    delta = scale[..., None] * (_rows_matmul(h, params["W_s"]) + params["b_s"])
     h_new = jnp.tanh(h + awake[..., None] * (delta + cfg.input_gain * u_n))
     damp = 1.0 - 0.1 * jnp.clip(anx / 10.0, 0.0, 1.0)
     d_energy = (h_new @ params["w_e"] + params["b_e"]) * damp * awake

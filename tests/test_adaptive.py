@@ -87,6 +87,55 @@ def test_phase_draw_frequencies_follow_the_policy():
     np.testing.assert_allclose(freq, [0.8, 0.04, 0.15, 0.01], atol=0.015)
 
 
+@pytest.mark.parametrize("seed_compat,temperature", [(False, 1.0), (False, 0.5), (True, 1.0), (True, 2.0)])
+def test_inverse_cdf_draw_matches_softmax_of_logits(seed_compat, temperature):
+    rows = jnp.array([[0.6, 0.1, 0.25, 0.05], [0.7, 0.0, 0.3, 0.0], [0.0, 0.9, 0.1, 0.0], [0.0, 0.0, 0.0, 1.0],
+                      [0.15, 0.8, 0.04, 0.01]])
+    n = 200_000
+    u = jax.random.uniform(jax.random.key(7), (rows.shape[0], n))
+    masses = adaptive.phase_masses(rows, temperature, seed_compat)
+    phase = jax.jit(adaptive.sample_phase)(jnp.broadcast_to(masses[:, None, :], (rows.shape[0], n, 4)), u)
+    assert phase.dtype == jnp.int32
+    freq = np.stack([np.bincount(np.asarray(p), minlength=4) / n for p in phase])
+    want = np.asarray(jax.nn.softmax(adaptive.phase_logits(rows, temperature, seed_compat), axis=-1))
+    np.testing.assert_allclose(freq, want, atol=4e-3)  # ~5 sigma of a 200k-sample frequency
+    if not seed_compat:
+        assert np.all(freq[np.asarray(rows) == 0] == 0.0)  # zero-probability phases are never drawn
+
+
+def test_inverse_cdf_never_draws_a_zero_mass_phase_at_the_ends():
+    below_one = np.nextafter(np.float32(1), np.float32(0))
+    masses = jnp.array([[0.7, 0.0, 0.3, 0.0], [0.0, 0.2, 0.0, 0.0], [0.3, 0.3, 0.3, 0.0], [0.1, 0.0, 0.0, 0.0]])
+    for u, want in ((0.0, [0, 1, 0, 0]), (below_one, [2, 1, 2, 0])):
+        got = adaptive.sample_phase(masses, jnp.full((4,), u, jnp.float32))
+        np.testing.assert_array_equal(got, want)
+    # A cold policy (T -> 0) concentrates on the largest weight instead of underflowing to all-zero masses.
+    cold = adaptive.phase_masses(jnp.array([0.05, 0.0, 0.03, 0.0]), 0.01, False)
+    np.testing.assert_array_equal(adaptive.sample_phase(cold, jnp.float32(below_one)), 0)
+
+
+def test_phase_draw_with_exploration_mixes_the_explore_row():
+    eps = 0.3
+    cfg = AdaptiveConfig(**{**SMALL, "num_nodes": 5000}, exploration_rate=eps)
+    state = adaptive.init_state(cfg, 8)
+    anx = adaptive.anxiety(state.h, state.energy, state.activity)
+    phase, _ = jax.jit(adaptive.schedule_per_sample, static_argnums=0)(cfg, state, anx, jax.random.key(11))
+    freq = np.bincount(np.asarray(phase).ravel(), minlength=4) / phase.size
+    want = eps * np.array([0.6, 0.1, 0.25, 0.05]) + (1 - eps) * np.array([0.8, 0.04, 0.15, 0.01])
+    np.testing.assert_allclose(freq, want, atol=0.01)
+
+
+def test_state_matmul_vjp_equals_autodiff_of_plain_matmul():
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(5, 4)).astype(np.float32)
+    vjp = jax.jit(lambda f, x, w, g: (f(x, w), jax.vjp(f, x, w)[1](g)), static_argnums=0)
+    for shape in ((3, 6, 5), (6, 5), (2, 3, 6, 5)):
+        x = rng.normal(size=shape).astype(np.float32)
+        g = rng.normal(size=shape[:-1] + (4,)).astype(np.float32)
+        got, want = vjp(adaptive._rows_matmul, x, w, g), vjp(jnp.matmul, x, w, g)
+        chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_node_update_matches_numpy_float64():
     cfg = AdaptiveConfig(**SMALL, sleep_recovery=0.3)
     params = jax.tree_util.tree_map(np.asarray, _init_params(jax.random.key(1), cfg))

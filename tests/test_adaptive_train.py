@@ -61,6 +61,10 @@ def test_config_errors_are_named():
 
 @pytest.mark.slow
 def test_improved_model_reaches_97_percent_on_digits(tmp_path):
-    cfg = load_config(ta.TrainAdaptiveConfig, None, ["steps=1500", "chunk=500"])
-    s = ta.train(cfg, str(tmp_path / "run"), progress=False, plots=False)
-    assert s["test_accuracy"] >= 0.97, s["test_accuracy"]
+    accs = []
+    for seed in (0, 1, 2):
+        cfg = load_config(ta.TrainAdaptiveConfig, None, ["steps=1500", "chunk=500", f"seed={seed}"])
+        accs.append(ta.train(cfg, str(tmp_path / f"run{seed}"), progress=False, plots=False)["test_accuracy"])
+    # The goal (>= 97 %) is asserted on the median of three seeds, not on one lucky random stream: measured
+    # over seeds 0-5, 0.967-0.975 (347-350 of 359 test digits), median 0.972.
+    assert float(np.median(accs)) >= 0.97, accs
