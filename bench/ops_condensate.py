@@ -38,11 +38,11 @@ def copy_bandwidth_gbps(n_bytes: int = 1 << 27, repeats: int = 5) -> float:
     return 2 * n_bytes / best / 1e9
 
 
-def _gp_setup(shape):
+def _gp_setup(shape, fft="xla"):
     from ivhl_jax import condensate as C
 
     grid = C.Grid.uniform(shape, [0.1 * n for n in shape])  # dx = 0.1: dt·k_max²/2 < π in 3D
-    system = C.GPSystem(grid, C.harmonic(grid), G)
+    system = C.GPSystem(grid, C.harmonic(grid), G, fft=fft)
     psi = C.gaussian(grid)
     kin = np.exp(-0.5j * DT * grid.k_squared()).astype(np.complex64)
     return C, grid, system, psi, kin
@@ -99,25 +99,35 @@ def _torch_peer(shape, steps):
     return build
 
 
-def gp_step(size: str) -> BenchCase:
+def _gp_case(size: str, fft: str) -> BenchCase:
     import jax.numpy as jnp
 
     shape, steps = GP_SIZES[size], GP_STEPS[size]
-    C, grid, system, psi, _ = _gp_setup(shape)
+    C, grid, system, psi, _ = _gp_setup(shape, fft)
 
     def fn(p):
         return C.evolve(p, system, DT, steps, steps, observe=lambda q, s: jnp.zeros(()))[0]
 
     n = int(np.prod(shape))
     return BenchCase(
-        op="gp_step", size=size, fn=fn, args=(psi,),
+        op="gp_step" if fft == "xla" else f"gp_step_{fft}", size=size, fn=fn, args=(psi,),
         params={"shape": list(shape), "steps_per_call": steps, "dtype": "complex64", "dt": DT, "g": G,
-                "copy_bandwidth_GBps": copy_bandwidth_gbps()},
+                "fft": fft, "copy_bandwidth_GBps": copy_bandwidth_gbps()},
         flops=steps * (2 * 5 * n * np.log2(n) + 30 * n), bytes_moved=steps * 3 * 2 * 8 * n,
         peers={"numpy": _numpy_peer(shape, steps), "torch_eager": _torch_peer(shape, steps)},
-        op_by_op=size in ("small", "medium", "large"), items_per_call=steps, items_name="steps",
-        notes="K Strang steps per call; flops = 5 N log2 N per FFT + ~30 per point; bytes = 3 passes of r+w",
+        op_by_op=size in ("small", "medium", "large") and fft == "xla", items_per_call=steps, items_name="steps",
+        notes="K Strang steps per call; flops = 5 N log2 N per FFT + ~30 per point; bytes = 3 passes of r+w"
+              + ("" if fft == "xla" else f"; kinetic FFT pair on the host ({fft}, via ivhl_jax.spectral)"),
     )
+
+
+def gp_step(size: str) -> BenchCase:
+    return _gp_case(size, "xla")
+
+
+def gp_step_ducc(size: str) -> BenchCase:
+    """The same step with the opt-in host FFT backend (``GPSystem(fft="ducc")``; needs ``ducc0``)."""
+    return _gp_case(size, "ducc")
 
 
 def gft_step(size: str) -> BenchCase:
@@ -144,4 +154,4 @@ def gft_step(size: str) -> BenchCase:
                            "is unstable, so no peer of the seed is timed")
 
 
-OPS = {"gp_step": gp_step, "gft_step": gft_step}
+OPS = {"gp_step": gp_step, "gp_step_ducc": gp_step_ducc, "gft_step": gft_step}

@@ -45,6 +45,7 @@ from flax import struct
 
 from ivhl_jax.fastmath import sincos
 from ivhl_jax.rollout import rollout
+from ivhl_jax.spectral import check_backend, spectral_multiply
 from ivhl_jax.validation import check_array, check_scalar, is_concrete
 
 __all__ = [
@@ -172,6 +173,9 @@ class GPSystem:
     potential: Any
     g: Any = 0.0
     omega_rot: Any = 0.0
+    # FFT backend of the kinetic step: "xla" (portable, shardable) or "ducc" (CPU host FFT, ~1.6x faster
+    # steps at 128³ on 2 cores; optional GPL dependency), see ivhl_jax.spectral.
+    fft: str = struct.field(pytree_node=False, default="xla")
 
     def __post_init__(self):
         # A concrete Ω = 0 is stored as None (an empty pytree node), so that "no rotation" stays
@@ -181,6 +185,7 @@ class GPSystem:
                                                                                        np.generic, jax.Array)):
             if np.ndim(om) == 0 and float(np.asarray(om)) == 0.0:
                 object.__setattr__(self, "omega_rot", None)
+        check_backend(self.fft)
         # Validate only genuine user input; pytree reconstruction may pass tracers or placeholders.
         pot = self.potential
         if isinstance(pot, (np.ndarray, jax.Array)) and is_concrete(pot) and isinstance(self.grid, Grid):
@@ -283,9 +288,11 @@ def make_plan(system: GPSystem, dt: Any, imaginary: bool = False) -> dict[str, A
     grid = system.grid
     cdt = system.complex_dtype
     dtc = _concrete_float(dt)
+    # The host FFT backend keeps trace-time constant factors as NumPy arrays (captured, never transferred).
+    const = (lambda f: f) if system.fft == "ducc" else jnp.asarray
     if not system.rotating:
         if dtc is not None:
-            return {"kin": jnp.asarray(_static_kinetic(grid, dtc, imaginary, np.dtype(cdt).name))}
+            return {"kin": const(_static_kinetic(grid, dtc, imaginary, np.dtype(cdt).name))}
         return {"kin": phase_factor_m1(0.5 * jnp.asarray(dt) * jnp.asarray(_k2(grid)), imaginary, cdt)}
     x, y = grid.coords[0], grid.coords[1]
     kx, ky = grid.wavenumbers[0], grid.wavenumbers[1]
@@ -311,22 +318,16 @@ def make_plan(system: GPSystem, dt: Any, imaginary: bool = False) -> dict[str, A
         fa, fb = phase_factor_m1(th_a, imaginary, cdt), phase_factor_m1(th_b, imaginary, cdt)
     if grid.ndim == 3:
         fa = fa[:, :, None]
-    return {"rot_a": jnp.asarray(fa), "rot_b": jnp.asarray(fb)}
+    return {"rot_a": const(fa), "rot_b": const(fb)}
 
 
-def _kinetic_apply(psi: jax.Array, plan: dict[str, Any], ndim: int) -> jax.Array:
+def _kinetic_apply(psi: jax.Array, plan: dict[str, Any], ndim: int, fft: str = "xla") -> jax.Array:
     axes = tuple(range(psi.ndim - ndim, psi.ndim))
     if "kin" in plan:
-        return jnp.fft.ifftn(_apply(jnp.fft.fftn(psi, axes=axes), plan["kin"]), axes=axes)
-    ax_x = axes[0]
-    ax_rest = axes[1:]
-
-    def a(p):
-        return jnp.fft.ifft(_apply(jnp.fft.fft(p, axis=ax_x), plan["rot_a"]), axis=ax_x)
-
-    psi = a(psi)
-    psi = jnp.fft.ifftn(_apply(jnp.fft.fftn(psi, axes=ax_rest), plan["rot_b"]), axes=ax_rest)
-    return a(psi)
+        return spectral_multiply(psi, plan["kin"], axes, fft)
+    psi = spectral_multiply(psi, plan["rot_a"], axes[:1], fft)
+    psi = spectral_multiply(psi, plan["rot_b"], axes[1:], fft)
+    return spectral_multiply(psi, plan["rot_a"], axes[:1], fft)
 
 
 def _step_plan(psi: jax.Array, system: GPSystem, dt: Any, plan: dict[str, Any], imaginary: bool,
@@ -351,7 +352,7 @@ def _step_plan(psi: jax.Array, system: GPSystem, dt: Any, plan: dict[str, Any], 
         return p + p * delta.astype(rdt)
 
     def kinetic(p):
-        p = _kinetic_apply(p, plan, system.grid.ndim)
+        p = _kinetic_apply(p, plan, system.grid.ndim, system.fft)
         # Imaginary time: renormalise before the second nonlinear half-step too, so that g|ψ|² is
         # evaluated at the right norm (measured: virial residual of the fixed point 3e-2 → 1.3e-5).
         return project(p) if imaginary else p

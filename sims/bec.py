@@ -69,6 +69,9 @@ class BECConfig:
     # Rescale ψ to the chunk's starting norm every step: removes the float32 FFT round-off loss of the
     # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.condensate.step.
     project_norm: bool = False
+    # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
+    # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.spectral.
+    fft: Literal["xla", "ducc"] = "xla"
     seed: int = 0
     precision: Literal["float32", "float64"] = "float32"
 
@@ -107,7 +110,7 @@ def _dtype(cfg: BECConfig):
 def gp_system(cfg: BECConfig) -> C.GPSystem:
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
-    return C.GPSystem(grid, C.harmonic(grid, trap, dtype=_dtype(cfg)), cfg.g, cfg.omega_rot)
+    return C.GPSystem(grid, C.harmonic(grid, trap, dtype=_dtype(cfg)), cfg.g, cfg.omega_rot, fft=cfg.fft)
 
 
 def gp_initial_state(cfg: BECConfig, system: C.GPSystem) -> tuple[jax.Array, dict]:
