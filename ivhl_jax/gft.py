@@ -36,6 +36,7 @@ from flax import struct
 
 from ivhl_jax.condensate import phase_factor_m1, split_step
 from ivhl_jax.rollout import rollout
+from ivhl_jax.spectral import spectral_multiply
 from ivhl_jax.validation import check_array, check_scalar, is_concrete
 
 __all__ = ["GFTSystem", "gft_potential", "gft_rhs", "gft_charge", "gft_step", "gft_evolve", "gft_relax",
@@ -157,11 +158,7 @@ def _step_plan(phi: jax.Array, system: GFTSystem, dt: Any, kin: jax.Array, imagi
     lam = jnp.asarray(system.lam, rdt)
     axes = _lattice_axes(phi, system.rank)
 
-    def kinetic(p):
-        pk = jnp.fft.fftn(p, axes=axes)
-        return jnp.fft.ifftn(pk + pk * kin, axes=axes)
-
-    return split_step(phi, lambda p: m2 + lam * _abs2(p), kinetic, dt, imaginary)
+    return split_step(phi, lambda p: m2 + lam * _abs2(p), lambda p: spectral_multiply(p, kin, axes), dt, imaginary)
 
 
 def _check_dt(dt: Any) -> Any:

@@ -1,9 +1,10 @@
 """Fourier multipliers ``ψ ↦ F⁻¹[(1 + m(k)) · F ψ]`` with a choice of FFT backend.
 
-Every split-step kinetic propagator in this library (GP, GFT, the rotating-frame ADI factors) is
-such a multiplier over some axes. The factor is passed as ``m = f − 1`` (see
-``condensate.phase_factor_m1``): ``ψ̂ + ψ̂·m`` keeps the small phases of the occupied modes to full
-float32 precision, which is what makes the scheme conserve the norm to round-off.
+Every split-step kinetic propagator in this library (GP including its rotating-frame ADI factors,
+the GFT condensate) is such a multiplier over some axes; the GFT uses the XLA backend only. The
+factor is passed as ``m = f − 1`` (see ``condensate.phase_factor_m1``): ``ψ̂ + ψ̂·m`` keeps the small
+phases of the occupied modes to full float32 precision, which is what makes the scheme conserve the
+norm to round-off.
 
 Backends:
 
