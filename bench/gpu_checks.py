@@ -327,31 +327,26 @@ def section_parallel(quick: bool) -> dict:
 
 # ----------------------------------------------------------------------------------------------- gp
 def section_gp(quick: bool) -> dict:
+    """The ``gp_step`` benchmark's system (bench/ops_condensate.py) on this device vs its PyTorch peer on CUDA."""
+    import jax
     import jax.numpy as jnp
 
     from ivhl_jax import condensate as C
+    from ivhl_jax.bench.ops_condensate import DT, _gp_setup
 
     cases = [((32, 32, 32), 10)] if quick else [((256, 256), 100), ((128, 128, 128), 50), ((256, 256, 256), 20)]
     reps = 3 if quick else 10
-    dt, g = 1e-3, 100.0
     out = []
     for shape, steps in cases:
         rec = {"shape": list(shape), "steps_per_call": steps, "dtype": "complex64"}
         try:
-            grid = C.Grid.uniform(shape, [0.1 * n for n in shape])
-            system = C.GPSystem(grid, C.harmonic(grid), g)
-            psi = C.gaussian(grid)
-            import jax
-
+            _, _, system, psi, _ = _gp_setup(shape)
             ev = jax.jit(lambda p, system=system, steps=steps: C.evolve(
-                p, system, dt, steps, steps, observe=lambda q, s: jnp.zeros(()))[0])
+                p, system, DT, steps, steps, observe=lambda q, s: jnp.zeros(()))[0])
             t = _median_time(_jax_call(ev, psi), reps)
             rec["jax_ms_per_step"] = 1e3 * t["median_s"] / steps
-            n = int(np.prod(shape))
-            rec["jax_gbps_3pass_bound"] = 3 * 2 * 8 * n * steps / t["median_s"] / 1e9
-            kin = np.exp(-0.5j * dt * grid.k_squared()).astype(np.complex64)
-            rec.update(_torch_gp(np.asarray(system.potential), np.asarray(psi), kin, dt, g, steps, reps,
-                                 np.asarray(ev(psi))))
+            rec["jax_gbps_3pass_bound"] = 3 * 2 * 8 * int(np.prod(shape)) * steps / t["median_s"] / 1e9
+            rec.update(_torch_gp_cuda(shape, steps, reps, np.asarray(ev(psi))))
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             rec["traceback"] = traceback.format_exc()[-1500:]
@@ -359,38 +354,19 @@ def section_gp(quick: bool) -> dict:
     return {"results": out, "note": "same Strang algorithm in both (two half local phases + FFT pair per step)"}
 
 
-def _torch_gp(v_np, psi_np, kin_np, dt, g, steps, reps, jax_result) -> dict:
+def _torch_gp_cuda(shape, steps, reps, jax_result) -> dict:
     import torch
 
     if not torch.cuda.is_available():
         return {"torch": "no CUDA"}
-    dev = "cuda"
-    v = torch.from_numpy(v_np).to(dev)
-    p0 = torch.from_numpy(psi_np).to(dev)
-    kin = torch.from_numpy(kin_np).to(dev)
-    half = 0.5 * dt
-
-    def evolve(p):
-        for _ in range(steps):
-            p = p * torch.polar(torch.ones_like(v), -half * (v + g * (p.real ** 2 + p.imag ** 2)))
-            p = torch.fft.ifftn(torch.fft.fftn(p) * kin)
-            p = p * torch.polar(torch.ones_like(v), -half * (v + g * (p.real ** 2 + p.imag ** 2)))
-        return p
+    from ivhl_jax.bench.ops_condensate import _torch_peer
 
     out = {}
-    for name, fn in (("torch_eager", evolve), ("torch_compile", None)):
+    for name, compiled in (("torch_eager", False), ("torch_compile", True)):
         try:
-            if fn is None:
-                fn = torch.compile(evolve)
-            with torch.no_grad():
-                res = fn(p0)
-                torch.cuda.synchronize()
-
-                def call(fn=fn):
-                    fn(p0)
-                    torch.cuda.synchronize()
-
-                t = _median_time(call, reps)
+            call = _torch_peer(shape, steps, device="cuda", compiled=compiled)()
+            res = call()  # first call: compile for torch.compile
+            t = _median_time(call, reps)
             out[f"{name}_ms_per_step"] = 1e3 * t["median_s"] / steps
             out[f"{name}_max_abs_diff_vs_jax"] = float(np.max(np.abs(res.cpu().numpy() - jax_result)))
         except Exception as e:

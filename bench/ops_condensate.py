@@ -72,26 +72,34 @@ def _numpy_peer(shape, steps):
     return build
 
 
-def _torch_peer(shape, steps):
+def _torch_peer(shape, steps, device="cpu", compiled=False):
+    """PyTorch eager (or ``torch.compile``) Strang steps on ``device``; the call returns after the work."""
     def build():
         import torch
 
         _, grid, system, psi, kin = _gp_setup(shape)
-        v = torch.from_numpy(np.array(system.potential))
-        p0 = torch.from_numpy(np.array(psi))
-        kin_t = torch.from_numpy(kin)
+        v = torch.from_numpy(np.array(system.potential)).to(device)
+        p0 = torch.from_numpy(np.array(psi)).to(device)
+        kin_t = torch.from_numpy(kin).to(device)
         half, g = 0.5 * DT, G
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
         def local(p):
             return p * torch.polar(torch.ones_like(v), -half * (v + g * (p.real ** 2 + p.imag ** 2)))
 
+        def evolve(p):
+            for _ in range(steps):
+                p = local(p)
+                p = torch.fft.ifftn(torch.fft.fftn(p) * kin_t)
+                p = local(p)
+            return p
+
+        run = torch.compile(evolve) if compiled else evolve
+
         def call():
             with torch.no_grad():
-                p = p0
-                for _ in range(steps):
-                    p = local(p)
-                    p = torch.fft.ifftn(torch.fft.fftn(p) * kin_t)
-                    p = local(p)
+                p = run(p0)
+            sync()
             return p
 
         return call
