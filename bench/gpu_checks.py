@@ -14,7 +14,7 @@ Sections
   attention    forward and forward+backward time and TFLOP/s (causal, bf16) per implementation.
   transformer  one AdamW train step of the ``base`` preset (768/12/12) in bf16 (fp32 master weights):
                tokens/s, model TFLOP/s (6N + 12LdT per token) and MFU against the measured bf16 peak.
-  parallel     the same step through ``ivhl_jax.parallel.jit_train_step`` (1-device ``data`` and
+  parallel     the same step through ``ivhl_jax.train.parallel.jit_train_step`` (1-device ``data`` and
                ``fsdp`` meshes) over the plain ``jax.jit`` step: the overhead of the parallel code path.
   gp           Gross–Pitaevskii Strang steps (``condensate.evolve``) vs the same algorithm in PyTorch on
                the same GPU (eager and, if it compiles, ``torch.compile``).
@@ -59,7 +59,7 @@ def _jax_call(fn, *args):
 def section_env(quick: bool) -> dict:
     import jax
 
-    from ivhl_jax.device import device_report
+    from ivhl_jax.run.device import device_report
 
     out = {"report": device_report(), "default_backend": jax.default_backend()}
     try:
@@ -146,7 +146,7 @@ def section_attention_ok(quick: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.attention import attention
+    from ivhl_jax.nn.attention import attention
 
     B, T, N, H = (2, 128, 2, 64) if quick else (2, 512, 4, 64)
     rng = np.random.default_rng(0)
@@ -194,7 +194,7 @@ def section_attention(quick: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.attention import attention, attention_flops
+    from ivhl_jax.nn.attention import attention, attention_flops
 
     shapes = [(1, 256, 2, 64)] if quick else [(4, 4096, 16, 64), (4, 4096, 16, 128), (1, 16384, 16, 128)]
     reps = 3 if quick else 20
@@ -229,8 +229,8 @@ def section_attention(quick: bool) -> dict:
 def _lm_step(cfg, B, T, seed=0):
     import jax
 
-    from ivhl_jax import training
     from ivhl_jax.models.transformer import init_params, lm_loss_fn
+    from ivhl_jax.train import training
 
     opt = training.make_optimizer(name="adamw", learning_rate=1e-4, warmup_steps=1, total_steps=100)
     params = init_params(cfg, jax.random.key(seed))
@@ -294,8 +294,8 @@ def section_transformer(quick: bool, peak_bf16_tflops: float | None) -> dict:
 def section_parallel(quick: bool) -> dict:
     import jax
 
-    from ivhl_jax import parallel
     from ivhl_jax.models.transformer import param_logical_axes, preset
+    from ivhl_jax.train import parallel
 
     name, B, T = ("tiny", 4, 64) if quick else ("base", 8, 1024)
     reps = 3 if quick else 10
@@ -331,8 +331,8 @@ def section_gp(quick: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax import condensate as C
     from ivhl_jax.bench.ops_condensate import DT, _gp_setup
+    from ivhl_jax.physics import condensate as C
 
     cases = [((32, 32, 32), 10)] if quick else [((256, 256), 100), ((128, 128, 128), 50), ((256, 256, 256), 20)]
     reps = 3 if quick else 10
@@ -380,7 +380,7 @@ def section_pallas_blocks(quick: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.attention import attention
+    from ivhl_jax.nn.attention import attention
 
     shapes = [(1, 256, 2, 64)] if quick else [(4, 4096, 16, 64), (4, 4096, 16, 128)]
     reps = 3 if quick else 20
@@ -419,7 +419,7 @@ def section_gp_rounding(quick: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax import condensate as C
+    from ivhl_jax.physics import condensate as C
 
     grid = C.Grid.uniform((128,), 16.0)
     system = C.GPSystem(grid, C.harmonic(grid), 5.0)
@@ -478,7 +478,7 @@ def main(argv=None) -> int:
             res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
         res["section_wall_s"] = time.perf_counter() - t0
         doc["sections"][name] = res
-        from ivhl_jax.io import write_json
+        from ivhl_jax.run.io import write_json
 
         write_json(path, doc)  # after every section: a later crash loses nothing
         print(json.dumps(_summary(name, res), default=str)[:1500], flush=True)

@@ -206,7 +206,7 @@ def run(ops: Sequence[str] | None = None, sizes: Sequence[str] = ("small",), *, 
         warmup: int = 1, peers: bool = True, max_eager_s: float = 20.0,
         log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the selected ops at the selected sizes; returns the full JSON document."""
-    from ivhl_jax.device import device_report
+    from ivhl_jax.run.device import device_report
 
     available = registry()
     names = list(available) if not ops else list(ops)

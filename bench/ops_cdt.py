@@ -19,8 +19,8 @@ import time
 import jax
 import numpy as np
 
-from ivhl_jax import cdt
 from ivhl_jax.bench.harness import BenchCase, summarize
+from ivhl_jax.physics import cdt
 
 T_SLICES, VOLUME, SWEEPS = 16, 512, 2
 CHAINS = {"small": 1, "medium": 16, "large": 128, "extreme": 1024}
@@ -139,7 +139,7 @@ OPS = {"cdt_sweeps": _factory}
 
 def scaling(chain_counts=(1, 4, 16, 64, 256), repeats: int = 5) -> dict:
     """Accepted and attempted moves per second, per chain and aggregate, vs the number of vmapped chains."""
-    from ivhl_jax.device import device_report
+    from ivhl_jax.run.device import device_report
 
     rows = []
     for n in chain_counts:
@@ -174,7 +174,7 @@ def scaling(chain_counts=(1, 4, 16, 64, 256), repeats: int = 5) -> dict:
 
 
 def main(argv=None) -> int:
-    from ivhl_jax.io import write_json
+    from ivhl_jax.run.io import write_json
 
     p = argparse.ArgumentParser(description="CDT chain-scaling benchmark")
     p.add_argument("--chains", default="1,4,16,64,256")

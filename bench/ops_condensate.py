@@ -1,7 +1,7 @@
 """Benchmarks of the Gross–Pitaevskii split-step (``gp_step``) and the GFT condensate step (``gft_step``).
 
 ``gp_step``: K real-time Strang steps of i∂ψ/∂t = [−½∇² + V + g|ψ|²]ψ (harmonic trap, g = 100,
-dt = 1e-3, complex64) through :func:`ivhl_jax.condensate.evolve` without observables, on
+dt = 1e-3, complex64) through :func:`ivhl_jax.physics.condensate.evolve` without observables, on
 1D 4096 (small), 2D 256² (medium), 3D 64³ (large), 3D 128³ (extreme). Each step is two FFTs and
 two local (cos/sin) phase multiplications. Peers, in the same process, run the identical algorithm
 (same precomputed kinetic factor, complex64): NumPy (``numpy.fft``) and PyTorch eager (``torch.fft``).
@@ -39,7 +39,7 @@ def copy_bandwidth_gbps(n_bytes: int = 1 << 27, repeats: int = 5) -> float:
 
 
 def _gp_setup(shape, fft="xla"):
-    from ivhl_jax import condensate as C
+    from ivhl_jax.physics import condensate as C
 
     grid = C.Grid.uniform(shape, [0.1 * n for n in shape])  # dx = 0.1: dt·k_max²/2 < π in 3D
     system = C.GPSystem(grid, C.harmonic(grid), G, fft=fft)
@@ -125,7 +125,7 @@ def _gp_case(size: str, fft: str) -> BenchCase:
         peers={"numpy": _numpy_peer(shape, steps), "torch_eager": _torch_peer(shape, steps)},
         op_by_op=size in ("small", "medium", "large") and fft == "xla", items_per_call=steps, items_name="steps",
         notes="K Strang steps per call; flops = 5 N log2 N per FFT + ~30 per point; bytes = 3 passes of r+w"
-              + ("" if fft == "xla" else f"; kinetic FFT pair on the host ({fft}, via ivhl_jax.spectral)"),
+              + ("" if fft == "xla" else f"; kinetic FFT pair on the host ({fft}, via ivhl_jax.numerics.spectral)"),
     )
 
 
@@ -142,7 +142,7 @@ def gft_step(size: str) -> BenchCase:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax import gft as Gm
+    from ivhl_jax.physics import gft as Gm
 
     shape = GFT_SIZES[size]
     system = Gm.GFTSystem(shape, -0.5, 0.1)

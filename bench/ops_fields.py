@@ -5,7 +5,7 @@ S ~ N(0, 0.25 I), A = 1, k = 1, ω = 1, φ = 0, t = 0, softening ε = 0.1), i.e.
 
     ψ_n = Σ_j A_j e^{i(k_j r_nj − ω_j t + φ_j)} / (r_nj + ε),
 
-timed through the public :func:`ivhl_jax.fields.superpose` (float32 in, complex64 out). Peers,
+timed through the public :func:`ivhl_jax.physics.fields.superpose` (float32 in, complex64 out). Peers,
 timed in the same process: the same formula in NumPy (float64 and float32), PyTorch eager and
 ``torch.compile`` (float32; real cos/sin parts because inductor cannot generate complex code),
 and the straightforward JAX formulation with XLA's own cos/sin (what ``fastmath`` replaced).
@@ -84,7 +84,7 @@ def _jax_plain_peer(inp: dict[str, np.ndarray], chunk: int = 2048) -> callable:
         import jax
         import jax.numpy as jnp
 
-        from ivhl_jax.fastmath import safe_norm
+        from ivhl_jax.numerics.fastmath import safe_norm
 
         def tile(pts, s, a, k, th):
             r = safe_norm(pts[:, None, :] - s[None, :, :])
@@ -111,7 +111,7 @@ def _jax_plain_peer(inp: dict[str, np.ndarray], chunk: int = 2048) -> callable:
 def superpose_case(size: str) -> BenchCase:
     import jax.numpy as jnp
 
-    from ivhl_jax import fields
+    from ivhl_jax.physics import fields
 
     n, m = SUPERPOSE_SIZES[size]
     inp = _superpose_inputs(n, m)
@@ -130,7 +130,7 @@ def superpose_case(size: str) -> BenchCase:
         peers={"numpy_float64": _numpy_peer(inp, np.float64), "numpy_float32": _numpy_peer(inp, np.float32),
                "torch_eager": _torch_peer(inp, compiled=False), "torch_compile": _torch_peer(inp, compiled=True),
                "jax_plain_xla_sincos": _jax_plain_peer(inp)},
-        notes="jit = ivhl_jax.fields.superpose -> fastmath.point_source_sum (own sincos, SoA, complex "
+        notes="jit = ivhl_jax.physics.fields.superpose -> fastmath.point_source_sum (own sincos, SoA, complex "
               "accumulator, loop over sources unrolled x4). peer_over_jit > 1 means ivhl_jax is faster. "
               "Peers use the real cos/sin form and the same float32 dtype.")
 
@@ -138,7 +138,7 @@ def superpose_case(size: str) -> BenchCase:
 def sincos_case(size: str) -> BenchCase:
     import jax.numpy as jnp
 
-    from ivhl_jax.fastmath import sincos
+    from ivhl_jax.numerics.fastmath import sincos
 
     n = SINCOS_SIZES[size]
     x = np.random.default_rng(0).uniform(-100.0, 100.0, n).astype(np.float32)
@@ -167,7 +167,7 @@ def sincos_case(size: str) -> BenchCase:
         items_per_call=float(n), items_name="elements (sin and cos each)",
         peers={"jax_xla_sin_cos": xla_peer, "numpy_float32": lambda: (lambda: (np.sin(x), np.cos(x))),
                "torch_eager": torch_peer(False), "torch_compile": torch_peer(True)},
-        notes="jit = ivhl_jax.fastmath.sincos (Cody-Waite + minimax, shared reduction); "
+        notes="jit = ivhl_jax.numerics.fastmath.sincos (Cody-Waite + minimax, shared reduction); "
               "jax_xla_sin_cos = jnp.sin and jnp.cos under one jit.")
 
 

@@ -1,4 +1,4 @@
-"""Benchmarks and measurements of :mod:`ivhl_jax.parallel` on emulated (or real) devices.
+"""Benchmarks and measurements of :mod:`ivhl_jax.train.parallel` on emulated (or real) devices.
 
 Harness ops (``ivhl bench --op NAME``), each a full training step of a small MLP on all devices,
 with the plain single-device step timed as the peer ``plain_1device`` in the same run:
@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from ivhl_jax import parallel, training
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.train import parallel, training
 
 MLP_SIZES = {"small": (256, 64, 256), "medium": (1024, 256, 1024), "large": (4096, 512, 2048),
              "extreme": (8192, 1024, 4096)}  # (batch, d_in, hidden)
@@ -242,7 +242,7 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
     vs rank-4 PowerSGD, all with error feedback."""
     from sklearn.datasets import load_digits
 
-    from ivhl_jax.data import Batcher
+    from ivhl_jax.train.data import Batcher
 
     x, y = load_digits(return_X_y=True)
     order = np.random.default_rng(0).permutation(len(x))
@@ -294,7 +294,7 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
 
 
 def main(argv=None) -> int:
-    from ivhl_jax.io import write_json
+    from ivhl_jax.run.io import write_json
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="bench/results/parallel_8dev.json")

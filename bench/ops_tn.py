@@ -1,7 +1,7 @@
-"""Benchmarks for ivhl_jax.tn / ivhl_jax.mera: network contraction and one MERA sweep at χ = 4, 8, 12 (16).
+"""Benchmarks for ivhl_jax.physics.tn and .mera: network contraction, one MERA sweep at χ = 4, 8, 12 (16).
 
 * ``tn_contract``: the seven-tensor contraction of one ascending-superoperator term (the MERA's dominant
-  network) via :func:`ivhl_jax.tn.contract` (cached optimal path); peer: NumPy ``einsum`` with the same path.
+  network) via :func:`ivhl_jax.physics.tn.contract` (cached optimal path); peer: NumPy ``einsum`` with the same path.
 * ``mera_sweep``: one full Evenbly–Vidal sweep (steady state, descend, 3 environments + SVD updates per layer,
   ascend) of a 2-transitional-layer modified binary MERA.
 * the machine's matmul ceiling to compare GFLOP/s against is ``matmul_peak_f32`` (``bench/ops_machine.py``).
@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax import mera as M
-from ivhl_jax import tn
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.physics import mera as M
+from ivhl_jax.physics import tn
 
 _CHI = {"small": 4, "medium": 8, "large": 12, "extreme": 16}
 _SPEC = "ekr,fckl,lds,efab,aip,bcij,jdq->rspq"

@@ -5,7 +5,7 @@ Ops (factory(size) -> BenchCase):
   dense_gelu, layernorm_dense — the "fused" blocks: jit vs op-by-op (every primitive dispatched
     eagerly, the analogue of unfused PyTorch eager) and a PyTorch eager peer.
   transformer_train_step — one AdamW train step of the ``small`` preset (512/6/8) through
-    ``ivhl_jax.training``; tokens/s, model FLOP/s (6N + 12LdT per token) and a PyTorch peer of the
+    ``ivhl_jax.train.training``; tokens/s, model FLOP/s (6N + 12LdT per token) and a PyTorch peer of the
     same architecture (pre-norm, RoPE omitted in the peer: learned positions; GELU; AdamW).
 
 Memory sweep (compile only, nothing is allocated)::
@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.attention import attention, attention_flops
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.nn.attention import attention, attention_flops
 
 _ATT = {"small": (1, 1024, 8, 64), "medium": (1, 4096, 8, 64), "large": (1, 8192, 8, 64),
         "extreme": (1, 16384, 8, 64)}
@@ -96,8 +96,8 @@ _LM = {"small": (4, 256), "medium": (8, 512), "large": (16, 1024), "extreme": (3
 
 
 def _train_step_case(size: str) -> BenchCase:
-    from ivhl_jax import training
     from ivhl_jax.models.transformer import flops_per_token, init_params, lm_loss_fn, preset
+    from ivhl_jax.train import training
 
     B, T = _LM[size]
     cfg = preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla")
@@ -201,8 +201,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not a.memory:
         p.error("nothing to do: pass --memory (timings run through `ivhl bench --op ...`)")
-    from ivhl_jax.device import device_report
-    from ivhl_jax.io import write_json
+    from ivhl_jax.run.device import device_report
+    from ivhl_jax.run.io import write_json
 
     Ts = [T for T in (1024, 2048, 4096, 8192, 16384) if T <= a.max_T]
     doc = {"environment": device_report(), "attention_memory": attention_memory_sweep(Ts)}

@@ -1,9 +1,20 @@
 """ivhl_jax: compiled, differentiable physics simulation in JAX.
 
-The pure-functional core lives in this package (``ivhl_jax.fields``, ``ivhl_jax.condensate``,
-``ivhl_jax.tn``, ``ivhl_jax.cdt``, ``ivhl_jax.adaptive`` ...). Flax modules, runnable simulations
-and benchmarks live in the repository folders ``models/``, ``sims/`` and ``bench/`` and are
-importable as ``ivhl_jax.models``, ``ivhl_jax.sims`` and ``ivhl_jax.bench``.
+Layers (each imports only the ones above it; ``tests/test_layering.py`` enforces it):
+
+* :mod:`ivhl_jax.core` — validation, precision policies;
+* :mod:`ivhl_jax.numerics` — fast transcendentals, spectral multipliers, the stepper protocol and
+  :func:`trajectory`;
+* :mod:`ivhl_jax.physics` — fields, condensate, gft, cdt, mera, tn, exact;
+* :mod:`ivhl_jax.nn` — attention, gru, adaptive-node dynamics;
+* :mod:`ivhl_jax.train` — training step, parallelism, data, checkpoints (never imports physics/models);
+* :mod:`ivhl_jax.run` — chunked runner, configs, io, launch, device, profiler (never imports physics/models).
+
+The public namespace is flat (diffrax style): ``ivhl_jax.condensate``, ``ivhl_jax.trajectory``,
+``ivhl_jax.Policy`` ... are the documented entry points. Flax modules, runnable simulations and
+benchmarks live in the repository folders ``models/``, ``sims/`` and ``bench/`` and are importable as
+``ivhl_jax.models``, ``ivhl_jax.sims`` and ``ivhl_jax.bench`` (imported on demand: they pull in Flax
+models, plotting and peers that a kernel user does not need).
 """
 
 from __future__ import annotations
@@ -19,3 +30,27 @@ _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
 if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_os.path.join(_root, "models")):
     if _root not in __path__:
         __path__.append(_root)
+
+from ivhl_jax.core import precision, validation  # noqa: E402
+from ivhl_jax.core.precision import Policy  # noqa: E402
+from ivhl_jax.nn import adaptive, attention, gru  # noqa: E402
+from ivhl_jax.numerics import fastmath, rollout, spectral  # noqa: E402
+from ivhl_jax.numerics.rollout import Stepper, chunked, trajectory  # noqa: E402
+from ivhl_jax.physics import cdt, condensate, exact, fields, gft, mera, tn  # noqa: E402
+from ivhl_jax.run import config, device, io, runner  # noqa: E402
+from ivhl_jax.run.runner import run_chunked  # noqa: E402
+from ivhl_jax.train import checkpoint, data, parallel, training  # noqa: E402
+from ivhl_jax.train.checkpoint import Checkpointer  # noqa: E402
+
+__all__ = [
+    # layers
+    "core", "numerics", "physics", "nn", "train", "run",
+    # modules, flat
+    "validation", "precision", "fastmath", "spectral", "rollout",
+    "fields", "condensate", "gft", "cdt", "mera", "tn", "exact",
+    "attention", "gru", "adaptive",
+    "training", "parallel", "data", "checkpoint",
+    "runner", "config", "io", "device",
+    # the few names every user meets
+    "Stepper", "trajectory", "chunked", "Policy", "Checkpointer", "run_chunked",
+]

@@ -48,7 +48,7 @@ def _dispatch(kind: str, name: str | None, argv: list[str]) -> int:
 
 def _bench(argv: list[str]) -> int:
     from ivhl_jax.bench import harness
-    from ivhl_jax.io import write_json
+    from ivhl_jax.run.io import write_json
 
     p = argparse.ArgumentParser(prog="ivhl bench", description="Benchmark ops: jit vs op-by-op (+ peers).")
     p.add_argument("--op", action="append", help="op name (repeatable); default: all")
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "info":
-        from ivhl_jax.device import format_report
+        from ivhl_jax.run.device import format_report
 
         print(format_report())
         return 0
@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cmd == "bench":
         return _bench(rest)
     if cmd == "launch":
-        from ivhl_jax.launch import main as launch_main
+        from ivhl_jax.run.launch import main as launch_main
 
         return int(launch_main(rest) or 0)
     print(f"ivhl: unknown command {cmd!r}\n{__doc__}", file=sys.stderr)

@@ -1,9 +1,9 @@
-"""Flax module and losses for the adaptive-node classifier (equations in :mod:`ivhl_jax.adaptive`).
+"""Flax module and losses for the adaptive-node classifier (equations in :mod:`ivhl_jax.nn.adaptive`).
 
 ``AdaptiveModel(config)`` owns the parameters (PyTorch ``nn.Linear`` initialisation, as the seed)
 and is a thin shell over the pure functions: ``model.apply(variables, x, state, key)`` returns
 ``(logits, new_state, outputs)``. The node state is never stored on the module; the caller passes
-an explicit initial state (:func:`ivhl_jax.adaptive.init_state`) for each sequence.
+an explicit initial state (:func:`ivhl_jax.nn.adaptive.init_state`) for each sequence.
 
 Default parameter count for the seed configuration (D=784, H=64, N=100, C=10): 55,482.
 """
@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ivhl_jax import adaptive
-from ivhl_jax.adaptive import AdaptiveConfig, NodeState
+from ivhl_jax.nn import adaptive
+from ivhl_jax.nn.adaptive import AdaptiveConfig, NodeState
 
 
 class AdaptiveModel(nn.Module):
@@ -41,12 +41,12 @@ class AdaptiveModel(nn.Module):
 
 
 def make_classification_loss(model: AdaptiveModel, *, carry_state: bool) -> Callable:
-    """A ``loss_fn(params, batch, key, extra)`` for :func:`ivhl_jax.training.make_train_step`.
+    """A ``loss_fn(params, batch, key, extra)`` for :func:`ivhl_jax.train.training.make_train_step`.
 
     ``batch = (x [B,D], y [B] int)``; the loss is mean softmax cross-entropy on integer labels.
     ``extra`` is a :class:`NodeState` of batch B. With ``carry_state`` (the seed's semantics, whose
     time axis is the sequence of batches) it is the initial state of this batch, detached from the
-    previous one; otherwise every batch starts from :func:`ivhl_jax.adaptive.init_state` (an
+    previous one; otherwise every batch starts from :func:`ivhl_jax.nn.adaptive.init_state` (an
     explicit initial state per sample) and ``extra`` only records the last state for monitoring.
     The returned ``new_extra`` is the final node state, detached.
     """

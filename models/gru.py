@@ -1,4 +1,4 @@
-"""GRU trajectory predictor: a Flax module over :func:`ivhl_jax.gru.gru_scan` with a bounded delta head.
+"""GRU trajectory predictor: a Flax module over :func:`ivhl_jax.nn.gru.gru_scan` with a bounded delta head.
 
 ``TrajectoryGRU(hidden, layers)`` maps a sequence of 2-D positions ``p [T, B, 2]`` to predicted next
 positions ``p_t + 0.5 tanh(W h_t + b) * step_scale`` (the seed's "tanh x 0.5 delta head"). Stacked
@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ivhl_jax import gru
+from ivhl_jax.nn import gru
 
 
 class TrajectoryGRU(nn.Module):

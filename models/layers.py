@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import erf
 
-from ivhl_jax.validation import check_array, check_choice, check_scalar
+from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 
 Dtype = Any
 

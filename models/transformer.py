@@ -6,7 +6,7 @@ One block (pre-norm, residual)::
     y = h + Dropout(W_2 · act(W_1 n(h)))
 
 with ``n`` = RMSNorm or LayerNorm, ``act`` = GELU/SwiGLU/GeGLU/..., causal attention through
-:func:`ivhl_jax.attention.attention` (``xla``/``cudnn``/``chunked``/``pallas``). The ``n_layers``
+:func:`ivhl_jax.nn.attention.attention` (``xla``/``cudnn``/``chunked``/``pallas``). The ``n_layers``
 blocks are one ``nn.scan`` over a stacked parameter tree (leading axis ``"layers"``), so compile time
 does not grow with depth, and each block may be rematerialised (``remat`` policy):
 
@@ -14,7 +14,7 @@ does not grow with depth, and each block may be rematerialised (``remat`` policy
 * ``"dots_saveable"``: keep only matmul outputs without batch dims, recompute element-wise work;
 * ``"full"``: keep only each block's input, recompute the block in the backward pass.
 
-Precision: ``precision`` names an :mod:`ivhl_jax.precision` policy; parameters are stored in its
+Precision: ``precision`` names an :mod:`ivhl_jax.core.precision` policy; parameters are stored in its
 ``param_dtype`` (fp32 master weights), matmuls run in ``compute_dtype``, norms/softmax statistics
 and the logits/loss in float32.
 
@@ -44,10 +44,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ivhl_jax import precision
-from ivhl_jax.attention import IMPLEMENTATIONS, attention
+from ivhl_jax.core import precision
+from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 from ivhl_jax.models.layers import ACTIVATIONS, GATED, Dense, DenseAct, apply_rope, get_norm
-from ivhl_jax.validation import check_array, check_choice, check_scalar
+from ivhl_jax.nn.attention import IMPLEMENTATIONS, attention
 
 REMAT_POLICIES = ("none", "dots_saveable", "full")
 
@@ -220,7 +220,7 @@ def flops_per_token(cfg: TransformerConfig, seq_len: int) -> float:
 
 
 def lm_loss_fn(cfg: TransformerConfig):
-    """``loss_fn(params, batch, key, extra) -> (loss, (metrics, extra))`` for ``ivhl_jax.training``.
+    """``loss_fn(params, batch, key, extra) -> (loss, (metrics, extra))`` for ``ivhl_jax.train.training``.
 
     ``batch``: integer tokens ``[B, T+1]``; inputs ``[:, :-1]``, targets ``[:, 1:]``. The loss is
     the mean next-token cross-entropy in nats (float32); metrics add ``bits_per_token`` and

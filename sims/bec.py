@@ -5,7 +5,7 @@ imprints, then real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − �
 GFT run: a complex field on a periodic rank-r lattice evolving under i∂φ/∂t = δV/δφ* from small
 noise (m² < 0: symmetry breaking), or its gradient flow with ``gft_imaginary=true``.
 
-The time loop runs in jitted chunks (:func:`ivhl_jax.runner.run_chunked`) with checkpoints in
+The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
 Outputs in <out>: density.png, phase.png, observables.png, observables.json (time series and
 summary), final_state.npy.
@@ -28,12 +28,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax import condensate as C
-from ivhl_jax import gft as G
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
-from ivhl_jax.io import save_figure, write_json
-from ivhl_jax.runner import RunResult, run_chunked
+from ivhl_jax.physics import condensate as C
+from ivhl_jax.physics import gft as G
+from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.runner import RunResult, run_chunked
+from ivhl_jax.train.checkpoint import Checkpointer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,10 +67,10 @@ class BECConfig:
     save_every: int = 50
     checkpoint_every: int = 1000
     # Rescale ψ to the chunk's starting norm every step: removes the float32 FFT round-off loss of the
-    # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.condensate.step.
+    # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.physics.condensate.step.
     project_norm: bool = False
     # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
-    # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.spectral.
+    # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.
     fft: Literal["xla", "ducc"] = "xla"
     seed: int = 0
     precision: Literal["float32", "float64"] = "float32"

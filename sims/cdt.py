@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax import cdt
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
-from ivhl_jax.io import save_figure, write_json
-from ivhl_jax.runner import run_chunked
+from ivhl_jax.physics import cdt
+from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.train.checkpoint import Checkpointer
 
 
 @dataclasses.dataclass(frozen=True)

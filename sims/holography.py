@@ -4,20 +4,20 @@
     ivhl sim holography --out runs/holo --set n_sources=128 --set "grid=[256, 256]"
     ivhl sim holography --config run.toml --no-resume
 
-Model (see :mod:`ivhl_jax.fields`): ``n_sources`` point sources on a helix about the z axis emit
+Model (see :mod:`ivhl_jax.physics.fields`): ``n_sources`` point sources on a helix about the z axis emit
 outgoing waves A e^{i(k_j r − ω_j t + φ_j)}/(r + ε) with ω_j = k_j (c = 1); the wavenumbers
 spread by ±``frequency_spread`` (relative, fixed by ``seed``) around k0 = 2π/``wavelength``, so
 the interference pattern beats in time. The field is optionally multiplied by straight vortex
 lines along z (``vortex_centers`` (x, y), integer ``vortex_charges``). It is evaluated on a 2-D
 slice (``plane`` "xy", "xz" or "yz" at ``plane_offset``) or, for a 3-entry ``grid``, on a 3-D grid
-over [−extent, extent]^D, for ``n_steps`` time steps of ``dt`` inside ``lax.scan``
-(:func:`ivhl_jax.rollout.rollout`), driven chunk by chunk with checkpoints in ``<out>/ckpt``
-(:func:`ivhl_jax.runner.run_chunked`; a run resumes bit-exactly, and can be extended by raising
-``n_steps``).
+over [−extent, extent]^D, for ``n_steps`` time steps of ``dt`` inside ``lax.scan``: the stepper
+:func:`ivhl_jax.physics.fields.evolution`, driven chunk by chunk (:func:`ivhl_jax.numerics.rollout.chunked`,
+:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in ``<out>/ckpt``; a run resumes bit-exactly, and
+can be extended by raising ``n_steps``.
 
 Outputs in ``--out`` (default ``runs/holography``; ``--demo``: ``runs/demo``): ``intensity.png``
 (last frame, log scale), ``phase.png`` (last frame, with the plaquette vortex charges of
-:func:`ivhl_jax.fields.vortex_map`), ``mean_intensity.png`` (time average), ``summary.json``.
+:func:`ivhl_jax.physics.fields.vortex_map`), ``mean_intensity.png`` (time average), ``summary.json``.
 Image axes: horizontal = first coordinate of the plane, vertical = second; for a 3-D grid the
 pictures show the z = middle slice.
 """
@@ -34,14 +34,13 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
-from ivhl_jax import fields
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
-from ivhl_jax.io import save_figure, write_json
-from ivhl_jax.rollout import rollout
-from ivhl_jax.runner import RunResult, run_chunked
+from ivhl_jax.numerics.rollout import chunked
+from ivhl_jax.physics import fields
+from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.runner import RunResult, run_chunked
+from ivhl_jax.train.checkpoint import Checkpointer
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}  # (first axis, second axis, normal)
 
@@ -105,30 +104,7 @@ class HolographyConfig:
              f"({self.steps_per_chunk})")
 
 
-@struct.dataclass
-class HoloState:
-    """Time-loop state: time, step count, the latest field and running intensity statistics."""
-
-    t: jax.Array
-    step: jax.Array
-    field: jax.Array           # complex, grid shape: ψ at the last evaluated time
-    intensity_sum: jax.Array   # Σ_t |ψ|² over evaluated frames (grid shape)
-    intensity_peak: jax.Array  # max_t |ψ|² per grid point
-
-
-@struct.dataclass
-class HoloParams:
-    points: jax.Array       # (N, 3)
-    sources: jax.Array      # (M, 3)
-    amplitudes: jax.Array   # (M,)
-    wavenumbers: jax.Array  # (M,)
-    phases: jax.Array       # (M,)
-    imprint: jax.Array      # (N,) complex vortex factor (ones without vortices)
-    softening: jax.Array
-    dt: jax.Array
-
-
-def build_params(cfg: HolographyConfig) -> HoloParams:
+def build_params(cfg: HolographyConfig) -> fields.WaveParams:
     """Sources, grid points and the (time-independent) vortex imprint of ``cfg``."""
     src = fields.helix_sources(cfg.n_sources, cfg.helix_radius, cfg.helix_pitch, cfg.helix_turns)
     rng = np.random.default_rng(cfg.seed)
@@ -154,17 +130,9 @@ def build_params(cfg: HolographyConfig) -> HoloParams:
         imprint = fields.vortex(pts, centers, np.asarray(cfg.vortex_charges, np.int32), core_size=cfg.vortex_core)
     else:
         imprint = jnp.ones(pts.shape[0], jnp.complex64)
-    f32 = lambda x: jnp.asarray(x, jnp.float32)
-    return HoloParams(points=pts, sources=src, amplitudes=jnp.full(cfg.n_sources, cfg.amplitude, jnp.float32),
-                      wavenumbers=f32(k), phases=f32(ph), imprint=imprint, softening=f32(cfg.softening),
-                      dt=f32(cfg.dt))
-
-
-def field_at(params: HoloParams, t: jax.Array) -> jax.Array:
-    """ψ(points, t) · imprint, shape (N,)."""
-    psi = fields.superpose(params.points, params.sources, amplitudes=params.amplitudes,
-                           wavenumbers=params.wavenumbers, phases=params.phases, t=t, softening=params.softening)
-    return psi * params.imprint
+    return fields.wave_params(pts, src, amplitudes=np.full(cfg.n_sources, cfg.amplitude, np.float32),
+                              wavenumbers=np.float32(k), phases=np.float32(ph), imprint=imprint,
+                              softening=cfg.softening, dt=cfg.dt)
 
 
 def _slice_2d(grid: tuple[int, ...], flat: jax.Array) -> jax.Array:
@@ -173,25 +141,11 @@ def _slice_2d(grid: tuple[int, ...], flat: jax.Array) -> jax.Array:
     return g if len(grid) == 2 else g[:, :, grid[2] // 2]
 
 
-def initial_state(cfg: HolographyConfig) -> HoloState:
-    n = int(np.prod(cfg.grid))
-    return HoloState(t=jnp.zeros((), jnp.float32), step=jnp.zeros((), jnp.int32),
-                     field=jnp.zeros(n, jnp.complex64), intensity_sum=jnp.zeros(n, jnp.float32),
-                     intensity_peak=jnp.zeros(n, jnp.float32))
-
-
-def step(state: HoloState, params: HoloParams) -> HoloState:
-    """Evaluate the field at ``state.t``, accumulate statistics, advance t by dt."""
-    psi = field_at(params, state.t)
-    i = fields.intensity(psi)
-    return HoloState(t=state.t + params.dt, step=state.step + 1, field=psi,
-                     intensity_sum=state.intensity_sum + i, intensity_peak=jnp.maximum(state.intensity_peak, i))
-
-
+@functools.lru_cache(maxsize=8)
 def make_observe(grid: tuple[int, ...]):
     """Per-step observations: time, intensity statistics and vortex counts on the displayed slice."""
 
-    def observe(state: HoloState, params: HoloParams) -> dict[str, jax.Array]:
+    def observe(state: fields.WaveState, params: fields.WaveParams) -> dict[str, jax.Array]:
         i = fields.intensity(state.field)
         vm = fields.vortex_map(_slice_2d(grid, state.field))
         return {"t": state.t - params.dt, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i),
@@ -201,24 +155,18 @@ def make_observe(grid: tuple[int, ...]):
     return observe
 
 
-@functools.lru_cache(maxsize=8)
-def _chunk_fn(steps_per_chunk: int, grid: tuple[int, ...]):
-    """The jitted chunk ``(state, params) -> (state, observations)``; cached so that repeated runs in
-    one process (resume, tests, notebooks) reuse the compiled program."""
-    observe = make_observe(grid)
-    return jax.jit(lambda s, p: rollout(step, s, p, steps_per_chunk, observe=observe))
-
-
 def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True
-             ) -> tuple[RunResult, HoloParams]:
+             ) -> tuple[RunResult, fields.WaveParams]:
     """Run ``cfg`` (resuming from ``checkpointer`` if it holds a checkpoint); returns (result, params)."""
-    params = build_params(cfg)
-    chunk = _chunk_fn(cfg.steps_per_chunk, tuple(cfg.grid))
-    result = run_chunked(lambda s: chunk(s, params), initial_state(cfg), n_chunks=cfg.n_steps // cfg.steps_per_chunk,
+    stepper = fields.evolution(build_params(cfg))
+    # make_observe is cached per grid, so repeated runs in one process (resume, tests, notebooks) hash to
+    # the same compiled chunk
+    advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=make_observe(tuple(cfg.grid)))
+    result = run_chunked(advance, stepper.init(), n_chunks=cfg.n_steps // cfg.steps_per_chunk,
                          steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
                          metadata=lambda s, _: {"config": config_dict(cfg), "step": s},
                          progress=progress, description="holography")
-    return result, params
+    return result, stepper.params
 
 
 def _extent_labels(cfg: HolographyConfig) -> tuple[list[float], str, str]:
@@ -237,7 +185,7 @@ def _title(cfg: HolographyConfig) -> str:
     return f"{cfg.plane} slice at {normal} = {cfg.plane_offset:g}"
 
 
-def write_outputs(cfg: HolographyConfig, result: RunResult, params: HoloParams, out: str) -> dict[str, str]:
+def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveParams, out: str) -> dict[str, str]:
     """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths."""
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure

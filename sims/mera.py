@@ -2,8 +2,8 @@
 
 The optimisation runs a ladder of stages of growing bond dimension (``chis``), each ``sweeps[k]``
 Evenbly–Vidal sweeps with ``layers[k]`` transitional layers below the scale-invariant one; between stages
-the tensors are padded (:func:`ivhl_jax.mera.grow`), which keeps the energy and avoids the poor local minima
-of a cold start at large χ. Each stage runs in jitted chunks (:func:`ivhl_jax.runner.run_chunked`) with
+the tensors are padded (:func:`ivhl_jax.physics.mera.grow`), which keeps the energy and avoids the poor local minima
+of a cold start at large χ. Each stage runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with
 checkpoints in <out>/ckpt/stage<k>: an interrupted run resumes where it stopped. Float64 throughout.
 
 Outputs in <out>: convergence.png (energy error per sweep), scaling_dims.png, mera.json (energy error per
@@ -26,11 +26,11 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from ivhl_jax import mera as M
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import load_config, prepare_run_dir
-from ivhl_jax.io import save_figure, write_json
-from ivhl_jax.runner import run_chunked
+from ivhl_jax.physics import mera as M
+from ivhl_jax.run.config import load_config, prepare_run_dir
+from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.train.checkpoint import Checkpointer
 
 ISING_DIMS = [0.0, 0.125, 1.0, 1.125, 1.125, 2.0, 2.0, 2.0, 2.0, 2.125]
 
@@ -79,7 +79,7 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
     """Run the ladder; returns the summary dict written to mera.json."""
     e0 = M.E0_CRITICAL_ISING if cfg.g == 1.0 else None
     if e0 is None:
-        from ivhl_jax.exact import tfi_energy_density
+        from ivhl_jax.physics.exact import tfi_energy_density
 
         e0 = tfi_energy_density(cfg.g)
     stages = []

@@ -1,13 +1,13 @@
 """Train the adaptive-node classifier: ``ivhl train adaptive [--config F] [--set k=v] [--out DIR]``.
 
 Datasets that need no download: ``digits`` (scikit-learn's 8x8 digits, 1797 samples, 64 features,
-standardised with training-set statistics; deterministic split by ``ivhl_jax.data.train_test_split``)
+standardised with training-set statistics; deterministic split by ``ivhl_jax.train.data.train_test_split``)
 and ``synthetic`` (the seed's prototype set: 10 class prototypes ~ N(0, I_D); a sample is its
 prototype plus 0.1 N(0, I) noise, 0.05 for the test set; 80/20 split; our own numpy seed).
 
 The whole loop is jitted: one ``advance`` call runs ``chunk`` optimiser steps under ``lax.scan``
 (batch at step s = ``Batcher.batch(data, s)``, so the data cursor is the step stored in the train
-state), then evaluates the test set. ``ivhl_jax.runner.run_chunked`` drives the chunks, shows
+state), then evaluates the test set. ``ivhl_jax.run.runner.run_chunked`` drives the chunks, shows
 progress and writes Orbax checkpoints of the TrainState (params, Adam state, key, step, node state)
 from which a run resumes bit-exactly.
 
@@ -31,15 +31,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax import adaptive, training
-from ivhl_jax.adaptive import AdaptiveConfig
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
-from ivhl_jax.data import Batcher, train_test_split
-from ivhl_jax.io import save_figure, write_json
+from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, predict
-from ivhl_jax.runner import run_chunked
-from ivhl_jax.validation import check_choice, check_scalar
+from ivhl_jax.nn import adaptive
+from ivhl_jax.nn.adaptive import AdaptiveConfig
+from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.train import training
+from ivhl_jax.train.checkpoint import Checkpointer
+from ivhl_jax.train.data import Batcher, train_test_split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,11 +230,12 @@ def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: 
 
 def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
     """``--profile``: per-piece timing of the configured model on data of its dataset's shape."""
-    from ivhl_jax import profiling
+    from ivhl_jax.bench.workloads import adaptive_workload
+    from ivhl_jax.run import profiling
 
     data = load_dataset(cfg)
     mcfg = model_config(cfg, data["x_train"].shape[1], 10)
-    loss_fn, params, opt, get_batch, _ = profiling.adaptive_workload(mcfg, batch_size=cfg.batch_size)
+    loss_fn, params, opt, get_batch, _ = adaptive_workload(mcfg, batch_size=cfg.batch_size)
     run = profiling.profile_training(loss_fn, params, opt, get_batch, batch_size=cfg.batch_size,
                                      fused_chunk=cfg.chunk, label=f"{cfg.preset} on {cfg.dataset}-shaped data")
     return write_json(os.path.join(out, "baseline.json"), profiling.baseline_document([run]))

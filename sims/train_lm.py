@@ -6,11 +6,11 @@ concatenated (separated by a newline) up to ``max_bytes``. The last ``val_fracti
 is the validation set (later files, never seen in training). Vocabulary: the 256 byte values.
 
 Training examples are non-overlapping windows of ``seq_len + 1`` bytes; the batch at step ``s`` is
-``ivhl_jax.data.Batcher(...).batch(windows, s)``, a pure function of (seed, s), so the data cursor
+``ivhl_jax.train.data.Batcher(...).batch(windows, s)``, a pure function of (seed, s), so the data cursor
 is the step stored in the train state and resuming from an Orbax checkpoint is bit-exact. The train
-step is ``ivhl_jax.training.make_train_step`` (AdamW, warm-up + cosine, global-norm clipping,
+step is ``ivhl_jax.train.training.make_train_step`` (AdamW, warm-up + cosine, global-norm clipping,
 gradient accumulation, precision policy with dynamic loss scaling for fp16); ``steps_per_chunk``
-steps run inside one jitted ``lax.scan`` (``ivhl_jax.runner.run_chunked``), followed by a
+steps run inside one jitted ``lax.scan`` (``ivhl_jax.run.runner.run_chunked``), followed by a
 validation evaluation on ``eval_batches`` fixed batches.
 
 The yardstick is the unigram (order-0) entropy ``H = −Σ p_b log2 p_b`` of the training bytes: a
@@ -41,11 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax import training
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
-from ivhl_jax.data import Batcher
-from ivhl_jax.io import save_figure, write_json
+from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.models.transformer import (
     TransformerConfig,
     count_params,
@@ -54,8 +50,12 @@ from ivhl_jax.models.transformer import (
     init_params,
     lm_loss_fn,
 )
-from ivhl_jax.runner import run_chunked
-from ivhl_jax.validation import check_scalar
+from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.train import training
+from ivhl_jax.train.checkpoint import Checkpointer
+from ivhl_jax.train.data import Batcher
 
 LN2 = math.log(2.0)
 

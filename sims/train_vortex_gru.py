@@ -3,8 +3,8 @@
 Data (no download). Each trajectory is a random Fourier path (as the seed's vortex controller):
 ``c(t) = sum_{n=1..3} (A_n cos(n w t + phi_n), B_n sin(n w t + psi_n))`` with amplitudes scaled so
 that ``|c| <= 0.5``. At every time step a charge-1 optical vortex is imprinted at ``c(t)`` on a
-``grid x grid`` window of [-1, 1]^2 with :func:`ivhl_jax.fields.vortex`, and the vortex is *detected*
-from the field: :func:`ivhl_jax.fields.vortex_map` gives the plaquette with winding +1, and the
+``grid x grid`` window of [-1, 1]^2 with :func:`ivhl_jax.physics.fields.vortex`, and the vortex is *detected*
+from the field: :func:`ivhl_jax.physics.fields.vortex_map` gives the plaquette with winding +1, and the
 zero of the least-squares linear fit ``psi ~ a + b x + c y`` over its four corners gives the
 sub-grid position. The GRU sees the detected positions ``p_0..p_t`` and predicts ``p_{t+1}``
 (teacher forcing, MSE, Adam + clipping, as the seed). Reported on held-out trajectories: one-step
@@ -24,14 +24,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax import fields, training
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import add_run_arguments, config_dict, load_config, prepare_run_dir
-from ivhl_jax.data import Batcher
-from ivhl_jax.io import save_figure, write_json
+from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.gru import TrajectoryGRU
-from ivhl_jax.runner import run_chunked
-from ivhl_jax.validation import check_choice, check_scalar
+from ivhl_jax.physics import fields
+from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.train import training
+from ivhl_jax.train.checkpoint import Checkpointer
+from ivhl_jax.train.data import Batcher
 
 
 @dataclasses.dataclass(frozen=True)

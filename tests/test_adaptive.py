@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from ivhl_jax import adaptive
-from ivhl_jax.adaptive import ACTIVE, INSPIRED, INTERACTIVE, SLEEP, AdaptiveConfig
 from ivhl_jax.models.adaptive import AdaptiveModel
+from ivhl_jax.nn.adaptive import ACTIVE, INSPIRED, INTERACTIVE, SLEEP, AdaptiveConfig
 
 SMALL = dict(num_nodes=6, hidden_dim=5, input_dim=7, output_dim=3)
 

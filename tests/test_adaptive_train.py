@@ -10,10 +10,10 @@ import jax
 import numpy as np
 import pytest
 
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import load_config
-from ivhl_jax.runner import run_chunked
+from ivhl_jax.run.config import load_config
+from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.sims import train_adaptive as ta
+from ivhl_jax.train.checkpoint import Checkpointer
 
 TINY = ["steps=20", "chunk=10", "batch_size=16", "model.num_nodes=8", "model.hidden_dim=8", "model.inner_steps=1"]
 

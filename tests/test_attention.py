@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ivhl_jax.attention import attention, attention_flops
+from ivhl_jax.nn.attention import attention, attention_flops
 
 
 def np_attention(q, k, v, mask=None, causal=False, g=None):

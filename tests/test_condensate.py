@@ -1,4 +1,4 @@
-"""Gross–Pitaevskii solver (ivhl_jax.condensate): fast checks (jit/vmap/grad/sharding, conservation, inputs).
+"""Gross–Pitaevskii solver (ivhl_jax.physics.condensate): fast checks (jit/vmap/grad/sharding, conservation, inputs).
 
 High-accuracy validation against exact physics lives in tests/test_condensate_validation.py (slow).
 """
@@ -241,7 +241,7 @@ def test_notebook_02_condensates(run_notebook):
     run_notebook("02_condensates.ipynb", timeout=600)
 
 
-# --- the opt-in host FFT backend (ivhl_jax.spectral, fft="ducc") ------------------------------------
+# --- the opt-in host FFT backend (ivhl_jax.numerics.spectral, fft="ducc") ------------------------------------
 @pytest.mark.parametrize("shape,omega", [((64,), 0.0), ((12, 12, 12), 0.0), ((24, 24), 0.5)])
 def test_host_fft_backend_equals_xla_forward_and_grad(shape, omega):
     pytest.importorskip("ducc0")

@@ -1,4 +1,4 @@
-"""ivhl_jax.exact: matrix-free TFI exact diagonalisation vs dense NumPy, free fermions and CFT entanglement."""
+"""ivhl_jax.physics.exact: matrix-free TFI exact diagonalisation vs dense NumPy, free fermions and CFT entanglement."""
 
 from __future__ import annotations
 

@@ -238,7 +238,7 @@ def test_device_report_and_cli_info(capsys):
 def test_compilation_cache_writes_entries(tmp_path):
     code = (
         "import jax, jax.numpy as jnp, os, sys\n"
-        "from ivhl_jax.device import enable_compilation_cache\n"
+        "from ivhl_jax.run.device import enable_compilation_cache\n"
         f"d = enable_compilation_cache({str(tmp_path)!r}, min_compile_time_s=0)\n"
         "jax.jit(lambda x: jnp.sin(x) @ x.T)(jnp.ones((64, 64))).block_until_ready()\n"
         "print(len(os.listdir(d)))\n"

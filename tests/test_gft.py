@@ -1,4 +1,4 @@
-"""GFT condensate (ivhl_jax.gft): V is the conserved energy of its own dynamics; symmetry breaking."""
+"""GFT condensate (ivhl_jax.physics.gft): V is the conserved energy of its own dynamics; symmetry breaking."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ivhl_jax.config import load_config
 from ivhl_jax.models.gru import TrajectoryGRU
+from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import train_vortex_gru as tv
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ivhl_jax import cli, fields
-from ivhl_jax.checkpoint import Checkpointer
-from ivhl_jax.config import load_config
+from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import holography as H
+from ivhl_jax.train.checkpoint import Checkpointer
 
 SMALL = ["n_sources=12", "grid=[24, 20]", "n_steps=8", "steps_per_chunk=2", "checkpoint_every=4"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ivhl_jax import inventory
+from ivhl_jax.bench import inventory
 
 
 def _write(root, rel, text):

@@ -14,17 +14,17 @@ import jax
 import numpy as np
 import pytest
 
-from ivhl_jax import launch
+from ivhl_jax.run import launch
 
 WORKER = textwrap.dedent('''
     import json, os, sys, time
-    from ivhl_jax.launch import initialize
+    from ivhl_jax.run.launch import initialize
     info = initialize()
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
     from jax.experimental import multihost_utils
     from ivhl_jax import parallel, training
-    from ivhl_jax.checkpoint import Checkpointer
+    from ivhl_jax.train.checkpoint import Checkpointer
 
     mode, out = sys.argv[1], sys.argv[2]
     pid = jax.process_index()
@@ -109,7 +109,7 @@ def _clean_env():
 
 def _run_launch(tmp_path, mode, timeout=240):
     worker = _write_worker(tmp_path)
-    cmd = [sys.executable, "-m", "ivhl_jax.launch", "--nproc", "2", "--devices-per-process", "2",
+    cmd = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "2",
            "--heartbeat-timeout", "10", "--timeout", str(timeout - 20), "--", sys.executable, worker, mode,
            str(tmp_path)]
     proc = subprocess.run(cmd, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
@@ -154,7 +154,7 @@ def test_launcher_stops_the_others_when_one_fails_or_it_is_terminated():
     assert time.monotonic() - t0 < 30
     # SIGTERM to the launcher (a scheduler, `timeout`) terminates its children too
     marker = "import time; time.sleep(61.5)"
-    p = subprocess.Popen([sys.executable, "-m", "ivhl_jax.launch", "--nproc", "2", "--", sys.executable, "-c",
+    p = subprocess.Popen([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--", sys.executable, "-c",
                           marker], env=_clean_env())
     time.sleep(3)
     p.send_signal(signal.SIGTERM)
@@ -181,7 +181,7 @@ def test_checkpoint_from_two_processes_restores_on_one(tmp_path):
     import jax.numpy as jnp
 
     from ivhl_jax import parallel, training
-    from ivhl_jax.checkpoint import Checkpointer
+    from ivhl_jax.train.checkpoint import Checkpointer
 
     res = _run_launch(tmp_path, "ckpt")
     assert "fsdp" in res[0]["w1_spec"] and res[0]["max_param_diff"] < 1e-6

@@ -1,4 +1,4 @@
-"""ivhl_jax.mera: geometry vs brute force, isometry/trace invariants, monotone optimisation, accuracy targets.
+"""ivhl_jax.physics.mera: geometry vs brute force, isometry/trace invariants, monotone optimisation, accuracy targets.
 
 All MERA work runs under ``jax.enable_x64(True)`` (a context manager: nothing leaks to other test files).
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax import mera as M
-from ivhl_jax.exact import tfi_dense
+from ivhl_jax.physics.exact import tfi_dense
 
 # One compiled program per superoperator, shared by the geometry tests (cheaper than many eager einsums).
 _asc = jax.jit(M.ascend)

@@ -1,4 +1,4 @@
-"""ivhl_jax.parallel on 8 emulated CPU devices: mesh, logical rules, DP / FSDP / TP / PP equal to one device."""
+"""ivhl_jax.train.parallel on 8 emulated CPU devices: mesh, logical rules, DP / FSDP / TP / PP equal to one device."""
 
 from __future__ import annotations
 

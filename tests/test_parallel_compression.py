@@ -48,7 +48,7 @@ def train(method, steps, mesh, batch_size=256, lr=3e-3, seed=0):
     opt = training.make_optimizer(name="adam", learning_rate=lr, clip_norm=None)
     init, step = parallel.compressed_dp_train_step(xent, opt, mesh, method=method)
     state = init(mlp_init(jax.random.key(seed)), jax.random.key(1))
-    from ivhl_jax.data import Batcher
+    from ivhl_jax.train.data import Batcher
 
     batcher = Batcher(len(xtr), batch_size, seed=seed)
     losses = []

@@ -73,7 +73,7 @@ def test_transformer_data_parallel_equals_single_device():
 @pytest.mark.parametrize("spec", [{"data": 8}, {"fsdp": 8}])
 def test_adaptive_model_sharded_equals_single_device(spec):
     am = pytest.importorskip("ivhl_jax.models.adaptive")
-    ad = pytest.importorskip("ivhl_jax.adaptive")
+    ad = pytest.importorskip("ivhl_jax.nn.adaptive")
     cfg = ad.AdaptiveConfig(num_nodes=16, hidden_dim=8, input_dim=32, output_dim=4)
     model = am.AdaptiveModel(cfg)
     params = model.init_variables(jax.random.key(0))["params"]

@@ -9,13 +9,13 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from ivhl_jax import parallel, training
-from ivhl_jax.checkpoint import Checkpointer
+from ivhl_jax.train.checkpoint import Checkpointer
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (emulated) devices")
 
 
 def test_wave_field_grid_split_across_devices():
-    fields = pytest.importorskip("ivhl_jax.fields")
+    fields = pytest.importorskip("ivhl_jax.physics.fields")
     mesh = parallel.make_mesh({"data": -1})
     pts = fields.grid_points((30, 25), -2.0, 2.0, z=0.3)  # 750 points: not a multiple of 8 (padding path)
     src = jax.random.uniform(jax.random.key(0), (40, 3), minval=-1.0, maxval=1.0)
@@ -73,7 +73,7 @@ def test_checkpoint_restores_on_fewer_devices(tmp_path):
 
 
 def _gp_case():
-    C = pytest.importorskip("ivhl_jax.condensate")
+    C = pytest.importorskip("ivhl_jax.physics.condensate")
     grid = C.Grid.uniform((16, 16, 16), 10.0)
     system = C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0, 0.0)
     psi = C.imprint_vortices(C.gaussian(grid), grid, jnp.array([[0.5, 0.0, 0.0]]), jnp.array([1]))

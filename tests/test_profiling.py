@@ -7,13 +7,14 @@ import json
 import jax
 import pytest
 
-from ivhl_jax import profiling
-from ivhl_jax.io import write_json
+from ivhl_jax.bench.workloads import mlp_workload
+from ivhl_jax.run import profiling
+from ivhl_jax.run.io import write_json
 
 
 @pytest.fixture(scope="module")
 def run():
-    loss_fn, params, opt, get_batch = profiling.mlp_workload(8, sizes=(16, 8, 4))
+    loss_fn, params, opt, get_batch = mlp_workload(8, sizes=(16, 8, 4))
     return profiling.profile_training(loss_fn, params, opt, get_batch, batch_size=8, num_batches=4, warmup=1,
                                       fused_chunk=5, fused_repeats=2, label="tiny mlp")
 
@@ -51,5 +52,5 @@ def test_baseline_document_and_compare(run, tmp_path):
 
 
 def test_mlp_reference_has_the_seed_parameter_count():
-    params = jax.eval_shape(lambda: profiling.mlp_workload()[1])
+    params = jax.eval_shape(lambda: mlp_workload()[1])
     assert sum(x.size for layer in params for x in layer.values()) == 67210

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import entropy
 
-from ivhl_jax.config import load_config
+from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import train_lm as T
 
 

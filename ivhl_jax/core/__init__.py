@@ -1,0 +1,1 @@
+"""Lowest layer: argument validation and precision policies. Imports nothing else from ivhl_jax."""

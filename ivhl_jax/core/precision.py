@@ -1,0 +1,208 @@
+"""Precision policies and dynamic loss scaling.
+
+A :class:`Policy` names three dtypes, as in jmp and MaxText: parameters are *stored* in
+``param_dtype`` (fp32 master weights), arithmetic runs in ``compute_dtype`` (bf16/fp16 for speed),
+and results are returned in ``output_dtype``. Casts touch floating leaves only: integer leaves
+(token ids, step counters, PRNG keys) and complex leaves (wave functions, whose precision is set by
+the physics, not by the ML policy) pass through unchanged.
+
+fp16 has a narrow exponent range (max 65504), so small gradients underflow unless the loss is
+multiplied by a scale S before differentiation and the gradients divided by S afterwards.
+:class:`DynamicLossScale` adapts S: on any non-finite gradient the step is skipped and S halves;
+after ``period`` consecutive finite steps S doubles (PyTorch's GradScaler uses the same rule).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from ivhl_jax.core.validation import check_scalar
+
+__all__ = ["Policy", "get_policy", "all_finite", "select_tree", "DynamicLossScale", "NoOpLossScale",
+    "loss_scale_for"]
+
+_DTYPE_NAMES = {
+    "float32": jnp.float32,
+    "fp32": jnp.float32,
+    "f32": jnp.float32,
+    "bfloat16": jnp.bfloat16,
+    "bf16": jnp.bfloat16,
+    "float16": jnp.float16,
+    "fp16": jnp.float16,
+    "f16": jnp.float16,
+    "float64": jnp.float64,
+    "fp64": jnp.float64,
+}
+
+
+def _cast_floating(tree: Any, dtype: Any) -> Any:
+    def cast(x):
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
+            return x.astype(dtype)
+        return x
+
+    return jax.tree_util.tree_map(cast, tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Mixed-precision policy: storage, compute and output dtypes of floating values."""
+
+    param_dtype: Any = jnp.float32
+    compute_dtype: Any = jnp.float32
+    output_dtype: Any = jnp.float32
+
+    def cast_to_param(self, tree: Any) -> Any:
+        """Cast floating leaves of ``tree`` to ``param_dtype``."""
+        return _cast_floating(tree, self.param_dtype)
+
+    def cast_to_compute(self, tree: Any) -> Any:
+        """Cast floating leaves of ``tree`` to ``compute_dtype``."""
+        return _cast_floating(tree, self.compute_dtype)
+
+    def cast_to_output(self, tree: Any) -> Any:
+        """Cast floating leaves of ``tree`` to ``output_dtype``."""
+        return _cast_floating(tree, self.output_dtype)
+
+    @property
+    def needs_loss_scaling(self) -> bool:
+        """fp16 compute needs dynamic loss scaling; bf16 has fp32's exponent range and does not."""
+        return jnp.dtype(self.compute_dtype) == jnp.dtype(jnp.float16)
+
+    def __str__(self) -> str:
+        n = lambda d: jnp.dtype(d).name
+        return f"params={n(self.param_dtype)},compute={n(self.compute_dtype)},output={n(self.output_dtype)}"
+
+
+_PRESETS = {
+    "fp32": Policy(jnp.float32, jnp.float32, jnp.float32),
+    "bf16": Policy(jnp.float32, jnp.bfloat16, jnp.float32),
+    "fp16": Policy(jnp.float32, jnp.float16, jnp.float32),
+    "pure_bf16": Policy(jnp.bfloat16, jnp.bfloat16, jnp.bfloat16),
+}
+
+
+def get_policy(name: str | Policy) -> Policy:
+    """Return a policy by preset name or ``"params=float32,compute=bfloat16,output=float32"`` spec.
+
+    Presets: ``fp32``; ``bf16`` (bf16 compute, fp32 params and outputs); ``fp16`` (fp16 compute,
+    fp32 params and outputs; use with :class:`DynamicLossScale`); ``pure_bf16`` (everything bf16).
+    """
+    if isinstance(name, Policy):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"policy must be a preset name or a Policy, got {type(name).__name__}")
+    if name in _PRESETS:
+        return _PRESETS[name]
+    fields = {}
+    for part in name.split(","):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in ("params", "compute", "output") or value not in _DTYPE_NAMES:
+            raise ValueError(
+                f"policy {name!r} is neither a preset {sorted(_PRESETS)} nor a spec like "
+                "'params=float32,compute=bfloat16,output=float32'"
+            )
+        fields[f"{'param' if key == 'params' else key}_dtype"] = _DTYPE_NAMES[value]
+    return Policy(**fields)
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """Scalar bool: every inexact leaf of ``tree`` is free of NaN and inf."""
+    leaves = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    if not leaves:
+        return jnp.array(True)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+
+
+def select_tree(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
+    """Leafwise ``where(pred, on_true, on_false)`` for two pytrees of equal structure."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+@flax.struct.dataclass
+class DynamicLossScale:
+    """Loss-scale state (a pytree, so it can live in a scanned/jitted training state).
+
+    Attributes:
+      loss_scale: current scale S (fp32 scalar).
+      counter: consecutive finite steps since the last change.
+      period: finite steps before S grows by ``factor`` (static).
+      factor: growth/backoff factor (static).
+      min_loss_scale: S never drops below this (static).
+    """
+
+    loss_scale: jax.Array
+    counter: jax.Array
+    period: int = flax.struct.field(pytree_node=False, default=2000)
+    factor: float = flax.struct.field(pytree_node=False, default=2.0)
+    min_loss_scale: float = flax.struct.field(pytree_node=False, default=1.0)
+
+    @classmethod
+    def create(
+        cls, initial: float = 2.0**15, period: int = 2000, factor: float = 2.0, min_loss_scale: float = 1.0
+    ) -> DynamicLossScale:
+        """A fresh loss scale. ``initial`` should keep S·max|g| below 65504 for fp16."""
+        check_scalar(initial, "initial", positive=True)
+        check_scalar(period, "period", integer=True, minimum=1)
+        check_scalar(factor, "factor", minimum=1.0 + 1e-6)
+        check_scalar(min_loss_scale, "min_loss_scale", positive=True)
+        return cls(
+            loss_scale=jnp.asarray(initial, jnp.float32),
+            counter=jnp.zeros((), jnp.int32),
+            period=int(period),
+            factor=float(factor),
+            min_loss_scale=float(min_loss_scale),
+        )
+
+    def scale(self, tree: Any) -> Any:
+        """Multiply every floating leaf by S (in its own dtype); apply to the loss before ``grad``."""
+        return jax.tree_util.tree_map(lambda x: x * self.loss_scale.astype(x.dtype), tree)
+
+    def unscale(self, tree: Any) -> Any:
+        """Divide every floating leaf by S, in fp32 (so tiny fp16 gradients are not flushed)."""
+        inv = 1.0 / self.loss_scale
+
+        def f(x):
+            if jnp.issubdtype(x.dtype, jnp.floating):
+                return x.astype(jnp.float32) * inv
+            return x
+
+        return jax.tree_util.tree_map(f, tree)
+
+    def adjust(self, grads_finite: jax.Array) -> DynamicLossScale:
+        """Next state: halve S on a non-finite step, double it after ``period`` finite steps."""
+        grow = grads_finite & (self.counter + 1 >= self.period)
+        new_scale = jnp.where(
+            grads_finite,
+            jnp.where(grow, self.loss_scale * self.factor, self.loss_scale),
+            jnp.maximum(self.loss_scale / self.factor, self.min_loss_scale),
+        )
+        # A scale that grows to inf would poison every later step; keep the old one instead.
+        new_scale = jnp.where(jnp.isfinite(new_scale), new_scale, self.loss_scale)
+        new_counter = jnp.where(grads_finite & ~grow, self.counter + 1, 0)
+        return self.replace(loss_scale=new_scale.astype(jnp.float32), counter=new_counter.astype(jnp.int32))
+
+
+@flax.struct.dataclass
+class NoOpLossScale:
+    """Loss scale of 1 that never changes: the fp32/bf16 counterpart of :class:`DynamicLossScale`."""
+
+    def scale(self, tree: Any) -> Any:
+        return tree
+
+    def unscale(self, tree: Any) -> Any:
+        return tree
+
+    def adjust(self, grads_finite: jax.Array) -> NoOpLossScale:
+        return self
+
+
+def loss_scale_for(policy: Policy, **kwargs: Any) -> DynamicLossScale | NoOpLossScale:
+    """The loss scale a policy needs: dynamic for fp16 compute, no-op otherwise."""
+    return DynamicLossScale.create(**kwargs) if policy.needs_loss_scaling else NoOpLossScale()

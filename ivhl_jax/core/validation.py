@@ -1,0 +1,187 @@
+"""Eager input validation and in-jit NaN/inf detection, shared by every public function.
+
+Public functions call these helpers on their inputs *before* tracing work starts, so a bad argument
+fails early with a message that names the argument, what was expected and what was received.
+Checks that need concrete values (finiteness, ranges of arrays) are skipped for tracers, because
+inside ``jit`` the values are not known; use :func:`checked` (``jax.experimental.checkify``) to
+detect NaN/inf inside compiled code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+__all__ = ["is_concrete", "check_array", "check_scalar", "check_choice", "check_broadcastable",
+    "check_finite_tree", "checked"]
+
+_KINDS = {
+    "floating": (np.floating,),
+    "complex": (np.complexfloating,),
+    "inexact": (np.floating, np.complexfloating),
+    "integer": (np.integer,),
+    "numeric": (np.number,),
+    "bool": (np.bool_,),
+}
+
+
+def is_concrete(x: Any) -> bool:
+    """True when ``x`` holds actual values (not a tracer inside jit/vmap/grad)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _dtype_ok(dtype: np.dtype, kind: str) -> bool:
+    if kind not in _KINDS:
+        raise ValueError(f"unknown dtype kind {kind!r}; use one of {sorted(_KINDS)}")
+    # bfloat16 and other ml_dtypes are not numpy subclasses of np.floating; ask jnp.
+    if kind in ("floating", "inexact", "numeric") and jnp.issubdtype(dtype, jnp.floating):
+        return True
+    if kind in ("complex", "inexact", "numeric") and jnp.issubdtype(dtype, jnp.complexfloating):
+        return True
+    return any(jnp.issubdtype(dtype, t) for t in _KINDS[kind])
+
+
+def check_array(
+    x: Any,
+    name: str,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
+    kind: str | None = None,
+    finite: bool = False,
+) -> jax.Array:
+    """Validate an array argument and return it as a JAX array.
+
+    Args:
+      x: the value passed by the user (array-like).
+      name: the argument's name, used in error messages.
+      ndim: required number of dimensions (an int or a collection of allowed ints).
+      shape: required shape; ``None`` entries are wildcards. Implies ``ndim``.
+      kind: required dtype family: ``floating``, ``complex``, ``inexact``, ``integer``, ``numeric``,
+        ``bool``.
+      finite: reject NaN/inf (only checked for concrete values; see :func:`checked` under jit).
+
+    Raises:
+      TypeError: not array-like or wrong dtype family.
+      ValueError: wrong rank/shape or non-finite values.
+    """
+    try:
+        arr = jnp.asarray(x)
+    except TypeError as e:
+        raise TypeError(f"{name} must be array-like, got {type(x).__name__}") from e
+    if kind is not None and not _dtype_ok(arr.dtype, kind):
+        raise TypeError(f"{name} must have a {kind} dtype, got {arr.dtype}")
+    if shape is not None:
+        shape = tuple(shape)
+        ok = arr.ndim == len(shape) and all(s is None or s == a for s, a in zip(shape, arr.shape))
+        if not ok:
+            want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+            raise ValueError(f"{name} must have shape {want}, got {tuple(arr.shape)}")
+    elif ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if arr.ndim not in allowed:
+            want = " or ".join(str(a) for a in allowed)
+            raise ValueError(f"{name} must be {want}-dimensional, got shape {tuple(arr.shape)}")
+    if finite and is_concrete(arr) and jnp.issubdtype(arr.dtype, jnp.inexact):
+        # NumPy on the host: inside a jit trace even jnp ops on a concrete constant produce tracers.
+        host = np.asarray(arr)
+        if host.dtype == jnp.bfloat16:
+            host = host.astype(np.float32)
+        if not np.all(np.isfinite(host)):
+            raise ValueError(f"{name} contains NaN or inf values")
+    return arr
+
+
+def check_scalar(
+    x: Any,
+    name: str,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    """Validate a scalar (Python number or 0-d array); tracers pass through unchecked in value.
+
+    Returns the input unchanged so it can be used inline.
+    """
+    if is_concrete(x):
+        arr = np.asarray(x)
+        if arr.ndim != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {arr.shape}")
+        if integer and not (np.issubdtype(arr.dtype, np.integer) or float(arr) == int(arr)):
+            raise TypeError(f"{name} must be an integer, got {x!r}")
+        if not np.issubdtype(arr.dtype, np.number) and arr.dtype != np.bool_:
+            raise TypeError(f"{name} must be a number, got {type(x).__name__}")
+        v = complex(arr) if np.iscomplexobj(arr) else float(arr)
+        if isinstance(v, float) and not np.isfinite(v):
+            raise ValueError(f"{name} must be finite, got {v}")
+        if positive and not v > 0:
+            raise ValueError(f"{name} must be > 0, got {v}")
+        if nonnegative and not v >= 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+        if minimum is not None and v < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {v}")
+        if maximum is not None and v > maximum:
+            raise ValueError(f"{name} must be <= {maximum}, got {v}")
+    elif jnp.ndim(x) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(x)}")
+    return x
+
+
+def check_choice(x: Any, name: str, choices: Sequence[Any]) -> Any:
+    """Validate that ``x`` is one of ``choices``."""
+    if x not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {x!r}")
+    return x
+
+
+def check_broadcastable(x: Any, name: str, length: int, length_name: str) -> jax.Array:
+    """Validate a per-item argument that is a scalar or has shape ``(length,)``; return shape (length,)."""
+    arr = jnp.asarray(x)
+    if arr.ndim == 0:
+        return jnp.broadcast_to(arr, (length,))
+    if arr.shape != (length,):
+        raise ValueError(
+            f"{name} must be a scalar or have shape ({length},) to match {length_name}, got {tuple(arr.shape)}"
+        )
+    return arr
+
+
+def check_finite_tree(tree: Any, name: str) -> None:
+    """Inside jit: register a checkify check that every inexact leaf of ``tree`` is finite.
+
+    Has an effect only when the enclosing function runs under :func:`checked`.
+    """
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            where = f"{name}{jax.tree_util.keystr(path)}"
+            checkify.check(jnp.all(jnp.isfinite(leaf)), f"{where} became NaN or inf")
+
+
+def checked(fn: Callable, *, float_checks: bool = True) -> Callable:
+    """Wrap ``fn`` so that NaN/inf produced inside it (even under jit) raise ``FloatingPointError``.
+
+    Uses ``jax.experimental.checkify`` with the user checks registered by :func:`check_finite_tree`
+    and, if ``float_checks``, XLA-level NaN checks on every floating operation. The wrapped function
+    is jitted; use it for debugging runs (it is slower than ``fn``).
+    """
+    errors = checkify.user_checks | (checkify.float_checks if float_checks else set())
+    checked_fn = jax.jit(checkify.checkify(fn, errors=errors))
+
+    def wrapper(*args, **kwargs):
+        err, out = checked_fn(*args, **kwargs)
+        msg = err.get()
+        if msg is not None:
+            raise FloatingPointError(msg)
+        return out
+
+    wrapper.__wrapped__ = fn
+    wrapper.__doc__ = fn.__doc__
+    return wrapper

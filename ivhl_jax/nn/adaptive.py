@@ -1,0 +1,550 @@
+"""Adaptive-node networks: pure, vectorised node dynamics with a stochastic four-phase scheduler.
+
+A clean-room reimplementation of the "adaptive node" classifier described in
+``shared/reference/adaptive_seed_model.md`` (equations only; no code was copied). A population of
+``N`` uncoupled nodes, each with a hidden vector ``h[H]``, an energy ``E`` and an activity ``a``,
+is driven by a linear projection of the input. A non-differentiable scheduler puts every node in
+one of four phases (ACTIVE, SLEEP, INTERACTIVE, INSPIRED) each step. One step (shapes per sample):
+
+  u      = W_in x + b_in                                  [H]   (or per node: u_n = W_in[n] x + b_in[n])
+  A_n    = max(0, 5 - E_n) + 2 a_n + Var_k(h_nk)           anxiety, pre-update state, unbiased variance
+  phi_n  ~ Scheduler(E, a, A)                              no gradient
+  D_n    = (1 + s[phi_n]) (W_s h_n + b_s)                  phase gain, s = phase_scales (init 1)
+  m_n    = [phi_n != SLEEP]
+  h'_n   = tanh(h_n + m_n (D_n + g u))                     g = input_gain (0.1)
+  E'_n   = clip((1 - delta) E_n + m_n (w_e.h'_n + b_e)(1 - 0.1 clip(A_n/10, 0, 1)) + (1 - m_n) rho, 0, 50)
+  a'_n   = clip(sigmoid(alpha_1 mean_k h'_nk + alpha_2 mean_k u_k + beta), 0, 1)
+  logits = W_out f + b_out,  f = a' (seed) | [a', h', E'/50] (options)
+
+``rho`` = ``sleep_recovery`` (0 in the seed: sleep restores nothing). Energy is dimensionless.
+
+Phase scheduler (per node; ``t`` counts steps, ``c = sin(2 pi (t mod P)/P)``, ``Abar`` is an EMA of
+anxiety ``Abar <- 0.3 A + 0.7 Abar``, ``r`` a restorative need). A rule cascade gives a weight vector
+over the phases; the first rule that applies wins: R0 exploration (prob. eps), R1 ``Abar > theta``,
+R2 ``r > 0.6`` and awake, R3 ``E < 2``, R4 ``E > 20`` and ``a < 0.3``, R5 ``a > 0.7``, R6 transition
+matrix row of the current phase (re-weighted by anxiety and need). The cascade is evaluated for all
+nodes at once by ``where``-priority selection, and each node draws once from ``softmax(logits)``.
+``logits = log(w) / T`` (proper probabilities tempered by ``T``); with ``seed_compat=True`` the logits
+are ``w / T``, reproducing the seed's softmax-of-probabilities, under which every policy is nearly
+uniform. After the draw, ``r`` and the sleep quality ``q`` are updated.
+
+Sampling (performance, same distributions): one uniform ``u`` per node decides both R0 (``u < eps``)
+and, rescaled to [0, 1) within its branch, the phase by inverse CDF over the 4 unnormalised masses
+``exp(logits)`` (``w`` itself for the proper policy at ``T = 1``, so no transcendental work). That is
+one 32-bit random word per node instead of five (R0 uniform + 4 Gumbel), with no log/exp.
+
+Two documented scheduler semantics (``AdaptiveConfig.scheduler``):
+
+* ``"per_sample"`` (default): every sample has its own scheduler state ``[N]``; samples never
+  interact, so the output for sample ``b`` depends only on (params, its state, its input, its key).
+* ``"shared"`` (the seed's aliasing semantics): one scheduler state ``[N]`` for the whole batch. The
+  batch rows are decided as a sequential chain (each decision reads the phase written by the row
+  before), the final decision is used for every row, and the anxiety EMA reads only the last row.
+
+State is explicit: :func:`init_state` creates the initial state of a sequence, :func:`step` maps
+``(params, state, x, key) -> (state, outputs)`` and :func:`run_inner` runs ``K`` internal steps per
+input under ``lax.scan`` (``K = 1`` is the seed). Carrying state across batches (the seed's "time"
+axis) is the caller's choice; :func:`detach` stops gradients through the carried state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ivhl_jax.core.validation import check_array, check_choice, check_scalar
+
+__all__ = ["PHASES", "E_MAX", "AdaptiveConfig", "NodeState", "init_state", "detach", "param_specs", "init_param",
+    "init_params", "count_params", "anxiety", "phase_weights", "phase_logits", "phase_masses", "sample_phase",
+    "schedule_per_sample", "schedule_shared", "project_input", "node_update", "readout", "step", "check_inputs",
+    "run_inner", "phase_fractions", "apply_sequence", "node_metrics"]
+
+PHASES = ("active", "sleep", "interactive", "inspired")
+ACTIVE, SLEEP, INTERACTIVE, INSPIRED = range(4)
+
+# Rule weights over (ACTIVE, SLEEP, INTERACTIVE, INSPIRED).
+_EXPLORE_W = (0.6, 0.1, 0.25, 0.05)
+_TRANSITION = (
+    (0.80, 0.04, 0.15, 0.01),
+    (0.15, 0.80, 0.04, 0.01),
+    (0.15, 0.04, 0.80, 0.01),
+    (0.10, 0.05, 0.05, 0.80),
+)
+E_MAX = 50.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveConfig:
+    """Model and scheduler configuration. Defaults are the seed's (N=100, H=64, D=784, C=10).
+
+    Attributes:
+      num_nodes, hidden_dim, input_dim, output_dim: N, H, D, C.
+      energy_decay: delta, fraction of energy lost per step.
+      initial_energy: E at the start of a sequence (10).
+      circadian_period: P of the scheduler clock.
+      anxiety_threshold: theta of rule R1.
+      temperature: T of the phase policy.
+      exploration_rate: eps, probability of rule R0.
+      inner_steps: K dynamics steps per input (1 = seed).
+      scheduler: ``"per_sample"`` or ``"shared"`` (see module docstring).
+      seed_compat: softmax of probabilities (the seed's policy) instead of proper log-probabilities.
+      readout: ``"activity"`` (seed: logits from a'), ``"hidden"`` (from h'), ``"hidden+activity"``.
+      readout_energy: also feed E'/50 to the readout (makes the energy head trainable).
+      per_node_input: node-specific input weights W_in[N, D, H] instead of one shared projection.
+      input_gain: g, weight of the projected input in the hidden update (0.1).
+      sleep_recovery: rho, energy a sleeping node regains per step (0 = seed).
+      stochastic: sample phases; if False every node stays ACTIVE (a deterministic ablation).
+    """
+
+    num_nodes: int = 100
+    hidden_dim: int = 64
+    input_dim: int = 784
+    output_dim: int = 10
+    energy_decay: float = 0.01
+    initial_energy: float = 10.0
+    circadian_period: int = 100
+    anxiety_threshold: float = 5.0
+    temperature: float = 1.0
+    exploration_rate: float = 0.1
+    inner_steps: int = 1
+    scheduler: str = "per_sample"
+    seed_compat: bool = False
+    readout: str = "activity"
+    readout_energy: bool = False
+    per_node_input: bool = False
+    input_gain: float = 0.1
+    sleep_recovery: float = 0.0
+    stochastic: bool = True
+
+    def validate(self) -> None:
+        for name in ("num_nodes", "hidden_dim", "input_dim", "output_dim", "circadian_period", "inner_steps"):
+            check_scalar(getattr(self, name), name, integer=True, minimum=1)
+        if self.hidden_dim < 2:
+            raise ValueError("hidden_dim must be >= 2 (anxiety uses the unbiased variance over H)")
+        check_scalar(self.energy_decay, "energy_decay", minimum=0.0, maximum=1.0)
+        check_scalar(self.initial_energy, "initial_energy", minimum=0.0, maximum=E_MAX)
+        check_scalar(self.anxiety_threshold, "anxiety_threshold", positive=True)
+        check_scalar(self.temperature, "temperature", positive=True)
+        check_scalar(self.exploration_rate, "exploration_rate", minimum=0.0, maximum=1.0)
+        check_scalar(self.input_gain, "input_gain", nonnegative=True)
+        check_scalar(self.sleep_recovery, "sleep_recovery", nonnegative=True)
+        check_choice(self.scheduler, "scheduler", ("per_sample", "shared"))
+        check_choice(self.readout, "readout", ("activity", "hidden", "hidden+activity"))
+
+    def __post_init__(self):
+        self.validate()
+
+    @classmethod
+    def seed(cls, **overrides: Any) -> AdaptiveConfig:
+        """The seed's semantics: shared batch scheduler, softmax-of-probabilities, activity readout."""
+        return cls(**{"scheduler": "shared", "seed_compat": True, **overrides})
+
+    @classmethod
+    def improved(cls, **overrides: Any) -> AdaptiveConfig:
+        """Removes the bottleneck: read out from h (and a, E), per-node inputs, restorative sleep."""
+        base = dict(scheduler="per_sample", seed_compat=False, readout="hidden+activity", readout_energy=True,
+                    per_node_input=True, input_gain=1.0, sleep_recovery=0.5, inner_steps=2)
+        return cls(**{**base, **overrides})
+
+    @property
+    def num_features(self) -> int:
+        n, h = self.num_nodes, self.hidden_dim
+        f = {"activity": n, "hidden": n * h, "hidden+activity": n * h + n}[self.readout]
+        return f + (n if self.readout_energy else 0)
+
+
+@flax.struct.dataclass
+class NodeState:
+    """Node and scheduler state of a batch.
+
+    Node fields: ``h [B,N,H]``, ``energy [B,N]``, ``activity [B,N]``. Scheduler fields have shape
+    ``S + [N]`` with ``S = [B]`` for the per-sample scheduler and ``S = []`` for the shared one:
+    ``phase`` (int32), ``anxiety_ema``, ``restorative`` (r), ``sleep_quality`` (q); ``t`` has shape S.
+    """
+
+    h: jax.Array
+    energy: jax.Array
+    activity: jax.Array
+    phase: jax.Array
+    anxiety_ema: jax.Array
+    restorative: jax.Array
+    sleep_quality: jax.Array
+    t: jax.Array
+
+
+def init_state(cfg: AdaptiveConfig, batch: int, dtype: Any = jnp.float32) -> NodeState:
+    """The initial state of a sequence: h = 0, E = initial_energy, a = 0, all ACTIVE, r = 0, q = 1."""
+    check_scalar(batch, "batch", integer=True, minimum=1)
+    n, hd = cfg.num_nodes, cfg.hidden_dim
+    s = (batch,) if cfg.scheduler == "per_sample" else ()
+    return NodeState(
+        h=jnp.zeros((batch, n, hd), dtype),
+        energy=jnp.full((batch, n), cfg.initial_energy, dtype),
+        activity=jnp.zeros((batch, n), dtype),
+        phase=jnp.full(s + (n,), ACTIVE, jnp.int32),
+        anxiety_ema=jnp.zeros(s + (n,), dtype),
+        restorative=jnp.zeros(s + (n,), dtype),
+        sleep_quality=jnp.ones(s + (n,), dtype),
+        t=jnp.zeros(s, jnp.int32),
+    )
+
+
+def detach(state: NodeState) -> NodeState:
+    """Stop gradients through a state carried from a previous batch (the seed's ``detach``)."""
+    return jax.tree_util.tree_map(jax.lax.stop_gradient, state)
+
+
+# --------------------------------------------------------------------------------------------- params
+
+
+def param_specs(cfg: AdaptiveConfig) -> dict[str, tuple[tuple[int, ...], int | None]]:
+    """name -> (shape, fan_in) for every parameter; fan_in None means a constant init (phase scales = 1).
+
+    Layout: kernels are ``[in, out]`` (x @ W). Initialisation is PyTorch's ``nn.Linear`` default,
+    uniform in ``±1/sqrt(fan_in)`` for weights and biases, as in the seed.
+    """
+    n, h, d, c = cfg.num_nodes, cfg.hidden_dim, cfg.input_dim, cfg.output_dim
+    in_shape = (n, d, h) if cfg.per_node_input else (d, h)
+    in_bias = (n, h) if cfg.per_node_input else (h,)
+    return {
+        "W_in": (in_shape, d), "b_in": (in_bias, d),
+        "W_s": ((h, h), h), "b_s": ((h,), h),
+        "phase_scales": ((4,), None),
+        "w_e": ((h,), h), "b_e": ((), h),
+        "alpha": ((2,), 2), "beta": ((), 2),
+        "W_out": ((cfg.num_features, c), cfg.num_features), "b_out": ((c,), cfg.num_features),
+    }
+
+
+def init_param(key: jax.Array, shape: tuple[int, ...], fan_in: int | None, dtype: Any = jnp.float32) -> jax.Array:
+    if fan_in is None:
+        return jnp.ones(shape, dtype)
+    bound = 1.0 / math.sqrt(fan_in)
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def init_params(key: jax.Array, cfg: AdaptiveConfig, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
+    """All parameters as a flat dict (see :func:`param_specs`)."""
+    specs = param_specs(cfg)
+    keys = jax.random.split(key, len(specs))
+    return {name: init_param(k, shape, fan, dtype) for k, (name, (shape, fan)) in zip(keys, specs.items())}
+
+
+def count_params(params: Any) -> int:
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
+
+
+# --------------------------------------------------------------------------------------------- scheduler
+
+
+def anxiety(h: jax.Array, energy: jax.Array, activity: jax.Array) -> jax.Array:
+    """A = max(0, 5 - E) + 2 a + Var_k(h_k) (unbiased over the hidden axis)."""
+    return jnp.maximum(0.0, 5.0 - energy) + 2.0 * activity + jnp.var(h, axis=-1, ddof=1)
+
+
+def _w(*vals) -> jax.Array:
+    return jnp.asarray(vals, jnp.float32)
+
+
+def phase_weights(phase, energy, activity, anxiety_ema, restorative, circadian, explore,
+                  anxiety_threshold: float = 5.0) -> jax.Array:
+    """The rule cascade: weights ``[..., 4]`` over (ACTIVE, SLEEP, INTERACTIVE, INSPIRED).
+
+    All inputs broadcast together (``explore`` is the boolean outcome of the eps-draw of rule R0).
+    The first applicable rule wins; evaluation is branch-free (``where`` from the lowest priority up).
+    """
+    phase, energy, activity, abar, r, circadian, explore = jnp.broadcast_arrays(
+        phase, energy, activity, anxiety_ema, restorative, circadian, explore)
+    e = lambda v: v[..., None]
+    # R6: row of the transition matrix, re-weighted by anxiety and restorative need.
+    w = jnp.asarray(_TRANSITION, jnp.float32)[phase]
+    w = w * jnp.where(e(abar > 2.5), _w(0.7, 1.5, 1.3, 1.0), 1.0)
+    w = w * jnp.where(e(r > 0.4), _w(1.0, 1.4, 1.0, 0.6), 1.0)
+    # R5: high activity.
+    r5 = jnp.where(e(abar > 2.0), _w(0.2, 0.0, 0.8, 0.0), _w(0.7, 0.0, 0.3, 0.0))
+    w = jnp.where(e(activity > 0.7), r5, w)
+    # R4: plenty of energy, little activity; calm and circadian day -> inspiration.
+    calm = (abar < 1.5) & (circadian > 0.5)
+    r4 = jnp.where(e(calm), _w(0.1, 0.0, 0.3, 0.6), _w(0.3, 0.0, 0.7, 0.0))
+    w = jnp.where(e((energy > 20.0) & (activity < 0.3)), r4, w)
+    # R3: low energy -> sleep or interact.
+    rho = jnp.where(abar > 2.5, 0.9, 0.7)
+    r3 = jnp.stack([jnp.zeros_like(rho), rho, 1.0 - rho, jnp.zeros_like(rho)], axis=-1)
+    w = jnp.where(e(energy < 2.0), r3, w)
+    # R2: restorative need of an awake node.
+    w = jnp.where(e((r > 0.6) & (phase != SLEEP)), _w(0.0, 0.8, 0.2, 0.0), w)
+    # R1: high (EMA) anxiety, severity-weighted.
+    sev = jnp.minimum(1.0, abar / (2.0 * anxiety_threshold))
+    r1 = jnp.stack([(1.0 - sev) * 0.1, 0.6 * sev, 0.3 * sev, jnp.zeros_like(sev)], axis=-1)
+    w = jnp.where(e(abar > anxiety_threshold), r1, w)
+    # R0: exploration with the (normalised) phase weights.
+    w = jnp.where(e(explore), _w(*_EXPLORE_W), w)
+    return w
+
+
+def phase_logits(weights: jax.Array, temperature: float, seed_compat: bool) -> jax.Array:
+    """Logits of the phase distribution: ``log(w)/T`` (proper), or ``w/T`` (seed: softmax of probs)."""
+    if seed_compat:
+        return weights / temperature
+    return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf) / temperature
+
+
+def phase_masses(weights: jax.Array, temperature: float, seed_compat: bool) -> jax.Array:
+    """Unnormalised probabilities ``q = exp(logits - max logits)`` of :func:`phase_logits` (last axis).
+
+    For the proper policy at ``T = 1`` this is ``w`` itself (``q ∝ exp(log w) = w``): no transcendental
+    work in the hot loop. Zero weights of the proper policy give ``q = 0`` exactly.
+    """
+    if not seed_compat and temperature == 1.0:
+        return weights
+    logits = phase_logits(weights, temperature, seed_compat)
+    return jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+
+
+def sample_phase(masses: jax.Array, u: jax.Array) -> jax.Array:
+    """Inverse-CDF draw of one phase per node: ``masses [..., 4]`` (unnormalised), ``u [...]`` uniform in [0, 1).
+
+    Returns ``k = #{j < 3 : u·Σq >= q_0 + ... + q_j}`` (int32), i.e. phase ``k`` with probability
+    ``q_k / Σq``. The comparison is on the unnormalised running sum, whose last entry is the total, so
+    a zero mass is an empty interval and that phase is never drawn (also not at ``u`` just below 1).
+    """
+    c0 = masses[..., 0]
+    c1 = c0 + masses[..., 1]
+    c2 = c1 + masses[..., 2]
+    t = u * (c2 + masses[..., 3])
+    # A reduction, not a sum of three compares: XLA CPU then materialises the phases once instead of
+    # fusing (and recomputing) the whole draw into every [B, N, H] kernel that reads them.
+    return jnp.sum(t[..., None] >= jnp.stack([c0, c1, c2], axis=-1), axis=-1, dtype=jnp.int32)
+
+
+# Largest float32 below 1: keeps the rescaled uniform of _decide strictly below 1 after rounding.
+_BELOW_ONE = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
+
+
+def _decide(cfg: AdaptiveConfig, key, phase, energy, activity, abar, r, circadian):
+    """One phase draw per node (phase [..., N]) from the cascade. ``key`` covers all nodes.
+
+    One uniform ``u`` per node drives both random choices: rule R0 fires iff ``u < eps``, and the
+    categorical draw uses ``u`` rescaled to [0, 1) within the R0 / not-R0 branch (conditionally on the
+    branch it is again uniform), so the phase distribution is ``softmax(phase_logits)`` of the cascade,
+    at one 32-bit random word per node. ``u`` lies on a 2^-23 grid, so each phase probability is
+    realised to within ~1e-6 (absolute).
+    """
+    u = jax.random.uniform(key, energy.shape)
+    eps = cfg.exploration_rate
+    if eps <= 0.0:
+        explore, v = jnp.zeros(u.shape, bool), u
+    elif eps >= 1.0:
+        explore, v = jnp.ones(u.shape, bool), u
+    else:
+        explore = u < eps
+        v = jnp.minimum(jnp.where(explore, u * (1.0 / eps), (u - eps) * (1.0 / (1.0 - eps))), _BELOW_ONE)
+    w = phase_weights(phase, energy, activity, abar, r, circadian, explore, cfg.anxiety_threshold)
+    return sample_phase(phase_masses(w, cfg.temperature, cfg.seed_compat), v)
+
+
+def _circadian(t: jax.Array, period: int) -> jax.Array:
+    return jnp.sin(2.0 * jnp.pi * (t % period).astype(jnp.float32) / period)
+
+
+def _after_decision(phase, abar, r, q, restorative_strength: float = 0.1):
+    """Restorative need and sleep quality updates for the chosen phases."""
+    eta = jnp.where(abar > 5.0, 0.7, 1.0)
+    sleeping = phase == SLEEP
+    r = r + jnp.where(phase == ACTIVE, 0.05, 0.0) + jnp.where(phase == INTERACTIVE, 0.03, 0.0)
+    r = r - jnp.where(sleeping, restorative_strength * eta, 0.0)
+    q = jnp.where(sleeping, q + 0.02 * eta, q * 0.995)
+    return jnp.clip(r, 0.0, 1.0), jnp.clip(q, 0.0, 1.0)
+
+
+def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: jax.Array, key: jax.Array):
+    """Per-sample scheduler: returns (phase [B,N], new scheduler fields); one uniform per (sample, node)."""
+    if not cfg.stochastic:
+        phase = jnp.full_like(state.phase, ACTIVE)
+        return phase, state.replace(phase=phase, t=state.t + 1)
+    t = state.t + 1
+    circ = _circadian(t, cfg.circadian_period)[:, None]
+    abar = 0.3 * anx + 0.7 * state.anxiety_ema
+    phase = _decide(cfg, key, state.phase, state.energy, state.activity, abar, state.restorative, circ)
+    r, q = _after_decision(phase, abar, state.restorative, state.sleep_quality)
+    return phase, state.replace(phase=phase, anxiety_ema=abar, restorative=r, sleep_quality=q, t=t)
+
+
+def schedule_shared(cfg: AdaptiveConfig, state: NodeState, anx: jax.Array, key: jax.Array):
+    """The seed's batch-shared scheduler: a sequential decision chain over the batch rows, whose
+    final decision is used for every row; the anxiety EMA reads only the last row. Returns phase [N]."""
+    if not cfg.stochastic:
+        phase = jnp.full_like(state.phase, ACTIVE)
+        return phase, state.replace(phase=phase, t=state.t + 1)
+    t = state.t + 1
+    circ = _circadian(t, cfg.circadian_period)
+    abar = 0.3 * anx[-1] + 0.7 * state.anxiety_ema
+    keys = jax.random.split(key, anx.shape[0])
+
+    def chain(phase, row):
+        k, en, ac = row
+        return _decide(cfg, k, phase, en, ac, abar, state.restorative, circ), None
+
+    phase, _ = jax.lax.scan(chain, state.phase, (keys, state.energy, state.activity))
+    r, q = _after_decision(phase, abar, state.restorative, state.sleep_quality)
+    return phase, state.replace(phase=phase, anxiety_ema=abar, restorative=r, sleep_quality=q, t=t)
+
+
+# --------------------------------------------------------------------------------------------- dynamics
+
+
+def project_input(params: dict, x: jax.Array, cfg: AdaptiveConfig) -> jax.Array:
+    """u = W_in x + b_in: ``[B,H]`` (shared projection) or ``[B,N,H]`` (per-node weights)."""
+    if cfg.per_node_input:
+        return jnp.einsum("bd,ndh->bnh", x, params["W_in"]) + params["b_in"]
+    return x @ params["W_in"] + params["b_in"]
+
+
+@jax.custom_vjp
+def _rows_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """``x @ w`` for ``x [..., R, K]`` (here ``h [B, N, H] @ W_s``), with a reverse-mode rule tuned for XLA CPU.
+
+    The weight gradient ``dw = Σ_b x_bᵀ g_b`` is written as a batched GEMM over the leading axes plus a
+    sum. Autodiff's default, one GEMM contracting all B·R rows at once, makes XLA materialise a
+    transposed copy of the cotangent ``g`` on the critical path of the backward pass (measured: the
+    fused train step of the seed configuration runs ~1.3x faster with this rule). Same math, same
+    result up to float32 summation order. Reverse mode only (``jax.jvp`` through it is not defined).
+    """
+    return x @ w
+
+
+def _rows_matmul_fwd(x, w):
+    return x @ w, (x, w)
+
+
+def _rows_matmul_bwd(res, g):
+    x, w = res
+    xb = x.reshape((-1,) + x.shape[-2:])
+    gb = g.reshape((-1,) + g.shape[-2:])
+    dw = jnp.sum(jnp.matmul(jnp.swapaxes(xb, -1, -2), gb, preferred_element_type=jnp.float32), axis=0)
+    return g @ w.T, dw.astype(w.dtype)
+
+
+_rows_matmul.defvjp(_rows_matmul_fwd, _rows_matmul_bwd)
+
+
+def node_update(params: dict, cfg: AdaptiveConfig, h, energy, u, anx, phase):
+    """Hidden, energy and activity update for given phases (broadcasts over any batch shape).
+
+    ``u`` is ``[B,H]`` or ``[B,N,H]``; ``phase`` is ``[B,N]`` or ``[N]`` (shared). Returns (h', E', a').
+    """
+    u_n = u[:, None, :] if u.ndim == 2 else u
+    scale = 1.0 + params["phase_scales"][phase]
+    awake = (phase != SLEEP).astype(h.dtype)
+    delta = scale[..., None] * (_rows_matmul(h, params["W_s"]) + params["b_s"])
+    h_new = jnp.tanh(h + awake[..., None] * (delta + cfg.input_gain * u_n))
+    damp = 1.0 - 0.1 * jnp.clip(anx / 10.0, 0.0, 1.0)
+    d_energy = (h_new @ params["w_e"] + params["b_e"]) * damp * awake
+    e_new = (1.0 - cfg.energy_decay) * energy + d_energy + cfg.sleep_recovery * (1.0 - awake)
+    e_new = jnp.clip(e_new, 0.0, E_MAX)
+    u_mean = jnp.mean(u_n, axis=-1)
+    a_new = jax.nn.sigmoid(params["alpha"][0] * jnp.mean(h_new, axis=-1) + params["alpha"][1] * u_mean
+                           + params["beta"])
+    return h_new, e_new, jnp.clip(a_new, 0.0, 1.0)
+
+
+def readout(params: dict, cfg: AdaptiveConfig, h, energy, activity) -> jax.Array:
+    """logits = W_out f + b_out with f chosen by ``cfg.readout`` / ``cfg.readout_energy``."""
+    feats = []
+    if cfg.readout in ("hidden", "hidden+activity"):
+        feats.append(h.reshape(h.shape[0], -1))
+    if cfg.readout in ("activity", "hidden+activity"):
+        feats.append(activity)
+    if cfg.readout_energy:
+        feats.append(energy / E_MAX)
+    f = feats[0] if len(feats) == 1 else jnp.concatenate(feats, axis=-1)
+    return f @ params["W_out"] + params["b_out"]
+
+
+def step(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig
+         ) -> tuple[NodeState, dict[str, jax.Array]]:
+    """One dynamics step for a batch ``x [B, D]``; returns (new state, outputs).
+
+    outputs: ``logits [B,C]``, ``phase [B,N]`` (int32), ``anxiety [B,N]``, ``energy [B,N]``,
+    ``activity [B,N]``. The phase draw has no gradient; everything else is differentiable.
+    """
+    u = project_input(params, x, cfg)
+    anx = anxiety(state.h, state.energy, state.activity)
+    sched_in = detach(state)
+    anx_ng = jax.lax.stop_gradient(anx)
+    if cfg.scheduler == "per_sample":
+        phase, sched = schedule_per_sample(cfg, sched_in, anx_ng, key)
+        phase_b = phase
+    else:
+        phase, sched = schedule_shared(cfg, sched_in, anx_ng, key)
+        phase_b = jnp.broadcast_to(phase, state.energy.shape)
+    h, e, a = node_update(params, cfg, state.h, state.energy, u, anx, phase)
+    new_state = sched.replace(h=h, energy=e, activity=a)
+    logits = readout(params, cfg, h, e, a)
+    return new_state, {"logits": logits, "phase": phase_b, "anxiety": anx, "energy": e, "activity": a}
+
+
+def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: jax.Array) -> jax.Array:
+    """Validate ``x`` against the config and the state's batch size (shape errors name the fix)."""
+    x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating")
+    if state.h.shape != (x.shape[0], cfg.num_nodes, cfg.hidden_dim):
+        raise ValueError(f"state.h has shape {state.h.shape}, expected {(x.shape[0], cfg.num_nodes, cfg.hidden_dim)}"
+                         f"; create it with init_state(cfg, batch={x.shape[0]})")
+    return x
+
+
+def run_inner(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig
+              ) -> tuple[NodeState, dict[str, jax.Array]]:
+    """``cfg.inner_steps`` (K) steps on the same input under ``lax.scan``; outputs of the last step,
+    plus ``phase_fractions [4]`` averaged over the K steps, nodes and batch. K = 1 equals :func:`step`."""
+    x = check_inputs(cfg, state, x)
+    if cfg.inner_steps == 1:
+        state, out = step(params, state, x, key, cfg)
+        out["phase_fractions"] = phase_fractions(out["phase"])
+        return state, out
+
+    def body(s, k):
+        s, out = step(params, s, x, k, cfg)
+        return s, (out, phase_fractions(out["phase"]))
+
+    state, (outs, fracs) = jax.lax.scan(body, state, jax.random.split(key, cfg.inner_steps))
+    out = jax.tree_util.tree_map(lambda o: o[-1], outs)
+    out["phase_fractions"] = jnp.mean(fracs, axis=0)
+    return state, out
+
+
+def phase_fractions(phase: jax.Array) -> jax.Array:
+    """Fraction of (sample, node) slots in each phase, ``[4]``."""
+    return jnp.mean(jax.nn.one_hot(phase, 4, dtype=jnp.float32), axis=tuple(range(phase.ndim)))
+
+
+def apply_sequence(params: dict, state: NodeState, xs: jax.Array, key: jax.Array, cfg: AdaptiveConfig
+                   ) -> tuple[NodeState, dict[str, jax.Array]]:
+    """Run a sequence ``xs [T, B, D]`` from an explicit initial state (``lax.scan`` over T).
+
+    Returns the final state and the stacked outputs (``logits [T,B,C]`` ...).
+    """
+    xs = check_array(xs, "xs", shape=(None, None, cfg.input_dim), kind="floating")
+
+    def body(s, inp):
+        x, k = inp
+        return run_inner(params, s, x, k, cfg)
+
+    return jax.lax.scan(body, state, (xs, jax.random.split(key, xs.shape[0])))
+
+
+def node_metrics(state: NodeState, out: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Scalar summaries (phase ratios, mean energy/activity/anxiety, active-node ratio as in the seed)."""
+    fr = out["phase_fractions"]
+    m = {f"{p}_ratio": fr[i] for i, p in enumerate(PHASES)}
+    m.update(mean_energy=jnp.mean(state.energy), mean_activity=jnp.mean(state.activity),
+             mean_anxiety=jnp.mean(out["anxiety"]), max_anxiety=jnp.max(out["anxiety"]),
+             active_node_ratio=jnp.mean((state.energy > 1.0) & (state.activity > 0.5)),
+             mean_restorative_need=jnp.mean(state.restorative))
+    return m

@@ -1,0 +1,414 @@
+"""Scaled dot-product attention with interchangeable implementations.
+
+.. math::  O = \\mathrm{softmax}\\big(s\\, Q K^\\top + \\log M\\big)\\, V,\\qquad s = 1/\\sqrt{H}
+
+Layout ``[batch, time, heads, head_dim]`` (``B, T, N, H``), as ``jax.nn.dot_product_attention``.
+``M`` is a boolean mask (True = attend) broadcastable to ``[B, N, Tq, Tk]``; ``causal`` adds
+``q_index >= k_index`` (queries and keys aligned at position 0).
+
+Implementations (one function, one semantics):
+
+* ``"xla"`` — ``jax.nn.dot_product_attention(implementation="xla")``: materialises the
+  ``[B, N, Tq, Tk]`` score matrix, so forward and backward memory is O(T²).
+* ``"cudnn"`` — cuDNN flash attention (GPU, bf16/fp16, head_dim ≤ 128/256). If cuDNN rejects the
+  shape, dtype or platform, the call falls back to ``"xla"`` with a warning (never silently wrong).
+* ``"auto"`` — ``"cudnn"`` on GPU for bf16/fp16 inputs, otherwise ``"xla"``.
+* ``"chunked"`` — pure-JAX memory-efficient attention (Rabe & Staats 2021; FlashAttention-2's
+  recurrences): a ``lax.scan`` over key blocks with an online softmax (running max ``m``,
+  normaliser ``l``), and a ``custom_vjp`` whose backward pass re-computes each block's
+  probabilities from the saved log-sum-exp ``L = m + log l``. Only ``Q, K, V, O, L`` are saved, so
+  forward *and* backward memory is O(T · block) instead of O(T²).
+* ``"pallas"`` — a Pallas flash-attention forward kernel (grid over batch × heads × query blocks,
+  inner loop over key blocks). Runs compiled on GPU (Triton) and on CPU with ``interpret=True``
+  (the default off-GPU, used by the tests). Its gradient is the chunked backward pass above (same
+  residuals), so it is differentiable and O(T) in memory. Compiled tiles default to what was
+  measured fastest on an H100 (bench/results/gpu_h100.json): ``(block_q, block_k) = (128, 64)`` for
+  head_dim ≤ 64 and ``(32, 32)`` above; 128×128 tiles exceed the 227 KiB of shared memory there with
+  a mask or head_dim 128 (the compile fails with RESOURCE_EXHAUSTED).
+
+All accumulate in float32 (float64 if the inputs are float64) and return the query dtype. A query
+row whose keys are all masked returns zeros in ``chunked``/``pallas``; ``xla`` returns the mean of
+``V`` for such rows (jax's large-negative-bias convention), so do not rely on fully masked rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ivhl_jax.core.validation import check_array, check_choice, check_scalar
+
+__all__ = ["IMPLEMENTATIONS", "reference_attention", "attention", "attention_flops"]
+
+IMPLEMENTATIONS = ("auto", "xla", "cudnn", "chunked", "pallas")
+
+
+# --------------------------------------------------------------------------- validation helpers
+
+def _check_qkv(q, k, v):
+    q = check_array(q, "q", ndim=4, kind="floating")
+    k = check_array(k, "k", ndim=4, kind="floating")
+    v = check_array(v, "v", ndim=4, kind="floating")
+    B, Tq, N, H = q.shape
+    if k.shape[0] != B or k.shape[2] != N or k.shape[3] != H:
+        raise ValueError(f"k must have shape [B={B}, Tk, N={N}, H={H}] matching q {q.shape}, got {k.shape}")
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must have shape [B, Tk, N] = {k.shape[:3]} (+ head_dim), got {v.shape}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    return q, k, v
+
+
+def _normalise_mask(mask, B, N, Tq, Tk):
+    """Boolean mask as a 4-D array broadcastable to [B, N, Tq, Tk] (size-1 axes kept size 1)."""
+    if mask is None:
+        return None
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+        raise TypeError(f"mask must be boolean (True = attend), got dtype {mask.dtype}")
+    if mask.ndim > 4:
+        raise ValueError(f"mask must have at most 4 dims broadcastable to [B, N, Tq, Tk], got {mask.shape}")
+    mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    for size, full, name in zip(mask.shape, (B, N, Tq, Tk), ("B", "N", "Tq", "Tk")):
+        if size not in (1, full):
+            raise ValueError(f"mask shape {mask.shape} is not broadcastable to [B, N, Tq, Tk] = "
+                             f"{(B, N, Tq, Tk)} (axis {name})")
+    return mask
+
+
+def _acc_dtype(dtype):
+    return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
+
+
+# --------------------------------------------------------------------------- reference (O(T^2))
+
+def reference_attention(q, k, v, *, mask=None, causal=False, scale=None):
+    """Plain softmax attention in the accumulation dtype (the definition; O(T²) memory)."""
+    q, k, v = _check_qkv(q, k, v)
+    B, Tq, N, H = q.shape
+    Tk = k.shape[1]
+    scale = 1.0 / math.sqrt(H) if scale is None else scale
+    acc = _acc_dtype(q.dtype)
+    s = jnp.einsum("bqnh,bknh->bnqk", q.astype(acc), k.astype(acc)) * scale
+    allowed = _full_mask(_normalise_mask(mask, B, N, Tq, Tk), causal, B, N, Tq, Tk)
+    if allowed is not None:
+        s = jnp.where(allowed, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    p = jnp.exp(s - m)
+    den = jnp.sum(p, axis=-1, keepdims=True)
+    p = p / jnp.where(den > 0, den, 1.0)
+    return jnp.einsum("bnqk,bknh->bqnh", p, v.astype(acc)).astype(q.dtype)
+
+
+def _full_mask(mask, causal, B, N, Tq, Tk):
+    if causal:
+        c = jnp.arange(Tq)[:, None] >= jnp.arange(Tk)[None, :]
+        mask = c[None, None] if mask is None else mask & c
+    return mask
+
+
+# --------------------------------------------------------------------------- chunked (custom VJP)
+
+def _block_allowed(mask_blk, causal, q_pos, k_pos, tk):
+    """Boolean [.., Tq, bk] of attended pairs in one key block (None = all)."""
+    allowed = (k_pos < tk)[None, :]  # padded keys never attend
+    if causal:
+        allowed = allowed & (q_pos[:, None] >= k_pos[None, :])
+    allowed = allowed[None, None]
+    if mask_blk is not None:
+        allowed = allowed & mask_blk
+    return allowed
+
+
+def _pad_keys(k, v, mask, block_k):
+    tk = k.shape[1]
+    nb = -(-tk // block_k)
+    pad = nb * block_k - tk
+    if pad:
+        k = jnp.pad(k, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        v = jnp.pad(v, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        if mask is not None and mask.shape[3] != 1:
+            mask = jnp.pad(mask, ((0, 0), (0, 0), (0, 0), (0, pad)))
+    return k, v, mask, nb
+
+
+def _mask_block(mask, j, block_k):
+    if mask is None:
+        return None
+    if mask.shape[3] == 1:
+        return mask
+    return lax.dynamic_slice_in_dim(mask, j * block_k, block_k, axis=3)
+
+
+def _chunked_fwd_impl(q, k, v, mask, causal, scale, block_k):
+    """Online-softmax forward. Returns (O [B,Tq,N,H], L [B,N,Tq]) with L the row log-sum-exp."""
+    B, Tq, N, H = q.shape
+    tk = k.shape[1]
+    acc = _acc_dtype(q.dtype)
+    kp, vp, maskp, nb = _pad_keys(k, v, mask, block_k)
+    qs = q.astype(acc) * scale
+    q_pos = jnp.arange(Tq)
+
+    def body(carry, j):
+        m, l, o = carry
+        kb = lax.dynamic_slice_in_dim(kp, j * block_k, block_k, axis=1).astype(acc)
+        vb = lax.dynamic_slice_in_dim(vp, j * block_k, block_k, axis=1).astype(acc)
+        s = jnp.einsum("bqnh,bknh->bnqk", qs, kb)
+        k_pos = j * block_k + jnp.arange(block_k)
+        allowed = _block_allowed(_mask_block(maskp, j, block_k), causal, q_pos, k_pos, tk)
+        s = jnp.where(allowed, s, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+        m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+        p = jnp.exp(s - m_safe[..., None])
+        corr = jnp.exp(jnp.where(jnp.isfinite(m), m, 0.0) - m_safe) * jnp.isfinite(m)
+        l = l * corr + jnp.sum(p, axis=-1)
+        o = o * jnp.swapaxes(corr, 1, 2)[..., None] + jnp.einsum("bnqk,bknh->bqnh", p, vb)
+        return (m_new, l, o), None
+
+    init = (jnp.full((B, N, Tq), -jnp.inf, acc), jnp.zeros((B, N, Tq), acc), jnp.zeros((B, Tq, N, H), acc))
+    (m, l, o), _ = lax.scan(body, init, jnp.arange(nb))
+    ok = l > 0
+    o = o / jnp.swapaxes(jnp.where(ok, l, 1.0), 1, 2)[..., None]
+    lse = jnp.where(ok, jnp.where(jnp.isfinite(m), m, 0.0) + jnp.log(jnp.where(ok, l, 1.0)), jnp.inf)
+    return o.astype(q.dtype), lse
+
+
+def _chunked_bwd_impl(q, k, v, mask, o, lse, do, causal, scale, block_k):
+    """FlashAttention-2 backward over key blocks: recompute P = exp(sQK^T - L) block by block."""
+    B, Tq, N, H = q.shape
+    tk = k.shape[1]
+    acc = _acc_dtype(q.dtype)
+    kp, vp, maskp, nb = _pad_keys(k, v, mask, block_k)
+    qa = q.astype(acc)
+    doa = do.astype(acc)
+    delta = jnp.einsum("bqnh,bqnh->bnq", doa, o.astype(acc))  # D_i = sum_h dO_ih O_ih
+    q_pos = jnp.arange(Tq)
+
+    def body(dq, j):
+        kb = lax.dynamic_slice_in_dim(kp, j * block_k, block_k, axis=1).astype(acc)
+        vb = lax.dynamic_slice_in_dim(vp, j * block_k, block_k, axis=1).astype(acc)
+        s = jnp.einsum("bqnh,bknh->bnqk", qa, kb) * scale
+        k_pos = j * block_k + jnp.arange(block_k)
+        allowed = _block_allowed(_mask_block(maskp, j, block_k), causal, q_pos, k_pos, tk)
+        p = jnp.where(allowed, jnp.exp(s - lse[..., None]), 0.0)
+        dv = jnp.einsum("bnqk,bqnh->bknh", p, doa)
+        dp = jnp.einsum("bqnh,bknh->bnqk", doa, vb)
+        ds = p * (dp - delta[..., None]) * scale
+        dq = dq + jnp.einsum("bnqk,bknh->bqnh", ds, kb)
+        dk = jnp.einsum("bnqk,bqnh->bknh", ds, qa)
+        return dq, (dk, dv)
+
+    dq, (dk, dv) = lax.scan(body, jnp.zeros((B, Tq, N, H), acc), jnp.arange(nb))
+    # (nb, B, bk, N, H) -> (B, nb*bk, N, H), then drop the padding.
+    dk = jnp.moveaxis(dk, 0, 1).reshape(B, nb * block_k, N, H)[:, :tk]
+    dv = jnp.moveaxis(dv, 0, 1).reshape(B, nb * block_k, N, H)[:, :tk]
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _chunked(q, k, v, mask, causal, scale, block_k):
+    return _chunked_fwd_impl(q, k, v, mask, causal, scale, block_k)[0]
+
+
+def _chunked_fwd(q, k, v, mask, causal, scale, block_k):
+    o, lse = _chunked_fwd_impl(q, k, v, mask, causal, scale, block_k)
+    return o, (q, k, v, mask, o, lse)
+
+
+def _chunked_bwd(causal, scale, block_k, res, do):
+    q, k, v, mask, o, lse = res
+    dq, dk, dv = _chunked_bwd_impl(q, k, v, mask, o, lse, do, causal, scale, block_k)
+    return dq, dk, dv, None
+
+
+_chunked.defvjp(_chunked_fwd, _chunked_bwd)
+
+
+# --------------------------------------------------------------------------- Pallas kernel
+
+def _pallas_forward(q, k, v, mask, causal, scale, block_q, block_k, interpret):
+    """Flash-attention forward as a Pallas kernel. Returns (O, L) like ``_chunked_fwd_impl``."""
+    from jax.experimental import pallas as pl
+
+    B, Tq, N, H = q.shape
+    tk = k.shape[1]
+    acc = _acc_dtype(q.dtype)
+    bq = min(block_q, Tq)
+    nq = -(-Tq // bq)
+    tq_pad = nq * bq
+    kp, vp, _, nb = _pad_keys(k, v, None, block_k)
+    tk_pad = nb * block_k
+    # [B, N, T, H] so that one program owns a contiguous (query block, head_dim) tile.
+    qt = jnp.pad(jnp.transpose(q, (0, 2, 1, 3)), ((0, 0), (0, 0), (0, tq_pad - Tq), (0, 0)))
+    kt = jnp.transpose(kp, (0, 2, 1, 3))
+    vt = jnp.transpose(vp, (0, 2, 1, 3))
+    has_mask = mask is not None
+    inputs = [qt, kt, vt]
+    in_specs = [pl.BlockSpec((None, None, bq, H), lambda b, n, i: (b, n, i, 0)),
+                pl.BlockSpec((None, None, tk_pad, H), lambda b, n, i: (b, n, 0, 0)),
+                pl.BlockSpec((None, None, tk_pad, H), lambda b, n, i: (b, n, 0, 0))]
+    if has_mask:
+        mb, mn = mask.shape[0], mask.shape[1]
+        full = jnp.broadcast_to(mask, (mb, mn, Tq, tk))
+        full = jnp.pad(full, ((0, 0), (0, 0), (0, tq_pad - Tq), (0, tk_pad - tk))).astype(jnp.int32)
+        inputs.append(full)
+        in_specs.append(pl.BlockSpec((None, None, bq, tk_pad),
+                                     lambda b, n, i: (b if mb > 1 else 0, n if mn > 1 else 0, i, 0)))
+
+    def kernel(*refs):
+        if has_mask:
+            q_ref, k_ref, v_ref, m_ref, o_ref, l_ref = refs
+        else:
+            q_ref, k_ref, v_ref, o_ref, l_ref = refs
+            m_ref = None
+        i = pl.program_id(2)
+        qb = q_ref[...].astype(acc) * scale
+        q_pos = i * bq + jnp.arange(bq)
+
+        def body(j, carry):
+            m, l, o = carry
+            kb = k_ref[pl.ds(j * block_k, block_k), :].astype(acc)
+            vb = v_ref[pl.ds(j * block_k, block_k), :].astype(acc)
+            s = qb @ kb.T
+            k_pos = j * block_k + jnp.arange(block_k)
+            allowed = (k_pos < tk)[None, :]
+            if causal:
+                allowed = allowed & (q_pos[:, None] >= k_pos[None, :])
+            if m_ref is not None:
+                allowed = allowed & (m_ref[:, pl.ds(j * block_k, block_k)] != 0)
+            s = jnp.where(allowed, s, -jnp.inf)
+            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+            m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+            p = jnp.exp(s - m_safe[:, None])
+            corr = jnp.where(jnp.isfinite(m), jnp.exp(m - m_safe), 0.0)
+            return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[:, None] + p @ vb
+
+        init = (jnp.full((bq,), -jnp.inf, acc), jnp.zeros((bq,), acc), jnp.zeros((bq, H), acc))
+        # Causal: key blocks entirely after this query block contribute nothing; skip them.
+        n_blocks = jnp.minimum(nb, (i * bq + bq + block_k - 1) // block_k) if causal else nb
+        m, l, o = lax.fori_loop(0, n_blocks, body, init)
+        ok = l > 0
+        o_ref[...] = (o / jnp.where(ok, l, 1.0)[:, None]).astype(o_ref.dtype)
+        l_ref[...] = jnp.where(ok, jnp.where(jnp.isfinite(m), m, 0.0) + jnp.log(jnp.where(ok, l, 1.0)), jnp.inf)
+
+    out, lse = pl.pallas_call(
+        kernel,
+        grid=(B, N, nq),
+        in_specs=in_specs,
+        out_specs=[pl.BlockSpec((None, None, bq, H), lambda b, n, i: (b, n, i, 0)),
+                   pl.BlockSpec((None, None, bq), lambda b, n, i: (b, n, i))],
+        out_shape=[jax.ShapeDtypeStruct((B, N, tq_pad, H), q.dtype), jax.ShapeDtypeStruct((B, N, tq_pad), acc)],
+        interpret=interpret,
+        name="ivhl_flash_attention_fwd",
+    )(*inputs)
+    return jnp.transpose(out[:, :, :Tq], (0, 2, 1, 3)), lse[:, :, :Tq]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _pallas(q, k, v, mask, causal, scale, block_q, block_k, interpret):
+    return _pallas_forward(q, k, v, mask, causal, scale, block_q, block_k, interpret)[0]
+
+
+def _pallas_fwd(q, k, v, mask, causal, scale, block_q, block_k, interpret):
+    o, lse = _pallas_forward(q, k, v, mask, causal, scale, block_q, block_k, interpret)
+    return o, (q, k, v, mask, o, lse)
+
+
+def _pallas_bwd(causal, scale, block_q, block_k, interpret, res, do):
+    q, k, v, mask, o, lse = res
+    dq, dk, dv = _chunked_bwd_impl(q, k, v, mask, o, lse, do, causal, scale, block_k)
+    return dq, dk, dv, None
+
+
+_pallas.defvjp(_pallas_fwd, _pallas_bwd)
+
+
+# --------------------------------------------------------------------------- XLA / cuDNN
+
+def _on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
+def _xla(q, k, v, mask, causal, scale, implementation):
+    if implementation == "xla" and q.dtype == jnp.float16 and not _on_gpu():
+        # XLA:CPU has no f16 x f16 -> f32 dot; compute in f32 and round once at the end.
+        f = lambda a: a.astype(jnp.float32)
+        return _xla(f(q), f(k), f(v), mask, causal, scale, implementation).astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
+                                        implementation=implementation)
+
+
+def _cudnn_or_fallback(q, k, v, mask, causal, scale):
+    try:
+        return _xla(q, k, v, mask, causal, scale, "cudnn")
+    except Exception as e:  # cuDNN raises on unsupported dtype/shape/platform: fall back, loudly
+        warnings.warn(f"cuDNN attention unavailable for q{tuple(q.shape)} {q.dtype} on "
+                      f"{jax.default_backend()} ({type(e).__name__}: {str(e)[:160]}); using the XLA path",
+                      RuntimeWarning, stacklevel=3)
+        return _xla(q, k, v, mask, causal, scale, "xla")
+
+
+# --------------------------------------------------------------------------- public entry point
+
+def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str = "auto",
+              scale: float | None = None, block_q: int | None = None, block_k: int | None = None,
+              interpret: bool | None = None) -> jax.Array:
+    """Scaled dot-product attention ``softmax(scale·QKᵀ + log mask) V``.
+
+    Args:
+      q: queries ``[B, Tq, N, H]``; k, v: keys/values ``[B, Tk, N, H]`` (same dtype).
+      mask: optional boolean, True = attend, broadcastable to ``[B, N, Tq, Tk]`` (e.g. a key
+        padding mask ``valid[:, None, None, :]``).
+      causal: forbid attending to later positions (``k_index > q_index``).
+      implementation: ``"auto" | "xla" | "cudnn" | "chunked" | "pallas"`` (see module docstring).
+      scale: logit scale, default ``1/sqrt(H)``.
+      block_q, block_k: tile sizes of the chunked/Pallas paths (T need not be a multiple); default
+        128 (chunked, interpreted Pallas) or the measured GPU tiles of the compiled Pallas kernel.
+      interpret: Pallas interpret mode; default True unless running on GPU.
+
+    Returns:
+      ``[B, Tq, N, H]`` in q's dtype. Works under ``jit``, ``vmap`` and ``grad``.
+    """
+    check_choice(implementation, "implementation", IMPLEMENTATIONS)
+    q, k, v = _check_qkv(q, k, v)
+    B, Tq, N, H = q.shape
+    Tk = k.shape[1]
+    for name, blk in (("block_q", block_q), ("block_k", block_k)):
+        if blk is not None:
+            check_scalar(blk, name, integer=True, minimum=1)
+    if causal and Tq != Tk:
+        raise ValueError(f"causal attention needs Tq == Tk (aligned positions), got Tq={Tq}, Tk={Tk}")
+    scale = 1.0 / math.sqrt(H) if scale is None else float(scale)
+    mask = _normalise_mask(mask, B, N, Tq, Tk)
+    impl = implementation
+    half = jnp.dtype(q.dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    if impl == "auto":
+        impl = "cudnn" if (_on_gpu() and half) else "xla"
+    if impl == "xla":
+        return _xla(q, k, v, mask, causal, scale, "xla")
+    if impl == "cudnn":
+        return _cudnn_or_fallback(q, k, v, mask, causal, scale)
+    if impl == "chunked":
+        return _chunked(q, k, v, mask, causal, scale, min(block_k or 128, Tk))
+    interpret = (not _on_gpu()) if interpret is None else bool(interpret)
+    auto_q, auto_k = (128, 128) if interpret else ((128, 64) if H <= 64 else (32, 32))
+    bq, bk = block_q or auto_q, min(block_k or auto_k, Tk)
+    return _pallas(q, k, v, mask, causal, scale, bq, bk, interpret)
+
+
+def attention_flops(batch: int, seq_q: int, seq_k: int, heads: int, head_dim: int, *, causal: bool = False,
+                    backward: bool = False) -> float:
+    """Matmul FLOPs of attention: ``4·B·N·Tq·Tk·H`` forward (QKᵀ, PV).
+
+    With ``backward`` ×3.5 (flash backward: 4 matmuls + the recomputed QKᵀ); ``causal`` halves it.
+    """
+    f = 4.0 * batch * heads * seq_q * seq_k * head_dim
+    if backward:
+        f *= 3.5
+    return f / 2 if causal else f

@@ -1,0 +1,207 @@
+"""The stepper protocol and the one scanned time loop every physics family runs through.
+
+A **stepper** (:class:`Stepper`) is what a family's builder returns, in the spirit of jax-md's
+``init_fn, apply_fn`` pair and optax's ``GradientTransformation``: the builder closes over the physics
+and the step size *once* (``condensate.strang(system, dt)``, ``cdt.metropolis(params)``, ...) and the
+stepper carries
+
+* ``params`` — a pytree of everything the step reads (arrays, step size, couplings); traced, so a
+  parameter sweep or ``vmap`` over it never recompiles;
+* ``step_fn(state, params) -> state`` — a *module-level* pure function (static, hashed by identity);
+* ``init_fn(params, *args, **kwargs) -> state`` — builds the initial state (static);
+* ``static`` — hashable settings that change the compiled program (e.g. ``imaginary=True``).
+
+``stepper.step(state)`` is the bound, pure one-step map; randomness lives in the state (a typed PRNG
+key field), never in a side argument. What to record is an ``observe(state, params) -> pytree``
+function, again module-level so that it hashes stably.
+
+:func:`trajectory` drives every family: ``steps`` applications of the step inside ``lax.scan``,
+``observe`` every ``save_every`` steps, optional rematerialisation for ``grad`` through long runs. It
+is jitted at the API boundary with the stepper as a pytree argument, so a second call with the same
+step function, shapes, dtypes and static settings compiles nothing (the diffrax ``diffeqsolve``
+discipline). :func:`chunked` turns a stepper into the ``advance`` function of
+:func:`ivhl_jax.run.runner.run_chunked` (progress, checkpoints, exact resume).
+
+:func:`rollout` is the unjitted core (the jax-cfd ``trajectory`` idea) for code already inside a trace.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+import flax.struct
+import jax
+
+from ivhl_jax.core.validation import check_scalar
+
+__all__ = ["Stepper", "trajectory", "chunked", "rollout", "identity_observe", "Step", "Observe"]
+
+S = TypeVar("S")
+P = TypeVar("P")
+Step = Callable[[Any, Any], Any]
+Observe = Callable[[Any, Any], Any]
+
+
+def identity_observe(state: Any, params: Any) -> Any:
+    """Record the whole state (the default observable)."""
+    del params
+    return state
+
+
+@flax.struct.dataclass
+class Stepper(Generic[S, P]):
+    """A pure one-step map with its parameters bound: ``stepper.step(state) -> state``.
+
+    Attributes:
+      step_fn: ``step_fn(state, params) -> state``, a module-level function (static).
+      params: pytree the step reads (traced; vmap/grad over it work and never recompile).
+      init_fn: ``init_fn(params, *args, **kwargs) -> state`` (static), or None when the family's
+        state is supplied by the user.
+      name: a short label for progress lines and errors (static).
+    """
+
+    step_fn: Callable[[S, P], S] = flax.struct.field(pytree_node=False)
+    params: P
+    init_fn: Callable[..., S] | None = flax.struct.field(pytree_node=False, default=None)
+    name: str = flax.struct.field(pytree_node=False, default="stepper")
+
+    def step(self, state: S) -> S:
+        """Advance ``state`` by one step."""
+        return self.step_fn(state, self.params)
+
+    def init(self, *args: Any, **kwargs: Any) -> S:
+        """Build an initial state (arguments are family-specific; see the builder's docstring)."""
+        if self.init_fn is None:
+            raise TypeError(f"{self.name}: this stepper has no init_fn; build the initial state yourself")
+        return self.init_fn(self.params, *args, **kwargs)
+
+
+def rollout(
+    step: Step,
+    state: Any,
+    params: Any,
+    steps: int,
+    *,
+    save_every: int = 1,
+    observe: Observe | None = None,
+    remat: bool = False,
+    unroll: int = 1,
+) -> tuple[Any, Any]:
+    """Advance ``state`` by ``steps`` applications of ``step(state, params)`` inside ``lax.scan``.
+
+    Not jitted (use it inside traced code; from Python use :func:`trajectory`).
+
+    Args:
+      step: pure ``step(state, params) -> state``.
+      state: initial state pytree.
+      params: parameters passed to every step (a pytree; may be traced).
+      steps: number of steps (Python int, multiple of ``save_every``).
+      save_every: record ``observe(state, params)`` after every ``save_every`` steps.
+      observe: function of (state, params) returning a pytree of observations; defaults to the
+        state itself (the full trajectory).
+      remat: checkpoint each block of ``save_every`` steps so reverse-mode memory is
+        O(steps / save_every) states plus one block, not O(steps).
+      unroll: ``lax.scan`` unroll factor for the inner loop.
+
+    Returns:
+      (final_state, observations) where observations has a leading axis of length
+      ``steps // save_every``.
+    """
+    check_scalar(steps, "steps", integer=True, nonnegative=True)
+    check_scalar(save_every, "save_every", integer=True, minimum=1)
+    check_scalar(unroll, "unroll", integer=True, minimum=1)
+    steps, save_every = int(steps), int(save_every)
+    if steps % save_every:
+        raise ValueError(f"steps ({steps}) must be a multiple of save_every ({save_every})")
+    observe = identity_observe if observe is None else observe
+
+    def block(carry, _):
+        def one(c, _):
+            return step(c, params), None
+
+        carry, _ = jax.lax.scan(one, carry, None, length=save_every, unroll=unroll)
+        return carry, observe(carry, params)
+
+    if remat:
+        block = jax.checkpoint(block)
+    return jax.lax.scan(block, state, None, length=steps // save_every)
+
+
+@functools.partial(jax.jit, static_argnames=("steps", "save_every", "observe", "remat", "unroll"))
+def _trajectory(stepper: Stepper, state: Any, steps: int, save_every: int, observe: Observe, remat: bool,
+                unroll: int) -> tuple[Any, Any]:
+    return rollout(stepper.step_fn, state, stepper.params, steps, save_every=save_every, observe=observe,
+                   remat=remat, unroll=unroll)
+
+
+def _check_stepper(stepper: Any) -> None:
+    if not isinstance(stepper, Stepper):
+        raise TypeError(f"stepper must be an ivhl_jax Stepper (from a family builder such as "
+                        f"condensate.strang(system, dt)); got {type(stepper).__name__}")
+
+
+def _check_observe(observe: Any) -> Observe:
+    if observe is None:
+        return identity_observe
+    if not callable(observe):
+        raise TypeError(f"observe must be a function observe(state, params) -> pytree; got {type(observe).__name__}")
+    if not isinstance(observe, Hashable):
+        raise TypeError("observe must be hashable (a module-level function), so compiled loops can be reused")
+    return observe
+
+
+def trajectory(
+    stepper: Stepper,
+    state: Any,
+    steps: int,
+    *,
+    save_every: int = 1,
+    observe: Observe | None = None,
+    remat: bool = False,
+    unroll: int = 1,
+) -> tuple[Any, Any]:
+    """Run ``steps`` steps of ``stepper`` from ``state``; record ``observe(state, params)`` every ``save_every``.
+
+    Compiled once per (step function, observe, state/param shapes and dtypes, ``steps``, ``save_every``,
+    ``remat``, ``unroll``): calling it again with new *values* (a new state, a new ``dt`` or coupling in
+    ``stepper.params``) reuses the compiled loop. Pass ``observe`` as a module-level function; a fresh
+    ``lambda`` per call is a new static argument and recompiles. Works under ``jit``, ``vmap`` (over
+    states or params) and ``grad``.
+
+    Returns:
+      (final_state, observations); observations have a leading axis of ``steps // save_every``.
+    """
+    _check_stepper(stepper)
+    observe = _check_observe(observe)
+    check_scalar(steps, "steps", integer=True, nonnegative=True)
+    check_scalar(save_every, "save_every", integer=True, minimum=1)
+    check_scalar(unroll, "unroll", integer=True, minimum=1)
+    if int(steps) % int(save_every):
+        raise ValueError(f"steps ({steps}) must be a multiple of save_every ({save_every})")
+    return _trajectory(stepper, state, int(steps), int(save_every), observe, bool(remat), int(unroll))
+
+
+def chunked(
+    stepper: Stepper,
+    steps_per_chunk: int,
+    *,
+    save_every: int | None = None,
+    observe: Observe | None = None,
+) -> Callable[[Any], tuple[Any, Any]]:
+    """``advance(state) -> (state, observations)`` running ``steps_per_chunk`` steps, for
+    :func:`ivhl_jax.run.runner.run_chunked`. Observations are recorded every ``save_every`` steps
+    (default: once per chunk)."""
+    _check_stepper(stepper)
+    observe = _check_observe(observe)
+    check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
+    save_every = int(steps_per_chunk) if save_every is None else save_every
+    check_scalar(save_every, "save_every", integer=True, minimum=1)
+    if int(steps_per_chunk) % int(save_every):
+        raise ValueError(f"steps_per_chunk ({steps_per_chunk}) must be a multiple of save_every ({save_every})")
+
+    def advance(state: Any) -> tuple[Any, Any]:
+        return _trajectory(stepper, state, int(steps_per_chunk), int(save_every), observe, False, 1)
+
+    return advance

@@ -1,0 +1,217 @@
+"""Typed run configurations: a frozen dataclass per simulation, filled from TOML/JSON and overrides.
+
+Every simulation and training script declares its configuration as a dataclass with defaults (the
+embedded default run). :func:`load_config` reads an optional TOML or JSON file and ``key=value``
+overrides, rejects unknown keys and wrongly typed values by name, and calls the dataclass's
+``validate()`` method if it has one::
+
+    @dataclasses.dataclass(frozen=True)
+    class HolographyConfig:
+        n_sources: int = 64
+        grid: tuple[int, int] = (128, 128)
+
+    cfg = load_config(HolographyConfig, "run.toml", ["n_sources=128"])
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import tomllib
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+__all__ = ["T", "read_config_file", "load_config", "config_dict", "add_run_arguments", "prepare_run_dir"]
+
+T = TypeVar("T")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except (TypeError, ValueError) as e:
+                errors.append(str(e))
+        raise TypeError(f"config key {key!r}: {value!r} matches none of {tp}")
+    if origin is typing.Literal:
+        if value not in args:
+            raise ValueError(f"config key {key!r} must be one of {list(args)}, got {value!r}")
+        return value
+    if origin in (tuple, list):
+        if isinstance(value, str):
+            value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"config key {key!r} must be a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                raise ValueError(f"config key {key!r} must have {len(args)} entries, got {len(value)}")
+            return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        inner = args[0] if args else Any
+        out = [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"config key {key!r} must be a table/dict, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"config key {key!r} must be a table/dict, got {value!r}")
+        return _build(tp, value, prefix=f"{key}.")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise TypeError(f"config key {key!r} must be true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise TypeError(f"config key {key!r} must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise TypeError(f"config key {key!r} must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise TypeError(f"config key {key!r} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"config key {key!r} must be a number, got {value!r}") from e
+    if tp is str:
+        if not isinstance(value, str):
+            raise TypeError(f"config key {key!r} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def _build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"unknown config key(s) {[prefix + u for u in unknown]} for {cls.__name__}; "
+            f"valid keys: {sorted(prefix + f for f in fields)}"
+        )
+    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in values.items()}
+    obj = cls(**kwargs)
+    if hasattr(obj, "validate"):
+        obj.validate()
+    return obj
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {text!r} must look like key=value (nested: section.key=value)")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # bare words are strings: `activation=gelu`
+    return key.strip().split("."), value
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a ``.toml`` or ``.json`` configuration file into a dict."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file {path!r} does not exist")
+    if path.endswith(".toml"):
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    if path.endswith(".json"):
+        with open(path) as f:
+            return json.load(f)
+    raise ValueError(f"config file {path!r} must end in .toml or .json")
+
+
+def load_config(cls: type[T], path: str | os.PathLike | None = None,
+                overrides: Sequence[str] = ()) -> T:
+    """Build ``cls`` from its defaults, then a config file, then ``key=value`` overrides."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"cls must be a dataclass type, got {cls!r}")
+    values: dict[str, Any] = read_config_file(path) if path is not None else {}
+    for text in overrides:
+        keys, value = _parse_override(text)
+        node = values
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return _build(cls, values)
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config dataclass (for result files and checkpoint metadata)."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resume: bool | None = True,
+                      config_help: str = "TOML or JSON file with the run's config keys",
+                      out_help: str | None = None) -> argparse.ArgumentParser:
+    """The options every ``ivhl sim``/``ivhl train`` command shares.
+
+    ``--config FILE``, ``--set KEY=VALUE`` (repeatable, passed to :func:`load_config` as overrides),
+    ``--out DIR`` (default ``out``), ``--resume/--no-resume`` (continue from ``DIR/ckpt`` if a checkpoint
+    exists; default ``resume``) and ``--no-progress``.
+    """
+    parser.add_argument("--config", help=config_help)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (repeatable; nested keys as section.key)")
+    default_help = f"output folder (default {out})" if out else "output folder"
+    parser.add_argument("--out", default=out, help=out_help or default_help)
+    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=resume,
+                        help="continue from the checkpoint in <out>/ckpt if there is one")
+    parser.add_argument("--no-progress", action="store_true", help="do not show progress")
+    return parser
+
+
+def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendable: Sequence[str] = ()) -> str:
+    """Make ``out`` ready for a run of ``cfg``; return its checkpoint folder ``out/ckpt``.
+
+    Without ``resume`` an existing checkpoint is deleted. With it, the checkpoint must come from the same
+    configuration (``out/config.json``), except for the ``extendable`` keys (a larger step count extends a
+    finished run); otherwise a ValueError names the keys that differ. ``cfg`` is then written to
+    ``out/config.json``.
+    """
+    out = os.fspath(out)
+    ckpt_dir = os.path.join(out, "ckpt")
+    cfg_path = os.path.join(out, "config.json")
+    comparable = {k: v for k, v in config_dict(cfg).items() if k not in extendable}
+    if os.path.isdir(ckpt_dir):
+        if not resume:
+            shutil.rmtree(ckpt_dir)
+        elif os.path.isfile(cfg_path):
+            with open(cfg_path) as f:
+                old = {k: v for k, v in json.load(f).items() if k not in extendable}
+            if old != comparable:
+                diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
+                raise ValueError(f"{out} holds a checkpoint of a different configuration (differs in {diff}); "
+                                 "use --no-resume to start over or another --out")
+    os.makedirs(out, exist_ok=True)
+    from ivhl_jax.run.io import write_json
+
+    write_json(cfg_path, config_dict(cfg))
+    return ckpt_dir

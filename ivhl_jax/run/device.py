@@ -1,0 +1,158 @@
+"""What are we running on, and how is compilation configured.
+
+* :func:`device_report`: platform, devices, memory, library versions and XLA flags (recorded in
+  every benchmark JSON and shown by ``ivhl info``).
+* :func:`enable_compilation_cache`: opt-in persistent cache of compiled executables across
+  processes (saves the compile time of repeated CLI runs and notebook restarts).
+* :func:`configure`: compile/numerics settings; it reports for each one whether it took effect on
+  this backend (GPU-only XLA flags are no-ops on CPU, and we say so instead of pretending).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+from typing import Any
+
+import jax
+
+__all__ = ["device_report", "format_report", "enable_compilation_cache", "configure"]
+
+_LIBS = ("jax", "jaxlib", "flax", "optax", "chex", "orbax-checkpoint", "numpy", "scipy", "torch")
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for lib in _LIBS:
+        try:
+            out[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def _host_memory_bytes() -> dict[str, int | None]:
+    info: dict[str, int | None] = {"total": None, "available": None}
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        info["total"] = int(fields["MemTotal"].split()[0]) * 1024
+        info["available"] = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        pass
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_report() -> dict[str, Any]:
+    """A JSON-ready description of the backend, devices, memory and versions."""
+    devices = jax.devices()
+    dev_info = []
+    for d in devices:
+        entry: dict[str, Any] = {"id": d.id, "kind": d.device_kind, "platform": d.platform,
+                                 "process_index": d.process_index}
+        try:
+            stats = d.memory_stats()
+        except Exception:  # not every backend implements memory_stats
+            stats = None
+        if stats:
+            entry["memory_bytes_limit"] = stats.get("bytes_limit")
+            entry["memory_bytes_in_use"] = stats.get("bytes_in_use")
+            entry["memory_peak_bytes_in_use"] = stats.get("peak_bytes_in_use")
+        dev_info.append(entry)
+    return {
+        "platform": jax.default_backend(),
+        "device_count": jax.device_count(),
+        "local_device_count": jax.local_device_count(),
+        "process_count": jax.process_count(),
+        "devices": dev_info,
+        "host": {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "memory_bytes": _host_memory_bytes(),
+                 "machine": platform.machine(), "system": platform.system()},
+        "versions": _versions(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "x64": bool(jax.config.jax_enable_x64),
+    }
+
+
+def format_report(report: dict[str, Any] | None = None) -> str:
+    """Human-readable multi-line version of :func:`device_report`."""
+    r = report or device_report()
+    lines = [f"platform      {r['platform']}  ({r['device_count']} devices, {r['process_count']} process(es))",
+             f"device kind   {r['devices'][0]['kind'] if r['devices'] else '-'}",
+             f"host          {r['host']['cpu']} x{r['host']['cpu_count']}"]
+    mem = r["host"]["memory_bytes"]
+    if mem["total"]:
+        gib = 2.0**30
+        lines.append(f"host memory   {mem['total'] / gib:.1f} GiB total, {mem['available'] / gib:.1f} GiB available")
+    lim = r["devices"][0].get("memory_bytes_limit") if r["devices"] else None
+    if lim:
+        lines.append(f"device memory {lim / 2**30:.1f} GiB")
+    lines.append("versions      " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v))
+    if r["xla_flags"]:
+        lines.append(f"XLA_FLAGS     {r['xla_flags']}")
+    return "\n".join(lines)
+
+
+def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
+                             min_compile_time_s: float = 0.5) -> str:
+    """Turn on JAX's persistent compilation cache in ``directory`` (default ``~/.cache/ivhl_jax/xla``).
+
+    Executables whose compilation took at least ``min_compile_time_s`` are written there and
+    re-used by later processes with the same program, backend and flags. Returns the directory.
+    """
+    path = os.path.abspath(os.path.expanduser(os.fspath(directory or "~/.cache/ivhl_jax/xla")))
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+def configure(*, matmul_precision: str | None = None, enable_x64: bool | None = None,
+              debug_nans: bool | None = None, gpu_autotune_level: int | None = None) -> dict[str, str]:
+    """Apply compile/numerics settings; returns {setting: what happened}.
+
+    Args:
+      matmul_precision: ``"default"``, ``"high"`` or ``"highest"`` (``jax_default_matmul_precision``);
+        affects TPU/GPU TF32/bf16 passes, a no-op for f32 matmuls on CPU.
+      enable_x64: enable float64/int64 (``jax_enable_x64``).
+      debug_nans: re-run any op producing NaN op-by-op and raise (``jax_debug_nans``); slow.
+      gpu_autotune_level: XLA GPU autotuning level 0-4; must be set before the backend starts and
+        only affects GPUs.
+    """
+    out: dict[str, str] = {}
+    backend = jax.default_backend()
+    if matmul_precision is not None:
+        if matmul_precision not in ("default", "high", "highest"):
+            raise ValueError(f"matmul_precision must be 'default', 'high' or 'highest', got {matmul_precision!r}")
+        jax.config.update("jax_default_matmul_precision", matmul_precision)
+        out["matmul_precision"] = ("applied" if backend != "cpu"
+                                   else "applied (no effect on CPU: f32 matmuls are always full precision)")
+    if enable_x64 is not None:
+        jax.config.update("jax_enable_x64", bool(enable_x64))
+        out["enable_x64"] = "applied"
+    if debug_nans is not None:
+        jax.config.update("jax_debug_nans", bool(debug_nans))
+        out["debug_nans"] = "applied"
+    if gpu_autotune_level is not None:
+        if not 0 <= int(gpu_autotune_level) <= 4:
+            raise ValueError(f"gpu_autotune_level must be in 0..4, got {gpu_autotune_level}")
+        if backend != "gpu":
+            out["gpu_autotune_level"] = f"no-op: backend is {backend}, not gpu"
+        else:
+            out["gpu_autotune_level"] = ("not applied: XLA_FLAGS are read when the GPU backend starts; set "
+                                         f"XLA_FLAGS=--xla_gpu_autotune_level={int(gpu_autotune_level)} "
+                                         "before importing jax")
+    return out

@@ -1,0 +1,2 @@
+"""Training infrastructure: the shared train step, sharding and multi-host parallelism, step-addressed data,
+Orbax checkpoints. Never imports physics or models."""

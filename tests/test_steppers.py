@@ -1,0 +1,207 @@
+"""The stepper protocol (ivhl_jax.numerics.rollout): a family contract over the steppers, and compile-once.
+
+For every stepper: ``trajectory`` under jit and vmap (over states), the same key gives the same bits,
+chunked driving equals one trajectory, and a second call with new values compiles nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ivhl_jax
+from ivhl_jax import cdt, fields
+from ivhl_jax.numerics.rollout import Stepper, chunked, identity_observe, trajectory
+
+
+class _CompileCounter(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        msg = record.getMessage()
+        if "Compiling" in msg or "compiling" in msg:
+            self.messages.append(msg)
+
+
+def count_compiles(fn, *args, **kwargs):
+    """(result, number of XLA compilations logged while running ``fn``)."""
+    handler = _CompileCounter()
+    logger = logging.getLogger("jax")
+    old = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with jax.log_compiles(True):
+            out = fn(*args, **kwargs)
+            jax.block_until_ready(out)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    return out, len(handler.messages)
+
+
+def _cdt_case(seed=0, lam=0.8):
+    params = cdt.make_params(lam, attempts_per_sweep=50)
+    st = cdt.metropolis(params)
+    return st, st.init(jax.random.key(seed), 4, 5, 200), cdt.observe_chain
+
+
+def _wave_case(seed=0, dt=0.05):
+    rng = np.random.default_rng(seed)
+    pts = rng.uniform(-1, 1, (24, 3)).astype(np.float32)
+    src = rng.uniform(-1, 1, (5, 3)).astype(np.float32)
+    p = fields.wave_params(pts, src, amplitudes=1.0, wavenumbers=rng.uniform(5, 7, 5), phases=0.0, dt=dt)
+    st = fields.evolution(p)
+    return st, st.init(), identity_observe
+
+
+def _leaves(tree):
+    """Leaves as NumPy arrays (typed PRNG keys through their key data)."""
+    return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+CASES = {"cdt.metropolis": _cdt_case, "fields.evolution": _wave_case}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_second_call_with_new_values_compiles_nothing(name):
+    st, s0, obs = CASES[name]()
+    trajectory(st, s0, 4, save_every=2, observe=obs)  # warm
+    st2, s1, _ = CASES[name](seed=1)
+    _, n = count_compiles(trajectory, st2, s1, 4, save_every=2, observe=obs)
+    assert n == 0, f"{name}: second call compiled {n} programs"
+
+
+def test_compile_counter_sees_a_real_compile():
+    # the counter must be able to fail: a new shape compiles
+    st, s0, obs = _wave_case()
+    trajectory(st, s0, 4, save_every=2, observe=obs)
+    _, n = count_compiles(trajectory, st, s0, 6, save_every=2, observe=obs)
+    assert n >= 1
+
+
+def test_cdt_run_compiles_once_and_equals_trajectory():
+    params = cdt.make_params(0.8, attempts_per_sweep=50)
+    s = cdt.initial_state(4, 5, 200)
+    key = jax.random.key(3)
+    final, obs = cdt.run(key, s, params, 4, 2)
+    _, n = count_compiles(cdt.run, jax.random.key(4), s, cdt.make_params(0.9, attempts_per_sweep=50), 4, 2)
+    assert n == 0
+    chain, obs2 = trajectory(cdt.metropolis(params), cdt.Chain(key=key, geometry=s), 4, save_every=2,
+                             observe=cdt.observe_chain)
+    for a, b in zip(_leaves((final, obs)), _leaves((chain.geometry, obs2))):
+        np.testing.assert_array_equal(a, b)
+    states = cdt.replicate(s, 3)
+    cdt.run_chains(key, states, params, 4, 2)
+    _, n = count_compiles(cdt.run_chains, jax.random.key(5), states, params, 4, 2)
+    assert n == 0
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_same_key_same_bits_and_jit(name):
+    st, s0, obs = CASES[name]()
+    a = trajectory(st, s0, 4, observe=obs)
+    again = trajectory(st, s0, 4, observe=obs)
+    for x, y in zip(_leaves(a), _leaves(again)):
+        np.testing.assert_array_equal(x, y)
+    # inside a caller's jit the loop is inlined and re-fused: equal to float32 round-off
+    b = jax.jit(lambda s: trajectory(st, s, 4, observe=obs))(s0)
+    for x, y in zip(_leaves(a), _leaves(b)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_vmap_over_states_equals_one_by_one(name):
+    st, s0, obs = CASES[name]()
+    _, s1, _ = CASES[name](seed=1)
+    if name == "fields.evolution":  # same params, two different start times
+        s1 = st.init(0.3)
+    batch = jax.tree.map(lambda x, y: jnp.stack([x, y]), s0, s1)
+    fb, ob = jax.vmap(lambda s: trajectory(st, s, 4, save_every=2, observe=obs))(batch)
+    for i, s in enumerate((s0, s1)):
+        f, o = trajectory(st, s, 4, save_every=2, observe=obs)
+        for x, y in zip(_leaves((f, o)), _leaves(jax.tree.map(lambda z: z[i], (fb, ob)))):
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_chunked_equals_one_trajectory(name):
+    st, s0, obs = CASES[name]()
+    f, o = trajectory(st, s0, 8, save_every=2, observe=obs)
+    adv = chunked(st, 4, save_every=2, observe=obs)
+    s, chunks = s0, []
+    for _ in range(2):
+        s, c = adv(s)
+        chunks.append(c)
+    o2 = jax.tree.map(lambda *xs: jnp.concatenate(xs), *chunks)
+    for x, y in zip(_leaves((f, o)), _leaves((s, o2))):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_wave_evolution_matches_float64_numpy_field():
+    st, s0, _ = _wave_case(dt=0.1)
+    p = st.params
+    f, _ = trajectory(st, s0, 3)
+    t = 0.2  # the last evaluated frame is at 2 dt
+    r = np.linalg.norm(np.asarray(p.points, np.float64)[:, None] - np.asarray(p.sources, np.float64)[None], axis=-1)
+    k = np.asarray(p.wavenumbers, np.float64)
+    ref = np.sum(np.exp(1j * (k * r - k * t)) / (r + float(p.softening)), axis=1)
+    np.testing.assert_allclose(np.asarray(f.field), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+    np.testing.assert_allclose(float(f.t), 0.3, rtol=1e-6)
+
+
+def test_grad_through_the_wave_trajectory_matches_finite_differences():
+    st, s0, _ = _wave_case()
+
+    def loss(dt):
+        p = st.params.replace(dt=dt)
+        f, _ = trajectory(Stepper(step_fn=st.step_fn, params=p, init_fn=st.init_fn), s0, 4, save_every=4,
+                          observe=identity_observe)
+        return jnp.sum(f.intensity_sum)
+
+    g = jax.grad(loss)(jnp.float32(0.05))
+    h = 1e-3
+    fd = (loss(jnp.float32(0.05 + h)) - loss(jnp.float32(0.05 - h))) / (2 * h)
+    np.testing.assert_allclose(float(g), float(fd), rtol=2e-2)
+
+
+def test_bad_stepper_arguments_are_named():
+    st, s0, _ = _wave_case()
+    with pytest.raises(TypeError, match="stepper"):
+        trajectory(lambda s: s, s0, 2)
+    with pytest.raises(ValueError, match="save_every"):
+        trajectory(st, s0, 5, save_every=2)
+    with pytest.raises(TypeError, match="observe"):
+        trajectory(st, s0, 2, observe=3)
+    with pytest.raises(TypeError, match="params"):
+        cdt.metropolis({"lam": 1.0})
+    with pytest.raises(TypeError, match="params"):
+        fields.evolution({"dt": 1.0})
+    assert ivhl_jax.trajectory is trajectory
+
+
+def test_mera_stepper_equals_make_advance_and_compiles_once():
+    from ivhl_jax import mera as M
+
+    cfg = M.MERAConfig(chi=4, layers=1, u_delay=2)
+    with jax.enable_x64(True):
+        h = M.ising_two_site_hamiltonian(cfg.g, jnp.float64)
+        st = M.evenbly_vidal(h, cfg)
+        s0 = st.init(key=jax.random.key(1))
+        final, energies = trajectory(st, s0, 6, observe=M.observe_energy)
+        m_ref, e_ref = M.make_advance(h, 6, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales)(s0.mera)
+        np.testing.assert_allclose(np.asarray(energies), np.asarray(e_ref), rtol=1e-12, atol=1e-14)
+        # energies decrease towards the exact critical Ising value -4/pi from above after the first sweeps
+        assert float(energies[-1]) > -4 / np.pi - 1e-9 and float(energies[-1]) < float(energies[1])
+        s1 = st.init(key=jax.random.key(2))
+        _, n = count_compiles(trajectory, st, s1, 6, observe=M.observe_energy)
+        assert n == 0
+        with pytest.raises(ValueError, match=r"h\[0\]"):
+            M.evenbly_vidal((jnp.zeros((2, 2)), h[1]), cfg)
