@@ -205,3 +205,45 @@ def test_mera_stepper_equals_make_advance_and_compiles_once():
         assert n == 0
         with pytest.raises(ValueError, match=r"h\[0\]"):
             M.evenbly_vidal((jnp.zeros((2, 2)), h[1]), cfg)
+
+
+def test_gru_recurrence_equals_gru_scan():
+    from ivhl_jax import gru
+
+    w = gru.init_gru_params(jax.random.key(0), 3, 5)
+    xs = jax.random.normal(jax.random.key(1), (7, 2, 3))
+    h0 = jnp.zeros((2, 5))
+    h_t, hs = gru.gru_scan(w, h0, xs)
+    st = gru.recurrence(w, xs)
+    final, obs = trajectory(st, st.init(h0), 7, observe=gru.observe_hidden)
+    np.testing.assert_allclose(np.asarray(obs), np.asarray(hs), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(final.h), np.asarray(h_t), rtol=1e-6, atol=1e-6)
+    _, n = count_compiles(trajectory, gru.recurrence(w, xs + 1.0), st.init(h0), 7, observe=gru.observe_hidden)
+    assert n == 0
+    g = jax.grad(lambda x: jnp.sum(trajectory(gru.recurrence(w, x), st.init(h0), 7)[0].h))(xs)
+    g_ref = jax.grad(lambda x: jnp.sum(gru.gru_scan(w, h0, x)[0]))(xs)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
+    from ivhl_jax import adaptive
+
+    cfg = adaptive.AdaptiveConfig(num_nodes=6, hidden_dim=4, input_dim=5, output_dim=3)
+    w = adaptive.init_params(jax.random.key(0), cfg)
+    x = jax.random.normal(jax.random.key(1), (2, 5))
+    st = adaptive.dynamics(w, x, cfg)
+    s0 = st.init(jax.random.key(2))
+    final, obs = trajectory(st, s0, 3, observe=adaptive.observe_outputs)
+    # the same three steps by hand with the same key stream
+    nodes, key = adaptive.init_state(cfg, 2), jax.random.key(2)
+    for _ in range(3):
+        key, sub = jax.random.split(key)
+        nodes, out = adaptive.step(w, nodes, x, sub, cfg)
+    np.testing.assert_allclose(np.asarray(obs["logits"][-1]), np.asarray(out["logits"]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(obs["phase"][-1]), np.asarray(out["phase"]))
+    np.testing.assert_allclose(np.asarray(obs["phase_fractions"]).sum(-1), 1.0, rtol=1e-6)
+    _, n = count_compiles(trajectory, adaptive.dynamics(w, x + 1.0, cfg), st.init(jax.random.key(3)), 3,
+                          observe=adaptive.observe_outputs)
+    assert n == 0
+    with pytest.raises(ValueError, match="x"):
+        adaptive.dynamics(w, jnp.zeros((2, 4)), cfg)

@@ -59,8 +59,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
+from ivhl_jax.numerics.rollout import Stepper
 
-__all__ = ["PHASES", "E_MAX", "AdaptiveConfig", "NodeState", "init_state", "detach", "param_specs", "init_param",
+__all__ = ["DynamicsParams", "DynamicsState", "dynamics", "observe_outputs",
+    "PHASES", "E_MAX", "AdaptiveConfig", "NodeState", "init_state", "detach", "param_specs", "init_param",
     "init_params", "count_params", "anxiety", "phase_weights", "phase_logits", "phase_masses", "sample_phase",
     "schedule_per_sample", "schedule_shared", "project_input", "node_update", "readout", "step", "check_inputs",
     "run_inner", "phase_fractions", "apply_sequence", "node_metrics"]
@@ -548,3 +550,56 @@ def node_metrics(state: NodeState, out: dict[str, jax.Array]) -> dict[str, jax.A
              active_node_ratio=jnp.mean((state.energy > 1.0) & (state.activity > 0.5)),
              mean_restorative_need=jnp.mean(state.restorative))
     return m
+
+
+# ----------------------------------------------------------------------------------------------
+# the stepper protocol: K-free dynamics on a fixed input, the PRNG key in the state
+
+
+@flax.struct.dataclass
+class DynamicsParams:
+    """Weights (:func:`init_params`), the input batch ``x [B, D]`` and the static :class:`AdaptiveConfig`."""
+
+    weights: dict
+    x: jax.Array
+    cfg: AdaptiveConfig = flax.struct.field(pytree_node=False)
+
+
+@flax.struct.dataclass
+class DynamicsState:
+    """Node/scheduler state, the PRNG key, and the outputs of the last step (``logits [B,C]`` ...)."""
+
+    nodes: NodeState
+    key: jax.Array
+    outputs: dict
+
+
+def _dynamics_step(state: DynamicsState, params: DynamicsParams) -> DynamicsState:
+    key, sub = jax.random.split(state.key)
+    nodes, out = step(params.weights, state.nodes, params.x, sub, params.cfg)
+    return DynamicsState(nodes=nodes, key=key, outputs=out)
+
+
+def _dynamics_init(params: DynamicsParams, key: jax.Array) -> DynamicsState:
+    nodes = init_state(params.cfg, params.x.shape[0], params.x.dtype)
+    _, out = jax.eval_shape(lambda: step(params.weights, nodes, params.x, key, params.cfg))
+    zeros = jax.tree_util.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), out)
+    return DynamicsState(nodes=nodes, key=key, outputs=zeros)
+
+
+def observe_outputs(state: DynamicsState, params: DynamicsParams) -> dict:
+    """The last step's outputs plus its phase fractions ``[4]``."""
+    del params
+    return {**state.outputs, "phase_fractions": phase_fractions(state.outputs["phase"])}
+
+
+def dynamics(weights: dict, x: jax.Array, cfg: AdaptiveConfig) -> Stepper[DynamicsState, DynamicsParams]:
+    """Stepper of the adaptive-node dynamics on a fixed input ``x [B, D]``: ``step`` is one :func:`step`
+    with a subkey split from the state's key; ``init(key)`` starts from :func:`init_state`. (``run_inner``
+    draws its K keys with one split and so follows a different random stream; both sample the same law.)"""
+    if not isinstance(cfg, AdaptiveConfig):
+        raise TypeError(f"cfg must be an AdaptiveConfig; got {type(cfg).__name__}")
+    x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating")
+    return Stepper(step_fn=_dynamics_step, params=DynamicsParams(weights=weights, x=x, cfg=cfg),
+                   init_fn=_dynamics_init, name="adaptive.dynamics")
+

@@ -18,12 +18,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
-from ivhl_jax.core.validation import check_choice, check_scalar
+from ivhl_jax.core.validation import check_array, check_choice, check_scalar
+from ivhl_jax.numerics.rollout import Stepper
 
-__all__ = ["VARIANTS", "init_gru_params", "gru_step", "gru_scan", "params_from_nnx"]
+__all__ = ["VARIANTS", "init_gru_params", "gru_step", "gru_scan", "params_from_nnx", "GRUState", "GRUInputs",
+           "recurrence", "observe_hidden"]
 
 VARIANTS = ("torch", "cho")
 
@@ -80,3 +83,52 @@ def params_from_nnx(cell: Any) -> dict:
     w_h = jnp.asarray(cell.dense_h.kernel[...])
     return {"W_i": jnp.asarray(cell.dense_i.kernel[...]), "b_i": jnp.asarray(cell.dense_i.bias[...]),
             "W_h": w_h, "b_h": jnp.zeros((w_h.shape[1],), w_h.dtype)}
+
+
+# ----------------------------------------------------------------------------------------------
+# the stepper protocol: the input sequence is a parameter, the state carries h and the time index
+
+
+@flax.struct.dataclass
+class GRUInputs:
+    """Weights (the layout above) and the input sequence ``xs [T, ..., D]``; ``variant`` is static."""
+
+    weights: dict
+    xs: jax.Array
+    variant: str = flax.struct.field(pytree_node=False, default="torch")
+
+
+@flax.struct.dataclass
+class GRUState:
+    """Hidden state ``h [..., H]`` and the index ``t`` of the next input."""
+
+    h: jax.Array
+    t: jax.Array
+
+
+def _gru_step(state: GRUState, params: GRUInputs) -> GRUState:
+    x = jax.lax.dynamic_index_in_dim(params.xs, state.t, axis=0, keepdims=False)
+    return GRUState(h=gru_step(params.weights, state.h, x, variant=params.variant), t=state.t + 1)
+
+
+def _gru_init(params: GRUInputs, h0: jax.Array) -> GRUState:
+    return GRUState(h=jnp.asarray(h0), t=jnp.zeros((), jnp.int32))
+
+
+def observe_hidden(state: GRUState, params: GRUInputs) -> jax.Array:
+    """The hidden state (the ``observe`` that reproduces :func:`gru_scan`'s ``hs``)."""
+    del params
+    return state.h
+
+
+def recurrence(weights: dict, xs: jax.Array, *, variant: str = "torch") -> Stepper[GRUState, GRUInputs]:
+    """Stepper over the input sequence ``xs [T, ..., D]``: ``step`` consumes ``xs[t]``; ``init(h0)``.
+    ``trajectory(recurrence(w, xs), st.init(h0), T, observe=observe_hidden)`` equals :func:`gru_scan`.
+    Running more than T steps reads past the end (clamped to the last input): run exactly T."""
+    check_choice(variant, "variant", VARIANTS)
+    xs = check_array(xs, "xs", kind="floating")
+    if xs.ndim < 2:
+        raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
+    return Stepper(step_fn=_gru_step, params=GRUInputs(weights=weights, xs=xs, variant=variant), init_fn=_gru_init,
+                   name="gru.recurrence")
+
