@@ -127,7 +127,7 @@ def test_vmap_over_states_equals_one_by_one(name):
     fb, ob = jax.vmap(lambda s: trajectory(st, s, 4, save_every=2, observe=obs))(batch)
     for i, s in enumerate((s0, s1)):
         f, o = trajectory(st, s, 4, save_every=2, observe=obs)
-        for x, y in zip(_leaves((f, o)), _leaves(jax.tree.map(lambda z: z[i], (fb, ob)))):
+        for x, y in zip(_leaves((f, o)), _leaves(jax.tree.map(lambda z, i=i: z[i], (fb, ob)))):
             np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
 
 
