@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import cdt
 from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
 from ivhl_jax.run.io import save_figure, write_json
@@ -76,29 +77,24 @@ def simulate(cfg: CDTConfig, out: str, *, resume: bool = True, progress: bool = 
     vol, init_len, cap, attempts = _derived(cfg)
     params = cdt.make_params(cfg.lam, eps=cfg.eps, target=float(cfg.volume if cfg.eps > 0 else 0),
                              attempts_per_sweep=attempts)
-    states = cdt.replicate(cdt.initial_state(cfg.slices, init_len, capacity=cap), cfg.chains)
-    keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.chains)
+    stepper = cdt.metropolis(params)
+    keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
+    chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, init_len, cap))(keys)
     per_chunk = cfg.sweeps // cfg.chunks
+    chunk = chunked(stepper, per_chunk, save_every=cfg.measure_every, observe=cdt.observe_chain)
 
     @jax.jit
-    def advance(carry):
-        ks, ss = carry
-
-        def one(k, s):
-            k, sub = jax.random.split(k)
-            s, obs = cdt.run(sub, s, params, per_chunk, cfg.measure_every)
-            return k, s, obs
-
-        ks, ss, obs = jax.vmap(one)(ks, ss)
+    def advance(chains):
+        chains, obs = jax.vmap(chunk)(chains)
         # runner concatenates along axis 0: put measurements first, chains second
-        return (ks, ss), jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), obs)
+        return chains, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), obs)
 
     # A checkpoint of another configuration is refused by name, never silently continued.
     ckdir = os.path.abspath(prepare_run_dir(out, cfg, resume=resume, extendable=("sweeps", "chunks")))
     with Checkpointer(ckdir, save_every=per_chunk, keep=2) as ck:
-        res = run_chunked(advance, (keys, states), n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=ck,
+        res = run_chunked(advance, chains, n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=ck,
                           metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
-    keys, final = res.state
+    final = res.state.geometry
     hist = jax.device_get(res.history)
     if bool(np.any(hist["overflow"])):
         print(f"warning: capacity {cap} overflowed in some chain; rerun with --set capacity={2 * cap}")
