@@ -204,8 +204,9 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
         ax = fig.add_subplot()
         im = ax.imshow(data.T, origin="lower", extent=ext, **kw)
         fig.colorbar(im, ax=ax, label=label)
-        ax.set_xlabel(xa)
-        ax.set_ylabel(xb)
+        # lengths are in the model's unit L (the helix radius is 1 L by default); t in L/c
+        ax.set_xlabel(f"{xa} (L)")
+        ax.set_ylabel(f"{xb} (L)")
         return fig, ax
 
     def log_norm(data):
@@ -213,7 +214,7 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
         return LogNorm(vmin=max(top * 1e-4, 1e-30), vmax=max(top, 2e-30))
 
     fig, ax = image(inten, "intensity", "|ψ|²", norm=log_norm(inten), cmap="inferno")
-    ax.set_title(f"intensity at t = {float(st.t - params.dt):.4g}\n{title}")
+    ax.set_title(f"intensity at t = {float(st.t - params.dt):.4g} L/c\n{title}")
     paths["intensity"] = save_figure(fig, os.path.join(out, "intensity.png"))
 
     fig, ax = image(np.angle(psi), "phase", "arg ψ (rad)", cmap="twilight", vmin=-np.pi, vmax=np.pi)
