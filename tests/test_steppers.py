@@ -247,3 +247,20 @@ def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
     assert n == 0
     with pytest.raises(ValueError, match="x"):
         adaptive.dynamics(w, jnp.zeros((2, 4)), cfg)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_resume_from_a_checkpoint_equals_an_uninterrupted_run(name, tmp_path):
+    from ivhl_jax.run.runner import run_chunked
+    from ivhl_jax.train.checkpoint import Checkpointer
+
+    st, s0, obs = CASES[name]()
+    adv = chunked(st, 2, save_every=1, observe=obs)
+    straight = run_chunked(adv, s0, n_chunks=4, steps_per_chunk=2, progress=False)
+    with Checkpointer(str(tmp_path / "ck"), save_every=2) as ck:
+        run_chunked(adv, s0, n_chunks=2, steps_per_chunk=2, checkpointer=ck, progress=False)  # "interrupted"
+    with Checkpointer(str(tmp_path / "ck"), save_every=2) as ck:
+        resumed = run_chunked(adv, s0, n_chunks=4, steps_per_chunk=2, checkpointer=ck, progress=False)
+    assert resumed.resumed_from == 4
+    for x, y in zip(_leaves((straight.state, straight.history)), _leaves((resumed.state, resumed.history))):
+        np.testing.assert_array_equal(x, y)
