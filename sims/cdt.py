@@ -14,7 +14,6 @@ spheres and a Hausdorff-dimension estimate from them).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -25,7 +24,8 @@ import numpy as np
 
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import cdt
-from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -33,18 +33,18 @@ from ivhl_jax.train.checkpoint import Checkpointer
 
 @dataclasses.dataclass(frozen=True)
 class CDTConfig:
-    slices: int = 16  # T
+    slices: int = 16  # number of time slices T (>= 3)
     volume: int = 512  # target number of triangles N2 (used by volume fixing and defaults)
     lam: float = cdt.LN2  # cosmological constant lambda
     eps: float = 0.02  # volume-fixing strength eps (0: none, then lam > ln 2 is required)
-    chains: int = 8
-    sweeps: int = 200
-    measure_every: int = 2
-    chunks: int = 10
-    attempts_per_sweep: int = 0  # 0: the target volume
+    chains: int = 8  # independent Markov chains (vmapped)
+    sweeps: int = 200  # sweeps per chain (raise it to extend a finished run)
+    measure_every: int = 2  # sweeps between measurements
+    chunks: int = 10  # compiled chunks (progress lines and checkpoints); divides sweeps
+    attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: the target volume
     capacity: int = 0  # vertex slots per chain; 0: 2 * volume (N0 ~ volume / 2, so 4x headroom)
     init_length: int = 0  # initial slice length; 0: volume / (2 slices), at least 3
-    seed: int = 0
+    seed: int = 0  # PRNG seed of the chains
     r_max: int = 0  # distance-sphere radius for the Hausdorff estimate; 0: automatic
     origins: int = 8  # BFS origins per chain
 
@@ -73,7 +73,8 @@ def _derived(cfg: CDTConfig) -> tuple[int, int, int, int]:
     return vol, init_len, cap, attempts
 
 
-def simulate(cfg: CDTConfig, out: str, *, resume: bool = True, progress: bool = True) -> dict:
+def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True) -> dict:
+    """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
     vol, init_len, cap, attempts = _derived(cfg)
     params = cdt.make_params(cfg.lam, eps=cfg.eps, target=float(cfg.volume if cfg.eps > 0 else 0),
                              attempts_per_sweep=attempts)
@@ -89,11 +90,8 @@ def simulate(cfg: CDTConfig, out: str, *, resume: bool = True, progress: bool = 
         # runner concatenates along axis 0: put measurements first, chains second
         return chains, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), obs)
 
-    # A checkpoint of another configuration is refused by name, never silently continued.
-    ckdir = os.path.abspath(prepare_run_dir(out, cfg, resume=resume, extendable=("sweeps", "chunks")))
-    with Checkpointer(ckdir, save_every=per_chunk, keep=2) as ck:
-        res = run_chunked(advance, chains, n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=ck,
-                          metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
+    res = run_chunked(advance, chains, n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=checkpointer,
+                      metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
     final = res.state.geometry
     hist = jax.device_get(res.history)
     if bool(np.any(hist["overflow"])):
@@ -181,17 +179,24 @@ def _report(cfg, out, final, hist, res, vol, cap, attempts) -> dict:
     path = write_json(os.path.join(out, "summary.json"), summary)
     print(f"CDT: <N2> = {summary['mean_n2']:.1f}, <l> = {summary['mean_slice_length']:.2f}, "
           f"acceptance {summary['acceptance']}, local d_H = {d_h:.2f}")
-    print(f"wrote {path}, {p_prof}, {p_trace}, {p_coord}")
+    summary["summary_path"] = path
     return summary
 
 
+def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
+    summary = simulate(cfg, ctx.out, checkpointer=ctx.checkpointer, progress=ctx.progress)
+    names = ("volume_profiles", "volume_trace", "coordination")
+    return {"summary": summary["summary_path"], **dict(zip(names, summary["figures"]))}
+
+
+SIMULATION = Simulation(
+    prog="ivhl sim cdt", config_type=CDTConfig, run=_run, description=__doc__.split("\n")[0],
+    default_out=lambda cfg, a: "runs/cdt", extendable=("sweeps", "chunks"),
+    checkpoint_every=lambda cfg: cfg.sweeps // cfg.chunks, keep=2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ivhl sim cdt", description=__doc__.split("\n")[0])
-    add_run_arguments(p, out="runs/cdt", config_help="TOML/JSON file with CDTConfig fields")
-    a = p.parse_args(argv)
-    cfg = load_config(CDTConfig, a.config, a.set)
-    simulate(cfg, a.out, resume=a.resume, progress=not a.no_progress)
-    return 0
+    return run_main(SIMULATION, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

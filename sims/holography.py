@@ -37,7 +37,8 @@ import numpy as np
 
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import fields
-from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -53,27 +54,27 @@ class HolographyConfig:
     frequency (16 × 0.03125 = 0.5 = λ/c) on a 128 × 128 slice through the helix.
     """
 
-    n_sources: int = 64
-    helix_radius: float = 1.0
-    helix_pitch: float = 0.5
-    helix_turns: float = 3.0
-    wavelength: float = 0.5
-    frequency_spread: float = 0.05
-    phase_pattern: str = "alternating"
-    amplitude: float = 1.0
-    softening: float = 0.05
-    grid: tuple[int, ...] = (128, 128)
-    extent: float = 2.0
-    plane: str = "xy"
-    plane_offset: float = 0.0
-    vortex_centers: tuple[tuple[float, float], ...] = ((0.45, 0.35), (-0.5, -0.3))
-    vortex_charges: tuple[int, ...] = (1, -2)
-    vortex_core: float = 0.15
-    n_steps: int = 16
-    dt: float = 0.03125
-    steps_per_chunk: int = 4
-    checkpoint_every: int = 8
-    seed: int = 0
+    n_sources: int = 64  # number of point sources on the helix
+    helix_radius: float = 1.0  # helix radius (L)
+    helix_pitch: float = 0.5  # rise of the helix per turn (L)
+    helix_turns: float = 3.0  # number of helix turns
+    wavelength: float = 0.5  # base wavelength λ = 2π/k0 (L)
+    frequency_spread: float = 0.05  # relative spread ± of the source wavenumbers (fixed by seed)
+    phase_pattern: str = "alternating"  # source phases: "zero", "alternating" (0, π, 0, ...) or "random"
+    amplitude: float = 1.0  # source amplitude A
+    softening: float = 0.05  # ε in 1/(r + ε): regularises the field at a source (L)
+    grid: tuple[int, ...] = (128, 128)  # points per axis: 2 entries for a slice, 3 for a volume
+    extent: float = 2.0  # the grid spans [-extent, extent] on each axis (L)
+    plane: str = "xy"  # slice plane for a 2-entry grid: "xy", "xz" or "yz"
+    plane_offset: float = 0.0  # position of the slice along the plane's normal (L)
+    vortex_centers: tuple[tuple[float, float], ...] = ((0.45, 0.35), (-0.5, -0.3))  # (x, y) of vortex lines || z (L)
+    vortex_charges: tuple[int, ...] = (1, -2)  # integer charge of each vortex line (empty: no imprint)
+    vortex_core: float = 0.15  # vortex core size (L)
+    n_steps: int = 16  # time steps (raise it to extend a finished run)
+    dt: float = 0.03125  # time step (L/c)
+    steps_per_chunk: int = 4  # steps per compiled chunk (progress and checkpoint granularity)
+    checkpoint_every: int = 8  # steps between checkpoints (a multiple of steps_per_chunk)
+    seed: int = 0  # seed of the wavenumber spread and random phases
 
     def validate(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -259,44 +260,34 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
     return {k: os.path.abspath(v) for k, v in paths.items()}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ivhl sim holography", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_arguments(p, out=None, resume=None, config_help="TOML or JSON file with HolographyConfig keys",
-                      out_help="output folder (default runs/holography; with --demo runs/demo)")
+def _run(cfg: HolographyConfig, ctx: RunContext) -> dict[str, str]:
+    if ctx.args.demo:
+        print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} grid, "
+              f"{cfg.n_steps} time steps, vortices {list(cfg.vortex_charges)}")
+    result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress)
+    paths = write_outputs(cfg, result, params, ctx.out)
+    if result.resumed_from is not None:
+        print(f"resumed from step {result.resumed_from}")
+    print(f"{result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
+    if ctx.args.demo:
+        print(f"open the pictures below (PNG); the run's numbers are in {paths['summary']}")
+    return {name: paths[name] for name in ("intensity", "phase", "mean_intensity", "summary")}
+
+
+def _demo_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--demo", action="store_true", help="the embedded default run, written to runs/demo")
-    return p
+
+
+SIMULATION = Simulation(
+    prog="ivhl sim holography", config_type=HolographyConfig, run=_run, description=__doc__.split("\n\n")[0],
+    default_out=lambda cfg, a: "runs/demo" if a.demo else "runs/holography",
+    default_resume=lambda a: not a.demo,  # the demo always starts fresh
+    extendable=("n_steps",),  # resuming is only meaningful for the same physics; n_steps may grow
+    checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_demo_flag)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        cfg = load_config(HolographyConfig, a.config, a.set)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"ivhl sim holography: {e}", file=sys.stderr)
-        return 2
-    out = a.out or ("runs/demo" if a.demo else "runs/holography")
-    resume = a.resume if a.resume is not None else not a.demo
-    # Resuming is only meaningful for the same physics; n_steps may grow (that extends the run).
-    try:
-        ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=("n_steps",))
-    except ValueError as e:
-        print(f"ivhl sim holography: {e}", file=sys.stderr)
-        return 2
-    if a.demo:
-        print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} grid, "
-              f"{cfg.n_steps} time steps, vortices {list(cfg.vortex_charges)}")
-    with Checkpointer(ckpt_dir, save_every=cfg.checkpoint_every) as ck:
-        result, params = simulate(cfg, checkpointer=ck, progress=not a.no_progress)
-    paths = write_outputs(cfg, result, params, out)
-    if result.resumed_from is not None:
-        print(f"resumed from step {result.resumed_from}")
-    print(f"done: {result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
-    for name in ("intensity", "phase", "mean_intensity", "summary"):
-        print(f"  {name:15s} {paths[name]}")
-    if a.demo:
-        print(f"open the pictures above (PNG); the run's numbers are in {paths['summary']}")
-    return 0
+    return run_main(SIMULATION, argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import collections
 import json
 import math
 import os
+import re
 
 import jax
 import numpy as np
@@ -106,7 +107,7 @@ def test_hausdorff_dimension_near_two():
     assert abs(d_h - 2.0) < 0.3 and err < 0.3
 
 
-def test_sim_cli_writes_outputs_and_resumes(tmp_path):
+def test_sim_cli_writes_outputs_and_resumes(tmp_path, capsys):
     from ivhl_jax.sims import cdt as sim
 
     out = str(tmp_path / "run")
@@ -120,7 +121,10 @@ def test_sim_cli_writes_outputs_and_resumes(tmp_path):
     assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4"]) == 0
     second = json.load(open(os.path.join(out, "summary.json")))
     assert second["resumed_from"] == 8 and second["sweeps_done"] == 16
-    with pytest.raises(ValueError, match="different configuration.*volume"):  # never continue another run
-        sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4", "--set", "volume=120"])
-    with pytest.raises(ValueError, match="lam"):
-        sim.main(["--set", "eps=0", "--set", "lam=0.6", "--out", out])
+    capsys.readouterr()
+    # never continue another run; config errors are one line and exit status 2
+    assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4", "--set", "volume=120"]) == 2
+    assert re.search("different configuration.*volume", capsys.readouterr().err)
+    assert sim.main(["--set", "eps=0", "--set", "lam=0.6", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "lam" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

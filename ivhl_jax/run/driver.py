@@ -1,0 +1,174 @@
+"""One ``main`` for every runnable simulation: a simulation declares what is its own, the driver does the rest.
+
+A simulation module (``sims/NAME.py``) builds a :class:`Simulation` — its config dataclass, how to run it
+against a checkpointer, how to write its outputs — and its ``main`` is ``return run_main(SIM, argv)``. The
+driver then does, identically for every simulation:
+
+* the command line: ``--config FILE``, ``--set KEY=VALUE``, ``--out``, ``--resume/--no-resume``,
+  ``--no-progress``; ``--help`` lists every config key with its type, default and meaning (the comment
+  beside the field in the dataclass);
+* configuration errors (unknown key, wrong type, failed ``validate()``, a checkpoint of a different
+  configuration in ``--out``) are one line naming the key and the fix, exit status 2 — no traceback;
+* the run folder (:func:`ivhl_jax.run.config.prepare_run_dir`) and its Orbax checkpointer;
+* Ctrl-C: the interrupted run's checkpoints stay on disk; one line says how to resume, exit status 130;
+* after the run: where each output lies.
+
+The layer rule holds: the driver knows nothing of physics; ``Simulation.run`` is the simulation's own code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import os
+import sys
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ivhl_jax.run.config import add_run_arguments, load_config, prepare_run_dir
+from ivhl_jax.train.checkpoint import Checkpointer
+
+__all__ = ["Simulation", "RunContext", "run_main", "describe_config", "field_comments"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What the driver hands to :attr:`Simulation.run`."""
+
+    out: str
+    checkpointer: Checkpointer
+    progress: bool
+    resuming: bool
+    args: argparse.Namespace
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulation:
+    """The parts of a runnable simulation that are its own.
+
+    Attributes:
+      prog: the command (``"ivhl sim cdt"``), used in messages.
+      config_type: frozen dataclass with the embedded defaults (and optionally ``validate()``).
+      run: ``run(cfg, ctx) -> dict[str, str]`` runs (resuming from ``ctx.checkpointer`` when it holds a
+        checkpoint), writes the outputs into ``ctx.out`` and returns ``{label: path}`` of what it wrote.
+      default_out: ``default_out(cfg, args) -> folder`` when ``--out`` is not given.
+      extendable: config keys a resumed run may change (a larger step count extends a finished run).
+      checkpoint_every: ``checkpoint_every(cfg) -> steps`` between checkpoints.
+      description: first line of ``--help``.
+      add_arguments: adds simulation-specific options to the parser (optional).
+      overrides: ``overrides(args) -> list["key=value"]`` derived from those options (optional).
+      default_resume: whether ``--resume`` is on by default.
+      keep: checkpoints kept.
+    """
+
+    prog: str
+    config_type: type
+    run: Callable[[Any, RunContext], Mapping[str, str]]
+    default_out: Callable[[Any, argparse.Namespace], str]
+    extendable: tuple[str, ...] = ()
+    checkpoint_every: Callable[[Any], int] = lambda cfg: 1
+    description: str = ""
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    overrides: Callable[[argparse.Namespace], list[str]] | None = None
+    default_resume: Callable[[argparse.Namespace], bool] = lambda args: True
+    keep: int = 3
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """``{field: comment}`` from the ``# ...`` comment on the field's line (or the line above it) in ``cls``."""
+    try:
+        lines, _ = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return {}
+    src = inspect.cleandoc("\n" + "".join(lines)) if lines and lines[0].startswith(" ") else "".join(lines)
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return {}
+    text = src.splitlines()
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            line = text[node.lineno - 1]
+            comment = line.split("#", 1)[1].strip() if "#" in line else ""
+            above = text[node.lineno - 2].strip() if node.lineno >= 2 else ""
+            if not comment and above.startswith("#"):
+                comment = above.lstrip("#").strip()
+            out[node.target.id] = comment
+    return out
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def describe_config(cls: type, prefix: str = "") -> list[str]:
+    """One line per config key: ``key  type  default  meaning`` (nested dataclasses as ``section.key``)."""
+    hints = typing.get_type_hints(cls)
+    comments = field_comments(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        tp = hints.get(f.name, f.type)
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = "(required)"
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            rows += describe_config(tp, prefix=f"{prefix}{f.name}.")
+            continue
+        rows.append(f"  {prefix + f.name:24s} {_type_name(tp):22s} {default!r:24s} {comments.get(f.name, '')}".rstrip())
+    return rows
+
+
+def _parser(sim: Simulation) -> argparse.ArgumentParser:
+    epilog = "config keys (--set KEY=VALUE, or in the --config file):\n" + "\n".join(describe_config(sim.config_type))
+    p = argparse.ArgumentParser(prog=sim.prog, description=sim.description, epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(p, out=None, resume=None, config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
+                      out_help="output folder (default: see the simulation's description)")
+    if sim.add_arguments is not None:
+        sim.add_arguments(p)
+    return p
+
+
+def _fail(sim: Simulation, message: str) -> int:
+    print(f"{sim.prog}: {message}", file=sys.stderr)
+    return 2
+
+
+def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, prepare the run folder, run ``sim`` with checkpoints, report the outputs; the exit status."""
+    args = _parser(sim).parse_args(list(sys.argv[1:] if argv is None else argv))
+    overrides = list(args.set) + (sim.overrides(args) if sim.overrides is not None else [])
+    try:
+        cfg = load_config(sim.config_type, args.config, overrides)
+    except FileNotFoundError as e:
+        return _fail(sim, f"config file not found: {e.filename or e}")
+    except (ValueError, TypeError) as e:
+        return _fail(sim, f"{e} (see `{sim.prog} --help` for every key)")
+    out = args.out or sim.default_out(cfg, args)
+    resume = args.resume if args.resume is not None else sim.default_resume(args)
+    try:
+        ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=sim.extendable)
+    except ValueError as e:
+        return _fail(sim, str(e))
+    try:
+        with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep) as ck:
+            resuming = resume and ck.latest_step() is not None
+            ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming, args=args)
+            paths = sim.run(cfg, ctx)
+    except KeyboardInterrupt:
+        print(f"\n{sim.prog}: interrupted; the checkpoints written so far are in {os.path.abspath(ckpt_dir)}; "
+              "rerun the same command to resume", file=sys.stderr)
+        return 130
+    print(f"done; outputs in {os.path.abspath(out)}:")
+    for name, path in paths.items():
+        print(f"  {name:17s} {os.path.abspath(path)}")
+    return 0
