@@ -156,3 +156,62 @@ def test_rotating_trap_vortex_lattice_grows_with_omega():
         assert np.all(q >= 0)  # all vortices rotate with the trap
         counts.append(int(q.sum()))
     assert counts[0] == 0 and counts[1] >= 3 and counts[2] > counts[1], counts
+
+
+# --- bad inputs (reported bugs: each used to come back NaN, fail late or be ignored) -----------------
+def test_bad_system_inputs_raise_naming_the_argument():
+    grid = C.Grid.uniform(32, 12.0)
+    pot = C.harmonic(grid)
+    with pytest.raises(ValueError, match="potential contains NaN"):
+        C.GPSystem(grid, pot.at[3].set(jnp.nan), 1.0)
+    with pytest.raises(ValueError, match="g must be finite"):
+        C.GPSystem(grid, pot, jnp.array(jnp.nan))
+    with pytest.raises(ValueError, match="g must be finite"):
+        C.GPSystem(grid, pot, float("nan"))
+    with pytest.raises(TypeError, match="g must be a real number"):
+        C.GPSystem(grid, pot, "abc")
+    # a list potential is converted (and validated) up front, not failing deep inside a step
+    sys_list = C.GPSystem(grid, [float(v) for v in np.asarray(pot)], 1.0)
+    assert isinstance(sys_list.potential, jax.Array) and sys_list.potential.shape == grid.shape
+    with pytest.raises(ValueError, match="potential must have the grid's shape"):
+        C.GPSystem(grid, [0.0] * 8, 1.0)
+
+
+def test_bad_grid_inputs_raise():
+    with pytest.raises(TypeError, match="shape must be an integer"):
+        C.Grid.uniform(16.7, 10.0)  # used to truncate silently to 16 points
+    with pytest.raises(TypeError, match="shape must be an integer"):
+        C.Grid.uniform((16, 8.5), 10.0)
+    assert C.Grid.uniform(16.0, 10.0).shape == (16,)  # an integral float is fine
+    with pytest.raises(ValueError, match="length must be > 0"):
+        C.Grid(shape=(16,), length=(-1.0,))  # built directly: checked in __post_init__
+    with pytest.raises(ValueError, match="length must be a number or have 1 entries"):
+        C.Grid(shape=(16,), length=(1.0, 2.0))
+    with pytest.raises(ValueError, match=">= 2"):
+        C.Grid(shape=(1,), length=(1.0,))
+
+
+def test_bad_ground_state_inputs_raise_naming_the_argument():
+    grid = C.Grid.uniform(32, 12.0)
+    sys_ = C.GPSystem(grid, C.harmonic(grid), 1.0)
+    with pytest.raises(ValueError, match="psi0 is zero everywhere"):
+        C.ground_state(sys_, psi0=jnp.zeros(grid.shape, jnp.complex64))
+    with pytest.raises(ValueError, match="dt=50.0 is too large"):
+        C.ground_state(sys_, dt=50.0)
+    with pytest.raises(ValueError, match="needs a PRNG key"):
+        C.ground_state(sys_, noise=0.1)
+    with pytest.raises(ValueError, match="psi0 contains NaN"):
+        C.ground_state(sys_, psi0=C.gaussian(grid).at[0].set(jnp.nan))
+
+
+def test_ground_state_has_requested_norm_float32():
+    # float32: the returned state used to be off the requested norm by 1.4e-5 (and E by as much).
+    grid = C.Grid.uniform(64, 16.0)
+    sys_ = C.GPSystem(grid, C.harmonic(grid), 0.0)
+    psi, info = C.ground_state(sys_, norm=1.0)
+    assert psi.dtype == jnp.complex64
+    assert abs(float(C.norm(psi, grid)) - 1.0) <= 1e-6
+    e = float(C.energy(psi, sys_)["total"])
+    assert e >= 0.5 - 1e-6 and abs(e - float(info["energy"])) <= 1e-6
+    psi3, _ = C.ground_state(sys_, norm=3.0, dt=0.02, tol=1e-7)
+    assert abs(float(C.norm(psi3, grid)) / 3.0 - 1.0) <= 1e-6

@@ -33,6 +33,7 @@ would add up to a norm drift of ~1e-3 over 10⁴ steps; the "minus one" form rem
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -45,14 +46,15 @@ from flax import struct
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics.fastmath import sincos
-from ivhl_jax.numerics.rollout import rollout
+from ivhl_jax.numerics.rollout import Stepper, rollout, trajectory
 from ivhl_jax.numerics.spectral import check_backend, spectral_multiply
 
 __all__ = [
     "Grid", "GPSystem", "harmonic", "step", "evolve", "ground_state", "norm", "normalize", "energy",
     "chemical_potential", "virial_residual", "density", "phase", "angular_momentum", "vortex_charges",
     "vortex_positions", "imprint_vortices", "dark_soliton_pair", "bright_soliton", "thomas_fermi_mu",
-    "thomas_fermi_density", "gaussian", "split_step", "phase_factor_m1",
+    "thomas_fermi_density", "gaussian", "split_step", "phase_factor_m1", "strang", "KineticPlan", "StrangParams",
+    "make_plan",     "strang_step_real", "strang_step_real_projected", "strang_step_imaginary", "default_observables",
 ]
 
 
@@ -74,20 +76,31 @@ class Grid:
     @classmethod
     def uniform(cls, shape: int | Sequence[int], length: float | Sequence[float]) -> Grid:
         """Grid with ``shape`` points (int or 1–3 ints) over box side(s) ``length`` (trap units)."""
-        shape_t = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
-        if not 1 <= len(shape_t) <= 3:
-            raise ValueError(f"shape must have 1, 2 or 3 entries (dimensions), got {shape_t}")
-        if any(s < 2 for s in shape_t):
-            raise ValueError(f"shape entries must be >= 2 points per axis, got {shape_t}")
+        entries = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+        for s in entries:
+            check_scalar(s, "shape", integer=True)  # 16.7 points is an error, not 16
+        shape_t = tuple(int(s) for s in entries)
         if np.ndim(length) == 0:
-            length_t = (float(length),) * len(shape_t)
+            length_t = (length,) * len(shape_t)
         else:
-            length_t = tuple(float(v) for v in length)
-        if len(length_t) != len(shape_t):
-            raise ValueError(f"length must be a number or have {len(shape_t)} entries to match shape, got {length}")
+            length_t = tuple(length)
         for v in length_t:
             check_scalar(v, "length", positive=True)
-        return cls(shape=shape_t, length=length_t)
+        return cls(shape=shape_t, length=tuple(float(v) for v in length_t))
+
+    def __post_init__(self):
+        # Also runs for Grid(shape=..., length=...) built directly (the grid is static: cheap, no arrays).
+        shape, length = self.shape, self.length
+        if not isinstance(shape, tuple) or not all(isinstance(s, (int, np.integer)) for s in shape):
+            raise TypeError(f"shape must be a tuple of ints, got {shape!r}")
+        if not 1 <= len(shape) <= 3:
+            raise ValueError(f"shape must have 1, 2 or 3 entries (dimensions), got {shape}")
+        if any(s < 2 for s in shape):
+            raise ValueError(f"shape entries must be >= 2 points per axis, got {shape}")
+        if not isinstance(length, tuple) or len(length) != len(shape):
+            raise ValueError(f"length must be a number or have {len(shape)} entries to match shape, got {length!r}")
+        for v in length:
+            check_scalar(v, "length", positive=True)
 
     @property
     def ndim(self) -> int:
@@ -187,16 +200,25 @@ class GPSystem:
                 object.__setattr__(self, "omega_rot", None)
         check_backend(self.fft)
         # Validate only genuine user input; pytree reconstruction may pass tracers or placeholders.
+        if isinstance(self.potential, list):
+            object.__setattr__(self, "potential", check_array(self.potential, "potential", kind="floating"))
+        for name in ("g", "omega_rot"):
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)):
+                raise TypeError(f"{name} must be a real number (or array), got {type(v).__name__} {v!r}")
+            if isinstance(v, (int, float, np.ndarray, np.generic, jax.Array)) and is_concrete(v):
+                arr = np.asarray(v)
+                if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_) or np.iscomplexobj(arr):
+                    raise TypeError(f"{name} must be a real number, got dtype {arr.dtype}")
+                if not np.all(np.isfinite(arr)):
+                    raise ValueError(f"{name} must be finite, got {v}")
         pot = self.potential
         if isinstance(pot, (np.ndarray, jax.Array)) and is_concrete(pot) and isinstance(self.grid, Grid):
             if tuple(pot.shape) != self.grid.shape:
                 raise ValueError(f"potential must have the grid's shape {self.grid.shape}, got {tuple(pot.shape)}")
             if not jnp.issubdtype(pot.dtype, jnp.floating):
                 raise TypeError(f"potential must be real (float32/float64), got {pot.dtype}")
-            for name in ("g", "omega_rot"):
-                v = getattr(self, name)
-                if isinstance(v, (int, float)) and not math.isfinite(v):
-                    raise ValueError(f"{name} must be finite, got {v}")
+            check_array(pot, "potential", finite=True)
             om = self.omega_rot
             if om is not None and self.grid.ndim < 2:
                 raise ValueError("omega_rot (rotation about z) needs a 2D or 3D grid; use omega_rot=0.0 in 1D")
@@ -267,7 +289,7 @@ def split_step(psi: jax.Array, local_potential: Callable[[jax.Array], jax.Array]
 
 
 # ----------------------------------------------------------------------------------------------
-# Kinetic propagators (the "plan": fixed factors computed once per (system, dt))
+# Kinetic propagators (the plan: fixed factors computed once per (system, dt)) and the stepper
 # ----------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=32)
 def _static_kinetic(grid: Grid, dt: float, imaginary: bool, dtype: str) -> np.ndarray:
@@ -283,17 +305,56 @@ def _concrete_float(x: Any) -> float | None:
     return None
 
 
-def make_plan(system: GPSystem, dt: Any, imaginary: bool = False) -> dict[str, Any]:
-    """Fixed propagator factors for steps of size dt (computed once, reused by every step)."""
+@struct.dataclass
+class KineticPlan:
+    """The step size and the fixed kinetic factors of one Strang step (a typed pytree).
+
+    Attributes:
+      dt: step size (scalar, real dtype of the system; traced, so a new dt never recompiles).
+      kin: without rotation, e^{−i k² dt/2} − 1 (complex, grid-shaped); else None.
+      rot_a: with rotation, the A-factor e^{−i dt/2 (½k_x² + Ω y k_x)} − 1, shape (n_x, n_y[, 1]).
+      rot_b: with rotation, the B-factor e^{−i dt (½(k_y² + k_z²) − Ω x k_y)} − 1, shape (n_x, n_y[, n_z]).
+    Imaginary time replaces −i dt by −dt. Exactly one of ``kin`` / (``rot_a``, ``rot_b``) is set,
+    fixed by the (static) pytree structure, so the step dispatches on the plan's type at trace time.
+    """
+
+    dt: Any
+    kin: Any = None
+    rot_a: Any = None
+    rot_b: Any = None
+
+    @property
+    def rotating(self) -> bool:
+        return self.kin is None
+
+
+@struct.dataclass
+class StrangParams:
+    """Everything one GP Strang step reads: the system, the kinetic plan, an optional norm target.
+
+    ``target`` (Σ|ψ|² over grid points, no dV) is the norm the projection restores; None projects
+    to the norm each step starts with.
+    """
+
+    system: GPSystem
+    plan: KineticPlan
+    target: Any = None
+
+
+def make_plan(system: GPSystem, dt: Any, imaginary: bool = False) -> KineticPlan:
+    """Fixed propagator factors for steps of size dt (computed once, reused by every step).
+
+    A concrete dt (and Ω) is evaluated in float64 NumPy and cast once; a traced dt in the working precision.
+    """
     grid = system.grid
     cdt = system.complex_dtype
+    rdt = system.real_dtype
     dtc = _concrete_float(dt)
-    # The host FFT backend keeps trace-time constant factors as NumPy arrays (captured, never transferred).
-    const = (lambda f: f) if system.fft == "ducc" else jnp.asarray
+    dt_leaf = jnp.asarray(dt, rdt)
     if not system.rotating:
         if dtc is not None:
-            return {"kin": const(_static_kinetic(grid, dtc, imaginary, np.dtype(cdt).name))}
-        return {"kin": phase_factor_m1(0.5 * jnp.asarray(dt) * jnp.asarray(_k2(grid)), imaginary, cdt)}
+            return KineticPlan(dt_leaf, kin=jnp.asarray(_static_kinetic(grid, dtc, imaginary, np.dtype(cdt).name)))
+        return KineticPlan(dt_leaf, kin=phase_factor_m1(0.5 * dt_leaf * jnp.asarray(_k2(grid), rdt), imaginary, cdt))
     x, y = grid.coords[0], grid.coords[1]
     kx, ky = grid.wavenumbers[0], grid.wavenumbers[1]
     k2_rest = np.zeros(grid.shape[1:])
@@ -310,27 +371,26 @@ def make_plan(system: GPSystem, dt: Any, imaginary: bool = False) -> dict[str, A
         th_b = dtc * (0.5 * k2_rest[None] - omc * x_b * ky_b)
         fa, fb = phase_factor_m1(th_a, imaginary, cdt), phase_factor_m1(th_b, imaginary, cdt)
     else:
-        rdt = system.real_dtype
         om = jnp.asarray(system.omega_rot, rdt)
-        dtj = jnp.asarray(dt, rdt)
-        th_a = 0.5 * dtj * (jnp.asarray(0.5 * kx[:, None] ** 2, rdt) + om * jnp.asarray(y[None, :] * kx[:, None], rdt))
-        th_b = dtj * (jnp.asarray(0.5 * k2_rest[None], rdt) - om * jnp.asarray(x_b * ky_b, rdt))
+        th_a = 0.5 * dt_leaf * (jnp.asarray(0.5 * kx[:, None] ** 2, rdt)
+                                + om * jnp.asarray(y[None, :] * kx[:, None], rdt))
+        th_b = dt_leaf * (jnp.asarray(0.5 * k2_rest[None], rdt) - om * jnp.asarray(x_b * ky_b, rdt))
         fa, fb = phase_factor_m1(th_a, imaginary, cdt), phase_factor_m1(th_b, imaginary, cdt)
     if grid.ndim == 3:
         fa = fa[:, :, None]
-    return {"rot_a": const(fa), "rot_b": const(fb)}
+    return KineticPlan(dt_leaf, rot_a=jnp.asarray(fa), rot_b=jnp.asarray(fb))
 
 
-def _kinetic_apply(psi: jax.Array, plan: dict[str, Any], ndim: int, fft: str = "xla") -> jax.Array:
+def _kinetic_apply(psi: jax.Array, plan: KineticPlan, ndim: int, fft: str = "xla") -> jax.Array:
     axes = tuple(range(psi.ndim - ndim, psi.ndim))
-    if "kin" in plan:
-        return spectral_multiply(psi, plan["kin"], axes, fft)
-    psi = spectral_multiply(psi, plan["rot_a"], axes[:1], fft)
-    psi = spectral_multiply(psi, plan["rot_b"], axes[1:], fft)
-    return spectral_multiply(psi, plan["rot_a"], axes[:1], fft)
+    if not plan.rotating:
+        return spectral_multiply(psi, plan.kin, axes, fft)
+    psi = spectral_multiply(psi, plan.rot_a, axes[:1], fft)
+    psi = spectral_multiply(psi, plan.rot_b, axes[1:], fft)
+    return spectral_multiply(psi, plan.rot_a, axes[:1], fft)
 
 
-def _step_plan(psi: jax.Array, system: GPSystem, dt: Any, plan: dict[str, Any], imaginary: bool,
+def _step_plan(psi: jax.Array, system: GPSystem, plan: KineticPlan, imaginary: bool,
                project_norm: bool = False, target: jax.Array | None = None) -> jax.Array:
     rdt = system.real_dtype
     pot = jnp.asarray(system.potential, rdt)
@@ -342,7 +402,7 @@ def _step_plan(psi: jax.Array, system: GPSystem, dt: Any, plan: dict[str, Any], 
     if imaginary or project_norm:
         # A fixed target (the initial Σ|ψ|², from evolve) makes the projection self-correcting: a
         # float32 correction too small to change some elements is not lost but retried next step.
-        n0 = _sumsq(psi) if target is None else target
+        n0 = _sumsq(psi) if target is None else jnp.asarray(target, rdt)
 
     def project(p):
         n1 = _sumsq(p)
@@ -359,7 +419,7 @@ def _step_plan(psi: jax.Array, system: GPSystem, dt: Any, plan: dict[str, Any], 
 
     if imaginary:
         psi = project(psi)
-    out = split_step(psi, local, kinetic, dt, imaginary)
+    out = split_step(psi, local, kinetic, plan.dt, imaginary)
     if imaginary or project_norm:
         out = project(out)
     return out
@@ -368,6 +428,69 @@ def _step_plan(psi: jax.Array, system: GPSystem, dt: Any, plan: dict[str, Any], 
 def _sumsq(psi: jax.Array) -> jax.Array:
     nd = psi.ndim
     return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=tuple(range(nd)), keepdims=False)
+
+
+# The static settings (imaginary / project_norm) select one of three module-level step functions, so
+# the Stepper's step_fn (hashed by identity) is what distinguishes the compiled programs.
+def strang_step_real(psi: jax.Array, params: StrangParams) -> jax.Array:
+    """One real-time Strang step ψ(t) → ψ(t + dt) (``step_fn`` of :func:`strang`)."""
+    return _step_plan(psi, params.system, params.plan, False)
+
+
+def strang_step_real_projected(psi: jax.Array, params: StrangParams) -> jax.Array:
+    """Real-time Strang step followed by the norm projection (``project_norm=True``)."""
+    return _step_plan(psi, params.system, params.plan, False, True, params.target)
+
+
+def strang_step_imaginary(psi: jax.Array, params: StrangParams) -> jax.Array:
+    """One imaginary-time (normalised gradient flow) Strang step."""
+    return _step_plan(psi, params.system, params.plan, True, False, params.target)
+
+
+def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
+    return _check_psi(psi, params.system)
+
+
+def _leaf(x: Any, dtype: Any) -> Any:
+    return None if x is None else jnp.asarray(x, dtype)
+
+
+def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: bool = False) -> Stepper:
+    """The Strang split-step stepper of the GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ.
+
+    One step of size dt (units 1/ω₀) maps ψ (complex, shape ``system.grid.shape``) to
+    e^{−i dt/2 U} K(dt) e^{−i dt/2 U} ψ with U = V + g|ψ|² and K the exact kinetic (+ rotation)
+    propagator (module docstring). The factors are computed once here (float64 NumPy for a concrete
+    dt) and stored with dt in a :class:`KineticPlan` inside the stepper's :class:`StrangParams`
+    (all traced leaves: a new dt, g, V or Ω reuses the compiled loop of
+    :func:`ivhl_jax.numerics.rollout.trajectory`).
+
+    Args:
+      system: the :class:`GPSystem`.
+      dt: step size (> 0).
+      imaginary: imaginary-time steps (−i dt → −dt, ψ projected to its incoming norm, the
+        normalised gradient flow towards the ground state).
+      project_norm: real time, rescale ψ after every step to the norm it started with (removes
+        complex64 FFT round-off drift; see :func:`step`). To pin the norm of a whole run, set
+        ``params.target`` to Σ|ψ₀|² (as :func:`evolve` does).
+
+    Returns:
+      A :class:`ivhl_jax.numerics.rollout.Stepper`; ``stepper.init(psi)`` validates and casts ψ,
+      ``stepper.step(psi)`` is one pure step (jit/vmap/grad-safe).
+    """
+    system = _check_system(system)
+    _check_dt(dt, system)
+    rdt = system.real_dtype
+    plan = make_plan(system, dt, imaginary)
+    # g and Ω as typed arrays: a Python float and an array of the same value compile the same program.
+    system = system.replace(g=_leaf(system.g, rdt), omega_rot=_leaf(system.omega_rot, rdt))
+    if imaginary:
+        fn, name = strang_step_imaginary, "gp-strang-imaginary"
+    elif project_norm:
+        fn, name = strang_step_real_projected, "gp-strang-projected"
+    else:
+        fn, name = strang_step_real, "gp-strang"
+    return Stepper(fn, StrangParams(system, plan), init_fn=_strang_init, name=name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -393,7 +516,7 @@ def _check_dt(dt: Any, system: GPSystem | None = None, psi: jax.Array | None = N
         # of the box may have any V). NumPy, not jnp: inside a jit trace jnp makes tracers.
         rho = np.abs(np.asarray(psi)) ** 2
         occupied = rho > 1e-6 * rho.max()
-        u = np.asarray(system.potential) + float(np.asarray(system.g)) * rho
+        u = np.asarray(system.potential) + np.asarray(system.g, np.float64) * rho
         vmax = float(np.max(np.abs(u[occupied]))) if occupied.any() else 0.0
         if dtc * vmax > 2 * np.pi:
             raise ValueError(
@@ -419,6 +542,8 @@ def step(psi: jax.Array, system: GPSystem, dt: Any, *, imaginary: bool = False,
          project_norm: bool = False) -> jax.Array:
     """One Strang split-step of size ``dt`` (real time; imaginary time keeps ‖ψ‖ fixed).
 
+    A thin wrapper over ``strang(system, dt, ...).step(psi)``.
+
     Args:
       psi: complex array of shape ``system.grid.shape`` (cast to the system's complex dtype).
       system: the :class:`GPSystem`.
@@ -435,7 +560,7 @@ def step(psi: jax.Array, system: GPSystem, dt: Any, *, imaginary: bool = False,
     system = _check_system(system)
     psi = _check_psi(psi, system)
     _check_dt(dt, system, None if imaginary else psi)
-    return _step_plan(psi, system, dt, make_plan(system, dt, imaginary), imaginary, project_norm)
+    return strang(system, dt, imaginary=imaginary, project_norm=project_norm).step(psi)
 
 
 def default_observables(psi: jax.Array, system: GPSystem) -> dict[str, jax.Array]:
@@ -444,10 +569,25 @@ def default_observables(psi: jax.Array, system: GPSystem) -> dict[str, jax.Array
     return {"norm": norm(psi, system.grid), **{f"energy_{k}": v for k, v in e.items()}}
 
 
+@dataclasses.dataclass(frozen=True)
+class _SystemObserve:
+    """Adapts ``observe(psi, system)`` to the stepper protocol's ``observe(psi, params)``; hashes as ``fn``
+    (so a module-level ``fn`` keeps the compiled loop cached across calls)."""
+
+    fn: Callable[[jax.Array, Any], Any]
+
+    def __call__(self, state: Any, params: Any) -> Any:
+        return self.fn(state, params.system)
+
+
 def evolve(psi: jax.Array, system: GPSystem, dt: Any, steps: int, save_every: int = 1, *,
            imaginary: bool = False, observe: Callable[[jax.Array, GPSystem], Any] | None = None,
            remat: bool = False, project_norm: bool = False) -> tuple[jax.Array, Any]:
-    """Advance ``psi`` by ``steps`` Strang steps in a ``lax.scan`` (via :func:`ivhl_jax.numerics.rollout.rollout`).
+    """Advance ``psi`` by ``steps`` Strang steps: ``trajectory(strang(system, dt, ...), psi, steps)``.
+
+    Compiled once per (shapes, dtypes, steps, save_every, imaginary/project_norm, observe, remat):
+    a second call with a new ψ, dt, g or V compiles nothing (pass ``observe`` as a module-level
+    function; a fresh lambda per call recompiles).
 
     Args:
       psi, system, dt: as in :func:`step`.
@@ -466,17 +606,11 @@ def evolve(psi: jax.Array, system: GPSystem, dt: Any, steps: int, save_every: in
     system = _check_system(system)
     psi = _check_psi(psi, system)
     _check_dt(dt, system, None if imaginary else psi)
-    plan = make_plan(system, dt, imaginary)
-    observe = observe if observe is not None else default_observables
-
-    target = _sumsq(psi) if project_norm else None
-
-    def one(p, params):
-        sys_, pl, tg = params
-        return _step_plan(p, sys_, dt, pl, imaginary, project_norm, tg)
-
-    return rollout(one, psi, (system, plan, target), steps, save_every=save_every,
-                   observe=lambda p, params: observe(p, params[0]), remat=remat)
+    stepper = strang(system, dt, imaginary=imaginary, project_norm=project_norm)
+    if project_norm and not imaginary:
+        stepper = stepper.replace(params=stepper.params.replace(target=_sumsq(psi)))
+    obs = _SystemObserve(observe if observe is not None else default_observables)
+    return trajectory(stepper, psi, steps, save_every=save_every, observe=obs, remat=remat)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -586,55 +720,29 @@ def gaussian(grid: Grid, n: float = 1.0, width: float | Sequence[float] = 1.0, c
     return jnp.asarray(psi, dtype)
 
 
-def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float = 1e-9, max_steps: int = 100_000,
-                 *, psi0: jax.Array | None = None, check_every: int = 100, key: jax.Array | None = None,
-                 noise: float = 0.0) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Ground state by imaginary-time Strang steps with renormalisation to ``norm`` particles.
+def _zero_observe(state: Any, params: Any) -> Any:
+    del state, params
+    return None
 
-    Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until the relative energy change
-    over a block, |ΔE|/|E|, is below ``tol`` or ``max_steps`` is reached. The fixed point carries a
-    splitting error O(dt²) in the energy; refine by calling again with a smaller dt and ``psi0``.
 
-    Args:
-      system: the :class:`GPSystem` (with Ω ≠ 0 this is the rotating-frame ground state).
-      norm: particle number N = ∫|ψ|² dV.
-      dt: imaginary time step.
-      tol: relative energy change per block that counts as converged (float32 bottoms out ~1e-7).
-      max_steps: step budget (rounded up to a multiple of ``check_every``).
-      psi0: initial guess (default: a Gaussian of unit trap width).
-      check_every: steps per convergence check.
-      key, noise: optional PRNG key and relative amplitude of complex noise added to the initial guess
-        (breaks symmetries, e.g. to let a vortex lattice nucleate in a rotating trap).
-
-    Returns:
-      (ψ, info) with info = {"steps", "energy" (total E), "mu", "delta" (last relative change),
-      "converged"}. Works under jit and vmap (e.g. over ``system.g``).
-    """
-    system = _check_system(system)
-    check_scalar(tol, "tol", positive=True)
-    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
-    check_scalar(check_every, "check_every", integer=True, minimum=1)
-    check_scalar(norm, "norm", positive=True)
+@functools.partial(jax.jit, static_argnames=("n_blocks", "check_every", "use_noise"))
+def _ground_state_loop(stepper: Stepper, psi: jax.Array, norm: Any, tol: Any, key: Any, noise: Any, *,
+                       n_blocks: int, check_every: int, use_noise: bool) -> tuple[jax.Array, dict[str, jax.Array]]:
+    params = stepper.params
+    system = params.system
     grid = system.grid
-    cdt = system.complex_dtype
-    psi = gaussian(grid, 1.0, dtype=cdt) if psi0 is None else _check_psi(psi0, system, "psi0")
-    if key is not None and noise:
+    rdt, cdt = system.real_dtype, system.complex_dtype
+    psi = psi.astype(cdt)
+    if use_noise:
         kr, ki = jax.random.split(key)
         amp = jnp.max(jnp.abs(psi))
-        rdt = system.real_dtype
-        psi = psi + noise * amp * jax.lax.complex(jax.random.normal(kr, grid.shape, rdt),
-                                                  jax.random.normal(ki, grid.shape, rdt)).astype(cdt)
+        psi = psi + (jnp.asarray(noise, rdt) * amp).astype(cdt) * jax.lax.complex(
+            jax.random.normal(kr, grid.shape, rdt), jax.random.normal(ki, grid.shape, rdt)).astype(cdt)
+    norm = jnp.asarray(norm, rdt)
     psi = normalize(psi, grid, norm)
-    check_scalar(dt, "dt", positive=True)  # imaginary time: any dt is stable (accuracy is O(dt²))
-    plan = make_plan(system, dt, True)
-    n_blocks = -(-int(max_steps) // int(check_every))
-    rdt = system.real_dtype
-
-    def block(p):
-        def one(c, _):
-            return _step_plan(c, system, dt, plan, True), None
-
-        return jax.lax.scan(one, p, None, length=int(check_every))[0]
+    # A fixed projection target (Σ|ψ|² = N/dV) keeps the norm anchored instead of random-walking.
+    params = params.replace(target=norm / jnp.asarray(grid.cell_volume, rdt))
+    tol = jnp.asarray(tol, rdt)
 
     def cond(c):
         _, _, delta, k = c
@@ -642,17 +750,117 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
 
     def body(c):
         p, e_old, _, k = c
-        p = block(p)
+        p, _ = rollout(stepper.step_fn, p, params, check_every, save_every=check_every, observe=_zero_observe)
         e = energy(p, system)["total"]
         delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
+        # A non-finite energy (the iteration broke down) stops the loop: NaN > tol is False.
         return p, e, delta, k + 1
 
     e0 = energy(psi, system)["total"]
     init = (psi, e0, jnp.asarray(jnp.inf, rdt), jnp.asarray(0, jnp.int32))
-    psi, e, delta, k = jax.lax.while_loop(cond, body, init)
-    info = {"steps": k * int(check_every), "energy": e, "mu": chemical_potential(psi, system), "delta": delta,
-            "converged": delta <= tol}
+    psi, _, delta, k = jax.lax.while_loop(cond, body, init)
+    # Final renormalisation: the returned state has the requested norm to round-off.
+    psi = normalize(psi, grid, norm)
+    e = energy(psi, system)["total"]
+    finite = jnp.logical_and(jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)), jnp.isfinite(e))
+    info = {"steps": k * check_every, "energy": e, "mu": chemical_potential(psi, system), "delta": delta,
+            "converged": delta <= tol, "finite": finite}
     return psi, info
+
+
+def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float = 1e-9, max_steps: int = 100_000,
+                 *, psi0: jax.Array | None = None, check_every: int = 100, key: jax.Array | None = None,
+                 noise: float = 0.0) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Ground state by imaginary-time Strang steps (:func:`strang` with ``imaginary=True``) at fixed norm.
+
+    Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
+    ∂ψ/∂τ = −[−½∇² + V + g|ψ|² − Ω L_z]ψ, projected to norm N (τ in 1/ω₀, energies in ħω₀).
+    Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until the relative energy change
+    over a block, |ΔE|/|E|, is below ``tol`` or ``max_steps`` is reached. The fixed point carries a
+    splitting error O(dt²) in the energy; refine by calling again with a smaller dt and ``psi0``.
+    The whole solve (noise, normalisation, loop, observables) is one jitted program, compiled once per
+    (grid, dtype, check_every, number of blocks, noise on/off): a new dt, N, tol, g or V reuses it.
+
+    Args:
+      system: the :class:`GPSystem` (with Ω ≠ 0 this is the rotating-frame ground state).
+      norm: particle number N = ∫|ψ|² dV (the returned ψ has this norm to round-off).
+      dt: imaginary time step.
+      tol: relative energy change per block that counts as converged (float32 bottoms out ~1e-7).
+      max_steps: step budget (rounded up to a multiple of ``check_every``).
+      psi0: initial guess, shape ``grid.shape`` (default: a Gaussian of unit trap width).
+      check_every: steps per convergence check.
+      key, noise: PRNG key and relative amplitude of complex noise added to the initial guess
+        (breaks symmetries, e.g. to let a vortex lattice nucleate in a rotating trap); ``noise`` ≠ 0
+        requires ``key``.
+
+    Returns:
+      (ψ, info): ψ complex of shape ``grid.shape``; info = {"steps", "energy" (total E of the returned
+      ψ), "mu", "delta" (last relative change), "converged", "finite"}. Works under jit and vmap (e.g. over
+      ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
+    """
+    system = _check_system(system)
+    check_scalar(tol, "tol", positive=True)
+    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
+    check_scalar(check_every, "check_every", integer=True, minimum=1)
+    check_scalar(norm, "norm", positive=True)
+    check_scalar(noise, "noise", nonnegative=True)
+    check_scalar(dt, "dt", positive=True)
+    use_noise = not (is_concrete(noise) and float(np.asarray(noise)) == 0.0)
+    if use_noise and key is None:
+        raise ValueError(f"noise={noise} needs a PRNG key: pass key=jax.random.key(seed) (without one the noise "
+                         "would be silently ignored)")
+    grid = system.grid
+    if psi0 is None:
+        psi = gaussian(grid, 1.0, dtype=system.complex_dtype)
+    else:
+        psi = _check_psi(psi0, system, "psi0")
+        if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
+            raise ValueError("psi0 is zero everywhere (zero norm), so it cannot be normalised to norm; pass a "
+                             "non-zero initial guess (or psi0=None for the default Gaussian)")
+    _check_imaginary_dt(dt, system, psi)
+    stepper = strang(system, dt, imaginary=True)
+    n_blocks = -(-int(max_steps) // int(check_every))
+    psi, info = _ground_state_loop(stepper, psi, norm, tol, key if use_noise else None, noise if use_noise else None,
+                                   n_blocks=n_blocks, check_every=int(check_every), use_noise=use_noise)
+    ok = info["finite"]
+    if is_concrete(ok) and not bool(ok):
+        raise ValueError(f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf, "
+                         f"e^(-dt·V/2) underflows the occupied region); use a smaller dt (e.g. dt <= "
+                         f"{_gs_dt_hint(system):.3g}) and refine")
+    return psi, info
+
+
+def _check_imaginary_dt(dt: Any, system: GPSystem, psi: jax.Array) -> None:
+    """Resolution bound of an imaginary-time step (the analogue of the real-time phase bound).
+
+    Each half-step multiplies ψ by e^{−dt·U/2}, U = V + g|ψ|². Where the initial guess has particles,
+    dt·max|U| > 2π means the local factor changes ψ by more than e^{−π} per step: the fixed point is
+    then the ground state of a grossly distorted operator (E ≈ 6.4 instead of 0.5 for the 1D
+    harmonic trap at dt = 50) or, where e^{−dt·U/2} underflows everywhere, NaN.
+    """
+    dtc = _concrete_float(dt)
+    if dtc is None or not (is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g)):
+        return
+    rho = np.abs(np.asarray(psi)) ** 2
+    occupied = rho > 1e-6 * rho.max()
+    u = np.asarray(system.potential, np.float64) + np.asarray(system.g, np.float64) * rho
+    umax = float(np.max(np.abs(u[occupied]))) if occupied.any() else 0.0
+    if dtc * umax > 2 * np.pi:
+        raise ValueError(
+            f"dt={dtc} is too large for imaginary-time steps: the local decay per step dt·max|V + g|ψ|²| = "
+            f"{dtc * umax:.3g} over the initial cloud exceeds 2π, so the fixed point is not the ground state "
+            f"(or underflows to NaN); use dt <= {np.pi / umax:.3g} (and refine with a smaller dt)")
+
+
+def _gs_dt_hint(system: GPSystem) -> float:
+    # Keep e^{−dt·max U/2} representable: dt·(max V − min V)/2 below ~half the float exponent range.
+    try:
+        v = np.asarray(system.potential, np.float64)
+        span = float(v.max() - v.min())
+    except Exception:  # noqa: BLE001 - traced potential: no hint from values
+        return 1e-2
+    lim = 0.5 * math.log(float(np.finfo(np.dtype(system.real_dtype)).max))
+    return 2 * lim / span if span > 0 else 1.0
 
 
 # ----------------------------------------------------------------------------------------------

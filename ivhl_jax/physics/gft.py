@@ -25,6 +25,7 @@ of long-wavelength modes at constant V.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -35,12 +36,13 @@ import numpy as np
 from flax import struct
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
-from ivhl_jax.numerics.rollout import rollout
+from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import spectral_multiply
 from ivhl_jax.physics.condensate import phase_factor_m1, split_step
 
 __all__ = ["GFTSystem", "gft_potential", "gft_rhs", "gft_charge", "gft_step", "gft_evolve", "gft_relax",
-           "lattice_dispersion", "gft_vacuum"]
+           "lattice_dispersion", "gft_vacuum", "strang", "GFTParams", "gft_strang_real", "gft_strang_imaginary",
+           "default_observables"]
 
 
 @struct.dataclass
@@ -145,6 +147,19 @@ def gft_vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
     return -mass_sq / lam, -(mass_sq ** 2) / (2 * lam)
 
 
+@struct.dataclass
+class GFTParams:
+    """Everything one GFT Strang step reads: the system (m², λ), dt and the kinetic factor.
+
+    ``kin`` = e^{−i ε_k dt} − 1 (real time) or e^{−ε_k dt} − 1 (imaginary time), complex, lattice-shaped;
+    ``dt`` a real scalar. All leaves are traced: new dt/m²/λ values reuse the compiled loop.
+    """
+
+    system: GFTSystem
+    dt: Any
+    kin: Any
+
+
 def _plan(system: GFTSystem, dt: Any, imaginary: bool, dtype: Any) -> jax.Array:
     eps = lattice_dispersion(system.shape)
     if is_concrete(dt) and np.ndim(dt) == 0:
@@ -159,6 +174,44 @@ def _step_plan(phi: jax.Array, system: GFTSystem, dt: Any, kin: jax.Array, imagi
     axes = _lattice_axes(phi, system.rank)
 
     return split_step(phi, lambda p: m2 + lam * _abs2(p), lambda p: spectral_multiply(p, kin, axes), dt, imaginary)
+
+
+def gft_strang_real(phi: jax.Array, params: GFTParams) -> jax.Array:
+    """One real-time Strang step of i∂φ/∂t = δV/δφ* (``step_fn`` of :func:`strang`)."""
+    return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), False)
+
+
+def gft_strang_imaginary(phi: jax.Array, params: GFTParams) -> jax.Array:
+    """One Strang step of the gradient flow ∂φ/∂τ = −δV/δφ* (no renormalisation)."""
+    return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), True)
+
+
+def _gft_init(params: GFTParams, phi: Any) -> jax.Array:
+    return _check_field(phi, params.system)
+
+
+def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = jnp.complex64) -> Stepper:
+    """The Strang stepper of i∂φ/∂t = −Δφ + m²φ + λ|φ|²φ (lattice units; ``imaginary``: ∂φ/∂τ = −δV/δφ*).
+
+    One step maps φ (complex, shape ``(*batch, *system.shape)``) to
+    e^{−i dt/2 (m² + λ|φ|²)} e^{−i ε_k dt} e^{−i dt/2 (m² + λ|φ|²)} φ, ε_k = Σ_a 4 sin²(k_a/2), both
+    factors exact. The kinetic factor is computed once (float64 NumPy for a concrete dt) in ``dtype``
+    (the field's complex dtype; complex128 needs x64) and stored with dt in :class:`GFTParams`.
+
+    Returns:
+      A :class:`ivhl_jax.numerics.rollout.Stepper` for :func:`ivhl_jax.numerics.rollout.trajectory`.
+    """
+    if not isinstance(system, GFTSystem):
+        raise TypeError(f"system must be a GFTSystem, got {type(system).__name__}")
+    _check_dt(dt)
+    cdt = jnp.dtype(dtype)
+    if not jnp.issubdtype(cdt, jnp.complexfloating):
+        raise TypeError(f"dtype must be complex (complex64/complex128), got {cdt}")
+    rdt = jnp.finfo(cdt).dtype
+    sys_ = system.replace(mass_sq=jnp.asarray(system.mass_sq, rdt), lam=jnp.asarray(system.lam, rdt))
+    params = GFTParams(sys_, jnp.asarray(dt, rdt), _plan(system, dt, imaginary, cdt))
+    fn, name = (gft_strang_imaginary, "gft-strang-imaginary") if imaginary else (gft_strang_real, "gft-strang")
+    return Stepper(fn, params, init_fn=_gft_init, name=name)
 
 
 def _check_dt(dt: Any) -> Any:
@@ -182,25 +235,31 @@ def default_observables(phi: jax.Array, system: GFTSystem) -> dict[str, jax.Arra
             "mean_abs2": jnp.mean(_abs2(phi), axis=axes)}
 
 
+@dataclasses.dataclass(frozen=True)
+class _SystemObserve:
+    """``observe(phi, system)`` as a stepper-protocol ``observe(phi, params)``; hashes as ``fn``."""
+
+    fn: Callable[[jax.Array, Any], Any]
+
+    def __call__(self, state: Any, params: Any) -> Any:
+        return self.fn(state, params.system)
+
+
 def gft_evolve(phi: jax.Array, system: GFTSystem, dt: Any, steps: int, save_every: int = 1, *,
                imaginary: bool = False, observe: Callable[[jax.Array, GFTSystem], Any] | None = None,
                remat: bool = False) -> tuple[jax.Array, Any]:
-    """``steps`` Strang steps in a ``lax.scan`` (via :func:`ivhl_jax.numerics.rollout.rollout`).
+    """``steps`` Strang steps: ``trajectory(strang(system, dt, imaginary=...), phi, steps)``.
+
+    Compiled once per (shapes, dtypes, steps, save_every, imaginary, observe, remat): a new φ, dt, m²
+    or λ reuses the compiled loop (pass ``observe`` as a module-level function).
 
     Returns (final φ, observations every ``save_every`` steps; default :func:`default_observables`).
     ``imaginary=True`` is the (unnormalised) gradient flow, see :func:`gft_relax`.
     """
     phi = _check_field(phi, system)
-    _check_dt(dt)
-    kin = _plan(system, dt, imaginary, phi.dtype)
-    observe = observe if observe is not None else default_observables
-
-    def one(p, params):
-        sys_, k = params
-        return _step_plan(p, sys_, dt, k, imaginary)
-
-    return rollout(one, phi, (system, kin), steps, save_every=save_every,
-                   observe=lambda p, params: observe(p, params[0]), remat=remat)
+    stepper = strang(system, dt, imaginary=imaginary, dtype=phi.dtype)
+    obs = _SystemObserve(observe if observe is not None else default_observables)
+    return trajectory(stepper, phi, steps, save_every=save_every, observe=obs, remat=remat)
 
 
 def gft_relax(phi: jax.Array, system: GFTSystem, dt: Any = 0.05, steps: int = 2000,

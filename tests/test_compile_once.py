@@ -1,0 +1,164 @@
+"""Compile-once discipline of the stepper API (ivhl_jax.numerics.rollout.trajectory and the family wrappers).
+
+A second call with the same shapes, dtypes and static settings but new *values* (state, dt, couplings)
+must not compile anything: counted with ``jax.log_compiles()`` (jax logs one "Compiling ..." record per
+XLA compilation on the ``jax`` logger).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ivhl_jax.numerics.rollout import trajectory
+from ivhl_jax.physics import condensate as C
+from ivhl_jax.physics import gft as G
+
+
+class _CompileCounter(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if msg.startswith("Compiling "):
+            self.messages.append(msg)
+
+
+@contextlib.contextmanager
+def count_compiles():
+    """Collect the "Compiling ..." log records emitted inside the block (a list of messages)."""
+    handler = _CompileCounter()
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles():
+            yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def _sync(tree):
+    return jax.block_until_ready(tree)
+
+
+def _gp_system(shape=(32,), length=12.0, g=2.0):
+    grid = C.Grid.uniform(shape, length)
+    return C.GPSystem(grid, C.harmonic(grid), g)
+
+
+# --- condensate ----------------------------------------------------------------------------------
+def test_condensate_evolve_second_call_compiles_nothing():
+    sys_ = _gp_system((16, 16), 8.0)
+    psi1 = C.gaussian(sys_.grid)
+    psi2 = C.gaussian(sys_.grid, width=1.2, center=(0.3, 0.0))
+    with count_compiles() as first:
+        _sync(C.evolve(psi1, sys_, 0.01, 20, 10))
+    assert first, "the counter should see the first compilation"
+    with count_compiles() as second:  # new state, new dt, new g: values only
+        _sync(C.evolve(psi2, sys_.replace(g=3.0), 0.02, 20, 10))
+    assert second == [], second
+    # project_norm / imaginary are static settings: each compiles once, then never again.
+    _sync(C.evolve(psi1, sys_, 0.01, 20, 10, project_norm=True))
+    with count_compiles() as third:
+        _sync(C.evolve(psi2, sys_, 0.015, 20, 10, project_norm=True))
+    assert third == [], third
+
+
+def test_condensate_ground_state_second_call_compiles_nothing():
+    sys_ = _gp_system((32,), 12.0, g=1.0)
+    _sync(C.ground_state(sys_, 1.0, dt=0.02, tol=1e-6, max_steps=400, check_every=50))
+    guess = C.gaussian(sys_.grid, width=1.3)
+    with count_compiles() as second:  # new dt, norm, tol, g and psi0
+        _sync(C.ground_state(sys_.replace(g=2.0), 2.0, dt=0.01, tol=1e-7, max_steps=400, check_every=50,
+                             psi0=guess))
+    assert second == [], second
+
+
+def test_condensate_trajectory_of_strang_stepper_compiles_once():
+    sys_ = _gp_system((32,), 12.0)
+    psi = C.gaussian(sys_.grid)
+    psi2 = C.gaussian(sys_.grid, width=1.4)
+    _sync(trajectory(C.strang(sys_, 0.01), psi, 10, save_every=5))
+    with count_compiles() as second:
+        _sync(trajectory(C.strang(sys_, 0.03), psi2, 10, save_every=5))
+    assert second == [], second
+
+
+# --- GFT ------------------------------------------------------------------------------------------
+def test_gft_evolve_and_relax_second_call_compile_nothing():
+    shape = (8, 8)
+    phi1 = 0.1 * jnp.ones(shape, jnp.complex64)
+    phi2 = 0.2 * jnp.ones(shape, jnp.complex64).at[0, 0].set(0.3j)
+    _sync(G.gft_evolve(phi1, G.GFTSystem(shape, -0.5, 0.1), 0.05, 20, 10))
+    _sync(G.gft_relax(phi1, G.GFTSystem(shape, -0.5, 0.1), 0.05, 20, 10))
+    with count_compiles() as second:
+        _sync(G.gft_evolve(phi2, G.GFTSystem(shape, -0.3, 0.2), 0.02, 20, 10))
+        _sync(G.gft_relax(phi2, G.GFTSystem(shape, -0.3, 0.2), 0.03, 20, 10))
+    assert second == [], second
+
+
+# --- the condensate Strang stepper under transformations -----------------------------------------
+def test_condensate_strang_stepper_jit_vmap_grad():
+    sys_ = _gp_system((32,), 12.0, g=2.0)
+    stepper = C.strang(sys_, 0.01)
+    psi = stepper.init(C.gaussian(sys_.grid, center=(0.5,)))
+    assert psi.dtype == jnp.complex64 and stepper.name == "gp-strang"
+    # jit: the stepper is a pytree argument; the step equals C.step
+    one = jax.jit(lambda st, p: st.step(p))(stepper, psi)
+    np.testing.assert_allclose(np.asarray(one), np.asarray(C.step(psi, sys_, 0.01)), atol=1e-6)
+    # vmap over states
+    batch = jnp.stack([psi, C.gaussian(sys_.grid, width=0.8)])
+    out, _ = jax.vmap(lambda p: trajectory(stepper, p, 10, save_every=10))(batch)
+    ref, _ = trajectory(stepper, batch[1], 10, save_every=10)
+    np.testing.assert_allclose(np.asarray(out[1]), np.asarray(ref), atol=1e-6)
+    # grad of a real-time observable (final ⟨x²⟩; ⟨x⟩ is g-blind by Kohn's theorem) w.r.t. g vs a central
+    # difference (float64)
+    with jax.enable_x64(True):
+        grid = sys_.grid
+        pot = C.harmonic(grid, dtype=jnp.float64)
+        psi0 = C.gaussian(grid, center=(0.7,), dtype=jnp.complex128)
+        x2 = jnp.asarray(grid.coords[0] ** 2)
+
+        def loss(g):
+            st = C.strang(C.GPSystem(grid, pot, g), 0.01)
+            p, _ = trajectory(st, psi0, 50, save_every=50, observe=None)
+            return jnp.sum(x2 * C.density(p)) * grid.cell_volume
+
+        g0 = 3.0
+        grad = float(jax.grad(loss)(g0))
+        fd = float((loss(g0 + 1e-5) - loss(g0 - 1e-5)) / 2e-5)
+        assert abs(grad - fd) <= 1e-6 * max(1.0, abs(fd)), (grad, fd)
+        assert abs(fd) > 1e-4  # a non-trivial dependence
+
+
+def test_condensate_strang_is_second_order_in_dt():
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform(64, 16.0)
+        sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), 5.0)
+        psi0 = C.gaussian(grid, width=1.3, center=(0.8,), dtype=jnp.complex128)
+        T, dt0 = 0.5, 0.05
+
+        def run(dt):
+            n = int(round(T / dt))
+            return trajectory(C.strang(sys_, dt), psi0, n, save_every=n)[0]
+
+        ref = run(dt0 / 16)
+        errs = [float(jnp.sqrt(C.norm(run(dt0 / m) - ref, grid))) for m in (1, 2, 4)]
+        ratios = np.array(errs[:-1]) / np.array(errs[1:])
+        # Richardson with a dt/16 reference: ratios 4·(1 − 1/64)/(1 − 1/256)·... ≈ 3.8–4.2
+        assert np.all(np.abs(ratios - 4) < 0.4), (errs, ratios)
+
+
+def test_condensate_strang_rejects_bad_input():
+    sys_ = _gp_system()
+    with pytest.raises(ValueError, match="dt must be > 0"):
+        C.strang(sys_, -0.1)
+    with pytest.raises(TypeError, match="GPSystem"):
+        C.strang("system", 0.1)
