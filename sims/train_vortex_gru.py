@@ -14,7 +14,6 @@ detection error against the true centre.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -27,7 +26,8 @@ import numpy as np
 from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.gru import TrajectoryGRU
 from ivhl_jax.physics import fields
-from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.train import training
@@ -37,19 +37,19 @@ from ivhl_jax.train.data import Batcher
 
 @dataclasses.dataclass(frozen=True)
 class VortexGRUConfig:
-    n_train: int = 256
-    n_test: int = 64
-    length: int = 48
-    grid: int = 48
-    harmonics: int = 3
-    hidden: int = 64
-    layers: int = 2
-    variant: str = "torch"
-    steps: int = 1500
-    chunk: int = 250
-    batch_size: int = 32
-    learning_rate: float = 2e-3
-    seed: int = 0
+    n_train: int = 256  # number of training trajectories
+    n_test: int = 64  # held-out trajectories
+    length: int = 48  # time steps per trajectory (one period of the path)
+    grid: int = 48  # points per axis of the detection window [-1, 1]^2 (>= 8)
+    harmonics: int = 3  # Fourier harmonics of the random paths
+    hidden: int = 64  # GRU hidden width
+    layers: int = 2  # stacked GRU layers
+    variant: str = "torch"  # GRU equations: "torch" (PyTorch/nnx) or "cho" (Cho et al. 2014)
+    steps: int = 1500  # optimiser steps (a multiple of chunk)
+    chunk: int = 250  # steps per compiled chunk and between checkpoints
+    batch_size: int = 32  # trajectories per batch
+    learning_rate: float = 2e-3  # Adam learning rate (cosine schedule, clip 1.0)
+    seed: int = 0  # seed of the data and the initialisation
 
     def validate(self) -> None:
         for k in ("n_train", "n_test", "length", "grid", "harmonics", "hidden", "layers", "steps", "chunk",
@@ -57,6 +57,9 @@ class VortexGRUConfig:
             check_scalar(getattr(self, k), k, integer=True, minimum=1)
         if self.steps % self.chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of chunk ({self.chunk})")
+        if self.batch_size > self.n_train:
+            raise ValueError(f"batch_size ({self.batch_size}) must be <= n_train ({self.n_train}): lower batch_size "
+                             "or raise n_train")
         if self.grid < 8:
             raise ValueError("grid must be >= 8 to resolve the vortex core")
         check_choice(self.variant, "variant", ("torch", "cho"))
@@ -118,7 +121,9 @@ def baselines(p: np.ndarray) -> dict[str, float]:
     return {"persistence_rmse": r(pers), "constant_velocity_rmse": r(cv)}
 
 
-def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool = True) -> dict:
+def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool = True,
+          checkpointer: Checkpointer | None = None) -> dict:
+    """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own."""
     data = make_data(cfg)
     model = TrajectoryGRU(hidden=cfg.hidden, layers=cfg.layers, variant=cfg.variant)
     train_arr = jnp.asarray(data["train"])
@@ -148,8 +153,7 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
-    ckpt_dir = prepare_run_dir(out, cfg, resume=resume)  # refuses a checkpoint of another configuration
-    with Checkpointer(ckpt_dir, save_every=cfg.chunk, keep=2) as ck:
+    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=cfg.chunk, keep=2) as ck:
         res = run_chunked(jax.jit(advance), state, n_chunks=cfg.steps // cfg.chunk, steps_per_chunk=cfg.chunk,
                           checkpointer=ck, progress=progress, description="train vortex_gru")
     hist = {k: np.asarray(v) for k, v in res.history.items()}
@@ -180,16 +184,22 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ivhl train vortex_gru", description=__doc__.split("\n\n")[0])
-    add_run_arguments(p, out=os.path.join("runs", "vortex_gru"))
-    a = p.parse_args(argv)
-    cfg = load_config(VortexGRUConfig, a.config, a.set)
+def _run(cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
     t0 = time.perf_counter()
-    s = train(cfg, a.out, resume=a.resume, progress=not a.no_progress)
+    s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer)
     print(f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
-          f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s; outputs in {a.out}/")
-    return 0
+          f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s")
+    return {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json"),
+            "plot": s["plot"]}
+
+
+SIMULATION = Simulation(prog="ivhl train vortex_gru", config_type=VortexGRUConfig, run=_run,
+                        description=__doc__.split("\n\n")[0], checkpoint_every=lambda cfg: cfg.chunk, keep=2,
+                        default_out=lambda cfg, a: os.path.join("runs", "vortex_gru"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(SIMULATION, argv)
 
 
 if __name__ == "__main__":

@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import inspect
 import os
 import sys
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivhl_jax.run.config import add_run_arguments, load_config, prepare_run_dir
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["Simulation", "RunContext", "run_main", "describe_config", "field_comments"]
+__all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_comments"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,20 @@ class Simulation:
     overrides: Callable[[argparse.Namespace], list[str]] | None = None
     default_resume: Callable[[argparse.Namespace], bool] = lambda args: True
     keep: int = 3
+
+
+@contextlib.contextmanager
+def run_checkpointer(out: str, cfg: Any, *, checkpointer: Checkpointer | None = None, resume: bool = True,
+                     save_every: int = 1, keep: int = 3, extendable: Sequence[str] = ()) -> Iterator[Checkpointer]:
+    """The checkpointer of a run: ``checkpointer`` when the driver passed one, otherwise the run folder ``out``
+    is prepared for ``cfg`` (:func:`ivhl_jax.run.config.prepare_run_dir`: a checkpoint of another
+    configuration is refused by name) and an Orbax checkpointer is opened on ``out/ckpt`` and closed after."""
+    if checkpointer is not None:
+        yield checkpointer
+        return
+    ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=extendable)
+    with Checkpointer(ckpt_dir, save_every=save_every, keep=keep) as ck:
+        yield ck
 
 
 def field_comments(cls: type) -> dict[str, str]:
@@ -157,7 +172,7 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     resume = args.resume if args.resume is not None else sim.default_resume(args)
     try:
         ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=sim.extendable)
-    except ValueError as e:
+    except ValueError as e:  # a checkpoint of another configuration, or a bad run folder
         return _fail(sim, str(e))
     try:
         with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep) as ck:
