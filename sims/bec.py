@@ -30,7 +30,8 @@ import numpy as np
 
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics import gft as G
-from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -40,40 +41,40 @@ from ivhl_jax.train.checkpoint import Checkpointer
 class BECConfig:
     """Run configuration (TOML/JSON keys; ``--set key=value``)."""
 
-    model: Literal["gp", "gft"] = "gp"
+    model: Literal["gp", "gft"] = "gp"  # "gp" (Gross–Pitaevskii) or "gft" (GFT condensate)
     # --- GP ---
-    dims: int = 2
+    dims: int = 2  # spatial dimensions of the GP run: 1, 2 or 3
     grid: int = 128                  # points per axis
     length: float = 20.0             # box side (trap units)
     trap: tuple[float, ...] = (1.0,)  # trap frequencies ω (one, or one per axis)
-    g: float = 200.0
+    g: float = 200.0  # contact interaction strength g (trap units)
     omega_rot: float = 0.0           # rotation about z (2D/3D); the ground state is found in this frame
     imprints: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)  # (x, y, charge)
-    ground_dt: float = 5e-3
-    ground_steps: int = 3000
-    ground_tol: float = 1e-7
+    ground_dt: float = 5e-3  # imaginary-time step of the ground-state search
+    ground_steps: int = 3000  # maximum imaginary-time steps (raise it if the ground state does not converge)
+    ground_tol: float = 1e-7  # relative energy change per check at which the ground state counts as converged
     noise: float = 0.0               # complex noise on the ground-state guess (nucleates lattices)
     # --- GFT ---
-    gft_rank: int = 3
-    gft_n: int = 16
-    mass_sq: float = -0.5
-    lam: float = 0.1
+    gft_rank: int = 3  # rank r of the GFT lattice (1..4)
+    gft_n: int = 16  # points per GFT lattice axis
+    mass_sq: float = -0.5  # GFT mass term m² (< 0: symmetry breaking)
+    lam: float = 0.1  # GFT quartic coupling λ
     gft_init: float = 0.05           # initial noise amplitude
     gft_imaginary: bool = False      # gradient flow instead of real time
     # --- time loop ---
-    dt: float = 2e-3
-    steps: int = 2000
-    steps_per_chunk: int = 200
-    save_every: int = 50
-    checkpoint_every: int = 1000
+    dt: float = 2e-3  # time step of the evolution (trap units 1/ω)
+    steps: int = 2000  # evolution steps (raise it to extend a finished run)
+    steps_per_chunk: int = 200  # steps per compiled chunk (progress granularity)
+    save_every: int = 50  # steps between recorded observables
+    checkpoint_every: int = 1000  # steps between checkpoints (a multiple of steps_per_chunk)
     # Rescale ψ to the chunk's starting norm every step: removes the float32 FFT round-off loss of the
     # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.physics.condensate.step.
     project_norm: bool = False
     # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
     # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.
     fft: Literal["xla", "ducc"] = "xla"
-    seed: int = 0
-    precision: Literal["float32", "float64"] = "float32"
+    seed: int = 0  # PRNG seed (ground-state noise, GFT initial field)
+    precision: Literal["float32", "float64"] = "float32"  # "float32" (complex64 state) or "float64" (complex128)
 
     def validate(self) -> None:
         if self.dims not in (1, 2, 3):
@@ -154,6 +155,11 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
             state = jnp.zeros(system.grid.shape, system.complex_dtype)  # template; restored from the checkpoint
         else:
             state, extra["ground_state"] = gp_initial_state(cfg, system)
+            gs = extra["ground_state"]
+            if not gs["converged"]:
+                print(f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "
+                      f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
+                      "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol", file=sys.stderr)
 
         @jax.jit
         def advance(psi):
@@ -171,9 +177,13 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
                                 imaginary=cfg.gft_imaginary)
 
         extra["system"] = system
+    # the ground-state record travels with every checkpoint, so a resumed run reports it too
     result = run_chunked(advance, state, n_chunks=cfg.steps // cfg.steps_per_chunk,
                          steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
-                         metadata={"model": cfg.model}, progress=progress, description=f"bec[{cfg.model}]")
+                         metadata={"model": cfg.model, "ground_state": extra.get("ground_state")},
+                         progress=progress, description=f"bec[{cfg.model}]")
+    if resuming and result.metadata is not None and extra.get("ground_state") is None:
+        extra["ground_state"] = result.metadata.get("ground_state")
     return result, extra
 
 
@@ -222,9 +232,16 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
             ax.plot(C.Grid.uniform(cfg.grid, cfg.length).coords[0] if cfg.model == "gp" else np.arange(data.size),
                     data)
             ax.set_ylabel(label)
+            ax.set_xlabel("x (trap units)" if cfg.model == "gp" else "lattice site")
         else:
             im = ax.imshow(_slice2d(data).T, origin="lower", cmap=cmap, extent=extent)
             fig.colorbar(im, ax=ax, label=label)
+            if cfg.model == "gp":
+                ax.set_xlabel("x (trap units)")
+                ax.set_ylabel("y (trap units)")
+            else:
+                ax.set_xlabel("lattice axis 1")
+                ax.set_ylabel("lattice axis 2")
             if cfg.model == "gp" and "vortices" in summary and len(summary["vortices"]["charges"]):
                 p = summary["vortices"]["positions"]
                 ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
@@ -235,46 +252,36 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
     for ax, k in zip(np.atleast_1d(axes), keys):
         ax.plot(t, hist[k])
         ax.set_ylabel(k, fontsize=8)
-    np.atleast_1d(axes)[-1].set_xlabel("t")
+    np.atleast_1d(axes)[-1].set_xlabel("t (trap units 1/ω)" if cfg.model == "gp" else "t")
+    fig.suptitle(f"{cfg.model}: observables")
     paths["observables_plot"] = save_figure(fig, os.path.join(out, "observables.png"))
     paths["observables"] = write_json(os.path.join(out, "observables.json"), summary)
     paths["final_state"] = os.path.join(out, "final_state.npy")
     return paths
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ivhl sim bec", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    add_run_arguments(p, out=None, config_help="TOML or JSON file with BECConfig keys",
-                      out_help="output folder (default runs/bec or runs/gft)")
+def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
+    result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming)
+    paths = write_outputs(cfg, result, extra, ctx.out)
+    if result.resumed_from is not None:
+        print(f"resumed from step {result.resumed_from}")
+    print(f"{result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
+    return paths
+
+
+def _model_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=("gp", "gft"), help="shorthand for --set model=...")
-    return p
+
+
+SIMULATION = Simulation(
+    prog="ivhl sim bec", config_type=BECConfig, run=_run, description=__doc__.split("\n\n")[0],
+    default_out=lambda cfg, a: "runs/bec" if cfg.model == "gp" else "runs/gft", extendable=("steps",),
+    checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_model_flag,
+    overrides=lambda a: [f"model={a.model}"] if a.model else [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    overrides = list(a.set) + ([f"model={a.model}"] if a.model else [])
-    try:
-        cfg = load_config(BECConfig, a.config, overrides)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"ivhl sim bec: {e}", file=sys.stderr)
-        return 2
-    out = a.out or ("runs/bec" if cfg.model == "gp" else "runs/gft")
-    try:
-        ckpt_dir = prepare_run_dir(out, cfg, resume=a.resume, extendable=("steps",))
-    except ValueError as e:
-        print(f"ivhl sim bec: {e}", file=sys.stderr)
-        return 2
-    with Checkpointer(ckpt_dir, save_every=cfg.checkpoint_every) as ck:
-        resuming = a.resume and ck.latest_step() is not None
-        result, extra = simulate(cfg, checkpointer=ck, progress=not a.no_progress, resuming=resuming)
-    paths = write_outputs(cfg, result, extra, out)
-    if result.resumed_from is not None:
-        print(f"resumed from step {result.resumed_from}")
-    print(f"done: {result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
-    for name, path in paths.items():
-        print(f"  {name:17s} {os.path.abspath(path)}")
-    return 0
+    return run_main(SIMULATION, argv)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ def test_gp_run_resumes_bit_exactly(tmp_path):
     obs_part = json.loads((part / "observables.json").read_text())
     assert obs_part["resumed_from"] == 100 and obs_full["resumed_from"] is None
     assert obs_full["observables"] == obs_part["observables"]
+    # the ground-state record survives the resume (it travels in the checkpoint metadata)
+    assert obs_part["ground_state"] is not None and obs_part["ground_state"] == obs_full["ground_state"]
     for name in ("density.png", "phase.png", "observables.png"):
         assert (full / name).stat().st_size > 0
     # Raw float32 scheme: FFT round-off loses norm (measured over these 200 steps: -2.9e-5 XLA:CPU,
@@ -58,3 +60,11 @@ def test_config_validation(tmp_path, capsys, override, message):
     extra = ["--set", "dims=1"] if "omega" in override else []
     assert bec.main(["--set", override, *extra, "--out", str(tmp_path / "x")]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_unconverged_ground_state_is_reported(tmp_path, capsys):
+    args = [*GP, "--set", "steps=50", "--set", "ground_steps=20", "--set", "ground_tol=1e-12", "--out", str(tmp_path)]
+    assert bec.main(args) == 0
+    err = capsys.readouterr().err
+    assert "did not converge" in err and "ground_steps" in err
+    assert json.loads((tmp_path / "observables.json").read_text())["ground_state"]["converged"] is False
