@@ -35,7 +35,8 @@ from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, predict
 from ivhl_jax.nn import adaptive
 from ivhl_jax.nn.adaptive import AdaptiveConfig
-from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.train import training
@@ -45,21 +46,21 @@ from ivhl_jax.train.data import Batcher, train_test_split
 
 @dataclasses.dataclass(frozen=True)
 class TrainAdaptiveConfig:
-    dataset: str = "digits"
-    preset: str = "improved"
-    model: AdaptiveConfig = dataclasses.field(default_factory=AdaptiveConfig)
+    dataset: str = "digits"  # "digits" (scikit-learn 8x8) or "synthetic" (seed prototypes)
+    preset: str = "improved"  # model preset: "seed", "improved" or "plain"
+    model: AdaptiveConfig = dataclasses.field(default_factory=AdaptiveConfig)  # the node model (--set model.X=...)
     state_mode: str = "auto"  # "reset" | "carry" | "auto" (carry for the seed preset)
-    steps: int = 1500
-    chunk: int = 250
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    warmup_steps: int = 0
-    cosine: bool = True
-    clip_norm: float = 1.0
-    seed: int = 0
-    data_seed: int = 0
-    test_fraction: float = 0.2
-    synthetic_samples: int = 10000
+    steps: int = 1500  # optimiser steps (a multiple of chunk)
+    chunk: int = 250  # steps per compiled chunk
+    batch_size: int = 32  # examples per batch
+    learning_rate: float = 1e-3  # Adam learning rate
+    warmup_steps: int = 0  # linear warm-up steps
+    cosine: bool = True  # cosine decay of the learning rate
+    clip_norm: float = 1.0  # global gradient-norm clip
+    seed: int = 0  # seed of the initialisation and the dynamics
+    data_seed: int = 0  # seed of the train/test split and batches
+    test_fraction: float = 0.2  # held-out fraction
+    synthetic_samples: int = 10000  # examples of the synthetic dataset
     checkpoint_every: int = 1  # in chunks
 
     def validate(self) -> None:
@@ -191,13 +192,14 @@ def _plots(out: str, hist: dict[str, np.ndarray], chunk: int) -> list[str]:
 
 
 def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: bool = True,
-          plots: bool = True) -> dict[str, Any]:
-    """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``."""
+          plots: bool = True, checkpointer: Checkpointer | None = None) -> dict[str, Any]:
+    """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``.
+    ``checkpointer`` is the driver's; without it the run folder ``out`` opens its own."""
     data = load_dataset(cfg)
     model, mcfg, carry, state, advance, evaluate = build(cfg, data)
-    ckpt_dir = prepare_run_dir(out, cfg, resume=resume)  # refuses a checkpoint of another configuration
     n_chunks = cfg.steps // cfg.chunk
-    with Checkpointer(ckpt_dir, save_every=cfg.chunk * cfg.checkpoint_every, keep=2) as ckpt:
+    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume,
+                          save_every=cfg.chunk * cfg.checkpoint_every, keep=2) as ckpt:
         res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.chunk, checkpointer=ckpt,
                           metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
                           progress=progress, description="train adaptive")
@@ -241,22 +243,30 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
     return write_json(os.path.join(out, "baseline.json"), profiling.baseline_document([run]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ivhl train adaptive", description=__doc__.split("\n\n")[0])
-    add_run_arguments(p, out=os.path.join("runs", "adaptive"))
+def _run(cfg: TrainAdaptiveConfig, ctx: RunContext) -> dict[str, str]:
+    if ctx.args.profile:
+        return {"baseline": profile(cfg, ctx.out)}
+    t0 = time.perf_counter()
+    s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+    print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s)")
+    paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
+    return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}
+
+
+def _flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--profile", action="store_true",
                    help="instead of training, profile the train step and write baseline.json to --out")
-    a = p.parse_args(argv)
-    cfg = load_config(TrainAdaptiveConfig, a.config, a.set)
-    if a.profile:
-        print(f"wrote {profile(cfg, a.out)}")
-        return 0
-    t0 = time.perf_counter()
-    s = train(cfg, a.out, resume=a.resume, progress=not a.no_progress, plots=not a.no_plots)
-    print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s); "
-          f"outputs in {a.out}/ (summary.json, metrics.json, training.png, energy.png)")
-    return 0
+
+
+SIMULATION = Simulation(prog="ivhl train adaptive", config_type=TrainAdaptiveConfig, run=_run,
+                        description=__doc__.split("\n\n")[0], add_arguments=_flags, keep=2,
+                        default_out=lambda cfg, a: os.path.join("runs", "adaptive"),
+                        checkpoint_every=lambda cfg: cfg.chunk * cfg.checkpoint_every)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(SIMULATION, argv)
 
 
 if __name__ == "__main__":
