@@ -67,7 +67,27 @@ def _leaves(tree):
             for x in jax.tree.leaves(tree)]
 
 
-CASES = {"cdt.metropolis": _cdt_case, "fields.evolution": _wave_case}
+def _gp_case(seed=0, dt=2e-3):
+    from ivhl_jax import condensate as C
+
+    grid = C.Grid.uniform(32, 12.0)
+    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 20.0)
+    st = C.strang(system, dt)
+    psi = C.gaussian(grid, 1.0, 1.0, center=[0.3 * seed]).astype(jnp.complex64)
+    return st, st.init(psi), identity_observe
+
+
+def _gft_case(seed=0, dt=1e-2):
+    from ivhl_jax import gft as G
+
+    st = G.strang(G.GFTSystem((6, 6), -0.5, 0.1), dt)
+    kr, ki = jax.random.split(jax.random.key(seed))
+    phi = 0.05 * jax.lax.complex(jax.random.normal(kr, (6, 6)), jax.random.normal(ki, (6, 6)))
+    return st, phi, identity_observe
+
+
+CASES = {"cdt.metropolis": _cdt_case, "fields.evolution": _wave_case, "condensate.strang": _gp_case,
+         "gft.strang": _gft_case}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -264,3 +284,21 @@ def test_resume_from_a_checkpoint_equals_an_uninterrupted_run(name, tmp_path):
     assert resumed.resumed_from == 4
     for x, y in zip(_leaves((straight.state, straight.history)), _leaves((resumed.state, resumed.history))):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_pmap_over_8_devices_equals_vmap(name):
+    """pmap is a thin compatibility path (the library is built on jit + sharding): same numbers as vmap."""
+    n = jax.local_device_count()
+    if n < 2:
+        pytest.skip("needs several devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    st, _, obs = CASES[name]()
+    states = [CASES[name](seed=i)[1] for i in range(n)]
+    if name == "fields.evolution":
+        states = [st.init(0.1 * i) for i in range(n)]
+    batch = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    run = lambda s: trajectory(st, s, 4, save_every=2, observe=obs)
+    by_vmap = jax.vmap(run)(batch)
+    by_pmap = jax.pmap(run)(batch)
+    for x, y in zip(_leaves(by_vmap), _leaves(by_pmap)):
+        np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-6)
