@@ -16,17 +16,21 @@ overrides, rejects unknown keys and wrongly typed values by name, and calls the 
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
+import fcntl
 import json
 import os
 import shutil
+import sys
 import tomllib
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-__all__ = ["T", "read_config_file", "load_config", "config_dict", "add_run_arguments", "prepare_run_dir"]
+__all__ = ["T", "read_config_file", "load_config", "config_dict", "add_run_arguments", "prepare_run_dir",
+           "lock_run_dir", "release_run_dir", "RunDirLockedError"]
 
 T = TypeVar("T")
 
@@ -107,7 +111,20 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def _build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = None) -> T:
+    """``cls`` from ``values``; keys not given keep ``base``'s values (or the class defaults).
+
+    A nested table (``model.d_model=256``, a ``[model]`` TOML table) updates the *embedded default* of that
+    field key by key (e.g. the LM's own small ``TransformerConfig``), not the nested class's defaults.
+    """
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - set(fields))
@@ -116,8 +133,14 @@ def _build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
             f"unknown config key(s) {[prefix + u for u in unknown]} for {cls.__name__}; "
             f"valid keys: {sorted(prefix + f for f in fields)}"
         )
-    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in values.items()}
-    obj = cls(**kwargs)
+    kwargs = {}
+    for k, v in values.items():
+        sub = getattr(base, k) if base is not None else (_field_default(fields[k]) if isinstance(v, dict) else None)
+        if isinstance(v, dict) and dataclasses.is_dataclass(sub) and not isinstance(sub, type):
+            kwargs[k] = _build(type(sub), v, prefix=f"{prefix}{k}.", base=sub)
+        else:
+            kwargs[k] = _coerce(v, hints[k], prefix + k)
+    obj = dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     if hasattr(obj, "validate"):
         obj.validate()
     return obj
@@ -188,15 +211,78 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resum
     return parser
 
 
+class RunDirLockedError(RuntimeError, ValueError):
+    """Another run holds the output folder's lock (a ValueError too, so CLIs report it like a config error)."""
+
+
+_RUN_LOCKS: dict[str, Any] = {}  # realpath of a run folder -> the open lock file this process holds
+
+
+def _release_run_locks() -> None:
+    for path in list(_RUN_LOCKS):
+        release_run_dir(path)
+
+
+atexit.register(_release_run_locks)
+
+
+def lock_run_dir(out: str | os.PathLike) -> str:
+    """Take an exclusive ``fcntl.flock`` on ``out/.lock`` for the rest of this process; return the lock file's path.
+
+    The lock is held until :func:`release_run_dir` or process exit (the kernel drops it even on a crash), so a
+    second run into the same folder fails at once with :class:`RunDirLockedError` instead of racing on the
+    checkpoints. Taking it again in the process that holds it is a no-op. In a multi-process JAX run only
+    process 0 locks (all processes share the folder).
+    """
+    out = os.fspath(out)
+    real = os.path.realpath(out)
+    path = os.path.join(real, ".lock")
+    if real in _RUN_LOCKS:
+        return path
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.distributed.is_initialized() and jax.process_index() != 0:
+        return path
+    os.makedirs(real, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        raise RunDirLockedError(
+            f"output folder {out} is in use: another run holds its lock {path}"
+            + (f" ({holder})" if holder else "")
+            + "; wait for it to finish or use another --out"
+        ) from e
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}\n")
+    f.flush()
+    _RUN_LOCKS[real] = f
+    return path
+
+
+def release_run_dir(out: str | os.PathLike) -> None:
+    """Release the lock :func:`lock_run_dir` took on ``out`` (nothing if this process holds none)."""
+    f = _RUN_LOCKS.pop(os.path.realpath(os.fspath(out)), None)
+    if f is not None:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+
+
 def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendable: Sequence[str] = ()) -> str:
     """Make ``out`` ready for a run of ``cfg``; return its checkpoint folder ``out/ckpt``.
 
     Without ``resume`` an existing checkpoint is deleted. With it, the checkpoint must come from the same
     configuration (``out/config.json``), except for the ``extendable`` keys (a larger step count extends a
     finished run); otherwise a ValueError names the keys that differ. ``cfg`` is then written to
-    ``out/config.json``.
+    ``out/config.json``. The folder is locked for the rest of the process (:func:`lock_run_dir`): a second
+    run into it raises :class:`RunDirLockedError` naming the folder.
     """
     out = os.fspath(out)
+    os.makedirs(out, exist_ok=True)
+    lock_run_dir(out)  # before anything in it is deleted or compared
     ckpt_dir = os.path.join(out, "ckpt")
     cfg_path = os.path.join(out, "config.json")
     comparable = {k: v for k, v in config_dict(cfg).items() if k not in extendable}

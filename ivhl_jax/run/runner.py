@@ -120,19 +120,25 @@ def run_chunked(
     resumed_from = None
     restored_meta = None
     if checkpointer is not None and checkpointer.latest_step() is not None:
-        step = checkpointer.latest_step()
-        if step % steps_per_chunk:
-            raise ValueError(
-                f"checkpoint step {step} in {checkpointer.directory} is not a multiple of "
-                f"steps_per_chunk={steps_per_chunk}; resume with the configuration that wrote it"
+
+        def like(step: int) -> dict[str, Any]:
+            # The history's length depends on the step: the checkpointer may fall back to an older good one.
+            if step % steps_per_chunk:
+                raise ValueError(
+                    f"checkpoint step {step} in {checkpointer.directory} is not a multiple of "
+                    f"steps_per_chunk={steps_per_chunk}; resume with the configuration that wrote it"
+                )
+            if step // steps_per_chunk > n_chunks:
+                raise ValueError(
+                    f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps")
+            history_like = jax.tree_util.tree_map(
+                lambda o: jax.ShapeDtypeStruct(((step // steps_per_chunk) * o.shape[0],) + o.shape[1:], o.dtype),
+                obs_template,
             )
+            return {"state": state, "history": history_like}
+
+        step, restored, restored_meta = checkpointer.restore(like)
         done = step // steps_per_chunk
-        if done > n_chunks:
-            raise ValueError(f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps")
-        history_like = jax.tree_util.tree_map(
-            lambda o: jax.ShapeDtypeStruct((done * o.shape[0],) + o.shape[1:], o.dtype), obs_template
-        )
-        _, restored, restored_meta = checkpointer.restore({"state": state, "history": history_like}, step)
         state = restored["state"]
         chunks.append(restored["history"])
         resumed_from = step

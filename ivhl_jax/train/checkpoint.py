@@ -14,20 +14,63 @@ Typical loop (``state`` is any pytree of arrays)::
         for step in range(start, total, chunk):
             state = advance(state)
             ckpt.save(step + chunk, state, metadata={"cursor": ...})
+
+Integrity: ``save`` records the SHA-256 of every array's bytes (from the host copy of the state being saved)
+in ``<step>/ivhl_checksums.json``, written atomically once Orbax has committed the step. ``restore`` checks
+them and rejects non-finite floating values; when no step is named it falls back from a bad checkpoint
+(checksum mismatch, truncated or missing files, a stray empty step folder) to the newest good one with a
+one-line warning on stderr, and raises :class:`CheckpointCorruptError` naming the folder if none is good.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["abstract_like", "Checkpointer"]
+__all__ = ["abstract_like", "Checkpointer", "CheckpointCorruptError"]
+
+CHECKSUM_FILE = "ivhl_checksums.json"
+
+
+class CheckpointCorruptError(RuntimeError):
+    """A checkpoint failed to restore or verify (and, for a latest-step restore, no older one was good)."""
+
+
+def _host_array(x: Any) -> np.ndarray | None:
+    """The host copy of a leaf (PRNG keys as their key data), or None where this process cannot see all of it."""
+    if isinstance(x, jax.Array):
+        if not x.is_fully_addressable:
+            return None
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+    elif not isinstance(x, (np.ndarray, np.generic)):
+        return None  # Python scalars etc.: their restored dtype may differ; not checksummed
+    return np.ascontiguousarray(np.asarray(x))
+
+
+def _leaf_sums(tree: Any) -> dict[str, dict[str, Any]] | None:
+    """``{keypath: {"sha256", "dtype", "shape"}}`` of every array leaf; None in a multi-process run."""
+    if jax.process_count() > 1:
+        return None
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        a = _host_array(leaf)
+        if a is not None:
+            out[jax.tree_util.keystr(path)] = {"sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+                                               "dtype": str(a.dtype), "shape": list(a.shape)}
+    return out
 
 
 def abstract_like(tree: Any, sharding: Any = None) -> Any:
@@ -62,6 +105,8 @@ class Checkpointer:
         check_scalar(keep, "keep", integer=True, minimum=1)
         self.directory = os.path.abspath(os.fspath(directory))
         self.save_every = int(save_every)
+        self._pending_sums: dict[int, dict[str, Any]] = {}  # async saves whose checksum file is not yet written
+        self._bad_steps: set[int] = set()  # steps found corrupt by restore (moved aside before re-saving them)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=int(keep),
             enable_async_checkpointing=bool(async_save),
@@ -76,8 +121,42 @@ class Checkpointer:
         )
 
     def latest_step(self) -> int | None:
-        """The newest complete checkpoint's step, or None if there is none."""
-        return self._manager.latest_step()
+        """The newest complete checkpoint's step (not one ``restore`` found bad), or None if there is none."""
+        steps = [s for s in self._manager.all_steps() if s not in self._bad_steps]
+        return max(steps) if steps else None
+
+    def _step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(int(step)))
+
+    def _write_sums(self, step: int, sums: dict[str, Any]) -> None:
+        folder = self._step_dir(step)
+        if not os.path.isdir(folder):
+            return  # already garbage-collected (keep) or never committed
+        tmp = os.path.join(folder, f".{CHECKSUM_FILE}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(sums, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(folder, CHECKSUM_FILE))
+
+    def _flush_sums(self, *, finished: bool) -> None:
+        """Write the checksum files of committed async saves (all pending ones once ``finished``)."""
+        for step in list(self._pending_sums):
+            # Orbax renames the step's temporary folder into place only once it is complete.
+            if finished or os.path.exists(os.path.join(self._step_dir(step), "_CHECKPOINT_METADATA")):
+                self._write_sums(step, self._pending_sums.pop(step))
+
+    def _quarantine(self, step: int) -> None:
+        """Move a corrupt step folder aside (``<directory>.bad/``) so the step can be written again."""
+        src = self._step_dir(step)
+        if os.path.exists(src):
+            dst_root = self.directory.rstrip(os.sep) + ".bad"
+            os.makedirs(dst_root, exist_ok=True)
+            dst = os.path.join(dst_root, f"{step}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+            shutil.move(src, dst)
+            print(f"ivhl checkpoint: moved corrupt step {step} of {self.directory} to {dst}", file=sys.stderr)
+        self._bad_steps.discard(step)
+        self._manager.reload()
 
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
@@ -93,34 +172,88 @@ class Checkpointer:
         step = int(step)
         if not force and step % self.save_every != 0:
             return False
+        if step in self._bad_steps:
+            self._quarantine(step)
         if step in self._manager.all_steps():
             return False
+        self._flush_sums(finished=False)
+        sums = _leaf_sums(state)  # from the host copy of exactly what is saved (arrays are immutable)
         args = {"state": ocp.args.StandardSave(state)}
         if metadata is not None:
             args["metadata"] = ocp.args.JsonSave(dict(metadata))
         self._manager.save(step, args=ocp.args.Composite(**args), force=True)
+        if sums is not None:
+            self._pending_sums[step] = sums
+            self._flush_sums(finished=False)  # a synchronous save is committed already
         return True
 
     def restore(self, like: Any, step: int | None = None, *, sharding: Any = None
                 ) -> tuple[int, Any, dict[str, Any] | None]:
-        """Restore checkpoint ``step`` (default: latest) into the structure of ``like``.
+        """Restore checkpoint ``step`` (default: the newest good one) into the structure of ``like``.
 
         Args:
           like: a pytree with the target structure, shapes and dtypes (concrete arrays or
-            ``jax.ShapeDtypeStruct``); leaf shardings are used unless ``sharding`` is given.
+            ``jax.ShapeDtypeStruct``); leaf shardings are used unless ``sharding`` is given. May also be a
+            function of the step returning that pytree (when shapes depend on the step restored); errors it
+            raises propagate unchanged.
           sharding: a ``jax.sharding.Sharding`` for every leaf, or a matching tree of them, to
             restore onto a different mesh or device count.
+
+        The restored arrays are checked against the checksums written at save and must be finite. Without
+        ``step``, a checkpoint that fails to restore or verify is skipped with a one-line warning on stderr
+        naming it, and the next older one is tried; :class:`CheckpointCorruptError` names the folder if none
+        is good. A named ``step`` that fails raises :class:`CheckpointCorruptError` at once.
 
         Returns:
           (step, state, metadata) with metadata None if none was saved.
         """
-        if step is None:
-            step = self.latest_step()
-            if step is None:
-                raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        elif step not in self._manager.all_steps():
-            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
-                                    f"available: {self.all_steps()}")
+        self._flush_sums(finished=False)
+        if step is not None:
+            if step not in self._manager.all_steps():
+                raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
+                                        f"available: {self.all_steps()}")
+            try:
+                self._check_complete(step)
+            except Exception as e:
+                raise CheckpointCorruptError(f"checkpoint step {step} in {self.directory} is unusable: "
+                                             f"{_one_line(e)}") from e
+            target = like(step) if callable(like) else like
+            try:
+                return self._restore_checked(step, target, sharding)
+            except Exception as e:
+                raise CheckpointCorruptError(f"checkpoint step {step} in {self.directory} is unusable: "
+                                             f"{_one_line(e)}") from e
+        steps = sorted((s for s in self._manager.all_steps() if s not in self._bad_steps), reverse=True)
+        if not steps:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        failures = []
+        for s in steps:
+            try:
+                self._check_complete(s)
+                target = None
+            except Exception as e:
+                target = e
+            if target is None:
+                target = like(s) if callable(like) else like
+                try:
+                    return self._restore_checked(s, target, sharding)
+                except Exception as e:
+                    target = e
+            self._bad_steps.add(s)
+            failures.append(f"step {s}: {_one_line(target)}")
+            print(f"ivhl checkpoint: WARNING: skipping bad checkpoint step {s} in {self.directory} "
+                  f"({_one_line(target)}); trying an older one", file=sys.stderr, flush=True)
+        raise CheckpointCorruptError(f"no usable checkpoint in {self.directory}; every step failed: "
+                                     + "; ".join(failures) + ". Use --no-resume (or delete the folder) to start over")
+
+    def _check_complete(self, step: int) -> None:
+        """Cheap structural checks before Orbax is asked (a stray or half-deleted step folder)."""
+        folder = self._step_dir(step)
+        for name in ("_CHECKPOINT_METADATA", "state"):
+            if not os.path.exists(os.path.join(folder, name)):
+                raise FileNotFoundError(f"{os.path.join(folder, name)} is missing")
+
+    def _restore_checked(self, step: int, like: Any, sharding: Any) -> tuple[int, Any, dict[str, Any] | None]:
         target = abstract_like(like, sharding)
         items = self._manager.item_metadata(step)
         args = {"state": ocp.args.StandardRestore(target)}
@@ -129,14 +262,39 @@ class Checkpointer:
         if has_meta:
             args["metadata"] = ocp.args.JsonRestore()
         out = self._manager.restore(step, args=ocp.args.Composite(**args))
-        return int(step), out["state"], (dict(out["metadata"]) if has_meta else None)
+        state = out["state"]
+        self._verify(step, state)
+        return int(step), state, (dict(out["metadata"]) if has_meta else None)
+
+    def _verify(self, step: int, state: Any) -> None:
+        """Compare with the step's checksum file (if it has one) and require finite floating values."""
+        path = os.path.join(self._step_dir(step), CHECKSUM_FILE)
+        sums = None
+        if os.path.exists(path):
+            with open(path) as f:
+                sums = json.load(f)
+        for keypath, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+            key = jax.tree_util.keystr(keypath)
+            a = _host_array(leaf)
+            if a is not None and sums is not None and key in sums:
+                rec = sums[key]
+                if (str(a.dtype) == rec["dtype"] and list(a.shape) == rec["shape"]
+                        and hashlib.sha256(a.tobytes()).hexdigest() != rec["sha256"]):
+                    raise ValueError(f"checksum mismatch in leaf {key} (the data on disk changed after it was saved)")
+            dtype = getattr(leaf, "dtype", None)
+            if dtype is None or not jax.dtypes.issubdtype(dtype, np.inexact):
+                continue
+            parts = [a] if a is not None else [np.asarray(sh.data) for sh in leaf.addressable_shards]
+            if not all(np.isfinite(p).all() for p in parts):
+                raise ValueError(f"restored leaf {key} holds non-finite values (NaN or inf)")
 
     def wait(self) -> None:
-        """Block until any asynchronous save has been committed to disk."""
+        """Block until any asynchronous save has been committed to disk (checksum files included)."""
         self._manager.wait_until_finished()
+        self._flush_sums(finished=True)
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
+        self.wait()
         self._manager.close()
 
     def __enter__(self) -> Checkpointer:
@@ -144,3 +302,8 @@ class Checkpointer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return f"{type(e).__name__}: {text[:300]}"
