@@ -192,7 +192,7 @@ def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
 SIMULATION = Simulation(
     prog="ivhl sim cdt", config_type=CDTConfig, run=_run, description=__doc__.split("\n")[0],
     default_out=lambda cfg, a: "runs/cdt", extendable=("sweeps", "chunks"),
-    checkpoint_every=lambda cfg: cfg.sweeps // cfg.chunks, keep=2)
+    checkpoint_every=lambda cfg: cfg.sweeps // cfg.chunks, keep=lambda cfg: 2)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,10 @@ class MERASimConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        for name in ("sweeps_per_chunk", "checkpoint_every"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"{name} must be a positive integer (>= 1), got {val!r}; e.g. --set {name}=50")
         if not (len(self.chis) == len(self.sweeps) == len(self.layers)) or not self.chis:
             raise ValueError(f"chis, sweeps and layers need the same (non-zero) length, got {self.chis}, "
                              f"{self.sweeps}, {self.layers}")

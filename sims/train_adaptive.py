@@ -260,7 +260,7 @@ def _flags(p: argparse.ArgumentParser) -> None:
 
 
 SIMULATION = Simulation(prog="ivhl train adaptive", config_type=TrainAdaptiveConfig, run=_run,
-                        description=__doc__.split("\n\n")[0], add_arguments=_flags, keep=2,
+                        description=__doc__.split("\n\n")[0], add_arguments=_flags, keep=lambda cfg: 2,
                         default_out=lambda cfg, a: os.path.join("runs", "adaptive"),
                         checkpoint_every=lambda cfg: cfg.chunk * cfg.checkpoint_every)
 

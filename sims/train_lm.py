@@ -50,7 +50,8 @@ from ivhl_jax.models.transformer import (
     init_params,
     lm_loss_fn,
 )
-from ivhl_jax.run.config import add_run_arguments, config_dict, load_config, prepare_run_dir
+from ivhl_jax.run.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.train import training
@@ -69,24 +70,24 @@ def _default_model() -> TransformerConfig:
 class TrainLMConfig:
     """Run configuration; the model is a nested :class:`TransformerConfig` (``--set model.d_model=256``)."""
 
-    model: TransformerConfig = dataclasses.field(default_factory=_default_model)
+    model: TransformerConfig = dataclasses.field(default_factory=_default_model)  # --set model.X=...
     # data
-    seq_len: int = 128
-    max_bytes: int = 3_000_000
-    val_fraction: float = 0.1
+    seq_len: int = 128  # bytes per training window
+    max_bytes: int = 3_000_000  # bytes of the standard library's .py files used as text
+    val_fraction: float = 0.1  # held-out fraction of the text
     # optimisation
-    batch_size: int = 16
-    steps: int = 600
-    steps_per_chunk: int = 50
-    learning_rate: float = 3e-3
-    warmup_steps: int = 50
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0
-    accumulate: int = 1
-    eval_batches: int = 8
-    seed: int = 0
-    keep_checkpoints: int = 2
+    batch_size: int = 16  # windows per batch
+    steps: int = 600  # optimiser steps (a multiple of steps_per_chunk)
+    steps_per_chunk: int = 50  # steps per compiled chunk and between checkpoints
+    learning_rate: float = 3e-3  # peak AdamW learning rate
+    warmup_steps: int = 50  # linear warm-up steps
+    min_lr_ratio: float = 0.1  # final learning rate / peak (cosine decay)
+    weight_decay: float = 0.01  # AdamW weight decay
+    clip_norm: float = 1.0  # global gradient-norm clip
+    accumulate: int = 1  # micro-batches accumulated per step
+    eval_batches: int = 8  # validation batches per evaluation
+    seed: int = 0  # seed of the initialisation and the batches
+    keep_checkpoints: int = 2  # checkpoints kept
 
     def validate(self) -> TrainLMConfig:
         self.model.validate()
@@ -218,21 +219,22 @@ def build(cfg: TrainLMConfig, data: dict):
 
 
 def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool = True, plots: bool = True,
-          stop_after_chunks: int | None = None) -> dict:
+          stop_after_chunks: int | None = None, checkpointer: Checkpointer | None = None) -> dict:
     """Train (or resume), write summary/plot/checkpoints to ``out``, return the summary dict.
 
     ``stop_after_chunks`` ends this invocation early (as an interruption would); a later call with
-    the same config resumes from the checkpoint and finishes bit-identically.
+    the same config resumes from the checkpoint and finishes bit-identically. ``checkpointer`` is the
+    driver's; without it the run folder ``out`` opens its own.
     """
     cfg.validate()
-    # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
-    ckpt_dir = prepare_run_dir(out, cfg, resume=resume)
     data = prepare_data(cfg)
     state, advance, _ = build(cfg, data)
     n_chunks = cfg.steps // cfg.steps_per_chunk
     if stop_after_chunks is not None:
         n_chunks = min(n_chunks, int(stop_after_chunks))
-    with Checkpointer(ckpt_dir, save_every=cfg.steps_per_chunk, keep=cfg.keep_checkpoints) as ckpt:
+    # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
+    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=cfg.steps_per_chunk,
+                          keep=cfg.keep_checkpoints) as ckpt:
         res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.steps_per_chunk, checkpointer=ckpt,
                           metadata={"config": config_dict(cfg)}, progress=progress, description="train lm")
     hist = jax.tree_util.tree_map(np.asarray, res.history)
@@ -333,42 +335,64 @@ def sample_text(cfg: TrainLMConfig, params, prompt: str, length: int, *, tempera
 
 # --------------------------------------------------------------------------- CLI
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ivhl train lm", description=__doc__.split("\n\n")[0])
-    add_run_arguments(p, out=os.path.join("runs", "lm"))
+def _run(cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
+    s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+    print(json.dumps({k: s[k] for k in ("n_params", "steps", "unigram_entropy_bits_per_byte",
+                                        "final_train_bits_per_byte_last_chunk_mean", "final_val_bits_per_byte",
+                                        "val_over_unigram")}, indent=1))
+    paths = {"summary": os.path.join(ctx.out, "summary.json")}
+    if not ctx.args.no_plots:
+        paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
+    return paths
+
+
+def _no_plots(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--generate", action="store_true", help="sample from the latest checkpoint in --out")
+    p.add_argument("--generate", action="store_true", help="sample from the latest checkpoint in --out "
+                   "(see `ivhl train lm --generate --help`)")
+
+
+SIMULATION = Simulation(prog="ivhl train lm", config_type=TrainLMConfig, run=_run,
+                        description=__doc__.split("\n\n")[0], add_arguments=_no_plots,
+                        default_out=lambda cfg, a: os.path.join("runs", "lm"),
+                        checkpoint_every=lambda cfg: cfg.steps_per_chunk,
+                        keep=lambda cfg: cfg.keep_checkpoints)
+
+
+def generate_main(argv: Sequence[str]) -> int:
+    """``ivhl train lm --generate``: sample text from the run in ``--out`` (its own config.json)."""
+    p = argparse.ArgumentParser(prog="ivhl train lm --generate", description="sample from a trained byte LM")
+    add_run_arguments(p, out=os.path.join("runs", "lm"))
+    p.add_argument("--generate", action="store_true")
     p.add_argument("--prompt", default="def ", help="generation prompt (UTF-8)")
     p.add_argument("--length", type=int, default=300, help="bytes to generate")
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    a = p.parse_args(argv)
-    if a.generate:
-        cfg_path = a.config or os.path.join(a.out, "config.json")
-        if not os.path.isfile(cfg_path):
-            p.error(f"no config at {cfg_path}; train first or pass --config")
-        cfg = load_config(TrainLMConfig, cfg_path, a.set)
-        check_scalar(a.length, "--length", integer=True, minimum=1)
-        params, step = restore_params(cfg, a.out)
-        t0 = time.perf_counter()
-        text = sample_text(cfg, params, a.prompt, a.length, temperature=a.temperature, top_k=a.top_k, seed=a.seed)
-        dt = time.perf_counter() - t0
-        path = os.path.join(a.out, "sample.txt")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        print(f"--- sample (checkpoint step {step}, T={a.temperature}, {a.length} bytes in {dt:.1f} s) ---")
-        print(text)
-        print(f"--- written to {path}")
-        return 0
-    cfg = load_config(TrainLMConfig, a.config, a.set)
-    s = train(cfg, a.out, resume=a.resume, progress=not a.no_progress, plots=not a.no_plots)
-    print(json.dumps({k: s[k] for k in ("n_params", "steps", "unigram_entropy_bits_per_byte",
-                                        "final_train_bits_per_byte_last_chunk_mean", "final_val_bits_per_byte",
-                                        "val_over_unigram")}, indent=1))
-    print(f"wrote {os.path.join(a.out, 'summary.json')}" + ("" if a.no_plots else
-                                                            f" and {os.path.join(a.out, 'loss_curve.png')}"))
+    a = p.parse_args(list(argv))
+    cfg_path = a.config or os.path.join(a.out, "config.json")
+    if not os.path.isfile(cfg_path):
+        p.error(f"no config at {cfg_path}; train first or pass --config")
+    cfg = load_config(TrainLMConfig, cfg_path, a.set)
+    check_scalar(a.length, "--length", integer=True, minimum=1)
+    params, step = restore_params(cfg, a.out)
+    t0 = time.perf_counter()
+    text = sample_text(cfg, params, a.prompt, a.length, temperature=a.temperature, top_k=a.top_k, seed=a.seed)
+    dt = time.perf_counter() - t0
+    path = os.path.join(a.out, "sample.txt")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    print(f"--- sample (checkpoint step {step}, T={a.temperature}, {a.length} bytes in {dt:.1f} s) ---")
+    print(text)
+    print(f"--- written to {path}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--generate" in argv:
+        return generate_main(argv)
+    return run_main(SIMULATION, argv)
 
 
 if __name__ == "__main__":

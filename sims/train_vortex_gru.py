@@ -194,7 +194,8 @@ def _run(cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
 
 
 SIMULATION = Simulation(prog="ivhl train vortex_gru", config_type=VortexGRUConfig, run=_run,
-                        description=__doc__.split("\n\n")[0], checkpoint_every=lambda cfg: cfg.chunk, keep=2,
+                        description=__doc__.split("\n\n")[0], checkpoint_every=lambda cfg: cfg.chunk,
+                        keep=lambda cfg: 2,
                         default_out=lambda cfg, a: os.path.join("runs", "vortex_gru"))
 
 

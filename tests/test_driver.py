@@ -84,7 +84,7 @@ def test_a_different_configuration_is_refused(tmp_path, capsys):
     assert "rate" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "train_vortex_gru"])
+@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "train_vortex_gru", "train_adaptive"])
 def test_ported_simulations_document_every_key(module):
     import importlib
 

@@ -62,7 +62,7 @@ class Simulation:
       add_arguments: adds simulation-specific options to the parser (optional).
       overrides: ``overrides(args) -> list["key=value"]`` derived from those options (optional).
       default_resume: whether ``--resume`` is on by default.
-      keep: checkpoints kept.
+      keep: ``keep(cfg) -> n`` checkpoints kept.
     """
 
     prog: str
@@ -75,7 +75,7 @@ class Simulation:
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
     overrides: Callable[[argparse.Namespace], list[str]] | None = None
     default_resume: Callable[[argparse.Namespace], bool] = lambda args: True
-    keep: int = 3
+    keep: Callable[[Any], int] = lambda cfg: 3
 
 
 @contextlib.contextmanager
@@ -175,7 +175,7 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # a checkpoint of another configuration, or a bad run folder
         return _fail(sim, str(e))
     try:
-        with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep) as ck:
+        with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
             resuming = resume and ck.latest_step() is not None
             ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming, args=args)
             paths = sim.run(cfg, ctx)
