@@ -92,19 +92,40 @@ def run_checkpointer(out: str, cfg: Any, *, checkpointer: Checkpointer | None = 
         yield ck
 
 
+def _docstring_attributes(cls: type) -> dict[str, str]:
+    """``{field: text}`` from an ``Attributes:`` section of the class docstring (``a, b: x, y`` pairs up)."""
+    out: dict[str, str] = {}
+    lines = inspect.cleandoc(cls.__doc__ or "").splitlines()
+    if "Attributes:" not in lines:
+        return out
+    for line in lines[lines.index("Attributes:") + 1:]:
+        if not line.startswith(" ") or ":" not in line:
+            if line.strip() and not line.startswith(" "):
+                break
+            continue
+        names, text = (part.strip() for part in line.split(":", 1))
+        keys = [n.strip() for n in names.split(",")]
+        values = [v.strip() for v in text.rstrip(".").split(",")]
+        for i, key in enumerate(keys):
+            out[key] = values[i] if len(keys) > 1 and len(values) == len(keys) else text
+    return out
+
+
 def field_comments(cls: type) -> dict[str, str]:
-    """``{field: comment}`` from the ``# ...`` comment on the field's line (or the line above it) in ``cls``."""
+    """``{field: meaning}``: the ``# ...`` comment on the field's line (or the line above it) in ``cls``,
+    else the field's entry in the docstring's ``Attributes:`` section."""
+    documented = _docstring_attributes(cls)
     try:
         lines, _ = inspect.getsourcelines(cls)
     except (OSError, TypeError):
-        return {}
+        return documented
     src = inspect.cleandoc("\n" + "".join(lines)) if lines and lines[0].startswith(" ") else "".join(lines)
     try:
         tree = ast.parse(src)
     except SyntaxError:
-        return {}
+        return documented
     text = src.splitlines()
-    out = {}
+    out = dict(documented)
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             line = text[node.lineno - 1]
@@ -112,7 +133,8 @@ def field_comments(cls: type) -> dict[str, str]:
             above = text[node.lineno - 2].strip() if node.lineno >= 2 else ""
             if not comment and above.startswith("#"):
                 comment = above.lstrip("#").strip()
-            out[node.target.id] = comment
+            if comment or node.target.id not in out:
+                out[node.target.id] = comment
     return out
 
 
