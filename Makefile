@@ -5,9 +5,10 @@ BIN     = $(VENV)/bin
 # Tests always see 8 emulated CPU devices so that sharding code paths run everywhere.
 TEST_ENV = XLA_FLAGS="--xla_force_host_platform_device_count=8 $(XLA_FLAGS)" JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} MPLBACKEND=Agg
 
-.PHONY: install demo test test-slow lint bench clean
+.PHONY: install demo test test-slow lint bench clean docs docs-serve
 
 $(BIN)/.installed: pyproject.toml
+	@echo "installing ivhl_jax and its dependencies into $(VENV) (1-2 min on a fresh machine) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -33,3 +34,15 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+
+# Documentation site (mkdocs.yml, docs/): the API reference from the docstrings and the notebooks, executed.
+$(BIN)/.docs-installed: $(BIN)/.installed pyproject.toml
+	@echo "installing the docs tools (mkdocs, mkdocstrings, mkdocs-jupyter) into $(VENV) ..."
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	touch $@
+
+docs: $(BIN)/.docs-installed
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(BIN)/.docs-installed
+	$(BIN)/mkdocs serve

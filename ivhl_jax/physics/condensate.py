@@ -590,7 +590,9 @@ def evolve(psi: jax.Array, system: GPSystem, dt: Any, steps: int, save_every: in
     function; a fresh lambda per call recompiles).
 
     Args:
-      psi, system, dt: as in :func:`step`.
+      psi: complex initial state, shape ``system.grid.shape`` (as in :func:`step`).
+      system: the :class:`GPSystem`.
+      dt: step size (units 1/ω₀).
       steps: number of steps (multiple of ``save_every``).
       save_every: record ``observe(psi, system)`` every this many steps.
       imaginary: imaginary-time evolution (norm kept).
@@ -789,9 +791,9 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
       max_steps: step budget (rounded up to a multiple of ``check_every``).
       psi0: initial guess, shape ``grid.shape`` (default: a Gaussian of unit trap width).
       check_every: steps per convergence check.
-      key, noise: PRNG key and relative amplitude of complex noise added to the initial guess
-        (breaks symmetries, e.g. to let a vortex lattice nucleate in a rotating trap); ``noise`` ≠ 0
-        requires ``key``.
+      key: PRNG key of the noise (required when ``noise`` ≠ 0).
+      noise: relative amplitude of complex noise added to the initial guess (breaks symmetries, e.g.
+        to let a vortex lattice nucleate in a rotating trap).
 
     Returns:
       (ψ, info): ψ complex of shape ``grid.shape``; info = {"steps", "energy" (total E of the returned

@@ -362,7 +362,8 @@ def grid_points(
 
     Args:
       shape: (H, W) for a 2-D grid or (H, W, L) for a 3-D grid; every entry ≥ 2.
-      lower, upper: bounds, scalars or one per grid axis.
+      lower: lower bound, a scalar or one per grid axis.
+      upper: upper bound, a scalar or one per grid axis.
       z: for a 2-D ``shape``, place the grid in the plane z = ``z`` of 3-D space (points (H·W, 3));
         None gives 2-D points (H·W, 2).
       dtype: floating dtype of the result.
@@ -438,11 +439,14 @@ def focus_phases(
     loop is a ``lax.scan`` inside one jitted function.
 
     Args:
-      sources: (M, D) source positions. target: (D,) focus point.
-      amplitudes, wavenumbers: as in :func:`superpose`.
+      sources: (M, D) source positions.
+      target: (D,) focus point.
+      amplitudes: as in :func:`superpose`.
+      wavenumbers: as in :func:`superpose`.
       softening: ε of :func:`superpose`.
       init_phases: (M,) or scalar starting phases.
-      steps: optimiser steps. learning_rate: Adam step size (radians).
+      steps: optimiser steps.
+      learning_rate: Adam step size (radians).
 
     Returns:
       (phases (M,), history (steps,) of the normalised target intensity I/I_max before each step).

@@ -100,7 +100,8 @@ def gft_potential(phi: jax.Array, mass_sq: Any, lam: Any, rank: int | None = Non
 
     Args:
       phi: complex field; its last ``rank`` axes are the lattice (default: all axes).
-      mass_sq, lam: m² and λ (scalars, traceable).
+      mass_sq: m² (scalar, traceable).
+      lam: λ (scalar, traceable).
       rank: number of lattice axes (leading axes beyond them are batch axes, summed separately).
 
     Returns:
