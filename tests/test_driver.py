@@ -30,8 +30,7 @@ def _run(cfg: CountConfig, ctx: RunContext) -> dict[str, str]:
         x = x + cfg.rate
         concrete = not isinstance(x, jax.core.Tracer)  # run_chunked first traces advance for its output shape
         if cfg.interrupt_at >= 0 and concrete and float(x[0]) >= cfg.interrupt_at * cfg.rate:
-            ctx.checkpointer.wait()
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the next chunk
         return x, x[None]
 
     res = run_chunked(advance, jnp.zeros(1), n_chunks=cfg.steps, steps_per_chunk=1, checkpointer=ctx.checkpointer,
@@ -43,7 +42,7 @@ def _run(cfg: CountConfig, ctx: RunContext) -> dict[str, str]:
 
 
 SIM = Simulation(prog="ivhl sim count", config_type=CountConfig, run=_run, default_out=lambda c, a: "runs/count",
-                 extendable=("steps", "interrupt_at"), description="count")
+                 extendable=("steps", "interrupt_at"), description="count", checkpoint_every=lambda c: 4)
 
 
 def test_help_lists_every_key_with_type_default_and_meaning(capsys):
@@ -71,7 +70,9 @@ def test_ctrl_c_keeps_checkpoints_and_the_rerun_resumes(tmp_path, capsys):
     out = str(tmp_path / "o")
     assert run_main(SIM, ["--out", out, "--set", "interrupt_at=3"]) == 130
     err = capsys.readouterr().err
-    assert "interrupted" in err and "rerun the same command to resume" in err and "Traceback" not in err
+    # checkpoints every 4 steps (checkpoint_every); Ctrl-C during the third step checkpoints the two completed
+    assert "interrupted at step 2; checkpoint at step 2 written" in err
+    assert "rerun the same command to resume" in err and "Traceback" not in err
     assert run_main(SIM, ["--out", out]) == 0
     value, resumed = open(os.path.join(out, "final.txt")).read().split()
     assert float(value) == 6 * 1.5 and resumed == "2"
@@ -91,3 +92,30 @@ def test_ported_simulations_document_every_key(module):
     sim = importlib.import_module(f"ivhl_jax.sims.{module}").SIMULATION
     for row in describe_config(sim.config_type):
         assert len(row.split()) >= 4, f"{module}: config key without a meaning: {row.strip()}"
+
+
+def test_sigint_to_a_real_run_ends_with_one_clean_line_and_resumes(tmp_path):
+    """Ctrl-C as a user sends it: SIGINT to `ivhl sim holography` while it runs."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = str(tmp_path / "run")
+    cmd = [sys.executable, "-m", "ivhl_jax.cli", "sim", "holography", "--out", out, "--set", "n_sources=8",
+           "--set", "grid=[16, 16]", "--set", "n_steps=4000", "--set", "steps_per_chunk=2",
+           "--set", "checkpoint_every=1000"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    t0 = time.time()
+    # wait for the run to be inside its chunk loop (the first progress line goes to stderr)
+    line = ""
+    while time.time() - t0 < 120:
+        line = p.stderr.readline()
+        if "holography:" in line and "steps" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "interrupted at step" in err and "rerun the same command" in err
+    assert "checkpoint at step" in err

@@ -10,7 +10,8 @@ driver then does, identically for every simulation:
 * configuration errors (unknown key, wrong type, failed ``validate()``, a checkpoint of a different
   configuration in ``--out``) are one line naming the key and the fix, exit status 2 — no traceback;
 * the run folder (:func:`ivhl_jax.run.config.prepare_run_dir`) and its Orbax checkpointer;
-* Ctrl-C: the interrupted run's checkpoints stay on disk; one line says how to resume, exit status 130;
+* Ctrl-C: the completed steps are checkpointed (:class:`ivhl_jax.run.runner.RunInterrupted`); one line
+  says where the run stopped and how to resume, exit status 130;
 * after the run: where each output lies.
 
 The layer rule holds: the driver knows nothing of physics; ``Simulation.run`` is the simulation's own code.
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivhl_jax.run.config import add_run_arguments, load_config, prepare_run_dir
+from ivhl_jax.run.runner import RunInterrupted
 from ivhl_jax.train.checkpoint import Checkpointer
 
 __all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_comments"]
@@ -201,9 +203,13 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
             resuming = resume and ck.latest_step() is not None
             ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming, args=args)
             paths = sim.run(cfg, ctx)
-    except KeyboardInterrupt:
-        print(f"\n{sim.prog}: interrupted; the checkpoints written so far are in {os.path.abspath(ckpt_dir)}; "
-              "rerun the same command to resume", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        where = ""
+        if isinstance(e, RunInterrupted):
+            where = f" at step {e.step}" + (f"; checkpoint at step {e.checkpoint_step} written"
+                                             if e.checkpoint_step is not None else "")
+        print(f"\n{sim.prog}: interrupted{where} ({os.path.abspath(ckpt_dir)}); rerun the same command to resume",
+              file=sys.stderr)
         return 130
     print(f"done; outputs in {os.path.abspath(out)}:")
     for name, path in paths.items():

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["Advance", "RunResult", "run_chunked"]
+__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked"]
 
 Advance = Callable[[Any], tuple[Any, Any]]
 
@@ -45,6 +45,20 @@ class RunResult:
     resumed_from: int | None
     wall_time_s: float
     metadata: dict[str, Any] | None = None
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_chunked`: the completed steps were checkpointed first.
+
+    Attributes:
+      step: steps completed when the interrupt arrived.
+      checkpoint_step: the newest checkpoint on disk (None without a checkpointer).
+    """
+
+    def __init__(self, step: int, checkpoint_step: int | None):
+        super().__init__(f"interrupted at step {step}; newest checkpoint: step {checkpoint_step}")
+        self.step = step
+        self.checkpoint_step = checkpoint_step
 
 
 def _concat(chunks: list[Any], template: Any) -> Any:
@@ -143,7 +157,7 @@ def run_chunked(
         chunks.append(restored["history"])
         resumed_from = step
 
-    def save(step: int, force: bool) -> None:
+    def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
         if checkpointer is None:
             return
         meta = metadata(step, state) if callable(metadata) else metadata
@@ -152,19 +166,32 @@ def run_chunked(
 
     report = _progress_reporter(progress and n_chunks > done, description, n_chunks * steps_per_chunk,
                                 done * steps_per_chunk)
+    # (state, history chunks, completed step) replaced by one assignment, so a Ctrl-C arriving between two
+    # statements never sees a state that disagrees with its history
+    snapshot = (state, chunks, done * steps_per_chunk)
+    saved_step = snapshot[2]
     try:
         for k in range(done, n_chunks):
-            state, obs = advance(state)
-            chunks.append(obs)
-            step = (k + 1) * steps_per_chunk
+            new_state, obs = advance(snapshot[0])
+            snapshot = (new_state, snapshot[1] + [obs], (k + 1) * steps_per_chunk)
+            step = snapshot[2]
             report(step, obs)
             if checkpointer is not None and step % checkpointer.save_every == 0:
-                save(step, force=False)
+                save(step, snapshot[0], snapshot[1], force=False)
+                saved_step = step
         if checkpointer is not None and n_chunks > done:
-            save(n_chunks * steps_per_chunk, force=True)
+            save(n_chunks * steps_per_chunk, snapshot[0], snapshot[1], force=True)
             checkpointer.wait()
+    except KeyboardInterrupt:
+        state, chunks, step = snapshot
+        if checkpointer is not None and step > saved_step:
+            save(step, state, chunks, force=True)
+        if checkpointer is not None:
+            checkpointer.wait()
+        raise RunInterrupted(step, checkpointer.latest_step() if checkpointer is not None else None) from None
     finally:
         report(None, None)
+    state, chunks, _ = snapshot
     history = _concat(chunks, obs_template)
     jax.block_until_ready((state, history))
     return RunResult(state=state, history=history, steps=n_chunks * steps_per_chunk, resumed_from=resumed_from,
