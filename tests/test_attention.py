@@ -46,7 +46,7 @@ def _inputs(B=2, T=21, N=2, H=8, dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
     q, k, v, g = (rng.standard_normal((B, T, N, H)).astype(dtype) for _ in range(4))
     valid = rng.random((B, T)) > 0.3
-    valid[:, 0] = True  # no fully-masked query rows (implementations differ there by design)
+    valid[:, 0] = True  # no fully-masked query rows (those output 0: tests/test_bad_inputs.py)
     return q, k, v, g, valid[:, None, None, :]
 
 

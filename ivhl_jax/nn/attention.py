@@ -26,9 +26,13 @@ Implementations (one function, one semantics):
   head_dim ≤ 64 and ``(32, 32)`` above; 128×128 tiles exceed the 227 KiB of shared memory there with
   a mask or head_dim 128 (the compile fails with RESOURCE_EXHAUSTED).
 
-All accumulate in float32 (float64 if the inputs are float64) and return the query dtype. A query
-row whose keys are all masked returns zeros in ``chunked``/``pallas``; ``xla`` returns the mean of
-``V`` for such rows (jax's large-negative-bias convention), so do not rely on fully masked rows.
+All accumulate in float32 (float64 if the inputs are float64) and return the query dtype.
+
+Fully masked rows: a query row for which no key is allowed (by ``mask`` and ``causal`` together)
+outputs exactly 0, in every implementation (``xla``/``cudnn`` zero such rows explicitly; jax's
+large-negative-bias convention would otherwise give the mean of ``V``). Gradients through such rows
+are 0 and finite. ``k``/``v`` with zero keys (``Tk == 0``) are rejected with a ``ValueError``; mask
+every key instead if an empty context must be expressed.
 """
 
 from __future__ import annotations
@@ -61,7 +65,29 @@ def _check_qkv(q, k, v):
         raise ValueError(f"v must have shape [B, Tk, N] = {k.shape[:3]} (+ head_dim), got {v.shape}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape[1] == 0:
+        raise ValueError(f"k must have at least one key (Tk >= 1), got shape {k.shape}; to attend to nothing, "
+                         "pass a mask that is False everywhere (fully masked rows output 0)")
     return q, k, v
+
+
+def _check_scale(scale, H):
+    """Default ``1/sqrt(H)``; otherwise a finite Python/NumPy number > 0."""
+    if scale is None:
+        return 1.0 / math.sqrt(H)
+    if isinstance(scale, jax.core.Tracer):
+        raise TypeError("scale must be a concrete number (it is static); pass a Python float, not a traced value")
+    check_scalar(scale, "scale", positive=True)
+    return float(scale)
+
+
+def _zero_masked_rows(out, allowed):
+    """Set to 0 the query rows in which no key is allowed (``allowed`` broadcastable to [B, N, Tq, Tk])."""
+    if allowed is None:
+        return out
+    any_key = jnp.any(allowed, axis=-1)  # [b, n, Tq] (b, n may be 1)
+    any_key = jnp.swapaxes(any_key, 1, 2)[..., None]  # [b, Tq, n, 1]
+    return jnp.where(any_key, out, jnp.zeros((), out.dtype))
 
 
 def _normalise_mask(mask, B, N, Tq, Tk):
@@ -92,7 +118,7 @@ def reference_attention(q, k, v, *, mask=None, causal=False, scale=None):
     q, k, v = _check_qkv(q, k, v)
     B, Tq, N, H = q.shape
     Tk = k.shape[1]
-    scale = 1.0 / math.sqrt(H) if scale is None else scale
+    scale = _check_scale(scale, H)
     acc = _acc_dtype(q.dtype)
     s = jnp.einsum("bqnh,bknh->bnqk", q.astype(acc), k.astype(acc)) * scale
     allowed = _full_mask(_normalise_mask(mask, B, N, Tq, Tk), causal, B, N, Tq, Tk)
@@ -367,13 +393,18 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
         padding mask ``valid[:, None, None, :]``).
       causal: forbid attending to later positions (``k_index > q_index``).
       implementation: ``"auto" | "xla" | "cudnn" | "chunked" | "pallas"`` (see module docstring).
-      scale: logit scale, default ``1/sqrt(H)``.
+      scale: logit scale, a finite number > 0; default ``1/sqrt(H)``.
       block_q, block_k: tile sizes of the chunked/Pallas paths (T need not be a multiple); default
         128 (chunked, interpreted Pallas) or the measured GPU tiles of the compiled Pallas kernel.
       interpret: Pallas interpret mode; default True unless running on GPU.
 
     Returns:
-      ``[B, Tq, N, H]`` in q's dtype. Works under ``jit``, ``vmap`` and ``grad``.
+      ``[B, Tq, N, H]`` in q's dtype. Works under ``jit``, ``vmap`` and ``grad``. A query row with no
+      allowed key (every key masked) is exactly 0 in every implementation, with finite (zero)
+      gradients.
+
+    Raises:
+      ValueError: ``k`` has no keys (``Tk == 0``), ``scale`` is NaN/inf or <= 0, or shapes mismatch.
     """
     check_choice(implementation, "implementation", IMPLEMENTATIONS)
     q, k, v = _check_qkv(q, k, v)
@@ -384,16 +415,17 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
             check_scalar(blk, name, integer=True, minimum=1)
     if causal and Tq != Tk:
         raise ValueError(f"causal attention needs Tq == Tk (aligned positions), got Tq={Tq}, Tk={Tk}")
-    scale = 1.0 / math.sqrt(H) if scale is None else float(scale)
+    scale = _check_scale(scale, H)
     mask = _normalise_mask(mask, B, N, Tq, Tk)
     impl = implementation
     half = jnp.dtype(q.dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
     if impl == "auto":
         impl = "cudnn" if (_on_gpu() and half) else "xla"
-    if impl == "xla":
-        return _xla(q, k, v, mask, causal, scale, "xla")
-    if impl == "cudnn":
-        return _cudnn_or_fallback(q, k, v, mask, causal, scale)
+    if impl in ("xla", "cudnn"):
+        # jax's bias convention gives mean(V) for fully masked rows: zero them (module docstring).
+        out = _xla(q, k, v, mask, causal, scale, "xla") if impl == "xla" else _cudnn_or_fallback(
+            q, k, v, mask, causal, scale)
+        return _zero_masked_rows(out, _full_mask(mask, causal, B, N, Tq, Tk) if mask is not None else None)
     if impl == "chunked":
         return _chunked(q, k, v, mask, causal, scale, min(block_k or 128, Tk))
     interpret = (not _on_gpu()) if interpret is None else bool(interpret)

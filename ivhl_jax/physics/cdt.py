@@ -406,6 +406,8 @@ def run(key: jax.Array, state: CDTState, params: CDTParams, sweeps: int, measure
     Returns ``(final_state, obs)`` with ``obs`` a dict of arrays with leading axis
     ``sweeps // measure_every`` (see :func:`observe`). Deterministic given ``key``.
     """
+    _check_key(key, "key")
+    _check_state(state, "state", batched=False)
     check_scalar(sweeps, "sweeps", integer=True, nonnegative=True)
 
     final, obs = trajectory(metropolis(params), Chain(key=key, geometry=state), sweeps, save_every=measure_every,
@@ -414,10 +416,41 @@ def run(key: jax.Array, state: CDTState, params: CDTParams, sweeps: int, measure
 
 
 def run_chains(key: jax.Array, states: CDTState, params: CDTParams, sweeps: int, measure_every: int = 1):
-    """:func:`run` on a batch of independent chains (leading axis of ``states``), keys split per chain."""
+    """:func:`run` on a batch of independent chains (leading axis of ``states``, e.g. from
+    :func:`replicate`), keys split per chain."""
+    _check_key(key, "key")
+    _check_state(states, "states", batched=True)
     check_scalar(sweeps, "sweeps", integer=True, nonnegative=True)
     check_scalar(measure_every, "measure_every", integer=True, minimum=1)
     return _run_chains(key, states, params, int(sweeps), int(measure_every))
+
+
+def _check_key(key: Any, name: str) -> None:
+    """Accept one typed key (``jax.random.key(seed)``) or one legacy ``jax.random.PRNGKey(seed)`` (uint32 (2,))."""
+    fix = f"pass {name}=jax.random.key(seed) (or jax.random.PRNGKey(seed))"
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if jnp.shape(key) != ():
+            raise ValueError(f"{name} must be a single PRNG key, got a batch of shape {jnp.shape(key)}; {fix}")
+        return
+    if dtype is not None and jnp.dtype(dtype) == jnp.uint32 and jnp.shape(key) == (2,):
+        return
+    what = f"{type(key).__name__}" + (f" of dtype {dtype} and shape {jnp.shape(key)}" if dtype is not None else "")
+    raise TypeError(f"{name} must be a PRNG key, got {what}; {fix}")
+
+
+def _check_state(state: Any, name: str, *, batched: bool) -> None:
+    """``state`` must be a CDTState, with a leading chain axis iff ``batched``."""
+    if not isinstance(state, CDTState):
+        raise TypeError(f"{name} must be a CDTState (from cdt.initial_state), got {type(state).__name__}")
+    ndim = jnp.ndim(state.n0)
+    if batched and ndim != 1:
+        raise ValueError(f"{name} must be a batch of chains with a leading chain axis (n0 of shape (n_chains,)), "
+                         f"got n0 of shape {jnp.shape(state.n0)}; build it with "
+                         f"cdt.replicate(cdt.initial_state(...), n_chains), or use cdt.run for a single chain")
+    if not batched and ndim != 0:
+        raise ValueError(f"{name} must be a single chain (n0 a scalar), got a batch with n0 of shape "
+                         f"{jnp.shape(state.n0)}; use cdt.run_chains for replicated states")
 
 
 @functools.partial(jax.jit, static_argnames=("sweeps", "measure_every"))

@@ -58,7 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.tn import contract
 
@@ -215,7 +215,11 @@ def _polar(a: jax.Array) -> jax.Array:
 def init_mera(key: jax.Array, config: MERAConfig, d: int = 4) -> MERA:
     """Identity disentanglers, isometries = polar factor of a uniform(0,1) random matrix (a near-uniform
     coarse-graining, as mainVarMERA's ``rand`` start), maximally mixed top density matrices."""
+    if not isinstance(config, MERAConfig):
+        raise TypeError(f"config must be a MERAConfig; got {type(config).__name__}")
     config.validate()
+    check_scalar(d, "d", integer=True, minimum=1)
+    d = int(d)
     dtype = jnp.result_type(float)
     chi, mid = config.chi, config.mid
     us, ws, vs = [], [], []
@@ -269,8 +273,23 @@ def _ascend_raw(h_ab: jax.Array, h_ba: jax.Array, u: jax.Array, w: jax.Array, v:
 
 def ascend(h: tuple[jax.Array, jax.Array], layer: Layer) -> tuple[jax.Array, jax.Array]:
     """Ascending superoperator: fine (h_AB, h_BA) → coarse (h'_AB, h'_BA), each (χ,)*4 → (χ',)*4."""
+    _check_ops(h, "h", layer)
     u, w, v = layer
     return _ascend_raw(h[0], h[1], u, w, v, u.conj(), w.conj(), v.conj())
+
+
+def _check_ops(ops: Any, name: str, layer: Any) -> None:
+    """Eager shape check of a pair of two-site tensors against a layer (shapes are static even under jit)."""
+    if not (isinstance(layer, (tuple, list)) and len(layer) == 3):
+        raise TypeError("layer must be the triple (u, w, v), e.g. mera.layer(z)")
+    if not (isinstance(ops, (tuple, list)) and len(ops) == 2):
+        raise TypeError(f"{name} must be the pair ({name}_AB, {name}_BA) of two-site tensors, each (chi,)*4")
+    u, w, v = layer
+    chi_in = int(jnp.shape(w)[0])
+    for i, x in enumerate(ops):
+        if tuple(jnp.shape(x)) != (chi_in,) * 4:
+            raise ValueError(f"{name}[{i}] must have shape {(chi_in,) * 4} to match the layer's fine bond "
+                             f"dimension chi_in={chi_in} (w.shape[0]); got {tuple(jnp.shape(x))}")
 
 
 def _swap(o: jax.Array) -> jax.Array:
@@ -283,6 +302,13 @@ def descend(rho: tuple[jax.Array, jax.Array], layer: Layer) -> tuple[jax.Array, 
     Defined by ⟨𝒟(ρ'), h⟩ = ½⟨ρ', 𝒜(h)⟩ with ⟨ρ, h⟩ = tr(ρ h) (see :func:`pair`).
     """
     u, w, v = layer
+    chi_out = int(jnp.shape(w)[-1])
+    if not (isinstance(rho, (tuple, list)) and len(rho) == 2):
+        raise TypeError("rho must be the pair (rho_AB, rho_BA) of two-site tensors, each (chi,)*4")
+    for i, x in enumerate(rho):
+        if tuple(jnp.shape(x)) != (chi_out,) * 4:
+            raise ValueError(f"rho[{i}] must have shape {(chi_out,) * 4} to match the layer's coarse bond "
+                             f"dimension chi_out={chi_out} (w.shape[-1]); got {tuple(jnp.shape(x))}")
     chi_in = u.shape[0] if u.shape[0] == w.shape[0] else w.shape[0]
     h_like = jax.ShapeDtypeStruct((chi_in,) * 4, rho[0].dtype)
     transpose = jax.linear_transpose(lambda ha, hb: ascend((ha, hb), layer), h_like, h_like)
@@ -333,6 +359,8 @@ def _symmetrise(rho: jax.Array) -> jax.Array:
 def fixed_point_density(layer: Layer, rho: tuple[jax.Array, jax.Array] | None = None,
                         iters: int = 50) -> tuple[jax.Array, jax.Array]:
     """Steady state of the scale-invariant 𝒟 by power iteration (hermitised, unit trace)."""
+    if is_concrete(iters):
+        check_scalar(iters, "iters", integer=True, nonnegative=True)
     chi = layer[1].shape[-1]
     if rho is None:
         eye = jnp.eye(chi * chi, dtype=layer[1].dtype).reshape((chi,) * 4) / chi**2
@@ -402,6 +430,9 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
 
     ``h`` is the unshifted bottom Hamiltonian (h_AB, h_BA); it is shifted internally to be negative definite.
     """
+    check_scalar(power_iters, "power_iters", integer=True, minimum=1)
+    check_scalar(u_delay, "u_delay", integer=True, nonnegative=True)
+    check_scalar(si_scales, "si_scales", integer=True, minimum=1)
     n = mera.num_layers
     si = mera.layer(n - 1)
     rho_top = fixed_point_density(si, (mera.rho_ab, mera.rho_ba), power_iters)
@@ -460,6 +491,8 @@ def scaling_dimensions(mera: MERA, num: int = 10) -> np.ndarray:
     """Scaling dimensions Δ = −log₄|λ| of the SI layer's two-layer one-site scaling superoperator S_v ∘ S_w
     (see :func:`scaling_superoperator`), sorted ascending; the identity gives Δ = 0 exactly (S is unital).
     Returned as float64 NumPy (``num`` smallest)."""
+    check_scalar(num, "num", integer=True, minimum=1)
+    num = int(num)
     _, w, v = mera.layer(mera.num_layers - 1)
     ev = np.linalg.eigvals(np.asarray(scaling_superoperator(w, v), dtype=np.float64))
     mag = np.sort(np.abs(ev))[::-1]
@@ -485,7 +518,21 @@ def grow(mera: MERA, key: jax.Array, chi: int, chi_mid: int | None = None, mix: 
     """Enlarge χ (and χ_mid) keeping the old tensors as a block: the energy is unchanged up to the small
     ``mix`` of the identity added to the top density matrix so that the new directions get weight.
     ``layers`` > current transitional layers inserts copies of the SI layer below it (as mainVarMERA)."""
-    mid = chi if chi_mid is None else chi_mid
+    old_chi, old_mid = mera.chi, max(int(u.shape[-1]) for u in mera.u)
+    check_scalar(chi, "chi", integer=True)
+    chi = int(chi)
+    if chi < old_chi:
+        raise ValueError(f"chi={chi} is smaller than the MERA's current bond dimension {old_chi}: grow can only "
+                         f"enlarge it; pass chi >= {old_chi} (or start a new MERA with init_mera)")
+    if chi_mid is not None:
+        check_scalar(chi_mid, "chi_mid", integer=True, maximum=chi)
+        if chi_mid < old_mid:
+            raise ValueError(f"chi_mid={chi_mid} is smaller than the MERA's current disentangler bond {old_mid}: "
+                             f"grow can only enlarge it; pass chi_mid >= {old_mid} or None")
+    check_scalar(mix, "mix", minimum=0.0, maximum=1.0)
+    if layers is not None:
+        check_scalar(layers, "layers", integer=True, minimum=1)
+    mid = chi if chi_mid is None else int(chi_mid)
     if layers is not None and layers + 1 > mera.num_layers:
         extra = layers + 1 - mera.num_layers
         mera = mera.replace(u=mera.u[:-1] + (mera.u[-1],) * (extra + 1), w=mera.w[:-1] + (mera.w[-1],) * (extra + 1),
@@ -537,6 +584,8 @@ def make_advance(h: tuple[jax.Array, jax.Array], sweeps_per_chunk: int, power_it
                  ) -> Callable[[MERA], tuple[MERA, jax.Array]]:
     """Jitted ``advance(mera) -> (mera, energies[sweeps_per_chunk])`` (a ``lax.scan`` over sweeps); compiled
     once per (shapes, settings) and shared between callers."""
+    check_scalar(sweeps_per_chunk, "sweeps_per_chunk", integer=True, minimum=1)
+    check_scalar(power_iters, "power_iters", integer=True, minimum=1)
     return functools.partial(_advance, h=h, n=sweeps_per_chunk, power_iters=power_iters, u_delay=u_delay,
                              refsym=refsym, si_scales=si_scales)
 
@@ -548,8 +597,12 @@ def optimize(config: MERAConfig, sweeps: int, *, key: jax.Array | None = None, m
 
     ``energies`` are per physical site, one per sweep (measured at the start of each sweep).
     """
+    if not isinstance(config, MERAConfig):
+        raise TypeError(f"config must be a MERAConfig; got {type(config).__name__}")
     config.validate()
     check_scalar(sweeps, "sweeps", integer=True, minimum=1)
+    check_scalar(sweeps_per_chunk, "sweeps_per_chunk", integer=True, minimum=1)
+    sweeps, sweeps_per_chunk = int(sweeps), int(sweeps_per_chunk)
     with jax.enable_x64(True):
         if mera is None:
             mera = init_mera(jax.random.key(0) if key is None else key, config)

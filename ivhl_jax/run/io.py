@@ -45,15 +45,39 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+def _current_umask() -> int:
+    """The process umask (read from /proc on Linux; else set-and-restore, which is not thread-safe)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> str:
-    """Write ``obj`` as indented JSON atomically (temp file + rename); returns the path."""
+    """Write ``obj`` as indented JSON atomically (temp file + rename); returns the path.
+
+    The file gets the mode an ordinary ``open(path, "w")`` would give (``0o666 & ~umask``), not the
+    private 0600 of the temporary file.
+    """
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(to_jsonable(obj), f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(to_jsonable(obj), f, indent=2)
+            f.write("\n")
+        os.chmod(tmp, 0o666 & ~_current_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return path
 
 

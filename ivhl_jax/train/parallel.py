@@ -87,13 +87,19 @@ def mesh_shape(spec: Mapping[str, int], n_devices: int) -> dict[str, int]:
     """Resolve a spec (one entry may be -1) into concrete axis sizes whose product is ``n_devices``."""
     if not isinstance(spec, Mapping) or not spec:
         raise TypeError(f"spec must be a non-empty mapping axis name -> size, got {spec!r}")
+    if isinstance(n_devices, bool) or not isinstance(n_devices, (int, np.integer)) or n_devices < 1:
+        raise ValueError(f"n_devices must be a positive integer, got {n_devices!r}; pass a non-empty device list")
     sizes = {}
+    for k, v in spec.items():
+        if not isinstance(k, str):
+            raise TypeError(f"spec axis names must be strings, got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"spec {dict(spec)}: axis {k!r} has size {v!r} of type {type(v).__name__}; "
+                            "axis sizes must be positive integers (or -1 for the remaining devices)")
     free = [k for k, v in spec.items() if int(v) == -1]
     if len(free) > 1:
         raise ValueError(f"spec {dict(spec)}: at most one axis may be -1 (got {free})")
     for k, v in spec.items():
-        if not isinstance(k, str):
-            raise TypeError(f"spec axis names must be strings, got {k!r}")
         v = int(v)
         if v == 0 or v < -1:
             raise ValueError(f"spec {dict(spec)}: axis {k!r} has size {v}; use a positive size or -1")
@@ -118,6 +124,9 @@ def make_mesh(spec: Mapping[str, int] | None = None, devices: Sequence[jax.Devic
     """
     spec = {"data": -1} if spec is None else spec
     devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("devices must be a non-empty sequence of jax devices (got an empty one); "
+                         "pass e.g. jax.devices() or None for all devices")
     sizes = mesh_shape(spec, len(devices))
     names = tuple(sizes)
     shape = tuple(sizes[n] for n in names)
