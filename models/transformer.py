@@ -56,20 +56,20 @@ REMAT_POLICIES = ("none", "dots_saveable", "full")
 class TransformerConfig:
     """Hyper-parameters of :class:`Transformer` (see the module docstring)."""
 
-    vocab_size: int = 256
-    d_model: int = 512
-    n_layers: int = 6
-    n_heads: int = 8
-    d_ff: int = 2048
-    max_len: int = 1024
-    activation: str = "gelu"
-    norm: str = "rmsnorm"
-    rope: bool = True
-    tied_embeddings: bool = True
-    dropout: float = 0.0
-    remat: str = "none"
-    precision: str = "fp32"
-    attention: str = "auto"
+    vocab_size: int = 256  # tokens in the vocabulary
+    d_model: int = 512  # residual stream width
+    n_layers: int = 6  # transformer blocks
+    n_heads: int = 8  # attention heads (d_model divisible by it)
+    d_ff: int = 2048  # hidden width of the MLP
+    max_len: int = 1024  # longest sequence (RoPE table / position embedding)
+    activation: str = "gelu"  # MLP activation ("gelu", "swiglu", ...; gated ones use two projections)
+    norm: str = "rmsnorm"  # pre-norm type ("rmsnorm" or "layernorm")
+    rope: bool = True  # rotary position embeddings (else learned absolute positions)
+    tied_embeddings: bool = True  # output projection shares the embedding matrix
+    dropout: float = 0.0  # dropout rate (training only)
+    remat: str = "none"  # rematerialisation of each block: "none", "dots_saveable" or "full"
+    precision: str = "fp32"  # precision policy name (ivhl_jax.core.precision: "fp32", "bf16", "fp16", ...)
+    attention: str = "auto"  # attention implementation ("auto", "xla", "cudnn", "chunked", "pallas")
     attention_block: int = 128  # key block of the chunked path; the Pallas kernel picks its own measured tiles
 
     def validate(self) -> TransformerConfig:

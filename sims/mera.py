@@ -16,7 +16,6 @@ sweep, timings per stage, scaling dimensions vs the Ising CFT), config.json.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -27,7 +26,7 @@ import jax
 import numpy as np
 
 from ivhl_jax.physics import mera as M
-from ivhl_jax.run.config import load_config, prepare_run_dir
+from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -39,18 +38,18 @@ ISING_DIMS = [0.0, 0.125, 1.0, 1.125, 1.125, 2.0, 2.0, 2.0, 2.0, 2.125]
 class MERASimConfig:
     """Run configuration (TOML/JSON keys; ``--set key=value``; lists as ``--set chis=4,6,8``)."""
 
-    chis: tuple[int, ...] = (4, 6, 8)
-    sweeps: tuple[int, ...] = (1000, 2000, 1000)
-    layers: tuple[int, ...] = (2, 2, 3)
+    chis: tuple[int, ...] = (4, 6, 8)  # bond dimension χ of each ladder stage (non-decreasing)
+    sweeps: tuple[int, ...] = (1000, 2000, 1000)  # Evenbly–Vidal sweeps of each stage
+    layers: tuple[int, ...] = (2, 2, 3)  # transitional layers of each stage (non-decreasing)
     chi_mid: int | None = None       # None: χ_mid = χ (unitary disentanglers)
-    g: float = 1.0
-    power_iters: int = 4
-    u_delay: int = 10
-    refsym: bool = True
-    si_scales: int = 1
-    sweeps_per_chunk: int = 50
-    checkpoint_every: int = 200      # sweeps
-    seed: int = 0
+    g: float = 1.0  # transverse field of the Ising chain (1: critical)
+    power_iters: int = 4  # descending-superoperator iterations per sweep for the top density matrix
+    u_delay: int = 10  # sweeps before the disentanglers start to be updated
+    refsym: bool = True  # impose reflection symmetry (removes spurious minima)
+    si_scales: int = 1  # scales summed in the scale-invariant layer's environment (1 = mainVarMERA)
+    sweeps_per_chunk: int = 50  # sweeps per compiled chunk
+    checkpoint_every: int = 200      # sweeps between checkpoints (a multiple of sweeps_per_chunk)
+    seed: int = 0  # seed of the initial isometries
 
     def validate(self) -> None:
         for name in ("sweeps_per_chunk", "checkpoint_every"):
@@ -160,37 +159,22 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
     return paths
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ivhl sim mera", description=__doc__.split("\n")[0])
-    p.add_argument("--config", help="TOML/JSON file with MERASimConfig keys")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    p.add_argument("--out", default="runs/mera", help="output folder (default runs/mera)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="resume from <out>/ckpt if present (default)")
-    p.add_argument("--no-progress", action="store_true", help="no progress display")
-    return p
+def _run(cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
+    summary = simulate(cfg, ctx.out, resume=ctx.resuming, progress=ctx.progress)
+    paths = write_outputs(summary, ctx.out)
+    print(f"final energy error per site: {summary['final_energy_error']:.3e}; scaling dims "
+          f"{np.round(summary['scaling_dimensions'][:4], 4).tolist()} (exact 0, 0.125, 1, 1.125)")
+    return paths
+
+
+# The tensors' shapes change with χ from stage to stage, so each stage keeps its own checkpointer
+# (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock and the config check.
+SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n")[0],
+                        default_out=lambda cfg, a: "runs/mera", own_checkpoints=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        cfg = load_config(MERASimConfig, a.config, a.set)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"ivhl sim mera: {e}", file=sys.stderr)
-        return 2
-    out = a.out
-    try:
-        prepare_run_dir(out, cfg, resume=a.resume)
-    except ValueError as e:
-        print(f"ivhl sim mera: {e}", file=sys.stderr)
-        return 2
-    summary = simulate(cfg, out, resume=a.resume, progress=not a.no_progress)
-    paths = write_outputs(summary, out)
-    print(f"final energy error per site: {summary['final_energy_error']:.3e}; scaling dims "
-          f"{np.round(summary['scaling_dimensions'][:4], 4).tolist()} (exact 0, 0.125, 1, 1.125)")
-    for name, path in paths.items():
-        print(f"  {name:17s} {os.path.abspath(path)}")
-    return 0
+    return run_main(SIMULATION, argv)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ def test_a_different_configuration_is_refused(tmp_path, capsys):
     assert "rate" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "train_vortex_gru", "train_adaptive"])
+@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "mera", "train_vortex_gru", "train_adaptive",
+                                    "train_lm"])
 def test_ported_simulations_document_every_key(module):
     import importlib
 
@@ -119,3 +120,12 @@ def test_sigint_to_a_real_run_ends_with_one_clean_line_and_resumes(tmp_path):
     assert p.returncode == 130, err
     assert "Traceback" not in err and "interrupted at step" in err and "rerun the same command" in err
     assert "checkpoint at step" in err
+
+
+def test_help_shows_the_embedded_defaults_of_a_nested_config():
+    from ivhl_jax.sims import train_lm
+
+    rows = {r.split()[0]: r for r in describe_config(train_lm.TrainLMConfig)}
+    embedded = train_lm.TrainLMConfig().model
+    assert rows["model.d_model"].split()[2] == str(embedded.d_model) != "512"
+    assert rows["model.n_layers"].split()[2] == str(embedded.n_layers)

@@ -388,14 +388,17 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
     """Scaled dot-product attention ``softmax(scale·QKᵀ + log mask) V``.
 
     Args:
-      q: queries ``[B, Tq, N, H]``; k, v: keys/values ``[B, Tk, N, H]`` (same dtype).
+      q: queries ``[B, Tq, N, H]``.
+      k: keys ``[B, Tk, N, H]`` (same dtype as ``q``; Tk >= 1).
+      v: values ``[B, Tk, N, H]`` (same dtype).
       mask: optional boolean, True = attend, broadcastable to ``[B, N, Tq, Tk]`` (e.g. a key
         padding mask ``valid[:, None, None, :]``).
       causal: forbid attending to later positions (``k_index > q_index``).
       implementation: ``"auto" | "xla" | "cudnn" | "chunked" | "pallas"`` (see module docstring).
       scale: logit scale, a finite number > 0; default ``1/sqrt(H)``.
-      block_q, block_k: tile sizes of the chunked/Pallas paths (T need not be a multiple); default
-        128 (chunked, interpreted Pallas) or the measured GPU tiles of the compiled Pallas kernel.
+      block_q: query tile size of the chunked/Pallas paths (T need not be a multiple); default 128
+        (chunked, interpreted Pallas) or the measured GPU tile of the compiled Pallas kernel.
+      block_k: key tile size, likewise.
       interpret: Pallas interpret mode; default True unless running on GPU.
 
     Returns:

@@ -27,7 +27,7 @@ inequivalent bonds AB and BA. The ascending superoperator 𝒜 maps the fine (h_
     h'_BA = Ψ† [h_AB(f0,f1) + h_BA(f1,f2) + h_AB(f2,f3)] Ψ,      h'_AB = (v ⊗ w)† h_BA(f3,f4) (v ⊗ w),
 
 and the descending superoperator 𝒟 = ½ 𝒜ᵀ is its adjoint (computed by ``jax.linear_transpose``, so the two
-are consistent by construction): ρ_AB = ½[𝒟₁ + 𝒟₃](ρ'_BA), ρ_BA = ½[𝒟₂(ρ'_BA) + 𝒟₄(ρ'_AB)], which keeps
+are consistent by construction): ``ρ_AB = ½[𝒟₁ + 𝒟₃](ρ'_BA)``, ``ρ_BA = ½[𝒟₂(ρ'_BA) + 𝒟₄(ρ'_AB)]``, which keeps
 tr ρ = 1. The energy per unit cell is ⟨ρ_AB, h_AB⟩ + ⟨ρ_BA, h_BA⟩ at every level.
 
 Model: H = −Σ_i X_i X_{i+1} − g Σ_i Z_i (same convention as :mod:`ivhl_jax.physics.exact`; critical g = 1, exact

@@ -42,7 +42,7 @@ class RunContext:
     """What the driver hands to :attr:`Simulation.run`."""
 
     out: str
-    checkpointer: Checkpointer
+    checkpointer: Checkpointer | None
     progress: bool
     resuming: bool
     args: argparse.Namespace
@@ -65,6 +65,9 @@ class Simulation:
       overrides: ``overrides(args) -> list["key=value"]`` derived from those options (optional).
       default_resume: whether ``--resume`` is on by default.
       keep: ``keep(cfg) -> n`` checkpoints kept.
+      own_checkpoints: the simulation opens its checkpointers itself under ``<out>/ckpt`` (e.g. one per
+        stage when the state's shapes change between stages, as in the MERA bond-dimension ladder);
+        ``ctx.checkpointer`` is then None.
     """
 
     prog: str
@@ -78,6 +81,7 @@ class Simulation:
     overrides: Callable[[argparse.Namespace], list[str]] | None = None
     default_resume: Callable[[argparse.Namespace], bool] = lambda args: True
     keep: Callable[[Any], int] = lambda cfg: 3
+    own_checkpoints: bool = False
 
 
 @contextlib.contextmanager
@@ -146,21 +150,25 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def describe_config(cls: type, prefix: str = "") -> list[str]:
-    """One line per config key: ``key  type  default  meaning`` (nested dataclasses as ``section.key``)."""
+def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[str]:
+    """One line per config key: ``key  type  default  meaning`` (nested dataclasses as ``section.key``, with
+    the defaults the enclosing config embeds, not the nested class's own)."""
     hints = typing.get_type_hints(cls)
     comments = field_comments(cls)
     rows = []
     for f in dataclasses.fields(cls):
         tp = hints.get(f.name, f.type)
-        if f.default is not dataclasses.MISSING:
-            default: Any = f.default
+        if instance is not None:
+            default: Any = getattr(instance, f.name)
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
         else:
             default = "(required)"
         if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-            rows += describe_config(tp, prefix=f"{prefix}{f.name}.")
+            rows += describe_config(tp, prefix=f"{prefix}{f.name}.",
+                                    instance=default if dataclasses.is_dataclass(default) else None)
             continue
         rows.append(f"  {prefix + f.name:24s} {_type_name(tp):22s} {default!r:24s} {comments.get(f.name, '')}".rstrip())
     return rows
@@ -199,10 +207,15 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     except ValueError as e:  # a checkpoint of another configuration, or a bad run folder
         return _fail(sim, str(e))
     try:
-        with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
-            resuming = resume and ck.latest_step() is not None
-            ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming, args=args)
+        if sim.own_checkpoints:
+            ctx = RunContext(out=out, checkpointer=None, progress=not args.no_progress, resuming=resume, args=args)
             paths = sim.run(cfg, ctx)
+        else:
+            with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
+                resuming = resume and ck.latest_step() is not None
+                ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming,
+                                 args=args)
+                paths = sim.run(cfg, ctx)
     except KeyboardInterrupt as e:
         where = ""
         if isinstance(e, RunInterrupted):
