@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # Tests always see 8 emulated CPU devices so that sharding code paths run everywhere.
-TEST_ENV = XLA_FLAGS="--xla_force_host_platform_device_count=8 $(XLA_FLAGS)" JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} MPLBACKEND=Agg
+# The CLI's persistent compilation cache is off in tests (hermetic compile counts); tests/test_driver.py checks it.
+TEST_ENV = XLA_FLAGS="--xla_force_host_platform_device_count=8 $(XLA_FLAGS)" JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} MPLBACKEND=Agg \
+           IVHL_COMPILATION_CACHE=0
 
 .PHONY: install demo test test-slow lint bench clean docs docs-serve
 
@@ -22,6 +24,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check ivhl_jax models sims bench tests
+	$(BIN)/mypy
 
 test: install lint
 	$(TEST_ENV) $(BIN)/python -m pytest -m "not slow" -q --timeout=600

@@ -7,12 +7,16 @@
   ivhl bench [--op NAME] [--size S] [--export FILE.json]
   ivhl launch --nproc N [--devices-per-process K] -- CMD ...
                                     N local processes wired with jax.distributed (127.0.0.1)
+
+demo/sim/train reuse compiled programs across runs through XLA's persistent compilation cache
+(~/.cache/ivhl_jax/xla, or $IVHL_COMPILATION_CACHE_DIR; IVHL_COMPILATION_CACHE=0 turns it off).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -44,6 +48,17 @@ def _dispatch(kind: str, name: str | None, argv: list[str]) -> int:
         return 2
     module = importlib.import_module(f"ivhl_jax.sims.{prefix}{name}")
     return int(module.main(argv) or 0)
+
+
+def _persistent_cache() -> None:
+    """Runs from the command line reuse compiled programs across processes (a resumed or repeated run, the
+    next stage of a ladder compiles nothing it compiled before): XLA's persistent cache in
+    ``$IVHL_COMPILATION_CACHE_DIR`` (default ``~/.cache/ivhl_jax/xla``); ``IVHL_COMPILATION_CACHE=0`` turns it off."""
+    if os.environ.get("IVHL_COMPILATION_CACHE", "1") == "0":
+        return
+    from ivhl_jax.run.device import enable_compilation_cache
+
+    enable_compilation_cache(os.environ.get("IVHL_COMPILATION_CACHE_DIR") or None)
 
 
 def _bench(argv: list[str]) -> int:
@@ -90,6 +105,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
         print(format_report())
         return 0
+    if cmd in ("demo", "sim", "train"):
+        _persistent_cache()
     if cmd == "demo":
         return _dispatch("sim", "holography", ["--demo", *rest])
     if cmd in ("sim", "train"):

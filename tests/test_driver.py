@@ -129,3 +129,18 @@ def test_help_shows_the_embedded_defaults_of_a_nested_config():
     embedded = train_lm.TrainLMConfig().model
     assert rows["model.d_model"].split()[2] == str(embedded.d_model) != "512"
     assert rows["model.n_layers"].split()[2] == str(embedded.n_layers)
+
+
+def test_the_cli_turns_on_the_persistent_compilation_cache(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from ivhl_jax import cli; cli._persistent_cache(); import jax; "
+            "print(jax.config.jax_compilation_cache_dir)")
+    env = {k: v for k, v in os.environ.items() if k != "IVHL_COMPILATION_CACHE"}
+    env["IVHL_COMPILATION_CACHE_DIR"] = str(tmp_path / "xla")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(tmp_path / "xla")
+    env["IVHL_COMPILATION_CACHE"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() in ("None", "")
