@@ -125,8 +125,7 @@ def select_tree(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
     return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
-@flax.struct.dataclass
-class DynamicLossScale:
+class DynamicLossScale(flax.struct.PyTreeNode):
     """Loss-scale state (a pytree, so it can live in a scanned/jitted training state).
 
     Attributes:
@@ -189,8 +188,7 @@ class DynamicLossScale:
         return self.replace(loss_scale=new_scale.astype(jnp.float32), counter=new_counter.astype(jnp.int32))
 
 
-@flax.struct.dataclass
-class NoOpLossScale:
+class NoOpLossScale(flax.struct.PyTreeNode):
     """Loss scale of 1 that never changes: the fp32/bf16 counterpart of :class:`DynamicLossScale`."""
 
     def scale(self, tree: Any) -> Any:

@@ -119,7 +119,8 @@ def check_scalar(
             raise TypeError(f"{name} must be an integer, got {x!r}")
         if not np.issubdtype(arr.dtype, np.number) and arr.dtype != np.bool_:
             raise TypeError(f"{name} must be a number, got {type(x).__name__}")
-        v = complex(arr) if np.iscomplexobj(arr) else float(arr)
+        # Any: a complex value makes the order comparisons below raise TypeError, as intended.
+        v: Any = complex(arr) if np.iscomplexobj(arr) else float(arr)
         if isinstance(v, float) and not np.isfinite(v):
             raise ValueError(f"{name} must be finite, got {v}")
         if positive and not v > 0:
@@ -182,6 +183,6 @@ def checked(fn: Callable, *, float_checks: bool = True) -> Callable:
             raise FloatingPointError(msg)
         return out
 
-    wrapper.__wrapped__ = fn
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
     wrapper.__doc__ = fn.__doc__
     return wrapper

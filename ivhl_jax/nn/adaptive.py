@@ -161,8 +161,7 @@ class AdaptiveConfig:
         return f + (n if self.readout_energy else 0)
 
 
-@flax.struct.dataclass
-class NodeState:
+class NodeState(flax.struct.PyTreeNode):
     """Node and scheduler state of a batch.
 
     Node fields: ``h [B,N,H]``, ``energy [B,N]``, ``activity [B,N]``. Scheduler fields have shape
@@ -556,8 +555,7 @@ def node_metrics(state: NodeState, out: dict[str, jax.Array]) -> dict[str, jax.A
 # the stepper protocol: K-free dynamics on a fixed input, the PRNG key in the state
 
 
-@flax.struct.dataclass
-class DynamicsParams:
+class DynamicsParams(flax.struct.PyTreeNode):
     """Weights (:func:`init_params`), the input batch ``x [B, D]`` and the static :class:`AdaptiveConfig`."""
 
     weights: dict
@@ -565,8 +563,7 @@ class DynamicsParams:
     cfg: AdaptiveConfig = flax.struct.field(pytree_node=False)
 
 
-@flax.struct.dataclass
-class DynamicsState:
+class DynamicsState(flax.struct.PyTreeNode):
     """Node/scheduler state, the PRNG key, and the outputs of the last step (``logits [B,C]`` ...)."""
 
     nodes: NodeState

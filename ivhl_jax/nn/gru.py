@@ -21,6 +21,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 from ivhl_jax.numerics.rollout import Stepper
@@ -42,7 +43,8 @@ def init_gru_params(key: jax.Array, input_dim: int, hidden_dim: int, dtype: Any 
             "W_h": u(k[2], (hidden_dim, 3 * hidden_dim)), "b_h": u(k[3], (3 * hidden_dim,))}
 
 
-def gru_step(params: dict, h: jax.Array, x: jax.Array, *, variant: str = "torch") -> jax.Array:
+def gru_step(params: dict, h: Float[Array, "*batch H"], x: Float[Array, "*batch D"], *,
+             variant: str = "torch") -> Float[Array, "*batch H"]:
     """One GRU step: ``h [..., H]``, ``x [..., D]`` -> ``h' [..., H]`` (equations in the module docstring)."""
     check_choice(variant, "variant", VARIANTS)
     hd = h.shape[-1]
@@ -68,7 +70,8 @@ def gru_step(params: dict, h: jax.Array, x: jax.Array, *, variant: str = "torch"
     return (1.0 - z) * n + z * h
 
 
-def gru_scan(params: dict, h0: jax.Array, xs: jax.Array, *, variant: str = "torch") -> tuple[jax.Array, jax.Array]:
+def gru_scan(params: dict, h0: Float[Array, "*batch H"], xs: Float[Array, "T *batch D"], *, variant: str = "torch"
+             ) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
     """Run ``xs [T, ..., D]`` from ``h0 [..., H]`` under ``lax.scan``; returns (h_T, hs [T, ..., H])."""
 
     def body(h, x):
@@ -89,8 +92,7 @@ def params_from_nnx(cell: Any) -> dict:
 # the stepper protocol: the input sequence is a parameter, the state carries h and the time index
 
 
-@flax.struct.dataclass
-class GRUInputs:
+class GRUInputs(flax.struct.PyTreeNode):
     """Weights (the layout above) and the input sequence ``xs [T, ..., D]``; ``variant`` is static."""
 
     weights: dict
@@ -98,8 +100,7 @@ class GRUInputs:
     variant: str = flax.struct.field(pytree_node=False, default="torch")
 
 
-@flax.struct.dataclass
-class GRUState:
+class GRUState(flax.struct.PyTreeNode):
     """Hidden state ``h [..., H]`` and the index ``t`` of the next input."""
 
     h: jax.Array

@@ -29,6 +29,7 @@ Why it is written the way it is (measured on the 2-vCPU AMD EPYC CPU host; numbe
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -119,7 +120,7 @@ def _block_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampli
     ctype = jnp.result_type(pts_t[0].dtype, jnp.complex64)
 
     def body(j, acc):
-        r2 = sum((p - s[j]) * (p - s[j]) for p, s in zip(pts_t, src_t, strict=True))
+        r2 = cast(jax.Array, sum((p - s[j]) * (p - s[j]) for p, s in zip(pts_t, src_t, strict=True)))
         r = _safe_sqrt(r2)
         w = amplitudes[j] / (r + softening)
         sn, cs = sincos(wavenumbers[j] * r + theta[j])

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import flax.struct
 import jax
@@ -50,8 +50,7 @@ def identity_observe(state: Any, params: Any) -> Any:
     return state
 
 
-@flax.struct.dataclass
-class Stepper(Generic[S, P]):
+class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
     """A pure one-step map with its parameters bound: ``stepper.step(state) -> state``.
 
     Attributes:
@@ -149,7 +148,7 @@ def _check_observe(observe: Any) -> Observe:
         raise TypeError(f"observe must be a function observe(state, params) -> pytree; got {type(observe).__name__}")
     if not isinstance(observe, Hashable):
         raise TypeError("observe must be hashable (a module-level function), so compiled loops can be reused")
-    return observe
+    return cast(Observe, observe)
 
 
 def trajectory(

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Complex
 
 from ivhl_jax.core.validation import check_choice
 
@@ -58,7 +59,8 @@ def check_backend(fft: str) -> str:
     return fft
 
 
-def spectral_multiply(psi: jax.Array, factor_m1: jax.Array, axes: Sequence[int], fft: str = "xla") -> jax.Array:
+def spectral_multiply(psi: Complex[Array, "*shape"], factor_m1: Complex[Array | np.ndarray, " ..."],
+                      axes: Sequence[int], fft: str = "xla") -> Complex[Array, "*shape"]:
     """``F⁻¹[(1 + m) F ψ]`` over ``axes`` (unitary pair: forward unscaled, inverse scaled by 1/N).
 
     Args:

@@ -28,6 +28,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Complex, Float, Num, Real
 
 from ivhl_jax.core.validation import check_array, check_broadcastable, check_scalar, is_concrete
 from ivhl_jax.numerics import fastmath
@@ -91,8 +92,8 @@ def _per_source(x: Any, name: str, m: int, dtype: Any) -> jax.Array:
 
 
 def superpose(
-    points: Any,
-    sources: Any,
+    points: Real[ArrayLike, "n d"],
+    sources: Real[ArrayLike, "m d"],
     *,
     amplitudes: Any = 1.0,
     wavenumbers: Any = 1.0,
@@ -101,7 +102,7 @@ def superpose(
     t: Any = 0.0,
     softening: Any = 0.1,
     chunk: int | None = None,
-) -> jax.Array:
+) -> Complex[Array, " n"]:
     """Superposition of outgoing point-source waves at ``points`` and time ``t``.
 
         ψ(r, t) = Σ_j A_j · exp(i(k_j |r − r_j| − ω_j t + φ_j)) / (|r − r_j| + ε)
@@ -257,7 +258,7 @@ def _vortex_core(u, w, q, xi, *, bits):
     return jnp.prod(factors, axis=1)
 
 
-def intensity(psi: Any) -> jax.Array:
+def intensity(psi: Num[ArrayLike, "*shape"]) -> Real[Array, "*shape"]:
     """I = |ψ|² = Re(ψ)² + Im(ψ)², real, same shape (no square root: smooth gradient at ψ = 0)."""
     psi = check_array(psi, "psi", kind="numeric")
     if jnp.iscomplexobj(psi):
@@ -265,7 +266,7 @@ def intensity(psi: Any) -> jax.Array:
     return psi * psi
 
 
-def phase(psi: Any) -> jax.Array:
+def phase(psi: Num[ArrayLike, "*shape"]) -> Float[Array, "*shape"]:
     """arg ψ in (−π, π], same shape, real. (Its gradient is undefined where ψ = 0.)"""
     psi = check_array(psi, "psi", kind="numeric")
     return jnp.angle(psi)
@@ -488,8 +489,7 @@ def focus_phases(
 # at t = 0, dt, 2 dt, ... with running intensity statistics
 
 
-@flax.struct.dataclass
-class WaveParams:
+class WaveParams(flax.struct.PyTreeNode):
     """Everything the wave-field step reads (a pytree; every leaf traced).
 
     Shapes: ``points`` (N, 3), ``sources`` (M, 3), ``amplitudes``/``wavenumbers``/``phases`` (M,),
@@ -507,8 +507,7 @@ class WaveParams:
     dt: jax.Array
 
 
-@flax.struct.dataclass
-class WaveState:
+class WaveState(flax.struct.PyTreeNode):
     """Time-loop state: time ``t``, step count, the field ψ (N,) at the last evaluated time, and the
     running sum and maximum of |ψ|² over evaluated frames (N,)."""
 

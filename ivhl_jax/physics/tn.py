@@ -70,11 +70,11 @@ def contract(subscripts: str, *tensors: Any, optimize: str = "auto") -> jax.Arra
     n_in = subscripts.split("->")[0].count(",") + 1
     if n_in != len(tensors):
         raise ValueError(f"subscripts {subscripts!r} name {n_in} operands but {len(tensors)} tensors were given")
-    tensors = [jnp.asarray(t) for t in tensors]
-    if len(tensors) <= 2:
-        return jnp.einsum(subscripts, *tensors)
-    path, _ = contraction_path(subscripts, *(t.shape for t in tensors), optimize=optimize)
-    return jnp.einsum(subscripts, *tensors, optimize=path)
+    arrays = [jnp.asarray(t) for t in tensors]
+    if len(arrays) <= 2:
+        return jnp.einsum(subscripts, *arrays)
+    path, _ = contraction_path(subscripts, *(t.shape for t in arrays), optimize=optimize)
+    return jnp.einsum(subscripts, *arrays, optimize=path)
 
 
 # ----------------------------------------------------------------------------------------------- entropies

@@ -82,7 +82,7 @@ def device_report() -> dict[str, Any]:
                  "machine": platform.machine(), "system": platform.system()},
         "versions": _versions(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "x64": bool(jax.config.jax_enable_x64),
+        "x64": bool(jax.config.read("jax_enable_x64")),
     }
 
 

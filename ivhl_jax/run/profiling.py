@@ -118,7 +118,7 @@ def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTr
                                          ("optimizer", opt_c))}
     dev_mem = max((v for v in mem.values() if v is not None), default=0.0)
 
-    per_batch = []
+    per_batch: list[dict[str, Any]] = []
     if trace_dir:
         jax.profiler.start_trace(trace_dir)
     try:

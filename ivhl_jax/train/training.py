@@ -32,8 +32,7 @@ __all__ = ["LossFn", "TrainState", "make_optimizer", "init_train_state", "make_t
 LossFn = Callable[[Any, Any, jax.Array, Any], tuple[jax.Array, tuple[dict[str, jax.Array], Any]]]
 
 
-@flax.struct.dataclass
-class TrainState:
+class TrainState(flax.struct.PyTreeNode):
     """Everything a training run needs to continue exactly where it stopped."""
 
     step: jax.Array
