@@ -78,8 +78,7 @@ UP, DOWN = 0, 1
 MOVE_NAMES = ("flip", "add", "delete")
 
 
-@flax.struct.dataclass
-class CDTState:
+class CDTState(flax.struct.PyTreeNode):
     """A 1+1D CDT triangulation in fixed-capacity arrays (see the module docstring).
 
     Shapes: ``C2 = 2 * C0`` triangle slots, ``C0`` vertex slots, ``T`` slices. All ints are int32.
@@ -114,8 +113,7 @@ class CDTState:
         return self.vtime.shape[-1]
 
 
-@flax.struct.dataclass
-class CDTParams:
+class CDTParams(flax.struct.PyTreeNode):
     """Action and schedule: ``S = lam N2 + eps (N2 - target)^2``.
 
     ``attempts_per_sweep`` (static) is the number of move attempts in one :func:`sweep`.
@@ -469,8 +467,7 @@ def _run_chains(key: jax.Array, states: CDTState, params: CDTParams, sweeps: int
 # the stepper protocol (ivhl_jax.numerics.rollout): one step = one sweep, the PRNG key lives in the state
 
 
-@flax.struct.dataclass
-class Chain:
+class Chain(flax.struct.PyTreeNode):
     """State of one Markov chain for :func:`metropolis`: its PRNG key and its triangulation."""
 
     key: jax.Array

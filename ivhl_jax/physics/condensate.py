@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -61,8 +61,7 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------
 # Grid
 # ----------------------------------------------------------------------------------------------
-@struct.dataclass
-class Grid:
+class Grid(struct.PyTreeNode):
     """A periodic box centred at the origin: ``shape`` points over side ``length`` per axis.
 
     Coordinates x_j = −L/2 + j·dx, j = 0..n−1 (dx = L/n, the point L/2 is the image of −L/2);
@@ -76,14 +75,14 @@ class Grid:
     @classmethod
     def uniform(cls, shape: int | Sequence[int], length: float | Sequence[float]) -> Grid:
         """Grid with ``shape`` points (int or 1–3 ints) over box side(s) ``length`` (trap units)."""
-        entries = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+        entries: tuple[Any, ...] = (shape,) if np.ndim(shape) == 0 else tuple(cast(Sequence[int], shape))
         for s in entries:
             check_scalar(s, "shape", integer=True)  # 16.7 points is an error, not 16
         shape_t = tuple(int(s) for s in entries)
         if np.ndim(length) == 0:
-            length_t = (length,) * len(shape_t)
+            length_t: tuple[Any, ...] = (length,) * len(shape_t)
         else:
-            length_t = tuple(length)
+            length_t = tuple(cast(Sequence[float], length))
         for v in length_t:
             check_scalar(v, "length", positive=True)
         return cls(shape=shape_t, length=tuple(float(v) for v in length_t))
@@ -172,8 +171,7 @@ def harmonic(grid: Grid, omega: float | Sequence[float] = 1.0, *, dtype: Any = j
 # ----------------------------------------------------------------------------------------------
 # System
 # ----------------------------------------------------------------------------------------------
-@struct.dataclass
-class GPSystem:
+class GPSystem(struct.PyTreeNode):
     """A Gross–Pitaevskii problem: grid, external potential V (real, grid-shaped), coupling g, rotation Ω.
 
     ``potential``, ``g`` and ``omega_rot`` are pytree leaves (they can be traced, differentiated and
@@ -255,13 +253,13 @@ def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any) -> Any:
         s = np.sin(0.5 * theta)
         return (-2 * s * s - 1j * np.sin(theta)).astype(dtype)
     rdt = jnp.finfo(dtype).dtype
-    theta = theta.astype(rdt)
+    theta_j = theta.astype(rdt)
     if imaginary:
-        return jnp.expm1(-theta).astype(dtype)
+        return jnp.expm1(-theta_j).astype(dtype)
     # One shared range reduction for sin and cos (XLA's CPU sin/cos are ~10x slower); relative
     # precision at small θ is kept because the odd polynomial is x·(1 + O(x²)).
-    s, c = sincos(0.5 * theta)
-    return jax.lax.complex(-2 * s * s, -2 * s * c).astype(dtype)
+    sj, cj = sincos(0.5 * theta_j)
+    return jax.lax.complex(-2 * sj * sj, -2 * sj * cj).astype(dtype)
 
 
 def _apply(p: jax.Array, f_m1: jax.Array) -> jax.Array:
@@ -305,8 +303,7 @@ def _concrete_float(x: Any) -> float | None:
     return None
 
 
-@struct.dataclass
-class KineticPlan:
+class KineticPlan(struct.PyTreeNode):
     """The step size and the fixed kinetic factors of one Strang step (a typed pytree).
 
     Attributes:
@@ -328,8 +325,7 @@ class KineticPlan:
         return self.kin is None
 
 
-@struct.dataclass
-class StrangParams:
+class StrangParams(struct.PyTreeNode):
     """Everything one GP Strang step reads: the system, the kinetic plan, an optional norm target.
 
     ``target`` (Σ|ψ|² over grid points, no dV) is the norm the projection restores; None projects

@@ -45,8 +45,7 @@ __all__ = ["GFTSystem", "gft_potential", "gft_rhs", "gft_charge", "gft_step", "g
            "default_observables"]
 
 
-@struct.dataclass
-class GFTSystem:
+class GFTSystem(struct.PyTreeNode):
     """GFT condensate parameters: lattice ``shape`` (rank r = len(shape), 1…4), mass² m², coupling λ.
 
     ``mass_sq`` and ``lam`` are pytree leaves (traceable, vmappable); the lattice shape is static.
@@ -148,8 +147,7 @@ def gft_vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
     return -mass_sq / lam, -(mass_sq ** 2) / (2 * lam)
 
 
-@struct.dataclass
-class GFTParams:
+class GFTParams(struct.PyTreeNode):
     """Everything one GFT Strang step reads: the system (m², λ), dt and the kinetic factor.
 
     ``kin`` = e^{−i ε_k dt} − 1 (real time) or e^{−ε_k dt} − 1 (imaginary time), complex, lattice-shaped;

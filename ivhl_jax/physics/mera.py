@@ -51,7 +51,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -93,8 +93,7 @@ E0_CRITICAL_ISING = -4.0 / math.pi
 Layer = tuple[jax.Array, jax.Array, jax.Array]  # (u, w, v)
 
 
-@struct.dataclass
-class MERA:
+class MERA(struct.PyTreeNode):
     """Variational state: transitional layers ``0..L-1`` then the scale-invariant layer ``L`` (last entry).
 
     Attributes:
@@ -388,7 +387,8 @@ def _layer_energy(ub: jax.Array, wb: jax.Array, vb: jax.Array, u: jax.Array, w: 
                   h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, jax.Array]) -> jax.Array:
     """⟨ρ, 𝒜(h)⟩; ``h`` may carry a leading axis of several Hamiltonians (summed: the SI layer's scales)."""
     if h[0].ndim == 5:
-        return sum(_layer_energy(ub, wb, vb, u, w, v, (h[0][j], h[1][j]), rho) for j in range(h[0].shape[0]))
+        return cast(jax.Array, sum(_layer_energy(ub, wb, vb, u, w, v, (h[0][j], h[1][j]), rho)
+                                   for j in range(h[0].shape[0])))
     a, b = _ascend_raw(h[0], h[1], u, w, v, ub, wb, vb)
     return pair(rho[0], a) + pair(rho[1], b)
 
@@ -437,7 +437,8 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
     si = mera.layer(n - 1)
     rho_top = fixed_point_density(si, (mera.rho_ab, mera.rho_ba), power_iters)
     if refsym:
-        rho_top = tuple(0.5 * (r + jnp.transpose(r, (1, 0, 3, 2))) for r in rho_top)
+        rho_top = (0.5 * (rho_top[0] + jnp.transpose(rho_top[0], (1, 0, 3, 2))),
+                   0.5 * (rho_top[1] + jnp.transpose(rho_top[1], (1, 0, 3, 2))))
     rhos: list[Any] = [None] * n
     rhos[n - 1] = rho_top
     for z in reversed(range(n - 1)):
@@ -456,7 +457,8 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
             hs = [hz]
             for _ in range(si_scales - 1):
                 hs.append(ascend(hs[-1], si))
-            hz = tuple(jnp.stack([hh[k] * 0.5**j for j, hh in enumerate(hs)]) for k in range(2))
+            hz = (jnp.stack([hh[0] * 0.5**j for j, hh in enumerate(hs)]),
+                  jnp.stack([hh[1] * 0.5**j for j, hh in enumerate(hs)]))
         layer = _update_layer(mera.layer(z), hz, rho_above, do_u, refsym)
         us.append(layer[0])
         ws.append(layer[1])
@@ -617,19 +619,18 @@ def optimize(config: MERAConfig, sweeps: int, *, key: jax.Array | None = None, m
                 chunk = sweeps - done
                 advance = make_advance(h, chunk, config.power_iters, config.u_delay, config.refsym, config.si_scales)
             mera, e = advance(mera)
-            e = np.asarray(e)
-            out.append(e)
+            e_host = np.asarray(e)
+            out.append(e_host)
             done += chunk
             if callback is not None:
-                callback(done, e)
+                callback(done, e_host)
         return mera, np.concatenate(out), time.perf_counter() - t0
 
 
 # ------------------------------------------------------------------------------------------- stepper
 
 
-@struct.dataclass
-class SweepParams:
+class SweepParams(struct.PyTreeNode):
     """What one Evenbly–Vidal sweep reads: the bottom two-site Hamiltonian ``h = (h_AB, h_BA)``, each
     (d, d, d, d), traced; and the :class:`MERAConfig` (static: its settings change the compiled sweep)."""
 
@@ -637,8 +638,7 @@ class SweepParams:
     config: MERAConfig = struct.field(pytree_node=False)
 
 
-@struct.dataclass
-class MERAState:
+class MERAState(struct.PyTreeNode):
     """The stepper's state: the MERA and the energy per site measured at the start of the last sweep."""
 
     mera: MERA
@@ -676,6 +676,6 @@ def evenbly_vidal(h: tuple[jax.Array, jax.Array], config: MERAConfig) -> Stepper
     for name, x in zip(("h[0]", "h[1]"), h):
         if jnp.ndim(x) != 4 or len(set(jnp.shape(x))) != 1:
             raise ValueError(f"{name} must have shape (d, d, d, d); got {jnp.shape(x)}")
-    return Stepper(step_fn=_ev_step, params=SweepParams(h=tuple(h), config=config), init_fn=_ev_init,
+    return Stepper(step_fn=_ev_step, params=SweepParams(h=(h[0], h[1]), config=config), init_fn=_ev_init,
                    name="mera.evenbly_vidal")
 

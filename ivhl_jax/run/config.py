@@ -27,7 +27,7 @@ import tomllib
 import types
 import typing
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 __all__ = ["T", "read_config_file", "load_config", "config_dict", "add_run_arguments", "prepare_run_dir",
            "lock_run_dir", "release_run_dir", "RunDirLockedError"]
@@ -72,7 +72,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise TypeError(f"config key {key!r} must be a table/dict, got {value!r}")
         return dict(value)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
@@ -126,7 +126,7 @@ def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = N
     field key by key (e.g. the LM's own small ``TransformerConfig``), not the nested class's defaults.
     """
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cast(Any, cls)) if f.init}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ValueError(

@@ -195,7 +195,7 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     args = _parser(sim).parse_args(list(sys.argv[1:] if argv is None else argv))
     overrides = list(args.set) + (sim.overrides(args) if sim.overrides is not None else [])
     try:
-        cfg = load_config(sim.config_type, args.config, overrides)
+        cfg: Any = load_config(sim.config_type, args.config, overrides)
     except FileNotFoundError as e:
         return _fail(sim, f"config file not found: {e.filename or e}")
     except (ValueError, TypeError) as e:

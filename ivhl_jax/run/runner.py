@@ -94,7 +94,7 @@ def _progress_reporter(enabled: bool, description: str, total: int, start: int) 
     every = max(1, (total - start) // 10)
     last = [start]
 
-    def report(step, obs):
+    def report_plain(step, obs):
         if step is None:
             return
         if step - last[0] >= every or step == total:
@@ -103,7 +103,7 @@ def _progress_reporter(enabled: bool, description: str, total: int, start: int) 
             print(f"{description}: {step}/{total} steps ({time.perf_counter() - t0:.1f} s)", file=sys.stderr,
                   flush=True)
 
-    return report
+    return report_plain
 
 
 def run_chunked(

@@ -162,11 +162,11 @@ def logical_to_spec(names: Sequence[str | None] | None, mesh: Mesh, rules: Seque
     """
     if names is None:
         return P()
-    table = {}
-    for name, target in rules:
-        table.setdefault(name, target)
+    table: dict[str, Any] = {}
+    for rule_name, target in rules:
+        table.setdefault(rule_name, target)
     used: set[str] = set()
-    out = []
+    out: list[Any] = []
     for d, name in enumerate(names):
         target = table.get(name) if name is not None else None
         if target is None:
@@ -188,7 +188,7 @@ def fsdp_spec(shape: Sequence[int], mesh: Mesh, axis: str = "fsdp", min_size: in
         return P()
     for d in sorted(range(len(shape)), key=lambda i: -shape[i]):
         if shape[d] % n == 0:
-            spec = [None] * len(shape)
+            spec: list[Any] = [None] * len(shape)
             spec[d] = axis
             return P(*spec)
     return P()
@@ -229,7 +229,7 @@ def param_shardings(params: Any, mesh: Mesh, logical: Any = None, rules: Sequenc
         logical = logical_names(params)
     params = unbox(params)
     flat, treedef = jax.tree_util.tree_flatten(params)
-    names = treedef.flatten_up_to(logical) if logical is not None else [None] * len(flat)
+    names = treedef.flatten_up_to(logical) if logical is not None else [None] * len(flat)  # type: ignore[attr-defined]
 
     def one(x, nm):
         shape = tuple(x.shape)
@@ -242,7 +242,7 @@ def param_shardings(params: Any, mesh: Mesh, logical: Any = None, rules: Sequenc
             spec = fsdp_spec(shape, mesh, "fsdp", min_size)
         return NamedSharding(mesh, spec)
 
-    return treedef.unflatten([one(x, nm) for x, nm in zip(flat, names, strict=True)])
+    return treedef.unflatten([one(x, nm) for x, nm in zip(flat, names, strict=True)])  # type: ignore[attr-defined]
 
 
 def _path_key(path) -> tuple:
@@ -534,7 +534,8 @@ def _powersgd(axis: str, rank: int) -> optax.GradientTransformation:
 
     def init(params):
         leaves = jax.tree_util.tree_leaves(params)
-        errors, qs = [], []
+        errors: list[Any] = []
+        qs: list[Any] = []
         for i, x in enumerate(leaves):
             if x.ndim < 2 or min(x.shape[0], x.size // x.shape[0]) <= rank:
                 errors.append(None)
@@ -549,7 +550,9 @@ def _powersgd(axis: str, rank: int) -> optax.GradientTransformation:
     def update(grads, state, params=None):
         del params
         leaves, treedef = jax.tree_util.tree_flatten(grads)
-        outs, errors, qs = [], [], []
+        outs: list[Any] = []
+        errors: list[Any] = []
+        qs: list[Any] = []
         for g, e, q in zip(leaves, state.error, state.q, strict=True):
             if q is None:
                 outs.append(jax.lax.pmean(g, axis))
@@ -564,7 +567,7 @@ def _powersgd(axis: str, rank: int) -> optax.GradientTransformation:
             outs.append(approx.reshape(g.shape).astype(g.dtype))
             errors.append(mat - approx)
             qs.append(q_new)
-        return treedef.unflatten(outs), PowerSGDState(error=tuple(errors), q=tuple(qs))
+        return treedef.unflatten(outs), PowerSGDState(error=tuple(errors), q=tuple(qs))  # type: ignore[attr-defined]
 
     return optax.GradientTransformation(init, update)
 
@@ -705,7 +708,7 @@ def compressed_dp_train_step(loss_fn: Callable, optimizer: optax.GradientTransfo
     def step(state, batch):
         return jitted(state, batch)(state, batch)
 
-    step.jitted = jitted  # ``step.jitted(state, batch).lower(state, batch).compile()`` for HLO inspection
+    step.jitted = jitted  # type: ignore[attr-defined]  # ``step.jitted(state, batch).lower(state, batch).compile()`` for HLO inspection
     return init_state, step
 
 
@@ -738,7 +741,7 @@ def sharded_map(fn: Callable[..., Any], points: jax.Array, *args: Any, mesh: Mes
 def sharded_grid(grid: jax.Array, mesh: Mesh, axis: str | Sequence[str] | None = None, dim: int = 0) -> jax.Array:
     """Place a field grid with dimension ``dim`` split across the given mesh axes (default: all)."""
     axes = tuple(mesh.axis_names) if axis is None else ((axis,) if isinstance(axis, str) else tuple(axis))
-    spec = [None] * grid.ndim
+    spec: list[Any] = [None] * grid.ndim
     spec[dim] = axes[0] if len(axes) == 1 else axes
     if grid.shape[dim] % axis_size(mesh, axes):
         raise ValueError(f"sharded_grid: dimension {dim} of size {grid.shape[dim]} is not divisible by the "
