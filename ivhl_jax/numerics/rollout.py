@@ -77,6 +77,16 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
         return self.init_fn(self.params, *args, **kwargs)
 
 
+def _check_schedule(steps: Any, save_every: Any, unroll: Any, steps_name: str = "steps") -> tuple[int, int, int]:
+    """Validated ``(steps, save_every, unroll)`` as ints; ``steps`` must be a multiple of ``save_every``."""
+    check_scalar(steps, steps_name, integer=True, nonnegative=True)
+    check_scalar(save_every, "save_every", integer=True, minimum=1)
+    check_scalar(unroll, "unroll", integer=True, minimum=1)
+    if int(steps) % int(save_every):
+        raise ValueError(f"{steps_name} ({steps}) must be a multiple of save_every ({save_every})")
+    return int(steps), int(save_every), int(unroll)
+
+
 def rollout(
     step: Step,
     state: Any,
@@ -108,12 +118,7 @@ def rollout(
       (final_state, observations) where observations has a leading axis of length
       ``steps // save_every``.
     """
-    check_scalar(steps, "steps", integer=True, nonnegative=True)
-    check_scalar(save_every, "save_every", integer=True, minimum=1)
-    check_scalar(unroll, "unroll", integer=True, minimum=1)
-    steps, save_every = int(steps), int(save_every)
-    if steps % save_every:
-        raise ValueError(f"steps ({steps}) must be a multiple of save_every ({save_every})")
+    steps, save_every, unroll = _check_schedule(steps, save_every, unroll)
     observe = identity_observe if observe is None else observe
 
     def block(carry, _):
@@ -174,12 +179,8 @@ def trajectory(
     """
     _check_stepper(stepper)
     observe = _check_observe(observe)
-    check_scalar(steps, "steps", integer=True, nonnegative=True)
-    check_scalar(save_every, "save_every", integer=True, minimum=1)
-    check_scalar(unroll, "unroll", integer=True, minimum=1)
-    if int(steps) % int(save_every):
-        raise ValueError(f"steps ({steps}) must be a multiple of save_every ({save_every})")
-    return _trajectory(stepper, state, int(steps), int(save_every), observe, bool(remat), int(unroll))
+    steps, save_every, unroll = _check_schedule(steps, save_every, unroll)
+    return _trajectory(stepper, state, steps, save_every, observe, bool(remat), unroll)
 
 
 def chunked(
@@ -195,12 +196,10 @@ def chunked(
     _check_stepper(stepper)
     observe = _check_observe(observe)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
-    save_every = int(steps_per_chunk) if save_every is None else save_every
-    check_scalar(save_every, "save_every", integer=True, minimum=1)
-    if int(steps_per_chunk) % int(save_every):
-        raise ValueError(f"steps_per_chunk ({steps_per_chunk}) must be a multiple of save_every ({save_every})")
+    steps_per_chunk, save_every, _ = _check_schedule(steps_per_chunk, steps_per_chunk if save_every is None
+                                                     else save_every, 1, steps_name="steps_per_chunk")
 
     def advance(state: Any) -> tuple[Any, Any]:
-        return _trajectory(stepper, state, int(steps_per_chunk), int(save_every), observe, False, 1)
+        return _trajectory(stepper, state, steps_per_chunk, save_every, observe, False, 1)
 
     return advance
