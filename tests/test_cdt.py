@@ -98,19 +98,21 @@ def test_initial_state_and_bad_input():
 
 def test_invariants_detect_corruption():
     s = cdt.initial_state(3, 4, capacity=CAP)
-    bad = s.replace(tl=s.tl.at[0].set(5))
+    bad = s.with_fields(tl=s.tl.at[0].set(5))
     res = cdt._check_jit(bad)
     assert not bool(res["neighbours"])
-    bad2 = s.replace(tv=s.tv.at[0, 2].set(1))
+    bad2 = s.with_fields(apex=s.apex.at[0].set(1))
     assert not bool(cdt._check_jit(bad2)["gluing"])
-    bad = s.replace(lengths=s.lengths.at[0].set(5))
+    bad3 = s.with_fields(vright=s.vright.at[0].set(2))  # slice 0 closes after 3 of its 4 vertices
+    assert not bool(cdt._check_jit(bad3)["slices"])
+    bad = s.with_fields(lengths=s.lengths.at[0].set(5))
     assert not bool(cdt._check_jit(bad)["slices"])
     with pytest.raises(AssertionError, match="invariants"):
         cdt.assert_invariants(bad)
 
 
 def _live_triangle_table(s):
-    alive = np.nonzero(np.asarray(s.tpos) < int(s.n2))[0]
+    alive = np.nonzero(np.asarray(cdt.live_triangles(s)))[0]
     return {int(t): (int(s.ttype[t]), int(s.ttime[t]), int(s.tl[t]), int(s.tr[t]), int(s.tc[t]),
                      tuple(int(x) for x in s.tv[t])) for t in alive}
 
@@ -165,7 +167,7 @@ def test_invariants_after_every_move_many_chains():
     params = cdt.make_params(0.8, attempts_per_sweep=1)
     n_chains, n_att = 8, 300
     states = cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), n_chains)
-    us = jax.random.uniform(jax.random.PRNGKey(3), (n_chains, n_att, 3))
+    us = jax.random.bits(jax.random.PRNGKey(3), (n_chains, n_att, 2), jnp.uint32)
 
     def chain(s, u):
         def body(s, ui):
@@ -241,7 +243,7 @@ def test_bfs_distances_match_scipy(small_runs):
     s = jax.tree_util.tree_map(lambda x: x[k], final)
     s = jax.device_get(s)
     n0, c0 = int(s.n0), s.vtime.shape[0]
-    alive_t = np.asarray(s.tpos) < int(s.n2)
+    alive_t = np.asarray(cdt.live_triangles(s))
     tv = np.asarray(s.tv)[alive_t]
     rows = np.concatenate([tv[:, 0], tv[:, 1], tv[:, 2]])
     cols = np.concatenate([tv[:, 1], tv[:, 2], tv[:, 0]])
