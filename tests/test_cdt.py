@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
 
@@ -15,6 +16,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from ivhl_jax import cdt
+from ivhl_jax.physics import cdt_host
 
 CAP = 48  # one vertex capacity everywhere, so compiled programs are shared between tests
 
@@ -154,10 +156,13 @@ def test_flip_is_an_involution():
     assert _live_triangle_table(s2) == _live_triangle_table(s)
 
 
-@pytest.fixture(scope="module")
-def small_runs():
-    """One compiled chain function shared by the tests below (T = 3, lam = 1)."""
-    params = cdt.make_params(1.0, attempts_per_sweep=100)
+ENGINES = ["jax", pytest.param("host", marks=pytest.mark.skipif(not cdt_host.available(), reason="needs numba"))]
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def small_runs(request):
+    """One compiled chain function per engine shared by the tests below (T = 3, lam = 1)."""
+    params = cdt.make_params(1.0, attempts_per_sweep=100, engine=request.param)
     fn = jax.jit(lambda k, s: cdt.run_chains(k, s, params, 30, 1))
     states = cdt.replicate(cdt.initial_state(3, 3, capacity=CAP), 256)
     return fn, states, fn(jax.random.PRNGKey(0), states)
@@ -215,6 +220,106 @@ def test_chi2_against_exact_enumeration(small_runs):
     # the test has power: a 5 % shift of lambda (the size of the N0/(N0+1) proposal factor) is rejected
     wrong = cdt.exact_length_distribution(1.08, 3, 14)
     assert _chi2(samples, wrong)[2] < 1e-6
+
+
+def _composition_part_law(parts, total):
+    """P(one part = k), k = 0..total, of a uniform weak composition of ``total`` into ``parts`` parts."""
+    return np.array([math.comb(total - k + parts - 2, parts - 2) for k in range(total + 1)], float) / math.comb(
+        total + parts - 1, parts - 1)
+
+
+def test_gap_law_matches_bruteforce_strips():
+    # future links of a bottom vertex = 1 + (down triangles whose apex it is): one part of a uniform weak
+    # composition of b into a parts, over all labelled strips (enumerated, no formula)
+    for a, b in [(3, 3), (3, 5), (4, 4), (5, 3)]:
+        counts = np.zeros(b + 1)
+        for links in _brute_force_strips(a, b):
+            fut = collections.Counter(i for i, _ in links)
+            for i in range(a):
+                counts[fut[i] - 1] += 1
+        np.testing.assert_allclose(counts / counts.sum(), _composition_part_law(a, b), rtol=1e-12)
+
+
+def _exact_coordination_by_volume(lam, n_slices, l_max, q_max):
+    """E[H(q) 1{N0 = n}] over the exact ensemble, H(q) = number of vertices of coordination q.
+
+    Given the slice lengths the strips are independent and uniform, and a vertex of slice t has
+    coordination 4 + g + h, g one part of a weak composition of l_{t+1} into l_t parts (strip t), h one
+    part of a composition of l_{t-1} into l_t parts (strip t-1). Lengths summed over [3, l_max]^T with the
+    exact weights (the tail beyond l_max is negligible at lam = 1: checked by the caller)."""
+    exact = cdt.exact_length_distribution(lam, n_slices, l_max)
+    out: dict[tuple[int, int], float] = collections.defaultdict(float)
+    for ls, p in exact.items():
+        n = sum(ls)
+        for t in range(n_slices):
+            g = _composition_part_law(ls[t], ls[(t + 1) % n_slices])
+            h = _composition_part_law(ls[t], ls[(t - 1) % n_slices])
+            conv = np.convolve(g, h)
+            for k, c in enumerate(conv):
+                out[n, min(4 + k, q_max)] += p * ls[t] * c
+    return out
+
+
+def _hotelling_pvalue(per_chain, expected):
+    """p-value of H0: mean(per_chain) == expected, from independent chains (Hotelling's T^2, F law)."""
+    x = np.asarray(per_chain, float)
+    n, k = x.shape
+    d = x.mean(0) - np.asarray(expected)
+    cov = np.cov(x, rowvar=False)
+    t2 = n * d @ np.linalg.solve(cov, d)
+    f = (n - k) / (k * (n - 1)) * t2
+    return float(stats.f.sf(f, k, n - k))
+
+
+def test_coordination_distribution_and_joint_law_with_volume(small_runs):
+    """A move set that broke detailed balance only in the local geometry would pass the slice-length test;
+    the coordination numbers (and their joint law with N0) see it."""
+    _, _, (final, obs) = small_runs
+    hist = np.asarray(obs["coordination"])[:, 10:, :]  # (chains, measurements, q)
+    n0 = np.asarray(obs["n0"])[:, 10:]
+    q_max = hist.shape[-1] - 1
+    exact = _exact_coordination_by_volume(1.0, 3, 14, q_max)
+    tail = 1.0 - sum(cdt.exact_length_distribution(1.0, 3, 14).values())
+    assert tail < 1e-12
+    # marginal law of the coordination: E[H(q)] for q = 4..9 and the bin q >= 10
+    qs = list(range(4, 10))
+    marg = np.array([sum(v for (n, qq), v in exact.items() if qq == q) for q in qs]
+                    + [sum(v for (n, qq), v in exact.items() if qq >= 10)])
+    per_chain = np.concatenate([hist[..., 4:10], hist[..., 10:].sum(-1, keepdims=True)], -1).mean(1)
+    p = _hotelling_pvalue(per_chain, marg)
+    assert p > 1e-3, f"coordination law differs from the exact one: p={p:.2e}"
+    # joint law with the volume: E[H(q) 1{N0 = n}] on the bins with enough weight
+    bins = [(n, q) for (n, q), v in exact.items() if v > 0.05 and q < 10]
+    x = np.stack([np.where(n0 == n, hist[..., q], 0).mean(1) for n, q in bins], -1)
+    p_joint = _hotelling_pvalue(x, [exact[b] for b in bins])
+    assert len(bins) >= 10 and p_joint > 1e-3, f"joint (N0, q) law differs: p={p_joint:.2e} over {len(bins)} bins"
+    # power: the exact law at another lambda is rejected
+    wrong = _exact_coordination_by_volume(1.08, 3, 14, q_max)
+    assert _hotelling_pvalue(x, [wrong[b] for b in bins]) < 1e-6
+
+
+def test_host_engine_is_bit_identical_to_jax_engine():
+    if not cdt_host.available():
+        pytest.skip("needs numba")
+    s = cdt.initial_state(3, 4, capacity=CAP)
+    lay = cdt.buffer_layout(CAP, 3)
+    for params in (cdt.make_params(0.8), cdt.make_params(cdt.LN2, eps=0.05, target=30.0)):
+        words = jax.random.bits(jax.random.key(1), (4, 5000, 2), jnp.uint32)
+        bufs = jnp.stack([s.buf] * 4)
+        host = jax.vmap(functools.partial(cdt_host.attempts, params=params, lay=lay, c0=CAP))(bufs, words)
+        ref = jax.jit(jax.vmap(functools.partial(cdt._attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
+        np.testing.assert_array_equal(np.asarray(host), np.asarray(ref))
+        final = s.replace(buf=host)
+        cdt.assert_invariants(final)
+        assert np.all(np.asarray(final.accepts) > 0)
+
+
+def test_host_engine_needs_numba(monkeypatch):
+    monkeypatch.setattr(cdt_host, "available", lambda: False)
+    with pytest.raises(ImportError, match="numba.*engine='jax'"):
+        cdt.make_params(0.8, engine="host")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        cdt.make_params(0.8, engine="cuda")
 
 
 def test_run_chains_deterministic_and_observables(small_runs):
