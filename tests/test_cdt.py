@@ -369,3 +369,19 @@ def test_exact_mean_length_transfer_matrix_vs_direct_sum():
     exact = cdt.exact_length_distribution(lam, 2, 40)
     direct = sum(p * k[0] for k, p in exact.items())
     np.testing.assert_allclose(cdt.exact_mean_length(lam, 2, l_max=40), direct, rtol=1e-10)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_volume_fixed_sweeps_end_at_the_target(engine):
+    params = cdt.make_params(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine)
+    assert params.stop_at_target
+    final, obs = cdt.run_chains(jax.random.key(0), cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), 8), params, 12)
+    np.testing.assert_array_equal(np.asarray(obs["n2"]), 40)
+    assert int(np.asarray(final.missed_target).sum()) == 0
+    cdt.assert_invariants(final)
+    # without stop_at_target the volume only fluctuates around the target
+    free = cdt.make_params(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine, stop_at_target=False)
+    _, obs = cdt.run_chains(jax.random.key(0), cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), 8), free, 12)
+    assert np.any(np.asarray(obs["n2"]) != 40)
+    with pytest.raises(ValueError, match="even target"):
+        cdt.make_params(cdt.LN2, eps=0.05, target=41)

@@ -84,7 +84,8 @@ UP, DOWN = 0, 1
 MOVE_NAMES = ("flip", "add", "delete")
 
 
-_SCALARS = (("n0", 1), ("overflow", 1), ("attempts", 3), ("accepts", 3))
+_SCALARS = (("n0", 1), ("overflow", 1), ("missed_target", 1), ("attempts", 3), ("accepts", 3))
+_SCALAR_FIELDS = ("n0", "overflow", "missed_target")
 MAX_VERTEX_CAPACITY = 1 << 16  # the exact 32-bit multiply-high index draw needs N0 <= 2^16
 
 
@@ -108,7 +109,8 @@ class CDTState(flax.struct.PyTreeNode):
     it (:func:`buffer_layout`). Stored per triangle slot (``C2 = 2 C0``): ``tl``/``tr`` (left/right
     neighbour in the strip) and ``apex``; per vertex slot (``C0``): ``vright`` (right neighbour on its
     slice), ``vtime`` (slice), the live-vertex bag ``vperm``/``vpos``; per slice: ``lengths``; scalars
-    ``n0``, ``overflow``, ``attempts[3]``/``accepts[3]`` (per move: flip, add, delete). Derived (not
+    ``n0``, ``overflow``, ``missed_target`` (sweeps that ended off the target volume, see
+    :class:`CDTParams`), ``attempts[3]``/``accepts[3]`` (per move: flip, add, delete). Derived (not
     stored): ``ttype`` (slot parity), ``tc`` (slot ``^ 1``), ``ttime``, ``tv``, ``n2 = 2 n0``.
     """
 
@@ -119,7 +121,7 @@ class CDTState(flax.struct.PyTreeNode):
     def field(self, name: str) -> jax.Array:
         """The view of field ``name`` (shape ``(..., size)``; scalars without the last axis)."""
         start, size = buffer_layout(self.vertex_capacity, self.n_slices)[name]
-        if name in ("n0", "overflow"):
+        if name in _SCALAR_FIELDS:
             return self.buf[..., start]
         return self.buf[..., start:start + size]
 
@@ -130,7 +132,7 @@ class CDTState(flax.struct.PyTreeNode):
         for name, value in values.items():
             start, size = lay[name]
             v = jnp.asarray(value, jnp.int32)
-            if name in ("n0", "overflow"):
+            if name in _SCALAR_FIELDS:
                 buf = buf.at[..., start].set(v)
             else:
                 buf = buf.at[..., start:start + size].set(v)
@@ -145,6 +147,7 @@ class CDTState(flax.struct.PyTreeNode):
     vpos = property(lambda self: self.field("vpos"))
     lengths = property(lambda self: self.field("lengths"))
     n0 = property(lambda self: self.field("n0"))
+    missed_target = property(lambda self: self.field("missed_target"))
     attempts = property(lambda self: self.field("attempts"))
     accepts = property(lambda self: self.field("accepts"))
 
@@ -184,7 +187,11 @@ class CDTParams(flax.struct.PyTreeNode):
 
     ``attempts_per_sweep`` (static) is the number of move attempts in one :func:`sweep`; ``engine``
     (static) is ``"jax"`` (pure XLA, any device) or ``"host"`` (the compiled CPU kernel of
-    :mod:`ivhl_jax.physics.cdt_host`, needs ``numba``).
+    :mod:`ivhl_jax.physics.cdt_host`, needs ``numba``). ``stop_at_target`` (static): with volume
+    fixing the quadratic term only steers N2 towards ``target``; the fixed-volume ensemble is measured
+    where N2 equals it, so each sweep continues (at most ``10 attempts_per_sweep`` more attempts) until
+    N2 == target, the convention of the reference code 2d-cdt; a sweep that does not get there
+    increments ``missed_target``.
     """
 
     lam: jax.Array | float = LN2 + 0.1
@@ -192,14 +199,18 @@ class CDTParams(flax.struct.PyTreeNode):
     target: jax.Array | float = 0.0
     attempts_per_sweep: int = flax.struct.field(pytree_node=False, default=100)
     engine: str = flax.struct.field(pytree_node=False, default="jax")
+    stop_at_target: bool = flax.struct.field(pytree_node=False, default=False)
 
 
 ENGINES = ("jax", "host")
 
 
 def make_params(lam: float, *, eps: float = 0.0, target: float = 0.0, attempts_per_sweep: int = 100,
-                engine: str = "jax") -> CDTParams:
-    """Validated :class:`CDTParams`. Without volume fixing (``eps=0``) the chain needs ``lam > ln 2``."""
+                engine: str = "jax", stop_at_target: bool | None = None) -> CDTParams:
+    """Validated :class:`CDTParams`. Without volume fixing (``eps=0``) the chain needs ``lam > ln 2``.
+
+    ``stop_at_target`` defaults to ``eps > 0`` (then ``target`` must be an even number of triangles).
+    """
     check_scalar(lam, "lam")
     check_scalar(eps, "eps", nonnegative=True)
     check_scalar(target, "target", nonnegative=True)
@@ -215,8 +226,11 @@ def make_params(lam: float, *, eps: float = 0.0, target: float = 0.0, attempts_p
         from ivhl_jax.physics import cdt_host
 
         cdt_host.require()
+    stop = bool(eps > 0) if stop_at_target is None else bool(stop_at_target)
+    if stop and (target <= 0 or target % 2):
+        raise ValueError(f"stop_at_target needs an even target number of triangles N2 = 2 N0, got target={target}")
     return CDTParams(lam=float(lam), eps=float(eps), target=float(target), attempts_per_sweep=int(attempts_per_sweep),
-                     engine=engine)
+                     engine=engine, stop_at_target=stop)
 
 
 def initial_state(n_slices: int, length: int, capacity: int | None = None) -> CDTState:
@@ -430,6 +444,7 @@ def log_acceptance(kind: str, n0, n2, params: CDTParams):
     raise ValueError(f"kind must be 'add' or 'delete', got {kind!r}")
 
 
+_EXTRA = 10  # with stop_at_target, a sweep makes at most _EXTRA * attempts_per_sweep more attempts
 _BLOCK = 4096  # attempts per block of random words: bounds the memory of many vmapped chains
 
 
@@ -438,7 +453,8 @@ def _attempts(buf, bits, params, lay, c0):
 
 
 def sweep(key: jax.Array, state: CDTState, params: CDTParams) -> CDTState:
-    """``params.attempts_per_sweep`` Metropolis attempts; pure, O(1) work per attempt.
+    """``params.attempts_per_sweep`` Metropolis attempts (then, with ``stop_at_target``, more until
+    N2 == target); pure, O(1) work per attempt.
 
     ``engine="jax"``: ``lax.fori_loop`` over :func:`attempt`, random words from ``key`` in blocks of
     4096 attempts. ``engine="host"``: the compiled CPU kernel (:mod:`ivhl_jax.physics.cdt_host`, via
@@ -448,11 +464,14 @@ def sweep(key: jax.Array, state: CDTState, params: CDTParams) -> CDTState:
     n = params.attempts_per_sweep
     lay = buffer_layout(state.vertex_capacity, state.n_slices)
     c0 = state.vertex_capacity
+    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
     if params.engine == "host":
         from ivhl_jax.physics import cdt_host
 
         seed = jax.random.bits(key, (2,), jnp.uint32)
-        return state.replace(buf=cdt_host.sweep(state.buf, seed, params, n, lay, c0))
+        extra = _EXTRA * n if params.stop_at_target else 0
+        tn0 = target_n0 if target_n0 is not None else jnp.int32(-1)
+        return state.replace(buf=cdt_host.sweep(state.buf, seed, params, n, lay, c0, tn0, extra))
     full, rest = divmod(n, _BLOCK)
     buf = state.buf
     if full:
@@ -463,7 +482,27 @@ def sweep(key: jax.Array, state: CDTState, params: CDTParams) -> CDTState:
         buf = jax.lax.fori_loop(0, full, block, buf)
     if rest:
         buf = _attempts(buf, jax.random.bits(jax.random.fold_in(key, full), (rest, 2), jnp.uint32), params, lay, c0)
+    if target_n0 is not None:
+        buf = _until_target(buf, jax.random.fold_in(key, full + 1), target_n0, _EXTRA * n, params, lay, c0)
     return state.replace(buf=buf)
+
+
+def _until_target(buf, key, target_n0, max_extra, params, lay, c0):
+    """Attempts (words from ``key``, one threefry call each) until n0 == target_n0, at most ``max_extra``;
+    a miss increments ``missed_target``. The counter lives in the buffer so that the loop body stays one
+    gather round and one scatter (see the module docstring)."""
+    o_n0, o_miss = lay["n0"][0], lay["missed_target"][0]
+
+    def cond(c):
+        b, i = c
+        return (b[o_n0] != target_n0) & (i < max_extra)
+
+    def body(c):
+        b, i = c
+        return _attempt_buf(b, jax.random.bits(jax.random.fold_in(key, i), (2,), jnp.uint32), params, lay, c0), i + 1
+
+    buf, _ = jax.lax.while_loop(cond, body, (buf, jnp.int32(0)))
+    return buf.at[o_miss].add((buf[o_n0] != target_n0).astype(jnp.int32))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["available", "require", "sweep", "attempts"]
 
 _OFFSETS = ("tl", "tr", "apex", "vright", "vtime", "vperm", "vpos", "lengths", "n0", "overflow", "attempts",
-            "accepts")
+            "accepts", "missed_target")
 
 
 def available() -> bool:
@@ -64,7 +64,7 @@ def _kernels() -> tuple[Any, Any]:
 
     @numba.njit(inline="always")
     def one(buf, w0, w1, lam, eps, target, off, c0):
-        o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0, o_ovf, o_att, o_acc = off
+        o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0, o_ovf, o_att, o_acc, _ = off
         n0 = buf[o_n0]
         move = w1 & 3
         coin = (w1 >> 2) & 1
@@ -154,19 +154,33 @@ def _kernels() -> tuple[Any, Any]:
             for i in range(words.shape[1]):
                 one(bufs[c], np.int64(words[c, i, 0]), np.int64(words[c, i, 1]), lam[c], eps[c], target[c], off, c0)
 
+    @numba.njit(inline="always")
+    def splitmix(x):
+        # SplitMix64: one 64-bit output = the two 32-bit words of an attempt
+        x += np.uint64(0x9E3779B97F4A7C15)
+        z = x
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x, z ^ (z >> np.uint64(31))
+
     @numba.njit(parallel=True, cache=True)
-    def run_stream(bufs, seeds, n, lam, eps, target, off, c0):
+    def run_stream(bufs, seeds, n, target_n0, max_extra, lam, eps, target, off, c0):
         mask = np.uint64(0xFFFFFFFF)
+        o_n0, o_miss = off[8], off[12]
         for c in numba.prange(bufs.shape[0]):
+            buf = bufs[c]
             x = (np.uint64(seeds[c, 0]) << np.uint64(32)) | np.uint64(seeds[c, 1])
             for _ in range(n):
-                # SplitMix64: one 64-bit output = the two 32-bit words of an attempt
-                x += np.uint64(0x9E3779B97F4A7C15)
-                z = x
-                z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-                z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-                z = z ^ (z >> np.uint64(31))
-                one(bufs[c], np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off, c0)
+                x, z = splitmix(x)
+                one(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off, c0)
+            if target_n0[c] >= 0:
+                extra = 0
+                while buf[o_n0] != target_n0[c] and extra < max_extra:
+                    x, z = splitmix(x)
+                    one(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off, c0)
+                    extra += 1
+                if buf[o_n0] != target_n0[c]:
+                    buf[o_miss] += 1
 
     return run_words, run_stream
 
@@ -179,28 +193,38 @@ def _params_arrays(params: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
     return tuple(jnp.asarray(x, jnp.float32) for x in (params.lam, params.eps, params.target))  # type: ignore[return-value]
 
 
-def _host_call(kernel_index: int, extra: tuple, buf: np.ndarray, rand: np.ndarray, lam, eps, target, off, c0):
+def _host_call(kernel_index: int, extra: tuple, buf: np.ndarray, rand: np.ndarray, lam, eps, target, off, c0,
+               target_n0=None):
     shape = buf.shape
     bufs = np.array(buf, np.int32).reshape(-1, shape[-1])
     nb = bufs.shape[0]
     rand = np.ascontiguousarray(rand).reshape((nb,) + rand.shape[-(2 if kernel_index == 0 else 1):])
-    lam, eps, target = (np.broadcast_to(np.asarray(x, np.float32), shape[:-1]).reshape(nb) for x in (lam, eps, target))
+
+    def per_chain(x, dtype):
+        return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype), shape[:-1]).reshape(nb))
+
+    lam, eps, target = (per_chain(x, np.float32) for x in (lam, eps, target))
+    if target_n0 is not None:
+        extra = (extra[0], per_chain(target_n0, np.int32), extra[1])
     kernel = _kernels()[kernel_index]
     kernel(bufs, rand, *extra, lam, eps, target, off, c0)
     return bufs.reshape(shape)
 
 
-def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int, lay: dict[str, tuple[int, int]], c0: int) -> jax.Array:
+def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int, lay: dict[str, tuple[int, int]], c0: int,
+          target_n0: jax.Array, max_extra: int = 0) -> jax.Array:
     """``n`` attempts on the packed buffer ``buf`` (..., size) with words from SplitMix64 seeded by ``seed``
-    (..., 2) uint32. Works under jit and vmap (the callback sees the whole batch and runs chains in parallel)."""
+    (..., 2) uint32, then (when ``target_n0 >= 0``) up to ``max_extra`` more until n0 == target_n0 (a miss
+    increments ``missed_target``). Works under jit and vmap (the callback sees the whole batch and runs the
+    chains in parallel threads)."""
     off = _offsets(lay)
     lam, eps, target = _params_arrays(params)
 
-    def cb(b, s, la, ep, ta):
-        return _host_call(1, (int(n),), b, s, la, ep, ta, off, int(c0))
+    def cb(b, s, tn, la, ep, ta):
+        return _host_call(1, (int(n), int(max_extra)), b, s, la, ep, ta, off, int(c0), target_n0=tn)
 
-    return jax.pure_callback(cb, jax.ShapeDtypeStruct(buf.shape, jnp.int32), buf, seed, lam, eps, target,
-                             vmap_method="broadcast_all")
+    return jax.pure_callback(cb, jax.ShapeDtypeStruct(buf.shape, jnp.int32), buf, seed,
+                             jnp.asarray(target_n0, jnp.int32), lam, eps, target, vmap_method="broadcast_all")
 
 
 def attempts(buf: jax.Array, words: jax.Array, params: Any, lay: dict[str, tuple[int, int]], c0: int) -> jax.Array:
