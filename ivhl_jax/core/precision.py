@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from ivhl_jax.core.validation import check_scalar
 
 __all__ = ["Policy", "get_policy", "all_finite", "select_tree", "DynamicLossScale", "NoOpLossScale",
-    "loss_scale_for"]
+    "loss_scale_for", "PHYSICS_PRESETS", "physics_policy", "real_compute_dtype", "complex_state_dtype"]
 
 _DTYPE_NAMES = {
     "float32": jnp.float32,
@@ -81,22 +81,27 @@ class Policy:
 
 _PRESETS = {
     "fp32": Policy(jnp.float32, jnp.float32, jnp.float32),
+    "f32": Policy(jnp.float32, jnp.float32, jnp.float32),
+    # float64 everywhere: the reference policy of the physics kernels (needs jax_enable_x64).
+    "f64": Policy(jnp.float64, jnp.float64, jnp.float64),
     "bf16": Policy(jnp.float32, jnp.bfloat16, jnp.float32),
     "fp16": Policy(jnp.float32, jnp.float16, jnp.float32),
     "pure_bf16": Policy(jnp.bfloat16, jnp.bfloat16, jnp.bfloat16),
 }
 
 
-def get_policy(name: str | Policy) -> Policy:
+def get_policy(name: str | Policy, *, argname: str = "policy") -> Policy:
     """Return a policy by preset name or ``"params=float32,compute=bfloat16,output=float32"`` spec.
 
-    Presets: ``fp32``; ``bf16`` (bf16 compute, fp32 params and outputs); ``fp16`` (fp16 compute,
-    fp32 params and outputs; use with :class:`DynamicLossScale`); ``pure_bf16`` (everything bf16).
+    Presets: ``fp32`` (alias ``f32``); ``f64`` (everything float64, needs ``jax_enable_x64``);
+    ``bf16`` (bf16 compute, fp32 params and outputs); ``fp16`` (fp16 compute, fp32 params and
+    outputs; use with :class:`DynamicLossScale`); ``pure_bf16`` (everything bf16). ``argname`` is
+    the caller's argument name, used in error messages.
     """
     if isinstance(name, Policy):
         return name
     if not isinstance(name, str):
-        raise TypeError(f"policy must be a preset name or a Policy, got {type(name).__name__}")
+        raise TypeError(f"{argname} must be a preset name {sorted(_PRESETS)} or a Policy, got {type(name).__name__}")
     if name in _PRESETS:
         return _PRESETS[name]
     fields = {}
@@ -105,11 +110,90 @@ def get_policy(name: str | Policy) -> Policy:
         key, value = key.strip(), value.strip()
         if not sep or key not in ("params", "compute", "output") or value not in _DTYPE_NAMES:
             raise ValueError(
-                f"policy {name!r} is neither a preset {sorted(_PRESETS)} nor a spec like "
+                f"{argname}={name!r} is neither a preset {sorted(_PRESETS)} nor a spec like "
                 "'params=float32,compute=bfloat16,output=float32'"
             )
         fields[f"{'param' if key == 'params' else key}_dtype"] = _DTYPE_NAMES[value]
     return Policy(**fields)
+
+
+# ----------------------------------------------------------------------------------------------
+# Policies of the physics kernels
+#
+# Every physics kernel takes ``policy=None`` (its historical dtype rules, bit for bit) or a Policy /
+# preset name. What each dtype controls is stated per kernel; in short (measured errors in
+# docs/guide/precision.md):
+#   fields.superpose / fields.vortex: param_dtype = storage of points, sources and per-source values;
+#     the pair arithmetic (distance, phase k·r + θ, sin/cos) runs in at least float32; output_dtype =
+#     rounding of Re ψ, Im ψ (returned as complex64 for bf16/f16 outputs: XLA has no complex bf16).
+#   condensate / gft split-step: the state is complex(compute_dtype): float32 → complex64,
+#     float64 → complex128; bf16/f16 are rejected (no complex bf16 FFT in XLA).
+#   adaptive dynamics / GRU: weights stored in param_dtype, matmuls and nonlinearities in
+#     compute_dtype, carried state and outputs in output_dtype.
+
+#: The presets the physics kernels are documented and tested with.
+PHYSICS_PRESETS = ("f64", "f32", "bf16", "pure_bf16")
+
+
+def _show(policy: Any) -> str:
+    return repr(policy) if isinstance(policy, str) else f"Policy({policy})"
+
+
+def _dtypes(policy: Policy) -> tuple[Any, Any, Any]:
+    return jnp.dtype(policy.param_dtype), jnp.dtype(policy.compute_dtype), jnp.dtype(policy.output_dtype)
+
+
+def physics_policy(policy: str | Policy | None, *, argname: str = "policy") -> Policy | None:
+    """Resolve a physics kernel's ``policy`` argument; None passes through (the kernel's default).
+
+    Checks that every dtype of the policy is a real floating dtype (a complex dtype is a state
+    dtype, not a policy dtype: the complex state follows from the real compute dtype) and that a
+    float64 policy runs with ``jax_enable_x64`` on. Without x64 JAX would silently create float32
+    arrays, so that is an error (wrap the call in ``with jax.enable_x64(True):``), never a quiet
+    float32 run.
+
+    Raises:
+      ValueError: unknown preset name (the message lists the valid ones), a non-real dtype, or
+        float64 without x64. TypeError: neither a string nor a Policy.
+    """
+    if policy is None:
+        return None
+    pol = get_policy(policy, argname=argname)
+    for field_name, dt in zip(("param_dtype", "compute_dtype", "output_dtype"), _dtypes(pol), strict=True):
+        if not jnp.issubdtype(dt, jnp.floating):
+            raise ValueError(f"{argname}.{field_name} must be a real floating dtype (float64/float32/bfloat16/"
+                             f"float16), got {dt}; a complex state dtype follows from the real compute dtype "
+                             "(float32 -> complex64, float64 -> complex128)")
+    if any(dt == jnp.dtype(jnp.float64) for dt in _dtypes(pol)) and not jax.config.read("jax_enable_x64"):
+        raise ValueError(f"{argname}={_show(policy)} asks for float64 but "
+                         "jax_enable_x64 is off, so JAX would silently compute in float32; wrap the call in "
+                         "`with jax.enable_x64(True):` (or set jax.config.update('jax_enable_x64', True))")
+    return pol
+
+
+def real_compute_dtype(policy: Policy, *, minimum: Any = jnp.float32) -> Any:
+    """The compute dtype, raised to at least ``minimum`` (for kernels whose arithmetic needs ≥ 24 bits)."""
+    return jnp.promote_types(policy.compute_dtype, minimum)
+
+
+def complex_state_dtype(policy: str | Policy | None, *, argname: str = "policy", routine: str = "this solver"
+                        ) -> Any:
+    """Complex state dtype of a split-step (FFT) solver: complex(compute_dtype).
+
+    float32 → complex64, float64 → complex128. bfloat16/float16 compute is rejected: XLA has no
+    complex bf16/f16 type and no reduced-precision FFT, so such a policy could only mean "round the
+    state to bf16 between float32 steps", which costs accuracy (measured in docs/guide/precision.md)
+    and gains no speed. The param/output dtypes must be float32 or float64 for the same reason.
+    """
+    pol = physics_policy(policy, argname=argname)
+    if pol is None:
+        raise ValueError(f"{argname} must be given to derive a state dtype")
+    for field_name, dt in zip(("param_dtype", "compute_dtype", "output_dtype"), _dtypes(pol), strict=True):
+        if jnp.finfo(dt).bits < 32:
+            raise ValueError(f"{argname}={_show(policy)}: {routine} evolves a "
+                             f"complex state with FFTs, which XLA has only in complex64/complex128, so "
+                             f"{field_name}={dt} is not supported; use 'f32' (complex64) or 'f64' (complex128)")
+    return jnp.result_type(jnp.dtype(pol.compute_dtype), jnp.complex64)
 
 
 def all_finite(tree: Any) -> jax.Array:

@@ -45,6 +45,14 @@ State is explicit: :func:`init_state` creates the initial state of a sequence, :
 ``(params, state, x, key) -> (state, outputs)`` and :func:`run_inner` runs ``K`` internal steps per
 input under ``lax.scan`` (``K = 1`` is the seed). Carrying state across batches (the seed's "time"
 axis) is the caller's choice; :func:`detach` stops gradients through the carried state.
+
+Precision: :func:`step`, :func:`run_inner`, :func:`apply_sequence` and :func:`dynamics` take
+``policy=None`` (compute in the dtypes of the inputs, the default) or a
+:class:`~ivhl_jax.core.precision.Policy` / preset name. With a policy the weights are rounded to
+``param_dtype`` (their storage), each step runs in ``compute_dtype`` (matmuls, nonlinearities,
+the scheduler's comparisons), and the new node state and the outputs are returned in
+``output_dtype``, which is also the dtype of the state carried between steps. ``"bf16"`` is bf16
+compute with float32 weights and state. Measured against a float64 run: docs/guide/precision.md.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.core.precision import Policy, physics_policy
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 from ivhl_jax.numerics.rollout import Stepper
 
@@ -337,7 +346,9 @@ def _decide(cfg: AdaptiveConfig, key, phase, energy, activity, abar, r, circadia
     at one 32-bit random word per node. ``u`` lies on a 2^-23 grid, so each phase probability is
     realised to within ~1e-6 (absolute).
     """
-    u = jax.random.uniform(key, energy.shape)
+    # float32 explicitly (the default dtype without x64): the same random stream under every policy
+    # and under x64, so a float64 reference run draws the same phases.
+    u = jax.random.uniform(key, energy.shape, jnp.float32)
     eps = cfg.exploration_rate
     if eps <= 0.0:
         explore, v = jnp.zeros(u.shape, bool), u
@@ -468,13 +479,31 @@ def readout(params: dict, cfg: AdaptiveConfig, h, energy, activity) -> jax.Array
     return f @ params["W_out"] + params["b_out"]
 
 
-def step(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig
-         ) -> tuple[NodeState, dict[str, jax.Array]]:
+def _check_real_tree(tree: Any, name: str, policy: Policy) -> None:
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.complexfloating):
+            raise TypeError(f"{name}{jax.tree_util.keystr(path)} is complex ({jnp.result_type(leaf)}), but the policy "
+                            f"computes in the real dtype {jnp.dtype(policy.compute_dtype)}; adaptive-node states, "
+                            "inputs and weights are real")
+
+
+def step(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig,
+         policy: str | Policy | None = None) -> tuple[NodeState, dict[str, jax.Array]]:
     """One dynamics step for a batch ``x [B, D]``; returns (new state, outputs).
 
     outputs: ``logits [B,C]``, ``phase [B,N]`` (int32), ``anxiety [B,N]``, ``energy [B,N]``,
     ``activity [B,N]``. The phase draw has no gradient; everything else is differentiable.
+    ``policy``: None (the inputs' dtypes) or a precision policy / preset: weights rounded to
+    ``param_dtype``, the step in ``compute_dtype``, new state and outputs in ``output_dtype``
+    (module docstring). Complex weights, state or input with a policy are a TypeError naming them.
     """
+    pol = physics_policy(policy)
+    if pol is not None:
+        for tree, name in ((params, "params"), (state, "state"), (x, "x")):
+            _check_real_tree(tree, name, pol)
+        new_state, out = step(pol.cast_to_compute(pol.cast_to_param(params)), pol.cast_to_compute(state),
+                              jnp.asarray(x).astype(pol.compute_dtype), key, cfg)
+        return pol.cast_to_output(new_state), pol.cast_to_output(out)
     u = project_input(params, x, cfg)
     anx = anxiety(state.h, state.energy, state.activity)
     sched_in = detach(state)
@@ -500,18 +529,22 @@ def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: jax.Array) -> jax.Arr
     return x
 
 
-def run_inner(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig
-              ) -> tuple[NodeState, dict[str, jax.Array]]:
+def run_inner(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig,
+              policy: str | Policy | None = None) -> tuple[NodeState, dict[str, jax.Array]]:
     """``cfg.inner_steps`` (K) steps on the same input under ``lax.scan``; outputs of the last step,
-    plus ``phase_fractions [4]`` averaged over the K steps, nodes and batch. K = 1 equals :func:`step`."""
+    plus ``phase_fractions [4]`` averaged over the K steps, nodes and batch. K = 1 equals :func:`step`.
+    ``policy`` as in :func:`step` (the state is carried in its ``output_dtype``)."""
     x = check_inputs(cfg, state, x)
+    pol = physics_policy(policy)
+    if pol is not None:
+        state = pol.cast_to_output(state)
     if cfg.inner_steps == 1:
-        state, out = step(params, state, x, key, cfg)
+        state, out = step(params, state, x, key, cfg, pol)
         out["phase_fractions"] = phase_fractions(out["phase"])
         return state, out
 
     def body(s, k):
-        s, out = step(params, s, x, k, cfg)
+        s, out = step(params, s, x, k, cfg, pol)
         return s, (out, phase_fractions(out["phase"]))
 
     state, (outs, fracs) = jax.lax.scan(body, state, jax.random.split(key, cfg.inner_steps))
@@ -525,17 +558,21 @@ def phase_fractions(phase: jax.Array) -> jax.Array:
     return jnp.mean(jax.nn.one_hot(phase, 4, dtype=jnp.float32), axis=tuple(range(phase.ndim)))
 
 
-def apply_sequence(params: dict, state: NodeState, xs: jax.Array, key: jax.Array, cfg: AdaptiveConfig
-                   ) -> tuple[NodeState, dict[str, jax.Array]]:
+def apply_sequence(params: dict, state: NodeState, xs: jax.Array, key: jax.Array, cfg: AdaptiveConfig,
+                   policy: str | Policy | None = None) -> tuple[NodeState, dict[str, jax.Array]]:
     """Run a sequence ``xs [T, B, D]`` from an explicit initial state (``lax.scan`` over T).
 
-    Returns the final state and the stacked outputs (``logits [T,B,C]`` ...).
+    Returns the final state and the stacked outputs (``logits [T,B,C]`` ...). ``policy`` as in
+    :func:`step` (the state is carried in its ``output_dtype``).
     """
     xs = check_array(xs, "xs", shape=(None, None, cfg.input_dim), kind="floating")
+    pol = physics_policy(policy)
+    if pol is not None:
+        state = pol.cast_to_output(state)
 
     def body(s, inp):
         x, k = inp
-        return run_inner(params, s, x, k, cfg)
+        return run_inner(params, s, x, k, cfg, pol)
 
     return jax.lax.scan(body, state, (xs, jax.random.split(key, xs.shape[0])))
 
@@ -561,6 +598,7 @@ class DynamicsParams(flax.struct.PyTreeNode):
     weights: dict
     x: jax.Array
     cfg: AdaptiveConfig = flax.struct.field(pytree_node=False)
+    policy: Policy | None = flax.struct.field(pytree_node=False, default=None)
 
 
 class DynamicsState(flax.struct.PyTreeNode):
@@ -573,13 +611,14 @@ class DynamicsState(flax.struct.PyTreeNode):
 
 def _dynamics_step(state: DynamicsState, params: DynamicsParams) -> DynamicsState:
     key, sub = jax.random.split(state.key)
-    nodes, out = step(params.weights, state.nodes, params.x, sub, params.cfg)
+    nodes, out = step(params.weights, state.nodes, params.x, sub, params.cfg, params.policy)
     return DynamicsState(nodes=nodes, key=key, outputs=out)
 
 
 def _dynamics_init(params: DynamicsParams, key: jax.Array) -> DynamicsState:
-    nodes = init_state(params.cfg, params.x.shape[0], params.x.dtype)
-    _, out = jax.eval_shape(lambda: step(params.weights, nodes, params.x, key, params.cfg))
+    dtype = params.x.dtype if params.policy is None else params.policy.output_dtype
+    nodes = init_state(params.cfg, params.x.shape[0], dtype)
+    _, out = jax.eval_shape(lambda: step(params.weights, nodes, params.x, key, params.cfg, params.policy))
     zeros = jax.tree_util.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), out)
     return DynamicsState(nodes=nodes, key=key, outputs=zeros)
 
@@ -590,13 +629,20 @@ def observe_outputs(state: DynamicsState, params: DynamicsParams) -> dict:
     return {**state.outputs, "phase_fractions": phase_fractions(state.outputs["phase"])}
 
 
-def dynamics(weights: dict, x: jax.Array, cfg: AdaptiveConfig) -> Stepper[DynamicsState, DynamicsParams]:
+def dynamics(weights: dict, x: jax.Array, cfg: AdaptiveConfig, *, policy: str | Policy | None = None
+             ) -> Stepper[DynamicsState, DynamicsParams]:
     """Stepper of the adaptive-node dynamics on a fixed input ``x [B, D]``: ``step`` is one :func:`step`
     with a subkey split from the state's key; ``init(key)`` starts from :func:`init_state`. (``run_inner``
-    draws its K keys with one split and so follows a different random stream; both sample the same law.)"""
+    draws its K keys with one split and so follows a different random stream; both sample the same law.)
+    ``policy``: weights stored in its ``param_dtype`` (cast here), each step in ``compute_dtype``, the
+    state carried in ``output_dtype`` (module docstring)."""
     if not isinstance(cfg, AdaptiveConfig):
         raise TypeError(f"cfg must be an AdaptiveConfig; got {type(cfg).__name__}")
+    pol = physics_policy(policy)
     x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating")
-    return Stepper(step_fn=_dynamics_step, params=DynamicsParams(weights=weights, x=x, cfg=cfg),
+    if pol is not None:
+        _check_real_tree(weights, "weights", pol)
+        weights = pol.cast_to_param(weights)
+    return Stepper(step_fn=_dynamics_step, params=DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol),
                    init_fn=_dynamics_init, name="adaptive.dynamics")
 

@@ -11,6 +11,13 @@
 
 With ``b_h = 0`` the "torch" variant is exactly ``flax.nnx.GRUCell`` (which has no recurrent bias):
 :func:`params_from_nnx` converts such a cell. Batch axes in front of ``h``/``x`` are allowed.
+
+Precision: every function takes ``policy=None`` (compute in the dtypes of the inputs, the
+default) or a :class:`~ivhl_jax.core.precision.Policy` / preset name. With a policy the weights
+are rounded to ``param_dtype`` (their storage), the whole step (matmuls, sigmoid, tanh, the blend)
+runs in ``compute_dtype``, and h' is returned (and carried by the scans) in ``output_dtype``.
+``"bf16"`` is bf16 compute with float32 weights and state; ``"f64"`` needs ``jax.enable_x64``.
+Measured errors against a float64 run: docs/guide/precision.md.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ivhl_jax.core.precision import Policy, physics_policy
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 from ivhl_jax.numerics.rollout import Stepper
 
@@ -43,10 +51,33 @@ def init_gru_params(key: jax.Array, input_dim: int, hidden_dim: int, dtype: Any 
             "W_h": u(k[2], (hidden_dim, 3 * hidden_dim)), "b_h": u(k[3], (3 * hidden_dim,))}
 
 
+def _real(x: Any, name: str, policy: Policy) -> jax.Array:
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"{name} has dtype {x.dtype}, but the policy computes in the real dtype "
+                        f"{jnp.dtype(policy.compute_dtype)}; a GRU state/input must be real floating")
+    return x
+
+
+def _policy_inputs(params: dict, h: Any, x: Any, policy: str | Policy | None) -> tuple[dict, Any, Any, Any]:
+    """(params, h, x) in the compute dtype (weights rounded to their storage dtype first) and the output dtype."""
+    pol = physics_policy(policy)
+    if pol is None:
+        return params, h, x, None
+    h, x = _real(h, "h", pol), _real(x, "x", pol)
+    params = pol.cast_to_compute(pol.cast_to_param(params))
+    return params, h.astype(pol.compute_dtype), x.astype(pol.compute_dtype), jnp.dtype(pol.output_dtype)
+
+
 def gru_step(params: dict, h: Float[Array, "*batch H"], x: Float[Array, "*batch D"], *,
-             variant: str = "torch") -> Float[Array, "*batch H"]:
-    """One GRU step: ``h [..., H]``, ``x [..., D]`` -> ``h' [..., H]`` (equations in the module docstring)."""
+             variant: str = "torch", policy: str | Policy | None = None) -> Float[Array, "*batch H"]:
+    """One GRU step: ``h [..., H]``, ``x [..., D]`` -> ``h' [..., H]`` (equations in the module docstring).
+
+    ``policy``: None (the inputs' dtypes) or a precision policy / preset (module docstring); h' is
+    then in its ``output_dtype``. A complex ``h`` or ``x`` with a policy is a TypeError naming it.
+    """
     check_choice(variant, "variant", VARIANTS)
+    params, h, x, out_dtype = _policy_inputs(params, h, x, policy)
     hd = h.shape[-1]
     if params["W_h"].shape != (hd, 3 * hd):
         raise ValueError(f"params['W_h'] must have shape ({hd}, {3 * hd}) for h of width {hd}, "
@@ -67,15 +98,22 @@ def gru_step(params: dict, h: Float[Array, "*batch H"], x: Float[Array, "*batch 
         r = jax.nn.sigmoid(i_r + h @ w_hr + b_hr)
         z = jax.nn.sigmoid(i_z + h @ w_hz + b_hz)
         n = jnp.tanh(i_n + (r * h) @ w_hn + b_hn)
-    return (1.0 - z) * n + z * h
+    h_new = (1.0 - z) * n + z * h
+    return h_new if out_dtype is None else h_new.astype(out_dtype)
 
 
-def gru_scan(params: dict, h0: Float[Array, "*batch H"], xs: Float[Array, "T *batch D"], *, variant: str = "torch"
-             ) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
-    """Run ``xs [T, ..., D]`` from ``h0 [..., H]`` under ``lax.scan``; returns (h_T, hs [T, ..., H])."""
+def gru_scan(params: dict, h0: Float[Array, "*batch H"], xs: Float[Array, "T *batch D"], *, variant: str = "torch",
+             policy: str | Policy | None = None) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
+    """Run ``xs [T, ..., D]`` from ``h0 [..., H]`` under ``lax.scan``; returns (h_T, hs [T, ..., H]).
+
+    With ``policy`` the carried h lives in its ``output_dtype`` and every step computes in its
+    ``compute_dtype`` (:func:`gru_step`)."""
+    pol = physics_policy(policy)
+    if pol is not None:
+        h0 = _real(h0, "h0", pol).astype(pol.output_dtype)
 
     def body(h, x):
-        h = gru_step(params, h, x, variant=variant)
+        h = gru_step(params, h, x, variant=variant, policy=pol)
         return h, h
 
     return jax.lax.scan(body, h0, xs)
@@ -98,6 +136,7 @@ class GRUInputs(flax.struct.PyTreeNode):
     weights: dict
     xs: jax.Array
     variant: str = flax.struct.field(pytree_node=False, default="torch")
+    policy: Policy | None = flax.struct.field(pytree_node=False, default=None)
 
 
 class GRUState(flax.struct.PyTreeNode):
@@ -109,11 +148,15 @@ class GRUState(flax.struct.PyTreeNode):
 
 def _gru_step(state: GRUState, params: GRUInputs) -> GRUState:
     x = jax.lax.dynamic_index_in_dim(params.xs, state.t, axis=0, keepdims=False)
-    return GRUState(h=gru_step(params.weights, state.h, x, variant=params.variant), t=state.t + 1)
+    return GRUState(h=gru_step(params.weights, state.h, x, variant=params.variant, policy=params.policy),
+                    t=state.t + 1)
 
 
 def _gru_init(params: GRUInputs, h0: jax.Array) -> GRUState:
-    return GRUState(h=jnp.asarray(h0), t=jnp.zeros((), jnp.int32))
+    h = jnp.asarray(h0)
+    if params.policy is not None:
+        h = _real(h, "h0", params.policy).astype(params.policy.output_dtype)
+    return GRUState(h=h, t=jnp.zeros((), jnp.int32))
 
 
 def observe_hidden(state: GRUState, params: GRUInputs) -> jax.Array:
@@ -122,14 +165,20 @@ def observe_hidden(state: GRUState, params: GRUInputs) -> jax.Array:
     return state.h
 
 
-def recurrence(weights: dict, xs: jax.Array, *, variant: str = "torch") -> Stepper[GRUState, GRUInputs]:
+def recurrence(weights: dict, xs: jax.Array, *, variant: str = "torch", policy: str | Policy | None = None
+               ) -> Stepper[GRUState, GRUInputs]:
     """Stepper over the input sequence ``xs [T, ..., D]``: ``step`` consumes ``xs[t]``; ``init(h0)``.
     ``trajectory(recurrence(w, xs), st.init(h0), T, observe=observe_hidden)`` equals :func:`gru_scan`.
-    Running more than T steps reads past the end (clamped to the last input): run exactly T."""
+    Running more than T steps reads past the end (clamped to the last input): run exactly T.
+    ``policy``: weights stored in its ``param_dtype``, steps computed in ``compute_dtype``, h carried
+    in ``output_dtype`` (module docstring)."""
     check_choice(variant, "variant", VARIANTS)
+    pol = physics_policy(policy)
     xs = check_array(xs, "xs", kind="floating")
     if xs.ndim < 2:
         raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
-    return Stepper(step_fn=_gru_step, params=GRUInputs(weights=weights, xs=xs, variant=variant), init_fn=_gru_init,
-                   name="gru.recurrence")
+    if pol is not None:
+        weights = pol.cast_to_param(weights)
+    return Stepper(step_fn=_gru_step, params=GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
+                   init_fn=_gru_init, name="gru.recurrence")
 

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics.fastmath import sincos
 from ivhl_jax.numerics.rollout import Stepper, rollout, trajectory
@@ -54,7 +55,8 @@ __all__ = [
     "chemical_potential", "virial_residual", "density", "phase", "angular_momentum", "vortex_charges",
     "vortex_positions", "imprint_vortices", "dark_soliton_pair", "bright_soliton", "thomas_fermi_mu",
     "thomas_fermi_density", "gaussian", "split_step", "phase_factor_m1", "strang", "KineticPlan", "StrangParams",
-    "make_plan",     "strang_step_real", "strang_step_real_projected", "strang_step_imaginary", "default_observables",
+    "make_plan", "with_policy", "strang_step_real", "strang_step_real_projected", "strang_step_imaginary",
+    "default_observables",
 ]
 
 
@@ -451,7 +453,8 @@ def _leaf(x: Any, dtype: Any) -> Any:
     return None if x is None else jnp.asarray(x, dtype)
 
 
-def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: bool = False) -> Stepper:
+def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: bool = False,
+           policy: str | Policy | None = None) -> Stepper:
     """The Strang split-step stepper of the GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ.
 
     One step of size dt (units 1/ω₀) maps ψ (complex, shape ``system.grid.shape``) to
@@ -469,12 +472,15 @@ def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: 
       project_norm: real time, rescale ψ after every step to the norm it started with (removes
         complex64 FFT round-off drift; see :func:`step`). To pin the norm of a whole run, set
         ``params.target`` to Σ|ψ₀|² (as :func:`evolve` does).
+      policy: None (the system's dtype: that of ``system.potential``) or a precision policy /
+        preset (see :func:`with_policy`): ``"f32"`` → complex64, ``"f64"`` → complex128 (needs
+        ``jax.enable_x64``); ``"bf16"`` is rejected with a ValueError naming ``policy``.
 
     Returns:
       A :class:`ivhl_jax.numerics.rollout.Stepper`; ``stepper.init(psi)`` validates and casts ψ,
       ``stepper.step(psi)`` is one pure step (jit/vmap/grad-safe).
     """
-    system = _check_system(system)
+    system = with_policy(_check_system(system), policy)
     _check_dt(dt, system)
     rdt = system.real_dtype
     plan = make_plan(system, dt, imaginary)
@@ -496,6 +502,31 @@ def _check_system(system: Any) -> GPSystem:
     if not isinstance(system, GPSystem):
         raise TypeError(f"system must be a GPSystem, got {type(system).__name__}")
     return system
+
+
+def with_policy(system: GPSystem, policy: str | Policy | None) -> GPSystem:
+    """``system`` with V, g and Ω in the real dtype of ``policy``'s complex state (None: unchanged).
+
+    The solver's precision is the real dtype of the system (module docstring), so a policy is
+    applied by casting the system: compute float32 → complex64 state, float64 → complex128.
+    What a reduced policy cannot mean here: XLA has no complex bf16/f16 type and no bf16 FFT, so
+    a bf16 policy could only round ψ to bf16 between float32 steps. Measured (bright soliton,
+    1024 points, 2000 steps of dt = 1e-3, max density error relative to the peak, against the exact
+    solution): bf16-rounded state 0.25, complex64 3.1e-4, complex128 5.4e-6 (the scheme's own
+    O(dt²) error); see docs/guide/precision.md. So bf16/f16 anywhere in the policy is a ValueError.
+    """
+    if policy is None:
+        return system
+    cdt = complex_state_dtype(policy, routine="the Gross-Pitaevskii split-step solver")
+    rdt = jnp.finfo(cdt).dtype
+    return system.replace(potential=jnp.asarray(system.potential, rdt), g=_leaf(system.g, rdt),
+                          omega_rot=_leaf(system.omega_rot, rdt))
+
+
+def _output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
+    """ψ cast to complex(output_dtype) of the policy (unchanged without one)."""
+    pol = physics_policy(policy)
+    return psi if pol is None else psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
 
 
 def _check_psi(psi: Any, system: GPSystem, name: str = "psi") -> jax.Array:
@@ -535,7 +566,7 @@ def _check_dt(dt: Any, system: GPSystem | None = None, psi: jax.Array | None = N
 # Stepping
 # ----------------------------------------------------------------------------------------------
 def step(psi: jax.Array, system: GPSystem, dt: Any, *, imaginary: bool = False,
-         project_norm: bool = False) -> jax.Array:
+         project_norm: bool = False, policy: str | Policy | None = None) -> jax.Array:
     """One Strang split-step of size ``dt`` (real time; imaginary time keeps ‖ψ‖ fixed).
 
     A thin wrapper over ``strang(system, dt, ...).step(psi)``.
@@ -549,14 +580,15 @@ def step(psi: jax.Array, system: GPSystem, dt: Any, *, imaginary: bool = False,
         Hairer–Lubich–Wanner §IV.4). The step is unitary in exact arithmetic, so this removes only
         round-off: complex64 FFTs (XLA and NumPy alike) lose ~5e-8 of the norm per transform,
         *systematically*, i.e. ~1e-3 over 10⁴ steps. Off by default (the raw scheme).
+      policy: precision policy (:func:`with_policy`); the result is cast to its output dtype.
 
     Returns:
       ψ after one step, same shape. Pure; works under jit/vmap/grad.
     """
-    system = _check_system(system)
+    system = with_policy(_check_system(system), policy)
     psi = _check_psi(psi, system)
     _check_dt(dt, system, None if imaginary else psi)
-    return strang(system, dt, imaginary=imaginary, project_norm=project_norm).step(psi)
+    return _output(strang(system, dt, imaginary=imaginary, project_norm=project_norm).step(psi), policy)
 
 
 def default_observables(psi: jax.Array, system: GPSystem) -> dict[str, jax.Array]:
@@ -578,7 +610,8 @@ class _SystemObserve:
 
 def evolve(psi: jax.Array, system: GPSystem, dt: Any, steps: int, save_every: int = 1, *,
            imaginary: bool = False, observe: Callable[[jax.Array, GPSystem], Any] | None = None,
-           remat: bool = False, project_norm: bool = False) -> tuple[jax.Array, Any]:
+           remat: bool = False, project_norm: bool = False, policy: str | Policy | None = None
+           ) -> tuple[jax.Array, Any]:
     """Advance ``psi`` by ``steps`` Strang steps: ``trajectory(strang(system, dt, ...), psi, steps)``.
 
     Compiled once per (shapes, dtypes, steps, save_every, imaginary/project_norm, observe, remat):
@@ -597,18 +630,22 @@ def evolve(psi: jax.Array, system: GPSystem, dt: Any, steps: int, save_every: in
         stores ~steps/save_every states instead of ``steps``.
       project_norm: remove the float32 FFT round-off drift of the norm (see :func:`step`); here the
         target is the initial Σ|ψ|², so the projection is self-correcting over the run.
+      policy: None (the system's dtype) or a precision policy / preset (:func:`with_policy`):
+        ``"f32"`` complex64, ``"f64"`` complex128 (needs ``jax.enable_x64``); the final ψ is cast
+        to the policy's output dtype, the observations stay in the compute dtype.
 
     Returns:
       (final ψ, observations stacked along a leading axis of length steps // save_every).
     """
-    system = _check_system(system)
+    system = with_policy(_check_system(system), policy)
     psi = _check_psi(psi, system)
     _check_dt(dt, system, None if imaginary else psi)
     stepper = strang(system, dt, imaginary=imaginary, project_norm=project_norm)
     if project_norm and not imaginary:
         stepper = stepper.replace(params=stepper.params.replace(target=_sumsq(psi)))
     obs = _SystemObserve(observe if observe is not None else default_observables)
-    return trajectory(stepper, psi, steps, save_every=save_every, observe=obs, remat=remat)
+    psi, observed = trajectory(stepper, psi, steps, save_every=save_every, observe=obs, remat=remat)
+    return _output(psi, policy), observed
 
 
 # ----------------------------------------------------------------------------------------------
@@ -768,7 +805,7 @@ def _ground_state_loop(stepper: Stepper, psi: jax.Array, norm: Any, tol: Any, ke
 
 def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float = 1e-9, max_steps: int = 100_000,
                  *, psi0: jax.Array | None = None, check_every: int = 100, key: jax.Array | None = None,
-                 noise: float = 0.0) -> tuple[jax.Array, dict[str, jax.Array]]:
+                 noise: float = 0.0, policy: str | Policy | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Ground state by imaginary-time Strang steps (:func:`strang` with ``imaginary=True``) at fixed norm.
 
     Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
@@ -790,13 +827,16 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
       key: PRNG key of the noise (required when ``noise`` ≠ 0).
       noise: relative amplitude of complex noise added to the initial guess (breaks symmetries, e.g.
         to let a vortex lattice nucleate in a rotating trap).
+      policy: None (the system's dtype) or a precision policy / preset (:func:`with_policy`);
+        ``"f32"`` reaches |E − E₀|/E₀ ≈ 1e-7, ``"f64"`` ≈ 3e-13 (1D trap, dt = 2e-3)
+        (measured, docs/guide/precision.md). ψ is returned in the policy's output dtype.
 
     Returns:
       (ψ, info): ψ complex of shape ``grid.shape``; info = {"steps", "energy" (total E of the returned
       ψ), "mu", "delta" (last relative change), "converged", "finite"}. Works under jit and vmap (e.g. over
       ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
     """
-    system = _check_system(system)
+    system = with_policy(_check_system(system), policy)
     check_scalar(tol, "tol", positive=True)
     check_scalar(max_steps, "max_steps", integer=True, minimum=1)
     check_scalar(check_every, "check_every", integer=True, minimum=1)
@@ -825,7 +865,7 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
         raise ValueError(f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf, "
                          f"e^(-dt·V/2) underflows the occupied region); use a smaller dt (e.g. dt <= "
                          f"{_gs_dt_hint(system):.3g}) and refine")
-    return psi, info
+    return _output(psi, policy), info
 
 
 def _check_imaginary_dt(dt: Any, system: GPSystem, psi: jax.Array) -> None:

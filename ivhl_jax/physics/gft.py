@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import spectral_multiply
@@ -189,13 +190,30 @@ def _gft_init(params: GFTParams, phi: Any) -> jax.Array:
     return _check_field(phi, params.system)
 
 
-def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = jnp.complex64) -> Stepper:
+def _policy_dtype(policy: str | Policy | None, dtype: Any) -> Any:
+    """Complex field dtype under ``policy`` (complex64 for "f32", complex128 for "f64"); ``dtype`` without one.
+    bf16/f16 policies are a ValueError: XLA has no complex bf16 and no bf16 FFT (see
+    :func:`ivhl_jax.core.precision.complex_state_dtype`)."""
+    if policy is None:
+        return dtype
+    return complex_state_dtype(policy, routine="the GFT split-step solver")
+
+
+def _output(phi: jax.Array, policy: str | Policy | None) -> jax.Array:
+    pol = physics_policy(policy)
+    return phi if pol is None else phi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
+
+
+def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = jnp.complex64,
+           policy: str | Policy | None = None) -> Stepper:
     """The Strang stepper of i∂φ/∂t = −Δφ + m²φ + λ|φ|²φ (lattice units; ``imaginary``: ∂φ/∂τ = −δV/δφ*).
 
     One step maps φ (complex, shape ``(*batch, *system.shape)``) to
     e^{−i dt/2 (m² + λ|φ|²)} e^{−i ε_k dt} e^{−i dt/2 (m² + λ|φ|²)} φ, ε_k = Σ_a 4 sin²(k_a/2), both
     factors exact. The kinetic factor is computed once (float64 NumPy for a concrete dt) in ``dtype``
     (the field's complex dtype; complex128 needs x64) and stored with dt in :class:`GFTParams`.
+    ``policy`` (a precision policy or preset name) overrides ``dtype``: ``"f32"`` → complex64,
+    ``"f64"`` → complex128 (needs ``jax.enable_x64``), ``"bf16"`` → ValueError naming ``policy``.
 
     Returns:
       A :class:`ivhl_jax.numerics.rollout.Stepper` for :func:`ivhl_jax.numerics.rollout.trajectory`.
@@ -203,7 +221,7 @@ def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = 
     if not isinstance(system, GFTSystem):
         raise TypeError(f"system must be a GFTSystem, got {type(system).__name__}")
     _check_dt(dt)
-    cdt = jnp.dtype(dtype)
+    cdt = jnp.dtype(_policy_dtype(policy, dtype))
     if not jnp.issubdtype(cdt, jnp.complexfloating):
         raise TypeError(f"dtype must be complex (complex64/complex128), got {cdt}")
     rdt = jnp.finfo(cdt).dtype
@@ -218,11 +236,15 @@ def _check_dt(dt: Any) -> Any:
     return dt
 
 
-def gft_step(phi: jax.Array, system: GFTSystem, dt: Any, *, imaginary: bool = False) -> jax.Array:
-    """One Strang step of i∂φ/∂t = δV/δφ* (or, ``imaginary``, of the gradient flow ∂φ/∂τ = −δV/δφ*)."""
+def gft_step(phi: jax.Array, system: GFTSystem, dt: Any, *, imaginary: bool = False,
+             policy: str | Policy | None = None) -> jax.Array:
+    """One Strang step of i∂φ/∂t = δV/δφ* (or, ``imaginary``, of the gradient flow ∂φ/∂τ = −δV/δφ*).
+    With ``policy`` the field is cast to its complex state dtype (see :func:`strang`) and the result
+    to the policy's output dtype."""
     phi = _check_field(phi, system)
+    phi = phi.astype(_policy_dtype(policy, phi.dtype))
     _check_dt(dt)
-    return _step_plan(phi, system, dt, _plan(system, dt, imaginary, phi.dtype), imaginary)
+    return _output(_step_plan(phi, system, dt, _plan(system, dt, imaginary, phi.dtype), imaginary), policy)
 
 
 def default_observables(phi: jax.Array, system: GFTSystem) -> dict[str, jax.Array]:
@@ -246,23 +268,27 @@ class _SystemObserve:
 
 def gft_evolve(phi: jax.Array, system: GFTSystem, dt: Any, steps: int, save_every: int = 1, *,
                imaginary: bool = False, observe: Callable[[jax.Array, GFTSystem], Any] | None = None,
-               remat: bool = False) -> tuple[jax.Array, Any]:
+               remat: bool = False, policy: str | Policy | None = None) -> tuple[jax.Array, Any]:
     """``steps`` Strang steps: ``trajectory(strang(system, dt, imaginary=...), phi, steps)``.
 
     Compiled once per (shapes, dtypes, steps, save_every, imaginary, observe, remat): a new φ, dt, m²
     or λ reuses the compiled loop (pass ``observe`` as a module-level function).
 
     Returns (final φ, observations every ``save_every`` steps; default :func:`default_observables`).
-    ``imaginary=True`` is the (unnormalised) gradient flow, see :func:`gft_relax`.
+    ``imaginary=True`` is the (unnormalised) gradient flow, see :func:`gft_relax`. ``policy``: the
+    field is evolved in the policy's complex state dtype (:func:`strang`; observations in it too) and
+    the final φ is returned in its output dtype.
     """
     phi = _check_field(phi, system)
+    phi = phi.astype(_policy_dtype(policy, phi.dtype))
     stepper = strang(system, dt, imaginary=imaginary, dtype=phi.dtype)
     obs = _SystemObserve(observe if observe is not None else default_observables)
-    return trajectory(stepper, phi, steps, save_every=save_every, observe=obs, remat=remat)
+    phi, observed = trajectory(stepper, phi, steps, save_every=save_every, observe=obs, remat=remat)
+    return _output(phi, policy), observed
 
 
 def gft_relax(phi: jax.Array, system: GFTSystem, dt: Any = 0.05, steps: int = 2000,
-              save_every: int = 100) -> tuple[jax.Array, Any]:
+              save_every: int = 100, *, policy: str | Policy | None = None) -> tuple[jax.Array, Any]:
     """Gradient flow ∂φ/∂τ = −δV/δφ* (imaginary time, no renormalisation): V decreases monotonically
     (for small dt) towards a minimum, the symmetry-broken vacuum |φ|² = −m²/λ when m² < 0."""
-    return gft_evolve(phi, system, dt, steps, save_every, imaginary=True)
+    return gft_evolve(phi, system, dt, steps, save_every, imaginary=True, policy=policy)
