@@ -1,15 +1,29 @@
-"""``ivhl sim cdt``: many independent 1+1D CDT Monte Carlo chains (vmapped), with checkpoints and plots.
+"""``ivhl sim cdt``: 1+1D CDT Monte Carlo, many independent chains: grow, thermalise, measure at fixed volume.
 
 Examples::
 
     ivhl sim cdt                                            # T=16, target N2=512, lambda=ln 2, 8 chains
-    ivhl sim cdt --set slices=32 --set volume=2048 --set chains=16 --set sweeps=400
+    ivhl sim cdt --set slices=32 --set volume=4096 --set chains=16 --set sweeps=400
     ivhl sim cdt --set eps=0 --set lam=0.75 --set volume=0  # no volume fixing (needs lam > ln 2)
 
-One sweep is ``attempts_per_sweep`` move attempts per chain (default: the target N2). Outputs in
-``--out`` (default ``runs/cdt``): ``volume_profiles.png``, ``volume_trace.png``, ``coordination.png``
-and ``summary.json`` (mean profile, correlator, coordination histogram, acceptance rates, distance
-spheres and a Hausdorff-dimension estimate from them).
+What a run does, as CDT users expect from the reference code 2d-cdt:
+
+1. *Start* on the smallest torus (every slice 3 vertices) and *grow* it: with volume fixing the quadratic
+   term pulls N2 to the target and every sweep ends exactly at N2 = target.
+2. *Thermalise* automatically: sweep until, in every chain, no vertex has had more than log2(2 N2) future
+   or past links (a grown triangulation has a few vertices of very high coordination), then as many sweeps
+   again.
+3. *Measure* ``sweeps`` sweeps (checkpointed in ``chunks``; a killed run resumes exactly): slice lengths,
+   coordination histogram, largest timelike degree, every ``measure_every`` sweeps, at N2 = target.
+4. *Analyse*: integrated autocorrelation times of the volume-profile observables with error bars, means
+   with autocorrelation-corrected errors; on the final triangulations, sphere volumes on the vertex and on
+   the dual graph, Hausdorff dimensions from both, and the quantum Ricci curvature (average sphere
+   distance, Klitgaard & Loll) on both.
+
+One sweep is ``attempts_per_sweep`` move attempts per chain (default: the target N2 with the JAX engine,
+100 N2 with the host engine, as in 2d-cdt). Outputs in ``--out`` (default ``runs/cdt``):
+``thermalisation.png``, ``volume_profiles.png``, ``autocorrelation.png``, ``coordination.png``,
+``curvature.png`` and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -17,13 +31,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.numerics import statistics
 from ivhl_jax.numerics.rollout import chunked
-from ivhl_jax.physics import cdt
+from ivhl_jax.physics import cdt, cdt_geometry, cdt_host
 from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
@@ -34,73 +50,227 @@ from ivhl_jax.train.checkpoint import Checkpointer
 @dataclasses.dataclass(frozen=True)
 class CDTConfig:
     slices: int = 16  # number of time slices T (>= 3)
-    volume: int = 512  # target number of triangles N2 (used by volume fixing and defaults)
+    volume: int = 512  # target number of triangles N2 (even; 0: no target, only with eps = 0)
     lam: float = cdt.LN2  # cosmological constant lambda
     eps: float = 0.02  # volume-fixing strength eps (0: none, then lam > ln 2 is required)
     chains: int = 8  # independent Markov chains (vmapped)
-    sweeps: int = 200  # sweeps per chain (raise it to extend a finished run)
+    sweeps: int = 200  # measured sweeps per chain after thermalisation (raise it to extend a finished run)
     measure_every: int = 2  # sweeps between measurements
     chunks: int = 10  # compiled chunks (progress lines and checkpoints); divides sweeps
-    attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: the target volume
-    capacity: int = 0  # vertex slots per chain; 0: 2 * volume (N0 ~ volume / 2, so 4x headroom)
-    init_length: int = 0  # initial slice length; 0: volume / (2 slices), at least 3
+    attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: N2 (jax engine) or 100 N2 (host engine)
+    capacity: int = 0  # vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)
+    engine: str = "auto"  # "jax", "host" (compiled CPU kernel, needs numba) or "auto" (host on CPU if available)
+    thermalise_max: int = 2000  # most sweeps of the automatic grow-and-thermalise phase
     seed: int = 0  # PRNG seed of the chains
-    r_max: int = 0  # distance-sphere radius for the Hausdorff estimate; 0: automatic
-    origins: int = 8  # BFS origins per chain
+    r_max: int = 0  # distance-sphere radius for the Hausdorff estimates; 0: automatic
+    origins: int = 8  # BFS origins per chain for the sphere volumes
+    curvature_deltas: int = 0  # the Ricci curvature is measured for delta = 1..this; 0: automatic
+    curvature_samples: int = 8  # point pairs per delta and chain for the Ricci curvature
 
     def validate(self) -> None:
-        if self.slices < 2:
-            raise ValueError(f"slices must be >= 2, got {self.slices}")
-        if self.volume < 6 * self.slices and self.volume != 0:
-            raise ValueError(f"volume={self.volume} is below the minimum 6 * slices = {6 * self.slices}")
+        if self.slices < 3:
+            raise ValueError(f"slices must be >= 3 (a torus of T >= 3 slices), got {self.slices}")
+        if self.volume != 0 and (self.volume < 6 * self.slices or self.volume % 2):
+            raise ValueError(f"volume must be an even number of triangles >= 6 * slices = {6 * self.slices}, "
+                             f"got {self.volume}")
         if self.eps > 0 and self.volume <= 0:
             raise ValueError("eps > 0 (volume fixing) needs volume > 0")
         if self.eps == 0 and self.lam <= cdt.LN2:
             raise ValueError(f"lam={self.lam} <= ln 2 without volume fixing diverges; set lam > ln 2 or eps > 0")
-        for name in ("chains", "sweeps", "measure_every", "chunks", "origins"):
+        for name in ("chains", "sweeps", "measure_every", "chunks", "origins", "thermalise_max",
+                     "curvature_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.sweeps % self.chunks or (self.sweeps // self.chunks) % self.measure_every:
             raise ValueError(f"sweeps ({self.sweeps}) must split into chunks ({self.chunks}) of a multiple of "
                              f"measure_every ({self.measure_every}) sweeps")
+        if self.engine not in ("auto",) + cdt.ENGINES:
+            raise ValueError(f"engine must be 'auto', 'jax' or 'host', got {self.engine!r}")
+        if self.engine == "host" and not cdt_host.available():
+            raise ValueError("engine='host' needs numba (pip install 'ivhl_jax[cpu-kernels]'); use engine=jax")
+        need = _min_capacity(self)
+        if self.capacity and self.capacity < need:
+            raise ValueError(f"capacity={self.capacity} vertex slots cannot hold the target volume N2={self.volume} "
+                             f"(N0 = N2/2 plus fluctuations); use capacity >= {need} or 0 (automatic)")
 
 
-def _derived(cfg: CDTConfig) -> tuple[int, int, int, int]:
-    vol = cfg.volume if cfg.volume > 0 else 6 * cfg.slices * 4
-    init_len = cfg.init_length or max(3, vol // (2 * cfg.slices))
-    cap = cfg.capacity or max(2 * vol, 4 * init_len * cfg.slices)
-    attempts = cfg.attempts_per_sweep or vol
-    return vol, init_len, cap, attempts
+def _min_capacity(cfg: CDTConfig) -> int:
+    vol = cfg.volume if cfg.volume > 0 else 24 * cfg.slices
+    return max(vol // 2 + 8 * int(math.sqrt(vol)) + 16, 3 * cfg.slices)
 
 
-def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True) -> dict:
-    """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
-    vol, init_len, cap, attempts = _derived(cfg)
-    params = cdt.make_params(cfg.lam, eps=cfg.eps, target=float(cfg.volume if cfg.eps > 0 else 0),
-                             attempts_per_sweep=attempts)
-    stepper = cdt.metropolis(params)
-    keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
-    chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, init_len, cap))(keys)
-    per_chunk = cfg.sweeps // cfg.chunks
-    chunk = chunked(stepper, per_chunk, save_every=cfg.measure_every, observe=cdt.observe_chain)
+def _engine(cfg: CDTConfig) -> str:
+    if cfg.engine != "auto":
+        return cfg.engine
+    return "host" if cdt_host.available() and jax.default_backend() == "cpu" else "jax"
+
+
+def _derived(cfg: CDTConfig) -> dict:
+    vol = cfg.volume if cfg.volume > 0 else 24 * cfg.slices
+    engine = _engine(cfg)
+    cap = cfg.capacity or min(max(vol, _min_capacity(cfg)), cdt.MAX_VERTEX_CAPACITY)
+    attempts = cfg.attempts_per_sweep or (100 * vol if engine == "host" else vol)
+    r_max = cfg.r_max or int(min(4 * cfg.slices, 6 * math.sqrt(vol) + 10))
+    deltas = cfg.curvature_deltas or max(1, min(6, r_max // 4))
+    return {"target_volume": vol, "engine": engine, "vertex_capacity": cap, "attempts_per_sweep": attempts,
+            "r_max": r_max, "curvature_deltas": deltas}
+
+
+def _params(cfg: CDTConfig, d: dict) -> cdt.CDTParams:
+    return cdt.make_params(cfg.lam, eps=cfg.eps, target=float(cfg.volume if cfg.eps > 0 else 0),
+                           attempts_per_sweep=d["attempts_per_sweep"], engine=d["engine"])
+
+
+def _vmapped_chunk(stepper, n_sweeps: int, every: int, observe):
+    chunk = chunked(stepper, n_sweeps, save_every=every, observe=observe)
 
     @jax.jit
     def advance(chains):
         chains, obs = jax.vmap(chunk)(chains)
-        # runner concatenates along axis 0: put measurements first, chains second
+        # the runner concatenates along axis 0: put measurements first, chains second
         return chains, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), obs)
 
+    return advance
+
+
+def _trace_obs(chain: cdt.Chain, params: cdt.CDTParams) -> dict:
+    return {"n2": chain.geometry.n2, "max_timelike_degree": cdt.max_timelike_degree(chain.geometry)}
+
+
+def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
+    """Grow from the smallest torus and thermalise (see the module docstring); returns (chains, record).
+
+    A chain meets the criterion at the first sweep where it is at the target volume (with volume fixing)
+    and no vertex has more than log2(2 N2) future or past links; the phase ends once every chain has met
+    it and as many sweeps again have passed as the slowest chain needed."""
+    block = 10
+    advance = _vmapped_chunk(stepper, block, 1, _trace_obs)
+    n2s, degs = [], []
+    met = np.full(cfg.chains, -1)
+    done = 0
+    t0 = time.perf_counter()
+    while done < cfg.thermalise_max:
+        chains, obs = advance(chains)
+        obs = jax.device_get(obs)
+        n2, deg = np.asarray(obs["n2"]), np.asarray(obs["max_timelike_degree"])  # (block, chains)
+        n2s.append(n2)
+        degs.append(deg)
+        ok = (deg <= np.log2(2.0 * np.maximum(n2, 1))) & ((n2 == cfg.volume) if cfg.eps > 0 else True)
+        first = np.where(ok.any(0), done + 1 + ok.argmax(0), -1)
+        met = np.where((met < 0) & (first > 0), first, met)
+        done += block
+        if np.all(met > 0) and done >= 2 * met.max():
+            break
+        if progress and (done // block) % 10 == 0:
+            print(f"thermalise: {done} sweeps, {int((met > 0).sum())}/{cfg.chains} chains met the criterion, "
+                  f"N2 {int(n2[-1].min())}..{int(n2[-1].max())}, max timelike degree {int(deg[-1].max())}")
+    if np.any(met < 0):
+        print(f"warning: {int((met < 0).sum())} chains not thermalised after thermalise_max={cfg.thermalise_max} "
+              "sweeps (target volume or timelike-degree criterion not met); raise thermalise_max")
+    elif progress:
+        print(f"thermalise: every chain met the criterion (at most {int(met.max())} sweeps); {done} sweeps in all")
+    record = {"sweeps": done, "criterion_met_at": met.tolist(), "seconds": time.perf_counter() - t0,
+              "n2": np.concatenate(n2s).tolist(), "max_timelike_degree": np.concatenate(degs).tolist()}
+    return chains, record
+
+
+def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True) -> dict:
+    """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
+    d = _derived(cfg)
+    params = _params(cfg, d)
+    stepper = cdt.metropolis(params)
+    keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
+    chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, 3, d["vertex_capacity"]))(keys)
+    therm_path = os.path.join(out, "thermalisation.json")
+    resuming = checkpointer is not None and checkpointer.latest_step() is not None
+    if resuming and os.path.exists(therm_path):
+        import json
+
+        with open(therm_path) as f:
+            therm = json.load(f)
+    else:
+        chains, therm = thermalise(cfg, stepper, chains, d, progress)
+        write_json(therm_path, therm)
+    per_chunk = cfg.sweeps // cfg.chunks
+    advance = _vmapped_chunk(stepper, per_chunk, cfg.measure_every, cdt.observe_chain)
     res = run_chunked(advance, chains, n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=checkpointer,
                       metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
     final = res.state.geometry
     hist = jax.device_get(res.history)
     if bool(np.any(hist["overflow"])):
-        print(f"warning: capacity {cap} overflowed in some chain; rerun with --set capacity={2 * cap}")
+        print(f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
+              f"--set capacity={2 * d['vertex_capacity']}")
     cdt.assert_invariants(final)
-    return _report(cfg, out, final, hist, res, vol, cap, attempts)
+    return _report(cfg, out, final, hist, res, d, therm)
 
 
-def _report(cfg, out, final, hist, res, vol, cap, attempts) -> dict:
+def _autocorrelation(series: np.ndarray) -> dict:
+    """τ_int per chain of a (n_meas, chains) series, averaged over chains (error: spread / sqrt(chains)).
+
+    NaN when there are fewer than 20 measurements (the windowed estimator needs a series many τ long)."""
+    import warnings
+
+    if series.shape[0] < 20:
+        return {"tau_int": float("nan"), "tau_int_err": float("nan"), "n_over_tau": float("nan")}
+    taus = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # short demo runs: reported through n_over_tau below
+        for c in range(series.shape[1]):
+            if np.ptp(series[:, c]) > 0:
+                taus.append(statistics.integrated_autocorrelation_time(series[:, c]).tau)
+    if not taus:
+        return {"tau_int": 0.5, "tau_int_err": 0.0, "n_over_tau": float(series.shape[0] / 0.5)}
+    tau = float(np.mean(taus))
+    err = float(np.std(taus, ddof=1) / math.sqrt(len(taus))) if len(taus) > 1 else float("nan")
+    return {"tau_int": tau, "tau_int_err": err, "n_over_tau": float(series.shape[0] / tau)}
+
+
+def _mean_error(series: np.ndarray) -> tuple[float, float]:
+    """Mean over chains and measurements; error from the spread of the per-chain means (independent chains)."""
+    per_chain = series.mean(0)
+    err = float(per_chain.std(ddof=1) / math.sqrt(per_chain.size)) if per_chain.size > 1 else float("nan")
+    return float(series.mean()), err
+
+
+def _geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict) -> dict:
+    """Sphere volumes, Hausdorff dimensions and Ricci curvature on the vertex and dual graphs of every chain."""
+    r_max, deltas = d["r_max"], tuple(range(1, d["curvature_deltas"] + 1))
+    keys = jax.random.split(jax.random.key(cfg.seed + 1), cfg.chains)
+
+    @jax.jit
+    def one(key, s):
+        tv, tnbr, tri_alive, vert_alive = cdt.geometry_arrays(s)
+        graphs = {"vertex": (cdt_geometry.vertex_adjacency_edges(tv, tri_alive), vert_alive),
+                  "dual": (cdt_geometry.dual_adjacency_edges(tnbr, tri_alive), tri_alive)}
+        out = {}
+        for name, ((src, dst), alive) in graphs.items():
+            k1, k2 = jax.random.split(jax.random.fold_in(key, len(out)))
+            out[name + "_spheres"] = cdt_geometry.sphere_volumes(k1, src, dst, alive, r_max, cfg.origins)
+            prof = cdt_geometry.ricci_curvature_profile(k2, src, dst, alive, deltas, cfg.curvature_samples)
+            out[name + "_curvature"] = prof.samples
+            out[name + "_curvature_overflow"] = prof.n_overflow
+        return out
+
+    res = jax.device_get(jax.vmap(one)(keys, final))
+    geo: dict = {"deltas": list(deltas), "r_max": r_max}
+    for name in ("vertex", "dual"):
+        spheres = np.asarray(res[name + "_spheres"]).mean(0)
+        d_h, d_h_err = cdt.hausdorff_from_spheres(spheres)
+        samples = np.asarray(res[name + "_curvature"])  # (chains, D, S)
+        ok = np.isfinite(samples)
+        n_ok = ok.sum((0, 2))
+        mean = np.where(n_ok > 0, np.nansum(samples, (0, 2)) / np.maximum(n_ok, 1), np.nan)
+        var = np.nansum((samples - mean[None, :, None]) ** 2, (0, 2)) / np.maximum(n_ok - 1, 1)
+        geo[name] = {"sphere_volumes": spheres.tolist(), "mean_distance": float(cdt.mean_distance(spheres)),
+                     "hausdorff_local": d_h, "hausdorff_local_err": d_h_err,
+                     "dbar_over_delta": mean.tolist(),
+                     "dbar_over_delta_err": np.sqrt(var / np.maximum(n_ok, 1)).tolist(),
+                     "curvature_samples": n_ok.tolist(),
+                     "curvature_sphere_overflow": int(np.asarray(res[name + "_curvature_overflow"]).sum())}
+    return geo
+
+
+def _report(cfg, out, final, hist, res, d, therm) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,20 +279,37 @@ def _report(cfg, out, final, hist, res, vol, cap, attempts) -> dict:
     lengths = np.asarray(hist["lengths"])  # (n_meas, chains, T)
     n2 = np.asarray(hist["n2"])
     n_meas = lengths.shape[0]
-    therm = n_meas // 2  # discard the first half as thermalisation
-    prof = lengths[therm:]
-    centred = np.asarray(cdt.center_profiles(prof))
-    corr = np.asarray(cdt.volume_correlator(prof))
-    coord = np.asarray(hist["coordination"])[therm:].sum((0, 1))
+    centred = np.asarray(cdt.center_profiles(lengths))
+    corr = np.asarray(cdt.volume_correlator(lengths))
+    coord = np.asarray(hist["coordination"]).sum((0, 1))
     acc = np.asarray(final.accepts).sum(0)
     att = np.asarray(final.attempts).sum(0)
+    spread = lengths.std(-1)  # (n_meas, chains): how far the profile is from a cylinder
+    l_max = lengths.max(-1).astype(float)
+    auto = {"profile_spread": _autocorrelation(spread), "largest_slice": _autocorrelation(l_max)}
+    geo = _geometry(cfg, final, d)
 
-    r_max = cfg.r_max or int(min(4 * cfg.slices, 6 * math.sqrt(vol) + 10))
-    spheres = np.asarray(jax.jit(jax.vmap(lambda k, s: cdt.sphere_volumes(k, s, r_max, cfg.origins)))(
-        jax.random.split(jax.random.PRNGKey(cfg.seed + 1), cfg.chains), final)).mean(0)
-    d_h, d_h_err = cdt.hausdorff_from_spheres(spheres)
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
+    sw = np.arange(1, len(therm["n2"]) + 1)
+    ax[0].plot(sw, np.asarray(therm["n2"]), lw=0.7)
+    ax[0].axhline(d["target_volume"], color="k", ls="--", lw=0.8, label="target")
+    ax[0].set_xlabel("sweep (grow and thermalise)")
+    ax[0].set_ylabel("$N_2$")
+    ax[0].legend(fontsize=7)
+    degs = np.asarray(therm["max_timelike_degree"])
+    ax[1].plot(sw, degs, lw=0.7)
+    ax[1].plot(sw, np.log2(2.0 * np.maximum(np.asarray(therm["n2"]), 1)).max(1), "k--", lw=0.8,
+               label="$\\log_2(2N_2)$")
+    met = [m for m in therm["criterion_met_at"] if m > 0]
+    if met:
+        ax[1].axvline(max(met), color="r", lw=0.8, label="all chains met the criterion")
+    ax[1].set_xlabel("sweep")
+    ax[1].set_ylabel("largest future/past degree")
+    ax[1].legend(fontsize=7)
+    fig.suptitle(f"thermalisation of {cfg.chains} chains ({d['engine']} engine)")
+    p_therm = save_figure(fig, os.path.join(out, "thermalisation.png"))
+    plt.close(fig)
 
-    sweeps_axis = (np.arange(n_meas) + 1) * cfg.measure_every
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     t = np.arange(cfg.slices)
     ax[0].plot(t, centred.mean((0, 1)), "k-", lw=2, label="mean (centred)")
@@ -136,56 +323,89 @@ def _report(cfg, out, final, hist, res, vol, cap, attempts) -> dict:
     ax[1].plot(np.arange(cfg.slices), corr, "o-")
     ax[1].set_xlabel(r"slice separation $\Delta t$")
     ax[1].set_ylabel(r"$\langle l_t l_{t+\Delta t}\rangle - \langle l\rangle^2$")
-    fig.suptitle(f"CDT T={cfg.slices}, target N2={cfg.volume}, lambda={cfg.lam:.4f}, eps={cfg.eps}")
+    fig.suptitle(f"CDT T={cfg.slices}, N2={d['target_volume']}, lambda={cfg.lam:.4f}, eps={cfg.eps}")
     p_prof = save_figure(fig, os.path.join(out, "volume_profiles.png"))
     plt.close(fig)
+
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.plot(sweeps_axis, n2, lw=0.7)
-    ax.set_xlabel("sweep")
-    ax.set_ylabel("number of triangles $N_2$")
-    ax.set_title(f"volume trace of {cfg.chains} chains (target {cfg.volume})")
-    p_trace = save_figure(fig, os.path.join(out, "volume_trace.png"))
+    lags = np.arange(min(n_meas, 50))
+    for name, series in (("profile spread", spread), ("largest slice", l_max)):
+        rho = np.mean([statistics.autocorrelation(series[:, c])[: lags.size] for c in range(series.shape[1])
+                       if np.ptp(series[:, c]) > 0] or [np.zeros(lags.size)], 0)
+        key = "profile_spread" if name == "profile spread" else "largest_slice"
+        ax.plot(lags * cfg.measure_every, rho, "o-", ms=3,
+                label=f"{name}: tau_int = {auto[key]['tau_int']:.2f} +- {auto[key]['tau_int_err']:.2f} measurements")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlabel("lag (sweeps)")
+    ax.set_ylabel("autocorrelation")
+    ax.legend(fontsize=7)
+    p_auto = save_figure(fig, os.path.join(out, "autocorrelation.png"))
     plt.close(fig)
+
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
     q = np.arange(coord.size)
     ax[0].bar(q, coord / max(coord.sum(), 1))
     ax[0].set_xlabel("coordination number q")
     ax[0].set_ylabel("fraction of vertices")
-    ax[0].set_title("vertex coordination numbers")
-    ax[1].loglog(np.arange(1, r_max + 1), spheres[1:], "o-", ms=3)
+    for name in ("vertex", "dual"):
+        sph = np.asarray(geo[name]["sphere_volumes"])
+        ax[1].loglog(np.arange(1, sph.size), sph[1:], "o-", ms=3,
+                     label=f"{name} graph, local d_H = {geo[name]['hausdorff_local']:.2f}")
     ax[1].set_xlabel("graph distance r (links)")
-    ax[1].set_ylabel("sphere volume S(r) (vertices)")
-    ax[1].set_title(f"distance spheres, local d_H = {d_h:.2f}")
+    ax[1].set_ylabel("sphere volume S(r)")
+    ax[1].legend(fontsize=7)
     p_coord = save_figure(fig, os.path.join(out, "coordination.png"))
     plt.close(fig)
 
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for name in ("vertex", "dual"):
+        ax.errorbar(geo["deltas"], geo[name]["dbar_over_delta"], geo[name]["dbar_over_delta_err"], fmt="o-",
+                    ms=3, capsize=2, label=f"{name} graph")
+    ax.set_xlabel(r"$\delta$ (links)")
+    ax.set_ylabel(r"$\bar d / \delta$")
+    ax.set_title("quantum Ricci curvature: average sphere distance")
+    ax.legend(fontsize=7)
+    p_curv = save_figure(fig, os.path.join(out, "curvature.png"))
+    plt.close(fig)
+
+    spread_mean, spread_err = _mean_error(spread)
     summary = {
-        "config": config_dict(cfg),
-        "derived": {"attempts_per_sweep": attempts, "vertex_capacity": cap, "target_volume": vol},
+        "config": config_dict(cfg), "derived": d,
+        "thermalisation": {k: therm[k] for k in ("sweeps", "criterion_met_at", "seconds")},
         "sweeps_done": res.steps, "resumed_from": res.resumed_from, "wall_time_s": res.wall_time_s,
         "overflow": bool(np.any(hist["overflow"])),
-        "mean_n2": float(n2[therm:].mean()), "std_n2": float(n2[therm:].std()),
-        "mean_slice_length": float(prof.mean()),
+        "measured_at_target": bool(np.all(n2 == d["target_volume"])) if cfg.eps > 0 else None,
+        "missed_target": int(np.asarray(final.missed_target).sum()),
+        "mean_n2": float(n2.mean()), "std_n2": float(n2.std()),
+        "mean_slice_length": float(lengths.mean()),
+        "profile_spread": {"mean": spread_mean, "err": spread_err},
+        "autocorrelation": auto,
         "mean_profile_centred": centred.mean((0, 1)).tolist(),
         "volume_correlator": corr.tolist(),
         "coordination_histogram": (coord / max(coord.sum(), 1)).tolist(),
         "mean_coordination": float((q * coord).sum() / max(coord.sum(), 1)),
         "acceptance": {n: float(acc[i] / max(att[i], 1)) for i, n in enumerate(cdt.MOVE_NAMES)},
         "accepted_moves": {n: int(acc[i]) for i, n in enumerate(cdt.MOVE_NAMES)},
-        "sphere_volumes": spheres.tolist(), "mean_distance": float(cdt.mean_distance(spheres)),
-        "hausdorff_local": d_h, "hausdorff_local_err": d_h_err,
-        "figures": [p_prof, p_trace, p_coord],
+        "geometry": geo,
+        "figures": [p_therm, p_prof, p_auto, p_coord, p_curv],
     }
     path = write_json(os.path.join(out, "summary.json"), summary)
-    print(f"CDT: <N2> = {summary['mean_n2']:.1f}, <l> = {summary['mean_slice_length']:.2f}, "
-          f"acceptance {summary['acceptance']}, local d_H = {d_h:.2f}")
+    print(f"CDT: <N2> = {summary['mean_n2']:.1f}, <l> = {summary['mean_slice_length']:.2f}, tau_int(spread) = "
+          f"{auto['profile_spread']['tau_int']:.2f} measurements, local d_H vertex "
+          f"{geo['vertex']['hausdorff_local']:.2f} / dual {geo['dual']['hausdorff_local']:.2f}, "
+          f"acceptance {summary['acceptance']}")
+    for name, a in auto.items():
+        if math.isnan(a["n_over_tau"]):
+            print(f"note: {name}: fewer than 20 measurements, no autocorrelation time; raise sweeps")
+        elif a["n_over_tau"] < 50:
+            print(f"note: {name}: only {a['n_over_tau']:.0f} x tau_int measurements; raise sweeps for reliable errors")
     summary["summary_path"] = path
     return summary
 
 
 def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
     summary = simulate(cfg, ctx.out, checkpointer=ctx.checkpointer, progress=ctx.progress)
-    names = ("volume_profiles", "volume_trace", "coordination")
+    names = ("thermalisation", "volume_profiles", "autocorrelation", "coordination", "curvature")
     return {"summary": summary["summary_path"], **dict(zip(names, summary["figures"]))}
 
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import collections
-import json
 import math
-import os
-import re
 
 import jax
 import numpy as np
@@ -105,26 +102,3 @@ def test_hausdorff_dimension_near_two():
     d_naive, _ = cdt.hausdorff_from_scaling(vols, dists, offset=False)
     print(f"volumes {vols}, <r> {dists}, d_H = {d_h:.3f} +- {err:.3f} (no-offset log-log fit: {d_naive:.3f})")
     assert abs(d_h - 2.0) < 0.3 and err < 0.3
-
-
-def test_sim_cli_writes_outputs_and_resumes(tmp_path, capsys):
-    from ivhl_jax.sims import cdt as sim
-
-    out = str(tmp_path / "run")
-    args = ["--set", "slices=6", "--set", "volume=96", "--set", "chains=2", "--set", "chunks=2",
-            "--set", "measure_every=2", "--out", out, "--no-progress"]
-    assert sim.main(args + ["--set", "sweeps=8"]) == 0
-    first = json.load(open(os.path.join(out, "summary.json")))
-    assert first["resumed_from"] is None and not first["overflow"]
-    for f in ("volume_profiles.png", "volume_trace.png", "coordination.png"):
-        assert os.path.getsize(os.path.join(out, f)) > 1000
-    assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4"]) == 0
-    second = json.load(open(os.path.join(out, "summary.json")))
-    assert second["resumed_from"] == 8 and second["sweeps_done"] == 16
-    capsys.readouterr()
-    # never continue another run; config errors are one line and exit status 2
-    assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4", "--set", "volume=120"]) == 2
-    assert re.search("different configuration.*volume", capsys.readouterr().err)
-    assert sim.main(["--set", "eps=0", "--set", "lam=0.6", "--out", out]) == 2
-    err = capsys.readouterr().err
-    assert "lam" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -18,7 +18,7 @@ import numpy as np
 from jax.experimental import checkify
 
 __all__ = ["is_concrete", "check_array", "check_scalar", "check_choice", "check_broadcastable",
-    "check_finite_tree", "checked"]
+    "check_key", "check_finite_tree", "checked"]
 
 _KINDS = {
     "floating": (np.floating,),
@@ -115,14 +115,15 @@ def check_scalar(
         arr = np.asarray(x)
         if arr.ndim != 0:
             raise ValueError(f"{name} must be a scalar, got shape {arr.shape}")
-        if integer and not (np.issubdtype(arr.dtype, np.integer) or float(arr) == int(arr)):
-            raise TypeError(f"{name} must be an integer, got {x!r}")
         if not np.issubdtype(arr.dtype, np.number) and arr.dtype != np.bool_:
             raise TypeError(f"{name} must be a number, got {type(x).__name__}")
         # Any: a complex value makes the order comparisons below raise TypeError, as intended.
         v: Any = complex(arr) if np.iscomplexobj(arr) else float(arr)
+        # Finiteness before the integer test: int(nan) / int(inf) would raise an error that names nothing.
         if isinstance(v, float) and not np.isfinite(v):
             raise ValueError(f"{name} must be finite, got {v}")
+        if integer and not (np.issubdtype(arr.dtype, np.integer) or (isinstance(v, float) and v == int(v))):
+            raise TypeError(f"{name} must be an integer, got {x!r}")
         if positive and not v > 0:
             raise ValueError(f"{name} must be > 0, got {v}")
         if nonnegative and not v >= 0:
@@ -153,6 +154,23 @@ def check_broadcastable(x: Any, name: str, length: int, length_name: str) -> jax
             f"{name} must be a scalar or have shape ({length},) to match {length_name}, got {tuple(arr.shape)}"
         )
     return arr
+
+
+def check_key(key: Any, name: str = "key") -> Any:
+    """Validate a single PRNG key: a typed key (``jax.random.key(seed)``) or a legacy ``uint32[2]`` one.
+
+    An integer seed, a float or a batch of keys fails here with a TypeError/ValueError naming ``name``
+    instead of inside ``jax.random`` at the first split. Returns ``key`` unchanged.
+    """
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if jnp.ndim(key) != 0:
+            raise ValueError(f"{name} must be a single PRNG key, got a batch of shape {jnp.shape(key)}")
+        return key
+    if dtype is not None and dtype == jnp.uint32 and jnp.shape(key) == (2,):
+        return key  # legacy raw key (jax.random.PRNGKey)
+    raise TypeError(f"{name} must be a PRNG key, e.g. jax.random.key(seed), got {type(key).__name__}"
+                    + (f" of dtype {dtype} and shape {jnp.shape(key)}" if dtype is not None else f" {key!r}"))
 
 
 def check_finite_tree(tree: Any, name: str) -> None:

@@ -67,13 +67,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_key, check_scalar
 from ivhl_jax.numerics.rollout import Stepper, rollout, trajectory
+from ivhl_jax.physics import cdt_geometry
+from ivhl_jax.physics.cdt_geometry import hausdorff_from_scaling, hausdorff_from_spheres, mean_distance
 
 __all__ = ["LN2", "MOVE_NAMES", "CDTState", "CDTParams", "Chain", "metropolis", "observe_chain",
     "make_params", "initial_state", "replicate", "apply_flip",
     "apply_insertion", "apply_removal", "is_removable", "log_acceptance", "attempt", "sweep", "live_triangles",
-    "live_vertices", "coordination_numbers", "coordination_histogram", "observe", "run", "run_chains",
+    "live_vertices", "coordination_numbers", "timelike_degrees", "max_timelike_degree", "geometry_arrays",
+    "buffer_layout", "ENGINES", "MAX_VERTEX_CAPACITY", "coordination_histogram", "observe", "run", "run_chains",
     "volume_correlator", "center_profiles", "vertex_distances", "sphere_volumes", "mean_distance",
     "hausdorff_from_spheres", "hausdorff_from_scaling", "check_invariants", "assert_invariants", "strip_count",
     "log_length_weight", "transfer_matrix", "exact_mean_length", "exact_length_distribution", "slice_orders",
@@ -521,10 +524,8 @@ def live_vertices(state: CDTState) -> jax.Array:
 
 def coordination_numbers(state: CDTState) -> jax.Array:
     """(C0,) number of triangles at each vertex (= its number of links); 0 for free slots."""
-    c0 = state.vtime.shape[0]
-    alive = live_triangles(state)
-    idx = jnp.where(alive[:, None], state.tv, c0).reshape(-1)
-    return jnp.zeros(c0, jnp.int32).at[idx].add(1, mode="drop")
+    tv, _, tri_alive, vert_alive = geometry_arrays(state)
+    return cdt_geometry.vertex_coordination(tv, tri_alive, vert_alive)
 
 
 def coordination_histogram(state: CDTState, max_coordination: int = 32) -> jax.Array:
@@ -534,14 +535,52 @@ def coordination_histogram(state: CDTState, max_coordination: int = 32) -> jax.A
     return jnp.zeros(max_coordination + 1, jnp.int32).at[q].add(1, mode="drop")
 
 
+def timelike_degrees(state: CDTState) -> tuple[jax.Array, jax.Array]:
+    """(future, past) timelike links of every vertex slot (C0,) each, for an unbatched state (vmap for
+    chains); 0 for free slots.
+
+    A vertex with ``k`` down triangles of the strip above having it as apex has ``k + 1`` future links
+    (likewise past links from the up triangles below), so its coordination is ``2 + future + past``.
+    """
+    c0 = state.vertex_capacity
+    alive_t, alive_v = live_triangles(state), live_vertices(state)
+    up = state.ttype == UP
+    apex = state.apex
+
+    def count(mask):
+        return jnp.zeros(c0, jnp.int32).at[jnp.where(mask, apex, c0)].add(1, mode="drop")
+
+    future = jnp.where(alive_v, 1 + count(alive_t & ~up), 0)
+    past = jnp.where(alive_v, 1 + count(alive_t & up), 0)
+    return future, past
+
+
+def max_timelike_degree(state: CDTState) -> jax.Array:
+    """Largest number of future or past links of any vertex (the thermalisation criterion of 2d-cdt compares
+    it with log2(2 N2): a grown, unthermalised triangulation has a few vertices with very many)."""
+    future, past = timelike_degrees(state)
+    return jnp.maximum(future.max(-1), past.max(-1))
+
+
+def geometry_arrays(state: CDTState) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``(tv, tnbr, tri_alive, vert_alive)`` of an unbatched state in the format of
+    :mod:`ivhl_jax.physics.cdt_geometry`: ``tnbr`` (C2, 3) holds the triangles across the left timelike,
+    right timelike and spatial edge (``tl``, ``tr``, slot ``^ 1``)."""
+    tnbr = jnp.stack([state.tl, state.tr, state.tc], axis=-1)
+    return state.tv, tnbr, live_triangles(state), live_vertices(state)
+
+
 def observe(state: CDTState, params: Any = None) -> dict[str, jax.Array]:
-    """Cheap per-measurement observables: slice lengths l_t, N2, N0, coordination histogram, flags."""
+    """Cheap per-measurement observables: slice lengths l_t, N2, N0, coordination histogram, the largest
+    timelike degree, flags and counters."""
     return {
         "lengths": state.lengths,
         "n2": state.n2,
         "n0": state.n0,
         "coordination": coordination_histogram(state),
+        "max_timelike_degree": max_timelike_degree(state),
         "overflow": state.overflow,
+        "missed_target": state.missed_target,
         "accepts": state.accepts,
         "attempts": state.attempts,
     }
@@ -553,7 +592,7 @@ def run(key: jax.Array, state: CDTState, params: CDTParams, sweeps: int, measure
     Returns ``(final_state, obs)`` with ``obs`` a dict of arrays with leading axis
     ``sweeps // measure_every`` (see :func:`observe`). Deterministic given ``key``.
     """
-    _check_key(key, "key")
+    check_key(key, "key")
     _check_state(state, "state", batched=False)
     check_scalar(sweeps, "sweeps", integer=True, nonnegative=True)
 
@@ -565,25 +604,11 @@ def run(key: jax.Array, state: CDTState, params: CDTParams, sweeps: int, measure
 def run_chains(key: jax.Array, states: CDTState, params: CDTParams, sweeps: int, measure_every: int = 1):
     """:func:`run` on a batch of independent chains (leading axis of ``states``, e.g. from
     :func:`replicate`), keys split per chain."""
-    _check_key(key, "key")
+    check_key(key, "key")
     _check_state(states, "states", batched=True)
     check_scalar(sweeps, "sweeps", integer=True, nonnegative=True)
     check_scalar(measure_every, "measure_every", integer=True, minimum=1)
     return _run_chains(key, states, params, int(sweeps), int(measure_every))
-
-
-def _check_key(key: Any, name: str) -> None:
-    """Accept one typed key (``jax.random.key(seed)``) or one legacy ``jax.random.PRNGKey(seed)`` (uint32 (2,))."""
-    fix = f"pass {name}=jax.random.key(seed) (or jax.random.PRNGKey(seed))"
-    dtype = getattr(key, "dtype", None)
-    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-        if jnp.shape(key) != ():
-            raise ValueError(f"{name} must be a single PRNG key, got a batch of shape {jnp.shape(key)}; {fix}")
-        return
-    if dtype is not None and jnp.dtype(dtype) == jnp.uint32 and jnp.shape(key) == (2,):
-        return
-    what = f"{type(key).__name__}" + (f" of dtype {dtype} and shape {jnp.shape(key)}" if dtype is not None else "")
-    raise TypeError(f"{name} must be a PRNG key, got {what}; {fix}")
 
 
 def _check_state(state: Any, name: str, *, batched: bool) -> None:
@@ -678,84 +703,31 @@ def center_profiles(lengths: jax.Array) -> jax.Array:
 
 
 def vertex_distances(state: CDTState, origin: jax.Array, r_max: int) -> jax.Array:
-    """Graph distance (in links) from ``origin`` to every vertex slot, by ``r_max`` BFS relaxations.
-
-    Unreached and free slots get ``r_max + 1``. Cost O(r_max * C2).
-    """
-    c0 = state.vtime.shape[0]
-    alive = live_triangles(state)
-    tv = state.tv
-    src = jnp.concatenate([tv[:, 0], tv[:, 1], tv[:, 2], tv[:, 1], tv[:, 2], tv[:, 0]])
-    dst = jnp.concatenate([tv[:, 1], tv[:, 2], tv[:, 0], tv[:, 0], tv[:, 1], tv[:, 2]])
-    dst = jnp.where(jnp.tile(alive, 6), dst, c0)
-    inf = r_max + 1
-    d0 = jnp.full(c0, inf, jnp.int32).at[origin].set(0)
-
-    def relax(_, d):
-        return jnp.minimum(d, d.at[dst].min(d[src] + 1, mode="drop"))
-
-    d = jax.lax.fori_loop(0, r_max, relax, d0)
-    return jnp.where(live_vertices(state), d, inf)
+    """Graph distance (in links) from ``origin`` to every vertex slot of an unbatched state
+    (:func:`ivhl_jax.physics.cdt_geometry.graph_distances` on the vertex graph); unreached and free slots
+    get ``r_max + 1``. Cost O(r_max * C2)."""
+    tv, _, tri_alive, vert_alive = geometry_arrays(state)
+    src, dst = cdt_geometry.vertex_adjacency_edges(tv, tri_alive)
+    d = cdt_geometry.graph_distances(src, dst, state.vertex_capacity, origin, r_max)
+    return jnp.where(vert_alive, d, r_max + 1)
 
 
-def sphere_volumes(key: jax.Array, state: CDTState, r_max: int, n_origins: int = 8) -> jax.Array:
-    """Mean number of vertices at distance r (r = 0..r_max) from ``n_origins`` uniform live vertices.
-
-    Returns (r_max + 1,) float32; ``sum_r`` equals N0 when ``r_max`` exceeds the diameter.
-    """
-    u = jax.random.uniform(key, (n_origins,))
-    origins = state.vperm[jnp.minimum((u * state.n0).astype(jnp.int32), state.n0 - 1)]
-
-    def one(o):
-        d = vertex_distances(state, o, r_max)
-        return jnp.zeros(r_max + 2, jnp.float32).at[d].add(1.0)[: r_max + 1]
-
-    return jax.vmap(one)(origins).mean(0)
-
-
-def mean_distance(spheres: jax.Array) -> jax.Array:
-    """Average distance ``<r> = sum r S(r) / sum S(r)`` of sphere volumes S (..., R)."""
-    s = jnp.asarray(spheres, jnp.float32)
-    r = jnp.arange(s.shape[-1], dtype=jnp.float32)
-    return (s * r).sum(-1) / s.sum(-1)
-
-
-def hausdorff_from_spheres(spheres, r_min: int = 1, r_max: int | None = None) -> tuple[float, float]:
-    """Local Hausdorff dimension from sphere volumes, ``S(r) ∝ r^(d_H - 1)`` fitted on [r_min, r_max].
-
-    A crude single-volume estimate (lattice effects at small r, finite size near the peak of S);
-    prefer :func:`hausdorff_from_scaling`. ``r_max`` defaults to 2/3 of the radius where S(r) peaks.
-    Returns (d_H, std error of the fit); NaN when fewer than 3 radii are usable.
-    """
-    s = np.asarray(spheres, float)
-    if r_max is None:
-        r_max = max(r_min + 2, 2 * int(np.argmax(s)) // 3)
-    r = np.arange(r_min, min(r_max, s.size - 1) + 1)
-    r = r[s[r] > 0]
-    if r.size < 3:
-        return float("nan"), float("nan")
-    coef, cov = np.polyfit(np.log(r), np.log(s[r]), 1, cov=True)
-    return float(coef[0] + 1.0), float(math.sqrt(max(cov[0, 0], 0.0)))
-
-
-def hausdorff_from_scaling(volumes, mean_distances, *, offset: bool = True) -> tuple[float, float]:
-    """Finite-size scaling ``<r> = a + b N^(1/d_H)`` over several volumes; returns (d_H, std error).
-
-    ``offset=True`` fits the lattice-artefact shift ``a`` too (needs >= 4 volumes); ``offset=False``
-    is the plain log-log fit ``<r> ∝ N^(1/d_H)``.
-    """
-    x = np.asarray(volumes, float)
-    y = np.asarray(mean_distances, float)
-    if not offset:
-        coef, cov = np.polyfit(np.log(x), np.log(y), 1, cov=True)
-        slope, err = coef[0], math.sqrt(max(cov[0, 0], 0.0))
-        return float(1.0 / slope), float(err / slope**2)
-    if x.size < 4:
-        raise ValueError(f"the offset fit needs at least 4 volumes, got {x.size}")
-    from scipy.optimize import curve_fit
-
-    (a, b, p), cov = curve_fit(lambda n, a, b, p: a + b * n**p, x, y, p0=(0.0, y[-1] / math.sqrt(x[-1]), 0.5))
-    return float(1.0 / p), float(math.sqrt(max(cov[2, 2], 0.0)) / p**2)
+def sphere_volumes(key: jax.Array, state: CDTState, r_max: int, n_origins: int = 8, *,
+                   graph: str = "vertex") -> jax.Array:
+    """Mean sphere volume |S_r| (r = 0..r_max) from ``n_origins`` uniform live origins, on the vertex graph
+    (vertices, distances in links) or the dual graph (triangles, distances in dual links), via
+    :func:`ivhl_jax.physics.cdt_geometry.sphere_volumes`. Returns (r_max + 1,) float32; ``sum_r`` equals
+    N0 (vertex) or N2 (dual) when ``r_max`` exceeds the diameter."""
+    tv, tnbr, tri_alive, vert_alive = geometry_arrays(state)
+    if graph == "vertex":
+        src, dst = cdt_geometry.vertex_adjacency_edges(tv, tri_alive)
+        alive = vert_alive
+    elif graph == "dual":
+        src, dst = cdt_geometry.dual_adjacency_edges(tnbr, tri_alive)
+        alive = tri_alive
+    else:
+        raise ValueError(f"graph must be 'vertex' or 'dual', got {graph!r}")
+    return cdt_geometry.sphere_volumes(key, src, dst, alive, r_max, n_origins).astype(jnp.float32)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""``ivhl sim cdt``: grow, thermalise, measure at the target volume, analyse; resume; config errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from ivhl_jax.physics import cdt_host
+from ivhl_jax.sims import cdt as sim
+
+SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "chunks=2",
+         "--set", "measure_every=2", "--set", "r_max=16", "--set", "curvature_deltas=2", "--set", "curvature_samples=2",
+         "--no-progress"]
+
+
+@pytest.mark.parametrize("engine", ["jax", pytest.param("host", marks=pytest.mark.skipif(
+    not cdt_host.available(), reason="needs numba"))])
+def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, engine):
+    out = str(tmp_path / "run")
+    args = SMALL + ["--set", f"engine={engine}", "--out", out]
+    assert sim.main(args + ["--set", "sweeps=8"]) == 0
+    first = json.load(open(os.path.join(out, "summary.json")))
+    assert first["resumed_from"] is None and not first["overflow"]
+    assert first["derived"]["engine"] == engine
+    assert first["measured_at_target"] and first["missed_target"] == 0 and first["mean_n2"] == 64
+    therm = first["thermalisation"]
+    assert all(m > 0 for m in therm["criterion_met_at"]) and therm["sweeps"] >= 2 * max(therm["criterion_met_at"])
+    for graph in ("vertex", "dual"):
+        geo = first["geometry"][graph]
+        n_nodes = 32 if graph == "vertex" else 64
+        assert abs(sum(geo["sphere_volumes"]) - n_nodes) < 1e-3  # r_max = 16 spans these tiny tori
+        assert len(geo["dbar_over_delta"]) == 2 and all(v > 0 for v in geo["dbar_over_delta"])
+    np.testing.assert_allclose(first["mean_coordination"], 6.0)  # Euler on the torus
+    for f in first["figures"]:
+        assert os.path.getsize(f) > 1000
+    assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4"]) == 0
+    second = json.load(open(os.path.join(out, "summary.json")))
+    assert second["resumed_from"] == 8 and second["sweeps_done"] == 16
+    assert second["thermalisation"] == first["thermalisation"]  # not redone on resume
+    capsys.readouterr()
+    assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4", "--set", "volume=80"]) == 2
+    assert re.search("different configuration.*volume", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("sets, pattern", [
+    (["slices=2"], "slices must be >= 3"),
+    (["capacity=20"], "capacity=20 .*cannot hold the target"),
+    (["eps=0", "lam=0.6"], "lam=0.6 <= ln 2"),
+    (["volume=65"], "even number of triangles"),
+    (["engine=gpu"], "engine must be"),
+])
+def test_sim_config_errors_are_one_line(tmp_path, capsys, sets, pattern):
+    args = [x for kv in sets for x in ("--set", kv)] + ["--out", str(tmp_path / "bad")]
+    assert sim.main(args) == 2
+    err = capsys.readouterr().err
+    assert re.search(pattern, err) and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_host_engine_without_numba_is_a_config_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cdt_host, "available", lambda: False)
+    assert sim.main(["--set", "engine=host", "--out", str(tmp_path / "x")]) == 2
+    assert "needs numba" in capsys.readouterr().err
