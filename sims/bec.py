@@ -34,6 +34,7 @@ from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
+from ivhl_jax.run.runner import phase as runner_phase
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -114,11 +115,39 @@ def gp_system(cfg: BECConfig) -> C.GPSystem:
     return C.GPSystem(grid, C.harmonic(grid, trap, dtype=_dtype(cfg)), cfg.g, cfg.omega_rot, fft=cfg.fft)
 
 
-def gp_initial_state(cfg: BECConfig, system: C.GPSystem) -> tuple[jax.Array, dict]:
-    """Ground state (imaginary time) with the configured vortices imprinted."""
-    psi, info = jax.jit(lambda s: C.ground_state(s, 1.0, dt=cfg.ground_dt, tol=cfg.ground_tol,
-                                                 max_steps=cfg.ground_steps, key=jax.random.key(cfg.seed),
-                                                 noise=cfg.noise))(system)
+GROUND_CHECK_EVERY = 100  # imaginary-time steps per convergence check (ground_state's check_every)
+GROUND_SEGMENTS = 10  # progress lines of the ground-state search (at most)
+
+
+def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = False) -> tuple[jax.Array, dict]:
+    """Ground state (imaginary time) with the configured vortices imprinted.
+
+    The search runs as up to :data:`GROUND_SEGMENTS` calls of :func:`ivhl_jax.physics.condensate.ground_state`,
+    each continuing from the last state (``psi0``) for an equal share of ``ground_steps``, so that with
+    ``progress`` a line reports the steps done, the energy and its relative change after each share: a large
+    grid's search takes minutes and must not look like a hang. The segments are whole convergence blocks of
+    :data:`GROUND_CHECK_EVERY` steps and stop as soon as one converges. Equal shares reuse one compiled program.
+    """
+    total_blocks = -(-cfg.ground_steps // GROUND_CHECK_EVERY)
+    seg_blocks = -(-total_blocks // GROUND_SEGMENTS)
+    budget = total_blocks * GROUND_CHECK_EVERY
+    psi, steps, info = None, 0, {}
+    with runner_phase("ground state", detail=f"imaginary time, up to {budget} steps of dt={cfg.ground_dt:g}; "
+                      "compiling first", enabled=progress) as note:
+        while steps < budget:
+            n = min(seg_blocks * GROUND_CHECK_EVERY, budget - steps)
+            first = psi is None
+            psi, info = C.ground_state(system, 1.0, dt=cfg.ground_dt, tol=cfg.ground_tol, max_steps=n,
+                                       psi0=psi, check_every=GROUND_CHECK_EVERY,
+                                       key=jax.random.key(cfg.seed) if first else None,
+                                       noise=cfg.noise if first else 0.0)
+            steps += int(info["steps"])
+            converged = bool(info["converged"])
+            note(f"{steps}/{budget} steps, E = {float(info['energy']):.8g}, relative change "
+                 f"{float(info['delta']):.1e}" + (" (converged)" if converged else ""))
+            if converged:
+                break
+    info = dict(info, steps=steps)
     if cfg.imprints:
         centers = jnp.asarray([[x, y] for x, y, _ in cfg.imprints])
         charges = jnp.asarray([q for _, _, q in cfg.imprints], jnp.int32)
@@ -154,7 +183,7 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
         if resuming:
             state = jnp.zeros(system.grid.shape, system.complex_dtype)  # template; restored from the checkpoint
         else:
-            state, extra["ground_state"] = gp_initial_state(cfg, system)
+            state, extra["ground_state"] = gp_initial_state(cfg, system, progress=progress)
             gs = extra["ground_state"]
             if not gs["converged"]:
                 print(f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "

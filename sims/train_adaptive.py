@@ -38,7 +38,7 @@ from ivhl_jax.nn.adaptive import AdaptiveConfig
 from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher, train_test_split
@@ -172,20 +172,23 @@ def _plots(out: str, hist: dict[str, np.ndarray], chunk: int) -> list[str]:
     w = max(1, min(50, len(steps) // 20))
     smooth = lambda v: np.convolve(v, np.ones(w) / w, mode="valid")
     ax[0].plot(steps[w - 1:], smooth(hist["loss"]))
-    ax[0].set(xlabel="step", ylabel="train loss (moving avg)", yscale="log")
+    ax[0].set(xlabel="optimiser step", ylabel=f"train cross-entropy (nats, {w}-step avg)", yscale="log",
+              title="loss")
     ax[1].plot(steps[w - 1:], smooth(hist["accuracy"]), label="train (moving avg)")
     ax[1].plot(hist["chunk_end_step"], hist["test_accuracy"], "o-", label="test")
-    ax[1].set(xlabel="step", ylabel="accuracy")
+    ax[1].set(xlabel="optimiser step", ylabel="accuracy", title="accuracy")
+    ax[1].ticklabel_format(axis="y", useOffset=False)
     ax[1].legend()
     for p in adaptive.PHASES:
         ax[2].plot(steps[w - 1:], smooth(hist[f"{p}_ratio"]), label=p)
-    ax[2].set(xlabel="step", ylabel="phase ratio")
+    ax[2].set(xlabel="optimiser step", ylabel="fraction of node updates", title="node phases")
     ax[2].legend()
+    fig.suptitle("adaptive-node network training")
     paths.append(save_figure(fig, os.path.join(out, "training.png")))
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot(steps, hist["mean_energy"], label="mean energy")
     ax.plot(steps, hist["mean_anxiety"], label="mean anxiety")
-    ax.set(xlabel="step")
+    ax.set(xlabel="optimiser step", ylabel="mean over nodes (model units)", title="node energy and anxiety")
     ax.legend()
     paths.append(save_figure(fig, os.path.join(out, "energy.png")))
     return paths
@@ -195,8 +198,10 @@ def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: 
           plots: bool = True, checkpointer: Checkpointer | None = None) -> dict[str, Any]:
     """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``.
     ``checkpointer`` is the driver's; without it the run folder ``out`` opens its own."""
-    data = load_dataset(cfg)
-    model, mcfg, carry, state, advance, evaluate = build(cfg, data)
+    with phase("loading data", enabled=progress):
+        data = load_dataset(cfg)
+    with phase("building the model", enabled=progress):
+        model, mcfg, carry, state, advance, evaluate = build(cfg, data)
     n_chunks = cfg.steps // cfg.chunk
     with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume,
                           save_every=cfg.chunk * cfg.checkpoint_every, keep=2) as ckpt:

@@ -53,7 +53,7 @@ from ivhl_jax.models.transformer import (
 from ivhl_jax.run.config import add_run_arguments, config_dict, load_config
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -227,8 +227,10 @@ def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool =
     driver's; without it the run folder ``out`` opens its own.
     """
     cfg.validate()
-    data = prepare_data(cfg)
-    state, advance, _ = build(cfg, data)
+    with phase("loading data", detail=f"up to {cfg.max_bytes} bytes of the Python stdlib", enabled=progress):
+        data = prepare_data(cfg)
+    with phase("building the model", enabled=progress):
+        state, advance, _ = build(cfg, data)
     n_chunks = cfg.steps // cfg.steps_per_chunk
     if stop_after_chunks is not None:
         n_chunks = min(n_chunks, int(stop_after_chunks))

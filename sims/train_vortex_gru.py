@@ -10,6 +10,10 @@ sub-grid position. The GRU sees the detected positions ``p_0..p_t`` and predicts
 (teacher forcing, MSE, Adam + clipping, as the seed). Reported on held-out trajectories: one-step
 RMSE against persistence (``p_{t+1} = p_t``) and constant velocity (``2 p_t - p_{t-1}``), and the
 detection error against the true centre.
+
+Outputs in ``--out`` (default ``runs/vortex_gru``): ``summary.json``, ``metrics.json``, ``vortex_gru.png``
+(test trajectories and the train loss) and ``loss_curve.png`` (train MSE; held-out RMSE after each chunk
+against the baselines); ``--no-plots`` skips the pictures.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from ivhl_jax.physics import fields
 from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -122,9 +126,14 @@ def baselines(p: np.ndarray) -> dict[str, float]:
 
 
 def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool = True,
-          checkpointer: Checkpointer | None = None) -> dict:
-    """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own."""
-    data = make_data(cfg)
+          checkpointer: Checkpointer | None = None, plots: bool = True) -> dict:
+    """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own.
+
+    Writes ``summary.json``, ``metrics.json`` and (with ``plots``) ``vortex_gru.png`` and ``loss_curve.png``.
+    """
+    with phase("making data", detail=f"{cfg.n_train + cfg.n_test} trajectories, vortices detected on a "
+               f"{cfg.grid}x{cfg.grid} window", enabled=progress):
+        data = make_data(cfg)
     model = TrajectoryGRU(hidden=cfg.hidden, layers=cfg.layers, variant=cfg.variant)
     train_arr = jnp.asarray(data["train"])
     test_arr = jnp.asarray(data["test"])
@@ -165,37 +174,74 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
                "steps": int(res.state.step), "resumed_from": res.resumed_from, "wall_time_s": res.wall_time_s}
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
+    if plots:
+        pred = np.asarray(jax.jit(predict)(res.state.params, test_arr[:3]))
+        summary["plot"], summary["loss_curve"] = write_plots(out, hist, data, pred, base, cfg.chunk)
+    return summary
+
+
+def write_plots(out: str, hist: dict[str, np.ndarray], data: dict[str, np.ndarray], pred: np.ndarray,
+                base: dict[str, float], chunk: int) -> tuple[str, str]:
+    """``vortex_gru.png`` (three test trajectories: true centre, detected, GRU one-step, and the train loss) and
+    ``loss_curve.png`` (train MSE per step with its moving average; test RMSE after each chunk against the
+    persistence and constant-velocity baselines). Positions are in units of the [-1, 1]² detection window.
+
+    Returns the two paths.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pred = np.asarray(jax.jit(predict)(res.state.params, test_arr[:3]))
     fig, ax = plt.subplots(1, 2, figsize=(10, 4.2))
-    for i in range(3):
+    for i in range(len(pred)):
         ax[0].plot(*data["true_test"][i].T, "k-", lw=0.8, label="true centre" if i == 0 else None)
         ax[0].plot(*data["test"][i].T, ".", ms=3, label="detected" if i == 0 else None)
         ax[0].plot(*pred[i].T, "x", ms=3, label="GRU one-step" if i == 0 else None)
-    ax[0].set(aspect="equal", title="vortex trajectories (test)")
+    ax[0].set(aspect="equal", title="vortex trajectories (test)", xlabel="x (window units)",
+              ylabel="y (window units)")
     ax[0].legend(fontsize=8)
-    ax[1].semilogy(hist["loss"])
-    ax[1].set(xlabel="step", ylabel="train MSE")
-    summary["plot"] = save_figure(fig, os.path.join(out, "vortex_gru.png"))
-    return summary
+    ax[1].semilogy(np.arange(1, len(hist["loss"]) + 1), hist["loss"])
+    ax[1].set(xlabel="optimiser step", ylabel="train MSE (window units²)", title="training loss")
+    plot = save_figure(fig, os.path.join(out, "vortex_gru.png"))
+
+    steps = np.arange(1, len(hist["loss"]) + 1)
+    w = max(1, min(50, len(steps) // 20))
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    ax[0].semilogy(steps, hist["loss"], lw=0.6, alpha=0.5, label="per step")
+    ax[0].semilogy(steps[w - 1:], np.convolve(hist["loss"], np.ones(w) / w, mode="valid"),
+                   label=f"moving average ({w} steps)")
+    ax[0].set(xlabel="optimiser step", ylabel="train MSE (window units²)", title="train loss")
+    ax[0].legend(fontsize=8)
+    chunk_end = chunk * np.arange(1, len(hist["test_rmse"]) + 1)
+    ax[1].plot(chunk_end, hist["test_rmse"], "o-", label="GRU (test)")
+    ax[1].axhline(base["constant_velocity_rmse"], color="k", ls="--", label="constant velocity")
+    ax[1].axhline(base["persistence_rmse"], color="0.5", ls=":", label="persistence")
+    ax[1].set(xlabel="optimiser step", ylabel="one-step RMSE (window units)", title="held-out error")
+    ax[1].ticklabel_format(axis="y", useOffset=False)
+    ax[1].legend(fontsize=8)
+    fig.suptitle("vortex GRU training")
+    return plot, save_figure(fig, os.path.join(out, "loss_curve.png"))
 
 
 def _run(cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
     t0 = time.perf_counter()
-    s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer)
+    s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer, plots=not ctx.args.no_plots)
     print(f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
           f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s")
-    return {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json"),
-            "plot": s["plot"]}
+    paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
+    if "plot" in s:
+        paths.update(plot=s["plot"], loss_curve=s["loss_curve"])
+    return paths
+
+
+def _no_plots(p) -> None:
+    p.add_argument("--no-plots", action="store_true", help="skip vortex_gru.png and loss_curve.png")
 
 
 SIMULATION = Simulation(prog="ivhl train vortex_gru", config_type=VortexGRUConfig, run=_run,
                         description=__doc__.split("\n\n")[0], checkpoint_every=lambda cfg: cfg.chunk,
-                        keep=lambda cfg: 2,
+                        keep=lambda cfg: 2, add_arguments=_no_plots,
                         default_out=lambda cfg, a: os.path.join("runs", "vortex_gru"))
 
 

@@ -442,7 +442,11 @@ def attention_flops(batch: int, seq_q: int, seq_k: int, heads: int, head_dim: in
     """Matmul FLOPs of attention: ``4·B·N·Tq·Tk·H`` forward (QKᵀ, PV).
 
     With ``backward`` ×3.5 (flash backward: 4 matmuls + the recomputed QKᵀ); ``causal`` halves it.
+    Every size must be a positive integer (a ValueError/TypeError names the one that is not).
     """
+    for name, size in (("batch", batch), ("seq_q", seq_q), ("seq_k", seq_k), ("heads", heads),
+                       ("head_dim", head_dim)):
+        check_scalar(size, name, integer=True, minimum=1)
     f = 4.0 * batch * heads * seq_q * seq_k * head_dim
     if backward:
         f *= 3.5

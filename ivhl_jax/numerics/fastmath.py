@@ -35,6 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.core.validation import check_array, check_scalar
+
 __all__ = ["safe_norm", "sincos", "point_source_sum"]
 
 # Squared distances below this are treated as this value: the gradient of |d| at d = 0 is
@@ -60,6 +62,9 @@ _C = tuple(np.float32(c) for c in (-0.5, 0.04166664183139801, -0.001388840377330
 
 def safe_norm(d: jax.Array, axis: int = -1) -> jax.Array:
     """Euclidean norm along ``axis`` whose value and gradient are finite at 0 (gradient 0 there)."""
+    ndim = jnp.ndim(d)
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool) or not -ndim <= axis < ndim:
+        raise ValueError(f"axis must be an integer axis of d (ndim {ndim}), got {axis!r}")
     r2 = jnp.sum(d * d, axis=axis)
     return _safe_sqrt(r2)
 
@@ -150,7 +155,20 @@ def point_source_sum(points: jax.Array, sources: jax.Array, amplitudes: jax.Arra
     Σ_j |A_j|/(r + ε): ~5e-7 for phases of tens of radians; for larger phases the float32 rounding
     of r and k·r themselves (≈ |k r|·6e-8 rad, the same for ``jnp.cos``/``jnp.sin``) dominates,
     e.g. ~3e-6 at |k r + θ| ≈ 500 rad. :func:`sincos` itself adds ≤ 1.5e-7 (absolute).
+
+    Raises:
+      ValueError/TypeError naming the argument for wrong ranks, mismatched lengths, a negative or
+      non-finite ``softening`` (when concrete), or a ``chunk``/``unroll`` that is not a positive integer.
     """
+    points = check_array(points, "points", ndim=2, kind="floating")
+    sources = check_array(sources, "sources", shape=(None, points.shape[1]), kind="numeric")
+    m = sources.shape[0]
+    for name, a in (("amplitudes", amplitudes), ("wavenumbers", wavenumbers), ("theta", theta)):
+        check_array(a, name, shape=(m,), kind="numeric")
+    check_scalar(softening, "softening", nonnegative=True)
+    check_scalar(chunk, "chunk", integer=True, minimum=1)
+    check_scalar(unroll, "unroll", integer=True, minimum=1)
+    unroll = int(unroll)
     out_dtype = points.dtype
     work = jnp.promote_types(out_dtype, jnp.float32)
     points = points.astype(work)

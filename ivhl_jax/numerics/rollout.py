@@ -66,6 +66,13 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
     init_fn: Callable[..., S] | None = flax.struct.field(pytree_node=False, default=None)
     name: str = flax.struct.field(pytree_node=False, default="stepper")
 
+    def __post_init__(self) -> None:
+        # A non-callable step_fn would otherwise surface only at the first step, deep inside a trace.
+        if not callable(self.step_fn):
+            raise TypeError(f"step_fn must be a function step_fn(state, params) -> state, got {self.step_fn!r}")
+        if self.init_fn is not None and not callable(self.init_fn):
+            raise TypeError(f"init_fn must be a function or None, got {self.init_fn!r}")
+
     def step(self, state: S) -> S:
         """Advance ``state`` by one step."""
         return self.step_fn(state, self.params)

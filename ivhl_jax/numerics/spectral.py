@@ -70,7 +70,22 @@ def spectral_multiply(psi: Complex[Array, "*shape"], factor_m1: Complex[Array | 
       axes: the transformed axes (negative or positive indices).
       fft: ``"xla"`` or ``"ducc"`` (module docstring).
     """
-    axes = tuple(int(a) % psi.ndim for a in axes)
+    ndim = jnp.ndim(psi)
+    try:
+        axes = tuple(axes)
+    except TypeError:
+        raise TypeError(f"axes must be a sequence of axis indices of psi, got {axes!r}") from None
+    if (not all(isinstance(a, (int, np.integer)) and -ndim <= a < ndim for a in axes)
+            or len({int(a) % ndim for a in axes}) != len(axes)):
+        raise ValueError(f"axes must be distinct axis indices of psi (ndim {ndim}), got {axes}")
+    axes = tuple(int(a) % ndim for a in axes)
+    try:  # a static (shape-only) check, so the hot path under jit pays nothing
+        np.broadcast_shapes(np.shape(factor_m1), np.shape(psi))
+    except ValueError:
+        raise ValueError(f"factor_m1 of shape {np.shape(factor_m1)} does not broadcast to psi's shape "
+                         f"{np.shape(psi)}") from None
+    if np.broadcast_shapes(np.shape(factor_m1), np.shape(psi)) != tuple(np.shape(psi)):
+        raise ValueError(f"factor_m1 of shape {np.shape(factor_m1)} would enlarge psi's shape {np.shape(psi)}")
     if fft == "xla":
         p = jnp.fft.fftn(psi, axes=axes)
         return jnp.fft.ifftn(p + p * factor_m1, axes=axes)

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 
 __all__ = [
     "tfi_apply",
@@ -50,7 +50,15 @@ def _check_chain(n: int, J: float, g: float) -> int:
 
 
 def tfi_apply(psi: jax.Array, J: float = 1.0, g: float = 1.0, periodic: bool = True) -> jax.Array:
-    """H·ψ for the TFI chain, ψ of shape (2,)*n (n = ψ.ndim). Jittable; linear in ψ; vmap over a batch axis."""
+    """H·ψ for the TFI chain, ψ of shape (2,)*n (n = ψ.ndim). Jittable; linear in ψ; vmap over a batch axis.
+
+    A ψ of another shape, or (outside a trace) with NaN/inf entries, raises a ValueError naming ``psi``.
+    """
+    psi = check_array(psi, "psi", kind="numeric", finite=True)
+    if psi.ndim < 1 or any(s != 2 for s in psi.shape):
+        raise ValueError(f"psi must have shape (2,)*n, one axis of size 2 per site, got {tuple(psi.shape)}")
+    check_scalar(J, "J")
+    check_scalar(g, "g")
     n = psi.ndim
     out = jnp.zeros_like(psi)
     sign_shape = [1] * n
@@ -99,7 +107,17 @@ def lanczos_ground_state(matvec: Callable[[jax.Array], jax.Array], v0: jax.Array
 
     Returns:
       (E₀, ψ₀) with ψ₀ normalised, shaped like ``v0``.
+
+    Raises:
+      ValueError naming ``v0`` (outside a trace) when it holds NaN/inf or is zero, and naming ``num_iter``
+      when that is not a positive integer: both would otherwise return NaN or fail deep inside the loop.
     """
+    check_scalar(num_iter, "num_iter", integer=True, minimum=1)
+    v0 = check_array(v0, "v0", kind="inexact", finite=True)
+    if v0.size == 0:
+        raise ValueError("v0 must have at least one entry")
+    if is_concrete(v0) and not np.any(np.asarray(v0) != 0):
+        raise ValueError("v0 is zero everywhere, so it cannot be normalised; pass a random starting vector")
     shape = v0.shape
     dim = v0.size
     k = int(min(num_iter, dim))
@@ -139,6 +157,7 @@ def tfi_ground_state(n: int, J: float = 1.0, g: float = 1.0, periodic: bool = Tr
     Runs in the default float dtype (float64 under ``jax.enable_x64(True)``).
     """
     n = _check_chain(n, J, g)
+    check_scalar(num_iter, "num_iter", integer=True, minimum=1)
     v0 = jax.random.normal(jax.random.key(seed), (2,) * n, dtype=jnp.result_type(float))
     dt = v0.dtype
     return _ground_jit(v0, jnp.asarray(J, dt), jnp.asarray(g, dt), bool(periodic), int(num_iter))
@@ -153,6 +172,7 @@ def tfi_energy_density(g: float = 1.0, J: float = 1.0, *, nodes: int = 256) -> f
     """Exact ground-state energy per site of the infinite TFI chain (Gauss–Legendre quadrature, float64)."""
     check_scalar(g, "g")
     check_scalar(J, "J")
+    check_scalar(nodes, "nodes", integer=True, minimum=1)
     x, wq = np.polynomial.legendre.leggauss(int(nodes))
     k = 0.5 * math.pi * (x + 1.0)
     eps = np.sqrt(J * J + g * g - 2.0 * J * g * np.cos(k))

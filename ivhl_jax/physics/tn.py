@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import opt_einsum
 
-from ivhl_jax.core.validation import check_array, check_scalar
+from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 
 __all__ = ["contract", "contraction_path", "entanglement_entropy", "renyi", "renyi_entropy", "schmidt_probabilities"]
 
@@ -81,13 +81,18 @@ def contract(subscripts: str, *tensors: Any, optimize: str = "auto") -> jax.Arra
 
 
 def _normalise_state(state: Any, dims: Sequence[int] | None) -> tuple[jax.Array, tuple[int, ...], tuple[int, ...]]:
-    """Return (psi with shape batch+dims, batch_shape, dims)."""
-    psi = check_array(state, "state", kind="numeric")
+    """Return (psi with shape batch+dims, batch_shape, dims).
+
+    Outside a trace a state with NaN/inf entries, or one of zero norm (its entropy would be NaN), raises a
+    ValueError naming ``state``.
+    """
+    psi = check_array(state, "state", kind="numeric", finite=True)
     if not (jnp.issubdtype(psi.dtype, jnp.floating) or jnp.issubdtype(psi.dtype, jnp.complexfloating)):
         psi = psi.astype(jnp.result_type(float))
     if dims is None:
         if psi.ndim < 1:
             raise ValueError("state must have one axis per site (shape (d_1, ..., d_n)); got a scalar")
+        _check_nonzero(psi, psi.ndim)
         return psi, (), tuple(psi.shape)
     dims = tuple(int(d) for d in dims)
     if any(d < 1 for d in dims):
@@ -102,10 +107,21 @@ def _normalise_state(state: Any, dims: Sequence[int] | None) -> tuple[jax.Array,
         raise ValueError(
             f"state of shape {psi.shape} matches neither (..., prod(dims)={total}) nor (..., *dims={dims}); "
             "pass dims equal to the local dimensions of the sites")
+    _check_nonzero(psi, len(dims))
     return psi, tuple(batch), dims
 
 
+def _check_nonzero(psi: jax.Array, n_sites: int) -> None:
+    if not is_concrete(psi) or psi.size == 0:
+        return
+    a = np.abs(np.asarray(psi)).reshape(psi.shape[: psi.ndim - n_sites] + (-1,))
+    if np.any(np.max(a, axis=-1) == 0):
+        raise ValueError("state has zero norm (every amplitude is 0), so it has no Schmidt decomposition")
+
+
 def _subsystem(subsystem: Any, n: int) -> tuple[int, ...]:
+    if isinstance(subsystem, str | bytes):
+        raise TypeError(f"subsystem must be a list of site indices (e.g. [0, 1]), got the string {subsystem!r}")
     if isinstance(subsystem, int | np.integer):
         raise TypeError("subsystem must be a list of site indices (e.g. [0, 1]); for a cut after k sites use range(k)")
     sites = tuple(int(s) % n if -n <= int(s) < n else int(s) for s in subsystem)

@@ -9,10 +9,11 @@ individual steps. Because ``advance`` is a pure function of the state, a run sto
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked"]
+__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase"]
 
 Advance = Callable[[Any], tuple[Any, Any]]
 
@@ -59,6 +60,27 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted at step {step}; newest checkpoint: step {checkpoint_step}")
         self.step = step
         self.checkpoint_step = checkpoint_step
+
+
+@contextlib.contextmanager
+def phase(name: str, *, enabled: bool = True, detail: str = "") -> Iterator[Callable[[str], None]]:
+    """Announce a long phase on stderr so a terminal is never silent: ``name (detail) ...`` when it starts and
+    ``name: done in X s`` when it ends; the yielded ``note(text)`` prints ``name: text (X s)`` in between.
+
+    Compilation, a ground-state search or data loading can take seconds to minutes before the first
+    progress-bar update; this line says which phase is running. ``enabled=False`` prints nothing.
+    """
+    t0 = time.perf_counter()
+
+    def note(text: str) -> None:
+        if enabled:
+            print(f"{name}: {text} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+
+    if enabled:
+        print(f"{name}{f' ({detail})' if detail else ''} ...", file=sys.stderr, flush=True)
+    yield note
+    if enabled:
+        print(f"{name}: done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 def _concat(chunks: list[Any], template: Any) -> Any:
@@ -124,6 +146,9 @@ def run_chunked(
     the same end, so interrupted and uninterrupted runs agree bit for bit. A checkpoint is written
     whenever the completed step count is a multiple of the checkpointer's ``save_every`` and at the
     end. ``metadata`` (a dict, or a function of (step, state) returning one) is stored with it.
+
+    With ``progress`` the first chunk's compilation is announced (``compiling <description> ...`` and
+    ``compiling <description>: done in X s``, see :func:`phase`) and then a bar or plain lines report the steps.
     """
     check_scalar(n_chunks, "n_chunks", integer=True, nonnegative=True)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
@@ -172,7 +197,13 @@ def run_chunked(
     saved_step = snapshot[2]
     try:
         for k in range(done, n_chunks):
-            new_state, obs = advance(snapshot[0])
+            if k == done:
+                # The first call compiles (seconds to minutes for a large step): say so before and after. The
+                # call returns once the program is compiled and dispatched, so the time is the compile time.
+                with phase(f"compiling {description}", enabled=progress):
+                    new_state, obs = advance(snapshot[0])
+            else:
+                new_state, obs = advance(snapshot[0])
             snapshot = (new_state, snapshot[1] + [obs], (k + 1) * steps_per_chunk)
             step = snapshot[2]
             report(step, obs)

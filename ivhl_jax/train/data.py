@@ -70,7 +70,8 @@ class Batcher:
 
 
 def train_test_split(n: int, test_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic split of ``range(n)`` into (train_idx, test_idx)."""
+    """Deterministic split of ``range(n)`` into (train_idx, test_idx); ``n`` >= 1, ``test_fraction`` in [0, 1]."""
+    check_scalar(n, "n", integer=True, minimum=1)
     check_scalar(test_fraction, "test_fraction", minimum=0.0, maximum=1.0)
     perm = np.random.default_rng(seed).permutation(n)
     n_test = int(round(n * test_fraction))

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from ivhl_jax.core import precision
-from ivhl_jax.core.validation import check_choice, check_scalar
+from ivhl_jax.core.validation import check_array, check_choice, check_key, check_scalar, is_concrete
 
 __all__ = ["LossFn", "TrainState", "make_optimizer", "init_train_state", "make_train_step", "make_eval_step"]
 
@@ -61,6 +61,14 @@ def make_optimizer(*, name: str = "adamw", learning_rate: float = 3e-4, warmup_s
     check_choice(name, "name", ("adam", "adamw"))
     check_scalar(learning_rate, "learning_rate", positive=True)
     check_scalar(warmup_steps, "warmup_steps", integer=True, nonnegative=True)
+    check_scalar(min_lr_ratio, "min_lr_ratio", minimum=0.0, maximum=1.0)
+    check_scalar(b1, "b1", minimum=0.0, maximum=1.0)
+    check_scalar(b2, "b2", minimum=0.0, maximum=1.0)
+    for beta_name, beta in (("b1", b1), ("b2", b2)):
+        if is_concrete(beta) and not float(beta) < 1.0:  # 1 - β^t = 0: Adam's bias correction divides by zero
+            raise ValueError(f"{beta_name} must be < 1, got {beta}")
+    check_scalar(eps, "eps", nonnegative=True)
+    check_scalar(weight_decay, "weight_decay", nonnegative=True)
     check_scalar(accumulate, "accumulate", integer=True, minimum=1)
     if total_steps is not None:
         check_scalar(total_steps, "total_steps", integer=True, minimum=max(1, warmup_steps))
@@ -85,7 +93,15 @@ def make_optimizer(*, name: str = "adamw", learning_rate: float = 3e-4, warmup_s
 def init_train_state(params: Any, optimizer: optax.GradientTransformation, *, key: jax.Array,
                      policy: str | precision.Policy = "fp32", extra: Any = None, **loss_scale_kwargs: Any
                      ) -> TrainState:
-    """Parameters are stored in the policy's ``param_dtype`` (fp32 master weights by default)."""
+    """Parameters are stored in the policy's ``param_dtype`` (fp32 master weights by default).
+
+    Every parameter leaf must be a numeric array with finite values (checked outside a trace; a NaN
+    in the initial weights would otherwise train silently into NaN) and ``key`` a single PRNG key; the
+    ValueError/TypeError names the offending leaf (``params['w']``) or ``key``.
+    """
+    check_key(key, "key")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        check_array(leaf, f"params{jax.tree_util.keystr(path)}", kind="numeric", finite=True)
     policy = precision.get_policy(policy)
     params = policy.cast_to_param(params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
