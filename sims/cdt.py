@@ -105,7 +105,8 @@ def _engine(cfg: CDTConfig) -> str:
     return "host" if cdt_host.available() and jax.default_backend() == "cpu" else "jax"
 
 
-def _derived(cfg: CDTConfig) -> dict:
+def derived(cfg: CDTConfig) -> dict:
+    """Quantities derived from the config: target volume, engine, capacity, attempts per sweep, radii."""
     vol = cfg.volume if cfg.volume > 0 else 24 * cfg.slices
     engine = _engine(cfg)
     cap = cfg.capacity or min(max(vol, _min_capacity(cfg)), cdt.MAX_VERTEX_CAPACITY)
@@ -116,12 +117,15 @@ def _derived(cfg: CDTConfig) -> dict:
             "r_max": r_max, "curvature_deltas": deltas}
 
 
-def _params(cfg: CDTConfig, d: dict) -> cdt.CDTParams:
+def chain_params(cfg: CDTConfig, d: dict) -> cdt.CDTParams:
+    """The Metropolis parameters of a run (volume fixing, attempts per sweep, engine)."""
     return cdt.make_params(cfg.lam, eps=cfg.eps, target=float(cfg.volume if cfg.eps > 0 else 0),
                            attempts_per_sweep=d["attempts_per_sweep"], engine=d["engine"])
 
 
-def _vmapped_chunk(stepper, n_sweeps: int, every: int, observe):
+def vmapped_chunk(stepper, n_sweeps: int, every: int, observe):
+    """A jitted ``advance(chains) -> (chains, obs)`` of ``n_sweeps`` sweeps of every chain, ``obs`` (measurements,
+    chains, ...)."""
     chunk = chunked(stepper, n_sweeps, save_every=every, observe=observe)
 
     @jax.jit
@@ -144,7 +148,7 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
     and no vertex has more than log2(2 N2) future or past links; the phase ends once every chain has met
     it and as many sweeps again have passed as the slowest chain needed."""
     block = 10
-    advance = _vmapped_chunk(stepper, block, 1, _trace_obs)
+    advance = vmapped_chunk(stepper, block, 1, _trace_obs)
     n2s, degs = [], []
     met = np.full(cfg.chains, -1)
     done = 0
@@ -176,8 +180,8 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
 
 def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True) -> dict:
     """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
-    d = _derived(cfg)
-    params = _params(cfg, d)
+    d = derived(cfg)
+    params = chain_params(cfg, d)
     stepper = cdt.metropolis(params)
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
     chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, 3, d["vertex_capacity"]))(keys)
@@ -192,7 +196,7 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
         chains, therm = thermalise(cfg, stepper, chains, d, progress)
         write_json(therm_path, therm)
     per_chunk = cfg.sweeps // cfg.chunks
-    advance = _vmapped_chunk(stepper, per_chunk, cfg.measure_every, cdt.observe_chain)
+    advance = vmapped_chunk(stepper, per_chunk, cfg.measure_every, cdt.observe_chain)
     res = run_chunked(advance, chains, n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=checkpointer,
                       metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
     final = res.state.geometry
@@ -232,7 +236,7 @@ def _mean_error(series: np.ndarray) -> tuple[float, float]:
     return float(series.mean()), err
 
 
-def _geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict) -> dict:
+def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict) -> dict:
     """Sphere volumes, Hausdorff dimensions and Ricci curvature on the vertex and dual graphs of every chain."""
     r_max, deltas = d["r_max"], tuple(range(1, d["curvature_deltas"] + 1))
     keys = jax.random.split(jax.random.key(cfg.seed + 1), cfg.chains)
@@ -287,7 +291,7 @@ def _report(cfg, out, final, hist, res, d, therm) -> dict:
     spread = lengths.std(-1)  # (n_meas, chains): how far the profile is from a cylinder
     l_max = lengths.max(-1).astype(float)
     auto = {"profile_spread": _autocorrelation(spread), "largest_slice": _autocorrelation(l_max)}
-    geo = _geometry(cfg, final, d)
+    geo = measure_geometry(cfg, final, d)
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
     sw = np.arange(1, len(therm["n2"]) + 1)

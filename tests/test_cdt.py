@@ -320,6 +320,10 @@ def test_host_engine_needs_numba(monkeypatch):
         cdt.make_params(0.8, engine="host")
     with pytest.raises(ValueError, match="engine must be one of"):
         cdt.make_params(0.8, engine="cuda")
+    with pytest.raises(ValueError, match="proposal='lists' needs engine='host'"):
+        cdt.make_params(0.8, proposal="lists")
+    with pytest.raises(ValueError, match="proposal must be one of"):
+        cdt.make_params(0.8, proposal="smart")
 
 
 def test_run_chains_deterministic_and_observables(small_runs):

@@ -76,7 +76,8 @@ __all__ = ["LN2", "MOVE_NAMES", "CDTState", "CDTParams", "Chain", "metropolis", 
     "make_params", "initial_state", "replicate", "apply_flip",
     "apply_insertion", "apply_removal", "is_removable", "log_acceptance", "attempt", "sweep", "live_triangles",
     "live_vertices", "coordination_numbers", "timelike_degrees", "max_timelike_degree", "geometry_arrays",
-    "buffer_layout", "ENGINES", "MAX_VERTEX_CAPACITY", "coordination_histogram", "observe", "run", "run_chains",
+    "buffer_layout", "ENGINES", "PROPOSALS", "MAX_VERTEX_CAPACITY", "coordination_histogram", "observe", "run",
+    "run_chains",
     "volume_correlator", "center_profiles", "vertex_distances", "sphere_volumes", "mean_distance",
     "hausdorff_from_spheres", "hausdorff_from_scaling", "check_invariants", "assert_invariants", "strip_count",
     "log_length_weight", "transfer_matrix", "exact_mean_length", "exact_length_distribution", "slice_orders",
@@ -194,7 +195,13 @@ class CDTParams(flax.struct.PyTreeNode):
     fixing the quadratic term only steers N2 towards ``target``; the fixed-volume ensemble is measured
     where N2 equals it, so each sweep continues (at most ``10 attempts_per_sweep`` more attempts) until
     N2 == target, the convention of the reference code 2d-cdt; a sweep that does not get there
-    increments ``missed_target``.
+    increments ``missed_target``. ``proposal`` (static): ``"uniform"`` (the moves of the module docstring,
+    both engines) or ``"lists"`` (host engine only): proposals drawn from the lists of possible moves, as in
+    2d-cdt, so that almost every attempt is accepted (a flip of a uniform flippable triangle, accepted with
+    ``min(1, F/F')``, F the number of flippable triangles; an insertion on a uniform link, accepted with
+    ``min(1, e^{-dS} N0/(N4+1))``; the removal of a uniform order-4 vertex, accepted with
+    ``min(1, e^{-dS} N4/(N0-1))``, N4 the number of order-4 vertices; an insertion creates exactly one
+    order-4 vertex, so N4(T') = N4 + 1 and these are the Metropolis-Hastings ratios of the move lists).
     """
 
     lam: jax.Array | float = LN2 + 0.1
@@ -203,16 +210,19 @@ class CDTParams(flax.struct.PyTreeNode):
     attempts_per_sweep: int = flax.struct.field(pytree_node=False, default=100)
     engine: str = flax.struct.field(pytree_node=False, default="jax")
     stop_at_target: bool = flax.struct.field(pytree_node=False, default=False)
+    proposal: str = flax.struct.field(pytree_node=False, default="uniform")
 
 
 ENGINES = ("jax", "host")
+PROPOSALS = ("uniform", "lists")
 
 
 def make_params(lam: float, *, eps: float = 0.0, target: float = 0.0, attempts_per_sweep: int = 100,
-                engine: str = "jax", stop_at_target: bool | None = None) -> CDTParams:
+                engine: str = "jax", stop_at_target: bool | None = None, proposal: str | None = None) -> CDTParams:
     """Validated :class:`CDTParams`. Without volume fixing (``eps=0``) the chain needs ``lam > ln 2``.
 
-    ``stop_at_target`` defaults to ``eps > 0`` (then ``target`` must be an even number of triangles).
+    ``stop_at_target`` defaults to ``eps > 0`` (then ``target`` must be an even number of triangles);
+    ``proposal`` to ``"lists"`` for the host engine and ``"uniform"`` for the JAX engine.
     """
     check_scalar(lam, "lam")
     check_scalar(eps, "eps", nonnegative=True)
@@ -229,11 +239,17 @@ def make_params(lam: float, *, eps: float = 0.0, target: float = 0.0, attempts_p
         from ivhl_jax.physics import cdt_host
 
         cdt_host.require()
+    proposal = proposal or ("lists" if engine == "host" else "uniform")
+    if proposal not in PROPOSALS:
+        raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
+    if proposal == "lists" and engine != "host":
+        raise ValueError("proposal='lists' needs engine='host' (the JAX engine keeps no move lists); "
+                         "use proposal='uniform'")
     stop = bool(eps > 0) if stop_at_target is None else bool(stop_at_target)
     if stop and (target <= 0 or target % 2):
         raise ValueError(f"stop_at_target needs an even target number of triangles N2 = 2 N0, got target={target}")
     return CDTParams(lam=float(lam), eps=float(eps), target=float(target), attempts_per_sweep=int(attempts_per_sweep),
-                     engine=engine, stop_at_target=stop)
+                     engine=engine, stop_at_target=stop, proposal=proposal)
 
 
 def initial_state(n_slices: int, length: int, capacity: int | None = None) -> CDTState:
@@ -586,29 +602,30 @@ def observe(state: CDTState, params: Any = None) -> dict[str, jax.Array]:
     }
 
 
-def run(key: jax.Array, state: CDTState, params: CDTParams, sweeps: int, measure_every: int = 1):
-    """``sweeps`` sweeps in ``lax.scan``; observables every ``measure_every`` sweeps.
+def run(key: jax.Array, state: CDTState, params: CDTParams, steps: int, save_every: int = 1):
+    """``steps`` sweeps in ``lax.scan``; observables every ``save_every`` sweeps (the vocabulary of
+    :func:`ivhl_jax.numerics.rollout.trajectory`: one step of :func:`metropolis` is one sweep).
 
     Returns ``(final_state, obs)`` with ``obs`` a dict of arrays with leading axis
-    ``sweeps // measure_every`` (see :func:`observe`). Deterministic given ``key``.
+    ``steps // save_every`` (see :func:`observe`). Deterministic given ``key``.
     """
     check_key(key, "key")
     _check_state(state, "state", batched=False)
-    check_scalar(sweeps, "sweeps", integer=True, nonnegative=True)
+    check_scalar(steps, "steps", integer=True, nonnegative=True)
 
-    final, obs = trajectory(metropolis(params), Chain(key=key, geometry=state), sweeps, save_every=measure_every,
+    final, obs = trajectory(metropolis(params), Chain(key=key, geometry=state), steps, save_every=save_every,
                             observe=observe_chain)
     return final.geometry, obs
 
 
-def run_chains(key: jax.Array, states: CDTState, params: CDTParams, sweeps: int, measure_every: int = 1):
+def run_chains(key: jax.Array, states: CDTState, params: CDTParams, steps: int, save_every: int = 1):
     """:func:`run` on a batch of independent chains (leading axis of ``states``, e.g. from
     :func:`replicate`), keys split per chain."""
     check_key(key, "key")
     _check_state(states, "states", batched=True)
-    check_scalar(sweeps, "sweeps", integer=True, nonnegative=True)
-    check_scalar(measure_every, "measure_every", integer=True, minimum=1)
-    return _run_chains(key, states, params, int(sweeps), int(measure_every))
+    check_scalar(steps, "steps", integer=True, nonnegative=True)
+    check_scalar(save_every, "save_every", integer=True, minimum=1)
+    return _run_chains(key, states, params, int(steps), int(save_every))
 
 
 def _check_state(state: Any, name: str, *, batched: bool) -> None:
@@ -625,12 +642,12 @@ def _check_state(state: Any, name: str, *, batched: bool) -> None:
                          f"{jnp.shape(state.n0)}; use cdt.run_chains for replicated states")
 
 
-@functools.partial(jax.jit, static_argnames=("sweeps", "measure_every"))
-def _run_chains(key: jax.Array, states: CDTState, params: CDTParams, sweeps: int, measure_every: int):
+@functools.partial(jax.jit, static_argnames=("steps", "save_every"))
+def _run_chains(key: jax.Array, states: CDTState, params: CDTParams, steps: int, save_every: int):
     keys = jax.random.split(key, states.n0.shape[0])
 
     def one(k, s):
-        final, obs = rollout(_sweep_step, Chain(key=k, geometry=s), params, sweeps, save_every=measure_every,
+        final, obs = rollout(_sweep_step, Chain(key=k, geometry=s), params, steps, save_every=save_every,
                              observe=observe_chain)
         return final.geometry, obs
 

@@ -163,21 +163,207 @@ def _kernels() -> tuple[Any, Any]:
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return x, z ^ (z >> np.uint64(31))
 
+    # ---- move lists (2d-cdt's proposals): the flippable triangles (right neighbour of the other type) and the
+    # order-4 vertices, kept in swap-remove bags rebuilt from the buffer at the start of every call (O(N) per
+    # call, so the buffer layout and the checkpoints do not change).
+
+    @numba.njit(inline="always")
+    def bag_set(perm, pos, counts, k, x, on):
+        # insert x into / remove x from bag k (prefix perm[:counts[k]]), idempotent
+        i = pos[x]
+        n = counts[k]
+        inside = i < n
+        if on and not inside:
+            y = perm[n]
+            perm[i], perm[n] = y, x
+            pos[y], pos[x] = i, n
+            counts[k] = n + 1
+        elif not on and inside:
+            y = perm[n - 1]
+            perm[i], perm[n - 1] = y, x
+            pos[y], pos[x] = i, n - 1
+            counts[k] = n - 1
+
+    @numba.njit(inline="always")
+    def order4(buf, o_tl, v):
+        return (buf[o_tl + 2 * v] & 1) == 0 and (buf[o_tl + 2 * v + 1] & 1) == 1
+
+    @numba.njit(inline="always")
+    def update_q(buf, o_tl, qperm, qpos, counts, v):
+        bag_set(qperm, qpos, counts, 1, v, order4(buf, o_tl, v))
+
+    @numba.njit(inline="always")
+    def flippable(buf, o_tr, t):
+        return ((t ^ buf[o_tr + t]) & 1) == 1
+
+    @numba.njit(cache=True)
+    def build_lists(buf, off, c0):
+        o_tl, o_tr, o_vperm, o_n0 = off[0], off[1], off[5], off[8]
+        fperm = np.arange(2 * c0).astype(np.int32)
+        fpos = fperm.copy()
+        qperm = np.arange(c0).astype(np.int32)
+        qpos = qperm.copy()
+        counts = np.zeros(2, np.int64)  # [F, N4]
+        for i in range(buf[o_n0]):
+            v = buf[o_vperm + i]
+            bag_set(fperm, fpos, counts, 0, 2 * v, flippable(buf, o_tr, 2 * v))
+            bag_set(fperm, fpos, counts, 0, 2 * v + 1, flippable(buf, o_tr, 2 * v + 1))
+            if order4(buf, o_tl, v):
+                bag_set(qperm, qpos, counts, 1, v, True)
+        return fperm, fpos, qperm, qpos, counts
+
+    @numba.njit(inline="always")
+    def pick(word, n):
+        return (word * n) >> 32  # exact floor(word n / 2^32) in int64 (word < 2^32, n < 2^31)
+
+    @numba.njit(inline="always")
+    def one_lists(buf, w0, w1, lam, eps, target, off, c0, fperm, fpos, qperm, qpos, counts):
+        """One attempt with 2d-cdt's proposals; acceptances (float64):
+        flip t1 (1/F): min(1, F/F'); add on the right link of a uniform vertex (1/N0): min(1, e^{-dS} N0/(N4+1));
+        delete a uniform order-4 vertex (1/N4): min(1, e^{-dS} N4/(N0-1)). N4(T') = N4(T) + 1 exactly after an
+        insertion (the apexes that gain a link had >= 2 links on that side already)."""
+        o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0, o_ovf, o_att, o_acc, _ = off
+        n0 = buf[o_n0]
+        move = w1 & 3
+        u = (w1 >> 8) * 2.0**-24
+        kind = 0 if move <= 1 else (1 if move == 2 else 2)
+        buf[o_att + kind] += 1
+        if kind == 0:
+            nf = counts[0]
+            t1 = fperm[pick(w0, nf)]
+            t2 = buf[o_tr + t1]
+            fl = buf[o_tl + t1]
+            fr = buf[o_tr + t2]
+            # after the flip the order is fl t2 t1 fr; t2 -> t1 stays flippable
+            new_fl = ((fl ^ t2) & 1) == 1
+            new_t1 = ((t1 ^ fr) & 1) == 1
+            nf_new = nf - 1 - flippable(buf, o_tr, fl) + new_fl + new_t1 + 1 - flippable(buf, o_tr, t2)
+            if nf_new > nf and u * nf_new >= nf:
+                return
+            new_apex_t1 = buf[o_vr + t2 // 2]
+            old_apex_t1, old_apex_t2 = buf[o_ap + t1], buf[o_ap + t2]
+            buf[o_tr + fl] = t2
+            buf[o_tl + t2] = fl
+            buf[o_tr + t2] = t1
+            buf[o_tl + t1] = t2
+            buf[o_tr + t1] = fr
+            buf[o_tl + fr] = t1
+            buf[o_ap + t1] = new_apex_t1
+            buf[o_ap + t2] = t1 // 2
+            bag_set(fperm, fpos, counts, 0, fl, new_fl)
+            bag_set(fperm, fpos, counts, 0, t2, True)
+            bag_set(fperm, fpos, counts, 0, t1, new_t1)
+            # the lost link joined the old apexes, the new one joins t1's base-left vertex and new_apex_t1
+            update_q(buf, o_tl, qperm, qpos, counts, old_apex_t1)
+            update_q(buf, o_tl, qperm, qpos, counts, old_apex_t2)
+            update_q(buf, o_tl, qperm, qpos, counts, t1 // 2)
+            update_q(buf, o_tl, qperm, qpos, counts, new_apex_t1)
+            buf[o_acc] += 1
+            return
+        dn2 = 2.0 if kind == 1 else -2.0
+        ds = lam * dn2 + eps * dn2 * (2.0 * (2.0 * n0 - target) + dn2)
+        n4 = counts[1]
+        if kind == 1:
+            if u * (n4 + 1.0) >= np.exp(-ds) * n0:
+                return
+            if n0 + 1 > c0:
+                buf[o_ovf] = 1
+                return
+            w = buf[o_vperm + pick(w0, n0)]
+            up = 2 * w
+            dn = up + 1
+            t = buf[o_vt + w]
+            av = buf[o_vperm + n0]
+            au = 2 * av
+            ad = au + 1
+            ax = buf[o_tr + up]
+            ay = buf[o_tr + dn]
+            buf[o_tr + up] = au
+            buf[o_tl + au] = up
+            buf[o_tr + au] = ax
+            buf[o_tl + ax] = au
+            buf[o_tr + dn] = ad
+            buf[o_tl + ad] = dn
+            buf[o_tr + ad] = ay
+            buf[o_tl + ay] = ad
+            buf[o_ap + au] = buf[o_ap + up]
+            buf[o_ap + ad] = buf[o_ap + dn]
+            buf[o_vr + av] = buf[o_vr + w]
+            buf[o_vr + w] = av
+            buf[o_vt + av] = t
+            buf[o_len + t] += 1
+            buf[o_n0] = n0 + 1
+            buf[o_acc + 1] += 1
+            bag_set(fperm, fpos, counts, 0, au, flippable(buf, o_tr, au))
+            bag_set(fperm, fpos, counts, 0, ad, flippable(buf, o_tr, ad))
+            bag_set(fperm, fpos, counts, 0, up, False)
+            bag_set(fperm, fpos, counts, 0, dn, False)
+            update_q(buf, o_tl, qperm, qpos, counts, av)
+            update_q(buf, o_tl, qperm, qpos, counts, buf[o_ap + up])
+            update_q(buf, o_tl, qperm, qpos, counts, buf[o_ap + dn])
+            return
+        if n4 == 0:
+            return
+        w = qperm[pick(w0, n4)]
+        t = buf[o_vt + w]
+        if buf[o_len + t] <= 3:
+            return
+        if u * (n0 - 1.0) >= np.exp(-ds) * n4:
+            return
+        up = 2 * w
+        dn = up + 1
+        lu = buf[o_tl + up]
+        ld = buf[o_tl + dn]
+        ax = buf[o_tr + up]
+        ay = buf[o_tr + dn]
+        c_up, c_dn = buf[o_ap + up], buf[o_ap + dn]
+        bag_set(fperm, fpos, counts, 0, up, False)
+        bag_set(fperm, fpos, counts, 0, dn, False)
+        bag_set(qperm, qpos, counts, 1, w, False)
+        buf[o_tr + lu] = ax
+        buf[o_tl + ax] = lu
+        buf[o_tr + ld] = ay
+        buf[o_tl + ay] = ld
+        buf[o_vr + lu // 2] = buf[o_vr + w]
+        buf[o_len + t] -= 1
+        pos_w = buf[o_vpos + w]
+        last = buf[o_vperm + n0 - 1]
+        buf[o_vperm + pos_w] = last
+        buf[o_vperm + n0 - 1] = w
+        buf[o_vpos + last] = pos_w
+        buf[o_vpos + w] = n0 - 1
+        buf[o_n0] = n0 - 1
+        buf[o_acc + 2] += 1
+        bag_set(fperm, fpos, counts, 0, lu, flippable(buf, o_tr, lu))
+        bag_set(fperm, fpos, counts, 0, ld, flippable(buf, o_tr, ld))
+        update_q(buf, o_tl, qperm, qpos, counts, c_up)
+        update_q(buf, o_tl, qperm, qpos, counts, c_dn)
+
     @numba.njit(parallel=True, cache=True)
-    def run_stream(bufs, seeds, n, target_n0, max_extra, lam, eps, target, off, c0):
+    def run_stream(bufs, seeds, n, target_n0, max_extra, lam, eps, target, off, c0, lists):
         mask = np.uint64(0xFFFFFFFF)
         o_n0, o_miss = off[8], off[12]
         for c in numba.prange(bufs.shape[0]):
             buf = bufs[c]
             x = (np.uint64(seeds[c, 0]) << np.uint64(32)) | np.uint64(seeds[c, 1])
+            if lists:
+                fperm, fpos, qperm, qpos, counts = build_lists(buf, off, c0)
             for _ in range(n):
                 x, z = splitmix(x)
-                one(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off, c0)
+                if lists:
+                    one_lists(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off,
+                              c0, fperm, fpos, qperm, qpos, counts)
+                else:
+                    one(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off, c0)
             if target_n0[c] >= 0:
                 extra = 0
                 while buf[o_n0] != target_n0[c] and extra < max_extra:
                     x, z = splitmix(x)
-                    one(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off, c0)
+                    if lists:
+                        one_lists(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c],
+                                  off, c0, fperm, fpos, qperm, qpos, counts)
+                    else:
+                        one(buf, np.int64(z & mask), np.int64(z >> np.uint64(32)), lam[c], eps[c], target[c], off, c0)
                     extra += 1
                 if buf[o_n0] != target_n0[c]:
                     buf[o_miss] += 1
@@ -194,7 +380,7 @@ def _params_arrays(params: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 def _host_call(kernel_index: int, extra: tuple, buf: np.ndarray, rand: np.ndarray, lam, eps, target, off, c0,
-               target_n0=None):
+               target_n0=None, tail: tuple = ()):
     shape = buf.shape
     bufs = np.array(buf, np.int32).reshape(-1, shape[-1])
     nb = bufs.shape[0]
@@ -207,7 +393,7 @@ def _host_call(kernel_index: int, extra: tuple, buf: np.ndarray, rand: np.ndarra
     if target_n0 is not None:
         extra = (extra[0], per_chain(target_n0, np.int32), extra[1])
     kernel = _kernels()[kernel_index]
-    kernel(bufs, rand, *extra, lam, eps, target, off, c0)
+    kernel(bufs, rand, *extra, lam, eps, target, off, c0, *tail)
     return bufs.reshape(shape)
 
 
@@ -215,13 +401,15 @@ def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int, lay: dict[str, t
           target_n0: jax.Array, max_extra: int = 0) -> jax.Array:
     """``n`` attempts on the packed buffer ``buf`` (..., size) with words from SplitMix64 seeded by ``seed``
     (..., 2) uint32, then (when ``target_n0 >= 0``) up to ``max_extra`` more until n0 == target_n0 (a miss
-    increments ``missed_target``). Works under jit and vmap (the callback sees the whole batch and runs the
-    chains in parallel threads)."""
+    increments ``missed_target``). ``params.proposal``: ``"uniform"`` (the moves of the JAX engine) or
+    ``"lists"`` (2d-cdt's proposals from the lists of flippable triangles and order-4 vertices). Works under
+    jit and vmap (the callback sees the whole batch and runs the chains in parallel threads)."""
     off = _offsets(lay)
     lam, eps, target = _params_arrays(params)
+    lists = params.proposal == "lists"
 
     def cb(b, s, tn, la, ep, ta):
-        return _host_call(1, (int(n), int(max_extra)), b, s, la, ep, ta, off, int(c0), target_n0=tn)
+        return _host_call(1, (int(n), int(max_extra)), b, s, la, ep, ta, off, int(c0), target_n0=tn, tail=(lists,))
 
     return jax.pure_callback(cb, jax.ShapeDtypeStruct(buf.shape, jnp.int32), buf, seed,
                              jnp.asarray(target_n0, jnp.int32), lam, eps, target, vmap_method="broadcast_all")
