@@ -89,7 +89,7 @@ def test_initial_state_and_bad_input():
     with pytest.raises(ValueError, match="length"):
         cdt.initial_state(3, 2)
     with pytest.raises(ValueError, match="n_slices"):
-        cdt.initial_state(1, 4)
+        cdt.initial_state(2, 4)
     with pytest.raises(ValueError, match="capacity"):
         cdt.initial_state(3, 4, capacity=5)
     with pytest.raises(ValueError, match="ln 2"):
@@ -389,3 +389,6 @@ def test_volume_fixed_sweeps_end_at_the_target(engine):
     assert np.any(np.asarray(obs["n2"]) != 40)
     with pytest.raises(ValueError, match="even target"):
         cdt.make_params(cdt.LN2, eps=0.05, target=41)
+    with pytest.raises(ValueError, match=r"too few for the target N2 = 400.*capacity >= 402"):
+        cdt.run_chains(jax.random.key(0), cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), 2),
+                       cdt.make_params(cdt.LN2, eps=0.05, target=400, engine=engine), 1)

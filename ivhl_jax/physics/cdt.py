@@ -67,7 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_key, check_scalar
+from ivhl_jax.core.validation import check_key, check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper, rollout, trajectory
 from ivhl_jax.physics import cdt_geometry
 from ivhl_jax.physics.cdt_geometry import hausdorff_from_scaling, hausdorff_from_spheres, mean_distance
@@ -256,11 +256,11 @@ def initial_state(n_slices: int, length: int, capacity: int | None = None) -> CD
     """A regular torus: ``n_slices`` slices of ``length`` vertices, strips ``U D U D ...``.
 
     Args:
-      n_slices: T >= 2.
+      n_slices: T >= 3 (with two slices both strips join the same pair of circles).
       length: initial slice length l >= 3.
       capacity: vertex slots C0 >= T * length (default 4 T l, at most 2^16); triangle slots are 2 C0.
     """
-    check_scalar(n_slices, "n_slices", integer=True, minimum=2)
+    check_scalar(n_slices, "n_slices", integer=True, minimum=3)
     check_scalar(length, "length", integer=True, minimum=3)
     T, L = int(n_slices), int(length)
     n0 = T * L
@@ -610,7 +610,7 @@ def run(key: jax.Array, state: CDTState, params: CDTParams, steps: int, save_eve
     ``steps // save_every`` (see :func:`observe`). Deterministic given ``key``.
     """
     check_key(key, "key")
-    _check_state(state, "state", batched=False)
+    _check_state(state, "state", batched=False, params=params)
     check_scalar(steps, "steps", integer=True, nonnegative=True)
 
     final, obs = trajectory(metropolis(params), Chain(key=key, geometry=state), steps, save_every=save_every,
@@ -622,16 +622,22 @@ def run_chains(key: jax.Array, states: CDTState, params: CDTParams, steps: int, 
     """:func:`run` on a batch of independent chains (leading axis of ``states``, e.g. from
     :func:`replicate`), keys split per chain."""
     check_key(key, "key")
-    _check_state(states, "states", batched=True)
+    _check_state(states, "states", batched=True, params=params)
     check_scalar(steps, "steps", integer=True, nonnegative=True)
     check_scalar(save_every, "save_every", integer=True, minimum=1)
     return _run_chains(key, states, params, int(steps), int(save_every))
 
 
-def _check_state(state: Any, name: str, *, batched: bool) -> None:
-    """``state`` must be a CDTState, with a leading chain axis iff ``batched``."""
+def _check_state(state: Any, name: str, *, batched: bool, params: CDTParams | None = None) -> None:
+    """``state`` must be a CDTState, with a leading chain axis iff ``batched``, and room for the target volume."""
     if not isinstance(state, CDTState):
         raise TypeError(f"{name} must be a CDTState (from cdt.initial_state), got {type(state).__name__}")
+    if params is not None and params.stop_at_target and is_concrete(params.target):
+        need = int(float(params.target)) // 2 + 1
+        if state.vertex_capacity < need:
+            raise ValueError(f"{name} has {state.vertex_capacity} vertex slots, too few for the target N2 = "
+                             f"{float(params.target):g} (N0 = N2/2 = {need - 1}); build it with "
+                             f"cdt.initial_state(..., capacity >= {2 * need})")
     ndim = jnp.ndim(state.n0)
     if batched and ndim != 1:
         raise ValueError(f"{name} must be a batch of chains with a leading chain axis (n0 of shape (n_chains,)), "
