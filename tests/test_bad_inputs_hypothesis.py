@@ -290,15 +290,7 @@ CASES: list[Case] = [
 
 # Filled in after the first run: cases whose function lives in a module this suite may not edit and does not
 # validate yet (see the module docstring).
-XFAIL: dict[str, str] = {
-    "fields.grid_points/shape": "physics/fields.py (owned elsewhere): a fractional entry (2.5, 3) is truncated "
-                                "silently",
-    "condensate.harmonic/omega": "physics/condensate.py (owned elsewhere): omega=inf gives a non-finite potential",
-    "gft.gft_vacuum/lam": "physics/gft.py (owned elsewhere): lam=inf is accepted (returns 0, 0)",
-    "gru.gru_step/h": "nn/gru.py (owned elsewhere): an integer h, or h whose batch differs from x's, is accepted",
-    "gru.gru_scan/xs": "nn/gru.py (owned elsewhere): the error says 'x', not 'xs'; a 2-D xs (no batch) of the wrong "
-                       "width passes",
-}
+XFAIL: dict[str, str] = {}  # the five gaps listed here before (fields, condensate, gft, gru) are closed
 
 
 def _params():

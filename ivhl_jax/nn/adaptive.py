@@ -65,6 +65,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
 from ivhl_jax.core.precision import Policy, physics_policy
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
@@ -232,7 +233,9 @@ def param_specs(cfg: AdaptiveConfig) -> dict[str, tuple[tuple[int, ...], int | N
     }
 
 
-def init_param(key: jax.Array, shape: tuple[int, ...], fan_in: int | None, dtype: Any = jnp.float32) -> jax.Array:
+def init_param(key: jax.Array, shape: tuple[int, ...], fan_in: int | None, dtype: Any = jnp.float32
+               ) -> Float[Array, " ..."]:
+    """One parameter of ``shape``: uniform in ``±1/sqrt(fan_in)``, or ones when ``fan_in`` is None."""
     if fan_in is None:
         return jnp.ones(shape, dtype)
     bound = 1.0 / math.sqrt(fan_in)
@@ -253,7 +256,8 @@ def count_params(params: Any) -> int:
 # --------------------------------------------------------------------------------------------- scheduler
 
 
-def anxiety(h: jax.Array, energy: jax.Array, activity: jax.Array) -> jax.Array:
+def anxiety(h: Float[Array, "*batch N H"], energy: Float[Array, "*batch N"], activity: Float[Array, "*batch N"]
+            ) -> Float[Array, "*batch N"]:
     """A = max(0, 5 - E) + 2 a + Var_k(h_k) (unbiased over the hidden axis)."""
     return jnp.maximum(0.0, 5.0 - energy) + 2.0 * activity + jnp.var(h, axis=-1, ddof=1)
 
@@ -262,8 +266,10 @@ def _w(*vals) -> jax.Array:
     return jnp.asarray(vals, jnp.float32)
 
 
-def phase_weights(phase, energy, activity, anxiety_ema, restorative, circadian, explore,
-                  anxiety_threshold: float = 5.0) -> jax.Array:
+def phase_weights(phase: Int[ArrayLike, " ..."], energy: Real[ArrayLike, " ..."], activity: Real[ArrayLike, " ..."],
+                  anxiety_ema: Real[ArrayLike, " ..."], restorative: Real[ArrayLike, " ..."],
+                  circadian: Real[ArrayLike, " ..."], explore: Bool[ArrayLike, " ..."],
+                  anxiety_threshold: float = 5.0) -> Float[Array, "... 4"]:
     """The rule cascade: weights ``[..., 4]`` over (ACTIVE, SLEEP, INTERACTIVE, INSPIRED).
 
     All inputs broadcast together (``explore`` is the boolean outcome of the eps-draw of rule R0).
@@ -298,14 +304,16 @@ def phase_weights(phase, energy, activity, anxiety_ema, restorative, circadian, 
     return w
 
 
-def phase_logits(weights: jax.Array, temperature: float, seed_compat: bool) -> jax.Array:
+def phase_logits(weights: Float[Array, "*batch 4"], temperature: float, seed_compat: bool
+                 ) -> Float[Array, "*batch 4"]:
     """Logits of the phase distribution: ``log(w)/T`` (proper), or ``w/T`` (seed: softmax of probs)."""
     if seed_compat:
         return weights / temperature
     return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf) / temperature
 
 
-def phase_masses(weights: jax.Array, temperature: float, seed_compat: bool) -> jax.Array:
+def phase_masses(weights: Float[Array, "*batch 4"], temperature: float, seed_compat: bool
+                 ) -> Float[Array, "*batch 4"]:
     """Unnormalised probabilities ``q = exp(logits - max logits)`` of :func:`phase_logits` (last axis).
 
     For the proper policy at ``T = 1`` this is ``w`` itself (``q ∝ exp(log w) = w``): no transcendental
@@ -317,7 +325,7 @@ def phase_masses(weights: jax.Array, temperature: float, seed_compat: bool) -> j
     return jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
 
 
-def sample_phase(masses: jax.Array, u: jax.Array) -> jax.Array:
+def sample_phase(masses: Float[Array, "*batch 4"], u: Float[Array, "*batch"]) -> Int[Array, "*batch"]:
     """Inverse-CDF draw of one phase per node: ``masses [..., 4]`` (unnormalised), ``u [...]`` uniform in [0, 1).
 
     Returns ``k = #{j < 3 : u·Σq >= q_0 + ... + q_j}`` (int32), i.e. phase ``k`` with probability
@@ -375,7 +383,8 @@ def _after_decision(phase, abar, r, q, restorative_strength: float = 0.1):
     return jnp.clip(r, 0.0, 1.0), jnp.clip(q, 0.0, 1.0)
 
 
-def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: jax.Array, key: jax.Array):
+def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B N"], key: jax.Array
+                        ) -> tuple[Int[Array, "B N"], NodeState]:
     """Per-sample scheduler: returns (phase [B,N], new scheduler fields); one uniform per (sample, node)."""
     if not cfg.stochastic:
         phase = jnp.full_like(state.phase, ACTIVE)
@@ -388,7 +397,8 @@ def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: jax.Array, k
     return phase, state.replace(phase=phase, anxiety_ema=abar, restorative=r, sleep_quality=q, t=t)
 
 
-def schedule_shared(cfg: AdaptiveConfig, state: NodeState, anx: jax.Array, key: jax.Array):
+def schedule_shared(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B N"], key: jax.Array
+                    ) -> tuple[Int[Array, " N"], NodeState]:
     """The seed's batch-shared scheduler: a sequential decision chain over the batch rows, whose
     final decision is used for every row; the anxiety EMA reads only the last row. Returns phase [N]."""
     if not cfg.stochastic:
@@ -411,7 +421,8 @@ def schedule_shared(cfg: AdaptiveConfig, state: NodeState, anx: jax.Array, key: 
 # --------------------------------------------------------------------------------------------- dynamics
 
 
-def project_input(params: dict, x: jax.Array, cfg: AdaptiveConfig) -> jax.Array:
+def project_input(params: dict, x: Float[Array, "B D"], cfg: AdaptiveConfig
+                  ) -> Float[Array, "B H"] | Float[Array, "B N H"]:
     """u = W_in x + b_in: ``[B,H]`` (shared projection) or ``[B,N,H]`` (per-node weights)."""
     if cfg.per_node_input:
         return jnp.einsum("bd,ndh->bnh", x, params["W_in"]) + params["b_in"]
@@ -446,7 +457,10 @@ def _rows_matmul_bwd(res, g):
 _rows_matmul.defvjp(_rows_matmul_fwd, _rows_matmul_bwd)
 
 
-def node_update(params: dict, cfg: AdaptiveConfig, h, energy, u, anx, phase):
+def node_update(params: dict, cfg: AdaptiveConfig, h: Float[Array, "B N H"], energy: Float[Array, "B N"],
+                u: Float[Array, "B H"] | Float[Array, "B N H"], anx: Float[Array, "B N"],
+                phase: Int[Array, "B N"] | Int[Array, " N"]
+                ) -> tuple[Float[Array, "B N H"], Float[Array, "B N"], Float[Array, "B N"]]:
     """Hidden, energy and activity update for given phases (broadcasts over any batch shape).
 
     ``u`` is ``[B,H]`` or ``[B,N,H]``; ``phase`` is ``[B,N]`` or ``[N]`` (shared). Returns (h', E', a').
@@ -466,7 +480,8 @@ def node_update(params: dict, cfg: AdaptiveConfig, h, energy, u, anx, phase):
     return h_new, e_new, jnp.clip(a_new, 0.0, 1.0)
 
 
-def readout(params: dict, cfg: AdaptiveConfig, h, energy, activity) -> jax.Array:
+def readout(params: dict, cfg: AdaptiveConfig, h: Float[Array, "B N H"], energy: Float[Array, "B N"],
+            activity: Float[Array, "B N"]) -> Float[Array, "B C"]:
     """logits = W_out f + b_out with f chosen by ``cfg.readout`` / ``cfg.readout_energy``."""
     feats = []
     if cfg.readout in ("hidden", "hidden+activity"):
@@ -487,8 +502,8 @@ def _check_real_tree(tree: Any, name: str, policy: Policy) -> None:
                             "inputs and weights are real")
 
 
-def step(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig,
-         policy: str | Policy | None = None) -> tuple[NodeState, dict[str, jax.Array]]:
+def step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array, cfg: AdaptiveConfig,
+         policy: str | Policy | None = None) -> tuple[NodeState, dict[str, Array]]:
     """One dynamics step for a batch ``x [B, D]``; returns (new state, outputs).
 
     outputs: ``logits [B,C]``, ``phase [B,N]`` (int32), ``anxiety [B,N]``, ``energy [B,N]``,
@@ -520,7 +535,7 @@ def step(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: Adap
     return new_state, {"logits": logits, "phase": phase_b, "anxiety": anx, "energy": e, "activity": a}
 
 
-def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: jax.Array) -> jax.Array:
+def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: Float[ArrayLike, "B D"]) -> Float[Array, "B D"]:
     """Validate ``x`` against the config and the state's batch size (shape errors name the fix)."""
     x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating")
     if state.h.shape != (x.shape[0], cfg.num_nodes, cfg.hidden_dim):
@@ -529,8 +544,8 @@ def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: jax.Array) -> jax.Arr
     return x
 
 
-def run_inner(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg: AdaptiveConfig,
-              policy: str | Policy | None = None) -> tuple[NodeState, dict[str, jax.Array]]:
+def run_inner(params: dict, state: NodeState, x: Float[ArrayLike, "B D"], key: jax.Array, cfg: AdaptiveConfig,
+              policy: str | Policy | None = None) -> tuple[NodeState, dict[str, Array]]:
     """``cfg.inner_steps`` (K) steps on the same input under ``lax.scan``; outputs of the last step,
     plus ``phase_fractions [4]`` averaged over the K steps, nodes and batch. K = 1 equals :func:`step`.
     ``policy`` as in :func:`step` (the state is carried in its ``output_dtype``)."""
@@ -553,13 +568,13 @@ def run_inner(params: dict, state: NodeState, x: jax.Array, key: jax.Array, cfg:
     return state, out
 
 
-def phase_fractions(phase: jax.Array) -> jax.Array:
+def phase_fractions(phase: Int[Array, " ..."]) -> Float[Array, " 4"]:
     """Fraction of (sample, node) slots in each phase, ``[4]``."""
     return jnp.mean(jax.nn.one_hot(phase, 4, dtype=jnp.float32), axis=tuple(range(phase.ndim)))
 
 
-def apply_sequence(params: dict, state: NodeState, xs: jax.Array, key: jax.Array, cfg: AdaptiveConfig,
-                   policy: str | Policy | None = None) -> tuple[NodeState, dict[str, jax.Array]]:
+def apply_sequence(params: dict, state: NodeState, xs: Float[ArrayLike, "T B D"], key: jax.Array,
+                   cfg: AdaptiveConfig, policy: str | Policy | None = None) -> tuple[NodeState, dict[str, Array]]:
     """Run a sequence ``xs [T, B, D]`` from an explicit initial state (``lax.scan`` over T).
 
     Returns the final state and the stacked outputs (``logits [T,B,C]`` ...). ``policy`` as in
@@ -629,7 +644,7 @@ def observe_outputs(state: DynamicsState, params: DynamicsParams) -> dict:
     return {**state.outputs, "phase_fractions": phase_fractions(state.outputs["phase"])}
 
 
-def dynamics(weights: dict, x: jax.Array, cfg: AdaptiveConfig, *, policy: str | Policy | None = None
+def dynamics(weights: dict, x: Float[ArrayLike, "B D"], cfg: AdaptiveConfig, *, policy: str | Policy | None = None
              ) -> Stepper[DynamicsState, DynamicsParams]:
     """Stepper of the adaptive-node dynamics on a fixed input ``x [B, D]``: ``step`` is one :func:`step`
     with a subkey split from the state's key; ``init(key)`` starts from :func:`init_state`. (``run_inner``

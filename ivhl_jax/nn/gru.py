@@ -10,7 +10,8 @@
   h' = (1 - z) * n + z * h
 
 With ``b_h = 0`` the "torch" variant is exactly ``flax.nnx.GRUCell`` (which has no recurrent bias):
-:func:`params_from_nnx` converts such a cell. Batch axes in front of ``h``/``x`` are allowed.
+:func:`params_from_nnx` converts such a cell. Batch axes in front of ``h``/``x`` are allowed (the same
+for both: a state and an input of different batch shapes, or an integer ``h``, is an error naming it).
 
 Precision: every function takes ``policy=None`` (compute in the dtypes of the inputs, the
 default) or a :class:`~ivhl_jax.core.precision.Policy` / preset name. With a policy the weights
@@ -28,7 +29,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ivhl_jax.core.precision import Policy, physics_policy
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
@@ -69,15 +70,35 @@ def _policy_inputs(params: dict, h: Any, x: Any, policy: str | Policy | None) ->
     return params, h.astype(pol.compute_dtype), x.astype(pol.compute_dtype), jnp.dtype(pol.output_dtype)
 
 
-def gru_step(params: dict, h: Float[Array, "*batch H"], x: Float[Array, "*batch D"], *,
+def _check_h_x(h: Any, x: Any, h_name: str, x_name: str, x_batch_from: int = 0) -> tuple[jax.Array, jax.Array]:
+    """Eager shape/dtype checks of a GRU state and input (shapes and dtypes only: free under jit).
+
+    ``x_batch_from`` is the first batch axis of ``x`` (1 for a sequence ``xs [T, ..., D]``)."""
+    h = check_array(h, h_name, kind="floating")
+    x = check_array(x, x_name, kind="floating")
+    if h.ndim < 1:
+        raise ValueError(f"{h_name} must have shape [..., H], got a scalar")
+    if x.ndim < 1 + x_batch_from:
+        want = "[T, ..., D]" if x_batch_from else "[..., D]"
+        raise ValueError(f"{x_name} must have shape {want}, got {tuple(x.shape)}")
+    if tuple(x.shape[x_batch_from:-1]) != tuple(h.shape[:-1]):
+        lead = "[T, " if x_batch_from else "["
+        raise ValueError(f"{h_name} and {x_name} must have the same batch axes ({h_name} [..., H], {x_name} "
+                         f"{lead}..., D]): {h_name} has shape {tuple(h.shape)}, {x_name} has shape {tuple(x.shape)}")
+    return h, x
+
+
+def gru_step(params: dict, h: Float[ArrayLike, "*batch H"], x: Float[ArrayLike, "*batch D"], *,
              variant: str = "torch", policy: str | Policy | None = None) -> Float[Array, "*batch H"]:
     """One GRU step: ``h [..., H]``, ``x [..., D]`` -> ``h' [..., H]`` (equations in the module docstring).
 
     ``policy``: None (the inputs' dtypes) or a precision policy / preset (module docstring); h' is
-    then in its ``output_dtype``. A complex ``h`` or ``x`` with a policy is a TypeError naming it.
+    then in its ``output_dtype``. A complex ``h`` or ``x`` with a policy is a TypeError naming it;
+    so is a non-floating ``h``/``x`` without one, and ``h``/``x`` with different batch axes a ValueError.
     """
     check_choice(variant, "variant", VARIANTS)
     params, h, x, out_dtype = _policy_inputs(params, h, x, policy)
+    h, x = _check_h_x(h, x, "h", "x")
     hd = h.shape[-1]
     if params["W_h"].shape != (hd, 3 * hd):
         raise ValueError(f"params['W_h'] must have shape ({hd}, {3 * hd}) for h of width {hd}, "
@@ -102,15 +123,27 @@ def gru_step(params: dict, h: Float[Array, "*batch H"], x: Float[Array, "*batch 
     return h_new if out_dtype is None else h_new.astype(out_dtype)
 
 
-def gru_scan(params: dict, h0: Float[Array, "*batch H"], xs: Float[Array, "T *batch D"], *, variant: str = "torch",
-             policy: str | Policy | None = None) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
+def gru_scan(params: dict, h0: Float[ArrayLike, "*batch H"], xs: Float[ArrayLike, "T *batch D"], *,
+             variant: str = "torch", policy: str | Policy | None = None
+             ) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
     """Run ``xs [T, ..., D]`` from ``h0 [..., H]`` under ``lax.scan``; returns (h_T, hs [T, ..., H]).
 
     With ``policy`` the carried h lives in its ``output_dtype`` and every step computes in its
-    ``compute_dtype`` (:func:`gru_step`)."""
+    ``compute_dtype`` (:func:`gru_step`). ``xs`` of the wrong width or with batch axes other than
+    ``h0``'s is a ValueError naming ``xs`` (checked on shapes only, before tracing the scan)."""
+    check_choice(variant, "variant", VARIANTS)
     pol = physics_policy(policy)
     if pol is not None:
-        h0 = _real(h0, "h0", pol).astype(pol.output_dtype)
+        h0, xs = _real(h0, "h0", pol), _real(xs, "xs", pol)
+    h0, xs = _check_h_x(h0, xs, "h0", "xs", x_batch_from=1)
+    if params["W_i"].shape[0] != xs.shape[-1]:
+        raise ValueError(f"xs has width {xs.shape[-1]} but params['W_i'] expects {params['W_i'].shape[0]}")
+    hd = h0.shape[-1]
+    if params["W_h"].shape != (hd, 3 * hd):
+        raise ValueError(f"params['W_h'] must have shape ({hd}, {3 * hd}) for h0 of width {hd}, "
+                         f"got {params['W_h'].shape}")
+    if pol is not None:
+        h0 = h0.astype(pol.output_dtype)
 
     def body(h, x):
         h = gru_step(params, h, x, variant=variant, policy=pol)
@@ -159,14 +192,14 @@ def _gru_init(params: GRUInputs, h0: jax.Array) -> GRUState:
     return GRUState(h=h, t=jnp.zeros((), jnp.int32))
 
 
-def observe_hidden(state: GRUState, params: GRUInputs) -> jax.Array:
+def observe_hidden(state: GRUState, params: GRUInputs) -> Float[Array, "*batch H"]:
     """The hidden state (the ``observe`` that reproduces :func:`gru_scan`'s ``hs``)."""
     del params
     return state.h
 
 
-def recurrence(weights: dict, xs: jax.Array, *, variant: str = "torch", policy: str | Policy | None = None
-               ) -> Stepper[GRUState, GRUInputs]:
+def recurrence(weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: str = "torch",
+               policy: str | Policy | None = None) -> Stepper[GRUState, GRUInputs]:
     """Stepper over the input sequence ``xs [T, ..., D]``: ``step`` consumes ``xs[t]``; ``init(h0)``.
     ``trajectory(recurrence(w, xs), st.init(h0), T, observe=observe_hidden)`` equals :func:`gru_scan`.
     Running more than T steps reads past the end (clamped to the last input): run exactly T.

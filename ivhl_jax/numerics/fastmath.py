@@ -34,6 +34,7 @@ from typing import cast
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Real
 
 from ivhl_jax.core.validation import check_array, check_scalar
 
@@ -60,9 +61,12 @@ _C = tuple(np.float32(c) for c in (-0.5, 0.04166664183139801, -0.001388840377330
                                    -2.607737030757562e-07))
 
 
-def safe_norm(d: jax.Array, axis: int = -1) -> jax.Array:
-    """Euclidean norm along ``axis`` whose value and gradient are finite at 0 (gradient 0 there)."""
-    ndim = jnp.ndim(d)
+def safe_norm(d: Real[ArrayLike, "*shape"], axis: int = -1) -> Float[Array, " ..."]:
+    """Euclidean norm along ``axis`` whose value and gradient are finite at 0 (gradient 0 there).
+
+    ``d`` has any shape (real); the result has its shape without ``axis``."""
+    d = jnp.asarray(d)
+    ndim = d.ndim
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool) or not -ndim <= axis < ndim:
         raise ValueError(f"axis must be an integer axis of d (ndim {ndim}), got {axis!r}")
     r2 = jnp.sum(d * d, axis=axis)
@@ -91,7 +95,7 @@ def _sincos_f32(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @jax.custom_jvp
-def sincos(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+def sincos(x: Float[ArrayLike, "*shape"]) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
     """(sin x, cos x) from one shared argument reduction.
 
     float32 (and narrower floats, computed in float32): Cody–Waite reduction by π and near-minimax
@@ -135,9 +139,10 @@ def _block_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampli
     return jax.lax.fori_loop(0, src_t[0].shape[0], body, acc0, unroll=max(1, min(unroll, src_t[0].shape[0])))
 
 
-def point_source_sum(points: jax.Array, sources: jax.Array, amplitudes: jax.Array, wavenumbers: jax.Array,
-                     theta: jax.Array, softening: float | jax.Array, *, chunk: int = 2048, unroll: int = 4
-                     ) -> tuple[jax.Array, jax.Array]:
+def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"],
+                     amplitudes: Real[ArrayLike, " m"], wavenumbers: Real[ArrayLike, " m"],
+                     theta: Real[ArrayLike, " m"], softening: Real[ArrayLike, ""], *, chunk: int = 2048, unroll: int = 4
+                     ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
     """Real and imaginary parts of Σ_j A_j e^{i(k_j r + θ_j)}/(r + ε) at every point.
 
     Args:

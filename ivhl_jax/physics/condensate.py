@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Int, Real
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
@@ -130,15 +131,15 @@ class Grid(struct.PyTreeNode):
         """1D angular wavenumber arrays k = 2π fftfreq(n, dx) (float64 NumPy), one per axis."""
         return tuple(2 * np.pi * np.fft.fftfreq(n, d) for n, d in zip(self.shape, self.dx))
 
-    def mesh(self, dtype: Any = jnp.float32) -> tuple[jax.Array, ...]:
+    def mesh(self, dtype: Any = jnp.float32) -> tuple[Float[Array, "*grid"], ...]:
         """Full coordinate arrays X, Y, Z of shape ``self.shape`` (indexing="ij")."""
         return tuple(jnp.asarray(m, dtype) for m in np.meshgrid(*self.coords, indexing="ij"))
 
-    def points(self, dtype: Any = jnp.float32) -> jax.Array:
+    def points(self, dtype: Any = jnp.float32) -> Float[Array, "points d"]:
         """All grid points as an (N, d) array in C order (reshape results to ``self.shape``)."""
         return jnp.stack([m.reshape(-1) for m in self.mesh(dtype)], axis=-1)
 
-    def k_squared(self) -> np.ndarray:
+    def k_squared(self) -> Float[np.ndarray, "*grid"]:
         """|k|² on the Fourier grid (float64 NumPy, shape ``self.shape``)."""
         return _k2(self)
 
@@ -156,12 +157,18 @@ def _k2(grid: Grid) -> np.ndarray:
     return out
 
 
-def harmonic(grid: Grid, omega: float | Sequence[float] = 1.0, *, dtype: Any = jnp.float32) -> jax.Array:
+def harmonic(grid: Grid, omega: float | Sequence[float] = 1.0, *, dtype: Any = jnp.float32) -> Float[Array, "*grid"]:
     """Harmonic trap V = ½ Σ_i ω_i² x_i² on ``grid`` (ω a number or one per axis; anisotropic allowed)."""
-    om = np.broadcast_to(np.asarray(omega, dtype=np.float64), (grid.ndim,)) if np.ndim(omega) == 0 else \
-        np.asarray(omega, dtype=np.float64)
+    try:
+        om = np.asarray(omega, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"omega must be a real number or one per axis, got {omega!r}") from None
+    if om.ndim == 0:
+        om = np.broadcast_to(om, (grid.ndim,))
     if om.shape != (grid.ndim,):
         raise ValueError(f"omega must be a number or have {grid.ndim} entries (one per axis), got {omega}")
+    for w in om:
+        check_scalar(w, "omega")  # finite (float64): ω = inf would give an inf/NaN potential
     if not np.all(om >= 0):
         raise ValueError(f"omega must be >= 0, got {omega}")
     v = np.zeros(grid.shape)
@@ -268,8 +275,8 @@ def _apply(p: jax.Array, f_m1: jax.Array) -> jax.Array:
     return p + p * f_m1
 
 
-def split_step(psi: jax.Array, local_potential: Callable[[jax.Array], jax.Array], kinetic: Callable[[jax.Array],
-               jax.Array], dt: Any, imaginary: bool) -> jax.Array:
+def split_step(psi: Complex[Array, "*shape"], local_potential: Callable[[jax.Array], jax.Array],
+               kinetic: Callable[[jax.Array], jax.Array], dt: Any, imaginary: bool) -> Complex[Array, "*shape"]:
     """One Strang step e^{−dt/2 U} · K · e^{−dt/2 U} (U local, K the kinetic propagator callable).
 
     ``local_potential(psi)`` returns the real local energy U(r, |ψ|²) (trap + interaction, or
@@ -430,17 +437,17 @@ def _sumsq(psi: jax.Array) -> jax.Array:
 
 # The static settings (imaginary / project_norm) select one of three module-level step functions, so
 # the Stepper's step_fn (hashed by identity) is what distinguishes the compiled programs.
-def strang_step_real(psi: jax.Array, params: StrangParams) -> jax.Array:
+def strang_step_real(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """One real-time Strang step ψ(t) → ψ(t + dt) (``step_fn`` of :func:`strang`)."""
     return _step_plan(psi, params.system, params.plan, False)
 
 
-def strang_step_real_projected(psi: jax.Array, params: StrangParams) -> jax.Array:
+def strang_step_real_projected(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """Real-time Strang step followed by the norm projection (``project_norm=True``)."""
     return _step_plan(psi, params.system, params.plan, False, True, params.target)
 
 
-def strang_step_imaginary(psi: jax.Array, params: StrangParams) -> jax.Array:
+def strang_step_imaginary(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """One imaginary-time (normalised gradient flow) Strang step."""
     return _step_plan(psi, params.system, params.plan, True, False, params.target)
 
@@ -565,8 +572,8 @@ def _check_dt(dt: Any, system: GPSystem | None = None, psi: jax.Array | None = N
 # ----------------------------------------------------------------------------------------------
 # Stepping
 # ----------------------------------------------------------------------------------------------
-def step(psi: jax.Array, system: GPSystem, dt: Any, *, imaginary: bool = False,
-         project_norm: bool = False, policy: str | Policy | None = None) -> jax.Array:
+def step(psi: Inexact[ArrayLike, "*grid"], system: GPSystem, dt: Real[ArrayLike, ""], *, imaginary: bool = False,
+         project_norm: bool = False, policy: str | Policy | None = None) -> Complex[Array, "*grid"]:
     """One Strang split-step of size ``dt`` (real time; imaginary time keeps ‖ψ‖ fixed).
 
     A thin wrapper over ``strang(system, dt, ...).step(psi)``.
@@ -591,7 +598,7 @@ def step(psi: jax.Array, system: GPSystem, dt: Any, *, imaginary: bool = False,
     return _output(strang(system, dt, imaginary=imaginary, project_norm=project_norm).step(psi), policy)
 
 
-def default_observables(psi: jax.Array, system: GPSystem) -> dict[str, jax.Array]:
+def default_observables(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Array, ""]]:
     """Norm and the energy parts (what :func:`evolve` records by default)."""
     e = energy(psi, system)
     return {"norm": norm(psi, system.grid), **{f"energy_{k}": v for k, v in e.items()}}
@@ -608,10 +615,10 @@ class _SystemObserve:
         return self.fn(state, params.system)
 
 
-def evolve(psi: jax.Array, system: GPSystem, dt: Any, steps: int, save_every: int = 1, *,
-           imaginary: bool = False, observe: Callable[[jax.Array, GPSystem], Any] | None = None,
-           remat: bool = False, project_norm: bool = False, policy: str | Policy | None = None
-           ) -> tuple[jax.Array, Any]:
+def evolve(psi: Inexact[ArrayLike, "*grid"], system: GPSystem, dt: Real[ArrayLike, ""], steps: int,
+           save_every: int = 1, *, imaginary: bool = False,
+           observe: Callable[[jax.Array, GPSystem], Any] | None = None, remat: bool = False,
+           project_norm: bool = False, policy: str | Policy | None = None) -> tuple[Complex[Array, "*grid"], Any]:
     """Advance ``psi`` by ``steps`` Strang steps: ``trajectory(strang(system, dt, ...), psi, steps)``.
 
     Compiled once per (shapes, dtypes, steps, save_every, imaginary/project_norm, observe, remat):
@@ -644,8 +651,8 @@ def evolve(psi: jax.Array, system: GPSystem, dt: Any, steps: int, save_every: in
     if project_norm and not imaginary:
         stepper = stepper.replace(params=stepper.params.replace(target=_sumsq(psi)))
     obs = _SystemObserve(observe if observe is not None else default_observables)
-    psi, observed = trajectory(stepper, psi, steps, save_every=save_every, observe=obs, remat=remat)
-    return _output(psi, policy), observed
+    final, observed = trajectory(stepper, psi, steps, save_every=save_every, observe=obs, remat=remat)
+    return _output(final, policy), observed
 
 
 # ----------------------------------------------------------------------------------------------
@@ -659,24 +666,24 @@ def _grid_of(x: Any) -> Grid:
     raise TypeError(f"expected a Grid or GPSystem, got {type(x).__name__}")
 
 
-def norm(psi: jax.Array, grid: Grid | GPSystem) -> jax.Array:
+def norm(psi: Inexact[Array, "*batch_and_grid"], grid: Grid | GPSystem) -> Float[Array, "*batch"]:
     """N = ∫|ψ|² dV (sum over the last grid.ndim axes, so batched ψ works)."""
     grid = _grid_of(grid)
     axes = tuple(range(psi.ndim - grid.ndim, psi.ndim))
     return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=axes) * grid.cell_volume
 
 
-def normalize(psi: jax.Array, grid: Grid | GPSystem, n: Any = 1.0) -> jax.Array:
+def normalize(psi: Inexact[Array, "*shape"], grid: Grid | GPSystem, n: Any = 1.0) -> Inexact[Array, "*shape"]:
     """ψ scaled so that ∫|ψ|² dV = n."""
     return psi * jnp.sqrt(jnp.asarray(n, psi.real.dtype) / norm(psi, grid)).astype(psi.real.dtype)
 
 
-def density(psi: jax.Array) -> jax.Array:
+def density(psi: Inexact[Array, "*shape"]) -> Float[Array, "*shape"]:
     """|ψ|² (particles per unit volume)."""
     return psi.real * psi.real + psi.imag * psi.imag
 
 
-def phase(psi: jax.Array) -> jax.Array:
+def phase(psi: Inexact[Array, "*shape"]) -> Float[Array, "*shape"]:
     """arg ψ in (−π, π]."""
     return jnp.angle(psi)
 
@@ -686,7 +693,7 @@ def _deriv(psi_k: jax.Array, grid: Grid, axis: int) -> jax.Array:
     return jnp.fft.ifftn(1j * k * psi_k)
 
 
-def angular_momentum(psi: jax.Array, grid: Grid | GPSystem) -> jax.Array:
+def angular_momentum(psi: Inexact[Array, "*grid"], grid: Grid | GPSystem) -> Float[Array, ""]:
     """⟨L_z⟩ = ∫ ψ* (−i)(x ∂_y − y ∂_x) ψ dV (spectral derivatives; real)."""
     grid = _grid_of(grid)
     if grid.ndim < 2:
@@ -699,7 +706,7 @@ def angular_momentum(psi: jax.Array, grid: Grid | GPSystem) -> jax.Array:
     return jnp.sum(jnp.conj(psi) * lz).real * grid.cell_volume
 
 
-def energy(psi: jax.Array, system: GPSystem) -> dict[str, jax.Array]:
+def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Array, ""]]:
     """Energy parts of E[ψ] = ∫ [½|∇ψ|² + V|ψ|² + ½g|ψ|⁴] dV − Ω⟨L_z⟩ (in ħω₀; totals, not per particle).
 
     Returns a dict with ``kinetic``, ``trap``, ``interaction``, ``rotation`` and ``total``. The
@@ -722,13 +729,13 @@ def energy(psi: jax.Array, system: GPSystem) -> dict[str, jax.Array]:
             "total": ekin + etrap + eint + erot}
 
 
-def chemical_potential(psi: jax.Array, system: GPSystem) -> jax.Array:
+def chemical_potential(psi: Inexact[Array, "*grid"], system: GPSystem) -> Float[Array, ""]:
     """μ = (E_kin + E_trap + 2E_int + E_rot)/N (the eigenvalue of the GP operator for a stationary ψ)."""
     e = energy(psi, system)
     return (e["kinetic"] + e["trap"] + 2 * e["interaction"] + e["rotation"]) / norm(psi, system.grid)
 
 
-def virial_residual(psi: jax.Array, system: GPSystem) -> tuple[jax.Array, jax.Array]:
+def virial_residual(psi: Inexact[Array, "*grid"], system: GPSystem) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """Virial residual r = 2E_kin − 2E_trap + d·E_int for a harmonic trap (0 for stationary states).
 
     Returns (r, r / (2E_kin + 2E_trap + d|E_int|)), the absolute and relative residual.
@@ -743,7 +750,7 @@ def virial_residual(psi: jax.Array, system: GPSystem) -> tuple[jax.Array, jax.Ar
 # Ground states
 # ----------------------------------------------------------------------------------------------
 def gaussian(grid: Grid, n: float = 1.0, width: float | Sequence[float] = 1.0, center: Sequence[float] | None = None,
-             *, dtype: Any = jnp.complex64) -> jax.Array:
+             *, dtype: Any = jnp.complex64) -> Inexact[Array, "*grid"]:
     """Normalised Gaussian exp(−Σ(x_i − c_i)²/(2w_i²)) with ∫|ψ|² = n (an initial guess)."""
     w = np.broadcast_to(np.asarray(width, np.float64), (grid.ndim,))
     c = np.zeros(grid.ndim) if center is None else np.asarray(center, np.float64)
@@ -804,8 +811,9 @@ def _ground_state_loop(stepper: Stepper, psi: jax.Array, norm: Any, tol: Any, ke
 
 
 def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float = 1e-9, max_steps: int = 100_000,
-                 *, psi0: jax.Array | None = None, check_every: int = 100, key: jax.Array | None = None,
-                 noise: float = 0.0, policy: str | Policy | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                 *, psi0: Inexact[ArrayLike, "*grid"] | None = None, check_every: int = 100,
+                 key: jax.Array | None = None, noise: float = 0.0, policy: str | Policy | None = None
+                 ) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
     """Ground state by imaginary-time Strang steps (:func:`strang` with ``imaginary=True``) at fixed norm.
 
     Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
@@ -918,13 +926,13 @@ def thomas_fermi_mu(g: float, n: float, omega: float = 1.0, dim: int = 1) -> flo
     raise ValueError(f"dim must be 1, 2 or 3, got {dim}")
 
 
-def thomas_fermi_density(system: GPSystem, mu: float) -> jax.Array:
+def thomas_fermi_density(system: GPSystem, mu: float) -> Float[Array, "*grid"]:
     """n_TF = max(μ − V, 0)/g."""
     return jnp.maximum(mu - system.potential, 0.0) / system.g
 
 
 def bright_soliton(grid: Grid, n: float, g: float, position: float = 0.0, velocity: float = 0.0, t: float = 0.0,
-                   *, dtype: Any = jnp.complex64) -> jax.Array:
+                   *, dtype: Any = jnp.complex64) -> Inexact[Array, " x"]:
     """Exact 1D bright soliton of i∂ψ/∂t = −½ψ'' + g|ψ|²ψ with g = −a < 0, ∫|ψ|² = n (V = 0).
 
     ψ = (n√a/2) sech(a n (x − x₀ − vt)/2) exp(i v x − i(v²/2 + μ)t), μ = −a²n²/8. The periodic box
@@ -943,7 +951,7 @@ def bright_soliton(grid: Grid, n: float, g: float, position: float = 0.0, veloci
 
 
 def dark_soliton_pair(grid: Grid, n0: float, g: float, separation: float, velocity: float, t: float = 0.0,
-                      *, dtype: Any = jnp.complex64) -> jax.Array:
+                      *, dtype: Any = jnp.complex64) -> Inexact[Array, " x"]:
     """Two gray solitons on a uniform background n₀ (1D, V = 0, g > 0), periodic-compatible.
 
     One soliton at −separation/2 moving with +v, its mirror image at +separation/2 moving with −v:
@@ -973,7 +981,8 @@ def dark_soliton_pair(grid: Grid, n0: float, g: float, separation: float, veloci
 # ----------------------------------------------------------------------------------------------
 # Vortices
 # ----------------------------------------------------------------------------------------------
-def imprint_vortices(psi: jax.Array, grid: Grid, centers: Any, charges: Any, *, core_size: float = 0.0) -> jax.Array:
+def imprint_vortices(psi: Complex[Array, "*grid"], grid: Grid, centers: Real[ArrayLike, "v d"],
+                     charges: Int[ArrayLike, " v"], *, core_size: float = 0.0) -> Complex[Array, "*grid"]:
     """Multiply ψ by the phase windings Π_v exp(i q_v θ_v) about z (via :func:`ivhl_jax.physics.fields.vortex`).
 
     ``centers``: (V, 2) positions in the (x, y) plane (or (V, 3), z ignored); ``charges``: (V,) ints.
@@ -1000,7 +1009,8 @@ def imprint_vortices(psi: jax.Array, grid: Grid, centers: Any, charges: Any, *, 
     return psi * w.astype(psi.dtype)
 
 
-def vortex_charges(psi: jax.Array, grid: Grid, *, min_density: float = 0.05, window: int = 4) -> jax.Array:
+def vortex_charges(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
+                   ) -> Int[Array, "x-1 y-1"]:
     """Plaquette winding numbers of a 2D ψ inside the condensate.
 
     Uses :func:`ivhl_jax.physics.fields.vortex_map`; returns int32 (nx−1, ny−1). A plaquette counts when the
@@ -1020,8 +1030,8 @@ def vortex_charges(psi: jax.Array, grid: Grid, *, min_density: float = 0.05, win
     return jnp.where(local_mean >= min_density * jnp.max(rho), w, 0).astype(jnp.int32)
 
 
-def vortex_positions(psi: jax.Array, grid: Grid, *, min_density: float = 0.05, window: int = 4
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def vortex_positions(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
+                     ) -> tuple[Float[np.ndarray, "m 2"], Int[np.ndarray, " m"]]:
     """Vortex positions (M, 2) (plaquette centres, trap units) and charges (M,) of a 2D ψ (not jittable)."""
     w = np.asarray(vortex_charges(psi, grid, min_density=min_density, window=window))
     ix, iy = np.nonzero(w)

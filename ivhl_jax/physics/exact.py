@@ -24,6 +24,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Inexact, Num
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 
@@ -49,7 +50,8 @@ def _check_chain(n: int, J: float, g: float) -> int:
     return n
 
 
-def tfi_apply(psi: jax.Array, J: float = 1.0, g: float = 1.0, periodic: bool = True) -> jax.Array:
+def tfi_apply(psi: Num[ArrayLike, "*sites"], J: float = 1.0, g: float = 1.0, periodic: bool = True
+              ) -> Inexact[Array, "*sites"]:
     """H·ψ for the TFI chain, ψ of shape (2,)*n (n = ψ.ndim). Jittable; linear in ψ; vmap over a batch axis.
 
     A ψ of another shape, or (outside a trace) with NaN/inf entries, raises a ValueError naming ``psi``.
@@ -73,7 +75,7 @@ def tfi_apply(psi: jax.Array, J: float = 1.0, g: float = 1.0, periodic: bool = T
     return out
 
 
-def tfi_dense(n: int, J: float = 1.0, g: float = 1.0, periodic: bool = True) -> np.ndarray:
+def tfi_dense(n: int, J: float = 1.0, g: float = 1.0, periodic: bool = True) -> Float[np.ndarray, "dim dim"]:
     """Dense float64 NumPy Hamiltonian (2^n × 2^n), an independent reference built from Kronecker products."""
     n = _check_chain(n, J, g)
     if n > 14:
@@ -96,8 +98,8 @@ def tfi_dense(n: int, J: float = 1.0, g: float = 1.0, periodic: bool = True) -> 
     return h
 
 
-def lanczos_ground_state(matvec: Callable[[jax.Array], jax.Array], v0: jax.Array,
-                         num_iter: int = 80) -> tuple[jax.Array, jax.Array]:
+def lanczos_ground_state(matvec: Callable[[jax.Array], jax.Array], v0: Inexact[ArrayLike, "*shape"],
+                         num_iter: int = 80) -> tuple[Float[Array, ""], Inexact[Array, "*shape"]]:
     """Lowest eigenpair of a Hermitian linear map by Lanczos with full re-orthogonalisation.
 
     Args:
@@ -151,7 +153,7 @@ def lanczos_ground_state(matvec: Callable[[jax.Array], jax.Array], v0: jax.Array
 
 
 def tfi_ground_state(n: int, J: float = 1.0, g: float = 1.0, periodic: bool = True, *,
-                     num_iter: int = 80, seed: int = 0) -> tuple[jax.Array, jax.Array]:
+                     num_iter: int = 80, seed: int = 0) -> tuple[Float[Array, ""], Float[Array, "*sites"]]:
     """Ground state of the n-site TFI chain (matrix-free Lanczos). Returns (E₀ total, ψ of shape (2,)*n).
 
     Runs in the default float dtype (float64 under ``jax.enable_x64(True)``).

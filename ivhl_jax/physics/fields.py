@@ -28,7 +28,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Complex, Float, Num, Real
+from jaxtyping import Array, ArrayLike, Complex, Float, Int, Num, Real
 
 from ivhl_jax.core.precision import Policy, physics_policy, real_compute_dtype
 from ivhl_jax.core.validation import check_array, check_broadcastable, check_scalar, is_concrete
@@ -226,14 +226,14 @@ def _plane_basis(axes: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 def vortex(
-    points: Any,
-    centers: Any,
-    charges: Any,
+    points: Real[ArrayLike, "n d"],
+    centers: Real[ArrayLike, "v d"],
+    charges: Int[ArrayLike, " v"] | Int[ArrayLike, ""],
     *,
     core_size: Any = 0.1,
-    axes: Any = None,
+    axes: Real[ArrayLike, " 3"] | Real[ArrayLike, "v 3"] | None = None,
     policy: str | Policy | None = None,
-) -> jax.Array:
+) -> Complex[Array, " n"]:
     """Product of straight optical vortex lines (phase singularities) evaluated at ``points``.
 
         χ(r) = Π_v f_{|q_v|}(ρ_v) · exp(i q_v θ_v),   f_n(ρ) = (ρ / √(ρ² + ξ²))^n
@@ -339,7 +339,7 @@ def _phases_of(values: jax.Array) -> jax.Array:
     return jnp.angle(values) if jnp.iscomplexobj(values) else values
 
 
-def winding_number(values_on_closed_loop: Any) -> jax.Array:
+def winding_number(values_on_closed_loop: Num[ArrayLike, "*batch loop"]) -> Int[Array, "*batch"]:
     """Integer winding of the phase along a closed discrete loop (last axis; batch axes allowed).
 
         w = (1/2π) Σ_k wrap(θ_{k+1} − θ_k),   k = 0 … L−1, θ_L ≡ θ_0 (the loop is closed for you)
@@ -368,7 +368,7 @@ def _winding_core(vals):
     return jnp.round(jnp.sum(d, axis=-1) / (2 * jnp.pi)).astype(jnp.int32)
 
 
-def vortex_map(field_2d: Any) -> jax.Array:
+def vortex_map(field_2d: Num[ArrayLike, "*batch h w"]) -> Int[Array, "*batch h-1 w-1"]:
     """Integer vortex charge of every plaquette of a 2-D grid (batch axes in front allowed).
 
     Plaquette (i, j) has corners (i, j) → (i+1, j) → (i+1, j+1) → (i, j+1), which is
@@ -413,7 +413,7 @@ def grid_points(
     *,
     z: float | None = None,
     dtype: Any = jnp.float32,
-) -> jax.Array:
+) -> Float[Array, "points d"]:
     """Points of a regular grid, flattened in ``indexing="ij"`` order (axis 0 = x, 1 = y, 2 = z).
 
     ``field = f(grid_points(shape, ...)).reshape(shape)`` then has ``field[i, j]`` at
@@ -430,7 +430,13 @@ def grid_points(
     Returns:
       (prod(shape), D) array, D = len(shape), or 3 when ``z`` is given.
     """
-    shape = tuple(int(s) for s in shape)
+    try:
+        entries = tuple(shape)
+    except TypeError:
+        raise TypeError(f"shape must be a sequence of ints, (H, W) or (H, W, L), got {shape!r}") from None
+    for s in entries:
+        check_scalar(s, "shape", integer=True)  # (2.5, 3) is an error, not (2, 3)
+    shape = tuple(int(s) for s in entries)
     if len(shape) not in (2, 3) or any(s < 2 for s in shape):
         raise ValueError(f"shape must be (H, W) or (H, W, L) with every entry >= 2, got {shape}")
     if z is not None and len(shape) != 2:
@@ -455,7 +461,7 @@ def helix_sources(
     turns: float = 3.0,
     *,
     dtype: Any = jnp.float32,
-) -> jax.Array:
+) -> Float[Array, "count 3"]:
     """``count`` points evenly spaced in angle along a circular helix about the z axis.
 
         s_i = i / count,  α_i = 2π · turns · s_i,
@@ -480,8 +486,8 @@ def helix_sources(
 
 
 def focus_phases(
-    sources: Any,
-    target: Any,
+    sources: Real[ArrayLike, "m d"],
+    target: Real[ArrayLike, " d"],
     *,
     amplitudes: Any = 1.0,
     wavenumbers: Any = 1.0,
@@ -489,7 +495,7 @@ def focus_phases(
     init_phases: Any = 0.0,
     steps: int = 200,
     learning_rate: float = 0.05,
-) -> tuple[jax.Array, jax.Array]:
+) -> tuple[Float[Array, " m"], Float[Array, " steps"]]:
     """Inverse design: optimise source phases so that the intensity at ``target`` is maximal.
 
     Minimises  L(φ) = −I(target; φ) / I_max  with Adam (optax), where I comes from
@@ -578,8 +584,9 @@ class WaveState(flax.struct.PyTreeNode):
     intensity_peak: jax.Array
 
 
-def wave_params(points: Any, sources: Any, *, amplitudes: Any, wavenumbers: Any, phases: Any, dt: float,
-                softening: float = 1e-3, imprint: Any = None, policy: str | Policy | None = None) -> WaveParams:
+def wave_params(points: Real[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"], *, amplitudes: Any,
+                wavenumbers: Any, phases: Any, dt: float, softening: float = 1e-3, imprint: Any = None,
+                policy: str | Policy | None = None) -> WaveParams:
     """Validated :class:`WaveParams`: float32 geometry and complex64 imprint (default), or under
     ``policy`` the geometry stored in ``param_dtype`` (bf16 halves its memory), the scalars, time
     and imprint in the work dtype (compute raised to ≥ float32, see :func:`superpose`)."""
@@ -605,7 +612,7 @@ def wave_params(points: Any, sources: Any, *, amplitudes: Any, wavenumbers: Any,
                       policy=pol)
 
 
-def field_at(params: WaveParams, t: jax.Array) -> jax.Array:
+def field_at(params: WaveParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]:
     """ψ(points, t) · imprint, shape (N,): :func:`superpose` of the sources at time ``t``."""
     psi = superpose(params.points, params.sources, amplitudes=params.amplitudes, wavenumbers=params.wavenumbers,
                     phases=params.phases, t=t, softening=params.softening, policy=params.policy)

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
@@ -69,7 +70,7 @@ class GFTSystem(struct.PyTreeNode):
 
 
 @functools.lru_cache(maxsize=32)
-def lattice_dispersion(shape: tuple[int, ...]) -> np.ndarray:
+def lattice_dispersion(shape: tuple[int, ...]) -> Float[np.ndarray, "*lattice"]:
     """ε_k = Σ_a 4 sin²(k_a/2), the spectrum of −Δ for the periodic unit-spacing lattice (float64)."""
     out = np.zeros(shape)
     for a, n in enumerate(shape):
@@ -95,7 +96,8 @@ def _check_field(phi: Any, system: GFTSystem) -> jax.Array:
     return phi
 
 
-def gft_potential(phi: jax.Array, mass_sq: Any, lam: Any, rank: int | None = None) -> jax.Array:
+def gft_potential(phi: Inexact[ArrayLike, "*batch_and_lattice"], mass_sq: Any, lam: Any, rank: int | None = None
+                  ) -> Float[Array, "*batch"]:
     """V[φ] = Σ_x [Σ_a |φ(x+e_a) − φ(x)|² + m²|φ|² + (λ/2)|φ|⁴] (periodic forward differences).
 
     Args:
@@ -123,7 +125,8 @@ def _abs2(z: jax.Array) -> jax.Array:
     return z.real * z.real + z.imag * z.imag
 
 
-def gft_rhs(phi: jax.Array, mass_sq: Any, lam: Any, rank: int | None = None) -> jax.Array:
+def gft_rhs(phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int | None = None
+            ) -> Complex[Array, "*shape"]:
     """δV/δφ* = −Δφ + m²φ + λ|φ|²φ (the right-hand side of i∂φ/∂t), finite-difference form."""
     phi = check_array(phi, "phi", kind="complex")
     rank = phi.ndim if rank is None else int(rank)
@@ -133,7 +136,7 @@ def gft_rhs(phi: jax.Array, mass_sq: Any, lam: Any, rank: int | None = None) -> 
     return -lap + (jnp.asarray(mass_sq, rdt) + jnp.asarray(lam, rdt) * _abs2(phi)) * phi
 
 
-def gft_charge(phi: jax.Array, rank: int | None = None) -> jax.Array:
+def gft_charge(phi: Inexact[Array, "*batch_and_lattice"], rank: int | None = None) -> Float[Array, "*batch"]:
     """U(1) charge Q = Σ_x |φ|² (conserved exactly by the real-time evolution)."""
     rank = phi.ndim if rank is None else int(rank)
     return jnp.sum(_abs2(phi), axis=_lattice_axes(phi, rank))
@@ -141,11 +144,12 @@ def gft_charge(phi: jax.Array, rank: int | None = None) -> jax.Array:
 
 def gft_vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
     """Uniform minimum of V: (|φ|², energy per site) = (−m²/λ, −m⁴/(2λ)) for m² < 0, else (0, 0)."""
-    if not lam > 0:
-        raise ValueError(f"lam must be > 0 for a bounded potential, got {lam}")
-    if mass_sq >= 0:
+    check_scalar(mass_sq, "mass_sq")
+    check_scalar(lam, "lam", positive=True)  # λ > 0 (finite): a bounded potential
+    m2, lam_f = float(np.asarray(mass_sq)), float(np.asarray(lam))
+    if m2 >= 0:
         return 0.0, 0.0
-    return -mass_sq / lam, -(mass_sq ** 2) / (2 * lam)
+    return -m2 / lam_f, -(m2 ** 2) / (2 * lam_f)
 
 
 class GFTParams(struct.PyTreeNode):
@@ -176,12 +180,12 @@ def _step_plan(phi: jax.Array, system: GFTSystem, dt: Any, kin: jax.Array, imagi
     return split_step(phi, lambda p: m2 + lam * _abs2(p), lambda p: spectral_multiply(p, kin, axes), dt, imaginary)
 
 
-def gft_strang_real(phi: jax.Array, params: GFTParams) -> jax.Array:
+def gft_strang_real(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
     """One real-time Strang step of i∂φ/∂t = δV/δφ* (``step_fn`` of :func:`strang`)."""
     return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), False)
 
 
-def gft_strang_imaginary(phi: jax.Array, params: GFTParams) -> jax.Array:
+def gft_strang_imaginary(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
     """One Strang step of the gradient flow ∂φ/∂τ = −δV/δφ* (no renormalisation)."""
     return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), True)
 
@@ -236,8 +240,8 @@ def _check_dt(dt: Any) -> Any:
     return dt
 
 
-def gft_step(phi: jax.Array, system: GFTSystem, dt: Any, *, imaginary: bool = False,
-             policy: str | Policy | None = None) -> jax.Array:
+def gft_step(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any, *, imaginary: bool = False,
+             policy: str | Policy | None = None) -> Complex[Array, "*shape"]:
     """One Strang step of i∂φ/∂t = δV/δφ* (or, ``imaginary``, of the gradient flow ∂φ/∂τ = −δV/δφ*).
     With ``policy`` the field is cast to its complex state dtype (see :func:`strang`) and the result
     to the policy's output dtype."""
@@ -247,7 +251,7 @@ def gft_step(phi: jax.Array, system: GFTSystem, dt: Any, *, imaginary: bool = Fa
     return _output(_step_plan(phi, system, dt, _plan(system, dt, imaginary, phi.dtype), imaginary), policy)
 
 
-def default_observables(phi: jax.Array, system: GFTSystem) -> dict[str, jax.Array]:
+def default_observables(phi: Complex[Array, "*shape"], system: GFTSystem) -> dict[str, Array]:
     """V[φ], the charge Q = Σ|φ|² and the condensate order parameter |⟨φ⟩| (lattice mean)."""
     axes = _lattice_axes(phi, system.rank)
     return {"energy": gft_potential(phi, system.mass_sq, system.lam, system.rank),
@@ -266,9 +270,9 @@ class _SystemObserve:
         return self.fn(state, params.system)
 
 
-def gft_evolve(phi: jax.Array, system: GFTSystem, dt: Any, steps: int, save_every: int = 1, *,
+def gft_evolve(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any, steps: int, save_every: int = 1, *,
                imaginary: bool = False, observe: Callable[[jax.Array, GFTSystem], Any] | None = None,
-               remat: bool = False, policy: str | Policy | None = None) -> tuple[jax.Array, Any]:
+               remat: bool = False, policy: str | Policy | None = None) -> tuple[Complex[Array, "*shape"], Any]:
     """``steps`` Strang steps: ``trajectory(strang(system, dt, imaginary=...), phi, steps)``.
 
     Compiled once per (shapes, dtypes, steps, save_every, imaginary, observe, remat): a new φ, dt, m²
@@ -283,12 +287,12 @@ def gft_evolve(phi: jax.Array, system: GFTSystem, dt: Any, steps: int, save_ever
     phi = phi.astype(_policy_dtype(policy, phi.dtype))
     stepper = strang(system, dt, imaginary=imaginary, dtype=phi.dtype)
     obs = _SystemObserve(observe if observe is not None else default_observables)
-    phi, observed = trajectory(stepper, phi, steps, save_every=save_every, observe=obs, remat=remat)
-    return _output(phi, policy), observed
+    final, observed = trajectory(stepper, phi, steps, save_every=save_every, observe=obs, remat=remat)
+    return _output(final, policy), observed
 
 
-def gft_relax(phi: jax.Array, system: GFTSystem, dt: Any = 0.05, steps: int = 2000,
-              save_every: int = 100, *, policy: str | Policy | None = None) -> tuple[jax.Array, Any]:
+def gft_relax(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any = 0.05, steps: int = 2000,
+              save_every: int = 100, *, policy: str | Policy | None = None) -> tuple[Complex[Array, "*shape"], Any]:
     """Gradient flow ∂φ/∂τ = −δV/δφ* (imaginary time, no renormalisation): V decreases monotonically
     (for small dt) towards a minimum, the symmetry-broken vacuum |φ|² = −m²/λ when m² < 0."""
     return gft_evolve(phi, system, dt, steps, save_every, imaginary=True, policy=policy)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import opt_einsum
+from jaxtyping import Array, ArrayLike, Float, Num
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 
@@ -51,7 +52,7 @@ def contraction_path(subscripts: str, *shapes: Sequence[int], optimize: str = "a
     return [tuple(p) for p in path], cost
 
 
-def contract(subscripts: str, *tensors: Any, optimize: str = "auto") -> jax.Array:
+def contract(subscripts: str, *tensors: Num[ArrayLike, " ..."], optimize: str = "auto") -> Num[Array, " ..."]:
     """Einstein summation with a cached optimal pairwise contraction order.
 
     Args:
@@ -132,7 +133,8 @@ def _subsystem(subsystem: Any, n: int) -> tuple[int, ...]:
     return sites
 
 
-def schmidt_probabilities(state: Any, subsystem: Sequence[int], dims: Sequence[int] | None = None) -> jax.Array:
+def schmidt_probabilities(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], dims: Sequence[int] | None = None
+                          ) -> Float[Array, "*batch schmidt"]:
     """Schmidt probabilities p_k = s_k²/Σs² of ``state`` across (subsystem | rest); shape (*batch, min(d_A, d_B))."""
     psi, batch, dims = _normalise_state(state, dims)
     sites = _subsystem(subsystem, len(dims))
@@ -152,8 +154,8 @@ def _log(x: jax.Array, base: float) -> jax.Array:
     return out if base == math.e else out / math.log(base)
 
 
-def entanglement_entropy(state: Any, subsystem: Sequence[int], dims: Sequence[int] | None = None,
-                         base: float = math.e, *, eps: float = 1e-14) -> jax.Array:
+def entanglement_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], dims: Sequence[int] | None = None,
+                         base: float = math.e, *, eps: float = 1e-14) -> Float[Array, "*batch"]:
     """Von Neumann entanglement entropy S_A = −Σ_k p_k log_base p_k of a pure state.
 
     Args:
@@ -177,8 +179,9 @@ def entanglement_entropy(state: Any, subsystem: Sequence[int], dims: Sequence[in
     return -jnp.sum(jnp.where(keep, p * _log(p_safe, base), 0.0), axis=-1)
 
 
-def renyi_entropy(state: Any, subsystem: Sequence[int], alpha: float, dims: Sequence[int] | None = None,
-                  base: float = math.e, *, eps: float = 1e-14) -> jax.Array:
+def renyi_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], alpha: float,
+                  dims: Sequence[int] | None = None, base: float = math.e, *, eps: float = 1e-14
+                  ) -> Float[Array, "*batch"]:
     """Rényi entropy S_α = log_base(Σ_k p_k^α)/(1 − α) of a pure state (α=1: von Neumann; α=inf: min-entropy).
 
     Arguments as in :func:`entanglement_entropy`; ``alpha`` must be ≥ 0 (a Python number).
