@@ -330,8 +330,10 @@ def _decode(bits):
     return move, coin, u, bits[0]
 
 
-def _move_writes(buf, lay, bits, params, c0):
-    """(index, value, enabled) triples of one attempt, every value gathered from ``buf`` before any write."""
+def _move_writes(buf, lay, bits, params, c0, stop_n0=None):
+    """(index, value, enabled) triples of one attempt, every value gathered from ``buf`` before any write.
+
+    With ``stop_n0`` the attempt is a no-op (not even counted) once n0 == stop_n0."""
     def g(name, i):
         return buf[lay[name][0] + i]
 
@@ -365,6 +367,8 @@ def _move_writes(buf, lay, bits, params, c0):
     removable = ((lu & 1) == UP) & ((ld & 1) == DOWN) & (len_t > 3)
     do_del = is_del & removable & (log_u < log_acceptance("delete", n0, 2 * n0, params))
     pos_w, last = g("vpos", w), g("vperm", jnp.maximum(n0 - 1, 0))
+    live = jnp.bool_(True) if stop_n0 is None else n0 != stop_n0
+    do_flip, do_add, do_del, acc_add = do_flip & live, do_add & live, do_del & live, acc_add & live
     accepted = do_flip | do_add | do_del
     f, ad_, r = do_flip, do_add, do_del
     writes = [
@@ -384,7 +388,7 @@ def _move_writes(buf, lay, bits, params, c0):
         (at("vperm", pos_w), last, r), (at("vperm", n0 - 1), w, r), (at("vpos", last), pos_w, r),
         (at("vpos", w), n0 - 1, r),
         # bookkeeping
-        (at("attempts", kind), g("attempts", kind) + 1, jnp.bool_(True)),
+        (at("attempts", kind), g("attempts", kind) + 1, live),
         (at("accepts", kind), g("accepts", kind) + 1, accepted),
         (at("overflow", 0), jnp.int32(1), acc_add & ~fits),
     ]
@@ -398,8 +402,8 @@ def _apply(buf, writes):
     return buf.at[idx].set(val, mode="drop")
 
 
-def _attempt_buf(buf, bits, params, lay, c0):
-    return _apply(buf, _move_writes(buf, lay, bits, params, c0))
+def _attempt_buf(buf, bits, params, lay, c0, stop_n0=None):
+    return _apply(buf, _move_writes(buf, lay, bits, params, c0, stop_n0))
 
 
 def attempt(state: CDTState, bits: jax.Array, params: CDTParams) -> CDTState:
@@ -507,10 +511,12 @@ def sweep(key: jax.Array, state: CDTState, params: CDTParams) -> CDTState:
 
 
 def _until_target(buf, key, target_n0, max_extra, params, lay, c0):
-    """Attempts (words from ``key``, one threefry call each) until n0 == target_n0, at most ``max_extra``;
-    a miss increments ``missed_target``. The counter lives in the buffer so that the loop body stays one
-    gather round and one scatter (see the module docstring)."""
+    """Attempts until n0 == target_n0, at most ``max_extra`` (rounded up to whole blocks); a miss increments
+    ``missed_target``. A while loop over blocks of 256 attempts, each a no-op once the target is reached:
+    under vmap a while loop selects between old and new carry of every chain each iteration (O(capacity)),
+    so the iterations must be few; the gating keeps the stop exact (``_move_writes(stop_n0=...)``)."""
     o_n0, o_miss = lay["n0"][0], lay["missed_target"][0]
+    block = 256
 
     def cond(c):
         b, i = c
@@ -518,7 +524,9 @@ def _until_target(buf, key, target_n0, max_extra, params, lay, c0):
 
     def body(c):
         b, i = c
-        return _attempt_buf(b, jax.random.bits(jax.random.fold_in(key, i), (2,), jnp.uint32), params, lay, c0), i + 1
+        bits = jax.random.bits(jax.random.fold_in(key, i), (block, 2), jnp.uint32)
+        b = jax.lax.fori_loop(0, block, lambda j, b: _attempt_buf(b, bits[j], params, lay, c0, target_n0), b)
+        return b, i + block
 
     buf, _ = jax.lax.while_loop(cond, body, (buf, jnp.int32(0)))
     return buf.at[o_miss].add((buf[o_n0] != target_n0).astype(jnp.int32))
