@@ -10,7 +10,7 @@ import numpy as np
 from ivhl_jax.sims import mera as sim
 
 # Same sweep settings as tests/test_mera.py::_SMALL with one sweep per chunk, so the compiled sweep is shared.
-ARGS = ["--set", "chis=[4]", "--set", "sweeps=[6]", "--set", "layers=[1]", "--set", "u_delay=3",
+ARGS = ["--set", "chis=[4]", "--set", "chi_mids=[]", "--set", "sweeps=[6]", "--set", "layers=[1]", "--set", "u_delay=3",
         "--set", "sweeps_per_chunk=1", "--set", "checkpoint_every=2", "--no-progress"]
 
 
@@ -22,6 +22,7 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
     err = np.array(doc["energy_error_per_sweep"])
     assert err.shape == (6,) and np.all(err > 0)
     assert doc["stages"][0]["chi"] == 4 and doc["stages"][0]["resumed_from"] is None
+    assert doc["stages"][0]["precision"] == "float64" and doc["restarts"] == []  # 6 sweeps: no stuck check
     assert doc["stages"][0]["isometry_error"]["w"] < 1e-12
     assert len(doc["scaling_dimensions"]) == len(doc["scaling_dimensions_exact"])
     assert abs(doc["scaling_dimensions"][0]) < 1e-8
@@ -41,3 +42,11 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
 def test_sim_bad_config(capsys):
     assert sim.main(["--set", "chis=4,6", "--set", "sweeps=[10]", "--set", "layers=[1]"]) == 2
     assert "same" in capsys.readouterr().err
+    # the last stage must finish in float64; per-stage lists need one entry per stage
+    assert sim.main(ARGS + ["--set", "precision=[\"f32\"]"]) == 2
+    assert "f64" in capsys.readouterr().err
+    assert sim.main(ARGS + ["--set", "chi_mids=[4, 4]"]) == 2  # one stage
+    assert "one entry per stage" in capsys.readouterr().err
+    assert sim.main(ARGS + ["--set", "chis=[4, 4]", "--set", "sweeps=[6, 6]", "--set", "layers=[1, 1]",
+                            "--set", "precision=[\"bf16\", \"f64\"]"]) == 2
+    assert "precision[0]" in capsys.readouterr().err
