@@ -190,3 +190,21 @@ def test_bad_chi2_inputs_named():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="dof must be"):
             st.chi2_sf(1.0, 0)
+
+
+def test_convergence_order_of_known_schemes():
+    h = np.array([0.1, 0.05, 0.025, 0.0125])
+    # forward Euler on y' = -y to t = 1 (first order) and the midpoint rule (second order), exact error known
+    for p, scheme in ((1, lambda k: (1 - k) ** round(1 / k)), (2, lambda k: (1 - k + k * k / 2) ** round(1 / k))):
+        err = np.array([abs(scheme(k) - np.exp(-1.0)) for k in h])
+        res = st.convergence_order(h, err)
+        assert abs(res.order - p) < 0.1 and np.all(np.abs(res.local - p) < 0.15), res
+        assert res.order_err < 0.05
+    exact = st.convergence_order([0.2, 0.1], [4e-2, 1e-2])
+    assert exact.order == pytest.approx(2.0) and exact.order_err == 0.0
+    with pytest.raises(ValueError, match="same length"):
+        st.convergence_order([0.1, 0.05], [1.0, 0.5, 0.25])
+    with pytest.raises(ValueError, match="> 0"):
+        st.convergence_order([0.1, 0.05], [1.0, 0.0])
+    with pytest.raises(ValueError, match="distinct"):
+        st.convergence_order([0.1, 0.1], [1.0, 0.5])

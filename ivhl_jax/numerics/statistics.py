@@ -42,6 +42,8 @@ __all__ = [
     "binning_error",
     "mean_with_error",
     "chi2_histogram_test",
+    "ConvergenceOrder",
+    "convergence_order",
     "chi2_sf",
 ]
 
@@ -330,3 +332,36 @@ def chi2_histogram_test(observed_counts: Any, expected_probs: Any, *, min_expect
     stat = float(np.sum((go - ge) ** 2 / ge)) * (ne / n)
     dof = len(groups) - 1
     return Chi2Result(stat, dof, chi2_sf(stat, dof), len(groups))
+
+
+class ConvergenceOrder(NamedTuple):
+    """Observed order of accuracy (:func:`convergence_order`): ``order`` the least-squares slope of
+    ``log err`` against ``log h``, ``order_err`` its standard error (0 for two points), ``local`` (K-1,) the
+    slopes between successive step sizes."""
+
+    order: float
+    order_err: float
+    local: np.ndarray
+
+
+def convergence_order(step_sizes: Any, errors: Any) -> ConvergenceOrder:
+    """Order ``p`` of ``err ≈ C h^p`` from errors measured at step sizes ``h`` (diffrax-style order tests).
+
+    ``p`` is the least-squares slope of ``log err`` on ``log h``; ``local[k] = log(err_{k+1}/err_k) /
+    log(h_{k+1}/h_k)``. Both inputs (K,), K >= 2, positive and finite; the step sizes distinct.
+    """
+    h = _series(step_sizes, "step_sizes", 2)
+    e = _series(errors, "errors", 2)
+    if h.shape != e.shape:
+        raise ValueError(f"step_sizes and errors must have the same length, got {h.shape[0]} and {e.shape[0]}")
+    if np.any(h <= 0) or np.any(e <= 0):
+        raise ValueError("step_sizes and errors must be > 0 (their logarithms are fitted)")
+    if np.unique(h).size != h.size:
+        raise ValueError("step_sizes must be distinct")
+    lh, le = np.log(h), np.log(e)
+    local = np.diff(le) / np.diff(lh)
+    if h.size == 2:
+        return ConvergenceOrder(float(local[0]), 0.0, local)
+    coef, cov = np.polyfit(lh, le, 1, cov=True) if h.size > 3 else (np.polyfit(lh, le, 1), None)
+    err = float(np.sqrt(max(cov[0, 0], 0.0))) if cov is not None else float("nan")
+    return ConvergenceOrder(float(coef[0]), err, local)
