@@ -91,6 +91,40 @@ def test_condensate_trajectory_of_strang_stepper_compiles_once():
     assert second == [], second
 
 
+
+@pytest.mark.parametrize("omega_rot", [0.0, 0.4])
+def test_condensate_host_fft_new_dt_compiles_nothing_and_uses_the_new_factor(omega_rot):
+    """fft="ducc" keeps the kinetic factors on the host (spectral.HostFactor: only a traced int32 key crosses per
+    step). A new dt must reuse the compiled loop *and* the host copy of the new dt's factor: each run equals the
+    fft="xla" run at the same dt, which a stale factor (the first dt's) would not."""
+    pytest.importorskip("ducc0")
+    from ivhl_jax.numerics.spectral import HostFactor
+
+    grid = C.Grid.uniform((16, 16), 8.0)
+    sys_d = C.GPSystem(grid, C.harmonic(grid), 5.0, omega_rot, fft="ducc")
+    sys_x = sys_d.replace(fft="xla")
+    psi = C.gaussian(grid) * jnp.exp(0.4j * grid.mesh()[0])
+    ducc_ = {}
+    _sync(trajectory(C.strang(sys_d, 0.01), psi, 10, save_every=5))
+    for dt in (0.01, 0.03, 0.02):
+        st = C.strang(sys_d, dt)
+        factors = [st.params.plan.kin] if omega_rot == 0.0 else [st.params.plan.rot_a, st.params.plan.rot_b]
+        assert all(isinstance(f, HostFactor) for f in factors)
+        with count_compiles() as again:
+            ducc_[dt] = _sync(trajectory(st, psi, 10, save_every=5))
+        assert again == [], (dt, again)
+        ref = trajectory(C.strang(sys_x, dt), psi, 10, save_every=5)
+        np.testing.assert_allclose(np.asarray(ducc_[dt][0]), np.asarray(ref[0]), atol=2e-6)
+    # the three dts gave three different states (so "equals xla" above was a check of the new factor)
+    assert float(jnp.max(jnp.abs(ducc_[0.01][0] - ducc_[0.03][0]))) > 1e-2
+    # rebuilding at a dt already seen reuses its host copy (same key) instead of registering another
+
+    def keys(dt):
+        plan = C.strang(sys_d, dt).params.plan
+        return [int(f.key) for f in ([plan.kin] if omega_rot == 0.0 else [plan.rot_a, plan.rot_b])]
+
+    assert keys(0.03) == keys(0.03) != keys(0.02)
+
 # --- GFT ------------------------------------------------------------------------------------------
 def test_gft_evolve_and_relax_second_call_compile_nothing():
     shape = (8, 8)

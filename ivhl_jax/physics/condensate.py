@@ -49,7 +49,7 @@ from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics.fastmath import sincos
 from ivhl_jax.numerics.rollout import Stepper, rollout, trajectory
-from ivhl_jax.numerics.spectral import check_backend, spectral_multiply
+from ivhl_jax.numerics.spectral import check_backend, host_factor, spectral_multiply
 
 __all__ = [
     "Grid", "GPSystem", "harmonic", "step", "evolve", "ground_state", "norm", "normalize", "energy",
@@ -303,6 +303,34 @@ def _static_kinetic(grid: Grid, dt: float, imaginary: bool, dtype: str) -> np.nd
     return phase_factor_m1(0.5 * dt * _k2(grid), imaginary, np.dtype(dtype))
 
 
+def _rotating_axes(grid: Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(k_x, y, k_y² + k_z² of shape (n_y[, n_z]), x and k_y broadcast to the B shape (n_x, n_y[, n_z]))."""
+    x, y = grid.coords[0], grid.coords[1]
+    kx, ky = grid.wavenumbers[0], grid.wavenumbers[1]
+    k2_rest = np.zeros(grid.shape[1:])
+    for a in range(1, grid.ndim):
+        shp = [1] * (grid.ndim - 1)
+        shp[a - 1] = -1
+        k2_rest = k2_rest + grid.wavenumbers[a].reshape(shp) ** 2
+    ky_b = ky.reshape((1, -1) + (1,) * (grid.ndim - 2))
+    x_b = x.reshape((-1,) + (1,) * (grid.ndim - 1))
+    return kx, y, k2_rest, x_b, ky_b
+
+
+@functools.lru_cache(maxsize=32)
+def _static_rotating(grid: Grid, dt: float, omega: float, imaginary: bool, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """The A and B factors (minus one) for a concrete dt and Ω, in float64 NumPy cast once."""
+    kx, y, k2_rest, x_b, ky_b = _rotating_axes(grid)
+    th_a = 0.5 * dt * (0.5 * kx[:, None] ** 2 + omega * y[None, :] * kx[:, None])
+    th_b = dt * (0.5 * k2_rest[None] - omega * x_b * ky_b)
+    fa, fb = phase_factor_m1(th_a, imaginary, np.dtype(dtype)), phase_factor_m1(th_b, imaginary, np.dtype(dtype))
+    return (fa[:, :, None] if grid.ndim == 3 else fa), fb
+
+
+def _rotating_factor(grid: Grid, dt: float, omega: float, imaginary: bool, dtype: str, which: int) -> np.ndarray:
+    return _static_rotating(grid, dt, omega, imaginary, dtype)[which]
+
+
 def _concrete_float(x: Any) -> float | None:
     if is_concrete(x) and np.ndim(x) == 0:
         try:
@@ -320,7 +348,9 @@ class KineticPlan(struct.PyTreeNode):
       kin: without rotation, e^{−i k² dt/2} − 1 (complex, grid-shaped); else None.
       rot_a: with rotation, the A-factor e^{−i dt/2 (½k_x² + Ω y k_x)} − 1, shape (n_x, n_y[, 1]).
       rot_b: with rotation, the B-factor e^{−i dt (½(k_y² + k_z²) − Ω x k_y)} − 1, shape (n_x, n_y[, n_z]).
-    Imaginary time replaces −i dt by −dt. Exactly one of ``kin`` / (``rot_a``, ``rot_b``) is set,
+    Imaginary time replaces −i dt by −dt. With ``fft="ducc"`` and a concrete dt (and Ω) each factor is a
+    :class:`ivhl_jax.numerics.spectral.HostFactor` (the array in ``.value``; see :func:`make_plan`).
+    Exactly one of ``kin`` / (``rot_a``, ``rot_b``) is set,
     fixed by the (static) pytree structure, so the step dispatches on the plan's type at trace time.
     """
 
@@ -350,37 +380,41 @@ def make_plan(system: GPSystem, dt: Any, imaginary: bool = False) -> KineticPlan
     """Fixed propagator factors for steps of size dt (computed once, reused by every step).
 
     A concrete dt (and Ω) is evaluated in float64 NumPy and cast once; a traced dt in the working precision.
+    With ``system.fft == "ducc"`` and a concrete dt (and Ω) each factor is a
+    :class:`ivhl_jax.numerics.spectral.HostFactor`: the same device array plus a traced int32 key of its
+    host copy, so a compiled step sends 4 bytes to the host instead of the factor (still one program for
+    every dt).
     """
     grid = system.grid
     cdt = system.complex_dtype
     rdt = system.real_dtype
     dtc = _concrete_float(dt)
     dt_leaf = jnp.asarray(dt, rdt)
+    cname = np.dtype(cdt).name
+    host = system.fft == "ducc"
     if not system.rotating:
         if dtc is not None:
-            return KineticPlan(dt_leaf, kin=jnp.asarray(_static_kinetic(grid, dtc, imaginary, np.dtype(cdt).name)))
+            if host:
+                return KineticPlan(dt_leaf, kin=host_factor(
+                    functools.partial(_static_kinetic, grid, dtc, imaginary, cname),
+                    ("gp-kinetic", grid, dtc, imaginary, cname)))
+            return KineticPlan(dt_leaf, kin=jnp.asarray(_static_kinetic(grid, dtc, imaginary, cname)))
         return KineticPlan(dt_leaf, kin=phase_factor_m1(0.5 * dt_leaf * jnp.asarray(_k2(grid), rdt), imaginary, cdt))
-    x, y = grid.coords[0], grid.coords[1]
-    kx, ky = grid.wavenumbers[0], grid.wavenumbers[1]
-    k2_rest = np.zeros(grid.shape[1:])
-    for a in range(1, grid.ndim):
-        shp = [1] * (grid.ndim - 1)
-        shp[a - 1] = -1
-        k2_rest = k2_rest + grid.wavenumbers[a].reshape(shp) ** 2
     # A: ½kx² + Ω y kx, shape (nx, ny); B: ½(ky² + kz²) − Ω x ky, shape (nx, ny[, nz]).
-    ky_b = ky.reshape((1, -1) + (1,) * (grid.ndim - 2))
-    x_b = x.reshape((-1,) + (1,) * (grid.ndim - 1))
     omc = _concrete_float(system.omega_rot)
     if dtc is not None and omc is not None:
-        th_a = 0.5 * dtc * (0.5 * kx[:, None] ** 2 + omc * y[None, :] * kx[:, None])
-        th_b = dtc * (0.5 * k2_rest[None] - omc * x_b * ky_b)
-        fa, fb = phase_factor_m1(th_a, imaginary, cdt), phase_factor_m1(th_b, imaginary, cdt)
-    else:
-        om = jnp.asarray(system.omega_rot, rdt)
-        th_a = 0.5 * dt_leaf * (jnp.asarray(0.5 * kx[:, None] ** 2, rdt)
-                                + om * jnp.asarray(y[None, :] * kx[:, None], rdt))
-        th_b = dt_leaf * (jnp.asarray(0.5 * k2_rest[None], rdt) - om * jnp.asarray(x_b * ky_b, rdt))
-        fa, fb = phase_factor_m1(th_a, imaginary, cdt), phase_factor_m1(th_b, imaginary, cdt)
+        if host:
+            ra, rb = (host_factor(functools.partial(_rotating_factor, grid, dtc, omc, imaginary, cname, i),
+                                  ("gp-rotating", i, grid, dtc, omc, imaginary, cname)) for i in (0, 1))
+            return KineticPlan(dt_leaf, rot_a=ra, rot_b=rb)
+        fa, fb = _static_rotating(grid, dtc, omc, imaginary, cname)
+        return KineticPlan(dt_leaf, rot_a=jnp.asarray(fa), rot_b=jnp.asarray(fb))
+    kx, y, k2_rest, x_b, ky_b = _rotating_axes(grid)
+    om = jnp.asarray(system.omega_rot, rdt)
+    th_a = 0.5 * dt_leaf * (jnp.asarray(0.5 * kx[:, None] ** 2, rdt)
+                            + om * jnp.asarray(y[None, :] * kx[:, None], rdt))
+    th_b = dt_leaf * (jnp.asarray(0.5 * k2_rest[None], rdt) - om * jnp.asarray(x_b * ky_b, rdt))
+    fa, fb = phase_factor_m1(th_a, imaginary, cdt), phase_factor_m1(th_b, imaginary, cdt)
     if grid.ndim == 3:
         fa = fa[:, :, None]
     return KineticPlan(dt_leaf, rot_a=jnp.asarray(fa), rot_b=jnp.asarray(fb))
