@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -128,6 +130,31 @@ def _progress_reporter(enabled: bool, description: str, total: int, start: int) 
     return report_plain
 
 
+@contextlib.contextmanager
+def _sigint_flag() -> Iterator[list[bool]]:
+    """While chunks run, the first Ctrl-C only sets a flag that the loop checks after each chunk.
+
+    Python's default handler raises KeyboardInterrupt at the next bytecode; when that happens to run inside a
+    callback the interpreter calls (e.g. JAX's gc callback) the exception is printed as "ignored" and the
+    interrupt is lost, so the run would go on to its end. A second Ctrl-C raises at once. Only the main
+    thread can install signal handlers; elsewhere the default behaviour is kept."""
+    flag = [False]
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag[0]:
+            raise KeyboardInterrupt
+        flag[0] = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_chunked(
     advance: Advance,
     state: Any,
@@ -196,20 +223,23 @@ def run_chunked(
     snapshot = (state, chunks, done * steps_per_chunk)
     saved_step = snapshot[2]
     try:
-        for k in range(done, n_chunks):
-            if k == done:
-                # The first call compiles (seconds to minutes for a large step): say so before and after. The
-                # call returns once the program is compiled and dispatched, so the time is the compile time.
-                with phase(f"compiling {description}", enabled=progress):
+        with _sigint_flag() as interrupted:
+            for k in range(done, n_chunks):
+                if k == done:
+                    # The first call compiles (seconds to minutes for a large step): say so before and after. The
+                    # call returns once the program is compiled and dispatched, so the time is the compile time.
+                    with phase(f"compiling {description}", enabled=progress):
+                        new_state, obs = advance(snapshot[0])
+                else:
                     new_state, obs = advance(snapshot[0])
-            else:
-                new_state, obs = advance(snapshot[0])
-            snapshot = (new_state, snapshot[1] + [obs], (k + 1) * steps_per_chunk)
-            step = snapshot[2]
-            report(step, obs)
-            if checkpointer is not None and step % checkpointer.save_every == 0:
-                save(step, snapshot[0], snapshot[1], force=False)
-                saved_step = step
+                snapshot = (new_state, snapshot[1] + [obs], (k + 1) * steps_per_chunk)
+                step = snapshot[2]
+                report(step, obs)
+                if checkpointer is not None and step % checkpointer.save_every == 0:
+                    save(step, snapshot[0], snapshot[1], force=False)
+                    saved_step = step
+                if interrupted[0]:
+                    raise KeyboardInterrupt
         if checkpointer is not None and n_chunks > done:
             save(n_chunks * steps_per_chunk, snapshot[0], snapshot[1], force=True)
             checkpointer.wait()
