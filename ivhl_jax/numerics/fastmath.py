@@ -162,8 +162,9 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
     e.g. ~3e-6 at |k r + θ| ≈ 500 rad. :func:`sincos` itself adds ≤ 1.5e-7 (absolute).
 
     Raises:
-      ValueError/TypeError naming the argument for wrong ranks, mismatched lengths, a negative or
-      non-finite ``softening`` (when concrete), or a ``chunk``/``unroll`` that is not a positive integer.
+      ValueError: naming the argument, for wrong ranks, mismatched lengths, a negative or non-finite
+        ``softening`` (when concrete), or a ``chunk``/``unroll`` that is not a positive integer.
+      TypeError: naming the argument, for a wrong dtype.
     """
     points = check_array(points, "points", ndim=2, kind="floating")
     sources = check_array(sources, "sources", shape=(None, points.shape[1]), kind="numeric")

@@ -111,8 +111,9 @@ def lanczos_ground_state(matvec: Callable[[jax.Array], jax.Array], v0: Inexact[A
       (E₀, ψ₀) with ψ₀ normalised, shaped like ``v0``.
 
     Raises:
-      ValueError naming ``v0`` (outside a trace) when it holds NaN/inf or is zero, and naming ``num_iter``
-      when that is not a positive integer: both would otherwise return NaN or fail deep inside the loop.
+      ValueError: naming ``v0`` (outside a trace) when it holds NaN/inf or is zero, and naming
+        ``num_iter`` when that is not a positive integer: both would otherwise return NaN or fail deep
+        inside the loop.
     """
     check_scalar(num_iter, "num_iter", integer=True, minimum=1)
     v0 = check_array(v0, "v0", kind="inexact", finite=True)
