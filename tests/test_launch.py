@@ -246,6 +246,8 @@ FAULT_WORKER = textwrap.dedent('''
     if pid == int(os.environ["FAULT_RANK"]):
         if os.environ["FAULT"] == "raise":
             raise RuntimeError(f"injected failure in rank {pid}")
+        if os.environ["FAULT"] == "hang":  # alive and heartbeating, but never enters the peer's next collective
+            time.sleep(3600)
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.time()
     while time.time() - t0 < 90:  # the healthy peer keeps running collectives until it is stopped
@@ -294,6 +296,69 @@ def test_a_failing_rank_stops_the_job_with_its_traceback_first(tmp_path, fault, 
     for line in (err + out).splitlines():
         assert line.startswith(("[rank ", "ivhl launch:", "----")), line
     assert f"[rank {1 - rank}] rank {1 - rank} sum 2.0" in out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("rank", [1, pytest.param(0, marks=pytest.mark.slow)],
+                         ids=["worker_hangs", "coordinator_hangs"])
+def test_a_rank_hanging_outside_a_collective_stops_the_job_naming_it(tmp_path, rank):
+    """Issue 14, launch fault injection: one rank blocks for ever (it still heartbeats, so the coordination service
+    sees nothing) while its peer waits for it in a collective. Within the stall timeout (= the heartbeat timeout)
+    the launcher sees that no process uses CPU, shows every rank's stack, names the rank and the line it stopped
+    at, stops every process (none is left behind) and exits 124."""
+    script = tmp_path / "fault_worker.py"
+    script.write_text(FAULT_WORKER)
+    env = _clean_env()
+    env.update(FAULT="hang", FAULT_RANK=str(rank))
+    heartbeat = 5
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "1",
+                           "--heartbeat-timeout", str(heartbeat), "--grace", "5", "--timeout", "100", "--",
+                           sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - t0
+    err = proc.stderr
+    print(f"rank {rank} hangs: launcher exit {proc.returncode} after {elapsed:.1f} s\n{err[-1500:]}")
+    assert proc.returncode == launch.HANG_EXIT_CODE, err[-3000:]
+    assert f"no process used CPU for {heartbeat} s: the job hangs" in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ivhl launch: hang: "), last
+    assert f"process {rank} stopped at fault_worker.py:" in last and "time.sleep(3600)" in last, last
+    assert f"process {1 - rank}" in last, last  # where the peer waits is named too
+    assert f"[rank {rank}]   File " in err  # the stacks were shown, rank-prefixed
+    assert elapsed < heartbeat + 40, err[-3000:]  # stall timeout + start-up and stack dump on a loaded host
+    left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes left running: {left}"
+
+
+def test_stall_watch_and_stack_parsing():
+    """The pieces of the hang detection: a faulthandler dump's main-thread frame, and the CPU watch on idle and
+    busy process trees (a shell wrapper's busy child counts for the wrapper)."""
+    dump = ["Thread 0x00007f01 (most recent call first):", '  File "/x/threading.py", line 324 in wait', "",
+            "Current thread 0x00007f02 (most recent call first):", '  File "/w/jax/_src/array.py", line 9 in sync',
+            '  File "/w/run.py", line 14 in <module>', "other output"]
+    assert launch._main_thread_frame(dump) == ("/w/jax/_src/array.py", 9, "sync")
+    assert launch._in_jax("/w/jax/_src/array.py") and not launch._in_jax("/w/run.py")
+    assert launch._main_thread_frame(["no dump here"]) is None
+    with pytest.raises(ValueError, match="stall_timeout"):
+        launch.launch(["true"], 1, stall_timeout=-1)
+    idle = subprocess.Popen(["sleep", "30"])
+    busy = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'while True: pass'"])
+    try:
+        watch = launch._StallWatch([idle.pid, busy.pid], stall=1.5)
+        t = time.monotonic()
+        hung = False
+        for k in range(1, 5):
+            hung = watch.hung([0, 1], t + k * 1.0) or hung
+            time.sleep(1.0)
+        assert not hung  # the busy tree keeps the job alive
+        assert watch.active_at[1] > watch.active_at[0]
+        assert watch.hung([0], time.monotonic() + 1.0)  # the idle one alone: hung
+    finally:
+        for p in (idle, busy):
+            for q in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
+                os.kill(int(q), 9)
+            p.kill()
+            p.wait()
 
 
 SAVE_WORKER = textwrap.dedent('''

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import flax.struct
@@ -236,6 +237,13 @@ def param_specs(cfg: AdaptiveConfig) -> dict[str, tuple[tuple[int, ...], int | N
 def init_param(key: jax.Array, shape: tuple[int, ...], fan_in: int | None, dtype: Any = jnp.float32
                ) -> Float[Array, " ..."]:
     """One parameter of ``shape``: uniform in ``±1/sqrt(fan_in)``, or ones when ``fan_in`` is None."""
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
+        raise TypeError(f"shape must be a tuple of sizes, got {shape!r}")
+    for i, d in enumerate(shape):
+        check_scalar(d, f"shape[{i}]", integer=True, nonnegative=True)
+    shape = tuple(int(d) for d in shape)
+    if fan_in is not None:
+        check_scalar(fan_in, "fan_in", integer=True, minimum=1)
     if fan_in is None:
         return jnp.ones(shape, dtype)
     bound = 1.0 / math.sqrt(fan_in)
@@ -307,6 +315,7 @@ def phase_weights(phase: Int[ArrayLike, " ..."], energy: Real[ArrayLike, " ..."]
 def phase_logits(weights: Float[Array, "*batch 4"], temperature: float, seed_compat: bool
                  ) -> Float[Array, "*batch 4"]:
     """Logits of the phase distribution: ``log(w)/T`` (proper), or ``w/T`` (seed: softmax of probs)."""
+    check_scalar(temperature, "temperature", positive=True)
     if seed_compat:
         return weights / temperature
     return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf) / temperature
@@ -514,8 +523,11 @@ def step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array,
     """
     pol = physics_policy(policy)
     if pol is not None:
+        # the policy's own message first (it names the compute dtype), then the shape/finiteness checks
         for tree, name in ((params, "params"), (state, "state"), (x, "x")):
             _check_real_tree(tree, name, pol)
+    x = check_inputs(cfg, state, x)
+    if pol is not None:
         new_state, out = step(pol.cast_to_compute(pol.cast_to_param(params)), pol.cast_to_compute(state),
                               jnp.asarray(x).astype(pol.compute_dtype), key, cfg)
         return pol.cast_to_output(new_state), pol.cast_to_output(out)
@@ -537,7 +549,7 @@ def step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array,
 
 def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: Float[ArrayLike, "B D"]) -> Float[Array, "B D"]:
     """Validate ``x`` against the config and the state's batch size (shape errors name the fix)."""
-    x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating")
+    x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating", finite=True)
     if state.h.shape != (x.shape[0], cfg.num_nodes, cfg.hidden_dim):
         raise ValueError(f"state.h has shape {state.h.shape}, expected {(x.shape[0], cfg.num_nodes, cfg.hidden_dim)}"
                          f"; create it with init_state(cfg, batch={x.shape[0]})")

@@ -97,6 +97,15 @@ def _series(x: Any, name: str, min_len: int) -> np.ndarray:
     return arr
 
 
+def _is_real_scalar(v: Any) -> bool:
+    """A real (integer or floating) number: a Python/NumPy scalar or a 0-d array; not a string, bool or None."""
+    try:
+        arr = np.asarray(v)
+    except Exception:
+        return False
+    return arr.ndim == 0 and (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating))
+
+
 def _positive(v: Any, name: str) -> float:
     f = float(v)
     if not (math.isfinite(f) and f > 0):
@@ -173,6 +182,8 @@ def binning_error(x: Any, *, alpha: float = 0.01) -> BinningResult:
     """
     a = _series(x, "x", 4)
     alpha = _positive(alpha, "alpha")
+    if not alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1) (a significance level), got {alpha!r}")
     blocks = a
     sizes, nbs, s2s, g2s = [], [], [], []
     k = 0
@@ -265,9 +276,14 @@ def _gammaincc(a: float, x: float) -> float:
 
 def chi2_sf(statistic: float, dof: int) -> float:
     """Survival function of the χ² distribution: ``P(χ²_dof >= statistic) = Q(dof/2, statistic/2)``."""
-    dof_i = int(dof)
-    if dof_i < 1 or dof_i != dof:
+    if not _is_real_scalar(dof):
+        raise TypeError(f"dof must be an integer >= 1, got {dof!r}")
+    dof_f = float(dof)
+    if not (math.isfinite(dof_f) and dof_f >= 1 and dof_f == int(dof_f)):
         raise ValueError(f"dof must be an integer >= 1, got {dof!r}")
+    dof_i = int(dof_f)
+    if not _is_real_scalar(statistic):
+        raise TypeError(f"statistic must be a number, got {statistic!r}")
     s = float(statistic)
     if math.isnan(s):
         raise ValueError("statistic must not be NaN")
@@ -292,8 +308,13 @@ def chi2_histogram_test(observed_counts: Any, expected_probs: Any, *, min_expect
     ``n_eff = n/(2 τ_int)`` (:func:`integrated_autocorrelation_time`): pass ``n_eff`` and χ² is scaled by
     ``n_eff / n`` (and pooling uses ``n_eff p``). Raises ValueError when fewer than two pooled bins remain.
     """
-    obs = np.asarray(observed_counts, dtype=np.float64)
-    p = np.asarray(expected_probs, dtype=np.float64)
+    arrays = []
+    for v, name in ((observed_counts, "observed_counts"), (expected_probs, "expected_probs")):
+        try:
+            arrays.append(np.asarray(v, dtype=np.float64))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{name} must be a 1-D array of real numbers ({e})") from None
+    obs, p = arrays
     if obs.ndim != 1:
         raise ValueError(f"observed_counts must be a 1-D array, got shape {obs.shape}")
     if p.ndim != 1:

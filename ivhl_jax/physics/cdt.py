@@ -67,7 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_key, check_scalar, is_concrete
+from ivhl_jax.core.validation import check_array, check_key, check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper, rollout, trajectory
 from ivhl_jax.physics import cdt_geometry
 from ivhl_jax.physics.cdt_geometry import hausdorff_from_scaling, hausdorff_from_spheres, mean_distance
@@ -95,6 +95,8 @@ MAX_VERTEX_CAPACITY = 1 << 16  # the exact 32-bit multiply-high index draw needs
 
 def buffer_layout(vertex_capacity: int, n_slices: int) -> dict[str, tuple[int, int]]:
     """Offsets ``name -> (start, size)`` of the fields in :attr:`CDTState.buf` (``C2 = 2 C0``)."""
+    check_scalar(vertex_capacity, "vertex_capacity", integer=True, minimum=1)
+    check_scalar(n_slices, "n_slices", integer=True, minimum=1)
     c0, c2 = int(vertex_capacity), 2 * int(vertex_capacity)
     sizes = [("tl", c2), ("tr", c2), ("apex", c2), ("vright", c0), ("vtime", c0), ("vperm", c0), ("vpos", c0),
              ("lengths", int(n_slices)), *_SCALARS]
@@ -239,7 +241,8 @@ def make_params(lam: float, *, eps: float = 0.0, target: float = 0.0, attempts_p
         from ivhl_jax.physics import cdt_host
 
         cdt_host.require()
-    proposal = proposal or ("lists" if engine == "host" else "uniform")
+    if proposal is None:
+        proposal = "lists" if engine == "host" else "uniform"
     if proposal not in PROPOSALS:
         raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
     if proposal == "lists" and engine != "host":
@@ -264,8 +267,9 @@ def initial_state(n_slices: int, length: int, capacity: int | None = None) -> CD
     check_scalar(length, "length", integer=True, minimum=3)
     T, L = int(n_slices), int(length)
     n0 = T * L
+    if capacity is not None:
+        check_scalar(capacity, "capacity", integer=True, minimum=n0)
     c0 = min(4 * n0, MAX_VERTEX_CAPACITY) if capacity is None else int(capacity)
-    check_scalar(c0, "capacity", integer=True, minimum=n0)
     if c0 > MAX_VERTEX_CAPACITY:
         raise ValueError(f"capacity={c0} vertex slots exceeds the maximum {MAX_VERTEX_CAPACITY} (N2 <= 2^17 "
                          "triangles); split the volume or use fewer slots")
@@ -303,6 +307,7 @@ def initial_state(n_slices: int, length: int, capacity: int | None = None) -> CD
 
 def replicate(state: CDTState, n_chains: int) -> CDTState:
     """Stack ``n_chains`` copies of ``state`` along a new leading axis (for ``vmap``)."""
+    _check_state(state, "state", batched=False)
     check_scalar(n_chains, "n_chains", integer=True, minimum=1)
     return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n_chains,) + x.shape), state)
 
@@ -554,6 +559,8 @@ def coordination_numbers(state: CDTState) -> jax.Array:
 
 def coordination_histogram(state: CDTState, max_coordination: int = 32) -> jax.Array:
     """(max_coordination + 1,) counts of vertices with coordination q (last bin: q >= max)."""
+    check_scalar(max_coordination, "max_coordination", integer=True, minimum=1)
+    max_coordination = int(max_coordination)
     q = jnp.minimum(coordination_numbers(state), max_coordination)
     q = jnp.where(live_vertices(state), q, max_coordination + 1)
     return jnp.zeros(max_coordination + 1, jnp.int32).at[q].add(1, mode="drop")
@@ -618,6 +625,7 @@ def run(key: jax.Array, state: CDTState, params: CDTParams, steps: int, save_eve
     ``steps // save_every`` (see :func:`observe`). Deterministic given ``key``.
     """
     check_key(key, "key")
+    _check_params(params)
     _check_state(state, "state", batched=False, params=params)
     check_scalar(steps, "steps", integer=True, nonnegative=True)
 
@@ -630,10 +638,26 @@ def run_chains(key: jax.Array, states: CDTState, params: CDTParams, steps: int, 
     """:func:`run` on a batch of independent chains (leading axis of ``states``, e.g. from
     :func:`replicate`), keys split per chain."""
     check_key(key, "key")
+    _check_params(params)
     _check_state(states, "states", batched=True, params=params)
     check_scalar(steps, "steps", integer=True, nonnegative=True)
     check_scalar(save_every, "save_every", integer=True, minimum=1)
     return _run_chains(key, states, params, int(steps), int(save_every))
+
+
+def _check_params(params: Any) -> None:
+    if not isinstance(params, CDTParams):
+        raise TypeError(f"params must be CDTParams (from cdt.make_params); got {type(params).__name__}")
+
+
+def _check_lengths(lengths: Any) -> jax.Array:
+    """Slice-length profiles (..., T): a real array with T >= 1 and (when concrete) finite entries."""
+    x = check_array(lengths, "lengths", kind="numeric", finite=True)
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"lengths must have a last (time) axis of length >= 1, got shape {tuple(x.shape)}")
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        raise TypeError(f"lengths must be real, got {x.dtype}")
+    return x
 
 
 def _check_state(state: Any, name: str, *, batched: bool, params: CDTParams | None = None) -> None:
@@ -702,8 +726,7 @@ def metropolis(params: CDTParams) -> Stepper[Chain, CDTParams]:
     :func:`initial_state`. ``trajectory(metropolis(p), chain, sweeps, save_every=m, observe=observe_chain)``
     equals :func:`run` bit for bit and compiles once per shapes (``lam``, ``eps``, ``target`` are traced).
     """
-    if not isinstance(params, CDTParams):
-        raise TypeError(f"params must be CDTParams (from cdt.make_params); got {type(params).__name__}")
+    _check_params(params)
     return Stepper(step_fn=_sweep_step, params=params, init_fn=_init_chain, name="cdt.metropolis")
 
 
@@ -713,7 +736,7 @@ def volume_correlator(lengths: jax.Array) -> jax.Array:
     ``lengths``: (..., n_meas, T) profiles; the average runs over measurements (and leading axes).
     Returns (T,) indexed by dt.
     """
-    x = jnp.asarray(lengths, jnp.float32)
+    x = _check_lengths(lengths).astype(jnp.float32)
     x = x.reshape(-1, x.shape[-1])
     mean = x.mean()
     corr = jnp.stack([(x * jnp.roll(x, -k, axis=-1)).mean() for k in range(x.shape[-1])])
@@ -722,7 +745,7 @@ def volume_correlator(lengths: jax.Array) -> jax.Array:
 
 def center_profiles(lengths: jax.Array) -> jax.Array:
     """Shift each profile (..., T) so that its largest slice is at index T // 2 (for averaging blobs)."""
-    x = jnp.asarray(lengths)
+    x = _check_lengths(lengths)
     T = x.shape[-1]
     shift = T // 2 - jnp.argmax(x, axis=-1)
     idx = (jnp.arange(T) - shift[..., None]) % T
@@ -737,6 +760,10 @@ def vertex_distances(state: CDTState, origin: jax.Array, r_max: int) -> jax.Arra
     """Graph distance (in links) from ``origin`` to every vertex slot of an unbatched state
     (:func:`ivhl_jax.physics.cdt_geometry.graph_distances` on the vertex graph); unreached and free slots
     get ``r_max + 1``. Cost O(r_max * C2)."""
+    _check_state(state, "state", batched=False)
+    check_scalar(r_max, "r_max", integer=True, nonnegative=True)
+    check_scalar(origin, "origin", integer=True, nonnegative=True,
+                 maximum=state.vertex_capacity - 1 if is_concrete(origin) else None)
     tv, _, tri_alive, vert_alive = geometry_arrays(state)
     src, dst = cdt_geometry.vertex_adjacency_edges(tv, tri_alive)
     d = cdt_geometry.graph_distances(src, dst, state.vertex_capacity, origin, r_max)
@@ -749,6 +776,8 @@ def sphere_volumes(key: jax.Array, state: CDTState, r_max: int, n_origins: int =
     (vertices, distances in links) or the dual graph (triangles, distances in dual links), via
     :func:`ivhl_jax.physics.cdt_geometry.sphere_volumes`. Returns (r_max + 1,) float32; ``sum_r`` equals
     N0 (vertex) or N2 (dual) when ``r_max`` exceeds the diameter."""
+    check_key(key, "key")
+    _check_state(state, "state", batched=False)
     tv, tnbr, tri_alive, vert_alive = geometry_arrays(state)
     if graph == "vertex":
         src, dst = cdt_geometry.vertex_adjacency_edges(tv, tri_alive)
@@ -846,12 +875,20 @@ def assert_invariants(state: CDTState) -> None:
 
 def strip_count(a: int, b: int) -> int:
     """Number of strips between two rooted, oriented circles of a and b vertices: (a+b-1)!/((a-1)!(b-1)!)."""
-    return math.comb(a + b - 1, a - 1) * b
+    check_scalar(a, "a", integer=True, minimum=1)
+    check_scalar(b, "b", integer=True, minimum=1)
+    return math.comb(int(a) + int(b) - 1, int(a) - 1) * int(b)
 
 
 def log_length_weight(lengths, lam: float) -> float:
     """log of the exact unnormalised probability of a slice-length vector (see module docstring)."""
-    ls = [int(v) for v in lengths]
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or arr.size < 1 or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"lengths must be a non-empty 1-D sequence of slice lengths, got {lengths!r}")
+    if not (np.all(np.isfinite(arr)) and np.all(arr >= 1) and np.all(arr == np.round(arr))):
+        raise ValueError(f"lengths must be integers >= 1, got {lengths!r}")
+    check_scalar(lam, "lam")
+    ls = [int(v) for v in arr]
     T = len(ls)
     val = -2.0 * lam * sum(ls) - sum(math.log(v) for v in ls)
     return val + sum(math.log(strip_count(ls[t], ls[(t + 1) % T])) for t in range(T))
@@ -864,7 +901,9 @@ def transfer_matrix(lam: float, l_max: int) -> np.ndarray:
     """
     from scipy.special import gammaln
 
-    ls = np.arange(3, l_max + 1, dtype=float)
+    check_scalar(lam, "lam")
+    check_scalar(l_max, "l_max", integer=True, minimum=3)
+    ls = np.arange(3, int(l_max) + 1, dtype=float)
     a, b = ls[:, None], ls[None, :]
     logm = -lam * (a + b) + gammaln(a + b) - gammaln(a) - gammaln(b) - 0.5 * np.log(a * b)
     return np.exp(logm)
@@ -878,10 +917,16 @@ def exact_mean_length(lam: float, n_slices: int | None, l_max: int | None = None
     ``l_max`` (truncation) defaults to 40/sqrt(lam - ln 2) + 60, far in the exponential tail
     ``~ exp(-2 sqrt(lam - ln 2) l)``.
     """
+    check_scalar(lam, "lam")
     if lam <= LN2:
         raise ValueError(f"lam={lam} must exceed ln 2 = {LN2:.6f}")
+    if n_slices is not None:
+        check_scalar(n_slices, "n_slices", integer=True, minimum=1)
+        n_slices = int(n_slices)
     if l_max is None:
         l_max = int(40.0 / math.sqrt(lam - LN2)) + 60
+    check_scalar(l_max, "l_max", integer=True, minimum=3)
+    l_max = int(l_max)
     m = transfer_matrix(lam, l_max)
     ls = np.arange(3, l_max + 1, dtype=float)
     if n_slices is None:
@@ -899,6 +944,13 @@ def exact_length_distribution(lam: float, n_slices: int, l_max: int) -> dict[tup
     """Exact P(l_0, ..., l_{T-1}) for all vectors with 3 <= l_t <= l_max, normalised over that box."""
     import itertools
 
+    check_scalar(lam, "lam")
+    check_scalar(n_slices, "n_slices", integer=True, minimum=1)
+    check_scalar(l_max, "l_max", integer=True, minimum=3)
+    n_slices, l_max = int(n_slices), int(l_max)
+    if (l_max - 2) ** n_slices > 10**7:
+        raise ValueError(f"n_slices={n_slices} and l_max={l_max} give {(l_max - 2) ** n_slices:.3g} length vectors "
+                         "to enumerate (more than 1e7); use exact_mean_length for large systems")
     vecs = list(itertools.product(range(3, l_max + 1), repeat=n_slices))
     logw = np.array([log_length_weight(v, lam) for v in vecs])
     p = np.exp(logw - logw.max())

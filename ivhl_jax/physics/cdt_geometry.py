@@ -143,12 +143,16 @@ def _check_edges(src: Any, dst: Any) -> tuple[jax.Array, jax.Array]:
     return src.astype(jnp.int32), dst.astype(jnp.int32)
 
 
-def _check_alive(alive: Any, name: str = "alive") -> jax.Array:
-    return check_array(alive, name, ndim=1, kind="bool")
+def _check_alive(alive: Any, name: str = "alive", *, some_live: bool = False) -> jax.Array:
+    alive = check_array(alive, name, ndim=1, kind="bool")
+    if some_live and is_concrete(alive) and not bool(np.any(np.asarray(alive))):
+        raise ValueError(f"{name} marks no live node: there is nothing to draw from")
+    return alive
 
 
-def _check_node(v: Any, name: str) -> Any:
-    check_scalar(v, name, integer=True, nonnegative=True)
+def _check_node(v: Any, name: str, n_nodes: int | None = None) -> Any:
+    check_scalar(v, name, integer=True, nonnegative=True,
+                 maximum=None if n_nodes is None or not is_concrete(v) else n_nodes - 1)
     return jnp.asarray(v, jnp.int32)
 
 
@@ -221,7 +225,7 @@ def graph_distances(src: Any, dst: Any, n_nodes: int, origin: Any, r_max: int) -
     src, dst = _check_edges(src, dst)
     n_nodes = _static_int(n_nodes, "n_nodes", 1)
     r_max = _static_int(r_max, "r_max", 1)
-    origin = _check_node(origin, "origin")
+    origin = _check_node(origin, "origin", n_nodes)
     return _distances_jit(src, dst, n_nodes, origin, r_max)
 
 
@@ -235,7 +239,7 @@ def random_live_nodes(key: Any, alive: Any, n: int) -> jax.Array:
     never a dead one while at least one is live).
     """
     check_key(key)
-    alive = _check_alive(alive)
+    alive = _check_alive(alive, some_live=True)
     n = _static_int(n, "n", 1)
     return _random_live(key, alive, n)
 
@@ -268,7 +272,11 @@ def sphere_counts(src: Any, dst: Any, n_nodes: int, origins: Any, r_max: int) ->
     src, dst = _check_edges(src, dst)
     n_nodes = _static_int(n_nodes, "n_nodes", 1)
     r_max = _static_int(r_max, "r_max", 1)
-    origins = check_array(origins, "origins", ndim=1, kind="integer").astype(jnp.int32)
+    origins = check_array(origins, "origins", ndim=1, kind="integer")
+    if is_concrete(origins) and origins.size and not (0 <= int(np.min(origins)) and int(np.max(origins)) < n_nodes):
+        raise ValueError(f"origins must be node ids in [0, n_nodes={n_nodes}), got values in "
+                         f"[{int(np.min(origins))}, {int(np.max(origins))}]")
+    origins = origins.astype(jnp.int32)
     return _counts_jit(src, dst, n_nodes, origins, r_max)
 
 
@@ -289,7 +297,7 @@ def sphere_volumes(key: Any, src: Any, dst: Any, alive: Any, r_max: int, n_origi
     """
     check_key(key)
     src, dst = _check_edges(src, dst)
-    alive = _check_alive(alive)
+    alive = _check_alive(alive, some_live=True)
     r_max = _static_int(r_max, "r_max", 1)
     n_origins = _static_int(n_origins, "n_origins", 1)
     return _volumes_jit(key, src, dst, alive, r_max, n_origins)
@@ -392,7 +400,7 @@ def average_sphere_distance(src: Any, dst: Any, n_nodes: int, x: Any, y: Any, de
     n_nodes = _static_int(n_nodes, "n_nodes", 1)
     r_max = _static_int(r_max, "r_max", 1)
     max_sphere = _static_int(max_sphere, "max_sphere", 1)
-    x, y = _check_node(x, "x"), _check_node(y, "y")
+    x, y = _check_node(x, "x", n_nodes), _check_node(y, "y", n_nodes)
     check_scalar(delta, "delta", integer=True, minimum=1)
     if is_concrete(delta) and r_max < 3 * int(delta):
         raise ValueError(f"r_max must be >= 3*delta = {3 * int(delta)} (sphere points can be 3 delta apart), "
@@ -491,9 +499,28 @@ def ricci_curvature_profile(key: Any, src: Any, dst: Any, alive: Any, deltas: An
 # dimensions from sphere volumes (host-side fits)
 
 
+def _host_series(v: Any, name: str, *, minimum: float, positive: bool = False) -> np.ndarray:
+    """A finite real 1-D series as float64 NumPy (for the host-side fits), each entry >= ``minimum`` (> when
+    ``positive``)."""
+    checked = check_array(v, name, ndim=1, kind="numeric", finite=True)
+    if jnp.issubdtype(checked.dtype, jnp.complexfloating):
+        raise TypeError(f"{name} must be real, got {checked.dtype}")
+    arr = np.asarray(v, np.float64)  # full precision (check_array's copy may be float32)
+    if np.any(arr <= minimum if positive else arr < minimum):
+        raise ValueError(f"{name} must be {'>' if positive else '>='} {minimum:g}, got a minimum of {arr.min():g}")
+    return arr
+
+
 def mean_distance(spheres: jax.Array) -> jax.Array:
     """Average distance ``<r> = sum r S(r) / sum S(r)`` of sphere volumes S (..., R)."""
-    s = jnp.asarray(spheres, jnp.float32)
+    s = check_array(spheres, "spheres", kind="numeric", finite=True)
+    if s.ndim < 1 or s.shape[-1] < 1 or jnp.issubdtype(s.dtype, jnp.complexfloating):
+        raise ValueError(f"spheres must be real sphere volumes (..., R) with R >= 1, got {s.dtype}{tuple(s.shape)}")
+    if is_concrete(s):
+        host = np.asarray(s, np.float64)
+        if np.any(host < 0) or np.any(host.sum(-1) <= 0):
+            raise ValueError("spheres must be >= 0 with a positive sum over r (sphere volumes)")
+    s = s.astype(jnp.float32)
     r = jnp.arange(s.shape[-1], dtype=jnp.float32)
     return (s * r).sum(-1) / s.sum(-1)
 
@@ -505,7 +532,12 @@ def hausdorff_from_spheres(spheres, r_min: int = 1, r_max: int | None = None) ->
     prefer :func:`hausdorff_from_scaling`. ``r_max`` defaults to 2/3 of the radius where S(r) peaks.
     Returns (d_H, std error of the fit); NaN when fewer than 3 radii are usable.
     """
-    s = np.asarray(spheres, float)
+    s = _host_series(spheres, "spheres", minimum=0.0)
+    check_scalar(r_min, "r_min", integer=True, minimum=1, maximum=s.size - 1)
+    r_min = int(r_min)
+    if r_max is not None:
+        check_scalar(r_max, "r_max", integer=True, minimum=r_min + 2)
+        r_max = int(r_max)
     if r_max is None:
         r_max = max(r_min + 2, 2 * int(np.argmax(s)) // 3)
     r = np.arange(r_min, min(r_max, s.size - 1) + 1)
@@ -522,8 +554,12 @@ def hausdorff_from_scaling(volumes, mean_distances, *, offset: bool = True) -> t
     ``offset=True`` fits the lattice-artefact shift ``a`` too (needs >= 4 volumes); ``offset=False``
     is the plain log-log fit ``<r> ∝ N^(1/d_H)``.
     """
-    x = np.asarray(volumes, float)
-    y = np.asarray(mean_distances, float)
+    x = _host_series(volumes, "volumes", minimum=0.0, positive=True)
+    y = _host_series(mean_distances, "mean_distances", minimum=0.0, positive=True)
+    if y.shape != x.shape:
+        raise ValueError(f"mean_distances must have the shape of volumes {x.shape}, got {y.shape}")
+    if x.size < 2:
+        raise ValueError(f"volumes must hold at least 2 system sizes, got {x.size}")
     if not offset:
         coef, cov = np.polyfit(np.log(x), np.log(y), 1, cov=True)
         slope, err = coef[0], math.sqrt(max(cov[0, 0], 0.0))

@@ -188,6 +188,7 @@ def ising_two_site_hamiltonian(g: float = 1.0, dtype: Any = None) -> tuple[jax.A
     so Σ over neighbouring blocks reproduces H exactly. A blocks hold (p0, p1), B blocks hold their spins
     reversed, (p1, p0), as in Evenbly's mainVarMERA.
     """
+    check_scalar(g, "g")
     x = np.array([[0.0, 1.0], [1.0, 0.0]])
     z = np.diag([1.0, -1.0])
     i2 = np.eye(2)
@@ -212,6 +213,9 @@ def _as_matrix(o: jax.Array) -> jax.Array:
 
 def random_isometry(key: jax.Array, rows: int, cols: int, dtype: Any = None) -> jax.Array:
     """A Haar-random (rows × cols) real isometry Q (QᵀQ = I), rows ≥ cols."""
+    check_scalar(rows, "rows", integer=True, minimum=1)
+    check_scalar(cols, "cols", integer=True, minimum=1)
+    rows, cols = int(rows), int(cols)
     if cols > rows:
         raise ValueError(f"an isometry needs rows >= cols, got {rows} x {cols}")
     a = jax.random.normal(key, (rows, cols), dtype or jnp.result_type(float))

@@ -18,6 +18,8 @@ from typing import Any
 
 import jax
 
+from ivhl_jax.core.validation import check_scalar
+
 __all__ = ["device_report", "format_report", "enable_compilation_cache", "configure"]
 
 _LIBS = ("jax", "jaxlib", "flax", "optax", "chex", "orbax-checkpoint", "numpy", "scipy", "torch")
@@ -112,6 +114,7 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     Executables whose compilation took at least ``min_compile_time_s`` are written there and
     re-used by later processes with the same program, backend and flags. Returns the directory.
     """
+    check_scalar(min_compile_time_s, "min_compile_time_s", nonnegative=True)
     path = os.path.abspath(os.path.expanduser(os.fspath(directory or "~/.cache/ivhl_jax/xla")))
     os.makedirs(path, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", path)

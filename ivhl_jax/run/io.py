@@ -85,6 +85,10 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> str:
     """Save a matplotlib figure (creating folders) and close it; returns the path."""
     import matplotlib.pyplot as plt
 
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float, np.number)) or not math.isfinite(dpi) or dpi <= 0:
+        raise ValueError(f"dpi must be a finite number > 0, got {dpi!r}")
+    if not callable(getattr(fig, "savefig", None)):
+        raise TypeError(f"fig must be a matplotlib figure, got {type(fig).__name__}")
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=dpi, bbox_inches="tight")

@@ -22,12 +22,23 @@ for peers that are still computing. The launcher relays every worker line with a
 drops routine Gloo/absl chatter (``--verbose`` keeps it), and when a rank fails names the rank that
 failed first (by exit time, not by rank number) and shows its traceback in one block as soon as it is
 seen; its last line repeats that root cause, so the errors the peers report in consequence cannot bury it.
+
+A hang is bounded too. A rank that blocks (a deadlock, an endless wait, a ``sleep``) keeps heartbeating, so the
+coordination service never fails it, and its peers wait in their next collective for ever. The launcher watches
+the CPU time of every worker's process tree: when no live rank has used more than 5 % of a core for
+``stall_timeout`` seconds (default: the heartbeat timeout), the job is hung. It asks every rank for its Python
+stacks (:func:`initialize` registers ``faulthandler`` on SIGUSR1), names every rank with the line its main
+thread stopped at (the rank stuck elsewhere than its peers is the one they wait for in their collective), stops
+every process and exits 124.
+A single computation that runs longer than the timeout is not a hang: it uses CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import faulthandler
+import linecache
 import os
 import re
 import signal
@@ -40,13 +51,18 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "ENV_HEARTBEAT", "ENV_INIT_TIMEOUT",
-    "free_port", "detect_environment", "initialize", "child_env", "launch", "main", "is_noise", "NOISE"]
+    "HANG_EXIT_CODE", "free_port", "detect_environment", "initialize", "child_env", "launch", "main", "is_noise",
+    "NOISE"]
 
 ENV_COORDINATOR = "IVHL_COORDINATOR"
 ENV_NUM_PROCESSES = "IVHL_NUM_PROCESSES"
 ENV_PROCESS_ID = "IVHL_PROCESS_ID"
 ENV_HEARTBEAT = "IVHL_HEARTBEAT_TIMEOUT"
 ENV_INIT_TIMEOUT = "IVHL_INIT_TIMEOUT"
+#: exit code of ``ivhl launch`` when the job hung (no rank used CPU for the stall timeout), as ``timeout`` gives
+HANG_EXIT_CODE = 124
+#: a rank using less than this fraction of one core counts as idle (JAX's heartbeat threads use ~0.3 %)
+_IDLE_CPU_FRACTION = 0.05
 
 _CLUSTER_MARKERS = {
     "slurm": ("SLURM_JOB_ID", "SLURM_NTASKS"),
@@ -119,6 +135,9 @@ def initialize(*, heartbeat_timeout: int | None = None, initialization_timeout: 
         # SLURM / Open MPI / TPU: jax reads the cluster's own variables.
         jax.distributed.initialize(initialization_timeout=it, heartbeat_timeout_seconds=hb)
     _exit_on_uncaught_exception()
+    if kind == "ivhl" and hasattr(signal, "SIGUSR1"):
+        # `ivhl launch` asks a hung job for its stacks with SIGUSR1 (see launch()); without this it would kill us
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     return {"environment": kind, "process_id": jax.process_index(), "num_processes": jax.process_count()}
 
 
@@ -239,7 +258,7 @@ def _describe_exit(code: int) -> str:
 
 def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | None = None, port: int | None = None,
            heartbeat_timeout: int = 30, grace: float = 10.0, timeout: float | None = None,
-           prefix_output: bool = True, quiet: bool = True) -> int:
+           prefix_output: bool = True, quiet: bool = True, stall_timeout: float | None = None) -> int:
     """Start ``nproc`` local copies of ``command`` wired together; return the first non-zero exit code (or 0).
 
     When a child fails (an uncaught exception: :func:`initialize` makes the worker exit at once instead
@@ -253,9 +272,16 @@ def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | Non
       prefix_output: relay each worker's stdout/stderr line by line with a ``[rank i]`` prefix (else the
         children write straight to the launcher's terminal and no traceback summary can be shown).
       quiet: drop routine Gloo/absl chatter from the relayed output (:func:`is_noise`).
+      stall_timeout: seconds after which a job none of whose live ranks uses CPU counts as hung (a rank
+        blocked outside a collective its peers wait in): the launcher shows each rank's stack, names the
+        stuck rank, stops every process and returns :data:`HANG_EXIT_CODE`. Default: ``heartbeat_timeout``;
+        0 turns the check off (Linux only: it reads ``/proc``).
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
+    stall = float(heartbeat_timeout if stall_timeout is None else stall_timeout)
+    if not stall >= 0:
+        raise ValueError(f"stall_timeout must be >= 0 seconds (0: off), got {stall_timeout}")
     if not command:
         raise ValueError("no command given: use `ivhl launch --nproc N -- python script.py ...`")
     port = free_port() if port is None else int(port)
@@ -293,6 +319,7 @@ def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | Non
         for i, proc in enumerate(procs):
             threading.Thread(target=lambda i=i, proc=proc: (proc.wait(), exited.setdefault(i, time.monotonic())),
                              daemon=True).start()
+        watch = _StallWatch([p.pid for p in procs], stall) if stall > 0 else None
         while True:
             codes = [p.poll() for p in procs]
             if first_bad is None:
@@ -306,6 +333,10 @@ def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | Non
             if all(c is not None for c in codes):
                 break
             now = time.monotonic()
+            if watch is not None and first_bad is None:
+                live = [i for i, c in enumerate(codes) if c is None]
+                if watch.hung(live, now):
+                    return _stop_hung_job(procs, relays, live, watch, lock, start)
             if failed_at is not None and now - failed_at > grace:
                 _terminate(procs)
                 break
@@ -355,6 +386,134 @@ def _report_failure(rank: int, code: int, relay: _Relay | None, lock: threading.
             print("----", file=sys.stderr, flush=True)
 
 
+class _StallWatch:
+    """Tracks, once a second, when each rank's process tree last used more than 5 % of a core."""
+
+    def __init__(self, pids: list[int], stall: float):
+        self.pids, self.stall = pids, stall
+        self.tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+        now = time.monotonic()
+        self.active_at = [now] * len(pids)
+        self.cpu: list[float | None] = [None] * len(pids)
+        self.sampled = now
+        self.enabled = os.path.isdir("/proc")
+
+    def _tree_cpu(self) -> dict[int, float]:
+        """CPU seconds used so far by each rank's process and all its descendants (a shell wrapper's child)."""
+        parent: dict[int, int] = {}
+        used: dict[int, float] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            rest = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state ppid ... utime stime
+            parent[int(entry)] = int(rest[1])
+            used[int(entry)] = (int(rest[11]) + int(rest[12])) / self.tick
+        children: dict[int, list[int]] = collections.defaultdict(list)
+        for pid, ppid in parent.items():
+            children[ppid].append(pid)
+        out = {}
+        for root in self.pids:
+            total, todo = 0.0, [root]
+            while todo:
+                pid = todo.pop()
+                total += used.get(pid, 0.0)
+                todo.extend(children.get(pid, ()))
+            out[root] = total
+        return out
+
+    def hung(self, live: list[int], now: float) -> bool:
+        """True when every live rank has been idle for ``stall`` seconds."""
+        if not self.enabled or not live or now - self.sampled < 1.0:
+            return False
+        try:
+            cpu = self._tree_cpu()
+        except OSError:
+            return False
+        dt = now - self.sampled
+        self.sampled = now
+        for i, pid in enumerate(self.pids):
+            before, self.cpu[i] = self.cpu[i], cpu.get(pid)
+            if before is None or self.cpu[i] is None or self.cpu[i] - before > _IDLE_CPU_FRACTION * dt:  # type: ignore[operator]
+                self.active_at[i] = now
+        return all(now - self.active_at[i] >= self.stall for i in live)
+
+
+_STACK_HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):")
+_STACK_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
+
+
+def _main_thread_frame(lines: Sequence[str]) -> tuple[str, int, str] | None:
+    """The innermost frame (file, line, function) of the main thread in the last faulthandler dump in ``lines``.
+
+    faulthandler lists the newest thread first, so the main thread is the last block of a dump.
+    """
+    blocks: list[list[tuple[str, int, str]]] = []
+    current: list[tuple[str, int, str]] | None = None
+    for line in lines:
+        if _STACK_HEADER.match(line):
+            current = []
+            blocks.append(current)
+        elif current is not None and (m := _STACK_FRAME.match(line)):
+            current.append((m["file"], int(m["line"]), m["func"]))
+        else:
+            current = None
+    blocks = [b for b in blocks if b]
+    return blocks[-1][0] if blocks else None
+
+
+def _in_jax(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return "jax" in parts or "jaxlib" in parts
+
+
+def _stop_hung_job(procs: list[subprocess.Popen], relays: list[_Relay], live: list[int], watch: _StallWatch,
+                   lock: threading.Lock, start: float) -> int:
+    """Show every live rank's stack, name where each rank stopped, stop all processes; return 124."""
+    with lock:
+        print(f"ivhl launch: no process used CPU for {watch.stall:.0f} s: the job hangs; asking processes "
+              f"{', '.join(map(str, live))} for their stacks", file=sys.stderr, flush=True)
+    if relays:
+        for i in live:
+            try:
+                procs[i].send_signal(signal.SIGUSR1)
+            except OSError:
+                pass
+        time.sleep(1.5)  # the dumps arrive through the relays
+    where = {i: _main_thread_frame(list(relays[i].err_tail)) if relays else None for i in live}
+    _terminate(procs)
+    for r in relays:
+        r.join()
+
+    def at(frame: tuple[str, int, str]) -> str:
+        code = linecache.getline(frame[0], frame[1]).strip()
+        return f"{os.path.basename(frame[0])}:{frame[1]} in {frame[2]}" + (f" ({code})" if code else "")
+
+    known = {i: f for i, f in where.items() if f is not None}
+    in_jax = [i for i in known if _in_jax(known[i][0])]
+    outside = [i for i in known if i not in in_jax]
+    places = {known[i] for i in known}
+    if not known:
+        first = min(live, key=lambda i: watch.active_at[i])
+        cause = f"process {first} went idle first (no stacks: was initialize() called?)"
+    elif len(places) == 1 and len(known) > 1:
+        cause = (f"processes {', '.join(map(str, known))} all wait at {at(next(iter(places)))}: a deadlock or an "
+                 "endless wait")
+    else:
+        # SPMD ranks run the same code: one that stopped somewhere else than its peers (outside JAX, while
+        # they wait inside a JAX call / collective) is the one they wait for
+        parts = [f"process {i} stopped at {at(known[i])}" for i in outside]
+        parts += [f"process {i} waits in a JAX call at {at(known[i])}" for i in in_jax]
+        cause = "; ".join(parts)
+    print(f"ivhl launch: hang: {cause}; all {len(procs)} processes stopped "
+          f"{time.monotonic() - start:.1f} s after the start; exit code {HANG_EXIT_CODE}", file=sys.stderr)
+    return HANG_EXIT_CODE
+
+
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -397,6 +556,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grace", type=float, default=10.0,
                    help="seconds the others get to exit after one fails, before SIGTERM (default 10)")
     p.add_argument("--timeout", type=float, default=None, help="wall-clock limit of the whole run in seconds")
+    p.add_argument("--stall-timeout", type=float, default=None,
+                   help="seconds without CPU use in every process after which the job counts as hung: the "
+                        "stuck rank is named and all stop with exit code 124 (default: the heartbeat timeout; "
+                        "0: off)")
     p.add_argument("--verbose", action="store_true",
                    help="keep Gloo/absl chatter in the workers' output (dropped by default)")
     p.add_argument("--no-prefix", action="store_true",
@@ -408,11 +571,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--devices-per-process must be >= 1, got {a.devices_per_process}")
     if a.heartbeat_timeout < 1:
         p.error(f"--heartbeat-timeout must be >= 1, got {a.heartbeat_timeout}")
+    if a.stall_timeout is not None and not a.stall_timeout >= 0:
+        p.error(f"--stall-timeout must be >= 0 (0: off), got {a.stall_timeout}")
     if not command:
         p.error("no command: put it after `--`, e.g. `ivhl launch --nproc 2 -- python train.py`")
     return launch(command, a.nproc, devices_per_process=a.devices_per_process, port=a.port,
                   heartbeat_timeout=a.heartbeat_timeout, grace=a.grace, timeout=a.timeout,
-                  prefix_output=not a.no_prefix, quiet=not a.verbose)
+                  prefix_output=not a.no_prefix, quiet=not a.verbose, stall_timeout=a.stall_timeout)
 
 
 if __name__ == "__main__":

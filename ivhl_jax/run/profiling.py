@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_key, check_scalar
 
 __all__ = ["METRIC_FIELDS", "host_rss_mb", "profile_training", "fused_train_chunk", "profile_fused", "system_info",
     "baseline_document", "compare"]
@@ -98,8 +98,12 @@ def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTr
       trace_dir: if given, write a ``jax.profiler`` trace of the timed batches there.
     Returns: one ``profiling_runs`` entry (see module docstring).
     """
+    check_scalar(batch_size, "batch_size", integer=True, minimum=1)
     check_scalar(num_batches, "num_batches", integer=True, minimum=1)
-    key = jax.random.key(0) if key is None else key
+    check_scalar(warmup, "warmup", integer=True, nonnegative=True)
+    check_scalar(fused_chunk, "fused_chunk", integer=True, nonnegative=True)
+    check_scalar(fused_repeats, "fused_repeats", integer=True, minimum=1)
+    key = jax.random.key(0) if key is None else check_key(key)
     opt_state = optimizer.init(params)
     step0 = jnp.zeros((), jnp.int32)
 
@@ -181,6 +185,9 @@ def fused_train_chunk(loss_fn: Callable[..., jax.Array], params: Any, optimizer:
     """The production training path: ``steps`` fused train steps (data + fwd + bwd + update) in one
     ``lax.scan``. Returns ``(chunk_fn, initial_carry)``; ``chunk_fn(carry) -> (carry, losses)`` and the
     carry is ``(params, opt_state, step, key)``, so the step is the data cursor."""
+    check_scalar(steps, "steps", integer=True, minimum=1)
+    check_key(key)
+    steps = int(steps)
 
     def chunk_fn(carry):
         def body(c, _):
@@ -200,6 +207,9 @@ def profile_fused(loss_fn: Callable, params: Any, optimizer: optax.GradientTrans
                   key: jax.Array | None = None) -> dict[str, Any]:
     """Throughput of the production path: ``chunk`` fused train steps (data + fwd + bwd + Adam) per jitted
     ``lax.scan`` call. Returns compile time, per-chunk times and samples/s = total samples / total time."""
+    check_scalar(batch_size, "batch_size", integer=True, minimum=1)
+    check_scalar(chunk, "chunk", integer=True, minimum=1)
+    check_scalar(repeats, "repeats", integer=True, minimum=1)
     key = jax.random.key(0) if key is None else key
     chunk_fn, carry = fused_train_chunk(loss_fn, params, optimizer, get_batch, chunk, key)
     c, t_c = _compile(chunk_fn, carry)

@@ -47,7 +47,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ivhl_jax.core.validation import check_choice, check_scalar
+from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 
 __all__ = ["AXES", "BATCH_AXES", "DEFAULT_RULES", "mesh_shape", "make_mesh", "axis_size", "batch_axes",
     "logical_to_spec", "fsdp_spec", "unbox", "logical_names", "param_shardings", "shardings_like",
@@ -137,10 +137,14 @@ def make_mesh(spec: Mapping[str, int] | None = None, devices: Sequence[jax.Devic
 
 
 def axis_size(mesh: Mesh, axis: str | Sequence[str] | None) -> int:
+    """Number of devices along mesh axis ``axis`` (a name, a sequence of names, or None: 1); a name the mesh
+    lacks counts as size 1 (so rules may name axes a given mesh does not have)."""
     if axis is None:
         return 1
     if isinstance(axis, str):
         return int(mesh.shape.get(axis, 1))
+    if not isinstance(axis, Sequence) or not all(isinstance(a, str) for a in axis):
+        raise TypeError(f"axis must be a mesh axis name, a sequence of names or None, got {axis!r}")
     return math.prod(int(mesh.shape.get(a, 1)) for a in axis)
 
 
@@ -162,6 +166,9 @@ def logical_to_spec(names: Sequence[str | None] | None, mesh: Mesh, rules: Seque
     """
     if names is None:
         return P()
+    if isinstance(names, str) or not isinstance(names, Sequence) or not all(
+            n is None or isinstance(n, str) for n in names):
+        raise TypeError(f"names must be a sequence of logical axis names (str or None), got {names!r}")
     table: dict[str, Any] = {}
     for rule_name, target in rules:
         table.setdefault(rule_name, target)
@@ -183,6 +190,10 @@ def logical_to_spec(names: Sequence[str | None] | None, mesh: Mesh, rules: Seque
 
 def fsdp_spec(shape: Sequence[int], mesh: Mesh, axis: str = "fsdp", min_size: int = 1024) -> P:
     """FSDP fallback for an unnamed array: split its largest dimension that ``axis`` divides."""
+    for i, d in enumerate(shape):
+        check_scalar(d, f"shape[{i}]", integer=True, nonnegative=True)
+    check_scalar(min_size, "min_size", integer=True, nonnegative=True)
+    shape = tuple(int(d) for d in shape)
     n = axis_size(mesh, axis)
     if n == 1 or math.prod(shape) < min_size:
         return P()
@@ -310,6 +321,10 @@ def shard_tree(tree: Any, shardings: Any) -> Any:
 
 def batch_sharding(mesh: Mesh, ndim: int = 1, axes: Sequence[str] | None = None) -> NamedSharding:
     """Leading (batch) dimension split over the data/fsdp mesh axes, the rest replicated."""
+    check_scalar(ndim, "ndim", integer=True, minimum=1)
+    ndim = int(ndim)
+    if axes is not None and len(set(axes)) != len(tuple(axes)):
+        raise ValueError(f"axes must name each mesh axis at most once, got {tuple(axes)}")
     axes = batch_axes(mesh) if axes is None else tuple(a for a in axes if mesh.shape.get(a, 1) > 1)
     lead = None if not axes else axes[0] if len(axes) == 1 else axes
     return NamedSharding(mesh, P(lead, *([None] * (ndim - 1))))
@@ -575,6 +590,8 @@ def _powersgd(axis: str, rank: int) -> optax.GradientTransformation:
 def powersgd_bytes(params: Any, n_devices: int, rank: int) -> float:
     """Ring-model bytes per device per step of rank-``rank`` PowerSGD: two f32 all-reduces of the
     factors P (rows × r) and Q (cols × r) per matrix, small/1-D leaves sent uncompressed."""
+    check_scalar(n_devices, "n_devices", integer=True, minimum=1)
+    check_scalar(rank, "rank", integer=True, minimum=1)
     n = n_devices
     total = 0
     for x in jax.tree_util.tree_leaves(params):
@@ -643,6 +660,8 @@ def allreduce_bytes(n_values: int, n_devices: int, method: str = "none") -> floa
     """Bytes each device sends per gradient all-reduce in the ring/bandwidth-optimal model:
     reduce-scatter + all-gather = 2·(n−1)/n·L·bytes_per_value (+ the scalar scales for int8)."""
     check_choice(method, "method", COMPRESSION[:3])
+    check_scalar(n_values, "n_values", integer=True, nonnegative=True)
+    check_scalar(n_devices, "n_devices", integer=True, minimum=1)
     n = n_devices
     extra = 2 * 4 * (n - 1) if method == "int8" else 0
     return 2.0 * (n - 1) / n * n_values * _BYTES[method] + extra
@@ -725,6 +744,9 @@ def sharded_map(fn: Callable[..., Any], points: jax.Array, *args: Any, mesh: Mes
     of the device count and the padding dropped from every output leaf (outputs have leading dim N).
     Defaults to all mesh axes.
     """
+    points = check_array(points, "points")
+    if points.ndim < 1:
+        raise ValueError(f"points must have a leading (point) axis, got a scalar of shape {tuple(points.shape)}")
     axes = tuple(mesh.axis_names) if axis is None else ((axis,) if isinstance(axis, str) else tuple(axis))
     n = axis_size(mesh, axes)
     count = points.shape[0]
@@ -740,6 +762,9 @@ def sharded_map(fn: Callable[..., Any], points: jax.Array, *args: Any, mesh: Mes
 
 def sharded_grid(grid: jax.Array, mesh: Mesh, axis: str | Sequence[str] | None = None, dim: int = 0) -> jax.Array:
     """Place a field grid with dimension ``dim`` split across the given mesh axes (default: all)."""
+    grid = jnp.asarray(grid)
+    check_scalar(dim, "dim", integer=True, minimum=-grid.ndim, maximum=grid.ndim - 1)
+    dim = int(dim) % grid.ndim
     axes = tuple(mesh.axis_names) if axis is None else ((axis,) if isinstance(axis, str) else tuple(axis))
     spec: list[Any] = [None] * grid.ndim
     spec[dim] = axes[0] if len(axes) == 1 else axes
@@ -769,6 +794,8 @@ def collective_bytes(compiled_or_text: Any, n_devices: int | None = None) -> dic
     ``"wire_total"``: bytes each device sends under the bandwidth-optimal (ring) model — all-reduce
     2(n−1)/n·size, all-gather and all-to-all (n−1)/n·size, reduce-scatter (n−1)·size, permute size.
     """
+    if n_devices is not None:
+        check_scalar(n_devices, "n_devices", integer=True, minimum=1)
     text = compiled_or_text if isinstance(compiled_or_text, str) else compiled_or_text.as_text()
     by_op: dict[str, int] = {}
     count: dict[str, int] = {}
