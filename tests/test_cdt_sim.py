@@ -17,8 +17,8 @@ SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set"
          "--no-progress"]
 
 
-@pytest.mark.parametrize("engine", ["jax", pytest.param("host", marks=pytest.mark.skipif(
-    not cdt_host.available(), reason="needs numba"))])
+@pytest.mark.parametrize("engine", ["jax", pytest.param("host", marks=[pytest.mark.skipif(
+    not cdt_host.available(), reason="needs numba"), pytest.mark.slow])])
 def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, engine):
     out = str(tmp_path / "run")
     args = SMALL + ["--set", f"engine={engine}", "--out", out]

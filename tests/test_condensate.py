@@ -238,6 +238,7 @@ def test_sharded_3d_step_matches_single_device():
     np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), atol=2e-6)
 
 
+@pytest.mark.slow  # also executed by the strict docs build in CI
 def test_notebook_02_condensates(run_notebook):
     run_notebook("02_condensates.ipynb", timeout=600)
 

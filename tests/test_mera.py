@@ -268,6 +268,7 @@ def test_chi8_energy_and_scaling_dims_target():
     assert math.isclose(dims[0], 0.0, abs_tol=1e-8)
 
 
+@pytest.mark.slow  # also executed by the strict docs build in CI
 def test_notebook_03_runs(run_notebook):
     run_notebook("03_tensor_networks.ipynb", timeout=600)
 
