@@ -62,6 +62,78 @@ def _kernels() -> tuple[Any, Any]:
         other = n0f + f32(1.0) if kind_add else n0f - f32(1.0)
         return -ds + np.log(n0f / other)
 
+    # ---- the three geometric updates, shared by both proposal schemes (the caller has checked the move)
+
+    @numba.njit(inline="always")
+    def do_flip(buf, off, t1, t2, fl, fr):
+        """fl t1 t2 fr -> fl t2 t1 fr; t1's new apex is t2's base-right vertex, t2's is t1's base-left one."""
+        o_tl, o_tr, o_ap, o_vr = off[0], off[1], off[2], off[3]
+        new_apex_t1 = buf[o_vr + t2 // 2]
+        buf[o_tr + fl] = t2
+        buf[o_tl + t2] = fl
+        buf[o_tr + t2] = t1
+        buf[o_tl + t1] = t2
+        buf[o_tr + t1] = fr
+        buf[o_tl + fr] = t1
+        buf[o_ap + t1] = new_apex_t1
+        buf[o_ap + t2] = t1 // 2
+
+    @numba.njit(inline="always")
+    def do_insert(buf, off, w, n0):
+        """Split the link from w to its right neighbour by vertex vperm[n0] (slots 2av, 2av+1); returns av."""
+        o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_len, o_n0 = off[0], off[1], off[2], off[3], off[4], off[5], \
+            off[7], off[8]
+        up = 2 * w
+        dn = up + 1
+        t = buf[o_vt + w]
+        av = buf[o_vperm + n0]
+        au = 2 * av
+        ad = au + 1
+        ax = buf[o_tr + up]
+        ay = buf[o_tr + dn]
+        buf[o_tr + up] = au
+        buf[o_tl + au] = up
+        buf[o_tr + au] = ax
+        buf[o_tl + ax] = au
+        buf[o_tr + dn] = ad
+        buf[o_tl + ad] = dn
+        buf[o_tr + ad] = ay
+        buf[o_tl + ay] = ad
+        buf[o_ap + au] = buf[o_ap + up]
+        buf[o_ap + ad] = buf[o_ap + dn]
+        buf[o_vr + av] = buf[o_vr + w]
+        buf[o_vr + w] = av
+        buf[o_vt + av] = t
+        buf[o_len + t] += 1
+        buf[o_n0] = n0 + 1
+        return av
+
+    @numba.njit(inline="always")
+    def do_remove(buf, off, w, n0):
+        """Remove the order-4 vertex w (its slots 2w, 2w+1 leave the strips; swap-remove from the live bag)."""
+        o_tl, o_tr, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0 = off[0], off[1], off[3], off[4], off[5], off[6], \
+            off[7], off[8]
+        up = 2 * w
+        dn = up + 1
+        t = buf[o_vt + w]
+        lu = buf[o_tl + up]
+        ld = buf[o_tl + dn]
+        ax = buf[o_tr + up]
+        ay = buf[o_tr + dn]
+        buf[o_tr + lu] = ax
+        buf[o_tl + ax] = lu
+        buf[o_tr + ld] = ay
+        buf[o_tl + ay] = ld
+        buf[o_vr + lu // 2] = buf[o_vr + w]
+        buf[o_len + t] -= 1
+        pos_w = buf[o_vpos + w]
+        last = buf[o_vperm + n0 - 1]
+        buf[o_vperm + pos_w] = last
+        buf[o_vperm + n0 - 1] = w
+        buf[o_vpos + last] = pos_w
+        buf[o_vpos + w] = n0 - 1
+        buf[o_n0] = n0 - 1
+
     @numba.njit(inline="always")
     def one(buf, w0, w1, lam, eps, target, off, c0):
         o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0, o_ovf, o_att, o_acc, _ = off
@@ -80,17 +152,7 @@ def _kernels() -> tuple[Any, Any]:
             t2 = buf[o_tr + t1]
             if ((t1 ^ t2) & 1) == 0:
                 return
-            fl = buf[o_tl + t1]
-            fr = buf[o_tr + t2]
-            new_apex_t1 = buf[o_vr + t2 // 2]
-            buf[o_tr + fl] = t2
-            buf[o_tl + t2] = fl
-            buf[o_tr + t2] = t1
-            buf[o_tl + t1] = t2
-            buf[o_tr + t1] = fr
-            buf[o_tl + fr] = t1
-            buf[o_ap + t1] = new_apex_t1
-            buf[o_ap + t2] = t1 // 2
+            do_flip(buf, off, t1, t2, buf[o_tl + t1], buf[o_tr + t2])
             buf[o_acc] += 1
             return
         log_u = np.log(max(u, f32(2.0**-25)))
@@ -103,26 +165,7 @@ def _kernels() -> tuple[Any, Any]:
             if n0 + 1 > c0:
                 buf[o_ovf] = 1
                 return
-            av = buf[o_vperm + n0]
-            au = 2 * av
-            ad = au + 1
-            ax = buf[o_tr + up]
-            ay = buf[o_tr + dn]
-            buf[o_tr + up] = au
-            buf[o_tl + au] = up
-            buf[o_tr + au] = ax
-            buf[o_tl + ax] = au
-            buf[o_tr + dn] = ad
-            buf[o_tl + ad] = dn
-            buf[o_tr + ad] = ay
-            buf[o_tl + ay] = ad
-            buf[o_ap + au] = buf[o_ap + up]
-            buf[o_ap + ad] = buf[o_ap + dn]
-            buf[o_vr + av] = buf[o_vr + w]
-            buf[o_vr + w] = av
-            buf[o_vt + av] = t
-            buf[o_len + t] += 1
-            buf[o_n0] = n0 + 1
+            do_insert(buf, off, w, n0)
             buf[o_acc + 1] += 1
             return
         lu = buf[o_tl + up]
@@ -131,21 +174,7 @@ def _kernels() -> tuple[Any, Any]:
             return
         if not log_u < log_ratio(False, n0, lam, eps, target):
             return
-        ax = buf[o_tr + up]
-        ay = buf[o_tr + dn]
-        buf[o_tr + lu] = ax
-        buf[o_tl + ax] = lu
-        buf[o_tr + ld] = ay
-        buf[o_tl + ay] = ld
-        buf[o_vr + lu // 2] = buf[o_vr + w]
-        buf[o_len + t] -= 1
-        pos_w = buf[o_vpos + w]
-        last = buf[o_vperm + n0 - 1]
-        buf[o_vperm + pos_w] = last
-        buf[o_vperm + n0 - 1] = w
-        buf[o_vpos + last] = pos_w
-        buf[o_vpos + w] = n0 - 1
-        buf[o_n0] = n0 - 1
+        do_remove(buf, off, w, n0)
         buf[o_acc + 2] += 1
 
     @numba.njit(parallel=True, cache=True)
@@ -242,14 +271,7 @@ def _kernels() -> tuple[Any, Any]:
                 return
             new_apex_t1 = buf[o_vr + t2 // 2]
             old_apex_t1, old_apex_t2 = buf[o_ap + t1], buf[o_ap + t2]
-            buf[o_tr + fl] = t2
-            buf[o_tl + t2] = fl
-            buf[o_tr + t2] = t1
-            buf[o_tl + t1] = t2
-            buf[o_tr + t1] = fr
-            buf[o_tl + fr] = t1
-            buf[o_ap + t1] = new_apex_t1
-            buf[o_ap + t2] = t1 // 2
+            do_flip(buf, off, t1, t2, fl, fr)
             bag_set(fperm, fpos, counts, 0, fl, new_fl)
             bag_set(fperm, fpos, counts, 0, t2, True)
             bag_set(fperm, fpos, counts, 0, t1, new_t1)
@@ -272,27 +294,9 @@ def _kernels() -> tuple[Any, Any]:
             w = buf[o_vperm + pick(w0, n0)]
             up = 2 * w
             dn = up + 1
-            t = buf[o_vt + w]
-            av = buf[o_vperm + n0]
+            av = do_insert(buf, off, w, n0)
             au = 2 * av
             ad = au + 1
-            ax = buf[o_tr + up]
-            ay = buf[o_tr + dn]
-            buf[o_tr + up] = au
-            buf[o_tl + au] = up
-            buf[o_tr + au] = ax
-            buf[o_tl + ax] = au
-            buf[o_tr + dn] = ad
-            buf[o_tl + ad] = dn
-            buf[o_tr + ad] = ay
-            buf[o_tl + ay] = ad
-            buf[o_ap + au] = buf[o_ap + up]
-            buf[o_ap + ad] = buf[o_ap + dn]
-            buf[o_vr + av] = buf[o_vr + w]
-            buf[o_vr + w] = av
-            buf[o_vt + av] = t
-            buf[o_len + t] += 1
-            buf[o_n0] = n0 + 1
             buf[o_acc + 1] += 1
             bag_set(fperm, fpos, counts, 0, au, flippable(buf, o_tr, au))
             bag_set(fperm, fpos, counts, 0, ad, flippable(buf, o_tr, ad))
@@ -314,25 +318,11 @@ def _kernels() -> tuple[Any, Any]:
         dn = up + 1
         lu = buf[o_tl + up]
         ld = buf[o_tl + dn]
-        ax = buf[o_tr + up]
-        ay = buf[o_tr + dn]
         c_up, c_dn = buf[o_ap + up], buf[o_ap + dn]
         bag_set(fperm, fpos, counts, 0, up, False)
         bag_set(fperm, fpos, counts, 0, dn, False)
         bag_set(qperm, qpos, counts, 1, w, False)
-        buf[o_tr + lu] = ax
-        buf[o_tl + ax] = lu
-        buf[o_tr + ld] = ay
-        buf[o_tl + ay] = ld
-        buf[o_vr + lu // 2] = buf[o_vr + w]
-        buf[o_len + t] -= 1
-        pos_w = buf[o_vpos + w]
-        last = buf[o_vperm + n0 - 1]
-        buf[o_vperm + pos_w] = last
-        buf[o_vperm + n0 - 1] = w
-        buf[o_vpos + last] = pos_w
-        buf[o_vpos + w] = n0 - 1
-        buf[o_n0] = n0 - 1
+        do_remove(buf, off, w, n0)
         buf[o_acc + 2] += 1
         bag_set(fperm, fpos, counts, 0, lu, flippable(buf, o_tr, lu))
         bag_set(fperm, fpos, counts, 0, ld, flippable(buf, o_tr, ld))
