@@ -19,6 +19,7 @@ import numpy as np
 
 from ivhl_jax.bench.mera_sweep_cost import load_revision
 from ivhl_jax.physics import mera as N
+from ivhl_jax.run.io import write_json
 
 
 def ladder(mod, chis=(4, 6, 8), sweeps=(500, 1000, 500), layers=(2, 2, 3)):
@@ -59,8 +60,7 @@ def main(argv=None) -> dict:
            "jax_version": jax.__version__}
     print(json.dumps(doc, indent=1))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        write_json(args.out, doc)
     return doc
 
 

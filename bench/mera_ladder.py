@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from ivhl_jax.physics import mera as M
+from ivhl_jax.run.io import write_json
 
 TARGETS = (1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 3e-6, 2e-6, 1.5e-6, 1e-6, 5e-7, 2e-7, 1e-7, 5e-8)
 
@@ -109,8 +110,7 @@ def main(argv=None) -> dict:
         doc["results"][name] = run(stages, args.seed)
         print(json.dumps({name: doc["results"][name]["time_to_error"]}), flush=True)
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump(doc, f, indent=1)
+            write_json(args.out, doc)
     return doc
 
 

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from ivhl_jax.physics import mera as M
+from ivhl_jax.run.io import write_json
 
 
 def main(argv=None) -> dict:
@@ -61,8 +62,7 @@ def main(argv=None) -> dict:
            "host": f"{os.cpu_count()}-CPU host shared with other jobs (compare within a row)",
            "jax_version": jax.__version__, "rows": rows}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        write_json(args.out, doc)
     return doc
 
 

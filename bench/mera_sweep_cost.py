@@ -20,6 +20,8 @@ import time
 import jax
 import numpy as np
 
+from ivhl_jax.run.io import write_json
+
 
 def load_revision(rev: str):
     """The module ivhl_jax.physics.mera as it was at git revision ``rev`` (a throwaway module object)."""
@@ -95,8 +97,7 @@ def main(argv=None) -> dict:
            "host": f"{os.cpu_count()}-CPU host shared with other jobs (compare within a row)",
            "jax_version": jax.__version__, "rows": rows}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        write_json(args.out, doc)
     return doc
 
 
