@@ -3,18 +3,20 @@
 Examples::
 
     ivhl sim cdt                                            # T=16, target N2=512, lambda=ln 2, 8 chains
-    ivhl sim cdt --set slices=32 --set volume=4096 --set chains=16 --set sweeps=400
+    ivhl sim cdt --set slices=32 --set volume=4096 --set chains=16 --set steps=400
     ivhl sim cdt --set eps=0 --set lam=0.75 --set volume=0  # no volume fixing (needs lam > ln 2)
 
-What a run does, as CDT users expect from the reference code 2d-cdt:
+One *step* of a chain is one *sweep* (``attempts_per_sweep`` Metropolis attempts): the config speaks the
+library's vocabulary (``steps``, ``save_every``, as in ``cdt.run`` and ``trajectory``), the text below says
+sweeps. What a run does, as CDT users expect from the reference code 2d-cdt:
 
 1. *Start* on the smallest torus (every slice 3 vertices) and *grow* it: with volume fixing the quadratic
    term pulls N2 to the target and every sweep ends exactly at N2 = target.
 2. *Thermalise* automatically: sweep until, in every chain, no vertex has had more than log2(2 N2) future
    or past links (a grown triangulation has a few vertices of very high coordination), then as many sweeps
-   again.
-3. *Measure* ``sweeps`` sweeps (checkpointed in ``chunks``; a killed run resumes exactly): slice lengths,
-   coordination histogram, largest timelike degree, every ``measure_every`` sweeps, at N2 = target.
+   again (at most ``thermalise_max`` sweeps).
+3. *Measure* ``steps`` sweeps (checkpointed in ``chunks``; a killed run resumes exactly): slice lengths,
+   coordination histogram, largest timelike degree, every ``save_every`` sweeps, at N2 = target.
 4. *Analyse*: integrated autocorrelation times of the volume-profile observables with error bars, means
    with autocorrelation-corrected errors; on the final triangulations, sphere volumes on the vertex and on
    the dual graph, Hausdorff dimensions from both, and the quantum Ricci curvature (average sphere
@@ -23,15 +25,23 @@ What a run does, as CDT users expect from the reference code 2d-cdt:
 One sweep is ``attempts_per_sweep`` move attempts per chain (default: the target N2 with the JAX engine,
 100 N2 with the host engine, as in 2d-cdt). Outputs in ``--out`` (default ``runs/cdt``):
 ``thermalisation.png``, ``volume_profiles.png``, ``autocorrelation.png``, ``coordination.png``,
-``curvature.png`` and ``summary.json``.
+``curvature.png`` and ``summary.json`` (``steps_done``: measured sweeps; ``thermalisation.steps``: sweeps of
+the grow-and-thermalise phase). The keys ``sweeps`` and ``measure_every`` of earlier versions are now ``steps``
+and ``save_every`` (the old names are refused with one line naming the new one).
+
+The jitted chunks and the geometry measurement are built once per process (:func:`vmapped_chunk`): a second
+:func:`simulate` of the same configuration, or resuming a finished run, compiles nothing; extending a run
+compiles only the analysis of its longer history, not the sweeps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import time
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -54,18 +64,21 @@ class CDTConfig:
     lam: float = cdt.LN2  # cosmological constant lambda
     eps: float = 0.02  # volume-fixing strength eps (0: none, then lam > ln 2 is required)
     chains: int = 8  # independent Markov chains (vmapped)
-    sweeps: int = 200  # measured sweeps per chain after thermalisation (raise it to extend a finished run)
-    measure_every: int = 2  # sweeps between measurements
-    chunks: int = 10  # compiled chunks (progress lines and checkpoints); divides sweeps
+    steps: int = 200  # measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run
+    save_every: int = 2  # steps (sweeps) between measurements
+    chunks: int = 10  # compiled chunks (progress lines and checkpoints); divides steps
     attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: N2 (jax engine) or 100 N2 (host engine)
     capacity: int = 0  # vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)
     engine: str = "auto"  # "jax", "host" (compiled CPU kernel, needs numba) or "auto" (host on CPU if available)
-    thermalise_max: int = 2000  # most sweeps of the automatic grow-and-thermalise phase
+    thermalise_max: int = 2000  # most steps (sweeps) of the automatic grow-and-thermalise phase
     seed: int = 0  # PRNG seed of the chains
     r_max: int = 0  # distance-sphere radius for the Hausdorff estimates; 0: automatic
     origins: int = 8  # BFS origins per chain for the sphere volumes
     curvature_deltas: int = 0  # the Ricci curvature is measured for delta = 1..this; 0: automatic
     curvature_samples: int = 8  # point pairs per delta and chain for the Ricci curvature
+
+    # keys of earlier versions (issue 12: one vocabulary, steps/save_every): refused with the new name
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"sweeps": "steps", "measure_every": "save_every"}
 
     def validate(self) -> None:
         if self.slices < 3:
@@ -77,13 +90,13 @@ class CDTConfig:
             raise ValueError("eps > 0 (volume fixing) needs volume > 0")
         if self.eps == 0 and self.lam <= cdt.LN2:
             raise ValueError(f"lam={self.lam} <= ln 2 without volume fixing diverges; set lam > ln 2 or eps > 0")
-        for name in ("chains", "sweeps", "measure_every", "chunks", "origins", "thermalise_max",
+        for name in ("chains", "steps", "save_every", "chunks", "origins", "thermalise_max",
                      "curvature_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.sweeps % self.chunks or (self.sweeps // self.chunks) % self.measure_every:
-            raise ValueError(f"sweeps ({self.sweeps}) must split into chunks ({self.chunks}) of a multiple of "
-                             f"measure_every ({self.measure_every}) sweeps")
+        if self.steps % self.chunks or (self.steps // self.chunks) % self.save_every:
+            raise ValueError(f"steps ({self.steps}) must split into chunks ({self.chunks}) of a multiple of "
+                             f"save_every ({self.save_every}) steps")
         if self.engine not in ("auto",) + cdt.ENGINES:
             raise ValueError(f"engine must be 'auto', 'jax' or 'host', got {self.engine!r}")
         if self.engine == "host" and not cdt_host.available():
@@ -123,13 +136,22 @@ def chain_params(cfg: CDTConfig, d: dict) -> cdt.CDTParams:
                            attempts_per_sweep=d["attempts_per_sweep"], engine=d["engine"])
 
 
-def vmapped_chunk(stepper, n_sweeps: int, every: int, observe):
-    """A jitted ``advance(chains) -> (chains, obs)`` of ``n_sweeps`` sweeps of every chain, ``obs`` (measurements,
-    chains, ...)."""
-    chunk = chunked(stepper, n_sweeps, save_every=every, observe=observe)
+def vmapped_chunk(stepper, steps: int, save_every: int, observe):
+    """``advance(chains) -> (chains, obs)``: ``steps`` steps (sweeps) of every chain, ``obs`` (measurements,
+    chains, ...) every ``save_every`` steps.
 
+    The jitted function is shared (:func:`_jitted_chunk`, one per ``(steps, save_every, observe)``) and takes
+    the stepper as a pytree argument, so a second call, or a new stepper with other ``lam``/``eps``/``target``
+    values, compiles nothing; only new shapes or static settings (engine, attempts per sweep) do."""
+    chunked(stepper, steps, save_every=save_every, observe=observe)  # validates now, not inside a trace
+    return functools.partial(_jitted_chunk(int(steps), int(save_every), observe), stepper)
+
+
+@functools.lru_cache(maxsize=32)
+def _jitted_chunk(steps: int, save_every: int, observe):
     @jax.jit
-    def advance(chains):
+    def advance(stepper, chains):
+        chunk = chunked(stepper, steps, save_every=save_every, observe=observe)
         chains, obs = jax.vmap(chunk)(chains)
         # the runner concatenates along axis 0: put measurements first, chains second
         return chains, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), obs)
@@ -146,7 +168,9 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
 
     A chain meets the criterion at the first sweep where it is at the target volume (with volume fixing)
     and no vertex has more than log2(2 N2) future or past links; the phase ends once every chain has met
-    it and as many sweeps again have passed as the slowest chain needed."""
+    it and as many sweeps again have passed as the slowest chain needed (at most ``cfg.thermalise_max``).
+    ``record``: ``steps`` (sweeps done), ``criterion_met_at`` (per chain, -1: never), ``seconds`` and the
+    per-sweep ``n2`` and ``max_timelike_degree`` (sweeps, chains)."""
     block = 10
     advance = vmapped_chunk(stepper, block, 1, _trace_obs)
     n2s, degs = [], []
@@ -173,7 +197,7 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
               "sweeps (target volume or timelike-degree criterion not met); raise thermalise_max")
     elif progress:
         print(f"thermalise: every chain met the criterion (at most {int(met.max())} sweeps); {done} sweeps in all")
-    record = {"sweeps": done, "criterion_met_at": met.tolist(), "seconds": time.perf_counter() - t0,
+    record = {"steps": done, "criterion_met_at": met.tolist(), "seconds": time.perf_counter() - t0,
               "n2": np.concatenate(n2s).tolist(), "max_timelike_degree": np.concatenate(degs).tolist()}
     return chains, record
 
@@ -185,6 +209,9 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
     stepper = cdt.metropolis(params)
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
     chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, 3, d["vertex_capacity"]))(keys)
+    # committed to their device, as the arrays a checkpoint restores are: jit keys its cache on committedness,
+    # so a resume in this process then reuses the compiled chunks instead of compiling them again
+    chains = jax.tree_util.tree_map(lambda x: jax.device_put(x, x.sharding), chains)
     therm_path = os.path.join(out, "thermalisation.json")
     resuming = checkpointer is not None and checkpointer.latest_step() is not None
     if resuming and os.path.exists(therm_path):
@@ -192,11 +219,13 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
 
         with open(therm_path) as f:
             therm = json.load(f)
+        if "steps" not in therm and "sweeps" in therm:  # a run folder of an earlier version
+            therm["steps"] = therm.pop("sweeps")
     else:
         chains, therm = thermalise(cfg, stepper, chains, d, progress)
         write_json(therm_path, therm)
-    per_chunk = cfg.sweeps // cfg.chunks
-    advance = vmapped_chunk(stepper, per_chunk, cfg.measure_every, cdt.observe_chain)
+    per_chunk = cfg.steps // cfg.chunks
+    advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe_chain)
     res = run_chunked(advance, chains, n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=checkpointer,
                       metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
     final = res.state.geometry
@@ -236,26 +265,31 @@ def _mean_error(series: np.ndarray) -> tuple[float, float]:
     return float(series.mean()), err
 
 
-def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict) -> dict:
-    """Sphere volumes, Hausdorff dimensions and Ricci curvature on the vertex and dual graphs of every chain."""
-    r_max, deltas = d["r_max"], tuple(range(1, d["curvature_deltas"] + 1))
-    keys = jax.random.split(jax.random.key(cfg.seed + 1), cfg.chains)
+@functools.lru_cache(maxsize=32)
+def _geometry_fn(r_max: int, deltas: tuple[int, ...], origins: int, samples: int):
+    """The jitted, vmapped measurement of :func:`measure_geometry` (one per settings, so it compiles once)."""
 
-    @jax.jit
     def one(key, s):
         tv, tnbr, tri_alive, vert_alive = cdt.geometry_arrays(s)
         graphs = {"vertex": (cdt_geometry.vertex_adjacency_edges(tv, tri_alive), vert_alive),
                   "dual": (cdt_geometry.dual_adjacency_edges(tnbr, tri_alive), tri_alive)}
-        out = {}
+        out: dict[str, jax.Array] = {}
         for name, ((src, dst), alive) in graphs.items():
             k1, k2 = jax.random.split(jax.random.fold_in(key, len(out)))
-            out[name + "_spheres"] = cdt_geometry.sphere_volumes(k1, src, dst, alive, r_max, cfg.origins)
-            prof = cdt_geometry.ricci_curvature_profile(k2, src, dst, alive, deltas, cfg.curvature_samples)
+            out[name + "_spheres"] = cdt_geometry.sphere_volumes(k1, src, dst, alive, r_max, origins)
+            prof = cdt_geometry.ricci_curvature_profile(k2, src, dst, alive, deltas, samples)
             out[name + "_curvature"] = prof.samples
             out[name + "_curvature_overflow"] = prof.n_overflow
         return out
 
-    res = jax.device_get(jax.vmap(one)(keys, final))
+    return jax.jit(jax.vmap(one))
+
+
+def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict) -> dict:
+    """Sphere volumes, Hausdorff dimensions and Ricci curvature on the vertex and dual graphs of every chain."""
+    r_max, deltas = int(d["r_max"]), tuple(range(1, int(d["curvature_deltas"]) + 1))
+    keys = jax.random.split(jax.random.key(cfg.seed + 1), cfg.chains)
+    res = jax.device_get(_geometry_fn(r_max, deltas, int(cfg.origins), int(cfg.curvature_samples))(keys, final))
     geo: dict = {"deltas": list(deltas), "r_max": r_max}
     for name in ("vertex", "dual"):
         spheres = np.asarray(res[name + "_spheres"]).mean(0)
@@ -337,7 +371,7 @@ def _report(cfg, out, final, hist, res, d, therm) -> dict:
         rho = np.mean([statistics.autocorrelation(series[:, c])[: lags.size] for c in range(series.shape[1])
                        if np.ptp(series[:, c]) > 0] or [np.zeros(lags.size)], 0)
         key = "profile_spread" if name == "profile spread" else "largest_slice"
-        ax.plot(lags * cfg.measure_every, rho, "o-", ms=3,
+        ax.plot(lags * cfg.save_every, rho, "o-", ms=3,
                 label=f"{name}: tau_int = {auto[key]['tau_int']:.2f} +- {auto[key]['tau_int_err']:.2f} measurements")
     ax.axhline(0, color="k", lw=0.5)
     ax.set_xlabel("lag (sweeps)")
@@ -375,8 +409,8 @@ def _report(cfg, out, final, hist, res, d, therm) -> dict:
     spread_mean, spread_err = _mean_error(spread)
     summary = {
         "config": config_dict(cfg), "derived": d,
-        "thermalisation": {k: therm[k] for k in ("sweeps", "criterion_met_at", "seconds")},
-        "sweeps_done": res.steps, "resumed_from": res.resumed_from, "wall_time_s": res.wall_time_s,
+        "thermalisation": {k: therm[k] for k in ("steps", "criterion_met_at", "seconds")},
+        "steps_done": res.steps, "resumed_from": res.resumed_from, "wall_time_s": res.wall_time_s,
         "overflow": bool(np.any(hist["overflow"])),
         "measured_at_target": bool(np.all(n2 == d["target_volume"])) if cfg.eps > 0 else None,
         "missed_target": int(np.asarray(final.missed_target).sum()),
@@ -400,9 +434,9 @@ def _report(cfg, out, final, hist, res, d, therm) -> dict:
           f"acceptance {summary['acceptance']}")
     for name, a in auto.items():
         if math.isnan(a["n_over_tau"]):
-            print(f"note: {name}: fewer than 20 measurements, no autocorrelation time; raise sweeps")
+            print(f"note: {name}: fewer than 20 measurements, no autocorrelation time; raise steps")
         elif a["n_over_tau"] < 50:
-            print(f"note: {name}: only {a['n_over_tau']:.0f} x tau_int measurements; raise sweeps for reliable errors")
+            print(f"note: {name}: only {a['n_over_tau']:.0f} x tau_int measurements; raise steps for reliable errors")
     summary["summary_path"] = path
     return summary
 
@@ -415,8 +449,8 @@ def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
 
 SIMULATION = Simulation(
     prog="ivhl sim cdt", config_type=CDTConfig, run=_run, description=__doc__.split("\n")[0],
-    default_out=lambda cfg, a: "runs/cdt", extendable=("sweeps", "chunks"),
-    checkpoint_every=lambda cfg: cfg.sweeps // cfg.chunks, keep=lambda cfg: 2)
+    default_out=lambda cfg, a: "runs/cdt", extendable=("steps", "chunks"),
+    checkpoint_every=lambda cfg: cfg.steps // cfg.chunks, keep=lambda cfg: 2)
 
 
 def main(argv: list[str] | None = None) -> int:

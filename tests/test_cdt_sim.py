@@ -13,7 +13,7 @@ from ivhl_jax.physics import cdt_host
 from ivhl_jax.sims import cdt as sim
 
 SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "chunks=2",
-         "--set", "measure_every=2", "--set", "r_max=16", "--set", "curvature_deltas=2", "--set", "curvature_samples=2",
+         "--set", "save_every=2", "--set", "r_max=16", "--set", "curvature_deltas=2", "--set", "curvature_samples=2",
          "--no-progress"]
 
 
@@ -22,13 +22,13 @@ SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set"
 def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, engine):
     out = str(tmp_path / "run")
     args = SMALL + ["--set", f"engine={engine}", "--out", out]
-    assert sim.main(args + ["--set", "sweeps=8"]) == 0
+    assert sim.main(args + ["--set", "steps=8"]) == 0
     first = json.load(open(os.path.join(out, "summary.json")))
     assert first["resumed_from"] is None and not first["overflow"]
     assert first["derived"]["engine"] == engine
     assert first["measured_at_target"] and first["missed_target"] == 0 and first["mean_n2"] == 64
     therm = first["thermalisation"]
-    assert all(m > 0 for m in therm["criterion_met_at"]) and therm["sweeps"] >= 2 * max(therm["criterion_met_at"])
+    assert all(m > 0 for m in therm["criterion_met_at"]) and therm["steps"] >= 2 * max(therm["criterion_met_at"])
     for graph in ("vertex", "dual"):
         geo = first["geometry"][graph]
         n_nodes = 32 if graph == "vertex" else 64
@@ -37,12 +37,12 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     np.testing.assert_allclose(first["mean_coordination"], 6.0)  # Euler on the torus
     for f in first["figures"]:
         assert os.path.getsize(f) > 1000
-    assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4"]) == 0
+    assert sim.main(args + ["--set", "steps=16", "--set", "chunks=4"]) == 0
     second = json.load(open(os.path.join(out, "summary.json")))
-    assert second["resumed_from"] == 8 and second["sweeps_done"] == 16
+    assert second["resumed_from"] == 8 and second["steps_done"] == 16
     assert second["thermalisation"] == first["thermalisation"]  # not redone on resume
     capsys.readouterr()
-    assert sim.main(args + ["--set", "sweeps=16", "--set", "chunks=4", "--set", "volume=80"]) == 2
+    assert sim.main(args + ["--set", "steps=16", "--set", "chunks=4", "--set", "volume=80"]) == 2
     assert re.search("different configuration.*volume", capsys.readouterr().err)
 
 
@@ -64,3 +64,51 @@ def test_host_engine_without_numba_is_a_config_error(tmp_path, capsys, monkeypat
     monkeypatch.setattr(cdt_host, "available", lambda: False)
     assert sim.main(["--set", "engine=host", "--out", str(tmp_path / "x")]) == 2
     assert "needs numba" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new, value", [("sweeps", "steps", "400"), ("measure_every", "save_every", "4")])
+@pytest.mark.parametrize("where", ["set", "toml", "json"])
+def test_renamed_keys_are_one_line_naming_the_new_key(tmp_path, capsys, old, new, value, where):
+    """Issue 12: one vocabulary (steps, save_every) in the config and the CLI too; the old CDT names are refused."""
+    args = ["--out", str(tmp_path / "bad")]
+    if where == "set":
+        args += ["--set", f"{old}={value}"]
+    else:
+        path = tmp_path / f"run.{where}"
+        path.write_text(f"{old} = {value}\n" if where == "toml" else json.dumps({old: int(value)}))
+        args += ["--config", str(path)]
+    assert sim.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"config key '{old}' was renamed to '{new}'" in err and f"use {new}={value}" in err, err
+    assert not os.path.exists(tmp_path / "bad" / "config.json")  # refused before the run folder is touched
+
+
+def test_the_new_keys_are_documented_in_help(capsys):
+    with pytest.raises(SystemExit):
+        sim.main(["--help"])
+    out = capsys.readouterr().out
+    assert re.search(r"\n  steps +int +200 +measured steps \(1 step = 1 sweep\)", out), out
+    assert re.search(r"\n  save_every +int +2 +steps \(sweeps\) between measurements", out), out
+    assert re.search(r"\n  thermalise_max +int +2000 +most steps \(sweeps\)", out), out
+    assert not re.search(r"\n  (sweeps|measure_every) ", out)
+
+
+def test_a_run_folder_with_the_old_key_names_resumes(tmp_path):
+    """A config.json written before the rename is read under the new names (same meaning): no refusal."""
+    from ivhl_jax.run.config import config_dict, prepare_run_dir, release_run_dir, renamed_keys
+
+    cfg = sim.CDTConfig(steps=40, save_every=4, chunks=2)
+    assert renamed_keys(cfg) == {"sweeps": "steps", "measure_every": "save_every"}
+    out = tmp_path / "old"
+    (out / "ckpt").mkdir(parents=True)
+    old = {("sweeps" if k == "steps" else "measure_every" if k == "save_every" else k): v
+           for k, v in config_dict(cfg).items()}
+    (out / "config.json").write_text(json.dumps(old))
+    prepare_run_dir(out, cfg, resume=True, extendable=sim.SIMULATION.extendable)
+    assert json.loads((out / "config.json").read_text()) == config_dict(cfg)  # rewritten under the new names
+    release_run_dir(out)
+    (out / "config.json").write_text(json.dumps(dict(old, measure_every=2)))
+    with pytest.raises(ValueError, match=r"differs in \['save_every'\]"):
+        prepare_run_dir(out, cfg, resume=True, extendable=sim.SIMULATION.extendable)
+    release_run_dir(out)

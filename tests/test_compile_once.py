@@ -8,6 +8,7 @@ XLA compilation on the ``jax`` logger).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 
 import jax
@@ -196,3 +197,30 @@ def test_condensate_strang_rejects_bad_input():
         C.strang(sys_, -0.1)
     with pytest.raises(TypeError, match="GPSystem"):
         C.strang("system", 0.1)
+
+
+# --- the CDT simulation (ivhl sim cdt) -------------------------------------------------------------
+def test_cdt_simulation_second_run_and_resume_compile_nothing(tmp_path):
+    """The jitted chunks of ``ivhl sim cdt`` are shared across ``simulate`` calls (sims/cdt.py caches them and
+    takes the stepper as an argument): a second run of the same configuration, in this process, compiles
+    nothing, nor does resuming a finished run; extending it compiles only the analysis of the longer history,
+    never the sweeps."""
+    from ivhl_jax.sims import cdt as sim
+
+    sets = {"slices": 4, "volume": 64, "chains": 2, "steps": 8, "save_every": 2, "chunks": 2, "engine": "jax",
+            "r_max": 12, "origins": 2, "curvature_deltas": 2, "curvature_samples": 2}
+    cfg = sim.CDTConfig(**sets)
+    first = sim.simulate(cfg, str(tmp_path / "a"), progress=False)
+    args = [x for k, v in sets.items() for x in ("--set", f"{k}={v}")] + ["--no-progress", "--out", str(tmp_path / "b")]
+    with count_compiles() as second:  # a fresh run of the same configuration, through the CLI and its checkpoints
+        assert sim.main(args) == 0
+    assert second == [], second
+    b = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert b["profile_spread"] == first["profile_spread"] and b["accepted_moves"] == first["accepted_moves"]
+    with count_compiles() as resumed:  # resuming the finished run restores the state from the checkpoint
+        assert sim.main(args) == 0
+    assert resumed == [], resumed
+    with count_compiles() as extended:  # 8 more steps: the same chunk of 4 steps
+        assert sim.main(args + ["--set", "steps=16", "--set", "chunks=4"]) == 0
+    sweeps = [m for m in extended if any(f"jit({name})" in m for name in ("advance", "one", "check_invariants"))]
+    assert sweeps == [], sweeps

@@ -369,7 +369,7 @@ def _move_writes(buf, lay, bits, params, c0, stop_n0=None):
     # (4,2) removal of vertex w: its left neighbour a owns the up/down triangles left of it
     lu, ld = g("tl", up), g("tl", dn)
     a = lu // 2
-    removable = ((lu & 1) == UP) & ((ld & 1) == DOWN) & (len_t > 3)
+    removable = _removable(lu, ld, len_t)
     do_del = is_del & removable & (log_u < log_acceptance("delete", n0, 2 * n0, params))
     pos_w, last = g("vpos", w), g("vperm", jnp.maximum(n0 - 1, 0))
     live = jnp.bool_(True) if stop_n0 is None else n0 != stop_n0
@@ -446,10 +446,19 @@ def apply_removal(state: CDTState, v) -> CDTState:
     return _forced(state, int(v), 3)
 
 
+def _removable(lu, ld, slice_length):
+    """The (4,2) removal condition of a vertex ``v``, from ``lu = tl[2v]``, ``ld = tl[2v+1]`` (the left
+    neighbours of the up and down triangle on the link from ``v`` to its right) and the length of its slice:
+    ``v`` has one future and one past link exactly when those neighbours are an up and a down triangle, and
+    the slice keeps at least 3 vertices. The one home of the test: :func:`is_removable` and the move kernel
+    (:func:`_move_writes`) both call it (the host kernel, numba, spells it out in
+    :mod:`ivhl_jax.physics.cdt_host`; the bit-identity test ties the two)."""
+    return ((lu & 1) == UP) & ((ld & 1) == DOWN) & (slice_length > 3)
+
+
 def is_removable(state: CDTState, v) -> jax.Array:
     """Whether vertex ``v`` has one future and one past link and its slice has more than 3 vertices."""
-    lu, ld = state.tl[2 * v], state.tl[2 * v + 1]
-    return ((lu & 1) == UP) & ((ld & 1) == DOWN) & (state.lengths[state.vtime[v]] > 3)
+    return _removable(state.tl[2 * v], state.tl[2 * v + 1], state.lengths[state.vtime[v]])
 
 
 def _delta_action(n2, dn2, params: CDTParams):

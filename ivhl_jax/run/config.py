@@ -11,6 +11,11 @@ overrides, rejects unknown keys and wrongly typed values by name, and calls the 
         grid: tuple[int, int] = (128, 128)
 
     cfg = load_config(HolographyConfig, "run.toml", ["n_sources=128"])
+
+A key that was renamed is declared on the dataclass as ``RENAMED_KEYS: ClassVar[dict[str, str]] = {old: new}``
+(same meaning, new name): the old key, given in a file or as an override, is refused with one line naming the new
+key, and a run folder whose ``config.json`` still uses the old key resumes (:func:`prepare_run_dir` reads it under
+the new name). :func:`renamed_keys` returns the mapping.
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ import sys
 import tomllib
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-__all__ = ["T", "read_config_file", "load_config", "config_dict", "add_run_arguments", "prepare_run_dir",
-           "lock_run_dir", "release_run_dir", "RunDirLockedError"]
+__all__ = ["T", "read_config_file", "load_config", "config_dict", "renamed_keys", "add_run_arguments",
+           "prepare_run_dir", "lock_run_dir", "release_run_dir", "RunDirLockedError"]
 
 T = TypeVar("T")
 
@@ -128,6 +133,11 @@ def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = N
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cast(Any, cls)) if f.init}
     unknown = sorted(set(values) - set(fields))
+    renamed = renamed_keys(cls)
+    for u in unknown:
+        if u in renamed:
+            raise ValueError(f"config key {prefix + u!r} was renamed to {prefix + renamed[u]!r} (same meaning); "
+                             f"use {prefix + renamed[u]}={values[u]!r}")
     if unknown:
         raise ValueError(
             f"unknown config key(s) {[prefix + u for u in unknown]} for {cls.__name__}; "
@@ -146,6 +156,18 @@ def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = N
     return obj
 
 
+def renamed_keys(cls: Any) -> dict[str, str]:
+    """``{old: new}`` config keys renamed in config dataclass ``cls`` (or an instance): its ``RENAMED_KEYS``
+    class attribute, ``{}`` when it has none. An old key is refused by :func:`load_config` with one line naming
+    the new key; :func:`prepare_run_dir` reads an old run folder's ``config.json`` under the new names."""
+    renamed = getattr(cls, "RENAMED_KEYS", None) or {}
+    if not isinstance(renamed, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in renamed.items()):
+        raise TypeError(f"{getattr(cls, '__name__', type(cls).__name__)}.RENAMED_KEYS must be a mapping "
+                        f"{{old key: new key}} of strings, got {renamed!r}")
+    return dict(renamed)
+
+
 def _parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
@@ -160,14 +182,19 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     """Read a ``.toml`` or ``.json`` configuration file into a dict."""
     path = os.fspath(path)
+    if not path.endswith((".toml", ".json")):
+        raise ValueError(f"config file {path!r} must end in .toml or .json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"config file {path!r} does not exist")
-    if path.endswith(".toml"):
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    if path.endswith(".json"):
-        with open(path) as f:
-            return json.load(f)
+    try:
+        if path.endswith(".toml"):
+            with open(path, "rb") as f:
+                return tomllib.load(f)
+        if path.endswith(".json"):
+            with open(path) as f:
+                return json.load(f)
+    except ValueError as e:  # tomllib.TOMLDecodeError and json.JSONDecodeError are ValueErrors
+        raise ValueError(f"config file {path!r} is not valid {path.rsplit('.', 1)[-1].upper()}: {e}") from e
     raise ValueError(f"config file {path!r} must end in .toml or .json")
 
 
@@ -188,6 +215,8 @@ def load_config(cls: type[T], path: str | os.PathLike | None = None,
 
 def config_dict(cfg: Any) -> dict[str, Any]:
     """A JSON-ready dict of a config dataclass (for result files and checkpoint metadata)."""
+    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        raise TypeError(f"cfg must be a config dataclass instance, got {type(cfg).__name__}")
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
 
 
@@ -226,6 +255,13 @@ def _release_run_locks() -> None:
 atexit.register(_release_run_locks)
 
 
+def _check_out(out: Any) -> str:
+    """The output folder as a non-empty path string."""
+    if not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
+        raise ValueError(f"out must be a non-empty folder path (--out), got {out!r}")
+    return os.fspath(out)
+
+
 def lock_run_dir(out: str | os.PathLike) -> str:
     """Take an exclusive ``fcntl.flock`` on ``out/.lock`` for the rest of this process; return the lock file's path.
 
@@ -234,7 +270,7 @@ def lock_run_dir(out: str | os.PathLike) -> str:
     checkpoints. Taking it again in the process that holds it is a no-op. In a multi-process JAX run only
     process 0 locks (all processes share the folder).
     """
-    out = os.fspath(out)
+    out = _check_out(out)
     real = os.path.realpath(out)
     path = os.path.join(real, ".lock")
     if real in _RUN_LOCKS:
@@ -280,7 +316,7 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     ``out/config.json``. The folder is locked for the rest of the process (:func:`lock_run_dir`): a second
     run into it raises :class:`RunDirLockedError` naming the folder.
     """
-    out = os.fspath(out)
+    out = _check_out(out)
     os.makedirs(out, exist_ok=True)
     lock_run_dir(out)  # before anything in it is deleted or compared
     ckpt_dir = os.path.join(out, "ckpt")
@@ -291,7 +327,9 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
             shutil.rmtree(ckpt_dir)
         elif os.path.isfile(cfg_path):
             with open(cfg_path) as f:
-                old = {k: v for k, v in json.load(f).items() if k not in extendable}
+                renamed = renamed_keys(cfg)  # a folder written before a key was renamed resumes
+                old = {renamed.get(k, k): v for k, v in json.load(f).items()}
+                old = {k: v for k, v in old.items() if k not in extendable}
             if old != comparable:
                 diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
                 raise ValueError(f"{out} holds a checkpoint of a different configuration (differs in {diff}); "
