@@ -57,6 +57,19 @@ class Policy:
     compute_dtype: Any = jnp.float32
     output_dtype: Any = jnp.float32
 
+    def __post_init__(self) -> None:
+        for field in ("param_dtype", "compute_dtype", "output_dtype"):
+            value = getattr(self, field)
+            try:
+                dt = jnp.dtype(value)
+            except TypeError as e:
+                raise TypeError(f"{field} must be a floating dtype such as jnp.float32, got {value!r}") from e
+            if not jnp.issubdtype(dt, jnp.floating):
+                # A complex dtype is a state dtype, not a policy dtype: the complex state of a solver follows
+                # from the real compute dtype (float32 -> complex64, float64 -> complex128).
+                raise TypeError(f"{field} must be a floating dtype (float16/bfloat16/float32/float64), got {dt.name}; "
+                                "a complex state dtype follows from the real compute dtype")
+
     def cast_to_param(self, tree: Any) -> Any:
         """Cast floating leaves of ``tree`` to ``param_dtype``."""
         return _cast_floating(tree, self.param_dtype)
@@ -146,24 +159,17 @@ def _dtypes(policy: Policy) -> tuple[Any, Any, Any]:
 def physics_policy(policy: str | Policy | None, *, argname: str = "policy") -> Policy | None:
     """Resolve a physics kernel's ``policy`` argument; None passes through (the kernel's default).
 
-    Checks that every dtype of the policy is a real floating dtype (a complex dtype is a state
-    dtype, not a policy dtype: the complex state follows from the real compute dtype) and that a
-    float64 policy runs with ``jax_enable_x64`` on. Without x64 JAX would silently create float32
+    Checks that a float64 policy runs with ``jax_enable_x64`` on. Without x64 JAX would silently create float32
     arrays, so that is an error (wrap the call in ``with jax.enable_x64(True):``), never a quiet
     float32 run.
 
     Raises:
-      ValueError: unknown preset name (the message lists the valid ones), a non-real dtype, or
-        float64 without x64. TypeError: neither a string nor a Policy.
+      ValueError: unknown preset name (the message lists the valid ones) or float64 without x64.
+        TypeError: neither a string nor a Policy.
     """
     if policy is None:
         return None
-    pol = get_policy(policy, argname=argname)
-    for field_name, dt in zip(("param_dtype", "compute_dtype", "output_dtype"), _dtypes(pol), strict=True):
-        if not jnp.issubdtype(dt, jnp.floating):
-            raise ValueError(f"{argname}.{field_name} must be a real floating dtype (float64/float32/bfloat16/"
-                             f"float16), got {dt}; a complex state dtype follows from the real compute dtype "
-                             "(float32 -> complex64, float64 -> complex128)")
+    pol = get_policy(policy, argname=argname)  # a Policy holds real floating dtypes only (Policy.__post_init__)
     if any(dt == jnp.dtype(jnp.float64) for dt in _dtypes(pol)) and not jax.config.read("jax_enable_x64"):
         raise ValueError(f"{argname}={_show(policy)} asks for float64 but "
                          "jax_enable_x64 is off, so JAX would silently compute in float32; wrap the call in "
@@ -171,9 +177,9 @@ def physics_policy(policy: str | Policy | None, *, argname: str = "policy") -> P
     return pol
 
 
-def real_compute_dtype(policy: Policy, *, minimum: Any = jnp.float32) -> Any:
+def real_compute_dtype(policy: str | Policy, *, minimum: Any = jnp.float32) -> Any:
     """The compute dtype, raised to at least ``minimum`` (for kernels whose arithmetic needs ≥ 24 bits)."""
-    return jnp.promote_types(policy.compute_dtype, minimum)
+    return jnp.promote_types(get_policy(policy).compute_dtype, minimum)
 
 
 def complex_state_dtype(policy: str | Policy | None, *, argname: str = "policy", routine: str = "this solver"
@@ -225,6 +231,12 @@ class DynamicLossScale(flax.struct.PyTreeNode):
     period: int = flax.struct.field(pytree_node=False, default=2000)
     factor: float = flax.struct.field(pytree_node=False, default=2.0)
     min_loss_scale: float = flax.struct.field(pytree_node=False, default=1.0)
+
+    def __post_init__(self) -> None:
+        # Static fields only: the leaves may be tracers when the pytree is rebuilt inside jit.
+        check_scalar(self.period, "period", integer=True, minimum=1)
+        check_scalar(self.factor, "factor", minimum=1.0 + 1e-6)
+        check_scalar(self.min_loss_scale, "min_loss_scale", positive=True)
 
     @classmethod
     def create(
@@ -285,6 +297,6 @@ class NoOpLossScale(flax.struct.PyTreeNode):
         return self
 
 
-def loss_scale_for(policy: Policy, **kwargs: Any) -> DynamicLossScale | NoOpLossScale:
-    """The loss scale a policy needs: dynamic for fp16 compute, no-op otherwise."""
-    return DynamicLossScale.create(**kwargs) if policy.needs_loss_scaling else NoOpLossScale()
+def loss_scale_for(policy: str | Policy, **kwargs: Any) -> DynamicLossScale | NoOpLossScale:
+    """The loss scale a policy (preset name or Policy) needs: dynamic for fp16 compute, no-op otherwise."""
+    return DynamicLossScale.create(**kwargs) if get_policy(policy).needs_loss_scaling else NoOpLossScale()

@@ -70,6 +70,10 @@ def check_array(
       TypeError: not array-like or wrong dtype family.
       ValueError: wrong rank/shape or non-finite values.
     """
+    dt = getattr(x, "dtype", None)
+    # ml_dtypes (bfloat16, float8) have NumPy kind "V", like structured void arrays: ask jnp which is numeric.
+    if isinstance(dt, np.dtype) and (dt.kind in "OUSM" or (dt.kind == "V" and not jnp.issubdtype(dt, jnp.number))):
+        raise TypeError(f"{name} must be a numeric array, got dtype {dt}")
     try:
         arr = jnp.asarray(x)
     except TypeError as e:
@@ -176,11 +180,16 @@ def check_key(key: Any, name: str = "key") -> Any:
 def check_finite_tree(tree: Any, name: str) -> None:
     """Inside jit: register a checkify check that every inexact leaf of ``tree`` is finite.
 
-    Has an effect only when the enclosing function runs under :func:`checked`.
+    Has an effect only when the enclosing function runs under :func:`checked`. Concrete leaves (outside
+    jit) are checked at once: a ValueError names the first non-finite leaf.
     """
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
         if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
             where = f"{name}{jax.tree_util.keystr(path)}"
+            if is_concrete(leaf):
+                if not bool(np.all(np.isfinite(np.asarray(leaf)))):
+                    raise ValueError(f"{where} contains NaN or inf values")
+                continue
             checkify.check(jnp.all(jnp.isfinite(leaf)), f"{where} became NaN or inf")
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ivhl_jax.core.precision import Policy, physics_policy
@@ -154,6 +155,8 @@ def gru_scan(params: dict, h0: Float[ArrayLike, "*batch H"], xs: Float[ArrayLike
 
 def params_from_nnx(cell: Any) -> dict:
     """Parameters of a ``flax.nnx.GRUCell`` in this module's layout (recurrent bias = 0)."""
+    if not (hasattr(cell, "dense_h") and hasattr(cell, "dense_i")):
+        raise TypeError(f"cell must be a flax.nnx.GRUCell (with dense_i and dense_h), got {type(cell).__name__}")
     w_h = jnp.asarray(cell.dense_h.kernel[...])
     return {"W_i": jnp.asarray(cell.dense_i.kernel[...]), "b_i": jnp.asarray(cell.dense_i.bias[...]),
             "W_h": w_h, "b_h": jnp.zeros((w_h.shape[1],), w_h.dtype)}
@@ -207,9 +210,14 @@ def recurrence(weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: st
     in ``output_dtype`` (module docstring)."""
     check_choice(variant, "variant", VARIANTS)
     pol = physics_policy(policy)
-    xs = check_array(xs, "xs", kind="floating")
+    xs = check_array(xs, "xs", kind="floating", finite=True)
     if xs.ndim < 2:
         raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
+    w_i = weights.get("W_i") if isinstance(weights, dict) else None
+    if w_i is None:
+        raise TypeError("weights must be a dict with 'W_i', 'b_i', 'W_h', 'b_h' (see init_gru_params)")
+    if xs.shape[-1] != np.shape(w_i)[0]:
+        raise ValueError(f"xs has width {xs.shape[-1]} but weights['W_i'] expects {np.shape(w_i)[0]}")
     if pol is not None:
         weights = pol.cast_to_param(weights)
     return Stepper(step_fn=_gru_step, params=GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),

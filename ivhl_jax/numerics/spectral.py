@@ -110,6 +110,13 @@ def host_factor(compute: Callable[[], np.ndarray], key: Hashable) -> HostFactor:
     nothing new. ``compute`` must be deterministic: the host copy may be evicted from a bounded cache
     (``HOST_CACHE_BYTES``) and recomputed later.
     """
+    if not callable(compute):
+        raise TypeError("compute must be a zero-argument callable returning the host array, "
+                        f"got {type(compute).__name__}")
+    try:
+        hash(key)
+    except TypeError as e:
+        raise TypeError(f"key must be hashable (describe the grid, dt and dtype), got {type(key).__name__}") from e
     with _HOST_LOCK:
         k = _HOST_KEYS.get(key)
         if k is None:

@@ -256,6 +256,8 @@ def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any) -> Any:
     represented to full relative precision, and the final addition rounds differently each step.
     NumPy θ (trace-time constants) is evaluated in float64.
     """
+    if not isinstance(imaginary, (bool, np.bool_)):
+        raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     if isinstance(theta, np.ndarray):
         if imaginary:
             return np.expm1(-theta).astype(dtype)
@@ -282,6 +284,9 @@ def split_step(psi: Complex[Array, "*shape"], local_potential: Callable[[jax.Arr
     ``local_potential(psi)`` returns the real local energy U(r, |ψ|²) (trap + interaction, or
     m² + λ|φ|² for the GFT). Shared by the GP solver and :mod:`ivhl_jax.physics.gft`.
     """
+    psi = check_array(psi, "psi", kind="complex")
+    if not isinstance(imaginary, (bool, np.bool_)):
+        raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     half = 0.5 * dt
 
     def local(p):
@@ -385,7 +390,8 @@ def make_plan(system: GPSystem, dt: Any, imaginary: bool = False) -> KineticPlan
     host copy, so a compiled step sends 4 bytes to the host instead of the factor (still one program for
     every dt).
     """
-    grid = system.grid
+    grid = _check_system(system).grid
+    check_scalar(dt, "dt", positive=True)
     cdt = system.complex_dtype
     rdt = system.real_dtype
     dtc = _concrete_float(dt)
@@ -469,20 +475,30 @@ def _sumsq(psi: jax.Array) -> jax.Array:
     return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=tuple(range(nd)), keepdims=False)
 
 
+def _check_step_state(psi: Any, params: StrangParams) -> jax.Array:
+    """Shape and dtype of a state handed to a step function (static facts: free under jit; no value checks,
+    which :func:`strang`'s ``init`` does once)."""
+    psi = check_array(psi, "psi", shape=params.system.grid.shape, kind="complex")
+    return psi
+
+
 # The static settings (imaginary / project_norm) select one of three module-level step functions, so
 # the Stepper's step_fn (hashed by identity) is what distinguishes the compiled programs.
 def strang_step_real(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """One real-time Strang step ψ(t) → ψ(t + dt) (``step_fn`` of :func:`strang`)."""
+    psi = _check_step_state(psi, params)
     return _step_plan(psi, params.system, params.plan, False)
 
 
 def strang_step_real_projected(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """Real-time Strang step followed by the norm projection (``project_norm=True``)."""
+    psi = _check_step_state(psi, params)
     return _step_plan(psi, params.system, params.plan, False, True, params.target)
 
 
 def strang_step_imaginary(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """One imaginary-time (normalised gradient flow) Strang step."""
+    psi = _check_step_state(psi, params)
     return _step_plan(psi, params.system, params.plan, True, False, params.target)
 
 
@@ -700,26 +716,44 @@ def _grid_of(x: Any) -> Grid:
     raise TypeError(f"expected a Grid or GPSystem, got {type(x).__name__}")
 
 
+def _check_field(psi: Any, grid: Grid, name: str = "psi", *, batched: bool = False) -> jax.Array:
+    """``psi`` as an array on ``grid``: an inexact dtype, the grid's shape as its trailing axes (leading batch
+    axes only when ``batched``), no NaN/inf (checked for concrete values; tracers pass)."""
+    arr = check_array(psi, name, kind="inexact", finite=True)
+    tail = tuple(arr.shape[arr.ndim - grid.ndim:]) if arr.ndim >= grid.ndim else None
+    if tail != tuple(grid.shape) or (not batched and arr.ndim != grid.ndim):
+        want = ("(..., " if batched else "(") + ", ".join(map(str, grid.shape)) + ")"
+        raise ValueError(f"{name} must have shape {want} (the grid's), got {tuple(arr.shape)}")
+    return arr
+
+
 def norm(psi: Inexact[Array, "*batch_and_grid"], grid: Grid | GPSystem) -> Float[Array, "*batch"]:
     """N = ∫|ψ|² dV (sum over the last grid.ndim axes, so batched ψ works)."""
     grid = _grid_of(grid)
+    psi = _check_field(psi, grid, batched=True)
     axes = tuple(range(psi.ndim - grid.ndim, psi.ndim))
     return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=axes) * grid.cell_volume
 
 
 def normalize(psi: Inexact[Array, "*shape"], grid: Grid | GPSystem, n: Any = 1.0) -> Inexact[Array, "*shape"]:
-    """ψ scaled so that ∫|ψ|² dV = n."""
-    return psi * jnp.sqrt(jnp.asarray(n, psi.real.dtype) / norm(psi, grid)).astype(psi.real.dtype)
+    """ψ scaled so that ∫|ψ|² dV = n (n > 0; a ψ that is zero everywhere cannot be normalised)."""
+    psi = _check_field(psi, _grid_of(grid), batched=True)
+    check_scalar(n, "n", positive=True)
+    current = norm(psi, grid)
+    if is_concrete(current) and not bool(np.all(np.asarray(current) > 0)):
+        raise ValueError("psi is zero everywhere (norm 0), so it cannot be normalised; pass a nonzero psi")
+    return psi * jnp.sqrt(jnp.asarray(n, psi.real.dtype) / current).astype(psi.real.dtype)
 
 
 def density(psi: Inexact[Array, "*shape"]) -> Float[Array, "*shape"]:
     """|ψ|² (particles per unit volume)."""
+    psi = check_array(psi, "psi", kind="numeric", finite=True)
     return psi.real * psi.real + psi.imag * psi.imag
 
 
 def phase(psi: Inexact[Array, "*shape"]) -> Float[Array, "*shape"]:
     """arg ψ in (−π, π]."""
-    return jnp.angle(psi)
+    return jnp.angle(check_array(psi, "psi", kind="numeric", finite=True))
 
 
 def _deriv(psi_k: jax.Array, grid: Grid, axis: int) -> jax.Array:
@@ -732,6 +766,7 @@ def angular_momentum(psi: Inexact[Array, "*grid"], grid: Grid | GPSystem) -> Flo
     grid = _grid_of(grid)
     if grid.ndim < 2:
         raise ValueError("angular_momentum needs a 2D or 3D grid")
+    psi = _check_field(psi, grid)
     rdt = psi.real.dtype
     psi_k = jnp.fft.fftn(psi)
     x = jnp.asarray(grid._bcast(grid.coords[0], 0), rdt)
@@ -746,7 +781,8 @@ def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Ar
     Returns a dict with ``kinetic``, ``trap``, ``interaction``, ``rotation`` and ``total``. The
     kinetic part is spectral: ½ Σ_k k²|ψ̂_k|² dV / N_points (Parseval).
     """
-    grid = system.grid
+    grid = _check_system(system).grid
+    psi = _check_field(psi, grid)
     rdt = psi.real.dtype
     psi_k = jnp.fft.fftn(psi)
     k2 = jnp.asarray(_k2(grid), rdt)
@@ -785,9 +821,22 @@ def virial_residual(psi: Inexact[Array, "*grid"], system: GPSystem) -> tuple[Flo
 # ----------------------------------------------------------------------------------------------
 def gaussian(grid: Grid, n: float = 1.0, width: float | Sequence[float] = 1.0, center: Sequence[float] | None = None,
              *, dtype: Any = jnp.complex64) -> Inexact[Array, "*grid"]:
-    """Normalised Gaussian exp(−Σ(x_i − c_i)²/(2w_i²)) with ∫|ψ|² = n (an initial guess)."""
-    w = np.broadcast_to(np.asarray(width, np.float64), (grid.ndim,))
-    c = np.zeros(grid.ndim) if center is None else np.asarray(center, np.float64)
+    """Normalised Gaussian exp(−Σ(x_i − c_i)²/(2w_i²)) with ∫|ψ|² = n (an initial guess).
+
+    ``width``: one positive number or one per axis; ``center``: one coordinate per axis (default the origin).
+    """
+    # NumPy throughout (a host-built constant, also when called inside jit, where jnp would make tracers).
+    check_scalar(n, "n", positive=True)
+    try:
+        w = np.asarray(width, np.float64)
+        c = np.zeros(grid.ndim) if center is None else np.asarray(center, np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"width and center must be numbers or sequences of numbers, got {width!r}, {center!r}") from e
+    if w.ndim > 1 or (w.ndim == 1 and w.shape != (grid.ndim,)) or not np.all(np.isfinite(w) & (w > 0)):
+        raise ValueError(f"width must be a positive number or {grid.ndim} positive numbers (one per axis), got {width}")
+    w = np.broadcast_to(w, (grid.ndim,))
+    if c.shape != (grid.ndim,) or not np.all(np.isfinite(c)):
+        raise ValueError(f"center must have {grid.ndim} finite coordinates (one per axis), got {center}")
     arg = np.zeros(grid.shape)
     for a, x in enumerate(grid.coords):
         arg = arg + grid._bcast((x - c[a]) ** 2 / (2 * w[a] ** 2), a)
@@ -949,8 +998,11 @@ def _gs_dt_hint(system: GPSystem) -> float:
 def thomas_fermi_mu(g: float, n: float, omega: float = 1.0, dim: int = 1) -> float:
     """Thomas–Fermi chemical potential of an isotropic harmonic trap (from n = (μ − V)/g).
 
-    1D μ = (3gNω/(4√2))^{2/3};  2D μ = ω√(gN/π);  3D μ = (15gNω³/(16√2 π))^{2/5}.
+    1D μ = (3gNω/(4√2))^{2/3};  2D μ = ω√(gN/π);  3D μ = (15gNω³/(16√2 π))^{2/5}. Needs g, n, ω > 0.
     """
+    check_scalar(g, "g", positive=True)
+    check_scalar(n, "n", positive=True)
+    check_scalar(omega, "omega", positive=True)
     if dim == 1:
         return (3 * g * n * omega / (4 * math.sqrt(2))) ** (2 / 3)
     if dim == 2:
@@ -961,7 +1013,11 @@ def thomas_fermi_mu(g: float, n: float, omega: float = 1.0, dim: int = 1) -> flo
 
 
 def thomas_fermi_density(system: GPSystem, mu: float) -> Float[Array, "*grid"]:
-    """n_TF = max(μ − V, 0)/g."""
+    """n_TF = max(μ − V, 0)/g (g > 0)."""
+    _check_system(system)
+    check_scalar(mu, "mu")
+    if is_concrete(system.g) and not float(np.asarray(system.g)) > 0:
+        raise ValueError(f"system.g must be > 0 for a Thomas-Fermi density, got {float(np.asarray(system.g))}")
     return jnp.maximum(mu - system.potential, 0.0) / system.g
 
 
@@ -976,6 +1032,9 @@ def bright_soliton(grid: Grid, n: float, g: float, position: float = 0.0, veloci
         raise ValueError("bright_soliton needs a 1D grid")
     if not g < 0:
         raise ValueError(f"g must be < 0 (attractive) for a bright soliton, got {g}")
+    check_scalar(n, "n", positive=True)
+    for value, label in ((position, "position"), (velocity, "velocity"), (t, "t")):
+        check_scalar(value, label)
     a = -g
     x = grid.coords[0]
     xr = (x - position - velocity * t + grid.length[0] / 2) % grid.length[0] - grid.length[0] / 2
@@ -997,6 +1056,10 @@ def dark_soliton_pair(grid: Grid, n0: float, g: float, separation: float, veloci
         raise ValueError("dark_soliton_pair needs a 1D grid")
     if not g > 0:
         raise ValueError(f"g must be > 0 for dark solitons, got {g}")
+    check_scalar(n0, "n0", positive=True)
+    check_scalar(separation, "separation")
+    check_scalar(velocity, "velocity")
+    check_scalar(t, "t")
     c = math.sqrt(g * n0)
     if not abs(velocity) < c:
         raise ValueError(f"|velocity| must be below the sound speed c = {c:.4g}, got {velocity}")
@@ -1027,7 +1090,12 @@ def imprint_vortices(psi: Complex[Array, "*grid"], grid: Grid, centers: Real[Arr
 
     if grid.ndim < 2:
         raise ValueError("imprint_vortices needs a 2D or 3D grid")
+    psi = _check_field(psi, grid)
+    check_scalar(core_size, "core_size", nonnegative=True)
     centers = check_array(centers, "centers", ndim=2, kind="numeric", finite=True)
+    if centers.shape[1] not in (2, grid.ndim):
+        want = " or ".join(f"(V, {d})" for d in sorted({2, grid.ndim}))
+        raise ValueError(f"centers must have shape {want}, got {tuple(centers.shape)}")
     charges = check_array(charges, "charges", ndim=1, kind="integer")
     if centers.shape[0] != charges.shape[0]:
         raise ValueError(f"centers ({centers.shape[0]}) and charges ({charges.shape[0]}) must have the same length")
@@ -1054,8 +1122,11 @@ def vortex_charges(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float
     """
     from ivhl_jax.physics import fields
 
+    psi = check_array(psi, "psi", kind="numeric", finite=True)
     if psi.ndim != 2:
         raise ValueError(f"vortex_charges needs a 2D psi (take a z-slice in 3D), got shape {psi.shape}")
+    check_scalar(min_density, "min_density", minimum=0.0, maximum=1.0)
+    check_scalar(window, "window", integer=True, nonnegative=True)
     w = fields.vortex_map(psi)
     rho = density(psi)
     k = 2 * int(window) + 2

@@ -71,7 +71,12 @@ class GFTSystem(struct.PyTreeNode):
 
 @functools.lru_cache(maxsize=32)
 def lattice_dispersion(shape: tuple[int, ...]) -> Float[np.ndarray, "*lattice"]:
-    """ε_k = Σ_a 4 sin²(k_a/2), the spectrum of −Δ for the periodic unit-spacing lattice (float64)."""
+    """ε_k = Σ_a 4 sin²(k_a/2), the spectrum of −Δ for the periodic unit-spacing lattice (float64).
+
+    ``shape``: the lattice extent per axis, positive integers."""
+    if (not isinstance(shape, (tuple, list)) or not shape
+            or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in shape)):
+        raise ValueError(f"shape must be a non-empty tuple of positive integers (sites per axis), got {shape!r}")
     out = np.zeros(shape)
     for a, n in enumerate(shape):
         k = 2 * np.pi * np.fft.fftfreq(n)
@@ -83,6 +88,14 @@ def lattice_dispersion(shape: tuple[int, ...]) -> Float[np.ndarray, "*lattice"]:
 
 def _lattice_axes(phi: jax.Array, rank: int) -> tuple[int, ...]:
     return tuple(range(phi.ndim - rank, phi.ndim))
+
+
+def _lattice_rank(phi: jax.Array, rank: int | None) -> int:
+    """The number of lattice axes: ``rank`` (1..phi.ndim; leading axes beyond them are batch axes) or all."""
+    if rank is None:
+        return phi.ndim
+    check_scalar(rank, "rank", integer=True, minimum=1, maximum=phi.ndim)
+    return int(rank)
 
 
 def _check_field(phi: Any, system: GFTSystem) -> jax.Array:
@@ -109,10 +122,10 @@ def gft_potential(phi: Inexact[ArrayLike, "*batch_and_lattice"], mass_sq: Any, l
     Returns:
       Real V with the batch shape (a scalar without batch axes). Lattice units (spacing 1).
     """
-    phi = check_array(phi, "phi", kind="inexact")
-    rank = phi.ndim if rank is None else int(rank)
-    if not 1 <= rank <= phi.ndim:
-        raise ValueError(f"rank must be in 1..{phi.ndim} (phi.ndim), got {rank}")
+    phi = check_array(phi, "phi", kind="inexact", finite=True)
+    rank = _lattice_rank(phi, rank)
+    check_scalar(mass_sq, "mass_sq")
+    check_scalar(lam, "lam")
     axes = _lattice_axes(phi, rank)
     rho = phi.real * phi.real + phi.imag * phi.imag
     grad2 = sum(_abs2(jnp.roll(phi, -1, axis=a) - phi) for a in axes)
@@ -128,8 +141,10 @@ def _abs2(z: jax.Array) -> jax.Array:
 def gft_rhs(phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int | None = None
             ) -> Complex[Array, "*shape"]:
     """δV/δφ* = −Δφ + m²φ + λ|φ|²φ (the right-hand side of i∂φ/∂t), finite-difference form."""
-    phi = check_array(phi, "phi", kind="complex")
-    rank = phi.ndim if rank is None else int(rank)
+    phi = check_array(phi, "phi", kind="complex", finite=True)
+    rank = _lattice_rank(phi, rank)
+    check_scalar(mass_sq, "mass_sq")
+    check_scalar(lam, "lam")
     axes = _lattice_axes(phi, rank)
     lap = sum(jnp.roll(phi, 1, axis=a) + jnp.roll(phi, -1, axis=a) - 2 * phi for a in axes)
     rdt = phi.real.dtype
@@ -138,7 +153,8 @@ def gft_rhs(phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int
 
 def gft_charge(phi: Inexact[Array, "*batch_and_lattice"], rank: int | None = None) -> Float[Array, "*batch"]:
     """U(1) charge Q = Σ_x |φ|² (conserved exactly by the real-time evolution)."""
-    rank = phi.ndim if rank is None else int(rank)
+    phi = check_array(phi, "phi", kind="inexact", finite=True)
+    rank = _lattice_rank(phi, rank)
     return jnp.sum(_abs2(phi), axis=_lattice_axes(phi, rank))
 
 
@@ -180,13 +196,25 @@ def _step_plan(phi: jax.Array, system: GFTSystem, dt: Any, kin: jax.Array, imagi
     return split_step(phi, lambda p: m2 + lam * _abs2(p), lambda p: spectral_multiply(p, kin, axes), dt, imaginary)
 
 
+def _check_step_state(phi: Any, params: GFTParams) -> jax.Array:
+    """Shape and dtype of a state handed to a step function (static: free under jit; values are checked once
+    by :func:`strang`'s ``init``)."""
+    phi = check_array(phi, "phi", kind="complex")
+    if phi.ndim < params.system.rank or tuple(phi.shape[-params.system.rank:]) != params.system.shape:
+        raise ValueError(f"phi must end in the lattice shape {params.system.shape} (batch axes in front), "
+                         f"got {tuple(phi.shape)}")
+    return phi
+
+
 def gft_strang_real(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
     """One real-time Strang step of i∂φ/∂t = δV/δφ* (``step_fn`` of :func:`strang`)."""
+    phi = _check_step_state(phi, params)
     return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), False)
 
 
 def gft_strang_imaginary(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
     """One Strang step of the gradient flow ∂φ/∂τ = −δV/δφ* (no renormalisation)."""
+    phi = _check_step_state(phi, params)
     return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), True)
 
 
@@ -253,6 +281,7 @@ def gft_step(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any, *, i
 
 def default_observables(phi: Complex[Array, "*shape"], system: GFTSystem) -> dict[str, Array]:
     """V[φ], the charge Q = Σ|φ|² and the condensate order parameter |⟨φ⟩| (lattice mean)."""
+    phi = _check_field(phi, system)
     axes = _lattice_axes(phi, system.rank)
     return {"energy": gft_potential(phi, system.mass_sq, system.lam, system.rank),
             "charge": gft_charge(phi, system.rank),

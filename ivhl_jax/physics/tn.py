@@ -28,11 +28,14 @@ import numpy as np
 import opt_einsum
 from jaxtyping import Array, ArrayLike, Float, Num
 
-from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.core.validation import check_array, check_choice, check_scalar, is_concrete
 
 __all__ = ["contract", "contraction_path", "entanglement_entropy", "renyi", "renyi_entropy", "schmidt_probabilities"]
 
 _EPS = 1e-30
+#: opt_einsum's path strategies (``opt_einsum.paths._PATH_OPTIONS``; checked by name before the cached search)
+_OPTIMIZE = ("auto", "auto-hq", "branch-1", "branch-2", "branch-all", "dp", "dynamic-programming", "eager",
+             "greedy", "opportunistic", "optimal", "random-greedy", "random-greedy-128")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -48,6 +51,13 @@ def contraction_path(subscripts: str, *shapes: Sequence[int], optimize: str = "a
     ``flop_count`` is opt_einsum's estimate of the scalar multiply-adds of the whole contraction, counted as
     in opt_einsum (one FLOP per multiply and per add for inner products).
     """
+    if not isinstance(subscripts, str):
+        raise TypeError(f"subscripts must be an einsum string, got {type(subscripts).__name__}")
+    for i, s in enumerate(shapes):
+        if (not isinstance(s, (tuple, list)) or
+                not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in s)):
+            raise ValueError(f"shapes[{i}] must be a tuple of positive integers, got {s!r}")
+    check_choice(optimize, "optimize", _OPTIMIZE)
     path, cost = _cached_path(subscripts.replace(" ", ""), tuple(tuple(int(d) for d in s) for s in shapes), optimize)
     return [tuple(p) for p in path], cost
 

@@ -93,6 +93,9 @@ def run_checkpointer(out: str, cfg: Any, *, checkpointer: Checkpointer | None = 
     if checkpointer is not None:
         yield checkpointer
         return
+    for value, name in ((save_every, "save_every"), (keep, "keep")):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=extendable)
     with Checkpointer(ckpt_dir, save_every=save_every, keep=keep) as ck:
         yield ck
@@ -117,9 +120,15 @@ def _docstring_attributes(cls: type) -> dict[str, str]:
     return out
 
 
+def _check_config_class(cls: Any) -> None:
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"cls must be a config dataclass type, got {cls!r}")
+
+
 def field_comments(cls: type) -> dict[str, str]:
     """``{field: meaning}``: the ``# ...`` comment on the field's line (or the line above it) in ``cls``,
     else the field's entry in the docstring's ``Attributes:`` section."""
+    _check_config_class(cls)
     documented = _docstring_attributes(cls)
     try:
         lines, _ = inspect.getsourcelines(cls)
@@ -153,6 +162,7 @@ def _type_name(tp: Any) -> str:
 def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[str]:
     """One line per config key: ``key  type  default  meaning`` (nested dataclasses as ``section.key``, with
     the defaults the enclosing config embeds, not the nested class's own)."""
+    _check_config_class(cls)
     hints = typing.get_type_hints(cls)
     comments = field_comments(cls)
     rows = []

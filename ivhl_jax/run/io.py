@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import os
@@ -15,34 +16,62 @@ __all__ = ["to_jsonable", "write_json", "save_figure"]
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Convert numpy/JAX arrays and scalars, dataclasses and paths into plain JSON types.
+    """Convert numpy/JAX arrays and scalars, dataclasses, mappings, sequences, sets, paths, enums and dtypes
+    into plain JSON types.
 
-    Non-finite floats become None (JSON has no NaN), so a reader never chokes on the file.
+    Non-finite floats become None (JSON has no NaN), so a reader never chokes on the file. Anything else (a
+    function, an open file, an arbitrary object) is a TypeError naming where in ``obj`` it sits, instead of
+    being written as its ``str()`` and silently losing the value.
     """
-    if hasattr(obj, "__dataclass_fields__"):
-        return {k: to_jsonable(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    return _jsonable(obj, "obj")
+
+
+def _dtype_name(obj: Any) -> str | None:
+    """The dtype name of a dtype or scalar type (np.float32, jnp.bfloat16, np.dtype('complex64')), else None."""
+    if isinstance(obj, np.dtype):
+        return obj.name
+    if isinstance(obj, type) or type(obj).__name__ == "_ScalarMeta":
+        try:
+            return np.dtype(obj).name
+        except TypeError:
+            return None
+    return None
+
+
+def _jsonable(obj: Any, where: str) -> Any:
+    if hasattr(obj, "__dataclass_fields__") and not isinstance(obj, type):
+        return {k: _jsonable(getattr(obj, k), f"{where}.{k}") for k in obj.__dataclass_fields__}
     if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): _jsonable(v, f"{where}[{k!r}]") for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
+        return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, (set, frozenset)):
+        return [_jsonable(v, f"{where}[...]") for v in sorted(obj, key=repr)]
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
+    if isinstance(obj, enum.Enum):
+        return _jsonable(obj.value, f"{where}.value")
+    name = _dtype_name(obj)
+    if name is not None:
+        return name
     if hasattr(obj, "__array__") and not isinstance(obj, (str, bytes)):
         arr = np.asarray(obj)
         if arr.ndim == 0:
-            return to_jsonable(arr.item())
+            return _jsonable(arr.item(), where)
         if np.iscomplexobj(arr):
-            return {"real": to_jsonable(arr.real.tolist()), "imag": to_jsonable(arr.imag.tolist())}
-        return to_jsonable(arr.tolist())
+            return {"real": _jsonable(arr.real.tolist(), f"{where}.real"),
+                    "imag": _jsonable(arr.imag.tolist(), f"{where}.imag")}
+        return _jsonable(arr.tolist(), where)
     if isinstance(obj, complex):
-        return {"real": to_jsonable(obj.real), "imag": to_jsonable(obj.imag)}
+        return {"real": _jsonable(obj.real, where), "imag": _jsonable(obj.imag, where)}
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, (np.generic,)):
-        return to_jsonable(obj.item())
+        return _jsonable(obj.item(), where)
     if isinstance(obj, (str, int, float, bool)) or obj is None:
         return obj
-    return str(obj)
+    raise TypeError(f"{where} is a {type(obj).__name__}, which has no JSON form; convert it to numbers, strings, "
+                    "lists or dicts first")
 
 
 def _current_umask() -> int:
@@ -66,11 +95,12 @@ def write_json(path: str | os.PathLike, obj: Any) -> str:
     private 0600 of the temporary file.
     """
     path = os.fspath(path)
+    doc = to_jsonable(obj)  # before any file is created: an object with no JSON form leaves nothing behind
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(to_jsonable(obj), f, indent=2)
+            json.dump(doc, f, indent=2)
             f.write("\n")
         os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, path)

@@ -175,9 +175,22 @@ def _xla_flags_with_devices(flags: str, n: int) -> str:
     return " ".join(parts)
 
 
+def _check_int(value: Any, name: str, lo: int, hi: int | None = None) -> None:
+    """A launcher argument must be an int in [lo, hi] (plain Python: the launcher never imports JAX)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
+        bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+
+
 def child_env(process_id: int, nproc: int, port: int, *, devices_per_process: int | None = None,
               heartbeat_timeout: int = 30, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of local worker ``process_id`` (what ``ivhl launch`` exports)."""
+    _check_int(nproc, "nproc", 1)
+    _check_int(process_id, "process_id", 0, nproc - 1)
+    _check_int(port, "port", 1, 65535)
+    _check_int(heartbeat_timeout, "heartbeat_timeout", 1)
+    if devices_per_process is not None:
+        _check_int(devices_per_process, "devices_per_process", 1)
     env = dict(os.environ if base is None else base)
     env[ENV_COORDINATOR] = f"127.0.0.1:{port}"
     env[ENV_NUM_PROCESSES] = str(nproc)

@@ -72,6 +72,8 @@ def phase(name: str, *, enabled: bool = True, detail: str = "") -> Iterator[Call
     Compilation, a ground-state search or data loading can take seconds to minutes before the first
     progress-bar update; this line says which phase is running. ``enabled=False`` prints nothing.
     """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string naming the phase, got {name!r}")
     t0 = time.perf_counter()
 
     def note(text: str) -> None:
