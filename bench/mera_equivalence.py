@@ -10,6 +10,7 @@ trajectory, not the sweep). Prints and stores the largest energy difference per 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import subprocess
 import sys
@@ -22,10 +23,10 @@ from ivhl_jax.physics import mera as N
 from ivhl_jax.run.io import write_json
 
 
-def ladder(mod, chis=(4, 6, 8), sweeps=(500, 1000, 500), layers=(2, 2, 3)):
+def ladder(mod, chis=(4, 6, 8), steps=(500, 1000, 500), layers=(2, 2, 3)):
     mera = None
     energies = []
-    for k, (chi, n, lay) in enumerate(zip(chis, sweeps, layers)):
+    for k, (chi, n, lay) in enumerate(zip(chis, steps, layers)):
         cfg = mod.MERAConfig(chi=chi, layers=lay)
         if mera is not None:
             with jax.enable_x64(True):
@@ -33,7 +34,10 @@ def ladder(mod, chis=(4, 6, 8), sweeps=(500, 1000, 500), layers=(2, 2, 3)):
                            chi, layers=lay, refsym=True)
                 mera = mod.MERA(g.u, g.w, g.v, g.rho_ab, g.rho_ba, g.sweeps)
         kw = {"stuck": None} if mod is N else {}
-        mera, e, _ = mod.optimize(cfg, n, mera=mera, sweeps_per_chunk=100, **kw)
+        # revisions before the issue-12 vocabulary call the chunk size sweeps_per_chunk
+        chunk = "steps_per_chunk" if "steps_per_chunk" in inspect.signature(mod.optimize).parameters else \
+            "sweeps_per_chunk"
+        mera, e, _ = mod.optimize(cfg, n, mera=mera, **{chunk: 100}, **kw)
         energies.append(np.asarray(e))
     with jax.enable_x64(True):
         dims = mod.scaling_dimensions(mera, 4)

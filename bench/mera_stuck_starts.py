@@ -20,16 +20,16 @@ from ivhl_jax.physics import mera as M
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", action="append", required=True, help="chi/chi_mid/layers/u_delay/sweeps/seeds")
+    ap.add_argument("--config", action="append", required=True, help="chi/chi_mid/layers/u_delay/steps/seeds")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     check = M.StuckCheck()
     rows = []
     for text in args.config:
-        chi, mid, layers, u_delay, sweeps, seeds = (int(x) for x in text.split("/"))
+        chi, mid, layers, u_delay, steps, seeds = (int(x) for x in text.split("/"))
         cfg = M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, u_delay=u_delay)
         for seed in range(seeds):
-            mera, e, _ = M.optimize(cfg, sweeps, key=jax.random.key(seed), sweeps_per_chunk=50, stuck=None)
+            mera, e, _ = M.optimize(cfg, steps, key=jax.random.key(seed), steps_per_chunk=50, stuck=None)
             err = e - M.E0_CRITICAL_ISING
             with jax.enable_x64(True):
                 dims = M.scaling_dimensions(mera, 3)

@@ -51,7 +51,9 @@ environments contract one of the two and reflect it (XLA cost analysis of one sw
 FLOPs of the autodiff, both-mirrors version at χ = 4 / 8 / 12, ``bench/results/mera_sweep_cost.json``).
 
 Cold starts (``optimize``, ``ivhl sim mera``) are checked for a stuck start (:class:`StuckCheck`: an energy plateau
-far from the exact energy) and re-initialised with a new key. Early sweeps may run in float32 (``policy="f32"``,
+far from the exact energy, at step 300 and again every 100 steps up to 1000 while the error stays above 1e-3) and
+re-initialised with a new key. One step is one sweep (``optimize(config, steps, steps_per_chunk=...)``).
+Early sweeps may run in float32 (``policy="f32"``,
 :func:`precision_dtype`) before a float64 finish (:func:`cast_mera`).
 """
 
@@ -100,6 +102,7 @@ __all__ = [
     "OptimizeResult",
     "StuckCheck",
     "cold_start",
+    "compile_advance",
     "precision_dtype",
     "cast_mera",
     "E0_CRITICAL_ISING",
@@ -264,6 +267,7 @@ def init_mera(key: jax.Array, config: MERAConfig, d: int = 4) -> MERA:
 
 def isometry_errors(mera: MERA) -> dict[str, float]:
     """max |x†x − I| over all u, w, v (as maps from their upper legs to their lower legs)."""
+    _check_mera(mera)
     def err(x: jax.Array, k: int) -> float:
         mat = np.asarray(x).reshape(-1, math.prod(x.shape[-k:]))
         return float(np.max(np.abs(mat.T.conj() @ mat - np.eye(mat.shape[1]))))
@@ -332,6 +336,12 @@ def ascend(h: tuple[jax.Array, jax.Array], layer: Layer, refsym: bool = False) -
     _check_ops(h, "h", layer)
     u, w, v = layer
     return _ascend_raw(h[0], h[1], u, w, v, refsym=refsym)
+
+
+def _check_mera(mera: Any) -> MERA:
+    if not isinstance(mera, MERA):
+        raise TypeError(f"mera must be a MERA (from init_mera, grow or optimize), got {type(mera).__name__}")
+    return mera
 
 
 def _check_ops(ops: Any, name: str, layer: Any) -> None:
@@ -412,6 +422,11 @@ def fine_grain_state(psi: jax.Array, layer: Layer) -> jax.Array:
 
 def pair(rho: jax.Array, op: jax.Array) -> jax.Array:
     """tr(ρ o) for two-site tensors (out, out, in, in)."""
+    for name, x in (("rho", rho), ("op", op)):
+        if jnp.ndim(x) != 4:
+            raise ValueError(f"{name} must be a two-site tensor of shape (chi, chi, chi, chi); got {jnp.shape(x)}")
+    if tuple(jnp.shape(rho)) != tuple(jnp.shape(op)):
+        raise ValueError(f"rho {tuple(jnp.shape(rho))} and op {tuple(jnp.shape(op))} must have the same shape")
     return jnp.einsum("abcd,cdab->", rho, op)
 
 
@@ -556,6 +571,7 @@ def _bias(h: jax.Array) -> jax.Array:
 
 def energy_per_site(mera: MERA, h: tuple[jax.Array, jax.Array]) -> jax.Array:
     """Energy per physical site (blocked d=4 sites hold 2 spins): (⟨ρ_AB,h_AB⟩ + ⟨ρ_BA,h_BA⟩)/4 at the bottom."""
+    _check_ops(h, "h", _check_mera(mera).layer(0))
     rho = (mera.rho_ab, mera.rho_ba)
     for z in reversed(range(mera.num_layers - 1)):
         rho = descend(rho, mera.layer(z))
@@ -568,6 +584,7 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
 
     ``h`` is the unshifted bottom Hamiltonian (h_AB, h_BA); it is shifted internally to be negative definite.
     """
+    _check_ops(h, "h", _check_mera(mera).layer(0))
     check_scalar(power_iters, "power_iters", integer=True, minimum=1)
     check_scalar(u_delay, "u_delay", integer=True, nonnegative=True)
     check_scalar(si_scales, "si_scales", integer=True, minimum=1)
@@ -624,6 +641,10 @@ def scaling_superoperator(w: jax.Array, v: jax.Array | None = None) -> jax.Array
     which goes up through v to an A' site at an f0 position again: a one-site causal cone two layers (a factor
     4 in scale) deep, so S's eigenvalues are λ = 4^{−Δ}.
     """
+    if jnp.ndim(w) != 3:
+        raise ValueError(f"w must be an isometry of shape (chi_in, chi_in, chi_out); got {jnp.shape(w)}")
+    if v is not None and tuple(jnp.shape(v)) != tuple(jnp.shape(w)):
+        raise ValueError(f"v must have w's shape {tuple(jnp.shape(w))}; got {jnp.shape(v)}")
     chi_out, chi_in = w.shape[-1], w.shape[0]
     s = jnp.einsum("eir,aip->rpea", w.conj(), w).reshape(chi_out * chi_out, chi_in * chi_in)
     if v is None:
@@ -731,33 +752,84 @@ def _advance(m: MERA, h: tuple[jax.Array, jax.Array], n: int, power_iters: int, 
     return jax.lax.scan(step, m, None, length=n)
 
 
-def make_advance(h: tuple[jax.Array, jax.Array], sweeps_per_chunk: int, power_iters: int = 4,
-                 u_delay: int = 10, refsym: bool = False, si_scales: int = 1
+def _reject_renamed(func: str, kwargs: dict[str, Any], renamed: dict[str, str]) -> None:
+    """TypeError for keywords of the old vocabulary (issue 12: ``steps``, one step = one sweep) or unknown ones."""
+    for old in kwargs:
+        if old in renamed:
+            raise TypeError(f"{func}() got the keyword {old!r}, renamed to {renamed[old]!r} (one step = one sweep)")
+        raise TypeError(f"{func}() got an unexpected keyword argument {old!r}")
+
+
+def make_advance(h: tuple[jax.Array, jax.Array], steps_per_chunk: int | None = None, power_iters: int = 4,
+                 u_delay: int = 10, refsym: bool = False, si_scales: int = 1, **renamed: Any
                  ) -> Callable[[MERA], tuple[MERA, jax.Array]]:
-    """Jitted ``advance(mera) -> (mera, energies[sweeps_per_chunk])`` (a ``lax.scan`` over sweeps); compiled
-    once per (shapes, settings) and shared between callers."""
-    check_scalar(sweeps_per_chunk, "sweeps_per_chunk", integer=True, minimum=1)
+    """Jitted ``advance(mera) -> (mera, energies[steps_per_chunk])`` (a ``lax.scan`` over steps, one step = one
+    Evenbly–Vidal sweep); compiled once per (shapes, settings) and shared between callers."""
+    _reject_renamed("make_advance", renamed, {"sweeps_per_chunk": "steps_per_chunk"})
+    if steps_per_chunk is None:
+        raise TypeError("make_advance() missing the argument 'steps_per_chunk' (sweeps per compiled chunk)")
+    check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
     check_scalar(power_iters, "power_iters", integer=True, minimum=1)
-    return functools.partial(_advance, h=h, n=sweeps_per_chunk, power_iters=power_iters, u_delay=u_delay,
+    return functools.partial(_advance, h=h, n=steps_per_chunk, power_iters=power_iters, u_delay=u_delay,
                              refsym=refsym, si_scales=si_scales)
+
+
+def compile_advance(config: MERAConfig, steps_per_chunk: int, dtype: Any = None, d: int = 4
+                    ) -> Callable[[MERA], tuple[MERA, jax.Array]]:
+    """Ahead-of-time compiled ``advance(mera) -> (mera, energies[steps_per_chunk])`` for MERAs of ``config``'s
+    shapes (those of ``init_mera(key, config, d)`` and of ``grow`` to ``config``) in ``dtype`` (default float64),
+    with the Ising Hamiltonian of ``config.g``. Needs no MERA: the shapes come from ``jax.eval_shape``, so the next
+    stage of a χ ladder can be compiled in a background thread while this one runs (XLA compilation releases the
+    GIL; ``ivhl sim mera --set compile_ahead=true``). The result is the same program as :func:`make_advance`'s and
+    accepts only MERAs of exactly those shapes and dtypes (``TypeError`` otherwise)."""
+    if not isinstance(config, MERAConfig):
+        raise TypeError(f"config must be a MERAConfig; got {type(config).__name__}")
+    config.validate()
+    check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
+    with jax.enable_x64(True):  # thread-local: needed again in a worker thread
+        dt = jnp.dtype(dtype or jnp.float64)
+        h = ising_two_site_hamiltonian(config.g, dt)
+        abstract = jax.eval_shape(lambda k: cast_mera(init_mera(k, config, d), dt), jax.random.key(0))
+        static = (int(steps_per_chunk), config.power_iters, config.u_delay, config.refsym, config.si_scales)
+        compiled = _advance.lower(abstract, h, *static).compile()
+
+    def advance(mera: MERA) -> tuple[MERA, jax.Array]:
+        with jax.enable_x64(True):
+            if not all(is_concrete(x) for x in jax.tree.leaves(mera)):
+                return _advance(mera, h, *static)  # traced (jax.eval_shape, jit): the same program, not compiled
+            return compiled(mera, h)
+
+    advance.abstract = abstract  # type: ignore[attr-defined]
+    return advance
 
 
 @dataclasses.dataclass(frozen=True)
 class StuckCheck:
     """When a cold start counts as stuck (an energy plateau far from the bound), and how often to re-initialise.
 
-    At sweep ``after`` of a cold start, with ε(n) = E(n) − e₀ the energy error per site after n sweeps, the start
-    is stuck if ε(after) > ``min_error`` and ε fell by less than the fraction ``min_progress`` over the last
-    ``window`` sweeps: (ε(after − window) − ε(after)) / ε(after − window) < min_progress. Then the MERA is
-    re-initialised with the key ``fold_in(key, attempt)``, at most ``max_restarts`` times (if every attempt is
-    stuck, the one with the lowest ε(after) is kept).
+    With ε(n) = E(n) − e₀ the energy error per site after n steps (one step = one sweep) and the progress
+    p(n) = (ε(n − window) − ε(n)) / ε(n − window), a cold start is stuck at step n
+
+    * n = ``after`` (the first check): if ε(n) > ``min_error`` and p(n) < ``min_progress``;
+    * n = after + ``every``, after + 2·every, … ≤ ``until`` (the rechecks; ``every=0`` turns them off): if
+      ε(n) > ``recheck_error`` and p(n) < ``min_progress``. Rechecks stop once ε ≤ ``recheck_error``.
+
+    Then the MERA is re-initialised with the key ``fold_in(key, attempt)``, at most ``max_restarts`` times (if every
+    attempt is stuck, the one with the lowest ε at its last check is kept).
 
     Defaults from measurements (2026-11-23, critical Ising, 29 cold starts: 8 / 6 / 4 seeds at χ = 4 / 6 / 8 with
     2 / 2 / 3 transitional layers, 8 at χ = 4 with one layer, 3 at χ/χ_mid = 6/4 with one layer;
-    ``bench/results/mera_stuck_starts.json``): between sweeps 200 and 300 the error of the starts that went on to
+    ``bench/results/mera_stuck_starts.json``): between steps 200 and 300 the error of the starts that went on to
     converge fell by 29–71 % (ε(300) = 5.6e-5 … 9.7e-4), that of the stalled ones changed by −15 % … +25 %
-    (ε(300) = 2e-4 … 8.5e-3; Δσ = 0.3–1.6 instead of 1/8 at the end, or an escape only after 500–800 sweeps).
-    Known miss: cold starts at χ = 8 are all poor (Δσ = 0.6–0.9 after 300 sweeps) and two of four pass the check;
+    (ε(300) = 2e-4 … 8.5e-3; Δσ = 0.3–1.6 instead of 1/8 at the end, or an escape only after 500–800 steps).
+    Rechecks: from step 300 on every start that converged was below 1e-3 (at most 7.0e-4, χ = 6 seed 1 at step 300,
+    falling by 47 % to step 400), while the plateaus of the published first stage (χ/χ_mid = 6/4, one layer) sit at
+    2.1e-3 … 3.4e-3 for 500 steps or for good and those of χ = 4 with one layer at 3.7e-3 … 8.7e-3; a start that
+    passes the first check while still falling from higher up and then idles at ≈ 2e-3 (the kept start of the
+    default ``ivhl sim mera`` run idled from step 300 to 750) is caught by the recheck at step 400. ``recheck_error``
+    is higher than ``min_error`` because healthy χ = 4 / one-layer starts level off at 2.7e-4 … 3e-4, which is
+    above ``min_error`` but what that stage can reach.
+    Known miss: cold starts at χ = 8 are all poor (Δσ = 0.6–0.9 after 300 steps) and two of four pass the check;
     start small and grow (the ladder of ``ivhl sim mera``).
     """
 
@@ -766,6 +838,9 @@ class StuckCheck:
     min_error: float = 2e-4
     min_progress: float = 0.2
     max_restarts: int = 3
+    every: int = 100
+    until: int = 1000
+    recheck_error: float = 1e-3
 
     def validate(self) -> StuckCheck:
         check_scalar(self.after, "after", integer=True, minimum=2)
@@ -773,25 +848,40 @@ class StuckCheck:
         check_scalar(self.min_error, "min_error", nonnegative=True)
         check_scalar(self.min_progress, "min_progress")
         check_scalar(self.max_restarts, "max_restarts", integer=True, nonnegative=True)
+        check_scalar(self.every, "every", integer=True, nonnegative=True)
+        check_scalar(self.until, "until", integer=True, minimum=self.after)
+        check_scalar(self.recheck_error, "recheck_error", nonnegative=True)
         return self
 
-    def reason(self, errors: np.ndarray) -> str | None:
-        """Why the start whose energy errors per sweep are ``errors`` is stuck at sweep ``after`` (None: it is not,
-        or it has fewer than ``after`` sweeps)."""
+    def checks(self, limit: int | None = None) -> list[int]:
+        """The steps at which a start is checked (``after``, then every ``every`` up to ``until`` and ``limit``)."""
+        end = self.until if limit is None else min(self.until, int(limit))
+        if end < self.after:
+            return []
+        if not self.every:
+            return [self.after]
+        return list(range(self.after, end + 1, self.every))
+
+    def reason(self, errors: np.ndarray, at: int | None = None) -> str | None:
+        """Why the start whose energy errors per step are ``errors`` is stuck at step ``at`` (default ``after``, the
+        first check; a later ``at`` applies the recheck threshold). None: it is not, or it has fewer than ``at``
+        steps."""
         err = np.asarray(errors, dtype=np.float64)
-        if err.shape[0] < self.after:
+        at = self.after if at is None else int(at)
+        if err.shape[0] < at or at <= self.window:
             return None
-        now, before = float(err[self.after - 1]), float(err[self.after - 1 - self.window])
+        now, before = float(err[at - 1]), float(err[at - 1 - self.window])
         progress = (before - now) / before if before > 0 else 0.0
-        if now <= self.min_error or progress >= self.min_progress:
+        bound = self.min_error if at == self.after else self.recheck_error
+        if now <= bound or progress >= self.min_progress:
             return None
-        return (f"energy error {now:.2e} > {self.min_error:.1e} after {self.after} sweeps and it fell by only "
+        return (f"energy error {now:.2e} > {bound:.1e} after {at} steps and it fell by only "
                 f"{100 * progress:.0f} % (< {100 * self.min_progress:.0f} %) over the last {self.window}")
 
 
 class OptimizeResult(tuple):
     """``(mera, energies, seconds)`` (unpacks as before) with ``.restarts``: one dict per re-initialised stuck start
-    (attempt, sweeps, energy_error, progress, delta_sigma, reason)."""
+    (attempt, chi, steps, energy_error, progress, delta_sigma, reason)."""
 
     restarts: list[dict[str, Any]]
 
@@ -802,10 +892,11 @@ class OptimizeResult(tuple):
         return out
 
 
-def _run_sweeps(mera: MERA, n: int, chunk: int, make: Callable[[int], Callable[[MERA], tuple[MERA, jax.Array]]],
-                callback: Callable[[int, np.ndarray], None] | None = None, offset: int = 0
-                ) -> tuple[MERA, np.ndarray]:
-    """``n`` sweeps in compiled chunks of ``chunk`` (the remainder in one shorter chunk); energies on the host."""
+def _run_steps(mera: MERA, n: int, chunk: int, make: Callable[[int], Callable[[MERA], tuple[MERA, jax.Array]]],
+               callback: Callable[[int, np.ndarray], None] | None = None, offset: int = 0
+               ) -> tuple[MERA, np.ndarray]:
+    """``n`` steps (sweeps) in compiled chunks of ``chunk`` (the remainder in one shorter chunk); energies on the
+    host."""
     out = []
     done = 0
     while done < n:
@@ -821,33 +912,48 @@ def _run_sweeps(mera: MERA, n: int, chunk: int, make: Callable[[int], Callable[[
 
 def cold_start(config: MERAConfig, key: jax.Array, e0: float,
                advance: Callable[[int], Callable[[MERA], tuple[MERA, jax.Array]]], chunk: int,
-               check: StuckCheck | None = None, log: Callable[[str], None] | None = None, dtype: Any = None
-               ) -> tuple[MERA, np.ndarray, list[dict[str, Any]]]:
-    """Initialise and run ``check.after`` sweeps; re-initialise (key ``fold_in(key, attempt)``) while stuck.
+               check: StuckCheck | None = None, log: Callable[[str], None] | None = None, dtype: Any = None,
+               limit: int | None = None) -> tuple[MERA, np.ndarray, list[dict[str, Any]]]:
+    """Initialise and run steps (sweeps) up to each check of ``check`` (:meth:`StuckCheck.checks`); re-initialise
+    (key ``fold_in(key, attempt)``) whenever a check finds the start stuck.
 
-    ``advance(n)`` returns the compiled n-sweep function (e.g. ``lambda n: make_advance(h, n, ...)``), ``e0`` is
-    the exact energy per site the errors are measured against. Returns (mera after ``check.after`` sweeps of the
-    kept attempt, its energies per sweep, one record per re-initialisation). Each re-initialisation is logged
-    (``log``, default a warning on the ``ivhl_jax.physics.mera`` logger). ``dtype``: of the initial tensors
-    (default float64; must match ``advance``'s Hamiltonian). Call it inside ``jax.enable_x64``.
+    ``advance(n)`` returns the compiled n-step function (e.g. ``lambda n: make_advance(h, n, ...)``), ``e0`` is
+    the exact energy per site the errors are measured against, ``limit`` the most steps an attempt may run (the
+    caller's total; default ``check.until``). Returns (mera of the kept attempt after its last check, its energies
+    per step, one record per re-initialisation); the kept attempt has run ``check.after`` steps or more (up to
+    ``limit``). Each re-initialisation is logged (``log``, default a warning on the ``ivhl_jax.physics.mera``
+    logger). ``dtype``: of the initial tensors (default float64; must match ``advance``'s Hamiltonian). Call it
+    inside ``jax.enable_x64``.
     """
     check = (check or StuckCheck()).validate()
     log = log or _LOG.warning
+    points = check.checks(limit)
+    if not points:
+        raise ValueError(f"cold_start: limit={limit} is below the first check at step {check.after}")
     restarts: list[dict[str, Any]] = []
     best: tuple[float, MERA, np.ndarray] | None = None
     for attempt in range(check.max_restarts + 1):
         k = key if attempt == 0 else jax.random.fold_in(key, attempt)
         # drawn in the default float (float64 under x64) and cast, so a seed gives the same start in every dtype
-        mera, e = _run_sweeps(cast_mera(init_mera(k, config), dtype or jnp.float64), check.after, chunk, advance)
-        err = e - e0
-        reason = check.reason(err)
+        mera = cast_mera(init_mera(k, config), dtype or jnp.float64)
+        parts: list[np.ndarray] = []
+        done, reason = 0, None
+        for at in points:
+            mera, e = _run_steps(mera, at - done, chunk, advance)
+            parts.append(e)
+            done = at
+            err = np.concatenate(parts) - e0
+            reason = check.reason(err, at)
+            if reason is not None or float(err[-1]) <= check.recheck_error:
+                break
+        e = np.concatenate(parts)
         if reason is None:
             return mera, e, restarts
-        now = float(err[check.after - 1])
+        now = float(err[done - 1])
         if best is None or now < best[0]:
             best = (now, mera, e)
-        before = float(err[check.after - 1 - check.window])
-        restarts.append({"attempt": attempt, "chi": config.chi, "sweeps": check.after, "energy_error": now,
+        before = float(err[done - 1 - check.window])
+        restarts.append({"attempt": attempt, "chi": config.chi, "steps": done, "energy_error": now,
                          "progress": (before - now) / before, "delta_sigma": float(scaling_dimensions(mera, 2)[1]),
                          "reason": reason})
         last = attempt == check.max_restarts
@@ -857,27 +963,33 @@ def cold_start(config: MERAConfig, key: jax.Array, e0: float,
     return best[1], best[2], restarts
 
 
-def optimize(config: MERAConfig, sweeps: int, *, key: jax.Array | None = None, mera: MERA | None = None,
-             sweeps_per_chunk: int = 50, callback: Callable[[int, np.ndarray], None] | None = None,
-             stuck: StuckCheck | None = StuckCheck(), policy: Any = None) -> OptimizeResult:
-    """Run ``sweeps`` sweeps (x64 enabled only inside this call). Returns ``(mera, energies, seconds)`` as an
-    :class:`OptimizeResult` (``.restarts`` lists re-initialised stuck starts).
+def optimize(config: MERAConfig, steps: int | None = None, *, key: jax.Array | None = None,
+             mera: MERA | None = None, steps_per_chunk: int = 50,
+             callback: Callable[[int, np.ndarray], None] | None = None, stuck: StuckCheck | None = StuckCheck(),
+             policy: Any = None, **renamed: Any) -> OptimizeResult:
+    """Run ``steps`` Evenbly–Vidal sweeps (one step = one sweep; x64 enabled only inside this call), compiled in
+    chunks of ``steps_per_chunk``. Returns ``(mera, energies, seconds)`` as an :class:`OptimizeResult`
+    (``.restarts`` lists re-initialised stuck starts).
 
-    ``energies`` are per physical site, one per sweep (measured at the start of each sweep). A cold start
-    (``mera=None``) with at least ``stuck.after`` sweeps is checked for a stuck start and re-initialised
-    (:class:`StuckCheck`; ``stuck=None`` turns it off); the energies are those of the kept attempt.
-    ``policy``: None or ``"f64"`` (float64, the default), ``"f32"`` (float32 contractions and SVDs, for early
-    sweeps: they stall near an energy error of 1e-5, see :func:`precision_dtype`); the returned MERA has that
-    dtype.
+    ``energies`` are per physical site, one per step (measured at the start of each sweep). A cold start
+    (``mera=None``) with at least ``stuck.after`` steps is checked for a stuck start, at step ``stuck.after`` and
+    every ``stuck.every`` steps after it, and re-initialised (:class:`StuckCheck`; ``stuck=None`` turns it off);
+    the energies are those of the kept attempt. ``callback(step, energies_of_chunk)`` after each chunk (once for
+    the checked cold start). ``policy``: None or ``"f64"`` (float64, the default), ``"f32"`` (float32 contractions
+    and SVDs, for early sweeps: they stall near an energy error of 1e-5, see :func:`precision_dtype`); the returned
+    MERA has that dtype. The old keywords ``sweeps``/``sweeps_per_chunk`` raise a TypeError naming the new ones.
     """
+    _reject_renamed("optimize", renamed, {"sweeps": "steps", "sweeps_per_chunk": "steps_per_chunk"})
+    if steps is None:
+        raise TypeError("optimize() missing the argument 'steps' (Evenbly–Vidal sweeps to run)")
     if not isinstance(config, MERAConfig):
         raise TypeError(f"config must be a MERAConfig; got {type(config).__name__}")
     config.validate()
-    check_scalar(sweeps, "sweeps", integer=True, minimum=1)
-    check_scalar(sweeps_per_chunk, "sweeps_per_chunk", integer=True, minimum=1)
+    check_scalar(steps, "steps", integer=True, minimum=1)
+    check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
     if stuck is not None:
         stuck.validate()
-    sweeps, sweeps_per_chunk = int(sweeps), int(sweeps_per_chunk)
+    steps, steps_per_chunk = int(steps), int(steps_per_chunk)
     with jax.enable_x64(True):
         dtype = precision_dtype(policy)
         h = ising_two_site_hamiltonian(config.g, dtype)
@@ -887,16 +999,17 @@ def optimize(config: MERAConfig, sweeps: int, *, key: jax.Array | None = None, m
         first = np.zeros((0,))
         if mera is None:
             key = jax.random.key(0) if key is None else key
-            if stuck is not None and sweeps >= stuck.after:
+            if stuck is not None and steps >= stuck.after:
                 e0 = E0_CRITICAL_ISING if config.g == 1.0 else _tfi_e0(config.g)
-                mera, first, restarts = cold_start(config, key, e0, make, sweeps_per_chunk, stuck, dtype=dtype)
+                mera, first, restarts = cold_start(config, key, e0, make, steps_per_chunk, stuck, dtype=dtype,
+                                                   limit=steps)
                 if callback is not None:
-                    callback(stuck.after, first)
+                    callback(first.shape[0], first)
             else:
                 mera = init_mera(key, config)
         mera = cast_mera(mera, dtype)
-        mera, rest = _run_sweeps(mera, sweeps - first.shape[0], sweeps_per_chunk, make, callback,
-                                 offset=first.shape[0])
+        mera, rest = _run_steps(mera, steps - first.shape[0], steps_per_chunk, make, callback,
+                                offset=first.shape[0])
         energies = np.concatenate([first, rest]) if first.size else rest  # keep the sweep's dtype
         return OptimizeResult(mera, energies, time.perf_counter() - t0, restarts)
 
@@ -939,6 +1052,13 @@ def cast_mera(mera: MERA, dtype: Any) -> MERA:
     """The MERA with every tensor and density matrix in ``dtype`` (f32 → f64 for the float64 finish of a
     mixed-precision ladder; the isometries are exact to float32 rounding after the cast and are re-made exact by
     the next update's SVD)."""
+    _check_mera(mera)
+    try:
+        ok = jnp.issubdtype(jnp.dtype(dtype), jnp.inexact)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise TypeError(f"dtype must be a floating or complex dtype such as jnp.float64, got {dtype!r}")
     c = lambda x: jnp.asarray(x, dtype)
     return mera.replace(u=tuple(map(c, mera.u)), w=tuple(map(c, mera.w)), v=tuple(map(c, mera.v)),
                         rho_ab=c(mera.rho_ab), rho_ba=c(mera.rho_ba))

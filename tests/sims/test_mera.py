@@ -1,0 +1,72 @@
+"""`ivhl sim mera`: outputs, JSON contents, checkpoint resume (tiny χ = 4 ladder)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ivhl_jax.sims import mera as sim
+
+# Same sweep settings as tests/physics/test_mera.py::_SMALL with one step (sweep) per chunk; compile_ahead=false (the default)
+# shares the jitted sweep with those tests (test_sim_outputs_and_resume also runs the ahead-of-time compiled program).
+ARGS = ["--set", "chis=[4]", "--set", "chi_mids=[]", "--set", "steps=[6]", "--set", "layers=[1]", "--set", "u_delay=3",
+        "--set", "steps_per_chunk=1", "--set", "checkpoint_every=2", "--set", "compile_ahead=false", "--no-progress"]
+
+
+def test_sim_outputs_and_resume(tmp_path, capsys):
+    out = str(tmp_path / "mera")
+    ahead = ARGS + ["--set", "compile_ahead=true"]
+    assert sim.main(ahead + ["--out", out]) == 0
+    with open(os.path.join(out, "mera.json")) as f:
+        doc = json.load(f)
+    err = np.array(doc["energy_error_per_sweep"])
+    assert err.shape == (6,) and np.all(err > 0)
+    assert doc["stages"][0]["chi"] == 4 and doc["stages"][0]["resumed_from"] is None
+    assert doc["stages"][0]["precision"] == "float64" and doc["restarts"] == []  # 6 sweeps: no stuck check
+    assert doc["stages"][0]["isometry_error"]["w"] < 1e-12
+    assert len(doc["scaling_dimensions"]) == len(doc["scaling_dimensions_exact"])
+    assert abs(doc["scaling_dimensions"][0]) < 1e-8
+    for name in ("convergence.png", "scaling_dims.png", "config.json"):
+        assert os.path.getsize(os.path.join(out, name)) > 0
+    # the jitted sweep (compile_ahead=false) gives the same energies as the ahead-of-time compiled one
+    assert sim.main(ARGS + ["--out", str(tmp_path / "jit")]) == 0
+    with open(os.path.join(tmp_path, "jit", "mera.json")) as f:
+        np.testing.assert_array_equal(json.load(f)["energy_error_per_sweep"], err)
+    # a second run with the same configuration resumes from the finished checkpoint and reproduces it
+    assert sim.main(ahead + ["--out", out]) == 0
+    with open(os.path.join(out, "mera.json")) as f:
+        again = json.load(f)
+    assert again["stages"][0]["resumed_from"] == 6
+    np.testing.assert_array_equal(again["energy_error_per_sweep"], err)
+    # a different configuration in the same folder is refused unless --no-resume
+    assert sim.main(ahead + ["--set", "seed=3", "--out", out]) == 2
+    assert "different configuration" in capsys.readouterr().err
+
+
+def test_sim_bad_config(capsys):
+    assert sim.main(["--set", "chis=4,6", "--set", "steps=[10]", "--set", "layers=[1]"]) == 2
+    assert "same" in capsys.readouterr().err
+    # the last stage must finish in float64; per-stage lists need one entry per stage
+    assert sim.main(ARGS + ["--set", "precision=[\"f32\"]"]) == 2
+    assert "f64" in capsys.readouterr().err
+    assert sim.main(ARGS + ["--set", "chi_mids=[4, 4]"]) == 2  # one stage
+    assert "one entry per stage" in capsys.readouterr().err
+    assert sim.main(ARGS + ["--set", "chis=[4, 4]", "--set", "steps=[6, 6]", "--set", "layers=[1, 1]",
+                            "--set", "precision=[\"bf16\", \"f64\"]"]) == 2
+    assert "precision[0]" in capsys.readouterr().err
+
+
+def test_sim_old_keys_fail_with_one_line_naming_the_new_key(tmp_path, capsys):
+    """Issue 12 vocabulary: one step = one sweep; the old keys fail (exit 2) with one line naming the new key."""
+    for old, new in (("sweeps=[6]", "steps"), ("sweeps_per_chunk=1", "steps_per_chunk")):
+        assert sim.main(["--set", old, "--out", str(tmp_path / "m"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"renamed to '{new}'" in err, err
+    cfg = tmp_path / "old.toml"
+    cfg.write_text("chis = [4]\nsweeps = [6]\nlayers = [1]\n")
+    assert sim.main(["--config", str(cfg), "--out", str(tmp_path / "m"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'sweeps' was renamed to 'steps'" in err, err
+    assert not os.path.exists(tmp_path / "m")
