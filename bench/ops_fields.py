@@ -13,6 +13,8 @@ and the straightforward JAX formulation with XLA's own cos/sin (what ``fastmath`
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
@@ -131,7 +133,8 @@ def superpose_case(size: str) -> BenchCase:
                "torch_eager": _torch_peer(inp, compiled=False), "torch_compile": _torch_peer(inp, compiled=True),
                "jax_plain_xla_sincos": _jax_plain_peer(inp)},
         notes="jit = ivhl_jax.physics.fields.superpose -> fastmath.point_source_sum (own sincos, SoA, complex "
-              "accumulator, loop over sources unrolled x4). peer_over_jit > 1 means ivhl_jax is faster. "
+              "accumulator; up to 2**19 pairs one thread, 16 sources per fusion, else a loop over sources "
+              "unrolled x4 split over the cores). peer_over_jit > 1 means ivhl_jax is faster. "
               "Peers use the real cos/sin form and the same float32 dtype.")
 
 
@@ -172,3 +175,230 @@ def sincos_case(size: str) -> BenchCase:
 
 
 OPS = {"superpose": superpose_case, "sincos": sincos_case}
+
+
+# --------------------------------------------------------------------------------------------------
+# ours vs torch eager vs torch.compile at every size, interleaved rounds in one process
+#
+#   python -m ivhl_jax.bench.ops_fields --out bench/results/fields_vs_torch_compile.json
+#
+# (needs torch; run from the repository root in a venv with both packages). For each torch thread
+# count in --threads (1 and 2 on the 2-vCPU host) the contestants run in rounds, one call each per
+# round in a random order, so load changes on a shared host hit all of them alike; the ratio
+# torch/ours is reported from medians and per round, with the IQR as the spread, and torch is
+# credited with its best thread count. Correctness is checked in the same run: every contestant
+# against a float64 NumPy sum (error relative to Σ|A|/(r + ε), float32 tolerance 1e-5).
+
+
+def _float64_reference(inp: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    p, s = inp["points"].astype(np.float64), inp["sources"].astype(np.float64)
+    a, k = inp["amplitudes"].astype(np.float64), inp["wavenumbers"].astype(np.float64)
+    th = (inp["phases"].astype(np.float64) - inp["frequencies"].astype(np.float64) * float(inp["t"]))
+    r = np.sqrt(((p[:, None, :] - s[None, :, :]) ** 2).sum(-1))
+    return (a * np.exp(1j * (k * r + th)) / (r + SOFTENING)).sum(1), (np.abs(a) / (r + SOFTENING)).sum(1)
+
+
+def _run_jax(compiled, args):
+    import jax
+
+    return jax.block_until_ready(compiled(*args))
+
+
+def _stats(samples: list[float]) -> dict[str, float]:
+    arr = np.asarray(samples, float)
+    q1, med, q3 = np.percentile(arr, [25, 50, 75])
+    return {"median_ms": float(med) * 1e3, "q25_ms": float(q1) * 1e3, "q75_ms": float(q3) * 1e3,
+            "min_ms": float(arr.min()) * 1e3, "n": int(arr.size)}
+
+
+def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "extreme"),
+                       threads: tuple[int, ...] = (1, 2), rounds: dict[str, int] | None = None,
+                       variants: bool = True, pause_s: float = 0.0, log=print) -> dict:
+    """Interleaved timing of ours (jitted ``fields.superpose``), torch eager and ``torch.compile``.
+
+    ``variants`` adds our own sub-measurements per size: ``ours_split_fusions`` (the same kernel
+    forced onto the XLA-split path, to show what the single-thread path buys), ``dispatch_floor`` (a
+    jitted function with the same 7 arguments that only packs a complex output, < 1000 flops, so
+    XLA runs it inline on the calling thread) and ``dispatch_floor_async_path`` (the same with
+    ≥ 1000 flops: the floor of every real program under JAX's default async CPU dispatch).
+    """
+    import os
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from ivhl_jax.numerics import fastmath
+    from ivhl_jax.physics import fields
+
+    rounds = rounds or {"small": 400, "medium": 300, "large": 80, "extreme": 40}
+    torch.set_grad_enabled(False)
+    names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
+
+    def ours_fn(points, sources, amplitudes, wavenumbers, frequencies, phases, t):
+        return fields.superpose(points, sources, amplitudes=amplitudes, wavenumbers=wavenumbers,
+                                frequencies=frequencies, phases=phases, t=t, softening=SOFTENING)
+
+    def torch_field(p, s, a, k, th):
+        d = p[:, None, :] - s[None, :, :]
+        r = torch.sqrt((d * d).sum(-1))
+        w = a / (r + SOFTENING)
+        ph = k * r + th
+        return (w * torch.cos(ph)).sum(1), (w * torch.sin(ph)).sum(1)
+
+    torch_compiled = torch.compile(torch_field)
+    doc: dict = {"what": "psi_n = sum_j A_j exp(i(k_j r_nj - w_j t + phi_j)) / (r_nj + eps), float32, seed inputs "
+                         "(points ~ N(0, I) 3-D, sources ~ N(0, 0.25 I), A = k = w = 1, phi = 0, t = 0, eps = 0.1)",
+                 "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "versions": {"jax": jax.__version__, "torch": torch.__version__, "numpy": np.__version__},
+                 "cpus_available": len(os.sched_getaffinity(0)),
+                 "method": "per torch thread count: warm-up, then rounds of one call per contestant in a fresh random "
+                           "order each round, an untimed pause (pause_s) before each call; ours = AOT-compiled "
+                           "jax.jit of the public fields.superpose (dispatch included), block_until_ready; torch "
+                           "under no_grad; ratio = torch / ours (> 1: ours faster)",
+                 "pause_s": pause_s,
+                 "results": []}
+    for size in sizes:
+        n, m = SUPERPOSE_SIZES[size]
+        inp = _superpose_inputs(n, m)
+        args = tuple(jnp.asarray(inp[x]) for x in names)
+        t0 = time.perf_counter()
+        ours = jax.jit(ours_fn).lower(*args).compile()
+        compile_s = time.perf_counter() - t0
+        calls = {"ours": functools.partial(_run_jax, ours, args)}
+        if variants:
+            saved = fastmath._SERIAL_PAIRS
+            fastmath._SERIAL_PAIRS = 0
+            jax.clear_caches()  # the kernel choice is made at trace time: no cached inner trace
+            try:
+                split = jax.jit(ours_fn).lower(*args).compile()
+            finally:
+                fastmath._SERIAL_PAIRS = saved
+                jax.clear_caches()
+            floor = jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0], p[:, 1])).lower(*args).compile()
+            # XLA's CPU client runs a program inline on the calling thread only if its HLO cost analysis
+            # counts < 1000 flops; anything bigger is handed to a worker thread (async dispatch). This
+            # trivial program counts 3 N >= 1536 flops, so it measures that hand-off's floor.
+            floor_async = jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0] * p[:, 1] + p[:, 2], p[:, 1])
+                                  ).lower(*args).compile()
+            calls["ours_split_fusions"] = functools.partial(_run_jax, split, args)
+            calls["dispatch_floor"] = functools.partial(_run_jax, floor, args)
+            calls["dispatch_floor_async_path"] = functools.partial(_run_jax, floor_async, args)
+        tp = [torch.from_numpy(np.ascontiguousarray(inp[x])) for x in ("points", "sources", "amplitudes",
+                                                                        "wavenumbers")]
+        tp.append(torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"]))
+        t0 = time.perf_counter()
+        torch_compiled(*tp)
+        torch_compile_s = time.perf_counter() - t0
+        calls["torch_eager"] = functools.partial(torch_field, *tp)
+        calls["torch_compile"] = functools.partial(torch_compiled, *tp)
+        # correctness in the same run: every contestant against float64
+        ref, scale = _float64_reference(inp)
+        check = {}
+        for name, call in calls.items():
+            if name.startswith("dispatch_floor"):
+                continue
+            out = call()
+            z = (np.asarray(out, np.complex128) if not isinstance(out, tuple)
+                 else out[0].numpy().astype(np.float64) + 1j * out[1].numpy().astype(np.float64))
+            check[name] = float(np.max(np.abs(z - ref) / scale))
+        assert all(v <= 1e-5 for v in check.values()), check
+        split_fusions = {k: c.as_text().count("outer_dimension_partitions")
+                         for k, c in (("ours", ours), ("ours_split_fusions", split if variants else None)) if c}
+        rec: dict = {"size": size, "points": n, "sources": m, "pairs": n * m, "compile_s_ours": compile_s,
+                     "xla_fusions_split_over_threads": split_fusions,
+                     "first_call_s_torch_compile": torch_compile_s,
+                     "max_err_vs_float64_rel_to_sum_abs_terms": check, "by_torch_threads": {}}
+        r = rounds[size]
+        for nt in threads:
+            torch.set_num_threads(nt)
+            for call in calls.values():
+                for _ in range(3):
+                    call()
+            samples: dict[str, list[float]] = {k: [] for k in calls}
+            order = list(calls)
+            rng = np.random.default_rng(nt)
+            load0 = os.getloadavg()
+            for _ in range(r):
+                # a fresh random order each round: a fixed cyclic order always puts the same contestant
+                # right after torch (measured: up to 7x slower medians for an identical program there).
+                # pause_s > 0 adds an untimed sleep before each call (it makes every call pay a thread
+                # wake-up: JAX's async CPU dispatch hands the call to a worker thread)
+                for name in rng.permutation(order):
+                    if pause_s:
+                        time.sleep(pause_s)
+                    t0 = time.perf_counter()
+                    calls[name]()
+                    samples[name].append(time.perf_counter() - t0)
+            load1 = os.getloadavg()
+            ph = {"loadavg_1min_start_end": [load0[0], load1[0]],
+                  "timings": {k: _stats(v) for k, v in samples.items()}}
+            ours_s = np.asarray(samples["ours"])
+            for peer in ("torch_eager", "torch_compile", "ours_split_fusions"):
+                if peer in samples:
+                    per_round = np.asarray(samples[peer]) / ours_s
+                    ph["timings"][peer].update({
+                        "ratio_medians_peer_over_ours": float(np.median(samples[peer]) / np.median(ours_s)),
+                        "ratio_per_round_median": float(np.median(per_round)),
+                        "ratio_per_round_q25_q75": [float(np.percentile(per_round, 25)),
+                                                    float(np.percentile(per_round, 75))]})
+            rec["by_torch_threads"][str(nt)] = ph
+            t = ph["timings"]
+            log(f"[fields] {size} torch threads {nt} (load {load0[0]:.1f}->{load1[0]:.1f}): ours "
+                f"{t['ours']['median_ms']:.4f} ms, torch eager {t['torch_eager']['median_ms']:.4f}, torch.compile "
+                f"{t['torch_compile']['median_ms']:.4f} (x{t['torch_compile']['ratio_medians_peer_over_ours']:.2f})"
+                + (f", split {t['ours_split_fusions']['median_ms']:.4f}, floor {t['dispatch_floor']['median_ms']:.4f}"
+                   f", async floor {t['dispatch_floor_async_path']['median_ms']:.4f}" if variants else ""))
+        best = min(rec["by_torch_threads"], key=lambda k: rec["by_torch_threads"][k]["timings"]["torch_compile"]
+                   ["median_ms"])
+        tb = rec["by_torch_threads"][best]["timings"]
+        rec["summary"] = {"torch_compile_best_threads": int(best), "ours_median_ms": tb["ours"]["median_ms"],
+                          "torch_eager_median_ms": tb["torch_eager"]["median_ms"],
+                          "torch_compile_median_ms": tb["torch_compile"]["median_ms"],
+                          "torch_compile_over_ours_medians": tb["torch_compile"]["ratio_medians_peer_over_ours"],
+                          "torch_compile_over_ours_per_round_median": tb["torch_compile"]["ratio_per_round_median"],
+                          "torch_compile_over_ours_per_round_q25_q75": tb["torch_compile"]["ratio_per_round_q25_q75"]}
+        doc["results"].append(rec)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", action="append", choices=list(SUPERPOSE_SIZES), help="repeatable; default all")
+    ap.add_argument("--threads", default="1,2", help="torch thread counts to try (comma-separated)")
+    ap.add_argument("--rounds-scale", type=float, default=1.0, help="multiply the default rounds per size")
+    ap.add_argument("--no-variants", action="store_true", help="skip the split-fusion and dispatch-floor variants")
+    ap.add_argument("--sync-dispatch", action="store_true",
+                    help="jax_cpu_enable_async_dispatch=False: run each call on the calling thread, as torch does")
+    ap.add_argument("--pause-s", type=float, default=0.0, help="untimed sleep before each call")
+    ap.add_argument("--out", help="write the JSON here")
+    a = ap.parse_args(argv)
+    if a.sync_dispatch:
+        import jax
+
+        jax.config.update("jax_cpu_enable_async_dispatch", False)  # before the CPU client is created
+    rounds = {k: max(5, int(v * a.rounds_scale)) for k, v in
+              {"small": 400, "medium": 300, "large": 80, "extreme": 40}.items()}
+    doc = compare_with_torch(tuple(a.size or SUPERPOSE_SIZES), tuple(int(x) for x in a.threads.split(",")), rounds,
+                             variants=not a.no_variants, pause_s=a.pause_s)
+    doc["jax_cpu_enable_async_dispatch"] = not a.sync_dispatch
+    doc["command"] = " ".join(["python -m ivhl_jax.bench.ops_fields", *(argv if argv is not None else sys.argv[1:])])
+    text = json.dumps(doc, indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    for rec in doc["results"]:
+        s = rec["summary"]
+        print(f"{rec['size']:8s} ours {s['ours_median_ms']:.4f} ms | torch eager {s['torch_eager_median_ms']:.4f} | "
+              f"torch.compile ({s['torch_compile_best_threads']} thr) {s['torch_compile_median_ms']:.4f} | "
+              f"compile/ours {s['torch_compile_over_ours_medians']:.2f} (per round "
+              f"{s['torch_compile_over_ours_per_round_median']:.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -21,6 +21,14 @@ Why it is written the way it is (measured on the 2-vCPU AMD EPYC CPU host; numbe
   accumulators give two fusions that each recompute the whole phase and sincos).
 * The loop body is unrolled ``unroll`` times (default 4), so one fusion handles four sources per
   pass over the points: fewer passes over memory and fewer loop iterations.
+* Thread hand-offs: XLA splits every elementwise loop fusion it deems large enough over the cores,
+  and each split costs a wake-up of (and a wait for) the second thread, tens of µs on a busy host.
+  Blocks of up to ``_SERIAL_PAIRS`` pairs therefore run as :func:`_serial_sum`, whose fusions end
+  in an in-place ``dynamic_update_slice`` (never split) and sum 16 sources per pass: on the 2-vCPU
+  host 1.3–3× faster than the split kernel from 512 × 10 to 8192 × 50 pairs and on par or better
+  at 32768 × 100.
+* Per pair: one ``sqrt`` (custom JVP keeps the derivative finite at r = 0) and the sign (−1)^q of
+  the sincos reduction folded into the weight A/(r + ε) (:func:`_phasor`).
 * Points are processed in blocks of ``chunk``; within a block forward memory is O(chunk), and
   under reverse-mode autodiff each block is rematerialised (``jax.checkpoint``), so backward
   memory is O(chunk × M), never O(N × M).
@@ -29,6 +37,7 @@ Why it is written the way it is (measured on the 2-vCPU AMD EPYC CPU host; numbe
 from __future__ import annotations
 
 import functools
+import os
 from typing import cast
 
 import jax
@@ -43,6 +52,28 @@ __all__ = ["safe_norm", "sincos", "point_source_sum"]
 # Squared distances below this are treated as this value: the gradient of |d| at d = 0 is
 # undefined (NaN in autodiff); this keeps the field and its gradient finite on a source.
 _TINY_R2 = 1e-20
+
+
+def _default_serial_pairs() -> int:
+    """Blocks of at most this many (point, source) pairs run on one thread (`_serial_sum`), larger
+    ones as per-source-group loop fusions that XLA splits over the cores (`_block_sum`).
+
+    Measured on the 2-vCPU host (bench/results/fields_vs_torch_compile*.json): the serial kernel
+    was as fast or faster than the split one at every benchmark size up to 32768 × 100 pairs (the
+    largest block `fields.superpose` makes by default is 2**22 pairs), in medians and in minima:
+    every split fusion pays a hand-off to the second thread and that core is rarely idle. With more
+    cores the split kernel has real parallelism to offer; 2**19 pairs (~0.5 ms of one-thread work)
+    there is an estimate, not a measurement."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return 1 << 22 if cpus <= 2 else 1 << 19
+
+
+_SERIAL_PAIRS = _default_serial_pairs()
+# Sources summed per fusion (per pass over the points) in the serial kernel.
+_SERIAL_GROUP = 16
 
 # Cody–Waite split of π into three float32 constants with short mantissas (8 and 11 significant
 # bits for the first two), so q·_PI_A and q·_PI_B are exact in float32 for |q| < 2**13, i.e.
@@ -123,20 +154,114 @@ def _sincos_jvp(primals, tangents):
     return (s, c), (c * dx, -s * dx)
 
 
+@jax.custom_jvp
+def _sqrt_fwd(r2: jax.Array) -> jax.Array:
+    """sqrt(r²) with a finite derivative at r² = 0 (0 there): one ``sqrt`` in the forward pass.
+
+    The forward value is the plain square root (the compare-and-select of :func:`_safe_sqrt`
+    differs from it only for r² ≤ 1e-20 and costs three more vector operations per pair)."""
+    return jnp.sqrt(r2)
+
+
+@_sqrt_fwd.defjvp
+def _sqrt_fwd_jvp(primals, tangents):
+    (r2,), (dr2,) = primals, tangents
+    safe = r2 > _TINY_R2
+    r = jnp.sqrt(r2)
+    return r, jnp.where(safe, 0.5 * dr2 / jnp.where(safe, r, 1.0), 0.0)
+
+
+@jax.custom_jvp
+def _phasor(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(w cos x, w sin x). float32: the sign (−1)^q of the π-reduction is folded into w (one
+    multiply instead of two); otherwise :func:`sincos`. JVP: (c dw − w s dx, s dw + w c dx)."""
+    if x.dtype != jnp.float32:
+        s, c = sincos(x)
+        return w * c, w * s
+    q = jnp.round(x * _INV_PI)
+    r = x - q * _PI_A
+    r = r - q * _PI_B
+    r = r - q * _PI_C
+    z = r * r
+    s = r + r * z * (_S[0] + z * (_S[1] + z * (_S[2] + z * _S[3])))
+    c = 1.0 + z * (_C[0] + z * (_C[1] + z * (_C[2] + z * (_C[3] + z * _C[4]))))
+    half = q * 0.5
+    ws = w * (1.0 - 4.0 * (half - jnp.floor(half)))  # w·(−1)^q, exact
+    return ws * c, ws * s
+
+
+@_phasor.defjvp
+def _phasor_jvp(primals, tangents):
+    (w, x), (dw, dx) = primals, tangents
+    s, c = sincos(x)
+    re, im = w * c, w * s
+    return (re, im), (c * dw - im * dx, s * dw + re * dx)
+
+
+def _pair_term(pts_t: tuple[jax.Array, ...], src_j: tuple[jax.Array, ...], amplitude: jax.Array,
+               wavenumber: jax.Array, theta: jax.Array, softening: jax.Array) -> jax.Array:
+    """A_j e^{i(k_j r + θ_j)}/(r + ε) for one source j at the points of a block, complex (C,)."""
+    r2 = cast(jax.Array, sum((p - s) * (p - s) for p, s in zip(pts_t, src_j, strict=True)))
+    r = _sqrt_fwd(r2)
+    re, im = _phasor(amplitude / (r + softening), wavenumber * r + theta)
+    return jax.lax.complex(re, im)
+
+
 def _block_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, unroll: int) -> jax.Array:
-    """Σ_j over sources for one block of points given as D coordinate arrays of shape (C,); complex (C,)."""
+    """Σ_j over sources for one block of points given as D coordinate arrays of shape (C,); complex (C,).
+
+    One elementwise loop fusion per ``unroll`` sources, which XLA splits over the cores."""
     ctype = jnp.result_type(pts_t[0].dtype, jnp.complex64)
 
     def body(j, acc):
-        r2 = cast(jax.Array, sum((p - s[j]) * (p - s[j]) for p, s in zip(pts_t, src_t, strict=True)))
-        r = _safe_sqrt(r2)
-        w = amplitudes[j] / (r + softening)
-        sn, cs = sincos(wavenumbers[j] * r + theta[j])
-        return acc + jax.lax.complex(w * cs, w * sn)
+        return acc + _pair_term(pts_t, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j],
+                                softening)
 
     acc0 = jnp.zeros(pts_t[0].shape, ctype)
     return jax.lax.fori_loop(0, src_t[0].shape[0], body, acc0, unroll=max(1, min(unroll, src_t[0].shape[0])))
+
+
+def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
+                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array) -> jax.Array:
+    """The same sum as :func:`_block_sum` for small problems, run on ONE thread.
+
+    XLA's CPU backend splits every large-enough elementwise loop fusion over the cores; for a few
+    thousand pairs the hand-off to the second thread costs more than the work (measured:
+    bench/results/fields_vs_torch_compile.json). A fusion whose root is an in-place
+    ``dynamic_update_slice`` is never split, so the points are processed as two halves, each
+    written into the output by one such fusion that sums groups of up to :data:`_SERIAL_GROUP`
+    sources (a loop over groups when there are more).
+    """
+    ctype = jnp.result_type(pts_t[0].dtype, jnp.complex64)
+    c = pts_t[0].shape[0]
+    half = -(-c // 2)
+    padded = tuple(jnp.pad(p, (0, 2 * half - c)) for p in pts_t)
+    m = src_t[0].shape[0]
+    group = min(m, _SERIAL_GROUP)
+    n_groups, rest = divmod(m, group)
+
+    def add_group(out, start, first, size):
+        blk = tuple(jax.lax.dynamic_slice_in_dim(p, start, half) for p in padded)
+        acc = jax.lax.dynamic_slice_in_dim(out, start, half)
+        for u in range(size):
+            j = first + u
+            acc = acc + _pair_term(blk, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j],
+                                   softening)
+        return jax.lax.dynamic_update_slice_in_dim(out, acc, start, 0)
+
+    def over_halves(i, out):
+        start = i * half
+        if n_groups == 1:
+            out = add_group(out, start, 0, group)
+        else:
+            out = jax.lax.fori_loop(0, n_groups, lambda g, o: add_group(o, start, g * group, group), out)
+        if rest:
+            out = add_group(out, start, n_groups * group, rest)
+        return out
+
+    out = jax.lax.fori_loop(0, 2, over_halves, jnp.zeros((2 * half,), ctype))
+    return out[:c]
 
 
 def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"],
@@ -187,8 +312,12 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
         return zero, zero
     chunk = max(1, int(chunk))
     src_t = tuple(sources[:, i] for i in range(d))
-    block = functools.partial(_block_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                              theta=theta, softening=softening, unroll=unroll)
+    if min(n, chunk) * sources.shape[0] <= _SERIAL_PAIRS:
+        block = functools.partial(_serial_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
+                                  theta=theta, softening=softening)
+    else:
+        block = functools.partial(_block_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
+                                  theta=theta, softening=softening, unroll=unroll)
     if n <= chunk:
         out = block(tuple(points[:, i] for i in range(d)))
     else:

@@ -614,6 +614,8 @@ def wave_params(points: Real[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"],
 
 def field_at(params: WaveParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]:
     """ψ(points, t) · imprint, shape (N,): :func:`superpose` of the sources at time ``t``."""
+    if not isinstance(params, WaveParams):
+        raise TypeError(f"params must be WaveParams (from fields.wave_params); got {type(params).__name__}")
     psi = superpose(params.points, params.sources, amplitudes=params.amplitudes, wavenumbers=params.wavenumbers,
                     phases=params.phases, t=t, softening=params.softening, policy=params.policy)
     return psi * params.imprint.astype(psi.dtype)
