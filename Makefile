@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # Tests always see 8 emulated CPU devices so that sharding code paths run everywhere.
-# The CLI's persistent compilation cache is off in tests (hermetic compile counts); tests/test_driver.py checks it.
+# The CLI's persistent compilation cache is off in tests (hermetic compile counts); tests/run/test_driver.py checks it.
 TEST_ENV = XLA_FLAGS="--xla_force_host_platform_device_count=8 $(XLA_FLAGS)" JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} MPLBACKEND=Agg \
            IVHL_COMPILATION_CACHE=0
 

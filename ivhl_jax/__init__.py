@@ -1,6 +1,6 @@
 """ivhl_jax: compiled, differentiable physics simulation in JAX.
 
-Layers (each imports only the ones above it; ``tests/test_layering.py`` enforces it):
+Layers (each imports only the ones above it; ``tests/contracts/test_layering.py`` enforces it):
 
 * :mod:`ivhl_jax.core` — validation, precision policies;
 * :mod:`ivhl_jax.numerics` — fast transcendentals, spectral multipliers, the stepper protocol and

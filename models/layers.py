@@ -9,7 +9,7 @@ partition specs with ``nn.get_partition_spec``).
 "Fused" blocks need no special kernels in JAX: under ``jit`` XLA fuses the element-wise epilogue
 (bias + activation) of a matmul into one loop that reads the matmul result once, and the
 normalisation prologue of LayerNorm + Dense likewise (tested from the compiled HLO in
-``tests/test_layers.py``). Conv + BatchNorm + ReLU additionally supports *BN folding* for
+``tests/models/test_layers.py``). Conv + BatchNorm + ReLU additionally supports *BN folding* for
 inference: ``W' = W·γ/σ``, ``b' = (b − μ)·γ/σ + β`` with ``σ = sqrt(var + eps)``.
 """
 

@@ -10,10 +10,10 @@ spread by ±``frequency_spread`` (relative, fixed by ``seed``) around k0 = 2π/`
 the interference pattern beats in time. The field is optionally multiplied by straight vortex
 lines along z (``vortex_centers`` (x, y), integer ``vortex_charges``). It is evaluated on a 2-D
 slice (``plane`` "xy", "xz" or "yz" at ``plane_offset``) or, for a 3-entry ``grid``, on a 3-D grid
-over [−extent, extent]^D, for ``n_steps`` time steps of ``dt`` inside ``lax.scan``: the stepper
+over [−extent, extent]^D, for ``steps`` time steps of ``dt`` inside ``lax.scan``: the stepper
 :func:`ivhl_jax.physics.fields.evolution`, driven chunk by chunk (:func:`ivhl_jax.numerics.rollout.chunked`,
 :func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in ``<out>/ckpt``; a run resumes bit-exactly, and
-can be extended by raising ``n_steps``.
+can be extended by raising ``steps``.
 
 Outputs in ``--out`` (default ``runs/holography``; ``--demo``: ``runs/demo``): ``intensity.png``
 (last frame, log scale), ``phase.png`` (last frame, with the plaquette vortex charges of
@@ -30,6 +30,7 @@ import functools
 import os
 import sys
 from collections.abc import Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -70,11 +71,14 @@ class HolographyConfig:
     vortex_centers: tuple[tuple[float, float], ...] = ((0.45, 0.35), (-0.5, -0.3))  # (x, y) of vortex lines || z (L)
     vortex_charges: tuple[int, ...] = (1, -2)  # integer charge of each vortex line (empty: no imprint)
     vortex_core: float = 0.15  # vortex core size (L)
-    n_steps: int = 16  # time steps (raise it to extend a finished run)
+    steps: int = 16  # time steps (raise it to extend a finished run)
     dt: float = 0.03125  # time step (L/c)
     steps_per_chunk: int = 4  # steps per compiled chunk (progress and checkpoint granularity)
     checkpoint_every: int = 8  # steps between checkpoints (a multiple of steps_per_chunk)
     seed: int = 0  # seed of the wavenumber spread and random phases
+
+    # keys of earlier versions (issue 12: one vocabulary, steps/steps_per_chunk): refused with the new name
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"n_steps": "steps"}
 
     def validate(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -96,10 +100,10 @@ class HolographyConfig:
              f"vortex_centers ({len(self.vortex_centers)}) and vortex_charges ({len(self.vortex_charges)}) "
              "must have the same length")
         need(self.vortex_core > 0, f"vortex_core must be > 0, got {self.vortex_core}")
-        need(self.n_steps >= 1, f"n_steps must be >= 1, got {self.n_steps}")
+        need(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         need(self.dt > 0, f"dt must be > 0, got {self.dt}")
-        need(self.steps_per_chunk >= 1 and self.n_steps % self.steps_per_chunk == 0,
-             f"n_steps ({self.n_steps}) must be a positive multiple of steps_per_chunk ({self.steps_per_chunk})")
+        need(self.steps_per_chunk >= 1 and self.steps % self.steps_per_chunk == 0,
+             f"steps ({self.steps}) must be a positive multiple of steps_per_chunk ({self.steps_per_chunk})")
         need(self.checkpoint_every >= 1 and self.checkpoint_every % self.steps_per_chunk == 0,
              f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
              f"({self.steps_per_chunk})")
@@ -163,7 +167,7 @@ def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None,
     # make_observe is cached per grid, so repeated runs in one process (resume, tests, notebooks) hash to
     # the same compiled chunk
     advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=make_observe(tuple(cfg.grid)))
-    result = run_chunked(advance, stepper.init(), n_chunks=cfg.n_steps // cfg.steps_per_chunk,
+    result = run_chunked(advance, stepper.init(), n_chunks=cfg.steps // cfg.steps_per_chunk,
                          steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
                          metadata=lambda s, _: {"config": config_dict(cfg), "step": s},
                          progress=progress, description="holography")
@@ -263,7 +267,7 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
 def _run(cfg: HolographyConfig, ctx: RunContext) -> dict[str, str]:
     if ctx.args.demo:
         print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} grid, "
-              f"{cfg.n_steps} time steps, vortices {list(cfg.vortex_charges)}")
+              f"{cfg.steps} time steps, vortices {list(cfg.vortex_charges)}")
     result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress)
     paths = write_outputs(cfg, result, params, ctx.out)
     if result.resumed_from is not None:
@@ -282,7 +286,7 @@ SIMULATION = Simulation(
     prog="ivhl sim holography", config_type=HolographyConfig, run=_run, description=__doc__.split("\n\n")[0],
     default_out=lambda cfg, a: "runs/demo" if a.demo else "runs/holography",
     default_resume=lambda a: not a.demo,  # the demo always starts fresh
-    extendable=("n_steps",),  # resuming is only meaningful for the same physics; n_steps may grow
+    extendable=("steps",),  # resuming is only meaningful for the same physics; steps may grow
     checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_demo_flag)
 
 

@@ -5,7 +5,7 @@ standardised with training-set statistics; deterministic split by ``ivhl_jax.tra
 and ``synthetic`` (the seed's prototype set: 10 class prototypes ~ N(0, I_D); a sample is its
 prototype plus 0.1 N(0, I) noise, 0.05 for the test set; 80/20 split; our own numpy seed).
 
-The whole loop is jitted: one ``advance`` call runs ``chunk`` optimiser steps under ``lax.scan``
+The whole loop is jitted: one ``advance`` call runs ``steps_per_chunk`` optimiser steps under ``lax.scan``
 (batch at step s = ``Batcher.batch(data, s)``, so the data cursor is the step stored in the train
 state), then evaluates the test set. ``ivhl_jax.run.runner.run_chunked`` drives the chunks, shows
 progress and writes Orbax checkpoints of the TrainState (params, Adam state, key, step, node state)
@@ -25,7 +25,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -50,8 +50,8 @@ class TrainAdaptiveConfig:
     preset: str = "improved"  # model preset: "seed", "improved" or "plain"
     model: AdaptiveConfig = dataclasses.field(default_factory=AdaptiveConfig)  # the node model (--set model.X=...)
     state_mode: str = "auto"  # "reset" | "carry" | "auto" (carry for the seed preset)
-    steps: int = 1500  # optimiser steps (a multiple of chunk)
-    chunk: int = 250  # steps per compiled chunk
+    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk)
+    steps_per_chunk: int = 250  # steps per compiled chunk
     batch_size: int = 32  # examples per batch
     learning_rate: float = 1e-3  # Adam learning rate
     warmup_steps: int = 0  # linear warm-up steps
@@ -61,19 +61,25 @@ class TrainAdaptiveConfig:
     data_seed: int = 0  # seed of the train/test split and batches
     test_fraction: float = 0.2  # held-out fraction
     synthetic_samples: int = 10000  # examples of the synthetic dataset
-    checkpoint_every: int = 1  # in chunks
+    checkpoint_every: int = 0  # steps between checkpoints (a multiple of steps_per_chunk; 0: after every chunk)
+
+    # keys of earlier versions (issue 12: one vocabulary, steps/steps_per_chunk): refused with the new name
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
 
     def validate(self) -> None:
         check_choice(self.dataset, "dataset", ("digits", "synthetic"))
         check_choice(self.preset, "preset", ("seed", "improved", "plain"))
         check_choice(self.state_mode, "state_mode", ("reset", "carry", "auto"))
-        check_scalar(self.chunk, "chunk", integer=True, minimum=1)
+        check_scalar(self.steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
         check_scalar(self.steps, "steps", integer=True, minimum=1)
-        if self.steps % self.chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of chunk ({self.chunk})")
+        if self.steps % self.steps_per_chunk:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         check_scalar(self.batch_size, "batch_size", integer=True, minimum=1)
         check_scalar(self.learning_rate, "learning_rate", positive=True)
-        check_scalar(self.checkpoint_every, "checkpoint_every", integer=True, minimum=1)
+        check_scalar(self.checkpoint_every, "checkpoint_every", integer=True, minimum=0)
+        if self.checkpoint_every % self.steps_per_chunk:
+            raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
+                             f"({self.steps_per_chunk}): checkpoints are written between chunks")
         check_scalar(self.test_fraction, "test_fraction", minimum=0.01, maximum=0.9)
 
 
@@ -150,7 +156,7 @@ def build(cfg: TrainAdaptiveConfig, data: dict[str, np.ndarray]):
             batch = batcher.batch(train_arrays, s.step)
             return train_step(s, batch)
 
-        ts, metrics = jax.lax.scan(body, ts, None, length=cfg.chunk)
+        ts, metrics = jax.lax.scan(body, ts, None, length=cfg.steps_per_chunk)
         ev = evaluate(ts)
         obs = {k: v for k, v in metrics.items()}
         obs.update({k: v[None] for k, v in ev.items()})
@@ -202,16 +208,16 @@ def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: 
         data = load_dataset(cfg)
     with phase("building the model", enabled=progress):
         model, mcfg, carry, state, advance, evaluate = build(cfg, data)
-    n_chunks = cfg.steps // cfg.chunk
+    n_chunks = cfg.steps // cfg.steps_per_chunk
     with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume,
-                          save_every=cfg.chunk * cfg.checkpoint_every, keep=2) as ckpt:
-        res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.chunk, checkpointer=ckpt,
+                          save_every=cfg.checkpoint_every or cfg.steps_per_chunk, keep=2) as ckpt:
+        res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.steps_per_chunk, checkpointer=ckpt,
                           metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
                           progress=progress, description="train adaptive")
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
-    n_new = (n_chunks - (res.resumed_from or 0) // cfg.chunk) * cfg.chunk
+    n_new = (n_chunks - (res.resumed_from or 0) // cfg.steps_per_chunk) * cfg.steps_per_chunk
     summary = {
         "dataset": cfg.dataset, "preset": cfg.preset, "state_mode": "carry" if carry else "reset",
         "model_config": config_dict(mcfg), "train_config": config_dict(cfg),
@@ -231,7 +237,7 @@ def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: 
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
     if plots:
-        summary["plots"] = _plots(out, hist, cfg.chunk)
+        summary["plots"] = _plots(out, hist, cfg.steps_per_chunk)
     return summary
 
 
@@ -244,7 +250,8 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
     mcfg = model_config(cfg, data["x_train"].shape[1], 10)
     loss_fn, params, opt, get_batch, _ = adaptive_workload(mcfg, batch_size=cfg.batch_size)
     run = profiling.profile_training(loss_fn, params, opt, get_batch, batch_size=cfg.batch_size,
-                                     fused_chunk=cfg.chunk, label=f"{cfg.preset} on {cfg.dataset}-shaped data")
+                                     fused_chunk=cfg.steps_per_chunk,
+                                     label=f"{cfg.preset} on {cfg.dataset}-shaped data")
     return write_json(os.path.join(out, "baseline.json"), profiling.baseline_document([run]))
 
 
@@ -267,7 +274,7 @@ def _flags(p: argparse.ArgumentParser) -> None:
 SIMULATION = Simulation(prog="ivhl train adaptive", config_type=TrainAdaptiveConfig, run=_run,
                         description=__doc__.split("\n\n")[0], add_arguments=_flags, keep=lambda cfg: 2,
                         default_out=lambda cfg, a: os.path.join("runs", "adaptive"),
-                        checkpoint_every=lambda cfg: cfg.chunk * cfg.checkpoint_every)
+                        checkpoint_every=lambda cfg: cfg.checkpoint_every or cfg.steps_per_chunk)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -49,18 +50,21 @@ class VortexGRUConfig:
     hidden: int = 64  # GRU hidden width
     layers: int = 2  # stacked GRU layers
     variant: str = "torch"  # GRU equations: "torch" (PyTorch/nnx) or "cho" (Cho et al. 2014)
-    steps: int = 1500  # optimiser steps (a multiple of chunk)
-    chunk: int = 250  # steps per compiled chunk and between checkpoints
+    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk)
+    steps_per_chunk: int = 250  # steps per compiled chunk and between checkpoints
     batch_size: int = 32  # trajectories per batch
     learning_rate: float = 2e-3  # Adam learning rate (cosine schedule, clip 1.0)
     seed: int = 0  # seed of the data and the initialisation
 
+    # keys of earlier versions (issue 12: one vocabulary, steps/steps_per_chunk): refused with the new name
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
+
     def validate(self) -> None:
-        for k in ("n_train", "n_test", "length", "grid", "harmonics", "hidden", "layers", "steps", "chunk",
+        for k in ("n_train", "n_test", "length", "grid", "harmonics", "hidden", "layers", "steps", "steps_per_chunk",
                   "batch_size"):
             check_scalar(getattr(self, k), k, integer=True, minimum=1)
-        if self.steps % self.chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of chunk ({self.chunk})")
+        if self.steps % self.steps_per_chunk:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         if self.batch_size > self.n_train:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_train ({self.n_train}): lower batch_size "
                              "or raise n_train")
@@ -157,13 +161,15 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
         err = predict(p, test_arr)[:, 1:] - test_arr[:, 2:]  # same targets as the baselines
         return jnp.sqrt(jnp.mean(jnp.sum(err ** 2, -1)))
 
+    per_chunk = cfg.steps_per_chunk
+
     def advance(ts):
-        ts, m = jax.lax.scan(lambda s, _: step(s, batcher.batch(train_arr, s.step)), ts, None, length=cfg.chunk)
+        ts, m = jax.lax.scan(lambda s, _: step(s, batcher.batch(train_arr, s.step)), ts, None, length=per_chunk)
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
-    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=cfg.chunk, keep=2) as ck:
-        res = run_chunked(jax.jit(advance), state, n_chunks=cfg.steps // cfg.chunk, steps_per_chunk=cfg.chunk,
+    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=per_chunk, keep=2) as ck:
+        res = run_chunked(jax.jit(advance), state, n_chunks=cfg.steps // per_chunk, steps_per_chunk=per_chunk,
                           checkpointer=ck, progress=progress, description="train vortex_gru")
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     final = float(jax.jit(test_rmse)(res.state.params))
@@ -176,7 +182,7 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
     if plots:
         pred = np.asarray(jax.jit(predict)(res.state.params, test_arr[:3]))
-        summary["plot"], summary["loss_curve"] = write_plots(out, hist, data, pred, base, cfg.chunk)
+        summary["plot"], summary["loss_curve"] = write_plots(out, hist, data, pred, base, cfg.steps_per_chunk)
     return summary
 
 
@@ -240,7 +246,7 @@ def _no_plots(p) -> None:
 
 
 SIMULATION = Simulation(prog="ivhl train vortex_gru", config_type=VortexGRUConfig, run=_run,
-                        description=__doc__.split("\n\n")[0], checkpoint_every=lambda cfg: cfg.chunk,
+                        description=__doc__.split("\n\n")[0], checkpoint_every=lambda cfg: cfg.steps_per_chunk,
                         keep=lambda cfg: 2, add_arguments=_no_plots,
                         default_out=lambda cfg, a: os.path.join("runs", "vortex_gru"))
 

@@ -28,7 +28,7 @@ piece                       what it does
 
 Equality with one device: every mode computes the same mathematical function; only the order of
 floating-point reductions changes, so losses and parameters agree to round-off (tested on 8 emulated
-CPU devices in ``tests/test_parallel.py``).
+CPU devices in ``tests/train/test_parallel.py``).
 """
 
 from __future__ import annotations

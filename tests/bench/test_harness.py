@@ -1,0 +1,47 @@
+"""The benchmark harness: record layout, interleaved peers, FLOPs fallback, registry."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ivhl_jax.bench import harness
+
+
+def _case():
+    a = jnp.ones((64, 64), jnp.float32)
+
+    def numpy_peer():
+        an = np.ones((64, 64), np.float32)
+        return lambda: an @ an
+
+    def broken_peer():
+        raise RuntimeError("peer exploded")
+
+    return harness.BenchCase(op="tiny_matmul", size="small", fn=lambda x: x @ x, args=(a,), params={"n": 64},
+                             peers={"numpy": numpy_peer, "broken": broken_peer}, items_per_call=64)
+
+
+def test_run_case_record():
+    rec = harness.run_case(_case(), repeats=5, warmup=1)
+    assert rec["jit"]["n"] == 5 and len(rec["jit"]["samples_s"]) == 5
+    assert rec["jit"]["min_s"] <= rec["jit"]["median_s"] and rec["compile_s"] > 0
+    assert rec["op_by_op"]["n"] >= 1 and rec["speedup_jit_vs_op_by_op"] > 0
+    peer = rec["peers"]["numpy"]
+    assert peer["n"] == 5 and peer["peer_over_jit"] > 0 and "peer_over_jit_per_round_median" in peer
+    assert "RuntimeError" in rec["peers"]["broken"]["error"]  # a failing peer never hides our numbers
+    # No analytic count given: XLA's cost analysis supplies 2·n³ for the matmul.
+    assert rec["flops_source"] == "xla_cost_analysis"
+    np.testing.assert_allclose(rec["flops_per_call"], 2 * 64**3, rtol=0.05)
+    assert rec["throughput"]["per_s"] > 0
+
+
+def test_registry_names_are_unique_and_sizes_checked():
+    ops = harness.registry()
+    assert {"superpose", "gp_step", "tn_contract", "cdt_sweeps", "transformer_train_step",
+            "adaptive_train", "matmul_peak_f32", "parallel_dp_step"} <= set(ops)
+    with pytest.raises(ValueError, match="size must be one of"):
+        harness.run(["superpose"], ["huge"], log=lambda s: None)
+    with pytest.raises(ValueError, match="unknown bench op"):
+        harness.run(["no_such_op"], ["small"], log=lambda s: None)

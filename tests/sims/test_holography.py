@@ -1,0 +1,120 @@
+"""The holography simulation: physics against a direct evaluation, CLI end to end, exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from ivhl_jax import cli, fields
+from ivhl_jax.run.config import load_config
+from ivhl_jax.sims import holography as H
+from ivhl_jax.train.checkpoint import Checkpointer
+
+SMALL = ["n_sources=12", "grid=[24, 20]", "steps=8", "steps_per_chunk=2", "checkpoint_every=4"]
+
+
+def small_cfg(*extra: str) -> H.HolographyConfig:
+    return load_config(H.HolographyConfig, None, [*SMALL, *extra])
+
+
+def test_simulation_matches_direct_field_evaluation():
+    cfg = small_cfg("plane=xz", "plane_offset=0.2")
+    result, params = H.simulate(cfg, progress=False)
+    st = result.state
+    assert int(st.step) == 8 and result.history["t"].shape == (8,)
+    np.testing.assert_allclose(np.asarray(result.history["t"]), np.arange(8) * cfg.dt, rtol=1e-6)
+    # Independent evaluation of the last frame: helix sources, vortex imprint, xz plane at y = 0.2.
+    t_last = 7 * cfg.dt
+    pts = np.asarray(params.points)
+    assert np.all(pts[:, 1] == np.float32(0.2))
+    src = np.asarray(fields.helix_sources(12, cfg.helix_radius, cfg.helix_pitch, cfg.helix_turns), np.float64)
+    r = np.linalg.norm(pts[:, None].astype(np.float64) - src[None], axis=-1)
+    k = np.asarray(params.wavenumbers, np.float64)
+    ph = np.pi * (np.arange(12) % 2)
+    psi = (np.exp(1j * (k * r - k * t_last + ph)) / (r + cfg.softening)).sum(1)
+    psi *= np.asarray(params.imprint)
+    np.testing.assert_allclose(np.asarray(st.field), psi, rtol=1e-4, atol=1e-4 * np.abs(psi).max())
+    # Time average of the intensity over the 8 frames.
+    mean_i = np.zeros(pts.shape[0])
+    for n in range(8):
+        f = (np.exp(1j * (k * r - k * n * cfg.dt + ph)) / (r + cfg.softening)).sum(1) * np.asarray(params.imprint)
+        mean_i += np.abs(f) ** 2 / 8
+    np.testing.assert_allclose(np.asarray(st.intensity_sum) / 8, mean_i, rtol=1e-4, atol=1e-4 * mean_i.max())
+
+
+def test_imprinted_vortex_is_detected_in_an_empty_field():
+    """A single source far away gives a nearly plane wave; the imprinted charges show in vortex_map."""
+    cfg = small_cfg("n_sources=1", "helix_radius=30.0", "grid=[40, 40]", "extent=1.0",
+                    "vortex_centers=[[0.31, 0.27], [-0.42, -0.18]]", "vortex_charges=[1, -1]")
+    result, _ = H.simulate(cfg, progress=False)
+    np.testing.assert_array_equal(np.asarray(result.history["net_charge"]), 0)
+    np.testing.assert_array_equal(np.asarray(result.history["vortices_positive"]), 1)
+    np.testing.assert_array_equal(np.asarray(result.history["vortices_negative"]), 1)
+
+
+def test_cli_end_to_end_and_resume_is_exact(tmp_path, capsys):
+    args = [f"--set={s}" for s in SMALL] + ["--no-progress"]
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    assert cli.main(["sim", "holography", "--out", full, *args]) == 0
+    printed = capsys.readouterr().out
+    for name in ("intensity.png", "phase.png", "mean_intensity.png", "summary.json"):
+        path = os.path.join(full, name)
+        assert os.path.isfile(path) and os.path.getsize(path) > 0
+        assert os.path.abspath(path) in printed
+    # An interrupted run: stop at step 4 (a checkpoint), then continue to 8 in a second invocation.
+    assert cli.main(["sim", "holography", "--out", part, *args, "--set=steps=4"]) == 0
+    assert cli.main(["sim", "holography", "--out", part, *args]) == 0
+    assert "resumed from step 4" in capsys.readouterr().out
+    a = json.load(open(os.path.join(full, "summary.json")))
+    b = json.load(open(os.path.join(part, "summary.json")))
+    assert b["resumed_from"] == 4 and a["resumed_from"] is None
+    assert a["history"] == b["history"] and a["final"] == b["final"]
+    # Bit-exact final state.
+    # Bit-exact final state, also equal to an in-process run without checkpoints.
+    direct, _ = H.simulate(small_cfg(), progress=False)
+    like = {"state": direct.state, "history": direct.history}
+    with Checkpointer(os.path.join(full, "ckpt")) as c1, Checkpointer(os.path.join(part, "ckpt")) as c2:
+        s1, x1, _ = c1.restore(like)
+        s2, x2, _ = c2.restore(like)
+    assert s1 == s2 == 8
+    leaves = jax.tree_util.tree_leaves
+    for l0, l1, l2 in zip(leaves(like), leaves(x1), leaves(x2)):
+        np.testing.assert_array_equal(np.asarray(l1), np.asarray(l2))
+        np.testing.assert_array_equal(np.asarray(l0), np.asarray(l1))
+
+
+def test_cli_rejects_bad_config_and_mismatched_resume(tmp_path, capsys):
+    assert cli.main(["sim", "holography", "--out", str(tmp_path), "--set", "plane=ab"]) == 2
+    assert "plane" in capsys.readouterr().err
+    assert cli.main(["sim", "holography", "--out", str(tmp_path), "--set", "bogus=1"]) == 2
+    assert "bogus" in capsys.readouterr().err
+    out = str(tmp_path / "r")
+    args = [f"--set={s}" for s in SMALL] + ["--no-progress", "--set=steps=4"]
+    assert cli.main(["sim", "holography", "--out", out, *args]) == 0
+    assert cli.main(["sim", "holography", "--out", out, *args, "--set=wavelength=0.7"]) == 2
+    assert "different configuration" in capsys.readouterr().err
+    assert cli.main(["sim", "holography", "--out", out, *args, "--set=wavelength=0.7", "--no-resume"]) == 0
+
+
+@pytest.mark.slow
+def test_3d_grid_run(tmp_path):
+    cfg = small_cfg("grid=[12, 10, 8]", "steps=2", "checkpoint_every=2")
+    result, params = H.simulate(cfg, progress=False)
+    assert result.state.field.shape == (960,)
+    paths = H.write_outputs(cfg, result, params, str(tmp_path))
+    assert all(os.path.isfile(p) for p in paths.values())
+
+
+def test_config_validation_messages():
+    with pytest.raises(ValueError, match="steps_per_chunk"):
+        small_cfg("steps=7")
+    with pytest.raises(ValueError, match="vortex_charges"):
+        small_cfg("vortex_charges=[1]")
+    with pytest.raises(ValueError, match="grid"):
+        small_cfg("grid=[1, 5]")
+    with pytest.raises(ValueError, match="'n_steps' was renamed to 'steps'"):  # issue 12: one vocabulary
+        small_cfg("n_steps=4")
