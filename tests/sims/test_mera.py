@@ -9,8 +9,9 @@ import numpy as np
 
 from ivhl_jax.sims import mera as sim
 
-# Same sweep settings as tests/physics/test_mera.py::_SMALL with one step (sweep) per chunk; compile_ahead=false (the default)
-# shares the jitted sweep with those tests (test_sim_outputs_and_resume also runs the ahead-of-time compiled program).
+# Same sweep settings as tests/physics/test_mera.py::_SMALL with one step (sweep) per chunk; compile_ahead=false
+# (the default) shares the jitted sweep with those tests (test_sim_outputs_and_resume also runs the ahead-of-time
+# compiled program).
 ARGS = ["--set", "chis=[4]", "--set", "chi_mids=[]", "--set", "steps=[6]", "--set", "layers=[1]", "--set", "u_delay=3",
         "--set", "steps_per_chunk=1", "--set", "checkpoint_every=2", "--set", "compile_ahead=false", "--no-progress"]
 
