@@ -15,7 +15,7 @@ sweeps. What a run does, as CDT users expect from the reference code 2d-cdt:
 2. *Thermalise* automatically: sweep until, in every chain, no vertex has had more than log2(2 N2) future
    or past links (a grown triangulation has a few vertices of very high coordination), then as many sweeps
    again (at most ``thermalise_max`` sweeps).
-3. *Measure* ``steps`` sweeps (checkpointed in ``chunks``; a killed run resumes exactly): slice lengths,
+3. *Measure* ``steps`` sweeps (checkpointed every ``steps_per_chunk``; a killed run resumes exactly): slice lengths,
    coordination histogram, largest timelike degree, every ``save_every`` sweeps, at N2 = target.
 4. *Analyse*: integrated autocorrelation times of the volume-profile observables with error bars, means
    with autocorrelation-corrected errors; on the final triangulations, sphere volumes on the vertex and on
@@ -66,7 +66,7 @@ class CDTConfig:
     chains: int = 8  # independent Markov chains (vmapped)
     steps: int = 200  # measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run
     save_every: int = 2  # steps (sweeps) between measurements
-    chunks: int = 10  # compiled chunks (progress lines and checkpoints); divides steps
+    steps_per_chunk: int = 20  # steps (sweeps) per compiled chunk (progress lines, checkpoints); divides steps
     attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: N2 (jax engine) or 100 N2 (host engine)
     capacity: int = 0  # vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)
     engine: str = "auto"  # "jax", "host" (compiled CPU kernel, needs numba) or "auto" (host on CPU if available)
@@ -90,13 +90,13 @@ class CDTConfig:
             raise ValueError("eps > 0 (volume fixing) needs volume > 0")
         if self.eps == 0 and self.lam <= cdt.LN2:
             raise ValueError(f"lam={self.lam} <= ln 2 without volume fixing diverges; set lam > ln 2 or eps > 0")
-        for name in ("chains", "steps", "save_every", "chunks", "origins", "thermalise_max",
+        for name in ("chains", "steps", "save_every", "steps_per_chunk", "origins", "thermalise_max",
                      "curvature_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.steps % self.chunks or (self.steps // self.chunks) % self.save_every:
-            raise ValueError(f"steps ({self.steps}) must split into chunks ({self.chunks}) of a multiple of "
-                             f"save_every ({self.save_every}) steps")
+        if self.steps % self.steps_per_chunk or self.steps_per_chunk % self.save_every:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk}), "
+                             f"itself a multiple of save_every ({self.save_every})")
         if self.engine not in ("auto",) + cdt.ENGINES:
             raise ValueError(f"engine must be 'auto', 'jax' or 'host', got {self.engine!r}")
         if self.engine == "host" and not cdt_host.available():
@@ -224,9 +224,10 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
     else:
         chains, therm = thermalise(cfg, stepper, chains, d, progress)
         write_json(therm_path, therm)
-    per_chunk = cfg.steps // cfg.chunks
+    per_chunk = cfg.steps_per_chunk
     advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe_chain)
-    res = run_chunked(advance, chains, n_chunks=cfg.chunks, steps_per_chunk=per_chunk, checkpointer=checkpointer,
+    res = run_chunked(advance, chains, n_chunks=cfg.steps // per_chunk, steps_per_chunk=per_chunk,
+                      checkpointer=checkpointer,
                       metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
     final = res.state.geometry
     hist = jax.device_get(res.history)
@@ -449,8 +450,8 @@ def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
 
 SIMULATION = Simulation(
     prog="ivhl sim cdt", config_type=CDTConfig, run=_run, description=__doc__.split("\n")[0],
-    default_out=lambda cfg, a: "runs/cdt", extendable=("steps", "chunks"),
-    checkpoint_every=lambda cfg: cfg.steps // cfg.chunks, keep=lambda cfg: 2)
+    default_out=lambda cfg, a: "runs/cdt", extendable=("steps",),
+    checkpoint_every=lambda cfg: cfg.steps_per_chunk, keep=lambda cfg: 2)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -147,7 +147,7 @@ def test_cdt_simulation_second_run_and_resume_compile_nothing(tmp_path):
     never the sweeps."""
     from ivhl_jax.sims import cdt as sim
 
-    sets = {"slices": 4, "volume": 64, "chains": 2, "steps": 8, "save_every": 2, "chunks": 2, "engine": "jax",
+    sets = {"slices": 4, "volume": 64, "chains": 2, "steps": 8, "save_every": 2, "steps_per_chunk": 4, "engine": "jax",
             "r_max": 12, "origins": 2, "curvature_deltas": 2, "curvature_samples": 2}
     cfg = sim.CDTConfig(**sets)
     first = sim.simulate(cfg, str(tmp_path / "a"), progress=False)
@@ -161,6 +161,6 @@ def test_cdt_simulation_second_run_and_resume_compile_nothing(tmp_path):
         assert sim.main(args) == 0
     assert resumed == [], resumed
     with count_compiles() as extended:  # 8 more steps: the same chunk of 4 steps
-        assert sim.main(args + ["--set", "steps=16", "--set", "chunks=4"]) == 0
+        assert sim.main(args + ["--set", "steps=16"]) == 0
     sweeps = [m for m in extended if any(f"jit({name})" in m for name in ("advance", "one", "check_invariants"))]
     assert sweeps == [], sweeps

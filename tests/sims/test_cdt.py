@@ -12,7 +12,7 @@ import pytest
 from ivhl_jax.physics import cdt_host
 from ivhl_jax.sims import cdt as sim
 
-SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "chunks=2",
+SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "steps_per_chunk=4",
          "--set", "save_every=2", "--set", "r_max=16", "--set", "curvature_deltas=2", "--set", "curvature_samples=2",
          "--no-progress"]
 
@@ -37,12 +37,12 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     np.testing.assert_allclose(first["mean_coordination"], 6.0)  # Euler on the torus
     for f in first["figures"]:
         assert os.path.getsize(f) > 1000
-    assert sim.main(args + ["--set", "steps=16", "--set", "chunks=4"]) == 0
+    assert sim.main(args + ["--set", "steps=16"]) == 0  # extending: only steps grows
     second = json.load(open(os.path.join(out, "summary.json")))
     assert second["resumed_from"] == 8 and second["steps_done"] == 16
     assert second["thermalisation"] == first["thermalisation"]  # not redone on resume
     capsys.readouterr()
-    assert sim.main(args + ["--set", "steps=16", "--set", "chunks=4", "--set", "volume=80"]) == 2
+    assert sim.main(args + ["--set", "steps=16", "--set", "volume=80"]) == 2
     assert re.search("different configuration.*volume", capsys.readouterr().err)
 
 
@@ -52,6 +52,9 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     (["eps=0", "lam=0.6"], "lam=0.6 <= ln 2"),
     (["volume=65"], "even number of triangles"),
     (["engine=gpu"], "engine must be"),
+    (["steps=30"], "multiple of steps_per_chunk"),
+    (["steps_per_chunk=5", "steps=20"], "multiple of save_every"),
+    (["chunks=4"], "unknown config key.*chunks.*steps_per_chunk"),  # one vocabulary: steps_per_chunk, as elsewhere
 ])
 def test_sim_config_errors_are_one_line(tmp_path, capsys, sets, pattern):
     args = [x for kv in sets for x in ("--set", kv)] + ["--out", str(tmp_path / "bad")]
@@ -98,7 +101,7 @@ def test_a_run_folder_with_the_old_key_names_resumes(tmp_path):
     """A config.json written before the rename is read under the new names (same meaning): no refusal."""
     from ivhl_jax.run.config import config_dict, prepare_run_dir, release_run_dir, renamed_keys
 
-    cfg = sim.CDTConfig(steps=40, save_every=4, chunks=2)
+    cfg = sim.CDTConfig(steps=40, save_every=4, steps_per_chunk=20)
     assert renamed_keys(cfg) == {"sweeps": "steps", "measure_every": "save_every"}
     out = tmp_path / "old"
     (out / "ckpt").mkdir(parents=True)
