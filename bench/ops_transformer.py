@@ -5,8 +5,15 @@ Ops (factory(size) -> BenchCase):
   dense_gelu, layernorm_dense — the "fused" blocks: jit vs op-by-op (every primitive dispatched
     eagerly, the analogue of unfused PyTorch eager) and a PyTorch eager peer.
   transformer_train_step — one AdamW train step of the ``small`` preset (512/6/8) through
-    ``ivhl_jax.train.training``; tokens/s, model FLOP/s (6N + 12LdT per token) and a PyTorch peer of the
-    same architecture (pre-norm, RoPE omitted in the peer: learned positions; GELU; AdamW).
+    ``ivhl_jax.train.training``; tokens/s, model FLOP/s (6N + 12LdT per token) and a PyTorch eager peer
+    of exactly the same network and optimizer (:func:`torch_lm`, :func:`torch_train_step`: pre-norm
+    LayerNorm, RoPE, exact GELU, tied embeddings, AdamW b2 = 0.95 with clipping; our initial weights
+    copied in; equality of losses and updated parameters tested in tests/test_transformer.py).
+
+Ours vs PyTorch eager at B, T = 4, 256 and 8, 512 (interleaved rounds, wall and CPU time)::
+
+    python -m ivhl_jax.bench.ops_transformer --vs-torch --rounds 5 \
+        --export bench/results/transformer_cpu_vs_torch.json
 
 Memory sweep (compile only, nothing is allocated)::
 
@@ -19,6 +26,7 @@ T = 1k…16k, for the plain XLA path (materialises T×T scores) and the chunked 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 import jax
@@ -113,48 +121,143 @@ def _train_step_case(size: str) -> BenchCase:
                      params={"preset": "small", "d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "batch": B,
                              "seq_len": T, "n_params": n_params, "precision": "fp32"},
                      flops=flops_per_token(cfg, T) * B * T, items_per_call=B * T, items_name="tokens",
-                     op_by_op=size == "small", peers={"torch_eager": _torch_lm(B, T)},
+                     op_by_op=size == "small", peers={"torch_eager": _torch_lm(cfg, B, T)},
                      notes="one AdamW step (fwd+bwd+update); MFU = gflops_per_s / measured matmul peak")
 
 
-def _torch_lm(B: int, T: int):
+def _torch_lm(cfg, B: int, T: int, threads: int | None = None):
     def build():
         import torch
 
+        from ivhl_jax.models.transformer import init_params
+
+        if threads is not None:
+            torch.set_num_threads(threads)
         torch.manual_seed(0)
-        D, L, H, F, V = 512, 6, 8, 2048, 256
-
-        class LM(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.emb = torch.nn.Embedding(V, D)
-                self.pos = torch.nn.Parameter(torch.zeros(T, D))
-                layer = torch.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, activation="gelu", batch_first=True,
-                                                         norm_first=True)
-                self.blocks = torch.nn.TransformerEncoder(layer, L, enable_nested_tensor=False)
-                self.norm = torch.nn.LayerNorm(D)
-
-            def forward(self, x):
-                h = self.emb(x) + self.pos
-                mask = torch.nn.Transformer.generate_square_subsequent_mask(T)
-                h = self.norm(self.blocks(h, mask=mask, is_causal=True))
-                return h @ self.emb.weight.T
-
-        model = LM()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        tokens = torch.randint(0, V, (B, T + 1))
-
-        def run():
-            opt.zero_grad(set_to_none=True)
-            logits = model(tokens[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
-            loss.backward()
-            opt.step()
-            return float(loss.detach())
-
-        return run
+        model = torch_lm(cfg, T)
+        torch_load_params(model, init_params(cfg, jax.random.key(0)))
+        step = torch_train_step(model, learning_rate=1e-4)
+        tokens = torch.from_numpy(np.asarray(jax.random.randint(jax.random.key(2), (B, T + 1), 0, 256), np.int64))
+        return lambda: float(step(tokens))
 
     return build
+
+# --------------------------------------------------------------------------- PyTorch peer of the LM
+
+def torch_lm(cfg, seq_len: int):
+    """A PyTorch ``nn.Module`` with exactly the architecture of ``Transformer(cfg)`` (no dropout).
+
+    Pre-norm blocks (LayerNorm eps 1e-5 with bias, or RMSNorm eps 1e-6), Q/K/V/O projections without
+    bias (Q, K, V as one ``[D, 3D]`` matmul, as PyTorch LMs usually do), RoPE in the rotate-half
+    convention from cos/sin tables precomputed once, causal ``scaled_dot_product_attention``, MLP
+    ``Linear(D, F) -> exact GELU -> Linear(F, D)`` with biases, final norm, logits tied to the
+    embedding and scaled by ``1/sqrt(D)``. Parameters: :func:`torch_load_params` copies ours in.
+    """
+    import torch
+
+    F = torch.nn.functional
+    if cfg.activation != "gelu" or not cfg.rope or not cfg.tied_embeddings or cfg.dropout:
+        raise NotImplementedError("the PyTorch peer covers activation='gelu', rope=True, tied embeddings, no dropout")
+    D, N, Hd, V = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.vocab_size
+
+    def norm():
+        if cfg.norm == "layernorm":
+            return torch.nn.LayerNorm(D, eps=1e-5)
+        return torch.nn.RMSNorm(D, eps=1e-6)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn_norm, self.mlp_norm = norm(), norm()
+            self.qkv = torch.nn.Linear(D, 3 * D, bias=False)
+            self.out = torch.nn.Linear(D, D, bias=False)
+            self.wi = torch.nn.Linear(D, cfg.d_ff)
+            self.wo = torch.nn.Linear(cfg.d_ff, D)
+
+        def forward(self, x, cos, sin):
+            B, T, _ = x.shape
+            q, k, v = self.qkv(self.attn_norm(x)).view(B, T, 3, N, Hd).permute(2, 0, 3, 1, 4).unbind(0)
+
+            def rope(z):  # [B, N, T, Hd], rotate-half
+                z1, z2 = z.chunk(2, dim=-1)
+                return torch.cat([z1 * cos - z2 * sin, z2 * cos + z1 * sin], dim=-1)
+
+            o = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
+            x = x + self.out(o.transpose(1, 2).reshape(B, T, D))
+            return x + self.wo(F.gelu(self.wi(self.mlp_norm(x))))
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Parameter(torch.randn(V, D))
+            self.blocks = torch.nn.ModuleList([Block() for _ in range(cfg.n_layers)])
+            self.final_norm = norm()
+            inv = 1.0 / (10000.0 ** (torch.arange(0, Hd, 2, dtype=torch.float32) / Hd))
+            ang = torch.arange(seq_len, dtype=torch.float32)[:, None] * inv[None, :]
+            self.register_buffer("cos", torch.cos(ang), persistent=False)
+            self.register_buffer("sin", torch.sin(ang), persistent=False)
+
+        def forward(self, tokens):
+            T = tokens.shape[1]
+            cos, sin = self.cos[:T], self.sin[:T]
+            x = self.embedding[tokens]
+            for blk in self.blocks:
+                x = blk(x, cos, sin)
+            return (self.final_norm(x) @ self.embedding.T) * (1.0 / math.sqrt(D))
+
+    return LM()
+
+
+def torch_load_params(model, params) -> None:
+    """Copy an ``init_params`` tree (float32) into :func:`torch_lm`'s module, in place."""
+    import torch
+
+    def t(x):
+        return torch.from_numpy(np.array(x, np.float32))
+
+    D = model.embedding.shape[1]
+    b = params["blocks"]
+    with torch.no_grad():
+        model.embedding.copy_(t(params["embedding"]))
+        for norm, p in ((model.final_norm, params["final_norm"]),):
+            norm.weight.copy_(t(p["scale"]))
+            if "bias" in p:
+                norm.bias.copy_(t(p["bias"]))
+        for i, blk in enumerate(model.blocks):
+            for name in ("attn_norm", "mlp_norm"):
+                getattr(blk, name).weight.copy_(t(b[name]["scale"][i]))
+                if "bias" in b[name]:
+                    getattr(blk, name).bias.copy_(t(b[name]["bias"][i]))
+            qkv = np.concatenate([np.asarray(b[n][i]).reshape(D, D) for n in ("q", "k", "v")], axis=1)
+            blk.qkv.weight.copy_(t(qkv.T))
+            blk.out.weight.copy_(t(np.asarray(b["out"][i]).reshape(D, D).T))
+            blk.wi.weight.copy_(t(np.asarray(b["wi"]["dense"]["kernel"][i]).T))
+            blk.wi.bias.copy_(t(b["wi"]["dense"]["bias"][i]))
+            blk.wo.weight.copy_(t(np.asarray(b["wo"]["kernel"][i]).T))
+            blk.wo.bias.copy_(t(b["wo"]["bias"][i]))
+
+
+def torch_train_step(model, *, learning_rate: float = 1e-4, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
+                     weight_decay: float = 0.0, clip_norm: float | None = 1.0, foreach: bool | None = None):
+    """``step(tokens [B, T+1] LongTensor) -> loss``: the PyTorch eager twin of ``make_train_step`` with
+    ``make_optimizer(name="adamw", ...)`` (AdamW, global-norm clipping, mean next-token cross-entropy)."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(b1, b2), eps=eps,
+                            weight_decay=weight_decay, foreach=foreach)
+    V = model.embedding.shape[0]
+
+    def step(tokens):
+        opt.zero_grad(set_to_none=True)
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        opt.step()
+        return loss.detach()
+
+    return step
 
 
 OPS = {
@@ -193,17 +296,121 @@ def attention_memory_sweep(seq_lens=(1024, 2048, 4096, 8192, 16384), *, heads: i
             "method": "jax.jit(f).lower(...).compile().memory_analysis().temp_size_in_bytes (nothing executed)"}
 
 
+def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_threads=(1, 2),
+                        baseline: bool = True, log=print) -> dict:
+    """Tokens/s of our jitted ``small`` train step vs the PyTorch eager twin (:func:`torch_lm`).
+
+    Per shape, every contestant runs once per round, in turn, in this one process (a short pause
+    between calls), so host load hits all alike; medians, min/max and the per-round ratio to ours are
+    reported, with the wall time and the process CPU time (``time.process_time``) of each call.
+    Contestants: ``ivhl_jit`` (our step, state donated), optionally ``ivhl_jit_baseline`` (the same
+    step with attention through ``jax.nn.dot_product_attention``, the pre-issue-17 path), and
+    ``torch_eager_<n>thr`` for each thread count.
+    """
+    import os
+    import time
+    from unittest import mock
+
+    import torch
+
+    from ivhl_jax.models.transformer import init_params, lm_loss_fn, preset
+    from ivhl_jax.nn import attention as attention_mod
+    from ivhl_jax.train import training
+
+    def one_shape(B: int, T: int) -> dict:
+        cfg = preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla")
+        opt = training.make_optimizer(name="adamw", learning_rate=1e-4, warmup_steps=1, total_steps=100)
+        params = init_params(cfg, jax.random.key(0))
+        batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, cfg.vocab_size)
+        calls, setup = {}, {}
+
+        def jax_call(on_gpu):
+            state = training.init_train_state(jax.tree.map(jnp.copy, params), opt, key=jax.random.key(1))
+            step = jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, "fp32"), donate_argnums=0)
+            t0 = time.perf_counter()
+            with mock.patch.object(attention_mod, "_on_gpu", on_gpu):  # baseline: jax.nn path, traced here
+                compiled = step.lower(state, batch).compile()
+            box = [state]
+
+            def call():
+                box[0], m = compiled(box[0], batch)
+                jax.block_until_ready(m["loss"])
+
+            call()
+            return call, time.perf_counter() - t0
+
+        calls["ivhl_jit"], setup["ivhl_jit"] = jax_call(attention_mod._on_gpu)
+        if baseline:
+            calls["ivhl_jit_baseline"], setup["ivhl_jit_baseline"] = jax_call(lambda: True)
+        tokens = torch.from_numpy(np.asarray(batch, np.int64))
+        for n in torch_threads:
+            t0 = time.perf_counter()
+            torch.manual_seed(0)
+            model = torch_lm(cfg, T)
+            torch_load_params(model, params)
+            tstep = torch_train_step(model, learning_rate=1e-4)
+
+            def tcall(tstep=tstep, n=n):
+                torch.set_num_threads(n)
+                tstep(tokens).item()
+
+            tcall()
+            calls[f"torch_eager_{n}thr"], setup[f"torch_eager_{n}thr"] = tcall, time.perf_counter() - t0
+        for c in calls.values():
+            c()
+        wall = {k: [] for k in calls}
+        cpu = {k: [] for k in calls}
+        load0 = os.getloadavg()
+        for _ in range(rounds):
+            for k, c in calls.items():
+                time.sleep(0.02)
+                t0, c0 = time.perf_counter(), time.process_time()
+                c()
+                wall[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.process_time() - c0)
+        ours = np.asarray(wall["ivhl_jit"])
+        rec = {"batch": B, "seq_len": T, "tokens_per_step": B * T, "loadavg_start": load0,
+               "loadavg_end": os.getloadavg(), "contestants": {}}
+        for k in calls:
+            w = np.asarray(wall[k])
+            rec["contestants"][k] = {
+                "setup_s": setup[k], "wall_median_s": float(np.median(w)), "wall_min_s": float(w.min()),
+                "wall_max_s": float(w.max()), "tokens_per_s_median": B * T / float(np.median(w)),
+                "cpu_median_s": float(np.median(cpu[k])), "time_over_ours_per_round_median":
+                    float(np.median(w / ours)), "wall_samples_s": [float(x) for x in w],
+                "cpu_samples_s": [float(x) for x in cpu[k]]}
+            log(f"B={B} T={T} {k:20s} {np.median(w):7.3f} s ({B * T / np.median(w):7.0f} tok/s) "
+                f"cpu {np.median(cpu[k]):6.3f} s, x{np.median(w / ours):.3f} of ours per round")
+        return rec
+
+    out = [one_shape(B, T) for B, T in shapes]
+    return {"rows": out, "rounds": rounds, "torch_version": torch.__version__,
+            "method": "interleaved rounds in one process; wall = time.perf_counter around one full step "
+                      "(ours: block_until_ready on the loss of the donated-state step; torch: loss.item()); "
+                      "cpu = time.process_time over the same call (all threads)"}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_transformer")
     p.add_argument("--memory", action="store_true", help="attention memory sweep T = 1k..16k")
     p.add_argument("--max-T", type=int, default=16384)
+    p.add_argument("--vs-torch", action="store_true",
+                   help="train step of the small preset vs PyTorch eager at B,T = 4,256 and 8,512 (interleaved)")
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--export", help="write JSON here")
     a = p.parse_args(argv)
-    if not a.memory:
-        p.error("nothing to do: pass --memory (timings run through `ivhl bench --op ...`)")
+    if not (a.memory or a.vs_torch):
+        p.error("nothing to do: pass --memory or --vs-torch (other timings run through `ivhl bench --op ...`)")
     from ivhl_jax.run.device import device_report
     from ivhl_jax.run.io import write_json
 
+    if a.vs_torch:
+        doc = {"environment": device_report(), "command": "python -m ivhl_jax.bench.ops_transformer " +
+               " ".join(sys.argv[1:] if argv is None else argv), "train_step_vs_torch": train_step_vs_torch(
+                   rounds=a.rounds)}
+        if a.export:
+            print(f"wrote {write_json(a.export, doc)}")
+        return 0
     Ts = [T for T in (1024, 2048, 4096, 8192, 16384) if T <= a.max_T]
     doc = {"environment": device_report(), "attention_memory": attention_memory_sweep(Ts)}
     if a.export:

@@ -8,8 +8,13 @@ Layout ``[batch, time, heads, head_dim]`` (``B, T, N, H``), as ``jax.nn.dot_prod
 
 Implementations (one function, one semantics):
 
-* ``"xla"`` — ``jax.nn.dot_product_attention(implementation="xla")``: materialises the
-  ``[B, N, Tq, Tk]`` score matrix, so forward and backward memory is O(T²).
+* ``"xla"`` — materialises the ``[B, N, Tq, Tk]`` score matrix, so forward and backward memory
+  is O(T²). On GPU it is ``jax.nn.dot_product_attention(implementation="xla")``; elsewhere it is
+  our own dense kernel (``_dense``): heads-major ``[B, N, T, H]`` matmuls, one softmax pass, and a
+  ``custom_vjp`` whose backward uses ``rowsum(dP∘P) = rowsum(dO∘O)`` (a reduction over ``H``
+  instead of ``Tk``) and reuses the saved probabilities. On CPU its value-and-grad took 0.42× the
+  time of ``jax.nn.dot_product_attention``'s at B = 4, T = 256, 8 × 64 heads, and the ``small``
+  train step 0.83–0.95× (bench/results/transformer_cpu_vs_torch*.json); memory stays O(T²).
 * ``"cudnn"`` — cuDNN flash attention (GPU, bf16/fp16, head_dim ≤ 128/256). If cuDNN rejects the
   shape, dtype or platform, the call falls back to ``"xla"`` with a warning (never silently wrong).
 * ``"auto"`` — ``"cudnn"`` on GPU for bf16/fp16 inputs, otherwise ``"xla"``.
@@ -355,6 +360,56 @@ def _pallas_bwd(causal, scale, block_q, block_k, interpret, res, do):
 _pallas.defvjp(_pallas_fwd, _pallas_bwd)
 
 
+# --------------------------------------------------------------------------- dense (custom VJP)
+
+def _dense_fwd_impl(q, k, v, mask, causal, scale):
+    """Materialised softmax attention in [B, N, T, H] layout. Returns (O [B,Tq,N,H], residuals)."""
+    acc = _acc_dtype(q.dtype)
+    B, Tq, N, H = q.shape
+    Tk = k.shape[1]
+    qt = jnp.swapaxes(q.astype(acc), 1, 2)  # [B, N, Tq, H]
+    kt = jnp.swapaxes(k.astype(acc), 1, 2)
+    vt = jnp.swapaxes(v.astype(acc), 1, 2)
+    s = jnp.einsum("bnqh,bnkh->bnqk", qt * jnp.asarray(scale, acc), kt)
+    allowed = _full_mask(mask, causal, B, N, Tq, Tk)
+    if allowed is not None:
+        s = jnp.where(allowed, s, -jnp.inf)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0))  # fully masked row: all zeros
+    den = jnp.sum(p, axis=-1, keepdims=True)
+    p = p * (1.0 / jnp.where(den > 0, den, 1.0))
+    o = jnp.einsum("bnqk,bnkh->bnqh", p, vt)
+    return jnp.swapaxes(o, 1, 2).astype(q.dtype), (qt, kt, vt, p, o)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _dense(q, k, v, mask, causal, scale):
+    return _dense_fwd_impl(q, k, v, mask, causal, scale)[0]
+
+
+def _dense_fwd(q, k, v, mask, causal, scale):
+    out, res = _dense_fwd_impl(q, k, v, mask, causal, scale)
+    dtypes = tuple(jnp.zeros((0,), x.dtype) for x in (q, k, v))  # residuals must be arrays
+    return out, (res, mask, dtypes)
+
+
+def _dense_bwd(causal, scale, res, do):
+    (qt, kt, vt, p, o), mask, (qd, kd, vd) = res
+    acc = p.dtype
+    dot = jnp.swapaxes(do.astype(acc), 1, 2)  # [B, N, Tq, H]
+    delta = jnp.sum(dot * o, axis=-1, keepdims=True)  # rowsum(dP * P) = rowsum(dO * O)
+    dv = jnp.einsum("bnqk,bnqh->bnkh", p, dot)
+    dp = jnp.einsum("bnqh,bnkh->bnqk", dot, vt)
+    ds = p * (dp - delta) * jnp.asarray(scale, acc)
+    dq = jnp.einsum("bnqk,bnkh->bnqh", ds, kt)
+    dk = jnp.einsum("bnqk,bnqh->bnkh", ds, qt)
+    back = lambda x, like: jnp.swapaxes(x, 1, 2).astype(like.dtype)
+    return back(dq, qd), back(dk, kd), back(dv, vd), None
+
+
+_dense.defvjp(_dense_fwd, _dense_bwd)
+
+
 # --------------------------------------------------------------------------- XLA / cuDNN
 
 def _on_gpu() -> bool:
@@ -362,10 +417,9 @@ def _on_gpu() -> bool:
 
 
 def _xla(q, k, v, mask, causal, scale, implementation):
-    if implementation == "xla" and q.dtype == jnp.float16 and not _on_gpu():
-        # XLA:CPU has no f16 x f16 -> f32 dot; compute in f32 and round once at the end.
-        f = lambda a: a.astype(jnp.float32)
-        return _xla(f(q), f(k), f(v), mask, causal, scale, implementation).astype(q.dtype)
+    if implementation == "xla" and not _on_gpu():
+        # Our dense kernel (f32 accumulation; also covers XLA:CPU's missing f16 x f16 -> f32 dot).
+        return _dense(q, k, v, mask, causal, scale)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
                                         implementation=implementation)
 

@@ -77,7 +77,8 @@ def _state_and_step(cfg, policy, **ls):
     return state, jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, policy))
 
 
-@pytest.mark.slow  # ~18 s; loss-scale skipping is also covered fast in test_foundation/test_training_infra
+# ~18 s; loss-scale skipping is covered fast in tests/core/test_precision.py and tests/train/test_training.py
+@pytest.mark.slow
 def test_fp16_overflow_step_is_skipped_and_scale_halves():
     cfg = tiny(precision="fp16")
     state, step = _state_and_step(cfg, "fp16", initial=2.0**30)  # 2^30·grad overflows fp16 (max 65504)
@@ -129,3 +130,30 @@ def test_flops_per_token_matches_hand_count():
     cfg = TransformerConfig(d_model=8, n_layers=1, n_heads=2, d_ff=16, vocab_size=10, activation="gelu")
     n = 4 * 64 + 8 * 16 + 16 * 8 + 8 * 10
     assert flops_per_token(cfg, 5) == 6 * n + 12 * 1 * 8 * 5
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_pytorch_peer_is_the_same_model_and_optimizer(norm):
+    """The PyTorch peer of the train-step benchmark (bench/ops_transformer.py) is the same network:
+    with our initial weights copied in, the losses of two AdamW steps (clipping on) and the updated
+    parameters agree to float32 round-off."""
+    torch = pytest.importorskip("torch")
+    from ivhl_jax.bench.ops_transformer import torch_lm, torch_load_params, torch_train_step
+
+    cfg = tiny(norm=norm, activation="gelu")
+    params = init_params(cfg, jax.random.key(0))
+    opt = training.make_optimizer(name="adamw", learning_rate=1e-2, clip_norm=1.0)
+    state = training.init_train_state(params, opt, key=jax.random.key(1))
+    step = jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, "fp32"))
+    batch = _batch(B=3, T=17)
+    model = torch_lm(cfg, 16)
+    torch_load_params(model, params)
+    tstep = torch_train_step(model, learning_rate=1e-2, clip_norm=1.0)
+    tokens = torch.from_numpy(np.asarray(batch, np.int64))
+    for _ in range(2):
+        state, m = step(state, batch)
+        np.testing.assert_allclose(float(m["loss"]), float(tstep(tokens)), rtol=1e-5)
+    ours = torch_lm(cfg, 16)
+    torch_load_params(ours, state.params)
+    for (name, a), b in zip(model.named_parameters(), ours.parameters()):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), atol=1e-4, err_msg=name)

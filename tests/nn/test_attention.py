@@ -46,7 +46,7 @@ def _inputs(B=2, T=21, N=2, H=8, dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
     q, k, v, g = (rng.standard_normal((B, T, N, H)).astype(dtype) for _ in range(4))
     valid = rng.random((B, T)) > 0.3
-    valid[:, 0] = True  # no fully-masked query rows (those output 0: tests/test_bad_inputs.py)
+    valid[:, 0] = True  # no fully-masked query rows (those output 0: tests/contracts/test_bad_inputs.py)
     return q, k, v, g, valid[:, None, None, :]
 
 
@@ -94,7 +94,8 @@ def test_chunked_backward_memory_is_linear_while_xla_is_quadratic():
     xl = [temp("xla", T) for T in (512, 1024)]
     assert ch[1] / ch[0] < 2.6, ch
     assert xl[1] / xl[0] > 3.2, xl
-    assert xl[1] > 5 * ch[1], (xl, ch)
+    # The dense path keeps three T x T buffers (P, dP, dS) at T = 1024; the chunked one a few T x block.
+    assert xl[1] > 3 * ch[1], (xl, ch)
 
 
 def test_vmap_and_cross_attention_lengths():
