@@ -27,7 +27,7 @@ lint: install
 	$(BIN)/mypy
 
 test: install lint
-	$(TEST_ENV) $(BIN)/python -m pytest -m "not slow" -q --timeout=600
+	$(TEST_ENV) $(BIN)/python -m pytest -m "not slow" -q --timeout=600 --durations=15
 
 test-slow: install
 	$(TEST_ENV) $(BIN)/python -m pytest -m "slow" -q --timeout=1800 || [ $$? -eq 5 ]
