@@ -643,8 +643,10 @@ def scaling_superoperator(w: jax.Array, v: jax.Array | None = None) -> jax.Array
     """
     if jnp.ndim(w) != 3:
         raise ValueError(f"w must be an isometry of shape (chi_in, chi_in, chi_out); got {jnp.shape(w)}")
-    if v is not None and tuple(jnp.shape(v)) != tuple(jnp.shape(w)):
-        raise ValueError(f"v must have w's shape {tuple(jnp.shape(w))}; got {jnp.shape(v)}")
+    if v is not None and tuple(jnp.shape(v)) != (w.shape[1], w.shape[0], w.shape[2]):
+        # v is w's mirror image: its two fine legs in the other order
+        raise ValueError(f"v must have shape {(w.shape[1], w.shape[0], w.shape[2])} (w's mirror image); "
+                         f"got {jnp.shape(v)}")
     chi_out, chi_in = w.shape[-1], w.shape[0]
     s = jnp.einsum("eir,aip->rpea", w.conj(), w).reshape(chi_out * chi_out, chi_in * chi_in)
     if v is None:
