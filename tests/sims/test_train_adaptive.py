@@ -76,25 +76,11 @@ def test_improved_model_reaches_97_percent_on_digits(tmp_path):
 
 
 # --- plots --------------------------------------------------------------------------------------------------------
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _is_png(path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(8) == PNG and f.seek(0, 2) > 5000  # a real picture, not an empty canvas
-
-
-def _history(n_steps: int = 60, chunk: int = 20) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    loss = np.exp(-np.linspace(0, 2, n_steps)) + 0.05 * rng.random(n_steps)
-    return {"loss": loss.astype(np.float32), "chunk_end_step": chunk * np.arange(1, n_steps // chunk + 1)}
-
-
-def test_adaptive_plots(tmp_path):
+def test_adaptive_plots(tmp_path, is_png, loss_history):
     from ivhl_jax.nn import adaptive
     from ivhl_jax.sims import train_adaptive as ta
 
-    hist = _history()
+    hist = loss_history()
     n = len(hist["loss"])
     hist.update(accuracy=np.linspace(0.1, 0.9, n), test_accuracy=np.array([0.3, 0.6, 0.8]),
                 mean_energy=np.linspace(1, 0.5, n), mean_anxiety=np.linspace(0.2, 0.1, n))
@@ -102,4 +88,4 @@ def test_adaptive_plots(tmp_path):
         hist[f"{p}_ratio"] = np.full(n, 1.0 / len(adaptive.PHASES))
     paths = ta._plots(str(tmp_path), hist, 20)
     assert [p.rsplit("/", 1)[-1] for p in paths] == ["training.png", "energy.png"]
-    assert all(_is_png(p) for p in paths)
+    assert all(is_png(p) for p in paths)

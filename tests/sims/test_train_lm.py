@@ -67,25 +67,11 @@ def test_interrupted_run_resumes_bit_exactly_and_generates(tmp_path):
 
 
 # --- plots --------------------------------------------------------------------------------------------------------
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _is_png(path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(8) == PNG and f.seek(0, 2) > 5000  # a real picture, not an empty canvas
-
-
-def _history(n_steps: int = 60, chunk: int = 20) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    loss = np.exp(-np.linspace(0, 2, n_steps)) + 0.05 * rng.random(n_steps)
-    return {"loss": loss.astype(np.float32), "chunk_end_step": chunk * np.arange(1, n_steps // chunk + 1)}
-
-
-def test_lm_loss_curve(tmp_path):
+def test_lm_loss_curve(tmp_path, is_png, loss_history):
     from ivhl_jax.sims import train_lm as tl
 
-    hist = _history()
+    hist = loss_history()
     hist.update(val_step=np.array([20, 40, 60]), val_loss=np.array([3.0, 2.5, 2.2]))
     path = tmp_path / "loss_curve.png"
     tl._plot(hist, {"unigram_entropy_bits": 4.9}, str(path))
-    assert _is_png(path)
+    assert is_png(path)

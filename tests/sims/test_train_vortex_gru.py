@@ -46,41 +46,27 @@ def test_training_beats_persistence(tmp_path):
 
 
 # --- plots --------------------------------------------------------------------------------------------------------
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _is_png(path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(8) == PNG and f.seek(0, 2) > 5000  # a real picture, not an empty canvas
-
-
-def _history(n_steps: int = 60, chunk: int = 20) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    loss = np.exp(-np.linspace(0, 2, n_steps)) + 0.05 * rng.random(n_steps)
-    return {"loss": loss.astype(np.float32), "chunk_end_step": chunk * np.arange(1, n_steps // chunk + 1)}
-
-
-def test_vortex_gru_plots(tmp_path):
+def test_vortex_gru_plots(tmp_path, is_png, loss_history):
     from ivhl_jax.sims import train_vortex_gru as tv
 
-    hist = _history()
+    hist = loss_history()
     hist["test_rmse"] = np.array([0.05, 0.03, 0.02])
     paths = np.linspace(-0.4, 0.4, 3 * 12 * 2).reshape(3, 12, 2)
     data = {"true_test": paths, "test": paths + 0.01}
     plot, curve = tv.write_plots(str(tmp_path), hist, data, paths[:, 1:] + 0.02,
                                  {"constant_velocity_rmse": 0.025, "persistence_rmse": 0.06}, 20)
-    assert _is_png(plot) and _is_png(curve) and curve.endswith("loss_curve.png")
+    assert is_png(plot) and is_png(curve) and curve.endswith("loss_curve.png")
 
 
 @pytest.mark.slow  # two tiny training runs: 70 s on the loaded 2-core host (GRU compile)
-def test_vortex_gru_run_writes_its_pictures(tmp_path, capsys):
+def test_vortex_gru_run_writes_its_pictures(tmp_path, capsys, is_png):
     from ivhl_jax.sims import train_vortex_gru as tv
 
     out = tmp_path / "run"
     sets = ["n_train=8", "n_test=4", "length=12", "grid=16", "hidden=8", "layers=1", "steps=4", "steps_per_chunk=2",
             "batch_size=4"]
     assert tv.main(["--out", str(out), "--no-progress"] + [a for s in sets for a in ("--set", s)]) == 0
-    assert _is_png(out / "vortex_gru.png") and _is_png(out / "loss_curve.png")
+    assert is_png(out / "vortex_gru.png") and is_png(out / "loss_curve.png")
     printed = capsys.readouterr().out
     assert "loss_curve" in printed and "vortex_gru.png" in printed
     assert tv.main(["--out", str(tmp_path / "np"), "--no-progress", "--no-plots"]

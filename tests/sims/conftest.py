@@ -1,0 +1,31 @@
+"""Fixtures shared by the training-script tests: a PNG check and a synthetic loss history for the plot tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def is_png():
+    """``is_png(path)``: the file is a real PNG picture (signature and > 5000 bytes), not an empty canvas."""
+
+    def check(path) -> bool:
+        with open(path, "rb") as f:
+            return f.read(8) == PNG and f.seek(0, 2) > 5000
+
+    return check
+
+
+@pytest.fixture
+def loss_history():
+    """``loss_history(n_steps=60, chunk=20)``: a falling noisy loss per step and the step at each chunk's end."""
+
+    def make(n_steps: int = 60, chunk: int = 20) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(0)
+        loss = np.exp(-np.linspace(0, 2, n_steps)) + 0.05 * rng.random(n_steps)
+        return {"loss": loss.astype(np.float32), "chunk_end_step": chunk * np.arange(1, n_steps // chunk + 1)}
+
+    return make
