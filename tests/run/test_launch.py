@@ -262,6 +262,19 @@ FAULT_WORKER = textwrap.dedent('''
 ''')
 
 
+def _launch_fault_worker(tmp_path, fault: str, rank: int, heartbeat: int):
+    """``ivhl launch`` of two FAULT_WORKER ranks where ``rank`` injects ``fault``; returns (result, seconds)."""
+    script = tmp_path / "fault_worker.py"
+    script.write_text(FAULT_WORKER)
+    env = _clean_env()
+    env.update(FAULT=fault, FAULT_RANK=str(rank))
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "1",
+                           "--heartbeat-timeout", str(heartbeat), "--grace", "5", "--timeout", "100", "--",
+                           sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    return proc, time.monotonic() - t0
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("fault,rank", [("raise", 1), ("raise", 0), ("sigkill", 1)],
                          ids=["worker_raises", "coordinator_raises", "worker_sigkilled"])
@@ -270,16 +283,8 @@ def test_a_failing_rank_stops_the_job_with_its_traceback_first(tmp_path, fault, 
     timeout; the launcher exits non-zero naming that rank (the first to exit, though the peer fails a few ms
     later), shows its traceback in one block and repeats the root cause on its last line; every relayed line
     carries its rank, and Gloo's connection chatter is gone."""
-    script = tmp_path / "fault_worker.py"
-    script.write_text(FAULT_WORKER)
-    env = _clean_env()
-    env.update(FAULT=fault, FAULT_RANK=str(rank))
     heartbeat = 10
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "1",
-                           "--heartbeat-timeout", str(heartbeat), "--grace", "5", "--timeout", "100", "--",
-                           sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - t0
+    proc, elapsed = _launch_fault_worker(tmp_path, fault, rank, heartbeat)
     err, out = proc.stderr, proc.stdout
     print(f"{fault} in rank {rank}: launcher exit {proc.returncode} after {elapsed:.1f} s")
     if fault == "raise":
@@ -312,16 +317,8 @@ def test_a_rank_hanging_outside_a_collective_stops_the_job_naming_it(tmp_path, r
     sees nothing) while its peer waits for it in a collective. Within the stall timeout (= the heartbeat timeout)
     the launcher sees that no process uses CPU, shows every rank's stack, names the rank and the line it stopped
     at, stops every process (none is left behind) and exits 124."""
-    script = tmp_path / "fault_worker.py"
-    script.write_text(FAULT_WORKER)
-    env = _clean_env()
-    env.update(FAULT="hang", FAULT_RANK=str(rank))
     heartbeat = 5
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "1",
-                           "--heartbeat-timeout", str(heartbeat), "--grace", "5", "--timeout", "100", "--",
-                           sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - t0
+    proc, elapsed = _launch_fault_worker(tmp_path, "hang", rank, heartbeat)
     err = proc.stderr
     print(f"rank {rank} hangs: launcher exit {proc.returncode} after {elapsed:.1f} s\n{err[-1500:]}")
     assert proc.returncode == launch.HANG_EXIT_CODE, err[-3000:]
@@ -332,6 +329,7 @@ def test_a_rank_hanging_outside_a_collective_stops_the_job_naming_it(tmp_path, r
     assert f"process {1 - rank}" in last, last  # where the peer waits is named too
     assert f"[rank {rank}]   File " in err  # the stacks were shown, rank-prefixed
     assert elapsed < heartbeat + 40, err[-3000:]  # stall timeout + start-up and stack dump on a loaded host
+    script = tmp_path / "fault_worker.py"  # written by _launch_fault_worker
     left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
     assert not left, f"processes left running: {left}"
 
