@@ -243,7 +243,13 @@ def init_mera(key: jax.Array, config: MERAConfig, d: int = 4) -> MERA:
         raise TypeError(f"config must be a MERAConfig; got {type(config).__name__}")
     config.validate()
     check_scalar(d, "d", integer=True, minimum=1)
-    d = int(d)
+    return _init_tensors(key, config, int(d))
+
+
+# One compiled program per (config, d): run eagerly, the ~20 small ops of the start compiled one by one and cost
+# ~1.5 s of a cold start's first second on a 2-core host (measured: jax_log_compiles), more than 1000 χ = 6 sweeps.
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _init_tensors(key: jax.Array, config: MERAConfig, d: int) -> MERA:
     dtype = jnp.result_type(float)
     chi, mid = config.chi, config.mid
     us, ws, vs = [], [], []
@@ -703,6 +709,14 @@ def grow(mera: MERA, key: jax.Array, chi: int, chi_mid: int | None = None, mix: 
     if layers is not None:
         check_scalar(layers, "layers", integer=True, minimum=1)
     mid = chi if chi_mid is None else int(chi_mid)
+    return _grow_tensors(mera, key, chi, mid, float(mix), None if layers is None else int(layers), bool(refsym))
+
+
+# One compiled program per (shapes, chi, mid, layers, refsym), for the reason given at _init_tensors: eagerly, the
+# ~150 small ops of a χ 6 → 8 growth compiled one by one in ~3 s (jax_log_compiles), longer than the stage's compile.
+@functools.partial(jax.jit, static_argnums=(2, 3, 5, 6))
+def _grow_tensors(mera: MERA, key: jax.Array, chi: int, mid: int, mix: float, layers: int | None,
+                  refsym: bool) -> MERA:
     if layers is not None and layers + 1 > mera.num_layers:
         extra = layers + 1 - mera.num_layers
         mera = mera.replace(u=mera.u[:-1] + (mera.u[-1],) * (extra + 1), w=mera.w[:-1] + (mera.w[-1],) * (extra + 1),
