@@ -398,16 +398,20 @@ def main(argv=None) -> int:
                    help="train step of the small preset vs PyTorch eager at B,T = 4,256 and 8,512 (interleaved)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--export", help="write JSON here")
+    p.add_argument("--malloc-default", action="store_true",
+                   help="leave glibc's malloc as it is (default: ivhl_jax.run.device.keep_host_memory(), as the "
+                        "ivhl command line does; it applies to every contestant in this process)")
     a = p.parse_args(argv)
     if not (a.memory or a.vs_torch):
         p.error("nothing to do: pass --memory or --vs-torch (other timings run through `ivhl bench --op ...`)")
-    from ivhl_jax.run.device import device_report
+    from ivhl_jax.run.device import device_report, keep_host_memory
     from ivhl_jax.run.io import write_json
 
+    malloc = "glibc defaults (--malloc-default)" if a.malloc_default else f"keep_host_memory: {keep_host_memory()}"
     if a.vs_torch:
         doc = {"environment": device_report(), "command": "python -m ivhl_jax.bench.ops_transformer " +
-               " ".join(sys.argv[1:] if argv is None else argv), "train_step_vs_torch": train_step_vs_torch(
-                   rounds=a.rounds)}
+               " ".join(sys.argv[1:] if argv is None else argv), "host_malloc": malloc,
+               "train_step_vs_torch": train_step_vs_torch(rounds=a.rounds)}
         if a.export:
             print(f"wrote {write_json(a.export, doc)}")
         return 0

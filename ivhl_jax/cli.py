@@ -10,6 +10,9 @@
 
 demo/sim/train reuse compiled programs across runs through XLA's persistent compilation cache
 (~/.cache/ivhl_jax/xla, or $IVHL_COMPILATION_CACHE_DIR; IVHL_COMPILATION_CACHE=0 turns it off).
+IVHL_KEEP_HOST_MEMORY=1 makes glibc's malloc keep freed memory for reuse, so XLA:CPU stops faulting its
+temporary buffers in on every call (up to 20 % faster CPU training steps, for a larger resident heap; see
+ivhl_jax.run.device.keep_host_memory).
 """
 
 from __future__ import annotations
@@ -61,6 +64,14 @@ def _persistent_cache() -> None:
     enable_compilation_cache(os.environ.get("IVHL_COMPILATION_CACHE_DIR") or None)
 
 
+def _keep_host_memory() -> None:
+    if os.environ.get("IVHL_KEEP_HOST_MEMORY", "0") != "1":
+        return
+    from ivhl_jax.run.device import keep_host_memory
+
+    keep_host_memory()  # before anything starts JAX's backend; elsewhere (macOS, musl) it says why not and does nothing
+
+
 def _bench(argv: list[str]) -> int:
     from ivhl_jax.bench import harness
     from ivhl_jax.run.io import write_json
@@ -105,6 +116,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
         print(format_report())
         return 0
+    if cmd in ("demo", "sim", "train", "bench"):
+        _keep_host_memory()
     if cmd in ("demo", "sim", "train"):
         _persistent_cache()
     if cmd == "demo":

@@ -1008,6 +1008,7 @@ EXEMPT: dict[str, str] = {
        for n in ("anxiety", "phase_weights", "sample_phase", "schedule_per_sample", "schedule_shared",
                  "project_input", "node_update", "readout", "phase_fractions")},
     **{f"device.{n}": "no array/scalar input (reports the devices)" for n in ("device_report", "format_report")},
+    "device.keep_host_memory": "no input (a process-wide malloc setting; tests/run/test_device.py)",
     **{f"profiling.{n}": "no array/scalar input (host/system facts, or profiling documents)"
        for n in ("host_rss_mb", "system_info", "baseline_document", "compare")},
     **{f"cdt_host.{n}": "no input: reports/requires the optional numba kernel (tested in test_cdt.py)"
