@@ -20,7 +20,7 @@ import jax
 
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["device_report", "format_report", "enable_compilation_cache", "configure"]
+__all__ = ["device_report", "format_report", "enable_compilation_cache", "keep_host_memory", "configure"]
 
 _LIBS = ("jax", "jaxlib", "flax", "optax", "chex", "orbax-checkpoint", "numpy", "scipy", "torch")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 
+
+@pytest.mark.slow  # 8 s of the default suite's 10-minute budget: it runs in the slow step (make test-slow)
 def test_gpu_checks_script_runs_off_gpu(tmp_path):
     """The GPU check script (bench/gpu_checks.py) in --quick mode on the CPU: sections run, failures are
     recorded rather than raised, and every attention path but compiled Pallas agrees with float64."""

@@ -94,7 +94,7 @@ def test_point_source_sum_matches_float64(n, m, d, chunk, unroll):
 
 
 @pytest.mark.parametrize("serial_pairs", [0, 1 << 40], ids=["split_fusions", "serial"])
-@pytest.mark.parametrize("n,m", [(513, 37), (64, 16), (7, 3)])
+@pytest.mark.parametrize("n,m", [pytest.param(513, 37, marks=pytest.mark.slow), (64, 16), (7, 3)])
 def test_both_kernel_paths_match_float64_and_plain_gradients(monkeypatch, serial_pairs, n, m):
     """The thread-split kernel (`_block_sum`) and the single-thread one (`_serial_sum`, odd N, M not a
     multiple of its 16-source group) give the float64 field and the plain formulation's gradients."""
