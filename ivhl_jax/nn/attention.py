@@ -15,9 +15,8 @@ Implementations (one function, one semantics):
   instead of ``Tk``) and reuses the saved probabilities. On CPU its value-and-grad took 0.42× the
   time of ``jax.nn.dot_product_attention``'s at B = 4, T = 256, 8 × 64 heads, and the ``small``
   train step 0.83–0.95× (bench/results/transformer_cpu_vs_torch*.json); memory stays O(T²).
-  Causal self-attention without a mask (T ≥ 128) splits the queries into up to 8 blocks and
-  multiplies each only against the keys it can see (``_dense_causal``: 9/16 of the work at 8
-  blocks), as flash kernels skip masked tiles.
+  Causal attention (T ≥ 128) splits the queries into up to 8 blocks and multiplies each only
+  against the keys it can see (9/16 of the work at 8 blocks), as flash kernels skip masked tiles.
 * ``"cudnn"`` — cuDNN flash attention (GPU, bf16/fp16, head_dim ≤ 128/256). If cuDNN rejects the
   shape, dtype or platform, the call falls back to ``"xla"`` with a warning (never silently wrong).
 * ``"auto"`` — ``"cudnn"`` on GPU for bf16/fp16 inputs, otherwise ``"xla"``.
@@ -365,24 +364,49 @@ _pallas.defvjp(_pallas_fwd, _pallas_bwd)
 
 # --------------------------------------------------------------------------- dense (custom VJP)
 
+# Causal attention: query block i (rows i·b .. (i+1)·b) can only see keys 0 .. (i+1)·b, so each block multiplies
+# against that key prefix only: (n+1)/(2n) of the dense matmuls and probabilities (0.56 for n = 8). Up to 8 blocks
+# of at least 64 rows: value-and-grad of 8 × 64 heads on 2 CPU cores, B = 8, T = 512, 218 → 149 ms (PyTorch's
+# flash kernel: 119); B = 4, T = 256, 22 → 17 ms (PyTorch 16–19). Blocks of 128 rows gave the same at T = 512 and
+# nothing at T = 256.
+def _causal_blocks(T: int) -> int:
+    """Number of query blocks of the dense kernel for causal length T (1: one block, all keys)."""
+    for n in (8, 4, 2):
+        if T % n == 0 and T // n >= 64:
+            return n
+    return 1
+
+
 def _dense_fwd_impl(q, k, v, mask, causal, scale):
-    """Materialised softmax attention in [B, N, T, H] layout. Returns (O [B,Tq,N,H], residuals)."""
+    """Materialised softmax attention in [B, N, T, H] layout, by query blocks (one unless causal; each block
+    against the keys it can see). Returns (O [B,Tq,N,H], residuals)."""
     acc = _acc_dtype(q.dtype)
     B, Tq, N, H = q.shape
     Tk = k.shape[1]
-    qt = jnp.swapaxes(q.astype(acc), 1, 2)  # [B, N, Tq, H]
-    kt = jnp.swapaxes(k.astype(acc), 1, 2)
-    vt = jnp.swapaxes(v.astype(acc), 1, 2)
-    s = jnp.einsum("bnqh,bnkh->bnqk", qt * jnp.asarray(scale, acc), kt)
-    allowed = _full_mask(mask, causal, B, N, Tq, Tk)
-    if allowed is not None:
-        s = jnp.where(allowed, s, -jnp.inf)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    p = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0))  # fully masked row: all zeros
-    den = jnp.sum(p, axis=-1, keepdims=True)
-    p = p * (1.0 / jnp.where(den > 0, den, 1.0))
-    o = jnp.einsum("bnqk,bnkh->bnqh", p, vt)
-    return jnp.swapaxes(o, 1, 2).astype(q.dtype), (qt, kt, vt, p, o)
+    qt, kt, vt = (jnp.swapaxes(x.astype(acc), 1, 2) for x in (q, k, v))  # [B, N, T, H]
+    b = Tq // (_causal_blocks(Tq) if causal else 1)
+    outs, probs = [], []
+    for lo in range(0, Tq, b):
+        hi = lo + b if causal else Tk  # keys this block can see
+        s = jnp.einsum("bnqh,bnkh->bnqk", qt[:, :, lo:lo + b] * jnp.asarray(scale, acc), kt[:, :, :hi])
+        allowed = mask  # size-1 axes broadcast: only full query / key axes are cut to the block
+        if allowed is not None and allowed.shape[2] > 1:
+            allowed = allowed[:, :, lo:lo + b]
+        if allowed is not None and allowed.shape[3] > 1:
+            allowed = allowed[..., :hi]
+        if causal:
+            c = jnp.arange(lo, lo + b)[:, None] >= jnp.arange(hi)[None, :]
+            allowed = c if allowed is None else allowed & c
+        if allowed is not None:
+            s = jnp.where(allowed, s, -jnp.inf)
+        m = jnp.max(s, axis=-1, keepdims=True)
+        p = jnp.exp(s - jnp.where(jnp.isfinite(m), m, 0.0))  # fully masked row: all zeros
+        den = jnp.sum(p, axis=-1, keepdims=True)
+        p = p * (1.0 / jnp.where(den > 0, den, 1.0))
+        outs.append(jnp.einsum("bnqk,bnkh->bnqh", p, vt[:, :, :hi]))
+        probs.append(p)
+    o = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
+    return jnp.swapaxes(o, 1, 2).astype(q.dtype), (qt, kt, vt, tuple(probs), o)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
@@ -393,90 +417,32 @@ def _dense(q, k, v, mask, causal, scale):
 def _dense_fwd(q, k, v, mask, causal, scale):
     out, res = _dense_fwd_impl(q, k, v, mask, causal, scale)
     dtypes = tuple(jnp.zeros((0,), x.dtype) for x in (q, k, v))  # residuals must be arrays
-    return out, (res, mask, dtypes)
+    return out, (res, dtypes)
 
 
 def _dense_bwd(causal, scale, res, do):
-    (qt, kt, vt, p, o), mask, (qd, kd, vd) = res
-    acc = p.dtype
+    (qt, kt, vt, probs, o), (qd, kd, vd) = res
+    acc = o.dtype
+    b = qt.shape[2] // len(probs)
     dot = jnp.swapaxes(do.astype(acc), 1, 2)  # [B, N, Tq, H]
     delta = jnp.sum(dot * o, axis=-1, keepdims=True)  # rowsum(dP * P) = rowsum(dO * O)
-    dv = jnp.einsum("bnqk,bnqh->bnkh", p, dot)
-    dp = jnp.einsum("bnqh,bnkh->bnqk", dot, vt)
-    ds = p * (dp - delta) * jnp.asarray(scale, acc)
-    dq = jnp.einsum("bnqk,bnkh->bnqh", ds, kt)
-    dk = jnp.einsum("bnqk,bnqh->bnkh", ds, qt)
+    dq, dks, dvs = [], [], []
+    for i, p in enumerate(probs):
+        lo, hi = i * b, p.shape[-1]  # the block's rows and its key prefix
+        d_o = dot[:, :, lo:lo + b]
+        dvs.append(jnp.einsum("bnqk,bnqh->bnkh", p, d_o))
+        ds = p * (jnp.einsum("bnqh,bnkh->bnqk", d_o, vt[:, :, :hi]) - delta[:, :, lo:lo + b]) * jnp.asarray(scale, acc)
+        dq.append(jnp.einsum("bnqk,bnkh->bnqh", ds, kt[:, :, :hi]))
+        dks.append(jnp.einsum("bnqk,bnqh->bnkh", ds, qt[:, :, lo:lo + b]))
+    dk, dv = dks[-1], dvs[-1]  # the last block sees every key; the others add into their prefixes
+    for dki, dvi in zip(dks[:-1], dvs[:-1]):
+        dk = dk.at[:, :, :dki.shape[2]].add(dki)
+        dv = dv.at[:, :, :dvi.shape[2]].add(dvi)
     back = lambda x, like: jnp.swapaxes(x, 1, 2).astype(like.dtype)
-    return back(dq, qd), back(dk, kd), back(dv, vd), None
+    return back(dq[0] if len(dq) == 1 else jnp.concatenate(dq, axis=2), qd), back(dk, kd), back(dv, vd), None
 
 
 _dense.defvjp(_dense_fwd, _dense_bwd)
-
-
-# Causal self-attention without a mask: query block i (rows i·b .. (i+1)·b) can only see keys 0 .. (i+1)·b, so
-# each block multiplies against that key prefix only: (n+1)/(2n) of the dense matmuls and probabilities (0.56 for
-# n = 8). Up to 8 blocks of at least 64 rows: value-and-grad of 8 × 64 heads on 2 CPU cores, B = 8, T = 512,
-# 218 → 149 ms (PyTorch's flash kernel: 119); B = 4, T = 256, 22 → 17 ms (PyTorch 16–19). Blocks of 128 rows
-# gave the same at T = 512 and nothing at T = 256.
-def _causal_blocks(T: int) -> int:
-    """Number of query blocks of :func:`_dense_causal` for length T (1: use the plain dense kernel)."""
-    for n in (8, 4, 2):
-        if T % n == 0 and T // n >= 64:
-            return n
-    return 1
-
-
-def _prefix_fwd(qt, kt, vt, scale, lo, hi):
-    """Rows lo:hi of causal attention in [B, N, T, H] layout against the key prefix :hi."""
-    qs, ks, vs = qt[:, :, lo:hi], kt[:, :, :hi], vt[:, :, :hi]
-    s = jnp.einsum("bnqh,bnkh->bnqk", qs * jnp.asarray(scale, qt.dtype), ks)
-    allowed = (jnp.arange(lo, hi)[:, None] >= jnp.arange(hi)[None, :])
-    s = jnp.where(allowed, s, -jnp.inf)  # every row keeps its diagonal: the max is finite
-    p = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
-    p = p * (1.0 / jnp.sum(p, axis=-1, keepdims=True))
-    return jnp.einsum("bnqk,bnkh->bnqh", p, vs), p
-
-
-def _causal_fwd_impl(q, k, v, scale):
-    acc = _acc_dtype(q.dtype)
-    qt, kt, vt = (jnp.swapaxes(x.astype(acc), 1, 2) for x in (q, k, v))
-    T = q.shape[1]
-    b = T // _causal_blocks(T)
-    outs, probs = zip(*(_prefix_fwd(qt, kt, vt, scale, lo, lo + b) for lo in range(0, T, b)))
-    o = jnp.concatenate(outs, axis=2)
-    return jnp.swapaxes(o, 1, 2).astype(q.dtype), (qt, kt, vt, probs, o)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _dense_causal(q, k, v, scale):
-    return _causal_fwd_impl(q, k, v, scale)[0]
-
-
-def _dense_causal_fwd(q, k, v, scale):
-    out, res = _causal_fwd_impl(q, k, v, scale)
-    return out, (res, tuple(jnp.zeros((0,), x.dtype) for x in (q, k, v)))
-
-
-def _dense_causal_bwd(scale, res, do):
-    (qt, kt, vt, probs, o), (qd, kd, vd) = res
-    acc = qt.dtype
-    T = qt.shape[2]
-    b = T // len(probs)
-    dot = jnp.swapaxes(do.astype(acc), 1, 2)
-    delta = jnp.sum(dot * o, axis=-1, keepdims=True)
-    dq, dk, dv = [], jnp.zeros_like(kt), jnp.zeros_like(vt)
-    for i, p in enumerate(probs):
-        lo, hi = i * b, (i + 1) * b
-        d_o, qs = dot[:, :, lo:hi], qt[:, :, lo:hi]
-        dv = dv.at[:, :, :hi].add(jnp.einsum("bnqk,bnqh->bnkh", p, d_o))
-        ds = p * (jnp.einsum("bnqh,bnkh->bnqk", d_o, vt[:, :, :hi]) - delta[:, :, lo:hi]) * jnp.asarray(scale, acc)
-        dq.append(jnp.einsum("bnqk,bnkh->bnqh", ds, kt[:, :, :hi]))
-        dk = dk.at[:, :, :hi].add(jnp.einsum("bnqk,bnqh->bnkh", ds, qs))
-    back = lambda x, like: jnp.swapaxes(x, 1, 2).astype(like.dtype)
-    return back(jnp.concatenate(dq, axis=2), qd), back(dk, kd), back(dv, vd)
-
-
-_dense_causal.defvjp(_dense_causal_fwd, _dense_causal_bwd)
 
 
 # --------------------------------------------------------------------------- XLA / cuDNN
@@ -487,9 +453,7 @@ def _on_gpu() -> bool:
 
 def _xla(q, k, v, mask, causal, scale, implementation):
     if implementation == "xla" and not _on_gpu():
-        # Our dense kernels (f32 accumulation; also covers XLA:CPU's missing f16 x f16 -> f32 dot).
-        if causal and mask is None and _causal_blocks(q.shape[1]) > 1:
-            return _dense_causal(q, k, v, scale)
+        # Our dense kernel (f32 accumulation; also covers XLA:CPU's missing f16 x f16 -> f32 dot).
         return _dense(q, k, v, mask, causal, scale)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
                                         implementation=implementation)

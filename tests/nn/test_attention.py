@@ -83,17 +83,19 @@ def test_float64_exact_to_roundoff(impl):
 
 @pytest.mark.parametrize("T,blocks", [(128, 2), (256, 4), (448, 4), (512, 8), (96, 1)])
 def test_causal_xla_on_cpu_multiplies_each_query_block_by_its_key_prefix_only(T, blocks):
-    """Causal self-attention without a mask takes the query-blocked kernel (``_dense_causal``): values and
-    gradients equal the float64 reference (to float32 roundoff, and to float64 roundoff in float64)."""
+    """Causal attention takes the dense kernel by query blocks, each against its key prefix: values and gradients
+    equal the float64 reference (to float32 roundoff, with and without a padding mask, and to float64 roundoff in
+    float64)."""
     from ivhl_jax.nn import attention as A
 
     assert A._causal_blocks(T) == blocks
-    q, k, v, g, _ = _inputs(B=1, T=T, N=2, H=8)
-    o, grads = _fwd_and_grads("xla", None, True)(q, k, v, g)
-    o_ref, grads_ref = np_attention(q, k, v, None, True, g)
-    np.testing.assert_allclose(o, o_ref, atol=2e-5, rtol=0)
-    for a, b in zip(grads, grads_ref):
-        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+    q, k, v, g, pad = _inputs(B=2, T=T, N=2, H=8)
+    for mask in (None, pad):
+        o, grads = _fwd_and_grads("xla", None if mask is None else jnp.asarray(mask), True)(q, k, v, g)
+        o_ref, grads_ref = np_attention(q, k, v, mask, True, g)
+        np.testing.assert_allclose(o, o_ref, atol=2e-5, rtol=0)
+        for a, b in zip(grads, grads_ref):
+            np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
     with jax.enable_x64(True):
         q, k, v, g, _ = _inputs(B=1, T=T, N=1, H=4, dtype=np.float64, seed=1)
         o, grads = _fwd_and_grads("xla", None, True)(q, k, v, g)
