@@ -226,11 +226,6 @@ def random_isometry(key: jax.Array, rows: int, cols: int, dtype: Any = None) -> 
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
-def _identity_disentangler(chi_in: int, mid: int, dtype: Any) -> jax.Array:
-    e = jnp.eye(chi_in, mid, dtype=dtype)  # truncated identity: columns orthonormal
-    return jnp.einsum("ac,bd->abcd", e, e)
-
-
 def _polar(a: jax.Array) -> jax.Array:
     uu, _, vt = jnp.linalg.svd(a, full_matrices=False)
     return uu @ vt
@@ -238,36 +233,83 @@ def _polar(a: jax.Array) -> jax.Array:
 
 def init_mera(key: jax.Array, config: MERAConfig, d: int = 4) -> MERA:
     """Identity disentanglers, isometries = polar factor of a uniform(0,1) random matrix (a near-uniform
-    coarse-graining, as mainVarMERA's ``rand`` start), maximally mixed top density matrices."""
+    coarse-graining, as mainVarMERA's ``rand`` start), maximally mixed top density matrices.
+
+    A concrete ``key`` builds the start on the host (the draws are one compiled program, the polar factors LAPACK
+    SVDs in NumPy); a traced one (``jit``, ``vmap`` over keys, ``eval_shape``) the same start inside the trace."""
     if not isinstance(config, MERAConfig):
         raise TypeError(f"config must be a MERAConfig; got {type(config).__name__}")
     config.validate()
     check_scalar(d, "d", integer=True, minimum=1)
-    return _init_tensors(key, config, int(d))
+    d = int(d)
+    if not is_concrete(key):
+        return _init_tensors(key, config, d)
+    dtype = np.dtype(jnp.result_type(float))
+    rows = np.asarray(_init_draws(key, 2 * (config.layers + 1), _init_draw_size(config, d), dtype))
+    us, ws, vs, rho = _assemble_start(rows, config, d, np, _polar_host)
+    us, ws, vs, rho, sweeps = jax.device_put((us, ws, vs, rho, np.zeros((), np.int32)))
+    return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, sweeps)
 
 
-# One compiled program per (config, d): run eagerly, the ~20 small ops of the start compiled one by one and cost
-# ~1.5 s of a cold start's first second on a 2-core host (measured: jax_log_compiles), more than 1000 χ = 6 sweeps.
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _init_tensors(key: jax.Array, config: MERAConfig, d: int) -> MERA:
-    dtype = jnp.result_type(float)
-    chi, mid = config.chi, config.mid
+# A cold start compiled as one program cost ~0.6-0.9 s on a 2-core host, nearly all of it XLA compiling the
+# threefry hash of each uniform draw separately (0.15-0.25 s each; jax_log_compiles); that was half of the χ = 6
+# stage's time to an energy error of 1e-3. So the draws are one vmapped threefry (0.24 s to compile) and, for a
+# concrete key, the polar factors are host SVDs (the same LAPACK gesdd XLA:CPU calls: in float64 the start is
+# bit-identical to the traced one; in float32 it agrees to ~3e-7).
+# Row k of the draws is uniform(split(key)[k], (size,)); its first r·c entries are uniform(split(key)[k], (r, c))
+# flattened (threefry counters are the flat element indices), so the starts equal the earlier per-shape draws.
+
+
+def _init_shapes(config: MERAConfig, d: int) -> list[tuple[int, int, int]]:
+    """(χ_in, χ_mid, χ_out) of each layer of a cold start (the top one included)."""
+    shapes, chi_in = [], d
+    for _ in range(config.layers + 1):
+        m = min(config.mid, chi_in)
+        chi_out = min(config.chi, chi_in * m)
+        shapes.append((chi_in, m, chi_out))
+        chi_in = chi_out
+    return shapes
+
+
+def _init_draw_size(config: MERAConfig, d: int) -> int:
+    return max(chi_in * m * chi_out for chi_in, m, chi_out in _init_shapes(config, d))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _init_draws(key: jax.Array, n_keys: int, size: int, dtype: Any) -> jax.Array:
+    """uniform(0, 1) draws [n_keys, size]: row k from the k-th key of ``split(key, n_keys)``."""
+    return jax.vmap(lambda k: jax.random.uniform(k, (size,), dtype))(jax.random.split(key, n_keys))
+
+
+def _polar_host(a: np.ndarray) -> np.ndarray:
+    uu, _, vt = np.linalg.svd(a, full_matrices=False)
+    return uu @ vt
+
+
+def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any, polar: Callable[[Any], Any]
+                    ) -> tuple[list[Any], list[Any], list[Any], Any]:
+    """The cold start from its draws ``rows`` (:func:`_init_draws`) in the array namespace ``xp`` (NumPy on the
+    host, jax.numpy in a trace): (u, w, v per layer, top density matrix)."""
     us, ws, vs = [], [], []
-    chi_in = d
-    keys = jax.random.split(key, 2 * (config.layers + 1))
-    for z in range(config.layers + 1):
-        m = min(mid, chi_in)
-        chi_out = min(chi, chi_in * m)
-        us.append(_identity_disentangler(chi_in, m, dtype))
-        w = _polar(jax.random.uniform(keys[2 * z], (chi_in * m, chi_out), dtype)).reshape(chi_in, m, chi_out)
+    for z, (chi_in, m, chi_out) in enumerate(_init_shapes(config, d)):
+        e = xp.eye(chi_in, m, dtype=rows.dtype)  # truncated identity: columns orthonormal
+        us.append(xp.einsum("ac,bd->abcd", e, e))
+        size = chi_in * m * chi_out
+        w = polar(rows[2 * z, :size].reshape(chi_in * m, chi_out)).reshape(chi_in, m, chi_out)
         ws.append(w)
         if config.refsym:
-            vs.append(jnp.transpose(w, (1, 0, 2)))
+            vs.append(xp.transpose(w, (1, 0, 2)))
         else:
-            v = _polar(jax.random.uniform(keys[2 * z + 1], (m * chi_in, chi_out), dtype))
-            vs.append(v.reshape(m, chi_in, chi_out))
-        chi_in = chi_out
-    rho = jnp.eye(chi_in * chi_in, dtype=dtype).reshape((chi_in,) * 4) / chi_in**2
+            vs.append(polar(rows[2 * z + 1, :size].reshape(m * chi_in, chi_out)).reshape(m, chi_in, chi_out))
+    top = _init_shapes(config, d)[-1][2]
+    rho = xp.eye(top * top, dtype=rows.dtype).reshape((top,) * 4) / top**2
+    return us, ws, vs, rho
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _init_tensors(key: jax.Array, config: MERAConfig, d: int) -> MERA:
+    rows = _init_draws(key, 2 * (config.layers + 1), _init_draw_size(config, d), jnp.result_type(float))
+    us, ws, vs, rho = _assemble_start(rows, config, d, jnp, _polar)
     return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, jnp.zeros((), jnp.int32))
 
 
@@ -653,6 +695,12 @@ def scaling_superoperator(w: jax.Array, v: jax.Array | None = None) -> jax.Array
         # v is w's mirror image: its two fine legs in the other order
         raise ValueError(f"v must have shape {(w.shape[1], w.shape[0], w.shape[2])} (w's mirror image); "
                          f"got {jnp.shape(v)}")
+    return _scaling_superoperator(w, v)
+
+
+# One program: eagerly, its six small ops compiled one by one (~0.15 s, paid by every stuck-start report).
+@jax.jit
+def _scaling_superoperator(w: jax.Array, v: jax.Array | None) -> jax.Array:
     chi_out, chi_in = w.shape[-1], w.shape[0]
     s = jnp.einsum("eir,aip->rpea", w.conj(), w).reshape(chi_out * chi_out, chi_in * chi_in)
     if v is None:

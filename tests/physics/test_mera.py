@@ -163,6 +163,47 @@ def test_hamiltonian_blocking_reproduces_chain():
     np.testing.assert_allclose(total, tfi_dense(n, periodic=True), atol=1e-12)
 
 
+@pytest.mark.parametrize("cfg", [M.MERAConfig(chi=6, chi_mid=4, layers=1), M.MERAConfig(chi=5, chi_mid=3, layers=2),
+                                 M.MERAConfig(chi=4, layers=2, refsym=False)], ids=["6-4-1", "5-3-2", "4-4-2-norefsym"])
+def test_cold_start_is_the_polar_factor_of_per_tensor_uniform_draws(cfg):
+    """The start built on the host (concrete key) is, bit for bit in float64, the one built in a trace (jit, vmap
+    over keys), and both are the documented start: w (and v) = polar factor of uniform(0, 1) draws from the keys of
+    ``split(key, 2 (layers + 1))``, identity disentanglers, maximally mixed ρ (computed here with NumPy SVDs)."""
+    with jax.enable_x64(True):
+        key = jax.random.key(5)
+        host = M.init_mera(key, cfg)
+        traced = jax.jit(lambda k: M.init_mera(k, cfg))(key)
+        for a, b in zip(jax.tree.leaves(host), jax.tree.leaves(traced)):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        many = jax.vmap(lambda k: M.init_mera(k, cfg))(jax.random.split(key, 3))
+        np.testing.assert_array_equal(np.asarray(many.w[0][1]),
+                                      np.asarray(M.init_mera(jax.random.split(key, 3)[1], cfg).w[0]))
+
+        keys = jax.random.split(key, 2 * (cfg.layers + 1))
+        chi_in = 4
+        for z in range(cfg.layers + 1):
+            m = min(cfg.mid, chi_in)
+            chi_out = min(cfg.chi, chi_in * m)
+            for x, k, shape in ((host.w[z], keys[2 * z], (chi_in, m, chi_out)),
+                                (host.v[z], keys[2 * z + 1], (m, chi_in, chi_out))):
+                if cfg.refsym and x is host.v[z]:
+                    np.testing.assert_array_equal(np.asarray(x), np.transpose(np.asarray(host.w[z]), (1, 0, 2)))
+                    continue
+                a = np.asarray(jax.random.uniform(k, (chi_in * m, chi_out), jnp.float64))
+                uu, _, vt = np.linalg.svd(a, full_matrices=False)
+                np.testing.assert_allclose(np.asarray(x), (uu @ vt).reshape(shape), atol=1e-13)
+            e = np.eye(chi_in, m)
+            np.testing.assert_array_equal(np.asarray(host.u[z]), np.einsum("ac,bd->abcd", e, e))
+            chi_in = chi_out
+        np.testing.assert_allclose(M._as_matrix(host.rho_ab), np.eye(chi_in**2) / chi_in**2, atol=0)
+        assert int(host.sweeps) == 0 and host.sweeps.dtype == jnp.int32
+    f32 = M.init_mera(jax.random.key(5), cfg)  # x64 off: float32 start, host SVDs agree with XLA's to float32 accuracy
+    assert f32.w[0].dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(f32.w[-1]), np.asarray(jax.jit(lambda k: M.init_mera(k, cfg))(
+        jax.random.key(5)).w[-1]), atol=2e-6)
+
+
 _SMALL = M.MERAConfig(chi=4, layers=1, u_delay=3)
 
 
