@@ -27,11 +27,17 @@ SETTINGS = {
     "eigen_single+no_concurrency": ("--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 "
                                     "--xla_cpu_enable_concurrency_optimized_scheduler=false", False),
     "affinity_one_core": ("", True),  # taskset -c 0: XLA sizes its thread pools from the affinity mask
+    "host_cores_1": ("", False),  # the library's run.device.limit_host_cores(1) (what `ivhl sim mera` does, χ <= 12)
 }
+_LIBRARY_CORES = {"host_cores_1": 1}
 _SPIN = "import numpy as np\na = np.random.rand(300, 300)\nwhile True:\n    a = a @ a; a /= np.abs(a).max()\n"
 
 
-def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None) -> list[dict]:
+def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None, host_cores: int = 0) -> list[dict]:
+    if host_cores:
+        from ivhl_jax.run.device import limit_host_cores
+
+        assert limit_host_cores(host_cores).startswith("applied"), "the backend started before the child's setting"
     import jax
     import numpy as np
 
@@ -71,6 +77,8 @@ def _run_child(setting: str, shapes: list[str], chunk: int, repeats: int, cache:
            "--repeats", str(repeats)] + [a for s in shapes for a in ("--shape", s)]
     if cache:
         cmd += ["--cache", cache]
+    if setting in _LIBRARY_CORES:
+        cmd += ["--host-cores", str(_LIBRARY_CORES[setting])]
     if pin:
         cmd = ["taskset", "-c", "0"] + cmd
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -98,11 +106,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--cache", default=None, help="persistent compilation cache folder for the timed processes")
+    ap.add_argument("--host-cores", type=int, default=0, help="(child) limit_host_cores(N) before JAX starts")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     shapes = args.shape or ["8/6/3", "12/8/3"]
     if args.child:
-        rows = child(shapes, args.chunk, args.repeats, args.cache)
+        rows = child(shapes, args.chunk, args.repeats, args.cache, args.host_cores)
         print(json.dumps(rows), flush=True)
         return {"rows": rows}
     settings = args.setting or list(SETTINGS)

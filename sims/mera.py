@@ -12,6 +12,9 @@ on the shared 2-core host it did not shorten the default ladder (4 interleaved p
 bench/results/mera_compile_overlap.json). Each stage runs in compiled chunks
 (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in <out>/ckpt/stage<k>: an interrupted run resumes
 where it stopped. Float64, unless ``precision`` asks for float32 early stages (the last stage is float64).
+``host_cores`` (default 0, auto) holds XLA to one CPU core while every χ ≤ 12: there a sweep was as fast or faster
+on one core of the 2-core host than on two threads, and robust when other processes take the cores
+(bench/results/mera_busy_host.json); ``--set host_cores=n`` for n cores.
 
 Default ladder: the published schedule of Evenbly's tensors.net mainVarMERA, χ/χ_mid = 6/4 (1 transitional
 layer, 2000 steps) → 8/6 (2 layers, 1800 steps): energy error 9.6e-7 in 19–25 s on the 2-core CPU with a single
@@ -43,12 +46,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.physics import mera as M
+from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
 
 ISING_DIMS = [0.0, 0.125, 1.0, 1.125, 1.125, 2.0, 2.0, 2.0, 2.0, 2.125]
+# host_cores=0 (auto) runs ladders up to this χ on one core: measured on 2 cores (bench/results/mera_busy_host.json),
+# a sweep there was about as fast or faster on one core than on XLA's two threads, and with two other processes
+# spinning it slowed 1.5-1.6x at χ = 12 (2.1-2.6x for χ = 8's 4.5 ms sweep) instead of 4.6-14x (each operation
+# split over two threads waiting for the descheduled one); at χ = 16 two threads were mostly faster when quiet.
+ONE_CORE_MAX_CHI = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +86,7 @@ class MERASimConfig:
     checkpoint_every: int = 200      # steps between checkpoints (a multiple of steps_per_chunk)
     seed: int = 0  # seed of the initial isometries
     compile_ahead: bool = False  # compile stage k+1's sweep in a background thread while stage k runs (opt-in)
+    host_cores: int = 0  # CPU cores XLA may use (0: auto, one core while every χ <= 12, else all; n: n cores)
 
     def validate(self) -> None:
         for name in ("steps_per_chunk", "checkpoint_every"):
@@ -117,8 +127,17 @@ class MERASimConfig:
                 if getattr(self, name) % self.steps_per_chunk:
                     raise ValueError(f"{name}={getattr(self, name)} must be a multiple of steps_per_chunk="
                                      f"{self.steps_per_chunk} (or 0 to turn the check off)")
+        if isinstance(self.host_cores, bool) or not isinstance(self.host_cores, int) or self.host_cores < 0:
+            raise ValueError(f"host_cores must be 0 (auto) or a positive number of cores, got {self.host_cores!r}; "
+                             "e.g. --set host_cores=1")
         for k, (chi, lay) in enumerate(zip(self.chis, self.layers)):
             self.stage_config(chi, lay, k).validate()
+
+    def cores_to_use(self) -> int | None:
+        """The cores to hold XLA to (:func:`ivhl_jax.run.device.limit_host_cores`), None for all of them."""
+        if self.host_cores:
+            return self.host_cores
+        return 1 if max(self.chis) <= ONE_CORE_MAX_CHI else None
 
     def stuck_check(self) -> M.StuckCheck:
         return M.StuckCheck(after=self.stuck_after, max_restarts=self.max_restarts, every=self.stuck_every,
@@ -173,7 +192,12 @@ def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
 
 
 def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True) -> dict:
-    """Run the ladder; returns the summary dict written to mera.json."""
+    """Run the ladder; returns the summary dict written to mera.json. Call it before any JAX computation for
+    ``cfg.host_cores`` to take effect (as ``ivhl sim mera`` does); later it is reported as not applied."""
+    cores = cfg.cores_to_use()
+    host_cores = limit_host_cores(cores) if cores else "all cores (a χ above 12)"
+    if progress:
+        print(f"host cores: {host_cores}")
     e0 = M.E0_CRITICAL_ISING if cfg.g == 1.0 else None
     if e0 is None:
         from ivhl_jax.physics.exact import tfi_energy_density
@@ -254,7 +278,7 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
         "energy_error_per_sweep": np.concatenate(energies), "stages": stages, "restarts": restarts,
         "scaling_dimensions": dims, "scaling_dimensions_exact": ISING_DIMS[: len(dims)],
         "delta_sigma_rel_error": abs(dims[1] - 0.125) / 0.125,
-        "delta_epsilon_rel_error": abs(dims[2] - 1.0),
+        "delta_epsilon_rel_error": abs(dims[2] - 1.0), "host_cores": host_cores,
     }
 
 
@@ -304,7 +328,7 @@ def _run(cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
 # The tensors' shapes change with χ from stage to stage, so each stage keeps its own checkpointer
 # (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock and the config check.
 SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n")[0],
-                        default_out=lambda cfg, a: "runs/mera", own_checkpoints=True)
+                        default_out=lambda cfg, a: "runs/mera", own_checkpoints=True, extendable=("host_cores",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

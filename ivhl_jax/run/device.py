@@ -20,7 +20,8 @@ import jax
 
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["device_report", "format_report", "enable_compilation_cache", "keep_host_memory", "configure"]
+__all__ = ["device_report", "format_report", "enable_compilation_cache", "keep_host_memory", "limit_host_cores",
+           "configure"]
 
 _LIBS = ("jax", "jaxlib", "flax", "optax", "chex", "orbax-checkpoint", "numpy", "scipy", "torch")
 
@@ -153,19 +154,52 @@ def keep_host_memory() -> str:
 
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return f"not applied: needs glibc on Linux ({platform.system()}, {platform.libc_ver()[0] or 'no glibc'})"
-    try:
-        from jax._src import xla_bridge
-
-        started = xla_bridge.backends_are_initialized()
-    except (ImportError, AttributeError):  # private API moved: assume not started, the settings are harmless
-        started = False
-    if started:
+    if _backend_started():
         return ("not applied: JAX's backend has already started (its threads keep their own malloc arenas); "
                 "call keep_host_memory() before the first JAX computation")
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     ok = [libc.mallopt(opt, val) for opt, val in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0),
                                                    (_M_TRIM_THRESHOLD, -1))]
     return "applied" if all(ok) else f"not applied: mallopt refused ({ok})"
+
+
+def _backend_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # private API moved: assume not started (both settings are harmless)
+        return False
+
+
+def limit_host_cores(n: int) -> str:
+    """Run this process on ``n`` of the CPU cores it may use (the first ``n`` of its affinity mask), so that
+    XLA:CPU, which sizes its thread pools from that mask when JAX starts its backend, runs on ``n`` threads.
+
+    Why: a program of many small operations (a MERA sweep up to χ ≈ 12) gains little from splitting each
+    operation over threads, and loses badly when another process takes one of the cores: each split operation
+    waits for its descheduled half. Measured on a 2-core host (``bench/results/mera_busy_host.json``): one χ = 12
+    sweep took 40–55 ms on XLA's default two threads and 35–42 ms on one core; with two other processes spinning,
+    190–570 ms against 56–63 ms. At χ = 16 two threads were mostly faster on the quiet host (298–330 against
+    310–379 ms) and 2–3× slower under the same load.
+
+    Only effective before JAX starts its CPU backend (the first computation): the calling thread and every thread
+    started afterwards (XLA's) stay on those cores; threads started before (NumPy's BLAS pool) keep their mask.
+    Linux only (``os.sched_setaffinity``). Returns ``"applied: cores [...]"`` or why it was not (backend started,
+    not Linux, already on ``n`` cores or fewer).
+    """
+    check_scalar(n, "n", integer=True, minimum=1)
+    if not hasattr(os, "sched_setaffinity"):
+        return f"not applied: needs os.sched_setaffinity (Linux), not {platform.system()}"
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) <= int(n):
+        return f"not applied: the process already runs on {len(allowed)} core(s) {allowed}"
+    if _backend_started():
+        return ("not applied: JAX's backend has already started (XLA sized its thread pools when it did); "
+                "call limit_host_cores() before the first JAX computation, or run under `taskset`")
+    cores = allowed[: int(n)]
+    os.sched_setaffinity(0, cores)
+    return f"applied: cores {cores}"
 
 
 def configure(*, matmul_precision: str | None = None, enable_x64: bool | None = None,

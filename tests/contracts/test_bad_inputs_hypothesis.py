@@ -644,6 +644,7 @@ CASES += [
     Case("device.enable_compilation_cache/min_compile_time_s",
          lambda b: run_device.enable_compilation_cache("/tmp/ivhl-unused-cache", min_compile_time_s=b),
          "min_compile_time_s", st.one_of(st.floats(max_value=-1e-6, allow_nan=False), bad_finite)),
+    Case("device.limit_host_cores/n", run_device.limit_host_cores, "n", bad_size),
     Case("io.save_figure/dpi", lambda b: run_io.save_figure(None, "/tmp/ivhl-unused.png", dpi=b), "dpi",
          st.one_of(st.integers(max_value=0), st.sampled_from([NAN, INF, -1.5, "4", None]))),
     Case("io.save_figure/fig", lambda b: run_io.save_figure(b, "/tmp/ivhl-unused.png"), "fig",

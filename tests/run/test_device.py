@@ -1,4 +1,5 @@
-"""ivhl_jax.run.device: the device report (and `ivhl info`), the persistent compilation cache."""
+"""ivhl_jax.run.device: the device report (and `ivhl info`), the persistent compilation cache, the host
+memory and core settings."""
 
 from __future__ import annotations
 
@@ -67,3 +68,38 @@ def test_keep_host_memory_stops_xla_cpu_faulting_its_temporary_buffer_in_each_ca
     assert float(default[0].split()[2]) > 0.5 * pages, default  # every call after the first two
     assert float(keep[0].split()[1]) < 0.05 * pages, keep  # the median call
     assert "already started" in keep[1] and "already started" in default[1]
+
+
+_CORES = """
+import os, sys
+from ivhl_jax.run.device import limit_host_cores
+before = set(os.listdir("/proc/self/task"))  # e.g. NumPy's BLAS pool, started at import: keeps its mask
+status = limit_host_cores(1)
+import jax, jax.numpy as jnp
+assert float(jax.jit(lambda x: (x @ x).sum())(jnp.ones((64, 64)))) == 64.0 ** 3
+threads = [len(os.sched_getaffinity(int(t))) for t in set(os.listdir("/proc/self/task")) - before]
+print(status, len(os.sched_getaffinity(0)), max(threads), len(threads))
+print(limit_host_cores(1))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="os.sched_setaffinity")
+def test_limit_host_cores_runs_xla_and_every_thread_it_starts_on_those_cores():
+    """Before the backend starts: the calling thread and every thread XLA starts (its pools, sized from the mask)
+    stay on one core and compute correctly. Afterwards (or on one core already) it says why not and changes nothing."""
+    import os
+
+    out = subprocess.run([sys.executable, "-c", _CORES], capture_output=True, text=True, check=True).stdout
+    first, second = out.strip().split("\n")[-2:]
+    if len(os.sched_getaffinity(0)) == 1:
+        assert first.startswith("not applied: the process already runs on 1 core"), out
+        return
+    status, mask, widest, started = first.rsplit(" ", 3)
+    assert status.startswith("applied: cores [") and mask == "1" and widest == "1" and int(started) >= 1, out
+    assert second.startswith("not applied: the process already runs on 1 core"), out
+    # in this process the backend has started: more cores than it has are refused with the reason
+    from ivhl_jax.run.device import limit_host_cores
+
+    jax.numpy.zeros(1).block_until_ready()
+    msg = limit_host_cores(1)
+    assert "already started" in msg and len(os.sched_getaffinity(0)) > 1, msg

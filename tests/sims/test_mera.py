@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
 from ivhl_jax.sims import mera as sim
 
@@ -29,6 +32,10 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
     assert doc["stages"][0]["isometry_error"]["w"] < 1e-12
     assert len(doc["scaling_dimensions"]) == len(doc["scaling_dimensions_exact"])
     assert abs(doc["scaling_dimensions"][0]) < 1e-8
+    # χ = 4 asks for one core (auto), but this process's JAX backend runs already: reported, nothing changed
+    assert sim.MERASimConfig(chis=(4,), steps=(6,), layers=(1,)).cores_to_use() == 1
+    assert sim.MERASimConfig(chis=(8, 16), steps=(6, 6), layers=(1, 2)).cores_to_use() is None
+    assert doc["host_cores"].startswith("not applied: "), doc["host_cores"]
     for name in ("convergence.png", "scaling_dims.png", "config.json"):
         assert os.path.getsize(os.path.join(out, name)) > 0
     # the jitted sweep (compile_ahead=false) gives the same energies as the ahead-of-time compiled one
@@ -41,6 +48,14 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
         again = json.load(f)
     assert again["stages"][0]["resumed_from"] == 6
     np.testing.assert_array_equal(again["energy_error_per_sweep"], err)
+    # host_cores changes no result: a folder written before the key existed, or with another value, resumes
+    with open(os.path.join(out, "config.json")) as f:
+        written = json.load(f)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({k: v for k, v in written.items() if k != "host_cores"}, f)
+    assert sim.main(ahead + ["--set", "host_cores=2", "--out", out]) == 0
+    with open(os.path.join(out, "mera.json")) as f:
+        assert json.load(f)["stages"][0]["resumed_from"] == 6
     # a different configuration in the same folder is refused unless --no-resume
     assert sim.main(ahead + ["--set", "seed=3", "--out", out]) == 2
     assert "different configuration" in capsys.readouterr().err
@@ -57,6 +72,20 @@ def test_sim_bad_config(capsys):
     assert sim.main(ARGS + ["--set", "chis=[4, 4]", "--set", "steps=[6, 6]", "--set", "layers=[1, 1]",
                             "--set", "precision=[\"bf16\", \"f64\"]"]) == 2
     assert "precision[0]" in capsys.readouterr().err
+    for bad in ("-1", "true", "1.5"):
+        assert sim.main(ARGS + ["--set", f"host_cores={bad}"]) == 2
+        assert "host_cores" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # a fresh process (~10 s)
+@pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2, reason="needs 2+ cores (Linux)")
+def test_cli_run_holds_xla_to_one_core_up_to_chi_12(tmp_path):
+    """From the command line nothing starts JAX's backend before the sim applies host_cores (auto: one core)."""
+    out = str(tmp_path / "mera")
+    subprocess.run([sys.executable, "-m", "ivhl_jax.sims.mera", *ARGS, "--out", out], check=True,
+                   capture_output=True, text=True)
+    with open(os.path.join(out, "mera.json")) as f:
+        assert json.load(f)["host_cores"].startswith("applied: cores [")
 
 
 def test_sim_old_keys_fail_with_one_line_naming_the_new_key(tmp_path, capsys):
