@@ -12,9 +12,11 @@ on the shared 2-core host it did not shorten the default ladder (4 interleaved p
 bench/results/mera_compile_overlap.json). Each stage runs in compiled chunks
 (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in <out>/ckpt/stage<k>: an interrupted run resumes
 where it stopped. Float64, unless ``precision`` asks for float32 early stages (the last stage is float64).
-``host_cores`` (default 0, auto) holds XLA to one CPU core while every χ ≤ 12: there a sweep was as fast or faster
-on one core of the 2-core host than on two threads, and robust when other processes take the cores
-(bench/results/mera_busy_host.json); ``--set host_cores=n`` for n cores.
+``host_cores`` (default 0, auto) holds XLA to one CPU core when the host is busy (its 1-minute load average is at
+least the number of cores this process may use) and every χ ≤ 12: there, with two other busy processes on the
+2-core host, a sweep slowed 1.5-1.6x on one core against up to 14x on XLA's two threads; on a quiet host all cores
+reach each accuracy 25-35 % sooner (XLA compiles on them too; bench/results/mera_busy_host.json).
+``--set host_cores=n`` asks for n cores whatever the load.
 
 Default ladder: the published schedule of Evenbly's tensors.net mainVarMERA, χ/χ_mid = 6/4 (1 transitional
 layer, 2000 steps) → 8/6 (2 layers, 1800 steps): energy error 9.6e-7 in 19–25 s on the 2-core CPU with a single
@@ -53,10 +55,12 @@ from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
 
 ISING_DIMS = [0.0, 0.125, 1.0, 1.125, 1.125, 2.0, 2.0, 2.0, 2.0, 2.125]
-# host_cores=0 (auto) runs ladders up to this χ on one core: measured on 2 cores (bench/results/mera_busy_host.json),
-# a sweep there was about as fast or faster on one core than on XLA's two threads, and with two other processes
-# spinning it slowed 1.5-1.6x at χ = 12 (2.1-2.6x for χ = 8's 4.5 ms sweep) instead of 4.6-14x (each operation
-# split over two threads waiting for the descheduled one); at χ = 16 two threads were mostly faster when quiet.
+# host_cores=0 (auto) runs ladders up to this χ on one core when the host is busy: measured on 2 cores
+# (bench/results/mera_busy_host.json), with two other processes spinning a sweep slowed 1.5-1.6x at χ = 12
+# (2.1-2.6x for χ = 8's 4.5 ms sweep) on one core instead of 4.6-14x on XLA's two threads (each operation split
+# over two threads waiting for the descheduled one); at χ = 16 two threads were mostly faster when quiet. On a
+# quiet host the default ladder reached 1e-3 / 1e-5 in 2.7-3.0 / 6.9-7.4 s on both cores and 4.0 / 10.1-10.2 s on
+# one (compilation runs on XLA's threads too), hence one core only under load.
 ONE_CORE_MAX_CHI = 12
 
 
@@ -86,7 +90,7 @@ class MERASimConfig:
     checkpoint_every: int = 200      # steps between checkpoints (a multiple of steps_per_chunk)
     seed: int = 0  # seed of the initial isometries
     compile_ahead: bool = False  # compile stage k+1's sweep in a background thread while stage k runs (opt-in)
-    host_cores: int = 0  # CPU cores XLA may use (0: auto, one core while every χ <= 12, else all; n: n cores)
+    host_cores: int = 0  # CPU cores XLA may use (0: auto, one core if the host is busy and every χ <= 12; n: n)
 
     def validate(self) -> None:
         for name in ("steps_per_chunk", "checkpoint_every"):
@@ -133,11 +137,17 @@ class MERASimConfig:
         for k, (chi, lay) in enumerate(zip(self.chis, self.layers)):
             self.stage_config(chi, lay, k).validate()
 
-    def cores_to_use(self) -> int | None:
-        """The cores to hold XLA to (:func:`ivhl_jax.run.device.limit_host_cores`), None for all of them."""
+    def cores_to_use(self, load: float | None = None, cores: int | None = None) -> int | None:
+        """The cores to hold XLA to (:func:`ivhl_jax.run.device.limit_host_cores`), None for all of them.
+        ``load``: the host's 1-minute load average (default ``os.getloadavg()``), ``cores``: how many this process
+        may use (default its affinity mask); the host counts as busy when load >= cores."""
         if self.host_cores:
             return self.host_cores
-        return 1 if max(self.chis) <= ONE_CORE_MAX_CHI else None
+        if max(self.chis) > ONE_CORE_MAX_CHI:
+            return None
+        load = os.getloadavg()[0] if load is None else load
+        cores = len(os.sched_getaffinity(0)) if cores is None and hasattr(os, "sched_getaffinity") else cores
+        return 1 if cores is not None and cores > 1 and load >= cores else None
 
     def stuck_check(self) -> M.StuckCheck:
         return M.StuckCheck(after=self.stuck_after, max_restarts=self.max_restarts, every=self.stuck_every,
@@ -195,7 +205,9 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
     """Run the ladder; returns the summary dict written to mera.json. Call it before any JAX computation for
     ``cfg.host_cores`` to take effect (as ``ivhl sim mera`` does); later it is reported as not applied."""
     cores = cfg.cores_to_use()
-    host_cores = limit_host_cores(cores) if cores else "all cores (a χ above 12)"
+    host_cores = limit_host_cores(cores) if cores else (
+        f"all cores (auto: {'a χ above 12' if max(cfg.chis) > ONE_CORE_MAX_CHI else 'the host is not busy'}, "
+        f"load average {os.getloadavg()[0]:.2f})")
     if progress:
         print(f"host cores: {host_cores}")
     e0 = M.E0_CRITICAL_ISING if cfg.g == 1.0 else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -32,10 +33,13 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
     assert doc["stages"][0]["isometry_error"]["w"] < 1e-12
     assert len(doc["scaling_dimensions"]) == len(doc["scaling_dimensions_exact"])
     assert abs(doc["scaling_dimensions"][0]) < 1e-8
-    # χ = 4 asks for one core (auto), but this process's JAX backend runs already: reported, nothing changed
-    assert sim.MERASimConfig(chis=(4,), steps=(6,), layers=(1,)).cores_to_use() == 1
-    assert sim.MERASimConfig(chis=(8, 16), steps=(6, 6), layers=(1, 2)).cores_to_use() is None
-    assert doc["host_cores"].startswith("not applied: "), doc["host_cores"]
+    # auto: one core only on a busy host (load average >= its cores) and while every χ <= 12
+    small, big = (sim.MERASimConfig(chis=c, steps=(6,) * len(c), layers=(1,) * len(c)) for c in ((4, 12), (8, 16)))
+    assert small.cores_to_use(load=2.0, cores=2) == 1 and small.cores_to_use(load=1.9, cores=2) is None
+    assert small.cores_to_use(load=5.0, cores=1) is None and big.cores_to_use(load=9.0, cores=2) is None
+    assert dataclasses.replace(big, host_cores=3).cores_to_use(load=0.0, cores=2) == 3
+    # what was applied (here: all cores, or not applied because this process's JAX backend runs already)
+    assert doc["host_cores"].startswith(("not applied: ", "all cores (auto: the host is not busy")), doc["host_cores"]
     for name in ("convergence.png", "scaling_dims.png", "config.json"):
         assert os.path.getsize(os.path.join(out, name)) > 0
     # the jitted sweep (compile_ahead=false) gives the same energies as the ahead-of-time compiled one
@@ -79,11 +83,11 @@ def test_sim_bad_config(capsys):
 
 @pytest.mark.slow  # a fresh process (~10 s)
 @pytest.mark.skipif(sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2, reason="needs 2+ cores (Linux)")
-def test_cli_run_holds_xla_to_one_core_up_to_chi_12(tmp_path):
-    """From the command line nothing starts JAX's backend before the sim applies host_cores (auto: one core)."""
+def test_cli_run_holds_xla_to_one_core_when_asked(tmp_path):
+    """From the command line nothing starts JAX's backend before the sim applies host_cores."""
     out = str(tmp_path / "mera")
-    subprocess.run([sys.executable, "-m", "ivhl_jax.sims.mera", *ARGS, "--out", out], check=True,
-                   capture_output=True, text=True)
+    subprocess.run([sys.executable, "-m", "ivhl_jax.sims.mera", *ARGS, "--set", "host_cores=1", "--out", out],
+                   check=True, capture_output=True, text=True)
     with open(os.path.join(out, "mera.json")) as f:
         assert json.load(f)["host_cores"].startswith("applied: cores [")
 
