@@ -137,17 +137,18 @@ class MERASimConfig:
         for k, (chi, lay) in enumerate(zip(self.chis, self.layers)):
             self.stage_config(chi, lay, k).validate()
 
-    def cores_to_use(self, load: float | None = None, cores: int | None = None) -> int | None:
-        """The cores to hold XLA to (:func:`ivhl_jax.run.device.limit_host_cores`), None for all of them.
+    def cores_to_use(self, load: float | None = None, cores: int | None = None) -> tuple[int | None, str]:
+        """(the cores to hold XLA to (:func:`ivhl_jax.run.device.limit_host_cores`), None for all of them; why).
         ``load``: the host's 1-minute load average (default ``os.getloadavg()``), ``cores``: how many this process
         may use (default its affinity mask); the host counts as busy when load >= cores."""
         if self.host_cores:
-            return self.host_cores
+            return self.host_cores, "host_cores"
         if max(self.chis) > ONE_CORE_MAX_CHI:
-            return None
+            return None, f"auto: a χ above {ONE_CORE_MAX_CHI}"
         load = os.getloadavg()[0] if load is None else load
         cores = len(os.sched_getaffinity(0)) if cores is None and hasattr(os, "sched_getaffinity") else cores
-        return 1 if cores is not None and cores > 1 and load >= cores else None
+        busy = cores is not None and cores > 1 and load >= cores
+        return (1 if busy else None), f"auto: the host is {'' if busy else 'not '}busy, load average {load:.2f}"
 
     def stuck_check(self) -> M.StuckCheck:
         return M.StuckCheck(after=self.stuck_after, max_restarts=self.max_restarts, every=self.stuck_every,
@@ -204,10 +205,8 @@ def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
 def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True) -> dict:
     """Run the ladder; returns the summary dict written to mera.json. Call it before any JAX computation for
     ``cfg.host_cores`` to take effect (as ``ivhl sim mera`` does); later it is reported as not applied."""
-    cores = cfg.cores_to_use()
-    host_cores = limit_host_cores(cores) if cores else (
-        f"all cores (auto: {'a χ above 12' if max(cfg.chis) > ONE_CORE_MAX_CHI else 'the host is not busy'}, "
-        f"load average {os.getloadavg()[0]:.2f})")
+    cores, why = cfg.cores_to_use()
+    host_cores = f"{limit_host_cores(cores) if cores else 'all cores'} ({why})"
     if progress:
         print(f"host cores: {host_cores}")
     e0 = M.E0_CRITICAL_ISING if cfg.g == 1.0 else None

@@ -226,8 +226,9 @@ def random_isometry(key: jax.Array, rows: int, cols: int, dtype: Any = None) -> 
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
-def _polar(a: jax.Array) -> jax.Array:
-    uu, _, vt = jnp.linalg.svd(a, full_matrices=False)
+def _polar(a: Any, xp: Any = jnp) -> Any:
+    """Polar factor U Vᵀ of a = U S Vᵀ, in the array namespace ``xp`` (jax.numpy, or NumPy on the host)."""
+    uu, _, vt = xp.linalg.svd(a, full_matrices=False)
     return uu @ vt
 
 
@@ -244,9 +245,8 @@ def init_mera(key: jax.Array, config: MERAConfig, d: int = 4) -> MERA:
     d = int(d)
     if not is_concrete(key):
         return _init_tensors(key, config, d)
-    dtype = np.dtype(jnp.result_type(float))
-    rows = np.asarray(_init_draws(key, 2 * (config.layers + 1), _init_draw_size(config, d), dtype))
-    us, ws, vs, rho = _assemble_start(rows, config, d, np, _polar_host)
+    rows = np.asarray(_start_draws(key, config, d))
+    us, ws, vs, rho = _assemble_start(rows, config, d, np)
     us, ws, vs, rho, sweeps = jax.device_put((us, ws, vs, rho, np.zeros((), np.int32)))
     return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, sweeps)
 
@@ -271,8 +271,11 @@ def _init_shapes(config: MERAConfig, d: int) -> list[tuple[int, int, int]]:
     return shapes
 
 
-def _init_draw_size(config: MERAConfig, d: int) -> int:
-    return max(chi_in * m * chi_out for chi_in, m, chi_out in _init_shapes(config, d))
+def _start_draws(key: jax.Array, config: MERAConfig, d: int) -> jax.Array:
+    """The cold start's uniform(0, 1) draws in the default float: two rows (w, v) per layer, each as long as the
+    largest isometry."""
+    size = max(chi_in * m * chi_out for chi_in, m, chi_out in _init_shapes(config, d))
+    return _init_draws(key, 2 * (config.layers + 1), size, jnp.result_type(float))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
@@ -281,17 +284,13 @@ def _init_draws(key: jax.Array, n_keys: int, size: int, dtype: Any) -> jax.Array
     return jax.vmap(lambda k: jax.random.uniform(k, (size,), dtype))(jax.random.split(key, n_keys))
 
 
-def _polar_host(a: np.ndarray) -> np.ndarray:
-    uu, _, vt = np.linalg.svd(a, full_matrices=False)
-    return uu @ vt
-
-
-def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any, polar: Callable[[Any], Any]
-                    ) -> tuple[list[Any], list[Any], list[Any], Any]:
-    """The cold start from its draws ``rows`` (:func:`_init_draws`) in the array namespace ``xp`` (NumPy on the
+def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any) -> tuple[list[Any], list[Any], list[Any], Any]:
+    """The cold start from its draws ``rows`` (:func:`_start_draws`) in the array namespace ``xp`` (NumPy on the
     host, jax.numpy in a trace): (u, w, v per layer, top density matrix)."""
     us, ws, vs = [], [], []
-    for z, (chi_in, m, chi_out) in enumerate(_init_shapes(config, d)):
+    shapes = _init_shapes(config, d)
+    polar = functools.partial(_polar, xp=xp)
+    for z, (chi_in, m, chi_out) in enumerate(shapes):
         e = xp.eye(chi_in, m, dtype=rows.dtype)  # truncated identity: columns orthonormal
         us.append(xp.einsum("ac,bd->abcd", e, e))
         size = chi_in * m * chi_out
@@ -301,15 +300,14 @@ def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any, polar: Calla
             vs.append(xp.transpose(w, (1, 0, 2)))
         else:
             vs.append(polar(rows[2 * z + 1, :size].reshape(m * chi_in, chi_out)).reshape(m, chi_in, chi_out))
-    top = _init_shapes(config, d)[-1][2]
+    top = shapes[-1][2]
     rho = xp.eye(top * top, dtype=rows.dtype).reshape((top,) * 4) / top**2
     return us, ws, vs, rho
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _init_tensors(key: jax.Array, config: MERAConfig, d: int) -> MERA:
-    rows = _init_draws(key, 2 * (config.layers + 1), _init_draw_size(config, d), jnp.result_type(float))
-    us, ws, vs, rho = _assemble_start(rows, config, d, jnp, _polar)
+    us, ws, vs, rho = _assemble_start(_start_draws(key, config, d), config, d, jnp)
     return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, jnp.zeros((), jnp.int32))
 
 

@@ -35,9 +35,9 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
     assert abs(doc["scaling_dimensions"][0]) < 1e-8
     # auto: one core only on a busy host (load average >= its cores) and while every χ <= 12
     small, big = (sim.MERASimConfig(chis=c, steps=(6,) * len(c), layers=(1,) * len(c)) for c in ((4, 12), (8, 16)))
-    assert small.cores_to_use(load=2.0, cores=2) == 1 and small.cores_to_use(load=1.9, cores=2) is None
-    assert small.cores_to_use(load=5.0, cores=1) is None and big.cores_to_use(load=9.0, cores=2) is None
-    assert dataclasses.replace(big, host_cores=3).cores_to_use(load=0.0, cores=2) == 3
+    assert small.cores_to_use(load=2.0, cores=2)[0] == 1 and small.cores_to_use(load=1.9, cores=2)[0] is None
+    assert small.cores_to_use(load=5.0, cores=1)[0] is None and big.cores_to_use(load=9.0, cores=2)[0] is None
+    assert dataclasses.replace(big, host_cores=3).cores_to_use(load=0.0, cores=2)[0] == 3
     # what was applied (here: all cores, or not applied because this process's JAX backend runs already)
     assert doc["host_cores"].startswith(("not applied: ", "all cores (auto: the host is not busy")), doc["host_cores"]
     for name in ("convergence.png", "scaling_dims.png", "config.json"):
