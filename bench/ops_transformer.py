@@ -304,8 +304,9 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
     between calls), so host load hits all alike; medians, min/max and the per-round ratio to ours are
     reported, with the wall time and the process CPU time (``time.process_time``) of each call.
     Contestants: ``ivhl_jit`` (our step, state donated), optionally ``ivhl_jit_baseline`` (the same
-    step with attention through ``jax.nn.dot_product_attention``, the pre-issue-17 path), and
-    ``torch_eager_<n>thr`` for each thread count.
+    step with attention through ``jax.nn.dot_product_attention``, the pre-issue-17 path) and
+    ``ivhl_jit_plain_matmul`` (the same step with the MLP's expanding projection through ``jnp.dot``
+    instead of ``layers.matmul_saving_transposed_input``), and ``torch_eager_<n>thr`` for each thread count.
     """
     import os
     import time
@@ -313,6 +314,7 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
 
     import torch
 
+    from ivhl_jax.models import layers as layers_mod
     from ivhl_jax.models.transformer import init_params, lm_loss_fn, preset
     from ivhl_jax.nn import attention as attention_mod
     from ivhl_jax.train import training
@@ -324,11 +326,13 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, cfg.vocab_size)
         calls, setup = {}, {}
 
-        def jax_call(on_gpu):
+        def jax_call(on_gpu, matmul=layers_mod.matmul_saving_transposed_input):
             state = training.init_train_state(jax.tree.map(jnp.copy, params), opt, key=jax.random.key(1))
             step = jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, "fp32"), donate_argnums=0)
             t0 = time.perf_counter()
-            with mock.patch.object(attention_mod, "_on_gpu", on_gpu):  # baseline: jax.nn path, traced here
+            # baselines: the jax.nn attention path or a plain jnp.dot projection, traced here
+            with mock.patch.object(attention_mod, "_on_gpu", on_gpu), \
+                    mock.patch.object(layers_mod, "matmul_saving_transposed_input", matmul):
                 compiled = step.lower(state, batch).compile()
             box = [state]
 
@@ -342,6 +346,7 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         calls["ivhl_jit"], setup["ivhl_jit"] = jax_call(attention_mod._on_gpu)
         if baseline:
             calls["ivhl_jit_baseline"], setup["ivhl_jit_baseline"] = jax_call(lambda: True)
+            calls["ivhl_jit_plain_matmul"], setup["ivhl_jit_plain_matmul"] = jax_call(attention_mod._on_gpu, jnp.dot)
         tokens = torch.from_numpy(np.asarray(batch, np.int64))
         for n in torch_threads:
             t0 = time.perf_counter()

@@ -167,3 +167,55 @@ def test_xla_fuses_the_elementwise_work_around_the_matmul(block):
     # On GPU the temp buffer also holds cuBLAS's fixed 1 MiB GEMM workspace (measured on an H100: exactly 1 MiB).
     workspace = 0 if jax.default_backend() == "cpu" else 1 << 20
     assert temp <= M * max(K, N) * 4 + 4096 + workspace, temp
+
+
+def test_matmul_saving_transposed_input_has_the_values_and_derivatives_of_dot():
+    """Forward value, forward mode, reverse mode, second order and vmap all agree with ``jnp.dot`` (float64
+    NumPy for the value): only the layout of what reverse mode saves differs."""
+    kx, kw, kt, kc = jax.random.split(jax.random.key(0), 4)
+    x = jax.random.normal(kx, (3, 5, 8))
+    w = jax.random.normal(kw, (8, 16)) / 3.0
+    f = L.matmul_saving_transposed_input
+    np.testing.assert_allclose(f(x, w), np.asarray(x, np.float64) @ np.asarray(w, np.float64), rtol=1e-5, atol=1e-5)
+    tx, tw = jax.random.normal(kt, x.shape), jax.random.normal(kt, w.shape)
+    _, jvp_ours = jax.jvp(f, (x, w), (tx, tw))
+    _, jvp_ref = jax.jvp(jnp.dot, (x, w), (tx, tw))
+    np.testing.assert_allclose(jvp_ours, jvp_ref, rtol=1e-5, atol=1e-5)
+    c = jax.random.normal(kc, (3, 5, 16))
+
+    def loss(fn):
+        return lambda x, w, c: jnp.sum(jnp.tanh(fn(x, w)) * c)
+
+    for g_ours, g_ref in zip(jax.grad(loss(f), argnums=(0, 1))(x, w, c),
+                             jax.grad(loss(jnp.dot), argnums=(0, 1))(x, w, c)):
+        np.testing.assert_allclose(g_ours, g_ref, rtol=1e-5, atol=1e-5)
+    hess = lambda fn: jax.hessian(lambda w: loss(fn)(x[:1, :2], w, c[:1, :2]))(w)  # second order, both modes
+    np.testing.assert_allclose(hess(f), hess(jnp.dot), rtol=1e-4, atol=1e-5)
+    per_example = lambda fn: jax.vmap(jax.grad(loss(fn), argnums=1), in_axes=(0, None, 0))(x, w, c)
+    np.testing.assert_allclose(per_example(f), per_example(jnp.dot), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU matmul-library choice")
+def test_expanding_projection_weight_gradient_is_a_plain_matmul_in_the_layer_scan(monkeypatch):
+    """In the compiled gradient of a layer-scanned transformer, the expanding MLP projection's weight gradient
+    ``[d_model, d_ff]`` is no longer an Eigen ``dot`` contracting its left operand's leading (token) axis,
+    which it is with a plain ``jnp.dot`` (the control, so the test can fail)."""
+    from ivhl_jax.models import transformer as tm
+
+    cfg = tm.preset("tiny", max_len=32, activation="gelu", norm="layernorm", attention="xla")
+    params = tm.init_params(cfg, jax.random.key(0))
+    batch = jax.random.randint(jax.random.key(1), (2, 33), 0, cfg.vocab_size)
+    loss = tm.lm_loss_fn(cfg)
+    eigen_dw = re.compile(rf"= f32\[{cfg.d_model},{cfg.d_ff}\]\S* dot\([^\n]*lhs_contracting_dims=\{{0\}}")
+
+    def compiled_grad():
+        grad = jax.jit(jax.grad(lambda p, b: loss(p, b, None, None)[0]))
+        return grad, grad.lower(params, batch).compile().as_text()
+
+    grad, ours = compiled_grad()
+    assert not eigen_dw.search(ours)
+    monkeypatch.setattr(L, "matmul_saving_transposed_input", jnp.dot)
+    plain_grad, plain = compiled_grad()
+    assert eigen_dw.search(plain)
+    for a, b in zip(jax.tree.leaves(grad(params, batch)), jax.tree.leaves(plain_grad(params, batch))):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
