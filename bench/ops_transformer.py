@@ -395,28 +395,114 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
                       "cpu = time.process_time over the same call (all threads)"}
 
 
+def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads: int = 2, log=print) -> dict:
+    """Where the time of a forward+backward goes by depth: one block alone against the same block inside the model.
+
+    Per shape, interleaved in this one process: the gradient (no optimizer) of our ``small`` model with
+    ``n_layers`` = 1, 2 and 6 (the layer ``scan``), of one of our blocks alone (``jax.grad`` of
+    ``sum(block(x) * r)`` with respect to its parameters and input), and the same two for the PyTorch twin
+    (:func:`torch_lm`: its 6-layer model and its first block). ``per_layer_in_model_ms`` is the slope
+    ``(t(6 layers) - t(1 layer)) / 5``; ``in_model_over_alone`` divides it by the block alone.
+    """
+    import os
+    import time
+
+    import torch
+
+    from ivhl_jax.models import transformer as tm
+
+    torch.set_num_threads(threads)
+
+    def one_shape(B: int, T: int) -> dict:
+        batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, 256)
+        calls = {}
+        for L in (1, 2, 6):
+            cfg = tm.preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla", n_layers=L)
+            p = tm.init_params(cfg, jax.random.key(0))
+            loss = tm.lm_loss_fn(cfg)
+            grad = jax.jit(jax.grad(lambda p, b, loss=loss: loss(p, b, None, None)[0]))
+            calls[f"ours_{L}_layers"] = lambda g=grad, p=p: jax.block_until_ready(g(p, batch))
+        cfg = tm.preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla")
+        params = tm.init_params(cfg, jax.random.key(0))
+        block, block_params = tm.Block(cfg), jax.tree.map(lambda a: a[0], params["blocks"])
+        x = jax.random.normal(jax.random.key(3), (B, T, cfg.d_model))
+        r = jax.random.normal(jax.random.key(4), (B, T, cfg.d_model))
+        block_grad = jax.jit(jax.grad(lambda p, x: jnp.sum(block.apply({"params": p}, x)[0] * r), argnums=(0, 1)))
+        calls["ours_block_alone"] = lambda: jax.block_until_ready(block_grad(block_params, x))
+        model = torch_lm(cfg, T)
+        torch_load_params(model, params)
+        tokens = torch.from_numpy(np.asarray(batch, np.int64))
+
+        def torch_model():
+            model.zero_grad(set_to_none=True)
+            logits = model(tokens[:, :-1])
+            torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1)).backward()
+
+        tblock, tx = model.blocks[0], torch.from_numpy(np.array(x)).requires_grad_(True)
+        tr = torch.from_numpy(np.array(r))
+
+        def torch_block():
+            tblock.zero_grad(set_to_none=True)
+            tx.grad = None
+            (tblock(tx, model.cos[:T], model.sin[:T]) * tr).sum().backward()
+
+        calls["torch_6_layers"], calls["torch_block_alone"] = torch_model, torch_block
+        for c in calls.values():
+            c()
+            c()
+        wall: dict[str, list[float]] = {k: [] for k in calls}
+        load0 = os.getloadavg()
+        for _ in range(rounds):
+            for k, c in calls.items():
+                time.sleep(0.01)
+                t0 = time.perf_counter()
+                c()
+                wall[k].append(time.perf_counter() - t0)
+        ms = {k: 1e3 * float(np.median(v)) for k, v in wall.items()}
+        slope = (ms["ours_6_layers"] - ms["ours_1_layers"]) / 5
+        rec = {"batch": B, "seq_len": T, "loadavg_start": load0, "loadavg_end": os.getloadavg(),
+               "median_ms": ms, "samples_ms": {k: [1e3 * t for t in v] for k, v in wall.items()},
+               "ours_per_layer_in_model_ms": slope,
+               "ours_in_model_over_alone": slope / ms["ours_block_alone"],
+               "torch_6_layers_over_6_blocks_alone": ms["torch_6_layers"] / (6 * ms["torch_block_alone"]),
+               "ours_block_alone_over_torch_block_alone": ms["ours_block_alone"] / ms["torch_block_alone"]}
+        log(f"B={B} T={T} " + ", ".join(f"{k} {v:.0f} ms" for k, v in ms.items()) +
+            f"; ours per layer in the model {slope:.0f} ms = x{rec['ours_in_model_over_alone']:.2f} of the block "
+            f"alone; torch's model x{rec['torch_6_layers_over_6_blocks_alone']:.2f} of 6 blocks alone")
+        return rec
+
+    return {"rows": [one_shape(B, T) for B, T in shapes], "rounds": rounds, "threads": threads,
+            "torch_version": torch.__version__,
+            "method": "medians of interleaved rounds in one process; gradients only (no optimizer update)"}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_transformer")
     p.add_argument("--memory", action="store_true", help="attention memory sweep T = 1k..16k")
     p.add_argument("--max-T", type=int, default=16384)
     p.add_argument("--vs-torch", action="store_true",
                    help="train step of the small preset vs PyTorch eager at B,T = 4,256 and 8,512 (interleaved)")
+    p.add_argument("--layer-cost", action="store_true",
+                   help="one block alone vs inside the 1/2/6-layer model, ours and PyTorch's (gradients only)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--export", help="write JSON here")
     p.add_argument("--malloc-default", action="store_true",
                    help="leave glibc's malloc as it is (default: ivhl_jax.run.device.keep_host_memory(), as the "
                         "ivhl command line does; it applies to every contestant in this process)")
     a = p.parse_args(argv)
-    if not (a.memory or a.vs_torch):
-        p.error("nothing to do: pass --memory or --vs-torch (other timings run through `ivhl bench --op ...`)")
+    if not (a.memory or a.vs_torch or a.layer_cost):
+        p.error("nothing to do: pass --memory, --vs-torch or --layer-cost (other timings: `ivhl bench --op ...`)")
     from ivhl_jax.run.device import device_report, keep_host_memory
     from ivhl_jax.run.io import write_json
 
     malloc = "glibc defaults (--malloc-default)" if a.malloc_default else f"keep_host_memory: {keep_host_memory()}"
-    if a.vs_torch:
+    if a.vs_torch or a.layer_cost:
         doc = {"environment": device_report(), "command": "python -m ivhl_jax.bench.ops_transformer " +
-               " ".join(sys.argv[1:] if argv is None else argv), "host_malloc": malloc,
-               "train_step_vs_torch": train_step_vs_torch(rounds=a.rounds)}
+               " ".join(sys.argv[1:] if argv is None else argv), "host_malloc": malloc}
+        if a.vs_torch:
+            doc["train_step_vs_torch"] = train_step_vs_torch(rounds=a.rounds)
+        if a.layer_cost:
+            doc["layer_cost_vs_torch"] = layer_cost_vs_torch(rounds=a.rounds)
         if a.export:
             print(f"wrote {write_json(a.export, doc)}")
         return 0

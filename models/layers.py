@@ -185,9 +185,11 @@ def matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
     For the ``small`` transformer's expanding MLP projection (512 -> 2048) that gradient ran at 65 GFLOP/s on
     one core against YNNPACK's ~100. A transpose next to the matmul would be folded back into it by XLA, but
     one written into the residuals of a layer ``scan`` is not: the forward pass writes ``xᵀ`` once (a
-    2 MiB copy per layer at B = 4, T = 256) and the backward reads it as is. Train step on 2 cores, ``small``,
-    interleaved: 0.96x the time at B = 4, T = 256, 0.97x at B = 8, T = 512 (with it on the expanding
-    projection only: saving the 2048-wide GELU output transposed cost more than it saved).
+    2 MiB copy per layer at B = 4, T = 256) and the backward reads it as is. ``small`` train step on 2 cores,
+    interleaved against the same step with ``jnp.dot``: 0.96x the time at B, T = 4, 256 and at 8, 512
+    (``bench/results/transformer_cpu_vs_torch_s8.json``). Only the expanding projection uses it: on both MLP
+    projections the gradient took 1.07x the plain one's time (XLA recomputed the GELU inside the transposing
+    write of its 2048-wide output), and on the attention projections it changed nothing.
     """
     return jnp.dot(x, w)
 
