@@ -94,6 +94,29 @@ def time_callable(call: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
     return summarize(samples)
 
 
+def interleaved_rounds(calls: dict[str, Callable[[], Any]], rounds: int, *, pause_s: float = 0.005,
+                       cpu: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Time every call once per round, in turn, for ``rounds`` rounds (each call must block until done).
+
+    Interleaving makes load changes on a shared host hit all contestants alike, so per-round ratios stay
+    meaningful; the short pause before each call (when there is more than one) lets the previous call's worker
+    threads go idle. Returns ``(wall, cpu)``: seconds per call and name, ``time.perf_counter`` and, with
+    ``cpu=True``, ``time.process_time`` (all threads of this process; else empty lists).
+    """
+    wall: dict[str, list[float]] = {k: [] for k in calls}
+    used: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            if len(calls) > 1:
+                time.sleep(pause_s)
+            t0, c0 = time.perf_counter(), time.process_time() if cpu else 0.0
+            call()
+            wall[name].append(time.perf_counter() - t0)
+            if cpu:
+                used[name].append(time.process_time() - c0)
+    return wall, used
+
+
 def run_case(case: BenchCase, *, repeats: int = 5, warmup: int = 1, max_eager_s: float = 20.0,
              peers: bool = True, pause_s: float = 0.005) -> dict[str, Any]:
     """Benchmark one case; returns a JSON-ready record.
@@ -125,15 +148,8 @@ def run_case(case: BenchCase, *, repeats: int = 5, warmup: int = 1, max_eager_s:
     for call in calls.values():
         for _ in range(warmup):
             call()
-    samples: dict[str, list[float]] = {k: [] for k in calls}
     rec["loadavg_start"] = os.getloadavg()
-    for _ in range(repeats):
-        for name, call in calls.items():
-            if len(calls) > 1:
-                time.sleep(pause_s)
-            t0 = time.perf_counter()
-            call()
-            samples[name].append(time.perf_counter() - t0)
+    samples, _ = interleaved_rounds(calls, repeats, pause_s=pause_s)
     rec["loadavg_end"] = os.getloadavg()
     rec["jit"] = summarize(samples.pop("jit"))
     med = rec["jit"]["median_s"]

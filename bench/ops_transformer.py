@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.bench.harness import BenchCase, interleaved_rounds
 from ivhl_jax.nn.attention import attention, attention_flops
 
 _ATT = {"small": (1, 1024, 8, 64), "medium": (1, 4096, 8, 64), "large": (1, 8192, 8, 64),
@@ -363,16 +363,8 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
             calls[f"torch_eager_{n}thr"], setup[f"torch_eager_{n}thr"] = tcall, time.perf_counter() - t0
         for c in calls.values():
             c()
-        wall = {k: [] for k in calls}
-        cpu = {k: [] for k in calls}
         load0 = os.getloadavg()
-        for _ in range(rounds):
-            for k, c in calls.items():
-                time.sleep(0.02)
-                t0, c0 = time.perf_counter(), time.process_time()
-                c()
-                wall[k].append(time.perf_counter() - t0)
-                cpu[k].append(time.process_time() - c0)
+        wall, cpu = interleaved_rounds(calls, rounds, pause_s=0.02, cpu=True)
         ours = np.asarray(wall["ivhl_jit"])
         rec = {"batch": B, "seq_len": T, "tokens_per_step": B * T, "loadavg_start": load0,
                "loadavg_end": os.getloadavg(), "contestants": {}}
@@ -401,11 +393,10 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
     Per shape, interleaved in this one process: the gradient (no optimizer) of our ``small`` model with
     ``n_layers`` = 1, 2 and 6 (the layer ``scan``), of one of our blocks alone (``jax.grad`` of
     ``sum(block(x) * r)`` with respect to its parameters and input), and the same two for the PyTorch twin
-    (:func:`torch_lm`: its 6-layer model and its first block). ``per_layer_in_model_ms`` is the slope
-    ``(t(6 layers) - t(1 layer)) / 5``; ``in_model_over_alone`` divides it by the block alone.
+    (:func:`torch_lm`: its 6-layer model and its first block). ``ours_per_layer_in_model_ms`` is the slope
+    ``(t(6 layers) - t(1 layer)) / 5``; ``ours_in_model_over_alone`` divides it by the block alone.
     """
     import os
-    import time
 
     import torch
 
@@ -416,14 +407,12 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
     def one_shape(B: int, T: int) -> dict:
         batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, 256)
         calls = {}
-        for L in (1, 2, 6):
+        for L in (1, 2, 6):  # the loop ends on the 6-layer preset, whose config and parameters serve below
             cfg = tm.preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla", n_layers=L)
-            p = tm.init_params(cfg, jax.random.key(0))
+            params = tm.init_params(cfg, jax.random.key(0))
             loss = tm.lm_loss_fn(cfg)
             grad = jax.jit(jax.grad(lambda p, b, loss=loss: loss(p, b, None, None)[0]))
-            calls[f"ours_{L}_layers"] = lambda g=grad, p=p: jax.block_until_ready(g(p, batch))
-        cfg = tm.preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla")
-        params = tm.init_params(cfg, jax.random.key(0))
+            calls[f"ours_{L}_layers"] = lambda g=grad, p=params: jax.block_until_ready(g(p, batch))
         block, block_params = tm.Block(cfg), jax.tree.map(lambda a: a[0], params["blocks"])
         x = jax.random.normal(jax.random.key(3), (B, T, cfg.d_model))
         r = jax.random.normal(jax.random.key(4), (B, T, cfg.d_model))
@@ -450,14 +439,8 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
         for c in calls.values():
             c()
             c()
-        wall: dict[str, list[float]] = {k: [] for k in calls}
         load0 = os.getloadavg()
-        for _ in range(rounds):
-            for k, c in calls.items():
-                time.sleep(0.01)
-                t0 = time.perf_counter()
-                c()
-                wall[k].append(time.perf_counter() - t0)
+        wall, _ = interleaved_rounds(calls, rounds, pause_s=0.01)
         ms = {k: 1e3 * float(np.median(v)) for k, v in wall.items()}
         slope = (ms["ours_6_layers"] - ms["ours_1_layers"]) / 5
         rec = {"batch": B, "seq_len": T, "loadavg_start": load0, "loadavg_end": os.getloadavg(),

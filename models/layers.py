@@ -174,7 +174,6 @@ class BatchNorm(nn.Module):
 
 # --------------------------------------------------------------------------- fused blocks
 
-@jax.custom_jvp
 def matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
     """``x @ w`` (``x [..., n_in]``, ``w [n_in, n_out]`` -> ``[..., n_out]``) whose reverse mode saves ``x``
     transposed, as ``[n_in, ...]``, so that the weight gradient ``dW = xᵀ·dy`` is a plain row-major matmul.
@@ -191,10 +190,19 @@ def matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
     projections the gradient took 1.07x the plain one's time (XLA recomputed the GELU inside the transposing
     write of its 2048-wide output), and on the attention projections it changed nothing.
     """
+    x = check_array(x, "x", kind="floating")
+    w = check_array(w, "w", ndim=2, kind="floating")
+    if x.ndim < 1 or x.shape[-1] != w.shape[0]:
+        raise ValueError(f"x's last axis must match w's first (n_in): x has shape {x.shape}, w {w.shape}")
+    return _matmul_saving_transposed_input(x, w)
+
+
+@jax.custom_jvp
+def _matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
     return jnp.dot(x, w)
 
 
-@matmul_saving_transposed_input.defjvp
+@_matmul_saving_transposed_input.defjvp
 def _matmul_saving_transposed_input_jvp(primals, tangents):
     x, w = primals
     x_dot, w_dot = tangents

@@ -195,6 +195,15 @@ def test_matmul_saving_transposed_input_has_the_values_and_derivatives_of_dot():
     np.testing.assert_allclose(per_example(f), per_example(jnp.dot), rtol=1e-5, atol=1e-5)
 
 
+def test_matmul_saving_transposed_input_rejects_bad_input_naming_the_argument():
+    with pytest.raises(ValueError, match="x's last axis must match w's first"):
+        L.matmul_saving_transposed_input(jnp.ones((3, 4)), jnp.ones((5, 2)))
+    with pytest.raises(ValueError, match="w"):
+        L.matmul_saving_transposed_input(jnp.ones((3, 4)), jnp.ones((4,)))
+    with pytest.raises(TypeError, match="x"):
+        L.matmul_saving_transposed_input(jnp.ones((3, 4), jnp.int32), jnp.ones((4, 2)))
+
+
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU matmul-library choice")
 def test_expanding_projection_weight_gradient_is_a_plain_matmul_in_the_layer_scan(monkeypatch):
     """In the compiled gradient of a layer-scanned transformer, the expanding MLP projection's weight gradient
