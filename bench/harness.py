@@ -27,6 +27,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from ivhl_jax.core.validation import check_scalar
+
 SIZES = ("small", "medium", "large", "extreme")
 
 
@@ -103,6 +105,8 @@ def interleaved_rounds(calls: dict[str, Callable[[], Any]], rounds: int, *, paus
     threads go idle. Returns ``(wall, cpu)``: seconds per call and name, ``time.perf_counter`` and, with
     ``cpu=True``, ``time.process_time`` (all threads of this process; else empty lists).
     """
+    check_scalar(rounds, "rounds", integer=True, minimum=1)
+    check_scalar(pause_s, "pause_s", minimum=0.0)
     wall: dict[str, list[float]] = {k: [] for k in calls}
     used: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(rounds):

@@ -45,3 +45,15 @@ def test_registry_names_are_unique_and_sizes_checked():
         harness.run(["superpose"], ["huge"], log=lambda s: None)
     with pytest.raises(ValueError, match="unknown bench op"):
         harness.run(["no_such_op"], ["small"], log=lambda s: None)
+
+
+def test_interleaved_rounds_times_each_call_once_per_round_in_turn():
+    order = []
+    calls = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    wall, cpu = harness.interleaved_rounds(calls, 3, pause_s=0.0, cpu=True)
+    assert order == ["a", "b"] * 3
+    assert {k: len(v) for k, v in wall.items()} == {"a": 3, "b": 3} == {k: len(v) for k, v in cpu.items()}
+    assert all(t >= 0 for v in wall.values() for t in v)
+    assert harness.interleaved_rounds(calls, 1)[1] == {"a": [], "b": []}  # cpu times only when asked
+    with pytest.raises(ValueError, match="rounds"):
+        harness.interleaved_rounds(calls, 0)
