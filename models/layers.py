@@ -22,6 +22,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import erf
 
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
@@ -331,6 +332,24 @@ def rope_frequencies(head_dim: int, base: float = 10000.0) -> jax.Array:
     return base ** (-jnp.arange(0, head_dim // 2, dtype=jnp.float32) * 2.0 / head_dim)
 
 
+def rope_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """``cos(p·θ_i)``, ``sin(p·θ_i)`` for positions ``p = 0..seq_len−1``: two float64 NumPy arrays ``[T, H/2]``.
+
+    Computed on the host because the positions of a plain sequence are static. Why it matters: inside
+    ``jit``, angles built from ``iota`` are fused into every consumer, so XLA:CPU re-evaluated sin and cos (slow
+    on CPU) once per element of ``[B, T, N, H/2]``, in each of the RoPE fusions of the forward and backward
+    pass; as constants they are read from a 2-D table. With the layer scan XLA hoisted them anyway; in the
+    unrolled layer loop (``TransformerConfig.layer_loop``) it did not, and that cost the loop its advantage.
+    """
+    check_scalar(seq_len, "seq_len", integer=True, minimum=1)
+    check_scalar(head_dim, "head_dim", integer=True, minimum=2)
+    if head_dim % 2:
+        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+    inv = base ** (-np.arange(0, head_dim // 2, dtype=np.float64) * 2.0 / head_dim)
+    ang = np.arange(seq_len, dtype=np.float64)[:, None] * inv
+    return np.cos(ang), np.sin(ang)
+
+
 def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float = 10000.0) -> jax.Array:
     """Rotary position embedding (Su et al. 2021), rotate-half convention.
 
@@ -340,18 +359,23 @@ def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float 
 
     Args:
       x: ``[B, T, N, H]``.
-      positions: integer/float positions ``[T]`` or ``[B, T]`` (default ``arange(T)``).
+      positions: integer/float positions ``[T]`` or ``[B, T]`` (default ``arange(T)``, whose angles come
+        from :func:`rope_tables` as constants).
     """
     x = check_array(x, "x", ndim=4, kind="floating")
     B, T, N, H = x.shape
-    inv = rope_frequencies(H, base)
-    pos = jnp.arange(T, dtype=jnp.float32) if positions is None else jnp.asarray(positions, jnp.float32)
-    if pos.ndim == 1:
-        pos = pos[None]
     calc = jnp.promote_types(x.dtype, jnp.float32)
-    ang = pos[..., None].astype(calc) * inv.astype(calc)  # [B|1, T, H/2]
-    cos = jnp.cos(ang)[:, :, None, :]
-    sin = jnp.sin(ang)[:, :, None, :]
+    if positions is None:
+        cos_t, sin_t = rope_tables(T, H, base)
+        cos, sin = (t[None, :, None, :].astype(calc) for t in (cos_t, sin_t))  # constants in the trace
+    else:
+        inv = rope_frequencies(H, base)
+        pos = jnp.asarray(positions, jnp.float32)
+        if pos.ndim == 1:
+            pos = pos[None]
+        ang = pos[..., None].astype(calc) * inv.astype(calc)  # [B|1, T, H/2]
+        cos = jnp.cos(ang)[:, :, None, :]
+        sin = jnp.sin(ang)[:, :, None, :]
     x1, x2 = jnp.split(x.astype(calc), 2, axis=-1)
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)

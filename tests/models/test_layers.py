@@ -132,6 +132,27 @@ def test_rope_preserves_norms_and_depends_on_relative_position():
         L.apply_rope(jnp.zeros((1, 2, 1, 5)))
 
 
+def test_rope_default_positions_use_host_tables_equal_to_the_traced_angles():
+    """``apply_rope(x)`` (positions 0..T-1 from :func:`rope_tables`) equals the rotation written out in
+    float64 NumPy and the traced-positions path, and its compiled form evaluates no sin/cos."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 300, 3, 16))
+    theta = 10000.0 ** (-np.arange(8) * 2.0 / 16)
+    ang = np.arange(300)[:, None] * theta  # [T, H/2]
+    c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
+    ref = np.concatenate([x[..., :8] * c - x[..., 8:] * s, x[..., 8:] * c + x[..., :8] * s], axis=-1)
+    xf = jnp.asarray(x, jnp.float32)
+    default = jax.jit(L.apply_rope)
+    np.testing.assert_allclose(default(xf), ref, atol=2e-6)
+    np.testing.assert_allclose(default(xf), jax.jit(L.apply_rope)(xf, jnp.arange(300)), atol=5e-5)
+    text = default.lower(xf).compile().as_text()
+    assert " sine(" not in text and " cosine(" not in text
+    traced = jax.jit(L.apply_rope).lower(xf, jnp.arange(300)).compile().as_text()
+    assert " sine(" in traced  # the control: traced positions do evaluate sin
+    with pytest.raises(ValueError, match="seq_len"):
+        L.rope_tables(0, 16)
+
+
 ELEMENTWISE = {"add", "multiply", "subtract", "divide", "erf", "exponential", "tanh", "rsqrt", "maximum",
                "logistic", "sqrt", "negate", "select", "compare", "convert"}
 
@@ -211,7 +232,7 @@ def test_expanding_projection_weight_gradient_is_a_plain_matmul_in_the_layer_sca
     which it is with a plain ``jnp.dot`` (the control, so the test can fail)."""
     from ivhl_jax.models import transformer as tm
 
-    cfg = tm.preset("tiny", max_len=32, activation="gelu", norm="layernorm", attention="xla")
+    cfg = tm.preset("tiny", max_len=32, activation="gelu", norm="layernorm", attention="xla", layer_loop="scan")
     params = tm.init_params(cfg, jax.random.key(0))
     batch = jax.random.randint(jax.random.key(1), (2, 33), 0, cfg.vocab_size)
     loss = tm.lm_loss_fn(cfg)

@@ -115,7 +115,7 @@ def test_remat_policies_give_the_same_gradients_and_less_memory():
     params = init_params(tiny(), jax.random.key(4))
     grads, temps = {}, {}
     for remat in ("none", "dots_saveable", "full"):
-        cfg = tiny(remat=remat, n_layers=4, max_len=64)
+        cfg = tiny(remat=remat, n_layers=4, max_len=64, layer_loop="scan")
         params = init_params(cfg, jax.random.key(4))
         loss = lambda p, cfg=cfg: lm_loss_fn(cfg)(p, tokens, jax.random.key(0), None)[0]
         compiled = jax.jit(jax.grad(loss)).lower(params).compile()
@@ -157,3 +157,74 @@ def test_pytorch_peer_is_the_same_model_and_optimizer(norm):
     torch_load_params(ours, state.params)
     for (name, a), b in zip(model.named_parameters(), ours.parameters()):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), atol=1e-4, err_msg=name)
+
+
+def test_layer_loop_is_validated_and_auto_unrolls_on_cpu():
+    with pytest.raises(ValueError, match="layer_loop"):
+        TransformerConfig(layer_loop="python").validate()
+    assert tiny(layer_loop="scan").scan_layers and not tiny(layer_loop="unrolled").scan_layers
+    assert tiny().scan_layers == (jax.default_backend() != "cpu")
+
+
+@pytest.mark.parametrize("remat", ["none", "dots_saveable", "full"])
+def test_unrolled_layers_equal_the_layer_scan(remat):
+    """The unrolled layer loop is the scan's model: the same parameter tree from the same key, the same
+    logits and the same gradients (every remat policy off CPU; on CPU remat with it is an error), and the
+    fences between its layers survive into the compiled gradient (one ``conditional`` per fence in the
+    forward pass and one in the backward)."""
+    on_cpu = jax.default_backend() == "cpu"
+    cfgs = {loop: tiny(layer_loop=loop, n_layers=3, remat=remat) for loop in ("scan", "unrolled")}
+    if remat != "none" and on_cpu:  # XLA:CPU would undo the remat in straight-line code: refused, by name
+        with pytest.raises(ValueError, match="layer_loop='scan'"):
+            Transformer(cfgs["unrolled"]).apply({"params": init_params(cfgs["scan"], jax.random.key(7))},
+                                                _batch(B=1, T=5))
+        assert tiny(remat=remat).scan_layers  # and "auto" with remat takes the scan
+        return
+    params = {loop: init_params(cfg, jax.random.key(7)) for loop, cfg in cfgs.items()}
+    jax.tree_util.tree_map(np.testing.assert_array_equal, params["scan"], params["unrolled"])
+    tokens = _batch(B=3, T=19, seed=2)
+    logits, grads = {}, {}
+    for loop, cfg in cfgs.items():
+        logits[loop] = jax.jit(lambda p, t, cfg=cfg: Transformer(cfg).apply({"params": p}, t))(params["scan"], tokens)
+        grad = jax.jit(jax.grad(lambda p, cfg=cfg: lm_loss_fn(cfg)(p, tokens, None, None)[0]))
+        grads[loop] = grad(params["scan"])
+        n_cond = grad.lower(params["scan"]).compile().as_text().count(" conditional(")
+        assert n_cond == (0 if loop == "scan" else 2 * (cfg.n_layers + 1)), (loop, n_cond)
+    np.testing.assert_allclose(logits["unrolled"], logits["scan"], rtol=1e-5, atol=1e-5)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                           grads["unrolled"], grads["scan"])
+
+
+def test_unrolled_layers_vmap_over_an_ensemble_and_apply_dropout_per_layer():
+    """Under ``vmap`` (the fences become selects) each member equals its own call; with dropout the unrolled
+    loop draws from the ``"dropout"`` key (same key, same output; another key or no dropout, another output)."""
+    cfg = tiny(layer_loop="unrolled", n_layers=2)
+    keys = jax.random.split(jax.random.key(3), 2)
+    ens = jax.vmap(lambda k: init_params(cfg, k))(keys)
+    tokens = _batch(B=2, T=9, seed=4)
+    apply = lambda p: Transformer(cfg).apply({"params": p}, tokens)
+    both = jax.jit(jax.vmap(apply))(ens)
+    for i in range(2):
+        np.testing.assert_allclose(both[i], apply(jax.tree.map(lambda a, i=i: a[i], ens)), rtol=1e-5, atol=1e-5)
+    drop = tiny(layer_loop="unrolled", n_layers=2, dropout=0.5)
+    params = jax.tree.map(lambda a: a[0], ens)
+    run = jax.jit(lambda k: Transformer(drop).apply({"params": params}, tokens, deterministic=False,
+                                                    rngs={"dropout": k}))
+    a, b, c = run(jax.random.key(0)), run(jax.random.key(0)), run(jax.random.key(1))
+    np.testing.assert_array_equal(a, b)
+    assert float(jnp.max(jnp.abs(a - c))) > 1e-3
+    assert float(jnp.max(jnp.abs(a - Transformer(drop).apply({"params": params}, tokens)))) > 1e-3
+
+
+def test_layer_fence_is_the_identity_in_every_mode():
+    from ivhl_jax.models.transformer import _layer_fence
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 3, 4)), jnp.float32)
+    np.testing.assert_array_equal(jax.jit(_layer_fence)(x), x)
+    nan_first = x.at[0, 0, 0].set(jnp.nan)  # the predicate's other branch
+    np.testing.assert_array_equal(jax.jit(_layer_fence)(nan_first), nan_first)
+    f = lambda v: jnp.sum(jnp.sin(_layer_fence(v)) ** 2)
+    np.testing.assert_allclose(jax.grad(f)(x), jnp.sin(2 * x), rtol=1e-6, atol=1e-6)
+    _, tangent = jax.jvp(_layer_fence, (x,), (2 * x,))
+    np.testing.assert_array_equal(tangent, 2 * x)
+    np.testing.assert_array_equal(jax.vmap(_layer_fence)(x), x)
