@@ -189,7 +189,8 @@ def matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
     interleaved against the same step with ``jnp.dot``: 0.96x the time at B, T = 4, 256 and at 8, 512
     (``bench/results/transformer_cpu_vs_torch_s8.json``). Only the expanding projection uses it: on both MLP
     projections the gradient took 1.07x the plain one's time (XLA recomputed the GELU inside the transposing
-    write of its 2048-wide output), and on the attention projections it changed nothing.
+    write of its 2048-wide output), and on the attention projections it changed nothing in the scan. In the
+    unrolled layer loop the attention output projection gains from it (see ``transformer.Block``).
     """
     x = check_array(x, "x", kind="floating")
     w = check_array(w, "w", ndim=2, kind="floating")

@@ -135,28 +135,43 @@ def test_flops_per_token_matches_hand_count():
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
 def test_pytorch_peer_is_the_same_model_and_optimizer(norm):
     """The PyTorch peer of the train-step benchmark (bench/ops_transformer.py) is the same network:
-    with our initial weights copied in, the losses of two AdamW steps (clipping on) and the updated
-    parameters agree to float32 round-off."""
+    with our initial weights copied in, the gradients agree to float32 round-off (relative to each tensor's
+    largest entry), and so do the losses of two AdamW steps (clipping on) and the updated parameters."""
     torch = pytest.importorskip("torch")
     from ivhl_jax.bench.ops_transformer import torch_lm, torch_load_params, torch_train_step
 
     cfg = tiny(norm=norm, activation="gelu")
     params = init_params(cfg, jax.random.key(0))
+    batch = _batch(B=3, T=17)
+    tokens = torch.from_numpy(np.asarray(batch, np.int64))
+    model = torch_lm(cfg, 16)
+    torch_load_params(model, params)
+    logits = model(tokens[:, :-1])
+    torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1)).backward()
+    ours_grad = torch_lm(cfg, 16)
+    torch_load_params(ours_grad, jax.grad(lambda p: lm_loss_fn(cfg)(p, batch, None, None)[0])(params))
+    tiny_grad = {}
+    for (name, a), b in zip(model.named_parameters(), ours_grad.parameters()):
+        g, ref = b.detach().numpy(), a.grad.numpy()
+        np.testing.assert_allclose(g, ref, rtol=0, atol=1e-5 * np.abs(ref).max(), err_msg=name)
+        # Adam divides by |g| + 1e-8: where |g| is near 1e-8 the update itself is round-off (seen: 3.5e-8)
+        tiny_grad[name] = np.abs(ref) < 1e-6
+    model.zero_grad(set_to_none=True)
+
     opt = training.make_optimizer(name="adamw", learning_rate=1e-2, clip_norm=1.0)
     state = training.init_train_state(params, opt, key=jax.random.key(1))
     step = jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, "fp32"))
-    batch = _batch(B=3, T=17)
-    model = torch_lm(cfg, 16)
-    torch_load_params(model, params)
     tstep = torch_train_step(model, learning_rate=1e-2, clip_norm=1.0)
-    tokens = torch.from_numpy(np.asarray(batch, np.int64))
     for _ in range(2):
         state, m = step(state, batch)
         np.testing.assert_allclose(float(m["loss"]), float(tstep(tokens)), rtol=1e-5)
     ours = torch_lm(cfg, 16)
     torch_load_params(ours, state.params)
     for (name, a), b in zip(model.named_parameters(), ours.parameters()):
-        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), atol=1e-4, err_msg=name)
+        a, b, keep = a.detach().numpy(), b.detach().numpy(), ~tiny_grad[name]
+        assert keep.mean() > 0.98, name  # the exemption stays the exception
+        np.testing.assert_allclose(a[keep], b[keep], atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(a, b, atol=2 * 2 * 1e-2, err_msg=name)  # elsewhere: two steps of at most ~lr
 
 
 def test_layer_loop_is_validated_and_auto_unrolls_on_cpu():
