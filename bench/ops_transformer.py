@@ -26,6 +26,7 @@ T = 1k…16k, for the plain XLA path (materialises T×T scores) and the chunked 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 
@@ -296,6 +297,34 @@ def attention_memory_sweep(seq_lens=(1024, 2048, 4096, 8192, 16384), *, heads: i
             "method": "jax.jit(f).lower(...).compile().memory_analysis().temp_size_in_bytes (nothing executed)"}
 
 
+def _torch_step_worker(conn, cfg, seq_len: int, params, batch: np.ndarray, threads: int) -> None:
+    """Body of a spawned process that runs the PyTorch twin's train step on command, with glibc's default malloc.
+
+    ``keep_host_memory`` is process-wide, and it slows PyTorch at B, T = 4, 256 (1205 against 1278 tokens/s in
+    session 9's runs); in its own process PyTorch keeps its best allocator while ours keeps its own, and the
+    rounds stay interleaved: this process waits on the pipe while the other runs. Protocol: sends ``"ready"``
+    after a warm-up step, then answers each ``"run"`` with ``(wall_s, cpu_s)`` of one step (measured here, so
+    the pipe's round trip is not counted); ``"stop"`` ends it.
+    """
+    import time
+
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = torch_lm(cfg, seq_len)
+    torch_load_params(model, params)
+    step = torch_train_step(model, learning_rate=1e-4)
+    tokens = torch.from_numpy(batch)
+    step(tokens).item()
+    conn.send("ready")
+    while conn.recv() == "run":
+        t0, c0 = time.perf_counter(), time.process_time()
+        step(tokens).item()
+        conn.send((time.perf_counter() - t0, time.process_time() - c0))
+    conn.close()
+
+
 def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_threads=(1, 2),
                         baseline: bool = True, log=print) -> dict:
     """Tokens/s of our jitted ``small`` train step vs the PyTorch eager twin (:func:`torch_lm`).
@@ -306,8 +335,13 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
     Contestants: ``ivhl_jit`` (our step, state donated), optionally ``ivhl_jit_baseline`` (the same
     step with attention through ``jax.nn.dot_product_attention``, the pre-issue-17 path) and
     ``ivhl_jit_plain_matmul`` (the same step with the MLP's expanding projection through ``jnp.dot``
-    instead of ``layers.matmul_saving_transposed_input``), and ``torch_eager_<n>thr`` for each thread count.
+    instead of ``layers.matmul_saving_transposed_input``), ``ivhl_jit_scan`` (the same step with the layers
+    as one ``scan``, ``layer_loop="scan"``, where ours runs the CPU default, the unrolled loop),
+    ``torch_eager_<n>thr`` for each thread count, and ``torch_eager_2thr_own_process`` (2 threads in a
+    spawned process of its own with glibc's default malloc, :func:`_torch_step_worker`; its wall and CPU
+    times are measured inside that process).
     """
+    import multiprocessing
     import os
     import time
     from unittest import mock
@@ -326,9 +360,10 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, cfg.vocab_size)
         calls, setup = {}, {}
 
-        def jax_call(on_gpu, matmul=layers_mod.matmul_saving_transposed_input):
+        def jax_call(on_gpu, matmul=layers_mod.matmul_saving_transposed_input, layer_loop=cfg.layer_loop):
             state = training.init_train_state(jax.tree.map(jnp.copy, params), opt, key=jax.random.key(1))
-            step = jax.jit(training.make_train_step(lm_loss_fn(cfg), opt, "fp32"), donate_argnums=0)
+            loss = lm_loss_fn(dataclasses.replace(cfg, layer_loop=layer_loop))
+            step = jax.jit(training.make_train_step(loss, opt, "fp32"), donate_argnums=0)
             t0 = time.perf_counter()
             # baselines: the jax.nn attention path or a plain jnp.dot projection, traced here
             with mock.patch.object(attention_mod, "_on_gpu", on_gpu), \
@@ -347,6 +382,7 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         if baseline:
             calls["ivhl_jit_baseline"], setup["ivhl_jit_baseline"] = jax_call(lambda: True)
             calls["ivhl_jit_plain_matmul"], setup["ivhl_jit_plain_matmul"] = jax_call(attention_mod._on_gpu, jnp.dot)
+            calls["ivhl_jit_scan"], setup["ivhl_jit_scan"] = jax_call(attention_mod._on_gpu, layer_loop="scan")
         tokens = torch.from_numpy(np.asarray(batch, np.int64))
         for n in torch_threads:
             t0 = time.perf_counter()
@@ -361,10 +397,34 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
 
             tcall()
             calls[f"torch_eager_{n}thr"], setup[f"torch_eager_{n}thr"] = tcall, time.perf_counter() - t0
-        for c in calls.values():
-            c()
-        load0 = os.getloadavg()
-        wall, cpu = interleaved_rounds(calls, rounds, pause_s=0.02, cpu=True)
+        t0 = time.perf_counter()
+        spawn = multiprocessing.get_context("spawn")
+        conn, child_conn = spawn.Pipe()
+        worker = spawn.Process(target=_torch_step_worker, daemon=True, args=(
+            child_conn, cfg, T, jax.tree.map(np.asarray, params), np.asarray(batch, np.int64), 2))
+        worker.start()
+        if conn.recv() != "ready":
+            raise RuntimeError("the PyTorch worker process did not start")
+        measured: dict[str, list[tuple[float, float]]] = {"torch_eager_2thr_own_process": []}
+
+        def worker_call():
+            conn.send("run")
+            measured["torch_eager_2thr_own_process"].append(conn.recv())
+
+        calls["torch_eager_2thr_own_process"] = worker_call
+        setup["torch_eager_2thr_own_process"] = time.perf_counter() - t0
+        try:
+            for c in calls.values():
+                c()
+            for v in measured.values():
+                v.clear()
+            load0 = os.getloadavg()
+            wall, cpu = interleaved_rounds(calls, rounds, pause_s=0.02, cpu=True)
+        finally:
+            conn.send("stop")
+            worker.join(timeout=30)
+        for k, v in measured.items():  # the worker's own clocks: its CPU time is not this process's
+            wall[k], cpu[k] = [w for w, _ in v], [c for _, c in v]
         ours = np.asarray(wall["ivhl_jit"])
         rec = {"batch": B, "seq_len": T, "tokens_per_step": B * T, "loadavg_start": load0,
                "loadavg_end": os.getloadavg(), "contestants": {}}
@@ -384,17 +444,20 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
     return {"rows": out, "rounds": rounds, "torch_version": torch.__version__,
             "method": "interleaved rounds in one process; wall = time.perf_counter around one full step "
                       "(ours: block_until_ready on the loss of the donated-state step; torch: loss.item()); "
-                      "cpu = time.process_time over the same call (all threads)"}
+                      "cpu = time.process_time over the same call (all threads); torch_eager_2thr_own_process: "
+                      "both measured inside its own spawned process (glibc's default malloc), "
+                      "which waits on a pipe while the others run"}
 
 
 def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads: int = 2, log=print) -> dict:
     """Where the time of a forward+backward goes by depth: one block alone against the same block inside the model.
 
     Per shape, interleaved in this one process: the gradient (no optimizer) of our ``small`` model with
-    ``n_layers`` = 1, 2 and 6 (the layer ``scan``), of one of our blocks alone (``jax.grad`` of
-    ``sum(block(x) * r)`` with respect to its parameters and input), and the same two for the PyTorch twin
-    (:func:`torch_lm`: its 6-layer model and its first block). ``ours_per_layer_in_model_ms`` is the slope
-    ``(t(6 layers) - t(1 layer)) / 5``; ``ours_in_model_over_alone`` divides it by the block alone.
+    ``n_layers`` = 1, 2 and 6 (in the default ``layer_loop``, recorded as ``layer_loop_run``), of one of our
+    blocks alone (``jax.grad`` of ``sum(block(x) * r)`` with respect to its parameters and input), and the
+    same two for the PyTorch twin (:func:`torch_lm`: its 6-layer model and its first block).
+    ``ours_per_layer_in_model_ms`` is the slope ``(t(6 layers) - t(1 layer)) / 5``;
+    ``ours_in_model_over_alone`` divides it by the block alone.
     """
     import os
 
@@ -445,7 +508,7 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
         slope = (ms["ours_6_layers"] - ms["ours_1_layers"]) / 5
         rec = {"batch": B, "seq_len": T, "loadavg_start": load0, "loadavg_end": os.getloadavg(),
                "median_ms": ms, "samples_ms": {k: [1e3 * t for t in v] for k, v in wall.items()},
-               "ours_per_layer_in_model_ms": slope,
+               "layer_loop_run": "scan" if cfg.scan_layers else "unrolled", "ours_per_layer_in_model_ms": slope,
                "ours_in_model_over_alone": slope / ms["ours_block_alone"],
                "torch_6_layers_over_6_blocks_alone": ms["torch_6_layers"] / (6 * ms["torch_block_alone"]),
                "ours_block_alone_over_torch_block_alone": ms["ours_block_alone"] / ms["torch_block_alone"]}
