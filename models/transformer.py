@@ -81,7 +81,7 @@ class TransformerConfig:
     precision: str = "fp32"  # precision policy name (ivhl_jax.core.precision: "fp32", "bf16", "fp16", ...)
     attention: str = "auto"  # attention implementation ("auto", "xla", "cudnn", "chunked", "pallas")
     attention_block: int = 128  # key block of the chunked path; the Pallas kernel picks its own measured tiles
-    layer_loop: str = "auto"  # "scan", "unrolled", or "auto" (unrolled on CPU, scan elsewhere): see Transformer
+    layer_loop: str = "auto"  # "scan", "unrolled" or "auto" (unrolled on CPU without remat): see Transformer
 
     def validate(self) -> TransformerConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "attention_block"):
@@ -260,7 +260,7 @@ class Transformer(nn.Module):
         def layer(params, x, key):
             return block.apply({"params": params}, x, rngs=None if key is None else {"dropout": key})[0]
 
-        if cfg.remat != "none":  # effective off CPU (GPU/TPU keep the remat barrier)
+        if cfg.remat != "none":  # off CPU only (refused above); JAX's remat barrier there is not measured here
             layer = jax.checkpoint(layer, policy=_remat_policy(cfg.remat))
         for i in range(cfg.n_layers):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)
