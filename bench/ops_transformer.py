@@ -238,6 +238,24 @@ def torch_load_params(model, params) -> None:
             blk.wo.bias.copy_(t(b["wo"]["bias"][i]))
 
 
+def torch_lm_loss(model, tokens):
+    """Mean next-token cross-entropy of :func:`torch_lm` on ``tokens [B, T+1]`` (the twin of ``lm_loss_fn``)."""
+    import torch
+
+    logits = model(tokens[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+
+def torch_twin_train_step(cfg, seq_len: int, params, *, learning_rate: float = 1e-4):
+    """:func:`torch_train_step` of a fresh :func:`torch_lm` holding ``params`` (an ``init_params`` tree)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch_lm(cfg, seq_len)
+    torch_load_params(model, params)
+    return torch_train_step(model, learning_rate=learning_rate)
+
+
 def torch_train_step(model, *, learning_rate: float = 1e-4, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
                      weight_decay: float = 0.0, clip_norm: float | None = 1.0, foreach: bool | None = None):
     """``step(tokens [B, T+1] LongTensor) -> loss``: the PyTorch eager twin of ``make_train_step`` with
@@ -246,12 +264,10 @@ def torch_train_step(model, *, learning_rate: float = 1e-4, b1: float = 0.9, b2:
 
     opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(b1, b2), eps=eps,
                             weight_decay=weight_decay, foreach=foreach)
-    V = model.embedding.shape[0]
 
     def step(tokens):
         opt.zero_grad(set_to_none=True)
-        logits = model(tokens[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
+        loss = torch_lm_loss(model, tokens)
         loss.backward()
         if clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
@@ -311,10 +327,7 @@ def _torch_step_worker(conn, cfg, seq_len: int, params, batch: np.ndarray, threa
     import torch
 
     torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    model = torch_lm(cfg, seq_len)
-    torch_load_params(model, params)
-    step = torch_train_step(model, learning_rate=1e-4)
+    step = torch_twin_train_step(cfg, seq_len, params)
     tokens = torch.from_numpy(batch)
     step(tokens).item()
     conn.send("ready")
@@ -386,10 +399,7 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         tokens = torch.from_numpy(np.asarray(batch, np.int64))
         for n in torch_threads:
             t0 = time.perf_counter()
-            torch.manual_seed(0)
-            model = torch_lm(cfg, T)
-            torch_load_params(model, params)
-            tstep = torch_train_step(model, learning_rate=1e-4)
+            tstep = torch_twin_train_step(cfg, T, params)
 
             def tcall(tstep=tstep, n=n):
                 torch.set_num_threads(n)
@@ -487,8 +497,7 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
 
         def torch_model():
             model.zero_grad(set_to_none=True)
-            logits = model(tokens[:, :-1])
-            torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1)).backward()
+            torch_lm_loss(model, tokens).backward()
 
         tblock, tx = model.blocks[0], torch.from_numpy(np.array(x)).requires_grad_(True)
         tr = torch.from_numpy(np.array(r))

@@ -138,7 +138,7 @@ def test_pytorch_peer_is_the_same_model_and_optimizer(norm):
     with our initial weights copied in, the gradients agree to float32 round-off (relative to each tensor's
     largest entry), and so do the losses of two AdamW steps (clipping on) and the updated parameters."""
     torch = pytest.importorskip("torch")
-    from ivhl_jax.bench.ops_transformer import torch_lm, torch_load_params, torch_train_step
+    from ivhl_jax.bench.ops_transformer import torch_lm, torch_lm_loss, torch_load_params, torch_train_step
 
     cfg = tiny(norm=norm, activation="gelu")
     params = init_params(cfg, jax.random.key(0))
@@ -146,8 +146,7 @@ def test_pytorch_peer_is_the_same_model_and_optimizer(norm):
     tokens = torch.from_numpy(np.asarray(batch, np.int64))
     model = torch_lm(cfg, 16)
     torch_load_params(model, params)
-    logits = model(tokens[:, :-1])
-    torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1)).backward()
+    torch_lm_loss(model, tokens).backward()
     ours_grad = torch_lm(cfg, 16)
     torch_load_params(ours_grad, jax.grad(lambda p: lm_loss_fn(cfg)(p, batch, None, None)[0])(params))
     tiny_grad = {}
