@@ -242,11 +242,13 @@ def torch_lm_loss(model, tokens):
     """Mean next-token cross-entropy of :func:`torch_lm` on ``tokens [B, T+1]`` (the twin of ``lm_loss_fn``)."""
     import torch
 
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"tokens must be [B, T+1] with T >= 1 (inputs and shifted targets), got {tuple(tokens.shape)}")
     logits = model(tokens[:, :-1])
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
-def torch_twin_train_step(cfg, seq_len: int, params, *, learning_rate: float = 1e-4):
+def _torch_twin_train_step(cfg, seq_len: int, params, *, learning_rate: float = 1e-4):
     """:func:`torch_train_step` of a fresh :func:`torch_lm` holding ``params`` (an ``init_params`` tree)."""
     import torch
 
@@ -327,7 +329,7 @@ def _torch_step_worker(conn, cfg, seq_len: int, params, batch: np.ndarray, threa
     import torch
 
     torch.set_num_threads(threads)
-    step = torch_twin_train_step(cfg, seq_len, params)
+    step = _torch_twin_train_step(cfg, seq_len, params)
     tokens = torch.from_numpy(batch)
     step(tokens).item()
     conn.send("ready")
@@ -399,7 +401,7 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         tokens = torch.from_numpy(np.asarray(batch, np.int64))
         for n in torch_threads:
             t0 = time.perf_counter()
-            tstep = torch_twin_train_step(cfg, T, params)
+            tstep = _torch_twin_train_step(cfg, T, params)
 
             def tcall(tstep=tstep, n=n):
                 torch.set_num_threads(n)

@@ -325,12 +325,16 @@ def conv_relu_folded(folded: dict, x: jax.Array, strides: tuple[int, int] = (1, 
 
 # --------------------------------------------------------------------------- rotary embeddings
 
-def rope_frequencies(head_dim: int, base: float = 10000.0) -> jax.Array:
-    """``θ_i = base^(−2i/H)``, i = 0..H/2−1."""
+def _rope_frequencies_f64(head_dim: int, base: float) -> np.ndarray:
     check_scalar(head_dim, "head_dim", integer=True, minimum=2)
     if head_dim % 2:
         raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
-    return base ** (-jnp.arange(0, head_dim // 2, dtype=jnp.float32) * 2.0 / head_dim)
+    return base ** (-np.arange(0, head_dim // 2, dtype=np.float64) * 2.0 / head_dim)
+
+
+def rope_frequencies(head_dim: int, base: float = 10000.0) -> jax.Array:
+    """``θ_i = base^(−2i/H)``, i = 0..H/2−1 (float32, rounded from float64)."""
+    return jnp.asarray(_rope_frequencies_f64(head_dim, base), jnp.float32)
 
 
 def rope_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
@@ -343,11 +347,7 @@ def rope_tables(seq_len: int, head_dim: int, base: float = 10000.0) -> tuple[np.
     unrolled layer loop (``TransformerConfig.layer_loop``) it did not, and that cost the loop its advantage.
     """
     check_scalar(seq_len, "seq_len", integer=True, minimum=1)
-    check_scalar(head_dim, "head_dim", integer=True, minimum=2)
-    if head_dim % 2:
-        raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
-    inv = base ** (-np.arange(0, head_dim // 2, dtype=np.float64) * 2.0 / head_dim)
-    ang = np.arange(seq_len, dtype=np.float64)[:, None] * inv
+    ang = np.arange(seq_len, dtype=np.float64)[:, None] * _rope_frequencies_f64(head_dim, base)
     return np.cos(ang), np.sin(ang)
 
 

@@ -146,6 +146,8 @@ def test_pytorch_peer_is_the_same_model_and_optimizer(norm):
     tokens = torch.from_numpy(np.asarray(batch, np.int64))
     model = torch_lm(cfg, 16)
     torch_load_params(model, params)
+    with pytest.raises(ValueError, match="tokens must be"):
+        torch_lm_loss(model, tokens[:, :1])  # no target to predict
     torch_lm_loss(model, tokens).backward()
     ours_grad = torch_lm(cfg, 16)
     torch_load_params(ours_grad, jax.grad(lambda p: lm_loss_fn(cfg)(p, batch, None, None)[0])(params))
