@@ -128,10 +128,17 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
         grads = state.loss_scale.unscale(grads)
         grads = policy.cast_to_param(grads)
         finite = precision.all_finite(grads)
-        updates, new_opt_state = optimizer.update(grads, state.opt_state, state.params)
-        new_params = optax.apply_updates(state.params, updates)
-        params = precision.select_tree(finite, new_params, state.params)
-        opt_state = precision.select_tree(finite, new_opt_state, state.opt_state)
+
+        def update(operands):
+            params, opt_state = operands
+            updates, new_opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), new_opt_state
+
+        # A cond, not a leafwise where: XLA:CPU copied the optimizer's arithmetic into each leaf's select fusion
+        # (the skip test reads every gradient first); the branch computes it once (train step 0.99x the time
+        # at B, T = 4, 256 and 8, 512 on the `small` transformer). Under vmap it becomes the select again.
+        params, opt_state = jax.lax.cond(finite, update, lambda operands: operands,
+                                         (state.params, state.opt_state))
         extra = precision.select_tree(finite, new_extra, state.extra) if state.extra is not None else new_extra
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
                                   loss_scale=state.loss_scale.adjust(finite), key=key, extra=extra)

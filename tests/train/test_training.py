@@ -41,6 +41,30 @@ def test_train_step_converges_and_keeps_fp32_master_weights(policy):
         assert int(m["skipped"].sum()) == 0
 
 
+def test_non_finite_gradient_skips_the_whole_update_under_jit_and_vmap():
+    """A NaN gradient leaves params and every optimizer leaf (Adam's count and moments) as they were; under vmap
+    (where the update's cond becomes a select) each member of the ensemble decides on its own gradient."""
+    x, y = _regression()
+    opt = training.make_optimizer(name="adamw", learning_rate=0.01)
+    st = training.init_train_state({"w": jnp.ones(8)}, opt, key=jax.random.key(0))
+    step = jax.jit(training.make_train_step(_loss_fn, opt))
+    st, _ = step(st, (x[:32], y[:32]))  # moments and count away from their initial values
+    bad = (x[:32].at[3, 2].set(jnp.nan), y[:32])
+    skipped, m = step(st, bad)
+    assert int(m["skipped"]) == 1
+    jax.tree_util.tree_map(np.testing.assert_array_equal, (skipped.params, skipped.opt_state),
+                           (st.params, st.opt_state))
+    taken, m = step(st, (x[32:64], y[32:64]))
+    assert int(m["skipped"]) == 0 and not np.array_equal(taken.params["w"], st.params["w"])
+
+    pair = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), st)
+    batches = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), bad, (x[32:64], y[32:64]))
+    both, m = jax.jit(jax.vmap(training.make_train_step(_loss_fn, opt)))(pair, batches)
+    np.testing.assert_array_equal(m["skipped"], [1, 0])
+    np.testing.assert_array_equal(both.params["w"][0], st.params["w"])
+    np.testing.assert_allclose(both.params["w"][1], taken.params["w"], rtol=1e-6)
+
+
 def test_gradient_accumulation_equals_big_batch():
     x, y = _regression()
     opt1 = training.make_optimizer(name="adam", learning_rate=0.01, clip_norm=None)
