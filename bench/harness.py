@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import os
 import pkgutil
 import time
@@ -73,6 +74,15 @@ def summarize(samples: Sequence[float]) -> dict[str, Any]:
     q1, med, q3 = np.percentile(arr, [25, 50, 75])
     return {"median_s": float(med), "iqr_s": float(q3 - q1), "min_s": float(arr.min()),
             "n": int(arr.size), "samples_s": [float(x) for x in arr]}
+
+
+def calls_per_sample(one_call_s: float, window_s: float) -> int:
+    """How many back-to-back calls make one timed sample of at least ``window_s`` seconds (1 if no window).
+
+    Under load, a sample much shorter than the scheduler's time slice (a few ms) measures whether the process
+    happened to be descheduled during it, not its share of the cores; a window of ~0.3 s averages many slices.
+    """
+    return max(1, math.ceil(window_s / max(one_call_s, 1e-9))) if window_s > 0 else 1
 
 
 def time_callable(call: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,

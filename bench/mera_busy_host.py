@@ -3,11 +3,13 @@ single-threaded BLAS), each with and without background load.
 
 Each setting runs in a fresh process (``XLA_FLAGS`` is read when JAX creates its CPU client), compiles a chunk of
 ``--chunk`` sweeps (u and w updates on, reflection symmetric) at each ``chi/chi_mid/layers`` and reports the median
-seconds per sweep over ``--repeats`` chunks. Load: ``--load`` processes each spinning a single-threaded NumPy
-matmul loop (300 × 300) for the duration of the measurement. Rounds interleave settings and load conditions.
-The slowdown of a setting is its median under load over its median without load in the same round.
+seconds per sweep over ``--repeats`` samples; a sample is one chunk, or with ``--window S`` as many chunks back to
+back as last at least S seconds (the reference does the same with its sweeps). Load: ``--load`` processes each
+spinning a single-threaded NumPy matmul loop (300 × 300) for the duration of the measurement. Rounds interleave
+settings and load conditions. The slowdown of a setting is its median under load over its median
+without load in the same round.
 
-    .venv/bin/python -m ivhl_jax.bench.mera_busy_host --shape 8/6/3 --shape 12/8/3 --rounds 2 \\
+    .venv/bin/python -m ivhl_jax.bench.mera_busy_host --shape 8/6/3 --shape 12/8/3 --rounds 2 --window 0.5 \\
         --out bench/results/mera_busy_host.json
 """
 
@@ -33,7 +35,8 @@ _LIBRARY_CORES = {"host_cores_1": 1}
 _SPIN = "import numpy as np\na = np.random.rand(300, 300)\nwhile True:\n    a = a @ a; a /= np.abs(a).max()\n"
 
 
-def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None, host_cores: int = 0) -> list[dict]:
+def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None, host_cores: int = 0,
+          window_s: float = 0.0) -> list[dict]:
     if host_cores:
         from ivhl_jax.run.device import limit_host_cores
 
@@ -45,6 +48,7 @@ def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None,
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
+    from ivhl_jax.bench.harness import calls_per_sample
     from ivhl_jax.physics import mera as M
 
     out = []
@@ -59,22 +63,29 @@ def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None,
             mera, e = adv(mera)
             e.block_until_ready()
             first = time.perf_counter() - t
+            t = time.perf_counter()
+            mera, e = adv(mera)
+            e.block_until_ready()
+            calls = calls_per_sample(time.perf_counter() - t, window_s)
             times = []
             for _ in range(repeats):
                 t = time.perf_counter()
-                mera, e = adv(mera)
+                for _ in range(calls):
+                    mera, e = adv(mera)
                 e.block_until_ready()
-                times.append((time.perf_counter() - t) / chunk)
+                times.append((time.perf_counter() - t) / (chunk * calls))
             out.append({"shape": text, "median_s": float(np.median(times)), "min_s": float(np.min(times)),
-                        "first_call_s": round(first, 2), "per_sweep_s": [round(x, 5) for x in times]})
+                        "first_call_s": round(first, 2), "sweeps_per_sample": chunk * calls,
+                        "per_sweep_s": [round(x, 5) for x in times]})
     return out
 
 
-def _run_child(setting: str, shapes: list[str], chunk: int, repeats: int, cache: str | None) -> list[dict]:
+def _run_child(setting: str, shapes: list[str], chunk: int, repeats: int, cache: str | None,
+               window_s: float = 0.0) -> list[dict]:
     flags, pin = SETTINGS[setting]
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "IVHL_COMPILATION_CACHE": "0"}
     cmd = [sys.executable, "-m", "ivhl_jax.bench.mera_busy_host", "--child", "--chunk", str(chunk),
-           "--repeats", str(repeats)] + [a for s in shapes for a in ("--shape", s)]
+           "--repeats", str(repeats), "--window", str(window_s)] + [a for s in shapes for a in ("--shape", s)]
     if cache:
         cmd += ["--cache", cache]
     if setting in _LIBRARY_CORES:
@@ -85,10 +96,11 @@ def _run_child(setting: str, shapes: list[str], chunk: int, repeats: int, cache:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _run_reference(shapes: list[str], repeats: int) -> list[dict]:
+def _run_reference(shapes: list[str], repeats: int, window_s: float = 0.0) -> list[dict]:
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "JAX_PLATFORMS": "cpu"}
-    cmd = [sys.executable, "-m", "ivhl_jax.bench.mera_reference", "--repeats", str(repeats)]
+    cmd = [sys.executable, "-m", "ivhl_jax.bench.mera_reference", "--repeats", str(repeats),
+           "--window", str(window_s)]
     cmd += [a for s in shapes for a in ("--time-sweep", s)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
@@ -104,6 +116,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--load", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--window", type=float, default=0.0,
+                    help="seconds: each timed sample repeats the chunk until it lasts at least this long "
+                         "(0: one chunk per sample)")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--cache", default=None, help="persistent compilation cache folder for the timed processes")
     ap.add_argument("--host-cores", type=int, default=0, help="(child) limit_host_cores(N) before JAX starts")
@@ -111,7 +126,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     shapes = args.shape or ["8/6/3", "12/8/3"]
     if args.child:
-        rows = child(shapes, args.chunk, args.repeats, args.cache, args.host_cores)
+        rows = child(shapes, args.chunk, args.repeats, args.cache, args.host_cores, args.window)
         print(json.dumps(rows), flush=True)
         return {"rows": rows}
     settings = args.setting or list(SETTINGS)
@@ -131,8 +146,9 @@ def main(argv=None) -> dict:
                 time.sleep(1.0 if load else 0.0)
                 for name in settings + ["reference_numpy_1thread"]:
                     t = time.perf_counter()
-                    rows = (_run_reference(shapes, max(2, args.repeats // 2)) if name.startswith("reference")
-                            else _run_child(name, shapes, args.chunk, args.repeats, args.cache))
+                    rows = (_run_reference(shapes, max(2, args.repeats // 2), args.window)
+                            if name.startswith("reference")
+                            else _run_child(name, shapes, args.chunk, args.repeats, args.cache, args.window))
                     key = f"{name}|load={load}"
                     rnd[key] = rows
                     print(f"round {r} {key}: " + ", ".join(f"{x['shape']} {1e3 * x['median_s']:.1f} ms"

@@ -197,10 +197,15 @@ def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: i
             "chunk_marks": [[s, round(t, 3), e] for s, t, e in marks]}
 
 
-def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0) -> dict:
-    """Median seconds of one reference sweep (u and w updates on) on a random start of these shapes."""
+def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0, window_s: float = 0.0) -> dict:
+    """Median seconds of one reference sweep (u and w updates on) on a random start of these shapes.
+
+    Each of the ``repeats`` samples runs sweeps back to back until it lasts at least ``window_s`` seconds
+    (one sweep if 0) and reports their mean.
+    """
     import jax
 
+    from ivhl_jax.bench.harness import calls_per_sample
     from ivhl_jax.physics import mera as M
 
     np = _np()
@@ -208,13 +213,18 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0)
         state = _from_mera(M.init_mera(jax.random.key(seed), M.MERAConfig(chi=chi, chi_mid=mid, layers=layers)))
         h = tuple(np.asarray(x, np.float64) for x in M.ising_two_site_hamiltonian(1.0))
     sweep(state, h, 100)  # builds the cached contraction paths
+    t = time.perf_counter()
+    sweep(state, h, 100)
+    one = time.perf_counter() - t
+    per_sample = calls_per_sample(one, window_s)
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        sweep(state, h, 100)
-        times.append(time.perf_counter() - t)
+        for _ in range(per_sample):
+            sweep(state, h, 100)
+        times.append((time.perf_counter() - t) / per_sample)
     return {"chi": chi, "chi_mid": mid, "layers": layers, "median_s": float(np.median(times)),
-            "times_s": [round(x, 5) for x in times]}
+            "sweeps_per_sample": per_sample, "times_s": [round(x, 5) for x in times]}
 
 
 def main(argv=None) -> dict:
@@ -222,6 +232,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--schedule", action="append", default=[], help="name=chi/chi_mid/layers/steps,...")
     ap.add_argument("--time-sweep", action="append", default=[], help="chi/chi_mid/layers")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--window", type=float, default=0.0, help="seconds per timed sample of --time-sweep")
     ap.add_argument("--threads", default="1", help="BLAS threads (set before NumPy loads if not yet loaded)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fold", type=int, default=0, help="start from fold_in(key(seed), fold) (0: key(seed))")
@@ -236,7 +247,7 @@ def main(argv=None) -> dict:
                  "ladders": {}, "sweeps": []}
     for text in args.time_sweep:
         chi, mid, layers = (int(x) for x in text.split("/"))
-        doc["sweeps"].append(time_sweep(chi, mid, layers, args.repeats, args.seed))
+        doc["sweeps"].append(time_sweep(chi, mid, layers, args.repeats, args.seed, args.window))
         print(json.dumps(doc["sweeps"][-1]), flush=True)
     for text in args.schedule:
         name, _, body = text.partition("=")

@@ -57,3 +57,10 @@ def test_interleaved_rounds_times_each_call_once_per_round_in_turn():
     assert harness.interleaved_rounds(calls, 1)[1] == {"a": [], "b": []}  # cpu times only when asked
     with pytest.raises(ValueError, match="rounds"):
         harness.interleaved_rounds(calls, 0)
+
+
+def test_calls_per_sample_fills_the_window():
+    assert harness.calls_per_sample(0.004, 0.0) == 1  # no window: one call per sample
+    assert harness.calls_per_sample(0.004, 0.5) == 125
+    assert harness.calls_per_sample(0.3, 0.5) == 2  # at least the window, never shorter
+    assert harness.calls_per_sample(0.9, 0.5) == 1
