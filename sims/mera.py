@@ -14,8 +14,9 @@ bench/results/mera_compile_overlap.json). Each stage runs in compiled chunks
 where it stopped. Float64, unless ``precision`` asks for float32 early stages (the last stage is float64).
 ``host_cores`` (default 0, auto) holds XLA to one CPU core when the host is busy (its 1-minute load average is at
 least the number of cores this process may use) and every χ ≤ 12: there, with two other busy processes on the
-2-core host, a sweep slowed 1.5-1.6x on one core against up to 14x on XLA's two threads; on a quiet host all cores
-reach each accuracy 25-35 % sooner (XLA compiles on them too; bench/results/mera_busy_host.json).
+2-core host, a sweep slowed a median 1.59x on one core (a single thread's fair share there is 1.5x) against 5x
+on XLA's two threads, and with one other busy process 0.94-1.09x; on a quiet host all cores reach each accuracy
+25-35 % sooner (XLA compiles on them too; bench/results/mera_busy_host.json and mera_busy_host_window.json).
 ``--set host_cores=n`` asks for n cores whatever the load.
 
 Default ladder: the published schedule of Evenbly's tensors.net mainVarMERA, χ/χ_mid = 6/4 (1 transitional
@@ -56,8 +57,8 @@ from ivhl_jax.train.checkpoint import Checkpointer
 
 ISING_DIMS = [0.0, 0.125, 1.0, 1.125, 1.125, 2.0, 2.0, 2.0, 2.0, 2.125]
 # host_cores=0 (auto) runs ladders up to this χ on one core when the host is busy: measured on 2 cores
-# (bench/results/mera_busy_host.json), with two other processes spinning a sweep slowed 1.5-1.6x at χ = 12
-# (2.1-2.6x for χ = 8's 4.5 ms sweep) on one core instead of 4.6-14x on XLA's two threads (each operation split
+# (bench/results/mera_busy_host_window.json, 0.5 s samples), with two other processes spinning a sweep slowed a
+# median 1.59x (1.26-1.81x at χ = 8, 12 and 16) on one core instead of 5x on XLA's two threads (each operation split
 # over two threads waiting for the descheduled one); at χ = 16 two threads were mostly faster when quiet. On a
 # quiet host the default ladder reached 1e-3 / 1e-5 in 2.7-3.0 / 6.9-7.4 s on both cores and 4.0 / 10.1-10.2 s on
 # one (compilation runs on XLA's threads too), hence one core only under load.
