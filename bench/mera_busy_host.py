@@ -3,14 +3,14 @@ single-threaded BLAS), each with and without background load.
 
 Each setting runs in a fresh process (``XLA_FLAGS`` is read when JAX creates its CPU client), compiles a chunk of
 ``--chunk`` sweeps (u and w updates on, reflection symmetric) at each ``chi/chi_mid/layers`` and reports the median
-seconds per sweep over ``--repeats`` samples; a sample is one chunk, or with ``--window S`` as many chunks back to
-back as last at least S seconds (the reference does the same with its sweeps). Load: ``--load`` processes each
+seconds per sweep over ``--repeats`` samples; a sample is as many chunks back to back as last at least
+``--window`` seconds (default 0.5; 0: one chunk), and the reference's samples likewise. Load: ``--load`` processes each
 spinning a single-threaded NumPy matmul loop (300 × 300) for the duration of the measurement. Rounds interleave
 settings and load conditions. The slowdown of a setting is its median under load over its median
 without load in the same round.
 
-    .venv/bin/python -m ivhl_jax.bench.mera_busy_host --shape 8/6/3 --shape 12/8/3 --rounds 2 --window 0.5 \\
-        --out bench/results/mera_busy_host.json
+    .venv/bin/python -m ivhl_jax.bench.mera_busy_host --shape 8/6/3 --shape 12/8/3 --rounds 2 \\
+        --out bench/results/mera_busy_host_window.json
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--load", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--window", type=float, default=0.0,
+    ap.add_argument("--window", type=float, default=0.5,
                     help="seconds: each timed sample repeats the chunk until it lasts at least this long "
-                         "(0: one chunk per sample)")
+                         "(0: one chunk per sample, which under load measures the scheduler's time slices)")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--cache", default=None, help="persistent compilation cache folder for the timed processes")
     ap.add_argument("--host-cores", type=int, default=0, help="(child) limit_host_cores(N) before JAX starts")
