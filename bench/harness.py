@@ -85,6 +85,26 @@ def calls_per_sample(one_call_s: float, window_s: float) -> int:
     return max(1, math.ceil(window_s / max(one_call_s, 1e-9))) if window_s > 0 else 1
 
 
+def time_in_windows(call: Callable[[], Any], *, repeats: int, window_s: float) -> tuple[list[float], int]:
+    """Seconds per call of ``repeats`` samples, each ``k`` back-to-back calls lasting at least ``window_s`` seconds.
+
+    ``call()`` may return arrays still being computed (JAX's async dispatch): a sample waits only for the result
+    of its last call. ``k`` comes from one extra timed call (:func:`calls_per_sample`). Returns (samples, k).
+    """
+    check_scalar(repeats, "repeats", integer=True, minimum=1)
+    t = time.perf_counter()
+    jax.block_until_ready(call())
+    k = calls_per_sample(time.perf_counter() - t, window_s)
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(k):
+            out = call()
+        jax.block_until_ready(out)
+        samples.append((time.perf_counter() - t) / k)
+    return samples, k
+
+
 def time_callable(call: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
                   budget_s: float | None = None) -> dict[str, Any]:
     """Time ``call()`` (which must block until its work is done) ``repeats`` times after ``warmup``.

@@ -48,7 +48,7 @@ def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None,
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
-    from ivhl_jax.bench.harness import calls_per_sample
+    from ivhl_jax.bench.harness import time_in_windows
     from ivhl_jax.physics import mera as M
 
     out = []
@@ -63,17 +63,14 @@ def child(shapes: list[str], chunk: int, repeats: int, cache: str | None = None,
             mera, e = adv(mera)
             e.block_until_ready()
             first = time.perf_counter() - t
-            t = time.perf_counter()
-            mera, e = adv(mera)
-            e.block_until_ready()
-            calls = calls_per_sample(time.perf_counter() - t, window_s)
-            times = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                for _ in range(calls):
-                    mera, e = adv(mera)
-                e.block_until_ready()
-                times.append((time.perf_counter() - t) / (chunk * calls))
+            box = [mera]
+
+            def advance(box=box, adv=adv):
+                box[0], e = adv(box[0])
+                return e
+
+            per_call, calls = time_in_windows(advance, repeats=repeats, window_s=window_s)
+            times = [x / chunk for x in per_call]
             out.append({"shape": text, "median_s": float(np.median(times)), "min_s": float(np.min(times)),
                         "first_call_s": round(first, 2), "sweeps_per_sample": chunk * calls,
                         "per_sweep_s": [round(x, 5) for x in times]})

@@ -205,7 +205,7 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0,
     """
     import jax
 
-    from ivhl_jax.bench.harness import calls_per_sample
+    from ivhl_jax.bench.harness import time_in_windows
     from ivhl_jax.physics import mera as M
 
     np = _np()
@@ -213,16 +213,7 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0,
         state = _from_mera(M.init_mera(jax.random.key(seed), M.MERAConfig(chi=chi, chi_mid=mid, layers=layers)))
         h = tuple(np.asarray(x, np.float64) for x in M.ising_two_site_hamiltonian(1.0))
     sweep(state, h, 100)  # builds the cached contraction paths
-    t = time.perf_counter()
-    sweep(state, h, 100)
-    one = time.perf_counter() - t
-    per_sample = calls_per_sample(one, window_s)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(per_sample):
-            sweep(state, h, 100)
-        times.append((time.perf_counter() - t) / per_sample)
+    times, per_sample = time_in_windows(lambda: sweep(state, h, 100), repeats=repeats, window_s=window_s)
     return {"chi": chi, "chi_mid": mid, "layers": layers, "median_s": float(np.median(times)),
             "sweeps_per_sample": per_sample, "times_s": [round(x, 5) for x in times]}
 

@@ -64,3 +64,20 @@ def test_calls_per_sample_fills_the_window():
     assert harness.calls_per_sample(0.004, 0.5) == 125
     assert harness.calls_per_sample(0.3, 0.5) == 2  # at least the window, never shorter
     assert harness.calls_per_sample(0.9, 0.5) == 1
+
+
+def test_time_in_windows_repeats_the_call_to_fill_each_sample():
+    import time
+
+    n = [0]
+
+    def call():
+        n[0] += 1
+        time.sleep(0.002)
+
+    samples, k = harness.time_in_windows(call, repeats=3, window_s=0.02)
+    assert 1 <= k <= 10 and n[0] == 1 + 3 * k  # one sizing call (>= 2 ms), then k calls per sample
+    assert len(samples) == 3 and all(x >= 0.002 for x in samples)  # seconds per call, not per sample
+    assert harness.time_in_windows(call, repeats=2, window_s=0.0)[1] == 1
+    with pytest.raises(ValueError, match="repeats"):
+        harness.time_in_windows(call, repeats=0, window_s=0.1)
