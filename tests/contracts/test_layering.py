@@ -39,8 +39,9 @@ def _imports(path: str) -> list[tuple[str, int]]:
 
 
 def _layer_modules(layer: str) -> list[str]:
+    # family packages (physics/cdt/, ...) are walked too: their modules obey their layer's rule
     folder = os.path.join(ROOT, "ivhl_jax", layer)
-    return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py"))
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith(".py"))
 
 
 @pytest.mark.parametrize("layer", LAYERS)
