@@ -1,0 +1,44 @@
+"""The docs build fetches nothing: MathJax comes from an installed package (docs/hooks.py)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOKS = ROOT / "docs" / "hooks.py"
+
+
+def _load_hooks():
+    spec = importlib.util.spec_from_file_location("ivhl_docs_hooks", HOOKS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_docs_hooks_reach_no_network():
+    tree = ast.parse(HOOKS.read_text(encoding="utf-8"))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"urllib", "http", "socket", "subprocess", "requests"}, imported
+    assert "django-static-mathjax" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+def test_mathjax_is_copied_from_the_installed_package(tmp_path):
+    if importlib.util.find_spec("mathjax") is None:
+        pytest.skip("docs extra not installed: pip install -e '.[docs]'")
+    hooks = _load_hooks()
+    hooks.on_post_build({"site_dir": str(tmp_path)})
+    vendor = tmp_path / "javascripts" / "vendor" / "mathjax"
+    assert (vendor / "tex-svg.js").stat().st_size > 1_000_000
+    assert any((vendor / "input" / "tex" / "extensions").iterdir())
+
+
+def test_a_missing_mathjax_is_a_clear_error(monkeypatch):
+    hooks = _load_hooks()
+    monkeypatch.setattr(hooks, "MATHJAX_PACKAGE", "no_such_package_ivhl")
+    with pytest.raises(RuntimeError, match="docs extra"):
+        hooks._mathjax_es5()
