@@ -31,22 +31,52 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
     if _root not in __path__:
         __path__.append(_root)
 
-from ivhl_jax.core import precision, validation  # noqa: E402
+from ivhl_jax.core import backend, precision, validation  # noqa: E402
 from ivhl_jax.core.precision import Policy  # noqa: E402
 from ivhl_jax.nn import adaptive, attention, gru  # noqa: E402
 from ivhl_jax.numerics import fastmath, rollout, spectral  # noqa: E402
 from ivhl_jax.numerics.rollout import Stepper, chunked, trajectory  # noqa: E402
 from ivhl_jax.physics import cdt, condensate, exact, fields, gft, mera, tn  # noqa: E402
-from ivhl_jax.run import config, device, io, runner  # noqa: E402
-from ivhl_jax.run.runner import run_chunked  # noqa: E402
-from ivhl_jax.train import checkpoint, data, parallel, training  # noqa: E402
-from ivhl_jax.train.checkpoint import Checkpointer  # noqa: E402
+
+# The training and run layers load on first use (PEP 562): they pull in Orbax and Optax, which a kernel user
+# does not need, and `import ivhl_jax` stays light (tests/contracts/test_layering.py checks what it imports).
+_LAZY = {
+    "train": ("ivhl_jax.train", None),
+    "run": ("ivhl_jax.run", None),
+    "training": ("ivhl_jax.train.training", None),
+    "parallel": ("ivhl_jax.train.parallel", None),
+    "data": ("ivhl_jax.train.data", None),
+    "checkpoint": ("ivhl_jax.train.checkpoint", None),
+    "Checkpointer": ("ivhl_jax.train.checkpoint", "Checkpointer"),
+    "runner": ("ivhl_jax.run.runner", None),
+    "run_chunked": ("ivhl_jax.run.runner", "run_chunked"),
+    "config": ("ivhl_jax.run.config", None),
+    "io": ("ivhl_jax.run.io", None),
+    "device": ("ivhl_jax.run.device", None),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module_name, attr = _LAZY[name]
+        module = importlib.import_module(module_name)
+        value = module if attr is None else getattr(module, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ivhl_jax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     # layers
     "core", "numerics", "physics", "nn", "train", "run",
     # modules, flat
-    "validation", "precision", "fastmath", "spectral", "rollout",
+    "validation", "precision", "backend", "fastmath", "spectral", "rollout",
     "fields", "condensate", "gft", "cdt", "mera", "tn", "exact",
     "attention", "gru", "adaptive",
     "training", "parallel", "data", "checkpoint",

@@ -81,3 +81,20 @@ def test_flat_namespace_exposes_the_documented_api():
         assert hasattr(ivhl_jax, name), name
     assert ivhl_jax.condensate is importlib.import_module("ivhl_jax.physics.condensate")
     assert ivhl_jax.trajectory is importlib.import_module("ivhl_jax.numerics.rollout").trajectory
+
+
+def test_import_ivhl_jax_stays_light():
+    """A kernel user's `import ivhl_jax` loads no plotting, no checkpointing and no CLI (they load on first use)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ivhl_jax; heavy = ('matplotlib', 'orbax', 'optax', 'ivhl_jax.cli', 'ivhl_jax.run', "
+            "'ivhl_jax.train'); print([m for m in heavy if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"import ivhl_jax loaded {out.stdout.strip()}"
+    # ... and they are there when asked for
+    code = ("import ivhl_jax; "
+            "print(ivhl_jax.Checkpointer.__name__, ivhl_jax.run_chunked.__name__, ivhl_jax.train.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.split() == ["Checkpointer", "run_chunked", "ivhl_jax.train"], out.stderr
