@@ -1,10 +1,12 @@
-"""This tree against the pre-redesign code (git c1a5c90): the same workloads, timed interleaved, new/old ratios.
+"""This tree against another git revision: the same bench ops, timed interleaved, new/old ratios.
 
-The old package is also called ``ivhl_jax``, so each tree runs in its own long-lived worker subprocess
-(``python bench/regression.py --worker ROOT``: an import hook maps ``ivhl_jax``, ``ivhl_jax.models`` and
+Both trees are packages called ``ivhl_jax``, so each runs in its own long-lived worker subprocess
+(``python bench/compare_revisions.py --worker ROOT``: an import hook maps ``ivhl_jax``, ``ivhl_jax.models`` and
 ``ivhl_jax.bench`` to ROOT's ``ivhl_jax/``, ``models/`` and ``bench/``, ahead of the editable install's
-finder). The parent never imports JAX; it asks the two workers for timings alternately (old/new, then
-new/old, ...), one round = one sample per tree, so a load change on the shared host hits both alike.
+finder). Each worker builds every workload from its own tree's ``bench/ops_*.py`` ``OPS`` table (same op name,
+same size, identical inputs), so an API that changed between the revisions is compared through the op that
+wraps it. The parent never imports JAX; it asks the two workers for timings alternately (old/new, then
+new/old, ...), one round = one sample per tree, so a load change on a shared host hits both alike.
 
 Per workload:
 
@@ -18,16 +20,14 @@ Per workload:
 * ``check``: the two trees' outputs from the identical inputs (max abs / relative difference), so the
   comparison is of the same work.
 
-Workloads (each tree's own code; the bench ``OPS`` factories are line-for-line the same in both trees
-apart from import paths): GP split-step 256² x 100 steps and 64³ x 10 steps through ``condensate.evolve``
-under ``jit`` (plus the 2-D one called directly, ``gp_2d_api``), GFT ``gft_evolve`` 32³ x 10 steps
-(``gft_step`` medium), ``fields.superpose`` medium (2048 points, 20 sources), ``tn.contract`` and one MERA
-sweep at χ = 8 (``tn_contract``/``mera_sweep`` medium), the adaptive train chunk of the seed configuration
-(``adaptive_train`` small: 20 fused steps, batch 32), the transformer train step (``small`` preset,
-B = 4, T = 256). CDT is left out (the engine was rebuilt, not ported).
+Workloads (:data:`WORKLOADS`, each ``(bench module, op, size)``): the GP split-step (``gp_step``), the GFT
+step (``gft_step``), ``fields.superpose``, ``tn.contract`` and one MERA sweep, CDT sweeps, the adaptive train
+chunk and the transformer train step.
 
-    .venv/bin/python -m ivhl_jax.bench.regression --rounds 21 --export bench/results/regression_vs_c1a5c90.json
-    .venv/bin/python -m ivhl_jax.bench.regression --workloads gft_evolve --append --export ...  # redo one
+    .venv/bin/python -m ivhl_jax.bench.compare_revisions --against d695879 --rounds 9 \
+        --export bench/results/compare_revisions.json
+    .venv/bin/python -m ivhl_jax.bench.compare_revisions --against d695879 --workloads gft_step --append \
+        --export bench/results/compare_revisions.json        # redo one
 
 Noise floor: ``--old-root .`` runs both workers on this tree (A/A; on the loaded 2-core host medians of
 identical code differed by up to 1.3x at default threads); ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
@@ -52,39 +52,21 @@ from typing import Any
 
 import numpy as np
 
-OLD_REV = "c1a5c90"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-DT, G = 1e-3, 100.0
-# Files other work is changing while this runs: their git status goes into the record.
-WATCHED = ("models/transformer.py", "ivhl_jax/nn/attention.py", "ivhl_jax/physics/fields.py",
-           "ivhl_jax/physics/condensate.py", "ivhl_jax/physics/gft.py", "ivhl_jax/physics/mera.py",
-           "ivhl_jax/numerics/rollout.py", "ivhl_jax/numerics/fastmath.py", "ivhl_jax/train/training.py",
-           "bench/ops_fields.py", "bench/ops_transformer.py", "bench/ops_condensate.py", "bench/ops_tn.py",
-           "bench/ops_adaptive.py")
 
-# name -> (kind, spec). kind "gp": (shape, steps, api); "op": (bench module, op, size).
-WORKLOADS: dict[str, tuple[str, tuple]] = {
-    "gp_2d": ("gp", ((256, 256), 100, False)),
-    "gp_2d_api": ("gp", ((256, 256), 100, True)),
-    "gp_3d": ("gp", ((64, 64, 64), 10, False)),
-    "gft_evolve": ("op", ("ops_condensate", "gft_step", "medium")),
-    "superpose": ("op", ("ops_fields", "superpose", "medium")),
-    "tn_contract": ("op", ("ops_tn", "tn_contract", "medium")),
-    "mera_sweep": ("op", ("ops_tn", "mera_sweep", "medium")),
-    "adaptive_train": ("op", ("ops_adaptive", "adaptive_train", "small")),
-    "transformer_train_step": ("op", ("ops_transformer", "transformer_train_step", "small")),
+# name -> (bench module, op, size); --quick: the same code paths at small sizes (smoke test).
+WORKLOADS: dict[str, tuple[str, str, str]] = {
+    "gp_step": ("ops_condensate", "gp_step", "medium"),
+    "gft_step": ("ops_condensate", "gft_step", "medium"),
+    "superpose": ("ops_fields", "superpose", "medium"),
+    "tn_contract": ("ops_tn", "tn_contract", "medium"),
+    "mera_sweep": ("ops_tn", "mera_sweep", "medium"),
+    "cdt_sweeps": ("ops_cdt", "cdt_sweeps", "small"),
+    "adaptive_train": ("ops_adaptive", "adaptive_train", "small"),
+    "transformer_train_step": ("ops_transformer", "transformer_train_step", "small"),
 }
-# --quick: the same code paths at small sizes (smoke test).
-QUICK: dict[str, tuple[str, tuple]] = {
-    "gp_2d": ("gp", ((32, 32), 5, False)),
-    "gp_2d_api": ("gp", ((32, 32), 5, True)),
-    "gp_3d": ("gp", ((8, 8, 8), 2, False)),
-    "gft_evolve": ("op", ("ops_condensate", "gft_step", "small")),
-    "superpose": ("op", ("ops_fields", "superpose", "small")),
-    "tn_contract": ("op", ("ops_tn", "tn_contract", "small")),
-    "mera_sweep": ("op", ("ops_tn", "mera_sweep", "small")),
-}
+QUICK: dict[str, tuple[str, str, str]] = {name: (mod, op, "small") for name, (mod, op, _) in WORKLOADS.items()}
 
 
 # ------------------------------------------------------------------------------------------ worker side
@@ -105,36 +87,13 @@ class _TreeFinder(importlib.abc.MetaPathFinder):
                                                       submodule_search_locations=[d])
 
 
-def _zero_obs(state, params):  # module level: the new compile-once driver keys its cache on it
-    del state, params
-    import jax.numpy as jnp
-    return jnp.zeros(())
-
-
-def _build(kind: str, spec: tuple) -> dict[str, Any]:
-    """Returns {"call": zero-arg blocking callable returning the output, "compiled": bool, "compile_s"}."""
+def _build(spec: tuple) -> dict[str, Any]:
+    """Returns {"call": zero-arg blocking callable returning the output, "compile_s"}."""
     import jax
 
-    if kind == "gp":
-        try:
-            from ivhl_jax.physics import condensate as C
-        except ImportError:
-            C = importlib.import_module("ivhl_jax.condensate")  # the old flat layout
-        shape, steps, api = spec
-        grid = C.Grid.uniform(shape, [0.1 * n for n in shape])  # dx = 0.1 as in bench/ops_condensate.py
-        system = C.GPSystem(grid, C.harmonic(grid), G)
-        psi = C.gaussian(grid)
-
-        def fn(p):
-            return C.evolve(p, system, DT, steps, steps, observe=_zero_obs)[0]
-
-        args: tuple = (psi,)
-        if api:
-            return {"call": lambda: jax.block_until_ready(fn(psi)), "compile_s": None}
-    else:
-        mod, op, size = spec
-        case = importlib.import_module(f"ivhl_jax.bench.{mod}").OPS[op](size)
-        fn, args = case.fn, case.args
+    mod, op, size = spec
+    case = importlib.import_module(f"ivhl_jax.bench.{mod}").OPS[op](size)
+    fn, args = case.fn, case.args
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     compile_s = time.perf_counter() - t0
@@ -152,20 +111,6 @@ def _save_output(out: Any, path: str) -> None:
         except TypeError:  # typed PRNG keys
             arrays[f"a{i:04d}"] = np.asarray(jax.random.key_data(x))
     np.savez(path, *[arrays[k] for k in sorted(arrays)])  # saved as arr_0, arr_1, ... in leaf order
-
-
-def _loaded_sources(root: str) -> dict[str, str]:
-    """sha1 (12 hex) of the watched files this worker has imported (the version that ran, even mid-edit)."""
-    import hashlib
-
-    out = {}
-    for m in list(sys.modules.values()):
-        f = getattr(m, "__file__", None) or ""
-        rel = os.path.relpath(f, root) if f.startswith(root) else ""
-        if rel in WATCHED:
-            with open(f, "rb") as fh:
-                out[rel] = hashlib.sha1(fh.read()).hexdigest()[:12]
-    return out
 
 
 def worker(root: str) -> None:
@@ -188,14 +133,13 @@ def worker(root: str) -> None:
             if cmd == "build":
                 jax.clear_caches()
                 t0 = time.perf_counter()
-                b = _build(req["kind"], tuple(req["spec"]))
+                b = _build(tuple(req["spec"]))
                 out = b["call"]()
                 first = time.perf_counter() - t0
                 built[req["name"]] = b
                 if req.get("out"):
                     _save_output(out, req["out"])
-                res: dict[str, Any] = {"first_call_s": first, "compile_s": b["compile_s"],
-                                       "sources": _loaded_sources(root)}
+                res: dict[str, Any] = {"first_call_s": first, "compile_s": b["compile_s"]}
             elif cmd == "time":
                 call = built[req["name"]]["call"]
                 for _ in range(req.get("warmup", 1)):
@@ -275,39 +219,39 @@ def _q(v, p):
     return float(np.percentile(np.asarray(v, float), p))
 
 
-def _git_status(paths) -> dict[str, Any]:
-    """Status of the watched files, and every modified/untracked path of the tree (uncommitted work runs too)."""
+def _git_status() -> dict[str, str]:
+    """Every modified/untracked path of this tree (uncommitted work runs too, so the record says what it was)."""
     r = subprocess.run(["git", "-C", REPO, "status", "--porcelain"], capture_output=True, text=True)
-    changed = {line[3:]: line[:2].strip() for line in r.stdout.splitlines()}
-    return {"watched": {p: changed.get(p, "clean") for p in paths}, "all_changed": changed}
+    return {line[3:]: line[:2].strip() for line in r.stdout.splitlines()}
 
 
-def _ensure_old_tree(path: str) -> str:
+def _ensure_old_tree(path: str, rev: str | None) -> str:
+    """``path`` if it already holds a tree; else a detached git worktree of ``rev`` there."""
     if os.path.isdir(os.path.join(path, "ivhl_jax")):
         return path
-    subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", path, OLD_REV], check=True,
-                   capture_output=True)
+    if not rev:
+        raise ValueError(f"--old-root {path} holds no tree: give --against REV (a git revision) to create it there")
+    subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", path, rev], check=True, capture_output=True)
     return path
 
 
-def run(workloads: dict[str, tuple[str, tuple]], rounds: int, old_root: str, new_root: str,
+def run(workloads: dict[str, tuple[str, str, str]], rounds: int, old_root: str, new_root: str,
         target_s: float, first_rounds: int, log: Callable[[str], None],
         on_result: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    tmp = tempfile.mkdtemp(prefix="ivhl_regression_")
+    tmp = tempfile.mkdtemp(prefix="ivhl_compare_")
     errlog = open(os.path.join(tmp, "workers.log"), "w")
     workers = {"old": Worker(old_root, errlog), "new": Worker(new_root, errlog)}
     results: dict[str, Any] = {}
     try:
-        for name, (kind, spec) in workloads.items():
-            rec: dict[str, Any] = {"kind": kind, "spec": spec, "first_call_s": {"old": [], "new": []},
+        for name, spec in workloads.items():
+            rec: dict[str, Any] = {"spec": spec, "first_call_s": {"old": [], "new": []},
                                    "compile_s": {"old": [], "new": []}}
             for r in range(max(1, first_rounds)):  # builds, interleaved; the last build is the one timed
                 order = ("old", "new") if r % 2 == 0 else ("new", "old")
                 for t in order:
-                    res = workers[t].ask(cmd="build", name=name, kind=kind, spec=spec,
+                    res = workers[t].ask(cmd="build", name=name, spec=spec,
                                          out=os.path.join(tmp, f"{name}_{t}.npz") if r == 0 else None)
                     rec["first_call_s"][t].append(res["first_call_s"])
-                    rec.setdefault("sources_sha1", {})[t] = res["sources"]
                     if res["compile_s"] is not None:
                         rec["compile_s"][t].append(res["compile_s"])
             rec["check"] = compare(os.path.join(tmp, f"{name}_old.npz"), os.path.join(tmp, f"{name}_new.npz"))
@@ -371,7 +315,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--target-s", type=float, default=0.3, help="timed seconds per round and tree (sets reps)")
     ap.add_argument("--workloads", default=None, help="comma-separated subset of: " + ",".join(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--old-root", default="/tmp/ivhl_old", help=f"worktree of {OLD_REV} (created if missing)")
+    ap.add_argument("--against", default=None, help="git revision to compare with (a worktree of it is created "
+                    "at --old-root when that folder holds no tree)")
+    ap.add_argument("--old-root", default=None, help="the other tree (default: /tmp/ivhl_compare_<REV>)")
     ap.add_argument("--new-root", default=REPO)
     ap.add_argument("--export", default=None, help="JSON file to write (rewritten after every workload)")
     ap.add_argument("--append", action="store_true",
@@ -383,18 +329,23 @@ def main(argv=None) -> dict:
         return {}
     table = QUICK if args.quick else WORKLOADS
     names = args.workloads.split(",") if args.workloads else list(table)
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        ap.error(f"unknown workload(s) {unknown}; choose from {sorted(table)}")
     chosen = {n: table[n] for n in names}
-    old_root = _ensure_old_tree(os.path.abspath(args.old_root))
+    if args.old_root is None and not args.against:
+        ap.error("say what to compare with: --against REV (a git revision) or --old-root DIR (a tree)")
+    old_root = _ensure_old_tree(os.path.abspath(args.old_root or f"/tmp/ivhl_compare_{args.against}"), args.against)
     new_root = os.path.abspath(args.new_root)
     rev = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     old_rev = subprocess.run(["git", "-C", old_root, "rev-parse", "HEAD"], capture_output=True,
                              text=True).stdout.strip()
-    command = "python -m ivhl_jax.bench.regression " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m ivhl_jax.bench.compare_revisions " + " ".join(sys.argv[1:] if argv is None else argv)
     this_run = {"command": command, "head": rev, "old_rev": old_rev, "old_root": old_root, "new_root": new_root,
                 "timestamp_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "rounds": args.rounds, "first_rounds": args.first_rounds, "target_s": args.target_s,
                 "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
-                "git_status_start": _git_status(WATCHED)}
+                "uncommitted_start": _git_status()}
     doc: dict[str, Any] = {"workloads": {}, "runs": []}
     if args.append and args.export and os.path.exists(args.export):
         with open(args.export) as f:
@@ -407,10 +358,10 @@ def main(argv=None) -> dict:
                       "loadavg_after": os.getloadavg()}
         doc["workloads"][name] = rec
         this_run.update({"loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
-                         "git_status_end": _git_status(WATCHED)})
+                         "uncommitted_end": _git_status()})
         doc.update({
-            "what": "this tree (working tree, uncommitted changes included) against the pre-redesign code "
-                    f"{OLD_REV}: the same workloads on identical inputs, steady-state time per call, interleaved "
+            "what": f"this tree (working tree, uncommitted changes included) against {old_rev[:12]}: the same "
+                    "bench ops on identical inputs, steady-state time per call, interleaved "
                     "rounds in two long-lived worker processes; ratio = median over rounds of new/old, IQR over "
                     "rounds; first_call = clear_caches + build + compile + one call",
             "command": command,
