@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_scalar
 
 __all__ = ["device_report", "format_report", "enable_compilation_cache", "keep_host_memory", "limit_host_cores",
@@ -86,6 +87,7 @@ def device_report() -> dict[str, Any]:
         "versions": _versions(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "x64": bool(jax.config.read("jax_enable_x64")),
+        "defaults": backend.describe(),
     }
 
 
@@ -105,6 +107,10 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     lines.append("versions      " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v))
     if r["xla_flags"]:
         lines.append(f"XLA_FLAGS     {r['xla_flags']}")
+    if r.get("defaults"):
+        lines.append(f"defaults on {r['platform']} (ivhl_jax.core.backend: override() or configure() change them)")
+        width = max(len(row["setting"]) for row in r["defaults"])
+        lines += [f"  {row['setting']:<{width}}  {row['value']:<14} {row['source']}" for row in r["defaults"]]
     return "\n".join(lines)
 
 

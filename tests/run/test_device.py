@@ -9,6 +9,8 @@ import sys
 import jax
 import pytest
 
+from ivhl_jax.core import backend
+
 ON_CPU = pytest.mark.skipif(jax.default_backend() != "cpu",
                             reason="the suite emulates 8 CPU devices; an accelerator has as many as it has")
 
@@ -21,7 +23,11 @@ def test_device_report_and_cli_info(capsys):
     assert rep["device_count"] == 8 and rep["versions"]["jax"] == jax.__version__
     assert "no-op" in device.configure(gpu_autotune_level=2)["gpu_autotune_level"]
     assert cli.main(["info"]) == 0
-    assert "platform" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "platform" in out
+    # the per-backend defaults in force, each with where it comes from
+    assert "fields_chunking" in out and "cdt_engine" in out
+    assert [row["setting"] for row in rep["defaults"]] == [row["setting"] for row in backend.describe()]
     assert cli.main(["frobnicate"]) == 2
 
 
