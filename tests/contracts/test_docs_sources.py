@@ -1,4 +1,5 @@
-"""The docs build fetches nothing: MathJax comes from an installed package (docs/hooks.py)."""
+"""The documentation sources: the build fetches nothing (MathJax comes from an installed package, docs/hooks.py),
+and the pages that list the notebooks list every one."""
 
 from __future__ import annotations
 
@@ -42,3 +43,12 @@ def test_a_missing_mathjax_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(hooks, "MATHJAX_PACKAGE", "no_such_package_ivhl")
     with pytest.raises(RuntimeError, match="docs extra"):
         hooks._mathjax_es5()
+
+
+def test_readme_and_the_landing_page_list_every_notebook():
+    notebooks = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) >= 8
+    for page in ("README.md", "docs/index.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        missing = [n for n in notebooks if f"notebooks/{n}" not in text]
+        assert not missing, f"{page} does not list {missing}"
