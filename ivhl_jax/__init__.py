@@ -17,8 +17,6 @@ benchmarks live in the repository folders ``models/``, ``sims/`` and ``bench/`` 
 models, plotting and peers that a kernel user does not need).
 """
 
-from __future__ import annotations
-
 import os as _os
 
 __version__ = "0.1.0"
@@ -69,7 +67,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(__all__) | {"__version__"})
 
 
 __all__ = [

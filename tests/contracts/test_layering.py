@@ -79,6 +79,11 @@ def test_every_library_module_declares_all(layer):
 def test_flat_namespace_exposes_the_documented_api():
     for name in ivhl_jax.__all__:
         assert hasattr(ivhl_jax, name), name
+    # and nothing else public: no helper, no `annotations` from a __future__ import (the application folders
+    # and the CLI appear as attributes once something imports them)
+    public = {n for n in vars(ivhl_jax) if not n.startswith("_")} | {n for n in dir(ivhl_jax) if not n.startswith("_")}
+    extra = public - set(ivhl_jax.__all__) - {"models", "sims", "bench", "cli"}
+    assert not extra, sorted(extra)
     assert ivhl_jax.condensate is importlib.import_module("ivhl_jax.physics.condensate")
     assert ivhl_jax.trajectory is importlib.import_module("ivhl_jax.numerics.rollout").trajectory
 
