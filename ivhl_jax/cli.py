@@ -2,8 +2,8 @@
 
   ivhl demo                         the embedded default holography run (no arguments, no downloads)
   ivhl info                         platform, devices, memory, versions
-  ivhl sim NAME [options]           a simulation from ivhl_jax.sims.NAME   (``ivhl sim --list``)
-  ivhl train NAME [options]         a training script ivhl_jax.sims.train_NAME
+  ivhl sim NAME [options]           a simulation from ivhl_jax.sims.NAME   (``ivhl sim --help``: the names)
+  ivhl train NAME [options]         a training script ivhl_jax.sims.train_NAME   (``ivhl train --help``)
   ivhl bench [--op NAME] [--size S] [--export FILE.json]
   ivhl launch --nproc N [--devices-per-process K] -- CMD ...
                                     N local processes wired with jax.distributed (127.0.0.1)
@@ -12,13 +12,16 @@ demo/sim/train reuse compiled programs across runs through XLA's persistent comp
 (~/.cache/ivhl_jax/xla, or $IVHL_COMPILATION_CACHE_DIR; IVHL_COMPILATION_CACHE=0 turns it off).
 IVHL_KEEP_HOST_MEMORY=1 makes glibc's malloc keep freed memory for reuse, so XLA:CPU stops faulting its
 temporary buffers in on every call (up to 20 % faster CPU training steps, for a larger resident heap; see
-ivhl_jax.run.device.keep_host_memory).
+ivhl_jax.run.device.keep_host_memory). A configuration error is one line and exit status 2;
+IVHL_TRACEBACK=1 shows its traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import os
 import pkgutil
 import sys
@@ -40,12 +43,40 @@ def _sim_modules(prefix: str = "") -> list[str]:
     return sorted(names)
 
 
+def _summary_line(module: str) -> str:
+    """The first line of ``module``'s docstring, read from its source (importing it would start JAX)."""
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            return ""
+        with open(spec.origin, encoding="utf-8") as f:
+            doc = ast.get_docstring(ast.parse(f.read())) or ""
+    except (OSError, SyntaxError, ImportError):
+        return ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _usage(kind: str, available: list[str]) -> str:
+    prefix = "train_" if kind == "train" else ""
+    width = max((len(n) for n in available), default=0)
+    rows = "\n".join(f"  {n:{width}s}  {_summary_line(f'ivhl_jax.sims.{prefix}{n}')}".rstrip() for n in available)
+    return (f"usage: ivhl {kind} NAME [--config FILE] [--set KEY=VALUE ...] [--out DIR] [--resume | --no-resume] "
+            f"[--no-progress]\n\navailable names:\n{rows or '  (none)'}\n\n"
+            f"`ivhl {kind} NAME --help` lists NAME's options and every config key with its type, default and meaning.")
+
+
 def _dispatch(kind: str, name: str | None, argv: list[str]) -> int:
     prefix = "train_" if kind == "train" else ""
     available = _sim_modules(prefix)
-    if name in (None, "--list", "-l"):
+    if name in ("-h", "--help", "help"):
+        print(_usage(kind, available))
+        return 0
+    if name is None:
+        print(_usage(kind, available), file=sys.stderr)
+        return 2
+    if name in ("--list", "-l"):
         print(f"available for `ivhl {kind}`: {', '.join(available) or '(none)'}")
-        return 0 if name else 2
+        return 0
     if name not in available:
         print(f"ivhl {kind}: unknown name {name!r}; available: {', '.join(available)}", file=sys.stderr)
         return 2

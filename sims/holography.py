@@ -270,9 +270,7 @@ def _run(cfg: HolographyConfig, ctx: RunContext) -> dict[str, str]:
               f"{cfg.steps} time steps, vortices {list(cfg.vortex_charges)}")
     result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress)
     paths = write_outputs(cfg, result, params, ctx.out)
-    if result.resumed_from is not None:
-        print(f"resumed from step {result.resumed_from}")
-    print(f"{result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
+    print(result.rate_line())
     if ctx.args.demo:
         print(f"open the pictures below (PNG); the run's numbers are in {paths['summary']}")
     return {name: paths[name] for name in ("intensity", "phase", "mean_intensity", "summary")}

@@ -217,7 +217,7 @@ def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: 
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
-    n_new = (n_chunks - (res.resumed_from or 0) // cfg.steps_per_chunk) * cfg.steps_per_chunk
+    n_new = res.steps_run
     summary = {
         "dataset": cfg.dataset, "preset": cfg.preset, "state_mode": "carry" if carry else "reset",
         "model_config": config_dict(mcfg), "train_config": config_dict(cfg),

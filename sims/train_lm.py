@@ -263,9 +263,8 @@ def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool =
         "skipped_steps": int(hist["skipped"].sum()),
     }
     summary["val_over_unigram"] = summary["final_val_bits_per_byte"] / summary["unigram_entropy_bits_per_byte"]
-    if res.resumed_from is None or res.resumed_from < res.steps:
-        done = res.steps - (res.resumed_from or 0)
-        summary["tokens_per_s_this_invocation"] = done * tokens / res.wall_time_s if done else None
+    if res.steps_run:
+        summary["tokens_per_s_this_invocation"] = res.steps_run * tokens / res.wall_time_s
     write_json(os.path.join(out, "summary.json"), summary)
     if plots:
         _plot(hist, data, os.path.join(out, "loss_curve.png"))

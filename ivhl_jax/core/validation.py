@@ -128,14 +128,16 @@ def check_scalar(
             raise ValueError(f"{name} must be finite, got {v}")
         if integer and not (np.issubdtype(arr.dtype, np.integer) or (isinstance(v, float) and v == int(v))):
             raise TypeError(f"{name} must be an integer, got {x!r}")
+        # an integer given is echoed as one ("got -5", not "got -5.0")
+        shown = int(arr) if np.issubdtype(arr.dtype, np.integer) else v
         if positive and not v > 0:
-            raise ValueError(f"{name} must be > 0, got {v}")
+            raise ValueError(f"{name} must be > 0, got {shown}")
         if nonnegative and not v >= 0:
-            raise ValueError(f"{name} must be >= 0, got {v}")
+            raise ValueError(f"{name} must be >= 0, got {shown}")
         if minimum is not None and v < minimum:
-            raise ValueError(f"{name} must be >= {minimum}, got {v}")
+            raise ValueError(f"{name} must be >= {minimum}, got {shown}")
         if maximum is not None and v > maximum:
-            raise ValueError(f"{name} must be <= {maximum}, got {v}")
+            raise ValueError(f"{name} must be <= {maximum}, got {shown}")
     elif jnp.ndim(x) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(x)}")
     return x

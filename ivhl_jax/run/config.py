@@ -25,6 +25,7 @@ import atexit
 import dataclasses
 import fcntl
 import json
+import math
 import os
 import shutil
 import sys
@@ -34,7 +35,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-__all__ = ["T", "read_config_file", "load_config", "config_dict", "renamed_keys", "add_run_arguments",
+__all__ = ["T", "read_config_file", "load_config", "clip_short_run", "config_dict", "renamed_keys", "add_run_arguments",
            "prepare_run_dir", "lock_run_dir", "release_run_dir", "RunDirLockedError"]
 
 T = TypeVar("T")
@@ -65,7 +66,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, str):
             value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
-            raise TypeError(f"config key {key!r} must be a list, got {value!r}")
+            raise TypeError(f"config key {key!r} must be a list, got {value!r}: say --set {key}={value},{value} "
+                            f"(comma-separated; one entry: --set {key}={value},), or {key} = [{value}] in a file")
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(value) != len(args):
                 raise ValueError(f"config key {key!r} must have {len(args)} entries, got {len(value)}")
@@ -124,7 +126,7 @@ def _field_default(f: dataclasses.Field) -> Any:
     return None
 
 
-def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = None) -> T:
+def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = None, validate: bool = True) -> T:
     """``cls`` from ``values``; keys not given keep ``base``'s values (or the class defaults).
 
     A nested table (``model.d_model=256``, a ``[model]`` TOML table) updates the *embedded default* of that
@@ -151,7 +153,7 @@ def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = N
         else:
             kwargs[k] = _coerce(v, hints[k], prefix + k)
     obj = dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
-    if hasattr(obj, "validate"):
+    if validate and hasattr(obj, "validate"):
         obj.validate()
     return obj
 
@@ -199,8 +201,11 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_config(cls: type[T], path: str | os.PathLike | None = None,
-                overrides: Sequence[str] = ()) -> T:
-    """Build ``cls`` from its defaults, then a config file, then ``key=value`` overrides."""
+                overrides: Sequence[str] = (), *, validate: bool = True) -> T:
+    """Build ``cls`` from its defaults, then a config file, then ``key=value`` overrides.
+
+    ``validate=False`` skips the top-level ``validate()`` (nested configs are still validated), for a caller
+    that adjusts the config first (:func:`clip_short_run`) and validates after."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"cls must be a dataclass type, got {cls!r}")
     values: dict[str, Any] = read_config_file(path) if path is not None else {}
@@ -210,7 +215,55 @@ def load_config(cls: type[T], path: str | os.PathLike | None = None,
         for k in keys[:-1]:
             node = node.setdefault(k, {})
         node[keys[-1]] = value
-    return _build(cls, values)
+    return _build(cls, values, validate=validate)
+
+
+def _plain_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def clip_short_run(cfg: T) -> tuple[T, dict[str, tuple[int, int]]]:
+    """``cfg`` with its chunking clipped to a run shorter than one chunk; returns ``(cfg, {key: (old, new)})``.
+
+    A smoke run (``--set steps=1``) should run, not be refused because ``steps`` is below ``steps_per_chunk``
+    or ``warmup_steps``. The keys are read by name, so every run configuration gets the same rule:
+
+    * ``steps_per_chunk`` > ``steps`` becomes ``steps`` (for per-stage ``steps``, a list, the greatest common
+      divisor of the stages when one of them is shorter than a chunk, so every stage is whole chunks);
+    * ``save_every`` that no longer divides the chunk becomes ``gcd(steps_per_chunk, save_every)``;
+    * ``checkpoint_every`` that is no longer a multiple of the chunk is rounded up to one (0 stays 0);
+    * ``warmup_steps`` > ``steps`` becomes ``steps``.
+
+    Nothing changes when ``steps`` is at least one chunk, or when a key holds something other than a positive
+    integer (``validate()`` then reports it). The result is not validated.
+    """
+    if not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        raise TypeError(f"cfg must be a config dataclass instance, got {type(cfg).__name__}")
+    names = {f.name for f in dataclasses.fields(cfg)}
+    changes: dict[str, tuple[int, int]] = {}
+    steps: Any = getattr(cfg, "steps", None)
+    chunk: Any = getattr(cfg, "steps_per_chunk", None)
+    short: int | None = None  # the chunk a run shorter than one chunk gets
+    if _plain_int(chunk) and isinstance(steps, (list, tuple)) and steps and all(_plain_int(n) and n >= 1
+                                                                               for n in steps):
+        short = math.gcd(*steps) if min(steps) < chunk else None
+    elif _plain_int(chunk) and _plain_int(steps) and 1 <= steps < chunk:
+        short = steps
+    if short is not None and "steps_per_chunk" in names and _plain_int(chunk) and chunk > short:
+        changes["steps_per_chunk"] = (chunk, short)
+        chunk = short
+        save: Any = getattr(cfg, "save_every", None)
+        if "save_every" in names and _plain_int(save) and save >= 1 and chunk % save:
+            changes["save_every"] = (save, math.gcd(chunk, save))
+        ckpt: Any = getattr(cfg, "checkpoint_every", None)
+        if "checkpoint_every" in names and _plain_int(ckpt) and ckpt >= 1 and ckpt % chunk:
+            changes["checkpoint_every"] = (ckpt, -(-ckpt // chunk) * chunk)
+    warm: Any = getattr(cfg, "warmup_steps", None)
+    if ("warmup_steps" in names and _plain_int(warm) and _plain_int(steps) and steps >= 1 and warm > steps):
+        changes["warmup_steps"] = (warm, steps)
+    if changes:
+        cfg = dataclasses.replace(cast(Any, cfg), **{k: new for k, (_, new) in changes.items()})
+    return cfg, changes
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:
@@ -322,10 +375,13 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     ckpt_dir = os.path.join(out, "ckpt")
     cfg_path = os.path.join(out, "config.json")
     comparable = {k: v for k, v in config_dict(cfg).items() if k not in extendable}
+    # A checkpoint folder with no step in it (a run that stopped at a configuration error before its first
+    # checkpoint) holds nothing to resume, so it does not tie the folder to its configuration.
+    holds_steps = os.path.isdir(ckpt_dir) and any(name.isdigit() for name in os.listdir(ckpt_dir))
     if os.path.isdir(ckpt_dir):
         if not resume:
             shutil.rmtree(ckpt_dir)
-        elif os.path.isfile(cfg_path):
+        elif holds_steps and os.path.isfile(cfg_path):
             with open(cfg_path) as f:
                 renamed = renamed_keys(cfg)  # a folder written before a key was renamed resumes
                 old = {renamed.get(k, k): v for k, v in json.load(f).items()}

@@ -7,8 +7,12 @@ driver then does, identically for every simulation:
 * the command line: ``--config FILE``, ``--set KEY=VALUE``, ``--out``, ``--resume/--no-resume``,
   ``--no-progress``; ``--help`` lists every config key with its type, default and meaning (the comment
   beside the field in the dataclass);
+* a run shorter than one chunk (``--set steps=1``) runs with the chunk and the warm-up clipped to it
+  (:func:`ivhl_jax.run.config.clip_short_run`), said in one line;
 * configuration errors (unknown key, wrong type, failed ``validate()``, a checkpoint of a different
-  configuration in ``--out``) are one line naming the key and the fix, exit status 2 — no traceback;
+  configuration in ``--out``, a ValueError or TypeError the simulation raises while it sets up, before its
+  first chunk runs, and a ``--resume`` whose checkpoints are all unusable) are one line naming the key and the
+  fix, exit status 2 — no traceback (``IVHL_TRACEBACK=1`` shows it);
 * the run folder (:func:`ivhl_jax.run.config.prepare_run_dir`) and its Orbax checkpointer;
 * Ctrl-C: the completed steps are checkpointed (:class:`ivhl_jax.run.runner.RunInterrupted`); one line
   says where the run stopped and how to resume, exit status 130;
@@ -30,9 +34,10 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ivhl_jax.run.config import add_run_arguments, load_config, prepare_run_dir
+from ivhl_jax.run import runner
+from ivhl_jax.run.config import add_run_arguments, clip_short_run, load_config, prepare_run_dir
 from ivhl_jax.run.runner import RunInterrupted
-from ivhl_jax.train.checkpoint import Checkpointer
+from ivhl_jax.train.checkpoint import CheckpointCorruptError, Checkpointer
 
 __all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_comments"]
 
@@ -126,8 +131,8 @@ def _check_config_class(cls: Any) -> None:
 
 
 def field_comments(cls: type) -> dict[str, str]:
-    """``{field: meaning}``: the ``# ...`` comment on the field's line (or the line above it) in ``cls``,
-    else the field's entry in the docstring's ``Attributes:`` section."""
+    """``{field: meaning}``: the ``# ...`` comment on the field's line (or, without one, the block of comment
+    lines right above it, joined), else the field's entry in the docstring's ``Attributes:`` section."""
     _check_config_class(cls)
     documented = _docstring_attributes(cls)
     try:
@@ -145,9 +150,13 @@ def field_comments(cls: type) -> dict[str, str]:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             line = text[node.lineno - 1]
             comment = line.split("#", 1)[1].strip() if "#" in line else ""
-            above = text[node.lineno - 2].strip() if node.lineno >= 2 else ""
-            if not comment and above.startswith("#"):
-                comment = above.lstrip("#").strip()
+            if not comment:
+                block: list[str] = []
+                i = node.lineno - 2
+                while i >= 0 and text[i].strip().startswith("#"):
+                    block.insert(0, text[i].strip().lstrip("#").strip())
+                    i -= 1
+                comment = " ".join(b for b in block if b)
             if comment or node.target.id not in out:
                 out[node.target.id] = comment
     return out
@@ -159,13 +168,11 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[str]:
-    """One line per config key: ``key  type  default  meaning`` (nested dataclasses as ``section.key``, with
-    the defaults the enclosing config embeds, not the nested class's own)."""
-    _check_config_class(cls)
+def _config_rows(cls: type, prefix: str = "", instance: Any = None) -> list[tuple[str, str, str, str]]:
+    """``(key, type, default, meaning)`` of every key of ``cls`` (nested dataclasses as ``section.key``)."""
     hints = typing.get_type_hints(cls)
     comments = field_comments(cls)
-    rows = []
+    rows: list[tuple[str, str, str, str]] = []
     for f in dataclasses.fields(cls):
         tp = hints.get(f.name, f.type)
         if instance is not None:
@@ -177,11 +184,21 @@ def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[s
         else:
             default = "(required)"
         if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-            rows += describe_config(tp, prefix=f"{prefix}{f.name}.",
-                                    instance=default if dataclasses.is_dataclass(default) else None)
+            rows += _config_rows(tp, prefix=f"{prefix}{f.name}.",
+                                 instance=default if dataclasses.is_dataclass(default) else None)
             continue
-        rows.append(f"  {prefix + f.name:24s} {_type_name(tp):22s} {default!r:24s} {comments.get(f.name, '')}".rstrip())
+        rows.append((prefix + f.name, _type_name(tp), repr(default), comments.get(f.name, "")))
     return rows
+
+
+def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[str]:
+    """One line per config key: ``key  type  default  meaning`` (nested dataclasses as ``section.key``, with
+    the defaults the enclosing config embeds, not the nested class's own). The columns are as wide as their
+    widest entry, so a long type or default never shifts the columns after it; a meaning is kept whole."""
+    _check_config_class(cls)
+    rows = _config_rows(cls, prefix, instance)
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
+    return [f"  {k:{widths[0]}s}  {t:{widths[1]}s}  {d:{widths[2]}s}  {m}".rstrip() for k, t, d, m in rows]
 
 
 def _parser(sim: Simulation) -> argparse.ArgumentParser:
@@ -189,15 +206,31 @@ def _parser(sim: Simulation) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=sim.prog, description=sim.description, epilog=epilog,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p, out=None, resume=None, config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
-                      out_help="output folder (default: see the simulation's description)")
+                      out_help="output folder")
     if sim.add_arguments is not None:
         sim.add_arguments(p)
+    out_default = _default_out_text(sim, p)
+    for action in p._actions:
+        if "--out" in action.option_strings:
+            action.help = f"output folder (default: {out_default})"
     return p
 
 
+def _default_out_text(sim: Simulation, parser: argparse.ArgumentParser) -> str:
+    """``default_out`` of the default configuration and options, for ``--help``."""
+    try:
+        return str(sim.default_out(sim.config_type(), parser.parse_args([])))
+    except Exception:  # a simulation whose default folder needs a given option or key: say where it comes from
+        return "see the description above"
+
+
 def _fail(sim: Simulation, message: str) -> int:
-    print(f"{sim.prog}: {message}", file=sys.stderr)
+    print(f"{sim.prog}: {' '.join(str(message).split())}", file=sys.stderr)
     return 2
+
+
+def _show_traceback() -> bool:
+    return os.environ.get("IVHL_TRACEBACK", "0") == "1"
 
 
 def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
@@ -205,17 +238,28 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     args = _parser(sim).parse_args(list(sys.argv[1:] if argv is None else argv))
     overrides = list(args.set) + (sim.overrides(args) if sim.overrides is not None else [])
     try:
-        cfg: Any = load_config(sim.config_type, args.config, overrides)
+        cfg: Any = load_config(sim.config_type, args.config, overrides, validate=False)
+        cfg, clipped = clip_short_run(cfg)
+        if hasattr(cfg, "validate"):
+            cfg.validate()
     except FileNotFoundError as e:
         return _fail(sim, f"config file not found: {e.filename or e}")
     except (ValueError, TypeError) as e:
+        if _show_traceback():
+            raise
         return _fail(sim, f"{e} (see `{sim.prog} --help` for every key)")
+    if clipped:
+        what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in clipped.items())
+        print(f"{sim.prog}: a run shorter than one chunk (steps={cfg.steps}): {what}", file=sys.stderr)
     out = args.out or sim.default_out(cfg, args)
     resume = args.resume if args.resume is not None else sim.default_resume(args)
     try:
         ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=sim.extendable)
-    except ValueError as e:  # a checkpoint of another configuration, or a bad run folder
+    except (ValueError, OSError) as e:  # a checkpoint of another configuration, or a bad run folder
+        if _show_traceback():
+            raise
         return _fail(sim, str(e))
+    chunks_before = runner.chunks_started()
     try:
         if sim.own_checkpoints:
             ctx = RunContext(out=out, checkpointer=None, progress=not args.no_progress, resuming=resume, args=args)
@@ -234,6 +278,16 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
         print(f"\n{sim.prog}: interrupted{where} ({os.path.abspath(ckpt_dir)}); rerun the same command to resume",
               file=sys.stderr)
         return 130
+    except CheckpointCorruptError as e:  # --resume and no checkpoint in the folder is usable
+        if _show_traceback():
+            raise
+        return _fail(sim, str(e))
+    except (ValueError, TypeError) as e:
+        # Raised while the simulation sets up (its builders validate the physics against the configuration),
+        # before any work of a chunk: a configuration error. Once chunks ran, it is a failure with a traceback.
+        if runner.chunks_started() != chunks_before or _show_traceback():
+            raise
+        return _fail(sim, f"{e} (see `{sim.prog} --help` for every key)")
     print(f"done; outputs in {os.path.abspath(out)}:")
     for name, path in paths.items():
         print(f"  {name:17s} {os.path.abspath(path)}")

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase"]
+__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
 
 Advance = Callable[[Any], tuple[Any, Any]]
 
@@ -40,6 +40,8 @@ class RunResult:
       resumed_from: the step a checkpoint was restored from (None for a fresh run).
       wall_time_s: wall time of this invocation (compile included).
       metadata: checkpoint metadata restored on resume (None otherwise).
+      steps_run: steps run by this invocation (``steps`` less the resumed ones): divide by ``wall_time_s``
+        for a rate.
     """
 
     state: Any
@@ -48,6 +50,21 @@ class RunResult:
     resumed_from: int | None
     wall_time_s: float
     metadata: dict[str, Any] | None = None
+    steps_run: int = 0
+
+    def rate_line(self, unit: str = "steps") -> str:
+        """``"N steps in X s (compile included)"`` for the steps this invocation ran."""
+        return f"{self.steps_run} {unit} in {self.wall_time_s:.1f} s (compile included)"
+
+
+_CHUNKS_STARTED = [0]  # chunks dispatched by run_chunked in this process
+
+
+def chunks_started() -> int:
+    """How many chunks :func:`run_chunked` has dispatched in this process: a caller that compares the count
+    before and after a failure knows whether any work had started (the CLI reports an error raised before
+    the first chunk as a configuration error)."""
+    return _CHUNKS_STARTED[0]
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -210,6 +227,9 @@ def run_chunked(
         state = restored["state"]
         chunks.append(restored["history"])
         resumed_from = step
+        if progress:
+            print(f"{description}: resumed from step {step} of {n_chunks * steps_per_chunk} "
+                  f"({checkpointer.directory})", file=sys.stderr, flush=True)
 
     def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
         if checkpointer is None:
@@ -227,6 +247,7 @@ def run_chunked(
     try:
         with _sigint_flag() as interrupted:
             for k in range(done, n_chunks):
+                _CHUNKS_STARTED[0] += 1
                 if k == done:
                     # The first call compiles (seconds to minutes for a large step): say so before and after. The
                     # call returns once the program is compiled and dispatched, so the time is the compile time.
@@ -258,4 +279,5 @@ def run_chunked(
     history = _concat(chunks, obs_template)
     jax.block_until_ready((state, history))
     return RunResult(state=state, history=history, steps=n_chunks * steps_per_chunk, resumed_from=resumed_from,
-                     wall_time_s=time.perf_counter() - t0, metadata=restored_meta)
+                     wall_time_s=time.perf_counter() - t0, metadata=restored_meta,
+                     steps_run=max(n_chunks - done, 0) * steps_per_chunk)

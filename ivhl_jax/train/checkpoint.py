@@ -35,7 +35,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
 from ivhl_jax.core.validation import check_scalar
 
@@ -46,6 +45,14 @@ CHECKSUM_FILE = "ivhl_checksums.json"
 
 class CheckpointCorruptError(RuntimeError):
     """A checkpoint failed to restore or verify (and, for a latest-step restore, no older one was good)."""
+
+
+def _ocp() -> Any:
+    """``orbax.checkpoint``, imported on first use: ``import ivhl_jax`` does not pay for Orbax (and its
+    asyncio/tensorstore stack) until a checkpoint is opened."""
+    import orbax.checkpoint as ocp
+
+    return ocp
 
 
 def _host_array(x: Any) -> np.ndarray | None:
@@ -103,7 +110,11 @@ class Checkpointer:
                  async_save: bool = False):
         check_scalar(save_every, "save_every", integer=True, minimum=1)
         check_scalar(keep, "keep", integer=True, minimum=1)
+        if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+            raise TypeError(f"directory must be a folder path, got {directory!r}")
         self.directory = os.path.abspath(os.fspath(directory))
+        _check_folder(self.directory)
+        ocp = _ocp()
         self.save_every = int(save_every)
         self._pending_sums: dict[int, dict[str, Any]] = {}  # async saves whose checksum file is not yet written
         self._bad_steps: set[int] = set()  # steps found corrupt by restore (moved aside before re-saving them)
@@ -177,6 +188,7 @@ class Checkpointer:
         if step in self._manager.all_steps():
             return False
         self._flush_sums(finished=False)
+        ocp = _ocp()
         sums = _leaf_sums(state)  # from the host copy of exactly what is saved (arrays are immutable)
         args = {"state": ocp.args.StandardSave(state)}
         if metadata is not None:
@@ -218,6 +230,7 @@ class Checkpointer:
                 raise CheckpointCorruptError(f"checkpoint step {step} in {self.directory} is unusable: "
                                              f"{_one_line(e)}") from e
             target = like(step) if callable(like) else like
+            self._check_template(step, target)
             try:
                 return self._restore_checked(step, target, sharding)
             except Exception as e:
@@ -226,7 +239,7 @@ class Checkpointer:
         steps = sorted((s for s in self._manager.all_steps() if s not in self._bad_steps), reverse=True)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        failures = []
+        failures: list[str] = []
         for s in steps:
             try:
                 self._check_complete(s)
@@ -235,14 +248,19 @@ class Checkpointer:
                 target = e
             if target is None:
                 target = like(s) if callable(like) else like
+                self._check_template(s, target)  # a wrong template is the caller's error: raised, nothing marked
                 try:
-                    return self._restore_checked(s, target, sharding)
+                    restored = self._restore_checked(s, target, sharding)
                 except Exception as e:
                     target = e
+                else:
+                    # Said only once a good one is found: when none is, the one error below lists them all.
+                    for failure in failures:
+                        print(f"ivhl checkpoint: WARNING: skipped bad checkpoint {failure} in {self.directory}; "
+                              f"restored step {s}", file=sys.stderr, flush=True)
+                    return restored
             self._bad_steps.add(s)
-            failures.append(f"step {s}: {_one_line(target)}")
-            print(f"ivhl checkpoint: WARNING: skipping bad checkpoint step {s} in {self.directory} "
-                  f"({_one_line(target)}); trying an older one", file=sys.stderr, flush=True)
+            failures.append(f"step {s} ({_one_line(target)})")
         raise CheckpointCorruptError(f"no usable checkpoint in {self.directory}; every step failed: "
                                      + "; ".join(failures) + ". Use --no-resume (or delete the folder) to start over")
 
@@ -253,7 +271,35 @@ class Checkpointer:
             if not os.path.exists(os.path.join(folder, name)):
                 raise FileNotFoundError(f"{os.path.join(folder, name)} is missing")
 
+    def _check_template(self, step: int, like: Any) -> None:
+        """ValueError when a leaf of ``like`` has another shape than the one saved (the caller's template is
+        wrong, the checkpoint is fine: nothing is marked bad). Read from the step's checksum file, which records
+        every saved array's shape by its key path; without one (a multi-process save) Orbax checks."""
+        path = os.path.join(self._step_dir(step), CHECKSUM_FILE)
+        try:
+            with open(path) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            return
+        if not isinstance(saved, dict):
+            return
+        for keypath, leaf in jax.tree_util.tree_flatten_with_path(like)[0]:
+            key = jax.tree_util.keystr(keypath)
+            rec = saved.get(key)
+            shape = getattr(leaf, "shape", None)
+            if not isinstance(rec, dict) or shape is None or not isinstance(rec.get("shape"), list):
+                continue
+            held = tuple(rec["shape"])
+            dtype = getattr(leaf, "dtype", None)
+            if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+                held = held[:len(shape)]  # saved as key data: the key array's shape plus the key's own
+            if tuple(shape) != held and not (tuple(shape) == () and held == (1,)):  # scalars are hashed as 1-d
+                raise ValueError(f"the template's leaf {key} has shape {tuple(shape)} but checkpoint step {step} in "
+                                 f"{self.directory} holds shape {held} there; restore into a "
+                                 "template of the saved shapes (the checkpoint itself is fine)")
+
     def _restore_checked(self, step: int, like: Any, sharding: Any) -> tuple[int, Any, dict[str, Any] | None]:
+        ocp = _ocp()
         target = abstract_like(like, sharding)
         items = self._manager.item_metadata(step)
         args = {"state": ocp.args.StandardRestore(target)}
@@ -302,6 +348,20 @@ class Checkpointer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _check_folder(directory: str) -> None:
+    """ValueError when ``directory``, or the nearest part of its path that exists, is not a folder."""
+    probe = directory
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return
+        probe = parent
+    if not os.path.isdir(probe):
+        what = "is a file" if probe == directory else f"lies under {probe}, which is a file"
+        raise ValueError(f"checkpoint directory {directory} {what}, not a folder; pass a folder path "
+                         "(it is created if missing)")
 
 
 def _one_line(e: BaseException) -> str:

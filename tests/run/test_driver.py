@@ -144,3 +144,155 @@ def test_the_cli_turns_on_the_persistent_compilation_cache(tmp_path):
     env["IVHL_COMPILATION_CACHE"] = "0"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() in ("None", "")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkConfig:
+    steps: int = 40  # steps to run
+    steps_per_chunk: int = 10  # steps per chunk
+    save_every: int = 5  # steps between records
+    checkpoint_every: int = 20  # steps between checkpoints
+    warmup_steps: int = 8  # warm-up steps
+    # a comment that runs over
+    # two lines above its key
+    ratio: float = 0.5
+    choice: tuple[tuple[float, float], ...] = ((0.0, 1.0),)  # a long type must not shift the other columns
+    setup_fails: bool = False  # the simulation's own builder refuses the configuration
+
+    def validate(self):
+        for k in ("steps", "steps_per_chunk", "save_every", "checkpoint_every"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"{k} must be >= 1")
+        if self.steps % self.steps_per_chunk or self.steps_per_chunk % self.save_every:
+            raise ValueError("steps must be a multiple of steps_per_chunk, itself a multiple of save_every")
+        if self.checkpoint_every % self.steps_per_chunk:
+            raise ValueError("checkpoint_every must be a multiple of steps_per_chunk")
+        if self.warmup_steps > self.steps:
+            raise ValueError("warmup_steps must be <= steps")
+
+
+def _run_chunks(cfg: ChunkConfig, ctx: RunContext) -> dict[str, str]:
+    if cfg.setup_fails:
+        raise ValueError("dt=5.0 is unstable on this grid;\n use dt <= 0.5")
+
+    def advance(x):
+        return x + 1.0, jnp.full((cfg.steps_per_chunk // cfg.save_every,), x[0])
+
+    res = run_chunked(advance, jnp.zeros(1), n_chunks=cfg.steps // cfg.steps_per_chunk,
+                      steps_per_chunk=cfg.steps_per_chunk, checkpointer=ctx.checkpointer, progress=ctx.progress)
+    print(res.rate_line())
+    path = os.path.join(ctx.out, "cfg.txt")
+    with open(path, "w") as f:
+        f.write(f"{cfg.steps} {cfg.steps_per_chunk} {cfg.save_every} {cfg.checkpoint_every} {cfg.warmup_steps} "
+                f"{res.steps_run}")
+    return {"cfg": path}
+
+
+CHUNK_SIM = Simulation(prog="ivhl sim chunks", config_type=ChunkConfig, run=_run_chunks,
+                       default_out=lambda c, a: "runs/chunks", extendable=("steps",), description="chunks",
+                       checkpoint_every=lambda c: c.checkpoint_every)
+
+
+@pytest.mark.parametrize("steps, want", [(1, "1 1 1 20 1"), (6, "6 6 1 24 6"), (40, "40 10 5 20 8")])
+def test_a_run_shorter_than_a_chunk_is_clipped_and_said_once(steps, want, tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert run_main(CHUNK_SIM, ["--out", out, "--no-progress", "--set", f"steps={steps}"]) == 0
+    got = open(os.path.join(out, "cfg.txt")).read().split()
+    assert " ".join(got[:5]) == want and int(got[5]) == steps
+    err = capsys.readouterr().err
+    said = [ln for ln in err.splitlines() if "shorter than one chunk" in ln]
+    assert len(said) == (steps < 10), err
+    if steps == 6:
+        assert "steps_per_chunk 10 -> 6" in said[0] and "save_every 5 -> 1" in said[0]
+        assert "warmup_steps 8 -> 6" in said[0] and "checkpoint_every 20 -> 24" in said[0]
+
+
+def test_clip_short_run_on_per_stage_steps():
+    from ivhl_jax.run.config import clip_short_run
+
+    @dataclasses.dataclass(frozen=True)
+    class Stages:
+        steps: tuple[int, ...] = (2000, 1800)
+        steps_per_chunk: int = 50
+        checkpoint_every: int = 200
+
+    assert clip_short_run(Stages())[1] == {}
+    cfg, changes = clip_short_run(Stages(steps=(10, 15)))
+    assert cfg.steps_per_chunk == 5 and changes == {"steps_per_chunk": (50, 5)}
+    cfg, changes = clip_short_run(Stages(steps=(4, 4)))
+    assert (cfg.steps_per_chunk, cfg.checkpoint_every) == (4, 200)
+    cfg, _ = clip_short_run(Stages(steps=(3,)))
+    assert (cfg.steps_per_chunk, cfg.checkpoint_every) == (3, 201)
+
+
+def test_a_builder_error_before_the_first_chunk_is_one_line_and_exit_2(tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert run_main(CHUNK_SIM, ["--out", out, "--set", "setup_fails=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "use dt <= 0.5" in err and err.startswith("ivhl sim chunks:")
+    # the folder it left holds no checkpoint, so it does not tie the next run to that configuration
+    assert run_main(CHUNK_SIM, ["--out", out, "--no-progress"]) == 0
+
+
+def test_an_error_after_work_started_keeps_its_traceback(tmp_path):
+    def run(cfg, ctx):
+        run_chunked(lambda x: (x + 1, x[None]), jnp.zeros(1), n_chunks=1, steps_per_chunk=1, progress=False)
+        raise ValueError("a failure in the middle of the run")
+
+    sim = dataclasses.replace(CHUNK_SIM, run=run)
+    with pytest.raises(ValueError, match="middle of the run"):
+        run_main(sim, ["--out", str(tmp_path / "o")])
+
+
+def test_resume_when_every_checkpoint_is_unusable_is_one_line_and_exit_2(tmp_path, capsys):
+    import shutil
+
+    out = str(tmp_path / "o")
+    assert run_main(CHUNK_SIM, ["--out", out, "--no-progress"]) == 0
+    ckpt = os.path.join(out, "ckpt")
+    steps = [d for d in os.listdir(ckpt) if d.isdigit()]
+    assert steps
+    for d in steps:
+        shutil.rmtree(os.path.join(ckpt, d, "state"))
+    capsys.readouterr()
+    assert run_main(CHUNK_SIM, ["--out", out, "--no-progress", "--set", "steps=80"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no usable checkpoint" in err and "--no-resume" in err, err
+
+
+def test_a_resumed_run_counts_only_its_own_steps_and_says_so_first(tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert run_main(CHUNK_SIM, ["--out", out, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert run_main(CHUNK_SIM, ["--out", out, "--set", "steps=60"]) == 0
+    cap = capsys.readouterr()
+    assert "40 steps in" not in cap.out and "20 steps in" in cap.out
+    err = cap.err.splitlines()
+    assert "resumed from step 40 of 60" in err[0], cap.err
+
+
+def test_help_keeps_comments_whole_columns_aligned_and_shows_the_out_default(capsys):
+    with pytest.raises(SystemExit) as info:
+        run_main(CHUNK_SIM, ["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "a comment that runs over two lines above its key" in out
+    assert "output folder (default: runs/chunks)" in " ".join(out.split())
+    rows = describe_config(ChunkConfig)
+    starts = {r.index(str(d)) for r, d in zip(rows, ("40", "10", "5", "20", "8", "0.5"))}
+    assert len(starts) == 1, rows  # every default starts in the same column, whatever the width of a type
+
+
+def test_a_list_key_given_one_number_says_how_to_write_a_list(tmp_path, capsys):
+    assert run_main(CHUNK_SIM, ["--out", str(tmp_path / "o"), "--set", "choice=4"]) == 2
+    err = capsys.readouterr().err
+    assert "must be a list, got 4: say --set choice=4,4" in err
+
+
+def test_integer_settings_are_echoed_as_integers(tmp_path, capsys):
+    from ivhl_jax.core.validation import check_scalar
+
+    with pytest.raises(ValueError, match=r"got -5$"):
+        check_scalar(-5, "steps", integer=True, minimum=1)
+    with pytest.raises(ValueError, match=r"got -5\.5$"):
+        check_scalar(-5.5, "dt", positive=True)

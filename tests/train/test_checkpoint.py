@@ -140,7 +140,7 @@ def test_damaged_latest_checkpoint_falls_back_to_previous(tmp_path, capfd, damag
     assert step == 20 and meta == {"step": 20}
     _assert_is_step(restored, 20)
     err = capfd.readouterr().err
-    warnings = [line for line in err.splitlines() if "skipping bad checkpoint" in line]
+    warnings = [line for line in err.splitlines() if "skipped bad checkpoint" in line]
     assert len(warnings) == 1 and "step 30" in warnings[0] and str(d) in warnings[0]
 
 
@@ -234,3 +234,51 @@ def test_run_chunked_resumes_bit_exact_from_previous_good_checkpoint(tmp_path, c
     with Checkpointer(d, save_every=10, keep=5) as ck:  # the rewritten step 40 is good
         _, again, _ = ck.restore({"state": s0, "history": straight.history[:n40]}, step=40)
     np.testing.assert_array_equal(again["history"], straight.history[:n40])
+
+
+@ORBAX_UNRAISABLE
+@pytest.mark.parametrize("named", [False, True])
+def test_a_template_of_another_shape_is_a_value_error_and_marks_nothing_bad(tmp_path, named):
+    d = tmp_path / "ck"
+    _save_steps(d, steps=(10, 20))
+    wrong = dict(_state(0), x=jnp.zeros(100, jnp.float32))
+    with Checkpointer(d, keep=5) as ck:
+        with pytest.raises(ValueError, match=r"leaf \['x'\] has shape \(100,\).*holds shape \(4096,\)"):
+            ck.restore(wrong, step=20 if named else None)
+        assert ck.latest_step() == 20 and ck.all_steps() == [10, 20]
+        step, restored, _ = ck.restore(_state(0))  # the right template restores the newest step
+    assert step == 20
+    _assert_is_step(restored, 20)
+    assert not os.path.exists(str(d) + ".bad")
+
+
+def test_a_checkpoint_directory_that_is_a_file_is_refused_at_construction(tmp_path):
+    f = tmp_path / "hostname"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        Checkpointer(f)
+    with pytest.raises(ValueError, match="which is a file"):
+        Checkpointer(f / "ckpt")
+    with pytest.raises(TypeError, match="directory"):
+        Checkpointer("")
+
+
+@ORBAX_UNRAISABLE
+def test_nothing_good_is_one_error_without_a_warning_per_step(tmp_path, capfd):
+    d = tmp_path / "ck"
+    _save_steps(d, steps=(10, 20, 30))
+    for s in ("10", "20", "30"):
+        shutil.rmtree(d / s / "state")
+    with Checkpointer(d, keep=5) as ck, pytest.raises(CheckpointCorruptError):
+        ck.restore(_state(0))
+    assert "WARNING" not in capfd.readouterr().err
+
+
+def test_importing_the_checkpoint_module_does_not_import_orbax():
+    import subprocess
+    import sys
+
+    code = "import sys, ivhl_jax.train.checkpoint; print('orbax.checkpoint' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.stdout.strip() == "False"
