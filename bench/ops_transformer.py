@@ -8,12 +8,17 @@ Ops (factory(size) -> BenchCase):
     ``ivhl_jax.train.training``; tokens/s, model FLOP/s (6N + 12LdT per token) and a PyTorch eager peer
     of exactly the same network and optimizer (:func:`torch_lm`, :func:`torch_train_step`: pre-norm
     LayerNorm, RoPE, exact GELU, tied embeddings, AdamW b2 = 0.95 with clipping; our initial weights
-    copied in; equality of losses and updated parameters tested in tests/test_transformer.py).
+    copied in; equality of losses and updated parameters tested in tests/models/test_transformer.py).
 
 Ours vs PyTorch eager at B, T = 4, 256 and 8, 512 (interleaved rounds, wall and CPU time)::
 
-    python -m ivhl_jax.bench.ops_transformer --vs-torch --rounds 5 \
+    python -m ivhl_jax.bench.ops_transformer --vs-torch --rounds 7 \
         --export bench/results/transformer_cpu_vs_torch.json
+
+Gradient cost per layer inside the model against one block alone, ours and PyTorch's::
+
+    python -m ivhl_jax.bench.ops_transformer --layer-cost --rounds 7 \
+        --export bench/results/transformer_cpu_layer_cost.json
 
 Memory sweep (compile only, nothing is allocated)::
 
@@ -318,8 +323,8 @@ def attention_memory_sweep(seq_lens=(1024, 2048, 4096, 8192, 16384), *, heads: i
 def _torch_step_worker(conn, cfg, seq_len: int, params, batch: np.ndarray, threads: int) -> None:
     """Body of a spawned process that runs the PyTorch twin's train step on command, with glibc's default malloc.
 
-    ``keep_host_memory`` is process-wide, and it slows PyTorch at B, T = 4, 256 (1205 against 1278 tokens/s in
-    session 9's runs); in its own process PyTorch keeps its best allocator while ours keeps its own, and the
+    ``keep_host_memory`` is process-wide, and it can slow PyTorch; in its own process PyTorch keeps its best
+    allocator (glibc's default) while ours keeps its own, and the
     rounds stay interleaved: this process waits on the pipe while the other runs. Protocol: sends ``"ready"``
     after a warm-up step, then answers each ``"run"`` with ``(wall_s, cpu_s)`` of one step (measured here, so
     the pipe's round trip is not counted); ``"stop"`` ends it.
@@ -348,7 +353,7 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
     between calls), so host load hits all alike; medians, min/max and the per-round ratio to ours are
     reported, with the wall time and the process CPU time (``time.process_time``) of each call.
     Contestants: ``ivhl_jit`` (our step, state donated), optionally ``ivhl_jit_baseline`` (the same
-    step with attention through ``jax.nn.dot_product_attention``, the pre-issue-17 path) and
+    step with attention through ``jax.nn.dot_product_attention`` instead of the library's dense kernel) and
     ``ivhl_jit_plain_matmul`` (the same step with the MLP's expanding projection through ``jnp.dot``
     instead of ``layers.matmul_saving_transposed_input``), ``ivhl_jit_scan`` (the same step with the layers
     as one ``scan``, ``layer_loop="scan"``, where ours runs the CPU default, the unrolled loop),

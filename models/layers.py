@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import erf
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 
 Dtype = Any
@@ -181,16 +182,13 @@ def matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
 
     Values and derivatives (forward and reverse mode, any order) are those of ``jnp.dot``; only the layout of
     the saved input differs. Why: XLA:CPU runs a matmul that contracts the token axis of both operands (the
-    weight gradient) with Eigen, or first copies one operand transposed, and keeps YNNPACK for plain ones.
-    For the ``small`` transformer's expanding MLP projection (512 -> 2048) that gradient ran at 65 GFLOP/s on
-    one core against YNNPACK's ~100. A transpose next to the matmul would be folded back into it by XLA, but
-    one written into the residuals of a layer ``scan`` is not: the forward pass writes ``xᵀ`` once (a
-    2 MiB copy per layer at B = 4, T = 256) and the backward reads it as is. ``small`` train step on 2 cores,
-    interleaved against the same step with ``jnp.dot``: 0.96x the time at B, T = 4, 256 and at 8, 512
-    (``bench/results/transformer_cpu_vs_torch_s8.json``). Only the expanding projection uses it: on both MLP
-    projections the gradient took 1.07x the plain one's time (XLA recomputed the GELU inside the transposing
-    write of its 2048-wide output), and on the attention projections it changed nothing in the scan. In the
-    unrolled layer loop the attention output projection gains from it (see ``transformer.Block``).
+    weight gradient) with Eigen, or first copies one operand transposed, and keeps its faster plain-matmul
+    kernel (YNNPACK) for row-major ones. A transpose next to the matmul would be folded back into it by XLA,
+    but one written into the residuals of a layer ``scan`` is not: the forward pass writes ``xᵀ`` once and the
+    backward reads it as is. The model layers use it where the backend table sets ``transposed_save_matmul``
+    (the CPU row; ``bench/results/transformer_cpu_vs_torch.json``): for the expanding MLP projection only (on
+    the contracting one XLA would recompute the activation inside the transposing write), and in the unrolled
+    layer loop for the attention output projection (see ``transformer.Block``).
     """
     x = check_array(x, "x", kind="floating")
     w = check_array(w, "w", ndim=2, kind="floating")
@@ -217,9 +215,9 @@ def _matmul_saving_transposed_input_jvp(primals, tangents):
 class Dense(nn.Module):
     """``y = x W + b`` with logical axes ``axes`` (input, output) on W.
 
-    On CPU an expanding projection (``features`` > input width) multiplies through
-    :func:`matmul_saving_transposed_input` (same values and gradients; its weight gradient runs as a plain
-    matmul when the layer sits in a ``scan``).
+    Where the backend table sets ``transposed_save_matmul`` (the CPU row), an expanding projection
+    (``features`` > input width) multiplies through :func:`matmul_saving_transposed_input` (same values
+    and gradients; its weight gradient runs as a plain matmul when the layer sits in a ``scan``).
     """
 
     features: int
@@ -233,8 +231,8 @@ class Dense(nn.Module):
     def __call__(self, x):
         w = _param(self, "kernel", self.kernel_init, (x.shape[-1], self.features), self.axes, self.param_dtype)
         dtype = self.dtype or x.dtype
-        expanding_on_cpu = self.features > x.shape[-1] and jax.default_backend() == "cpu"
-        matmul = matmul_saving_transposed_input if expanding_on_cpu else jnp.dot
+        save_transposed = self.features > x.shape[-1] and backend.defaults().transposed_save_matmul
+        matmul = matmul_saving_transposed_input if save_transposed else jnp.dot
         y = matmul(x.astype(dtype), w.astype(dtype))
         if self.use_bias:
             y = y + _param(self, "bias", nn.initializers.zeros, (self.features,), self.axes[1:],

@@ -45,7 +45,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ivhl_jax.core import precision
+from ivhl_jax.core import backend, precision
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 from ivhl_jax.models.layers import (
     ACTIVATIONS,
@@ -57,6 +57,9 @@ from ivhl_jax.models.layers import (
     matmul_saving_transposed_input,
 )
 from ivhl_jax.nn.attention import IMPLEMENTATIONS, attention
+
+__all__ = ["TransformerConfig", "Transformer", "Block", "PRESETS", "REMAT_POLICIES", "LAYER_LOOPS", "preset",
+           "init_params", "param_logical_axes", "count_params", "flops_per_token", "lm_loss_fn", "generate"]
 
 REMAT_POLICIES = ("none", "dots_saveable", "full")
 LAYER_LOOPS = ("auto", "scan", "unrolled")
@@ -80,7 +83,7 @@ class TransformerConfig:
     remat: str = "none"  # rematerialisation of each block: "none", "dots_saveable" or "full"
     precision: str = "fp32"  # precision policy name (ivhl_jax.core.precision: "fp32", "bf16", "fp16", ...)
     attention: str = "auto"  # attention implementation ("auto", "xla", "cudnn", "chunked", "pallas")
-    attention_block: int = 128  # key block of the chunked path; the Pallas kernel picks its own measured tiles
+    attention_block: int = 128  # key block of the chunked path (the Pallas path uses its own tiles)
     layer_loop: str = "auto"  # "scan", "unrolled" or "auto" (unrolled on CPU without remat): see Transformer
 
     def validate(self) -> TransformerConfig:
@@ -109,9 +112,10 @@ class TransformerConfig:
 
     @property
     def scan_layers(self) -> bool:
-        """Whether the blocks run as one ``scan``: ``layer_loop="scan"``, or ``"auto"`` off CPU or with remat."""
+        """Whether the blocks run as one ``scan``: ``layer_loop="scan"``, or ``"auto"`` where the backend
+        table's ``transformer_layer_loop`` is ``"scan"`` or with remat."""
         if self.layer_loop == "auto":
-            return jax.default_backend() != "cpu" or self.remat != "none"
+            return backend.defaults().transformer_layer_loop == "scan" or self.remat != "none"
         return self.layer_loop == "scan"
 
 
@@ -162,10 +166,10 @@ class Block(nn.Module):
         o = attention(q, k, v, causal=True, implementation=cfg.attention,
                       block_k=cfg.attention_block if cfg.attention == "chunked" else None)
         wo = self.param("out", with_attn, (N, Hd, D), pdt).astype(dt)
-        if jax.default_backend() == "cpu" and not cfg.scan_layers:
+        if backend.defaults().transposed_save_matmul and not cfg.scan_layers:
             # Its weight gradient contracts the tokens of o and of the residual stream's cotangent; unrolled,
-            # XLA:CPU wrote that cotangent transposed, fused with the norm's backward (~8 ms of 2 MiB per layer
-            # at B, T = 4, 256). Saving o transposed instead: gradient 0.93x / 0.98x at B, T = 4, 256 / 8, 512.
+            # XLA:CPU would write that cotangent transposed, fused with the norm's backward. Saving o
+            # transposed instead keeps the gradient a row-major matmul.
             a = matmul_saving_transposed_input(o.reshape(*o.shape[:2], N * Hd), wo.reshape(N * Hd, D))
         else:
             a = jnp.einsum("btnh,nhd->btd", o, wo)
@@ -181,8 +185,8 @@ def _layer_fence(x: jax.Array) -> jax.Array:
     """Identity on ``x`` that XLA cannot fuse across: a ``lax.cond`` on a predicate known only at run time.
 
     Between unrolled layers it keeps XLA:CPU from fusing the residual stream's cotangent of every later layer
-    into each consumer (fusions of ~400 ops that recompute it: the unfenced unrolled gradient of ``small`` took
-    1.26x the scan's time at B, T = 4, 256). ``lax.optimization_barrier`` does not do this on CPU: XLA removes
+    into each consumer (fusions of hundreds of ops that recompute it, slower than the scan).
+    ``lax.optimization_barrier`` does not do this on CPU: XLA removes
     it before fusion. The predicate ``x[0] == x[0]`` is false only for NaN, and then the other branch returns
     ``x`` too, so values and derivatives are the identity's in every mode (the JVP and the transpose of a
     ``cond`` are ``cond``s, which fence the backward pass as well); under ``vmap`` the predicate is batched and
@@ -202,9 +206,10 @@ class Transformer(nn.Module):
     * ``"unrolled"``: a Python loop over the layers (``params[i]`` of the same tree), with
       :func:`_layer_fence` between them; compile time grows with depth. On CPU it is faster: the scan writes
       every intermediate the backward pass needs into zero-filled ``[layers, ...]`` buffers and copies it back
-      out (dynamic-update-slice, dynamic-slice), 27 arrays of ~270 MB per layer at B, T = 8, 512. Gradient of
-      ``small`` on 2 cores, interleaved: 0.92x the scan's time at B, T = 4, 256 and 0.90x at 8, 512.
-    * ``"auto"`` (default): ``"unrolled"`` on CPU without remat, ``"scan"`` otherwise. Remat needs the scan on
+      out (dynamic-update-slice, dynamic-slice); ``bench/results/transformer_cpu_vs_torch.json`` has the
+      timings (``python -m ivhl_jax.bench.ops_transformer --vs-torch``).
+    * ``"auto"`` (default): the backend table's ``transformer_layer_loop`` (``"unrolled"`` on CPU, ``"scan"``
+      elsewhere) without remat, ``"scan"`` with remat. Remat needs the scan on
       CPU: there XLA removes the barrier that keeps a rematerialised layer from being merged back into the
       forward pass, so the unrolled loop would keep every activation whatever the policy (same compiled
       temporaries for all three policies, measured), and asking for both is an error.
@@ -250,7 +255,7 @@ class Transformer(nn.Module):
 
     def _unrolled_blocks(self, x, deterministic: bool):
         cfg = self.cfg
-        if cfg.remat != "none" and jax.default_backend() == "cpu":
+        if cfg.remat != "none" and backend.platform() == "cpu":
             raise ValueError(f"remat={cfg.remat!r} has no effect with layer_loop='unrolled' on CPU (XLA merges the "
                              "recomputation back into the forward pass); use layer_loop='scan' or 'auto' with remat")
         stacked = nn.meta.unbox(self.variables["params"]["blocks"])
@@ -260,7 +265,7 @@ class Transformer(nn.Module):
         def layer(params, x, key):
             return block.apply({"params": params}, x, rngs=None if key is None else {"dropout": key})[0]
 
-        if cfg.remat != "none":  # off CPU only (refused above); JAX's remat barrier there is not measured here
+        if cfg.remat != "none":  # off CPU only (refused above)
             layer = jax.checkpoint(layer, policy=_remat_policy(cfg.remat))
         for i in range(cfg.n_layers):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, i)

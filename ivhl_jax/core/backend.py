@@ -50,6 +50,9 @@ class Tuning:
       transposed_save_matmul: expanding projections save their input transposed for the weight gradient
         (works around the layout XLA:CPU picks for the unrolled layer loop).
       attention_half: the attention implementation ``"auto"`` uses for bf16/fp16 inputs.
+      attention_dense: ``implementation="xla"`` attention runs the library's dense kernel (heads-major
+        matmuls, a custom VJP that reuses the saved probabilities) instead of
+        ``jax.nn.dot_product_attention(implementation="xla")``.
       cdt_engine: the CDT engine ``engine="auto"`` picks (``"host"``, ``"jax"`` or ``"pallas"``); the
         host engine falls back to ``"jax"`` where numba is missing.
       mera_busy_host_cores: CPU cores a MERA ladder holds XLA to when the host is busy (0: no limit).
@@ -62,6 +65,7 @@ class Tuning:
     transformer_layer_loop: Literal["unrolled", "scan"]
     transposed_save_matmul: bool
     attention_half: Literal["xla", "cudnn", "pallas", "chunked"]
+    attention_dense: bool
     cdt_engine: Literal["host", "jax", "pallas"]
     mera_busy_host_cores: int
     host_fft: bool
@@ -86,10 +90,10 @@ class Tuning:
 
 _CPU = Tuning(fields_chunking="pair_budget", fields_pair_budget=1 << 22, fields_memory_fraction=0.25,
               transformer_layer_loop="unrolled", transposed_save_matmul=True, attention_half="xla",
-              cdt_engine="host", mera_busy_host_cores=1, host_fft=True)
+              attention_dense=True, cdt_engine="host", mera_busy_host_cores=1, host_fft=True)
 _ACCELERATOR = Tuning(fields_chunking="memory", fields_pair_budget=1 << 22, fields_memory_fraction=0.25,
                       transformer_layer_loop="scan", transposed_save_matmul=False, attention_half="cudnn",
-                      cdt_engine="jax", mera_busy_host_cores=0, host_fft=False)
+                      attention_dense=False, cdt_engine="jax", mera_busy_host_cores=0, host_fft=False)
 
 #: The tuned row per platform. ``"portable"`` serves any platform not listed.
 TABLE: Mapping[str, Tuning] = {
@@ -114,6 +118,9 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
         "gpu": "bench/results/gpu_h100.json — python -m ivhl_jax.bench.gpu_checks",
     },
     "transposed_save_matmul": {
+        "cpu": "bench/results/transformer_cpu_vs_torch.json — python -m ivhl_jax.bench.ops_transformer --vs-torch",
+    },
+    "attention_dense": {
         "cpu": "bench/results/transformer_cpu_vs_torch.json — python -m ivhl_jax.bench.ops_transformer --vs-torch",
     },
     "attention_half": {"gpu": "bench/results/gpu_h100.json — python -m ivhl_jax.bench.gpu_checks"},

@@ -6,32 +6,32 @@ Layout ``[batch, time, heads, head_dim]`` (``B, T, N, H``), as ``jax.nn.dot_prod
 ``M`` is a boolean mask (True = attend) broadcastable to ``[B, N, Tq, Tk]``; ``causal`` adds
 ``q_index >= k_index`` (queries and keys aligned at position 0).
 
-Implementations (one function, one semantics):
+Implementations (one function, one semantics), and where each is the fast one:
 
 * ``"xla"`` — materialises the ``[B, N, Tq, Tk]`` score matrix, so forward and backward memory
-  is O(T²). On GPU it is ``jax.nn.dot_product_attention(implementation="xla")``; elsewhere it is
-  our own dense kernel (``_dense``): heads-major ``[B, N, T, H]`` matmuls, one softmax pass, and a
-  ``custom_vjp`` whose backward uses ``rowsum(dP∘P) = rowsum(dO∘O)`` (a reduction over ``H``
-  instead of ``Tk``) and reuses the saved probabilities. On CPU its value-and-grad took 0.42× the
-  time of ``jax.nn.dot_product_attention``'s at B = 4, T = 256, 8 × 64 heads, and the ``small``
-  train step 0.83–0.95× (bench/results/transformer_cpu_vs_torch*.json); memory stays O(T²).
-  Causal attention (T ≥ 128) splits the queries into up to 8 blocks and multiplies each only
-  against the keys it can see (9/16 of the work at 8 blocks), as flash kernels skip masked tiles.
+  is O(T²). Where the backend table sets ``attention_dense`` (the CPU row) it is the library's dense
+  kernel (``_dense``): heads-major ``[B, N, T, H]`` matmuls, one softmax pass, and a ``custom_vjp``
+  whose backward uses ``rowsum(dP∘P) = rowsum(dO∘O)`` (a reduction over ``H`` instead of ``Tk``)
+  and reuses the saved probabilities; causal attention (T ≥ 128) splits the queries into up to 8
+  blocks, each multiplied only against the keys it can see (9/16 of the work at 8 blocks). Elsewhere
+  it is ``jax.nn.dot_product_attention(implementation="xla")``. **Fastest on CPU**
+  (``bench/results/transformer_cpu_vs_torch.json``).
 * ``"cudnn"`` — cuDNN flash attention (GPU, bf16/fp16, head_dim ≤ 128/256). If cuDNN rejects the
   shape, dtype or platform, the call falls back to ``"xla"`` with a warning (never silently wrong).
-* ``"auto"`` — ``"cudnn"`` on GPU for bf16/fp16 inputs, otherwise ``"xla"``.
+  **Fastest on GPU** for bf16/fp16 (``bench/results/gpu_h100.json``).
+* ``"auto"`` — the backend table's ``attention_half`` for bf16/fp16 inputs (``"cudnn"`` on GPU),
+  otherwise ``"xla"``.
 * ``"chunked"`` — pure-JAX memory-efficient attention (Rabe & Staats 2021; FlashAttention-2's
   recurrences): a ``lax.scan`` over key blocks with an online softmax (running max ``m``,
   normaliser ``l``), and a ``custom_vjp`` whose backward pass re-computes each block's
   probabilities from the saved log-sum-exp ``L = m + log l``. Only ``Q, K, V, O, L`` are saved, so
-  forward *and* backward memory is O(T · block) instead of O(T²).
-* ``"pallas"`` — a Pallas flash-attention forward kernel (grid over batch × heads × query blocks,
-  inner loop over key blocks). Runs compiled on GPU (Triton) and on CPU with ``interpret=True``
-  (the default off-GPU, used by the tests). Its gradient is the chunked backward pass above (same
-  residuals), so it is differentiable and O(T) in memory. Compiled tiles default to what was
-  measured fastest on an H100 (bench/results/gpu_h100.json): ``(block_q, block_k) = (128, 64)`` for
-  head_dim ≤ 64 and ``(32, 32)`` above; 128×128 tiles exceed the 227 KiB of shared memory there with
-  a mask or head_dim 128 (the compile fails with RESOURCE_EXHAUSTED).
+  forward *and* backward memory is O(T · block) instead of O(T²). Any backend, any mask.
+* ``"pallas"`` — the Pallas flash-attention kernels JAX ships
+  (``jax.experimental.pallas.ops.gpu.attention.mha``: a Triton forward and a fused Triton backward),
+  compiled on GPU; elsewhere they run in the Pallas interpreter (``interpret=True``, the default off
+  GPU), which checks the same kernel code on CPU but is slow. They take causal masking but no boolean
+  ``mask``, need ``Tq == Tk`` and float32/bf16/fp16: other calls run ``"chunked"`` with a warning. On
+  a GPU, cuDNN (``"cudnn"``) remains the fast path for bf16/fp16; ``bench/gpu_checks.py`` compares them.
 
 All accumulate in float32 (float64 if the inputs are float64) and return the query dtype.
 
@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 
 __all__ = ["IMPLEMENTATIONS", "reference_attention", "attention", "attention_flops"]
@@ -263,112 +264,55 @@ def _chunked_bwd(causal, scale, block_k, res, do):
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 
-# --------------------------------------------------------------------------- Pallas kernel
+# --------------------------------------------------------------------------- Pallas (JAX's shipped kernel)
 
-def _pallas_forward(q, k, v, mask, causal, scale, block_q, block_k, interpret):
-    """Flash-attention forward as a Pallas kernel. Returns (O, L) like ``_chunked_fwd_impl``."""
-    from jax.experimental import pallas as pl
-
-    B, Tq, N, H = q.shape
-    tk = k.shape[1]
-    acc = _acc_dtype(q.dtype)
-    bq = min(block_q, Tq)
-    nq = -(-Tq // bq)
-    tq_pad = nq * bq
-    kp, vp, _, nb = _pad_keys(k, v, None, block_k)
-    tk_pad = nb * block_k
-    # [B, N, T, H] so that one program owns a contiguous (query block, head_dim) tile.
-    qt = jnp.pad(jnp.transpose(q, (0, 2, 1, 3)), ((0, 0), (0, 0), (0, tq_pad - Tq), (0, 0)))
-    kt = jnp.transpose(kp, (0, 2, 1, 3))
-    vt = jnp.transpose(vp, (0, 2, 1, 3))
-    has_mask = mask is not None
-    inputs = [qt, kt, vt]
-    in_specs = [pl.BlockSpec((None, None, bq, H), lambda b, n, i: (b, n, i, 0)),
-                pl.BlockSpec((None, None, tk_pad, H), lambda b, n, i: (b, n, 0, 0)),
-                pl.BlockSpec((None, None, tk_pad, H), lambda b, n, i: (b, n, 0, 0))]
-    if has_mask:
-        mb, mn = mask.shape[0], mask.shape[1]
-        full = jnp.broadcast_to(mask, (mb, mn, Tq, tk))
-        full = jnp.pad(full, ((0, 0), (0, 0), (0, tq_pad - Tq), (0, tk_pad - tk))).astype(jnp.int32)
-        inputs.append(full)
-        in_specs.append(pl.BlockSpec((None, None, bq, tk_pad),
-                                     lambda b, n, i: (b if mb > 1 else 0, n if mn > 1 else 0, i, 0)))
-
-    def kernel(*refs):
-        if has_mask:
-            q_ref, k_ref, v_ref, m_ref, o_ref, l_ref = refs
-        else:
-            q_ref, k_ref, v_ref, o_ref, l_ref = refs
-            m_ref = None
-        i = pl.program_id(2)
-        qb = q_ref[...].astype(acc) * scale
-        q_pos = i * bq + jnp.arange(bq)
-
-        def body(j, carry):
-            m, l, o = carry
-            kb = k_ref[pl.ds(j * block_k, block_k), :].astype(acc)
-            vb = v_ref[pl.ds(j * block_k, block_k), :].astype(acc)
-            s = qb @ kb.T
-            k_pos = j * block_k + jnp.arange(block_k)
-            allowed = (k_pos < tk)[None, :]
-            if causal:
-                allowed = allowed & (q_pos[:, None] >= k_pos[None, :])
-            if m_ref is not None:
-                allowed = allowed & (m_ref[:, pl.ds(j * block_k, block_k)] != 0)
-            s = jnp.where(allowed, s, -jnp.inf)
-            m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-            m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-            p = jnp.exp(s - m_safe[:, None])
-            corr = jnp.where(jnp.isfinite(m), jnp.exp(m - m_safe), 0.0)
-            return m_new, l * corr + jnp.sum(p, axis=-1), o * corr[:, None] + p @ vb
-
-        init = (jnp.full((bq,), -jnp.inf, acc), jnp.zeros((bq,), acc), jnp.zeros((bq, H), acc))
-        # Causal: key blocks entirely after this query block contribute nothing; skip them.
-        n_blocks = jnp.minimum(nb, (i * bq + bq + block_k - 1) // block_k) if causal else nb
-        m, l, o = lax.fori_loop(0, n_blocks, body, init)
-        ok = l > 0
-        o_ref[...] = (o / jnp.where(ok, l, 1.0)[:, None]).astype(o_ref.dtype)
-        l_ref[...] = jnp.where(ok, jnp.where(jnp.isfinite(m), m, 0.0) + jnp.log(jnp.where(ok, l, 1.0)), jnp.inf)
-
-    out, lse = pl.pallas_call(
-        kernel,
-        grid=(B, N, nq),
-        in_specs=in_specs,
-        out_specs=[pl.BlockSpec((None, None, bq, H), lambda b, n, i: (b, n, i, 0)),
-                   pl.BlockSpec((None, None, bq), lambda b, n, i: (b, n, i))],
-        out_shape=[jax.ShapeDtypeStruct((B, N, tq_pad, H), q.dtype), jax.ShapeDtypeStruct((B, N, tq_pad), acc)],
-        interpret=interpret,
-        name="ivhl_flash_attention_fwd",
-    )(*inputs)
-    return jnp.transpose(out[:, :, :Tq], (0, 2, 1, 3)), lse[:, :, :Tq]
+def _tile(n: int) -> int:
+    """The smallest power of two >= max(n, 16) (Triton's dot needs power-of-two tiles of at least 16)."""
+    return 1 << max(4, (int(n) - 1).bit_length())
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
-def _pallas(q, k, v, mask, causal, scale, block_q, block_k, interpret):
-    return _pallas_forward(q, k, v, mask, causal, scale, block_q, block_k, interpret)[0]
+def _pallas_fits(q, k, mask) -> str | None:
+    """Why JAX's Pallas GPU attention kernel cannot take this call (None: it can)."""
+    if mask is not None:
+        return "it takes no boolean mask (only causal masking)"
+    if q.shape[1] != k.shape[1]:
+        return f"it needs Tq == Tk, got Tq={q.shape[1]}, Tk={k.shape[1]}"
+    if jnp.dtype(q.dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return f"it runs float32/bfloat16/float16, got {q.dtype}"
+    return None
 
 
-def _pallas_fwd(q, k, v, mask, causal, scale, block_q, block_k, interpret):
-    o, lse = _pallas_forward(q, k, v, mask, causal, scale, block_q, block_k, interpret)
-    return o, (q, k, v, mask, o, lse)
+def _pallas_gpu(q, k, v, causal, scale, block_q, block_k, interpret):
+    """``jax.experimental.pallas.ops.gpu.attention.mha`` (forward and fused backward, both Pallas/Triton).
 
+    T is padded to a multiple of the tiles; padded keys are excluded by causality or, without it, by
+    segment ids (real positions 0, padding 1), and padded query rows are dropped.
+    """
+    from jax.experimental.pallas.ops.gpu import attention as jax_attention
 
-def _pallas_bwd(causal, scale, block_q, block_k, interpret, res, do):
-    q, k, v, mask, o, lse = res
-    dq, dk, dv = _chunked_bwd_impl(q, k, v, mask, o, lse, do, causal, scale, block_k)
-    return dq, dk, dv, None
-
-
-_pallas.defvjp(_pallas_fwd, _pallas_bwd)
+    B, T, N, H = q.shape
+    cap = _tile(T)
+    bq, bk = min(_tile(block_q), cap), min(_tile(block_k), cap)
+    bwd = min(32, bq, bk)
+    step = max(bq, bk)
+    tp = -(-T // step) * step
+    segment_ids = None
+    if tp != T:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, tp - T), (0, 0), (0, 0))) for x in (q, k, v))
+        if not causal:
+            segment_ids = jnp.broadcast_to((jnp.arange(tp) >= T).astype(jnp.int32), (B, tp))
+    sizes = jax_attention.BlockSizes(block_q=bq, block_k=bk, block_q_dkv=bwd, block_kv_dkv=bwd, block_q_dq=bwd,
+                                     block_kv_dq=bwd)
+    out = jax_attention.mha(q, k, v, segment_ids, sm_scale=scale, causal=causal, block_sizes=sizes,
+                            interpret=interpret)
+    return out[:, :T]
 
 
 # --------------------------------------------------------------------------- dense (custom VJP)
 
 # Causal attention: query block i (rows i·b .. (i+1)·b) can only see keys 0 .. (i+1)·b, so each block multiplies
 # against that key prefix only: (n+1)/(2n) of the dense matmuls and probabilities (0.56 for n = 8). Up to 8 blocks
-# of at least 64 rows: value-and-grad of 8 × 64 heads on 2 CPU cores, B = 8, T = 512, 218 → 149 ms (PyTorch's
-# flash kernel: 119); B = 4, T = 256, 22 → 17 ms (PyTorch 16–19). Blocks of 128 rows gave the same at T = 512 and
-# nothing at T = 256.
+# of at least 64 rows: smaller blocks cost more in per-matmul overhead than they save.
 def _causal_blocks(T: int) -> int:
     """Number of query blocks of the dense kernel for causal length T (1: one block, all keys)."""
     for n in (8, 4, 2):
@@ -447,12 +391,8 @@ _dense.defvjp(_dense_fwd, _dense_bwd)
 
 # --------------------------------------------------------------------------- XLA / cuDNN
 
-def _on_gpu() -> bool:
-    return jax.default_backend() == "gpu"
-
-
 def _xla(q, k, v, mask, causal, scale, implementation):
-    if implementation == "xla" and not _on_gpu():
+    if implementation == "xla" and backend.defaults().attention_dense:
         # Our dense kernel (f32 accumulation; also covers XLA:CPU's missing f16 x f16 -> f32 dot).
         return _dense(q, k, v, mask, causal, scale)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
@@ -464,7 +404,7 @@ def _cudnn_or_fallback(q, k, v, mask, causal, scale):
         return _xla(q, k, v, mask, causal, scale, "cudnn")
     except Exception as e:  # cuDNN raises on unsupported dtype/shape/platform: fall back, loudly
         warnings.warn(f"cuDNN attention unavailable for q{tuple(q.shape)} {q.dtype} on "
-                      f"{jax.default_backend()} ({type(e).__name__}: {str(e)[:160]}); using the XLA path",
+                      f"{backend.platform()} ({type(e).__name__}: {str(e)[:160]}); using the XLA path",
                       RuntimeWarning, stacklevel=3)
         return _xla(q, k, v, mask, causal, scale, "xla")
 
@@ -485,9 +425,9 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
       causal: forbid attending to later positions (``k_index > q_index``).
       implementation: ``"auto" | "xla" | "cudnn" | "chunked" | "pallas"`` (see module docstring).
       scale: logit scale, a finite number > 0; default ``1/sqrt(H)``.
-      block_q: query tile size of the chunked/Pallas paths (T need not be a multiple); default 128
-        (chunked, interpreted Pallas) or the measured GPU tile of the compiled Pallas kernel.
-      block_k: key tile size, likewise.
+      block_q: query tile of the Pallas path (rounded up to a power of two >= 16, at most the padded
+        T; T need not be a multiple); default 128.
+      block_k: key tile of the chunked path (default 128) and of the Pallas path (as ``block_q``).
       interpret: Pallas interpret mode; default True unless running on GPU.
 
     Returns:
@@ -512,18 +452,21 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
     impl = implementation
     half = jnp.dtype(q.dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
     if impl == "auto":
-        impl = "cudnn" if (_on_gpu() and half) else "xla"
+        impl = backend.defaults().attention_half if half else "xla"
+    if impl == "pallas":
+        why = _pallas_fits(q, k, mask)
+        if why is None:
+            interpret = (backend.platform() != "gpu") if interpret is None else bool(interpret)
+            return _pallas_gpu(q, k, v, causal, scale, block_q or 128, block_k or 128, interpret)
+        warnings.warn(f"Pallas attention unavailable for q{tuple(q.shape)} {q.dtype}: {why}; using the chunked "
+                      "path (same O(T) memory)", RuntimeWarning, stacklevel=2)
+        impl = "chunked"
     if impl in ("xla", "cudnn"):
         # jax's bias convention gives mean(V) for fully masked rows: zero them (module docstring).
         out = _xla(q, k, v, mask, causal, scale, "xla") if impl == "xla" else _cudnn_or_fallback(
             q, k, v, mask, causal, scale)
         return _zero_masked_rows(out, _full_mask(mask, causal, B, N, Tq, Tk) if mask is not None else None)
-    if impl == "chunked":
-        return _chunked(q, k, v, mask, causal, scale, min(block_k or 128, Tk))
-    interpret = (not _on_gpu()) if interpret is None else bool(interpret)
-    auto_q, auto_k = (128, 128) if interpret else ((128, 64) if H <= 64 else (32, 32))
-    bq, bk = block_q or auto_q, min(block_k or auto_k, Tk)
-    return _pallas(q, k, v, mask, causal, scale, bq, bk, interpret)
+    return _chunked(q, k, v, mask, causal, scale, min(block_k or 128, Tk))
 
 
 def attention_flops(batch: int, seq_q: int, seq_k: int, heads: int, head_dim: int, *, causal: bool = False,
