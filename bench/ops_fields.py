@@ -132,9 +132,9 @@ def superpose_case(size: str) -> BenchCase:
         peers={"numpy_float64": _numpy_peer(inp, np.float64), "numpy_float32": _numpy_peer(inp, np.float32),
                "torch_eager": _torch_peer(inp, compiled=False), "torch_compile": _torch_peer(inp, compiled=True),
                "jax_plain_xla_sincos": _jax_plain_peer(inp)},
-        notes="jit = ivhl_jax.physics.fields.superpose -> fastmath.point_source_sum (own sincos, SoA, complex "
-              "accumulator; up to 2**19 pairs one thread, 16 sources per fusion, else a loop over sources "
-              "unrolled x4 split over the cores). peer_over_jit > 1 means ivhl_jax is faster. "
+        notes="jit = ivhl_jax.physics.fields.superpose -> fastmath.point_source_sum with the backend table's "
+              "block size and kernel (CPU: own sincos, SoA, complex accumulator, small blocks on one thread; "
+              "GPU/TPU: one fused reduction per block). peer_over_jit > 1 means ivhl_jax is faster. "
               "Peers use the real cos/sin form and the same float32 dtype.")
 
 
@@ -363,6 +363,208 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
     return doc
 
 
+# --------------------------------------------------------------------------------------------------
+# the accelerator check (bench/gpu_checks.py runs it; --quick is the CPU-sized form a test runs)
+
+GPU_SIZES = ((32768, 100), (262144, 256), (1048576, 512))
+QUICK_SIZES = ((2048, 20), (8192, 40))
+# points whose float64 reference is computed (the error is the max over them)
+_ERROR_POINTS = 4096
+
+
+def _box_inputs(n: int, m: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Uniform random points and sources in a 10-unit box, A = k = omega = 1, phi = 0, t = 0 (float32)."""
+    rng = np.random.default_rng(seed)
+    return {"points": rng.uniform(0, 10, (n, 3)).astype(np.float32),
+            "sources": rng.uniform(0, 10, (m, 3)).astype(np.float32),
+            "amplitudes": np.ones(m, np.float32), "wavenumbers": np.ones(m, np.float32),
+            "frequencies": np.ones(m, np.float32), "phases": np.zeros(m, np.float32), "t": np.float32(0.0)}
+
+
+def _median_ms(call, reps: int) -> float:
+    import time
+
+    call()  # warm (compile)
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples)) * 1e3
+
+
+def _torch_compile_on(device_kind: str):
+    """torch.compile of the real cos/sin formula on this device, or (None, why)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch not importable"
+    if device_kind == "gpu" and not torch.cuda.is_available():
+        return None, "torch has no CUDA device"
+    dev = "cuda" if device_kind == "gpu" else "cpu"
+
+    def field(p, s, a, k, th):
+        d = p[:, None, :] - s[None, :, :]
+        r = torch.sqrt((d * d).sum(-1))
+        w = a / (r + SOFTENING)
+        ph = k * r + th
+        return (w * torch.cos(ph)).sum(1), (w * torch.sin(ph)).sum(1)
+
+    return (torch, dev, torch.compile(field)), None
+
+
+def gpu_check(quick: bool = False) -> dict:
+    """``fields.superpose`` on this device at the default block size against a small sweep of block sizes
+    and against ``torch.compile`` of the same formula on the same device (when torch is importable).
+
+    Sizes (points × sources): 32768 × 100, 262144 × 256, 1048576 × 512 (``quick``: 2048 × 20 and 8192 × 40,
+    seconds on a CPU). Inputs: :func:`_box_inputs`. Times are medians of jitted calls waited on
+    (``block_until_ready``; ``torch.cuda.synchronize`` for torch). Errors: float32 against a float64 NumPy
+    sum on the first 4096 points, relative to Σ_j |A_j| / (r + ε). Returns the records and a ``summary``
+    (one line per size).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.core import backend
+    from ivhl_jax.physics import fields
+
+    sizes = QUICK_SIZES if quick else GPU_SIZES
+    reps = 3 if quick else 10
+    kind = backend.platform()
+    tc, torch_why = _torch_compile_on(kind)
+    names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
+    row = backend.defaults()
+    doc: dict = {"platform": kind, "device": str(jax.devices()[0]), "fields_chunking": row.fields_chunking,
+                 "fields_memory_fraction": row.fields_memory_fraction,
+                 "torch_compile": "real cos/sin form on the same device" if tc else torch_why, "results": []}
+    summary = []
+    for n, m in sizes:
+        inp = _box_inputs(n, m)
+        args = tuple(jnp.asarray(inp[x]) for x in names)
+        e = min(n, _ERROR_POINTS)
+        ref, scale = _float64_reference({**inp, "points": inp["points"][:e]})
+
+        def run(chunk, args=args):
+            f = jax.jit(lambda p, s, a, k, w, ph, t, chunk=chunk: fields.superpose(
+                p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk))
+            return lambda: jax.block_until_ready(f(*args))
+
+        default_chunk = min(fields._default_chunk(m), n)
+        default_call = run(None)
+        err = float(np.max(np.abs(np.asarray(default_call()[:e], np.complex128) - ref) / scale))
+        rec: dict = {"points": n, "sources": m, "default_chunk": default_chunk,
+                     "default_ms": _median_ms(default_call, reps), "f32_err_vs_f64": err, "chunks_ms": {}}
+        sweep = {n, max(1, n // 4)} if quick else {n, max(1, n // 4), min(n, 65536), min(n, 8192)}
+        for chunk in sorted(sweep - {default_chunk}, reverse=True):
+            rec["chunks_ms"][str(chunk)] = _median_ms(run(chunk), reps)
+        rec["chunks_ms"][str(default_chunk)] = rec["default_ms"]
+        best = min(rec["chunks_ms"], key=rec["chunks_ms"].get)
+        rec["best_chunk"], rec["best_ms"] = int(best), rec["chunks_ms"][best]
+        rec["default_over_best"] = rec["default_ms"] / rec["best_ms"]
+        line = (f"{n} x {m}: default (chunk {default_chunk}) {rec['default_ms']:.3f} ms, best chunk {best} "
+                f"{rec['best_ms']:.3f} ms ({rec['default_over_best']:.2f}x), err {err:.1e}")
+        if tc:
+            torch, dev, compiled = tc
+            tp = [torch.from_numpy(np.ascontiguousarray(inp[x])).to(dev) for x in
+                  ("points", "sources", "amplitudes", "wavenumbers")]
+            tp.append(torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"]).to(dev))
+
+            def tcall(tp=tp, torch=torch, compiled=compiled, dev=dev):
+                with torch.no_grad():
+                    out = compiled(*tp)
+                if dev == "cuda":
+                    torch.cuda.synchronize()
+                return out
+
+            re_t, im_t = tcall()
+            z = re_t[:e].cpu().numpy().astype(np.float64) + 1j * im_t[:e].cpu().numpy().astype(np.float64)
+            rec["torch_compile_ms"] = _median_ms(tcall, reps)
+            rec["torch_compile_err_vs_f64"] = float(np.max(np.abs(z - ref) / scale))
+            rec["torch_compile_over_default"] = rec["torch_compile_ms"] / rec["default_ms"]
+            line += (f"; torch.compile {rec['torch_compile_ms']:.3f} ms "
+                     f"(default is {rec['torch_compile_over_default']:.2f}x faster)")
+        doc["results"].append(rec)
+        summary.append(line)
+    doc["summary"] = summary
+    return doc
+
+
+# --------------------------------------------------------------------------------------------------
+# against a git revision of the kernels, interleaved in one process
+#
+#   python -m ivhl_jax.bench.ops_fields --baseline d695879 --out bench/results/fields_superpose_vs_baseline_cpu.json
+
+
+def _baseline_superpose(rev: str):
+    """``superpose`` of ``physics/fields.py`` and ``numerics/fastmath.py`` at git revision ``rev``, loaded
+    from ``git show`` as private modules (the rest of the package is today's)."""
+    import importlib.util
+    import pathlib
+    import subprocess
+    import sys
+    import tempfile
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ivhl_baseline_"))
+    mods = {}
+    for name, path in (("fastmath", "ivhl_jax/numerics/fastmath.py"), ("fields", "ivhl_jax/physics/fields.py")):
+        src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"], check=True, capture_output=True,
+                             text=True).stdout
+        src = src.replace("from ivhl_jax.numerics import fastmath", "import _ivhl_baseline_fastmath as fastmath")
+        file = tmp / f"_ivhl_baseline_{name}.py"
+        file.write_text(src)
+        spec = importlib.util.spec_from_file_location(f"_ivhl_baseline_{name}", file)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        mods[name] = mod
+    return mods["fields"].superpose
+
+
+def compare_with_baseline(rev: str, sizes: tuple[str, ...] = ("small", "medium", "large", "extreme"),
+                          rounds: int = 60) -> dict:
+    """Today's jitted ``fields.superpose`` against the one at ``rev``, interleaved per round (this device)."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.bench.harness import interleaved_rounds
+    from ivhl_jax.core import backend
+    from ivhl_jax.physics import fields
+
+    old = _baseline_superpose(rev)
+    names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
+    doc: dict = {"what": "jitted fields.superpose today vs at a git revision, seed inputs (see superpose_case)",
+                 "baseline": rev, "platform": backend.platform(),
+                 "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": []}
+    for size in sizes:
+        n, m = SUPERPOSE_SIZES[size]
+        inp = _superpose_inputs(n, m)
+        args = tuple(jnp.asarray(inp[x]) for x in names)
+        calls = {}
+        for label, sp in (("today", fields.superpose), ("baseline", old)):
+            f = jax.jit(lambda p, s, a, k, w, ph, t, sp=sp: sp(p, s, amplitudes=a, wavenumbers=k, frequencies=w,
+                                                               phases=ph, t=t, softening=SOFTENING))
+            compiled = f.lower(*args).compile()
+            calls[label] = functools.partial(_run_jax, compiled, args)
+            calls[label]()
+        same = bool(np.array_equal(np.asarray(calls["today"]()), np.asarray(calls["baseline"]())))
+        wall, _ = interleaved_rounds(calls, rounds)
+        per_round = np.asarray(wall["today"]) / np.asarray(wall["baseline"])
+        rec = {"size": size, "points": n, "sources": m, "bitwise_equal": same,
+               "today": _stats(wall["today"]), "baseline": _stats(wall["baseline"]),
+               "today_over_baseline_per_round_median": float(np.median(per_round)),
+               "today_over_baseline_per_round_q25_q75": [float(np.percentile(per_round, 25)),
+                                                         float(np.percentile(per_round, 75))]}
+        doc["results"].append(rec)
+        print(f"[fields] {size}: today/baseline per round {rec['today_over_baseline_per_round_median']:.3f} "
+              f"(IQR {rec['today_over_baseline_per_round_q25_q75'][0]:.3f}-"
+              f"{rec['today_over_baseline_per_round_q25_q75'][1]:.3f}), bitwise equal {same}")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
@@ -376,8 +578,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sync-dispatch", action="store_true",
                     help="jax_cpu_enable_async_dispatch=False: run each call on the calling thread, as torch does")
     ap.add_argument("--pause-s", type=float, default=0.0, help="untimed sleep before each call")
+    ap.add_argument("--baseline", metavar="REV", help="instead: interleave against superpose at git revision REV")
+    ap.add_argument("--gpu-check", action="store_true", help="instead: run gpu_check() (with --quick: CPU-sized)")
+    ap.add_argument("--quick", action="store_true", help="with --gpu-check: the small CPU-sized form")
     ap.add_argument("--out", help="write the JSON here")
     a = ap.parse_args(argv)
+    command = " ".join(["python -m ivhl_jax.bench.ops_fields", *(argv if argv is not None else sys.argv[1:])])
+    if a.baseline or a.gpu_check:
+        if a.baseline:
+            doc = compare_with_baseline(a.baseline, tuple(a.size or SUPERPOSE_SIZES),
+                                        rounds=max(5, int(60 * a.rounds_scale)))
+        else:
+            doc = gpu_check(quick=a.quick)
+            print("\n".join(doc["summary"]))
+        doc["command"] = command
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write(json.dumps(doc, indent=1) + "\n")
+        return
     if a.sync_dispatch:
         import jax
 
@@ -387,7 +605,7 @@ def main(argv: list[str] | None = None) -> None:
     doc = compare_with_torch(tuple(a.size or SUPERPOSE_SIZES), tuple(int(x) for x in a.threads.split(",")), rounds,
                              variants=not a.no_variants, pause_s=a.pause_s)
     doc["jax_cpu_enable_async_dispatch"] = not a.sync_dispatch
-    doc["command"] = " ".join(["python -m ivhl_jax.bench.ops_fields", *(argv if argv is not None else sys.argv[1:])])
+    doc["command"] = command
     text = json.dumps(doc, indent=1)
     if a.out:
         with open(a.out, "w") as f:

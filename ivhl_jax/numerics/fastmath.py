@@ -7,31 +7,33 @@ sources it evaluates
 
 returning the real and imaginary parts.
 
-Why it is written the way it is (measured on the 2-vCPU AMD EPYC CPU host; numbers in
-``bench/results/fields_superpose.md``):
+Two kernels compute it (``method``); :func:`ivhl_jax.physics.fields.superpose` picks one from the backend
+table (:func:`ivhl_jax.core.backend.defaults`, ``fields_chunking``):
 
-* XLA's CPU ``sin``/``cos`` are slow (~200–400 M elements/s), and a fused kernel that needs both
-  computes the argument reduction twice. :func:`sincos` evaluates both from one Cody–Waite
-  reduction by π and two short polynomials, written in plain ``jnp`` arithmetic so XLA
-  fuses and vectorises it with the rest of the kernel.
-* Layout: structure of arrays (one contiguous (C,) array per coordinate) and a loop over sources
-  with a (C,) complex accumulator, so every loop iteration is ONE elementwise loop fusion over
-  points (vectorised, split over the cores by XLA) with no reduction across lanes. A complex
-  accumulator makes the real and imaginary parts outputs of the same fusion (two real
-  accumulators give two fusions that each recompute the whole phase and sincos).
-* The loop body is unrolled ``unroll`` times (default 4), so one fusion handles four sources per
-  pass over the points: fewer passes over memory and fewer loop iterations.
-* Thread hand-offs: XLA splits every elementwise loop fusion it deems large enough over the cores,
-  and each split costs a wake-up of (and a wait for) the second thread, tens of µs on a busy host.
-  Blocks of up to ``_SERIAL_PAIRS`` pairs therefore run as :func:`_serial_sum`, whose fusions end
-  in an in-place ``dynamic_update_slice`` (never split) and sum 16 sources per pass: on the 2-vCPU
-  host 1.3–3× faster than the split kernel from 512 × 10 to 8192 × 50 pairs and on par or better
-  at 32768 × 100.
+* ``"reduce"`` (GPU/TPU): each block of points is ONE XLA reduction over the sources whose (C, M)
+  elementwise producer is fused into it (a variadic reduction of the real and imaginary parts), so the
+  compiled program is a single kernel over all pairs with no (C, M) temporary and no loop.
+* ``"loop"`` (CPU): structure of arrays (one contiguous (C,) array per coordinate) and a loop over sources
+  with a (C,) complex accumulator, so every loop iteration is ONE elementwise loop fusion over points with
+  no reduction across lanes; the real and imaginary parts are outputs of the same fusion. The body is
+  unrolled ``unroll`` times (default 4): fewer passes over memory. XLA:CPU splits every large-enough loop
+  fusion over the cores, and each split costs a wake-up of (and a wait for) another thread, so blocks of up
+  to ``_SERIAL_PAIRS`` pairs run as :func:`_serial_sum`, whose fusions end in an in-place
+  ``dynamic_update_slice`` (never split) and sum 16 sources per pass.
+
+Both kernels share the per-pair arithmetic:
+
+* XLA's CPU ``sin``/``cos`` are slow, and a fused kernel that needs both computes the argument reduction
+  twice. :func:`sincos` evaluates both from one Cody–Waite reduction by π and two short polynomials,
+  written in plain ``jnp`` arithmetic so XLA fuses and vectorises it with the rest of the kernel.
 * Per pair: one ``sqrt`` (custom JVP keeps the derivative finite at r = 0) and the sign (−1)^q of
   the sincos reduction folded into the weight A/(r + ε) (:func:`_phasor`).
 * Points are processed in blocks of ``chunk``; within a block forward memory is O(chunk), and
   under reverse-mode autodiff each block is rematerialised (``jax.checkpoint``), so backward
   memory is O(chunk × M), never O(N × M).
+
+Timings against PyTorch (eager and ``torch.compile``): ``bench/results/fields_vs_torch_compile.json``
+(``python -m ivhl_jax.bench.ops_fields``); on an accelerator, ``python -m ivhl_jax.bench.gpu_checks``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 
 from ivhl_jax.core.validation import check_array, check_scalar
 
-__all__ = ["safe_norm", "sincos", "point_source_sum"]
+__all__ = ["safe_norm", "sincos", "point_source_sum", "METHODS"]
 
 # Squared distances below this are treated as this value: the gradient of |d| at d = 0 is
 # undefined (NaN in autodiff); this keeps the field and its gradient finite on a source.
@@ -58,12 +60,11 @@ def _default_serial_pairs() -> int:
     """Blocks of at most this many (point, source) pairs run on one thread (`_serial_sum`), larger
     ones as per-source-group loop fusions that XLA splits over the cores (`_block_sum`).
 
-    Measured on the 2-vCPU host (bench/results/fields_vs_torch_compile*.json): the serial kernel
-    was as fast or faster than the split one at every benchmark size up to 32768 × 100 pairs (the
-    largest block `fields.superpose` makes by default is 2**22 pairs), in medians and in minima:
-    every split fusion pays a hand-off to the second thread and that core is rarely idle. With more
-    cores the split kernel has real parallelism to offer; 2**19 pairs (~0.5 ms of one-thread work)
-    there is an estimate, not a measurement."""
+    With two cores or fewer the serial kernel is as fast or faster at every benchmark size up to the largest
+    block `fields.superpose` makes by default (2**22 pairs; ``bench/results/fields_vs_torch_compile.json``
+    records both): every split fusion pays a hand-off to the other thread. With more cores the split kernel
+    has real parallelism to offer; 2**19 pairs (~0.5 ms of one-thread work) there is an estimate, not a
+    measurement."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -114,7 +115,7 @@ def _reduced_sincos_f32(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     sin x = (−1)^q sin r and cos x = (−1)^q cos r.
 
     Reducing by π (not π/2) needs two more polynomial terms but no quadrant swap, no integer
-    conversion and no selects: measured ~15–20 % faster in the fused kernel than the π/2 form.
+    conversion and no selects: fewer operations per element in the fused kernel than the π/2 form.
     """
     q = jnp.round(x * _INV_PI)
     r = x - q * _PI_A
@@ -228,8 +229,8 @@ def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampl
     """The same sum as :func:`_block_sum` for small problems, run on ONE thread.
 
     XLA's CPU backend splits every large-enough elementwise loop fusion over the cores; for a few
-    thousand pairs the hand-off to the second thread costs more than the work (measured:
-    bench/results/fields_vs_torch_compile.json). A fusion whose root is an in-place
+    thousand pairs the hand-off to the second thread costs more than the work
+    (bench/results/fields_vs_torch_compile.json). A fusion whose root is an in-place
     ``dynamic_update_slice`` is never split, so the points are processed as two halves, each
     written into the output by one such fusion that sums groups of up to :data:`_SERIAL_GROUP`
     sources (a loop over groups when there are more).
@@ -265,10 +266,45 @@ def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampl
     return out[:c]
 
 
+def _reduce_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
+                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array) -> jax.Array:
+    """The same sum as :func:`_block_sum` written as ONE reduction over the sources, complex (C,).
+
+    The (C, M) pair terms are a broadcast expression that XLA fuses into the reduction's input, so the
+    compiled program is a single reduction fusion that reads C points and M sources and writes C values:
+    no loop, no (C, M) temporary in the forward pass. On an accelerator this is one kernel over all
+    pairs (the loop kernels serialise the device over sources or blocks)."""
+    r2 = cast(jax.Array, sum((p[:, None] - s[None, :]) * (p[:, None] - s[None, :])
+                             for p, s in zip(pts_t, src_t, strict=True)))
+    r = _sqrt_fwd(r2)
+    re, im = _phasor(amplitudes[None, :] / (r + softening), wavenumbers[None, :] * r + theta[None, :])
+    re_sum, im_sum = _sum_pair(re, im)
+    return jax.lax.complex(re_sum, im_sum)
+
+
+@jax.custom_jvp
+def _sum_pair(re: jax.Array, im: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(Σ_j re[:, j], Σ_j im[:, j]) as ONE variadic reduction: XLA fuses the producers of both into it
+    (two ``jnp.sum`` or a complex sum compile on CPU to a materialised (C, M) array and a tree of
+    reduce-windows). Its JVP is the two plain sums, which are linear and transpose for reverse mode."""
+    zero = jnp.zeros((), re.dtype)
+    return jax.lax.reduce((re, im), (zero, zero), lambda a, b: (a[0] + b[0], a[1] + b[1]), (1,))
+
+
+@_sum_pair.defjvp
+def _sum_pair_jvp(primals, tangents):
+    return _sum_pair(*primals), (jnp.sum(tangents[0], axis=1), jnp.sum(tangents[1], axis=1))
+
+
+#: Kernels of :func:`point_source_sum`: ``"loop"`` (a loop over sources with a (C,) accumulator, tuned for
+#: CPUs) and ``"reduce"`` (one fused reduction over the sources per block, for accelerators).
+METHODS = ("loop", "reduce")
+
+
 def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"],
                      amplitudes: Real[ArrayLike, " m"], wavenumbers: Real[ArrayLike, " m"],
-                     theta: Real[ArrayLike, " m"], softening: Real[ArrayLike, ""], *, chunk: int = 2048, unroll: int = 4
-                     ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+                     theta: Real[ArrayLike, " m"], softening: Real[ArrayLike, ""], *, chunk: int = 2048,
+                     unroll: int = 4, method: str = "loop") -> tuple[Float[Array, " n"], Float[Array, " n"]]:
     """Real and imaginary parts of Σ_j A_j e^{i(k_j r + θ_j)}/(r + ε) at every point.
 
     Args:
@@ -276,7 +312,10 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
       softening: ε ≥ 0 (scalar).
       chunk: points per block. Forward temporaries are O(chunk); reverse-mode autodiff keeps
         O(chunk × M) residuals for one block at a time (blocks are rematerialised).
-      unroll: sources handled per pass over a block (loop unrolling; 4 is fastest on the CPU host).
+      unroll: sources handled per pass over a block of the ``"loop"`` kernel (loop unrolling).
+      method: ``"loop"`` (the CPU kernels: a loop over sources, serial for small blocks) or ``"reduce"``
+        (each block one fused XLA reduction over the sources; no (chunk, M) temporary in the forward
+        pass; reverse mode keeps O(chunk × M) residuals). Same values to float32 rounding.
 
     Returns:
       (re, im), each (N,) in the points' dtype (float16/bfloat16 are computed in float32).
@@ -300,6 +339,8 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
     check_scalar(softening, "softening", nonnegative=True)
     check_scalar(chunk, "chunk", integer=True, minimum=1)
     check_scalar(unroll, "unroll", integer=True, minimum=1)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     unroll = int(unroll)
     out_dtype = points.dtype
     work = jnp.promote_types(out_dtype, jnp.float32)
@@ -313,7 +354,10 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
         return zero, zero
     chunk = max(1, int(chunk))
     src_t = tuple(sources[:, i] for i in range(d))
-    if min(n, chunk) * sources.shape[0] <= _SERIAL_PAIRS:
+    if method == "reduce":
+        block = functools.partial(_reduce_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
+                                  theta=theta, softening=softening)
+    elif min(n, chunk) * sources.shape[0] <= _SERIAL_PAIRS:
         block = functools.partial(_serial_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
                                   theta=theta, softening=softening)
     else:

@@ -15,7 +15,13 @@ frequencies in 1/T, time in T; the default ``frequencies=None`` means ω = c·k 
 
 Public API: :func:`superpose`, :func:`vortex`, :func:`intensity`, :func:`phase`,
 :func:`winding_number`, :func:`vortex_map`, :func:`grid_points`, :func:`helix_sources`,
-:func:`focus_phases` (inverse design of source phases with optax).
+:func:`focus_phases` (inverse design of source phases with optax), and the time loop:
+:func:`wave_params` → :func:`evolution` (the stepper; it validates) → ``trajectory(..., observe=observe)``.
+
+Speed: :func:`superpose` takes its default block size and kernel from the backend table
+(:func:`ivhl_jax.core.backend.defaults`): on CPU blocks of ``fields_pair_budget // M`` points through the
+CPU loop kernels; on GPU/TPU the largest block whose reverse-mode residuals fit
+``fields_memory_fraction`` of the device's memory, each block one fused XLA reduction over the sources.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Int, Num, Real
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.precision import Policy, physics_policy, real_compute_dtype
 from ivhl_jax.core.validation import check_array, check_broadcastable, check_scalar, is_concrete
 from ivhl_jax.numerics import fastmath
@@ -45,19 +52,21 @@ __all__ = [
     "grid_points",
     "helix_sources",
     "focus_phases",
-    "PAIR_BUDGET",
     "WaveState",
     "WaveParams",
     "wave_params",
     "field_at",
-    "wave_step",
     "evolution",
+    "observe",
 ]
 
-# Largest number of (point, source) pairs evaluated at once by `superpose` (per call, per vmap
-# lane): ~4 M pairs, i.e. a few float32 temporaries of 16 MiB each. Points are processed in chunks
-# of PAIR_BUDGET // M so memory does not grow with N·M.
-PAIR_BUDGET = 1 << 22
+# Reverse mode through the fused-reduction kernel keeps 6 work-dtype values per (point, source) pair
+# of a block (measured from the compiled gradient's temporaries: 24 bytes per pair in float32); the
+# "memory" rule budgets 8, for the forward pass's own buffers and slack.
+_RESIDUALS_PER_PAIR = 8
+# Device memory assumed where the device reports none (``memory_stats()`` is None on CPU and on some
+# plugins).
+_FALLBACK_DEVICE_BYTES = 8 << 30
 
 # With traced (non-concrete) charges the integer power in `vortex` uses this many bits, so
 # |q| <= 2**8 - 1 there; concrete charges use exactly as many bits as they need.
@@ -141,8 +150,8 @@ def superpose(
       phases: φ_j, (M,) or scalar, radians.
       t: time (scalar; may be traced, e.g. under ``vmap`` over times).
       softening: ε ≥ 0. With ε = 0 the field is infinite on a source.
-      chunk: points per block (default: ``PAIR_BUDGET // M``); peak temporary memory is about
-        ``chunk × M`` values of a few arrays, never N × M.
+      chunk: points per block (default: ``_default_chunk``, from the backend table); peak
+        temporary memory is about ``chunk × M`` values of a few arrays, never N × M.
       policy: None (compute in the inputs' promoted dtype, the default) or a
         :class:`~ivhl_jax.core.precision.Policy` / preset name (``"f64"``, ``"f32"``, ``"bf16"``,
         ``"pure_bf16"``, ...). ``param_dtype`` is the storage of points, sources and per-source
@@ -169,6 +178,9 @@ def superpose(
         store, dtype, out_dtype = dtypes
         pts, src = pts.astype(store).astype(dtype), src.astype(store).astype(dtype)
     m = src.shape[0]
+    if m == 0:
+        raise ValueError("sources must hold at least one source, got shape (0, D); with no sources the field "
+                         "is identically zero (use jnp.zeros(N, jnp.complex64))")
     amp = _per_source(amplitudes, "amplitudes", m, dtype)
     k = _per_source(wavenumbers, "wavenumbers", m, dtype)
     omega = k if frequencies is None else _per_source(frequencies, "frequencies", m, dtype)
@@ -177,14 +189,45 @@ def superpose(
         amp, k, omega, phi = (a.astype(dtypes[0]).astype(dtype) for a in (amp, k, omega, phi))
     check_scalar(t, "t")
     check_scalar(softening, "softening", nonnegative=True)
+    tuning = backend.defaults()
+    method = "reduce" if tuning.fields_chunking == "memory" else "loop"
     if chunk is None:
-        chunk = max(1, PAIR_BUDGET // max(m, 1))
+        chunk = _default_chunk(m, dtype)
     else:
         check_scalar(chunk, "chunk", integer=True, minimum=1)
         chunk = int(chunk)
     chunk = min(chunk, max(pts.shape[0], 1))
     return _superpose_core(pts, src, amp, k, omega, phi, jnp.asarray(t, dtype), jnp.asarray(softening, dtype),
-                           chunk=chunk, out_dtype=out_dtype)
+                           chunk=chunk, out_dtype=out_dtype, method=method)
+
+
+@functools.cache
+def _device_memory_bytes() -> int:
+    """Memory of the default device: ``memory_stats()["bytes_limit"]`` where reported, else the fallback."""
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # a plugin without the call
+        stats = None
+    limit = (stats or {}).get("bytes_limit")
+    return int(limit) if limit else _FALLBACK_DEVICE_BYTES
+
+
+def _default_chunk(m: int, dtype: Any = jnp.float32) -> int:
+    """Points per block :func:`superpose` uses for ``m`` sources when ``chunk`` is not given.
+
+    From the backend table (:func:`ivhl_jax.core.backend.defaults`): ``fields_chunking="pair_budget"``
+    (CPU) gives ``fields_pair_budget // m`` (the block's temporaries stay in cache);
+    ``"memory"`` (GPU/TPU) gives the largest block whose reverse-mode residuals, 8 values of ``dtype``
+    per (point, source) pair, fit ``fields_memory_fraction`` of the device's memory
+    (``memory_stats()["bytes_limit"]``, or 8 GiB where the device reports none). On an accelerator that
+    is usually every point at once: one fused kernel over all pairs.
+    """
+    tuning = backend.defaults()
+    m = max(int(m), 1)
+    if tuning.fields_chunking == "pair_budget":
+        return max(1, tuning.fields_pair_budget // m)
+    budget = tuning.fields_memory_fraction * _device_memory_bytes()
+    return max(1, int(budget // (_RESIDUALS_PER_PAIR * jnp.dtype(dtype).itemsize * m)))
 
 
 def _round_complex(re: jax.Array, im: jax.Array, out_dtype: Any) -> jax.Array:
@@ -195,10 +238,10 @@ def _round_complex(re: jax.Array, im: jax.Array, out_dtype: Any) -> jax.Array:
     return jax.lax.complex(re.astype(out_dtype).astype(wide), im.astype(out_dtype).astype(wide))
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "out_dtype"))
-def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype=None):
+@functools.partial(jax.jit, static_argnames=("chunk", "out_dtype", "method"))
+def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype=None, method="loop"):
     # Jitted so that eager calls run as one compiled program (inlined when called under jit).
-    re, im = fastmath.point_source_sum(pts, src, amp, k, phi - omega * t, softening, chunk=chunk)
+    re, im = fastmath.point_source_sum(pts, src, amp, k, phi - omega * t, softening, chunk=chunk, method=method)
     return _round_complex(re, im, out_dtype)
 
 
@@ -467,8 +510,7 @@ def helix_sources(
         s_i = i / count,  α_i = 2π · turns · s_i,
         r_i = (radius cos α_i, radius sin α_i, pitch · turns · s_i − z̄),
 
-    ``pitch`` is the rise per turn; z̄ centres the helix on z = 0. (The seed project's "helical
-    lattice" was a Fibonacci sphere with an azimuthal twist; this is a true helix of given pitch.)
+    ``pitch`` is the rise per turn; z̄ centres the helix on z = 0.
 
     Returns:
       (count, 3) source positions.
@@ -621,7 +663,7 @@ def field_at(params: WaveParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]
     return psi * params.imprint.astype(psi.dtype)
 
 
-def wave_step(state: WaveState, params: WaveParams) -> WaveState:
+def _wave_step(state: WaveState, params: WaveParams) -> WaveState:
     """Evaluate the field at ``state.t``, accumulate |ψ|² statistics, advance ``t`` by ``dt``."""
     psi = field_at(params, state.t)
     i = intensity(psi)
@@ -629,7 +671,8 @@ def wave_step(state: WaveState, params: WaveParams) -> WaveState:
                      intensity_sum=state.intensity_sum + i, intensity_peak=jnp.maximum(state.intensity_peak, i))
 
 
-def _init_wave(params: WaveParams, t0: float = 0.0) -> WaveState:
+def _init_wave(params: WaveParams, t0: Any = 0.0) -> WaveState:
+    check_scalar(t0, "t0")
     n = params.points.shape[0]
     rdt = params.dt.dtype  # float32 by default; the work dtype under a policy
     if params.policy is None:
@@ -641,10 +684,39 @@ def _init_wave(params: WaveParams, t0: float = 0.0) -> WaveState:
                      intensity_peak=jnp.zeros(n, jnp.finfo(cdt).dtype))
 
 
-def evolution(params: WaveParams) -> Stepper[WaveState, WaveParams]:
-    """Stepper sampling the wave field in time: ``step`` is :func:`wave_step`, ``init(t0=0.0)`` the
-    zero-statistics state at ``t0``. Drive it with :func:`ivhl_jax.numerics.rollout.trajectory`."""
+def _check_params(params: Any) -> WaveParams:
+    """Everything the step relies on, checked once in the builder (a WaveParams may be built or edited by hand)."""
     if not isinstance(params, WaveParams):
         raise TypeError(f"params must be WaveParams (from fields.wave_params); got {type(params).__name__}")
-    return Stepper(step_fn=wave_step, params=params, init_fn=_init_wave, name="fields.evolution")
+    pts, src = _points_and_sources(params.points, params.sources, "params.points", "params.sources")
+    n, m = pts.shape[0], src.shape[0]
+    if m == 0:
+        raise ValueError("params.sources must hold at least one source, got shape (0, D)")
+    for name in ("amplitudes", "wavenumbers", "phases"):
+        check_array(getattr(params, name), f"params.{name}", shape=(m,), kind="numeric", finite=True)
+    check_array(params.imprint, "params.imprint", shape=(n,), kind="numeric", finite=True)
+    check_scalar(params.softening, "params.softening", nonnegative=True)
+    check_scalar(params.dt, "params.dt", positive=True)
+    return params
 
+
+def evolution(params: WaveParams) -> Stepper[WaveState, WaveParams]:
+    """The wave-field time loop: the one way to run it.
+
+    ``step`` evaluates ψ(points, t) · imprint (:func:`field_at`), adds |ψ|² to the running sum and
+    maximum, and advances t by ``dt``; ``init(t0=0.0)`` is the zero-statistics state at ``t0``. Drive it
+    with :func:`ivhl_jax.numerics.rollout.trajectory` (``observe=fields.observe`` records per-frame
+    intensity statistics) or ``chunked``. The builder checks ``params`` (shapes, finite values,
+    ``dt > 0``, ``softening >= 0``, at least one source) where they are concrete.
+    """
+    return Stepper(step_fn=_wave_step, params=_check_params(params), init_fn=_init_wave, name="fields.evolution")
+
+
+def observe(state: WaveState, params: WaveParams) -> dict[str, Array]:
+    """Per-frame observations for ``trajectory(evolution(p), ..., observe=fields.observe)``.
+
+    Returns ``{"t": time of the frame in state.field (t − dt), "max_intensity": max |ψ|²,
+    "mean_intensity": mean |ψ|²}``, scalars in the state's real dtype.
+    """
+    i = intensity(state.field)
+    return {"t": state.t - params.dt, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i)}

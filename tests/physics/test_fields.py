@@ -152,6 +152,35 @@ def test_superpose_rejects_bad_input():
         F.superpose(p, s, amplitudes=np.ones(4, np.complex64))
     with pytest.raises(ValueError, match="points"):
         F.superpose(np.zeros(3), s)
+    with pytest.raises(ValueError, match="sources must hold at least one source"):
+        F.superpose(p, np.zeros((0, 3), np.float32))
+
+
+def test_memory_rule_gives_one_fused_reduction_with_the_accelerator_row():
+    """With the GPU/TPU row's chunking forced on CPU: the default block covers all N points when the pairs'
+    residuals fit the memory budget, and the compiled program is one fusion (no loop over blocks or sources)
+    with no N × M temporary; the values equal the float64 sum as tightly as the CPU kernels'."""
+    from ivhl_jax.core import backend
+
+    n, m = 1 << 16, 256
+    pts, src = jax.ShapeDtypeStruct((n, 3), jnp.float32), jax.ShapeDtypeStruct((m, 3), jnp.float32)
+    with backend.override(fields_chunking="memory"):
+        assert F._default_chunk(m) >= n  # 8 GiB fallback x 0.25 / (32 B x 256) = 262144 points
+        c = jax.jit(lambda p, s: F.superpose(p, s, wavenumbers=3.0)).lower(pts, src).compile()
+        hlo = c.as_text()
+        entry = hlo[hlo.index("ENTRY"):]
+        assert "while" not in hlo and entry.count(" fusion(") <= 2, entry  # the reduction (+ packing as complex)
+        assert c.memory_analysis().temp_size_in_bytes < n * m * 4 / 64
+        p, s, a, k, w, ph = random_problem(5, 777, 53, 3)
+        psi = F.superpose(p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=0.3)
+        psi_blocks = F.superpose(p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=0.3, chunk=100)
+    ref, scale = numpy_superpose(p, s, a, k, w, ph, 0.3, 0.1)
+    for field in (psi, psi_blocks):
+        assert np.max(np.abs(np.asarray(field, np.complex128) - ref) / scale) <= 1e-6
+    with backend.override(fields_chunking="memory", fields_memory_fraction=0.01):
+        assert F._default_chunk(m) < n  # a smaller budget gives blocks
+    with backend.override(fields_chunking="pair_budget", fields_pair_budget=1 << 20):
+        assert F._default_chunk(m) == (1 << 20) // m
 
 
 # -------------------------------------------------------------------------------------------- vortex
@@ -462,6 +491,30 @@ def test_vortex_error_per_policy(policy):
     assert err <= VORTEX_TOL[policy][0], err
 
 
+def test_evolution_validates_params_and_observe_records_frames():
+    """(Compile-once with fields.observe: tests/contracts/test_steppers.py.)"""
+    rng = np.random.default_rng(4)
+    p = F.wave_params(rng.normal(size=(40, 3)), rng.normal(size=(6, 3)), amplitudes=1.0, wavenumbers=3.0,
+                      phases=0.0, dt=0.1)
+    st = F.evolution(p)
+    final, obs = trajectory(st, st.init(), 4, observe=F.observe)
+    psi = F.field_at(p, 0.3)
+    np.testing.assert_allclose(np.asarray(obs["t"]), [0.0, 0.1, 0.2, 0.3], atol=1e-6)
+    np.testing.assert_allclose(float(obs["max_intensity"][-1]), float(jnp.max(F.intensity(psi))), rtol=1e-6)
+    np.testing.assert_allclose(float(obs["mean_intensity"][-1]), float(jnp.mean(F.intensity(psi))), rtol=1e-6)
+    with pytest.raises(ValueError, match="params.dt must be > 0"):
+        F.evolution(p.replace(dt=jnp.float32(-0.1)))
+    with pytest.raises(ValueError, match="params.amplitudes"):
+        F.evolution(p.replace(amplitudes=jnp.ones(5)))
+    with pytest.raises(ValueError, match="params.imprint"):
+        F.evolution(p.replace(imprint=jnp.ones(3, jnp.complex64)))
+    with pytest.raises(ValueError, match="params.sources must hold at least one source"):
+        F.evolution(p.replace(sources=jnp.zeros((0, 3)), amplitudes=jnp.ones(0), wavenumbers=jnp.ones(0),
+                              phases=jnp.ones(0)))
+    with pytest.raises(ValueError, match="t0 must be finite"):
+        st.init(float("nan"))
+
+
 def test_wave_evolution_stepper_under_policies():
     rng = np.random.default_rng(3)
     pts, src = rng.normal(size=(300, 3)), 0.5 * rng.normal(size=(8, 3))
@@ -478,3 +531,15 @@ def test_wave_evolution_stepper_under_policies():
     lo = run("pure_bf16")
     assert lo.field.dtype == jnp.complex64 and lo.intensity_sum.dtype == jnp.float32  # no complex bf16
     assert _rel(lo.field, base.field) <= 5e-2  # bf16 positions and outputs (measured 6.2e-3)
+
+
+def test_gpu_check_quick_runs_on_cpu():
+    """bench.ops_fields.gpu_check (the accelerator check of bench/gpu_checks.py) in its CPU-sized form."""
+    from ivhl_jax.bench import ops_fields
+
+    doc = ops_fields.gpu_check(quick=True)
+    assert len(doc["summary"]) == len(doc["results"]) == len(ops_fields.QUICK_SIZES)
+    for rec in doc["results"]:
+        assert rec["f32_err_vs_f64"] <= 1e-6
+        assert rec["best_ms"] <= rec["default_ms"] and rec["default_chunk"] >= 1
+        assert str(rec["best_chunk"]) in rec["chunks_ms"]
