@@ -8,9 +8,10 @@ diagram with h on (f0, f1), reflected, and the one on (f1, f2); from iteration 1
 four-network environment (from iteration 2 on; v = its mirror image), each by the SVD update x = −U Vᵀ, and the
 Hamiltonian ascended (three networks). Contractions go through ``opt_einsum`` with the NumPy backend and optimal
 pairwise paths (``numpy.tensordot``/BLAS, like the reference's ``ncon``), one cached expression per network and
-shape; the networks are this library's diagrams (``mera._T1``… and ``mera._ENV_U``/``_ENV_W``), written in its
-conventions (v = mirror(w)). Single-threaded when run with ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1`` (set by
-:func:`main` before NumPy loads). The energy is measured before the updates, as in the library.
+shape; the networks are this library's diagrams (``mera.superoperators._T1``… and
+``mera.sweep._ENV_U``/``_ENV_W``), written in its conventions (v = mirror(w)). Single-threaded when run with
+``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1`` (set by :func:`main` before NumPy loads). The energy is measured
+before the updates, as in the library.
 
     .venv/bin/python -m ivhl_jax.bench.mera_reference --schedule published=6/4/1/2000,8/6/2/1800 \\
         --out /tmp/mera_reference.json
@@ -153,9 +154,10 @@ def _to_mera(state: dict, sweeps: int):
     import jax.numpy as jnp
 
     from ivhl_jax.physics import mera as M
+    from ivhl_jax.physics.mera.superoperators import _mirror_wv
 
     w = tuple(jnp.asarray(x) for x in state["w"])
-    return M.MERA(tuple(jnp.asarray(x) for x in state["u"]), w, tuple(M._mirror_wv(x) for x in w),
+    return M.MERA(tuple(jnp.asarray(x) for x in state["u"]), w, tuple(_mirror_wv(x) for x in w),
                   jnp.asarray(state["rho_ab"]), jnp.asarray(state["rho_ba"]), jnp.asarray(sweeps, jnp.int32))
 
 
@@ -167,6 +169,7 @@ def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: i
     import jax
 
     from ivhl_jax.physics import mera as M
+    from ivhl_jax.physics.mera.models import ising_two_site_hamiltonian
 
     np = _np()
     key = jax.random.key(seed)
@@ -175,7 +178,7 @@ def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: i
     done = 0
     state = None
     with jax.enable_x64(True):
-        h = tuple(np.asarray(x, np.float64) for x in M.ising_two_site_hamiltonian(1.0))
+        h = tuple(np.asarray(x, np.float64) for x in ising_two_site_hamiltonian(1.0))
         for k, st in enumerate(stages):
             ts = time.perf_counter()
             cfg = M.MERAConfig(chi=st["chi"], chi_mid=st["chi_mid"], layers=st["layers"])
@@ -207,11 +210,12 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0,
 
     from ivhl_jax.bench.harness import time_in_windows
     from ivhl_jax.physics import mera as M
+    from ivhl_jax.physics.mera.models import ising_two_site_hamiltonian
 
     np = _np()
     with jax.enable_x64(True):
         state = _from_mera(M.init_mera(jax.random.key(seed), M.MERAConfig(chi=chi, chi_mid=mid, layers=layers)))
-        h = tuple(np.asarray(x, np.float64) for x in M.ising_two_site_hamiltonian(1.0))
+        h = tuple(np.asarray(x, np.float64) for x in ising_two_site_hamiltonian(1.0))
     sweep(state, h, 100)  # builds the cached contraction paths
     times, per_sample = time_in_windows(lambda: sweep(state, h, 100), repeats=repeats, window_s=window_s)
     return {"chi": chi, "chi_mid": mid, "layers": layers, "median_s": float(np.median(times)),

@@ -43,10 +43,9 @@ def _contract_case(size: str) -> BenchCase:
 def _sweep_case(size: str) -> BenchCase:
     chi = _CHI[size]
     cfg = M.MERAConfig(chi=chi, layers=2, u_delay=0)
-    mera = M.init_mera(jax.random.key(0), cfg)
-    h = M.ising_two_site_hamiltonian(1.0, jnp.float32)
-    fn = lambda m, hh: M.sweep(m, hh, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales)
-    return BenchCase(op="mera_sweep", size=size, fn=fn, args=(mera, h),
+    st = M.evenbly_vidal(M.ising(), cfg, dtype=jnp.float32)
+    state = st.init(key=jax.random.key(0))
+    return BenchCase(op="mera_sweep", size=size, fn=st.step_fn, args=(state, st.params),
                      params={"chi": chi, "chi_mid": cfg.mid, "transitional_layers": cfg.layers,
                              "si_scales": cfg.si_scales, "power_iters": cfg.power_iters},
                      op_by_op=chi <= 8, items_per_call=1, items_name="sweeps",

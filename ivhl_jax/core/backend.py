@@ -130,7 +130,8 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
                "python -m ivhl_jax.bench.gpu_checks",
     },
     "mera_busy_host_cores": {
-        "cpu": "bench/results/mera_busy_host_window.json — python -m ivhl_jax.bench.mera_busy_host",
+        "cpu": "bench/results/mera_busy_host.json — python -m ivhl_jax.bench.mera_busy_host --window 0.5 "
+               "(the script as at commit d695879: git show d695879:bench/mera_busy_host.py)",
     },
     "host_fft": {"cpu": "bench/results/condensate_cpu.json — ivhl bench condensate"},
 }

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax.nn.attention import attention, reference_attention
+from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics import cdt
 from ivhl_jax.physics import mera as M
 from ivhl_jax.run.io import write_json
@@ -25,23 +26,44 @@ from ivhl_jax.train import parallel
 _TINY = M.MERAConfig(chi=2, layers=1, u_delay=0)
 
 
-@pytest.mark.parametrize("n", [0, -1])
-def test_mera_optimize_rejects_nonpositive_steps_per_chunk(n):
-    # used to loop forever (chunk = min(0, steps) never advances)
-    with pytest.raises(ValueError, match="steps_per_chunk"):
-        M.optimize(_TINY, 3, steps_per_chunk=n)
-    with pytest.raises(ValueError, match="steps_per_chunk"):
-        M.make_advance(M.ising_two_site_hamiltonian(), n)
+def test_mera_config_is_checked_when_constructed():
+    for bad in (0, -1, 1):
+        with pytest.raises(ValueError, match="chi"):
+            M.MERAConfig(chi=bad)
+    with pytest.raises(TypeError, match="chi"):
+        M.MERAConfig(chi=2.5)
+    with pytest.raises(ValueError, match=r"chi needs one entry per layer"):
+        M.MERAConfig(chi=(4, 6), layers=2)
+    with pytest.raises(ValueError, match="scale-invariant layer maps chi to chi"):
+        M.MERAConfig(chi=(4, 6), layers=1)
 
 
-def test_mera_optimize_rejects_non_integer_steps_per_chunk():
-    with pytest.raises(TypeError, match="steps_per_chunk"):
-        M.optimize(_TINY, 3, steps_per_chunk=1.5)
+def test_mera_evenbly_vidal_names_a_blocked_pair_or_a_wrong_model():
+    # a pair of (2,2,2,2) (or (4,4,4,4)) terms used to run silently: the library blocks the spin term itself
+    h2 = jnp.zeros((2, 2, 2, 2))
+    with pytest.raises(TypeError, match="model must be a mera model"):
+        M.evenbly_vidal((h2, h2), _TINY)
+    with pytest.raises(TypeError, match="model"):
+        M.evenbly_vidal(h2, _TINY)
+    with pytest.raises(ValueError, match=r"chi\[0\]=20 is more than layer 0 can carry"):
+        M.evenbly_vidal(M.ising(), M.MERAConfig(chi=(20, 20), layers=1))
+    skew = np.kron(np.diag([1.0, -1.0]), np.eye(2)).reshape(2, 2, 2, 2)  # Z ⊗ 1: h(a, b) != h(b, a)
+    with pytest.raises(ValueError, match="refsym"):
+        M.evenbly_vidal(M.two_site(skew), _TINY)
+    M.evenbly_vidal(M.two_site(skew), M.MERAConfig(chi=2, layers=1, refsym=False))
 
 
-def test_mera_old_keyword_names_the_new_one():  # issue 12: one vocabulary (one step = one sweep)
-    with pytest.raises(TypeError, match="renamed to 'steps_per_chunk'"):
-        M.optimize(_TINY, 3, sweeps_per_chunk=2)
+def test_mera_two_site_term_is_validated():
+    with pytest.raises(ValueError, match=r"term must have shape \(d, d, d, d\)"):
+        M.two_site(np.zeros((2, 2, 2)))
+    with pytest.raises(ValueError, match="term must be Hermitian"):
+        M.two_site(np.arange(16.0).reshape(2, 2, 2, 2))
+    bad = np.zeros((2, 2, 2, 2))
+    bad[0, 0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="term contains NaN"):
+        M.two_site(bad)
+    with pytest.raises(ValueError, match="term must be real"):
+        M.two_site(1j * np.eye(4).reshape(2, 2, 2, 2))
 
 
 @pytest.mark.parametrize("n", [0, -5])
@@ -59,7 +81,7 @@ def test_mera_sim_cli_rejects_nonpositive_steps_per_chunk(n, tmp_path, capsys):
 def test_mera_ascend_rejects_wrongly_shaped_h():
     mera = M.init_mera(jax.random.key(0), _TINY)
     layer = mera.layer(0)  # fine sites d = 4
-    h = M.ising_two_site_hamiltonian()
+    h = M.models.ising_two_site_hamiltonian()
     M.ascend(h, layer)  # correct shape works
     with pytest.raises(ValueError, match=r"h\[0\].*\(4, 4, 4, 4\)"):
         M.ascend((jnp.zeros((2, 2, 2, 2)), h[1]), layer)
@@ -90,16 +112,12 @@ def test_mera_init_rejects_bad_d(d):
 
 def test_mera_rejects_negative_power_iters():
     with pytest.raises(ValueError, match="power_iters"):
-        M.MERAConfig(chi=2, power_iters=-1).validate()
-    with pytest.raises(ValueError, match="power_iters"):
-        M.optimize(M.MERAConfig(chi=2, layers=1, power_iters=-1), 2)
+        M.MERAConfig(chi=2, power_iters=-1)
     mera = M.init_mera(jax.random.key(0), _TINY)
     with pytest.raises(ValueError, match="power_iters"):
-        M.sweep(mera, M.ising_two_site_hamiltonian(), power_iters=-1)
-    with pytest.raises(ValueError, match="power_iters"):
-        M.make_advance(M.ising_two_site_hamiltonian(), 1, power_iters=-1)
+        M.sweep.sweep(mera, M.models.ising_two_site_hamiltonian(), power_iters=-1)
     with pytest.raises(ValueError, match="iters"):
-        M.fixed_point_density(mera.layer(1), iters=-1)
+        M.superoperators.fixed_point_density(mera.layer(1), iters=-1)
 
 
 @pytest.mark.parametrize("num", [0, -1])
@@ -218,35 +236,35 @@ def test_write_json_mode_follows_umask(tmp_path, umask):
 
 @pytest.fixture(scope="module")
 def cdt_setup():
-    return cdt.initial_state(4, 4, 64), cdt.make_params(0.8, attempts_per_sweep=5)
-
-
-def test_cdt_run_chains_rejects_unreplicated_state(cdt_setup):
-    state, params = cdt_setup
-    # used to raise IndexError (tuple index out of range)
-    with pytest.raises(ValueError, match=r"states must be a batch of chains.*cdt\.replicate"):
-        cdt.run_chains(jax.random.key(0), state, params, 1)
-    with pytest.raises(ValueError, match=r"state must be a single chain.*run_chains"):
-        cdt.run(jax.random.key(0), cdt.replicate(state, 2), params, 1)
-    with pytest.raises(TypeError, match="states must be a CDTState"):
-        cdt.run_chains(jax.random.key(0), {"n0": 1}, params, 1)
+    return cdt.metropolis(cdt.make_params(0.8, attempts_per_sweep=5))
 
 
 @pytest.mark.parametrize("bad", [0, 7, np.zeros(3, np.uint32), np.zeros(2, np.float32)])
-def test_cdt_rejects_non_key(cdt_setup, bad):
-    state, params = cdt_setup
+def test_cdt_init_rejects_non_key(cdt_setup, bad):
     with pytest.raises(TypeError, match=r"^key must be a PRNG key.*jax\.random\.key\(seed\)"):
-        cdt.run(bad, state, params, 1)
-    with pytest.raises(TypeError, match=r"^key must be a PRNG key"):
-        cdt.run_chains(bad, cdt.replicate(state, 2), params, 1)
+        cdt_setup.init(bad, 4, 4, 64)
 
 
-def test_cdt_accepts_typed_and_legacy_keys(cdt_setup):
-    state, params = cdt_setup
+def test_cdt_init_accepts_typed_and_legacy_keys(cdt_setup):
     for key in (jax.random.key(1), jax.random.PRNGKey(1)):
-        final, obs = cdt.run(key, state, params, 2)
+        chain, obs = trajectory(cdt_setup, cdt_setup.init(key, 4, 4, 64), 2, observe=cdt.observe)
         assert obs["n2"].shape == (2,)
-        final, obs = cdt.run_chains(key, cdt.replicate(state, 2), params, 2)
-        assert obs["n2"].shape == (2, 2)
     with pytest.raises(ValueError, match="key must be a single PRNG key"):
-        cdt.run(jax.random.split(jax.random.key(1), 2), state, params, 1)
+        cdt_setup.init(jax.random.split(jax.random.key(1), 2), 4, 4, 64)
+
+
+def test_cdt_builder_validates_hand_made_params_and_observe_names_its_argument(cdt_setup):
+    # the builder is the one door: params built without make_params get the same checks
+    with pytest.raises(ValueError, match="lam=0.5 <= ln 2"):
+        cdt.metropolis(cdt.CDTParams(lam=0.5))
+    with pytest.raises(ValueError, match="eps"):
+        cdt.metropolis(cdt.CDTParams(lam=1.0, eps=-1.0, target=64.0))
+    with pytest.raises(ValueError, match="even target"):
+        cdt.metropolis(cdt.CDTParams(lam=1.0, eps=0.1, target=65.0, stop_at_target=True))
+    with pytest.raises(ValueError, match="proposal='lists' needs engine='host'"):
+        cdt.metropolis(cdt.CDTParams(lam=1.0, proposal="lists"))
+    with pytest.raises(ValueError, match=r"capacity=70000 .*jax engine.*65536"):
+        cdt_setup.init(jax.random.key(0), 4, 4, 70000)
+    chain = cdt_setup.init(jax.random.key(0), 4, 4, 64)
+    with pytest.raises(TypeError, match="chain must be a cdt.Chain.*chain.geometry"):
+        cdt.observe(chain.geometry, cdt_setup.params)

@@ -49,7 +49,7 @@ def count_compiles(fn, *args, **kwargs):
 def _cdt_case(seed=0, lam=0.8):
     params = cdt.make_params(lam, attempts_per_sweep=50)
     st = cdt.metropolis(params)
-    return st, st.init(jax.random.key(seed), 4, 5, 200), cdt.observe_chain
+    return st, st.init(jax.random.key(seed), 4, 5, 200), cdt.observe
 
 
 def _wave_case(seed=0, dt=0.05):
@@ -58,7 +58,7 @@ def _wave_case(seed=0, dt=0.05):
     src = rng.uniform(-1, 1, (5, 3)).astype(np.float32)
     p = fields.wave_params(pts, src, amplitudes=1.0, wavenumbers=rng.uniform(5, 7, 5), phases=0.0, dt=dt)
     st = fields.evolution(p)
-    return st, st.init(), identity_observe
+    return st, st.init(), fields.observe
 
 
 def _leaves(tree):
@@ -74,7 +74,7 @@ def _gp_case(seed=0, dt=2e-3):
     system = C.GPSystem(grid, C.harmonic(grid, 1.0), 20.0)
     st = C.strang(system, dt)
     psi = C.gaussian(grid, 1.0, 1.0, center=[0.3 * seed]).astype(jnp.complex64)
-    return st, st.init(psi), identity_observe
+    return st, st.init(psi), C.observe
 
 
 def _gft_case(seed=0, dt=1e-2):
@@ -83,12 +83,19 @@ def _gft_case(seed=0, dt=1e-2):
     st = G.strang(G.GFTSystem((6, 6), -0.5, 0.1), dt)
     kr, ki = jax.random.split(jax.random.key(seed))
     phi = 0.05 * jax.lax.complex(jax.random.normal(kr, (6, 6)), jax.random.normal(ki, (6, 6)))
-    return st, phi, identity_observe
+    return st, st.init(phi), G.observe
+
+
+def _mera_case(seed=0):
+    from ivhl_jax import mera as M
+
+    st = M.evenbly_vidal(M.ising(), M.MERAConfig(chi=3, chi_mid=2, layers=1, u_delay=1))
+    return st, st.init(key=jax.random.key(seed)), M.observe
 
 
 # Every family's builder, with a small case and the family's own ``observe``: the contract below runs on each.
 CASES = {"cdt.metropolis": _cdt_case, "fields.evolution": _wave_case, "condensate.strang": _gp_case,
-         "gft.strang": _gft_case}
+         "gft.strang": _gft_case, "mera.evenbly_vidal": _mera_case}
 # The families whose trajectory is differentiable in its (floating or complex) initial state.
 DIFFERENTIABLE = {"fields.evolution", "condensate.strang", "gft.strang"}
 
@@ -110,21 +117,26 @@ def test_compile_counter_sees_a_real_compile():
     assert n >= 1
 
 
-def test_cdt_run_compiles_once_and_equals_trajectory():
-    params = cdt.make_params(0.8, attempts_per_sweep=50)
-    s = cdt.initial_state(4, 5, 200)
-    key = jax.random.key(3)
-    final, obs = cdt.run(key, s, params, 4, 2)
-    _, n = count_compiles(cdt.run, jax.random.key(4), s, cdt.make_params(0.9, attempts_per_sweep=50), 4, 2)
+def test_cdt_chains_by_vmap_compile_once_with_the_family_observe():
+    """Many chains are the one door under vmap: ``trajectory`` of ``cdt.metropolis`` with ``cdt.observe``;
+    new couplings and new keys compile nothing, and each vmapped chain equals its own single run."""
+    st = cdt.metropolis(cdt.make_params(0.8, attempts_per_sweep=50))
+    chains = jax.vmap(lambda k: st.init(k, 4, 5, 200))(jax.random.split(jax.random.key(3), 3))
+
+    def many(stepper, chains):
+        return jax.vmap(lambda c: trajectory(stepper, c, 4, save_every=2, observe=cdt.observe))(chains)
+
+    run = jax.jit(many)
+    final, obs = run(st, chains)
+    assert obs["lengths"].shape == (3, 2, 4)
+    st2 = cdt.metropolis(cdt.make_params(0.9, attempts_per_sweep=50))
+    chains2 = jax.vmap(lambda k: st.init(k, 4, 5, 200))(jax.random.split(jax.random.key(4), 3))
+    _, n = count_compiles(run, st2, chains2)
     assert n == 0
-    chain, obs2 = trajectory(cdt.metropolis(params), cdt.Chain(key=key, geometry=s), 4, save_every=2,
-                             observe=cdt.observe_chain)
-    for a, b in zip(_leaves((final, obs)), _leaves((chain.geometry, obs2))):
+    one = jax.tree_util.tree_map(lambda x: x[1], chains)
+    final1, obs1 = trajectory(st, one, 4, save_every=2, observe=cdt.observe)
+    for a, b in zip(_leaves((final1, obs1)), _leaves(jax.tree_util.tree_map(lambda x: x[1], (final, obs)))):
         np.testing.assert_array_equal(a, b)
-    states = cdt.replicate(s, 3)
-    cdt.run_chains(key, states, params, 4, 2)
-    _, n = count_compiles(cdt.run_chains, jax.random.key(5), states, params, 4, 2)
-    assert n == 0
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -210,24 +222,28 @@ def test_bad_stepper_arguments_are_named():
     assert ivhl_jax.trajectory is trajectory
 
 
-def test_mera_stepper_equals_make_advance_and_compiles_once():
+def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
     from ivhl_jax import mera as M
+    from ivhl_jax.physics.mera.sweep import sweep
 
     cfg = M.MERAConfig(chi=4, layers=1, u_delay=2)
     with jax.enable_x64(True):
-        h = M.ising_two_site_hamiltonian(cfg.g, jnp.float64)
-        st = M.evenbly_vidal(h, cfg)
+        st = M.evenbly_vidal(M.ising(), cfg)
         s0 = st.init(key=jax.random.key(1))
-        final, energies = trajectory(st, s0, 6, observe=M.observe_energy)
-        m_ref, e_ref = M.make_advance(h, 6, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales)(s0.mera)
-        np.testing.assert_allclose(np.asarray(energies), np.asarray(e_ref), rtol=1e-12, atol=1e-14)
+        final, energies = trajectory(st, s0, 6, observe=M.observe)
+        one = jax.jit(lambda m, h: sweep(m, h, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales))
+        m, e_ref = s0.mera, []
+        for _ in range(6):
+            m, e = one(m, st.params.h)
+            e_ref.append(float(e))
+        np.testing.assert_allclose(np.asarray(energies), e_ref, rtol=1e-12, atol=1e-14)
         # energies decrease towards the exact critical Ising value -4/pi from above after the first sweeps
         assert float(energies[-1]) > -4 / np.pi - 1e-9 and float(energies[-1]) < float(energies[1])
         s1 = st.init(key=jax.random.key(2))
-        _, n = count_compiles(trajectory, st, s1, 6, observe=M.observe_energy)
+        _, n = count_compiles(trajectory, st, s1, 6, observe=M.observe)
         assert n == 0
-        with pytest.raises(ValueError, match=r"h\[0\]"):
-            M.evenbly_vidal((jnp.zeros((2, 2)), h[1]), cfg)
+        with pytest.raises(TypeError, match="model"):
+            M.evenbly_vidal(M.models.ising_two_site_hamiltonian(), cfg)
 
 
 def test_gru_recurrence_equals_gru_scan():

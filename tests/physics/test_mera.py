@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from ivhl_jax import mera as M
+from ivhl_jax import trajectory
 from ivhl_jax.physics.exact import tfi_dense
+from ivhl_jax.physics.mera import config as C
+from ivhl_jax.physics.mera import ladder as L
+from ivhl_jax.physics.mera import models as Mo
+from ivhl_jax.physics.mera import scaling as Sc
+from ivhl_jax.physics.mera import superoperators as S
+from ivhl_jax.physics.mera import sweep as W
 
 # One compiled program per superoperator, shared by the geometry tests (cheaper than many eager einsums).
 _asc = jax.jit(M.ascend)
@@ -23,9 +30,9 @@ _energy = jax.jit(M.energy_per_site)
 
 def _random_layer(key, chi_in=3, mid=2, chi=3):
     k = jax.random.split(key, 3)
-    u = M.random_isometry(k[0], chi_in * chi_in, mid * mid).reshape(chi_in, chi_in, mid, mid)
-    w = M.random_isometry(k[1], chi_in * mid, chi).reshape(chi_in, mid, chi)
-    v = M.random_isometry(k[2], mid * chi_in, chi).reshape(mid, chi_in, chi)
+    u = C.random_isometry(k[0], chi_in * chi_in, mid * mid).reshape(chi_in, chi_in, mid, mid)
+    w = C.random_isometry(k[1], chi_in * mid, chi).reshape(chi_in, mid, chi)
+    v = C.random_isometry(k[2], mid * chi_in, chi).reshape(mid, chi_in, chi)
     return u, w, v
 
 
@@ -43,11 +50,11 @@ def test_ascend_matches_brute_force_state():
         psi = jax.random.normal(jax.random.key(1), (3,) * 4)
         psi = psi / jnp.linalg.norm(psi)
         h = jax.random.normal(jax.random.key(2), (3,) * 4)
-        h = h + M._swap(h)
+        h = h + S._swap(h)
 
         @jax.jit  # one program instead of many eagerly compiled einsums
         def sides(psi, h, layer):
-            fine = M.fine_grain_state(psi, layer)
+            fine = S.fine_grain_state(psi, layer)
             z = jnp.zeros_like(h)
             # coarse sites are (w_0, v_0, w_1, v_1) = (B', A', B', A'): bond (0, 1) is B'A', bond (1, 2) A'B'
             a1, b1 = M.ascend((h, z), layer)
@@ -74,13 +81,13 @@ def test_two_layers_match_brute_force_ring():
         psi = jax.random.normal(jax.random.key(13), (2,) * 4)
         psi = psi / jnp.linalg.norm(psi)
         hs = [jax.random.normal(jax.random.key(14 + k), (2,) * 4) for k in range(2)]
-        hs = [x + M._swap(x) for x in hs]  # hermitian
+        hs = [x + S._swap(x) for x in hs]  # hermitian
 
         @jax.jit  # one program instead of ~40 eagerly compiled einsums
         def both_sides(psi, h_ab, h_ba, l0, l1):
-            mid = M.fine_grain_state(psi, l1)  # 8 sites A B A B ... (l1's fine cells)
+            mid = S.fine_grain_state(psi, l1)  # 8 sites A B A B ... (l1's fine cells)
             mid = jnp.moveaxis(mid, 0, -1)  # l0's coarse sites start at a B (w output): sites 1..7, 0
-            fine = M.fine_grain_state(mid, l0)  # 16 sites A B A B ...
+            fine = S.fine_grain_state(mid, l0)  # 16 sites A B A B ...
             lhs = sum(_expval(fine, (h_ab, h_ba)[i % 2], i, (i + 1) % 16) for i in range(16))  # even i: AB
             top = M.ascend(M.ascend((h_ab, h_ba), l0), l1)
             rhs = sum(_expval(psi, top[1 - j % 2], j, (j + 1) % 4) for j in range(4))  # (w, v) bonds: B'A'
@@ -94,17 +101,17 @@ def test_descend_is_adjoint_and_keeps_trace_and_identity():
     with jax.enable_x64(True):
         layer = _random_layer(jax.random.key(3))
         r = jax.random.normal(jax.random.key(4), (3,) * 4)
-        rho = M._symmetrise(jnp.einsum("abcd,efcd->abef", r, r))
-        rho2 = M._symmetrise(rho.transpose(1, 0, 3, 2))
+        rho = S._symmetrise(jnp.einsum("abcd,efcd->abef", r, r))
+        rho2 = S._symmetrise(rho.transpose(1, 0, 3, 2))
         h = (jax.random.normal(jax.random.key(5), (3,) * 4), jax.random.normal(jax.random.key(6), (3,) * 4))
         d = _desc((rho, rho2), layer)
         a = _asc(h, layer)
-        lhs = M.pair(d[0], h[0]) + M.pair(d[1], h[1])
-        rhs = 0.5 * (M.pair(rho, a[0]) + M.pair(rho2, a[1]))
+        lhs = S.pair(d[0], h[0]) + S.pair(d[1], h[1])
+        rhs = 0.5 * (S.pair(rho, a[0]) + S.pair(rho2, a[1]))
         assert float(lhs) == pytest.approx(float(rhs), rel=1e-12)
         for x in d:
-            assert float(jnp.trace(M._as_matrix(x))) == pytest.approx(1.0, abs=1e-12)
-            assert float(jnp.min(jnp.linalg.eigvalsh(M._as_matrix(x)))) > -1e-12  # positive semidefinite
+            assert float(jnp.trace(S._as_matrix(x))) == pytest.approx(1.0, abs=1e-12)
+            assert float(jnp.min(jnp.linalg.eigvalsh(S._as_matrix(x)))) > -1e-12  # positive semidefinite
         # the identity ascends to (I, 3·I): isometric layer, one fine bond under h'_AB, three under h'_BA
         eye = jnp.eye(9).reshape((3,) * 4)
         ia, ib = _asc((eye, eye), layer)
@@ -118,26 +125,26 @@ def test_mera_layer_composes_and_jit_vmap_grad():
         l1 = _random_layer(jax.random.key(8))
         eye = jnp.eye(9).reshape((3,) * 4)
         h = (eye, eye)
-        layer_fn = jax.jit(M.mera_layer, static_argnums=2)
+        layer_fn = jax.jit(S.mera_layer, static_argnums=2)
         two = layer_fn(layer_fn(h, l0, "ascend"), l1, "ascend")
         np.testing.assert_allclose(two[0], 3 * eye, atol=1e-12)  # 𝒜(I, 3I) = (3I, (1 + 3 + 1)I)
         np.testing.assert_allclose(two[1], 5 * eye, atol=1e-12)
         rho = (eye / 9, eye / 9)
         down = layer_fn(layer_fn(rho, l1, "descend"), l0, "descend")
-        assert float(jnp.trace(M._as_matrix(down[0]))) == pytest.approx(1.0, abs=1e-12)
+        assert float(jnp.trace(S._as_matrix(down[0]))) == pytest.approx(1.0, abs=1e-12)
         batch = jnp.stack([eye / 9, eye / 9])
         vm = jax.vmap(lambda r: _desc((r, r), l0)[0])(batch)
         np.testing.assert_allclose(vm[0], _desc(rho, l0)[0], atol=1e-13)
-        g = jax.grad(lambda hh: M.pair(rho[0], _asc((hh, hh), l0)[0]))(eye)
+        g = jax.grad(lambda hh: S.pair(rho[0], _asc((hh, hh), l0)[0]))(eye)
         assert bool(jnp.all(jnp.isfinite(g)))
         with pytest.raises(ValueError, match="direction"):
-            M.mera_layer(h, l0, "sideways")
+            S.mera_layer(h, l0, "sideways")
 
 
 def test_hamiltonian_blocking_reproduces_chain():
     """Σ of blocked terms over a periodic ring of 4 blocks equals the 8-spin TFI Hamiltonian."""
     with jax.enable_x64(True):
-        h_ab, h_ba = M.ising_two_site_hamiltonian(1.0)
+        h_ab, h_ba = Mo.ising_two_site_hamiltonian(1.0)
         # undo the B-block reversal to compare in plain spin order
         h8ab = np.asarray(h_ab).reshape((2,) * 8).transpose(0, 1, 3, 2, 4, 5, 7, 6)
         h8ba = np.asarray(h_ba).reshape((2,) * 8).transpose(1, 0, 2, 3, 5, 4, 6, 7)
@@ -181,10 +188,7 @@ def test_cold_start_is_the_polar_factor_of_per_tensor_uniform_draws(cfg):
                                       np.asarray(M.init_mera(jax.random.split(key, 3)[1], cfg).w[0]))
 
         keys = jax.random.split(key, 2 * (cfg.layers + 1))
-        chi_in = 4
-        for z in range(cfg.layers + 1):
-            m = min(cfg.mid, chi_in)
-            chi_out = min(cfg.chi, chi_in * m)
+        for z, (chi_in, m, chi_out) in enumerate(cfg.layer_shapes(4)):
             for x, k, shape in ((host.w[z], keys[2 * z], (chi_in, m, chi_out)),
                                 (host.v[z], keys[2 * z + 1], (m, chi_in, chi_out))):
                 if cfg.refsym and x is host.v[z]:
@@ -195,8 +199,8 @@ def test_cold_start_is_the_polar_factor_of_per_tensor_uniform_draws(cfg):
                 np.testing.assert_allclose(np.asarray(x), (uu @ vt).reshape(shape), atol=1e-13)
             e = np.eye(chi_in, m)
             np.testing.assert_array_equal(np.asarray(host.u[z]), np.einsum("ac,bd->abcd", e, e))
-            chi_in = chi_out
-        np.testing.assert_allclose(M._as_matrix(host.rho_ab), np.eye(chi_in**2) / chi_in**2, atol=0)
+        chi_in = cfg.layer_shapes(4)[-1][2]
+        np.testing.assert_allclose(S._as_matrix(host.rho_ab), np.eye(chi_in**2) / chi_in**2, atol=0)
         assert int(host.sweeps) == 0 and host.sweeps.dtype == jnp.int32
     f32 = M.init_mera(jax.random.key(5), cfg)  # x64 off: float32 start, host SVDs agree with XLA's to float32 accuracy
     assert f32.w[0].dtype == jnp.float32
@@ -211,17 +215,18 @@ def test_optimisation_invariants_small():
     """χ = 4, one transitional layer: isometries exact after every sweep, tr ρ = 1, monotone variational energy."""
     cfg = _SMALL
     with jax.enable_x64(True):
-        mera = M.init_mera(jax.random.key(0), cfg)
-        h = M.ising_two_site_hamiltonian(1.0)
-        step = M.make_advance(h, 1, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales)
+        h = Mo.ising_two_site_hamiltonian(1.0)
+        st = M.evenbly_vidal(M.ising(), cfg)
+        state = st.init(key=jax.random.key(0))
         energies = []
         for _ in range(12):
-            mera, e = step(mera)
+            state, e = trajectory(st, state, 1, observe=M.observe)
+            mera = state.mera
             energies.append(float(e[0]))
             errs = M.isometry_errors(mera)
             assert max(errs.values()) < 1e-12, errs
             for r in (mera.rho_ab, mera.rho_ba):
-                assert float(jnp.trace(M._as_matrix(r))) == pytest.approx(1.0, abs=1e-12)
+                assert float(jnp.trace(S._as_matrix(r))) == pytest.approx(1.0, abs=1e-12)
         final = float(_energy(mera, h))
     e_all = np.array(energies + [final])
     assert np.all(e_all > M.E0_CRITICAL_ISING)  # variational
@@ -231,11 +236,13 @@ def test_optimisation_invariants_small():
 
 
 def test_optimize_driver_and_grow_keep_energy():
-    mera, e, secs = M.optimize(_SMALL, 40, steps_per_chunk=1)  # same compiled sweep as the test above
+    res = M.optimize(_SMALL, 40)
+    mera, e, secs = res
+    assert res.mera is mera and res.energies is e and res.seconds == secs
     assert e.shape == (40,) and secs > 0
     assert e[-1] < e[5]
     with jax.enable_x64(True):
-        h = M.ising_two_site_hamiltonian(1.0)
+        h = Mo.ising_two_site_hamiltonian(1.0)
         before = float(_energy(mera, h))
         big = M.grow(mera, jax.random.key(1), 5, mix=0.0, layers=2)
         assert big.num_layers == 3 and big.chi == 5
@@ -251,40 +258,50 @@ def test_optimize_driver_and_grow_keep_energy():
 
 def test_scaling_superoperator_identity_and_config_errors():
     with jax.enable_x64(True):
-        w = M.random_isometry(jax.random.key(2), 9, 3).reshape(3, 3, 3)
-        s = np.asarray(M.scaling_superoperator(w))
+        w = C.random_isometry(jax.random.key(2), 9, 3).reshape(3, 3, 3)
+        s = np.asarray(Sc.scaling_superoperator(w))
         # the identity operator is mapped to itself (unital), so Δ = 0 is in the spectrum
         np.testing.assert_allclose(s @ np.eye(3).reshape(-1), np.eye(3).reshape(-1), atol=1e-12)
-        v = M.random_isometry(jax.random.key(3), 9, 3).reshape(3, 3, 3)
-        s2 = np.asarray(M.scaling_superoperator(w, v))  # two-layer map S_v ∘ S_w: unital too
+        v = C.random_isometry(jax.random.key(3), 9, 3).reshape(3, 3, 3)
+        s2 = np.asarray(Sc.scaling_superoperator(w, v))  # two-layer map S_v ∘ S_w: unital too
         np.testing.assert_allclose(s2 @ np.eye(3).reshape(-1), np.eye(3).reshape(-1), atol=1e-12)
         ev = np.sort(np.abs(np.linalg.eigvals(s2)))[::-1]
         assert ev[0] == pytest.approx(1.0, abs=1e-12) and ev[1] < 1.0  # a generic w, v: only the identity at 1
     with pytest.raises(ValueError, match="chi"):
-        M.MERAConfig(chi=40).validate()
+        M.MERAConfig(chi=0)  # refused when constructed
     with pytest.raises(ValueError, match="chi_mid"):
-        M.MERAConfig(chi=4, chi_mid=6).validate()
+        M.MERAConfig(chi=4, chi_mid=6)
+    # χ above what a layer can carry on d = 4 sites: the bottom layer carries at most d² = 16
+    with pytest.raises(ValueError, match=r"chi\[0\]=20 is more than layer 0 can carry"):
+        M.MERAConfig(chi=(20, 20), layers=1).layer_shapes(4)
+    with pytest.raises(ValueError, match="raise layers"):
+        M.MERAConfig(chi=20, layers=1).layer_shapes(4)
+    assert M.MERAConfig(chi=20, chi_mid=8, layers=2).layer_shapes(4) == [(4, 4, 16), (16, 8, 20), (20, 8, 20)]
 
 
 def _ladder(chis, sweeps, layers, mids=None):
+    """A χ ladder: a checked cold start (:func:`cold_start`, key 0) then ``grow`` between stages."""
     mera = None
     errors = []
     t0 = __import__("time").perf_counter()
-    for k, (chi, n, lay) in enumerate(zip(chis, sweeps, layers)):
-        cfg = M.MERAConfig(chi=chi, layers=lay, chi_mid=None if mids is None else mids[k])
-        if mera is not None:
-            with jax.enable_x64(True):
-                mera = M.grow(mera, jax.random.key(k), chi, cfg.chi_mid, layers=lay, refsym=cfg.refsym)
-        mera, e, _ = M.optimize(cfg, n, mera=mera, steps_per_chunk=100)
-        errors.append(e - M.E0_CRITICAL_ISING)
+    with jax.enable_x64(True):
+        for k, (chi, n, lay) in enumerate(zip(chis, sweeps, layers)):
+            cfg = M.MERAConfig(chi=chi, layers=lay, chi_mid=None if mids is None else mids[k])
+            st = M.evenbly_vidal(M.ising(), cfg)
+            first = np.zeros((0,))
+            if mera is None:
+                state, first, _ = M.cold_start(st, jax.random.key(0), M.E0_CRITICAL_ISING, 100, limit=n)
+            else:
+                state = st.init(mera=M.grow(mera, jax.random.key(k), chi, cfg.chi_mid, layers=lay, refsym=cfg.refsym))
+            state, e = trajectory(st, state, n - first.shape[0], observe=M.observe)
+            mera = state.mera
+            errors.append(np.concatenate([first, np.asarray(e)]) - M.E0_CRITICAL_ISING)
     return mera, np.concatenate(errors), __import__("time").perf_counter() - t0
 
 
 @pytest.mark.slow
 def test_chi6_energy_target():
-    """Issue target: energy error per site ≤ 1e-4 at χ = 6. Measured 1.04e-5 after the 4 → 6 ladder (500 + 1000
-    sweeps), ≈ 15 s on the 2-core CPU (2026-11-23; 8.2e-6 before grow kept reflection symmetry: the trajectory
-    depends on the random completion of the grown tensors)."""
+    """Target: energy error per site ≤ 1e-4 at χ = 6 after the 4 → 6 ladder (500 + 1000 sweeps)."""
     _, err, secs = _ladder((4, 6), (500, 1000), (2, 2))
     print(f"chi=6: energy error {err[-1]:.3e} after {len(err)} sweeps, {secs:.0f} s")
     assert err[-1] > 0  # variational
@@ -293,13 +310,10 @@ def test_chi6_energy_target():
 
 @pytest.mark.slow
 def test_chi8_energy_and_scaling_dims_target():
-    """Issue targets at χ = 8: energy error ≤ 1e-5, Δσ within 1 % of 1/8, Δε within 2 % of 1 (Ising CFT), from the
+    """Targets at χ = 8: energy error ≤ 1e-5, Δσ within 1 % of 1/8, Δε within 2 % of 1 (Ising CFT), from the
     SI layer's scaling superoperator. Ladder: the published schedule (tensors.net mainVarMERA, the default of
-    ``ivhl sim mera``), χ/χ_mid 6/4 (1 layer, 2000 sweeps) → 8/6 (2 layers, 1800 sweeps); its cold start is
-    re-initialised by the stuck-start check (three times since the check repeats: at steps 300, 400 and 300).
-    Measured 8.7e-7, Δ = [0, 0.1247, 0.9983, 1.0848, ...], 49 s on the loaded 2-core CPU (2026-11-23; 9.7e-7,
-    Δ = [0, 0.1247, 0.9975, 1.0900, ...] in 20–40 s with the single check). (The 4 → 6 → 8 ladder with
-    χ_mid = χ gave 1.4e-6–1.8e-6, Δε = 0.983–1.015.)"""
+    ``ivhl sim mera``), χ/χ_mid 6/4 (1 layer, 2000 sweeps) → 8/6 (2 layers, 1800 sweeps), its cold start checked
+    for a stuck start (:class:`StuckCheck`)."""
     mera, err, secs = _ladder((6, 8), (2000, 1800), (1, 2), mids=(4, 6))
     with jax.enable_x64(True):
         dims = M.scaling_dimensions(mera)
@@ -320,9 +334,9 @@ def _symmetric_layer(key, chi_in=3, mid=3, chi=4):
     """A random reflection-symmetric layer: R u = u (u[a, b, c, d] = u[b, a, d, c]) and v = mirror(w)."""
     k = jax.random.split(key, 2)
     u = jax.random.normal(k[0], (chi_in,) * 2 + (mid,) * 2)
-    u = M._polar((u + M._reflect_u(u)).reshape(chi_in**2, mid**2)).reshape(chi_in, chi_in, mid, mid)
-    w = M.random_isometry(k[1], chi_in * mid, chi).reshape(chi_in, mid, chi)
-    return u, w, M._mirror_wv(w)
+    u = C._polar((u + S._reflect_u(u)).reshape(chi_in**2, mid**2)).reshape(chi_in, chi_in, mid, mid)
+    w = C.random_isometry(k[1], chi_in * mid, chi).reshape(chi_in, mid, chi)
+    return u, w, S._mirror_wv(w)
 
 
 def test_refsym_mirror_diagram_and_explicit_environments():
@@ -333,20 +347,20 @@ def test_refsym_mirror_diagram_and_explicit_environments():
         hs = []
         for k in (21, 22):
             x = jax.random.normal(jax.random.key(k), (3,) * 4)
-            x = x + M._swap(x)
-            hs.append(x + M._reflect(x))
+            x = x + S._swap(x)
+            hs.append(x + S._reflect(x))
         h = (hs[0], hs[1])
         r = jax.random.normal(jax.random.key(23), (4,) * 4)
-        r = M._symmetrise(jnp.einsum("abcd,efcd->abef", r, r))
-        rho = (0.5 * (r + M._reflect(r)), M._symmetrise(r + M._reflect(r)))
+        r = S._symmetrise(jnp.einsum("abcd,efcd->abef", r, r))
+        rho = (0.5 * (r + S._reflect(r)), S._symmetrise(r + S._reflect(r)))
 
         @jax.jit
         def both(h, rho, layer):
-            grads = jax.grad(lambda lay: M._layer_energy(lay, h, rho))(layer)
+            grads = jax.grad(lambda lay: W._layer_energy(lay, h, rho))(layer)
             return (M.ascend(h, layer), M.ascend(h, layer, refsym=True), M.descend(rho, layer),
-                    M.descend(rho, layer, refsym=True), grads, M._env_u(layer, h, rho, False),
-                    M._env_wv(layer, h, rho, "w"), M._env_wv(layer, h, rho, "v"), M._env_u(layer, h, rho, True),
-                    M._env_w_refsym(layer, h, rho))
+                    M.descend(rho, layer, refsym=True), grads, W._env_u(layer, h, rho, False),
+                    W._env_wv(layer, h, rho, "w"), W._env_wv(layer, h, rho, "v"), W._env_u(layer, h, rho, True),
+                    W._env_w_refsym(layer, h, rho))
 
         a_full, a_sym, d_full, d_sym, (gu, gw, gv), eu, ew, ev, eu_sym, ew_sym = both(h, rho, layer)
         for x, y in zip(a_full + d_full, a_sym + d_sym):
@@ -355,46 +369,48 @@ def test_refsym_mirror_diagram_and_explicit_environments():
         np.testing.assert_allclose(2 * eu, gu, atol=1e-13)
         np.testing.assert_allclose(2 * ew, gw, atol=1e-13)
         np.testing.assert_allclose(2 * ev, gv, atol=1e-13)
-        np.testing.assert_allclose(4 * eu_sym, gu + M._reflect_u(gu), atol=1e-13)
-        np.testing.assert_allclose(4 * ew_sym, gw + M._mirror_wv(gv), atol=1e-13)
+        np.testing.assert_allclose(4 * eu_sym, gu + S._reflect_u(gu), atol=1e-13)
+        np.testing.assert_allclose(4 * ew_sym, gw + S._mirror_wv(gv), atol=1e-13)
 
 
 def test_stuck_start_is_detected_and_reinitialised(caplog):
     """Seed 3 of the small χ = 4 MERA gets stuck (energy error 8.4e-3 … 8.7e-3 for 600 sweeps, rising; healthy
     starts reach ≈ 3e-4 by sweep 400): the check at sweep 300 re-initialises it, records and logs it."""
-    with caplog.at_level("WARNING", logger="ivhl_jax.physics.mera"):
-        res = M.optimize(_SMALL, 400, key=jax.random.key(3), steps_per_chunk=50)
-    mera, e, _ = res
+    with caplog.at_level("WARNING", logger="ivhl_jax.physics.mera"), jax.enable_x64(True):
+        st = M.evenbly_vidal(M.ising(), _SMALL)
+        state, first, restarts = M.cold_start(st, jax.random.key(3), M.E0_CRITICAL_ISING, 50, limit=400)
+        state, rest = trajectory(st, state, 400 - first.shape[0], observe=M.observe)
+    e = np.concatenate([first, np.asarray(rest)])
     err = e - M.E0_CRITICAL_ISING
     assert e.shape == (400,)
-    assert res.restarts and res.restarts[0]["attempt"] == 0 and res.restarts[0]["steps"] == 300
-    assert res.restarts[0]["energy_error"] > 1e-3
+    assert restarts and restarts[0]["attempt"] == 0 and restarts[0]["steps"] == 300
+    assert restarts[0]["energy_error"] > 1e-3
     assert "stuck start" in caplog.text
-    assert 0 < err[-1] < 1e-3, (err[-1], res.restarts)
+    assert 0 < err[-1] < 1e-3, (err[-1], restarts)
     check = M.StuckCheck()
     assert check.reason(err) is None  # the kept attempt is healthy by the same criterion
     assert check.reason(np.full(400, 5e-4)) is not None and check.reason(np.full(299, 5e-4)) is None
 
 
-def _scripted_advance(trajectories):
-    """A stand-in for ``make_advance``: energy error ε(n) after step n of attempt a is ``trajectories[a](n)``
-    (attempts counted by the fresh MERAs it is handed, whose step counter is 0)."""
+def _scripted_chunked(trajectories):
+    """A stand-in for ``chunked``: energy error ε(n) after step n of attempt a is ``trajectories[a](n)``
+    (attempts counted by the fresh states it is handed, whose step counter is 0)."""
     attempt = [-1]
 
-    def make(n):
-        def advance(mera):
-            start = int(mera.sweeps)
+    def make(stepper, n, save_every=1, observe=None):
+        def advance(state):
+            start = int(state.mera.sweeps)
             if start == 0:
                 attempt[0] += 1
             steps = np.arange(start + 1, start + n + 1)
             e = M.E0_CRITICAL_ISING + np.array([trajectories[attempt[0]](int(k)) for k in steps])
-            return mera.replace(sweeps=mera.sweeps + n), jnp.asarray(e)
+            return state.replace(mera=state.mera.replace(sweeps=state.mera.sweeps + n)), jnp.asarray(e)
         return advance
 
     return make
 
 
-def test_stuck_recheck_catches_a_start_that_idles_after_the_first_check():
+def test_stuck_recheck_catches_a_start_that_idles_after_the_first_check(monkeypatch):
     """A start still falling at step 300 (4e-3 → 2e-3 over steps 200–300: it passes the first check) that then idles
     at 2e-3 — as the kept start of the default ``ivhl sim mera`` run did from step 300 to 750 — is re-initialised by
     the recheck at step 400; the healthy next attempt (below 1e-3 at step 300) is kept and not checked again.
@@ -403,19 +419,21 @@ def test_stuck_recheck_catches_a_start_that_idles_after_the_first_check():
     healthy = lambda n: 1e-3 * math.exp(-n / 100)
     logs = []
     with jax.enable_x64(True):
-        mera, e, restarts = M.cold_start(_SMALL, jax.random.key(0), M.E0_CRITICAL_ISING,
-                                         _scripted_advance([idle, healthy]), 50, M.StuckCheck(), log=logs.append,
-                                         limit=2000)
+        st = M.evenbly_vidal(M.ising(), _SMALL)
+        monkeypatch.setattr(L, "chunked", _scripted_chunked([idle, healthy]))
+        state, e, restarts = M.cold_start(st, jax.random.key(0), M.E0_CRITICAL_ISING, 50, M.StuckCheck(),
+                                          log=logs.append, limit=2000)
+        mera = state.mera
         assert [r["steps"] for r in restarts] == [400] and restarts[0]["energy_error"] == pytest.approx(2e-3)
         assert "after 400 steps" in restarts[0]["reason"] and "fold_in(key, 1)" in logs[0]
         assert e.shape == (300,) and int(mera.sweeps) == 300
         np.testing.assert_allclose(e[-1] - M.E0_CRITICAL_ISING, healthy(300), rtol=1e-9)
-        _, e1, r1 = M.cold_start(_SMALL, jax.random.key(0), M.E0_CRITICAL_ISING, _scripted_advance([idle]), 50,
-                                 M.StuckCheck(every=0))
+        monkeypatch.setattr(L, "chunked", _scripted_chunked([idle]))
+        _, e1, r1 = M.cold_start(st, jax.random.key(0), M.E0_CRITICAL_ISING, 50, M.StuckCheck(every=0))
         assert r1 == [] and e1.shape == (300,)
         # a recheck never runs past the caller's limit (the stage length): limit 300 = the first check only
-        _, e2, r2 = M.cold_start(_SMALL, jax.random.key(0), M.E0_CRITICAL_ISING, _scripted_advance([idle]), 50,
-                                 M.StuckCheck(), limit=300)
+        monkeypatch.setattr(L, "chunked", _scripted_chunked([idle]))
+        _, e2, r2 = M.cold_start(st, jax.random.key(0), M.E0_CRITICAL_ISING, 50, M.StuckCheck(), limit=300)
         assert r2 == [] and e2.shape == (300,)
     check = M.StuckCheck()
     assert check.checks(2000) == list(range(300, 1001, 100)) and check.checks(250) == []
@@ -423,28 +441,21 @@ def test_stuck_recheck_catches_a_start_that_idles_after_the_first_check():
     assert check.reason(flat, 700) is not None and check.reason(np.full(1000, 9e-4), 700) is None
 
 
-def test_renamed_keywords_name_the_new_ones():
-    with pytest.raises(TypeError, match="'sweeps_per_chunk', renamed to 'steps_per_chunk'"):
-        M.optimize(_SMALL, 2, sweeps_per_chunk=1)
-    with pytest.raises(TypeError, match="'sweeps', renamed to 'steps'"):
-        M.optimize(_SMALL, sweeps=2)
-    with pytest.raises(TypeError, match="renamed to 'steps_per_chunk'"):
-        M.make_advance(M.ising_two_site_hamiltonian(), sweeps_per_chunk=2)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
-        M.optimize(_SMALL, 2, bogus=1)
-
-
-def test_float32_policy_early_sweeps_and_float64_finish():
-    """policy="f32" runs the sweep in float32 (energies within 1e-5 of float64's over the first sweeps); cast_mera
-    hands the state to a float64 finish; bf16 and unknown names are refused by name."""
-    m32, e32, _ = M.optimize(_SMALL, 6, policy="f32", steps_per_chunk=1)
-    _, e64, _ = M.optimize(_SMALL, 6, steps_per_chunk=1)  # the compiled float64 sweep of the tests above
-    assert m32.w[0].dtype == jnp.float32 and e32.dtype == np.float32
-    np.testing.assert_allclose(e32, e64, atol=1e-5)
-    m64, e_fin, _ = M.optimize(_SMALL, 2, mera=m32, steps_per_chunk=1)
-    assert m64.w[0].dtype == jnp.float64 and max(M.isometry_errors(m64).values()) < 1e-12
-    assert e_fin[-1] < e32[-1] + 1e-6
+def test_float32_early_sweeps_and_float64_finish():
+    """A float32 stepper (``dtype=precision_dtype("f32")``) gives energies within 1e-5 of float64's over the first
+    sweeps; ``init(mera=...)`` of a float64 stepper hands the state to a float64 finish; bf16 and unknown names are
+    refused by name."""
+    with jax.enable_x64(True):
+        st32 = M.evenbly_vidal(M.ising(), _SMALL, dtype=M.precision_dtype("f32"))
+        s32, e32 = trajectory(st32, st32.init(key=jax.random.key(0)), 6, observe=M.observe)
+        st64 = M.evenbly_vidal(M.ising(), _SMALL)
+        _, e64 = trajectory(st64, st64.init(key=jax.random.key(0)), 6, observe=M.observe)
+        assert s32.mera.w[0].dtype == jnp.float32 and e32.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(e32), np.asarray(e64), atol=1e-5)
+        s64, e_fin = trajectory(st64, st64.init(mera=s32.mera), 2, observe=M.observe)
+        assert s64.mera.w[0].dtype == jnp.float64 and max(M.isometry_errors(s64.mera).values()) < 1e-12
+        assert float(e_fin[-1]) < float(e32[-1]) + 1e-6
     with pytest.raises(ValueError, match="policy"):
-        M.optimize(_SMALL, 2, policy="bf16")
+        M.precision_dtype("bf16")
     with pytest.raises(ValueError, match="policy"):
-        M.optimize(_SMALL, 2, policy="f128")
+        M.precision_dtype("f128")

@@ -1,0 +1,48 @@
+"""Scale-invariant modified binary MERA for translation-invariant nearest-neighbour chains, optimised by
+Evenbly–Vidal sweeps.
+
+A model is a two-site term on spins of dimension d (:func:`ising`, :func:`xx`, :func:`potts`, or your own with
+:func:`two_site`); the library blocks two spins into one MERA site of dimension d². The one way to run sweeps is
+the stepper::
+
+    import jax
+    from ivhl_jax import mera, trajectory
+
+    with jax.enable_x64(True):
+        stepper = mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=6, chi_mid=4, layers=1))
+        state, energies = trajectory(stepper, stepper.init(key=jax.random.key(0)), 500, observe=mera.observe)
+    mera.scaling_dimensions(state.mera)
+
+(``chunked(stepper, n)`` with :func:`ivhl_jax.run.runner.run_chunked` adds checkpoints and progress;
+:func:`optimize` is the same three lines; :func:`grow` enlarges χ between the stages of a ladder, and
+:func:`cold_start` re-initialises a cold start that stalls.)
+
+Submodules, by job: :mod:`~ivhl_jax.physics.mera.config` (settings, state, cold start),
+:mod:`~ivhl_jax.physics.mera.models` (chains and their blocking), :mod:`~ivhl_jax.physics.mera.superoperators`
+(ascending/descending superoperators, layer maps), :mod:`~ivhl_jax.physics.mera.sweep` (the sweep and its
+stepper), :mod:`~ivhl_jax.physics.mera.ladder` (growth, stuck starts), :mod:`~ivhl_jax.physics.mera.scaling`
+(scaling superoperators and dimensions).
+"""
+
+from ivhl_jax.physics.mera.config import MERA, MERAConfig, cast_mera, init_mera, isometry_errors, precision_dtype
+from ivhl_jax.physics.mera.ladder import OptimizeResult, StuckCheck, cold_start, grow, optimize
+from ivhl_jax.physics.mera.models import (
+    E0_CRITICAL_ISING,
+    E0_CRITICAL_POTTS,
+    E0_XX,
+    Model,
+    ising,
+    potts,
+    two_site,
+    xx,
+)
+from ivhl_jax.physics.mera.scaling import scaling_dimensions
+from ivhl_jax.physics.mera.superoperators import ascend, descend
+from ivhl_jax.physics.mera.sweep import MERAState, SweepParams, energy_per_site, evenbly_vidal, observe
+
+__all__ = [
+    "evenbly_vidal", "observe", "MERAConfig", "MERAState", "SweepParams", "MERA",
+    "Model", "ising", "xx", "potts", "two_site", "E0_CRITICAL_ISING", "E0_XX", "E0_CRITICAL_POTTS",
+    "init_mera", "grow", "cold_start", "StuckCheck", "optimize", "OptimizeResult",
+    "energy_per_site", "scaling_dimensions", "isometry_errors", "ascend", "descend", "precision_dtype", "cast_mera",
+]

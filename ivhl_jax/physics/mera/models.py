@@ -1,0 +1,168 @@
+"""Translation-invariant nearest-neighbour chains for the MERA: a model is a Hermitian two-site term h on spins of
+dimension d, H = Σ_i h(i, i+1); the library blocks two spins into one MERA site of dimension d².
+
+Provided: the transverse-field Ising chain (:func:`ising`, H = −Σ X_i X_{i+1} − g Σ Z_i, critical at g = 1 with
+e₀ = −4/π per site), the XX chain (:func:`xx`, H = −¼ Σ (X_i X_{i+1} + Y_i Y_{i+1}), e₀ = −1/π), the 3-state Potts
+chain (:func:`potts`, H = −Σ (σ_i σ_{i+1}† + h.c.) − f Σ (τ_i + τ_i†), critical at f = 1 with
+e₀ = −(4/3 + 2√3/π) per site) and any real Hermitian term (:func:`two_site`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from ivhl_jax.core.validation import check_scalar, is_concrete
+
+E0_CRITICAL_ISING = -4.0 / math.pi
+E0_XX = -1.0 / math.pi
+E0_CRITICAL_POTTS = -(4.0 / 3.0 + 2.0 * math.sqrt(3.0) / math.pi)
+
+
+class Model(struct.PyTreeNode):
+    """A chain H = Σ_i h(i, i+1): the two-site term ``term[a', b', a, b] = <a' b'| h |a b>`` (d, d, d, d), real
+    and Hermitian (traced), with a name and, where known, the exact ground-state energy per site ``e0`` and the
+    central charge and scaling dimensions of its critical point (static, for reports)."""
+
+    term: jax.Array
+    name: str = struct.field(pytree_node=False, default="custom")
+    e0: float | None = struct.field(pytree_node=False, default=None)
+    cft: tuple = struct.field(pytree_node=False, default=())
+
+    @property
+    def d(self) -> int:
+        """The spin dimension (the MERA's blocked sites have d²)."""
+        return int(self.term.shape[0])
+
+    @property
+    def reflection_symmetric(self) -> bool:
+        """h(a, b) = h(b, a): the term read backwards is itself (needed by ``MERAConfig(refsym=True)``)."""
+        t = np.asarray(self.term)
+        return bool(np.allclose(t, t.transpose(1, 0, 3, 2), atol=1e-12 * max(1.0, float(np.abs(t).max()))))
+
+
+def two_site(term: Any, name: str = "custom", e0: float | None = None) -> Model:
+    """A model from a user's two-site term (d, d, d, d), ``term[a', b', a, b] = <a' b'| h |a b>``.
+
+    Validated (ValueError/TypeError naming ``term``): four equal axes, d ≥ 2, finite, real (the sweep is
+    real-valued: write a complex Hermitian term in a basis where it is real) and Hermitian to 1e-12.
+    """
+    if is_concrete(term):
+        arr = np.asarray(term)
+        if not np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_:
+            raise TypeError(f"term must be a numeric array of shape (d, d, d, d), got dtype {arr.dtype}")
+        if arr.ndim != 4 or len(set(arr.shape)) != 1 or arr.shape[0] < 2:
+            raise ValueError(f"term must have shape (d, d, d, d) with d >= 2 (the two-site operator on spins of "
+                             f"dimension d), got {arr.shape}")
+        if np.iscomplexobj(arr):
+            if np.abs(arr.imag).max() > 0:
+                raise ValueError("term must be real (the MERA sweep is real-valued); write the Hermitian term in a "
+                                 "basis where it is real")
+            arr = arr.real
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("term contains NaN or inf values")
+        d = arr.shape[0]
+        mat = arr.reshape(d * d, d * d)
+        scale = max(1.0, float(np.abs(mat).max()))
+        if np.abs(mat - mat.T).max() > 1e-12 * scale:
+            raise ValueError(f"term must be Hermitian (h = h†); max |h − h†| = {np.abs(mat - mat.T).max():.2e}")
+        term = arr
+    if e0 is not None:
+        check_scalar(e0, "e0")
+    return Model(term=jnp.asarray(term, jnp.result_type(float)), name=str(name),
+                 e0=None if e0 is None else float(e0))
+
+
+_X = np.array([[0.0, 1.0], [1.0, 0.0]])
+_Z = np.diag([1.0, -1.0])
+_I2 = np.eye(2)
+
+
+def _tfi_e0(g: float) -> float:
+    from ivhl_jax.physics.exact import tfi_energy_density
+
+    return tfi_energy_density(g)
+
+
+# CFT data of the critical points: (name, scaling dimension) of the primaries with the conformal spin of each
+# descendant tower generated in :mod:`ivhl_jax.physics.mera.scaling`, and the central charge.
+ISING_CFT = (("c", 0.5), ("sigma", 0.125), ("epsilon", 1.0))
+POTTS_CFT = (("c", 0.8), ("sigma", 2.0 / 15.0), ("epsilon", 0.8))
+XX_CFT = (("c", 1.0), ("V(1/2)", 0.25), ("J", 1.0))
+
+
+def ising(g: float = 1.0) -> Model:
+    """Transverse-field Ising chain H = −Σ X_i X_{i+1} − g Σ Z_i (term −XX − g(Z⊗1 + 1⊗Z)/2); critical g = 1,
+    e₀(g) from the free-fermion solution (−4/π at g = 1)."""
+    check_scalar(g, "g")
+    g = float(g)
+    term = -np.kron(_X, _X) - 0.5 * g * (np.kron(_Z, _I2) + np.kron(_I2, _Z))
+    return Model(term=jnp.asarray(term.reshape(2, 2, 2, 2), jnp.result_type(float)), name=f"ising(g={g:g})",
+                 e0=E0_CRITICAL_ISING if g == 1.0 else _tfi_e0(g), cft=ISING_CFT if g == 1.0 else ())
+
+
+def xx() -> Model:
+    """XX chain H = −¼ Σ (X_i X_{i+1} + Y_i Y_{i+1}) (free fermions with hopping ½: e₀ = −1/π per site; a c = 1
+    Luttinger liquid)."""
+    y_y = np.array([[0, 0, 0, -1], [0, 0, 1, 0], [0, 1, 0, 0], [-1, 0, 0, 0]], dtype=float)  # Y⊗Y (real)
+    term = -0.25 * (np.kron(_X, _X) + y_y)
+    return Model(term=jnp.asarray(term.reshape(2, 2, 2, 2), jnp.result_type(float)), name="xx", e0=E0_XX, cft=XX_CFT)
+
+
+def potts(f: float = 1.0) -> Model:
+    """3-state Potts chain H = −Σ (σ_i σ_{i+1}† + σ_i† σ_{i+1}) − f Σ (τ_i + τ_i†), σ = diag(1, ω, ω²), τ the cyclic
+    shift; in the σ basis the term is real: −2 cos(2π(a − b)/3) δ on the bond and −f(τ + τ†)/2 on each site.
+    Critical at f = 1, e₀ = −(4/3 + 2√3/π) per site (exact, for the critical self-dual point)."""
+    check_scalar(f, "f")
+    f = float(f)
+    a = np.arange(3)
+    bond = np.diag((-2.0 * np.cos(2 * np.pi * (a[:, None] - a[None, :]) / 3)).reshape(-1))
+    shift = np.roll(np.eye(3), 1, axis=0)
+    site = -(shift + shift.T)
+    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
+    return Model(term=jnp.asarray(term.reshape(3, 3, 3, 3), jnp.result_type(float)), name=f"potts(f={f:g})",
+                 e0=E0_CRITICAL_POTTS if f == 1.0 else None, cft=POTTS_CFT if f == 1.0 else ())
+
+
+def check_model(model: Any, name: str = "model") -> Model:
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, (tuple, list)):
+        raise TypeError(f"{name} must be a mera model (mera.ising(), mera.xx(), mera.potts() or mera.two_site(term) "
+                        "for your own two-site term); got a pair: the library blocks the two-site spin term into "
+                        "the (h_AB, h_BA) pair of d^2-dimensional sites itself")
+    raise TypeError(f"{name} must be a mera model (mera.ising(), mera.xx(), mera.potts() or mera.two_site(term)); "
+                    f"got {type(model).__name__}")
+
+
+def blocked_terms(model: Model, dtype: Any = None) -> tuple[jax.Array, jax.Array]:
+    """The blocked two-site terms (h_AB, h_BA), each (d², d², d², d²), of ``model`` on 2-spin blocks.
+
+    The term on blocks (p0 p1)(p2 p3) is ½h(p0,p1) + h(p1,p2) + ½h(p2,p3), so Σ over neighbouring blocks
+    reproduces H exactly. A blocks hold (p0, p1), B blocks hold their spins reversed, (p1, p0), as in Evenbly's
+    mainVarMERA, so that a spatial reflection maps A ↔ B without a relabelling inside the block (this is what
+    makes v = reflect(w) a valid constraint for a reflection-symmetric term).
+    """
+    model = check_model(model)
+    d = model.d
+    dt = dtype or jnp.result_type(float)
+    # NumPy float64 for a concrete term (exact, and no eager op compiled per shape); jax.numpy in a trace
+    xp: Any = np if is_concrete(model.term) else jnp
+    h = xp.asarray(model.term, np.float64 if xp is np else dt).reshape(d * d, d * d)
+    eye, eye2 = xp.eye(d, dtype=h.dtype), xp.eye(d * d, dtype=h.dtype)
+    h4 = 0.5 * xp.kron(h, eye2) + xp.kron(xp.kron(eye, h), eye) + 0.5 * xp.kron(eye2, h)
+    h8 = h4.reshape((d,) * 8)
+    dd = d * d
+    h_ab = h8.transpose(0, 1, 3, 2, 4, 5, 7, 6).reshape(dd, dd, dd, dd)
+    h_ba = h8.transpose(1, 0, 2, 3, 5, 4, 6, 7).reshape(dd, dd, dd, dd)
+    return jnp.asarray(h_ab, dt), jnp.asarray(h_ba, dt)
+
+
+def ising_two_site_hamiltonian(g: float = 1.0, dtype: Any = None) -> tuple[jax.Array, jax.Array]:
+    """The blocked terms (h_AB, h_BA), each (4, 4, 4, 4), of the Ising chain: ``blocked_terms(ising(g), dtype)``."""
+    return blocked_terms(ising(g), dtype)
