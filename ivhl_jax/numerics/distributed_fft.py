@@ -43,7 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["FFTLayout", "fft_layout", "spectral_multiply", "fftn", "ifftn", "parse_mesh", "collectives"]
+__all__ = ["FFTLayout", "fft_layout", "check_layout", "spectral_multiply", "fftn", "ifftn", "parse_mesh",
+           "collectives"]
 
 _AxisEntry = Any  # None, a mesh axis name, or a tuple of names
 
@@ -129,10 +130,12 @@ def _place(x: Any, sharding: NamedSharding, name: str, layout: FFTLayout | None)
             raise ValueError(f"{name} is sharded as {_fmt(tuple(spec))} but the FFT layout is "
                              f"{_fmt(tuple(sharding.spec))}; device_put {name} with layout.sharding() or build the "
                              f"layout with fft_layout(mesh, {_fmt(tuple(spec))})")
-        if x.is_fully_addressable:
+        if not x.is_fully_addressable:
+            raise ValueError(f"{name} spans processes with sharding {x.sharding}; give it on the layout's sharding "
+                             "(layout.sharding()) or as a NumPy array of the global shape")
+        if jax.process_count() == 1:
             return jax.device_put(x, sharding)
-        raise ValueError(f"{name} spans processes with sharding {x.sharding}; give it on the layout's sharding "
-                         "(layout.sharding()) or as a NumPy array of the global shape")
+    # Several processes: each builds only the blocks of its own devices from the (global) host value.
     arr = np.asarray(x)
     if jax.process_count() == 1:
         return jax.device_put(arr, sharding)
@@ -331,6 +334,26 @@ def fft_layout(mesh: Mesh, spec: PartitionSpec | Sequence[_AxisEntry], shape: Se
     if shape is not None:
         layout.check_shape(shape)
     return layout
+
+
+def check_layout(layout: Any, shape: Sequence[int], *, fft: str = "xla", name: str = "layout") -> FFTLayout:
+    """Validate a system's ``layout`` setting for a grid of ``shape``: an :class:`FFTLayout` the grid can use
+    with the ``"xla"`` FFT backend. Errors are one line and start with ``name``."""
+    if not isinstance(layout, FFTLayout):
+        raise TypeError(f"{name} must be an FFTLayout (e.g. distributed_fft.parse_mesh('4x2', ndim) or "
+                        f"fft_layout(mesh, P('x', 'y'))) or None, got {type(layout).__name__} {layout!r}")
+    if fft != "xla":
+        raise ValueError(f"{name}: a sharded field uses the distributed FFT, which runs XLA's FFT on each shard; "
+                         f"use fft='xla' (got fft={fft!r}) or layout=None")
+    shape = tuple(int(n) for n in shape)
+    if len(layout.spec) > len(shape):
+        raise ValueError(f"{name}: spec {_fmt(layout.spec)} has more entries than the grid {shape} has axes")
+    full = FFTLayout(layout.mesh, tuple(layout.spec) + (None,) * (len(shape) - len(layout.spec)))
+    try:
+        full.check_shape(shape, "grid")
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    return full
 
 
 def parse_mesh(text: str, ndim: int, devices: Sequence[jax.Device] | None = None) -> FFTLayout | None:
