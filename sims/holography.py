@@ -77,7 +77,7 @@ class HolographyConfig:
     checkpoint_every: int = 8  # steps between checkpoints (a multiple of steps_per_chunk)
     seed: int = 0  # seed of the wavenumber spread and random phases
 
-    # keys of earlier versions (issue 12: one vocabulary, steps/steps_per_chunk): refused with the new name
+    # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"n_steps": "steps"}
 
     def validate(self) -> None:
@@ -85,6 +85,9 @@ class HolographyConfig:
             if not ok:
                 raise ValueError(f"HolographyConfig: {msg}")
 
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            need(not isinstance(value, float) or bool(np.isfinite(value)), f"{f.name} must be finite, got {value}")
         need(self.n_sources >= 1, f"n_sources must be >= 1, got {self.n_sources}")
         need(self.helix_radius >= 0, f"helix_radius must be >= 0, got {self.helix_radius}")
         need(self.wavelength > 0, f"wavelength must be > 0, got {self.wavelength}")

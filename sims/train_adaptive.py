@@ -63,7 +63,7 @@ class TrainAdaptiveConfig:
     synthetic_samples: int = 10000  # examples of the synthetic dataset
     checkpoint_every: int = 0  # steps between checkpoints (a multiple of steps_per_chunk; 0: after every chunk)
 
-    # keys of earlier versions (issue 12: one vocabulary, steps/steps_per_chunk): refused with the new name
+    # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
 
     def validate(self) -> None:
@@ -76,6 +76,11 @@ class TrainAdaptiveConfig:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         check_scalar(self.batch_size, "batch_size", integer=True, minimum=1)
         check_scalar(self.learning_rate, "learning_rate", positive=True)
+        check_scalar(self.warmup_steps, "warmup_steps", integer=True, nonnegative=True)
+        if self.warmup_steps > self.steps:
+            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= steps ({self.steps})")
+        check_scalar(self.clip_norm, "clip_norm", positive=True)
+        check_scalar(self.synthetic_samples, "synthetic_samples", integer=True, minimum=1)
         check_scalar(self.checkpoint_every, "checkpoint_every", integer=True, minimum=0)
         if self.checkpoint_every % self.steps_per_chunk:
             raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "

@@ -56,7 +56,7 @@ class VortexGRUConfig:
     learning_rate: float = 2e-3  # Adam learning rate (cosine schedule, clip 1.0)
     seed: int = 0  # seed of the data and the initialisation
 
-    # keys of earlier versions (issue 12: one vocabulary, steps/steps_per_chunk): refused with the new name
+    # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
 
     def validate(self) -> None:
@@ -71,6 +71,7 @@ class VortexGRUConfig:
         if self.grid < 8:
             raise ValueError("grid must be >= 8 to resolve the vortex core")
         check_choice(self.variant, "variant", ("torch", "cho"))
+        check_scalar(self.learning_rate, "learning_rate", positive=True)
 
 
 def fourier_paths(key: jax.Array, n: int, length: int, harmonics: int) -> jax.Array:

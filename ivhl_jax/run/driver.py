@@ -267,6 +267,9 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
         else:
             with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
                 resuming = resume and ck.latest_step() is not None
+                if resuming:  # said before the run, whose own lines and summary then follow
+                    print(f"{sim.prog}: resuming from step {ck.latest_step()} ({os.path.abspath(ckpt_dir)})",
+                          flush=True)
                 ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming,
                                  args=args)
                 paths = sim.run(cfg, ctx)

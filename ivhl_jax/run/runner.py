@@ -227,9 +227,6 @@ def run_chunked(
         state = restored["state"]
         chunks.append(restored["history"])
         resumed_from = step
-        if progress:
-            print(f"{description}: resumed from step {step} of {n_chunks * steps_per_chunk} "
-                  f"({checkpointer.directory})", file=sys.stderr, flush=True)
 
     def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
         if checkpointer is None:
