@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics import gft as G
 from ivhl_jax.run.config import config_dict
@@ -69,7 +71,7 @@ class BECConfig:
     save_every: int = 50  # steps between recorded observables
     checkpoint_every: int = 1000  # steps between checkpoints (a multiple of steps_per_chunk)
     # Rescale ψ to the chunk's starting norm every step: removes the float32 FFT round-off loss of the
-    # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.physics.condensate.step.
+    # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.physics.condensate.strang.
     project_norm: bool = False
     # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
     # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.
@@ -78,19 +80,40 @@ class BECConfig:
     precision: Literal["float32", "float64"] = "float32"  # "float32" (complex64 state) or "float64" (complex128)
 
     def validate(self) -> None:
+        """Every value checked before any work (one ValueError naming the key and the fix)."""
         if self.dims not in (1, 2, 3):
             raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
         if not 1 <= self.gft_rank <= 4:
             raise ValueError(f"gft_rank must be 1..4, got {self.gft_rank}")
+        for name in ("grid", "gft_n"):
+            if getattr(self, name) < 2:
+                raise ValueError(f"{name} must be >= 2 (points per axis), got {getattr(self, name)}")
+        for name in ("steps", "steps_per_chunk", "save_every", "checkpoint_every", "ground_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("length", "dt", "ground_dt", "ground_tol", "lam"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {v}")
+        for name in ("g", "omega_rot", "mass_sq"):
+            v = getattr(self, name)
+            if not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v}")
+        for name in ("noise", "gft_init"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v}")
         if len(self.trap) not in (1, self.dims):
             raise ValueError(f"trap must have 1 or dims={self.dims} frequencies, got {list(self.trap)}")
+        if not all(math.isfinite(w) and w >= 0 for w in self.trap):
+            raise ValueError(f"trap frequencies must be finite and >= 0, got {list(self.trap)}")
         if self.omega_rot and self.dims == 1:
             raise ValueError("omega_rot needs dims=2 or 3")
         if self.imprints and self.dims == 1:
             raise ValueError("imprints (vortices) need dims=2 or 3")
-        for name in ("grid", "gft_n", "steps", "steps_per_chunk", "save_every", "checkpoint_every", "ground_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for imp in self.imprints:
+            if len(imp) != 3 or not all(math.isfinite(float(v)) for v in imp[:2]) or float(imp[2]) != int(imp[2]):
+                raise ValueError(f"imprints must be [x, y, charge] with finite x, y and an integer charge, got {imp}")
         if self.steps % self.steps_per_chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         if self.steps_per_chunk % self.save_every:
@@ -99,8 +122,18 @@ class BECConfig:
         if self.checkpoint_every % self.steps_per_chunk:
             raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
                              f"({self.steps_per_chunk})")
-        if not self.dt > 0 or not self.ground_dt > 0:
-            raise ValueError("dt and ground_dt must be > 0")
+        # The split-step stability bound of the real-time steps (the builders check it too, after the
+        # ground-state search; checked here so that a bad dt fails before any work).
+        if self.model == "gp":
+            k_max = math.pi * self.grid / self.length  # the Nyquist wavenumber π/dx
+            bound = math.pi / (0.5 * self.dims * k_max ** 2)
+            what = f"grid={self.grid}, length={self.length:g}"
+        else:
+            bound = math.pi / (4.0 * self.gft_rank)
+            what = f"gft_rank={self.gft_rank}"
+        if self.dt > bound and not (self.model == "gft" and self.gft_imaginary):
+            raise ValueError(f"dt={self.dt:g} is beyond the split-step stability bound of this grid ({what}): "
+                             f"use dt <= {bound:.3g} (or a coarser grid)")
 
 
 def _dtype(cfg: BECConfig):
@@ -167,10 +200,11 @@ def gft_initial_state(cfg: BECConfig) -> jax.Array:
     return cfg.gft_init * jax.lax.complex(jax.random.normal(kr, shape, rdt), jax.random.normal(ki, shape, rdt))
 
 
-def _gp_observe(psi: jax.Array, system: C.GPSystem) -> dict:
-    obs = C.default_observables(psi, system)
-    if system.grid.ndim >= 2:
-        obs["lz"] = C.angular_momentum(psi, system.grid)
+def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
+    """The condensate's own observables, plus ⟨L_z⟩ in 2D/3D."""
+    obs = C.observe(psi, params)
+    if params.system.grid.ndim >= 2:
+        obs["lz"] = C.angular_momentum(psi, params.system.grid)
     return obs
 
 
@@ -190,21 +224,16 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
                       f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
                       "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol", file=sys.stderr)
 
-        @jax.jit
-        def advance(psi):
-            return C.evolve(psi, system, cfg.dt, cfg.steps_per_chunk, cfg.save_every, observe=_gp_observe,
-                            project_norm=cfg.project_norm)
-
+        # The projection (project_norm) pins the ground state's norm, 1, for the whole run (resumes included).
+        stepper = C.strang(system, cfg.dt, project_norm=cfg.project_norm, norm=1.0 if cfg.project_norm else None)
+        advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe)
         extra["system"] = system
     else:
         system = gft_system(cfg)
-        state = gft_initial_state(cfg)
-
-        @jax.jit
-        def advance(phi):
-            return G.gft_evolve(phi, system, cfg.dt, cfg.steps_per_chunk, cfg.save_every,
-                                imaginary=cfg.gft_imaginary)
-
+        gft_stepper = G.strang(system, cfg.dt, imaginary=cfg.gft_imaginary, dtype=jnp.result_type(_dtype(cfg),
+                                                                                                    jnp.complex64))
+        state = gft_stepper.init(gft_initial_state(cfg))
+        advance = chunked(gft_stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe)
         extra["system"] = system
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
     result = run_chunked(advance, state, n_chunks=cfg.steps // cfg.steps_per_chunk,

@@ -13,21 +13,24 @@ and the Gross–Pitaevskii-type (Hamiltonian) dynamics i ∂φ/∂t = δV/δφ* 
 Unlike the seed (forward Euler, unconditionally unstable; an energy functional that was not the
 one its step conserved), V here *is* the Hamiltonian of the evolution: it is conserved up to the
 O(dt²) splitting error of the Strang step, and the U(1) charge Q = Σ|φ|² is conserved exactly
-(both tested). The step reuses :func:`ivhl_jax.physics.condensate.split_step`: the lattice Laplacian is
+(both tested). The step is :func:`ivhl_jax.numerics.splitstep.split_step`: the lattice Laplacian is
 diagonal in Fourier space with eigenvalue −ε_k, ε_k = Σ_a 4 sin²(k_a/2), so the kinetic factor
 e^{−i ε_k dt} is exact, and the local factor e^{−i dt/2 (m² + λ|φ|²)} is exact.
 
 m² < 0 gives the symmetry-broken ("condensed") phase: the uniform vacuum |φ|² = −m²/λ with
-energy −m⁴/(2λ) per site. :func:`gft_relax` (imaginary time without renormalisation, i.e. the
-gradient flow ∂φ/∂τ = −δV/δφ*) finds it; real-time runs from small noise show the tachyonic growth
-of long-wavelength modes at constant V.
+energy −m⁴/(2λ) per site. ``strang(system, dt, imaginary=True)`` (imaginary time without
+renormalisation, i.e. the gradient flow ∂φ/∂τ = −δV/δφ*) finds it; real-time runs from small noise show
+the tachyonic growth of long-wavelength modes at constant V.
+
+One door: :func:`strang` builds the stepper (it validates dt and holds it once, with the kinetic factor
+derived from it); ``stepper.init(phi)`` validates the field; runs go through
+:func:`ivhl_jax.numerics.rollout.trajectory` or :func:`~ivhl_jax.numerics.rollout.chunked` with
+:func:`observe`. :func:`gft_evolve` is that call spelled out.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -36,15 +39,14 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
-from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
+from ivhl_jax.core.precision import Policy, complex_state_dtype
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import spectral_multiply
-from ivhl_jax.physics.condensate import phase_factor_m1, split_step
+from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step
 
-__all__ = ["GFTSystem", "gft_potential", "gft_rhs", "gft_charge", "gft_step", "gft_evolve", "gft_relax",
-           "lattice_dispersion", "gft_vacuum", "strang", "GFTParams", "gft_strang_real", "gft_strang_imaginary",
-           "default_observables"]
+__all__ = ["GFTSystem", "strang", "observe", "gft_evolve", "gft_potential", "gft_rhs", "gft_charge",
+           "lattice_dispersion", "gft_vacuum", "GFTParams"]
 
 
 class GFTSystem(struct.PyTreeNode):
@@ -168,16 +170,42 @@ def gft_vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
     return -m2 / lam_f, -(m2 ** 2) / (2 * lam_f)
 
 
-class GFTParams(struct.PyTreeNode):
-    """Everything one GFT Strang step reads: the system (m², λ), dt and the kinetic factor.
+_DT_MESSAGE = ("dt is held once, with the kinetic factor derived from it; build a new stepper for a new step "
+               "size: gft.strang(system, dt)")
 
-    ``kin`` = e^{−i ε_k dt} − 1 (real time) or e^{−ε_k dt} − 1 (imaginary time), complex, lattice-shaped;
-    ``dt`` a real scalar. All leaves are traced: new dt/m²/λ values reuse the compiled loop.
+
+class GFTParams(struct.PyTreeNode):
+    """Everything one GFT Strang step reads (built by :func:`strang`; not constructed by hand).
+
+    Attributes:
+      system: the :class:`GFTSystem` (m², λ traced leaves: new values reuse the compiled loop).
+      dt: the step size (a real scalar leaf).
+      kin: e^{−i ε_k dt} − 1 (real time) or e^{−ε_k dt} − 1 (imaginary time), complex, lattice-shaped,
+        derived from ``dt`` by the builder.
+      imaginary: static; the gradient flow instead of real time.
+
+    ``dt`` is held once: ``params.replace(dt=...)`` or ``replace(kin=...)`` raises (use ``strang(system, dt)``).
     """
 
     system: GFTSystem
     dt: Any
     kin: Any
+    imaginary: bool = struct.field(pytree_node=False, default=False)
+
+
+def _guarded_replace(self: GFTParams, **updates: Any) -> GFTParams:
+    if "dt" in updates or "kin" in updates:
+        raise ValueError(_DT_MESSAGE)
+    new = updates.get("system")
+    if isinstance(new, GFTSystem) and new.shape != self.system.shape:
+        raise ValueError(f"the kinetic factor was built for the lattice {self.system.shape}, got {new.shape}; "
+                         "build a new stepper: gft.strang(system, dt)")
+    return _plain_replace(self, **updates)
+
+
+# flax.struct installs ``replace`` on the class itself: wrap it so that dt and its factor cannot be edited apart.
+_plain_replace = GFTParams.replace
+GFTParams.replace = _guarded_replace  # type: ignore[method-assign,assignment]
 
 
 def _plan(system: GFTSystem, dt: Any, imaginary: bool, dtype: Any) -> jax.Array:
@@ -187,39 +215,35 @@ def _plan(system: GFTSystem, dt: Any, imaginary: bool, dtype: Any) -> jax.Array:
     return phase_factor_m1(jnp.asarray(dt) * jnp.asarray(eps, jnp.finfo(dtype).dtype), imaginary, dtype)
 
 
-def _step_plan(phi: jax.Array, system: GFTSystem, dt: Any, kin: jax.Array, imaginary: bool) -> jax.Array:
+def _gft_step(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
+    """One Strang step of ``params`` (real time or the gradient flow: the static ``params.imaginary``)."""
+    system = params.system
+    phi = check_array(phi, "phi", kind="complex")  # static facts only: free under jit
+    if phi.ndim < system.rank or tuple(phi.shape[-system.rank:]) != system.shape:
+        raise ValueError(f"phi must end in the lattice shape {system.shape} (batch axes in front), "
+                         f"got {tuple(phi.shape)}")
     rdt = phi.real.dtype
     m2 = jnp.asarray(system.mass_sq, rdt)
     lam = jnp.asarray(system.lam, rdt)
     axes = _lattice_axes(phi, system.rank)
-
-    return split_step(phi, lambda p: m2 + lam * _abs2(p), lambda p: spectral_multiply(p, kin, axes), dt, imaginary)
-
-
-def _check_step_state(phi: Any, params: GFTParams) -> jax.Array:
-    """Shape and dtype of a state handed to a step function (static: free under jit; values are checked once
-    by :func:`strang`'s ``init``)."""
-    phi = check_array(phi, "phi", kind="complex")
-    if phi.ndim < params.system.rank or tuple(phi.shape[-params.system.rank:]) != params.system.shape:
-        raise ValueError(f"phi must end in the lattice shape {params.system.shape} (batch axes in front), "
-                         f"got {tuple(phi.shape)}")
-    return phi
-
-
-def gft_strang_real(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
-    """One real-time Strang step of i∂φ/∂t = δV/δφ* (``step_fn`` of :func:`strang`)."""
-    phi = _check_step_state(phi, params)
-    return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), False)
-
-
-def gft_strang_imaginary(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
-    """One Strang step of the gradient flow ∂φ/∂τ = −δV/δφ* (no renormalisation)."""
-    phi = _check_step_state(phi, params)
-    return _step_plan(phi, params.system, params.dt, params.kin.astype(phi.dtype), True)
+    kin = params.kin.astype(phi.dtype)
+    return split_step(phi, lambda p: m2 + lam * _abs2(p), lambda p: spectral_multiply(p, kin, axes), params.dt,
+                      params.imaginary)
 
 
 def _gft_init(params: GFTParams, phi: Any) -> jax.Array:
-    return _check_field(phi, params.system)
+    """Validate φ (lattice shape, finite) and cast it to the stepper's complex dtype; for concrete values also
+    check that dt resolves the local phase dt·max|m² + λ|φ|²| ≤ 2π."""
+    phi = _check_field(phi, params.system).astype(params.kin.dtype)
+    values = [float(np.asarray(x)) for x in (params.dt, params.system.mass_sq, params.system.lam)
+              if is_concrete(x) and np.ndim(x) == 0]
+    if len(values) == 3 and is_concrete(phi):
+        dtc, m2, lam = values
+        umax = float(np.max(np.abs(m2 + lam * np.abs(np.asarray(phi)) ** 2)))
+        if dtc * umax > 2 * np.pi:
+            raise ValueError(f"dt={dtc} is too large: the local phase per step dt·max|m² + λ|φ|²| = {dtc * umax:.3g} "
+                             f"exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}")
+    return phi
 
 
 def _policy_dtype(policy: str | Policy | None, dtype: Any) -> Any:
@@ -231,9 +255,23 @@ def _policy_dtype(policy: str | Policy | None, dtype: Any) -> Any:
     return complex_state_dtype(policy, routine="the GFT split-step solver")
 
 
-def _output(phi: jax.Array, policy: str | Policy | None) -> jax.Array:
-    pol = physics_policy(policy)
-    return phi if pol is None else phi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
+def _check_dt(dt: Any, system: GFTSystem, imaginary: bool) -> None:
+    """dt > 0; real time: the kinetic phase dt·max ε_k ≤ π (split-step stability on a non-vanishing field,
+    Weideman & Herbst 1986); both: the mass phase dt·|m²| ≤ 2π (the λ|φ|² part is checked by ``init``)."""
+    check_scalar(dt, "dt", positive=True)
+    if not (is_concrete(dt) and np.ndim(dt) == 0):
+        return
+    dtc = float(np.asarray(dt))
+    if not imaginary:
+        eps_max = float(np.max(lattice_dispersion(system.shape)))
+        if dtc * eps_max > np.pi:
+            raise ValueError(f"dt={dtc} is unstable on this lattice: the kinetic phase per step dt·max ε_k = "
+                             f"{dtc * eps_max:.3g} exceeds π (split-step instability); use dt <= {np.pi / eps_max:.3g}")
+    if is_concrete(system.mass_sq) and np.ndim(system.mass_sq) == 0:
+        m2 = abs(float(np.asarray(system.mass_sq)))
+        if dtc * m2 > 2 * np.pi:
+            raise ValueError(f"dt={dtc} is too large: the mass phase per step dt·|m²| = {dtc * m2:.3g} exceeds 2π; "
+                             f"use dt <= {np.pi / m2:.3g}")
 
 
 def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = jnp.complex64,
@@ -242,45 +280,47 @@ def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = 
 
     One step maps φ (complex, shape ``(*batch, *system.shape)``) to
     e^{−i dt/2 (m² + λ|φ|²)} e^{−i ε_k dt} e^{−i dt/2 (m² + λ|φ|²)} φ, ε_k = Σ_a 4 sin²(k_a/2), both
-    factors exact. The kinetic factor is computed once (float64 NumPy for a concrete dt) in ``dtype``
-    (the field's complex dtype; complex128 needs x64) and stored with dt in :class:`GFTParams`.
-    ``policy`` (a precision policy or preset name) overrides ``dtype``: ``"f32"`` → complex64,
-    ``"f64"`` → complex128 (needs ``jax.enable_x64``), ``"bf16"`` → ValueError naming ``policy``.
+    factors exact. The kinetic factor is computed once from ``dt`` (float64 NumPy for a concrete dt) in
+    ``dtype`` (complex128 needs x64) and held with dt in :class:`GFTParams`. ``policy`` (a precision
+    policy or preset name) overrides ``dtype``: ``"f32"`` → complex64, ``"f64"`` → complex128 (needs
+    ``jax.enable_x64``), ``"bf16"`` → ValueError naming ``policy``.
+
+    Args:
+      system: the :class:`GFTSystem`.
+      dt: step size (> 0). Real time: dt·max ε_k ≤ π (≤ π/(4r) on an even lattice of rank r), else
+        ValueError with the bound; dt·|m²| ≤ 2π; ``init`` also checks dt·max|m² + λ|φ|²| ≤ 2π.
+      imaginary: the gradient flow ∂φ/∂τ = −δV/δφ* (no renormalisation: V decreases towards a minimum).
+      dtype: complex dtype of the field.
+      policy: precision policy or preset (overrides ``dtype``).
 
     Returns:
-      A :class:`ivhl_jax.numerics.rollout.Stepper` for :func:`ivhl_jax.numerics.rollout.trajectory`.
+      A :class:`ivhl_jax.numerics.rollout.Stepper`; record with ``trajectory(stepper, phi, steps,
+      observe=gft.observe)``.
     """
     if not isinstance(system, GFTSystem):
         raise TypeError(f"system must be a GFTSystem, got {type(system).__name__}")
-    _check_dt(dt)
+    if not isinstance(imaginary, (bool, np.bool_)):
+        raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
+    _check_dt(dt, system, bool(imaginary))
     cdt = jnp.dtype(_policy_dtype(policy, dtype))
     if not jnp.issubdtype(cdt, jnp.complexfloating):
         raise TypeError(f"dtype must be complex (complex64/complex128), got {cdt}")
     rdt = jnp.finfo(cdt).dtype
     sys_ = system.replace(mass_sq=jnp.asarray(system.mass_sq, rdt), lam=jnp.asarray(system.lam, rdt))
-    params = GFTParams(sys_, jnp.asarray(dt, rdt), _plan(system, dt, imaginary, cdt))
-    fn, name = (gft_strang_imaginary, "gft-strang-imaginary") if imaginary else (gft_strang_real, "gft-strang")
-    return Stepper(fn, params, init_fn=_gft_init, name=name)
+    params = GFTParams(sys_, jnp.asarray(dt, rdt), _plan(system, dt, bool(imaginary), cdt), imaginary=bool(imaginary))
+    return Stepper(_gft_step, params, init_fn=_gft_init, name="gft-strang-imaginary" if imaginary else "gft-strang")
 
 
-def _check_dt(dt: Any) -> Any:
-    check_scalar(dt, "dt", positive=True)
-    return dt
+def observe(phi: Complex[Array, "*shape"], params: Any) -> dict[str, Array]:
+    """The family's observable for :func:`ivhl_jax.numerics.rollout.trajectory`: V[φ] (``energy``), the charge
+    Q = Σ|φ|², the condensate order parameter |⟨φ⟩| (lattice mean) and the mean |φ|², each with φ's batch shape.
 
-
-def gft_step(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any, *, imaginary: bool = False,
-             policy: str | Policy | None = None) -> Complex[Array, "*shape"]:
-    """One Strang step of i∂φ/∂t = δV/δφ* (or, ``imaginary``, of the gradient flow ∂φ/∂τ = −δV/δφ*).
-    With ``policy`` the field is cast to its complex state dtype (see :func:`strang`) and the result
-    to the policy's output dtype."""
-    phi = _check_field(phi, system)
-    phi = phi.astype(_policy_dtype(policy, phi.dtype))
-    _check_dt(dt)
-    return _output(_step_plan(phi, system, dt, _plan(system, dt, imaginary, phi.dtype), imaginary), policy)
-
-
-def default_observables(phi: Complex[Array, "*shape"], system: GFTSystem) -> dict[str, Array]:
-    """V[φ], the charge Q = Σ|φ|² and the condensate order parameter |⟨φ⟩| (lattice mean)."""
+    ``params`` is the stepper's params (``gft.strang(system, dt).params``; its ``system`` is read).
+    """
+    system = getattr(params, "system", None)
+    if not isinstance(system, GFTSystem):
+        raise TypeError(f"params must be the params of a GFT stepper (gft.strang(system, dt).params), "
+                        f"got {type(params).__name__}")
     phi = _check_field(phi, system)
     axes = _lattice_axes(phi, system.rank)
     return {"energy": gft_potential(phi, system.mass_sq, system.lam, system.rank),
@@ -289,39 +329,13 @@ def default_observables(phi: Complex[Array, "*shape"], system: GFTSystem) -> dic
             "mean_abs2": jnp.mean(_abs2(phi), axis=axes)}
 
 
-@dataclasses.dataclass(frozen=True)
-class _SystemObserve:
-    """``observe(phi, system)`` as a stepper-protocol ``observe(phi, params)``; hashes as ``fn``."""
-
-    fn: Callable[[jax.Array, Any], Any]
-
-    def __call__(self, state: Any, params: Any) -> Any:
-        return self.fn(state, params.system)
-
-
 def gft_evolve(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any, steps: int, save_every: int = 1, *,
-               imaginary: bool = False, observe: Callable[[jax.Array, GFTSystem], Any] | None = None,
-               remat: bool = False, policy: str | Policy | None = None) -> tuple[Complex[Array, "*shape"], Any]:
-    """``steps`` Strang steps: ``trajectory(strang(system, dt, imaginary=...), phi, steps)``.
-
-    Compiled once per (shapes, dtypes, steps, save_every, imaginary, observe, remat): a new φ, dt, m²
-    or λ reuses the compiled loop (pass ``observe`` as a module-level function).
-
-    Returns (final φ, observations every ``save_every`` steps; default :func:`default_observables`).
-    ``imaginary=True`` is the (unnormalised) gradient flow, see :func:`gft_relax`. ``policy``: the
-    field is evolved in the policy's complex state dtype (:func:`strang`; observations in it too) and
-    the final φ is returned in its output dtype.
-    """
+               imaginary: bool = False, remat: bool = False, policy: str | Policy | None = None
+               ) -> tuple[Complex[Array, "*shape"], Any]:
+    """``steps`` Strang steps from φ, recording :func:`observe` every ``save_every``: exactly
+    ``trajectory(stepper, stepper.init(phi), steps, save_every=..., observe=observe, remat=...)`` with
+    ``stepper = strang(system, dt, imaginary=..., dtype=<φ's complex dtype>, policy=...)``.
+    ``imaginary=True`` is the (unnormalised) gradient flow."""
     phi = _check_field(phi, system)
-    phi = phi.astype(_policy_dtype(policy, phi.dtype))
-    stepper = strang(system, dt, imaginary=imaginary, dtype=phi.dtype)
-    obs = _SystemObserve(observe if observe is not None else default_observables)
-    final, observed = trajectory(stepper, phi, steps, save_every=save_every, observe=obs, remat=remat)
-    return _output(final, policy), observed
-
-
-def gft_relax(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any = 0.05, steps: int = 2000,
-              save_every: int = 100, *, policy: str | Policy | None = None) -> tuple[Complex[Array, "*shape"], Any]:
-    """Gradient flow ∂φ/∂τ = −δV/δφ* (imaginary time, no renormalisation): V decreases monotonically
-    (for small dt) towards a minimum, the symmetry-broken vacuum |φ|² = −m²/λ when m² < 0."""
-    return gft_evolve(phi, system, dt, steps, save_every, imaginary=True, policy=policy)
+    stepper = strang(system, dt, imaginary=imaginary, dtype=phi.dtype, policy=policy)
+    return trajectory(stepper, stepper.init(phi), steps, save_every=save_every, observe=observe, remat=remat)

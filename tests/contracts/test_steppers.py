@@ -82,7 +82,7 @@ def _gft_case(seed=0, dt=1e-2):
 
     st = G.strang(G.GFTSystem((6, 6), -0.5, 0.1), dt)
     kr, ki = jax.random.split(jax.random.key(seed))
-    phi = 0.05 * jax.lax.complex(jax.random.normal(kr, (6, 6)), jax.random.normal(ki, (6, 6)))
+    phi = 0.5 * jax.lax.complex(jax.random.normal(kr, (6, 6)), jax.random.normal(ki, (6, 6)))
     return st, st.init(phi), G.observe
 
 

@@ -18,7 +18,7 @@ from beartype import beartype
 from jaxtyping import TypeCheckError, jaxtyped
 
 from ivhl_jax.nn import adaptive, gru
-from ivhl_jax.numerics import fastmath, spectral
+from ivhl_jax.numerics import fastmath, spectral, splitstep
 from ivhl_jax.physics import condensate, exact, fields, gft, tn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +128,6 @@ system2 = lazy(lambda: C.GPSystem(grid2(), C.harmonic(grid2(), 1.0), 1.0))
 psi1 = lazy(lambda: C.gaussian(grid1(), 1.0))
 psi2 = lazy(lambda: C.gaussian(grid2(), 1.0, center=(0.3, -0.2)))
 gp_params = lazy(lambda: C.strang(system1(), 1e-3).params)
-gp_params_im = lazy(lambda: C.strang(system1(), 1e-3, imaginary=True).params)
 gft_sys = lazy(lambda: G.GFTSystem((4, 4)))
 phi = lazy(lambda: jnp.full((4, 4), 0.5 + 0.1j, C64))
 gft_params = lazy(lambda: G.strang(gft_sys(), 0.01).params)
@@ -174,7 +173,6 @@ CASES = [
     Case("condensate.Grid.points", C.Grid.points, call(grid2), None),
     Case("condensate.Grid.mesh", C.Grid.mesh, call(grid2), None),
     Case("condensate.Grid.k_squared", C.Grid.k_squared, call(grid2), None),
-    Case("condensate.step", C.step, call(psi1, system1, 1e-3), call(psi1, system1, jnp.ones(2))),
     Case("condensate.evolve", C.evolve, call(psi1, system1, 1e-3, 2), call(psi1, system1, jnp.ones(2), 2)),
     Case("condensate.ground_state", C.ground_state, call(system1, max_steps=10, check_every=5),
          call(system1, max_steps=10, check_every=5, psi0=np.ones(16, np.int32))),
@@ -188,8 +186,7 @@ CASES = [
     Case("condensate.chemical_potential", C.chemical_potential, call(psi1, system1),
          call(jnp.ones(16, jnp.int32), system1)),
     Case("condensate.virial_residual", C.virial_residual, call(psi1, system1), call(jnp.ones(16, jnp.int32), system1)),
-    Case("condensate.default_observables", C.default_observables, call(psi1, system1),
-         call(jnp.ones(16, jnp.int32), system1)),
+    Case("condensate.observe", C.observe, call(psi1, gp_params), call(jnp.ones(16, jnp.int32), gp_params)),
     Case("condensate.gaussian", C.gaussian, call(grid1, 1.0), call((16,), 1.0)),
     Case("condensate.thomas_fermi_density", C.thomas_fermi_density, call(system1, 2.0), call(None, 2.0)),
     Case("condensate.bright_soliton", C.bright_soliton, call(grid1, 4.0, -1.0), call((16,), 4.0, -1.0)),
@@ -199,27 +196,19 @@ CASES = [
          call(psi2, grid2, np.zeros((1, 2)), np.array([1, 1]))),  # one centre, two charges
     Case("condensate.vortex_charges", C.vortex_charges, call(psi2, grid2), call(psi1, grid2)),  # psi must be 2-D
     Case("condensate.vortex_positions", C.vortex_positions, call(psi2, grid2), call(psi1, grid2)),
-    Case("condensate.split_step", C.split_step, call(psi1, _split_local, lambda p: p, 0.1, False),
+    # ---- numerics.splitstep
+    Case("splitstep.split_step", splitstep.split_step, call(psi1, _split_local, lambda p: p, 0.1, False),
          call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, False)),  # psi must be complex
-    Case("condensate.strang_step_real", C.strang_step_real, call(psi1, gp_params),
-         call(jnp.ones(16, jnp.float32), gp_params)),
-    Case("condensate.strang_step_real_projected", C.strang_step_real_projected, call(psi1, gp_params),
-         call(jnp.ones(16, jnp.float32), gp_params)),
-    Case("condensate.strang_step_imaginary", C.strang_step_imaginary, call(psi1, gp_params_im),
-         call(jnp.ones(16, jnp.float32), gp_params_im)),
+    Case("splitstep.kick", splitstep.kick, call(psi1, _split_local, 0.1, False),
+         call(jnp.ones(16, jnp.float32), _split_local, 0.1, False)),
     # ---- physics.gft
     Case("gft.lattice_dispersion", G.lattice_dispersion.__wrapped__, call((4, 4)), None),  # under lru_cache
     Case("gft.gft_potential", G.gft_potential, call(phi, -0.5, 0.1), call(jnp.ones((4, 4), jnp.int32), -0.5, 0.1)),
     Case("gft.gft_rhs", G.gft_rhs, call(phi, -0.5, 0.1), call(jnp.ones((4, 4)), -0.5, 0.1)),  # must be complex
     Case("gft.gft_charge", G.gft_charge, call(phi), call(jnp.ones((4, 4), jnp.int32))),
-    Case("gft.gft_step", G.gft_step, call(phi, gft_sys, 0.01), call(jnp.ones((4, 4), jnp.int32), gft_sys, 0.01)),
     Case("gft.gft_evolve", G.gft_evolve, call(phi, gft_sys, 0.01, 2),
          call(jnp.ones((4, 4), jnp.int32), gft_sys, 0.01, 2)),
-    Case("gft.gft_relax", G.gft_relax, call(phi, gft_sys, 0.01, 2, 1),
-         call(jnp.ones((4, 4), jnp.int32), gft_sys, 0.01, 2, 1)),
-    Case("gft.gft_strang_real", G.gft_strang_real, call(phi, gft_params), call(jnp.ones((4, 4)), gft_params)),
-    Case("gft.gft_strang_imaginary", G.gft_strang_imaginary, call(phi, gft_params), call(jnp.ones((4, 4)), gft_params)),
-    Case("gft.default_observables", G.default_observables, call(phi, gft_sys), call(jnp.ones((4, 4)), gft_sys)),
+    Case("gft.observe", G.observe, call(phi, gft_params), call(jnp.ones((4, 4)), gft_params)),
     Case("gft.gft_vacuum", G.gft_vacuum, call(-0.5, 0.1), call(-0.5, "0.1")),
     # ---- physics.tn
     Case("tn.contract", tn.contract, call("ij,jk->ik", np.ones((2, 3)), np.ones((3, 2))),
@@ -304,7 +293,7 @@ def test_cases_cover_the_annotated_public_api():
                  "tfi_energy_density", "tfi_finite_ground_energy", "renyi", "gft_vacuum"}
     covered = {c.id.rsplit(".", 1)[-1] for c in CASES} | {"superpose", "intensity", "phase", "gru_step", "gru_scan"}
     missing, unannotated = [], []
-    for mod in (fields, condensate, gft, tn, exact, gru, adaptive, fastmath):
+    for mod in (fields, condensate, gft, tn, exact, gru, adaptive, fastmath, splitstep):
         for name in mod.__all__:
             obj = inspect.unwrap(getattr(mod, name))  # lru_cache
             if not inspect.isfunction(obj) and not isinstance(obj, jax.custom_jvp) or name in no_arrays:

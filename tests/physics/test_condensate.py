@@ -19,6 +19,12 @@ from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.numerics.statistics import convergence_order
 
 
+def _step(psi, system, dt, **kw):
+    """One step through the one door: build the stepper, validate the state, step."""
+    st = C.strang(system, dt, **kw)
+    return st.step(st.init(psi))
+
+
 def _trap_system(shape, length, g=0.0, omega=1.0, omega_rot=0.0, dtype=jnp.float32):
     grid = C.Grid.uniform(shape, length)
     return C.GPSystem(grid, C.harmonic(grid, omega, dtype=dtype), g, omega_rot)
@@ -49,21 +55,23 @@ def test_inputs_validated_early():
     sys1 = _trap_system(32, 10.0, g=1.0)
     psi = C.gaussian(sys1.grid)
     with pytest.raises(ValueError, match="psi must have shape"):
-        C.step(jnp.zeros(16, jnp.complex64), sys1, 0.01)
+        _step(jnp.zeros(16, jnp.complex64), sys1, 0.01)
     with pytest.raises(ValueError, match="NaN"):
-        C.step(psi.at[3].set(jnp.nan), sys1, 0.01)
+        _step(psi.at[3].set(jnp.nan), sys1, 0.01)
     with pytest.raises(ValueError, match="dt must be > 0"):
-        C.step(psi, sys1, -0.01)
-    with pytest.raises(ValueError, match="too large"):
-        C.step(psi, sys1, 5.0)
+        _step(psi, sys1, -0.01)
+    with pytest.raises(ValueError, match=r"dt=5.0 is unstable.*use dt <= 0.0622"):
+        C.strang(sys1, 5.0)  # the builder refuses, without a state
+    with pytest.raises(ValueError, match=r"too large.*use dt <= "):
+        _step(psi, sys1.replace(g=1e4), 0.01)  # init: the local phase over the cloud
     with pytest.raises(ValueError, match="split-step instability"):
-        C.step(psi, sys1, 0.2)  # k_max²/2 = 50 on this grid
+        _step(psi, sys1, 0.2)  # k_max²/2 = 50 on this grid
     with pytest.raises(ValueError, match="potential must have the grid's shape"):
         C.GPSystem(sys1.grid, jnp.zeros(8), 1.0)
     with pytest.raises(ValueError, match="2D or 3D"):
         C.GPSystem(sys1.grid, sys1.potential, 1.0, omega_rot=0.5)
     with pytest.raises(TypeError, match="GPSystem"):
-        C.step(psi, "not a system", 0.01)
+        _step(psi, "not a system", 0.01)
 
 
 # --- conservation and accuracy (small, fp32) -----------------------------------------------
@@ -103,7 +111,7 @@ def test_step_matches_evolve_and_is_pure():
     psi = C.gaussian(sys2.grid)
     p1 = psi
     for _ in range(3):
-        p1 = C.step(p1, sys2, 0.01)
+        p1 = _step(p1, sys2, 0.01)
     p3, obs = C.evolve(psi, sys2, 0.01, 3, 3)
     np.testing.assert_allclose(np.asarray(p1), np.asarray(p3), atol=1e-6)
     assert obs["norm"].shape == (1,)
@@ -145,7 +153,7 @@ def test_grad_through_evolve_matches_finite_difference_with_remat():
 
         def loss(s, remat):
             sys1 = C.GPSystem(grid, base * s, 1.0)
-            psi, _ = C.evolve(psi0, sys1, 0.02, 20, 5, remat=remat, observe=lambda p, q: C.norm(p, grid))
+            psi, _ = trajectory(C.strang(sys1, 0.02), psi0, 20, save_every=5, remat=remat, observe=C.observe)
             return jnp.sum(x2 * C.density(psi)) * grid.cell_volume
 
         grad = jax.jit(jax.grad(loss), static_argnums=1)
@@ -157,6 +165,10 @@ def test_grad_through_evolve_matches_finite_difference_with_remat():
         assert abs(float(fd)) > 1e-3  # a non-trivial dependence
 
 
+def _no_observation(psi, params):
+    return jnp.zeros(())
+
+
 @pytest.mark.slow
 def test_remat_bounds_memory_of_grad():
     sys1 = _trap_system(512, 32.0, g=1.0)
@@ -164,8 +176,8 @@ def test_remat_bounds_memory_of_grad():
 
     def temp_bytes(remat):
         def loss(s):
-            psi, _ = C.evolve(psi0, sys1.replace(potential=sys1.potential * s), 1e-3, 400, 20, remat=remat,
-                              observe=lambda p, q: jnp.zeros(()))
+            psi, _ = trajectory(C.strang(sys1.replace(potential=sys1.potential * s), 1e-3), psi0, 400,
+                                save_every=20, remat=remat, observe=_no_observation)
             return jnp.sum(C.density(psi) * sys1.potential)
 
         mem = jax.jit(jax.grad(loss)).lower(1.0).compile().memory_analysis()
@@ -525,7 +537,7 @@ def test_gp_bad_policies_name_the_argument():
     with pytest.raises(TypeError, match="compute_dtype must be a floating dtype"):  # refused when built
         C.ground_state(system, policy=precision.Policy(compute_dtype=jnp.complex64))
     with pytest.raises(ValueError, match="policy='f17' is neither a preset"):
-        C.step(psi0, system, 1e-3, policy="f17")
+        _step(psi0, system, 1e-3, policy="f17")
 
 
 def _gp_system(shape=(32,), length=12.0, g=2.0):
@@ -539,9 +551,9 @@ def test_condensate_strang_stepper_jit_vmap_grad():
     stepper = C.strang(sys_, 0.01)
     psi = stepper.init(C.gaussian(sys_.grid, center=(0.5,)))
     assert psi.dtype == jnp.complex64 and stepper.name == "gp-strang"
-    # jit: the stepper is a pytree argument; the step equals C.step
+    # jit: the stepper is a pytree argument; the step equals the eager one
     one = jax.jit(lambda st, p: st.step(p))(stepper, psi)
-    np.testing.assert_allclose(np.asarray(one), np.asarray(C.step(psi, sys_, 0.01)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(one), np.asarray(_step(psi, sys_, 0.01)), atol=1e-6)
     # vmap over states
     batch = jnp.stack([psi, C.gaussian(sys_.grid, width=0.8)])
     out, _ = jax.vmap(lambda p: trajectory(stepper, p, 10, save_every=10))(batch)
@@ -572,7 +584,7 @@ def test_condensate_strang_is_second_order_in_dt():
         grid = C.Grid.uniform(64, 16.0)
         sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), 5.0)
         psi0 = C.gaussian(grid, width=1.3, center=(0.8,), dtype=jnp.complex128)
-        T, dt0 = 0.5, 0.05
+        T, dt0 = 0.5, 0.025  # dt0·k_max²/2 = 2.0 < π: split-step stable on this grid
 
         def run(dt):
             n = int(round(T / dt))

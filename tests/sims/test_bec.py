@@ -54,7 +54,7 @@ def test_gft_run_and_bad_config(tmp_path, capsys):
     assert "dims must be 1, 2 or 3" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("override, message", [("steps=150", "multiple of steps_per_chunk"),
+@pytest.mark.parametrize("override, message", [("save_every=7", "multiple of save_every"),
                                                ("omega_rot=0.5", "needs dims=2 or 3")])
 def test_config_validation(tmp_path, capsys, override, message):
     extra = ["--set", "dims=1"] if "omega" in override else []
@@ -89,3 +89,31 @@ def test_bec_reports_the_ground_state_search_as_it_goes(tmp_path, capsys):
 
     gs = json.loads((tmp_path / "observables.json").read_text())["ground_state"]
     assert gs["steps"] == int(notes[-1].split("/")[0].split()[-1])  # the record counts every segment's steps
+
+
+# One bad value per key: each is refused by validate() before any work, in one line, exit 2.
+BAD_VALUES = [("grid", "1", "grid must be >= 2"), ("grid", "0", "grid must be >= 2"),
+              ("gft_n", "1", "gft_n must be >= 2"), ("length", "-5", "length must be a finite number > 0"),
+              ("length", "inf", "length must be a finite number > 0"), ("g", "nan", "g must be a finite number"),
+              ("ground_tol", "-1", "ground_tol must be a finite number > 0"),
+              ("ground_dt", "0", "ground_dt must be a finite number > 0"), ("dt", "-1", "dt must be a finite number"),
+              ("dt", "0.5", "use dt <= 0.00777"), ("lam", "0", "lam must be a finite number > 0"),
+              ("mass_sq", "nan", "mass_sq must be a finite number"), ("omega_rot", "inf", "omega_rot must be a finite"),
+              ("noise", "-1", "noise must be a finite number >= 0"), ("gft_init", "nan", "gft_init must be a finite"),
+              ("trap", "[-1.0]", "trap frequencies must be finite and >= 0"), ("dims", "0", "dims must be 1, 2 or 3"),
+              ("gft_rank", "5", "gft_rank must be 1..4"), ("steps", "0", "steps must be >= 1"),
+              ("ground_steps", "0", "ground_steps must be >= 1"), ("save_every", "0", "save_every must be >= 1"),
+              ("checkpoint_every", "-3", "checkpoint_every must be >= 1"),
+              ("imprints", "[[1.0, 0.0, 0.5]]", "must be an integer"),
+              ("imprints", "[[nan, 0.0, 1]]", "finite x, y"), ("model", "bose", "model"),
+              ("precision", "float16", "precision"), ("fft", "fftw", "fft")]
+
+
+@pytest.mark.parametrize("key, value, message", BAD_VALUES, ids=[f"{k}={v}" for k, v, _ in BAD_VALUES])
+def test_every_bad_value_is_one_line_and_exit_2(tmp_path, capsys, key, value, message):
+    out = tmp_path / "x"
+    assert bec.main(["--no-progress", "--set", f"{key}={value}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert not (out / "final_state.npy").exists()

@@ -1,0 +1,160 @@
+"""Ground states by imaginary-time Strang steps: the normalised gradient flow at fixed particle number.
+
+Units: ħ = m = 1, trap units (see :mod:`ivhl_jax.physics.condensate`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Complex, Inexact
+
+from ivhl_jax.core.precision import Policy
+from ivhl_jax.core.validation import check_scalar, is_concrete
+from ivhl_jax.numerics.rollout import Stepper, rollout
+from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize
+from ivhl_jax.physics.condensate.states import gaussian
+from ivhl_jax.physics.condensate.stepper import _check_local_dt, strang
+from ivhl_jax.physics.condensate.system import (
+    GPSystem,
+    _check_psi,
+    _check_system,
+    _concrete_float,
+    _output,
+    with_policy,
+)
+
+__all__ = ["ground_state"]
+
+
+def _zero_observe(state: Any, params: Any) -> Any:
+    del state, params
+    return None
+
+
+@functools.partial(jax.jit, static_argnames=("n_blocks", "check_every", "use_noise"))
+def _ground_state_loop(stepper: Stepper, psi: jax.Array, norm: Any, tol: Any, key: Any, noise: Any, *,
+                       n_blocks: int, check_every: int, use_noise: bool) -> tuple[jax.Array, dict[str, jax.Array]]:
+    params = stepper.params
+    system = params.system
+    grid = system.grid
+    rdt, cdt = system.real_dtype, system.complex_dtype
+    psi = psi.astype(cdt)
+    if use_noise:
+        kr, ki = jax.random.split(key)
+        amp = jnp.max(jnp.abs(psi))
+        psi = psi + (jnp.asarray(noise, rdt) * amp).astype(cdt) * jax.lax.complex(
+            jax.random.normal(kr, grid.shape, rdt), jax.random.normal(ki, grid.shape, rdt)).astype(cdt)
+    norm = jnp.asarray(norm, rdt)
+    psi = normalize(psi, grid, norm)
+    # A fixed projection target (Σ|ψ|² = N/dV) keeps the norm anchored instead of random-walking.
+    params = params.replace(target=norm / jnp.asarray(grid.cell_volume, rdt))
+    tol = jnp.asarray(tol, rdt)
+
+    def cond(c):
+        _, _, delta, k = c
+        return jnp.logical_and(k < n_blocks, delta > tol)
+
+    def body(c):
+        p, e_old, _, k = c
+        p, _ = rollout(stepper.step_fn, p, params, check_every, save_every=check_every, observe=_zero_observe)
+        e = energy(p, system)["total"]
+        delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
+        # A non-finite energy (the iteration broke down) stops the loop: NaN > tol is False.
+        return p, e, delta, k + 1
+
+    e0 = energy(psi, system)["total"]
+    init = (psi, e0, jnp.asarray(jnp.inf, rdt), jnp.asarray(0, jnp.int32))
+    psi, _, delta, k = jax.lax.while_loop(cond, body, init)
+    # Final renormalisation: the returned state has the requested norm to round-off.
+    psi = normalize(psi, grid, norm)
+    e = energy(psi, system)["total"]
+    finite = jnp.logical_and(jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)), jnp.isfinite(e))
+    info = {"steps": k * check_every, "energy": e, "mu": chemical_potential(psi, system), "delta": delta,
+            "converged": delta <= tol, "finite": finite}
+    return psi, info
+
+
+def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float = 1e-9, max_steps: int = 100_000,
+                 *, psi0: Inexact[ArrayLike, "*grid"] | None = None, check_every: int = 100,
+                 key: jax.Array | None = None, noise: float = 0.0, policy: str | Policy | None = None
+                 ) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
+    """Ground state by imaginary-time Strang steps (:func:`strang` with ``imaginary=True``) at fixed norm.
+
+    Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
+    ∂ψ/∂τ = −[−½∇² + V + g|ψ|² − Ω L_z]ψ, projected to norm N (τ in 1/ω₀, energies in ħω₀).
+    Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until the relative energy change
+    over a block, |ΔE|/|E|, is below ``tol`` or ``max_steps`` is reached. The fixed point carries a
+    splitting error O(dt²) in the energy; refine by calling again with a smaller dt and ``psi0``.
+    The whole solve (noise, normalisation, loop, observables) is one jitted program, compiled once per
+    (grid, dtype, check_every, number of blocks, noise on/off): a new dt, N, tol, g or V reuses it.
+
+    Args:
+      system: the :class:`GPSystem` (with Ω ≠ 0 this is the rotating-frame ground state).
+      norm: particle number N = ∫|ψ|² dV (the returned ψ has this norm to round-off).
+      dt: imaginary time step.
+      tol: relative energy change per block that counts as converged (float32 bottoms out ~1e-7).
+      max_steps: step budget (rounded up to a multiple of ``check_every``).
+      psi0: initial guess, shape ``grid.shape`` (default: a Gaussian of unit trap width).
+      check_every: steps per convergence check.
+      key: PRNG key of the noise (required when ``noise`` ≠ 0).
+      noise: relative amplitude of complex noise added to the initial guess (breaks symmetries, e.g.
+        to let a vortex lattice nucleate in a rotating trap).
+      policy: None (the system's dtype) or a precision policy / preset (:func:`with_policy`);
+        ``"f32"`` reaches |E − E₀|/E₀ ≈ 1e-7, ``"f64"`` ≈ 3e-13 (1D trap, dt = 2e-3)
+        (measured, docs/guide/precision.md). ψ is returned in the policy's output dtype.
+
+    Returns:
+      (ψ, info): ψ complex of shape ``grid.shape``; info = {"steps", "energy" (total E of the returned
+      ψ), "mu", "delta" (last relative change), "converged", "finite"}. Works under jit and vmap (e.g. over
+      ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
+    """
+    system = with_policy(_check_system(system), policy)
+    check_scalar(tol, "tol", positive=True)
+    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
+    check_scalar(check_every, "check_every", integer=True, minimum=1)
+    check_scalar(norm, "norm", positive=True)
+    check_scalar(noise, "noise", nonnegative=True)
+    check_scalar(dt, "dt", positive=True)
+    use_noise = not (is_concrete(noise) and float(np.asarray(noise)) == 0.0)
+    if use_noise and key is None:
+        raise ValueError(f"noise={noise} needs a PRNG key: pass key=jax.random.key(seed) (without one the noise "
+                         "would be silently ignored)")
+    grid = system.grid
+    if psi0 is None:
+        psi = gaussian(grid, 1.0, dtype=system.complex_dtype)
+    else:
+        psi = _check_psi(psi0, system, "psi0")
+        if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
+            raise ValueError("psi0 is zero everywhere (zero norm), so it cannot be normalised to norm; pass a "
+                             "non-zero initial guess (or psi0=None for the default Gaussian)")
+    stepper = strang(system, dt, imaginary=True)
+    dtc = _concrete_float(dt)
+    if dtc is not None and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
+        _check_local_dt(dtc, system, np.asarray(psi), True)
+    n_blocks = -(-int(max_steps) // int(check_every))
+    psi, info = _ground_state_loop(stepper, psi, norm, tol, key if use_noise else None, noise if use_noise else None,
+                                   n_blocks=n_blocks, check_every=int(check_every), use_noise=use_noise)
+    ok = info["finite"]
+    if is_concrete(ok) and not bool(ok):
+        raise ValueError(f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf, "
+                         f"e^(-dt·V/2) underflows the occupied region); use a smaller dt (e.g. dt <= "
+                         f"{_gs_dt_hint(system):.3g}) and refine")
+    return _output(psi, policy), info
+
+
+def _gs_dt_hint(system: GPSystem) -> float:
+    # Keep e^{−dt·max U/2} representable: dt·(max V − min V)/2 below ~half the float exponent range.
+    try:
+        v = np.asarray(system.potential, np.float64)
+        span = float(v.max() - v.min())
+    except Exception:  # noqa: BLE001 - traced potential: no hint from values
+        return 1e-2
+    lim = 0.5 * math.log(float(np.finfo(np.dtype(system.real_dtype)).max))
+    return 2 * lim / span if span > 0 else 1.0
+

@@ -1,0 +1,179 @@
+"""Observables of a Gross–Pitaevskii state: norm, energy parts, chemical potential, virial residual, L_z,
+vortex charges and positions, and the family's ``observe(state, params)``.
+
+Units: ħ = m = 1, trap units (see :mod:`ivhl_jax.physics.condensate`). ψ has the grid's shape
+(``indexing="ij"``); :func:`norm` also takes leading batch axes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Inexact, Int
+
+from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.physics.condensate.system import GPSystem, Grid, _check_system, _k2
+
+__all__ = ["observe", "norm", "normalize", "density", "phase", "angular_momentum", "energy", "chemical_potential",
+           "virial_residual", "vortex_charges", "vortex_positions"]
+
+
+def observe(psi: Inexact[Array, "*grid"], params: Any) -> dict[str, Float[Array, ""]]:
+    """The family's observable for :func:`ivhl_jax.numerics.rollout.trajectory`: the norm N = ∫|ψ|² dV and
+    the energy parts (``energy_kinetic``, ``energy_trap``, ``energy_interaction``, ``energy_rotation``,
+    ``energy_total``; see :func:`energy`), scalars in ħω₀.
+
+    ``params`` is the stepper's params (``condensate.strang(system, dt).params``; its ``system`` is read).
+    ``trajectory(stepper, psi, steps, observe=condensate.observe)`` compiles once per shape.
+    """
+    system = getattr(params, "system", None)
+    if not isinstance(system, GPSystem):
+        raise TypeError(f"params must be the params of a condensate stepper (condensate.strang(system, dt).params), "
+                        f"got {type(params).__name__}")
+    e = energy(psi, system)
+    return {"norm": norm(psi, system.grid), **{f"energy_{k}": v for k, v in e.items()}}
+
+
+def _grid_of(x: Any) -> Grid:
+    if isinstance(x, GPSystem):
+        return x.grid
+    if isinstance(x, Grid):
+        return x
+    raise TypeError(f"expected a Grid or GPSystem, got {type(x).__name__}")
+
+
+def _check_field(psi: Any, grid: Grid, name: str = "psi", *, batched: bool = False) -> jax.Array:
+    """``psi`` as an array on ``grid``: an inexact dtype, the grid's shape as its trailing axes (leading batch
+    axes only when ``batched``), no NaN/inf (checked for concrete values; tracers pass)."""
+    arr = check_array(psi, name, kind="inexact", finite=True)
+    tail = tuple(arr.shape[arr.ndim - grid.ndim:]) if arr.ndim >= grid.ndim else None
+    if tail != tuple(grid.shape) or (not batched and arr.ndim != grid.ndim):
+        want = ("(..., " if batched else "(") + ", ".join(map(str, grid.shape)) + ")"
+        raise ValueError(f"{name} must have shape {want} (the grid's), got {tuple(arr.shape)}")
+    return arr
+
+
+def norm(psi: Inexact[Array, "*batch_and_grid"], grid: Grid | GPSystem) -> Float[Array, "*batch"]:
+    """N = ∫|ψ|² dV (sum over the last grid.ndim axes, so batched ψ works)."""
+    grid = _grid_of(grid)
+    psi = _check_field(psi, grid, batched=True)
+    axes = tuple(range(psi.ndim - grid.ndim, psi.ndim))
+    return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=axes) * grid.cell_volume
+
+
+def normalize(psi: Inexact[Array, "*shape"], grid: Grid | GPSystem, n: Any = 1.0) -> Inexact[Array, "*shape"]:
+    """ψ scaled so that ∫|ψ|² dV = n (n > 0; a ψ that is zero everywhere cannot be normalised)."""
+    psi = _check_field(psi, _grid_of(grid), batched=True)
+    check_scalar(n, "n", positive=True)
+    current = norm(psi, grid)
+    if is_concrete(current) and not bool(np.all(np.asarray(current) > 0)):
+        raise ValueError("psi is zero everywhere (norm 0), so it cannot be normalised; pass a nonzero psi")
+    return psi * jnp.sqrt(jnp.asarray(n, psi.real.dtype) / current).astype(psi.real.dtype)
+
+
+def density(psi: Inexact[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """|ψ|² (particles per unit volume)."""
+    psi = check_array(psi, "psi", kind="numeric", finite=True)
+    return psi.real * psi.real + psi.imag * psi.imag
+
+
+def phase(psi: Inexact[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """arg ψ in (−π, π]."""
+    return jnp.angle(check_array(psi, "psi", kind="numeric", finite=True))
+
+
+def _deriv(psi_k: jax.Array, grid: Grid, axis: int) -> jax.Array:
+    k = jnp.asarray(grid._bcast(grid.wavenumbers[axis], axis), psi_k.real.dtype)
+    return jnp.fft.ifftn(1j * k * psi_k)
+
+
+def angular_momentum(psi: Inexact[Array, "*grid"], grid: Grid | GPSystem) -> Float[Array, ""]:
+    """⟨L_z⟩ = ∫ ψ* (−i)(x ∂_y − y ∂_x) ψ dV (spectral derivatives; real)."""
+    grid = _grid_of(grid)
+    if grid.ndim < 2:
+        raise ValueError("angular_momentum needs a 2D or 3D grid")
+    psi = _check_field(psi, grid)
+    rdt = psi.real.dtype
+    psi_k = jnp.fft.fftn(psi)
+    x = jnp.asarray(grid._bcast(grid.coords[0], 0), rdt)
+    y = jnp.asarray(grid._bcast(grid.coords[1], 1), rdt)
+    lz = -1j * (x * _deriv(psi_k, grid, 1) - y * _deriv(psi_k, grid, 0))
+    return jnp.sum(jnp.conj(psi) * lz).real * grid.cell_volume
+
+
+def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Array, ""]]:
+    """Energy parts of E[ψ] = ∫ [½|∇ψ|² + V|ψ|² + ½g|ψ|⁴] dV − Ω⟨L_z⟩ (in ħω₀; totals, not per particle).
+
+    Returns a dict with ``kinetic``, ``trap``, ``interaction``, ``rotation`` and ``total``. The
+    kinetic part is spectral: ½ Σ_k k²|ψ̂_k|² dV / N_points (Parseval).
+    """
+    grid = _check_system(system).grid
+    psi = _check_field(psi, grid)
+    rdt = psi.real.dtype
+    psi_k = jnp.fft.fftn(psi)
+    k2 = jnp.asarray(_k2(grid), rdt)
+    dv = grid.cell_volume
+    ekin = 0.5 * jnp.sum(k2 * density(psi_k)) * dv / grid.size
+    rho = density(psi)
+    etrap = jnp.sum(jnp.asarray(system.potential, rdt) * rho) * dv
+    eint = 0.5 * jnp.asarray(system.g, rdt) * jnp.sum(rho * rho) * dv
+    if system.rotating:
+        erot = -jnp.asarray(system.omega_rot, rdt) * angular_momentum(psi, grid)
+    else:
+        erot = jnp.zeros((), rdt)
+    return {"kinetic": ekin, "trap": etrap, "interaction": eint, "rotation": erot,
+            "total": ekin + etrap + eint + erot}
+
+
+def chemical_potential(psi: Inexact[Array, "*grid"], system: GPSystem) -> Float[Array, ""]:
+    """μ = (E_kin + E_trap + 2E_int + E_rot)/N (the eigenvalue of the GP operator for a stationary ψ)."""
+    e = energy(psi, system)
+    return (e["kinetic"] + e["trap"] + 2 * e["interaction"] + e["rotation"]) / norm(psi, system.grid)
+
+
+def virial_residual(psi: Inexact[Array, "*grid"], system: GPSystem) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """Virial residual r = 2E_kin − 2E_trap + d·E_int for a harmonic trap (0 for stationary states).
+
+    Returns (r, r / (2E_kin + 2E_trap + d|E_int|)), the absolute and relative residual.
+    """
+    e = energy(psi, system)
+    d = system.grid.ndim
+    r = 2 * e["kinetic"] - 2 * e["trap"] + d * e["interaction"]
+    return r, r / (2 * e["kinetic"] + 2 * e["trap"] + d * jnp.abs(e["interaction"]))
+
+
+def vortex_charges(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
+                   ) -> Int[Array, "x-1 y-1"]:
+    """Plaquette winding numbers of a 2D ψ inside the condensate.
+
+    Uses :func:`ivhl_jax.physics.fields.vortex_map`; returns int32 (nx−1, ny−1). A plaquette counts when the
+    mean density over the (2·window + 2)² cells around it is ≥ ``min_density``·max|ψ|²: this keeps
+    real vortices (whose own core is empty) and drops the "ghost" phase singularities of the
+    near-empty region outside a trapped condensate.
+    """
+    from ivhl_jax.physics import fields
+
+    psi = check_array(psi, "psi", kind="numeric", finite=True)
+    if psi.ndim != 2:
+        raise ValueError(f"vortex_charges needs a 2D psi (take a z-slice in 3D), got shape {psi.shape}")
+    check_scalar(min_density, "min_density", minimum=0.0, maximum=1.0)
+    check_scalar(window, "window", integer=True, nonnegative=True)
+    w = fields.vortex_map(psi)
+    rho = density(psi)
+    k = 2 * int(window) + 2
+    local_mean = jax.lax.reduce_window(rho, 0.0, jax.lax.add, (k, k), (1, 1),
+                                       ((window, window), (window, window))) / (k * k)
+    return jnp.where(local_mean >= min_density * jnp.max(rho), w, 0).astype(jnp.int32)
+
+
+def vortex_positions(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
+                     ) -> tuple[Float[np.ndarray, "m 2"], Int[np.ndarray, " m"]]:
+    """Vortex positions (M, 2) (plaquette centres, trap units) and charges (M,) of a 2D ψ (not jittable)."""
+    w = np.asarray(vortex_charges(psi, grid, min_density=min_density, window=window))
+    ix, iy = np.nonzero(w)
+    x, y = grid.coords[0], grid.coords[1]
+    dx, dy = grid.dx[0], grid.dx[1]
+    return np.stack([x[ix] + dx / 2, y[iy] + dy / 2], axis=-1), w[ix, iy]
