@@ -459,3 +459,76 @@ def test_float32_early_sweeps_and_float64_finish():
         M.precision_dtype("bf16")
     with pytest.raises(ValueError, match="policy"):
         M.precision_dtype("f128")
+
+
+# ------------------------------------------------------------------------------ other chains, per-layer bonds
+
+
+def test_blocking_reproduces_any_chain_and_models_are_checked():
+    """For the Potts (d = 3), XX and Ising chains, both blocked terms (the B block's spins put back in order) are
+    ½h(0,1) + h(1,2) + ½h(2,3) on four spins, built here with Kronecker products; the terms are reflection
+    symmetric, and the exact energies are the documented ones."""
+    for model in (M.potts(), M.xx(), M.ising(0.7)):
+        d = model.d
+        with jax.enable_x64(True):
+            h_ab, h_ba = Mo.blocked_terms(model)
+        term = np.asarray(model.term).reshape(d * d, d * d)
+        eye = np.eye(d)
+        ref = (0.5 * np.kron(term, np.eye(d * d)) + np.kron(np.kron(eye, term), eye)
+               + 0.5 * np.kron(np.eye(d * d), term))
+        h8ab = np.asarray(h_ab).reshape((d,) * 8).transpose(0, 1, 3, 2, 4, 5, 7, 6)
+        h8ba = np.asarray(h_ba).reshape((d,) * 8).transpose(1, 0, 2, 3, 5, 4, 6, 7)
+        np.testing.assert_allclose(h8ab.reshape(d**4, d**4), ref, atol=1e-12)
+        np.testing.assert_allclose(h8ba.reshape(d**4, d**4), ref, atol=1e-12)
+        assert model.reflection_symmetric
+    assert M.potts().e0 == pytest.approx(-(4 / 3 + 2 * math.sqrt(3) / math.pi))
+    assert M.xx().e0 == pytest.approx(-1 / math.pi)
+
+
+@pytest.mark.parametrize("name", ["xx", "potts"])
+def test_other_chains_converge_to_their_exact_energy(name):
+    """The XX chain (e₀ = −1/π) at χ/χ_mid = 6/4 and the critical 3-state Potts chain (e₀ = −(4/3 + 2√3/π), checked
+    by ED extrapolation in tests/physics/test_exact.py) at 9/3 on d² = 9 sites, one transitional layer: variational
+    energies above e₀, within 3e-3 / 1e-2 after 600 / 400 sweeps; the low one-site scaling dimensions near the CFT's
+    (XX: two of 1/4; Potts: σ, σ† = 2/15)."""
+    model, cfg, n, tol, lo = {"xx": (M.xx(), M.MERAConfig(chi=6, chi_mid=4, layers=1), 600, 3e-3, (0.25, 0.03)),
+                              "potts": (M.potts(), M.MERAConfig(chi=9, chi_mid=3, layers=1), 400, 1e-2,
+                                        (2 / 15, 0.05))}[name]
+    with jax.enable_x64(True):
+        st = M.evenbly_vidal(model, cfg)
+        state, e = trajectory(st, st.init(key=jax.random.key(0)), n, observe=M.observe)
+        err = np.asarray(e) - model.e0
+        dims = M.scaling_dimensions(state.mera, 3)
+    print(f"{name}: energy error {err[-1]:.3e}, dims {dims}")
+    assert np.all(err > 0) and err[-1] < tol
+    assert max(M.isometry_errors(state.mera).values()) < 1e-12
+    np.testing.assert_allclose(dims[1:3], lo[0], atol=lo[1])
+
+
+def test_grow_per_layer_keeps_the_energy():
+    """grow to one bond dimension per layer (χ above the layers 4, 4, 4 → 6, 8, 8): exact isometries, the requested
+    shapes, and (mix = 0) the same energy (the old tensors are a block, the top ρ padded with zeros)."""
+    with jax.enable_x64(True):
+        st = M.evenbly_vidal(M.ising(), M.MERAConfig(chi=4, layers=2, u_delay=0))
+        state, _ = trajectory(st, st.init(key=jax.random.key(0)), 3, observe=M.observe)
+        h = st.params.h
+        big = M.grow(state.mera, jax.random.key(1), (6, 8, 8), (4, 4, 4), mix=0.0, refsym=True)
+        assert big.chis == (6, 8, 8) and big.chi_mids == (4, 4, 4)
+        assert max(M.isometry_errors(big).values()) < 1e-12
+        assert float(_energy(big, h)) == pytest.approx(float(_energy(state.mera, h)), abs=1e-12)
+        with pytest.raises(ValueError, match="grow can only enlarge"):
+            M.grow(big, jax.random.key(2), (6, 6, 6))
+
+
+@pytest.mark.slow  # ~25 s: compiling the χ = 20 sweep
+def test_chi20_per_layer_float64_isometries_exact_and_energy_falling():
+    """χ above the layers 16 (the bottom carries at most d² = 16), 20, 20 with χ_mid 4: float64, a few sweeps from a
+    cold start; every u, w, v isometric to 1e-12 after each sweep and the energy falling at every sweep."""
+    cfg = M.MERAConfig(chi=(16, 20, 20), chi_mid=(4, 4, 4), layers=2, u_delay=1)
+    with jax.enable_x64(True):
+        st = M.evenbly_vidal(M.ising(), cfg)
+        state, e = trajectory(st, st.init(key=jax.random.key(0)), 5, observe=M.observe)
+    e = np.asarray(e)
+    assert state.mera.chis == (16, 20, 20) and state.mera.chi == 20
+    assert max(M.isometry_errors(state.mera).values()) < 1e-12
+    assert np.all(np.diff(e) < 0) and np.all(e > M.E0_CRITICAL_ISING), e

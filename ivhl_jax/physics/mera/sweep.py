@@ -236,7 +236,8 @@ class SweepParams(struct.PyTreeNode):
 
 
 class MERAState(struct.PyTreeNode):
-    """The stepper's state: the MERA and the energy per site measured at the start of the last sweep."""
+    """The stepper's state: the MERA and the energy per site measured at the start of the last sweep (0 before the
+    first sweep)."""
 
     mera: MERA
     energy: jax.Array
@@ -260,7 +261,7 @@ def _ev_init(params: SweepParams, key: jax.Array | None = None, mera: MERA | Non
             raise ValueError(f"mera has bottom sites of dimension {mera.d}, the stepper's model needs {d}")
     if mera.w[0].dtype != dtype:
         mera = cast_mera(mera, dtype)
-    return MERAState(mera=mera, energy=jnp.asarray(jnp.nan, dtype))
+    return MERAState(mera=mera, energy=jnp.zeros((), dtype))
 
 
 def observe(state: MERAState, params: SweepParams) -> jax.Array:
