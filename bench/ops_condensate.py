@@ -14,6 +14,7 @@ copy measured in the same process, so the fraction of the bound is gbytes_per_s 
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -170,3 +171,138 @@ def gft_step(size: str) -> BenchCase:
 
 
 OPS = {"gp_step": gp_step, "gp_step_ducc": gp_step_ducc, "gft_step": gft_step}
+
+
+# ------------------------------------------------------------------------------------------ GPU check
+GPU_SHAPES = ((256, 256, 256), (512, 512, 512))
+QUICK_SHAPES = ((16, 16, 16),)
+
+
+def _median_ms(call, reps: int) -> float:
+    call()  # compile / warm up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
+def _jax_runs(shape, steps: int):
+    """(trajectory call, fused multi-step call) of ``steps`` real-time GP steps on the default device, each
+    returning after the work: the public path (``trajectory`` of ``condensate.strang``) and the stepper's
+    multi-step path (potential half-steps of consecutive steps merged, ``_StrangStep.run``)."""
+    import jax
+
+    from ivhl_jax.numerics.rollout import trajectory
+    from ivhl_jax.physics.condensate.stepper import _strang_step
+
+    C, grid, system, psi, _ = _gp_setup(shape)
+    stepper = C.strang(system, DT)
+    psi = stepper.init(psi)
+    traj = jax.jit(lambda p, st: trajectory(st, p, steps, save_every=steps, observe=_no_observation)[0])
+    fused = jax.jit(lambda p, prm: _strang_step.run(p, prm, steps))
+    return (lambda: jax.block_until_ready(traj(psi, stepper))), \
+        (lambda: jax.block_until_ready(fused(psi, stepper.params))), (traj, fused, psi, stepper)
+
+
+def fused_vs_unfused(shape=(64, 64, 64), steps: int = 20, rounds: int = 7) -> dict:
+    """Interleaved timing of the unfused Strang loop (``trajectory``) and the fused multi-step path on this
+    device: per-round ratio fused/unfused (< 1 is faster) and the largest |Δψ| between them."""
+    from ivhl_jax.bench.harness import interleaved_rounds
+
+    unfused, fused, (traj, fz, psi, stepper) = _jax_runs(shape, steps)
+    diff = float(np.max(np.abs(np.asarray(traj(psi, stepper)) - np.asarray(fz(psi, stepper.params)))))
+    unfused(), fused()
+    wall, _ = interleaved_rounds({"unfused": unfused, "fused": fused}, rounds)
+    ratios = [f / u for f, u in zip(wall["fused"], wall["unfused"])]
+    return {"shape": list(shape), "steps": steps, "rounds": rounds,
+            "unfused_ms_per_step": 1e3 * float(np.median(wall["unfused"])) / steps,
+            "fused_ms_per_step": 1e3 * float(np.median(wall["fused"])) / steps,
+            "ratio_fused_over_unfused_median": float(np.median(ratios)),
+            "ratio_fused_over_unfused_range": [float(min(ratios)), float(max(ratios))],
+            "max_abs_diff": diff}
+
+
+def gpu_check(quick: bool = False) -> dict:
+    """GP 3D real-time Strang steps on this device (256³ and 512³ complex64; ``quick``: 16³ on any device, a
+    few seconds on a CPU), ms/step, against the same algorithm in PyTorch on the same device (when torch is
+    importable; eager ``torch.fft`` with the same precomputed kinetic factor).
+
+    Two JAX paths: ``trajectory`` of ``condensate.strang`` (what a user runs) and the stepper's fused
+    multi-step path (potential half-steps of consecutive steps merged: 2 FFTs and 2 elementwise passes per
+    step). Times are medians of calls waited on (``block_until_ready``; ``torch.cuda.synchronize``). Returns the
+    records and a ``summary`` (one line per size).
+    """
+    import jax
+
+    shapes = QUICK_SHAPES if quick else GPU_SHAPES
+    steps = 5 if quick else 20
+    reps = 3 if quick else 10
+    platform = jax.devices()[0].platform
+    torch_dev = None
+    try:
+        import torch
+
+        torch_dev = "cuda" if platform == "gpu" and torch.cuda.is_available() else ("cpu" if platform == "cpu"
+                                                                                   else None)
+    except ImportError:
+        torch = None
+    doc: dict = {"device": str(jax.devices()[0]), "steps_per_call": steps, "dt": DT, "g": G, "dtype": "complex64",
+                 "torch": torch_dev or "not importable or not on this device", "results": []}
+    summary = []
+    for shape in shapes:
+        rec: dict = {"shape": list(shape)}
+        try:
+            unfused, fused, (traj, fz, psi, stepper) = _jax_runs(shape, steps)
+            rec["trajectory_ms_per_step"] = _median_ms(unfused, reps) / steps
+            rec["fused_ms_per_step"] = _median_ms(fused, reps) / steps
+            rec["fused_max_abs_diff"] = float(jax.numpy.max(jax.numpy.abs(traj(psi, stepper)
+                                                                          - fz(psi, stepper.params))))
+            line = (f"GP {'x'.join(map(str, shape))}: trajectory {rec['trajectory_ms_per_step']:.3f} ms/step, "
+                    f"fused {rec['fused_ms_per_step']:.3f} ms/step")
+            if torch_dev is not None:
+                rec["torch_ms_per_step"] = _median_ms(_torch_peer(shape, steps, device=torch_dev)(), reps) / steps
+                line += f", torch eager {rec['torch_ms_per_step']:.3f} ms/step"
+        except Exception as e:  # noqa: BLE001 - one size failing (e.g. out of memory) must not hide the others
+            rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            line = f"GP {'x'.join(map(str, shape))}: {rec['error']}"
+        doc["results"].append(rec)
+        summary.append(line)
+    doc["summary"] = summary
+    return doc
+
+
+def main(argv=None) -> int:
+    """``python -m ivhl_jax.bench.ops_condensate fused --out FILE``: :func:`fused_vs_unfused` at 2D 256², 3D 64³
+    and 3D 128³ on this device, written as JSON with the command that made it."""
+    import argparse
+    import json
+    import platform
+    import sys
+
+    import jax
+
+    p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_condensate")
+    p.add_argument("what", choices=("fused",))
+    p.add_argument("--out", required=True)
+    p.add_argument("--rounds", type=int, default=7)
+    a = p.parse_args(argv)
+    cases = (((256, 256), 20), ((64, 64, 64), 20), ((128, 128, 128), 5))
+    doc = {"command": "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv),
+           "measures": "GP real-time Strang steps: the step-by-step trajectory vs the fused multi-step path "
+                       "(potential half-steps merged), interleaved rounds on one device; ratio < 1: fused faster",
+           "device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count(),
+           "results": [fused_vs_unfused(shape, steps, a.rounds) for shape, steps in cases]}
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    for r in doc["results"]:
+        print(f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} "
+              f"(range {r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
+              f"max |diff| {r['max_abs_diff']:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,10 +13,14 @@ to 1 or to 1 − 6e-8 for the small θ of the occupied modes, so |f|² − 1 ~ �
 step and would add up to a norm drift of ~1e-3 over 10⁴ steps; the "minus one" form represents the
 small numbers −2 sin²(θ/2) − i sin θ to full relative precision.
 
-:func:`split_step` is the one-step kernel. :func:`kick` is the local factor alone: a run of real-time
-steps can merge the closing half-step of one step with the opening half-step of the next, because
-U depends only on |ψ|², which the local factor does not change (the solvers use this, see
-:func:`ivhl_jax.physics.condensate.strang`).
+:func:`split_step` is the one-step kernel. :func:`kick` is the local factor alone. :func:`strang_run` runs n
+real-time steps with the closing half-step of each step merged into the opening half-step of the next,
+
+    e^{−i dt/2 U} · [K · e^{−i dt U}]^{n−1} · K · e^{−i dt/2 U},
+
+the same scheme to round-off (U depends only on |ψ|², which the local factor does not change), with one
+pass over the field per step fewer: 2 elementwise passes (kinetic factor, local factor) and 2 FFTs per step
+instead of 3 and 2.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from jaxtyping import Array, Complex
 from ivhl_jax.core.validation import check_array
 from ivhl_jax.numerics.fastmath import sincos
 
-__all__ = ["phase_factor_m1", "split_step", "kick"]
+__all__ = ["phase_factor_m1", "split_step", "kick", "strang_run"]
 
 
 def _check_imaginary(imaginary: Any) -> bool:
@@ -96,3 +100,22 @@ def split_step(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array]
     psi = kick(psi, local_energy, half, imaginary)
     psi = kinetic(psi)
     return kick(psi, local_energy, half, imaginary)
+
+
+def strang_run(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.Array],
+               kinetic: Callable[[jax.Array], jax.Array], dt: Any, n: int) -> Complex[Array, "*shape"]:
+    """``n`` real-time Strang steps with the potential half-steps of consecutive steps merged (module docstring).
+
+    Equal to ``n`` applications of :func:`split_step` (``imaginary=False``) to round-off. ``n`` is a static
+    int ≥ 1; the interior steps run in a ``lax.fori_loop`` (the field is the loop carry, updated in place).
+    """
+    psi = check_array(psi, "psi", kind="complex")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an int >= 1 (the number of steps), got {n!r}")
+    psi = kick(psi, local_energy, 0.5 * dt, False)
+
+    def interior(_, p):
+        return kick(kinetic(p), local_energy, dt, False)
+
+    psi = jax.lax.fori_loop(0, int(n) - 1, interior, psi)
+    return kick(kinetic(psi), local_energy, 0.5 * dt, False)

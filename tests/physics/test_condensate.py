@@ -603,3 +603,159 @@ def test_condensate_strang_rejects_bad_input():
         C.strang(sys_, -0.1)
     with pytest.raises(TypeError, match="GPSystem"):
         C.strang("system", 0.1)
+
+
+# --- the fused multi-step path (potential half-steps of consecutive steps merged) ---------------------------------
+def _field_passes(hlo: str, shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(FFTs, fusions with a field-shaped complex output) of every HLO computation that runs an FFT."""
+    import re
+
+    dims = ",".join(map(str, shape))
+    out = []
+    for comp in re.split(r"\n(?=\S.*\{\n)", hlo):
+        ffts = len(re.findall(rf"= c64\[{dims}\]\{{[^}}]*\}} fft\(", comp))
+        fusions = len(re.findall(rf"= c64\[{dims}\]\{{[^}}]*\}} fusion\(", comp))
+        if ffts:
+            out.append((ffts, fusions))
+    return out
+
+
+def _loop_body_passes(hlo: str, shape: tuple[int, ...]) -> tuple[int, int]:
+    """FFTs and field passes of the loop body: the FFT-running computation with a while-loop parameter tuple."""
+    import re
+
+    dims = ",".join(map(str, shape))
+    bodies = [c for c in re.split(r"\n(?=\S.*\{\n)", hlo)
+              if re.match(r"^%\S+ \(\S+: \(s32\[\]", c) and re.search(rf"c64\[{dims}\]\{{[^}}]*\}} fft\(", c)]
+    assert len(bodies) == 1, f"expected one loop body running the FFTs, found {len(bodies)}"
+    return _field_passes(bodies[0], shape)[0]
+
+
+def _no_obs(psi, params):
+    return None
+
+
+def test_hlo_of_a_10_step_trajectory_and_of_the_fused_run_count_ffts_and_field_passes():
+    """Guard of the GP step's memory traffic (what a GPU step costs): in the compiled CPU HLO, a step is 2 FFTs
+    and at most 3 elementwise passes over the field in a trajectory (potential half-step, kinetic factor,
+    potential half-step), and 2 FFTs and 2 passes in the fused multi-step path."""
+    from ivhl_jax.physics.condensate.stepper import _strang_step
+
+    shape = (16, 16, 16)
+    grid = C.Grid.uniform(shape, 8.0)
+    st = C.strang(C.GPSystem(grid, C.harmonic(grid), 10.0), 1e-3)
+    psi = st.init(C.gaussian(grid))
+    traj = jax.jit(lambda p: trajectory(st, p, 10, save_every=10, observe=_no_obs)[0]).lower(psi).compile()
+    ffts, passes = _loop_body_passes(traj.as_text(), shape)
+    assert ffts == 2 and passes <= 3, (ffts, passes)
+    run = jax.jit(lambda p, prm: _strang_step.run(p, prm, 10)).lower(psi, st.params).compile()
+    ffts, passes = _loop_body_passes(run.as_text(), shape)
+    assert (ffts, passes) == (2, 2), (ffts, passes)
+
+
+@pytest.mark.parametrize("omega_rot", [0.0, 0.5])
+def test_fused_run_equals_the_step_by_step_scheme_float64(omega_rot):
+    """100 steps with merged potential half-steps equal 100 single Strang steps to round-off (float64)."""
+    from ivhl_jax.physics.condensate.stepper import _strang_step
+
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform((32, 32), 10.0)
+        sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), 20.0, omega_rot)
+        st = C.strang(sys_, 2e-3)
+        psi = st.init(C.gaussian(grid, center=(0.7, -0.3), dtype=jnp.complex128))
+        fused = jax.jit(lambda p, prm: _strang_step.run(p, prm, 100))(psi, st.params)
+        ref = jax.jit(lambda p: jax.lax.fori_loop(0, 100, lambda _, q: st.step(q), p))(psi)
+        assert float(jnp.max(jnp.abs(fused - ref))) < 1e-6
+        assert float(jnp.max(jnp.abs(ref - psi))) > 1e-2  # non-trivial dynamics
+
+
+def test_fused_run_conserves_norm_and_energy_as_the_step():
+    """The configuration of test_real_time_conserves_norm_and_energy through the fused path: same tolerances."""
+    from ivhl_jax.physics.condensate.stepper import _strang_step
+
+    sys1 = _trap_system(128, 16.0, g=5.0)
+    psi0, _ = C.ground_state(sys1, 1.0, dt=0.01, tol=1e-6, max_steps=3000)
+    psi0 = psi0 * jnp.exp(1j * 0.7 * jnp.asarray(sys1.grid.coords[0], jnp.float32))
+    st = C.strang(sys1, 2e-3)
+    psi = jax.jit(lambda p, prm: _strang_step.run(p, prm, 1000))(psi0, st.params)
+    n0 = float(C.norm(psi0, sys1.grid))
+    assert abs(float(C.norm(psi, sys1.grid)) / n0 - 1) < 2e-4
+    e0 = float(C.energy(psi0, sys1)["total"])
+    e1 = float(C.energy(C.normalize(psi, sys1.grid, n0), sys1)["total"])  # the round-off norm loss projected out
+    assert abs(e1 / e0 - 1) < 1e-4
+    # imaginary time and the projected real-time step have no merged path: run() is n single steps
+    for kw in ({"imaginary": True}, {"project_norm": True}):
+        sti = C.strang(sys1, 2e-3, **kw)
+        a = _strang_step.run(psi0, sti.params, 5)
+        b = psi0
+        for _ in range(5):
+            b = sti.step(b)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+def test_dt_is_held_once_every_way_to_change_it_is_the_fresh_builder_or_an_error():
+    """A new dt comes from the builder (same compiled loop); editing dt or the system apart from the kinetic
+    factors is refused, so the params can never disagree with themselves."""
+    sys_ = _gp_system((32,), 12.0, g=2.0)
+    psi = C.gaussian(sys_.grid, center=(0.5,))
+    st1, st2 = C.strang(sys_, 0.01), C.strang(sys_, 0.02)
+    fresh = trajectory(st2, psi, 20, save_every=20)[0]
+    # the documented way: a fresh builder, or swapping in its params
+    np.testing.assert_array_equal(np.asarray(trajectory(st1.replace(params=st2.params), psi, 20, save_every=20)[0]),
+                                  np.asarray(fresh))
+    assert float(st2.params.dt) == np.float32(0.02)
+    with pytest.raises(ValueError, match=r"dt is held once.*condensate.strang\(system, dt\)"):
+        st1.params.replace(dt=0.02)
+    with pytest.raises(ValueError, match="dt is held once"):
+        st1.params.plan.replace(dt=0.02)
+    with pytest.raises(ValueError, match="grid"):
+        st1.params.replace(system=C.GPSystem(C.Grid.uniform(32, 10.0), C.harmonic(C.Grid.uniform(32, 10.0)), 2.0))
+    rot = C.strang(_trap_system((16, 16), 8.0, g=1.0, omega_rot=0.3), 0.01)
+    with pytest.raises(ValueError, match="omega_rot"):
+        rot.params.replace(system=rot.params.system.replace(omega_rot=0.5))
+    with pytest.raises(ValueError, match="rotation"):
+        st1.params.replace(system=st1.params.system.replace(omega_rot=None).replace(omega_rot=jnp.float32(0.2)))
+    # values the step reads directly (g, V) are free to change: that is a traced parameter sweep
+    st_g = st1.replace(params=st1.params.replace(system=st1.params.system.replace(g=jnp.float32(3.0))))
+    np.testing.assert_allclose(np.asarray(trajectory(st_g, psi, 20, save_every=20)[0]),
+                               np.asarray(trajectory(C.strang(sys_.replace(g=3.0), 0.01), psi, 20, save_every=20)[0]),
+                               atol=1e-7)
+
+
+def test_builder_refuses_an_unstable_dt_and_init_an_unresolved_phase():
+    sys_ = _gp_system((64,), 16.0, g=2.0)  # k_max²/2 = 79: dt <= 0.0398
+    with pytest.raises(ValueError, match=r"dt=5.0 is unstable.*use dt <= 0.0398"):
+        C.strang(sys_, 5.0)
+    C.strang(sys_, 5.0, imaginary=True)  # imaginary time: the kinetic factor decays, no bound
+    st = C.strang(sys_.replace(g=1e4), 0.03)
+    with pytest.raises(ValueError, match=r"too large.*use dt <= "):
+        st.init(C.gaussian(sys_.grid))
+
+
+def test_family_observe_in_trajectory_and_traced_trap_frequency():
+    sys_ = _gp_system((32,), 12.0, g=2.0)
+    st = C.strang(sys_, 0.01)
+    psi = st.init(C.gaussian(sys_.grid))
+    _, obs = trajectory(st, psi, 10, save_every=5, observe=C.observe)
+    assert obs["norm"].shape == (2,) and abs(float(obs["norm"][-1]) - 1) < 1e-5
+    np.testing.assert_allclose(np.asarray(obs["energy_total"][-1]), float(C.energy(psi, sys_)["total"]), rtol=1e-5)
+    with pytest.raises(TypeError, match="params must be the params of a condensate stepper"):
+        C.observe(psi, sys_)
+    # traced physics parameters: a vmap over the trap frequency
+    grid = sys_.grid
+    vs = jax.vmap(lambda w: C.harmonic(grid, w))(jnp.array([1.0, 1.5]))
+    np.testing.assert_allclose(np.asarray(vs[1]), np.asarray(C.harmonic(grid, 1.5)), rtol=1e-6)
+    e = jax.vmap(lambda w: C.energy(psi, C.GPSystem(grid, C.harmonic(grid, w), 2.0))["trap"])(jnp.array([1.0, 2.0]))
+    assert abs(float(e[1]) / float(e[0]) - 4.0) < 1e-5
+
+
+def test_gpu_check_quick_runs_on_cpu():
+    """bench.ops_condensate.gpu_check(quick=True): the GPU section in CI form (16³, seconds on a CPU)."""
+    from ivhl_jax.bench import ops_condensate
+
+    doc = ops_condensate.gpu_check(quick=True)
+    (rec,) = doc["results"]
+    assert "error" not in rec, rec
+    assert rec["shape"] == [16, 16, 16] and rec["trajectory_ms_per_step"] > 0 and rec["fused_ms_per_step"] > 0
+    assert rec["fused_max_abs_diff"] < 1e-5
+    assert len(doc["summary"]) == 1 and doc["summary"][0].startswith("GP 16x16x16: trajectory ")

@@ -149,3 +149,25 @@ def test_gft_bad_policies_name_the_argument():
         _step(jnp.ones((8, 8), jnp.complex64), system, 0.01, policy="bf16")
     with pytest.raises(TypeError, match="dtype must be complex"):
         G.strang(system, 0.01, dtype=jnp.float32)
+
+
+def test_gft_builder_checks_dt_holds_it_once_and_observe_fits_trajectory():
+    sys_ = G.GFTSystem((8, 8), -0.5, 0.1)  # max ε_k = 8: dt <= π/8
+    with pytest.raises(ValueError, match=r"dt=1.0 is unstable.*use dt <= 0.393"):
+        G.strang(sys_, 1.0)
+    with pytest.raises(ValueError, match=r"mass phase.*use dt <= "):
+        G.strang(G.GFTSystem((8, 8), -100.0, 0.1), 0.1, imaginary=True)
+    st1, st2 = G.strang(sys_, 0.05), G.strang(sys_, 0.1)
+    with pytest.raises(ValueError, match=r"dt is held once.*gft.strang\(system, dt\)"):
+        st1.params.replace(dt=0.1)
+    with pytest.raises(ValueError, match="dt is held once"):
+        st1.params.replace(kin=st2.params.kin)
+    with pytest.raises(ValueError, match="lattice"):
+        st1.params.replace(system=G.GFTSystem((8, 6)))
+    phi = st1.init(_noise((8, 8), 0.3))
+    a = trajectory(st1.replace(params=st2.params), phi, 10, observe=G.observe)
+    b = trajectory(st2, phi, 10, observe=G.observe)
+    np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(b[0]))
+    assert set(b[1]) == {"energy", "charge", "order", "mean_abs2"} and b[1]["energy"].shape == (10,)
+    with pytest.raises(ValueError, match=r"too large.*use dt <= "):
+        G.strang(G.GFTSystem((8, 8), -0.5, 1e4), 0.3).init(jnp.full((8, 8), 3.0 + 0j, jnp.complex64))

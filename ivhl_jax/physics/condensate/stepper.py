@@ -9,6 +9,7 @@ private plan, so dt cannot be edited apart from its factors (a new dt is a new `
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -20,9 +21,10 @@ from jaxtyping import Array, ArrayLike, Complex, Inexact, Real
 
 from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics import distributed_fft
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import host_factor, spectral_multiply
-from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step
+from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step, strang_run
 from ivhl_jax.physics.condensate.observables import norm, observe
 from ivhl_jax.physics.condensate.system import (
     GPSystem,
@@ -210,18 +212,31 @@ _guard_dt(StrangParams)
 # ----------------------------------------------------------------------------------------------
 # The step
 # ----------------------------------------------------------------------------------------------
-def _fft_multiply(psi: jax.Array, factor_m1: Any, axes: tuple[int, ...], fft: str) -> jax.Array:
-    """F⁻¹[(1 + m) F ψ] over ``axes``: the one place the kinetic step calls an FFT."""
+def _fft_multiply(psi: jax.Array, factor_m1: Any, axes: tuple[int, ...], fft: str, layout: Any = None) -> jax.Array:
+    """F⁻¹[(1 + m) F ψ] over ``axes``: the one place the kinetic step calls an FFT (the distributed FFT when
+    the system has a layout)."""
+    if layout is not None:
+        return distributed_fft.spectral_multiply(psi, factor_m1, layout, axes)
     return spectral_multiply(psi, factor_m1, axes, fft)
 
 
-def _kinetic(psi: jax.Array, plan: _KineticPlan, ndim: int, fft: str) -> jax.Array:
+def _kinetic(psi: jax.Array, plan: _KineticPlan, ndim: int, fft: str, layout: Any = None) -> jax.Array:
     axes = tuple(range(psi.ndim - ndim, psi.ndim))
     if not plan.rotating:
-        return _fft_multiply(psi, plan.kin, axes, fft)
-    psi = _fft_multiply(psi, plan.rot_a, axes[:1], fft)
-    psi = _fft_multiply(psi, plan.rot_b, axes[1:], fft)
-    return _fft_multiply(psi, plan.rot_a, axes[:1], fft)
+        return _fft_multiply(psi, plan.kin, axes, fft, layout)
+    psi = _fft_multiply(psi, plan.rot_a, axes[:1], fft, layout)
+    psi = _fft_multiply(psi, plan.rot_b, axes[1:], fft, layout)
+    return _fft_multiply(psi, plan.rot_a, axes[:1], fft, layout)
+
+
+def _place_plan(plan: _KineticPlan, layout: Any, shape: tuple[int, ...]) -> _KineticPlan:
+    """The factors in the k-space blocks the distributed FFT multiplies (each device builds only its own)."""
+    if layout is None:
+        return plan
+    if not plan.rotating:
+        return plan.replace(kin=layout.place_factor(plan.kin, shape))
+    return plan.replace(rot_a=layout.place_factor(plan.rot_a, shape, (0,)),
+                        rot_b=layout.place_factor(plan.rot_b, shape, tuple(range(1, len(shape)))))
 
 
 def _sumsq(psi: jax.Array) -> jax.Array:
@@ -239,7 +254,7 @@ def _local_energy(system: GPSystem):
     return local
 
 
-def _strang_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
+def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """One Strang step of ``params`` (real time, real time + projection, or imaginary time: static fields)."""
     system, plan = params.system, params.plan
     psi = check_array(psi, "psi", shape=system.grid.shape, kind="complex")  # static facts only: free under jit
@@ -259,7 +274,7 @@ def _strang_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[
         return p + p * delta.astype(rdt)
 
     def kinetic(p):
-        p = _kinetic(p, plan, system.grid.ndim, system.fft)
+        p = _kinetic(p, plan, system.grid.ndim, system.fft, system.layout)
         # Imaginary time: renormalise before the second nonlinear half-step too, so that g|ψ|² is evaluated
         # at the right norm (the fixed point's virial residual is then 1e-5 instead of 3e-2, 1D, gN = 1000).
         return projected(p) if imaginary else p
@@ -270,15 +285,45 @@ def _strang_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[
     return projected(out) if project else out
 
 
+def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[Array, "*grid"]:
+    """``n`` steps of ``params``: real time without projection merges the potential half-steps of consecutive
+    steps (:func:`ivhl_jax.numerics.splitstep.strang_run`, the same scheme to round-off, one pass over the
+    field per step fewer); otherwise ``n`` single steps."""
+    system, plan = params.system, params.plan
+    psi = check_array(psi, "psi", shape=system.grid.shape, kind="complex")
+    if params.imaginary or params.project_norm:
+        return jax.lax.fori_loop(0, n, lambda _, p: _one_step(p, params), psi)
+    return strang_run(psi, _local_energy(system), lambda p: _kinetic(p, plan, system.grid.ndim, system.fft),
+                      plan.dt, n)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _StrangStep:
+    """The step function of :func:`strang` (``step_fn(psi, params)``) with its multi-step path ``run(psi, params,
+    n)``, which a driver may call for a block of ``n`` steps between observations. A module-level instance:
+    hashed by identity, so the compiled loops are reused."""
+
+    def __call__(self, psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
+        return _one_step(psi, params)
+
+    def run(self, psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[Array, "*grid"]:
+        return _run(psi, params, n)
+
+
+_strang_step = _StrangStep()
+
+
 def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
     """Validate ψ (shape, finite values) and cast it to the system's complex dtype; for concrete values also
     check that dt resolves the local phase (real time) or decay (imaginary time) over the cloud."""
     system = params.system
     psi = _check_psi(psi, system)
     dtc = _concrete_float(params.dt)
-    if dtc is not None and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
+    # (a V spread over several processes has no host copy here; the builder's dt bound still applies)
+    if (dtc is not None and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g)
+            and getattr(system.potential, "is_fully_addressable", True)):
         _check_local_dt(dtc, system, np.asarray(psi), params.imaginary)
-    return psi
+    return psi if system.layout is None else system.layout.place(psi, "psi")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -361,7 +406,7 @@ def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: 
     if norm is not None:
         check_scalar(norm, "norm", positive=True)
         target = jnp.asarray(norm, rdt) / jnp.asarray(system.grid.cell_volume, rdt)
-    plan = _make_plan(system, dt, bool(imaginary))
+    plan = _place_plan(_make_plan(system, dt, bool(imaginary)), system.layout, system.grid.shape)
     # g and Ω as typed arrays: a Python float and an array of the same value compile the same program.
     system = system.replace(g=_leaf(system.g, rdt), omega_rot=_leaf(system.omega_rot, rdt))
     params = StrangParams(system, plan, target, imaginary=bool(imaginary), project_norm=bool(project_norm))
