@@ -72,8 +72,13 @@ def make_optimizer(*, name: str = "adamw", learning_rate: float = 3e-4, warmup_s
     check_scalar(accumulate, "accumulate", integer=True, minimum=1)
     if total_steps is not None:
         check_scalar(total_steps, "total_steps", integer=True, minimum=max(1, warmup_steps))
-        schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 1), total_steps,
-                                                      end_value=learning_rate * min_lr_ratio)
+        if total_steps > max(warmup_steps, 1):
+            schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 1), total_steps,
+                                                          end_value=learning_rate * min_lr_ratio)
+        elif warmup_steps:  # a run as long as its warm-up (a smoke run): nothing is left to decay
+            schedule = optax.linear_schedule(0.0, learning_rate, warmup_steps)
+        else:  # a one-step run without warm-up: the peak
+            schedule = learning_rate
     elif warmup_steps:
         schedule = optax.linear_schedule(0.0, learning_rate, warmup_steps)
     else:

@@ -76,3 +76,18 @@ def test_gradient_accumulation_equals_big_batch():
     for i in range(4):
         s4, _ = step4(s4, (x[32 * i:32 * (i + 1)], y[32 * i:32 * (i + 1)]))
     np.testing.assert_allclose(s4.params["w"], s1.params["w"], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("warmup, want", [(0, [0.01, 0.01]), (1, [0.0, 0.01]), (2, [0.0, 0.005])])
+def test_a_run_as_short_as_its_warm_up_gets_a_schedule(warmup, want):
+    # total_steps = max(warmup, 1) leaves no step to decay over (optax refuses decay_steps=0): the warm-up alone
+    total = max(warmup, 1)
+    opt = training.make_optimizer(name="adam", learning_rate=0.01, warmup_steps=warmup, total_steps=total,
+                                  clip_norm=None)
+    params = {"w": jnp.ones(3)}
+    state = opt.init(params)
+    lrs = []
+    for _ in range(2):
+        updates, state = opt.update({"w": jnp.ones(3)}, state, params)
+        lrs.append(-float(updates["w"][0]))
+    np.testing.assert_allclose(lrs, want, rtol=1e-4, atol=1e-7)
