@@ -7,8 +7,11 @@ noise (m² < 0: symmetry breaking), or its gradient flow with ``gft_imaginary=tr
 
 The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
-Outputs in <out>: density.png, phase.png, observables.png, observables.json (time series and
-summary), final_state.npy.
+Outputs in <out>: density.png, phase.png (3D and rank-3/4 GFT fields: the plane through the middle of
+the other axes, named in the title), observables.png, observables.json (time series and summary),
+final_state.npy. Time: a record's t is the number of steps done when it was taken times dt; records are
+taken after every ``save_every`` steps, so the first is at t = save_every·dt (the initial state is not
+recorded).
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
   ivhl sim bec --config run.toml --out runs/bec_vortex
@@ -246,9 +249,21 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
 
 
 def _slice2d(a: np.ndarray) -> np.ndarray:
+    """The 2D plane of a 3D/4D array at the middle index of every axis beyond the first two."""
     while a.ndim > 2:
         a = a[..., a.shape[-1] // 2]
     return a
+
+
+def _slice_label(cfg: BECConfig, ndim: int) -> str:
+    """What :func:`_slice2d` shows, for plot titles: '' in 1D/2D, else the fixed coordinates of the plane."""
+    if ndim <= 2:
+        return ""
+    if cfg.model == "gp":
+        z = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length).coords[2][cfg.grid // 2]
+        return f", slice z = {z:.3g} (index {cfg.grid // 2} of {cfg.grid})"
+    fixed = ", ".join(f"axis {a + 1} = {cfg.gft_n // 2}" for a in range(2, ndim))
+    return f", slice {fixed} (of {cfg.gft_n} sites)"
 
 
 def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> dict[str, str]:
@@ -261,12 +276,15 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
     state = np.asarray(result.state)
     np.save(os.path.join(out, "final_state.npy"), state)
     hist = {k: np.asarray(v) for k, v in result.history.items()}
+    # Time of a record: the steps done when it was taken, times dt. Records are taken after every save_every
+    # steps, so the first is at t = save_every·dt; the initial state (t = 0) is not a record.
     t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
     paths = {}
     rho = np.abs(state) ** 2
     ph = np.angle(state)
     summary: dict = {"config": config_dict(cfg), "steps": result.steps, "resumed_from": result.resumed_from,
-                     "wall_time_s": result.wall_time_s, "t": t, "observables": hist}
+                     "wall_time_s": result.wall_time_s, "t": t, "observables": hist,
+                     "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt"}
     if cfg.model == "gp":
         system = extra["system"]
         grid = system.grid
@@ -278,6 +296,8 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
             extent = (x[0], x[-1], y[0], y[-1])
             psi2 = _slice2d(state)
             pos, q = C.vortex_positions(jnp.asarray(psi2), grid, min_density=0.1, window=4)
+            if grid.ndim == 3:
+                summary["plot_slice"] = _slice_label(cfg, 3).lstrip(", ")
             summary["vortices"] = {"positions": pos, "charges": q, "count": int(np.abs(q).sum()),
                                    "net_charge": int(q.sum())}
     else:
@@ -303,7 +323,7 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
             if cfg.model == "gp" and "vortices" in summary and len(summary["vortices"]["charges"]):
                 p = summary["vortices"]["positions"]
                 ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
-        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}")
+        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}{_slice_label(cfg, data.ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
     keys = [k for k in hist if k.startswith("energy") or k in ("norm", "charge", "order", "lz")]
     fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)

@@ -117,3 +117,16 @@ def test_every_bad_value_is_one_line_and_exit_2(tmp_path, capsys, key, value, me
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], err
     assert not (out / "final_state.npy").exists()
+
+
+def test_3d_plots_name_their_slice_and_time_counts_from_the_first_record(tmp_path):
+    args = ["--no-progress", "--set", "dims=3", "--set", "grid=16", "--set", "length=8.0", "--set", "g=10",
+            "--set", "ground_steps=100", "--set", "steps=20", "--set", "steps_per_chunk=20", "--set", "save_every=10",
+            "--set", "checkpoint_every=20", "--set", "dt=1e-3", "--out", str(tmp_path)]
+    assert bec.main(args) == 0
+    doc = json.loads((tmp_path / "observables.json").read_text())
+    assert doc["plot_slice"] == "slice z = 0 (index 8 of 16)"
+    np.testing.assert_allclose(doc["t"], [0.01, 0.02])  # records after 10 and 20 steps of dt = 1e-3
+    cfg = bec.BECConfig(model="gft", gft_rank=3, gft_n=8)
+    assert bec._slice_label(cfg, 3) == ", slice axis 3 = 4 (of 8 sites)"
+    assert bec._slice_label(cfg, 2) == ""
