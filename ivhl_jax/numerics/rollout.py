@@ -163,6 +163,34 @@ def _check_observe(observe: Any) -> Observe:
     return cast(Observe, observe)
 
 
+@jax.jit
+def _finite_flags(leaves: list[Any]) -> jax.Array:
+    """One flag per leaf: all of its values are finite (one device reduction for the whole state)."""
+    return jax.numpy.stack([jax.numpy.all(jax.numpy.isfinite(x)) for x in leaves])
+
+
+def _check_start_finite(state: Any) -> None:
+    """ValueError naming the first inexact leaf of a concrete ``state`` that holds NaN or inf.
+
+    A non-finite start would otherwise run to an all-NaN trajectory without a word. The check is one jitted
+    reduction over every inexact leaf and one host sync of a boolean per leaf (no copy of the state to the
+    host); under a trace (``trajectory`` called inside ``jit``, ``vmap`` or ``grad``) the values are not known
+    and nothing is checked.
+    """
+    flat = jax.tree_util.tree_flatten_with_path(state)[0]
+    if any(isinstance(x, jax.core.Tracer) for _, x in flat):
+        return
+    inexact = [(path, x) for path, x in flat
+               if hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)]
+    if not inexact:
+        return
+    flags = jax.device_get(_finite_flags([x for _, x in inexact]))
+    for (path, _), ok in zip(inexact, flags, strict=True):
+        if not ok:
+            raise ValueError(f"state{jax.tree_util.keystr(path)} holds NaN or inf at the start of the trajectory; "
+                             "check the initial state (build it with the stepper's init, which validates it)")
+
+
 def trajectory(
     stepper: Stepper,
     state: Any,
@@ -181,12 +209,16 @@ def trajectory(
     ``lambda`` per call is a new static argument and recompiles. Works under ``jit``, ``vmap`` (over
     states or params) and ``grad``.
 
+    A concrete start ``state`` must be finite: a NaN or inf in an inexact leaf is a ValueError naming the leaf
+    (one reduction on the device; skipped when ``state`` is traced).
+
     Returns:
       (final_state, observations); observations have a leading axis of ``steps // save_every``.
     """
     _check_stepper(stepper)
     observe = _check_observe(observe)
     steps, save_every, unroll = _check_schedule(steps, save_every, unroll)
+    _check_start_finite(state)
     return _trajectory(stepper, state, steps, save_every, observe, bool(remat), unroll)
 
 

@@ -268,3 +268,26 @@ def test_cdt_builder_validates_hand_made_params_and_observe_names_its_argument(c
     chain = cdt_setup.init(jax.random.key(0), 4, 4, 64)
     with pytest.raises(TypeError, match="chain must be a cdt.Chain.*chain.geometry"):
         cdt.observe(chain.geometry, cdt_setup.params)
+
+
+# ------------------------------------------------------------------------- trajectory's start state
+
+def _decay(state, params):
+    return {"x": state["x"] * params, "key": state["key"]}
+
+
+def test_trajectory_refuses_a_non_finite_start_naming_the_leaf():
+    from ivhl_jax.numerics.rollout import Stepper, trajectory
+
+    stepper = Stepper(_decay, jnp.float32(0.5))
+    good = {"x": jnp.ones((4, 4), jnp.complex64), "key": jax.random.key(0)}
+    bad = {"x": good["x"].at[1, 2].set(jnp.nan), "key": good["key"]}
+    with pytest.raises(ValueError, match=r"state\['x'\] holds NaN or inf at the start.*initial state"):
+        trajectory(stepper, bad, 10)
+    final, _ = trajectory(stepper, good, 10)
+    np.testing.assert_allclose(np.asarray(final["x"]).real, 0.5 ** 10)
+    # under a trace the values are unknown: nothing is checked (and nothing fails)
+    jitted = jax.jit(lambda s: trajectory(stepper, s, 3)[0]["x"])
+    assert bool(jnp.isnan(jitted(bad)).any())
+    vmapped = jax.vmap(lambda x: trajectory(stepper, {"x": x, "key": good["key"]}, 3)[0]["x"])
+    assert vmapped(jnp.stack([good["x"], bad["x"]])).shape == (2, 4, 4)
