@@ -133,7 +133,8 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
         "cpu": "bench/results/mera_busy_host.json — python -m ivhl_jax.bench.mera_busy_host --window 0.5 "
                "(the script as at commit d695879: git show d695879:bench/mera_busy_host.py)",
     },
-    "host_fft": {"cpu": "bench/results/condensate_cpu.json — ivhl bench condensate"},
+    "host_fft": {"cpu": "bench/results/condensate_gp_step_xla_vs_ducc_cpu.json — ivhl bench --op gp_step "
+                        "--op gp_step_ducc --size extreme"},
 }
 
 _configured: dict[str, Tuning] = {}

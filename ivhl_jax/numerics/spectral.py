@@ -2,7 +2,7 @@
 
 Every split-step kinetic propagator in this library (GP including its rotating-frame ADI factors,
 the GFT condensate) is such a multiplier over some axes; the GFT uses the XLA backend only. The
-factor is passed as ``m = f − 1`` (see ``condensate.phase_factor_m1``): ``ψ̂ + ψ̂·m`` keeps the small
+factor is passed as ``m = f − 1`` (see :func:`ivhl_jax.numerics.splitstep.phase_factor_m1`): ``ψ̂ + ψ̂·m`` keeps the small
 phases of the occupied modes to full float32 precision, which is what makes the scheme conserve the
 norm to round-off.
 
@@ -11,25 +11,21 @@ Backends:
 * ``"xla"`` (default) — ``jnp.fft``: portable (CPU, GPU, TPU), shardable, every transform rule.
 * ``"ducc"`` — the same transforms computed on the host by the DUCC library (``ducc0``, two threads)
   through one ``jax.pure_callback`` per multiplier (forward FFT, multiply, inverse FFT in place).
-  CPU only, opt-in. Why it exists: XLA:CPU's built-in FFT uses the host's cores poorly; at 128³
-  complex64 on the 2-core reference host a 3-D transform takes 12–16 ms standalone and 18–28 ms
-  inside a compiled step, while ``ducc0.fft.c2c(nthreads=2)`` takes 7–8 ms, so the whole GP step
-  runs ~1.6× faster (``bench/results/condensate_gp_hostfft.json``: 49 → 30 ms). It is differentiable (custom
-  VJP: the transpose of F⁻¹ diag(f) F is F diag(f) F⁻¹, and the factor's cotangent is
-  (Fψ)·(F⁻¹ḡ)) and works under ``jit``, ``vmap`` (batched callback) and ``lax.scan``; it does not
-  shard (use ``"xla"`` for sharded grids) and forward-mode ``jvp`` is not defined.
-  ``ducc0`` is GPL-2.0-or-later, so it is an optional extra (``pip install 'ivhl_jax[cpu-fft]'``),
-  never a dependency of this Apache-2.0 package.
+  Opt-in, and allowed only where the backend table says so (``ivhl_jax.core.backend.defaults().host_fft``:
+  the CPU row). Why it exists: XLA:CPU's built-in multi-dimensional FFT uses the host's cores poorly, so
+  from ~128³ points the host FFT makes the whole GP step faster (current figures and the command that
+  measures them: ``docs/guide/condensates.md``). It is differentiable (custom VJP: the transpose of
+  F⁻¹ diag(f) F is F diag(f) F⁻¹, and the factor's cotangent is (Fψ)·(F⁻¹ḡ)) and works under ``jit``,
+  ``vmap`` (batched callback) and ``lax.scan``; it does not shard (use ``"xla"`` for sharded grids) and
+  forward-mode ``jvp`` is not defined. ``ducc0`` is GPL-2.0-or-later, so it is an optional extra
+  (``pip install 'ivhl_jax[cpu-fft]'``), never a dependency of this Apache-2.0 package.
 
 The factor reaches the host in one of three ways under ``"ducc"``, cheapest first:
 
 * a :class:`HostFactor` (built by :func:`host_factor`): a device copy ``value`` plus an int32 ``key``
   naming a host copy in this process's registry. Both are traced pytree leaves, so a stepper holding one
   can take a new factor (a new dt) without recompiling, yet only the 4-byte key crosses to the host per
-  call. The GP solver's kinetic plan uses this whenever dt (and Ω) are concrete. Measured at 128³
-  complex64 on the 2-core host (``bench/results/condensate_gp_hostfft.json``, ``interleaved``): the keyed
-  step takes 31–36 ms, passing the factor as a traced operand 33–42 ms (1.10–1.17× slower; ~11 ms of
-  57 ms on a loaded host), a captured NumPy constant (next item) 31–35 ms.
+  call. The GP solver's kinetic factors use this whenever dt (and Ω) are concrete.
 * a NumPy array: a trace-time constant captured by the callback (nothing transferred, but a new value
   is a new program);
 * a traced array (e.g. dt itself traced, under ``grad`` or ``vmap`` over dt): passed as a callback
@@ -50,6 +46,7 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, Complex
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_choice
 
 __all__ = ["FFT_BACKENDS", "check_backend", "spectral_multiply", "HostFactor", "host_factor"]
@@ -71,9 +68,9 @@ def check_backend(fft: str) -> str:
     check_choice(fft, "fft", FFT_BACKENDS)
     if fft == "ducc":
         _require_ducc()
-        if jax.default_backend() != "cpu":
+        if not backend.defaults().host_fft:
             raise ValueError(f"fft='ducc' computes on the host and is meant for the CPU backend; JAX runs on "
-                             f"{jax.default_backend()!r} here, where fft='xla' uses the device's FFT")
+                             f"{backend.platform()!r} here, where fft='xla' uses the device's FFT")
     return fft
 
 
@@ -185,7 +182,7 @@ def spectral_multiply(psi: Complex[Array, "*shape"], factor_m1: Complex[Array | 
     check_backend(fft)
     if isinstance(m, np.ndarray):
         # A trace-time constant (concrete dt) stays on the host, captured by the callback: nothing to
-        # transfer per call (measured: 8 ms of a 36 ms 128³ step went to passing it as an operand).
+        # transfer per call (passing a 128³ factor as an operand copies it to the host every step).
         return _ducc_static(psi, m.astype(psi.dtype), axes)
     if host_key is not None:
         return _ducc_keyed(psi, m.astype(psi.dtype), host_key, axes)
