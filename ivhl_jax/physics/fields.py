@@ -220,7 +220,8 @@ def _default_chunk(m: int, dtype: Any = jnp.float32) -> int:
     ``"memory"`` (GPU/TPU) gives the largest block whose reverse-mode residuals, 8 values of ``dtype``
     per (point, source) pair, fit ``fields_memory_fraction`` of the device's memory
     (``memory_stats()["bytes_limit"]``, or 8 GiB where the device reports none). On an accelerator that
-    is usually every point at once: one fused kernel over all pairs.
+    is usually every point at once: one fused kernel over all pairs. The budget is per call, i.e. per
+    ``vmap`` lane: a call vmapped over B source sets needs B times the memory (pass ``chunk`` then).
     """
     tuning = backend.defaults()
     m = max(int(m), 1)
