@@ -12,11 +12,15 @@ FLOP counts: opt_einsum's path cost for ``tn_contract``; XLA's ``cost_analysis``
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics import mera as M
 from ivhl_jax.physics import tn
 
@@ -53,3 +57,100 @@ def _sweep_case(size: str) -> BenchCase:
 
 
 OPS = {"tn_contract": _contract_case, "mera_sweep": _sweep_case}
+
+
+def _sweep_shape(chi: int) -> M.MERAConfig:
+    """The MERA a χ sweep is timed on: χ ≤ 16 fits one transitional layer above the d² = 16 bottom; above, the bottom
+    carries 16 and a second layer reaches χ (χ above the layers: 16, χ, χ); χ_mid ≈ ¾ χ."""
+    mid = max(2, (3 * chi) // 4)
+    if chi <= 16:
+        return M.MERAConfig(chi=chi, chi_mid=mid, layers=1, u_delay=0)
+    return M.MERAConfig(chi=(16, chi, chi), chi_mid=(4, min(mid, 16), mid), layers=2, u_delay=0)
+
+
+def _time_sweeps(cfg: M.MERAConfig, dtype: Any, sweeps: int, repeats: int) -> dict[str, Any]:
+    """Compile time and median ms per sweep of ``sweeps`` Evenbly–Vidal sweeps (one ``trajectory``: one compiled
+    program, no host round trip inside it) on a cold start of ``cfg`` in ``dtype``."""
+    with jax.enable_x64(True):
+        st = M.evenbly_vidal(M.ising(), cfg, dtype=dtype)
+        s0 = st.init(key=jax.random.key(0))
+        t0 = time.perf_counter()
+        s, e = trajectory(st, s0, sweeps, observe=M.observe)
+        jax.block_until_ready(e)
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            s, e = trajectory(st, s, sweeps, observe=M.observe)
+            jax.block_until_ready(e)
+            times.append(time.perf_counter() - t0)
+        ms = 1e3 * float(np.median(times)) / sweeps
+        iso = max(M.isometry_errors(s.mera).values())
+    return {"chi": cfg.top_chi, "layer_chis": list(s.mera.chis), "layer_chi_mids": list(s.mera.chi_mids),
+            "dtype": jnp.dtype(dtype).name, "sweeps_timed": sweeps, "compile_s": round(first - ms * sweeps / 1e3, 3),
+            "ms_per_sweep": round(ms, 3), "isometry_error": iso}
+
+
+def _ladder(stages: list[tuple[int, int, int]], key: int = 0) -> dict[str, Any]:
+    """A float64 Ising ladder ``[(chi, chi_mid, steps), ...]`` (checked cold start, then ``grow``), every compilation
+    included in the clock: energy error and Δσ after each stage."""
+    out = []
+    t0 = time.perf_counter()
+    mera = None
+    with jax.enable_x64(True):
+        for k, (chi, mid, steps) in enumerate(stages):
+            layers = 1 if len(stages) < 3 else min(1 + k, 3)
+            # u_delay=0 as in the timed sweeps (a quick run reuses their compiled program for its first stage)
+            if chi > 16:  # the bottom carries 16 (d²); a second layer reaches χ
+                cfg = M.MERAConfig(chi=(16, chi, chi), chi_mid=(4, min(mid, 16), mid), layers=2, u_delay=0)
+            else:
+                cfg = M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, u_delay=0)
+            st = M.evenbly_vidal(M.ising(), cfg)
+            first = np.zeros((0,))
+            if mera is None:
+                if steps >= M.StuckCheck.after:
+                    state, first, _ = M.cold_start(st, jax.random.key(key), M.E0_CRITICAL_ISING, 50, limit=steps)
+                else:
+                    state = st.init(key=jax.random.key(key))
+            else:
+                state = st.init(mera=M.grow(mera, jax.random.fold_in(jax.random.key(key), k), cfg.chi, cfg.chi_mid,
+                                            layers=cfg.layers, refsym=True))
+            state, e = trajectory(st, state, steps - first.shape[0], observe=M.observe)
+            mera = state.mera
+            err = float(np.asarray(e)[-1]) - M.E0_CRITICAL_ISING
+            out.append({"chi": chi, "layer_chis": list(mera.chis), "steps": steps, "energy_error": err,
+                        "delta_sigma": float(M.scaling_dimensions(mera, 2)[1]),
+                        "elapsed_s": round(time.perf_counter() - t0, 2)})
+    return {"stages": out, "total_s": round(time.perf_counter() - t0, 2)}
+
+
+def gpu_check(quick: bool) -> dict[str, Any]:
+    """MERA sweeps and one ladder for ``bench/gpu_checks.py``: ms per sweep and compile time at χ = 16, 24, 32
+    (float32 and float64; χ_mid ≈ ¾ χ; above χ = 16 the bond dimension per layer is 16, χ, χ) and a float64 Ising
+    ladder χ = 8 → 16 → 24 with its energy error and Δσ per stage. ``quick``: χ = 2 and a 2 → 3 ladder of one
+    sweep (CPU-sized, for the test). Returns the records and a ``summary`` (one line per record)."""
+    chis = (2,) if quick else (16, 24, 32)
+    sweeps, repeats = (1, 1) if quick else (10, 3)
+    doc: dict[str, Any] = {"platform": jax.default_backend(), "device": str(jax.devices()[0]), "sweeps": []}
+    summary = []
+    for chi in chis:
+        for dtype in (jnp.float32, jnp.float64):
+            try:
+                rec = _time_sweeps(_sweep_shape(chi), dtype, sweeps, repeats)
+            except Exception as exc:  # noqa: BLE001 - a failing size is recorded, the check goes on
+                rec = {"chi": chi, "dtype": jnp.dtype(dtype).name, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            doc["sweeps"].append(rec)
+            summary.append(f"sweep chi={chi} {rec['dtype']}: " + (
+                f"{rec['ms_per_sweep']:.2f} ms/sweep, compile {rec['compile_s']:.1f} s" if "error" not in rec
+                else rec["error"]))
+    stages = [(2, 2, 1), (3, 2, 1)] if quick else [(8, 6, 1000), (16, 12, 600), (24, 16, 400)]
+    try:
+        doc["ladder"] = _ladder(stages)
+        last = doc["ladder"]["stages"][-1]
+        summary.append(f"ladder to chi={last['chi']}: energy error {last['energy_error']:.2e}, Δσ "
+                       f"{last['delta_sigma']:.5f}, {doc['ladder']['total_s']:.1f} s incl. compilation")
+    except Exception as exc:  # noqa: BLE001
+        doc["ladder"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        summary.append(f"ladder: {doc['ladder']['error']}")
+    doc["summary"] = summary
+    return doc
