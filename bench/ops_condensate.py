@@ -166,8 +166,7 @@ def gft_step(size: str) -> BenchCase:
                      params={"shape": list(shape), "steps_per_call": steps, "mass_sq": -0.5, "lam": 0.1},
                      bytes_moved=steps * 3 * 2 * 8 * n, items_per_call=steps, items_name="steps",
                      op_by_op=size != "extreme",
-                     notes="GFT condensate Strang step (rank = len(shape)); the seed's forward-Euler step "
-                           "is unstable, so no peer of the seed is timed")
+                     notes="GFT condensate Strang step (rank = len(shape)); no peer library runs this model")
 
 
 OPS = {"gp_step": gp_step, "gp_step_ducc": gp_step_ducc, "gft_step": gft_step}
@@ -273,9 +272,92 @@ def gpu_check(quick: bool = False) -> dict:
     return doc
 
 
+# The worker of ``baseline``: imports ivhl_jax from ``root`` (this tree or an exported older commit), builds the
+# GP trajectories once, then times one call per line read from stdin. Only API present since the stepper
+# protocol landed (Grid, GPSystem, harmonic, gaussian, strang, trajectory).
+_WORKER = """
+import sys, time
+root = sys.argv[1]
+sys.path.insert(0, root)
+import jax
+import ivhl_jax
+assert ivhl_jax.__file__.startswith(root), ivhl_jax.__file__
+from ivhl_jax.physics import condensate as C
+from ivhl_jax.numerics.rollout import trajectory
+def nothing(s, p):
+    return None
+cases = {}
+for spec in sys.argv[2:]:
+    shape_s, steps_s = spec.split(":")
+    shape = tuple(int(n) for n in shape_s.split("x"))
+    steps = int(steps_s)
+    grid = C.Grid.uniform(shape, [0.1 * n for n in shape])
+    st = C.strang(C.GPSystem(grid, C.harmonic(grid), 100.0), 1e-3)
+    psi = C.gaussian(grid)
+    f = jax.jit(lambda p, st=st, steps=steps: trajectory(st, p, steps, save_every=steps, observe=nothing)[0])
+    jax.block_until_ready(f(psi))
+    cases[shape_s] = (f, psi, steps)
+print("ready", flush=True)
+for line in sys.stdin:
+    f, psi, steps = cases[line.strip()]
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(psi))
+    print((time.perf_counter() - t0) / steps, flush=True)
+"""
+
+BASELINE_CASES = (((256, 256), 200), ((64, 64, 64), 10), ((128, 128, 128), 3))
+
+
+def vs_baseline(rev: str, rounds: int = 9, cases=BASELINE_CASES) -> dict:
+    """The GP real-time trajectory of this tree against the same benchmark at commit ``rev`` (its ``ivhl_jax``
+    exported with ``git archive``), on the CPU, in two worker processes timed in interleaved rounds: per-round
+    ratio current/baseline (> 1: this tree is slower)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.isdir(os.path.join(repo, ".git")):
+        raise ValueError(f"vs_baseline needs a git checkout (run from the source tree); {repo} has no .git")
+    specs = ["x".join(map(str, shape)) + f":{steps}" for shape, steps in cases]
+    with tempfile.TemporaryDirectory() as base:
+        archive = subprocess.run(["git", "-C", repo, "archive", rev, "ivhl_jax"], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", base], input=archive.stdout, check=True)
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        workers = {k: subprocess.Popen([sys.executable, "-c", _WORKER, root, *specs], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True, env=env, cwd=base)
+                   for k, root in (("baseline", base), ("current", repo))}
+        try:
+            for w in workers.values():
+                if w.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a benchmark worker failed to start")
+            results = []
+            for spec in specs:
+                name = spec.split(":")[0]
+                t: dict[str, list[float]] = {k: [] for k in workers}
+                for _ in range(rounds):
+                    for k, w in workers.items():
+                        time.sleep(0.01)
+                        w.stdin.write(name + "\n")
+                        w.stdin.flush()
+                        t[k].append(float(w.stdout.readline()))
+                ratios = [c / b for c, b in zip(t["current"], t["baseline"])]
+                results.append({"shape": name, "steps_per_call": int(spec.split(":")[1]),
+                                "baseline_ms_per_step": 1e3 * float(np.median(t["baseline"])),
+                                "current_ms_per_step": 1e3 * float(np.median(t["current"])),
+                                "ratio_current_over_baseline_median": float(np.median(ratios)),
+                                "ratio_range": [float(min(ratios)), float(max(ratios))]})
+        finally:
+            for w in workers.values():
+                w.stdin.close()
+                w.wait()
+    return {"baseline": rev, "rounds": rounds, "results": results}
+
+
 def main(argv=None) -> int:
     """``python -m ivhl_jax.bench.ops_condensate fused --out FILE``: :func:`fused_vs_unfused` at 2D 256², 3D 64³
-    and 3D 128³ on this device, written as JSON with the command that made it."""
+    and 3D 128³ on this device; ``... baseline --rev REV --out FILE``: :func:`vs_baseline`. Written as JSON with
+    the command that made it."""
     import argparse
     import json
     import platform
@@ -284,23 +366,31 @@ def main(argv=None) -> int:
     import jax
 
     p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_condensate")
-    p.add_argument("what", choices=("fused",))
+    p.add_argument("what", choices=("fused", "baseline"))
     p.add_argument("--out", required=True)
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--rev", default="d695879", help="baseline commit (what=baseline)")
     a = p.parse_args(argv)
-    cases = (((256, 256), 20), ((64, 64, 64), 20), ((128, 128, 128), 5))
     doc = {"command": "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv),
-           "measures": "GP real-time Strang steps: the step-by-step trajectory vs the fused multi-step path "
-                       "(potential half-steps merged), interleaved rounds on one device; ratio < 1: fused faster",
-           "device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count(),
-           "results": [fused_vs_unfused(shape, steps, a.rounds) for shape, steps in cases]}
+           "device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count()}
+    if a.what == "fused":
+        doc["measures"] = ("GP real-time Strang steps: the step-by-step trajectory vs the fused multi-step path "
+                           "(potential half-steps merged), interleaved rounds on one device; ratio < 1: fused faster")
+        cases = (((256, 256), 20), ((64, 64, 64), 20), ((128, 128, 128), 5))
+        doc["results"] = [fused_vs_unfused(shape, steps, a.rounds) for shape, steps in cases]
+        lines = [f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} (range "
+                 f"{r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
+                 f"max |diff| {r['max_abs_diff']:.1e}" for r in doc["results"]]
+    else:
+        doc["measures"] = (f"GP real-time trajectory (g = 100, dt = 1e-3, complex64) of this tree vs commit {a.rev}, "
+                           "two CPU worker processes in interleaved rounds; ratio > 1: this tree slower")
+        doc.update(vs_baseline(a.rev, a.rounds))
+        lines = [f"{r['shape']}: current/baseline median {r['ratio_current_over_baseline_median']:.3f} (range "
+                 f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" for r in doc["results"]]
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
-    for r in doc["results"]:
-        print(f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} "
-              f"(range {r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
-              f"max |diff| {r['max_abs_diff']:.1e}")
+    print("\n".join(lines))
     return 0
 
 
