@@ -17,6 +17,7 @@ from jaxtyping import Array, Float
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics.distributed_fft import check_layout
 from ivhl_jax.numerics.spectral import check_backend
 
 __all__ = ["Grid", "GPSystem", "harmonic", "with_policy"]
@@ -173,6 +174,10 @@ class GPSystem(struct.PyTreeNode):
     # FFT backend of the kinetic step: "xla" (portable, shardable) or "ducc" (host FFT on the CPU backend,
     # an optional GPL dependency), see ivhl_jax.numerics.spectral.
     fft: str = struct.field(pytree_node=False, default="xla")
+    # How ψ is split over a device mesh (an ivhl_jax.numerics.distributed_fft.FFTLayout: slab or pencil), or
+    # None. With a layout the kinetic step uses the distributed FFT (all-to-all transposes, no gather), and V,
+    # the kinetic factors and ψ (``strang(...).init``) are held in blocks, one per device.
+    layout: Any = struct.field(pytree_node=False, default=None)
 
     def __post_init__(self):
         # A concrete Ω = 0 is stored as None (an empty pytree node), so that "no rotation" stays
@@ -183,6 +188,8 @@ class GPSystem(struct.PyTreeNode):
             if np.ndim(om) == 0 and float(np.asarray(om)) == 0.0:
                 object.__setattr__(self, "omega_rot", None)
         check_backend(self.fft)
+        if self.layout is not None and isinstance(self.grid, Grid):
+            object.__setattr__(self, "layout", check_layout(self.layout, self.grid.shape, fft=self.fft))
         # Validate only genuine user input; pytree reconstruction may pass tracers or placeholders.
         if isinstance(self.potential, list):
             object.__setattr__(self, "potential", check_array(self.potential, "potential", kind="floating"))
@@ -202,7 +209,10 @@ class GPSystem(struct.PyTreeNode):
                 raise ValueError(f"potential must have the grid's shape {self.grid.shape}, got {tuple(pot.shape)}")
             if not jnp.issubdtype(pot.dtype, jnp.floating):
                 raise TypeError(f"potential must be real (float32/float64), got {pot.dtype}")
-            check_array(pot, "potential", finite=True)
+            # (a V spread over several processes was checked before it was placed: no host copy of it exists)
+            check_array(pot, "potential", finite=getattr(pot, "is_fully_addressable", True))
+            if self.layout is not None:
+                object.__setattr__(self, "potential", self.layout.place(pot, "potential"))
             om = self.omega_rot
             if om is not None and self.grid.ndim < 2:
                 raise ValueError("omega_rot (rotation about z) needs a 2D or 3D grid; use omega_rot=0.0 in 1D")
