@@ -8,7 +8,8 @@ host engine (``engine="host"``, numba) on the same chains, when numba is install
 ``python -m ivhl_jax.bench.ops_cdt [--chains 1,16,256] [--volumes 512,2048] [--engines jax,host]
 [--peer-src DIR] [--export FILE]`` measures both engines against the volume and the number of chains,
 and the reference C++ code (JorenB/2d-cdt, via :mod:`ivhl_jax.bench.peer_cdt`) when its sources are
-given, interleaved in one process.
+given, interleaved in one process. :func:`gpu_check` is the CDT section of ``bench.gpu_checks``: many
+chains at N2 = 2048 on the JAX engine against the host engine (and 2d-cdt) on the same machine.
 """
 
 from __future__ import annotations
@@ -21,21 +22,25 @@ import jax
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase, summarize
-from ivhl_jax.physics import cdt, cdt_host
+from ivhl_jax.physics import cdt
+from ivhl_jax.physics.cdt import host as cdt_host
 
 T_SLICES, VOLUME, SWEEPS = 16, 512, 2
 CHAINS = {"small": 1, "medium": 16, "large": 128, "extreme": 1024}
 
 
 def _setup(n_chains: int, volume: int = VOLUME, attempts: int | None = None, engine: str = "jax"):
+    """``fn(chains) -> chains``: one sweep of ``attempts`` (default N2) attempts of every chain, vmapped
+    ``stepper.step`` of ``cdt.metropolis``; the chains start on the regular torus at the target volume."""
     params = cdt.make_params(cdt.LN2, eps=0.02, target=volume, attempts_per_sweep=attempts or volume, engine=engine)
-    states = cdt.replicate(cdt.initial_state(T_SLICES, volume // (2 * T_SLICES), capacity=volume), n_chains)
+    stepper = cdt.metropolis(params)
+    keys = jax.random.split(jax.random.key(0), n_chains)
+    chains = jax.vmap(lambda k: stepper.init(k, T_SLICES, volume // (2 * T_SLICES), volume))(keys)
 
-    def fn(key, states):
-        keys = jax.random.split(key, n_chains)
-        return jax.vmap(lambda k, s: cdt.sweep(k, s, params))(keys, states)
+    def fn(chains):
+        return jax.vmap(stepper.step)(chains)
 
-    return fn, (jax.random.PRNGKey(0), states), params
+    return fn, (chains,), params
 
 
 def _factory(size: str) -> BenchCase:
@@ -52,7 +57,7 @@ def _factory(size: str) -> BenchCase:
         params={"chains": n, "T": T_SLICES, "target_N2": VOLUME, "lambda": cdt.LN2, "eps": 0.02,
                 "sweeps": SWEEPS, "attempts_per_chain": params.attempts_per_sweep},
         peers=peers, op_by_op=False, items_per_call=attempts, items_name="move attempts (all chains)",
-        notes="pure-JAX engine; peer: the numba host engine on the same chains. Accepted moves: cdt_scaling.json",
+        notes="pure-JAX engine; peer: the numba host engine on the same chains. Accepted moves: cdt_jax_scaling.json",
     )
 
 
@@ -60,17 +65,17 @@ OPS = {"cdt_sweeps": _factory}
 
 
 def _measure(engine: str, n: int, volume: int, attempts: int, repeats: int) -> dict:
-    fn, (key, states), params = _setup(n, volume, attempts, engine)
-    compiled = jax.jit(fn).lower(key, states).compile()
-    states = jax.block_until_ready(compiled(jax.random.PRNGKey(99), states))  # warm-up and partial thermalisation
+    fn, (chains,), params = _setup(n, volume, attempts, engine)
+    compiled = jax.jit(fn).lower(chains).compile()
+    chains = jax.block_until_ready(compiled(chains))  # warm-up and partial thermalisation
     times, cpu, accepted = [], [], []
-    for r in range(repeats):
-        before = np.asarray(states.accepts).sum()
+    for _ in range(repeats):
+        before = np.asarray(chains.geometry.accepts).sum()
         t0, c0 = time.perf_counter(), time.process_time()
-        states = jax.block_until_ready(compiled(jax.random.PRNGKey(r), states))
+        chains = jax.block_until_ready(compiled(chains))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-        accepted.append(int(np.asarray(states.accepts).sum() - before))
+        accepted.append(int(np.asarray(chains.geometry.accepts).sum() - before))
     st = summarize(times)
     att = n * attempts
     acc = float(np.mean(accepted))
@@ -80,7 +85,7 @@ def _measure(engine: str, n: int, volume: int, attempts: int, repeats: int) -> d
             # CPU time of the whole process (all threads): insensitive to other jobs on a shared host
             "attempts_per_cpu_s": att / float(np.median(cpu)), "accepted_per_cpu_s": acc / float(np.median(cpu)),
             "cores_used": float(np.median(cpu)) / st["median_s"],
-            "overflow": bool(np.any(np.asarray(states.overflow)))}
+            "overflow": bool(np.any(np.asarray(chains.geometry.overflow)))}
 
 
 def scaling(chain_counts=(1, 16, 256), volumes=(512, 2048, 8192, 32768), engines=("jax", "host"),
@@ -121,6 +126,63 @@ def scaling(chain_counts=(1, 16, 256), volumes=(512, 2048, 8192, 32768), engines
             "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+GPU_CHAINS = (1024, 4096, 16384, 65536)
+GPU_VOLUME = 2048
+
+
+def gpu_check(quick: bool = False, engines: tuple[str, ...] = ("jax", "pallas", "host"),
+              peer_src: str | None = None) -> dict:
+    """Many CDT chains on this machine: accepted moves/s in aggregate and per chain at N2 = 2048 (T = 16,
+    lambda = ln 2, eps = 0.02, capacity N2 vertex slots), one call = one sweep of N2 attempts per chain.
+
+    The JAX and Pallas engines at 1024, 4096, 16384 and 65536 chains on the default device (the Pallas engine
+    compiled on a GPU, interpreted elsewhere; 20 N2 attempts per chain per launch); the host engine (numba,
+    this machine's cores) at one chain per core and at 1024 chains, 20 N2 attempts per chain per call; with
+    ``peer_src`` (the JorenB/2d-cdt sources) the reference code at N2 = 2048 with one process per core.
+    ``quick``: N2 = 128, 4 and 16 chains (seconds on a CPU; the host engine's first call compiles its
+    kernel unless numba's disk cache has it). Returns the rows and a ``summary`` with the headline numbers.
+    """
+    import os
+
+    from ivhl_jax.core import backend
+
+    volume = 128 if quick else GPU_VOLUME
+    jax_chains = (4, 16) if quick else GPU_CHAINS
+    cores = os.cpu_count() or 1
+    host_chains = (2, 4) if quick else tuple(sorted({cores, 1024}))
+    repeats = 2 if quick else 5
+    rows: list[dict] = []
+    doc: dict = {"platform": backend.platform(), "device": str(jax.devices()[0]), "cores": cores,
+                 "system": {"T": T_SLICES, "N2": volume, "lambda": cdt.LN2, "eps": 0.02, "capacity": volume},
+                 "rows": rows}
+    summary: dict = {}
+    for engine in engines:
+        if engine == "host" and not cdt_host.available():
+            doc["host"] = "skipped: numba is not installed"
+            continue
+        for n in (host_chains if engine == "host" else jax_chains):
+            # the Pallas engine loops over a call's attempts inside one kernel launch, the host engine in numba
+            attempts = volume if engine == "jax" else 20 * volume
+            row = _measure(engine, n, volume, attempts, repeats)
+            rows.append(row)
+            print(f"cdt {engine:4s} N2 {volume} chains {n:6d}: {row['accepted_per_s_aggregate']:.3e} accepted/s "
+                  f"aggregate, {row['accepted_per_s_per_chain']:.3e} per chain")
+        best = max((r for r in rows if r["engine"] == engine), key=lambda r: r["accepted_per_s_aggregate"])
+        summary[f"{engine}_accepted_per_s"] = best["accepted_per_s_aggregate"]
+        summary[f"{engine}_accepted_per_s_per_chain"] = best["accepted_per_s_per_chain"]
+        summary[f"{engine}_best_chains"] = best["chains"]
+    if peer_src:
+        from ivhl_jax.bench import peer_cdt
+
+        res = peer_cdt.run_peer_parallel(peer_cdt.build_peer(peer_src), volume, n_procs=cores, n_slices=T_SLICES,
+                                         seconds=1.0 if quick else 3.0)
+        res.pop("runs")
+        doc["peer_2dcdt"] = res
+        summary["2dcdt_accepted_per_s"] = res["accepted_per_s"]
+    doc["summary"] = summary
+    return doc
+
+
 def main(argv=None) -> int:
     from ivhl_jax.run.io import write_json
 
@@ -130,12 +192,15 @@ def main(argv=None) -> int:
     p.add_argument("--engines", default="jax,host")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peer-src", default=None, help="folder with the JorenB/2d-cdt sources (not vendored)")
-    p.add_argument("--export", default="bench/results/cdt_scaling.json")
+    p.add_argument("--export", default=None, help="results file (default: bench/results/cdt_host_vs_2dcdt.json "
+                   "with --peer-src, else bench/results/cdt_<engines>_scaling.json)")
     a = p.parse_args(argv)
     doc = scaling(tuple(int(c) for c in a.chains.split(",")), tuple(int(v) for v in a.volumes.split(",")),
                   tuple(a.engines.split(",")), repeats=a.repeats, peer_src=a.peer_src)
     doc["command"] = "python -m ivhl_jax.bench.ops_cdt " + " ".join(sys.argv[1:] if argv is None else argv)
-    print("wrote", write_json(a.export, doc))
+    export = a.export or ("bench/results/cdt_host_vs_2dcdt.json" if a.peer_src
+                          else f"bench/results/cdt_{'_'.join(a.engines.split(','))}_scaling.json")
+    print("wrote", write_json(export, doc))
     return 0
 
 

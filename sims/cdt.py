@@ -7,8 +7,9 @@ Examples::
     ivhl sim cdt --set eps=0 --set lam=0.75 --set volume=0  # no volume fixing (needs lam > ln 2)
 
 One *step* of a chain is one *sweep* (``attempts_per_sweep`` Metropolis attempts): the config speaks the
-library's vocabulary (``steps``, ``save_every``, as in ``cdt.run`` and ``trajectory``), the text below says
-sweeps. What a run does, as CDT users expect from the reference code 2d-cdt:
+library's vocabulary (``steps``, ``save_every``, as in ``trajectory(cdt.metropolis(params), ...)``), the text
+below says sweeps. The chains run through ``chunked(cdt.metropolis(params))``. What a run does, as CDT users
+expect from the reference code 2d-cdt:
 
 1. *Start* on the smallest torus (every slice 3 vertices) and *grow* it: with volume fixing the quadratic
    term pulls N2 to the target and every sweep ends exactly at N2 = target.
@@ -26,8 +27,8 @@ One sweep is ``attempts_per_sweep`` move attempts per chain (default: the target
 100 N2 with the host engine, as in 2d-cdt). Outputs in ``--out`` (default ``runs/cdt``):
 ``thermalisation.png``, ``volume_profiles.png``, ``autocorrelation.png``, ``coordination.png``,
 ``curvature.png`` and ``summary.json`` (``steps_done``: measured sweeps; ``thermalisation.steps``: sweeps of
-the grow-and-thermalise phase). The keys ``sweeps`` and ``measure_every`` of earlier versions are now ``steps``
-and ``save_every`` (the old names are refused with one line naming the new one).
+the grow-and-thermalise phase). The keys ``sweeps`` and ``measure_every`` are refused with one line naming
+``steps`` and ``save_every``. Every phase (grow and thermalise, sweeps, geometry) reports its progress.
 
 The jitted chunks and the geometry measurement are built once per process (:func:`vmapped_chunk`): a second
 :func:`simulate` of the same configuration, or resuming a finished run, compiles nothing; extending a run
@@ -47,13 +48,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.core import backend
 from ivhl_jax.numerics import statistics
 from ivhl_jax.numerics.rollout import chunked
-from ivhl_jax.physics import cdt, cdt_geometry, cdt_host
+from ivhl_jax.physics import cdt
+from ivhl_jax.physics.cdt import graph as cdt_graph
+from ivhl_jax.physics.cdt import host as cdt_host
+from ivhl_jax.physics.cdt.observables import geometry_arrays
+from ivhl_jax.physics.cdt.state import live_triangles
 from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -69,7 +75,7 @@ class CDTConfig:
     steps_per_chunk: int = 20  # steps (sweeps) per compiled chunk (progress lines, checkpoints); divides steps
     attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: N2 (jax engine) or 100 N2 (host engine)
     capacity: int = 0  # vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)
-    engine: str = "auto"  # "jax", "host" (compiled CPU kernel, needs numba) or "auto" (host on CPU if available)
+    engine: str = "auto"  # "jax", "host" (compiled CPU kernel, needs numba) or "auto" (core.backend's cdt_engine)
     thermalise_max: int = 2000  # most steps (sweeps) of the automatic grow-and-thermalise phase
     seed: int = 0  # PRNG seed of the chains
     r_max: int = 0  # distance-sphere radius for the Hausdorff estimates; 0: automatic
@@ -77,15 +83,28 @@ class CDTConfig:
     curvature_deltas: int = 0  # the Ricci curvature is measured for delta = 1..this; 0: automatic
     curvature_samples: int = 8  # point pairs per delta and chain for the Ricci curvature
 
-    # keys of earlier versions (issue 12: one vocabulary, steps/save_every): refused with the new name
+    # renamed keys (one vocabulary, steps/save_every): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"sweeps": "steps", "measure_every": "save_every"}
 
     def validate(self) -> None:
+        """Every value checked before any work (one line each): the config, then the stepper's own builder."""
+        for name in ("slices", "volume", "chains", "steps", "save_every", "steps_per_chunk", "attempts_per_sweep",
+                     "capacity", "thermalise_max", "seed", "r_max", "origins", "curvature_deltas",
+                     "curvature_samples"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"{name} must be an integer, got {v!r}")
+        for name in ("lam", "eps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+        if self.eps < 0:
+            raise ValueError(f"eps must be >= 0 (the volume-fixing strength; 0: none), got {self.eps}")
         if self.slices < 3:
             raise ValueError(f"slices must be >= 3 (a torus of T >= 3 slices), got {self.slices}")
-        if self.volume != 0 and (self.volume < 6 * self.slices or self.volume % 2):
-            raise ValueError(f"volume must be an even number of triangles >= 6 * slices = {6 * self.slices}, "
-                             f"got {self.volume}")
+        if self.volume < 0 or (self.volume != 0 and (self.volume < 6 * self.slices or self.volume % 2)):
+            raise ValueError(f"volume must be an even number of triangles >= 6 * slices = {6 * self.slices} "
+                             f"(or 0: no target), got {self.volume}")
         if self.eps > 0 and self.volume <= 0:
             raise ValueError("eps > 0 (volume fixing) needs volume > 0")
         if self.eps == 0 and self.lam <= cdt.LN2:
@@ -93,7 +112,10 @@ class CDTConfig:
         for name in ("chains", "steps", "save_every", "steps_per_chunk", "origins", "thermalise_max",
                      "curvature_samples"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("attempts_per_sweep", "capacity", "seed", "r_max", "curvature_deltas"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: automatic), got {getattr(self, name)}")
         if self.steps % self.steps_per_chunk or self.steps_per_chunk % self.save_every:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk}), "
                              f"itself a multiple of save_every ({self.save_every})")
@@ -105,6 +127,13 @@ class CDTConfig:
         if self.capacity and self.capacity < need:
             raise ValueError(f"capacity={self.capacity} vertex slots cannot hold the target volume N2={self.volume} "
                              f"(N0 = N2/2 plus fluctuations); use capacity >= {need} or 0 (automatic)")
+        d = derived(self)
+        limit = cdt.max_capacity(d["engine"])
+        if d["vertex_capacity"] > limit:
+            raise ValueError(f"capacity={d['vertex_capacity']} vertex slots exceeds what the {d['engine']} engine "
+                             f"addresses ({limit}); use a smaller volume or capacity"
+                             + (", or engine=host" if d["engine"] == "jax" else ""))
+        cdt.metropolis(chain_params(self, d))  # the builder's own checks (one door)
 
 
 def _min_capacity(cfg: CDTConfig) -> int:
@@ -113,16 +142,21 @@ def _min_capacity(cfg: CDTConfig) -> int:
 
 
 def _engine(cfg: CDTConfig) -> str:
+    """The engine of a run: ``cfg.engine``, or for ``"auto"`` the platform's ``cdt_engine`` in
+    :func:`ivhl_jax.core.backend.defaults` (the JAX engine where that one cannot run here)."""
     if cfg.engine != "auto":
         return cfg.engine
-    return "host" if cdt_host.available() and jax.default_backend() == "cpu" else "jax"
+    choice = backend.defaults().cdt_engine
+    if choice not in cdt.ENGINES or (choice == "host" and not cdt_host.available()):
+        return "jax"
+    return choice
 
 
 def derived(cfg: CDTConfig) -> dict:
     """Quantities derived from the config: target volume, engine, capacity, attempts per sweep, radii."""
     vol = cfg.volume if cfg.volume > 0 else 24 * cfg.slices
     engine = _engine(cfg)
-    cap = cfg.capacity or min(max(vol, _min_capacity(cfg)), cdt.MAX_VERTEX_CAPACITY)
+    cap = cfg.capacity or min(max(vol, _min_capacity(cfg)), cdt.max_capacity(engine))
     attempts = cfg.attempts_per_sweep or (100 * vol if engine == "host" else vol)
     r_max = cfg.r_max or int(min(4 * cfg.slices, 6 * math.sqrt(vol) + 10))
     deltas = cfg.curvature_deltas or max(1, min(6, r_max // 4))
@@ -160,6 +194,7 @@ def _jitted_chunk(steps: int, save_every: int, observe):
 
 
 def _trace_obs(chain: cdt.Chain, params: cdt.CDTParams) -> dict:
+    """The thermalisation record of one sweep: N2 and the largest timelike degree."""
     return {"n2": chain.geometry.n2, "max_timelike_degree": cdt.max_timelike_degree(chain.geometry)}
 
 
@@ -177,26 +212,32 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
     met = np.full(cfg.chains, -1)
     done = 0
     t0 = time.perf_counter()
-    while done < cfg.thermalise_max:
-        chains, obs = advance(chains)
-        obs = jax.device_get(obs)
-        n2, deg = np.asarray(obs["n2"]), np.asarray(obs["max_timelike_degree"])  # (block, chains)
-        n2s.append(n2)
-        degs.append(deg)
-        ok = (deg <= np.log2(2.0 * np.maximum(n2, 1))) & ((n2 == cfg.volume) if cfg.eps > 0 else True)
-        first = np.where(ok.any(0), done + 1 + ok.argmax(0), -1)
-        met = np.where((met < 0) & (first > 0), first, met)
-        done += block
-        if np.all(met > 0) and done >= 2 * met.max():
-            break
-        if progress and (done // block) % 10 == 0:
-            print(f"thermalise: {done} sweeps, {int((met > 0).sum())}/{cfg.chains} chains met the criterion, "
-                  f"N2 {int(n2[-1].min())}..{int(n2[-1].max())}, max timelike degree {int(deg[-1].max())}")
+    last_note = t0
+    with phase("grow and thermalise", enabled=progress,
+               detail=f"{cfg.chains} chains to N2 = {d['target_volume']}, {d['engine']} engine, at most "
+                      f"{cfg.thermalise_max} sweeps; the first block compiles") as note:
+        while done < cfg.thermalise_max:
+            chains, obs = advance(chains)
+            obs = jax.device_get(obs)
+            n2, deg = np.asarray(obs["n2"]), np.asarray(obs["max_timelike_degree"])  # (block, chains)
+            n2s.append(n2)
+            degs.append(deg)
+            ok = (deg <= np.log2(2.0 * np.maximum(n2, 1))) & ((n2 == cfg.volume) if cfg.eps > 0 else True)
+            first = np.where(ok.any(0), done + 1 + ok.argmax(0), -1)
+            met = np.where((met < 0) & (first > 0), first, met)
+            done += block
+            if np.all(met > 0) and done >= 2 * met.max():
+                break
+            now = time.perf_counter()
+            if now - last_note >= 1.0:  # a line at most every second while this phase runs
+                last_note = now
+                note(f"{done} sweeps, {int((met > 0).sum())}/{cfg.chains} chains met the criterion, "
+                     f"N2 {int(n2[-1].min())}..{int(n2[-1].max())}, max timelike degree {int(deg[-1].max())}")
+        if np.all(met > 0):
+            note(f"every chain met the criterion (at most {int(met.max())} sweeps); {done} sweeps in all")
     if np.any(met < 0):
         print(f"warning: {int((met < 0).sum())} chains not thermalised after thermalise_max={cfg.thermalise_max} "
               "sweeps (target volume or timelike-degree criterion not met); raise thermalise_max")
-    elif progress:
-        print(f"thermalise: every chain met the criterion (at most {int(met.max())} sweeps); {done} sweeps in all")
     record = {"steps": done, "criterion_met_at": met.tolist(), "seconds": time.perf_counter() - t0,
               "n2": np.concatenate(n2s).tolist(), "max_timelike_degree": np.concatenate(degs).tolist()}
     return chains, record
@@ -219,13 +260,13 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
 
         with open(therm_path) as f:
             therm = json.load(f)
-        if "steps" not in therm and "sweeps" in therm:  # a run folder of an earlier version
+        if "steps" not in therm and "sweeps" in therm:  # a run folder written under the renamed key
             therm["steps"] = therm.pop("sweeps")
     else:
         chains, therm = thermalise(cfg, stepper, chains, d, progress)
         write_json(therm_path, therm)
     per_chunk = cfg.steps_per_chunk
-    advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe_chain)
+    advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
     res = run_chunked(advance, chains, n_chunks=cfg.steps // per_chunk, steps_per_chunk=per_chunk,
                       checkpointer=checkpointer,
                       metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
@@ -234,8 +275,7 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
     if bool(np.any(hist["overflow"])):
         print(f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
               f"--set capacity={2 * d['vertex_capacity']}")
-    cdt.assert_invariants(final)
-    return _report(cfg, out, final, hist, res, d, therm)
+    return _report(cfg, out, final, hist, res, d, therm, progress)
 
 
 def _autocorrelation(series: np.ndarray) -> dict:
@@ -267,49 +307,52 @@ def _mean_error(series: np.ndarray) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=32)
-def _geometry_fn(r_max: int, deltas: tuple[int, ...], origins: int, samples: int):
-    """The jitted, vmapped measurement of :func:`measure_geometry` (one per settings, so it compiles once)."""
+def _geometry_fn(graph: str, r_max: int, deltas: tuple[int, ...], origins: int, samples: int):
+    """The jitted, vmapped measurement of :func:`measure_geometry` on one graph (cached: it compiles once)."""
 
     def one(key, s):
-        tv, tnbr, tri_alive, vert_alive = cdt.geometry_arrays(s)
-        graphs = {"vertex": (cdt_geometry.vertex_adjacency_edges(tv, tri_alive), vert_alive),
-                  "dual": (cdt_geometry.dual_adjacency_edges(tnbr, tri_alive), tri_alive)}
-        out: dict[str, jax.Array] = {}
-        for name, ((src, dst), alive) in graphs.items():
-            k1, k2 = jax.random.split(jax.random.fold_in(key, len(out)))
-            out[name + "_spheres"] = cdt_geometry.sphere_volumes(k1, src, dst, alive, r_max, origins)
-            prof = cdt_geometry.ricci_curvature_profile(k2, src, dst, alive, deltas, samples)
-            out[name + "_curvature"] = prof.samples
-            out[name + "_curvature_overflow"] = prof.n_overflow
-        return out
+        tv, tnbr, tri_alive, vert_alive = geometry_arrays(s)
+        if graph == "vertex":
+            (src, dst), alive = cdt_graph.vertex_adjacency_edges(tv, tri_alive), vert_alive
+        else:
+            (src, dst), alive = cdt_graph.dual_adjacency_edges(tnbr, tri_alive), tri_alive
+        k1, k2 = jax.random.split(key)
+        prof = cdt_graph.ricci_curvature_profile(k2, src, dst, alive, deltas, samples)
+        return {"spheres": cdt_graph.sphere_volumes(k1, src, dst, alive, r_max, origins),
+                "curvature": prof.samples, "curvature_overflow": prof.n_overflow}
 
     return jax.jit(jax.vmap(one))
 
 
-def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict) -> dict:
+def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict, progress: bool = False) -> dict:
     """Sphere volumes, Hausdorff dimensions and Ricci curvature on the vertex and dual graphs of every chain."""
     r_max, deltas = int(d["r_max"]), tuple(range(1, int(d["curvature_deltas"]) + 1))
     keys = jax.random.split(jax.random.key(cfg.seed + 1), cfg.chains)
-    res = jax.device_get(_geometry_fn(r_max, deltas, int(cfg.origins), int(cfg.curvature_samples))(keys, final))
     geo: dict = {"deltas": list(deltas), "r_max": r_max}
-    for name in ("vertex", "dual"):
-        spheres = np.asarray(res[name + "_spheres"]).mean(0)
-        d_h, d_h_err = cdt.hausdorff_from_spheres(spheres)
-        samples = np.asarray(res[name + "_curvature"])  # (chains, D, S)
-        ok = np.isfinite(samples)
-        n_ok = ok.sum((0, 2))
-        mean = np.where(n_ok > 0, np.nansum(samples, (0, 2)) / np.maximum(n_ok, 1), np.nan)
-        var = np.nansum((samples - mean[None, :, None]) ** 2, (0, 2)) / np.maximum(n_ok - 1, 1)
-        geo[name] = {"sphere_volumes": spheres.tolist(), "mean_distance": float(cdt.mean_distance(spheres)),
-                     "hausdorff_local": d_h, "hausdorff_local_err": d_h_err,
-                     "dbar_over_delta": mean.tolist(),
-                     "dbar_over_delta_err": np.sqrt(var / np.maximum(n_ok, 1)).tolist(),
-                     "curvature_samples": n_ok.tolist(),
-                     "curvature_sphere_overflow": int(np.asarray(res[name + "_curvature_overflow"]).sum())}
+    with phase("geometry", enabled=progress,
+               detail=f"sphere volumes to r = {r_max} and Ricci curvature for delta = 1..{len(deltas)}, "
+                      f"vertex and dual graphs of {cfg.chains} chains") as note:
+        for i, name in enumerate(("vertex", "dual")):
+            fn = _geometry_fn(name, r_max, deltas, int(cfg.origins), int(cfg.curvature_samples))
+            res = jax.device_get(fn(jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(keys), final))
+            spheres = np.asarray(res["spheres"]).mean(0)
+            d_h, d_h_err = cdt.hausdorff_from_spheres(spheres)
+            samples = np.asarray(res["curvature"])  # (chains, D, S)
+            ok = np.isfinite(samples)
+            n_ok = ok.sum((0, 2))
+            mean = np.where(n_ok > 0, np.nansum(samples, (0, 2)) / np.maximum(n_ok, 1), np.nan)
+            var = np.nansum((samples - mean[None, :, None]) ** 2, (0, 2)) / np.maximum(n_ok - 1, 1)
+            geo[name] = {"sphere_volumes": spheres.tolist(), "mean_distance": float(cdt.mean_distance(spheres)),
+                         "hausdorff_local": d_h, "hausdorff_local_err": d_h_err,
+                         "dbar_over_delta": mean.tolist(),
+                         "dbar_over_delta_err": np.sqrt(var / np.maximum(n_ok, 1)).tolist(),
+                         "curvature_samples": n_ok.tolist(),
+                         "curvature_sphere_overflow": int(np.asarray(res["curvature_overflow"]).sum())}
+            note(f"{name} graph measured")
     return geo
 
 
-def _report(cfg, out, final, hist, res, d, therm) -> dict:
+def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -326,7 +369,7 @@ def _report(cfg, out, final, hist, res, d, therm) -> dict:
     spread = lengths.std(-1)  # (n_meas, chains): how far the profile is from a cylinder
     l_max = lengths.max(-1).astype(float)
     auto = {"profile_spread": _autocorrelation(spread), "largest_slice": _autocorrelation(l_max)}
-    geo = measure_geometry(cfg, final, d)
+    geo = measure_geometry(cfg, final, d, progress)
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
     sw = np.arange(1, len(therm["n2"]) + 1)
@@ -440,6 +483,54 @@ def _report(cfg, out, final, hist, res, d, therm) -> dict:
             print(f"note: {name}: only {a['n_over_tau']:.0f} x tau_int measurements; raise steps for reliable errors")
     summary["summary_path"] = path
     return summary
+
+
+# ----------------------------------------------------------------------------------------------
+# drawing (matplotlib stays out of the physics package)
+
+
+def slice_orders(state: cdt.CDTState) -> list[list[int]]:
+    """For an unbatched state: per slice, its vertex ids in spatial order (starting anywhere)."""
+    s = jax.device_get(state)
+    alive = np.asarray(s.vpos) < int(s.n0)
+    vright, vtime = np.asarray(s.vright), np.asarray(s.vtime)
+    out: list[list[int]] = []
+    for t in range(s.n_slices):
+        vs = np.nonzero(alive & (vtime == t))[0]
+        order = [int(vs[0])]
+        for _ in range(int(s.lengths[t]) - 1):
+            order.append(int(vright[order[-1]]))
+        out.append(order)
+    return out
+
+
+def draw_triangulation(state: cdt.CDTState, ax=None, *, color="k", lw=0.6):
+    """Draw an unbatched triangulation: slice t at height t, vertices spread evenly on [0, 1).
+
+    Spatial links and timelike links that wrap around the circle are omitted. Returns the axes.
+    """
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.gca()
+    s = jax.device_get(state)
+    orders = slice_orders(state)
+    xpos, ypos = {}, {}
+    for t, order in enumerate(orders):
+        for k, v in enumerate(order):
+            xpos[v], ypos[v] = (k + 0.5) / len(order), t
+    alive = np.asarray(live_triangles(s))
+    tv = np.asarray(s.tv)
+    T = len(orders)
+    for tri in np.nonzero(alive)[0]:
+        a, b, c = (int(x) for x in tv[tri])
+        for p, q in ((a, b), (a, c), (b, c)):
+            if abs(xpos[p] - xpos[q]) > 0.5 or abs(ypos[p] - ypos[q]) > 1:
+                continue
+            ax.plot([xpos[p], xpos[q]], [ypos[p], ypos[q]], color=color, lw=lw)
+    ax.set_xlabel("spatial position (fraction of slice)")
+    ax.set_ylabel("time slice t")
+    ax.set_ylim(-0.5, T - 0.5)
+    return ax
 
 
 def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:

@@ -33,12 +33,12 @@ from ivhl_jax.nn import attention as A
 from ivhl_jax.nn import gru
 from ivhl_jax.numerics import fastmath, rollout, spectral, splitstep, statistics
 from ivhl_jax.physics import cdt, exact, fields, gft, mera, tn
+from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics.cdt import exact as cdt_exact
 from ivhl_jax.physics.cdt import graph as cdt_geometry
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt import moves as cdt_moves
 from ivhl_jax.physics.cdt import state as cdt_state
-from ivhl_jax.physics import condensate as C
 from ivhl_jax.run import config as run_config
 from ivhl_jax.run import device as run_device
 from ivhl_jax.run import driver as run_driver
@@ -1020,8 +1020,8 @@ EXEMPT: dict[str, str] = {
     **{f"cdt_host.{n}": "no input: reports/requires the optional numba kernel (tested in test_cdt.py)"
        for n in ("available", "require")},
     **{f"cdt_host.{n}": "host kernel behind pure_callback on a CDTState buffer built and validated by cdt; "
-       "reached through cdt.metropolis with engine='host' (tested bit for bit against the JAX engine)" for n in ("sweep",
-                                                                                                     "attempts")},
+       "reached through cdt.metropolis with engine='host' (tested bit for bit against the JAX engine)"
+       for n in ("sweep", "attempts")},
     **{f"condensate.{n}": _RESULT for n in ("StrangParams",)},
     **{f"gft.{n}": _RESULT for n in ("GFTParams",)},
     **{f"fields.{n}": _RESULT for n in ("WaveState",)},

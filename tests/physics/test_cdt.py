@@ -16,7 +16,12 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
 from ivhl_jax import cdt
-from ivhl_jax.physics import cdt_host
+from ivhl_jax.physics.cdt import host as cdt_host
+from ivhl_jax.physics.cdt import moves
+from ivhl_jax.physics.cdt.exact import strip_count
+from ivhl_jax.physics.cdt.state import buffer_layout, initial_state, live_triangles, replicate
+
+from .cdt_helpers import _check_jit, assert_invariants, check_invariants, run_chains
 
 CAP = 48  # one vertex capacity everywhere, so compiled programs are shared between tests
 
@@ -75,7 +80,7 @@ def _enumerated_weights(lam, n_slices, l_max):
 
 def test_strip_count_matches_bruteforce():
     for a, b in [(3, 3), (3, 4), (4, 3), (4, 5), (5, 5)]:
-        assert len(_brute_force_strips(a, b)) == cdt.strip_count(a, b) == math.comb(a + b - 1, a - 1) * b
+        assert len(_brute_force_strips(a, b)) == strip_count(a, b) == math.comb(a + b - 1, a - 1) * b
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,15 +88,15 @@ def test_strip_count_matches_bruteforce():
 
 
 def test_initial_state_and_bad_input():
-    s = cdt.initial_state(3, 5, capacity=CAP)
-    cdt.assert_invariants(s)
+    s = initial_state(3, 5, capacity=CAP)
+    assert_invariants(s)
     assert int(s.n0) == 15 and int(s.n2) == 30 and s.lengths.tolist() == [5] * 3
     with pytest.raises(ValueError, match="length"):
-        cdt.initial_state(3, 2)
+        initial_state(3, 2)
     with pytest.raises(ValueError, match="n_slices"):
-        cdt.initial_state(2, 4)
+        initial_state(2, 4)
     with pytest.raises(ValueError, match="capacity"):
-        cdt.initial_state(3, 4, capacity=5)
+        initial_state(3, 4, capacity=5)
     with pytest.raises(ValueError, match="ln 2"):
         cdt.make_params(0.5)
     with pytest.raises(ValueError, match="target"):
@@ -99,60 +104,60 @@ def test_initial_state_and_bad_input():
 
 
 def test_invariants_detect_corruption():
-    s = cdt.initial_state(3, 4, capacity=CAP)
+    s = initial_state(3, 4, capacity=CAP)
     bad = s.with_fields(tl=s.tl.at[0].set(5))
-    res = cdt._check_jit(bad)
+    res = _check_jit(bad)
     assert not bool(res["neighbours"])
     bad2 = s.with_fields(apex=s.apex.at[0].set(1))
-    assert not bool(cdt._check_jit(bad2)["gluing"])
+    assert not bool(_check_jit(bad2)["gluing"])
     bad3 = s.with_fields(vright=s.vright.at[0].set(2))  # slice 0 closes after 3 of its 4 vertices
-    assert not bool(cdt._check_jit(bad3)["slices"])
+    assert not bool(_check_jit(bad3)["slices"])
     bad = s.with_fields(lengths=s.lengths.at[0].set(5))
-    assert not bool(cdt._check_jit(bad)["slices"])
+    assert not bool(_check_jit(bad)["slices"])
     with pytest.raises(AssertionError, match="invariants"):
-        cdt.assert_invariants(bad)
+        assert_invariants(bad)
 
 
 def _live_triangle_table(s):
-    alive = np.nonzero(np.asarray(cdt.live_triangles(s)))[0]
+    alive = np.nonzero(np.asarray(live_triangles(s)))[0]
     return {int(t): (int(s.ttype[t]), int(s.ttime[t]), int(s.tl[t]), int(s.tr[t]), int(s.tc[t]),
                      tuple(int(x) for x in s.tv[t])) for t in alive}
 
 
 def test_insert_then_delete_is_identity_and_ratios_balance():
-    s = cdt.initial_state(3, 4, capacity=CAP)
+    s = initial_state(3, 4, capacity=CAP)
     params = cdt.make_params(0.9, eps=0.01, target=30.0)
     up = 2 * 4 + 2  # an up triangle of strip 1
-    s1 = cdt.apply_insertion(s, up)
-    cdt.assert_invariants(s1)
+    s1 = moves.apply_insertion(s, up)
+    assert_invariants(s1)
     assert int(s1.n0) == 13 and s1.lengths.tolist() == [4, 5, 4]
     v = int(s1.vperm[12])
     q = np.asarray(cdt.coordination_numbers(s1))
     assert q[v] == 4
-    assert bool(cdt.is_removable(s1, v))
-    s2 = cdt.apply_removal(s1, v)
-    cdt.assert_invariants(s2)
+    assert bool(moves.is_removable(s1, v))
+    s2 = moves.apply_removal(s1, v)
+    assert_invariants(s2)
     assert _live_triangle_table(s2) == _live_triangle_table(s)
     # forward ratio at (N0, N2) times backward ratio at (N0+1, N2+2) is exactly one
     for n0 in (12, 30, 101):
-        la = cdt.log_acceptance("add", n0, 2 * n0, params)
-        ld = cdt.log_acceptance("delete", n0 + 1, 2 * n0 + 2, params)
+        la = moves.log_acceptance("add", n0, 2 * n0, params)
+        ld = moves.log_acceptance("delete", n0 + 1, 2 * n0 + 2, params)
         np.testing.assert_allclose(float(la + ld), 0.0, atol=1e-5)
         np.testing.assert_allclose(float(la), -2 * 0.9 - 0.01 * ((2 * n0 + 2 - 30) ** 2 - (2 * n0 - 30) ** 2)
                                    + math.log(n0 / (n0 + 1)), rtol=1e-5)
     # a vertex of coordination > 4 is not removable
     v_big = int(np.argmax(np.where(np.asarray(s1.vpos) < 13, q, 0)))
-    assert q[v_big] > 4 and not bool(cdt.is_removable(s1, v_big))
+    assert q[v_big] > 4 and not bool(moves.is_removable(s1, v_big))
 
 
 def test_flip_is_an_involution():
-    s = cdt.initial_state(3, 4, capacity=CAP)
+    s = initial_state(3, 4, capacity=CAP)
     t1 = 0  # an up triangle, its right neighbour is down
-    s1 = cdt.apply_flip(s, t1)
-    cdt.assert_invariants(s1)
+    s1 = moves.apply_flip(s, t1)
+    assert_invariants(s1)
     assert _live_triangle_table(s1) != _live_triangle_table(s)
     # after the swap, t1's left neighbour is the old right one; flipping that pair undoes it
-    s2 = cdt.apply_flip(s1, int(s1.tl[t1]))
+    s2 = moves.apply_flip(s1, int(s1.tl[t1]))
     assert _live_triangle_table(s2) == _live_triangle_table(s)
 
 
@@ -166,21 +171,21 @@ ENGINES = ["jax", pytest.param("host", marks=[pytest.mark.skipif(not cdt_host.av
 def small_runs(request):
     """One compiled chain function per engine shared by the tests below (T = 3, lam = 1)."""
     params = cdt.make_params(1.0, attempts_per_sweep=100, engine=request.param)
-    fn = jax.jit(lambda k, s: cdt.run_chains(k, s, params, 30, 1))
-    states = cdt.replicate(cdt.initial_state(3, 3, capacity=CAP), 256)
+    fn = jax.jit(lambda k, s: run_chains(k, s, params, 30, 1))
+    states = replicate(initial_state(3, 3, capacity=CAP), 256)
     return fn, states, fn(jax.random.PRNGKey(0), states)
 
 
 def test_invariants_after_every_move_many_chains():
     params = cdt.make_params(0.8, attempts_per_sweep=1)
     n_chains, n_att = 8, 300
-    states = cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), n_chains)
+    states = replicate(initial_state(3, 4, capacity=CAP), n_chains)
     us = jax.random.bits(jax.random.PRNGKey(3), (n_chains, n_att, 2), jnp.uint32)
 
     def chain(s, u):
         def body(s, ui):
-            s = cdt.attempt(s, ui, params)
-            return s, jnp.stack(list(cdt.check_invariants(s).values()))
+            s = moves.attempt(s, ui, params)
+            return s, jnp.stack(list(check_invariants(s).values()))
 
         return jax.lax.scan(body, s, u)
 
@@ -304,16 +309,16 @@ def test_coordination_distribution_and_joint_law_with_volume(small_runs):
 def test_host_engine_is_bit_identical_to_jax_engine():
     if not cdt_host.available():
         pytest.skip("needs numba")
-    s = cdt.initial_state(3, 4, capacity=CAP)
-    lay = cdt.buffer_layout(CAP, 3)
+    s = initial_state(3, 4, capacity=CAP)
+    lay = buffer_layout(CAP, 3)
     for params in (cdt.make_params(0.8), cdt.make_params(cdt.LN2, eps=0.05, target=30.0)):
         words = jax.random.bits(jax.random.key(1), (4, 5000, 2), jnp.uint32)
         bufs = jnp.stack([s.buf] * 4)
         host = jax.vmap(functools.partial(cdt_host.attempts, params=params, lay=lay, c0=CAP))(bufs, words)
-        ref = jax.jit(jax.vmap(functools.partial(cdt._attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
+        ref = jax.jit(jax.vmap(functools.partial(moves._attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
         np.testing.assert_array_equal(np.asarray(host), np.asarray(ref))
         final = s.replace(buf=host)
-        cdt.assert_invariants(final)
+        assert_invariants(final)
         assert np.all(np.asarray(final.accepts) > 0)
 
 
@@ -355,7 +360,7 @@ def test_bfs_distances_match_scipy(small_runs):
     s = jax.tree_util.tree_map(lambda x: x[k], final)
     s = jax.device_get(s)
     n0, c0 = int(s.n0), s.vtime.shape[0]
-    alive_t = np.asarray(cdt.live_triangles(s))
+    alive_t = np.asarray(live_triangles(s))
     tv = np.asarray(s.tv)[alive_t]
     rows = np.concatenate([tv[:, 0], tv[:, 1], tv[:, 2]])
     cols = np.concatenate([tv[:, 1], tv[:, 2], tv[:, 0]])
@@ -382,31 +387,31 @@ def test_exact_mean_length_transfer_matrix_vs_direct_sum():
 def test_volume_fixed_sweeps_end_at_the_target(engine):
     params = cdt.make_params(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine)
     assert params.stop_at_target
-    final, obs = cdt.run_chains(jax.random.key(0), cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), 8), params, 12)
+    final, obs = run_chains(jax.random.key(0), replicate(initial_state(3, 4, capacity=CAP), 8), params, 12)
     np.testing.assert_array_equal(np.asarray(obs["n2"]), 40)
     assert int(np.asarray(final.missed_target).sum()) == 0
-    cdt.assert_invariants(final)
+    assert_invariants(final)
     # without stop_at_target the volume only fluctuates around the target
     free = cdt.make_params(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine, stop_at_target=False)
-    _, obs = cdt.run_chains(jax.random.key(0), cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), 8), free, 12)
+    _, obs = run_chains(jax.random.key(0), replicate(initial_state(3, 4, capacity=CAP), 8), free, 12)
     assert np.any(np.asarray(obs["n2"]) != 40)
     with pytest.raises(ValueError, match="even target"):
         cdt.make_params(cdt.LN2, eps=0.05, target=41)
     with pytest.raises(ValueError, match=r"too few for the target N2 = 400.*capacity >= 402"):
-        cdt.run_chains(jax.random.key(0), cdt.replicate(cdt.initial_state(3, 4, capacity=CAP), 2),
-                       cdt.make_params(cdt.LN2, eps=0.05, target=400, engine=engine), 1)
+        cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=400, engine=engine)).init(jax.random.key(0), 3, 4,
+                                                                                              capacity=CAP)
 
 
 # --- slow validation: long chi-squared runs, volume fixing, criticality, Hausdorff dimension -----------------
-# T = 2 was checked here before T < 3 became an error (both strips would join the same two circles)
+# T >= 3: with two slices both strips would join the same two circles
 @pytest.mark.slow
 @pytest.mark.parametrize("n_slices,lam", [(3, 1.0), (3, 0.9)])
 def test_chi2_long_many_chains(n_slices, lam):
     params = cdt.make_params(lam, attempts_per_sweep=200)
-    states = cdt.replicate(cdt.initial_state(n_slices, 3, capacity=64), 2048)
-    final, obs = jax.jit(lambda k, s: cdt.run_chains(k, s, params, 25, 1))(jax.random.PRNGKey(11), states)
+    states = replicate(initial_state(n_slices, 3, capacity=64), 2048)
+    final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 25, 1))(jax.random.PRNGKey(11), states)
     assert not bool(np.any(np.asarray(final.overflow)))
-    cdt.assert_invariants(final)
+    assert_invariants(final)
     L = np.asarray(obs["lengths"])[:, 5::2, :].reshape(-1, n_slices)
     samples = [tuple(int(x) for x in v) for v in L]
     exact = cdt.exact_length_distribution(lam, n_slices, 16 if lam >= 1.0 else 24)
@@ -421,16 +426,16 @@ def test_chi2_long_many_chains(n_slices, lam):
 @pytest.mark.slow
 def test_volume_fixing_holds_target():
     target = 240
-    states = cdt.replicate(cdt.initial_state(6, 4, capacity=400), 16)
+    states = replicate(initial_state(6, 4, capacity=400), 16)
     # the volume term alone (stop_at_target=False): the Gaussian confines N2 - target to a width ~ 1/sqrt(2 eps) = 5
     params = cdt.make_params(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target, stop_at_target=False)
-    final, obs = jax.jit(lambda k, s: cdt.run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
+    final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
     n2 = np.asarray(obs["n2"])[:, 10:]
-    cdt.assert_invariants(final)
+    assert_invariants(final)
     assert abs(n2.mean() - target) < 2.0 and 2.0 < n2.std() < 12.0, (n2.mean(), n2.std())
     # the default with volume fixing: every sweep ends exactly at the target
     params = cdt.make_params(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target)
-    final, obs = jax.jit(lambda k, s: cdt.run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
+    final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
     assert np.all(np.asarray(obs["n2"]) == target) and int(np.asarray(final.missed_target).sum()) == 0
 
 
@@ -439,8 +444,8 @@ def test_criticality_mean_length_vs_transfer_matrix():
     n_slices, chains, sweeps = 16, 32, 120
     deltas = np.array([0.2, 0.1, 0.05, 0.025])
     means, errs = [], []
-    fn = jax.jit(lambda k, s, p: cdt.run_chains(k, s, p, sweeps, 2))
-    states = cdt.replicate(cdt.initial_state(n_slices, 4, capacity=1200), chains)
+    fn = jax.jit(lambda k, s, p: run_chains(k, s, p, sweeps, 2))
+    states = replicate(initial_state(n_slices, 4, capacity=1200), chains)
     for i, d in enumerate(deltas):
         params = cdt.make_params(cdt.LN2 + d, attempts_per_sweep=400)
         final, obs = fn(jax.random.PRNGKey(i), states, params)
@@ -462,8 +467,6 @@ def test_criticality_mean_length_vs_transfer_matrix():
 
 @pytest.mark.slow
 def test_hausdorff_dimension_near_two_on_vertex_and_dual_graphs():
-    from ivhl_jax.physics import cdt_host
-
     engine = "host" if cdt_host.available() else "jax"
     sizes = [8, 12, 16, 24, 32]
     vols, dists = [], {"vertex": [], "dual": []}
@@ -471,9 +474,9 @@ def test_hausdorff_dimension_near_two_on_vertex_and_dual_graphs():
         n2 = 4 * T * T
         params = cdt.make_params(cdt.LN2, eps=0.02, target=n2, attempts_per_sweep=n2 * (20 if engine == "host" else 1),
                                  engine=engine)
-        states = cdt.replicate(cdt.initial_state(T, 2 * T, capacity=2 * n2), 8)
-        final, _ = jax.jit(lambda k, s, p: cdt.run_chains(k, s, p, 60, 60))(jax.random.PRNGKey(T), states, params)
-        cdt.assert_invariants(final)
+        states = replicate(initial_state(T, 2 * T, capacity=2 * n2), 8)
+        final, _ = jax.jit(lambda k, s, p: run_chains(k, s, p, 60, 60))(jax.random.PRNGKey(T), states, params)
+        assert_invariants(final)
         hist = np.asarray(cdt.coordination_histogram(jax.tree_util.tree_map(lambda x: x[0], final)))
         assert hist[6] < 0.6 * hist.sum(), "not thermalised: still the regular lattice"
         vols.append(float(np.asarray(final.n2).mean()))

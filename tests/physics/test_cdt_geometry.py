@@ -1,4 +1,4 @@
-"""Graph observables of triangulations (ivhl_jax.physics.cdt_geometry) against an independent reference.
+"""Graph observables of triangulations (ivhl_jax.physics.cdt.graph) against an independent reference.
 
 Triangulations are built here in NumPy (a regular triangulated torus, random 1+1D CDT tori), embedded
 in larger fixed-capacity arrays with garbage in the free slots, and every observable is compared with
@@ -17,7 +17,7 @@ from scipy import sparse
 from scipy.sparse import csgraph
 
 from ivhl_jax.numerics.statistics import chi2_histogram_test
-from ivhl_jax.physics import cdt_geometry as geo
+from ivhl_jax.physics.cdt import graph as geo
 
 # ----------------------------------------------------------------------------------------------------
 # reference triangulations

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from ivhl_jax.physics import cdt_host
+from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.sims import cdt as sim
 
 SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "steps_per_chunk=4",
@@ -55,12 +55,45 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     (["steps=30"], "multiple of steps_per_chunk"),
     (["steps_per_chunk=5", "steps=20"], "multiple of save_every"),
     (["chunks=4"], "unknown config key.*chunks.*steps_per_chunk"),  # one vocabulary: steps_per_chunk, as elsewhere
+    # one bad value for every other key: one line, exit 2, before any work
+    (["eps=-1"], "eps must be >= 0"),
+    (["eps=nan"], "eps must be a finite number"),
+    (["lam=inf"], "lam must be a finite number"),
+    (["volume=-64"], "volume must be an even number"),
+    (["chains=0"], "chains must be >= 1"),
+    (["steps=0"], "steps must be >= 1"),
+    (["save_every=0"], "save_every must be >= 1"),
+    (["steps_per_chunk=0"], "steps_per_chunk must be >= 1"),
+    (["attempts_per_sweep=-5"], "attempts_per_sweep must be >= 0"),
+    (["capacity=-1"], "capacity must be >= 0"),
+    (["capacity=70000", "engine=jax"], "capacity=70000 .*jax engine"),
+    (["thermalise_max=0"], "thermalise_max must be >= 1"),
+    (["seed=-3"], "seed must be >= 0"),
+    (["r_max=-1"], "r_max must be >= 0"),
+    (["origins=0"], "origins must be >= 1"),
+    (["curvature_deltas=-2"], "curvature_deltas must be >= 0"),
+    (["curvature_samples=0"], "curvature_samples must be >= 1"),
 ])
 def test_sim_config_errors_are_one_line(tmp_path, capsys, sets, pattern):
     args = [x for kv in sets for x in ("--set", kv)] + ["--out", str(tmp_path / "bad")]
     assert sim.main(args) == 2
     err = capsys.readouterr().err
     assert re.search(pattern, err) and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_every_phase_reports_progress(tmp_path, capsys):
+    """Growing and thermalising, the sweeps and the geometry each announce themselves and report progress."""
+    args = [a for a in SMALL if a != "--no-progress"] + ["--set", "engine=jax", "--set", "steps=8",
+                                                         "--out", str(tmp_path / "p")]
+    assert sim.main(args) == 0
+    captured = capsys.readouterr()
+    err = captured.err + captured.out
+    for phase in ("grow and thermalise", "geometry"):
+        assert re.search(rf"^{phase} \(.+\) \.\.\.$", err, re.M), err
+        assert re.search(rf"^{phase}: done in [0-9.]+ s$", err, re.M), err
+    assert "vertex graph measured" in err and "dual graph measured" in err
+    assert "every chain met the criterion" in err
+    assert "cdt sweeps" in err
 
 
 def test_host_engine_without_numba_is_a_config_error(tmp_path, capsys, monkeypatch):
@@ -72,7 +105,7 @@ def test_host_engine_without_numba_is_a_config_error(tmp_path, capsys, monkeypat
 @pytest.mark.parametrize("old, new, value", [("sweeps", "steps", "400"), ("measure_every", "save_every", "4")])
 @pytest.mark.parametrize("where", ["set", "toml", "json"])
 def test_renamed_keys_are_one_line_naming_the_new_key(tmp_path, capsys, old, new, value, where):
-    """Issue 12: one vocabulary (steps, save_every) in the config and the CLI too; the old CDT names are refused."""
+    """One vocabulary (steps, save_every) in the config and the CLI too; the renamed CDT keys are refused."""
     args = ["--out", str(tmp_path / "bad")]
     if where == "set":
         args += ["--set", f"{old}={value}"]
@@ -104,7 +137,7 @@ def test_a_run_folder_with_the_old_key_names_resumes(tmp_path):
     cfg = sim.CDTConfig(steps=40, save_every=4, steps_per_chunk=20)
     assert renamed_keys(cfg) == {"sweeps": "steps", "measure_every": "save_every"}
     out = tmp_path / "old"
-    (out / "ckpt").mkdir(parents=True)
+    (out / "ckpt" / "20").mkdir(parents=True)  # a folder holding a checkpoint step ties it to its configuration
     old = {("sweeps" if k == "steps" else "measure_every" if k == "save_every" else k): v
            for k, v in config_dict(cfg).items()}
     (out / "config.json").write_text(json.dumps(old))

@@ -1,0 +1,291 @@
+"""The CDT moves on the packed buffer, and the pure-JAX engine (``engine="jax"``).
+
+Moves (each attempt: flip with probability 1/2, insertion 1/4, removal 1/4)
+---------------------------------------------------------------------------
+A uniform live vertex ``w`` (``1/N0``) and a coin pick a uniform live triangle (``1/N2``).
+
+* (2,2) flip: the chosen triangle and its right neighbour, if their types differ, swap places in
+  the strip (the shared timelike link rotates). Symmetric proposal, no change of action: always
+  accepted.
+* (2,4) insertion: the spatial link from ``w`` to its right neighbour (``1/N0``) is split by a new
+  vertex of coordination 4.
+* (4,2) removal: ``w`` itself (``1/N0``), if it has one future and one past link and its slice has
+  ``l_t > 3`` vertices (the exact inverse of an insertion).
+
+Detailed balance with ``pi ∝ e^{-S}/|Aut|`` (orbit-stabiliser: (T, marked link) <-> (T', marked
+order-4 vertex)) gives the acceptances
+
+    A_add = min(1, e^{-dS} N0/(N0+1)),     A_del = min(1, e^{-dS} N0/(N0-1)),
+
+checked against exact enumeration (slice lengths, vertex coordinations and their joint law with N0)
+by the test-suite.
+
+An attempt is one round of gathers from the buffer and ONE scatter into it: XLA:CPU updates a
+while-loop buffer in place only when every read of it feeds the scatter that updates it; a second
+loop-carried array, or a read after the write, makes it copy the whole buffer every attempt.
+
+The vertex index is drawn exactly as ``floor(word N0 / 2^32)`` from a uint32 word in 32-bit arithmetic,
+which addresses ``N0 <= 2^16`` (:data:`MAX_VERTEX_CAPACITY`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ivhl_jax.physics.cdt.state import DOWN, UP, CDTState, buffer_layout
+
+__all__ = ["MAX_VERTEX_CAPACITY", "attempt", "sweep", "apply_flip", "apply_insertion", "apply_removal",
+           "is_removable", "log_acceptance"]
+
+#: Most vertex slots the JAX engine addresses: the exact 32-bit multiply-high index draw needs N0 <= 2^16.
+MAX_VERTEX_CAPACITY = 1 << 16
+
+
+def _mulhi(word, n):
+    """floor(word * n / 2^32) for uint32 ``word`` and 1 <= n <= 2^16, exactly, in 32-bit arithmetic."""
+    n = n.astype(jnp.uint32)
+    hi, lo = word >> 16, word & jnp.uint32(0xFFFF)
+    return ((hi * n + ((lo * n) >> 16)) >> 16).astype(jnp.int32)
+
+
+def _decode(bits):
+    """Two uint32 words -> (move 0..3, coin 0/1, acceptance uniform in [0, 1) with 24 bits, index word)."""
+    w1 = bits[1]
+    move = (w1 & jnp.uint32(3)).astype(jnp.int32)
+    coin = ((w1 >> 2) & jnp.uint32(1)).astype(jnp.int32)
+    u = (w1 >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
+    return move, coin, u, bits[0]
+
+
+def _move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
+    """(index, value, enabled) triples of one attempt, every value gathered from ``buf`` before any write.
+
+    With ``stop_n0`` the attempt is a no-op (not even counted) once n0 == stop_n0; with ``active`` (a bool)
+    it is a no-op where ``active`` is False."""
+    def g(name, i):
+        return buf[lay[name][0] + i]
+
+    def at(name, i):
+        return lay[name][0] + i
+
+    n0 = buf[lay["n0"][0]]
+    move, coin, u, word = _decode(bits)
+    is_flip, is_add, is_del = move <= 1, move == 2, move == 3
+    kind = jnp.where(is_flip, 0, jnp.where(is_add, 1, 2))
+    w = g("vperm", _mulhi(word, n0))  # a uniform live vertex; with the coin, a uniform live triangle
+    log_u = jnp.log(jnp.maximum(u, jnp.float32(2.0**-25)))
+    # (2,2) flip of t1 with its right neighbour t2 (they must differ in type = slot parity)
+    t1 = 2 * w + coin
+    t2 = g("tr", t1)
+    fl, fr = g("tl", t1), g("tr", t2)
+    do_flip = is_flip & (((t1 ^ t2) & 1) == 1)
+    # (2,4) insertion on the link from w to its right neighbour bv; the new vertex av owns slots 2av, 2av+1
+    up, dn = 2 * w, 2 * w + 1
+    fits = n0 + 1 <= c0
+    av = g("vperm", jnp.minimum(n0, c0 - 1))
+    au, ad = 2 * av, 2 * av + 1
+    ax, ay = g("tr", up), g("tr", dn)
+    bv, t = g("vright", w), g("vtime", w)
+    len_t = g("lengths", t)
+    acc_add = is_add & (log_u < log_acceptance("add", n0, 2 * n0, params))
+    do_add = acc_add & fits
+    # (4,2) removal of vertex w: its left neighbour a owns the up/down triangles left of it
+    lu, ld = g("tl", up), g("tl", dn)
+    a = lu // 2
+    removable = _removable(lu, ld, len_t)
+    do_del = is_del & removable & (log_u < log_acceptance("delete", n0, 2 * n0, params))
+    pos_w, last = g("vpos", w), g("vperm", jnp.maximum(n0 - 1, 0))
+    live = jnp.bool_(True) if stop_n0 is None else n0 != stop_n0
+    if active is not None:
+        live = live & active
+    do_flip, do_add, do_del, acc_add = do_flip & live, do_add & live, do_del & live, acc_add & live
+    accepted = do_flip | do_add | do_del
+    f, ad_, r = do_flip, do_add, do_del
+    writes = [
+        # flip: fl t1 t2 fr -> fl t2 t1 fr; t1's new apex is t2's base-right vertex, t2's is t1's base-left
+        (at("tr", fl), t2, f), (at("tl", t2), fl, f), (at("tr", t2), t1, f), (at("tl", t1), t2, f),
+        (at("tr", t1), fr, f), (at("tl", fr), t1, f),
+        (at("apex", t1), g("vright", t2 // 2), f), (at("apex", t2), t1 // 2, f),
+        # insertion: up au ax and dn ad ay in the two strips; au/ad keep the apexes of up/dn
+        (at("tr", up), au, ad_), (at("tl", au), up, ad_), (at("tr", au), ax, ad_), (at("tl", ax), au, ad_),
+        (at("tr", dn), ad, ad_), (at("tl", ad), dn, ad_), (at("tr", ad), ay, ad_), (at("tl", ay), ad, ad_),
+        (at("apex", au), g("apex", up), ad_), (at("apex", ad), g("apex", dn), ad_),
+        (at("vright", w), av, ad_), (at("vright", av), bv, ad_), (at("vtime", av), t, ad_),
+        (at("lengths", t), len_t + 1, ad_), (at("n0", 0), n0 + 1, ad_),
+        # removal: the triangles right of w (2w, 2w+1) leave; swap-remove w from the live bag
+        (at("tr", lu), ax, r), (at("tl", ax), lu, r), (at("tr", ld), ay, r), (at("tl", ay), ld, r),
+        (at("vright", a), bv, r), (at("lengths", t), len_t - 1, r), (at("n0", 0), n0 - 1, r),
+        (at("vperm", pos_w), last, r), (at("vperm", n0 - 1), w, r), (at("vpos", last), pos_w, r),
+        (at("vpos", w), n0 - 1, r),
+        # bookkeeping
+        (at("attempts", kind), g("attempts", kind) + 1, live),
+        (at("accepts", kind), g("accepts", kind) + 1, accepted),
+        (at("overflow", 0), jnp.int32(1), acc_add & ~fits),
+    ]
+    return writes
+
+
+def _apply(buf, writes):
+    size = buf.shape[0]
+    idx = jnp.stack([jnp.where(on, i, size) for i, _, on in writes])
+    val = jnp.stack([jnp.asarray(v, jnp.int32) for _, v, _ in writes])
+    return buf.at[idx].set(val, mode="drop")
+
+
+def _attempt_buf(buf, bits, params, lay, c0, stop_n0=None, active=None):
+    return _apply(buf, _move_writes(buf, lay, bits, params, c0, stop_n0, active))
+
+
+def attempt(state: CDTState, bits: jax.Array, params: Any) -> CDTState:
+    """One Metropolis attempt driven by two uint32 words ``bits``: ``bits[1] & 3`` picks the move (0, 1 flip;
+    2 add; 3 delete), bit 2 a coin, bits 8..31 the acceptance uniform; ``bits[0]`` the vertex (exact
+    ``floor(bits[0] N0 / 2^32)``-th live vertex)."""
+    lay = buffer_layout(state.vertex_capacity, state.n_slices)
+    return state.replace(buf=_attempt_buf(state.buf, jnp.asarray(bits, jnp.uint32), params, lay,
+                                          state.vertex_capacity))
+
+
+class _Couplings(NamedTuple):
+    """The couplings a move reads (``lam``, ``eps``, ``target``), for moves forced outside a chain."""
+
+    lam: float
+    eps: float
+    target: float
+
+
+def _forced(state: CDTState, vertex, move: int, coin: int = 0) -> CDTState:
+    """Apply one move unconditionally: the attempt with acceptance uniform 0 on the vertex at bag position
+    of ``vertex`` (only for tests and docs; the caller guarantees the move is possible)."""
+    pos = int(np.asarray(state.vpos)[int(vertex)])
+    n0 = int(state.n0)
+    word = -(-(pos << 32) // n0)  # smallest word with floor(word n0 / 2^32) == pos
+    bits = jnp.asarray([word, move | (coin << 2)], jnp.uint32)
+    big = _Couplings(lam=-1e3 if move == 2 else 1e3, eps=0.0, target=0.0)
+    return attempt(state, bits, big)
+
+
+def apply_flip(state: CDTState, t1) -> CDTState:
+    """Flip triangle slot ``t1`` with its right neighbour (they must differ in type)."""
+    return _forced(state, int(t1) // 2, 0, int(t1) % 2)
+
+
+def apply_insertion(state: CDTState, up) -> CDTState:
+    """Insert a vertex on the base link of up triangle slot ``up`` (capacity must allow)."""
+    return _forced(state, int(up) // 2, 2)
+
+
+def apply_removal(state: CDTState, v) -> CDTState:
+    """Remove vertex ``v`` (it must be removable: coordination 4, slice length > 3)."""
+    return _forced(state, int(v), 3)
+
+
+def _removable(lu, ld, slice_length):
+    """The (4,2) removal condition of a vertex ``v``, from ``lu = tl[2v]``, ``ld = tl[2v+1]`` (the left
+    neighbours of the up and down triangle on the link from ``v`` to its right) and the length of its slice:
+    ``v`` has one future and one past link exactly when those neighbours are an up and a down triangle, and
+    the slice keeps at least 3 vertices. The one home of the test: :func:`is_removable` and the move kernel
+    (:func:`_move_writes`) both call it (the host kernel, numba, spells it out in
+    :mod:`ivhl_jax.physics.cdt.host_kernels`; the bit-identity test ties the two)."""
+    return ((lu & 1) == UP) & ((ld & 1) == DOWN) & (slice_length > 3)
+
+
+def is_removable(state: CDTState, v) -> jax.Array:
+    """Whether vertex ``v`` has one future and one past link and its slice has more than 3 vertices."""
+    return _removable(state.tl[2 * v], state.tl[2 * v + 1], state.lengths[state.vtime[v]])
+
+
+def _delta_action(n2, dn2, params: Any):
+    # (N + d - V)^2 - (N - V)^2 = d (2 (N - V) + d), written so float32 stays exact for large N
+    dev = n2.astype(jnp.float32) - params.target
+    return params.lam * dn2 + params.eps * dn2 * (2.0 * dev + dn2)
+
+
+def log_acceptance(kind: str, n0, n2, params: Any):
+    """log of the Metropolis ratio (before ``min(1, .)``) of an insertion ("add") or removal ("delete").
+
+    ``add``: ``-dS + log(N0/(N0+1))``; ``delete``: ``-dS + log(N0/(N0-1))``; ``N0``, ``N2`` of the
+    current state. Proposal probabilities: a link ``1/N0`` (add), a vertex ``1/N0`` (delete).
+    """
+    n0f = jnp.asarray(n0, jnp.float32)
+    if kind == "add":
+        return -_delta_action(jnp.asarray(n2), 2.0, params) + jnp.log(n0f / (n0f + 1.0))
+    if kind == "delete":
+        return -_delta_action(jnp.asarray(n2), -2.0, params) + jnp.log(n0f / (n0f - 1.0))
+    raise ValueError(f"kind must be 'add' or 'delete', got {kind!r}")
+
+
+_EXTRA = 10  # with stop_at_target, a sweep makes at most _EXTRA * (attempts of the sweep) more attempts
+_BLOCK = 4096  # attempts per block of random words: bounds the memory of many vmapped chains
+_N2_BLOCK = 64  # block of gated attempts when a sweep is N2 attempts (a count known only at run time)
+
+
+def _attempts(buf, bits, params, lay, c0):
+    return jax.lax.fori_loop(0, bits.shape[0], lambda i, b: _attempt_buf(b, bits[i], params, lay, c0), buf)
+
+
+def sweep(key: jax.Array, state: CDTState, params: Any) -> CDTState:
+    """One sweep on the JAX engine: ``n`` Metropolis attempts, then (with ``params.stop_at_target``) more
+    until N2 == target, at most ``10 n``; pure, O(1) work per attempt.
+
+    ``n = params.attempts_per_sweep``, or, when that is 0, N2 at the start of the sweep (the usual sweep of
+    the literature). Random words come from ``key`` in blocks (of 4096 attempts for a fixed ``n``; of 64
+    gated attempts for ``n = N2``, whose count is data).
+    """
+    lay = buffer_layout(state.vertex_capacity, state.n_slices)
+    c0 = state.vertex_capacity
+    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
+    n = int(params.attempts_per_sweep)
+    buf = state.buf
+    if n:
+        full, rest = divmod(n, _BLOCK)
+        if full:
+            def block(b, buf):
+                bits = jax.random.bits(jax.random.fold_in(key, b), (_BLOCK, 2), jnp.uint32)
+                return _attempts(buf, bits, params, lay, c0)
+
+            buf = jax.lax.fori_loop(0, full, block, buf)
+        if rest:
+            buf = _attempts(buf, jax.random.bits(jax.random.fold_in(key, full), (rest, 2), jnp.uint32), params, lay,
+                            c0)
+        max_extra: Any = _EXTRA * n
+        until_key = jax.random.fold_in(key, full + 1)
+    else:
+        n2 = 2 * buf[lay["n0"][0]]
+
+        def gated_block(b, buf):
+            bits = jax.random.bits(jax.random.fold_in(key, b), (_N2_BLOCK, 2), jnp.uint32)
+            return jax.lax.fori_loop(0, _N2_BLOCK, lambda i, bb: _attempt_buf(
+                bb, bits[i], params, lay, c0, active=b * _N2_BLOCK + i < n2), buf)
+
+        buf = jax.lax.fori_loop(0, (n2 + _N2_BLOCK - 1) // _N2_BLOCK, gated_block, buf)
+        max_extra = _EXTRA * n2
+        until_key = jax.random.fold_in(key, 1 << 30)  # beyond every block index (blocks < 2^23)
+    if target_n0 is not None:
+        buf = _until_target(buf, until_key, target_n0, max_extra, params, lay, c0)
+    return state.replace(buf=buf)
+
+
+def _until_target(buf, key, target_n0, max_extra, params, lay, c0):
+    """Attempts until n0 == target_n0, at most ``max_extra`` (rounded up to whole blocks); a miss increments
+    ``missed_target``. A while loop over blocks of 256 attempts, each a no-op once the target is reached:
+    under vmap a while loop selects between old and new carry of every chain each iteration (O(capacity)),
+    so the iterations must be few; the gating keeps the stop exact (``_move_writes(stop_n0=...)``)."""
+    o_n0, o_miss = lay["n0"][0], lay["missed_target"][0]
+    block = 256
+
+    def cond(c):
+        b, i = c
+        return (b[o_n0] != target_n0) & (i < max_extra)
+
+    def body(c):
+        b, i = c
+        bits = jax.random.bits(jax.random.fold_in(key, i), (block, 2), jnp.uint32)
+        b = jax.lax.fori_loop(0, block, lambda j, b: _attempt_buf(b, bits[j], params, lay, c0, target_n0), b)
+        return b, i + block
+
+    buf, _ = jax.lax.while_loop(cond, body, (buf, jnp.int32(0)))
+    return buf.at[o_miss].add((buf[o_n0] != target_n0).astype(jnp.int32))
