@@ -209,6 +209,12 @@ def test_gp_step_sharded_equals_single_device_and_moves_only_shards(mesh, name):
     kinds = D.collectives(compiled.as_text())
     assert kinds == [("all-to-all", shard)] * (2 if mesh == "8" else 4), kinds  # no all-gather of the field
     assert compiled.memory_analysis().temp_size_in_bytes <= 3 * shard
+    # the compiled multi-step loop (trajectory's own path) likewise moves only shards
+    from ivhl_jax.numerics.rollout import trajectory
+    loop = jax.jit(lambda st, p: trajectory(st, p, 4)[0]).lower(stepper, psi_s).compile()
+    kinds = D.collectives(loop.as_text())
+    assert kinds and set(kinds) == {("all-to-all", shard)}, kinds
+    assert loop.memory_analysis().temp_size_in_bytes <= 3 * shard
 
 
 @pytest.mark.parametrize("mesh", ["8", "4x2"], ids=["slab8", "pencil4x2"])

@@ -293,8 +293,8 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
     psi = check_array(psi, "psi", shape=system.grid.shape, kind="complex")
     if params.imaginary or params.project_norm:
         return jax.lax.fori_loop(0, n, lambda _, p: _one_step(p, params), psi)
-    return strang_run(psi, _local_energy(system), lambda p: _kinetic(p, plan, system.grid.ndim, system.fft),
-                      plan.dt, n)
+    return strang_run(psi, _local_energy(system),
+                      lambda p: _kinetic(p, plan, system.grid.ndim, system.fft, system.layout), plan.dt, n)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
