@@ -28,8 +28,11 @@ Implementations (one function, one semantics), and where each is the fast one:
   forward *and* backward memory is O(T · block) instead of O(T²). Any backend, any mask.
 * ``"pallas"`` — the Pallas flash-attention kernels JAX ships
   (``jax.experimental.pallas.ops.gpu.attention.mha``: a Triton forward and a fused Triton backward),
-  compiled on GPU; elsewhere they run in the Pallas interpreter (``interpret=True``, the default off
-  GPU), which checks the same kernel code on CPU but is slow. They take causal masking but no boolean
+  compiled on GPU; on TPU JAX's TPU flash attention
+  (``jax.experimental.pallas.ops.tpu.flash_attention``, tiles of 128; its adapter is tested on CPU
+  against that module's reference, the kernel itself is not measured here); elsewhere the GPU kernel
+  runs in the Pallas interpreter (``interpret=True``, the default off GPU and TPU), which checks the
+  same kernel code on CPU but is slow. They take causal masking but no boolean
   ``mask``, need ``Tq == Tk`` and float32/bf16/fp16: other calls run ``"chunked"`` with a warning. On
   a GPU, cuDNN (``"cudnn"``) remains the fast path for bf16/fp16; ``bench/gpu_checks.py`` compares them.
 
@@ -308,6 +311,33 @@ def _pallas_gpu(q, k, v, causal, scale, block_q, block_k, interpret):
     return out[:, :T]
 
 
+def _pallas_tpu(q, k, v, causal, scale, block_q, block_k):
+    """``jax.experimental.pallas.ops.tpu.flash_attention.flash_attention`` (Mosaic forward and backward).
+
+    Layout [B, N, T, H]; T padded to a multiple of the tiles (multiples of 128), padded keys excluded by
+    causality or by segment ids, padded query rows dropped.
+    """
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_attention
+
+    B, T, N, H = q.shape
+    bq, bk = (-(-max(b, 1) // 128) * 128 for b in (block_q, block_k))
+    step = math.lcm(bq, bk)
+    tp = -(-T // step) * step
+    segment_ids = None
+    if tp != T:
+        q, k, v = (jnp.pad(x, ((0, 0), (0, tp - T), (0, 0), (0, 0))) for x in (q, k, v))
+        if not causal:
+            ids = jnp.broadcast_to((jnp.arange(tp) >= T).astype(jnp.int32), (B, tp))
+            segment_ids = tpu_attention.SegmentIds(q=ids, kv=ids)
+    sizes = tpu_attention.BlockSizes(block_q=bq, block_k_major=bk, block_k=bk, block_b=1, block_q_major_dkv=bq,
+                                     block_k_major_dkv=bk, block_k_dkv=bk, block_q_dkv=bq, block_k_major_dq=bk,
+                                     block_k_dq=bk, block_q_dq=bq)
+    qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+    out = tpu_attention.flash_attention(qt, kt, vt, None, segment_ids, causal=causal, sm_scale=scale,
+                                        block_sizes=sizes)
+    return jnp.swapaxes(out, 1, 2)[:, :T]
+
+
 # --------------------------------------------------------------------------- dense (custom VJP)
 
 # Causal attention: query block i (rows i·b .. (i+1)·b) can only see keys 0 .. (i+1)·b, so each block multiplies
@@ -428,7 +458,8 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
       block_q: query tile of the Pallas path (rounded up to a power of two >= 16, at most the padded
         T; T need not be a multiple); default 128.
       block_k: key tile of the chunked path (default 128) and of the Pallas path (as ``block_q``).
-      interpret: Pallas interpret mode; default True unless running on GPU.
+      interpret: run the Pallas GPU kernel in the interpreter; default True unless running on GPU
+        (on TPU the default runs the TPU kernel).
 
     Returns:
       ``[B, Tq, N, H]`` in q's dtype. Works under ``jit``, ``vmap`` and ``grad``. A query row with no
@@ -455,6 +486,8 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
         impl = backend.defaults().attention_half if half else "xla"
     if impl == "pallas":
         why = _pallas_fits(q, k, mask)
+        if why is None and interpret is None and backend.platform() == "tpu":
+            return _pallas_tpu(q, k, v, causal, scale, block_q or 128, block_k or 128)
         if why is None:
             interpret = (backend.platform() != "gpu") if interpret is None else bool(interpret)
             return _pallas_gpu(q, k, v, causal, scale, block_q or 128, block_k or 128, interpret)

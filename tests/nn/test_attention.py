@@ -98,6 +98,34 @@ def test_pallas_runs_the_kernel_jax_ships_and_matches_float64(causal):
     assert "ivhl_flash" not in jaxpr
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_pallas_on_tpu_adapts_layout_padding_and_scale_for_jax_tpu_flash_attention(monkeypatch, causal):
+    """On TPU "pallas" calls jax.experimental.pallas.ops.tpu.flash_attention ([B, N, T, H], T padded to the
+    128-tiles, padded keys masked by causality or segment ids). Its kernel needs a TPU, so here the module's own
+    reference implementation (same signature and semantics) stands in for it: the adapter's values and gradients
+    must equal the float64 reference."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_fa
+
+    from ivhl_jax.core import backend
+
+    calls = []
+
+    def stand_in(q, k, v, ab=None, segment_ids=None, *, causal=False, sm_scale=1.0, block_sizes=None):
+        calls.append((q.shape, segment_ids is not None, block_sizes.block_q))
+        # the reference's backward takes sm_scale = 1 only: fold the scale into q (same logits)
+        return tpu_fa.mha_reference(q * sm_scale, k, v, ab, segment_ids, causal=causal)
+
+    monkeypatch.setattr(tpu_fa, "flash_attention", stand_in)
+    monkeypatch.setattr(backend, "platform", lambda: "tpu")
+    q, k, v, g, _ = _inputs(B=2, T=21, N=2, H=8)
+    o, grads = _fwd_and_grads("pallas", None, causal, block=None)(q, k, v, g)
+    o_ref, grads_ref = np_attention(q, k, v, None, causal, g)
+    np.testing.assert_allclose(o, o_ref, atol=2e-5, rtol=0)
+    for a, b in zip(grads, grads_ref):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+    assert calls and all(c == ((2, 2, 128, 8), not causal, 128) for c in calls)
+
+
 def test_pallas_with_a_mask_or_float64_runs_chunked_with_a_warning():
     q, k, v, _, mask = _inputs(T=12)
     with pytest.warns(RuntimeWarning, match="no boolean mask.*chunked"):
