@@ -21,8 +21,10 @@ Default ladder: the published schedule of Evenbly's tensors.net mainVarMERA, χ/
 layer, 2000 steps) → 8/6 (2 layers, 1800 steps); current figures against the reference optimiser in
 bench/results/mera_ladder_vs_reference.json.
 
-Outputs in <out>: convergence.png (energy error per sweep), scaling_dims.png, mera.json (energy error per sweep,
-timings per stage, restarts, scaling dimensions vs the CFT), config.json.
+Outputs in <out>: convergence.png (energy error per sweep), scaling_dims.png (one-site spectrum, and the
+two-site spectrum with each operator's conformal family marked), mera.json (energy error per sweep, timings per
+stage, restarts, scaling dimensions vs the CFT, "conformal_data": the two-site scaling dimensions with their
+reflection parity, CFT label, exact value and family), config.json.
 
   ivhl sim mera                                   # default ladder χ = 6 → 8 (χ_mid 4 → 6), critical Ising
   ivhl sim mera --set chis=6,8,12 --set chi_mids=4,6,8 --set layers=1,2,3 --set steps=2000,1800,1400
@@ -47,6 +49,7 @@ import numpy as np
 from ivhl_jax.core.backend import defaults
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import mera as M
+from ivhl_jax.physics.mera import scaling
 from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
@@ -299,12 +302,18 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
         mera = M.cast_mera(mera, np.float64)
         exact = CFT_DIMS.get(cfg.model if model.cft else "", [])
         dims = M.scaling_dimensions(mera, num=10)
+        two, parity = scaling.two_site_scaling_dimensions(mera, num=12)
+        if model.cft:
+            table = [{**rec, "reflection_parity": int(p)} for rec, p in zip(scaling.identify(two, cfg.model), parity)]
+        else:
+            table = [{"delta": float(d), "reflection_parity": int(p)} for d, p in zip(two, parity)]
     summary = {
         "model": model.name, "spin_dimension": model.d, "e0_exact": e0,
         "final_energy": stages[-1]["final_energy"], "final_energy_error": stages[-1]["final_energy_error"],
         "energy_error_per_sweep" if e0 is not None else "energy_per_sweep": np.concatenate(energies),
         "stages": stages, "restarts": restarts,
         "scaling_dimensions": dims, "scaling_dimensions_exact": exact[: len(dims)],
+        "conformal_data": table,
         "host_cores": host_cores,
     }
     if cfg.model == "ising" and model.cft:
@@ -336,7 +345,7 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
                 ha="right", va="top", fontsize=8, color="0.3")
     paths["convergence.png"] = save_figure(fig, os.path.join(out, "convergence.png"))
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     d = summary["scaling_dimensions"]
     if summary["scaling_dimensions_exact"]:
         ax.plot(range(len(summary["scaling_dimensions_exact"])), summary["scaling_dimensions_exact"], "b-",
@@ -344,7 +353,25 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
     ax.plot(range(len(d)), d, "rx", label="MERA")
     ax.set_xlabel("k")
     ax.set_ylabel("Δ_k")
+    ax.set_title("one-site scaling superoperator")
     ax.legend()
+    # two-site spectrum, each operator coloured by the primary whose family it belongs to (○ primary, × descendant)
+    table = summary.get("conformal_data", [])
+    families = sorted({str(r.get("primary")) for r in table})
+    colours = {f: f"C{i}" for i, f in enumerate(families)}
+    for k, r in enumerate(table):
+        fam = str(r.get("primary"))
+        ax2.plot(k, r["delta"], "x" if r.get("descendant") else "o", color=colours[fam],
+                 label=fam if fam != "None" else "unassigned")
+        if r.get("exact") is not None:
+            ax2.plot([k - 0.3, k + 0.3], [r["exact"], r["exact"]], "-", color=colours[fam], lw=0.8)
+    handles, labels = ax2.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    if uniq:
+        ax2.legend(uniq.values(), uniq.keys(), title="family", fontsize=8)
+    ax2.set_xlabel("k")
+    ax2.set_ylabel("Δ_k (lines: CFT)")
+    ax2.set_title("two-site scaling superoperator")
     paths["scaling_dims.png"] = save_figure(fig, os.path.join(out, "scaling_dims.png"))
     plt.close(fig)
     paths["mera.json"] = write_json(os.path.join(out, "mera.json"), summary)

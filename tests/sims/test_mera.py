@@ -30,6 +30,9 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
     assert doc["stages"][0]["precision"] == "float64" and doc["restarts"] == []  # 6 sweeps: no stuck check
     assert doc["stages"][0]["isometry_error"]["w"] < 1e-12
     assert doc["stages"][0]["layer_chis"] == [4, 4] and doc["model"] == "ising(g=1)"
+    table = doc["conformal_data"]
+    assert len(table) == 12 and table[0]["label"] == "1" and abs(table[0]["delta"]) < 1e-8
+    assert all(r["reflection_parity"] in (-1, 0, 1) for r in table) and table[1]["primary"] in ("σ", "ε", "1")
     assert len(doc["scaling_dimensions"]) == len(doc["scaling_dimensions_exact"])
     assert abs(doc["scaling_dimensions"][0]) < 1e-8
     # auto: one core only on a busy host (load average >= its cores) and while every χ <= 12

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.physics.mera.config import MERA, check_mera
+from ivhl_jax.physics.mera.superoperators import _T2
+from ivhl_jax.physics.tn import contract
 
 
 def scaling_superoperator(w: jax.Array, v: jax.Array | None = None) -> jax.Array:
@@ -50,3 +55,102 @@ def scaling_dimensions(mera: MERA, num: int = 10) -> np.ndarray:
     mag = np.sort(np.abs(ev))[::-1]
     return (-0.5 * np.log2(np.maximum(mag, 1e-300)))[:num]
 
+
+
+# --------------------------------------------------------------------------------- two-site operators
+
+
+@jax.jit
+def _two_site_map(o: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array) -> jax.Array:
+    """𝒮₂(o): the diagram t2 of :mod:`~ivhl_jax.physics.mera.superoperators` with ``o`` on the fine BA bond under u."""
+    return contract(_T2, w.conj(), u.conj(), v.conj(), o, w, u, v)
+
+
+def two_site_scaling_superoperator(mera: MERA) -> Callable[[np.ndarray], np.ndarray]:
+    """The two-site scaling superoperator 𝒮₂ of the scale-invariant layer as a matrix-free map on vec(o),
+    o[a', b', a, b] a two-site operator on the BA bond under a disentangler.
+
+    The coarse B'A' bond made by one cell's (w, v) lies under a disentangler of the next layer when the cell index
+    is odd; the cell at index −1 stays odd at every scale, so a two-site operator there keeps a two-site causal
+    cone and one layer maps it by 𝒮₂(o) = (w ⊗ v)† u† (1 ⊗ o ⊗ 1) u (w ⊗ v) (the diagram t2 of 𝒜). Scaling
+    operators are its eigenvectors, with eigenvalues λ = 2^{−Δ} (one layer halves distances). Returns
+    ``matvec(x) -> y`` on float64 NumPy vectors of length χ⁴.
+    """
+    u, w, v = (jnp.asarray(x, jnp.float64) for x in check_mera(mera).layer(mera.num_layers - 1))
+    chi = int(w.shape[-1])
+
+    def matvec(x: np.ndarray) -> np.ndarray:
+        o = jnp.asarray(np.asarray(x).real.reshape((chi,) * 4), jnp.float64)
+        return np.asarray(_two_site_map(o, u, w, v)).reshape(-1)
+
+    return matvec
+
+
+def two_site_scaling_dimensions(mera: MERA, num: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """The ``num`` smallest scaling dimensions Δ = −log₂|λ| of :func:`two_site_scaling_superoperator` (Arnoldi,
+    scipy ``eigs``; dense ``eig`` below χ⁴ = 256) and the reflection parity of each scaling operator (+1 even,
+    −1 odd under o[a', b', a, b] → o[b', a', b, a]; 0 where a degenerate pair mixes both). Call inside
+    ``jax.enable_x64(True)``."""
+    check_scalar(num, "num", integer=True, minimum=1)
+    matvec = two_site_scaling_superoperator(mera)
+    chi = int(check_mera(mera).chi)
+    n = chi**4
+    k = min(int(num), n - 2)
+    if n <= 256:
+        mat = np.stack([matvec(e) for e in np.eye(n)], axis=1)
+        vals, vecs = np.linalg.eig(mat)
+    else:
+        from scipy.sparse.linalg import LinearOperator, eigs
+
+        op = LinearOperator((n, n), matvec=matvec, dtype=np.float64)
+        vals, vecs = eigs(op, k=k, which="LM", tol=1e-12, ncv=max(2 * k + 1, 40))
+    order = np.argsort(-np.abs(vals))[:k]
+    vals, vecs = vals[order], vecs[:, order]
+    dims = -np.log2(np.maximum(np.abs(vals), 1e-300))
+    parity = np.zeros(len(dims))
+    for i in range(len(dims)):
+        x = vecs[:, i].reshape((chi,) * 4)
+        r = np.transpose(x, (1, 0, 3, 2))
+        p = float(np.real(np.vdot(x, r)) / np.real(np.vdot(x, x)))
+        parity[i] = np.sign(p) if abs(abs(p) - 1) < 1e-3 else 0.0
+    return dims, parity
+
+
+# ------------------------------------------------------------------------------------------ CFT data
+
+#: Low-lying scaling operators of the critical models' CFTs: (Δ, label, primary it descends from).
+CFT_OPERATORS: dict[str, list[tuple[float, str, str]]] = {
+    # Ising (c = 1/2): the Virasoro towers of 1, σ (1/16, 1/16) and ε (1/2, 1/2) to level 2
+    "ising": [(0.0, "1", "1"), (0.125, "σ", "σ"), (1.0, "ε", "ε"), (1.125, "∂σ", "σ"), (1.125, "∂̄σ", "σ"),
+              (2.0, "T", "1"), (2.0, "T̄", "1"), (2.0, "∂ε", "ε"), (2.0, "∂̄ε", "ε"), (2.125, "∂²σ", "σ"),
+              (2.125, "∂∂̄σ", "σ"), (2.125, "∂̄²σ", "σ")],
+    # 3-state Potts (c = 4/5): σ, σ† (1/15, 1/15), ε (2/5, 2/5), Z, Z† (2/3, 2/3) and level-1 descendants
+    "potts": [(0.0, "1", "1"), (2 / 15, "σ", "σ"), (2 / 15, "σ†", "σ†"), (0.8, "ε", "ε"),
+              (17 / 15, "∂σ", "σ"), (17 / 15, "∂̄σ", "σ"), (17 / 15, "∂σ†", "σ†"), (17 / 15, "∂̄σ†", "σ†"),
+              (4 / 3, "Z", "Z"), (4 / 3, "Z†", "Z†"), (1.8, "∂ε", "ε"), (1.8, "∂̄ε", "ε"), (2.0, "T", "1"),
+              (2.0, "T̄", "1")],
+    # XX chain: a c = 1 compact boson at the free-fermion radius (vertex operators e^{±iφ} at 1/4, then 1)
+    "xx": [(0.0, "1", "1"), (0.25, "V±", "V±"), (0.25, "V∓", "V∓"), (1.0, "J", "J"), (1.0, "J̄", "J̄"),
+           (1.25, "∂V", "V±"), (1.25, "∂̄V", "V±")],
+}
+
+
+def identify(dims: Any, cft: str) -> list[dict[str, Any]]:
+    """Each measured Δ matched to the nearest operator of the CFT ``cft`` ("ising", "potts", "xx"; each CFT
+    operator used once, in order of distance): its label, exact Δ, the primary it belongs to, and whether it is
+    that primary or a descendant."""
+    if cft not in CFT_OPERATORS:
+        raise ValueError(f"cft must be one of {sorted(CFT_OPERATORS)}, got {cft!r}")
+    table = list(CFT_OPERATORS[cft])
+    free = list(range(len(table)))
+    out = []
+    for d in np.asarray(dims, dtype=np.float64):
+        if not free:
+            out.append({"delta": float(d), "label": None, "exact": None, "primary": None, "descendant": None})
+            continue
+        j = min(free, key=lambda i: abs(table[i][0] - d))
+        free.remove(j)
+        exact, label, primary = table[j]
+        out.append({"delta": float(d), "label": label, "exact": exact, "primary": primary,
+                    "descendant": label != primary})
+    return out
