@@ -143,7 +143,7 @@ def identify(dims: Any, cft: str) -> list[dict[str, Any]]:
         raise ValueError(f"cft must be one of {sorted(CFT_OPERATORS)}, got {cft!r}")
     table = list(CFT_OPERATORS[cft])
     free = list(range(len(table)))
-    out = []
+    out: list[dict[str, Any]] = []
     for d in np.asarray(dims, dtype=np.float64):
         if not free:
             out.append({"delta": float(d), "label": None, "exact": None, "primary": None, "descendant": None})
