@@ -549,3 +549,26 @@ def test_gross_pitaevskii_3d_pencil_split_equals_single_device():
     assert split.sharding.is_equivalent_to(layout.sharding(), 3)
     assert split.addressable_shards[0].data.shape == (4, 8, 16)
     np.testing.assert_allclose(np.asarray(split), np.asarray(single), atol=2e-6)
+
+
+def test_tp_attention_takes_the_attention_as_a_parameter():
+    rng = np.random.default_rng(0)
+    b, t, e, h, d = 2, 5, 8, 2, 4
+    x = jnp.asarray(rng.normal(size=(1, b, t, e)), jnp.float32)
+    wq, wk, wv = (jnp.asarray(rng.normal(size=(1, e, h, d)), jnp.float32) for _ in range(3))
+    wo = jnp.asarray(rng.normal(size=(1, h, d, e)), jnp.float32)
+
+    def run(**kw):  # one tensor shard: psum over a vmapped axis of size 1
+        return jax.vmap(lambda *a: parallel.tp_attention(*a, axis="t", **kw), axis_name="t")(x, wq, wk, wv, wo)[0]
+
+    calls = []
+
+    def mine(q, k, v, causal):
+        calls.append((q.shape, causal))
+        return parallel.attention_core(q, k, v, causal)
+
+    np.testing.assert_array_equal(run(attention=mine), run())
+    assert calls == [((b, t, h, d), True)]
+    np.testing.assert_array_equal(run(attention=lambda q, k, v, c: jnp.zeros_like(q)), 0.0)
+    with pytest.raises(TypeError, match="attention must be a function"):
+        run(attention="flash")
