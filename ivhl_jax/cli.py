@@ -11,7 +11,7 @@
 demo/sim/train reuse compiled programs across runs through XLA's persistent compilation cache
 (~/.cache/ivhl_jax/xla, or $IVHL_COMPILATION_CACHE_DIR; IVHL_COMPILATION_CACHE=0 turns it off).
 IVHL_KEEP_HOST_MEMORY=1 makes glibc's malloc keep freed memory for reuse, so XLA:CPU stops faulting its
-temporary buffers in on every call (up to 20 % faster CPU training steps, for a larger resident heap; see
+temporary buffers in on every call (faster CPU training steps, for a larger resident heap; see
 ivhl_jax.run.device.keep_host_memory). A configuration error is one line and exit status 2;
 IVHL_TRACEBACK=1 shows its traceback instead.
 """

@@ -136,18 +136,15 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc <malloc.h>
 def keep_host_memory() -> str:
     """Make glibc's malloc keep freed memory for reuse, so XLA:CPU stops faulting its buffers in on every call.
 
-    XLA:CPU takes the temporary buffer of each execution (every intermediate of a jitted call: 0.54 GiB for a
-    train step of the ``small`` transformer at B = 4, T = 256, 2.1 GiB at B = 8, T = 512) from ``malloc`` and
-    frees it when the call ends. glibc serves a block that large with a fresh ``mmap`` (from a worker thread's
-    arena, always) and unmaps it on ``free``, so every call faults the whole buffer in again, page by page: at
-    B = 8, T = 512, 684 k minor faults and 1.65 s of kernel time per 5.15 s step on 2 cores; with this setting
-    76 faults, 0.02 s, and 4.12 s per step (at B = 4, T = 256: 141 k faults, 0.28 s, 13 % of the CPU time).
-    This sets ``M_ARENA_MAX = 1`` (every thread allocates from the main heap), ``M_MMAP_MAX = 0`` (no mmap'd
-    blocks) and ``M_TRIM_THRESHOLD = -1`` (the heap is never trimmed; a 2 GiB threshold, mallopt's largest,
-    made the 2.1 GiB buffer slower than glibc's defaults). Costs: freed memory is reused, never returned to the
-    system, and the heap grows for the first few calls until the freed blocks fit the next ones (the B = 4,
-    T = 256 step: 2.4 GiB resident after 4 steps, then constant, against 1.3 GiB; a 64 MiB sort test grew by
-    130 MiB per call for 7 calls; measured from /proc/self/statm); threads share one malloc arena (host code
+    XLA:CPU takes the temporary buffer of each execution (every intermediate of a jitted call, up to gigabytes
+    for a transformer train step) from ``malloc`` and frees it when the call ends. glibc serves a block that
+    large with a fresh ``mmap`` (from a worker thread's arena, always) and unmaps it on ``free``, so every call
+    faults the whole buffer in again, page by page, in kernel time. This sets ``M_ARENA_MAX = 1`` (every thread
+    allocates from the main heap), ``M_MMAP_MAX = 0`` (no mmap'd blocks) and ``M_TRIM_THRESHOLD = -1`` (the heap
+    is never trimmed; mallopt's largest finite threshold, 2 GiB, is below a large step's buffer). The gain
+    grows with the buffer: compare a step's time and its minor page faults (``/proc/self/stat``) with and
+    without ``IVHL_KEEP_HOST_MEMORY=1``. Costs: freed memory is reused, never returned to the system, and the heap grows
+    for the first few calls until the freed blocks fit the next ones; threads share one malloc arena (host code
     that allocates from many threads at once contends). Hence opt-in: the ``ivhl`` command line calls it
     when ``IVHL_KEEP_HOST_MEMORY=1``.
 
@@ -184,10 +181,8 @@ def limit_host_cores(n: int) -> str:
 
     Why: a program of many small operations (a MERA sweep up to χ ≈ 12) gains little from splitting each
     operation over threads, and loses badly when another process takes one of the cores: each split operation
-    waits for its descheduled half. Measured on a 2-core host (``bench/results/mera_busy_host.json``): one χ = 12
-    sweep took 40–55 ms on XLA's default two threads and 35–42 ms on one core; with two other processes spinning,
-    190–570 ms against 56–63 ms. At χ = 16 two threads were mostly faster on the quiet host (298–330 against
-    310–379 ms) and 2–3× slower under the same load.
+    waits for its descheduled half. The sweep times on XLA's default threads and on one core, on a quiet and a
+    busy host, are in ``bench/results/mera_busy_host.json`` (with the command that measured them).
 
     Only effective before JAX starts its CPU backend (the first computation): the calling thread and every thread
     started afterwards (XLA's) stay on those cores; threads started before (NumPy's BLAS pool) keep their mask.
