@@ -33,6 +33,7 @@ probability and spectral dimension), ``exact`` (enumeration and the transfer mat
 (imported on first use by ``engine="pallas"``).
 """
 
+from ivhl_jax.physics.cdt import spectral
 from ivhl_jax.physics.cdt.exact import exact_length_distribution, exact_mean_length, transfer_matrix
 from ivhl_jax.physics.cdt.graph import hausdorff_from_scaling, hausdorff_from_spheres, mean_distance
 from ivhl_jax.physics.cdt.observables import (
@@ -45,7 +46,6 @@ from ivhl_jax.physics.cdt.observables import (
                                               vertex_distances,
                                               volume_correlator,
 )
-from ivhl_jax.physics.cdt.spectral import mixing_time, return_probability, spectral_dimension
 from ivhl_jax.physics.cdt.state import LN2, MOVE_NAMES, CDTState
 from ivhl_jax.physics.cdt.stepper import ENGINES, CDTParams, Chain, make_params, max_capacity, metropolis, observe
 
@@ -57,8 +57,8 @@ __all__ = [
     "coordination_histogram", "coordination_numbers", "timelike_degrees", "max_timelike_degree",
     "vertex_distances", "sphere_volumes", "volume_correlator", "center_profiles",
     "mean_distance", "hausdorff_from_spheres", "hausdorff_from_scaling",
-    # random walks: return probability, spectral dimension
-    "return_probability", "spectral_dimension", "mixing_time",
+    # random walks on a triangulation: cdt.spectral.return_probability, spectral_dimension, mixing_time
+    "spectral",
     # exact answers
     "exact_mean_length", "exact_length_distribution", "transfer_matrix",
 ]
