@@ -52,13 +52,7 @@ BY_HAND: dict[str, dict[str, str]] = {
 
 # Values a simulation owned elsewhere still accepts or refuses only after work started (its owner fixes them):
 # {command: {key: reason}}.
-XFAIL: dict[str, dict[str, str]] = {
-    "sim bec": {
-        "mass_sq": "the GFT run starts with mass_sq=nan; gft_vacuum refuses it only when the outputs are written",
-        "lam": "the GFT run starts with lam=nan; gft_vacuum refuses it only when the outputs are written",
-        "gft_init": "gft_init=nan is accepted: the GFT run goes on from a NaN field",
-    },
-}
+XFAIL: dict[str, dict[str, str]] = {}
 
 
 def _module(command: str) -> types.ModuleType:
