@@ -212,10 +212,13 @@ def main(argv=None) -> int:
     ap.add_argument("--raw", default=None, help="also dump the raw records to this JSON file (after each volume)")
     ap.add_argument("--from-raw", nargs="+", default=None,
                     help="analyse raw record files of earlier runs (concatenated, sorted by volume) instead of running")
+    ap.add_argument("--run-command", action="append", default=[],
+                    help="with --from-raw: the command of each run that wrote them (recorded in the results)")
     args = ap.parse_args(argv)
     command = "python -m ivhl_jax.bench.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_raw:
-        # one record per volume: where several runs measured it, the one whose walks went furthest
+        # one record per volume: where several runs measured it, the one whose walks went furthest (on a tie
+        # the first file given)
         best: dict = {}
         for f in args.from_raw:
             for r in json.loads(pathlib.Path(f).read_text()):
@@ -231,9 +234,14 @@ def main(argv=None) -> int:
         records = run(args.volumes, args.chains, args.thermal, args.measurements, args.gap, args.origins,
                       args.sigma_factor, args.mix_limit, log=lambda s: print(s, flush=True), dump=dump)
     haus, spec = analyse(records)
-    meta = {"command": command, "engine": "host (list proposals), eps = 0.02, lambda = ln 2, fixed N2",
-            "schedule": {"chains": args.chains, "thermal_sweeps": args.thermal, "measurements": args.measurements,
-                         "gap_sweeps": args.gap, "origins": args.origins}}
+    meta: dict[str, Any] = {"command": command}
+    if args.run_command:
+        meta["runs"] = args.run_command
+    meta["engine"] = "host (list proposals), eps = 0.02, lambda = ln 2, fixed N2 = target"
+    meta["per_volume_schedule"] = [
+        {"n2": r["n2_target"], "n_slices": r["n_slices"], "chains": r["chains"], "thermal_sweeps": r["thermal_sweeps"],
+         "configurations": len(r["n2"]), "walk_steps": {g: min(len(q) for q in r["p"][g]) - 1 for g in r["p"]}}
+        for r in records]
     (RESULTS / "cdt_hausdorff_scaling.json").write_text(json.dumps({**meta, **haus}, indent=1))
     spec_meta = {**meta, "walk": "lazy random walk, stay probability 1/2, exact diffusion per origin",
                  "d_s_error": "jackknife over configurations"}
