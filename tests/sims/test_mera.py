@@ -134,7 +134,7 @@ def test_cli_run_holds_xla_to_one_core_when_asked(tmp_path):
 
 
 def test_sim_old_keys_fail_with_one_line_naming_the_new_key(tmp_path, capsys):
-    """Issue 12 vocabulary: one step = one sweep; the old keys fail (exit 2) with one line naming the new key."""
+    """One step is one sweep: the old keys fail (exit 2) with one line naming the new key."""
     for old, new in (("sweeps=[6]", "steps"), ("sweeps_per_chunk=1", "steps_per_chunk")):
         assert sim.main(["--set", old, "--out", str(tmp_path / "m"), "--no-progress"]) == 2
         err = capsys.readouterr().err

@@ -204,8 +204,8 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
         rho_above = rhos[z + 1] if z + 1 < n else rho_top
         if z == n - 1 and si_scales > 1:
             # Optional: the SI tensors act at every scale above, so one may sum the environments
-            # Σ_j 2^{-j} Γ(ρ*, 𝒜^j h_top) of j extra copies of the layer at fixed steady state ρ*. With the
-            # correct layer offset, j = 0 only (mainVarMERA, si_scales = 1) converges faster (measured).
+            # Σ_j 2^{-j} Γ(ρ*, 𝒜^j h_top) of j extra copies of the layer at fixed steady state ρ*; j = 0 only
+            # (mainVarMERA, si_scales = 1, the default) converges faster.
             hs = [hz]
             for _ in range(si_scales - 1):
                 hs.append(ascend(hs[-1], si, refsym))
