@@ -402,6 +402,26 @@ def test_volume_fixed_sweeps_end_at_the_target(engine):
                                                                                               capacity=CAP)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_sweep_is_n2_attempts_by_default(engine):
+    """make_params' default sweep is N2 attempts (N2 at the start of the sweep), on one chain and under vmap."""
+    params = cdt.make_params(1.0, engine=engine)
+    assert params.attempts_per_sweep == 0
+    st = cdt.metropolis(params)
+    step = jax.jit(st.step)
+    chain = st.init(jax.random.key(0), 3, 5, CAP)
+    done = 0
+    for _ in range(3):
+        n2 = int(chain.geometry.n2)
+        chain = step(chain)
+        done += n2
+        assert int(np.asarray(chain.geometry.attempts).sum()) == done
+    both = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), initial_state(3, 3, CAP), initial_state(3, 6, CAP))
+    chains = cdt.Chain(key=jax.random.split(jax.random.key(1), 2), geometry=both)  # N2 = 18 and 36
+    out = jax.jit(jax.vmap(st.step))(chains)
+    np.testing.assert_array_equal(np.asarray(out.geometry.attempts).sum(-1), [18, 36])
+
+
 # --- slow validation: long chi-squared runs, volume fixing, criticality, Hausdorff dimension -----------------
 # T >= 3: with two slices both strips would join the same two circles
 @pytest.mark.slow
