@@ -573,3 +573,16 @@ def test_identify_names_primaries_and_descendants():
     assert got[3]["primary"] == "σ" and got[3]["exact"] == 1.125
     with pytest.raises(ValueError, match="cft"):
         Sc.identify([0.0], "heisenberg")
+
+
+def test_a_chunk_of_sweeps_is_one_program_with_no_host_round_trip():
+    """trajectory lowers a chunk of sweeps to one XLA program: no host callback, infeed/outfeed or send/recv."""
+    with jax.enable_x64(True):
+        st = M.evenbly_vidal(M.ising(), M.MERAConfig(chi=2, layers=1))
+        s0 = st.init(key=jax.random.key(0))
+        from ivhl_jax.numerics import rollout
+
+        text = rollout._trajectory.lower(st, s0, 3, 1, M.observe, False, 1).as_text()
+    assert "while" in text or "scan" in text
+    for host in ("callback", "outfeed", "infeed", "send", "recv"):
+        assert host not in text.lower(), host
