@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.numerics.distributed_fft import mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics import gft as G
@@ -79,6 +80,10 @@ class BECConfig:
     # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
     # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.
     fft: Literal["xla", "ducc"] = "xla"
+    # Device mesh of the field: "1" (one device), "8" (a slab: the first grid axis over 8 devices) or "4x2" (a
+    # pencil: the first two axes over 4 × 2); the product is the number of devices of all processes (also under
+    # `ivhl launch`), see ivhl_jax.numerics.distributed_fft.
+    mesh: int | str = 1
     seed: int = 0  # PRNG seed (ground-state noise, GFT initial field)
     precision: Literal["float32", "float64"] = "float32"  # "float32" (complex64 state) or "float64" (complex128)
 
@@ -117,6 +122,17 @@ class BECConfig:
         for imp in self.imprints:
             if len(imp) != 3 or not all(math.isfinite(float(v)) for v in imp[:2]) or float(imp[2]) != int(imp[2]):
                 raise ValueError(f"imprints must be [x, y, charge] with finite x, y and an integer charge, got {imp}")
+        sizes = mesh_sizes(self.mesh)
+        ndim, n = (self.dims, self.grid) if self.model == "gp" else (self.gft_rank, self.gft_n)
+        if len(sizes) >= ndim and math.prod(sizes) > 1:
+            raise ValueError(f"mesh={self.mesh!r} splits {len(sizes)} axes of a {ndim}-D grid; the distributed FFT "
+                             f"needs one axis unsplit: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})")
+        if any(n % p for p in sizes):
+            raise ValueError(f"mesh={self.mesh!r} does not divide the grid ({n} points per axis): every mesh size "
+                             f"must divide {n} (e.g. mesh={math.gcd(n, math.prod(sizes))})")
+        if math.prod(sizes) > 1 and self.fft != "xla":
+            raise ValueError(f"mesh={self.mesh!r} needs fft='xla' (the distributed FFT runs XLA's FFT on each "
+                             f"shard), got fft={self.fft!r}")
         if self.steps % self.steps_per_chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         if self.steps_per_chunk % self.save_every:
@@ -148,7 +164,8 @@ def _dtype(cfg: BECConfig):
 def gp_system(cfg: BECConfig) -> C.GPSystem:
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
-    return C.GPSystem(grid, C.harmonic(grid, trap, dtype=_dtype(cfg)), cfg.g, cfg.omega_rot, fft=cfg.fft)
+    return C.GPSystem(grid, C.harmonic(grid, trap, dtype=_dtype(cfg)), cfg.g, cfg.omega_rot, fft=cfg.fft,
+                      layout=parse_mesh(cfg.mesh, cfg.dims))
 
 
 GROUND_CHECK_EVERY = 100  # imaginary-time steps per convergence check (ground_state's check_every)
@@ -193,7 +210,7 @@ def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = Fal
 
 
 def gft_system(cfg: BECConfig) -> G.GFTSystem:
-    return G.GFTSystem((cfg.gft_n,) * cfg.gft_rank, cfg.mass_sq, cfg.lam)
+    return G.GFTSystem((cfg.gft_n,) * cfg.gft_rank, cfg.mass_sq, cfg.lam, layout=parse_mesh(cfg.mesh, cfg.gft_rank))
 
 
 def gft_initial_state(cfg: BECConfig) -> jax.Array:
@@ -207,7 +224,7 @@ def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
     """The condensate's own observables, plus ⟨L_z⟩ in 2D/3D."""
     obs = C.observe(psi, params)
     if params.system.grid.ndim >= 2:
-        obs["lz"] = C.angular_momentum(psi, params.system.grid)
+        obs["lz"] = C.angular_momentum(psi, params.system)
     return obs
 
 
@@ -340,6 +357,12 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
 
 def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
     result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming)
+    if jax.process_count() > 1:  # under `ivhl launch`: every process joins the gather, process 0 writes
+        from jax.experimental import multihost_utils
+
+        result = dataclasses.replace(result, state=multihost_utils.process_allgather(result.state, tiled=True))
+        if jax.process_index() != 0:
+            return {}
     paths = write_outputs(cfg, result, extra, ctx.out)
     if result.resumed_from is not None:
         print(f"resumed from step {result.resumed_from}")
@@ -359,6 +382,9 @@ SIMULATION = Simulation(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ivhl_jax.run.launch import initialize
+
+    initialize()  # alone: nothing; under `ivhl launch` (or SLURM/MPI) join the other processes before any JAX work
     return run_main(SIMULATION, argv)
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 __all__ = ["FFTLayout", "fft_layout", "check_layout", "spectral_multiply", "fftn", "ifftn", "parse_mesh",
-           "collectives"]
+           "mesh_sizes", "host_readable", "collectives"]
 
 _AxisEntry = Any  # None, a mesh axis name, or a tuple of names
 
@@ -356,23 +356,40 @@ def check_layout(layout: Any, shape: Sequence[int], *, fft: str = "xla", name: s
     return full
 
 
-def parse_mesh(text: str, ndim: int, devices: Sequence[jax.Device] | None = None) -> FFTLayout | None:
-    """An :class:`FFTLayout` from a command-line mesh setting: ``"8"`` (slab over the first grid axis),
-    ``"4x2"`` (pencil over the first two), ``"1"`` or ``""`` (None: unsharded). Axis names are x, y.
+def host_readable(x: Any) -> bool:
+    """False only for a concrete JAX array spread over several processes (no host copy of it can be read);
+    validation that reads values on the host skips such arrays (they were checked before they were placed)."""
+    return not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer) or x.is_fully_addressable
 
-    The product must equal the number of devices (all processes); the grid has ``ndim`` axes.
-    """
+
+def mesh_sizes(text: str | int) -> tuple[int, ...]:
+    """The device counts of a mesh setting: ``"8"`` (or 8) → (8,), ``"4x2"`` → (4, 2), ``"1"`` or ``""`` → (1,).
+    A ValueError (one line, naming the setting) for anything else; no device is looked at."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
     if not isinstance(text, str):
         raise TypeError(f"mesh must be a string like '8' or '4x2', got {type(text).__name__} {text!r}")
     t = text.strip().lower()
-    if t in ("", "1", "none"):
-        return None
+    if t in ("", "none"):
+        return (1,)
     try:
         sizes = tuple(int(s) for s in t.split("x"))
     except ValueError:
         raise ValueError(f"mesh={text!r} is not of the form '8' or '4x2' (device counts per mesh axis)") from None
     if not 1 <= len(sizes) <= 2 or any(s < 1 for s in sizes):
         raise ValueError(f"mesh={text!r}: give one (slab) or two (pencil) positive sizes, e.g. mesh=8 or mesh=4x2")
+    return sizes
+
+
+def parse_mesh(text: str | int, ndim: int, devices: Sequence[jax.Device] | None = None) -> FFTLayout | None:
+    """An :class:`FFTLayout` from a command-line mesh setting: ``"8"`` (slab over the first grid axis),
+    ``"4x2"`` (pencil over the first two), ``"1"`` or ``""`` (None: unsharded). Axis names are x, y.
+
+    The product must equal the number of devices (all processes); the grid has ``ndim`` axes.
+    """
+    sizes = mesh_sizes(text)
+    if math.prod(sizes) == 1:
+        return None
     if len(sizes) >= ndim:
         raise ValueError(f"mesh={text!r} shards {len(sizes)} axes of a {ndim}-D grid; the distributed FFT needs "
                          f"one unsharded axis: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})")

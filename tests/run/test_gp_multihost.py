@@ -117,3 +117,41 @@ def test_pencil_gp_on_two_processes_equals_one_and_checkpoints_move_both_ways(tm
         back = back["psi"]
         assert step == 10
         np.testing.assert_array_equal(np.asarray(back).view(np.uint64), final2.view(np.uint64))  # bit-exact
+
+
+SIM = ["sim", "bec", "--set", "dims=3", "--set", "grid=16", "--set", "length=10", "--set", "g=50", "--set", "steps=20",
+       "--set", "steps_per_chunk=10", "--set", "save_every=5", "--set", "checkpoint_every=10", "--set",
+       "ground_steps=200", "--no-progress"]
+
+
+def test_sim_bec_mesh_setting_errors(tmp_path, capsys):
+    from ivhl_jax import cli
+
+    for mesh, dims, match in [("3", 3, "does not divide the grid"), ("4x2", 2, "needs one axis unsplit"),
+                              ("4x2x1", 3, "one (slab) or two (pencil)"), ("eight", 3, "not of the form")]:
+        code = cli.main([*SIM, "--set", f"dims={dims}", "--set", f"mesh={mesh}", "--out", str(tmp_path / "r")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "mesh=" in err[0] and match in err[0], err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_sim_bec_pencil_in_one_process_and_under_launch_equals_one_device(tmp_path):
+    from ivhl_jax import cli
+
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    assert cli.main([*SIM, "--out", str(tmp_path / "one")]) == 0
+    assert cli.main([*SIM, "--set", "mesh=4x2", "--out", str(tmp_path / "pencil")]) == 0
+    cmd = [sys.executable, "-m", "ivhl_jax.cli", "launch", "--nproc", "2", "--devices-per-process", "4",
+           "--heartbeat-timeout", "20", "--timeout", "400", "--", sys.executable, "-m", "ivhl_jax.cli", *SIM,
+           "--set", "mesh=4x2", "--out", str(tmp_path / "launch")]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    ref = np.load(tmp_path / "one" / "final_state.npy")
+    # 200 imaginary-time steps and 20 real-time steps: the FFTs' round-off differs, within 1e-5 of the peak
+    for run in ("pencil", "launch"):
+        got = np.load(tmp_path / run / "final_state.npy")
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+    obs = json.loads((tmp_path / "launch" / "observables.json").read_text())
+    assert obs["config"]["mesh"] == "4x2"

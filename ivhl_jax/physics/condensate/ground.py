@@ -16,6 +16,7 @@ from jaxtyping import Array, ArrayLike, Complex, Inexact
 
 from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_scalar, is_concrete
+from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, rollout
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize
 from ivhl_jax.physics.condensate.states import gaussian
@@ -130,12 +131,14 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
         psi = gaussian(grid, 1.0, dtype=system.complex_dtype)
     else:
         psi = _check_psi(psi0, system, "psi0")
-        if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
+        if is_concrete(psi) and host_readable(psi) and not np.any(np.asarray(psi) != 0):
             raise ValueError("psi0 is zero everywhere (zero norm), so it cannot be normalised to norm; pass a "
                              "non-zero initial guess (or psi0=None for the default Gaussian)")
     stepper = strang(system, dt, imaginary=True)
     dtc = _concrete_float(dt)
-    if dtc is not None and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
+    # (arrays spread over several processes have no host copy here: the check is skipped for them)
+    local = host_readable(psi) and host_readable(system.potential)
+    if dtc is not None and local and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
         _check_local_dt(dtc, system, np.asarray(psi), True)
     n_blocks = -(-int(max_steps) // int(check_every))
     psi, info = _ground_state_loop(stepper, psi, norm, tol, key if use_noise else None, noise if use_noise else None,

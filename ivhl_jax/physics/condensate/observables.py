@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import Array, Float, Inexact, Int
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics import distributed_fft
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, _check_system, _k2
 
 __all__ = ["observe", "norm", "normalize", "density", "phase", "angular_momentum", "energy", "chemical_potential",
@@ -48,7 +49,8 @@ def _grid_of(x: Any) -> Grid:
 def _check_field(psi: Any, grid: Grid, name: str = "psi", *, batched: bool = False) -> jax.Array:
     """``psi`` as an array on ``grid``: an inexact dtype, the grid's shape as its trailing axes (leading batch
     axes only when ``batched``), no NaN/inf (checked for concrete values; tracers pass)."""
-    arr = check_array(psi, name, kind="inexact", finite=True)
+    # (a field spread over several processes has no host copy: it was checked before it was placed)
+    arr = check_array(psi, name, kind="inexact", finite=distributed_fft.host_readable(psi))
     tail = tuple(arr.shape[arr.ndim - grid.ndim:]) if arr.ndim >= grid.ndim else None
     if tail != tuple(grid.shape) or (not batched and arr.ndim != grid.ndim):
         want = ("(..., " if batched else "(") + ", ".join(map(str, grid.shape)) + ")"
@@ -85,22 +87,29 @@ def phase(psi: Inexact[Array, "*shape"]) -> Float[Array, "*shape"]:
     return jnp.angle(check_array(psi, "psi", kind="numeric", finite=True))
 
 
-def _deriv(psi_k: jax.Array, grid: Grid, axis: int) -> jax.Array:
+def _fftn(psi: jax.Array, layout: Any) -> jax.Array:
+    """F ψ over the grid; with a system's layout, the distributed FFT (the spectrum in its k-space blocks)."""
+    return jnp.fft.fftn(psi) if layout is None else distributed_fft.fftn(psi, layout)[0]
+
+
+def _deriv(psi_k: jax.Array, grid: Grid, axis: int, layout: Any = None) -> jax.Array:
     k = jnp.asarray(grid._bcast(grid.wavenumbers[axis], axis), psi_k.real.dtype)
-    return jnp.fft.ifftn(1j * k * psi_k)
+    return jnp.fft.ifftn(1j * k * psi_k) if layout is None else distributed_fft.ifftn(1j * k * psi_k, layout)
 
 
 def angular_momentum(psi: Inexact[Array, "*grid"], grid: Grid | GPSystem) -> Float[Array, ""]:
-    """⟨L_z⟩ = ∫ ψ* (−i)(x ∂_y − y ∂_x) ψ dV (spectral derivatives; real)."""
+    """⟨L_z⟩ = ∫ ψ* (−i)(x ∂_y − y ∂_x) ψ dV (spectral derivatives; real). Given a GPSystem with a layout, the
+    transforms are the distributed FFT's."""
+    layout = getattr(grid, "layout", None)
     grid = _grid_of(grid)
     if grid.ndim < 2:
         raise ValueError("angular_momentum needs a 2D or 3D grid")
     psi = _check_field(psi, grid)
     rdt = psi.real.dtype
-    psi_k = jnp.fft.fftn(psi)
+    psi_k = _fftn(psi, layout)
     x = jnp.asarray(grid._bcast(grid.coords[0], 0), rdt)
     y = jnp.asarray(grid._bcast(grid.coords[1], 1), rdt)
-    lz = -1j * (x * _deriv(psi_k, grid, 1) - y * _deriv(psi_k, grid, 0))
+    lz = -1j * (x * _deriv(psi_k, grid, 1, layout) - y * _deriv(psi_k, grid, 0, layout))
     return jnp.sum(jnp.conj(psi) * lz).real * grid.cell_volume
 
 
@@ -113,7 +122,7 @@ def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Ar
     grid = _check_system(system).grid
     psi = _check_field(psi, grid)
     rdt = psi.real.dtype
-    psi_k = jnp.fft.fftn(psi)
+    psi_k = _fftn(psi, system.layout)
     k2 = jnp.asarray(_k2(grid), rdt)
     dv = grid.cell_volume
     ekin = 0.5 * jnp.sum(k2 * density(psi_k)) * dv / grid.size
@@ -121,7 +130,7 @@ def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Ar
     etrap = jnp.sum(jnp.asarray(system.potential, rdt) * rho) * dv
     eint = 0.5 * jnp.asarray(system.g, rdt) * jnp.sum(rho * rho) * dv
     if system.rotating:
-        erot = -jnp.asarray(system.omega_rot, rdt) * angular_momentum(psi, grid)
+        erot = -jnp.asarray(system.omega_rot, rdt) * angular_momentum(psi, system)
     else:
         erot = jnp.zeros((), rdt)
     return {"kinetic": ekin, "trap": etrap, "interaction": eint, "rotation": erot,

@@ -321,7 +321,7 @@ def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
     dtc = _concrete_float(params.dt)
     # (a V spread over several processes has no host copy here; the builder's dt bound still applies)
     if (dtc is not None and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g)
-            and getattr(system.potential, "is_fully_addressable", True)):
+            and distributed_fft.host_readable(system.potential)):
         _check_local_dt(dtc, system, np.asarray(psi), params.imaginary)
     return psi if system.layout is None else system.layout.place(psi, "psi")
 

@@ -17,7 +17,7 @@ from jaxtyping import Array, Float
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
-from ivhl_jax.numerics.distributed_fft import check_layout
+from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.spectral import check_backend
 
 __all__ = ["Grid", "GPSystem", "harmonic", "with_policy"]
@@ -210,7 +210,7 @@ class GPSystem(struct.PyTreeNode):
             if not jnp.issubdtype(pot.dtype, jnp.floating):
                 raise TypeError(f"potential must be real (float32/float64), got {pot.dtype}")
             # (a V spread over several processes was checked before it was placed: no host copy of it exists)
-            check_array(pot, "potential", finite=getattr(pot, "is_fully_addressable", True))
+            check_array(pot, "potential", finite=host_readable(pot))
             if self.layout is not None:
                 object.__setattr__(self, "potential", self.layout.place(pot, "potential"))
             om = self.omega_rot
@@ -277,6 +277,8 @@ def _output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
 
 
 def _check_psi(psi: Any, system: GPSystem, name: str = "psi") -> jax.Array:
-    psi = check_array(psi, name, shape=system.grid.shape, kind="inexact", finite=True)
+    # (a field spread over several processes has no host copy: it was checked before it was placed)
+    psi = check_array(psi, name, shape=system.grid.shape, kind="inexact",
+                      finite=host_readable(psi))
     return psi.astype(system.complex_dtype)
 
