@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.run.sink import ObservationSink
 from ivhl_jax.train.checkpoint import Checkpointer
 
 __all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
@@ -35,7 +36,8 @@ class RunResult:
 
     Attributes:
       state: final state.
-      history: observations of every chunk concatenated along axis 0.
+      history: observations of every chunk concatenated along axis 0 (with a ``sink``: none, zero records;
+        the records are on disk, ``sink.read(history)``).
       steps: total steps completed.
       resumed_from: the step a checkpoint was restored from (None for a fresh run).
       wall_time_s: wall time of this invocation (compile included).
@@ -184,6 +186,7 @@ def run_chunked(
     metadata: Mapping[str, Any] | Callable[[int, Any], Mapping[str, Any]] | None = None,
     progress: bool = True,
     description: str = "simulating",
+    sink: ObservationSink | None = None,
 ) -> RunResult:
     """Run ``n_chunks`` calls of ``advance(state) -> (state, observations)``.
 
@@ -193,13 +196,24 @@ def run_chunked(
     whenever the completed step count is a multiple of the checkpointer's ``save_every`` and at the
     end. ``metadata`` (a dict, or a function of (step, state) returning one) is stored with it.
 
+    With a ``sink`` (:class:`ivhl_jax.run.sink.ObservationSink`) each chunk's observations are appended to disk
+    before the chunk's checkpoint and kept neither in memory nor in the checkpoints; a resumed run first drops
+    the records written after its checkpoint, then writes them again (the same bits).
+
     With ``progress`` the first chunk's compilation is announced (``compiling <description> ...`` and
     ``compiling <description>: done in X s``, see :func:`phase`) and then a bar or plain lines report the steps.
     """
     check_scalar(n_chunks, "n_chunks", integer=True, nonnegative=True)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
+    if sink is not None and not isinstance(sink, ObservationSink):
+        raise TypeError(f"sink must be an ivhl_jax.run.sink.ObservationSink or None, got {type(sink).__name__}")
     t0 = time.perf_counter()
     _, obs_template = jax.eval_shape(advance, state)
+    records_per_chunk = {o.shape[0] if o.shape else None for o in jax.tree_util.tree_leaves(obs_template)}
+    if sink is not None and (len(records_per_chunk) != 1 or None in records_per_chunk):
+        raise ValueError("with a sink every observation leaf needs the same leading record axis, got shapes "
+                         f"{[o.shape for o in jax.tree_util.tree_leaves(obs_template)]}")
+    per_chunk = int(records_per_chunk.pop() or 0) if sink is not None else 0
     chunks: list[Any] = []
     done = 0
     resumed_from = None
@@ -220,19 +234,24 @@ def run_chunked(
                 lambda o: jax.ShapeDtypeStruct(((step // steps_per_chunk) * o.shape[0],) + o.shape[1:], o.dtype),
                 obs_template,
             )
-            return {"state": state, "history": history_like}
+            # with a sink the history is on disk, not in the checkpoint (Orbax cannot store an empty array)
+            return {"state": state} if sink is not None else {"state": state, "history": history_like}
 
         step, restored, restored_meta = checkpointer.restore(like)
         done = step // steps_per_chunk
         state = restored["state"]
-        chunks.append(restored["history"])
+        if sink is None:
+            chunks.append(restored["history"])
         resumed_from = step
+    if sink is not None:
+        sink.truncate(done * per_chunk)  # records written after the checkpoint are written again below
 
     def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
         if checkpointer is None:
             return
         meta = metadata(step, state) if callable(metadata) else metadata
-        checkpointer.save(step, {"state": state, "history": _concat(chunks, obs_template)},
+        payload = {"state": state} if sink is not None else {"state": state, "history": _concat(chunks, obs_template)}
+        checkpointer.save(step, payload,
                           metadata=meta, force=force)
 
     report = _progress_reporter(progress and n_chunks > done, description, n_chunks * steps_per_chunk,
@@ -252,7 +271,12 @@ def run_chunked(
                         new_state, obs = advance(snapshot[0])
                 else:
                     new_state, obs = advance(snapshot[0])
-                snapshot = (new_state, snapshot[1] + [obs], (k + 1) * steps_per_chunk)
+                if sink is not None:
+                    sink.append(k * per_chunk, obs)  # before the checkpoint that counts it
+                    obs_kept: list[Any] = []
+                else:
+                    obs_kept = [obs]
+                snapshot = (new_state, snapshot[1] + obs_kept, (k + 1) * steps_per_chunk)
                 step = snapshot[2]
                 report(step, obs)
                 if checkpointer is not None and step % checkpointer.save_every == 0:
