@@ -18,6 +18,8 @@ can be extended by raising ``steps``.
 Outputs in ``--out`` (default ``runs/holography``; ``--demo``: ``runs/demo``): ``intensity.png``
 (last frame, log scale), ``phase.png`` (last frame, with the plaquette vortex charges of
 :func:`ivhl_jax.physics.fields.vortex_map`), ``mean_intensity.png`` (time average), ``summary.json``.
+With ``--stream-observations`` the per-step observations are appended to ``<out>/observations`` (one ``.npz``
+per chunk, :class:`ivhl_jax.run.sink.ObservationSink`) instead of being kept in memory and in ``summary.json``.
 Image axes: horizontal = first coordinate of the plane, vertical = second; for a 3-D grid the
 pictures show the z = middle slice.
 """
@@ -42,6 +44,7 @@ from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
+from ivhl_jax.run.sink import ObservationSink
 from ivhl_jax.train.checkpoint import Checkpointer
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}  # (first axis, second axis, normal)
@@ -163,9 +166,10 @@ def make_observe(grid: tuple[int, ...]):
     return observe
 
 
-def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True
-             ) -> tuple[RunResult, fields.WaveParams]:
-    """Run ``cfg`` (resuming from ``checkpointer`` if it holds a checkpoint); returns (result, params)."""
+def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
+             sink: ObservationSink | None = None) -> tuple[RunResult, fields.WaveParams]:
+    """Run ``cfg`` (resuming from ``checkpointer`` if it holds a checkpoint); returns (result, params). With a
+    ``sink`` the per-step observations go to disk and ``result.history`` holds none."""
     stepper = fields.evolution(build_params(cfg))
     # make_observe is cached per grid, so repeated runs in one process (resume, tests, notebooks) hash to
     # the same compiled chunk
@@ -173,7 +177,7 @@ def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None,
     result = run_chunked(advance, stepper.init(), n_chunks=cfg.steps // cfg.steps_per_chunk,
                          steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
                          metadata=lambda s, _: {"config": config_dict(cfg), "step": s},
-                         progress=progress, description="holography")
+                         progress=progress, description="holography", sink=sink)
     return result, stepper.params
 
 
@@ -193,8 +197,10 @@ def _title(cfg: HolographyConfig) -> str:
     return f"{cfg.plane} slice at {normal} = {cfg.plane_offset:g}"
 
 
-def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveParams, out: str) -> dict[str, str]:
-    """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths."""
+def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveParams, out: str,
+                  observations: ObservationSink | None = None) -> dict[str, str]:
+    """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths. With
+    ``observations`` (the run streamed them) the summary names their folder instead of holding them."""
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
@@ -259,7 +265,7 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
         },
         "time_averaged_max_intensity": float(np.max(np.asarray(st.intensity_sum)) / max(int(st.step), 1)),
         "imprinted_net_charge": int(sum(cfg.vortex_charges)),
-        "history": hist,
+        **({"history": hist} if observations is None else {"observations": observations.directory}),
         "devices": [str(d) for d in jax.devices()[:1]],
         "pictures": dict(paths),
     }
@@ -271,8 +277,8 @@ def _run(cfg: HolographyConfig, ctx: RunContext) -> dict[str, str]:
     if ctx.args.demo:
         print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} grid, "
               f"{cfg.steps} time steps, vortices {list(cfg.vortex_charges)}")
-    result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress)
-    paths = write_outputs(cfg, result, params, ctx.out)
+    result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
+    paths = write_outputs(cfg, result, params, ctx.out, observations=ctx.sink)
     print(result.rate_line())
     if ctx.args.demo:
         print(f"open the pictures below (PNG); the run's numbers are in {paths['summary']}")
@@ -288,7 +294,7 @@ SIMULATION = Simulation(
     default_out=lambda cfg, a: "runs/demo" if a.demo else "runs/holography",
     default_resume=lambda a: not a.demo,  # the demo always starts fresh
     extendable=("steps",),  # resuming is only meaningful for the same physics; steps may grow
-    checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_demo_flag)
+    checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_demo_flag, streams=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,6 +37,7 @@ from typing import Any
 from ivhl_jax.run import runner
 from ivhl_jax.run.config import add_run_arguments, clip_short_run, load_config, prepare_run_dir
 from ivhl_jax.run.runner import RunInterrupted
+from ivhl_jax.run.sink import ObservationSink
 from ivhl_jax.train.checkpoint import CheckpointCorruptError, Checkpointer
 
 __all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_comments"]
@@ -51,6 +52,7 @@ class RunContext:
     progress: bool
     resuming: bool
     args: argparse.Namespace
+    sink: ObservationSink | None = None  # with --stream-observations: pass it to run_chunked(..., sink=)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +75,8 @@ class Simulation:
       own_checkpoints: the simulation opens its checkpointers itself under ``<out>/ckpt`` (e.g. one per
         stage when the state's shapes change between stages, as in the MERA bond-dimension ladder);
         ``ctx.checkpointer`` is then None.
+      streams: the simulation passes ``ctx.sink`` to :func:`ivhl_jax.run.runner.run_chunked`, so the driver
+        offers ``--stream-observations`` (the records go to ``<out>/observations``, none stay in memory).
     """
 
     prog: str
@@ -87,6 +91,7 @@ class Simulation:
     default_resume: Callable[[argparse.Namespace], bool] = lambda args: True
     keep: Callable[[Any], int] = lambda cfg: 3
     own_checkpoints: bool = False
+    streams: bool = False
 
 
 @contextlib.contextmanager
@@ -207,6 +212,10 @@ def _parser(sim: Simulation) -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p, out=None, resume=None, config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
                       out_help="output folder")
+    if sim.streams:
+        p.add_argument("--stream-observations", action="store_true",
+                       help="append every saved observation to <out>/observations (one .npz per chunk) instead of "
+                            "keeping them in memory; resume with the same setting")
     if sim.add_arguments is not None:
         sim.add_arguments(p)
     out_default = _default_out_text(sim, p)
@@ -270,8 +279,10 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
                 if resuming:  # said before the run, whose own lines and summary then follow
                     print(f"{sim.prog}: resuming from step {ck.latest_step()} ({os.path.abspath(ckpt_dir)})",
                           flush=True)
+                sink = (ObservationSink(os.path.join(out, "observations"))
+                        if sim.streams and args.stream_observations else None)
                 ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming,
-                                 args=args)
+                                 args=args, sink=sink)
                 paths = sim.run(cfg, ctx)
     except KeyboardInterrupt as e:
         where = ""

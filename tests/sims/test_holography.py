@@ -121,3 +121,19 @@ def test_config_validation_messages():
         small_cfg("grid=[1, 5]")
     with pytest.raises(ValueError, match="'n_steps' was renamed to 'steps'"):  # issue 12: one vocabulary
         small_cfg("n_steps=4")
+
+
+def test_cli_streams_observations_to_disk_equal_to_the_in_memory_history(tmp_path, capsys):
+    from ivhl_jax.run.sink import ObservationSink
+
+    args = [f"--set={s}" for s in SMALL] + ["--no-progress"]
+    plain, streamed = str(tmp_path / "plain"), str(tmp_path / "streamed")
+    assert cli.main(["sim", "holography", "--out", plain, *args]) == 0
+    assert cli.main(["sim", "holography", "--out", streamed, *args, "--stream-observations"]) == 0
+    a = json.load(open(os.path.join(plain, "summary.json")))
+    b = json.load(open(os.path.join(streamed, "summary.json")))
+    assert "history" not in b and b["observations"] == os.path.join(os.path.abspath(streamed), "observations")
+    assert a["final"] == b["final"]
+    on_disk = ObservationSink(b["observations"]).read({k: np.zeros(1) for k in a["history"]})
+    for key, values in a["history"].items():
+        np.testing.assert_array_equal(on_disk[key], np.asarray(values, on_disk[key].dtype), err_msg=key)
