@@ -183,6 +183,83 @@ def gpu_check(quick: bool = False, engines: tuple[str, ...] = ("jax", "pallas", 
     return doc
 
 
+def large_universe(n_slices: int = 64, volume: int = 1_000_000, thermal: int = 200, measure: int = 400,
+                   eps: float | None = None, seed: int = 0, progress: bool = True) -> dict:
+    """One large universe on the host engine (2d-cdt's move lists): thermalise, then measure the integrated
+    autocorrelation times of N0 and of the slice lengths.
+
+    ``n_slices`` slices start as a regular torus at ``volume`` triangles (capacity 0.55 ``volume`` + 1024
+    vertex slots, so memory is linear in N2); lambda = ln 2 with the volume term ``eps (N2 - volume)^2``
+    (default ``eps = 2 / volume``: N2 fluctuates by ~ sqrt(volume / 4) triangles, so N0 has an
+    autocorrelation time of its own; sweeps do not stop at the target). One sweep is N2 attempts.
+    ``thermal`` sweeps, then ``measure`` sweeps recording N0 and l_t after every sweep; progress (sweeps,
+    N2, attempts/s) at most once a second. tau_int (Sokal's window, :mod:`ivhl_jax.numerics.statistics`) is
+    in sweeps; for the slice lengths, the mean over slices of each slice's tau and the tau of the profile
+    spread (standard deviation of the l_t).
+    """
+    import warnings
+
+    from ivhl_jax.numerics import statistics
+    from ivhl_jax.numerics.rollout import trajectory
+    from ivhl_jax.run.device import device_report
+
+    eps = 2.0 / volume if eps is None else eps
+    params = cdt.make_params(cdt.LN2, eps=eps, target=volume, engine="host", stop_at_target=False)
+    stepper = cdt.metropolis(params)
+    capacity = int(0.55 * volume) + 1024
+    chain = stepper.init(jax.random.key(seed), n_slices, volume // (2 * n_slices), capacity)
+    record: dict = {"n0": [], "lengths": []}
+    t_start = time.perf_counter()
+    last = [t_start]
+
+    def run(n: int, phase: str, keep: bool):
+        nonlocal chain
+        done = 0
+        while done < n:
+            block = min(n - done, 5)
+            chain, obs = trajectory(stepper, chain, block, observe=cdt.observe)
+            obs = jax.device_get(obs)
+            done += block
+            if keep:
+                record["n0"].extend(np.asarray(obs["n0"]).tolist())
+                record["lengths"].extend(np.asarray(obs["lengths"]).tolist())
+            now = time.perf_counter()
+            if progress and (now - last[0] >= 1.0 or done == n):
+                last[0] = now
+                att = int(np.asarray(chain.geometry.attempts).sum())
+                print(f"{phase}: {done}/{n} sweeps, N2 = {int(obs['n2'][-1])}, "
+                      f"{att / (now - t_start):.3g} attempts/s since the start", flush=True)
+
+    run(thermal, "thermalise", False)
+    t_thermal = time.perf_counter() - t_start
+    run(measure, "measure", True)
+    seconds = time.perf_counter() - t_start
+    n0 = np.asarray(record["n0"], float)
+    lengths = np.asarray(record["lengths"], float)  # (measure, T)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        tau_n0 = statistics.integrated_autocorrelation_time(n0)
+        tau_slices = [statistics.integrated_autocorrelation_time(lengths[:, t]) for t in range(n_slices)]
+        tau_spread = statistics.integrated_autocorrelation_time(lengths.std(-1))
+    g = chain.geometry
+    acc, att = np.asarray(g.accepts), np.asarray(g.attempts)
+    return {
+        "system": {"T": n_slices, "target_N2": volume, "lambda": cdt.LN2, "eps": eps, "engine": "host",
+                   "proposal": params.proposal, "capacity": capacity, "sweep": "N2 attempts"},
+        "thermal_sweeps": thermal, "measured_sweeps": measure, "seconds_thermalise": t_thermal,
+        "seconds_total": seconds, "attempts": int(att.sum()), "attempts_per_s": float(att.sum() / seconds),
+        "acceptance": {n: float(acc[i] / max(att[i], 1)) for i, n in enumerate(cdt.MOVE_NAMES)},
+        "overflow": bool(g.overflow), "mean_n2": float(2 * n0.mean()), "std_n2": float(2 * n0.std()),
+        "tau_int_sweeps": {"n0": [tau_n0.tau, tau_n0.error],
+                           "slice_length_mean_over_slices": [float(np.mean([t.tau for t in tau_slices])),
+                                                             float(np.std([t.tau for t in tau_slices]))],
+                           "profile_spread": [tau_spread.tau, tau_spread.error]},
+        "warnings": sorted({str(w.message) for w in caught}),
+        "environment": device_report(),
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def main(argv=None) -> int:
     from ivhl_jax.run.io import write_json
 
@@ -192,12 +269,25 @@ def main(argv=None) -> int:
     p.add_argument("--engines", default="jax,host")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peer-src", default=None, help="folder with the JorenB/2d-cdt sources (not vendored)")
+    p.add_argument("--large-universe", action="store_true",
+                   help="one T=64, N2=1e6 universe on the host engine: thermalise, autocorrelation times "
+                        "(--slices, --volume, --thermal, --measure; writes bench/results/cdt_large_universe.json)")
+    p.add_argument("--slices", type=int, default=64)
+    p.add_argument("--volume", type=int, default=1_000_000)
+    p.add_argument("--thermal", type=int, default=200)
+    p.add_argument("--measure", type=int, default=400)
     p.add_argument("--export", default=None, help="results file (default: bench/results/cdt_host_vs_2dcdt.json "
                    "with --peer-src, else bench/results/cdt_<engines>_scaling.json)")
     a = p.parse_args(argv)
+    command = "python -m ivhl_jax.bench.ops_cdt " + " ".join(sys.argv[1:] if argv is None else argv)
+    if a.large_universe:
+        doc = large_universe(a.slices, a.volume, a.thermal, a.measure)
+        doc["command"] = command
+        print("wrote", write_json(a.export or "bench/results/cdt_large_universe.json", doc))
+        return 0
     doc = scaling(tuple(int(c) for c in a.chains.split(",")), tuple(int(v) for v in a.volumes.split(",")),
                   tuple(a.engines.split(",")), repeats=a.repeats, peer_src=a.peer_src)
-    doc["command"] = "python -m ivhl_jax.bench.ops_cdt " + " ".join(sys.argv[1:] if argv is None else argv)
+    doc["command"] = command
     export = a.export or ("bench/results/cdt_host_vs_2dcdt.json" if a.peer_src
                           else f"bench/results/cdt_{'_'.join(a.engines.split(','))}_scaling.json")
     print("wrote", write_json(export, doc))
