@@ -50,7 +50,7 @@ class TrainAdaptiveConfig:
     preset: str = "improved"  # model preset: "seed", "improved" or "plain"
     model: AdaptiveConfig = dataclasses.field(default_factory=AdaptiveConfig)  # the node model (--set model.X=...)
     state_mode: str = "auto"  # "reset" | "carry" | "auto" (carry for the seed preset)
-    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk)
+    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)
     steps_per_chunk: int = 250  # steps per compiled chunk
     batch_size: int = 32  # examples per batch
     learning_rate: float = 1e-3  # Adam learning rate

@@ -19,7 +19,8 @@ model that ignores context cannot do better than H bits/byte; the transformer mu
 Outputs in ``--out`` (default ``runs/lm``): ``summary.json``, ``loss_curve.png``, ``config.json``,
 ``ckpt/`` and, with ``--generate``, ``sample.txt``.
 
-  ivhl train lm                                   # default run (a few minutes on 2 CPU cores)
+  ivhl train lm                                   # the default run
+  ivhl train lm --set steps=1                     # a smoke run: the chunk and the warm-up are clipped to it
   ivhl train lm --set steps=2000 --set model.d_model=256 --out runs/lm_big
   ivhl train lm --generate --prompt "def " --length 300 --temperature 0.8
 """
@@ -77,7 +78,7 @@ class TrainLMConfig:
     val_fraction: float = 0.1  # held-out fraction of the text
     # optimisation
     batch_size: int = 16  # windows per batch
-    steps: int = 600  # optimiser steps (a multiple of steps_per_chunk)
+    steps: int = 600  # optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)
     steps_per_chunk: int = 50  # steps per compiled chunk and between checkpoints
     learning_rate: float = 3e-3  # peak AdamW learning rate
     warmup_steps: int = 50  # linear warm-up steps

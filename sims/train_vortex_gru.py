@@ -50,7 +50,7 @@ class VortexGRUConfig:
     hidden: int = 64  # GRU hidden width
     layers: int = 2  # stacked GRU layers
     variant: str = "torch"  # GRU equations: "torch" (PyTorch/nnx) or "cho" (Cho et al. 2014)
-    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk)
+    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)
     steps_per_chunk: int = 250  # steps per compiled chunk and between checkpoints
     batch_size: int = 32  # trajectories per batch
     learning_rate: float = 2e-3  # Adam learning rate (cosine schedule, clip 1.0)
