@@ -130,8 +130,7 @@ GPU_CHAINS = (1024, 4096, 16384, 65536)
 GPU_VOLUME = 2048
 
 
-def gpu_check(quick: bool = False, engines: tuple[str, ...] = ("jax", "pallas", "host"),
-              peer_src: str | None = None) -> dict:
+def gpu_check(quick: bool = False, engines: tuple[str, ...] | None = None, peer_src: str | None = None) -> dict:
     """Many CDT chains on this machine: accepted moves/s in aggregate and per chain at N2 = 2048 (T = 16,
     lambda = ln 2, eps = 0.02, capacity N2 vertex slots), one call = one sweep of N2 attempts per chain.
 
@@ -140,8 +139,13 @@ def gpu_check(quick: bool = False, engines: tuple[str, ...] = ("jax", "pallas", 
     this machine's cores) at one chain per core and at 1024 chains, 20 N2 attempts per chain per call; with
     ``peer_src`` (the JorenB/2d-cdt sources) the reference code at N2 = 2048 with one process per core.
     ``quick``: N2 = 128, 4 and 16 chains (seconds on a CPU; the host engine's first call compiles its
-    kernel unless numba's disk cache has it). Returns the rows and a ``summary`` with the headline numbers.
+    kernel unless numba's disk cache has it). ``engines`` defaults to ``("jax", "pallas", "host")``, and to
+    ``("jax", "host")`` when ``quick`` (off a GPU the Pallas engine runs in the interpreter, whose compile
+    alone takes tens of seconds; name it to include it). Returns the rows and a ``summary`` with the
+    headline numbers.
     """
+    if engines is None:
+        engines = ("jax", "host") if quick else ("jax", "pallas", "host")
     import os
 
     from ivhl_jax.core import backend
