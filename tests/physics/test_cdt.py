@@ -161,7 +161,7 @@ def test_flip_is_an_involution():
     assert _live_triangle_table(s2) == _live_triangle_table(s)
 
 
-# The host engine's statistics (list proposals; the numba parallel kernel takes ~40 s to compile) run in the
+# The host engine's statistics (list proposals; the first compile of the numba parallel kernel is slow) run in the
 # slow suite; its uniform moves are tied bit for bit to the JAX engine in the default one.
 ENGINES = ["jax", pytest.param("host", marks=[pytest.mark.skipif(not cdt_host.available(), reason="needs numba"),
                                               pytest.mark.slow])]
