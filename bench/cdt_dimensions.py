@@ -217,6 +217,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     command = "python -m ivhl_jax.bench.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_raw:
+        command = "python -m ivhl_jax.bench.cdt_dimensions --from-raw " + " ".join(args.from_raw)
         # one record per volume: where several runs measured it, the one whose walks went furthest (on a tie
         # the first file given)
         best: dict = {}
