@@ -109,7 +109,8 @@ def test_sim_model_and_per_layer_chi_errors_name_the_key(tmp_path, capsys):
 
 
 def test_sim_runs_another_model_with_per_layer_chi(tmp_path):
-    """The XX chain on a per-layer ladder (χ above the layers: 4, 4 then 4, 6, 6): energies above the exact −1/π."""
+    """The XX chain on a per-layer ladder (χ above the layers: 4, 4 then 4, 6, 6): energies above the exact −1/π;
+    resumed from its checkpoints."""
     out = str(tmp_path / "xx")
     args = ["--set", "model=xx", "--set", "chis=[4, 6]", "--set", "chi_mids=[]", "--set", "steps=[6, 2]",
             "--set", "layers=[1, 2]", "--set", "layer_chis=[[4, 4], [4, 6, 6]]", "--set", "u_delay=3",
@@ -120,6 +121,12 @@ def test_sim_runs_another_model_with_per_layer_chi(tmp_path):
     assert doc["model"] == "xx" and doc["e0_exact"] == pytest.approx(-1 / np.pi)
     assert doc["stages"][1]["layer_chis"] == [4, 6, 6]
     assert np.all(np.array(doc["energy_error_per_sweep"]) > 0)
+    # the per-layer shapes travel through the checkpoints: a second run resumes both stages and reproduces them
+    assert sim.main(args) == 0
+    with open(os.path.join(out, "mera.json")) as f:
+        again = json.load(f)
+    assert [st["resumed_from"] for st in again["stages"]] == [6, 2]
+    np.testing.assert_array_equal(again["energy_error_per_sweep"], doc["energy_error_per_sweep"])
 
 
 @pytest.mark.slow  # a fresh process (~10 s)
