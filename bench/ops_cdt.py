@@ -68,18 +68,21 @@ def _measure(engine: str, n: int, volume: int, attempts: int, repeats: int) -> d
     fn, (chains,), params = _setup(n, volume, attempts, engine)
     compiled = jax.jit(fn).lower(chains).compile()
     chains = jax.block_until_ready(compiled(chains))  # warm-up and partial thermalisation
-    times, cpu, accepted = [], [], []
+    times, cpu, accepted, attempted = [], [], [], []
     for _ in range(repeats):
-        before = np.asarray(chains.geometry.accepts).sum()
+        acc0, att0 = np.asarray(chains.geometry.accepts).sum(), np.asarray(chains.geometry.attempts).sum()
         t0, c0 = time.perf_counter(), time.process_time()
         chains = jax.block_until_ready(compiled(chains))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-        accepted.append(int(np.asarray(chains.geometry.accepts).sum() - before))
+        accepted.append(int(np.asarray(chains.geometry.accepts).sum() - acc0))
+        # counted, not assumed: a volume-fixed sweep continues past its attempts until N2 is at the target
+        attempted.append(int(np.asarray(chains.geometry.attempts).sum() - att0))
     st = summarize(times)
-    att = n * attempts
+    att = float(np.mean(attempted))
     acc = float(np.mean(accepted))
-    return {"engine": engine, "N2": volume, "chains": n, "attempts_per_call": att, "time": st,
+    return {"engine": engine, "N2": volume, "chains": n, "attempts_per_sweep": attempts, "attempts_per_call": att,
+            "time": st,
             "attempts_per_s_aggregate": att / st["median_s"], "accepted_per_s_aggregate": acc / st["median_s"],
             "accepted_per_s_per_chain": acc / n / st["median_s"], "acceptance": acc / att,
             # CPU time of the whole process (all threads): insensitive to other jobs on a shared host
