@@ -1,4 +1,4 @@
-"""GRU trajectory predictor: a Flax module over :func:`ivhl_jax.nn.gru.gru_scan` with a bounded delta head.
+"""GRU trajectory predictor: a Flax module over :func:`ivhl_jax.nn.gru.recurrence` with a bounded delta head.
 
 ``TrajectoryGRU(hidden, layers)`` maps a sequence of 2-D positions ``p [T, B, 2]`` to predicted next
 positions ``p_t + 0.5 tanh(W h_t + b) * step_scale`` (the seed's "tanh x 0.5 delta head"). Stacked
@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from ivhl_jax.nn import gru
+from ivhl_jax.numerics.rollout import trajectory
 
 
 class TrajectoryGRU(nn.Module):
@@ -36,6 +37,7 @@ class TrajectoryGRU(nn.Module):
                       "W_h": self.param(f"W_h{i}", u, (self.hidden, 3 * self.hidden)),
                       "b_h": self.param(f"b_h{i}", u, (3 * self.hidden,))}
             h0 = jnp.zeros(hs.shape[1:-1] + (self.hidden,), hs.dtype)
-            _, hs = gru.gru_scan(params, h0, hs, variant=self.variant)
+            st = gru.recurrence(params, hs, variant=self.variant)
+            _, hs = trajectory(st, st.init(h0), hs.shape[0], observe=gru.observe)
         delta = 0.5 * jnp.tanh(nn.Dense(2, name="head")(hs)) * self.step_scale
         return p + delta

@@ -41,10 +41,14 @@ Two documented scheduler semantics (``AdaptiveConfig.scheduler``):
   batch rows are decided as a sequential chain (each decision reads the phase written by the row
   before), the final decision is used for every row, and the anxiety EMA reads only the last row.
 
-State is explicit: :func:`init_state` creates the initial state of a sequence, :func:`step` maps
-``(params, state, x, key) -> (state, outputs)`` and :func:`run_inner` runs ``K`` internal steps per
-input under ``lax.scan`` (``K = 1`` is the seed). Carrying state across batches (the seed's "time"
-axis) is the caller's choice; :func:`detach` stops gradients through the carried state.
+One door: :func:`dynamics` builds the stepper on an input batch ``x [B, D]`` (it validates the weights against
+the config and ``x``), ``init(key, nodes=None)`` validates the start state (or creates :func:`init_state`), and
+``trajectory(stepper, stepper.init(key), K, observe=observe)`` runs K steps. :func:`run_inner` is that call
+for the config's ``inner_steps`` (what the classifier runs per input) and :func:`apply_sequence` scans it over
+a sequence of inputs. :func:`step` is the step itself, ``(params, state, x, key) -> (state, outputs)``; each
+step of the stepper draws its phases with a subkey split from the key carried in the state. Carrying state
+across batches (the seed's "time" axis) is the caller's choice; :func:`detach` stops gradients through the
+carried state.
 
 Precision: :func:`step`, :func:`run_inner`, :func:`apply_sequence` and :func:`dynamics` take
 ``policy=None`` (compute in the dtypes of the inputs, the default) or a
@@ -69,14 +73,12 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, Real
 
 from ivhl_jax.core.precision import Policy, physics_policy
-from ivhl_jax.core.validation import check_array, check_choice, check_scalar
-from ivhl_jax.numerics.rollout import Stepper
+from ivhl_jax.core.validation import check_array, check_choice, check_key, check_scalar
+from ivhl_jax.numerics.rollout import Stepper, trajectory
 
-__all__ = ["DynamicsParams", "DynamicsState", "dynamics", "observe_outputs",
-    "PHASES", "E_MAX", "AdaptiveConfig", "NodeState", "init_state", "detach", "param_specs", "init_param",
-    "init_params", "count_params", "anxiety", "phase_weights", "phase_logits", "phase_masses", "sample_phase",
-    "schedule_per_sample", "schedule_shared", "project_input", "node_update", "readout", "step", "check_inputs",
-    "run_inner", "phase_fractions", "apply_sequence", "node_metrics"]
+__all__ = ["dynamics", "observe", "DynamicsParams", "DynamicsState", "AdaptiveConfig", "NodeState", "PHASES",
+           "init_params", "init_state", "step", "run_inner", "apply_sequence", "detach", "count_params",
+           "node_metrics"]
 
 PHASES = ("active", "sleep", "interactive", "inspired")
 ACTIVE, SLEEP, INTERACTIVE, INSPIRED = range(4)
@@ -558,26 +560,12 @@ def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: Float[ArrayLike, "B D
 
 def run_inner(params: dict, state: NodeState, x: Float[ArrayLike, "B D"], key: jax.Array, cfg: AdaptiveConfig,
               policy: str | Policy | None = None) -> tuple[NodeState, dict[str, Array]]:
-    """``cfg.inner_steps`` (K) steps on the same input under ``lax.scan``; outputs of the last step,
-    plus ``phase_fractions [4]`` averaged over the K steps, nodes and batch. K = 1 equals :func:`step`.
-    ``policy`` as in :func:`step` (the state is carried in its ``output_dtype``)."""
-    x = check_inputs(cfg, state, x)
-    pol = physics_policy(policy)
-    if pol is not None:
-        state = pol.cast_to_output(state)
-    if cfg.inner_steps == 1:
-        state, out = step(params, state, x, key, cfg, pol)
-        out["phase_fractions"] = phase_fractions(out["phase"])
-        return state, out
-
-    def body(s, k):
-        s, out = step(params, s, x, k, cfg, pol)
-        return s, (out, phase_fractions(out["phase"]))
-
-    state, (outs, fracs) = jax.lax.scan(body, state, jax.random.split(key, cfg.inner_steps))
-    out = jax.tree_util.tree_map(lambda o: o[-1], outs)
-    out["phase_fractions"] = jnp.mean(fracs, axis=0)
-    return state, out
+    """``cfg.inner_steps`` (K) steps on the same input: the last step's outputs, plus ``phase_fractions [4]``
+    averaged over the K steps, nodes and batch. Exactly ``trajectory(dynamics(...), init(key, state), K)``
+    (the checks are the builder's and ``init``'s); ``policy`` as in :func:`step`."""
+    st = dynamics(params, x, cfg, policy=policy)
+    final, fractions = trajectory(st, st.init(key, state), cfg.inner_steps, observe=_observe_fractions)
+    return final.nodes, {**final.outputs, "phase_fractions": jnp.mean(fractions, axis=0)}
 
 
 def phase_fractions(phase: Int[Array, " ..."]) -> Float[Array, " 4"]:
@@ -642,31 +630,74 @@ def _dynamics_step(state: DynamicsState, params: DynamicsParams) -> DynamicsStat
     return DynamicsState(nodes=nodes, key=key, outputs=out)
 
 
-def _dynamics_init(params: DynamicsParams, key: jax.Array) -> DynamicsState:
+def _check_nodes(cfg: AdaptiveConfig, nodes: Any, batch: int) -> None:
+    """Shapes of a start :class:`NodeState` for ``batch`` samples (as :func:`init_state` makes them)."""
+    if not isinstance(nodes, NodeState):
+        raise TypeError(f"nodes must be a NodeState (adaptive.init_state(cfg, batch)), got {type(nodes).__name__}")
+    want = init_state(cfg, batch)
+    for field in ("h", "energy", "activity", "phase", "anxiety_ema", "restorative", "sleep_quality", "t"):
+        got = tuple(np.shape(getattr(nodes, field)))
+        if got != getattr(want, field).shape:
+            raise ValueError(f"nodes.{field} has shape {got}, expected {getattr(want, field).shape} for x of batch "
+                             f"{batch} and this config; create it with init_state(cfg, batch={batch})")
+
+
+def _dynamics_init(params: DynamicsParams, key: jax.Array, nodes: NodeState | None = None) -> DynamicsState:
+    """The start state: ``nodes`` (validated against the config and x) or :func:`init_state`, and ``key``."""
+    check_key(key, "key")
     dtype = params.x.dtype if params.policy is None else params.policy.output_dtype
-    nodes = init_state(params.cfg, params.x.shape[0], dtype)
+    if nodes is None:
+        nodes = init_state(params.cfg, params.x.shape[0], dtype)
+    else:
+        _check_nodes(params.cfg, nodes, params.x.shape[0])
+        if params.policy is not None:
+            _check_real_tree(nodes, "state", params.policy)
+            nodes = params.policy.cast_to_output(nodes)
     _, out = jax.eval_shape(lambda: step(params.weights, nodes, params.x, key, params.cfg, params.policy))
     zeros = jax.tree_util.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), out)
     return DynamicsState(nodes=nodes, key=key, outputs=zeros)
 
 
-def observe_outputs(state: DynamicsState, params: DynamicsParams) -> dict:
-    """The last step's outputs plus its phase fractions ``[4]``."""
+def observe(state: DynamicsState, params: DynamicsParams) -> dict:
+    """The last step's outputs (``logits [B,C]``, ``phase``, ``anxiety``, ``energy``, ``activity`` ``[B,N]``)
+    plus its phase fractions ``[4]``."""
     del params
     return {**state.outputs, "phase_fractions": phase_fractions(state.outputs["phase"])}
+
+
+#: the former name of :func:`observe`
+observe_outputs = observe
+
+
+def _observe_fractions(state: DynamicsState, params: DynamicsParams) -> jax.Array:
+    del params
+    return phase_fractions(state.outputs["phase"])
+
+
+def _check_weights(weights: Any, cfg: AdaptiveConfig) -> None:
+    if not isinstance(weights, dict):
+        raise TypeError(f"weights must be the dict of init_params(key, cfg), got {type(weights).__name__}")
+    for name, (shape, _) in param_specs(cfg).items():
+        if name not in weights:
+            raise ValueError(f"weights has no '{name}'; build them with init_params(key, cfg)")
+        if tuple(np.shape(weights[name])) != tuple(shape):
+            raise ValueError(f"weights['{name}'] has shape {tuple(np.shape(weights[name]))}, expected {tuple(shape)} "
+                             "for this config; build them with init_params(key, cfg)")
 
 
 def dynamics(weights: dict, x: Float[ArrayLike, "B D"], cfg: AdaptiveConfig, *, policy: str | Policy | None = None
              ) -> Stepper[DynamicsState, DynamicsParams]:
     """Stepper of the adaptive-node dynamics on a fixed input ``x [B, D]``: ``step`` is one :func:`step`
-    with a subkey split from the state's key; ``init(key)`` starts from :func:`init_state`. (``run_inner``
-    draws its K keys with one split and so follows a different random stream; both sample the same law.)
+    with a subkey split from the state's key; ``init(key, nodes=None)`` starts from ``nodes`` (shapes checked
+    against the config and ``x``) or from :func:`init_state`. The weights (shapes of :func:`init_params` for
+    ``cfg``) and ``x`` (finite, real) are checked here.
     ``policy``: weights stored in its ``param_dtype`` (cast here), each step in ``compute_dtype``, the
     state carried in ``output_dtype`` (module docstring)."""
     if not isinstance(cfg, AdaptiveConfig):
         raise TypeError(f"cfg must be an AdaptiveConfig; got {type(cfg).__name__}")
     pol = physics_policy(policy)
-    x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating")
+    x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating", finite=True)
+    _check_weights(weights, cfg)
     if pol is not None:
         _check_real_tree(weights, "weights", pol)
         weights = pol.cast_to_param(weights)

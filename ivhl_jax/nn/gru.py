@@ -13,6 +13,10 @@ With ``b_h = 0`` the "torch" variant is exactly ``flax.nnx.GRUCell`` (which has 
 :func:`params_from_nnx` converts such a cell. Batch axes in front of ``h``/``x`` are allowed (the same
 for both: a state and an input of different batch shapes, or an integer ``h``, is an error naming it).
 
+One door: :func:`recurrence` builds the stepper (it validates the weights and the input sequence), its
+``init(h0)`` validates the start state, and ``trajectory(stepper, stepper.init(h0), T, observe=observe)`` runs
+it. :func:`gru_scan` is that call, written out. :func:`gru_step` is the step itself.
+
 Precision: every function takes ``policy=None`` (compute in the dtypes of the inputs, the
 default) or a :class:`~ivhl_jax.core.precision.Policy` / preset name. With a policy the weights
 are rounded to ``param_dtype`` (their storage), the whole step (matmuls, sigmoid, tanh, the blend)
@@ -34,10 +38,10 @@ from jaxtyping import Array, ArrayLike, Float
 
 from ivhl_jax.core.precision import Policy, physics_policy
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
-from ivhl_jax.numerics.rollout import Stepper
+from ivhl_jax.numerics.rollout import Stepper, trajectory
 
-__all__ = ["VARIANTS", "init_gru_params", "gru_step", "gru_scan", "params_from_nnx", "GRUState", "GRUInputs",
-           "recurrence", "observe_hidden"]
+__all__ = ["recurrence", "observe", "GRUState", "GRUInputs", "init_gru_params", "gru_step", "gru_scan",
+           "params_from_nnx"]
 
 VARIANTS = ("torch", "cho")
 
@@ -127,30 +131,13 @@ def gru_step(params: dict, h: Float[ArrayLike, "*batch H"], x: Float[ArrayLike, 
 def gru_scan(params: dict, h0: Float[ArrayLike, "*batch H"], xs: Float[ArrayLike, "T *batch D"], *,
              variant: str = "torch", policy: str | Policy | None = None
              ) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
-    """Run ``xs [T, ..., D]`` from ``h0 [..., H]`` under ``lax.scan``; returns (h_T, hs [T, ..., H]).
+    """Run ``xs [T, ..., D]`` from ``h0 [..., H]``; returns (h_T, hs [T, ..., H]).
 
-    With ``policy`` the carried h lives in its ``output_dtype`` and every step computes in its
-    ``compute_dtype`` (:func:`gru_step`). ``xs`` of the wrong width or with batch axes other than
-    ``h0``'s is a ValueError naming ``xs`` (checked on shapes only, before tracing the scan)."""
-    check_choice(variant, "variant", VARIANTS)
-    pol = physics_policy(policy)
-    if pol is not None:
-        h0, xs = _real(h0, "h0", pol), _real(xs, "xs", pol)
-    h0, xs = _check_h_x(h0, xs, "h0", "xs", x_batch_from=1)
-    if params["W_i"].shape[0] != xs.shape[-1]:
-        raise ValueError(f"xs has width {xs.shape[-1]} but params['W_i'] expects {params['W_i'].shape[0]}")
-    hd = h0.shape[-1]
-    if params["W_h"].shape != (hd, 3 * hd):
-        raise ValueError(f"params['W_h'] must have shape ({hd}, {3 * hd}) for h0 of width {hd}, "
-                         f"got {params['W_h'].shape}")
-    if pol is not None:
-        h0 = h0.astype(pol.output_dtype)
-
-    def body(h, x):
-        h = gru_step(params, h, x, variant=variant, policy=pol)
-        return h, h
-
-    return jax.lax.scan(body, h0, xs)
+    Exactly ``trajectory(recurrence(params, xs, ...), init(h0), T, observe=observe)``: the checks are the
+    builder's and ``init``'s (a bad ``xs`` or ``h0`` is a ValueError naming it)."""
+    st = recurrence(params, xs, variant=variant, policy=policy)
+    final, hs = trajectory(st, st.init(h0), st.params.xs.shape[0], observe=observe)
+    return final.h, hs
 
 
 def params_from_nnx(cell: Any) -> dict:
@@ -188,38 +175,68 @@ def _gru_step(state: GRUState, params: GRUInputs) -> GRUState:
                     t=state.t + 1)
 
 
-def _gru_init(params: GRUInputs, h0: jax.Array) -> GRUState:
-    h = jnp.asarray(h0)
-    if params.policy is not None:
-        h = _real(h, "h0", params.policy).astype(params.policy.output_dtype)
+def _gru_init(params: GRUInputs, h0: Any) -> GRUState:
+    """Validate ``h0`` against the sequence (batch axes of ``xs[t]``, width H) and cast it to the policy."""
+    pol = params.policy
+    if pol is not None:
+        h0 = _real(h0, "h0", pol)
+    xs = params.xs
+    h, _ = _check_h_x(h0, xs, "h0", "xs", x_batch_from=1)
+    hd = params.weights["W_h"].shape[0]
+    if h.shape[-1] != hd:
+        raise ValueError(f"h0 has width {h.shape[-1]} but weights['W_h'] has shape {params.weights['W_h'].shape} "
+                         f"(H = {hd}); start from an h0 of shape [..., {hd}]")
+    if pol is not None:
+        h = h.astype(pol.output_dtype)
     return GRUState(h=h, t=jnp.zeros((), jnp.int32))
 
 
-def observe_hidden(state: GRUState, params: GRUInputs) -> Float[Array, "*batch H"]:
-    """The hidden state (the ``observe`` that reproduces :func:`gru_scan`'s ``hs``)."""
+def observe(state: GRUState, params: GRUInputs) -> Float[Array, "*batch H"]:
+    """The hidden state ``h [..., H]`` after each step (the observe that gives :func:`gru_scan`'s ``hs``)."""
     del params
     return state.h
 
 
+#: the former name of :func:`observe`
+observe_hidden = observe
+
+
+def _check_weights(weights: Any, d: int) -> tuple[int, int]:
+    """Shapes of the GRU weights: ``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``; returns (D, H)."""
+    if not isinstance(weights, dict) or any(k not in weights for k in ("W_i", "b_i", "W_h", "b_h")):
+        raise TypeError("weights must be a dict with 'W_i', 'b_i', 'W_h', 'b_h' (see init_gru_params)")
+    shapes = {k: tuple(np.shape(weights[k])) for k in ("W_i", "b_i", "W_h", "b_h")}
+    if len(shapes["W_h"]) != 2 or shapes["W_h"][1] != 3 * shapes["W_h"][0]:
+        raise ValueError(f"weights['W_h'] must have shape (H, 3H), got {shapes['W_h']}")
+    hd = shapes["W_h"][0]
+    want = {"W_i": (d, 3 * hd), "b_i": (3 * hd,), "b_h": (3 * hd,)}
+    for k, w in want.items():
+        if shapes[k] != w:
+            if k == "W_i" and len(shapes[k]) == 2 and shapes[k][1] == 3 * hd:
+                raise ValueError(f"xs has width {d} but weights['W_i'] expects {shapes[k][0]}")
+            raise ValueError(f"weights['{k}'] must have shape {w} for H = {hd} and inputs of width {d}, "
+                             f"got {shapes[k]}")
+    return d, hd
+
+
 def recurrence(weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: str = "torch",
                policy: str | Policy | None = None) -> Stepper[GRUState, GRUInputs]:
-    """Stepper over the input sequence ``xs [T, ..., D]``: ``step`` consumes ``xs[t]``; ``init(h0)``.
-    ``trajectory(recurrence(w, xs), st.init(h0), T, observe=observe_hidden)`` equals :func:`gru_scan`.
-    Running more than T steps reads past the end (clamped to the last input): run exactly T.
+    """Stepper over the input sequence ``xs [T, ..., D]``: ``step`` consumes ``xs[t]``; ``init(h0)`` validates
+    ``h0 [..., H]`` (the batch axes of ``xs[t]``, width H). ``trajectory(st, st.init(h0), T, observe=observe)``
+    returns (final state, hs [T, ..., H]). Running more than T steps reads past the end (clamped to the last
+    input): run exactly T. The weights' shapes (``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``)
+    and ``xs`` (finite, real floating) are checked here.
     ``policy``: weights stored in its ``param_dtype``, steps computed in ``compute_dtype``, h carried
     in ``output_dtype`` (module docstring)."""
     check_choice(variant, "variant", VARIANTS)
     pol = physics_policy(policy)
+    if pol is not None:
+        xs = _real(xs, "xs", pol)
     xs = check_array(xs, "xs", kind="floating", finite=True)
     if xs.ndim < 2:
         raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
-    w_i = weights.get("W_i") if isinstance(weights, dict) else None
-    if w_i is None:
-        raise TypeError("weights must be a dict with 'W_i', 'b_i', 'W_h', 'b_h' (see init_gru_params)")
-    if xs.shape[-1] != np.shape(w_i)[0]:
-        raise ValueError(f"xs has width {xs.shape[-1]} but weights['W_i'] expects {np.shape(w_i)[0]}")
+    _check_weights(weights, xs.shape[-1])
     if pol is not None:
         weights = pol.cast_to_param(weights)
     return Stepper(step_fn=_gru_step, params=GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
                    init_fn=_gru_init, name="gru.recurrence")
-

@@ -93,11 +93,31 @@ def _mera_case(seed=0):
     return st, st.init(key=jax.random.key(seed)), M.observe
 
 
+def _adaptive_case(seed=0):
+    from ivhl_jax import adaptive
+
+    cfg = adaptive.AdaptiveConfig(num_nodes=6, hidden_dim=4, input_dim=5, output_dim=3)
+    w = adaptive.init_params(jax.random.key(0), cfg)
+    x = jax.random.normal(jax.random.key(1), (2, 5))
+    st = adaptive.dynamics(w, x, cfg)
+    return st, st.init(jax.random.key(seed)), adaptive.observe
+
+
+def _gru_case(seed=0):
+    from ivhl_jax import gru
+
+    w = gru.init_gru_params(jax.random.key(0), 3, 5)
+    xs = jax.random.normal(jax.random.key(1), (12, 2, 3))
+    st = gru.recurrence(w, xs)
+    return st, st.init(0.1 * jax.random.normal(jax.random.key(seed), (2, 5))), gru.observe
+
+
 # Every family's builder, with a small case and the family's own ``observe``: the contract below runs on each.
 CASES = {"cdt.metropolis": _cdt_case, "fields.evolution": _wave_case, "condensate.strang": _gp_case,
-         "gft.strang": _gft_case, "mera.evenbly_vidal": _mera_case}
+         "gft.strang": _gft_case, "mera.evenbly_vidal": _mera_case, "adaptive.dynamics": _adaptive_case,
+         "gru.recurrence": _gru_case}
 # The families whose trajectory is differentiable in its (floating or complex) initial state.
-DIFFERENTIABLE = {"fields.evolution", "condensate.strang", "gft.strang"}
+DIFFERENTIABLE = {"fields.evolution", "condensate.strang", "gft.strang", "gru.recurrence"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -246,22 +266,28 @@ def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
             M.evenbly_vidal(M.models.ising_two_site_hamiltonian(), cfg)
 
 
-def test_gru_recurrence_equals_gru_scan():
+def test_gru_recurrence_equals_steps_by_hand():
     from ivhl_jax import gru
 
     w = gru.init_gru_params(jax.random.key(0), 3, 5)
     xs = jax.random.normal(jax.random.key(1), (7, 2, 3))
     h0 = jnp.zeros((2, 5))
-    h_t, hs = gru.gru_scan(w, h0, xs)
     st = gru.recurrence(w, xs)
-    final, obs = trajectory(st, st.init(h0), 7, observe=gru.observe_hidden)
-    np.testing.assert_allclose(np.asarray(obs), np.asarray(hs), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(final.h), np.asarray(h_t), rtol=1e-6, atol=1e-6)
-    _, n = count_compiles(trajectory, gru.recurrence(w, xs + 1.0), st.init(h0), 7, observe=gru.observe_hidden)
+    final, obs = trajectory(st, st.init(h0), 7, observe=gru.observe)
+    h, hs = h0, []
+    for t in range(7):
+        h = gru.gru_step(w, h, xs[t])
+        hs.append(h)
+    np.testing.assert_allclose(np.asarray(obs), np.stack(hs), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(final.h), np.asarray(h), rtol=1e-6, atol=1e-6)
+    h_t, hs_scan = gru.gru_scan(w, h0, xs)  # the documented wrapper: the same call
+    np.testing.assert_array_equal(np.asarray(hs_scan), np.asarray(obs))
+    _, n = count_compiles(trajectory, gru.recurrence(w, xs + 1.0), st.init(h0), 7, observe=gru.observe)
     assert n == 0
-    g = jax.grad(lambda x: jnp.sum(trajectory(gru.recurrence(w, x), st.init(h0), 7)[0].h))(xs)
-    g_ref = jax.grad(lambda x: jnp.sum(gru.gru_scan(w, h0, x)[0]))(xs)
-    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="h0"):
+        st.init(jnp.zeros((3, 5)))
+    with pytest.raises(ValueError, match="W_h"):
+        gru.recurrence({**w, "W_h": jnp.zeros((5, 10))}, xs)
 
 
 def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
@@ -272,7 +298,7 @@ def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
     x = jax.random.normal(jax.random.key(1), (2, 5))
     st = adaptive.dynamics(w, x, cfg)
     s0 = st.init(jax.random.key(2))
-    final, obs = trajectory(st, s0, 3, observe=adaptive.observe_outputs)
+    final, obs = trajectory(st, s0, 3, observe=adaptive.observe)
     # the same three steps by hand with the same key stream
     nodes, key = adaptive.init_state(cfg, 2), jax.random.key(2)
     for _ in range(3):
@@ -281,11 +307,21 @@ def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
     np.testing.assert_allclose(np.asarray(obs["logits"][-1]), np.asarray(out["logits"]), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(obs["phase"][-1]), np.asarray(out["phase"]))
     np.testing.assert_allclose(np.asarray(obs["phase_fractions"]).sum(-1), 1.0, rtol=1e-6)
+    # run_inner is the same trajectory (K = inner_steps) from a given node state
+    cfg3 = adaptive.AdaptiveConfig(num_nodes=6, hidden_dim=4, input_dim=5, output_dim=3, inner_steps=3)
+    nodes3, out3 = adaptive.run_inner(w, adaptive.init_state(cfg, 2), x, jax.random.key(2), cfg3)
+    np.testing.assert_allclose(np.asarray(out3["logits"]), np.asarray(obs["logits"][-1]), rtol=1e-6, atol=1e-7)
     _, n = count_compiles(trajectory, adaptive.dynamics(w, x + 1.0, cfg), st.init(jax.random.key(3)), 3,
-                          observe=adaptive.observe_outputs)
+                          observe=adaptive.observe)
     assert n == 0
     with pytest.raises(ValueError, match="x"):
         adaptive.dynamics(w, jnp.zeros((2, 4)), cfg)
+    with pytest.raises(ValueError, match="W_out"):
+        adaptive.dynamics({**w, "W_out": jnp.zeros((7, 3))}, x, cfg)
+    with pytest.raises(ValueError, match="nodes.h"):
+        st.init(jax.random.key(0), adaptive.init_state(cfg, 3))
+    with pytest.raises(TypeError, match="key"):
+        st.init(3)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

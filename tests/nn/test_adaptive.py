@@ -191,7 +191,7 @@ def test_step_jit_deterministic_and_k1_equals_step(scheduler):
     s1, o1 = f(params, state, x, key)
     s2, o2 = f(params, state, x, key)
     chex.assert_trees_all_equal((s1, o1), (s2, o2))
-    s3, o3 = _step(params, state, x, key, cfg)
+    s3, o3 = _step(params, state, x, jax.random.split(key)[1], cfg)  # the stepper's first subkey
     chex.assert_trees_all_close(s1, s3, rtol=1e-6)
     chex.assert_trees_all_close(o1["logits"], o3["logits"], rtol=1e-6)
     assert int(jnp.max(s1.t)) == 1
@@ -206,7 +206,8 @@ def test_inner_steps_scan_equals_manual_steps():
     key = jax.random.key(5)
     s, out = _run_inner(params, state, x, key, cfg)
     s_ref = state
-    for k in jax.random.split(key, 3):
+    for _ in range(3):  # the stepper's key stream: split the carried key, step with the subkey
+        key, k = jax.random.split(key)
         s_ref, o_ref = _step(params, s_ref, x, k, cfg1)
     chex.assert_trees_all_close(s, s_ref, rtol=1e-5, atol=1e-6)
     chex.assert_trees_all_close(out["logits"], o_ref["logits"], rtol=1e-5, atol=1e-6)

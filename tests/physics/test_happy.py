@@ -188,11 +188,12 @@ def test_radius_two_entropies_equal_min_cut_small_regions():
 
 @pytest.mark.slow
 def test_radius_two_entropies_equal_min_cut_all_lengths():
-    """Every connected region up to 10 legs at every start, and the five-fold symmetry checked on the way."""
+    """Every connected region up to 10 legs: every start up to 5 legs, then the five starts that the patch's
+    five-fold rotation maps onto all the others (the cuts' symmetry checked on the way)."""
     with jax.enable_x64(True):
         net = happy.network(2)
         for length in range(1, 11):
-            for start in range(25):
+            for start in range(25 if length <= 5 else 5):
                 reg = happy.interval(net, start, length)
                 s = float(happy.region_entropy(net, reg, base=2))
                 cut = happy.min_cut(net, reg)
