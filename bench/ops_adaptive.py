@@ -23,10 +23,8 @@ from ivhl_jax.run.profiling import fused_train_chunk
 
 STEPS = {"small": 20, "medium": 100, "large": 400, "extreme": 1000}
 BATCH = 32
-# The peers get their best thread setting. On a quiet 2-core host two torch intra-op threads are faster
-# (adaptive_train, 100 steps, load ~1.7: eager 5.7k vs 4.3k samples/s, compile 11.7k vs 8.6k); on a heavily
-# oversubscribed host they spin against each other (once measured ~2 s/step vs 76 ms/step with one thread),
-# so on such a host set this to 1.
+# The peers get their best thread setting: on a quiet 2-core host two torch intra-op threads are faster than
+# one; on a heavily oversubscribed host they spin against each other, so on such a host set this to 1.
 TORCH_THREADS = 2
 
 
@@ -191,3 +189,19 @@ def mlp_train(size: str) -> BenchCase:
 
 OPS: dict[str, Any] = {"adaptive_train": adaptive_train, "adaptive_train_seedcompat": adaptive_train_seedcompat,
                        "mlp_train": mlp_train}
+
+
+def gpu_check(quick: bool) -> dict[str, Any]:
+    """The adaptive section of ``bench/gpu_checks.py``: the fused training chunk at the seed configuration, no peers.
+
+    ``quick``: size ``small`` (20 steps per call), 3 repeats, seconds on a CPU; otherwise ``large`` (400 steps),
+    7 repeats. Returns ``{"record": <harness record>, "summary": {"size", "samples_per_s", "compile_s"}}``.
+    """
+    from ivhl_jax.bench.harness import run_case
+
+    size = "small" if quick else "large"
+    case = OPS["adaptive_train"](size)
+    case.peers = {}
+    rec = run_case(case, repeats=3 if quick else 7)
+    return {"record": rec, "summary": {"size": size, "samples_per_s": rec["throughput"]["per_s"],
+                                       "compile_s": rec["compile_s"]}}

@@ -446,9 +446,8 @@ def _rows_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
 
     The weight gradient ``dw = Σ_b x_bᵀ g_b`` is written as a batched GEMM over the leading axes plus a
     sum. Autodiff's default, one GEMM contracting all B·R rows at once, makes XLA materialise a
-    transposed copy of the cotangent ``g`` on the critical path of the backward pass (measured: the
-    fused train step of the seed configuration runs ~1.3x faster with this rule). Same math, same
-    result up to float32 summation order. Reverse mode only (``jax.jvp`` through it is not defined).
+    transposed copy of the cotangent ``g`` on the critical path of the backward pass on CPU. Same math,
+    same result up to float32 summation order. Reverse mode only (``jax.jvp`` through it is not defined).
     """
     return x @ w
 
