@@ -211,7 +211,7 @@ class MERASimConfig:
             return self.host_cores, "host_cores"
         if max(self.stage_config(k).top_chi for k in range(len(self.chis))) > ONE_CORE_MAX_CHI:
             return None, f"auto: a χ above {ONE_CORE_MAX_CHI}"
-        limit = defaults().mera_busy_host_cores
+        limit = defaults(_platform_before_start()).mera_busy_host_cores
         if not limit:
             return None, "auto: no busy-host limit on this platform"
         load = os.getloadavg()[0] if load is None else load
@@ -237,6 +237,23 @@ class MERASimConfig:
         except (ValueError, TypeError) as e:
             key = "layer_chis" if self.layer_chis else "chis"
             raise ValueError(f"{key}[{k}] / layers[{k}]: {e}") from None
+
+
+def _platform_before_start() -> str:
+    """The platform JAX will compute on, read without starting its backend (``limit_host_cores`` only works
+    before that): the first of ``JAX_PLATFORMS`` / ``jax_platforms`` when set, else "gpu" or "tpu" when their JAX
+    plugin is installed, else "cpu"."""
+    import importlib.util
+
+    names = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
+    first = names.split(",")[0].strip().lower() if names else ""
+    if first:
+        return "gpu" if first in ("cuda", "rocm", "gpu") else first
+    for plugin, name in (("jax_cuda12_plugin", "gpu"), ("jax_cuda13_plugin", "gpu"), ("jax_rocm60_plugin", "gpu"),
+                         ("libtpu", "tpu")):
+        if importlib.util.find_spec(plugin) is not None:
+            return name
+    return "cpu"
 
 
 def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:

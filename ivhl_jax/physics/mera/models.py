@@ -29,7 +29,7 @@ class Model(struct.PyTreeNode):
     and Hermitian (traced), with a name and, where known, the exact ground-state energy per site ``e0`` and the
     central charge and scaling dimensions of its critical point (static, for reports)."""
 
-    term: jax.Array
+    term: Any  # float64 NumPy when built from concrete values, an array in a trace
     name: str = struct.field(pytree_node=False, default="custom")
     e0: float | None = struct.field(pytree_node=False, default=None)
     cft: tuple = struct.field(pytree_node=False, default=())
@@ -74,7 +74,9 @@ def two_site(term: Any, name: str = "custom", e0: float | None = None) -> Model:
         term = arr
     if e0 is not None:
         check_scalar(e0, "e0")
-    return Model(term=jnp.asarray(term, jnp.result_type(float)), name=str(name),
+    # a concrete term stays a float64 NumPy array: building a model never starts JAX's backend (``ivhl sim mera``
+    # pins XLA's host threads before that); blocked_terms casts it to the sweep's dtype
+    return Model(term=np.asarray(term, np.float64) if is_concrete(term) else term, name=str(name),
                  e0=None if e0 is None else float(e0))
 
 
@@ -102,7 +104,7 @@ def ising(g: float = 1.0) -> Model:
     check_scalar(g, "g")
     g = float(g)
     term = -np.kron(_X, _X) - 0.5 * g * (np.kron(_Z, _I2) + np.kron(_I2, _Z))
-    return Model(term=jnp.asarray(term.reshape(2, 2, 2, 2), jnp.result_type(float)), name=f"ising(g={g:g})",
+    return Model(term=term.reshape(2, 2, 2, 2), name=f"ising(g={g:g})",
                  e0=E0_CRITICAL_ISING if g == 1.0 else _tfi_e0(g), cft=ISING_CFT if g == 1.0 else ())
 
 
@@ -111,7 +113,7 @@ def xx() -> Model:
     Luttinger liquid)."""
     y_y = np.array([[0, 0, 0, -1], [0, 0, 1, 0], [0, 1, 0, 0], [-1, 0, 0, 0]], dtype=float)  # Y⊗Y (real)
     term = -0.25 * (np.kron(_X, _X) + y_y)
-    return Model(term=jnp.asarray(term.reshape(2, 2, 2, 2), jnp.result_type(float)), name="xx", e0=E0_XX, cft=XX_CFT)
+    return Model(term=term.reshape(2, 2, 2, 2), name="xx", e0=E0_XX, cft=XX_CFT)
 
 
 def potts(f: float = 1.0) -> Model:
@@ -125,7 +127,7 @@ def potts(f: float = 1.0) -> Model:
     shift = np.roll(np.eye(3), 1, axis=0)
     site = -(shift + shift.T)
     term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
-    return Model(term=jnp.asarray(term.reshape(3, 3, 3, 3), jnp.result_type(float)), name=f"potts(f={f:g})",
+    return Model(term=term.reshape(3, 3, 3, 3), name=f"potts(f={f:g})",
                  e0=E0_CRITICAL_POTTS if f == 1.0 else None, cft=POTTS_CFT if f == 1.0 else ())
 
 
