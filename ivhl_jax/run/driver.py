@@ -227,8 +227,9 @@ def _parser(sim: Simulation) -> argparse.ArgumentParser:
 
 def _default_out_text(sim: Simulation, parser: argparse.ArgumentParser) -> str:
     """``default_out`` of the default configuration and options, for ``--help``."""
+    defaults = argparse.Namespace(**{a.dest: a.default for a in parser._actions if a.dest != "help"})
     try:
-        return str(sim.default_out(sim.config_type(), parser.parse_args([])))
+        return str(sim.default_out(sim.config_type(), defaults))
     except Exception:  # a simulation whose default folder needs a given option or key: say where it comes from
         return "see the description above"
 
