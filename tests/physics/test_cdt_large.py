@@ -70,3 +70,15 @@ def test_host_engine_beyond_two_to_the_16_vertex_slots(proposal):
     assert np.all(np.asarray(g.accepts) > 0)
     live_ids = np.nonzero(np.asarray(g.vpos) < int(g.n0))[0]
     assert live_ids.max() >= T * L > (1 << 16)  # inserted vertices took slots beyond the starting ones
+
+
+@pytest.mark.slow  # the host kernel compiles on a cold numba cache
+@needs_numba
+def test_large_universe_benchmark_runs_small(capsys):
+    from ivhl_jax.bench import ops_cdt
+
+    doc = ops_cdt.large_universe(n_slices=4, volume=512, thermal=5, measure=60, seed=1)
+    assert not doc["overflow"] and doc["measured_sweeps"] == 60
+    assert abs(doc["mean_n2"] - 512) < 100
+    assert all(np.isfinite(v[0]) and v[0] > 0 for v in doc["tau_int_sweeps"].values())
+    assert "measure: 60/60 sweeps" in capsys.readouterr().out  # progress lines
