@@ -7,7 +7,9 @@ stepper carries
 
 * ``params`` — a pytree of everything the step reads (arrays, step size, couplings); traced, so a
   parameter sweep or ``vmap`` over it never recompiles;
-* ``step_fn(state, params) -> state`` — a *module-level* pure function (static, hashed by identity);
+* ``step_fn(state, params) -> state`` — a *module-level* pure function (static, hashed by identity); it
+  may also offer ``step_fn.run(state, params, n) -> state``, n steps at once by the same scheme (equal to n
+  single steps to round-off), which :func:`rollout` uses for each block between two observations;
 * ``init_fn(params, *args, **kwargs) -> state`` — builds the initial state (static);
 * ``static`` — hashable settings that change the compiled program (e.g. ``imaginary=True``).
 
@@ -128,7 +130,15 @@ def rollout(
     steps, save_every, unroll = _check_schedule(steps, save_every, unroll)
     observe = identity_observe if observe is None else observe
 
+    # A step function may carry ``run(state, params, n)``: n steps at once, the same scheme to round-off, with
+    # work shared between consecutive steps (the GP stepper merges the potential half-steps of neighbours).
+    # A block between two observations is such a run; an explicit ``unroll`` asks for the plain scan.
+    run = getattr(step, "run", None) if unroll == 1 else None
+
     def block(carry, _):
+        if run is not None:
+            return (c := run(carry, params, save_every)), observe(c, params)
+
         def one(c, _):
             return step(c, params), None
 
@@ -184,7 +194,10 @@ def _check_start_finite(state: Any) -> None:
                if hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)]
     if not inexact:
         return
-    flags = jax.device_get(_finite_flags([x for _, x in inexact]))
+    flags = _finite_flags([x for _, x in inexact])
+    if isinstance(flags, jax.core.Tracer):  # inside a caller's jit/grad with closed-over concrete leaves
+        return
+    flags = jax.device_get(flags)
     for (path, _), ok in zip(inexact, flags, strict=True):
         if not ok:
             raise ValueError(f"state{jax.tree_util.keystr(path)} holds NaN or inf at the start of the trajectory; "

@@ -636,9 +636,10 @@ def _no_obs(psi, params):
 
 
 def test_hlo_of_a_10_step_trajectory_and_of_the_fused_run_count_ffts_and_field_passes():
-    """Guard of the GP step's memory traffic (what a GPU step costs): in the compiled CPU HLO, a step is 2 FFTs
-    and at most 3 elementwise passes over the field in a trajectory (potential half-step, kinetic factor,
-    potential half-step), and 2 FFTs and 2 passes in the fused multi-step path."""
+    """Guard of the GP step's memory traffic (what a GPU step costs): in the compiled CPU HLO of a 10-step
+    trajectory (one observation) a step is 2 FFTs and 2 elementwise passes over the field (kinetic factor;
+    the merged potential step of two neighbours), as in the fused run itself; a single step observed every
+    step is 2 FFTs and at most 3 passes (potential half-step, kinetic factor, potential half-step)."""
     from ivhl_jax.physics.condensate.stepper import _strang_step
 
     shape = (16, 16, 16)
@@ -647,6 +648,9 @@ def test_hlo_of_a_10_step_trajectory_and_of_the_fused_run_count_ffts_and_field_p
     psi = st.init(C.gaussian(grid))
     traj = jax.jit(lambda p: trajectory(st, p, 10, save_every=10, observe=_no_obs)[0]).lower(psi).compile()
     ffts, passes = _loop_body_passes(traj.as_text(), shape)
+    assert (ffts, passes) == (2, 2), (ffts, passes)
+    single = jax.jit(lambda p: trajectory(st, p, 1, save_every=1, observe=_no_obs)[0]).lower(psi).compile()
+    (ffts, passes), = _field_passes(single.as_text(), shape)
     assert ffts == 2 and passes <= 3, (ffts, passes)
     run = jax.jit(lambda p, prm: _strang_step.run(p, prm, 10)).lower(psi, st.params).compile()
     ffts, passes = _loop_body_passes(run.as_text(), shape)
