@@ -6,7 +6,7 @@ error of the mean ``σ/sqrt(N)`` is too small. With the normalised autocorrelati
     C(t) = (1/N) Σ_{i=1}^{N-t} (x_i − x̄)(x_{i+t} − x̄),      ρ(t) = C(t) / C(0),
 
 and the integrated autocorrelation time ``τ_int = 1/2 + Σ_{t≥1} ρ(t)`` (in units of the sampling
-interval: sweeps times ``save_every`` for :func:`ivhl_jax.physics.cdt.run`), the variance of the
+interval: sweeps times ``save_every`` of a CDT ``trajectory``), the variance of the
 mean is ``Var(x̄) ≈ 2 τ_int σ² / N``: the chain holds ``N_eff = N / (2 τ_int)`` independent samples.
 
 * :func:`autocorrelation` — ``ρ(t)`` by FFT (O(N log N)).

@@ -52,3 +52,11 @@ def test_readme_and_the_landing_page_list_every_notebook():
         text = (ROOT / page).read_text(encoding="utf-8")
         missing = [n for n in notebooks if f"notebooks/{n}" not in text]
         assert not missing, f"{page} does not list {missing}"
+
+
+def test_every_api_page_is_in_the_nav_and_the_api_index():
+    pages = sorted(p.name for p in (ROOT / "docs" / "api").glob("*.md") if p.name != "index.md")
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    index = (ROOT / "docs" / "api" / "index.md").read_text(encoding="utf-8")
+    assert not [p for p in pages if f"api/{p}" not in nav], "API pages missing from mkdocs.yml's nav"
+    assert not [p for p in pages if f"({p})" not in index], "API pages missing from docs/api/index.md"
