@@ -5,7 +5,7 @@ Layers (each imports only the ones above it; ``tests/contracts/test_layering.py`
 * :mod:`ivhl_jax.core` — validation, precision policies;
 * :mod:`ivhl_jax.numerics` — fast transcendentals, spectral multipliers, the stepper protocol and
   :func:`trajectory`;
-* :mod:`ivhl_jax.physics` — fields, condensate, gft, cdt, mera, tn, exact;
+* :mod:`ivhl_jax.physics` — fields, condensate, gft, cdt, mera, happy, tn, exact;
 * :mod:`ivhl_jax.nn` — attention, gru, adaptive-node dynamics;
 * :mod:`ivhl_jax.train` — training step, parallelism, data, checkpoints (never imports physics/models);
 * :mod:`ivhl_jax.run` — chunked runner, configs, io, launch, device, profiler (never imports physics/models).
@@ -34,7 +34,7 @@ from ivhl_jax.core.precision import Policy  # noqa: E402
 from ivhl_jax.nn import adaptive, attention, gru  # noqa: E402
 from ivhl_jax.numerics import fastmath, rollout, spectral  # noqa: E402
 from ivhl_jax.numerics.rollout import Stepper, chunked, trajectory  # noqa: E402
-from ivhl_jax.physics import cdt, condensate, exact, fields, gft, mera, tn  # noqa: E402
+from ivhl_jax.physics import cdt, condensate, exact, fields, gft, happy, mera, tn  # noqa: E402
 
 # The training and run layers load on first use (PEP 562): they pull in Orbax and Optax, which a kernel user
 # does not need, and `import ivhl_jax` stays light (tests/contracts/test_layering.py checks what it imports).
@@ -75,7 +75,7 @@ __all__ = [
     "core", "numerics", "physics", "nn", "train", "run",
     # modules, flat
     "validation", "precision", "backend", "fastmath", "spectral", "rollout",
-    "fields", "condensate", "gft", "cdt", "mera", "tn", "exact",
+    "fields", "condensate", "gft", "cdt", "mera", "happy", "tn", "exact",
     "attention", "gru", "adaptive",
     "training", "parallel", "data", "checkpoint",
     "runner", "config", "io", "device",

@@ -664,9 +664,6 @@ def observe(state: DynamicsState, params: DynamicsParams) -> dict:
     return {**state.outputs, "phase_fractions": phase_fractions(state.outputs["phase"])}
 
 
-#: the former name of :func:`observe`
-observe_outputs = observe
-
 
 def _observe_fractions(state: DynamicsState, params: DynamicsParams) -> jax.Array:
     del params

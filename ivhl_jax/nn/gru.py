@@ -197,9 +197,6 @@ def observe(state: GRUState, params: GRUInputs) -> Float[Array, "*batch H"]:
     return state.h
 
 
-#: the former name of :func:`observe`
-observe_hidden = observe
-
 
 def _check_weights(weights: Any, d: int) -> tuple[int, int]:
     """Shapes of the GRU weights: ``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``; returns (D, H)."""

@@ -1010,10 +1010,7 @@ EXEMPT: dict[str, str] = {
        for n in ("tp_mlp", "attention_core", "tp_attention")},
     **{f"adaptive.{n}": _RESULT for n in ("DynamicsParams", "DynamicsState", "NodeState")},
     **{f"adaptive.{n}": "a function of library-built state/outputs/params/config; no array/scalar of its own"
-       for n in ("observe_outputs", "detach", "node_metrics", "param_specs", "count_params")},
-    **{f"adaptive.{n}": "jit-level kernel of step on traced arrays, shapes fixed by step (test_adaptive.py)"
-       for n in ("anxiety", "phase_weights", "sample_phase", "schedule_per_sample", "schedule_shared",
-                 "project_input", "node_update", "readout", "phase_fractions")},
+       for n in ("observe", "detach", "node_metrics", "count_params")},
     **{f"device.{n}": "no array/scalar input (reports the devices)" for n in ("device_report", "format_report")},
     "device.keep_host_memory": "no input (a process-wide malloc setting; tests/run/test_device.py)",
     **{f"profiling.{n}": "no array/scalar input (host/system facts, or profiling documents)"
@@ -1031,7 +1028,7 @@ EXEMPT: dict[str, str] = {
     **{f"rollout.{n}": "a typing alias (Callable protocol), not a function" for n in ("Step", "Observe")},
     "rollout.identity_observe": "returns its state argument unchanged; any pytree is valid",
     **{f"gru.{n}": _RESULT for n in ("GRUState", "GRUInputs")},
-    "gru.observe_hidden": "returns state.h of a GRUState built by recurrence; no array/scalar input",
+    "gru.observe": "returns state.h of a GRUState built by recurrence; no array/scalar input",
     "training.TrainState": _RESULT,
     "training.LossFn": "a typing alias (Callable protocol), not a function",
     **{f"mera.{n}": _RESULT for n in ("MERAState", "SweepParams", "MERA", "OptimizeResult", "Model")},

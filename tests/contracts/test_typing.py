@@ -225,7 +225,7 @@ CASES = [
     # ---- nn.gru
     Case("gru.recurrence", gru.recurrence, call(gru_params, jnp.ones((5, 2, 3))),
          call(gru_params, jnp.ones((5, 2, 3), jnp.int32))),
-    Case("gru.observe_hidden", gru.observe_hidden, call(gru_state, lazy(lambda: gru_stepper().params)),
+    Case("gru.observe", gru.observe, call(gru_state, lazy(lambda: gru_stepper().params)),
          call(None, lazy(lambda: gru_stepper().params))),
     # ---- nn.adaptive
     Case("adaptive.init_param", A.init_param, call(key, (3, 4), 4), None),
@@ -289,7 +289,7 @@ def test_cases_cover_the_annotated_public_api():
     takes and returns no arrays (listed here)."""
     no_arrays = {"contraction_path", "thomas_fermi_mu", "make_plan", "with_policy", "strang", "phase_factor_m1",
                  "wave_step", "evolution", "init_gru_params", "params_from_nnx", "init_state", "detach",
-                 "param_specs", "init_params", "count_params", "node_metrics", "observe_outputs",
+                 "param_specs", "init_params", "count_params", "node_metrics", "observe",
                  "tfi_energy_density", "tfi_finite_ground_energy", "renyi", "gft_vacuum"}
     covered = {c.id.rsplit(".", 1)[-1] for c in CASES} | {"superpose", "intensity", "phase", "gru_step", "gru_scan"}
     missing, unannotated = [], []

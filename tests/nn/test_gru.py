@@ -113,7 +113,7 @@ def test_gru_recurrence_policy_and_bad_inputs():
     p = gru.init_gru_params(jax.random.key(0), 3, 4)
     xs = jnp.ones((5, 2, 3), jnp.float32)
     st = gru.recurrence(p, xs, policy="bf16")
-    final, hs = trajectory(st, st.init(jnp.zeros((2, 4))), 5, observe=gru.observe_hidden)
+    final, hs = trajectory(st, st.init(jnp.zeros((2, 4))), 5, observe=gru.observe)
     ref, _ = gru.gru_scan(p, jnp.zeros((2, 4)), xs, policy="bf16")
     np.testing.assert_array_equal(np.asarray(final.h), np.asarray(ref))
     with pytest.raises(TypeError, match="h has dtype complex64.*real dtype bfloat16"):
