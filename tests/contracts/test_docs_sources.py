@@ -60,3 +60,19 @@ def test_every_api_page_is_in_the_nav_and_the_api_index():
     index = (ROOT / "docs" / "api" / "index.md").read_text(encoding="utf-8")
     assert not [p for p in pages if f"api/{p}" not in nav], "API pages missing from mkdocs.yml's nav"
     assert not [p for p in pages if f"({p})" not in index], "API pages missing from docs/api/index.md"
+
+
+def _python_blocks(text: str) -> list[str]:
+    import re
+    import textwrap
+
+    return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
+
+
+def test_the_readme_and_design_stepper_example_runs(capsys):
+    """The example every reader copies first (README and docs/design.md, the same lines) runs as written."""
+    blocks = [b for page in ("README.md", "docs/design.md")
+              for b in _python_blocks((ROOT / page).read_text(encoding="utf-8")) if "ivhl.trajectory(st, chain" in b]
+    assert len(blocks) == 2 and blocks[0] == blocks[1], "README and docs/design.md should show the same example"
+    exec(compile(blocks[0], "README.md", "exec"), {})  # noqa: S102 - the project's own documented example
+    assert capsys.readouterr().out.strip().startswith("[")
