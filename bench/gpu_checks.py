@@ -4,8 +4,8 @@ Run on a machine with a GPU (``python -m ivhl_jax.bench.gpu_checks --out DIR``);
 independent (a failing one records its traceback and the run goes on) and writes
 ``DIR/gpu_checks.json``. ``--quick`` shrinks every size so the script itself can be tested on a CPU.
 
-Sections
-  env          devices, versions, ``nvidia-smi``.
+One run sees every family (goal: under 6 minutes on one H100). Sections
+  env          devices, versions, ``nvidia-smi``, the per-backend defaults in force.
   ceilings     measured bf16 / f32 matmul rate and device-to-device copy bandwidth (the MFU and
                bandwidth denominators; datasheet numbers are only leads).
   attention_ok every attention implementation (xla, cudnn, chunked, pallas compiled — not interpret)
@@ -16,9 +16,21 @@ Sections
                tokens/s, model TFLOP/s (6N + 12LdT per token) and MFU against the measured bf16 peak.
   parallel     the same step through ``ivhl_jax.train.parallel.jit_train_step`` (1-device ``data`` and
                ``fsdp`` meshes) over the plain ``jax.jit`` step: the overhead of the parallel code path.
-  gp           Gross–Pitaevskii Strang steps (``condensate.evolve``) vs the same algorithm in PyTorch on
-               the same GPU (eager and, if it compiles, ``torch.compile``).
-  adaptive     the adaptive-model fused training chunk (seed configuration): samples/s on the GPU.
+  fields       ``fields.superpose`` at 32768x100, 262144x256, 1048576x512: default vs best chunk vs
+               ``torch.compile`` on the same device, error vs float64 (``bench/ops_fields.py``).
+  gp           GP 3D Strang steps at 256³ and 512³, step by step and merged, vs the same algorithm in
+               PyTorch on the same device (``bench/ops_condensate.py``).
+  cdt          CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s of the JAX, Pallas and host
+               engines (and 2d-cdt when its sources are given) (``bench/ops_cdt.py``).
+  mera         MERA sweeps at χ = 16, 24, 32 in f32/f64 and one ladder (``bench/ops_tn.py``).
+  steppers     one short ``trajectory`` per stepper family (fields, condensate, gft, cdt, mera, adaptive,
+               gru): first call, ms per step, finite observations.
+  adaptive     the adaptive-model fused training chunk (seed configuration): samples/s (``bench/ops_adaptive.py``).
+  pallas_blocks compiled Pallas attention per tile size: error vs XLA and time.
+  gp_rounding  float32 norm and energy drift of the real-time GP scheme on this device and on the CPU.
+
+Each family section is the ``gpu_check(quick)`` of its ``bench/ops_<area>.py`` (the op, its peer and its GPU
+measurement change together); the script prints one summary table at the end.
 
 Timing: warm-up calls first (compile apart), then ``repeats`` calls each ending in
 ``block_until_ready`` / ``torch.cuda.synchronize`` (the harness's ``time_callable``); median, IQR, min
@@ -325,52 +337,120 @@ def section_parallel(quick: bool) -> dict:
     return out
 
 
-# ----------------------------------------------------------------------------------------------- gp
+# ------------------------------------------------------------------------------------------ families
+# Each family's GPU measurement lives beside its benchmark ops (``bench/ops_<area>.py: gpu_check(quick)``), so
+# the op, its peer and its GPU section change together; this script only runs them in one process.
+def _family(module: str, quick: bool) -> dict:
+    import importlib
+
+    return importlib.import_module(f"ivhl_jax.bench.{module}").gpu_check(quick)
+
+
+def section_fields(quick: bool) -> dict:
+    """``fields.superpose`` at 32768x100, 262144x256, 1048576x512: default vs best chunk vs torch.compile."""
+    return _family("ops_fields", quick)
+
+
 def section_gp(quick: bool) -> dict:
-    """The ``gp_step`` benchmark's system (bench/ops_condensate.py) on this device vs its PyTorch peer on CUDA."""
+    """GP 3D Strang steps (256³, 512³) vs the same algorithm in PyTorch on the same device."""
+    return _family("ops_condensate", quick)
+
+
+def section_cdt(quick: bool) -> dict:
+    """CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s per engine, against the host engine."""
+    return _family("ops_cdt", quick)
+
+
+def section_mera(quick: bool) -> dict:
+    """MERA sweeps at χ = 16, 24, 32 (f32/f64) and a ladder to χ = 24."""
+    return _family("ops_tn", quick)
+
+
+# ------------------------------------------------------------------------------------------ steppers
+def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
+    """family -> a zero-argument builder of (stepper, start state, observe, steps): one short trajectory each."""
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.bench.ops_condensate import DT, _gp_setup
-    from ivhl_jax.physics import condensate as C
+    from ivhl_jax import adaptive, cdt, condensate, fields, gft, gru, mera
 
-    cases = [((32, 32, 32), 10)] if quick else [((256, 256), 100), ((128, 128, 128), 50), ((256, 256, 256), 20)]
-    reps = 3 if quick else 10
-    out = []
-    for shape, steps in cases:
-        rec = {"shape": list(shape), "steps_per_call": steps, "dtype": "complex64"}
+    def wave():
+        n, m = (256, 8) if quick else (262_144, 64)
+        rng = np.random.default_rng(0)
+        p = fields.wave_params(rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+                               rng.uniform(-1, 1, (m, 3)).astype(np.float32), amplitudes=1.0,
+                               wavenumbers=rng.uniform(5, 7, m), phases=0.0, dt=0.05)
+        st = fields.evolution(p)
+        return st, st.init(), fields.observe, 10
+
+    def gp():
+        grid = condensate.Grid.uniform((16, 16, 16) if quick else (128, 128, 128), 12.0)
+        st = condensate.strang(condensate.GPSystem(grid, condensate.harmonic(grid, 1.0), 20.0), 1e-3)
+        return st, st.init(condensate.gaussian(grid).astype(jnp.complex64)), condensate.observe, 20
+
+    def gft_case():
+        shape = (8, 8, 8) if quick else (64, 64, 64)
+        st = gft.strang(gft.GFTSystem(shape, -0.5, 0.1), 1e-2)
+        kr, ki = jax.random.split(jax.random.key(0))
+        phi = 0.1 * jax.lax.complex(jax.random.normal(kr, shape), jax.random.normal(ki, shape))
+        return st, st.init(phi), gft.observe, 20
+
+    def cdt_case():
+        # one chain through trajectory (the many-chain race is the cdt section); a sweep is N₂ attempts
+        st = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.02, target=128 if quick else 2048))
+        return st, st.init(jax.random.key(0), 8 if quick else 16, 8 if quick else 64, 256 if quick else 4096), \
+            cdt.observe, 10
+
+    def mera_case():
+        cfg = mera.MERAConfig(chi=4 if quick else 16, chi_mid=3 if quick else 12, layers=2 if quick else 3)
+        st = mera.evenbly_vidal(mera.ising(), cfg)
+        return st, st.init(key=jax.random.key(0)), mera.observe, 4
+
+    def adaptive_case():
+        cfg = adaptive.AdaptiveConfig(num_nodes=8 if quick else 128, hidden_dim=4 if quick else 64, input_dim=5,
+                                      output_dim=3)
+        st = adaptive.dynamics(adaptive.init_params(jax.random.key(0), cfg),
+                               jax.random.normal(jax.random.key(1), (4 if quick else 256, 5)), cfg)
+        return st, st.init(jax.random.key(2)), adaptive.observe, 10
+
+    def gru_case():
+        d, h, b, t = (3, 8, 2, 16) if quick else (64, 512, 256, 128)
+        w = gru.init_gru_params(jax.random.key(0), d, h)
+        st = gru.recurrence(w, jax.random.normal(jax.random.key(1), (t, b, d)))
+        return st, st.init(jnp.zeros((b, h))), gru.observe, t
+
+    return {"fields": wave, "condensate": gp, "gft": gft_case, "cdt": cdt_case, "mera": mera_case,
+            "adaptive": adaptive_case, "gru": gru_case}
+
+
+def section_steppers(quick: bool) -> dict:
+    """One short ``trajectory`` per stepper family on this device: first call (compile + run), steady time per
+    step, and whether every observation is finite — so one run sees every family."""
+    import jax
+
+    from ivhl_jax import trajectory
+
+    reps = 3 if quick else 5
+    out: dict[str, Any] = {}
+    for family, build in _stepper_cases(quick).items():
+        rec: dict[str, Any] = {}
         try:
-            _, _, system, psi, _ = _gp_setup(shape)
-            ev = jax.jit(lambda p, system=system, steps=steps: C.evolve(
-                p, system, DT, steps, steps, observe=lambda q, s: jnp.zeros(()))[0])
-            t = _median_time(_jax_call(ev, psi), reps)
-            rec["jax_ms_per_step"] = 1e3 * t["median_s"] / steps
-            rec["jax_gbps_3pass_bound"] = 3 * 2 * 8 * int(np.prod(shape)) * steps / t["median_s"] / 1e9
-            rec.update(_torch_gp_cuda(shape, steps, reps, np.asarray(ev(psi))))
+            st, s0, observe, steps = build()
+            t0 = time.perf_counter()
+            final, obs = jax.block_until_ready(trajectory(st, s0, steps, observe=observe))
+            rec["first_call_s"] = time.perf_counter() - t0
+            t = _median_time(_jax_call(lambda s, st=st, steps=steps, observe=observe: trajectory(
+                st, s, steps, observe=observe), s0), reps)
+            rec["ms_per_step"] = 1e3 * t["median_s"] / steps
+            rec["steps"] = steps
+            leaves = [np.asarray(x) for x in jax.tree.leaves(obs) if np.issubdtype(np.asarray(x).dtype, np.inexact)]
+            rec["finite"] = bool(all(np.all(np.isfinite(x)) for x in leaves))
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             rec["traceback"] = traceback.format_exc()[-1500:]
-        out.append(rec)
-    return {"results": out, "note": "same Strang algorithm in both (two half local phases + FFT pair per step)"}
-
-
-def _torch_gp_cuda(shape, steps, reps, jax_result) -> dict:
-    import torch
-
-    if not torch.cuda.is_available():
-        return {"torch": "no CUDA"}
-    from ivhl_jax.bench.ops_condensate import _torch_peer
-
-    out = {}
-    for name, compiled in (("torch_eager", False), ("torch_compile", True)):
-        try:
-            call = _torch_peer(shape, steps, device="cuda", compiled=compiled)()
-            res = call()  # first call: compile for torch.compile
-            t = _median_time(call, reps)
-            out[f"{name}_ms_per_step"] = 1e3 * t["median_s"] / steps
-            out[f"{name}_max_abs_diff_vs_jax"] = float(np.max(np.abs(res.cpu().numpy() - jax_result)))
-        except Exception as e:
-            out[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        out[family] = rec
+    out["summary"] = {f: (round(r["ms_per_step"], 4), r["finite"]) if "ms_per_step" in r else r.get("error", "")[:80]
+                      for f, r in out.items()}
     return out
 
 
@@ -388,10 +468,9 @@ def section_pallas_blocks(quick: bool) -> dict:
     for B, T, N, H in shapes:
         ks = jax.random.split(jax.random.key(0), 3)
         q, k, v = (jax.random.normal(kk, (B, T, N, H), jnp.bfloat16) for kk in ks)
-        pad = jnp.arange(T)[None, :] < jnp.array(([T, T // 2] * B)[:B])[:, None]
-        for masking in ("causal", "padding"):
-            mask = None if masking == "causal" else pad[:, None, None, :]
-            kw = dict(causal=masking == "causal", mask=mask)
+        # causal only: with a boolean mask "pallas" runs the chunked path, so there is no tile to choose
+        for masking in ("causal",):
+            kw = dict(causal=True)
             ref = jax.jit(lambda q, k, v, kw=kw: attention(q, k, v, implementation="xla", **kw))(q, k, v)
             for bq, bk in ((128, 128), (128, 64), (64, 64), (64, 32), (32, 32)):
                 rec = {"shape": [B, T, N, H], "masking": masking, "block_q": bq, "block_k": bk}
@@ -440,17 +519,13 @@ def section_gp_rounding(quick: bool) -> dict:
 
 # ----------------------------------------------------------------------------------------- adaptive
 def section_adaptive(quick: bool) -> dict:
-    from ivhl_jax.bench.harness import run_case
-    from ivhl_jax.bench.ops_adaptive import OPS
-
-    case = OPS["adaptive_train"]("small" if quick else "large")
-    case.peers = {}
-    rec = run_case(case, repeats=3 if quick else 7)
-    return {"record": rec}
+    """The adaptive-model fused training chunk (seed configuration): samples/s on this device."""
+    return _family("ops_adaptive", quick)
 
 
-SECTIONS = ("env", "ceilings", "attention_ok", "attention", "transformer", "parallel", "gp", "adaptive",
-            "pallas_blocks", "gp_rounding")
+SECTIONS = ("env", "ceilings", "attention_ok", "attention", "transformer", "parallel", "fields", "gp", "cdt", "mera",
+            "steppers", "adaptive", "pallas_blocks", "gp_rounding")
+FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "adaptive")
 
 
 def main(argv=None) -> int:
@@ -482,8 +557,18 @@ def main(argv=None) -> int:
 
         write_json(path, doc)  # after every section: a later crash loses nothing
         print(json.dumps(_summary(name, res), default=str)[:1500], flush=True)
+    print(format_summary(doc))
     print(f"wrote {path}")
     return 0
+
+
+def format_summary(doc: dict[str, Any]) -> str:
+    """One table of every section's headline (``gpu_checks.json`` has everything)."""
+    lines = ["", f"{'section':<14} {'s':>7}  summary", "-" * 100]
+    for name, res in doc["sections"].items():
+        text = json.dumps(_summary(name, res), default=str)
+        lines.append(f"{name:<14} {res.get('section_wall_s', 0.0):7.1f}  {text[:400]}")
+    return "\n".join(lines)
 
 
 def _summary(name: str, res: dict) -> dict:
@@ -509,18 +594,14 @@ def _summary(name: str, res: dict) -> dict:
         return {"plain_ms": 1e3 * res["plain"]["median_s"],
                 "modes": [(m["mesh"], round(m.get("overhead_vs_plain", float("nan")), 4), m.get("error", "")[:80])
                           for m in res["modes"]]}
-    if name == "gp":
-        return {name: [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items() if k != "traceback"}
-                       for r in res["results"]]}
+    if name in FAMILY_SECTIONS or name == "steppers":
+        return {name: res.get("summary", "no summary")}
     if name == "pallas_blocks":
         return {name: [(r["shape"][-1], r["masking"], r["block_q"], r["block_k"], r.get("rel_err_vs_xla"),
                         r.get("median_s"), r.get("error", "")[:60]) for r in res["results"]]}
     if name == "gp_rounding":
         return {k: (v["norm_rel_drift"][-1], max(abs(x) for x in v["energy_rel_drift"])) for k, v in res.items()
                 if isinstance(v, dict)}
-    if name == "adaptive":
-        rec = res["record"]
-        return {"median_s": rec["jit"]["median_s"], "throughput": rec.get("throughput")}
     return {name: "done"}
 
 

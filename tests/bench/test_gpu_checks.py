@@ -23,3 +23,26 @@ def test_gpu_checks_script_runs_off_gpu(tmp_path):
             assert not r["ok"] and "error" in r
         else:
             assert r["ok"], r
+
+
+@pytest.mark.slow  # every section in CI-sized form: a few minutes on 2 cores
+def test_every_gpu_check_section_runs_quick_on_cpu(tmp_path, capsys):
+    """``--quick`` runs every section on the CPU, so the script cannot rot between GPU runs: no section fails
+    as a whole, every family section reports a summary, and one table closes the run."""
+    import json
+
+    from ivhl_jax.bench import gpu_checks
+
+    assert gpu_checks.main(["--quick", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "gpu_checks.json").read_text())
+    assert list(doc["sections"]) == list(gpu_checks.SECTIONS)
+    failed = {name: res["error"] for name, res in doc["sections"].items() if "error" in res}
+    assert not failed, failed
+    for name in (*gpu_checks.FAMILY_SECTIONS, "steppers"):
+        assert doc["sections"][name].get("summary"), name
+    steppers = doc["sections"]["steppers"]
+    assert {"fields", "condensate", "gft", "cdt", "mera", "adaptive", "gru"} <= set(steppers)
+    for family in ("fields", "condensate", "gft", "cdt", "mera", "adaptive", "gru"):
+        assert steppers[family].get("finite") is True, (family, steppers[family])
+    out = capsys.readouterr().out
+    assert "section" in out and "steppers" in out.split("section", 1)[1]
