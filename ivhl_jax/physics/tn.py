@@ -154,6 +154,12 @@ def schmidt_probabilities(state: Num[ArrayLike, " ..."], subsystem: Sequence[int
     nb = len(batch)
     perm = tuple(range(nb)) + tuple(nb + i for i in sites + rest)
     mat = jnp.transpose(psi, perm).reshape(batch + (d_a, d_b))
+    if max(d_a, d_b) > 4 * min(d_a, d_b):
+        # A very rectangular matrix (a small region of a large state): its singular values are those of the
+        # small triangular factor R of its tall orientation (M = QR, Q isometric), and the SVD then works on
+        # min(d_A, d_B)² numbers instead of asking LAPACK for a workspace of the long side.
+        tall = mat if d_a > d_b else jnp.swapaxes(mat, -1, -2)
+        mat = jnp.linalg.qr(tall, mode="reduced")[1]
     s = jnp.linalg.svd(mat, compute_uv=False)
     p = jnp.square(s)
     return p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), _EPS)

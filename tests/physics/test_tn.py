@@ -125,3 +125,28 @@ def test_entropy_bad_input():
         tn.entanglement_entropy(np.ones(6), [0], dims=(2, 2))
     with pytest.raises(ValueError, match="repeated"):
         tn.entanglement_entropy(psi, [0, 0])
+
+
+def test_entropy_of_a_small_region_of_a_large_state():
+    """A Bell pair between the first and last of 25 qubits (the rest |0>): S(first) = log 2, computed from the
+    2 x 2^24 matrix's small triangular factor (a direct SVD of the wide matrix would ask for petabytes)."""
+    psi = jnp.zeros((2,) * 25, jnp.float32)
+    psi = psi.at[(0,) * 25].set(2 ** -0.5).at[(1,) + (0,) * 23 + (1,)].set(2 ** -0.5)
+    np.testing.assert_allclose(float(tn.entanglement_entropy(psi, [0])), np.log(2), rtol=1e-6)
+    np.testing.assert_allclose(float(tn.entanglement_entropy(psi, [3, 7])), 0.0, atol=1e-6)
+
+
+def test_rectangular_schmidt_path_matches_numpy_and_differentiates():
+    rng = np.random.default_rng(3)
+    psi = rng.normal(size=(2,) * 10)
+    for sub in ([0], [2, 5], [0, 1, 2, 3, 4, 5, 6, 7]):
+        m = np.moveaxis(psi, sub, list(range(len(sub)))).reshape(2 ** len(sub), -1)
+        sv = np.linalg.svd(m, compute_uv=False)
+        p = sv ** 2 / np.sum(sv ** 2)
+        np.testing.assert_allclose(float(tn.entanglement_entropy(psi, sub)), -np.sum(p * np.log(p)), rtol=1e-5)
+    f = lambda x: tn.entanglement_entropy(x, [0, 1])  # noqa: E731
+    x = jnp.asarray(psi, jnp.float32)
+    v = jnp.asarray(rng.normal(size=psi.shape), jnp.float32)
+    g = float(jnp.vdot(jax.grad(f)(x), v))
+    fd = float((f(x + 1e-3 * v) - f(x - 1e-3 * v)) / 2e-3)
+    np.testing.assert_allclose(g, fd, rtol=2e-2, atol=1e-4)
