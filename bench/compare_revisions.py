@@ -315,6 +315,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--target-s", type=float, default=0.3, help="timed seconds per round and tree (sets reps)")
     ap.add_argument("--workloads", default=None, help="comma-separated subset of: " + ",".join(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--sizes", default=None, help="comma-separated op sizes (small,medium,large,...): each chosen "
+                    "workload runs at every one of them (named op@size)")
     ap.add_argument("--against", default=None, help="git revision to compare with (a worktree of it is created "
                     "at --old-root when that folder holds no tree)")
     ap.add_argument("--old-root", default=None, help="the other tree (default: /tmp/ivhl_compare_<REV>)")
@@ -333,6 +335,9 @@ def main(argv=None) -> dict:
     if unknown:
         ap.error(f"unknown workload(s) {unknown}; choose from {sorted(table)}")
     chosen = {n: table[n] for n in names}
+    if args.sizes:
+        sizes = args.sizes.split(",")
+        chosen = {f"{n}@{size}": (mod, op, size) for n, (mod, op, _) in chosen.items() for size in sizes}
     if args.old_root is None and not args.against:
         ap.error("say what to compare with: --against REV (a git revision) or --old-root DIR (a tree)")
     old_root = _ensure_old_tree(os.path.abspath(args.old_root or f"/tmp/ivhl_compare_{args.against}"), args.against)

@@ -188,21 +188,21 @@ def _median_ms(call, reps: int) -> float:
 
 
 def _jax_runs(shape, steps: int):
-    """(trajectory call, fused multi-step call) of ``steps`` real-time GP steps on the default device, each
-    returning after the work: the public path (``trajectory`` of ``condensate.strang``) and the stepper's
-    multi-step path (potential half-steps of consecutive steps merged, ``_StrangStep.run``)."""
+    """(unfused call, fused call) of ``steps`` real-time GP steps on the default device, each returning after the
+    work: ``trajectory`` of ``condensate.strang`` observed after every step (each step its own two potential
+    half-steps) and observed once at the end (the stepper's ``run``: potential half-steps of consecutive steps
+    merged, 2 FFTs and 2 elementwise passes per step)."""
     import jax
 
     from ivhl_jax.numerics.rollout import trajectory
-    from ivhl_jax.physics.condensate.stepper import _strang_step
 
     C, grid, system, psi, _ = _gp_setup(shape)
     stepper = C.strang(system, DT)
     psi = stepper.init(psi)
-    traj = jax.jit(lambda p, st: trajectory(st, p, steps, save_every=steps, observe=_no_observation)[0])
-    fused = jax.jit(lambda p, prm: _strang_step.run(p, prm, steps))
-    return (lambda: jax.block_until_ready(traj(psi, stepper))), \
-        (lambda: jax.block_until_ready(fused(psi, stepper.params))), (traj, fused, psi, stepper)
+    every = jax.jit(lambda p, st: trajectory(st, p, steps, save_every=1, observe=_no_observation)[0])
+    once = jax.jit(lambda p, st: trajectory(st, p, steps, save_every=steps, observe=_no_observation)[0])
+    return (lambda: jax.block_until_ready(every(psi, stepper))), \
+        (lambda: jax.block_until_ready(once(psi, stepper))), (every, once, psi, stepper)
 
 
 def fused_vs_unfused(shape=(64, 64, 64), steps: int = 20, rounds: int = 7) -> dict:
@@ -211,7 +211,7 @@ def fused_vs_unfused(shape=(64, 64, 64), steps: int = 20, rounds: int = 7) -> di
     from ivhl_jax.bench.harness import interleaved_rounds
 
     unfused, fused, (traj, fz, psi, stepper) = _jax_runs(shape, steps)
-    diff = float(np.max(np.abs(np.asarray(traj(psi, stepper)) - np.asarray(fz(psi, stepper.params)))))
+    diff = float(np.max(np.abs(np.asarray(traj(psi, stepper)) - np.asarray(fz(psi, stepper)))))
     unfused(), fused()
     wall, _ = interleaved_rounds({"unfused": unfused, "fused": fused}, rounds)
     ratios = [f / u for f, u in zip(wall["fused"], wall["unfused"])]
@@ -228,10 +228,10 @@ def gpu_check(quick: bool = False) -> dict:
     few seconds on a CPU), ms/step, against the same algorithm in PyTorch on the same device (when torch is
     importable; eager ``torch.fft`` with the same precomputed kinetic factor).
 
-    Two JAX paths: ``trajectory`` of ``condensate.strang`` (what a user runs) and the stepper's fused
-    multi-step path (potential half-steps of consecutive steps merged: 2 FFTs and 2 elementwise passes per
-    step). Times are medians of calls waited on (``block_until_ready``; ``torch.cuda.synchronize``). Returns the
-    records and a ``summary`` (one line per size).
+    Two JAX paths, both ``trajectory`` of ``condensate.strang``: observed after every step (two potential
+    half-steps per step) and observed once (the stepper's merged multi-step path: 2 FFTs and 2 elementwise
+    passes per step). Times are medians of calls waited on (``block_until_ready``; ``torch.cuda.synchronize``).
+    Returns the records and a ``summary`` (one line per size).
     """
     import jax
 
@@ -254,12 +254,11 @@ def gpu_check(quick: bool = False) -> dict:
         rec: dict = {"shape": list(shape)}
         try:
             unfused, fused, (traj, fz, psi, stepper) = _jax_runs(shape, steps)
-            rec["trajectory_ms_per_step"] = _median_ms(unfused, reps) / steps
+            rec["every_step_ms_per_step"] = _median_ms(unfused, reps) / steps
             rec["fused_ms_per_step"] = _median_ms(fused, reps) / steps
-            rec["fused_max_abs_diff"] = float(jax.numpy.max(jax.numpy.abs(traj(psi, stepper)
-                                                                          - fz(psi, stepper.params))))
-            line = (f"GP {'x'.join(map(str, shape))}: trajectory {rec['trajectory_ms_per_step']:.3f} ms/step, "
-                    f"fused {rec['fused_ms_per_step']:.3f} ms/step")
+            rec["fused_max_abs_diff"] = float(jax.numpy.max(jax.numpy.abs(traj(psi, stepper) - fz(psi, stepper))))
+            line = (f"GP {'x'.join(map(str, shape))}: observed every step {rec['every_step_ms_per_step']:.3f} "
+                    f"ms/step, merged {rec['fused_ms_per_step']:.3f} ms/step")
             if torch_dev is not None:
                 rec["torch_ms_per_step"] = _median_ms(_torch_peer(shape, steps, device=torch_dev)(), reps) / steps
                 line += f", torch eager {rec['torch_ms_per_step']:.3f} ms/step"
@@ -272,92 +271,10 @@ def gpu_check(quick: bool = False) -> dict:
     return doc
 
 
-# The worker of ``baseline``: imports ivhl_jax from ``root`` (this tree or an exported older commit), builds the
-# GP trajectories once, then times one call per line read from stdin. Only API present since the stepper
-# protocol landed (Grid, GPSystem, harmonic, gaussian, strang, trajectory).
-_WORKER = """
-import sys, time
-root = sys.argv[1]
-sys.path.insert(0, root)
-import jax
-import ivhl_jax
-assert ivhl_jax.__file__.startswith(root), ivhl_jax.__file__
-from ivhl_jax.physics import condensate as C
-from ivhl_jax.numerics.rollout import trajectory
-def nothing(s, p):
-    return None
-cases = {}
-for spec in sys.argv[2:]:
-    shape_s, steps_s = spec.split(":")
-    shape = tuple(int(n) for n in shape_s.split("x"))
-    steps = int(steps_s)
-    grid = C.Grid.uniform(shape, [0.1 * n for n in shape])
-    st = C.strang(C.GPSystem(grid, C.harmonic(grid), 100.0), 1e-3)
-    psi = C.gaussian(grid)
-    f = jax.jit(lambda p, st=st, steps=steps: trajectory(st, p, steps, save_every=steps, observe=nothing)[0])
-    jax.block_until_ready(f(psi))
-    cases[shape_s] = (f, psi, steps)
-print("ready", flush=True)
-for line in sys.stdin:
-    f, psi, steps = cases[line.strip()]
-    t0 = time.perf_counter()
-    jax.block_until_ready(f(psi))
-    print((time.perf_counter() - t0) / steps, flush=True)
-"""
-
-BASELINE_CASES = (((256, 256), 200), ((64, 64, 64), 10), ((128, 128, 128), 3))
-
-
-def vs_baseline(rev: str, rounds: int = 9, cases=BASELINE_CASES) -> dict:
-    """The GP real-time trajectory of this tree against the same benchmark at commit ``rev`` (its ``ivhl_jax``
-    exported with ``git archive``), on the CPU, in two worker processes timed in interleaved rounds: per-round
-    ratio current/baseline (> 1: this tree is slower)."""
-    import subprocess
-    import sys
-    import tempfile
-
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.isdir(os.path.join(repo, ".git")):
-        raise ValueError(f"vs_baseline needs a git checkout (run from the source tree); {repo} has no .git")
-    specs = ["x".join(map(str, shape)) + f":{steps}" for shape, steps in cases]
-    with tempfile.TemporaryDirectory() as base:
-        archive = subprocess.run(["git", "-C", repo, "archive", rev, "ivhl_jax"], check=True, capture_output=True)
-        subprocess.run(["tar", "-x", "-C", base], input=archive.stdout, check=True)
-        env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-        workers = {k: subprocess.Popen([sys.executable, "-c", _WORKER, root, *specs], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True, env=env, cwd=base)
-                   for k, root in (("baseline", base), ("current", repo))}
-        try:
-            for w in workers.values():
-                if w.stdout.readline().strip() != "ready":
-                    raise RuntimeError("a benchmark worker failed to start")
-            results = []
-            for spec in specs:
-                name = spec.split(":")[0]
-                t: dict[str, list[float]] = {k: [] for k in workers}
-                for _ in range(rounds):
-                    for k, w in workers.items():
-                        time.sleep(0.01)
-                        w.stdin.write(name + "\n")
-                        w.stdin.flush()
-                        t[k].append(float(w.stdout.readline()))
-                ratios = [c / b for c, b in zip(t["current"], t["baseline"])]
-                results.append({"shape": name, "steps_per_call": int(spec.split(":")[1]),
-                                "baseline_ms_per_step": 1e3 * float(np.median(t["baseline"])),
-                                "current_ms_per_step": 1e3 * float(np.median(t["current"])),
-                                "ratio_current_over_baseline_median": float(np.median(ratios)),
-                                "ratio_range": [float(min(ratios)), float(max(ratios))]})
-        finally:
-            for w in workers.values():
-                w.stdin.close()
-                w.wait()
-    return {"baseline": rev, "rounds": rounds, "results": results}
-
-
 def main(argv=None) -> int:
     """``python -m ivhl_jax.bench.ops_condensate fused --out FILE``: :func:`fused_vs_unfused` at 2D 256², 3D 64³
-    and 3D 128³ on this device; ``... baseline --rev REV --out FILE``: :func:`vs_baseline`. Written as JSON with
-    the command that made it."""
+    and 3D 128³ on this device, written as JSON with the command that made it. (This tree against an older
+    commit, every op interleaved: ``python -m ivhl_jax.bench.compare_revisions --against REV``.)"""
     import argparse
     import json
     import platform
@@ -366,27 +283,20 @@ def main(argv=None) -> int:
     import jax
 
     p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_condensate")
-    p.add_argument("what", choices=("fused", "baseline"))
+    p.add_argument("what", choices=("fused",))
     p.add_argument("--out", required=True)
     p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--rev", default="d695879", help="baseline commit (what=baseline)")
     a = p.parse_args(argv)
     doc = {"command": "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv),
-           "device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count()}
-    if a.what == "fused":
-        doc["measures"] = ("GP real-time Strang steps: the step-by-step trajectory vs the fused multi-step path "
-                           "(potential half-steps merged), interleaved rounds on one device; ratio < 1: fused faster")
-        cases = (((256, 256), 20), ((64, 64, 64), 20), ((128, 128, 128), 5))
-        doc["results"] = [fused_vs_unfused(shape, steps, a.rounds) for shape, steps in cases]
-        lines = [f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} (range "
-                 f"{r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
-                 f"max |diff| {r['max_abs_diff']:.1e}" for r in doc["results"]]
-    else:
-        doc["measures"] = (f"GP real-time trajectory (g = 100, dt = 1e-3, complex64) of this tree vs commit {a.rev}, "
-                           "two CPU worker processes in interleaved rounds; ratio > 1: this tree slower")
-        doc.update(vs_baseline(a.rev, a.rounds))
-        lines = [f"{r['shape']}: current/baseline median {r['ratio_current_over_baseline_median']:.3f} (range "
-                 f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})" for r in doc["results"]]
+           "device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count(),
+           "measures": "GP real-time Strang steps: a trajectory observed every step (two potential half-steps per "
+                       "step) vs one observed once (potential half-steps of consecutive steps merged), interleaved "
+                       "rounds on one device; ratio < 1: merged faster"}
+    cases = (((256, 256), 20), ((64, 64, 64), 20), ((128, 128, 128), 5))
+    doc["results"] = [fused_vs_unfused(shape, steps, a.rounds) for shape, steps in cases]
+    lines = [f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} (range "
+             f"{r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
+             f"max |diff| {r['max_abs_diff']:.1e}" for r in doc["results"]]
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")

@@ -490,81 +490,6 @@ def gpu_check(quick: bool = False) -> dict:
     return doc
 
 
-# --------------------------------------------------------------------------------------------------
-# against a git revision of the kernels, interleaved in one process
-#
-#   python -m ivhl_jax.bench.ops_fields --baseline d695879 --out bench/results/fields_superpose_vs_baseline_cpu.json
-
-
-def _baseline_superpose(rev: str):
-    """``superpose`` of ``physics/fields.py`` and ``numerics/fastmath.py`` at git revision ``rev``, loaded
-    from ``git show`` as private modules (the rest of the package is today's)."""
-    import importlib.util
-    import pathlib
-    import subprocess
-    import sys
-    import tempfile
-
-    root = pathlib.Path(__file__).resolve().parents[1]
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ivhl_baseline_"))
-    mods = {}
-    for name, path in (("fastmath", "ivhl_jax/numerics/fastmath.py"), ("fields", "ivhl_jax/physics/fields.py")):
-        src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"], check=True, capture_output=True,
-                             text=True).stdout
-        src = src.replace("from ivhl_jax.numerics import fastmath", "import _ivhl_baseline_fastmath as fastmath")
-        file = tmp / f"_ivhl_baseline_{name}.py"
-        file.write_text(src)
-        spec = importlib.util.spec_from_file_location(f"_ivhl_baseline_{name}", file)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        mods[name] = mod
-    return mods["fields"].superpose
-
-
-def compare_with_baseline(rev: str, sizes: tuple[str, ...] = ("small", "medium", "large", "extreme"),
-                          rounds: int = 60) -> dict:
-    """Today's jitted ``fields.superpose`` against the one at ``rev``, interleaved per round (this device)."""
-    import time
-
-    import jax
-    import jax.numpy as jnp
-
-    from ivhl_jax.bench.harness import interleaved_rounds
-    from ivhl_jax.core import backend
-    from ivhl_jax.physics import fields
-
-    old = _baseline_superpose(rev)
-    names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
-    doc: dict = {"what": "jitted fields.superpose today vs at a git revision, seed inputs (see superpose_case)",
-                 "baseline": rev, "platform": backend.platform(),
-                 "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": []}
-    for size in sizes:
-        n, m = SUPERPOSE_SIZES[size]
-        inp = _superpose_inputs(n, m)
-        args = tuple(jnp.asarray(inp[x]) for x in names)
-        calls = {}
-        for label, sp in (("today", fields.superpose), ("baseline", old)):
-            f = jax.jit(lambda p, s, a, k, w, ph, t, sp=sp: sp(p, s, amplitudes=a, wavenumbers=k, frequencies=w,
-                                                               phases=ph, t=t, softening=SOFTENING))
-            compiled = f.lower(*args).compile()
-            calls[label] = functools.partial(_run_jax, compiled, args)
-            calls[label]()
-        same = bool(np.array_equal(np.asarray(calls["today"]()), np.asarray(calls["baseline"]())))
-        wall, _ = interleaved_rounds(calls, rounds)
-        per_round = np.asarray(wall["today"]) / np.asarray(wall["baseline"])
-        rec = {"size": size, "points": n, "sources": m, "bitwise_equal": same,
-               "today": _stats(wall["today"]), "baseline": _stats(wall["baseline"]),
-               "today_over_baseline_per_round_median": float(np.median(per_round)),
-               "today_over_baseline_per_round_q25_q75": [float(np.percentile(per_round, 25)),
-                                                         float(np.percentile(per_round, 75))]}
-        doc["results"].append(rec)
-        print(f"[fields] {size}: today/baseline per round {rec['today_over_baseline_per_round_median']:.3f} "
-              f"(IQR {rec['today_over_baseline_per_round_q25_q75'][0]:.3f}-"
-              f"{rec['today_over_baseline_per_round_q25_q75'][1]:.3f}), bitwise equal {same}")
-    return doc
-
-
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
@@ -578,19 +503,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sync-dispatch", action="store_true",
                     help="jax_cpu_enable_async_dispatch=False: run each call on the calling thread, as torch does")
     ap.add_argument("--pause-s", type=float, default=0.0, help="untimed sleep before each call")
-    ap.add_argument("--baseline", metavar="REV", help="instead: interleave against superpose at git revision REV")
     ap.add_argument("--gpu-check", action="store_true", help="instead: run gpu_check() (with --quick: CPU-sized)")
     ap.add_argument("--quick", action="store_true", help="with --gpu-check: the small CPU-sized form")
     ap.add_argument("--out", help="write the JSON here")
     a = ap.parse_args(argv)
     command = " ".join(["python -m ivhl_jax.bench.ops_fields", *(argv if argv is not None else sys.argv[1:])])
-    if a.baseline or a.gpu_check:
-        if a.baseline:
-            doc = compare_with_baseline(a.baseline, tuple(a.size or SUPERPOSE_SIZES),
-                                        rounds=max(5, int(60 * a.rounds_scale)))
-        else:
-            doc = gpu_check(quick=a.quick)
-            print("\n".join(doc["summary"]))
+    if a.gpu_check:
+        doc = gpu_check(quick=a.quick)
+        print("\n".join(doc["summary"]))
         doc["command"] = command
         if a.out:
             with open(a.out, "w") as f:

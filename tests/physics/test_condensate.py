@@ -760,6 +760,6 @@ def test_gpu_check_quick_runs_on_cpu():
     doc = ops_condensate.gpu_check(quick=True)
     (rec,) = doc["results"]
     assert "error" not in rec, rec
-    assert rec["shape"] == [16, 16, 16] and rec["trajectory_ms_per_step"] > 0 and rec["fused_ms_per_step"] > 0
+    assert rec["shape"] == [16, 16, 16] and rec["every_step_ms_per_step"] > 0 and rec["fused_ms_per_step"] > 0
     assert rec["fused_max_abs_diff"] < 1e-5
-    assert len(doc["summary"]) == 1 and doc["summary"][0].startswith("GP 16x16x16: trajectory ")
+    assert len(doc["summary"]) == 1 and doc["summary"][0].startswith("GP 16x16x16: observed every step ")
