@@ -41,6 +41,7 @@ from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
+from ivhl_jax.run.sink import ObservationSink
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -229,8 +230,10 @@ def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
 
 
 def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             resuming: bool = False) -> tuple[RunResult, dict]:
-    """Prepare the initial state (skipped when resuming) and run the chunked real-time loop."""
+             resuming: bool = False, sink: ObservationSink | None = None) -> tuple[RunResult, dict]:
+    """Prepare the initial state (skipped when resuming) and run the chunked real-time loop. With ``sink`` the
+    observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
+    structure to read them back with)."""
     extra: dict = {}
     if cfg.model == "gp":
         system = gp_system(cfg)
@@ -248,6 +251,7 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
         stepper = C.strang(system, cfg.dt, project_norm=cfg.project_norm, norm=1.0 if cfg.project_norm else None)
         advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe)
         extra["system"] = system
+        extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
     else:
         system = gft_system(cfg)
         gft_stepper = G.strang(system, cfg.dt, imaginary=cfg.gft_imaginary, dtype=jnp.result_type(_dtype(cfg),
@@ -255,11 +259,12 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
         state = gft_stepper.init(gft_initial_state(cfg))
         advance = chunked(gft_stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe)
         extra["system"] = system
+        extra["observation_like"] = jax.eval_shape(G.observe, state, gft_stepper.params)
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
     result = run_chunked(advance, state, n_chunks=cfg.steps // cfg.steps_per_chunk,
                          steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
                          metadata={"model": cfg.model, "ground_state": extra.get("ground_state")},
-                         progress=progress, description=f"bec[{cfg.model}]")
+                         progress=progress, description=f"bec[{cfg.model}]", sink=sink)
     if resuming and result.metadata is not None and extra.get("ground_state") is None:
         extra["ground_state"] = result.metadata.get("ground_state")
     return result, extra
@@ -356,7 +361,10 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
 
 
 def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
-    result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming)
+    result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming,
+                             sink=ctx.sink)
+    if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
+        result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
     if jax.process_count() > 1:  # under `ivhl launch`: every process joins the gather, process 0 writes
         from jax.experimental import multihost_utils
 
@@ -364,9 +372,7 @@ def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
         if jax.process_index() != 0:
             return {}
     paths = write_outputs(cfg, result, extra, ctx.out)
-    if result.resumed_from is not None:
-        print(f"resumed from step {result.resumed_from}")
-    print(f"{result.steps} steps in {result.wall_time_s:.1f} s (compile included)")
+    print(result.rate_line())  # the driver said "resuming from step N" before the run
     return paths
 
 
@@ -378,7 +384,7 @@ SIMULATION = Simulation(
     prog="ivhl sim bec", config_type=BECConfig, run=_run, description=__doc__.split("\n\n")[0],
     default_out=lambda cfg, a: "runs/bec" if cfg.model == "gp" else "runs/gft", extendable=("steps",),
     checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_model_flag,
-    overrides=lambda a: [f"model={a.model}"] if a.model else [])
+    overrides=lambda a: [f"model={a.model}"] if a.model else [], streams=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

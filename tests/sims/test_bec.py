@@ -130,3 +130,24 @@ def test_3d_plots_name_their_slice_and_time_counts_from_the_first_record(tmp_pat
     cfg = bec.BECConfig(model="gft", gft_rank=3, gft_n=8)
     assert bec._slice_label(cfg, 3) == ", slice axis 3 = 4 (of 8 sites)"
     assert bec._slice_label(cfg, 2) == ""
+
+
+def test_gp_run_streams_its_observations_and_a_resumed_stream_equals_an_uninterrupted_one(tmp_path):
+    """--stream-observations: each chunk's records go to <out>/observations (nothing kept in memory or in the
+    checkpoints); a run extended from its checkpoint appends after the last record, never duplicating one."""
+    from ivhl_jax.run.sink import ObservationSink
+
+    plain, full, part = tmp_path / "plain", tmp_path / "full", tmp_path / "part"
+    assert bec.main([*GP, "--set", "steps=200", "--out", str(plain)]) == 0
+    assert bec.main([*GP, "--set", "steps=200", "--out", str(full), "--stream-observations"]) == 0
+    assert bec.main([*GP, "--set", "steps=100", "--out", str(part), "--stream-observations"]) == 0
+    assert bec.main([*GP, "--set", "steps=200", "--out", str(part), "--stream-observations"]) == 0
+    expected = json.loads((plain / "observables.json").read_text())["observables"]
+    like = {k: np.zeros(1) for k in expected}
+    for folder in (full, part):
+        on_disk = ObservationSink(folder / "observations").read(like)
+        assert ObservationSink(folder / "observations").records() == 200 // 25
+        for key, values in expected.items():
+            np.testing.assert_array_equal(on_disk[key], np.asarray(values, on_disk[key].dtype), err_msg=key)
+        assert json.loads((folder / "observables.json").read_text())["observables"] == expected
+    assert np.array_equal(np.load(plain / "final_state.npy"), np.load(part / "final_state.npy"))
