@@ -60,6 +60,7 @@ from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.run.sink import ObservationSink
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -243,7 +244,8 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
     return chains, record
 
 
-def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True) -> dict:
+def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True,
+             sink: ObservationSink | None = None) -> dict:
     """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
     d = derived(cfg)
     params = chain_params(cfg, d)
@@ -269,9 +271,10 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
     advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
     res = run_chunked(advance, chains, n_chunks=cfg.steps // per_chunk, steps_per_chunk=per_chunk,
                       checkpointer=checkpointer,
-                      metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps")
+                      metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps", sink=sink)
     final = res.state.geometry
-    hist = jax.device_get(res.history)
+    # streamed (--stream-observations): the records come back from disk for the analysis, none were kept
+    hist = sink.read(like=jax.eval_shape(advance, chains)[1]) if sink is not None else jax.device_get(res.history)
     if bool(np.any(hist["overflow"])):
         print(f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
               f"--set capacity={2 * d['vertex_capacity']}")
@@ -534,7 +537,7 @@ def draw_triangulation(state: cdt.CDTState, ax=None, *, color="k", lw=0.6):
 
 
 def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
-    summary = simulate(cfg, ctx.out, checkpointer=ctx.checkpointer, progress=ctx.progress)
+    summary = simulate(cfg, ctx.out, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
     names = ("thermalisation", "volume_profiles", "autocorrelation", "coordination", "curvature")
     return {"summary": summary["summary_path"], **dict(zip(names, summary["figures"]))}
 
@@ -542,7 +545,7 @@ def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
 SIMULATION = Simulation(
     prog="ivhl sim cdt", config_type=CDTConfig, run=_run, description=__doc__.split("\n")[0],
     default_out=lambda cfg, a: "runs/cdt", extendable=("steps",),
-    checkpoint_every=lambda cfg: cfg.steps_per_chunk, keep=lambda cfg: 2)
+    checkpoint_every=lambda cfg: cfg.steps_per_chunk, keep=lambda cfg: 2, streams=True)
 
 
 def main(argv: list[str] | None = None) -> int:
