@@ -54,6 +54,7 @@ from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.sink import ObservationSink
 from ivhl_jax.train.checkpoint import Checkpointer
 
 # The low-lying one-site scaling dimensions of each critical model's CFT (Ising: 1, σ, ε, ∂σ, ∂̄σ, T, T̄, ∂ε, ∂̄ε,
@@ -260,7 +261,8 @@ def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
     return M.precision_dtype(cfg.precision[k] if cfg.precision else None)
 
 
-def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True) -> dict:
+def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True,
+             sink: ObservationSink | None = None) -> dict:
     """Run the ladder; returns the summary dict written to mera.json. Call it before any JAX computation for
     ``cfg.host_cores`` to take effect (as ``ivhl sim mera`` does); later it is reported as not applied."""
     cores, why = cfg.cores_to_use()
@@ -296,13 +298,18 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
                 state = stepper.init(mera=grown)
             rest = n - first.shape[0]
             advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=M.observe)
+            # streamed (--stream-observations): each stage's energies go to <out>/observations/stage<k>
+            stage_sink = None if sink is None else ObservationSink(os.path.join(sink.directory, f"stage{k}"))
             with Checkpointer(os.path.join(out, "ckpt", f"stage{k}"), save_every=cfg.checkpoint_every) as ck:
                 result = run_chunked(advance, state, n_chunks=rest // cfg.steps_per_chunk,
                                      steps_per_chunk=cfg.steps_per_chunk, checkpointer=ck, progress=progress,
                                      description=f"MERA chi={chi} (stage {k + 1}/{len(cfg.chis)})",
-                                     metadata={"chi": chi, "layers": layers, "after_cold_start": first.shape[0]})
+                                     metadata={"chi": chi, "layers": layers, "after_cold_start": first.shape[0]},
+                                     sink=stage_sink)
             mera = result.state.mera
-            e = np.concatenate([first, np.asarray(result.history, np.float64)])
+            history = (result.history if stage_sink is None
+                       else stage_sink.read(like=jax.eval_shape(advance, state)[1]))
+            e = np.concatenate([first, np.asarray(history, np.float64)])
             energies.append(e - e0 if e0 is not None else e)
             stages.append({
                 "chi": chi, "chi_mid": sc.mid, "layers": layers, "steps": n,
@@ -396,7 +403,7 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
 
 
 def _run(cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
-    summary = simulate(cfg, ctx.out, resume=ctx.resuming, progress=ctx.progress)
+    summary = simulate(cfg, ctx.out, resume=ctx.resuming, progress=ctx.progress, sink=ctx.sink)
     paths = write_outputs(summary, ctx.out)
     what = (f"final energy error per site: {summary['final_energy_error']:.3e}"
             if summary["final_energy_error"] is not None else f"final energy per site: {summary['final_energy']:.10f}")
@@ -409,7 +416,8 @@ def _run(cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
 # The tensors' shapes change with χ from stage to stage, so each stage keeps its own checkpointer
 # (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock and the config check.
 SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n")[0],
-                        default_out=lambda cfg, a: "runs/mera", own_checkpoints=True, extendable=("host_cores",))
+                        default_out=lambda cfg, a: "runs/mera", own_checkpoints=True, extendable=("host_cores",),
+                        streams=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -271,8 +271,11 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
         return _fail(sim, str(e))
     chunks_before = runner.chunks_started()
     try:
+        sink = (ObservationSink(os.path.join(out, "observations"))
+                if sim.streams and args.stream_observations else None)
         if sim.own_checkpoints:
-            ctx = RunContext(out=out, checkpointer=None, progress=not args.no_progress, resuming=resume, args=args)
+            ctx = RunContext(out=out, checkpointer=None, progress=not args.no_progress, resuming=resume, args=args,
+                             sink=sink)
             paths = sim.run(cfg, ctx)
         else:
             with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
@@ -280,8 +283,6 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
                 if resuming:  # said before the run, whose own lines and summary then follow
                     print(f"{sim.prog}: resuming from step {ck.latest_step()} ({os.path.abspath(ckpt_dir)})",
                           flush=True)
-                sink = (ObservationSink(os.path.join(out, "observations"))
-                        if sim.streams and args.stream_observations else None)
                 ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming,
                                  args=args, sink=sink)
                 paths = sim.run(cfg, ctx)

@@ -152,3 +152,16 @@ def test_sim_old_keys_fail_with_one_line_naming_the_new_key(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'sweeps' was renamed to 'steps'" in err, err
     assert not os.path.exists(tmp_path / "m")
+
+
+def test_sim_streams_each_stages_energies(tmp_path):
+    """--stream-observations: each stage's per-sweep energies go to <out>/observations/stage<k> and the summary
+    reads them back; equal to the in-memory run."""
+    from ivhl_jax.run.sink import ObservationSink
+
+    plain, streamed = str(tmp_path / "plain"), str(tmp_path / "streamed")
+    assert sim.main(ARGS + ["--out", plain]) == 0
+    assert sim.main(ARGS + ["--out", streamed, "--stream-observations"]) == 0
+    a, b = (json.load(open(os.path.join(d, "mera.json"))) for d in (plain, streamed))
+    assert a["energy_error_per_sweep"] == b["energy_error_per_sweep"]
+    assert ObservationSink(os.path.join(streamed, "observations", "stage0")).records() == 6
