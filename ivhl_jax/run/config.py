@@ -376,8 +376,9 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     cfg_path = os.path.join(out, "config.json")
     comparable = {k: v for k, v in config_dict(cfg).items() if k not in extendable}
     # A checkpoint folder with no step in it (a run that stopped at a configuration error before its first
-    # checkpoint) holds nothing to resume, so it does not tie the folder to its configuration.
-    holds_steps = os.path.isdir(ckpt_dir) and any(name.isdigit() for name in os.listdir(ckpt_dir))
+    # checkpoint) holds nothing to resume, so it does not tie the folder to its configuration. Steps may sit one
+    # level down (a simulation that keeps a checkpointer per stage: <out>/ckpt/stage<k>/<step>).
+    holds_steps = os.path.isdir(ckpt_dir) and any(name.isdigit() for _, dirs, _ in os.walk(ckpt_dir) for name in dirs)
     if os.path.isdir(ckpt_dir):
         if not resume:
             shutil.rmtree(ckpt_dir)

@@ -60,8 +60,6 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
         assert json.load(f)["stages"][0]["resumed_from"] == 6
 
 
-@pytest.mark.xfail(strict=True, reason="run.config.prepare_run_dir looks for step folders directly under <out>/ckpt; "
-                                      "this sim keeps them in <out>/ckpt/stage<k>, so its config is not compared")
 def test_sim_refuses_a_different_configuration_in_the_same_folder(tmp_path, capsys):
     out = str(tmp_path / "mera")
     assert sim.main(ARGS + ["--out", out]) == 0
