@@ -201,6 +201,8 @@ CASES = [
          call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, False)),  # psi must be complex
     Case("splitstep.kick", splitstep.kick, call(psi1, _split_local, 0.1, False),
          call(jnp.ones(16, jnp.float32), _split_local, 0.1, False)),
+    Case("splitstep.strang_run", splitstep.strang_run, call(psi1, _split_local, lambda p: p, 0.1, 2),
+         call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, 2)),  # psi must be complex
     # ---- physics.gft
     Case("gft.lattice_dispersion", G.lattice_dispersion.__wrapped__, call((4, 4)), None),  # under lru_cache
     Case("gft.gft_potential", G.gft_potential, call(phi, -0.5, 0.1), call(jnp.ones((4, 4), jnp.int32), -0.5, 0.1)),
@@ -222,6 +224,10 @@ CASES = [
     Case("exact.lanczos_ground_state", exact.lanczos_ground_state, call(exact.tfi_apply, _SITES, 4),
          call(exact.tfi_apply, np.ones((2, 2, 2), np.int32), 4)),
     Case("exact.tfi_ground_state", exact.tfi_ground_state, call(4, num_iter=8), call("4", num_iter=8)),
+    Case("exact.chain_apply", exact.chain_apply, call(_SITES, np.eye(4).reshape(2, 2, 2, 2)),
+         call(_BOOL3, np.eye(4).reshape(2, 2, 2, 2))),  # amplitudes must be numbers
+    Case("exact.chain_ground_state", exact.chain_ground_state, call(np.eye(4).reshape(2, 2, 2, 2), 3, num_iter=8),
+         call(np.eye(4, dtype=bool).reshape(2, 2, 2, 2), 3, num_iter=8)),
     # ---- nn.gru
     Case("gru.recurrence", gru.recurrence, call(gru_params, jnp.ones((5, 2, 3))),
          call(gru_params, jnp.ones((5, 2, 3), jnp.int32))),

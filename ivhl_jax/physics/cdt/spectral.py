@@ -121,7 +121,9 @@ def graph_return_probability(src: Any, dst: Any, alive: Any, origins: Any, sigma
     """Exact return probabilities ``P_x(σ)``, ``σ = 0..sigma_max``, of the lazy walk from each origin.
 
     Args:
-      src, dst: (E,) int directed edges (both directions of every link; indices ``>= len(alive)`` are dead).
+      src: (E,) int tails of the directed edges (both directions of every link; indices ``>= len(alive)`` are
+        dead).
+      dst: (E,) int heads of the same edges.
       alive: (N,) bool live nodes (sets the node count and bounds ``sigma_max``).
       origins: (K,) int live node ids (vmapped: one exact diffusion per origin).
       sigma_max: static number of steps, ``1 <= sigma_max <= number of live nodes``.
