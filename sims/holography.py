@@ -159,7 +159,7 @@ def make_observe(grid: tuple[int, ...]):
     def observe(state: fields.WaveState, params: fields.WaveParams) -> dict[str, jax.Array]:
         i = fields.intensity(state.field)
         vm = fields.vortex_map(_slice_2d(grid, state.field))
-        return {"t": state.t - params.dt, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i),
+        return {"t": state.t, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i),
                 "vortices_positive": jnp.sum(vm > 0), "vortices_negative": jnp.sum(vm < 0),
                 "net_charge": jnp.sum(vm)}
 
@@ -228,7 +228,7 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
         return LogNorm(vmin=max(top * 1e-4, 1e-30), vmax=max(top, 2e-30))
 
     fig, ax = image(inten, "intensity", "|ψ|²", norm=log_norm(inten), cmap="inferno")
-    ax.set_title(f"intensity at t = {float(st.t - params.dt):.4g} L/c\n{title}")
+    ax.set_title(f"intensity at t = {float(st.t):.4g} L/c\n{title}")
     paths["intensity"] = save_figure(fig, os.path.join(out, "intensity.png"))
 
     fig, ax = image(np.angle(psi), "phase", "arg ψ (rad)", cmap="twilight", vmin=-np.pi, vmax=np.pi)
@@ -255,7 +255,8 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
         "steps": result.steps,
         "resumed_from": result.resumed_from,
         "wall_time_s": result.wall_time_s,
-        "final_time": float(st.t - params.dt),
+        "final_time": float(st.t),
+        "t_convention": "t = steps done when the record was taken x dt (from t = 0); first record at dt",
         "final": {
             "max_intensity": float(full_i.max()),
             "mean_intensity": float(full_i.mean()),

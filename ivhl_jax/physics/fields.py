@@ -593,7 +593,8 @@ def focus_phases(
 
 # ----------------------------------------------------------------------------------------------
 # time evolution as a stepper (ivhl_jax.numerics.rollout): the field of moving-phase sources sampled
-# at t = 0, dt, 2 dt, ... with running intensity statistics
+# at t0 + dt, t0 + 2 dt, ... (the state after k steps is at t0 + k dt, as in every family) with running
+# intensity statistics
 
 
 class WaveParams(flax.struct.PyTreeNode):
@@ -665,10 +666,12 @@ def field_at(params: WaveParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]
 
 
 def _wave_step(state: WaveState, params: WaveParams) -> WaveState:
-    """Evaluate the field at ``state.t``, accumulate |ψ|² statistics, advance ``t`` by ``dt``."""
-    psi = field_at(params, state.t)
+    """Advance ``t`` by ``dt``, evaluate the field there, accumulate |ψ|² statistics: the state after k steps
+    holds the field at t0 + k·dt (the time convention of every family: a record after k steps is at k·dt)."""
+    t = state.t + params.dt
+    psi = field_at(params, t)
     i = intensity(psi)
-    return WaveState(t=state.t + params.dt, step=state.step + 1, field=psi,
+    return WaveState(t=t, step=state.step + 1, field=psi,
                      intensity_sum=state.intensity_sum + i, intensity_peak=jnp.maximum(state.intensity_peak, i))
 
 
@@ -704,8 +707,9 @@ def _check_params(params: Any) -> WaveParams:
 def evolution(params: WaveParams) -> Stepper[WaveState, WaveParams]:
     """The wave-field time loop: the one way to run it.
 
-    ``step`` evaluates ψ(points, t) · imprint (:func:`field_at`), adds |ψ|² to the running sum and
-    maximum, and advances t by ``dt``; ``init(t0=0.0)`` is the zero-statistics state at ``t0``. Drive it
+    ``step`` advances t by ``dt`` and evaluates ψ(points, t) · imprint there (:func:`field_at`), adding |ψ|²
+    to the running sum and maximum, so the state after k steps holds the field at t0 + k·dt;
+    ``init(t0=0.0)`` is the zero-statistics state at ``t0`` (its field is not evaluated). Drive it
     with :func:`ivhl_jax.numerics.rollout.trajectory` (``observe=fields.observe`` records per-frame
     intensity statistics) or ``chunked``. The builder checks ``params`` (shapes, finite values,
     ``dt > 0``, ``softening >= 0``, at least one source) where they are concrete.
@@ -716,8 +720,8 @@ def evolution(params: WaveParams) -> Stepper[WaveState, WaveParams]:
 def observe(state: WaveState, params: WaveParams) -> dict[str, Array]:
     """Per-frame observations for ``trajectory(evolution(p), ..., observe=fields.observe)``.
 
-    Returns ``{"t": time of the frame in state.field (t − dt), "max_intensity": max |ψ|²,
+    Returns ``{"t": time of the frame in state.field (state.t), "max_intensity": max |ψ|²,
     "mean_intensity": mean |ψ|²}``, scalars in the state's real dtype.
     """
     i = intensity(state.field)
-    return {"t": state.t - params.dt, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i)}
+    return {"t": state.t, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i)}

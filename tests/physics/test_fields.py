@@ -498,8 +498,8 @@ def test_evolution_validates_params_and_observe_records_frames():
                       phases=0.0, dt=0.1)
     st = F.evolution(p)
     final, obs = trajectory(st, st.init(), 4, observe=F.observe)
-    psi = F.field_at(p, 0.3)
-    np.testing.assert_allclose(np.asarray(obs["t"]), [0.0, 0.1, 0.2, 0.3], atol=1e-6)
+    psi = F.field_at(p, 0.4)  # the state after k steps is at k·dt (as in every family)
+    np.testing.assert_allclose(np.asarray(obs["t"]), [0.1, 0.2, 0.3, 0.4], atol=1e-6)
     np.testing.assert_allclose(float(obs["max_intensity"][-1]), float(jnp.max(F.intensity(psi))), rtol=1e-6)
     np.testing.assert_allclose(float(obs["mean_intensity"][-1]), float(jnp.mean(F.intensity(psi))), rtol=1e-6)
     with pytest.raises(ValueError, match="params.dt must be > 0"):

@@ -26,9 +26,10 @@ def test_simulation_matches_direct_field_evaluation():
     result, params = H.simulate(cfg, progress=False)
     st = result.state
     assert int(st.step) == 8 and result.history["t"].shape == (8,)
-    np.testing.assert_allclose(np.asarray(result.history["t"]), np.arange(8) * cfg.dt, rtol=1e-6)
+    # a record after k steps is at t = k·dt (the time convention of ivhl sim bec too)
+    np.testing.assert_allclose(np.asarray(result.history["t"]), np.arange(1, 9) * cfg.dt, rtol=1e-6)
     # Independent evaluation of the last frame: helix sources, vortex imprint, xz plane at y = 0.2.
-    t_last = 7 * cfg.dt
+    t_last = 8 * cfg.dt
     pts = np.asarray(params.points)
     assert np.all(pts[:, 1] == np.float32(0.2))
     src = np.asarray(fields.helix_sources(12, cfg.helix_radius, cfg.helix_pitch, cfg.helix_turns), np.float64)
@@ -38,9 +39,9 @@ def test_simulation_matches_direct_field_evaluation():
     psi = (np.exp(1j * (k * r - k * t_last + ph)) / (r + cfg.softening)).sum(1)
     psi *= np.asarray(params.imprint)
     np.testing.assert_allclose(np.asarray(st.field), psi, rtol=1e-4, atol=1e-4 * np.abs(psi).max())
-    # Time average of the intensity over the 8 frames.
+    # Time average of the intensity over the 8 frames (t = dt ... 8 dt).
     mean_i = np.zeros(pts.shape[0])
-    for n in range(8):
+    for n in range(1, 9):
         f = (np.exp(1j * (k * r - k * n * cfg.dt + ph)) / (r + cfg.softening)).sum(1) * np.asarray(params.imprint)
         mean_i += np.abs(f) ** 2 / 8
     np.testing.assert_allclose(np.asarray(st.intensity_sum) / 8, mean_i, rtol=1e-4, atol=1e-4 * mean_i.max())
