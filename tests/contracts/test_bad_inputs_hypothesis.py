@@ -1,4 +1,4 @@
-"""Property-based bad-input suite (issue 14): every public entry point, fed a wrong shape, a wrong dtype, NaN/inf,
+"""Property-based bad-input suite: every public entry point, fed a wrong shape, a wrong dtype, NaN/inf,
 a negative or zero size or an unstable time step, raises a ValueError/TypeError whose message names the argument
 — never a silent NaN, a wrong answer, a hang or a deep traceback from inside JAX.
 
@@ -633,7 +633,7 @@ CASES += [
                            np.ones((2, 5), np.float32), b, _ad_cfg()), "key", not_a_key),
     Case("adaptive.phase_masses/temperature",
          lambda b: AD.phase_masses(np.ones((2, 4), np.float32), b, False), "temperature", bad_positive),
-    # ---- physics.mera (beyond init_mera / MERAConfig above; issue 14 items 4 and 11)
+    # ---- physics.mera (beyond init_mera / MERAConfig above)
     Case("mera.optimize/steps", lambda b: mera.optimize(mera.MERAConfig(chi=2, layers=1), b, key=jax.random.key(0)),
          "steps", bad_count),
     Case("mera.init_mera/d", lambda b: mera.init_mera(jax.random.key(0), mera.MERAConfig(chi=2, layers=1), d=b), "d",
@@ -689,7 +689,7 @@ def _bad_toml_path() -> str:
     return path
 
 
-# ---- the rest of the public surface (issue 14: "over every public function")
+# ---- the rest of the public surface (every public function)
 
 
 def _grid2():

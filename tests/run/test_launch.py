@@ -279,7 +279,7 @@ def _launch_fault_worker(tmp_path, fault: str, rank: int, heartbeat: int):
 @pytest.mark.parametrize("fault,rank", [("raise", 1), ("raise", 0), ("sigkill", 1)],
                          ids=["worker_raises", "coordinator_raises", "worker_sigkilled"])
 def test_a_failing_rank_stops_the_job_with_its_traceback_first(tmp_path, fault, rank):
-    """Issue 14 item 3: one rank raising (or being SIGKILLed) stops every process within the heartbeat
+    """One rank raising (or being SIGKILLed) stops every process within the heartbeat
     timeout; the launcher exits non-zero naming that rank (the first to exit, though the peer fails a few ms
     later), shows its traceback in one block and repeats the root cause on its last line; every relayed line
     carries its rank, and Gloo's connection chatter is gone."""
@@ -313,7 +313,7 @@ def test_a_failing_rank_stops_the_job_with_its_traceback_first(tmp_path, fault, 
 @pytest.mark.parametrize("rank", [1, pytest.param(0, marks=pytest.mark.slow)],
                          ids=["worker_hangs", "coordinator_hangs"])
 def test_a_rank_hanging_outside_a_collective_stops_the_job_naming_it(tmp_path, rank):
-    """Issue 14, launch fault injection: one rank blocks for ever (it still heartbeats, so the coordination service
+    """Launch fault injection: one rank blocks for ever (it still heartbeats, so the coordination service
     sees nothing) while its peer waits for it in a collective. Within the stall timeout (= the heartbeat timeout)
     the launcher sees that no process uses CPU, shows every rank's stack, names the rank and the line it stopped
     at, stops every process (none is left behind) and exits 124."""

@@ -120,7 +120,7 @@ def test_config_validation_messages():
         small_cfg("vortex_charges=[1]")
     with pytest.raises(ValueError, match="grid"):
         small_cfg("grid=[1, 5]")
-    with pytest.raises(ValueError, match="'n_steps' was renamed to 'steps'"):  # issue 12: one vocabulary
+    with pytest.raises(ValueError, match="'n_steps' was renamed to 'steps'"):  # one vocabulary
         small_cfg("n_steps=4")
 
 

@@ -56,7 +56,7 @@ def test_cli_writes_summary_and_plots(tmp_path, capsys):
 def test_config_errors_are_named():
     with pytest.raises(ValueError, match="multiple of steps_per_chunk"):
         load_config(ta.TrainAdaptiveConfig, None, ["steps=25", "steps_per_chunk=10"])
-    with pytest.raises(ValueError, match="'chunk' was renamed to 'steps_per_chunk'"):  # issue 12: one vocabulary
+    with pytest.raises(ValueError, match="'chunk' was renamed to 'steps_per_chunk'"):  # one vocabulary
         load_config(ta.TrainAdaptiveConfig, None, ["chunk=10"])
     with pytest.raises(ValueError, match="checkpoint_every .* multiple of steps_per_chunk"):
         load_config(ta.TrainAdaptiveConfig, None, ["steps=100", "steps_per_chunk=10", "checkpoint_every=15"])
