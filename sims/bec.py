@@ -249,7 +249,8 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
 
         # The projection (project_norm) pins the ground state's norm, 1, for the whole run (resumes included).
         stepper = C.strang(system, cfg.dt, project_norm=cfg.project_norm, norm=1.0 if cfg.project_norm else None)
-        advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe)
+        # donate: each chunk writes the field into the previous one's buffers (one copy of ψ in memory)
+        advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe, donate=True)
         extra["system"] = system
         extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
     else:
@@ -257,7 +258,8 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
         gft_stepper = G.strang(system, cfg.dt, imaginary=cfg.gft_imaginary, dtype=jnp.result_type(_dtype(cfg),
                                                                                                     jnp.complex64))
         state = gft_stepper.init(gft_initial_state(cfg))
-        advance = chunked(gft_stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe)
+        advance = chunked(gft_stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe,
+                          donate=True)
         extra["system"] = system
         extra["observation_like"] = jax.eval_shape(G.observe, state, gft_stepper.params)
     # the ground-state record travels with every checkpoint, so a resumed run reports it too

@@ -29,7 +29,6 @@ discipline). :func:`chunked` turns a stepper into the ``advance`` function of
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar, cast
 
@@ -150,11 +149,17 @@ def rollout(
     return jax.lax.scan(block, state, None, length=steps // save_every)
 
 
-@functools.partial(jax.jit, static_argnames=("steps", "save_every", "observe", "remat", "unroll"))
-def _trajectory(stepper: Stepper, state: Any, steps: int, save_every: int, observe: Observe, remat: bool,
-                unroll: int) -> tuple[Any, Any]:
+def _trajectory_impl(stepper: Stepper, state: Any, steps: int, save_every: int, observe: Observe, remat: bool,
+                     unroll: int) -> tuple[Any, Any]:
     return rollout(stepper.step_fn, state, stepper.params, steps, save_every=save_every, observe=observe,
                    remat=remat, unroll=unroll)
+
+
+_STATIC = ("steps", "save_every", "observe", "remat", "unroll")
+_trajectory = jax.jit(_trajectory_impl, static_argnames=_STATIC)
+# The same loop writing its final state into the input state's buffers (chunked(..., donate=True)): a long run
+# then holds one copy of the field, not two, and the step reads and writes it in place.
+_trajectory_donating = jax.jit(_trajectory_impl, static_argnames=_STATIC, donate_argnames=("state",))
 
 
 def _check_stepper(stepper: Any) -> None:
@@ -241,17 +246,24 @@ def chunked(
     *,
     save_every: int | None = None,
     observe: Observe | None = None,
+    donate: bool = False,
 ) -> Callable[[Any], tuple[Any, Any]]:
     """``advance(state) -> (state, observations)`` running ``steps_per_chunk`` steps, for
     :func:`ivhl_jax.run.runner.run_chunked`. Observations are recorded every ``save_every`` steps
-    (default: once per chunk)."""
+    (default: once per chunk).
+
+    ``donate=True`` hands the input state's buffers to the chunk, which writes the new state into them (the
+    field stays in place: one copy in memory instead of two); the state passed in is then deleted, so pass
+    each state once (as :func:`~ivhl_jax.run.runner.run_chunked` does)."""
     _check_stepper(stepper)
     observe = _check_observe(observe)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
     steps_per_chunk, save_every, _ = _check_schedule(steps_per_chunk, steps_per_chunk if save_every is None
                                                      else save_every, 1, steps_name="steps_per_chunk")
 
+    run = _trajectory_donating if donate else _trajectory
+
     def advance(state: Any) -> tuple[Any, Any]:
-        return _trajectory(stepper, state, steps_per_chunk, save_every, observe, False, 1)
+        return run(stepper, state, steps_per_chunk, save_every, observe, False, 1)
 
     return advance

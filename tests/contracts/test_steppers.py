@@ -392,3 +392,18 @@ def test_grad_through_a_trajectory_matches_a_directional_difference(name):
     h = 1e-2
     fd = (scalar(jnp.float32(h)) - scalar(jnp.float32(-h))) / (2 * h)
     np.testing.assert_allclose(float(g), float(fd), rtol=3e-2, atol=1e-3 * (1 + abs(float(fd))))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_donating_chunk_writes_in_place_and_equals_the_plain_one(name):
+    """chunked(..., donate=True): the same numbers, and the state passed in is consumed (its buffers reused)."""
+    st, s0, obs = CASES[name]()
+    plain = chunked(st, 4, save_every=2, observe=obs)
+    donating = chunked(st, 4, save_every=2, observe=obs, donate=True)
+    expected = plain(s0)
+    start = jax.tree.map(jnp.copy, s0)
+    got = donating(start)
+    for x, y in zip(_leaves(expected), _leaves(got)):
+        np.testing.assert_array_equal(x, y)
+    largest = max(jax.tree.leaves(start), key=lambda x: x.size)
+    assert largest.is_deleted(), f"{name}: the largest state leaf was not donated"
