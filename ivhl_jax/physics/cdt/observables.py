@@ -18,7 +18,7 @@ from ivhl_jax.physics.cdt.state import UP, CDTState, live_triangles, live_vertic
 
 __all__ = ["coordination_numbers", "coordination_histogram", "timelike_degrees", "max_timelike_degree",
            "geometry_arrays", "measurements", "volume_correlator", "center_profiles", "vertex_distances",
-           "sphere_volumes"]
+           "sphere_volumes", "graph_edges"]
 
 
 def coordination_numbers(state: CDTState) -> jax.Array:
@@ -135,16 +135,19 @@ def sphere_volumes(key: jax.Array, state: CDTState, r_max: int, n_origins: int =
     N0 (vertex) or N2 (dual) when ``r_max`` exceeds the diameter."""
     check_key(key, "key")
     _check_state(state, "state")
+    src, dst, alive = graph_edges(state, graph)
+    return _graph.sphere_volumes(key, src, dst, alive, r_max, n_origins).astype(jnp.float32)
+
+
+def graph_edges(state: CDTState, graph: str) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(src, dst, alive)`` of the vertex graph (vertices joined by links) or the dual graph (triangles joined
+    by shared edges) of one chain: directed edges in both directions and the live-node mask."""
     tv, tnbr, tri_alive, vert_alive = geometry_arrays(state)
     if graph == "vertex":
-        src, dst = _graph.vertex_adjacency_edges(tv, tri_alive)
-        alive = vert_alive
-    elif graph == "dual":
-        src, dst = _graph.dual_adjacency_edges(tnbr, tri_alive)
-        alive = tri_alive
-    else:
-        raise ValueError(f"graph must be 'vertex' or 'dual', got {graph!r}")
-    return _graph.sphere_volumes(key, src, dst, alive, r_max, n_origins).astype(jnp.float32)
+        return (*_graph.vertex_adjacency_edges(tv, tri_alive), vert_alive)
+    if graph == "dual":
+        return (*_graph.dual_adjacency_edges(tnbr, tri_alive), tri_alive)
+    raise ValueError(f"graph must be 'vertex' or 'dual', got {graph!r}")
 
 
 def _check_lengths(lengths: Any) -> jax.Array:

@@ -41,7 +41,8 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_array, check_key, check_scalar, is_concrete
 from ivhl_jax.physics.cdt import graph as _graph
-from ivhl_jax.physics.cdt.observables import geometry_arrays
+from ivhl_jax.physics.cdt.graph import _static_int
+from ivhl_jax.physics.cdt.observables import graph_edges
 from ivhl_jax.physics.cdt.state import CDTState
 
 __all__ = ["SpectralDimension", "graph_return_probability", "return_probability", "spectral_dimension",
@@ -59,13 +60,6 @@ class SpectralDimension(NamedTuple):
     error: np.ndarray
     p: np.ndarray
     grid: np.ndarray
-
-
-def _static_int(v: Any, name: str, minimum: int) -> int:
-    if isinstance(v, jax.core.Tracer):
-        raise TypeError(f"{name} must be a static Python int (it sets a loop length or a shape), got a tracer")
-    check_scalar(v, name, integer=True, minimum=minimum)
-    return int(v)
 
 
 def _check_graph(src: Any, dst: Any, alive: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -154,15 +148,7 @@ def return_probability(key: Any, state: Any, sigma_max: int, n_origins: int = 8,
         raise ValueError(f"state must be a single chain (n0 a scalar), got n0 of shape {jnp.shape(state.n0)}; "
                          "vmap over chains")
     n_origins = _static_int(n_origins, "n_origins", 1)
-    tv, tnbr, tri_alive, vert_alive = geometry_arrays(state)
-    if graph == "vertex":
-        src, dst = _graph.vertex_adjacency_edges(tv, tri_alive)
-        alive = vert_alive
-    elif graph == "dual":
-        src, dst = _graph.dual_adjacency_edges(tnbr, tri_alive)
-        alive = tri_alive
-    else:
-        raise ValueError(f"graph must be 'vertex' or 'dual', got {graph!r}")
+    src, dst, alive = graph_edges(state, graph)
     origins = _graph.random_live_nodes(key, alive, n_origins)
     return graph_return_probability(src, dst, alive, origins, sigma_max, laziness=laziness)
 
