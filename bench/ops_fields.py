@@ -54,6 +54,17 @@ def _numpy_peer(inp: dict[str, np.ndarray], dtype) -> callable:
     return build
 
 
+def _torch_field(p, s, a, k, th):
+    """The field's real and imaginary parts in PyTorch (real cos/sin: inductor cannot generate complex code):
+    Σ_j a_j cos/sin(k_j r_ij + θ_j) / (r_ij + ε), the PyTorch peer of every comparison here (tensor methods
+    only, so torch.compile traces it without a module lookup)."""
+    d = p[:, None, :] - s[None, :, :]
+    r = (d * d).sum(-1).sqrt()
+    w = a / (r + SOFTENING)
+    ph = k * r + th
+    return (w * ph.cos()).sum(1), (w * ph.sin()).sum(1)
+
+
 def _torch_peer(inp: dict[str, np.ndarray], compiled: bool) -> callable:
     def build():
         import torch
@@ -62,14 +73,7 @@ def _torch_peer(inp: dict[str, np.ndarray], compiled: bool) -> callable:
                       ("points", "sources", "amplitudes", "wavenumbers"))
         th = torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"])
 
-        def field(p, s, a, k, th):
-            d = p[:, None, :] - s[None, :, :]
-            r = torch.sqrt((d * d).sum(-1))
-            w = a / (r + SOFTENING)
-            ph = k * r + th
-            return (w * torch.cos(ph)).sum(1), (w * torch.sin(ph)).sum(1)
-
-        fn = torch.compile(field) if compiled else field
+        fn = torch.compile(_torch_field) if compiled else _torch_field
 
         def call():
             with torch.no_grad():
@@ -240,13 +244,7 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
         return fields.superpose(points, sources, amplitudes=amplitudes, wavenumbers=wavenumbers,
                                 frequencies=frequencies, phases=phases, t=t, softening=SOFTENING)
 
-    def torch_field(p, s, a, k, th):
-        d = p[:, None, :] - s[None, :, :]
-        r = torch.sqrt((d * d).sum(-1))
-        w = a / (r + SOFTENING)
-        ph = k * r + th
-        return (w * torch.cos(ph)).sum(1), (w * torch.sin(ph)).sum(1)
-
+    torch_field = _torch_field
     torch_compiled = torch.compile(torch_field)
     doc: dict = {"what": "psi_n = sum_j A_j exp(i(k_j r_nj - w_j t + phi_j)) / (r_nj + eps), float32, seed inputs "
                          "(points ~ N(0, I) 3-D, sources ~ N(0, 0.25 I), A = k = w = 1, phi = 0, t = 0, eps = 0.1)",
@@ -403,14 +401,7 @@ def _torch_compile_on(device_kind: str):
         return None, "torch has no CUDA device"
     dev = "cuda" if device_kind == "gpu" else "cpu"
 
-    def field(p, s, a, k, th):
-        d = p[:, None, :] - s[None, :, :]
-        r = torch.sqrt((d * d).sum(-1))
-        w = a / (r + SOFTENING)
-        ph = k * r + th
-        return (w * torch.cos(ph)).sum(1), (w * torch.sin(ph)).sum(1)
-
-    return (torch, dev, torch.compile(field)), None
+    return (torch, dev, torch.compile(_torch_field)), None
 
 
 def gpu_check(quick: bool = False) -> dict:
