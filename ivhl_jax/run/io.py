@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["to_jsonable", "write_json", "save_figure"]
+__all__ = ["to_jsonable", "write_json", "atomic_file", "save_figure"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -97,18 +98,30 @@ def write_json(path: str | os.PathLike, obj: Any) -> str:
     path = os.fspath(path)
     doc = to_jsonable(obj)  # before any file is created: an object with no JSON form leaves nothing behind
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_file(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
+    """Write ``path`` all at once or not at all: the ``with`` block writes a temporary file in the same folder,
+    which is flushed to disk, given an ordinary file's mode (``0o666 & ~umask``) and renamed over ``path``; an
+    exception removes it and leaves ``path`` as it was."""
+    path = os.fspath(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    return path
 
 
 def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> str:

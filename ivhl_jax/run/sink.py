@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from typing import Any
 
 import jax
 import numpy as np
+
+from ivhl_jax.run.io import atomic_file
 
 __all__ = ["ObservationSink"]
 
@@ -91,18 +92,9 @@ class ObservationSink:
                              f"{[a.shape for a in leaves]}")
         count = counts.pop()
         path = os.path.join(self.directory, f"chunk-{int(start):012d}-{count}.npz")
-        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                arrays: dict[str, Any] = {f"leaf{i}": a for i, a in enumerate(leaves)}
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        arrays: dict[str, Any] = {f"leaf{i}": a for i, a in enumerate(leaves)}
+        with atomic_file(path, "wb") as f:
+            np.savez(f, **arrays)
         return path
 
     def read(self, like: Any = None) -> Any:

@@ -1053,6 +1053,8 @@ EXEMPT: dict[str, str] = {
     "mera.observe": "returns state.energy of a MERAState built by evenbly_vidal; no array/scalar input",
     "mera.xx": "takes no arguments",
     "checkpoint.CheckpointCorruptError": "an exception type",
+    "io.atomic_file": "a context manager over a file path and an open mode (write_json and the observation sink "
+                      "write through it; tests/run/test_sink.py)",
     "spectral.HostFactor": _RESULT,
     "checkpoint.abstract_like": "pytree plumbing: maps any pytree of arrays to ShapeDtypeStructs",
     **{f"precision.{n}": "jit-level pytree helper on traced leaves (no eager value to check; test_precision*)"
