@@ -21,9 +21,11 @@ Submodules, by job: :mod:`~ivhl_jax.physics.mera.config` (settings, state, cold 
 :mod:`~ivhl_jax.physics.mera.models` (chains and their blocking), :mod:`~ivhl_jax.physics.mera.superoperators`
 (ascending/descending superoperators, layer maps), :mod:`~ivhl_jax.physics.mera.sweep` (the sweep and its
 stepper), :mod:`~ivhl_jax.physics.mera.ladder` (growth, stuck starts), :mod:`~ivhl_jax.physics.mera.scaling`
-(scaling superoperators and dimensions).
+(scaling superoperators and dimensions), :mod:`~ivhl_jax.physics.mera.conformal` (OPE coefficients, central
+charge).
 """
 
+from ivhl_jax.physics.mera.conformal import central_charge, ope_coefficients
 from ivhl_jax.physics.mera.config import MERA, MERAConfig, cast_mera, init_mera, isometry_errors, precision_dtype
 from ivhl_jax.physics.mera.ladder import OptimizeResult, StuckCheck, cold_start, grow, optimize
 from ivhl_jax.physics.mera.models import (
@@ -44,5 +46,5 @@ __all__ = [
     "evenbly_vidal", "observe", "MERAConfig", "MERAState", "SweepParams", "MERA",
     "Model", "ising", "xx", "potts", "two_site", "E0_CRITICAL_ISING", "E0_XX", "E0_CRITICAL_POTTS",
     "init_mera", "grow", "cold_start", "StuckCheck", "optimize", "OptimizeResult",
-    "energy_per_site", "scaling_dimensions", "isometry_errors", "ascend", "descend", "precision_dtype", "cast_mera",
+    "energy_per_site", "scaling_dimensions", "ope_coefficients", "central_charge", "isometry_errors", "ascend", "descend", "precision_dtype", "cast_mera",
 ]
