@@ -25,8 +25,8 @@ stepper), :mod:`~ivhl_jax.physics.mera.ladder` (growth, stuck starts), :mod:`~iv
 charge).
 """
 
-from ivhl_jax.physics.mera.conformal import central_charge, ope_coefficients
 from ivhl_jax.physics.mera.config import MERA, MERAConfig, cast_mera, init_mera, isometry_errors, precision_dtype
+from ivhl_jax.physics.mera.conformal import central_charge, ope_coefficients
 from ivhl_jax.physics.mera.ladder import OptimizeResult, StuckCheck, cold_start, grow, optimize
 from ivhl_jax.physics.mera.models import (
     E0_CRITICAL_ISING,
@@ -46,5 +46,6 @@ __all__ = [
     "evenbly_vidal", "observe", "MERAConfig", "MERAState", "SweepParams", "MERA",
     "Model", "ising", "xx", "potts", "two_site", "E0_CRITICAL_ISING", "E0_XX", "E0_CRITICAL_POTTS",
     "init_mera", "grow", "cold_start", "StuckCheck", "optimize", "OptimizeResult",
-    "energy_per_site", "scaling_dimensions", "ope_coefficients", "central_charge", "isometry_errors", "ascend", "descend", "precision_dtype", "cast_mera",
+    "energy_per_site", "scaling_dimensions", "ope_coefficients", "central_charge",
+    "isometry_errors", "ascend", "descend", "precision_dtype", "cast_mera",
 ]
