@@ -24,7 +24,8 @@ bench/results/mera_ladder_vs_reference.json.
 Outputs in <out>: convergence.png (energy error per sweep), scaling_dims.png (one-site spectrum, and the
 two-site spectrum with each operator's conformal family marked), mera.json (energy error per sweep, timings per
 stage, restarts, scaling dimensions vs the CFT, "conformal_data": the two-site scaling dimensions with their
-reflection parity, CFT label, exact value and family), config.json.
+reflection parity, CFT label, exact value and family; "ope_coefficients": C_σσε (Ising; and C_σσσ for Potts)
+measured vs exact; "central_charge": c from the coarse-grained Hamiltonian on rings, with its method), config.json.
 
   ivhl sim mera                                   # default ladder χ = 6 → 8 (χ_mid 4 → 6), critical Ising
   ivhl sim mera --set chis=6,8,12 --set chi_mids=4,6,8 --set layers=1,2,3 --set steps=2000,1800,1400
@@ -49,7 +50,7 @@ import numpy as np
 from ivhl_jax.core.backend import defaults
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import mera as M
-from ivhl_jax.physics.mera import scaling
+from ivhl_jax.physics.mera import conformal, scaling
 from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
@@ -331,6 +332,14 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
             table = [{**rec, "reflection_parity": int(p)} for rec, p in zip(scaling.identify(two, cfg.model), parity)]
         else:
             table = [{"delta": float(d), "reflection_parity": int(p)} for d, p in zip(two, parity)]
+        # OPE coefficients (tabulated CFTs) and the central charge (a velocity is known for the library's chains)
+        ope: dict[str, Any] = {}
+        if model.cft and cfg.model in conformal.CFT_OPE:
+            try:
+                ope = conformal.ope_coefficients(mera, cfg.model)
+            except ValueError as err:  # a MERA too rough for its operators to match: said, not guessed
+                ope = {"error": str(err)}
+        central = conformal.central_charge(mera, model) if model.cft else None
     summary = {
         "model": model.name, "spin_dimension": model.d, "e0_exact": e0,
         "final_energy": stages[-1]["final_energy"], "final_energy_error": stages[-1]["final_energy_error"],
@@ -338,6 +347,8 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
         "stages": stages, "restarts": restarts,
         "scaling_dimensions": dims, "scaling_dimensions_exact": exact[: len(dims)],
         "conformal_data": table,
+        "ope_coefficients": ope,
+        "central_charge": central,
         "host_cores": host_cores,
     }
     if cfg.model == "ising" and model.cft:
@@ -395,7 +406,12 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
         ax2.legend(uniq.values(), uniq.keys(), title="family", fontsize=8)
     ax2.set_xlabel("k")
     ax2.set_ylabel("Δ_k (lines: CFT)")
-    ax2.set_title("two-site scaling superoperator")
+    facts = [f"{k} = {v['measured']:.4f} ({v['exact']:g})" for k, v in summary.get("ope_coefficients", {}).items()
+             if isinstance(v, dict)]
+    if summary.get("central_charge"):
+        cc = summary["central_charge"]
+        facts.append(f"c = {cc['c']:.4f} ({cc['exact']:g})")
+    ax2.set_title("two-site scaling superoperator" + ("\n" + ", ".join(facts) if facts else ""), fontsize=9)
     paths["scaling_dims.png"] = save_figure(fig, os.path.join(out, "scaling_dims.png"))
     plt.close(fig)
     paths["mera.json"] = write_json(os.path.join(out, "mera.json"), summary)

@@ -35,6 +35,10 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
     assert all(r["reflection_parity"] in (-1, 0, 1) for r in table) and table[1]["primary"] in ("σ", "ε", "1")
     assert len(doc["scaling_dimensions"]) == len(doc["scaling_dimensions_exact"])
     assert abs(doc["scaling_dimensions"][0]) < 1e-8
+    # OPE and central charge are reported (6 sweeps at χ = 4 are far from the CFT: a value or the stated reason)
+    assert set(doc["ope_coefficients"]) in ({"C_σσε"}, {"error"})
+    cc = doc["central_charge"]
+    assert np.isfinite(cc["c"]) and cc["exact"] == 0.5 and "rings" in cc["method"] and len(cc["pairs"]) == 3
     # auto: one core only on a busy host (load average >= its cores) and while every χ <= 12
     small, big = (sim.MERASimConfig(chis=c, steps=(6,) * len(c), layers=(1,) * len(c)) for c in ((4, 12), (8, 16)))
     assert small.cores_to_use(load=2.0, cores=2)[0] == 1 and small.cores_to_use(load=1.9, cores=2)[0] is None
