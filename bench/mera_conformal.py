@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a pickled MERA to continue from (or, with no --ladder, the MERAs to measure)")
     ap.add_argument("--save", default=None, help="pickle each stage's MERA to <SAVE>_chi<chi>.pkl")
     ap.add_argument("--out", default=str(RESULTS / "mera_conformal_data.json"))
+    ap.add_argument("--made-by", default=None, help="the command that made the --load MERAs (recorded)")
     args = ap.parse_args(argv)
     from ivhl_jax import mera as M
     from ivhl_jax.numerics.rollout import trajectory
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     data[args.model] = {"command": "python -m ivhl_jax.bench.mera_conformal " + " ".join(sys.argv[1:] if argv is None
                                                                                         else argv),
                         "stages": stages}
+    if args.made_by:
+        data[args.model]["meras_made_by"] = args.made_by
     out.write_text(json.dumps(data, indent=1, default=float))
     print(f"wrote {out}")
     return 0

@@ -586,3 +586,26 @@ def test_a_chunk_of_sweeps_is_one_program_with_no_host_round_trip():
     assert "while" in text or "scan" in text
     for host in ("callback", "outfeed", "infeed", "send", "recv"):
         assert host not in text.lower(), host
+
+
+@pytest.mark.slow
+def test_a_sweep_at_chi16_is_the_chi8_program_with_larger_contractions():
+    """At χ ≥ 16 the sweep stays one program of a fixed set of contractions: the same number of dot_general ops
+    as at χ = 8, no host round trip, and the compiled work grows with the contractions' size (≥ 2⁶ for χ 8 → 16),
+    not with a loop count (what an accelerator needs: few large matmuls)."""
+    from ivhl_jax.numerics import rollout
+
+    out = {}
+    with jax.enable_x64(True):
+        for chi, mid in ((8, 6), (16, 12)):
+            st = M.evenbly_vidal(M.ising(), M.MERAConfig(chi=chi, chi_mid=mid, layers=2))
+            s0 = jax.eval_shape(lambda st=st: st.init(key=jax.random.key(0)))
+            low = rollout._trajectory.lower(st, s0, 2, 1, M.observe, False, 1)
+            text = low.as_text()
+            cost = low.compile().cost_analysis()
+            cost = cost[0] if isinstance(cost, list) else cost
+            out[chi] = (text.count("dot_general"), float(cost["flops"]), text.lower())
+    assert out[8][0] == out[16][0] > 0
+    assert out[16][1] / out[8][1] >= 2**6, (out[8][1], out[16][1])
+    for host in ("callback", "outfeed", "infeed", "send", "recv"):
+        assert host not in out[16][2], host
