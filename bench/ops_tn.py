@@ -121,13 +121,25 @@ def _ladder(stages: list[tuple[int, int, int]], key: int = 0) -> dict[str, Any]:
             out.append({"chi": chi, "layer_chis": list(mera.chis), "steps": steps, "energy_error": err,
                         "delta_sigma": float(M.scaling_dimensions(mera, 2)[1]),
                         "elapsed_s": round(time.perf_counter() - t0, 2)})
-    return {"stages": out, "total_s": round(time.perf_counter() - t0, 2)}
+    total = round(time.perf_counter() - t0, 2)
+    # the conformal data of the last stage (outside the ladder's clock): OPE C_σσε and the central charge
+    t1 = time.perf_counter()
+    conformal: dict[str, Any] = {}
+    with jax.enable_x64(True):
+        try:
+            conformal["C_σσε"] = M.ope_coefficients(mera, "ising")["C_σσε"]["measured"]
+        except ValueError as exc:  # a MERA too rough for its operators to match (the quick run): said
+            conformal["ope_error"] = str(exc)[:200]
+        conformal["c"] = M.central_charge(mera, M.ising())["c"]
+    conformal["seconds"] = round(time.perf_counter() - t1, 2)
+    return {"stages": out, "total_s": total, "conformal": conformal}
 
 
 def gpu_check(quick: bool) -> dict[str, Any]:
     """MERA sweeps and one ladder for ``bench/gpu_checks.py``: ms per sweep and compile time at χ = 16, 24, 32
     (float32 and float64; χ_mid ≈ ¾ χ; above χ = 16 the bond dimension per layer is 16, χ, χ) and a float64 Ising
-    ladder χ = 8 → 16 → 24 with its energy error and Δσ per stage. ``quick``: χ = 2 and a 2 → 3 ladder of one
+    ladder χ = 8 → 16 → 24 with its energy error and Δσ per stage, then the last stage's C_σσε and central charge
+    (:mod:`ivhl_jax.physics.mera.conformal`). ``quick``: χ = 2 and a 2 → 3 ladder of one
     sweep (CPU-sized, for the test). Returns the records and a ``summary`` (one line per record)."""
     chis = (2,) if quick else (16, 24, 32)
     sweeps, repeats = (1, 1) if quick else (10, 3)
@@ -147,8 +159,11 @@ def gpu_check(quick: bool) -> dict[str, Any]:
     try:
         doc["ladder"] = _ladder(stages)
         last = doc["ladder"]["stages"][-1]
+        conf = doc["ladder"]["conformal"]
+        ope = f"C_σσε {conf['C_σσε']:.4f}" if "C_σσε" in conf else "C_σσε not extracted"
         summary.append(f"ladder to chi={last['chi']}: energy error {last['energy_error']:.2e}, Δσ "
-                       f"{last['delta_sigma']:.5f}, {doc['ladder']['total_s']:.1f} s incl. compilation")
+                       f"{last['delta_sigma']:.5f}, {doc['ladder']['total_s']:.1f} s incl. compilation; {ope}, "
+                       f"c {conf['c']:.4f} ({conf['seconds']:.0f} s)")
     except Exception as exc:  # noqa: BLE001
         doc["ladder"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         summary.append(f"ladder: {doc['ladder']['error']}")

@@ -20,6 +20,10 @@ def test_mera_gpu_check_quick_runs_on_cpu():
     assert [s["chi"] for s in stages] == [2, 3] and stages[-1]["layer_chis"] == [3, 3]
     assert all(math.isfinite(s["energy_error"]) and s["energy_error"] > 0 for s in stages)
     assert len(doc["summary"]) == 3 and doc["summary"][-1].startswith("ladder to chi=3")
+    # the conformal data of the last stage: c always, C_σσε or the reason it could not be extracted
+    conf = doc["ladder"]["conformal"]
+    assert math.isfinite(conf["c"]) and ("C_σσε" in conf or "ope_error" in conf)
+    assert " c " in doc["summary"][-1]
 
 
 def test_sweep_shapes_of_the_gpu_check_fit_their_layers():
