@@ -102,6 +102,15 @@ class Case:
     xfail: str | None = None  # reason, for a function owned elsewhere that does not validate yet
 
 
+def _x64(fn, *args, **kwargs):
+    with jax.enable_x64(True):
+        return fn(*args, **kwargs)
+
+
+def _mera2():
+    return mera.init_mera(jax.random.key(0), mera.MERAConfig(chi=2, layers=1))
+
+
 def _grid():
     return C.Grid.uniform((16,), 8.0)
 
@@ -649,6 +658,10 @@ CASES += [
                              b), "chi", st.one_of(bad_size, st.sampled_from([2, 3]))),
     Case("mera.random_isometry/rows", lambda b: mera.config.random_isometry(jax.random.key(0), b, 2), "rows",
          st.one_of(bad_size, st.just(1))),
+    Case("mera.central_charge/velocity", lambda b: _x64(mera.central_charge, _mera2(), mera.ising(), velocity=b),
+         "velocity", st.one_of(bad_positive, st.sampled_from(["2", [2.0]]))),
+    Case("mera.ope_coefficients/cft", lambda b: _x64(mera.ope_coefficients, _mera2(), b), "cft",
+         st.sampled_from(["tricritical", "", 3, "xx"])),
     Case("mera.ising/g", mera.ising, "g", bad_finite),
     Case("mera.potts/f", mera.potts, "f", bad_finite),
     Case("mera.two_site/term", mera.two_site, "term",
