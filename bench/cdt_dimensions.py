@@ -12,6 +12,17 @@ apart (a sweep = N2 attempts). Each configuration gives:
   d_s(σ) = −2 d ln P / d ln σ with jackknife errors over configurations, and the mixing time σ*
   (P(σ*) = 2/N) whose scaling σ* ∝ N^{2/d_s} is the finite-size estimate of d_s.
 
+``--thermal-every K`` records N0 and <r> of every chain after each block of K thermalisation sweeps (has the
+start, a regular torus, been forgotten?). ``--walk-origins`` diffuses only the first few BFS origins (the
+walk costs O(sigma_max E) per origin, the BFS O(E)); ``--seed`` makes independent chains, and ``--from-raw``
+pools the configurations of runs with different seeds at one volume.
+
+Finite-size scaling (:func:`analyse`): besides the unweighted offset fit of :func:`cdt.hausdorff_from_scaling`
+on every run of >= 4 consecutive volumes and the local exponents between neighbouring volumes, each form of
+:func:`_forms` is fitted weighted by the standard errors of the mean over configurations (chi2/dof reported),
+over N2 >= each volume and over 4096 .. each larger volume, with a bootstrap over configurations for the
+widest ranges.
+
 Writes ``bench/results/cdt_hausdorff_scaling.json`` and ``bench/results/cdt_spectral_dimension.json``
 (each with the command that made it)::
 
@@ -26,6 +37,7 @@ import math
 import pathlib
 import sys
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -66,13 +78,33 @@ def _graphs(state):
     return {"vertex": _compact(vs, vd, vert_alive), "dual": _compact(ds, dd, tri_alive)}
 
 
-def run(volumes, chains, thermal, measurements, gap, origins, sigma_factor, mix_limit, seed=0, log=print,
-        dump=None):
-    from ivhl_jax import cdt, trajectory
+def _configuration(geo, rng, origins, walk_origins, steps_for, rec=None):
+    """Mean BFS distances (and, with ``rec``, the return probabilities) of one configuration."""
     from ivhl_jax.physics.cdt import spectral
 
+    r = {}
+    for name, (s, d, n) in _graphs(geo).items():
+        o = rng.choice(n, origins, replace=False)
+        r[name] = _bfs_mean_distance(s, d, n, o)
+        if rec is None:
+            continue
+        rec["mean_distance"][name].append(r[name])
+        rec["n_nodes"][name].append(n)
+        if walk_origins:
+            p = spectral.graph_return_probability(jnp.asarray(s, jnp.int32), jnp.asarray(d, jnp.int32),
+                                                  jnp.ones(n, bool), jnp.asarray(o[:walk_origins], jnp.int32),
+                                                  steps_for(n))
+            rec["p"][name].append(np.asarray(p).mean(0).tolist())
+    return r
+
+
+def run(volumes, chains, thermal, measurements, gap, origins, sigma_factor, mix_limit, seed=0, log=print,
+        dump=None, walk_origins=None, thermal_every=0):
+    from ivhl_jax import cdt, trajectory
+
+    walk_origins = origins if walk_origins is None else walk_origins
     rng = np.random.default_rng(seed)
-    out = []
+    out: list[dict] = []
     for n2 in volumes:
         t_slices = max(3, int(round(math.sqrt(n2) / 2)))
         length = max(3, n2 // (2 * t_slices))
@@ -84,31 +116,55 @@ def run(volumes, chains, thermal, measurements, gap, origins, sigma_factor, mix_
         def advance(c, sweeps, st=stepper):
             return jax.jit(jax.vmap(lambda x: trajectory(st, x, sweeps, save_every=sweeps, observe=cdt.observe)[0]))(c)
 
+        def chain_geometry(ch, c):
+            return jax.tree_util.tree_map(lambda x: x[c], ch.geometry)
+
         t0 = time.perf_counter()
-        chain = advance(chain, thermal)
-        jax.block_until_ready(chain)
+        # thermalisation in blocks of ``thermal_every`` sweeps, each followed by N0 and <r> of every chain: the
+        # series shows whether the start (a regular torus) has been forgotten
+        series: dict[str, list] = {"sweeps": [], "n0": [], "vertex": [], "dual": []}
+        done = 0
+        while done < thermal:
+            block = thermal - done if thermal_every <= 0 else min(thermal_every, thermal - done)
+            chain = advance(chain, block)
+            jax.block_until_ready(chain)
+            done += block
+            if thermal_every > 0:
+                rows = [(int(g.n0), _configuration(g, rng, origins, 0, None))
+                        for g in (chain_geometry(chain, c) for c in range(chains))]
+                series["sweeps"].append(done)
+                series["n0"].append([n0 for n0, _ in rows])
+                for name in ("vertex", "dual"):
+                    series[name].append([r[name] for _, r in rows])
+                log(f"N2={n2}: {done}/{thermal} thermalisation sweeps ({time.perf_counter() - t0:.0f} s), "
+                    f"N0 {np.mean(series['n0'][-1]):.0f}, <r> vertex {np.mean(series['vertex'][-1]):.3f} "
+                    f"dual {np.mean(series['dual'][-1]):.3f}")
         t_therm = time.perf_counter() - t0
         sigma_max = int(sigma_factor * math.sqrt(n2))
         grid = np.unique(np.geomspace(2, sigma_max, 40).astype(int))
         rec = {"n2_target": n2, "n_slices": t_slices, "chains": chains, "thermal_sweeps": thermal,
                "thermal_seconds": round(t_therm, 1), "sigma_max": sigma_max, "sigma_grid": grid.tolist(),
+               "gap": gap, "origins": origins, "walk_origins": walk_origins, "seed": seed,
                "n2": [], "mean_distance": {"vertex": [], "dual": []}, "p": {"vertex": [], "dual": []},
-               "n_nodes": {"vertex": [], "dual": []}}
+               "n_nodes": {"vertex": [], "dual": []}, "chain": [], "thermal_series": series}
+
+        def steps_for(n, n2=n2, sigma_max=sigma_max):
+            # N steps (past the mixing time) where affordable, else the short-time window only
+            return n if n2 <= mix_limit else min(n, sigma_max)
+
         for m in range(measurements):
             if m:
                 chain = advance(chain, gap)
             for c in range(chains):
-                geo = jax.tree_util.tree_map(lambda x, c=c: x[c], chain.geometry)
+                geo = chain_geometry(chain, c)
                 rec["n2"].append(int(geo.n2))
-                for name, (s, d, n) in _graphs(geo).items():
-                    o = rng.choice(n, origins, replace=False)
-                    rec["mean_distance"][name].append(_bfs_mean_distance(s, d, n, o))
-                    # N steps (past the mixing time) where affordable, else the short-time window only
-                    steps = n if n2 <= mix_limit else min(n, sigma_max)
-                    p = spectral.graph_return_probability(jnp.asarray(s, jnp.int32), jnp.asarray(d, jnp.int32),
-                                                    jnp.ones(n, bool), jnp.asarray(o, jnp.int32), steps)
-                    rec["p"][name].append(np.asarray(p).mean(0).tolist())
-                    rec["n_nodes"][name].append(n)
+                rec["chain"].append(c)
+                _configuration(geo, rng, origins, walk_origins, steps_for, rec)
+            log(f"N2={n2}: measurement {m + 1}/{measurements} ({time.perf_counter() - t0:.0f} s), <r> vertex "
+                f"{np.mean(rec['mean_distance']['vertex'][-chains:]):.3f} "
+                f"dual {np.mean(rec['mean_distance']['dual'][-chains:]):.3f}")
+            if dump is not None:
+                dump([*out, rec])
         rec["seconds"] = round(time.perf_counter() - t0, 1)
         log(f"N2={n2}: T={t_slices}, <N2>={np.mean(rec['n2']):.0f}, thermalised in {t_therm:.0f} s, "
             f"<r> vertex {np.mean(rec['mean_distance']['vertex']):.2f} dual {np.mean(rec['mean_distance']['dual']):.2f}"
@@ -116,6 +172,113 @@ def run(volumes, chains, thermal, measurements, gap, origins, sigma_factor, mix_
         out.append(rec)
         if dump is not None:
             dump(out)
+    return out
+
+
+# correction-to-scaling forms of <r>(N) tried for d_H (each reported; none is singled out): name ->
+# (model(N, *params), start values from (N, <r>)); 1/d_H is the parameter ``p``
+def _forms():
+    def power(n, b, p):
+        return b * n**p
+
+    def offset(n, a, b, p):
+        return a + b * n**p
+
+    def offset_sqrt(n, a, b, p, c):
+        return a + b * n**p + c * n**-0.5
+
+    def power_omega(n, b, p, c, w):
+        return b * n**p * (1.0 + c * n**-w)
+
+    return {
+        "power: <r> = b N^(1/d_H)": (power, lambda x, y: (y[-1] / math.sqrt(x[-1]), 0.5)),
+        "offset: <r> = a + b N^(1/d_H)": (offset, lambda x, y: (0.0, y[-1] / math.sqrt(x[-1]), 0.5)),
+        "offset + 1/sqrt(N): <r> = a + b N^(1/d_H) + c N^(-1/2)":
+            (offset_sqrt, lambda x, y: (0.0, y[-1] / math.sqrt(x[-1]), 0.5, 0.0)),
+        "power x (1 + c N^-omega), 0.05 <= omega <= 2":
+            (power_omega, lambda x, y: (y[-1] / math.sqrt(x[-1]), 0.5, 0.1, 0.5)),
+    }
+
+
+_BOUNDS = {"power_omega": ([0.0, 0.05, -np.inf, 0.05], [np.inf, 2.0, np.inf, 2.0])}
+
+
+def _weighted_fit(model, start, x, y, e):
+    """Least squares weighted by the standard errors ``e`` (absolute): (d_H, error, chi2/dof) or None."""
+    from scipy.optimize import curve_fit
+
+    x, y, e = np.asarray(x, float), np.asarray(y, float), np.asarray(e, float)
+    k = len(start(x, y))
+    if x.size <= k:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a degenerate fit shows as an infinite or huge error, reported
+            par, cov = curve_fit(model, x, y, p0=start(x, y), sigma=e, absolute_sigma=True, maxfev=2000,
+                                 bounds=_BOUNDS.get(model.__name__, (-np.inf, np.inf)))
+    except (RuntimeError, ValueError):
+        return None
+    i = 1 if model.__name__ in ("power", "power_omega") else 2
+    p, perr = par[i], math.sqrt(max(cov[i, i], 0.0))
+    chi2 = float(np.sum(((model(x, *par) - y) / e) ** 2))
+    if not (np.isfinite(p) and p > 0):
+        return None
+    lo, hi = _BOUNDS.get(model.__name__, ([-np.inf] * len(par), [np.inf] * len(par)))
+    if np.any(np.isclose(par, lo) | np.isclose(par, hi)):
+        return None  # ran into a bound of the search: no fit
+    # an undetermined parameter (a degenerate form) has an infinite error: reported as None
+    return float(1.0 / p), (float(perr / p**2) if np.isfinite(perr) else None), chi2 / (x.size - k)
+
+
+def _chain_labels(r):
+    """The chain of each configuration of a record (older records: measurement-major, chain-minor order)."""
+    return [str(c) for c in r.get("chain") or [j % r["chains"] for j in range(len(r["n2"]))]]
+
+
+def _mean_error(samples, labels):
+    """(standard error over configurations, standard error over chain means or None with < 2 chains).
+
+    Configurations of one chain are correlated, so the first can be too small; the chain means are independent."""
+    x = np.asarray(samples, float)
+    se_conf = float(np.std(x, ddof=1) / math.sqrt(x.size))
+    chains = sorted(set(labels))
+    if len(chains) < 2:
+        return se_conf, None
+    means = np.asarray([x[[lab == c for lab in labels]].mean() for c in chains])
+    return se_conf, float(np.std(means, ddof=1) / math.sqrt(means.size))
+
+
+def _scaling_fits(vols, samples, errors=None, n_boot=200, seed=0):
+    """Weighted fits of every form over the ranges N2 >= each volume (to the largest) and 4096 .. each of the
+    larger volumes, weighted by ``errors`` (default: the standard errors over configurations); for the fits
+    from 4096 and from the smallest volume to the largest a bootstrap over configurations (each volume's
+    configurations resampled, the fit repeated) gives a second error."""
+    vols = np.asarray(vols, float)
+    mean = np.asarray([np.mean(s) for s in samples])
+    err = np.asarray([np.std(s, ddof=1) / math.sqrt(len(s)) for s in samples] if errors is None else errors)
+    ranges = {(k, len(vols)) for k in range(len(vols))}
+    k4 = int(np.searchsorted(vols, 4000.0))
+    ranges |= {(k4, j) for j in range(k4 + 4, len(vols) + 1)}
+    rng = np.random.default_rng(seed)
+    boot = [np.asarray([np.mean(rng.choice(s, len(s))) for s in samples]) for _ in range(n_boot)]
+    out: dict[str, Any] = {}
+    for name, (model, start) in _forms().items():
+        rows = {}
+        for k, j in sorted(ranges):
+            fit = _weighted_fit(model, start, vols[k:j], mean[k:j], err[k:j])
+            if fit is None:
+                continue
+            row: dict[str, float | None] = {"d_H": fit[0], "error": fit[1], "chi2_per_dof": fit[2]}
+            # (no bootstrap for the bounded four-parameter form: each of its fits is a slow bounded search)
+            if (k in (0, k4)) and j == len(vols) and model.__name__ not in _BOUNDS:
+                fits = [_weighted_fit(model, start, vols[k:j], b[k:j], err[k:j]) for b in boot]
+                d = np.asarray([f[0] for f in fits if f])
+                # a fit that ran away (far outside the bulk of the resamples) is dropped and counted
+                d = d[np.abs(d - np.median(d)) < 10 * (np.percentile(d, 84) - np.percentile(d, 16)) + 1e-12]
+                row["bootstrap_error"] = float(np.std(d))
+                row["bootstrap_fits"] = int(d.size)
+            rows[f"N2={vols[k]:.0f}..{vols[j - 1]:.0f}"] = row
+        out[name] = rows
     return out
 
 
@@ -128,8 +291,9 @@ def analyse(records):
     spec: dict[str, Any] = {"volumes": vols, "per_volume": []}
     for graph in ("vertex", "dual"):
         dist = [float(np.mean(r["mean_distance"][graph])) for r in records]
-        derr = [float(np.std(r["mean_distance"][graph], ddof=1) / math.sqrt(len(r["mean_distance"][graph])))
-                for r in records]
+        # error of each mean: the larger of the standard errors over configurations and over chain means
+        both = [_mean_error(r["mean_distance"][graph], _chain_labels(r)) for r in records]
+        derr = [max(c, ch if ch is not None else 0.0) for c, ch in both]
         fits = {}
         # <r> = a + b N2^(1/d_H) on every run of >= 4 consecutive volumes: dropping the smallest shows the
         # lattice drift, dropping the largest shows how far the largest volumes move the estimate
@@ -141,11 +305,15 @@ def analyse(records):
             slope = math.log(dist[k + 1] / dist[k]) / math.log(vols[k + 1] / vols[k])
             rel = math.hypot(derr[k] / dist[k], derr[k + 1] / dist[k + 1]) / math.log(vols[k + 1] / vols[k])
             fits[f"local_{vols[k]:.0f}_{vols[k + 1]:.0f}"] = [1.0 / slope, rel / slope**2]
-        haus[graph] = {"mean_distance": dist, "mean_distance_error": derr, "fits": fits}
+        haus[graph] = {"mean_distance": dist, "mean_distance_error": derr, "fits": fits,
+                       "mean_distance_error_configurations": [c for c, _ in both],
+                       "mean_distance_error_chains": [ch for _, ch in both],
+                       "weighted_fits": _scaling_fits(vols, [r["mean_distance"][graph] for r in records], derr)}
     for graph in ("vertex", "dual"):
         mix, mix_err = [], []
         rows = []
-        for r in records:
+        walked = [r for r in records if r["p"][graph]]  # runs with --walk-origins 0 have no walks
+        for r in walked:
             width = min(len(row) for row in r["p"][graph])
             p = np.asarray([row[:width] for row in r["p"][graph]])  # (configs, steps + 1)
             grid = np.asarray(r["sigma_grid"])
@@ -180,7 +348,7 @@ def analyse(records):
                          "mixing_time": mix[-1], "mixing_time_error": mix_err[-1]})
         spec["per_volume"] += rows
         have = [i for i, t in enumerate(mix) if np.isfinite(t)]
-        nn = [float(np.mean(records[i]["n_nodes"][graph])) for i in have]
+        nn = [float(np.mean(walked[i]["n_nodes"][graph])) for i in have]
         mix, mix_err = [mix[i] for i in have], [mix_err[i] for i in have]
         fits = {}
         for k in range(len(nn)):
@@ -198,6 +366,44 @@ def analyse(records):
     return haus, spec
 
 
+def _pool(records):
+    """Records of one volume (same walk length) as one: configurations concatenated, schedules listed."""
+    if len(records) == 1:
+        return records[0]
+    out = {**records[0], "n2": [], "chain": [], "runs": []}
+    for key in ("mean_distance", "p", "n_nodes"):
+        out[key] = {g: [x for r in records for x in r[key][g]] for g in records[0][key]}
+    for i, r in enumerate(records):
+        out["n2"] += r["n2"]
+        out["chain"] += [f"{i}.{c}" for c in r.get("chain", [j % r["chains"] for j in range(len(r["n2"]))])]
+        out["runs"].append({"seed": r.get("seed", 0)}
+                           | {k: r[k] for k in ("chains", "thermal_sweeps", "gap", "origins", "walk_origins") if k in r}
+                           | {"configurations": len(r["n2"])})
+    out["thermal_series_runs"] = [{"seed": r.get("seed", 0), **r.get("thermal_series", {})} for r in records]
+    out["chains"] = sum(r["chains"] for r in records)
+    out["thermal_sweeps"] = min(r["thermal_sweeps"] for r in records)
+    return out
+
+
+def load_raw(paths):
+    """Raw record files of earlier runs as one record per volume, sorted by volume.
+
+    Where several runs measured a volume, those whose walks went furthest are used; runs with different
+    seeds (independent chains) have their configurations pooled, of runs with the same seed (the same
+    chains) the first file's is kept.
+    """
+    best: dict = {}
+    for f in paths:
+        for r in json.loads(pathlib.Path(f).read_text()):
+            steps = min((len(row) for row in r["p"]["dual"]), default=0)
+            v = r["n2_target"]
+            if v not in best or steps > best[v][0]:
+                best[v] = (steps, [r])
+            elif steps == best[v][0] and r.get("seed", 0) not in [q.get("seed", 0) for q in best[v][1]]:
+                best[v][1].append(r)
+    return [_pool(best[v][1]) for v in sorted(best)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--volumes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
@@ -209,7 +415,12 @@ def main(argv=None) -> int:
     ap.add_argument("--sigma-factor", type=float, default=4.0, help="sigma_max = factor * sqrt(N2)")
     ap.add_argument("--mix-limit", type=int, default=16384,
                     help="volumes N2 up to this diffuse N steps (past the mixing time: d_s by scaling)")
-    ap.add_argument("--raw", default=None, help="also dump the raw records to this JSON file (after each volume)")
+    ap.add_argument("--seed", type=int, default=0, help="chains use keys seed + N2; origins rng(seed)")
+    ap.add_argument("--walk-origins", type=int, default=None,
+                    help="origins (of the --origins BFS origins) diffused by the walk; 0: no walk (default: all)")
+    ap.add_argument("--thermal-every", type=int, default=0,
+                    help="record N0 and <r> of every chain every this many thermalisation sweeps (0: never)")
+    ap.add_argument("--raw", default=None, help="also dump the raw records to this JSON file (after each measurement)")
     ap.add_argument("--from-raw", nargs="+", default=None,
                     help="analyse raw record files of earlier runs (concatenated, sorted by volume) instead of running")
     ap.add_argument("--run-command", action="append", default=[],
@@ -218,22 +429,15 @@ def main(argv=None) -> int:
     command = "python -m ivhl_jax.bench.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_raw:
         command = "python -m ivhl_jax.bench.cdt_dimensions --from-raw " + " ".join(args.from_raw)
-        # one record per volume: where several runs measured it, the one whose walks went furthest (on a tie
-        # the first file given)
-        best: dict = {}
-        for f in args.from_raw:
-            for r in json.loads(pathlib.Path(f).read_text()):
-                steps = min(len(row) for row in r["p"]["dual"])
-                if r["n2_target"] not in best or steps > best[r["n2_target"]][0]:
-                    best[r["n2_target"]] = (steps, r)
-        records = [best[v][1] for v in sorted(best)]
+        records = load_raw(args.from_raw)
     else:
         def dump(recs):
             if args.raw:
                 pathlib.Path(args.raw).write_text(json.dumps(recs))
 
         records = run(args.volumes, args.chains, args.thermal, args.measurements, args.gap, args.origins,
-                      args.sigma_factor, args.mix_limit, log=lambda s: print(s, flush=True), dump=dump)
+                      args.sigma_factor, args.mix_limit, log=lambda s: print(s, flush=True), dump=dump,
+                      walk_origins=args.walk_origins, thermal_every=args.thermal_every, seed=args.seed)
     haus, spec = analyse(records)
     meta: dict[str, Any] = {"command": command}
     if args.run_command:
@@ -241,8 +445,20 @@ def main(argv=None) -> int:
     meta["engine"] = "host (list proposals), eps = 0.02, lambda = ln 2, fixed N2 = target"
     meta["per_volume_schedule"] = [
         {"n2": r["n2_target"], "n_slices": r["n_slices"], "chains": r["chains"], "thermal_sweeps": r["thermal_sweeps"],
-         "configurations": len(r["n2"]), "walk_steps": {g: min(len(q) for q in r["p"][g]) - 1 for g in r["p"]}}
+         "configurations": len(r["n2"]), "gap": r.get("gap"), "origins": r.get("origins"),
+         "walk_origins": r.get("walk_origins", r.get("origins")),
+         "walk_steps": {g: min((len(q) for q in r["p"][g]), default=1) - 1 for g in r["p"]}}
+        | ({"runs": r["runs"]} if "runs" in r else {})
         for r in records]
+    # N0 and <r> (mean over a run's chains) after each block of thermalisation sweeps, per run where recorded
+    meta["thermalisation_series"] = {
+        str(r["n2_target"]): [{"seed": t.get("seed", 0), "sweeps": t["sweeps"],
+                               **{k: [float(np.mean(v)) for v in t[k]] for k in ("n0", "vertex", "dual")}}
+                              for t in r.get("thermal_series_runs", [{"seed": r.get("seed", 0),
+                                                                      **r.get("thermal_series", {})}])
+                              if t.get("sweeps")]
+        for r in records}
+    meta["thermalisation_series"] = {k: v for k, v in meta["thermalisation_series"].items() if v}
     (RESULTS / "cdt_hausdorff_scaling.json").write_text(json.dumps({**meta, **haus}, indent=1))
     spec_meta = {**meta, "walk": "lazy random walk, stay probability 1/2, exact diffusion per origin",
                  "d_s_error": "jackknife over configurations"}

@@ -1,0 +1,74 @@
+"""bench.cdt_dimensions: a tiny run's records, pooling of raw records, and the scaling fits on known laws."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from ivhl_jax.bench import cdt_dimensions as cd
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return cd.run([256], chains=2, thermal=6, measurements=2, gap=2, origins=3, sigma_factor=1.0, mix_limit=0,
+                  walk_origins=1, thermal_every=3, log=lambda s: None)
+
+
+def test_run_records_configurations_walks_and_thermal_series(tiny):
+    (r,) = tiny
+    assert r["n2_target"] == 256 and r["n_slices"] == 8
+    assert r["n2"] == [256] * 4 and r["chain"] == [0, 1, 0, 1]
+    for g, nodes in (("vertex", 128), ("dual", 256)):
+        assert r["n_nodes"][g] == [nodes] * 4
+        assert len(r["mean_distance"][g]) == 4 and all(d > 1 for d in r["mean_distance"][g])
+        # one walk per configuration to sigma_max = sqrt(N2) steps, P(0) = 1
+        assert [len(p) for p in r["p"][g]] == [17] * 4 and all(p[0] == pytest.approx(1.0) for p in r["p"][g])
+    ts = r["thermal_series"]
+    assert ts["sweeps"] == [3, 6] and ts["n0"] == [[128, 128], [128, 128]]
+    assert np.shape(ts["vertex"]) == (2, 2) and np.shape(ts["dual"]) == (2, 2)
+
+
+def test_load_raw_pools_independent_seeds_and_keeps_one_copy_of_a_chain(tiny, tmp_path):
+    (r,) = tiny
+    other = {**r, "seed": 7, "mean_distance": {g: [x + 1 for x in v] for g, v in r["mean_distance"].items()}}
+    short = {**r, "seed": 9, "p": {g: [p[:5] for p in v] for g, v in r["p"].items()}}
+    for name, recs in (("a", [r]), ("b", [r, other]), ("c", [short])):
+        (tmp_path / f"{name}.json").write_text(json.dumps(recs))
+    (pooled,) = cd.load_raw([tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"])
+    # the same seed read twice counts once; a shorter walk is not pooled; the other seed adds its configurations
+    assert len(pooled["n2"]) == 8 and pooled["chains"] == 4
+    assert pooled["mean_distance"]["vertex"] == r["mean_distance"]["vertex"] + other["mean_distance"]["vertex"]
+    assert [run["configurations"] for run in pooled["runs"]] == [4, 4]
+
+
+def _samples(law, vols, rel, n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return [law(v) * (1 + rel * rng.standard_normal(n)) for v in vols]
+
+
+def test_scaling_fits_recover_known_exponents():
+    vols = [1024.0 * 2**k for k in range(11)]
+    # <r> = 3 + 0.7 N^(1/2): the offset form finds d_H = 2 within its error, with chi2/dof near 1;
+    # the pure power law, blind to the offset, reads a larger d_H
+    fits = cd._scaling_fits(vols, _samples(lambda v: 3 + 0.7 * math.sqrt(v), vols, 0.01), n_boot=40)
+    off = fits["offset: <r> = a + b N^(1/d_H)"]["N2=4096..1048576"]
+    assert abs(off["d_H"] - 2) < 3 * off["error"] and off["error"] < 0.1
+    assert off["chi2_per_dof"] < 3 and 0 < off["bootstrap_error"] < 3 * off["error"]
+    assert fits["power: <r> = b N^(1/d_H)"]["N2=4096..1048576"]["d_H"] > 2.02
+    # a pure power law with d_H = 2.5: the power form finds it
+    fits = cd._scaling_fits(vols, _samples(lambda v: 0.9 * v**0.4, vols, 0.01, seed=1), n_boot=2)
+    pw = fits["power: <r> = b N^(1/d_H)"]["N2=1024..1048576"]
+    assert abs(pw["d_H"] - 2.5) < 3 * pw["error"] and pw["error"] < 0.05
+
+
+def test_mean_error_sees_correlated_configurations_through_chain_means():
+    # two chains whose configurations sit at different levels: the spread within each is small, so the error
+    # over configurations understates the uncertainty of the mean; the error over chain means shows it
+    x = [10.0, 10.1, 10.0, 10.1, 12.0, 12.1, 12.0, 12.1]
+    labels = ["0"] * 4 + ["1"] * 4
+    conf, chains = cd._mean_error(x, labels)
+    assert conf == pytest.approx(np.std(x, ddof=1) / math.sqrt(8))
+    assert chains == pytest.approx(1.0) and chains > conf
+    assert cd._mean_error(x, ["0"] * 8)[1] is None
+    assert cd._chain_labels({"chains": 2, "n2": [1, 1, 1, 1]}) == ["0", "1", "0", "1"]
