@@ -32,7 +32,7 @@ def measure(mera: Any, model: Any, name: str) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     ch = conformal.two_site_channels(mera, 16)
-    two = [dict(rec, reflection_parity=None) for rec in scaling.identify(ch.dims[:12], name)]
+    two = scaling.identify(ch.dims[:12], name)
     rec: dict[str, Any] = {
         "layer_chis": list(mera.chis), "layer_chi_mids": list(mera.chi_mids),
         "energy_error": float(M.energy_per_site(mera, _terms(model)) - model.e0),
@@ -65,41 +65,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--made-by", default=None, help="the command that made the --load MERAs (recorded)")
     args = ap.parse_args(argv)
     from ivhl_jax import mera as M
-    from ivhl_jax.numerics.rollout import trajectory
+    from ivhl_jax.bench.ops_tn import ladder_stages
 
     model = {"ising": M.ising, "xx": M.xx, "potts": M.potts}[args.model]()
-    refsym = model.reflection_symmetric
     stages: list[dict[str, Any]] = []
     with jax.enable_x64(True):
-        key = jax.random.key(0)
-        mera = None
+        start = None
         if args.load and args.ladder:
             with open(args.load[0], "rb") as f:
-                mera = jax.tree.map(jax.numpy.asarray, pickle.load(f))
-        for k, spec in enumerate(args.ladder):
+                start = jax.tree.map(jax.numpy.asarray, pickle.load(f))
+        configs = []
+        for spec in args.ladder:
             chi, mid, layers, n = (int(x) for x in spec.split("/"))
-            st = M.evenbly_vidal(model, M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, refsym=refsym))
-            t0 = time.perf_counter()
-            if mera is None:
-                state, first, _ = M.cold_start(st, key, model.e0, 50, M.StuckCheck(), log=print, limit=n)
-                n -= first.shape[0]
-            else:
-                state = st.init(mera=M.grow(mera, jax.random.fold_in(key, k), chi, mid, layers=layers, refsym=refsym))
-            done = 0
-            while done < n:
-                m = min(200, n - done)
-                state, e = trajectory(st, state, m, observe=M.observe)
-                done += m
-                print(f"chi={chi}: {done}/{n} sweeps, energy error {float(e[-1]) - model.e0:.3e} "
-                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
-            mera = state.mera
+            configs.append((M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, refsym=model.reflection_symmetric), n))
+        t0 = time.perf_counter()
+        for k, mera, _ in ladder_stages(model, configs, log=lambda line: print(line, flush=True), report_every=200,
+                                        start=start):
+            chi = configs[k][0].chi
             if args.save:
                 with open(f"{args.save}_chi{chi}.pkl", "wb") as f:
                     pickle.dump(jax.tree.map(np.asarray, mera), f)
-            rec = {"stage": spec, "sweep_seconds": round(time.perf_counter() - t0, 1), **measure(mera, model,
-                                                                                                 args.model)}
+            rec = {"stage": args.ladder[k], "sweep_seconds": round(time.perf_counter() - t0, 1),
+                   **measure(mera, model, args.model)}
             stages.append(rec)
             print(json.dumps({k: rec[k] for k in ("stage", "energy_error", "one_site_dims")}), flush=True)
+            t0 = time.perf_counter()
         for path in (args.load or []) if not args.ladder else []:
             with open(path, "rb") as f:
                 mera = jax.tree.map(jax.numpy.asarray, pickle.load(f))

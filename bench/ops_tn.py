@@ -91,34 +91,58 @@ def _time_sweeps(cfg: M.MERAConfig, dtype: Any, sweeps: int, repeats: int) -> di
             "ms_per_sweep": round(ms, 3), "isometry_error": iso}
 
 
+def ladder_stages(model: Any, stages: list[tuple[Any, int]], key: int = 0, log: Any = None, report_every: int = 0,
+                  start: Any = None):
+    """Run a bond-dimension ladder ``[(MERAConfig, steps), ...]`` of ``model`` in float64: a cold start checked for
+    stuck starts (when the first stage reaches the check) or the MERA ``start``, then :func:`mera.grow` into each
+    stage's configuration. Yields ``(k, mera, energies)`` after each stage (energies per sweep of the stage). With
+    ``report_every`` > 0 the sweeps run in pieces of that many and each piece's energy error goes to ``log``
+    (call inside ``jax.enable_x64(True)``)."""
+    mera = start
+    for k, (cfg, steps) in enumerate(stages):
+        st = M.evenbly_vidal(model, cfg)
+        t0 = time.perf_counter()
+        first = np.zeros((0,))
+        if mera is None:
+            if steps >= M.StuckCheck.after:
+                state, first, _ = M.cold_start(st, jax.random.key(key), model.e0, 50, log=log, limit=steps)
+            else:
+                state = st.init(key=jax.random.key(key))
+        else:
+            state = st.init(mera=M.grow(mera, jax.random.fold_in(jax.random.key(key), k), cfg.chi, cfg.chi_mid,
+                                        layers=cfg.layers, refsym=cfg.refsym))
+        energies = [first]
+        rest = steps - first.shape[0]
+        while rest > 0:
+            n = min(report_every, rest) if report_every > 0 else rest
+            state, e = trajectory(st, state, n, observe=M.observe)
+            energies.append(np.asarray(e))
+            rest -= n
+            if report_every > 0 and log is not None:
+                log(f"chi={cfg.chi}: {steps - rest}/{steps} sweeps, energy error {float(e[-1]) - model.e0:.3e} "
+                    f"({time.perf_counter() - t0:.0f} s)")
+        mera = state.mera
+        yield k, mera, np.concatenate(energies)
+
+
 def _ladder(stages: list[tuple[int, int, int]], key: int = 0) -> dict[str, Any]:
-    """A float64 Ising ladder ``[(chi, chi_mid, steps), ...]`` (checked cold start, then ``grow``), every compilation
-    included in the clock: energy error and Δσ after each stage."""
+    """A float64 Ising ladder ``[(chi, chi_mid, steps), ...]`` (:func:`ladder_stages`), every compilation included
+    in the clock: energy error and Δσ after each stage."""
     out = []
     t0 = time.perf_counter()
-    mera = None
+    configs = []
+    for k, (chi, mid, steps) in enumerate(stages):
+        layers = 1 if len(stages) < 3 else min(1 + k, 3)
+        # u_delay=0 as in the timed sweeps (a quick run reuses their compiled program for its first stage)
+        if chi > 16:  # the bottom carries 16 (d²); a second layer reaches χ
+            cfg = M.MERAConfig(chi=(16, chi, chi), chi_mid=(4, min(mid, 16), mid), layers=2, u_delay=0)
+        else:
+            cfg = M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, u_delay=0)
+        configs.append((cfg, steps))
     with jax.enable_x64(True):
-        for k, (chi, mid, steps) in enumerate(stages):
-            layers = 1 if len(stages) < 3 else min(1 + k, 3)
-            # u_delay=0 as in the timed sweeps (a quick run reuses their compiled program for its first stage)
-            if chi > 16:  # the bottom carries 16 (d²); a second layer reaches χ
-                cfg = M.MERAConfig(chi=(16, chi, chi), chi_mid=(4, min(mid, 16), mid), layers=2, u_delay=0)
-            else:
-                cfg = M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, u_delay=0)
-            st = M.evenbly_vidal(M.ising(), cfg)
-            first = np.zeros((0,))
-            if mera is None:
-                if steps >= M.StuckCheck.after:
-                    state, first, _ = M.cold_start(st, jax.random.key(key), M.E0_CRITICAL_ISING, 50, limit=steps)
-                else:
-                    state = st.init(key=jax.random.key(key))
-            else:
-                state = st.init(mera=M.grow(mera, jax.random.fold_in(jax.random.key(key), k), cfg.chi, cfg.chi_mid,
-                                            layers=cfg.layers, refsym=True))
-            state, e = trajectory(st, state, steps - first.shape[0], observe=M.observe)
-            mera = state.mera
-            err = float(np.asarray(e)[-1]) - M.E0_CRITICAL_ISING
-            out.append({"chi": chi, "layer_chis": list(mera.chis), "steps": steps, "energy_error": err,
+        for k, mera, e in ladder_stages(M.ising(), configs, key):
+            out.append({"chi": stages[k][0], "layer_chis": list(mera.chis), "steps": stages[k][2],
+                        "energy_error": float(e[-1]) - M.E0_CRITICAL_ISING,
                         "delta_sigma": float(M.scaling_dimensions(mera, 2)[1]),
                         "elapsed_s": round(time.perf_counter() - t0, 2)})
     total = round(time.perf_counter() - t0, 2)

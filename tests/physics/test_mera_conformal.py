@@ -21,6 +21,10 @@ from ivhl_jax.physics.mera import conformal as C
 from ivhl_jax.physics.mera.models import blocked_terms
 
 
+def _velocity(model):
+    return dict(model.cft)["velocity"]
+
+
 def _optimised(model, chi, mid, layers, sweeps, key=0, start=None):
     st = M.evenbly_vidal(model, M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, refsym=True, u_delay=3))
     state = st.init(key=jax.random.key(key)) if start is None else st.init(mera=start)
@@ -160,15 +164,15 @@ def test_central_charge_formula_on_exact_ring_energies():
         k = 2 * np.pi * (np.arange(n) + 0.5) / n
         return float(np.sum(np.minimum(-np.cos(k), 0.0)))
 
-    c = C.central_charge_from_energies(ising_e0(64), ising_e0(128), 64, C.VELOCITY["ising"])
+    c = C.central_charge_from_energies(ising_e0(64), ising_e0(128), 64, _velocity(M.ising()))
     assert abs(c - 0.5) < 1e-4
-    c_xx = C.central_charge_from_energies(xx_e0(64), xx_e0(128), 64, C.VELOCITY["xx"])
+    c_xx = C.central_charge_from_energies(xx_e0(64), xx_e0(128), 64, _velocity(M.xx()))
     assert abs(c_xx - 1.0) < 1e-3, c_xx
     with jax.enable_x64(True):
         np.testing.assert_allclose(C.ring_energies(blocked_terms(M.xx(), jnp.float64), 4)[0], xx_e0(8), rtol=1e-12)
         e_potts = C.ring_energies(blocked_terms(M.potts(), jnp.float64), 4)[0]
     # one ring and the exact e∞: c = 6L(L e∞ − E₀)/(π v)
-    c_potts = 6 * 8 * (8 * M.E0_CRITICAL_POTTS - e_potts) / (math.pi * C.VELOCITY["potts"])
+    c_potts = 6 * 8 * (8 * M.E0_CRITICAL_POTTS - e_potts) / (math.pi * _velocity(M.potts()))
     assert abs(c_potts - 0.8) < 2e-2, c_potts
 
 

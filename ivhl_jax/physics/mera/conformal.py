@@ -29,9 +29,9 @@ E₀(L) = L e∞ − πvc/(6L) + O(L⁻³), so two consecutive levels (L and 2L)
 
     c = 4L [E₀(2L) − 2E₀(L)] / (π v),
 
-with v the velocity of the chain's excitations (Ising −ΣXX − ΣZ: v = 2; XX −¼Σ(XX + YY): v = 1; 3-state Potts
-−Σ(σσ† + h.c.) − Σ(τ + τ†): v = 3√3/2). The same formula on exact ring energies is the check of the method itself
-(``tests/physics/test_mera_conformal.py``).
+with v the velocity of the chain's excitations, held by the model with its CFT data (Ising −ΣXX − ΣZ: v = 2;
+XX −¼Σ(XX + YY): v = 1; 3-state Potts −Σ(σσ† + h.c.) − Σ(τ + τ†): v = 3√3/2). The same formula on exact ring
+energies is the check of the method itself (``tests/physics/test_mera_conformal.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import numpy as np
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.physics.mera.config import MERA, check_mera
 from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
-from ivhl_jax.physics.mera.scaling import _two_site_map, scaling_superoperator
+from ivhl_jax.physics.mera.scaling import CFT_OPERATORS, _two_site_map, scaling_superoperator
 from ivhl_jax.physics.mera.superoperators import ascend
 
 #: OPE coefficients of the primaries, |C| in the CFT's own normalisation, and m (see the module docstring).
@@ -58,15 +58,14 @@ CFT_OPE: dict[str, dict[tuple[str, str, str], tuple[float, int]]] = {
     "potts": {("σ", "σ", "ε"): (0.5462, 2), ("σ", "σ", "σ"): (1.0923, 2)},
 }
 
-#: Primaries used by :data:`CFT_OPE`: label → (scaling dimension, multiplicity among the real scaling operators).
-CFT_PRIMARIES: dict[str, dict[str, tuple[float, int]]] = {
-    "ising": {"σ": (0.125, 1), "ε": (1.0, 1)},
-    "potts": {"σ": (2.0 / 15.0, 2), "ε": (0.8, 1)},
-}
 
-#: Velocity of the critical chains' excitations, the unit of the finite-size spectrum (exact: free fermions for
-#: Ising and XX; for the Potts chain at f = 1, v = 3√3/2).
-VELOCITY = {"ising": 2.0, "xx": 1.0, "potts": 1.5 * math.sqrt(3.0)}
+
+def _primary_spec(cft: str, label: str) -> tuple[float, int]:
+    """(Δ, multiplicity) of the primary ``label`` of ``cft`` from :data:`~ivhl_jax.physics.mera.scaling.CFT_OPERATORS`:
+    the multiplicity counts the primaries of the same Δ (Potts σ, σ†: a real doublet)."""
+    table = CFT_OPERATORS[cft]
+    delta = next(d for d, name, _ in table if name == label)
+    return delta, sum(1 for d, name, prim in table if name == prim and d == delta)
 
 
 def _x64() -> None:
@@ -246,8 +245,9 @@ def _primary(ops: OneSiteOperators, ch: TwoSiteChannels, delta: float, size: int
     phi, psi = ops.phi[idx], ops.psi[idx]
     chi = phi.shape[-1]
     eye = np.eye(chi)
-    cidx = _channel_of(ch, _product(psi, eye[None]), float(np.mean(ops.dims[idx])), size)
-    kb = ch.coefficients(cidx, _product(psi, eye[None]))
+    on_b = _product(psi, eye[None])
+    cidx = _channel_of(ch, on_b, float(np.mean(ops.dims[idx])), size)
+    kb = ch.coefficients(cidx, on_b)
     ka = ch.coefficients(cidx, _product(eye[None], phi))
     ident = ch.group(0.0, 1)
     g = ch.coefficients(ident, _product(psi, phi)).reshape(size, size) / ch.coefficients(
@@ -296,10 +296,9 @@ def ope_coefficients(mera: MERA, cft: str, *, num_channels: int = 16,
         raise ValueError(f"cft must be one of {sorted(CFT_OPE)} (the CFTs whose OPE coefficients are tabulated), "
                          f"got {cft!r}")
     ch = channels if channels is not None else two_site_channels(mera, num_channels)
-    prim = CFT_PRIMARIES[cft]
     out: dict[str, dict[str, Any]] = {}
     for (a, b, c), (exact, m) in CFT_OPE[cft].items():
-        norm, used = ope(mera, prim[a], prim[b], prim[c], channels=ch)
+        norm, used = ope(mera, *(_primary_spec(cft, x) for x in (a, b, c)), channels=ch)
         value = norm / math.sqrt(m)
         out[f"C_{a}{b}{c}"] = {"measured": value, "exact": exact, "error": value - exact, "dims": used}
     return out
@@ -370,12 +369,11 @@ def central_charge(mera: MERA, model: Model, *, velocity: float | None = None, l
     estimate moves) and the ring energies."""
     _x64()
     model = check_model(model)
-    base = model.name.split("(")[0]
     if velocity is None:
-        if base not in VELOCITY or not model.cft:
+        velocity = dict(model.cft).get("velocity")
+        if velocity is None:
             raise ValueError(f"velocity is needed for {model.name!r} (the library knows it only for the critical "
                              f"ising, xx and potts chains): pass velocity=v of the chain's excitations")
-        velocity = VELOCITY[base]
     check_scalar(velocity, "velocity", positive=True)
     first = max(1, mera.num_layers - 1)
     levels = tuple(range(first, first + 4)) if levels is None else tuple(int(x) for x in levels)
