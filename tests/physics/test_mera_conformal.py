@@ -204,5 +204,11 @@ def test_bad_input_is_named():
             C.ope(m, 0.125, (0.125, 1), (1.0, 1))
     with pytest.raises(ValueError, match="sites must be even"):
         C.ring_energies(blocked_terms(M.ising()), 5)
+    with pytest.raises(TypeError, match="h must be the pair"):
+        C.ring_energies(np.zeros((4, 4, 4, 4)))
+    with pytest.raises(ValueError, match="h must be two terms"):
+        C.ring_energies((np.zeros((4, 4, 4, 4)), np.zeros((2, 2, 2, 2))))
+    with jax.enable_x64(True), pytest.raises(ValueError, match="num_channels"):
+        C.ope_coefficients(m, "ising", num_channels=1)
     with pytest.raises(RuntimeError, match="enable_x64"):
         C.one_site_operators(m)

@@ -269,6 +269,7 @@ def ope(mera: MERA, a: tuple[float, int], b: tuple[float, int], c: tuple[float, 
     (Δ, multiplicity): the multiplicity one-site scaling operators nearest to Δ and as many two-site channels
     (see the module docstring). Returns the norm and the dimensions used. Call inside ``jax.enable_x64(True)``."""
     _x64()
+    check_scalar(num_channels, "num_channels", integer=True, minimum=2)
     for name, x in (("a", a), ("b", b), ("c", c)):
         if not (isinstance(x, (tuple, list)) and len(x) == 2):
             raise TypeError(f"{name} must be (delta, multiplicity) of a primary, got {x!r}")
@@ -295,6 +296,7 @@ def ope_coefficients(mera: MERA, cft: str, *, num_channels: int = 16,
     if cft not in CFT_OPE:
         raise ValueError(f"cft must be one of {sorted(CFT_OPE)} (the CFTs whose OPE coefficients are tabulated), "
                          f"got {cft!r}")
+    check_scalar(num_channels, "num_channels", integer=True, minimum=2)
     ch = channels if channels is not None else two_site_channels(mera, num_channels)
     out: dict[str, dict[str, Any]] = {}
     for (a, b, c), (exact, m) in CFT_OPE[cft].items():
@@ -326,7 +328,11 @@ def ring_energies(h: tuple[Any, Any], sites: int = 4, k: int = 1) -> np.ndarray:
     check_scalar(sites, "sites", integer=True, minimum=4)
     if sites % 2:
         raise ValueError(f"sites must be even (B A pairs), got {sites}")
+    if not (isinstance(h, (tuple, list)) and len(h) == 2):
+        raise TypeError("h must be the pair (h_AB, h_BA) of two-site terms, each (chi, chi, chi, chi)")
     h_ab, h_ba = (np.asarray(x, np.float64) for x in h)
+    if h_ab.ndim != 4 or len(set(h_ab.shape)) != 1 or h_ab.shape != h_ba.shape:
+        raise ValueError(f"h must be two terms of one shape (chi, chi, chi, chi); got {h_ab.shape} and {h_ba.shape}")
     chi = h_ab.shape[0]
     n = chi**sites
     mats = [h_ba.reshape(chi * chi, chi * chi), h_ab.reshape(chi * chi, chi * chi)]
