@@ -7,7 +7,10 @@ independent (a failing one records its traceback and the run goes on) and writes
 One run sees every family (goal: under 6 minutes on one H100). Sections
   env          devices, versions, ``nvidia-smi``, the per-backend defaults in force.
   ceilings     measured bf16 / f32 matmul rate and device-to-device copy bandwidth (the MFU and
-               bandwidth denominators; datasheet numbers are only leads).
+               bandwidth denominators; datasheet numbers are only leads). The run also starts by measuring
+               ``limits`` (``bench/tune.py: measure_limits``), recorded at the top of the JSON.
+  tune         ``ivhl tune`` on this device (fields, GP, CDT engines, attention): winners stored in the tuning
+               cache, each kernel as a fraction of the measured roofline (``cost_analysis()`` bytes / flops).
   attention_ok every attention implementation (xla, cudnn, chunked, pallas compiled — not interpret)
                in f32 and bf16, causal and padding-masked, forward and all three gradients, against a
                float64 NumPy reference: max-norm relative error.
@@ -523,9 +526,34 @@ def section_adaptive(quick: bool) -> dict:
     return _family("ops_adaptive", quick)
 
 
-SECTIONS = ("env", "ceilings", "attention_ok", "attention", "transformer", "parallel", "fields", "gp", "cdt", "mera",
-            "steppers", "adaptive", "pallas_blocks", "gp_rounding")
-FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "adaptive")
+# ------------------------------------------------------------------------------------------ tune
+def section_tune(quick: bool) -> dict:
+    """``ivhl tune`` on this device (fields, GP, CDT engines, attention): every candidate checked against the
+    table default's output, timed in interleaved rounds, each winner as a fraction of the limits measured now
+    (``bench/tune.py``). Stored in the tuning cache ($IVHL_CACHE_DIR) unless ``quick`` (CPU-sized, not stored)."""
+    from ivhl_jax.bench import tune
+
+    saved = os.environ.get("IVHL_TUNE_TINY")
+    if quick:
+        os.environ["IVHL_TUNE_TINY"] = "1"
+    try:
+        res = tune.tune(["fields", "gp", "cdt", "attention"], quick=True, save=not quick)
+    finally:
+        if saved is None:
+            os.environ.pop("IVHL_TUNE_TINY", None)
+        else:
+            os.environ["IVHL_TUNE_TINY"] = saved
+    lines = [f"{key}: {e['winner']} {1e3 * e['median_s']:.3f} ms, table default "
+             f"x{e.get('table_default_over_best', 1):.2f}, {100 * (e['roofline']['fraction'] or 0):.1f} % of the "
+             f"{e['roofline']['bound']} roofline"
+             for key, e in sorted(res["entries"].items())]
+    lines += [f"{area}: not tuned: {err}" for area, err in res["errors"].items()]
+    return {**res, "summary": lines}
+
+
+SECTIONS = ("env", "ceilings", "tune", "attention_ok", "attention", "transformer", "parallel", "fields", "gp", "cdt",
+            "mera", "steppers", "adaptive", "pallas_blocks", "gp_rounding")
+FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "adaptive", "tune")
 
 
 def main(argv=None) -> int:
@@ -534,13 +562,29 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections (repeatable)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (to test the script on a CPU)")
     ap.add_argument("--name", default="gpu_checks.json", help="output file name")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="skip the sections left once this many seconds have passed (0: no limit)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, args.name)
     doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sections": {}}
+    start = time.perf_counter()
+    try:  # this machine's limits, measured now: every section's figures can be read as a fraction of them
+        from ivhl_jax.bench.tune import measure_limits
+
+        doc["limits"] = measure_limits(quick=True)
+        print(f"[gpu_checks] limits: copy {doc['limits']['copy_gbps']:.1f} GB/s, matmul f32 "
+              f"{doc['limits']['matmul_f32_tflops']:.2f} / bf16 {doc['limits']['matmul_bf16_tflops']:.2f} TFLOP/s",
+              flush=True)
+    except Exception as e:  # noqa: BLE001 - the checks still run without a roofline
+        doc["limits"] = {"error": f"{type(e).__name__}: {e}"}
     peak = None
     for name in args.only or SECTIONS:
         t0 = time.perf_counter()
+        if args.budget_s and t0 - start > args.budget_s:
+            doc["sections"][name] = {"skipped": f"over the --budget-s {args.budget_s:g} s", "section_wall_s": 0.0}
+            print(f"[gpu_checks] {name}: skipped (over the time budget)", flush=True)
+            continue
         print(f"[gpu_checks] {name} ...", flush=True)
         try:
             if name == "transformer":
@@ -575,6 +619,8 @@ def _summary(name: str, res: dict) -> dict:
     """A short line per section for the console (the JSON has everything)."""
     if "error" in res:
         return {name: res["error"]}
+    if "skipped" in res:
+        return {name: res["skipped"]}
     if name == "ceilings":
         return {k: round(v.get("tflops", v.get("gbps_read_plus_write", 0)), 1) for k, v in res.items()
                 if isinstance(v, dict)}

@@ -29,6 +29,23 @@ if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_o
     if _root not in __path__:
         __path__.append(_root)
 
+from ivhl_jax.core import tuning as _tuning  # noqa: E402
+
+# XLA reads its flags when a backend starts: apply the flags `ivhl tune` measured as paying on this machine now,
+# before anything starts one (nothing under IVHL_TUNING=frozen, a flag the user set is left alone).
+_tuning.apply_xla_flags()
+if _tuning.mode() == "auto":
+    def _auto_tune(op: str, size: int, platform: str) -> None:
+        import importlib
+
+        importlib.import_module("ivhl_jax.bench.tune").tune_op(op, size, platform)
+
+    _tuning.set_auto_tuner(_auto_tune)
+    import sys as _sys
+
+    print("ivhl_jax: IVHL_TUNING=auto: an op meeting a problem size not measured on this machine is tuned first "
+          "(seconds, once; IVHL_TUNING=frozen uses the backend table alone)", file=_sys.stderr)
+
 from ivhl_jax.core import backend, precision, validation  # noqa: E402
 from ivhl_jax.core.precision import Policy  # noqa: E402
 from ivhl_jax.nn import adaptive, attention, gru  # noqa: E402
@@ -51,6 +68,7 @@ _LAZY = {
     "config": ("ivhl_jax.run.config", None),
     "io": ("ivhl_jax.run.io", None),
     "device": ("ivhl_jax.run.device", None),
+    "tune": ("ivhl_jax.bench.tune", None),
 }
 
 
@@ -78,7 +96,7 @@ __all__ = [
     "fields", "condensate", "gft", "cdt", "mera", "happy", "tn", "exact",
     "attention", "gru", "adaptive",
     "training", "parallel", "data", "checkpoint",
-    "runner", "config", "io", "device",
+    "runner", "config", "io", "device", "tune",
     # the few names every user meets
     "Stepper", "trajectory", "chunked", "Policy", "Checkpointer", "run_chunked",
 ]

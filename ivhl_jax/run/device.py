@@ -108,7 +108,8 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     if r["xla_flags"]:
         lines.append(f"XLA_FLAGS     {r['xla_flags']}")
     if r.get("defaults"):
-        lines.append(f"defaults on {r['platform']} (ivhl_jax.core.backend: override() or configure() change them)")
+        lines.append(f"defaults on {r['platform']} (ivhl_jax.core.backend: `ivhl tune` measures them; override() or "
+                     "configure() change them)")
         width = max(len(row["setting"]) for row in r["defaults"])
         lines += [f"  {row['setting']:<{width}}  {row['value']:<14} {row['source']}" for row in r["defaults"]]
     return "\n".join(lines)
