@@ -562,6 +562,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections (repeatable)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (to test the script on a CPU)")
     ap.add_argument("--name", default="gpu_checks.json", help="output file name")
+    ap.add_argument("--skip", action="append", choices=SECTIONS, default=[],
+                    help="leave out these sections (repeatable; e.g. tune when `ivhl tune` ran just before)")
     ap.add_argument("--budget-s", type=float, default=0.0,
                     help="skip the sections left once this many seconds have passed (0: no limit)")
     args = ap.parse_args(argv)
@@ -579,7 +581,7 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001 - the checks still run without a roofline
         doc["limits"] = {"error": f"{type(e).__name__}: {e}"}
     peak = None
-    for name in args.only or SECTIONS:
+    for name in [n for n in (args.only or SECTIONS) if n not in args.skip]:
         t0 = time.perf_counter()
         if args.budget_s and t0 - start > args.budget_s:
             doc["sections"][name] = {"skipped": f"over the --budget-s {args.budget_s:g} s", "section_wall_s": 0.0}
