@@ -302,7 +302,10 @@ def fields_candidates(n: int, m: int) -> list[Candidate]:
 
     args = _fields_inputs(n, m)
     row = backend.TABLE.get(backend.platform(), backend.TABLE["portable"])
-    cands = [Candidate("table", {}, lambda: _aot(_superpose, *args), default=True)]
+    # the table's own values, stated: a measured choice stays what was measured if the table changes later
+    table = {k: getattr(row, k) for k in ("fields_chunking", "fields_pair_budget", "fields_method",
+                                          "fields_serial_pairs")}
+    cands = [Candidate("table", table, lambda: _aot(_superpose, *args), default=True)]
     seen = set()
     on_cpu = backend.platform() == "cpu"
     for budget in (1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26):

@@ -2,7 +2,7 @@
 
 Layers (each imports only the ones above it; ``tests/contracts/test_layering.py`` enforces it):
 
-* :mod:`ivhl_jax.core` — validation, precision policies;
+* :mod:`ivhl_jax.core` — validation, precision policies, the backend table and the per-machine tuning cache;
 * :mod:`ivhl_jax.numerics` — fast transcendentals, spectral multipliers, the stepper protocol and
   :func:`trajectory`;
 * :mod:`ivhl_jax.physics` — fields, condensate, gft, cdt, mera, happy, tn, exact;

@@ -9,7 +9,11 @@ sniff the backend.
 A platform missing from the table (a new accelerator plugin) gets the ``"portable"`` row, which is never
 the CPU-only choice: it assumes an accelerator with its own memory and no host kernels.
 
-Users see the table in force with ``ivhl info`` (:func:`describe`) and change it two ways::
+The table is the starting point: ``ivhl tune`` measures the choices on the machine it runs on and stores them
+in a per-machine cache (:mod:`ivhl_jax.core.tuning`), which :func:`defaults` reads before the table (per op and
+problem-size bucket where the op passes ``op=`` and ``size=``); ``IVHL_TUNING=frozen`` uses the table alone.
+
+Users see every setting in force, with its source, with ``ivhl info`` (:func:`describe`) and change it two ways::
 
     with ivhl_jax.core.backend.override(fields_chunking="pair_budget"):
         ...                                   # this block only (context-local)
@@ -116,7 +120,7 @@ def _cpu_serial_pairs() -> int:
     return 1 << 22 if cpus <= 2 else 1 << 19
 
 
-_CPU = Tuning(fields_chunking="pair_budget", fields_pair_budget=1 << 22, fields_memory_fraction=0.25,
+_CPU = Tuning(fields_chunking="pair_budget", fields_pair_budget=1 << 24, fields_memory_fraction=0.25,
               transformer_layer_loop="unrolled", transposed_save_matmul=True, attention_half="xla",
               attention_dense=True, cdt_engine="host", mera_busy_host_cores=1, host_fft=True,
               fields_method="loop", fields_serial_pairs=_cpu_serial_pairs())
@@ -303,6 +307,8 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
             if key.endswith("|all"):
                 continue
             for setting, value in sorted(entry.get("settings", {}).items()):
+                if setting not in _FIELDS:  # a measured fact (e.g. the GP's FFT), not a default this table sets
+                    continue
                 rows.append({"setting": f"{setting}@{entry.get('op', '?')}[{entry.get('bucket', '?')}]",
                              "value": repr(value), "source": f"tuning cache: measured {entry.get('measured_utc', '?')}"
                                                              f", {tuning.cache_path(name)}"})
