@@ -315,7 +315,8 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
     flags = tuning.applied_xla_flags()
     if name == "cpu" or flags:
         if flags:
-            state = "applied at import" if flags.get("applied") else f"not applied: {flags.get('why', '')}"
+            state = "applied at import" if flags.get("applied") else (
+                flags.get("why", "") if not flags["flags"] else f"not applied: {flags.get('why', '')}")
             rows.append({"setting": "xla_flags", "value": repr(" ".join(flags["flags"])),
                          "source": f"tuning cache: measured {flags.get('measured_utc', '?')}, {flags['file']} "
                                    f"({state})"})

@@ -393,9 +393,13 @@ def apply_xla_flags() -> dict[str, Any]:
     with _lock:
         doc = _read(path)
     entry = (doc or {}).get("entries", {}).get("xla.flags|all")
-    flags = str((entry or {}).get("settings", {}).get("xla_flags", "")).split()
-    if not flags:
+    if entry is None:
         return {}
+    flags = str(entry.get("settings", {}).get("xla_flags", "")).split()
+    if not flags:  # measured: no candidate flag paid on this machine
+        _applied.update({"flags": [], "file": path, "measured_utc": entry.get("measured_utc", ""), "applied": False,
+                         "why": "no candidate flag paid here: XLA's defaults"})
+        return dict(_applied)
     current = os.environ.get("XLA_FLAGS", "")
     new = [f for f in flags if f.split("=")[0] not in current]
     _applied.update({"flags": flags, "file": path, "measured_utc": entry.get("measured_utc", "")})
