@@ -598,6 +598,7 @@ def main(argv=None) -> int:
         except Exception as e:
             res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
         res["section_wall_s"] = time.perf_counter() - t0
+        _add_fractions(name, res, doc.get("limits", {}))
         doc["sections"][name] = res
         from ivhl_jax.run.io import write_json
 
@@ -606,6 +607,28 @@ def main(argv=None) -> int:
     print(format_summary(doc))
     print(f"wrote {path}")
     return 0
+
+
+def _add_fractions(name: str, res: dict, limits: dict) -> None:
+    """Each timed kernel as a fraction of the limits measured at the start of this run (``doc["limits"]``):
+    attention TFLOP/s over the bf16 matmul rate; GP steps' ideal traffic (3 passes of read + write of the
+    complex64 field per merged step) over the copy bandwidth; every timed family section carries the limits beside
+    its figures. The tune section has a roofline per kernel (``cost_analysis()``); transformer MFU is against the
+    measured bf16 peak already."""
+    bw = float(limits.get("copy_gbps") or 0.0) * 1e9
+    bf16 = float(limits.get("matmul_bf16_tflops") or 0.0)
+    if name == "attention" and bf16:
+        for rec in res.get("results", []):
+            for phase in ("fwd", "fwd_bwd"):
+                if phase in rec:
+                    rec[phase]["fraction_of_bf16_matmul_rate"] = rec[phase]["tflops"] / bf16
+    if name == "gp" and bw:
+        for rec in res.get("results", []):
+            if "fused_ms_per_step" in rec:
+                n = float(np.prod(rec["shape"]))
+                rec["fraction_of_copy_bandwidth_ideal"] = 3 * 2 * 8 * n / (1e-3 * rec["fused_ms_per_step"]) / bw
+    if name in ("attention", "gp", "fields", "cdt", "mera", "transformer") and limits:
+        res["limits_of_this_run"] = {k: v for k, v in limits.items() if not isinstance(v, dict)}
 
 
 def format_summary(doc: dict[str, Any]) -> str:

@@ -314,8 +314,9 @@ def fields_candidates(n: int, m: int) -> list[Candidate]:
             key = (method, chunk, serial)
             # blocks below 1024 points cost a loop step per block for nothing; on a CPU the reduce kernel is one
             # candidate (all points at once), on an accelerator the loop kernel's one-thread variant means nothing
+            # (on an accelerator a loop over many small blocks serialises the device: blocks of >= n/8 points only)
             if key in seen or (chunk < min(n, 1024)) or (method == "reduce" and on_cpu and chunk < n) \
-                    or (serial and not on_cpu):
+                    or (serial and not on_cpu) or (not on_cpu and chunk < n // 8):
                 continue
             seen.add(key)
             pairs = chunk * m

@@ -56,3 +56,13 @@ def test_unwritable_cache_folder_is_one_line(tmp_path):
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "not_a_folder" in out.stderr and "IVHL_CACHE_DIR" in out.stderr
     assert "table" in out.stderr
+
+
+def test_gpu_script_is_valid_bash_and_names_existing_entry_points():
+    script = os.path.join(ROOT, "bench", "gpu_tune_and_check.sh")
+    assert subprocess.run(["bash", "-n", script], capture_output=True, timeout=30).returncode == 0
+    text = open(script, encoding="utf-8").read()
+    from ivhl_jax.bench import gpu_checks
+
+    assert "-m ivhl_jax.cli tune --quick" in text and "-m ivhl_jax.bench.gpu_checks --out" in text
+    assert "--skip tune" in text and "tune" in gpu_checks.SECTIONS
