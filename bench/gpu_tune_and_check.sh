@@ -5,7 +5,8 @@
 #
 # Works with `PYTHONPATH=.` from a source checkout (ivhl_jax extends its __path__ to models/, sims/, bench/); where
 # that extension is absent it lays out a copy of the package as the wheel has it (models/, sims/, bench/ inside
-# ivhl_jax) in $OUT/site and runs from there. Budget on one H100: `ivhl tune --quick` <= 150 s, gpu_checks <= 190 s of sections.
+# ivhl_jax) in $SITE (default ${TMPDIR:-/tmp}/ivhl_site, outside $OUT so that only results land there) and runs
+# from there. Budget on one H100: `ivhl tune --quick` <= 150 s, gpu_checks <= 190 s of sections.
 # Writes: $OUT/tune_gpu.json (every candidate, timings, roofline fractions, the limits measured now),
 # $OUT/cache/tuning/gpu-*.json (the tuning cache), $OUT/gpu_checks.json, $OUT/info.txt and a log per step.
 set -u
@@ -21,12 +22,13 @@ if ! (cd "$RUN_DIR" && "$PY" -c "import ivhl_jax.bench.tune, ivhl_jax.bench.gpu_
     >"$OUT/import_check.log" 2>&1; then
   # The wheel's layout (pyproject's package-dir: models/, sims/, bench/ inside ivhl_jax), made by copying; no
   # build step, so no setuptools version or network matters.
-  echo "ivhl_jax.bench is not importable from the source tree; laying out a copy of the package in $OUT/site"
-  rm -rf "$OUT/site" && mkdir -p "$OUT/site"
-  cp -r "$REPO/ivhl_jax" "$OUT/site/ivhl_jax" && for d in models sims bench; do
-    cp -r "$REPO/$d" "$OUT/site/ivhl_jax/$d"; done || { echo "could not copy the package to $OUT/site"; exit 2; }
-  export PYTHONPATH="$OUT/site"
-  RUN_DIR="$OUT"  # not the repository root: `python -m` puts the working folder first on sys.path
+  SITE="${SITE:-${TMPDIR:-/tmp}/ivhl_site}"
+  echo "ivhl_jax.bench is not importable from the source tree; laying out a copy of the package in $SITE"
+  rm -rf "$SITE" && mkdir -p "$SITE"
+  cp -r "$REPO/ivhl_jax" "$SITE/ivhl_jax" && for d in models sims bench; do
+    cp -r "$REPO/$d" "$SITE/ivhl_jax/$d"; done || { echo "could not copy the package to $SITE"; exit 2; }
+  export PYTHONPATH="$SITE"
+  RUN_DIR="$SITE"  # not the repository root: `python -m` puts the working folder first on sys.path
 fi
 cd "$RUN_DIR"
 status=0
