@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ivhl_jax.bench import inventory
+from bench.studies import inventory
 
 
 def _write(root, rel, text):
