@@ -600,9 +600,9 @@ def main(argv=None) -> int:
         res["section_wall_s"] = time.perf_counter() - t0
         _add_fractions(name, res, doc.get("limits", {}))
         doc["sections"][name] = res
-        from ivhl_jax.run.io import write_json
+        from ivhl_jax.bench.harness import write_results
 
-        write_json(path, doc)  # after every section: a later crash loses nothing
+        write_results(path, doc)  # after every section: a later crash loses nothing
         print(json.dumps(_summary(name, res), default=str)[:1500], flush=True)
     print(format_summary(doc))
     print(f"wrote {path}")

@@ -3,7 +3,8 @@
 #
 #   OUT=/some/dir bash bench/gpu_tune_and_check.sh        # from a copy of the repository root, nothing installed
 #
-# Works with `PYTHONPATH=.` from a source checkout (ivhl_jax extends its __path__ to models/, sims/, bench/); where
+# Works from a copy of the source tree with nothing installed: where `PYTHONPATH=.` imports ivhl_jax.bench (an editable
+# install maps it); where
 # that extension is absent it lays out a copy of the package as the wheel has it (models/, sims/, bench/ inside
 # ivhl_jax) in $SITE (default ${TMPDIR:-/tmp}/ivhl_site, outside $OUT so that only results land there) and runs
 # from there. Budget on one H100: `ivhl tune --quick` <= 150 s, gpu_checks <= 190 s of sections.

@@ -477,7 +477,6 @@ def gpu_check(quick: bool = False) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
-    import json
     import sys
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -492,14 +491,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="with --gpu-check: the small CPU-sized form")
     ap.add_argument("--out", help="write the JSON here")
     a = ap.parse_args(argv)
+    from ivhl_jax.bench.harness import write_results
+
     command = " ".join(["python -m ivhl_jax.bench.ops_fields", *(argv if argv is not None else sys.argv[1:])])
     if a.gpu_check:
         doc = gpu_check(quick=a.quick)
         print("\n".join(doc["summary"]))
-        doc["command"] = command
         if a.out:
-            with open(a.out, "w") as f:
-                f.write(json.dumps(doc, indent=1) + "\n")
+            write_results(a.out, doc, command=command)
         return
     if a.sync_dispatch:
         import jax
@@ -510,11 +509,8 @@ def main(argv: list[str] | None = None) -> None:
     doc = compare_with_torch(tuple(a.size or SUPERPOSE_SIZES), tuple(int(x) for x in a.threads.split(",")), rounds,
                              variants=not a.no_variants, pause_s=a.pause_s)
     doc["jax_cpu_enable_async_dispatch"] = not a.sync_dispatch
-    doc["command"] = command
-    text = json.dumps(doc, indent=1)
     if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+        write_results(a.out, doc, command=command)
     for rec in doc["results"]:
         s = rec["summary"]
         print(f"{rec['size']:8s} ours {s['ours_median_ms']:.4f} ms | torch eager {s['torch_eager_median_ms']:.4f} | "

@@ -12,22 +12,13 @@ Layers (each imports only the ones above it; ``tests/contracts/test_layering.py`
 
 The public namespace is flat (diffrax style): ``ivhl_jax.condensate``, ``ivhl_jax.trajectory``,
 ``ivhl_jax.Policy`` ... are the documented entry points. Flax modules, runnable simulations and
-benchmarks live in the repository folders ``models/``, ``sims/`` and ``bench/`` and are importable as
-``ivhl_jax.models``, ``ivhl_jax.sims`` and ``ivhl_jax.bench`` (imported on demand: they pull in Flax
-models, plotting and peers that a kernel user does not need).
+benchmarks live in the repository folders ``models/``, ``sims/`` and ``bench/``; the wheel (and an editable
+install, through setuptools' package-dir mapping) installs them as ``ivhl_jax.models``, ``ivhl_jax.sims`` and
+``ivhl_jax.bench`` (imported on demand: they pull in Flax models, plotting and peers that a kernel user does not
+need).
 """
 
-import os as _os
-
-__version__ = "0.1.0"
-
-# From a source checkout (repo root on sys.path, nothing installed) the folders models/, sims/ and
-# bench/ sit beside this package instead of inside it. Extending __path__ lets
-# `import ivhl_jax.models` resolve them exactly as the installed wheel's package-dir mapping does.
-_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_os.path.join(_root, "models")):
-    if _root not in __path__:
-        __path__.append(_root)
+__version__ = "0.1.0"  # the one version: pyproject.toml reads it ([tool.setuptools.dynamic])
 
 from ivhl_jax.core import tuning as _tuning  # noqa: E402
 

@@ -109,7 +109,6 @@ def _keep_host_memory() -> None:
 
 def _bench(argv: list[str]) -> int:
     from ivhl_jax.bench import harness
-    from ivhl_jax.run.io import write_json
 
     p = argparse.ArgumentParser(prog="ivhl bench", description="Benchmark ops: jit vs op-by-op (+ peers).")
     p.add_argument("--op", action="append", help="op name (repeatable); default: all")
@@ -128,7 +127,7 @@ def _bench(argv: list[str]) -> int:
         p.error("--repeats must be >= 1")
     doc = harness.run(a.op, a.size or ["small"], repeats=a.repeats, peers=not a.no_peers, max_eager_s=a.max_eager_s)
     if a.export:
-        print(f"wrote {write_json(a.export, doc)}")
+        print(f"wrote {harness.write_results(a.export, doc)}")
     return 1 if any("error" in r for r in doc["results"]) else 0
 
 

@@ -182,8 +182,7 @@ def limit_host_cores(n: int) -> str:
 
     Why: a program of many small operations (a MERA sweep up to χ ≈ 12) gains little from splitting each
     operation over threads, and loses badly when another process takes one of the cores: each split operation
-    waits for its descheduled half. The sweep times on XLA's default threads and on one core, on a quiet and a
-    busy host, are in ``bench/results/mera_busy_host.json`` (with the command that measured them).
+    waits for its descheduled half.
 
     Only effective before JAX starts its CPU backend (the first computation): the calling thread and every thread
     started afterwards (XLA's) stay on those cores; threads started before (NumPy's BLAS pool) keep their mask.
