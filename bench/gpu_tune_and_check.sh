@@ -3,10 +3,9 @@
 #
 #   OUT=/some/dir bash bench/gpu_tune_and_check.sh        # from a copy of the repository root, nothing installed
 #
-# Works from a copy of the source tree with nothing installed: where `PYTHONPATH=.` imports ivhl_jax.bench (an editable
-# install maps it); where
-# that extension is absent it lays out a copy of the package as the wheel has it (models/, sims/, bench/ inside
-# ivhl_jax) in $SITE (default ${TMPDIR:-/tmp}/ivhl_site, outside $OUT so that only results land there) and runs
+# Works from a copy of the source tree with nothing installed: where `PYTHONPATH=.` does not import ivhl_jax.bench
+# (only the wheel and an editable install map bench/ there) it lays out a copy of the package as the wheel has it
+# (models/, sims/, bench/ inside ivhl_jax) in $SITE (default ${TMPDIR:-/tmp}/ivhl_site, outside $OUT so that only results land there) and runs
 # from there. Budget on one H100: `ivhl tune --quick` <= 150 s, gpu_checks <= 190 s of sections.
 # Writes: $OUT/tune_gpu.json (every candidate, timings, roofline fractions, the limits measured now),
 # $OUT/cache/tuning/gpu-*.json (the tuning cache), $OUT/gpu_checks.json, $OUT/info.txt and a log per step.
