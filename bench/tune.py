@@ -801,24 +801,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["xla_flags"] = os.environ.get("XLA_FLAGS", "")
     _summary(result)
     if a.export:
-        result = {"command": "ivhl tune " + " ".join(sys.argv[2:] if argv is None else argv), "commit": _commit(),
-                  "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "machine_and_versions": tuning.host_fingerprint(), "loadavg": os.getloadavg(), **result}
+        from ivhl_jax.bench.harness import write_results
+
+        command = "ivhl tune " + " ".join(sys.argv[2:] if argv is None else argv)
+        doc = {"fingerprint_of_this_machine": tuning.host_fingerprint(), "loadavg": os.getloadavg(), **result}
         os.makedirs(os.path.dirname(os.path.abspath(a.export)), exist_ok=True)
-        tuning.atomic_write_text(a.export, json.dumps(result, indent=1, default=str) + "\n")
+        write_results(a.export, json.loads(json.dumps(doc, default=str)), command=command)
         print(f"wrote {a.export}")
     return 1 if result["errors"] else 0
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=os.path.dirname(os.path.abspath(__file__)))
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "") if out.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
 
 
 def _summary(result: Mapping[str, Any]) -> None:

@@ -166,7 +166,8 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
                "ivhl_jax.bench.ops_cdt --engines host,jax; " + _TUNE_CPU,
         "gpu": _UNMEASURED,
     },
-    "mera_busy_host_cores": {"cpu": "bench/results/mera_busy_host.json — the command and runs recorded in the file"},
+    "mera_busy_host_cores": {"cpu": "unmeasured (no results file in this tree times it; `ivhl sim mera --set "
+                                    "host_cores=N` overrides it)"},
     "host_fft": {"cpu": "bench/results/condensate_gp_step_xla_vs_ducc_cpu.json — ivhl bench --op gp_step "
                         "--op gp_step_ducc --size extreme"},
 }

@@ -24,7 +24,8 @@ def test_tune_one_area_end_to_end_then_info_shows_it(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[tune] fields.superpose 512 x 8" in out.stdout  # progress on the console
     doc = json.loads((tmp_path / "t.json").read_text())
-    assert doc["command"].startswith("ivhl tune") and doc["machine_and_versions"]["versions"]["jax"]
+    assert doc["provenance"]["command"].startswith("ivhl tune") and doc["provenance"]["versions"]["jax"]
+    assert doc["fingerprint_of_this_machine"]["versions"]["jax"]
     (key, entry), = doc["entries"].items()
     assert key == "fields.superpose|2^12" and entry["winner"] in entry["candidates"]
     # every timed candidate was checked against the table default first, and has its statistics

@@ -15,7 +15,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 FILES = sorted(p for p in RESULTS.iterdir() if p.is_file()) if RESULTS.is_dir() else []
-CLI_COMMANDS = ("demo", "info", "sim", "train", "bench", "launch")
+CLI_COMMANDS = ("demo", "info", "sim", "train", "bench", "launch", "tune")
 
 
 def _module_exists(name: str) -> bool:
