@@ -41,7 +41,7 @@ from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
-from ivhl_jax.run.sink import ObservationSink
+from ivhl_jax.run.store import RunStore, Snapshots
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -86,6 +86,11 @@ class BECConfig:
     # `ivhl launch`), see ivhl_jax.numerics.distributed_fft.
     mesh: int | str = 1
     seed: int = 0  # PRNG seed (ground-state noise, GFT initial field)
+    # Steps between field snapshots written to <out>/run.zarr (0: none; a multiple of steps_per_chunk); each
+    # process writes the shards it holds. GP runs only.
+    snapshot_every: int = 0
+    snapshot_fields: Literal["psi", "density_phase"] = "psi"  # "psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)
+    snapshot_precision: Literal["float32", "float16", "float64"] = "float32"  # real precision of the snapshots
     precision: Literal["float32", "float64"] = "float32"  # "float32" (complex64 state) or "float64" (complex128)
 
     def validate(self) -> None:
@@ -139,6 +144,14 @@ class BECConfig:
         if self.steps_per_chunk % self.save_every:
             raise ValueError(f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every "
                              f"({self.save_every})")
+        if self.snapshot_every < 0 or self.snapshot_every % self.steps_per_chunk:
+            raise ValueError(f"snapshot_every ({self.snapshot_every}) must be 0 (no snapshots) or a multiple of "
+                             f"steps_per_chunk ({self.steps_per_chunk})")
+        if self.snapshot_every and self.model != "gp":
+            raise ValueError("snapshot_every needs model=gp (GFT fields have no snapshots); set snapshot_every=0")
+        if self.snapshot_fields == "psi" and self.snapshot_precision == "float16":
+            raise ValueError("snapshot_precision=float16 needs snapshot_fields=density_phase (there is no complex "
+                             "float16); use float32")
         if self.checkpoint_every % self.steps_per_chunk:
             raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
                              f"({self.steps_per_chunk})")
@@ -221,6 +234,26 @@ def gft_initial_state(cfg: BECConfig) -> jax.Array:
     return cfg.gft_init * jax.lax.complex(jax.random.normal(kr, shape, rdt), jax.random.normal(ki, shape, rdt))
 
 
+GP_UNITS = {"norm": "1", "energy_kinetic": "ħω", "energy_trap": "ħω", "energy_interaction": "ħω",
+            "energy_rotation": "ħω", "energy_total": "ħω", "lz": "ħ"}  # per particle, trap units
+
+
+def gp_snapshots(cfg: BECConfig, system: C.GPSystem) -> Snapshots:
+    """ψ (or |ψ|² and arg ψ) every ``snapshot_every`` steps at ``snapshot_precision``, on the grid's axes."""
+    real = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64}[cfg.snapshot_precision]
+    dims = ("x", "y", "z")[:cfg.dims]
+
+    def fields(psi: jax.Array) -> dict[str, jax.Array]:
+        if cfg.snapshot_fields == "psi":
+            return {"psi": psi.astype(jnp.result_type(real, jnp.complex64))}
+        return {"density": (jnp.abs(psi) ** 2).astype(real), "phase": jnp.angle(psi).astype(real)}
+
+    units = {"psi": "(trap length)^(-d/2)", "density": "(trap length)^-d", "phase": "rad",
+             **{d: "trap length" for d in dims}}
+    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims,
+                     coords={d: np.asarray(c) for d, c in zip(dims, system.grid.coords)}, units=units)
+
+
 def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
     """The condensate's own observables, plus ⟨L_z⟩ in 2D/3D."""
     obs = C.observe(psi, params)
@@ -230,7 +263,7 @@ def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
 
 
 def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             resuming: bool = False, sink: ObservationSink | None = None) -> tuple[RunResult, dict]:
+             resuming: bool = False, sink: RunStore | None = None) -> tuple[RunResult, dict]:
     """Prepare the initial state (skipped when resuming) and run the chunked real-time loop. With ``sink`` the
     observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
     structure to read them back with)."""
@@ -253,6 +286,9 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
         advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe, donate=True)
         extra["system"] = system
         extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
+        if sink is not None:
+            sink.describe(time_unit="1/ω (trap units)", units=GP_UNITS,
+                          snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None)
     else:
         system = gft_system(cfg)
         gft_stepper = G.strang(system, cfg.dt, imaginary=cfg.gft_imaginary, dtype=jnp.result_type(_dtype(cfg),
