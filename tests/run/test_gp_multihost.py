@@ -1,6 +1,7 @@
 """The pencil-sharded 3-D Gross–Pitaevskii run across processes: ``ivhl launch`` starts 2 processes × 4 emulated
-devices, the distributed FFT spans both, the result equals one process, and checkpoints move between the
-2-process run and a 1-process run bit-exactly (both ways)."""
+devices, the distributed FFT spans both, the result equals one process, checkpoints move between the 2-process run
+and a 1-process run bit-exactly (both ways), and the run store's ψ snapshots, written shard by shard by the process
+that holds each shard, equal the 1-process store bit for bit."""
 
 from __future__ import annotations
 
@@ -142,9 +143,10 @@ def test_sim_bec_pencil_in_one_process_and_under_launch_equals_one_device(tmp_pa
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
     assert cli.main([*SIM, "--out", str(tmp_path / "one")]) == 0
-    assert cli.main([*SIM, "--set", "mesh=4x2", "--out", str(tmp_path / "pencil")]) == 0
+    snap = ["--set", "snapshot_every=10"]  # ψ every chunk into run.zarr, each process writing its own shards
+    assert cli.main([*SIM, *snap, "--set", "mesh=4x2", "--out", str(tmp_path / "pencil")]) == 0
     cmd = [sys.executable, "-m", "ivhl_jax.cli", "launch", "--nproc", "2", "--devices-per-process", "4",
-           "--heartbeat-timeout", "20", "--timeout", "400", "--", sys.executable, "-m", "ivhl_jax.cli", *SIM,
+           "--heartbeat-timeout", "20", "--timeout", "400", "--", sys.executable, "-m", "ivhl_jax.cli", *SIM, *snap,
            "--set", "mesh=4x2", "--out", str(tmp_path / "launch")]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -155,3 +157,28 @@ def test_sim_bec_pencil_in_one_process_and_under_launch_equals_one_device(tmp_pa
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
     obs = json.loads((tmp_path / "launch" / "observables.json").read_text())
     assert obs["config"]["mesh"] == "4x2"
+    # the run store of 2 processes equals the 1-process one bit for bit: every chunk file and metadata document
+    # (less the environment: devices, processes, XLA flags); a pencil shard is one chunk of (1, 4, 8, 16)
+    pencil, launch = (_store_files(tmp_path / run / "run.zarr") for run in ("pencil", "launch"))
+    assert pencil == launch and len([k for k in launch if k.startswith("psi/c/1/")]) == 8
+    from ivhl_jax.run import open_run
+
+    snaps = open_run(tmp_path / "launch").snapshots
+    assert snaps["psi"].dims == ("snapshot_time", "x", "y", "z") and snaps.sizes["snapshot_time"] == 2
+    np.testing.assert_array_equal(snaps["psi"].isel(snapshot_time=-1).values,
+                                  np.load(tmp_path / "launch" / "final_state.npy"))
+
+
+def _store_files(path):
+    out = {}
+    for root, _, files in os.walk(path):
+        for f in files:
+            key = os.path.relpath(os.path.join(root, f), path)
+            if f == "zarr.json":
+                doc = json.loads(open(os.path.join(root, f)).read())
+                for k in ("library", "runtime", "settings"):
+                    doc.get("attributes", {}).pop(k, None)
+                out[key] = doc
+            else:
+                out[key] = open(os.path.join(root, f), "rb").read()
+    return out
