@@ -107,7 +107,7 @@ def library_info() -> dict[str, Any]:
 
 def _runtime() -> dict[str, Any]:
     """Devices, processes and versions of this run (differs between machines, so it is not compared)."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for lib in ("jax", "jaxlib", "numpy", "zarr", "xarray"):
         try:
             versions[lib] = importlib.metadata.version(lib)
@@ -119,8 +119,9 @@ def _runtime() -> dict[str, Any]:
 
 
 def _settings() -> dict[str, Any]:
-    return {"jax_enable_x64": bool(jax.config.jax_enable_x64),
-            "jax_default_matmul_precision": jax.config.jax_default_matmul_precision,
+    cfg: Any = jax.config
+    return {"jax_enable_x64": bool(cfg.jax_enable_x64),
+            "jax_default_matmul_precision": cfg.jax_default_matmul_precision,
             "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_platforms": os.environ.get("JAX_PLATFORMS", "")}
 
 
@@ -236,7 +237,7 @@ class RunStore:
         _barrier(f"ivhl-store-open:{self.path}")
         import zarr
 
-        self._group = zarr.open_group(self.path, mode="r+")
+        self._group: Any = zarr.open_group(self.path, mode="r+")
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ivhl-store")
         self._pending: concurrent.futures.Future | None = None
         self._plan: dict[str, Any] | None = None
@@ -389,8 +390,10 @@ class RunStore:
 
     def _write(self, start: int, obs: list[Any], snap: tuple[int, dict[str, Any]] | None) -> None:
         g = self._group
-        per = self._plan["per_chunk"] if self._plan else 0
-        for name, leaf in zip(self._plan["names"] if obs else [], obs, strict=True):
+        plan = self._plan
+        assert plan is not None
+        per = plan["per_chunk"]
+        for name, leaf in zip(plan["names"] if obs else [], obs, strict=True):
             g[name][start:start + per] = np.asarray(leaf)
         if snap is not None:
             index, fields = snap
@@ -506,7 +509,7 @@ def read_observations(path: str | os.PathLike, like: Any = None, *, rename: Mapp
     path = os.path.abspath(os.fspath(path))
     attrs = _read_attrs(path)
     n = int(attrs.get("records", 0))
-    g = zarr.open_group(path, mode="r")
+    g: Any = zarr.open_group(path, mode="r")
     if like is None:
         return {k: np.asarray(a[:n]) for k, a in g.arrays() if a.metadata.dimension_names[0] == "time"
                 and k not in ("time", "step")}

@@ -1,0 +1,83 @@
+"""What writing ψ snapshots to the run store costs: a 128³ Gross–Pitaevskii run with ψ (complex64, 16 MiB) saved
+every 100 steps against the same run without snapshots, timed interleaved.
+
+    python -m ivhl_jax.bench.store_snapshots --grid 128 --chunks 3 --rounds 2
+
+Each contestant runs ``--chunks`` chunks of 100 steps through :func:`ivhl_jax.run.runner.run_chunked` (observations
+every 50 steps); the "store" one also writes the snapshots (one per chunk) on the store's writer thread. The result
+(``bench/results/store_snapshots.json``) holds the command, commit, machine, versions and the per-round overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ivhl_jax.bench.harness import interleaved_rounds
+from ivhl_jax.numerics.rollout import chunked
+from ivhl_jax.physics import condensate as C
+from ivhl_jax.run.device import device_report
+from ivhl_jax.run.io import write_json
+from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.store import RunStore, Snapshots
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--grid", type=int, default=128)
+    ap.add_argument("--chunks", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "store_snapshots.json"))
+    args = ap.parse_args(argv)
+    grid = C.Grid.uniform((args.grid,) * 3, 20.0)
+    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 200.0)
+    stepper = C.strang(system, 1e-3)
+    psi0 = stepper.init(C.gaussian(grid))
+    advance = chunked(stepper, 100, save_every=50, observe=C.observe, donate=True)
+    tmp = tempfile.mkdtemp(prefix="ivhl-store-bench-")
+    snaps = Snapshots(every=100, fields=lambda psi: {"psi": psi}, dims=("x", "y", "z"),
+                      coords={d: np.asarray(c) for d, c in zip("xyz", grid.coords)})
+
+    def plain() -> None:
+        r = run_chunked(advance, jnp.copy(psi0), n_chunks=args.chunks, steps_per_chunk=100, progress=False)
+        jax.block_until_ready(r.state)
+
+    def stored() -> None:
+        store = RunStore(os.path.join(tmp, "run.zarr"), snapshots=snaps, dt=1e-3)
+        r = run_chunked(advance, jnp.copy(psi0), n_chunks=args.chunks, steps_per_chunk=100, progress=False,
+                        sink=store)
+        store.close()
+        jax.block_until_ready(r.state)
+
+    plain()
+    stored()  # compile both
+    wall, _ = interleaved_rounds({"plain": plain, "store": stored}, args.rounds)
+    overhead = [s / p - 1 for s, p in zip(wall["store"], wall["plain"])]
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp) for f in fs)
+    shutil.rmtree(tmp, ignore_errors=True)
+    rev = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "HEAD"],
+                         capture_output=True, text=True).stdout.strip()
+    rep = device_report()
+    result = {"command": "python -m ivhl_jax.bench.store_snapshots " + " ".join(argv or sys.argv[1:]),
+              "commit": rev, "machine": {"cpu": rep["host"]["cpu"], "cpu_count": rep["host"]["cpu_count"],
+                                         "platform": platform.platform(), "devices": rep["device_count"]},
+              "versions": rep["versions"], "grid": args.grid, "steps": 100 * args.chunks,
+              "snapshot_every": 100, "wall_s": wall, "overhead_per_round": overhead,
+              "overhead_median": float(np.median(overhead)), "store_bytes": size}
+    write_json(args.out, result)
+    print(f"{args.grid}^3, {100 * args.chunks} steps, ψ every 100: plain {wall['plain']} s, with store "
+          f"{wall['store']} s; overhead {[f'{o:+.1%}' for o in overhead]} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
