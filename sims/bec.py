@@ -326,22 +326,37 @@ def _slice_label(cfg: BECConfig, ndim: int) -> str:
     return f", slice {fixed} (of {cfg.gft_n} sites)"
 
 
-def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> dict[str, str]:
+def _state_axes(cfg: BECConfig, system) -> tuple[tuple[str, ...], dict, dict]:
+    """``(dims, coords, units)`` of the state's axes: ``x, y, z`` (trap lengths) for GP, ``axis1..`` for GFT."""
+    if cfg.model == "gp":
+        dims = ("x", "y", "z")[:cfg.dims]
+        return (dims, {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
+                {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in dims}})
+    return tuple(f"axis{i + 1}" for i in range(cfg.gft_rank)), {}, {"final_state": "1"}
+
+
+def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str, *,
+                  save_state: bool = True) -> dict[str, str]:
+    """The plots, observables.json and (with ``save_state``) final_state.npy of a finished run. ``result.state``
+    may be a memory map (the field is only read through the 2-D plane that the plots show)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(out, exist_ok=True)
-    state = np.asarray(result.state)
-    np.save(os.path.join(out, "final_state.npy"), state)
+    state = result.state if isinstance(result.state, np.ndarray) else np.asarray(result.state)
+    if save_state:
+        np.save(os.path.join(out, "final_state.npy"), state)
+    ndim = state.ndim
+    plane = np.asarray(_slice2d(state))  # what the plots show: the field itself in 1D/2D, the middle plane above
     hist = {k: np.asarray(v) for k, v in result.history.items()}
     # Time of a record: the steps done when it was taken, times dt. Records are taken after every save_every
     # steps, so the first is at t = save_every·dt; the initial state (t = 0) is not a record.
     t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
     paths = {}
-    rho = np.abs(state) ** 2
-    ph = np.angle(state)
+    rho = np.abs(plane) ** 2
+    ph = np.angle(plane)
     summary: dict = {"config": config_dict(cfg), "steps": result.steps, "resumed_from": result.resumed_from,
                      "wall_time_s": result.wall_time_s, "t": t, "observables": hist,
                      "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt"}
@@ -354,8 +369,7 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
         if grid.ndim >= 2:
             x, y = grid.coords[0], grid.coords[1]
             extent = (x[0], x[-1], y[0], y[-1])
-            psi2 = _slice2d(state)
-            pos, q = C.vortex_positions(jnp.asarray(psi2), grid, min_density=0.1, window=4)
+            pos, q = C.vortex_positions(jnp.asarray(plane), grid, min_density=0.1, window=4)
             if grid.ndim == 3:
                 summary["plot_slice"] = _slice_label(cfg, 3).lstrip(", ")
             summary["vortices"] = {"positions": pos, "charges": q, "count": int(np.abs(q).sum()),
@@ -372,7 +386,7 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
             ax.set_ylabel(label)
             ax.set_xlabel("x (trap units)" if cfg.model == "gp" else "lattice site")
         else:
-            im = ax.imshow(_slice2d(data).T, origin="lower", cmap=cmap, extent=extent)
+            im = ax.imshow(data.T, origin="lower", cmap=cmap, extent=extent)
             fig.colorbar(im, ax=ax, label=label)
             if cfg.model == "gp":
                 ax.set_xlabel("x (trap units)")
@@ -383,7 +397,7 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
             if cfg.model == "gp" and "vortices" in summary and len(summary["vortices"]["charges"]):
                 p = summary["vortices"]["positions"]
                 ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
-        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}{_slice_label(cfg, data.ndim)}", fontsize=9)
+        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
     keys = [k for k in hist if k.startswith("energy") or k in ("norm", "charge", "order", "lz")]
     fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
@@ -403,13 +417,19 @@ def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
                              sink=ctx.sink)
     if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
         result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
-    if jax.process_count() > 1:  # under `ivhl launch`: every process joins the gather, process 0 writes
-        from jax.experimental import multihost_utils
+    save_state = True
+    if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
+        dims, coords, units = _state_axes(cfg, extra["system"])
+        ctx.sink.write_field("final_state", result.state, dims, coords=coords, units=units,
+                             attrs={"step": result.steps})
+        if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy shard by shard
+            if jax.process_index() != 0:
+                return {}
+            from ivhl_jax.run.store import export_npy
 
-        result = dataclasses.replace(result, state=multihost_utils.process_allgather(result.state, tiled=True))
-        if jax.process_index() != 0:
-            return {}
-    paths = write_outputs(cfg, result, extra, ctx.out)
+            state = export_npy(ctx.sink.path, "final_state", os.path.join(ctx.out, "final_state.npy"))
+            result, save_state = dataclasses.replace(result, state=state), False
+    paths = write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
     print(result.rate_line())  # the driver said "resuming from step N" before the run
     return paths
 

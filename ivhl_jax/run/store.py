@@ -55,7 +55,7 @@ import numpy as np
 from ivhl_jax.run.config import lock_run_dir
 
 __all__ = ["RunStore", "Snapshots", "open_run", "RunData", "StoreError", "STORE_NAME", "leaf_names",
-           "library_info", "write_xdmf"]
+           "library_info", "write_xdmf", "export_npy"]
 
 STORE_NAME = "run.zarr"  # the store's folder inside a run folder
 FORMAT = "ivhl-run-store/1"  # root attribute that marks a run store (and its layout version)
@@ -466,6 +466,61 @@ class RunStore:
             self.snapshots = snapshots
         return self
 
+    def write_field(self, name: str, array: Any, dims: Sequence[str], *, coords: Mapping[str, Any] | None = None,
+                    units: Mapping[str, str] | None = None, attrs: Mapping[str, Any] | None = None) -> None:
+        """Write one field of the run (e.g. its final state) as the array ``name`` over ``dims``, shard by shard.
+
+        Every process calls it (they meet at barriers). A sharded ``array`` (a ``jax.Array``) is written as one
+        zarr chunk per shard, each by the process that holds it (replicated shards once); nothing is gathered.
+        ``coords`` gives 1-D coordinate values of the dims (written when the store lacks them), ``units``
+        ``{name or dim: unit}``, ``attrs`` further JSON-ready attributes of the array. An array of that name from
+        an earlier call (a resumed run) is replaced."""
+        import zarr
+
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+            raise ValueError(f"name must be a letter then letters, digits or _, got {name!r}")
+        dims = tuple(dims)
+        shape = tuple(int(n) for n in np.shape(array))
+        if len(dims) != len(shape) or not all(isinstance(d, str) and d for d in dims):
+            raise ValueError(f"dims must name the {len(shape)} axes of {name!r} (shape {shape}), got {dims!r}")
+        units = dict(units or {})
+        sharding = getattr(array, "sharding", None)
+        chunks = tuple(max(1, c) for c in (sharding.shard_shape(shape) if sharding is not None else shape))
+        dtype = np.dtype(array.dtype)
+        self.wait()  # the writer thread is idle: this thread may touch the group
+        if self._writer:
+            g: Any = zarr.open_group(self.path, mode="r+", use_consolidated=False)  # sees the arrays it creates
+            for d, c in (coords or {}).items():
+                if d not in g:
+                    c = np.asarray(c)
+                    self._coord(g, d, d, c, units.get(d, ""))
+            if name in g:
+                old = g[name]
+                if (old.shape != shape or old.dtype != dtype or tuple(old.metadata.dimension_names) != dims
+                        or tuple(old.chunks) != chunks):
+                    del g[name]
+            if name not in g:
+                g.create_array(name, shape=shape, chunks=chunks or (1,), dtype=dtype,
+                               fill_value=_fill(dtype), dimension_names=dims)
+            g[name].attrs.update({"units": units.get(name, ""), **_jsonable(dict(attrs or {}))})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "consolidated metadata is not part of the v3 spec" (xarray reads it)
+                zarr.consolidate_metadata(self.path)
+            self._group = zarr.open_group(self.path, mode="r+")
+        _barrier(f"ivhl-store-field-create:{self.path}:{name}")
+        if not self._writer:
+            self._group = zarr.open_group(self.path, mode="r+")
+        target = self._group[name]
+        shards = getattr(array, "addressable_shards", None)
+        if shards is None:
+            if self._writer:
+                target[...] = np.asarray(array)
+        else:
+            for shard in shards:
+                if shard.replica_id == 0:  # a replicated shard is written once
+                    target[shard.index] = np.asarray(shard.data)
+        _barrier(f"ivhl-store-field-written:{self.path}:{name}")
+
     def child(self, name: str) -> RunStore:
         """A sub-store ``<path>/<name>`` (a zarr group) for one stage of a run with several (each its own
         records); it keeps a store of the same configuration and is covered by this store's lock."""
@@ -529,16 +584,44 @@ class RunData:
       snapshots: Dataset over ``snapshot_time`` and the grid axes (None when the run wrote none).
       attrs: the store's metadata (``config``, ``settings``, ``seeds``, ``library``, ``runtime``, counts).
       path: the store's folder.
+      fields: Dataset of the fields written once (:meth:`RunStore.write_field`, e.g. ``final_state`` over the
+        grid axes), None when there are none.
     """
 
     observations: Any
     snapshots: Any
     attrs: dict[str, Any]
     path: str
+    fields: Any = None
 
     @property
     def config(self) -> dict[str, Any]:
         return self.attrs.get("config", {})
+
+
+def export_npy(path: str | os.PathLike, name: str, out: str | os.PathLike) -> np.ndarray:
+    """Copy the field ``name`` of the run store at ``path`` (see :meth:`RunStore.write_field`) into the ``.npy``
+    file ``out``, one zarr chunk (one shard of the run) at a time, so that the host holds one shard, never the
+    whole field; returns the file opened read-only as a memory map."""
+    import zarr
+
+    store = find_store(path)
+    _read_attrs(store)
+    g: Any = zarr.open_group(store, mode="r")
+    if name not in g:
+        raise StoreError(f"run store {store} holds no array {name!r}")
+    a = g[name]
+    out = os.path.abspath(os.fspath(out))
+    tmp = f"{out}.tmp{os.getpid()}"
+    mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=a.dtype, shape=a.shape)
+    ranges = [range(0, n, c) for n, c in zip(a.shape, a.chunks)]
+    for corner in np.ndindex(*(len(r) for r in ranges)):
+        region = tuple(slice(r[i], min(r[i] + c, n)) for r, i, c, n in zip(ranges, corner, a.chunks, a.shape))
+        mm[region] = a[region]
+    mm.flush()
+    del mm
+    os.replace(tmp, out)  # a reader never sees a half-written file
+    return np.load(out, mmap_mode="r")
 
 
 def find_store(path: str | os.PathLike) -> str:
@@ -572,13 +655,15 @@ def open_run(path: str | os.PathLike, *, group: str | None = None) -> RunData:
     obs_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("time",)]
     snap_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("snapshot_time",)]
     obs = ds[obs_vars].isel(time=slice(0, int(attrs.get("records", 0)))) if "time" in ds.dims else ds[obs_vars]
+    field_vars = [k for k, v in ds.data_vars.items() if k not in obs_vars and k not in snap_vars]
     snaps = None
     if snap_vars:
         snaps = ds[snap_vars].isel(snapshot_time=slice(0, int(attrs.get("snapshots", 0))))
-    for d in (obs, snaps):
+    fields = ds[field_vars] if field_vars else None
+    for d in (obs, snaps, fields):
         if d is not None:
             d.attrs = {}
-    return RunData(observations=obs, snapshots=snaps, attrs=attrs, path=store)
+    return RunData(observations=obs, snapshots=snaps, attrs=attrs, path=store, fields=fields)
 
 
 def write_xdmf(path: str | os.PathLike, *, out: str | os.PathLike | None = None) -> str:

@@ -97,6 +97,69 @@ def test_a_sharded_field_is_written_shard_by_shard_with_no_gather(tmp_path):
     assert text.count("<Time Value=") == 3 and "3DRectMesh" in text
 
 
+def _wave_step(state, params):
+    return state * params
+
+
+def test_xdmf_export_is_valid_xdmf3_whose_binaries_match_the_snapshots(tmp_path):
+    """write_xdmf: an XDMF 3 temporal collection of 3-D rectilinear grids; every DataItem's Dimensions match its
+    binary file's size, and the binaries read back (x fastest) give the snapshots' coordinates, |ψ|² and arg ψ
+    and the real fields, at every time."""
+    import xml.etree.ElementTree as ET
+
+    from ivhl_jax.run.store import write_xdmf
+
+    shape = (6, 5, 4)  # unequal axes: a transposed or misordered description would not match
+    x = np.linspace(-1, 1, 6)
+    psi0 = jnp.exp(1j * jnp.arange(120, dtype=jnp.float32).reshape(shape) / 7).astype(jnp.complex64)
+    advance = chunked(Stepper(_wave_step, jnp.complex64(0.9 * np.exp(0.3j))), 2, save_every=2,
+                      observe=lambda s, p: {"mean": jnp.mean(jnp.abs(s))})
+    snaps = Snapshots(every=2, fields=lambda s: {"psi": s, "re": jnp.real(s)}, dims=("x", "y", "z"),
+                      coords={"x": x})
+    store = RunStore(tmp_path / "run.zarr", dt=0.25, snapshots=snaps)
+    run_chunked(advance, psi0, n_chunks=3, steps_per_chunk=2, progress=False, sink=store)
+    store.close()
+    snap = open_run(tmp_path).snapshots
+    xmf = write_xdmf(tmp_path)
+    folder = os.path.dirname(xmf)
+    root = ET.parse(xmf).getroot()
+    assert root.tag == "Xdmf" and root.get("Version") == "3.0"
+    (collection,) = root.find("Domain")
+    assert collection.get("GridType") == "Collection" and collection.get("CollectionType") == "Temporal"
+    grids = collection.findall("Grid")
+    assert [float(g.find("Time").get("Value")) for g in grids] == [0.5, 1.0, 1.5]
+
+    def read(item):
+        dims = tuple(int(n) for n in item.get("Dimensions").split())
+        dtype = {("Float", "4"): "<f4", ("Float", "8"): "<f8"}[item.get("NumberType"), item.get("Precision")]
+        assert item.get("Format") == "Binary" and item.get("Endian") == "Little"
+        fn = os.path.join(folder, item.text.strip())
+        assert os.path.getsize(fn) == np.prod(dims) * np.dtype(dtype).itemsize, fn  # the file is the array
+        return np.fromfile(fn, dtype).reshape(dims)
+
+    for i, g in enumerate(grids):
+        assert g.get("GridType") == "Uniform"
+        topo = g.find("Topology")
+        assert topo.get("TopologyType") == "3DRectMesh" and topo.get("Dimensions") == "4 5 6"  # z y x, x fastest
+        geo = g.find("Geometry")
+        assert geo.get("GeometryType") == "VXVYVZ"
+        vx, vy, vz = (read(item) for item in geo.findall("DataItem"))
+        np.testing.assert_array_equal(vx, x)
+        np.testing.assert_array_equal(vy, np.arange(5))
+        np.testing.assert_array_equal(vz, np.arange(4))
+        attrs = {a.get("Name"): a for a in g.findall("Attribute")}
+        assert sorted(attrs) == ["psi_abs2", "psi_arg", "re"]
+        psi = snap["psi"].isel(snapshot_time=i).values
+        expected = {"psi_abs2": np.abs(psi) ** 2, "psi_arg": np.angle(psi),
+                    "re": snap["re"].isel(snapshot_time=i).values}
+        for name, a in attrs.items():
+            assert a.get("AttributeType") == "Scalar" and a.get("Center") == "Node"
+            (item,) = a.findall("DataItem")
+            got = read(item).transpose(2, 1, 0)  # (z, y, x) in the file -> (x, y, z)
+            np.testing.assert_allclose(got, expected[name], rtol=1e-6, atol=1e-6, err_msg=name)
+    assert not np.allclose(expected["psi_arg"], np.angle(np.asarray(psi0)))  # the last snapshot is not the start
+
+
 _SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import jax, jax.numpy as jnp, numpy as np

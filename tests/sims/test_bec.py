@@ -136,7 +136,7 @@ def test_3d_plots_name_their_slice_and_time_counts_from_the_first_record(tmp_pat
 def test_gp_run_writes_its_store_and_a_resumed_store_equals_an_uninterrupted_one(tmp_path):
     """Each chunk's records go to <out>/run.zarr (nothing kept in memory or in the checkpoints), equal to the
     in-memory history of the same run; a run extended from its checkpoint appends after the last record, never
-    duplicating one; snapshots of ψ every 100 steps equal the final state."""
+    duplicating one; snapshots of ψ every 100 steps and the store's final_state equal the final state."""
     import xarray as xr
 
     from ivhl_jax.run import open_run
@@ -161,6 +161,11 @@ def test_gp_run_writes_its_store_and_a_resumed_store_equals_an_uninterrupted_one
         assert run.snapshots.sizes["snapshot_time"] == 2
         last = run.snapshots["psi"].sel(snapshot_time=200 * cfg.dt, method="nearest").values
         assert np.array_equal(last, np.load(folder / "final_state.npy"))
+        final = run.fields["final_state"]  # the store holds the final state too (the extended run's, step 200)
+        assert final.dims == ("x", "y") and final.attrs["step"] == 200
+        assert final.attrs["units"] == "(trap length)^(-d/2)"
+        np.testing.assert_array_equal(final["x"].values, run.snapshots["x"].values)
+        assert np.array_equal(final.values, np.load(folder / "final_state.npy"))
         json_obs = json.loads((folder / "observables.json").read_text())["observables"]
         assert json_obs == json.loads((plain / "observables.json").read_text())["observables"]
     assert xr.open_zarr(part / "run.zarr")["psi"].dims == ("snapshot_time", "x", "y")
