@@ -1,11 +1,14 @@
-"""What writing ψ snapshots to the run store costs: a 128³ Gross–Pitaevskii run with ψ (complex64, 16 MiB) saved
-every 100 steps against the same run without snapshots, timed interleaved.
+"""What writing ψ snapshots to the run store costs: a 3-D Gross–Pitaevskii run with ψ (complex64) saved every 100
+steps against the same run without snapshots, timed in alternating order.
 
-    python -m ivhl_jax.bench.store_snapshots --grid 128 --chunks 3 --rounds 2
+    python -m ivhl_jax.bench.store_snapshots --grid 96 --chunks 2 --rounds 5
 
 Each contestant runs ``--chunks`` chunks of 100 steps through :func:`ivhl_jax.run.runner.run_chunked` (observations
-every 50 steps); the "store" one also writes the snapshots (one per chunk) on the store's writer thread. The result
-(``bench/results/store_snapshots.json``) holds the command, commit, machine, versions and the per-round overhead.
+every 50 steps); the "store" one also writes the snapshots (one per chunk) on the store's writer thread, the last
+one before the run returns. A round times both once, in an order that alternates between rounds (so that neither
+always runs first after the pause), and gives one ratio store/plain − 1; the result
+(``bench/results/store_snapshots.json``) holds the command, commit, machine, versions, every round's times and the
+median, quartiles and range of the overhead ratio.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.bench.harness import interleaved_rounds
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.run.device import device_report
@@ -33,9 +36,9 @@ from ivhl_jax.run.store import RunStore, Snapshots
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--grid", type=int, default=128)
-    ap.add_argument("--chunks", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--grid", type=int, default=96)
+    ap.add_argument("--chunks", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "store_snapshots.json"))
     args = ap.parse_args(argv)
     grid = C.Grid.uniform((args.grid,) * 3, 20.0)
@@ -60,8 +63,19 @@ def main(argv: list[str] | None = None) -> int:
 
     plain()
     stored()  # compile both
-    wall, _ = interleaved_rounds({"plain": plain, "store": stored}, args.rounds)
+    calls = {"plain": plain, "store": stored}
+    wall: dict[str, list[float]] = {"plain": [], "store": []}
+    order = []
+    for r in range(args.rounds):
+        names = ["plain", "store"] if r % 2 == 0 else ["store", "plain"]
+        order.append(names)
+        for name in names:
+            time.sleep(0.05)  # let the previous call's worker threads go idle
+            t0 = time.perf_counter()
+            calls[name]()
+            wall[name].append(time.perf_counter() - t0)
     overhead = [s / p - 1 for s, p in zip(wall["store"], wall["plain"])]
+    q1, med, q3 = (float(v) for v in np.percentile(overhead, [25, 50, 75]))
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp) for f in fs)
     shutil.rmtree(tmp, ignore_errors=True)
     rev = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "HEAD"],
@@ -71,11 +85,14 @@ def main(argv: list[str] | None = None) -> int:
               "commit": rev, "machine": {"cpu": rep["host"]["cpu"], "cpu_count": rep["host"]["cpu_count"],
                                          "platform": platform.platform(), "devices": rep["device_count"]},
               "versions": rep["versions"], "grid": args.grid, "steps": 100 * args.chunks,
-              "snapshot_every": 100, "wall_s": wall, "overhead_per_round": overhead,
-              "overhead_median": float(np.median(overhead)), "store_bytes": size}
+              "snapshot_every": 100, "snapshot_bytes": int(args.grid ** 3 * 8), "order_per_round": order,
+              "wall_s": wall, "overhead_per_round": overhead, "overhead_median": med,
+              "overhead_quartiles": [q1, q3], "overhead_range": [min(overhead), max(overhead)],
+              "store_bytes": size}
     write_json(args.out, result)
     print(f"{args.grid}^3, {100 * args.chunks} steps, ψ every 100: plain {wall['plain']} s, with store "
-          f"{wall['store']} s; overhead {[f'{o:+.1%}' for o in overhead]} -> {args.out}")
+          f"{wall['store']} s; overhead {[f'{o:+.1%}' for o in overhead]}: median {med:+.1%}, quartiles "
+          f"{q1:+.1%} .. {q3:+.1%}, range {min(overhead):+.1%} .. {max(overhead):+.1%} -> {args.out}")
     return 0
 
 
