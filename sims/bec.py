@@ -9,9 +9,10 @@ The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) wi
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
 Outputs in <out>: density.png, phase.png (3D and rank-3/4 GFT fields: the plane through the middle of
 the other axes, named in the title), observables.png, observables.json (time series and summary),
-final_state.npy. Time: a record's t is the number of steps done when it was taken times dt; records are
-taken after every ``save_every`` steps, so the first is at t = save_every·dt (the initial state is not
-recorded).
+final_state.npy, and run.zarr: the run store (:func:`ivhl_jax.run.open_run`) with the records, the snapshots of
+``snapshot_every`` and the final state, each written shard by shard by the process that holds it. Time: a
+record's t is the number of steps done when it was taken times dt; records are taken after every ``save_every``
+steps, so the first is at t = save_every·dt (the initial state is not recorded).
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
   ivhl sim bec --config run.toml --out runs/bec_vortex
