@@ -97,6 +97,41 @@ def test_a_sharded_field_is_written_shard_by_shard_with_no_gather(tmp_path):
     assert text.count("<Time Value=") == 3 and "3DRectMesh" in text
 
 
+def test_write_field_writes_one_chunk_per_shard_and_export_npy_copies_it_chunk_by_chunk(tmp_path):
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from ivhl_jax.run.store import export_npy
+
+    mesh = jax.make_mesh((4, 2), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
+    host = (np.arange(16 * 8 * 6) * (1 + 0.5j)).astype(np.complex64).reshape(16, 8, 6)
+    field = jax.device_put(host, NamedSharding(mesh, P("a", "b")))
+    store = RunStore(tmp_path / "run.zarr", config={"n": 16})
+    store.write_field("final_state", field, ("x", "y", "z"), coords={"x": np.linspace(0, 1, 16)},
+                      units={"final_state": "m^-3/2", "x": "m"}, attrs={"step": 7})
+    assert len(os.listdir(tmp_path / "run.zarr" / "final_state" / "c" / "0" / "0")) == 1  # one chunk per shard
+    assert sum(len(fs) for _, _, fs in os.walk(tmp_path / "run.zarr" / "final_state" / "c")) == 8
+    with pytest.raises(ValueError, match="dims must name the 3 axes"):
+        store.write_field("other", field, ("x", "y"))
+    with pytest.raises(ValueError, match="name must be"):
+        store.write_field("bad name", field, ("x", "y", "z"))
+    store.close()
+    final = open_run(tmp_path).fields["final_state"]
+    assert final.dims == ("x", "y", "z") and final.attrs == {"units": "m^-3/2", "step": 7}
+    assert final["x"].attrs["units"] == "m" and xr.open_zarr(tmp_path / "run.zarr")["final_state"].shape == host.shape
+    np.testing.assert_array_equal(final.values, host)
+    out = export_npy(tmp_path, "final_state", tmp_path / "final_state.npy")
+    assert isinstance(out, np.memmap) and not out.flags.writeable
+    np.testing.assert_array_equal(np.load(tmp_path / "final_state.npy"), host)
+    with pytest.raises(StoreError, match="holds no array 'psi'"):
+        export_npy(tmp_path, "psi", tmp_path / "psi.npy")
+    # written again (a resumed run's end) with another sharding and shape: replaced
+    store = RunStore(tmp_path / "run.zarr", config={"n": 16}, resume=True, lock=False)
+    store.write_field("final_state", jnp.ones((16, 8, 3), jnp.float32), ("x", "y", "z"))
+    store.close()
+    np.testing.assert_array_equal(open_run(tmp_path).fields["final_state"].values, np.ones((16, 8, 3)))
+
+
 def _wave_step(state, params):
     return state * params
 
