@@ -9,9 +9,10 @@ The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) wi
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
 Outputs in <out>: density.png, phase.png (3D and rank-3/4 GFT fields: the plane through the middle of
 the other axes, named in the title), observables.png, observables.json (time series and summary),
-final_state.npy. Time: a record's t is the number of steps done when it was taken times dt; records are
-taken after every ``save_every`` steps, so the first is at t = save_every·dt (the initial state is not
-recorded).
+final_state.npy, and run.zarr: the run store (:func:`ivhl_jax.run.open_run`) with the records, the snapshots of
+``snapshot_every`` and the final state, each written shard by shard by the process that holds it. Time: a
+record's t is the number of steps done when it was taken times dt; records are taken after every ``save_every``
+steps, so the first is at t = save_every·dt (the initial state is not recorded).
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
   ivhl sim bec --config run.toml --out runs/bec_vortex
@@ -41,7 +42,7 @@ from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
-from ivhl_jax.run.sink import ObservationSink
+from ivhl_jax.run.store import RunStore, Snapshots
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -86,6 +87,11 @@ class BECConfig:
     # `ivhl launch`), see ivhl_jax.numerics.distributed_fft.
     mesh: int | str = 1
     seed: int = 0  # PRNG seed (ground-state noise, GFT initial field)
+    # Steps between field snapshots written to <out>/run.zarr (0: none; a multiple of steps_per_chunk); each
+    # process writes the shards it holds. GP runs only.
+    snapshot_every: int = 0
+    snapshot_fields: Literal["psi", "density_phase"] = "psi"  # "psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)
+    snapshot_precision: Literal["float32", "float16", "float64"] = "float32"  # real precision of the snapshots
     precision: Literal["float32", "float64"] = "float32"  # "float32" (complex64 state) or "float64" (complex128)
 
     def validate(self) -> None:
@@ -139,6 +145,14 @@ class BECConfig:
         if self.steps_per_chunk % self.save_every:
             raise ValueError(f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every "
                              f"({self.save_every})")
+        if self.snapshot_every < 0 or self.snapshot_every % self.steps_per_chunk:
+            raise ValueError(f"snapshot_every ({self.snapshot_every}) must be 0 (no snapshots) or a multiple of "
+                             f"steps_per_chunk ({self.steps_per_chunk})")
+        if self.snapshot_every and self.model != "gp":
+            raise ValueError("snapshot_every needs model=gp (GFT fields have no snapshots); set snapshot_every=0")
+        if self.snapshot_fields == "psi" and self.snapshot_precision == "float16":
+            raise ValueError("snapshot_precision=float16 needs snapshot_fields=density_phase (there is no complex "
+                             "float16); use float32")
         if self.checkpoint_every % self.steps_per_chunk:
             raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
                              f"({self.steps_per_chunk})")
@@ -221,6 +235,26 @@ def gft_initial_state(cfg: BECConfig) -> jax.Array:
     return cfg.gft_init * jax.lax.complex(jax.random.normal(kr, shape, rdt), jax.random.normal(ki, shape, rdt))
 
 
+GP_UNITS = {"norm": "1", "energy_kinetic": "ħω", "energy_trap": "ħω", "energy_interaction": "ħω",
+            "energy_rotation": "ħω", "energy_total": "ħω", "lz": "ħ"}  # per particle, trap units
+
+
+def gp_snapshots(cfg: BECConfig, system: C.GPSystem) -> Snapshots:
+    """ψ (or |ψ|² and arg ψ) every ``snapshot_every`` steps at ``snapshot_precision``, on the grid's axes."""
+    real = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64}[cfg.snapshot_precision]
+    dims = ("x", "y", "z")[:cfg.dims]
+
+    def fields(psi: jax.Array) -> dict[str, jax.Array]:
+        if cfg.snapshot_fields == "psi":
+            return {"psi": psi.astype(jnp.result_type(real, jnp.complex64))}
+        return {"density": (jnp.abs(psi) ** 2).astype(real), "phase": jnp.angle(psi).astype(real)}
+
+    units = {"psi": "(trap length)^(-d/2)", "density": "(trap length)^-d", "phase": "rad",
+             **{d: "trap length" for d in dims}}
+    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims,
+                     coords={d: np.asarray(c) for d, c in zip(dims, system.grid.coords)}, units=units)
+
+
 def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
     """The condensate's own observables, plus ⟨L_z⟩ in 2D/3D."""
     obs = C.observe(psi, params)
@@ -230,7 +264,7 @@ def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
 
 
 def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             resuming: bool = False, sink: ObservationSink | None = None) -> tuple[RunResult, dict]:
+             resuming: bool = False, sink: RunStore | None = None) -> tuple[RunResult, dict]:
     """Prepare the initial state (skipped when resuming) and run the chunked real-time loop. With ``sink`` the
     observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
     structure to read them back with)."""
@@ -253,6 +287,9 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
         advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe, donate=True)
         extra["system"] = system
         extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
+        if sink is not None:
+            sink.describe(time_unit="1/ω (trap units)", units=GP_UNITS,
+                          snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None)
     else:
         system = gft_system(cfg)
         gft_stepper = G.strang(system, cfg.dt, imaginary=cfg.gft_imaginary, dtype=jnp.result_type(_dtype(cfg),
@@ -290,22 +327,37 @@ def _slice_label(cfg: BECConfig, ndim: int) -> str:
     return f", slice {fixed} (of {cfg.gft_n} sites)"
 
 
-def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> dict[str, str]:
+def _state_axes(cfg: BECConfig, system) -> tuple[tuple[str, ...], dict, dict]:
+    """``(dims, coords, units)`` of the state's axes: ``x, y, z`` (trap lengths) for GP, ``axis1..`` for GFT."""
+    if cfg.model == "gp":
+        dims = ("x", "y", "z")[:cfg.dims]
+        return (dims, {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
+                {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in dims}})
+    return tuple(f"axis{i + 1}" for i in range(cfg.gft_rank)), {}, {"final_state": "1"}
+
+
+def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str, *,
+                  save_state: bool = True) -> dict[str, str]:
+    """The plots, observables.json and (with ``save_state``) final_state.npy of a finished run. ``result.state``
+    may be a memory map (the field is only read through the 2-D plane that the plots show)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(out, exist_ok=True)
-    state = np.asarray(result.state)
-    np.save(os.path.join(out, "final_state.npy"), state)
+    state = result.state if isinstance(result.state, np.ndarray) else np.asarray(result.state)
+    if save_state:
+        np.save(os.path.join(out, "final_state.npy"), state)
+    ndim = state.ndim
+    plane = np.asarray(_slice2d(state))  # what the plots show: the field itself in 1D/2D, the middle plane above
     hist = {k: np.asarray(v) for k, v in result.history.items()}
     # Time of a record: the steps done when it was taken, times dt. Records are taken after every save_every
     # steps, so the first is at t = save_every·dt; the initial state (t = 0) is not a record.
     t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
     paths = {}
-    rho = np.abs(state) ** 2
-    ph = np.angle(state)
+    rho = np.abs(plane) ** 2
+    ph = np.angle(plane)
     summary: dict = {"config": config_dict(cfg), "steps": result.steps, "resumed_from": result.resumed_from,
                      "wall_time_s": result.wall_time_s, "t": t, "observables": hist,
                      "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt"}
@@ -318,8 +370,7 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
         if grid.ndim >= 2:
             x, y = grid.coords[0], grid.coords[1]
             extent = (x[0], x[-1], y[0], y[-1])
-            psi2 = _slice2d(state)
-            pos, q = C.vortex_positions(jnp.asarray(psi2), grid, min_density=0.1, window=4)
+            pos, q = C.vortex_positions(jnp.asarray(plane), grid, min_density=0.1, window=4)
             if grid.ndim == 3:
                 summary["plot_slice"] = _slice_label(cfg, 3).lstrip(", ")
             summary["vortices"] = {"positions": pos, "charges": q, "count": int(np.abs(q).sum()),
@@ -336,7 +387,7 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
             ax.set_ylabel(label)
             ax.set_xlabel("x (trap units)" if cfg.model == "gp" else "lattice site")
         else:
-            im = ax.imshow(_slice2d(data).T, origin="lower", cmap=cmap, extent=extent)
+            im = ax.imshow(data.T, origin="lower", cmap=cmap, extent=extent)
             fig.colorbar(im, ax=ax, label=label)
             if cfg.model == "gp":
                 ax.set_xlabel("x (trap units)")
@@ -347,7 +398,7 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str) -> d
             if cfg.model == "gp" and "vortices" in summary and len(summary["vortices"]["charges"]):
                 p = summary["vortices"]["positions"]
                 ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
-        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}{_slice_label(cfg, data.ndim)}", fontsize=9)
+        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
     keys = [k for k in hist if k.startswith("energy") or k in ("norm", "charge", "order", "lz")]
     fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
@@ -367,13 +418,19 @@ def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
                              sink=ctx.sink)
     if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
         result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
-    if jax.process_count() > 1:  # under `ivhl launch`: every process joins the gather, process 0 writes
-        from jax.experimental import multihost_utils
+    save_state = True
+    if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
+        dims, coords, units = _state_axes(cfg, extra["system"])
+        ctx.sink.write_field("final_state", result.state, dims, coords=coords, units=units,
+                             attrs={"step": result.steps})
+        if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy shard by shard
+            if jax.process_index() != 0:
+                return {}
+            from ivhl_jax.run.store import export_npy
 
-        result = dataclasses.replace(result, state=multihost_utils.process_allgather(result.state, tiled=True))
-        if jax.process_index() != 0:
-            return {}
-    paths = write_outputs(cfg, result, extra, ctx.out)
+            state = export_npy(ctx.sink.path, "final_state", os.path.join(ctx.out, "final_state.npy"))
+            result, save_state = dataclasses.replace(result, state=state), False
+    paths = write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
     print(result.rate_line())  # the driver said "resuming from step N" before the run
     return paths
 

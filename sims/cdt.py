@@ -60,7 +60,7 @@ from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
-from ivhl_jax.run.sink import ObservationSink
+from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -245,7 +245,7 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
 
 
 def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             sink: ObservationSink | None = None) -> dict:
+             sink: RunStore | None = None) -> dict:
     """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
     d = derived(cfg)
     params = chain_params(cfg, d)
@@ -269,11 +269,13 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
         write_json(therm_path, therm)
     per_chunk = cfg.steps_per_chunk
     advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
+    if sink is not None:
+        sink.describe(time_unit="sweeps")
     res = run_chunked(advance, chains, n_chunks=cfg.steps // per_chunk, steps_per_chunk=per_chunk,
                       checkpointer=checkpointer,
                       metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps", sink=sink)
     final = res.state.geometry
-    # streamed (--stream-observations): the records come back from disk for the analysis, none were kept
+    # with the run store the records come back from it for the analysis, none were kept in memory
     hist = sink.read(like=jax.eval_shape(advance, chains)[1]) if sink is not None else jax.device_get(res.history)
     if bool(np.any(hist["overflow"])):
         print(f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "

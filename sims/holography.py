@@ -18,8 +18,8 @@ can be extended by raising ``steps``.
 Outputs in ``--out`` (default ``runs/holography``; ``--demo``: ``runs/demo``): ``intensity.png``
 (last frame, log scale), ``phase.png`` (last frame, with the plaquette vortex charges of
 :func:`ivhl_jax.physics.fields.vortex_map`), ``mean_intensity.png`` (time average), ``summary.json``.
-With ``--stream-observations`` the per-step observations are appended to ``<out>/observations`` (one ``.npz``
-per chunk, :class:`ivhl_jax.run.sink.ObservationSink`) instead of being kept in memory and in ``summary.json``.
+The per-step observations go to the run store ``<out>/run.zarr`` (:func:`ivhl_jax.run.open_run`), not into
+memory nor ``summary.json``.
 Image axes: horizontal = first coordinate of the plane, vertical = second; for a 3-D grid the
 pictures show the z = middle slice.
 """
@@ -44,7 +44,7 @@ from ivhl_jax.run.config import config_dict
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
-from ivhl_jax.run.sink import ObservationSink
+from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}  # (first axis, second axis, normal)
@@ -167,7 +167,7 @@ def make_observe(grid: tuple[int, ...]):
 
 
 def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             sink: ObservationSink | None = None) -> tuple[RunResult, fields.WaveParams]:
+             sink: RunStore | None = None) -> tuple[RunResult, fields.WaveParams]:
     """Run ``cfg`` (resuming from ``checkpointer`` if it holds a checkpoint); returns (result, params). With a
     ``sink`` the per-step observations go to disk and ``result.history`` holds none."""
     stepper = fields.evolution(build_params(cfg))
@@ -198,9 +198,9 @@ def _title(cfg: HolographyConfig) -> str:
 
 
 def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveParams, out: str,
-                  observations: ObservationSink | None = None) -> dict[str, str]:
+                  observations: RunStore | None = None) -> dict[str, str]:
     """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths. With
-    ``observations`` (the run streamed them) the summary names their folder instead of holding them."""
+    ``observations`` (the run store that holds them) the summary names it instead of holding them."""
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
@@ -266,7 +266,7 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
         },
         "time_averaged_max_intensity": float(np.max(np.asarray(st.intensity_sum)) / max(int(st.step), 1)),
         "imprinted_net_charge": int(sum(cfg.vortex_charges)),
-        **({"history": hist} if observations is None else {"observations": observations.directory}),
+        **({"history": hist} if observations is None else {"observations": observations.path}),
         "devices": [str(d) for d in jax.devices()[:1]],
         "pictures": dict(paths),
     }

@@ -55,7 +55,7 @@ from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
-from ivhl_jax.run.sink import ObservationSink
+from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
 # The low-lying one-site scaling dimensions of each critical model's CFT (Ising: 1, σ, ε, ∂σ, ∂̄σ, T, T̄, ∂ε, ∂̄ε,
@@ -263,7 +263,7 @@ def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
 
 
 def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True,
-             sink: ObservationSink | None = None) -> dict:
+             sink: RunStore | None = None) -> dict:
     """Run the ladder; returns the summary dict written to mera.json. Call it before any JAX computation for
     ``cfg.host_cores`` to take effect (as ``ivhl sim mera`` does); later it is reported as not applied."""
     cores, why = cfg.cores_to_use()
@@ -299,8 +299,9 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
                 state = stepper.init(mera=grown)
             rest = n - first.shape[0]
             advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=M.observe)
-            # streamed (--stream-observations): each stage's energies go to <out>/observations/stage<k>
-            stage_sink = None if sink is None else ObservationSink(os.path.join(sink.directory, f"stage{k}"))
+            # with the run store each stage's energies go to its group stage<k> (open_run(out, group="stage0"))
+            stage_sink = None if sink is None else sink.child(f"stage{k}").describe(
+                time_unit="sweeps", rename={"value": "energy"})
             with Checkpointer(os.path.join(out, "ckpt", f"stage{k}"), save_every=cfg.checkpoint_every) as ck:
                 result = run_chunked(advance, state, n_chunks=rest // cfg.steps_per_chunk,
                                      steps_per_chunk=cfg.steps_per_chunk, checkpointer=ck, progress=progress,
@@ -310,6 +311,8 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
             mera = result.state.mera
             history = (result.history if stage_sink is None
                        else stage_sink.read(like=jax.eval_shape(advance, state)[1]))
+            if stage_sink is not None:
+                stage_sink.close()
             e = np.concatenate([first, np.asarray(history, np.float64)])
             energies.append(e - e0 if e0 is not None else e)
             stages.append({

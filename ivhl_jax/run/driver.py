@@ -37,7 +37,7 @@ from typing import Any
 from ivhl_jax.run import runner
 from ivhl_jax.run.config import add_run_arguments, clip_short_run, load_config, prepare_run_dir
 from ivhl_jax.run.runner import RunInterrupted
-from ivhl_jax.run.sink import ObservationSink
+from ivhl_jax.run.store import STORE_NAME, RunStore
 from ivhl_jax.train.checkpoint import CheckpointCorruptError, Checkpointer
 
 __all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_comments"]
@@ -52,7 +52,7 @@ class RunContext:
     progress: bool
     resuming: bool
     args: argparse.Namespace
-    sink: ObservationSink | None = None  # with --stream-observations: pass it to run_chunked(..., sink=)
+    sink: RunStore | None = None  # the run store <out>/run.zarr (``streams``): pass it to run_chunked(..., sink=)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +75,11 @@ class Simulation:
       own_checkpoints: the simulation opens its checkpointers itself under ``<out>/ckpt`` (e.g. one per
         stage when the state's shapes change between stages, as in the MERA bond-dimension ladder);
         ``ctx.checkpointer`` is then None.
-      streams: the simulation passes ``ctx.sink`` to :func:`ivhl_jax.run.runner.run_chunked`, so the driver
-        offers ``--stream-observations`` (the records go to ``<out>/observations``, none stay in memory).
+      streams: the simulation passes ``ctx.sink`` to :func:`ivhl_jax.run.runner.run_chunked`: the driver opens
+        the run store ``<out>/run.zarr`` (:class:`ivhl_jax.run.store.RunStore`, with the configuration, ``dt``
+        when the config has one, the seeds, version and device), the records go there and none stay in memory;
+        the simulation describes its units and snapshots (``ctx.sink.describe``) and reads the records back
+        (``ctx.sink.read``).
     """
 
     prog: str
@@ -212,10 +215,6 @@ def _parser(sim: Simulation) -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p, out=None, resume=None, config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
                       out_help="output folder")
-    if sim.streams:
-        p.add_argument("--stream-observations", action="store_true",
-                       help="append every saved observation to <out>/observations (one .npz per chunk) instead of "
-                            "keeping them in memory; resume with the same setting")
     if sim.add_arguments is not None:
         sim.add_arguments(p)
     out_default = _default_out_text(sim, p)
@@ -271,8 +270,9 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
         return _fail(sim, str(e))
     chunks_before = runner.chunks_started()
     try:
-        sink = (ObservationSink(os.path.join(out, "observations"))
-                if sim.streams and args.stream_observations else None)
+        dt = getattr(cfg, "dt", None)
+        sink = (RunStore(os.path.join(out, STORE_NAME), config=cfg, resume=resume, extendable=sim.extendable,
+                         dt=dt if isinstance(dt, float) and dt > 0 else None) if sim.streams else None)
         if sim.own_checkpoints:
             ctx = RunContext(out=out, checkpointer=None, progress=not args.no_progress, resuming=resume, args=args,
                              sink=sink)
@@ -304,6 +304,9 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
         if runner.chunks_started() != chunks_before or _show_traceback():
             raise
         return _fail(sim, f"{e} (see `{sim.prog} --help` for every key)")
+    if sink is not None:
+        sink.close()
+        paths = {**paths, "run_store": sink.path}
     print(f"done; outputs in {os.path.abspath(out)}:")
     for name, path in paths.items():
         print(f"  {name:17s} {os.path.abspath(path)}")

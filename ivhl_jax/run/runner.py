@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.run.sink import ObservationSink
+from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
 __all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
@@ -37,7 +37,7 @@ class RunResult:
     Attributes:
       state: final state.
       history: observations of every chunk concatenated along axis 0 (with a ``sink``: none, zero records;
-        the records are on disk, ``sink.read(history)``).
+        the records are in the store, ``sink.read(history)``).
       steps: total steps completed.
       resumed_from: the step a checkpoint was restored from (None for a fresh run).
       wall_time_s: wall time of this invocation (compile included).
@@ -186,7 +186,7 @@ def run_chunked(
     metadata: Mapping[str, Any] | Callable[[int, Any], Mapping[str, Any]] | None = None,
     progress: bool = True,
     description: str = "simulating",
-    sink: ObservationSink | None = None,
+    sink: RunStore | None = None,
 ) -> RunResult:
     """Run ``n_chunks`` calls of ``advance(state) -> (state, observations)``.
 
@@ -196,17 +196,18 @@ def run_chunked(
     whenever the completed step count is a multiple of the checkpointer's ``save_every`` and at the
     end. ``metadata`` (a dict, or a function of (step, state) returning one) is stored with it.
 
-    With a ``sink`` (:class:`ivhl_jax.run.sink.ObservationSink`) each chunk's observations are appended to disk
-    before the chunk's checkpoint and kept neither in memory nor in the checkpoints; a resumed run first drops
-    the records written after its checkpoint, then writes them again (the same bits).
+    With a ``sink`` (:class:`ivhl_jax.run.store.RunStore`) each chunk's observations (and the snapshots of the
+    state the store asks for) are written to the store, on a background thread that overlaps the next chunk, and
+    kept neither in memory nor in the checkpoints; the store is flushed before every checkpoint. A resumed run
+    first cuts the store back to its checkpoint, then writes the later records again (the same bits).
 
     With ``progress`` the first chunk's compilation is announced (``compiling <description> ...`` and
     ``compiling <description>: done in X s``, see :func:`phase`) and then a bar or plain lines report the steps.
     """
     check_scalar(n_chunks, "n_chunks", integer=True, nonnegative=True)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
-    if sink is not None and not isinstance(sink, ObservationSink):
-        raise TypeError(f"sink must be an ivhl_jax.run.sink.ObservationSink or None, got {type(sink).__name__}")
+    if sink is not None and not isinstance(sink, RunStore):
+        raise TypeError(f"sink must be an ivhl_jax.run.store.RunStore or None, got {type(sink).__name__}")
     t0 = time.perf_counter()
     _, obs_template = jax.eval_shape(advance, state)
     records_per_chunk = {o.shape[0] if o.shape else None for o in jax.tree_util.tree_leaves(obs_template)}
@@ -243,12 +244,15 @@ def run_chunked(
         if sink is None:
             chunks.append(restored["history"])
         resumed_from = step
-    if sink is not None:
-        sink.truncate(done * per_chunk)  # records written after the checkpoint are written again below
+    if sink is not None:  # records written after the checkpoint are written again below
+        sink.begin(obs_template, steps_per_chunk=steps_per_chunk, n_chunks=n_chunks, done_chunks=done,
+                   state_like=state)
 
     def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
         if checkpointer is None:
             return
+        if sink is not None:
+            sink.flush()  # a checkpoint never counts a record the store lacks
         meta = metadata(step, state) if callable(metadata) else metadata
         payload = {"state": state} if sink is not None else {"state": state, "history": _concat(chunks, obs_template)}
         checkpointer.save(step, payload,
@@ -272,7 +276,8 @@ def run_chunked(
                 else:
                     new_state, obs = advance(snapshot[0])
                 if sink is not None:
-                    sink.append(k * per_chunk, obs)  # before the checkpoint that counts it
+                    # before the checkpoint that counts it; the state's snapshot is copied before the next chunk
+                    sink.append(k * per_chunk, obs, step=(k + 1) * steps_per_chunk, state=new_state)
                     obs_kept: list[Any] = []
                 else:
                     obs_kept = [obs]
@@ -287,6 +292,8 @@ def run_chunked(
         if checkpointer is not None and n_chunks > done:
             save(n_chunks * steps_per_chunk, snapshot[0], snapshot[1], force=True)
             checkpointer.wait()
+        if sink is not None:
+            sink.flush()
     except KeyboardInterrupt:
         state, chunks, step = snapshot
         if checkpointer is not None and step > saved_step:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import bec
 
 GP = ["--no-progress", "--set", "grid=32", "--set", "length=12.0", "--set", "ground_steps=200", "--set", "g=50",
@@ -132,22 +133,40 @@ def test_3d_plots_name_their_slice_and_time_counts_from_the_first_record(tmp_pat
     assert bec._slice_label(cfg, 2) == ""
 
 
-def test_gp_run_streams_its_observations_and_a_resumed_stream_equals_an_uninterrupted_one(tmp_path):
-    """--stream-observations: each chunk's records go to <out>/observations (nothing kept in memory or in the
-    checkpoints); a run extended from its checkpoint appends after the last record, never duplicating one."""
-    from ivhl_jax.run.sink import ObservationSink
+def test_gp_run_writes_its_store_and_a_resumed_store_equals_an_uninterrupted_one(tmp_path):
+    """Each chunk's records go to <out>/run.zarr (nothing kept in memory or in the checkpoints), equal to the
+    in-memory history of the same run; a run extended from its checkpoint appends after the last record, never
+    duplicating one; snapshots of ψ every 100 steps and the store's final_state equal the final state."""
+    import xarray as xr
+
+    from ivhl_jax.run import open_run
 
     plain, full, part = tmp_path / "plain", tmp_path / "full", tmp_path / "part"
+    snap = ["--set", "snapshot_every=100"]
     assert bec.main([*GP, "--set", "steps=200", "--out", str(plain)]) == 0
-    assert bec.main([*GP, "--set", "steps=200", "--out", str(full), "--stream-observations"]) == 0
-    assert bec.main([*GP, "--set", "steps=100", "--out", str(part), "--stream-observations"]) == 0
-    assert bec.main([*GP, "--set", "steps=200", "--out", str(part), "--stream-observations"]) == 0
-    expected = json.loads((plain / "observables.json").read_text())["observables"]
-    like = {k: np.zeros(1) for k in expected}
+    assert bec.main([*GP, *snap, "--set", "steps=200", "--out", str(full)]) == 0
+    assert bec.main([*GP, *snap, "--set", "steps=100", "--out", str(part)]) == 0
+    assert bec.main([*GP, *snap, "--set", "steps=200", "--out", str(part)]) == 0
+    cfg = load_config(bec.BECConfig, None, [a for a in GP if "=" in a] + ["steps=200"])
+    in_memory, _ = bec.simulate(cfg, progress=False)
+    expected = {k: np.asarray(v) for k, v in in_memory.history.items()}
     for folder in (full, part):
-        on_disk = ObservationSink(folder / "observations").read(like)
-        assert ObservationSink(folder / "observations").records() == 200 // 25
+        run = open_run(folder)
+        assert run.observations.sizes["time"] == 200 // 25 and run.attrs["records"] == 8
         for key, values in expected.items():
-            np.testing.assert_array_equal(on_disk[key], np.asarray(values, on_disk[key].dtype), err_msg=key)
-        assert json.loads((folder / "observables.json").read_text())["observables"] == expected
+            np.testing.assert_array_equal(run.observations[key].values, values, err_msg=key)
+        assert run.observations["energy_total"].attrs["units"] == "ħω"
+        np.testing.assert_allclose(run.observations["time"].values, (np.arange(8) + 1) * 25 * cfg.dt)
+        assert run.attrs["config"]["steps"] == 200 and run.attrs["seeds"] == {"seed": 0}
+        assert run.snapshots.sizes["snapshot_time"] == 2
+        last = run.snapshots["psi"].sel(snapshot_time=200 * cfg.dt, method="nearest").values
+        assert np.array_equal(last, np.load(folder / "final_state.npy"))
+        final = run.fields["final_state"]  # the store holds the final state too (the extended run's, step 200)
+        assert final.dims == ("x", "y") and final.attrs["step"] == 200
+        assert final.attrs["units"] == "(trap length)^(-d/2)"
+        np.testing.assert_array_equal(final["x"].values, run.snapshots["x"].values)
+        assert np.array_equal(final.values, np.load(folder / "final_state.npy"))
+        json_obs = json.loads((folder / "observables.json").read_text())["observables"]
+        assert json_obs == json.loads((plain / "observables.json").read_text())["observables"]
+    assert xr.open_zarr(part / "run.zarr")["psi"].dims == ("snapshot_time", "x", "y")
     assert np.array_equal(np.load(plain / "final_state.npy"), np.load(part / "final_state.npy"))

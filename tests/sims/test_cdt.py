@@ -152,18 +152,18 @@ def test_a_run_folder_with_the_old_key_names_resumes(tmp_path):
 
 @pytest.mark.slow  # three short CLI runs (20 s on a loaded 2-core host)
 def test_streamed_observations_equal_the_in_memory_analysis(tmp_path):
-    """--stream-observations: the sweeps' records go to <out>/observations and the analysis reads them back;
-    the summary equals the in-memory run's, extended runs append without duplicating a record."""
-    from ivhl_jax.run.sink import ObservationSink
+    """The sweeps' records go to <out>/run.zarr and the analysis reads them back; an extended run appends
+    without duplicating a record: its summary equals the uninterrupted run's."""
+    from ivhl_jax.run import open_run
 
     plain, streamed = str(tmp_path / "plain"), str(tmp_path / "streamed")
     args = SMALL + ["--set", "engine=jax"]
     assert sim.main(args + ["--set", "steps=8", "--out", plain]) == 0
-    assert sim.main(args + ["--set", "steps=4", "--out", streamed, "--stream-observations"]) == 0
-    assert sim.main(args + ["--set", "steps=8", "--out", streamed, "--stream-observations"]) == 0
+    assert sim.main(args + ["--set", "steps=4", "--out", streamed]) == 0
+    assert sim.main(args + ["--set", "steps=8", "--out", streamed]) == 0
     a = json.load(open(os.path.join(plain, "summary.json")))
     b = json.load(open(os.path.join(streamed, "summary.json")))
-    assert ObservationSink(os.path.join(streamed, "observations")).records() == 8 // 2
+    assert open_run(streamed).observations.sizes["time"] == 8 // 2
     for key in ("mean_n2", "std_n2", "mean_slice_length", "autocorrelation", "volume_correlator",
                 "coordination_histogram", "accepted_moves", "geometry"):
         assert key in a and a[key] == b[key], key
