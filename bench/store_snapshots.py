@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,10 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.bench.harness import write_results
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
-from ivhl_jax.run.device import device_report
-from ivhl_jax.run.io import write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore, Snapshots
 
@@ -92,14 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     q1, med, q3 = (float(v) for v in np.percentile(overhead, [25, 50, 75]))
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(tmp, "run.zarr")) for f in fs)
     shutil.rmtree(tmp, ignore_errors=True)
-    rev = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "HEAD"],
-                         capture_output=True, text=True).stdout.strip()
-    rep = device_report()
     chunk_s = float(np.median(wall["plain"])) / args.chunks  # one 100-step chunk without the store
-    result = {"command": "python -m ivhl_jax.bench.store_snapshots " + " ".join(argv or sys.argv[1:]),
-              "commit": rev, "machine": {"cpu": rep["host"]["cpu"], "cpu_count": rep["host"]["cpu_count"],
-                                         "platform": platform.platform(), "devices": rep["device_count"]},
-              "versions": rep["versions"], "grid": args.grid, "steps": 100 * args.chunks,
+    result = {"grid": args.grid, "steps": 100 * args.chunks,
               "snapshot_every": 100, "snapshot_bytes": int(args.grid ** 3 * 8), "order_per_round": order,
               "wall_s": wall, "overhead_per_round": overhead, "overhead_median": med,
               "overhead_quartiles": [q1, q3], "overhead_range": [min(overhead), max(overhead)],
@@ -108,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
               "one_snapshot_write_s": write_s, "one_snapshot_write_median_s": float(np.median(write_s)),
               "one_snapshot_write_over_plain_chunk": float(np.median(write_s) / chunk_s),
               "store_bytes": size}
-    write_json(args.out, result)
+    command = "python -m ivhl_jax.bench.store_snapshots " + " ".join(argv or sys.argv[1:])
+    write_results(args.out, result, command=command)
     print(f"{args.grid}^3, {100 * args.chunks} steps, ψ every 100: plain {wall['plain']} s, with store "
           f"{wall['store']} s; overhead {[f'{o:+.1%}' for o in overhead]}: median {med:+.1%}, quartiles "
           f"{q1:+.1%} .. {q3:+.1%}, range {min(overhead):+.1%} .. {max(overhead):+.1%}; CPU time overhead median "
