@@ -431,7 +431,7 @@ def _run(cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
 
 # The tensors' shapes change with χ from stage to stage, so each stage keeps its own checkpointer
 # (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock and the config check.
-SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n")[0],
+SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n\n")[0],
                         default_out=lambda cfg, a: "runs/mera", own_checkpoints=True, extendable=("host_cores",),
                         streams=True)
 
