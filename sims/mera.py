@@ -53,7 +53,7 @@ from ivhl_jax.physics import mera as M
 from ivhl_jax.physics.mera import conformal, scaling
 from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
-from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.io import load_array, save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.sink import ObservationSink
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -119,12 +119,7 @@ class MERASimConfig:
             else:
                 if not self.term_file:
                     raise ValueError("term_file: model='custom' needs the two-site term as a .npy file")
-                if not os.path.isfile(self.term_file):
-                    raise ValueError(f"term_file: no such file {self.term_file!r}")
-                try:
-                    term = np.load(self.term_file)
-                except Exception as e:  # noqa: BLE001 - any unreadable file is named with its cause
-                    raise ValueError(f"term_file: cannot read {self.term_file!r} as a NumPy array ({e})") from None
+                term = load_array(self.term_file, "term_file")  # one line naming term_file and the formats
                 try:
                     model = M.two_site(term, name=f"custom({os.path.basename(self.term_file)})", e0=self.e0)
                 except (TypeError, ValueError) as e:
