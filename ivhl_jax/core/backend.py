@@ -107,11 +107,13 @@ TABLE: Mapping[str, Tuning] = {
 #: without an entry runs the portable choice, not a measured one.
 EVIDENCE: Mapping[str, Mapping[str, str]] = {
     "fields_chunking": {
-        "cpu": "bench/results/fields_superpose_cpu.json — ivhl bench fields --size medium",
+        "cpu": "bench/results/fields_superpose_cpu.json — ivhl bench --op superpose --size large --size extreme",
         "gpu": "../shared/reference/gpu_h200.md (chunk=n 2.45 ms vs the pair-budget default 212 ms at "
                "1048576 x 512 on one H200) — python -m ivhl_jax.bench.gpu_checks",
     },
-    "fields_pair_budget": {"cpu": "bench/results/fields_superpose_cpu.json — ivhl bench fields --size medium"},
+    "fields_pair_budget": {
+        "cpu": "bench/results/fields_superpose_cpu.json — ivhl bench --op superpose --size large --size extreme",
+    },
     "fields_memory_fraction": {"gpu": "../shared/reference/gpu_h200.md — python -m ivhl_jax.bench.gpu_checks"},
     "transformer_layer_loop": {
         "cpu": "bench/results/transformer_cpu_vs_torch.json — python -m ivhl_jax.bench.ops_transformer --vs-torch",
