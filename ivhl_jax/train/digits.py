@@ -56,6 +56,7 @@ def write_data_module(path: str | os.PathLike) -> str:
     with open(path, "w", encoding="ascii") as f:
         f.write('"""The bundled 8x8 digits (see ivhl_jax.train.digits). Written by `python -m ivhl_jax.train.digits`; '
                 'do not edit."""\n\n')
+        f.write('__all__ = ["SHA256", "PACKED"]\n\n')
         f.write(f'SHA256 = "{hashlib.sha256(raw).hexdigest()}"\n\n')
         f.write("PACKED = (\n" + "\n".join(lines) + "\n)\n")
     return os.fspath(path)

@@ -1,5 +1,7 @@
 """The bundled 8x8 digits (see ivhl_jax.train.digits). Written by `python -m ivhl_jax.train.digits`; do not edit."""
 
+__all__ = ["SHA256", "PACKED"]
+
 SHA256 = "87ff0c9e40dc7e2c0e34e7257799c2e3f3aec1a016363bb11cad869ec428a826"
 
 PACKED = (
