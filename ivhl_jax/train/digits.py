@@ -2,7 +2,7 @@
 
 The data are scikit-learn's ``sklearn.datasets.load_digits`` (the test set of the UCI "Optical Recognition of
 Handwritten Digits" data, Alpaydin & Kaynak 1998, CC BY 4.0): each image is 8x8 counts in 0..16 of the pixels set
-in a 4x4 block of a 32x32 bitmap. They are stored in :mod:`ivhl_jax.train.digits_data` as the 1797 x 64 counts
+in a 4x4 block of a 32x32 bitmap. They are stored in ``ivhl_jax/train/_digits_data.py`` as the 1797 x 64 counts
 then the 1797 labels, one byte each, LZMA-compressed and Base85-encoded (49 KB), with the SHA-256 of the bytes.
 That module is written by ``python -m ivhl_jax.train.digits`` from scikit-learn's copy (the only use of
 scikit-learn); ``tests/train/test_data.py`` checks that :func:`load_digits` equals it bit for bit where
@@ -30,11 +30,11 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
 
     The same arrays, in the same order and dtypes, as ``sklearn.datasets.load_digits(return_X_y=True)``.
     """
-    from ivhl_jax.train import digits_data
+    from ivhl_jax.train import _digits_data as digits_data  # this module's data, written by it
 
     raw = lzma.decompress(base64.b85decode(digits_data.PACKED))
     if len(raw) != N_SAMPLES * (N_FEATURES + 1) or hashlib.sha256(raw).hexdigest() != digits_data.SHA256:
-        raise RuntimeError("the bundled digits data (ivhl_jax/train/digits_data.py) is damaged: reinstall ivhl_jax "
+        raise RuntimeError("the bundled digits data (ivhl_jax/train/_digits_data.py) is damaged: reinstall ivhl_jax "
                            "or rewrite it with `python -m ivhl_jax.train.digits`")
     counts = np.frombuffer(raw, np.uint8)
     x = counts[:N_SAMPLES * N_FEATURES].reshape(N_SAMPLES, N_FEATURES).astype(np.float64)
@@ -43,7 +43,7 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_data_module(path: str | os.PathLike) -> str:
-    """Write :mod:`ivhl_jax.train.digits_data` to ``path`` from scikit-learn's ``load_digits``; returns the path."""
+    """Write ``ivhl_jax/train/_digits_data.py`` to ``path`` from scikit-learn's ``load_digits``; returns the path."""
     from sklearn.datasets import load_digits as sklearn_digits
 
     x, y = sklearn_digits(return_X_y=True)
@@ -63,5 +63,5 @@ def write_data_module(path: str | os.PathLike) -> str:
 
 
 if __name__ == "__main__":
-    target = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "digits_data.py")
+    target = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "_digits_data.py")
     print(f"wrote {write_data_module(target)}")
