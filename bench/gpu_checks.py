@@ -7,7 +7,10 @@ independent (a failing one records its traceback and the run goes on) and writes
 One run sees every family (goal: under 6 minutes on one H100). Sections
   env          devices, versions, ``nvidia-smi``, the per-backend defaults in force.
   ceilings     measured bf16 / f32 matmul rate and device-to-device copy bandwidth (the MFU and
-               bandwidth denominators; datasheet numbers are only leads).
+               bandwidth denominators; datasheet numbers are only leads). The run also starts by measuring
+               ``limits`` (``bench/tune.py: measure_limits``), recorded at the top of the JSON.
+  tune         ``ivhl tune`` on this device (fields, GP, CDT engines, attention): winners stored in the tuning
+               cache, each kernel as a fraction of the measured roofline (``cost_analysis()`` bytes / flops).
   attention_ok every attention implementation (xla, cudnn, chunked, pallas compiled — not interpret)
                in f32 and bf16, causal and padding-masked, forward and all three gradients, against a
                float64 NumPy reference: max-norm relative error.
@@ -523,9 +526,34 @@ def section_adaptive(quick: bool) -> dict:
     return _family("ops_adaptive", quick)
 
 
-SECTIONS = ("env", "ceilings", "attention_ok", "attention", "transformer", "parallel", "fields", "gp", "cdt", "mera",
-            "steppers", "adaptive", "pallas_blocks", "gp_rounding")
-FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "adaptive")
+# ------------------------------------------------------------------------------------------ tune
+def section_tune(quick: bool) -> dict:
+    """``ivhl tune`` on this device (fields, GP, CDT engines, attention): every candidate checked against the
+    table default's output, timed in interleaved rounds, each winner as a fraction of the limits measured now
+    (``bench/tune.py``). Stored in the tuning cache ($IVHL_CACHE_DIR) unless ``quick`` (CPU-sized, not stored)."""
+    from ivhl_jax.bench import tune
+
+    saved = os.environ.get("IVHL_TUNE_TINY")
+    if quick:
+        os.environ["IVHL_TUNE_TINY"] = "1"
+    try:
+        res = tune.tune(["fields", "gp", "cdt", "attention"], quick=True, save=not quick)
+    finally:
+        if saved is None:
+            os.environ.pop("IVHL_TUNE_TINY", None)
+        else:
+            os.environ["IVHL_TUNE_TINY"] = saved
+    lines = [f"{key}: {e['winner']} {1e3 * e['median_s']:.3f} ms, table default "
+             f"x{e.get('table_default_over_best', 1):.2f}, {100 * (e['roofline']['fraction'] or 0):.1f} % of the "
+             f"{e['roofline']['bound']} roofline"
+             for key, e in sorted(res["entries"].items())]
+    lines += [f"{area}: not tuned: {err}" for area, err in res["errors"].items()]
+    return {**res, "summary": lines}
+
+
+SECTIONS = ("env", "ceilings", "tune", "attention_ok", "attention", "transformer", "parallel", "fields", "gp", "cdt",
+            "mera", "steppers", "adaptive", "pallas_blocks", "gp_rounding")
+FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "adaptive", "tune")
 
 
 def main(argv=None) -> int:
@@ -534,13 +562,31 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections (repeatable)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (to test the script on a CPU)")
     ap.add_argument("--name", default="gpu_checks.json", help="output file name")
+    ap.add_argument("--skip", action="append", choices=SECTIONS, default=[],
+                    help="leave out these sections (repeatable; e.g. tune when `ivhl tune` ran just before)")
+    ap.add_argument("--budget-s", type=float, default=0.0,
+                    help="skip the sections left once this many seconds have passed (0: no limit)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, args.name)
     doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sections": {}}
+    start = time.perf_counter()
+    try:  # this machine's limits, measured now: every section's figures can be read as a fraction of them
+        from ivhl_jax.bench.tune import measure_limits
+
+        doc["limits"] = measure_limits(quick=True)
+        print(f"[gpu_checks] limits: copy {doc['limits']['copy_gbps']:.1f} GB/s, matmul f32 "
+              f"{doc['limits']['matmul_f32_tflops']:.2f} / bf16 {doc['limits']['matmul_bf16_tflops']:.2f} TFLOP/s",
+              flush=True)
+    except Exception as e:  # noqa: BLE001 - the checks still run without a roofline
+        doc["limits"] = {"error": f"{type(e).__name__}: {e}"}
     peak = None
-    for name in args.only or SECTIONS:
+    for name in [n for n in (args.only or SECTIONS) if n not in args.skip]:
         t0 = time.perf_counter()
+        if args.budget_s and t0 - start > args.budget_s:
+            doc["sections"][name] = {"skipped": f"over the --budget-s {args.budget_s:g} s", "section_wall_s": 0.0}
+            print(f"[gpu_checks] {name}: skipped (over the time budget)", flush=True)
+            continue
         print(f"[gpu_checks] {name} ...", flush=True)
         try:
             if name == "transformer":
@@ -552,14 +598,37 @@ def main(argv=None) -> int:
         except Exception as e:
             res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
         res["section_wall_s"] = time.perf_counter() - t0
+        _add_fractions(name, res, doc.get("limits", {}))
         doc["sections"][name] = res
-        from ivhl_jax.run.io import write_json
+        from ivhl_jax.bench.harness import write_results
 
-        write_json(path, doc)  # after every section: a later crash loses nothing
+        write_results(path, doc)  # after every section: a later crash loses nothing
         print(json.dumps(_summary(name, res), default=str)[:1500], flush=True)
     print(format_summary(doc))
     print(f"wrote {path}")
     return 0
+
+
+def _add_fractions(name: str, res: dict, limits: dict) -> None:
+    """Each timed kernel as a fraction of the limits measured at the start of this run (``doc["limits"]``):
+    attention TFLOP/s over the bf16 matmul rate; GP steps' ideal traffic (3 passes of read + write of the
+    complex64 field per merged step) over the copy bandwidth; every timed family section carries the limits beside
+    its figures. The tune section has a roofline per kernel (``cost_analysis()``); transformer MFU is against the
+    measured bf16 peak already."""
+    bw = float(limits.get("copy_gbps") or 0.0) * 1e9
+    bf16 = float(limits.get("matmul_bf16_tflops") or 0.0)
+    if name == "attention" and bf16:
+        for rec in res.get("results", []):
+            for phase in ("fwd", "fwd_bwd"):
+                if phase in rec:
+                    rec[phase]["fraction_of_bf16_matmul_rate"] = rec[phase]["tflops"] / bf16
+    if name == "gp" and bw:
+        for rec in res.get("results", []):
+            if "fused_ms_per_step" in rec:
+                n = float(np.prod(rec["shape"]))
+                rec["fraction_of_copy_bandwidth_ideal"] = 3 * 2 * 8 * n / (1e-3 * rec["fused_ms_per_step"]) / bw
+    if name in ("attention", "gp", "fields", "cdt", "mera", "transformer") and limits:
+        res["limits_of_this_run"] = {k: v for k, v in limits.items() if not isinstance(v, dict)}
 
 
 def format_summary(doc: dict[str, Any]) -> str:
@@ -575,6 +644,8 @@ def _summary(name: str, res: dict) -> dict:
     """A short line per section for the console (the JSON has everything)."""
     if "error" in res:
         return {name: res["error"]}
+    if "skipped" in res:
+        return {name: res["skipped"]}
     if name == "ceilings":
         return {k: round(v.get("tflops", v.get("gbps_read_plus_write", 0)), 1) for k, v in res.items()
                 if isinstance(v, dict)}

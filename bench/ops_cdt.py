@@ -268,7 +268,7 @@ def large_universe(n_slices: int = 64, volume: int = 1_000_000, thermal: int = 2
 
 
 def main(argv=None) -> int:
-    from ivhl_jax.run.io import write_json
+    from ivhl_jax.bench.harness import write_results
 
     p = argparse.ArgumentParser(description="CDT engine scaling benchmark (volumes x chains x engines)")
     p.add_argument("--chains", default="1,16,256")
@@ -289,15 +289,13 @@ def main(argv=None) -> int:
     command = "python -m ivhl_jax.bench.ops_cdt " + " ".join(sys.argv[1:] if argv is None else argv)
     if a.large_universe:
         doc = large_universe(a.slices, a.volume, a.thermal, a.measure)
-        doc["command"] = command
-        print("wrote", write_json(a.export or "bench/results/cdt_large_universe.json", doc))
+        print("wrote", write_results(a.export or "bench/results/cdt_large_universe.json", doc, command=command))
         return 0
     doc = scaling(tuple(int(c) for c in a.chains.split(",")), tuple(int(v) for v in a.volumes.split(",")),
                   tuple(a.engines.split(",")), repeats=a.repeats, peer_src=a.peer_src)
-    doc["command"] = command
     export = a.export or ("bench/results/cdt_host_vs_2dcdt.json" if a.peer_src
                           else f"bench/results/cdt_{'_'.join(a.engines.split(','))}_scaling.json")
-    print("wrote", write_json(export, doc))
+    print("wrote", write_results(export, doc, command=command))
     return 0
 
 

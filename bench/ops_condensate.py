@@ -274,9 +274,8 @@ def gpu_check(quick: bool = False) -> dict:
 def main(argv=None) -> int:
     """``python -m ivhl_jax.bench.ops_condensate fused --out FILE``: :func:`fused_vs_unfused` at 2D 256², 3D 64³
     and 3D 128³ on this device, written as JSON with the command that made it. (This tree against an older
-    commit, every op interleaved: ``python -m ivhl_jax.bench.compare_revisions --against REV``.)"""
+    commit, every op interleaved: ``python -m bench.studies.compare_revisions --against REV``.)"""
     import argparse
-    import json
     import platform
     import sys
 
@@ -287,8 +286,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--rounds", type=int, default=7)
     a = p.parse_args(argv)
-    doc = {"command": "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv),
-           "device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count(),
+    from ivhl_jax.bench.harness import write_results
+
+    command = "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv)
+    doc = {"device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count(),
            "measures": "GP real-time Strang steps: a trajectory observed every step (two potential half-steps per "
                        "step) vs one observed once (potential half-steps of consecutive steps merged), interleaved "
                        "rounds on one device; ratio < 1: merged faster"}
@@ -297,9 +298,7 @@ def main(argv=None) -> int:
     lines = [f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} (range "
              f"{r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
              f"max |diff| {r['max_abs_diff']:.1e}" for r in doc["results"]]
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    write_results(a.out, doc, command=command)
     print("\n".join(lines))
     return 0
 

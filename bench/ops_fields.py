@@ -233,7 +233,7 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
     import jax.numpy as jnp
     import torch
 
-    from ivhl_jax.numerics import fastmath
+    from ivhl_jax.core import backend
     from ivhl_jax.physics import fields
 
     rounds = rounds or {"small": 400, "medium": 300, "large": 80, "extreme": 40}
@@ -266,14 +266,8 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
         compile_s = time.perf_counter() - t0
         calls = {"ours": functools.partial(_run_jax, ours, args)}
         if variants:
-            saved = fastmath._SERIAL_PAIRS
-            fastmath._SERIAL_PAIRS = 0
-            jax.clear_caches()  # the kernel choice is made at trace time: no cached inner trace
-            try:
+            with backend.override(fields_serial_pairs=0):  # read at trace time: every block splits its fusions
                 split = jax.jit(ours_fn).lower(*args).compile()
-            finally:
-                fastmath._SERIAL_PAIRS = saved
-                jax.clear_caches()
             floor = jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0], p[:, 1])).lower(*args).compile()
             # XLA's CPU client runs a program inline on the calling thread only if its HLO cost analysis
             # counts < 1000 flops; anything bigger is handed to a worker thread (async dispatch). This
@@ -441,7 +435,7 @@ def gpu_check(quick: bool = False) -> dict:
                 p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk))
             return lambda: jax.block_until_ready(f(*args))
 
-        default_chunk = min(fields._default_chunk(m), n)
+        default_chunk = min(fields._default_chunk(m, n=n), n)
         default_call = run(None)
         err = float(np.max(np.abs(np.asarray(default_call()[:e], np.complex128) - ref) / scale))
         rec: dict = {"points": n, "sources": m, "default_chunk": default_chunk,
@@ -483,7 +477,6 @@ def gpu_check(quick: bool = False) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
-    import json
     import sys
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -498,14 +491,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="with --gpu-check: the small CPU-sized form")
     ap.add_argument("--out", help="write the JSON here")
     a = ap.parse_args(argv)
+    from ivhl_jax.bench.harness import write_results
+
     command = " ".join(["python -m ivhl_jax.bench.ops_fields", *(argv if argv is not None else sys.argv[1:])])
     if a.gpu_check:
         doc = gpu_check(quick=a.quick)
         print("\n".join(doc["summary"]))
-        doc["command"] = command
         if a.out:
-            with open(a.out, "w") as f:
-                f.write(json.dumps(doc, indent=1) + "\n")
+            write_results(a.out, doc, command=command)
         return
     if a.sync_dispatch:
         import jax
@@ -516,11 +509,8 @@ def main(argv: list[str] | None = None) -> None:
     doc = compare_with_torch(tuple(a.size or SUPERPOSE_SIZES), tuple(int(x) for x in a.threads.split(",")), rounds,
                              variants=not a.no_variants, pause_s=a.pause_s)
     doc["jax_cpu_enable_async_dispatch"] = not a.sync_dispatch
-    doc["command"] = command
-    text = json.dumps(doc, indent=1)
     if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+        write_results(a.out, doc, command=command)
     for rec in doc["results"]:
         s = rec["summary"]
         print(f"{rec['size']:8s} ours {s['ours_median_ms']:.4f} ms | torch eager {s['torch_eager_median_ms']:.4f} | "

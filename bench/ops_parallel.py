@@ -293,13 +293,14 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
 
 
 def main(argv=None) -> int:
-    from ivhl_jax.run.io import write_json
+    from ivhl_jax.bench.harness import write_results
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="bench/results/parallel_8dev.json")
     p.add_argument("--steps", type=int, default=150, help="compression convergence steps")
     p.add_argument("--skip", action="append", default=[], choices=["modes", "tp", "pipeline", "compression"])
     a = p.parse_args(argv)
+    command = "python -m ivhl_jax.bench.ops_parallel " + " ".join(sys.argv[1:] if argv is None else argv)
     doc = {"devices": jax.device_count(), "platform": jax.devices()[0].platform, "jax": jax.__version__}
     t0 = time.perf_counter()
     if "modes" not in a.skip:
@@ -311,7 +312,7 @@ def main(argv=None) -> int:
     if "compression" not in a.skip:
         doc["compression"] = measure_compression(a.steps)
     doc["wall_s"] = time.perf_counter() - t0
-    print(f"wrote {write_json(a.out, doc)}")
+    print(f"wrote {write_results(a.out, doc, command=command)}")
     return 0
 
 

@@ -236,7 +236,7 @@ def run_all(kernels=KERNELS, policies=POLICIES, repeats: int = 15) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ivhl_jax.run.io import write_json
+    from ivhl_jax.bench.harness import write_results
 
     p = argparse.ArgumentParser(description="physics kernels: time per precision policy")
     p.add_argument("--kernels", default=",".join(KERNELS))
@@ -247,8 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     doc = run_all(tuple(a.kernels.split(",")), tuple(a.policies.split(",")), a.repeats)
     doc["note"] = a.note
+    if argv is not None:  # called from Python: the command is these arguments, not this process's
+        doc["command"] = " ".join(["python -m ivhl_jax.bench.ops_precision", *argv])
     doc["loadavg_at_end"] = list(os.getloadavg())
-    print("wrote", write_json(a.export, doc))
+    print("wrote", write_results(a.export, doc, command=doc["command"]))
     return 0
 
 

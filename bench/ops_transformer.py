@@ -26,6 +26,11 @@ Memory sweep (compile only, nothing is allocated)::
 
 records ``compiled.memory_analysis().temp_size_in_bytes`` of value-and-grad of causal attention for
 T = 1k…16k, for the plain XLA path (materialises T×T scores) and the chunked path.
+
+What rematerialisation saves (compile only): the temporaries of one train step of the ``small`` preset at
+B, T = 8, 512 for every ``remat`` policy in fp32 and bf16::
+
+    python -m ivhl_jax.bench.ops_transformer --remat-memory --export bench/results/transformer_remat_memory.json
 """
 
 from __future__ import annotations
@@ -293,6 +298,38 @@ OPS = {
 }
 
 
+def remat_memory_sweep(preset_name: str = "small", batch: int = 8, seq_len: int = 512,
+                       remats: tuple[str, ...] = ("none", "dots_saveable", "full"),
+                       precisions: tuple[str, ...] = ("fp32", "bf16")) -> dict:
+    """Compiled temporaries (bytes) of one AdamW train step per ``remat`` policy and precision; nothing executes.
+
+    The step is ``training.make_train_step(lm_loss_fn(cfg), opt, cfg.precision)`` on a ``[batch, seq_len + 1]``
+    token batch, lowered from abstract shapes (``jax.eval_shape``), so no parameter is allocated.
+    """
+    import time
+
+    from ivhl_jax.models.transformer import init_params, lm_loss_fn, preset
+    from ivhl_jax.train import training
+
+    rows = []
+    for remat in remats:
+        for precision in precisions:
+            cfg = preset(preset_name, max_len=seq_len, precision=precision, remat=remat)
+            opt = training.make_optimizer(name="adamw", learning_rate=1e-4, warmup_steps=1, total_steps=100)
+            state = jax.eval_shape(lambda cfg=cfg, opt=opt: training.init_train_state(
+                init_params(cfg, jax.random.key(0)), opt, key=jax.random.key(1), policy=cfg.precision))
+            tokens = jax.ShapeDtypeStruct((batch, seq_len + 1), jnp.int32)
+            step = training.make_train_step(lm_loss_fn(cfg), opt, cfg.precision)
+            t0 = time.perf_counter()
+            mem = jax.jit(step).lower(state, tokens).compile().memory_analysis()
+            rows.append({"remat": remat, "precision": precision, "temp_bytes": int(mem.temp_size_in_bytes),
+                         "argument_bytes": int(mem.argument_size_in_bytes),
+                         "compile_s": time.perf_counter() - t0})
+            print(rows[-1], flush=True)
+    return {"preset": preset_name, "batch": batch, "seq_len": seq_len, "rows": rows,
+            "method": "jit(train_step).lower(abstract state, batch).compile().memory_analysis() (nothing executed)"}
+
+
 def attention_memory_sweep(seq_lens=(1024, 2048, 4096, 8192, 16384), *, heads: int = 8, head_dim: int = 64,
                            block_k: int = 512) -> dict:
     """Compiled temp memory of value-and-grad of causal attention, xla vs chunked (bytes)."""
@@ -542,6 +579,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_transformer")
     p.add_argument("--memory", action="store_true", help="attention memory sweep T = 1k..16k")
     p.add_argument("--max-T", type=int, default=16384)
+    p.add_argument("--remat-memory", action="store_true",
+                   help="train-step temporaries of the small preset (B, T = 8, 512) per remat policy and precision")
     p.add_argument("--vs-torch", action="store_true",
                    help="train step of the small preset vs PyTorch eager at B,T = 4,256 and 8,512 (interleaved)")
     p.add_argument("--layer-cost", action="store_true",
@@ -552,26 +591,32 @@ def main(argv=None) -> int:
                    help="leave glibc's malloc as it is (default: ivhl_jax.run.device.keep_host_memory(), as the "
                         "ivhl command line does; it applies to every contestant in this process)")
     a = p.parse_args(argv)
-    if not (a.memory or a.vs_torch or a.layer_cost):
-        p.error("nothing to do: pass --memory, --vs-torch or --layer-cost (other timings: `ivhl bench --op ...`)")
+    if not (a.memory or a.vs_torch or a.layer_cost or a.remat_memory):
+        p.error("nothing to do: pass --memory, --remat-memory, --vs-torch or --layer-cost "
+                "(other timings: `ivhl bench --op ...`)")
+    from ivhl_jax.bench.harness import write_results
     from ivhl_jax.run.device import device_report, keep_host_memory
-    from ivhl_jax.run.io import write_json
 
+    command = "python -m ivhl_jax.bench.ops_transformer " + " ".join(sys.argv[1:] if argv is None else argv)
     malloc = "glibc defaults (--malloc-default)" if a.malloc_default else f"keep_host_memory: {keep_host_memory()}"
     if a.vs_torch or a.layer_cost:
-        doc = {"environment": device_report(), "command": "python -m ivhl_jax.bench.ops_transformer " +
-               " ".join(sys.argv[1:] if argv is None else argv), "host_malloc": malloc}
+        doc = {"environment": device_report(), "host_malloc": malloc}
         if a.vs_torch:
             doc["train_step_vs_torch"] = train_step_vs_torch(rounds=a.rounds)
         if a.layer_cost:
             doc["layer_cost_vs_torch"] = layer_cost_vs_torch(rounds=a.rounds)
         if a.export:
-            print(f"wrote {write_json(a.export, doc)}")
+            print(f"wrote {write_results(a.export, doc, command=command)}")
+        return 0
+    if a.remat_memory:
+        doc = remat_memory_sweep()
+        if a.export:
+            print(f"wrote {write_results(a.export, doc, command=command)}")
         return 0
     Ts = [T for T in (1024, 2048, 4096, 8192, 16384) if T <= a.max_T]
     doc = {"environment": device_report(), "attention_memory": attention_memory_sweep(Ts)}
     if a.export:
-        print(f"wrote {write_json(a.export, doc)}")
+        print(f"wrote {write_results(a.export, doc, command=command)}")
     return 0
 
 

@@ -72,11 +72,11 @@ def adaptive_workload(cfg: Any = None, batch_size: int = 32, n_examples: int = 8
 
 
 def run_baseline(path: str, *, num_batches: int = 20, warmup: int = 3, fused_chunk: int = 200,
-                 trace_dir: str | None = None, include_mlp: bool = True) -> str:
+                 trace_dir: str | None = None, include_mlp: bool = True, command: str | None = None) -> str:
     """Profile the adaptive model (seed config, per-sample and seed-compat schedulers) and the MLP reference;
     write ``baseline.json``. Returns the path."""
+    from ivhl_jax.bench.harness import write_results
     from ivhl_jax.nn import adaptive
-    from ivhl_jax.run.io import write_json
 
     runs = []
     for label, cfg in (("adaptive per_sample (N=100,H=64,D=784,B=32)", adaptive.AdaptiveConfig()),
@@ -94,7 +94,7 @@ def run_baseline(path: str, *, num_batches: int = 20, warmup: int = 3, fused_chu
     doc["seed_reference"] = {"adaptive_step_ms": 246.13, "adaptive_samples_per_sec": 130.0,
                              "mlp_batch_latency_ms": 1.595, "mlp_samples_per_sec": 20240.0,
                              "source": "shared/reference/adaptive_seed_model.md section 8 (4-CPU runner, torch 2.8)"}
-    return write_json(path, doc)
+    return write_results(path, doc, command=command)
 
 
 if __name__ == "__main__":

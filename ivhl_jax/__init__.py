@@ -2,7 +2,7 @@
 
 Layers (each imports only the ones above it; ``tests/contracts/test_layering.py`` enforces it):
 
-* :mod:`ivhl_jax.core` — validation, precision policies;
+* :mod:`ivhl_jax.core` — validation, precision policies, the backend table and the per-machine tuning cache;
 * :mod:`ivhl_jax.numerics` — fast transcendentals, spectral multipliers, the stepper protocol and
   :func:`trajectory`;
 * :mod:`ivhl_jax.physics` — fields, condensate, gft, cdt, mera, happy, tn, exact;
@@ -12,22 +12,30 @@ Layers (each imports only the ones above it; ``tests/contracts/test_layering.py`
 
 The public namespace is flat (diffrax style): ``ivhl_jax.condensate``, ``ivhl_jax.trajectory``,
 ``ivhl_jax.Policy`` ... are the documented entry points. Flax modules, runnable simulations and
-benchmarks live in the repository folders ``models/``, ``sims/`` and ``bench/`` and are importable as
-``ivhl_jax.models``, ``ivhl_jax.sims`` and ``ivhl_jax.bench`` (imported on demand: they pull in Flax
-models, plotting and peers that a kernel user does not need).
+benchmarks live in the repository folders ``models/``, ``sims/`` and ``bench/``; the wheel (and an editable
+install, through setuptools' package-dir mapping) installs them as ``ivhl_jax.models``, ``ivhl_jax.sims`` and
+``ivhl_jax.bench`` (imported on demand: they pull in Flax models, plotting and peers that a kernel user does not
+need).
 """
 
-import os as _os
+__version__ = "0.1.0"  # the one version: pyproject.toml reads it ([tool.setuptools.dynamic])
 
-__version__ = "0.1.0"
+from ivhl_jax.core import tuning as _tuning  # noqa: E402
 
-# From a source checkout (repo root on sys.path, nothing installed) the folders models/, sims/ and
-# bench/ sit beside this package instead of inside it. Extending __path__ lets
-# `import ivhl_jax.models` resolve them exactly as the installed wheel's package-dir mapping does.
-_root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if _os.path.isfile(_os.path.join(_root, "pyproject.toml")) and _os.path.isdir(_os.path.join(_root, "models")):
-    if _root not in __path__:
-        __path__.append(_root)
+# XLA reads its flags when a backend starts: apply the flags `ivhl tune` measured as paying on this machine now,
+# before anything starts one (nothing under IVHL_TUNING=frozen, a flag the user set is left alone).
+_tuning.apply_xla_flags()
+if _tuning.mode() == "auto":
+    def _auto_tune(op: str, size: int, platform: str) -> None:
+        import importlib
+
+        importlib.import_module("ivhl_jax.bench.tune").tune_op(op, size, platform)
+
+    _tuning.set_auto_tuner(_auto_tune)
+    import sys as _sys
+
+    print("ivhl_jax: IVHL_TUNING=auto: an op meeting a problem size not measured on this machine is tuned first "
+          "(seconds, once; IVHL_TUNING=frozen uses the backend table alone)", file=_sys.stderr)
 
 from ivhl_jax.core import backend, precision, validation  # noqa: E402
 from ivhl_jax.core.precision import Policy  # noqa: E402
@@ -51,6 +59,7 @@ _LAZY = {
     "config": ("ivhl_jax.run.config", None),
     "io": ("ivhl_jax.run.io", None),
     "device": ("ivhl_jax.run.device", None),
+    "tune": ("ivhl_jax.bench.tune", None),
 }
 
 
@@ -78,7 +87,7 @@ __all__ = [
     "fields", "condensate", "gft", "cdt", "mera", "happy", "tn", "exact",
     "attention", "gru", "adaptive",
     "training", "parallel", "data", "checkpoint",
-    "runner", "config", "io", "device",
+    "runner", "config", "io", "device", "tune",
     # the few names every user meets
     "Stepper", "trajectory", "chunked", "Policy", "Checkpointer", "run_chunked",
 ]

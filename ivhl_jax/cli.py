@@ -6,6 +6,9 @@
   ivhl sim NAME [options]           a simulation from ivhl_jax.sims.NAME   (``ivhl sim --help``: the names)
   ivhl train NAME [options]         a training script ivhl_jax.sims.train_NAME   (``ivhl train --help``)
   ivhl bench [--op NAME] [--size S] [--export FILE.json]   (``ivhl bench --list``: the ops)
+  ivhl tune [--quick] [--only AREA,...] [--export FILE.json]
+                                    measure this machine's best settings into the tuning cache
+                                    ($IVHL_CACHE_DIR, default ~/.cache/ivhl_jax); ``ivhl info`` lists them
   ivhl launch --nproc N [--devices-per-process K] -- CMD ...
                                     N local processes wired with jax.distributed (127.0.0.1)
 
@@ -14,7 +17,8 @@ demo/sim/train reuse compiled programs across runs through XLA's persistent comp
 IVHL_KEEP_HOST_MEMORY=1 makes glibc's malloc keep freed memory for reuse, so XLA:CPU stops faulting its
 temporary buffers in on every call (faster CPU training steps, for a larger resident heap; see
 ivhl_jax.run.device.keep_host_memory). A configuration error (an unknown option too) is one line and exit
-status 2; IVHL_TRACEBACK=1 shows its traceback instead.
+status 2; IVHL_TRACEBACK=1 shows its traceback instead. IVHL_TUNING=frozen ignores the tuning cache (the backend
+table alone); IVHL_TUNING=auto tunes an op the first time it meets a problem size not measured on this machine.
 """
 
 from __future__ import annotations
@@ -137,7 +141,6 @@ def bench_parser() -> argparse.ArgumentParser:
 
 def _bench(argv: list[str]) -> int:
     from ivhl_jax.bench import harness
-    from ivhl_jax.run.io import write_json
 
     p = bench_parser()
     a = p.parse_args(argv)
@@ -152,7 +155,7 @@ def _bench(argv: list[str]) -> int:
         p.error(f"unknown op(s) {', '.join(map(repr, unknown))}; valid ops: {', '.join(sorted(harness.registry()))}")
     doc = harness.run(a.op, a.size or ["small"], repeats=a.repeats, peers=not a.no_peers, max_eager_s=a.max_eager_s)
     if a.export:
-        print(f"wrote {write_json(a.export, doc)}")
+        print(f"wrote {harness.write_results(a.export, doc)}")
     return 1 if any("error" in r for r in doc["results"]) else 0
 
 
@@ -195,11 +198,16 @@ def _main(argv: Sequence[str] | None) -> int:
         return _dispatch(cmd, rest[0] if rest else None, rest[1:])
     if cmd == "bench":
         return _bench(rest)
+    if cmd == "tune":
+        from ivhl_jax.bench.tune import main as tune_main
+
+        return int(tune_main(rest) or 0)
     if cmd == "launch":
         from ivhl_jax.run.launch import main as launch_main
 
         return int(launch_main(rest) or 0)
-    print(f"ivhl: unknown command {cmd!r}; commands: demo, info, sim, train, bench, launch, --version "
+    print(f"ivhl: unknown command {cmd!r}; commands: demo, info, sim, train, bench, tune, launch, "
+          "--version
           "(`ivhl --help` describes them)", file=sys.stderr)
     return 2
 

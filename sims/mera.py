@@ -18,8 +18,8 @@ float64). ``host_cores`` (0: auto) holds XLA to ``ivhl_jax.core.backend.defaults
 ``--set host_cores=n`` asks for n cores whatever the load.
 
 Default ladder: the published schedule of Evenbly's tensors.net mainVarMERA, χ/χ_mid = 6/4 (1 transitional
-layer, 2000 steps) → 8/6 (2 layers, 1800 steps); current figures against the reference optimiser in
-bench/results/mera_ladder_vs_reference.json.
+layer, 2000 steps) → 8/6 (2 layers, 1800 steps); ``bench/studies/mera_reference.py`` runs the same ladder with a
+NumPy port of the reference optimiser.
 
 Outputs in <out>: convergence.png (energy error per sweep), scaling_dims.png (one-site spectrum, and the
 two-site spectrum with each operator's conformal family marked), mera.json (energy error per sweep, timings per
@@ -66,7 +66,7 @@ CFT_DIMS = {
     "xx": [0.0, 0.25, 0.25, 1.0, 1.0, 1.0, 1.0, 1.25, 1.25, 1.25],
 }
 # host_cores=0 (auto) holds ladders up to this χ to defaults().mera_busy_host_cores on a busy host: above it, the
-# sweep's larger contractions gain from every core even under load (bench/results/mera_busy_host.json).
+# sweep's larger contractions gain from every core even under load.
 ONE_CORE_MAX_CHI = 12
 
 

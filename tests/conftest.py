@@ -8,6 +8,9 @@ import os
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("MPLBACKEND", "Agg")
+# The suite runs on the backend table alone, whatever `ivhl tune` stored on this machine (tests of the tuning
+# cache point IVHL_CACHE_DIR at a temporary folder and set IVHL_TUNING themselves).
+os.environ.setdefault("IVHL_TUNING", "frozen")
 
 import pathlib  # noqa: E402
 

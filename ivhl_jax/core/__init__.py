@@ -1,1 +1,2 @@
-"""Lowest layer: argument validation and precision policies. Imports nothing else from ivhl_jax."""
+"""Lowest layer: argument validation, precision policies, the per-backend table and the per-machine tuning cache.
+Imports nothing else from ivhl_jax."""

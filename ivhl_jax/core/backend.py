@@ -9,7 +9,11 @@ sniff the backend.
 A platform missing from the table (a new accelerator plugin) gets the ``"portable"`` row, which is never
 the CPU-only choice: it assumes an accelerator with its own memory and no host kernels.
 
-Users see the table in force with ``ivhl info`` (:func:`describe`) and change it two ways::
+The table is the starting point: ``ivhl tune`` measures the choices on the machine it runs on and stores them
+in a per-machine cache (:mod:`ivhl_jax.core.tuning`), which :func:`defaults` reads before the table (per op and
+problem-size bucket where the op passes ``op=`` and ``size=``); ``IVHL_TUNING=frozen`` uses the table alone.
+
+Users see every setting in force, with its source, with ``ivhl info`` (:func:`describe`) and change it two ways::
 
     with ivhl_jax.core.backend.override(fields_chunking="pair_budget"):
         ...                                   # this block only (context-local)
@@ -21,11 +25,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import os
 import types
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 import jax
+
+from ivhl_jax.core import tuning
 
 __all__ = ["Tuning", "TABLE", "EVIDENCE", "PLATFORMS", "platform", "defaults", "override", "configure",
            "reset", "describe"]
@@ -57,6 +64,14 @@ class Tuning:
         host engine falls back to ``"jax"`` where numba is missing.
       mera_busy_host_cores: CPU cores a MERA ladder holds XLA to when the host is busy (0: no limit).
       host_fft: whether ``fft="ducc"`` (a host FFT) is allowed.
+      fields_method: the kernel of :func:`ivhl_jax.numerics.fastmath.point_source_sum` that
+        :func:`ivhl_jax.fields.superpose` runs: ``"loop"`` (a loop over sources, one elementwise fusion per
+        step: CPU) or ``"reduce"`` (one fused reduction over all pairs per block: accelerators).
+      fields_serial_pairs: blocks of at most this many (point, source) pairs run the ``"loop"`` kernel on one
+        thread (XLA:CPU splits larger fusions over the cores, and each split costs a hand-off).
+
+    A row is the starting point: :func:`defaults` applies this machine's measured choices from the tuning cache
+    (:mod:`ivhl_jax.core.tuning`, written by ``ivhl tune``) over it unless ``IVHL_TUNING=frozen``.
     """
 
     fields_chunking: Literal["pair_budget", "memory"]
@@ -69,6 +84,8 @@ class Tuning:
     cdt_engine: Literal["host", "jax", "pallas"]
     mera_busy_host_cores: int
     host_fft: bool
+    fields_method: Literal["loop", "reduce"] = "loop"
+    fields_serial_pairs: int = 1 << 22
 
     def __post_init__(self) -> None:
         if self.fields_chunking not in ("pair_budget", "memory"):
@@ -86,16 +103,33 @@ class Tuning:
             raise ValueError(f"cdt_engine must be 'host', 'jax' or 'pallas', got {self.cdt_engine!r}")
         if not isinstance(self.mera_busy_host_cores, int) or self.mera_busy_host_cores < 0:
             raise ValueError(f"mera_busy_host_cores must be an int >= 0, got {self.mera_busy_host_cores!r}")
+        if self.fields_method not in ("loop", "reduce"):
+            raise ValueError(f"fields_method must be 'loop' or 'reduce', got {self.fields_method!r}")
+        if not isinstance(self.fields_serial_pairs, int) or self.fields_serial_pairs < 0:
+            raise ValueError(f"fields_serial_pairs must be an int >= 0, got {self.fields_serial_pairs!r}")
 
 
-_CPU = Tuning(fields_chunking="pair_budget", fields_pair_budget=1 << 22, fields_memory_fraction=0.25,
+def _cpu_serial_pairs() -> int:
+    """The one-thread threshold of the CPU row: with two cores or fewer every default block (2**22 pairs) runs
+    on one thread (measured, ``bench/results/fields_vs_torch_compile.json``); with more cores 2**19 pairs is an
+    estimate that ``ivhl tune`` replaces with a measurement."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return 1 << 22 if cpus <= 2 else 1 << 19
+
+
+_CPU = Tuning(fields_chunking="pair_budget", fields_pair_budget=1 << 24, fields_memory_fraction=0.25,
               transformer_layer_loop="unrolled", transposed_save_matmul=True, attention_half="xla",
-              attention_dense=True, cdt_engine="host", mera_busy_host_cores=1, host_fft=True)
+              attention_dense=True, cdt_engine="host", mera_busy_host_cores=1, host_fft=True,
+              fields_method="loop", fields_serial_pairs=_cpu_serial_pairs())
 _ACCELERATOR = Tuning(fields_chunking="memory", fields_pair_budget=1 << 22, fields_memory_fraction=0.25,
                       transformer_layer_loop="scan", transposed_save_matmul=False, attention_half="cudnn",
-                      attention_dense=False, cdt_engine="jax", mera_busy_host_cores=0, host_fft=False)
+                      attention_dense=False, cdt_engine="jax", mera_busy_host_cores=0, host_fft=False,
+                      fields_method="reduce", fields_serial_pairs=0)
 
-#: The tuned row per platform. ``"portable"`` serves any platform not listed.
+#: The row per platform. ``"portable"`` serves any platform not listed.
 TABLE: Mapping[str, Tuning] = {
     "cpu": _CPU,
     "gpu": _ACCELERATOR,
@@ -103,18 +137,19 @@ TABLE: Mapping[str, Tuning] = {
     "portable": dataclasses.replace(_ACCELERATOR, attention_half="xla"),
 }
 
-#: Why each setting has its value: ``{setting: {platform: "results file — command"}}``. A platform
+_TUNE_CPU = "bench/results/tune_cpu.json — ivhl tune --quick"
+_UNMEASURED = "unmeasured (no results file times it on this platform; bench/gpu_tune_and_check.sh measures it)"
+
+#: Why each setting has its value: ``{setting: {platform: "results file — command"}}``, every file inside this
+#: repository. ``"unmeasured ..."`` marks a choice that has never been timed on that platform; a platform
 #: without an entry runs the portable choice, not a measured one.
 EVIDENCE: Mapping[str, Mapping[str, str]] = {
-    "fields_chunking": {
-        "cpu": "bench/results/fields_superpose_cpu.json — ivhl bench --op superpose --size large --size extreme",
-        "gpu": "../shared/reference/gpu_h200.md (chunk=n 2.45 ms vs the pair-budget default 212 ms at "
-               "1048576 x 512 on one H200) — python -m ivhl_jax.bench.gpu_checks",
-    },
-    "fields_pair_budget": {
-        "cpu": "bench/results/fields_superpose_cpu.json — ivhl bench --op superpose --size large --size extreme",
-    },
-    "fields_memory_fraction": {"gpu": "../shared/reference/gpu_h200.md — python -m ivhl_jax.bench.gpu_checks"},
+    "fields_chunking": {"cpu": _TUNE_CPU, "gpu": _UNMEASURED},
+    "fields_pair_budget": {"cpu": _TUNE_CPU},
+    "fields_memory_fraction": {"gpu": _UNMEASURED},
+    "fields_method": {"cpu": _TUNE_CPU, "gpu": _UNMEASURED},
+    "fields_serial_pairs": {
+        "cpu": _TUNE_CPU + " (hosts with <= 2 cores; with more cores 2**19 is an estimate until tuned)"},
     "transformer_layer_loop": {
         "cpu": "bench/results/transformer_cpu_vs_torch.json — python -m ivhl_jax.bench.ops_transformer --vs-torch",
         "gpu": "bench/results/gpu_h100.json — python -m ivhl_jax.bench.gpu_checks",
@@ -127,23 +162,19 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
     },
     "attention_half": {"gpu": "bench/results/gpu_h100.json — python -m ivhl_jax.bench.gpu_checks"},
     "cdt_engine": {
-        "cpu": "bench/results/cdt_host_vs_2dcdt.json (host engine 1.4-1.8e7 accepted moves/s per chain; the JAX "
-               "engine 2-4e4, bench/results/cdt_jax_scaling.json) — python -m ivhl_jax.bench.ops_cdt "
-               "--engines host --chains 1,2 --volumes 512,2048,8192 --peer-src DIR",
-        "gpu": "../shared/reference/gpu_h200.md (JAX engine 1.45e8 accepted moves/s at 65536 chains) — "
-               "python -m ivhl_jax.bench.gpu_checks",
+        "cpu": "bench/results/cdt_host_vs_2dcdt.json and bench/results/cdt_jax_scaling.json — python -m "
+               "ivhl_jax.bench.ops_cdt --engines host,jax; " + _TUNE_CPU,
+        "gpu": _UNMEASURED,
     },
-    "mera_busy_host_cores": {
-        "cpu": "bench/results/mera_busy_host.json — python -m ivhl_jax.bench.mera_busy_host --window 0.5 "
-               "(the script as at commit d695879: git show d695879:bench/mera_busy_host.py)",
-    },
+    "mera_busy_host_cores": {"cpu": "bench/results/mera_busy_host.json — the command and runs recorded in the file"},
     "host_fft": {"cpu": "bench/results/condensate_gp_step_xla_vs_ducc_cpu.json — ivhl bench --op gp_step "
                         "--op gp_step_ducc --size extreme"},
 }
 
-_configured: dict[str, Tuning] = {}
+_configured: dict[str, dict[str, Any]] = {}
 _override: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "ivhl_backend_override", default=types.MappingProxyType({}))
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Tuning))
 
 
 def platform() -> str:
@@ -152,21 +183,53 @@ def platform() -> str:
 
 
 def _row(name: str) -> Tuning:
-    if name in _configured:
-        return _configured[name]
-    return TABLE.get(name, TABLE["portable"])
+    base = TABLE.get(name, TABLE["portable"])
+    return dataclasses.replace(base, **_configured[name]) if name in _configured else base
 
 
 def _check_settings(settings: Mapping[str, Any]) -> None:
-    known = {f.name for f in dataclasses.fields(Tuning)}
-    unknown = sorted(set(settings) - known)
+    unknown = sorted(set(settings) - _FIELDS)
     if unknown:
-        raise ValueError(f"unknown backend setting(s) {unknown}; the settings are {sorted(known)}")
+        raise ValueError(f"unknown backend setting(s) {unknown}; the settings are {sorted(_FIELDS)}")
 
 
-def defaults(platform_name: str | None = None) -> Tuning:
-    """The defaults in force for ``platform_name`` (default: the current platform), overrides applied."""
-    row = _row(platform() if platform_name is None else str(platform_name))
+def _measured(name: str, op: str | None, size: int | float | None) -> dict[str, tuple[Any, str]]:
+    """``{setting: (value, source)}`` from this machine's tuning cache: the size-independent entries, then
+    ``op``'s entry nearest to ``size``. Only for the platform JAX runs on (the cache measures this machine)."""
+    if name != platform():
+        return {}
+    table = tuning.entries(name)
+    chosen: list[dict[str, Any]] = [e for k, e in sorted(table.items()) if k.endswith("|all")]
+    if op is not None and size is not None:
+        entry = tuning.lookup(name, op, size)
+        if entry is not None:
+            chosen.append(entry)
+    out: dict[str, tuple[Any, str]] = {}
+    for entry in chosen:
+        where = (f"measured {entry.get('measured_utc', '?')} ({entry.get('op', '?')} at "
+                 f"{entry.get('bucket', '?')}), {tuning.cache_path(name)}")
+        for key, value in entry.get("settings", {}).items():
+            if key in _FIELDS:
+                out[key] = (value, where)
+    return out
+
+
+def defaults(platform_name: str | None = None, *, op: str | None = None, size: int | float | None = None) -> Tuning:
+    """The defaults in force for ``platform_name`` (default: the current platform).
+
+    In order, later wins: the table row, this machine's tuning cache (size-independent choices, then ``op``'s
+    choice for the size bucket of ``size`` work items, when both are given; skipped under
+    ``IVHL_TUNING=frozen``), :func:`configure`, :func:`override`. A cached value that no longer validates is
+    ignored (the row's value stays)."""
+    name = platform() if platform_name is None else str(platform_name)
+    row = TABLE.get(name, TABLE["portable"])
+    for key, (value, _) in _measured(name, op, size).items():
+        try:
+            row = dataclasses.replace(row, **{key: value})
+        except (TypeError, ValueError):
+            continue
+    if name in _configured:
+        row = dataclasses.replace(row, **_configured[name])
     over = _override.get()
     return dataclasses.replace(row, **over) if over else row
 
@@ -194,8 +257,9 @@ def configure(platform_name: str, **settings: Any) -> Tuning:
     if not isinstance(platform_name, str) or not platform_name:
         raise ValueError(f"platform_name must be a platform such as 'cpu', 'gpu' or 'tpu', got {platform_name!r}")
     _check_settings(settings)
-    row = dataclasses.replace(_row(platform_name), **settings)
-    _configured[platform_name] = row
+    merged = {**_configured.get(platform_name, {}), **settings}
+    row = dataclasses.replace(TABLE.get(platform_name, TABLE["portable"]), **merged)  # validate now
+    _configured[platform_name] = merged
     return row
 
 
@@ -204,21 +268,60 @@ def reset() -> None:
     _configured.clear()
 
 
+def _table_source(setting: str, name: str) -> str:
+    if name not in TABLE:
+        return f"portable default (not measured on this kind of machine: {name!r} has no row)"
+    evidence = EVIDENCE.get(setting, {}).get(name)
+    if evidence is None:
+        return "table, portable choice (not measured on this kind of machine)"
+    if evidence.startswith("unmeasured"):
+        return "table, not measured on this kind of machine: " + evidence
+    return "table: " + evidence
+
+
 def describe(platform_name: str | None = None) -> list[dict[str, str]]:
-    """The table in force as rows ``{"setting", "value", "source"}`` (what ``ivhl info`` prints)."""
+    """Every setting in force as rows ``{"setting", "value", "source"}`` (what ``ivhl info`` prints and every run
+    folder records): the source is ``override()``, ``configure()``, the tuning cache file and when it was measured,
+    or the table and its evidence ("not measured on this kind of machine" where nothing timed it).
+
+    Settings the cache holds per problem size (``fields.superpose`` per pair-count bucket) follow as rows named
+    ``setting@op[bucket]``, and the XLA flags measured by ``ivhl tune`` as ``xla_flags``."""
     name = platform() if platform_name is None else platform_name
     row = defaults(name)
-    base = TABLE.get(name, TABLE["portable"])
+    measured = _measured(name, None, None)
     over = _override.get()
     rows = []
     for f in dataclasses.fields(Tuning):
         value = getattr(row, f.name)
         if f.name in over:
             source = "override()"
-        elif name in _configured and getattr(_configured[name], f.name) != getattr(base, f.name):
+        elif f.name in _configured.get(name, {}):
             source = "configure()"
+        elif f.name in measured and measured[f.name][0] == value:
+            source = "tuning cache: " + measured[f.name][1]
         else:
-            source = EVIDENCE.get(f.name, {}).get(name) or (
-                f"portable default ({name!r} not measured)" if name not in TABLE else "portable choice, not measured")
+            source = _table_source(f.name, name)
         rows.append({"setting": f.name, "value": repr(value), "source": source})
+    if name == platform():
+        for key, entry in sorted(tuning.entries(name).items()):
+            if key.endswith("|all"):
+                continue
+            for setting, value in sorted(entry.get("settings", {}).items()):
+                if setting not in _FIELDS:  # a measured fact (e.g. the GP's FFT), not a default this table sets
+                    continue
+                rows.append({"setting": f"{setting}@{entry.get('op', '?')}[{entry.get('bucket', '?')}]",
+                             "value": repr(value), "source": f"tuning cache: measured {entry.get('measured_utc', '?')}"
+                                                             f", {tuning.cache_path(name)}"})
+    flags = tuning.applied_xla_flags()
+    if name == "cpu" or flags:
+        if flags:
+            state = "applied at import" if flags.get("applied") else (
+                flags.get("why", "") if not flags["flags"] else f"not applied: {flags.get('why', '')}")
+            rows.append({"setting": "xla_flags", "value": repr(" ".join(flags["flags"])),
+                         "source": f"tuning cache: measured {flags.get('measured_utc', '?')}, {flags['file']} "
+                                   f"({state})"})
+        else:
+            rows.append({"setting": "xla_flags", "value": repr(""),
+                         "source": "not measured on this kind of machine (ivhl tune --only xla)"
+                         if tuning.mode() != "frozen" else "IVHL_TUNING=frozen: XLA's defaults"})
     return rows

@@ -8,12 +8,12 @@ sources it evaluates
 returning the real and imaginary parts.
 
 Two kernels compute it (``method``); :func:`ivhl_jax.physics.fields.superpose` picks one from the backend
-table (:func:`ivhl_jax.core.backend.defaults`, ``fields_chunking``):
+table (:func:`ivhl_jax.core.backend.defaults`, ``fields_method``; measured per machine by ``ivhl tune``):
 
-* ``"reduce"`` (GPU/TPU): each block of points is ONE XLA reduction over the sources whose (C, M)
+* ``"reduce"`` (the accelerator rows): each block of points is ONE XLA reduction over the sources whose (C, M)
   elementwise producer is fused into it (a variadic reduction of the real and imaginary parts), so the
   compiled program is a single kernel over all pairs with no (C, M) temporary and no loop.
-* ``"loop"`` (CPU): structure of arrays (one contiguous (C,) array per coordinate) and a loop over sources
+* ``"loop"`` (the CPU row): structure of arrays (one contiguous (C,) array per coordinate) and a loop over sources
   with a (C,) complex accumulator, so every loop iteration is ONE elementwise loop fusion over points with
   no reduction across lanes; the real and imaginary parts are outputs of the same fusion. The body is
   unrolled ``unroll`` times (default 4): fewer passes over memory. XLA:CPU splits every large-enough loop
@@ -39,7 +39,6 @@ Timings against PyTorch (eager and ``torch.compile``): ``bench/results/fields_vs
 from __future__ import annotations
 
 import functools
-import os
 from typing import cast
 
 import jax
@@ -47,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Real
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_array, check_scalar
 
 __all__ = ["safe_norm", "sincos", "point_source_sum", "METHODS"]
@@ -56,23 +56,10 @@ __all__ = ["safe_norm", "sincos", "point_source_sum", "METHODS"]
 _TINY_R2 = 1e-20
 
 
-def _default_serial_pairs() -> int:
-    """Blocks of at most this many (point, source) pairs run on one thread (`_serial_sum`), larger
-    ones as per-source-group loop fusions that XLA splits over the cores (`_block_sum`).
-
-    With two cores or fewer the serial kernel is as fast or faster at every benchmark size up to the largest
-    block `fields.superpose` makes by default (2**22 pairs; ``bench/results/fields_vs_torch_compile.json``
-    records both): every split fusion pays a hand-off to the other thread. With more cores the split kernel
-    has real parallelism to offer; 2**19 pairs (~0.5 ms of one-thread work) there is an estimate, not a
-    measurement."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return 1 << 22 if cpus <= 2 else 1 << 19
-
-
-_SERIAL_PAIRS = _default_serial_pairs()
+# Blocks of at most this many (point, source) pairs run on one thread (`_serial_sum`), larger ones as
+# per-source-group loop fusions that XLA splits over the cores (`_block_sum`), when the caller passes no
+# `serial_pairs`: the CPU row of the backend table (`fields_serial_pairs`, measured per machine by `ivhl tune`).
+_SERIAL_PAIRS = backend.TABLE["cpu"].fields_serial_pairs
 # Sources summed per fusion (per pass over the points) in the serial kernel.
 _SERIAL_GROUP = 16
 
@@ -304,7 +291,8 @@ METHODS = ("loop", "reduce")
 def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"],
                      amplitudes: Real[ArrayLike, " m"], wavenumbers: Real[ArrayLike, " m"],
                      theta: Real[ArrayLike, " m"], softening: Real[ArrayLike, ""], *, chunk: int = 2048,
-                     unroll: int = 4, method: str = "loop") -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+                     unroll: int = 4, method: str = "loop",
+                     serial_pairs: int | None = None) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
     """Real and imaginary parts of Σ_j A_j e^{i(k_j r + θ_j)}/(r + ε) at every point.
 
     Args:
@@ -316,6 +304,9 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
       method: ``"loop"`` (the CPU kernels: a loop over sources, serial for small blocks) or ``"reduce"``
         (each block one fused XLA reduction over the sources; no (chunk, M) temporary in the forward
         pass; reverse mode keeps O(chunk × M) residuals). Same values to float32 rounding.
+      serial_pairs: ``"loop"`` blocks of at most this many pairs run on one thread (:func:`_serial_sum`);
+        None: ``_SERIAL_PAIRS`` (:func:`ivhl_jax.fields.superpose` passes the backend's
+        ``fields_serial_pairs``, measured per machine by ``ivhl tune``).
 
     Returns:
       (re, im), each (N,) in the points' dtype (float16/bfloat16 are computed in float32).
@@ -357,7 +348,7 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
     if method == "reduce":
         block = functools.partial(_reduce_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
                                   theta=theta, softening=softening)
-    elif min(n, chunk) * sources.shape[0] <= _SERIAL_PAIRS:
+    elif min(n, chunk) * sources.shape[0] <= (_SERIAL_PAIRS if serial_pairs is None else int(serial_pairs)):
         block = functools.partial(_serial_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
                                   theta=theta, softening=softening)
     else:

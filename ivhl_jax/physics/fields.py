@@ -189,16 +189,17 @@ def superpose(
         amp, k, omega, phi = (a.astype(dtypes[0]).astype(dtype) for a in (amp, k, omega, phi))
     check_scalar(t, "t")
     check_scalar(softening, "softening", nonnegative=True)
-    tuning = backend.defaults()
-    method = "reduce" if tuning.fields_chunking == "memory" else "loop"
+    n = pts.shape[0]
+    tuning = backend.defaults(op="fields.superpose", size=n * m)
     if chunk is None:
-        chunk = _default_chunk(m, dtype)
+        chunk = _default_chunk(m, dtype, n)
     else:
         check_scalar(chunk, "chunk", integer=True, minimum=1)
         chunk = int(chunk)
-    chunk = min(chunk, max(pts.shape[0], 1))
+    chunk = min(chunk, max(n, 1))
     return _superpose_core(pts, src, amp, k, omega, phi, jnp.asarray(t, dtype), jnp.asarray(softening, dtype),
-                           chunk=chunk, out_dtype=out_dtype, method=method)
+                           chunk=chunk, out_dtype=out_dtype, method=tuning.fields_method,
+                           serial_pairs=tuning.fields_serial_pairs)
 
 
 @functools.cache
@@ -212,7 +213,7 @@ def _device_memory_bytes() -> int:
     return int(limit) if limit else _FALLBACK_DEVICE_BYTES
 
 
-def _default_chunk(m: int, dtype: Any = jnp.float32) -> int:
+def _default_chunk(m: int, dtype: Any = jnp.float32, n: int | None = None) -> int:
     """Points per block :func:`superpose` uses for ``m`` sources when ``chunk`` is not given.
 
     From the backend table (:func:`ivhl_jax.core.backend.defaults`): ``fields_chunking="pair_budget"``
@@ -222,8 +223,10 @@ def _default_chunk(m: int, dtype: Any = jnp.float32) -> int:
     (``memory_stats()["bytes_limit"]``, or 8 GiB where the device reports none). On an accelerator that
     is usually every point at once: one fused kernel over all pairs. The budget is per call, i.e. per
     ``vmap`` lane: a call vmapped over B source sets needs B times the memory (pass ``chunk`` then).
+    With ``n`` (the number of points) the settings measured for ``n × m`` pairs on this machine apply
+    (``ivhl tune``'s cache, :func:`ivhl_jax.core.backend.defaults`).
     """
-    tuning = backend.defaults()
+    tuning = backend.defaults(op="fields.superpose", size=None if n is None else int(n) * max(int(m), 1))
     m = max(int(m), 1)
     if tuning.fields_chunking == "pair_budget":
         return max(1, tuning.fields_pair_budget // m)
@@ -239,10 +242,12 @@ def _round_complex(re: jax.Array, im: jax.Array, out_dtype: Any) -> jax.Array:
     return jax.lax.complex(re.astype(out_dtype).astype(wide), im.astype(out_dtype).astype(wide))
 
 
-@functools.partial(jax.jit, static_argnames=("chunk", "out_dtype", "method"))
-def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype=None, method="loop"):
+@functools.partial(jax.jit, static_argnames=("chunk", "out_dtype", "method", "serial_pairs"))
+def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype=None, method="loop",
+                    serial_pairs=None):
     # Jitted so that eager calls run as one compiled program (inlined when called under jit).
-    re, im = fastmath.point_source_sum(pts, src, amp, k, phi - omega * t, softening, chunk=chunk, method=method)
+    re, im = fastmath.point_source_sum(pts, src, amp, k, phi - omega * t, softening, chunk=chunk, method=method,
+                                       serial_pairs=serial_pairs)
     return _round_complex(re, im, out_dtype)
 
 

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 __all__ = ["T", "read_config_file", "load_config", "clip_short_run", "config_dict", "renamed_keys", "add_run_arguments",
-           "prepare_run_dir", "lock_run_dir", "release_run_dir", "RunDirLockedError", "OneLineArgumentParser",
-           "plain_text"]
+           "prepare_run_dir", "settings_in_force", "lock_run_dir", "release_run_dir", "RunDirLockedError",
+           "OneLineArgumentParser", "plain_text"]
 
 T = TypeVar("T")
 
@@ -410,7 +410,8 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     Without ``resume`` an existing checkpoint is deleted. With it, the checkpoint must come from the same
     configuration (``out/config.json``), except for the ``extendable`` keys (a larger step count extends a
     finished run); otherwise a ValueError names the keys that differ. ``cfg`` is then written to
-    ``out/config.json``. The folder is locked for the rest of the process (:func:`lock_run_dir`): a second
+    ``out/config.json``, and the backend settings in force with their sources to ``out/settings.json``
+    (:func:`settings_in_force`). The folder is locked for the rest of the process (:func:`lock_run_dir`): a second
     run into it raises :class:`RunDirLockedError` naming the folder.
     """
     out = _check_out(out)
@@ -439,4 +440,15 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     from ivhl_jax.run.io import write_json
 
     write_json(cfg_path, config_dict(cfg))
+    write_json(os.path.join(out, "settings.json"), settings_in_force())
     return ckpt_dir
+
+
+def settings_in_force() -> dict[str, Any]:
+    """The backend settings a run uses, each with its source (the tuning cache file and when it was measured,
+    or the table and its evidence), the tuning mode and the XLA flags: written to every run folder as
+    ``settings.json`` beside ``config.json``."""
+    from ivhl_jax.core import backend, tuning
+
+    return {"platform": backend.platform(), "tuning_mode": tuning.mode(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "settings": backend.describe()}

@@ -108,7 +108,8 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     if r["xla_flags"]:
         lines.append(f"XLA_FLAGS     {r['xla_flags']}")
     if r.get("defaults"):
-        lines.append(f"defaults on {r['platform']} (ivhl_jax.core.backend: override() or configure() change them)")
+        lines.append(f"defaults on {r['platform']} (ivhl_jax.core.backend: `ivhl tune` measures them; override() or "
+                     "configure() change them)")
         width = max(len(row["setting"]) for row in r["defaults"])
         lines += [f"  {row['setting']:<{width}}  {row['value']:<14} {row['source']}" for row in r["defaults"]]
     return "\n".join(lines)
@@ -181,8 +182,7 @@ def limit_host_cores(n: int) -> str:
 
     Why: a program of many small operations (a MERA sweep up to χ ≈ 12) gains little from splitting each
     operation over threads, and loses badly when another process takes one of the cores: each split operation
-    waits for its descheduled half. The sweep times on XLA's default threads and on one core, on a quiet and a
-    busy host, are in ``bench/results/mera_busy_host.json`` (with the command that measured them).
+    waits for its descheduled half.
 
     Only effective before JAX starts its CPU backend (the first computation): the calling thread and every thread
     started afterwards (XLA's) stay on those cores; threads started before (NumPy's BLAS pool) keep their mask.

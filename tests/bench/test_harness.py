@@ -81,3 +81,42 @@ def test_time_in_windows_repeats_the_call_to_fill_each_sample():
     assert harness.time_in_windows(call, repeats=2, window_s=0.0)[1] == 1
     with pytest.raises(ValueError, match="repeats"):
         harness.time_in_windows(call, repeats=0, window_s=0.1)
+
+
+def test_write_results_puts_the_provenance_header_first(tmp_path):
+    import json
+    import os
+    import pathlib
+    import subprocess
+
+    import jax
+
+    import ivhl_jax
+
+    path = tmp_path / "r.json"
+    harness.write_results(path, {"provenance": "stale", "results": [1, 2]}, command="ivhl bench --op superpose")
+    doc = json.loads(path.read_text())
+    assert list(doc) == ["provenance", "results"] and doc["results"] == [1, 2]
+    h = doc["provenance"]
+    assert h["command"] == "ivhl bench --op superpose"
+    repo = pathlib.Path(harness.__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a checkout (an sdist has no git history: commit and dirty are then None)
+        assert h["commit"] == head.stdout.strip() and isinstance(h["dirty"], bool)
+    assert h["machine"]["platform"] == jax.default_backend() and h["machine"]["cpu_cores"] == os.cpu_count()
+    assert h["versions"]["ivhl_jax"] == ivhl_jax.__version__ and h["versions"]["jax"] == jax.__version__
+    assert "jaxlib" in h["versions"]
+    with pytest.raises(TypeError, match="doc must be a dict"):
+        harness.write_results(tmp_path / "bad.json", [1, 2])
+
+
+def test_invocation_is_the_command_to_run_again(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["/somewhere/.venv/bin/ivhl", "bench", "--op", "a b"])
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)
+    assert harness.invocation() == "ivhl bench --op 'a b'"
+    spec = type("Spec", (), {"name": "ivhl_jax.bench.ops_fields"})()
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", spec)
+    monkeypatch.setattr(sys, "argv", ["/x/ops_fields.py", "--out", "f.json"])
+    assert harness.invocation() == "python -m ivhl_jax.bench.ops_fields --out f.json"

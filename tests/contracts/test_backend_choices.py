@@ -7,8 +7,10 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# files that only *report* the platform
-REPORTING = {"ivhl_jax/run/device.py", "ivhl_jax/run/profiling.py", "ivhl_jax/core/backend.py"}
+# files that only *report* the platform, and the one place that chooses (the table and the per-machine tuning cache,
+# whose folder follows the operating system's convention)
+REPORTING = {"ivhl_jax/run/device.py", "ivhl_jax/run/profiling.py", "ivhl_jax/core/backend.py",
+             "ivhl_jax/core/tuning.py"}
 PATTERN = re.compile(r"default_backend\(\)|\.platform\s*[!=]=")
 
 

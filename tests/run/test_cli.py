@@ -53,8 +53,8 @@ def test_a_usage_error_is_one_line_and_exit_2(argv, words, capsys):
 def _help_texts(capsys) -> dict[str, str]:
     """Every help text of the command line, as printed."""
     texts = {}
-    argvs = [["--help"], ["sim", "--help"], ["train", "--help"], ["bench", "--help"], ["launch", "--help"],
-             ["info", "--help"]]
+    argvs = [["--help"], ["sim", "--help"], ["train", "--help"], ["bench", "--help"], ["tune", "--help"],
+             ["launch", "--help"], ["info", "--help"]]
     argvs += [["sim", n, "--help"] for n in cli._sim_modules()]
     argvs += [["train", n, "--help"] for n in cli._sim_modules("train_")]
     for argv in argvs:
@@ -78,7 +78,8 @@ def test_help_is_plain_complete_text(capsys):
 
 # --- every cited command parses ------------------------------------------------------------------------------------
 _SPAN = re.compile(r"`{1,2}(ivhl [^`]+?)`{1,2}")
-_LINE = re.compile(r"^\s*(?:\$ )?(ivhl (?:demo|info|sim|train|bench|launch|--version|-V|--help)\b.*)$", re.MULTILINE)
+_LINE = re.compile(r"^\s*(?:\$ )?(ivhl (?:demo|info|sim|train|bench|tune|launch|--version|-V|--help)\b.*)$",
+                   re.MULTILINE)
 _AFTER_DASH = re.compile(r"— (ivhl [^()\n]+)")
 
 
@@ -105,7 +106,7 @@ def _check(argv: list[str]) -> None:
     if cmd in ("--version", "-V", "--help", "-h", "help"):
         assert not rest, argv
         return
-    if not rest and cmd in ("demo", "info", "sim", "train", "bench", "launch"):
+    if not rest and cmd in ("demo", "info", "sim", "train", "bench", "tune", "launch"):
         return  # the command named in prose (`ivhl launch` starts ...)
     if "--help" in rest or "-h" in rest:
         assert cli.main([cmd, *rest]) == 0, argv
@@ -117,6 +118,9 @@ def _check(argv: list[str]) -> None:
         from ivhl_jax.bench import harness
 
         assert set(args.op or []) <= set(harness.registry()), argv
+    elif cmd == "tune":
+        options = set(re.findall(r"--[\w-]+", _stdout_of_help(["tune"])))
+        assert {a.split("=")[0] for a in rest if a.startswith("--")} <= options, argv
     elif cmd == "launch":
         split = rest.index("--") if "--" in rest else len(rest)
         launch_module.parser().parse_args(rest[:split])
@@ -143,6 +147,16 @@ def _check(argv: list[str]) -> None:
         load_config(sim.config_type, None, overrides, validate=False)  # every key known, every value typed
     else:
         raise AssertionError(f"{argv}: no command {cmd!r}")
+
+
+def _stdout_of_help(command: list[str]) -> str:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert cli.main([*command, "--help"]) == 0, command
+    return buf.getvalue()
 
 
 def _cited(capsys) -> dict[str, set[str]]:

@@ -1,4 +1,4 @@
-"""bench.cdt_dimensions: a tiny run's records, pooling of raw records, and the scaling fits on known laws."""
+"""bench.studies.cdt_dimensions: a tiny run's records, pooling of raw records, and the scaling fits on known laws."""
 
 import json
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from ivhl_jax.bench import cdt_dimensions as cd
+from bench.studies import cdt_dimensions as cd
 
 
 @pytest.fixture(scope="module")

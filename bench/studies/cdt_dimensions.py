@@ -26,7 +26,7 @@ widest ranges.
 Writes ``bench/results/cdt_hausdorff_scaling.json`` and ``bench/results/cdt_spectral_dimension.json``
 (each with the command that made it)::
 
-    python -m ivhl_jax.bench.cdt_dimensions --volumes 1024 2048 4096 8192 16384 32768
+    python -m bench.studies.cdt_dimensions --volumes 1024 2048 4096 8192 16384 32768
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"  # bench/results
 
 
 def _compact(src, dst, alive):
@@ -426,9 +426,9 @@ def main(argv=None) -> int:
     ap.add_argument("--run-command", action="append", default=[],
                     help="with --from-raw: the command of each run that wrote them (recorded in the results)")
     args = ap.parse_args(argv)
-    command = "python -m ivhl_jax.bench.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.studies.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_raw:
-        command = "python -m ivhl_jax.bench.cdt_dimensions --from-raw " + " ".join(args.from_raw)
+        command = "python -m bench.studies.cdt_dimensions --from-raw " + " ".join(args.from_raw)
         records = load_raw(args.from_raw)
     else:
         def dump(recs):
@@ -459,10 +459,12 @@ def main(argv=None) -> int:
                               if t.get("sweeps")]
         for r in records}
     meta["thermalisation_series"] = {k: v for k, v in meta["thermalisation_series"].items() if v}
-    (RESULTS / "cdt_hausdorff_scaling.json").write_text(json.dumps({**meta, **haus}, indent=1))
+    from ivhl_jax.bench.harness import write_results
+
+    write_results(RESULTS / "cdt_hausdorff_scaling.json", {**meta, **haus}, command=command)
     spec_meta = {**meta, "walk": "lazy random walk, stay probability 1/2, exact diffusion per origin",
                  "d_s_error": "jackknife over configurations"}
-    (RESULTS / "cdt_spectral_dimension.json").write_text(json.dumps({**spec_meta, **spec}, indent=1))
+    write_results(RESULTS / "cdt_spectral_dimension.json", {**spec_meta, **spec}, command=command)
     print(json.dumps({"hausdorff": {g: haus[g]["fits"] for g in ("vertex", "dual")},
                       "spectral": {g: spec[g]["d_s_from_mixing_time_scaling"] for g in ("vertex", "dual")},
                       "plateau": [(r["graph"], r["n2"], r["d_s_window_fit"]) for r in spec["per_volume"]]},

@@ -13,9 +13,9 @@ shape; the networks are this library's diagrams (``mera.superoperators._T1``… 
 ``OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1`` (set by :func:`main` before NumPy loads). The energy is measured
 before the updates, as in the library.
 
-    .venv/bin/python -m ivhl_jax.bench.mera_reference --schedule published=6/4/1/2000,8/6/2/1800 \\
+    .venv/bin/python -m bench.studies.mera_reference --schedule published=6/4/1/2000,8/6/2/1800 \\
         --out /tmp/mera_reference.json
-    .venv/bin/python -m ivhl_jax.bench.mera_reference --time-sweep 8/6/3 --time-sweep 12/8/3
+    .venv/bin/python -m bench.studies.mera_reference --time-sweep 8/6/3 --time-sweep 12/8/3
 """
 
 from __future__ import annotations
@@ -235,8 +235,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, args.threads)
-    doc: dict = {"what": "NumPy port of tensors.net doVarMERA (refsym, sciter=4), see bench/mera_reference.py",
-                 "command": "python -m ivhl_jax.bench.mera_reference " + " ".join(argv if argv is not None
+    doc: dict = {"what": "NumPy port of tensors.net doVarMERA (refsym, sciter=4), see bench/studies/mera_reference.py",
+                 "command": "python -m bench.studies.mera_reference " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
                  "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "host": f"{os.cpu_count()}-CPU host",
                  "ladders": {}, "sweeps": []}
@@ -252,9 +252,9 @@ def main(argv=None) -> dict:
             stages.append({"chi": chi, "chi_mid": mid, "layers": layers, "steps": steps})
         doc["ladders"][name] = run_ladder(stages, args.seed, fold=args.fold)
     if args.out:
-        from ivhl_jax.run.io import write_json
+        from ivhl_jax.bench.harness import write_results
 
-        write_json(args.out, doc)
+        write_results(args.out, doc, command=doc["command"])
     return doc
 
 

@@ -1,4 +1,4 @@
-"""bench.ops_scaling: one configuration measured end to end on emulated devices, and the GPU estimate's arithmetic."""
+"""bench.studies.condensate_scaling: one configuration measured end to end on emulated devices; the GPU estimate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 def test_case_records_bytes_and_memory_of_a_sharded_step():
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
-    from ivhl_jax.bench import ops_scaling
+    from bench.studies import condensate_scaling as ops_scaling
 
     rec, call = ops_scaling._case((16, 16, 16), 8, "slab", 2)
     shard = 16 ** 3 * 8 // 8
@@ -23,7 +23,7 @@ def test_case_records_bytes_and_memory_of_a_sharded_step():
 
 
 def test_gpu_estimate_arithmetic():
-    from ivhl_jax.bench import ops_scaling
+    from bench.studies import condensate_scaling as ops_scaling
 
     est = ops_scaling._gpu_estimate(1024, 8, "slab")
     sent = 2 * 1024 ** 3 * 8 / 8 * 7 / 8

@@ -1,4 +1,4 @@
-"""Module inventory and import-dependency graph of this repository (``python -m ivhl_jax.bench.inventory``).
+"""Module inventory and import-dependency graph of this repository (``python -m bench.studies.inventory``).
 
 For every ``.py`` file under the package folders (``ivhl_jax``, ``models``, ``sims``, ``bench``,
 ``tests``) it counts total, blank, comment (``#``-lines) and code lines (docstrings count as code,
@@ -216,7 +216,7 @@ def build_inventory(root: str) -> dict[str, Any]:
 def to_markdown(inv: dict[str, Any]) -> str:
     s = inv["summary"]
     out = ["# Module inventory and dependency graph", "",
-           f"Generated {inv['timestamp']} by `python -m ivhl_jax.bench.inventory`.", "",
+           f"Generated {inv['timestamp']} by `python -m bench.studies.inventory`.", "",
            f"{s['total_files']} files, {s['total_lines']} lines ({s['total_code_lines']} code, "
            f"{s['total_comment_lines']} comment); {s['internal_edges']} internal import edges "
            f"({s['lazy_edges']} lazy, {s['relative_import_edges']} relative).", "",
@@ -245,19 +245,23 @@ def main(argv: list[str] | None = None) -> int:
 
     from ivhl_jax.run.io import write_json
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", default=here)
-    p.add_argument("--json", default=os.path.join("bench", "results", "inventory.json"))
-    p.add_argument("--md", default=os.path.join("bench", "results", "inventory.md"))
+    p.add_argument("--json", help="also write the inventory as JSON here (a snapshot of the code, not a result)")
+    p.add_argument("--md", help="write the Markdown summary here instead of printing it")
     a = p.parse_args(argv)
     inv = build_inventory(a.root)
-    write_json(a.json, inv)
-    with open(a.md, "w", encoding="utf-8") as f:
-        f.write(to_markdown(inv))
+    if a.json:
+        write_json(a.json, inv)
+    if a.md:
+        with open(a.md, "w", encoding="utf-8") as f:
+            f.write(to_markdown(inv))
+    else:
+        print(to_markdown(inv))
     c = inv["cycles"]["eager_imports"]
     print(f"{inv['summary']['total_files']} files, {inv['summary']['internal_edges']} edges, "
-          f"{len(c)} eager import cycle(s); wrote {a.json} and {a.md}")
+          f"{len(c)} eager import cycle(s)")
     return 0
 
 

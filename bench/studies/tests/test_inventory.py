@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ivhl_jax.bench import inventory
+from bench.studies import inventory
 
 
 def _write(root, rel, text):
@@ -40,7 +40,7 @@ def test_counts_imports_and_cycles(tmp_path):
 
 
 def test_this_repository_has_no_eager_import_cycles():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     inv = inventory.build_inventory(root)
     assert inv["summary"]["total_files"] > 10
     assert inv["cycles"]["eager_imports"] == []

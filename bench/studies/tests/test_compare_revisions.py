@@ -1,4 +1,4 @@
-"""Smoke test of bench/compare_revisions.py: the two-worker, interleaved machinery on tiny sizes.
+"""Smoke test of bench/studies/compare_revisions.py: the two-worker, interleaved machinery on tiny sizes.
 
 Both workers load this tree (``--old-root`` = the repository), so no git worktree of another revision is
 needed; the outputs must then agree exactly and every record must be complete.
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from ivhl_jax.bench import compare_revisions
+from bench.studies import compare_revisions
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.mark.slow  # two JAX worker processes (import + compile): 40-90 s on a loaded 2-core host

@@ -3,7 +3,7 @@ two-site, identified), OPE coefficients and central charge (:mod:`ivhl_jax.physi
 after every stage of a bond-dimension ladder, and written to ``bench/results/mera_conformal_data.json`` (one record
 per model, with the command)::
 
-    python -m ivhl_jax.bench.mera_conformal --model ising --ladder 6/4/1/2000 8/6/2/1800 12/8/3/1400 --save /tmp/m
+    python -m bench.studies.mera_conformal --model ising --ladder 6/4/1/2000 8/6/2/1800 12/8/3/1400 --save /tmp/m
 
 A stage is chi/chi_mid/layers/sweeps (float64, reflection symmetric where the term is); ``--save PREFIX`` pickles
 each stage's MERA (PREFIX_chi<χ>.pkl); ``--load FILE.pkl`` continues from a saved MERA (with no ``--ladder``: measures
@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"  # bench/results
 
 
 def measure(mera: Any, model: Any, name: str) -> dict[str, Any]:
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--made-by", default=None, help="the command that made the --load MERAs (recorded)")
     args = ap.parse_args(argv)
     from ivhl_jax import mera as M
+    from ivhl_jax.bench.harness import write_results
     from ivhl_jax.bench.ops_tn import ladder_stages
 
     model = {"ising": M.ising, "xx": M.xx, "potts": M.potts}[args.model]()
@@ -105,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         "central_charge": "c = 4L[E0(2L) - 2E0(L)]/(pi v), ground states of the coarse-grained Hamiltonian on "
                           "rings of 4 sites at consecutive levels, v exact",
     })
-    data[args.model] = {"command": "python -m ivhl_jax.bench.mera_conformal " + " ".join(sys.argv[1:] if argv is None
+    data[args.model] = {"command": "python -m bench.studies.mera_conformal " + " ".join(sys.argv[1:] if argv is None
                                                                                         else argv),
                         "stages": stages}
     if args.made_by:
         data[args.model]["meras_made_by"] = args.made_by
-    out.write_text(json.dumps(data, indent=1, default=float))
+    write_results(out, data, command=data[args.model]["command"])  # the header: this (latest) run
     print(f"wrote {out}")
     return 0
 

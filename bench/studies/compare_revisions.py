@@ -1,7 +1,7 @@
 """This tree against another git revision: the same bench ops, timed interleaved, new/old ratios.
 
 Both trees are packages called ``ivhl_jax``, so each runs in its own long-lived worker subprocess
-(``python bench/compare_revisions.py --worker ROOT``: an import hook maps ``ivhl_jax``, ``ivhl_jax.models`` and
+(``python bench/studies/compare_revisions.py --worker ROOT``: an import hook maps ``ivhl_jax``, ``ivhl_jax.models`` and
 ``ivhl_jax.bench`` to ROOT's ``ivhl_jax/``, ``models/`` and ``bench/``, ahead of the editable install's
 finder). Each worker builds every workload from its own tree's ``bench/ops_*.py`` ``OPS`` table (same op name,
 same size, identical inputs), so an API that changed between the revisions is compared through the op that
@@ -24,9 +24,9 @@ Workloads (:data:`WORKLOADS`, each ``(bench module, op, size)``): the GP split-s
 step (``gft_step``), ``fields.superpose``, ``tn.contract`` and one MERA sweep, CDT sweeps, the adaptive train
 chunk and the transformer train step.
 
-    .venv/bin/python -m ivhl_jax.bench.compare_revisions --against d695879 --rounds 9 \
+    .venv/bin/python -m bench.studies.compare_revisions --against d695879 --rounds 9 \
         --export bench/results/compare_revisions.json
-    .venv/bin/python -m ivhl_jax.bench.compare_revisions --against d695879 --workloads gft_step --append \
+    .venv/bin/python -m bench.studies.compare_revisions --against d695879 --workloads gft_step --append \
         --export bench/results/compare_revisions.json        # redo one
 
 Noise floor: ``--old-root .`` runs both workers on this tree (A/A; on the loaded 2-core host medians of
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))  # bench/studies/ -> the repository root
 
 # name -> (bench module, op, size); --quick: the same code paths at small sizes (smoke test).
 WORKLOADS: dict[str, tuple[str, str, str]] = {
@@ -345,12 +345,14 @@ def main(argv=None) -> dict:
     rev = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     old_rev = subprocess.run(["git", "-C", old_root, "rev-parse", "HEAD"], capture_output=True,
                              text=True).stdout.strip()
-    command = "python -m ivhl_jax.bench.compare_revisions " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.studies.compare_revisions " + " ".join(sys.argv[1:] if argv is None else argv)
     this_run = {"command": command, "head": rev, "old_rev": old_rev, "old_root": old_root, "new_root": new_root,
                 "timestamp_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "rounds": args.rounds, "first_rounds": args.first_rounds, "target_s": args.target_s,
                 "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
                 "uncommitted_start": _git_status()}
+    from ivhl_jax.bench.harness import write_results
+
     doc: dict[str, Any] = {"workloads": {}, "runs": []}
     if args.append and args.export and os.path.exists(args.export):
         with open(args.export) as f:
@@ -375,17 +377,13 @@ def main(argv=None) -> dict:
             "summary": {n: _summary(r) for n, r in doc["workloads"].items()},
         })
         if args.export:
-            from ivhl_jax.run.io import write_json
-
-            write_json(args.export, doc)
+            write_results(args.export, doc, command=command)
 
     res = run(chosen, args.rounds, old_root, new_root, args.target_s, args.first_rounds,
               lambda s: print(s, file=sys.stderr, flush=True), on_result)
     doc["workers"] = res["workers"]
     if args.export:
-        from ivhl_jax.run.io import write_json
-
-        write_json(args.export, doc)
+        write_results(args.export, doc, command=command)
     print(json.dumps(doc["summary"], indent=1))
     return doc
 

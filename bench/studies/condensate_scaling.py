@@ -1,6 +1,6 @@
 """Weak and strong scaling of the sharded 3-D Gross–Pitaevskii Strang step (distributed FFT).
 
-``XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu python -m ivhl_jax.bench.ops_scaling
+``XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu python -m bench.studies.condensate_scaling
 --out bench/results/condensate_scaling_cpu.json`` measures, for 1, 2, 4 and 8 devices:
 
 * strong scaling: one fixed grid (default 64³) on p devices (slab over p; pencil for p = 4, 8);
@@ -23,7 +23,6 @@ scaled from one measured single-GPU step.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 "strong scaling (fixed grid) and weak scaling (grid grows with the devices); step time, bytes "
                 "exchanged per step from the compiled HLO, per-device memory",
         "command": "XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu python -m "
-                   "ivhl_jax.bench.ops_scaling " + shlex.join(argv if argv is not None else sys.argv[1:]),
+                   "bench.studies.condensate_scaling " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "host": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
                  "backend": jax.devices()[0].platform},
         "note": args.note or ("emulated devices share the host's cores, so step times measure the "
@@ -175,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             "rows": estimate},
     }
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"wrote {args.out}")
+        from ivhl_jax.bench.harness import write_results
+
+        print(f"wrote {write_results(args.out, doc, command=doc['command'])}")
     return 0
 
 

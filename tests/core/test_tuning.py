@@ -1,0 +1,209 @@
+"""The per-machine tuning cache (ivhl_jax.core.tuning) and how backend.defaults() reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from ivhl_jax.core import backend, tuning
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIELDS = "fields.superpose"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private cache folder, read in the default mode (the suite itself runs frozen)."""
+    monkeypatch.setenv("IVHL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("IVHL_TUNING", "cache")
+    tuning.reset()
+    yield tmp_path
+    tuning.reset()
+    tuning.set_auto_tuner(None)
+
+
+def _entry(op, size, **settings):
+    return {f"{op}|{tuning.bucket(size)}": {"op": op, "bucket": tuning.bucket(size), "settings": settings}}
+
+
+def test_round_trip_and_size_buckets(cache):
+    table = backend.TABLE["cpu"]
+    path = tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20, fields_serial_pairs=0))
+    assert os.path.dirname(path) == os.path.join(str(cache), "tuning")
+    doc = json.load(open(path))
+    assert doc["fingerprint"] == tuning.fingerprint("cpu") and doc["format"] == tuning.FORMAT
+    row = backend.defaults("cpu", op=FIELDS, size=(1 << 20) + 5)
+    assert (row.fields_pair_budget, row.fields_serial_pairs) == (1 << 20, 0)
+    # a bucket a factor 4 away uses the nearest measurement; one 2**10 away and a call without a size, the table
+    assert backend.defaults("cpu", op=FIELDS, size=1 << 22).fields_pair_budget == 1 << 20
+    assert backend.defaults("cpu", op=FIELDS, size=1 << 30).fields_pair_budget == table.fields_pair_budget
+    assert backend.defaults("cpu").fields_pair_budget == table.fields_pair_budget
+    # a second writer merges, never replaces
+    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    assert set(json.load(open(path))["entries"]) == {f"{FIELDS}|2^20", "cdt.engine|all"}
+    assert backend.defaults("cpu").cdt_engine == "jax"  # size-independent entries apply to every call
+
+
+def test_sources_reported(cache):
+    tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    rows = {r["setting"]: r for r in backend.describe("cpu")}
+    assert rows["cdt_engine"]["value"] == "'jax'" and rows["cdt_engine"]["source"].startswith("tuning cache: measured")
+    assert tuning.cache_path("cpu") in rows["cdt_engine"]["source"]
+    assert rows[f"fields_pair_budget@{FIELDS}[2^20]"]["value"] == repr(1 << 20)
+    assert rows["host_fft"]["source"].startswith("table: bench/results/")
+    assert "not measured on this kind of machine" in rows["xla_flags"]["source"]
+    with backend.override(cdt_engine="host"):
+        assert {r["setting"]: r for r in backend.describe("cpu")}["cdt_engine"]["source"] == "override()"
+    gpu = {r["setting"]: r for r in backend.describe("gpu")}
+    assert gpu["fields_method"]["source"].startswith("table, not measured on this kind of machine")
+    assert "not measured on this kind of machine" in {r["setting"]: r for r in backend.describe("npu")}["cdt_engine"][
+        "source"]
+
+
+def test_frozen_uses_the_table_alone(cache, monkeypatch):
+    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    monkeypatch.setenv("IVHL_TUNING", "frozen")
+    assert backend.defaults("cpu") == backend.TABLE["cpu"]
+    assert tuning.load("cpu") is None
+
+
+def test_foreign_file_ignored_with_one_warning(cache):
+    path = tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    doc = json.load(open(path))
+    doc["fingerprint"]["versions"]["jax"] = "0.0.1"
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    tuning.reset()
+    with pytest.warns(tuning.TuningCacheWarning, match=r"jax 0\.0\.1") as rec:
+        assert backend.defaults("cpu", op=FIELDS, size=1 << 20) == backend.TABLE["cpu"]
+        backend.defaults("cpu", op=FIELDS, size=1 << 20)
+        backend.describe("cpu")
+    assert len([w for w in rec if issubclass(w.category, tuning.TuningCacheWarning)]) == 1
+    assert path in str(rec[0].message)
+
+
+def test_cache_of_another_jax_version_named_once(cache):
+    """The file of this machine under other versions has another name: it is found and named, the table used."""
+    fp = tuning.fingerprint("cpu")
+    fp["versions"] = {**fp["versions"], "jax": "0.0.1"}
+    other = os.path.join(tuning.cache_dir(), "cpu-0123456789abcdef.json")
+    os.makedirs(os.path.dirname(other))
+    with open(other, "w") as f:
+        json.dump({"format": tuning.FORMAT, "fingerprint": fp, "entries": {}}, f)
+    with pytest.warns(tuning.TuningCacheWarning, match=r"0123456789abcdef\.json was measured with jax 0\.0\.1"):
+        assert backend.defaults("cpu") == backend.TABLE["cpu"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backend.defaults("cpu")
+
+
+def test_corrupt_file_ignored_with_one_warning(cache):
+    path = tuning.cache_path("cpu")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write('{"format": "ivhl_jax.tuning/1", "entr')
+    with pytest.warns(tuning.TuningCacheWarning, match="corrupt") as rec:
+        assert backend.defaults("cpu") == backend.TABLE["cpu"]
+        backend.defaults("cpu")
+    assert len(rec) == 1 and path in str(rec[0].message)
+    # ... and `ivhl tune` replaces it with a good one
+    tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    assert backend.defaults("cpu", op=FIELDS, size=1 << 20).fields_pair_budget == 1 << 20
+
+
+_WRITER = """
+import sys
+from ivhl_jax.core import tuning
+who = sys.argv[1]
+for i in range(15):
+    tuning.record("cpu", {f"test.{who}|2^{i}": {"op": f"test.{who}", "bucket": f"2^{i}", "settings": {"i": i}}})
+"""
+
+
+def test_two_processes_writing_at_once_keep_every_entry(cache):
+    env = {**os.environ, "IVHL_CACHE_DIR": str(cache), "IVHL_TUNING": "cache"}
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, who], env=env, cwd=ROOT, stderr=subprocess.PIPE,
+                              text=True) for who in ("a", "b")]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+    doc = json.load(open(tuning.cache_path("cpu")))
+    assert {k for k in doc["entries"]} == {f"test.{w}|2^{i}" for w in "ab" for i in range(15)}
+    assert not [f for f in os.listdir(tuning.cache_dir()) if f.endswith(".tmp")]
+
+
+def test_auto_mode_tunes_a_new_bucket_once(cache, monkeypatch, capsys):
+    calls = []
+
+    def fake_tuner(op, size, platform):
+        calls.append((op, size))
+        tuning.record(platform, _entry(op, size, fields_pair_budget=4096))
+
+    tuning.set_auto_tuner(fake_tuner)
+    table = backend.TABLE["cpu"].fields_pair_budget
+    assert backend.defaults("cpu", op=FIELDS, size=1 << 12).fields_pair_budget == table
+    assert calls == []  # off by default
+    monkeypatch.setenv("IVHL_TUNING", "auto")
+    assert backend.defaults("cpu", op=FIELDS, size=1 << 12).fields_pair_budget == 4096
+    assert backend.defaults("cpu", op=FIELDS, size=(1 << 12) + 1).fields_pair_budget == 4096
+    assert calls == [(FIELDS, 1 << 12)]
+    assert "IVHL_TUNING=auto: tuning fields.superpose" in capsys.readouterr().err
+
+
+def test_unknown_mode_warns_and_reads_the_cache(cache, monkeypatch):
+    monkeypatch.setenv("IVHL_TUNING", "sometimes")
+    with pytest.warns(tuning.TuningCacheWarning, match="IVHL_TUNING='sometimes'"):
+        assert tuning.mode() == "cache"
+
+
+def test_unwritable_folder_is_named(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("IVHL_CACHE_DIR", str(blocker))
+    tuning.reset()
+    with pytest.raises(OSError, match="tuning cache folder .*a_file"):
+        tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    tuning.reset()
+
+
+_FLAGS = "import os, ivhl_jax; print(os.environ.get('XLA_FLAGS', ''))"
+
+
+def test_measured_xla_flags_applied_at_import_before_the_backend(cache):
+    tuning.record("cpu", {"xla.flags|all": {"op": "xla.flags", "bucket": "all",
+                                            "settings": {"xla_flags": "--xla_cpu_enable_fast_math=false"}}})
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(IVHL_CACHE_DIR=str(cache), IVHL_TUNING="cache")
+    out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["--xla_cpu_enable_fast_math=false"], out.stderr
+    env["IVHL_TUNING"] = "frozen"
+    out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "", out.stderr
+    env.update(IVHL_TUNING="cache", XLA_FLAGS="--xla_cpu_enable_fast_math=true")  # the user's own value wins
+    out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["--xla_cpu_enable_fast_math=true"], out.stderr
+
+
+def test_run_folder_records_the_settings_in_force(cache, tmp_path):
+    import dataclasses
+
+    from ivhl_jax.run.config import prepare_run_dir, release_run_dir
+
+    @dataclasses.dataclass
+    class Cfg:
+        steps: int = 3
+
+    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    out = tmp_path / "run"
+    prepare_run_dir(out, Cfg(), resume=False)
+    release_run_dir(out)
+    doc = json.load(open(out / "settings.json"))
+    rows = {r["setting"]: r for r in doc["settings"]}
+    assert doc["tuning_mode"] == "cache" and rows["cdt_engine"]["source"].startswith("tuning cache")
+    assert rows["fields_chunking"]["source"].startswith("table")
