@@ -207,8 +207,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         return int(launch_main(rest) or 0)
     print(f"ivhl: unknown command {cmd!r}; commands: demo, info, sim, train, bench, tune, launch, "
-          "--version
-          "(`ivhl --help` describes them)", file=sys.stderr)
+          "--version (`ivhl --help` describes them)", file=sys.stderr)
     return 2
 
 
