@@ -2,12 +2,13 @@
 
   ivhl demo                         the embedded default holography run (no arguments, no downloads)
   ivhl info                         platform, devices, memory, versions
+  ivhl --version                    the installed version of ivhl_jax
   ivhl sim NAME [options]           a simulation from ivhl_jax.sims.NAME   (``ivhl sim --help``: the names)
   ivhl train NAME [options]         a training script ivhl_jax.sims.train_NAME   (``ivhl train --help``)
-  ivhl bench [--op NAME] [--size S] [--export FILE.json]
+  ivhl bench [--op NAME] [--size S] [--export FILE.json]   (``ivhl bench --list``: the ops)
   ivhl tune [--quick] [--only AREA,...] [--export FILE.json]
                                     measure this machine's best settings into the tuning cache
-                                    ($IVHL_CACHE_DIR, default ~/.cache/ivhl_jax); `ivhl info` lists them
+                                    ($IVHL_CACHE_DIR, default ~/.cache/ivhl_jax); ``ivhl info`` lists them
   ivhl launch --nproc N [--devices-per-process K] -- CMD ...
                                     N local processes wired with jax.distributed (127.0.0.1)
 
@@ -15,9 +16,9 @@ demo/sim/train reuse compiled programs across runs through XLA's persistent comp
 (~/.cache/ivhl_jax/xla, or $IVHL_COMPILATION_CACHE_DIR; IVHL_COMPILATION_CACHE=0 turns it off).
 IVHL_KEEP_HOST_MEMORY=1 makes glibc's malloc keep freed memory for reuse, so XLA:CPU stops faulting its
 temporary buffers in on every call (faster CPU training steps, for a larger resident heap; see
-ivhl_jax.run.device.keep_host_memory). A configuration error is one line and exit status 2;
-IVHL_TRACEBACK=1 shows its traceback instead. IVHL_TUNING=frozen ignores the tuning cache (the backend table
-alone); IVHL_TUNING=auto tunes an op the first time it meets a problem size not measured on this machine.
+ivhl_jax.run.device.keep_host_memory). A configuration error (an unknown option too) is one line and exit
+status 2; IVHL_TRACEBACK=1 shows its traceback instead. IVHL_TUNING=frozen ignores the tuning cache (the backend
+table alone); IVHL_TUNING=auto tunes an op the first time it meets a problem size not measured on this machine.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import os
 import pkgutil
 import sys
 from collections.abc import Sequence
+
+from ivhl_jax.run.config import OneLineArgumentParser, plain_text
 
 
 def _sim_modules(prefix: str = "") -> list[str]:
@@ -57,7 +60,7 @@ def _summary_line(module: str) -> str:
             doc = ast.get_docstring(ast.parse(f.read())) or ""
     except (OSError, SyntaxError, ImportError):
         return ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    return plain_text(doc.strip().split("\n\n")[0]).replace("\n", " ") if doc.strip() else ""
 
 
 def _usage(kind: str, available: list[str]) -> str:
@@ -107,10 +110,25 @@ def _keep_host_memory() -> None:
     keep_host_memory()  # before anything starts JAX's backend; elsewhere (macOS, musl) it says why not and does nothing
 
 
-def _bench(argv: list[str]) -> int:
+def version() -> str:
+    """The installed distribution's version (the package metadata), else ``ivhl_jax.__version__`` (a source tree
+    that is not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("ivhl_jax")
+    except PackageNotFoundError:
+        import ivhl_jax
+
+        return ivhl_jax.__version__
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    """The parser of ``ivhl bench`` (an unknown option or a bad value is one line and exit status 2)."""
     from ivhl_jax.bench import harness
 
-    p = argparse.ArgumentParser(prog="ivhl bench", description="Benchmark ops: jit vs op-by-op (+ peers).")
+    p = OneLineArgumentParser(prog="ivhl bench", description="Benchmark ops: jit vs op-by-op (+ peers).")
     p.add_argument("--op", action="append", help="op name (repeatable); default: all")
     p.add_argument("--size", action="append", choices=harness.SIZES, help="problem size (repeatable); default small")
     p.add_argument("--repeats", type=int, default=5, help="timed runs after warm-up (>= 5 recommended)")
@@ -118,6 +136,13 @@ def _bench(argv: list[str]) -> int:
     p.add_argument("--max-eager-s", type=float, default=20.0, help="time budget per op for op-by-op samples")
     p.add_argument("--export", help="write the JSON document here")
     p.add_argument("--list", action="store_true", help="list the registered ops and exit")
+    return p
+
+
+def _bench(argv: list[str]) -> int:
+    from ivhl_jax.bench import harness
+
+    p = bench_parser()
     a = p.parse_args(argv)
     if a.list:
         for name in sorted(harness.registry()):
@@ -125,6 +150,9 @@ def _bench(argv: list[str]) -> int:
         return 0
     if a.repeats < 1:
         p.error("--repeats must be >= 1")
+    unknown = [op for op in a.op or [] if op not in harness.registry()]
+    if unknown:
+        p.error(f"unknown op(s) {', '.join(map(repr, unknown))}; valid ops: {', '.join(sorted(harness.registry()))}")
     doc = harness.run(a.op, a.size or ["small"], repeats=a.repeats, peers=not a.no_peers, max_eager_s=a.max_eager_s)
     if a.export:
         print(f"wrote {harness.write_results(a.export, doc)}")
@@ -134,6 +162,11 @@ def _bench(argv: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
+    except SystemExit as e:  # argparse's --help (0) and its one-line usage errors (2): the status, as a return
+        if e.code is None or isinstance(e.code, int):
+            return int(e.code or 0)
+        print(e.code, file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # outside a run (imports, compilation before the first chunk): nothing to save
         print("\nivhl: interrupted", file=sys.stderr)
         return 130
@@ -142,10 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(__doc__)
+        print(plain_text(__doc__ or ""))
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    if cmd in ("--version", "-V"):
+        print(f"ivhl_jax {version()}")
+        return 0
     if cmd == "info":
+        OneLineArgumentParser(prog="ivhl info", description="Platform, devices, memory, library versions and the "
+                              "per-backend defaults in force.").parse_args(rest)
         from ivhl_jax.run.device import format_report
 
         print(format_report())
@@ -168,7 +206,8 @@ def _main(argv: Sequence[str] | None) -> int:
         from ivhl_jax.run.launch import main as launch_main
 
         return int(launch_main(rest) or 0)
-    print(f"ivhl: unknown command {cmd!r}\n{__doc__}", file=sys.stderr)
+    print(f"ivhl: unknown command {cmd!r}; commands: demo, info, sim, train, bench, tune, launch, "
+          "--version (`ivhl --help` describes them)", file=sys.stderr)
     return 2
 
 

@@ -48,6 +48,8 @@ from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}  # (first axis, second axis, normal)
+#: the largest source phase k·t (rad) a run may reach: float32 resolves a phase of 2^20 rad to 2^-3 rad
+MAX_PHASE = float(2**20)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +110,13 @@ class HolographyConfig:
         need(self.vortex_core > 0, f"vortex_core must be > 0, got {self.vortex_core}")
         need(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         need(self.dt > 0, f"dt must be > 0, got {self.dt}")
+        # The field is evaluated in float32 at t = steps·dt: past a phase of 2^20 rad (ω_max·t, ω = k) float32
+        # resolves the phase no better than ±0.06 rad, and far beyond it not at all (a field of noise).
+        k_max = 2 * np.pi / self.wavelength * (1 + self.frequency_spread)
+        need(k_max * self.steps * self.dt <= MAX_PHASE,
+             f"dt ({self.dt:g}) x steps ({self.steps}) = t_end {self.steps * self.dt:.3g} L/c reaches a phase "
+             f"k_max·t_end = {k_max * self.steps * self.dt:.3g} rad, beyond the {MAX_PHASE:.3g} rad that float32 "
+             f"resolves; lower dt (at most {MAX_PHASE / (k_max * self.steps):.3g} for {self.steps} steps) or steps")
         need(self.steps_per_chunk >= 1 and self.steps % self.steps_per_chunk == 0,
              f"steps ({self.steps}) must be a positive multiple of steps_per_chunk ({self.steps_per_chunk})")
         need(self.checkpoint_every >= 1 and self.checkpoint_every % self.steps_per_chunk == 0,
@@ -216,7 +225,7 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
     def image(data, name, label, **kw):
         fig = Figure(figsize=(6.2, 5.2))
         ax = fig.add_subplot()
-        im = ax.imshow(data.T, origin="lower", extent=ext, **kw)
+        im = ax.imshow(np.ma.masked_invalid(data.T), origin="lower", extent=ext, **kw)
         fig.colorbar(im, ax=ax, label=label)
         # lengths are in the model's unit L (the helix radius is 1 L by default); t in L/c
         ax.set_xlabel(f"{xa} (L)")
@@ -224,7 +233,8 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
         return fig, ax
 
     def log_norm(data):
-        top = float(np.max(data))
+        finite = data[np.isfinite(data)]  # non-finite pixels are left blank (masked), never the scale
+        top = float(np.max(finite)) if finite.size else 1.0
         return LogNorm(vmin=max(top * 1e-4, 1e-30), vmax=max(top, 2e-30))
 
     fig, ax = image(inten, "intensity", "|ψ|²", norm=log_norm(inten), cmap="inferno")

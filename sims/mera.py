@@ -53,7 +53,7 @@ from ivhl_jax.physics import mera as M
 from ivhl_jax.physics.mera import conformal, scaling
 from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
-from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.io import load_array, save_figure, write_json
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -119,12 +119,7 @@ class MERASimConfig:
             else:
                 if not self.term_file:
                     raise ValueError("term_file: model='custom' needs the two-site term as a .npy file")
-                if not os.path.isfile(self.term_file):
-                    raise ValueError(f"term_file: no such file {self.term_file!r}")
-                try:
-                    term = np.load(self.term_file)
-                except Exception as e:  # noqa: BLE001 - any unreadable file is named with its cause
-                    raise ValueError(f"term_file: cannot read {self.term_file!r} as a NumPy array ({e})") from None
+                term = load_array(self.term_file, "term_file")  # one line naming term_file and the formats
                 try:
                     model = M.two_site(term, name=f"custom({os.path.basename(self.term_file)})", e0=self.e0)
                 except (TypeError, ValueError) as e:
@@ -434,7 +429,7 @@ def _run(cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
 
 # The tensors' shapes change with χ from stage to stage, so each stage keeps its own checkpointer
 # (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock and the config check.
-SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n")[0],
+SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n\n")[0],
                         default_out=lambda cfg, a: "runs/mera", own_checkpoints=True, extendable=("host_cores",),
                         streams=True)
 

@@ -1,6 +1,7 @@
 """Train the adaptive-node classifier: ``ivhl train adaptive [--config F] [--set k=v] [--out DIR]``.
 
-Datasets that need no download: ``digits`` (scikit-learn's 8x8 digits, 1797 samples, 64 features,
+Datasets that need no download: ``digits`` (the 8x8 handwritten digits shipped with the package,
+:func:`ivhl_jax.train.digits.load_digits`, the same data as scikit-learn's; 1797 samples, 64 features,
 standardised with training-set statistics; deterministic split by ``ivhl_jax.train.data.train_test_split``)
 and ``synthetic`` (the seed's prototype set: 10 class prototypes ~ N(0, I_D); a sample is its
 prototype plus 0.1 N(0, I) noise, 0.05 for the test set; 80/20 split; our own numpy seed).
@@ -42,11 +43,12 @@ from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher, train_test_split
+from ivhl_jax.train.digits import load_digits
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainAdaptiveConfig:
-    dataset: str = "digits"  # "digits" (scikit-learn 8x8) or "synthetic" (seed prototypes)
+    dataset: str = "digits"  # "digits" (8x8 handwritten digits, shipped) or "synthetic" (seed prototypes)
     preset: str = "improved"  # model preset: "seed", "improved" or "plain"
     model: AdaptiveConfig = dataclasses.field(default_factory=AdaptiveConfig)  # the node model (--set model.X=...)
     state_mode: str = "auto"  # "reset" | "carry" | "auto" (carry for the seed preset)
@@ -104,10 +106,8 @@ def model_config(cfg: TrainAdaptiveConfig, input_dim: int, output_dim: int) -> A
 def load_dataset(cfg: TrainAdaptiveConfig) -> dict[str, np.ndarray]:
     """x_train, y_train, x_test, y_test (float32 / int32), deterministic."""
     if cfg.dataset == "digits":
-        from sklearn.datasets import load_digits
-
-        d = load_digits()
-        x, y = d.data.astype(np.float64), d.target.astype(np.int32)
+        x, y = load_digits()
+        y = y.astype(np.int32)
         tr, te = train_test_split(len(y), cfg.test_fraction, cfg.data_seed)
         mu, sd = x[tr].mean(0), x[tr].std(0)
         x = (x - mu) / np.where(sd > 1e-8, sd, 1.0)

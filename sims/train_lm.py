@@ -51,7 +51,7 @@ from ivhl_jax.models.transformer import (
     init_params,
     lm_loss_fn,
 )
-from ivhl_jax.run.config import add_run_arguments, config_dict, load_config
+from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config_dict, load_config
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
@@ -361,9 +361,9 @@ SIMULATION = Simulation(prog="ivhl train lm", config_type=TrainLMConfig, run=_ru
                         keep=lambda cfg: cfg.keep_checkpoints)
 
 
-def generate_main(argv: Sequence[str]) -> int:
-    """``ivhl train lm --generate``: sample text from the run in ``--out`` (its own config.json)."""
-    p = argparse.ArgumentParser(prog="ivhl train lm --generate", description="sample from a trained byte LM")
+def generate_parser() -> argparse.ArgumentParser:
+    """The options of ``ivhl train lm --generate`` (a usage error is one line)."""
+    p = OneLineArgumentParser(prog="ivhl train lm --generate", description="sample from a trained byte LM")
     add_run_arguments(p, out=os.path.join("runs", "lm"))
     p.add_argument("--generate", action="store_true")
     p.add_argument("--prompt", default="def ", help="generation prompt (UTF-8)")
@@ -371,6 +371,12 @@ def generate_main(argv: Sequence[str]) -> int:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    return p
+
+
+def generate_main(argv: Sequence[str]) -> int:
+    """``ivhl train lm --generate``: sample text from the run in ``--out`` (its own config.json)."""
+    p = generate_parser()
     a = p.parse_args(list(argv))
     cfg_path = a.config or os.path.join(a.out, "config.json")
     if not os.path.isfile(cfg_path):

@@ -27,6 +27,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tomllib
@@ -36,7 +37,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 __all__ = ["T", "read_config_file", "load_config", "clip_short_run", "config_dict", "renamed_keys", "add_run_arguments",
-           "prepare_run_dir", "settings_in_force", "lock_run_dir", "release_run_dir", "RunDirLockedError"]
+           "prepare_run_dir", "settings_in_force", "lock_run_dir", "release_run_dir", "RunDirLockedError",
+           "OneLineArgumentParser", "plain_text"]
 
 T = TypeVar("T")
 
@@ -273,6 +275,37 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
 
 
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(?P<body>[^`]+)`")
+
+
+def _role_text(m: re.Match) -> str:
+    body = m["body"]
+    if body.endswith(">") and " <" in body:  # :ref:`text <target>`
+        return body[:body.rindex(" <")]
+    if body.startswith("~"):  # :func:`~a.b.c` shows c
+        return body[1:].rsplit(".", 1)[-1]
+    return body
+
+
+def plain_text(text: str) -> str:
+    """``text`` (a docstring, a config comment) with its reStructuredText markup removed, for a terminal:
+    ``:func:`~a.b.f``` becomes ``f``, ``:mod:`a.b``` becomes ``a.b``, a role with a title shows the title, a
+    ``double-backticked`` literal loses its backticks, a ``::`` that opens a literal block becomes ``:``. Single
+    backticks (a command quoted in a message) stay."""
+    text = _ROLE.sub(_role_text, text)
+    text = re.sub(r"``([^`]+)``", r"\1", text)
+    return re.sub(r"(?<=\S)::(?=\s*$)", ":", text, flags=re.MULTILINE)
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose usage errors (an unknown option, a bad value, a missing argument) are
+    one line on stderr naming the command and where its options are listed, exit status 2 — not the usage block
+    followed by the error."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} (`{self.prog} --help` lists the options)\n")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resume: bool | None = True,
                       config_help: str = "TOML or JSON file with the run's config keys",
                       out_help: str | None = None) -> argparse.ArgumentParser:
@@ -309,10 +342,21 @@ atexit.register(_release_run_locks)
 
 
 def _check_out(out: Any) -> str:
-    """The output folder as a non-empty path string."""
+    """The output folder as a non-empty path string that is, or can become, a folder."""
     if not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
         raise ValueError(f"out must be a non-empty folder path (--out), got {out!r}")
-    return os.fspath(out)
+    out = os.fspath(out)
+    probe = out
+    while not os.path.exists(probe):  # the nearest part of the path that exists must be a folder
+        parent = os.path.dirname(os.path.abspath(probe))
+        if parent == os.path.abspath(probe):
+            break
+        probe = parent
+    if os.path.exists(probe) and not os.path.isdir(probe):
+        where = "is a file" if probe == out else f"lies under {probe}, which is a file"
+        raise ValueError(f"output folder {out} (--out) {where}, not a folder; pass a folder path (it is created if "
+                         "missing)")
+    return out
 
 
 def lock_run_dir(out: str | os.PathLike) -> str:

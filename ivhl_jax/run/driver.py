@@ -35,7 +35,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ivhl_jax.run import runner
-from ivhl_jax.run.config import add_run_arguments, clip_short_run, load_config, prepare_run_dir
+from ivhl_jax.run.config import (
+    OneLineArgumentParser,
+    add_run_arguments,
+    clip_short_run,
+    load_config,
+    plain_text,
+    prepare_run_dir,
+)
 from ivhl_jax.run.runner import RunInterrupted
 from ivhl_jax.run.store import STORE_NAME, RunStore
 from ivhl_jax.train.checkpoint import CheckpointCorruptError, Checkpointer
@@ -211,8 +218,9 @@ def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[s
 
 def _parser(sim: Simulation) -> argparse.ArgumentParser:
     epilog = "config keys (--set KEY=VALUE, or in the --config file):\n" + "\n".join(describe_config(sim.config_type))
-    p = argparse.ArgumentParser(prog=sim.prog, description=sim.description, epilog=epilog,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    # the description and the key meanings are docstring text: shown without their reStructuredText markup
+    p = OneLineArgumentParser(prog=sim.prog, description=plain_text(sim.description), epilog=plain_text(epilog),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p, out=None, resume=None, config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
                       out_help="output folder")
     if sim.add_arguments is not None:

@@ -13,7 +13,10 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["to_jsonable", "write_json", "atomic_file", "save_figure"]
+__all__ = ["to_jsonable", "write_json", "atomic_file", "save_figure", "load_array"]
+
+#: the file formats :func:`load_array` reads
+ARRAY_FORMATS = ".npy (numpy.save) or .npz holding one array (numpy.savez)"
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -137,3 +140,32 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> str:
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def load_array(path: str | os.PathLike, name: str) -> np.ndarray:
+    """The array in the NumPy file ``path`` (``.npy``, or ``.npz`` holding exactly one array), for the config key
+    or argument ``name``.
+
+    Anything else is a ValueError of one line naming ``name``, the file and the accepted formats: a missing file,
+    another extension, a text or pickled file, a truncated or corrupt one, an ``.npz`` with no or several arrays.
+    Pickles are never loaded (``allow_pickle=False``).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{name}: no such file {path!r}; give a {ARRAY_FORMATS} file")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".npy", ".npz"):
+        raise ValueError(f"{name}: {path!r} is not a NumPy array file; give a {ARRAY_FORMATS} file")
+    unreadable = (f"{name}: {path!r} is not a readable {suffix} file (corrupt, truncated, text or pickled data); "
+                  f"give a {ARRAY_FORMATS} file")
+    try:
+        if suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files}
+    except Exception:  # noqa: BLE001 - a text file, a pickle, a truncated or corrupt file: one message, no advice
+        raise ValueError(unreadable) from None  # about allow_pickle, which would load untrusted code
+    if len(arrays) != 1:
+        raise ValueError(f"{name}: {path!r} holds {len(arrays)} arrays ({sorted(arrays)}); give a .npz with exactly "
+                         "one array, or a .npy file")
+    return next(iter(arrays.values()))

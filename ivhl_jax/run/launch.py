@@ -51,8 +51,8 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "ENV_HEARTBEAT", "ENV_INIT_TIMEOUT",
-    "HANG_EXIT_CODE", "free_port", "detect_environment", "initialize", "child_env", "launch", "main", "is_noise",
-    "NOISE"]
+    "HANG_EXIT_CODE", "free_port", "parser", "detect_environment", "initialize", "child_env", "launch", "main",
+    "is_noise", "NOISE"]
 
 ENV_COORDINATOR = "IVHL_COORDINATOR"
 ENV_NUM_PROCESSES = "IVHL_NUM_PROCESSES"
@@ -546,15 +546,11 @@ def _terminate(procs: list[subprocess.Popen], wait: float = 3.0) -> None:
             p.wait()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ivhl launch --nproc N [--devices-per-process K] [--port P] -- command ...``"""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" in argv:
-        split = argv.index("--")
-        own, command = argv[:split], argv[split + 1:]
-    else:
-        own, command = argv, []
-    p = argparse.ArgumentParser(
+def parser() -> argparse.ArgumentParser:
+    """The parser of ``ivhl launch``'s own options (those before ``--``); a usage error is one line."""
+    from ivhl_jax.run.config import OneLineArgumentParser
+
+    p = OneLineArgumentParser(
         prog="ivhl launch",
         description="Start N local JAX processes wired with jax.distributed (coordinator on 127.0.0.1). "
                     "In the script call ivhl_jax.run.launch.initialize() first; under SLURM/MPI/TPU the same "
@@ -577,6 +573,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="keep Gloo/absl chatter in the workers' output (dropped by default)")
     p.add_argument("--no-prefix", action="store_true",
                    help="let the workers write straight to this terminal (no [rank i] prefix, no traceback summary)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ivhl launch --nproc N [--devices-per-process K] [--port P] -- command ...``"""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:
+        split = argv.index("--")
+        own, command = argv[:split], argv[split + 1:]
+    else:
+        own, command = argv, []
+    p = parser()
     a = p.parse_args(own)
     if a.nproc < 1:
         p.error(f"--nproc must be >= 1, got {a.nproc}")

@@ -16,10 +16,13 @@ Typical loop (``state`` is any pytree of arrays)::
             ckpt.save(step + chunk, state, metadata={"cursor": ...})
 
 Integrity: ``save`` records the SHA-256 of every array's bytes (from the host copy of the state being saved)
-in ``<step>/ivhl_checksums.json``, written atomically once Orbax has committed the step. ``restore`` checks
-them and rejects non-finite floating values; when no step is named it falls back from a bad checkpoint
-(checksum mismatch, truncated or missing files, a stray empty step folder) to the newest good one with a
-one-line warning on stderr, and raises :class:`CheckpointCorruptError` naming the folder if none is good.
+and the size of every file of the committed step in ``<step>/ivhl_checksums.json``, written atomically once
+Orbax has committed the step. ``restore`` first checks the step's files (every recorded file present with its
+recorded size, Orbax's JSON metadata readable), so a truncated or damaged step is refused before Orbax starts
+reading it; then it compares the restored arrays with their checksums and rejects non-finite floating values.
+When no step is named it falls back from a bad checkpoint (checksum mismatch, truncated or missing files, a
+stray empty step folder) to the newest good one with a one-line warning on stderr, and raises
+:class:`CheckpointCorruptError` naming the folder and the way out (``--no-resume``) if none is good.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -41,6 +45,10 @@ from ivhl_jax.core.validation import check_scalar
 __all__ = ["abstract_like", "Checkpointer", "CheckpointCorruptError"]
 
 CHECKSUM_FILE = "ivhl_checksums.json"
+#: key of the checksum file's ``{path relative to the step folder: size in bytes}`` of every file Orbax wrote
+FILES_KEY = "__files__"
+#: Orbax's metadata files that are JSON (a step whose copy of one does not parse is damaged)
+_JSON_FILES = ("_CHECKPOINT_METADATA", "_METADATA", "_sharding", "metadata", "process_")
 
 
 class CheckpointCorruptError(RuntimeError):
@@ -143,6 +151,8 @@ class Checkpointer:
         folder = self._step_dir(step)
         if not os.path.isdir(folder):
             return  # already garbage-collected (keep) or never committed
+        # Orbax renames a step's folder into place once every file in it is written: the sizes are final.
+        sums = {**sums, FILES_KEY: _file_sizes(folder)}
         tmp = os.path.join(folder, f".{CHECKSUM_FILE}.tmp")
         with open(tmp, "w") as f:
             json.dump(sums, f)
@@ -228,14 +238,14 @@ class Checkpointer:
                 self._check_complete(step)
             except Exception as e:
                 raise CheckpointCorruptError(f"checkpoint step {step} in {self.directory} is unusable: "
-                                             f"{_one_line(e)}") from e
+                                             f"{_one_line(e, self.directory)}") from e
             target = like(step) if callable(like) else like
             self._check_template(step, target)
             try:
                 return self._restore_checked(step, target, sharding)
             except Exception as e:
                 raise CheckpointCorruptError(f"checkpoint step {step} in {self.directory} is unusable: "
-                                             f"{_one_line(e)}") from e
+                                             f"{_one_line(e, self.directory)}") from e
         steps = sorted((s for s in self._manager.all_steps() if s not in self._bad_steps), reverse=True)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
@@ -260,16 +270,45 @@ class Checkpointer:
                               f"restored step {s}", file=sys.stderr, flush=True)
                     return restored
             self._bad_steps.add(s)
-            failures.append(f"step {s} ({_one_line(target)})")
-        raise CheckpointCorruptError(f"no usable checkpoint in {self.directory}; every step failed: "
-                                     + "; ".join(failures) + ". Use --no-resume (or delete the folder) to start over")
+            failures.append(f"step {s} ({_one_line(target, self.directory)})")
+        raise CheckpointCorruptError(f"no usable checkpoint in {self.directory}: " + "; ".join(failures)
+                                     + f"; use --no-resume (or delete {self.directory}) to start over")
 
     def _check_complete(self, step: int) -> None:
-        """Cheap structural checks before Orbax is asked (a stray or half-deleted step folder)."""
+        """Checks of the step's files before Orbax is asked to read them: a stray or half-deleted step folder, a
+        file missing or of another size than when it was saved (truncated), Orbax's JSON metadata unreadable.
+
+        Orbax reads the arrays of a step concurrently; when one read fails it abandons the others mid-flight
+        (their coroutines are never finished, and the event loop they report to is closed), which prints
+        screens of "Exception ignored" and "Event loop is closed" tracebacks. A step refused here is never
+        handed to Orbax."""
         folder = self._step_dir(step)
         for name in ("_CHECKPOINT_METADATA", "state"):
             if not os.path.exists(os.path.join(folder, name)):
                 raise FileNotFoundError(f"{os.path.join(folder, name)} is missing")
+        try:
+            with open(os.path.join(folder, CHECKSUM_FILE)) as f:
+                recorded = json.load(f).get(FILES_KEY)
+        except (OSError, ValueError, AttributeError):
+            recorded = None  # a checkpoint saved without the record (multi-process, or older): Orbax checks
+        if isinstance(recorded, dict):
+            for rel, size in recorded.items():
+                path = os.path.join(folder, rel)
+                if not os.path.isfile(path):
+                    raise FileNotFoundError(f"{path} is missing")
+                held = os.path.getsize(path)
+                if held != size:
+                    raise ValueError(f"{path} is {'truncated' if held < size else 'damaged'}: {held} bytes, "
+                                     f"{size} when saved")
+        for root, _, names in os.walk(folder):
+            for name in names:
+                if name.startswith(_JSON_FILES) and not name.endswith(".tmp"):
+                    path = os.path.join(root, name)
+                    try:
+                        with open(path, "rb") as f:
+                            json.loads(f.read())
+                    except (OSError, ValueError) as e:
+                        raise ValueError(f"{path} is damaged (not readable JSON: {e})") from e
 
     def _check_template(self, step: int, like: Any) -> None:
         """ValueError when a leaf of ``like`` has another shape than the one saved (the caller's template is
@@ -364,6 +403,30 @@ def _check_folder(directory: str) -> None:
                          "(it is created if missing)")
 
 
-def _one_line(e: BaseException) -> str:
+def _file_sizes(folder: str) -> dict[str, int]:
+    """``{path relative to folder: size in bytes}`` of every file of the items under step folder ``folder``
+    (``state/...``, ``metadata/...``). The step's own top-level files are left out: Orbax may still update its
+    step metadata once the step is in place (and the checksum file is this record)."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        if os.path.samefile(root, folder):
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            out[os.path.relpath(path, folder)] = os.path.getsize(path)
+    return out
+
+
+def _one_line(e: BaseException, directory: str | None = None) -> str:
+    """A short cause for a one-line message: TensorStore's spec dumps dropped, a file named by its path under
+    ``directory``, at most 200 characters."""
     text = " ".join(str(e).split()) or type(e).__name__
-    return f"{type(e).__name__}: {text[:300]}"
+    text = re.split(r" ?\[tensorstore_spec=| ?See full TensorStore details", text)[0]
+    files = re.findall(r'file "([^"]+)"', text)
+    if files:  # TensorStore nests "Error reading X in ... of local file F: reason": keep the file and the reason
+        text = f"{files[-1]}: {text.rsplit(': ', 1)[-1]}"
+    if directory:
+        text = text.replace(directory.rstrip(os.sep) + os.sep, "")
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return text if isinstance(e, (ValueError, FileNotFoundError)) else f"{type(e).__name__}: {text}"

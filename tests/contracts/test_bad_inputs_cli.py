@@ -121,3 +121,17 @@ def test_a_bad_config_value_is_one_line_and_exit_2(command, key, value, tmp_path
     assert rc == 2, f"{command} --set {key}={value}: exit {rc}, accepted; stderr:\n{err}"
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"ivhl {command}:"), err
+
+
+def test_a_text_term_file_is_one_line_naming_term_file_and_the_formats(tmp_path, capsys):
+    text = tmp_path / "h.npy"
+    text.write_text("-1 0 0 0\n0 1 0 0\n0 0 1 0\n0 0 0 -1\n")
+    argv = ["sim", "mera", "--out", str(tmp_path / "run"), "--no-progress"]
+    small = ["chis=4,", "chi_mids=4,", "layers=1,", "steps=2,", "steps_per_chunk=2", "checkpoint_every=2",
+             "stuck_after=0", "stuck_every=0"]
+    for kv in [*small, "model=custom", f"term_file={text}", "e0=-0.5"]:
+        argv += ["--set", kv]
+    assert cli.main(argv) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ivhl sim mera: term_file:"), lines
+    assert "allow_pickle" not in lines[0] and ".npy" in lines[0] and ".npz" in lines[0], lines

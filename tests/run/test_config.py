@@ -15,10 +15,6 @@ from ivhl_jax import config
 from ivhl_jax.run.config import RunDirLockedError, load_config, lock_run_dir, prepare_run_dir, release_run_dir
 from ivhl_jax.sims.train_lm import TrainLMConfig, _default_model
 
-# Kept from the run-reliability suite, where it applied to every test: a failed Orbax restore can leave its
-# other read coroutines un-awaited ("Exception ignored in ..."): harmless.
-ORBAX_UNRAISABLE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
 
 @dataclasses.dataclass(frozen=True)
 class _Cfg:
@@ -45,7 +41,6 @@ def test_config_loading(tmp_path):
         config.load_config(_Cfg, None, ["dt=-1"])
 
 
-@ORBAX_UNRAISABLE
 def test_lm_nested_override_keeps_embedded_model_defaults():
     cfg = load_config(TrainLMConfig, None, ["model.d_model=256"])
     assert cfg.model == dataclasses.replace(_default_model(), d_model=256)
@@ -53,7 +48,6 @@ def test_lm_nested_override_keeps_embedded_model_defaults():
     assert cfg.steps == TrainLMConfig().steps
 
 
-@ORBAX_UNRAISABLE
 def test_lm_nested_toml_table_keeps_embedded_model_defaults(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("steps = 100\n\n[model]\nd_model = 256\nn_heads = 8\n")
@@ -80,7 +74,6 @@ class _Outer:
     optional: _Inner | None = None
 
 
-@ORBAX_UNRAISABLE
 def test_nested_overrides_update_every_level_field_by_field():
     cfg = load_config(_Outer, None, ["middle.inner.a=9"])
     assert cfg.middle == _Middle(inner=_Inner(a=9, b="outer"), c=2.0)
@@ -97,7 +90,6 @@ class _LockCfg:
     n: int = 1
 
 
-@ORBAX_UNRAISABLE
 def test_run_dir_lock_conflicts_with_another_holder(tmp_path):
     out = tmp_path / "run"
     os.makedirs(out)
@@ -118,7 +110,6 @@ def test_run_dir_lock_conflicts_with_another_holder(tmp_path):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
 
 
-@ORBAX_UNRAISABLE
 def test_run_dir_lock_between_processes(tmp_path):
     out = str(tmp_path / "run")
     code = textwrap.dedent(f"""

@@ -139,3 +139,63 @@ def test_cli_writes_observations_to_the_run_store_equal_to_the_in_memory_history
     run = open_run(out)
     for key, values in in_memory.history.items():
         np.testing.assert_array_equal(run.observations[key].values, np.asarray(values), err_msg=key)
+
+
+def test_a_dt_beyond_float32_phase_resolution_is_refused_naming_dt(tmp_path, capsys):
+    assert cli.main(["sim", "holography", "--out", str(tmp_path / "r"), "--set", "dt=1e30"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("ivhl sim holography:") and "lower dt" in err[0], err
+    # the bound: the largest phase k_max·steps·dt, so a long run with the default dt is still accepted
+    load_config(H.HolographyConfig, None, ["steps=100000", "steps_per_chunk=4"])
+    with pytest.raises(ValueError, match="dt"):
+        load_config(H.HolographyConfig, None, ["steps=16", "dt=5000"])
+
+
+def test_pictures_are_written_when_the_field_is_not_finite(tmp_path):
+    cfg = small_cfg("steps=2", "steps_per_chunk=2", "checkpoint_every=2")
+    result, params = H.simulate(cfg, progress=False)
+    st = result.state
+    field = np.asarray(st.field).copy()
+    field[:5] = np.nan
+    field[5:9] = np.inf
+    bad = result.__class__(**{**result.__dict__, "state": st.replace(
+        field=jax.numpy.asarray(field), intensity_sum=jax.numpy.full_like(st.intensity_sum, np.inf))})
+    paths = H.write_outputs(cfg, bad, params, str(tmp_path))
+    for name in ("intensity", "phase", "mean_intensity"):
+        with open(paths[name], "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _truncate_data_files(ckpt: str) -> None:
+    for root, _, names in os.walk(ckpt):
+        for name in names:
+            if os.path.basename(root) == "d":
+                path = os.path.join(root, name)
+                os.truncate(path, os.path.getsize(path) // 2)
+
+
+def test_resume_from_truncated_checkpoints_is_one_line_naming_the_folder_and_the_fix(tmp_path, capfd):
+    out = str(tmp_path / "run")
+    args = ["--no-progress", *[a for s in SMALL for a in ("--set", s)]]
+    assert cli.main(["sim", "holography", "--out", out, *args]) == 0
+    _truncate_data_files(os.path.join(out, "ckpt"))
+    capfd.readouterr()
+    assert cli.main(["sim", "holography", "--out", out, *args, "--set=steps=12"]) == 2
+    err = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1, err
+    line = err[0]
+    ckpt = os.path.join(out, "ckpt")
+    assert line.startswith("ivhl sim holography: no usable checkpoint in " + ckpt), line
+    assert "truncated" in line and "--no-resume" in line and "tensorstore" not in line.lower(), line
+    assert len(line) < 500, line
+    assert cli.main(["sim", "holography", "--out", out, *args, "--set=steps=12", "--no-resume"]) == 0
+
+
+def test_out_on_a_file_is_one_line_saying_it_is_a_file(tmp_path, capsys):
+    path = tmp_path / "afile"
+    path.write_text("x")
+    assert cli.main(["sim", "holography", "--out", str(path), "--set", "steps=1"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and "shorter than one chunk" not in ln]
+    assert len(err) == 1 and f"{path} (--out) is a file, not a folder" in err[0] and "File exists" not in err[0], err
+    assert cli.main(["sim", "holography", "--out", str(path / "sub"), "--set", "steps=1"]) == 2
+    assert f"lies under {path}, which is a file" in capsys.readouterr().err

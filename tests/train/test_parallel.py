@@ -148,10 +148,10 @@ def test_sharded_training_equals_single_device(reference, spec):
 
 # --- compressed data-parallel gradient all-reduce (bf16 / int8 with error feedback) -------------------------------
 def digits_task(n_train=1024, seed=0):
-    """sklearn's bundled 8×8 handwritten digits (1797 images, 10 classes): a real, offline task."""
-    from sklearn.datasets import load_digits
+    """The 8×8 handwritten digits shipped with the package (1797 images, 10 classes): a real, offline task."""
+    from ivhl_jax.train.digits import load_digits
 
-    x, y = load_digits(return_X_y=True)
+    x, y = load_digits()
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(x))
     x = (x[order] / 16.0).astype(np.float32)
