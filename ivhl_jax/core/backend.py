@@ -167,7 +167,7 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
         "gpu": _UNMEASURED,
     },
     "mera_busy_host_cores": {"cpu": "unmeasured (no results file in this tree times it; `ivhl sim mera --set "
-                                    "host_cores=N` overrides it)"},
+                                    "host_cores=2` sets the cores of one run)"},
     "host_fft": {"cpu": "bench/results/condensate_gp_step_xla_vs_ducc_cpu.json — ivhl bench --op gp_step "
                         "--op gp_step_ducc --size extreme"},
 }
