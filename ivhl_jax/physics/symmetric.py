@@ -41,7 +41,8 @@ from flax import struct
 from ivhl_jax.physics.tn import contraction_path
 
 __all__ = ["Group", "Z2", "U1", "Zn", "Leg", "BlockTensor", "contract", "matrix_blocks", "from_matrix_blocks",
-           "polar", "singular_values", "fused_dims", "block_eigvalsh", "make_leg", "scalar", "random_block", "zeros", "from_dense", "identity", "inner", "trace"]
+           "polar", "singular_values", "fused_dims", "block_eigvalsh", "make_leg", "scalar", "random_block",
+           "zeros", "from_dense", "identity", "inner", "trace"]
 
 
 # ----------------------------------------------------------------------------------------------- groups

@@ -170,10 +170,9 @@ def symmetric_terms(model: Model, symmetry: Symmetry, dtype: Any = None) -> tupl
     leg = physical_leg(model, symmetry)
     legs = (leg, leg, leg.dual(), leg.dual())
     out = []
-    for h in blocked_terms(model, jnp.float64):
+    for h in blocked_terms(model, dtype):
         hp = np.asarray(h)[np.ix_(perm, perm, perm, perm)]
-        out.append(S.from_dense(hp, legs, symmetry.group, 0, name="the blocked term").astype(dtype or
-                                                                                           jnp.result_type(float)))
+        out.append(S.from_dense(hp, legs, symmetry.group, 0, name="the blocked term"))
     return out[0], out[1]
 
 
@@ -206,18 +205,20 @@ def layer_legs(model: Model, config: MERAConfig) -> tuple[LayerLegs, ...]:
                              "give sectors whose dims sum to chi")
         if sm is None:
             if m != chi_in:
-                raise ValueError(f"layer {z} has chi_mid={m} < chi_in={chi_in}: pass symmetry.mid_sectors (dims summing "
-                                 f"to {m}; the input sectors are {dict(zip(inp.charges, inp.dims))})")
+                raise ValueError(f"layer {z} has chi_mid={m} < chi_in={chi_in}: pass symmetry.mid_sectors (dims "
+                                 f"summing to {m}; the input sectors are {dict(zip(inp.charges, inp.dims))})")
             mid = inp
         else:
             tm = sum(d for _, d in sm)
             if tm != m:
-                raise ValueError(f"symmetry.mid_sectors[{z}] add up to {tm} ({dict(sm)}), but layer {z} has chi_mid={m}")
+                raise ValueError(f"symmetry.mid_sectors[{z}] add up to {tm} ({dict(sm)}), but layer {z} has "
+                                 f"chi_mid={m}")
             mid = S.Leg(tuple(q for q, _ in sm), tuple(d for _, d in sm), 1)
         for q, d in zip(mid.charges, mid.dims):
             if d > inp.sector_dim(q):
-                raise ValueError(f"symmetry.mid_sectors[{z}]: charge {q} has {d} states, more than the {inp.sector_dim(q)} "
-                                 f"of layer {z}'s input bond (u starts as the identity on each sector)")
+                raise ValueError(f"symmetry.mid_sectors[{z}]: charge {q} has {d} states, more than the "
+                                 f"{inp.sector_dim(q)} of layer {z}'s input bond (u starts as the identity on each "
+                                 "sector)")
         out = S.Leg(tuple(q for q, _ in so), tuple(d for _, d in so), 1)
         avail = S.fused_dims((inp, mid), g)
         for q, d in zip(out.charges, out.dims):
@@ -281,7 +282,7 @@ def _init_symmetric(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, 
         vs.append(_mirror_wv(ws[-1]) if refsym else draw(keys[2 * z + 1], _v_legs(ll)))
     top = lls[-1].out
     rho = S.identity(top, group, 2, dtype) / float(top.dim**2)
-    return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, jnp.zeros((), jnp.int32))
+    return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, jnp.zeros((), jnp.int32))  # type: ignore[arg-type]
 
 
 def is_symmetric(mera: Any) -> bool:
@@ -289,7 +290,7 @@ def is_symmetric(mera: Any) -> bool:
     return isinstance(mera, MERA) and isinstance(mera.w[0], BlockTensor)
 
 
-def dense_mera(mera: MERA, model: Model | None = None, symmetry: Symmetry | None = None) -> MERA:
+def dense_mera(mera: Any, model: Model | None = None, symmetry: Symmetry | None = None) -> MERA:
     """The dense MERA of the same tensors (:meth:`BlockTensor.to_dense`). With ``model`` and ``symmetry`` the
     bottom legs are returned to the model's own basis (then every dense tool applies: :func:`energy_per_site`
     with ``blocked_terms(model)``, the central charge, the dense stepper's ``init(mera=...)``)."""
@@ -300,7 +301,8 @@ def dense_mera(mera: MERA, model: Model | None = None, symmetry: Symmetry | None
     if model is None:
         return d
     if symmetry is None:
-        raise ValueError("dense_mera needs the symmetry with the model (to undo the charge sorting of the bottom basis)")
+        raise ValueError("dense_mera needs the symmetry with the model (to undo the charge sorting of the bottom "
+                         "basis)")
     inv = np.argsort(physical_permutation(check_model(model), symmetry))
     u0 = d.u[0][inv][:, inv]
     w0 = d.w[0][inv]
@@ -451,7 +453,7 @@ def _bias(h: BlockTensor) -> jax.Array:
     return jnp.max(jnp.stack([jnp.max(e) for e in S.block_eigvalsh(h).values()]))
 
 
-def energy_per_site(mera: MERA, h: tuple[BlockTensor, BlockTensor]) -> jax.Array:
+def energy_per_site(mera: Any, h: tuple[BlockTensor, BlockTensor]) -> jax.Array:
     """(⟨ρ_AB, h_AB⟩ + ⟨ρ_BA, h_BA⟩)/4 at the bottom (h from :func:`symmetric_terms`)."""
     rho = (mera.rho_ab, mera.rho_ba)
     for z in reversed(range(mera.num_layers - 1)):
@@ -459,7 +461,7 @@ def energy_per_site(mera: MERA, h: tuple[BlockTensor, BlockTensor]) -> jax.Array
     return (pair(rho[0], h[0]) + pair(rho[1], h[1])) / 4.0
 
 
-def sweep(mera: MERA, h: tuple[BlockTensor, BlockTensor], power_iters: int = 4, u_delay: int = 10,
+def sweep(mera: Any, h: tuple[BlockTensor, BlockTensor], power_iters: int = 4, u_delay: int = 10,
           refsym: bool = False, si_scales: int = 1) -> tuple[MERA, jax.Array]:
     """One Evenbly–Vidal sweep of a symmetric MERA (the dense :func:`~ivhl_jax.physics.mera.sweep.sweep`, block by
     block). Returns (new MERA, energy per site measured before the updates)."""
@@ -492,7 +494,7 @@ def sweep(mera: MERA, h: tuple[BlockTensor, BlockTensor], power_iters: int = 4, 
         vs.append(layer[2])
         if z + 1 < n:
             hz = [ascend(hz[0], layer, refsym)]
-    new = MERA(tuple(us), tuple(ws), tuple(vs), rho_top[0], rho_top[1], mera.sweeps + 1)
+    new = MERA(tuple(us), tuple(ws), tuple(vs), rho_top[0], rho_top[1], mera.sweeps + 1)  # type: ignore[arg-type]
     return new, energy
 
 
@@ -513,7 +515,7 @@ def _step(state: MERAState, params: SymmetricSweepParams) -> MERAState:
     return MERAState(mera=m, energy=e)
 
 
-def _init(params: SymmetricSweepParams, key: jax.Array | None = None, mera: MERA | None = None) -> MERAState:
+def _init(params: SymmetricSweepParams, key: jax.Array | None = None, mera: Any | None = None) -> MERAState:
     dtype = params.h[0].dtype
     if mera is None:
         mera = init_symmetric(jax.random.key(0) if key is None else key, params.model, params.config, dtype)
@@ -546,7 +548,7 @@ def operator_charges(leg: S.Leg, group: S.Group) -> np.ndarray:
     return (diff % group.order if group.order else diff).reshape(-1)
 
 
-def charged_scaling_dimensions(mera: MERA, num: int = 10) -> tuple[np.ndarray, np.ndarray]:
+def charged_scaling_dimensions(mera: Any, num: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """Scaling dimensions Δ = −log₄|λ| of the two-layer one-site scaling superoperator S_v∘S_w, computed in each
     charge sector (S maps an operator of charge q = q(a') − q(a) to one of the same charge: its matrix is block
     diagonal, one block per charge) and merged: the ``num`` smallest Δ with the charge of each operator."""
@@ -570,7 +572,7 @@ def charged_scaling_dimensions(mera: MERA, num: int = 10) -> tuple[np.ndarray, n
     return d[order], c[order]
 
 
-def charge_block_leakage(mera: MERA) -> float:
+def charge_block_leakage(mera: Any) -> float:
     """max |S[i, j]| between operator entries of different charge, relative to max |S| (0 for a symmetric MERA:
     the check that S is block diagonal in charge)."""
     from ivhl_jax.physics.mera.scaling import scaling_superoperator
@@ -590,7 +592,7 @@ CFT_CHARGES: dict[str, dict[str, tuple[int, ...]]] = {
 }
 
 
-def conformal_table(mera: MERA, cft: str, num: int = 10) -> list[dict[str, Any]]:
+def conformal_table(mera: Any, cft: str, num: int = 10) -> list[dict[str, Any]]:
     """Each measured Δ with its charge, matched to the nearest CFT operator *of the same charge* (each used once):
     ``delta``, ``charge``, ``label``, ``exact``, ``primary``, ``descendant``."""
     from ivhl_jax.physics.mera.scaling import CFT_OPERATORS
@@ -601,7 +603,7 @@ def conformal_table(mera: MERA, cft: str, num: int = 10) -> list[dict[str, Any]]
     group = mera.w[-1].group
     table = list(CFT_OPERATORS[cft])
     free = list(range(len(table)))
-    out = []
+    out: list[dict[str, Any]] = []
     for d, q in zip(dims, charges):
         ok = [i for i in free if any(group.reduce(c) == group.reduce(int(q))
                                      for c in CFT_CHARGES[cft].get(table[i][2], ()))]
@@ -617,7 +619,7 @@ def conformal_table(mera: MERA, cft: str, num: int = 10) -> list[dict[str, Any]]
     return out
 
 
-def ope_coefficients(mera: MERA, model: Model, cft: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
+def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
     """OPE coefficients of ``cft``'s primaries on the symmetric MERA: a coefficient C_αβγ whose charges do not add
     up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``{"allowed": False, "C": 0.0}``; the
     allowed ones are measured by :func:`~ivhl_jax.physics.mera.conformal.ope_coefficients` on the dense
@@ -641,7 +643,7 @@ def ope_coefficients(mera: MERA, model: Model, cft: str, **kwargs: Any) -> dict[
     return out
 
 
-def sector_spectrum(mera: MERA) -> dict[int, np.ndarray]:
+def sector_spectrum(mera: Any) -> dict[int, np.ndarray]:
     """The eigenvalues of the top one-site reduced density matrix (ρ_AB traced over its second site) in each
     charge sector, descending: the spectrum that shows how many states each sector deserves."""
     dense = np.asarray(mera.rho_ab.to_dense())
