@@ -63,7 +63,8 @@ def test_contract_matches_dense(group):
     assert out.charge == a.charge
 
 
-@pytest.mark.parametrize("group", sorted(GROUPS))
+@pytest.mark.parametrize("group", [pytest.param("U1", marks=pytest.mark.slow), "Z2",
+                                   pytest.param("Z3", marks=pytest.mark.slow)])
 def test_mera_diagram_and_scalar(group):
     """A 7-tensor MERA diagram (the ascending t1) and a full contraction, against dense einsum."""
     from ivhl_jax.physics.mera.superoperators import _T1  # the diagram the MERA uses
