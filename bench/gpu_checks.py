@@ -26,6 +26,7 @@ One run sees every family (goal: under 6 minutes on one H100). Sections
   cdt          CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s of the JAX, Pallas and host
                engines (and 2d-cdt when its sources are given) (``bench/ops_cdt.py``).
   mera         MERA sweeps at χ = 16, 24, 32 in f32/f64 and one ladder (``bench/ops_tn.py``).
+  mera_symmetric  Z2-symmetric (block-sparse) MERA sweeps at χ = 24, 32, 48 (``bench/ops_symmetric.py``).
   steppers     one short ``trajectory`` per stepper family (fields, condensate, gft, cdt, mera, adaptive,
                gru): first call, ms per step, finite observations.
   adaptive     the adaptive-model fused training chunk (seed configuration): samples/s (``bench/ops_adaptive.py``).
@@ -369,6 +370,11 @@ def section_mera(quick: bool) -> dict:
     return _family("ops_tn", quick)
 
 
+def section_mera_symmetric(quick: bool) -> dict:
+    """Z2-symmetric (block-sparse) MERA sweeps at χ = 24, 32, 48."""
+    return _family("ops_symmetric", quick)
+
+
 # ------------------------------------------------------------------------------------------ steppers
 def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
     """family -> a zero-argument builder of (stepper, start state, observe, steps): one short trajectory each."""
@@ -552,8 +558,8 @@ def section_tune(quick: bool) -> dict:
 
 
 SECTIONS = ("env", "ceilings", "tune", "attention_ok", "attention", "transformer", "parallel", "fields", "gp", "cdt",
-            "mera", "steppers", "adaptive", "pallas_blocks", "gp_rounding")
-FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "adaptive", "tune")
+            "mera", "mera_symmetric", "steppers", "adaptive", "pallas_blocks", "gp_rounding")
+FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
 
 
 def main(argv=None) -> int:

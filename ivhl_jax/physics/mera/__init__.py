@@ -41,6 +41,7 @@ from ivhl_jax.physics.mera.models import (
 from ivhl_jax.physics.mera.scaling import scaling_dimensions
 from ivhl_jax.physics.mera.superoperators import ascend, descend
 from ivhl_jax.physics.mera.sweep import MERAState, SweepParams, energy_per_site, evenbly_vidal, observe
+from ivhl_jax.physics.mera.symmetric import Symmetry, charged_scaling_dimensions, conformal_table, dense_mera
 
 __all__ = [
     "evenbly_vidal", "observe", "MERAConfig", "MERAState", "SweepParams", "MERA",
@@ -48,4 +49,5 @@ __all__ = [
     "init_mera", "grow", "cold_start", "StuckCheck", "optimize", "OptimizeResult",
     "energy_per_site", "scaling_dimensions", "ope_coefficients", "central_charge",
     "isometry_errors", "ascend", "descend", "precision_dtype", "cast_mera",
+    "Symmetry", "dense_mera", "charged_scaling_dimensions", "conformal_table",
 ]

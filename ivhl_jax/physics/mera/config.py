@@ -97,6 +97,8 @@ class MERAConfig:
     reflected, u = u reflected; needs a reflection-symmetric model), which removes spurious minima; si_scales:
     scales j = 0..si_scales−1 whose environments Γ(ρ*, 2^{−j}𝒜^j h) are summed for the SI layer (1 =
     mainVarMERA, the default and the fastest to converge).
+    symmetry: None (dense tensors) or a :class:`~ivhl_jax.physics.mera.symmetric.Symmetry` (a Z_n or U(1) charge
+    and the sectors of every bond): the sweep then runs on block-sparse symmetric tensors.
     """
 
     chi: int | tuple[int, ...] = 6
@@ -106,6 +108,7 @@ class MERAConfig:
     u_delay: int = 10
     refsym: bool = True
     si_scales: int = 1
+    symmetry: Any = None
 
     def __post_init__(self) -> None:
         for name in ("chi", "chi_mid"):
@@ -132,6 +135,10 @@ class MERAConfig:
         check_scalar(self.si_scales, "si_scales", integer=True, minimum=1)
         if not isinstance(self.refsym, bool):
             raise TypeError(f"refsym must be True or False, got {self.refsym!r}")
+        if self.symmetry is not None:
+            if not callable(getattr(self.symmetry, "check_config", None)):
+                raise TypeError(f"symmetry must be None or a mera.Symmetry, got {type(self.symmetry).__name__}")
+            self.symmetry.check_config(self)
         return self
 
     @property

@@ -73,6 +73,8 @@ _T3 = "akr,bekl,lfs,efcd,aip,bcij,jdq->rspq"  # h_AB on (f2, f3) = the mirror im
 # BA bond between cells: f3 of cell m (d, under v_m) and f0 of cell m+1 (a, under w_{m+1}); the disentanglers
 # on either side are not touched by h and cancel (u†u = I). Operands: v̄, w̄, h_BA, v, w.
 _T4 = "jer,fis,efda,jdp,aiq->rspq"
+#: The four diagrams of 𝒜 (t1..t4), shared with the block-sparse symmetric MERA.
+ASCEND_DIAGRAMS = (_T1, _T2, _T3, _T4)
 
 
 def _ascend_raw(h_ab: jax.Array, h_ba: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array,

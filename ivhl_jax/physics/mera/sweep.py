@@ -71,6 +71,8 @@ _ENV_V = {1: "ekr,fckl,efab,aip,bcij,jdq,pqrs->lds",   # (w̄, ū, h_AB, w, u, v
           2: "akr,efkl,efbc,aip,bcij,jdq,pqrs->lds",
           3: "akr,bekl,efcd,aip,bcij,jdq,pqrs->lfs",
           4: "fis,efda,jdp,aiq,pqrs->jer"}             # (w̄, h_BA, v, w, ρ'_AB)
+#: The environment networks of u, w and v, shared with the block-sparse symmetric MERA.
+ENVIRONMENT_DIAGRAMS = {"u": _ENV_U, "w": _ENV_W, "v": _ENV_V}
 
 
 def _h_terms(h: tuple[jax.Array, jax.Array]) -> list[tuple[jax.Array, jax.Array]]:
@@ -289,6 +291,10 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, dtype: Any = None) -> Ste
     if config.refsym and not model.reflection_symmetric:
         raise ValueError(f"config.refsym=True needs a reflection-symmetric term (h(a, b) = h(b, a)); {model.name}'s "
                          "is not: pass MERAConfig(refsym=False)")
+    if config.symmetry is not None:  # block-sparse symmetric tensors
+        from ivhl_jax.physics.mera.symmetric import evenbly_vidal_symmetric
+
+        return evenbly_vidal_symmetric(model, config, dtype=dtype)
     if dtype is not None:
         dt = jnp.dtype(dtype)
         if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):

@@ -1,0 +1,653 @@
+"""The scale-invariant MERA with block-sparse symmetric tensors (Z_n, U(1); :mod:`ivhl_jax.physics.symmetric`).
+
+A chain whose two-site term h conserves a charge (Ising: the Z2 parity ∏Z; XX: U(1), the total S^z) has a MERA
+whose every tensor conserves it. Each bond then splits into charge sectors, chosen per layer by the user
+(:class:`Symmetry`), and each tensor is stored as its allowed blocks: a Z2 contraction costs about a quarter of
+the dense one and the SVD updates are block diagonal.
+
+The sweep is the dense Evenbly–Vidal sweep (:mod:`~ivhl_jax.physics.mera.sweep`) on the same diagrams
+(:data:`~ivhl_jax.physics.mera.superoperators.ASCEND_DIAGRAMS`,
+:data:`~ivhl_jax.physics.mera.sweep.ENVIRONMENT_DIAGRAMS`), contracted block by block: the steady-state ρ by
+power iteration of 𝒟 = ½𝒜ᵀ (``jax.linear_transpose`` of the block ascending map), the energy, then u, w, v per
+layer from the polar factors of their environments, x = −U Vᵀ block by block (the polar factor of a
+block-diagonal matrix is block diagonal, so the dense update of a symmetric environment is the same tensor).
+Embedded in dense tensors (:func:`dense_mera`), a symmetric MERA is a dense MERA of the same energy, and the
+dense sweep from it follows the symmetric sweep.
+
+Conventions: the blocked site (two spins p0 p1, dimension d²) carries the charge q(p0) + q(p1) (for U(1) less
+q_min + q_max of a spin, so the charges are centred: S^z of the block); its basis is sorted by charge
+(:func:`physical_permutation`). Flows: operators o[a', b', a, b] (+, +, −, −), u[f1, f2, m1, m2] (+, +, −, −),
+w[f0, m1, B'] and v[m2, f3, A'] (+, +, −).
+
+Use it through the dense stepper's builder: ``mera.evenbly_vidal(model, MERAConfig(..., symmetry=Symmetry(...)))``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.numerics.rollout import Stepper
+from ivhl_jax.physics import symmetric as S
+from ivhl_jax.physics.mera.config import MERA, MERAConfig
+from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
+from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
+from ivhl_jax.physics.mera.sweep import ENVIRONMENT_DIAGRAMS, MERAState
+from ivhl_jax.physics.symmetric import BlockTensor
+
+_T1, _T2, _T3, _T4 = ASCEND_DIAGRAMS
+_ENV_U, _ENV_W, _ENV_V = (ENVIRONMENT_DIAGRAMS[k] for k in "uwv")
+
+#: The symmetry of the library's models and the charge of each spin basis state (Ising: Z2, |↑⟩ even; XX: U(1),
+#: the number of ↓ spins, centred per block; Potts: Z3 is not diagonal in the σ basis of :func:`potts`).
+DEFAULT_SPIN_CHARGES = {"ising": ("Z2", (0, 1)), "xx": ("U1", (0, 1))}
+
+
+def _sector_tuple(value: Any, group: S.Group, name: str) -> tuple[tuple[int, int], ...]:
+    leg = S.make_leg(value, group, name=name)
+    return tuple(zip(leg.charges, leg.dims))
+
+
+@dataclasses.dataclass(frozen=True)
+class Symmetry:
+    """The symmetry of a MERA and its charge sectors (hashable: it is part of the static :class:`MERAConfig`).
+
+    group: "Z2", "Z3", …, "U1" (or a :class:`~ivhl_jax.physics.symmetric.Group`).
+    sectors: the sectors of the bond above each layer, ``{charge: dim}``: one mapping for every layer, or one per
+      layer (``layers + 1``, bottom first; the last two equal). Each layer's dims must add up to its χ.
+    mid_sectors: the same for χ_mid (u's output bond); None: the layer's input sectors (χ_mid = χ_in).
+    spin_charges: the charge of each spin basis state (length d; the model's term must conserve it); None: the
+      library model's default (:data:`DEFAULT_SPIN_CHARGES`).
+    """
+
+    group: Any = "Z2"
+    sectors: Any = None
+    mid_sectors: Any = None
+    spin_charges: tuple | None = None
+
+    def __post_init__(self) -> None:
+        g = S.group_from_name(self.group)
+        object.__setattr__(self, "group", g)
+        for name in ("sectors", "mid_sectors"):
+            val = getattr(self, name)
+            if val is None:
+                if name == "sectors":
+                    raise ValueError("Symmetry needs sectors: {charge: dim} (or one mapping per layer)")
+                continue
+            if isinstance(val, dict) or (isinstance(val, (tuple, list)) and val and isinstance(val[0], (tuple, list))
+                                         and len(val[0]) == 2 and not isinstance(val[0][0], (tuple, list, dict))):
+                object.__setattr__(self, name, _sector_tuple(val, g, name))
+            elif isinstance(val, (tuple, list)):
+                object.__setattr__(self, name, tuple(None if v is None else _sector_tuple(v, g, f"{name}[{i}]")
+                                                     for i, v in enumerate(val)))
+            else:
+                raise ValueError(f"{name} must be {{charge: dim}} or one such mapping per layer, got {val!r}")
+        if self.spin_charges is not None:
+            sc = tuple(self.spin_charges)
+            for q in sc:
+                g.check_charge(q, "spin_charges")
+            object.__setattr__(self, "spin_charges", sc)
+
+    def per_layer(self, name: str, n: int) -> tuple[Any, ...]:
+        val = getattr(self, name)
+        if val is None:
+            return (None,) * n
+        if val and isinstance(val[0][0], (int, np.integer)):  # one mapping for all layers
+            return (val,) * n
+        if len(val) != n:
+            raise ValueError(f"symmetry.{name} needs one mapping per layer ({n}, bottom first), got {len(val)}")
+        return tuple(val)
+
+    def check_config(self, config: MERAConfig) -> None:
+        """What can be checked without the model: the scale-invariant layer's sectors add up to its χ."""
+        top = self.per_layer("sectors", config.layers + 1)[-1]
+        total = sum(d for _, d in top)
+        if total != config.top_chi:
+            raise ValueError(f"symmetry.sectors of the scale-invariant layer add up to {total} ({dict(top)}), but "
+                             f"chi={config.top_chi}: give sectors whose dims sum to chi")
+
+
+def spin_charges(model: Model, symmetry: Symmetry) -> tuple[int, ...]:
+    """The charge of each spin basis state: ``symmetry.spin_charges`` or the model's default."""
+    if symmetry.spin_charges is not None:
+        sc = symmetry.spin_charges
+    else:
+        family = model.name.split("(")[0]
+        if family not in DEFAULT_SPIN_CHARGES or S.group_from_name(DEFAULT_SPIN_CHARGES[family][0]) != symmetry.group:
+            raise ValueError(f"no default {symmetry.group.name} charges for the model {model.name}: pass "
+                             "Symmetry(spin_charges=...) (the charge of each spin basis state)")
+        sc = DEFAULT_SPIN_CHARGES[family][1]
+    if len(sc) != model.d:
+        raise ValueError(f"symmetry.spin_charges has {len(sc)} entries, the model's spins have d={model.d} states")
+    return tuple(int(q) for q in sc)
+
+
+def _block_charges(model: Model, symmetry: Symmetry) -> np.ndarray:
+    q = np.asarray(spin_charges(model, symmetry), np.int64)
+    c = (q[:, None] + q[None, :]).reshape(-1)
+    if symmetry.group.order:
+        return c % symmetry.group.order
+    return c - (q.min() + q.max())
+
+
+def physical_permutation(model: Model, symmetry: Symmetry) -> np.ndarray:
+    """The blocked site's basis sorted by charge: index k of the charge-sorted basis is the model's ``perm[k]``."""
+    return np.argsort(_block_charges(model, symmetry), kind="stable")
+
+
+def physical_leg(model: Model, symmetry: Symmetry) -> S.Leg:
+    c = _block_charges(model, symmetry)
+    charges, counts = np.unique(c, return_counts=True)
+    return S.Leg(tuple(int(x) for x in charges), tuple(int(x) for x in counts), 1)
+
+
+def check_commutes(model: Model, symmetry: Symmetry, atol: float = 1e-12) -> None:
+    """ValueError (one line) when the model's term does not conserve the charge: some ⟨a'b'|h|ab⟩ ≠ 0 with
+    q(a') + q(b') ≠ q(a) + q(b)."""
+    q = np.asarray(spin_charges(model, symmetry), np.int64)
+    t = np.asarray(model.term, np.float64)
+    diff = q[:, None, None, None] + q[None, :, None, None] - q[None, None, :, None] - q[None, None, None, :]
+    if symmetry.group.order:
+        diff = diff % symmetry.group.order
+    bad = float(np.abs(t[diff != 0]).max()) if (diff != 0).any() else 0.0
+    if bad > atol * max(1.0, float(np.abs(t).max())):
+        raise ValueError(f"model {model.name} does not commute with the {symmetry.group.name} symmetry of spin charges "
+                         f"{tuple(int(x) for x in q)}: |<a'b'|h|ab>| = {bad:.2e} between different charges")
+
+
+def symmetric_terms(model: Model, symmetry: Symmetry, dtype: Any = None) -> tuple[BlockTensor, BlockTensor]:
+    """The blocked terms (h_AB, h_BA) of :func:`~ivhl_jax.physics.mera.models.blocked_terms` in the charge-sorted
+    basis, as block tensors (legs (P, P, P†, P†))."""
+    check_commutes(model, symmetry)
+    perm = physical_permutation(model, symmetry)
+    leg = physical_leg(model, symmetry)
+    legs = (leg, leg, leg.dual(), leg.dual())
+    out = []
+    for h in blocked_terms(model, dtype):
+        hp = np.asarray(h)[np.ix_(perm, perm, perm, perm)]
+        out.append(S.from_dense(hp, legs, symmetry.group, 0, name="the blocked term"))
+    return out[0], out[1]
+
+
+# ------------------------------------------------------------------------------------------ structure
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerLegs:
+    """The legs of one layer: its input (fine) bond, u's output bond and its output (coarse) bond."""
+
+    inp: S.Leg
+    mid: S.Leg
+    out: S.Leg
+
+
+def layer_legs(model: Model, config: MERAConfig) -> tuple[LayerLegs, ...]:
+    """The legs of every layer from ``config.symmetry``; ValueErrors (one line) name ``symmetry.sectors`` /
+    ``symmetry.mid_sectors`` when a layer's dims do not add up to its χ / χ_mid or a sector cannot be carried."""
+    sym = config.symmetry
+    g = sym.group
+    shapes = config.layer_shapes(model.d * model.d)
+    n = len(shapes)
+    outs, mids = sym.per_layer("sectors", n), sym.per_layer("mid_sectors", n)
+    inp = physical_leg(model, sym)
+    res = []
+    for z, ((chi_in, m, chi_out), so, sm) in enumerate(zip(shapes, outs, mids)):
+        tot = sum(d for _, d in so)
+        if tot != chi_out:
+            raise ValueError(f"symmetry.sectors[{z}] add up to {tot} ({dict(so)}), but layer {z} has chi={chi_out}: "
+                             "give sectors whose dims sum to chi")
+        if sm is None:
+            if m != chi_in:
+                raise ValueError(f"layer {z} has chi_mid={m} < chi_in={chi_in}: pass symmetry.mid_sectors (dims "
+                                 f"summing to {m}; the input sectors are {dict(zip(inp.charges, inp.dims))})")
+            mid = inp
+        else:
+            tm = sum(d for _, d in sm)
+            if tm != m:
+                raise ValueError(f"symmetry.mid_sectors[{z}] add up to {tm} ({dict(sm)}), but layer {z} has "
+                                 f"chi_mid={m}")
+            mid = S.Leg(tuple(q for q, _ in sm), tuple(d for _, d in sm), 1)
+        for q, d in zip(mid.charges, mid.dims):
+            if d > inp.sector_dim(q):
+                raise ValueError(f"symmetry.mid_sectors[{z}]: charge {q} has {d} states, more than the "
+                                 f"{inp.sector_dim(q)} of layer {z}'s input bond (u starts as the identity on each "
+                                 "sector)")
+        out = S.Leg(tuple(q for q, _ in so), tuple(d for _, d in so), 1)
+        avail = S.fused_dims((inp, mid), g)
+        for q, d in zip(out.charges, out.dims):
+            if d > avail.get(q, 0):
+                raise ValueError(f"symmetry.sectors[{z}]: charge {q} has {d} states, but the isometry w of layer {z} "
+                                 f"can carry at most {avail.get(q, 0)} of that charge")
+        if z == n - 1 and (out.charges, out.dims) != (inp.charges, inp.dims):
+            raise ValueError(f"symmetry.sectors: the scale-invariant layer maps its bond to itself, so its sectors "
+                             f"({dict(so)}) must equal the ones below ({dict(zip(inp.charges, inp.dims))})")
+        res.append(LayerLegs(inp, mid, out))
+        inp = out
+    return tuple(res)
+
+
+def _u_legs(ll: LayerLegs) -> tuple[S.Leg, ...]:
+    return (ll.inp, ll.inp, ll.mid.dual(), ll.mid.dual())
+
+
+def _w_legs(ll: LayerLegs) -> tuple[S.Leg, ...]:
+    return (ll.inp, ll.mid, ll.out.dual())
+
+
+def _v_legs(ll: LayerLegs) -> tuple[S.Leg, ...]:
+    return (ll.mid, ll.inp, ll.out.dual())
+
+
+def _op_legs(leg: S.Leg) -> tuple[S.Leg, ...]:
+    return (leg, leg, leg.dual(), leg.dual())
+
+
+def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, dtype: Any = None) -> MERA:
+    """Cold start as :func:`~ivhl_jax.physics.mera.config.init_mera`, block by block: u the identity on each
+    sector (truncated to χ_mid), w the polar factor of uniform(0, 1) blocks, v = mirror(w) with ``refsym`` (else
+    its own draw), ρ = 𝟙/χ² at the top."""
+    lls = layer_legs(model, config)
+    return _init_symmetric(key, lls, config.symmetry.group, bool(config.refsym),
+                           jnp.dtype(dtype or jnp.result_type(float)))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _init_symmetric(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, refsym: bool, dtype: Any) -> MERA:
+    us, ws, vs = [], [], []
+    keys = jax.random.split(key, 2 * len(lls))
+    for z, ll in enumerate(lls):
+        legs = _u_legs(ll)
+        ub = {}
+        for k in S.allowed_keys(legs, group, 0):
+            e1 = jnp.eye(ll.inp.sector_dim(k[0]), ll.mid.sector_dim(k[2]), dtype=dtype) * (k[0] == k[2])
+            e2 = jnp.eye(ll.inp.sector_dim(k[1]), ll.mid.sector_dim(k[3]), dtype=dtype) * (k[1] == k[3])
+            ub[k] = jnp.einsum("ac,bd->abcd", e1, e2)
+        us.append(BlockTensor(ub, legs, group, 0))
+
+        def draw(kk: jax.Array, legs: tuple[S.Leg, ...]) -> BlockTensor:
+            t = S.zeros(legs, group, 0, dtype)
+            rng = jax.random.split(kk, max(1, len(t.blocks)))
+            t = BlockTensor({k: jax.random.uniform(r, b.shape, dtype) for r, (k, b) in zip(rng, t.blocks.items())},
+                            t.legs, group, 0)
+            return S.polar(t, 1)
+
+        ws.append(draw(keys[2 * z], _w_legs(ll)))
+        vs.append(_mirror_wv(ws[-1]) if refsym else draw(keys[2 * z + 1], _v_legs(ll)))
+    top = lls[-1].out
+    rho = S.identity(top, group, 2, dtype) / float(top.dim**2)
+    return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, jnp.zeros((), jnp.int32))  # type: ignore[arg-type]
+
+
+def is_symmetric(mera: Any) -> bool:
+    """Whether ``mera`` holds block-sparse symmetric tensors."""
+    return isinstance(mera, MERA) and isinstance(mera.w[0], BlockTensor)
+
+
+def dense_mera(mera: Any, model: Model | None = None, symmetry: Symmetry | None = None) -> MERA:
+    """The dense MERA of the same tensors (:meth:`BlockTensor.to_dense`). With ``model`` and ``symmetry`` the
+    bottom legs are returned to the model's own basis (then every dense tool applies: :func:`energy_per_site`
+    with ``blocked_terms(model)``, the central charge, the dense stepper's ``init(mera=...)``)."""
+    if not is_symmetric(mera):
+        raise TypeError("mera must be a symmetric MERA (from a stepper whose config has a symmetry)")
+    d = jax.tree_util.tree_map(lambda x: x.to_dense() if isinstance(x, BlockTensor) else x, mera,
+                               is_leaf=lambda x: isinstance(x, BlockTensor))
+    if model is None:
+        return d
+    if symmetry is None:
+        raise ValueError("dense_mera needs the symmetry with the model (to undo the charge sorting of the bottom "
+                         "basis)")
+    inv = np.argsort(physical_permutation(check_model(model), symmetry))
+    u0 = d.u[0][inv][:, inv]
+    w0 = d.w[0][inv]
+    v0 = d.v[0][:, inv]
+    return d.replace(u=(u0,) + d.u[1:], w=(w0,) + d.w[1:], v=(v0,) + d.v[1:])
+
+
+# -------------------------------------------------------------------------------------- superoperators
+
+
+def _reflect(o: BlockTensor) -> BlockTensor:
+    return o.transpose((1, 0, 3, 2))
+
+
+def _mirror_wv(x: BlockTensor) -> BlockTensor:
+    return x.transpose((1, 0, 2))
+
+
+def _swap_dual(o: BlockTensor) -> BlockTensor:
+    """o[a', b', a, b] → o[a, b, a', b'] read with operator flows (the pairing ⟨ρ, h⟩ = Σ swap(ρ)·h)."""
+    return o.transpose((2, 3, 0, 1)).dual()
+
+
+def _tree_sum(xs: list[BlockTensor]) -> BlockTensor:
+    return functools.reduce(lambda a, b: a + b, xs)
+
+
+def ascend_raw(h_ab: BlockTensor, h_ba: BlockTensor, u: BlockTensor, w: BlockTensor, v: BlockTensor,
+               refsym: bool = False, mirror: bool = True) -> tuple[BlockTensor, BlockTensor]:
+    """𝒜 = (t4, t1 + t2 + t3) block by block (the dense ``_ascend_raw``)."""
+    ub, wb, vb = u.conj(), w.conj(), v.conj()
+    t1 = S.contract(_T1, wb, ub, vb, h_ab, w, u, v)
+    t2 = S.contract(_T2, wb, ub, vb, h_ba, w, u, v)
+    t4 = S.contract(_T4, vb, wb, h_ba, v, w)
+    if not mirror:
+        return t4, t1 + t2
+    t3 = _reflect(t1) if refsym else S.contract(_T3, wb, ub, vb, h_ab, w, u, v)
+    return t4, t1 + t2 + t3
+
+
+def ascend(h: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor],
+           refsym: bool = False) -> tuple[BlockTensor, BlockTensor]:
+    u, w, v = layer
+    return ascend_raw(h[0], h[1], u, w, v, refsym=refsym)
+
+
+def descend(rho: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor],
+            refsym: bool = False) -> tuple[BlockTensor, BlockTensor]:
+    """𝒟 = ½𝒜ᵀ (``jax.linear_transpose`` of the block map), as the dense :func:`descend`."""
+    u, w, v = layer
+    group = w.group
+    h_like = S.zeros(_op_legs(w.legs[0]), group, 0, rho[0].dtype)
+    ct = (_swap_dual(rho[0]), _swap_dual(rho[1]))
+    if refsym:
+        half = jax.linear_transpose(lambda ha, hb: ascend_raw(ha, hb, u, w, v, mirror=False), h_like, h_like)
+        g_ab, g_ba = half(ct)
+        g_ab = g_ab + _reflect(g_ab)
+    else:
+        full = jax.linear_transpose(lambda ha, hb: ascend_raw(ha, hb, u, w, v), h_like, h_like)
+        g_ab, g_ba = full(ct)
+    return _swap_dual(g_ab) * 0.5, _swap_dual(g_ba) * 0.5
+
+
+def pair(rho: BlockTensor, op: BlockTensor) -> jax.Array:
+    """tr(ρ o)."""
+    return S.scalar(S.contract("abcd,cdab->", rho, op))
+
+
+def _symmetrise(rho: BlockTensor) -> BlockTensor:
+    rho = (rho + _swap_dual(rho)) * 0.5  # ρ ← ½(ρ + ρ†) (real)
+    return rho / S.trace(rho)
+
+
+def fixed_point_density(layer: tuple[BlockTensor, BlockTensor, BlockTensor], rho: tuple[BlockTensor, BlockTensor],
+                        iters: int, refsym: bool = False) -> tuple[BlockTensor, BlockTensor]:
+    def body(_: int, r: tuple[BlockTensor, BlockTensor]) -> tuple[BlockTensor, BlockTensor]:
+        a, b = descend(r, layer, refsym)
+        return _symmetrise(a), _symmetrise(b)
+
+    return jax.lax.fori_loop(0, iters, body, rho)
+
+
+# ------------------------------------------------------------------------------------------------ sweep
+
+
+def _svd_update(env: BlockTensor, k: int) -> BlockTensor:
+    """x = −U Vᵀ of Γ = ∂E/∂x̄ block by block (Γ's open legs are the partners of x̄'s: x's structure)."""
+    return -S.polar(env, k)
+
+
+def _env_u(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, refsym: bool) -> BlockTensor:
+    u, w, v = layer
+    wb, vb = w.conj(), v.conj()
+    terms = []
+    for h_ab, h_ba in hs:
+        if refsym:
+            x = (S.contract(_ENV_U[1], wb, vb, h_ab, w, u, v, rho[1])
+                 + S.contract(_ENV_U[2], wb, vb, h_ba, w, u, v, rho[1]) * 0.5)
+            terms.append(x + _reflect(x))
+        else:
+            terms += [S.contract(_ENV_U[k], wb, vb, (h_ab, h_ba, h_ab)[k - 1], w, u, v, rho[1]) for k in (1, 2, 3)]
+    return _tree_sum(terms)
+
+
+def _env_wv(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, which: str) -> BlockTensor:
+    u, w, v = layer
+    ub, wb, vb = u.conj(), w.conj(), v.conj()
+    terms = []
+    for h_ab, h_ba in hs:
+        for k, hk in ((1, h_ab), (2, h_ba), (3, h_ab)):
+            if which == "w":
+                terms.append(S.contract(_ENV_W[k], ub, vb, hk, w, u, v, rho[1]))
+            else:
+                terms.append(S.contract(_ENV_V[k], wb, ub, hk, w, u, v, rho[1]))
+        if which == "w":
+            terms.append(S.contract(_ENV_W[4], vb, h_ba, v, w, rho[0]))
+        else:
+            terms.append(S.contract(_ENV_V[4], wb, h_ba, v, w, rho[0]))
+    return _tree_sum(terms)
+
+
+def _env_w_refsym(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any) -> BlockTensor:
+    u, w, v = layer
+    ub, wb, vb = u.conj(), w.conj(), v.conj()
+    terms = []
+    for h_ab, h_ba in hs:
+        terms += [S.contract(_ENV_W[1], ub, vb, h_ab, w, u, v, rho[1]),
+                  _mirror_wv(S.contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1])),
+                  S.contract(_ENV_W[2], ub, vb, h_ba, w, u, v, rho[1]),
+                  S.contract(_ENV_W[4], vb, h_ba, v, w, rho[0])]
+    return _tree_sum(terms)
+
+
+def _update_layer(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, do_u: jax.Array,
+                  refsym: bool) -> tuple[BlockTensor, BlockTensor, BlockTensor]:
+    u, w, v = layer
+    new_u = _svd_update(_env_u((u, w, v), hs, rho, refsym), 2)
+    u = jax.tree_util.tree_map(lambda a, b: jnp.where(do_u, a, b), new_u, u)
+    if refsym:
+        w = _svd_update(_env_w_refsym((u, w, v), hs, rho), 1)
+        return u, w, _mirror_wv(w)
+    w = _svd_update(_env_wv((u, w, v), hs, rho, "w"), 1)
+    v = _svd_update(_env_wv((u, w, v), hs, rho, "v"), 1)
+    return u, w, v
+
+
+def _bias(h: BlockTensor) -> jax.Array:
+    return jnp.max(jnp.stack([jnp.max(e) for e in S.block_eigvalsh(h).values()]))
+
+
+def energy_per_site(mera: Any, h: tuple[BlockTensor, BlockTensor]) -> jax.Array:
+    """(⟨ρ_AB, h_AB⟩ + ⟨ρ_BA, h_BA⟩)/4 at the bottom (h from :func:`symmetric_terms`)."""
+    rho = (mera.rho_ab, mera.rho_ba)
+    for z in reversed(range(mera.num_layers - 1)):
+        rho = descend(rho, mera.layer(z))
+    return (pair(rho[0], h[0]) + pair(rho[1], h[1])) / 4.0
+
+
+def sweep(mera: Any, h: tuple[BlockTensor, BlockTensor], power_iters: int = 4, u_delay: int = 10,
+          refsym: bool = False, si_scales: int = 1) -> tuple[MERA, jax.Array]:
+    """One Evenbly–Vidal sweep of a symmetric MERA (the dense :func:`~ivhl_jax.physics.mera.sweep.sweep`, block by
+    block). Returns (new MERA, energy per site measured before the updates)."""
+    n = mera.num_layers
+    if refsym:
+        mera = mera.replace(v=tuple(_mirror_wv(w) for w in mera.w))
+    si = mera.layer(n - 1)
+    rho_top = fixed_point_density(si, (mera.rho_ab, mera.rho_ba), power_iters, refsym)
+    if refsym:
+        rho_top = ((rho_top[0] + _reflect(rho_top[0])) * 0.5, (rho_top[1] + _reflect(rho_top[1])) * 0.5)
+    rhos: list[Any] = [None] * n
+    rhos[n - 1] = rho_top
+    for z in reversed(range(n - 1)):
+        rhos[z] = descend(rhos[z + 1], mera.layer(z), refsym)
+    energy = (pair(rhos[0][0], h[0]) + pair(rhos[0][1], h[1])) / 4.0
+    eye = S.identity(h[0].legs[0], h[0].group, 2, h[0].dtype)
+    hz = [(h[0] - eye * _bias(h[0]), h[1] - eye * _bias(h[1]))]
+    do_u = mera.sweeps >= u_delay
+    us, ws, vs = [], [], []
+    for z in range(n):
+        rho_above = rhos[z + 1] if z + 1 < n else rho_top
+        if z == n - 1 and si_scales > 1:
+            hs = [hz[0]]
+            for _ in range(si_scales - 1):
+                hs.append(ascend(hs[-1], si, refsym))
+            hz = [(a * 0.5**j, b * 0.5**j) for j, (a, b) in enumerate(hs)]
+        layer = _update_layer(mera.layer(z), hz, rho_above, do_u, refsym)
+        us.append(layer[0])
+        ws.append(layer[1])
+        vs.append(layer[2])
+        if z + 1 < n:
+            hz = [ascend(hz[0], layer, refsym)]
+    new = MERA(tuple(us), tuple(ws), tuple(vs), rho_top[0], rho_top[1], mera.sweeps + 1)  # type: ignore[arg-type]
+    return new, energy
+
+
+# ---------------------------------------------------------------------------------------------- stepper
+
+
+class SymmetricSweepParams(struct.PyTreeNode):
+    """What one symmetric sweep reads: the blocked terms as block tensors (traced) and the config (static)."""
+
+    h: tuple
+    config: MERAConfig = struct.field(pytree_node=False)
+    model: Model = struct.field(pytree_node=False)
+
+
+def _step(state: MERAState, params: SymmetricSweepParams) -> MERAState:
+    c = params.config
+    m, e = sweep(state.mera, params.h, c.power_iters, c.u_delay, c.refsym, c.si_scales)
+    return MERAState(mera=m, energy=e)
+
+
+def _init(params: SymmetricSweepParams, key: jax.Array | None = None, mera: Any | None = None) -> MERAState:
+    dtype = params.h[0].dtype
+    if mera is None:
+        mera = init_symmetric(jax.random.key(0) if key is None else key, params.model, params.config, dtype)
+    elif not is_symmetric(mera):
+        raise TypeError("mera must be a symmetric MERA for a stepper whose config has a symmetry (or pass none)")
+    return MERAState(mera=mera, energy=jnp.zeros((), dtype))
+
+
+def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, dtype: Any = None) -> Stepper:
+    """The stepper of :func:`~ivhl_jax.physics.mera.sweep.evenbly_vidal` for a config with a symmetry (that
+    builder dispatches here): the model is checked to conserve the charge, the sectors to add up and fit."""
+    model = check_model(model)
+    sym = config.symmetry
+    if not isinstance(sym, Symmetry):
+        raise TypeError(f"config.symmetry must be a mera.Symmetry, got {type(sym).__name__}")
+    check_commutes(model, sym)
+    layer_legs(model, config)
+    h = symmetric_terms(model, sym, dtype)
+    return Stepper(step_fn=_step, params=SymmetricSweepParams(h=h, config=config, model=model), init_fn=_init,
+                   name="mera.evenbly_vidal[symmetric]")
+
+
+# ------------------------------------------------------------------------------------- conformal data
+
+
+def operator_charges(leg: S.Leg, group: S.Group) -> np.ndarray:
+    """The charge q(a') − q(a) of every one-site operator entry o[a', a] (flattened a'·χ + a)."""
+    c = leg.charge_of_index()
+    diff = c[:, None] - c[None, :]
+    return (diff % group.order if group.order else diff).reshape(-1)
+
+
+def charged_scaling_dimensions(mera: Any, num: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Scaling dimensions Δ = −log₄|λ| of the two-layer one-site scaling superoperator S_v∘S_w, computed in each
+    charge sector (S maps an operator of charge q = q(a') − q(a) to one of the same charge: its matrix is block
+    diagonal, one block per charge) and merged: the ``num`` smallest Δ with the charge of each operator."""
+    from ivhl_jax.physics.mera.scaling import scaling_superoperator
+
+    if not is_symmetric(mera):
+        raise TypeError("mera must be a symmetric MERA")
+    check_scalar(num, "num", integer=True, minimum=1)
+    _, w, v = mera.layer(mera.num_layers - 1)
+    leg = w.legs[-1].with_flow(1)
+    s = np.asarray(scaling_superoperator(w.to_dense(), v.to_dense()), np.float64)
+    oq = operator_charges(leg, w.group)
+    dims, charges = [], []
+    for q in np.unique(oq):
+        idx = np.flatnonzero(oq == q)
+        ev = np.linalg.eigvals(s[np.ix_(idx, idx)])
+        dims.append(-0.5 * np.log2(np.maximum(np.abs(ev), 1e-300)))
+        charges.append(np.full(len(idx), q))
+    d, c = np.concatenate(dims), np.concatenate(charges)
+    order = np.argsort(d, kind="stable")[: int(num)]
+    return d[order], c[order]
+
+
+def charge_block_leakage(mera: Any) -> float:
+    """max |S[i, j]| between operator entries of different charge, relative to max |S| (0 for a symmetric MERA:
+    the check that S is block diagonal in charge)."""
+    from ivhl_jax.physics.mera.scaling import scaling_superoperator
+
+    _, w, v = mera.layer(mera.num_layers - 1)
+    s = np.asarray(scaling_superoperator(w.to_dense(), v.to_dense()), np.float64)
+    oq = operator_charges(w.legs[-1].with_flow(1), w.group)
+    off = oq[:, None] != oq[None, :]
+    return float(np.abs(s[off]).max() / np.abs(s).max()) if off.any() else 0.0
+
+
+#: The charge of each primary of the critical models' CFTs under the lattice symmetry (Ising: σ odd, 1 and ε
+#: even; XX: the vertex operators V± carry S^z = ±1, the currents J, J̄ none).
+CFT_CHARGES: dict[str, dict[str, tuple[int, ...]]] = {
+    "ising": {"1": (0,), "σ": (1,), "ε": (0,)},
+    "xx": {"1": (0,), "V±": (1, -1), "V∓": (1, -1), "J": (0,), "J̄": (0,)},
+}
+
+
+def conformal_table(mera: Any, cft: str, num: int = 10) -> list[dict[str, Any]]:
+    """Each measured Δ with its charge, matched to the nearest CFT operator *of the same charge* (each used once):
+    ``delta``, ``charge``, ``label``, ``exact``, ``primary``, ``descendant``."""
+    from ivhl_jax.physics.mera.scaling import CFT_OPERATORS
+
+    if cft not in CFT_CHARGES:
+        raise ValueError(f"cft must be one of {sorted(CFT_CHARGES)} (the CFTs with tabulated charges), got {cft!r}")
+    dims, charges = charged_scaling_dimensions(mera, num)
+    group = mera.w[-1].group
+    table = list(CFT_OPERATORS[cft])
+    free = list(range(len(table)))
+    out: list[dict[str, Any]] = []
+    for d, q in zip(dims, charges):
+        ok = [i for i in free if any(group.reduce(c) == group.reduce(int(q))
+                                     for c in CFT_CHARGES[cft].get(table[i][2], ()))]
+        if not ok:
+            out.append({"delta": float(d), "charge": int(q), "label": None, "exact": None, "primary": None,
+                        "descendant": None})
+            continue
+        j = min(ok, key=lambda i: abs(table[i][0] - d))
+        free.remove(j)
+        exact, label, primary = table[j]
+        out.append({"delta": float(d), "charge": int(q), "label": label, "exact": exact, "primary": primary,
+                    "descendant": label != primary})
+    return out
+
+
+def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
+    """OPE coefficients of ``cft``'s primaries on the symmetric MERA: a coefficient C_αβγ whose charges do not add
+    up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``{"allowed": False, "C": 0.0}``; the
+    allowed ones are measured by :func:`~ivhl_jax.physics.mera.conformal.ope_coefficients` on the dense
+    embedding."""
+    from ivhl_jax.physics.mera.conformal import CFT_OPE
+    from ivhl_jax.physics.mera.conformal import ope_coefficients as dense_ope
+
+    if cft not in CFT_CHARGES or cft not in CFT_OPE:
+        raise ValueError(f"cft must be one of {sorted(set(CFT_CHARGES) & set(CFT_OPE))}, got {cft!r}")
+    group = mera.w[-1].group
+    measured = dense_ope(dense_mera(mera), cft, **kwargs)
+    out = {}
+    for (a, b, c), _ in CFT_OPE[cft].items():
+        name = f"C_{a}{b}{c}"
+        qa, qb, qc = (CFT_CHARGES[cft][x][0] for x in (a, b, c))
+        if group.reduce(qa + qb - qc) != 0:
+            out[name] = {"allowed": False, "C": 0.0}
+        else:
+            out[name] = dict(measured.get(name, {}), allowed=True)
+    del model
+    return out
+
+
+def sector_spectrum(mera: Any) -> dict[int, np.ndarray]:
+    """The eigenvalues of the top one-site reduced density matrix (ρ_AB traced over its second site) in each
+    charge sector, descending: the spectrum that shows how many states each sector deserves."""
+    dense = np.asarray(mera.rho_ab.to_dense())
+    rho1 = np.einsum("abcb->ac", dense)
+    c = mera.rho_ab.legs[0].charge_of_index()
+    return {int(q): np.sort(np.linalg.eigvalsh(rho1[np.ix_(np.flatnonzero(c == q), np.flatnonzero(c == q))]))[::-1]
+            for q in np.unique(c)}
