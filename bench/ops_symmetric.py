@@ -6,7 +6,7 @@
   same sweeps agree to rounding (reported).
 * :func:`gpu_check`: symmetric sweeps at χ = 24, 32, 48 (``quick``: χ = 4, for a CPU check).
 
-    python -m bench.ops_symmetric --what sweeps --chis 8,12,16 --out bench/results/mera_symmetric_sweeps.json
+    python -m ivhl_jax.bench.ops_symmetric --what sweeps --chis 8,12,16 --out bench/results/mera_symmetric_sweeps.json
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
-import subprocess
+import sys
 import time
 from typing import Any
 
@@ -130,15 +129,6 @@ def gpu_check(quick: bool = False) -> dict[str, Any]:
                                                        if "error" not in r else r["error"]) for r in out]}
 
 
-def _meta(command: str) -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return {"command": command, "commit": commit, "machine": f"{platform.node()} {platform.machine()} "
-            f"{platform.processor() or ''} (2 cores shared with other jobs; compare within this file)",
-            "jax_version": jax.__version__, "numpy_version": np.__version__,
-            "device": str(jax.devices()[0].device_kind), "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                        time.gmtime())}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--what", choices=["sweeps", "gpu_quick"], default="sweeps")
@@ -147,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    import sys
+    from ivhl_jax.bench.harness import write_results
 
-    doc = _meta("python -m bench.ops_symmetric " + " ".join(sys.argv[1:] if argv is None else argv))
+    command = "python -m ivhl_jax.bench.ops_symmetric " + " ".join(sys.argv[1:] if argv is None else argv)
+    doc: dict[str, Any] = {}
     if args.what == "sweeps":
         doc["what"] = ("Z2-symmetric vs dense Ising MERA sweeps, interleaved in one process from the same start "
                        "(the dense start is the symmetric one embedded); float64")
@@ -158,9 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             rec = compare_sweeps(chi, args.sweeps, args.repeats)
             print(json.dumps(rec), flush=True)
             doc["results"].append(rec)
-            if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(doc, f, indent=1)
+            if args.out:  # after every chi, so a run cut short keeps what it measured
+                write_results(args.out, doc, command=command)
     else:
         doc["results"] = gpu_check(quick=True)
         print(json.dumps(doc["results"]))
