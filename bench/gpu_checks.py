@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from ivhl_jax.bench.harness import time_callable
+from ivhl_jax.core import backend
 
 H100_BF16_DENSE_TFLOPS = 989.4  # datasheet (SXM, dense); the measured peak is the MFU denominator
 
@@ -73,11 +74,10 @@ def _jax_call(fn, *args):
 
 # ------------------------------------------------------------------------------------------------ env
 def section_env(quick: bool) -> dict:
-    import jax
 
     from ivhl_jax.run.device import device_report
 
-    out = {"report": device_report(), "default_backend": jax.default_backend()}
+    out = {"report": device_report(), "default_backend": backend.platform()}
     try:
         out["nvidia_smi"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit",
@@ -512,7 +512,7 @@ def section_gp_rounding(quick: bool) -> dict:
     grid = C.Grid.uniform((128,), 16.0)
     system = C.GPSystem(grid, C.harmonic(grid), 5.0)
     out = {}
-    for dev in ([jax.devices()[0], jax.devices("cpu")[0]] if jax.default_backend() != "cpu" else [jax.devices()[0]]):
+    for dev in ([jax.devices()[0], jax.devices("cpu")[0]] if backend.platform() != "cpu" else [jax.devices()[0]]):
         with jax.default_device(dev):
             psi0, _ = C.ground_state(system, 1.0, dt=0.01, tol=1e-6, max_steps=3000)
             psi0 = psi0 * jnp.exp(1j * 0.7 * jnp.asarray(grid.coords[0], jnp.float32))

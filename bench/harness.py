@@ -38,6 +38,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_scalar
 
 SIZES = ("small", "medium", "large", "extreme")
@@ -301,9 +302,9 @@ def provenance(command: str | None = None) -> dict[str, Any]:
     except OSError:
         pass
     devices = jax.devices()
-    machine: dict[str, Any] = {"platform": jax.default_backend(), "cpu": cpu, "cpu_cores": os.cpu_count(),
+    machine: dict[str, Any] = {"platform": backend.platform(), "cpu": cpu, "cpu_cores": backend.machine_cores(),
                                "system": f"{platform.system()} {platform.machine()}"}
-    if jax.default_backend() != "cpu":
+    if backend.platform() != "cpu":
         machine["accelerator"] = devices[0].device_kind
         machine["accelerator_count"] = len(devices)
     else:

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase, summarize
+from ivhl_jax.core import backend
 from ivhl_jax.physics import cdt
 from ivhl_jax.physics.cdt import host as cdt_host
 
@@ -149,13 +150,11 @@ def gpu_check(quick: bool = False, engines: tuple[str, ...] | None = None, peer_
     """
     if engines is None:
         engines = ("jax", "host") if quick else ("jax", "pallas", "host")
-    import os
 
-    from ivhl_jax.core import backend
 
     volume = 128 if quick else GPU_VOLUME
     jax_chains = (4, 16) if quick else GPU_CHAINS
-    cores = os.cpu_count() or 1
+    cores = backend.machine_cores()
     host_chains = (2, 4) if quick else tuple(sorted({cores, 1024}))
     repeats = 2 if quick else 5
     rows: list[dict] = []

@@ -14,12 +14,12 @@ copy measured in the same process, so the fraction of the bound is gbytes_per_s 
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.core import backend
 
 GP_SIZES = {"small": (4096,), "medium": (256, 256), "large": (64, 64, 64), "extreme": (128, 128, 128)}
 GP_STEPS = {"small": 100, "medium": 20, "large": 10, "extreme": 5}
@@ -238,7 +238,7 @@ def gpu_check(quick: bool = False) -> dict:
     shapes = QUICK_SHAPES if quick else GPU_SHAPES
     steps = 5 if quick else 20
     reps = 3 if quick else 10
-    platform = jax.devices()[0].platform
+    platform = backend.platform()
     torch_dev = None
     try:
         import torch
@@ -289,7 +289,7 @@ def main(argv=None) -> int:
     from ivhl_jax.bench.harness import write_results
 
     command = "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc = {"device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": os.cpu_count(),
+    doc = {"device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": backend.machine_cores(),
            "measures": "GP real-time Strang steps: a trajectory observed every step (two potential half-steps per "
                        "step) vs one observed once (potential half-steps of consecutive steps merged), interleaved "
                        "rounds on one device; ratio < 1: merged faster"}

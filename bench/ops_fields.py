@@ -18,6 +18,7 @@ import functools
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.core import backend
 
 # (points N, sources M) per size: the seed benchmark's sizes.
 SUPERPOSE_SIZES = {"small": (512, 10), "medium": (2048, 20), "large": (8192, 50), "extreme": (32768, 100)}
@@ -233,7 +234,6 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
     import jax.numpy as jnp
     import torch
 
-    from ivhl_jax.core import backend
     from ivhl_jax.physics import fields
 
     rounds = rounds or {"small": 400, "medium": 300, "large": 80, "extreme": 40}
@@ -250,7 +250,7 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
                          "(points ~ N(0, I) 3-D, sources ~ N(0, 0.25 I), A = k = w = 1, phi = 0, t = 0, eps = 0.1)",
                  "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "versions": {"jax": jax.__version__, "torch": torch.__version__, "numpy": np.__version__},
-                 "cpus_available": len(os.sched_getaffinity(0)),
+                 "cpus_available": backend.host_cores(),
                  "method": "per torch thread count: warm-up, then rounds of one call per contestant in a fresh random "
                            "order each round, an untimed pause (pause_s) before each call; ours = AOT-compiled "
                            "jax.jit of the public fields.superpose (dispatch included), block_until_ready; torch "
@@ -411,7 +411,6 @@ def gpu_check(quick: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.core import backend
     from ivhl_jax.physics import fields
 
     sizes = QUICK_SIZES if quick else GPU_SIZES

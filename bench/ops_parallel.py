@@ -29,6 +29,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.core import backend
 from ivhl_jax.train import parallel, training
 
 MLP_SIZES = {"small": (256, 64, 256), "medium": (1024, 256, 1024), "large": (4096, 512, 2048),
@@ -301,7 +302,7 @@ def main(argv=None) -> int:
     p.add_argument("--skip", action="append", default=[], choices=["modes", "tp", "pipeline", "compression"])
     a = p.parse_args(argv)
     command = "python -m ivhl_jax.bench.ops_parallel " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc = {"devices": jax.device_count(), "platform": jax.devices()[0].platform, "jax": jax.__version__}
+    doc = {"devices": jax.device_count(), "platform": backend.platform(), "jax": jax.__version__}
     t0 = time.perf_counter()
     if "modes" not in a.skip:
         doc["modes_vs_single_device"] = measure_modes()

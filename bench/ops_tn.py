@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.core import backend
 from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics import mera as M
 from ivhl_jax.physics import tn
@@ -167,7 +168,7 @@ def gpu_check(quick: bool) -> dict[str, Any]:
     sweep (CPU-sized, for the test). Returns the records and a ``summary`` (one line per record)."""
     chis = (2,) if quick else (16, 24, 32)
     sweeps, repeats = (1, 1) if quick else (10, 3)
-    doc: dict[str, Any] = {"platform": jax.default_backend(), "device": str(jax.devices()[0]), "sweeps": []}
+    doc: dict[str, Any] = {"platform": backend.platform(), "device": str(jax.devices()[0]), "sweeps": []}
     summary = []
     for chi in chis:
         for dtype in (jnp.float32, jnp.float64):

@@ -405,9 +405,9 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
 
     import torch
 
+    from ivhl_jax.core import backend
     from ivhl_jax.models import layers as layers_mod
     from ivhl_jax.models.transformer import init_params, lm_loss_fn, preset
-    from ivhl_jax.nn import attention as attention_mod
     from ivhl_jax.train import training
 
     def one_shape(B: int, T: int) -> dict:
@@ -417,13 +417,14 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, cfg.vocab_size)
         calls, setup = {}, {}
 
-        def jax_call(on_gpu, matmul=layers_mod.matmul_saving_transposed_input, layer_loop=cfg.layer_loop):
+        def jax_call(dense=None, matmul=layers_mod.matmul_saving_transposed_input, layer_loop=cfg.layer_loop):
             state = training.init_train_state(jax.tree.map(jnp.copy, params), opt, key=jax.random.key(1))
             loss = lm_loss_fn(dataclasses.replace(cfg, layer_loop=layer_loop))
             step = jax.jit(training.make_train_step(loss, opt, "fp32"), donate_argnums=0)
             t0 = time.perf_counter()
-            # baselines: the jax.nn attention path or a plain jnp.dot projection, traced here
-            with mock.patch.object(attention_mod, "_on_gpu", on_gpu), \
+            # baselines: the jax.nn attention path (attention_dense=False) or a plain jnp.dot projection, traced here
+            dense = backend.defaults().attention_dense if dense is None else dense
+            with backend.override(attention_dense=dense), \
                     mock.patch.object(layers_mod, "matmul_saving_transposed_input", matmul):
                 compiled = step.lower(state, batch).compile()
             box = [state]
@@ -435,11 +436,11 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
             call()
             return call, time.perf_counter() - t0
 
-        calls["ivhl_jit"], setup["ivhl_jit"] = jax_call(attention_mod._on_gpu)
+        calls["ivhl_jit"], setup["ivhl_jit"] = jax_call()
         if baseline:
-            calls["ivhl_jit_baseline"], setup["ivhl_jit_baseline"] = jax_call(lambda: True)
-            calls["ivhl_jit_plain_matmul"], setup["ivhl_jit_plain_matmul"] = jax_call(attention_mod._on_gpu, jnp.dot)
-            calls["ivhl_jit_scan"], setup["ivhl_jit_scan"] = jax_call(attention_mod._on_gpu, layer_loop="scan")
+            calls["ivhl_jit_baseline"], setup["ivhl_jit_baseline"] = jax_call(False)
+            calls["ivhl_jit_plain_matmul"], setup["ivhl_jit_plain_matmul"] = jax_call(None, jnp.dot)
+            calls["ivhl_jit_scan"], setup["ivhl_jit_scan"] = jax_call(None, layer_loop="scan")
         tokens = torch.from_numpy(np.asarray(batch, np.int64))
         for n in torch_threads:
             t0 = time.perf_counter()

@@ -70,9 +70,10 @@ def measure_limits(quick: bool = True) -> dict[str, Any]:
     import jax.numpy as jnp
 
     from ivhl_jax.bench.harness import summarize, time_in_windows
+    from ivhl_jax.core import backend
 
     tiny = _tiny()
-    on_cpu = jax.default_backend() == "cpu"
+    on_cpu = backend.platform() == "cpu"
     nbytes = (1 << 22) if tiny else ((1 << 27) if on_cpu else (1 << 31))
     x = jnp.ones((nbytes // 4,), jnp.float32)
     copy = jax.jit(lambda x: x * 1.0000001)
@@ -268,11 +269,11 @@ def _no_settings(fn: Callable, *args: Any) -> list[Candidate]:
 
 # ------------------------------------------------------------------------------------------ fields
 def _fields_sizes(quick: bool) -> list[tuple[int, int]]:
-    import jax
+    from ivhl_jax.core import backend
 
     if _tiny():
         return [(512, 8)]
-    if jax.default_backend() != "cpu":
+    if backend.platform() != "cpu":
         return [(65536, 256), (1048576, 512)] if quick else [(65536, 256), (262144, 256), (1048576, 512)]
     return [(8192, 50), (65536, 256)] if quick else [(8192, 50), (65536, 256), (262144, 256), (32768, 1024)]
 
@@ -343,11 +344,11 @@ def tune_fields(quick: bool, limits: Mapping[str, Any], sizes: Sequence[tuple[in
 
 # ------------------------------------------------------------------------------------------ gp
 def _gp_sizes(quick: bool) -> list[tuple[int, ...]]:
-    import jax
+    from ivhl_jax.core import backend
 
     if _tiny():
         return [(8, 8, 8)]
-    if jax.default_backend() != "cpu":
+    if backend.platform() != "cpu":
         return [(256, 256, 256)]
     return [(64, 64, 64)] if quick else [(64, 64, 64), (128, 128, 128)]
 
@@ -440,11 +441,10 @@ def tune_cdt(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]
         engines.insert(0, "host")
     else:
         _log("  (numba not installed: the host engine is not a candidate here)")
-    import jax as _jax
-
-    if _jax.default_backend() == "gpu" and "pallas" in cdt.ENGINES:
-        engines.append("pallas")
     from ivhl_jax.core import backend
+
+    if backend.platform() == "gpu" and "pallas" in cdt.ENGINES:
+        engines.append("pallas")
 
     table = backend.TABLE.get(backend.platform(), backend.TABLE["portable"]).cdt_engine
     _log(f"cdt engines {', '.join(engines)} (1 chain, N2 = {volume}; the host engine's first use on a machine "
@@ -470,7 +470,7 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
     from ivhl_jax.nn import attention as A
 
     B, T, N, H = (1, 32, 2, 16) if _tiny() else (4, 256, 4, 64)
-    on_gpu = jax.default_backend() == "gpu"
+    on_gpu = backend.platform() == "gpu"
     row = backend.TABLE.get(backend.platform(), backend.TABLE["portable"])
 
     def build(dtype, impl, settings):

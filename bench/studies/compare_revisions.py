@@ -308,6 +308,8 @@ def _summary(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv=None) -> dict:
+    from ivhl_jax.core import backend
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds per workload")
@@ -349,7 +351,7 @@ def main(argv=None) -> dict:
     this_run = {"command": command, "head": rev, "old_rev": old_rev, "old_root": old_root, "new_root": new_root,
                 "timestamp_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "rounds": args.rounds, "first_rounds": args.first_rounds, "target_s": args.target_s,
-                "cpu_count": os.cpu_count(), "loadavg_start": os.getloadavg(),
+                "cpu_count": backend.machine_cores(), "loadavg_start": os.getloadavg(),
                 "uncommitted_start": _git_status()}
     from ivhl_jax.bench.harness import write_results
 

@@ -10,7 +10,7 @@
 
 and for every configuration the step time (a compiled ``trajectory`` of ``--steps`` steps, configurations
 timed in interleaved rounds), the bytes each device exchanges per step (the all-to-alls parsed from the
-compiled HLO by :func:`ivhl_jax.numerics.distributed_fft.collectives`; any all-gather would be listed
+compiled HLO by :func:`ivhl_jax.core.hlo.collectives`; any all-gather would be listed
 too), and the per-device memory (arguments, outputs and temporaries from ``memory_analysis()``).
 
 Emulated CPU devices share the host's cores, so step times measure the overhead of the decomposition
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import platform
 import shlex
 import sys
@@ -35,6 +34,9 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from ivhl_jax.core import backend
+from ivhl_jax.core.hlo import collectives
+from ivhl_jax.core.mesh import device_mesh, place
 from ivhl_jax.numerics import distributed_fft as D
 from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics import condensate as C
@@ -53,12 +55,9 @@ def _layout(p: int, kind: str) -> D.FFTLayout | None:
         return None
     devs = jax.devices()[:p]
     if kind == "slab":
-        mesh = jax.sharding.Mesh(np.asarray(devs), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
-        return D.fft_layout(mesh, P("x"))
+        return D.fft_layout(device_mesh((p,), ("x",), devs), P("x"))
     px = {4: 2, 8: 4}[p]
-    mesh = jax.sharding.Mesh(np.asarray(devs).reshape(px, p // px), ("x", "y"),
-                             axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    return D.fft_layout(mesh, P("x", "y"))
+    return D.fft_layout(device_mesh((px, p // px), ("x", "y"), devs), P("x", "y"))
 
 
 def _case(shape: tuple[int, ...], p: int, kind: str, steps: int) -> tuple[dict[str, Any], Any]:
@@ -66,7 +65,7 @@ def _case(shape: tuple[int, ...], p: int, kind: str, steps: int) -> tuple[dict[s
     if kind == "gspmd":  # no layout: ψ sharded P("x") and jnp.fft left to XLA's partitioner (the reference)
         layout = None
         stepper = C.strang(C.GPSystem(grid, C.harmonic(grid), 50.0), DT)
-        psi = jax.device_put(stepper.init(C.gaussian(grid)), _layout(p, "slab").sharding())
+        psi = place(stepper.init(C.gaussian(grid)), _layout(p, "slab").sharding())
     else:
         layout = _layout(p, kind)
         stepper = C.strang(C.GPSystem(grid, C.harmonic(grid), 50.0, layout=layout), DT)
@@ -74,7 +73,7 @@ def _case(shape: tuple[int, ...], p: int, kind: str, steps: int) -> tuple[dict[s
     run = jax.jit(lambda st, s: trajectory(st, s, steps)[0])
     one = jax.jit(lambda st, s: st.step(s))
     compiled = one.lower(stepper, psi).compile()
-    coll = D.collectives(compiled.as_text())
+    coll = collectives(compiled.as_text())
     mem = compiled.memory_analysis()
     shard = psi.addressable_shards[0].data.nbytes
     jax.block_until_ready(run(stepper, psi))
@@ -160,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 "exchanged per step from the compiled HLO, per-device memory",
         "command": "XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu python -m "
                    "bench.studies.condensate_scaling " + shlex.join(argv if argv is not None else sys.argv[1:]),
-        "host": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
-                 "backend": jax.devices()[0].platform},
+        "host": {"platform": platform.platform(), "cpus": backend.machine_cores(), "jax": jax.__version__,
+                 "backend": backend.platform()},
         "note": args.note or ("emulated devices share the host's cores, so step times measure the "
                               "decomposition's overhead, not a speed-up; compare the ratios (time_over_1device), "
                               "interleaved in one run"),

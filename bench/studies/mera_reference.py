@@ -223,6 +223,8 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0,
 
 
 def main(argv=None) -> dict:
+    from ivhl_jax.core import backend
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--schedule", action="append", default=[], help="name=chi/chi_mid/layers/steps,...")
     ap.add_argument("--time-sweep", action="append", default=[], help="chi/chi_mid/layers")
@@ -238,7 +240,7 @@ def main(argv=None) -> dict:
     doc: dict = {"what": "NumPy port of tensors.net doVarMERA (refsym, sciter=4), see bench/studies/mera_reference.py",
                  "command": "python -m bench.studies.mera_reference " + " ".join(argv if argv is not None
                                                                                   else sys.argv[1:]),
-                 "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "host": f"{os.cpu_count()}-CPU host",
+                 "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "host": f"{backend.machine_cores()}-CPU host",
                  "ladders": {}, "sweeps": []}
     for text in args.time_sweep:
         chi, mid, layers = (int(x) for x in text.split("/"))

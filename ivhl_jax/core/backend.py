@@ -34,8 +34,8 @@ import jax
 
 from ivhl_jax.core import tuning
 
-__all__ = ["Tuning", "TABLE", "EVIDENCE", "PLATFORMS", "platform", "defaults", "override", "configure",
-           "reset", "describe"]
+__all__ = ["Tuning", "TABLE", "EVIDENCE", "PLATFORMS", "platform", "platform_before_start", "started",
+           "host_core_ids", "host_cores", "machine_cores", "defaults", "override", "configure", "reset", "describe"]
 
 PLATFORMS = ("cpu", "gpu", "tpu", "portable")
 
@@ -109,15 +109,30 @@ class Tuning:
             raise ValueError(f"fields_serial_pairs must be an int >= 0, got {self.fields_serial_pairs!r}")
 
 
+def host_core_ids() -> list[int]:
+    """The ids of the CPU cores this process may run on, sorted: its affinity mask on Linux (``taskset``,
+    cgroups), else every core of the machine."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return list(range(machine_cores()))
+
+
+def host_cores() -> int:
+    """How many CPU cores this process may run on (:func:`host_core_ids`)."""
+    return len(host_core_ids())
+
+
+def machine_cores() -> int:
+    """The machine's logical CPU count (``os.cpu_count()``; 1 where unknown), whatever this process may use."""
+    return os.cpu_count() or 1
+
+
 def _cpu_serial_pairs() -> int:
     """The one-thread threshold of the CPU row: with two cores or fewer every default block (2**22 pairs) runs
     on one thread (measured, ``bench/results/fields_vs_torch_compile.json``); with more cores 2**19 pairs is an
     estimate that ``ivhl tune`` replaces with a measurement."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return 1 << 22 if cpus <= 2 else 1 << 19
+    return 1 << 22 if host_cores() <= 2 else 1 << 19
 
 
 _CPU = Tuning(fields_chunking="pair_budget", fields_pair_budget=1 << 24, fields_memory_fraction=0.25,
@@ -179,8 +194,38 @@ _FIELDS = frozenset(f.name for f in dataclasses.fields(Tuning))
 
 
 def platform() -> str:
-    """The platform JAX computes on (``jax.default_backend()``): ``"cpu"``, ``"gpu"``, ``"tpu"`` or a plugin's name."""
+    """The platform JAX computes on (``jax.default_backend()``): ``"cpu"``, ``"gpu"``, ``"tpu"`` or a plugin's name.
+    Starts the backend (use :func:`platform_before_start` where flags or the affinity mask must still be set)."""
     return jax.default_backend()
+
+
+def platform_before_start() -> str:
+    """The platform JAX will compute on, read without starting its backend: the first of ``JAX_PLATFORMS`` /
+    ``jax_platforms`` when set ("cuda"/"rocm" read as "gpu"), else "gpu" or "tpu" when their JAX plugin is
+    installed, else "cpu"."""
+    import importlib.util
+
+    names = getattr(jax.config, "jax_platforms", None) or os.environ.get("JAX_PLATFORMS", "")
+    first = names.split(",")[0].strip().lower() if names else ""
+    if first:
+        return "gpu" if first in ("cuda", "rocm", "gpu") else first
+    for plugin, name in (("jax_cuda12_plugin", "gpu"), ("jax_cuda13_plugin", "gpu"), ("jax_rocm60_plugin", "gpu"),
+                         ("libtpu", "tpu")):
+        if importlib.util.find_spec(plugin) is not None:
+            return name
+    return "cpu"
+
+
+def started() -> bool:
+    """Whether JAX has started its backends (after which XLA's flags and thread pools are fixed). False where
+    JAX's internals do not say (both uses, flags and the affinity mask, are then harmless to try)."""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        return False
+
 
 
 def _row(name: str) -> Tuning:

@@ -142,10 +142,9 @@ def _cpu_info() -> tuple[str, list[str]]:
 
 
 def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    from ivhl_jax.core import backend  # backend imports this module: read its core count at call time
+
+    return backend.host_cores()
 
 
 def host_fingerprint() -> dict[str, Any]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,8 +42,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ivhl_jax.core.mesh import device_mesh, place
+
 __all__ = ["FFTLayout", "fft_layout", "check_layout", "spectral_multiply", "fftn", "ifftn", "parse_mesh",
-           "mesh_sizes", "host_readable", "collectives"]
+           "mesh_sizes", "host_readable"]
 
 _AxisEntry = Any  # None, a mesh axis name, or a tuple of names
 
@@ -120,11 +121,10 @@ class FFTLayout:
 
 
 def _place(x: Any, sharding: NamedSharding, name: str, layout: FFTLayout | None) -> jax.Array:
-    if isinstance(x, jax.Array):
-        if isinstance(x, jax.core.Tracer):
-            return jax.lax.with_sharding_constraint(x, sharding)
-        if x.sharding.is_equivalent_to(sharding, x.ndim):
-            return x
+    """``x`` on ``sharding`` by :func:`ivhl_jax.core.mesh.place` (new buffers), after the checks that name ``name``:
+    an array sharded otherwise than the layout, or a replicated one spread over processes, is refused."""
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and \
+            not x.sharding.is_equivalent_to(sharding, x.ndim):
         spec = getattr(x.sharding, "spec", None)
         if layout is not None and spec is not None and any(e is not None for e in spec):
             raise ValueError(f"{name} is sharded as {_fmt(tuple(spec))} but the FFT layout is "
@@ -133,13 +133,7 @@ def _place(x: Any, sharding: NamedSharding, name: str, layout: FFTLayout | None)
         if not x.is_fully_addressable:
             raise ValueError(f"{name} spans processes with sharding {x.sharding}; give it on the layout's sharding "
                              "(layout.sharding()) or as a NumPy array of the global shape")
-        if jax.process_count() == 1:
-            return jax.device_put(x, sharding)
-    # Several processes: each builds only the blocks of its own devices from the (global) host value.
-    arr = np.asarray(x)
-    if jax.process_count() == 1:
-        return jax.device_put(arr, sharding)
-    return jax.make_array_from_callback(arr.shape, sharding, lambda idx: arr[idx])
+    return place(x, sharding)
 
 
 def _norm_axes(axes: Sequence[int] | None, ndim: int, grid_ndim: int) -> tuple[int, ...]:
@@ -398,34 +392,4 @@ def parse_mesh(text: str | int, ndim: int, devices: Sequence[jax.Device] | None 
         raise ValueError(f"mesh={text!r} needs {math.prod(sizes)} devices but {len(devs)} are available; give sizes "
                          f"whose product is {len(devs)} (e.g. mesh={len(devs)})")
     names = ("x", "y")[:len(sizes)]
-    auto = (jax.sharding.AxisType.Auto,) * len(sizes)
-    mesh = Mesh(np.asarray(devs).reshape(sizes), names, axis_types=auto)
-    return FFTLayout(mesh, names + (None,) * (ndim - len(sizes)))
-
-
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "f32": 4,
-                "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
-_COLLECTIVE = re.compile(r"^\s*(?:ROOT )?%?[\w.-]+ = (?P<shape>\(.*?\)|\w+\[[0-9,]*\]\S*) "
-                         r"(?P<op>all-to-all|all-gather|all-reduce|collective-permute|reduce-scatter)(?:-start)?\(")
-_ARRAY = re.compile(r"(\w+)\[([0-9,]*)\]")
-
-
-def collectives(hlo_text: str) -> list[tuple[str, int]]:
-    """The collectives of a compiled (per-device) HLO module: ``(kind, bytes of its result per device)``.
-
-    ``kind`` is all-to-all, all-gather, all-reduce, collective-permute or reduce-scatter; a tuple-shaped
-    collective (XLA:CPU splits an all-to-all into one chunk per peer) counts the sum of its parts. An
-    all-to-all over p devices sends (p − 1)/p of these bytes off the device. Use it on
-    ``jax.jit(f).lower(...).compile().as_text()``.
-    """
-    out = []
-    for line in hlo_text.splitlines():
-        mt = _COLLECTIVE.match(line)
-        if not mt:
-            continue
-        nbytes = 0
-        for dtype, dims in _ARRAY.findall(mt.group("shape")):
-            n = math.prod(int(d) for d in dims.split(",")) if dims else 1
-            nbytes += n * _DTYPE_BYTES.get(dtype, 4)
-        out.append((mt.group("op"), nbytes))
-    return out
+    return FFTLayout(device_mesh(sizes, names, devs), names + (None,) * (ndim - len(sizes)))

@@ -77,12 +77,12 @@ def device_report() -> dict[str, Any]:
             entry["memory_peak_bytes_in_use"] = stats.get("peak_bytes_in_use")
         dev_info.append(entry)
     return {
-        "platform": jax.default_backend(),
+        "platform": backend.platform(),
         "device_count": jax.device_count(),
         "local_device_count": jax.local_device_count(),
         "process_count": jax.process_count(),
         "devices": dev_info,
-        "host": {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "memory_bytes": _host_memory_bytes(),
+        "host": {"cpu": _cpu_model(), "cpu_count": backend.machine_cores(), "memory_bytes": _host_memory_bytes(),
                  "machine": platform.machine(), "system": platform.system()},
         "versions": _versions(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -158,22 +158,13 @@ def keep_host_memory() -> str:
 
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return f"not applied: needs glibc on Linux ({platform.system()}, {platform.libc_ver()[0] or 'no glibc'})"
-    if _backend_started():
+    if backend.started():
         return ("not applied: JAX's backend has already started (its threads keep their own malloc arenas); "
                 "call keep_host_memory() before the first JAX computation")
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     ok = [libc.mallopt(opt, val) for opt, val in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0),
                                                    (_M_TRIM_THRESHOLD, -1))]
     return "applied" if all(ok) else f"not applied: mallopt refused ({ok})"
-
-
-def _backend_started() -> bool:
-    try:
-        from jax._src import xla_bridge
-
-        return bool(xla_bridge.backends_are_initialized())
-    except (ImportError, AttributeError):  # private API moved: assume not started (both settings are harmless)
-        return False
 
 
 def limit_host_cores(n: int) -> str:
@@ -192,10 +183,10 @@ def limit_host_cores(n: int) -> str:
     check_scalar(n, "n", integer=True, minimum=1)
     if not hasattr(os, "sched_setaffinity"):
         return f"not applied: needs os.sched_setaffinity (Linux), not {platform.system()}"
-    allowed = sorted(os.sched_getaffinity(0))
+    allowed = backend.host_core_ids()
     if len(allowed) <= int(n):
         return f"not applied: the process already runs on {len(allowed)} core(s) {allowed}"
-    if _backend_started():
+    if backend.started():
         return ("not applied: JAX's backend has already started (XLA sized its thread pools when it did); "
                 "call limit_host_cores() before the first JAX computation, or run under `taskset`")
     cores = allowed[: int(n)]
@@ -216,12 +207,12 @@ def configure(*, matmul_precision: str | None = None, enable_x64: bool | None = 
         only affects GPUs.
     """
     out: dict[str, str] = {}
-    backend = jax.default_backend()
+    plat = backend.platform()
     if matmul_precision is not None:
         if matmul_precision not in ("default", "high", "highest"):
             raise ValueError(f"matmul_precision must be 'default', 'high' or 'highest', got {matmul_precision!r}")
         jax.config.update("jax_default_matmul_precision", matmul_precision)
-        out["matmul_precision"] = ("applied" if backend != "cpu"
+        out["matmul_precision"] = ("applied" if plat != "cpu"
                                    else "applied (no effect on CPU: f32 matmuls are always full precision)")
     if enable_x64 is not None:
         jax.config.update("jax_enable_x64", bool(enable_x64))
@@ -232,8 +223,8 @@ def configure(*, matmul_precision: str | None = None, enable_x64: bool | None = 
     if gpu_autotune_level is not None:
         if not 0 <= int(gpu_autotune_level) <= 4:
             raise ValueError(f"gpu_autotune_level must be in 0..4, got {gpu_autotune_level}")
-        if backend != "gpu":
-            out["gpu_autotune_level"] = f"no-op: backend is {backend}, not gpu"
+        if plat != "gpu":
+            out["gpu_autotune_level"] = f"no-op: backend is {plat}, not gpu"
         else:
             out["gpu_autotune_level"] = ("not applied: XLA_FLAGS are read when the GPU backend starts; set "
                                          f"XLA_FLAGS=--xla_gpu_autotune_level={int(gpu_autotune_level)} "

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_key, check_scalar
 
 __all__ = ["METRIC_FIELDS", "host_rss_mb", "profile_training", "fused_train_chunk", "profile_fused", "system_info",
@@ -141,7 +142,7 @@ def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTr
                 "batch_latency_ms": lat, "forward_time_ms": t_f, "backward_time_ms": max(t_fb - t_f, 0.0),
                 "optimizer_step_ms": t_o, "data_loading_time_ms": t_d,
                 "samples_per_second": batch_size / (lat / 1e3), "batches_per_second": 1e3 / lat,
-                "peak_gpu_memory_mb": dev_mem if jax.default_backend() != "cpu" else 0.0,
+                "peak_gpu_memory_mb": dev_mem if backend.platform() != "cpu" else 0.0,
                 "peak_host_memory_mb": peak, "current_gpu_memory_mb": 0.0, "current_host_memory_mb": cur,
                 "avg_gpu_utilization": None, "forward_backward_time_ms": t_fb, "loss": float(loss),
             })
@@ -235,12 +236,12 @@ def system_info() -> dict[str, Any]:
     except (ValueError, OSError):
         pass
     dev = jax.devices()[0]
-    gpu = dev.platform == "gpu"
-    return {"cpu_count": os.cpu_count(), "total_memory_gb": total_gb, "cuda_available": gpu,
+    gpu = backend.platform() == "gpu"
+    return {"cpu_count": backend.machine_cores(), "total_memory_gb": total_gb, "cuda_available": gpu,
             "cuda_device_name": dev.device_kind if gpu else None, "torch_version": None,
             "jax_version": jax.__version__, "flax_version": flax.__version__, "optax_version": _optax.__version__,
             "numpy_version": np.__version__, "python_version": platform.python_version(),
-            "platform": platform.platform(), "backend": jax.default_backend(), "device": str(dev),
+            "platform": platform.platform(), "backend": backend.platform(), "device": str(dev),
             "device_kind": dev.device_kind, "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 

@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.core import backend
 from ivhl_jax.run.config import lock_run_dir
 
 __all__ = ["RunStore", "Snapshots", "open_run", "RunData", "StoreError", "STORE_NAME", "leaf_names",
@@ -114,7 +115,7 @@ def _runtime() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[lib] = None
     d = jax.devices()[0]
-    return {"platform": jax.default_backend(), "device_kind": d.device_kind, "device_count": jax.device_count(),
+    return {"platform": backend.platform(), "device_kind": d.device_kind, "device_count": jax.device_count(),
             "process_count": jax.process_count(), "versions": versions}
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from ivhl_jax.core.hlo import collectives
 from ivhl_jax.numerics import distributed_fft as D
 
 N = 16
@@ -63,7 +64,7 @@ def test_compiled_multiplier_moves_only_shards(mesh_shape, spec):
     layout = D.fft_layout(_mesh(mesh_shape), spec, SHAPE)
     xs, ms = layout.place(_field()), layout.place_factor(_factor(), SHAPE)
     compiled = jax.jit(lambda a, b: D.spectral_multiply(a, b, layout)).lower(xs, ms).compile()
-    kinds = D.collectives(compiled.as_text())
+    kinds = collectives(compiled.as_text())
     n_transposes = 2 * sum(1 for e in spec if e is not None)
     shard = xs.addressable_shards[0].data.nbytes
     assert kinds == [("all-to-all", shard)] * n_transposes  # one shard each; no all-gather, nothing else
@@ -206,13 +207,13 @@ def test_gp_step_sharded_equals_single_device_and_moves_only_shards(mesh, name):
     assert stepper.params.system.potential.addressable_shards[0].data.size == psi.size // 8
     compiled = jax.jit(lambda st, p: st.step(p)).lower(stepper, psi_s).compile()
     shard = psi_s.addressable_shards[0].data.nbytes
-    kinds = D.collectives(compiled.as_text())
+    kinds = collectives(compiled.as_text())
     assert kinds == [("all-to-all", shard)] * (2 if mesh == "8" else 4), kinds  # no all-gather of the field
     assert compiled.memory_analysis().temp_size_in_bytes <= 3 * shard
     # the compiled multi-step loop (trajectory's own path) likewise moves only shards
     from ivhl_jax.numerics.rollout import trajectory
     loop = jax.jit(lambda st, p: trajectory(st, p, 4)[0]).lower(stepper, psi_s).compile()
-    kinds = D.collectives(loop.as_text())
+    kinds = collectives(loop.as_text())
     assert kinds and set(kinds) == {("all-to-all", shard)}, kinds
     assert loop.memory_analysis().temp_size_in_bytes <= 3 * shard
 
@@ -278,5 +279,5 @@ def test_gft_kinetic_step_sharded_equals_single_device():
     out = _run(st, phi_s)
     assert out.sharding.is_equivalent_to(layout.sharding(), 3)
     _close(out, _run(ref, ref.init(phi)))
-    kinds = D.collectives(jax.jit(lambda s, p: s.step(p)).lower(st, phi_s).compile().as_text())
+    kinds = collectives(jax.jit(lambda s, p: s.step(p)).lower(st, phi_s).compile().as_text())
     assert kinds == [("all-to-all", phi_s.addressable_shards[0].data.nbytes)] * 4, kinds

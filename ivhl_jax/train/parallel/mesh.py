@@ -10,6 +10,8 @@ import jax.flatten_util
 import numpy as np
 from jax.sharding import Mesh
 
+from ivhl_jax.core.mesh import device_mesh
+
 __all__ = ["AXES", "BATCH_AXES", "mesh_shape", "make_mesh", "axis_size", "batch_axes"]
 
 
@@ -54,7 +56,8 @@ def make_mesh(spec: Mapping[str, int] | None = None, devices: Sequence[jax.Devic
     """Device mesh from ``spec`` (default ``{"data": -1}``: pure data parallelism over all devices).
 
     Axes keep the spec's order; put the axis with the most traffic (tensor) last so it lands on
-    neighbouring devices. Axis types are ``Auto`` (GSPMD sharding propagation), see the shared README.
+    neighbouring devices. The mesh is :func:`ivhl_jax.core.mesh.device_mesh`'s (``Auto`` axis types: GSPMD
+    sharding propagation; with every device, :func:`jax.make_mesh`'s topology-aware order).
     """
     spec = {"data": -1} if spec is None else spec
     devices = list(jax.devices() if devices is None else devices)
@@ -62,12 +65,7 @@ def make_mesh(spec: Mapping[str, int] | None = None, devices: Sequence[jax.Devic
         raise ValueError("devices must be a non-empty sequence of jax devices (got an empty one); "
                          "pass e.g. jax.devices() or None for all devices")
     sizes = mesh_shape(spec, len(devices))
-    names = tuple(sizes)
-    shape = tuple(sizes[n] for n in names)
-    auto = (jax.sharding.AxisType.Auto,) * len(names)
-    if len(devices) == jax.device_count():
-        return jax.make_mesh(shape, names, axis_types=auto, devices=devices)
-    return Mesh(np.asarray(devices).reshape(shape), names, axis_types=auto)
+    return device_mesh(tuple(sizes.values()), tuple(sizes), devices)
 
 
 def axis_size(mesh: Mesh, axis: str | Sequence[str] | None) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ivhl_jax.core.mesh import place
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.train.parallel.mesh import axis_size, batch_axes
 
@@ -179,27 +180,16 @@ def state_shardings(state: Any, mesh: Mesh, logical: Any = None, rules: Sequence
                          key=rep, extra=jax.tree_util.tree_map(lambda _: rep, state.extra))
 
 
-def _place(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
-    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return jax.random.wrap_key_data(_place(jax.random.key_data(x), sharding), impl=jax.random.key_impl(x))
-    if isinstance(x, jax.Array) and not x.is_fully_addressable:
-        return jax.jit(lambda a: a, out_shardings=sharding)(x)
-    # Through the host: a fresh copy (``device_put`` would alias the shard already on the device, and a
-    # donating train step would then delete the caller's array), and across processes each process
-    # fills only its own shards (the host value must then be identical on every process).
-    host = np.asarray(x)
-    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
-
-
 def shard_tree(tree: Any, shardings: Any) -> Any:
     """Place every leaf with its sharding (a single Sharding or a matching tree of them).
 
-    Works across processes: host values must then be identical on every process (e.g. parameters
-    initialised from the same seed).
+    Each leaf goes through :func:`ivhl_jax.core.mesh.place`: new buffers (a donating train step never deletes
+    the caller's arrays). Works across processes: host values must then be identical on every process (e.g.
+    parameters initialised from the same seed).
     """
     if isinstance(shardings, jax.sharding.Sharding):
-        return jax.tree_util.tree_map(lambda x: _place(x, shardings), tree)
-    return jax.tree_util.tree_map(_place, tree, shardings)
+        return jax.tree_util.tree_map(lambda x: place(x, shardings), tree)
+    return jax.tree_util.tree_map(place, tree, shardings)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 1, axes: Sequence[str] | None = None) -> NamedSharding:
@@ -232,7 +222,7 @@ def shard_batch(batch: Any, mesh: Mesh, *, axes: Sequence[str] | None = None, pr
         if x.shape[0] % n:
             raise ValueError(f"shard_batch: batch size {x.shape[0]} is not divisible by the {n} devices of the "
                              "batch mesh axes; pad or change the batch size")
-        return _place(x, s)
+        return place(x, s)
 
     return jax.tree_util.tree_map(one, batch)
 

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ivhl_jax.core.mesh import place
 from ivhl_jax.core.validation import check_array, check_scalar
 from ivhl_jax.train.parallel.mesh import axis_size
-from ivhl_jax.train.parallel.sharding import _place
 
 __all__ = ["sharded_map", "sharded_grid"]
 
@@ -54,4 +54,4 @@ def sharded_grid(grid: jax.Array, mesh: Mesh, axis: str | Sequence[str] | None =
     if grid.shape[dim] % axis_size(mesh, axes):
         raise ValueError(f"sharded_grid: dimension {dim} of size {grid.shape[dim]} is not divisible by the "
                          f"{axis_size(mesh, axes)} devices of {axes}")
-    return _place(grid, NamedSharding(mesh, P(*spec)))
+    return place(grid, NamedSharding(mesh, P(*spec)))
