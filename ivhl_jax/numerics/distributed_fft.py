@@ -294,14 +294,14 @@ def fft_layout(mesh: Mesh, spec: PartitionSpec | Sequence[_AxisEntry], shape: Se
     """Validate and build an :class:`FFTLayout` for fields sharded as ``spec`` over ``mesh``.
 
     Args:
-      mesh: a device mesh (e.g. ``ivhl_jax.train.parallel.make_mesh({"x": 4, "y": 2})``).
+      mesh: a device mesh (e.g. ``ivhl_jax.core.mesh.device_mesh((4, 2), ("x", "y"))``).
       spec: a PartitionSpec (or sequence) over the grid axes: ``P("x")`` is a slab, ``P("x", "y")`` a
         pencil; missing trailing entries are unsharded.
       shape: the grid shape, checked now if given (otherwise at the first transform).
     """
     if not isinstance(mesh, Mesh):
-        raise TypeError(f"mesh must be a jax.sharding.Mesh (e.g. parallel.make_mesh({{'x': 4, 'y': 2}})), got "
-                        f"{type(mesh).__name__}")
+        raise TypeError(f"mesh must be a jax.sharding.Mesh (e.g. ivhl_jax.core.mesh.device_mesh((4, 2), ('x', 'y'))), "
+                        f"got {type(mesh).__name__}")
     if isinstance(spec, (str, bytes)) or not isinstance(spec, (PartitionSpec, Sequence)):
         raise TypeError(f"spec must be a PartitionSpec over the grid axes, e.g. P('x', 'y'), got {spec!r}")
     entries = tuple(spec)
