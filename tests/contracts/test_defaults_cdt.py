@@ -10,6 +10,7 @@ the chain means. Tolerance: ``Z_MAX`` standard errors.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import textwrap
@@ -103,6 +104,31 @@ def test_readme_setup_many_chains_matches_the_transfer_matrix():
     """The README's example (``make_params(0.8)``, ``init(key, 8, 20, 2000)``) run long on many chains."""
     obs = run_default(0.8, 8, chains=64, sweeps=1500, thermal=200, length=20, capacity=2000, seed=3)
     assert_matches_exact(obs["lengths"], 0.8, 8)
+
+
+@pytest.mark.slow
+def test_default_volume_fixed_sweep_samples_the_exact_fixed_volume_law():
+    """``make_params(ln 2, eps=0.05, target=30)`` with nothing else (sweeps of 30 attempts that continue to
+    N2 = 30): ⟨l_t²⟩ against the exact law of the slice lengths at N0 = 15, T = 3 (``log_length_weight``
+    restricted to sum l = 15). <l_t> = N0 / T holds by construction; the second moment tests the ensemble."""
+    from ivhl_jax.physics.cdt.exact import log_length_weight
+
+    vecs = [v for v in itertools.product(range(3, 16), repeat=3) if sum(v) == 15]
+    w = np.exp([log_length_weight(v, cdt.LN2) for v in vecs])
+    exact = float(np.sum(w * np.array([np.mean(np.square(v)) for v in vecs])) / w.sum())
+    st = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=30))
+    chains = jax.vmap(lambda k: st.init(k, 3, 3))(jax.random.split(jax.random.key(4), 128))
+    run = jax.jit(jax.vmap(lambda s, c: trajectory(s, c, 600, save_every=1, observe=cdt.observe), in_axes=(None, 0)))
+    final, obs = run(st, chains)
+    at = np.asarray(obs["n2"])[:, 100:] == 30  # a sweep that missed the target (counted) is not measured
+    missed = int(np.asarray(final.geometry.missed_target).sum())
+    print(f"sweeps that missed the target: {missed} of {128 * 600}")
+    assert missed < 1e-3 * 128 * 600 and missed >= (~at).sum()
+    sq = np.asarray(obs["lengths"], np.float64)[:, 100:] ** 2
+    sq = np.array([row[ok].mean() for row, ok in zip(sq, at)])  # per chain
+    mean, err = float(sq.mean()), float(sq.std(ddof=1)) / math.sqrt(len(sq))
+    print(f"<l_t^2> at N2 = 30: {mean:.3f} +- {err:.3f}, exact {exact:.3f}")
+    assert abs(mean - exact) < Z_MAX * err
 
 
 # --- the code examples of README.md and docs/guide/cdt.md, run as written ----------------------------------------
