@@ -358,7 +358,7 @@ CASES += [
     Case("cdt.make_params/target", lambda b: cdt.make_params(1.0, eps=0.01, target=b), "target",
          st.one_of(bad_finite, st.floats(max_value=-1e-6, allow_nan=False, allow_infinity=False))),
     Case("cdt.make_params/attempts_per_sweep", lambda b: cdt.make_params(1.0, attempts_per_sweep=b),
-         "attempts_per_sweep", bad_count),  # 0: a sweep is N2 attempts
+         "attempts_per_sweep", bad_count),  # 0: the sweep length init fixes
     Case("cdt.make_params/engine", lambda b: cdt.make_params(1.0, engine=b), "engine",
          st.sampled_from(["gpu", "", "JAX", 3])),
     Case("cdt.make_params/proposal", lambda b: cdt.make_params(1.0, proposal=b), "proposal",
