@@ -33,7 +33,7 @@ from flax import struct
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.mera.config import MERA, Layer, MERAConfig, cast_mera, check_mera, init_mera
-from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
+from ivhl_jax.physics.mera.models import Model, blocked_parity, blocked_terms, check_model
 from ivhl_jax.physics.mera.superoperators import (
     _as_matrix,
     _ascend_raw,
@@ -233,6 +233,7 @@ class SweepParams(struct.PyTreeNode):
 
     h: tuple[jax.Array, jax.Array]
     config: MERAConfig = struct.field(pytree_node=False)
+    parity: tuple | None = struct.field(pytree_node=False, default=None)  # the model's, on a blocked site
 
 
 class MERAState(struct.PyTreeNode):
@@ -254,7 +255,7 @@ def _ev_init(params: SweepParams, key: jax.Array | None = None, mera: MERA | Non
     d = int(params.h[0].shape[0])
     if mera is None:
         # drawn in the default float (float64 under x64) and cast, so a seed gives the same start in every dtype
-        mera = init_mera(jax.random.key(0) if key is None else key, params.config, d=d)
+        mera = init_mera(jax.random.key(0) if key is None else key, params.config, d=d, parity=params.parity)
     else:
         check_mera(mera)
         if mera.d != d:
@@ -294,5 +295,5 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, dtype: Any = None) -> Ste
         if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
             raise ValueError(f"dtype must be float32 or float64 (the SVD updates need >= 24 mantissa bits), got {dt}")
     h = blocked_terms(model, dtype)
-    return Stepper(step_fn=_ev_step, params=SweepParams(h=h, config=config), init_fn=_ev_init,
+    return Stepper(step_fn=_ev_step, params=SweepParams(h=h, config=config, parity=blocked_parity(model)), init_fn=_ev_init,
                    name="mera.evenbly_vidal")
