@@ -384,6 +384,16 @@ def precision_dtype(policy: Any) -> Any:
                      "updates need >= 24 mantissa bits (use 'f32' for fast early sweeps, 'f64' to finish)")
 
 
+def require_x64(what: str, f32: str = "") -> None:
+    """The one precision rule of the MERA: it computes in float64, so every entry point (the stepper, the scaling
+    dimensions, OPE coefficients, central charge, :func:`~ivhl_jax.physics.mera.cold_start`) refuses to run with
+    JAX's 64-bit mode off, where float64 arrays silently become float32, in one line naming
+    ``jax.enable_x64`` (``f32``: the float32 alternative of that entry point, if it has one)."""
+    if jnp.result_type(float) != jnp.float64:
+        raise RuntimeError(f"{what} computes in float64, but JAX's 64-bit mode is off (arrays would silently be "
+                           f"float32): call it inside `with jax.enable_x64(True):`" + (f" {f32}" if f32 else ""))
+
+
 def cast_mera(mera: MERA, dtype: Any) -> MERA:
     """The MERA with every tensor and density matrix in ``dtype`` (f32 → f64 for the float64 finish of a
     mixed-precision ladder; the isometries are exact to float32 rounding after the cast and are re-made exact by
