@@ -47,8 +47,8 @@ def _scaling_superoperator(w: jax.Array, v: jax.Array | None) -> jax.Array:
 def scaling_dimensions(mera: MERA, num: int = 10) -> np.ndarray:
     """Scaling dimensions Δ = −log₄|λ| of the SI layer's two-layer one-site scaling superoperator S_v ∘ S_w
     (see :func:`scaling_superoperator`), sorted ascending; the identity gives Δ = 0 exactly (S is unital).
-    Returned as float64 NumPy (``num`` smallest), with −0.0 (the identity's Δ of a MERA whose largest
-    eigenvalue rounds above 1) written as 0.0. Needs ``jax.enable_x64``
+    Returned as float64 NumPy (``num`` smallest); the identity's Δ, ±1e-16 from rounding (printed −0.000 when
+    negative), is returned as 0.0 (every |Δ| < 1e-12). Needs ``jax.enable_x64``
     (:func:`~ivhl_jax.physics.mera.config.require_x64`)."""
     require_x64("mera.scaling_dimensions")
     check_scalar(num, "num", integer=True, minimum=1)
@@ -60,8 +60,10 @@ def scaling_dimensions(mera: MERA, num: int = 10) -> np.ndarray:
 
 
 def _no_negative_zero(x: np.ndarray) -> np.ndarray:
-    """``x`` with −0.0 replaced by 0.0 (adding +0.0 does it: −0.0 + 0.0 = +0.0), so it prints as 0."""
-    return np.asarray(x, dtype=np.float64) + 0.0
+    """``x`` with every |x| < 1e-12 (the identity's Δ = 0 up to rounding, of either sign) as +0.0, so it prints
+    as 0 (never −0.000)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.abs(x) < 1e-12, 0.0, x)
 
 
 
