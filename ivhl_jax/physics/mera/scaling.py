@@ -50,8 +50,8 @@ def scaling_dimensions(mera: MERA, num: int = 10) -> np.ndarray:
     Returned as float64 NumPy (``num`` smallest); the identity's Δ, ±1e-16 from rounding (printed −0.000 when
     negative), is returned as 0.0 (every |Δ| < 1e-12). Needs ``jax.enable_x64``
     (:func:`~ivhl_jax.physics.mera.config.require_x64`)."""
+    check_scalar(num, "num", integer=True, minimum=1)  # the arguments first, then the precision rule
     require_x64("mera.scaling_dimensions")
-    check_scalar(num, "num", integer=True, minimum=1)
     num = int(num)
     _, w, v = check_mera(mera).layer(mera.num_layers - 1)
     ev = np.linalg.eigvals(np.asarray(scaling_superoperator(w, v), dtype=np.float64))
@@ -101,8 +101,8 @@ def two_site_scaling_dimensions(mera: MERA, num: int = 12) -> tuple[np.ndarray, 
     scipy ``eigs``; dense ``eig`` below χ⁴ = 256) and the reflection parity of each scaling operator (+1 even,
     −1 odd under o[a', b', a, b] → o[b', a', b, a]; 0 where a degenerate pair mixes both). Call inside
     ``jax.enable_x64(True)``."""
-    require_x64("mera.scaling.two_site_scaling_dimensions")
     check_scalar(num, "num", integer=True, minimum=1)
+    require_x64("mera.scaling.two_site_scaling_dimensions")
     matvec = two_site_scaling_superoperator(mera)
     chi = int(check_mera(mera).chi)
     n = chi**4

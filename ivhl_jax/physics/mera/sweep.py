@@ -172,8 +172,8 @@ def _bias(h: jax.Array) -> jax.Array:
 
 def energy_per_site(mera: MERA, h: tuple[jax.Array, jax.Array]) -> jax.Array:
     """Energy per physical site (each blocked site holds 2 spins): (⟨ρ_AB,h_AB⟩ + ⟨ρ_BA,h_BA⟩)/4 at the bottom."""
+    _check_ops(h, "h", check_mera(mera).layer(0))  # the arguments first, then the precision rule
     require_x64("mera.energy_per_site")
-    _check_ops(h, "h", check_mera(mera).layer(0))
     rho = (mera.rho_ab, mera.rho_ba)
     for z in reversed(range(mera.num_layers - 1)):
         rho = descend(rho, mera.layer(z))
