@@ -722,7 +722,7 @@ def _mera_layer():
 
 
 def _mera_stepper():
-    return mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=2, layers=1))
+    return _x64(mera.evenbly_vidal, mera.ising(), mera.MERAConfig(chi=2, layers=1))  # float64: needs x64
 
 
 _PHI = np.ones((4, 4), np.complex64)
@@ -940,13 +940,14 @@ CASES += [
     Case("mera.cast_mera/dtype", lambda b: mera.cast_mera(_mera(), b), "dtype",
          st.sampled_from(["int8", jnp.int32, "float33", "abc"])),
     Case("mera.StuckCheck/after",
-         lambda b: mera.cold_start(_mera_stepper(), jax.random.key(0), 0.0, 10, mera.StuckCheck(after=b)), "after",
+         lambda b: _x64(mera.cold_start, _mera_stepper(), jax.random.key(0), 0.0, 10, mera.StuckCheck(after=b)),
+         "after",
          st.sampled_from([-1, 0, 1, 2.5, NAN])),
     Case("mera.cold_start/limit",
-         lambda b: mera.cold_start(_mera_stepper(), jax.random.key(0), 0.0, 10, limit=b), "limit",
+         lambda b: _x64(mera.cold_start, _mera_stepper(), jax.random.key(0), 0.0, 10, limit=b), "limit",
          st.sampled_from([1, 100, 299])),
     Case("mera.cold_start/steps_per_chunk",
-         lambda b: mera.cold_start(_mera_stepper(), jax.random.key(0), 0.0, b), "steps_per_chunk", bad_size),
+         lambda b: _x64(mera.cold_start, _mera_stepper(), jax.random.key(0), 0.0, b), "steps_per_chunk", bad_size),
     Case("mera.precision_dtype/policy", mera.precision_dtype, "policy", not_a_policy),
     Case("io.to_jsonable/obj", run_io.to_jsonable, "obj",
          st.sampled_from([{"f": len}, [object()], {"a": {"b": b"bytes"}}, slice(1, 2)])),
