@@ -305,12 +305,12 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
         raise ValueError(f"config.refsym=True needs a reflection-symmetric term (h(a, b) = h(b, a)); {model.name}'s "
                          "is not: pass MERAConfig(refsym=False)")
     dtype = precision_dtype(policy)
-    if dtype == jnp.float64:
-        require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
-    if config.symmetry is not None:  # block-sparse symmetric tensors
+    if config.symmetry is not None:  # block-sparse symmetric tensors (checks its arguments, then the precision)
         from ivhl_jax.physics.mera.symmetric import evenbly_vidal_symmetric
 
         return evenbly_vidal_symmetric(model, config, dtype=dtype)
+    if dtype == jnp.float64:
+        require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = blocked_terms(model, dtype)
     return Stepper(step_fn=_ev_step, params=SweepParams(h=h, config=config, parity=blocked_parity(model)),
                    init_fn=_ev_init, name="mera.evenbly_vidal")
