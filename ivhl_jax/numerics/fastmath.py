@@ -181,7 +181,7 @@ def _uniform_any_vmap(axis_size, in_batched, flag):
 def needs_full_range(bound: Real[ArrayLike, ""]) -> jax.Array:
     """Whether a phase bounded by ``bound`` (≥ max |x|, a scalar, may be traced) needs the full-range
     reduction: a bool scalar that stays unbatched under ``vmap`` (OR over the batch), for ``lax.cond``."""
-    b = jax.lax.stop_gradient(jnp.asarray(bound, jnp.float32))
+    b = jax.lax.stop_gradient(check_array(bound, "bound", shape=(), kind="floating").astype(jnp.float32))
     return _uniform_any(jnp.logical_not(b <= _FAST_LIMIT))  # NaN bound: full range
 
 

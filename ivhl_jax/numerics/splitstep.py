@@ -34,9 +34,9 @@ import numpy as np
 from jaxtyping import Array, Complex
 
 from ivhl_jax.core.validation import check_array
-from ivhl_jax.numerics.fastmath import needs_full_range, sincos, sincos_static
+from ivhl_jax.numerics.fastmath import sincos, sincos_static
 
-__all__ = ["phase_factor_m1", "split_step", "kick", "strang_run", "phase_bound_needs_full_range"]
+__all__ = ["phase_factor_m1", "split_step", "kick", "strang_run"]
 
 
 def _check_imaginary(imaginary: Any) -> bool:
@@ -129,14 +129,3 @@ def strang_run(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array]
     psi = jax.lax.fori_loop(0, int(n) - 1, interior, psi)
     return kick(kinetic(psi), local_energy, 0.5 * dt, False, full_range)
 
-
-def phase_bound_needs_full_range(dt: Any, max_local: Any) -> jax.Array:
-    """Whether real-time kicks of step ``dt`` with |U| ≤ ``max_local`` everywhere need the full-range phase
-    reduction: the largest sine argument of a kick is dt·max|U|/2 (the merged interior kick of
-    :func:`strang_run`). A bool scalar for ``lax.cond`` between a ``full_range=False`` and a ``full_range=True``
-    run; unbatched under ``vmap`` (:func:`ivhl_jax.numerics.fastmath.needs_full_range`).
-
-    A bound for a whole run: U = a + b|ψ|² with |ψ|² ≤ Σ|ψ|² pointwise and Σ|ψ|² conserved by the unitary
-    scheme, so max|a| + |b|·2Σ|ψ|² (twice the sum at the start: the round-off drift is ~1e-7 per step) holds
-    for every step."""
-    return needs_full_range(0.5 * jnp.abs(dt) * max_local)

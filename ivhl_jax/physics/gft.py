@@ -42,9 +42,10 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 from ivhl_jax.core.precision import Policy, complex_state_dtype
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft
+from ivhl_jax.numerics.fastmath import needs_full_range
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import spectral_multiply
-from ivhl_jax.numerics.splitstep import phase_bound_needs_full_range, phase_factor_m1, split_step
+from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step
 
 __all__ = ["GFTSystem", "strang", "observe", "gft_evolve", "gft_potential", "gft_rhs", "gft_charge",
            "lattice_dispersion", "gft_vacuum", "GFTParams"]
@@ -238,8 +239,10 @@ def _gft_step(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array
                              imaginary=params.imaginary)
     if params.imaginary:  # real decay factors: no phase to reduce
         return step(phi, full_range=False)
-    # |m² + λ|φ|²| ≤ |m²| + |λ|·Σ|φ|²: the local phase needs the full-range sine reduction only beyond that bound.
-    full = phase_bound_needs_full_range(params.dt, jnp.abs(m2) + jnp.abs(lam) * 2 * jnp.sum(_abs2(phi)))
+    # The local phase dt·U/2, |U| = |m² + λ|φ|²| ≤ |m²| + |λ|·Σ|φ|² (pointwise), needs the full-range sine
+    # reduction only beyond the fast range.
+    umax = jnp.abs(m2) + jnp.abs(lam) * 2 * jnp.sum(_abs2(phi))
+    full = needs_full_range(0.5 * jnp.abs(jnp.asarray(params.dt, rdt)) * umax)
     return jax.lax.cond(full, functools.partial(step, full_range=True), functools.partial(step, full_range=False), phi)
 
 

@@ -65,12 +65,12 @@ from ivhl_jax.physics.condensate.states import (
                                                      thomas_fermi_density,
                                                      thomas_fermi_mu,
 )
-from ivhl_jax.physics.condensate.stepper import StrangParams, evolve, max_local_energy, strang
+from ivhl_jax.physics.condensate.stepper import StrangParams, evolve, strang
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, harmonic
 
 __all__ = [
     "Grid", "GPSystem", "harmonic",
-    "strang", "observe", "evolve", "ground_state", "max_local_energy",
+    "strang", "observe", "evolve", "ground_state",
     "norm", "normalize", "density", "phase", "energy", "chemical_potential", "virial_residual", "angular_momentum",
     "vortex_charges", "vortex_positions",
     "gaussian", "bright_soliton", "dark_soliton_pair", "thomas_fermi_mu", "thomas_fermi_density", "imprint_vortices",

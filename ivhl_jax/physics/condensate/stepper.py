@@ -22,9 +22,10 @@ from jaxtyping import Array, ArrayLike, Complex, Inexact, Real
 from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft
+from ivhl_jax.numerics.fastmath import needs_full_range
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import host_factor, spectral_multiply
-from ivhl_jax.numerics.splitstep import phase_bound_needs_full_range, phase_factor_m1, split_step, strang_run
+from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step, strang_run
 from ivhl_jax.physics.condensate.observables import norm, observe
 from ivhl_jax.physics.condensate.system import (
     GPSystem,
@@ -37,7 +38,7 @@ from ivhl_jax.physics.condensate.system import (
     with_policy,
 )
 
-__all__ = ["strang", "StrangParams", "evolve", "max_local_energy"]
+__all__ = ["strang", "StrangParams", "evolve"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,12 +265,14 @@ def _project(p: jax.Array, n0: jax.Array, rdt: Any) -> jax.Array:
     return p + p * delta.astype(rdt)
 
 
-def _max_local(system: GPSystem, sumsq: jax.Array) -> jax.Array:
-    """A bound of max|V + g|ψ|²| over a real-time run from a ψ with Σ|ψ|² = ``sumsq`` (grid sum, no dV):
-    |ψ|² ≤ Σ|ψ|² pointwise, and the sum is conserved (twice it covers the round-off drift)."""
+def _needs_full_range(system: GPSystem, dt: Any, sumsq: jax.Array) -> jax.Array:
+    """Whether real-time kicks of step dt from a ψ with Σ|ψ|² = ``sumsq`` (grid sum, no dV) can leave the fast
+    sine reduction: the largest argument is dt·max|U|/2 (the merged interior kick), and |U| = |V + g|ψ|²| ≤
+    max|V| + |g|·2Σ|ψ|² for the whole run (|ψ|² ≤ Σ|ψ|² pointwise, the sum is conserved; twice it covers the
+    round-off drift). A bool scalar for ``lax.cond``, unbatched under ``vmap``."""
     rdt = system.real_dtype
-    return (jnp.max(jnp.abs(jnp.asarray(system.potential, rdt)))
-            + jnp.abs(jnp.asarray(system.g, rdt)) * 2 * sumsq)
+    umax = jnp.max(jnp.abs(jnp.asarray(system.potential, rdt))) + jnp.abs(jnp.asarray(system.g, rdt)) * 2 * sumsq
+    return needs_full_range(0.5 * jnp.abs(dt) * umax)
 
 
 def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
@@ -296,7 +299,7 @@ def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Arr
         out = split_step(_project(psi, n0, rdt), local, kinetic, plan.dt, True, full_range=False)
     else:
         # The local phase needs the full-range sine reduction only if dt·max|U|/2 can leave the fast range.
-        out = jax.lax.cond(phase_bound_needs_full_range(plan.dt, _max_local(system, s0)),
+        out = jax.lax.cond(_needs_full_range(system, plan.dt, s0),
                            functools.partial(split_step, local_energy=local, kinetic=kinetic, dt=plan.dt,
                                              imaginary=False, full_range=True),
                            functools.partial(split_step, local_energy=local, kinetic=kinetic, dt=plan.dt,
@@ -319,7 +322,7 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
         return _kinetic(p, plan, system.grid.ndim, system.fft, system.layout)
 
     s0 = _sumsq(psi)
-    out = jax.lax.cond(phase_bound_needs_full_range(plan.dt, _max_local(system, s0)),
+    out = jax.lax.cond(_needs_full_range(system, plan.dt, s0),
                        functools.partial(strang_run, local_energy=local, kinetic=kinetic, dt=plan.dt, n=n,
                                          full_range=True),
                        functools.partial(strang_run, local_energy=local, kinetic=kinetic, dt=plan.dt, n=n,
@@ -379,20 +382,6 @@ def _check_dt(dt: Any, system: GPSystem, imaginary: bool) -> None:
                              "or a coarser grid")
 
 
-def max_local_energy(system: GPSystem, psi: Inexact[ArrayLike, "*grid"]) -> float:
-    """max|V + g|ψ|²| over the cloud (where |ψ|² > 1e-6 max|ψ|²; empty corners of the box may have any V), in
-    energy units ħω₀, for concrete V, g and ψ (float64 NumPy). 0 for ψ ≡ 0.
-
-    A time step resolves the local factor e^{−i dt U} (real time: its phase; imaginary time: its decay) when
-    dt·max_local_energy ≤ 2π, which :func:`strang`'s ``init`` and :func:`ground_state` check."""
-    rho = np.abs(np.asarray(psi)) ** 2
-    if not rho.size or not rho.max() > 0:
-        return 0.0
-    occupied = rho > 1e-6 * rho.max()
-    u = np.asarray(system.potential, np.float64) + np.asarray(system.g, np.float64) * rho
-    return float(np.max(np.abs(u[occupied])))
-
-
 def _check_local_dt(dtc: float, system: GPSystem, psi: np.ndarray, imaginary: bool) -> None:
     """The local factor must be resolved where there are particles (empty corners of the box may have any V).
 
@@ -400,7 +389,12 @@ def _check_local_dt(dtc: float, system: GPSystem, psi: np.ndarray, imaginary: bo
     per step likewise (else the fixed point is the ground state of a grossly distorted operator, E ≈ 6.4
     instead of 0.5 for the 1D trap at dt = 50, or e^{−dt·U/2} underflows to NaN).
     """
-    umax = max_local_energy(system, psi)
+    rho = np.abs(psi) ** 2
+    if not rho.size or not rho.max() > 0:
+        return
+    occupied = rho > 1e-6 * rho.max()
+    u = np.asarray(system.potential, np.float64) + np.asarray(system.g, np.float64) * rho
+    umax = float(np.max(np.abs(u[occupied])))
     if dtc * umax > 2 * np.pi:
         what = "decay" if imaginary else "phase"
         raise ValueError(f"dt={dtc} is too large: the local {what} per step dt·max|V + g|ψ|²| = {dtc * umax:.3g} over "
