@@ -71,8 +71,10 @@ def test_wave_evolution_defaults_match_float64_numpy():
     frames = np.asarray(frames)
     np.testing.assert_allclose(np.asarray(obs["max_intensity"]), frames.max(1), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(obs["mean_intensity"]), frames.mean(1), rtol=1e-4)
-    np.testing.assert_allclose(np.asarray(state.intensity_sum), frames.sum(0), rtol=1e-4)
-    np.testing.assert_allclose(np.asarray(state.intensity_peak), frames.max(0), rtol=1e-4)
+    # per point, |ψ| is within 1e-5·Σ|A|/(r + ε) of the reference, so |ψ|² within 2e-5·(Σ|A|/(r + ε))² per frame
+    tol = 2e-5 * scale ** 2
+    assert np.all(np.abs(np.asarray(state.intensity_sum) - frames.sum(0)) <= 8 * tol)
+    assert np.all(np.abs(np.asarray(state.intensity_peak) - frames.max(0)) <= tol)
     assert np.max(np.abs(np.asarray(state.field) - ref) / scale) <= 1e-5
 
 
