@@ -69,7 +69,7 @@ def main() -> None:
         chunk = fields._default_chunk(m)
         outs = {}
         for tag, mod in (("old", old_fm), ("new", new_fm)):
-            f = jax.jit(lambda *x, mod=mod: mod.point_source_sum(*x, 0.1, chunk=chunk))
+            f = jax.jit(lambda *x, mod=mod, chunk=chunk: mod.point_source_sum(*x, 0.1, chunk=chunk))
             args = (pts, src, amp, k, th)
             outs[tag] = np.asarray(jax.block_until_ready(f(*args))[0])
             calls[f"superpose {n}x{m} {tag}"] = lambda f=f, args=args: jax.block_until_ready(f(*args))
