@@ -130,8 +130,8 @@ def test_gp_ground_state_defaults_give_the_harmonic_energy(d):
     assert abs(float(C.norm(psi, grid)) - 1.0) <= 1e-6
 
 
-def test_gp_ground_state_default_tol_converges_in_float32():
-    # An interacting 2-D cloud: its float32 energy change per check bottoms out at ~1 ulp, never at 1e-9.
+def test_gp_ground_state_defaults_converge_for_an_interacting_cloud():
+    # An interacting 2-D cloud in float32, default dt and tolerance (4e-7: a few ulps of E).
     grid = C.Grid.uniform((64, 64), 12.0)
     system = C.GPSystem(grid, C.harmonic(grid), 300.0)
     _, info = C.ground_state(system, max_steps=5000)
