@@ -154,6 +154,10 @@ CASES: list[Case] = [
     Case("fastmath.point_source_sum/unroll",
          lambda b: fastmath.point_source_sum(_PTS, _SRC, _M, _M, _M, 0.1, unroll=b), "unroll", bad_size),
     Case("fastmath.sincos/x", fastmath.sincos, "x", st.sampled_from([np.ones(3, np.int32), np.ones(3, np.complex64)])),
+    Case("fastmath.sincos_static/x", lambda b: fastmath.sincos_static(b, False), "x",
+         st.sampled_from([np.ones(3, np.int32), np.ones(3, np.complex64)])),
+    Case("fastmath.needs_full_range/bound", fastmath.needs_full_range, "bound",
+         st.sampled_from([np.ones(3, np.float32), np.ones((), np.complex64), "1e9"])),
     Case("fastmath.safe_norm/axis", lambda b: fastmath.safe_norm(np.ones((2, 3), np.float32), axis=b), "axis",
          st.sampled_from([2, -3, 7, 1.5])),
     # ---- numerics.spectral
