@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from bench.harness import interleaved_rounds
+from ivhl_jax.core import backend
 from ivhl_jax.numerics import fastmath as new_fm
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics import fields
@@ -100,7 +101,7 @@ def main() -> None:
     rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     doc = {"command": "python -m bench.defaults_fields_gp " + " ".join(sys.argv[1:]), "commit": rev,
            "against": a.against, "machine": platform.node(), "processor": platform.processor(),
-           "cpus": os.cpu_count(), "jax": jax.__version__, "numpy": np.__version__, "rounds": a.rounds,
+           "cpus": backend.machine_cores(), "jax": jax.__version__, "numpy": np.__version__, "rounds": a.rounds,
            "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
            "results": res}
     if a.out:

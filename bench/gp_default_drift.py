@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import subprocess
 import time
@@ -19,6 +18,7 @@ import jax
 import numpy as np
 
 from ivhl_jax import condensate as C
+from ivhl_jax.core import backend
 from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.sims import bec
 
@@ -45,7 +45,7 @@ def main() -> None:
         print(name, res[name], flush=True)
     doc = {"command": f"python -m bench.gp_default_drift --steps {a.steps}",
            "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-           "machine": platform.node(), "cpus": os.cpu_count(), "jax": jax.__version__, "numpy": np.__version__,
+           "machine": platform.node(), "cpus": backend.machine_cores(), "jax": jax.__version__, "numpy": np.__version__,
            "steps": a.steps, "config": "BECConfig() defaults: dims=2, grid=128, length=20, g=200, dt=2e-3, float32",
            "results": res}
     if a.out:
