@@ -434,7 +434,7 @@ def gpu_check(quick: bool = False) -> dict:
                 p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk))
             return lambda: jax.block_until_ready(f(*args))
 
-        default_chunk = min(fields._default_chunk(m, n=n), n)
+        default_chunk = min(fields.default_chunk(m, n=n), n)
         default_call = run(None)
         err = float(np.max(np.abs(np.asarray(default_call()[:e], np.complex128) - ref) / scale))
         rec: dict = {"points": n, "sources": m, "default_chunk": default_chunk,

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.backend import defaults
+from ivhl_jax.core.backend import defaults, host_cores, platform_before_start
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import mera as M
 from ivhl_jax.physics.mera import conformal, scaling
@@ -58,13 +58,6 @@ from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
-# The low-lying one-site scaling dimensions of each critical model's CFT (Ising: 1, σ, ε, ∂σ, ∂̄σ, T, T̄, ∂ε, ∂̄ε,
-# ...; Potts: 1, σ, σ†, ε, ...; XX (c = 1 boson at the free-fermion radius): 1, two of 1/4, then 1, ...).
-CFT_DIMS = {
-    "ising": [0.0, 0.125, 1.0, 1.125, 1.125, 2.0, 2.0, 2.0, 2.0, 2.125],
-    "potts": [0.0, 2 / 15, 2 / 15, 0.8, 1 + 2 / 15, 1 + 2 / 15, 1 + 2 / 15, 1 + 2 / 15, 4 / 3, 4 / 3],
-    "xx": [0.0, 0.25, 0.25, 1.0, 1.0, 1.0, 1.0, 1.25, 1.25, 1.25],
-}
 # host_cores=0 (auto) holds ladders up to this χ to defaults().mera_busy_host_cores on a busy host: above it, the
 # sweep's larger contractions gain from every core even under load.
 ONE_CORE_MAX_CHI = 12
@@ -208,11 +201,11 @@ class MERASimConfig:
             return self.host_cores, "host_cores"
         if max(self.stage_config(k).top_chi for k in range(len(self.chis))) > ONE_CORE_MAX_CHI:
             return None, f"auto: a χ above {ONE_CORE_MAX_CHI}"
-        limit = defaults(_platform_before_start()).mera_busy_host_cores
+        limit = defaults(platform_before_start()).mera_busy_host_cores
         if not limit:
             return None, "auto: no busy-host limit on this platform"
         load = os.getloadavg()[0] if load is None else load
-        cores = len(os.sched_getaffinity(0)) if cores is None and hasattr(os, "sched_getaffinity") else cores
+        cores = host_cores() if cores is None else cores
         busy = cores is not None and cores > limit and load >= cores
         return (limit if busy else None), f"auto: the host is {'' if busy else 'not '}busy, load average {load:.2f}"
 
@@ -234,23 +227,6 @@ class MERASimConfig:
         except (ValueError, TypeError) as e:
             key = "layer_chis" if self.layer_chis else "chis"
             raise ValueError(f"{key}[{k}] / layers[{k}]: {e}") from None
-
-
-def _platform_before_start() -> str:
-    """The platform JAX will compute on, read without starting its backend (``limit_host_cores`` only works
-    before that): the first of ``JAX_PLATFORMS`` / ``jax_platforms`` when set, else "gpu" or "tpu" when their JAX
-    plugin is installed, else "cpu"."""
-    import importlib.util
-
-    names = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
-    first = names.split(",")[0].strip().lower() if names else ""
-    if first:
-        return "gpu" if first in ("cuda", "rocm", "gpu") else first
-    for plugin, name in (("jax_cuda12_plugin", "gpu"), ("jax_cuda13_plugin", "gpu"), ("jax_rocm60_plugin", "gpu"),
-                         ("libtpu", "tpu")):
-        if importlib.util.find_spec(plugin) is not None:
-            return name
-    return "cpu"
 
 
 def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
@@ -323,7 +299,8 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
                   f"({jnp.dtype(dtype).name}): {what} ({stages[-1]['wall_time_s']:.1f} s)")
         assert mera is not None
         mera = M.cast_mera(mera, np.float64)
-        exact = CFT_DIMS.get(cfg.model if model.cft else "", [])
+        # the CFT's low-lying scaling dimensions, from the library's one table of them
+        exact = sorted(d for d, _, _ in scaling.CFT_OPERATORS.get(cfg.model if model.cft else "", []))
         dims = M.scaling_dimensions(mera, num=10)
         two, parity = scaling.two_site_scaling_dimensions(mera, num=12)
         if model.cft:
@@ -350,8 +327,9 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
         "host_cores": host_cores,
     }
     if cfg.model == "ising" and model.cft:
-        summary["delta_sigma_rel_error"] = abs(dims[1] - 0.125) / 0.125
-        summary["delta_epsilon_rel_error"] = abs(dims[2] - 1.0)
+        delta = {label: d for d, label, _ in scaling.CFT_OPERATORS["ising"]}
+        summary["delta_sigma_rel_error"] = abs(dims[1] - delta["σ"]) / delta["σ"]
+        summary["delta_epsilon_rel_error"] = abs(dims[2] - delta["ε"])
     return summary
 
 

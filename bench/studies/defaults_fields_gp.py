@@ -64,7 +64,7 @@ def main() -> None:
         amp = jax.numpy.ones(m, jax.numpy.float32)
         k = jax.numpy.full(m, 8.0, jax.numpy.float32)
         th = jax.numpy.asarray(rng.uniform(-1, 1, m) - 24.0, jax.numpy.float32)
-        chunk = fields._default_chunk(m)
+        chunk = fields.default_chunk(m)
         outs = {}
         for tag, mod in (("old", old_fm), ("new", new_fm)):
             f = jax.jit(lambda *x, mod=mod, chunk=chunk: mod.point_source_sum(*x, 0.1, chunk=chunk))
@@ -79,11 +79,11 @@ def main() -> None:
         psi = st.init(C.gaussian(grid, 1.0))
 
         def old_run(q, p, n=steps):
-            return old_ss.strang_run(q, S._local_energy(p.system), lambda x: S._kinetic(
+            return old_ss.strang_run(q, S.local_energy(p.system), lambda x: S.kinetic_propagate(
                 x, p.plan, p.system.grid.ndim, p.system.fft, p.system.layout), p.plan.dt, n)
 
         f_old = jax.jit(old_run)
-        f_new = jax.jit(lambda q, p, n=steps: S._run(q, p, n))
+        f_new = jax.jit(lambda q, p, n=steps, run=st.step_fn.run: run(q, p, n))
         for tag, f in (("old", f_old), ("new", f_new)):
             jax.block_until_ready(f(psi, st.params))
             calls[f"gp {shape} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))

@@ -154,10 +154,10 @@ def _to_mera(state: dict, sweeps: int):
     import jax.numpy as jnp
 
     from ivhl_jax.physics import mera as M
-    from ivhl_jax.physics.mera.superoperators import _mirror_wv
+    from ivhl_jax.physics.mera.superoperators import mirror_wv
 
     w = tuple(jnp.asarray(x) for x in state["w"])
-    return M.MERA(tuple(jnp.asarray(x) for x in state["u"]), w, tuple(_mirror_wv(x) for x in w),
+    return M.MERA(tuple(jnp.asarray(x) for x in state["u"]), w, tuple(mirror_wv(x) for x in w),
                   jnp.asarray(state["rho_ab"]), jnp.asarray(state["rho_ba"]), jnp.asarray(sweeps, jnp.int32))
 
 

@@ -150,7 +150,7 @@ def superpose(
       phases: φ_j, (M,) or scalar, radians.
       t: time (scalar; may be traced, e.g. under ``vmap`` over times).
       softening: ε ≥ 0. With ε = 0 the field is infinite on a source.
-      chunk: points per block (default: ``_default_chunk``, from the backend table); peak
+      chunk: points per block (default: ``default_chunk``, from the backend table); peak
         temporary memory is about ``chunk × M`` values of a few arrays, never N × M.
       policy: None (compute in the inputs' promoted dtype, the default) or a
         :class:`~ivhl_jax.core.precision.Policy` / preset name (``"f64"``, ``"f32"``, ``"bf16"``,
@@ -192,7 +192,7 @@ def superpose(
     n = pts.shape[0]
     tuning = backend.defaults(op="fields.superpose", size=n * m)
     if chunk is None:
-        chunk = _default_chunk(m, dtype, n)
+        chunk = default_chunk(m, dtype, n)
     else:
         check_scalar(chunk, "chunk", integer=True, minimum=1)
         chunk = int(chunk)
@@ -213,7 +213,7 @@ def _device_memory_bytes() -> int:
     return int(limit) if limit else _FALLBACK_DEVICE_BYTES
 
 
-def _default_chunk(m: int, dtype: Any = jnp.float32, n: int | None = None) -> int:
+def default_chunk(m: int, dtype: Any = jnp.float32, n: int | None = None) -> int:
     """Points per block :func:`superpose` uses for ``m`` sources when ``chunk`` is not given.
 
     From the backend table (:func:`ivhl_jax.core.backend.defaults`): ``fields_chunking="pair_budget"``

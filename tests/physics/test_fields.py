@@ -184,7 +184,7 @@ def test_memory_rule_gives_one_fused_reduction_with_the_accelerator_row():
     n, m = 1 << 16, 256
     pts, src = jax.ShapeDtypeStruct((n, 3), jnp.float32), jax.ShapeDtypeStruct((m, 3), jnp.float32)
     with backend.override(fields_chunking="memory", fields_method=backend.TABLE["gpu"].fields_method):
-        assert F._default_chunk(m) >= n  # 8 GiB fallback x 0.25 / (32 B x 256) = 262144 points
+        assert F.default_chunk(m) >= n  # 8 GiB fallback x 0.25 / (32 B x 256) = 262144 points
         c = jax.jit(lambda p, s: F.superpose(p, s, wavenumbers=3.0)).lower(pts, src).compile()
         hlo = c.as_text()
         # The pair sum is a conditional on the phase bound (fast sine reduction or XLA's sin/cos); each branch is
@@ -201,9 +201,9 @@ def test_memory_rule_gives_one_fused_reduction_with_the_accelerator_row():
     for field in (psi, psi_blocks):
         assert np.max(np.abs(np.asarray(field, np.complex128) - ref) / scale) <= 1e-6
     with backend.override(fields_chunking="memory", fields_memory_fraction=0.01):
-        assert F._default_chunk(m) < n  # a smaller budget gives blocks
+        assert F.default_chunk(m) < n  # a smaller budget gives blocks
     with backend.override(fields_chunking="pair_budget", fields_pair_budget=1 << 20):
-        assert F._default_chunk(m) == (1 << 20) // m
+        assert F.default_chunk(m) == (1 << 20) // m
 
 
 # -------------------------------------------------------------------------------------------- vortex

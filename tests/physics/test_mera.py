@@ -110,8 +110,8 @@ def test_descend_is_adjoint_and_keeps_trace_and_identity():
         rhs = 0.5 * (S.pair(rho, a[0]) + S.pair(rho2, a[1]))
         assert float(lhs) == pytest.approx(float(rhs), rel=1e-12)
         for x in d:
-            assert float(jnp.trace(S._as_matrix(x))) == pytest.approx(1.0, abs=1e-12)
-            assert float(jnp.min(jnp.linalg.eigvalsh(S._as_matrix(x)))) > -1e-12  # positive semidefinite
+            assert float(jnp.trace(S.as_matrix(x))) == pytest.approx(1.0, abs=1e-12)
+            assert float(jnp.min(jnp.linalg.eigvalsh(S.as_matrix(x)))) > -1e-12  # positive semidefinite
         # the identity ascends to (I, 3·I): isometric layer, one fine bond under h'_AB, three under h'_BA
         eye = jnp.eye(9).reshape((3,) * 4)
         ia, ib = _asc((eye, eye), layer)
@@ -131,7 +131,7 @@ def test_mera_layer_composes_and_jit_vmap_grad():
         np.testing.assert_allclose(two[1], 5 * eye, atol=1e-12)
         rho = (eye / 9, eye / 9)
         down = layer_fn(layer_fn(rho, l1, "descend"), l0, "descend")
-        assert float(jnp.trace(S._as_matrix(down[0]))) == pytest.approx(1.0, abs=1e-12)
+        assert float(jnp.trace(S.as_matrix(down[0]))) == pytest.approx(1.0, abs=1e-12)
         batch = jnp.stack([eye / 9, eye / 9])
         vm = jax.vmap(lambda r: _desc((r, r), l0)[0])(batch)
         np.testing.assert_allclose(vm[0], _desc(rho, l0)[0], atol=1e-13)
@@ -200,7 +200,7 @@ def test_cold_start_is_the_polar_factor_of_per_tensor_uniform_draws(cfg):
             e = np.eye(chi_in, m)
             np.testing.assert_array_equal(np.asarray(host.u[z]), np.einsum("ac,bd->abcd", e, e))
         chi_in = cfg.layer_shapes(4)[-1][2]
-        np.testing.assert_allclose(S._as_matrix(host.rho_ab), np.eye(chi_in**2) / chi_in**2, atol=0)
+        np.testing.assert_allclose(S.as_matrix(host.rho_ab), np.eye(chi_in**2) / chi_in**2, atol=0)
         assert int(host.sweeps) == 0 and host.sweeps.dtype == jnp.int32
     f32 = M.init_mera(jax.random.key(5), cfg)  # x64 off: float32 start, host SVDs agree with XLA's to float32 accuracy
     assert f32.w[0].dtype == jnp.float32
@@ -226,7 +226,7 @@ def test_optimisation_invariants_small():
             errs = M.isometry_errors(mera)
             assert max(errs.values()) < 1e-12, errs
             for r in (mera.rho_ab, mera.rho_ba):
-                assert float(jnp.trace(S._as_matrix(r))) == pytest.approx(1.0, abs=1e-12)
+                assert float(jnp.trace(S.as_matrix(r))) == pytest.approx(1.0, abs=1e-12)
         final = float(_energy(mera, h))
     e_all = np.array(energies + [final])
     assert np.all(e_all > M.E0_CRITICAL_ISING)  # variational
@@ -342,9 +342,9 @@ def _symmetric_layer(key, chi_in=3, mid=3, chi=4):
     """A random reflection-symmetric layer: R u = u (u[a, b, c, d] = u[b, a, d, c]) and v = mirror(w)."""
     k = jax.random.split(key, 2)
     u = jax.random.normal(k[0], (chi_in,) * 2 + (mid,) * 2)
-    u = C._polar((u + S._reflect_u(u)).reshape(chi_in**2, mid**2)).reshape(chi_in, chi_in, mid, mid)
+    u = C.polar_factor((u + S.reflect_u(u)).reshape(chi_in**2, mid**2)).reshape(chi_in, chi_in, mid, mid)
     w = C.random_isometry(k[1], chi_in * mid, chi).reshape(chi_in, mid, chi)
-    return u, w, S._mirror_wv(w)
+    return u, w, S.mirror_wv(w)
 
 
 def test_refsym_mirror_diagram_and_explicit_environments():
@@ -377,8 +377,8 @@ def test_refsym_mirror_diagram_and_explicit_environments():
         np.testing.assert_allclose(2 * eu, gu, atol=1e-13)
         np.testing.assert_allclose(2 * ew, gw, atol=1e-13)
         np.testing.assert_allclose(2 * ev, gv, atol=1e-13)
-        np.testing.assert_allclose(4 * eu_sym, gu + S._reflect_u(gu), atol=1e-13)
-        np.testing.assert_allclose(4 * ew_sym, gw + S._mirror_wv(gv), atol=1e-13)
+        np.testing.assert_allclose(4 * eu_sym, gu + S.reflect_u(gu), atol=1e-13)
+        np.testing.assert_allclose(4 * ew_sym, gw + S.mirror_wv(gv), atol=1e-13)
 
 
 def test_stuck_start_is_detected_and_reinitialised(caplog):

@@ -101,13 +101,13 @@ def test_ope_extraction_is_exact_on_a_product_of_two_meras(ising4):
 def test_two_site_channels_are_left_and_right_eigenvectors():
     """R_n and L_n of a random layer: 𝒮₂ R = λ R and 𝒮₂ᵀ L = λ L for the real, simple eigenvalues (checked
     against a dense eigen-decomposition), and the projection of R_n onto the channels is the unit vector n."""
-    from ivhl_jax.physics.mera.scaling import _two_site_map
+    from ivhl_jax.physics.mera.scaling import two_site_map
 
     with jax.enable_x64(True):
         cfg = M.MERAConfig(chi=3, chi_mid=3, layers=1)
         layer = tuple(jnp.asarray(x, jnp.float64) for x in M.init_mera(jax.random.key(3), cfg, d=4).layer(1))
         ch = C.two_site_channels(_si_only(layer), 8)
-        f = jax.jit(lambda x: _two_site_map(x.reshape((3,) * 4), *layer).reshape(-1))
+        f = jax.jit(lambda x: two_site_map(x.reshape((3,) * 4), *layer).reshape(-1))
         mat = np.stack([np.asarray(f(jnp.asarray(e))) for e in np.eye(81)], axis=1)
     vals = np.linalg.eigvals(mat)
     vals = vals[np.argsort(-np.abs(vals))][:8]

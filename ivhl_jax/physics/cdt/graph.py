@@ -118,7 +118,7 @@ class CurvatureProfile(NamedTuple):
 # validation (eager, on shapes and on concrete values; tracers pass through)
 
 
-def _static_int(v: Any, name: str, minimum: int) -> int:
+def static_int(v: Any, name: str, minimum: int) -> int:
     """A Python/NumPy integer >= minimum used as a static size (r_max, n_origins, ...)."""
     if isinstance(v, jax.core.Tracer):
         raise TypeError(f"{name} must be a static Python int (it sets array shapes or loop lengths), got a tracer")
@@ -223,8 +223,8 @@ def graph_distances(src: Any, dst: Any, n_nodes: int, origin: Any, r_max: int) -
     ``r_max + 1``. Cost O(r_max · E).
     """
     src, dst = _check_edges(src, dst)
-    n_nodes = _static_int(n_nodes, "n_nodes", 1)
-    r_max = _static_int(r_max, "r_max", 1)
+    n_nodes = static_int(n_nodes, "n_nodes", 1)
+    r_max = static_int(r_max, "r_max", 1)
     origin = _check_node(origin, "origin", n_nodes)
     return _distances_jit(src, dst, n_nodes, origin, r_max)
 
@@ -240,7 +240,7 @@ def random_live_nodes(key: Any, alive: Any, n: int) -> jax.Array:
     """
     check_key(key)
     alive = _check_alive(alive, some_live=True)
-    n = _static_int(n, "n", 1)
+    n = static_int(n, "n", 1)
     return _random_live(key, alive, n)
 
 
@@ -270,8 +270,8 @@ def sphere_counts(src: Any, dst: Any, n_nodes: int, origins: Any, r_max: int) ->
     of ``o``'s component once ``r_max`` reaches its eccentricity.
     """
     src, dst = _check_edges(src, dst)
-    n_nodes = _static_int(n_nodes, "n_nodes", 1)
-    r_max = _static_int(r_max, "r_max", 1)
+    n_nodes = static_int(n_nodes, "n_nodes", 1)
+    r_max = static_int(r_max, "r_max", 1)
     origins = check_array(origins, "origins", ndim=1, kind="integer")
     if is_concrete(origins) and origins.size and not (0 <= int(np.min(origins)) and int(np.max(origins)) < n_nodes):
         raise ValueError(f"origins must be node ids in [0, n_nodes={n_nodes}), got values in "
@@ -298,8 +298,8 @@ def sphere_volumes(key: Any, src: Any, dst: Any, alive: Any, r_max: int, n_origi
     check_key(key)
     src, dst = _check_edges(src, dst)
     alive = _check_alive(alive, some_live=True)
-    r_max = _static_int(r_max, "r_max", 1)
-    n_origins = _static_int(n_origins, "n_origins", 1)
+    r_max = static_int(r_max, "r_max", 1)
+    n_origins = static_int(n_origins, "n_origins", 1)
     return _volumes_jit(key, src, dst, alive, r_max, n_origins)
 
 
@@ -333,7 +333,7 @@ def coordination_distribution(tv: Any, tri_alive: Any, vert_alive: Any, q_max: i
     """
     tv, tri_alive = _check_tv(tv, tri_alive)
     vert_alive = _check_alive(vert_alive, "vert_alive")
-    q_max = _static_int(q_max, "q_max", 1)
+    q_max = static_int(q_max, "q_max", 1)
     return _coord_hist_jit(tv, tri_alive, vert_alive, q_max)
 
 
@@ -397,9 +397,9 @@ def average_sphere_distance(src: Any, dst: Any, n_nodes: int, x: Any, y: Any, de
     O(max_sphere · n_nodes) int32. Returns :class:`SphereDistance`.
     """
     src, dst = _check_edges(src, dst)
-    n_nodes = _static_int(n_nodes, "n_nodes", 1)
-    r_max = _static_int(r_max, "r_max", 1)
-    max_sphere = _static_int(max_sphere, "max_sphere", 1)
+    n_nodes = static_int(n_nodes, "n_nodes", 1)
+    r_max = static_int(r_max, "r_max", 1)
+    max_sphere = static_int(max_sphere, "max_sphere", 1)
     x, y = _check_node(x, "x", n_nodes), _check_node(y, "y", n_nodes)
     check_scalar(delta, "delta", integer=True, minimum=1)
     if is_concrete(delta) and r_max < 3 * int(delta):
@@ -437,8 +437,8 @@ def sample_pairs(key: Any, src: Any, dst: Any, alive: Any, delta: int, n_samples
     check_key(key)
     src, dst = _check_edges(src, dst)
     alive = _check_alive(alive)
-    delta = _static_int(delta, "delta", 1)
-    n_samples = _static_int(n_samples, "n_samples", 1)
+    delta = static_int(delta, "delta", 1)
+    n_samples = static_int(n_samples, "n_samples", 1)
     return _pairs_jit(key, src, dst, alive, delta, n_samples, delta)
 
 
@@ -490,8 +490,8 @@ def ricci_curvature_profile(key: Any, src: Any, dst: Any, alive: Any, deltas: An
     for d in seq:
         check_scalar(d, "deltas", integer=True, minimum=1)
         dl.append(int(d))
-    n_samples = _static_int(n_samples, "n_samples", 1)
-    max_sphere = _static_int(max_sphere, "max_sphere", 1)
+    n_samples = static_int(n_samples, "n_samples", 1)
+    max_sphere = static_int(max_sphere, "max_sphere", 1)
     return _profile_jit(key, src, dst, alive, jnp.asarray(dl, jnp.int32), n_samples, max_sphere, 3 * max(dl))
 
 

@@ -61,7 +61,7 @@ def _decode(bits):
     return move, coin, u, bits[0]
 
 
-def _move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
+def move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
     """(index, value, enabled) triples of one attempt, every value gathered from ``buf`` before any write.
 
     With ``stop_n0`` the attempt is a no-op (not even counted) once n0 == stop_n0; with ``active`` (a bool)
@@ -137,7 +137,7 @@ def _apply(buf, writes):
 
 
 def _attempt_buf(buf, bits, params, lay, c0, stop_n0=None, active=None):
-    return _apply(buf, _move_writes(buf, lay, bits, params, c0, stop_n0, active))
+    return _apply(buf, move_writes(buf, lay, bits, params, c0, stop_n0, active))
 
 
 def attempt(state: CDTState, bits: jax.Array, params: Any) -> CDTState:
@@ -188,7 +188,7 @@ def _removable(lu, ld, slice_length):
     neighbours of the up and down triangle on the link from ``v`` to its right) and the length of its slice:
     ``v`` has one future and one past link exactly when those neighbours are an up and a down triangle, and
     the slice keeps at least 3 vertices. The one home of the test: :func:`is_removable` and the move kernel
-    (:func:`_move_writes`) both call it (the host kernel, numba, spells it out in
+    (:func:`move_writes`) both call it (the host kernel, numba, spells it out in
     :mod:`ivhl_jax.physics.cdt.host_kernels`; the bit-identity test ties the two)."""
     return ((lu & 1) == UP) & ((ld & 1) == DOWN) & (slice_length > 3)
 
@@ -218,7 +218,7 @@ def log_acceptance(kind: str, n0, n2, params: Any):
     raise ValueError(f"kind must be 'add' or 'delete', got {kind!r}")
 
 
-_EXTRA = 10  # with stop_at_target, a sweep makes at most _EXTRA * (attempts of the sweep) more attempts
+EXTRA_ATTEMPTS = 10  # with stop_at_target, a sweep makes at most EXTRA_ATTEMPTS * (attempts of the sweep) more attempts
 _BLOCK = 4096  # attempts per block of random words: bounds the memory of many vmapped chains
 
 
@@ -256,7 +256,7 @@ def sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = None) ->
     if rest:
         buf = _attempts(buf, jax.random.bits(jax.random.fold_in(key, full), (rest, 2), jnp.uint32), params, lay, c0)
     if target_n0 is not None:
-        buf = _until_target(buf, jax.random.fold_in(key, full + 1), target_n0, _EXTRA * n, params, lay, c0)
+        buf = _until_target(buf, jax.random.fold_in(key, full + 1), target_n0, EXTRA_ATTEMPTS * n, params, lay, c0)
     return state.replace(buf=buf)
 
 
@@ -264,7 +264,7 @@ def _until_target(buf, key, target_n0, max_extra, params, lay, c0):
     """Attempts until n0 == target_n0, at most ``max_extra`` (rounded up to whole blocks); a miss increments
     ``missed_target``. A while loop over blocks of 256 attempts, each a no-op once the target is reached:
     under vmap a while loop selects between old and new carry of every chain each iteration (O(capacity)),
-    so the iterations must be few; the gating keeps the stop exact (``_move_writes(stop_n0=...)``)."""
+    so the iterations must be few; the gating keeps the stop exact (``move_writes(stop_n0=...)``)."""
     o_n0, o_miss = lay["n0"][0], lay["missed_target"][0]
     block = 256
 

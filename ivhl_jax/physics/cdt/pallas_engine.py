@@ -3,7 +3,7 @@
 One kernel launch runs a whole sweep for a block of chains: each program of the grid owns
 ``block_chains`` chains (one per vector lane), loops over the attempts inside the kernel and reads and
 writes every chain's packed buffer in place (the buffer is aliased input -> output). Each attempt is
-*the same code* as the JAX engine's (:func:`ivhl_jax.physics.cdt.moves._move_writes`: the same decoding
+*the same code* as the JAX engine's (:func:`ivhl_jax.physics.cdt.moves.move_writes`: the same decoding
 of the two random words, the same exact index draw, the same float32 acceptance arithmetic), evaluated
 on ref loads instead of array gathers, and its writes are applied one by one as masked stores: the
 values of an attempt are all read before its first write and no two enabled writes of one attempt hit
@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from ivhl_jax.physics.cdt.moves import _EXTRA, MAX_VERTEX_CAPACITY, _move_writes, sweep_length
+from ivhl_jax.physics.cdt.moves import EXTRA_ATTEMPTS, MAX_VERTEX_CAPACITY, move_writes, sweep_length
 from ivhl_jax.physics.cdt.state import CDTState, buffer_layout
 
 __all__ = ["sweep", "sweep_state", "attempts", "threefry2x32", "BLOCK_CHAINS", "MAX_VERTEX_CAPACITY"]
@@ -72,7 +72,7 @@ def threefry2x32(k0, k1, x0, x1):
 
 
 class _RefRows:
-    """The buffers of one block of chains as seen by :func:`_move_writes`: ``buf[i]`` (``i`` a Python int or
+    """The buffers of one block of chains as seen by :func:`move_writes`: ``buf[i]`` (``i`` a Python int or
     a per-chain (B,) index vector) is one word per chain, clamped into the buffer like an XLA gather."""
 
     def __init__(self, ref, rows, size):
@@ -102,7 +102,7 @@ def _store_writes(ref, rows, size, writes):
 
 def _one(ref, rows, size, w0, w1, couplings, lay, c0, stop_n0=None, active=None):
     bits = (w0, w1)
-    writes = _move_writes(_RefRows(ref, rows, size), lay, bits, couplings, c0, stop_n0, active)
+    writes = move_writes(_RefRows(ref, rows, size), lay, bits, couplings, c0, stop_n0, active)
     _store_writes(ref, rows, size, writes)
 
 
@@ -142,7 +142,7 @@ def _sweep_kernel(seed_ref, lam_ref, eps_ref, target_ref, tn0_ref, buf_in, buf_r
         return
     tn0 = tn0_ref[rows]
     steer = tn0 >= 0
-    max_extra = jnp.int32(_EXTRA * n)
+    max_extra = jnp.int32(EXTRA_ATTEMPTS * n)
 
     def n0_now():
         return buf_ref[rows, jnp.full_like(rows, o_n0)]

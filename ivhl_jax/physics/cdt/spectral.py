@@ -41,7 +41,7 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_array, check_key, check_scalar, is_concrete
 from ivhl_jax.physics.cdt import graph as _graph
-from ivhl_jax.physics.cdt.graph import _static_int
+from ivhl_jax.physics.cdt.graph import static_int
 from ivhl_jax.physics.cdt.observables import graph_edges
 from ivhl_jax.physics.cdt.state import CDTState
 
@@ -72,7 +72,7 @@ def _check_graph(src: Any, dst: Any, alive: Any) -> tuple[jax.Array, jax.Array, 
 
 
 def _check_sigma_max(sigma_max: Any, alive: jax.Array) -> int:
-    sigma_max = _static_int(sigma_max, "sigma_max", 1)
+    sigma_max = static_int(sigma_max, "sigma_max", 1)
     if is_concrete(alive):
         n = int(np.count_nonzero(np.asarray(alive)))
         if n == 0:
@@ -147,7 +147,7 @@ def return_probability(key: Any, state: Any, sigma_max: int, n_origins: int = 8,
     if jnp.ndim(state.n0) != 0:
         raise ValueError(f"state must be a single chain (n0 a scalar), got n0 of shape {jnp.shape(state.n0)}; "
                          "vmap over chains")
-    n_origins = _static_int(n_origins, "n_origins", 1)
+    n_origins = static_int(n_origins, "n_origins", 1)
     src, dst, alive = graph_edges(state, graph)
     origins = _graph.random_live_nodes(key, alive, n_origins)
     return graph_return_probability(src, dst, alive, origins, sigma_max, laziness=laziness)

@@ -209,7 +209,7 @@ def _host_sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = No
     seed = jax.random.bits(key, (2,), jnp.uint32)
     if params.stop_at_target:
         target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2
-        extra = moves._EXTRA
+        extra = moves.EXTRA_ATTEMPTS
     else:
         target_n0, extra = jnp.int32(-1), 0
     buf = host.sweep(state.buf, seed, params, n, lay, state.vertex_capacity, target_n0, extra)

@@ -20,13 +20,13 @@ from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, rollout
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize
 from ivhl_jax.physics.condensate.states import gaussian
-from ivhl_jax.physics.condensate.stepper import _check_local_dt, strang
+from ivhl_jax.physics.condensate.stepper import check_local_dt, strang
 from ivhl_jax.physics.condensate.system import (
     GPSystem,
-    _check_psi,
-    _check_system,
-    _concrete_float,
-    _output,
+    cast_output,
+    check_psi,
+    check_system,
+    concrete_float,
     with_policy,
 )
 
@@ -122,7 +122,7 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
       ψ), "mu", "delta" (last relative change), "converged", "finite"}. Works under jit and vmap (e.g. over
       ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
     """
-    system = with_policy(_check_system(system), policy)
+    system = with_policy(check_system(system), policy)
     if tol is None:
         tol = FLOAT32_TOL if np.dtype(system.real_dtype).itemsize <= 4 else 1e-9
     check_scalar(tol, "tol", positive=True)
@@ -139,16 +139,16 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
     if psi0 is None:
         psi = gaussian(grid, 1.0, dtype=system.complex_dtype)
     else:
-        psi = _check_psi(psi0, system, "psi0")
+        psi = check_psi(psi0, system, "psi0")
         if is_concrete(psi) and host_readable(psi) and not np.any(np.asarray(psi) != 0):
             raise ValueError("psi0 is zero everywhere (zero norm), so it cannot be normalised to norm; pass a "
                              "non-zero initial guess (or psi0=None for the default Gaussian)")
     stepper = strang(system, dt, imaginary=True)
-    dtc = _concrete_float(dt)
+    dtc = concrete_float(dt)
     # (arrays spread over several processes have no host copy here: the check is skipped for them)
     local = host_readable(psi) and host_readable(system.potential)
     if dtc is not None and local and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
-        _check_local_dt(dtc, system, np.asarray(psi), True)
+        check_local_dt(dtc, system, np.asarray(psi), True)
     n_blocks = -(-int(max_steps) // int(check_every))
     psi, info = _ground_state_loop(stepper, psi, norm, tol, key if use_noise else None, noise if use_noise else None,
                                    n_blocks=n_blocks, check_every=int(check_every), use_noise=use_noise)
@@ -157,7 +157,7 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
         raise ValueError(f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf, "
                          f"e^(-dt·V/2) underflows the occupied region); use a smaller dt (e.g. dt <= "
                          f"{_gs_dt_hint(system):.3g}) and refine")
-    return _output(psi, policy), info
+    return cast_output(psi, policy), info
 
 
 def _gs_dt_hint(system: GPSystem) -> float:

@@ -16,7 +16,7 @@ from jaxtyping import Array, Float, Inexact, Int
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft
-from ivhl_jax.physics.condensate.system import GPSystem, Grid, _check_system, _k2
+from ivhl_jax.physics.condensate.system import GPSystem, Grid, check_system
 
 __all__ = ["observe", "norm", "normalize", "density", "phase", "angular_momentum", "energy", "chemical_potential",
            "virial_residual", "vortex_charges", "vortex_positions"]
@@ -46,7 +46,7 @@ def _grid_of(x: Any) -> Grid:
     raise TypeError(f"expected a Grid or GPSystem, got {type(x).__name__}")
 
 
-def _check_field(psi: Any, grid: Grid, name: str = "psi", *, batched: bool = False) -> jax.Array:
+def check_field(psi: Any, grid: Grid, name: str = "psi", *, batched: bool = False) -> jax.Array:
     """``psi`` as an array on ``grid``: an inexact dtype, the grid's shape as its trailing axes (leading batch
     axes only when ``batched``), no NaN/inf (checked for concrete values; tracers pass)."""
     # (a field spread over several processes has no host copy: it was checked before it was placed)
@@ -61,14 +61,14 @@ def _check_field(psi: Any, grid: Grid, name: str = "psi", *, batched: bool = Fal
 def norm(psi: Inexact[Array, "*batch_and_grid"], grid: Grid | GPSystem) -> Float[Array, "*batch"]:
     """N = ∫|ψ|² dV (sum over the last grid.ndim axes, so batched ψ works)."""
     grid = _grid_of(grid)
-    psi = _check_field(psi, grid, batched=True)
+    psi = check_field(psi, grid, batched=True)
     axes = tuple(range(psi.ndim - grid.ndim, psi.ndim))
     return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=axes) * grid.cell_volume
 
 
 def normalize(psi: Inexact[Array, "*shape"], grid: Grid | GPSystem, n: Any = 1.0) -> Inexact[Array, "*shape"]:
     """ψ scaled so that ∫|ψ|² dV = n (n > 0; a ψ that is zero everywhere cannot be normalised)."""
-    psi = _check_field(psi, _grid_of(grid), batched=True)
+    psi = check_field(psi, _grid_of(grid), batched=True)
     check_scalar(n, "n", positive=True)
     current = norm(psi, grid)
     if is_concrete(current) and not bool(np.all(np.asarray(current) > 0)):
@@ -104,7 +104,7 @@ def angular_momentum(psi: Inexact[Array, "*grid"], grid: Grid | GPSystem) -> Flo
     grid = _grid_of(grid)
     if grid.ndim < 2:
         raise ValueError("angular_momentum needs a 2D or 3D grid")
-    psi = _check_field(psi, grid)
+    psi = check_field(psi, grid)
     rdt = psi.real.dtype
     psi_k = _fftn(psi, layout)
     x = jnp.asarray(grid._bcast(grid.coords[0], 0), rdt)
@@ -119,11 +119,11 @@ def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Ar
     Returns a dict with ``kinetic``, ``trap``, ``interaction``, ``rotation`` and ``total``. The
     kinetic part is spectral: ½ Σ_k k²|ψ̂_k|² dV / N_points (Parseval).
     """
-    grid = _check_system(system).grid
-    psi = _check_field(psi, grid)
+    grid = check_system(system).grid
+    psi = check_field(psi, grid)
     rdt = psi.real.dtype
     psi_k = _fftn(psi, system.layout)
-    k2 = jnp.asarray(_k2(grid), rdt)
+    k2 = jnp.asarray(grid.k_squared(), rdt)
     dv = grid.cell_volume
     ekin = 0.5 * jnp.sum(k2 * density(psi_k)) * dv / grid.size
     rho = density(psi)

@@ -15,8 +15,8 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact, Int, Real
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
-from ivhl_jax.physics.condensate.observables import _check_field
-from ivhl_jax.physics.condensate.system import GPSystem, Grid, _check_system
+from ivhl_jax.physics.condensate.observables import check_field
+from ivhl_jax.physics.condensate.system import GPSystem, Grid, check_system
 
 __all__ = ["gaussian", "thomas_fermi_mu", "thomas_fermi_density", "bright_soliton", "dark_soliton_pair",
            "imprint_vortices"]
@@ -67,7 +67,7 @@ def thomas_fermi_mu(g: float, n: float, omega: float = 1.0, dim: int = 1) -> flo
 
 def thomas_fermi_density(system: GPSystem, mu: float) -> Float[Array, "*grid"]:
     """n_TF = max(μ − V, 0)/g (g > 0)."""
-    _check_system(system)
+    check_system(system)
     check_scalar(mu, "mu")
     if is_concrete(system.g) and not float(np.asarray(system.g)) > 0:
         raise ValueError(f"system.g must be > 0 for a Thomas-Fermi density, got {float(np.asarray(system.g))}")
@@ -140,7 +140,7 @@ def imprint_vortices(psi: Complex[Array, "*grid"], grid: Grid, centers: Real[Arr
 
     if grid.ndim < 2:
         raise ValueError("imprint_vortices needs a 2D or 3D grid")
-    psi = _check_field(psi, grid)
+    psi = check_field(psi, grid)
     check_scalar(core_size, "core_size", nonnegative=True)
     centers = check_array(centers, "centers", ndim=2, kind="numeric", finite=True)
     if centers.shape[1] not in (2, grid.ndim):

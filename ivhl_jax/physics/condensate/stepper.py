@@ -30,11 +30,10 @@ from ivhl_jax.physics.condensate.observables import norm, observe
 from ivhl_jax.physics.condensate.system import (
     GPSystem,
     Grid,
-    _check_psi,
-    _check_system,
-    _concrete_float,
-    _k2,
-    _leaf,
+    as_leaf,
+    check_psi,
+    check_system,
+    concrete_float,
     with_policy,
 )
 
@@ -46,7 +45,7 @@ __all__ = ["strang", "StrangParams", "evolve"]
 # ----------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=32)
 def _static_kinetic(grid: Grid, dt: float, imaginary: bool, dtype: str) -> np.ndarray:
-    return phase_factor_m1(0.5 * dt * _k2(grid), imaginary, np.dtype(dtype))
+    return phase_factor_m1(0.5 * dt * grid.k_squared(), imaginary, np.dtype(dtype))
 
 
 def _rotating_axes(grid: Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -111,7 +110,7 @@ def _make_plan(system: GPSystem, dt: Any, imaginary: bool) -> _KineticPlan:
     the working precision (e.g. ``vmap``/``grad`` over dt)."""
     grid = system.grid
     cdt, rdt = system.complex_dtype, system.real_dtype
-    dtc = _concrete_float(dt)
+    dtc = concrete_float(dt)
     dt_leaf = jnp.asarray(dt, rdt)
     cname = np.dtype(cdt).name
     host = system.fft == "ducc"
@@ -123,9 +122,9 @@ def _make_plan(system: GPSystem, dt: Any, imaginary: bool) -> _KineticPlan:
                     functools.partial(_static_kinetic, grid, dtc, imaginary, cname),
                     ("gp-kinetic", grid, dtc, imaginary, cname)), **meta)
             return _KineticPlan(dt_leaf, kin=jnp.asarray(_static_kinetic(grid, dtc, imaginary, cname)), **meta)
-        return _KineticPlan(dt_leaf, kin=phase_factor_m1(0.5 * dt_leaf * jnp.asarray(_k2(grid), rdt), imaginary, cdt),
-                            **meta)
-    omc = _concrete_float(system.omega_rot)
+        k2 = jnp.asarray(grid.k_squared(), rdt)
+        return _KineticPlan(dt_leaf, kin=phase_factor_m1(0.5 * dt_leaf * k2, imaginary, cdt), **meta)
+    omc = concrete_float(system.omega_rot)
     meta["omega"] = omc
     if dtc is not None and omc is not None:
         if host:
@@ -179,7 +178,7 @@ class StrangParams(struct.PyTreeNode):
         if system.rotating != plan.rotating:
             raise ValueError("params.system's rotation (Ω = 0 or not) differs from the stepper's kinetic factors; "
                              "build a new stepper: condensate.strang(system, dt)")
-        om = _concrete_float(system.omega_rot) if system.rotating else None
+        om = concrete_float(system.omega_rot) if system.rotating else None
         cast = np.dtype(system.real_dtype).type  # Ω is stored in the working precision
         if om is not None and plan.omega is not None and cast(om) != cast(plan.omega):
             raise ValueError(f"params.system.omega_rot = {om} but the kinetic factors were built for Ω = {plan.omega}; "
@@ -223,7 +222,7 @@ def _fft_multiply(psi: jax.Array, factor_m1: Any, axes: tuple[int, ...], fft: st
     return spectral_multiply(psi, factor_m1, axes, fft)
 
 
-def _kinetic(psi: jax.Array, plan: _KineticPlan, ndim: int, fft: str, layout: Any = None) -> jax.Array:
+def kinetic_propagate(psi: jax.Array, plan: _KineticPlan, ndim: int, fft: str, layout: Any = None) -> jax.Array:
     axes = tuple(range(psi.ndim - ndim, psi.ndim))
     if not plan.rotating:
         return _fft_multiply(psi, plan.kin, axes, fft, layout)
@@ -246,7 +245,7 @@ def _sumsq(psi: jax.Array) -> jax.Array:
     return jnp.sum(psi.real * psi.real + psi.imag * psi.imag)
 
 
-def _local_energy(system: GPSystem):
+def local_energy(system: GPSystem):
     rdt = system.real_dtype
     pot = jnp.asarray(system.potential, rdt)
     g = jnp.asarray(system.g, rdt)
@@ -286,14 +285,14 @@ def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Arr
     imaginary = params.imaginary
     # Real time projects after every single step unless the raw scheme was asked for (project_norm=False).
     project = imaginary or params.project_norm is not False
-    local = _local_energy(system)
+    local = local_energy(system)
     s0 = _sumsq(psi)
     # A fixed target makes the projection self-correcting: a float32 correction too small to change
     # some elements is not lost but retried next step.
     n0 = s0 if params.target is None else jnp.asarray(params.target, rdt)
 
     def kinetic(p):
-        p = _kinetic(p, plan, system.grid.ndim, system.fft, system.layout)
+        p = kinetic_propagate(p, plan, system.grid.ndim, system.fft, system.layout)
         # Imaginary time: renormalise before the second nonlinear half-step too, so that g|ψ|² is evaluated
         # at the right norm (the fixed point's virial residual is then 1e-5 instead of 3e-2, 1D, gN = 1000).
         return _project(p, n0, rdt) if imaginary else p
@@ -319,10 +318,10 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
     psi = check_array(psi, "psi", shape=system.grid.shape, kind="complex")
     if params.imaginary or params.project_norm is True:
         return jax.lax.fori_loop(0, n, lambda _, p: _one_step(p, params), psi)
-    local = _local_energy(system)
+    local = local_energy(system)
 
     def kinetic(p):
-        return _kinetic(p, plan, system.grid.ndim, system.fft, system.layout)
+        return kinetic_propagate(p, plan, system.grid.ndim, system.fft, system.layout)
 
     s0 = _sumsq(psi)
     out = jax.lax.cond(_needs_full_range(system, plan.dt, s0),
@@ -356,12 +355,12 @@ def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
     """Validate ψ (shape, finite values) and cast it to the system's complex dtype; for concrete values also
     check that dt resolves the local phase (real time) or decay (imaginary time) over the cloud."""
     system = params.system
-    psi = _check_psi(psi, system)
-    dtc = _concrete_float(params.dt)
+    psi = check_psi(psi, system)
+    dtc = concrete_float(params.dt)
     # (a V spread over several processes has no host copy here; the builder's dt bound still applies)
     if (dtc is not None and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g)
             and distributed_fft.host_readable(system.potential)):
-        _check_local_dt(dtc, system, np.asarray(psi), params.imaginary)
+        check_local_dt(dtc, system, np.asarray(psi), params.imaginary)
     return psi if system.layout is None else system.layout.place(psi, "psi")
 
 
@@ -371,12 +370,12 @@ def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
 def _kinetic_dt_bound(grid: Grid) -> float:
     """π / (k_max²/2): split-step Fourier on a non-vanishing background is unstable when the kinetic phase of
     the highest mode reaches π (Weideman & Herbst, SIAM J. Numer. Anal. 23, 485 (1986))."""
-    return float(np.pi / (0.5 * np.max(_k2(grid))))
+    return float(np.pi / (0.5 * np.max(grid.k_squared())))
 
 
 def _check_dt(dt: Any, system: GPSystem, imaginary: bool) -> None:
     check_scalar(dt, "dt", positive=True)
-    dtc = _concrete_float(dt)
+    dtc = concrete_float(dt)
     if dtc is not None and not imaginary:
         bound = _kinetic_dt_bound(system.grid)
         if dtc > bound:
@@ -385,7 +384,7 @@ def _check_dt(dt: Any, system: GPSystem, imaginary: bool) -> None:
                              "or a coarser grid")
 
 
-def _check_local_dt(dtc: float, system: GPSystem, psi: np.ndarray, imaginary: bool) -> None:
+def check_local_dt(dtc: float, system: GPSystem, psi: np.ndarray, imaginary: bool) -> None:
     """The local factor must be resolved where there are particles (empty corners of the box may have any V).
 
     Real time: the phase dt·max|V + g|ψ|²| over the cloud must stay below 2π. Imaginary time: the decay
@@ -440,7 +439,7 @@ def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: 
       ``stepper.step(psi)`` is one pure step (jit/vmap/grad-safe); record with
       ``trajectory(stepper, psi, steps, observe=condensate.observe)``.
     """
-    system = with_policy(_check_system(system), policy)
+    system = with_policy(check_system(system), policy)
     if not isinstance(imaginary, (bool, np.bool_)):
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     if project_norm is not None and not isinstance(project_norm, (bool, np.bool_)):
@@ -455,7 +454,7 @@ def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: 
         target = jnp.asarray(norm, rdt) / jnp.asarray(system.grid.cell_volume, rdt)
     plan = _place_plan(_make_plan(system, dt, bool(imaginary)), system.layout, system.grid.shape)
     # g and Ω as typed arrays: a Python float and an array of the same value compile the same program.
-    system = system.replace(g=_leaf(system.g, rdt), omega_rot=_leaf(system.omega_rot, rdt))
+    system = system.replace(g=as_leaf(system.g, rdt), omega_rot=as_leaf(system.omega_rot, rdt))
     params = StrangParams(system, plan, target, imaginary=bool(imaginary), project_norm=project_norm)
     name = "gp-strang-imaginary" if imaginary else {True: "gp-strang-projected", None: "gp-strang",
                                                     False: "gp-strang-raw"}[project_norm]
@@ -472,7 +471,7 @@ def evolve(psi: Inexact[ArrayLike, "*grid"], system: GPSystem, dt: Real[ArrayLik
     projection, unless ``project_norm=False``, pins the initial norm for the whole run). For other observables call
     :func:`ivhl_jax.numerics.rollout.trajectory` directly.
     """
-    pinned = (norm(jnp.asarray(psi), _check_system(system).grid) if project_norm is not False and not imaginary
+    pinned = (norm(jnp.asarray(psi), check_system(system).grid) if project_norm is not False and not imaginary
               else None)
     stepper = strang(system, dt, imaginary=imaginary, project_norm=project_norm, policy=policy, norm=pinned)
     return trajectory(stepper, stepper.init(psi), steps, save_every=save_every, observe=observe, remat=remat)

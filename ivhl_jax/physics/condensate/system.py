@@ -231,7 +231,7 @@ class GPSystem(struct.PyTreeNode):
         return self.omega_rot is not None
 
 
-def _concrete_float(x: Any) -> float | None:
+def concrete_float(x: Any) -> float | None:
     """``x`` as a Python float when it is a concrete scalar, else None (traced or not a scalar)."""
     if is_concrete(x) and np.ndim(x) == 0:
         try:
@@ -241,11 +241,11 @@ def _concrete_float(x: Any) -> float | None:
     return None
 
 
-def _leaf(x: Any, dtype: Any) -> Any:
+def as_leaf(x: Any, dtype: Any) -> Any:
     return None if x is None else jnp.asarray(x, dtype)
 
 
-def _check_system(system: Any) -> GPSystem:
+def check_system(system: Any) -> GPSystem:
     if not isinstance(system, GPSystem):
         raise TypeError(f"system must be a GPSystem, got {type(system).__name__}")
     return system
@@ -266,17 +266,17 @@ def with_policy(system: GPSystem, policy: str | Policy | None) -> GPSystem:
         return system
     cdt = complex_state_dtype(policy, routine="the Gross-Pitaevskii split-step solver")
     rdt = jnp.finfo(cdt).dtype
-    return system.replace(potential=jnp.asarray(system.potential, rdt), g=_leaf(system.g, rdt),
-                          omega_rot=_leaf(system.omega_rot, rdt))
+    return system.replace(potential=jnp.asarray(system.potential, rdt), g=as_leaf(system.g, rdt),
+                          omega_rot=as_leaf(system.omega_rot, rdt))
 
 
-def _output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
+def cast_output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
     """ψ cast to complex(output_dtype) of the policy (unchanged without one)."""
     pol = physics_policy(policy)
     return psi if pol is None else psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
 
 
-def _check_psi(psi: Any, system: GPSystem, name: str = "psi") -> jax.Array:
+def check_psi(psi: Any, system: GPSystem, name: str = "psi") -> jax.Array:
     # (a field spread over several processes has no host copy: it was checked before it was placed)
     psi = check_array(psi, name, shape=system.grid.shape, kind="inexact",
                       finite=host_readable(psi))

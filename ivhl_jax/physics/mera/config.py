@@ -203,7 +203,7 @@ def random_isometry(key: jax.Array, rows: int, cols: int, dtype: Any = None) -> 
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
-def _polar(a: Any, xp: Any = jnp) -> Any:
+def polar_factor(a: Any, xp: Any = jnp) -> Any:
     """Polar factor U Vᵀ of a = U S Vᵀ, in the array namespace ``xp`` (jax.numpy, or NumPy on the host)."""
     uu, _, vt = xp.linalg.svd(a, full_matrices=False)
     return uu @ vt
@@ -306,7 +306,7 @@ def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any, parity: Pari
     (:func:`init_mera`)."""
     us, ws, vs = [], [], []
     shapes = config.layer_shapes(d)
-    polar = functools.partial(_polar, xp=xp)
+    polar = functools.partial(polar_factor, xp=xp)
     if parity is not None:
         basis, charges = _charges(parity, shapes)
         to_chain = xp.asarray(basis, dtype=rows.dtype)

@@ -47,7 +47,7 @@ import numpy as np
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
 from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
-from ivhl_jax.physics.mera.scaling import CFT_OPERATORS, _two_site_map, scaling_superoperator
+from ivhl_jax.physics.mera.scaling import CFT_OPERATORS, scaling_superoperator, two_site_map
 from ivhl_jax.physics.mera.superoperators import ascend
 
 #: OPE coefficients of the primaries, |C| in the CFT's own normalisation, and m (see the module docstring).
@@ -170,7 +170,7 @@ def two_site_channels(mera: MERA, num: int = 16) -> TwoSiteChannels:
 
     @jax.jit
     def fwd(x: jax.Array) -> jax.Array:
-        return _two_site_map(x.reshape(shape), u, w, v).reshape(-1)
+        return two_site_map(x.reshape(shape), u, w, v).reshape(-1)
 
     bwd = jax.jit(jax.linear_transpose(fwd, jax.ShapeDtypeStruct((n,), jnp.float64)))
     k = min(int(num), n - 2)

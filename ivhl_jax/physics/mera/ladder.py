@@ -17,10 +17,10 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.numerics.rollout import Stepper, chunked, trajectory
-from ivhl_jax.physics.mera.config import MERA, MERAConfig, _polar, check_mera, layer_shapes
+from ivhl_jax.physics.mera.config import MERA, MERAConfig, check_mera, layer_shapes, polar_factor
 from ivhl_jax.physics.mera.models import Model, ising
 from ivhl_jax.physics.mera.scaling import scaling_dimensions
-from ivhl_jax.physics.mera.superoperators import _mirror_wv, _reflect_u
+from ivhl_jax.physics.mera.superoperators import mirror_wv, reflect_u
 from ivhl_jax.physics.mera.sweep import MERAState, evenbly_vidal, observe
 
 _LOG = logging.getLogger("ivhl_jax.physics.mera")
@@ -102,12 +102,12 @@ def _grow_tensors(mera: MERA, key: jax.Array, shapes: tuple[tuple[int, int, int]
         mat = mat.at[:, old_cols].set(done[:, : len(old_cols)]).at[:, new_cols].set(done[:, len(old_cols):])
         up = mat.reshape(chi_in, chi_in, m, m)
         if refsym:
-            up = _polar((0.5 * (up + _reflect_u(up))).reshape(chi_in * chi_in, m * m)).reshape(up.shape)
+            up = polar_factor((0.5 * (up + reflect_u(up))).reshape(chi_in * chi_in, m * m)).reshape(up.shape)
         wp = jnp.zeros((chi_in, m, w.shape[2]), dtype).at[: w.shape[0], : w.shape[1]].set(w).reshape(-1, w.shape[2])
         vp = jnp.zeros((m, chi_in, v.shape[2]), dtype).at[: v.shape[0], : v.shape[1]].set(v).reshape(-1, v.shape[2])
         ws.append(_complete_isometry(keys[3 * z + 1], wp, chi_out).reshape(chi_in, m, chi_out))
         if refsym:
-            vs.append(_mirror_wv(ws[-1]))
+            vs.append(mirror_wv(ws[-1]))
         else:
             vs.append(_complete_isometry(keys[3 * z + 2], vp, chi_out).reshape(m, chi_in, chi_out))
         us.append(up)

@@ -27,7 +27,8 @@ E0_CRITICAL_POTTS = -(4.0 / 3.0 + 2.0 * math.sqrt(3.0) / math.pi)
 class Model(struct.PyTreeNode):
     """A chain H = Σ_i h(i, i+1): the two-site term ``term[a', b', a, b] = <a' b'| h |a b>`` (d, d, d, d), real
     and Hermitian (traced), with a name and, where known, the exact ground-state energy per site ``e0`` and the
-    central charge, the velocity of its excitations and scaling dimensions of its critical point (static).
+    central charge and the velocity of its excitations at its critical point (``cft``, static; the CFT's scaling
+    dimensions are :data:`~ivhl_jax.physics.mera.scaling.CFT_OPERATORS`).
 
     ``parity``: a Z₂ symmetry of the chain, a real symmetric involution P (P² = 1, (d, d) as nested tuples) on one
     spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.mera.evenbly_vidal` is made
@@ -122,13 +123,14 @@ def _tfi_e0(g: float) -> float:
     return tfi_energy_density(g)
 
 
-# CFT data of the critical points: (name, scaling dimension) of the primaries with the conformal spin of each
-# descendant tower generated in :mod:`ivhl_jax.physics.mera.scaling`, and the central charge.
-# "velocity": of the chain's excitations at that point, the unit of its finite-size spectrum (exact: free fermions
-# for Ising, ε_k = 4|sin(k/2)|, and XX, ε_k = −cos k; for the Potts chain at f = 1, 3√3/2).
-ISING_CFT = (("c", 0.5), ("velocity", 2.0), ("sigma", 0.125), ("epsilon", 1.0))
-POTTS_CFT = (("c", 0.8), ("velocity", 1.5 * math.sqrt(3.0)), ("sigma", 2.0 / 15.0), ("epsilon", 0.8))
-XX_CFT = (("c", 1.0), ("velocity", 1.0), ("V(1/2)", 0.25), ("J", 1.0))
+# The chain's data at its critical point: the central charge and "velocity", of the chain's excitations, the unit
+# of its finite-size spectrum (exact: free fermions for Ising, ε_k = 4|sin(k/2)|, and XX, ε_k = −cos k; for the
+# Potts chain at f = 1, 3√3/2). The CFT's scaling dimensions have one table,
+# :data:`ivhl_jax.physics.mera.scaling.CFT_OPERATORS`, and its OPE coefficients one,
+# :data:`ivhl_jax.physics.mera.conformal.CFT_OPE`.
+ISING_CFT = (("c", 0.5), ("velocity", 2.0))
+POTTS_CFT = (("c", 0.8), ("velocity", 1.5 * math.sqrt(3.0)))
+XX_CFT = (("c", 1.0), ("velocity", 1.0))
 
 
 def ising(g: float = 1.0) -> Model:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
-from ivhl_jax.physics.mera.superoperators import _T2
+from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
 from ivhl_jax.physics.tn import contract
 
 
@@ -71,9 +71,9 @@ def _no_negative_zero(x: np.ndarray) -> np.ndarray:
 
 
 @jax.jit
-def _two_site_map(o: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array) -> jax.Array:
+def two_site_map(o: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array) -> jax.Array:
     """𝒮₂(o): the diagram t2 of :mod:`~ivhl_jax.physics.mera.superoperators` with ``o`` on the fine BA bond under u."""
-    return contract(_T2, w.conj(), u.conj(), v.conj(), o, w, u, v)
+    return contract(ASCEND_DIAGRAMS[1], w.conj(), u.conj(), v.conj(), o, w, u, v)
 
 
 def two_site_scaling_superoperator(mera: MERA) -> Callable[[np.ndarray], np.ndarray]:
@@ -91,7 +91,7 @@ def two_site_scaling_superoperator(mera: MERA) -> Callable[[np.ndarray], np.ndar
 
     def matvec(x: np.ndarray) -> np.ndarray:
         o = jnp.asarray(np.asarray(x).real.reshape((chi,) * 4), jnp.float64)
-        return np.asarray(_two_site_map(o, u, w, v)).reshape(-1)
+        return np.asarray(two_site_map(o, u, w, v)).reshape(-1)
 
     return matvec
 

@@ -45,7 +45,7 @@ from ivhl_jax.physics.mera.config import Layer
 from ivhl_jax.physics.tn import contract
 
 
-def _as_matrix(o: jax.Array) -> jax.Array:
+def as_matrix(o: jax.Array) -> jax.Array:
     d = o.shape[0] * o.shape[1]
     return o.reshape(d, d)
 
@@ -55,12 +55,12 @@ def _reflect(o: jax.Array) -> jax.Array:
     return jnp.transpose(o, (1, 0, 3, 2))
 
 
-def _reflect_u(u: jax.Array) -> jax.Array:
+def reflect_u(u: jax.Array) -> jax.Array:
     """Reflection of a disentangler u[f1, f2, m1, m2] → u[f2, f1, m2, m1] (the same map as :func:`_reflect`)."""
     return jnp.transpose(u, (1, 0, 3, 2))
 
 
-def _mirror_wv(x: jax.Array) -> jax.Array:
+def mirror_wv(x: jax.Array) -> jax.Array:
     """w[f0, m1, B'] ↔ v[m2, f3, A']: the reflection maps a w to a v (and back) by swapping its fine legs."""
     return jnp.transpose(x, (1, 0, 2))
 
@@ -77,7 +77,7 @@ _T4 = "jer,fis,efda,jdp,aiq->rspq"
 ASCEND_DIAGRAMS = (_T1, _T2, _T3, _T4)
 
 
-def _ascend_raw(h_ab: jax.Array, h_ba: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array,
+def ascend_raw(h_ab: jax.Array, h_ba: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array,
                 refsym: bool = False, mirror: bool = True) -> tuple[jax.Array, jax.Array]:
     """𝒜 = (t4, t1 + t2 + t3) (coarse AB, coarse BA); see the diagrams ``_T1``..``_T4``.
 
@@ -103,12 +103,12 @@ def ascend(h: tuple[jax.Array, jax.Array], layer: Layer, refsym: bool = False) -
     w[f, m, A], R h = h with R: o[a', b', a, b] → o[b', a', b, a]) and contracts one mirror diagram instead of
     two (t3 = R t1); the result equals the full 𝒜 to rounding when the assertion holds.
     """
-    _check_ops(h, "h", layer)
+    check_ops(h, "h", layer)
     u, w, v = layer
-    return _ascend_raw(h[0], h[1], u, w, v, refsym=refsym)
+    return ascend_raw(h[0], h[1], u, w, v, refsym=refsym)
 
 
-def _check_ops(ops: Any, name: str, layer: Any) -> None:
+def check_ops(ops: Any, name: str, layer: Any) -> None:
     """Eager shape check of a pair of two-site tensors against a layer (shapes are static even under jit)."""
     if not (isinstance(layer, (tuple, list)) and len(layer) == 3):
         raise TypeError("layer must be the triple (u, w, v), e.g. mera.layer(z)")
@@ -145,7 +145,7 @@ def descend(rho: tuple[jax.Array, jax.Array], layer: Layer, refsym: bool = False
     h_like = jax.ShapeDtypeStruct((chi_in,) * 4, rho[0].dtype)
     if refsym:
         # the half map (t4, t1 + t2): its transpose gives 𝒟₁ in the AB slot, and 𝒟₃ = R 𝒟₁ is added by hand.
-        half = jax.linear_transpose(lambda ha, hb: _ascend_raw(ha, hb, u, w, v, mirror=False), h_like, h_like)
+        half = jax.linear_transpose(lambda ha, hb: ascend_raw(ha, hb, u, w, v, mirror=False), h_like, h_like)
         g_ab, g_ba = half((_swap(rho[0]), _swap(rho[1])))
         g_ab = g_ab + _reflect(g_ab)
     else:
@@ -195,7 +195,7 @@ def pair(rho: jax.Array, op: jax.Array) -> jax.Array:
 
 def _symmetrise(rho: jax.Array) -> jax.Array:
     rho = 0.5 * (rho + _swap(rho).conj())
-    return rho / jnp.trace(_as_matrix(rho))
+    return rho / jnp.trace(as_matrix(rho))
 
 
 def fixed_point_density(layer: Layer, rho: tuple[jax.Array, jax.Array] | None = None,

@@ -44,15 +44,15 @@ from ivhl_jax.physics.mera.config import (
 )
 from ivhl_jax.physics.mera.models import Model, blocked_parity, blocked_terms, check_model
 from ivhl_jax.physics.mera.superoperators import (
-    _as_matrix,
-    _ascend_raw,
-    _check_ops,
-    _mirror_wv,
-    _reflect_u,
+    as_matrix,
     ascend,
+    ascend_raw,
+    check_ops,
     descend,
     fixed_point_density,
+    mirror_wv,
     pair,
+    reflect_u,
 )
 from ivhl_jax.physics.tn import contract
 
@@ -103,7 +103,7 @@ def _env_u(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, j
         if refsym:
             x = (contract(_ENV_U[1], wb, vb, h_ab, w, u, v, rho[1])
                  + 0.5 * contract(_ENV_U[2], wb, vb, h_ba, w, u, v, rho[1]))
-            env = env + x + _reflect_u(x)
+            env = env + x + reflect_u(x)
         else:
             env = env + sum((contract(_ENV_U[k], wb, vb, (h_ab, h_ba, h_ab)[k - 1], w, u, v, rho[1])
                              for k in (1, 2, 3)), jnp.zeros_like(u))
@@ -138,7 +138,7 @@ def _env_w_refsym(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.A
     env = jnp.zeros_like(w)
     for h_ab, h_ba in _h_terms(h):
         env = (env + contract(_ENV_W[1], ub, vb, h_ab, w, u, v, rho[1])
-               + _mirror_wv(contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1]))
+               + mirror_wv(contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1]))
                + contract(_ENV_W[2], ub, vb, h_ba, w, u, v, rho[1])
                + contract(_ENV_W[4], vb, h_ba, v, w, rho[0]))
     return env
@@ -149,7 +149,7 @@ def _layer_energy(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.A
     u, w, v = layer
     total = jnp.zeros((), rho[0].dtype)
     for h_ab, h_ba in _h_terms(h):
-        a, b = _ascend_raw(h_ab, h_ba, u, w, v)
+        a, b = ascend_raw(h_ab, h_ba, u, w, v)
         total = total + pair(rho[0], a) + pair(rho[1], b)
     return total
 
@@ -162,19 +162,19 @@ def _update_layer(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.A
     u = jnp.where(do_u, _svd_update(_env_u((u, w, v), h, rho, refsym), 2), u)
     if refsym:
         w = _svd_update(_env_w_refsym((u, w, v), h, rho), 1)
-        return u, w, _mirror_wv(w)
+        return u, w, mirror_wv(w)
     w = _svd_update(_env_wv((u, w, v), h, rho, "w"), 1)
     v = _svd_update(_env_wv((u, w, v), h, rho, "v"), 1)
     return u, w, v
 
 
 def _bias(h: jax.Array) -> jax.Array:
-    return jnp.max(jnp.linalg.eigvalsh(_as_matrix(h)))
+    return jnp.max(jnp.linalg.eigvalsh(as_matrix(h)))
 
 
 def energy_per_site(mera: MERA, h: tuple[jax.Array, jax.Array]) -> jax.Array:
     """Energy per physical site (each blocked site holds 2 spins): (⟨ρ_AB,h_AB⟩ + ⟨ρ_BA,h_BA⟩)/4 at the bottom."""
-    _check_ops(h, "h", check_mera(mera).layer(0))  # the arguments first, then the precision rule
+    check_ops(h, "h", check_mera(mera).layer(0))  # the arguments first, then the precision rule
     require_x64("mera.energy_per_site")
     rho = (mera.rho_ab, mera.rho_ba)
     for z in reversed(range(mera.num_layers - 1)):
@@ -188,7 +188,7 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
 
     ``h`` is the unshifted bottom Hamiltonian (h_AB, h_BA); it is shifted internally to be negative definite.
     """
-    _check_ops(h, "h", check_mera(mera).layer(0))
+    check_ops(h, "h", check_mera(mera).layer(0))
     check_scalar(power_iters, "power_iters", integer=True, minimum=1)
     check_scalar(u_delay, "u_delay", integer=True, nonnegative=True)
     check_scalar(si_scales, "si_scales", integer=True, minimum=1)
@@ -197,7 +197,7 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
     if refsym:
         # v = mirror(w) exactly (a grown or hand-made MERA may not have it yet); u is made symmetric by its first
         # update (its environment is symmetrised), so a non-symmetric u costs at most one approximate sweep.
-        mera = mera.replace(v=tuple(_mirror_wv(w) for w in mera.w))
+        mera = mera.replace(v=tuple(mirror_wv(w) for w in mera.w))
         si = mera.layer(n - 1)
     rho_top = fixed_point_density(si, (mera.rho_ab, mera.rho_ba), power_iters, refsym)
     if refsym:
