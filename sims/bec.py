@@ -37,7 +37,7 @@ from ivhl_jax.numerics.distributed_fft import mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics import gft as G
-from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
@@ -50,49 +50,55 @@ from ivhl_jax.train.checkpoint import Checkpointer
 class BECConfig:
     """Run configuration (TOML/JSON keys; ``--set key=value``)."""
 
-    model: Literal["gp", "gft"] = "gp"  # "gp" (Gross–Pitaevskii) or "gft" (GFT condensate)
+    model: Literal["gp", "gft"] = option("gp", '"gp" (Gross–Pitaevskii) or "gft" (GFT condensate)')
     # --- GP ---
-    dims: int = 2  # spatial dimensions of the GP run: 1, 2 or 3
-    grid: int = 128                  # points per axis
-    length: float = 20.0             # box side (trap units)
-    trap: tuple[float, ...] = (1.0,)  # trap frequencies ω (one, or one per axis)
-    g: float = 200.0  # contact interaction strength g (trap units)
-    omega_rot: float = 0.0           # rotation about z (2D/3D); the ground state is found in this frame
-    imprints: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)  # (x, y, charge)
-    ground_dt: float = 5e-3  # imaginary-time step of the ground-state search
-    ground_steps: int = 3000  # maximum imaginary-time steps (raise it if the ground state does not converge)
-    ground_tol: float = 1e-7  # relative energy change per check at which the ground state counts as converged
-    noise: float = 0.0               # complex noise on the ground-state guess (nucleates lattices)
+    dims: int = option(2, "spatial dimensions of the GP run: 1, 2 or 3")
+    grid: int = option(128, "points per axis")
+    length: float = option(20.0, "box side (trap units)")
+    trap: tuple[float, ...] = option((1.0,), "trap frequencies ω (one, or one per axis)")
+    g: float = option(200.0, "contact interaction strength g (trap units)")
+    omega_rot: float = option(0.0, "rotation about z (2D/3D); the ground state is found in this frame")
+    imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
+    ground_dt: float = option(5e-3, "imaginary-time step of the ground-state search")
+    ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
+    ground_tol: float = option(1e-7, "relative energy change per check at which the ground state counts as converged")
+    noise: float = option(0.0, "complex noise on the ground-state guess (nucleates lattices)")
     # --- GFT ---
-    gft_rank: int = 3  # rank r of the GFT lattice (1..4)
-    gft_n: int = 16  # points per GFT lattice axis
-    mass_sq: float = -0.5  # GFT mass term m² (< 0: symmetry breaking)
-    lam: float = 0.1  # GFT quartic coupling λ
-    gft_init: float = 0.05           # initial noise amplitude
-    gft_imaginary: bool = False      # gradient flow instead of real time
+    gft_rank: int = option(3, "rank r of the GFT lattice (1..4)")
+    gft_n: int = option(16, "points per GFT lattice axis")
+    mass_sq: float = option(-0.5, "GFT mass term m² (< 0: symmetry breaking)")
+    lam: float = option(0.1, "GFT quartic coupling λ")
+    gft_init: float = option(0.05, "initial noise amplitude")
+    gft_imaginary: bool = option(False, "gradient flow instead of real time")
     # --- time loop ---
-    dt: float = 2e-3  # time step of the evolution (trap units 1/ω)
-    steps: int = 2000  # evolution steps (raise it to extend a finished run)
-    steps_per_chunk: int = 200  # steps per compiled chunk (progress granularity)
-    save_every: int = 50  # steps between recorded observables
-    checkpoint_every: int = 1000  # steps between checkpoints (a multiple of steps_per_chunk)
-    # Rescale ψ to the chunk's starting norm every step: removes the float32 FFT round-off loss of the
-    # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.physics.condensate.strang.
-    project_norm: bool = False
-    # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
-    # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.
-    fft: Literal["xla", "ducc"] = "xla"
-    # Device mesh of the field: "1" (one device), "8" (a slab: the first grid axis over 8 devices) or "4x2" (a
-    # pencil: the first two axes over 4 × 2); the product is the number of devices of all processes (also under
-    # `ivhl launch`), see ivhl_jax.numerics.distributed_fft.
-    mesh: int | str = 1
-    seed: int = 0  # PRNG seed (ground-state noise, GFT initial field)
-    # Steps between field snapshots written to <out>/run.zarr (0: none; a multiple of steps_per_chunk); each
-    # process writes the shards it holds. GP runs only.
-    snapshot_every: int = 0
-    snapshot_fields: Literal["psi", "density_phase"] = "psi"  # "psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)
-    snapshot_precision: Literal["float32", "float16", "float64"] = "float32"  # real precision of the snapshots
-    precision: Literal["float32", "float64"] = "float32"  # "float32" (complex64 state) or "float64" (complex128)
+    dt: float = option(2e-3, "time step of the evolution (trap units 1/ω)")
+    steps: int = option(2000, "evolution steps (raise it to extend a finished run)")
+    steps_per_chunk: int = option(200, "steps per compiled chunk (progress granularity)")
+    save_every: int = option(50, "steps between recorded observables")
+    checkpoint_every: int = option(1000, "steps between checkpoints (a multiple of steps_per_chunk)")
+    project_norm: bool = option(
+        False,
+        "Rescale ψ to the chunk's starting norm every step: removes the float32 FFT round-off loss of the raw scheme "
+        "(~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.physics.condensate.strang.")
+    fft: Literal["xla", "ducc"] = option(
+        "xla",
+        'Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on; needs pip '
+        "install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.")
+    mesh: int | str = option(
+        1,
+        'Device mesh of the field: "1" (one device), "8" (a slab: the first grid axis over 8 devices) or "4x2" (a '
+        "pencil: the first two axes over 4 × 2); the product is the number of devices of all processes (also under "
+        "`ivhl launch`), see ivhl_jax.numerics.distributed_fft.")
+    seed: int = option(0, "PRNG seed (ground-state noise, GFT initial field)")
+    snapshot_every: int = option(
+        0,
+        "Steps between field snapshots written to <out>/run.zarr (0: none; a multiple of steps_per_chunk); each "
+        "process writes the shards it holds. GP runs only.")
+    snapshot_fields: Literal["psi", "density_phase"] = option(
+        "psi", '"psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)')
+    snapshot_precision: Literal["float32", "float16", "float64"] = option("float32", "real precision of the snapshots")
+    precision: Literal["float32", "float64"] = option(
+        "float32", '"float32" (complex64 state) or "float64" (complex128)')
 
     def validate(self) -> None:
         """Every value checked before any work (one ValueError naming the key and the fix)."""
@@ -435,21 +441,34 @@ def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
     return paths
 
 
-def _model_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", choices=("gp", "gft"), help="shorthand for --set model=...")
+class BECSimulation(Simulation):
+    """``ivhl sim bec``: a GP (``model="gp"``) or GFT (``model="gft"``) condensate."""
+
+    prog = "ivhl sim bec"
+    config_type = BECConfig
+    extendable = ("steps",)
+    streams = True
+
+    def run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
+        return _run(cfg, ctx)
+
+    def default_out(self, cfg: BECConfig, args: argparse.Namespace) -> str:
+        return "runs/bec" if cfg.model == "gp" else "runs/gft"
+
+    def checkpoint_every(self, cfg: BECConfig) -> int:
+        return cfg.checkpoint_every
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--model", choices=("gp", "gft"), help="shorthand for --set model=...")
+
+    def overrides(self, args: argparse.Namespace) -> list[str]:
+        return [f"model={args.model}"] if args.model else []
 
 
-SIMULATION = Simulation(
-    prog="ivhl sim bec", config_type=BECConfig, run=_run, description=__doc__.split("\n\n")[0],
-    default_out=lambda cfg, a: "runs/bec" if cfg.model == "gp" else "runs/gft", extendable=("steps",),
-    checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_model_flag,
-    overrides=lambda a: [f"model={a.model}"] if a.model else [], streams=True)
+SIMULATION = BECSimulation()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ivhl_jax.run.launch import initialize
-
-    initialize()  # alone: nothing; under `ivhl launch` (or SLURM/MPI) join the other processes before any JAX work
     return run_main(SIMULATION, argv)
 
 
