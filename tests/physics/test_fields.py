@@ -183,7 +183,7 @@ def test_memory_rule_gives_one_fused_reduction_with_the_accelerator_row():
 
     n, m = 1 << 16, 256
     pts, src = jax.ShapeDtypeStruct((n, 3), jnp.float32), jax.ShapeDtypeStruct((m, 3), jnp.float32)
-    with backend.override(fields_chunking="memory"):
+    with backend.override(fields_chunking="memory", fields_method=backend.TABLE["gpu"].fields_method):
         assert F._default_chunk(m) >= n  # 8 GiB fallback x 0.25 / (32 B x 256) = 262144 points
         c = jax.jit(lambda p, s: F.superpose(p, s, wavenumbers=3.0)).lower(pts, src).compile()
         hlo = c.as_text()

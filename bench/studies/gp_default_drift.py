@@ -1,6 +1,6 @@
 """Norm and energy drift of the default ``ivhl sim bec`` GP run over a long real-time evolution, float32.
 
-``python -m bench.gp_default_drift --steps 400000 --out bench/results/gp_default_norm_drift.json``: the sim's
+``python -m bench.studies.gp_default_drift --steps 400000 --out bench/results/gp_default_norm_drift.json``: the sim's
 default configuration (``BECConfig()``: 2D 128², L = 20, g = 200, dt = 2e-3, observed every 50 steps), its
 ground state, then ``steps`` real-time steps twice: with the raw scheme (``project_norm=False``, the former
 default) and with the default (norm restored per block of 50 steps, pinned to 1 as the sim passes it).
@@ -9,13 +9,8 @@ default) and with the default (norm restored per block of 50 steps, pinned to 1 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import subprocess
 import time
 
-import jax
 import numpy as np
 
 from ivhl_jax import condensate as C
@@ -43,15 +38,12 @@ def main() -> None:
                      "energy_start": e0, "energy_end": float(e[-1]),
                      "max_rel_energy_dev": float(np.abs(e / e0 - 1).max()), "wall_s": time.perf_counter() - t}
         print(name, res[name], flush=True)
-    doc = {"command": f"python -m bench.gp_default_drift --steps {a.steps}",
-           "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-           "machine": platform.node(), "cpus": os.cpu_count(), "jax": jax.__version__, "numpy": np.__version__,
-           "steps": a.steps, "config": "BECConfig() defaults: dims=2, grid=128, length=20, g=200, dt=2e-3, float32",
+    from ivhl_jax.bench.harness import write_results
+
+    doc = {"steps": a.steps, "config": "BECConfig() defaults: dims=2, grid=128, length=20, g=200, dt=2e-3, float32",
            "results": res}
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(doc, f, indent=1)
-
+        write_results(a.out, doc)
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,7 @@
 """Before/after timings of the range-checked sincos and the GP default step, interleaved in one process.
 
-``python -m bench.defaults_fields_gp --against <rev> --rounds 21 --out bench/results/fields_gp_defaults_cpu.json``
+    python -m bench.studies.defaults_fields_gp --against REV --rounds 21 --out bench/results/fields_gp_defaults_cpu.json
+
 loads ``ivhl_jax/numerics/fastmath.py`` and ``ivhl_jax/numerics/splitstep.py`` of ``<rev>`` (``git show``) next to
 the current ones and times, in interleaved rounds (``bench.harness.interleaved_rounds``):
 
@@ -15,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
-import platform
 import subprocess
-import sys
 import tempfile
 
 import jax
@@ -97,16 +95,13 @@ def main() -> None:
         res[key] = {"old_median_s": float(np.median(o)), "new_median_s": float(np.median(w)),
                     "ratio_new_over_old_per_round": _quartiles(w / o), **meta[key]}
         print(key, res[key], flush=True)
-    rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    doc = {"command": "python -m bench.defaults_fields_gp " + " ".join(sys.argv[1:]), "commit": rev,
-           "against": a.against, "machine": platform.node(), "processor": platform.processor(),
-           "cpus": os.cpu_count(), "jax": jax.__version__, "numpy": np.__version__, "rounds": a.rounds,
+    from ivhl_jax.bench.harness import write_results
+
+    doc = {"against": a.against, "rounds": a.rounds,
            "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
            "results": res}
     if a.out:
-        with open(a.out, "w") as f:
-            json.dump(doc, f, indent=1)
-
+        write_results(a.out, doc)
 
 if __name__ == "__main__":
     main()
