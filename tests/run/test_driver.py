@@ -101,7 +101,7 @@ def test_a_different_configuration_is_refused(tmp_path, capsys):
     assert "rate" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "mera", "train_vortex_gru", "train_adaptive",
+@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "gft", "mera", "train_vortex_gru", "train_adaptive",
                                     "train_lm"])
 def test_ported_simulations_document_every_key(module):
     import importlib
