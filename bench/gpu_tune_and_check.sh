@@ -9,7 +9,7 @@
 # from there. Budget on one H100: `ivhl tune --quick` <= 150 s, gpu_checks <= 190 s of sections.
 # Writes: $OUT/tune_gpu.json (every candidate, timings, roofline fractions, the limits measured now),
 # $OUT/cache/tuning/gpu-*.json (the tuning cache), $OUT/gpu_checks.json, $OUT/info.txt and a log per step.
-set -u
+set -u -o pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-${1:-$PWD/gpu_out}}"
 mkdir -p "$OUT"
@@ -33,11 +33,15 @@ fi
 cd "$RUN_DIR"
 status=0
 echo "== ivhl tune --quick (GPU sizes) =="
-timeout 150 "$PY" -m ivhl_jax.cli tune --quick --export "$OUT/tune_gpu.json" 2>&1 | tee "$OUT/tune.log" \
-  || status=1
+# TUNE_ARGS / CHECKS_ARGS narrow a rerun to what a first run did not reach (e.g. TUNE_ARGS="--quick --only cdt"
+# CHECKS_ARGS="--budget-s 200 --only fields --only gp"); *_TIMEOUT bound each step.
+# shellcheck disable=SC2086
+timeout "${TUNE_TIMEOUT:-150}" "$PY" -m ivhl_jax.cli tune ${TUNE_ARGS:---quick} --export "$OUT/tune_gpu.json" 2>&1 \
+  | tee "$OUT/tune.log" || status=1
 echo "== gpu_checks =="
-timeout 200 "$PY" -m ivhl_jax.bench.gpu_checks --out "$OUT" --budget-s 190 --skip tune 2>&1 | tee "$OUT/gpu_checks.log" \
-  || status=1
+# shellcheck disable=SC2086
+timeout "${CHECKS_TIMEOUT:-200}" "$PY" -m ivhl_jax.bench.gpu_checks --out "$OUT" ${CHECKS_ARGS:---budget-s 190 --skip tune} \
+  2>&1 | tee "$OUT/gpu_checks.log" || status=1
 "$PY" -m ivhl_jax.cli info >"$OUT/info.txt" 2>&1 || status=1
 echo "wrote $OUT (status $status)"
 exit $status

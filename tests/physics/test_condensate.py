@@ -8,6 +8,8 @@ exact bright-soliton and gray-soliton solutions of the 1D NLS; unitarity; Strang
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -797,3 +799,18 @@ def test_gpu_check_quick_runs_on_cpu():
     assert rec["shape"] == [16, 16, 16] and rec["every_step_ms_per_step"] > 0 and rec["fused_ms_per_step"] > 0
     assert rec["fused_max_abs_diff"] < 1e-5
     assert len(doc["summary"]) == 1 and doc["summary"][0].startswith("GP 16x16x16: observed every step ")
+
+
+def test_a_stepper_closed_over_by_jit_does_not_constant_fold_the_potential():
+    """A stepper captured by ``jax.jit`` makes V a constant of the program; the phase-range check's max|V| runs at
+    run time behind an optimisation barrier instead of being constant-folded by XLA (a 256³ fold took 50 s)."""
+    grid = C.Grid.uniform((32, 32, 32), 16.0)
+    system = C.GPSystem(grid, C.harmonic(grid), 5.0)
+    st = C.strang(system, 1e-3)
+    psi = jnp.ones(grid.shape, jnp.complex64) / 32**1.5
+    hlo = jax.jit(lambda p: trajectory(st, st.init(p), 2)[0]).lower(psi).compile().as_text()
+    # the compiled program still holds a max-reduction (max|V|); folded, none would be left
+    comps = {m.group(1): m.group(2) for m in re.finditer(r"\n%?([\w.\-]+) \([^\n]*\{\n(.*?)\n\}", hlo, re.S)}
+    maxima = {name for name, body in comps.items() if "maximum(" in body and body.count("\n") < 6}
+    reductions = re.findall(r"reduce\([^\n]*to_apply=%?([\w.\-]+)", hlo)
+    assert sum(r in maxima for r in reductions) >= 1
