@@ -44,6 +44,7 @@ from ivhl_jax.run import device as run_device
 from ivhl_jax.run import driver as run_driver
 from ivhl_jax.run import io as run_io
 from ivhl_jax.run import launch, profiling, runner
+from ivhl_jax.run import lock as run_lock
 from ivhl_jax.train import checkpoint, data, parallel, training
 
 NAN, INF = float("nan"), float("inf")
@@ -902,9 +903,11 @@ CASES += [
     Case("config.clip_short_run/cfg", run_config.clip_short_run, "cfg", st.sampled_from([3, _Cfg, None, {"a": 1}])),
     Case("config.prepare_run_dir/out", lambda b: run_config.prepare_run_dir(b, _Cfg(), resume=True), "out",
          st.sampled_from(["", None, 3])),
-    Case("config.lock_run_dir/out", run_config.lock_run_dir, "out", st.sampled_from(["", None, 3])),
+    Case("config.option/help", lambda b: run_config.option(1, b), "help", st.sampled_from(["", "  ", None, 3])),
+    Case("lock.lock_run_dir/out", run_lock.lock_run_dir, "out", st.sampled_from(["", None, 3])),
+    Case("lock.check_out_dir/out", run_lock.check_out_dir, "out", st.sampled_from(["", None, 3])),
     Case("driver.describe_config/cls", run_driver.describe_config, "cls", st.sampled_from([3, _Cfg(), None])),
-    Case("driver.field_comments/cls", run_driver.field_comments, "cls", st.sampled_from([3, _Cfg(), None])),
+    Case("driver.field_help/cls", run_driver.field_help, "cls", st.sampled_from([3, _Cfg(), None])),
     Case("driver.run_checkpointer/save_every",
          lambda b: run_driver.run_checkpointer("/tmp/ivhl-unused-rc", _Cfg(), save_every=b).__enter__(),
          "save_every", bad_size),
@@ -1029,8 +1032,8 @@ COVERED_MODULES: dict[str, Any] = {
     "rollout": rollout,
     "spectral": spectral, "attention": A, "gru": gru, "adaptive": AD, "parallel": parallel, "training": training,
     "data": data, "checkpoint": checkpoint, "precision": precision, "validation": V, "device": run_device,
-    "io": run_io, "profiling": profiling, "runner": runner, "config": run_config, "driver": run_driver,
-    "launch": launch}
+    "io": run_io, "profiling": profiling, "runner": runner, "config": run_config, "lock": run_lock,
+    "driver": run_driver, "launch": launch}
 _STATE_ONLY = "takes only a CDTState (chain.geometry, built and validated by the stepper's init); no array/scalar input"
 _RESULT = "a result/state container (NamedTuple/dataclass), built by the library"
 EXEMPT: dict[str, str] = {
@@ -1084,8 +1087,8 @@ EXEMPT: dict[str, str] = {
     "runner.Advance": "a typing alias (Callable protocol), not a function",
     "runner.chunks_started": "takes no arguments",
     "config.add_run_arguments": "argparse plumbing: adds the shared CLI options to a parser",
-    "config.release_run_dir": "releases a lock if this process holds one; any path is valid (no-op otherwise)",
-    "config.RunDirLockedError": "an exception type",
+    "lock.release_run_dir": "releases a lock if this process holds one; any path is valid (no-op otherwise)",
+    "lock.RunDirLockedError": "an exception type",
     **{f"driver.{n}": _RESULT for n in ("Simulation", "RunContext")},
     "driver.run_main": "the CLI entry point: config errors exit 2 with one line (tested in tests/run/test_driver.py)",
     "launch.main": "the CLI entry point: argparse errors exit 2 with usage (tested in test_launch.py)",
