@@ -143,3 +143,26 @@ def gpu_check(quick: bool = False) -> dict:
         summary.append(line)
     doc["summary"] = summary
     return doc
+
+
+def main(argv=None) -> int:
+    """``python -m ivhl_jax.bench.ops_condensate_modes --out FILE [--quick]``: :func:`gpu_check` on this device,
+    written as JSON with the command that made it."""
+    import argparse
+    import sys
+
+    from ivhl_jax.bench.harness import write_results
+
+    p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_condensate_modes")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true", help="CPU-sized (seconds)")
+    a = p.parse_args(argv)
+    command = "python -m ivhl_jax.bench.ops_condensate_modes " + " ".join(sys.argv[1:] if argv is None else argv)
+    doc = gpu_check(quick=a.quick)
+    write_results(a.out, doc, command=command)
+    print("\n".join(doc["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
