@@ -346,3 +346,41 @@ def test_gpu_check_quick_runs_on_cpu():
     assert res["bogoliubov"]["homogeneous_max_rel_error"] < 1e-3
     assert res["bogoliubov"]["kohn_abs_error"] < 1e-3  # float32
     assert len(doc["summary"]) == 3
+
+
+def _compiles(fn):
+    """The "Compiling ..." log records that ``fn()`` emits."""
+    import logging
+
+    messages: list[str] = []
+
+    class Counter(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("Compiling "):
+                messages.append(record.getMessage())
+
+    handler = Counter(level=logging.DEBUG)
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles():
+            jax.block_until_ready(fn())
+    finally:
+        logger.removeHandler(handler)
+    return messages
+
+
+def test_second_calls_with_new_values_compile_nothing():
+    grid = C.Grid.uniform((32, 32), 12.0)
+    a = jnp.stack([_imprinted(grid, CENTERS[:2] * 0.5, CHARGES[:2])] * 3)
+    b = jnp.stack([_imprinted(grid, CENTERS[2:4] * 0.5, CHARGES[2:4])] * 3)
+    assert _compiles(lambda: C.vortices(a, grid, max_vortices=8).positions)
+    assert _compiles(lambda: C.vortices(b, grid, max_vortices=8, min_density=0.1).positions) == []
+    g3 = C.Grid.uniform((12, 12, 8), (12.0, 12.0, 8.0))
+    assert _compiles(lambda: C.vortex_lines(_straight(g3, 0.3, 0.2), g3, max_points=64).length)
+    assert _compiles(lambda: C.vortex_lines(_straight(g3, -0.4, 0.1), g3, max_points=64).length) == []
+    line = C.Grid.uniform((32,), 10.0)
+    pot = jnp.zeros((32,), jnp.float32)
+    psi_a, psi_b = jnp.ones(32), 1.3 * jnp.ones(32)
+    assert _compiles(lambda: C.bogoliubov(C.GPSystem(line, pot, 1.0), psi_a, 2).omega)
+    assert _compiles(lambda: C.bogoliubov(C.GPSystem(line, pot, 2.5), psi_b, 2).omega) == []
