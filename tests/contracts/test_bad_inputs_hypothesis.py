@@ -763,6 +763,19 @@ CASES += [
          "min_density", bad_fraction),
     Case("condensate.vortex_positions/window", lambda b: C.vortex_positions(_psi2(), _grid2(), window=b), "window",
          bad_count),
+    Case("condensate.vortices/psi", lambda b: C.vortices(b, _grid2()), "psi",
+         st.one_of(nonfinite(np.ones((8, 8), np.complex64)), st.just(np.ones((8, 7), np.complex64)),
+                   wrong_kind((8, 8)))),
+    Case("condensate.vortices/max_vortices", lambda b: C.vortices(_psi2(), _grid2(), max_vortices=b), "max_vortices",
+         bad_size),
+    Case("condensate.vortex_lines/min_density",
+         lambda b: C.vortex_lines(np.ones((4, 4, 4), np.complex64), C.Grid.uniform((4, 4, 4), 4.0), min_density=b),
+         "min_density", bad_fraction),
+    Case("condensate.vortex_lines/psi", lambda b: C.vortex_lines(b, C.Grid.uniform((4, 4, 4), 4.0)), "psi",
+         st.one_of(nonfinite(np.ones((4, 4, 4), np.complex64)), st.just(np.ones((4, 4, 3), np.complex64)))),
+    Case("condensate.bogoliubov/n_modes", lambda b: C.bogoliubov(_gp(), _psi(), b), "n_modes",
+         st.one_of(bad_size, st.integers(min_value=2, max_value=10_000))),  # 3(n_modes + 4) > 16 points
+    Case("condensate.bogoliubov/psi0", lambda b: C.bogoliubov(_gp(), b, 1), "psi0", bad_psi),
     Case("condensate.imprint_vortices/core_size",
          lambda b: C.imprint_vortices(_psi2(), _grid2(), np.zeros((1, 2)), np.ones(1, int), core_size=b), "core_size",
          st.one_of(st.floats(max_value=-1e-6, allow_nan=False), bad_finite)),
@@ -1059,7 +1072,7 @@ EXEMPT: dict[str, str] = {
     **{f"cdt_host.{n}": "host kernel behind pure_callback on a CDTState buffer built and validated by cdt; "
        "reached through cdt.metropolis with engine='host' (tested bit for bit against the JAX engine)"
        for n in ("sweep", "attempts")},
-    **{f"condensate.{n}": _RESULT for n in ("StrangParams",)},
+    **{f"condensate.{n}": _RESULT for n in ("StrangParams", "Vortices", "VortexLines", "BogoliubovModes")},
     **{f"gft.{n}": _RESULT for n in ("GFTParams",)},
     **{f"fields.{n}": _RESULT for n in ("WaveState",)},
     "fields.observe": "the observe of fields.evolution on a WaveState/WaveParams built and validated by "
