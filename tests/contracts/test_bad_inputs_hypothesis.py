@@ -357,6 +357,20 @@ not_a_key = st.sampled_from([0, 1.5, "seed", None, np.zeros(3, np.uint32)])
 
 CASES += [
     # ---- physics.cdt
+    Case("cdt.default_attempts/n_slices", lambda b: cdt.default_attempts(cdt.make_params(1.0), b, 4), "n_slices",
+         bad_count),
+    Case("cdt.default_attempts/length", lambda b: cdt.default_attempts(cdt.make_params(1.0), 4, b), "length",
+         bad_count),
+    Case("cdt.default_capacity/n_slices", lambda b: cdt.default_capacity(cdt.make_params(1.0), b, 4), "n_slices",
+         bad_count),
+    Case("cdt.default_capacity/length", lambda b: cdt.default_capacity(cdt.make_params(1.0), 4, b), "length",
+         bad_count),
+    Case("mera.charged_scaling_dimensions/mera", mera.charged_scaling_dimensions, "mera",
+         st.sampled_from([None, 1.0, np.zeros(3), "mera"])),
+    Case("mera.conformal_table/mera", lambda b: mera.conformal_table(b, "ising"), "mera",
+         st.sampled_from([None, 1.0, np.zeros(3), "mera"])),
+    Case("mera.conformal_table/cft", lambda b: mera.conformal_table(None, b), "cft",
+         st.sampled_from(["isng", "", None, 3])),
     Case("cdt.make_params/lam", cdt.make_params, "lam", st.one_of(bad_finite, st.floats(-10.0, cdt.LN2))),
     Case("cdt.make_params/eps", lambda b: cdt.make_params(1.0, eps=b, target=64), "eps",
          st.one_of(bad_finite, st.floats(max_value=-1e-6, allow_nan=False, allow_infinity=False))),
@@ -1100,6 +1114,16 @@ EXEMPT: dict[str, str] = {
     "runner.Advance": "a typing alias (Callable protocol), not a function",
     "runner.chunks_started": "takes no arguments",
     "config.add_run_arguments": "argparse plumbing: adds the shared CLI options to a parser",
+    "config.OneLineArgumentParser": "an argparse.ArgumentParser subclass: usage errors become one line, exit 2 "
+                                    "(tests/run/test_cli.py)",
+    "config.plain_text": "maps any help string to plain text (no markup); every str is valid",
+    "config.settings_in_force": "takes no arguments",
+    "io.load_array": "a file reader whose bad files are one line naming its `name` argument and the accepted "
+                     "formats (tests/run/test_io.py, term_file in test_bad_inputs_cli.py)",
+    "launch.parser": "takes no arguments (the `ivhl launch` argument parser)",
+    "mera.Symmetry": "a static config value; bad groups, charges and sector sizes are one line each "
+                     "(tests/physics/test_mera_symmetric.py::test_bad_inputs_one_line)",
+    "mera.dense_mera": "maps a symmetric MERA built by evenbly_vidal to its dense tensors; no array/scalar of its own",
     "lock.release_run_dir": "releases a lock if this process holds one; any path is valid (no-op otherwise)",
     "lock.RunDirLockedError": "an exception type",
     **{f"driver.{n}": _RESULT for n in ("Simulation", "RunContext")},
