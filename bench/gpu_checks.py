@@ -23,6 +23,9 @@ One run sees every family (goal: under 6 minutes on one H100). Sections
                ``torch.compile`` on the same device, error vs float64 (``bench/ops_fields.py``).
   gp           GP 3D Strang steps at 256³ and 512³, step by step and merged, vs the same algorithm in
                PyTorch on the same device (``bench/ops_condensate.py``).
+  gp_modes     condensate vortex tracking (2-D frames in one batched call, a 3-D ring's length) and BdG spectra
+               (homogeneous dispersion, Kohn mode) on the device: error vs analytic, ms per call
+               (``bench/ops_condensate_modes.py``).
   cdt          CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s of the JAX, Pallas and host
                engines (and 2d-cdt when its sources are given) (``bench/ops_cdt.py``).
   mera         MERA sweeps at χ = 16, 24, 32 in f32/f64 and one ladder (``bench/ops_tn.py``).
@@ -360,6 +363,11 @@ def section_gp(quick: bool) -> dict:
     return _family("ops_condensate", quick)
 
 
+def section_gp_modes(quick: bool) -> dict:
+    """Condensate vortex tracking (2-D frames, 3-D ring) and BdG spectra: error vs analytic, ms per call."""
+    return _family("ops_condensate_modes", quick)
+
+
 def section_cdt(quick: bool) -> dict:
     """CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s per engine, against the host engine."""
     return _family("ops_cdt", quick)
@@ -558,9 +566,10 @@ def section_tune(quick: bool) -> dict:
     return {**res, "summary": lines}
 
 
-SECTIONS = ("env", "ceilings", "tune", "attention_ok", "attention", "transformer", "parallel", "fields", "gp", "cdt",
+SECTIONS = ("env", "ceilings", "tune", "attention_ok", "attention", "transformer", "parallel", "fields", "gp",
+            "gp_modes", "cdt",
             "mera", "mera_symmetric", "steppers", "adaptive", "pallas_blocks", "gp_rounding")
-FAMILY_SECTIONS = ("fields", "gp", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
+FAMILY_SECTIONS = ("fields", "gp", "gp_modes", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
 
 
 def main(argv=None) -> int:

@@ -1,16 +1,14 @@
-"""Transformer/CNN building blocks (Flax linen): activations, norms, fused blocks, BN folding, RoPE.
+"""Transformer building blocks (Flax linen): activations, norms, fused blocks, RoPE.
 
 Every parameter carries logical axis names (``nn.with_logical_partitioning``) so a mesh rule set
 can shard it: ``"embed"`` (model width), ``"mlp"`` (feed-forward width), ``"heads"``, ``"kv"``
-(head dim), ``"vocab"``, and ``"conv_in"``/``"conv_out"`` for conv kernels. Initialise with
-``model.init`` and strip the metadata with ``flax.linen.meta.unbox`` (or keep it to read the
-partition specs with ``nn.get_partition_spec``).
+(head dim) and ``"vocab"``. Initialise with ``model.init`` and strip the metadata with
+``flax.linen.meta.unbox`` (or keep it to read the partition specs with ``nn.get_partition_spec``).
 
 "Fused" blocks need no special kernels in JAX: under ``jit`` XLA fuses the element-wise epilogue
 (bias + activation) of a matmul into one loop that reads the matmul result once, and the
 normalisation prologue of LayerNorm + Dense likewise (tested from the compiled HLO in
-``tests/models/test_layers.py``). Conv + BatchNorm + ReLU additionally supports *BN folding* for
-inference: ``W' = W·γ/σ``, ``b' = (b − μ)·γ/σ + β`` with ``σ = sqrt(var + eps)``.
+``tests/models/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -139,41 +137,6 @@ def get_norm(kind: str, **kwargs) -> nn.Module:
     return RMSNorm(**kwargs) if kind == "rmsnorm" else LayerNorm(**kwargs)
 
 
-class BatchNorm(nn.Module):
-    """BatchNorm over all axes but the last, with running statistics.
-
-    ``train=True``: normalise with the batch mean/variance and update ``batch_stats``
-    (``mean ← m·mean + (1−m)·μ_B``, same for var; apply with ``mutable=["batch_stats"]``).
-    ``train=False``: normalise with the running statistics (deterministic inference).
-    """
-
-    momentum: float = 0.9
-    eps: float = 1e-5
-    dtype: Dtype | None = None
-    param_dtype: Dtype = jnp.float32
-
-    @nn.compact
-    def __call__(self, x, *, train: bool):
-        c = x.shape[-1]
-        scale = _param(self, "scale", nn.initializers.ones, (c,), ("conv_out",), self.param_dtype)
-        bias = _param(self, "bias", nn.initializers.zeros, (c,), ("conv_out",), self.param_dtype)
-        ra_mean = self.variable("batch_stats", "mean", lambda: jnp.zeros((c,), jnp.float32))
-        ra_var = self.variable("batch_stats", "var", lambda: jnp.ones((c,), jnp.float32))
-        xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
-        if train:
-            axes = tuple(range(x.ndim - 1))
-            mean = jnp.mean(xf, axis=axes)
-            var = jnp.mean(jnp.square(xf - mean), axis=axes)
-            if not self.is_initializing():
-                m = self.momentum
-                ra_mean.value = m * ra_mean.value + (1 - m) * mean.astype(jnp.float32)
-                ra_var.value = m * ra_var.value + (1 - m) * var.astype(jnp.float32)
-        else:
-            mean, var = ra_mean.value.astype(xf.dtype), ra_var.value.astype(xf.dtype)
-        y = (xf - mean) * jax.lax.rsqrt(var + self.eps) * scale.astype(xf.dtype) + bias.astype(xf.dtype)
-        return y.astype(self.dtype or x.dtype)
-
-
 # --------------------------------------------------------------------------- fused blocks
 
 def matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -274,51 +237,6 @@ class LayerNormDense(nn.Module):
     def __call__(self, x):
         h = get_norm(self.norm, dtype=self.dtype, param_dtype=self.param_dtype, name="norm")(x)
         return Dense(self.features, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")(h)
-
-
-class ConvBNReLU(nn.Module):
-    """``relu(BN(conv(x)))`` for NHWC images, SAME padding; ``train`` selects batch vs running stats."""
-
-    features: int
-    kernel_size: tuple[int, int] = (3, 3)
-    strides: tuple[int, int] = (1, 1)
-    momentum: float = 0.9
-    eps: float = 1e-5
-    dtype: Dtype | None = None
-    param_dtype: Dtype = jnp.float32
-
-    @nn.compact
-    def __call__(self, x, *, train: bool):
-        y = nn.Conv(self.features, self.kernel_size, self.strides, padding="SAME", dtype=self.dtype,
-                    param_dtype=self.param_dtype, name="conv",
-                    kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                             (None, None, "conv_in", "conv_out")),
-                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("conv_out",)))(x)
-        y = BatchNorm(self.momentum, self.eps, self.dtype, self.param_dtype, name="bn")(y, train=train)
-        return jax.nn.relu(y)
-
-
-def fold_conv_bn(variables: dict, eps: float = 1e-5) -> dict:
-    """Fold a :class:`ConvBNReLU`'s BatchNorm (running stats) into its conv: inference params.
-
-    Returns ``{"kernel": W', "bias": b'}`` with ``W' = W·γ/σ``, ``b' = (b − μ)·γ/σ + β``,
-    ``σ = sqrt(var + eps)``; use with :func:`conv_relu_folded`. The folded conv computes
-    ``relu(BN_eval(conv(x)))`` up to floating-point rounding (one multiply re-associated).
-    """
-    v = nn.meta.unbox(variables)
-    p, stats = v["params"], v["batch_stats"]["bn"]
-    conv, bn = p["conv"], p["bn"]
-    dtype = jnp.result_type(conv["kernel"], bn["scale"], stats["var"])
-    mult = bn["scale"].astype(dtype) * jax.lax.rsqrt(stats["var"].astype(dtype) + eps)
-    return {"kernel": conv["kernel"].astype(dtype) * mult,
-            "bias": (conv["bias"].astype(dtype) - stats["mean"].astype(dtype)) * mult + bn["bias"].astype(dtype)}
-
-
-def conv_relu_folded(folded: dict, x: jax.Array, strides: tuple[int, int] = (1, 1)) -> jax.Array:
-    """``relu(conv(x; W') + b')`` with SAME padding, NHWC / HWIO."""
-    y = jax.lax.conv_general_dilated(x, folded["kernel"].astype(x.dtype), strides, "SAME",
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    return jax.nn.relu(y + folded["bias"].astype(x.dtype))
 
 
 # --------------------------------------------------------------------------- rotary embeddings

@@ -69,22 +69,33 @@ LAYER_LOOPS = ("auto", "scan", "unrolled")
 class TransformerConfig:
     """Hyper-parameters of :class:`Transformer` (see the module docstring)."""
 
-    vocab_size: int = 256  # tokens in the vocabulary
-    d_model: int = 512  # residual stream width
-    n_layers: int = 6  # transformer blocks
-    n_heads: int = 8  # attention heads (d_model divisible by it)
-    d_ff: int = 2048  # hidden width of the MLP
-    max_len: int = 1024  # longest sequence (RoPE table / position embedding)
-    activation: str = "gelu"  # MLP activation ("gelu", "swiglu", ...; gated ones use two projections)
-    norm: str = "rmsnorm"  # pre-norm type ("rmsnorm" or "layernorm")
-    rope: bool = True  # rotary position embeddings (else learned absolute positions)
-    tied_embeddings: bool = True  # output projection shares the embedding matrix
-    dropout: float = 0.0  # dropout rate (training only)
-    remat: str = "none"  # rematerialisation of each block: "none", "dots_saveable" or "full"
-    precision: str = "fp32"  # precision policy name (ivhl_jax.core.precision: "fp32", "bf16", "fp16", ...)
-    attention: str = "auto"  # attention implementation ("auto", "xla", "cudnn", "chunked", "pallas")
-    attention_block: int = 128  # key block of the chunked path (the Pallas path uses its own tiles)
-    layer_loop: str = "auto"  # "scan", "unrolled" or "auto" (unrolled on CPU without remat): see Transformer
+    vocab_size: int = dataclasses.field(default=256, metadata={"help": "tokens in the vocabulary"})
+    d_model: int = dataclasses.field(default=512, metadata={"help": "residual stream width"})
+    n_layers: int = dataclasses.field(default=6, metadata={"help": "transformer blocks"})
+    n_heads: int = dataclasses.field(default=8, metadata={"help": "attention heads (d_model divisible by it)"})
+    d_ff: int = dataclasses.field(default=2048, metadata={"help": "hidden width of the MLP"})
+    max_len: int = dataclasses.field(
+        default=1024, metadata={"help": "longest sequence (RoPE table / position embedding)"})
+    activation: str = dataclasses.field(
+        default="gelu", metadata={"help": 'MLP activation ("gelu", "swiglu", ...; gated ones use two projections)'})
+    norm: str = dataclasses.field(default="rmsnorm", metadata={"help": 'pre-norm type ("rmsnorm" or "layernorm")'})
+    rope: bool = dataclasses.field(
+        default=True, metadata={"help": "rotary position embeddings (else learned absolute positions)"})
+    tied_embeddings: bool = dataclasses.field(
+        default=True, metadata={"help": "output projection shares the embedding matrix"})
+    dropout: float = dataclasses.field(default=0.0, metadata={"help": "dropout rate (training only)"})
+    remat: str = dataclasses.field(
+        default="none", metadata={"help": 'rematerialisation of each block: "none", "dots_saveable" or "full"'})
+    precision: str = dataclasses.field(
+        default="fp32", metadata={"help":
+        'precision policy name (ivhl_jax.core.precision: "fp32", "bf16", "fp16", ...)'})
+    attention: str = dataclasses.field(
+        default="auto", metadata={"help": 'attention implementation ("auto", "xla", "cudnn", "chunked", "pallas")'})
+    attention_block: int = dataclasses.field(
+        default=128, metadata={"help": "key block of the chunked path (the Pallas path uses its own tiles)"})
+    layer_loop: str = dataclasses.field(
+        default="auto", metadata={"help":
+        '"scan", "unrolled" or "auto" (unrolled on CPU without remat): see Transformer'})
 
     def validate(self) -> TransformerConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "attention_block"):

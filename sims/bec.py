@@ -1,14 +1,13 @@
-"""Condensate simulation: a Gross–Pitaevskii BEC (``--model gp``) or the GFT condensate (``--model gft``).
+"""Gross–Pitaevskii condensate simulation: ground state, vortex imprints, real-time evolution.
 
-GP run: the ground state of the trap (imaginary time, optionally in a rotating frame), then vortex
-imprints, then real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ (ħ = m = 1, trap units).
-GFT run: a complex field on a periodic rank-r lattice evolving under i∂φ/∂t = δV/δφ* from small
-noise (m² < 0: symmetry breaking), or its gradient flow with ``gft_imaginary=true``.
+The ground state of the trap (imaginary time, optionally in a rotating frame), then vortex imprints, then
+real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ (ħ = m = 1, trap units). The GFT condensate is its
+own simulation, ``ivhl sim gft`` (:mod:`ivhl_jax.sims.gft`).
 
 The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
-Outputs in <out>: density.png, phase.png (3D and rank-3/4 GFT fields: the plane through the middle of
-the other axes, named in the title), observables.png, observables.json (time series and summary),
+Outputs in <out>: density.png, phase.png (3D: the plane through the middle of the z axis, named in the
+title), observables.png, observables.json (time series and summary),
 final_state.npy, and run.zarr: the run store (:func:`ivhl_jax.run.open_run`) with the records, the snapshots of
 ``snapshot_every`` and the final state, each written shard by shard by the process that holds it. Time: a
 record's t is the number of steps done when it was taken times dt; records are taken after every ``save_every``
@@ -16,7 +15,6 @@ steps, so the first is at t = save_every·dt (the initial state is not recorded)
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
   ivhl sim bec --config run.toml --out runs/bec_vortex
-  ivhl sim bec --set model=gft --set gft_rank=3 --set gft_n=16 --set mass_sq=-0.5
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ import numpy as np
 from ivhl_jax.numerics.distributed_fft import mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
-from ivhl_jax.physics import gft as G
-from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
@@ -50,75 +47,67 @@ from ivhl_jax.train.checkpoint import Checkpointer
 class BECConfig:
     """Run configuration (TOML/JSON keys; ``--set key=value``)."""
 
-    model: Literal["gp", "gft"] = "gp"  # "gp" (Gross–Pitaevskii) or "gft" (GFT condensate)
-    # --- GP ---
-    dims: int = 2  # spatial dimensions of the GP run: 1, 2 or 3
-    grid: int = 128                  # points per axis
-    length: float = 20.0             # box side (trap units)
-    trap: tuple[float, ...] = (1.0,)  # trap frequencies ω (one, or one per axis)
-    g: float = 200.0  # contact interaction strength g (trap units)
-    omega_rot: float = 0.0           # rotation about z (2D/3D); the ground state is found in this frame
-    imprints: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)  # (x, y, charge)
-    ground_dt: float = 5e-3  # imaginary-time step of the ground-state search
-    ground_steps: int = 3000  # maximum imaginary-time steps (raise it if the ground state does not converge)
-    ground_tol: float = 1e-7  # relative energy change per check at which the ground state counts as converged
-    noise: float = 0.0               # complex noise on the ground-state guess (nucleates lattices)
-    # --- GFT ---
-    gft_rank: int = 3  # rank r of the GFT lattice (1..4)
-    gft_n: int = 16  # points per GFT lattice axis
-    mass_sq: float = -0.5  # GFT mass term m² (< 0: symmetry breaking)
-    lam: float = 0.1  # GFT quartic coupling λ
-    gft_init: float = 0.05           # initial noise amplitude
-    gft_imaginary: bool = False      # gradient flow instead of real time
+    dims: int = option(2, "spatial dimensions: 1, 2 or 3")
+    grid: int = option(128, "points per axis")
+    length: float = option(20.0, "box side (trap units)")
+    trap: tuple[float, ...] = option((1.0,), "trap frequencies ω (one, or one per axis)")
+    g: float = option(200.0, "contact interaction strength g (trap units)")
+    omega_rot: float = option(0.0, "rotation about z (2D/3D); the ground state is found in this frame")
+    imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
+    ground_dt: float = option(5e-3, "imaginary-time step of the ground-state search")
+    ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
+    ground_tol: float = option(1e-7, "relative energy change per check at which the ground state counts as converged")
+    noise: float = option(0.0, "complex noise on the ground-state guess (nucleates lattices)")
     # --- time loop ---
-    dt: float = 2e-3  # time step of the evolution (trap units 1/ω)
-    steps: int = 2000  # evolution steps (raise it to extend a finished run)
-    steps_per_chunk: int = 200  # steps per compiled chunk (progress granularity)
-    save_every: int = 50  # steps between recorded observables
-    checkpoint_every: int = 1000  # steps between checkpoints (a multiple of steps_per_chunk)
-    # The float32 FFT round-off loses ~1e-7 of the norm per step (larger with cuFFT); ψ is rescaled to norm 1
-    # after every save_every steps (false, the default) or after every step (true), see
-    # ivhl_jax.physics.condensate.strang.
-    project_norm: bool = False
-    # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
-    # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.
-    fft: Literal["xla", "ducc"] = "xla"
-    # Device mesh of the field: "1" (one device), "8" (a slab: the first grid axis over 8 devices) or "4x2" (a
-    # pencil: the first two axes over 4 × 2); the product is the number of devices of all processes (also under
-    # `ivhl launch`), see ivhl_jax.numerics.distributed_fft.
-    mesh: int | str = 1
-    seed: int = 0  # PRNG seed (ground-state noise, GFT initial field)
-    # Steps between field snapshots written to <out>/run.zarr (0: none; a multiple of steps_per_chunk); each
-    # process writes the shards it holds. GP runs only.
-    snapshot_every: int = 0
-    snapshot_fields: Literal["psi", "density_phase"] = "psi"  # "psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)
-    snapshot_precision: Literal["float32", "float16", "float64"] = "float32"  # real precision of the snapshots
-    precision: Literal["float32", "float64"] = "float32"  # "float32" (complex64 state) or "float64" (complex128)
+    dt: float = option(2e-3, "time step of the evolution (trap units 1/ω)")
+    steps: int = option(2000, "evolution steps (raise it to extend a finished run)")
+    steps_per_chunk: int = option(200, "steps per compiled chunk (progress granularity)")
+    save_every: int = option(50, "steps between recorded observables")
+    checkpoint_every: int = option(1000, "steps between checkpoints (a multiple of steps_per_chunk)")
+    project_norm: bool = option(
+        False,
+        "The float32 FFT round-off loses ~1e-7 of the norm per step (larger with cuFFT); ψ is rescaled to norm 1 "
+        "after every save_every steps (false, the default) or after every step (true), see "
+        "ivhl_jax.physics.condensate.strang.")
+    fft: Literal["xla", "ducc"] = option(
+        "xla",
+        'Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on; needs pip '
+        "install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.")
+    mesh: int | str = option(
+        1,
+        'Device mesh of the field: "1" (one device), "8" (a slab: the first grid axis over 8 devices) or "4x2" (a '
+        "pencil: the first two axes over 4 × 2); the product is the number of devices of all processes (also under "
+        "`ivhl launch`), see ivhl_jax.numerics.distributed_fft.")
+    seed: int = option(0, "PRNG seed of the ground-state noise")
+    snapshot_every: int = option(
+        0,
+        "Steps between field snapshots written to <out>/run.zarr (0: none; a multiple of steps_per_chunk); each "
+        "process writes the shards it holds.")
+    snapshot_fields: Literal["psi", "density_phase"] = option(
+        "psi", '"psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)')
+    snapshot_precision: Literal["float32", "float16", "float64"] = option("float32", "real precision of the snapshots")
+    precision: Literal["float32", "float64"] = option(
+        "float32", '"float32" (complex64 state) or "float64" (complex128)')
 
     def validate(self) -> None:
         """Every value checked before any work (one ValueError naming the key and the fix)."""
         if self.dims not in (1, 2, 3):
             raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
-        if not 1 <= self.gft_rank <= 4:
-            raise ValueError(f"gft_rank must be 1..4, got {self.gft_rank}")
-        for name in ("grid", "gft_n"):
-            if getattr(self, name) < 2:
-                raise ValueError(f"{name} must be >= 2 (points per axis), got {getattr(self, name)}")
+        if self.grid < 2:
+            raise ValueError(f"grid must be >= 2 (points per axis), got {self.grid}")
         for name in ("steps", "steps_per_chunk", "save_every", "checkpoint_every", "ground_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("length", "dt", "ground_dt", "ground_tol", "lam"):
+        for name in ("length", "dt", "ground_dt", "ground_tol"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
-        for name in ("g", "omega_rot", "mass_sq"):
+        for name in ("g", "omega_rot"):
             v = getattr(self, name)
             if not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v}")
-        for name in ("noise", "gft_init"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {v}")
+        if not (math.isfinite(self.noise) and self.noise >= 0):
+            raise ValueError(f"noise must be a finite number >= 0, got {self.noise}")
         if len(self.trap) not in (1, self.dims):
             raise ValueError(f"trap must have 1 or dims={self.dims} frequencies, got {list(self.trap)}")
         if not all(math.isfinite(w) and w >= 0 for w in self.trap):
@@ -131,7 +120,7 @@ class BECConfig:
             if len(imp) != 3 or not all(math.isfinite(float(v)) for v in imp[:2]) or float(imp[2]) != int(imp[2]):
                 raise ValueError(f"imprints must be [x, y, charge] with finite x, y and an integer charge, got {imp}")
         sizes = mesh_sizes(self.mesh)
-        ndim, n = (self.dims, self.grid) if self.model == "gp" else (self.gft_rank, self.gft_n)
+        ndim, n = self.dims, self.grid
         if len(sizes) >= ndim and math.prod(sizes) > 1:
             raise ValueError(f"mesh={self.mesh!r} splits {len(sizes)} axes of a {ndim}-D grid; the distributed FFT "
                              f"needs one axis unsplit: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})")
@@ -149,8 +138,6 @@ class BECConfig:
         if self.snapshot_every < 0 or self.snapshot_every % self.steps_per_chunk:
             raise ValueError(f"snapshot_every ({self.snapshot_every}) must be 0 (no snapshots) or a multiple of "
                              f"steps_per_chunk ({self.steps_per_chunk})")
-        if self.snapshot_every and self.model != "gp":
-            raise ValueError("snapshot_every needs model=gp (GFT fields have no snapshots); set snapshot_every=0")
         if self.snapshot_fields == "psi" and self.snapshot_precision == "float16":
             raise ValueError("snapshot_precision=float16 needs snapshot_fields=density_phase (there is no complex "
                              "float16); use float32")
@@ -159,14 +146,10 @@ class BECConfig:
                              f"({self.steps_per_chunk})")
         # The split-step stability bound of the real-time steps (the builders check it too, after the
         # ground-state search; checked here so that a bad dt fails before any work).
-        if self.model == "gp":
-            k_max = math.pi * self.grid / self.length  # the Nyquist wavenumber π/dx
-            bound = math.pi / (0.5 * self.dims * k_max ** 2)
-            what = f"grid={self.grid}, length={self.length:g}"
-        else:
-            bound = math.pi / (4.0 * self.gft_rank)
-            what = f"gft_rank={self.gft_rank}"
-        if self.dt > bound and not (self.model == "gft" and self.gft_imaginary):
+        k_max = math.pi * self.grid / self.length  # the Nyquist wavenumber π/dx
+        bound = math.pi / (0.5 * self.dims * k_max ** 2)
+        what = f"grid={self.grid}, length={self.length:g}"
+        if self.dt > bound:
             raise ValueError(f"dt={self.dt:g} is beyond the split-step stability bound of this grid ({what}): "
                              f"use dt <= {bound:.3g} (or a coarser grid)")
 
@@ -252,17 +235,6 @@ def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = Fal
     return psi, {k: np.asarray(v).item() for k, v in info.items()}
 
 
-def gft_system(cfg: BECConfig) -> G.GFTSystem:
-    return G.GFTSystem((cfg.gft_n,) * cfg.gft_rank, cfg.mass_sq, cfg.lam, layout=parse_mesh(cfg.mesh, cfg.gft_rank))
-
-
-def gft_initial_state(cfg: BECConfig) -> jax.Array:
-    shape = (cfg.gft_n,) * cfg.gft_rank
-    kr, ki = jax.random.split(jax.random.key(cfg.seed))
-    rdt = _dtype(cfg)
-    return cfg.gft_init * jax.lax.complex(jax.random.normal(kr, shape, rdt), jax.random.normal(ki, shape, rdt))
-
-
 GP_UNITS = {"norm": "1", "energy_kinetic": "ħω", "energy_trap": "ħω", "energy_interaction": "ħω",
             "energy_rotation": "ħω", "energy_total": "ħω", "lz": "ħ"}  # per particle, trap units
 
@@ -297,43 +269,33 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
     observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
     structure to read them back with)."""
     extra: dict = {}
-    if cfg.model == "gp":
-        system = gp_system(cfg)
-        if resuming:
-            state = jnp.zeros(system.grid.shape, system.complex_dtype)  # template; restored from the checkpoint
-        else:
-            state, extra["ground_state"] = gp_initial_state(cfg, system, progress=progress)
-            gs = extra["ground_state"]
-            if not gs["converged"]:
-                print(f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "
-                      f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
-                      "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol", file=sys.stderr)
-            check_local_step(cfg, system, state, "dt", False)
-
-        # The norm projection pins the ground state's norm, 1, for the whole run (resumes included): once per
-        # block of save_every steps by default, after every step with project_norm=true.
-        stepper = C.strang(system, cfg.dt, project_norm=True if cfg.project_norm else None, norm=1.0)
-        # donate: each chunk writes the field into the previous one's buffers (one copy of ψ in memory)
-        advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe, donate=True)
-        extra["system"] = system
-        extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
-        if sink is not None:
-            sink.describe(time_unit="1/ω (trap units)", units=GP_UNITS,
-                          snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None)
+    system = gp_system(cfg)
+    if resuming:
+        state = jnp.zeros(system.grid.shape, system.complex_dtype)  # template; restored from the checkpoint
     else:
-        system = gft_system(cfg)
-        gft_stepper = G.strang(system, cfg.dt, imaginary=cfg.gft_imaginary, dtype=jnp.result_type(_dtype(cfg),
-                                                                                                    jnp.complex64))
-        state = gft_stepper.init(gft_initial_state(cfg))
-        advance = chunked(gft_stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe,
-                          donate=True)
-        extra["system"] = system
-        extra["observation_like"] = jax.eval_shape(G.observe, state, gft_stepper.params)
+        state, extra["ground_state"] = gp_initial_state(cfg, system, progress=progress)
+        gs = extra["ground_state"]
+        if not gs["converged"]:
+            print(f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "
+                  f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
+                  "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol", file=sys.stderr)
+        check_local_step(cfg, system, state, "dt", False)
+
+    # The norm projection pins the ground state's norm, 1, for the whole run (resumes included): once per
+    # block of save_every steps by default, after every step with project_norm=true.
+    stepper = C.strang(system, cfg.dt, project_norm=True if cfg.project_norm else None, norm=1.0)
+    # donate: each chunk writes the field into the previous one's buffers (one copy of ψ in memory)
+    advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe, donate=True)
+    extra["system"] = system
+    extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
+    if sink is not None:
+        sink.describe(time_unit="1/ω (trap units)", units=GP_UNITS,
+                      snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None)
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
     result = run_chunked(advance, state, n_chunks=cfg.steps // cfg.steps_per_chunk,
                          steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
-                         metadata={"model": cfg.model, "ground_state": extra.get("ground_state")},
-                         progress=progress, description=f"bec[{cfg.model}]", sink=sink)
+                         metadata={"ground_state": extra.get("ground_state")},
+                         progress=progress, description="bec", sink=sink)
     if resuming and result.metadata is not None and extra.get("ground_state") is None:
         extra["ground_state"] = result.metadata.get("ground_state")
     return result, extra
@@ -347,23 +309,18 @@ def _slice2d(a: np.ndarray) -> np.ndarray:
 
 
 def _slice_label(cfg: BECConfig, ndim: int) -> str:
-    """What :func:`_slice2d` shows, for plot titles: '' in 1D/2D, else the fixed coordinates of the plane."""
+    """What :func:`_slice2d` shows, for plot titles: '' in 1D/2D, else the z coordinate of the plane."""
     if ndim <= 2:
         return ""
-    if cfg.model == "gp":
-        z = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length).coords[2][cfg.grid // 2]
-        return f", slice z = {z:.3g} (index {cfg.grid // 2} of {cfg.grid})"
-    fixed = ", ".join(f"axis {a + 1} = {cfg.gft_n // 2}" for a in range(2, ndim))
-    return f", slice {fixed} (of {cfg.gft_n} sites)"
+    z = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length).coords[2][cfg.grid // 2]
+    return f", slice z = {z:.3g} (index {cfg.grid // 2} of {cfg.grid})"
 
 
-def _state_axes(cfg: BECConfig, system) -> tuple[tuple[str, ...], dict, dict]:
-    """``(dims, coords, units)`` of the state's axes: ``x, y, z`` (trap lengths) for GP, ``axis1..`` for GFT."""
-    if cfg.model == "gp":
-        dims = ("x", "y", "z")[:cfg.dims]
-        return (dims, {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
-                {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in dims}})
-    return tuple(f"axis{i + 1}" for i in range(cfg.gft_rank)), {}, {"final_state": "1"}
+def _state_axes(cfg: BECConfig, system: C.GPSystem) -> tuple[tuple[str, ...], dict, dict]:
+    """``(dims, coords, units)`` of the state's axes: ``x, y, z`` in trap lengths."""
+    dims = ("x", "y", "z")[:cfg.dims]
+    return (dims, {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
+            {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in dims}})
 
 
 def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str, *,
@@ -388,98 +345,89 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str, *,
     paths = {}
     rho = np.abs(plane) ** 2
     ph = np.angle(plane)
+    grid = extra["system"].grid
     summary: dict = {"config": config_dict(cfg), "steps": result.steps, "resumed_from": result.resumed_from,
                      "wall_time_s": result.wall_time_s, "t": t, "observables": hist,
-                     "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt"}
-    if cfg.model == "gp":
-        system = extra["system"]
-        grid = system.grid
-        summary["final"] = {k: float(v[-1]) for k, v in hist.items()}
-        summary["ground_state"] = extra.get("ground_state")
-        extent = None
-        if grid.ndim >= 2:
-            x, y = grid.coords[0], grid.coords[1]
-            extent = (x[0], x[-1], y[0], y[-1])
-            pos, q = C.vortex_positions(jnp.asarray(plane), grid, min_density=0.1, window=4)
-            if grid.ndim == 3:
-                summary["plot_slice"] = _slice_label(cfg, 3).lstrip(", ")
-            summary["vortices"] = {"positions": pos, "charges": q, "count": int(np.abs(q).sum()),
-                                   "net_charge": int(q.sum())}
-    else:
-        summary["final"] = {k: float(v[-1]) for k, v in hist.items()}
-        summary["vacuum"] = dict(zip(("abs2", "energy_per_site"), G.gft_vacuum(cfg.mass_sq, cfg.lam)))
-        extent = None
+                     "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
+                     "final": {k: float(v[-1]) for k, v in hist.items()}, "ground_state": extra.get("ground_state")}
+    extent = None
+    if grid.ndim >= 2:
+        x, y = grid.coords[0], grid.coords[1]
+        extent = (x[0], x[-1], y[0], y[-1])
+        pos, q = C.vortex_positions(jnp.asarray(plane), grid, min_density=0.1, window=4)
+        if grid.ndim == 3:
+            summary["plot_slice"] = _slice_label(cfg, 3).lstrip(", ")
+        summary["vortices"] = {"positions": pos, "charges": q, "count": int(np.abs(q).sum()),
+                               "net_charge": int(q.sum())}
     for name, data, cmap, label in (("density", rho, "viridis", "|ψ|²"), ("phase", ph, "twilight", "arg ψ")):
         fig, ax = plt.subplots(figsize=(5, 4))
         if data.ndim == 1:
-            ax.plot(C.Grid.uniform(cfg.grid, cfg.length).coords[0] if cfg.model == "gp" else np.arange(data.size),
-                    data)
+            ax.plot(C.Grid.uniform(cfg.grid, cfg.length).coords[0], data)
             ax.set_ylabel(label)
-            ax.set_xlabel("x (trap units)" if cfg.model == "gp" else "lattice site")
+            ax.set_xlabel("x (trap units)")
         else:
             im = ax.imshow(data.T, origin="lower", cmap=cmap, extent=extent)
             fig.colorbar(im, ax=ax, label=label)
-            if cfg.model == "gp":
-                ax.set_xlabel("x (trap units)")
-                ax.set_ylabel("y (trap units)")
-            else:
-                ax.set_xlabel("lattice axis 1")
-                ax.set_ylabel("lattice axis 2")
-            if cfg.model == "gp" and "vortices" in summary and len(summary["vortices"]["charges"]):
+            ax.set_xlabel("x (trap units)")
+            ax.set_ylabel("y (trap units)")
+            if "vortices" in summary and len(summary["vortices"]["charges"]):
                 p = summary["vortices"]["positions"]
                 ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
-        ax.set_title(f"{cfg.model}: {label} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
+        ax.set_title(f"gp: {label} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
-    keys = [k for k in hist if k.startswith("energy") or k in ("norm", "charge", "order", "lz")]
+    keys = [k for k in hist if k.startswith("energy") or k in ("norm", "lz")]
     fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
     for ax, k in zip(np.atleast_1d(axes), keys):
         ax.plot(t, hist[k])
         ax.set_ylabel(k, fontsize=8)
-    np.atleast_1d(axes)[-1].set_xlabel("t (trap units 1/ω)" if cfg.model == "gp" else "t")
-    fig.suptitle(f"{cfg.model}: observables")
+    np.atleast_1d(axes)[-1].set_xlabel("t (trap units 1/ω)")
+    fig.suptitle("gp: observables")
     paths["observables_plot"] = save_figure(fig, os.path.join(out, "observables.png"))
     paths["observables"] = write_json(os.path.join(out, "observables.json"), summary)
     paths["final_state"] = os.path.join(out, "final_state.npy")
     return paths
 
 
-def _run(cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
-    result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming,
-                             sink=ctx.sink)
-    if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
-        result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
-    save_state = True
-    if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
-        dims, coords, units = _state_axes(cfg, extra["system"])
-        ctx.sink.write_field("final_state", result.state, dims, coords=coords, units=units,
-                             attrs={"step": result.steps})
-        if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy shard by shard
-            if jax.process_index() != 0:
-                return {}
-            from ivhl_jax.run.store import export_npy
+class BECSimulation(Simulation):
+    """``ivhl sim bec``: a Gross–Pitaevskii condensate (the GFT condensate is ``ivhl sim gft``)."""
 
-            state = export_npy(ctx.sink.path, "final_state", os.path.join(ctx.out, "final_state.npy"))
-            result, save_state = dataclasses.replace(result, state=state), False
-    paths = write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
-    print(result.rate_line())  # the driver said "resuming from step N" before the run
-    return paths
+    prog = "ivhl sim bec"
+    config_type = BECConfig
+    extendable = ("steps",)
+    streams = True
+
+    def run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
+        result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming,
+                                 sink=ctx.sink)
+        if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
+            result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
+        save_state = True
+        if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
+            dims, coords, units = _state_axes(cfg, extra["system"])
+            ctx.sink.write_field("final_state", result.state, dims, coords=coords, units=units,
+                                 attrs={"step": result.steps})
+            if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy by shards
+                if jax.process_index() != 0:
+                    return {}
+                from ivhl_jax.run.store import export_npy
+
+                state = export_npy(ctx.sink.path, "final_state", os.path.join(ctx.out, "final_state.npy"))
+                result, save_state = dataclasses.replace(result, state=state), False
+        paths = write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
+        print(result.rate_line())  # the driver said "resuming from step N" before the run
+        return paths
+
+    def default_out(self, cfg: BECConfig, args: argparse.Namespace) -> str:
+        return "runs/bec"
+
+    def checkpoint_every(self, cfg: BECConfig) -> int:
+        return cfg.checkpoint_every
 
 
-def _model_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", choices=("gp", "gft"), help="shorthand for --set model=...")
-
-
-SIMULATION = Simulation(
-    prog="ivhl sim bec", config_type=BECConfig, run=_run, description=__doc__.split("\n\n")[0],
-    default_out=lambda cfg, a: "runs/bec" if cfg.model == "gp" else "runs/gft", extendable=("steps",),
-    checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_model_flag,
-    overrides=lambda a: [f"model={a.model}"] if a.model else [], streams=True)
+SIMULATION = BECSimulation()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ivhl_jax.run.launch import initialize
-
-    initialize()  # alone: nothing; under `ivhl launch` (or SLURM/MPI) join the other processes before any JAX work
     return run_main(SIMULATION, argv)
 
 

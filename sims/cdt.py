@@ -38,6 +38,7 @@ compiles only the analysis of its longer history, not the sweeps.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import math
@@ -57,7 +58,7 @@ from ivhl_jax.physics.cdt import graph as cdt_graph
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt.observables import geometry_arrays
 from ivhl_jax.physics.cdt.state import live_triangles
-from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
@@ -67,23 +68,25 @@ from ivhl_jax.train.checkpoint import Checkpointer
 
 @dataclasses.dataclass(frozen=True)
 class CDTConfig:
-    slices: int = 16  # number of time slices T (>= 3)
-    volume: int = 512  # target number of triangles N2 (even; 0: no target, only with eps = 0)
-    lam: float = cdt.LN2  # cosmological constant lambda
-    eps: float = 0.02  # volume-fixing strength eps (0: none, then lam > ln 2 is required)
-    chains: int = 8  # independent Markov chains (vmapped)
-    steps: int = 200  # measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run
-    save_every: int = 2  # steps (sweeps) between measurements
-    steps_per_chunk: int = 20  # steps (sweeps) per compiled chunk (progress lines, checkpoints); divides steps
-    attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: target N2 (jax engine) or 100x (host)
-    capacity: int = 0  # vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)
-    engine: str = "auto"  # "jax", "host" (compiled CPU kernel, needs numba) or "auto" (core.backend's cdt_engine)
-    thermalise_max: int = 2000  # most steps (sweeps) of the automatic grow-and-thermalise phase
-    seed: int = 0  # PRNG seed of the chains
-    r_max: int = 0  # distance-sphere radius for the Hausdorff estimates; 0: automatic
-    origins: int = 8  # BFS origins per chain for the sphere volumes
-    curvature_deltas: int = 0  # the Ricci curvature is measured for delta = 1..this; 0: automatic
-    curvature_samples: int = 8  # point pairs per delta and chain for the Ricci curvature
+    slices: int = option(16, "number of time slices T (>= 3)")
+    volume: int = option(512, "target number of triangles N2 (even; 0: no target, only with eps = 0)")
+    lam: float = option(cdt.LN2, "cosmological constant lambda")
+    eps: float = option(0.02, "volume-fixing strength eps (0: none, then lam > ln 2 is required)")
+    chains: int = option(8, "independent Markov chains (vmapped)")
+    steps: int = option(
+        200, "measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run")
+    save_every: int = option(2, "steps (sweeps) between measurements")
+    steps_per_chunk: int = option(20, "steps (sweeps) per compiled chunk (progress lines, checkpoints); divides steps")
+    attempts_per_sweep: int = option(0, "Metropolis attempts per sweep; 0: target N2 (jax engine) or 100x (host)")
+    capacity: int = option(0, "vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)")
+    engine: str = option(
+        "auto", "\"jax\", \"host\" (compiled CPU kernel, needs numba) or \"auto\" (core.backend's cdt_engine)")
+    thermalise_max: int = option(2000, "most steps (sweeps) of the automatic grow-and-thermalise phase")
+    seed: int = option(0, "PRNG seed of the chains")
+    r_max: int = option(0, "distance-sphere radius for the Hausdorff estimates; 0: automatic")
+    origins: int = option(8, "BFS origins per chain for the sphere volumes")
+    curvature_deltas: int = option(0, "the Ricci curvature is measured for delta = 1..this; 0: automatic")
+    curvature_samples: int = option(8, "point pairs per delta and chain for the Ricci curvature")
 
     # renamed keys (one vocabulary, steps/save_every): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"sweeps": "steps", "measure_every": "save_every"}
@@ -539,16 +542,30 @@ def draw_triangulation(state: cdt.CDTState, ax=None, *, color="k", lw=0.6):
     return ax
 
 
-def _run(cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
-    summary = simulate(cfg, ctx.out, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
-    names = ("thermalisation", "volume_profiles", "autocorrelation", "coordination", "curvature")
-    return {"summary": summary["summary_path"], **dict(zip(names, summary["figures"]))}
+class CDTSimulation(Simulation):
+    """``ivhl sim cdt``: grow, thermalise and measure chains; records stream to the run store."""
+
+    prog = "ivhl sim cdt"
+    config_type = CDTConfig
+    extendable = ("steps",)
+    streams = True
+
+    def run(self, cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
+        summary = simulate(cfg, ctx.out, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
+        names = ("thermalisation", "volume_profiles", "autocorrelation", "coordination", "curvature")
+        return {"summary": summary["summary_path"], **dict(zip(names, summary["figures"]))}
+
+    def default_out(self, cfg: CDTConfig, args: argparse.Namespace) -> str:
+        return "runs/cdt"
+
+    def checkpoint_every(self, cfg: CDTConfig) -> int:
+        return cfg.steps_per_chunk
+
+    def keep(self, cfg: CDTConfig) -> int:
+        return 2
 
 
-SIMULATION = Simulation(
-    prog="ivhl sim cdt", config_type=CDTConfig, run=_run, description=__doc__.split("\n")[0],
-    default_out=lambda cfg, a: "runs/cdt", extendable=("steps",),
-    checkpoint_every=lambda cfg: cfg.steps_per_chunk, keep=lambda cfg: 2, streams=True)
+SIMULATION = CDTSimulation()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ import numpy as np
 
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import fields
-from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
@@ -60,27 +60,28 @@ class HolographyConfig:
     frequency (16 × 0.03125 = 0.5 = λ/c) on a 128 × 128 slice through the helix.
     """
 
-    n_sources: int = 64  # number of point sources on the helix
-    helix_radius: float = 1.0  # helix radius (L)
-    helix_pitch: float = 0.5  # rise of the helix per turn (L)
-    helix_turns: float = 3.0  # number of helix turns
-    wavelength: float = 0.5  # base wavelength λ = 2π/k0 (L)
-    frequency_spread: float = 0.05  # relative spread ± of the source wavenumbers (fixed by seed)
-    phase_pattern: str = "alternating"  # source phases: "zero", "alternating" (0, π, 0, ...) or "random"
-    amplitude: float = 1.0  # source amplitude A
-    softening: float = 0.05  # ε in 1/(r + ε): regularises the field at a source (L)
-    grid: tuple[int, ...] = (128, 128)  # points per axis: 2 entries for a slice, 3 for a volume
-    extent: float = 2.0  # the grid spans [-extent, extent] on each axis (L)
-    plane: str = "xy"  # slice plane for a 2-entry grid: "xy", "xz" or "yz"
-    plane_offset: float = 0.0  # position of the slice along the plane's normal (L)
-    vortex_centers: tuple[tuple[float, float], ...] = ((0.45, 0.35), (-0.5, -0.3))  # (x, y) of vortex lines || z (L)
-    vortex_charges: tuple[int, ...] = (1, -2)  # integer charge of each vortex line (empty: no imprint)
-    vortex_core: float = 0.15  # vortex core size (L)
-    steps: int = 16  # time steps (raise it to extend a finished run)
-    dt: float = 0.03125  # time step (L/c)
-    steps_per_chunk: int = 4  # steps per compiled chunk (progress and checkpoint granularity)
-    checkpoint_every: int = 8  # steps between checkpoints (a multiple of steps_per_chunk)
-    seed: int = 0  # seed of the wavenumber spread and random phases
+    n_sources: int = option(64, "number of point sources on the helix")
+    helix_radius: float = option(1.0, "helix radius (L)")
+    helix_pitch: float = option(0.5, "rise of the helix per turn (L)")
+    helix_turns: float = option(3.0, "number of helix turns")
+    wavelength: float = option(0.5, "base wavelength λ = 2π/k0 (L)")
+    frequency_spread: float = option(0.05, "relative spread ± of the source wavenumbers (fixed by seed)")
+    phase_pattern: str = option("alternating", 'source phases: "zero", "alternating" (0, π, 0, ...) or "random"')
+    amplitude: float = option(1.0, "source amplitude A")
+    softening: float = option(0.05, "ε in 1/(r + ε): regularises the field at a source (L)")
+    grid: tuple[int, ...] = option((128, 128), "points per axis: 2 entries for a slice, 3 for a volume")
+    extent: float = option(2.0, "the grid spans [-extent, extent] on each axis (L)")
+    plane: str = option("xy", 'slice plane for a 2-entry grid: "xy", "xz" or "yz"')
+    plane_offset: float = option(0.0, "position of the slice along the plane's normal (L)")
+    vortex_centers: tuple[tuple[float, float], ...] = option(
+        ((0.45, 0.35), (-0.5, -0.3)), "(x, y) of vortex lines || z (L)")
+    vortex_charges: tuple[int, ...] = option((1, -2), "integer charge of each vortex line (empty: no imprint)")
+    vortex_core: float = option(0.15, "vortex core size (L)")
+    steps: int = option(16, "time steps (raise it to extend a finished run)")
+    dt: float = option(0.03125, "time step (L/c)")
+    steps_per_chunk: int = option(4, "steps per compiled chunk (progress and checkpoint granularity)")
+    checkpoint_every: int = option(8, "steps between checkpoints (a multiple of steps_per_chunk)")
+    seed: int = option(0, "seed of the wavenumber spread and random phases")
 
     # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"n_steps": "steps"}
@@ -284,28 +285,39 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
     return {k: os.path.abspath(v) for k, v in paths.items()}
 
 
-def _run(cfg: HolographyConfig, ctx: RunContext) -> dict[str, str]:
-    if ctx.args.demo:
-        print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} grid, "
-              f"{cfg.steps} time steps, vortices {list(cfg.vortex_charges)}")
-    result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
-    paths = write_outputs(cfg, result, params, ctx.out, observations=ctx.sink)
-    print(result.rate_line())
-    if ctx.args.demo:
-        print(f"open the pictures below (PNG); the run's numbers are in {paths['summary']}")
-    return {name: paths[name] for name in ("intensity", "phase", "mean_intensity", "summary")}
+class HolographySimulation(Simulation):
+    """``ivhl sim holography`` (and ``ivhl demo``: ``--demo``, the embedded default written to runs/demo)."""
+
+    prog = "ivhl sim holography"
+    config_type = HolographyConfig
+    extendable = ("steps",)  # resuming is only meaningful for the same physics; steps may grow
+    streams = True
+
+    def run(self, cfg: HolographyConfig, ctx: RunContext) -> dict[str, str]:
+        if ctx.args.demo:
+            print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} "
+                  f"grid, {cfg.steps} time steps, vortices {list(cfg.vortex_charges)}")
+        result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
+        paths = write_outputs(cfg, result, params, ctx.out, observations=ctx.sink)
+        print(result.rate_line())
+        if ctx.args.demo:
+            print(f"open the pictures below (PNG); the run's numbers are in {paths['summary']}")
+        return {name: paths[name] for name in ("intensity", "phase", "mean_intensity", "summary")}
+
+    def default_out(self, cfg: HolographyConfig, args: argparse.Namespace) -> str:
+        return "runs/demo" if args.demo else "runs/holography"
+
+    def default_resume(self, args: argparse.Namespace) -> bool:
+        return not args.demo  # the demo always starts fresh
+
+    def checkpoint_every(self, cfg: HolographyConfig) -> int:
+        return cfg.checkpoint_every
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--demo", action="store_true", help="the embedded default run, written to runs/demo")
 
 
-def _demo_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--demo", action="store_true", help="the embedded default run, written to runs/demo")
-
-
-SIMULATION = Simulation(
-    prog="ivhl sim holography", config_type=HolographyConfig, run=_run, description=__doc__.split("\n\n")[0],
-    default_out=lambda cfg, a: "runs/demo" if a.demo else "runs/holography",
-    default_resume=lambda a: not a.demo,  # the demo always starts fresh
-    extendable=("steps",),  # resuming is only meaningful for the same physics; steps may grow
-    checkpoint_every=lambda cfg: cfg.checkpoint_every, add_arguments=_demo_flag, streams=True)
+SIMULATION = HolographySimulation()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

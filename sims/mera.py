@@ -36,6 +36,7 @@ measured vs exact; "central_charge": c from the coarse-grained Hamiltonian on ri
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import sys
@@ -51,6 +52,7 @@ from ivhl_jax.core.backend import defaults, host_cores, platform_before_start
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import mera as M
 from ivhl_jax.physics.mera import conformal, scaling
+from ivhl_jax.run.config import option
 from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import load_array, save_figure, write_json
@@ -71,30 +73,32 @@ class MERASimConfig:
 
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"sweeps": "steps", "sweeps_per_chunk": "steps_per_chunk"}
 
-    model: str = "ising"   # "ising", "xx", "potts" or "custom" (the two-site term in term_file)
-    g: float = 1.0         # transverse field of the Ising chain / f of the Potts chain (1: critical)
-    term_file: str = ""    # model="custom": a .npy file holding the real Hermitian two-site term (d, d, d, d)
-    d: int = 0             # the spin dimension the run expects (0: the model's; else it must match)
-    e0: float | None = None  # model="custom": the exact energy per site, if known (errors are reported against it)
-    chis: tuple[int, ...] = (6, 8)  # bond dimension χ of each ladder stage (non-decreasing)
-    steps: tuple[int, ...] = (2000, 1800)  # steps of each stage (one step = one Evenbly–Vidal sweep)
-    layers: tuple[int, ...] = (1, 2)  # transitional layers of each stage (non-decreasing)
-    chi_mid: int | None = None       # χ_mid of every stage when chi_mids is empty (None: χ_mid = χ)
-    chi_mids: tuple[int, ...] = (4, 6)  # per-stage χ_mid, u's output bond (empty: chi_mid for every stage)
-    layer_chis: tuple[tuple[int, ...], ...] = ()  # per stage, χ above each layer (layers+1 entries, bottom first)
-    layer_chi_mids: tuple[tuple[int, ...], ...] = ()  # per stage, χ_mid of each layer (layers+1 entries)
-    precision: tuple[str, ...] = ()  # per-stage "f32" or "f64" (empty: all f64); f32 only before an f64 finish
-    stuck_after: int = 300           # steps of the cold first stage before the stuck-start check (0: no check)
-    stuck_every: int = 100           # steps between rechecks after stuck_after, up to step 1000 (0: one check)
-    max_restarts: int = 3            # re-initialisations of a stuck cold start
-    power_iters: int = 4  # descending-superoperator iterations per sweep for the top density matrix
-    u_delay: int = 10  # steps before the disentanglers start to be updated
-    refsym: bool = True  # impose reflection symmetry (removes spurious minima; needs a symmetric term)
-    si_scales: int = 1  # scales summed in the scale-invariant layer's environment (1 = mainVarMERA)
-    steps_per_chunk: int = 50  # steps (sweeps) per compiled chunk
-    checkpoint_every: int = 200      # steps between checkpoints (a multiple of steps_per_chunk)
-    seed: int = 0  # seed of the initial isometries
-    host_cores: int = 0  # CPU cores XLA may use (0: auto, see the module docstring; n: n)
+    model: str = option("ising", '"ising", "xx", "potts" or "custom" (the two-site term in term_file)')
+    g: float = option(1.0, "transverse field of the Ising chain / f of the Potts chain (1: critical)")
+    term_file: str = option("", 'model="custom": a .npy file holding the real Hermitian two-site term (d, d, d, d)')
+    d: int = option(0, "the spin dimension the run expects (0: the model's; else it must match)")
+    e0: float | None = option(
+        None, 'model="custom": the exact energy per site, if known (errors are reported against it)')
+    chis: tuple[int, ...] = option((6, 8), "bond dimension χ of each ladder stage (non-decreasing)")
+    steps: tuple[int, ...] = option((2000, 1800), "steps of each stage (one step = one Evenbly–Vidal sweep)")
+    layers: tuple[int, ...] = option((1, 2), "transitional layers of each stage (non-decreasing)")
+    chi_mid: int | None = option(None, "χ_mid of every stage when chi_mids is empty (None: χ_mid = χ)")
+    chi_mids: tuple[int, ...] = option((4, 6), "per-stage χ_mid, u's output bond (empty: chi_mid for every stage)")
+    layer_chis: tuple[tuple[int, ...], ...] = option(
+        (), "per stage, χ above each layer (layers+1 entries, bottom first)")
+    layer_chi_mids: tuple[tuple[int, ...], ...] = option((), "per stage, χ_mid of each layer (layers+1 entries)")
+    precision: tuple[str, ...] = option((), 'per-stage "f32" or "f64" (empty: all f64); f32 only before an f64 finish')
+    stuck_after: int = option(300, "steps of the cold first stage before the stuck-start check (0: no check)")
+    stuck_every: int = option(100, "steps between rechecks after stuck_after, up to step 1000 (0: one check)")
+    max_restarts: int = option(3, "re-initialisations of a stuck cold start")
+    power_iters: int = option(4, "descending-superoperator iterations per sweep for the top density matrix")
+    u_delay: int = option(10, "steps before the disentanglers start to be updated")
+    refsym: bool = option(True, "impose reflection symmetry (removes spurious minima; needs a symmetric term)")
+    si_scales: int = option(1, "scales summed in the scale-invariant layer's environment (1 = mainVarMERA)")
+    steps_per_chunk: int = option(50, "steps (sweeps) per compiled chunk")
+    checkpoint_every: int = option(200, "steps between checkpoints (a multiple of steps_per_chunk)")
+    seed: int = option(0, "seed of the initial isometries")
+    host_cores: int = option(0, "CPU cores XLA may use (0: auto, see the module docstring; n: n)")
 
     def build_model(self) -> M.Model:
         """The chain of ``model``; a ValueError names the key at fault."""
@@ -394,22 +398,33 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
     return paths
 
 
-def _run(cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
-    summary = simulate(cfg, ctx.out, resume=ctx.resuming, progress=ctx.progress, sink=ctx.sink)
-    paths = write_outputs(summary, ctx.out)
-    what = (f"final energy error per site: {summary['final_energy_error']:.3e}"
-            if summary["final_energy_error"] is not None else f"final energy per site: {summary['final_energy']:.10f}")
-    print(f"{what}; scaling dims {np.round(summary['scaling_dimensions'][:4], 4).tolist()}"
-          + (f" (exact {[round(x, 4) for x in summary['scaling_dimensions_exact'][:4]]})"
-             if summary["scaling_dimensions_exact"] else ""))
-    return paths
+class MERASimulation(Simulation):
+    """``ivhl sim mera``: the bond-dimension ladder. The tensors' shapes change with χ from stage to stage, so
+    each stage keeps its own checkpointer (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock
+    and the config check."""
+
+    prog = "ivhl sim mera"
+    config_type = MERASimConfig
+    extendable = ("host_cores",)
+    own_checkpoints = True
+    streams = True
+
+    def run(self, cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
+        summary = simulate(cfg, ctx.out, resume=ctx.resuming, progress=ctx.progress, sink=ctx.sink)
+        paths = write_outputs(summary, ctx.out)
+        what = (f"final energy error per site: {summary['final_energy_error']:.3e}"
+                if summary["final_energy_error"] is not None
+                else f"final energy per site: {summary['final_energy']:.10f}")
+        print(f"{what}; scaling dims {np.round(summary['scaling_dimensions'][:4], 4).tolist()}"
+              + (f" (exact {[round(x, 4) for x in summary['scaling_dimensions_exact'][:4]]})"
+                 if summary["scaling_dimensions_exact"] else ""))
+        return paths
+
+    def default_out(self, cfg: MERASimConfig, args: argparse.Namespace) -> str:
+        return "runs/mera"
 
 
-# The tensors' shapes change with χ from stage to stage, so each stage keeps its own checkpointer
-# (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock and the config check.
-SIMULATION = Simulation(prog="ivhl sim mera", config_type=MERASimConfig, run=_run, description=__doc__.split("\n\n")[0],
-                        default_out=lambda cfg, a: "runs/mera", own_checkpoints=True, extendable=("host_cores",),
-                        streams=True)
+SIMULATION = MERASimulation()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,7 +36,7 @@ from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, predict
 from ivhl_jax.nn import adaptive
 from ivhl_jax.nn.adaptive import AdaptiveConfig
-from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
@@ -48,22 +48,22 @@ from ivhl_jax.train.digits import load_digits
 
 @dataclasses.dataclass(frozen=True)
 class TrainAdaptiveConfig:
-    dataset: str = "digits"  # "digits" (8x8 handwritten digits, shipped) or "synthetic" (seed prototypes)
-    preset: str = "improved"  # model preset: "seed", "improved" or "plain"
-    model: AdaptiveConfig = dataclasses.field(default_factory=AdaptiveConfig)  # the node model (--set model.X=...)
-    state_mode: str = "auto"  # "reset" | "carry" | "auto" (carry for the seed preset)
-    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)
-    steps_per_chunk: int = 250  # steps per compiled chunk
-    batch_size: int = 32  # examples per batch
-    learning_rate: float = 1e-3  # Adam learning rate
-    warmup_steps: int = 0  # linear warm-up steps
-    cosine: bool = True  # cosine decay of the learning rate
-    clip_norm: float = 1.0  # global gradient-norm clip
-    seed: int = 0  # seed of the initialisation and the dynamics
-    data_seed: int = 0  # seed of the train/test split and batches
-    test_fraction: float = 0.2  # held-out fraction
-    synthetic_samples: int = 10000  # examples of the synthetic dataset
-    checkpoint_every: int = 0  # steps between checkpoints (a multiple of steps_per_chunk; 0: after every chunk)
+    dataset: str = option("digits", '"digits" (8x8 handwritten digits, shipped) or "synthetic" (seed prototypes)')
+    preset: str = option("improved", 'model preset: "seed", "improved" or "plain"')
+    model: AdaptiveConfig = option(default_factory=AdaptiveConfig, help="the node model (--set model.X=...)")
+    state_mode: str = option("auto", '"reset" | "carry" | "auto" (carry for the seed preset)')
+    steps: int = option(1500, "optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)")
+    steps_per_chunk: int = option(250, "steps per compiled chunk")
+    batch_size: int = option(32, "examples per batch")
+    learning_rate: float = option(1e-3, "Adam learning rate")
+    warmup_steps: int = option(0, "linear warm-up steps")
+    cosine: bool = option(True, "cosine decay of the learning rate")
+    clip_norm: float = option(1.0, "global gradient-norm clip")
+    seed: int = option(0, "seed of the initialisation and the dynamics")
+    data_seed: int = option(0, "seed of the train/test split and batches")
+    test_fraction: float = option(0.2, "held-out fraction")
+    synthetic_samples: int = option(10000, "examples of the synthetic dataset")
+    checkpoint_every: int = option(0, "steps between checkpoints (a multiple of steps_per_chunk; 0: after every chunk)")
 
     # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
@@ -260,26 +260,37 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
     return write_json(os.path.join(out, "baseline.json"), profiling.baseline_document([run]))
 
 
-def _run(cfg: TrainAdaptiveConfig, ctx: RunContext) -> dict[str, str]:
-    if ctx.args.profile:
-        return {"baseline": profile(cfg, ctx.out)}
-    t0 = time.perf_counter()
-    s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
-    print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s)")
-    paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
-    return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}
+class TrainAdaptiveSimulation(Simulation):
+    """``ivhl train adaptive`` (``--profile``: profile the train step instead of training)."""
+
+    prog = "ivhl train adaptive"
+    config_type = TrainAdaptiveConfig
+
+    def run(self, cfg: TrainAdaptiveConfig, ctx: RunContext) -> dict[str, str]:
+        if ctx.args.profile:
+            return {"baseline": profile(cfg, ctx.out)}
+        t0 = time.perf_counter()
+        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+        print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s)")
+        paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
+        return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}
+
+    def default_out(self, cfg: TrainAdaptiveConfig, args: argparse.Namespace) -> str:
+        return os.path.join("runs", "adaptive")
+
+    def checkpoint_every(self, cfg: TrainAdaptiveConfig) -> int:
+        return cfg.checkpoint_every or cfg.steps_per_chunk
+
+    def keep(self, cfg: TrainAdaptiveConfig) -> int:
+        return 2
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--no-plots", action="store_true")
+        parser.add_argument("--profile", action="store_true",
+                            help="instead of training, profile the train step and write baseline.json to --out")
 
 
-def _flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--profile", action="store_true",
-                   help="instead of training, profile the train step and write baseline.json to --out")
-
-
-SIMULATION = Simulation(prog="ivhl train adaptive", config_type=TrainAdaptiveConfig, run=_run,
-                        description=__doc__.split("\n\n")[0], add_arguments=_flags, keep=lambda cfg: 2,
-                        default_out=lambda cfg, a: os.path.join("runs", "adaptive"),
-                        checkpoint_every=lambda cfg: cfg.checkpoint_every or cfg.steps_per_chunk)
+SIMULATION = TrainAdaptiveSimulation()
 
 
 def main(argv: list[str] | None = None) -> int:

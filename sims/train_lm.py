@@ -51,7 +51,7 @@ from ivhl_jax.models.transformer import (
     init_params,
     lm_loss_fn,
 )
-from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config_dict, load_config
+from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config_dict, load_config, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
@@ -71,24 +71,24 @@ def _default_model() -> TransformerConfig:
 class TrainLMConfig:
     """Run configuration; the model is a nested :class:`TransformerConfig` (``--set model.d_model=256``)."""
 
-    model: TransformerConfig = dataclasses.field(default_factory=_default_model)  # --set model.X=...
+    model: TransformerConfig = option(default_factory=_default_model, help="--set model.X=...")
     # data
-    seq_len: int = 128  # bytes per training window
-    max_bytes: int = 3_000_000  # bytes of the standard library's .py files used as text
-    val_fraction: float = 0.1  # held-out fraction of the text
+    seq_len: int = option(128, "bytes per training window")
+    max_bytes: int = option(3_000_000, "bytes of the standard library's .py files used as text")
+    val_fraction: float = option(0.1, "held-out fraction of the text")
     # optimisation
-    batch_size: int = 16  # windows per batch
-    steps: int = 600  # optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)
-    steps_per_chunk: int = 50  # steps per compiled chunk and between checkpoints
-    learning_rate: float = 3e-3  # peak AdamW learning rate
-    warmup_steps: int = 50  # linear warm-up steps
-    min_lr_ratio: float = 0.1  # final learning rate / peak (cosine decay)
-    weight_decay: float = 0.01  # AdamW weight decay
-    clip_norm: float = 1.0  # global gradient-norm clip
-    accumulate: int = 1  # micro-batches accumulated per step
-    eval_batches: int = 8  # validation batches per evaluation
-    seed: int = 0  # seed of the initialisation and the batches
-    keep_checkpoints: int = 2  # checkpoints kept
+    batch_size: int = option(16, "windows per batch")
+    steps: int = option(600, "optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)")
+    steps_per_chunk: int = option(50, "steps per compiled chunk and between checkpoints")
+    learning_rate: float = option(3e-3, "peak AdamW learning rate")
+    warmup_steps: int = option(50, "linear warm-up steps")
+    min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine decay)")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    clip_norm: float = option(1.0, "global gradient-norm clip")
+    accumulate: int = option(1, "micro-batches accumulated per step")
+    eval_batches: int = option(8, "validation batches per evaluation")
+    seed: int = option(0, "seed of the initialisation and the batches")
+    keep_checkpoints: int = option(2, "checkpoints kept")
 
     def validate(self) -> TrainLMConfig:
         self.model.validate()
@@ -337,28 +337,38 @@ def sample_text(cfg: TrainLMConfig, params, prompt: str, length: int, *, tempera
 
 # --------------------------------------------------------------------------- CLI
 
-def _run(cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
-    s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
-    print(json.dumps({k: s[k] for k in ("n_params", "steps", "unigram_entropy_bits_per_byte",
-                                        "final_train_bits_per_byte_last_chunk_mean", "final_val_bits_per_byte",
-                                        "val_over_unigram")}, indent=1))
-    paths = {"summary": os.path.join(ctx.out, "summary.json")}
-    if not ctx.args.no_plots:
-        paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
-    return paths
+class TrainLMSimulation(Simulation):
+    """``ivhl train lm`` (``--generate``: :func:`generate_main` samples from a trained run instead)."""
+
+    prog = "ivhl train lm"
+    config_type = TrainLMConfig
+
+    def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
+        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+        print(json.dumps({k: s[k] for k in ("n_params", "steps", "unigram_entropy_bits_per_byte",
+                                            "final_train_bits_per_byte_last_chunk_mean", "final_val_bits_per_byte",
+                                            "val_over_unigram")}, indent=1))
+        paths = {"summary": os.path.join(ctx.out, "summary.json")}
+        if not ctx.args.no_plots:
+            paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
+        return paths
+
+    def default_out(self, cfg: TrainLMConfig, args: argparse.Namespace) -> str:
+        return os.path.join("runs", "lm")
+
+    def checkpoint_every(self, cfg: TrainLMConfig) -> int:
+        return cfg.steps_per_chunk
+
+    def keep(self, cfg: TrainLMConfig) -> int:
+        return cfg.keep_checkpoints
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--no-plots", action="store_true")
+        parser.add_argument("--generate", action="store_true", help="sample from the latest checkpoint in --out "
+                            "(see `ivhl train lm --generate --help`)")
 
 
-def _no_plots(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--generate", action="store_true", help="sample from the latest checkpoint in --out "
-                   "(see `ivhl train lm --generate --help`)")
-
-
-SIMULATION = Simulation(prog="ivhl train lm", config_type=TrainLMConfig, run=_run,
-                        description=__doc__.split("\n\n")[0], add_arguments=_no_plots,
-                        default_out=lambda cfg, a: os.path.join("runs", "lm"),
-                        checkpoint_every=lambda cfg: cfg.steps_per_chunk,
-                        keep=lambda cfg: cfg.keep_checkpoints)
+SIMULATION = TrainLMSimulation()
 
 
 def generate_parser() -> argparse.ArgumentParser:

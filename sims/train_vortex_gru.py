@@ -18,6 +18,7 @@ against the baselines); ``--no-plots`` skips the pictures.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import sys
@@ -31,7 +32,7 @@ import numpy as np
 from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.gru import TrajectoryGRU
 from ivhl_jax.physics import fields
-from ivhl_jax.run.config import config_dict
+from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
@@ -42,19 +43,19 @@ from ivhl_jax.train.data import Batcher
 
 @dataclasses.dataclass(frozen=True)
 class VortexGRUConfig:
-    n_train: int = 256  # number of training trajectories
-    n_test: int = 64  # held-out trajectories
-    length: int = 48  # time steps per trajectory (one period of the path)
-    grid: int = 48  # points per axis of the detection window [-1, 1]^2 (>= 8)
-    harmonics: int = 3  # Fourier harmonics of the random paths
-    hidden: int = 64  # GRU hidden width
-    layers: int = 2  # stacked GRU layers
-    variant: str = "torch"  # GRU equations: "torch" (PyTorch/nnx) or "cho" (Cho et al. 2014)
-    steps: int = 1500  # optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)
-    steps_per_chunk: int = 250  # steps per compiled chunk and between checkpoints
-    batch_size: int = 32  # trajectories per batch
-    learning_rate: float = 2e-3  # Adam learning rate (cosine schedule, clip 1.0)
-    seed: int = 0  # seed of the data and the initialisation
+    n_train: int = option(256, "number of training trajectories")
+    n_test: int = option(64, "held-out trajectories")
+    length: int = option(48, "time steps per trajectory (one period of the path)")
+    grid: int = option(48, "points per axis of the detection window [-1, 1]^2 (>= 8)")
+    harmonics: int = option(3, "Fourier harmonics of the random paths")
+    hidden: int = option(64, "GRU hidden width")
+    layers: int = option(2, "stacked GRU layers")
+    variant: str = option("torch", 'GRU equations: "torch" (PyTorch/nnx) or "cho" (Cho et al. 2014)')
+    steps: int = option(1500, "optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)")
+    steps_per_chunk: int = option(250, "steps per compiled chunk and between checkpoints")
+    batch_size: int = option(32, "trajectories per batch")
+    learning_rate: float = option(2e-3, "Adam learning rate (cosine schedule, clip 1.0)")
+    seed: int = option(0, "seed of the data and the initialisation")
 
     # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
@@ -231,25 +232,36 @@ def write_plots(out: str, hist: dict[str, np.ndarray], data: dict[str, np.ndarra
     return plot, save_figure(fig, os.path.join(out, "loss_curve.png"))
 
 
-def _run(cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
-    t0 = time.perf_counter()
-    s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer, plots=not ctx.args.no_plots)
-    print(f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
-          f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s")
-    paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
-    if "plot" in s:
-        paths.update(plot=s["plot"], loss_curve=s["loss_curve"])
-    return paths
+class VortexGRUSimulation(Simulation):
+    """``ivhl train vortex_gru``."""
+
+    prog = "ivhl train vortex_gru"
+    config_type = VortexGRUConfig
+
+    def run(self, cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
+        t0 = time.perf_counter()
+        s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer, plots=not ctx.args.no_plots)
+        print(f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
+              f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s")
+        paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
+        if "plot" in s:
+            paths.update(plot=s["plot"], loss_curve=s["loss_curve"])
+        return paths
+
+    def default_out(self, cfg: VortexGRUConfig, args: argparse.Namespace) -> str:
+        return os.path.join("runs", "vortex_gru")
+
+    def checkpoint_every(self, cfg: VortexGRUConfig) -> int:
+        return cfg.steps_per_chunk
+
+    def keep(self, cfg: VortexGRUConfig) -> int:
+        return 2
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--no-plots", action="store_true", help="skip vortex_gru.png and loss_curve.png")
 
 
-def _no_plots(p) -> None:
-    p.add_argument("--no-plots", action="store_true", help="skip vortex_gru.png and loss_curve.png")
-
-
-SIMULATION = Simulation(prog="ivhl train vortex_gru", config_type=VortexGRUConfig, run=_run,
-                        description=__doc__.split("\n\n")[0], checkpoint_every=lambda cfg: cfg.steps_per_chunk,
-                        keep=lambda cfg: 2, add_arguments=_no_plots,
-                        default_out=lambda cfg, a: os.path.join("runs", "vortex_gru"))
+SIMULATION = VortexGRUSimulation()
 
 
 def main(argv: list[str] | None = None) -> int:

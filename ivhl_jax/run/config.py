@@ -7,10 +7,14 @@ overrides, rejects unknown keys and wrongly typed values by name, and calls the 
 
     @dataclasses.dataclass(frozen=True)
     class HolographyConfig:
-        n_sources: int = 64
-        grid: tuple[int, int] = (128, 128)
+        n_sources: int = option(64, "number of point sources on the helix")
+        grid: tuple[int, int] = option((128, 128), "points per axis")
 
     cfg = load_config(HolographyConfig, "run.toml", ["n_sources=128"])
+
+Each field's meaning, shown by ``--help``, is the ``"help"`` entry of its metadata (:func:`option`). A value is
+read as its field's type (``typing.get_type_hints``): a table maps each type, or each generic origin (union,
+``Literal``, ``tuple``, ``list``, ``dict``), to the function that reads it.
 
 A key that was renamed is declared on the dataclass as ``RENAMED_KEYS: ClassVar[dict[str, str]] = {old: new}``
 (same meaning, new name): the old key, given in a file or as an override, is refused with one line naming the new
@@ -21,103 +25,136 @@ the new name). :func:`renamed_keys` returns the mapping.
 from __future__ import annotations
 
 import argparse
-import atexit
+import contextlib
 import dataclasses
-import fcntl
 import json
 import math
 import os
 import re
 import shutil
-import sys
 import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-__all__ = ["T", "read_config_file", "load_config", "clip_short_run", "config_dict", "renamed_keys", "add_run_arguments",
-           "prepare_run_dir", "settings_in_force", "lock_run_dir", "release_run_dir", "RunDirLockedError",
-           "OneLineArgumentParser", "plain_text"]
+from ivhl_jax.run.lock import check_out_dir, lock_run_dir
+
+__all__ = ["T", "option", "read_config_file", "load_config", "clip_short_run", "config_dict", "renamed_keys",
+           "add_run_arguments", "prepare_run_dir", "settings_in_force", "OneLineArgumentParser", "plain_text"]
 
 T = TypeVar("T")
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
+def option(default: Any = dataclasses.MISSING, help: str = "", *,
+           default_factory: Any = dataclasses.MISSING) -> Any:
+    """A config dataclass field with its meaning: ``dataclasses.field(default=default,
+    metadata={"help": help})`` (or ``default_factory=``), the text ``--help`` shows beside the key."""
+    if not isinstance(help, str) or not help.strip():
+        raise ValueError(f"help must be a non-empty string saying what the key means, got {help!r}")
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def _to_bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
+        return value.lower() in ("true", "1", "yes")
+    raise TypeError(f"config key {key!r} must be true/false, got {value!r}")
+
+
+def _to_int(value: Any, key: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    raise TypeError(f"config key {key!r} must be an integer, got {value!r}")
+
+
+def _to_float(value: Any, key: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"config key {key!r} must be a number, got {value!r}") from e
+
+
+def _to_str(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"config key {key!r} must be a string, got {value!r}")
+    return value
+
+
+#: a config field of one of these types is read by its function (``value, key -> value``)
+_SCALARS: dict[Any, Callable[[Any, str], Any]] = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
+
+
+def _to_union(value: Any, tp: Any, key: str) -> Any:
     args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    for a in args:
+        if a is not type(None):
+            with contextlib.suppress(TypeError, ValueError):
+                return _coerce(value, a, key)
+    raise TypeError(f"config key {key!r}: {value!r} matches none of {tp}")
+
+
+def _to_literal(value: Any, tp: Any, key: str) -> Any:
+    if value not in typing.get_args(tp):
+        raise ValueError(f"config key {key!r} must be one of {list(typing.get_args(tp))}, got {value!r}")
+    return value
+
+
+def _to_sequence(value: Any, tp: Any, key: str) -> Any:
+    """A list or tuple field: a TOML array, or ``a,b,c`` from ``--set`` (brackets and parentheses ignored)."""
+    origin, args = typing.get_origin(tp) or tp, typing.get_args(tp)
+    if isinstance(value, str):
+        value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"config key {key!r} must be a list, got {value!r}: say --set {key}={value},{value} "
+                        f"(comma-separated; one entry: --set {key}={value},), or {key} = [{value}] in a file")
+    if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, int]: fixed length, a type per entry
+        if len(value) != len(args):
+            raise ValueError(f"config key {key!r} must have {len(args)} entries, got {len(value)}")
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    inner = args[0] if args else Any
+    out = [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    return tuple(out) if origin is tuple else out
+
+
+def _to_dict(value: Any, tp: Any, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"config key {key!r} must be a table/dict, got {value!r}")
+    return dict(value)
+
+
+#: a config field whose type is generic over one of these (``typing.get_origin``) is read by its function
+_GENERICS: dict[Any, Callable[[Any, Any, str], Any]] = {
+    typing.Union: _to_union, types.UnionType: _to_union, typing.Literal: _to_literal,
+    tuple: _to_sequence, list: _to_sequence, dict: _to_dict}
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """``value`` (from TOML, JSON or a ``--set`` override) as the field type ``tp``; a TypeError or ValueError
+    naming the config key ``key`` when it is not one. Types outside the tables pass through unchanged."""
     if tp is Any:
         return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(value, a, key)
-            except (TypeError, ValueError) as e:
-                errors.append(str(e))
-        raise TypeError(f"config key {key!r}: {value!r} matches none of {tp}")
-    if origin is typing.Literal:
-        if value not in args:
-            raise ValueError(f"config key {key!r} must be one of {list(args)}, got {value!r}")
-        return value
-    if origin in (tuple, list):
-        if isinstance(value, str):
-            value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(f"config key {key!r} must be a list, got {value!r}: say --set {key}={value},{value} "
-                            f"(comma-separated; one entry: --set {key}={value},), or {key} = [{value}] in a file")
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise ValueError(f"config key {key!r} must have {len(args)} entries, got {len(value)}")
-            return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-        inner = args[0] if args else Any
-        out = [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-        return tuple(out) if origin is tuple else out
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise TypeError(f"config key {key!r} must be a table/dict, got {value!r}")
-        return dict(value)
+    generic = _GENERICS.get(typing.get_origin(tp) or tp)
+    if generic is not None:
+        return generic(value, tp, key)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
-        if not isinstance(value, dict):
-            raise TypeError(f"config key {key!r} must be a table/dict, got {value!r}")
-        return _build(tp, value, prefix=f"{key}.")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise TypeError(f"config key {key!r} must be true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise TypeError(f"config key {key!r} must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        raise TypeError(f"config key {key!r} must be an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, bool):
-            raise TypeError(f"config key {key!r} must be a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"config key {key!r} must be a number, got {value!r}") from e
-    if tp is str:
-        if not isinstance(value, str):
-            raise TypeError(f"config key {key!r} must be a string, got {value!r}")
-        return value
-    return value
+        return _build(tp, _to_dict(value, dict, key), prefix=f"{key}.")
+    scalar = _SCALARS.get(tp)
+    return value if scalar is None else scalar(value, key)
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -326,84 +363,6 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resum
     return parser
 
 
-class RunDirLockedError(RuntimeError, ValueError):
-    """Another run holds the output folder's lock (a ValueError too, so CLIs report it like a config error)."""
-
-
-_RUN_LOCKS: dict[str, Any] = {}  # realpath of a run folder -> the open lock file this process holds
-
-
-def _release_run_locks() -> None:
-    for path in list(_RUN_LOCKS):
-        release_run_dir(path)
-
-
-atexit.register(_release_run_locks)
-
-
-def _check_out(out: Any) -> str:
-    """The output folder as a non-empty path string that is, or can become, a folder."""
-    if not isinstance(out, (str, os.PathLike)) or not os.fspath(out):
-        raise ValueError(f"out must be a non-empty folder path (--out), got {out!r}")
-    out = os.fspath(out)
-    probe = out
-    while not os.path.exists(probe):  # the nearest part of the path that exists must be a folder
-        parent = os.path.dirname(os.path.abspath(probe))
-        if parent == os.path.abspath(probe):
-            break
-        probe = parent
-    if os.path.exists(probe) and not os.path.isdir(probe):
-        where = "is a file" if probe == out else f"lies under {probe}, which is a file"
-        raise ValueError(f"output folder {out} (--out) {where}, not a folder; pass a folder path (it is created if "
-                         "missing)")
-    return out
-
-
-def lock_run_dir(out: str | os.PathLike) -> str:
-    """Take an exclusive ``fcntl.flock`` on ``out/.lock`` for the rest of this process; return the lock file's path.
-
-    The lock is held until :func:`release_run_dir` or process exit (the kernel drops it even on a crash), so a
-    second run into the same folder fails at once with :class:`RunDirLockedError` instead of racing on the
-    checkpoints. Taking it again in the process that holds it is a no-op. In a multi-process JAX run only
-    process 0 locks (all processes share the folder).
-    """
-    out = _check_out(out)
-    real = os.path.realpath(out)
-    path = os.path.join(real, ".lock")
-    if real in _RUN_LOCKS:
-        return path
-    jax = sys.modules.get("jax")
-    if jax is not None and jax.distributed.is_initialized() and jax.process_index() != 0:
-        return path
-    os.makedirs(real, exist_ok=True)
-    f = open(path, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        f.seek(0)
-        holder = f.read().strip()
-        f.close()
-        raise RunDirLockedError(
-            f"output folder {out} is in use: another run holds its lock {path}"
-            + (f" ({holder})" if holder else "")
-            + "; wait for it to finish or use another --out"
-        ) from e
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()}\n")
-    f.flush()
-    _RUN_LOCKS[real] = f
-    return path
-
-
-def release_run_dir(out: str | os.PathLike) -> None:
-    """Release the lock :func:`lock_run_dir` took on ``out`` (nothing if this process holds none)."""
-    f = _RUN_LOCKS.pop(os.path.realpath(os.fspath(out)), None)
-    if f is not None:
-        fcntl.flock(f, fcntl.LOCK_UN)
-        f.close()
-
-
 def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendable: Sequence[str] = ()) -> str:
     """Make ``out`` ready for a run of ``cfg``; return its checkpoint folder ``out/ckpt``.
 
@@ -411,10 +370,11 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     configuration (``out/config.json``), except for the ``extendable`` keys (a larger step count extends a
     finished run); otherwise a ValueError names the keys that differ. ``cfg`` is then written to
     ``out/config.json``, and the backend settings in force with their sources to ``out/settings.json``
-    (:func:`settings_in_force`). The folder is locked for the rest of the process (:func:`lock_run_dir`): a second
-    run into it raises :class:`RunDirLockedError` naming the folder.
+    (:func:`settings_in_force`). The folder is locked for the rest of the process
+    (:func:`ivhl_jax.run.lock.lock_run_dir`): a second run into it raises
+    :class:`ivhl_jax.run.lock.RunDirLockedError` naming the folder.
     """
-    out = _check_out(out)
+    out = check_out_dir(out)
     os.makedirs(out, exist_ok=True)
     lock_run_dir(out)  # before anything in it is deleted or compared
     ckpt_dir = os.path.join(out, "ckpt")

@@ -1,12 +1,14 @@
 """One ``main`` for every runnable simulation: a simulation declares what is its own, the driver does the rest.
 
-A simulation module (``sims/NAME.py``) builds a :class:`Simulation` — its config dataclass, how to run it
-against a checkpointer, how to write its outputs — and its ``main`` is ``return run_main(SIM, argv)``. The
-driver then does, identically for every simulation:
+A simulation module (``sims/NAME.py``) subclasses :class:`Simulation` — its config dataclass, how to run it
+against a checkpointer, how to write its outputs — and its ``main`` is ``return run_main(SIMULATION, argv)``.
+The driver then does, identically for every simulation:
 
+* joining the other processes under ``ivhl launch`` (or SLURM, Open MPI, a TPU pod) before any JAX work
+  (:func:`ivhl_jax.run.launch.initialize`; alone it does nothing);
 * the command line: ``--config FILE``, ``--set KEY=VALUE``, ``--out``, ``--resume/--no-resume``,
-  ``--no-progress``; ``--help`` lists every config key with its type, default and meaning (the comment
-  beside the field in the dataclass);
+  ``--no-progress``; ``--help`` lists every config key with its type, default and meaning (the ``"help"``
+  entry of the field's metadata, :func:`ivhl_jax.run.config.option`);
 * a run shorter than one chunk (``--set steps=1``) runs with the chunk and the warm-up clipped to it
   (:func:`ivhl_jax.run.config.clip_short_run`), said in one line;
 * configuration errors (unknown key, wrong type, failed ``validate()``, a checkpoint of a different
@@ -18,23 +20,23 @@ driver then does, identically for every simulation:
   says where the run stopped and how to resume, exit status 130;
 * after the run: where each output lies.
 
-The layer rule holds: the driver knows nothing of physics; ``Simulation.run`` is the simulation's own code.
+The layer rule holds: the driver knows nothing of physics; :meth:`Simulation.run` is the simulation's own code.
 """
 
 from __future__ import annotations
 
+import abc
 import argparse
-import ast
 import contextlib
 import dataclasses
 import inspect
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
-from ivhl_jax.run import runner
+from ivhl_jax.run import launch, runner
 from ivhl_jax.run.config import (
     OneLineArgumentParser,
     add_run_arguments,
@@ -47,7 +49,7 @@ from ivhl_jax.run.runner import RunInterrupted
 from ivhl_jax.run.store import STORE_NAME, RunStore
 from ivhl_jax.train.checkpoint import CheckpointCorruptError, Checkpointer
 
-__all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_comments"]
+__all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_help"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,23 +64,20 @@ class RunContext:
     sink: RunStore | None = None  # the run store <out>/run.zarr (``streams``): pass it to run_chunked(..., sink=)
 
 
-@dataclasses.dataclass(frozen=True)
-class Simulation:
-    """The parts of a runnable simulation that are its own.
+class Simulation(abc.ABC):
+    """A runnable simulation: the parts that are its own. A module subclasses it once and hands an instance to
+    :func:`run_main`, which does the rest the same way for every simulation.
+
+    A subclass sets the class attributes ``prog`` and ``config_type`` and implements :meth:`run` and
+    :meth:`default_out`; the other attributes and methods have defaults it may override.
 
     Attributes:
       prog: the command (``"ivhl sim cdt"``), used in messages.
-      config_type: frozen dataclass with the embedded defaults (and optionally ``validate()``).
-      run: ``run(cfg, ctx) -> dict[str, str]`` runs (resuming from ``ctx.checkpointer`` when it holds a
-        checkpoint), writes the outputs into ``ctx.out`` and returns ``{label: path}`` of what it wrote.
-      default_out: ``default_out(cfg, args) -> folder`` when ``--out`` is not given.
+      config_type: frozen dataclass with the embedded defaults (and optionally ``validate()``); every field
+        carries its ``--help`` text (:func:`ivhl_jax.run.config.option`).
+      description: first paragraph of ``--help`` (empty: the first paragraph of the docstring of the module that
+        defines the subclass).
       extendable: config keys a resumed run may change (a larger step count extends a finished run).
-      checkpoint_every: ``checkpoint_every(cfg) -> steps`` between checkpoints.
-      description: first line of ``--help``.
-      add_arguments: adds simulation-specific options to the parser (optional).
-      overrides: ``overrides(args) -> list["key=value"]`` derived from those options (optional).
-      default_resume: whether ``--resume`` is on by default.
-      keep: ``keep(cfg) -> n`` checkpoints kept.
       own_checkpoints: the simulation opens its checkpointers itself under ``<out>/ckpt`` (e.g. one per
         stage when the state's shapes change between stages, as in the MERA bond-dimension ladder);
         ``ctx.checkpointer`` is then None.
@@ -89,19 +88,49 @@ class Simulation:
         (``ctx.sink.read``).
     """
 
-    prog: str
-    config_type: type
-    run: Callable[[Any, RunContext], Mapping[str, str]]
-    default_out: Callable[[Any, argparse.Namespace], str]
-    extendable: tuple[str, ...] = ()
-    checkpoint_every: Callable[[Any], int] = lambda cfg: 1
-    description: str = ""
-    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
-    overrides: Callable[[argparse.Namespace], list[str]] | None = None
-    default_resume: Callable[[argparse.Namespace], bool] = lambda args: True
-    keep: Callable[[Any], int] = lambda cfg: 3
-    own_checkpoints: bool = False
-    streams: bool = False
+    prog: ClassVar[str]
+    config_type: ClassVar[type]
+    description: ClassVar[str] = ""
+    extendable: ClassVar[tuple[str, ...]] = ()
+    own_checkpoints: ClassVar[bool] = False
+    streams: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        name = type(self).__name__
+        if not isinstance(getattr(self, "prog", None), str) or not self.prog:
+            raise TypeError(f"{name}.prog must be the command as a non-empty string (e.g. 'ivhl sim cdt')")
+        cls = getattr(self, "config_type", None)
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise TypeError(f"{name}.config_type must be a config dataclass type, got {cls!r}")
+
+    @abc.abstractmethod
+    def run(self, cfg: Any, ctx: RunContext) -> Mapping[str, str]:
+        """Run ``cfg`` (resuming from ``ctx.checkpointer`` when it holds a checkpoint), write the outputs into
+        ``ctx.out``; return ``{label: path}`` of what was written."""
+
+    @abc.abstractmethod
+    def default_out(self, cfg: Any, args: argparse.Namespace) -> str:
+        """The output folder when ``--out`` is not given."""
+
+    def checkpoint_every(self, cfg: Any) -> int:
+        """Steps between checkpoints."""
+        return 1
+
+    def keep(self, cfg: Any) -> int:
+        """How many checkpoints are kept."""
+        return 3
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the simulation's own command-line options to ``parser`` (none by default)."""
+        return None
+
+    def overrides(self, args: argparse.Namespace) -> list[str]:
+        """``["key=value", ...]`` derived from the simulation's own options, applied after ``--set``."""
+        return []
+
+    def default_resume(self, args: argparse.Namespace) -> bool:
+        """Whether ``--resume`` is on when neither ``--resume`` nor ``--no-resume`` is given."""
+        return True
 
 
 @contextlib.contextmanager
@@ -145,36 +174,13 @@ def _check_config_class(cls: Any) -> None:
         raise TypeError(f"cls must be a config dataclass type, got {cls!r}")
 
 
-def field_comments(cls: type) -> dict[str, str]:
-    """``{field: meaning}``: the ``# ...`` comment on the field's line (or, without one, the block of comment
-    lines right above it, joined), else the field's entry in the docstring's ``Attributes:`` section."""
+def field_help(cls: type) -> dict[str, str]:
+    """``{field: meaning}`` of config dataclass ``cls``: the ``"help"`` entry of each field's metadata
+    (:func:`ivhl_jax.run.config.option`), else the field's entry in the docstring's ``Attributes:`` section (a
+    config class of a library layer, nested in a simulation's config), else ``""``."""
     _check_config_class(cls)
     documented = _docstring_attributes(cls)
-    try:
-        lines, _ = inspect.getsourcelines(cls)
-    except (OSError, TypeError):
-        return documented
-    src = inspect.cleandoc("\n" + "".join(lines)) if lines and lines[0].startswith(" ") else "".join(lines)
-    try:
-        tree = ast.parse(src)
-    except SyntaxError:
-        return documented
-    text = src.splitlines()
-    out = dict(documented)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            line = text[node.lineno - 1]
-            comment = line.split("#", 1)[1].strip() if "#" in line else ""
-            if not comment:
-                block: list[str] = []
-                i = node.lineno - 2
-                while i >= 0 and text[i].strip().startswith("#"):
-                    block.insert(0, text[i].strip().lstrip("#").strip())
-                    i -= 1
-                comment = " ".join(b for b in block if b)
-            if comment or node.target.id not in out:
-                out[node.target.id] = comment
-    return out
+    return {f.name: str(f.metadata.get("help", documented.get(f.name, ""))) for f in dataclasses.fields(cls)}
 
 
 def _type_name(tp: Any) -> str:
@@ -186,7 +192,7 @@ def _type_name(tp: Any) -> str:
 def _config_rows(cls: type, prefix: str = "", instance: Any = None) -> list[tuple[str, str, str, str]]:
     """``(key, type, default, meaning)`` of every key of ``cls`` (nested dataclasses as ``section.key``)."""
     hints = typing.get_type_hints(cls)
-    comments = field_comments(cls)
+    comments = field_help(cls)
     rows: list[tuple[str, str, str, str]] = []
     for f in dataclasses.fields(cls):
         tp = hints.get(f.name, f.type)
@@ -219,17 +225,24 @@ def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[s
 def _parser(sim: Simulation) -> argparse.ArgumentParser:
     epilog = "config keys (--set KEY=VALUE, or in the --config file):\n" + "\n".join(describe_config(sim.config_type))
     # the description and the key meanings are docstring text: shown without their reStructuredText markup
-    p = OneLineArgumentParser(prog=sim.prog, description=plain_text(sim.description), epilog=plain_text(epilog),
+    p = OneLineArgumentParser(prog=sim.prog, description=plain_text(_description(sim)), epilog=plain_text(epilog),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p, out=None, resume=None, config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
                       out_help="output folder")
-    if sim.add_arguments is not None:
-        sim.add_arguments(p)
+    sim.add_arguments(p)
     out_default = _default_out_text(sim, p)
     for action in p._actions:
         if "--out" in action.option_strings:
             action.help = f"output folder (default: {out_default})"
     return p
+
+
+def _description(sim: Simulation) -> str:
+    """``sim.description``, else the first paragraph of the docstring of the module that defines its class."""
+    if sim.description:
+        return sim.description
+    doc = getattr(sys.modules.get(type(sim).__module__), "__doc__", None) or ""
+    return doc.strip().split("\n\n")[0]
 
 
 def _default_out_text(sim: Simulation, parser: argparse.ArgumentParser) -> str:
@@ -251,9 +264,11 @@ def _show_traceback() -> bool:
 
 
 def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, prepare the run folder, run ``sim`` with checkpoints, report the outputs; the exit status."""
+    """Parse ``argv``, join the other processes of a launched job, prepare the run folder, run ``sim`` with
+    checkpoints, report the outputs; the exit status."""
     args = _parser(sim).parse_args(list(sys.argv[1:] if argv is None else argv))
-    overrides = list(args.set) + (sim.overrides(args) if sim.overrides is not None else [])
+    launch.initialize()  # alone: nothing; under `ivhl launch` (SLURM, MPI) join the other processes before JAX work
+    overrides = list(args.set) + sim.overrides(args)
     try:
         cfg: Any = load_config(sim.config_type, args.config, overrides, validate=False)
         cfg, clipped = clip_short_run(cfg)

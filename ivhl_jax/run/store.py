@@ -25,7 +25,7 @@ append only writes chunk files, each atomically (zarr's local store writes a tem
 checkpoint at step ``S``: the committed counts are cut back to ``S`` and the chunks after ``S`` are written again
 with the same bits, so a run killed at any moment and resumed leaves the store of an uninterrupted run. The store
 refuses, in one line naming it, a folder that is not a run store and a store written by another configuration;
-the folder holding it is locked (:func:`ivhl_jax.run.config.lock_run_dir`), so two runs cannot write it.
+the folder holding it is locked (:func:`ivhl_jax.run.lock.lock_run_dir`), so two runs cannot write it.
 
 Overlap. Writes run on one background thread: ``append`` hands the chunk's device arrays over and returns, so
 the host copy, compression and file writes overlap the next chunk's compute; at most one chunk is in flight
@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core import backend
-from ivhl_jax.run.config import lock_run_dir
+from ivhl_jax.run.lock import lock_run_dir
 
 __all__ = ["RunStore", "Snapshots", "open_run", "RunData", "StoreError", "STORE_NAME", "leaf_names",
            "library_info", "write_xdmf", "export_npy"]
@@ -193,7 +193,7 @@ class RunStore:
       seeds: ``{name: seed}`` recorded as the ``seeds`` attribute (default: the config keys holding ``seed``).
       settings: extra settings in force, merged into the ``settings`` attribute.
       attrs: further JSON-ready root attributes.
-      lock: lock the folder that holds the store (:func:`ivhl_jax.run.config.lock_run_dir`); a sub-store
+      lock: lock the folder that holds the store (:func:`ivhl_jax.run.lock.lock_run_dir`); a sub-store
         (:meth:`child`) is covered by its parent's lock.
     """
 

@@ -65,5 +65,5 @@ def test_gpu_script_is_valid_bash_and_names_existing_entry_points():
     text = open(script, encoding="utf-8").read()
     from ivhl_jax.bench import gpu_checks
 
-    assert "-m ivhl_jax.cli tune --quick" in text and "-m ivhl_jax.bench.gpu_checks --out" in text
+    assert "-m ivhl_jax.cli tune ${TUNE_ARGS:---quick}" in text and "-m ivhl_jax.bench.gpu_checks --out" in text
     assert "--skip tune" in text and "tune" in gpu_checks.SECTIONS

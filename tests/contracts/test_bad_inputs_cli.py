@@ -22,6 +22,7 @@ SMALL: dict[str, list[str]] = {
     "sim holography": ["n_sources=4", "grid=[8, 8]", "steps=2", "steps_per_chunk=2", "checkpoint_every=2"],
     "sim bec": ["grid=16", "ground_steps=100", "steps=2", "steps_per_chunk=2", "save_every=1",
                 "checkpoint_every=2"],
+    "sim gft": ["rank=2", "grid=4", "steps=2", "steps_per_chunk=2", "save_every=1", "checkpoint_every=2"],
     "sim cdt": ["slices=4", "volume=48", "chains=1", "steps=2", "steps_per_chunk=2", "save_every=1",
                 "thermalise_max=4", "engine=jax", "origins=1", "curvature_samples=1"],
     "sim mera": ["chis=4", "chi_mids=4", "layers=1", "steps=2", "steps_per_chunk=2", "checkpoint_every=2",
@@ -34,10 +35,7 @@ SMALL: dict[str, list[str]] = {
 }
 
 # Keys that matter only with another setting: that setting is added before the bad value.
-CONTEXT: dict[str, dict[str, list[str]]] = {
-    "sim bec": {k: ["model=gft", "gft_n=4"] for k in ("gft_rank", "gft_n", "mass_sq", "lam", "gft_init",
-                                                      "gft_imaginary")},
-}
+CONTEXT: dict[str, dict[str, list[str]]] = {}
 
 # Keys for which every value of their type is meaningful (seeds): a value of the wrong type stands for "bad".
 ANY_VALUE = {"seed", "data_seed"}

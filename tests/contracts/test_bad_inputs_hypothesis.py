@@ -44,6 +44,7 @@ from ivhl_jax.run import device as run_device
 from ivhl_jax.run import driver as run_driver
 from ivhl_jax.run import io as run_io
 from ivhl_jax.run import launch, profiling, runner
+from ivhl_jax.run import lock as run_lock
 from ivhl_jax.train import checkpoint, data, parallel, training
 
 NAN, INF = float("nan"), float("inf")
@@ -356,6 +357,20 @@ not_a_key = st.sampled_from([0, 1.5, "seed", None, np.zeros(3, np.uint32)])
 
 CASES += [
     # ---- physics.cdt
+    Case("cdt.default_attempts/n_slices", lambda b: cdt.default_attempts(cdt.make_params(1.0), b, 4), "n_slices",
+         bad_count),
+    Case("cdt.default_attempts/length", lambda b: cdt.default_attempts(cdt.make_params(1.0), 4, b), "length",
+         bad_count),
+    Case("cdt.default_capacity/n_slices", lambda b: cdt.default_capacity(cdt.make_params(1.0), b, 4), "n_slices",
+         bad_count),
+    Case("cdt.default_capacity/length", lambda b: cdt.default_capacity(cdt.make_params(1.0), 4, b), "length",
+         bad_count),
+    Case("mera.charged_scaling_dimensions/mera", mera.charged_scaling_dimensions, "mera",
+         st.sampled_from([None, 1.0, np.zeros(3), "mera"])),
+    Case("mera.conformal_table/mera", lambda b: mera.conformal_table(b, "ising"), "mera",
+         st.sampled_from([None, 1.0, np.zeros(3), "mera"])),
+    Case("mera.conformal_table/cft", lambda b: mera.conformal_table(None, b), "cft",
+         st.sampled_from(["isng", "", None, 3])),
     Case("cdt.make_params/lam", cdt.make_params, "lam", st.one_of(bad_finite, st.floats(-10.0, cdt.LN2))),
     Case("cdt.make_params/eps", lambda b: cdt.make_params(1.0, eps=b, target=64), "eps",
          st.one_of(bad_finite, st.floats(max_value=-1e-6, allow_nan=False, allow_infinity=False))),
@@ -762,6 +777,19 @@ CASES += [
          "min_density", bad_fraction),
     Case("condensate.vortex_positions/window", lambda b: C.vortex_positions(_psi2(), _grid2(), window=b), "window",
          bad_count),
+    Case("condensate.vortices/psi", lambda b: C.vortices(b, _grid2()), "psi",
+         st.one_of(nonfinite(np.ones((8, 8), np.complex64)), st.just(np.ones((8, 7), np.complex64)),
+                   wrong_kind((8, 8)))),
+    Case("condensate.vortices/max_vortices", lambda b: C.vortices(_psi2(), _grid2(), max_vortices=b), "max_vortices",
+         bad_size),
+    Case("condensate.vortex_lines/min_density",
+         lambda b: C.vortex_lines(np.ones((4, 4, 4), np.complex64), C.Grid.uniform((4, 4, 4), 4.0), min_density=b),
+         "min_density", bad_fraction),
+    Case("condensate.vortex_lines/psi", lambda b: C.vortex_lines(b, C.Grid.uniform((4, 4, 4), 4.0)), "psi",
+         st.one_of(nonfinite(np.ones((4, 4, 4), np.complex64)), st.just(np.ones((4, 4, 3), np.complex64)))),
+    Case("condensate.bogoliubov/n_modes", lambda b: C.bogoliubov(_gp(), _psi(), b), "n_modes",
+         st.one_of(bad_size, st.integers(min_value=2, max_value=10_000))),  # 3(n_modes + 4) > 16 points
+    Case("condensate.bogoliubov/psi0", lambda b: C.bogoliubov(_gp(), b, 1), "psi0", bad_psi),
     Case("condensate.imprint_vortices/core_size",
          lambda b: C.imprint_vortices(_psi2(), _grid2(), np.zeros((1, 2)), np.ones(1, int), core_size=b), "core_size",
          st.one_of(st.floats(max_value=-1e-6, allow_nan=False), bad_finite)),
@@ -902,9 +930,11 @@ CASES += [
     Case("config.clip_short_run/cfg", run_config.clip_short_run, "cfg", st.sampled_from([3, _Cfg, None, {"a": 1}])),
     Case("config.prepare_run_dir/out", lambda b: run_config.prepare_run_dir(b, _Cfg(), resume=True), "out",
          st.sampled_from(["", None, 3])),
-    Case("config.lock_run_dir/out", run_config.lock_run_dir, "out", st.sampled_from(["", None, 3])),
+    Case("config.option/help", lambda b: run_config.option(1, b), "help", st.sampled_from(["", "  ", None, 3])),
+    Case("lock.lock_run_dir/out", run_lock.lock_run_dir, "out", st.sampled_from(["", None, 3])),
+    Case("lock.check_out_dir/out", run_lock.check_out_dir, "out", st.sampled_from(["", None, 3])),
     Case("driver.describe_config/cls", run_driver.describe_config, "cls", st.sampled_from([3, _Cfg(), None])),
-    Case("driver.field_comments/cls", run_driver.field_comments, "cls", st.sampled_from([3, _Cfg(), None])),
+    Case("driver.field_help/cls", run_driver.field_help, "cls", st.sampled_from([3, _Cfg(), None])),
     Case("driver.run_checkpointer/save_every",
          lambda b: run_driver.run_checkpointer("/tmp/ivhl-unused-rc", _Cfg(), save_every=b).__enter__(),
          "save_every", bad_size),
@@ -1029,8 +1059,8 @@ COVERED_MODULES: dict[str, Any] = {
     "rollout": rollout,
     "spectral": spectral, "attention": A, "gru": gru, "adaptive": AD, "parallel": parallel, "training": training,
     "data": data, "checkpoint": checkpoint, "precision": precision, "validation": V, "device": run_device,
-    "io": run_io, "profiling": profiling, "runner": runner, "config": run_config, "driver": run_driver,
-    "launch": launch}
+    "io": run_io, "profiling": profiling, "runner": runner, "config": run_config, "lock": run_lock,
+    "driver": run_driver, "launch": launch}
 _STATE_ONLY = "takes only a CDTState (chain.geometry, built and validated by the stepper's init); no array/scalar input"
 _RESULT = "a result/state container (NamedTuple/dataclass), built by the library"
 EXEMPT: dict[str, str] = {
@@ -1056,7 +1086,7 @@ EXEMPT: dict[str, str] = {
     **{f"cdt_host.{n}": "host kernel behind pure_callback on a CDTState buffer built and validated by cdt; "
        "reached through cdt.metropolis with engine='host' (tested bit for bit against the JAX engine)"
        for n in ("sweep", "attempts")},
-    **{f"condensate.{n}": _RESULT for n in ("StrangParams",)},
+    **{f"condensate.{n}": _RESULT for n in ("StrangParams", "Vortices", "VortexLines", "BogoliubovModes")},
     **{f"gft.{n}": _RESULT for n in ("GFTParams",)},
     **{f"fields.{n}": _RESULT for n in ("WaveState",)},
     "fields.observe": "the observe of fields.evolution on a WaveState/WaveParams built and validated by "
@@ -1084,8 +1114,18 @@ EXEMPT: dict[str, str] = {
     "runner.Advance": "a typing alias (Callable protocol), not a function",
     "runner.chunks_started": "takes no arguments",
     "config.add_run_arguments": "argparse plumbing: adds the shared CLI options to a parser",
-    "config.release_run_dir": "releases a lock if this process holds one; any path is valid (no-op otherwise)",
-    "config.RunDirLockedError": "an exception type",
+    "config.OneLineArgumentParser": "an argparse.ArgumentParser subclass: usage errors become one line, exit 2 "
+                                    "(tests/run/test_cli.py)",
+    "config.plain_text": "maps any help string to plain text (no markup); every str is valid",
+    "config.settings_in_force": "takes no arguments",
+    "io.load_array": "a file reader whose bad files are one line naming its `name` argument and the accepted "
+                     "formats (tests/run/test_io.py, term_file in test_bad_inputs_cli.py)",
+    "launch.parser": "takes no arguments (the `ivhl launch` argument parser)",
+    "mera.Symmetry": "a static config value; bad groups, charges and sector sizes are one line each "
+                     "(tests/physics/test_mera_symmetric.py::test_bad_inputs_one_line)",
+    "mera.dense_mera": "maps a symmetric MERA built by evenbly_vidal to its dense tensors; no array/scalar of its own",
+    "lock.release_run_dir": "releases a lock if this process holds one; any path is valid (no-op otherwise)",
+    "lock.RunDirLockedError": "an exception type",
     **{f"driver.{n}": _RESULT for n in ("Simulation", "RunContext")},
     "driver.run_main": "the CLI entry point: config errors exit 2 with one line (tested in tests/run/test_driver.py)",
     "launch.main": "the CLI entry point: argparse errors exit 2 with usage (tested in test_launch.py)",

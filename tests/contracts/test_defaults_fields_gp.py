@@ -163,16 +163,17 @@ def test_gft_strang_default_conserves_charge_and_energy():
 # --------------------------------------------------------------------------------------------------- guides
 def test_condensates_guide_bash_commands_are_valid_configurations():
     from ivhl_jax.run.config import load_config
-    from ivhl_jax.sims import bec
+    from ivhl_jax.sims import bec, gft
 
+    checked = set()
     for line in _bash_lines("condensates.md"):
-        if not line.startswith("ivhl sim bec"):
-            continue
-        words = shlex.split(line)
-        sets = [w for a, w in zip(words, words[1:]) if a == "--set"]
-        model = [w for a, w in zip(words, words[1:]) if a == "--model"]
-        cfg = load_config(bec.BECConfig, None, sets + [f"model={m}" for m in model])
-        cfg.validate()
+        for command, sim in (("ivhl sim bec", bec), ("ivhl sim gft", gft)):
+            if line.startswith(command + " "):
+                words = shlex.split(line)
+                sets = [w for a, w in zip(words, words[1:]) if a == "--set"]
+                load_config(sim.SIMULATION.config_type, None, sets)  # validated
+                checked.add(command)
+    assert checked == {"ivhl sim bec", "ivhl sim gft"}
 
 
 @pytest.mark.slow

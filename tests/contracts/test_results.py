@@ -45,7 +45,7 @@ def _check_command(command: str) -> list[str]:
         elif words[0] in ("python", "python3") and words[1:2] == ["-m"]:
             if len(words) < 3 or not _module_exists(words[2]):
                 problems.append(f"no module {words[2] if len(words) > 2 else ''!r}")
-        elif words[0] in ("python", "python3"):
+        elif words[0] in ("python", "python3", "bash"):
             if len(words) < 2 or not (REPO / words[1]).is_file():
                 problems.append(f"no script {words[1] if len(words) > 1 else ''!r}")
         elif words[0] == "ivhl":

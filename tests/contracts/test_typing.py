@@ -127,6 +127,8 @@ system1 = lazy(lambda: C.GPSystem(grid1(), C.harmonic(grid1(), 1.0), 10.0))
 system2 = lazy(lambda: C.GPSystem(grid2(), C.harmonic(grid2(), 1.0), 1.0))
 psi1 = lazy(lambda: C.gaussian(grid1(), 1.0))
 psi2 = lazy(lambda: C.gaussian(grid2(), 1.0, center=(0.3, -0.2)))
+grid3 = lazy(lambda: C.Grid.uniform((4, 4, 4), 4.0))
+psi3 = lazy(lambda: C.gaussian(grid3(), 1.0))
 gp_params = lazy(lambda: C.strang(system1(), 1e-3).params)
 gft_sys = lazy(lambda: G.GFTSystem((4, 4)))
 phi = lazy(lambda: jnp.full((4, 4), 0.5 + 0.1j, C64))
@@ -196,6 +198,9 @@ CASES = [
          call(psi2, grid2, np.zeros((1, 2)), np.array([1, 1]))),  # one centre, two charges
     Case("condensate.vortex_charges", C.vortex_charges, call(psi2, grid2), call(psi1, grid2)),  # psi must be 2-D
     Case("condensate.vortex_positions", C.vortex_positions, call(psi2, grid2), call(psi1, grid2)),
+    Case("condensate.vortices", C.vortices, call(psi2, grid2), call(psi1, grid2)),  # psi must be (..., x, y)
+    Case("condensate.vortex_lines", C.vortex_lines, call(psi3, grid3), call(psi2, grid3)),
+    Case("condensate.bogoliubov", C.bogoliubov, call(system1, psi1, 1), call(system1, np.ones(16, np.int32), 1)),
     # ---- numerics.splitstep
     Case("splitstep.split_step", splitstep.split_step, call(psi1, _split_local, lambda p: p, 0.1, False),
          call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, False)),  # psi must be complex

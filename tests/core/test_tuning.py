@@ -193,7 +193,8 @@ def test_measured_xla_flags_applied_at_import_before_the_backend(cache):
 def test_run_folder_records_the_settings_in_force(cache, tmp_path):
     import dataclasses
 
-    from ivhl_jax.run.config import prepare_run_dir, release_run_dir
+    from ivhl_jax.run.config import prepare_run_dir
+    from ivhl_jax.run.lock import release_run_dir
 
     @dataclasses.dataclass
     class Cfg:

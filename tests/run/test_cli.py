@@ -143,7 +143,7 @@ def _check(argv: list[str]) -> None:
             return
         sim = module.SIMULATION
         args = driver._parser(sim).parse_args(rest)
-        overrides = list(args.set) + (sim.overrides(args) if sim.overrides is not None else [])
+        overrides = list(args.set) + sim.overrides(args)
         load_config(sim.config_type, None, overrides, validate=False)  # every key known, every value typed
     else:
         raise AssertionError(f"{argv}: no command {cmd!r}")

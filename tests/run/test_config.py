@@ -1,18 +1,14 @@
-"""ivhl_jax.run.config: TOML + --set overrides, nested overrides keep embedded defaults, run folders are locked."""
+"""ivhl_jax.run.config: TOML + --set overrides, nested overrides keep embedded defaults."""
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
-import subprocess
-import sys
-import textwrap
+from typing import Literal
 
 import pytest
 
 from ivhl_jax import config
-from ivhl_jax.run.config import RunDirLockedError, load_config, lock_run_dir, prepare_run_dir, release_run_dir
+from ivhl_jax.run.config import load_config
 from ivhl_jax.sims.train_lm import TrainLMConfig, _default_model
 
 
@@ -86,49 +82,43 @@ def test_nested_overrides_update_every_level_field_by_field():
 
 
 @dataclasses.dataclass(frozen=True)
-class _LockCfg:
+class _Typed:
+    flag: bool = False
     n: int = 1
+    x: float = 0.5
+    name: str = "a"
+    kind: Literal["gp", "gft"] = "gp"
+    pair: tuple[int, int] = (1, 2)
+    many: tuple[float, ...] = ()
+    either: int | str = 1
+    table: dict = dataclasses.field(default_factory=dict)
+    inner: _Inner | None = None
 
 
-def test_run_dir_lock_conflicts_with_another_holder(tmp_path):
-    out = tmp_path / "run"
-    os.makedirs(out)
-    # flock is per open file description: a second open + flock conflicts even within one process.
-    with open(out / ".lock", "a") as other:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(RunDirLockedError, match=r"run.* is in use: another run holds its lock"):
-            prepare_run_dir(out, _LockCfg(), resume=True)
-        fcntl.flock(other, fcntl.LOCK_UN)
-    try:
-        assert prepare_run_dir(out, _LockCfg(), resume=True) == os.path.join(out, "ckpt")
-        prepare_run_dir(out, _LockCfg(), resume=False)  # the holder itself may prepare the folder again
-        with open(out / ".lock", "a") as other, pytest.raises(BlockingIOError):
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    finally:
-        release_run_dir(out)
-    with open(out / ".lock", "a") as other:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+@pytest.mark.parametrize("override, error, message", [
+    ("flag=maybe", TypeError, "config key 'flag' must be true/false, got 'maybe'"),
+    ("n=true", TypeError, "config key 'n' must be an integer, got True"),
+    ("n=1.5", TypeError, "config key 'n' must be an integer, got 1.5"),
+    ("x=false", TypeError, "config key 'x' must be a number, got False"),
+    ("x=[1]", TypeError, "config key 'x' must be a number, got [1]"),
+    ("name=3", TypeError, "config key 'name' must be a string, got 3"),
+    ("kind=bec", ValueError, "config key 'kind' must be one of ['gp', 'gft'], got 'bec'"),
+    ("pair=[1, 2, 3]", ValueError, "config key 'pair' must have 2 entries, got 3"),
+    ("pair=[1, 2.5]", TypeError, "config key 'pair[1]' must be an integer, got 2.5"),
+    ("many=4", TypeError, "config key 'many' must be a list, got 4: say --set many=4,4"),
+    ("either=[1]", TypeError, "config key 'either': [1] matches none of int | str"),
+    ("table=3", TypeError, "config key 'table' must be a table/dict, got 3"),
+    ("inner=3", TypeError, "config key 'inner': 3 matches none of"),
+])
+def test_each_type_refuses_a_wrong_value_in_one_line_naming_the_key(override, error, message):
+    with pytest.raises(error) as info:
+        load_config(_Typed, None, [override])
+    assert message in str(info.value) and "\n" not in str(info.value)
 
 
-def test_run_dir_lock_between_processes(tmp_path):
-    out = str(tmp_path / "run")
-    code = textwrap.dedent(f"""
-        import sys
-        from ivhl_jax.run.config import lock_run_dir
-        lock_run_dir({out!r})
-        print("locked", flush=True)
-        sys.stdin.read()
-    """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout.readline().strip() == "locked"
-        with pytest.raises(RunDirLockedError, match="another run holds") as info:
-            lock_run_dir(out)
-        assert out in str(info.value) and f"pid {p.pid}" in str(info.value)
-    finally:
-        p.stdin.close()
-        p.wait(timeout=60)
-    try:
-        lock_run_dir(out)  # the lock died with its process
-    finally:
-        release_run_dir(out)
+def test_each_type_reads_its_values():
+    cfg = load_config(_Typed, None, ["flag=yes", "n=4.0", "x=2", "name=b", "kind=gft", "pair=3,4", "many=(1.5, 2)",
+                                     "either=word", "table={a = 1}", "inner.a=5"])
+    assert cfg == _Typed(flag=True, n=4, x=2.0, name="b", kind="gft", pair=(3, 4), many=(1.5, 2.0), either="word",
+                         table={"a": 1}, inner=_Inner(a=5, b="class"))
+    assert isinstance(cfg.x, float) and isinstance(cfg.many, tuple)

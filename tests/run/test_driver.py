@@ -10,15 +10,16 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from ivhl_jax.run.config import option
 from ivhl_jax.run.driver import RunContext, Simulation, describe_config, run_main
 from ivhl_jax.run.runner import run_chunked
 
 
 @dataclasses.dataclass(frozen=True)
 class CountConfig:
-    steps: int = 6  # how many steps to count
-    rate: float = 1.5  # added per step
-    interrupt_at: int = -1  # raise KeyboardInterrupt after this many steps (-1: never)
+    steps: int = option(6, "how many steps to count")
+    rate: float = option(1.5, "added per step")
+    interrupt_at: int = option(-1, "raise KeyboardInterrupt after this many steps (-1: never)")
 
     def validate(self):
         if self.steps < 1:
@@ -41,8 +42,23 @@ def _run(cfg: CountConfig, ctx: RunContext) -> dict[str, str]:
     return {"final": path}
 
 
-SIM = Simulation(prog="ivhl sim count", config_type=CountConfig, run=_run, default_out=lambda c, a: "runs/count",
-                 extendable=("steps", "interrupt_at"), description="count", checkpoint_every=lambda c: 4)
+class CountSimulation(Simulation):
+    prog = "ivhl sim count"
+    config_type = CountConfig
+    description = "count"
+    extendable = ("steps", "interrupt_at")
+
+    def run(self, cfg, ctx):
+        return _run(cfg, ctx)
+
+    def default_out(self, cfg, args):
+        return "runs/count"
+
+    def checkpoint_every(self, cfg):
+        return 4
+
+
+SIM = CountSimulation()
 
 
 def test_help_lists_every_key_with_type_default_and_meaning(capsys):
@@ -85,7 +101,7 @@ def test_a_different_configuration_is_refused(tmp_path, capsys):
     assert "rate" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "mera", "train_vortex_gru", "train_adaptive",
+@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "gft", "mera", "train_vortex_gru", "train_adaptive",
                                     "train_lm"])
 def test_ported_simulations_document_every_key(module):
     import importlib
@@ -148,16 +164,15 @@ def test_the_cli_turns_on_the_persistent_compilation_cache(tmp_path):
 
 @dataclasses.dataclass(frozen=True)
 class ChunkConfig:
-    steps: int = 40  # steps to run
-    steps_per_chunk: int = 10  # steps per chunk
-    save_every: int = 5  # steps between records
-    checkpoint_every: int = 20  # steps between checkpoints
-    warmup_steps: int = 8  # warm-up steps
-    # a comment that runs over
-    # two lines above its key
-    ratio: float = 0.5
-    choice: tuple[tuple[float, float], ...] = ((0.0, 1.0),)  # a long type must not shift the other columns
-    setup_fails: bool = False  # the simulation's own builder refuses the configuration
+    steps: int = option(40, "steps to run")
+    steps_per_chunk: int = option(10, "steps per chunk")
+    save_every: int = option(5, "steps between records")
+    checkpoint_every: int = option(20, "steps between checkpoints")
+    warmup_steps: int = option(8, "warm-up steps")
+    ratio: float = option(0.5, "a meaning kept whole, however long it runs, never cut at a column: "
+                               ":func:`~ivhl_jax.run.driver.run_main` shows it as plain text")
+    choice: tuple[tuple[float, float], ...] = option(((0.0, 1.0),), "a long type must not shift the other columns")
+    setup_fails: bool = option(False, "the simulation's own builder refuses the configuration")
 
     def validate(self):
         for k in ("steps", "steps_per_chunk", "save_every", "checkpoint_every"):
@@ -188,9 +203,23 @@ def _run_chunks(cfg: ChunkConfig, ctx: RunContext) -> dict[str, str]:
     return {"cfg": path}
 
 
-CHUNK_SIM = Simulation(prog="ivhl sim chunks", config_type=ChunkConfig, run=_run_chunks,
-                       default_out=lambda c, a: "runs/chunks", extendable=("steps",), description="chunks",
-                       checkpoint_every=lambda c: c.checkpoint_every)
+class ChunkSimulation(Simulation):
+    prog = "ivhl sim chunks"
+    config_type = ChunkConfig
+    description = "chunks"
+    extendable = ("steps",)
+
+    def run(self, cfg, ctx):
+        return _run_chunks(cfg, ctx)
+
+    def default_out(self, cfg, args):
+        return "runs/chunks"
+
+    def checkpoint_every(self, cfg):
+        return cfg.checkpoint_every
+
+
+CHUNK_SIM = ChunkSimulation()
 
 
 @pytest.mark.parametrize("steps, want", [(1, "1 1 1 20 1"), (6, "6 6 1 24 6"), (40, "40 10 5 20 8")])
@@ -239,7 +268,11 @@ def test_an_error_after_work_started_keeps_its_traceback(tmp_path):
         run_chunked(lambda x: (x + 1, x[None]), jnp.zeros(1), n_chunks=1, steps_per_chunk=1, progress=False)
         raise ValueError("a failure in the middle of the run")
 
-    sim = dataclasses.replace(CHUNK_SIM, run=run)
+    class Failing(ChunkSimulation):
+        def run(self, cfg, ctx):
+            return run(cfg, ctx)
+
+    sim = Failing()
     with pytest.raises(ValueError, match="middle of the run"):
         run_main(sim, ["--out", str(tmp_path / "o")])
 
@@ -275,7 +308,8 @@ def test_help_keeps_comments_whole_columns_aligned_and_shows_the_out_default(cap
         run_main(CHUNK_SIM, ["--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    assert "a comment that runs over two lines above its key" in out
+    assert "a meaning kept whole, however long it runs, never cut at a column: run_main shows it as plain text" in (
+        " ".join(out.split()))
     assert "output folder (default: runs/chunks)" in " ".join(out.split())
     rows = describe_config(ChunkConfig)
     starts = {r.index(str(d)) for r, d in zip(rows, ("40", "10", "5", "20", "8", "0.5"))}
@@ -295,3 +329,44 @@ def test_integer_settings_are_echoed_as_integers(tmp_path, capsys):
         check_scalar(-5, "steps", integer=True, minimum=1)
     with pytest.raises(ValueError, match=r"got -5\.5$"):
         check_scalar(-5.5, "dt", positive=True)
+
+
+def test_a_simulation_is_a_subclass_that_names_its_command_and_config():
+    """Simulation is abstract: run and default_out are its own; prog and config_type are checked when built."""
+    with pytest.raises(TypeError, match="abstract"):
+        Simulation()
+
+    class NoConfig(CountSimulation):
+        config_type = int
+
+    with pytest.raises(TypeError, match="NoConfig.config_type must be a config dataclass type"):
+        NoConfig()
+
+    class NoProg(CountSimulation):
+        prog = ""
+
+    with pytest.raises(TypeError, match="NoProg.prog must be the command"):
+        NoProg()
+    assert SIM.keep(CountConfig()) == 3 and SIM.overrides(None) == [] and SIM.default_resume(None) is True
+
+
+def test_help_comes_from_field_metadata_or_the_docstring_attributes():
+    from ivhl_jax.run.driver import field_help
+
+    @dataclasses.dataclass(frozen=True)
+    class Documented:
+        """A nested config of a library layer.
+
+        Attributes:
+          a, b: first, second.
+          c: the third key.
+        """
+
+        a: int = 1
+        b: int = 2
+        c: int = option(3, "from the metadata")
+        d: int = 4
+
+    assert field_help(Documented) == {"a": "first", "b": "second", "c": "from the metadata", "d": ""}
+    with pytest.raises(ValueError, match="help must be a non-empty string"):
+        option(3)

@@ -13,6 +13,7 @@ from ivhl_jax import cli
 SMALL: dict[str, list[str]] = {
     "sim holography": ["n_sources=4", "grid=[8, 8]", "steps=1"],
     "sim bec": ["grid=16", "ground_steps=100", "steps=1"],
+    "sim gft": ["rank=2", "grid=8", "steps=1"],
     "sim cdt": ["slices=4", "volume=48", "chains=1", "thermalise_max=4", "engine=jax", "origins=1",
                 "curvature_samples=1", "steps=1"],
     "sim mera": ["chis=4,", "chi_mids=4,", "layers=1,", "stuck_after=0", "stuck_every=0", "steps=1,"],

@@ -1,4 +1,4 @@
-"""`ivhl sim bec` (GP and GFT): outputs, and checkpoints that resume bit-exactly."""
+"""`ivhl sim bec` (Gross–Pitaevskii): outputs, and checkpoints that resume bit-exactly."""
 
 from __future__ import annotations
 
@@ -42,17 +42,11 @@ def test_gp_run_resumes_bit_exactly(tmp_path):
     assert obs_full["vortices"]["net_charge"] == 1
 
 
-def test_gft_run_and_bad_config(tmp_path, capsys):
-    out = tmp_path / "gft"
-    args = ["--no-progress", "--model", "gft", "--set", "gft_rank=2", "--set", "gft_n=16", "--set", "steps=200",
-            "--set", "steps_per_chunk=100", "--set", "save_every=50", "--set", "checkpoint_every=100",
-            "--set", "gft_imaginary=true", "--set", "dt=0.05", "--out", str(out)]
-    assert bec.main(args) == 0
-    doc = json.loads((out / "observables.json").read_text())
-    energies = doc["observables"]["energy"]
-    assert energies[-1] < energies[0]  # gradient flow lowers V (symmetry breaking from noise)
+def test_a_bad_dims_and_the_gft_keys_are_refused(tmp_path, capsys):
     assert bec.main(["--set", "dims=4", "--out", str(tmp_path / "bad")]) == 2
     assert "dims must be 1, 2 or 3" in capsys.readouterr().err
+    assert bec.main(["--set", "model=gft", "--out", str(tmp_path / "bad")]) == 2  # GFT is `ivhl sim gft`
+    assert "unknown config key(s) ['model']" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("override, message", [("save_every=7", "multiple of save_every"),
@@ -84,7 +78,7 @@ def test_bec_reports_the_ground_state_search_as_it_goes(tmp_path, capsys):
     notes = [line for line in lines if line.startswith("ground state: ") and " steps, E = " in line]
     assert notes and notes[0].startswith("ground state: 100/400 steps, E = ")  # one line per 100-step share
     done = next(i for i, line in enumerate(lines) if line.startswith("ground state: done in"))
-    compiling = lines.index("compiling bec[gp] ...")
+    compiling = lines.index("compiling bec ...")
     assert start < lines.index(notes[0]) < done < compiling  # the phases in order, each named
     import json
 
@@ -94,19 +88,18 @@ def test_bec_reports_the_ground_state_search_as_it_goes(tmp_path, capsys):
 
 # One bad value per key: each is refused by validate() before any work, in one line, exit 2.
 BAD_VALUES = [("grid", "1", "grid must be >= 2"), ("grid", "0", "grid must be >= 2"),
-              ("gft_n", "1", "gft_n must be >= 2"), ("length", "-5", "length must be a finite number > 0"),
+              ("length", "-5", "length must be a finite number > 0"),
               ("length", "inf", "length must be a finite number > 0"), ("g", "nan", "g must be a finite number"),
               ("ground_tol", "-1", "ground_tol must be a finite number > 0"),
               ("ground_dt", "0", "ground_dt must be a finite number > 0"), ("dt", "-1", "dt must be a finite number"),
-              ("dt", "0.5", "use dt <= 0.00777"), ("lam", "0", "lam must be a finite number > 0"),
-              ("mass_sq", "nan", "mass_sq must be a finite number"), ("omega_rot", "inf", "omega_rot must be a finite"),
-              ("noise", "-1", "noise must be a finite number >= 0"), ("gft_init", "nan", "gft_init must be a finite"),
+              ("dt", "0.5", "use dt <= 0.00777"), ("omega_rot", "inf", "omega_rot must be a finite"),
+              ("noise", "-1", "noise must be a finite number >= 0"),
               ("trap", "[-1.0]", "trap frequencies must be finite and >= 0"), ("dims", "0", "dims must be 1, 2 or 3"),
-              ("gft_rank", "5", "gft_rank must be 1..4"), ("steps", "0", "steps must be >= 1"),
+              ("steps", "0", "steps must be >= 1"),
               ("ground_steps", "0", "ground_steps must be >= 1"), ("save_every", "0", "save_every must be >= 1"),
               ("checkpoint_every", "-3", "checkpoint_every must be >= 1"),
               ("imprints", "[[1.0, 0.0, 0.5]]", "must be an integer"),
-              ("imprints", "[[nan, 0.0, 1]]", "finite x, y"), ("model", "bose", "model"),
+              ("imprints", "[[nan, 0.0, 1]]", "finite x, y"), ("model", "gft", "model"),
               ("precision", "float16", "precision"), ("fft", "fftw", "fft")]
 
 
@@ -128,9 +121,6 @@ def test_3d_plots_name_their_slice_and_time_counts_from_the_first_record(tmp_pat
     doc = json.loads((tmp_path / "observables.json").read_text())
     assert doc["plot_slice"] == "slice z = 0 (index 8 of 16)"
     np.testing.assert_allclose(doc["t"], [0.01, 0.02])  # records after 10 and 20 steps of dt = 1e-3
-    cfg = bec.BECConfig(model="gft", gft_rank=3, gft_n=8)
-    assert bec._slice_label(cfg, 3) == ", slice axis 3 = 4 (of 8 sites)"
-    assert bec._slice_label(cfg, 2) == ""
 
 
 def test_gp_run_writes_its_store_and_a_resumed_store_equals_an_uninterrupted_one(tmp_path):

@@ -132,7 +132,8 @@ def test_the_new_keys_are_documented_in_help(capsys):
 
 def test_a_run_folder_with_the_old_key_names_resumes(tmp_path):
     """A config.json written before the rename is read under the new names (same meaning): no refusal."""
-    from ivhl_jax.run.config import config_dict, prepare_run_dir, release_run_dir, renamed_keys
+    from ivhl_jax.run.config import config_dict, prepare_run_dir, renamed_keys
+    from ivhl_jax.run.lock import release_run_dir
 
     cfg = sim.CDTConfig(steps=40, save_every=4, steps_per_chunk=20)
     assert renamed_keys(cfg) == {"sweeps": "steps", "measure_every": "save_every"}

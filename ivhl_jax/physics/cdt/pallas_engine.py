@@ -148,7 +148,9 @@ def _sweep_kernel(seed_ref, lam_ref, eps_ref, target_ref, tn0_ref, buf_in, buf_r
         return buf_ref[rows, jnp.full_like(rows, o_n0)]
 
     def cond(i):
-        return jnp.any(steer & (n0_now() != tn0) & (i < max_extra))
+        # a max over int32, not jnp.any: Pallas' Triton lowering has no boolean reduce_or (seen on an H200 with
+        # jax 0.11.2: "Unimplemented primitive in Pallas Triton lowering: reduce_or")
+        return jnp.max((steer & (n0_now() != tn0) & (i < max_extra)).astype(jnp.int32)) > 0
 
     def extra(i):
         w0, w1 = threefry2x32(k0, k1, jnp.broadcast_to(i.astype(jnp.uint32), rows.shape), jnp.uint32(1))

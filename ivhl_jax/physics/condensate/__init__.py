@@ -39,10 +39,13 @@ steps to convergence.
 The package is split by job: :mod:`~ivhl_jax.physics.condensate.system` (grid, system, potentials),
 :mod:`~ivhl_jax.physics.condensate.stepper` (the Strang stepper),
 :mod:`~ivhl_jax.physics.condensate.ground` (ground states),
-:mod:`~ivhl_jax.physics.condensate.observables` (energy, norm, μ, virial, vortices) and
-:mod:`~ivhl_jax.physics.condensate.states` (Gaussian, solitons, Thomas–Fermi, vortex imprint).
+:mod:`~ivhl_jax.physics.condensate.observables` (energy, norm, μ, virial, vortex charges),
+:mod:`~ivhl_jax.physics.condensate.states` (Gaussian, solitons, Thomas–Fermi, vortex imprint),
+:mod:`~ivhl_jax.physics.condensate.vortices` (2-D vortex tracking and 3-D vortex lines, jitted and batched) and
+:mod:`~ivhl_jax.physics.condensate.bogoliubov` (the Bogoliubov–de Gennes spectrum, matrix-free).
 """
 
+from ivhl_jax.physics.condensate.bogoliubov import BogoliubovModes, bogoliubov
 from ivhl_jax.physics.condensate.ground import ground_state
 from ivhl_jax.physics.condensate.observables import (
                                                      angular_momentum,
@@ -67,6 +70,7 @@ from ivhl_jax.physics.condensate.states import (
 )
 from ivhl_jax.physics.condensate.stepper import StrangParams, evolve, strang
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, harmonic
+from ivhl_jax.physics.condensate.vortices import VortexLines, Vortices, vortex_lines, vortices
 
 __all__ = [
     "Grid", "GPSystem", "harmonic",
@@ -75,4 +79,5 @@ __all__ = [
     "vortex_charges", "vortex_positions",
     "gaussian", "bright_soliton", "dark_soliton_pair", "thomas_fermi_mu", "thomas_fermi_density", "imprint_vortices",
     "StrangParams",
+    "vortices", "vortex_lines", "Vortices", "VortexLines", "bogoliubov", "BogoliubovModes",
 ]

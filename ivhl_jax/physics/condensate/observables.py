@@ -161,13 +161,19 @@ def vortex_charges(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float
     Uses :func:`ivhl_jax.physics.fields.vortex_map`; returns int32 (nx−1, ny−1). A plaquette counts when the
     mean density over the (2·window + 2)² cells around it is ≥ ``min_density``·max|ψ|²: this keeps
     real vortices (whose own core is empty) and drops the "ghost" phase singularities of the
-    near-empty region outside a trapped condensate.
+    near-empty region outside a trapped condensate. ``grid``: the 2-D grid of ψ, or a 3-D grid whose (x, y)
+    plane ψ is (a z-slice). Sub-grid positions, periodic plaquettes and batches over time:
+    :func:`ivhl_jax.physics.condensate.vortices`.
     """
     from ivhl_jax.physics import fields
 
+    grid = _grid_of(grid)
     psi = check_array(psi, "psi", kind="numeric", finite=True)
     if psi.ndim != 2:
         raise ValueError(f"vortex_charges needs a 2D psi (take a z-slice in 3D), got shape {psi.shape}")
+    if grid.ndim < 2 or tuple(psi.shape) != grid.shape[:2]:
+        raise ValueError(f"psi of shape {tuple(psi.shape)} does not match the grid {grid.shape}: pass the 2-D grid of "
+                         "psi (or the 3-D grid of which psi is a z-slice)")
     check_scalar(min_density, "min_density", minimum=0.0, maximum=1.0)
     check_scalar(window, "window", integer=True, nonnegative=True)
     w = fields.vortex_map(psi)
