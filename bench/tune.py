@@ -491,9 +491,16 @@ def host_kernels_cached() -> bool:
     only: nothing is compiled."""
     try:
         from ivhl_jax.physics.cdt import host_kernels
+    except Exception:  # noqa: BLE001 - numba missing or broken: nothing cached
+        return False
+    return _numba_cached(host_kernels.run_stream)
 
-        cache = host_kernels.run_stream._cache  # numba's FunctionCache of a cache=True dispatcher
-        return bool(cache._cache_file._load_index())
+
+def _numba_cached(dispatcher: Any) -> bool:
+    """Whether numba's disk cache has an entry for a ``cache=True`` dispatcher that matches its current source
+    (numba's own index check: file stamp and numba version), without compiling anything."""
+    try:
+        return bool(dispatcher._cache._cache_file._load_index())
     except Exception:  # noqa: BLE001 - numba internals differ between versions: treat as not cached
         return False
 

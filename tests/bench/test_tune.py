@@ -142,3 +142,20 @@ def test_host_kernels_cached_reads_numba_cache_without_compiling(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-1000:]
     assert out.stdout.split() == ["False", "0"]  # an empty cache folder: cold, and nothing was compiled to find out
+
+
+def test_numba_cache_check_sees_a_compiled_kernel(tmp_path):
+    """The same check on a tiny cache=True kernel: cold before its first call, warm in a later process."""
+    (tmp_path / "tiny_kernel.py").write_text("from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n"
+                                             "    return x + 1\n")
+    code = ("import sys; import tiny_kernel as m; from ivhl_jax.bench import tune; print(tune._numba_cached(m.f)); "
+            "sys.argv[1:] == ['call'] and m.f(1)")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(tmp_path)}
+
+    def cached(*args):
+        out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-1000:]
+        return out.stdout.strip()
+
+    assert cached("call") == "False"  # cold; this process compiles f and numba writes it to the cache
+    assert cached() == "True"
