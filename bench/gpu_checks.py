@@ -629,8 +629,10 @@ def _add_fractions(name: str, res: dict, limits: dict) -> None:
     """Each timed kernel as a fraction of the limits measured at the start of this run (``doc["limits"]``):
     attention TFLOP/s over the bf16 matmul rate; GP steps' ideal traffic (3 passes of read + write of the
     complex64 field per merged step) over the copy bandwidth; every timed family section carries the limits beside
-    its figures. The tune section has a roofline per kernel (``cost_analysis()``); transformer MFU is against the
-    measured bf16 peak already."""
+    its figures, and each kernel that recorded its ``cost`` (fields per block size, cdt per engine and chain count,
+    mera per sweep, adaptive per chunk: ``cost_analysis()`` of the compiled call) gets its ``roofline``
+    (:func:`_add_rooflines`). The tune section has a roofline per kernel; transformer MFU is against the measured
+    bf16 peak already."""
     bw = float(limits.get("copy_gbps") or 0.0) * 1e9
     bf16 = float(limits.get("matmul_bf16_tflops") or 0.0)
     if name == "attention" and bf16:
@@ -643,8 +645,32 @@ def _add_fractions(name: str, res: dict, limits: dict) -> None:
             if "fused_ms_per_step" in rec:
                 n = float(np.prod(rec["shape"]))
                 rec["fraction_of_copy_bandwidth_ideal"] = 3 * 2 * 8 * n / (1e-3 * rec["fused_ms_per_step"]) / bw
-    if name in ("attention", "gp", "fields", "cdt", "mera", "transformer") and limits:
+    if name in ("attention", "gp", "fields", "cdt", "mera", "transformer", "adaptive") and limits:
         res["limits_of_this_run"] = {k: v for k, v in limits.items() if not isinstance(v, dict)}
+    if limits and "copy_gbps" in limits:
+        _add_rooflines(res, limits)
+
+
+def _add_rooflines(node: Any, limits: dict) -> None:
+    """Beside every timed kernel's ``cost`` (``bench/tune.py: cost_record``: XLA's flops and bytes of the compiled
+    call and its median time) its ``roofline`` (``bench/tune.py: roofline_of``: ``fraction`` of the memory or
+    compute limit measured at the start of this run); a ``costs`` mapping (one per candidate) gets ``rooflines``."""
+    from ivhl_jax.bench.tune import roofline_of
+
+    def one(c: dict) -> dict:
+        return roofline_of(c["flops"], c["bytes"], c["seconds"], limits, dtype=c.get("dtype", "f32"))
+
+    if isinstance(node, dict):
+        if isinstance(node.get("cost"), dict) and "seconds" in node["cost"]:
+            node["roofline"] = one(node["cost"])
+        if isinstance(node.get("costs"), dict):
+            node["rooflines"] = {k: one(c) for k, c in node["costs"].items() if isinstance(c, dict) and "seconds" in c}
+        for key, value in node.items():
+            if key not in ("cost", "costs", "roofline", "rooflines"):
+                _add_rooflines(value, limits)
+    elif isinstance(node, list):
+        for value in node:
+            _add_rooflines(value, limits)
 
 
 def format_summary(doc: dict[str, Any]) -> str:

@@ -229,6 +229,9 @@ def run_case(case: BenchCase, *, repeats: int = 5, warmup: int = 1, max_eager_s:
     if flops:
         rec["flops_per_call"] = flops
         rec["gflops_per_s"] = flops / med / 1e9
+    from ivhl_jax.bench.tune import cost_record
+
+    rec["cost"] = cost_record(compiled, med)  # XLA's flop and byte counts: a roofline against measured limits
     if case.bytes_moved:
         rec["gbytes_per_s"] = case.bytes_moved / med / 1e9
     if case.items_per_call:

@@ -22,6 +22,7 @@ import jax
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase, summarize
+from ivhl_jax.bench.tune import cost_record
 from ivhl_jax.core import backend
 from ivhl_jax.physics import cdt
 from ivhl_jax.physics.cdt import host as cdt_host
@@ -89,6 +90,8 @@ def _measure(engine: str, n: int, volume: int, attempts: int, repeats: int) -> d
             # CPU time of the whole process (all threads): insensitive to other jobs on a shared host
             "attempts_per_cpu_s": att / float(np.median(cpu)), "accepted_per_cpu_s": acc / float(np.median(cpu)),
             "cores_used": float(np.median(cpu)) / st["median_s"],
+            # flops/bytes of the compiled call (a host-engine call's work is in a callback XLA does not count)
+            "cost": cost_record(compiled, st["median_s"]),
             "overflow": bool(np.any(np.asarray(chains.geometry.overflow)))}
 
 

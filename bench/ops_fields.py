@@ -18,6 +18,7 @@ import functools
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
+from ivhl_jax.bench.tune import cost_record
 from ivhl_jax.core import backend
 
 # (points N, sources M) per size: the seed benchmark's sizes.
@@ -429,19 +430,25 @@ def gpu_check(quick: bool = False) -> dict:
         e = min(n, _ERROR_POINTS)
         ref, scale = _float64_reference({**inp, "points": inp["points"][:e]})
 
-        def run(chunk, args=args):
+        compiled: dict = {}
+
+        def run(chunk, args=args, compiled=compiled):
             f = jax.jit(lambda p, s, a, k, w, ph, t, chunk=chunk: fields.superpose(
                 p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk))
-            return lambda: jax.block_until_ready(f(*args))
+            c = compiled[chunk] = f.lower(*args).compile()  # kept for its cost_analysis() (the roofline)
+            return lambda: jax.block_until_ready(c(*args))
 
         default_chunk = min(fields.default_chunk(m, n=n), n)
         default_call = run(None)
         err = float(np.max(np.abs(np.asarray(default_call()[:e], np.complex128) - ref) / scale))
         rec: dict = {"points": n, "sources": m, "default_chunk": default_chunk,
-                     "default_ms": _median_ms(default_call, reps), "f32_err_vs_f64": err, "chunks_ms": {}}
+                     "default_ms": _median_ms(default_call, reps), "f32_err_vs_f64": err, "chunks_ms": {},
+                     "costs": {}}
+        rec["costs"][str(default_chunk)] = cost_record(compiled[None], 1e-3 * rec["default_ms"])
         sweep = {n, max(1, n // 4)} if quick else {n, max(1, n // 4), min(n, 65536), min(n, 8192)}
         for chunk in sorted(sweep - {default_chunk}, reverse=True):
             rec["chunks_ms"][str(chunk)] = _median_ms(run(chunk), reps)
+            rec["costs"][str(chunk)] = cost_record(compiled[chunk], 1e-3 * rec["chunks_ms"][str(chunk)])
         rec["chunks_ms"][str(default_chunk)] = rec["default_ms"]
         best = min(rec["chunks_ms"], key=rec["chunks_ms"].get)
         rec["best_chunk"], rec["best_ms"] = int(best), rec["chunks_ms"][best]

@@ -16,10 +16,13 @@ Areas (``--only``):
 * ``fields`` — ``fields.superpose``: kernel (``loop``/``reduce``), block size (pair budget) and whether a
   block runs on one thread (the ``fields_serial_pairs`` threshold), per pair-count bucket.
 * ``gp`` — the GP Strang step: merged potential half-steps vs one step at a time, and the host FFT (``ducc``,
-  CPU, where installed) vs XLA's FFT.
-* ``cdt`` — the CDT engine (``host`` numba kernel, pure ``jax``; ``pallas`` only where it compiles: GPU).
-* ``attention`` — the dense f32 kernel vs ``jax.nn.dot_product_attention``, and the implementation for
-  bf16 inputs (``xla``, ``chunked``; ``cudnn`` and compiled ``pallas`` on a GPU).
+  CPU, where installed) vs XLA's FFT; with several devices, one device vs every slab / pencil layout of the
+  distributed FFT over all of them (:func:`tune_gp_layouts`; a measurement, keyed by device count and grid).
+* ``cdt`` — the CDT engine (``host`` numba kernel, pure ``jax``; ``pallas`` only where it compiles: GPU). In
+  ``--quick`` the host engine is left out (said in ``notes``) when numba's disk cache lacks its kernels.
+* ``attention`` — the dense f32 kernel vs ``jax.nn.dot_product_attention``, the implementation for bf16
+  inputs (``xla``, ``chunked``; ``cudnn`` and compiled ``pallas`` on a GPU), the chunked kernel's key block,
+  and on a GPU the compiled Pallas kernel's tiles (block sizes are measurements: the caller's arguments).
 * ``transformer`` — the layer loop (``unrolled`` vs ``scan``) of a small LM train step.
 * ``mera`` — host cores a MERA sweep holds XLA to (CPU).
 
@@ -46,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AREAS", "QUICK_AREAS", "Candidate", "measure_limits", "roofline", "choose", "tune", "tune_op", "main"]
+__all__ = ["AREAS", "QUICK_AREAS", "Candidate", "measure_limits", "compiled_cost", "cost_record", "roofline",
+           "roofline_of", "choose", "tune", "tune_op", "main"]
 
 AREAS = ("xla", "fields", "gp", "cdt", "attention", "transformer", "mera")
 QUICK_AREAS = ("xla", "fields", "gp", "cdt", "attention")
@@ -59,6 +63,16 @@ def _tiny() -> bool:
 
 def _log(msg: str) -> None:
     print(f"[tune] {msg}", flush=True)
+
+
+_NOTES: dict[str, list[str]] = {}
+
+
+def _note(area: str, msg: str) -> None:
+    """Something an area left out or could not measure here, and why: on the console and in the result's
+    ``notes``."""
+    _NOTES.setdefault(area, []).append(msg)
+    _log(f"{area}: {msg}")
 
 
 # ------------------------------------------------------------------------------------------ limits
@@ -96,7 +110,9 @@ def measure_limits(quick: bool = True) -> dict[str, Any]:
     return out
 
 
-def _cost(compiled: Any) -> tuple[float, float]:
+def compiled_cost(compiled: Any) -> tuple[float, float]:
+    """``(flops, bytes accessed)`` of a compiled program from XLA's ``cost_analysis()`` ((0, 0) where the backend
+    gives none; work done in a host callback is not counted)."""
     try:
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, (list, tuple)) else cost
@@ -109,7 +125,21 @@ def roofline(compiled: Any, seconds: float, limits: Mapping[str, Any], *, dtype:
     """The compiled program as a fraction of this machine's limits: XLA's own flop and byte counts
     (``cost_analysis()``), the time they need at the measured peak and bandwidth, and
     ``fraction`` = the larger of the two over ``seconds`` (1: at the roofline)."""
-    flops, nbytes = _cost(compiled)
+    flops, nbytes = compiled_cost(compiled)
+    return roofline_of(flops, nbytes, seconds, limits, dtype=dtype)
+
+
+def cost_record(compiled: Any, seconds: float, *, dtype: str = "f32") -> dict[str, Any]:
+    """What a timed kernel records so its roofline can be computed later against limits measured elsewhere
+    (``bench/gpu_checks.py``): ``{"flops", "bytes", "seconds", "dtype"}`` (see :func:`roofline_of`)."""
+    flops, nbytes = compiled_cost(compiled)
+    return {"flops": flops, "bytes": nbytes, "seconds": float(seconds), "dtype": dtype}
+
+
+def roofline_of(flops: float, nbytes: float, seconds: float, limits: Mapping[str, Any], *, dtype: str = "f32"
+                ) -> dict[str, Any]:
+    """:func:`roofline` from the flop and byte counts: the time they need at the measured matmul peak of
+    ``dtype`` and the copy bandwidth, over ``seconds``."""
     peak = float(limits.get(f"matmul_{dtype}_tflops") or limits.get("matmul_f32_tflops") or 0.0) * 1e12
     bw = float(limits.get("copy_gbps") or 0.0) * 1e9
     t_c = flops / peak if peak else 0.0
@@ -396,10 +426,86 @@ def tune_gp(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]]
         entry["fraction_of_bandwidth_ideal"] = (steps * 3 * 2 * 8 * size / entry["median_s"] / 1e9
                                                 / limits["copy_gbps"])
         out[f"condensate.strang|{entry['bucket']}"] = entry
+    out.update(tune_gp_layouts(quick, limits))
+    return out
+
+
+def gp_layout_meshes(devices: int) -> list[str]:
+    """The mesh settings (:func:`ivhl_jax.numerics.distributed_fft.parse_mesh`) over all ``devices``: the slab
+    ``"n"`` and every pencil ``"a x b"`` with a, b > 1 (none for one device)."""
+    if devices < 2:
+        return []
+    return [str(devices)] + [f"{a}x{devices // a}" for a in range(2, devices) if devices % a == 0]
+
+
+def tune_gp_layouts(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """With more than one device: the GP Strang step on a 3-D grid with ψ on one device against every
+    distributed-FFT layout over all devices (slab, pencils; :func:`gp_layout_meshes`), each output checked
+    against the one-device run. The winner is stored as ``condensate.layout|<n>dev,<grid>``: a measurement (the
+    mesh is the caller's choice, ``GPSystem(layout=...)`` / ``--mesh``; no default reads it)."""
+    import jax
+
+    from ivhl_jax.numerics import distributed_fft
+    from ivhl_jax.numerics.rollout import trajectory
+    from ivhl_jax.physics import condensate as C
+
+    ndev = jax.device_count()
+    meshes = gp_layout_meshes(ndev)
+    if not meshes:
+        _note("gp", "one device visible: no slab/pencil layout to time (the layouts need a mesh of >= 2 devices)")
+        return {}
+
+    def observe_nothing(state, params):
+        return None
+
+    out = {}
+    for shape in _gp_sizes(quick):
+        steps = 4 if _tiny() else 10
+        grid = C.Grid.uniform(shape, [0.1 * n for n in shape])
+        _log(f"gp layouts {'x'.join(map(str, shape))} on {ndev} devices: one device, {', '.join(meshes)} ...")
+
+        def build(mesh: str | None, grid=grid, steps=steps):
+            layout = None if mesh is None else distributed_fft.parse_mesh(mesh, grid.ndim)
+            system = C.GPSystem(grid, C.harmonic(grid), 100.0, layout=layout)
+            stepper = C.strang(system, 1e-3)
+            psi = stepper.init(C.gaussian(grid))
+            return _aot(lambda p: trajectory(stepper, p, steps, save_every=steps, observe=observe_nothing)[0], psi)
+
+        cands = [Candidate("one_device", {"gp_layout": "none", "mesh": "1"}, lambda: build(None), default=True)]
+        cands += [Candidate(f"{'slab' if 'x' not in m else 'pencil'}_{m}",
+                            {"gp_layout": "slab" if "x" not in m else "pencil", "mesh": m},
+                            lambda m=m: build(m)) for m in meshes]
+        entry = choose("condensate.layout", int(np.prod(shape)), cands, rounds=5 if _tiny() else 9, limits=limits,
+                       rtol=1e-4, params={"shape": list(shape), "devices": ndev, "steps_per_call": steps,
+                                          "dtype": "complex64"})
+        entry["bucket"] = f"{ndev}dev,{'x'.join(map(str, shape))}"
+        entry["note"] = ("a measurement: the layout is the caller's choice (GPSystem(layout=...), --mesh); no default "
+                         "reads this entry")
+        out[f"condensate.layout|{entry['bucket']}"] = entry
     return out
 
 
 # ------------------------------------------------------------------------------------------ cdt
+def host_kernels_cached() -> bool:
+    """Whether numba's disk cache holds a compiled, current version of the CDT host engine's kernel (its index
+    file exists and matches the source file); False when it cannot be read or numba is missing. Reads files
+    only: nothing is compiled."""
+    try:
+        from ivhl_jax.physics.cdt import host_kernels
+    except Exception:  # noqa: BLE001 - numba missing or broken: nothing cached
+        return False
+    return _numba_cached(host_kernels.run_stream)
+
+
+def _numba_cached(dispatcher: Any) -> bool:
+    """Whether numba's disk cache has an entry for a ``cache=True`` dispatcher that matches its current source
+    (numba's own index check: file stamp and numba version), without compiling anything."""
+    try:
+        return bool(dispatcher._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 - numba internals differ between versions: treat as not cached
+        return False
+
+
 def tune_cdt(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The CDT engine on one chain (T = 16, N2 = 512 volume-fixed, 10 N2 attempts per call). The
     engines draw different random numbers, so each is checked by the Euler relation of a torus triangulation
@@ -436,17 +542,24 @@ def tune_cdt(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]
             return f"N2 = {2 * n0} far from the target {volume}, or no move accepted"
         return None
 
-    engines = ["jax"]
-    if cdt_host.available():
-        engines.insert(0, "host")
-    else:
-        _log("  (numba not installed: the host engine is not a candidate here)")
     from ivhl_jax.core import backend
 
+    table = backend.TABLE.get(backend.platform(), backend.TABLE["portable"]).cdt_engine
+    engines = ["jax"]
+    if cdt_host.available():
+        if quick and not host_kernels_cached():
+            _note("cdt", "the host engine's numba kernels are not in numba's disk cache here (compiling them takes "
+                  "minutes): not a candidate in --quick; run the full `ivhl tune --only cdt` to include it")
+            if table == "host":
+                _note("cdt", "the table's engine (host) is not a candidate: nothing to compare against, the cdt area "
+                      "is skipped in --quick (the table stays)")
+                return {}
+        else:
+            engines.insert(0, "host")
+    else:
+        _log("  (numba not installed: the host engine is not a candidate here)")
     if backend.platform() == "gpu" and "pallas" in cdt.ENGINES:
         engines.append("pallas")
-
-    table = backend.TABLE.get(backend.platform(), backend.TABLE["portable"]).cdt_engine
     _log(f"cdt engines {', '.join(engines)} (1 chain, N2 = {volume}; the host engine's first use on a machine "
          "compiles its numba kernels, cached on disk) ...")
     cands = [Candidate(e, {"cdt_engine": e}, lambda e=e: build(e), default=(e == table)) for e in engines]
@@ -473,12 +586,12 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
     on_gpu = backend.platform() == "gpu"
     row = backend.TABLE.get(backend.platform(), backend.TABLE["portable"])
 
-    def build(dtype, impl, settings):
+    def build(dtype, impl, settings, **blocks):
         ks = jax.random.split(jax.random.key(0), 3)
         q, k, v = (jax.random.normal(kk, (B, T, N, H), dtype) for kk in ks)
 
         def loss(q, k, v):
-            o = A.attention(q, k, v, causal=True, implementation=impl)
+            o = A.attention(q, k, v, causal=True, implementation=impl, **blocks)
             return jnp.sum(o.astype(jnp.float32) ** 2)
 
         return _aot(jax.value_and_grad(loss, argnums=(0, 1, 2)), q, k, v, settings=settings)
@@ -498,6 +611,34 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
     entry = choose("attention.half", None, half, rounds=5 if _tiny() else 9, limits=limits, rtol=3e-2, dtype="bf16",
                    params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True})
     out["attention.half|all"] = entry
+    # the chunked kernel's key block (attention(block_k=...), default 128): candidates up to T, distinct after the
+    # min(block_k, T) the kernel applies
+    blocks = sorted({min(b, T) for b in (16, 32, 64, 128, 256, 512)})
+    _log(f"attention chunked bf16 {B}x{T}x{N}x{H}: key blocks {blocks} ...")
+    chunk = [Candidate("block_k_default", {"block_k": min(128, T)}, lambda: build(jnp.bfloat16, "chunked", {}),
+                       default=True)]
+    chunk += [Candidate(f"block_k{b}", {"block_k": b}, lambda b=b: build(jnp.bfloat16, "chunked", {}, block_k=b))
+              for b in blocks if b != min(128, T)]
+    entry = choose("attention.chunk_block", None, chunk, rounds=5 if _tiny() else 9, limits=limits, rtol=3e-2,
+                   dtype="bf16", params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True})
+    entry["note"] = ("a measurement: attention(block_k=...) is the caller's argument (default 128); no default reads "
+                     "this entry")
+    out["attention.chunk_block|all"] = entry
+    if not on_gpu:
+        _note("attention", "Pallas attention block sizes: not timed on this platform (the Pallas GPU kernel compiles "
+              "only on a GPU; elsewhere it runs in the interpreter, which times nothing real)")
+        return out
+    tiles = sorted({(min(A._tile(bq), A._tile(T)), min(A._tile(bk), A._tile(T)))
+                    for bq, bk in ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128))})
+    _log(f"attention pallas bf16 {B}x{T}x{N}x{H}: (block_q, block_k) {tiles} ...")
+    pallas = [Candidate(f"pallas_q{bq}_k{bk}", {"block_q": bq, "block_k": bk},
+                        lambda bq=bq, bk=bk: build(jnp.bfloat16, "pallas", {}, block_q=bq, block_k=bk, interpret=False),
+                        default=(bq, bk) == (min(128, A._tile(T)), min(128, A._tile(T)))) for bq, bk in tiles]
+    entry = choose("attention.pallas_blocks", None, pallas, rounds=5 if _tiny() else 9, limits=limits, rtol=3e-2,
+                   dtype="bf16", params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True})
+    entry["note"] = ("a measurement: attention(implementation='pallas', block_q=..., block_k=...) are the caller's "
+                     "arguments (default 128); no default reads this entry")
+    out["attention.pallas_blocks|all"] = entry
     return out
 
 
@@ -688,6 +829,7 @@ def tune(only: Sequence[str] | None = None, *, quick: bool = True, save: bool = 
          f"bf16 {limits['matmul_bf16_tflops']:.3f} TFLOP/s")
     entries: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
+    _NOTES.clear()
     for area in areas:
         a0 = time.perf_counter()
         try:
@@ -713,7 +855,8 @@ def tune(only: Sequence[str] | None = None, *, quick: bool = True, save: bool = 
         else:
             _log(f"{area} done in {time.perf_counter() - a0:.0f} s (total {time.perf_counter() - t0:.0f} s)")
     result: dict[str, Any] = {"platform": platform, "fingerprint": tuning.fingerprint(platform), "limits": limits,
-                              "entries": entries, "errors": errors, "wall_s": time.perf_counter() - t0}
+                              "entries": entries, "errors": errors, "notes": {a: list(n) for a, n in _NOTES.items()},
+                              "wall_s": time.perf_counter() - t0}
     if save and entries:
         result["cache"] = tuning.cache_path(platform)
     return result
@@ -786,6 +929,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     child = json.load(f)
                 result["entries"].update(child.get("entries", {}))
                 result["errors"].update(child.get("errors", {}))
+                result.setdefault("notes", {}).update(child.get("notes", {}))
                 result["limits_child"] = child.get("limits")
                 result["xla_flags_child"] = child.get("xla_flags")
             except (OSError, ValueError):
@@ -796,6 +940,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             child = tune(rest, quick=a.quick, save=not a.no_save)
             result["entries"].update(child["entries"])
             result["errors"].update(child["errors"])
+            result.setdefault("notes", {}).update(child.get("notes", {}))
     else:
         result = tune(areas, quick=a.quick, save=not a.no_save)
     result["xla_flags"] = os.environ.get("XLA_FLAGS", "")
@@ -822,6 +967,9 @@ def _summary(result: Mapping[str, Any]) -> None:
               f"{(f'{100 * roof:.1f}%' if roof is not None else '-'):>9}")
     for area, err in result["errors"].items():
         print(f"{area}: not tuned: {err}")
+    for area, notes in result.get("notes", {}).items():
+        for note in notes:
+            print(f"{area}: note: {note}")
 
 
 if __name__ == "__main__":

@@ -67,3 +67,95 @@ def test_gpu_script_is_valid_bash_and_names_existing_entry_points():
 
     assert "-m ivhl_jax.cli tune ${TUNE_ARGS:---quick}" in text and "-m ivhl_jax.bench.gpu_checks --out" in text
     assert "--skip tune" in text and "tune" in gpu_checks.SECTIONS
+
+
+_LIMITS = {"copy_gbps": 10.0, "matmul_f32_tflops": 0.1, "matmul_bf16_tflops": 0.1}
+
+
+def test_gp_layout_meshes():
+    from ivhl_jax.bench import tune
+
+    assert tune.gp_layout_meshes(1) == []
+    assert tune.gp_layout_meshes(8) == ["8", "2x4", "4x2"]
+    assert tune.gp_layout_meshes(6) == ["6", "2x3", "3x2"]
+
+
+def test_gp_area_times_slab_and_pencil_layouts_against_one_device(monkeypatch):
+    """With several devices (the tests emulate 8 CPU devices) the GP area times the 3-D Strang step on one device
+    and on every slab/pencil layout over all devices; each layout's output equals the one-device run."""
+    import jax
+
+    from ivhl_jax.bench import tune
+
+    if jax.device_count() < 2:
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (as make test sets)")
+    monkeypatch.setenv("IVHL_TUNE_TINY", "1")
+    out = tune.tune_gp_layouts(True, _LIMITS)
+    n = jax.device_count()
+    (key, entry), = out.items()
+    assert key == f"condensate.layout|{n}dev,8x8x8" and entry["params"]["devices"] == n
+    cands = entry["candidates"]
+    assert set(cands) == {"one_device"} | {f"{'slab' if 'x' not in m else 'pencil'}_{m}"
+                                           for m in tune.gp_layout_meshes(n)}
+    timed = {name: c for name, c in cands.items() if "median_s" in c}
+    assert {"one_device", f"slab_{n}"} <= set(timed) and any(name.startswith("pencil_") for name in timed), cands
+    assert all(c["max_rel_diff_vs_default"] <= 1e-4 and "rejected" not in c for c in timed.values())
+    assert entry["winner"] in timed and entry["settings"]["mesh"] in ["1", *tune.gp_layout_meshes(n)]
+
+
+def test_attention_area_times_chunked_key_blocks_and_says_why_not_pallas_on_cpu(monkeypatch):
+    import jax
+
+    from ivhl_jax.bench import tune
+
+    monkeypatch.setenv("IVHL_TUNE_TINY", "1")
+    tune._NOTES.clear()
+    out = tune.tune_attention(True, _LIMITS)
+    entry = out["attention.chunk_block|all"]
+    # T = 32 (tiny): the default block (min(128, T) = 32) and 16; each checked against the default's output
+    assert set(entry["candidates"]) == {"block_k_default", "block_k16"}
+    assert entry["candidates"]["block_k16"]["max_rel_diff_vs_default"] <= 3e-2
+    assert entry["winner"] in entry["candidates"] and entry["roofline"]["flops"] > 0
+    if jax.default_backend() != "gpu":
+        assert "attention.pallas_blocks|all" not in out
+        assert any("Pallas attention block sizes: not timed" in note for note in tune._NOTES["attention"])
+
+
+def test_quick_leaves_out_the_host_cdt_engine_when_numba_has_not_compiled_it(tmp_path):
+    """A cold numba disk cache (an empty NUMBA_CACHE_DIR) would cost minutes of compilation: --quick says so and
+    leaves the host engine out (on a CPU, where the table's engine is host, the cdt area then stores nothing)."""
+    out = _ivhl("tune", "--quick", "--only", "cdt", "--no-save", "--export", str(tmp_path / "t.json"),
+                env_extra={"IVHL_CACHE_DIR": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "not in numba's disk cache" in out.stdout and "ivhl tune --only cdt" in out.stdout
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert any("ivhl tune --only cdt" in note for note in doc["notes"]["cdt"]) and not doc["errors"]
+    assert all(e["candidates"].get("host") is None for e in doc["entries"].values())
+    numba_dir = tmp_path / "numba"
+    assert not numba_dir.exists() or not any(numba_dir.rglob("*.nbi"))  # nothing was compiled into the cache
+
+
+def test_host_kernels_cached_reads_numba_cache_without_compiling(tmp_path):
+    code = ("from ivhl_jax.bench import tune; from ivhl_jax.physics.cdt import host_kernels as K; "
+            "print(tune.host_kernels_cached(), len(K.run_stream.overloads))")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-1000:]
+    assert out.stdout.split() == ["False", "0"]  # an empty cache folder: cold, and nothing was compiled to find out
+
+
+def test_numba_cache_check_sees_a_compiled_kernel(tmp_path):
+    """The same check on a tiny cache=True kernel: cold before its first call, warm in a later process."""
+    (tmp_path / "tiny_kernel.py").write_text("from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n"
+                                             "    return x + 1\n")
+    code = ("import sys; import tiny_kernel as m; from ivhl_jax.bench import tune; print(tune._numba_cached(m.f)); "
+            "sys.argv[1:] == ['call'] and m.f(1)")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(tmp_path)}
+
+    def cached(*args):
+        out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-1000:]
+        return out.stdout.strip()
+
+    assert cached("call") == "False"  # cold; this process compiles f and numba writes it to the cache
+    assert cached() == "True"
