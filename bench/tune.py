@@ -628,12 +628,12 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
         _note("attention", "Pallas attention block sizes: not timed on this platform (the Pallas GPU kernel compiles "
               "only on a GPU; elsewhere it runs in the interpreter, which times nothing real)")
         return out
-    tiles = sorted({(min(A._tile(bq), A._tile(T)), min(A._tile(bk), A._tile(T)))
+    tiles = sorted({(min(A.pallas_tile(bq), A.pallas_tile(T)), min(A.pallas_tile(bk), A.pallas_tile(T)))
                     for bq, bk in ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128))})
     _log(f"attention pallas bf16 {B}x{T}x{N}x{H}: (block_q, block_k) {tiles} ...")
     pallas = [Candidate(f"pallas_q{bq}_k{bk}", {"block_q": bq, "block_k": bk},
                         lambda bq=bq, bk=bk: build(jnp.bfloat16, "pallas", {}, block_q=bq, block_k=bk, interpret=False),
-                        default=(bq, bk) == (min(128, A._tile(T)), min(128, A._tile(T)))) for bq, bk in tiles]
+                        default=(bq, bk) == (min(128, A.pallas_tile(T)), min(128, A.pallas_tile(T)))) for bq, bk in tiles]
     entry = choose("attention.pallas_blocks", None, pallas, rounds=5 if _tiny() else 9, limits=limits, rtol=3e-2,
                    dtype="bf16", params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True})
     entry["note"] = ("a measurement: attention(implementation='pallas', block_q=..., block_k=...) are the caller's "

@@ -269,7 +269,7 @@ _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 # --------------------------------------------------------------------------- Pallas (JAX's shipped kernel)
 
-def _tile(n: int) -> int:
+def pallas_tile(n: int) -> int:
     """The smallest power of two >= max(n, 16) (Triton's dot needs power-of-two tiles of at least 16)."""
     return 1 << max(4, (int(n) - 1).bit_length())
 
@@ -294,8 +294,8 @@ def _pallas_gpu(q, k, v, causal, scale, block_q, block_k, interpret):
     from jax.experimental.pallas.ops.gpu import attention as jax_attention
 
     B, T, N, H = q.shape
-    cap = _tile(T)
-    bq, bk = min(_tile(block_q), cap), min(_tile(block_k), cap)
+    cap = pallas_tile(T)
+    bq, bk = min(pallas_tile(block_q), cap), min(pallas_tile(block_k), cap)
     bwd = min(32, bq, bk)
     step = max(bq, bk)
     tp = -(-T // step) * step
