@@ -892,8 +892,6 @@ CASES += [
     Case("config.load_config/overrides", lambda b: run_config.load_config(_Cfg, None, [b]), "steps",
          st.sampled_from(["steps=abc", "steps=2.5", "steps", "steps.x=1"])),
     Case("config.load_config/cls", lambda b: run_config.load_config(b), "cls", st.sampled_from([3, "Cfg", None])),
-    Case("config.renamed_keys/RENAMED_KEYS", lambda b: run_config.renamed_keys(type("Cfg", (), {"RENAMED_KEYS": b})),
-         "RENAMED_KEYS", st.sampled_from([["sweeps"], {"sweeps": 1}, "sweeps", {3: "steps"}])),
     Case("config.config_dict/cfg", run_config.config_dict, "cfg", st.sampled_from([3, _Cfg, None, {"a": 1}])),
     Case("config.clip_short_run/cfg", run_config.clip_short_run, "cfg", st.sampled_from([3, _Cfg, None, {"a": 1}])),
     Case("config.prepare_run_dir/out", lambda b: run_config.prepare_run_dir(b, _Cfg(), resume=True), "out",
