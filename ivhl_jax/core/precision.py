@@ -15,7 +15,7 @@ after ``period`` consecutive finite steps S doubles (PyTorch's GradScaler uses t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, overload
 
 import flax.struct
 import jax
@@ -24,7 +24,8 @@ import jax.numpy as jnp
 from ivhl_jax.core.validation import check_scalar
 
 __all__ = ["Policy", "get_policy", "all_finite", "select_tree", "DynamicLossScale", "NoOpLossScale",
-    "loss_scale_for", "PHYSICS_PRESETS", "physics_policy", "real_compute_dtype", "complex_state_dtype"]
+    "loss_scale_for", "PHYSICS_PRESETS", "default_policy", "physics_policy", "real_compute_dtype",
+    "complex_state_dtype"]
 
 _DTYPE_NAMES = {
     "float32": jnp.float32,
@@ -156,8 +157,39 @@ def _dtypes(policy: Policy) -> tuple[Any, Any, Any]:
     return jnp.dtype(policy.param_dtype), jnp.dtype(policy.compute_dtype), jnp.dtype(policy.output_dtype)
 
 
-def physics_policy(policy: str | Policy | None, *, argname: str = "policy") -> Policy | None:
-    """Resolve a physics kernel's ``policy`` argument; None passes through (the kernel's default).
+def default_policy(*like: Any) -> Policy:
+    """The policy of ``policy=None``: ``Policy(d, d, d)``, with ``d`` the floating dtype of the inputs ``like``.
+
+    ``d`` is the promoted dtype (``jnp.result_type``, canonical: float64 only with ``jax_enable_x64`` on) of the
+    inexact array leaves of ``like``, a complex leaf counting as its real dtype (complex64 → float32, complex128 →
+    float64); float32 when ``like`` holds no floating array. So float32 inputs (JAX's default) run in float32
+    everywhere and float64 inputs (x64 on) in float64 everywhere: the kernel's one dtype path, with every cast a
+    no-op.
+    """
+    dts = []
+    for leaf in jax.tree_util.tree_leaves(like):
+        dt = getattr(leaf, "dtype", None)
+        if dt is None or jax.dtypes.issubdtype(dt, jax.dtypes.extended):  # Python scalars, PRNG keys
+            continue
+        dt = jax.dtypes.canonicalize_dtype(dt)  # float64 → float32 when x64 is off, as jnp.asarray does
+        if jnp.issubdtype(dt, jnp.complexfloating):
+            dt = jnp.finfo(dt).dtype
+        if jnp.issubdtype(dt, jnp.floating):
+            dts.append(dt)
+    d = jnp.dtype(jnp.result_type(*dts)) if dts else jnp.dtype(jnp.float32)
+    return Policy(d, d, d)
+
+
+_UNSET: Any = object()
+
+
+@overload
+def physics_policy(policy: str | Policy | None, *, like: Any, argname: str = ...) -> Policy: ...
+@overload
+def physics_policy(policy: str | Policy | None, *, argname: str = ...) -> Policy | None: ...
+def physics_policy(policy: str | Policy | None, *, like: Any = _UNSET, argname: str = "policy") -> Policy | None:
+    """Resolve a physics kernel's ``policy`` argument; None is :func:`default_policy` of the kernel's inputs
+    ``like`` (without ``like``, None passes through).
 
     Checks that a float64 policy runs with ``jax_enable_x64`` on. Without x64 JAX would silently create float32
     arrays, so that is an error (wrap the call in ``with jax.enable_x64(True):``), never a quiet
@@ -168,7 +200,7 @@ def physics_policy(policy: str | Policy | None, *, argname: str = "policy") -> P
         TypeError: neither a string nor a Policy.
     """
     if policy is None:
-        return None
+        return None if like is _UNSET else default_policy(like)
     pol = get_policy(policy, argname=argname)  # a Policy holds real floating dtypes only (Policy.__post_init__)
     if any(dt == jnp.dtype(jnp.float64) for dt in _dtypes(pol)) and not jax.config.read("jax_enable_x64"):
         raise ValueError(f"{argname}={_show(policy)} asks for float64 but "
