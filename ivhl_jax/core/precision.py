@@ -134,8 +134,8 @@ def get_policy(name: str | Policy, *, argname: str = "policy") -> Policy:
 # ----------------------------------------------------------------------------------------------
 # Policies of the physics kernels
 #
-# Every physics kernel takes ``policy=None`` (its historical dtype rules, bit for bit) or a Policy /
-# preset name. What each dtype controls is stated per kernel; in short (measured errors in
+# Every physics kernel takes a Policy / preset name; ``policy=None`` is :func:`default_policy` of the kernel's
+# inputs (every dtype the inputs' own), so each kernel has one dtype path. What each dtype controls is stated per kernel; in short (measured errors in
 # docs/guide/precision.md):
 #   fields.superpose / fields.vortex: param_dtype = storage of points, sources and per-source values;
 #     the pair arithmetic (distance, phase k·r + θ, sin/cos) runs in at least float32; output_dtype =

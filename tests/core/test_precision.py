@@ -92,3 +92,28 @@ def test_float64_policy_without_x64_is_an_error_not_a_float32_run():
         gru.gru_step(p, jnp.zeros((4,)), jnp.zeros((3,)), policy="f64")
     with jax.enable_x64(True):
         assert F.superpose(pts, src, policy="f64").dtype == jnp.complex128
+
+
+def test_default_policy_is_the_inputs_dtype_everywhere():
+    """policy=None is one Policy: every dtype the (canonical, real) floating dtype of the inputs."""
+    f32 = precision.get_policy("f32")
+    assert precision.default_policy(np.zeros(3, np.float32), 1.0) == f32
+    assert precision.default_policy(jnp.zeros(2, jnp.complex64), jax.random.key(0)) == f32  # complex: its real part
+    assert precision.default_policy({"w": jnp.zeros(2, jnp.bfloat16)}) == precision.get_policy("pure_bf16")
+    assert precision.default_policy() == f32 and precision.default_policy(2.0, [1, 2]) == f32  # no arrays
+    assert precision.default_policy(np.zeros(3)) == f32  # float64 NumPy without x64: float32, as jnp.asarray
+    assert precision.physics_policy(None, like=(np.zeros(3, np.float32),)) == f32
+    with jax.enable_x64(True):
+        f64 = precision.get_policy("f64")
+        assert precision.default_policy(np.zeros(3)) == f64
+        assert precision.default_policy(jnp.zeros(2, jnp.complex128)) == f64
+        assert precision.default_policy(np.zeros(3, np.float32), np.zeros(2)) == f64  # promoted
+        # a GRU step on float64 inputs with policy=None equals the explicit "f64" policy, bit for bit
+        p = gru.init_gru_params(jax.random.key(0), 3, 4, jnp.float64)
+        h, x = jnp.full((2, 4), 0.1), jnp.ones((2, 3))
+        none, explicit = gru.gru_step(p, h, x), gru.gru_step(p, h, x, policy="f64")
+        assert none.dtype == jnp.float64 and np.array_equal(none, explicit)
+    p = gru.init_gru_params(jax.random.key(0), 3, 4)
+    none, explicit = gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3))), gru.gru_step(
+        p, jnp.zeros((2, 4)), jnp.ones((2, 3)), policy="f32")
+    assert none.dtype == jnp.float32 and np.array_equal(none, explicit)
