@@ -47,7 +47,7 @@ def _contract_case(size: str) -> BenchCase:
 def _sweep_case(size: str) -> BenchCase:
     chi = _CHI[size]
     cfg = M.MERAConfig(chi=chi, layers=2, u_delay=0)
-    st = M.evenbly_vidal(M.ising(), cfg, dtype=jnp.float32)
+    st = M.evenbly_vidal(M.ising(), cfg, policy="f32")
     state = st.init(key=jax.random.key(0))
     return BenchCase(op="mera_sweep", size=size, fn=st.step_fn, args=(state, st.params),
                      params={"chi": chi, "chi_mid": cfg.mid, "transitional_layers": cfg.layers,
@@ -72,7 +72,7 @@ def _time_sweeps(cfg: M.MERAConfig, dtype: Any, sweeps: int, repeats: int) -> di
     """Compile time and median ms per sweep of ``sweeps`` Evenbly–Vidal sweeps (one ``trajectory``: one compiled
     program, no host round trip inside it) on a cold start of ``cfg`` in ``dtype``."""
     with jax.enable_x64(True):
-        st = M.evenbly_vidal(M.ising(), cfg, dtype=dtype)
+        st = M.evenbly_vidal(M.ising(), cfg, policy="f32" if jnp.dtype(dtype) == jnp.float32 else "f64")
         s0 = st.init(key=jax.random.key(0))
         t0 = time.perf_counter()
         s, e = trajectory(st, s0, sweeps, observe=M.observe)

@@ -76,8 +76,9 @@ class BECConfig:
     steps_per_chunk: int = 200  # steps per compiled chunk (progress granularity)
     save_every: int = 50  # steps between recorded observables
     checkpoint_every: int = 1000  # steps between checkpoints (a multiple of steps_per_chunk)
-    # Rescale ψ to the chunk's starting norm every step: removes the float32 FFT round-off loss of the
-    # raw scheme (~1e-7 of the norm per step, larger with cuFFT), see ivhl_jax.physics.condensate.strang.
+    # The float32 FFT round-off loses ~1e-7 of the norm per step (larger with cuFFT); ψ is rescaled to norm 1
+    # after every save_every steps (false, the default) or after every step (true), see
+    # ivhl_jax.physics.condensate.strang.
     project_norm: bool = False
     # Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on;
     # needs pip install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.
@@ -183,6 +184,30 @@ def gp_system(cfg: BECConfig) -> C.GPSystem:
                       layout=parse_mesh(cfg.mesh, cfg.dims))
 
 
+def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: str, imaginary: bool) -> None:
+    """The local factor must be resolved over the cloud: (step)·max|V + g|ψ|²| ≤ 2π (the phase per step in real
+    time, the decay in imaginary time). The error names the configuration key at fault: ``key`` (``dt`` or
+    ``ground_dt``, the step) when the trap alone breaks the bound, else ``g``, each with the value that fixes it.
+    """
+    step = getattr(cfg, key)
+    rho = np.abs(np.asarray(psi)) ** 2
+    occupied = rho > 1e-6 * rho.max()  # the cloud (the library's criterion: empty corners may have any V)
+    v = np.abs(np.asarray(system.potential, np.float64)[occupied])
+    umax = float(np.max(np.abs(np.asarray(system.potential, np.float64) + cfg.g * rho)[occupied]))
+    if step * umax <= 2 * math.pi:
+        return
+    what = "decay" if imaginary else "phase"
+    detail = (f"the local {what} per step {key}·max|V + g|ψ|²| = {step * umax:.3g} over the cloud exceeds 2π, so the "
+              "dynamics is not resolved")
+    vmax = float(np.max(v))
+    rho_max = float(np.max(rho))
+    if cfg.g != 0 and step * vmax <= math.pi:  # the trap alone is resolved: the interaction is at fault
+        g_max = (2 * math.pi / step - vmax) / rho_max
+        raise ValueError(f"g={cfg.g:g} is too large for {key}={step:g}: {detail}; use |g| <= {g_max:.3g} "
+                         f"(or {key} <= {math.pi / umax:.3g})")
+    raise ValueError(f"{key}={step:g} is too large: {detail}; use {key} <= {math.pi / umax:.3g}")
+
+
 GROUND_CHECK_EVERY = 100  # imaginary-time steps per convergence check (ground_state's check_every)
 GROUND_SEGMENTS = 10  # progress lines of the ground-state search (at most)
 
@@ -196,6 +221,9 @@ def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = Fal
     grid's search takes minutes and must not look like a hang. The segments are whole convergence blocks of
     :data:`GROUND_CHECK_EVERY` steps and stop as soon as one converges. Equal shares reuse one compiled program.
     """
+    # The search starts from ground_state's default guess, the unit Gaussian: check its step against it here so
+    # that the error names ground_dt or g (the library's own check names its argument, dt).
+    check_local_step(cfg, system, C.gaussian(system.grid, 1.0, dtype=system.complex_dtype), "ground_dt", True)
     total_blocks = -(-cfg.ground_steps // GROUND_CHECK_EVERY)
     seg_blocks = -(-total_blocks // GROUND_SEGMENTS)
     budget = total_blocks * GROUND_CHECK_EVERY
@@ -280,9 +308,11 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
                 print(f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "
                       f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
                       "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol", file=sys.stderr)
+            check_local_step(cfg, system, state, "dt", False)
 
-        # The projection (project_norm) pins the ground state's norm, 1, for the whole run (resumes included).
-        stepper = C.strang(system, cfg.dt, project_norm=cfg.project_norm, norm=1.0 if cfg.project_norm else None)
+        # The norm projection pins the ground state's norm, 1, for the whole run (resumes included): once per
+        # block of save_every steps by default, after every step with project_norm=true.
+        stepper = C.strang(system, cfg.dt, project_norm=True if cfg.project_norm else None, norm=1.0)
         # donate: each chunk writes the field into the previous one's buffers (one copy of ψ in memory)
         advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe, donate=True)
         extra["system"] = system

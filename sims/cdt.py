@@ -23,12 +23,13 @@ expect from the reference code 2d-cdt:
    the dual graph, Hausdorff dimensions from both, and the quantum Ricci curvature (average sphere
    distance, Klitgaard & Loll) on both.
 
-One sweep is ``attempts_per_sweep`` move attempts per chain (default: the target N2 with the JAX engine,
-100 N2 with the host engine, as in 2d-cdt). Outputs in ``--out`` (default ``runs/cdt``):
-``thermalisation.png``, ``volume_profiles.png``, ``autocorrelation.png``, ``coordination.png``,
-``curvature.png`` and ``summary.json`` (``steps_done``: measured sweeps; ``thermalisation.steps``: sweeps of
-the grow-and-thermalise phase). The keys ``sweeps`` and ``measure_every`` are refused with one line naming
-``steps`` and ``save_every``. Every phase (grow and thermalise, sweeps, geometry) reports its progress.
+One sweep is ``attempts_per_sweep`` move attempts per chain, a count fixed before the run (default: the target
+N2, or 24 T with ``volume=0``, with the JAX engine; 100 times that with the host engine, as in 2d-cdt).
+Outputs in ``--out`` (default ``runs/cdt``): ``thermalisation.png``, ``volume_profiles.png``,
+``autocorrelation.png``, ``coordination.png``, ``curvature.png`` and ``summary.json`` (``steps_done``: measured
+sweeps; ``thermalisation.steps``: sweeps of the grow-and-thermalise phase). The keys ``sweeps`` and
+``measure_every`` are refused with one line naming ``steps`` and ``save_every``. Every phase (grow and
+thermalise, sweeps, geometry) reports its progress.
 
 The jitted chunks and the geometry measurement are built once per process (:func:`vmapped_chunk`): a second
 :func:`simulate` of the same configuration, or resuming a finished run, compiles nothing; extending a run
@@ -73,7 +74,7 @@ class CDTConfig:
     steps: int = 200  # measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run
     save_every: int = 2  # steps (sweeps) between measurements
     steps_per_chunk: int = 20  # steps (sweeps) per compiled chunk (progress lines, checkpoints); divides steps
-    attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: N2 (jax engine) or 100 N2 (host engine)
+    attempts_per_sweep: int = 0  # Metropolis attempts per sweep; 0: target N2 (jax engine) or 100x (host)
     capacity: int = 0  # vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)
     engine: str = "auto"  # "jax", "host" (compiled CPU kernel, needs numba) or "auto" (core.backend's cdt_engine)
     thermalise_max: int = 2000  # most steps (sweeps) of the automatic grow-and-thermalise phase

@@ -273,7 +273,7 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
         for k, (chi, layers, n) in enumerate(zip(cfg.chis, cfg.layers, cfg.steps)):
             sc = cfg.stage_config(k)
             dtype = _stage_dtype(cfg, k)
-            stepper = M.evenbly_vidal(model, sc, dtype=dtype)
+            stepper = M.evenbly_vidal(model, sc, policy=cfg.precision[k] if cfg.precision else None)
             t0 = time.perf_counter()
             first = np.zeros((0,))
             if mera is None:

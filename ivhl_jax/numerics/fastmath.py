@@ -25,9 +25,14 @@ Both kernels share the per-pair arithmetic:
 
 * XLA's CPU ``sin``/``cos`` are slow, and a fused kernel that needs both computes the argument reduction
   twice. :func:`sincos` evaluates both from one Cody–Waite reduction by π and two short polynomials,
-  written in plain ``jnp`` arithmetic so XLA fuses and vectorises it with the rest of the kernel.
+  written in plain ``jnp`` arithmetic so XLA fuses and vectorises it with the rest of the kernel. That
+  reduction is exact for |x| ≤ :data:`FAST_LIMIT` (2¹⁴). So that every phase stays in that range, each
+  source's phase θ_j is first reduced exactly to [−π/2, π/2] (its sign (−1)^n goes into A_j: a late time
+  −ωt costs nothing), and max|k r + θ| is bounded from the bounding boxes of points and sources; only when
+  the bound exceeds the range does the sum run with XLA's ``sin``/``cos`` (correct for every finite float32,
+  slower), a ``lax.cond`` between the two kernels.
 * Per pair: one ``sqrt`` (custom JVP keeps the derivative finite at r = 0) and the sign (−1)^q of
-  the sincos reduction folded into the weight A/(r + ε) (:func:`_phasor`).
+  the sincos reduction folded into the weight A/(r + ε) (:func:`_make_phasor`).
 * Points are processed in blocks of ``chunk``; within a block forward memory is O(chunk), and
   under reverse-mode autodiff each block is rematerialised (``jax.checkpoint``), so backward
   memory is O(chunk × M), never O(N × M).
@@ -39,7 +44,7 @@ Timings against PyTorch (eager and ``torch.compile``): ``bench/results/fields_vs
 from __future__ import annotations
 
 import functools
-from typing import cast
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +54,8 @@ from jaxtyping import Array, ArrayLike, Float, Real
 from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_array, check_scalar
 
-__all__ = ["safe_norm", "sincos", "point_source_sum", "METHODS"]
+__all__ = ["safe_norm", "sincos", "sincos_static", "needs_full_range", "FAST_LIMIT", "point_source_sum",
+           "METHODS"]
 
 # Squared distances below this are treated as this value: the gradient of |d| at d = 0 is
 # undefined (NaN in autodiff); this keeps the field and its gradient finite on a source.
@@ -79,6 +85,13 @@ _S = tuple(np.float32(c) for c in (-0.16666661202907562, 0.008333087898790836, -
 _C = tuple(np.float32(c) for c in (-0.5, 0.04166664183139801, -0.00138884037733078, 2.476190093148034e-05,
                                    -2.607737030757562e-07))
 
+# The Cody–Waite reduction above is exact for |x| ≤ 2**14 (|q| ≤ 5216 < 2**13). Beyond it, XLA's own float32
+# sin/cos take over (correctly reduced over the whole finite range, measured max error 3.2e-8 over random bit
+# patterns on CPU; libdevice's sinf/cosf on GPU), in a branch that only runs when some argument needs it.
+_FAST_LIMIT = np.float32(2.0**14)
+#: |x| up to which the fast (Cody–Waite) reduction of :func:`sincos_static` is exact.
+FAST_LIMIT = float(_FAST_LIMIT)
+
 
 def safe_norm(d: Real[ArrayLike, "*shape"], axis: int = -1) -> Float[Array, " ..."]:
     """Euclidean norm along ``axis`` whose value and gradient are finite at 0 (gradient 0 there).
@@ -97,38 +110,93 @@ def _safe_sqrt(r2: jax.Array) -> jax.Array:
     return jnp.where(safe, jnp.sqrt(jnp.where(safe, r2, 1.0)), 0.0)
 
 
-def _reduced_sincos_f32(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(sin r, cos r, (−1)^q) with q the nearest integer to x/π and r = x − qπ ∈ [−π/2, π/2], so that
-    sin x = (−1)^q sin r and cos x = (−1)^q cos r.
-
-    Reducing by π (not π/2) needs two more polynomial terms but no quadrant swap, no integer
-    conversion and no selects: fewer operations per element in the fused kernel than the π/2 form.
-    """
+def _fast_reduce_f32(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(r, q) with q the nearest integer to x/π (a float) and r = x − qπ ∈ [−π/2, π/2]: the three-part
+    Cody–Waite reduction, exact to ~1e-10 absolute for |x| ≤ :data:`_FAST_LIMIT` (beyond it, wrong)."""
     q = jnp.round(x * _INV_PI)
     r = x - q * _PI_A
     r = r - q * _PI_B
     r = r - q * _PI_C
+    return r, q
+
+
+def _parity_sign(q: jax.Array) -> jax.Array:
+    half = q * 0.5
+    return 1.0 - 4.0 * (half - jnp.floor(half))  # +1 for even q, −1 for odd q (exact in float32)
+
+
+def _poly_sincos(r: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sin r, cos r) for |r| ≤ π/2 from the two near-minimax polynomials."""
     z = r * r
     s = r + r * z * (_S[0] + z * (_S[1] + z * (_S[2] + z * _S[3])))
     c = 1.0 + z * (_C[0] + z * (_C[1] + z * (_C[2] + z * (_C[3] + z * _C[4]))))
-    half = q * 0.5
-    sign = 1.0 - 4.0 * (half - jnp.floor(half))  # +1 for even q, −1 for odd q (exact in float32)
-    return s, c, sign
+    return s, c
+
+
+def _reduced_sincos_f32(x: jax.Array, full: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(sin r, cos r, (−1)^q) with sin x = (−1)^q sin r and cos x = (−1)^q cos r.
+
+    Fast path (``full=False``): q the nearest integer to x/π and r = x − qπ ∈ [−π/2, π/2] by the Cody–Waite
+    reduction, exact for |x| ≤ :data:`_FAST_LIMIT` only. Reducing by π (not π/2) needs two more polynomial
+    terms but no quadrant swap, no integer conversion and no selects: fewer operations per element in the
+    fused kernel than the π/2 form. ``full=True``: XLA's ``sin``/``cos`` of x (r = x, q = 0), correct for every
+    finite x and slower; non-finite x give NaN in both.
+    """
+    if full:
+        return jnp.sin(x), jnp.cos(x), jnp.ones_like(x)
+    r, q = _fast_reduce_f32(x)
+    s, c = _poly_sincos(r)
+    return s, c, _parity_sign(q)
+
+
+@jax.custom_batching.custom_vmap
+def _uniform_any(flag: jax.Array) -> jax.Array:
+    """``flag`` (a bool scalar) unchanged; under ``vmap`` the OR over the batch, unbatched.
+
+    A ``lax.cond`` whose predicate is batched becomes a select that runs BOTH branches; with this predicate
+    the cond between the fast and the full-range kernel stays a cond under ``vmap`` (the full-range kernel,
+    correct everywhere, runs for the whole batch when any member needs it)."""
+    return flag
+
+
+@_uniform_any.def_vmap
+def _uniform_any_vmap(axis_size, in_batched, flag):
+    del axis_size
+    return (jnp.any(flag) if in_batched[0] else flag), False
+
+
+def needs_full_range(bound: Real[ArrayLike, ""]) -> jax.Array:
+    """Whether a phase bounded by ``bound`` (≥ max |x|, a scalar, may be traced) needs the full-range
+    reduction: a bool scalar that stays unbatched under ``vmap`` (OR over the batch), for ``lax.cond``."""
+    b = jax.lax.stop_gradient(check_array(bound, "bound", shape=(), kind="floating").astype(jnp.float32))
+    return _uniform_any(jnp.logical_not(b <= _FAST_LIMIT))  # NaN bound: full range
 
 
 def _sincos_f32(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    s, c, sign = _reduced_sincos_f32(x)
-    return sign * s, sign * c
+    def run(full: bool):
+        def f(v):
+            s, c, sign = _reduced_sincos_f32(v, full)
+            return sign * s, sign * c
+        return f
+
+    if x.size == 0:
+        return run(False)(x)
+    big = jnp.max(jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0))
+    return jax.lax.cond(needs_full_range(big), run(True), run(False), x)
 
 
 @jax.custom_jvp
 def sincos(x: Float[ArrayLike, "*shape"]) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
-    """(sin x, cos x) from one shared argument reduction.
+    """(sin x, cos x) from one shared argument reduction, correct for every finite x.
 
-    float32 (and narrower floats, computed in float32): Cody–Waite reduction by π and near-minimax
-    polynomials; measured max abs error 1.5e-7 against float64 for |x| ≤ 1e4 (``jnp.sin``: 3e-8).
-    Beyond |x| ≈ 2.5e4 the three-part split of π is no longer exact and the error grows slowly
-    (a float32 x that large has an ulp of ≥ 2e-3 anyway). float64: ``jnp.sin``/``jnp.cos``.
+    float32 (and narrower floats, computed in float32): for |x| ≤ 2¹⁴ a three-part Cody–Waite reduction by π
+    (exact to ~1e-10) and near-minimax polynomials on [−π/2, π/2]; the absolute error against float64
+    ``np.sin``/``np.cos`` of the same float32 value is ≤ 2.4e-7 (the float32 rounding of the reduced argument
+    and of the result, 2 ulp of 1; measured 1.5e-7). The array is checked once (max |x|): when some element
+    is beyond 2¹⁴ the whole array takes XLA's ``sin``/``cos`` instead (correct for every finite float32,
+    measured 3.2e-8, slower), a ``lax.cond`` that under ``vmap`` decides for the whole batch.
+    float64: ``jnp.sin``/``jnp.cos`` (XLA's float64 reduction is correct over the whole range).
+    ±inf and NaN give NaN, as in NumPy.
     The derivative is exact by construction: d(sin, cos) = (cos, −sin)·dx (custom JVP, so it
     also costs no extra transcendental work). Elementwise, any shape; works under jit/vmap/grad.
     """
@@ -150,6 +218,60 @@ def _sincos_jvp(primals, tangents):
     return (s, c), (c * dx, -s * dx)
 
 
+def _make_static_sincos(full: bool):
+    @jax.custom_jvp
+    def f(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        if jnp.finfo(x.dtype).bits > 32:
+            return jnp.sin(x), jnp.cos(x)
+        s, c, sign = _reduced_sincos_f32(x.astype(jnp.float32), full)
+        return (sign * s).astype(x.dtype), (sign * c).astype(x.dtype)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (dx,) = primals, tangents
+        s, c = f(x)
+        return (s, c), (c * dx, -s * dx)
+
+    return f
+
+
+_STATIC_SINCOS = {False: _make_static_sincos(False), True: _make_static_sincos(True)}
+
+
+def sincos_static(x: Float[ArrayLike, "*shape"], full_range: bool) -> tuple[Float[Array, "*shape"],
+                                                                             Float[Array, "*shape"]]:
+    """:func:`sincos` with the reduction chosen statically, for fused kernels that know a bound on |x|
+    (no check of x, no ``lax.cond``): ``full_range=False`` is the fast reduction, exact only for
+    |x| ≤ :data:`FAST_LIMIT` (the caller guarantees it, e.g. with :func:`needs_full_range` on a bound);
+    ``full_range=True`` is correct for every finite x. float64: ``jnp.sin``/``jnp.cos``. Exact JVP."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"sincos_static: x must be a real floating array, got {x.dtype}")
+    return _STATIC_SINCOS[bool(full_range)](x)
+
+
+@jax.custom_jvp
+def _reduce_mod_pi(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(r, σ) for float32 x: x = r + nπ (mod 2π), |r| ≤ π/2, σ = (−1)^n, so that e^{ix} = σ e^{ir}, for every
+    finite x: r = x for |x| ≤ π/2, the exact Cody–Waite reduction up to :data:`_FAST_LIMIT`, and beyond it
+    r from XLA's correctly reduced sin/cos (atan2, to ~1 ulp of π). dr/dx = 1 (custom JVP); σ is piecewise
+    constant."""
+    r, q = _fast_reduce_f32(x)
+    sign = _parity_sign(q)
+    big = jnp.abs(x) > _FAST_LIMIT
+    a = jnp.arctan2(jnp.sin(x), jnp.cos(x))  # x mod 2π in (−π, π]
+    flip = jnp.abs(a) > np.float32(np.pi / 2)
+    a = jnp.where(flip, a - jnp.copysign(np.float32(np.pi), a), a)
+    return jnp.where(big, a, r), jnp.where(big, jnp.where(flip, np.float32(-1.0), np.float32(1.0)), sign)
+
+
+@_reduce_mod_pi.defjvp
+def _reduce_mod_pi_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    r, sign = _reduce_mod_pi(x)
+    return (r, sign), (dx, jnp.zeros_like(sign))
+
+
 @jax.custom_jvp
 def _sqrt_fwd(r2: jax.Array) -> jax.Array:
     """sqrt(r²) with a finite derivative at r² = 0 (0 there): one ``sqrt`` in the forward pass.
@@ -167,37 +289,53 @@ def _sqrt_fwd_jvp(primals, tangents):
     return r, jnp.where(safe, 0.5 * dr2 / jnp.where(safe, r, 1.0), 0.0)
 
 
-@jax.custom_jvp
-def _phasor(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(w cos x, w sin x). float32: the sign (−1)^q of the π-reduction is folded into w (one
-    multiply instead of two); otherwise :func:`sincos`. JVP: (c dw − w s dx, s dw + w c dx)."""
-    if x.dtype != jnp.float32:
-        s, c = sincos(x)
-        return w * c, w * s
-    s, c, sign = _reduced_sincos_f32(x)
-    ws = w * sign  # w·(−1)^q, exact
-    return ws * c, ws * s
+def _make_phasor(full: bool):
+    """``phasor(w, x) = (w cos x, w sin x)``. float32: the sign (−1)^q of the π-reduction is folded into w (one
+    multiply instead of two); the reduction is the fast one, or with ``full`` the one correct for every finite
+    x (:func:`_reduced_sincos_f32`); other dtypes: :func:`sincos`. JVP: (c dw − w s dx, s dw + w c dx)."""
+
+    def sc(x):
+        if x.dtype != jnp.float32:
+            return sincos(x)
+        s, c, sign = _reduced_sincos_f32(x, full)
+        return sign * s, sign * c
+
+    @jax.custom_jvp
+    def phasor(w: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        if x.dtype != jnp.float32:
+            s, c = sincos(x)
+            return w * c, w * s
+        s, c, sign = _reduced_sincos_f32(x, full)
+        ws = w * sign  # w·(−1)^q, exact
+        return ws * c, ws * s
+
+    @phasor.defjvp
+    def phasor_jvp(primals, tangents):
+        (w, x), (dw, dx) = primals, tangents
+        s, c = sc(x)
+        re, im = w * c, w * s
+        return (re, im), (c * dw - im * dx, s * dw + re * dx)
+
+    return phasor
 
 
-@_phasor.defjvp
-def _phasor_jvp(primals, tangents):
-    (w, x), (dw, dx) = primals, tangents
-    s, c = sincos(x)
-    re, im = w * c, w * s
-    return (re, im), (c * dw - im * dx, s * dw + re * dx)
+# The kernels' phasor: fast (|phase| ≤ _FAST_LIMIT everywhere, checked per call) and full-range.
+_PHASOR = {False: _make_phasor(False), True: _make_phasor(True)}
 
 
 def _pair_term(pts_t: tuple[jax.Array, ...], src_j: tuple[jax.Array, ...], amplitude: jax.Array,
-               wavenumber: jax.Array, theta: jax.Array, softening: jax.Array) -> jax.Array:
-    """A_j e^{i(k_j r + θ_j)}/(r + ε) for one source j at the points of a block, complex (C,)."""
+               wavenumber: jax.Array, theta: jax.Array, softening: jax.Array, full: bool = False) -> jax.Array:
+    """A_j e^{i(k_j r + θ_j)}/(r + ε) for one source j at the points of a block, complex (C,); ``full``
+    (static): the full-range phase reduction."""
     r2 = cast(jax.Array, sum((p - s) * (p - s) for p, s in zip(pts_t, src_j, strict=True)))
     r = _sqrt_fwd(r2)
-    re, im = _phasor(amplitude / (r + softening), wavenumber * r + theta)
+    re, im = _PHASOR[full](amplitude / (r + softening), wavenumber * r + theta)
     return jax.lax.complex(re, im)
 
 
 def _block_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
-               wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, unroll: int) -> jax.Array:
+               wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, unroll: int,
+               full: bool = False) -> jax.Array:
     """Σ_j over sources for one block of points given as D coordinate arrays of shape (C,); complex (C,).
 
     One elementwise loop fusion per ``unroll`` sources, which XLA splits over the cores."""
@@ -205,14 +343,14 @@ def _block_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampli
 
     def body(j, acc):
         return acc + _pair_term(pts_t, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j],
-                                softening)
+                                softening, full)
 
     acc0 = jnp.zeros(pts_t[0].shape, ctype)
     return jax.lax.fori_loop(0, src_t[0].shape[0], body, acc0, unroll=max(1, min(unroll, src_t[0].shape[0])))
 
 
 def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
-                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array) -> jax.Array:
+                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, full: bool = False) -> jax.Array:
     """The same sum as :func:`_block_sum` for small problems, run on ONE thread.
 
     XLA's CPU backend splits every large-enough elementwise loop fusion over the cores; for a few
@@ -236,7 +374,7 @@ def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampl
         for u in range(size):
             j = first + u
             acc = acc + _pair_term(blk, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j],
-                                   softening)
+                                   softening, full)
         return jax.lax.dynamic_update_slice_in_dim(out, acc, start, 0)
 
     def over_halves(i, out):
@@ -254,7 +392,7 @@ def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampl
 
 
 def _reduce_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
-                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array) -> jax.Array:
+                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, full: bool = False) -> jax.Array:
     """The same sum as :func:`_block_sum` written as ONE reduction over the sources, complex (C,).
 
     The (C, M) pair terms are a broadcast expression that XLA fuses into the reduction's input, so the
@@ -264,7 +402,7 @@ def _reduce_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampl
     r2 = cast(jax.Array, sum((p[:, None] - s[None, :]) * (p[:, None] - s[None, :])
                              for p, s in zip(pts_t, src_t, strict=True)))
     r = _sqrt_fwd(r2)
-    re, im = _phasor(amplitudes[None, :] / (r + softening), wavenumbers[None, :] * r + theta[None, :])
+    re, im = _PHASOR[full](amplitudes[None, :] / (r + softening), wavenumbers[None, :] * r + theta[None, :])
     re_sum, im_sum = _sum_pair(re, im)
     return jax.lax.complex(re_sum, im_sum)
 
@@ -343,17 +481,44 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
     if sources.shape[0] == 0:
         zero = jnp.zeros((n,), out_dtype)
         return zero, zero
-    chunk = max(1, int(chunk))
+    static: dict[str, Any] = {"chunk": max(1, int(chunk)), "unroll": unroll, "method": method, "out_dtype": out_dtype,
+                              "serial_pairs": _SERIAL_PAIRS if serial_pairs is None else int(serial_pairs)}
+    if work == jnp.float32:
+        # e^{i(kr + θ)} = σ e^{i(kr + θ_r)} with θ = θ_r + nπ, σ = (−1)^n, |θ_r| ≤ π/2: exact per source (a large
+        # θ, e.g. −ωt at late times, no longer enters the per-pair phase), the sign goes into the amplitude.
+        theta, sigma = _reduce_mod_pi(theta)
+        amplitudes = amplitudes * sigma
+        # max |k r + θ_r| over all pairs, bounded from the bounding boxes of points and sources (O(N + M)):
+        # the fast phase reduction covers it, or the full-range kernel runs (lax.cond: one of the two).
+        span = jnp.maximum(jnp.max(points, axis=0) - jnp.min(sources, axis=0),
+                           jnp.max(sources, axis=0) - jnp.min(points, axis=0))
+        bound = jnp.max(jnp.abs(wavenumbers)) * jnp.sqrt(jnp.sum(span * span)) * 1.01 + np.pi / 2
+        return jax.lax.cond(needs_full_range(bound), functools.partial(_sum_points, full=True, **static),
+                            functools.partial(_sum_points, full=False, **static),
+                            points, sources, amplitudes, wavenumbers, theta, softening)
+    return _sum_points(points, sources, amplitudes, wavenumbers, theta, softening, full=False, **static)
+
+
+def _sum_points(points: jax.Array, sources: jax.Array, amplitudes: jax.Array, wavenumbers: jax.Array,
+                theta: jax.Array, softening: jax.Array, *, chunk: int, unroll: int, method: str, out_dtype: Any,
+                serial_pairs: int, full: bool) -> tuple[jax.Array, jax.Array]:
+    """The blocked sum of :func:`point_source_sum` on validated work-dtype inputs; ``full``: the full-range
+    phase reduction (static); ``serial_pairs``: the one-thread block limit."""
+    n, d = points.shape
     src_t = tuple(sources[:, i] for i in range(d))
+    if full and method == "loop":
+        # The rare full-range branch (XLA's sin/cos, slower): one source per loop iteration, a small program (it
+        # is compiled with every call and mostly not run).
+        method, unroll = "block", 1
     if method == "reduce":
         block = functools.partial(_reduce_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                  theta=theta, softening=softening)
-    elif min(n, chunk) * sources.shape[0] <= (_SERIAL_PAIRS if serial_pairs is None else int(serial_pairs)):
+                                  theta=theta, softening=softening, full=full)
+    elif method == "loop" and min(n, chunk) * sources.shape[0] <= serial_pairs:
         block = functools.partial(_serial_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                  theta=theta, softening=softening)
+                                  theta=theta, softening=softening, full=full)
     else:
         block = functools.partial(_block_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                  theta=theta, softening=softening, unroll=unroll)
+                                  theta=theta, softening=softening, unroll=unroll, full=full)
     if n <= chunk:
         out = block(tuple(points[:, i] for i in range(d)))
     else:

@@ -34,7 +34,7 @@ import numpy as np
 from jaxtyping import Array, Complex
 
 from ivhl_jax.core.validation import check_array
-from ivhl_jax.numerics.fastmath import sincos
+from ivhl_jax.numerics.fastmath import sincos, sincos_static
 
 __all__ = ["phase_factor_m1", "split_step", "kick", "strang_run"]
 
@@ -45,13 +45,16 @@ def _check_imaginary(imaginary: Any) -> bool:
     return bool(imaginary)
 
 
-def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any) -> Any:
+def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any, full_range: bool | None = None) -> Any:
     """The propagator factor minus one: e^{−iθ} − 1 (real time) or e^{−θ} − 1 (imaginary time).
 
     Args:
       theta: real phase (NumPy: a trace-time constant, evaluated in float64; or a JAX array).
       imaginary: static choice of real (False) or imaginary (True) time.
       dtype: complex dtype of the result.
+      full_range: how a JAX θ's sine is reduced (:mod:`ivhl_jax.numerics.fastmath`): None checks θ
+        (:func:`~ivhl_jax.numerics.fastmath.sincos`); False is the fast reduction, exact for |θ|/2 ≤
+        ``FAST_LIMIT`` (the caller guarantees it); True is correct for every finite θ.
 
     Returns:
       ``f − 1`` with θ's shape in ``dtype`` (NumPy for NumPy θ, else a JAX array).
@@ -68,23 +71,26 @@ def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any) -> Any:
         return jnp.expm1(-theta_j).astype(dtype)
     # One shared range reduction for sin and cos (XLA's CPU sin/cos are much slower); relative precision
     # at small θ is kept because the odd polynomial is x·(1 + O(x²)).
-    sj, cj = sincos(0.5 * theta_j)
+    half = 0.5 * theta_j
+    sj, cj = sincos(half) if full_range is None else sincos_static(half, full_range)
     return jax.lax.complex(-2 * sj * sj, -2 * sj * cj).astype(dtype)
 
 
 def kick(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.Array], tau: Any,
-         imaginary: bool) -> Complex[Array, "*shape"]:
+         imaginary: bool, full_range: bool | None = None) -> Complex[Array, "*shape"]:
     """The local factor ψ ← e^{−i τ U(ψ)} ψ (imaginary time: e^{−τ U(ψ)} ψ), applied in the "minus one" form.
 
-    ``local_energy(psi)`` returns the real U (shape broadcastable to ψ); ``tau`` is the (real) time it acts.
+    ``local_energy(psi)`` returns the real U (shape broadcastable to ψ); ``tau`` is the (real) time it acts;
+    ``full_range`` as in :func:`phase_factor_m1`.
     """
     u = local_energy(psi)
     theta = u * jnp.asarray(tau, u.dtype)
-    return psi + psi * phase_factor_m1(theta, imaginary, psi.dtype)
+    return psi + psi * phase_factor_m1(theta, imaginary, psi.dtype, full_range)
 
 
 def split_step(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.Array],
-               kinetic: Callable[[jax.Array], jax.Array], dt: Any, imaginary: bool) -> Complex[Array, "*shape"]:
+               kinetic: Callable[[jax.Array], jax.Array], dt: Any, imaginary: bool,
+               full_range: bool | None = None) -> Complex[Array, "*shape"]:
     """One Strang step e^{−dt/2 U} · K · e^{−dt/2 U} (U local, K the kinetic propagator callable).
 
     Args:
@@ -93,29 +99,33 @@ def split_step(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array]
       kinetic: the exact kinetic propagator over dt, ``psi -> F⁻¹ e^{−i dt K} F psi``.
       dt: step size (real scalar).
       imaginary: static; imaginary-time factors e^{−dt/2 U}.
+      full_range: the local phase's reduction, as in :func:`phase_factor_m1`.
     """
     psi = check_array(psi, "psi", kind="complex")
     imaginary = _check_imaginary(imaginary)
     half = 0.5 * dt
-    psi = kick(psi, local_energy, half, imaginary)
+    psi = kick(psi, local_energy, half, imaginary, full_range)
     psi = kinetic(psi)
-    return kick(psi, local_energy, half, imaginary)
+    return kick(psi, local_energy, half, imaginary, full_range)
 
 
 def strang_run(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.Array],
-               kinetic: Callable[[jax.Array], jax.Array], dt: Any, n: int) -> Complex[Array, "*shape"]:
+               kinetic: Callable[[jax.Array], jax.Array], dt: Any, n: int,
+               full_range: bool | None = None) -> Complex[Array, "*shape"]:
     """``n`` real-time Strang steps with the potential half-steps of consecutive steps merged (module docstring).
 
     Equal to ``n`` applications of :func:`split_step` (``imaginary=False``) to round-off. ``n`` is a static
     int ≥ 1; the interior steps run in a ``lax.fori_loop`` (the field is the loop carry, updated in place).
+    ``full_range``: the local phase's reduction, as in :func:`phase_factor_m1`.
     """
     psi = check_array(psi, "psi", kind="complex")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be an int >= 1 (the number of steps), got {n!r}")
-    psi = kick(psi, local_energy, 0.5 * dt, False)
+    psi = kick(psi, local_energy, 0.5 * dt, False, full_range)
 
     def interior(_, p):
-        return kick(kinetic(p), local_energy, dt, False)
+        return kick(kinetic(p), local_energy, dt, False, full_range)
 
     psi = jax.lax.fori_loop(0, int(n) - 1, interior, psi)
-    return kick(kinetic(psi), local_energy, 0.5 * dt, False)
+    return kick(kinetic(psi), local_energy, 0.5 * dt, False, full_range)
+

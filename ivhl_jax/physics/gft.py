@@ -42,6 +42,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 from ivhl_jax.core.precision import Policy, complex_state_dtype
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft
+from ivhl_jax.numerics.fastmath import needs_full_range
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import spectral_multiply
 from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step
@@ -233,8 +234,16 @@ def _gft_step(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array
     lam = jnp.asarray(system.lam, rdt)
     axes = _lattice_axes(phi, system.rank)
     kin = params.kin.astype(phi.dtype)
-    return split_step(phi, lambda p: m2 + lam * _abs2(p), lambda p: _kinetic_fft(p, kin, axes, system.layout),
-                      params.dt, params.imaginary)
+    step = functools.partial(split_step, local_energy=lambda p: m2 + lam * _abs2(p),
+                             kinetic=lambda p: _kinetic_fft(p, kin, axes, system.layout), dt=params.dt,
+                             imaginary=params.imaginary)
+    if params.imaginary:  # real decay factors: no phase to reduce
+        return step(phi, full_range=False)
+    # The local phase dt·U/2, |U| = |m² + λ|φ|²| ≤ |m²| + |λ|·Σ|φ|² (pointwise), needs the full-range sine
+    # reduction only beyond the fast range.
+    umax = jnp.abs(m2) + jnp.abs(lam) * 2 * jnp.sum(_abs2(phi))
+    full = needs_full_range(0.5 * jnp.abs(jnp.asarray(params.dt, rdt)) * umax)
+    return jax.lax.cond(full, functools.partial(step, full_range=True), functools.partial(step, full_range=False), phi)
 
 
 def _kinetic_fft(phi: jax.Array, kin: jax.Array, axes: tuple[int, ...], layout: Any) -> jax.Array:

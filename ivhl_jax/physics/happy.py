@@ -295,21 +295,23 @@ def _boundary_cycle(open_edges: dict[tuple[int, int], tuple[int, int]], verts: n
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _contract(spec: str, copies: int, *rest: jax.Array) -> jax.Array:
-    """``copies`` perfect tensors, then ``rest``, contracted by ``spec`` as one compiled program.
+def _contract(spec: str, copies: int, t: jax.Array, *rest: jax.Array) -> jax.Array:
+    """``copies`` perfect tensors ``t``, then ``rest``, contracted by ``spec`` as one compiled program.
 
-    The perfect tensor enters as a compile-time constant: XLA then compiles these contractions several times
-    faster than with the tensor as a runtime argument.
+    The perfect tensor is an argument, not a compile-time constant: with every operand a constant (``encoding_gram``,
+    ``encoding_map``, ``reduced_density_matrix`` contract the tensors alone) XLA would evaluate the whole network
+    while compiling (constant folding: seconds, with "constant folding is taking long" alarms) and bake its
+    intermediates into the program.
     """
-    t = perfect_tensor()
     return tn.contract(spec, *([t] * copies), *rest, optimize="greedy")
 
 
 def _run(spec: str, copies: int, *rest: jax.Array) -> jax.Array:
     """:func:`_contract`, compiled when the network has more than one pentagon (radius 1 runs eagerly)."""
+    t = perfect_tensor()
     if copies > 2:
-        return _contract(spec, copies, *rest)
-    return tn.contract(spec, *([perfect_tensor()] * copies), *rest, optimize="greedy")
+        return _contract(spec, copies, t, *rest)
+    return tn.contract(spec, *([t] * copies), *rest, optimize="greedy")
 
 
 def _check_network(net: Any) -> HappyNetwork:
@@ -417,6 +419,16 @@ def encoding_map(net: HappyNetwork) -> Float[Array, " *legs"]:
     return out * jnp.asarray(_scale(net.radius), out.dtype)
 
 
+def _gram_spec(net: HappyNetwork) -> str:
+    """The einsum of V†V: the network and its copy, boundary legs shared, bulk legs open."""
+    legs, _, bulk_sym = _symbols(net)
+    prime = {s: opt_einsum.get_symbol(10_000 + i) for i, s in enumerate(sorted({
+        legs[t1][l1] for t1, l1, _, _ in net.bonds} | set(bulk_sym)))}
+    ket = ["".join(ls) for ls in legs]
+    bra = ["".join(prime.get(s, s) for s in ls) for ls in legs]
+    return ",".join(ket + bra) + "->" + "".join(prime[s] for s in bulk_sym) + "".join(bulk_sym)
+
+
 def encoding_gram(net: HappyNetwork) -> Float[Array, "dim dim"]:
     """``V†V`` as a ``(2**n_bulk, 2**n_bulk)`` matrix, contracted over the boundary without forming V.
 
@@ -425,14 +437,8 @@ def encoding_gram(net: HappyNetwork) -> Float[Array, "dim dim"]:
     """
     net = _check_network(net)
     _check_open(net, 2 * net.n_bulk, "V†V")
-    legs, _, bulk_sym = _symbols(net)
     n = net.n_bulk
-    prime = {s: opt_einsum.get_symbol(10_000 + i) for i, s in enumerate(sorted({
-        legs[t1][l1] for t1, l1, _, _ in net.bonds} | set(bulk_sym)))}
-    ket = ["".join(ls) for ls in legs]
-    bra = ["".join(prime.get(s, s) for s in ls) for ls in legs]
-    spec = ",".join(ket + bra) + "->" + "".join(prime[s] for s in bulk_sym) + "".join(bulk_sym)
-    out = _run(spec, 2 * n)
+    out = _run(_gram_spec(net), 2 * n)
     scale = jnp.asarray(_scale(net.radius) ** 2, out.dtype)
     return (out * scale).reshape(2 ** n, 2 ** n)
 
@@ -549,4 +555,5 @@ def region_entropy(net: HappyNetwork, region: Sequence[int], base: float = math.
     p = jnp.linalg.eigvalsh(rho / jnp.trace(rho))
     keep = p > eps
     p_safe = jnp.where(keep, p, 1.0)
-    return -jnp.sum(jnp.where(keep, p * jnp.log(p_safe), 0.0)) / math.log(base)
+    s = -jnp.sum(jnp.where(keep, p * jnp.log(p_safe), 0.0)) / math.log(base)
+    return jnp.where(s == 0, 0.0, s).astype(s.dtype)  # a pure region's −0.0 (the sum of −p log p at p = 1) as 0

@@ -170,6 +170,13 @@ def _log(x: jax.Array, base: float) -> jax.Array:
     return out if base == math.e else out / math.log(base)
 
 
+def _nonnegative(s: jax.Array) -> jax.Array:
+    """An entropy's value with its rounding below zero (−0.0 from −Σ 0, or −1e-16 from p = 1 + ε) as +0.0, so a
+    product state prints 0, never −0.0; the gradient is ``s``'s own, unchanged (the correction is a
+    ``stop_gradient`` constant: ``jnp.maximum`` would halve it at 0, and XLA folds ``s + 0.0`` to ``s``)."""
+    return s + jax.lax.stop_gradient(jnp.maximum(s, 0.0) - s)
+
+
 def entanglement_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], dims: Sequence[int] | None = None,
                          base: float = math.e, *, eps: float = 1e-14) -> Float[Array, "*batch"]:
     """Von Neumann entanglement entropy S_A = −Σ_k p_k log_base p_k of a pure state.
@@ -184,7 +191,8 @@ def entanglement_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int]
       eps: Schmidt probabilities ≤ eps are treated as exactly zero (0·log 0 = 0, zero gradient).
 
     Returns:
-      S_A with shape ``batch`` (a scalar for a single state).
+      S_A with shape ``batch`` (a scalar for a single state), ≥ 0: rounding below zero (a product state's −0.0)
+      is returned as 0.0, with the gradient of the sum unchanged.
     """
     check_scalar(base, "base", positive=True)
     if base == 1:
@@ -192,7 +200,7 @@ def entanglement_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int]
     p = schmidt_probabilities(state, subsystem, dims)
     keep = p > eps
     p_safe = jnp.where(keep, p, 1.0)
-    return -jnp.sum(jnp.where(keep, p * _log(p_safe, base), 0.0), axis=-1)
+    return _nonnegative(-jnp.sum(jnp.where(keep, p * _log(p_safe, base), 0.0), axis=-1))
 
 
 def renyi_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], alpha: float,
@@ -200,7 +208,8 @@ def renyi_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], alpha
                   ) -> Float[Array, "*batch"]:
     """Rényi entropy S_α = log_base(Σ_k p_k^α)/(1 − α) of a pure state (α=1: von Neumann; α=inf: min-entropy).
 
-    Arguments as in :func:`entanglement_entropy`; ``alpha`` must be ≥ 0 (a Python number).
+    Arguments as in :func:`entanglement_entropy`; ``alpha`` must be ≥ 0 (a Python number). ≥ 0 like it: a product
+    state's −0.0 (log 1 / (1 − α) for α > 1) is returned as 0.0, gradients unchanged.
     """
     alpha = float(alpha)
     if not alpha >= 0:
@@ -209,11 +218,11 @@ def renyi_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], alpha
         return entanglement_entropy(state, subsystem, dims, base, eps=eps)
     p = schmidt_probabilities(state, subsystem, dims)
     if math.isinf(alpha):
-        return -_log(jnp.max(p, axis=-1), base)
+        return _nonnegative(-_log(jnp.max(p, axis=-1), base))
     keep = p > eps
     p_safe = jnp.where(keep, p, 1.0)
     moment = jnp.sum(jnp.where(keep, p_safe ** alpha, 0.0), axis=-1)
-    return _log(moment, base) / (1.0 - alpha)
+    return _nonnegative(_log(moment, base) / (1.0 - alpha))
 
 
 renyi = renyi_entropy

@@ -154,6 +154,10 @@ CASES: list[Case] = [
     Case("fastmath.point_source_sum/unroll",
          lambda b: fastmath.point_source_sum(_PTS, _SRC, _M, _M, _M, 0.1, unroll=b), "unroll", bad_size),
     Case("fastmath.sincos/x", fastmath.sincos, "x", st.sampled_from([np.ones(3, np.int32), np.ones(3, np.complex64)])),
+    Case("fastmath.sincos_static/x", lambda b: fastmath.sincos_static(b, False), "x",
+         st.sampled_from([np.ones(3, np.int32), np.ones(3, np.complex64)])),
+    Case("fastmath.needs_full_range/bound", fastmath.needs_full_range, "bound",
+         st.sampled_from([np.ones(3, np.float32), np.ones((), np.complex64), "1e9"])),
     Case("fastmath.safe_norm/axis", lambda b: fastmath.safe_norm(np.ones((2, 3), np.float32), axis=b), "axis",
          st.sampled_from([2, -3, 7, 1.5])),
     # ---- numerics.spectral
@@ -358,7 +362,7 @@ CASES += [
     Case("cdt.make_params/target", lambda b: cdt.make_params(1.0, eps=0.01, target=b), "target",
          st.one_of(bad_finite, st.floats(max_value=-1e-6, allow_nan=False, allow_infinity=False))),
     Case("cdt.make_params/attempts_per_sweep", lambda b: cdt.make_params(1.0, attempts_per_sweep=b),
-         "attempts_per_sweep", bad_count),  # 0: a sweep is N2 attempts
+         "attempts_per_sweep", bad_count),  # 0: the sweep length init fixes
     Case("cdt.make_params/engine", lambda b: cdt.make_params(1.0, engine=b), "engine",
          st.sampled_from(["gpu", "", "JAX", 3])),
     Case("cdt.make_params/proposal", lambda b: cdt.make_params(1.0, proposal=b), "proposal",
@@ -722,7 +726,7 @@ def _mera_layer():
 
 
 def _mera_stepper():
-    return mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=2, layers=1))
+    return _x64(mera.evenbly_vidal, mera.ising(), mera.MERAConfig(chi=2, layers=1))  # float64: needs x64
 
 
 _PHI = np.ones((4, 4), np.complex64)
@@ -938,13 +942,14 @@ CASES += [
     Case("mera.cast_mera/dtype", lambda b: mera.cast_mera(_mera(), b), "dtype",
          st.sampled_from(["int8", jnp.int32, "float33", "abc"])),
     Case("mera.StuckCheck/after",
-         lambda b: mera.cold_start(_mera_stepper(), jax.random.key(0), 0.0, 10, mera.StuckCheck(after=b)), "after",
+         lambda b: _x64(mera.cold_start, _mera_stepper(), jax.random.key(0), 0.0, 10, mera.StuckCheck(after=b)),
+         "after",
          st.sampled_from([-1, 0, 1, 2.5, NAN])),
     Case("mera.cold_start/limit",
-         lambda b: mera.cold_start(_mera_stepper(), jax.random.key(0), 0.0, 10, limit=b), "limit",
+         lambda b: _x64(mera.cold_start, _mera_stepper(), jax.random.key(0), 0.0, 10, limit=b), "limit",
          st.sampled_from([1, 100, 299])),
     Case("mera.cold_start/steps_per_chunk",
-         lambda b: mera.cold_start(_mera_stepper(), jax.random.key(0), 0.0, b), "steps_per_chunk", bad_size),
+         lambda b: _x64(mera.cold_start, _mera_stepper(), jax.random.key(0), 0.0, b), "steps_per_chunk", bad_size),
     Case("mera.precision_dtype/policy", mera.precision_dtype, "policy", not_a_policy),
     Case("io.to_jsonable/obj", run_io.to_jsonable, "obj",
          st.sampled_from([{"f": len}, [object()], {"a": {"b": b"bytes"}}, slice(1, 2)])),

@@ -269,6 +269,9 @@ CASES = [
     # ---- numerics.fastmath (sincos is a jax.custom_jvp: its annotated function is sincos.fun)
     Case("fastmath.safe_norm", fastmath.safe_norm, call(jnp.ones((2, 3))), call(jnp.ones((2, 3), C64))),
     Case("fastmath.sincos", fastmath.sincos.fun, call(jnp.ones(3)), call(jnp.ones(3, jnp.int32))),
+    Case("fastmath.sincos_static", fastmath.sincos_static, call(jnp.ones(3), False),
+         call(jnp.ones(3, jnp.int32), False)),
+    Case("fastmath.needs_full_range", fastmath.needs_full_range, call(jnp.float32(1.0)), call(jnp.ones(3, C64))),
     Case("fastmath.point_source_sum", fastmath.point_source_sum, call(_PTS, _SRC, _M4, _M4, _M4, 0.1),
          call(_PTS, _SRC, np.ones(3, np.float32), _M4, _M4, 0.1)),  # 3 amplitudes for 4 sources
 ]

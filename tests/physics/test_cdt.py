@@ -15,7 +15,7 @@ from scipy import optimize, stats
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from ivhl_jax import cdt
+from ivhl_jax import cdt, trajectory
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt import moves
 from ivhl_jax.physics.cdt.exact import strip_count
@@ -403,23 +403,85 @@ def test_volume_fixed_sweeps_end_at_the_target(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_sweep_is_n2_attempts_by_default(engine):
-    """make_params' default sweep is N2 attempts (N2 at the start of the sweep), on one chain and under vmap."""
+def test_a_sweep_is_a_fixed_number_of_attempts_by_default(engine):
+    """make_params' default sweep length is fixed when init builds the chain (N2 = 2 T l of the starting torus, or
+    the target N2 with volume fixing) and never follows the volume of the state a sweep starts from."""
     params = cdt.make_params(1.0, engine=engine)
     assert params.attempts_per_sweep == 0
     st = cdt.metropolis(params)
     step = jax.jit(st.step)
     chain = st.init(jax.random.key(0), 3, 5, CAP)
-    done = 0
-    for _ in range(3):
-        n2 = int(chain.geometry.n2)
+    assert chain.attempts_per_sweep == cdt.default_attempts(params, 3, 5) == 30
+    volumes = set()
+    for k in range(1, 6):
+        volumes.add(int(chain.geometry.n2))
         chain = step(chain)
-        done += n2
-        assert int(np.asarray(chain.geometry.attempts).sum()) == done
+        assert int(np.asarray(chain.geometry.attempts).sum()) == 30 * k
+    assert len(volumes) > 1  # the volume moved, the sweep length did not
+    # under vmap: chains of different volume make the same number of attempts
     both = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), initial_state(3, 3, CAP), initial_state(3, 6, CAP))
-    chains = cdt.Chain(key=jax.random.split(jax.random.key(1), 2), geometry=both)  # N2 = 18 and 36
+    chains = cdt.Chain(key=jax.random.split(jax.random.key(1), 2), geometry=both, attempts_per_sweep=30)
     out = jax.jit(jax.vmap(st.step))(chains)
-    np.testing.assert_array_equal(np.asarray(out.geometry.attempts).sum(-1), [18, 36])
+    np.testing.assert_array_equal(np.asarray(out.geometry.attempts).sum(-1), [30, 30])
+    # a chain built by hand without a sweep length, under params without one: a one-line error naming both
+    with pytest.raises(ValueError, match="attempts_per_sweep"):
+        st.step(cdt.Chain(key=jax.random.key(1), geometry=initial_state(3, 3, CAP)))
+    # volume fixing: the target N2; an explicit count wins over both
+    fixed = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=40, engine=engine))
+    assert fixed.init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep == 40
+    assert cdt.metropolis(cdt.make_params(1.0, attempts_per_sweep=7)).init(
+        jax.random.key(0), 3, 4, CAP).attempts_per_sweep == 7
+
+
+def test_a_batch_of_lambdas_runs_under_vmap():
+    """make_params takes an array of lam (checked element by element; eps and target broadcast to it): vmap over
+    the stepper runs one chain per lam, each bit-identical to its own scalar run; make_params inside vmap (a
+    traced lam) gives the same."""
+    lams = [0.8, 1.0, 1.2]
+    params = cdt.make_params(jnp.asarray(lams))
+    assert params.lam.shape == params.eps.shape == params.target.shape == (3,)
+    st = cdt.metropolis(params)
+    chains = jax.vmap(lambda k: st.init(k, 3, 4, CAP))(jax.random.split(jax.random.key(5), 3))
+
+    def run(stepper, chain):
+        return trajectory(stepper, chain, 4, save_every=2, observe=cdt.observe)
+
+    final, obs = jax.jit(jax.vmap(run))(st, chains)
+    traced = jax.jit(jax.vmap(lambda lam, c: run(cdt.metropolis(cdt.make_params(lam)), c)))(jnp.asarray(lams),
+                                                                                          chains)
+    for i, lam in enumerate(lams):
+        one = jax.tree_util.tree_map(lambda x, i=i: x[i], chains)
+        f1, o1 = run(cdt.metropolis(cdt.make_params(lam)), one)
+        for batch in ((final, obs), traced):
+            for a, b in zip(jax.tree_util.tree_leaves((f1, o1)),
+                            jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda x, i=i: x[i], batch))):
+                if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+                    a, b = jax.random.key_data(a), jax.random.key_data(b)
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert len({int(n) for n in np.asarray(final.geometry.n2)}) > 1  # the couplings differ per chain
+    with pytest.raises(ValueError, match=r"lam=0\.6.*ln 2"):
+        cdt.make_params(jnp.asarray([0.8, 0.6]))
+    with pytest.raises(ValueError, match="broadcast"):
+        cdt.make_params(jnp.asarray([0.8, 0.9]), eps=jnp.asarray([0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="stop_at_target"):
+        cdt.make_params(cdt.LN2, eps=jnp.asarray([0.0, 0.1]), target=64)
+    with pytest.raises(ValueError, match="stop_at_target"):
+        jax.vmap(lambda e: cdt.make_params(cdt.LN2, eps=e, target=64).lam)(jnp.asarray([0.1, 0.2]))
+
+
+def test_default_capacity_holds_the_grand_canonical_volume():
+    """Without volume fixing the default capacity leaves the volume law's tail (~exp(-2 (lam - ln 2) N0)) far
+    inside it: lam = 0.8, T = 3 from the smallest torus (where 4 N0 = 36 slots overflowed)."""
+    params = cdt.make_params(0.8)
+    cap = cdt.default_capacity(params, 3, 3)
+    d = 0.8 - cdt.LN2
+    assert cap >= 3 * cdt.exact_mean_length(0.8, 3) + 20 / (2 * d)
+    assert cdt.metropolis(params).init(jax.random.key(0), 3, 3).geometry.vertex_capacity == cap
+    assert cdt.default_capacity(cdt.make_params(cdt.LN2, eps=0.02, target=512), 16, 3) == 512
+    assert cdt.default_capacity(cdt.make_params(cdt.LN2 + 1e-6), 64, 3) == cdt.max_capacity("jax")
+    with pytest.raises(ValueError, match="pass capacity"):
+        jax.vmap(lambda lam: cdt.metropolis(cdt.make_params(lam)).init(jax.random.key(0), 3, 3).key)(
+            jnp.array([0.8, 0.9]))
 
 
 # --- slow validation: long chi-squared runs, volume fixing, criticality, Hausdorff dimension -----------------

@@ -71,20 +71,23 @@ def test_in_kernel_words_equal_the_explicit_word_path():
 
 
 @pytest.mark.slow
-def test_a_sweep_of_n2_attempts_gates_each_chain_at_its_own_volume():
-    # attempts_per_sweep = 0: each chain makes 2 N0 attempts (N0 at the start), chains of different volume
-    # sharing one launch; equal to the explicit-word path cut at each chain's own count
+def test_chains_of_different_volume_make_the_same_fixed_number_of_attempts():
+    # a sweep is a fixed count (never a chain's N2): chains of different volume share one launch, each makes
+    # exactly n attempts, equal to the explicit-word path; a count < 1 is refused
     lay = buffer_layout(CAP, 3)
     bufs = jnp.stack([initial_state(3, 4, capacity=CAP).buf, initial_state(3, 5, capacity=CAP).buf])
     params = cdt.make_params(0.8, engine="pallas")
     seeds = jax.random.bits(jax.random.key(3), (2, 2), jnp.uint32)
-    swept = np.asarray(jax.jit(lambda b, sd: pallas_engine.sweep(b, sd, params, 0, lay, CAP))(bufs, seeds))
-    for c, count in ((0, 24), (1, 30)):
+    count = 27
+    swept = np.asarray(jax.jit(lambda b, sd: pallas_engine.sweep(b, sd, params, count, lay, CAP))(bufs, seeds))
+    for c in (0, 1):
         i = jnp.arange(count, dtype=jnp.uint32)
         w0, w1 = pallas_engine.threefry2x32(seeds[c, 0], seeds[c, 1], i, jnp.uint32(0))
         one = pallas_engine.attempts(bufs[c:c + 1], jnp.stack([w0, w1], -1)[None], params, lay, CAP)
         np.testing.assert_array_equal(swept[c], np.asarray(one)[0])
         assert int(np.asarray(one)[0, lay["attempts"][0]:lay["attempts"][0] + 3].sum()) == count
+    with pytest.raises(ValueError, match="fixed number of attempts"):
+        pallas_engine.sweep(bufs, seeds, params, 0, lay, CAP)
 
 
 @pytest.mark.slow

@@ -288,3 +288,23 @@ def test_bad_input():
         happy.boundary_state(2)
     with pytest.raises(ValueError, match="radius"):
         happy.boundary_state(happy.network(3))
+
+
+def test_radius_two_gram_is_compiled_without_folding_the_network(capfd):
+    """The perfect tensor is an argument of the compiled contraction: with it a constant, every operand of V†V is
+    one and XLA evaluates the whole network while compiling (seconds, with "constant folding" alarms on stderr,
+    its intermediates baked into the program). No constant of the compiled program is larger than the tensor
+    (64 entries), nothing is printed, and V†V is the identity."""
+    import re
+
+    with jax.enable_x64(True):
+        net = happy.network(2)
+        gram = np.asarray(happy.encoding_gram(net))
+        np.testing.assert_allclose(gram, np.eye(2**net.n_bulk), atol=1e-12)
+        t = happy.perfect_tensor()
+        text = happy._contract.lower(happy._gram_spec(net), 2 * net.n_tensors, t).compile().as_text()
+    sizes = [math.prod(int(x) for x in dims.split(",") if x) for dims in
+             re.findall(r"f(?:32|64)\[([\d,]*)\]\S* constant\(", text)]
+    assert max(sizes, default=1) <= 64, sorted(sizes)[-5:]
+    err = capfd.readouterr().err.lower()
+    assert "constant folding" not in err and "constant-folding" not in err

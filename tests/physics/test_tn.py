@@ -115,6 +115,27 @@ def test_entropy_batch_flat_and_vmap_jit_grad():
     assert bool(jnp.all(jnp.isfinite(g2)))
 
 
+def test_entropy_of_a_product_state_is_plus_zero_with_the_gradient_of_the_sum():
+    """A product state's entropies are +0.0 (printed 0.0, never -0.0), eager and jitted, and the gradient is the
+    one of the raw formula: only the value is corrected."""
+    prod = jnp.zeros((2, 2)).at[0, 0].set(1.0)
+    calls = {"von Neumann": lambda p: tn.entanglement_entropy(p, [0]),
+             "Renyi 2": lambda p: tn.renyi(p, [0], 2.0), "Renyi 3 bits": lambda p: tn.renyi(p, [0], 3.0, base=2),
+             "min-entropy": lambda p: tn.renyi(p, [0], math.inf)}
+    for name, f in calls.items():
+        for value in (f(prod), jax.jit(f)(prod)):
+            assert float(value) == 0.0 and math.copysign(1.0, float(value)) > 0, (name, float(value))
+            assert f"{float(value):.3f}" == "0.000", name
+
+    def raw_renyi2(p):  # the formula without the correction: log(sum p^2) / (1 - 2)
+        q = tn.schmidt_probabilities(p, [0])
+        return jnp.log(jnp.sum(q**2)) / (1.0 - 2.0)
+
+    state = jnp.array([[0.8, 0.1], [0.3, 0.5]])
+    for s in (state, prod):
+        np.testing.assert_array_equal(jax.grad(calls["Renyi 2"])(s), jax.grad(raw_renyi2)(s))
+
+
 def test_entropy_bad_input():
     psi = np.ones((2, 2))
     with pytest.raises(ValueError, match="out of range"):

@@ -170,3 +170,24 @@ def test_gp_run_writes_its_store_and_a_resumed_store_equals_an_uninterrupted_one
         assert json_obs == json.loads((plain / "observables.json").read_text())["observables"]
     assert xr.open_zarr(part / "run.zarr")["psi"].dims == ("snapshot_time", "x", "y")
     assert np.array_equal(np.load(plain / "final_state.npy"), np.load(part / "final_state.npy"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("ground_dt=1.0", "ground_dt=1 is too large: the local decay per step ground_dt·max|V + g|ψ|²|"),
+    ("g=1e9", "g=1e+09 is too large for ground_dt=0.005"),
+    ("g=1e9", "use |g| <= "),
+])
+def test_unresolved_local_step_names_the_key_at_fault(tmp_path, capsys, override, message):
+    assert bec.main([*GP, "--set", "steps=50", "--set", override, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert " dt=" not in err  # not blamed on the evolution's dt
+
+
+def test_gp_run_default_keeps_the_norm(tmp_path):
+    # The default run restores the norm after every save_every steps (project_norm=false): float32 FFT round-off
+    # no longer accumulates (the raw scheme loses ~1.4e-7 per step).
+    assert bec.main([*GP, "--set", "steps=1000", "--set", "steps_per_chunk=500", "--set", "checkpoint_every=1000",
+                     "--set", "save_every=250", "--set", "imprints=[]", "--out", str(tmp_path)]) == 0
+    norms = json.loads((tmp_path / "observables.json").read_text())["observables"]["norm"]
+    assert max(abs(n - 1) for n in norms) < 1e-6

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -19,6 +20,9 @@ ARGS = ["--set", "chis=[4]", "--set", "chi_mids=[]", "--set", "steps=[6]", "--se
 
 
 def test_sim_outputs_and_resume(tmp_path, capsys):
+    # JAX's backend runs before sim.main, as it does after any earlier test: on a busy host the sim would otherwise
+    # pin this pytest process (and every process it starts later) to one core
+    jax.devices()
     out = str(tmp_path / "mera")
     ahead = ARGS
     assert sim.main(ahead + ["--out", out]) == 0

@@ -47,12 +47,22 @@ from ivhl_jax.physics.cdt.observables import (
                                               volume_correlator,
 )
 from ivhl_jax.physics.cdt.state import LN2, MOVE_NAMES, CDTState
-from ivhl_jax.physics.cdt.stepper import ENGINES, CDTParams, Chain, make_params, max_capacity, metropolis, observe
+from ivhl_jax.physics.cdt.stepper import (
+                                          ENGINES,
+                                          CDTParams,
+                                          Chain,
+                                          default_attempts,
+                                          default_capacity,
+                                          make_params,
+                                          max_capacity,
+                                          metropolis,
+                                          observe,
+)
 
 __all__ = [
     # parameters, the stepper, its state and observable
     "make_params", "metropolis", "observe", "CDTParams", "Chain", "CDTState", "LN2", "MOVE_NAMES", "ENGINES",
-    "max_capacity",
+    "max_capacity", "default_attempts", "default_capacity",
     # geometry of a triangulation (chain.geometry) and of measured profiles
     "coordination_histogram", "coordination_numbers", "timelike_degrees", "max_timelike_degree",
     "vertex_distances", "sphere_volumes", "volume_correlator", "center_profiles",

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.physics.cdt.moves import sweep_length
 from ivhl_jax.physics.cdt.state import BUFFER_MAX_CAPACITY
 
 __all__ = ["MAX_VERTEX_CAPACITY", "available", "require", "sweep", "attempts"]
@@ -62,14 +63,15 @@ def _per_chain(x: Any, dtype: Any, batch: tuple[int, ...], nb: int) -> np.ndarra
     return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype), batch).reshape(nb))
 
 
-def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int, lay: dict[str, tuple[int, int]], c0: int,
+def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int | None, lay: dict[str, tuple[int, int]], c0: int,
           target_n0: jax.Array, extra_factor: int = 0) -> jax.Array:
-    """One sweep on the packed buffer ``buf`` (..., size): ``n`` attempts (``n = 0``: N2 at the start of the
-    sweep) with words from SplitMix64 seeded by ``seed`` (..., 2) uint32, then (where ``target_n0 >= 0``) up to
-    ``extra_factor`` times as many more until n0 == target_n0 (a miss increments ``missed_target``).
+    """One sweep on the packed buffer ``buf`` (..., size): ``n >= 1`` attempts (a fixed count) with words from
+    SplitMix64 seeded by ``seed`` (..., 2) uint32, then (where ``target_n0 >= 0``) up to ``extra_factor`` times as
+    many more until n0 == target_n0 (a miss increments ``missed_target``).
     ``params.proposal``: ``"uniform"`` (the moves of the JAX engine) or ``"lists"`` (2d-cdt's proposals from
     the lists of flippable triangles and order-4 vertices). Works under jit and vmap (the callback sees the
     whole batch and runs the chains in parallel threads)."""
+    n = sweep_length(n, params)
     off = _offsets(lay)
     lam, eps, target = _params_arrays(params)
     lists = params.proposal == "lists"

@@ -328,9 +328,9 @@ def one_lists(buf, w0, w1, lam, eps, target, off, c0, fperm, fpos, qperm, qpos, 
 
 @njit(parallel=True, cache=True)
 def run_stream(bufs, seeds, n, target_n0, extra_factor, lam, eps, target, off, c0, lists):
-    """One sweep of every chain (a row of ``bufs``): ``n`` attempts (``n <= 0``: N2 = 2 n0 at the start), words
-    from SplitMix64 seeded by ``seeds[c]``; then, where ``target_n0[c] >= 0``, up to ``extra_factor`` times as
-    many more until n0 == target_n0 (a miss increments ``missed_target``)."""
+    """One sweep of every chain (a row of ``bufs``): ``n`` attempts (a fixed count, the same for every chain),
+    words from SplitMix64 seeded by ``seeds[c]``; then, where ``target_n0[c] >= 0``, up to ``extra_factor`` times
+    as many more until n0 == target_n0 (a miss increments ``missed_target``)."""
     o_n0, o_miss = off[8], off[12]
     wide = c0 > WIDE
     for c in prange(bufs.shape[0]):
@@ -343,7 +343,7 @@ def run_stream(bufs, seeds, n, target_n0, extra_factor, lam, eps, target, off, c
             fperm, fpos = np.zeros(0, np.int32), np.zeros(0, np.int32)
             qperm, qpos = np.zeros(0, np.int32), np.zeros(0, np.int32)
             counts = np.zeros(2, np.int64)
-        n_c = np.int64(n) if n > 0 else np.int64(2 * buf[o_n0])
+        n_c = np.int64(n)
         for _ in range(n_c):
             attempt_stream(buf, rng, lam[c], eps[c], target[c], off, c0, lists, wide, fperm, fpos, qperm, qpos,
                            counts)

@@ -38,7 +38,7 @@ import numpy as np
 
 from ivhl_jax.physics.cdt.state import DOWN, UP, CDTState, buffer_layout
 
-__all__ = ["MAX_VERTEX_CAPACITY", "attempt", "sweep", "apply_flip", "apply_insertion", "apply_removal",
+__all__ = ["MAX_VERTEX_CAPACITY", "attempt", "sweep", "sweep_length", "apply_flip", "apply_insertion", "apply_removal",
            "is_removable", "log_acceptance"]
 
 #: Most vertex slots the JAX engine addresses: the exact 32-bit multiply-high index draw needs N0 <= 2^16.
@@ -220,52 +220,43 @@ def log_acceptance(kind: str, n0, n2, params: Any):
 
 _EXTRA = 10  # with stop_at_target, a sweep makes at most _EXTRA * (attempts of the sweep) more attempts
 _BLOCK = 4096  # attempts per block of random words: bounds the memory of many vmapped chains
-_N2_BLOCK = 64  # block of gated attempts when a sweep is N2 attempts (a count known only at run time)
 
 
 def _attempts(buf, bits, params, lay, c0):
     return jax.lax.fori_loop(0, bits.shape[0], lambda i, b: _attempt_buf(b, bits[i], params, lay, c0), buf)
 
 
-def sweep(key: jax.Array, state: CDTState, params: Any) -> CDTState:
-    """One sweep on the JAX engine: ``n`` Metropolis attempts, then (with ``params.stop_at_target``) more
-    until N2 == target, at most ``10 n``; pure, O(1) work per attempt.
+def sweep_length(n: Any, params: Any) -> int:
+    """The attempts of one sweep: ``n``, or ``params.attempts_per_sweep`` when ``n`` is None; a positive integer
+    fixed before the sweep runs (never read from the state)."""
+    n = params.attempts_per_sweep if n is None else n
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
+        raise ValueError(f"a sweep is a fixed number of attempts >= 1, got {n!r}; pass n or set "
+                         "params.attempts_per_sweep (metropolis(params).init fixes it for a chain)")
+    return int(n)
 
-    ``n = params.attempts_per_sweep``, or, when that is 0, N2 at the start of the sweep (the usual sweep of
-    the literature). Random words come from ``key`` in blocks (of 4096 attempts for a fixed ``n``; of 64
-    gated attempts for ``n = N2``, whose count is data).
+
+def sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
+    """One sweep on the JAX engine: ``n`` Metropolis attempts (default ``params.attempts_per_sweep``; a fixed
+    count, never the state's N2), then (with ``params.stop_at_target``) more until N2 == target, at most
+    ``10 n``; pure, O(1) work per attempt. Random words come from ``key`` in blocks of 4096 attempts.
     """
     lay = buffer_layout(state.vertex_capacity, state.n_slices)
     c0 = state.vertex_capacity
     target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
-    n = int(params.attempts_per_sweep)
+    n = sweep_length(n, params)
     buf = state.buf
-    if n:
-        full, rest = divmod(n, _BLOCK)
-        if full:
-            def block(b, buf):
-                bits = jax.random.bits(jax.random.fold_in(key, b), (_BLOCK, 2), jnp.uint32)
-                return _attempts(buf, bits, params, lay, c0)
+    full, rest = divmod(n, _BLOCK)
+    if full:
+        def block(b, buf):
+            bits = jax.random.bits(jax.random.fold_in(key, b), (_BLOCK, 2), jnp.uint32)
+            return _attempts(buf, bits, params, lay, c0)
 
-            buf = jax.lax.fori_loop(0, full, block, buf)
-        if rest:
-            buf = _attempts(buf, jax.random.bits(jax.random.fold_in(key, full), (rest, 2), jnp.uint32), params, lay,
-                            c0)
-        max_extra: Any = _EXTRA * n
-        until_key = jax.random.fold_in(key, full + 1)
-    else:
-        n2 = 2 * buf[lay["n0"][0]]
-
-        def gated_block(b, buf):
-            bits = jax.random.bits(jax.random.fold_in(key, b), (_N2_BLOCK, 2), jnp.uint32)
-            return jax.lax.fori_loop(0, _N2_BLOCK, lambda i, bb: _attempt_buf(
-                bb, bits[i], params, lay, c0, active=b * _N2_BLOCK + i < n2), buf)
-
-        buf = jax.lax.fori_loop(0, (n2 + _N2_BLOCK - 1) // _N2_BLOCK, gated_block, buf)
-        max_extra = _EXTRA * n2
-        until_key = jax.random.fold_in(key, 1 << 30)  # beyond every block index (blocks < 2^23)
+        buf = jax.lax.fori_loop(0, full, block, buf)
+    if rest:
+        buf = _attempts(buf, jax.random.bits(jax.random.fold_in(key, full), (rest, 2), jnp.uint32), params, lay, c0)
     if target_n0 is not None:
-        buf = _until_target(buf, until_key, target_n0, max_extra, params, lay, c0)
+        buf = _until_target(buf, jax.random.fold_in(key, full + 1), target_n0, _EXTRA * n, params, lay, c0)
     return state.replace(buf=buf)
 
 

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from ivhl_jax.physics.cdt.moves import _EXTRA, MAX_VERTEX_CAPACITY, _move_writes
+from ivhl_jax.physics.cdt.moves import _EXTRA, MAX_VERTEX_CAPACITY, _move_writes, sweep_length
 from ivhl_jax.physics.cdt.state import CDTState, buffer_layout
 
 __all__ = ["sweep", "sweep_state", "attempts", "threefry2x32", "BLOCK_CHAINS", "MAX_VERTEX_CAPACITY"]
@@ -124,33 +124,25 @@ def _words_kernel(words_ref, lam_ref, eps_ref, target_ref, buf_in, buf_ref, *, l
 
 def _sweep_kernel(seed_ref, lam_ref, eps_ref, target_ref, tn0_ref, buf_in, buf_ref, *, lay, c0, size, block, n,
                   steer_volume):
-    """``n`` attempts (``n = 0``: N2 of each chain at the start), then, with ``steer_volume`` and where
-    ``tn0 >= 0``, more until n0 == tn0 (at most 10 times as many); words from Threefry keyed by the chain's
-    seed."""
+    """``n`` attempts (a fixed count), then, with ``steer_volume`` and where ``tn0 >= 0``, more until n0 == tn0
+    (at most 10 n); words from Threefry keyed by the chain's seed."""
     del buf_in
     rows = _rows(block)
     couplings = _Couplings(lam_ref[rows], eps_ref[rows], target_ref[rows])
     k0, k1 = seed_ref[rows, 0], seed_ref[rows, 1]
     o_n0, o_miss = lay["n0"][0], lay["missed_target"][0]
-    n0_start = buf_ref[rows, jnp.full_like(rows, o_n0)]
-    if n:
-        count = jnp.full_like(rows, n)
-        steps = jnp.int32(n)
-    else:
-        count = 2 * n0_start
-        steps = jnp.max(count)
 
     def body(i, carry):
         w0, w1 = threefry2x32(k0, k1, jnp.broadcast_to(i.astype(jnp.uint32), rows.shape), jnp.uint32(0))
-        _one(buf_ref, rows, size, w0, w1, couplings, lay, c0, active=None if n else i < count)
+        _one(buf_ref, rows, size, w0, w1, couplings, lay, c0)
         return carry
 
-    jax.lax.fori_loop(0, steps, body, 0)
+    jax.lax.fori_loop(0, jnp.int32(n), body, 0)
     if not steer_volume:
         return
     tn0 = tn0_ref[rows]
     steer = tn0 >= 0
-    max_extra = _EXTRA * count
+    max_extra = jnp.int32(_EXTRA * n)
 
     def n0_now():
         return buf_ref[rows, jnp.full_like(rows, o_n0)]
@@ -227,13 +219,14 @@ def _batched_sweep(n: int, steer_volume: bool, lay_items: tuple, c0: int, interp
     return run
 
 
-def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int, lay: dict[str, tuple[int, int]], c0: int,
+def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int | None, lay: dict[str, tuple[int, int]], c0: int,
           target_n0: jax.Array | None = None, *, interpret: bool | None = None,
           block_chains: int = BLOCK_CHAINS) -> jax.Array:
-    """One sweep of ``n`` attempts (``n = 0``: N2 of each chain) on ``buf`` (..., size), words from Threefry
-    keyed by ``seed`` (..., 2) uint32; then, unless ``target_n0`` is None, attempts until n0 == target_n0 (at
+    """One sweep of ``n >= 1`` attempts (a fixed count) on ``buf`` (..., size), words from Threefry keyed by
+    ``seed`` (..., 2) uint32; then, unless ``target_n0`` is None, attempts until n0 == target_n0 (at
     most ``10 n``; a miss increments ``missed_target``). One kernel launch for all chains, under jit and vmap.
     ``interpret``: None (compiled on a CUDA GPU, interpreted elsewhere), True or False."""
+    n = sweep_length(n, params)
     lead = buf.shape[:-1]
     lam, eps, target = (x.reshape(lead) for x in _flat_couplings(params, lead))
     tn0 = jnp.broadcast_to(jnp.asarray(-1 if target_n0 is None else target_n0, jnp.int32), lead)
@@ -255,14 +248,14 @@ def attempts(buf: jax.Array, words: jax.Array, params: Any, lay: dict[str, tuple
                    block=int(block_chains), static=dict(lay=lay, c0=int(c0), n=int(words.shape[1])))
 
 
-def sweep_state(key: jax.Array, state: CDTState, params: Any) -> CDTState:
+def sweep_state(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
     """One sweep of the stepper on the Pallas engine (``params.engine == "pallas"``): the kernel's Threefry key
-    is two words drawn from ``key``; ``params.attempts_per_sweep`` attempts (0: N2), then with
-    ``params.stop_at_target`` more until N2 == target."""
+    is two words drawn from ``key``; ``n`` attempts (default ``params.attempts_per_sweep``; a fixed count), then
+    with ``params.stop_at_target`` more until N2 == target."""
     lay = buffer_layout(state.vertex_capacity, state.n_slices)
     seed = jax.random.bits(key, (2,), jnp.uint32)
     target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
-    buf = sweep(state.buf, seed, params, params.attempts_per_sweep, lay, state.vertex_capacity, target_n0)
+    buf = sweep(state.buf, seed, params, n, lay, state.vertex_capacity, target_n0)
     return state.replace(buf=buf)
 
 

@@ -1,19 +1,24 @@
 """The one door into a CDT Markov chain: :func:`make_params`, the stepper :func:`metropolis` and :func:`observe`.
 
-One step of the stepper is one *sweep* of Metropolis attempts; the chain's PRNG key lives in its state
-(:class:`Chain`). ``trajectory(metropolis(params), chain, sweeps, save_every=m, observe=observe)`` runs a
-chain, ``jax.vmap`` over chains runs many, and ``chunked`` drives long runs with checkpoints. Static
-choices (engine, proposal scheme, attempts per sweep, stopping at the target volume) are static fields of
-:class:`CDTParams`; the couplings ``lam``, ``eps``, ``target`` are traced (a new value never recompiles).
+One step of the stepper is one *sweep*: a fixed number of Metropolis attempts, fixed before the chain runs
+(:class:`CDTParams`, :func:`metropolis`), never read from the chain's current state (a sweep whose length
+depended on the volume it started from would measure small triangulations more often than their weight).
+The chain's PRNG key lives in its state (:class:`Chain`). ``trajectory(metropolis(params), chain, sweeps,
+save_every=m, observe=observe)`` runs a chain, ``jax.vmap`` over chains runs many, and ``chunked`` drives long
+runs with checkpoints. Static choices (engine, proposal scheme, attempts per sweep, stopping at the target
+volume) are static fields of :class:`CDTParams`; the couplings ``lam``, ``eps``, ``target`` are traced (a new
+value never recompiles) and may be arrays of one shape: a batch of parameter sets for ``jax.vmap``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ivhl_jax.core.validation import check_key, check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
@@ -21,7 +26,8 @@ from ivhl_jax.physics.cdt import moves
 from ivhl_jax.physics.cdt.observables import measurements
 from ivhl_jax.physics.cdt.state import BUFFER_MAX_CAPACITY, LN2, CDTState, buffer_layout, initial_state
 
-__all__ = ["CDTParams", "Chain", "ENGINES", "PROPOSALS", "make_params", "metropolis", "observe", "max_capacity"]
+__all__ = ["CDTParams", "Chain", "ENGINES", "PROPOSALS", "make_params", "metropolis", "observe", "max_capacity",
+           "default_attempts", "default_capacity"]
 
 ENGINES = ("jax", "host", "pallas")
 PROPOSALS = ("uniform", "lists")
@@ -30,11 +36,13 @@ PROPOSALS = ("uniform", "lists")
 class CDTParams(flax.struct.PyTreeNode):
     """Action and schedule: ``S = lam N2 + eps (N2 - target)^2``; build it with :func:`make_params`.
 
-    ``attempts_per_sweep`` (static): move attempts in one sweep; 0 means N2 at the start of the sweep (the
-    sweep of the literature). ``engine`` (static): ``"jax"`` (pure XLA, any device) or ``"host"`` (the
-    compiled CPU kernel of :mod:`ivhl_jax.physics.cdt.host`, needs ``numba``) or ``"pallas"`` (one Pallas
-    kernel launch per sweep for all chains, :mod:`ivhl_jax.physics.cdt.pallas_engine`: compiled on a GPU, run
-    in Pallas's interpreter on every other platform, exact but slow there). ``stop_at_target`` (static):
+    ``attempts_per_sweep`` (static): move attempts in one sweep, a number fixed before the chain runs; 0 (the
+    default) lets :func:`metropolis`'s ``init`` fix it for the chain it builds (:attr:`Chain.attempts_per_sweep`):
+    the target N2 with volume fixing (``eps > 0``), else N2 = 2 T l of the starting torus; never the N2 of the
+    state a sweep starts from. ``engine`` (static): ``"jax"`` (pure XLA, any device) or ``"host"`` (the compiled
+    CPU kernel of :mod:`ivhl_jax.physics.cdt.host`, needs ``numba``) or ``"pallas"`` (one Pallas kernel launch
+    per sweep for all chains, :mod:`ivhl_jax.physics.cdt.pallas_engine`: compiled on a GPU, run in Pallas's
+    interpreter on every other platform, exact but slow there). ``stop_at_target`` (static):
     with volume fixing the quadratic term only steers N2 towards ``target``; the fixed-volume ensemble is
     measured where N2 equals it, so each sweep continues (at most ten times its attempts more) until N2 ==
     target, the convention of the reference code 2d-cdt; a sweep that does not get there increments
@@ -68,27 +76,68 @@ def max_capacity(engine: str) -> int:
     raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
 
 
-def make_params(lam: float, *, eps: float = 0.0, target: float = 0.0, attempts_per_sweep: int = 0,
+def make_params(lam: Any, *, eps: Any = 0.0, target: Any = 0.0, attempts_per_sweep: int = 0,
                 engine: str = "jax", stop_at_target: bool | None = None, proposal: str | None = None) -> CDTParams:
     """Validated :class:`CDTParams`. Without volume fixing (``eps=0``) the chain needs ``lam > ln 2``.
 
-    ``attempts_per_sweep`` defaults to 0: a sweep is N2 attempts (N2 at its start). ``stop_at_target``
-    defaults to ``eps > 0`` (then ``target`` must be an even number of triangles); ``proposal`` to
-    ``"lists"`` for the host engine and ``"uniform"`` for the JAX engine.
+    ``lam``, ``eps`` and ``target`` are numbers, arrays, or traced values (``make_params`` inside
+    ``jax.vmap``/``jit``): arrays are broadcast to one shape, so the parameters are a batch of parameter sets
+    (``jax.vmap`` over ``metropolis(params)`` runs one chain per set); concrete values are checked element by
+    element, traced ones cannot be. ``attempts_per_sweep`` defaults to 0: the sweep length is fixed when
+    ``metropolis(params).init`` builds a chain (the target N2 with volume fixing, else N2 of the starting torus;
+    :class:`CDTParams`). ``stop_at_target`` defaults to ``eps > 0`` (then ``target`` must be an even number of
+    triangles; a traced ``eps``, or a batch mixing 0 and > 0, needs it given); ``proposal`` to ``"lists"`` for the
+    host engine and ``"uniform"`` for the JAX engine.
     """
-    check_scalar(lam, "lam")
-    check_scalar(eps, "eps", nonnegative=True)
-    check_scalar(target, "target", nonnegative=True)
+    lam, eps, target = _couplings(lam, eps, target)
     check_scalar(attempts_per_sweep, "attempts_per_sweep", integer=True, nonnegative=True)
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if proposal is None:
         proposal = "lists" if engine == "host" else "uniform"
-    stop = bool(eps > 0) if stop_at_target is None else stop_at_target
-    params = CDTParams(lam=float(lam), eps=float(eps), target=float(target), attempts_per_sweep=int(attempts_per_sweep),
-                       engine=engine, stop_at_target=stop, proposal=proposal)
+    if stop_at_target is None:
+        if not is_concrete(eps):
+            raise ValueError("eps is traced, so stop_at_target (a static choice) cannot default to eps > 0; "
+                             "pass stop_at_target=True or False")
+        fixing = np.asarray(eps) > 0
+        if fixing.any() != fixing.all():
+            raise ValueError("eps mixes 0 and > 0 in one batch, so stop_at_target cannot default to eps > 0; "
+                             "pass stop_at_target=True or False")
+        stop_at_target = bool(fixing.all())
+    params = CDTParams(lam=lam, eps=eps, target=target, attempts_per_sweep=int(attempts_per_sweep), engine=engine,
+                       stop_at_target=stop_at_target, proposal=proposal)
     _validate(params)
     return params
+
+
+def _couplings(lam: Any, eps: Any, target: Any) -> tuple[Any, Any, Any]:
+    """``(lam, eps, target)``: Python floats when all are scalars, else arrays (or tracers) of one broadcast
+    shape; every concrete element checked (finite; ``eps``, ``target`` >= 0)."""
+    values = {"lam": lam, "eps": eps, "target": target}
+    for name, v in values.items():
+        if not is_concrete(v):
+            continue
+        if np.ndim(v) == 0:
+            check_scalar(v, name, nonnegative=name != "lam")
+            continue
+        arr = np.asarray(v)
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise TypeError(f"{name} must be a number or an array of numbers, got {type(v).__name__}")
+        for x in arr.reshape(-1):
+            check_scalar(x, name, nonnegative=name != "lam")
+    if not all(is_concrete(v) for v in values.values()):
+        return lam, eps, target  # inside a trace (make_params under vmap/jit): the arithmetic broadcasts
+    if all(np.ndim(v) == 0 for v in values.values()):
+        return float(lam), float(eps), float(target)
+    try:
+        shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
+    except ValueError:
+        raise ValueError(f"lam, eps and target must broadcast to one shape, got shapes "
+                         f"{tuple(np.shape(v) for v in values.values())}") from None
+    # one shape, so that jax.vmap maps every coupling; float32, the precision every engine computes the
+    # acceptance in (a batch runs bit-identically to its scalars)
+    out = tuple(np.broadcast_to(np.asarray(v, np.float32), shape).copy() for v in values.values())
+    return out[0], out[1], out[2]
 
 
 def _validate(params: Any) -> None:
@@ -111,29 +160,49 @@ def _validate(params: Any) -> None:
         raise TypeError(f"stop_at_target must be a bool, got {params.stop_at_target!r}")
     check_scalar(params.attempts_per_sweep, "attempts_per_sweep", integer=True, nonnegative=True)
     values = {"lam": params.lam, "eps": params.eps, "target": params.target}
-    if any(isinstance(v, jax.core.Tracer) or jnp.ndim(v) != 0 for v in values.values()):
+    if not all(is_concrete(v) for v in values.values()):
         return
-    check_scalar(values["lam"], "lam")
-    check_scalar(values["eps"], "eps", nonnegative=True)
-    check_scalar(values["target"], "target", nonnegative=True)
-    lam, eps, target = (float(v) for v in values.values())
-    if eps == 0 and lam <= LN2:
-        raise ValueError(f"lam={lam} <= ln 2 = {LN2:.6f} without volume fixing: the volume diverges; "
+    for name, v in values.items():
+        for x in np.asarray(v).reshape(-1):
+            check_scalar(x, name, nonnegative=name != "lam")
+    try:
+        lam, eps, target = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in values.values()))
+    except ValueError:
+        raise ValueError("lam, eps and target must broadcast to one shape, got shapes "
+                         f"{tuple(np.shape(v) for v in values.values())}") from None
+    bad = (eps == 0) & (lam <= LN2)
+    if bad.any():
+        raise ValueError(f"lam={lam[bad].flat[0]} <= ln 2 = {LN2:.6f} without volume fixing: the volume diverges; "
                          "use lam > ln 2 or set eps > 0 and a target volume")
-    if eps > 0 and target <= 0:
+    if ((eps > 0) & (target <= 0)).any():
         raise ValueError("volume fixing (eps > 0) needs target > 0 (the target number of triangles N2)")
-    if params.stop_at_target and (target <= 0 or target % 2):
-        raise ValueError(f"stop_at_target needs an even target number of triangles N2 = 2 N0, got target={target:g}")
+    odd = (target <= 0) | (target % 2 != 0)
+    if params.stop_at_target and odd.any():
+        raise ValueError("stop_at_target needs an even target number of triangles N2 = 2 N0, got "
+                         f"target={target[odd].flat[0]:g}")
 
 
 class Chain(flax.struct.PyTreeNode):
-    """State of one Markov chain of :func:`metropolis`: its PRNG key and its triangulation ``geometry``."""
+    """State of one Markov chain of :func:`metropolis`: its PRNG key, its triangulation ``geometry`` and
+    ``attempts_per_sweep`` (static), the length of its sweeps fixed by ``init`` (used where
+    ``params.attempts_per_sweep`` is 0; 0 here means not fixed, a chain built by hand)."""
 
     key: jax.Array
     geometry: CDTState
+    attempts_per_sweep: int = flax.struct.field(pytree_node=False, default=0)
 
 
-def _host_sweep(key: jax.Array, state: CDTState, params: CDTParams) -> CDTState:
+def _attempts(chain: Chain, params: CDTParams) -> int:
+    """The attempts of one sweep: ``params.attempts_per_sweep``, else the chain's own (fixed by ``init``)."""
+    n = int(params.attempts_per_sweep) or int(chain.attempts_per_sweep)
+    if n < 1:
+        raise ValueError("the sweep length is not fixed: params.attempts_per_sweep and chain.attempts_per_sweep are "
+                         "both 0; build the chain with metropolis(params).init(...) or pass attempts_per_sweep to "
+                         "make_params")
+    return n
+
+
+def _host_sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
     from ivhl_jax.physics.cdt import host
 
     lay = buffer_layout(state.vertex_capacity, state.n_slices)
@@ -143,12 +212,14 @@ def _host_sweep(key: jax.Array, state: CDTState, params: CDTParams) -> CDTState:
         extra = moves._EXTRA
     else:
         target_n0, extra = jnp.int32(-1), 0
-    buf = host.sweep(state.buf, seed, params, params.attempts_per_sweep, lay, state.vertex_capacity, target_n0, extra)
+    buf = host.sweep(state.buf, seed, params, n, lay, state.vertex_capacity, target_n0, extra)
     return state.replace(buf=buf)
 
 
 def _step(chain: Chain, params: CDTParams) -> Chain:
-    """One sweep with a fresh subkey; the engine is a static field of ``params``."""
+    """One sweep of a fixed number of attempts (:func:`_attempts`) with a fresh subkey; the engine is a static
+    field of ``params``."""
+    n = _attempts(chain, params)
     key, sub = jax.random.split(chain.key)
     if params.engine == "pallas":
         from ivhl_jax.physics.cdt import pallas_engine
@@ -156,7 +227,63 @@ def _step(chain: Chain, params: CDTParams) -> Chain:
         sweep = pallas_engine.sweep_state
     else:
         sweep = _host_sweep if params.engine == "host" else moves.sweep
-    return Chain(key=key, geometry=sweep(sub, chain.geometry, params))
+    return chain.replace(key=key, geometry=sweep(sub, chain.geometry, params, n))
+
+
+def _concrete_max(x: Any) -> float | None:
+    """The largest element of a concrete coupling, None for a traced one."""
+    return float(np.max(np.asarray(x))) if is_concrete(x) else None
+
+
+#: Default capacity without volume fixing: 2 T (3 + (lam - ln 2)^(-1/2)) + 25/(lam - ln 2) vertex slots (twice a
+#: bound on <N0> = T <l>, <l> < 3 + (lam - ln 2)^(-1/2), plus 25/(lam - ln 2): the law of N0 falls as
+#: exp(-2 (lam - ln 2) N0), so the margin leaves a weight of order e^-50 beyond the capacity).
+_TAIL = 25.0
+
+
+def default_capacity(params: CDTParams, n_slices: int, length: int) -> int:
+    """Vertex slots :func:`metropolis`'s ``init`` gives a chain of ``n_slices`` slices of ``length`` vertices.
+
+    With volume fixing (``eps > 0``): ``max(4 N0, target)`` (N0 = T l; the target N2 is twice the target N0).
+    Without: ``max(4 N0, 2 T (3 + d^(-1/2)) + 25/d)``, ``d = lam - ln 2`` (smallest ``lam`` of a batch): the
+    grand-canonical volume is unbounded, its law falls as ``exp(-2 d N0)``, and an insertion that does not fit
+    is rejected (the chain then samples the volume law cut at the capacity, and ``overflow`` is set). At most
+    what the engine addresses (:func:`max_capacity`). A traced ``lam`` without volume fixing has no default
+    (pass ``capacity``)."""
+    check_scalar(n_slices, "n_slices", integer=True, minimum=3)
+    check_scalar(length, "length", integer=True, minimum=3)
+    t, n0 = int(n_slices), int(n_slices) * int(length)
+    eps, target = _concrete_max(params.eps), _concrete_max(params.target)
+    if params.stop_at_target or (eps is not None and eps > 0):
+        if target is None:
+            raise ValueError("the default capacity needs a concrete target (traced here); pass capacity")
+        cap = max(4 * n0, int(target))
+    else:
+        lam = None if not is_concrete(params.lam) else float(np.min(np.asarray(params.lam)))
+        if lam is None:
+            raise ValueError("the default capacity needs a concrete lam without volume fixing (it grows as lam "
+                             "approaches ln 2; lam is traced here); pass capacity")
+        d = lam - LN2
+        cap = max(4 * n0, math.ceil(2 * t * (3.0 + d**-0.5) + _TAIL / d))
+    return min(cap, max_capacity(params.engine), BUFFER_MAX_CAPACITY)
+
+
+def default_attempts(params: CDTParams, n_slices: int, length: int) -> int:
+    """Attempts per sweep of a chain that ``init`` starts on ``n_slices`` slices of ``length`` vertices:
+    ``params.attempts_per_sweep`` if set, else the target N2 with volume fixing (``stop_at_target`` or
+    ``eps > 0``; the largest of a batch), else N2 = 2 T l of the starting torus. Fixed before the chain runs:
+    a sweep never depends on the state it starts from."""
+    check_scalar(n_slices, "n_slices", integer=True, minimum=3)
+    check_scalar(length, "length", integer=True, minimum=3)
+    if params.attempts_per_sweep:
+        return int(params.attempts_per_sweep)
+    eps, target = _concrete_max(params.eps), _concrete_max(params.target)
+    if params.stop_at_target or (eps is not None and eps > 0):
+        if target is None:
+            raise ValueError("attempts_per_sweep=0 takes the target N2 with volume fixing, but target is traced "
+                             "here; pass attempts_per_sweep to make_params")
+        return max(int(target), 1)
+    return 2 * int(n_slices) * int(length)
 
 
 def _init(params: CDTParams, key: jax.Array, n_slices: int, length: int, capacity: int | None = None) -> Chain:
@@ -165,31 +292,37 @@ def _init(params: CDTParams, key: jax.Array, n_slices: int, length: int, capacit
     check_scalar(length, "length", integer=True, minimum=3)
     limit = max_capacity(params.engine)
     n0 = int(n_slices) * int(length)
-    target = float(params.target) if is_concrete(params.target) and jnp.ndim(params.target) == 0 else 0.0
     if capacity is None:
-        capacity = min(max(4 * n0, int(target)), limit, BUFFER_MAX_CAPACITY)
+        capacity = default_capacity(params, n_slices, length)
     check_scalar(capacity, "capacity", integer=True, minimum=n0)
     if int(capacity) > limit:
         raise ValueError(f"capacity={int(capacity)} vertex slots exceeds what the {params.engine} engine's index draw "
                          f"addresses ({limit}); use capacity <= {limit}"
                          + (" or engine='host'" if params.engine == "jax" else ""))
+    target = _concrete_max(params.target)
     if params.stop_at_target and target:
         need = int(target) // 2 + 1
         if int(capacity) < need:
             raise ValueError(f"capacity={int(capacity)} vertex slots is too few for the target N2 = {target:g} "
                              f"(N0 = N2/2 = {need - 1}); use capacity >= {2 * need}")
-    return Chain(key=key, geometry=initial_state(n_slices, length, capacity))
+    return Chain(key=key, geometry=initial_state(n_slices, length, capacity),
+                 attempts_per_sweep=default_attempts(params, n_slices, length))
 
 
 def metropolis(params: CDTParams) -> Stepper[Chain, CDTParams]:
-    """Stepper for the Metropolis chain: ``step(chain)`` is one sweep (``params.attempts_per_sweep`` attempts,
-    or N2 when 0) with a fresh subkey split from ``chain.key``.
+    """Stepper for the Metropolis chain: ``step(chain)`` is one sweep of a fixed number of attempts with a fresh
+    subkey split from ``chain.key``: ``params.attempts_per_sweep``, or when that is 0 the chain's own
+    ``chain.attempts_per_sweep``, fixed by ``init`` (:func:`default_attempts`: the target N2 with volume fixing,
+    else N2 = 2 T l of the starting torus). The length of a sweep never depends on the state it starts from.
 
     ``init(key, n_slices, length, capacity=None)`` builds a :class:`Chain` on the regular torus of ``n_slices``
-    slices of ``length`` vertices with ``capacity`` vertex slots (default ``max(4 N0, target)``, at most what
-    the engine addresses, :func:`max_capacity`). ``trajectory(metropolis(p), chain, sweeps, save_every=m,
+    slices of ``length`` vertices with ``capacity`` vertex slots (default :func:`default_capacity`: ``max(4 N0,
+    target)`` with volume fixing, room for the grand-canonical volume law without; at most what the engine
+    addresses, :func:`max_capacity`). ``trajectory(metropolis(p), chain, sweeps, save_every=m,
     observe=observe)`` compiles once per shapes and static settings (``lam``, ``eps``, ``target`` are traced).
-    Many chains: ``jax.vmap(lambda k: stepper.init(k, T, l, C))(keys)`` and ``jax.vmap`` of the trajectory.
+    Many chains: ``jax.vmap(lambda k: stepper.init(k, T, l, C))(keys)`` and ``jax.vmap`` of the trajectory. A
+    batch of couplings (``make_params`` with arrays, one shape): ``jax.vmap`` over the stepper and a chain per
+    parameter set, ``jax.vmap(lambda s, c: trajectory(s, c, ...))(stepper, chains)``.
     """
     _validate(params)
     return Stepper(step_fn=_step, params=params, init_fn=_init, name="cdt.metropolis")

@@ -209,10 +209,20 @@ def _polar(a: Any, xp: Any = jnp) -> Any:
     return uu @ vt
 
 
-def init_mera(key: jax.Array, config: MERAConfig, d: int = 4) -> MERA:
+def init_mera(key: jax.Array, config: MERAConfig, d: int = 4, parity: Any = None) -> MERA:
     """Identity disentanglers, isometries = polar factor of a uniform(0,1) random matrix (a near-uniform
     coarse-graining, as mainVarMERA's ``rand`` start), maximally mixed top density matrices, on blocked sites of
     dimension ``d``.
+
+    ``parity``: None, or a symmetry P of the chain, a real symmetric involution (P² = 1) on one blocked site
+    (d × d) with [h, P ⊗ P] = 0 (:func:`~ivhl_jax.physics.mera.evenbly_vidal` passes its model's,
+    :attr:`~ivhl_jax.physics.mera.models.Model.parity`). With it every tensor of the start commutes with P: each
+    bond gets parity charges ±1 (the bottom one P's eigenvalues; above it ⌈2χ/3⌉ even states, then the odd ones)
+    and an isometry is the polar factor of its draws with the entries that change the charge set to zero (a
+    block-diagonal matrix, so its polar factor is block-diagonal: w (P_in ⊗ P_mid) = P_out w). A sweep keeps the
+    symmetry, so the optimisation cannot settle in a symmetry-broken state: without it, the critical Ising
+    chain's start (one column of each polar factor near the all-ones vector, the chain ordered along X) sits on
+    an energy plateau near 2e-3 for hundreds of sweeps from about half the keys.
 
     A concrete ``key`` builds the start on the host (the draws are one compiled program, the polar factors LAPACK
     SVDs in NumPy); a traced one (``jit``, ``vmap`` over keys, ``eval_shape``) the same start inside the trace."""
@@ -221,12 +231,52 @@ def init_mera(key: jax.Array, config: MERAConfig, d: int = 4) -> MERA:
     check_scalar(d, "d", integer=True, minimum=1)
     d = int(d)
     config.layer_shapes(d)  # a bond dimension a layer cannot carry is named here
+    sym = _parity_tuple(parity, d)
     if not is_concrete(key):
-        return _init_tensors(key, config, d)
+        return _init_tensors(key, config, d, sym)
     rows = np.asarray(_start_draws(key, config, d))
-    us, ws, vs, rho = _assemble_start(rows, config, d, np)
+    us, ws, vs, rho = _assemble_start(rows, config, d, np, sym)
     us, ws, vs, rho, sweeps = jax.device_put((us, ws, vs, rho, np.zeros((), np.int32)))
     return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, sweeps)
+
+
+Parity = tuple[tuple[float, ...], ...]
+
+
+def _parity_tuple(parity: Any, d: int) -> Parity | None:
+    """``parity`` as a hashable (d × d) tuple after its checks (None passes through)."""
+    if parity is None:
+        return None
+    p = np.asarray(parity, dtype=np.float64)
+    if p.shape != (d, d) or not np.all(np.isfinite(p)):
+        raise ValueError(f"parity must be a finite real ({d}, {d}) matrix (a symmetry of one blocked site), "
+                         f"got shape {p.shape}")
+    if np.abs(p @ p - np.eye(d)).max() > 1e-10 or np.abs(p - p.T).max() > 1e-10:
+        raise ValueError("parity must be a real symmetric involution (P = P^T, P @ P = 1), such as a diagonal "
+                         "matrix of +1 and -1")
+    return tuple(tuple(float(x) for x in row) for row in p)
+
+
+def _charges(parity: Parity, shapes: list[tuple[int, int, int]]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The basis of the bottom sites in which ``parity`` is diagonal (the identity when it already is) and the
+    parity charges (±1) of each layer's input basis, bottom first, then the top's."""
+    p = np.asarray(parity)
+    if np.abs(p - np.diag(np.diag(p))).max() == 0.0:
+        basis, q = np.eye(p.shape[0]), np.diag(p)
+    else:
+        q, basis = np.linalg.eigh(p)
+    charges = [np.where(q > 0, 1, -1)]
+    for _chi_in, m, chi_out in shapes:
+        q_in = np.multiply.outer(charges[-1], charges[-1][:m]).reshape(-1)
+        n_even, n_odd = int(np.sum(q_in > 0)), int(np.sum(q_in < 0))
+        even = min(max(-(-2 * chi_out // 3), chi_out - n_odd), n_even)
+        charges.append(np.array([1] * even + [-1] * (chi_out - even)))
+    return basis, charges
+
+
+def _symmetric_mask(q_first: np.ndarray, q_second: np.ndarray, q_out: np.ndarray) -> np.ndarray:
+    """1 where an isometry's entry (rows: its two input legs, C order) conserves the parity charge, else 0."""
+    return (np.multiply.outer(q_first, q_second).reshape(-1)[:, None] == q_out[None, :]).astype(np.float64)
 
 
 # Compiling a start op by op costs more than the stage's first chunk, nearly all of it the threefry hash of each
@@ -249,30 +299,48 @@ def _init_draws(key: jax.Array, n_keys: int, size: int, dtype: Any) -> jax.Array
     return jax.vmap(lambda k: jax.random.uniform(k, (size,), dtype))(jax.random.split(key, n_keys))
 
 
-def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any) -> tuple[list[Any], list[Any], list[Any], Any]:
+def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any, parity: Parity | None = None
+                    ) -> tuple[list[Any], list[Any], list[Any], Any]:
     """The cold start from its draws ``rows`` (:func:`_start_draws`) in the array namespace ``xp`` (NumPy on the
-    host, jax.numpy in a trace): (u, w, v per layer, top density matrix)."""
+    host, jax.numpy in a trace): (u, w, v per layer, top density matrix); parity-symmetric with ``parity``
+    (:func:`init_mera`)."""
     us, ws, vs = [], [], []
     shapes = config.layer_shapes(d)
     polar = functools.partial(_polar, xp=xp)
+    if parity is not None:
+        basis, charges = _charges(parity, shapes)
+        to_chain = xp.asarray(basis, dtype=rows.dtype)
     for z, (chi_in, m, chi_out) in enumerate(shapes):
         e = xp.eye(chi_in, m, dtype=rows.dtype)  # truncated identity: columns orthonormal
+        if parity is not None and z == 0:
+            e = to_chain[:, :m]  # the first m states of P's eigenbasis (the identity for a diagonal P)
         us.append(xp.einsum("ac,bd->abcd", e, e))
         size = chi_in * m * chi_out
-        w = polar(rows[2 * z, :size].reshape(chi_in * m, chi_out)).reshape(chi_in, m, chi_out)
+        draw_w = rows[2 * z, :size].reshape(chi_in * m, chi_out)
+        draw_v = rows[2 * z + 1, :size].reshape(m * chi_in, chi_out)
+        if parity is not None:
+            q_in, q_out = charges[z], charges[z + 1]
+            draw_w = draw_w * xp.asarray(_symmetric_mask(q_in, q_in[:m], q_out), dtype=rows.dtype)
+            draw_v = draw_v * xp.asarray(_symmetric_mask(q_in[:m], q_in, q_out), dtype=rows.dtype)
+        w = polar(draw_w).reshape(chi_in, m, chi_out)
+        if parity is not None and z == 0:
+            w = xp.einsum("ab,bio->aio", to_chain, w)  # the site leg back in the chain's basis
         ws.append(w)
         if config.refsym:
             vs.append(xp.transpose(w, (1, 0, 2)))
         else:
-            vs.append(polar(rows[2 * z + 1, :size].reshape(m * chi_in, chi_out)).reshape(m, chi_in, chi_out))
+            v = polar(draw_v).reshape(m, chi_in, chi_out)
+            if parity is not None and z == 0:
+                v = xp.einsum("ab,ibo->iao", to_chain, v)
+            vs.append(v)
     top = shapes[-1][2]
     rho = xp.eye(top * top, dtype=rows.dtype).reshape((top,) * 4) / top**2
     return us, ws, vs, rho
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _init_tensors(key: jax.Array, config: MERAConfig, d: int) -> MERA:
-    us, ws, vs, rho = _assemble_start(_start_draws(key, config, d), config, d, jnp)
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _init_tensors(key: jax.Array, config: MERAConfig, d: int, parity: Parity | None = None) -> MERA:
+    us, ws, vs, rho = _assemble_start(_start_draws(key, config, d), config, d, jnp, parity)
     return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, jnp.zeros((), jnp.int32))
 
 
@@ -321,6 +389,16 @@ def precision_dtype(policy: Any) -> Any:
         return jnp.float32
     raise ValueError(f"policy={policy!r}: MERA sweeps support float32 or float64 compute, got {dt.name}; the SVD "
                      "updates need >= 24 mantissa bits (use 'f32' for fast early sweeps, 'f64' to finish)")
+
+
+def require_x64(what: str, f32: str = "") -> None:
+    """The one precision rule of the MERA: it computes in float64, so every entry point (the stepper, the scaling
+    dimensions, OPE coefficients, central charge, :func:`~ivhl_jax.physics.mera.cold_start`) refuses to run with
+    JAX's 64-bit mode off, where float64 arrays silently become float32, in one line naming
+    ``jax.enable_x64`` (``f32``: the float32 alternative of that entry point, if it has one)."""
+    if jnp.result_type(float) != jnp.float64:
+        raise RuntimeError(f"{what} computes in float64, but JAX's 64-bit mode is off (arrays would silently be "
+                           f"float32): call it inside `with jax.enable_x64(True):`" + (f" {f32}" if f32 else ""))
 
 
 def cast_mera(mera: MERA, dtype: Any) -> MERA:

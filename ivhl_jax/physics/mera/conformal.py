@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.physics.mera.config import MERA, check_mera
+from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
 from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
 from ivhl_jax.physics.mera.scaling import CFT_OPERATORS, _two_site_map, scaling_superoperator
 from ivhl_jax.physics.mera.superoperators import ascend
@@ -68,9 +68,8 @@ def _primary_spec(cft: str, label: str) -> tuple[float, int]:
     return delta, sum(1 for d, name, prim in table if name == prim and d == delta)
 
 
-def _x64() -> None:
-    if jnp.result_type(float) != jnp.float64:
-        raise RuntimeError("the conformal data are computed in float64: call inside `with jax.enable_x64(True):`")
+def _x64(what: str = "the MERA's conformal data") -> None:
+    require_x64(what)
 
 
 def _si_layer(mera: MERA) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -227,26 +226,41 @@ class _Primary:
     na_inv: np.ndarray  # Ñ^A⁻¹
 
 
-def _channel_of(ch: TwoSiteChannels, ops: np.ndarray, delta: float, size: int) -> np.ndarray:
+_NOT_CONVERGED = ("the MERA is not at the critical fixed point (a stalled or symmetry-broken start): check its energy "
+                  "error, run more sweeps, start with mera.cold_start or grow it from a smaller chi (mera.grow)")
+
+
+def _window(delta: float) -> float:
+    """How far a measured Δ may lie from the primary's: at finite χ a descendant of another family can be nearer."""
+    return max(0.1, 0.25 * delta)
+
+
+def _channel_of(ch: TwoSiteChannels, ops: np.ndarray, delta: float, size: int, name: str = "") -> np.ndarray:
     """The ``size`` two-site channels that carry most of the one-site operators ``ops`` (placed on the bond's B
     site) among those with |Δ_n − Δ| ≤ max(0.1, Δ/4): at finite χ a channel of the same family (a descendant of
     another primary) can lie nearer in Δ than the operator's own."""
-    near = np.nonzero(np.abs(ch.dims - delta) <= max(0.1, 0.25 * delta))[0]
+    near = np.nonzero(np.abs(ch.dims - delta) <= _window(delta))[0]
     near = near[ch.dims[near] > 1e-9] if delta > 0 else near  # the identity channel is not a primary's own
     if len(near) < size:
-        raise ValueError(f"no {size} two-site scaling operators near Δ = {delta:g} (the two-site spectrum has "
-                         f"{np.round(ch.dims, 3).tolist()}): pass more channels (num_channels) or converge the MERA")
+        raise ValueError(f"no {size} two-site scaling operator(s) for {name or 'the primary'} near Δ = {delta:.4g} "
+                         f"(two-site spectrum {np.round(ch.dims, 3).tolist()}): pass more channels (num_channels) "
+                         f"or converge the MERA")
     weight = np.array([np.linalg.norm(ch.coefficients(np.array([n]), ops)) for n in near])
     return np.sort(near[np.argsort(-weight, kind="stable")[:size]])
 
 
-def _primary(ops: OneSiteOperators, ch: TwoSiteChannels, delta: float, size: int) -> _Primary:
+def _primary(ops: OneSiteOperators, ch: TwoSiteChannels, delta: float, size: int, name: str = "") -> _Primary:
     idx = np.argsort(np.abs(ops.dims - delta), kind="stable")[:size]
+    label = f"{name} (Δ = {delta:.4g})" if name else f"the primary at Δ = {delta:.4g}"
+    if np.any(np.abs(ops.dims[idx] - delta) > _window(delta)):
+        dims = np.round(ops.dims + 0.0, 3).tolist()
+        raise ValueError(f"no one-site scaling operator matches {label}: the nearest {size} of the MERA's one-site "
+                         f"spectrum {dims} lie farther than {_window(delta):g}; {_NOT_CONVERGED}")
     phi, psi = ops.phi[idx], ops.psi[idx]
     chi = phi.shape[-1]
     eye = np.eye(chi)
     on_b = _product(psi, eye[None])
-    cidx = _channel_of(ch, on_b, float(np.mean(ops.dims[idx])), size)
+    cidx = _channel_of(ch, on_b, float(np.mean(ops.dims[idx])), size, name)
     kb = ch.coefficients(cidx, on_b)
     ka = ch.coefficients(cidx, _product(eye[None], phi))
     ident = ch.group(0.0, 1)
@@ -256,18 +270,21 @@ def _primary(ops: OneSiteOperators, ch: TwoSiteChannels, delta: float, size: int
     q = 0.5 * (q + q.T)
     lam, vec = np.linalg.eigh(q)
     if np.any(lam <= 0):
-        raise ValueError(f"the normalisation of the primary at Δ ≈ {delta:g} is not positive (eigenvalues "
-                         f"{lam}): its one-site and two-site scaling operators do not match; is the MERA converged?")
+        raise ValueError(f"the normalisation of {label} is not positive (eigenvalues {lam}): its one-site and "
+                         f"two-site scaling operators do not match; {_NOT_CONVERGED}")
     t_inv = vec @ np.diag(lam**-0.5) @ vec.T
     return _Primary(dims=ops.dims[idx], phi=phi, psi=psi, channel=cidx, t_inv=t_inv,
                     nb_inv=np.linalg.inv(t_inv @ kb), na_inv=np.linalg.inv(t_inv @ ka))
 
 
 def ope(mera: MERA, a: tuple[float, int], b: tuple[float, int], c: tuple[float, int], *,
-        channels: TwoSiteChannels | None = None, num_channels: int = 16) -> tuple[float, dict[str, Any]]:
+        channels: TwoSiteChannels | None = None, num_channels: int = 16,
+        names: tuple[str, str, str] = ("", "", "")) -> tuple[float, dict[str, Any]]:
     """‖C_αβγ‖: the Frobenius norm of the OPE coefficients of the primary multiplets α, β, γ, each given as
     (Δ, multiplicity): the multiplicity one-site scaling operators nearest to Δ and as many two-site channels
-    (see the module docstring). Returns the norm and the dimensions used. Call inside ``jax.enable_x64(True)``."""
+    (see the module docstring). Returns the norm and the dimensions used. Call inside ``jax.enable_x64(True)``.
+    ``names``: the primaries' labels for the error raised when the MERA has no scaling operator within
+    max(0.1, Δ/4) of one of them (an unconverged or symmetry-broken MERA)."""
     _x64()
     check_scalar(num_channels, "num_channels", integer=True, minimum=2)
     for name, x in (("a", a), ("b", b), ("c", c)):
@@ -277,7 +294,7 @@ def ope(mera: MERA, a: tuple[float, int], b: tuple[float, int], c: tuple[float, 
         check_scalar(x[1], f"{name}[1]", integer=True, minimum=1)
     ops = one_site_operators(mera, num=max(12, a[1] + b[1] + c[1] + 4))
     ch = channels if channels is not None else two_site_channels(mera, num_channels)
-    pa, pb, pc = (_primary(ops, ch, float(x[0]), int(x[1])) for x in (a, b, c))
+    pa, pb, pc = (_primary(ops, ch, float(x[0]), int(x[1]), str(nm)) for x, nm in zip((a, b, c), names))
     coef = ch.coefficients(pc.channel, _product(pa.psi, pb.phi))          # (g_c, g_a·g_b)
     w = (pc.t_inv @ coef).reshape(len(pc.channel), len(pa.psi), len(pb.phi))
     tensor = np.einsum("ai,bj,kab->ijk", pa.nb_inv, pb.na_inv, w)
@@ -300,7 +317,7 @@ def ope_coefficients(mera: MERA, cft: str, *, num_channels: int = 16,
     ch = channels if channels is not None else two_site_channels(mera, num_channels)
     out: dict[str, dict[str, Any]] = {}
     for (a, b, c), (exact, m) in CFT_OPE[cft].items():
-        norm, used = ope(mera, *(_primary_spec(cft, x) for x in (a, b, c)), channels=ch)
+        norm, used = ope(mera, *(_primary_spec(cft, x) for x in (a, b, c)), channels=ch, names=(a, b, c))
         value = norm / math.sqrt(m)
         out[f"C_{a}{b}{c}"] = {"measured": value, "exact": exact, "error": value - exact, "dims": used}
     return out

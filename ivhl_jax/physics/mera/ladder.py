@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -239,7 +240,8 @@ def cold_start(stepper: Stepper, key: jax.Array, e0: float, steps_per_chunk: int
                          "delta_sigma": float(scaling_dimensions(state.mera, 2)[1]), "reason": reason})
         last = attempt == check.max_restarts
         log(f"MERA chi={chi}: stuck start (attempt {attempt}): {reason}; "
-            + ("keeping the best attempt" if last else f"re-initialising with key fold_in(key, {attempt + 1})"))
+            + ("keeping the best attempt (every start stalled: grow it from a smaller chi, mera.grow)" if last
+               else f"re-initialising with key fold_in(key, {attempt + 1})"))
     assert best is not None
     return best[1], best[2], restarts
 
@@ -260,9 +262,39 @@ def optimize(config: MERAConfig, steps: int, *, model: Model | None = None, key:
         with jax.enable_x64(True):
             st = evenbly_vidal(model, config)
             state, energies = trajectory(st, st.init(key=key, mera=mera), steps, observe=observe)
+
+    then, for a fresh start without a symmetry (``model.parity`` None: :func:`xx`, :func:`potts`, a
+    :func:`two_site` term without ``parity``) of a model with an exact energy, the checks of :class:`StuckCheck`
+    on its energy errors (:func:`stuck_warning`): one warning naming :func:`cold_start` and :func:`grow` when the
+    start stalled (nothing is re-run; :func:`cold_start` re-initialises).
     """
     t0 = time.perf_counter()
+    model = ising() if model is None else model
     with jax.enable_x64(True):
-        st = evenbly_vidal(ising() if model is None else model, config)
+        st = evenbly_vidal(model, config)
         state, energies = trajectory(st, st.init(key=key, mera=mera), steps, observe=observe)
-        return OptimizeResult(state.mera, np.asarray(energies), time.perf_counter() - t0)
+        out = OptimizeResult(state.mera, np.asarray(energies), time.perf_counter() - t0)
+    if mera is None and model.parity is None and model.e0 is not None:
+        msg = stuck_warning(out.energies - model.e0, f"mera.optimize ({model.name}, chi={config.top_chi})")
+        if msg is not None:
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+    return out
+
+
+def stuck_warning(errors: np.ndarray, what: str, check: StuckCheck | None = None) -> str | None:
+    """One line saying that the cold start whose energy errors per step are ``errors`` stalled by ``check``'s tests
+    (default :class:`StuckCheck`: at ``after`` steps, then every ``every`` while the error stays above
+    ``recheck_error``), naming the remedies; None when it did not (or ran fewer than ``check.after`` steps).
+
+    A flat error far above e₀ is either a stalled start (another key goes lower) or the limit of this χ; the
+    message says both."""
+    check = (check or StuckCheck()).validate()
+    err = np.asarray(errors, dtype=np.float64)
+    for at in check.checks(err.shape[0]):
+        reason = check.reason(err, at)
+        if reason is not None:
+            return (f"{what}: the start looks stuck: {reason} (a stalled start, or the limit of this chi): use "
+                    "mera.cold_start (re-initialises a stuck start) or grow from a smaller chi (mera.grow)")
+        if float(err[at - 1]) <= check.recheck_error:
+            return None
+    return None

@@ -27,12 +27,18 @@ E0_CRITICAL_POTTS = -(4.0 / 3.0 + 2.0 * math.sqrt(3.0) / math.pi)
 class Model(struct.PyTreeNode):
     """A chain H = Σ_i h(i, i+1): the two-site term ``term[a', b', a, b] = <a' b'| h |a b>`` (d, d, d, d), real
     and Hermitian (traced), with a name and, where known, the exact ground-state energy per site ``e0`` and the
-    central charge, the velocity of its excitations and scaling dimensions of its critical point (static)."""
+    central charge, the velocity of its excitations and scaling dimensions of its critical point (static).
+
+    ``parity``: a Z₂ symmetry of the chain, a real symmetric involution P (P² = 1, (d, d) as nested tuples) on one
+    spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.mera.evenbly_vidal` is made
+    symmetric under it (:func:`~ivhl_jax.physics.mera.init_mera`), which keeps the optimisation out of
+    symmetry-broken minima."""
 
     term: Any  # float64 NumPy when built from concrete values, an array in a trace
     name: str = struct.field(pytree_node=False, default="custom")
     e0: float | None = struct.field(pytree_node=False, default=None)
     cft: tuple = struct.field(pytree_node=False, default=())
+    parity: tuple | None = struct.field(pytree_node=False, default=None)
 
     @property
     def d(self) -> int:
@@ -46,11 +52,15 @@ class Model(struct.PyTreeNode):
         return bool(np.allclose(t, t.transpose(1, 0, 3, 2), atol=1e-12 * max(1.0, float(np.abs(t).max()))))
 
 
-def two_site(term: Any, name: str = "custom", e0: float | None = None) -> Model:
+def two_site(term: Any, name: str = "custom", e0: float | None = None, parity: Any = None) -> Model:
     """A model from a user's two-site term (d, d, d, d), ``term[a', b', a, b] = <a' b'| h |a b>``.
 
     Validated (ValueError/TypeError naming ``term``): four equal axes, d ≥ 2, finite, real (the sweep is
     real-valued: write a complex Hermitian term in a basis where it is real) and Hermitian to 1e-12.
+    ``parity``: optional Z₂ symmetry of the term, a real symmetric (d, d) involution P with [h, P ⊗ P] = 0
+    (checked to 1e-10; e.g. diag(1, −1) for a spin-flip symmetry along Z): the cold start is then symmetric
+    (:func:`~ivhl_jax.physics.mera.init_mera`). Without it the start is unsymmetric and may stall in a
+    symmetry-broken state: run it through :func:`~ivhl_jax.physics.mera.cold_start`.
     """
     if is_concrete(term):
         arr = np.asarray(term)
@@ -76,13 +86,34 @@ def two_site(term: Any, name: str = "custom", e0: float | None = None) -> Model:
         check_scalar(e0, "e0")
     # a concrete term stays a float64 NumPy array: building a model never starts JAX's backend (``ivhl sim mera``
     # pins XLA's host threads before that); blocked_terms casts it to the sweep's dtype
+    par = None
+    if parity is not None:
+        if not is_concrete(term):
+            raise ValueError("parity needs a concrete term (it is checked against it)")
+        par = _check_parity(parity, term)
     return Model(term=np.asarray(term, np.float64) if is_concrete(term) else term, name=str(name),
-                 e0=None if e0 is None else float(e0))
+                 e0=None if e0 is None else float(e0), parity=par)
+
+
+def _check_parity(parity: Any, term: Any) -> tuple:
+    """``parity`` (see :func:`two_site`) as nested tuples, after its checks against ``term``."""
+    t = np.asarray(term, np.float64)
+    d = t.shape[0]
+    p = np.asarray(parity, dtype=np.float64)
+    if p.shape != (d, d) or not np.all(np.isfinite(p)):
+        raise ValueError(f"parity must be a finite real ({d}, {d}) matrix acting on one spin, got shape {p.shape}")
+    if np.abs(p @ p - np.eye(d)).max() > 1e-10 or np.abs(p - p.T).max() > 1e-10:
+        raise ValueError("parity must be a real symmetric involution (P = P^T, P @ P = 1), e.g. diag(1, -1)")
+    pp, h = np.kron(p, p), t.reshape(d * d, d * d)
+    if np.abs(pp @ h - h @ pp).max() > 1e-10 * max(1.0, float(np.abs(h).max())):
+        raise ValueError("parity must commute with the term ([h, P (x) P] = 0): it is not a symmetry of this chain")
+    return tuple(tuple(float(x) for x in row) for row in p)
 
 
 _X = np.array([[0.0, 1.0], [1.0, 0.0]])
 _Z = np.diag([1.0, -1.0])
 _I2 = np.eye(2)
+_SPIN_FLIP = ((1.0, 0.0), (0.0, -1.0))  # Π Z_i: commutes with XX, YY and Z
 
 
 def _tfi_e0(g: float) -> float:
@@ -107,7 +138,8 @@ def ising(g: float = 1.0) -> Model:
     g = float(g)
     term = -np.kron(_X, _X) - 0.5 * g * (np.kron(_Z, _I2) + np.kron(_I2, _Z))
     return Model(term=term.reshape(2, 2, 2, 2), name=f"ising(g={g:g})",
-                 e0=E0_CRITICAL_ISING if g == 1.0 else _tfi_e0(g), cft=ISING_CFT if g == 1.0 else ())
+                 e0=E0_CRITICAL_ISING if g == 1.0 else _tfi_e0(g), cft=ISING_CFT if g == 1.0 else (),
+                 parity=_SPIN_FLIP)
 
 
 def xx() -> Model:
@@ -115,6 +147,8 @@ def xx() -> Model:
     Luttinger liquid)."""
     y_y = np.array([[0, 0, 0, -1], [0, 0, 1, 0], [0, 1, 0, 0], [-1, 0, 0, 0]], dtype=float)  # Y⊗Y (real)
     term = -0.25 * (np.kron(_X, _X) + y_y)
+    # no parity start: with Z2 charges fixed on every bond (⌈2χ/3⌉ even) its U(1) sectors converge worse than from
+    # the unsymmetric start (test_other_chains_converge_to_their_exact_energy)
     return Model(term=term.reshape(2, 2, 2, 2), name="xx", e0=E0_XX, cft=XX_CFT)
 
 
@@ -129,8 +163,18 @@ def potts(f: float = 1.0) -> Model:
     shift = np.roll(np.eye(3), 1, axis=0)
     site = -(shift + shift.T)
     term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
+    # no parity start: charge conjugation (a real Z2 of this basis) with fixed bond charges loses σ (Δ 0.085 and
+    # 0.84 instead of 2/15 twice); the unsymmetric start converges (test_other_chains_converge_to_their_exact_energy)
     return Model(term=term.reshape(3, 3, 3, 3), name=f"potts(f={f:g})",
                  e0=E0_CRITICAL_POTTS if f == 1.0 else None, cft=POTTS_CFT if f == 1.0 else ())
+
+
+def blocked_parity(model: Model) -> tuple | None:
+    """The model's parity on one blocked site (two spins), P ⊗ P as nested tuples (d², d²), or None."""
+    if model.parity is None:
+        return None
+    p = np.asarray(model.parity)
+    return tuple(tuple(float(x) for x in row) for row in np.kron(p, p))
 
 
 def check_model(model: Any, name: str = "model") -> Model:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.physics.mera.config import MERA, check_mera
+from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
 from ivhl_jax.physics.mera.superoperators import _T2
 from ivhl_jax.physics.tn import contract
 
@@ -47,13 +47,23 @@ def _scaling_superoperator(w: jax.Array, v: jax.Array | None) -> jax.Array:
 def scaling_dimensions(mera: MERA, num: int = 10) -> np.ndarray:
     """Scaling dimensions Δ = −log₄|λ| of the SI layer's two-layer one-site scaling superoperator S_v ∘ S_w
     (see :func:`scaling_superoperator`), sorted ascending; the identity gives Δ = 0 exactly (S is unital).
-    Returned as float64 NumPy (``num`` smallest)."""
-    check_scalar(num, "num", integer=True, minimum=1)
+    Returned as float64 NumPy (``num`` smallest); the identity's Δ, ±1e-16 from rounding (printed −0.000 when
+    negative), is returned as 0.0 (every |Δ| < 1e-12). Needs ``jax.enable_x64``
+    (:func:`~ivhl_jax.physics.mera.config.require_x64`)."""
+    check_scalar(num, "num", integer=True, minimum=1)  # the arguments first, then the precision rule
+    require_x64("mera.scaling_dimensions")
     num = int(num)
     _, w, v = check_mera(mera).layer(mera.num_layers - 1)
     ev = np.linalg.eigvals(np.asarray(scaling_superoperator(w, v), dtype=np.float64))
     mag = np.sort(np.abs(ev))[::-1]
-    return (-0.5 * np.log2(np.maximum(mag, 1e-300)))[:num]
+    return _no_negative_zero(-0.5 * np.log2(np.maximum(mag, 1e-300)))[:num]
+
+
+def _no_negative_zero(x: np.ndarray) -> np.ndarray:
+    """``x`` with every |x| < 1e-12 (the identity's Δ = 0 up to rounding, of either sign) as +0.0, so it prints
+    as 0 (never −0.000)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.abs(x) < 1e-12, 0.0, x)
 
 
 
@@ -92,6 +102,7 @@ def two_site_scaling_dimensions(mera: MERA, num: int = 12) -> tuple[np.ndarray, 
     −1 odd under o[a', b', a, b] → o[b', a', b, a]; 0 where a degenerate pair mixes both). Call inside
     ``jax.enable_x64(True)``."""
     check_scalar(num, "num", integer=True, minimum=1)
+    require_x64("mera.scaling.two_site_scaling_dimensions")
     matvec = two_site_scaling_superoperator(mera)
     chi = int(check_mera(mera).chi)
     n = chi**4
@@ -106,7 +117,7 @@ def two_site_scaling_dimensions(mera: MERA, num: int = 12) -> tuple[np.ndarray, 
         vals, vecs = eigs(op, k=k, which="LM", tol=1e-12, ncv=max(2 * k + 1, 40))
     order = np.argsort(-np.abs(vals))[:k]
     vals, vecs = vals[order], vecs[:, order]
-    dims = -np.log2(np.maximum(np.abs(vals), 1e-300))
+    dims = _no_negative_zero(-np.log2(np.maximum(np.abs(vals), 1e-300)))
     parity = np.zeros(len(dims))
     for i in range(len(dims)):
         x = vecs[:, i].reshape((chi,) * 4)

@@ -9,8 +9,8 @@ definite so that every such update lowers the energy (E is concave in x̄). The 
 Hamiltonian ascended through the transitional layers (as in Evenbly's mainVarMERA).
 
 The energy per physical site is (⟨ρ_AB,h_AB⟩ + ⟨ρ_BA,h_BA⟩)/4 at the bottom (a unit cell of two blocked sites holds
-four spins). All routines are real-valued; run them in float64 (``with jax.enable_x64(True):``) for accuracies
-below ~1e-5 per site.
+four spins). All routines are real-valued and run in float64 (``with jax.enable_x64(True):``, which every MERA
+entry point asks for); float32 sweeps (``policy="f32"``) stop improving near 1e-5 per site.
 
 Run sweeps with the stepper::
 
@@ -32,8 +32,17 @@ from flax import struct
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.physics.mera.config import MERA, Layer, MERAConfig, cast_mera, check_mera, init_mera
-from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
+from ivhl_jax.physics.mera.config import (
+    MERA,
+    Layer,
+    MERAConfig,
+    cast_mera,
+    check_mera,
+    init_mera,
+    precision_dtype,
+    require_x64,
+)
+from ivhl_jax.physics.mera.models import Model, blocked_parity, blocked_terms, check_model
 from ivhl_jax.physics.mera.superoperators import (
     _as_matrix,
     _ascend_raw,
@@ -165,7 +174,8 @@ def _bias(h: jax.Array) -> jax.Array:
 
 def energy_per_site(mera: MERA, h: tuple[jax.Array, jax.Array]) -> jax.Array:
     """Energy per physical site (each blocked site holds 2 spins): (⟨ρ_AB,h_AB⟩ + ⟨ρ_BA,h_BA⟩)/4 at the bottom."""
-    _check_ops(h, "h", check_mera(mera).layer(0))
+    _check_ops(h, "h", check_mera(mera).layer(0))  # the arguments first, then the precision rule
+    require_x64("mera.energy_per_site")
     rho = (mera.rho_ab, mera.rho_ba)
     for z in reversed(range(mera.num_layers - 1)):
         rho = descend(rho, mera.layer(z))
@@ -235,6 +245,7 @@ class SweepParams(struct.PyTreeNode):
 
     h: tuple[jax.Array, jax.Array]
     config: MERAConfig = struct.field(pytree_node=False)
+    parity: tuple | None = struct.field(pytree_node=False, default=None)  # the model's, on a blocked site
 
 
 class MERAState(struct.PyTreeNode):
@@ -256,7 +267,7 @@ def _ev_init(params: SweepParams, key: jax.Array | None = None, mera: MERA | Non
     d = int(params.h[0].shape[0])
     if mera is None:
         # drawn in the default float (float64 under x64) and cast, so a seed gives the same start in every dtype
-        mera = init_mera(jax.random.key(0) if key is None else key, params.config, d=d)
+        mera = init_mera(jax.random.key(0) if key is None else key, params.config, d=d, parity=params.parity)
     else:
         check_mera(mera)
         if mera.d != d:
@@ -273,15 +284,17 @@ def observe(state: MERAState, params: SweepParams) -> jax.Array:
     return state.energy
 
 
-def evenbly_vidal(model: Model, config: MERAConfig, *, dtype: Any = None) -> Stepper[MERAState, SweepParams]:
+def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> Stepper[MERAState, SweepParams]:
     """Stepper for the Evenbly–Vidal optimisation of ``model`` (:func:`ising`, :func:`xx`, :func:`potts`,
     :func:`two_site`): ``step`` is one :func:`sweep` with ``config``'s settings on the model's blocked terms
-    (d² sites), ``init(key=None, mera=None)`` a fresh MERA (or the given one, cast to the sweep's dtype).
+    (d² sites), ``init(key=None, mera=None)`` a fresh MERA (symmetric under the model's ``parity``, see
+    :func:`init_mera`) or the given one, cast to the sweep's dtype.
 
-    ``dtype``: of the sweep (default: the default float, float64 under ``jax.enable_x64``; float32 for fast early
-    sweeps, see :func:`precision_dtype`). Checks here: the model (a pair or an array is refused, naming
-    ``model``), bond dimensions every layer can carry on d² sites (naming ``chi``/``chi_mid``), and
-    ``config.refsym`` only for a reflection-symmetric term.
+    ``policy``: the precision of the sweep (:func:`precision_dtype`): None or ``"f64"`` (the default) float64,
+    which needs ``jax.enable_x64`` (a RuntimeError says so, as every MERA entry point does); ``"f32"`` float32
+    for fast early sweeps of a ladder (they stop improving near an energy error of 1e-5). Checks here: the model
+    (a pair or an array is refused, naming ``model``), bond dimensions every layer can carry on d² sites (naming
+    ``chi``/``chi_mid``), and ``config.refsym`` only for a reflection-symmetric term.
     """
     model = check_model(model)
     if not isinstance(config, MERAConfig):
@@ -291,14 +304,13 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, dtype: Any = None) -> Ste
     if config.refsym and not model.reflection_symmetric:
         raise ValueError(f"config.refsym=True needs a reflection-symmetric term (h(a, b) = h(b, a)); {model.name}'s "
                          "is not: pass MERAConfig(refsym=False)")
-    if config.symmetry is not None:  # block-sparse symmetric tensors
+    dtype = precision_dtype(policy)
+    if config.symmetry is not None:  # block-sparse symmetric tensors (checks its arguments, then the precision)
         from ivhl_jax.physics.mera.symmetric import evenbly_vidal_symmetric
 
         return evenbly_vidal_symmetric(model, config, dtype=dtype)
-    if dtype is not None:
-        dt = jnp.dtype(dtype)
-        if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
-            raise ValueError(f"dtype must be float32 or float64 (the SVD updates need >= 24 mantissa bits), got {dt}")
+    if dtype == jnp.float64:
+        require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = blocked_terms(model, dtype)
-    return Stepper(step_fn=_ev_step, params=SweepParams(h=h, config=config), init_fn=_ev_init,
-                   name="mera.evenbly_vidal")
+    return Stepper(step_fn=_ev_step, params=SweepParams(h=h, config=config, parity=blocked_parity(model)),
+                   init_fn=_ev_init, name="mera.evenbly_vidal")

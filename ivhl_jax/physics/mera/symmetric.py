@@ -36,7 +36,7 @@ from flax import struct
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics.mera.config import MERA, MERAConfig
+from ivhl_jax.physics.mera.config import MERA, MERAConfig, require_x64
 from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
 from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
 from ivhl_jax.physics.mera.sweep import ENVIRONMENT_DIAGRAMS, MERAState
@@ -533,6 +533,8 @@ def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, dtype: Any = No
         raise TypeError(f"config.symmetry must be a mera.Symmetry, got {type(sym).__name__}")
     check_commutes(model, sym)
     layer_legs(model, config)
+    if jnp.dtype(dtype) == jnp.float64:
+        require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = symmetric_terms(model, sym, dtype)
     return Stepper(step_fn=_step, params=SymmetricSweepParams(h=h, config=config, model=model), init_fn=_init,
                    name="mera.evenbly_vidal[symmetric]")

@@ -1,0 +1,107 @@
+"""Before/after timings of the range-checked sincos and the GP default step, interleaved in one process.
+
+    python -m bench.studies.defaults_fields_gp --against REV --rounds 21 --out bench/results/fields_gp_defaults_cpu.json
+
+loads ``ivhl_jax/numerics/fastmath.py`` and ``ivhl_jax/numerics/splitstep.py`` of ``<rev>`` (``git show``) next to
+the current ones and times, in interleaved rounds (``bench.harness.interleaved_rounds``):
+
+* ``point_source_sum`` (the kernel of ``fields.superpose``) at 8192 × 50 and 65536 × 256, default block size;
+* the GP real-time multi-step path (``condensate.strang`` default: range-checked kicks, norm restored per block)
+  against ``<rev>``'s ``strang_run`` with its sincos, on 1D 4096, 2D 256² and 3D 64³ (g = 100, dt = 1e-3).
+
+Reports per-round ratios new/old (median and quartiles) and the largest difference of the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import tempfile
+
+import jax
+import numpy as np
+
+from bench.harness import interleaved_rounds
+from ivhl_jax.numerics import fastmath as new_fm
+from ivhl_jax.physics import condensate as C
+from ivhl_jax.physics import fields
+from ivhl_jax.physics.condensate import stepper as S
+
+
+def _load(rev: str, path: str, name: str, tmp: str):
+    src = subprocess.run(["git", "show", f"{rev}:{path}"], check=True, capture_output=True, text=True).stdout
+    file = os.path.join(tmp, f"{name}.py")
+    with open(file, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(name, file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _quartiles(r: np.ndarray) -> dict:
+    q1, q2, q3 = np.percentile(r, [25, 50, 75])
+    return {"median": float(q2), "q1": float(q1), "q3": float(q3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", required=True)
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    old_fm = _load(a.against, "ivhl_jax/numerics/fastmath.py", "fastmath_before", tmp)
+    old_ss = _load(a.against, "ivhl_jax/numerics/splitstep.py", "splitstep_before", tmp)
+    old_ss.sincos = old_fm.sincos
+    calls, meta = {}, {}
+    rng = np.random.default_rng(0)
+    for n, m in ((8192, 50), (65536, 256)):
+        pts = jax.numpy.asarray(rng.uniform(-2, 2, (n, 3)), jax.numpy.float32)
+        src = fields.helix_sources(m)
+        amp = jax.numpy.ones(m, jax.numpy.float32)
+        k = jax.numpy.full(m, 8.0, jax.numpy.float32)
+        th = jax.numpy.asarray(rng.uniform(-1, 1, m) - 24.0, jax.numpy.float32)
+        chunk = fields._default_chunk(m)
+        outs = {}
+        for tag, mod in (("old", old_fm), ("new", new_fm)):
+            f = jax.jit(lambda *x, mod=mod, chunk=chunk: mod.point_source_sum(*x, 0.1, chunk=chunk))
+            args = (pts, src, amp, k, th)
+            outs[tag] = np.asarray(jax.block_until_ready(f(*args))[0])
+            calls[f"superpose {n}x{m} {tag}"] = lambda f=f, args=args: jax.block_until_ready(f(*args))
+        meta[f"superpose {n}x{m}"] = {"max_abs_diff_re": float(np.abs(outs["new"] - outs["old"]).max())}
+    for shape, length, steps in (((4096,), 200.0, 200), ((256, 256), 20.0, 40), ((64, 64, 64), 20.0, 10)):
+        grid = C.Grid.uniform(shape, length)
+        system = C.GPSystem(grid, C.harmonic(grid), 100.0)
+        st = C.strang(system, 1e-3)
+        psi = st.init(C.gaussian(grid, 1.0))
+
+        def old_run(q, p, n=steps):
+            return old_ss.strang_run(q, S._local_energy(p.system), lambda x: S._kinetic(
+                x, p.plan, p.system.grid.ndim, p.system.fft, p.system.layout), p.plan.dt, n)
+
+        f_old = jax.jit(old_run)
+        f_new = jax.jit(lambda q, p, n=steps: S._run(q, p, n))
+        for tag, f in (("old", f_old), ("new", f_new)):
+            jax.block_until_ready(f(psi, st.params))
+            calls[f"gp {shape} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))
+        meta[f"gp {shape}"] = {"steps_per_call": steps}
+    wall, _ = interleaved_rounds(calls, a.rounds)
+    res = {}
+    for key in meta:
+        o, w = np.asarray(wall[f"{key} old"]), np.asarray(wall[f"{key} new"])
+        res[key] = {"old_median_s": float(np.median(o)), "new_median_s": float(np.median(w)),
+                    "ratio_new_over_old_per_round": _quartiles(w / o), **meta[key]}
+        print(key, res[key], flush=True)
+    from ivhl_jax.bench.harness import write_results
+
+    doc = {"against": a.against, "rounds": a.rounds,
+           "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
+           "results": res}
+    if a.out:
+        write_results(a.out, doc)
+
+if __name__ == "__main__":
+    main()
