@@ -75,7 +75,7 @@ def test_presets_and_unknown_name():
     with pytest.raises(ValueError, match=r"policy='f17'.*pure_bf16"):
         F.superpose(np.zeros((2, 3)), np.ones((1, 3)), policy="f17")
     with pytest.raises(TypeError, match="policy must be a preset name"):
-        precision.physics_policy(32)  # type: ignore[arg-type]  # the wrong type on purpose
+        precision.physics_policy(32, like=())  # type: ignore[arg-type]  # the wrong type on purpose
 
 
 def test_float64_policy_without_x64_is_an_error_not_a_float32_run():
@@ -117,3 +117,25 @@ def test_default_policy_is_the_inputs_dtype_everywhere():
     none, explicit = gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3))), gru.gru_step(
         p, jnp.zeros((2, 4)), jnp.ones((2, 3)), policy="f32")
     assert none.dtype == jnp.float32 and np.array_equal(none, explicit)
+
+
+def test_physics_kernels_default_policy_is_the_explicit_policy_of_the_inputs_dtype():
+    """policy=None and the explicit policy of the inputs' dtype run the same path: same dtype, same bits."""
+    rng = np.random.default_rng(0)
+    for preset, dt in (("f32", np.float32), ("f64", np.float64)):
+        with jax.enable_x64(preset == "f64"):
+            pts, src = rng.normal(size=(30, 3)).astype(dt), rng.normal(size=(3, 3)).astype(dt)
+            for a, b in ((F.superpose(pts, src, wavenumbers=2.0, policy=p) for p in (None, preset)),
+                         (F.vortex(pts, src[:2], [1, -2], core_size=0.3, policy=p) for p in (None, preset))):
+                assert a.dtype == b.dtype == jnp.result_type(dt, jnp.complex64) and np.array_equal(a, b)
+            grid = C.Grid.uniform(32, 8.0)
+            system = C.GPSystem(grid, jnp.asarray(C.harmonic(grid), dt), 1.0)
+            psi = C.gaussian(grid, 1.0, dtype=system.complex_dtype)
+            a, b = (C.evolve(psi, system, 1e-3, 5, policy=p)[0] for p in (None, preset))
+            assert a.dtype == b.dtype == system.complex_dtype and np.array_equal(a, b)
+            cd = jnp.result_type(dt, jnp.complex64)
+            phi = jnp.ones((6, 6), cd) + 0.1 * jnp.asarray(rng.normal(size=(6, 6)), cd)
+            a, b = (G.gft_evolve(phi, G.GFTSystem((6, 6)), 0.05, 5, policy=p)[0] for p in (None, preset))
+            assert a.dtype == b.dtype == cd and np.array_equal(a, b)
+    with pytest.raises(TypeError, match="dtype must be complex"):
+        G.strang(G.GFTSystem((6, 6)), 0.05, dtype=jnp.float32)
