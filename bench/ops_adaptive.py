@@ -2,10 +2,10 @@
 forward, backward, clipped Adam) vs vectorised PyTorch eager and ``torch.compile`` implementations of the
 same equations and the same sampling algorithm (per-sample scheduler, proper log-probability policy, one
 uniform per node + inverse CDF for the phase draw, explicit initial state per batch),
-plus the seed's MLP reference (128-256-128-10, Adam).
+plus an MLP baseline (128-256-128-10, Adam).
 
 One call = ``steps`` optimiser steps at batch 32, so throughput = steps x 32 / median time per call.
-Sizes: small 20 steps, medium 100, large 400, extreme 1000 (the seed configuration N=100, H=64,
+Sizes: small 20 steps, medium 100, large 400, extreme 1000 (the default configuration N=100, H=64,
 D=784, C=10 at every size; only the chunk length changes).
 """
 
@@ -41,7 +41,7 @@ def _scan_case(op: str, size: str, loss_fn, params, opt, get_batch, peers: dict,
 
 def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, seed: int = 0):
     """Builder of a PyTorch training loop of the same equations (vectorised over batch and nodes)."""
-    if (cfg.seed_compat or cfg.temperature != 1.0 or not 0.0 < cfg.exploration_rate < 1.0
+    if (cfg.softmax_of_probabilities or cfg.temperature != 1.0 or not 0.0 < cfg.exploration_rate < 1.0
             or cfg.scheduler != "per_sample"):
         raise ValueError("the torch peer implements the per-sample scheduler, proper policy, T = 1, 0 < eps < 1")
 
@@ -166,16 +166,17 @@ def adaptive_train(size: str) -> BenchCase:
     peers = {"torch_eager": _torch_adaptive(steps, False, cfg), "torch_compile": _torch_adaptive(steps, True, cfg)}
     return _scan_case("adaptive_train", size, loss_fn, params, opt, get_batch, peers,
                       {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "per_sample", "optimizer": "adam+clip1"},
-                      "seed configuration; each batch starts from the explicit initial state (h=0, E=10); "
-                      "seed reference: 246 ms/step = 130 samples/s (PyTorch, Python scheduler loop)")
+                      "N=100, H=64, D=784; each batch starts from the explicit initial state (h=0, E=10); "
+                      "the reference PyTorch model: 246 ms/step = 130 samples/s (Python scheduler loop)")
 
 
-def adaptive_train_seedcompat(size: str) -> BenchCase:
-    cfg = adaptive.AdaptiveConfig.seed()
+def adaptive_train_reference(size: str) -> BenchCase:
+    cfg = adaptive.AdaptiveConfig.reference()
     loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg, batch_size=BATCH)
-    return _scan_case("adaptive_train_seedcompat", size, loss_fn, params, opt, get_batch, {},
-                      {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "shared (seed chain)",
-                       "optimizer": "adam+clip1"}, "the seed's batch-shared decision chain (lax.scan over rows)")
+    return _scan_case("adaptive_train_reference", size, loss_fn, params, opt, get_batch, {},
+                      {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "shared (decision chain)",
+                       "optimizer": "adam+clip1"},
+                      "AdaptiveConfig.reference(): the batch-shared decision chain (lax.scan over rows)")
 
 
 def mlp_train(size: str) -> BenchCase:
@@ -184,15 +185,15 @@ def mlp_train(size: str) -> BenchCase:
     peers = {"torch_eager": _torch_mlp(steps, False), "torch_compile": _torch_mlp(steps, True)}
     return _scan_case("mlp_train", size, loss_fn, params, opt, get_batch, peers,
                       {"layers": [128, 256, 128, 10], "optimizer": "adam"},
-                      "the seed's Phase-0 reference: 1.595 ms/batch, 20,240 samples/s (4-CPU runner)")
+                      "the reference PyTorch MLP baseline: 1.595 ms/batch, 20,240 samples/s (4-CPU runner)")
 
 
-OPS: dict[str, Any] = {"adaptive_train": adaptive_train, "adaptive_train_seedcompat": adaptive_train_seedcompat,
+OPS: dict[str, Any] = {"adaptive_train": adaptive_train, "adaptive_train_reference": adaptive_train_reference,
                        "mlp_train": mlp_train}
 
 
 def gpu_check(quick: bool) -> dict[str, Any]:
-    """The adaptive section of ``bench/gpu_checks.py``: the fused training chunk at the seed configuration, no peers.
+    """The adaptive section of ``bench/gpu_checks.py``: the fused training chunk at N=100, H=64, D=784, no peers.
 
     ``quick``: size ``small`` (20 steps per call), 3 repeats, seconds on a CPU; otherwise ``large`` (400 steps),
     7 repeats. Returns ``{"record": <harness record>, "summary": {"size", "samples_per_s", "compile_s"}}``.

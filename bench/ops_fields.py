@@ -1,6 +1,6 @@
 """Benchmarks of the wave-field kernels: ``superpose`` and the fast ``sincos``.
 
-``superpose`` is the seed's field-superposition benchmark (points X ~ N(0, I) in 3-D, sources
+``superpose`` is the field-superposition benchmark (points X ~ N(0, I) in 3-D, sources
 S ~ N(0, 0.25 I), A = 1, k = 1, ω = 1, φ = 0, t = 0, softening ε = 0.1), i.e.
 
     ψ_n = Σ_j A_j e^{i(k_j r_nj − ω_j t + φ_j)} / (r_nj + ε),
@@ -21,7 +21,7 @@ from ivhl_jax.bench.harness import BenchCase
 from ivhl_jax.bench.tune import cost_record
 from ivhl_jax.core import backend
 
-# (points N, sources M) per size: the seed benchmark's sizes.
+# (points N, sources M) per size.
 SUPERPOSE_SIZES = {"small": (512, 10), "medium": (2048, 20), "large": (8192, 50), "extreme": (32768, 100)}
 # elements per call for the sincos micro-benchmark.
 SINCOS_SIZES = {"small": 1 << 16, "medium": 1 << 20, "large": 1 << 22, "extreme": 1 << 24}

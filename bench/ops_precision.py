@@ -12,7 +12,7 @@ size, chosen to run in seconds):
 * ``vortex``: :func:`~ivhl_jax.physics.fields.vortex`, a 128² grid, 4 vortices of charge ±1, ±2;
 * ``gp``: 100 real-time Strang steps (:func:`~ivhl_jax.physics.condensate.evolve`), 1-D 4096 points;
 * ``gft``: 20 Strang steps (:func:`~ivhl_jax.physics.gft.gft_evolve`), 16³ lattice;
-* ``adaptive``: 5 steps of the seed adaptive-node model (N = 100, H = 64, D = 784), batch 32;
+* ``adaptive``: 5 steps of the adaptive-node model (N = 100, H = 64, D = 784), batch 32;
 * ``gru``: :func:`~ivhl_jax.nn.gru.gru_scan`, T = 50, batch 64, D = 32, H = 128.
 
 A policy a kernel rejects (bf16 for the complex split-step solvers) is recorded with its error

@@ -1,4 +1,4 @@
-"""The profiler's two reference workloads (the seed's Phase-0 MLP and the adaptive-node model) and the
+"""The profiler's two reference workloads (an MLP 128-256-128-10 and the adaptive-node model) and the
 ``baseline.json`` writer: ``python -m ivhl_jax.bench.workloads --out bench/results/baseline.json``."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ __all__ = ["mlp_workload", "adaptive_workload", "run_baseline"]
 
 
 def mlp_workload(batch_size: int = 32, sizes: tuple[int, ...] = (128, 256, 128, 10), seed: int = 0):
-    """The seed's Phase-0 reference: MLP 128-256-128-10 (67,210 params), Adam 1e-3, CE, random data.
+    """MLP 128-256-128-10 (67,210 params), Adam 1e-3, CE, random data: the reference model's MLP baseline.
 
     Returns (loss_fn, params, optimizer, get_batch)."""
     keys = jax.random.split(jax.random.key(seed), len(sizes))
@@ -44,9 +44,10 @@ def mlp_workload(batch_size: int = 32, sizes: tuple[int, ...] = (128, 256, 128, 
 
 
 def adaptive_workload(cfg: Any = None, batch_size: int = 32, n_examples: int = 8000, seed: int = 0):
-    """The seed's adaptive profile: N=100, H=64, D=784, C=10, Adam 1e-3 with global-norm clip 1.0, CE,
-    the seed's synthetic prototype data (preloaded, pre-shuffled, sliced per step by ``Batcher``). Each batch starts
-    from an explicit initial node state. Returns (loss_fn, params, optimizer, get_batch, cfg)."""
+    """Adaptive-node training profile: N=100, H=64, D=784, C=10, Adam 1e-3 with global-norm clip 1.0, CE,
+    synthetic prototype data (C class prototypes ~ N(0, I_D), a sample is its prototype plus 0.1 N(0, I) noise;
+    preloaded, pre-shuffled, sliced per step by ``Batcher``). Each batch starts from an explicit initial node
+    state. Returns (loss_fn, params, optimizer, get_batch, cfg)."""
     from ivhl_jax.nn import adaptive
     from ivhl_jax.train.data import Batcher
 
@@ -73,15 +74,15 @@ def adaptive_workload(cfg: Any = None, batch_size: int = 32, n_examples: int = 8
 
 def run_baseline(path: str, *, num_batches: int = 20, warmup: int = 3, fused_chunk: int = 200,
                  trace_dir: str | None = None, include_mlp: bool = True, command: str | None = None) -> str:
-    """Profile the adaptive model (seed config, per-sample and seed-compat schedulers) and the MLP reference;
+    """Profile the adaptive model (N=100, H=64, D=784; per-sample and reference schedulers) and the MLP;
     write ``baseline.json``. Returns the path."""
     from ivhl_jax.bench.harness import write_results
     from ivhl_jax.nn import adaptive
 
     runs = []
     for label, cfg in (("adaptive per_sample (N=100,H=64,D=784,B=32)", adaptive.AdaptiveConfig()),
-                       ("adaptive seed_compat shared scheduler (N=100,H=64,D=784,B=32)",
-                        adaptive.AdaptiveConfig.seed())):
+                       ("adaptive reference: shared scheduler, softmax of probabilities (N=100,H=64,D=784,B=32)",
+                        adaptive.AdaptiveConfig.reference())):
         loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg)
         runs.append(profile_training(loss_fn, params, opt, get_batch, batch_size=32, num_batches=num_batches,
                                      warmup=warmup, fused_chunk=fused_chunk, trace_dir=trace_dir, label=label))
@@ -91,9 +92,11 @@ def run_baseline(path: str, *, num_batches: int = 20, warmup: int = 3, fused_chu
         runs.append(profile_training(loss_fn, params, opt, get_batch, batch_size=32, num_batches=num_batches,
                                      warmup=warmup, fused_chunk=fused_chunk, label="mlp 128-256-128-10 (B=32)"))
     doc = baseline_document(runs)
-    doc["seed_reference"] = {"adaptive_step_ms": 246.13, "adaptive_samples_per_sec": 130.0,
-                             "mlp_batch_latency_ms": 1.595, "mlp_samples_per_sec": 20240.0,
-                             "source": "shared/reference/adaptive_seed_model.md section 8 (4-CPU runner, torch 2.8)"}
+    doc["reference_model"] = {"adaptive_step_ms": 246.13, "adaptive_samples_per_sec": 130.0,
+                              "mlp_batch_latency_ms": 1.595, "mlp_samples_per_sec": 20240.0,
+                              "source": "the reference PyTorch package adaptiveneuralnetwork "
+                                        "(github.com/V1B3hR/adaptiveneuralnetwork): its committed profiling "
+                                        "baseline (4-CPU runner, torch 2.8)"}
     return write_results(path, doc, command=command)
 
 

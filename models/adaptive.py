@@ -1,11 +1,11 @@
 """Flax module and losses for the adaptive-node classifier (equations in :mod:`ivhl_jax.nn.adaptive`).
 
-``AdaptiveModel(config)`` owns the parameters (PyTorch ``nn.Linear`` initialisation, as the seed)
+``AdaptiveModel(config)`` owns the parameters (PyTorch's ``nn.Linear`` initialisation)
 and is a thin shell over the pure functions: ``model.apply(variables, x, state, key)`` returns
 ``(logits, new_state, outputs)``. The node state is never stored on the module; the caller passes
 an explicit initial state (:func:`ivhl_jax.nn.adaptive.init_state`) for each sequence.
 
-Default parameter count for the seed configuration (D=784, H=64, N=100, C=10): 55,482.
+Default parameter count (D=784, H=64, N=100, C=10): 55,482.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def make_classification_loss(model: AdaptiveModel, *, carry_state: bool) -> Call
     """A ``loss_fn(params, batch, key, extra)`` for :func:`ivhl_jax.train.training.make_train_step`.
 
     ``batch = (x [B,D], y [B] int)``; the loss is mean softmax cross-entropy on integer labels.
-    ``extra`` is a :class:`NodeState` of batch B. With ``carry_state`` (the seed's semantics, whose
-    time axis is the sequence of batches) it is the initial state of this batch, detached from the
+    ``extra`` is a :class:`NodeState` of batch B. With ``carry_state`` (the reference model's semantics,
+    whose time axis is the sequence of batches) it is the initial state of this batch, detached from the
     previous one; otherwise every batch starts from :func:`ivhl_jax.nn.adaptive.init_state` (an
     explicit initial state per sample) and ``extra`` only records the last state for monitoring.
     The returned ``new_extra`` is the final node state, detached.

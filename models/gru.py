@@ -1,8 +1,8 @@
 """GRU trajectory predictor: a Flax module over :func:`ivhl_jax.nn.gru.recurrence` with a bounded delta head.
 
-``TrajectoryGRU(hidden, layers)`` maps a sequence of 2-D positions ``p [T, B, 2]`` to predicted next
-positions ``p_t + 0.5 tanh(W h_t + b) * step_scale`` (the seed's "tanh x 0.5 delta head"). Stacked
-layers feed each layer's hidden sequence to the next; every layer uses the torch/Flax GRU convention
+``TrajectoryGRU(hidden, layers)`` maps a sequence of 2-D positions ``p [T, B, 2]`` to predicted next positions
+``p_t + 0.5 tanh(W h_t + b) * step_scale`` (a bounded delta head: each step moves at most ``0.5 step_scale`` per
+axis). Stacked layers feed each layer's hidden sequence to the next; every layer uses the torch/Flax GRU convention
 (or Cho-2014 with ``variant="cho"``).
 """
 

@@ -44,7 +44,6 @@ import functools
 import math
 import os
 import time
-from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -87,9 +86,6 @@ class CDTConfig:
     origins: int = option(8, "BFS origins per chain for the sphere volumes")
     curvature_deltas: int = option(0, "the Ricci curvature is measured for delta = 1..this; 0: automatic")
     curvature_samples: int = option(8, "point pairs per delta and chain for the Ricci curvature")
-
-    # renamed keys (one vocabulary, steps/save_every): refused with the new name
-    RENAMED_KEYS: ClassVar[dict[str, str]] = {"sweeps": "steps", "measure_every": "save_every"}
 
     def validate(self) -> None:
         """Every value checked before any work (one line each): the config, then the stepper's own builder."""
@@ -266,8 +262,6 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
 
         with open(therm_path) as f:
             therm = json.load(f)
-        if "steps" not in therm and "sweeps" in therm:  # a run folder written under the renamed key
-            therm["steps"] = therm.pop("sweeps")
     else:
         chains, therm = thermalise(cfg, stepper, chains, d, progress)
         write_json(therm_path, therm)

@@ -32,7 +32,6 @@ import functools
 import os
 import sys
 from collections.abc import Sequence
-from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -83,9 +82,6 @@ class HolographyConfig:
     checkpoint_every: int = option(8, "steps between checkpoints (a multiple of steps_per_chunk)")
     seed: int = option(0, "seed of the wavenumber spread and random phases")
 
-    # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
-    RENAMED_KEYS: ClassVar[dict[str, str]] = {"n_steps": "steps"}
-
     def validate(self) -> None:
         def need(ok: bool, msg: str) -> None:
             if not ok:
@@ -133,7 +129,7 @@ def build_params(cfg: HolographyConfig) -> fields.WaveParams:
     k = k0 * (1.0 + cfg.frequency_spread * rng.uniform(-1.0, 1.0, cfg.n_sources))
     if cfg.phase_pattern == "zero":
         ph = np.zeros(cfg.n_sources)
-    elif cfg.phase_pattern == "alternating":  # the seed project's alternating π "polarity"
+    elif cfg.phase_pattern == "alternating":  # alternating π "polarity": sources 0, π, 0, π, ...
         ph = np.pi * (np.arange(cfg.n_sources) % 2)
     else:
         ph = rng.uniform(-np.pi, np.pi, cfg.n_sources)

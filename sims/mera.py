@@ -42,7 +42,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -68,10 +68,7 @@ ONE_CORE_MAX_CHI = 12
 @dataclasses.dataclass(frozen=True)
 class MERASimConfig:
     """Run configuration (TOML/JSON keys; ``--set key=value``; lists as ``--set chis=4,6,8``). One step is one
-    Evenbly–Vidal sweep; the old keys ``sweeps``/``sweeps_per_chunk`` are refused with one line naming the new ones
-    (``RENAMED_KEYS``, :func:`ivhl_jax.run.config.renamed_keys`)."""
-
-    RENAMED_KEYS: ClassVar[dict[str, str]] = {"sweeps": "steps", "sweeps_per_chunk": "steps_per_chunk"}
+    Evenbly–Vidal sweep."""
 
     model: str = option("ising", '"ising", "xx", "potts" or "custom" (the two-site term in term_file)')
     g: float = option(1.0, "transverse field of the Ising chain / f of the Potts chain (1: critical)")

@@ -3,7 +3,7 @@
 Datasets that need no download: ``digits`` (the 8x8 handwritten digits shipped with the package,
 :func:`ivhl_jax.train.digits.load_digits`, the same data as scikit-learn's; 1797 samples, 64 features,
 standardised with training-set statistics; deterministic split by ``ivhl_jax.train.data.train_test_split``)
-and ``synthetic`` (the seed's prototype set: 10 class prototypes ~ N(0, I_D); a sample is its
+and ``synthetic`` (a prototype set: 10 class prototypes ~ N(0, I_D); a sample is its
 prototype plus 0.1 N(0, I) noise, 0.05 for the test set; 80/20 split; our own numpy seed).
 
 The whole loop is jitted: one ``advance`` call runs ``steps_per_chunk`` optimiser steps under ``lax.scan``
@@ -12,11 +12,11 @@ state), then evaluates the test set. ``ivhl_jax.run.runner.run_chunked`` drives 
 progress and writes Orbax checkpoints of the TrainState (params, Adam state, key, step, node state)
 from which a run resumes bit-exactly.
 
-Model presets (``preset``): ``seed`` (shared batch scheduler, softmax-of-probabilities policy,
-activity readout, state carried across batches), ``improved`` (see ``AdaptiveConfig.improved``;
-explicit initial state per sample), ``plain`` (AdaptiveConfig defaults). Any ``model.*`` value that
-differs from the AdaptiveConfig default overrides the preset; ``input_dim``/``output_dim`` are set
-from the dataset.
+Model presets (``preset``): ``reference`` (``AdaptiveConfig.reference``: the reference PyTorch model's batch-shared
+scheduler, softmax-of-probabilities policy, activity readout, state carried across batches), ``improved`` (see
+``AdaptiveConfig.improved``; explicit initial state per sample), ``plain`` (AdaptiveConfig defaults). Any
+``model.*`` value that differs from the AdaptiveConfig default overrides the preset; ``input_dim``/``output_dim``
+are set from the dataset.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -48,10 +48,10 @@ from ivhl_jax.train.digits import load_digits
 
 @dataclasses.dataclass(frozen=True)
 class TrainAdaptiveConfig:
-    dataset: str = option("digits", '"digits" (8x8 handwritten digits, shipped) or "synthetic" (seed prototypes)')
-    preset: str = option("improved", 'model preset: "seed", "improved" or "plain"')
+    dataset: str = option("digits", '"digits" (8x8 handwritten digits, shipped) or "synthetic" (prototypes + noise)')
+    preset: str = option("improved", 'model preset: "reference", "improved" or "plain"')
     model: AdaptiveConfig = option(default_factory=AdaptiveConfig, help="the node model (--set model.X=...)")
-    state_mode: str = option("auto", '"reset" | "carry" | "auto" (carry for the seed preset)')
+    state_mode: str = option("auto", '"reset" | "carry" | "auto" (carry for the reference preset)')
     steps: int = option(1500, "optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)")
     steps_per_chunk: int = option(250, "steps per compiled chunk")
     batch_size: int = option(32, "examples per batch")
@@ -65,12 +65,9 @@ class TrainAdaptiveConfig:
     synthetic_samples: int = option(10000, "examples of the synthetic dataset")
     checkpoint_every: int = option(0, "steps between checkpoints (a multiple of steps_per_chunk; 0: after every chunk)")
 
-    # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
-    RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
-
     def validate(self) -> None:
         check_choice(self.dataset, "dataset", ("digits", "synthetic"))
-        check_choice(self.preset, "preset", ("seed", "improved", "plain"))
+        check_choice(self.preset, "preset", ("reference", "improved", "plain"))
         check_choice(self.state_mode, "state_mode", ("reset", "carry", "auto"))
         check_scalar(self.steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
         check_scalar(self.steps, "steps", integer=True, minimum=1)
@@ -96,8 +93,8 @@ def model_config(cfg: TrainAdaptiveConfig, input_dim: int, output_dim: int) -> A
     changed = {f.name: getattr(cfg.model, f.name) for f in dataclasses.fields(AdaptiveConfig)
                if getattr(cfg.model, f.name) != getattr(base, f.name)}
     changed.update(input_dim=input_dim, output_dim=output_dim)
-    if cfg.preset == "seed":
-        return AdaptiveConfig.seed(**changed)
+    if cfg.preset == "reference":
+        return AdaptiveConfig.reference(**changed)
     if cfg.preset == "improved":
         return AdaptiveConfig.improved(**changed)
     return AdaptiveConfig(**changed)
@@ -133,7 +130,7 @@ def _pad_batches(x: np.ndarray, y: np.ndarray, batch: int):
 def build(cfg: TrainAdaptiveConfig, data: dict[str, np.ndarray]):
     """(model, initial TrainState, advance, evaluate) for a config and dataset."""
     mcfg = model_config(cfg, data["x_train"].shape[1], int(max(data["y_train"].max(), data["y_test"].max())) + 1)
-    carry = cfg.state_mode == "carry" or (cfg.state_mode == "auto" and cfg.preset == "seed")
+    carry = cfg.state_mode == "carry" or (cfg.state_mode == "auto" and cfg.preset == "reference")
     model = AdaptiveModel(mcfg)
     key = jax.random.key(cfg.seed)
     k_init, k_train, k_eval = jax.random.split(key, 3)

@@ -1,13 +1,13 @@
 """Train a GRU to predict vortex trajectories detected in wave fields: ``ivhl train vortex_gru``.
 
-Data (no download). Each trajectory is a random Fourier path (as the seed's vortex controller):
+Data (no download). Each trajectory is a random Fourier path:
 ``c(t) = sum_{n=1..3} (A_n cos(n w t + phi_n), B_n sin(n w t + psi_n))`` with amplitudes scaled so
 that ``|c| <= 0.5``. At every time step a charge-1 optical vortex is imprinted at ``c(t)`` on a
 ``grid x grid`` window of [-1, 1]^2 with :func:`ivhl_jax.physics.fields.vortex`, and the vortex is *detected*
 from the field: :func:`ivhl_jax.physics.fields.vortex_map` gives the plaquette with winding +1, and the
 zero of the least-squares linear fit ``psi ~ a + b x + c y`` over its four corners gives the
 sub-grid position. The GRU sees the detected positions ``p_0..p_t`` and predicts ``p_{t+1}``
-(teacher forcing, MSE, Adam + clipping, as the seed). Reported on held-out trajectories: one-step
+(teacher forcing, MSE, Adam + clipping). Reported on held-out trajectories: one-step
 RMSE against persistence (``p_{t+1} = p_t``) and constant velocity (``2 p_t - p_{t-1}``), and the
 detection error against the true centre.
 
@@ -23,7 +23,6 @@ import dataclasses
 import os
 import sys
 import time
-from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -56,9 +55,6 @@ class VortexGRUConfig:
     batch_size: int = option(32, "trajectories per batch")
     learning_rate: float = option(2e-3, "Adam learning rate (cosine schedule, clip 1.0)")
     seed: int = option(0, "seed of the data and the initialisation")
-
-    # keys of earlier versions (one vocabulary: steps/steps_per_chunk): refused with the new name
-    RENAMED_KEYS: ClassVar[dict[str, str]] = {"chunk": "steps_per_chunk"}
 
     def validate(self) -> None:
         for k in ("n_train", "n_test", "length", "grid", "harmonics", "hidden", "layers", "steps", "steps_per_chunk",

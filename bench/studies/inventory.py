@@ -1,10 +1,9 @@
 """Module inventory and import-dependency graph of this repository (``python -m bench.studies.inventory``).
 
 For every ``.py`` file under the package folders (``ivhl_jax``, ``models``, ``sims``, ``bench``,
-``tests``) it counts total, blank, comment (``#``-lines) and code lines (docstrings count as code,
-as in the seed's tool), and parses the imports with ``ast``: absolute imports of ``ivhl_jax...``
-and relative imports (``from . import x``) are both resolved to modules of this repository
-(the seed's tool kept only relative first segments, silently dropping absolute ones). Imports inside
+``tests``) it counts total, blank, comment (``#``-lines) and code lines (docstrings count as code),
+and parses the imports with ``ast``: absolute imports of ``ivhl_jax...``
+and relative imports (``from . import x``) are both resolved to modules of this repository. Imports inside
 functions are recorded as *lazy* edges. Cycles are the strongly connected components (Tarjan) of
 the module graph with more than one member, reported separately for top-level-only and all edges.
 

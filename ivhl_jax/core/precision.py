@@ -24,7 +24,8 @@ import jax.numpy as jnp
 from ivhl_jax.core.validation import check_scalar
 
 __all__ = ["Policy", "get_policy", "all_finite", "select_tree", "DynamicLossScale", "NoOpLossScale",
-    "loss_scale_for", "PHYSICS_PRESETS", "physics_policy", "real_compute_dtype", "complex_state_dtype"]
+    "loss_scale_for", "PHYSICS_PRESETS", "default_policy", "physics_policy", "real_compute_dtype",
+    "complex_state_dtype"]
 
 _DTYPE_NAMES = {
     "float32": jnp.float32,
@@ -133,9 +134,9 @@ def get_policy(name: str | Policy, *, argname: str = "policy") -> Policy:
 # ----------------------------------------------------------------------------------------------
 # Policies of the physics kernels
 #
-# Every physics kernel takes ``policy=None`` (its historical dtype rules, bit for bit) or a Policy /
-# preset name. What each dtype controls is stated per kernel; in short (measured errors in
-# docs/guide/precision.md):
+# Every physics kernel takes a Policy / preset name; ``policy=None`` is :func:`default_policy` of the kernel's
+# inputs (every dtype the inputs' own), so each kernel has one dtype path. What each dtype controls is stated per
+# kernel; in short (measured errors in docs/guide/precision.md):
 #   fields.superpose / fields.vortex: param_dtype = storage of points, sources and per-source values;
 #     the pair arithmetic (distance, phase k·r + θ, sin/cos) runs in at least float32; output_dtype =
 #     rounding of Re ψ, Im ψ (returned as complex64 for bf16/f16 outputs: XLA has no complex bf16).
@@ -156,8 +157,32 @@ def _dtypes(policy: Policy) -> tuple[Any, Any, Any]:
     return jnp.dtype(policy.param_dtype), jnp.dtype(policy.compute_dtype), jnp.dtype(policy.output_dtype)
 
 
-def physics_policy(policy: str | Policy | None, *, argname: str = "policy") -> Policy | None:
-    """Resolve a physics kernel's ``policy`` argument; None passes through (the kernel's default).
+def default_policy(*like: Any) -> Policy:
+    """The policy of ``policy=None``: ``Policy(d, d, d)``, with ``d`` the floating dtype of the inputs ``like``.
+
+    ``d`` is the promoted dtype (``jnp.result_type``, canonical: float64 only with ``jax_enable_x64`` on) of the
+    inexact array leaves of ``like``, a complex leaf counting as its real dtype (complex64 → float32, complex128 →
+    float64); float32 when ``like`` holds no floating array. So float32 inputs (JAX's default) run in float32
+    everywhere and float64 inputs (x64 on) in float64 everywhere: the kernel's one dtype path, with every cast a
+    no-op.
+    """
+    dts = []
+    for leaf in jax.tree_util.tree_leaves(like):
+        dt = getattr(leaf, "dtype", None)
+        if dt is None or jax.dtypes.issubdtype(dt, jax.dtypes.extended):  # Python scalars, PRNG keys
+            continue
+        dt = jax.dtypes.canonicalize_dtype(dt)  # float64 → float32 when x64 is off, as jnp.asarray does
+        if jnp.issubdtype(dt, jnp.complexfloating):
+            dt = jnp.finfo(dt).dtype
+        if jnp.issubdtype(dt, jnp.floating):
+            dts.append(dt)
+    d = jnp.dtype(jnp.result_type(*dts)) if dts else jnp.dtype(jnp.float32)
+    return Policy(d, d, d)
+
+
+def physics_policy(policy: str | Policy | None, *, like: Any, argname: str = "policy") -> Policy:
+    """Resolve a physics kernel's ``policy`` argument: a preset name or Policy, or None for
+    :func:`default_policy` of the kernel's inputs ``like`` (a pytree of arrays or ``jax.ShapeDtypeStruct``).
 
     Checks that a float64 policy runs with ``jax_enable_x64`` on. Without x64 JAX would silently create float32
     arrays, so that is an error (wrap the call in ``with jax.enable_x64(True):``), never a quiet
@@ -168,7 +193,7 @@ def physics_policy(policy: str | Policy | None, *, argname: str = "policy") -> P
         TypeError: neither a string nor a Policy.
     """
     if policy is None:
-        return None
+        return default_policy(like)
     pol = get_policy(policy, argname=argname)  # a Policy holds real floating dtypes only (Policy.__post_init__)
     if any(dt == jnp.dtype(jnp.float64) for dt in _dtypes(pol)) and not jax.config.read("jax_enable_x64"):
         raise ValueError(f"{argname}={_show(policy)} asks for float64 but "
@@ -182,18 +207,17 @@ def real_compute_dtype(policy: str | Policy, *, minimum: Any = jnp.float32) -> A
     return jnp.promote_types(get_policy(policy).compute_dtype, minimum)
 
 
-def complex_state_dtype(policy: str | Policy | None, *, argname: str = "policy", routine: str = "this solver"
-                        ) -> Any:
-    """Complex state dtype of a split-step (FFT) solver: complex(compute_dtype).
+def complex_state_dtype(policy: str | Policy | None, *, like: Any, argname: str = "policy",
+                        routine: str = "this solver") -> Any:
+    """Complex state dtype of a split-step (FFT) solver: complex(compute_dtype) of ``policy`` (None: of
+    :func:`default_policy` of the solver's data ``like``, i.e. its own dtype).
 
     float32 → complex64, float64 → complex128. bfloat16/float16 compute is rejected: XLA has no
     complex bf16/f16 type and no reduced-precision FFT, so such a policy could only mean "round the
     state to bf16 between float32 steps", which costs accuracy (measured in docs/guide/precision.md)
     and gains no speed. The param/output dtypes must be float32 or float64 for the same reason.
     """
-    pol = physics_policy(policy, argname=argname)
-    if pol is None:
-        raise ValueError(f"{argname} must be given to derive a state dtype")
+    pol = physics_policy(policy, like=like, argname=argname)
     for field_name, dt in zip(("param_dtype", "compute_dtype", "output_dtype"), _dtypes(pol), strict=True):
         if jnp.finfo(dt).bits < 32:
             raise ValueError(f"{argname}={_show(policy)}: {routine} evolves a "

@@ -1,7 +1,8 @@
 """Adaptive-node networks: pure, vectorised node dynamics with a stochastic four-phase scheduler.
 
-A clean-room reimplementation of the "adaptive node" classifier described in
-``shared/reference/adaptive_seed_model.md`` (equations only; no code was copied). A population of
+A clean-room reimplementation (equations only; no code copied) of the "adaptive node" classifier of the
+PyTorch package ``adaptiveneuralnetwork`` (github.com/V1B3hR/adaptiveneuralnetwork), called *the reference
+model* below; :meth:`AdaptiveConfig.reference` is its configuration. A population of
 ``N`` uncoupled nodes, each with a hidden vector ``h[H]``, an energy ``E`` and an activity ``a``,
 is driven by a linear projection of the input. A non-differentiable scheduler puts every node in
 one of four phases (ACTIVE, SLEEP, INTERACTIVE, INSPIRED) each step. One step (shapes per sample):
@@ -14,9 +15,9 @@ one of four phases (ACTIVE, SLEEP, INTERACTIVE, INSPIRED) each step. One step (s
   h'_n   = tanh(h_n + m_n (D_n + g u))                     g = input_gain (0.1)
   E'_n   = clip((1 - delta) E_n + m_n (w_e.h'_n + b_e)(1 - 0.1 clip(A_n/10, 0, 1)) + (1 - m_n) rho, 0, 50)
   a'_n   = clip(sigmoid(alpha_1 mean_k h'_nk + alpha_2 mean_k u_k + beta), 0, 1)
-  logits = W_out f + b_out,  f = a' (seed) | [a', h', E'/50] (options)
+  logits = W_out f + b_out,  f = a' (readout="activity") | [a', h', E'/50] (options)
 
-``rho`` = ``sleep_recovery`` (0 in the seed: sleep restores nothing). Energy is dimensionless.
+``rho`` = ``sleep_recovery`` (default 0: sleep restores nothing). Energy is dimensionless.
 
 Phase scheduler (per node; ``t`` counts steps, ``c = sin(2 pi (t mod P)/P)``, ``Abar`` is an EMA of
 anxiety ``Abar <- 0.3 A + 0.7 Abar``, ``r`` a restorative need). A rule cascade gives a weight vector
@@ -24,9 +25,9 @@ over the phases; the first rule that applies wins: R0 exploration (prob. eps), R
 R2 ``r > 0.6`` and awake, R3 ``E < 2``, R4 ``E > 20`` and ``a < 0.3``, R5 ``a > 0.7``, R6 transition
 matrix row of the current phase (re-weighted by anxiety and need). The cascade is evaluated for all
 nodes at once by ``where``-priority selection, and each node draws once from ``softmax(logits)``.
-``logits = log(w) / T`` (proper probabilities tempered by ``T``); with ``seed_compat=True`` the logits
-are ``w / T``, reproducing the seed's softmax-of-probabilities, under which every policy is nearly
-uniform. After the draw, ``r`` and the sleep quality ``q`` are updated.
+``logits = log(w) / T`` (proper probabilities tempered by ``T``); with ``softmax_of_probabilities=True`` the
+logits are ``w / T`` (the reference model's policy: a softmax of the probabilities), under which every policy is
+nearly uniform. After the draw, ``r`` and the sleep quality ``q`` are updated.
 
 Sampling (performance, same distributions): one uniform ``u`` per node decides both R0 (``u < eps``)
 and, rescaled to [0, 1) within its branch, the phase by inverse CDF over the 4 unnormalised masses
@@ -37,7 +38,7 @@ Two documented scheduler semantics (``AdaptiveConfig.scheduler``):
 
 * ``"per_sample"`` (default): every sample has its own scheduler state ``[N]``; samples never
   interact, so the output for sample ``b`` depends only on (params, its state, its input, its key).
-* ``"shared"`` (the seed's aliasing semantics): one scheduler state ``[N]`` for the whole batch. The
+* ``"shared"`` (the reference model's semantics): one scheduler state ``[N]`` for the whole batch. The
   batch rows are decided as a sequential chain (each decision reads the phase written by the row
   before), the final decision is used for every row, and the anxiety EMA reads only the last row.
 
@@ -47,15 +48,15 @@ the config and ``x``), ``init(key, nodes=None)`` validates the start state (or c
 for the config's ``inner_steps`` (what the classifier runs per input) and :func:`apply_sequence` scans it over
 a sequence of inputs. :func:`step` is the step itself, ``(params, state, x, key) -> (state, outputs)``; each
 step of the stepper draws its phases with a subkey split from the key carried in the state. Carrying state
-across batches (the seed's "time" axis) is the caller's choice; :func:`detach` stops gradients through the
+across batches (a "time" axis of batches) is the caller's choice; :func:`detach` stops gradients through the
 carried state.
 
-Precision: :func:`step`, :func:`run_inner`, :func:`apply_sequence` and :func:`dynamics` take
-``policy=None`` (compute in the dtypes of the inputs, the default) or a
-:class:`~ivhl_jax.core.precision.Policy` / preset name. With a policy the weights are rounded to
-``param_dtype`` (their storage), each step runs in ``compute_dtype`` (matmuls, nonlinearities,
-the scheduler's comparisons), and the new node state and the outputs are returned in
-``output_dtype``, which is also the dtype of the state carried between steps. ``"bf16"`` is bf16
+Precision: :func:`step`, :func:`run_inner`, :func:`apply_sequence` and :func:`dynamics` take a
+:class:`~ivhl_jax.core.precision.Policy` / preset name; ``policy=None`` (the default) is
+:func:`~ivhl_jax.core.precision.default_policy` of the inputs: every dtype the inputs' own (float32 for
+float32 weights and input). The weights are rounded to ``param_dtype`` (their storage), each step runs in
+``compute_dtype`` (matmuls, nonlinearities, the scheduler's comparisons), and the new node state and the outputs
+are returned in ``output_dtype``, which is also the dtype of the state carried between steps. ``"bf16"`` is bf16
 compute with float32 weights and state. Measured against a float64 run: docs/guide/precision.md.
 """
 
@@ -96,7 +97,7 @@ E_MAX = 50.0
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveConfig:
-    """Model and scheduler configuration. Defaults are the seed's (N=100, H=64, D=784, C=10).
+    """Model and scheduler configuration. Default sizes N=100, H=64, D=784, C=10.
 
     Attributes:
       num_nodes, hidden_dim, input_dim, output_dim: N, H, D, C.
@@ -106,14 +107,14 @@ class AdaptiveConfig:
       anxiety_threshold: theta of rule R1.
       temperature: T of the phase policy.
       exploration_rate: eps, probability of rule R0.
-      inner_steps: K dynamics steps per input (1 = seed).
+      inner_steps: K dynamics steps per input.
       scheduler: ``"per_sample"`` or ``"shared"`` (see module docstring).
-      seed_compat: softmax of probabilities (the seed's policy) instead of proper log-probabilities.
-      readout: ``"activity"`` (seed: logits from a'), ``"hidden"`` (from h'), ``"hidden+activity"``.
+      softmax_of_probabilities: logits ``w / T`` (a softmax of the probabilities) instead of ``log(w) / T``.
+      readout: ``"activity"`` (logits from a'), ``"hidden"`` (from h'), ``"hidden+activity"``.
       readout_energy: also feed E'/50 to the readout (makes the energy head trainable).
       per_node_input: node-specific input weights W_in[N, D, H] instead of one shared projection.
       input_gain: g, weight of the projected input in the hidden update (0.1).
-      sleep_recovery: rho, energy a sleeping node regains per step (0 = seed).
+      sleep_recovery: rho, energy a sleeping node regains per step (0: none).
       stochastic: sample phases; if False every node stays ACTIVE (a deterministic ablation).
     """
 
@@ -129,7 +130,7 @@ class AdaptiveConfig:
     exploration_rate: float = 0.1
     inner_steps: int = 1
     scheduler: str = "per_sample"
-    seed_compat: bool = False
+    softmax_of_probabilities: bool = False
     readout: str = "activity"
     readout_energy: bool = False
     per_node_input: bool = False
@@ -156,15 +157,15 @@ class AdaptiveConfig:
         self.validate()
 
     @classmethod
-    def seed(cls, **overrides: Any) -> AdaptiveConfig:
-        """The seed's semantics: shared batch scheduler, softmax-of-probabilities, activity readout."""
-        return cls(**{"scheduler": "shared", "seed_compat": True, **overrides})
+    def reference(cls, **overrides: Any) -> AdaptiveConfig:
+        """The reference model's semantics: batch-shared scheduler, softmax of probabilities, activity readout."""
+        return cls(**{"scheduler": "shared", "softmax_of_probabilities": True, **overrides})
 
     @classmethod
     def improved(cls, **overrides: Any) -> AdaptiveConfig:
         """Removes the bottleneck: read out from h (and a, E), per-node inputs, restorative sleep."""
-        base = dict(scheduler="per_sample", seed_compat=False, readout="hidden+activity", readout_energy=True,
-                    per_node_input=True, input_gain=1.0, sleep_recovery=0.5, inner_steps=2)
+        base = dict(scheduler="per_sample", softmax_of_probabilities=False, readout="hidden+activity",
+                    readout_energy=True, per_node_input=True, input_gain=1.0, sleep_recovery=0.5, inner_steps=2)
         return cls(**{**base, **overrides})
 
     @property
@@ -210,7 +211,7 @@ def init_state(cfg: AdaptiveConfig, batch: int, dtype: Any = jnp.float32) -> Nod
 
 
 def detach(state: NodeState) -> NodeState:
-    """Stop gradients through a state carried from a previous batch (the seed's ``detach``)."""
+    """Stop gradients through a state carried from a previous batch (truncated backpropagation of length 1)."""
     return jax.tree_util.tree_map(jax.lax.stop_gradient, state)
 
 
@@ -221,7 +222,7 @@ def param_specs(cfg: AdaptiveConfig) -> dict[str, tuple[tuple[int, ...], int | N
     """name -> (shape, fan_in) for every parameter; fan_in None means a constant init (phase scales = 1).
 
     Layout: kernels are ``[in, out]`` (x @ W). Initialisation is PyTorch's ``nn.Linear`` default,
-    uniform in ``±1/sqrt(fan_in)`` for weights and biases, as in the seed.
+    uniform in ``±1/sqrt(fan_in)`` for weights and biases.
     """
     n, h, d, c = cfg.num_nodes, cfg.hidden_dim, cfg.input_dim, cfg.output_dim
     in_shape = (n, d, h) if cfg.per_node_input else (d, h)
@@ -314,25 +315,25 @@ def phase_weights(phase: Int[ArrayLike, " ..."], energy: Real[ArrayLike, " ..."]
     return w
 
 
-def phase_logits(weights: Float[Array, "*batch 4"], temperature: float, seed_compat: bool
+def phase_logits(weights: Float[Array, "*batch 4"], temperature: float, softmax_of_probabilities: bool
                  ) -> Float[Array, "*batch 4"]:
-    """Logits of the phase distribution: ``log(w)/T`` (proper), or ``w/T`` (seed: softmax of probs)."""
+    """Logits of the phase distribution: ``log(w)/T`` (proper), or ``w/T`` (a softmax of the probabilities)."""
     check_scalar(temperature, "temperature", positive=True)
-    if seed_compat:
+    if softmax_of_probabilities:
         return weights / temperature
     return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf) / temperature
 
 
-def phase_masses(weights: Float[Array, "*batch 4"], temperature: float, seed_compat: bool
+def phase_masses(weights: Float[Array, "*batch 4"], temperature: float, softmax_of_probabilities: bool
                  ) -> Float[Array, "*batch 4"]:
     """Unnormalised probabilities ``q = exp(logits - max logits)`` of :func:`phase_logits` (last axis).
 
     For the proper policy at ``T = 1`` this is ``w`` itself (``q ∝ exp(log w) = w``): no transcendental
     work in the hot loop. Zero weights of the proper policy give ``q = 0`` exactly.
     """
-    if not seed_compat and temperature == 1.0:
+    if not softmax_of_probabilities and temperature == 1.0:
         return weights
-    logits = phase_logits(weights, temperature, seed_compat)
+    logits = phase_logits(weights, temperature, softmax_of_probabilities)
     return jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
 
 
@@ -377,7 +378,7 @@ def _decide(cfg: AdaptiveConfig, key, phase, energy, activity, abar, r, circadia
         explore = u < eps
         v = jnp.minimum(jnp.where(explore, u * (1.0 / eps), (u - eps) * (1.0 / (1.0 - eps))), _BELOW_ONE)
     w = phase_weights(phase, energy, activity, abar, r, circadian, explore, cfg.anxiety_threshold)
-    return sample_phase(phase_masses(w, cfg.temperature, cfg.seed_compat), v)
+    return sample_phase(phase_masses(w, cfg.temperature, cfg.softmax_of_probabilities), v)
 
 
 def _circadian(t: jax.Array, period: int) -> jax.Array:
@@ -410,7 +411,7 @@ def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array,
 
 def schedule_shared(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B N"], key: jax.Array
                     ) -> tuple[Int[Array, " N"], NodeState]:
-    """The seed's batch-shared scheduler: a sequential decision chain over the batch rows, whose
+    """The batch-shared scheduler: a sequential decision chain over the batch rows, whose
     final decision is used for every row; the anxiety EMA reads only the last row. Returns phase [N]."""
     if not cfg.stochastic:
         phase = jnp.full_like(state.phase, ACTIVE)
@@ -518,20 +519,24 @@ def step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array,
 
     outputs: ``logits [B,C]``, ``phase [B,N]`` (int32), ``anxiety [B,N]``, ``energy [B,N]``,
     ``activity [B,N]``. The phase draw has no gradient; everything else is differentiable.
-    ``policy``: None (the inputs' dtypes) or a precision policy / preset: weights rounded to
-    ``param_dtype``, the step in ``compute_dtype``, new state and outputs in ``output_dtype``
-    (module docstring). Complex weights, state or input with a policy are a TypeError naming them.
+    ``policy``: a precision policy / preset (None: :func:`~ivhl_jax.core.precision.default_policy` of
+    ``params``, ``state`` and ``x``, i.e. their own dtype): weights rounded to ``param_dtype``, the step in
+    ``compute_dtype``, new state and outputs in ``output_dtype`` (module docstring). Complex weights, state or
+    input are a TypeError naming them.
     """
-    pol = physics_policy(policy)
-    if pol is not None:
-        # the policy's own message first (it names the compute dtype), then the shape/finiteness checks
-        for tree, name in ((params, "params"), (state, "state"), (x, "x")):
-            _check_real_tree(tree, name, pol)
+    pol = physics_policy(policy, like=(params, state, x))
+    # the policy's own message first (it names the compute dtype), then the shape/finiteness checks
+    for tree, name in ((params, "params"), (state, "state"), (x, "x")):
+        _check_real_tree(tree, name, pol)
     x = check_inputs(cfg, state, x)
-    if pol is not None:
-        new_state, out = step(pol.cast_to_compute(pol.cast_to_param(params)), pol.cast_to_compute(state),
-                              jnp.asarray(x).astype(pol.compute_dtype), key, cfg)
-        return pol.cast_to_output(new_state), pol.cast_to_output(out)
+    new_state, out = _step(pol.cast_to_compute(pol.cast_to_param(params)), pol.cast_to_compute(state),
+                           jnp.asarray(x).astype(pol.compute_dtype), key, cfg)
+    return pol.cast_to_output(new_state), pol.cast_to_output(out)
+
+
+def _step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array, cfg: AdaptiveConfig
+          ) -> tuple[NodeState, dict[str, Array]]:
+    """The step of :func:`step` on checked inputs, all in one compute dtype."""
     u = project_input(params, x, cfg)
     anx = anxiety(state.h, state.energy, state.activity)
     sched_in = detach(state)
@@ -580,9 +585,8 @@ def apply_sequence(params: dict, state: NodeState, xs: Float[ArrayLike, "T B D"]
     :func:`step` (the state is carried in its ``output_dtype``).
     """
     xs = check_array(xs, "xs", shape=(None, None, cfg.input_dim), kind="floating")
-    pol = physics_policy(policy)
-    if pol is not None:
-        state = pol.cast_to_output(state)
+    pol = physics_policy(policy, like=(params, state, xs))
+    state = pol.cast_to_output(state)
 
     def body(s, inp):
         x, k = inp
@@ -592,7 +596,7 @@ def apply_sequence(params: dict, state: NodeState, xs: Float[ArrayLike, "T B D"]
 
 
 def node_metrics(state: NodeState, out: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    """Scalar summaries (phase ratios, mean energy/activity/anxiety, active-node ratio as in the seed)."""
+    """Scalar summaries (phase ratios, mean energy/activity/anxiety, active-node ratio)."""
     fr = out["phase_fractions"]
     m = {f"{p}_ratio": fr[i] for i, p in enumerate(PHASES)}
     m.update(mean_energy=jnp.mean(state.energy), mean_activity=jnp.mean(state.activity),
@@ -612,7 +616,7 @@ class DynamicsParams(flax.struct.PyTreeNode):
     weights: dict
     x: jax.Array
     cfg: AdaptiveConfig = flax.struct.field(pytree_node=False)
-    policy: Policy | None = flax.struct.field(pytree_node=False, default=None)
+    policy: Policy = flax.struct.field(pytree_node=False, default_factory=Policy)
 
 
 class DynamicsState(flax.struct.PyTreeNode):
@@ -644,14 +648,12 @@ def _check_nodes(cfg: AdaptiveConfig, nodes: Any, batch: int) -> None:
 def _dynamics_init(params: DynamicsParams, key: jax.Array, nodes: NodeState | None = None) -> DynamicsState:
     """The start state: ``nodes`` (validated against the config and x) or :func:`init_state`, and ``key``."""
     check_key(key, "key")
-    dtype = params.x.dtype if params.policy is None else params.policy.output_dtype
     if nodes is None:
-        nodes = init_state(params.cfg, params.x.shape[0], dtype)
+        nodes = init_state(params.cfg, params.x.shape[0], params.policy.output_dtype)
     else:
         _check_nodes(params.cfg, nodes, params.x.shape[0])
-        if params.policy is not None:
-            _check_real_tree(nodes, "state", params.policy)
-            nodes = params.policy.cast_to_output(nodes)
+        _check_real_tree(nodes, "state", params.policy)
+        nodes = params.policy.cast_to_output(nodes)
     _, out = jax.eval_shape(lambda: step(params.weights, nodes, params.x, key, params.cfg, params.policy))
     zeros = jax.tree_util.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), out)
     return DynamicsState(nodes=nodes, key=key, outputs=zeros)
@@ -688,15 +690,14 @@ def dynamics(weights: dict, x: Float[ArrayLike, "B D"], cfg: AdaptiveConfig, *, 
     against the config and ``x``) or from :func:`init_state`. The weights (shapes of :func:`init_params` for
     ``cfg``) and ``x`` (finite, real) are checked here.
     ``policy``: weights stored in its ``param_dtype`` (cast here), each step in ``compute_dtype``, the
-    state carried in ``output_dtype`` (module docstring)."""
+    state carried in ``output_dtype`` (module docstring); None is the default policy of ``weights`` and ``x``."""
     if not isinstance(cfg, AdaptiveConfig):
         raise TypeError(f"cfg must be an AdaptiveConfig; got {type(cfg).__name__}")
-    pol = physics_policy(policy)
+    pol = physics_policy(policy, like=(weights, x))
     x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating", finite=True)
     _check_weights(weights, cfg)
-    if pol is not None:
-        _check_real_tree(weights, "weights", pol)
-        weights = pol.cast_to_param(weights)
+    _check_real_tree(weights, "weights", pol)
+    weights = pol.cast_to_param(weights)
     return Stepper(step_fn=_dynamics_step, params=DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol),
                    init_fn=_dynamics_init, name="adaptive.dynamics")
 

@@ -17,11 +17,11 @@ One door: :func:`recurrence` builds the stepper (it validates the weights and th
 ``init(h0)`` validates the start state, and ``trajectory(stepper, stepper.init(h0), T, observe=observe)`` runs
 it. :func:`gru_scan` is that call, written out. :func:`gru_step` is the step itself.
 
-Precision: every function takes ``policy=None`` (compute in the dtypes of the inputs, the
-default) or a :class:`~ivhl_jax.core.precision.Policy` / preset name. With a policy the weights
-are rounded to ``param_dtype`` (their storage), the whole step (matmuls, sigmoid, tanh, the blend)
-runs in ``compute_dtype``, and h' is returned (and carried by the scans) in ``output_dtype``.
-``"bf16"`` is bf16 compute with float32 weights and state; ``"f64"`` needs ``jax.enable_x64``.
+Precision: every function takes a :class:`~ivhl_jax.core.precision.Policy` / preset name; ``policy=None`` (the
+default) is :func:`~ivhl_jax.core.precision.default_policy` of the inputs: every dtype the inputs' own (float32 for
+float32 weights and inputs). The weights are rounded to ``param_dtype`` (their storage), the whole step (matmuls,
+sigmoid, tanh, the blend) runs in ``compute_dtype``, and h' is returned (and carried by the scans) in
+``output_dtype``. ``"bf16"`` is bf16 compute with float32 weights and state; ``"f64"`` needs ``jax.enable_x64``.
 Measured errors against a float64 run: docs/guide/precision.md.
 """
 
@@ -66,10 +66,9 @@ def _real(x: Any, name: str, policy: Policy) -> jax.Array:
 
 
 def _policy_inputs(params: dict, h: Any, x: Any, policy: str | Policy | None) -> tuple[dict, Any, Any, Any]:
-    """(params, h, x) in the compute dtype (weights rounded to their storage dtype first) and the output dtype."""
-    pol = physics_policy(policy)
-    if pol is None:
-        return params, h, x, None
+    """(params, h, x) in the compute dtype (weights rounded to their storage dtype first) and the output dtype;
+    None is the default policy of (params, h, x)."""
+    pol = physics_policy(policy, like=(params, h, x))
     h, x = _real(h, "h", pol), _real(x, "x", pol)
     params = pol.cast_to_compute(pol.cast_to_param(params))
     return params, h.astype(pol.compute_dtype), x.astype(pol.compute_dtype), jnp.dtype(pol.output_dtype)
@@ -97,9 +96,9 @@ def gru_step(params: dict, h: Float[ArrayLike, "*batch H"], x: Float[ArrayLike, 
              variant: str = "torch", policy: str | Policy | None = None) -> Float[Array, "*batch H"]:
     """One GRU step: ``h [..., H]``, ``x [..., D]`` -> ``h' [..., H]`` (equations in the module docstring).
 
-    ``policy``: None (the inputs' dtypes) or a precision policy / preset (module docstring); h' is
-    then in its ``output_dtype``. A complex ``h`` or ``x`` with a policy is a TypeError naming it;
-    so is a non-floating ``h``/``x`` without one, and ``h``/``x`` with different batch axes a ValueError.
+    ``policy``: a precision policy / preset, None for the inputs' own dtype (module docstring); h' is in its
+    ``output_dtype``. A complex or non-floating ``h`` or ``x`` is a TypeError naming it, ``h``/``x`` with
+    different batch axes a ValueError.
     """
     check_choice(variant, "variant", VARIANTS)
     params, h, x, out_dtype = _policy_inputs(params, h, x, policy)
@@ -125,7 +124,7 @@ def gru_step(params: dict, h: Float[ArrayLike, "*batch H"], x: Float[ArrayLike, 
         z = jax.nn.sigmoid(i_z + h @ w_hz + b_hz)
         n = jnp.tanh(i_n + (r * h) @ w_hn + b_hn)
     h_new = (1.0 - z) * n + z * h
-    return h_new if out_dtype is None else h_new.astype(out_dtype)
+    return h_new.astype(out_dtype)
 
 
 def gru_scan(params: dict, h0: Float[ArrayLike, "*batch H"], xs: Float[ArrayLike, "T *batch D"], *,
@@ -159,7 +158,7 @@ class GRUInputs(flax.struct.PyTreeNode):
     weights: dict
     xs: jax.Array
     variant: str = flax.struct.field(pytree_node=False, default="torch")
-    policy: Policy | None = flax.struct.field(pytree_node=False, default=None)
+    policy: Policy = flax.struct.field(pytree_node=False, default_factory=Policy)
 
 
 class GRUState(flax.struct.PyTreeNode):
@@ -178,16 +177,14 @@ def _gru_step(state: GRUState, params: GRUInputs) -> GRUState:
 def _gru_init(params: GRUInputs, h0: Any) -> GRUState:
     """Validate ``h0`` against the sequence (batch axes of ``xs[t]``, width H) and cast it to the policy."""
     pol = params.policy
-    if pol is not None:
-        h0 = _real(h0, "h0", pol)
+    h0 = _real(h0, "h0", pol)
     xs = params.xs
     h, _ = _check_h_x(h0, xs, "h0", "xs", x_batch_from=1)
     hd = params.weights["W_h"].shape[0]
     if h.shape[-1] != hd:
         raise ValueError(f"h0 has width {h.shape[-1]} but weights['W_h'] has shape {params.weights['W_h'].shape} "
                          f"(H = {hd}); start from an h0 of shape [..., {hd}]")
-    if pol is not None:
-        h = h.astype(pol.output_dtype)
+    h = h.astype(pol.output_dtype)
     return GRUState(h=h, t=jnp.zeros((), jnp.int32))
 
 
@@ -224,16 +221,14 @@ def recurrence(weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: st
     input): run exactly T. The weights' shapes (``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``)
     and ``xs`` (finite, real floating) are checked here.
     ``policy``: weights stored in its ``param_dtype``, steps computed in ``compute_dtype``, h carried
-    in ``output_dtype`` (module docstring)."""
+    in ``output_dtype`` (module docstring); None is the default policy of ``weights`` and ``xs``."""
     check_choice(variant, "variant", VARIANTS)
-    pol = physics_policy(policy)
-    if pol is not None:
-        xs = _real(xs, "xs", pol)
+    pol = physics_policy(policy, like=(weights, xs))
+    xs = _real(xs, "xs", pol)
     xs = check_array(xs, "xs", kind="floating", finite=True)
     if xs.ndim < 2:
         raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
     _check_weights(weights, xs.shape[-1])
-    if pol is not None:
-        weights = pol.cast_to_param(weights)
+    weights = pol.cast_to_param(weights)
     return Stepper(step_fn=_gru_step, params=GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
                    init_fn=_gru_init, name="gru.recurrence")

@@ -94,8 +94,9 @@ def _points_and_sources(points: Any, sources: Any, points_name: str, sources_nam
     return pts.astype(dtype), src.astype(dtype)
 
 
-def _policy_dtypes(policy: str | Policy | None) -> tuple[Any, Any, Any] | None:
-    """(storage, work, output) dtypes of a field kernel under ``policy``; None keeps the input dtypes.
+def _policy_dtypes(policy: str | Policy | None, like: Any) -> tuple[Any, Any, Any]:
+    """(storage, work, output) dtypes of a field kernel under ``policy``; None is the default policy of the
+    kernel's geometry ``like`` (:func:`~ivhl_jax.core.precision.default_policy`: its own dtype everywhere).
 
     The work dtype is the compute dtype raised to at least float32: the phase k·r + θ of a pair is
     tens to hundreds of radians and bfloat16 keeps 8 significant bits, so a bf16 phase near 50 rad
@@ -107,9 +108,7 @@ def _policy_dtypes(policy: str | Policy | None) -> tuple[Any, Any, Any] | None:
     returned Re ψ / Im ψ (rounded to ``output_dtype``; returned as complex64 when that is bf16/f16,
     because XLA has no complex bf16).
     """
-    pol = physics_policy(policy)
-    if pol is None:
-        return None
+    pol = physics_policy(policy, like=like)
     return jnp.dtype(pol.param_dtype), jnp.dtype(real_compute_dtype(pol)), jnp.dtype(pol.output_dtype)
 
 
@@ -152,31 +151,27 @@ def superpose(
       softening: ε ≥ 0. With ε = 0 the field is infinite on a source.
       chunk: points per block (default: ``default_chunk``, from the backend table); peak
         temporary memory is about ``chunk × M`` values of a few arrays, never N × M.
-      policy: None (compute in the inputs' promoted dtype, the default) or a
-        :class:`~ivhl_jax.core.precision.Policy` / preset name (``"f64"``, ``"f32"``, ``"bf16"``,
-        ``"pure_bf16"``, ...). ``param_dtype`` is the storage of points, sources and per-source
-        values (they are rounded to it); the pair arithmetic runs in ``compute_dtype`` raised to at
-        least float32 (the phase k·r is large and bf16 keeps 8 bits of mantissa, so a bf16 phase is
-        worthless: ``"bf16"`` therefore gives the float32 result); Re ψ and Im ψ are rounded to
-        ``output_dtype``. ``"pure_bf16"`` is bf16 storage of points and outputs with the phase in
-        float32. Measured errors: docs/guide/precision.md. ``"f64"`` needs ``jax.enable_x64``.
+      policy: a :class:`~ivhl_jax.core.precision.Policy` / preset name (``"f64"``, ``"f32"``, ``"bf16"``,
+        ``"pure_bf16"``, ...); None (the default) is the policy of the points' and sources' promoted dtype
+        (:func:`~ivhl_jax.core.precision.default_policy`). ``param_dtype`` is the storage of points, sources and
+        per-source values (they are rounded to it); the pair arithmetic runs in ``compute_dtype`` raised to at
+        least float32 (the phase k·r is large and bf16 keeps 8 bits of mantissa, so a bf16 phase is worthless:
+        ``"bf16"`` therefore gives the float32 result); Re ψ and Im ψ are rounded to ``output_dtype``.
+        ``"pure_bf16"`` is bf16 storage of points and outputs with the phase in float32. Measured errors:
+        docs/guide/precision.md. ``"f64"`` needs ``jax.enable_x64``.
 
     Returns:
-      complex (N,): complex64 for float32 inputs, complex128 for float64 (ints count as floats).
-      With a policy: complex of ``output_dtype`` (complex64 for bf16/f16/f32 outputs).
+      complex (N,) of the policy's ``output_dtype`` (complex64 for bf16/f16/f32 outputs): by default
+      complex64 for float32 inputs, complex128 for float64 (ints count as floats).
 
     Works under ``jit``, ``vmap`` (over ``t``, over stacked source sets or parameters) and ``grad``
     (w.r.t. points, sources, amplitudes, wavenumbers, frequencies, phases, t). The pair loop is
     :func:`ivhl_jax.numerics.fastmath.point_source_sum`.
     """
-    dtypes = _policy_dtypes(policy)
     pts, src = _points_and_sources(points, sources, "points", "sources")
-    dtype = pts.dtype
-    out_dtype = None
-    if dtypes is not None:
-        # Round the stored inputs to the storage dtype, then widen to the work dtype.
-        store, dtype, out_dtype = dtypes
-        pts, src = pts.astype(store).astype(dtype), src.astype(store).astype(dtype)
+    # Round the stored inputs to the storage dtype, then widen to the work dtype.
+    store, dtype, out_dtype = _policy_dtypes(policy, (pts, src))
+    pts, src = pts.astype(store).astype(dtype), src.astype(store).astype(dtype)
     m = src.shape[0]
     if m == 0:
         raise ValueError("sources must hold at least one source, got shape (0, D); with no sources the field "
@@ -185,8 +180,7 @@ def superpose(
     k = _per_source(wavenumbers, "wavenumbers", m, dtype)
     omega = k if frequencies is None else _per_source(frequencies, "frequencies", m, dtype)
     phi = _per_source(phases, "phases", m, dtype)
-    if dtypes is not None:
-        amp, k, omega, phi = (a.astype(dtypes[0]).astype(dtype) for a in (amp, k, omega, phi))
+    amp, k, omega, phi = (a.astype(store).astype(dtype) for a in (amp, k, omega, phi))
     check_scalar(t, "t")
     check_scalar(softening, "softening", nonnegative=True)
     n = pts.shape[0]
@@ -236,14 +230,12 @@ def default_chunk(m: int, dtype: Any = jnp.float32, n: int | None = None) -> int
 
 def _round_complex(re: jax.Array, im: jax.Array, out_dtype: Any) -> jax.Array:
     """Re/Im rounded to ``out_dtype`` and packed as complex (complex64 for bf16/f16: no complex bf16)."""
-    if out_dtype is None:
-        return jax.lax.complex(re, im)
     wide = jnp.promote_types(out_dtype, jnp.float32)
     return jax.lax.complex(re.astype(out_dtype).astype(wide), im.astype(out_dtype).astype(wide))
 
 
 @functools.partial(jax.jit, static_argnames=("chunk", "out_dtype", "method", "serial_pairs"))
-def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype=None, method="loop",
+def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype, method="loop",
                     serial_pairs=None):
     # Jitted so that eager calls run as one compiled program (inlined when called under jit).
     re, im = fastmath.point_source_sum(pts, src, amp, k, phi - omega * t, softening, chunk=chunk, method=method,
@@ -313,13 +305,9 @@ def vortex(
       complex (N,), complex64 for float32 inputs (with a policy: complex of ``output_dtype``,
       complex64 for bf16).
     """
-    dtypes = _policy_dtypes(policy)
     pts, ctr = _points_and_sources(points, centers, "points", "centers")
-    dtype = pts.dtype
-    out_dtype = None
-    if dtypes is not None:
-        store, dtype, out_dtype = dtypes
-        pts, ctr = pts.astype(store).astype(dtype), ctr.astype(store).astype(dtype)
+    store, dtype, out_dtype = _policy_dtypes(policy, (pts, ctr))
+    pts, ctr = pts.astype(store).astype(dtype), ctr.astype(store).astype(dtype)
     v = ctr.shape[0]
     q = check_array(charges, "charges", kind="integer")
     if q.ndim == 0:
@@ -357,12 +345,12 @@ def vortex(
 
 
 @functools.partial(jax.jit, static_argnames=("bits", "out_dtype"))
-def _vortex_core(u, w, q, xi, *, bits, out_dtype=None):
+def _vortex_core(u, w, q, xi, *, bits, out_dtype):
     denom = jax.lax.rsqrt(u * u + w * w + xi * xi)
     z = jax.lax.complex(u * denom, jnp.where(q >= 0, w, -w) * denom)
     factors = _int_power(z, jnp.abs(q)[None, :], bits)
     chi = jnp.prod(factors, axis=1)
-    return chi if out_dtype is None else _round_complex(chi.real, chi.imag, out_dtype)
+    return _round_complex(chi.real, chi.imag, out_dtype)
 
 
 def intensity(psi: Num[ArrayLike, "*shape"]) -> Real[Array, "*shape"]:
@@ -607,8 +595,9 @@ class WaveParams(flax.struct.PyTreeNode):
 
     Shapes: ``points`` (N, 3), ``sources`` (M, 3), ``amplitudes``/``wavenumbers``/``phases`` (M,),
     ``imprint`` (N,) complex multiplicative factor (a vortex imprint; ones for none), scalars
-    ``softening`` and ``dt`` (time step, units L/c with c = 1). ``policy`` (static; None = float32)
-    is the precision policy :func:`field_at` passes to :func:`superpose`.
+    ``softening`` and ``dt`` (time step, units L/c with c = 1). ``policy`` (static; :func:`wave_params` sets
+    the default policy of the geometry, a hand-built one defaults to ``f32``) is the precision policy
+    :func:`field_at` passes to :func:`superpose`.
     """
 
     points: jax.Array
@@ -619,7 +608,7 @@ class WaveParams(flax.struct.PyTreeNode):
     imprint: jax.Array
     softening: jax.Array
     dt: jax.Array
-    policy: Policy | None = flax.struct.field(pytree_node=False, default=None)
+    policy: Policy = flax.struct.field(pytree_node=False, default_factory=Policy)
 
 
 class WaveState(flax.struct.PyTreeNode):
@@ -636,17 +625,16 @@ class WaveState(flax.struct.PyTreeNode):
 def wave_params(points: Real[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"], *, amplitudes: Any,
                 wavenumbers: Any, phases: Any, dt: float, softening: float = 1e-3, imprint: Any = None,
                 policy: str | Policy | None = None) -> WaveParams:
-    """Validated :class:`WaveParams`: float32 geometry and complex64 imprint (default), or under
-    ``policy`` the geometry stored in ``param_dtype`` (bf16 halves its memory), the scalars, time
-    and imprint in the work dtype (compute raised to ≥ float32, see :func:`superpose`)."""
-    pol = physics_policy(policy)
+    """Validated :class:`WaveParams`: under ``policy`` the geometry stored in ``param_dtype`` (bf16 halves its
+    memory), the scalars, time and imprint in the work dtype (compute raised to ≥ float32, see
+    :func:`superpose`). None is the default policy of the points and sources (float32 geometry and a complex64
+    imprint for float32 inputs)."""
     pts, src = _points_and_sources(points, sources, "points", "sources")
+    pol = physics_policy(policy, like=(pts, src))
     m = src.shape[0]
     check_scalar(dt, "dt", positive=True)
     check_scalar(softening, "softening", nonnegative=True)
-    store = f32 = jnp.float32
-    if pol is not None:
-        store, f32 = jnp.dtype(pol.param_dtype), jnp.dtype(real_compute_dtype(pol))
+    store, f32 = jnp.dtype(pol.param_dtype), jnp.dtype(real_compute_dtype(pol))
     cplx = jnp.result_type(f32, jnp.complex64)
     amp, k, ph = (jnp.broadcast_to(_per_source(x, name, m, store), (m,))
                   for x, name in ((amplitudes, "amplitudes"), (wavenumbers, "wavenumbers"), (phases, "phases")))
@@ -683,11 +671,8 @@ def _wave_step(state: WaveState, params: WaveParams) -> WaveState:
 def _init_wave(params: WaveParams, t0: Any = 0.0) -> WaveState:
     check_scalar(t0, "t0")
     n = params.points.shape[0]
-    rdt = params.dt.dtype  # float32 by default; the work dtype under a policy
-    if params.policy is None:
-        cdt = jnp.dtype(jnp.complex64)
-    else:
-        cdt = jnp.result_type(params.policy.output_dtype, jnp.complex64)
+    rdt = params.dt.dtype  # the policy's work dtype
+    cdt = jnp.result_type(params.policy.output_dtype, jnp.complex64)
     return WaveState(t=jnp.asarray(t0, rdt), step=jnp.zeros((), jnp.int32),
                      field=jnp.zeros(n, cdt), intensity_sum=jnp.zeros(n, jnp.finfo(cdt).dtype),
                      intensity_peak=jnp.zeros(n, jnp.finfo(cdt).dtype))

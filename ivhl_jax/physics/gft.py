@@ -270,12 +270,15 @@ def _gft_init(params: GFTParams, phi: Any) -> jax.Array:
 
 
 def _policy_dtype(policy: str | Policy | None, dtype: Any) -> Any:
-    """Complex field dtype under ``policy`` (complex64 for "f32", complex128 for "f64"); ``dtype`` without one.
-    bf16/f16 policies are a ValueError: XLA has no complex bf16 and no bf16 FFT (see
+    """Complex field dtype under ``policy`` (complex64 for "f32", complex128 for "f64"); None is the default
+    policy of ``dtype`` (:func:`~ivhl_jax.core.precision.default_policy`: ``dtype`` itself, which must be
+    complex). bf16/f16 policies are a ValueError: XLA has no complex bf16 and no bf16 FFT (see
     :func:`ivhl_jax.core.precision.complex_state_dtype`)."""
-    if policy is None:
-        return dtype
-    return complex_state_dtype(policy, routine="the GFT split-step solver")
+    if policy is None:  # the dtype argument names the default policy: it must be a complex dtype
+        cdt = jnp.dtype(dtype)
+        if not jnp.issubdtype(cdt, jnp.complexfloating):
+            raise TypeError(f"dtype must be complex (complex64/complex128), got {cdt}")
+    return complex_state_dtype(policy, like=jax.ShapeDtypeStruct((), dtype), routine="the GFT split-step solver")
 
 
 def _check_dt(dt: Any, system: GFTSystem, imaginary: bool) -> None:
@@ -326,8 +329,6 @@ def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = 
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     _check_dt(dt, system, bool(imaginary))
     cdt = jnp.dtype(_policy_dtype(policy, dtype))
-    if not jnp.issubdtype(cdt, jnp.complexfloating):
-        raise TypeError(f"dtype must be complex (complex64/complex128), got {cdt}")
     rdt = jnp.finfo(cdt).dtype
     sys_ = system.replace(mass_sq=jnp.asarray(system.mass_sq, rdt), lam=jnp.asarray(system.lam, rdt))
     kin = _plan(system, dt, bool(imaginary), cdt)

@@ -15,11 +15,6 @@ overrides, rejects unknown keys and wrongly typed values by name, and calls the 
 Each field's meaning, shown by ``--help``, is the ``"help"`` entry of its metadata (:func:`option`). A value is
 read as its field's type (``typing.get_type_hints``): a table maps each type, or each generic origin (union,
 ``Literal``, ``tuple``, ``list``, ``dict``), to the function that reads it.
-
-A key that was renamed is declared on the dataclass as ``RENAMED_KEYS: ClassVar[dict[str, str]] = {old: new}``
-(same meaning, new name): the old key, given in a file or as an override, is refused with one line naming the new
-key, and a run folder whose ``config.json`` still uses the old key resumes (:func:`prepare_run_dir` reads it under
-the new name). :func:`renamed_keys` returns the mapping.
 """
 
 from __future__ import annotations
@@ -35,12 +30,12 @@ import shutil
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from ivhl_jax.run.lock import check_out_dir, lock_run_dir
 
-__all__ = ["T", "option", "read_config_file", "load_config", "clip_short_run", "config_dict", "renamed_keys",
+__all__ = ["T", "option", "read_config_file", "load_config", "clip_short_run", "config_dict",
            "add_run_arguments", "prepare_run_dir", "settings_in_force", "OneLineArgumentParser", "plain_text"]
 
 T = TypeVar("T")
@@ -174,11 +169,6 @@ def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = N
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cast(Any, cls)) if f.init}
     unknown = sorted(set(values) - set(fields))
-    renamed = renamed_keys(cls)
-    for u in unknown:
-        if u in renamed:
-            raise ValueError(f"config key {prefix + u!r} was renamed to {prefix + renamed[u]!r} (same meaning); "
-                             f"use {prefix + renamed[u]}={values[u]!r}")
     if unknown:
         raise ValueError(
             f"unknown config key(s) {[prefix + u for u in unknown]} for {cls.__name__}; "
@@ -195,18 +185,6 @@ def _build(cls: type[T], values: dict[str, Any], prefix: str = "", base: Any = N
     if validate and hasattr(obj, "validate"):
         obj.validate()
     return obj
-
-
-def renamed_keys(cls: Any) -> dict[str, str]:
-    """``{old: new}`` config keys renamed in config dataclass ``cls`` (or an instance): its ``RENAMED_KEYS``
-    class attribute, ``{}`` when it has none. An old key is refused by :func:`load_config` with one line naming
-    the new key; :func:`prepare_run_dir` reads an old run folder's ``config.json`` under the new names."""
-    renamed = getattr(cls, "RENAMED_KEYS", None) or {}
-    if not isinstance(renamed, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in renamed.items()):
-        raise TypeError(f"{getattr(cls, '__name__', type(cls).__name__)}.RENAMED_KEYS must be a mapping "
-                        f"{{old key: new key}} of strings, got {renamed!r}")
-    return dict(renamed)
 
 
 def _parse_override(text: str) -> tuple[list[str], Any]:
@@ -389,9 +367,7 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
             shutil.rmtree(ckpt_dir)
         elif holds_steps and os.path.isfile(cfg_path):
             with open(cfg_path) as f:
-                renamed = renamed_keys(cfg)  # a folder written before a key was renamed resumes
-                old = {renamed.get(k, k): v for k, v in json.load(f).items()}
-                old = {k: v for k, v in old.items() if k not in extendable}
+                old = {k: v for k, v in json.load(f).items() if k not in extendable}
             if old != comparable:
                 diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
                 raise ValueError(f"{out} holds a checkpoint of a different configuration (differs in {diff}); "

@@ -16,10 +16,11 @@ split). Throughput = total samples / total time (not a mean of per-batch rates).
 which is what ``ivhl train adaptive`` runs. Device memory comes from ``compiled.memory_analysis()``
 (temp + argument + output bytes; on CPU this is the XLA buffer plan), host memory is the process RSS.
 
-The JSON mirrors the seed's Phase-0 ``baseline.json`` (timestamp, phase, system_info,
-profiling_runs[configuration, per_batch_metrics (12 fields), aggregated_metrics, final_state],
-success_metrics, hotspots) and adds versions, device, compile times, the fused-scan throughput, and
-hotspots sorted by measured time. :func:`compare` diffs two such files.
+The JSON document has the keys ``timestamp``, ``phase`` (a label), ``system_info`` (host, versions, device),
+``profiling_runs`` (per run: ``configuration``, ``per_batch_metrics`` (12 fields per batch),
+``aggregated_metrics``, ``final_state``, compile times and the fused-scan throughput), ``success_metrics`` (run 0's
+batch latency, throughputs and peak memory, rounded) and ``hotspots`` (sorted by measured time). :func:`compare`
+diffs two such files.
 """
 
 from __future__ import annotations
@@ -246,7 +247,8 @@ def system_info() -> dict[str, Any]:
 
 
 def baseline_document(runs: list[dict[str, Any]], phase: str = "ivhl_jax profiler") -> dict[str, Any]:
-    """Assemble the seed-schema document; ``success_metrics`` come from run 0 (rounded as the seed)."""
+    """Assemble the baseline document (module docstring); ``success_metrics`` come from run 0: latency in ms to
+    2 decimals, throughputs in samples/s to 1, peak memory in GB to 3."""
     r0 = runs[0]
     agg = r0["aggregated_metrics"]
     return {

@@ -33,6 +33,21 @@ def _bench_ops() -> set[str]:
     return set(harness.registry())
 
 
+def _check_overrides(module: str, overrides: list[str]) -> list[str]:
+    """The ``--set key=value`` overrides of one ``ivhl sim/train`` command, loaded into its config (a renamed or
+    unknown key, or a value the config refuses, is a problem)."""
+    if not overrides:
+        return []
+    from ivhl_jax.run.config import load_config
+
+    sim = importlib.import_module(module).SIMULATION
+    try:
+        load_config(sim.config_type, None, overrides)
+    except (TypeError, ValueError) as e:
+        return [f"{module}: --set {' '.join(overrides)}: {e}"]
+    return []
+
+
 def _check_command(command: str) -> list[str]:
     """What a command cites that this tree does not have (one entry per missing piece)."""
     problems = []
@@ -57,6 +72,9 @@ def _check_command(command: str) -> list[str]:
                 module = f"ivhl_jax.sims.{'train_' if sub == 'train' else ''}{name}"
                 if not _module_exists(module):
                     problems.append(f"no `ivhl {sub} {name}` ({module})")
+                else:
+                    problems += _check_overrides(module, [words[i + 1] for i, w in enumerate(words[:-1])
+                                                          if w == "--set"])
             elif sub == "bench":
                 ops = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--op"]
                 problems += [f"no bench op {op!r}" for op in ops if op not in _bench_ops()]
@@ -122,5 +140,8 @@ def test_command_check_catches_what_is_missing():
     assert _check_command("ivhl sim nosuchsim") == ["no `ivhl sim nosuchsim` (ivhl_jax.sims.nosuchsim)"]
     assert _check_command("XLA_FLAGS=--x=8 ivhl bench --op no_such_op --size small") == ["no bench op 'no_such_op'"]
     assert _check_command("python -m bench.studies.cdt_dimensions && ivhl train lm") == []
+    assert _check_command("ivhl train adaptive --set preset=reference --set steps_per_chunk=500 --set steps=3000") == []
+    assert _check_command("ivhl train adaptive --set chunk=500")[0].startswith(
+        "ivhl_jax.sims.train_adaptive: --set chunk=500: unknown config key(s) ['chunk']")
     assert _check_command("git show d695879:bench/x.py") == [
         "not a command of this tree: 'git show d695879:bench/x.py'"]

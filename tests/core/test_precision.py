@@ -75,7 +75,7 @@ def test_presets_and_unknown_name():
     with pytest.raises(ValueError, match=r"policy='f17'.*pure_bf16"):
         F.superpose(np.zeros((2, 3)), np.ones((1, 3)), policy="f17")
     with pytest.raises(TypeError, match="policy must be a preset name"):
-        precision.physics_policy(32)  # type: ignore[arg-type]  # the wrong type on purpose
+        precision.physics_policy(32, like=())  # type: ignore[arg-type]  # the wrong type on purpose
 
 
 def test_float64_policy_without_x64_is_an_error_not_a_float32_run():
@@ -92,3 +92,50 @@ def test_float64_policy_without_x64_is_an_error_not_a_float32_run():
         gru.gru_step(p, jnp.zeros((4,)), jnp.zeros((3,)), policy="f64")
     with jax.enable_x64(True):
         assert F.superpose(pts, src, policy="f64").dtype == jnp.complex128
+
+
+def test_default_policy_is_the_inputs_dtype_everywhere():
+    """policy=None is one Policy: every dtype the (canonical, real) floating dtype of the inputs."""
+    f32 = precision.get_policy("f32")
+    assert precision.default_policy(np.zeros(3, np.float32), 1.0) == f32
+    assert precision.default_policy(jnp.zeros(2, jnp.complex64), jax.random.key(0)) == f32  # complex: its real part
+    assert precision.default_policy({"w": jnp.zeros(2, jnp.bfloat16)}) == precision.get_policy("pure_bf16")
+    assert precision.default_policy() == f32 and precision.default_policy(2.0, [1, 2]) == f32  # no arrays
+    assert precision.default_policy(np.zeros(3)) == f32  # float64 NumPy without x64: float32, as jnp.asarray
+    assert precision.physics_policy(None, like=(np.zeros(3, np.float32),)) == f32
+    with jax.enable_x64(True):
+        f64 = precision.get_policy("f64")
+        assert precision.default_policy(np.zeros(3)) == f64
+        assert precision.default_policy(jnp.zeros(2, jnp.complex128)) == f64
+        assert precision.default_policy(np.zeros(3, np.float32), np.zeros(2)) == f64  # promoted
+        # a GRU step on float64 inputs with policy=None equals the explicit "f64" policy, bit for bit
+        p = gru.init_gru_params(jax.random.key(0), 3, 4, jnp.float64)
+        h, x = jnp.full((2, 4), 0.1), jnp.ones((2, 3))
+        none, explicit = gru.gru_step(p, h, x), gru.gru_step(p, h, x, policy="f64")
+        assert none.dtype == jnp.float64 and np.array_equal(none, explicit)
+    p = gru.init_gru_params(jax.random.key(0), 3, 4)
+    none, explicit = gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3))), gru.gru_step(
+        p, jnp.zeros((2, 4)), jnp.ones((2, 3)), policy="f32")
+    assert none.dtype == jnp.float32 and np.array_equal(none, explicit)
+
+
+def test_physics_kernels_default_policy_is_the_explicit_policy_of_the_inputs_dtype():
+    """policy=None and the explicit policy of the inputs' dtype run the same path: same dtype, same bits."""
+    rng = np.random.default_rng(0)
+    for preset, dt in (("f32", np.float32), ("f64", np.float64)):
+        with jax.enable_x64(preset == "f64"):
+            pts, src = rng.normal(size=(30, 3)).astype(dt), rng.normal(size=(3, 3)).astype(dt)
+            for a, b in ((F.superpose(pts, src, wavenumbers=2.0, policy=p) for p in (None, preset)),
+                         (F.vortex(pts, src[:2], [1, -2], core_size=0.3, policy=p) for p in (None, preset))):
+                assert a.dtype == b.dtype == jnp.result_type(dt, jnp.complex64) and np.array_equal(a, b)
+            grid = C.Grid.uniform(32, 8.0)
+            system = C.GPSystem(grid, jnp.asarray(C.harmonic(grid), dt), 1.0)
+            psi = C.gaussian(grid, 1.0, dtype=system.complex_dtype)
+            a, b = (C.evolve(psi, system, 1e-3, 5, policy=p)[0] for p in (None, preset))
+            assert a.dtype == b.dtype == system.complex_dtype and np.array_equal(a, b)
+            cd = jnp.result_type(dt, jnp.complex64)
+            phi = jnp.ones((6, 6), cd) + 0.1 * jnp.asarray(rng.normal(size=(6, 6)), cd)
+            a, b = (G.gft_evolve(phi, G.GFTSystem((6, 6)), 0.05, 5, policy=p)[0] for p in (None, preset))
+            assert a.dtype == b.dtype == cd and np.array_equal(a, b)
+    with pytest.raises(TypeError, match="dtype must be complex"):
+        G.strang(G.GFTSystem((6, 6)), 0.05, dtype=jnp.float32)

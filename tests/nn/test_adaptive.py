@@ -69,7 +69,7 @@ def test_rule_cascade_matches_scalar_reference():
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
-def test_seed_compat_policy_is_softmax_of_probabilities():
+def test_softmax_of_probabilities_policy():
     w = adaptive.phase_weights(jnp.int32(0), 10.0, 0.5, 0.0, 0.0, 0.0, True)
     p = jax.nn.softmax(adaptive.phase_logits(w, 1.0, True))
     np.testing.assert_allclose(p, [0.346, 0.210, 0.244, 0.200], atol=2e-3)  # the reference's R0 row
@@ -89,19 +89,19 @@ def test_phase_draw_frequencies_follow_the_policy():
     np.testing.assert_allclose(freq, [0.8, 0.04, 0.15, 0.01], atol=0.015)
 
 
-@pytest.mark.parametrize("seed_compat,temperature", [(False, 1.0), (False, 0.5), (True, 1.0), (True, 2.0)])
-def test_inverse_cdf_draw_matches_softmax_of_logits(seed_compat, temperature):
+@pytest.mark.parametrize("softmax_of_probabilities,temperature", [(False, 1.0), (False, 0.5), (True, 1.0), (True, 2.0)])
+def test_inverse_cdf_draw_matches_softmax_of_logits(softmax_of_probabilities, temperature):
     rows = jnp.array([[0.6, 0.1, 0.25, 0.05], [0.7, 0.0, 0.3, 0.0], [0.0, 0.9, 0.1, 0.0], [0.0, 0.0, 0.0, 1.0],
                       [0.15, 0.8, 0.04, 0.01]])
     n = 200_000
     u = jax.random.uniform(jax.random.key(7), (rows.shape[0], n))
-    masses = adaptive.phase_masses(rows, temperature, seed_compat)
+    masses = adaptive.phase_masses(rows, temperature, softmax_of_probabilities)
     phase = jax.jit(adaptive.sample_phase)(jnp.broadcast_to(masses[:, None, :], (rows.shape[0], n, 4)), u)
     assert phase.dtype == jnp.int32
     freq = np.stack([np.bincount(np.asarray(p), minlength=4) / n for p in phase])
-    want = np.asarray(jax.nn.softmax(adaptive.phase_logits(rows, temperature, seed_compat), axis=-1))
+    want = np.asarray(jax.nn.softmax(adaptive.phase_logits(rows, temperature, softmax_of_probabilities), axis=-1))
     np.testing.assert_allclose(freq, want, atol=4e-3)  # ~5 sigma of a 200k-sample frequency
-    if not seed_compat:
+    if not softmax_of_probabilities:
         assert np.all(freq[np.asarray(rows) == 0] == 0.0)  # zero-probability phases are never drawn
 
 
@@ -170,14 +170,14 @@ def test_node_update_matches_numpy_float64():
     np.testing.assert_allclose(an, a_ref, rtol=1e-5, atol=1e-6)
 
 
-def test_seed_parameter_count_and_shapes():
+def test_default_parameter_count_and_shapes():
     cfg = AdaptiveConfig()
     variables = jax.eval_shape(AdaptiveModel(cfg).init_variables, jax.random.key(0))
-    assert adaptive.count_params(variables) == 55482  # the reference's count for the seed defaults
+    assert adaptive.count_params(variables) == 55482  # the reference model's count at these sizes
     state = adaptive.init_state(cfg, 2)
     chex.assert_shape(state.h, (2, 100, 64))
     chex.assert_shape(state.phase, (2, 100))
-    assert adaptive.init_state(AdaptiveConfig.seed(), 2).phase.shape == (100,)
+    assert adaptive.init_state(AdaptiveConfig.reference(), 2).phase.shape == (100,)
 
 
 @pytest.mark.parametrize("scheduler", ["per_sample", "shared"])
@@ -226,7 +226,7 @@ def test_per_sample_outputs_do_not_depend_on_other_samples():
 
 
 def test_shared_scheduler_uses_one_phase_per_node_and_last_row_anxiety():
-    cfg = AdaptiveConfig.seed(**SMALL)
+    cfg = AdaptiveConfig.reference(**SMALL)
     params = _init_params(jax.random.key(0), cfg)
     state = adaptive.init_state(cfg, 4)
     state = state.replace(energy=jnp.array([[10.0] * 6, [10.0] * 6, [10.0] * 6, [0.0] * 6]))
@@ -265,7 +265,7 @@ def test_gradients_energy_head_dead_in_seed_and_trainable_in_improved():
 
         return jax.jit(jax.grad(loss))(params)
 
-    g = grads(AdaptiveConfig.seed(**SMALL))
+    g = grads(AdaptiveConfig.reference(**SMALL))
     assert float(jnp.abs(g["w_e"]).max()) == 0.0  # the reference: energy head gets no gradient
     assert float(jnp.abs(g["W_in"]).max()) > 0.0
     chex.assert_tree_all_finite(g)
@@ -335,7 +335,7 @@ ADAPTIVE_TOL = {
 
 
 # The improved preset (per-node inputs, K = 2) is slow-marked: three more compiles, ~20 s on a loaded host.
-@pytest.mark.parametrize("improved", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["seed", "improved"])
+@pytest.mark.parametrize("improved", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["default", "improved"])
 def test_adaptive_deterministic_error_per_policy(improved):
     with jax.enable_x64(True):
         ref_state, ref_out = _adaptive_run("f64", stochastic=False, improved=improved)

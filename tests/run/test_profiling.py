@@ -1,4 +1,4 @@
-"""Training profiler: seed-schema baseline document, sorted hotspots, total/total throughput, compare."""
+"""Training profiler: the baseline document, sorted hotspots, total/total throughput, compare."""
 
 from __future__ import annotations
 

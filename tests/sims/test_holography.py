@@ -123,7 +123,7 @@ def test_config_validation_messages():
         small_cfg("vortex_charges=[1]")
     with pytest.raises(ValueError, match="grid"):
         small_cfg("grid=[1, 5]")
-    with pytest.raises(ValueError, match="'n_steps' was renamed to 'steps'"):  # one vocabulary
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['n_steps'\].*valid keys: .*'steps'"):
         small_cfg("n_steps=4")
 
 

@@ -146,17 +146,18 @@ def test_cli_run_holds_xla_to_one_core_when_asked(tmp_path):
         assert json.load(f)["host_cores"].startswith("applied: cores [")
 
 
-def test_sim_old_keys_fail_with_one_line_naming_the_new_key(tmp_path, capsys):
-    """One step is one sweep: the old keys fail (exit 2) with one line naming the new key."""
-    for old, new in (("sweeps=[6]", "steps"), ("sweeps_per_chunk=1", "steps_per_chunk")):
-        assert sim.main(["--set", old, "--out", str(tmp_path / "m"), "--no-progress"]) == 2
+def test_sim_unknown_keys_fail_with_one_line_listing_the_valid_keys(tmp_path, capsys):
+    """An unknown key fails (exit 2) with one line naming it and listing the valid keys."""
+    for bad, key in (("sweeps=[6]", "sweeps"), ("sweeps_per_chunk=1", "sweeps_per_chunk")):
+        assert sim.main(["--set", bad, "--out", str(tmp_path / "m"), "--no-progress"]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and f"renamed to '{new}'" in err, err
-    cfg = tmp_path / "old.toml"
+        assert err.count("\n") == 1 and f"unknown config key(s) ['{key}']" in err, err
+        assert "valid keys: [" in err and "'steps'" in err and "'steps_per_chunk'" in err, err
+    cfg = tmp_path / "bad.toml"
     cfg.write_text("chis = [4]\nsweeps = [6]\nlayers = [1]\n")
     assert sim.main(["--config", str(cfg), "--out", str(tmp_path / "m"), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "'sweeps' was renamed to 'steps'" in err, err
+    assert err.count("\n") == 1 and "unknown config key(s) ['sweeps']" in err and "valid keys: [" in err, err
     assert not os.path.exists(tmp_path / "m")
 
 

@@ -252,7 +252,8 @@ def check_system(system: Any) -> GPSystem:
 
 
 def with_policy(system: GPSystem, policy: str | Policy | None) -> GPSystem:
-    """``system`` with V, g and Ω in the real dtype of ``policy``'s complex state (None: unchanged).
+    """``system`` with V, g and Ω in the real dtype of ``policy``'s complex state; None is the default policy of
+    ``system.potential`` (:func:`~ivhl_jax.core.precision.default_policy`: the system's own dtype).
 
     The solver's precision is the real dtype of the system (module docstring), so a policy is
     applied by casting the system: compute float32 → complex64 state, float64 → complex128.
@@ -262,18 +263,16 @@ def with_policy(system: GPSystem, policy: str | Policy | None) -> GPSystem:
     solution): bf16-rounded state 0.25, complex64 3.1e-4, complex128 5.4e-6 (the scheme's own
     O(dt²) error); see docs/guide/precision.md. So bf16/f16 anywhere in the policy is a ValueError.
     """
-    if policy is None:
-        return system
-    cdt = complex_state_dtype(policy, routine="the Gross-Pitaevskii split-step solver")
+    cdt = complex_state_dtype(policy, like=system.potential, routine="the Gross-Pitaevskii split-step solver")
     rdt = jnp.finfo(cdt).dtype
     return system.replace(potential=jnp.asarray(system.potential, rdt), g=as_leaf(system.g, rdt),
                           omega_rot=as_leaf(system.omega_rot, rdt))
 
 
 def cast_output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
-    """ψ cast to complex(output_dtype) of the policy (unchanged without one)."""
-    pol = physics_policy(policy)
-    return psi if pol is None else psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
+    """ψ cast to complex(output_dtype) of the policy (None: the default policy of ψ, a no-op)."""
+    pol = physics_policy(policy, like=psi)
+    return psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
 
 
 def check_psi(psi: Any, system: GPSystem, name: str = "psi") -> jax.Array:
