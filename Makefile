@@ -7,7 +7,7 @@ BIN     = $(VENV)/bin
 TEST_ENV = XLA_FLAGS="--xla_force_host_platform_device_count=8 $(XLA_FLAGS)" JAX_PLATFORMS=$${JAX_PLATFORMS:-cpu} MPLBACKEND=Agg \
            IVHL_COMPILATION_CACHE=0
 
-.PHONY: install demo test test-slow lint bench clean docs docs-serve
+.PHONY: install demo test test-slow lint format bench clean docs docs-serve
 
 $(BIN)/.installed: pyproject.toml
 	@echo "installing ivhl_jax and its dependencies into $(VENV) (1-2 min on a fresh machine) ..."
@@ -24,7 +24,13 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check ivhl_jax models sims bench tests
+	$(BIN)/ruff format --check ivhl_jax models sims bench tests
 	$(BIN)/mypy
+
+# Applies the formatter (make lint checks it; .pre-commit-config.yaml runs both on every commit).
+format: install
+	$(BIN)/ruff format ivhl_jax models sims bench tests
+	$(BIN)/ruff check --fix ivhl_jax models sims bench tests
 
 test: install lint
 	$(TEST_ENV) $(BIN)/python -m pytest -m "not slow" -q --timeout=600 --durations=15

@@ -83,8 +83,11 @@ def section_env(quick: bool) -> dict:
     out = {"report": device_report(), "default_backend": backend.platform()}
     try:
         out["nvidia_smi"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit",
-             "--format=csv"], capture_output=True, text=True, timeout=30).stdout.strip()
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit", "--format=csv"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as e:
         out["nvidia_smi"] = f"unavailable: {e}"
     try:
@@ -105,8 +108,11 @@ def section_ceilings(quick: bool) -> dict:
     reps = 3 if quick else 10
     out = {}
     ka, kb = jax.random.split(jax.random.key(0))
-    for name, dt, prec in (("bf16", jnp.bfloat16, None), ("f32_default", jnp.float32, None),
-                           ("f32_highest", jnp.float32, jax.lax.Precision.HIGHEST)):
+    for name, dt, prec in (
+        ("bf16", jnp.bfloat16, None),
+        ("f32_default", jnp.float32, None),
+        ("f32_highest", jnp.float32, jax.lax.Precision.HIGHEST),
+    ):
         a = jax.random.normal(ka, (n, n), dt)
         b = jax.random.normal(kb, (n, n), dt)
         f = jax.jit(lambda a, b, p=prec: jnp.matmul(a, b, precision=p))
@@ -176,8 +182,11 @@ def section_attention_ok(quick: bool) -> dict:
     results = []
     for masking in ("causal", "padding"):
         causal = masking == "causal"
-        allowed = (np.tril(np.ones((T, T), bool))[None, None] if causal
-                   else np.broadcast_to(pad[:, None, None, :], (B, N, T, T)))
+        allowed = (
+            np.tril(np.ones((T, T), bool))[None, None]
+            if causal
+            else np.broadcast_to(pad[:, None, None, :], (B, N, T, T))
+        )
         o_ref, p = _np_attention(q, k, v, allowed, scale)
         grads_ref = _np_attention_grads(q, k, v, do, p, scale)
         mask = None if causal else jnp.asarray(pad[:, None, None, :])
@@ -236,8 +245,10 @@ def section_attention(quick: bool) -> dict:
 
                 bwd = jax.jit(jax.value_and_grad(loss, (0, 1, 2)))
                 tb = _median_time(_jax_call(bwd, q, k, v), reps)
-                rec["fwd_bwd"] = {**tb, "tflops": attention_flops(B, T, T, N, H, causal=True, backward=True)
-                                  / tb["median_s"] / 1e12}
+                rec["fwd_bwd"] = {
+                    **tb,
+                    "tflops": attention_flops(B, T, T, N, H, causal=True, backward=True) / tb["median_s"] / 1e12,
+                }
             except Exception as e:
                 rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             out.append(rec)
@@ -279,9 +290,16 @@ def section_transformer(quick: bool, peak_bf16_tflops: float | None) -> dict:
     from ivhl_jax.models.transformer import count_params, flops_per_token, preset
 
     out = []
-    runs = ([("tiny", 2, 64, "xla", "none")] if quick else
-            [("base", 8, 2048, "cudnn", "none"), ("base", 8, 2048, "xla", "none"),
-             ("base", 16, 2048, "cudnn", "dots_saveable"), ("base", 8, 2048, "chunked", "none")])
+    runs = (
+        [("tiny", 2, 64, "xla", "none")]
+        if quick
+        else [
+            ("base", 8, 2048, "cudnn", "none"),
+            ("base", 8, 2048, "xla", "none"),
+            ("base", 16, 2048, "cudnn", "dots_saveable"),
+            ("base", 8, 2048, "chunked", "none"),
+        ]
+    )
     reps = 3 if quick else 10
     for name, B, T, att, remat in runs:
         rec = {"preset": name, "batch": B, "seq_len": T, "attention": att, "remat": remat, "precision": "bf16"}
@@ -297,8 +315,14 @@ def section_transformer(quick: bool, peak_bf16_tflops: float | None) -> dict:
                 rec["temp_bytes"] = int(getattr(mem, "temp_size_in_bytes", 0))
             t, _ = _time_train(step_jit, state, batch, reps)
             flops = flops_per_token(cfg, T) * B * T
-            rec.update({"n_params": count_params(params), **t, "tokens_per_s": B * T / t["median_s"],
-                        "model_tflops": flops / t["median_s"] / 1e12})
+            rec.update(
+                {
+                    "n_params": count_params(params),
+                    **t,
+                    "tokens_per_s": B * T / t["median_s"],
+                    "model_tflops": flops / t["median_s"] / 1e12,
+                }
+            )
             if peak_bf16_tflops:
                 rec["mfu_vs_measured_peak"] = rec["model_tflops"] / peak_bf16_tflops
             rec["mfu_vs_datasheet_989"] = rec["model_tflops"] / H100_BF16_DENSE_TFLOPS
@@ -394,9 +418,14 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
     def wave():
         n, m = (256, 8) if quick else (262_144, 64)
         rng = np.random.default_rng(0)
-        p = fields.wave_params(rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-                               rng.uniform(-1, 1, (m, 3)).astype(np.float32), amplitudes=1.0,
-                               wavenumbers=rng.uniform(5, 7, m), phases=0.0, dt=0.05)
+        p = fields.wave_params(
+            rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            rng.uniform(-1, 1, (m, 3)).astype(np.float32),
+            amplitudes=1.0,
+            wavenumbers=rng.uniform(5, 7, m),
+            phases=0.0,
+            dt=0.05,
+        )
         st = fields.evolution(p)
         return st, st.init(), fields.observe, 10
 
@@ -415,8 +444,12 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
     def cdt_case():
         # one chain through trajectory (the many-chain race is the cdt section); a sweep is N₂ attempts
         st = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.02, target=128 if quick else 2048))
-        return st, st.init(jax.random.key(0), 8 if quick else 16, 8 if quick else 64, 256 if quick else 4096), \
-            cdt.observe, 10
+        return (
+            st,
+            st.init(jax.random.key(0), 8 if quick else 16, 8 if quick else 64, 256 if quick else 4096),
+            cdt.observe,
+            10,
+        )
 
     def mera_case():
         cfg = mera.MERAConfig(chi=4 if quick else 16, chi_mid=3 if quick else 12, layers=2 if quick else 3)
@@ -424,10 +457,14 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
         return st, st.init(key=jax.random.key(0)), mera.observe, 4
 
     def adaptive_case():
-        cfg = adaptive.AdaptiveConfig(num_nodes=8 if quick else 128, hidden_dim=4 if quick else 64, input_dim=5,
-                                      output_dim=3)
-        st = adaptive.dynamics(adaptive.init_params(jax.random.key(0), cfg),
-                               jax.random.normal(jax.random.key(1), (4 if quick else 256, 5)), cfg)
+        cfg = adaptive.AdaptiveConfig(
+            num_nodes=8 if quick else 128, hidden_dim=4 if quick else 64, input_dim=5, output_dim=3
+        )
+        st = adaptive.dynamics(
+            adaptive.init_params(jax.random.key(0), cfg),
+            jax.random.normal(jax.random.key(1), (4 if quick else 256, 5)),
+            cfg,
+        )
         return st, st.init(jax.random.key(2)), adaptive.observe, 10
 
     def gru_case():
@@ -436,8 +473,15 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
         st = gru.recurrence(w, jax.random.normal(jax.random.key(1), (t, b, d)))
         return st, st.init(jnp.zeros((b, h))), gru.observe, t
 
-    return {"fields": wave, "condensate": gp, "gft": gft_case, "cdt": cdt_case, "mera": mera_case,
-            "adaptive": adaptive_case, "gru": gru_case}
+    return {
+        "fields": wave,
+        "condensate": gp,
+        "gft": gft_case,
+        "cdt": cdt_case,
+        "mera": mera_case,
+        "adaptive": adaptive_case,
+        "gru": gru_case,
+    }
 
 
 def section_steppers(quick: bool) -> dict:
@@ -456,8 +500,10 @@ def section_steppers(quick: bool) -> dict:
             t0 = time.perf_counter()
             final, obs = jax.block_until_ready(trajectory(st, s0, steps, observe=observe))
             rec["first_call_s"] = time.perf_counter() - t0
-            t = _median_time(_jax_call(lambda s, st=st, steps=steps, observe=observe: trajectory(
-                st, s, steps, observe=observe), s0), reps)
+            t = _median_time(
+                _jax_call(lambda s, st=st, steps=steps, observe=observe: trajectory(st, s, steps, observe=observe), s0),
+                reps,
+            )
             rec["ms_per_step"] = 1e3 * t["median_s"] / steps
             rec["steps"] = steps
             leaves = [np.asarray(x) for x in jax.tree.leaves(obs) if np.issubdtype(np.asarray(x).dtype, np.inexact)]
@@ -466,8 +512,10 @@ def section_steppers(quick: bool) -> dict:
             rec["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             rec["traceback"] = traceback.format_exc()[-1500:]
         out[family] = rec
-    out["summary"] = {f: (round(r["ms_per_step"], 4), r["finite"]) if "ms_per_step" in r else r.get("error", "")[:80]
-                      for f, r in out.items()}
+    out["summary"] = {
+        f: (round(r["ms_per_step"], 4), r["finite"]) if "ms_per_step" in r else r.get("error", "")[:80]
+        for f, r in out.items()
+    }
     return out
 
 
@@ -492,11 +540,16 @@ def section_pallas_blocks(quick: bool) -> dict:
             for bq, bk in ((128, 128), (128, 64), (64, 64), (64, 32), (32, 32)):
                 rec = {"shape": [B, T, N, H], "masking": masking, "block_q": bq, "block_k": bk}
                 try:
-                    f = jax.jit(lambda q, k, v, kw=kw, bq=bq, bk=bk: attention(
-                        q, k, v, implementation="pallas", interpret=False, block_q=bq, block_k=bk, **kw))
+                    f = jax.jit(
+                        lambda q, k, v, kw=kw, bq=bq, bk=bk: attention(
+                            q, k, v, implementation="pallas", interpret=False, block_q=bq, block_k=bk, **kw
+                        )
+                    )
                     o = f(q, k, v)
-                    rec["rel_err_vs_xla"] = float(jnp.max(jnp.abs(o.astype(jnp.float32) - ref.astype(jnp.float32)))
-                                                  / jnp.max(jnp.abs(ref.astype(jnp.float32))))
+                    rec["rel_err_vs_xla"] = float(
+                        jnp.max(jnp.abs(o.astype(jnp.float32) - ref.astype(jnp.float32)))
+                        / jnp.max(jnp.abs(ref.astype(jnp.float32)))
+                    )
                     t = _median_time(_jax_call(f, q, k, v), reps)
                     rec.update(t)
                 except Exception as e:
@@ -521,7 +574,7 @@ def section_gp_rounding(quick: bool) -> dict:
     grid = C.Grid.uniform((128,), 16.0)
     system = C.GPSystem(grid, C.harmonic(grid), 5.0)
     out = {}
-    for dev in ([jax.devices()[0], jax.devices("cpu")[0]] if backend.platform() != "cpu" else [jax.devices()[0]]):
+    for dev in [jax.devices()[0], jax.devices("cpu")[0]] if backend.platform() != "cpu" else [jax.devices()[0]]:
         with jax.default_device(dev):
             psi0, _ = C.ground_state(system, 1.0, dt=0.01, tol=1e-6, max_steps=3000)
             psi0 = psi0 * jnp.exp(1j * 0.7 * jnp.asarray(grid.coords[0], jnp.float32))
@@ -531,7 +584,8 @@ def section_gp_rounding(quick: bool) -> dict:
                 _, obs = jax.jit(lambda p, proj=proj: C.evolve(p, system, 2e-3, 1000, 100, project_norm=proj))(psi0)
                 out[f"{dev.platform}_project_{proj}"] = {
                     "norm_rel_drift": (np.asarray(obs["norm"]) / n0 - 1).tolist(),
-                    "energy_rel_drift": (np.asarray(obs["energy_total"]) / e0 - 1).tolist()}
+                    "energy_rel_drift": (np.asarray(obs["energy_total"]) / e0 - 1).tolist(),
+                }
     return out
 
 
@@ -558,17 +612,35 @@ def section_tune(quick: bool) -> dict:
             os.environ.pop("IVHL_TUNE_TINY", None)
         else:
             os.environ["IVHL_TUNE_TINY"] = saved
-    lines = [f"{key}: {e['winner']} {1e3 * e['median_s']:.3f} ms, table default "
-             f"x{e.get('table_default_over_best', 1):.2f}, {100 * (e['roofline']['fraction'] or 0):.1f} % of the "
-             f"{e['roofline']['bound']} roofline"
-             for key, e in sorted(res["entries"].items())]
+    lines = [
+        f"{key}: {e['winner']} {1e3 * e['median_s']:.3f} ms, table default "
+        f"x{e.get('table_default_over_best', 1):.2f}, {100 * (e['roofline']['fraction'] or 0):.1f} % of the "
+        f"{e['roofline']['bound']} roofline"
+        for key, e in sorted(res["entries"].items())
+    ]
     lines += [f"{area}: not tuned: {err}" for area, err in res["errors"].items()]
     return {**res, "summary": lines}
 
 
-SECTIONS = ("env", "ceilings", "tune", "attention_ok", "attention", "transformer", "parallel", "fields", "gp",
-            "gp_modes", "cdt",
-            "mera", "mera_symmetric", "steppers", "adaptive", "pallas_blocks", "gp_rounding")
+SECTIONS = (
+    "env",
+    "ceilings",
+    "tune",
+    "attention_ok",
+    "attention",
+    "transformer",
+    "parallel",
+    "fields",
+    "gp",
+    "gp_modes",
+    "cdt",
+    "mera",
+    "mera_symmetric",
+    "steppers",
+    "adaptive",
+    "pallas_blocks",
+    "gp_rounding",
+)
 FAMILY_SECTIONS = ("fields", "gp", "gp_modes", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
 
 
@@ -578,10 +650,19 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections (repeatable)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (to test the script on a CPU)")
     ap.add_argument("--name", default="gpu_checks.json", help="output file name")
-    ap.add_argument("--skip", action="append", choices=SECTIONS, default=[],
-                    help="leave out these sections (repeatable; e.g. tune when `ivhl tune` ran just before)")
-    ap.add_argument("--budget-s", type=float, default=0.0,
-                    help="skip the sections left once this many seconds have passed (0: no limit)")
+    ap.add_argument(
+        "--skip",
+        action="append",
+        choices=SECTIONS,
+        default=[],
+        help="leave out these sections (repeatable; e.g. tune when `ivhl tune` ran just before)",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="skip the sections left once this many seconds have passed (0: no limit)",
+    )
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, args.name)
@@ -591,9 +672,11 @@ def main(argv=None) -> int:
         from ivhl_jax.bench.tune import measure_limits
 
         doc["limits"] = measure_limits(quick=True)
-        print(f"[gpu_checks] limits: copy {doc['limits']['copy_gbps']:.1f} GB/s, matmul f32 "
-              f"{doc['limits']['matmul_f32_tflops']:.2f} / bf16 {doc['limits']['matmul_bf16_tflops']:.2f} TFLOP/s",
-              flush=True)
+        print(
+            f"[gpu_checks] limits: copy {doc['limits']['copy_gbps']:.1f} GB/s, matmul f32 "
+            f"{doc['limits']['matmul_f32_tflops']:.2f} / bf16 {doc['limits']['matmul_bf16_tflops']:.2f} TFLOP/s",
+            flush=True,
+        )
     except Exception as e:  # noqa: BLE001 - the checks still run without a roofline
         doc["limits"] = {"error": f"{type(e).__name__}: {e}"}
     peak = None
@@ -689,32 +772,79 @@ def _summary(name: str, res: dict) -> dict:
     if "skipped" in res:
         return {name: res["skipped"]}
     if name == "ceilings":
-        return {k: round(v.get("tflops", v.get("gbps_read_plus_write", 0)), 1) for k, v in res.items()
-                if isinstance(v, dict)}
+        return {
+            k: round(v.get("tflops", v.get("gbps_read_plus_write", 0)), 1)
+            for k, v in res.items()
+            if isinstance(v, dict)
+        }
     if name == "attention_ok":
-        return {"all_ok": res["all_ok"], "bad": [(r["impl"], r["dtype"], r["masking"], r.get("error", ""),
-                                                  r.get("fwd_rel_err"), r.get("dq_rel_err"))
-                                                 for r in res["results"] if not r["ok"]]}
+        return {
+            "all_ok": res["all_ok"],
+            "bad": [
+                (r["impl"], r["dtype"], r["masking"], r.get("error", ""), r.get("fwd_rel_err"), r.get("dq_rel_err"))
+                for r in res["results"]
+                if not r["ok"]
+            ],
+        }
     if name == "attention":
-        return {name: [(r["impl"], r["shape"], round(r.get("fwd", {}).get("tflops", 0), 1),
-                        round(r.get("fwd_bwd", {}).get("tflops", 0), 1), r.get("error", "")[:80])
-                       for r in res["results"]]}
+        return {
+            name: [
+                (
+                    r["impl"],
+                    r["shape"],
+                    round(r.get("fwd", {}).get("tflops", 0), 1),
+                    round(r.get("fwd_bwd", {}).get("tflops", 0), 1),
+                    r.get("error", "")[:80],
+                )
+                for r in res["results"]
+            ]
+        }
     if name == "transformer":
-        return {name: [(r["attention"], r["batch"], r["remat"], round(r.get("tokens_per_s", 0)),
-                        round(r.get("model_tflops", 0), 1), round(r.get("mfu_vs_measured_peak", 0), 3),
-                        r.get("error", "")[:80]) for r in res["results"]]}
+        return {
+            name: [
+                (
+                    r["attention"],
+                    r["batch"],
+                    r["remat"],
+                    round(r.get("tokens_per_s", 0)),
+                    round(r.get("model_tflops", 0), 1),
+                    round(r.get("mfu_vs_measured_peak", 0), 3),
+                    r.get("error", "")[:80],
+                )
+                for r in res["results"]
+            ]
+        }
     if name == "parallel":
-        return {"plain_ms": 1e3 * res["plain"]["median_s"],
-                "modes": [(m["mesh"], round(m.get("overhead_vs_plain", float("nan")), 4), m.get("error", "")[:80])
-                          for m in res["modes"]]}
+        return {
+            "plain_ms": 1e3 * res["plain"]["median_s"],
+            "modes": [
+                (m["mesh"], round(m.get("overhead_vs_plain", float("nan")), 4), m.get("error", "")[:80])
+                for m in res["modes"]
+            ],
+        }
     if name in FAMILY_SECTIONS or name == "steppers":
         return {name: res.get("summary", "no summary")}
     if name == "pallas_blocks":
-        return {name: [(r["shape"][-1], r["masking"], r["block_q"], r["block_k"], r.get("rel_err_vs_xla"),
-                        r.get("median_s"), r.get("error", "")[:60]) for r in res["results"]]}
+        return {
+            name: [
+                (
+                    r["shape"][-1],
+                    r["masking"],
+                    r["block_q"],
+                    r["block_k"],
+                    r.get("rel_err_vs_xla"),
+                    r.get("median_s"),
+                    r.get("error", "")[:60],
+                )
+                for r in res["results"]
+            ]
+        }
     if name == "gp_rounding":
-        return {k: (v["norm_rel_drift"][-1], max(abs(x) for x in v["energy_rel_drift"])) for k, v in res.items()
-                if isinstance(v, dict)}
+        return {
+            k: (v["norm_rel_drift"][-1], max(abs(x) for x in v["energy_rel_drift"]))
+            for k, v in res.items()
+            if isinstance(v, dict)
+        }
     return {name: "done"}
 
 

@@ -89,8 +89,13 @@ def summarize(samples: Sequence[float]) -> dict[str, Any]:
     """Median, IQR, min and the raw samples (seconds)."""
     arr = np.asarray(samples, dtype=float)
     q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    return {"median_s": float(med), "iqr_s": float(q3 - q1), "min_s": float(arr.min()),
-            "n": int(arr.size), "samples_s": [float(x) for x in arr]}
+    return {
+        "median_s": float(med),
+        "iqr_s": float(q3 - q1),
+        "min_s": float(arr.min()),
+        "n": int(arr.size),
+        "samples_s": [float(x) for x in arr],
+    }
 
 
 def calls_per_sample(one_call_s: float, window_s: float) -> int:
@@ -122,8 +127,9 @@ def time_in_windows(call: Callable[[], Any], *, repeats: int, window_s: float) -
     return samples, k
 
 
-def time_callable(call: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
-                  budget_s: float | None = None) -> dict[str, Any]:
+def time_callable(
+    call: Callable[[], Any], *, repeats: int = 5, warmup: int = 1, budget_s: float | None = None
+) -> dict[str, Any]:
     """Time ``call()`` (which must block until its work is done) ``repeats`` times after ``warmup``.
 
     With ``budget_s``, stop early (at least one sample) once the samples exceed the budget.
@@ -143,8 +149,9 @@ def time_callable(call: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
     return summarize(samples)
 
 
-def interleaved_rounds(calls: dict[str, Callable[[], Any]], rounds: int, *, pause_s: float = 0.005,
-                       cpu: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def interleaved_rounds(
+    calls: dict[str, Callable[[], Any]], rounds: int, *, pause_s: float = 0.005, cpu: bool = False
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Time every call once per round, in turn, for ``rounds`` rounds (each call must block until done).
 
     Interleaving makes load changes on a shared host hit all contestants alike, so per-round ratios stay
@@ -168,8 +175,15 @@ def interleaved_rounds(calls: dict[str, Callable[[], Any]], rounds: int, *, paus
     return wall, used
 
 
-def run_case(case: BenchCase, *, repeats: int = 5, warmup: int = 1, max_eager_s: float = 20.0,
-             peers: bool = True, pause_s: float = 0.005) -> dict[str, Any]:
+def run_case(
+    case: BenchCase,
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    max_eager_s: float = 20.0,
+    peers: bool = True,
+    pause_s: float = 0.005,
+) -> dict[str, Any]:
     """Benchmark one case; returns a JSON-ready record.
 
     The jitted function and every peer are timed in interleaved rounds (one call of each per
@@ -239,12 +253,20 @@ def run_case(case: BenchCase, *, repeats: int = 5, warmup: int = 1, max_eager_s:
     try:
         mem = compiled.memory_analysis()
         if mem is not None:
-            rec["memory"] = {k: int(getattr(mem, k)) for k in
-                             ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
-                              "generated_code_size_in_bytes") if hasattr(mem, k)}
+            rec["memory"] = {
+                k: int(getattr(mem, k))
+                for k in (
+                    "argument_size_in_bytes",
+                    "output_size_in_bytes",
+                    "temp_size_in_bytes",
+                    "generated_code_size_in_bytes",
+                )
+                if hasattr(mem, k)
+            }
     except Exception as e:  # memory analysis is backend-dependent; record why it is missing
         rec["memory"] = {"unavailable": repr(e)}
     if case.op_by_op:
+
         def eager():
             with jax.disable_jit():
                 jax.block_until_ready(case.fn(*case.args))
@@ -305,8 +327,12 @@ def provenance(command: str | None = None) -> dict[str, Any]:
     except OSError:
         pass
     devices = jax.devices()
-    machine: dict[str, Any] = {"platform": backend.platform(), "cpu": cpu, "cpu_cores": backend.machine_cores(),
-                               "system": f"{platform.system()} {platform.machine()}"}
+    machine: dict[str, Any] = {
+        "platform": backend.platform(),
+        "cpu": cpu,
+        "cpu_cores": backend.machine_cores(),
+        "system": f"{platform.system()} {platform.machine()}",
+    }
     if backend.platform() != "cpu":
         machine["accelerator"] = devices[0].device_kind
         machine["accelerator_count"] = len(devices)
@@ -318,10 +344,14 @@ def provenance(command: str | None = None) -> dict[str, Any]:
             versions[lib] = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:  # a peer that is not installed
             continue
-    header = {"command": command or invocation(), "commit": commit,
-              "dirty": None if status is None else bool(status),
-              "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "machine": machine, "versions": versions}
+    header = {
+        "command": command or invocation(),
+        "commit": commit,
+        "dirty": None if status is None else bool(status),
+        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine,
+        "versions": versions,
+    }
     env = {k: os.environ[k] for k in _HEADER_ENV if os.environ.get(k)}
     if env:
         header["env"] = env
@@ -359,9 +389,16 @@ def registry() -> dict[str, Callable[[str], BenchCase]]:
     return ops
 
 
-def run(ops: Sequence[str] | None = None, sizes: Sequence[str] = ("small",), *, repeats: int = 5,
-        warmup: int = 1, peers: bool = True, max_eager_s: float = 20.0,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+def run(
+    ops: Sequence[str] | None = None,
+    sizes: Sequence[str] = ("small",),
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    peers: bool = True,
+    max_eager_s: float = 20.0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run the selected ops at the selected sizes; returns the full JSON document."""
     from ivhl_jax.run.device import device_report
 
@@ -373,10 +410,16 @@ def run(ops: Sequence[str] | None = None, sizes: Sequence[str] = ("small",), *, 
     bad = [s for s in sizes if s not in SIZES]
     if bad:
         raise ValueError(f"size must be one of {list(SIZES)}, got {bad}")
-    doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                           "environment": device_report(), "method": {"repeats": repeats, "warmup": warmup,
-                           "statistic": "median and IQR of wall time per call, block_until_ready"},
-                           "results": []}
+    doc: dict[str, Any] = {
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "environment": device_report(),
+        "method": {
+            "repeats": repeats,
+            "warmup": warmup,
+            "statistic": "median and IQR of wall time per call, block_until_ready",
+        },
+        "results": [],
+    }
     for size in sizes:
         for name in names:
             log(f"[bench] {name} ({size}) ...")

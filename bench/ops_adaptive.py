@@ -28,12 +28,23 @@ BATCH = 32
 TORCH_THREADS = 2
 
 
-def _scan_case(op: str, size: str, loss_fn, params, opt, get_batch, peers: dict, params_doc: dict,
-               notes: str) -> BenchCase:
+def _scan_case(
+    op: str, size: str, loss_fn, params, opt, get_batch, peers: dict, params_doc: dict, notes: str
+) -> BenchCase:
     steps = STEPS[size]
     chunk, carry = fused_train_chunk(loss_fn, params, opt, get_batch, steps, jax.random.key(1))
-    return BenchCase(op=op, size=size, fn=chunk, args=(carry,), params={"steps": steps, "batch": BATCH, **params_doc},
-                     peers=peers, op_by_op=False, items_per_call=steps * BATCH, items_name="samples", notes=notes)
+    return BenchCase(
+        op=op,
+        size=size,
+        fn=chunk,
+        args=(carry,),
+        params={"steps": steps, "batch": BATCH, **params_doc},
+        peers=peers,
+        op_by_op=False,
+        items_per_call=steps * BATCH,
+        items_name="samples",
+        notes=notes,
+    )
 
 
 # ------------------------------------------------------------------------------------------ torch peers
@@ -41,8 +52,12 @@ def _scan_case(op: str, size: str, loss_fn, params, opt, get_batch, peers: dict,
 
 def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, seed: int = 0):
     """Builder of a PyTorch training loop of the same equations (vectorised over batch and nodes)."""
-    if (cfg.softmax_of_probabilities or cfg.temperature != 1.0 or not 0.0 < cfg.exploration_rate < 1.0
-            or cfg.scheduler != "per_sample"):
+    if (
+        cfg.softmax_of_probabilities
+        or cfg.temperature != 1.0
+        or not 0.0 < cfg.exploration_rate < 1.0
+        or cfg.scheduler != "per_sample"
+    ):
         raise ValueError("the torch peer implements the per-sample scheduler, proper policy, T = 1, 0 < eps < 1")
 
     def build():
@@ -59,8 +74,9 @@ def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, se
         p0 = jax.tree_util.tree_map(np.asarray, adaptive.init_params(jax.random.key(seed), cfg))
         params = {k: torch.tensor(np.array(v), requires_grad=True) for k, v in p0.items()}
         opt = torch.optim.Adam(list(params.values()), lr=1e-3)
-        trans = torch.tensor([[0.80, 0.04, 0.15, 0.01], [0.15, 0.80, 0.04, 0.01],
-                              [0.15, 0.04, 0.80, 0.01], [0.10, 0.05, 0.05, 0.80]])
+        trans = torch.tensor(
+            [[0.80, 0.04, 0.15, 0.01], [0.15, 0.80, 0.04, 0.01], [0.15, 0.04, 0.80, 0.01], [0.10, 0.05, 0.05, 0.80]]
+        )
         tw = lambda *v: torch.tensor(v)
         w_exp, w_r2 = tw(0.6, 0.1, 0.25, 0.05), tw(0.0, 0.8, 0.2, 0.0)
         w_r4c, w_r4, w_r5a, w_r5 = tw(0.1, 0, 0.3, 0.6), tw(0.3, 0, 0.7, 0), tw(0.2, 0, 0.8, 0), tw(0.7, 0, 0.3, 0)
@@ -115,7 +131,7 @@ def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, se
         def run():
             perm = torch.randperm(8000)
             for s in range(steps):
-                idx = perm[(s * BATCH) % 7968:(s * BATCH) % 7968 + BATCH]
+                idx = perm[(s * BATCH) % 7968 : (s * BATCH) % 7968 + BATCH]
                 unif = torch.rand(BATCH, cfg.num_nodes)
                 loss = fn(x_all[idx], y_all[idx], params, unif)
                 opt.zero_grad(set_to_none=True)
@@ -135,8 +151,13 @@ def _torch_mlp(steps: int, compiled: bool):
 
         torch.set_num_threads(TORCH_THREADS)
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
-                                    torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(128, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 128),
+            torch.nn.ReLU(),
+            torch.nn.Linear(128, 10),
+        )
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         lossf = torch.nn.CrossEntropyLoss()
         f = torch.compile(model) if compiled else model
@@ -164,32 +185,58 @@ def adaptive_train(size: str) -> BenchCase:
     loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg, batch_size=BATCH)
     steps = STEPS[size]
     peers = {"torch_eager": _torch_adaptive(steps, False, cfg), "torch_compile": _torch_adaptive(steps, True, cfg)}
-    return _scan_case("adaptive_train", size, loss_fn, params, opt, get_batch, peers,
-                      {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "per_sample", "optimizer": "adam+clip1"},
-                      "N=100, H=64, D=784; each batch starts from the explicit initial state (h=0, E=10); "
-                      "the reference PyTorch model: 246 ms/step = 130 samples/s (Python scheduler loop)")
+    return _scan_case(
+        "adaptive_train",
+        size,
+        loss_fn,
+        params,
+        opt,
+        get_batch,
+        peers,
+        {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "per_sample", "optimizer": "adam+clip1"},
+        "N=100, H=64, D=784; each batch starts from the explicit initial state (h=0, E=10); "
+        "the reference PyTorch model: 246 ms/step = 130 samples/s (Python scheduler loop)",
+    )
 
 
 def adaptive_train_reference(size: str) -> BenchCase:
     cfg = adaptive.AdaptiveConfig.reference()
     loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg, batch_size=BATCH)
-    return _scan_case("adaptive_train_reference", size, loss_fn, params, opt, get_batch, {},
-                      {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "shared (decision chain)",
-                       "optimizer": "adam+clip1"},
-                      "AdaptiveConfig.reference(): the batch-shared decision chain (lax.scan over rows)")
+    return _scan_case(
+        "adaptive_train_reference",
+        size,
+        loss_fn,
+        params,
+        opt,
+        get_batch,
+        {},
+        {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "shared (decision chain)", "optimizer": "adam+clip1"},
+        "AdaptiveConfig.reference(): the batch-shared decision chain (lax.scan over rows)",
+    )
 
 
 def mlp_train(size: str) -> BenchCase:
     loss_fn, params, opt, get_batch = mlp_workload(BATCH)
     steps = STEPS[size]
     peers = {"torch_eager": _torch_mlp(steps, False), "torch_compile": _torch_mlp(steps, True)}
-    return _scan_case("mlp_train", size, loss_fn, params, opt, get_batch, peers,
-                      {"layers": [128, 256, 128, 10], "optimizer": "adam"},
-                      "the reference PyTorch MLP baseline: 1.595 ms/batch, 20,240 samples/s (4-CPU runner)")
+    return _scan_case(
+        "mlp_train",
+        size,
+        loss_fn,
+        params,
+        opt,
+        get_batch,
+        peers,
+        {"layers": [128, 256, 128, 10], "optimizer": "adam"},
+        "the reference PyTorch MLP baseline: 1.595 ms/batch, 20,240 samples/s (4-CPU runner)",
+    )
 
 
-OPS: dict[str, Any] = {"adaptive_train": adaptive_train, "adaptive_train_reference": adaptive_train_reference,
-                       "mlp_train": mlp_train}
+OPS: dict[str, Any] = {
+    "adaptive_train": adaptive_train,
+    "adaptive_train_reference": adaptive_train_reference,
+    "mlp_train": mlp_train,
+}
 
 
 def gpu_check(quick: bool) -> dict[str, Any]:
@@ -204,5 +251,7 @@ def gpu_check(quick: bool) -> dict[str, Any]:
     case = OPS["adaptive_train"](size)
     case.peers = {}
     rec = run_case(case, repeats=3 if quick else 7)
-    return {"record": rec, "summary": {"size": size, "samples_per_s": rec["throughput"]["per_s"],
-                                       "compile_s": rec["compile_s"]}}
+    return {
+        "record": rec,
+        "summary": {"size": size, "samples_per_s": rec["throughput"]["per_s"], "compile_s": rec["compile_s"]},
+    }

@@ -55,10 +55,23 @@ def _factory(size: str) -> BenchCase:
         host = jax.jit(host_fn)
         peers["host_engine"] = lambda: jax.block_until_ready(host(*args))
     return BenchCase(
-        op="cdt_sweeps", size=size, fn=fn, args=args,
-        params={"chains": n, "T": T_SLICES, "target_N2": VOLUME, "lambda": cdt.LN2, "eps": 0.02,
-                "sweeps": SWEEPS, "attempts_per_chain": params.attempts_per_sweep},
-        peers=peers, op_by_op=False, items_per_call=attempts, items_name="move attempts (all chains)",
+        op="cdt_sweeps",
+        size=size,
+        fn=fn,
+        args=args,
+        params={
+            "chains": n,
+            "T": T_SLICES,
+            "target_N2": VOLUME,
+            "lambda": cdt.LN2,
+            "eps": 0.02,
+            "sweeps": SWEEPS,
+            "attempts_per_chain": params.attempts_per_sweep,
+        },
+        peers=peers,
+        op_by_op=False,
+        items_per_call=attempts,
+        items_name="move attempts (all chains)",
         notes="pure-JAX engine; peer: the numba host engine on the same chains. Accepted moves: cdt_jax_scaling.json",
     )
 
@@ -83,20 +96,35 @@ def _measure(engine: str, n: int, volume: int, attempts: int, repeats: int) -> d
     st = summarize(times)
     att = float(np.mean(attempted))
     acc = float(np.mean(accepted))
-    return {"engine": engine, "N2": volume, "chains": n, "attempts_per_sweep": attempts, "attempts_per_call": att,
-            "time": st,
-            "attempts_per_s_aggregate": att / st["median_s"], "accepted_per_s_aggregate": acc / st["median_s"],
-            "accepted_per_s_per_chain": acc / n / st["median_s"], "acceptance": acc / att,
-            # CPU time of the whole process (all threads): insensitive to other jobs on a shared host
-            "attempts_per_cpu_s": att / float(np.median(cpu)), "accepted_per_cpu_s": acc / float(np.median(cpu)),
-            "cores_used": float(np.median(cpu)) / st["median_s"],
-            # flops/bytes of the compiled call (a host-engine call's work is in a callback XLA does not count)
-            "cost": cost_record(compiled, st["median_s"]),
-            "overflow": bool(np.any(np.asarray(chains.geometry.overflow)))}
+    return {
+        "engine": engine,
+        "N2": volume,
+        "chains": n,
+        "attempts_per_sweep": attempts,
+        "attempts_per_call": att,
+        "time": st,
+        "attempts_per_s_aggregate": att / st["median_s"],
+        "accepted_per_s_aggregate": acc / st["median_s"],
+        "accepted_per_s_per_chain": acc / n / st["median_s"],
+        "acceptance": acc / att,
+        # CPU time of the whole process (all threads): insensitive to other jobs on a shared host
+        "attempts_per_cpu_s": att / float(np.median(cpu)),
+        "accepted_per_cpu_s": acc / float(np.median(cpu)),
+        "cores_used": float(np.median(cpu)) / st["median_s"],
+        # flops/bytes of the compiled call (a host-engine call's work is in a callback XLA does not count)
+        "cost": cost_record(compiled, st["median_s"]),
+        "overflow": bool(np.any(np.asarray(chains.geometry.overflow))),
+    }
 
 
-def scaling(chain_counts=(1, 16, 256), volumes=(512, 2048, 8192, 32768), engines=("jax", "host"),
-            attempts: dict | None = None, repeats: int = 3, peer_src: str | None = None) -> dict:
+def scaling(
+    chain_counts=(1, 16, 256),
+    volumes=(512, 2048, 8192, 32768),
+    engines=("jax", "host"),
+    attempts: dict | None = None,
+    repeats: int = 3,
+    peer_src: str | None = None,
+) -> dict:
     """Per engine, volume and number of chains: attempts and accepted moves per second (per chain and in
     aggregate); with ``peer_src`` the C++ reference at the same volumes (one and two processes), interleaved."""
     from ivhl_jax.run.device import device_report
@@ -114,8 +142,10 @@ def scaling(chain_counts=(1, 16, 256), volumes=(512, 2048, 8192, 32768), engines
                 per_chain = attempts[engine] if engine == "jax" else max(attempts[engine] // n, 100_000)
                 row = _measure(engine, n, volume, per_chain, repeats)
                 rows.append(row)
-                print(f"N2 {volume:6d} {engine:4s} chains {n:5d}: {row['accepted_per_s_aggregate']:.3e} accepted/s "
-                      f"aggregate, {row['accepted_per_s_per_chain']:.3e} per chain, acceptance {row['acceptance']:.3f}")
+                print(
+                    f"N2 {volume:6d} {engine:4s} chains {n:5d}: {row['accepted_per_s_aggregate']:.3e} accepted/s "
+                    f"aggregate, {row['accepted_per_s_per_chain']:.3e} per chain, acceptance {row['acceptance']:.3f}"
+                )
         if binary:
             for procs in (1, 2):
                 res = peer_cdt.run_peer_parallel(binary, volume, n_procs=procs, n_slices=T_SLICES, seconds=3.0)
@@ -123,14 +153,21 @@ def scaling(chain_counts=(1, 16, 256), volumes=(512, 2048, 8192, 32768), engines
                 res.update({"N2": volume})
                 peer_rows.append(res)
                 acc_frac = sum(m["accepted"] for m in res["accept_by_move"].values()) / max(
-                    sum(m["attempted"] for m in res["accept_by_move"].values()), 1)
+                    sum(m["attempted"] for m in res["accept_by_move"].values()), 1
+                )
                 res["accepted_per_cpu_s_mean"] = res["attempts_per_cpu_s_mean"] * acc_frac
-                print(f"N2 {volume:6d} 2d-cdt x{procs}: {res['accepted_per_s']:.3e} accepted/s aggregate, "
-                      f"{res['accepted_per_cpu_s_mean']:.3e} accepted per CPU-s per process")
-    return {"op": "cdt_scaling", "environment": device_report(),
-            "system": {"T": T_SLICES, "lambda": cdt.LN2, "eps": 0.02, "capacity": "N2 vertex slots"},
-            "rows": rows, "peer_2dcdt": peer_rows,
-            "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                print(
+                    f"N2 {volume:6d} 2d-cdt x{procs}: {res['accepted_per_s']:.3e} accepted/s aggregate, "
+                    f"{res['accepted_per_cpu_s_mean']:.3e} accepted per CPU-s per process"
+                )
+    return {
+        "op": "cdt_scaling",
+        "environment": device_report(),
+        "system": {"T": T_SLICES, "lambda": cdt.LN2, "eps": 0.02, "capacity": "N2 vertex slots"},
+        "rows": rows,
+        "peer_2dcdt": peer_rows,
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 GPU_CHAINS = (1024, 4096, 16384, 65536)
@@ -154,28 +191,33 @@ def gpu_check(quick: bool = False, engines: tuple[str, ...] | None = None, peer_
     if engines is None:
         engines = ("jax", "host") if quick else ("jax", "pallas", "host")
 
-
     volume = 128 if quick else GPU_VOLUME
     jax_chains = (4, 16) if quick else GPU_CHAINS
     cores = backend.machine_cores()
     host_chains = (2, 4) if quick else tuple(sorted({cores, 1024}))
     repeats = 2 if quick else 5
     rows: list[dict] = []
-    doc: dict = {"platform": backend.platform(), "device": str(jax.devices()[0]), "cores": cores,
-                 "system": {"T": T_SLICES, "N2": volume, "lambda": cdt.LN2, "eps": 0.02, "capacity": volume},
-                 "rows": rows}
+    doc: dict = {
+        "platform": backend.platform(),
+        "device": str(jax.devices()[0]),
+        "cores": cores,
+        "system": {"T": T_SLICES, "N2": volume, "lambda": cdt.LN2, "eps": 0.02, "capacity": volume},
+        "rows": rows,
+    }
     summary: dict = {}
     for engine in engines:
         if engine == "host" and not cdt_host.available():
             doc["host"] = "skipped: numba is not installed"
             continue
-        for n in (host_chains if engine == "host" else jax_chains):
+        for n in host_chains if engine == "host" else jax_chains:
             # the Pallas engine loops over a call's attempts inside one kernel launch, the host engine in numba
             attempts = volume if engine == "jax" else 20 * volume
             row = _measure(engine, n, volume, attempts, repeats)
             rows.append(row)
-            print(f"cdt {engine:4s} N2 {volume} chains {n:6d}: {row['accepted_per_s_aggregate']:.3e} accepted/s "
-                  f"aggregate, {row['accepted_per_s_per_chain']:.3e} per chain")
+            print(
+                f"cdt {engine:4s} N2 {volume} chains {n:6d}: {row['accepted_per_s_aggregate']:.3e} accepted/s "
+                f"aggregate, {row['accepted_per_s_per_chain']:.3e} per chain"
+            )
         best = max((r for r in rows if r["engine"] == engine), key=lambda r: r["accepted_per_s_aggregate"])
         summary[f"{engine}_accepted_per_s"] = best["accepted_per_s_aggregate"]
         summary[f"{engine}_accepted_per_s_per_chain"] = best["accepted_per_s_per_chain"]
@@ -183,8 +225,9 @@ def gpu_check(quick: bool = False, engines: tuple[str, ...] | None = None, peer_
     if peer_src:
         from ivhl_jax.bench import peer_cdt
 
-        res = peer_cdt.run_peer_parallel(peer_cdt.build_peer(peer_src), volume, n_procs=cores, n_slices=T_SLICES,
-                                         seconds=1.0 if quick else 3.0)
+        res = peer_cdt.run_peer_parallel(
+            peer_cdt.build_peer(peer_src), volume, n_procs=cores, n_slices=T_SLICES, seconds=1.0 if quick else 3.0
+        )
         res.pop("runs")
         doc["peer_2dcdt"] = res
         summary["2dcdt_accepted_per_s"] = res["accepted_per_s"]
@@ -192,8 +235,15 @@ def gpu_check(quick: bool = False, engines: tuple[str, ...] | None = None, peer_
     return doc
 
 
-def large_universe(n_slices: int = 64, volume: int = 1_000_000, thermal: int = 200, measure: int = 400,
-                   eps: float | None = None, seed: int = 0, progress: bool = True) -> dict:
+def large_universe(
+    n_slices: int = 64,
+    volume: int = 1_000_000,
+    thermal: int = 200,
+    measure: int = 400,
+    eps: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
     """One large universe on the host engine (2d-cdt's move lists): thermalise, then measure the integrated
     autocorrelation times of N0 and of the slice lengths.
 
@@ -236,8 +286,11 @@ def large_universe(n_slices: int = 64, volume: int = 1_000_000, thermal: int = 2
             if progress and (now - last[0] >= 1.0 or done == n):
                 last[0] = now
                 att = int(np.asarray(chain.geometry.attempts).sum())
-                print(f"{phase}: {done}/{n} sweeps, N2 = {int(obs['n2'][-1])}, "
-                      f"{att / (now - t_start):.3g} attempts/s since the start", flush=True)
+                print(
+                    f"{phase}: {done}/{n} sweeps, N2 = {int(obs['n2'][-1])}, "
+                    f"{att / (now - t_start):.3g} attempts/s since the start",
+                    flush=True,
+                )
 
     run(thermal, "thermalise", False)
     t_thermal = time.perf_counter() - t_start
@@ -253,16 +306,34 @@ def large_universe(n_slices: int = 64, volume: int = 1_000_000, thermal: int = 2
     g = chain.geometry
     acc, att = np.asarray(g.accepts), np.asarray(g.attempts)
     return {
-        "system": {"T": n_slices, "target_N2": volume, "lambda": cdt.LN2, "eps": eps, "engine": "host",
-                   "proposal": params.proposal, "capacity": capacity, "sweep": "N2 attempts"},
-        "thermal_sweeps": thermal, "measured_sweeps": measure, "seconds_thermalise": t_thermal,
-        "seconds_total": seconds, "attempts": int(att.sum()), "attempts_per_s": float(att.sum() / seconds),
+        "system": {
+            "T": n_slices,
+            "target_N2": volume,
+            "lambda": cdt.LN2,
+            "eps": eps,
+            "engine": "host",
+            "proposal": params.proposal,
+            "capacity": capacity,
+            "sweep": "N2 attempts",
+        },
+        "thermal_sweeps": thermal,
+        "measured_sweeps": measure,
+        "seconds_thermalise": t_thermal,
+        "seconds_total": seconds,
+        "attempts": int(att.sum()),
+        "attempts_per_s": float(att.sum() / seconds),
         "acceptance": {n: float(acc[i] / max(att[i], 1)) for i, n in enumerate(cdt.MOVE_NAMES)},
-        "overflow": bool(g.overflow), "mean_n2": float(2 * n0.mean()), "std_n2": float(2 * n0.std()),
-        "tau_int_sweeps": {"n0": [tau_n0.tau, tau_n0.error],
-                           "slice_length_mean_over_slices": [float(np.mean([t.tau for t in tau_slices])),
-                                                             float(np.std([t.tau for t in tau_slices]))],
-                           "profile_spread": [tau_spread.tau, tau_spread.error]},
+        "overflow": bool(g.overflow),
+        "mean_n2": float(2 * n0.mean()),
+        "std_n2": float(2 * n0.std()),
+        "tau_int_sweeps": {
+            "n0": [tau_n0.tau, tau_n0.error],
+            "slice_length_mean_over_slices": [
+                float(np.mean([t.tau for t in tau_slices])),
+                float(np.std([t.tau for t in tau_slices])),
+            ],
+            "profile_spread": [tau_spread.tau, tau_spread.error],
+        },
         "warnings": sorted({str(w.message) for w in caught}),
         "environment": device_report(),
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -278,25 +349,40 @@ def main(argv=None) -> int:
     p.add_argument("--engines", default="jax,host")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peer-src", default=None, help="folder with the JorenB/2d-cdt sources (not vendored)")
-    p.add_argument("--large-universe", action="store_true",
-                   help="one T=64, N2=1e6 universe on the host engine: thermalise, autocorrelation times "
-                        "(--slices, --volume, --thermal, --measure; writes bench/results/cdt_large_universe.json)")
+    p.add_argument(
+        "--large-universe",
+        action="store_true",
+        help="one T=64, N2=1e6 universe on the host engine: thermalise, autocorrelation times "
+        "(--slices, --volume, --thermal, --measure; writes bench/results/cdt_large_universe.json)",
+    )
     p.add_argument("--slices", type=int, default=64)
     p.add_argument("--volume", type=int, default=1_000_000)
     p.add_argument("--thermal", type=int, default=200)
     p.add_argument("--measure", type=int, default=400)
-    p.add_argument("--export", default=None, help="results file (default: bench/results/cdt_host_vs_2dcdt.json "
-                   "with --peer-src, else bench/results/cdt_<engines>_scaling.json)")
+    p.add_argument(
+        "--export",
+        default=None,
+        help="results file (default: bench/results/cdt_host_vs_2dcdt.json "
+        "with --peer-src, else bench/results/cdt_<engines>_scaling.json)",
+    )
     a = p.parse_args(argv)
     command = "python -m ivhl_jax.bench.ops_cdt " + " ".join(sys.argv[1:] if argv is None else argv)
     if a.large_universe:
         doc = large_universe(a.slices, a.volume, a.thermal, a.measure)
         print("wrote", write_results(a.export or "bench/results/cdt_large_universe.json", doc, command=command))
         return 0
-    doc = scaling(tuple(int(c) for c in a.chains.split(",")), tuple(int(v) for v in a.volumes.split(",")),
-                  tuple(a.engines.split(",")), repeats=a.repeats, peer_src=a.peer_src)
-    export = a.export or ("bench/results/cdt_host_vs_2dcdt.json" if a.peer_src
-                          else f"bench/results/cdt_{'_'.join(a.engines.split(','))}_scaling.json")
+    doc = scaling(
+        tuple(int(c) for c in a.chains.split(",")),
+        tuple(int(v) for v in a.volumes.split(",")),
+        tuple(a.engines.split(",")),
+        repeats=a.repeats,
+        peer_src=a.peer_src,
+    )
+    export = a.export or (
+        "bench/results/cdt_host_vs_2dcdt.json"
+        if a.peer_src
+        else f"bench/results/cdt_{'_'.join(a.engines.split(','))}_scaling.json"
+    )
     print("wrote", write_results(export, doc, command=command))
     return 0
 

@@ -58,7 +58,7 @@ def _numpy_peer(shape, steps):
         g = np.float32(G)
 
         def local(p):
-            return p * np.exp(-1j * half * (v + g * (p.real ** 2 + p.imag ** 2))).astype(np.complex64)
+            return p * np.exp(-1j * half * (v + g * (p.real**2 + p.imag**2))).astype(np.complex64)
 
         def call():
             p = p0
@@ -75,6 +75,7 @@ def _numpy_peer(shape, steps):
 
 def _torch_peer(shape, steps, device="cpu", compiled=False):
     """PyTorch eager (or ``torch.compile``) Strang steps on ``device``; the call returns after the work."""
+
     def build():
         import torch
 
@@ -86,7 +87,7 @@ def _torch_peer(shape, steps, device="cpu", compiled=False):
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
         def local(p):
-            return p * torch.polar(torch.ones_like(v), -half * (v + g * (p.real ** 2 + p.imag ** 2)))
+            return p * torch.polar(torch.ones_like(v), -half * (v + g * (p.real**2 + p.imag**2)))
 
         def evolve(p):
             for _ in range(steps):
@@ -125,14 +126,27 @@ def _gp_case(size: str, fft: str) -> BenchCase:
 
     n = int(np.prod(shape))
     return BenchCase(
-        op="gp_step" if fft == "xla" else f"gp_step_{fft}", size=size, fn=fn, args=(psi,),
-        params={"shape": list(shape), "steps_per_call": steps, "dtype": "complex64", "dt": DT, "g": G,
-                "fft": fft, "copy_bandwidth_GBps": copy_bandwidth_gbps()},
-        flops=steps * (2 * 5 * n * np.log2(n) + 30 * n), bytes_moved=steps * 3 * 2 * 8 * n,
+        op="gp_step" if fft == "xla" else f"gp_step_{fft}",
+        size=size,
+        fn=fn,
+        args=(psi,),
+        params={
+            "shape": list(shape),
+            "steps_per_call": steps,
+            "dtype": "complex64",
+            "dt": DT,
+            "g": G,
+            "fft": fft,
+            "copy_bandwidth_GBps": copy_bandwidth_gbps(),
+        },
+        flops=steps * (2 * 5 * n * np.log2(n) + 30 * n),
+        bytes_moved=steps * 3 * 2 * 8 * n,
         peers={"numpy": _numpy_peer(shape, steps), "torch_eager": _torch_peer(shape, steps)},
-        op_by_op=size in ("small", "medium", "large") and fft == "xla", items_per_call=steps, items_name="steps",
+        op_by_op=size in ("small", "medium", "large") and fft == "xla",
+        items_per_call=steps,
+        items_name="steps",
         notes="K Strang steps per call; flops = 5 N log2 N per FFT + ~30 per point; bytes = 3 passes of r+w"
-              + ("" if fft == "xla" else f"; kinetic FFT pair on the host ({fft}, via ivhl_jax.numerics.spectral)"),
+        + ("" if fft == "xla" else f"; kinetic FFT pair on the host ({fft}, via ivhl_jax.numerics.spectral)"),
     )
 
 
@@ -162,11 +176,18 @@ def gft_step(size: str) -> BenchCase:
         return trajectory(stepper, p, steps, save_every=steps, observe=_no_observation)[0]
 
     n = int(np.prod(shape))
-    return BenchCase(op="gft_step", size=size, fn=fn, args=(phi,),
-                     params={"shape": list(shape), "steps_per_call": steps, "mass_sq": -0.5, "lam": 0.1},
-                     bytes_moved=steps * 3 * 2 * 8 * n, items_per_call=steps, items_name="steps",
-                     op_by_op=size != "extreme",
-                     notes="GFT condensate Strang step (rank = len(shape)); no peer library runs this model")
+    return BenchCase(
+        op="gft_step",
+        size=size,
+        fn=fn,
+        args=(phi,),
+        params={"shape": list(shape), "steps_per_call": steps, "mass_sq": -0.5, "lam": 0.1},
+        bytes_moved=steps * 3 * 2 * 8 * n,
+        items_per_call=steps,
+        items_name="steps",
+        op_by_op=size != "extreme",
+        notes="GFT condensate Strang step (rank = len(shape)); no peer library runs this model",
+    )
 
 
 OPS = {"gp_step": gp_step, "gp_step_ducc": gp_step_ducc, "gft_step": gft_step}
@@ -201,8 +222,11 @@ def _jax_runs(shape, steps: int):
     psi = stepper.init(psi)
     every = jax.jit(lambda p, st: trajectory(st, p, steps, save_every=1, observe=_no_observation)[0])
     once = jax.jit(lambda p, st: trajectory(st, p, steps, save_every=steps, observe=_no_observation)[0])
-    return (lambda: jax.block_until_ready(every(psi, stepper))), \
-        (lambda: jax.block_until_ready(once(psi, stepper))), (every, once, psi, stepper)
+    return (
+        (lambda: jax.block_until_ready(every(psi, stepper))),
+        (lambda: jax.block_until_ready(once(psi, stepper))),
+        (every, once, psi, stepper),
+    )
 
 
 def fused_vs_unfused(shape=(64, 64, 64), steps: int = 20, rounds: int = 7) -> dict:
@@ -215,12 +239,16 @@ def fused_vs_unfused(shape=(64, 64, 64), steps: int = 20, rounds: int = 7) -> di
     unfused(), fused()
     wall, _ = interleaved_rounds({"unfused": unfused, "fused": fused}, rounds)
     ratios = [f / u for f, u in zip(wall["fused"], wall["unfused"])]
-    return {"shape": list(shape), "steps": steps, "rounds": rounds,
-            "unfused_ms_per_step": 1e3 * float(np.median(wall["unfused"])) / steps,
-            "fused_ms_per_step": 1e3 * float(np.median(wall["fused"])) / steps,
-            "ratio_fused_over_unfused_median": float(np.median(ratios)),
-            "ratio_fused_over_unfused_range": [float(min(ratios)), float(max(ratios))],
-            "max_abs_diff": diff}
+    return {
+        "shape": list(shape),
+        "steps": steps,
+        "rounds": rounds,
+        "unfused_ms_per_step": 1e3 * float(np.median(wall["unfused"])) / steps,
+        "fused_ms_per_step": 1e3 * float(np.median(wall["fused"])) / steps,
+        "ratio_fused_over_unfused_median": float(np.median(ratios)),
+        "ratio_fused_over_unfused_range": [float(min(ratios)), float(max(ratios))],
+        "max_abs_diff": diff,
+    }
 
 
 def gpu_check(quick: bool = False) -> dict:
@@ -243,12 +271,20 @@ def gpu_check(quick: bool = False) -> dict:
     try:
         import torch
 
-        torch_dev = "cuda" if platform == "gpu" and torch.cuda.is_available() else ("cpu" if platform == "cpu"
-                                                                                   else None)
+        torch_dev = (
+            "cuda" if platform == "gpu" and torch.cuda.is_available() else ("cpu" if platform == "cpu" else None)
+        )
     except ImportError:
         torch = None
-    doc: dict = {"device": str(jax.devices()[0]), "steps_per_call": steps, "dt": DT, "g": G, "dtype": "complex64",
-                 "torch": torch_dev or "not importable or not on this device", "results": []}
+    doc: dict = {
+        "device": str(jax.devices()[0]),
+        "steps_per_call": steps,
+        "dt": DT,
+        "g": G,
+        "dtype": "complex64",
+        "torch": torch_dev or "not importable or not on this device",
+        "results": [],
+    }
     summary = []
     for shape in shapes:
         rec: dict = {"shape": list(shape)}
@@ -257,8 +293,10 @@ def gpu_check(quick: bool = False) -> dict:
             rec["every_step_ms_per_step"] = _median_ms(unfused, reps) / steps
             rec["fused_ms_per_step"] = _median_ms(fused, reps) / steps
             rec["fused_max_abs_diff"] = float(jax.numpy.max(jax.numpy.abs(traj(psi, stepper) - fz(psi, stepper))))
-            line = (f"GP {'x'.join(map(str, shape))}: observed every step {rec['every_step_ms_per_step']:.3f} "
-                    f"ms/step, merged {rec['fused_ms_per_step']:.3f} ms/step")
+            line = (
+                f"GP {'x'.join(map(str, shape))}: observed every step {rec['every_step_ms_per_step']:.3f} "
+                f"ms/step, merged {rec['fused_ms_per_step']:.3f} ms/step"
+            )
             if torch_dev is not None:
                 rec["torch_ms_per_step"] = _median_ms(_torch_peer(shape, steps, device=torch_dev)(), reps) / steps
                 line += f", torch eager {rec['torch_ms_per_step']:.3f} ms/step"
@@ -289,15 +327,22 @@ def main(argv=None) -> int:
     from ivhl_jax.bench.harness import write_results
 
     command = "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc = {"device": str(jax.devices()[0]), "host": platform.node(), "cpu_count": backend.machine_cores(),
-           "measures": "GP real-time Strang steps: a trajectory observed every step (two potential half-steps per "
-                       "step) vs one observed once (potential half-steps of consecutive steps merged), interleaved "
-                       "rounds on one device; ratio < 1: merged faster"}
+    doc = {
+        "device": str(jax.devices()[0]),
+        "host": platform.node(),
+        "cpu_count": backend.machine_cores(),
+        "measures": "GP real-time Strang steps: a trajectory observed every step (two potential half-steps per "
+        "step) vs one observed once (potential half-steps of consecutive steps merged), interleaved "
+        "rounds on one device; ratio < 1: merged faster",
+    }
     cases = (((256, 256), 20), ((64, 64, 64), 20), ((128, 128, 128), 5))
     doc["results"] = [fused_vs_unfused(shape, steps, a.rounds) for shape, steps in cases]
-    lines = [f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} (range "
-             f"{r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
-             f"max |diff| {r['max_abs_diff']:.1e}" for r in doc["results"]]
+    lines = [
+        f"{r['shape']}: fused/unfused median {r['ratio_fused_over_unfused_median']:.3f} (range "
+        f"{r['ratio_fused_over_unfused_range'][0]:.2f}-{r['ratio_fused_over_unfused_range'][1]:.2f}), "
+        f"max |diff| {r['max_abs_diff']:.1e}"
+        for r in doc["results"]
+    ]
     write_results(a.out, doc, command=command)
     print("\n".join(lines))
     return 0

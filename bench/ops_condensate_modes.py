@@ -34,8 +34,9 @@ def _vortex_frames(shape, frames: int):
     centers = np.array([[1.03, 2.27], [-3.41, 0.58], [2.71, -2.93], [-1.17, -3.66], [0.07, 0.11]])
     charges = np.array([1, -1, 1, -1, 1])
     base = C.gaussian(grid, 1.0, 4.0)  # |ψ|² ~ 2e-3 of the peak at the edge: no wrap-around phase jump
-    stack = jnp.stack([C.imprint_vortices(base, grid, centers + 0.013 * t, charges, core_size=0.5)
-                       for t in range(frames)])
+    stack = jnp.stack(
+        [C.imprint_vortices(base, grid, centers + 0.013 * t, charges, core_size=0.5) for t in range(frames)]
+    )
     truth = np.stack([centers + 0.013 * t for t in range(frames)])
     return C, grid, stack, truth
 
@@ -54,8 +55,14 @@ def check_vortices(shape=(512, 512), frames: int = 64, reps: int = 5) -> dict:
         d = np.linalg.norm(found[None, :, :] - truth[t][:, None, :], axis=-1).min(axis=1)
         err = max(err, float(d.max()))
     ms = _median_ms(lambda: jax.block_until_ready(fn(stack)), reps)
-    return {"shape": list(shape), "frames": frames, "counts_ok": bool(np.all(np.asarray(out.count) == 5)),
-            "max_position_error_dx": err / grid.dx[0], "ms_per_call": ms, "ms_per_frame": ms / frames}
+    return {
+        "shape": list(shape),
+        "frames": frames,
+        "counts_ok": bool(np.all(np.asarray(out.count) == 5)),
+        "max_position_error_dx": err / grid.dx[0],
+        "ms_per_call": ms,
+        "ms_per_frame": ms / frames,
+    }
 
 
 def check_vortex_lines(n: int = 128, reps: int = 5) -> dict:
@@ -68,14 +75,19 @@ def check_vortex_lines(n: int = 128, reps: int = 5) -> dict:
     grid = C.Grid.uniform((n, n, n), 12.0)
     x, y, z = (np.asarray(m, np.float64) for m in grid.mesh())
     radius, xi = 3.0, 0.4
-    s = np.sqrt(x ** 2 + y ** 2)
-    ring = ((s - radius) + 1j * z) / np.sqrt((s - radius) ** 2 + z ** 2 + xi ** 2) * np.exp(-(s ** 2 + z ** 2) / 18)
+    s = np.sqrt(x**2 + y**2)
+    ring = ((s - radius) + 1j * z) / np.sqrt((s - radius) ** 2 + z**2 + xi**2) * np.exp(-(s**2 + z**2) / 18)
     psi = jnp.asarray(ring, jnp.complex64)
     fn = jax.jit(lambda p: C.vortex_lines(p, grid, max_points=16 * n, max_lines=8))
     out = fn(psi)
     ms = _median_ms(lambda: jax.block_until_ready(fn(psi)), reps)
-    return {"n": n, "n_lines": int(out.n_lines), "closed": bool(out.closed[0]),
-            "length_rel_error": float(out.length[0]) / (2 * np.pi * radius) - 1, "ms_per_call": ms}
+    return {
+        "n": n,
+        "n_lines": int(out.n_lines),
+        "closed": bool(out.closed[0]),
+        "length_rel_error": float(out.length[0]) / (2 * np.pi * radius) - 1,
+        "ms_per_call": ms,
+    }
 
 
 def check_bogoliubov(n: int = 128, n_trap: int = 128, n_modes: int = 8, reps: int = 3) -> dict:
@@ -95,7 +107,7 @@ def check_bogoliubov(n: int = 128, n_trap: int = 128, n_modes: int = 8, reps: in
     modes = C.bogoliubov(system, psi0, n_modes)
     k = 2 * np.pi * np.fft.fftfreq(n, length / n)
     eps = 0.5 * (k[:, None] ** 2 + k[None, :] ** 2).reshape(-1)
-    exact = np.sort(np.sqrt(eps * (eps + 2 * g * dens)))[1:n_modes + 1]
+    exact = np.sort(np.sqrt(eps * (eps + 2 * g * dens)))[1 : n_modes + 1]
     out["homogeneous_max_rel_error"] = float(np.max(np.abs(np.asarray(modes.omega) / exact - 1)))
     out["homogeneous_iterations"] = int(modes.iterations)
     out["homogeneous_ms"] = _median_ms(lambda: jax.block_until_ready(C.bogoliubov(system, psi0, n_modes).omega), reps)
@@ -127,15 +139,21 @@ def gpu_check(quick: bool = False) -> dict:
         try:
             rec = run()
             if name == "vortices":
-                line = (f"vortices {rec['shape']} x{rec['frames']}: max error {rec['max_position_error_dx']:.3f} dx, "
-                        f"{rec['ms_per_frame']:.3f} ms/frame")
+                line = (
+                    f"vortices {rec['shape']} x{rec['frames']}: max error {rec['max_position_error_dx']:.3f} dx, "
+                    f"{rec['ms_per_frame']:.3f} ms/frame"
+                )
             elif name == "vortex_lines":
-                line = (f"vortex ring {rec['n']}^3: length error {100 * rec['length_rel_error']:.2f} %, "
-                        f"{rec['ms_per_call']:.2f} ms")
+                line = (
+                    f"vortex ring {rec['n']}^3: length error {100 * rec['length_rel_error']:.2f} %, "
+                    f"{rec['ms_per_call']:.2f} ms"
+                )
             else:
-                line = (f"BdG {rec['n']}^2 homogeneous: max rel error {rec['homogeneous_max_rel_error']:.1e} "
-                        f"({rec['homogeneous_ms']:.1f} ms); Kohn {rec['n_trap']}^2 |w-1| {rec['kohn_abs_error']:.1e} "
-                        f"({rec['trap_ms']:.1f} ms)")
+                line = (
+                    f"BdG {rec['n']}^2 homogeneous: max rel error {rec['homogeneous_max_rel_error']:.1e} "
+                    f"({rec['homogeneous_ms']:.1f} ms); Kohn {rec['n_trap']}^2 |w-1| {rec['kohn_abs_error']:.1e} "
+                    f"({rec['trap_ms']:.1f} ms)"
+                )
         except Exception as e:  # noqa: BLE001 - one check failing must not hide the others
             rec = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
             line = f"{name}: {rec['error']}"

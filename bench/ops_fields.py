@@ -30,11 +30,15 @@ SOFTENING = 0.1
 
 def _superpose_inputs(n: int, m: int, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"points": rng.normal(size=(n, 3)).astype(np.float32),
-            "sources": (0.5 * rng.normal(size=(m, 3))).astype(np.float32),
-            "amplitudes": np.ones(m, np.float32), "wavenumbers": np.ones(m, np.float32),
-            "frequencies": np.ones(m, np.float32), "phases": np.zeros(m, np.float32),
-            "t": np.float32(0.0)}
+    return {
+        "points": rng.normal(size=(n, 3)).astype(np.float32),
+        "sources": (0.5 * rng.normal(size=(m, 3))).astype(np.float32),
+        "amplitudes": np.ones(m, np.float32),
+        "wavenumbers": np.ones(m, np.float32),
+        "frequencies": np.ones(m, np.float32),
+        "phases": np.zeros(m, np.float32),
+        "t": np.float32(0.0),
+    }
 
 
 def _numpy_peer(inp: dict[str, np.ndarray], dtype) -> callable:
@@ -71,8 +75,9 @@ def _torch_peer(inp: dict[str, np.ndarray], compiled: bool) -> callable:
     def build():
         import torch
 
-        p, s, a, k = (torch.from_numpy(np.ascontiguousarray(inp[x])) for x in
-                      ("points", "sources", "amplitudes", "wavenumbers"))
+        p, s, a, k = (
+            torch.from_numpy(np.ascontiguousarray(inp[x])) for x in ("points", "sources", "amplitudes", "wavenumbers")
+        )
         th = torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"])
 
         fn = torch.compile(_torch_field) if compiled else _torch_field
@@ -88,6 +93,7 @@ def _torch_peer(inp: dict[str, np.ndarray], compiled: bool) -> callable:
 
 def _jax_plain_peer(inp: dict[str, np.ndarray], chunk: int = 2048) -> callable:
     """The straightforward JAX formulation: chunk × M tiles with XLA's jnp.cos/jnp.sin."""
+
     def build():
         import jax
         import jax.numpy as jnp
@@ -125,23 +131,47 @@ def superpose_case(size: str) -> BenchCase:
     inp = _superpose_inputs(n, m)
 
     def fn(points, sources, amplitudes, wavenumbers, frequencies, phases, t):
-        return fields.superpose(points, sources, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                frequencies=frequencies, phases=phases, t=t, softening=SOFTENING)
+        return fields.superpose(
+            points,
+            sources,
+            amplitudes=amplitudes,
+            wavenumbers=wavenumbers,
+            frequencies=frequencies,
+            phases=phases,
+            t=t,
+            softening=SOFTENING,
+        )
 
-    args = tuple(jnp.asarray(inp[x]) for x in
-                 ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t"))
+    args = tuple(
+        jnp.asarray(inp[x]) for x in ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
+    )
     return BenchCase(
-        op="superpose", size=size, fn=fn, args=args,
-        params={"points": n, "sources": m, "dim": 3, "dtype": "float32 -> complex64", "softening": SOFTENING,
-                "inputs": "points ~ N(0, I), sources ~ N(0, 0.25 I), A = k = omega = 1, phi = 0, t = 0, seed 0"},
-        items_per_call=float(n * m), items_name="point-source pairs",
-        peers={"numpy_float64": _numpy_peer(inp, np.float64), "numpy_float32": _numpy_peer(inp, np.float32),
-               "torch_eager": _torch_peer(inp, compiled=False), "torch_compile": _torch_peer(inp, compiled=True),
-               "jax_plain_xla_sincos": _jax_plain_peer(inp)},
+        op="superpose",
+        size=size,
+        fn=fn,
+        args=args,
+        params={
+            "points": n,
+            "sources": m,
+            "dim": 3,
+            "dtype": "float32 -> complex64",
+            "softening": SOFTENING,
+            "inputs": "points ~ N(0, I), sources ~ N(0, 0.25 I), A = k = omega = 1, phi = 0, t = 0, seed 0",
+        },
+        items_per_call=float(n * m),
+        items_name="point-source pairs",
+        peers={
+            "numpy_float64": _numpy_peer(inp, np.float64),
+            "numpy_float32": _numpy_peer(inp, np.float32),
+            "torch_eager": _torch_peer(inp, compiled=False),
+            "torch_compile": _torch_peer(inp, compiled=True),
+            "jax_plain_xla_sincos": _jax_plain_peer(inp),
+        },
         notes="jit = ivhl_jax.physics.fields.superpose -> fastmath.point_source_sum with the backend table's "
-              "block size and kernel (CPU: own sincos, SoA, complex accumulator, small blocks on one thread; "
-              "GPU/TPU: one fused reduction per block). peer_over_jit > 1 means ivhl_jax is faster. "
-              "Peers use the real cos/sin form and the same float32 dtype.")
+        "block size and kernel (CPU: own sincos, SoA, complex accumulator, small blocks on one thread; "
+        "GPU/TPU: one fused reduction per block). peer_over_jit > 1 means ivhl_jax is faster. "
+        "Peers use the real cos/sin form and the same float32 dtype.",
+    )
 
 
 def sincos_case(size: str) -> BenchCase:
@@ -164,20 +194,29 @@ def sincos_case(size: str) -> BenchCase:
             import torch
 
             xt = torch.from_numpy(x)
-            f = (lambda v: (torch.sin(v), torch.cos(v)))
+            f = lambda v: (torch.sin(v), torch.cos(v))
             fn = torch.compile(f) if compiled else f
             return lambda: fn(xt)
 
         return build
 
     return BenchCase(
-        op="sincos", size=size, fn=sincos, args=(jnp.asarray(x),),
+        op="sincos",
+        size=size,
+        fn=sincos,
+        args=(jnp.asarray(x),),
         params={"elements": n, "dtype": "float32", "range": "uniform(-100, 100)"},
-        items_per_call=float(n), items_name="elements (sin and cos each)",
-        peers={"jax_xla_sin_cos": xla_peer, "numpy_float32": lambda: (lambda: (np.sin(x), np.cos(x))),
-               "torch_eager": torch_peer(False), "torch_compile": torch_peer(True)},
+        items_per_call=float(n),
+        items_name="elements (sin and cos each)",
+        peers={
+            "jax_xla_sin_cos": xla_peer,
+            "numpy_float32": lambda: lambda: (np.sin(x), np.cos(x)),
+            "torch_eager": torch_peer(False),
+            "torch_compile": torch_peer(True),
+        },
         notes="jit = ivhl_jax.numerics.fastmath.sincos (Cody-Waite + minimax, shared reduction); "
-              "jax_xla_sin_cos = jnp.sin and jnp.cos under one jit.")
+        "jax_xla_sin_cos = jnp.sin and jnp.cos under one jit.",
+    )
 
 
 OPS = {"superpose": superpose_case, "sincos": sincos_case}
@@ -199,7 +238,7 @@ OPS = {"superpose": superpose_case, "sincos": sincos_case}
 def _float64_reference(inp: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     p, s = inp["points"].astype(np.float64), inp["sources"].astype(np.float64)
     a, k = inp["amplitudes"].astype(np.float64), inp["wavenumbers"].astype(np.float64)
-    th = (inp["phases"].astype(np.float64) - inp["frequencies"].astype(np.float64) * float(inp["t"]))
+    th = inp["phases"].astype(np.float64) - inp["frequencies"].astype(np.float64) * float(inp["t"])
     r = np.sqrt(((p[:, None, :] - s[None, :, :]) ** 2).sum(-1))
     return (a * np.exp(1j * (k * r + th)) / (r + SOFTENING)).sum(1), (np.abs(a) / (r + SOFTENING)).sum(1)
 
@@ -213,13 +252,23 @@ def _run_jax(compiled, args):
 def _stats(samples: list[float]) -> dict[str, float]:
     arr = np.asarray(samples, float)
     q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    return {"median_ms": float(med) * 1e3, "q25_ms": float(q1) * 1e3, "q75_ms": float(q3) * 1e3,
-            "min_ms": float(arr.min()) * 1e3, "n": int(arr.size)}
+    return {
+        "median_ms": float(med) * 1e3,
+        "q25_ms": float(q1) * 1e3,
+        "q75_ms": float(q3) * 1e3,
+        "min_ms": float(arr.min()) * 1e3,
+        "n": int(arr.size),
+    }
 
 
-def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "extreme"),
-                       threads: tuple[int, ...] = (1, 2), rounds: dict[str, int] | None = None,
-                       variants: bool = True, pause_s: float = 0.0, log=print) -> dict:
+def compare_with_torch(
+    sizes: tuple[str, ...] = ("small", "medium", "large", "extreme"),
+    threads: tuple[int, ...] = (1, 2),
+    rounds: dict[str, int] | None = None,
+    variants: bool = True,
+    pause_s: float = 0.0,
+    log=print,
+) -> dict:
     """Interleaved timing of ours (jitted ``fields.superpose``), torch eager and ``torch.compile``.
 
     ``variants`` adds our own sub-measurements per size: ``ours_split_fusions`` (the same kernel
@@ -242,22 +291,32 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
     names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
 
     def ours_fn(points, sources, amplitudes, wavenumbers, frequencies, phases, t):
-        return fields.superpose(points, sources, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                frequencies=frequencies, phases=phases, t=t, softening=SOFTENING)
+        return fields.superpose(
+            points,
+            sources,
+            amplitudes=amplitudes,
+            wavenumbers=wavenumbers,
+            frequencies=frequencies,
+            phases=phases,
+            t=t,
+            softening=SOFTENING,
+        )
 
     torch_field = _torch_field
     torch_compiled = torch.compile(torch_field)
-    doc: dict = {"what": "psi_n = sum_j A_j exp(i(k_j r_nj - w_j t + phi_j)) / (r_nj + eps), float32, seed inputs "
-                         "(points ~ N(0, I) 3-D, sources ~ N(0, 0.25 I), A = k = w = 1, phi = 0, t = 0, eps = 0.1)",
-                 "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "versions": {"jax": jax.__version__, "torch": torch.__version__, "numpy": np.__version__},
-                 "cpus_available": backend.host_cores(),
-                 "method": "per torch thread count: warm-up, then rounds of one call per contestant in a fresh random "
-                           "order each round, an untimed pause (pause_s) before each call; ours = AOT-compiled "
-                           "jax.jit of the public fields.superpose (dispatch included), block_until_ready; torch "
-                           "under no_grad; ratio = torch / ours (> 1: ours faster)",
-                 "pause_s": pause_s,
-                 "results": []}
+    doc: dict = {
+        "what": "psi_n = sum_j A_j exp(i(k_j r_nj - w_j t + phi_j)) / (r_nj + eps), float32, seed inputs "
+        "(points ~ N(0, I) 3-D, sources ~ N(0, 0.25 I), A = k = w = 1, phi = 0, t = 0, eps = 0.1)",
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "versions": {"jax": jax.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        "cpus_available": backend.host_cores(),
+        "method": "per torch thread count: warm-up, then rounds of one call per contestant in a fresh random "
+        "order each round, an untimed pause (pause_s) before each call; ours = AOT-compiled "
+        "jax.jit of the public fields.superpose (dispatch included), block_until_ready; torch "
+        "under no_grad; ratio = torch / ours (> 1: ours faster)",
+        "pause_s": pause_s,
+        "results": [],
+    }
     for size in sizes:
         n, m = SUPERPOSE_SIZES[size]
         inp = _superpose_inputs(n, m)
@@ -273,13 +332,15 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
             # XLA's CPU client runs a program inline on the calling thread only if its HLO cost analysis
             # counts < 1000 flops; anything bigger is handed to a worker thread (async dispatch). This
             # trivial program counts 3 N >= 1536 flops, so it measures that hand-off's floor.
-            floor_async = jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0] * p[:, 1] + p[:, 2], p[:, 1])
-                                  ).lower(*args).compile()
+            floor_async = (
+                jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0] * p[:, 1] + p[:, 2], p[:, 1])).lower(*args).compile()
+            )
             calls["ours_split_fusions"] = functools.partial(_run_jax, split, args)
             calls["dispatch_floor"] = functools.partial(_run_jax, floor, args)
             calls["dispatch_floor_async_path"] = functools.partial(_run_jax, floor_async, args)
-        tp = [torch.from_numpy(np.ascontiguousarray(inp[x])) for x in ("points", "sources", "amplitudes",
-                                                                        "wavenumbers")]
+        tp = [
+            torch.from_numpy(np.ascontiguousarray(inp[x])) for x in ("points", "sources", "amplitudes", "wavenumbers")
+        ]
         tp.append(torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"]))
         t0 = time.perf_counter()
         torch_compiled(*tp)
@@ -293,16 +354,29 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
             if name.startswith("dispatch_floor"):
                 continue
             out = call()
-            z = (np.asarray(out, np.complex128) if not isinstance(out, tuple)
-                 else out[0].numpy().astype(np.float64) + 1j * out[1].numpy().astype(np.float64))
+            z = (
+                np.asarray(out, np.complex128)
+                if not isinstance(out, tuple)
+                else out[0].numpy().astype(np.float64) + 1j * out[1].numpy().astype(np.float64)
+            )
             check[name] = float(np.max(np.abs(z - ref) / scale))
         assert all(v <= 1e-5 for v in check.values()), check
-        split_fusions = {k: c.as_text().count("outer_dimension_partitions")
-                         for k, c in (("ours", ours), ("ours_split_fusions", split if variants else None)) if c}
-        rec: dict = {"size": size, "points": n, "sources": m, "pairs": n * m, "compile_s_ours": compile_s,
-                     "xla_fusions_split_over_threads": split_fusions,
-                     "first_call_s_torch_compile": torch_compile_s,
-                     "max_err_vs_float64_rel_to_sum_abs_terms": check, "by_torch_threads": {}}
+        split_fusions = {
+            k: c.as_text().count("outer_dimension_partitions")
+            for k, c in (("ours", ours), ("ours_split_fusions", split if variants else None))
+            if c
+        }
+        rec: dict = {
+            "size": size,
+            "points": n,
+            "sources": m,
+            "pairs": n * m,
+            "compile_s_ours": compile_s,
+            "xla_fusions_split_over_threads": split_fusions,
+            "first_call_s_torch_compile": torch_compile_s,
+            "max_err_vs_float64_rel_to_sum_abs_terms": check,
+            "by_torch_threads": {},
+        }
         r = rounds[size]
         for nt in threads:
             torch.set_num_threads(nt)
@@ -325,33 +399,47 @@ def compare_with_torch(sizes: tuple[str, ...] = ("small", "medium", "large", "ex
                     calls[name]()
                     samples[name].append(time.perf_counter() - t0)
             load1 = os.getloadavg()
-            ph = {"loadavg_1min_start_end": [load0[0], load1[0]],
-                  "timings": {k: _stats(v) for k, v in samples.items()}}
+            ph = {"loadavg_1min_start_end": [load0[0], load1[0]], "timings": {k: _stats(v) for k, v in samples.items()}}
             ours_s = np.asarray(samples["ours"])
             for peer in ("torch_eager", "torch_compile", "ours_split_fusions"):
                 if peer in samples:
                     per_round = np.asarray(samples[peer]) / ours_s
-                    ph["timings"][peer].update({
-                        "ratio_medians_peer_over_ours": float(np.median(samples[peer]) / np.median(ours_s)),
-                        "ratio_per_round_median": float(np.median(per_round)),
-                        "ratio_per_round_q25_q75": [float(np.percentile(per_round, 25)),
-                                                    float(np.percentile(per_round, 75))]})
+                    ph["timings"][peer].update(
+                        {
+                            "ratio_medians_peer_over_ours": float(np.median(samples[peer]) / np.median(ours_s)),
+                            "ratio_per_round_median": float(np.median(per_round)),
+                            "ratio_per_round_q25_q75": [
+                                float(np.percentile(per_round, 25)),
+                                float(np.percentile(per_round, 75)),
+                            ],
+                        }
+                    )
             rec["by_torch_threads"][str(nt)] = ph
             t = ph["timings"]
-            log(f"[fields] {size} torch threads {nt} (load {load0[0]:.1f}->{load1[0]:.1f}): ours "
+            log(
+                f"[fields] {size} torch threads {nt} (load {load0[0]:.1f}->{load1[0]:.1f}): ours "
                 f"{t['ours']['median_ms']:.4f} ms, torch eager {t['torch_eager']['median_ms']:.4f}, torch.compile "
                 f"{t['torch_compile']['median_ms']:.4f} (x{t['torch_compile']['ratio_medians_peer_over_ours']:.2f})"
-                + (f", split {t['ours_split_fusions']['median_ms']:.4f}, floor {t['dispatch_floor']['median_ms']:.4f}"
-                   f", async floor {t['dispatch_floor_async_path']['median_ms']:.4f}" if variants else ""))
-        best = min(rec["by_torch_threads"], key=lambda k: rec["by_torch_threads"][k]["timings"]["torch_compile"]
-                   ["median_ms"])
+                + (
+                    f", split {t['ours_split_fusions']['median_ms']:.4f}, floor {t['dispatch_floor']['median_ms']:.4f}"
+                    f", async floor {t['dispatch_floor_async_path']['median_ms']:.4f}"
+                    if variants
+                    else ""
+                )
+            )
+        best = min(
+            rec["by_torch_threads"], key=lambda k: rec["by_torch_threads"][k]["timings"]["torch_compile"]["median_ms"]
+        )
         tb = rec["by_torch_threads"][best]["timings"]
-        rec["summary"] = {"torch_compile_best_threads": int(best), "ours_median_ms": tb["ours"]["median_ms"],
-                          "torch_eager_median_ms": tb["torch_eager"]["median_ms"],
-                          "torch_compile_median_ms": tb["torch_compile"]["median_ms"],
-                          "torch_compile_over_ours_medians": tb["torch_compile"]["ratio_medians_peer_over_ours"],
-                          "torch_compile_over_ours_per_round_median": tb["torch_compile"]["ratio_per_round_median"],
-                          "torch_compile_over_ours_per_round_q25_q75": tb["torch_compile"]["ratio_per_round_q25_q75"]}
+        rec["summary"] = {
+            "torch_compile_best_threads": int(best),
+            "ours_median_ms": tb["ours"]["median_ms"],
+            "torch_eager_median_ms": tb["torch_eager"]["median_ms"],
+            "torch_compile_median_ms": tb["torch_compile"]["median_ms"],
+            "torch_compile_over_ours_medians": tb["torch_compile"]["ratio_medians_peer_over_ours"],
+            "torch_compile_over_ours_per_round_median": tb["torch_compile"]["ratio_per_round_median"],
+            "torch_compile_over_ours_per_round_q25_q75": tb["torch_compile"]["ratio_per_round_q25_q75"],
+        }
         doc["results"].append(rec)
     return doc
 
@@ -368,10 +456,15 @@ _ERROR_POINTS = 4096
 def _box_inputs(n: int, m: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Uniform random points and sources in a 10-unit box, A = k = omega = 1, phi = 0, t = 0 (float32)."""
     rng = np.random.default_rng(seed)
-    return {"points": rng.uniform(0, 10, (n, 3)).astype(np.float32),
-            "sources": rng.uniform(0, 10, (m, 3)).astype(np.float32),
-            "amplitudes": np.ones(m, np.float32), "wavenumbers": np.ones(m, np.float32),
-            "frequencies": np.ones(m, np.float32), "phases": np.zeros(m, np.float32), "t": np.float32(0.0)}
+    return {
+        "points": rng.uniform(0, 10, (n, 3)).astype(np.float32),
+        "sources": rng.uniform(0, 10, (m, 3)).astype(np.float32),
+        "amplitudes": np.ones(m, np.float32),
+        "wavenumbers": np.ones(m, np.float32),
+        "frequencies": np.ones(m, np.float32),
+        "phases": np.zeros(m, np.float32),
+        "t": np.float32(0.0),
+    }
 
 
 def _median_ms(call, reps: int) -> float:
@@ -420,9 +513,14 @@ def gpu_check(quick: bool = False) -> dict:
     tc, torch_why = _torch_compile_on(kind)
     names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
     row = backend.defaults()
-    doc: dict = {"platform": kind, "device": str(jax.devices()[0]), "fields_chunking": row.fields_chunking,
-                 "fields_memory_fraction": row.fields_memory_fraction,
-                 "torch_compile": "real cos/sin form on the same device" if tc else torch_why, "results": []}
+    doc: dict = {
+        "platform": kind,
+        "device": str(jax.devices()[0]),
+        "fields_chunking": row.fields_chunking,
+        "fields_memory_fraction": row.fields_memory_fraction,
+        "torch_compile": "real cos/sin form on the same device" if tc else torch_why,
+        "results": [],
+    }
     summary = []
     for n, m in sizes:
         inp = _box_inputs(n, m)
@@ -433,17 +531,26 @@ def gpu_check(quick: bool = False) -> dict:
         compiled: dict = {}
 
         def run(chunk, args=args, compiled=compiled):
-            f = jax.jit(lambda p, s, a, k, w, ph, t, chunk=chunk: fields.superpose(
-                p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk))
+            f = jax.jit(
+                lambda p, s, a, k, w, ph, t, chunk=chunk: fields.superpose(
+                    p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk
+                )
+            )
             c = compiled[chunk] = f.lower(*args).compile()  # kept for its cost_analysis() (the roofline)
             return lambda: jax.block_until_ready(c(*args))
 
         default_chunk = min(fields.default_chunk(m, n=n), n)
         default_call = run(None)
         err = float(np.max(np.abs(np.asarray(default_call()[:e], np.complex128) - ref) / scale))
-        rec: dict = {"points": n, "sources": m, "default_chunk": default_chunk,
-                     "default_ms": _median_ms(default_call, reps), "f32_err_vs_f64": err, "chunks_ms": {},
-                     "costs": {}}
+        rec: dict = {
+            "points": n,
+            "sources": m,
+            "default_chunk": default_chunk,
+            "default_ms": _median_ms(default_call, reps),
+            "f32_err_vs_f64": err,
+            "chunks_ms": {},
+            "costs": {},
+        }
         rec["costs"][str(default_chunk)] = cost_record(compiled[None], 1e-3 * rec["default_ms"])
         sweep = {n, max(1, n // 4)} if quick else {n, max(1, n // 4), min(n, 65536), min(n, 8192)}
         for chunk in sorted(sweep - {default_chunk}, reverse=True):
@@ -453,12 +560,16 @@ def gpu_check(quick: bool = False) -> dict:
         best = min(rec["chunks_ms"], key=rec["chunks_ms"].get)
         rec["best_chunk"], rec["best_ms"] = int(best), rec["chunks_ms"][best]
         rec["default_over_best"] = rec["default_ms"] / rec["best_ms"]
-        line = (f"{n} x {m}: default (chunk {default_chunk}) {rec['default_ms']:.3f} ms, best chunk {best} "
-                f"{rec['best_ms']:.3f} ms ({rec['default_over_best']:.2f}x), err {err:.1e}")
+        line = (
+            f"{n} x {m}: default (chunk {default_chunk}) {rec['default_ms']:.3f} ms, best chunk {best} "
+            f"{rec['best_ms']:.3f} ms ({rec['default_over_best']:.2f}x), err {err:.1e}"
+        )
         if tc:
             torch, dev, compiled = tc
-            tp = [torch.from_numpy(np.ascontiguousarray(inp[x])).to(dev) for x in
-                  ("points", "sources", "amplitudes", "wavenumbers")]
+            tp = [
+                torch.from_numpy(np.ascontiguousarray(inp[x])).to(dev)
+                for x in ("points", "sources", "amplitudes", "wavenumbers")
+            ]
             tp.append(torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"]).to(dev))
 
             def tcall(tp=tp, torch=torch, compiled=compiled, dev=dev):
@@ -473,8 +584,10 @@ def gpu_check(quick: bool = False) -> dict:
             rec["torch_compile_ms"] = _median_ms(tcall, reps)
             rec["torch_compile_err_vs_f64"] = float(np.max(np.abs(z - ref) / scale))
             rec["torch_compile_over_default"] = rec["torch_compile_ms"] / rec["default_ms"]
-            line += (f"; torch.compile {rec['torch_compile_ms']:.3f} ms "
-                     f"(default is {rec['torch_compile_over_default']:.2f}x faster)")
+            line += (
+                f"; torch.compile {rec['torch_compile_ms']:.3f} ms "
+                f"(default is {rec['torch_compile_over_default']:.2f}x faster)"
+            )
         doc["results"].append(rec)
         summary.append(line)
     doc["summary"] = summary
@@ -490,8 +603,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", default="1,2", help="torch thread counts to try (comma-separated)")
     ap.add_argument("--rounds-scale", type=float, default=1.0, help="multiply the default rounds per size")
     ap.add_argument("--no-variants", action="store_true", help="skip the split-fusion and dispatch-floor variants")
-    ap.add_argument("--sync-dispatch", action="store_true",
-                    help="jax_cpu_enable_async_dispatch=False: run each call on the calling thread, as torch does")
+    ap.add_argument(
+        "--sync-dispatch",
+        action="store_true",
+        help="jax_cpu_enable_async_dispatch=False: run each call on the calling thread, as torch does",
+    )
     ap.add_argument("--pause-s", type=float, default=0.0, help="untimed sleep before each call")
     ap.add_argument("--gpu-check", action="store_true", help="instead: run gpu_check() (with --quick: CPU-sized)")
     ap.add_argument("--quick", action="store_true", help="with --gpu-check: the small CPU-sized form")
@@ -510,19 +626,27 @@ def main(argv: list[str] | None = None) -> None:
         import jax
 
         jax.config.update("jax_cpu_enable_async_dispatch", False)  # before the CPU client is created
-    rounds = {k: max(5, int(v * a.rounds_scale)) for k, v in
-              {"small": 400, "medium": 300, "large": 80, "extreme": 40}.items()}
-    doc = compare_with_torch(tuple(a.size or SUPERPOSE_SIZES), tuple(int(x) for x in a.threads.split(",")), rounds,
-                             variants=not a.no_variants, pause_s=a.pause_s)
+    rounds = {
+        k: max(5, int(v * a.rounds_scale)) for k, v in {"small": 400, "medium": 300, "large": 80, "extreme": 40}.items()
+    }
+    doc = compare_with_torch(
+        tuple(a.size or SUPERPOSE_SIZES),
+        tuple(int(x) for x in a.threads.split(",")),
+        rounds,
+        variants=not a.no_variants,
+        pause_s=a.pause_s,
+    )
     doc["jax_cpu_enable_async_dispatch"] = not a.sync_dispatch
     if a.out:
         write_results(a.out, doc, command=command)
     for rec in doc["results"]:
         s = rec["summary"]
-        print(f"{rec['size']:8s} ours {s['ours_median_ms']:.4f} ms | torch eager {s['torch_eager_median_ms']:.4f} | "
-              f"torch.compile ({s['torch_compile_best_threads']} thr) {s['torch_compile_median_ms']:.4f} | "
-              f"compile/ours {s['torch_compile_over_ours_medians']:.2f} (per round "
-              f"{s['torch_compile_over_ours_per_round_median']:.2f})")
+        print(
+            f"{rec['size']:8s} ours {s['ours_median_ms']:.4f} ms | torch eager {s['torch_eager_median_ms']:.4f} | "
+            f"torch.compile ({s['torch_compile_best_threads']} thr) {s['torch_compile_median_ms']:.4f} | "
+            f"compile/ours {s['torch_compile_over_ours_medians']:.2f} (per round "
+            f"{s['torch_compile_over_ours_per_round_median']:.2f})"
+        )
 
 
 if __name__ == "__main__":

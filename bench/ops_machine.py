@@ -16,8 +16,16 @@ def matmul_peak_case(size: str) -> BenchCase:
     ka, kb = jax.random.split(jax.random.key(1))
     a = jax.random.normal(ka, (n, n), jnp.float32)
     b = jax.random.normal(kb, (n, n), jnp.float32)
-    return BenchCase(op="matmul_peak_f32", size=size, fn=jnp.matmul, args=(a, b), params={"n": n},
-                     flops=2.0 * n**3, op_by_op=False, notes="reference ceiling for GFLOP/s and MFU on this host")
+    return BenchCase(
+        op="matmul_peak_f32",
+        size=size,
+        fn=jnp.matmul,
+        args=(a, b),
+        params={"n": n},
+        flops=2.0 * n**3,
+        op_by_op=False,
+        notes="reference ceiling for GFLOP/s and MFU on this host",
+    )
 
 
 OPS = {"matmul_peak_f32": matmul_peak_case}

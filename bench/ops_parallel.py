@@ -32,15 +32,21 @@ from ivhl_jax.bench.harness import BenchCase
 from ivhl_jax.core import backend
 from ivhl_jax.train import parallel, training
 
-MLP_SIZES = {"small": (256, 64, 256), "medium": (1024, 256, 1024), "large": (4096, 512, 2048),
-             "extreme": (8192, 1024, 4096)}  # (batch, d_in, hidden)
+MLP_SIZES = {
+    "small": (256, 64, 256),
+    "medium": (1024, 256, 1024),
+    "large": (4096, 512, 2048),
+    "extreme": (8192, 1024, 4096),
+}  # (batch, d_in, hidden)
 
 
 def _mlp(d_in: int, hidden: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    params = {"w1": (rng.normal(size=(d_in, hidden)) / np.sqrt(d_in)).astype(np.float32),
-              "b1": np.zeros(hidden, np.float32),
-              "w2": (rng.normal(size=(hidden, d_in)) / np.sqrt(hidden)).astype(np.float32)}
+    params = {
+        "w1": (rng.normal(size=(d_in, hidden)) / np.sqrt(d_in)).astype(np.float32),
+        "b1": np.zeros(hidden, np.float32),
+        "w2": (rng.normal(size=(hidden, d_in)) / np.sqrt(hidden)).astype(np.float32),
+    }
     names = {"w1": ("embed", "mlp"), "b1": ("mlp",), "w2": ("mlp", "embed")}
     return params, names
 
@@ -65,8 +71,13 @@ def _sharded_step(spec, size):
     mesh = parallel.make_mesh(spec)
     sh = parallel.state_shardings(state, mesh, names, min_size=1)
     batch = parallel.shard_batch(_batch(n, d), mesh)
-    step = parallel.jit_train_step(training.make_train_step(_mlp_loss, opt), sh,
-                                   jax.tree_util.tree_map(lambda a: a.sharding, batch), mesh, donate=False)
+    step = parallel.jit_train_step(
+        training.make_train_step(_mlp_loss, opt),
+        sh,
+        jax.tree_util.tree_map(lambda a: a.sharding, batch),
+        mesh,
+        donate=False,
+    )
     return step, parallel.shard_tree(state, sh), batch, state, opt, mesh
 
 
@@ -88,27 +99,46 @@ def _plain_peer(size):
 def _step_case(op: str, spec: dict, size: str) -> BenchCase:
     step, state, batch, _, _, mesh = _sharded_step(spec, size)
     n, d, h = MLP_SIZES[size]
-    return BenchCase(op, size, lambda s, b: step(s, b), (state, batch),
-                     params={"mesh": dict(mesh.shape), "batch": n, "d_in": d, "hidden": h},
-                     flops=6.0 * n * 2 * d * h, peers={"plain_1device": _plain_peer(size)}, op_by_op=False,
-                     items_per_call=n, items_name="samples",
-                     notes="train step (fwd+bwd+Adam) of a 2-layer MLP; peer: same step on one device")
+    return BenchCase(
+        op,
+        size,
+        lambda s, b: step(s, b),
+        (state, batch),
+        params={"mesh": dict(mesh.shape), "batch": n, "d_in": d, "hidden": h},
+        flops=6.0 * n * 2 * d * h,
+        peers={"plain_1device": _plain_peer(size)},
+        op_by_op=False,
+        items_per_call=n,
+        items_name="samples",
+        notes="train step (fwd+bwd+Adam) of a 2-layer MLP; peer: same step on one device",
+    )
 
 
 def _int8_case(size: str) -> BenchCase:
     n, d, h = MLP_SIZES[size]
     params, _ = _mlp(d, h)
     mesh = parallel.make_mesh({"data": -1})
-    init, step = parallel.compressed_dp_train_step(_mlp_loss, training.make_optimizer(learning_rate=1e-3), mesh,
-                                                   method="int8")
+    init, step = parallel.compressed_dp_train_step(
+        _mlp_loss, training.make_optimizer(learning_rate=1e-3), mesh, method="int8"
+    )
     state = init(params, jax.random.key(0))
     batch = parallel.shard_batch(_batch(n, d), mesh)
+
     def call(s, b):  # traced inside the harness's jit, so the inner step's donation does not apply
         return step(s, b)  # the whole new state: returning only the loss would let XLA drop the update
 
-    return BenchCase("parallel_int8_dp_step", size, call, (state, batch), params={"mesh": dict(mesh.shape), "batch": n},
-                     peers={"plain_1device": _plain_peer(size)}, op_by_op=False, items_per_call=n,
-                     items_name="samples", notes="data parallel with int8 error-feedback all-reduce")
+    return BenchCase(
+        "parallel_int8_dp_step",
+        size,
+        call,
+        (state, batch),
+        params={"mesh": dict(mesh.shape), "batch": n},
+        peers={"plain_1device": _plain_peer(size)},
+        op_by_op=False,
+        items_per_call=n,
+        items_name="samples",
+        notes="data parallel with int8 error-feedback all-reduce",
+    )
 
 
 def _pipeline_case(size: str) -> BenchCase:
@@ -126,9 +156,23 @@ def _pipeline_case(size: str) -> BenchCase:
     def fn(st, xx):
         return jax.grad(lambda q: jnp.mean(parallel.pipeline_apply(stage, q, xx, mesh, n_microbatches=m) ** 2))(st)
 
-    return BenchCase("parallel_pipeline", size, fn, (stages, x), params={"stages": s, "microbatches": m, "batch": n,
-                     "width": d, "bubble_fraction": parallel.bubble_fraction(s, m)}, op_by_op=False,
-                     items_per_call=n, items_name="samples", notes="GPipe forward+backward of tanh-MLP stages")
+    return BenchCase(
+        "parallel_pipeline",
+        size,
+        fn,
+        (stages, x),
+        params={
+            "stages": s,
+            "microbatches": m,
+            "batch": n,
+            "width": d,
+            "bubble_fraction": parallel.bubble_fraction(s, m),
+        },
+        op_by_op=False,
+        items_per_call=n,
+        items_name="samples",
+        notes="GPipe forward+backward of tanh-MLP stages",
+    )
 
 
 OPS = {
@@ -142,6 +186,7 @@ OPS = {
 # ----------------------------------------------------------------------------------------------
 # The measurement document
 # ----------------------------------------------------------------------------------------------
+
 
 def _median_time(call, repeats=5):
     call()
@@ -167,8 +212,13 @@ def measure_modes(size: str = "small") -> list[dict]:
         ref, m = ref_step(ref, rb)
         ref_losses.append(float(m["loss"]))
     nd = jax.device_count()
-    specs = {"data_parallel": {"data": -1}, "fsdp": {"fsdp": -1}, "data2_fsdp": {"data": 2, "fsdp": -1},
-             "tensor2_data": {"data": -1, "tensor": 2}, "fsdp_tensor2": {"fsdp": -1, "tensor": 2}}
+    specs = {
+        "data_parallel": {"data": -1},
+        "fsdp": {"fsdp": -1},
+        "data2_fsdp": {"data": 2, "fsdp": -1},
+        "tensor2_data": {"data": -1, "tensor": 2},
+        "fsdp_tensor2": {"fsdp": -1, "tensor": 2},
+    }
     out = []
     for name, spec in specs.items():
         if nd % 2 and len(spec) > 1:
@@ -178,13 +228,22 @@ def measure_modes(size: str = "small") -> list[dict]:
         for _ in range(3):
             state, m = step(state, batch)
             losses.append(float(m["loss"]))
-        dp = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-                 for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(ref.params)))
+        dp = max(
+            float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+            for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(ref.params))
+        )
         comm = parallel.collective_bytes(step.lower(state, batch).compile(), nd)
-        out.append({"mode": name, "mesh": dict(mesh.shape), "max_rel_loss_diff": float(
-            np.max(np.abs(np.array(losses) - ref_losses) / np.abs(ref_losses))), "max_abs_param_diff": dp,
-            "collective_result_bytes_per_step": comm["total"], "wire_bytes_per_device_per_step": comm["wire_total"],
-            "collectives": comm["count"]})
+        out.append(
+            {
+                "mode": name,
+                "mesh": dict(mesh.shape),
+                "max_rel_loss_diff": float(np.max(np.abs(np.array(losses) - ref_losses) / np.abs(ref_losses))),
+                "max_abs_param_diff": dp,
+                "collective_result_bytes_per_step": comm["total"],
+                "wire_bytes_per_device_per_step": comm["wire_total"],
+                "collectives": comm["count"],
+            }
+        )
     return out
 
 
@@ -197,14 +256,21 @@ def measure_tensor_parallel() -> dict:
     b_in, b_out = np.zeros(f, np.float32), np.zeros(e, np.float32)
     x = rng.normal(size=(b, e)).astype(np.float32)
     specs = (P("data"), P(None, "tensor"), P("tensor"), P("tensor", None), P())
-    fn = jax.jit(jax.shard_map(lambda xx, a, bb, c, dd: parallel.tp_mlp(xx, a, bb, c, dd), mesh=mesh,
-                               in_specs=specs, out_specs=P("data")))
+    fn = jax.jit(
+        jax.shard_map(
+            lambda xx, a, bb, c, dd: parallel.tp_mlp(xx, a, bb, c, dd), mesh=mesh, in_specs=specs, out_specs=P("data")
+        )
+    )
     y = fn(x, w_in, b_in, w_out, b_out)
     ref = jax.nn.gelu(x @ w_in + b_in) @ w_out + b_out
     comm = parallel.collective_bytes(fn.lower(x, w_in, b_in, w_out, b_out).compile())
-    return {"mesh": dict(mesh.shape), "max_abs_diff": float(np.max(np.abs(np.asarray(y) - np.asarray(ref)))),
-            "collective_result_bytes": comm["total"], "collectives": comm["count"],
-            "note": "one all-reduce of the (local batch, embed) activation per MLP, as in Megatron"}
+    return {
+        "mesh": dict(mesh.shape),
+        "max_abs_diff": float(np.max(np.abs(np.asarray(y) - np.asarray(ref)))),
+        "collective_result_bytes": comm["total"],
+        "collectives": comm["count"],
+        "note": "one all-reduce of the (local batch, embed) activation per MLP, as in Megatron",
+    }
 
 
 def measure_pipeline(width: int = 256, mb_size: int = 32, microbatches=(1, 2, 4, 8, 16, 32)) -> dict:
@@ -212,8 +278,10 @@ def measure_pipeline(width: int = 256, mb_size: int = 32, microbatches=(1, 2, 4,
     s = jax.device_count()
     mesh = parallel.make_mesh({"pipeline": s})
     rng = np.random.default_rng(0)
-    stages = {"w": (rng.normal(size=(s, width, width)) / np.sqrt(width)).astype(np.float32),
-              "b": np.zeros((s, width), np.float32)}
+    stages = {
+        "w": (rng.normal(size=(s, width, width)) / np.sqrt(width)).astype(np.float32),
+        "b": np.zeros((s, width), np.float32),
+    }
 
     def stage(p, hh):
         return jnp.tanh(hh @ p["w"] + p["b"])
@@ -221,21 +289,34 @@ def measure_pipeline(width: int = 256, mb_size: int = 32, microbatches=(1, 2, 4,
     rows = []
     for m in microbatches:
         x = rng.normal(size=(m * mb_size, width)).astype(np.float32)
-        fn = jax.jit(jax.grad(lambda q, xx, m=m: jnp.mean(
-            parallel.pipeline_apply(stage, q, xx, mesh, n_microbatches=m) ** 2)))
+        fn = jax.jit(
+            jax.grad(lambda q, xx, m=m: jnp.mean(parallel.pipeline_apply(stage, q, xx, mesh, n_microbatches=m) ** 2))
+        )
         med, iqr = _median_time(lambda fn=fn, x=x: jax.block_until_ready(fn(stages, x)))
         seq = jax.jit(jax.grad(lambda q, xx: jnp.mean(jax.lax.scan(lambda h, p: (stage(p, h), None), xx, q)[0] ** 2)))
         err = float(np.max(np.abs(np.asarray(fn(stages, x)["w"]) - np.asarray(seq(stages, x)["w"]))))
-        rows.append({"microbatches": m, "bubble_fraction": parallel.bubble_fraction(s, m),
-                     "step_s": med, "step_iqr_s": iqr, "step_s_per_microbatch": med / m,
-                     "max_abs_grad_diff_vs_sequential": err})
+        rows.append(
+            {
+                "microbatches": m,
+                "bubble_fraction": parallel.bubble_fraction(s, m),
+                "step_s": med,
+                "step_iqr_s": iqr,
+                "step_s_per_microbatch": med / m,
+                "max_abs_grad_diff_vs_sequential": err,
+            }
+        )
     t = np.array([r["step_s"] for r in rows])
     ticks = np.array([m + s - 1 for m in microbatches], float)
     slope, icpt = np.polyfit(ticks, t, 1)
-    return {"stages": s, "microbatch_size": mb_size, "width": width, "rows": rows,
-            "fit_step_s_vs_ticks": {"seconds_per_tick": float(slope), "intercept_s": float(icpt)},
-            "note": "emulated devices share the host cores: step time grows with M+S-1 ticks, so time per "
-                    "microbatch falls like (M+S-1)/M"}
+    return {
+        "stages": s,
+        "microbatch_size": mb_size,
+        "width": width,
+        "rows": rows,
+        "fit_step_s_vs_ticks": {"seconds_per_tick": float(slope), "intercept_s": float(icpt)},
+        "note": "emulated devices share the host cores: step time grows with M+S-1 ticks, so time per "
+        "microbatch falls like (M+S-1)/M",
+    }
 
 
 def measure_compression(steps: int = 150, batch: int = 256) -> dict:
@@ -252,8 +333,10 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
 
     def init(key):
         k1, k2 = jax.random.split(key)
-        return [{"w": jax.random.normal(k1, (64, 128)) / 8, "b": jnp.zeros(128)},
-                {"w": jax.random.normal(k2, (128, 10)) / np.sqrt(128), "b": jnp.zeros(10)}]
+        return [
+            {"w": jax.random.normal(k1, (64, 128)) / 8, "b": jnp.zeros(128)},
+            {"w": jax.random.normal(k2, (128, 10)) / np.sqrt(128), "b": jnp.zeros(10)},
+        ]
 
     def apply(p, xx):
         return jax.nn.relu(xx @ p[0]["w"] + p[0]["b"]) @ p[1]["w"] + p[1]["b"]
@@ -262,13 +345,18 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
         lp = jax.nn.log_softmax(apply(p, b["x"]))
         return -jnp.mean(jnp.take_along_axis(lp, b["y"][:, None], 1)), ({}, extra)
 
-    out = {"task": "sklearn digits, 1400 train / 397 test, MLP 64-128-10, Adam lr 3e-3, batch 256",
-           "devices": jax.device_count(), "steps": steps, "runs": {}}
+    out = {
+        "task": "sklearn digits, 1400 train / 397 test, MLP 64-128-10, Adam lr 3e-3, batch 256",
+        "devices": jax.device_count(),
+        "steps": steps,
+        "runs": {},
+    }
     batcher = Batcher(len(xtr), batch, seed=0)
     n_params = 64 * 128 + 128 + 128 * 10 + 10
     for method in parallel.COMPRESSION:
         init_state, step = parallel.compressed_dp_train_step(
-            loss_fn, training.make_optimizer(name="adam", learning_rate=3e-3, clip_norm=None), mesh, method=method)
+            loss_fn, training.make_optimizer(name="adam", learning_rate=3e-3, clip_norm=None), mesh, method=method
+        )
         state = init_state(init(jax.random.key(0)), jax.random.key(1))
         losses = []
         t0 = time.perf_counter()
@@ -281,12 +369,18 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
         p = jax.tree_util.tree_map(np.asarray, state.params)
         acc = float(np.mean(np.argmax(apply(p, xte), -1) == yte))
         out["runs"][method] = {
-            "final_loss_mean_last10": float(np.mean(losses[-10:])), "test_accuracy": acc,
-            "loss_every_10": losses[::10], "wall_s": wall,
+            "final_loss_mean_last10": float(np.mean(losses[-10:])),
+            "test_accuracy": acc,
+            "loss_every_10": losses[::10],
+            "wall_s": wall,
             "wire_bytes_per_device_per_step_hlo": comm["wire_total"],
-            "wire_bytes_model": (parallel.powersgd_bytes(state.params, jax.device_count(), 4) if method == "powersgd"
-                                 else parallel.allreduce_bytes(n_params, jax.device_count(), method)),
-            "collectives": comm["count"]}
+            "wire_bytes_model": (
+                parallel.powersgd_bytes(state.params, jax.device_count(), 4)
+                if method == "powersgd"
+                else parallel.allreduce_bytes(n_params, jax.device_count(), method)
+            ),
+            "collectives": comm["count"],
+        }
     base = out["runs"]["none"]["wire_bytes_per_device_per_step_hlo"]
     for r in out["runs"].values():
         r["bytes_ratio_vs_none"] = r["wire_bytes_per_device_per_step_hlo"] / base

@@ -54,10 +54,16 @@ def _fields(policy: str) -> BenchCase:
     src = (0.5 * rng.normal(size=(m, 3))).astype(np.float32)
     k = rng.uniform(0.5, 8.0, m).astype(np.float32)
     fn = functools.partial(F.superpose, softening=0.1, policy=policy)
-    return BenchCase(op=f"precision_fields_{policy}", size="small",
-                     fn=lambda p, s, kk: fn(p, s, wavenumbers=kk), args=(pts, src, k),
-                     params={"points": n, "sources": m, "policy": policy}, op_by_op=False,
-                     items_per_call=n * m, items_name="pairs")
+    return BenchCase(
+        op=f"precision_fields_{policy}",
+        size="small",
+        fn=lambda p, s, kk: fn(p, s, wavenumbers=kk),
+        args=(pts, src, k),
+        params={"points": n, "sources": m, "policy": policy},
+        op_by_op=False,
+        items_per_call=n * m,
+        items_name="pairs",
+    )
 
 
 def _vortex(policy: str) -> BenchCase:
@@ -66,10 +72,16 @@ def _vortex(policy: str) -> BenchCase:
     pts = np.asarray(F.grid_points((128, 128), -2.0, 2.0))
     ctr = np.array([[0.3, -0.2], [-0.9, 0.7], [1.1, 1.0], [-1.0, -1.2]], np.float32)
     q = np.array([1, -2, 2, -1])
-    return BenchCase(op=f"precision_vortex_{policy}", size="small",
-                     fn=lambda p, c: F.vortex(p, c, q, core_size=0.2, policy=policy), args=(pts, ctr),
-                     params={"points": 128 * 128, "vortices": 4, "policy": policy}, op_by_op=False,
-                     items_per_call=128 * 128 * 4, items_name="point-vortex pairs")
+    return BenchCase(
+        op=f"precision_vortex_{policy}",
+        size="small",
+        fn=lambda p, c: F.vortex(p, c, q, core_size=0.2, policy=policy),
+        args=(pts, ctr),
+        params={"points": 128 * 128, "vortices": 4, "policy": policy},
+        op_by_op=False,
+        items_per_call=128 * 128 * 4,
+        items_name="point-vortex pairs",
+    )
 
 
 def _gp(policy: str) -> BenchCase:
@@ -79,10 +91,16 @@ def _gp(policy: str) -> BenchCase:
     system = C.GPSystem(grid, C.harmonic(grid, 0.05), 10.0)
     psi0 = C.gaussian(grid, width=10.0)
     steps = 100
-    return BenchCase(op=f"precision_gp_{policy}", size="small",
-                     fn=lambda p: C.evolve(p, system, 1e-3, steps, steps, policy=policy)[0], args=(psi0,),
-                     params={"shape": grid.shape, "steps": steps, "policy": policy}, op_by_op=False,
-                     items_per_call=steps, items_name="steps")
+    return BenchCase(
+        op=f"precision_gp_{policy}",
+        size="small",
+        fn=lambda p: C.evolve(p, system, 1e-3, steps, steps, policy=policy)[0],
+        args=(psi0,),
+        params={"shape": grid.shape, "steps": steps, "policy": policy},
+        op_by_op=False,
+        items_per_call=steps,
+        items_name="steps",
+    )
 
 
 def _gft(policy: str) -> BenchCase:
@@ -93,10 +111,16 @@ def _gft(policy: str) -> BenchCase:
     rng = np.random.default_rng(0)
     phi0 = (0.3 * (rng.normal(size=shape) + 1j * rng.normal(size=shape)) + 0.5).astype(np.complex64)
     steps = 20
-    return BenchCase(op=f"precision_gft_{policy}", size="small",
-                     fn=lambda p: G.gft_evolve(p, system, 0.02, steps, steps, policy=policy)[0], args=(phi0,),
-                     params={"shape": shape, "steps": steps, "policy": policy}, op_by_op=False,
-                     items_per_call=steps, items_name="steps")
+    return BenchCase(
+        op=f"precision_gft_{policy}",
+        size="small",
+        fn=lambda p: G.gft_evolve(p, system, 0.02, steps, steps, policy=policy)[0],
+        args=(phi0,),
+        params={"shape": shape, "steps": steps, "policy": policy},
+        op_by_op=False,
+        items_per_call=steps,
+        items_name="steps",
+    )
 
 
 def _adaptive(policy: str) -> BenchCase:
@@ -111,10 +135,23 @@ def _adaptive(policy: str) -> BenchCase:
     def fn(w, s, xs):
         return A.apply_sequence(w, s, xs, jax.random.key(2), cfg, policy=policy)[1]["logits"]
 
-    return BenchCase(op=f"precision_adaptive_{policy}", size="small", fn=fn, args=(w, state, xs),
-                     params={"nodes": cfg.num_nodes, "hidden": cfg.hidden_dim, "input": cfg.input_dim,
-                             "batch": batch, "steps": steps, "policy": policy}, op_by_op=False,
-                     items_per_call=steps * batch, items_name="sample-steps")
+    return BenchCase(
+        op=f"precision_adaptive_{policy}",
+        size="small",
+        fn=fn,
+        args=(w, state, xs),
+        params={
+            "nodes": cfg.num_nodes,
+            "hidden": cfg.hidden_dim,
+            "input": cfg.input_dim,
+            "batch": batch,
+            "steps": steps,
+            "policy": policy,
+        },
+        op_by_op=False,
+        items_per_call=steps * batch,
+        items_name="sample-steps",
+    )
 
 
 def _gru(policy: str) -> BenchCase:
@@ -124,14 +161,26 @@ def _gru(policy: str) -> BenchCase:
     p = gru.init_gru_params(jax.random.key(0), d, h)
     xs = jax.random.normal(jax.random.key(1), (t, b, d), jnp.float32)
     h0 = jnp.zeros((b, h), jnp.float32)
-    return BenchCase(op=f"precision_gru_{policy}", size="small",
-                     fn=lambda p, h0, xs: gru.gru_scan(p, h0, xs, policy=policy)[1], args=(p, h0, xs),
-                     params={"T": t, "batch": b, "input": d, "hidden": h, "policy": policy}, op_by_op=False,
-                     items_per_call=t * b, items_name="sample-steps")
+    return BenchCase(
+        op=f"precision_gru_{policy}",
+        size="small",
+        fn=lambda p, h0, xs: gru.gru_scan(p, h0, xs, policy=policy)[1],
+        args=(p, h0, xs),
+        params={"T": t, "batch": b, "input": d, "hidden": h, "policy": policy},
+        op_by_op=False,
+        items_per_call=t * b,
+        items_name="sample-steps",
+    )
 
 
-_FACTORIES: dict[str, Callable[[str], BenchCase]] = {"fields": _fields, "vortex": _vortex, "gp": _gp, "gft": _gft,
-                                                     "adaptive": _adaptive, "gru": _gru}
+_FACTORIES: dict[str, Callable[[str], BenchCase]] = {
+    "fields": _fields,
+    "vortex": _vortex,
+    "gp": _gp,
+    "gft": _gft,
+    "adaptive": _adaptive,
+    "gru": _gru,
+}
 
 
 def _op(kernel: str, policy: str, size: str) -> BenchCase:
@@ -141,8 +190,12 @@ def _op(kernel: str, policy: str, size: str) -> BenchCase:
 
 # f64 needs x64 around the whole run, which `ivhl bench` does not set: only the 32/16-bit policies
 # are registered; the complex split-step solvers reject bf16, so they register f32 only.
-OPS = {f"precision_{k}_{p}": functools.partial(_op, k, p) for k in KERNELS for p in ("f32", "bf16", "pure_bf16")
-       if not (k in ("gp", "gft") and p != "f32")}
+OPS = {
+    f"precision_{k}_{p}": functools.partial(_op, k, p)
+    for k in KERNELS
+    for p in ("f32", "bf16", "pure_bf16")
+    if not (k in ("gp", "gft") and p != "f32")
+}
 
 
 def _cpu_flags() -> list[str]:
@@ -156,8 +209,7 @@ def _cpu_flags() -> list[str]:
     return []
 
 
-def _time_kernel(kernel: str, policies: tuple[str, ...], repeats: int, pause_s: float = 0.005
-                 ) -> list[dict[str, Any]]:
+def _time_kernel(kernel: str, policies: tuple[str, ...], repeats: int, pause_s: float = 0.005) -> list[dict[str, Any]]:
     """Compile every policy of one kernel, then time them in interleaved rounds (one call of each per
     round), so that load changes on a shared host hit all policies alike."""
     rows: dict[str, dict[str, Any]] = {}
@@ -202,8 +254,11 @@ def _time_kernel(kernel: str, policies: tuple[str, ...], repeats: int, pause_s: 
             rec["throughput_per_s"] = rec["items_per_call"] / rec["jit"]["median_s"]
     for policy, rec in rows.items():
         if "jit" in rec:
-            print(f"{kernel:9s} {policy:9s} {rec['jit']['median_s'] * 1e3:9.3f} ms "
-                  f"(iqr {rec['jit']['iqr_s'] * 1e3:.3f}, compile {rec['compile_s']:.2f} s)", flush=True)
+            print(
+                f"{kernel:9s} {policy:9s} {rec['jit']['median_s'] * 1e3:9.3f} ms "
+                f"(iqr {rec['jit']['iqr_s'] * 1e3:.3f}, compile {rec['compile_s']:.2f} s)",
+                flush=True,
+            )
         else:
             print(f"{kernel:9s} {policy:9s} rejected: {rec['rejected'][:90]}", flush=True)
     return [rows[p] for p in policies]
@@ -223,16 +278,24 @@ def run_all(kernels=KERNELS, policies=POLICIES, repeats: int = 15) -> dict[str, 
     for entry in table.values():
         base = entry.get("f32")
         if isinstance(base, float):
-            entry["time_over_f32"] = {p: (v / base if isinstance(v, float) else v) for p, v in entry.items()
-                                      if p in POLICIES}
-    return {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": " ".join(["python -m ivhl_jax.bench.ops_precision", *sys.argv[1:]]),
-            "environment": device_report(), "cpu_flags_avx512_bf16": _cpu_flags(),
-            "method": {"repeats": repeats, "warmup": 1,
-                       "statistic": "median wall time per call (block_until_ready); the policies of one kernel "
-                                    "are timed in interleaved rounds",
-                       "x64": "enabled only around the f64 cases (jax.enable_x64 context, also around each call)"},
-            "milliseconds_per_call": table, "results": rows}
+            entry["time_over_f32"] = {
+                p: (v / base if isinstance(v, float) else v) for p, v in entry.items() if p in POLICIES
+            }
+    return {
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(["python -m ivhl_jax.bench.ops_precision", *sys.argv[1:]]),
+        "environment": device_report(),
+        "cpu_flags_avx512_bf16": _cpu_flags(),
+        "method": {
+            "repeats": repeats,
+            "warmup": 1,
+            "statistic": "median wall time per call (block_until_ready); the policies of one kernel "
+            "are timed in interleaved rounds",
+            "x64": "enabled only around the f64 cases (jax.enable_x64 context, also around each call)",
+        },
+        "milliseconds_per_call": table,
+        "results": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

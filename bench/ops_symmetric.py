@@ -35,12 +35,22 @@ def z2_config(chi: int, layers: int | None = None, u_delay: int = 0) -> M.MERACo
 
     if chi <= 16:
         n = 2 if layers is None else layers + 1
-        return M.MERAConfig(chi=chi, chi_mid=(4,) + (mid,) * (n - 1), layers=n - 1, u_delay=u_delay,
-                            symmetry=M.Symmetry("Z2", sectors=half(chi),
-                                                mid_sectors=[half(4)] + [half(mid)] * (n - 1)))
-    return M.MERAConfig(chi=(16, chi, chi), chi_mid=(4, min(mid, 16), mid), layers=2, u_delay=u_delay,
-                        symmetry=M.Symmetry("Z2", sectors=[half(16), half(chi), half(chi)],
-                                            mid_sectors=[half(4), half(min(mid, 16)), half(mid)]))
+        return M.MERAConfig(
+            chi=chi,
+            chi_mid=(4,) + (mid,) * (n - 1),
+            layers=n - 1,
+            u_delay=u_delay,
+            symmetry=M.Symmetry("Z2", sectors=half(chi), mid_sectors=[half(4)] + [half(mid)] * (n - 1)),
+        )
+    return M.MERAConfig(
+        chi=(16, chi, chi),
+        chi_mid=(4, min(mid, 16), mid),
+        layers=2,
+        u_delay=u_delay,
+        symmetry=M.Symmetry(
+            "Z2", sectors=[half(16), half(chi), half(chi)], mid_sectors=[half(4), half(min(mid, 16)), half(mid)]
+        ),
+    )
 
 
 def _stored(m: Any) -> int:
@@ -65,9 +75,14 @@ def compare_sweeps(chi: int, sweeps: int = 5, repeats: int = 3, memory: bool = T
         dst = M.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
         s_sym = sst.init(key=jax.random.key(0))
         s_den = dst.init(mera=M.dense_mera(s_sym.mera, model, cfg.symmetry))
-        rec: dict[str, Any] = {"chi": chi, "layer_chis": list(s_sym.mera.chis), "layer_chi_mids":
-                               list(s_sym.mera.chi_mids), "sectors": str(cfg.symmetry.sectors),
-                               "mid_sectors": str(cfg.symmetry.mid_sectors), "sweeps_per_call": sweeps}
+        rec: dict[str, Any] = {
+            "chi": chi,
+            "layer_chis": list(s_sym.mera.chis),
+            "layer_chi_mids": list(s_sym.mera.chi_mids),
+            "sectors": str(cfg.symmetry.sectors),
+            "mid_sectors": str(cfg.symmetry.mid_sectors),
+            "sweeps_per_call": sweeps,
+        }
         states = {"symmetric": s_sym, "dense": s_den}
         steppers = {"symmetric": sst, "dense": dst}
         energies: dict[str, list[float]] = {k: [] for k in states}
@@ -103,7 +118,7 @@ def gpu_check(quick: bool = False) -> dict[str, Any]:
     """Symmetric Z2 Ising sweeps at χ = 24, 32, 48 (``quick``: χ = 4, for a CPU check of the script): compile
     time, ms per sweep, energy after the timed sweeps of a cold start, isometry check."""
     out = []
-    for chi in ((4,) if quick else (24, 32, 48)):
+    for chi in (4,) if quick else (24, 32, 48):
         cfg = z2_config(chi)
         try:
             with jax.enable_x64(True):
@@ -119,14 +134,27 @@ def gpu_check(quick: bool = False) -> dict[str, Any]:
                 jax.block_until_ready(e)
                 ms = 1e3 * (time.perf_counter() - t0) / n
                 iso = max(M.isometry_errors(M.dense_mera(s.mera)).values())
-            out.append({"chi": chi, "layer_chis": list(s.mera.chis), "compile_s": round(first - ms * n / 1e3, 2),
-                        "ms_per_sweep": round(ms, 2), "energy_error": float(e[-1]) - M.E0_CRITICAL_ISING,
-                        "isometry_error": iso, "device": str(jax.devices()[0].device_kind)})
+            out.append(
+                {
+                    "chi": chi,
+                    "layer_chis": list(s.mera.chis),
+                    "compile_s": round(first - ms * n / 1e3, 2),
+                    "ms_per_sweep": round(ms, 2),
+                    "energy_error": float(e[-1]) - M.E0_CRITICAL_ISING,
+                    "isometry_error": iso,
+                    "device": str(jax.devices()[0].device_kind),
+                }
+            )
         except Exception as exc:  # noqa: BLE001 (a size that does not fit is reported, the others still run)
             out.append({"chi": chi, "error": f"{type(exc).__name__}: {exc}"[:300]})
-    return {"symmetric_sweeps": out,
-            "summary": [f"Z2 sweep chi={r['chi']}: " + (f"{r['ms_per_sweep']} ms, compile {r['compile_s']} s"
-                                                       if "error" not in r else r["error"]) for r in out]}
+    return {
+        "symmetric_sweeps": out,
+        "summary": [
+            f"Z2 sweep chi={r['chi']}: "
+            + (f"{r['ms_per_sweep']} ms, compile {r['compile_s']} s" if "error" not in r else r["error"])
+            for r in out
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m ivhl_jax.bench.ops_symmetric " + " ".join(sys.argv[1:] if argv is None else argv)
     doc: dict[str, Any] = {}
     if args.what == "sweeps":
-        doc["what"] = ("Z2-symmetric vs dense Ising MERA sweeps, interleaved in one process from the same start "
-                       "(the dense start is the symmetric one embedded); float64")
+        doc["what"] = (
+            "Z2-symmetric vs dense Ising MERA sweeps, interleaved in one process from the same start "
+            "(the dense start is the symmetric one embedded); float64"
+        )
         doc["results"] = []
         for chi in (int(c) for c in args.chis.split(",")):
             rec = compare_sweeps(chi, args.sweeps, args.repeats)

@@ -41,9 +41,16 @@ def _contract_case(size: str) -> BenchCase:
         nargs = [np.asarray(a) for a in args]
         return lambda: np.einsum(_SPEC, *nargs, optimize=["einsum_path", *path])
 
-    return BenchCase(op="tn_contract", size=size, fn=lambda *t: tn.contract(_SPEC, *t), args=args,
-                     params={"chi": chi, "subscripts": _SPEC, "path": path}, flops=flops,
-                     peers={"numpy": numpy_peer}, notes="ascending-superoperator term, optimal path cached")
+    return BenchCase(
+        op="tn_contract",
+        size=size,
+        fn=lambda *t: tn.contract(_SPEC, *t),
+        args=args,
+        params={"chi": chi, "subscripts": _SPEC, "path": path},
+        flops=flops,
+        peers={"numpy": numpy_peer},
+        notes="ascending-superoperator term, optimal path cached",
+    )
 
 
 def _sweep_case(size: str) -> BenchCase:
@@ -51,11 +58,23 @@ def _sweep_case(size: str) -> BenchCase:
     cfg = M.MERAConfig(chi=chi, layers=2, u_delay=0)
     st = M.evenbly_vidal(M.ising(), cfg, policy="f32")
     state = st.init(key=jax.random.key(0))
-    return BenchCase(op="mera_sweep", size=size, fn=st.step_fn, args=(state, st.params),
-                     params={"chi": chi, "chi_mid": cfg.mid, "transitional_layers": cfg.layers,
-                             "si_scales": cfg.si_scales, "power_iters": cfg.power_iters},
-                     op_by_op=chi <= 8, items_per_call=1, items_name="sweeps",
-                     notes="float32; flops from XLA cost_analysis (SVDs/eigh counted as XLA reports them)")
+    return BenchCase(
+        op="mera_sweep",
+        size=size,
+        fn=st.step_fn,
+        args=(state, st.params),
+        params={
+            "chi": chi,
+            "chi_mid": cfg.mid,
+            "transitional_layers": cfg.layers,
+            "si_scales": cfg.si_scales,
+            "power_iters": cfg.power_iters,
+        },
+        op_by_op=chi <= 8,
+        items_per_call=1,
+        items_name="sweeps",
+        notes="float32; flops from XLA cost_analysis (SVDs/eigh counted as XLA reports them)",
+    )
 
 
 OPS = {"tn_contract": _contract_case, "mera_sweep": _sweep_case}
@@ -90,15 +109,22 @@ def _time_sweeps(cfg: M.MERAConfig, dtype: Any, sweeps: int, repeats: int) -> di
             times.append(time.perf_counter() - t0)
         ms = 1e3 * float(np.median(times)) / sweeps
         iso = max(M.isometry_errors(s.mera).values())
-    return {"chi": cfg.top_chi, "layer_chis": list(s.mera.chis), "layer_chi_mids": list(s.mera.chi_mids),
-            "dtype": jnp.dtype(dtype).name, "sweeps_timed": sweeps, "compile_s": round(first - ms * sweeps / 1e3, 3),
-            "ms_per_sweep": round(ms, 3), "isometry_error": iso,
-            "cost": cost_record(run, float(np.median(times)), dtype="f32" if jnp.dtype(dtype) == jnp.float32
-                                else "f64")}
+    return {
+        "chi": cfg.top_chi,
+        "layer_chis": list(s.mera.chis),
+        "layer_chi_mids": list(s.mera.chi_mids),
+        "dtype": jnp.dtype(dtype).name,
+        "sweeps_timed": sweeps,
+        "compile_s": round(first - ms * sweeps / 1e3, 3),
+        "ms_per_sweep": round(ms, 3),
+        "isometry_error": iso,
+        "cost": cost_record(run, float(np.median(times)), dtype="f32" if jnp.dtype(dtype) == jnp.float32 else "f64"),
+    }
 
 
-def ladder_stages(model: Any, stages: list[tuple[Any, int]], key: int = 0, log: Any = None, report_every: int = 0,
-                  start: Any = None):
+def ladder_stages(
+    model: Any, stages: list[tuple[Any, int]], key: int = 0, log: Any = None, report_every: int = 0, start: Any = None
+):
     """Run a bond-dimension ladder ``[(MERAConfig, steps), ...]`` of ``model`` in float64: a cold start checked for
     stuck starts (when the first stage reaches the check) or the MERA ``start``, then :func:`mera.grow` into each
     stage's configuration. Yields ``(k, mera, energies)`` after each stage (energies per sweep of the stage). With
@@ -115,8 +141,16 @@ def ladder_stages(model: Any, stages: list[tuple[Any, int]], key: int = 0, log: 
             else:
                 state = st.init(key=jax.random.key(key))
         else:
-            state = st.init(mera=M.grow(mera, jax.random.fold_in(jax.random.key(key), k), cfg.chi, cfg.chi_mid,
-                                        layers=cfg.layers, refsym=cfg.refsym))
+            state = st.init(
+                mera=M.grow(
+                    mera,
+                    jax.random.fold_in(jax.random.key(key), k),
+                    cfg.chi,
+                    cfg.chi_mid,
+                    layers=cfg.layers,
+                    refsym=cfg.refsym,
+                )
+            )
         energies = [first]
         rest = steps - first.shape[0]
         while rest > 0:
@@ -125,8 +159,10 @@ def ladder_stages(model: Any, stages: list[tuple[Any, int]], key: int = 0, log: 
             energies.append(np.asarray(e))
             rest -= n
             if report_every > 0 and log is not None:
-                log(f"chi={cfg.chi}: {steps - rest}/{steps} sweeps, energy error {float(e[-1]) - model.e0:.3e} "
-                    f"({time.perf_counter() - t0:.0f} s)")
+                log(
+                    f"chi={cfg.chi}: {steps - rest}/{steps} sweeps, energy error {float(e[-1]) - model.e0:.3e} "
+                    f"({time.perf_counter() - t0:.0f} s)"
+                )
         mera = state.mera
         yield k, mera, np.concatenate(energies)
 
@@ -147,10 +183,16 @@ def _ladder(stages: list[tuple[int, int, int]], key: int = 0) -> dict[str, Any]:
         configs.append((cfg, steps))
     with jax.enable_x64(True):
         for k, mera, e in ladder_stages(M.ising(), configs, key):
-            out.append({"chi": stages[k][0], "layer_chis": list(mera.chis), "steps": stages[k][2],
-                        "energy_error": float(e[-1]) - M.E0_CRITICAL_ISING,
-                        "delta_sigma": float(M.scaling_dimensions(mera, 2)[1]),
-                        "elapsed_s": round(time.perf_counter() - t0, 2)})
+            out.append(
+                {
+                    "chi": stages[k][0],
+                    "layer_chis": list(mera.chis),
+                    "steps": stages[k][2],
+                    "energy_error": float(e[-1]) - M.E0_CRITICAL_ISING,
+                    "delta_sigma": float(M.scaling_dimensions(mera, 2)[1]),
+                    "elapsed_s": round(time.perf_counter() - t0, 2),
+                }
+            )
     total = round(time.perf_counter() - t0, 2)
     # the conformal data of the last stage (outside the ladder's clock): OPE C_σσε and the central charge
     t1 = time.perf_counter()
@@ -182,18 +224,25 @@ def gpu_check(quick: bool) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - a failing size is recorded, the check goes on
                 rec = {"chi": chi, "dtype": jnp.dtype(dtype).name, "error": f"{type(exc).__name__}: {exc}"[:300]}
             doc["sweeps"].append(rec)
-            summary.append(f"sweep chi={chi} {rec['dtype']}: " + (
-                f"{rec['ms_per_sweep']:.2f} ms/sweep, compile {rec['compile_s']:.1f} s" if "error" not in rec
-                else rec["error"]))
+            summary.append(
+                f"sweep chi={chi} {rec['dtype']}: "
+                + (
+                    f"{rec['ms_per_sweep']:.2f} ms/sweep, compile {rec['compile_s']:.1f} s"
+                    if "error" not in rec
+                    else rec["error"]
+                )
+            )
     stages = [(2, 2, 1), (3, 2, 1)] if quick else [(8, 6, 1000), (16, 12, 600), (24, 16, 400)]
     try:
         doc["ladder"] = _ladder(stages)
         last = doc["ladder"]["stages"][-1]
         conf = doc["ladder"]["conformal"]
         ope = f"C_σσε {conf['C_σσε']:.4f}" if "C_σσε" in conf else "C_σσε not extracted"
-        summary.append(f"ladder to chi={last['chi']}: energy error {last['energy_error']:.2e}, Δσ "
-                       f"{last['delta_sigma']:.5f}, {doc['ladder']['total_s']:.1f} s incl. compilation; {ope}, "
-                       f"c {conf['c']:.4f} ({conf['seconds']:.0f} s)")
+        summary.append(
+            f"ladder to chi={last['chi']}: energy error {last['energy_error']:.2e}, Δσ "
+            f"{last['delta_sigma']:.5f}, {doc['ladder']['total_s']:.1f} s incl. compilation; {ope}, "
+            f"c {conf['c']:.4f} ({conf['seconds']:.0f} s)"
+        )
     except Exception as exc:  # noqa: BLE001
         doc["ladder"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         summary.append(f"ladder: {doc['ladder']['error']}")

@@ -47,8 +47,7 @@ import numpy as np
 from ivhl_jax.bench.harness import BenchCase, interleaved_rounds
 from ivhl_jax.nn.attention import attention, attention_flops
 
-_ATT = {"small": (1, 1024, 8, 64), "medium": (1, 4096, 8, 64), "large": (1, 8192, 8, 64),
-        "extreme": (1, 16384, 8, 64)}
+_ATT = {"small": (1, 1024, 8, 64), "medium": (1, 4096, 8, 64), "large": (1, 8192, 8, 64), "extreme": (1, 16384, 8, 64)}
 
 
 def _attention_grad_case(impl: str, size: str) -> BenchCase:
@@ -60,14 +59,24 @@ def _attention_grad_case(impl: str, size: str) -> BenchCase:
         loss = lambda q, k, v: jnp.sum(attention(q, k, v, causal=True, implementation=impl, block_k=512) ** 2)
         return jax.value_and_grad(loss, (0, 1, 2))(q, k, v)
 
-    return BenchCase(op=f"attention_{impl}_grad", size=size, fn=fn, args=(q, k, v),
-                     params={"B": B, "T": T, "heads": N, "head_dim": H, "causal": True, "dtype": "float32"},
-                     flops=attention_flops(B, T, T, N, H, causal=True, backward=True), op_by_op=False,
-                     notes="forward + backward; FLOPs count causal half of the matmuls (x3.5 for backward)")
+    return BenchCase(
+        op=f"attention_{impl}_grad",
+        size=size,
+        fn=fn,
+        args=(q, k, v),
+        params={"B": B, "T": T, "heads": N, "head_dim": H, "causal": True, "dtype": "float32"},
+        flops=attention_flops(B, T, T, N, H, causal=True, backward=True),
+        op_by_op=False,
+        notes="forward + backward; FLOPs count causal half of the matmuls (x3.5 for backward)",
+    )
 
 
-_MLP = {"small": (1024, 512, 2048), "medium": (4096, 768, 3072), "large": (8192, 1024, 4096),
-        "extreme": (16384, 1024, 4096)}
+_MLP = {
+    "small": (1024, 512, 2048),
+    "medium": (4096, 768, 3072),
+    "large": (8192, 1024, 4096),
+    "extreme": (16384, 1024, 4096),
+}
 
 
 def _torch_block(kind: str, M: int, K: int, N: int):
@@ -101,14 +110,23 @@ def _block_case(kind: str, size: str) -> BenchCase:
     if kind == "dense_gelu":
         fn = lambda x, w, b, g: gelu_exact(x @ w + b)
     else:
+
         def fn(x, w, b, g):
             mu = jnp.mean(x, -1, keepdims=True)
             var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
             return ((x - mu) * jax.lax.rsqrt(var + 1e-5) * g) @ w + b
-    return BenchCase(op=kind, size=size, fn=fn, args=(x, w, b, g), params={"M": M, "K": K, "N": N},
-                     flops=2.0 * M * K * N, peers={"torch_eager": _torch_block(kind, M, K, N)},
-                     notes="jit (XLA-fused epilogue/prologue) vs op-by-op (each primitive its own kernel "
-                           "and buffer) vs PyTorch eager")
+
+    return BenchCase(
+        op=kind,
+        size=size,
+        fn=fn,
+        args=(x, w, b, g),
+        params={"M": M, "K": K, "N": N},
+        flops=2.0 * M * K * N,
+        peers={"torch_eager": _torch_block(kind, M, K, N)},
+        notes="jit (XLA-fused epilogue/prologue) vs op-by-op (each primitive its own kernel "
+        "and buffer) vs PyTorch eager",
+    )
 
 
 _LM = {"small": (4, 256), "medium": (8, 512), "large": (16, 1024), "extreme": (32, 1024)}
@@ -128,12 +146,29 @@ def _train_step_case(size: str) -> BenchCase:
     # Return the whole new state: with only the loss as output XLA would drop the backward pass and update.
     fn = lambda state, batch: step(state, batch)
     n_params = int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
-    return BenchCase(op="transformer_train_step", size=size, fn=fn, args=(state, batch),
-                     params={"preset": "small", "d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "batch": B,
-                             "seq_len": T, "n_params": n_params, "precision": "fp32"},
-                     flops=flops_per_token(cfg, T) * B * T, items_per_call=B * T, items_name="tokens",
-                     op_by_op=size == "small", peers={"torch_eager": _torch_lm(cfg, B, T)},
-                     notes="one AdamW step (fwd+bwd+update); MFU = gflops_per_s / measured matmul peak")
+    return BenchCase(
+        op="transformer_train_step",
+        size=size,
+        fn=fn,
+        args=(state, batch),
+        params={
+            "preset": "small",
+            "d_model": 512,
+            "layers": 6,
+            "heads": 8,
+            "d_ff": 2048,
+            "batch": B,
+            "seq_len": T,
+            "n_params": n_params,
+            "precision": "fp32",
+        },
+        flops=flops_per_token(cfg, T) * B * T,
+        items_per_call=B * T,
+        items_name="tokens",
+        op_by_op=size == "small",
+        peers={"torch_eager": _torch_lm(cfg, B, T)},
+        notes="one AdamW step (fwd+bwd+update); MFU = gflops_per_s / measured matmul peak",
+    )
 
 
 def _torch_lm(cfg, B: int, T: int, threads: int | None = None):
@@ -153,7 +188,9 @@ def _torch_lm(cfg, B: int, T: int, threads: int | None = None):
 
     return build
 
+
 # --------------------------------------------------------------------------- PyTorch peer of the LM
+
 
 def torch_lm(cfg, seq_len: int):
     """A PyTorch ``nn.Module`` with exactly the architecture of ``Transformer(cfg)`` (no dropout).
@@ -268,14 +305,24 @@ def _torch_twin_train_step(cfg, seq_len: int, params, *, learning_rate: float = 
     return torch_train_step(model, learning_rate=learning_rate)
 
 
-def torch_train_step(model, *, learning_rate: float = 1e-4, b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8,
-                     weight_decay: float = 0.0, clip_norm: float | None = 1.0, foreach: bool | None = None):
+def torch_train_step(
+    model,
+    *,
+    learning_rate: float = 1e-4,
+    b1: float = 0.9,
+    b2: float = 0.95,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    clip_norm: float | None = 1.0,
+    foreach: bool | None = None,
+):
     """``step(tokens [B, T+1] LongTensor) -> loss``: the PyTorch eager twin of ``make_train_step`` with
     ``make_optimizer(name="adamw", ...)`` (AdamW, global-norm clipping, mean next-token cross-entropy)."""
     import torch
 
-    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(b1, b2), eps=eps,
-                            weight_decay=weight_decay, foreach=foreach)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=learning_rate, betas=(b1, b2), eps=eps, weight_decay=weight_decay, foreach=foreach
+    )
 
     def step(tokens):
         opt.zero_grad(set_to_none=True)
@@ -298,9 +345,13 @@ OPS = {
 }
 
 
-def remat_memory_sweep(preset_name: str = "small", batch: int = 8, seq_len: int = 512,
-                       remats: tuple[str, ...] = ("none", "dots_saveable", "full"),
-                       precisions: tuple[str, ...] = ("fp32", "bf16")) -> dict:
+def remat_memory_sweep(
+    preset_name: str = "small",
+    batch: int = 8,
+    seq_len: int = 512,
+    remats: tuple[str, ...] = ("none", "dots_saveable", "full"),
+    precisions: tuple[str, ...] = ("fp32", "bf16"),
+) -> dict:
     """Compiled temporaries (bytes) of one AdamW train step per ``remat`` policy and precision; nothing executes.
 
     The step is ``training.make_train_step(lm_loss_fn(cfg), opt, cfg.precision)`` on a ``[batch, seq_len + 1]``
@@ -316,30 +367,46 @@ def remat_memory_sweep(preset_name: str = "small", batch: int = 8, seq_len: int 
         for precision in precisions:
             cfg = preset(preset_name, max_len=seq_len, precision=precision, remat=remat)
             opt = training.make_optimizer(name="adamw", learning_rate=1e-4, warmup_steps=1, total_steps=100)
-            state = jax.eval_shape(lambda cfg=cfg, opt=opt: training.init_train_state(
-                init_params(cfg, jax.random.key(0)), opt, key=jax.random.key(1), policy=cfg.precision))
+            state = jax.eval_shape(
+                lambda cfg=cfg, opt=opt: training.init_train_state(
+                    init_params(cfg, jax.random.key(0)), opt, key=jax.random.key(1), policy=cfg.precision
+                )
+            )
             tokens = jax.ShapeDtypeStruct((batch, seq_len + 1), jnp.int32)
             step = training.make_train_step(lm_loss_fn(cfg), opt, cfg.precision)
             t0 = time.perf_counter()
             mem = jax.jit(step).lower(state, tokens).compile().memory_analysis()
-            rows.append({"remat": remat, "precision": precision, "temp_bytes": int(mem.temp_size_in_bytes),
-                         "argument_bytes": int(mem.argument_size_in_bytes),
-                         "compile_s": time.perf_counter() - t0})
+            rows.append(
+                {
+                    "remat": remat,
+                    "precision": precision,
+                    "temp_bytes": int(mem.temp_size_in_bytes),
+                    "argument_bytes": int(mem.argument_size_in_bytes),
+                    "compile_s": time.perf_counter() - t0,
+                }
+            )
             print(rows[-1], flush=True)
-    return {"preset": preset_name, "batch": batch, "seq_len": seq_len, "rows": rows,
-            "method": "jit(train_step).lower(abstract state, batch).compile().memory_analysis() (nothing executed)"}
+    return {
+        "preset": preset_name,
+        "batch": batch,
+        "seq_len": seq_len,
+        "rows": rows,
+        "method": "jit(train_step).lower(abstract state, batch).compile().memory_analysis() (nothing executed)",
+    }
 
 
-def attention_memory_sweep(seq_lens=(1024, 2048, 4096, 8192, 16384), *, heads: int = 8, head_dim: int = 64,
-                           block_k: int = 512) -> dict:
+def attention_memory_sweep(
+    seq_lens=(1024, 2048, 4096, 8192, 16384), *, heads: int = 8, head_dim: int = 64, block_k: int = 512
+) -> dict:
     """Compiled temp memory of value-and-grad of causal attention, xla vs chunked (bytes)."""
     rows = []
     for T in seq_lens:
         x = jax.ShapeDtypeStruct((1, T, heads, head_dim), jnp.float32)
         row = {"T": T}
         for impl in ("xla", "chunked"):
-            loss = lambda q, k, v, impl=impl: jnp.sum(attention(q, k, v, causal=True, implementation=impl,
-                                                                block_k=block_k))
+            loss = lambda q, k, v, impl=impl: jnp.sum(
+                attention(q, k, v, causal=True, implementation=impl, block_k=block_k)
+            )
             for kind, f in (("forward", loss), ("value_and_grad", jax.value_and_grad(loss, (0, 1, 2)))):
                 c = jax.jit(f).lower(x, x, x).compile()
                 row[f"{impl}_{kind}_temp_bytes"] = int(c.memory_analysis().temp_size_in_bytes)
@@ -352,9 +419,17 @@ def attention_memory_sweep(seq_lens=(1024, 2048, 4096, 8192, 16384), *, heads: i
     for key in ("xla_value_and_grad_temp_bytes", "chunked_value_and_grad_temp_bytes"):
         ys = np.array([r[key] for r in rows], float)
         slopes[key] = float(np.polyfit(np.log(Ts), np.log(ys), 1)[0])
-    return {"batch": 1, "heads": heads, "head_dim": head_dim, "block_k": block_k, "dtype": "float32",
-            "causal": True, "rows": rows, "loglog_slope": slopes,
-            "method": "jax.jit(f).lower(...).compile().memory_analysis().temp_size_in_bytes (nothing executed)"}
+    return {
+        "batch": 1,
+        "heads": heads,
+        "head_dim": head_dim,
+        "block_k": block_k,
+        "dtype": "float32",
+        "causal": True,
+        "rows": rows,
+        "loglog_slope": slopes,
+        "method": "jax.jit(f).lower(...).compile().memory_analysis().temp_size_in_bytes (nothing executed)",
+    }
 
 
 def _torch_step_worker(conn, cfg, seq_len: int, params, batch: np.ndarray, threads: int) -> None:
@@ -382,8 +457,9 @@ def _torch_step_worker(conn, cfg, seq_len: int, params, batch: np.ndarray, threa
     conn.close()
 
 
-def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_threads=(1, 2),
-                        baseline: bool = True, log=print) -> dict:
+def train_step_vs_torch(
+    shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_threads=(1, 2), baseline: bool = True, log=print
+) -> dict:
     """Tokens/s of our jitted ``small`` train step vs the PyTorch eager twin (:func:`torch_lm`).
 
     Per shape, every contestant runs once per round, in turn, in this one process (a short pause
@@ -424,8 +500,10 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
             t0 = time.perf_counter()
             # baselines: the jax.nn attention path (attention_dense=False) or a plain jnp.dot projection, traced here
             dense = backend.defaults().attention_dense if dense is None else dense
-            with backend.override(attention_dense=dense), \
-                    mock.patch.object(layers_mod, "matmul_saving_transposed_input", matmul):
+            with (
+                backend.override(attention_dense=dense),
+                mock.patch.object(layers_mod, "matmul_saving_transposed_input", matmul),
+            ):
                 compiled = step.lower(state, batch).compile()
             box = [state]
 
@@ -455,8 +533,11 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         t0 = time.perf_counter()
         spawn = multiprocessing.get_context("spawn")
         conn, child_conn = spawn.Pipe()
-        worker = spawn.Process(target=_torch_step_worker, daemon=True, args=(
-            child_conn, cfg, T, jax.tree.map(np.asarray, params), np.asarray(batch, np.int64), 2))
+        worker = spawn.Process(
+            target=_torch_step_worker,
+            daemon=True,
+            args=(child_conn, cfg, T, jax.tree.map(np.asarray, params), np.asarray(batch, np.int64), 2),
+        )
         worker.start()
         if conn.recv() != "ready":
             raise RuntimeError("the PyTorch worker process did not start")
@@ -481,27 +562,44 @@ def train_step_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_t
         for k, v in measured.items():  # the worker's own clocks: its CPU time is not this process's
             wall[k], cpu[k] = [w for w, _ in v], [c for _, c in v]
         ours = np.asarray(wall["ivhl_jit"])
-        rec = {"batch": B, "seq_len": T, "tokens_per_step": B * T, "loadavg_start": load0,
-               "loadavg_end": os.getloadavg(), "contestants": {}}
+        rec = {
+            "batch": B,
+            "seq_len": T,
+            "tokens_per_step": B * T,
+            "loadavg_start": load0,
+            "loadavg_end": os.getloadavg(),
+            "contestants": {},
+        }
         for k in calls:
             w = np.asarray(wall[k])
             rec["contestants"][k] = {
-                "setup_s": setup[k], "wall_median_s": float(np.median(w)), "wall_min_s": float(w.min()),
-                "wall_max_s": float(w.max()), "tokens_per_s_median": B * T / float(np.median(w)),
-                "cpu_median_s": float(np.median(cpu[k])), "time_over_ours_per_round_median":
-                    float(np.median(w / ours)), "wall_samples_s": [float(x) for x in w],
-                "cpu_samples_s": [float(x) for x in cpu[k]]}
-            log(f"B={B} T={T} {k:20s} {np.median(w):7.3f} s ({B * T / np.median(w):7.0f} tok/s) "
-                f"cpu {np.median(cpu[k]):6.3f} s, x{np.median(w / ours):.3f} of ours per round")
+                "setup_s": setup[k],
+                "wall_median_s": float(np.median(w)),
+                "wall_min_s": float(w.min()),
+                "wall_max_s": float(w.max()),
+                "tokens_per_s_median": B * T / float(np.median(w)),
+                "cpu_median_s": float(np.median(cpu[k])),
+                "time_over_ours_per_round_median": float(np.median(w / ours)),
+                "wall_samples_s": [float(x) for x in w],
+                "cpu_samples_s": [float(x) for x in cpu[k]],
+            }
+            log(
+                f"B={B} T={T} {k:20s} {np.median(w):7.3f} s ({B * T / np.median(w):7.0f} tok/s) "
+                f"cpu {np.median(cpu[k]):6.3f} s, x{np.median(w / ours):.3f} of ours per round"
+            )
         return rec
 
     out = [one_shape(B, T) for B, T in shapes]
-    return {"rows": out, "rounds": rounds, "torch_version": torch.__version__,
-            "method": "interleaved rounds in one process; wall = time.perf_counter around one full step "
-                      "(ours: block_until_ready on the loss of the donated-state step; torch: loss.item()); "
-                      "cpu = time.process_time over the same call (all threads); torch_eager_2thr_own_process: "
-                      "both measured inside its own spawned process (glibc's default malloc), "
-                      "which waits on a pipe while the others run"}
+    return {
+        "rows": out,
+        "rounds": rounds,
+        "torch_version": torch.__version__,
+        "method": "interleaved rounds in one process; wall = time.perf_counter around one full step "
+        "(ours: block_until_ready on the loss of the donated-state step; torch: loss.item()); "
+        "cpu = time.process_time over the same call (all threads); torch_eager_2thr_own_process: "
+        "both measured inside its own spawned process (glibc's default malloc), "
+        "which waits on a pipe while the others run",
+    }
 
 
 def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads: int = 2, log=print) -> dict:
@@ -560,41 +658,69 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
         wall, _ = interleaved_rounds(calls, rounds, pause_s=0.01)
         ms = {k: 1e3 * float(np.median(v)) for k, v in wall.items()}
         slope = (ms["ours_6_layers"] - ms["ours_1_layers"]) / 5
-        rec = {"batch": B, "seq_len": T, "loadavg_start": load0, "loadavg_end": os.getloadavg(),
-               "median_ms": ms, "samples_ms": {k: [1e3 * t for t in v] for k, v in wall.items()},
-               "layer_loop_run": "scan" if cfg.scan_layers else "unrolled", "ours_per_layer_in_model_ms": slope,
-               "ours_in_model_over_alone": slope / ms["ours_block_alone"],
-               "torch_6_layers_over_6_blocks_alone": ms["torch_6_layers"] / (6 * ms["torch_block_alone"]),
-               "ours_block_alone_over_torch_block_alone": ms["ours_block_alone"] / ms["torch_block_alone"]}
-        log(f"B={B} T={T} " + ", ".join(f"{k} {v:.0f} ms" for k, v in ms.items()) +
-            f"; ours per layer in the model {slope:.0f} ms = x{rec['ours_in_model_over_alone']:.2f} of the block "
-            f"alone; torch's model x{rec['torch_6_layers_over_6_blocks_alone']:.2f} of 6 blocks alone")
+        rec = {
+            "batch": B,
+            "seq_len": T,
+            "loadavg_start": load0,
+            "loadavg_end": os.getloadavg(),
+            "median_ms": ms,
+            "samples_ms": {k: [1e3 * t for t in v] for k, v in wall.items()},
+            "layer_loop_run": "scan" if cfg.scan_layers else "unrolled",
+            "ours_per_layer_in_model_ms": slope,
+            "ours_in_model_over_alone": slope / ms["ours_block_alone"],
+            "torch_6_layers_over_6_blocks_alone": ms["torch_6_layers"] / (6 * ms["torch_block_alone"]),
+            "ours_block_alone_over_torch_block_alone": ms["ours_block_alone"] / ms["torch_block_alone"],
+        }
+        log(
+            f"B={B} T={T} "
+            + ", ".join(f"{k} {v:.0f} ms" for k, v in ms.items())
+            + f"; ours per layer in the model {slope:.0f} ms = x{rec['ours_in_model_over_alone']:.2f} of the block "
+            f"alone; torch's model x{rec['torch_6_layers_over_6_blocks_alone']:.2f} of 6 blocks alone"
+        )
         return rec
 
-    return {"rows": [one_shape(B, T) for B, T in shapes], "rounds": rounds, "threads": threads,
-            "torch_version": torch.__version__,
-            "method": "medians of interleaved rounds in one process; gradients only (no optimizer update)"}
+    return {
+        "rows": [one_shape(B, T) for B, T in shapes],
+        "rounds": rounds,
+        "threads": threads,
+        "torch_version": torch.__version__,
+        "method": "medians of interleaved rounds in one process; gradients only (no optimizer update)",
+    }
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_transformer")
     p.add_argument("--memory", action="store_true", help="attention memory sweep T = 1k..16k")
     p.add_argument("--max-T", type=int, default=16384)
-    p.add_argument("--remat-memory", action="store_true",
-                   help="train-step temporaries of the small preset (B, T = 8, 512) per remat policy and precision")
-    p.add_argument("--vs-torch", action="store_true",
-                   help="train step of the small preset vs PyTorch eager at B,T = 4,256 and 8,512 (interleaved)")
-    p.add_argument("--layer-cost", action="store_true",
-                   help="one block alone vs inside the 1/2/6-layer model, ours and PyTorch's (gradients only)")
+    p.add_argument(
+        "--remat-memory",
+        action="store_true",
+        help="train-step temporaries of the small preset (B, T = 8, 512) per remat policy and precision",
+    )
+    p.add_argument(
+        "--vs-torch",
+        action="store_true",
+        help="train step of the small preset vs PyTorch eager at B,T = 4,256 and 8,512 (interleaved)",
+    )
+    p.add_argument(
+        "--layer-cost",
+        action="store_true",
+        help="one block alone vs inside the 1/2/6-layer model, ours and PyTorch's (gradients only)",
+    )
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--export", help="write JSON here")
-    p.add_argument("--malloc-default", action="store_true",
-                   help="leave glibc's malloc as it is (default: ivhl_jax.run.device.keep_host_memory(), as the "
-                        "ivhl command line does; it applies to every contestant in this process)")
+    p.add_argument(
+        "--malloc-default",
+        action="store_true",
+        help="leave glibc's malloc as it is (default: ivhl_jax.run.device.keep_host_memory(), as the "
+        "ivhl command line does; it applies to every contestant in this process)",
+    )
     a = p.parse_args(argv)
     if not (a.memory or a.vs_torch or a.layer_cost or a.remat_memory):
-        p.error("nothing to do: pass --memory, --remat-memory, --vs-torch or --layer-cost "
-                "(other timings: `ivhl bench --op ...`)")
+        p.error(
+            "nothing to do: pass --memory, --remat-memory, --vs-torch or --layer-cost "
+            "(other timings: `ivhl bench --op ...`)"
+        )
     from ivhl_jax.bench.harness import write_results
     from ivhl_jax.run.device import device_report, keep_host_memory
 

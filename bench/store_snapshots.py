@@ -45,8 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     psi0 = stepper.init(C.gaussian(grid))
     advance = chunked(stepper, 100, save_every=50, observe=C.observe, donate=True)
     tmp = tempfile.mkdtemp(prefix="ivhl-store-bench-")
-    snaps = Snapshots(every=100, fields=lambda psi: {"psi": psi}, dims=("x", "y", "z"),
-                      coords={d: np.asarray(c) for d, c in zip("xyz", grid.coords)})
+    snaps = Snapshots(
+        every=100,
+        fields=lambda psi: {"psi": psi},
+        dims=("x", "y", "z"),
+        coords={d: np.asarray(c) for d, c in zip("xyz", grid.coords)},
+    )
 
     def plain() -> None:
         r = run_chunked(advance, jnp.copy(psi0), n_chunks=args.chunks, steps_per_chunk=100, progress=False)
@@ -54,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def stored() -> None:
         store = RunStore(os.path.join(tmp, "run.zarr"), snapshots=snaps, dt=1e-3)
-        r = run_chunked(advance, jnp.copy(psi0), n_chunks=args.chunks, steps_per_chunk=100, progress=False,
-                        sink=store)
+        r = run_chunked(advance, jnp.copy(psi0), n_chunks=args.chunks, steps_per_chunk=100, progress=False, sink=store)
         store.close()
         jax.block_until_ready(r.state)
 
@@ -90,22 +93,34 @@ def main(argv: list[str] | None = None) -> int:
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(tmp, "run.zarr")) for f in fs)
     shutil.rmtree(tmp, ignore_errors=True)
     chunk_s = float(np.median(wall["plain"])) / args.chunks  # one 100-step chunk without the store
-    result = {"grid": args.grid, "steps": 100 * args.chunks,
-              "snapshot_every": 100, "snapshot_bytes": int(args.grid ** 3 * 8), "order_per_round": order,
-              "wall_s": wall, "overhead_per_round": overhead, "overhead_median": med,
-              "overhead_quartiles": [q1, q3], "overhead_range": [min(overhead), max(overhead)],
-              "cpu_s": cpu, "cpu_overhead_per_round": cpu_overhead,
-              "cpu_overhead_median": float(np.median(cpu_overhead)),
-              "one_snapshot_write_s": write_s, "one_snapshot_write_median_s": float(np.median(write_s)),
-              "one_snapshot_write_over_plain_chunk": float(np.median(write_s) / chunk_s),
-              "store_bytes": size}
+    result = {
+        "grid": args.grid,
+        "steps": 100 * args.chunks,
+        "snapshot_every": 100,
+        "snapshot_bytes": int(args.grid**3 * 8),
+        "order_per_round": order,
+        "wall_s": wall,
+        "overhead_per_round": overhead,
+        "overhead_median": med,
+        "overhead_quartiles": [q1, q3],
+        "overhead_range": [min(overhead), max(overhead)],
+        "cpu_s": cpu,
+        "cpu_overhead_per_round": cpu_overhead,
+        "cpu_overhead_median": float(np.median(cpu_overhead)),
+        "one_snapshot_write_s": write_s,
+        "one_snapshot_write_median_s": float(np.median(write_s)),
+        "one_snapshot_write_over_plain_chunk": float(np.median(write_s) / chunk_s),
+        "store_bytes": size,
+    }
     command = "python -m ivhl_jax.bench.store_snapshots " + " ".join(argv or sys.argv[1:])
     write_results(args.out, result, command=command)
-    print(f"{args.grid}^3, {100 * args.chunks} steps, ψ every 100: plain {wall['plain']} s, with store "
-          f"{wall['store']} s; overhead {[f'{o:+.1%}' for o in overhead]}: median {med:+.1%}, quartiles "
-          f"{q1:+.1%} .. {q3:+.1%}, range {min(overhead):+.1%} .. {max(overhead):+.1%}; CPU time overhead median "
-          f"{result['cpu_overhead_median']:+.1%}; one snapshot written alone {np.median(write_s):.3f} s = "
-          f"{result['one_snapshot_write_over_plain_chunk']:.1%} of a 100-step chunk -> {args.out}")
+    print(
+        f"{args.grid}^3, {100 * args.chunks} steps, ψ every 100: plain {wall['plain']} s, with store "
+        f"{wall['store']} s; overhead {[f'{o:+.1%}' for o in overhead]}: median {med:+.1%}, quartiles "
+        f"{q1:+.1%} .. {q3:+.1%}, range {min(overhead):+.1%} .. {max(overhead):+.1%}; CPU time overhead median "
+        f"{result['cpu_overhead_median']:+.1%}; one snapshot written alone {np.median(write_s):.3f} s = "
+        f"{result['one_snapshot_write_over_plain_chunk']:.1%} of a 100-step chunk -> {args.out}"
+    )
     return 0
 
 

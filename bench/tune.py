@@ -49,8 +49,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AREAS", "QUICK_AREAS", "Candidate", "measure_limits", "compiled_cost", "cost_record", "roofline",
-           "roofline_of", "choose", "tune", "tune_op", "main"]
+__all__ = [
+    "AREAS",
+    "QUICK_AREAS",
+    "Candidate",
+    "measure_limits",
+    "compiled_cost",
+    "cost_record",
+    "roofline",
+    "roofline_of",
+    "choose",
+    "tune",
+    "tune_op",
+    "main",
+]
 
 AREAS = ("xla", "fields", "gp", "cdt", "attention", "transformer", "mera")
 QUICK_AREAS = ("xla", "fields", "gp", "cdt", "attention")
@@ -94,16 +106,18 @@ def measure_limits(quick: bool = True) -> dict[str, Any]:
     samples, _ = time_in_windows(lambda: copy(x), repeats=3 if tiny else 7, window_s=0.0 if tiny else 0.2)
     t = summarize(samples)
     # the limit is what the machine can do: the fastest sample (on a shared host the median measures the load)
-    out: dict[str, Any] = {"copy_gbps": 2 * nbytes / t["min_s"] / 1e9,
-                           "copy": {"bytes": nbytes, "min_s": t["min_s"], "median_s": t["median_s"],
-                                    "iqr_s": t["iqr_s"]}}
+    out: dict[str, Any] = {
+        "copy_gbps": 2 * nbytes / t["min_s"] / 1e9,
+        "copy": {"bytes": nbytes, "min_s": t["min_s"], "median_s": t["median_s"], "iqr_s": t["iqr_s"]},
+    }
     n = 256 if tiny else ((1024 if quick else 2048) if on_cpu else 8192)
     ka, kb = jax.random.split(jax.random.key(0))
     for name, dt in (("f32", jnp.float32), ("bf16", jnp.bfloat16)):
         a, b = jax.random.normal(ka, (n, n), dt), jax.random.normal(kb, (n, n), dt)
         mm = jax.jit(jnp.matmul)
-        samples, _ = time_in_windows(lambda mm=mm, a=a, b=b: mm(a, b), repeats=3 if tiny else 5,
-                                     window_s=0.0 if tiny else 0.2)
+        samples, _ = time_in_windows(
+            lambda mm=mm, a=a, b=b: mm(a, b), repeats=3 if tiny else 5, window_s=0.0 if tiny else 0.2
+        )
         t = summarize(samples)
         out[f"matmul_{name}_tflops"] = 2 * n**3 / t["min_s"] / 1e12
         out[f"matmul_{name}"] = {"n": n, "min_s": t["min_s"], "median_s": t["median_s"], "iqr_s": t["iqr_s"]}
@@ -136,19 +150,24 @@ def cost_record(compiled: Any, seconds: float, *, dtype: str = "f32") -> dict[st
     return {"flops": flops, "bytes": nbytes, "seconds": float(seconds), "dtype": dtype}
 
 
-def roofline_of(flops: float, nbytes: float, seconds: float, limits: Mapping[str, Any], *, dtype: str = "f32"
-                ) -> dict[str, Any]:
+def roofline_of(
+    flops: float, nbytes: float, seconds: float, limits: Mapping[str, Any], *, dtype: str = "f32"
+) -> dict[str, Any]:
     """:func:`roofline` from the flop and byte counts: the time they need at the measured matmul peak of
     ``dtype`` and the copy bandwidth, over ``seconds``."""
     peak = float(limits.get(f"matmul_{dtype}_tflops") or limits.get("matmul_f32_tflops") or 0.0) * 1e12
     bw = float(limits.get("copy_gbps") or 0.0) * 1e9
     t_c = flops / peak if peak else 0.0
     t_m = nbytes / bw if bw else 0.0
-    rec = {"flops": flops, "bytes": nbytes, "seconds": seconds,
-           "gflops_per_s": flops / seconds / 1e9 if seconds else None,
-           "gbytes_per_s": nbytes / seconds / 1e9 if seconds else None,
-           "fraction_of_bandwidth": t_m / seconds if seconds else None,
-           "fraction_of_matmul_peak": t_c / seconds if seconds else None}
+    rec = {
+        "flops": flops,
+        "bytes": nbytes,
+        "seconds": seconds,
+        "gflops_per_s": flops / seconds / 1e9 if seconds else None,
+        "gbytes_per_s": nbytes / seconds / 1e9 if seconds else None,
+        "fraction_of_bandwidth": t_m / seconds if seconds else None,
+        "fraction_of_matmul_peak": t_c / seconds if seconds else None,
+    }
     rec["bound"] = "memory" if t_m >= t_c else "compute"
     rec["fraction"] = max(t_c, t_m) / seconds if seconds else None
     return rec
@@ -182,9 +201,18 @@ def _equal(out: Any, ref: Any, rtol: float) -> tuple[bool, float]:
     return worst <= rtol, worst
 
 
-def choose(op: str, size: int | None, candidates: Sequence[Candidate], *, rounds: int, limits: Mapping[str, Any],
-           rtol: float = 1e-4, check: Callable[[Any], str | None] | None = None, dtype: str = "f32",
-           params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def choose(
+    op: str,
+    size: int | None,
+    candidates: Sequence[Candidate],
+    *,
+    rounds: int,
+    limits: Mapping[str, Any],
+    rtol: float = 1e-4,
+    check: Callable[[Any], str | None] | None = None,
+    dtype: str = "f32",
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Compile every candidate, check its output (against the default's with ``rtol``, or with ``check(out)``
     returning None if valid or why not), time the valid ones in ``rounds`` interleaved rounds, and return the
     cache entry: the winner (smallest median per-round time ratio to the default), its settings, every
@@ -237,19 +265,32 @@ def choose(op: str, size: int | None, candidates: Sequence[Candidate], *, rounds
     for name, samples in wall.items():
         report[name]["over_best_per_round_median"] = float(np.median(np.asarray(samples) / np.asarray(wall[best])))
     default = next((c.name for c in candidates if c.default and c.name in wall), None)
-    entry: dict[str, Any] = {"op": op, "bucket": tuning.bucket(size), "size": size, "params": dict(params or {}),
-                             "winner": best, "settings": next(c.settings for c in candidates if c.name == best),
-                             "median_s": report[best]["median_s"], "iqr_s": report[best]["iqr_s"],
-                             "spread": report[best]["iqr_s"] / report[best]["median_s"],
-                             "rounds": rounds, "candidates": report}
+    entry: dict[str, Any] = {
+        "op": op,
+        "bucket": tuning.bucket(size),
+        "size": size,
+        "params": dict(params or {}),
+        "winner": best,
+        "settings": next(c.settings for c in candidates if c.name == best),
+        "median_s": report[best]["median_s"],
+        "iqr_s": report[best]["iqr_s"],
+        "spread": report[best]["iqr_s"] / report[best]["median_s"],
+        "rounds": rounds,
+        "candidates": report,
+    }
     if default is not None:
         entry["default"] = default
         entry["table_default_over_best"] = report[default]["over_best_per_round_median"]
     entry["roofline"] = roofline(built[best][0], report[best]["median_s"], limits, dtype=dtype)
-    _log(f"  {op} [{entry['bucket']}]: {best} {1e3 * entry['median_s']:.3f} ms (IQR {100 * entry['spread']:.0f} %)"
-         + (f"; table default {default} x{entry['table_default_over_best']:.2f}" if default else "")
-         + (f"; {100 * entry['roofline']['fraction']:.1f} % of the {entry['roofline']['bound']} roofline"
-            if entry["roofline"]["fraction"] is not None else ""))
+    _log(
+        f"  {op} [{entry['bucket']}]: {best} {1e3 * entry['median_s']:.3f} ms (IQR {100 * entry['spread']:.0f} %)"
+        + (f"; table default {default} x{entry['table_default_over_best']:.2f}" if default else "")
+        + (
+            f"; {100 * entry['roofline']['fraction']:.1f} % of the {entry['roofline']['bound']} roofline"
+            if entry["roofline"]["fraction"] is not None
+            else ""
+        )
+    )
     return entry
 
 
@@ -276,8 +317,9 @@ def _mode(value: str) -> Iterator[None]:
             os.environ["IVHL_TUNING"] = saved
 
 
-def _aot(fn: Callable, *args: Any, settings: Mapping[str, Any] | None = None, cached: bool = False
-         ) -> tuple[Any, tuple]:
+def _aot(
+    fn: Callable, *args: Any, settings: Mapping[str, Any] | None = None, cached: bool = False
+) -> tuple[Any, tuple]:
     """Compile ``fn(*args)`` under the table row plus ``settings`` (``cached``: under this machine's tuning cache
     instead, i.e. what a call with no settings gets)."""
     import jax
@@ -334,8 +376,9 @@ def fields_candidates(n: int, m: int) -> list[Candidate]:
     args = _fields_inputs(n, m)
     row = backend.TABLE.get(backend.platform(), backend.TABLE["portable"])
     # the table's own values, stated: a measured choice stays what was measured if the table changes later
-    table = {k: getattr(row, k) for k in ("fields_chunking", "fields_pair_budget", "fields_method",
-                                          "fields_serial_pairs")}
+    table = {
+        k: getattr(row, k) for k in ("fields_chunking", "fields_pair_budget", "fields_method", "fields_serial_pairs")
+    }
     cands = [Candidate("table", table, lambda: _aot(_superpose, *args), default=True)]
     seen = set()
     on_cpu = backend.platform() == "cpu"
@@ -346,13 +389,22 @@ def fields_candidates(n: int, m: int) -> list[Candidate]:
             # blocks below 1024 points cost a loop step per block for nothing; on a CPU the reduce kernel is one
             # candidate (all points at once), on an accelerator the loop kernel's one-thread variant means nothing
             # (on an accelerator a loop over many small blocks serialises the device: blocks of >= n/8 points only)
-            if key in seen or (chunk < min(n, 1024)) or (method == "reduce" and on_cpu and chunk < n) \
-                    or (serial and not on_cpu) or (not on_cpu and chunk < n // 8):
+            if (
+                key in seen
+                or (chunk < min(n, 1024))
+                or (method == "reduce" and on_cpu and chunk < n)
+                or (serial and not on_cpu)
+                or (not on_cpu and chunk < n // 8)
+            ):
                 continue
             seen.add(key)
             pairs = chunk * m
-            settings = {"fields_chunking": "pair_budget", "fields_pair_budget": max(budget, m), "fields_method": method,
-                        "fields_serial_pairs": int(2 ** np.ceil(np.log2(pairs))) if serial else 0}
+            settings = {
+                "fields_chunking": "pair_budget",
+                "fields_pair_budget": max(budget, m),
+                "fields_method": method,
+                "fields_serial_pairs": int(2 ** np.ceil(np.log2(pairs))) if serial else 0,
+            }
             if method == "reduce":
                 settings["fields_serial_pairs"] = row.fields_serial_pairs
             name = f"{method}{'_1thread' if serial else ''}_chunk{chunk}"
@@ -360,14 +412,22 @@ def fields_candidates(n: int, m: int) -> list[Candidate]:
     return cands + _no_settings(_superpose, *args)
 
 
-def tune_fields(quick: bool, limits: Mapping[str, Any], sizes: Sequence[tuple[int, int]] | None = None
-                ) -> dict[str, dict[str, Any]]:
+def tune_fields(
+    quick: bool, limits: Mapping[str, Any], sizes: Sequence[tuple[int, int]] | None = None
+) -> dict[str, dict[str, Any]]:
     out = {}
     for n, m in sizes or _fields_sizes(quick):
         _log(f"fields.superpose {n} x {m} ...")
         rounds = 5 if _tiny() else (15 if n * m < 1 << 22 else 9)
-        entry = choose("fields.superpose", n * m, fields_candidates(n, m), rounds=rounds, limits=limits,
-                       rtol=2e-5, params={"points": n, "sources": m, "dtype": "float32"})
+        entry = choose(
+            "fields.superpose",
+            n * m,
+            fields_candidates(n, m),
+            rounds=rounds,
+            limits=limits,
+            rtol=2e-5,
+            params={"points": n, "sources": m, "dtype": "float32"},
+        )
         out[f"fields.superpose|{entry['bucket']}"] = entry
     return out
 
@@ -404,27 +464,39 @@ def tune_gp(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]]
             system = C.GPSystem(grid, C.harmonic(grid), 100.0, fft=fft)
             stepper = C.strang(system, 1e-3)
             psi = stepper.init(C.gaussian(grid))
-            return _aot(lambda p: trajectory(stepper, p, steps, save_every=every, observe=observe_nothing)[0], psi,
-                        cached=cached)
+            return _aot(
+                lambda p: trajectory(stepper, p, steps, save_every=every, observe=observe_nothing)[0],
+                psi,
+                cached=cached,
+            )
 
-        cands = [Candidate("xla_merged", {"gp_fft": "xla", "gp_merged": True}, lambda: build("xla", True), True),
-                 Candidate("xla_step_by_step", {"gp_fft": "xla", "gp_merged": False}, lambda: build("xla", False))]
+        cands = [
+            Candidate("xla_merged", {"gp_fft": "xla", "gp_merged": True}, lambda: build("xla", True), True),
+            Candidate("xla_step_by_step", {"gp_fft": "xla", "gp_merged": False}, lambda: build("xla", False)),
+        ]
         if backend.defaults().host_fft:
             try:
                 import ducc0  # noqa: F401
 
-                cands.append(Candidate("ducc_merged", {"gp_fft": "ducc", "gp_merged": True},
-                                       lambda: build("ducc", True)))
+                cands.append(
+                    Candidate("ducc_merged", {"gp_fft": "ducc", "gp_merged": True}, lambda: build("ducc", True))
+                )
             except ImportError:
                 _log("  (ducc0 not installed: the host FFT is not a candidate here)")
         if _VERIFY["on"]:
             cands.append(Candidate("no_settings_with_cache", {}, lambda: build("xla", True, cached=True)))
         size = int(np.prod(shape))
-        entry = choose("condensate.strang", size, cands, rounds=5 if _tiny() else 9, limits=limits, rtol=1e-4,
-                       params={"shape": list(shape), "steps_per_call": steps, "dtype": "complex64"})
+        entry = choose(
+            "condensate.strang",
+            size,
+            cands,
+            rounds=5 if _tiny() else 9,
+            limits=limits,
+            rtol=1e-4,
+            params={"shape": list(shape), "steps_per_call": steps, "dtype": "complex64"},
+        )
         entry["ideal_bytes_per_step"] = 3 * 2 * 8 * size
-        entry["fraction_of_bandwidth_ideal"] = (steps * 3 * 2 * 8 * size / entry["median_s"] / 1e9
-                                                / limits["copy_gbps"])
+        entry["fraction_of_bandwidth_ideal"] = steps * 3 * 2 * 8 * size / entry["median_s"] / 1e9 / limits["copy_gbps"]
         out[f"condensate.strang|{entry['bucket']}"] = entry
     out.update(tune_gp_layouts(quick, limits))
     return out
@@ -472,15 +544,28 @@ def tune_gp_layouts(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[st
             return _aot(lambda p: trajectory(stepper, p, steps, save_every=steps, observe=observe_nothing)[0], psi)
 
         cands = [Candidate("one_device", {"gp_layout": "none", "mesh": "1"}, lambda: build(None), default=True)]
-        cands += [Candidate(f"{'slab' if 'x' not in m else 'pencil'}_{m}",
-                            {"gp_layout": "slab" if "x" not in m else "pencil", "mesh": m},
-                            lambda m=m: build(m)) for m in meshes]
-        entry = choose("condensate.layout", int(np.prod(shape)), cands, rounds=5 if _tiny() else 9, limits=limits,
-                       rtol=1e-4, params={"shape": list(shape), "devices": ndev, "steps_per_call": steps,
-                                          "dtype": "complex64"})
+        cands += [
+            Candidate(
+                f"{'slab' if 'x' not in m else 'pencil'}_{m}",
+                {"gp_layout": "slab" if "x" not in m else "pencil", "mesh": m},
+                lambda m=m: build(m),
+            )
+            for m in meshes
+        ]
+        entry = choose(
+            "condensate.layout",
+            int(np.prod(shape)),
+            cands,
+            rounds=5 if _tiny() else 9,
+            limits=limits,
+            rtol=1e-4,
+            params={"shape": list(shape), "devices": ndev, "steps_per_call": steps, "dtype": "complex64"},
+        )
         entry["bucket"] = f"{ndev}dev,{'x'.join(map(str, shape))}"
-        entry["note"] = ("a measurement: the layout is the caller's choice (GPSystem(layout=...), --mesh); no default "
-                         "reads this entry")
+        entry["note"] = (
+            "a measurement: the layout is the caller's choice (GPSystem(layout=...), --mesh); no default "
+            "reads this entry"
+        )
         out[f"condensate.layout|{entry['bucket']}"] = entry
     return out
 
@@ -548,11 +633,17 @@ def tune_cdt(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]
     engines = ["jax"]
     if cdt_host.available():
         if quick and not host_kernels_cached():
-            _note("cdt", "the host engine's numba kernels are not in numba's disk cache here (compiling them takes "
-                  "minutes): not a candidate in --quick; run the full `ivhl tune --only cdt` to include it")
+            _note(
+                "cdt",
+                "the host engine's numba kernels are not in numba's disk cache here (compiling them takes "
+                "minutes): not a candidate in --quick; run the full `ivhl tune --only cdt` to include it",
+            )
             if table == "host":
-                _note("cdt", "the table's engine (host) is not a candidate: nothing to compare against, the cdt area "
-                      "is skipped in --quick (the table stays)")
+                _note(
+                    "cdt",
+                    "the table's engine (host) is not a candidate: nothing to compare against, the cdt area "
+                    "is skipped in --quick (the table stays)",
+                )
                 return {}
         else:
             engines.insert(0, "host")
@@ -560,15 +651,24 @@ def tune_cdt(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]
         _log("  (numba not installed: the host engine is not a candidate here)")
     if backend.platform() == "gpu" and "pallas" in cdt.ENGINES:
         engines.append("pallas")
-    _log(f"cdt engines {', '.join(engines)} (1 chain, N2 = {volume}; the host engine's first use on a machine "
-         "compiles its numba kernels, cached on disk) ...")
+    _log(
+        f"cdt engines {', '.join(engines)} (1 chain, N2 = {volume}; the host engine's first use on a machine "
+        "compiles its numba kernels, cached on disk) ..."
+    )
     cands = [Candidate(e, {"cdt_engine": e}, lambda e=e: build(e), default=(e == table)) for e in engines]
     if _VERIFY["on"]:
         with _mode("cache"):
             chosen = backend.defaults().cdt_engine
         cands.append(Candidate(f"no_settings_with_cache({chosen})", {}, lambda: build(chosen)))
-    entry = choose("cdt.engine", None, cands, rounds=5 if _tiny() else 9, limits=limits, check=check,
-                   params={"chains": chains, "target_N2": volume, "attempts_per_call": attempts})
+    entry = choose(
+        "cdt.engine",
+        None,
+        cands,
+        rounds=5 if _tiny() else 9,
+        limits=limits,
+        check=check,
+        params={"chains": chains, "target_N2": volume, "attempts_per_call": attempts},
+    )
     return {"cdt.engine|all": entry}
 
 
@@ -598,46 +698,105 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
 
     out = {}
     _log(f"attention f32 {B}x{T}x{N}x{H} causal fwd+bwd ...")
-    dense = [Candidate(f"dense_{d}", {"attention_dense": d},
-                       lambda d=d: build(jnp.float32, "xla", {"attention_dense": d}),
-                       default=(d == row.attention_dense)) for d in (True, False)]
-    entry = choose("attention.dense", None, dense, rounds=5 if _tiny() else 9, limits=limits, rtol=1e-4,
-                   params={"B": B, "T": T, "N": N, "H": H, "dtype": "float32", "causal": True})
+    dense = [
+        Candidate(
+            f"dense_{d}",
+            {"attention_dense": d},
+            lambda d=d: build(jnp.float32, "xla", {"attention_dense": d}),
+            default=(d == row.attention_dense),
+        )
+        for d in (True, False)
+    ]
+    entry = choose(
+        "attention.dense",
+        None,
+        dense,
+        rounds=5 if _tiny() else 9,
+        limits=limits,
+        rtol=1e-4,
+        params={"B": B, "T": T, "N": N, "H": H, "dtype": "float32", "causal": True},
+    )
     out["attention.dense|all"] = entry
     _log(f"attention bf16 {B}x{T}x{N}x{H} causal fwd+bwd ...")
     impls = ["xla", "chunked"] + (["cudnn", "pallas"] if on_gpu else [])
-    half = [Candidate(i, {"attention_half": i}, lambda i=i: build(jnp.bfloat16, i, {}),
-                      default=(i == row.attention_half)) for i in impls]
-    entry = choose("attention.half", None, half, rounds=5 if _tiny() else 9, limits=limits, rtol=3e-2, dtype="bf16",
-                   params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True})
+    half = [
+        Candidate(i, {"attention_half": i}, lambda i=i: build(jnp.bfloat16, i, {}), default=(i == row.attention_half))
+        for i in impls
+    ]
+    entry = choose(
+        "attention.half",
+        None,
+        half,
+        rounds=5 if _tiny() else 9,
+        limits=limits,
+        rtol=3e-2,
+        dtype="bf16",
+        params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True},
+    )
     out["attention.half|all"] = entry
     # the chunked kernel's key block (attention(block_k=...), default 128): candidates up to T, distinct after the
     # min(block_k, T) the kernel applies
     blocks = sorted({min(b, T) for b in (16, 32, 64, 128, 256, 512)})
     _log(f"attention chunked bf16 {B}x{T}x{N}x{H}: key blocks {blocks} ...")
-    chunk = [Candidate("block_k_default", {"block_k": min(128, T)}, lambda: build(jnp.bfloat16, "chunked", {}),
-                       default=True)]
-    chunk += [Candidate(f"block_k{b}", {"block_k": b}, lambda b=b: build(jnp.bfloat16, "chunked", {}, block_k=b))
-              for b in blocks if b != min(128, T)]
-    entry = choose("attention.chunk_block", None, chunk, rounds=5 if _tiny() else 9, limits=limits, rtol=3e-2,
-                   dtype="bf16", params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True})
-    entry["note"] = ("a measurement: attention(block_k=...) is the caller's argument (default 128); no default reads "
-                     "this entry")
+    chunk = [
+        Candidate("block_k_default", {"block_k": min(128, T)}, lambda: build(jnp.bfloat16, "chunked", {}), default=True)
+    ]
+    chunk += [
+        Candidate(f"block_k{b}", {"block_k": b}, lambda b=b: build(jnp.bfloat16, "chunked", {}, block_k=b))
+        for b in blocks
+        if b != min(128, T)
+    ]
+    entry = choose(
+        "attention.chunk_block",
+        None,
+        chunk,
+        rounds=5 if _tiny() else 9,
+        limits=limits,
+        rtol=3e-2,
+        dtype="bf16",
+        params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True},
+    )
+    entry["note"] = (
+        "a measurement: attention(block_k=...) is the caller's argument (default 128); no default reads this entry"
+    )
     out["attention.chunk_block|all"] = entry
     if not on_gpu:
-        _note("attention", "Pallas attention block sizes: not timed on this platform (the Pallas GPU kernel compiles "
-              "only on a GPU; elsewhere it runs in the interpreter, which times nothing real)")
+        _note(
+            "attention",
+            "Pallas attention block sizes: not timed on this platform (the Pallas GPU kernel compiles "
+            "only on a GPU; elsewhere it runs in the interpreter, which times nothing real)",
+        )
         return out
-    tiles = sorted({(min(A.pallas_tile(bq), A.pallas_tile(T)), min(A.pallas_tile(bk), A.pallas_tile(T)))
-                    for bq, bk in ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128))})
+    tiles = sorted(
+        {
+            (min(A.pallas_tile(bq), A.pallas_tile(T)), min(A.pallas_tile(bk), A.pallas_tile(T)))
+            for bq, bk in ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128))
+        }
+    )
     _log(f"attention pallas bf16 {B}x{T}x{N}x{H}: (block_q, block_k) {tiles} ...")
-    pallas = [Candidate(f"pallas_q{bq}_k{bk}", {"block_q": bq, "block_k": bk},
-                        lambda bq=bq, bk=bk: build(jnp.bfloat16, "pallas", {}, block_q=bq, block_k=bk, interpret=False),
-                        default=(bq, bk) == (min(128, A.pallas_tile(T)), min(128, A.pallas_tile(T)))) for bq, bk in tiles]
-    entry = choose("attention.pallas_blocks", None, pallas, rounds=5 if _tiny() else 9, limits=limits, rtol=3e-2,
-                   dtype="bf16", params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True})
-    entry["note"] = ("a measurement: attention(implementation='pallas', block_q=..., block_k=...) are the caller's "
-                     "arguments (default 128); no default reads this entry")
+    pallas = [
+        Candidate(
+            f"pallas_q{bq}_k{bk}",
+            {"block_q": bq, "block_k": bk},
+            lambda bq=bq, bk=bk: build(jnp.bfloat16, "pallas", {}, block_q=bq, block_k=bk, interpret=False),
+            default=(bq, bk) == (min(128, A.pallas_tile(T)), min(128, A.pallas_tile(T))),
+        )
+        for bq, bk in tiles
+    ]
+    entry = choose(
+        "attention.pallas_blocks",
+        None,
+        pallas,
+        rounds=5 if _tiny() else 9,
+        limits=limits,
+        rtol=3e-2,
+        dtype="bf16",
+        params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True},
+    )
+    entry["note"] = (
+        "a measurement: attention(implementation='pallas', block_q=..., block_k=...) are the caller's "
+        "arguments (default 128); no default reads this entry"
+    )
     out["attention.pallas_blocks|all"] = entry
     return out
 
@@ -670,23 +829,39 @@ def tune_transformer(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[s
         return _aot(step, params, tokens)
 
     _log(f"transformer layer loop (d={d}, {layers} layers, B={B}, T={T}) ...")
-    cands = [Candidate(loop, {"transformer_layer_loop": loop}, lambda loop=loop: build(loop),
-                       default=(loop == row.transformer_layer_loop)) for loop in ("unrolled", "scan")]
+    cands = [
+        Candidate(
+            loop,
+            {"transformer_layer_loop": loop},
+            lambda loop=loop: build(loop),
+            default=(loop == row.transformer_layer_loop),
+        )
+        for loop in ("unrolled", "scan")
+    ]
 
     def value_only(out):
         loss = float(out[0])  # the parameter trees of the two loops differ in layout; the loss at init is ~ln V
         return None if np.isfinite(loss) and abs(loss - np.log(256)) < 1.0 else f"loss {loss} at init is not ~ln 256"
 
-    entry = choose("transformer.layer_loop", None, cands, rounds=5 if _tiny() else 7, limits=limits,
-                   check=value_only, params={"d_model": d, "layers": layers, "batch": B, "T": T})
+    entry = choose(
+        "transformer.layer_loop",
+        None,
+        cands,
+        rounds=5 if _tiny() else 7,
+        limits=limits,
+        check=value_only,
+        params={"d_model": d, "layers": layers, "batch": B, "T": T},
+    )
     return {"transformer.layer_loop|all": entry}
 
 
 # ------------------------------------------------------------------------------------------ mera
 def tune_mera(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """MERA host threads: not tunable in one process (XLA's CPU thread pool is fixed at backend start)."""
-    raise RuntimeError("the mera area needs a process per thread count (XLA:CPU fixes its thread pool at backend "
-                       "start); bench/results/mera_busy_host.json holds the measurement behind the table")
+    raise RuntimeError(
+        "the mera area needs a process per thread count (XLA:CPU fixes its thread pool at backend "
+        "start); bench/results/mera_busy_host.json holds the measurement behind the table"
+    )
 
 
 # ------------------------------------------------------------------------------------------ xla flags
@@ -730,8 +905,15 @@ def tune_xla(quick: bool, limits: Mapping[str, Any] | None = None) -> dict[str, 
     fp = tuning.host_fingerprint()
     if "avx512f" not in fp["isa"]:
         _log("xla: no AVX-512 on this CPU; XLA's default vector width is the only candidate")
-        return {"xla.flags|all": {"op": "xla.flags", "bucket": "all", "settings": {"xla_flags": ""},
-                                  "winner": "xla_default", "why": "no AVX-512 flags in /proc/cpuinfo"}}
+        return {
+            "xla.flags|all": {
+                "op": "xla.flags",
+                "bucket": "all",
+                "settings": {"xla_flags": ""},
+                "winner": "xla_default",
+                "why": "no AVX-512 flags in /proc/cpuinfo",
+            }
+        }
     base = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_cpu_prefer_vector"))
     configs = {"xla_default": base, "vector_width_512": (base + " " + _VECTOR_FLAG).strip()}
     rounds = 3 if _tiny() else 15
@@ -743,9 +925,14 @@ def tune_xla(quick: bool, limits: Mapping[str, Any] | None = None) -> dict[str, 
             for name, flags in configs.items():
                 _log(f"xla: starting a worker with XLA_FLAGS={flags!r} ...")
                 env = {**os.environ, "XLA_FLAGS": flags, "IVHL_TUNING": "frozen"}
-                procs[name] = subprocess.Popen([sys.executable, "-c", _FLAG_WORKER, os.path.join(tmp, name + ".npz")],
-                                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                               stderr=subprocess.PIPE, text=True)
+                procs[name] = subprocess.Popen(
+                    [sys.executable, "-c", _FLAG_WORKER, os.path.join(tmp, name + ".npz")],
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
             for name, proc in procs.items():
                 line = proc.stdout.readline() if proc.stdout else ""
                 if not line:
@@ -774,29 +961,49 @@ def tune_xla(quick: bool, limits: Mapping[str, Any] | None = None) -> dict[str, 
     from ivhl_jax.bench.harness import summarize
 
     kernels = list(wall["xla_default"])
-    ratios = {k: float(np.median(np.asarray(wall["vector_width_512"][k][1:]) / np.asarray(wall["xla_default"][k][1:])))
-              for k in kernels}
+    ratios = {
+        k: float(np.median(np.asarray(wall["vector_width_512"][k][1:]) / np.asarray(wall["xla_default"][k][1:])))
+        for k in kernels
+    }
     geo = float(np.exp(np.mean(np.log(list(ratios.values())))))
     pays = "vector_width_512" not in rejected and geo < 0.95 and all(r < 1.05 for r in ratios.values())
     winner = "vector_width_512" if pays else "xla_default"
-    _log(f"  xla flags: {_VECTOR_FLAG} per-round time ratio {({k: round(v, 3) for k, v in ratios.items()})} -> "
-         f"{winner}")
-    return {"xla.flags|all": {
-        "op": "xla.flags", "bucket": "all", "winner": winner, "rounds": rounds,
-        "settings": {"xla_flags": _VECTOR_FLAG if pays else ""},
-        "candidates": {name: {"xla_flags": flags, **{k: summarize(v[1:]) for k, v in wall[name].items()},
-                              **({"rejected": rejected[name]} if name in rejected else {})}
-                       for name, flags in configs.items()},
-        "ratio_flag_over_default_per_round_median": ratios,
-        "geometric_mean_ratio": geo,
-        "rule": "kept when the per-round time ratios (flag / default; median per kernel) have a geometric mean below "
-                "0.95 and none is above 1.05"}}
+    _log(
+        f"  xla flags: {_VECTOR_FLAG} per-round time ratio { ({k: round(v, 3) for k, v in ratios.items()}) } -> "
+        f"{winner}"
+    )
+    return {
+        "xla.flags|all": {
+            "op": "xla.flags",
+            "bucket": "all",
+            "winner": winner,
+            "rounds": rounds,
+            "settings": {"xla_flags": _VECTOR_FLAG if pays else ""},
+            "candidates": {
+                name: {
+                    "xla_flags": flags,
+                    **{k: summarize(v[1:]) for k, v in wall[name].items()},
+                    **({"rejected": rejected[name]} if name in rejected else {}),
+                }
+                for name, flags in configs.items()
+            },
+            "ratio_flag_over_default_per_round_median": ratios,
+            "geometric_mean_ratio": geo,
+            "rule": "kept when the per-round time ratios (flag / default; median per kernel) have a geometric mean "
+            "below 0.95 and none is above 1.05",
+        }
+    }
 
 
 # ------------------------------------------------------------------------------------------ driver
 _AREA_FUNCS: dict[str, Callable[[bool, Mapping[str, Any]], dict[str, dict[str, Any]]]] = {
-    "fields": tune_fields, "gp": tune_gp, "cdt": tune_cdt, "attention": tune_attention,
-    "transformer": tune_transformer, "mera": tune_mera}
+    "fields": tune_fields,
+    "gp": tune_gp,
+    "cdt": tune_cdt,
+    "attention": tune_attention,
+    "transformer": tune_transformer,
+    "mera": tune_mera,
+}
 
 
 def check_areas(only: Sequence[str] | None, quick: bool) -> list[str]:
@@ -810,8 +1017,13 @@ def check_areas(only: Sequence[str] | None, quick: bool) -> list[str]:
     return [a for a in AREAS if a in names]
 
 
-def tune(only: Sequence[str] | None = None, *, quick: bool = True, save: bool = True,
-         log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def tune(
+    only: Sequence[str] | None = None,
+    *,
+    quick: bool = True,
+    save: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Tune the ``only`` areas (default: the quick set, or all without ``quick``) on this machine in this
     process; returns ``{"limits", "entries", "errors", "cache"}`` and, with ``save``, merges the entries into the
     tuning cache (``cache`` is its path). The ``xla`` area runs its candidates in subprocesses; its result
@@ -825,8 +1037,10 @@ def tune(only: Sequence[str] | None = None, *, quick: bool = True, save: bool = 
     t0 = time.perf_counter()
     _log(f"measuring this machine's limits ({platform}: {jax.devices()[0].device_kind}) ...")
     limits = measure_limits(quick)
-    _log(f"  copy {limits['copy_gbps']:.1f} GB/s, matmul f32 {limits['matmul_f32_tflops']:.3f} TFLOP/s, "
-         f"bf16 {limits['matmul_bf16_tflops']:.3f} TFLOP/s")
+    _log(
+        f"  copy {limits['copy_gbps']:.1f} GB/s, matmul f32 {limits['matmul_f32_tflops']:.3f} TFLOP/s, "
+        f"bf16 {limits['matmul_bf16_tflops']:.3f} TFLOP/s"
+    )
     entries: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     _NOTES.clear()
@@ -850,13 +1064,21 @@ def tune(only: Sequence[str] | None = None, *, quick: bool = True, save: bool = 
         entries.update(found)
         if save:  # after every area: an interrupted run keeps what it measured
             path = tuning.record(platform, found, limits=limits)
-            _log(f"{area} done in {time.perf_counter() - a0:.0f} s (total {time.perf_counter() - t0:.0f} s); stored "
-                 f"in {path}")
+            _log(
+                f"{area} done in {time.perf_counter() - a0:.0f} s (total {time.perf_counter() - t0:.0f} s); stored "
+                f"in {path}"
+            )
         else:
             _log(f"{area} done in {time.perf_counter() - a0:.0f} s (total {time.perf_counter() - t0:.0f} s)")
-    result: dict[str, Any] = {"platform": platform, "fingerprint": tuning.fingerprint(platform), "limits": limits,
-                              "entries": entries, "errors": errors, "notes": {a: list(n) for a, n in _NOTES.items()},
-                              "wall_s": time.perf_counter() - t0}
+    result: dict[str, Any] = {
+        "platform": platform,
+        "fingerprint": tuning.fingerprint(platform),
+        "limits": limits,
+        "entries": entries,
+        "errors": errors,
+        "notes": {a: list(n) for a, n in _NOTES.items()},
+        "wall_s": time.perf_counter() - t0,
+    }
     if save and entries:
         result["cache"] = tuning.cache_path(platform)
     return result
@@ -879,14 +1101,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``ivhl tune [--quick] [--only AREA[,AREA]] [--export FILE]``."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="ivhl tune", description="Measure this machine's best settings and store them in "
-                                "the tuning cache (read by ivhl_jax.core.backend.defaults before the table).")
+    p = argparse.ArgumentParser(
+        prog="ivhl tune",
+        description="Measure this machine's best settings and store them in "
+        "the tuning cache (read by ivhl_jax.core.backend.defaults before the table).",
+    )
     p.add_argument("--quick", action="store_true", help="one or two sizes per area (under 5 min on a 2-core CPU)")
     p.add_argument("--only", action="append", help=f"areas, comma-separated or repeated; from {', '.join(AREAS)}")
     p.add_argument("--export", help="also write the full result (limits, every candidate) to this JSON file")
     p.add_argument("--no-save", action="store_true", help="measure and print, store nothing")
-    p.add_argument("--verify", action="store_true", help="after tuning: time the call with no settings (the tuning "
-                   "cache in force) against every candidate again, storing nothing (implies --no-save)")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="after tuning: time the call with no settings (the tuning "
+        "cache in force) against every candidate again, storing nothing (implies --no-save)",
+    )
     a = p.parse_args(argv)
     if a.verify:
         a.no_save = True
@@ -906,8 +1135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             writable = False
         if not writable:
-            print(f"ivhl tune: the tuning cache folder {folder} is not writable; set IVHL_CACHE_DIR to a writable "
-                  "folder (the backend table stays in force)", file=sys.stderr)
+            print(
+                f"ivhl tune: the tuning cache folder {folder} is not writable; set IVHL_CACHE_DIR to a writable "
+                "folder (the backend table stays in force)",
+                file=sys.stderr,
+            )
             return 2
     rest = [x for x in areas if x != "xla"]
     result: dict[str, Any] = {"entries": {}, "errors": {}}
@@ -963,8 +1195,10 @@ def _summary(result: Mapping[str, Any]) -> None:
         iqr = f"{100 * e['spread']:.0f}%" if "spread" in e else "-"
         ratio = f"{e['table_default_over_best']:.2f}" if "table_default_over_best" in e else "-"
         roof = e.get("roofline", {}).get("fraction")
-        print(f"{key:<34} {str(e.get('winner')):<28} {ms:>9} {iqr:>5} {ratio:>10} "
-              f"{(f'{100 * roof:.1f}%' if roof is not None else '-'):>9}")
+        print(
+            f"{key:<34} {str(e.get('winner')):<28} {ms:>9} {iqr:>5} {ratio:>10} "
+            f"{(f'{100 * roof:.1f}%' if roof is not None else '-'):>9}"
+        )
     for area, err in result["errors"].items():
         print(f"{area}: not tuned: {err}")
     for area, notes in result.get("notes", {}).items():

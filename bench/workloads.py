@@ -24,8 +24,12 @@ def mlp_workload(batch_size: int = 32, sizes: tuple[int, ...] = (128, 256, 128, 
     for k, (a, b) in zip(keys, zip(sizes[:-1], sizes[1:])):
         bound = 1.0 / np.sqrt(a)
         k1, k2 = jax.random.split(k)
-        params.append({"w": jax.random.uniform(k1, (a, b), minval=-bound, maxval=bound),
-                       "b": jax.random.uniform(k2, (b,), minval=-bound, maxval=bound)})
+        params.append(
+            {
+                "w": jax.random.uniform(k1, (a, b), minval=-bound, maxval=bound),
+                "b": jax.random.uniform(k2, (b,), minval=-bound, maxval=bound),
+            }
+        )
 
     def loss_fn(p, batch, key):
         x, y = batch
@@ -72,31 +76,70 @@ def adaptive_workload(cfg: Any = None, batch_size: int = 32, n_examples: int = 8
     return loss_fn, params, opt, lambda s: batcher.batch(arrays, s), cfg
 
 
-def run_baseline(path: str, *, num_batches: int = 20, warmup: int = 3, fused_chunk: int = 200,
-                 trace_dir: str | None = None, include_mlp: bool = True, command: str | None = None) -> str:
+def run_baseline(
+    path: str,
+    *,
+    num_batches: int = 20,
+    warmup: int = 3,
+    fused_chunk: int = 200,
+    trace_dir: str | None = None,
+    include_mlp: bool = True,
+    command: str | None = None,
+) -> str:
     """Profile the adaptive model (N=100, H=64, D=784; per-sample and reference schedulers) and the MLP;
     write ``baseline.json``. Returns the path."""
     from ivhl_jax.bench.harness import write_results
     from ivhl_jax.nn import adaptive
 
     runs = []
-    for label, cfg in (("adaptive per_sample (N=100,H=64,D=784,B=32)", adaptive.AdaptiveConfig()),
-                       ("adaptive reference: shared scheduler, softmax of probabilities (N=100,H=64,D=784,B=32)",
-                        adaptive.AdaptiveConfig.reference())):
+    for label, cfg in (
+        ("adaptive per_sample (N=100,H=64,D=784,B=32)", adaptive.AdaptiveConfig()),
+        (
+            "adaptive reference: shared scheduler, softmax of probabilities (N=100,H=64,D=784,B=32)",
+            adaptive.AdaptiveConfig.reference(),
+        ),
+    ):
         loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg)
-        runs.append(profile_training(loss_fn, params, opt, get_batch, batch_size=32, num_batches=num_batches,
-                                     warmup=warmup, fused_chunk=fused_chunk, trace_dir=trace_dir, label=label))
+        runs.append(
+            profile_training(
+                loss_fn,
+                params,
+                opt,
+                get_batch,
+                batch_size=32,
+                num_batches=num_batches,
+                warmup=warmup,
+                fused_chunk=fused_chunk,
+                trace_dir=trace_dir,
+                label=label,
+            )
+        )
         trace_dir = None
     if include_mlp:
         loss_fn, params, opt, get_batch = mlp_workload()
-        runs.append(profile_training(loss_fn, params, opt, get_batch, batch_size=32, num_batches=num_batches,
-                                     warmup=warmup, fused_chunk=fused_chunk, label="mlp 128-256-128-10 (B=32)"))
+        runs.append(
+            profile_training(
+                loss_fn,
+                params,
+                opt,
+                get_batch,
+                batch_size=32,
+                num_batches=num_batches,
+                warmup=warmup,
+                fused_chunk=fused_chunk,
+                label="mlp 128-256-128-10 (B=32)",
+            )
+        )
     doc = baseline_document(runs)
-    doc["reference_model"] = {"adaptive_step_ms": 246.13, "adaptive_samples_per_sec": 130.0,
-                              "mlp_batch_latency_ms": 1.595, "mlp_samples_per_sec": 20240.0,
-                              "source": "the reference PyTorch package adaptiveneuralnetwork "
-                                        "(github.com/V1B3hR/adaptiveneuralnetwork): its committed profiling "
-                                        "baseline (4-CPU runner, torch 2.8)"}
+    doc["reference_model"] = {
+        "adaptive_step_ms": 246.13,
+        "adaptive_samples_per_sec": 130.0,
+        "mlp_batch_latency_ms": 1.595,
+        "mlp_samples_per_sec": 20240.0,
+        "source": "the reference PyTorch package adaptiveneuralnetwork "
+        "(github.com/V1B3hR/adaptiveneuralnetwork): its committed profiling "
+        "baseline (4-CPU runner, torch 2.8)",
+    }
     return write_results(path, doc, command=command)
 
 

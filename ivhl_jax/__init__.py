@@ -26,6 +26,7 @@ from ivhl_jax.core import tuning as _tuning  # noqa: E402
 # before anything starts one (nothing under IVHL_TUNING=frozen, a flag the user set is left alone).
 _tuning.apply_xla_flags()
 if _tuning.mode() == "auto":
+
     def _auto_tune(op: str, size: int, platform: str) -> None:
         import importlib
 
@@ -34,8 +35,11 @@ if _tuning.mode() == "auto":
     _tuning.set_auto_tuner(_auto_tune)
     import sys as _sys
 
-    print("ivhl_jax: IVHL_TUNING=auto: an op meeting a problem size not measured on this machine is tuned first "
-          "(seconds, once; IVHL_TUNING=frozen uses the backend table alone)", file=_sys.stderr)
+    print(
+        "ivhl_jax: IVHL_TUNING=auto: an op meeting a problem size not measured on this machine is tuned first "
+        "(seconds, once; IVHL_TUNING=frozen uses the backend table alone)",
+        file=_sys.stderr,
+    )
 
 from ivhl_jax.core import backend, precision, validation  # noqa: E402
 from ivhl_jax.core.precision import Policy  # noqa: E402
@@ -81,13 +85,44 @@ def __dir__() -> list[str]:
 
 __all__ = [
     # layers
-    "core", "numerics", "physics", "nn", "train", "run",
+    "core",
+    "numerics",
+    "physics",
+    "nn",
+    "train",
+    "run",
     # modules, flat
-    "validation", "precision", "backend", "fastmath", "spectral", "rollout",
-    "fields", "condensate", "gft", "cdt", "mera", "happy", "tn", "exact",
-    "attention", "gru", "adaptive",
-    "training", "parallel", "data", "checkpoint",
-    "runner", "config", "io", "device", "tune",
+    "validation",
+    "precision",
+    "backend",
+    "fastmath",
+    "spectral",
+    "rollout",
+    "fields",
+    "condensate",
+    "gft",
+    "cdt",
+    "mera",
+    "happy",
+    "tn",
+    "exact",
+    "attention",
+    "gru",
+    "adaptive",
+    "training",
+    "parallel",
+    "data",
+    "checkpoint",
+    "runner",
+    "config",
+    "io",
+    "device",
+    "tune",
     # the few names every user meets
-    "Stepper", "trajectory", "chunked", "Policy", "Checkpointer", "run_chunked",
+    "Stepper",
+    "trajectory",
+    "chunked",
+    "Policy",
+    "Checkpointer",
+    "run_chunked",
 ]

@@ -44,7 +44,7 @@ def _sim_modules(prefix: str = "") -> list[str]:
             continue
         if prefix:
             if m.name.startswith(prefix):
-                names.append(m.name[len(prefix):])
+                names.append(m.name[len(prefix) :])
         elif not m.name.startswith("train_"):
             names.append(m.name)
     return sorted(names)
@@ -67,9 +67,11 @@ def _usage(kind: str, available: list[str]) -> str:
     prefix = "train_" if kind == "train" else ""
     width = max((len(n) for n in available), default=0)
     rows = "\n".join(f"  {n:{width}s}  {_summary_line(f'ivhl_jax.sims.{prefix}{n}')}".rstrip() for n in available)
-    return (f"usage: ivhl {kind} NAME [--config FILE] [--set KEY=VALUE ...] [--out DIR] [--resume | --no-resume] "
-            f"[--no-progress]\n\navailable names:\n{rows or '  (none)'}\n\n"
-            f"`ivhl {kind} NAME --help` lists NAME's options and every config key with its type, default and meaning.")
+    return (
+        f"usage: ivhl {kind} NAME [--config FILE] [--set KEY=VALUE ...] [--out DIR] [--resume | --no-resume] "
+        f"[--no-progress]\n\navailable names:\n{rows or '  (none)'}\n\n"
+        f"`ivhl {kind} NAME --help` lists NAME's options and every config key with its type, default and meaning."
+    )
 
 
 def _dispatch(kind: str, name: str | None, argv: list[str]) -> int:
@@ -182,8 +184,10 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"ivhl_jax {version()}")
         return 0
     if cmd == "info":
-        OneLineArgumentParser(prog="ivhl info", description="Platform, devices, memory, library versions and the "
-                              "per-backend defaults in force.").parse_args(rest)
+        OneLineArgumentParser(
+            prog="ivhl info",
+            description="Platform, devices, memory, library versions and the per-backend defaults in force.",
+        ).parse_args(rest)
         from ivhl_jax.run.device import format_report
 
         print(format_report())
@@ -206,8 +210,11 @@ def _main(argv: Sequence[str] | None) -> int:
         from ivhl_jax.run.launch import main as launch_main
 
         return int(launch_main(rest) or 0)
-    print(f"ivhl: unknown command {cmd!r}; commands: demo, info, sim, train, bench, tune, launch, "
-          "--version (`ivhl --help` describes them)", file=sys.stderr)
+    print(
+        f"ivhl: unknown command {cmd!r}; commands: demo, info, sim, train, bench, tune, launch, "
+        "--version (`ivhl --help` describes them)",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -29,8 +29,10 @@ class AdaptiveModel(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, state: NodeState, key: jax.Array):
-        params = {name: self.param(name, adaptive.init_param, shape, fan)
-                  for name, (shape, fan) in adaptive.param_specs(self.config).items()}
+        params = {
+            name: self.param(name, adaptive.init_param, shape, fan)
+            for name, (shape, fan) in adaptive.param_specs(self.config).items()
+        }
         new_state, out = adaptive.run_inner(params, state, x, key, self.config)
         return out["logits"], new_state, out
 

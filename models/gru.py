@@ -32,10 +32,12 @@ class TrajectoryGRU(nn.Module):
         u = lambda k, shape: jax.random.uniform(k, shape, jnp.float32, -b, b)
         for i in range(self.layers):
             d = hs.shape[-1]
-            params = {"W_i": self.param(f"W_i{i}", u, (d, 3 * self.hidden)),
-                      "b_i": self.param(f"b_i{i}", u, (3 * self.hidden,)),
-                      "W_h": self.param(f"W_h{i}", u, (self.hidden, 3 * self.hidden)),
-                      "b_h": self.param(f"b_h{i}", u, (3 * self.hidden,))}
+            params = {
+                "W_i": self.param(f"W_i{i}", u, (d, 3 * self.hidden)),
+                "b_i": self.param(f"b_i{i}", u, (3 * self.hidden,)),
+                "W_h": self.param(f"W_h{i}", u, (self.hidden, 3 * self.hidden)),
+                "b_h": self.param(f"b_h{i}", u, (3 * self.hidden,)),
+            }
             h0 = jnp.zeros(hs.shape[1:-1] + (self.hidden,), hs.dtype)
             st = gru.recurrence(params, hs, variant=self.variant)
             _, hs = trajectory(st, st.init(h0), hs.shape[0], observe=gru.observe)

@@ -31,6 +31,7 @@ Dtype = Any
 
 # --------------------------------------------------------------------------- activations
 
+
 def gelu_exact(x: jax.Array) -> jax.Array:
     """GELU with the exact Gaussian CDF: ``x·Φ(x) = x/2·(1 + erf(x/√2))`` (PyTorch's default)."""
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
@@ -74,8 +75,13 @@ def _split_gate(x):
 
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "gelu": gelu_exact, "gelu_tanh": gelu_tanh, "silu": silu, "mish": mish, "relu": relu,
-    "swiglu": swiglu, "geglu": geglu,
+    "gelu": gelu_exact,
+    "gelu_tanh": gelu_tanh,
+    "silu": silu,
+    "mish": mish,
+    "relu": relu,
+    "swiglu": swiglu,
+    "geglu": geglu,
 }
 GATED = ("swiglu", "geglu")
 
@@ -87,6 +93,7 @@ def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
 
 
 # --------------------------------------------------------------------------- norms
+
 
 def _param(module, name, init, shape, axes, dtype):
     return module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype)
@@ -138,6 +145,7 @@ def get_norm(kind: str, **kwargs) -> nn.Module:
 
 
 # --------------------------------------------------------------------------- fused blocks
+
 
 def matmul_saving_transposed_input(x: jax.Array, w: jax.Array) -> jax.Array:
     """``x @ w`` (``x [..., n_in]``, ``w [n_in, n_out]`` -> ``[..., n_out]``) whose reverse mode saves ``x``
@@ -198,8 +206,9 @@ class Dense(nn.Module):
         matmul = matmul_saving_transposed_input if save_transposed else jnp.dot
         y = matmul(x.astype(dtype), w.astype(dtype))
         if self.use_bias:
-            y = y + _param(self, "bias", nn.initializers.zeros, (self.features,), self.axes[1:],
-                           self.param_dtype).astype(dtype)
+            y = y + _param(
+                self, "bias", nn.initializers.zeros, (self.features,), self.axes[1:], self.param_dtype
+            ).astype(dtype)
         return y
 
 
@@ -240,6 +249,7 @@ class LayerNormDense(nn.Module):
 
 
 # --------------------------------------------------------------------------- rotary embeddings
+
 
 def _rope_frequencies_f64(head_dim: int, base: float) -> np.ndarray:
     check_scalar(head_dim, "head_dim", integer=True, minimum=2)

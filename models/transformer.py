@@ -58,8 +58,21 @@ from ivhl_jax.models.layers import (
 )
 from ivhl_jax.nn.attention import IMPLEMENTATIONS, attention
 
-__all__ = ["TransformerConfig", "Transformer", "Block", "PRESETS", "REMAT_POLICIES", "LAYER_LOOPS", "preset",
-           "init_params", "param_logical_axes", "count_params", "flops_per_token", "lm_loss_fn", "generate"]
+__all__ = [
+    "TransformerConfig",
+    "Transformer",
+    "Block",
+    "PRESETS",
+    "REMAT_POLICIES",
+    "LAYER_LOOPS",
+    "preset",
+    "init_params",
+    "param_logical_axes",
+    "count_params",
+    "flops_per_token",
+    "lm_loss_fn",
+    "generate",
+]
 
 REMAT_POLICIES = ("none", "dots_saveable", "full")
 LAYER_LOOPS = ("auto", "scan", "unrolled")
@@ -75,27 +88,36 @@ class TransformerConfig:
     n_heads: int = dataclasses.field(default=8, metadata={"help": "attention heads (d_model divisible by it)"})
     d_ff: int = dataclasses.field(default=2048, metadata={"help": "hidden width of the MLP"})
     max_len: int = dataclasses.field(
-        default=1024, metadata={"help": "longest sequence (RoPE table / position embedding)"})
+        default=1024, metadata={"help": "longest sequence (RoPE table / position embedding)"}
+    )
     activation: str = dataclasses.field(
-        default="gelu", metadata={"help": 'MLP activation ("gelu", "swiglu", ...; gated ones use two projections)'})
+        default="gelu", metadata={"help": 'MLP activation ("gelu", "swiglu", ...; gated ones use two projections)'}
+    )
     norm: str = dataclasses.field(default="rmsnorm", metadata={"help": 'pre-norm type ("rmsnorm" or "layernorm")'})
     rope: bool = dataclasses.field(
-        default=True, metadata={"help": "rotary position embeddings (else learned absolute positions)"})
+        default=True, metadata={"help": "rotary position embeddings (else learned absolute positions)"}
+    )
     tied_embeddings: bool = dataclasses.field(
-        default=True, metadata={"help": "output projection shares the embedding matrix"})
+        default=True, metadata={"help": "output projection shares the embedding matrix"}
+    )
     dropout: float = dataclasses.field(default=0.0, metadata={"help": "dropout rate (training only)"})
     remat: str = dataclasses.field(
-        default="none", metadata={"help": 'rematerialisation of each block: "none", "dots_saveable" or "full"'})
+        default="none", metadata={"help": 'rematerialisation of each block: "none", "dots_saveable" or "full"'}
+    )
     precision: str = dataclasses.field(
-        default="fp32", metadata={"help":
-        'precision policy name (ivhl_jax.core.precision: "fp32", "bf16", "fp16", ...)'})
+        default="fp32",
+        metadata={"help": 'precision policy name (ivhl_jax.core.precision: "fp32", "bf16", "fp16", ...)'},
+    )
     attention: str = dataclasses.field(
-        default="auto", metadata={"help": 'attention implementation ("auto", "xla", "cudnn", "chunked", "pallas")'})
+        default="auto", metadata={"help": 'attention implementation ("auto", "xla", "cudnn", "chunked", "pallas")'}
+    )
     attention_block: int = dataclasses.field(
-        default=128, metadata={"help": "key block of the chunked path (the Pallas path uses its own tiles)"})
+        default=128, metadata={"help": "key block of the chunked path (the Pallas path uses its own tiles)"}
+    )
     layer_loop: str = dataclasses.field(
-        default="auto", metadata={"help":
-        '"scan", "unrolled" or "auto" (unrolled on CPU without remat): see Transformer'})
+        default="auto",
+        metadata={"help": '"scan", "unrolled" or "auto" (unrolled on CPU without remat): see Transformer'},
+    )
 
     def validate(self) -> TransformerConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "attention_block"):
@@ -166,16 +188,23 @@ class Block(nn.Module):
         def proj(name):
             return self.param(name, nn.with_logical_partitioning(init, ("embed", "heads", "kv")), (D, N, Hd), pdt)
 
-        with_attn = nn.with_logical_partitioning(nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2),
-                                                 ("heads", "kv", "embed"))
+        with_attn = nn.with_logical_partitioning(
+            nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2), ("heads", "kv", "embed")
+        )
         h = get_norm(cfg.norm, dtype=dt, param_dtype=pdt, name="attn_norm")(x)
         q = jnp.einsum("btd,dnh->btnh", h, proj("q").astype(dt))
         k = jnp.einsum("btd,dnh->btnh", h, proj("k").astype(dt))
         v = jnp.einsum("btd,dnh->btnh", h, proj("v").astype(dt))
         if cfg.rope:
             q, k = apply_rope(q), apply_rope(k)
-        o = attention(q, k, v, causal=True, implementation=cfg.attention,
-                      block_k=cfg.attention_block if cfg.attention == "chunked" else None)
+        o = attention(
+            q,
+            k,
+            v,
+            causal=True,
+            implementation=cfg.attention,
+            block_k=cfg.attention_block if cfg.attention == "chunked" else None,
+        )
         wo = self.param("out", with_attn, (N, Hd, D), pdt).astype(dt)
         if backend.defaults().transposed_save_matmul and not cfg.scan_layers:
             # Its weight gradient contracts the tokens of o and of the residual stream's cotangent; unrolled,
@@ -239,19 +268,32 @@ class Transformer(nn.Module):
         T = tokens.shape[-1]
         if T > cfg.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len={cfg.max_len}")
-        emb = self.param("embedding", nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")),
-                         (cfg.vocab_size, cfg.d_model), pdt)
+        emb = self.param(
+            "embedding",
+            nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")),
+            (cfg.vocab_size, cfg.d_model),
+            pdt,
+        )
         x = jnp.take(emb, tokens, axis=0).astype(dt)
         if not cfg.rope:
-            pos = self.param("pos_embed", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
-                             (cfg.max_len, cfg.d_model), pdt)
+            pos = self.param(
+                "pos_embed",
+                nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
+                (cfg.max_len, cfg.d_model),
+                pdt,
+            )
             x = x + pos[:T].astype(dt)
         if cfg.scan_layers or self.is_initializing():
             block = Block
             if cfg.remat != "none":
                 block = nn.remat(Block, prevent_cse=False, policy=_remat_policy(cfg.remat))
-            stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
-                            length=cfg.n_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+            stack = nn.scan(
+                block,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                length=cfg.n_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
             x, _ = stack(cfg, deterministic, name="blocks")(x)
         else:
             x = self._unrolled_blocks(x, deterministic)
@@ -259,16 +301,22 @@ class Transformer(nn.Module):
         if cfg.tied_embeddings:
             logits = jnp.einsum("btd,vd->btv", x, emb.astype(dt)) * (1.0 / math.sqrt(cfg.d_model))
         else:
-            w = self.param("unembed", nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "vocab")),
-                           (cfg.d_model, cfg.vocab_size), pdt)
+            w = self.param(
+                "unembed",
+                nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "vocab")),
+                (cfg.d_model, cfg.vocab_size),
+                pdt,
+            )
             logits = x @ w.astype(dt)
         return logits.astype(jnp.float32)
 
     def _unrolled_blocks(self, x, deterministic: bool):
         cfg = self.cfg
         if cfg.remat != "none" and backend.platform() == "cpu":
-            raise ValueError(f"remat={cfg.remat!r} has no effect with layer_loop='unrolled' on CPU (XLA merges the "
-                             "recomputation back into the forward pass); use layer_loop='scan' or 'auto' with remat")
+            raise ValueError(
+                f"remat={cfg.remat!r} has no effect with layer_loop='unrolled' on CPU (XLA merges the "
+                "recomputation back into the forward pass); use layer_loop='scan' or 'auto' with remat"
+            )
         stacked = nn.meta.unbox(self.variables["params"]["blocks"])
         block = Block(cfg, deterministic)
         dropout_key = None if deterministic or cfg.dropout == 0.0 else self.make_rng("dropout")
@@ -329,8 +377,9 @@ def lm_loss_fn(cfg: TransformerConfig):
         tokens = check_array(batch, "batch", ndim=2, kind="integer").astype(jnp.int32)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         deterministic = cfg.dropout == 0.0
-        logits = model.apply({"params": params}, inputs, deterministic=deterministic,
-                             rngs=None if deterministic else {"dropout": key})
+        logits = model.apply(
+            {"params": params}, inputs, deterministic=deterministic, rngs=None if deterministic else {"dropout": key}
+        )
         logp = jax.nn.log_softmax(logits, axis=-1)
         nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
         loss = jnp.mean(nll)
@@ -340,8 +389,16 @@ def lm_loss_fn(cfg: TransformerConfig):
     return loss_fn
 
 
-def generate(cfg: TransformerConfig, params: Any, prompt: jax.Array, n_new: int, key: jax.Array, *,
-             temperature: float = 1.0, top_k: int | None = None) -> jax.Array:
+def generate(
+    cfg: TransformerConfig,
+    params: Any,
+    prompt: jax.Array,
+    n_new: int,
+    key: jax.Array,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+) -> jax.Array:
     """Sample ``n_new`` tokens after ``prompt [P]`` (ancestral sampling, temperature, optional top-k).
 
     The sequence lives in a fixed buffer of length ``P + n_new`` (``<= max_len``) and each step
@@ -354,8 +411,7 @@ def generate(cfg: TransformerConfig, params: Any, prompt: jax.Array, n_new: int,
     P = prompt.shape[0]
     total = P + n_new
     if P < 1 or total > cfg.max_len:
-        raise ValueError(f"need 1 <= len(prompt) and len(prompt) + n_new <= max_len={cfg.max_len}, "
-                         f"got {P} + {n_new}")
+        raise ValueError(f"need 1 <= len(prompt) and len(prompt) + n_new <= max_len={cfg.max_len}, got {P} + {n_new}")
     model = Transformer(cfg)
     buf = jnp.zeros((total,), jnp.int32).at[:P].set(prompt)
 

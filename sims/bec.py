@@ -68,26 +68,32 @@ class BECConfig:
         False,
         "The float32 FFT round-off loses ~1e-7 of the norm per step (larger with cuFFT); ψ is rescaled to norm 1 "
         "after every save_every steps (false, the default) or after every step (true), see "
-        "ivhl_jax.physics.condensate.strang.")
+        "ivhl_jax.physics.condensate.strang.",
+    )
     fft: Literal["xla", "ducc"] = option(
         "xla",
         'Kinetic-step FFT: "xla" (default, portable) or "ducc" (host FFT on CPU: faster from ~128³ on; needs pip '
-        "install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.")
+        "install 'ivhl_jax[cpu-fft]'), see ivhl_jax.numerics.spectral.",
+    )
     mesh: int | str = option(
         1,
         'Device mesh of the field: "1" (one device), "8" (a slab: the first grid axis over 8 devices) or "4x2" (a '
         "pencil: the first two axes over 4 × 2); the product is the number of devices of all processes (also under "
-        "`ivhl launch`), see ivhl_jax.numerics.distributed_fft.")
+        "`ivhl launch`), see ivhl_jax.numerics.distributed_fft.",
+    )
     seed: int = option(0, "PRNG seed of the ground-state noise")
     snapshot_every: int = option(
         0,
         "Steps between field snapshots written to <out>/run.zarr (0: none; a multiple of steps_per_chunk); each "
-        "process writes the shards it holds.")
+        "process writes the shards it holds.",
+    )
     snapshot_fields: Literal["psi", "density_phase"] = option(
-        "psi", '"psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)')
+        "psi", '"psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)'
+    )
     snapshot_precision: Literal["float32", "float16", "float64"] = option("float32", "real precision of the snapshots")
     precision: Literal["float32", "float64"] = option(
-        "float32", '"float32" (complex64 state) or "float64" (complex128)')
+        "float32", '"float32" (complex64 state) or "float64" (complex128)'
+    )
 
     def validate(self) -> None:
         """Every value checked before any work (one ValueError naming the key and the fix)."""
@@ -122,36 +128,51 @@ class BECConfig:
         sizes = mesh_sizes(self.mesh)
         ndim, n = self.dims, self.grid
         if len(sizes) >= ndim and math.prod(sizes) > 1:
-            raise ValueError(f"mesh={self.mesh!r} splits {len(sizes)} axes of a {ndim}-D grid; the distributed FFT "
-                             f"needs one axis unsplit: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})")
+            raise ValueError(
+                f"mesh={self.mesh!r} splits {len(sizes)} axes of a {ndim}-D grid; the distributed FFT "
+                f"needs one axis unsplit: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})"
+            )
         if any(n % p for p in sizes):
-            raise ValueError(f"mesh={self.mesh!r} does not divide the grid ({n} points per axis): every mesh size "
-                             f"must divide {n} (e.g. mesh={math.gcd(n, math.prod(sizes))})")
+            raise ValueError(
+                f"mesh={self.mesh!r} does not divide the grid ({n} points per axis): every mesh size "
+                f"must divide {n} (e.g. mesh={math.gcd(n, math.prod(sizes))})"
+            )
         if math.prod(sizes) > 1 and self.fft != "xla":
-            raise ValueError(f"mesh={self.mesh!r} needs fft='xla' (the distributed FFT runs XLA's FFT on each "
-                             f"shard), got fft={self.fft!r}")
+            raise ValueError(
+                f"mesh={self.mesh!r} needs fft='xla' (the distributed FFT runs XLA's FFT on each "
+                f"shard), got fft={self.fft!r}"
+            )
         if self.steps % self.steps_per_chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         if self.steps_per_chunk % self.save_every:
-            raise ValueError(f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every "
-                             f"({self.save_every})")
+            raise ValueError(
+                f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every ({self.save_every})"
+            )
         if self.snapshot_every < 0 or self.snapshot_every % self.steps_per_chunk:
-            raise ValueError(f"snapshot_every ({self.snapshot_every}) must be 0 (no snapshots) or a multiple of "
-                             f"steps_per_chunk ({self.steps_per_chunk})")
+            raise ValueError(
+                f"snapshot_every ({self.snapshot_every}) must be 0 (no snapshots) or a multiple of "
+                f"steps_per_chunk ({self.steps_per_chunk})"
+            )
         if self.snapshot_fields == "psi" and self.snapshot_precision == "float16":
-            raise ValueError("snapshot_precision=float16 needs snapshot_fields=density_phase (there is no complex "
-                             "float16); use float32")
+            raise ValueError(
+                "snapshot_precision=float16 needs snapshot_fields=density_phase (there is no complex "
+                "float16); use float32"
+            )
         if self.checkpoint_every % self.steps_per_chunk:
-            raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-                             f"({self.steps_per_chunk})")
+            raise ValueError(
+                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
+                f"({self.steps_per_chunk})"
+            )
         # The split-step stability bound of the real-time steps (the builders check it too, after the
         # ground-state search; checked here so that a bad dt fails before any work).
         k_max = math.pi * self.grid / self.length  # the Nyquist wavenumber π/dx
-        bound = math.pi / (0.5 * self.dims * k_max ** 2)
+        bound = math.pi / (0.5 * self.dims * k_max**2)
         what = f"grid={self.grid}, length={self.length:g}"
         if self.dt > bound:
-            raise ValueError(f"dt={self.dt:g} is beyond the split-step stability bound of this grid ({what}): "
-                             f"use dt <= {bound:.3g} (or a coarser grid)")
+            raise ValueError(
+                f"dt={self.dt:g} is beyond the split-step stability bound of this grid ({what}): "
+                f"use dt <= {bound:.3g} (or a coarser grid)"
+            )
 
 
 def _dtype(cfg: BECConfig):
@@ -163,8 +184,14 @@ def _dtype(cfg: BECConfig):
 def gp_system(cfg: BECConfig) -> C.GPSystem:
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
-    return C.GPSystem(grid, C.harmonic(grid, trap, dtype=_dtype(cfg)), cfg.g, cfg.omega_rot, fft=cfg.fft,
-                      layout=parse_mesh(cfg.mesh, cfg.dims))
+    return C.GPSystem(
+        grid,
+        C.harmonic(grid, trap, dtype=_dtype(cfg)),
+        cfg.g,
+        cfg.omega_rot,
+        fft=cfg.fft,
+        layout=parse_mesh(cfg.mesh, cfg.dims),
+    )
 
 
 def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: str, imaginary: bool) -> None:
@@ -180,14 +207,18 @@ def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: st
     if step * umax <= 2 * math.pi:
         return
     what = "decay" if imaginary else "phase"
-    detail = (f"the local {what} per step {key}·max|V + g|ψ|²| = {step * umax:.3g} over the cloud exceeds 2π, so the "
-              "dynamics is not resolved")
+    detail = (
+        f"the local {what} per step {key}·max|V + g|ψ|²| = {step * umax:.3g} over the cloud exceeds 2π, so the "
+        "dynamics is not resolved"
+    )
     vmax = float(np.max(v))
     rho_max = float(np.max(rho))
     if cfg.g != 0 and step * vmax <= math.pi:  # the trap alone is resolved: the interaction is at fault
         g_max = (2 * math.pi / step - vmax) / rho_max
-        raise ValueError(f"g={cfg.g:g} is too large for {key}={step:g}: {detail}; use |g| <= {g_max:.3g} "
-                         f"(or {key} <= {math.pi / umax:.3g})")
+        raise ValueError(
+            f"g={cfg.g:g} is too large for {key}={step:g}: {detail}; use |g| <= {g_max:.3g} "
+            f"(or {key} <= {math.pi / umax:.3g})"
+        )
     raise ValueError(f"{key}={step:g} is too large: {detail}; use {key} <= {math.pi / umax:.3g}")
 
 
@@ -211,19 +242,31 @@ def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = Fal
     seg_blocks = -(-total_blocks // GROUND_SEGMENTS)
     budget = total_blocks * GROUND_CHECK_EVERY
     psi, steps, info = None, 0, {}
-    with runner_phase("ground state", detail=f"imaginary time, up to {budget} steps of dt={cfg.ground_dt:g}; "
-                      "compiling first", enabled=progress) as note:
+    with runner_phase(
+        "ground state",
+        detail=f"imaginary time, up to {budget} steps of dt={cfg.ground_dt:g}; compiling first",
+        enabled=progress,
+    ) as note:
         while steps < budget:
             n = min(seg_blocks * GROUND_CHECK_EVERY, budget - steps)
             first = psi is None
-            psi, info = C.ground_state(system, 1.0, dt=cfg.ground_dt, tol=cfg.ground_tol, max_steps=n,
-                                       psi0=psi, check_every=GROUND_CHECK_EVERY,
-                                       key=jax.random.key(cfg.seed) if first else None,
-                                       noise=cfg.noise if first else 0.0)
+            psi, info = C.ground_state(
+                system,
+                1.0,
+                dt=cfg.ground_dt,
+                tol=cfg.ground_tol,
+                max_steps=n,
+                psi0=psi,
+                check_every=GROUND_CHECK_EVERY,
+                key=jax.random.key(cfg.seed) if first else None,
+                noise=cfg.noise if first else 0.0,
+            )
             steps += int(info["steps"])
             converged = bool(info["converged"])
-            note(f"{steps}/{budget} steps, E = {float(info['energy']):.8g}, relative change "
-                 f"{float(info['delta']):.1e}" + (" (converged)" if converged else ""))
+            note(
+                f"{steps}/{budget} steps, E = {float(info['energy']):.8g}, relative change "
+                f"{float(info['delta']):.1e}" + (" (converged)" if converged else "")
+            )
             if converged:
                 break
     info = dict(info, steps=steps)
@@ -235,24 +278,40 @@ def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = Fal
     return psi, {k: np.asarray(v).item() for k, v in info.items()}
 
 
-GP_UNITS = {"norm": "1", "energy_kinetic": "ħω", "energy_trap": "ħω", "energy_interaction": "ħω",
-            "energy_rotation": "ħω", "energy_total": "ħω", "lz": "ħ"}  # per particle, trap units
+GP_UNITS = {
+    "norm": "1",
+    "energy_kinetic": "ħω",
+    "energy_trap": "ħω",
+    "energy_interaction": "ħω",
+    "energy_rotation": "ħω",
+    "energy_total": "ħω",
+    "lz": "ħ",
+}  # per particle, trap units
 
 
 def gp_snapshots(cfg: BECConfig, system: C.GPSystem) -> Snapshots:
     """ψ (or |ψ|² and arg ψ) every ``snapshot_every`` steps at ``snapshot_precision``, on the grid's axes."""
     real = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64}[cfg.snapshot_precision]
-    dims = ("x", "y", "z")[:cfg.dims]
+    dims = ("x", "y", "z")[: cfg.dims]
 
     def fields(psi: jax.Array) -> dict[str, jax.Array]:
         if cfg.snapshot_fields == "psi":
             return {"psi": psi.astype(jnp.result_type(real, jnp.complex64))}
         return {"density": (jnp.abs(psi) ** 2).astype(real), "phase": jnp.angle(psi).astype(real)}
 
-    units = {"psi": "(trap length)^(-d/2)", "density": "(trap length)^-d", "phase": "rad",
-             **{d: "trap length" for d in dims}}
-    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims,
-                     coords={d: np.asarray(c) for d, c in zip(dims, system.grid.coords)}, units=units)
+    units = {
+        "psi": "(trap length)^(-d/2)",
+        "density": "(trap length)^-d",
+        "phase": "rad",
+        **{d: "trap length" for d in dims},
+    }
+    return Snapshots(
+        every=cfg.snapshot_every,
+        fields=fields,
+        dims=dims,
+        coords={d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
+        units=units,
+    )
 
 
 def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
@@ -263,8 +322,14 @@ def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
     return obs
 
 
-def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             resuming: bool = False, sink: RunStore | None = None) -> tuple[RunResult, dict]:
+def simulate(
+    cfg: BECConfig,
+    *,
+    checkpointer: Checkpointer | None = None,
+    progress: bool = True,
+    resuming: bool = False,
+    sink: RunStore | None = None,
+) -> tuple[RunResult, dict]:
     """Prepare the initial state (skipped when resuming) and run the chunked real-time loop. With ``sink`` the
     observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
     structure to read them back with)."""
@@ -276,9 +341,12 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
         state, extra["ground_state"] = gp_initial_state(cfg, system, progress=progress)
         gs = extra["ground_state"]
         if not gs["converged"]:
-            print(f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "
-                  f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
-                  "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol", file=sys.stderr)
+            print(
+                f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "
+                f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
+                "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol",
+                file=sys.stderr,
+            )
         check_local_step(cfg, system, state, "dt", False)
 
     # The norm projection pins the ground state's norm, 1, for the whole run (resumes included): once per
@@ -289,13 +357,23 @@ def simulate(cfg: BECConfig, *, checkpointer: Checkpointer | None = None, progre
     extra["system"] = system
     extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
     if sink is not None:
-        sink.describe(time_unit="1/ω (trap units)", units=GP_UNITS,
-                      snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None)
+        sink.describe(
+            time_unit="1/ω (trap units)",
+            units=GP_UNITS,
+            snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None,
+        )
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
-    result = run_chunked(advance, state, n_chunks=cfg.steps // cfg.steps_per_chunk,
-                         steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
-                         metadata={"ground_state": extra.get("ground_state")},
-                         progress=progress, description="bec", sink=sink)
+    result = run_chunked(
+        advance,
+        state,
+        n_chunks=cfg.steps // cfg.steps_per_chunk,
+        steps_per_chunk=cfg.steps_per_chunk,
+        checkpointer=checkpointer,
+        metadata={"ground_state": extra.get("ground_state")},
+        progress=progress,
+        description="bec",
+        sink=sink,
+    )
     if resuming and result.metadata is not None and extra.get("ground_state") is None:
         extra["ground_state"] = result.metadata.get("ground_state")
     return result, extra
@@ -318,13 +396,17 @@ def _slice_label(cfg: BECConfig, ndim: int) -> str:
 
 def _state_axes(cfg: BECConfig, system: C.GPSystem) -> tuple[tuple[str, ...], dict, dict]:
     """``(dims, coords, units)`` of the state's axes: ``x, y, z`` in trap lengths."""
-    dims = ("x", "y", "z")[:cfg.dims]
-    return (dims, {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
-            {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in dims}})
+    dims = ("x", "y", "z")[: cfg.dims]
+    return (
+        dims,
+        {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
+        {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in dims}},
+    )
 
 
-def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str, *,
-                  save_state: bool = True) -> dict[str, str]:
+def write_outputs(
+    cfg: BECConfig, result: RunResult, extra: dict, out: str, *, save_state: bool = True
+) -> dict[str, str]:
     """The plots, observables.json and (with ``save_state``) final_state.npy of a finished run. ``result.state``
     may be a memory map (the field is only read through the 2-D plane that the plots show)."""
     import matplotlib
@@ -346,10 +428,17 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str, *,
     rho = np.abs(plane) ** 2
     ph = np.angle(plane)
     grid = extra["system"].grid
-    summary: dict = {"config": config_dict(cfg), "steps": result.steps, "resumed_from": result.resumed_from,
-                     "wall_time_s": result.wall_time_s, "t": t, "observables": hist,
-                     "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
-                     "final": {k: float(v[-1]) for k, v in hist.items()}, "ground_state": extra.get("ground_state")}
+    summary: dict = {
+        "config": config_dict(cfg),
+        "steps": result.steps,
+        "resumed_from": result.resumed_from,
+        "wall_time_s": result.wall_time_s,
+        "t": t,
+        "observables": hist,
+        "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
+        "final": {k: float(v[-1]) for k, v in hist.items()},
+        "ground_state": extra.get("ground_state"),
+    }
     extent = None
     if grid.ndim >= 2:
         x, y = grid.coords[0], grid.coords[1]
@@ -357,8 +446,12 @@ def write_outputs(cfg: BECConfig, result: RunResult, extra: dict, out: str, *,
         pos, q = C.vortex_positions(jnp.asarray(plane), grid, min_density=0.1, window=4)
         if grid.ndim == 3:
             summary["plot_slice"] = _slice_label(cfg, 3).lstrip(", ")
-        summary["vortices"] = {"positions": pos, "charges": q, "count": int(np.abs(q).sum()),
-                               "net_charge": int(q.sum())}
+        summary["vortices"] = {
+            "positions": pos,
+            "charges": q,
+            "count": int(np.abs(q).sum()),
+            "net_charge": int(q.sum()),
+        }
     for name, data, cmap, label in (("density", rho, "viridis", "|ψ|²"), ("phase", ph, "twilight", "arg ψ")):
         fig, ax = plt.subplots(figsize=(5, 4))
         if data.ndim == 1:
@@ -397,15 +490,17 @@ class BECSimulation(Simulation):
     streams = True
 
     def run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
-        result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming,
-                                 sink=ctx.sink)
+        result, extra = simulate(
+            cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming, sink=ctx.sink
+        )
         if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
             result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
         save_state = True
         if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
             dims, coords, units = _state_axes(cfg, extra["system"])
-            ctx.sink.write_field("final_state", result.state, dims, coords=coords, units=units,
-                                 attrs={"step": result.steps})
+            ctx.sink.write_field(
+                "final_state", result.state, dims, coords=coords, units=units, attrs={"step": result.steps}
+            )
             if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy by shards
                 if jax.process_index() != 0:
                     return {}

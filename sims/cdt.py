@@ -73,13 +73,15 @@ class CDTConfig:
     eps: float = option(0.02, "volume-fixing strength eps (0: none, then lam > ln 2 is required)")
     chains: int = option(8, "independent Markov chains (vmapped)")
     steps: int = option(
-        200, "measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run")
+        200, "measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run"
+    )
     save_every: int = option(2, "steps (sweeps) between measurements")
     steps_per_chunk: int = option(20, "steps (sweeps) per compiled chunk (progress lines, checkpoints); divides steps")
     attempts_per_sweep: int = option(0, "Metropolis attempts per sweep; 0: target N2 (jax engine) or 100x (host)")
     capacity: int = option(0, "vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)")
     engine: str = option(
-        "auto", "\"jax\", \"host\" (compiled CPU kernel, needs numba) or \"auto\" (core.backend's cdt_engine)")
+        "auto", '"jax", "host" (compiled CPU kernel, needs numba) or "auto" (core.backend\'s cdt_engine)'
+    )
     thermalise_max: int = option(2000, "most steps (sweeps) of the automatic grow-and-thermalise phase")
     seed: int = option(0, "PRNG seed of the chains")
     r_max: int = option(0, "distance-sphere radius for the Hausdorff estimates; 0: automatic")
@@ -89,9 +91,22 @@ class CDTConfig:
 
     def validate(self) -> None:
         """Every value checked before any work (one line each): the config, then the stepper's own builder."""
-        for name in ("slices", "volume", "chains", "steps", "save_every", "steps_per_chunk", "attempts_per_sweep",
-                     "capacity", "thermalise_max", "seed", "r_max", "origins", "curvature_deltas",
-                     "curvature_samples"):
+        for name in (
+            "slices",
+            "volume",
+            "chains",
+            "steps",
+            "save_every",
+            "steps_per_chunk",
+            "attempts_per_sweep",
+            "capacity",
+            "thermalise_max",
+            "seed",
+            "r_max",
+            "origins",
+            "curvature_deltas",
+            "curvature_samples",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ValueError(f"{name} must be an integer, got {v!r}")
@@ -104,36 +119,51 @@ class CDTConfig:
         if self.slices < 3:
             raise ValueError(f"slices must be >= 3 (a torus of T >= 3 slices), got {self.slices}")
         if self.volume < 0 or (self.volume != 0 and (self.volume < 6 * self.slices or self.volume % 2)):
-            raise ValueError(f"volume must be an even number of triangles >= 6 * slices = {6 * self.slices} "
-                             f"(or 0: no target), got {self.volume}")
+            raise ValueError(
+                f"volume must be an even number of triangles >= 6 * slices = {6 * self.slices} "
+                f"(or 0: no target), got {self.volume}"
+            )
         if self.eps > 0 and self.volume <= 0:
             raise ValueError("eps > 0 (volume fixing) needs volume > 0")
         if self.eps == 0 and self.lam <= cdt.LN2:
             raise ValueError(f"lam={self.lam} <= ln 2 without volume fixing diverges; set lam > ln 2 or eps > 0")
-        for name in ("chains", "steps", "save_every", "steps_per_chunk", "origins", "thermalise_max",
-                     "curvature_samples"):
+        for name in (
+            "chains",
+            "steps",
+            "save_every",
+            "steps_per_chunk",
+            "origins",
+            "thermalise_max",
+            "curvature_samples",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("attempts_per_sweep", "capacity", "seed", "r_max", "curvature_deltas"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: automatic), got {getattr(self, name)}")
         if self.steps % self.steps_per_chunk or self.steps_per_chunk % self.save_every:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk}), "
-                             f"itself a multiple of save_every ({self.save_every})")
+            raise ValueError(
+                f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk}), "
+                f"itself a multiple of save_every ({self.save_every})"
+            )
         if self.engine not in ("auto",) + cdt.ENGINES:
             raise ValueError(f"engine must be 'auto', 'jax' or 'host', got {self.engine!r}")
         if self.engine == "host" and not cdt_host.available():
             raise ValueError("engine='host' needs numba (pip install 'ivhl_jax[cpu-kernels]'); use engine=jax")
         need = _min_capacity(self)
         if self.capacity and self.capacity < need:
-            raise ValueError(f"capacity={self.capacity} vertex slots cannot hold the target volume N2={self.volume} "
-                             f"(N0 = N2/2 plus fluctuations); use capacity >= {need} or 0 (automatic)")
+            raise ValueError(
+                f"capacity={self.capacity} vertex slots cannot hold the target volume N2={self.volume} "
+                f"(N0 = N2/2 plus fluctuations); use capacity >= {need} or 0 (automatic)"
+            )
         d = derived(self)
         limit = cdt.max_capacity(d["engine"])
         if d["vertex_capacity"] > limit:
-            raise ValueError(f"capacity={d['vertex_capacity']} vertex slots exceeds what the {d['engine']} engine "
-                             f"addresses ({limit}); use a smaller volume or capacity"
-                             + (", or engine=host" if d["engine"] == "jax" else ""))
+            raise ValueError(
+                f"capacity={d['vertex_capacity']} vertex slots exceeds what the {d['engine']} engine "
+                f"addresses ({limit}); use a smaller volume or capacity"
+                + (", or engine=host" if d["engine"] == "jax" else "")
+            )
         cdt.metropolis(chain_params(self, d))  # the builder's own checks (one door)
 
 
@@ -161,14 +191,25 @@ def derived(cfg: CDTConfig) -> dict:
     attempts = cfg.attempts_per_sweep or (100 * vol if engine == "host" else vol)
     r_max = cfg.r_max or int(min(4 * cfg.slices, 6 * math.sqrt(vol) + 10))
     deltas = cfg.curvature_deltas or max(1, min(6, r_max // 4))
-    return {"target_volume": vol, "engine": engine, "vertex_capacity": cap, "attempts_per_sweep": attempts,
-            "r_max": r_max, "curvature_deltas": deltas}
+    return {
+        "target_volume": vol,
+        "engine": engine,
+        "vertex_capacity": cap,
+        "attempts_per_sweep": attempts,
+        "r_max": r_max,
+        "curvature_deltas": deltas,
+    }
 
 
 def chain_params(cfg: CDTConfig, d: dict) -> cdt.CDTParams:
     """The Metropolis parameters of a run (volume fixing, attempts per sweep, engine)."""
-    return cdt.make_params(cfg.lam, eps=cfg.eps, target=float(cfg.volume if cfg.eps > 0 else 0),
-                           attempts_per_sweep=d["attempts_per_sweep"], engine=d["engine"])
+    return cdt.make_params(
+        cfg.lam,
+        eps=cfg.eps,
+        target=float(cfg.volume if cfg.eps > 0 else 0),
+        attempts_per_sweep=d["attempts_per_sweep"],
+        engine=d["engine"],
+    )
 
 
 def vmapped_chunk(stepper, steps: int, save_every: int, observe):
@@ -214,9 +255,12 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
     done = 0
     t0 = time.perf_counter()
     last_note = t0
-    with phase("grow and thermalise", enabled=progress,
-               detail=f"{cfg.chains} chains to N2 = {d['target_volume']}, {d['engine']} engine, at most "
-                      f"{cfg.thermalise_max} sweeps; the first block compiles") as note:
+    with phase(
+        "grow and thermalise",
+        enabled=progress,
+        detail=f"{cfg.chains} chains to N2 = {d['target_volume']}, {d['engine']} engine, at most "
+        f"{cfg.thermalise_max} sweeps; the first block compiles",
+    ) as note:
         while done < cfg.thermalise_max:
             chains, obs = advance(chains)
             obs = jax.device_get(obs)
@@ -232,20 +276,35 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
             now = time.perf_counter()
             if now - last_note >= 1.0:  # a line at most every second while this phase runs
                 last_note = now
-                note(f"{done} sweeps, {int((met > 0).sum())}/{cfg.chains} chains met the criterion, "
-                     f"N2 {int(n2[-1].min())}..{int(n2[-1].max())}, max timelike degree {int(deg[-1].max())}")
+                note(
+                    f"{done} sweeps, {int((met > 0).sum())}/{cfg.chains} chains met the criterion, "
+                    f"N2 {int(n2[-1].min())}..{int(n2[-1].max())}, max timelike degree {int(deg[-1].max())}"
+                )
         if np.all(met > 0):
             note(f"every chain met the criterion (at most {int(met.max())} sweeps); {done} sweeps in all")
     if np.any(met < 0):
-        print(f"warning: {int((met < 0).sum())} chains not thermalised after thermalise_max={cfg.thermalise_max} "
-              "sweeps (target volume or timelike-degree criterion not met); raise thermalise_max")
-    record = {"steps": done, "criterion_met_at": met.tolist(), "seconds": time.perf_counter() - t0,
-              "n2": np.concatenate(n2s).tolist(), "max_timelike_degree": np.concatenate(degs).tolist()}
+        print(
+            f"warning: {int((met < 0).sum())} chains not thermalised after thermalise_max={cfg.thermalise_max} "
+            "sweeps (target volume or timelike-degree criterion not met); raise thermalise_max"
+        )
+    record = {
+        "steps": done,
+        "criterion_met_at": met.tolist(),
+        "seconds": time.perf_counter() - t0,
+        "n2": np.concatenate(n2s).tolist(),
+        "max_timelike_degree": np.concatenate(degs).tolist(),
+    }
     return chains, record
 
 
-def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             sink: RunStore | None = None) -> dict:
+def simulate(
+    cfg: CDTConfig,
+    out: str,
+    *,
+    checkpointer: Checkpointer | None = None,
+    progress: bool = True,
+    sink: RunStore | None = None,
+) -> dict:
     """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
     d = derived(cfg)
     params = chain_params(cfg, d)
@@ -269,15 +328,25 @@ def simulate(cfg: CDTConfig, out: str, *, checkpointer: Checkpointer | None = No
     advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
     if sink is not None:
         sink.describe(time_unit="sweeps")
-    res = run_chunked(advance, chains, n_chunks=cfg.steps // per_chunk, steps_per_chunk=per_chunk,
-                      checkpointer=checkpointer,
-                      metadata={"config": config_dict(cfg)}, progress=progress, description="cdt sweeps", sink=sink)
+    res = run_chunked(
+        advance,
+        chains,
+        n_chunks=cfg.steps // per_chunk,
+        steps_per_chunk=per_chunk,
+        checkpointer=checkpointer,
+        metadata={"config": config_dict(cfg)},
+        progress=progress,
+        description="cdt sweeps",
+        sink=sink,
+    )
     final = res.state.geometry
     # with the run store the records come back from it for the analysis, none were kept in memory
     hist = sink.read(like=jax.eval_shape(advance, chains)[1]) if sink is not None else jax.device_get(res.history)
     if bool(np.any(hist["overflow"])):
-        print(f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
-              f"--set capacity={2 * d['vertex_capacity']}")
+        print(
+            f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
+            f"--set capacity={2 * d['vertex_capacity']}"
+        )
     return _report(cfg, out, final, hist, res, d, therm, progress)
 
 
@@ -321,8 +390,11 @@ def _geometry_fn(graph: str, r_max: int, deltas: tuple[int, ...], origins: int, 
             (src, dst), alive = cdt_graph.dual_adjacency_edges(tnbr, tri_alive), tri_alive
         k1, k2 = jax.random.split(key)
         prof = cdt_graph.ricci_curvature_profile(k2, src, dst, alive, deltas, samples)
-        return {"spheres": cdt_graph.sphere_volumes(k1, src, dst, alive, r_max, origins),
-                "curvature": prof.samples, "curvature_overflow": prof.n_overflow}
+        return {
+            "spheres": cdt_graph.sphere_volumes(k1, src, dst, alive, r_max, origins),
+            "curvature": prof.samples,
+            "curvature_overflow": prof.n_overflow,
+        }
 
     return jax.jit(jax.vmap(one))
 
@@ -332,9 +404,12 @@ def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict, progress: boo
     r_max, deltas = int(d["r_max"]), tuple(range(1, int(d["curvature_deltas"]) + 1))
     keys = jax.random.split(jax.random.key(cfg.seed + 1), cfg.chains)
     geo: dict = {"deltas": list(deltas), "r_max": r_max}
-    with phase("geometry", enabled=progress,
-               detail=f"sphere volumes to r = {r_max} and Ricci curvature for delta = 1..{len(deltas)}, "
-                      f"vertex and dual graphs of {cfg.chains} chains") as note:
+    with phase(
+        "geometry",
+        enabled=progress,
+        detail=f"sphere volumes to r = {r_max} and Ricci curvature for delta = 1..{len(deltas)}, "
+        f"vertex and dual graphs of {cfg.chains} chains",
+    ) as note:
         for i, name in enumerate(("vertex", "dual")):
             fn = _geometry_fn(name, r_max, deltas, int(cfg.origins), int(cfg.curvature_samples))
             res = jax.device_get(fn(jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(keys), final))
@@ -345,12 +420,16 @@ def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict, progress: boo
             n_ok = ok.sum((0, 2))
             mean = np.where(n_ok > 0, np.nansum(samples, (0, 2)) / np.maximum(n_ok, 1), np.nan)
             var = np.nansum((samples - mean[None, :, None]) ** 2, (0, 2)) / np.maximum(n_ok - 1, 1)
-            geo[name] = {"sphere_volumes": spheres.tolist(), "mean_distance": float(cdt.mean_distance(spheres)),
-                         "hausdorff_local": d_h, "hausdorff_local_err": d_h_err,
-                         "dbar_over_delta": mean.tolist(),
-                         "dbar_over_delta_err": np.sqrt(var / np.maximum(n_ok, 1)).tolist(),
-                         "curvature_samples": n_ok.tolist(),
-                         "curvature_sphere_overflow": int(np.asarray(res["curvature_overflow"]).sum())}
+            geo[name] = {
+                "sphere_volumes": spheres.tolist(),
+                "mean_distance": float(cdt.mean_distance(spheres)),
+                "hausdorff_local": d_h,
+                "hausdorff_local_err": d_h_err,
+                "dbar_over_delta": mean.tolist(),
+                "dbar_over_delta_err": np.sqrt(var / np.maximum(n_ok, 1)).tolist(),
+                "curvature_samples": n_ok.tolist(),
+                "curvature_sphere_overflow": int(np.asarray(res["curvature_overflow"]).sum()),
+            }
             note(f"{name} graph measured")
     return geo
 
@@ -383,8 +462,7 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
     ax[0].legend(fontsize=7)
     degs = np.asarray(therm["max_timelike_degree"])
     ax[1].plot(sw, degs, lw=0.7)
-    ax[1].plot(sw, np.log2(2.0 * np.maximum(np.asarray(therm["n2"]), 1)).max(1), "k--", lw=0.8,
-               label="$\\log_2(2N_2)$")
+    ax[1].plot(sw, np.log2(2.0 * np.maximum(np.asarray(therm["n2"]), 1)).max(1), "k--", lw=0.8, label="$\\log_2(2N_2)$")
     met = [m for m in therm["criterion_met_at"] if m > 0]
     if met:
         ax[1].axvline(max(met), color="r", lw=0.8, label="all chains met the criterion")
@@ -398,8 +476,9 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     t = np.arange(cfg.slices)
     ax[0].plot(t, centred.mean((0, 1)), "k-", lw=2, label="mean (centred)")
-    ax[0].fill_between(t, *np.percentile(centred.reshape(-1, cfg.slices), [16, 84], axis=0), color="0.8",
-                       label="16-84 %")
+    ax[0].fill_between(
+        t, *np.percentile(centred.reshape(-1, cfg.slices), [16, 84], axis=0), color="0.8", label="16-84 %"
+    )
     for c in range(min(3, cfg.chains)):
         ax[0].plot(t, lengths[-1, c], lw=0.8, label=f"chain {c}, last")
     ax[0].set_xlabel("time slice t (centred on the volume maximum)")
@@ -415,11 +494,23 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
     fig, ax = plt.subplots(figsize=(6, 3.4))
     lags = np.arange(min(n_meas, 50))
     for name, series in (("profile spread", spread), ("largest slice", l_max)):
-        rho = np.mean([statistics.autocorrelation(series[:, c])[: lags.size] for c in range(series.shape[1])
-                       if np.ptp(series[:, c]) > 0] or [np.zeros(lags.size)], 0)
+        rho = np.mean(
+            [
+                statistics.autocorrelation(series[:, c])[: lags.size]
+                for c in range(series.shape[1])
+                if np.ptp(series[:, c]) > 0
+            ]
+            or [np.zeros(lags.size)],
+            0,
+        )
         key = "profile_spread" if name == "profile spread" else "largest_slice"
-        ax.plot(lags * cfg.save_every, rho, "o-", ms=3,
-                label=f"{name}: tau_int = {auto[key]['tau_int']:.2f} +- {auto[key]['tau_int_err']:.2f} measurements")
+        ax.plot(
+            lags * cfg.save_every,
+            rho,
+            "o-",
+            ms=3,
+            label=f"{name}: tau_int = {auto[key]['tau_int']:.2f} +- {auto[key]['tau_int_err']:.2f} measurements",
+        )
     ax.axhline(0, color="k", lw=0.5)
     ax.set_xlabel("lag (sweeps)")
     ax.set_ylabel("autocorrelation")
@@ -434,8 +525,13 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
     ax[0].set_ylabel("fraction of vertices")
     for name in ("vertex", "dual"):
         sph = np.asarray(geo[name]["sphere_volumes"])
-        ax[1].loglog(np.arange(1, sph.size), sph[1:], "o-", ms=3,
-                     label=f"{name} graph, local d_H = {geo[name]['hausdorff_local']:.2f}")
+        ax[1].loglog(
+            np.arange(1, sph.size),
+            sph[1:],
+            "o-",
+            ms=3,
+            label=f"{name} graph, local d_H = {geo[name]['hausdorff_local']:.2f}",
+        )
     ax[1].set_xlabel("graph distance r (links)")
     ax[1].set_ylabel("sphere volume S(r)")
     ax[1].legend(fontsize=7)
@@ -444,8 +540,15 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
 
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for name in ("vertex", "dual"):
-        ax.errorbar(geo["deltas"], geo[name]["dbar_over_delta"], geo[name]["dbar_over_delta_err"], fmt="o-",
-                    ms=3, capsize=2, label=f"{name} graph")
+        ax.errorbar(
+            geo["deltas"],
+            geo[name]["dbar_over_delta"],
+            geo[name]["dbar_over_delta_err"],
+            fmt="o-",
+            ms=3,
+            capsize=2,
+            label=f"{name} graph",
+        )
     ax.set_xlabel(r"$\delta$ (links)")
     ax.set_ylabel(r"$\bar d / \delta$")
     ax.set_title("quantum Ricci curvature: average sphere distance")
@@ -455,13 +558,17 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
 
     spread_mean, spread_err = _mean_error(spread)
     summary = {
-        "config": config_dict(cfg), "derived": d,
+        "config": config_dict(cfg),
+        "derived": d,
         "thermalisation": {k: therm[k] for k in ("steps", "criterion_met_at", "seconds")},
-        "steps_done": res.steps, "resumed_from": res.resumed_from, "wall_time_s": res.wall_time_s,
+        "steps_done": res.steps,
+        "resumed_from": res.resumed_from,
+        "wall_time_s": res.wall_time_s,
         "overflow": bool(np.any(hist["overflow"])),
         "measured_at_target": bool(np.all(n2 == d["target_volume"])) if cfg.eps > 0 else None,
         "missed_target": int(np.asarray(final.missed_target).sum()),
-        "mean_n2": float(n2.mean()), "std_n2": float(n2.std()),
+        "mean_n2": float(n2.mean()),
+        "std_n2": float(n2.std()),
         "mean_slice_length": float(lengths.mean()),
         "profile_spread": {"mean": spread_mean, "err": spread_err},
         "autocorrelation": auto,
@@ -475,10 +582,12 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
         "figures": [p_therm, p_prof, p_auto, p_coord, p_curv],
     }
     path = write_json(os.path.join(out, "summary.json"), summary)
-    print(f"CDT: <N2> = {summary['mean_n2']:.1f}, <l> = {summary['mean_slice_length']:.2f}, tau_int(spread) = "
-          f"{auto['profile_spread']['tau_int']:.2f} measurements, local d_H vertex "
-          f"{geo['vertex']['hausdorff_local']:.2f} / dual {geo['dual']['hausdorff_local']:.2f}, "
-          f"acceptance {summary['acceptance']}")
+    print(
+        f"CDT: <N2> = {summary['mean_n2']:.1f}, <l> = {summary['mean_slice_length']:.2f}, tau_int(spread) = "
+        f"{auto['profile_spread']['tau_int']:.2f} measurements, local d_H vertex "
+        f"{geo['vertex']['hausdorff_local']:.2f} / dual {geo['dual']['hausdorff_local']:.2f}, "
+        f"acceptance {summary['acceptance']}"
+    )
     for name, a in auto.items():
         if math.isnan(a["n_over_tau"]):
             print(f"note: {name}: fewer than 20 measurements, no autocorrelation time; raise steps")

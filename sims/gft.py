@@ -59,10 +59,12 @@ class GFTConfig:
         1,
         'Device mesh of the field: "1" (one device), "8" (a slab: the first lattice axis over 8 devices) or "4x2" '
         "(a pencil: the first two axes over 4 × 2); the product is the number of devices of all processes (also "
-        "under `ivhl launch`), see ivhl_jax.numerics.distributed_fft.")
+        "under `ivhl launch`), see ivhl_jax.numerics.distributed_fft.",
+    )
     seed: int = option(0, "PRNG seed of the initial field")
     precision: Literal["float32", "float64"] = option(
-        "float32", '"float32" (complex64 state) or "float64" (complex128)')
+        "float32", '"float32" (complex64 state) or "float64" (complex128)'
+    )
 
     def validate(self) -> None:
         """Every value checked before any work (one ValueError naming the key and the fix)."""
@@ -83,26 +85,35 @@ class GFTConfig:
             raise ValueError(f"noise must be a finite number >= 0, got {self.noise}")
         sizes = mesh_sizes(self.mesh)
         if len(sizes) >= self.rank and math.prod(sizes) > 1:
-            raise ValueError(f"mesh={self.mesh!r} splits {len(sizes)} axes of a {self.rank}-D lattice; the "
-                             f"distributed FFT needs one axis unsplit: use at most {self.rank - 1} sizes "
-                             f"(e.g. mesh={math.prod(sizes)})")
+            raise ValueError(
+                f"mesh={self.mesh!r} splits {len(sizes)} axes of a {self.rank}-D lattice; the "
+                f"distributed FFT needs one axis unsplit: use at most {self.rank - 1} sizes "
+                f"(e.g. mesh={math.prod(sizes)})"
+            )
         if any(self.grid % p for p in sizes):
-            raise ValueError(f"mesh={self.mesh!r} does not divide the lattice ({self.grid} points per axis): every "
-                             f"mesh size must divide {self.grid} (e.g. mesh={math.gcd(self.grid, math.prod(sizes))})")
+            raise ValueError(
+                f"mesh={self.mesh!r} does not divide the lattice ({self.grid} points per axis): every "
+                f"mesh size must divide {self.grid} (e.g. mesh={math.gcd(self.grid, math.prod(sizes))})"
+            )
         if self.steps % self.steps_per_chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         if self.steps_per_chunk % self.save_every:
-            raise ValueError(f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every "
-                             f"({self.save_every})")
+            raise ValueError(
+                f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every ({self.save_every})"
+            )
         if self.checkpoint_every % self.steps_per_chunk:
-            raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-                             f"({self.steps_per_chunk})")
+            raise ValueError(
+                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
+                f"({self.steps_per_chunk})"
+            )
         # The split-step stability bound of real time (the builder checks it too; here a bad dt fails before any
         # work). The gradient flow has no such bound.
         bound = math.pi / (4.0 * self.rank)
         if self.dt > bound and not self.imaginary:
-            raise ValueError(f"dt={self.dt:g} is beyond the split-step stability bound of this lattice "
-                             f"(rank={self.rank}): use dt <= {bound:.3g} (or imaginary=true)")
+            raise ValueError(
+                f"dt={self.dt:g} is beyond the split-step stability bound of this lattice "
+                f"(rank={self.rank}): use dt <= {bound:.3g} (or imaginary=true)"
+            )
 
 
 def _dtype(cfg: GFTConfig):
@@ -123,20 +134,28 @@ def initial_state(cfg: GFTConfig) -> jax.Array:
     return cfg.noise * jax.lax.complex(jax.random.normal(kr, shape, rdt), jax.random.normal(ki, shape, rdt))
 
 
-def simulate(cfg: GFTConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             sink: RunStore | None = None) -> tuple[RunResult, dict]:
+def simulate(
+    cfg: GFTConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True, sink: RunStore | None = None
+) -> tuple[RunResult, dict]:
     """Build the stepper and run the chunked loop from the initial noise (or the checkpoint). With ``sink`` the
     observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
     structure to read them back with)."""
     system = gft_system(cfg)
-    stepper = G.strang(system, cfg.dt, imaginary=cfg.imaginary,
-                       dtype=jnp.result_type(_dtype(cfg), jnp.complex64))
+    stepper = G.strang(system, cfg.dt, imaginary=cfg.imaginary, dtype=jnp.result_type(_dtype(cfg), jnp.complex64))
     state = stepper.init(initial_state(cfg))
     advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe, donate=True)
     extra = {"system": system, "observation_like": jax.eval_shape(G.observe, state, stepper.params)}
-    result = run_chunked(advance, state, n_chunks=cfg.steps // cfg.steps_per_chunk,
-                         steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer, metadata={"model": "gft"},
-                         progress=progress, description="gft", sink=sink)
+    result = run_chunked(
+        advance,
+        state,
+        n_chunks=cfg.steps // cfg.steps_per_chunk,
+        steps_per_chunk=cfg.steps_per_chunk,
+        checkpointer=checkpointer,
+        metadata={"model": "gft"},
+        progress=progress,
+        description="gft",
+        sink=sink,
+    )
     return result, extra
 
 
@@ -170,14 +189,22 @@ def write_outputs(cfg: GFTConfig, result: RunResult, out: str, *, save_state: bo
     hist = {k: np.asarray(v) for k, v in result.history.items()}
     # Time of a record: the steps done when it was taken, times dt; the first is at t = save_every·dt.
     t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
-    summary: dict = {"config": config_dict(cfg), "steps": result.steps, "resumed_from": result.resumed_from,
-                     "wall_time_s": result.wall_time_s, "t": t, "observables": hist,
-                     "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
-                     "final": {k: float(v[-1]) for k, v in hist.items()},
-                     "vacuum": dict(zip(("abs2", "energy_per_site"), G.gft_vacuum(cfg.mass_sq, cfg.lam)))}
+    summary: dict = {
+        "config": config_dict(cfg),
+        "steps": result.steps,
+        "resumed_from": result.resumed_from,
+        "wall_time_s": result.wall_time_s,
+        "t": t,
+        "observables": hist,
+        "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
+        "final": {k: float(v[-1]) for k, v in hist.items()},
+        "vacuum": dict(zip(("abs2", "energy_per_site"), G.gft_vacuum(cfg.mass_sq, cfg.lam))),
+    }
     paths = {}
-    for name, data, cmap, label in (("density", np.abs(plane) ** 2, "viridis", "|φ|²"),
-                                    ("phase", np.angle(plane), "twilight", "arg φ")):
+    for name, data, cmap, label in (
+        ("density", np.abs(plane) ** 2, "viridis", "|φ|²"),
+        ("phase", np.angle(plane), "twilight", "arg φ"),
+    ):
         fig, ax = plt.subplots(figsize=(5, 4))
         if data.ndim == 1:
             ax.plot(np.arange(data.size), data)
@@ -218,8 +245,9 @@ class GFTSimulation(Simulation):
         save_state = True
         if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
             dims = tuple(f"axis{i + 1}" for i in range(cfg.rank))
-            ctx.sink.write_field("final_state", result.state, dims, units={"final_state": "1"},
-                                 attrs={"step": result.steps})
+            ctx.sink.write_field(
+                "final_state", result.state, dims, units={"final_state": "1"}, attrs={"step": result.steps}
+            )
             if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy
                 if jax.process_index() != 0:
                     return {}

@@ -73,7 +73,8 @@ class HolographyConfig:
     plane: str = option("xy", 'slice plane for a 2-entry grid: "xy", "xz" or "yz"')
     plane_offset: float = option(0.0, "position of the slice along the plane's normal (L)")
     vortex_centers: tuple[tuple[float, float], ...] = option(
-        ((0.45, 0.35), (-0.5, -0.3)), "(x, y) of vortex lines || z (L)")
+        ((0.45, 0.35), (-0.5, -0.3)), "(x, y) of vortex lines || z (L)"
+    )
     vortex_charges: tuple[int, ...] = option((1, -2), "integer charge of each vortex line (empty: no imprint)")
     vortex_core: float = option(0.15, "vortex core size (L)")
     steps: int = option(16, "time steps (raise it to extend a finished run)")
@@ -94,31 +95,43 @@ class HolographyConfig:
         need(self.helix_radius >= 0, f"helix_radius must be >= 0, got {self.helix_radius}")
         need(self.wavelength > 0, f"wavelength must be > 0, got {self.wavelength}")
         need(0 <= self.frequency_spread < 1, f"frequency_spread must be in [0, 1), got {self.frequency_spread}")
-        need(self.phase_pattern in ("zero", "alternating", "random"),
-             f"phase_pattern must be zero, alternating or random, got {self.phase_pattern!r}")
+        need(
+            self.phase_pattern in ("zero", "alternating", "random"),
+            f"phase_pattern must be zero, alternating or random, got {self.phase_pattern!r}",
+        )
         need(self.softening > 0, f"softening must be > 0, got {self.softening}")
-        need(len(self.grid) in (2, 3) and all(g >= 2 for g in self.grid),
-             f"grid must be [H, W] (a slice) or [H, W, L] (3-D) with entries >= 2, got {list(self.grid)}")
+        need(
+            len(self.grid) in (2, 3) and all(g >= 2 for g in self.grid),
+            f"grid must be [H, W] (a slice) or [H, W, L] (3-D) with entries >= 2, got {list(self.grid)}",
+        )
         need(self.extent > 0, f"extent must be > 0, got {self.extent}")
         need(self.plane in _PLANES, f"plane must be one of {list(_PLANES)}, got {self.plane!r}")
-        need(len(self.vortex_centers) == len(self.vortex_charges),
-             f"vortex_centers ({len(self.vortex_centers)}) and vortex_charges ({len(self.vortex_charges)}) "
-             "must have the same length")
+        need(
+            len(self.vortex_centers) == len(self.vortex_charges),
+            f"vortex_centers ({len(self.vortex_centers)}) and vortex_charges ({len(self.vortex_charges)}) "
+            "must have the same length",
+        )
         need(self.vortex_core > 0, f"vortex_core must be > 0, got {self.vortex_core}")
         need(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         need(self.dt > 0, f"dt must be > 0, got {self.dt}")
         # The field is evaluated in float32 at t = steps·dt: past a phase of 2^20 rad (ω_max·t, ω = k) float32
         # resolves the phase no better than ±0.06 rad, and far beyond it not at all (a field of noise).
         k_max = 2 * np.pi / self.wavelength * (1 + self.frequency_spread)
-        need(k_max * self.steps * self.dt <= MAX_PHASE,
-             f"dt ({self.dt:g}) x steps ({self.steps}) = t_end {self.steps * self.dt:.3g} L/c reaches a phase "
-             f"k_max·t_end = {k_max * self.steps * self.dt:.3g} rad, beyond the {MAX_PHASE:.3g} rad that float32 "
-             f"resolves; lower dt (at most {MAX_PHASE / (k_max * self.steps):.3g} for {self.steps} steps) or steps")
-        need(self.steps_per_chunk >= 1 and self.steps % self.steps_per_chunk == 0,
-             f"steps ({self.steps}) must be a positive multiple of steps_per_chunk ({self.steps_per_chunk})")
-        need(self.checkpoint_every >= 1 and self.checkpoint_every % self.steps_per_chunk == 0,
-             f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-             f"({self.steps_per_chunk})")
+        need(
+            k_max * self.steps * self.dt <= MAX_PHASE,
+            f"dt ({self.dt:g}) x steps ({self.steps}) = t_end {self.steps * self.dt:.3g} L/c reaches a phase "
+            f"k_max·t_end = {k_max * self.steps * self.dt:.3g} rad, beyond the {MAX_PHASE:.3g} rad that float32 "
+            f"resolves; lower dt (at most {MAX_PHASE / (k_max * self.steps):.3g} for {self.steps} steps) or steps",
+        )
+        need(
+            self.steps_per_chunk >= 1 and self.steps % self.steps_per_chunk == 0,
+            f"steps ({self.steps}) must be a positive multiple of steps_per_chunk ({self.steps_per_chunk})",
+        )
+        need(
+            self.checkpoint_every >= 1 and self.checkpoint_every % self.steps_per_chunk == 0,
+            f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
+            f"({self.steps_per_chunk})",
+        )
 
 
 def build_params(cfg: HolographyConfig) -> fields.WaveParams:
@@ -147,9 +160,16 @@ def build_params(cfg: HolographyConfig) -> fields.WaveParams:
         imprint = fields.vortex(pts, centers, np.asarray(cfg.vortex_charges, np.int32), core_size=cfg.vortex_core)
     else:
         imprint = jnp.ones(pts.shape[0], jnp.complex64)
-    return fields.wave_params(pts, src, amplitudes=np.full(cfg.n_sources, cfg.amplitude, np.float32),
-                              wavenumbers=np.float32(k), phases=np.float32(ph), imprint=imprint,
-                              softening=cfg.softening, dt=cfg.dt)
+    return fields.wave_params(
+        pts,
+        src,
+        amplitudes=np.full(cfg.n_sources, cfg.amplitude, np.float32),
+        wavenumbers=np.float32(k),
+        phases=np.float32(ph),
+        imprint=imprint,
+        softening=cfg.softening,
+        dt=cfg.dt,
+    )
 
 
 def _slice_2d(grid: tuple[int, ...], flat: jax.Array) -> jax.Array:
@@ -165,25 +185,42 @@ def make_observe(grid: tuple[int, ...]):
     def observe(state: fields.WaveState, params: fields.WaveParams) -> dict[str, jax.Array]:
         i = fields.intensity(state.field)
         vm = fields.vortex_map(_slice_2d(grid, state.field))
-        return {"t": state.t, "max_intensity": jnp.max(i), "mean_intensity": jnp.mean(i),
-                "vortices_positive": jnp.sum(vm > 0), "vortices_negative": jnp.sum(vm < 0),
-                "net_charge": jnp.sum(vm)}
+        return {
+            "t": state.t,
+            "max_intensity": jnp.max(i),
+            "mean_intensity": jnp.mean(i),
+            "vortices_positive": jnp.sum(vm > 0),
+            "vortices_negative": jnp.sum(vm < 0),
+            "net_charge": jnp.sum(vm),
+        }
 
     return observe
 
 
-def simulate(cfg: HolographyConfig, *, checkpointer: Checkpointer | None = None, progress: bool = True,
-             sink: RunStore | None = None) -> tuple[RunResult, fields.WaveParams]:
+def simulate(
+    cfg: HolographyConfig,
+    *,
+    checkpointer: Checkpointer | None = None,
+    progress: bool = True,
+    sink: RunStore | None = None,
+) -> tuple[RunResult, fields.WaveParams]:
     """Run ``cfg`` (resuming from ``checkpointer`` if it holds a checkpoint); returns (result, params). With a
     ``sink`` the per-step observations go to disk and ``result.history`` holds none."""
     stepper = fields.evolution(build_params(cfg))
     # make_observe is cached per grid, so repeated runs in one process (resume, tests, notebooks) hash to
     # the same compiled chunk
     advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=make_observe(tuple(cfg.grid)))
-    result = run_chunked(advance, stepper.init(), n_chunks=cfg.steps // cfg.steps_per_chunk,
-                         steps_per_chunk=cfg.steps_per_chunk, checkpointer=checkpointer,
-                         metadata=lambda s, _: {"config": config_dict(cfg), "step": s},
-                         progress=progress, description="holography", sink=sink)
+    result = run_chunked(
+        advance,
+        stepper.init(),
+        n_chunks=cfg.steps // cfg.steps_per_chunk,
+        steps_per_chunk=cfg.steps_per_chunk,
+        checkpointer=checkpointer,
+        metadata=lambda s, _: {"config": config_dict(cfg), "step": s},
+        progress=progress,
+        description="holography",
+        sink=sink,
+    )
     return result, stepper.params
 
 
@@ -203,8 +240,9 @@ def _title(cfg: HolographyConfig) -> str:
     return f"{cfg.plane} slice at {normal} = {cfg.plane_offset:g}"
 
 
-def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveParams, out: str,
-                  observations: RunStore | None = None) -> dict[str, str]:
+def write_outputs(
+    cfg: HolographyConfig, result: RunResult, params: fields.WaveParams, out: str, observations: RunStore | None = None
+) -> dict[str, str]:
     """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths. With
     ``observations`` (the run store that holds them) the summary names it instead of holding them."""
     from matplotlib.colors import LogNorm
@@ -245,8 +283,15 @@ def write_outputs(cfg: HolographyConfig, result: RunResult, params: fields.WaveP
     xc, yc = 0.5 * (xs[1:] + xs[:-1]), 0.5 * (ys[1:] + ys[:-1])
     for sign, color, marker in ((1, "red", "+"), (-1, "cyan", "x")):
         ii, jj = np.nonzero(np.sign(vm) == sign)
-        ax.scatter(xc[ii], yc[jj], s=14, c=color, marker=marker, linewidths=0.8,
-                   label=f"charge {'+' if sign > 0 else '−'} ({len(ii)})")
+        ax.scatter(
+            xc[ii],
+            yc[jj],
+            s=14,
+            c=color,
+            marker=marker,
+            linewidths=0.8,
+            label=f"charge {'+' if sign > 0 else '−'} ({len(ii)})",
+        )
     ax.legend(loc="upper right", fontsize=7, framealpha=0.6)
     ax.set_title(f"phase and plaquette vortex charges (net {int(vm.sum())})\n{title}")
     paths["phase"] = save_figure(fig, os.path.join(out, "phase.png"))
@@ -291,8 +336,10 @@ class HolographySimulation(Simulation):
 
     def run(self, cfg: HolographyConfig, ctx: RunContext) -> dict[str, str]:
         if ctx.args.demo:
-            print(f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} "
-                  f"grid, {cfg.steps} time steps, vortices {list(cfg.vortex_charges)}")
+            print(
+                f"ivhl demo: {cfg.n_sources} sources on a helix, {'x'.join(map(str, cfg.grid))} {cfg.plane} "
+                f"grid, {cfg.steps} time steps, vortices {list(cfg.vortex_charges)}"
+            )
         result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
         paths = write_outputs(cfg, result, params, ctx.out, observations=ctx.sink)
         print(result.rate_line())

@@ -75,14 +75,16 @@ class MERASimConfig:
     term_file: str = option("", 'model="custom": a .npy file holding the real Hermitian two-site term (d, d, d, d)')
     d: int = option(0, "the spin dimension the run expects (0: the model's; else it must match)")
     e0: float | None = option(
-        None, 'model="custom": the exact energy per site, if known (errors are reported against it)')
+        None, 'model="custom": the exact energy per site, if known (errors are reported against it)'
+    )
     chis: tuple[int, ...] = option((6, 8), "bond dimension χ of each ladder stage (non-decreasing)")
     steps: tuple[int, ...] = option((2000, 1800), "steps of each stage (one step = one Evenbly–Vidal sweep)")
     layers: tuple[int, ...] = option((1, 2), "transitional layers of each stage (non-decreasing)")
     chi_mid: int | None = option(None, "χ_mid of every stage when chi_mids is empty (None: χ_mid = χ)")
     chi_mids: tuple[int, ...] = option((4, 6), "per-stage χ_mid, u's output bond (empty: chi_mid for every stage)")
     layer_chis: tuple[tuple[int, ...], ...] = option(
-        (), "per stage, χ above each layer (layers+1 entries, bottom first)")
+        (), "per stage, χ above each layer (layers+1 entries, bottom first)"
+    )
     layer_chi_mids: tuple[tuple[int, ...], ...] = option((), "per stage, χ_mid of each layer (layers+1 entries)")
     precision: tuple[str, ...] = option((), 'per-stage "f32" or "f64" (empty: all f64); f32 only before an f64 finish')
     stuck_after: int = option(300, "steps of the cold first stage before the stuck-start check (0: no check)")
@@ -122,8 +124,10 @@ class MERASimConfig:
             msg = str(e)
             raise ValueError(msg if msg.startswith("term_file") else f"g: {msg}") from None
         if self.d and self.d != model.d:
-            raise ValueError(f"d={self.d} does not match the model's spin dimension {model.d} ({model.name}); "
-                             f"pass --set d={model.d} or d=0")
+            raise ValueError(
+                f"d={self.d} does not match the model's spin dimension {model.d} ({model.name}); "
+                f"pass --set d={model.d} or d=0"
+            )
         return model
 
     def validate(self) -> None:
@@ -137,23 +141,27 @@ class MERASimConfig:
             raise ValueError(f"e0 must be a finite number, got {self.e0!r}")
         model = self.build_model()
         if not (len(self.chis) == len(self.steps) == len(self.layers)) or not self.chis:
-            raise ValueError(f"chis, steps and layers need the same (non-zero) length, got {self.chis}, "
-                             f"{self.steps}, {self.layers}")
+            raise ValueError(
+                f"chis, steps and layers need the same (non-zero) length, got {self.chis}, {self.steps}, {self.layers}"
+            )
         if list(self.chis) != sorted(self.chis):
             raise ValueError(f"chis must be non-decreasing (the ladder only grows), got {self.chis}")
         if list(self.layers) != sorted(self.layers):
             raise ValueError(f"layers must be non-decreasing, got {self.layers}")
         for k, n in enumerate(self.steps):
             if n < 1 or n % self.steps_per_chunk:
-                raise ValueError(f"steps[{k}]={n} must be a positive multiple of steps_per_chunk="
-                                 f"{self.steps_per_chunk}")
+                raise ValueError(
+                    f"steps[{k}]={n} must be a positive multiple of steps_per_chunk={self.steps_per_chunk}"
+                )
         if self.checkpoint_every % self.steps_per_chunk:
             raise ValueError("checkpoint_every must be a multiple of steps_per_chunk")
         for name in ("chi_mids", "precision", "layer_chis", "layer_chi_mids"):
             val = getattr(self, name)
             if val and len(val) != len(self.chis):
-                raise ValueError(f"{name} needs one entry per stage ({len(self.chis)}), got {val!r}; e.g. "
-                                 f"--set {name}=[] for the default of every stage")
+                raise ValueError(
+                    f"{name} needs one entry per stage ({len(self.chis)}), got {val!r}; e.g. "
+                    f"--set {name}=[] for the default of every stage"
+                )
         for k, p in enumerate(self.precision):
             try:
                 M.precision_dtype(p)
@@ -163,19 +171,25 @@ class MERASimConfig:
                 raise ValueError(f"precision[{k}]={p!r}: the last stage must be 'f64' (the float64 finish)")
         if self.stuck_after:
             if model.e0 is None:
-                raise ValueError(f"stuck_after: the stuck-start check measures the energy error, but {model.name} "
-                                 "has no exact energy; pass e0 or --set stuck_after=0")
+                raise ValueError(
+                    f"stuck_after: the stuck-start check measures the energy error, but {model.name} "
+                    "has no exact energy; pass e0 or --set stuck_after=0"
+                )
             try:
                 self.stuck_check().validate()
             except (ValueError, TypeError) as e:
                 raise ValueError(f"stuck_after / stuck_every / max_restarts: {e}") from None
             for name in ("stuck_after", "stuck_every"):
                 if getattr(self, name) % self.steps_per_chunk:
-                    raise ValueError(f"{name}={getattr(self, name)} must be a multiple of steps_per_chunk="
-                                     f"{self.steps_per_chunk} (or 0 to turn the check off)")
+                    raise ValueError(
+                        f"{name}={getattr(self, name)} must be a multiple of steps_per_chunk="
+                        f"{self.steps_per_chunk} (or 0 to turn the check off)"
+                    )
         if isinstance(self.host_cores, bool) or not isinstance(self.host_cores, int) or self.host_cores < 0:
-            raise ValueError(f"host_cores must be 0 (auto) or a positive number of cores, got {self.host_cores!r}; "
-                             "e.g. --set host_cores=1")
+            raise ValueError(
+                f"host_cores must be 0 (auto) or a positive number of cores, got {self.host_cores!r}; "
+                "e.g. --set host_cores=1"
+            )
         shapes = []
         for k in range(len(self.chis)):
             sc = self.stage_config(k)
@@ -185,13 +199,16 @@ class MERASimConfig:
                 key = "layer_chis" if self.layer_chis else "chis"
                 raise ValueError(f"{key}[{k}]: {e}") from None
             if sc.refsym and not model.reflection_symmetric:
-                raise ValueError(f"refsym: {model.name}'s two-site term is not reflection symmetric; "
-                                 "--set refsym=false")
+                raise ValueError(
+                    f"refsym: {model.name}'s two-site term is not reflection symmetric; --set refsym=false"
+                )
         for k in range(1, len(shapes)):
             for z, (a, b) in enumerate(zip(shapes[k - 1], shapes[k])):
                 if b[1] < a[1] or b[2] < a[2]:
-                    raise ValueError(f"{'layer_chis' if self.layer_chis else 'chis'}[{k}]: the ladder only grows, "
-                                     f"but layer {z} goes from (chi_mid, chi) = {a[1:]} to {b[1:]}")
+                    raise ValueError(
+                        f"{'layer_chis' if self.layer_chis else 'chis'}[{k}]: the ladder only grows, "
+                        f"but layer {z} goes from (chi_mid, chi) = {a[1:]} to {b[1:]}"
+                    )
 
     def cores_to_use(self, load: float | None = None, cores: int | None = None) -> tuple[int | None, str]:
         """(the cores to hold XLA to (:func:`ivhl_jax.run.device.limit_host_cores`), None for all of them; why).
@@ -211,8 +228,12 @@ class MERASimConfig:
         return (limit if busy else None), f"auto: the host is {'' if busy else 'not '}busy, load average {load:.2f}"
 
     def stuck_check(self) -> M.StuckCheck:
-        return M.StuckCheck(after=self.stuck_after, max_restarts=self.max_restarts, every=self.stuck_every,
-                            until=max(M.StuckCheck.until, self.stuck_after))
+        return M.StuckCheck(
+            after=self.stuck_after,
+            max_restarts=self.max_restarts,
+            every=self.stuck_every,
+            until=max(M.StuckCheck.until, self.stuck_after),
+        )
 
     def stage_config(self, k: int) -> M.MERAConfig:
         """The :class:`MERAConfig` of stage ``k``."""
@@ -223,8 +244,15 @@ class MERASimConfig:
             want = self.chi_mids[k] if self.chi_mids else self.chi_mid
             mid = None if want is None else min(want, self.chis[k])
         try:
-            return M.MERAConfig(chi=chi, chi_mid=mid, layers=self.layers[k], power_iters=self.power_iters,
-                                u_delay=self.u_delay, refsym=self.refsym, si_scales=self.si_scales)
+            return M.MERAConfig(
+                chi=chi,
+                chi_mid=mid,
+                layers=self.layers[k],
+                power_iters=self.power_iters,
+                u_delay=self.u_delay,
+                refsym=self.refsym,
+                si_scales=self.si_scales,
+            )
         except (ValueError, TypeError) as e:
             key = "layer_chis" if self.layer_chis else "chis"
             raise ValueError(f"{key}[{k}] / layers[{k}]: {e}") from None
@@ -234,8 +262,9 @@ def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
     return M.precision_dtype(cfg.precision[k] if cfg.precision else None)
 
 
-def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True,
-             sink: RunStore | None = None) -> dict:
+def simulate(
+    cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True, sink: RunStore | None = None
+) -> dict:
     """Run the ladder; returns the summary dict written to mera.json. Call it before any JAX computation for
     ``cfg.host_cores`` to take effect (as ``ivhl sim mera`` does); later it is reported as not applied."""
     cores, why = cfg.cores_to_use()
@@ -260,44 +289,69 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
                 if cfg.stuck_after and n >= cfg.stuck_after and e0 is not None:
                     # Cold start: the first checked steps run here, re-initialised while stuck; deterministic, so a
                     # resumed run repeats them (seconds) to recover their energies and the restart record.
-                    state, first, restarts = M.cold_start(stepper, key, e0, cfg.steps_per_chunk, cfg.stuck_check(),
-                                                          log=print, limit=n)
+                    state, first, restarts = M.cold_start(
+                        stepper, key, e0, cfg.steps_per_chunk, cfg.stuck_check(), log=print, limit=n
+                    )
                     restarts = [{"stage": k, **r} for r in restarts]
                 else:
                     state = stepper.init(key=key)
             else:
-                grown = M.grow(M.cast_mera(mera, np.float64), jax.random.fold_in(key, k), sc.chi, sc.chi_mid,
-                               layers=layers, refsym=sc.refsym)
+                grown = M.grow(
+                    M.cast_mera(mera, np.float64),
+                    jax.random.fold_in(key, k),
+                    sc.chi,
+                    sc.chi_mid,
+                    layers=layers,
+                    refsym=sc.refsym,
+                )
                 state = stepper.init(mera=grown)
             rest = n - first.shape[0]
             advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=M.observe)
             # with the run store each stage's energies go to its group stage<k> (open_run(out, group="stage0"))
-            stage_sink = None if sink is None else sink.child(f"stage{k}").describe(
-                time_unit="sweeps", rename={"value": "energy"})
+            stage_sink = (
+                None
+                if sink is None
+                else sink.child(f"stage{k}").describe(time_unit="sweeps", rename={"value": "energy"})
+            )
             with Checkpointer(os.path.join(out, "ckpt", f"stage{k}"), save_every=cfg.checkpoint_every) as ck:
-                result = run_chunked(advance, state, n_chunks=rest // cfg.steps_per_chunk,
-                                     steps_per_chunk=cfg.steps_per_chunk, checkpointer=ck, progress=progress,
-                                     description=f"MERA chi={chi} (stage {k + 1}/{len(cfg.chis)})",
-                                     metadata={"chi": chi, "layers": layers, "after_cold_start": first.shape[0]},
-                                     sink=stage_sink)
+                result = run_chunked(
+                    advance,
+                    state,
+                    n_chunks=rest // cfg.steps_per_chunk,
+                    steps_per_chunk=cfg.steps_per_chunk,
+                    checkpointer=ck,
+                    progress=progress,
+                    description=f"MERA chi={chi} (stage {k + 1}/{len(cfg.chis)})",
+                    metadata={"chi": chi, "layers": layers, "after_cold_start": first.shape[0]},
+                    sink=stage_sink,
+                )
             mera = result.state.mera
-            history = (result.history if stage_sink is None
-                       else stage_sink.read(like=jax.eval_shape(advance, state)[1]))
+            history = result.history if stage_sink is None else stage_sink.read(like=jax.eval_shape(advance, state)[1])
             if stage_sink is not None:
                 stage_sink.close()
             e = np.concatenate([first, np.asarray(history, np.float64)])
             energies.append(e - e0 if e0 is not None else e)
-            stages.append({
-                "chi": chi, "chi_mid": sc.mid, "layers": layers, "steps": n,
-                "layer_chis": list(mera.chis), "layer_chi_mids": list(mera.chi_mids),
-                "precision": jnp.dtype(dtype).name, "wall_time_s": time.perf_counter() - t0,
-                "resumed_from": result.resumed_from, "final_energy": float(e[-1]),
-                "final_energy_error": None if e0 is None else float(e[-1] - e0),
-                "isometry_error": M.isometry_errors(mera),
-            })
+            stages.append(
+                {
+                    "chi": chi,
+                    "chi_mid": sc.mid,
+                    "layers": layers,
+                    "steps": n,
+                    "layer_chis": list(mera.chis),
+                    "layer_chi_mids": list(mera.chi_mids),
+                    "precision": jnp.dtype(dtype).name,
+                    "wall_time_s": time.perf_counter() - t0,
+                    "resumed_from": result.resumed_from,
+                    "final_energy": float(e[-1]),
+                    "final_energy_error": None if e0 is None else float(e[-1] - e0),
+                    "isometry_error": M.isometry_errors(mera),
+                }
+            )
             what = f"energy error {e[-1] - e0:.3e}" if e0 is not None else f"energy {e[-1]:.10f}"
-            print(f"stage {k + 1}: chi={chi} chi_mid={sc.mid} layers={layers} steps={n} "
-                  f"({jnp.dtype(dtype).name}): {what} ({stages[-1]['wall_time_s']:.1f} s)")
+            print(
+                f"stage {k + 1}: chi={chi} chi_mid={sc.mid} layers={layers} steps={n} "
+                f"({jnp.dtype(dtype).name}): {what} ({stages[-1]['wall_time_s']:.1f} s)"
+            )
         assert mera is not None
         mera = M.cast_mera(mera, np.float64)
         # the CFT's low-lying scaling dimensions, from the library's one table of them
@@ -317,11 +371,16 @@ def simulate(cfg: MERASimConfig, out: str, *, resume: bool = True, progress: boo
                 ope = {"error": str(err)}
         central = conformal.central_charge(mera, model) if model.cft else None
     summary = {
-        "model": model.name, "spin_dimension": model.d, "e0_exact": e0,
-        "final_energy": stages[-1]["final_energy"], "final_energy_error": stages[-1]["final_energy_error"],
+        "model": model.name,
+        "spin_dimension": model.d,
+        "e0_exact": e0,
+        "final_energy": stages[-1]["final_energy"],
+        "final_energy_error": stages[-1]["final_energy_error"],
         "energy_error_per_sweep" if e0 is not None else "energy_per_sweep": np.concatenate(energies),
-        "stages": stages, "restarts": restarts,
-        "scaling_dimensions": dims, "scaling_dimensions_exact": exact[: len(dims)],
+        "stages": stages,
+        "restarts": restarts,
+        "scaling_dimensions": dims,
+        "scaling_dimensions_exact": exact[: len(dims)],
         "conformal_data": table,
         "ope_coefficients": ope,
         "central_charge": central,
@@ -353,15 +412,22 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
     ax.set_title(f"MERA, {summary['model']} (χ: " + " → ".join(str(s["chi"]) for s in summary["stages"]) + ")")
     if summary.get("restarts"):
         # the curve is the kept start's; say that stuck starts were thrown away before it
-        ax.text(0.98, 0.95, f"{len(summary['restarts'])} stuck start(s) re-initialised", transform=ax.transAxes,
-                ha="right", va="top", fontsize=8, color="0.3")
+        ax.text(
+            0.98,
+            0.95,
+            f"{len(summary['restarts'])} stuck start(s) re-initialised",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            color="0.3",
+        )
     paths["convergence.png"] = save_figure(fig, os.path.join(out, "convergence.png"))
     plt.close(fig)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     d = summary["scaling_dimensions"]
     if summary["scaling_dimensions_exact"]:
-        ax.plot(range(len(summary["scaling_dimensions_exact"])), summary["scaling_dimensions_exact"], "b-",
-                label="CFT")
+        ax.plot(range(len(summary["scaling_dimensions_exact"])), summary["scaling_dimensions_exact"], "b-", label="CFT")
     ax.plot(range(len(d)), d, "rx", label="MERA")
     ax.set_xlabel("k")
     ax.set_ylabel("Δ_k")
@@ -373,8 +439,13 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
     colours = {f: f"C{i}" for i, f in enumerate(families)}
     for k, r in enumerate(table):
         fam = str(r.get("primary"))
-        ax2.plot(k, r["delta"], "x" if r.get("descendant") else "o", color=colours[fam],
-                 label=fam if fam != "None" else "unassigned")
+        ax2.plot(
+            k,
+            r["delta"],
+            "x" if r.get("descendant") else "o",
+            color=colours[fam],
+            label=fam if fam != "None" else "unassigned",
+        )
         if r.get("exact") is not None:
             ax2.plot([k - 0.3, k + 0.3], [r["exact"], r["exact"]], "-", color=colours[fam], lw=0.8)
     handles, labels = ax2.get_legend_handles_labels()
@@ -383,8 +454,11 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
         ax2.legend(uniq.values(), uniq.keys(), title="family", fontsize=8)
     ax2.set_xlabel("k")
     ax2.set_ylabel("Δ_k (lines: CFT)")
-    facts = [f"{k} = {v['measured']:.4f} ({v['exact']:g})" for k, v in summary.get("ope_coefficients", {}).items()
-             if isinstance(v, dict)]
+    facts = [
+        f"{k} = {v['measured']:.4f} ({v['exact']:g})"
+        for k, v in summary.get("ope_coefficients", {}).items()
+        if isinstance(v, dict)
+    ]
     if summary.get("central_charge"):
         cc = summary["central_charge"]
         facts.append(f"c = {cc['c']:.4f} ({cc['exact']:g})")
@@ -409,12 +483,19 @@ class MERASimulation(Simulation):
     def run(self, cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
         summary = simulate(cfg, ctx.out, resume=ctx.resuming, progress=ctx.progress, sink=ctx.sink)
         paths = write_outputs(summary, ctx.out)
-        what = (f"final energy error per site: {summary['final_energy_error']:.3e}"
-                if summary["final_energy_error"] is not None
-                else f"final energy per site: {summary['final_energy']:.10f}")
-        print(f"{what}; scaling dims {np.round(summary['scaling_dimensions'][:4], 4).tolist()}"
-              + (f" (exact {[round(x, 4) for x in summary['scaling_dimensions_exact'][:4]]})"
-                 if summary["scaling_dimensions_exact"] else ""))
+        what = (
+            f"final energy error per site: {summary['final_energy_error']:.3e}"
+            if summary["final_energy_error"] is not None
+            else f"final energy per site: {summary['final_energy']:.10f}"
+        )
+        print(
+            f"{what}; scaling dims {np.round(summary['scaling_dimensions'][:4], 4).tolist()}"
+            + (
+                f" (exact {[round(x, 4) for x in summary['scaling_dimensions_exact'][:4]]})"
+                if summary["scaling_dimensions_exact"]
+                else ""
+            )
+        )
         return paths
 
     def default_out(self, cfg: MERASimConfig, args: argparse.Namespace) -> str:

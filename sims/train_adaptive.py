@@ -82,16 +82,21 @@ class TrainAdaptiveConfig:
         check_scalar(self.synthetic_samples, "synthetic_samples", integer=True, minimum=1)
         check_scalar(self.checkpoint_every, "checkpoint_every", integer=True, minimum=0)
         if self.checkpoint_every % self.steps_per_chunk:
-            raise ValueError(f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-                             f"({self.steps_per_chunk}): checkpoints are written between chunks")
+            raise ValueError(
+                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
+                f"({self.steps_per_chunk}): checkpoints are written between chunks"
+            )
         check_scalar(self.test_fraction, "test_fraction", minimum=0.01, maximum=0.9)
 
 
 def model_config(cfg: TrainAdaptiveConfig, input_dim: int, output_dim: int) -> AdaptiveConfig:
     """Preset + the ``model.*`` values that differ from the defaults + dataset dimensions."""
     base = AdaptiveConfig()
-    changed = {f.name: getattr(cfg.model, f.name) for f in dataclasses.fields(AdaptiveConfig)
-               if getattr(cfg.model, f.name) != getattr(base, f.name)}
+    changed = {
+        f.name: getattr(cfg.model, f.name)
+        for f in dataclasses.fields(AdaptiveConfig)
+        if getattr(cfg.model, f.name) != getattr(base, f.name)
+    }
     changed.update(input_dim=input_dim, output_dim=output_dim)
     if cfg.preset == "reference":
         return AdaptiveConfig.reference(**changed)
@@ -135,9 +140,15 @@ def build(cfg: TrainAdaptiveConfig, data: dict[str, np.ndarray]):
     key = jax.random.key(cfg.seed)
     k_init, k_train, k_eval = jax.random.split(key, 3)
     params = model.init_variables(k_init)["params"]
-    opt = training.make_optimizer(name="adam", learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
-                                  total_steps=cfg.steps if cfg.cosine else None, b1=0.9, b2=0.999,
-                                  clip_norm=cfg.clip_norm)
+    opt = training.make_optimizer(
+        name="adam",
+        learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps,
+        total_steps=cfg.steps if cfg.cosine else None,
+        b1=0.9,
+        b2=0.999,
+        clip_norm=cfg.clip_norm,
+    )
     node0 = adaptive.init_state(mcfg, cfg.batch_size)
     state = training.init_train_state(params, opt, key=k_train, extra=node0)
     loss_fn = make_classification_loss(model, carry_state=carry)
@@ -179,16 +190,15 @@ def _plots(out: str, hist: dict[str, np.ndarray], chunk: int) -> list[str]:
     fig, ax = plt.subplots(1, 3, figsize=(14, 3.8))
     w = max(1, min(50, len(steps) // 20))
     smooth = lambda v: np.convolve(v, np.ones(w) / w, mode="valid")
-    ax[0].plot(steps[w - 1:], smooth(hist["loss"]))
-    ax[0].set(xlabel="optimiser step", ylabel=f"train cross-entropy (nats, {w}-step avg)", yscale="log",
-              title="loss")
-    ax[1].plot(steps[w - 1:], smooth(hist["accuracy"]), label="train (moving avg)")
+    ax[0].plot(steps[w - 1 :], smooth(hist["loss"]))
+    ax[0].set(xlabel="optimiser step", ylabel=f"train cross-entropy (nats, {w}-step avg)", yscale="log", title="loss")
+    ax[1].plot(steps[w - 1 :], smooth(hist["accuracy"]), label="train (moving avg)")
     ax[1].plot(hist["chunk_end_step"], hist["test_accuracy"], "o-", label="test")
     ax[1].set(xlabel="optimiser step", ylabel="accuracy", title="accuracy")
     ax[1].ticklabel_format(axis="y", useOffset=False)
     ax[1].legend()
     for p in adaptive.PHASES:
-        ax[2].plot(steps[w - 1:], smooth(hist[f"{p}_ratio"]), label=p)
+        ax[2].plot(steps[w - 1 :], smooth(hist[f"{p}_ratio"]), label=p)
     ax[2].set(xlabel="optimiser step", ylabel="fraction of node updates", title="node phases")
     ax[2].legend()
     fig.suptitle("adaptive-node network training")
@@ -202,8 +212,15 @@ def _plots(out: str, hist: dict[str, np.ndarray], chunk: int) -> list[str]:
     return paths
 
 
-def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: bool = True,
-          plots: bool = True, checkpointer: Checkpointer | None = None) -> dict[str, Any]:
+def train(
+    cfg: TrainAdaptiveConfig,
+    out: str,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    plots: bool = True,
+    checkpointer: Checkpointer | None = None,
+) -> dict[str, Any]:
     """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``.
     ``checkpointer`` is the driver's; without it the run folder ``out`` opens its own."""
     with phase("loading data", enabled=progress):
@@ -211,30 +228,50 @@ def train(cfg: TrainAdaptiveConfig, out: str, *, resume: bool = True, progress: 
     with phase("building the model", enabled=progress):
         model, mcfg, carry, state, advance, evaluate = build(cfg, data)
     n_chunks = cfg.steps // cfg.steps_per_chunk
-    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume,
-                          save_every=cfg.checkpoint_every or cfg.steps_per_chunk, keep=2) as ckpt:
-        res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.steps_per_chunk, checkpointer=ckpt,
-                          metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
-                          progress=progress, description="train adaptive")
+    with run_checkpointer(
+        out,
+        cfg,
+        checkpointer=checkpointer,
+        resume=resume,
+        save_every=cfg.checkpoint_every or cfg.steps_per_chunk,
+        keep=2,
+    ) as ckpt:
+        res = run_chunked(
+            advance,
+            state,
+            n_chunks=n_chunks,
+            steps_per_chunk=cfg.steps_per_chunk,
+            checkpointer=ckpt,
+            metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
+            progress=progress,
+            description="train adaptive",
+        )
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
     n_new = res.steps_run
     summary = {
-        "dataset": cfg.dataset, "preset": cfg.preset, "state_mode": "carry" if carry else "reset",
-        "model_config": config_dict(mcfg), "train_config": config_dict(cfg),
+        "dataset": cfg.dataset,
+        "preset": cfg.preset,
+        "state_mode": "carry" if carry else "reset",
+        "model_config": config_dict(mcfg),
+        "train_config": config_dict(cfg),
         "n_params": adaptive.count_params(ts.params),
-        "n_train": int(len(data["y_train"])), "n_test": int(len(data["y_test"])),
-        "steps": int(ts.step), "resumed_from": res.resumed_from,
+        "n_train": int(len(data["y_train"])),
+        "n_test": int(len(data["y_test"])),
+        "steps": int(ts.step),
+        "resumed_from": res.resumed_from,
         "test_accuracy": final["test_accuracy"],
         "best_test_accuracy": float(np.max(hist["test_accuracy"])),
         "final_train_loss_avg100": float(np.mean(hist["loss"][-100:])),
         "final_train_accuracy_avg100": float(np.mean(hist["accuracy"][-100:])),
         "phase_ratios_last100": {p: float(np.mean(hist[f"{p}_ratio"][-100:])) for p in adaptive.PHASES},
         "mean_energy_last": float(hist["mean_energy"][-1]),
-        "wall_time_s": res.wall_time_s, "steps_this_run": n_new,
+        "wall_time_s": res.wall_time_s,
+        "steps_this_run": n_new,
         "samples_per_s_incl_compile": n_new * cfg.batch_size / max(res.wall_time_s, 1e-9),
-        "device": jax.devices()[0].device_kind, "jax_version": jax.__version__,
+        "device": jax.devices()[0].device_kind,
+        "jax_version": jax.__version__,
     }
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
@@ -251,9 +288,15 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
     data = load_dataset(cfg)
     mcfg = model_config(cfg, data["x_train"].shape[1], 10)
     loss_fn, params, opt, get_batch, _ = adaptive_workload(mcfg, batch_size=cfg.batch_size)
-    run = profiling.profile_training(loss_fn, params, opt, get_batch, batch_size=cfg.batch_size,
-                                     fused_chunk=cfg.steps_per_chunk,
-                                     label=f"{cfg.preset} on {cfg.dataset}-shaped data")
+    run = profiling.profile_training(
+        loss_fn,
+        params,
+        opt,
+        get_batch,
+        batch_size=cfg.batch_size,
+        fused_chunk=cfg.steps_per_chunk,
+        label=f"{cfg.preset} on {cfg.dataset}-shaped data",
+    )
     return write_json(os.path.join(out, "baseline.json"), profiling.baseline_document([run]))
 
 
@@ -283,8 +326,11 @@ class TrainAdaptiveSimulation(Simulation):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--no-plots", action="store_true")
-        parser.add_argument("--profile", action="store_true",
-                            help="instead of training, profile the train step and write baseline.json to --out")
+        parser.add_argument(
+            "--profile",
+            action="store_true",
+            help="instead of training, profile the train step and write baseline.json to --out",
+        )
 
 
 SIMULATION = TrainAdaptiveSimulation()

@@ -63,8 +63,9 @@ LN2 = math.log(2.0)
 
 
 def _default_model() -> TransformerConfig:
-    return TransformerConfig(vocab_size=256, d_model=128, n_layers=3, n_heads=4, d_ff=384, max_len=128,
-                             activation="swiglu", norm="rmsnorm")
+    return TransformerConfig(
+        vocab_size=256, d_model=128, n_layers=3, n_heads=4, d_ff=384, max_len=128, activation="swiglu", norm="rmsnorm"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +95,22 @@ class TrainLMConfig:
         self.model.validate()
         if self.model.vocab_size != 256:
             raise ValueError(f"model.vocab_size must be 256 (the model reads bytes), got {self.model.vocab_size}")
-        for name in ("seq_len", "max_bytes", "batch_size", "steps", "steps_per_chunk", "eval_batches",
-                     "accumulate", "keep_checkpoints"):
+        for name in (
+            "seq_len",
+            "max_bytes",
+            "batch_size",
+            "steps",
+            "steps_per_chunk",
+            "eval_batches",
+            "accumulate",
+            "keep_checkpoints",
+        ):
             check_scalar(getattr(self, name), name, integer=True, minimum=1)
         if self.model.max_len < self.seq_len:
-            raise ValueError(f"model.max_len ({self.model.max_len}) must be >= seq_len ({self.seq_len}); "
-                             f"set model.max_len={self.seq_len}")
+            raise ValueError(
+                f"model.max_len ({self.model.max_len}) must be >= seq_len ({self.seq_len}); "
+                f"set model.max_len={self.seq_len}"
+            )
         check_scalar(self.val_fraction, "val_fraction", minimum=0.001, maximum=0.5)
         if self.steps % self.steps_per_chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
@@ -112,6 +123,7 @@ class TrainLMConfig:
 
 
 # --------------------------------------------------------------------------- data
+
 
 def stdlib_python_files() -> list[str]:
     """Sorted paths (relative to the stdlib directory) of its ``.py`` files, third-party dirs excluded."""
@@ -141,8 +153,13 @@ def load_corpus(max_bytes: int) -> tuple[np.ndarray, dict]:
     blob = b"".join(chunks)[:max_bytes]
     if len(blob) < max_bytes:
         raise ValueError(f"the stdlib at {root} has only {len(blob)} bytes of .py source; lower max_bytes")
-    info = {"root": root, "files": used, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-            "python": sys.version.split()[0]}
+    info = {
+        "root": root,
+        "files": used,
+        "bytes": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "python": sys.version.split()[0],
+    }
     return np.frombuffer(blob, dtype=np.uint8), info
 
 
@@ -169,13 +186,19 @@ def prepare_data(cfg: TrainLMConfig) -> dict:
     tw, vw = make_windows(train, cfg.seq_len), make_windows(val, cfg.seq_len)
     n_eval = cfg.eval_batches * cfg.batch_size
     if len(vw) < n_eval:
-        raise ValueError(f"validation set has {len(vw)} windows < eval_batches*batch_size = {n_eval}; "
-                         "raise max_bytes or val_fraction, or lower eval_batches")
+        raise ValueError(
+            f"validation set has {len(vw)} windows < eval_batches*batch_size = {n_eval}; "
+            "raise max_bytes or val_fraction, or lower eval_batches"
+        )
     if len(tw) < cfg.batch_size:
         raise ValueError(f"training set has {len(tw)} windows < batch_size {cfg.batch_size}")
-    return {"train": tw, "val": vw[:n_eval].reshape(cfg.eval_batches, cfg.batch_size, cfg.seq_len + 1),
-            "info": info, "unigram_entropy_bits": unigram_entropy_bits(train),
-            "val_unigram_cross_entropy_bits": _unigram_cross_entropy(train, val)}
+    return {
+        "train": tw,
+        "val": vw[:n_eval].reshape(cfg.eval_batches, cfg.batch_size, cfg.seq_len + 1),
+        "info": info,
+        "unigram_entropy_bits": unigram_entropy_bits(train),
+        "val_unigram_cross_entropy_bits": _unigram_cross_entropy(train, val),
+    }
 
 
 def _unigram_cross_entropy(train, val) -> float:
@@ -187,13 +210,20 @@ def _unigram_cross_entropy(train, val) -> float:
 
 # --------------------------------------------------------------------------- training
 
+
 def build(cfg: TrainLMConfig, data: dict):
     """(initial TrainState, advance(state) -> (state, obs), optimizer)."""
     mcfg = cfg.model
-    opt = training.make_optimizer(name="adamw", learning_rate=cfg.learning_rate,
-                                  warmup_steps=cfg.warmup_steps // cfg.accumulate,
-                                  total_steps=cfg.steps // cfg.accumulate, min_lr_ratio=cfg.min_lr_ratio,
-                                  weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm, accumulate=cfg.accumulate)
+    opt = training.make_optimizer(
+        name="adamw",
+        learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps // cfg.accumulate,
+        total_steps=cfg.steps // cfg.accumulate,
+        min_lr_ratio=cfg.min_lr_ratio,
+        weight_decay=cfg.weight_decay,
+        clip_norm=cfg.clip_norm,
+        accumulate=cfg.accumulate,
+    )
     key = jax.random.key(cfg.seed)
     params = init_params(mcfg, jax.random.fold_in(key, 1), cfg.seq_len)
     state = training.init_train_state(params, opt, key=jax.random.fold_in(key, 2), policy=mcfg.precision)
@@ -219,8 +249,16 @@ def build(cfg: TrainLMConfig, data: dict):
     return state, (lambda st: chunk(st, train_windows, val_batches)), opt
 
 
-def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool = True, plots: bool = True,
-          stop_after_chunks: int | None = None, checkpointer: Checkpointer | None = None) -> dict:
+def train(
+    cfg: TrainLMConfig,
+    out: str,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    plots: bool = True,
+    stop_after_chunks: int | None = None,
+    checkpointer: Checkpointer | None = None,
+) -> dict:
     """Train (or resume), write summary/plot/checkpoints to ``out``, return the summary dict.
 
     ``stop_after_chunks`` ends this invocation early (as an interruption would); a later call with
@@ -236,10 +274,19 @@ def train(cfg: TrainLMConfig, out: str, *, resume: bool = True, progress: bool =
     if stop_after_chunks is not None:
         n_chunks = min(n_chunks, int(stop_after_chunks))
     # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
-    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=cfg.steps_per_chunk,
-                          keep=cfg.keep_checkpoints) as ckpt:
-        res = run_chunked(advance, state, n_chunks=n_chunks, steps_per_chunk=cfg.steps_per_chunk, checkpointer=ckpt,
-                          metadata={"config": config_dict(cfg)}, progress=progress, description="train lm")
+    with run_checkpointer(
+        out, cfg, checkpointer=checkpointer, resume=resume, save_every=cfg.steps_per_chunk, keep=cfg.keep_checkpoints
+    ) as ckpt:
+        res = run_chunked(
+            advance,
+            state,
+            n_chunks=n_chunks,
+            steps_per_chunk=cfg.steps_per_chunk,
+            checkpointer=ckpt,
+            metadata={"config": config_dict(cfg)},
+            progress=progress,
+            description="train lm",
+        )
     hist = jax.tree_util.tree_map(np.asarray, res.history)
     mcfg = cfg.model
     n_params = count_params(res.state.params)
@@ -294,6 +341,7 @@ def _plot(hist, data, path):
 
 # --------------------------------------------------------------------------- generation
 
+
 def restore_params(cfg: TrainLMConfig, out: str):
     """Parameters of the latest checkpoint in ``out/ckpt`` (and its step)."""
     ckpt_dir = os.path.join(out, "ckpt")
@@ -305,14 +353,23 @@ def restore_params(cfg: TrainLMConfig, out: str):
             raise FileNotFoundError(f"no checkpoint in {ckpt_dir}; run `ivhl train lm --out {out}` first")
         _, obs = jax.eval_shape(advance, state)
         done = step // cfg.steps_per_chunk
-        hist_like = jax.tree_util.tree_map(lambda o: jax.ShapeDtypeStruct((done * o.shape[0],) + o.shape[1:], o.dtype),
-                                           obs)
+        hist_like = jax.tree_util.tree_map(
+            lambda o: jax.ShapeDtypeStruct((done * o.shape[0],) + o.shape[1:], o.dtype), obs
+        )
         _, restored, _ = ckpt.restore({"state": state, "history": hist_like}, step)
     return restored["state"].params, step
 
 
-def sample_text(cfg: TrainLMConfig, params, prompt: str, length: int, *, temperature: float = 0.8,
-                top_k: int | None = None, seed: int = 0) -> str:
+def sample_text(
+    cfg: TrainLMConfig,
+    params,
+    prompt: str,
+    length: int,
+    *,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> str:
     """Sample ``length`` bytes after ``prompt`` (UTF-8), decoded with replacement of invalid bytes."""
     mcfg = cfg.model
     p = np.frombuffer(prompt.encode("utf-8"), np.uint8)
@@ -337,6 +394,7 @@ def sample_text(cfg: TrainLMConfig, params, prompt: str, length: int, *, tempera
 
 # --------------------------------------------------------------------------- CLI
 
+
 class TrainLMSimulation(Simulation):
     """``ivhl train lm`` (``--generate``: :func:`generate_main` samples from a trained run instead)."""
 
@@ -345,9 +403,22 @@ class TrainLMSimulation(Simulation):
 
     def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
         s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
-        print(json.dumps({k: s[k] for k in ("n_params", "steps", "unigram_entropy_bits_per_byte",
-                                            "final_train_bits_per_byte_last_chunk_mean", "final_val_bits_per_byte",
-                                            "val_over_unigram")}, indent=1))
+        print(
+            json.dumps(
+                {
+                    k: s[k]
+                    for k in (
+                        "n_params",
+                        "steps",
+                        "unigram_entropy_bits_per_byte",
+                        "final_train_bits_per_byte_last_chunk_mean",
+                        "final_val_bits_per_byte",
+                        "val_over_unigram",
+                    )
+                },
+                indent=1,
+            )
+        )
         paths = {"summary": os.path.join(ctx.out, "summary.json")}
         if not ctx.args.no_plots:
             paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
@@ -364,8 +435,11 @@ class TrainLMSimulation(Simulation):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--no-plots", action="store_true")
-        parser.add_argument("--generate", action="store_true", help="sample from the latest checkpoint in --out "
-                            "(see `ivhl train lm --generate --help`)")
+        parser.add_argument(
+            "--generate",
+            action="store_true",
+            help="sample from the latest checkpoint in --out (see `ivhl train lm --generate --help`)",
+        )
 
 
 SIMULATION = TrainLMSimulation()

@@ -57,14 +57,25 @@ class VortexGRUConfig:
     seed: int = option(0, "seed of the data and the initialisation")
 
     def validate(self) -> None:
-        for k in ("n_train", "n_test", "length", "grid", "harmonics", "hidden", "layers", "steps", "steps_per_chunk",
-                  "batch_size"):
+        for k in (
+            "n_train",
+            "n_test",
+            "length",
+            "grid",
+            "harmonics",
+            "hidden",
+            "layers",
+            "steps",
+            "steps_per_chunk",
+            "batch_size",
+        ):
             check_scalar(getattr(self, k), k, integer=True, minimum=1)
         if self.steps % self.steps_per_chunk:
             raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
         if self.batch_size > self.n_train:
-            raise ValueError(f"batch_size ({self.batch_size}) must be <= n_train ({self.n_train}): lower batch_size "
-                             "or raise n_train")
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be <= n_train ({self.n_train}): lower batch_size or raise n_train"
+            )
         if self.grid < 8:
             raise ValueError("grid must be >= 8 to resolve the vortex core")
         check_choice(self.variant, "variant", ("torch", "cho"))
@@ -79,8 +90,9 @@ def fourier_paths(key: jax.Array, n: int, length: int, harmonics: int) -> jax.Ar
     t = jnp.arange(length) * 2 * jnp.pi / length
     k = jnp.arange(1, harmonics + 1)
     arg = k[None, None, :, None] * t + ph[..., None]  # [n, 2, K, T]
-    xy = jnp.stack([jnp.sum(amp[:, 0, :, None] * jnp.cos(arg[:, 0]), 1),
-                    jnp.sum(amp[:, 1, :, None] * jnp.sin(arg[:, 1]), 1)], -1)  # [n, T, 2]
+    xy = jnp.stack(
+        [jnp.sum(amp[:, 0, :, None] * jnp.cos(arg[:, 0]), 1), jnp.sum(amp[:, 1, :, None] * jnp.sin(arg[:, 1]), 1)], -1
+    )  # [n, T, 2]
     scale = 0.5 / jnp.max(jnp.linalg.norm(xy, axis=-1), axis=1)
     return xy * scale[:, None, None]
 
@@ -114,8 +126,12 @@ def make_data(cfg: VortexGRUConfig) -> dict[str, np.ndarray]:
     true = fourier_paths(key, cfg.n_train + cfg.n_test, cfg.length, cfg.harmonics)
     det = _detect_all(true, jnp.zeros((cfg.grid,)))
     true, det = np.asarray(true), np.asarray(det)
-    return {"train": det[:cfg.n_train], "test": det[cfg.n_train:], "true_test": true[cfg.n_train:],
-            "detect_rmse": float(np.sqrt(np.mean(np.sum((det - true) ** 2, -1))))}
+    return {
+        "train": det[: cfg.n_train],
+        "test": det[cfg.n_train :],
+        "true_test": true[cfg.n_train :],
+        "detect_rmse": float(np.sqrt(np.mean(np.sum((det - true) ** 2, -1)))),
+    }
 
 
 def baselines(p: np.ndarray) -> dict[str, float]:
@@ -127,21 +143,32 @@ def baselines(p: np.ndarray) -> dict[str, float]:
     return {"persistence_rmse": r(pers), "constant_velocity_rmse": r(cv)}
 
 
-def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool = True,
-          checkpointer: Checkpointer | None = None, plots: bool = True) -> dict:
+def train(
+    cfg: VortexGRUConfig,
+    out: str,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    checkpointer: Checkpointer | None = None,
+    plots: bool = True,
+) -> dict:
     """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own.
 
     Writes ``summary.json``, ``metrics.json`` and (with ``plots``) ``vortex_gru.png`` and ``loss_curve.png``.
     """
-    with phase("making data", detail=f"{cfg.n_train + cfg.n_test} trajectories, vortices detected on a "
-               f"{cfg.grid}x{cfg.grid} window", enabled=progress):
+    with phase(
+        "making data",
+        detail=f"{cfg.n_train + cfg.n_test} trajectories, vortices detected on a {cfg.grid}x{cfg.grid} window",
+        enabled=progress,
+    ):
         data = make_data(cfg)
     model = TrajectoryGRU(hidden=cfg.hidden, layers=cfg.layers, variant=cfg.variant)
     train_arr = jnp.asarray(data["train"])
     test_arr = jnp.asarray(data["test"])
     params = model.init(jax.random.key(cfg.seed), jnp.swapaxes(train_arr[:2], 0, 1))["params"]
-    opt = training.make_optimizer(name="adam", learning_rate=cfg.learning_rate, total_steps=cfg.steps,
-                                  b2=0.999, clip_norm=1.0)
+    opt = training.make_optimizer(
+        name="adam", learning_rate=cfg.learning_rate, total_steps=cfg.steps, b2=0.999, clip_norm=1.0
+    )
 
     def predict(p, seqs):  # seqs [B, T, 2] -> one-step predictions for t = 1..T-1
         pred = model.apply({"params": p}, jnp.swapaxes(seqs[:, :-1], 0, 1))
@@ -149,7 +176,7 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
 
     def loss_fn(p, batch, key, extra):
         err = predict(p, batch) - batch[:, 1:]
-        loss = jnp.mean(jnp.sum(err ** 2, -1))
+        loss = jnp.mean(jnp.sum(err**2, -1))
         return loss, ({}, extra)
 
     step = training.make_train_step(loss_fn, opt)
@@ -157,7 +184,7 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
 
     def test_rmse(p):
         err = predict(p, test_arr)[:, 1:] - test_arr[:, 2:]  # same targets as the baselines
-        return jnp.sqrt(jnp.mean(jnp.sum(err ** 2, -1)))
+        return jnp.sqrt(jnp.mean(jnp.sum(err**2, -1)))
 
     per_chunk = cfg.steps_per_chunk
 
@@ -167,15 +194,29 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
     with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=per_chunk, keep=2) as ck:
-        res = run_chunked(jax.jit(advance), state, n_chunks=cfg.steps // per_chunk, steps_per_chunk=per_chunk,
-                          checkpointer=ck, progress=progress, description="train vortex_gru")
+        res = run_chunked(
+            jax.jit(advance),
+            state,
+            n_chunks=cfg.steps // per_chunk,
+            steps_per_chunk=per_chunk,
+            checkpointer=ck,
+            progress=progress,
+            description="train vortex_gru",
+        )
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     final = float(jax.jit(test_rmse)(res.state.params))
     base = baselines(data["test"])
-    summary = {"config": config_dict(cfg), "gru_test_rmse": final, **base,
-               "gru_over_constant_velocity": final / base["constant_velocity_rmse"],
-               "detection_rmse_vs_true_centre": data["detect_rmse"], "grid_spacing": 2.0 / (cfg.grid - 1),
-               "steps": int(res.state.step), "resumed_from": res.resumed_from, "wall_time_s": res.wall_time_s}
+    summary = {
+        "config": config_dict(cfg),
+        "gru_test_rmse": final,
+        **base,
+        "gru_over_constant_velocity": final / base["constant_velocity_rmse"],
+        "detection_rmse_vs_true_centre": data["detect_rmse"],
+        "grid_spacing": 2.0 / (cfg.grid - 1),
+        "steps": int(res.state.step),
+        "resumed_from": res.resumed_from,
+        "wall_time_s": res.wall_time_s,
+    }
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
     if plots:
@@ -184,8 +225,14 @@ def train(cfg: VortexGRUConfig, out: str, *, resume: bool = True, progress: bool
     return summary
 
 
-def write_plots(out: str, hist: dict[str, np.ndarray], data: dict[str, np.ndarray], pred: np.ndarray,
-                base: dict[str, float], chunk: int) -> tuple[str, str]:
+def write_plots(
+    out: str,
+    hist: dict[str, np.ndarray],
+    data: dict[str, np.ndarray],
+    pred: np.ndarray,
+    base: dict[str, float],
+    chunk: int,
+) -> tuple[str, str]:
     """``vortex_gru.png`` (three test trajectories: true centre, detected, GRU one-step, and the train loss) and
     ``loss_curve.png`` (train MSE per step with its moving average; test RMSE after each chunk against the
     persistence and constant-velocity baselines). Positions are in units of the [-1, 1]² detection window.
@@ -202,8 +249,7 @@ def write_plots(out: str, hist: dict[str, np.ndarray], data: dict[str, np.ndarra
         ax[0].plot(*data["true_test"][i].T, "k-", lw=0.8, label="true centre" if i == 0 else None)
         ax[0].plot(*data["test"][i].T, ".", ms=3, label="detected" if i == 0 else None)
         ax[0].plot(*pred[i].T, "x", ms=3, label="GRU one-step" if i == 0 else None)
-    ax[0].set(aspect="equal", title="vortex trajectories (test)", xlabel="x (window units)",
-              ylabel="y (window units)")
+    ax[0].set(aspect="equal", title="vortex trajectories (test)", xlabel="x (window units)", ylabel="y (window units)")
     ax[0].legend(fontsize=8)
     ax[1].semilogy(np.arange(1, len(hist["loss"]) + 1), hist["loss"])
     ax[1].set(xlabel="optimiser step", ylabel="train MSE (window units²)", title="training loss")
@@ -213,8 +259,9 @@ def write_plots(out: str, hist: dict[str, np.ndarray], data: dict[str, np.ndarra
     w = max(1, min(50, len(steps) // 20))
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
     ax[0].semilogy(steps, hist["loss"], lw=0.6, alpha=0.5, label="per step")
-    ax[0].semilogy(steps[w - 1:], np.convolve(hist["loss"], np.ones(w) / w, mode="valid"),
-                   label=f"moving average ({w} steps)")
+    ax[0].semilogy(
+        steps[w - 1 :], np.convolve(hist["loss"], np.ones(w) / w, mode="valid"), label=f"moving average ({w} steps)"
+    )
     ax[0].set(xlabel="optimiser step", ylabel="train MSE (window units²)", title="train loss")
     ax[0].legend(fontsize=8)
     chunk_end = chunk * np.arange(1, len(hist["test_rmse"]) + 1)
@@ -237,8 +284,10 @@ class VortexGRUSimulation(Simulation):
     def run(self, cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
         t0 = time.perf_counter()
         s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer, plots=not ctx.args.no_plots)
-        print(f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
-              f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
+            f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s"
+        )
         paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
         if "plot" in s:
             paths.update(plot=s["plot"], loss_curve=s["loss_curve"])

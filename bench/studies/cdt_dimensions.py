@@ -91,15 +91,32 @@ def _configuration(geo, rng, origins, walk_origins, steps_for, rec=None):
         rec["mean_distance"][name].append(r[name])
         rec["n_nodes"][name].append(n)
         if walk_origins:
-            p = spectral.graph_return_probability(jnp.asarray(s, jnp.int32), jnp.asarray(d, jnp.int32),
-                                                  jnp.ones(n, bool), jnp.asarray(o[:walk_origins], jnp.int32),
-                                                  steps_for(n))
+            p = spectral.graph_return_probability(
+                jnp.asarray(s, jnp.int32),
+                jnp.asarray(d, jnp.int32),
+                jnp.ones(n, bool),
+                jnp.asarray(o[:walk_origins], jnp.int32),
+                steps_for(n),
+            )
             rec["p"][name].append(np.asarray(p).mean(0).tolist())
     return r
 
 
-def run(volumes, chains, thermal, measurements, gap, origins, sigma_factor, mix_limit, seed=0, log=print,
-        dump=None, walk_origins=None, thermal_every=0):
+def run(
+    volumes,
+    chains,
+    thermal,
+    measurements,
+    gap,
+    origins,
+    sigma_factor,
+    mix_limit,
+    seed=0,
+    log=print,
+    dump=None,
+    walk_origins=None,
+    thermal_every=0,
+):
     from ivhl_jax import cdt, trajectory
 
     walk_origins = origins if walk_origins is None else walk_origins
@@ -130,23 +147,41 @@ def run(volumes, chains, thermal, measurements, gap, origins, sigma_factor, mix_
             jax.block_until_ready(chain)
             done += block
             if thermal_every > 0:
-                rows = [(int(g.n0), _configuration(g, rng, origins, 0, None))
-                        for g in (chain_geometry(chain, c) for c in range(chains))]
+                rows = [
+                    (int(g.n0), _configuration(g, rng, origins, 0, None))
+                    for g in (chain_geometry(chain, c) for c in range(chains))
+                ]
                 series["sweeps"].append(done)
                 series["n0"].append([n0 for n0, _ in rows])
                 for name in ("vertex", "dual"):
                     series[name].append([r[name] for _, r in rows])
-                log(f"N2={n2}: {done}/{thermal} thermalisation sweeps ({time.perf_counter() - t0:.0f} s), "
+                log(
+                    f"N2={n2}: {done}/{thermal} thermalisation sweeps ({time.perf_counter() - t0:.0f} s), "
                     f"N0 {np.mean(series['n0'][-1]):.0f}, <r> vertex {np.mean(series['vertex'][-1]):.3f} "
-                    f"dual {np.mean(series['dual'][-1]):.3f}")
+                    f"dual {np.mean(series['dual'][-1]):.3f}"
+                )
         t_therm = time.perf_counter() - t0
         sigma_max = int(sigma_factor * math.sqrt(n2))
         grid = np.unique(np.geomspace(2, sigma_max, 40).astype(int))
-        rec = {"n2_target": n2, "n_slices": t_slices, "chains": chains, "thermal_sweeps": thermal,
-               "thermal_seconds": round(t_therm, 1), "sigma_max": sigma_max, "sigma_grid": grid.tolist(),
-               "gap": gap, "origins": origins, "walk_origins": walk_origins, "seed": seed,
-               "n2": [], "mean_distance": {"vertex": [], "dual": []}, "p": {"vertex": [], "dual": []},
-               "n_nodes": {"vertex": [], "dual": []}, "chain": [], "thermal_series": series}
+        rec = {
+            "n2_target": n2,
+            "n_slices": t_slices,
+            "chains": chains,
+            "thermal_sweeps": thermal,
+            "thermal_seconds": round(t_therm, 1),
+            "sigma_max": sigma_max,
+            "sigma_grid": grid.tolist(),
+            "gap": gap,
+            "origins": origins,
+            "walk_origins": walk_origins,
+            "seed": seed,
+            "n2": [],
+            "mean_distance": {"vertex": [], "dual": []},
+            "p": {"vertex": [], "dual": []},
+            "n_nodes": {"vertex": [], "dual": []},
+            "chain": [],
+            "thermal_series": series,
+        }
 
         def steps_for(n, n2=n2, sigma_max=sigma_max):
             # N steps (past the mixing time) where affordable, else the short-time window only
@@ -160,15 +195,19 @@ def run(volumes, chains, thermal, measurements, gap, origins, sigma_factor, mix_
                 rec["n2"].append(int(geo.n2))
                 rec["chain"].append(c)
                 _configuration(geo, rng, origins, walk_origins, steps_for, rec)
-            log(f"N2={n2}: measurement {m + 1}/{measurements} ({time.perf_counter() - t0:.0f} s), <r> vertex "
+            log(
+                f"N2={n2}: measurement {m + 1}/{measurements} ({time.perf_counter() - t0:.0f} s), <r> vertex "
                 f"{np.mean(rec['mean_distance']['vertex'][-chains:]):.3f} "
-                f"dual {np.mean(rec['mean_distance']['dual'][-chains:]):.3f}")
+                f"dual {np.mean(rec['mean_distance']['dual'][-chains:]):.3f}"
+            )
             if dump is not None:
                 dump([*out, rec])
         rec["seconds"] = round(time.perf_counter() - t0, 1)
-        log(f"N2={n2}: T={t_slices}, <N2>={np.mean(rec['n2']):.0f}, thermalised in {t_therm:.0f} s, "
+        log(
+            f"N2={n2}: T={t_slices}, <N2>={np.mean(rec['n2']):.0f}, thermalised in {t_therm:.0f} s, "
             f"<r> vertex {np.mean(rec['mean_distance']['vertex']):.2f} dual {np.mean(rec['mean_distance']['dual']):.2f}"
-            f", total {rec['seconds']:.0f} s")
+            f", total {rec['seconds']:.0f} s"
+        )
         out.append(rec)
         if dump is not None:
             dump(out)
@@ -193,10 +232,14 @@ def _forms():
     return {
         "power: <r> = b N^(1/d_H)": (power, lambda x, y: (y[-1] / math.sqrt(x[-1]), 0.5)),
         "offset: <r> = a + b N^(1/d_H)": (offset, lambda x, y: (0.0, y[-1] / math.sqrt(x[-1]), 0.5)),
-        "offset + 1/sqrt(N): <r> = a + b N^(1/d_H) + c N^(-1/2)":
-            (offset_sqrt, lambda x, y: (0.0, y[-1] / math.sqrt(x[-1]), 0.5, 0.0)),
-        "power x (1 + c N^-omega), 0.05 <= omega <= 2":
-            (power_omega, lambda x, y: (y[-1] / math.sqrt(x[-1]), 0.5, 0.1, 0.5)),
+        "offset + 1/sqrt(N): <r> = a + b N^(1/d_H) + c N^(-1/2)": (
+            offset_sqrt,
+            lambda x, y: (0.0, y[-1] / math.sqrt(x[-1]), 0.5, 0.0),
+        ),
+        "power x (1 + c N^-omega), 0.05 <= omega <= 2": (
+            power_omega,
+            lambda x, y: (y[-1] / math.sqrt(x[-1]), 0.5, 0.1, 0.5),
+        ),
     }
 
 
@@ -214,8 +257,16 @@ def _weighted_fit(model, start, x, y, e):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a degenerate fit shows as an infinite or huge error, reported
-            par, cov = curve_fit(model, x, y, p0=start(x, y), sigma=e, absolute_sigma=True, maxfev=2000,
-                                 bounds=_BOUNDS.get(model.__name__, (-np.inf, np.inf)))
+            par, cov = curve_fit(
+                model,
+                x,
+                y,
+                p0=start(x, y),
+                sigma=e,
+                absolute_sigma=True,
+                maxfev=2000,
+                bounds=_BOUNDS.get(model.__name__, (-np.inf, np.inf)),
+            )
     except (RuntimeError, ValueError):
         return None
     i = 1 if model.__name__ in ("power", "power_omega") else 2
@@ -305,10 +356,14 @@ def analyse(records):
             slope = math.log(dist[k + 1] / dist[k]) / math.log(vols[k + 1] / vols[k])
             rel = math.hypot(derr[k] / dist[k], derr[k + 1] / dist[k + 1]) / math.log(vols[k + 1] / vols[k])
             fits[f"local_{vols[k]:.0f}_{vols[k + 1]:.0f}"] = [1.0 / slope, rel / slope**2]
-        haus[graph] = {"mean_distance": dist, "mean_distance_error": derr, "fits": fits,
-                       "mean_distance_error_configurations": [c for c, _ in both],
-                       "mean_distance_error_chains": [ch for _, ch in both],
-                       "weighted_fits": _scaling_fits(vols, [r["mean_distance"][graph] for r in records], derr)}
+        haus[graph] = {
+            "mean_distance": dist,
+            "mean_distance_error": derr,
+            "fits": fits,
+            "mean_distance_error_configurations": [c for c, _ in both],
+            "mean_distance_error_chains": [ch for _, ch in both],
+            "weighted_fits": _scaling_fits(vols, [r["mean_distance"][graph] for r in records], derr),
+        }
     for graph in ("vertex", "dual"):
         mix, mix_err = [], []
         rows = []
@@ -342,10 +397,19 @@ def analyse(records):
             m = p.shape[0]
             jerr = math.sqrt((m - 1) / m * np.sum((np.asarray(slopes) - np.mean(slopes)) ** 2))
             res = spectral.spectral_dimension(p[:, grid], grid)
-            rows.append({"graph": graph, "n2": float(np.mean(r["n2"])), "sigma": res.sigma.tolist(),
-                         "d_s": res.d_s.tolist(), "error": res.error.tolist(),
-                         "window": [int(g[0]), int(g[-1])], "d_s_window_fit": [float(full), float(jerr)],
-                         "mixing_time": mix[-1], "mixing_time_error": mix_err[-1]})
+            rows.append(
+                {
+                    "graph": graph,
+                    "n2": float(np.mean(r["n2"])),
+                    "sigma": res.sigma.tolist(),
+                    "d_s": res.d_s.tolist(),
+                    "error": res.error.tolist(),
+                    "window": [int(g[0]), int(g[-1])],
+                    "d_s_window_fit": [float(full), float(jerr)],
+                    "mixing_time": mix[-1],
+                    "mixing_time_error": mix_err[-1],
+                }
+            )
         spec["per_volume"] += rows
         have = [i for i, t in enumerate(mix) if np.isfinite(t)]
         nn = [float(np.mean(walked[i]["n_nodes"][graph])) for i in have]
@@ -361,8 +425,12 @@ def analyse(records):
             slope = math.log(mix[k + 1] / mix[k]) / math.log(nn[k + 1] / nn[k])
             rel = math.hypot(mix_err[k] / mix[k], mix_err[k + 1] / mix[k + 1]) / math.log(nn[k + 1] / nn[k])
             fits[f"local_{nn[k]:.0f}_{nn[k + 1]:.0f}"] = [2.0 / slope, 2.0 * rel / slope**2]
-        spec[graph] = {"n_nodes": nn, "mixing_time": mix, "mixing_time_error": mix_err,
-                       "d_s_from_mixing_time_scaling": fits}
+        spec[graph] = {
+            "n_nodes": nn,
+            "mixing_time": mix,
+            "mixing_time_error": mix_err,
+            "d_s_from_mixing_time_scaling": fits,
+        }
     return haus, spec
 
 
@@ -376,9 +444,11 @@ def _pool(records):
     for i, r in enumerate(records):
         out["n2"] += r["n2"]
         out["chain"] += [f"{i}.{c}" for c in r.get("chain", [j % r["chains"] for j in range(len(r["n2"]))])]
-        out["runs"].append({"seed": r.get("seed", 0)}
-                           | {k: r[k] for k in ("chains", "thermal_sweeps", "gap", "origins", "walk_origins") if k in r}
-                           | {"configurations": len(r["n2"])})
+        out["runs"].append(
+            {"seed": r.get("seed", 0)}
+            | {k: r[k] for k in ("chains", "thermal_sweeps", "gap", "origins", "walk_origins") if k in r}
+            | {"configurations": len(r["n2"])}
+        )
     out["thermal_series_runs"] = [{"seed": r.get("seed", 0), **r.get("thermal_series", {})} for r in records]
     out["chains"] = sum(r["chains"] for r in records)
     out["thermal_sweeps"] = min(r["thermal_sweeps"] for r in records)
@@ -413,62 +483,117 @@ def main(argv=None) -> int:
     ap.add_argument("--gap", type=int, default=100, help="sweeps between measurements")
     ap.add_argument("--origins", type=int, default=4)
     ap.add_argument("--sigma-factor", type=float, default=4.0, help="sigma_max = factor * sqrt(N2)")
-    ap.add_argument("--mix-limit", type=int, default=16384,
-                    help="volumes N2 up to this diffuse N steps (past the mixing time: d_s by scaling)")
+    ap.add_argument(
+        "--mix-limit",
+        type=int,
+        default=16384,
+        help="volumes N2 up to this diffuse N steps (past the mixing time: d_s by scaling)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="chains use keys seed + N2; origins rng(seed)")
-    ap.add_argument("--walk-origins", type=int, default=None,
-                    help="origins (of the --origins BFS origins) diffused by the walk; 0: no walk (default: all)")
-    ap.add_argument("--thermal-every", type=int, default=0,
-                    help="record N0 and <r> of every chain every this many thermalisation sweeps (0: never)")
+    ap.add_argument(
+        "--walk-origins",
+        type=int,
+        default=None,
+        help="origins (of the --origins BFS origins) diffused by the walk; 0: no walk (default: all)",
+    )
+    ap.add_argument(
+        "--thermal-every",
+        type=int,
+        default=0,
+        help="record N0 and <r> of every chain every this many thermalisation sweeps (0: never)",
+    )
     ap.add_argument("--raw", default=None, help="also dump the raw records to this JSON file (after each measurement)")
-    ap.add_argument("--from-raw", nargs="+", default=None,
-                    help="analyse raw record files of earlier runs (concatenated, sorted by volume) instead of running")
-    ap.add_argument("--run-command", action="append", default=[],
-                    help="with --from-raw: the command of each run that wrote them (recorded in the results)")
+    ap.add_argument(
+        "--from-raw",
+        nargs="+",
+        default=None,
+        help="analyse raw record files of earlier runs (concatenated, sorted by volume) instead of running",
+    )
+    ap.add_argument(
+        "--run-command",
+        action="append",
+        default=[],
+        help="with --from-raw: the command of each run that wrote them (recorded in the results)",
+    )
     args = ap.parse_args(argv)
     command = "python -m bench.studies.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_raw:
         command = "python -m bench.studies.cdt_dimensions --from-raw " + " ".join(args.from_raw)
         records = load_raw(args.from_raw)
     else:
+
         def dump(recs):
             if args.raw:
                 pathlib.Path(args.raw).write_text(json.dumps(recs))
 
-        records = run(args.volumes, args.chains, args.thermal, args.measurements, args.gap, args.origins,
-                      args.sigma_factor, args.mix_limit, log=lambda s: print(s, flush=True), dump=dump,
-                      walk_origins=args.walk_origins, thermal_every=args.thermal_every, seed=args.seed)
+        records = run(
+            args.volumes,
+            args.chains,
+            args.thermal,
+            args.measurements,
+            args.gap,
+            args.origins,
+            args.sigma_factor,
+            args.mix_limit,
+            log=lambda s: print(s, flush=True),
+            dump=dump,
+            walk_origins=args.walk_origins,
+            thermal_every=args.thermal_every,
+            seed=args.seed,
+        )
     haus, spec = analyse(records)
     meta: dict[str, Any] = {"command": command}
     if args.run_command:
         meta["runs"] = args.run_command
     meta["engine"] = "host (list proposals), eps = 0.02, lambda = ln 2, fixed N2 = target"
     meta["per_volume_schedule"] = [
-        {"n2": r["n2_target"], "n_slices": r["n_slices"], "chains": r["chains"], "thermal_sweeps": r["thermal_sweeps"],
-         "configurations": len(r["n2"]), "gap": r.get("gap"), "origins": r.get("origins"),
-         "walk_origins": r.get("walk_origins", r.get("origins")),
-         "walk_steps": {g: min((len(q) for q in r["p"][g]), default=1) - 1 for g in r["p"]}}
+        {
+            "n2": r["n2_target"],
+            "n_slices": r["n_slices"],
+            "chains": r["chains"],
+            "thermal_sweeps": r["thermal_sweeps"],
+            "configurations": len(r["n2"]),
+            "gap": r.get("gap"),
+            "origins": r.get("origins"),
+            "walk_origins": r.get("walk_origins", r.get("origins")),
+            "walk_steps": {g: min((len(q) for q in r["p"][g]), default=1) - 1 for g in r["p"]},
+        }
         | ({"runs": r["runs"]} if "runs" in r else {})
-        for r in records]
+        for r in records
+    ]
     # N0 and <r> (mean over a run's chains) after each block of thermalisation sweeps, per run where recorded
     meta["thermalisation_series"] = {
-        str(r["n2_target"]): [{"seed": t.get("seed", 0), "sweeps": t["sweeps"],
-                               **{k: [float(np.mean(v)) for v in t[k]] for k in ("n0", "vertex", "dual")}}
-                              for t in r.get("thermal_series_runs", [{"seed": r.get("seed", 0),
-                                                                      **r.get("thermal_series", {})}])
-                              if t.get("sweeps")]
-        for r in records}
+        str(r["n2_target"]): [
+            {
+                "seed": t.get("seed", 0),
+                "sweeps": t["sweeps"],
+                **{k: [float(np.mean(v)) for v in t[k]] for k in ("n0", "vertex", "dual")},
+            }
+            for t in r.get("thermal_series_runs", [{"seed": r.get("seed", 0), **r.get("thermal_series", {})}])
+            if t.get("sweeps")
+        ]
+        for r in records
+    }
     meta["thermalisation_series"] = {k: v for k, v in meta["thermalisation_series"].items() if v}
     from ivhl_jax.bench.harness import write_results
 
     write_results(RESULTS / "cdt_hausdorff_scaling.json", {**meta, **haus}, command=command)
-    spec_meta = {**meta, "walk": "lazy random walk, stay probability 1/2, exact diffusion per origin",
-                 "d_s_error": "jackknife over configurations"}
+    spec_meta = {
+        **meta,
+        "walk": "lazy random walk, stay probability 1/2, exact diffusion per origin",
+        "d_s_error": "jackknife over configurations",
+    }
     write_results(RESULTS / "cdt_spectral_dimension.json", {**spec_meta, **spec}, command=command)
-    print(json.dumps({"hausdorff": {g: haus[g]["fits"] for g in ("vertex", "dual")},
-                      "spectral": {g: spec[g]["d_s_from_mixing_time_scaling"] for g in ("vertex", "dual")},
-                      "plateau": [(r["graph"], r["n2"], r["d_s_window_fit"]) for r in spec["per_volume"]]},
-                     indent=1))
+    print(
+        json.dumps(
+            {
+                "hausdorff": {g: haus[g]["fits"] for g in ("vertex", "dual")},
+                "spectral": {g: spec[g]["d_s_from_mixing_time_scaling"] for g in ("vertex", "dual")},
+                "plateau": [(r["graph"], r["n2"], r["d_s_window_fit"]) for r in spec["per_volume"]],
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -76,15 +76,20 @@ class _TreeFinder(importlib.abc.MetaPathFinder):
     """Resolves the top-level ``ivhl_jax`` packages to one source tree (old or new)."""
 
     def __init__(self, root: str):
-        self.map = {"ivhl_jax": os.path.join(root, "ivhl_jax"), "ivhl_jax.models": os.path.join(root, "models"),
-                    "ivhl_jax.bench": os.path.join(root, "bench"), "ivhl_jax.sims": os.path.join(root, "sims")}
+        self.map = {
+            "ivhl_jax": os.path.join(root, "ivhl_jax"),
+            "ivhl_jax.models": os.path.join(root, "models"),
+            "ivhl_jax.bench": os.path.join(root, "bench"),
+            "ivhl_jax.sims": os.path.join(root, "sims"),
+        }
 
     def find_spec(self, fullname, path=None, target=None):
         d = self.map.get(fullname)
         if d is None:
             return None
-        return importlib.util.spec_from_file_location(fullname, os.path.join(d, "__init__.py"),
-                                                      submodule_search_locations=[d])
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(d, "__init__.py"), submodule_search_locations=[d]
+        )
 
 
 def _build(spec: tuple) -> dict[str, Any]:
@@ -166,9 +171,15 @@ def worker(root: str) -> None:
 class Worker:
     def __init__(self, root: str, log):
         self.root = root
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", root],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                                     cwd=tempfile.gettempdir(), env={**os.environ, "PYTHONPATH": root})
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", root],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=tempfile.gettempdir(),
+            env={**os.environ, "PYTHONPATH": root},
+        )
         self.hello = self._read()
         if not self.hello["ivhl_jax"].startswith(os.path.join(root, "ivhl_jax")):
             raise RuntimeError(f"worker for {root} imported {self.hello['ivhl_jax']}")
@@ -211,8 +222,13 @@ def compare(path_old: str, path_new: str) -> dict[str, Any]:
         scale = float(np.max(np.abs(u))) if u.size else 0.0
         max_abs = max(max_abs, d)
         max_rel = max(max_rel, d / scale if scale > 0 else d)
-    return {"same_structure": True, "leaves": len(ka), "max_abs_diff": max_abs, "max_rel_diff": max_rel,
-            "allclose": bool(max_rel < 1e-3)}
+    return {
+        "same_structure": True,
+        "leaves": len(ka),
+        "max_abs_diff": max_abs,
+        "max_rel_diff": max_rel,
+        "allclose": bool(max_rel < 1e-3),
+    }
 
 
 def _q(v, p):
@@ -235,22 +251,33 @@ def _ensure_old_tree(path: str, rev: str | None) -> str:
     return path
 
 
-def run(workloads: dict[str, tuple[str, str, str]], rounds: int, old_root: str, new_root: str,
-        target_s: float, first_rounds: int, log: Callable[[str], None],
-        on_result: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run(
+    workloads: dict[str, tuple[str, str, str]],
+    rounds: int,
+    old_root: str,
+    new_root: str,
+    target_s: float,
+    first_rounds: int,
+    log: Callable[[str], None],
+    on_result: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="ivhl_compare_")
     errlog = open(os.path.join(tmp, "workers.log"), "w")
     workers = {"old": Worker(old_root, errlog), "new": Worker(new_root, errlog)}
     results: dict[str, Any] = {}
     try:
         for name, spec in workloads.items():
-            rec: dict[str, Any] = {"spec": spec, "first_call_s": {"old": [], "new": []},
-                                   "compile_s": {"old": [], "new": []}}
+            rec: dict[str, Any] = {
+                "spec": spec,
+                "first_call_s": {"old": [], "new": []},
+                "compile_s": {"old": [], "new": []},
+            }
             for r in range(max(1, first_rounds)):  # builds, interleaved; the last build is the one timed
                 order = ("old", "new") if r % 2 == 0 else ("new", "old")
                 for t in order:
-                    res = workers[t].ask(cmd="build", name=name, spec=spec,
-                                         out=os.path.join(tmp, f"{name}_{t}.npz") if r == 0 else None)
+                    res = workers[t].ask(
+                        cmd="build", name=name, spec=spec, out=os.path.join(tmp, f"{name}_{t}.npz") if r == 0 else None
+                    )
                     rec["first_call_s"][t].append(res["first_call_s"])
                     if res["compile_s"] is not None:
                         rec["compile_s"][t].append(res["compile_s"])
@@ -270,27 +297,39 @@ def run(workloads: dict[str, tuple[str, str, str]], rounds: int, old_root: str, 
                 workers[t].ask(cmd="drop", name=name)
             ratios = [n / o for n, o in zip(samples["new"], samples["old"])]
             ratios_min = [n / o for n, o in zip(best["new"], best["old"])]
-            rec.update({
-                "ratio_of_round_minima_median": float(np.median(ratios_min)),
-                "ratio_of_round_minima_iqr": [_q(ratios_min, 25), _q(ratios_min, 75)],
-                "old_min_s": float(np.min(best["old"])), "new_min_s": float(np.min(best["new"])),
-                "reps_per_round": reps, "warmup_calls_per_round": warmup,
-                "old_median_s": float(np.median(samples["old"])), "new_median_s": float(np.median(samples["new"])),
-                "ratio_median": float(np.median(ratios)), "ratio_q25": _q(ratios, 25), "ratio_q75": _q(ratios, 75),
-                "ratio_min": float(min(ratios)), "ratio_max": float(max(ratios)),
-                "first_call_ratio": float(np.median(rec["first_call_s"]["new"])
-                                          / np.median(rec["first_call_s"]["old"])),
-                "samples_s": {t: [round(x, 7) for x in v] for t, v in samples.items()}, "ratios": ratios,
-            })
+            rec.update(
+                {
+                    "ratio_of_round_minima_median": float(np.median(ratios_min)),
+                    "ratio_of_round_minima_iqr": [_q(ratios_min, 25), _q(ratios_min, 75)],
+                    "old_min_s": float(np.min(best["old"])),
+                    "new_min_s": float(np.min(best["new"])),
+                    "reps_per_round": reps,
+                    "warmup_calls_per_round": warmup,
+                    "old_median_s": float(np.median(samples["old"])),
+                    "new_median_s": float(np.median(samples["new"])),
+                    "ratio_median": float(np.median(ratios)),
+                    "ratio_q25": _q(ratios, 25),
+                    "ratio_q75": _q(ratios, 75),
+                    "ratio_min": float(min(ratios)),
+                    "ratio_max": float(max(ratios)),
+                    "first_call_ratio": float(
+                        np.median(rec["first_call_s"]["new"]) / np.median(rec["first_call_s"]["old"])
+                    ),
+                    "samples_s": {t: [round(x, 7) for x in v] for t, v in samples.items()},
+                    "ratios": ratios,
+                }
+            )
             if rec["compile_s"]["old"]:
                 rec["compile_ratio"] = float(np.median(rec["compile_s"]["new"]) / np.median(rec["compile_s"]["old"]))
             results[name] = rec
             if on_result is not None:
                 on_result(name, rec)
-            log(f"{name:24s} old {1e3 * rec['old_median_s']:9.3f} ms  new {1e3 * rec['new_median_s']:9.3f} ms  "
+            log(
+                f"{name:24s} old {1e3 * rec['old_median_s']:9.3f} ms  new {1e3 * rec['new_median_s']:9.3f} ms  "
                 f"new/old {rec['ratio_median']:.3f} [IQR {rec['ratio_q25']:.3f}-{rec['ratio_q75']:.3f}]  "
                 f"of minima {rec['ratio_of_round_minima_median']:.3f}  "
-                f"first call new/old {rec['first_call_ratio']:.2f}  check {rec['check']}")
+                f"first call new/old {rec['first_call_ratio']:.2f}  check {rec['check']}"
+            )
     finally:
         for w in workers.values():
             w.close()
@@ -299,12 +338,18 @@ def run(workloads: dict[str, tuple[str, str, str]], rounds: int, old_root: str, 
 
 
 def _summary(r: dict[str, Any]) -> dict[str, Any]:
-    return {"old_ms": 1e3 * r["old_median_s"], "new_ms": 1e3 * r["new_median_s"],
-            "ratio": r["ratio_median"], "ratio_iqr": [r["ratio_q25"], r["ratio_q75"]],
-            "ratio_of_round_minima": r.get("ratio_of_round_minima_median"),
-            "ratio_of_round_minima_iqr": r.get("ratio_of_round_minima_iqr"),
-            "first_call_ratio": r["first_call_ratio"], "compile_ratio": r.get("compile_ratio"),
-            "outputs_match": r["check"].get("allclose"), "rounds": len(r["ratios"])}
+    return {
+        "old_ms": 1e3 * r["old_median_s"],
+        "new_ms": 1e3 * r["new_median_s"],
+        "ratio": r["ratio_median"],
+        "ratio_iqr": [r["ratio_q25"], r["ratio_q75"]],
+        "ratio_of_round_minima": r.get("ratio_of_round_minima_median"),
+        "ratio_of_round_minima_iqr": r.get("ratio_of_round_minima_iqr"),
+        "first_call_ratio": r["first_call_ratio"],
+        "compile_ratio": r.get("compile_ratio"),
+        "outputs_match": r["check"].get("allclose"),
+        "rounds": len(r["ratios"]),
+    }
 
 
 def main(argv=None) -> dict:
@@ -317,16 +362,26 @@ def main(argv=None) -> dict:
     ap.add_argument("--target-s", type=float, default=0.3, help="timed seconds per round and tree (sets reps)")
     ap.add_argument("--workloads", default=None, help="comma-separated subset of: " + ",".join(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
-    ap.add_argument("--sizes", default=None, help="comma-separated op sizes (small,medium,large,...): each chosen "
-                    "workload runs at every one of them (named op@size)")
-    ap.add_argument("--against", default=None, help="git revision to compare with (a worktree of it is created "
-                    "at --old-root when that folder holds no tree)")
+    ap.add_argument(
+        "--sizes",
+        default=None,
+        help="comma-separated op sizes (small,medium,large,...): each chosen "
+        "workload runs at every one of them (named op@size)",
+    )
+    ap.add_argument(
+        "--against",
+        default=None,
+        help="git revision to compare with (a worktree of it is created at --old-root when that folder holds no tree)",
+    )
     ap.add_argument("--old-root", default=None, help="the other tree (default: /tmp/ivhl_compare_<REV>)")
     ap.add_argument("--new-root", default=REPO)
     ap.add_argument("--export", default=None, help="JSON file to write (rewritten after every workload)")
-    ap.add_argument("--append", action="store_true",
-                    help="keep the export file's records of workloads this run does not time (each record "
-                         "names the run that made it)")
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the export file's records of workloads this run does not time (each record "
+        "names the run that made it)",
+    )
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
@@ -345,14 +400,24 @@ def main(argv=None) -> dict:
     old_root = _ensure_old_tree(os.path.abspath(args.old_root or f"/tmp/ivhl_compare_{args.against}"), args.against)
     new_root = os.path.abspath(args.new_root)
     rev = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    old_rev = subprocess.run(["git", "-C", old_root, "rev-parse", "HEAD"], capture_output=True,
-                             text=True).stdout.strip()
+    old_rev = subprocess.run(
+        ["git", "-C", old_root, "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     command = "python -m bench.studies.compare_revisions " + " ".join(sys.argv[1:] if argv is None else argv)
-    this_run = {"command": command, "head": rev, "old_rev": old_rev, "old_root": old_root, "new_root": new_root,
-                "timestamp_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "rounds": args.rounds, "first_rounds": args.first_rounds, "target_s": args.target_s,
-                "cpu_count": backend.machine_cores(), "loadavg_start": os.getloadavg(),
-                "uncommitted_start": _git_status()}
+    this_run = {
+        "command": command,
+        "head": rev,
+        "old_rev": old_rev,
+        "old_root": old_root,
+        "new_root": new_root,
+        "timestamp_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "rounds": args.rounds,
+        "first_rounds": args.first_rounds,
+        "target_s": args.target_s,
+        "cpu_count": backend.machine_cores(),
+        "loadavg_start": os.getloadavg(),
+        "uncommitted_start": _git_status(),
+    }
     from ivhl_jax.bench.harness import write_results
 
     doc: dict[str, Any] = {"workloads": {}, "runs": []}
@@ -363,26 +428,34 @@ def main(argv=None) -> dict:
     t0 = time.time()
 
     def on_result(name: str, rec: dict[str, Any]) -> None:
-        rec["run"] = {"command": command, "timestamp_utc": this_run["timestamp_utc"],
-                      "loadavg_after": os.getloadavg()}
+        rec["run"] = {"command": command, "timestamp_utc": this_run["timestamp_utc"], "loadavg_after": os.getloadavg()}
         doc["workloads"][name] = rec
-        this_run.update({"loadavg_end": os.getloadavg(), "wall_s": time.time() - t0,
-                         "uncommitted_end": _git_status()})
-        doc.update({
-            "what": f"this tree (working tree, uncommitted changes included) against {old_rev[:12]}: the same "
-                    "bench ops on identical inputs, steady-state time per call, interleaved "
-                    "rounds in two long-lived worker processes; ratio = median over rounds of new/old, IQR over "
-                    "rounds; first_call = clear_caches + build + compile + one call",
-            "command": command,
-            "host_note": "shared 2-core host with other jobs running (see loadavg): absolute times are inflated "
-                         "and drift; read the interleaved per-round ratios",
-            "summary": {n: _summary(r) for n, r in doc["workloads"].items()},
-        })
+        this_run.update({"loadavg_end": os.getloadavg(), "wall_s": time.time() - t0, "uncommitted_end": _git_status()})
+        doc.update(
+            {
+                "what": f"this tree (working tree, uncommitted changes included) against {old_rev[:12]}: the same "
+                "bench ops on identical inputs, steady-state time per call, interleaved "
+                "rounds in two long-lived worker processes; ratio = median over rounds of new/old, IQR over "
+                "rounds; first_call = clear_caches + build + compile + one call",
+                "command": command,
+                "host_note": "shared 2-core host with other jobs running (see loadavg): absolute times are inflated "
+                "and drift; read the interleaved per-round ratios",
+                "summary": {n: _summary(r) for n, r in doc["workloads"].items()},
+            }
+        )
         if args.export:
             write_results(args.export, doc, command=command)
 
-    res = run(chosen, args.rounds, old_root, new_root, args.target_s, args.first_rounds,
-              lambda s: print(s, file=sys.stderr, flush=True), on_result)
+    res = run(
+        chosen,
+        args.rounds,
+        old_root,
+        new_root,
+        args.target_s,
+        args.first_rounds,
+        lambda s: print(s, file=sys.stderr, flush=True),
+        on_result,
+    )
     doc["workers"] = res["workers"]
     if args.export:
         write_results(args.export, doc, command=command)

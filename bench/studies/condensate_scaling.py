@@ -77,27 +77,41 @@ def _case(shape: tuple[int, ...], p: int, kind: str, steps: int) -> tuple[dict[s
     mem = compiled.memory_analysis()
     shard = psi.addressable_shards[0].data.nbytes
     jax.block_until_ready(run(stepper, psi))
-    rec = {"grid": list(shape), "devices": p, "decomposition": "none" if p == 1 else kind,
-           "mesh": None if p == 1 else {"x": p} if layout is None else dict(layout.mesh.shape),
-           "shard_bytes": shard, "field_bytes": int(np.prod(shape)) * 8,
-           "collectives_per_step": [{"kind": k, "bytes": b} for k, b in coll],
-           "all_to_all_bytes_per_step": sum(b for k, b in coll if k == "all-to-all"),
-           "all_gather_bytes_per_step": sum(b for k, b in coll if k == "all-gather"),
-           "bytes_sent_per_device_per_step": sum(b for k, b in coll if k == "all-to-all") * (p - 1) / p,
-           "memory_per_device": {"argument_bytes": mem.argument_size_in_bytes,
-                                 "output_bytes": mem.output_size_in_bytes, "temp_bytes": mem.temp_size_in_bytes,
-                                 "temp_over_shard": mem.temp_size_in_bytes / shard}}
+    rec = {
+        "grid": list(shape),
+        "devices": p,
+        "decomposition": "none" if p == 1 else kind,
+        "mesh": None if p == 1 else {"x": p} if layout is None else dict(layout.mesh.shape),
+        "shard_bytes": shard,
+        "field_bytes": int(np.prod(shape)) * 8,
+        "collectives_per_step": [{"kind": k, "bytes": b} for k, b in coll],
+        "all_to_all_bytes_per_step": sum(b for k, b in coll if k == "all-to-all"),
+        "all_gather_bytes_per_step": sum(b for k, b in coll if k == "all-gather"),
+        "bytes_sent_per_device_per_step": sum(b for k, b in coll if k == "all-to-all") * (p - 1) / p,
+        "memory_per_device": {
+            "argument_bytes": mem.argument_size_in_bytes,
+            "output_bytes": mem.output_size_in_bytes,
+            "temp_bytes": mem.temp_size_in_bytes,
+            "temp_over_shard": mem.temp_size_in_bytes / shard,
+        },
+    }
     return rec, (lambda: jax.block_until_ready(run(stepper, psi)))
 
 
 def _gpu_estimate(n: int, p: int, kind: str) -> dict[str, Any]:
     """Estimated step time of an n³ complex64 GP run on p GPUs (an estimate, not a measurement)."""
     transposes = 0 if p == 1 else (2 if kind == "slab" else 4)
-    shard = n ** 3 * 8 / p
+    shard = n**3 * 8 / p
     sent = transposes * shard * (p - 1) / p
-    compute = GPU_STEP_512_S * (n ** 3 * math.log2(n)) / (512 ** 3 * math.log2(512)) / p
-    out = {"grid": n, "gpus": p, "decomposition": "none" if p == 1 else kind, "shard_GB": shard / 1e9,
-           "bytes_sent_per_gpu_GB": sent / 1e9, "compute_ms_est": compute * 1e3}
+    compute = GPU_STEP_512_S * (n**3 * math.log2(n)) / (512**3 * math.log2(512)) / p
+    out = {
+        "grid": n,
+        "gpus": p,
+        "decomposition": "none" if p == 1 else kind,
+        "shard_GB": shard / 1e9,
+        "bytes_sent_per_gpu_GB": sent / 1e9,
+        "compute_ms_est": compute * 1e3,
+    }
     out["step_ms_est_nvlink"] = (compute + sent / NVLINK_BPS) * 1e3
     out["step_ms_est_infiniband"] = (compute + sent / IB_BPS) * 1e3
     return out
@@ -131,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         rec, call = _case(shape, p, kind, args.steps)
         rec["scaling"] = scaling
         recs[name], calls[name] = rec, call
-        print(f"{name}: grid {shape}, temp/shard {rec['memory_per_device']['temp_over_shard']:.2f}, "
-              f"all-to-all {rec['all_to_all_bytes_per_step']} B/step, all-gather {rec['all_gather_bytes_per_step']}",
-              flush=True)
+        print(
+            f"{name}: grid {shape}, temp/shard {rec['memory_per_device']['temp_over_shard']:.2f}, "
+            f"all-to-all {rec['all_to_all_bytes_per_step']} B/step, all-gather {rec['all_gather_bytes_per_step']}",
+            flush=True,
+        )
     times: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(args.rounds):
         for k, c in calls.items():
@@ -150,27 +166,41 @@ def main(argv: list[str] | None = None) -> int:
         rec["work_ratio"] = int(np.prod(rec["grid"])) / int(np.prod(recs[f"{rec['scaling']}_none_1"]["grid"]))
         rec["points_per_s_vs_1device"] = rec["work_ratio"] / rec["time_over_1device"]
         print(f"{k}: {rec['step_s_median'] * 1e3:.2f} ms/step ({rec['time_over_1device']:.2f}x 1 device)", flush=True)
-    estimate = [_gpu_estimate(n, p, kind) for n in (512, 1024, 2048) for p, kind in
-                ((1, "slab"), (8, "slab"), (8, "pencil"), (64, "pencil"))
-                if n ** 3 * 8 / p < 80e9 / 4]
+    estimate = [
+        _gpu_estimate(n, p, kind)
+        for n in (512, 1024, 2048)
+        for p, kind in ((1, "slab"), (8, "slab"), (8, "pencil"), (64, "pencil"))
+        if n**3 * 8 / p < 80e9 / 4
+    ]
     doc = {
         "what": "GP 3-D Strang step (complex64) sharded with the distributed FFT on 1, 2, 4, 8 emulated CPU devices: "
-                "strong scaling (fixed grid) and weak scaling (grid grows with the devices); step time, bytes "
-                "exchanged per step from the compiled HLO, per-device memory",
+        "strong scaling (fixed grid) and weak scaling (grid grows with the devices); step time, bytes "
+        "exchanged per step from the compiled HLO, per-device memory",
         "command": "XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu python -m "
-                   "bench.studies.condensate_scaling " + shlex.join(argv if argv is not None else sys.argv[1:]),
-        "host": {"platform": platform.platform(), "cpus": backend.machine_cores(), "jax": jax.__version__,
-                 "backend": backend.platform()},
-        "note": args.note or ("emulated devices share the host's cores, so step times measure the "
-                              "decomposition's overhead, not a speed-up; compare the ratios (time_over_1device), "
-                              "interleaved in one run"),
+        "bench.studies.condensate_scaling " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "host": {
+            "platform": platform.platform(),
+            "cpus": backend.machine_cores(),
+            "jax": jax.__version__,
+            "backend": backend.platform(),
+        },
+        "note": args.note
+        or (
+            "emulated devices share the host's cores, so step times measure the "
+            "decomposition's overhead, not a speed-up; compare the ratios (time_over_1device), "
+            "interleaved in one run"
+        ),
         "results": recs,
         "gpu_estimate": {
             "what": "ESTIMATE, not a measurement: step time = compute + bytes sent per GPU / link bandwidth (no "
-                    "overlap); compute scaled by N³log N from the measured single-H200 512³ step and divided by p",
-            "assumptions": {"nvlink_bytes_per_s": NVLINK_BPS, "infiniband_bytes_per_s": IB_BPS,
-                            "single_gpu_512_step_s": GPU_STEP_512_S},
-            "rows": estimate},
+            "overlap); compute scaled by N³log N from the measured single-H200 512³ step and divided by p",
+            "assumptions": {
+                "nvlink_bytes_per_s": NVLINK_BPS,
+                "infiniband_bytes_per_s": IB_BPS,
+                "single_gpu_512_step_s": GPU_STEP_512_S,
+            },
+            "rows": estimate,
+        },
     }
     if args.out:
         from ivhl_jax.bench.harness import write_results

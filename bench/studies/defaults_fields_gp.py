@@ -79,8 +79,13 @@ def main() -> None:
         psi = st.init(C.gaussian(grid, 1.0))
 
         def old_run(q, p, n=steps):
-            return old_ss.strang_run(q, S.local_energy(p.system), lambda x: S.kinetic_propagate(
-                x, p.plan, p.system.grid.ndim, p.system.fft, p.system.layout), p.plan.dt, n)
+            return old_ss.strang_run(
+                q,
+                S.local_energy(p.system),
+                lambda x: S.kinetic_propagate(x, p.plan, p.system.grid.ndim, p.system.fft, p.system.layout),
+                p.plan.dt,
+                n,
+            )
 
         f_old = jax.jit(old_run)
         f_new = jax.jit(lambda q, p, n=steps, run=st.step_fn.run: run(q, p, n))
@@ -92,16 +97,24 @@ def main() -> None:
     res = {}
     for key in meta:
         o, w = np.asarray(wall[f"{key} old"]), np.asarray(wall[f"{key} new"])
-        res[key] = {"old_median_s": float(np.median(o)), "new_median_s": float(np.median(w)),
-                    "ratio_new_over_old_per_round": _quartiles(w / o), **meta[key]}
+        res[key] = {
+            "old_median_s": float(np.median(o)),
+            "new_median_s": float(np.median(w)),
+            "ratio_new_over_old_per_round": _quartiles(w / o),
+            **meta[key],
+        }
         print(key, res[key], flush=True)
     from ivhl_jax.bench.harness import write_results
 
-    doc = {"against": a.against, "rounds": a.rounds,
-           "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
-           "results": res}
+    doc = {
+        "against": a.against,
+        "rounds": a.rounds,
+        "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
+        "results": res,
+    }
     if a.out:
         write_results(a.out, doc)
+
 
 if __name__ == "__main__":
     main()

@@ -28,22 +28,34 @@ def main() -> None:
     psi0, gs = bec.gp_initial_state(cfg, system)
     e0, n0 = float(C.energy(psi0, system)["total"]), float(C.norm(psi0, system.grid))
     res = {"ground_state": gs}
-    for name, kw in (("raw (project_norm=False, the former default)", {"project_norm": False}),
-                     ("default (norm restored per block, pinned to 1)", {"norm": 1.0})):
+    for name, kw in (
+        ("raw (project_norm=False, the former default)", {"project_norm": False}),
+        ("default (norm restored per block, pinned to 1)", {"norm": 1.0}),
+    ):
         st = C.strang(system, cfg.dt, **kw)
         t = time.perf_counter()
         _, obs = trajectory(st, st.init(psi0), a.steps, save_every=cfg.save_every, observe=C.observe)
         n, e = np.asarray(obs["norm"]), np.asarray(obs["energy_total"])
-        res[name] = {"norm_start": n0, "norm_end": float(n[-1]), "max_abs_norm_dev": float(np.abs(n - n0).max()),
-                     "energy_start": e0, "energy_end": float(e[-1]),
-                     "max_rel_energy_dev": float(np.abs(e / e0 - 1).max()), "wall_s": time.perf_counter() - t}
+        res[name] = {
+            "norm_start": n0,
+            "norm_end": float(n[-1]),
+            "max_abs_norm_dev": float(np.abs(n - n0).max()),
+            "energy_start": e0,
+            "energy_end": float(e[-1]),
+            "max_rel_energy_dev": float(np.abs(e / e0 - 1).max()),
+            "wall_s": time.perf_counter() - t,
+        }
         print(name, res[name], flush=True)
     from ivhl_jax.bench.harness import write_results
 
-    doc = {"steps": a.steps, "config": "BECConfig() defaults: dims=2, grid=128, length=20, g=200, dt=2e-3, float32",
-           "results": res}
+    doc = {
+        "steps": a.steps,
+        "config": "BECConfig() defaults: dims=2, grid=128, length=20, g=200, dt=2e-3, float32",
+        "results": res,
+    }
     if a.out:
         write_results(a.out, doc)
+
 
 if __name__ == "__main__":
     main()

@@ -21,16 +21,25 @@ from collections import defaultdict
 from typing import Any
 
 # Folder on disk -> import prefix (pyproject installs models/sims/bench under ivhl_jax.*).
-PACKAGES = {"ivhl_jax": "ivhl_jax", "models": "ivhl_jax.models", "sims": "ivhl_jax.sims",
-            "bench": "ivhl_jax.bench", "tests": "tests"}
+PACKAGES = {
+    "ivhl_jax": "ivhl_jax",
+    "models": "ivhl_jax.models",
+    "sims": "ivhl_jax.sims",
+    "bench": "ivhl_jax.bench",
+    "tests": "tests",
+}
 
 
 def count_lines(text: str) -> dict[str, int]:
     lines = text.splitlines()
     blank = sum(1 for ln in lines if not ln.strip())
     comment = sum(1 for ln in lines if ln.strip().startswith("#"))
-    return {"total_lines": len(lines), "blank_lines": blank, "comment_lines": comment,
-            "code_lines": len(lines) - blank - comment}
+    return {
+        "total_lines": len(lines),
+        "blank_lines": blank,
+        "comment_lines": comment,
+        "code_lines": len(lines) - blank - comment,
+    }
 
 
 def module_name(folder: str, rel_path: str) -> str:
@@ -64,8 +73,15 @@ def parse_imports(text: str, module: str, is_pkg: bool) -> list[dict[str, Any]]:
                 else:
                     base, kind = child.module or "", "absolute"
                 for a in child.names:
-                    out.append({"target": f"{base}.{a.name}" if a.name != "*" else base, "base": base,
-                                "kind": kind, "lazy": lazy, "line": child.lineno})
+                    out.append(
+                        {
+                            "target": f"{base}.{a.name}" if a.name != "*" else base,
+                            "base": base,
+                            "kind": kind,
+                            "lazy": lazy,
+                            "line": child.lineno,
+                        }
+                    )
             visit(child, inner)
 
     visit(tree, False)
@@ -166,8 +182,9 @@ def build_inventory(root: str) -> dict[str, Any]:
                 ext.add(imp["target"].split(".")[0] if imp["kind"] == "absolute" else imp["target"])
                 continue
             if tgt != name:
-                edges.append({"source": name, "target": tgt, "kind": imp["kind"], "lazy": imp["lazy"],
-                              "line": imp["line"]})
+                edges.append(
+                    {"source": name, "target": tgt, "kind": imp["kind"], "lazy": imp["lazy"], "line": imp["line"]}
+                )
         modules[name]["external_imports"] = sorted(e for e in ext if e)
     # Deduplicate (source, target), keeping eager over lazy.
     best: dict[tuple[str, str], dict[str, Any]] = {}
@@ -190,9 +207,13 @@ def build_inventory(root: str) -> dict[str, Any]:
     packages = {}
     for p in PACKAGES:
         ms = [m for m in modules if modules[m]["package"] == p]
-        packages[p] = {"file_count": len(ms), **{k: sum(modules[m][k] for m in ms) for k in
-                                                  ("total_lines", "code_lines", "comment_lines", "blank_lines")},
-                       "depends_on": sorted(pkg_edges.get(p, ()))}
+        packages[p] = {
+            "file_count": len(ms),
+            **{
+                k: sum(modules[m][k] for m in ms) for k in ("total_lines", "code_lines", "comment_lines", "blank_lines")
+            },
+            "depends_on": sorted(pkg_edges.get(p, ())),
+        }
     indeg = defaultdict(int)
     for e in edges:
         indeg[e["target"]] += 1
@@ -204,25 +225,37 @@ def build_inventory(root: str) -> dict[str, Any]:
         "edges": edges,
         "cycles": {"eager_imports": strongly_connected(g_eager), "all_imports": strongly_connected(g_all)},
         "most_depended_on": sorted(indeg.items(), key=lambda kv: (-kv[1], kv[0]))[:10],
-        "summary": {"total_files": len(modules), "total_lines": sum(m["total_lines"] for m in modules.values()),
-                    "total_code_lines": sum(m["code_lines"] for m in modules.values()),
-                    "total_comment_lines": sum(m["comment_lines"] for m in modules.values()),
-                    "internal_edges": len(edges), "lazy_edges": sum(e["lazy"] for e in edges),
-                    "relative_import_edges": sum(e["kind"] == "relative" for e in edges)},
+        "summary": {
+            "total_files": len(modules),
+            "total_lines": sum(m["total_lines"] for m in modules.values()),
+            "total_code_lines": sum(m["code_lines"] for m in modules.values()),
+            "total_comment_lines": sum(m["comment_lines"] for m in modules.values()),
+            "internal_edges": len(edges),
+            "lazy_edges": sum(e["lazy"] for e in edges),
+            "relative_import_edges": sum(e["kind"] == "relative" for e in edges),
+        },
     }
 
 
 def to_markdown(inv: dict[str, Any]) -> str:
     s = inv["summary"]
-    out = ["# Module inventory and dependency graph", "",
-           f"Generated {inv['timestamp']} by `python -m bench.studies.inventory`.", "",
-           f"{s['total_files']} files, {s['total_lines']} lines ({s['total_code_lines']} code, "
-           f"{s['total_comment_lines']} comment); {s['internal_edges']} internal import edges "
-           f"({s['lazy_edges']} lazy, {s['relative_import_edges']} relative).", "",
-           "| package | files | code lines | comment lines | depends on |", "|---|---:|---:|---:|---|"]
+    out = [
+        "# Module inventory and dependency graph",
+        "",
+        f"Generated {inv['timestamp']} by `python -m bench.studies.inventory`.",
+        "",
+        f"{s['total_files']} files, {s['total_lines']} lines ({s['total_code_lines']} code, "
+        f"{s['total_comment_lines']} comment); {s['internal_edges']} internal import edges "
+        f"({s['lazy_edges']} lazy, {s['relative_import_edges']} relative).",
+        "",
+        "| package | files | code lines | comment lines | depends on |",
+        "|---|---:|---:|---:|---|",
+    ]
     for p, v in sorted(inv["packages"].items(), key=lambda kv: -kv[1]["code_lines"]):
-        out.append(f"| {p} | {v['file_count']} | {v['code_lines']} | {v['comment_lines']} | "
-                   f"{', '.join(v['depends_on']) or '-'} |")
+        out.append(
+            f"| {p} | {v['file_count']} | {v['code_lines']} | {v['comment_lines']} | "
+            f"{', '.join(v['depends_on']) or '-'} |"
+        )
     out += ["", "## Largest files", "", "| module | code lines |", "|---|---:|"]
     for m, v in sorted(inv["modules"].items(), key=lambda kv: -kv[1]["code_lines"])[:10]:
         out.append(f"| `{m}` | {v['code_lines']} |")
@@ -259,8 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(to_markdown(inv))
     c = inv["cycles"]["eager_imports"]
-    print(f"{inv['summary']['total_files']} files, {inv['summary']['internal_edges']} edges, "
-          f"{len(c)} eager import cycle(s)")
+    print(
+        f"{inv['summary']['total_files']} files, {inv['summary']['internal_edges']} edges, "
+        f"{len(c)} eager import cycle(s)"
+    )
     return 0
 
 

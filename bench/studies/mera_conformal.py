@@ -34,7 +34,8 @@ def measure(mera: Any, model: Any, name: str) -> dict[str, Any]:
     ch = conformal.two_site_channels(mera, 16)
     two = scaling.identify(ch.dims[:12], name)
     rec: dict[str, Any] = {
-        "layer_chis": list(mera.chis), "layer_chi_mids": list(mera.chi_mids),
+        "layer_chis": list(mera.chis),
+        "layer_chi_mids": list(mera.chi_mids),
         "energy_error": float(M.energy_per_site(mera, _terms(model)) - model.e0),
         "one_site_dims": M.scaling_dimensions(mera, 6).tolist(),
         "two_site": [{k: r[k] for k in ("delta", "label", "exact")} for r in two],
@@ -58,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=["ising", "xx", "potts"], required=True)
     ap.add_argument("--ladder", nargs="*", default=[], help="stages chi/chi_mid/layers/sweeps")
-    ap.add_argument("--load", nargs="+", default=None,
-                    help="a pickled MERA to continue from (or, with no --ladder, the MERAs to measure)")
+    ap.add_argument(
+        "--load",
+        nargs="+",
+        default=None,
+        help="a pickled MERA to continue from (or, with no --ladder, the MERAs to measure)",
+    )
     ap.add_argument("--save", default=None, help="pickle each stage's MERA to <SAVE>_chi<chi>.pkl")
     ap.add_argument("--out", default=str(RESULTS / "mera_conformal_data.json"))
     ap.add_argument("--made-by", default=None, help="the command that made the --load MERAs (recorded)")
@@ -80,14 +85,18 @@ def main(argv: list[str] | None = None) -> int:
             chi, mid, layers, n = (int(x) for x in spec.split("/"))
             configs.append((M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, refsym=model.reflection_symmetric), n))
         t0 = time.perf_counter()
-        for k, mera, _ in ladder_stages(model, configs, log=lambda line: print(line, flush=True), report_every=200,
-                                        start=start):
+        for k, mera, _ in ladder_stages(
+            model, configs, log=lambda line: print(line, flush=True), report_every=200, start=start
+        ):
             chi = configs[k][0].chi
             if args.save:
                 with open(f"{args.save}_chi{chi}.pkl", "wb") as f:
                     pickle.dump(jax.tree.map(np.asarray, mera), f)
-            rec = {"stage": args.ladder[k], "sweep_seconds": round(time.perf_counter() - t0, 1),
-                   **measure(mera, model, args.model)}
+            rec = {
+                "stage": args.ladder[k],
+                "sweep_seconds": round(time.perf_counter() - t0, 1),
+                **measure(mera, model, args.model),
+            }
             stages.append(rec)
             print(json.dumps({k: rec[k] for k in ("stage", "energy_error", "one_site_dims")}), flush=True)
             t0 = time.perf_counter()
@@ -98,17 +107,24 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: stages[-1][k] for k in ("stage", "energy_error", "one_site_dims")}), flush=True)
     out = pathlib.Path(args.out)
     data = json.loads(out.read_text()) if out.exists() else {}
-    data.setdefault("what", "conformal data of critical chains from the scale-invariant MERA "
-                            "(ivhl_jax.physics.mera.conformal); one record per model, stages bottom-up")
-    data.setdefault("methods", {
-        "ope": "one-site scaling operators on the B and A sites of the two-site-cone bond, expanded in the left "
-               "eigenvectors of the two-site scaling superoperator; |C| = Frobenius norm / sqrt(m)",
-        "central_charge": "c = 4L[E0(2L) - 2E0(L)]/(pi v), ground states of the coarse-grained Hamiltonian on "
-                          "rings of 4 sites at consecutive levels, v exact",
-    })
-    data[args.model] = {"command": "python -m bench.studies.mera_conformal " + " ".join(sys.argv[1:] if argv is None
-                                                                                        else argv),
-                        "stages": stages}
+    data.setdefault(
+        "what",
+        "conformal data of critical chains from the scale-invariant MERA "
+        "(ivhl_jax.physics.mera.conformal); one record per model, stages bottom-up",
+    )
+    data.setdefault(
+        "methods",
+        {
+            "ope": "one-site scaling operators on the B and A sites of the two-site-cone bond, expanded in the left "
+            "eigenvectors of the two-site scaling superoperator; |C| = Frobenius norm / sqrt(m)",
+            "central_charge": "c = 4L[E0(2L) - 2E0(L)]/(pi v), ground states of the coarse-grained Hamiltonian on "
+            "rings of 4 sites at consecutive levels, v exact",
+        },
+    )
+    data[args.model] = {
+        "command": "python -m bench.studies.mera_conformal " + " ".join(sys.argv[1:] if argv is None else argv),
+        "stages": stages,
+    }
     if args.made_by:
         data[args.model]["meras_made_by"] = args.made_by
     write_results(out, data, command=data[args.model]["command"])  # the header: this (latest) run

@@ -130,13 +130,18 @@ def sweep(state: dict, h: tuple, k: int, sciter: int = 4, u_delay: int = 10) -> 
         v = _mirror(w)
         if k >= u_delay:
             # reference: Γ = Γ(t1) + RΓ(t1) + Γ(t2), then Γ + RΓ = 2(Γ(t1) + ½Γ(t2)) + R(…): t2 is its own mirror
-            x = net("u1", w.conj(), v.conj(), hz[0], w, u, v, r_ba) + 0.5 * net("u2", w.conj(), v.conj(), hz[1], w,
-                                                                                u, v, r_ba)
+            x = net("u1", w.conj(), v.conj(), hz[0], w, u, v, r_ba) + 0.5 * net(
+                "u2", w.conj(), v.conj(), hz[1], w, u, v, r_ba
+            )
             u = _svd_update(x + _refl(x), 2)
         if k > 1:
             ub, vb = u.conj(), v.conj()
-            env = (net("w1", ub, vb, hz[0], w, u, v, r_ba) + net("w2", ub, vb, hz[1], w, u, v, r_ba)
-                   + net("w3", ub, vb, hz[0], w, u, v, r_ba) + net("w4", vb, hz[1], v, w, r_ab))
+            env = (
+                net("w1", ub, vb, hz[0], w, u, v, r_ba)
+                + net("w2", ub, vb, hz[1], w, u, v, r_ba)
+                + net("w3", ub, vb, hz[0], w, u, v, r_ba)
+                + net("w4", vb, hz[1], v, w, r_ab)
+            )
             w = _svd_update(env, 1)
         us[z], ws[z] = u, w
         if z + 1 < n:
@@ -146,8 +151,12 @@ def sweep(state: dict, h: tuple, k: int, sciter: int = 4, u_delay: int = 10) -> 
 
 def _from_mera(mera) -> dict:
     np = _np()
-    return {"u": [np.asarray(x, np.float64) for x in mera.u], "w": [np.asarray(x, np.float64) for x in mera.w],
-            "rho_ab": np.asarray(mera.rho_ab, np.float64), "rho_ba": np.asarray(mera.rho_ba, np.float64)}
+    return {
+        "u": [np.asarray(x, np.float64) for x in mera.u],
+        "w": [np.asarray(x, np.float64) for x in mera.w],
+        "rho_ab": np.asarray(mera.rho_ab, np.float64),
+        "rho_ba": np.asarray(mera.rho_ba, np.float64),
+    }
 
 
 def _to_mera(state: dict, sweeps: int):
@@ -157,8 +166,14 @@ def _to_mera(state: dict, sweeps: int):
     from ivhl_jax.physics.mera.superoperators import mirror_wv
 
     w = tuple(jnp.asarray(x) for x in state["w"])
-    return M.MERA(tuple(jnp.asarray(x) for x in state["u"]), w, tuple(mirror_wv(x) for x in w),
-                  jnp.asarray(state["rho_ab"]), jnp.asarray(state["rho_ba"]), jnp.asarray(sweeps, jnp.int32))
+    return M.MERA(
+        tuple(jnp.asarray(x) for x in state["u"]),
+        w,
+        tuple(mirror_wv(x) for x in w),
+        jnp.asarray(state["rho_ab"]),
+        jnp.asarray(state["rho_ba"]),
+        jnp.asarray(sweeps, jnp.int32),
+    )
 
 
 def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: int = 0) -> dict:
@@ -186,8 +201,16 @@ def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: i
                 state = _from_mera(M.init_mera(jax.random.fold_in(key, fold) if fold else key, cfg))
                 it0 = 0
             else:
-                state = _from_mera(M.grow(_to_mera(state, done), jax.random.fold_in(key, k), st["chi"],
-                                          st["chi_mid"], layers=st["layers"], refsym=True))
+                state = _from_mera(
+                    M.grow(
+                        _to_mera(state, done),
+                        jax.random.fold_in(key, k),
+                        st["chi"],
+                        st["chi_mid"],
+                        layers=st["layers"],
+                        refsym=True,
+                    )
+                )
                 it0 = 10**6  # a grown MERA: u and w updated from the first iteration (doVarMERA continues its count)
             for i in range(st["steps"]):
                 e = sweep(state, h, it0 + i)
@@ -196,8 +219,12 @@ def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: i
                     marks.append((done, time.perf_counter() - t0, e - M.E0_CRITICAL_ISING))
             summary.append({**st, "wall_s": round(time.perf_counter() - ts, 2), "final_energy_error": marks[-1][2]})
             print(f"  reference stage {k}: {st} -> {marks[-1][2]:.3e} in {summary[-1]['wall_s']} s", flush=True)
-    return {"stages": summary, "total_s": round(marks[-1][1], 2), "final_energy_error": marks[-1][2],
-            "chunk_marks": [[s, round(t, 3), e] for s, t, e in marks]}
+    return {
+        "stages": summary,
+        "total_s": round(marks[-1][1], 2),
+        "final_energy_error": marks[-1][2],
+        "chunk_marks": [[s, round(t, 3), e] for s, t, e in marks],
+    }
 
 
 def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0, window_s: float = 0.0) -> dict:
@@ -218,8 +245,14 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0,
         h = tuple(np.asarray(x, np.float64) for x in ising_two_site_hamiltonian(1.0))
     sweep(state, h, 100)  # builds the cached contraction paths
     times, per_sample = time_in_windows(lambda: sweep(state, h, 100), repeats=repeats, window_s=window_s)
-    return {"chi": chi, "chi_mid": mid, "layers": layers, "median_s": float(np.median(times)),
-            "sweeps_per_sample": per_sample, "times_s": [round(x, 5) for x in times]}
+    return {
+        "chi": chi,
+        "chi_mid": mid,
+        "layers": layers,
+        "median_s": float(np.median(times)),
+        "sweeps_per_sample": per_sample,
+        "times_s": [round(x, 5) for x in times],
+    }
 
 
 def main(argv=None) -> dict:
@@ -237,11 +270,14 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, args.threads)
-    doc: dict = {"what": "NumPy port of tensors.net doVarMERA (refsym, sciter=4), see bench/studies/mera_reference.py",
-                 "command": "python -m bench.studies.mera_reference " + " ".join(argv if argv is not None
-                                                                                  else sys.argv[1:]),
-                 "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "host": f"{backend.machine_cores()}-CPU host",
-                 "ladders": {}, "sweeps": []}
+    doc: dict = {
+        "what": "NumPy port of tensors.net doVarMERA (refsym, sciter=4), see bench/studies/mera_reference.py",
+        "command": "python -m bench.studies.mera_reference " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "host": f"{backend.machine_cores()}-CPU host",
+        "ladders": {},
+        "sweeps": [],
+    }
     for text in args.time_sweep:
         chi, mid, layers = (int(x) for x in text.split("/"))
         doc["sweeps"].append(time_sweep(chi, mid, layers, args.repeats, args.seed, args.window))

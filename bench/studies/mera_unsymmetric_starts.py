@@ -29,9 +29,14 @@ def run(name: str, keys: int = 4) -> dict:
         for key in range(keys):
             s, e = trajectory(st, st.init(key=jax.random.key(key)), steps, observe=M.observe)
             err = np.asarray(e) - model.e0
-            rows.append({"key": key, "energy_error_at": {str(n): float(err[n - 1]) for n in range(100, steps + 1, 100)},
-                         "scaling_dimensions": [float(x) for x in M.scaling_dimensions(s.mera, 4)],
-                         "stuck_check": M.ladder.stuck_warning(err, name)})
+            rows.append(
+                {
+                    "key": key,
+                    "energy_error_at": {str(n): float(err[n - 1]) for n in range(100, steps + 1, 100)},
+                    "scaling_dimensions": [float(x) for x in M.scaling_dimensions(s.mera, 4)],
+                    "stuck_check": M.ladder.stuck_warning(err, name),
+                }
+            )
             print(name, rows[-1], flush=True)
     return {"model": model.name, "chi": chi, "chi_mid": mid, "layers": layers, "sweeps": steps, "keys": rows}
 

@@ -34,8 +34,23 @@ import jax
 
 from ivhl_jax.core import tuning
 
-__all__ = ["Tuning", "TABLE", "EVIDENCE", "PLATFORMS", "platform", "platform_before_start", "started",
-           "host_core_ids", "host_cores", "machine_cores", "defaults", "override", "configure", "reset", "describe"]
+__all__ = [
+    "Tuning",
+    "TABLE",
+    "EVIDENCE",
+    "PLATFORMS",
+    "platform",
+    "platform_before_start",
+    "started",
+    "host_core_ids",
+    "host_cores",
+    "machine_cores",
+    "defaults",
+    "override",
+    "configure",
+    "reset",
+    "describe",
+]
 
 PLATFORMS = ("cpu", "gpu", "tpu", "portable")
 
@@ -95,8 +110,9 @@ class Tuning:
         if not 0.0 < float(self.fields_memory_fraction) <= 0.9:
             raise ValueError(f"fields_memory_fraction must be in (0, 0.9], got {self.fields_memory_fraction!r}")
         if self.transformer_layer_loop not in ("unrolled", "scan"):
-            raise ValueError(f"transformer_layer_loop must be 'unrolled' or 'scan', got "
-                             f"{self.transformer_layer_loop!r}")
+            raise ValueError(
+                f"transformer_layer_loop must be 'unrolled' or 'scan', got {self.transformer_layer_loop!r}"
+            )
         if self.attention_half not in ("xla", "cudnn", "pallas", "chunked"):
             raise ValueError(f"attention_half must be one of xla, cudnn, pallas, chunked; got {self.attention_half!r}")
         if self.cdt_engine not in ("host", "jax", "pallas"):
@@ -135,14 +151,34 @@ def _cpu_serial_pairs() -> int:
     return 1 << 22 if host_cores() <= 2 else 1 << 19
 
 
-_CPU = Tuning(fields_chunking="pair_budget", fields_pair_budget=1 << 24, fields_memory_fraction=0.25,
-              transformer_layer_loop="unrolled", transposed_save_matmul=True, attention_half="xla",
-              attention_dense=True, cdt_engine="host", mera_busy_host_cores=1, host_fft=True,
-              fields_method="loop", fields_serial_pairs=_cpu_serial_pairs())
-_ACCELERATOR = Tuning(fields_chunking="memory", fields_pair_budget=1 << 22, fields_memory_fraction=0.25,
-                      transformer_layer_loop="scan", transposed_save_matmul=False, attention_half="cudnn",
-                      attention_dense=False, cdt_engine="jax", mera_busy_host_cores=0, host_fft=False,
-                      fields_method="reduce", fields_serial_pairs=0)
+_CPU = Tuning(
+    fields_chunking="pair_budget",
+    fields_pair_budget=1 << 24,
+    fields_memory_fraction=0.25,
+    transformer_layer_loop="unrolled",
+    transposed_save_matmul=True,
+    attention_half="xla",
+    attention_dense=True,
+    cdt_engine="host",
+    mera_busy_host_cores=1,
+    host_fft=True,
+    fields_method="loop",
+    fields_serial_pairs=_cpu_serial_pairs(),
+)
+_ACCELERATOR = Tuning(
+    fields_chunking="memory",
+    fields_pair_budget=1 << 22,
+    fields_memory_fraction=0.25,
+    transformer_layer_loop="scan",
+    transposed_save_matmul=False,
+    attention_half="cudnn",
+    attention_dense=False,
+    cdt_engine="jax",
+    mera_busy_host_cores=0,
+    host_fft=False,
+    fields_method="reduce",
+    fields_serial_pairs=0,
+)
 
 #: The row per platform. ``"portable"`` serves any platform not listed.
 TABLE: Mapping[str, Tuning] = {
@@ -164,7 +200,8 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
     "fields_memory_fraction": {"gpu": _UNMEASURED},
     "fields_method": {"cpu": _TUNE_CPU, "gpu": _UNMEASURED},
     "fields_serial_pairs": {
-        "cpu": _TUNE_CPU + " (hosts with <= 2 cores; with more cores 2**19 is an estimate until tuned)"},
+        "cpu": _TUNE_CPU + " (hosts with <= 2 cores; with more cores 2**19 is an estimate until tuned)"
+    },
     "transformer_layer_loop": {
         "cpu": "bench/results/transformer_cpu_vs_torch.json — python -m ivhl_jax.bench.ops_transformer --vs-torch",
         "gpu": "bench/results/gpu_h100.json — python -m ivhl_jax.bench.gpu_checks",
@@ -178,18 +215,23 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
     "attention_half": {"gpu": "bench/results/gpu_h100.json — python -m ivhl_jax.bench.gpu_checks"},
     "cdt_engine": {
         "cpu": "bench/results/cdt_host_vs_2dcdt.json and bench/results/cdt_jax_scaling.json — python -m "
-               "ivhl_jax.bench.ops_cdt --engines host,jax; " + _TUNE_CPU,
+        "ivhl_jax.bench.ops_cdt --engines host,jax; " + _TUNE_CPU,
         "gpu": _UNMEASURED,
     },
-    "mera_busy_host_cores": {"cpu": "unmeasured (no results file in this tree times it; `ivhl sim mera --set "
-                                    "host_cores=2` sets the cores of one run)"},
-    "host_fft": {"cpu": "bench/results/condensate_gp_step_xla_vs_ducc_cpu.json — ivhl bench --op gp_step "
-                        "--op gp_step_ducc --size extreme"},
+    "mera_busy_host_cores": {
+        "cpu": "unmeasured (no results file in this tree times it; `ivhl sim mera --set "
+        "host_cores=2` sets the cores of one run)"
+    },
+    "host_fft": {
+        "cpu": "bench/results/condensate_gp_step_xla_vs_ducc_cpu.json — ivhl bench --op gp_step "
+        "--op gp_step_ducc --size extreme"
+    },
 }
 
 _configured: dict[str, dict[str, Any]] = {}
 _override: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
-    "ivhl_backend_override", default=types.MappingProxyType({}))
+    "ivhl_backend_override", default=types.MappingProxyType({})
+)
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Tuning))
 
 
@@ -209,8 +251,12 @@ def platform_before_start() -> str:
     first = names.split(",")[0].strip().lower() if names else ""
     if first:
         return "gpu" if first in ("cuda", "rocm", "gpu") else first
-    for plugin, name in (("jax_cuda12_plugin", "gpu"), ("jax_cuda13_plugin", "gpu"), ("jax_rocm60_plugin", "gpu"),
-                         ("libtpu", "tpu")):
+    for plugin, name in (
+        ("jax_cuda12_plugin", "gpu"),
+        ("jax_cuda13_plugin", "gpu"),
+        ("jax_rocm60_plugin", "gpu"),
+        ("libtpu", "tpu"),
+    ):
         if importlib.util.find_spec(plugin) is not None:
             return name
     return "cpu"
@@ -225,7 +271,6 @@ def started() -> bool:
         return bool(xla_bridge.backends_are_initialized())
     except (ImportError, AttributeError):
         return False
-
 
 
 def _row(name: str) -> Tuning:
@@ -252,8 +297,10 @@ def _measured(name: str, op: str | None, size: int | float | None) -> dict[str, 
             chosen.append(entry)
     out: dict[str, tuple[Any, str]] = {}
     for entry in chosen:
-        where = (f"measured {entry.get('measured_utc', '?')} ({entry.get('op', '?')} at "
-                 f"{entry.get('bucket', '?')}), {tuning.cache_path(name)}")
+        where = (
+            f"measured {entry.get('measured_utc', '?')} ({entry.get('op', '?')} at "
+            f"{entry.get('bucket', '?')}), {tuning.cache_path(name)}"
+        )
         for key, value in entry.get("settings", {}).items():
             if key in _FIELDS:
                 out[key] = (value, where)
@@ -355,19 +402,36 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
             for setting, value in sorted(entry.get("settings", {}).items()):
                 if setting not in _FIELDS:  # a measured fact (e.g. the GP's FFT), not a default this table sets
                     continue
-                rows.append({"setting": f"{setting}@{entry.get('op', '?')}[{entry.get('bucket', '?')}]",
-                             "value": repr(value), "source": f"tuning cache: measured {entry.get('measured_utc', '?')}"
-                                                             f", {tuning.cache_path(name)}"})
+                rows.append(
+                    {
+                        "setting": f"{setting}@{entry.get('op', '?')}[{entry.get('bucket', '?')}]",
+                        "value": repr(value),
+                        "source": f"tuning cache: measured {entry.get('measured_utc', '?')}, {tuning.cache_path(name)}",
+                    }
+                )
     flags = tuning.applied_xla_flags()
     if name == "cpu" or flags:
         if flags:
-            state = "applied at import" if flags.get("applied") else (
-                flags.get("why", "") if not flags["flags"] else f"not applied: {flags.get('why', '')}")
-            rows.append({"setting": "xla_flags", "value": repr(" ".join(flags["flags"])),
-                         "source": f"tuning cache: measured {flags.get('measured_utc', '?')}, {flags['file']} "
-                                   f"({state})"})
+            state = (
+                "applied at import"
+                if flags.get("applied")
+                else (flags.get("why", "") if not flags["flags"] else f"not applied: {flags.get('why', '')}")
+            )
+            rows.append(
+                {
+                    "setting": "xla_flags",
+                    "value": repr(" ".join(flags["flags"])),
+                    "source": f"tuning cache: measured {flags.get('measured_utc', '?')}, {flags['file']} ({state})",
+                }
+            )
         else:
-            rows.append({"setting": "xla_flags", "value": repr(""),
-                         "source": "not measured on this kind of machine (ivhl tune --only xla)"
-                         if tuning.mode() != "frozen" else "IVHL_TUNING=frozen: XLA's defaults"})
+            rows.append(
+                {
+                    "setting": "xla_flags",
+                    "value": repr(""),
+                    "source": "not measured on this kind of machine (ivhl tune --only xla)"
+                    if tuning.mode() != "frozen"
+                    else "IVHL_TUNING=frozen: XLA's defaults",
+                }
+            )
     return rows

@@ -16,11 +16,27 @@ __all__ = ["COLLECTIVE_KINDS", "collectives", "dtype_bytes"]
 #: The collective instructions counted (their ``-start`` forms too; ``-done`` halves are not counted again).
 COLLECTIVE_KINDS = ("all-to-all", "all-gather", "all-reduce", "collective-permute", "reduce-scatter")
 
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "f32": 4,
-                "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "bf16": 2,
+    "f16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
 # `%name = SHAPE KIND(` or `KIND-start(`: SHAPE is an array type or a (possibly nested) tuple of them
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?P<shape>.*?)\s+(?P<op>"
-                          + "|".join(COLLECTIVE_KINDS) + r")(?P<start>-start)?\(")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?P<shape>.*?)\s+(?P<op>" + "|".join(COLLECTIVE_KINDS) + r")(?P<start>-start)?\("
+)
 _ARRAY = re.compile(r"\b([a-z]+[0-9]*)\[([0-9,]*)\]")
 
 
@@ -67,8 +83,11 @@ def _top_level_parts(shape: str) -> list[str]:
 
 
 def _nbytes(shape: str) -> int:
-    return sum(math.prod(int(d) for d in dims.split(",") if d) * dtype_bytes(dt) for dt, dims in _ARRAY.findall(shape)
-               if dt in _DTYPE_BYTES)
+    return sum(
+        math.prod(int(d) for d in dims.split(",") if d) * dtype_bytes(dt)
+        for dt, dims in _ARRAY.findall(shape)
+        if dt in _DTYPE_BYTES
+    )
 
 
 def collectives(program: Any) -> list[tuple[str, int]]:

@@ -29,15 +29,19 @@ def device_mesh(shape: Sequence[int], names: Sequence[str], devices: Sequence[ja
     shape = tuple(shape)
     names = tuple(names)
     if not shape or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in shape):
-        raise ValueError(f"shape must be a non-empty sequence of positive integers (devices per mesh axis), "
-                         f"got {shape}")
+        raise ValueError(
+            f"shape must be a non-empty sequence of positive integers (devices per mesh axis), got {shape}"
+        )
     if len(names) != len(shape) or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"names must be {len(shape)} distinct strings, one per mesh axis of shape {shape}; "
-                         f"got {names}")
+        raise ValueError(
+            f"names must be {len(shape)} distinct strings, one per mesh axis of shape {shape}; got {names}"
+        )
     devs = list(jax.devices() if devices is None else devices)
     if math.prod(shape) != len(devs):
-        raise ValueError(f"a mesh of shape {shape} needs {math.prod(shape)} devices but devices has {len(devs)}; "
-                         f"give sizes whose product is {len(devs)} or that many devices")
+        raise ValueError(
+            f"a mesh of shape {shape} needs {math.prod(shape)} devices but devices has {len(devs)}; "
+            f"give sizes whose product is {len(devs)} or that many devices"
+        )
     auto = (jax.sharding.AxisType.Auto,) * len(shape)
     if len(devs) == jax.device_count():
         return jax.make_mesh(shape, names, axis_types=auto, devices=devs)

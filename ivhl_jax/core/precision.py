@@ -23,9 +23,20 @@ import jax.numpy as jnp
 
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["Policy", "get_policy", "all_finite", "select_tree", "DynamicLossScale", "NoOpLossScale",
-    "loss_scale_for", "PHYSICS_PRESETS", "default_policy", "physics_policy", "real_compute_dtype",
-    "complex_state_dtype"]
+__all__ = [
+    "Policy",
+    "get_policy",
+    "all_finite",
+    "select_tree",
+    "DynamicLossScale",
+    "NoOpLossScale",
+    "loss_scale_for",
+    "PHYSICS_PRESETS",
+    "default_policy",
+    "physics_policy",
+    "real_compute_dtype",
+    "complex_state_dtype",
+]
 
 _DTYPE_NAMES = {
     "float32": jnp.float32,
@@ -68,8 +79,10 @@ class Policy:
             if not jnp.issubdtype(dt, jnp.floating):
                 # A complex dtype is a state dtype, not a policy dtype: the complex state of a solver follows
                 # from the real compute dtype (float32 -> complex64, float64 -> complex128).
-                raise TypeError(f"{field} must be a floating dtype (float16/bfloat16/float32/float64), got {dt.name}; "
-                                "a complex state dtype follows from the real compute dtype")
+                raise TypeError(
+                    f"{field} must be a floating dtype (float16/bfloat16/float32/float64), got {dt.name}; "
+                    "a complex state dtype follows from the real compute dtype"
+                )
 
     def cast_to_param(self, tree: Any) -> Any:
         """Cast floating leaves of ``tree`` to ``param_dtype``."""
@@ -196,9 +209,11 @@ def physics_policy(policy: str | Policy | None, *, like: Any, argname: str = "po
         return default_policy(like)
     pol = get_policy(policy, argname=argname)  # a Policy holds real floating dtypes only (Policy.__post_init__)
     if any(dt == jnp.dtype(jnp.float64) for dt in _dtypes(pol)) and not jax.config.read("jax_enable_x64"):
-        raise ValueError(f"{argname}={_show(policy)} asks for float64 but "
-                         "jax_enable_x64 is off, so JAX would silently compute in float32; wrap the call in "
-                         "`with jax.enable_x64(True):` (or set jax.config.update('jax_enable_x64', True))")
+        raise ValueError(
+            f"{argname}={_show(policy)} asks for float64 but "
+            "jax_enable_x64 is off, so JAX would silently compute in float32; wrap the call in "
+            "`with jax.enable_x64(True):` (or set jax.config.update('jax_enable_x64', True))"
+        )
     return pol
 
 
@@ -207,8 +222,9 @@ def real_compute_dtype(policy: str | Policy, *, minimum: Any = jnp.float32) -> A
     return jnp.promote_types(get_policy(policy).compute_dtype, minimum)
 
 
-def complex_state_dtype(policy: str | Policy | None, *, like: Any, argname: str = "policy",
-                        routine: str = "this solver") -> Any:
+def complex_state_dtype(
+    policy: str | Policy | None, *, like: Any, argname: str = "policy", routine: str = "this solver"
+) -> Any:
     """Complex state dtype of a split-step (FFT) solver: complex(compute_dtype) of ``policy`` (None: of
     :func:`default_policy` of the solver's data ``like``, i.e. its own dtype).
 
@@ -220,9 +236,11 @@ def complex_state_dtype(policy: str | Policy | None, *, like: Any, argname: str 
     pol = physics_policy(policy, like=like, argname=argname)
     for field_name, dt in zip(("param_dtype", "compute_dtype", "output_dtype"), _dtypes(pol), strict=True):
         if jnp.finfo(dt).bits < 32:
-            raise ValueError(f"{argname}={_show(policy)}: {routine} evolves a "
-                             f"complex state with FFTs, which XLA has only in complex64/complex128, so "
-                             f"{field_name}={dt} is not supported; use 'f32' (complex64) or 'f64' (complex128)")
+            raise ValueError(
+                f"{argname}={_show(policy)}: {routine} evolves a "
+                f"complex state with FFTs, which XLA has only in complex64/complex128, so "
+                f"{field_name}={dt} is not supported; use 'f32' (complex64) or 'f64' (complex128)"
+            )
     return jnp.result_type(jnp.dtype(pol.compute_dtype), jnp.complex64)
 
 

@@ -37,15 +37,49 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["FORMAT", "MODES", "TuningCacheWarning", "mode", "cache_dir", "fingerprint", "host_fingerprint",
-           "cache_path", "bucket", "load", "lookup", "entries", "record", "atomic_write_text", "apply_xla_flags",
-           "applied_xla_flags", "set_auto_tuner", "auto_tune", "reset"]
+__all__ = [
+    "FORMAT",
+    "MODES",
+    "TuningCacheWarning",
+    "mode",
+    "cache_dir",
+    "fingerprint",
+    "host_fingerprint",
+    "cache_path",
+    "bucket",
+    "load",
+    "lookup",
+    "entries",
+    "record",
+    "atomic_write_text",
+    "apply_xla_flags",
+    "applied_xla_flags",
+    "set_auto_tuner",
+    "auto_tune",
+    "reset",
+]
 
 FORMAT = "ivhl_jax.tuning/1"
 MODES = ("cache", "frozen", "auto")
 # ISA flags that change what XLA:CPU can emit (vector width, FMA, bf16/int8 dot units).
-_ISA = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_fp16",
-        "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve", "sve2")
+_ISA = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "amx_bf16",
+    "amx_tile",
+    "asimd",
+    "sve",
+    "sve2",
+)
 
 
 class TuningCacheWarning(UserWarning):
@@ -97,8 +131,9 @@ def cache_dir() -> str:
         elif os.name == "nt":
             root = os.path.join(os.environ.get("LOCALAPPDATA") or os.path.expanduser("~"), "ivhl_jax", "Cache")
         else:
-            root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-                                "ivhl_jax")
+            root = os.path.join(
+                os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "ivhl_jax"
+            )
     return os.path.join(os.path.abspath(os.path.expanduser(root)), "tuning")
 
 
@@ -151,9 +186,15 @@ def host_fingerprint() -> dict[str, Any]:
     """The CPU platform's fingerprint, computed without starting a JAX backend (so flags can still be set)."""
     if "cpu" not in _fingerprints:
         model, isa = _cpu_info()
-        _fingerprints["cpu"] = {"platform": "cpu", "device_kind": model, "device_count": _cores(),
-                                "machine": _platform.machine(), "system": _platform.system(), "isa": isa,
-                                "versions": _versions()}
+        _fingerprints["cpu"] = {
+            "platform": "cpu",
+            "device_kind": model,
+            "device_count": _cores(),
+            "machine": _platform.machine(),
+            "system": _platform.system(),
+            "isa": isa,
+            "versions": _versions(),
+        }
     return dict(_fingerprints["cpu"])
 
 
@@ -171,8 +212,13 @@ def fingerprint(platform_name: str) -> dict[str, Any]:
             devs = []
         kind = devs[0].device_kind if devs else "none"
         cc = str(getattr(devs[0], "compute_capability", "")) if devs else ""
-        _fingerprints[platform_name] = {"platform": platform_name, "device_kind": kind, "device_count": len(devs),
-                                        "compute_capability": cc, "versions": _versions()}
+        _fingerprints[platform_name] = {
+            "platform": platform_name,
+            "device_kind": kind,
+            "device_count": len(devs),
+            "compute_capability": cc,
+            "versions": _versions(),
+        }
     return dict(_fingerprints[platform_name])
 
 
@@ -208,18 +254,27 @@ def _read(path: str) -> dict[str, Any] | None:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
             raise ValueError("not an ivhl_jax tuning cache")
     except (OSError, ValueError) as e:
-        _warn_once(path, f"tuning cache {path} is unreadable or corrupt ({type(e).__name__}: {str(e)[:80]}); "
-                         "ignored, the backend table is used (`ivhl tune` writes a new one)")
+        _warn_once(
+            path,
+            f"tuning cache {path} is unreadable or corrupt ({type(e).__name__}: {str(e)[:80]}); "
+            "ignored, the backend table is used (`ivhl tune` writes a new one)",
+        )
         doc = None
     else:
         plat = str(doc.get("fingerprint", {}).get("platform", ""))
         mine = fingerprint(plat) if plat in ("cpu",) or plat in _fingerprints else None
         if mine is None or doc.get("fingerprint") != mine:
             theirs = doc.get("fingerprint", {}).get("versions", {})
-            why = ("it was measured with jax " + str(theirs.get("jax")) + f", this is jax {_versions()['jax']}"
-                   if mine is not None and theirs != mine.get("versions") else "it was measured on another machine")
-            _warn_once(path, f"tuning cache {path} is foreign ({why}); ignored, the backend table is used "
-                             "(`ivhl tune` measures this machine)")
+            why = (
+                "it was measured with jax " + str(theirs.get("jax")) + f", this is jax {_versions()['jax']}"
+                if mine is not None and theirs != mine.get("versions")
+                else "it was measured on another machine"
+            )
+            _warn_once(
+                path,
+                f"tuning cache {path} is foreign ({why}); ignored, the backend table is used "
+                "(`ivhl tune` measures this machine)",
+            )
             doc = None
     _docs[path] = (st.st_mtime_ns, doc)
     return doc
@@ -241,11 +296,18 @@ def _stale_files(platform_name: str) -> None:
                     fp = json.load(f).get("fingerprint", {})
             except (OSError, ValueError, AttributeError):
                 continue
-            if isinstance(fp, dict) and {k: v for k, v in fp.items() if k != "versions"} == \
-                    {k: v for k, v in mine.items() if k != "versions"} and fp.get("versions") != mine["versions"]:
-                _warn_once(path, f"tuning cache {path} was measured with jax {fp.get('versions', {}).get('jax')} "
-                                 f"(this is jax {mine['versions']['jax']}); ignored, the backend table is used "
-                                 "(`ivhl tune` measures again)")
+            if (
+                isinstance(fp, dict)
+                and {k: v for k, v in fp.items() if k != "versions"}
+                == {k: v for k, v in mine.items() if k != "versions"}
+                and fp.get("versions") != mine["versions"]
+            ):
+                _warn_once(
+                    path,
+                    f"tuning cache {path} was measured with jax {fp.get('versions', {}).get('jax')} "
+                    f"(this is jax {mine['versions']['jax']}); ignored, the backend table is used "
+                    "(`ivhl tune` measures again)",
+                )
 
 
 def load(platform_name: str) -> dict[str, Any] | None:
@@ -329,8 +391,9 @@ def _file_lock(path: str) -> Iterator[None]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def record(platform_name: str, new_entries: Mapping[str, Mapping[str, Any]], *,
-           limits: Mapping[str, Any] | None = None) -> str:
+def record(
+    platform_name: str, new_entries: Mapping[str, Mapping[str, Any]], *, limits: Mapping[str, Any] | None = None
+) -> str:
     """Merge ``{"op|bucket": entry}`` into this machine's cache file (locked, atomic); returns its path.
 
     Each entry holds ``settings`` (name -> value), ``measured_utc`` and whatever else the tuner records
@@ -341,8 +404,10 @@ def record(platform_name: str, new_entries: Mapping[str, Mapping[str, Any]], *,
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
-        raise OSError(f"the tuning cache folder {folder} cannot be created ({e.strerror or e}); set IVHL_CACHE_DIR "
-                      "to a writable folder") from e
+        raise OSError(
+            f"the tuning cache folder {folder} cannot be created ({e.strerror or e}); set IVHL_CACHE_DIR "
+            "to a writable folder"
+        ) from e
     if not os.access(folder, os.W_OK):
         raise OSError(f"the tuning cache folder {folder} is not writable; set IVHL_CACHE_DIR to a writable folder")
     with _file_lock(path):
@@ -396,8 +461,15 @@ def apply_xla_flags() -> dict[str, Any]:
         return {}
     flags = str(entry.get("settings", {}).get("xla_flags", "")).split()
     if not flags:  # measured: no candidate flag paid on this machine
-        _applied.update({"flags": [], "file": path, "measured_utc": entry.get("measured_utc", ""), "applied": False,
-                         "why": "no candidate flag paid here: XLA's defaults"})
+        _applied.update(
+            {
+                "flags": [],
+                "file": path,
+                "measured_utc": entry.get("measured_utc", ""),
+                "applied": False,
+                "why": "no candidate flag paid here: XLA's defaults",
+            }
+        )
         return dict(_applied)
     current = os.environ.get("XLA_FLAGS", "")
     new = [f for f in flags if f.split("=")[0] not in current]
@@ -429,10 +501,16 @@ def auto_tune(op: str, size: int, platform_name: str) -> None:
     if _auto_tuner is None or key in _auto_busy:
         return
     _auto_busy.add(key)  # once per process, and no recursion from the tuner's own calls
-    print(f"ivhl_jax: IVHL_TUNING=auto: tuning {op} for size bucket {key[1]} on this machine (once; stored in "
-          f"{cache_dir()})", file=sys.stderr, flush=True)
+    print(
+        f"ivhl_jax: IVHL_TUNING=auto: tuning {op} for size bucket {key[1]} on this machine (once; stored in "
+        f"{cache_dir()})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         _auto_tuner(op, size, platform_name)
     except Exception as e:  # noqa: BLE001 - tuning on the fly must never break the caller; the table is used
-        _warn_once(f"auto:{key}", f"IVHL_TUNING=auto: tuning {op} failed ({type(e).__name__}: {str(e)[:120]}); "
-                                  "the backend table is used")
+        _warn_once(
+            f"auto:{key}",
+            f"IVHL_TUNING=auto: tuning {op} failed ({type(e).__name__}: {str(e)[:120]}); the backend table is used",
+        )

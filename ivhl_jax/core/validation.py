@@ -17,8 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-__all__ = ["is_concrete", "check_array", "check_scalar", "check_choice", "check_broadcastable",
-    "check_key", "check_finite_tree", "checked"]
+__all__ = [
+    "is_concrete",
+    "check_array",
+    "check_scalar",
+    "check_choice",
+    "check_broadcastable",
+    "check_key",
+    "check_finite_tree",
+    "checked",
+]
 
 _KINDS = {
     "floating": (np.floating,),
@@ -175,8 +183,10 @@ def check_key(key: Any, name: str = "key") -> Any:
         return key
     if dtype is not None and dtype == jnp.uint32 and jnp.shape(key) == (2,):
         return key  # legacy raw key (jax.random.PRNGKey)
-    raise TypeError(f"{name} must be a PRNG key, e.g. jax.random.key(seed), got {type(key).__name__}"
-                    + (f" of dtype {dtype} and shape {jnp.shape(key)}" if dtype is not None else f" {key!r}"))
+    raise TypeError(
+        f"{name} must be a PRNG key, e.g. jax.random.key(seed), got {type(key).__name__}"
+        + (f" of dtype {dtype} and shape {jnp.shape(key)}" if dtype is not None else f" {key!r}")
+    )
 
 
 def check_finite_tree(tree: Any, name: str) -> None:

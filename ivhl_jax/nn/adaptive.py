@@ -77,9 +77,23 @@ from ivhl_jax.core.precision import Policy, physics_policy
 from ivhl_jax.core.validation import check_array, check_choice, check_key, check_scalar
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 
-__all__ = ["dynamics", "observe", "DynamicsParams", "DynamicsState", "AdaptiveConfig", "NodeState", "PHASES",
-           "init_params", "init_state", "step", "run_inner", "apply_sequence", "detach", "count_params",
-           "node_metrics"]
+__all__ = [
+    "dynamics",
+    "observe",
+    "DynamicsParams",
+    "DynamicsState",
+    "AdaptiveConfig",
+    "NodeState",
+    "PHASES",
+    "init_params",
+    "init_state",
+    "step",
+    "run_inner",
+    "apply_sequence",
+    "detach",
+    "count_params",
+    "node_metrics",
+]
 
 PHASES = ("active", "sleep", "interactive", "inspired")
 ACTIVE, SLEEP, INTERACTIVE, INSPIRED = range(4)
@@ -164,8 +178,16 @@ class AdaptiveConfig:
     @classmethod
     def improved(cls, **overrides: Any) -> AdaptiveConfig:
         """Removes the bottleneck: read out from h (and a, E), per-node inputs, restorative sleep."""
-        base = dict(scheduler="per_sample", softmax_of_probabilities=False, readout="hidden+activity",
-                    readout_energy=True, per_node_input=True, input_gain=1.0, sleep_recovery=0.5, inner_steps=2)
+        base = dict(
+            scheduler="per_sample",
+            softmax_of_probabilities=False,
+            readout="hidden+activity",
+            readout_energy=True,
+            per_node_input=True,
+            input_gain=1.0,
+            sleep_recovery=0.5,
+            inner_steps=2,
+        )
         return cls(**{**base, **overrides})
 
     @property
@@ -228,17 +250,23 @@ def param_specs(cfg: AdaptiveConfig) -> dict[str, tuple[tuple[int, ...], int | N
     in_shape = (n, d, h) if cfg.per_node_input else (d, h)
     in_bias = (n, h) if cfg.per_node_input else (h,)
     return {
-        "W_in": (in_shape, d), "b_in": (in_bias, d),
-        "W_s": ((h, h), h), "b_s": ((h,), h),
+        "W_in": (in_shape, d),
+        "b_in": (in_bias, d),
+        "W_s": ((h, h), h),
+        "b_s": ((h,), h),
         "phase_scales": ((4,), None),
-        "w_e": ((h,), h), "b_e": ((), h),
-        "alpha": ((2,), 2), "beta": ((), 2),
-        "W_out": ((cfg.num_features, c), cfg.num_features), "b_out": ((c,), cfg.num_features),
+        "w_e": ((h,), h),
+        "b_e": ((), h),
+        "alpha": ((2,), 2),
+        "beta": ((), 2),
+        "W_out": ((cfg.num_features, c), cfg.num_features),
+        "b_out": ((c,), cfg.num_features),
     }
 
 
-def init_param(key: jax.Array, shape: tuple[int, ...], fan_in: int | None, dtype: Any = jnp.float32
-               ) -> Float[Array, " ..."]:
+def init_param(
+    key: jax.Array, shape: tuple[int, ...], fan_in: int | None, dtype: Any = jnp.float32
+) -> Float[Array, " ..."]:
     """One parameter of ``shape``: uniform in ``±1/sqrt(fan_in)``, or ones when ``fan_in`` is None."""
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
         raise TypeError(f"shape must be a tuple of sizes, got {shape!r}")
@@ -267,8 +295,9 @@ def count_params(params: Any) -> int:
 # --------------------------------------------------------------------------------------------- scheduler
 
 
-def anxiety(h: Float[Array, "*batch N H"], energy: Float[Array, "*batch N"], activity: Float[Array, "*batch N"]
-            ) -> Float[Array, "*batch N"]:
+def anxiety(
+    h: Float[Array, "*batch N H"], energy: Float[Array, "*batch N"], activity: Float[Array, "*batch N"]
+) -> Float[Array, "*batch N"]:
     """A = max(0, 5 - E) + 2 a + Var_k(h_k) (unbiased over the hidden axis)."""
     return jnp.maximum(0.0, 5.0 - energy) + 2.0 * activity + jnp.var(h, axis=-1, ddof=1)
 
@@ -277,17 +306,24 @@ def _w(*vals) -> jax.Array:
     return jnp.asarray(vals, jnp.float32)
 
 
-def phase_weights(phase: Int[ArrayLike, " ..."], energy: Real[ArrayLike, " ..."], activity: Real[ArrayLike, " ..."],
-                  anxiety_ema: Real[ArrayLike, " ..."], restorative: Real[ArrayLike, " ..."],
-                  circadian: Real[ArrayLike, " ..."], explore: Bool[ArrayLike, " ..."],
-                  anxiety_threshold: float = 5.0) -> Float[Array, "... 4"]:
+def phase_weights(
+    phase: Int[ArrayLike, " ..."],
+    energy: Real[ArrayLike, " ..."],
+    activity: Real[ArrayLike, " ..."],
+    anxiety_ema: Real[ArrayLike, " ..."],
+    restorative: Real[ArrayLike, " ..."],
+    circadian: Real[ArrayLike, " ..."],
+    explore: Bool[ArrayLike, " ..."],
+    anxiety_threshold: float = 5.0,
+) -> Float[Array, "... 4"]:
     """The rule cascade: weights ``[..., 4]`` over (ACTIVE, SLEEP, INTERACTIVE, INSPIRED).
 
     All inputs broadcast together (``explore`` is the boolean outcome of the eps-draw of rule R0).
     The first applicable rule wins; evaluation is branch-free (``where`` from the lowest priority up).
     """
     phase, energy, activity, abar, r, circadian, explore = jnp.broadcast_arrays(
-        phase, energy, activity, anxiety_ema, restorative, circadian, explore)
+        phase, energy, activity, anxiety_ema, restorative, circadian, explore
+    )
     e = lambda v: v[..., None]
     # R6: row of the transition matrix, re-weighted by anxiety and restorative need.
     w = jnp.asarray(_TRANSITION, jnp.float32)[phase]
@@ -315,8 +351,9 @@ def phase_weights(phase: Int[ArrayLike, " ..."], energy: Real[ArrayLike, " ..."]
     return w
 
 
-def phase_logits(weights: Float[Array, "*batch 4"], temperature: float, softmax_of_probabilities: bool
-                 ) -> Float[Array, "*batch 4"]:
+def phase_logits(
+    weights: Float[Array, "*batch 4"], temperature: float, softmax_of_probabilities: bool
+) -> Float[Array, "*batch 4"]:
     """Logits of the phase distribution: ``log(w)/T`` (proper), or ``w/T`` (a softmax of the probabilities)."""
     check_scalar(temperature, "temperature", positive=True)
     if softmax_of_probabilities:
@@ -324,8 +361,9 @@ def phase_logits(weights: Float[Array, "*batch 4"], temperature: float, softmax_
     return jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf) / temperature
 
 
-def phase_masses(weights: Float[Array, "*batch 4"], temperature: float, softmax_of_probabilities: bool
-                 ) -> Float[Array, "*batch 4"]:
+def phase_masses(
+    weights: Float[Array, "*batch 4"], temperature: float, softmax_of_probabilities: bool
+) -> Float[Array, "*batch 4"]:
     """Unnormalised probabilities ``q = exp(logits - max logits)`` of :func:`phase_logits` (last axis).
 
     For the proper policy at ``T = 1`` this is ``w`` itself (``q ∝ exp(log w) = w``): no transcendental
@@ -395,8 +433,9 @@ def _after_decision(phase, abar, r, q, restorative_strength: float = 0.1):
     return jnp.clip(r, 0.0, 1.0), jnp.clip(q, 0.0, 1.0)
 
 
-def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B N"], key: jax.Array
-                        ) -> tuple[Int[Array, "B N"], NodeState]:
+def schedule_per_sample(
+    cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B N"], key: jax.Array
+) -> tuple[Int[Array, "B N"], NodeState]:
     """Per-sample scheduler: returns (phase [B,N], new scheduler fields); one uniform per (sample, node)."""
     if not cfg.stochastic:
         phase = jnp.full_like(state.phase, ACTIVE)
@@ -409,8 +448,9 @@ def schedule_per_sample(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array,
     return phase, state.replace(phase=phase, anxiety_ema=abar, restorative=r, sleep_quality=q, t=t)
 
 
-def schedule_shared(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B N"], key: jax.Array
-                    ) -> tuple[Int[Array, " N"], NodeState]:
+def schedule_shared(
+    cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B N"], key: jax.Array
+) -> tuple[Int[Array, " N"], NodeState]:
     """The batch-shared scheduler: a sequential decision chain over the batch rows, whose
     final decision is used for every row; the anxiety EMA reads only the last row. Returns phase [N]."""
     if not cfg.stochastic:
@@ -433,8 +473,9 @@ def schedule_shared(cfg: AdaptiveConfig, state: NodeState, anx: Float[Array, "B 
 # --------------------------------------------------------------------------------------------- dynamics
 
 
-def project_input(params: dict, x: Float[Array, "B D"], cfg: AdaptiveConfig
-                  ) -> Float[Array, "B H"] | Float[Array, "B N H"]:
+def project_input(
+    params: dict, x: Float[Array, "B D"], cfg: AdaptiveConfig
+) -> Float[Array, "B H"] | Float[Array, "B N H"]:
     """u = W_in x + b_in: ``[B,H]`` (shared projection) or ``[B,N,H]`` (per-node weights)."""
     if cfg.per_node_input:
         return jnp.einsum("bd,ndh->bnh", x, params["W_in"]) + params["b_in"]
@@ -468,10 +509,15 @@ def _rows_matmul_bwd(res, g):
 _rows_matmul.defvjp(_rows_matmul_fwd, _rows_matmul_bwd)
 
 
-def node_update(params: dict, cfg: AdaptiveConfig, h: Float[Array, "B N H"], energy: Float[Array, "B N"],
-                u: Float[Array, "B H"] | Float[Array, "B N H"], anx: Float[Array, "B N"],
-                phase: Int[Array, "B N"] | Int[Array, " N"]
-                ) -> tuple[Float[Array, "B N H"], Float[Array, "B N"], Float[Array, "B N"]]:
+def node_update(
+    params: dict,
+    cfg: AdaptiveConfig,
+    h: Float[Array, "B N H"],
+    energy: Float[Array, "B N"],
+    u: Float[Array, "B H"] | Float[Array, "B N H"],
+    anx: Float[Array, "B N"],
+    phase: Int[Array, "B N"] | Int[Array, " N"],
+) -> tuple[Float[Array, "B N H"], Float[Array, "B N"], Float[Array, "B N"]]:
     """Hidden, energy and activity update for given phases (broadcasts over any batch shape).
 
     ``u`` is ``[B,H]`` or ``[B,N,H]``; ``phase`` is ``[B,N]`` or ``[N]`` (shared). Returns (h', E', a').
@@ -486,13 +532,17 @@ def node_update(params: dict, cfg: AdaptiveConfig, h: Float[Array, "B N H"], ene
     e_new = (1.0 - cfg.energy_decay) * energy + d_energy + cfg.sleep_recovery * (1.0 - awake)
     e_new = jnp.clip(e_new, 0.0, E_MAX)
     u_mean = jnp.mean(u_n, axis=-1)
-    a_new = jax.nn.sigmoid(params["alpha"][0] * jnp.mean(h_new, axis=-1) + params["alpha"][1] * u_mean
-                           + params["beta"])
+    a_new = jax.nn.sigmoid(params["alpha"][0] * jnp.mean(h_new, axis=-1) + params["alpha"][1] * u_mean + params["beta"])
     return h_new, e_new, jnp.clip(a_new, 0.0, 1.0)
 
 
-def readout(params: dict, cfg: AdaptiveConfig, h: Float[Array, "B N H"], energy: Float[Array, "B N"],
-            activity: Float[Array, "B N"]) -> Float[Array, "B C"]:
+def readout(
+    params: dict,
+    cfg: AdaptiveConfig,
+    h: Float[Array, "B N H"],
+    energy: Float[Array, "B N"],
+    activity: Float[Array, "B N"],
+) -> Float[Array, "B C"]:
     """logits = W_out f + b_out with f chosen by ``cfg.readout`` / ``cfg.readout_energy``."""
     feats = []
     if cfg.readout in ("hidden", "hidden+activity"):
@@ -508,13 +558,21 @@ def readout(params: dict, cfg: AdaptiveConfig, h: Float[Array, "B N H"], energy:
 def _check_real_tree(tree: Any, name: str, policy: Policy) -> None:
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
         if jnp.issubdtype(jnp.result_type(leaf), jnp.complexfloating):
-            raise TypeError(f"{name}{jax.tree_util.keystr(path)} is complex ({jnp.result_type(leaf)}), but the policy "
-                            f"computes in the real dtype {jnp.dtype(policy.compute_dtype)}; adaptive-node states, "
-                            "inputs and weights are real")
+            raise TypeError(
+                f"{name}{jax.tree_util.keystr(path)} is complex ({jnp.result_type(leaf)}), but the policy "
+                f"computes in the real dtype {jnp.dtype(policy.compute_dtype)}; adaptive-node states, "
+                "inputs and weights are real"
+            )
 
 
-def step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array, cfg: AdaptiveConfig,
-         policy: str | Policy | None = None) -> tuple[NodeState, dict[str, Array]]:
+def step(
+    params: dict,
+    state: NodeState,
+    x: Float[Array, "B D"],
+    key: jax.Array,
+    cfg: AdaptiveConfig,
+    policy: str | Policy | None = None,
+) -> tuple[NodeState, dict[str, Array]]:
     """One dynamics step for a batch ``x [B, D]``; returns (new state, outputs).
 
     outputs: ``logits [B,C]``, ``phase [B,N]`` (int32), ``anxiety [B,N]``, ``energy [B,N]``,
@@ -529,13 +587,19 @@ def step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array,
     for tree, name in ((params, "params"), (state, "state"), (x, "x")):
         _check_real_tree(tree, name, pol)
     x = check_inputs(cfg, state, x)
-    new_state, out = _step(pol.cast_to_compute(pol.cast_to_param(params)), pol.cast_to_compute(state),
-                           jnp.asarray(x).astype(pol.compute_dtype), key, cfg)
+    new_state, out = _step(
+        pol.cast_to_compute(pol.cast_to_param(params)),
+        pol.cast_to_compute(state),
+        jnp.asarray(x).astype(pol.compute_dtype),
+        key,
+        cfg,
+    )
     return pol.cast_to_output(new_state), pol.cast_to_output(out)
 
 
-def _step(params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array, cfg: AdaptiveConfig
-          ) -> tuple[NodeState, dict[str, Array]]:
+def _step(
+    params: dict, state: NodeState, x: Float[Array, "B D"], key: jax.Array, cfg: AdaptiveConfig
+) -> tuple[NodeState, dict[str, Array]]:
     """The step of :func:`step` on checked inputs, all in one compute dtype."""
     u = project_input(params, x, cfg)
     anx = anxiety(state.h, state.energy, state.activity)
@@ -557,13 +621,21 @@ def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: Float[ArrayLike, "B D
     """Validate ``x`` against the config and the state's batch size (shape errors name the fix)."""
     x = check_array(x, "x", shape=(None, cfg.input_dim), kind="floating", finite=True)
     if state.h.shape != (x.shape[0], cfg.num_nodes, cfg.hidden_dim):
-        raise ValueError(f"state.h has shape {state.h.shape}, expected {(x.shape[0], cfg.num_nodes, cfg.hidden_dim)}"
-                         f"; create it with init_state(cfg, batch={x.shape[0]})")
+        raise ValueError(
+            f"state.h has shape {state.h.shape}, expected {(x.shape[0], cfg.num_nodes, cfg.hidden_dim)}"
+            f"; create it with init_state(cfg, batch={x.shape[0]})"
+        )
     return x
 
 
-def run_inner(params: dict, state: NodeState, x: Float[ArrayLike, "B D"], key: jax.Array, cfg: AdaptiveConfig,
-              policy: str | Policy | None = None) -> tuple[NodeState, dict[str, Array]]:
+def run_inner(
+    params: dict,
+    state: NodeState,
+    x: Float[ArrayLike, "B D"],
+    key: jax.Array,
+    cfg: AdaptiveConfig,
+    policy: str | Policy | None = None,
+) -> tuple[NodeState, dict[str, Array]]:
     """``cfg.inner_steps`` (K) steps on the same input: the last step's outputs, plus ``phase_fractions [4]``
     averaged over the K steps, nodes and batch. Exactly ``trajectory(dynamics(...), init(key, state), K)``
     (the checks are the builder's and ``init``'s); ``policy`` as in :func:`step`."""
@@ -577,8 +649,14 @@ def phase_fractions(phase: Int[Array, " ..."]) -> Float[Array, " 4"]:
     return jnp.mean(jax.nn.one_hot(phase, 4, dtype=jnp.float32), axis=tuple(range(phase.ndim)))
 
 
-def apply_sequence(params: dict, state: NodeState, xs: Float[ArrayLike, "T B D"], key: jax.Array,
-                   cfg: AdaptiveConfig, policy: str | Policy | None = None) -> tuple[NodeState, dict[str, Array]]:
+def apply_sequence(
+    params: dict,
+    state: NodeState,
+    xs: Float[ArrayLike, "T B D"],
+    key: jax.Array,
+    cfg: AdaptiveConfig,
+    policy: str | Policy | None = None,
+) -> tuple[NodeState, dict[str, Array]]:
     """Run a sequence ``xs [T, B, D]`` from an explicit initial state (``lax.scan`` over T).
 
     Returns the final state and the stacked outputs (``logits [T,B,C]`` ...). ``policy`` as in
@@ -599,10 +677,14 @@ def node_metrics(state: NodeState, out: dict[str, jax.Array]) -> dict[str, jax.A
     """Scalar summaries (phase ratios, mean energy/activity/anxiety, active-node ratio)."""
     fr = out["phase_fractions"]
     m = {f"{p}_ratio": fr[i] for i, p in enumerate(PHASES)}
-    m.update(mean_energy=jnp.mean(state.energy), mean_activity=jnp.mean(state.activity),
-             mean_anxiety=jnp.mean(out["anxiety"]), max_anxiety=jnp.max(out["anxiety"]),
-             active_node_ratio=jnp.mean((state.energy > 1.0) & (state.activity > 0.5)),
-             mean_restorative_need=jnp.mean(state.restorative))
+    m.update(
+        mean_energy=jnp.mean(state.energy),
+        mean_activity=jnp.mean(state.activity),
+        mean_anxiety=jnp.mean(out["anxiety"]),
+        max_anxiety=jnp.max(out["anxiety"]),
+        active_node_ratio=jnp.mean((state.energy > 1.0) & (state.activity > 0.5)),
+        mean_restorative_need=jnp.mean(state.restorative),
+    )
     return m
 
 
@@ -641,8 +723,10 @@ def _check_nodes(cfg: AdaptiveConfig, nodes: Any, batch: int) -> None:
     for field in ("h", "energy", "activity", "phase", "anxiety_ema", "restorative", "sleep_quality", "t"):
         got = tuple(np.shape(getattr(nodes, field)))
         if got != getattr(want, field).shape:
-            raise ValueError(f"nodes.{field} has shape {got}, expected {getattr(want, field).shape} for x of batch "
-                             f"{batch} and this config; create it with init_state(cfg, batch={batch})")
+            raise ValueError(
+                f"nodes.{field} has shape {got}, expected {getattr(want, field).shape} for x of batch "
+                f"{batch} and this config; create it with init_state(cfg, batch={batch})"
+            )
 
 
 def _dynamics_init(params: DynamicsParams, key: jax.Array, nodes: NodeState | None = None) -> DynamicsState:
@@ -666,7 +750,6 @@ def observe(state: DynamicsState, params: DynamicsParams) -> dict:
     return {**state.outputs, "phase_fractions": phase_fractions(state.outputs["phase"])}
 
 
-
 def _observe_fractions(state: DynamicsState, params: DynamicsParams) -> jax.Array:
     del params
     return phase_fractions(state.outputs["phase"])
@@ -679,12 +762,15 @@ def _check_weights(weights: Any, cfg: AdaptiveConfig) -> None:
         if name not in weights:
             raise ValueError(f"weights has no '{name}'; build them with init_params(key, cfg)")
         if tuple(np.shape(weights[name])) != tuple(shape):
-            raise ValueError(f"weights['{name}'] has shape {tuple(np.shape(weights[name]))}, expected {tuple(shape)} "
-                             "for this config; build them with init_params(key, cfg)")
+            raise ValueError(
+                f"weights['{name}'] has shape {tuple(np.shape(weights[name]))}, expected {tuple(shape)} "
+                "for this config; build them with init_params(key, cfg)"
+            )
 
 
-def dynamics(weights: dict, x: Float[ArrayLike, "B D"], cfg: AdaptiveConfig, *, policy: str | Policy | None = None
-             ) -> Stepper[DynamicsState, DynamicsParams]:
+def dynamics(
+    weights: dict, x: Float[ArrayLike, "B D"], cfg: AdaptiveConfig, *, policy: str | Policy | None = None
+) -> Stepper[DynamicsState, DynamicsParams]:
     """Stepper of the adaptive-node dynamics on a fixed input ``x [B, D]``: ``step`` is one :func:`step`
     with a subkey split from the state's key; ``init(key, nodes=None)`` starts from ``nodes`` (shapes checked
     against the config and ``x``) or from :func:`init_state`. The weights (shapes of :func:`init_params` for
@@ -698,6 +784,9 @@ def dynamics(weights: dict, x: Float[ArrayLike, "B D"], cfg: AdaptiveConfig, *, 
     _check_weights(weights, cfg)
     _check_real_tree(weights, "weights", pol)
     weights = pol.cast_to_param(weights)
-    return Stepper(step_fn=_dynamics_step, params=DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol),
-                   init_fn=_dynamics_init, name="adaptive.dynamics")
-
+    return Stepper(
+        step_fn=_dynamics_step,
+        params=DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol),
+        init_fn=_dynamics_init,
+        name="adaptive.dynamics",
+    )

@@ -65,6 +65,7 @@ IMPLEMENTATIONS = ("auto", "xla", "cudnn", "chunked", "pallas")
 
 # --------------------------------------------------------------------------- validation helpers
 
+
 def _check_qkv(q, k, v):
     q = check_array(q, "q", ndim=4, kind="floating")
     k = check_array(k, "k", ndim=4, kind="floating")
@@ -77,8 +78,10 @@ def _check_qkv(q, k, v):
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.shape[1] == 0:
-        raise ValueError(f"k must have at least one key (Tk >= 1), got shape {k.shape}; to attend to nothing, "
-                         "pass a mask that is False everywhere (fully masked rows output 0)")
+        raise ValueError(
+            f"k must have at least one key (Tk >= 1), got shape {k.shape}; to attend to nothing, "
+            "pass a mask that is False everywhere (fully masked rows output 0)"
+        )
     return q, k, v
 
 
@@ -113,8 +116,9 @@ def _normalise_mask(mask, B, N, Tq, Tk):
     mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     for size, full, name in zip(mask.shape, (B, N, Tq, Tk), ("B", "N", "Tq", "Tk")):
         if size not in (1, full):
-            raise ValueError(f"mask shape {mask.shape} is not broadcastable to [B, N, Tq, Tk] = "
-                             f"{(B, N, Tq, Tk)} (axis {name})")
+            raise ValueError(
+                f"mask shape {mask.shape} is not broadcastable to [B, N, Tq, Tk] = {(B, N, Tq, Tk)} (axis {name})"
+            )
     return mask
 
 
@@ -123,6 +127,7 @@ def _acc_dtype(dtype):
 
 
 # --------------------------------------------------------------------------- reference (O(T^2))
+
 
 def reference_attention(q, k, v, *, mask=None, causal=False, scale=None):
     """Plain softmax attention in the accumulation dtype (the definition; O(T²) memory)."""
@@ -151,6 +156,7 @@ def _full_mask(mask, causal, B, N, Tq, Tk):
 
 
 # --------------------------------------------------------------------------- chunked (custom VJP)
+
 
 def _block_allowed(mask_blk, causal, q_pos, k_pos, tk):
     """Boolean [.., Tq, bk] of attended pairs in one key block (None = all)."""
@@ -269,6 +275,7 @@ _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 # --------------------------------------------------------------------------- Pallas (JAX's shipped kernel)
 
+
 def pallas_tile(n: int) -> int:
     """The smallest power of two >= max(n, 16) (Triton's dot needs power-of-two tiles of at least 16)."""
     return 1 << max(4, (int(n) - 1).bit_length())
@@ -304,10 +311,10 @@ def _pallas_gpu(q, k, v, causal, scale, block_q, block_k, interpret):
         q, k, v = (jnp.pad(x, ((0, 0), (0, tp - T), (0, 0), (0, 0))) for x in (q, k, v))
         if not causal:
             segment_ids = jnp.broadcast_to((jnp.arange(tp) >= T).astype(jnp.int32), (B, tp))
-    sizes = jax_attention.BlockSizes(block_q=bq, block_k=bk, block_q_dkv=bwd, block_kv_dkv=bwd, block_q_dq=bwd,
-                                     block_kv_dq=bwd)
-    out = jax_attention.mha(q, k, v, segment_ids, sm_scale=scale, causal=causal, block_sizes=sizes,
-                            interpret=interpret)
+    sizes = jax_attention.BlockSizes(
+        block_q=bq, block_k=bk, block_q_dkv=bwd, block_kv_dkv=bwd, block_q_dq=bwd, block_kv_dq=bwd
+    )
+    out = jax_attention.mha(q, k, v, segment_ids, sm_scale=scale, causal=causal, block_sizes=sizes, interpret=interpret)
     return out[:, :T]
 
 
@@ -329,16 +336,26 @@ def _pallas_tpu(q, k, v, causal, scale, block_q, block_k):
         if not causal:
             ids = jnp.broadcast_to((jnp.arange(tp) >= T).astype(jnp.int32), (B, tp))
             segment_ids = tpu_attention.SegmentIds(q=ids, kv=ids)
-    sizes = tpu_attention.BlockSizes(block_q=bq, block_k_major=bk, block_k=bk, block_b=1, block_q_major_dkv=bq,
-                                     block_k_major_dkv=bk, block_k_dkv=bk, block_q_dkv=bq, block_k_major_dq=bk,
-                                     block_k_dq=bk, block_q_dq=bq)
+    sizes = tpu_attention.BlockSizes(
+        block_q=bq,
+        block_k_major=bk,
+        block_k=bk,
+        block_b=1,
+        block_q_major_dkv=bq,
+        block_k_major_dkv=bk,
+        block_k_dkv=bk,
+        block_q_dkv=bq,
+        block_k_major_dq=bk,
+        block_k_dq=bk,
+        block_q_dq=bq,
+    )
     qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
-    out = tpu_attention.flash_attention(qt, kt, vt, None, segment_ids, causal=causal, sm_scale=scale,
-                                        block_sizes=sizes)
+    out = tpu_attention.flash_attention(qt, kt, vt, None, segment_ids, causal=causal, sm_scale=scale, block_sizes=sizes)
     return jnp.swapaxes(out, 1, 2)[:, :T]
 
 
 # --------------------------------------------------------------------------- dense (custom VJP)
+
 
 # Causal attention: query block i (rows i·b .. (i+1)·b) can only see keys 0 .. (i+1)·b, so each block multiplies
 # against that key prefix only: (n+1)/(2n) of the dense matmuls and probabilities (0.56 for n = 8). Up to 8 blocks
@@ -362,10 +379,10 @@ def _dense_fwd_impl(q, k, v, mask, causal, scale):
     outs, probs = [], []
     for lo in range(0, Tq, b):
         hi = lo + b if causal else Tk  # keys this block can see
-        s = jnp.einsum("bnqh,bnkh->bnqk", qt[:, :, lo:lo + b] * jnp.asarray(scale, acc), kt[:, :, :hi])
+        s = jnp.einsum("bnqh,bnkh->bnqk", qt[:, :, lo : lo + b] * jnp.asarray(scale, acc), kt[:, :, :hi])
         allowed = mask  # size-1 axes broadcast: only full query / key axes are cut to the block
         if allowed is not None and allowed.shape[2] > 1:
-            allowed = allowed[:, :, lo:lo + b]
+            allowed = allowed[:, :, lo : lo + b]
         if allowed is not None and allowed.shape[3] > 1:
             allowed = allowed[..., :hi]
         if causal:
@@ -403,15 +420,17 @@ def _dense_bwd(causal, scale, res, do):
     dq, dks, dvs = [], [], []
     for i, p in enumerate(probs):
         lo, hi = i * b, p.shape[-1]  # the block's rows and its key prefix
-        d_o = dot[:, :, lo:lo + b]
+        d_o = dot[:, :, lo : lo + b]
         dvs.append(jnp.einsum("bnqk,bnqh->bnkh", p, d_o))
-        ds = p * (jnp.einsum("bnqh,bnkh->bnqk", d_o, vt[:, :, :hi]) - delta[:, :, lo:lo + b]) * jnp.asarray(scale, acc)
+        ds = (
+            p * (jnp.einsum("bnqh,bnkh->bnqk", d_o, vt[:, :, :hi]) - delta[:, :, lo : lo + b]) * jnp.asarray(scale, acc)
+        )
         dq.append(jnp.einsum("bnqk,bnkh->bnqh", ds, kt[:, :, :hi]))
-        dks.append(jnp.einsum("bnqk,bnqh->bnkh", ds, qt[:, :, lo:lo + b]))
+        dks.append(jnp.einsum("bnqk,bnqh->bnkh", ds, qt[:, :, lo : lo + b]))
     dk, dv = dks[-1], dvs[-1]  # the last block sees every key; the others add into their prefixes
     for dki, dvi in zip(dks[:-1], dvs[:-1]):
-        dk = dk.at[:, :, :dki.shape[2]].add(dki)
-        dv = dv.at[:, :, :dvi.shape[2]].add(dvi)
+        dk = dk.at[:, :, : dki.shape[2]].add(dki)
+        dv = dv.at[:, :, : dvi.shape[2]].add(dvi)
     back = lambda x, like: jnp.swapaxes(x, 1, 2).astype(like.dtype)
     return back(dq[0] if len(dq) == 1 else jnp.concatenate(dq, axis=2), qd), back(dk, kd), back(dv, vd), None
 
@@ -421,29 +440,45 @@ _dense.defvjp(_dense_fwd, _dense_bwd)
 
 # --------------------------------------------------------------------------- XLA / cuDNN
 
+
 def _xla(q, k, v, mask, causal, scale, implementation):
     if implementation == "xla" and backend.defaults().attention_dense:
         # Our dense kernel (f32 accumulation; also covers XLA:CPU's missing f16 x f16 -> f32 dot).
         return _dense(q, k, v, mask, causal, scale)
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
-                                        implementation=implementation)
+    return jax.nn.dot_product_attention(
+        q, k, v, mask=mask, scale=scale, is_causal=causal, implementation=implementation
+    )
 
 
 def _cudnn_or_fallback(q, k, v, mask, causal, scale):
     try:
         return _xla(q, k, v, mask, causal, scale, "cudnn")
     except Exception as e:  # cuDNN raises on unsupported dtype/shape/platform: fall back, loudly
-        warnings.warn(f"cuDNN attention unavailable for q{tuple(q.shape)} {q.dtype} on "
-                      f"{backend.platform()} ({type(e).__name__}: {str(e)[:160]}); using the XLA path",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"cuDNN attention unavailable for q{tuple(q.shape)} {q.dtype} on "
+            f"{backend.platform()} ({type(e).__name__}: {str(e)[:160]}); using the XLA path",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return _xla(q, k, v, mask, causal, scale, "xla")
 
 
 # --------------------------------------------------------------------------- public entry point
 
-def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str = "auto",
-              scale: float | None = None, block_q: int | None = None, block_k: int | None = None,
-              interpret: bool | None = None) -> jax.Array:
+
+def attention(
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    causal: bool = False,
+    implementation: str = "auto",
+    scale: float | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
     """Scaled dot-product attention ``softmax(scale·QKᵀ + log mask) V``.
 
     Args:
@@ -491,26 +526,33 @@ def attention(q, k, v, *, mask=None, causal: bool = False, implementation: str =
         if why is None:
             interpret = (backend.platform() != "gpu") if interpret is None else bool(interpret)
             return _pallas_gpu(q, k, v, causal, scale, block_q or 128, block_k or 128, interpret)
-        warnings.warn(f"Pallas attention unavailable for q{tuple(q.shape)} {q.dtype}: {why}; using the chunked "
-                      "path (same O(T) memory)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"Pallas attention unavailable for q{tuple(q.shape)} {q.dtype}: {why}; using the chunked "
+            "path (same O(T) memory)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         impl = "chunked"
     if impl in ("xla", "cudnn"):
         # jax's bias convention gives mean(V) for fully masked rows: zero them (module docstring).
-        out = _xla(q, k, v, mask, causal, scale, "xla") if impl == "xla" else _cudnn_or_fallback(
-            q, k, v, mask, causal, scale)
+        out = (
+            _xla(q, k, v, mask, causal, scale, "xla")
+            if impl == "xla"
+            else _cudnn_or_fallback(q, k, v, mask, causal, scale)
+        )
         return _zero_masked_rows(out, _full_mask(mask, causal, B, N, Tq, Tk) if mask is not None else None)
     return _chunked(q, k, v, mask, causal, scale, min(block_k or 128, Tk))
 
 
-def attention_flops(batch: int, seq_q: int, seq_k: int, heads: int, head_dim: int, *, causal: bool = False,
-                    backward: bool = False) -> float:
+def attention_flops(
+    batch: int, seq_q: int, seq_k: int, heads: int, head_dim: int, *, causal: bool = False, backward: bool = False
+) -> float:
     """Matmul FLOPs of attention: ``4·B·N·Tq·Tk·H`` forward (QKᵀ, PV).
 
     With ``backward`` ×3.5 (flash backward: 4 matmuls + the recomputed QKᵀ); ``causal`` halves it.
     Every size must be a positive integer (a ValueError/TypeError names the one that is not).
     """
-    for name, size in (("batch", batch), ("seq_q", seq_q), ("seq_k", seq_k), ("heads", heads),
-                       ("head_dim", head_dim)):
+    for name, size in (("batch", batch), ("seq_q", seq_q), ("seq_k", seq_k), ("heads", heads), ("head_dim", head_dim)):
         check_scalar(size, name, integer=True, minimum=1)
     f = 4.0 * batch * heads * seq_q * seq_k * head_dim
     if backward:

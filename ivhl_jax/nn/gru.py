@@ -40,8 +40,16 @@ from ivhl_jax.core.precision import Policy, physics_policy
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 from ivhl_jax.numerics.rollout import Stepper, trajectory
 
-__all__ = ["recurrence", "observe", "GRUState", "GRUInputs", "init_gru_params", "gru_step", "gru_scan",
-           "params_from_nnx"]
+__all__ = [
+    "recurrence",
+    "observe",
+    "GRUState",
+    "GRUInputs",
+    "init_gru_params",
+    "gru_step",
+    "gru_scan",
+    "params_from_nnx",
+]
 
 VARIANTS = ("torch", "cho")
 
@@ -53,15 +61,21 @@ def init_gru_params(key: jax.Array, input_dim: int, hidden_dim: int, dtype: Any 
     b = 1.0 / math.sqrt(hidden_dim)
     k = jax.random.split(key, 4)
     u = lambda kk, shape: jax.random.uniform(kk, shape, dtype, -b, b)
-    return {"W_i": u(k[0], (input_dim, 3 * hidden_dim)), "b_i": u(k[1], (3 * hidden_dim,)),
-            "W_h": u(k[2], (hidden_dim, 3 * hidden_dim)), "b_h": u(k[3], (3 * hidden_dim,))}
+    return {
+        "W_i": u(k[0], (input_dim, 3 * hidden_dim)),
+        "b_i": u(k[1], (3 * hidden_dim,)),
+        "W_h": u(k[2], (hidden_dim, 3 * hidden_dim)),
+        "b_h": u(k[3], (3 * hidden_dim,)),
+    }
 
 
 def _real(x: Any, name: str, policy: Policy) -> jax.Array:
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"{name} has dtype {x.dtype}, but the policy computes in the real dtype "
-                        f"{jnp.dtype(policy.compute_dtype)}; a GRU state/input must be real floating")
+        raise TypeError(
+            f"{name} has dtype {x.dtype}, but the policy computes in the real dtype "
+            f"{jnp.dtype(policy.compute_dtype)}; a GRU state/input must be real floating"
+        )
     return x
 
 
@@ -87,13 +101,21 @@ def _check_h_x(h: Any, x: Any, h_name: str, x_name: str, x_batch_from: int = 0) 
         raise ValueError(f"{x_name} must have shape {want}, got {tuple(x.shape)}")
     if tuple(x.shape[x_batch_from:-1]) != tuple(h.shape[:-1]):
         lead = "[T, " if x_batch_from else "["
-        raise ValueError(f"{h_name} and {x_name} must have the same batch axes ({h_name} [..., H], {x_name} "
-                         f"{lead}..., D]): {h_name} has shape {tuple(h.shape)}, {x_name} has shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{h_name} and {x_name} must have the same batch axes ({h_name} [..., H], {x_name} "
+            f"{lead}..., D]): {h_name} has shape {tuple(h.shape)}, {x_name} has shape {tuple(x.shape)}"
+        )
     return h, x
 
 
-def gru_step(params: dict, h: Float[ArrayLike, "*batch H"], x: Float[ArrayLike, "*batch D"], *,
-             variant: str = "torch", policy: str | Policy | None = None) -> Float[Array, "*batch H"]:
+def gru_step(
+    params: dict,
+    h: Float[ArrayLike, "*batch H"],
+    x: Float[ArrayLike, "*batch D"],
+    *,
+    variant: str = "torch",
+    policy: str | Policy | None = None,
+) -> Float[Array, "*batch H"]:
     """One GRU step: ``h [..., H]``, ``x [..., D]`` -> ``h' [..., H]`` (equations in the module docstring).
 
     ``policy``: a precision policy / preset, None for the inputs' own dtype (module docstring); h' is in its
@@ -105,8 +127,9 @@ def gru_step(params: dict, h: Float[ArrayLike, "*batch H"], x: Float[ArrayLike, 
     h, x = _check_h_x(h, x, "h", "x")
     hd = h.shape[-1]
     if params["W_h"].shape != (hd, 3 * hd):
-        raise ValueError(f"params['W_h'] must have shape ({hd}, {3 * hd}) for h of width {hd}, "
-                         f"got {params['W_h'].shape}")
+        raise ValueError(
+            f"params['W_h'] must have shape ({hd}, {3 * hd}) for h of width {hd}, got {params['W_h'].shape}"
+        )
     if params["W_i"].shape[0] != x.shape[-1]:
         raise ValueError(f"x has width {x.shape[-1]} but params['W_i'] expects {params['W_i'].shape[0]}")
     gi = x @ params["W_i"] + params["b_i"]
@@ -127,9 +150,14 @@ def gru_step(params: dict, h: Float[ArrayLike, "*batch H"], x: Float[ArrayLike, 
     return h_new.astype(out_dtype)
 
 
-def gru_scan(params: dict, h0: Float[ArrayLike, "*batch H"], xs: Float[ArrayLike, "T *batch D"], *,
-             variant: str = "torch", policy: str | Policy | None = None
-             ) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
+def gru_scan(
+    params: dict,
+    h0: Float[ArrayLike, "*batch H"],
+    xs: Float[ArrayLike, "T *batch D"],
+    *,
+    variant: str = "torch",
+    policy: str | Policy | None = None,
+) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
     """Run ``xs [T, ..., D]`` from ``h0 [..., H]``; returns (h_T, hs [T, ..., H]).
 
     Exactly ``trajectory(recurrence(params, xs, ...), init(h0), T, observe=observe)``: the checks are the
@@ -144,8 +172,12 @@ def params_from_nnx(cell: Any) -> dict:
     if not (hasattr(cell, "dense_h") and hasattr(cell, "dense_i")):
         raise TypeError(f"cell must be a flax.nnx.GRUCell (with dense_i and dense_h), got {type(cell).__name__}")
     w_h = jnp.asarray(cell.dense_h.kernel[...])
-    return {"W_i": jnp.asarray(cell.dense_i.kernel[...]), "b_i": jnp.asarray(cell.dense_i.bias[...]),
-            "W_h": w_h, "b_h": jnp.zeros((w_h.shape[1],), w_h.dtype)}
+    return {
+        "W_i": jnp.asarray(cell.dense_i.kernel[...]),
+        "b_i": jnp.asarray(cell.dense_i.bias[...]),
+        "W_h": w_h,
+        "b_h": jnp.zeros((w_h.shape[1],), w_h.dtype),
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,8 +202,7 @@ class GRUState(flax.struct.PyTreeNode):
 
 def _gru_step(state: GRUState, params: GRUInputs) -> GRUState:
     x = jax.lax.dynamic_index_in_dim(params.xs, state.t, axis=0, keepdims=False)
-    return GRUState(h=gru_step(params.weights, state.h, x, variant=params.variant, policy=params.policy),
-                    t=state.t + 1)
+    return GRUState(h=gru_step(params.weights, state.h, x, variant=params.variant, policy=params.policy), t=state.t + 1)
 
 
 def _gru_init(params: GRUInputs, h0: Any) -> GRUState:
@@ -182,8 +213,10 @@ def _gru_init(params: GRUInputs, h0: Any) -> GRUState:
     h, _ = _check_h_x(h0, xs, "h0", "xs", x_batch_from=1)
     hd = params.weights["W_h"].shape[0]
     if h.shape[-1] != hd:
-        raise ValueError(f"h0 has width {h.shape[-1]} but weights['W_h'] has shape {params.weights['W_h'].shape} "
-                         f"(H = {hd}); start from an h0 of shape [..., {hd}]")
+        raise ValueError(
+            f"h0 has width {h.shape[-1]} but weights['W_h'] has shape {params.weights['W_h'].shape} "
+            f"(H = {hd}); start from an h0 of shape [..., {hd}]"
+        )
     h = h.astype(pol.output_dtype)
     return GRUState(h=h, t=jnp.zeros((), jnp.int32))
 
@@ -192,7 +225,6 @@ def observe(state: GRUState, params: GRUInputs) -> Float[Array, "*batch H"]:
     """The hidden state ``h [..., H]`` after each step (the observe that gives :func:`gru_scan`'s ``hs``)."""
     del params
     return state.h
-
 
 
 def _check_weights(weights: Any, d: int) -> tuple[int, int]:
@@ -208,13 +240,15 @@ def _check_weights(weights: Any, d: int) -> tuple[int, int]:
         if shapes[k] != w:
             if k == "W_i" and len(shapes[k]) == 2 and shapes[k][1] == 3 * hd:
                 raise ValueError(f"xs has width {d} but weights['W_i'] expects {shapes[k][0]}")
-            raise ValueError(f"weights['{k}'] must have shape {w} for H = {hd} and inputs of width {d}, "
-                             f"got {shapes[k]}")
+            raise ValueError(
+                f"weights['{k}'] must have shape {w} for H = {hd} and inputs of width {d}, got {shapes[k]}"
+            )
     return d, hd
 
 
-def recurrence(weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: str = "torch",
-               policy: str | Policy | None = None) -> Stepper[GRUState, GRUInputs]:
+def recurrence(
+    weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: str = "torch", policy: str | Policy | None = None
+) -> Stepper[GRUState, GRUInputs]:
     """Stepper over the input sequence ``xs [T, ..., D]``: ``step`` consumes ``xs[t]``; ``init(h0)`` validates
     ``h0 [..., H]`` (the batch axes of ``xs[t]``, width H). ``trajectory(st, st.init(h0), T, observe=observe)``
     returns (final state, hs [T, ..., H]). Running more than T steps reads past the end (clamped to the last
@@ -230,5 +264,9 @@ def recurrence(weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: st
         raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
     _check_weights(weights, xs.shape[-1])
     weights = pol.cast_to_param(weights)
-    return Stepper(step_fn=_gru_step, params=GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
-                   init_fn=_gru_init, name="gru.recurrence")
+    return Stepper(
+        step_fn=_gru_step,
+        params=GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
+        init_fn=_gru_init,
+        name="gru.recurrence",
+    )

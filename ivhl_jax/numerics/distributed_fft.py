@@ -44,8 +44,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ivhl_jax.core.mesh import device_mesh, place
 
-__all__ = ["FFTLayout", "fft_layout", "check_layout", "spectral_multiply", "fftn", "ifftn", "parse_mesh",
-           "mesh_sizes", "host_readable"]
+__all__ = [
+    "FFTLayout",
+    "fft_layout",
+    "check_layout",
+    "spectral_multiply",
+    "fftn",
+    "ifftn",
+    "parse_mesh",
+    "mesh_sizes",
+    "host_readable",
+]
 
 _AxisEntry = Any  # None, a mesh axis name, or a tuple of names
 
@@ -123,23 +132,32 @@ class FFTLayout:
 def _place(x: Any, sharding: NamedSharding, name: str, layout: FFTLayout | None) -> jax.Array:
     """``x`` on ``sharding`` by :func:`ivhl_jax.core.mesh.place` (new buffers), after the checks that name ``name``:
     an array sharded otherwise than the layout, or a replicated one spread over processes, is refused."""
-    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and \
-            not x.sharding.is_equivalent_to(sharding, x.ndim):
+    if (
+        isinstance(x, jax.Array)
+        and not isinstance(x, jax.core.Tracer)
+        and not x.sharding.is_equivalent_to(sharding, x.ndim)
+    ):
         spec = getattr(x.sharding, "spec", None)
         if layout is not None and spec is not None and any(e is not None for e in spec):
-            raise ValueError(f"{name} is sharded as {_fmt(tuple(spec))} but the FFT layout is "
-                             f"{_fmt(tuple(sharding.spec))}; device_put {name} with layout.sharding() or build the "
-                             f"layout with fft_layout(mesh, {_fmt(tuple(spec))})")
+            raise ValueError(
+                f"{name} is sharded as {_fmt(tuple(spec))} but the FFT layout is "
+                f"{_fmt(tuple(sharding.spec))}; device_put {name} with layout.sharding() or build the "
+                f"layout with fft_layout(mesh, {_fmt(tuple(spec))})"
+            )
         if not x.is_fully_addressable:
-            raise ValueError(f"{name} spans processes with sharding {x.sharding}; give it on the layout's sharding "
-                             "(layout.sharding()) or as a NumPy array of the global shape")
+            raise ValueError(
+                f"{name} spans processes with sharding {x.sharding}; give it on the layout's sharding "
+                "(layout.sharding()) or as a NumPy array of the global shape"
+            )
     return place(x, sharding)
 
 
 def _norm_axes(axes: Sequence[int] | None, ndim: int, grid_ndim: int) -> tuple[int, ...]:
     if ndim < grid_ndim:
-        raise ValueError(f"the field has {ndim} axes but the FFT layout describes {grid_ndim} grid axes; "
-                         f"give a field whose last {grid_ndim} axes are the grid")
+        raise ValueError(
+            f"the field has {ndim} axes but the FFT layout describes {grid_ndim} grid axes; "
+            f"give a field whose last {grid_ndim} axes are the grid"
+        )
     if axes is None:
         return tuple(range(ndim - grid_ndim, ndim))
     try:
@@ -152,8 +170,9 @@ def _norm_axes(axes: Sequence[int] | None, ndim: int, grid_ndim: int) -> tuple[i
 
 
 @functools.lru_cache(maxsize=256)
-def _schedule_cached(layout: FFTLayout, shape: tuple[int, ...], axes: tuple[int, ...], name: str
-                     ) -> tuple[tuple[tuple[Any, ...], ...], tuple[_AxisEntry, ...]]:
+def _schedule_cached(
+    layout: FFTLayout, shape: tuple[int, ...], axes: tuple[int, ...], name: str
+) -> tuple[tuple[tuple[Any, ...], ...], tuple[_AxisEntry, ...]]:
     ndim = len(shape)
     lead = ndim - layout.ndim
     cur: list[_AxisEntry] = [None] * lead + [e for e in layout.spec]
@@ -161,9 +180,11 @@ def _schedule_cached(layout: FFTLayout, shape: tuple[int, ...], axes: tuple[int,
     for d, e in enumerate(cur):
         p = layout.axis_size(e)
         if shape[d] % p:
-            raise ValueError(f"{where}: axis {d} has {shape[d]} points, not divisible by the {p} devices of mesh "
-                             f"axis {e!r}; use a mesh whose axis sizes divide the grid (e.g. mesh={_suggest(shape)}) "
-                             f"or a grid size that is a multiple of {p}")
+            raise ValueError(
+                f"{where}: axis {d} has {shape[d]} points, not divisible by the {p} devices of mesh "
+                f"axis {e!r}; use a mesh whose axis sizes divide the grid (e.g. mesh={_suggest(shape)}) "
+                f"or a grid size that is a multiple of {p}"
+            )
     sharded = {d for d in axes if layout.axis_size(cur[d]) > 1}
     for d in range(ndim):  # entries of size 1 are unsharded: drop them so the schedule never moves them
         if layout.axis_size(cur[d]) == 1:
@@ -178,19 +199,26 @@ def _schedule_cached(layout: FFTLayout, shape: tuple[int, ...], axes: tuple[int,
         d = pending.pop()  # the last sharded axis first: its neighbour toward the minor end is free soonest
         # Move d's sharding to an unsharded axis that no later transform needs: one already transformed
         # (preferred; the last grid axis first) or a grid axis this transform does not touch.
-        free = [u for u in range(ndim - 1, lead - 1, -1)
-                if cur[u] is None and u not in pending and u != d and (u in done or u not in axes)]
+        free = [
+            u
+            for u in range(ndim - 1, lead - 1, -1)
+            if cur[u] is None and u not in pending and u != d and (u in done or u not in axes)
+        ]
         free.sort(key=lambda u: (u not in done, -u))
         if not free:
-            raise ValueError(f"{where}: every transformed axis is sharded, so the distributed FFT has no axis to "
-                             f"transpose into; leave at least one grid axis unsharded (e.g. shard "
-                             f"{len(sharded) - 1} of the {len(axes)} transformed axes)")
+            raise ValueError(
+                f"{where}: every transformed axis is sharded, so the distributed FFT has no axis to "
+                f"transpose into; leave at least one grid axis unsharded (e.g. shard "
+                f"{len(sharded) - 1} of the {len(axes)} transformed axes)"
+            )
         p = layout.axis_size(cur[d])
         fits = [u for u in free if shape[u] % p == 0]
         if not fits:
-            raise ValueError(f"{where}: moving mesh axis {cur[d]!r} ({p} devices) off axis {d} needs an unsharded "
-                             f"axis divisible by {p}, but the candidates {[shape[u] for u in free]} are not; use a "
-                             f"mesh whose axis sizes divide every grid axis (e.g. mesh={_suggest(shape)})")
+            raise ValueError(
+                f"{where}: moving mesh axis {cur[d]!r} ({p} devices) off axis {d} needs an unsharded "
+                f"axis divisible by {p}, but the candidates {[shape[u] for u in free]} are not; use a "
+                f"mesh whose axis sizes divide every grid axis (e.g. mesh={_suggest(shape)})"
+            )
         u = fits[0]
         ops.append(("a2a", cur[d], u, d))  # split u, concatenate d
         cur[u], cur[d] = cur[d], None
@@ -228,12 +256,13 @@ def _factor_spec(k_spec: PartitionSpec, mshape: tuple[int, ...], ndim: int) -> P
     """The factor's spec: the field's k-space spec on its trailing axes, None where the factor broadcasts."""
     if len(mshape) > ndim:
         raise ValueError(f"factor_m1 has {len(mshape)} axes, more than the field's {ndim}")
-    ks = tuple(k_spec)[ndim - len(mshape):]
+    ks = tuple(k_spec)[ndim - len(mshape) :]
     return PartitionSpec(*(None if n == 1 else e for n, e in zip(mshape, ks)))
 
 
-def spectral_multiply(psi: jax.Array, factor_m1: Any, layout: FFTLayout,
-                      axes: Sequence[int] | None = None) -> jax.Array:
+def spectral_multiply(
+    psi: jax.Array, factor_m1: Any, layout: FFTLayout, axes: Sequence[int] | None = None
+) -> jax.Array:
     """``F⁻¹[(1 + m) F ψ]`` over ``axes`` for ψ laid out as ``layout`` (module docstring): local FFTs and
     all-to-all transposes only; the result has ψ's layout.
 
@@ -245,8 +274,9 @@ def spectral_multiply(psi: jax.Array, factor_m1: Any, layout: FFTLayout,
       axes: transformed axes (default: the grid axes).
     """
     if not isinstance(layout, FFTLayout):
-        raise TypeError(f"layout must be an FFTLayout (build it with fft_layout(mesh, spec)), got "
-                        f"{type(layout).__name__}")
+        raise TypeError(
+            f"layout must be an FFTLayout (build it with fft_layout(mesh, spec)), got {type(layout).__name__}"
+        )
     shape = tuple(np.shape(psi))
     ax = _norm_axes(axes, len(shape), layout.ndim)
     ops, kspec = _schedule(layout, shape, ax, "psi")
@@ -274,8 +304,12 @@ def fftn(x: jax.Array, layout: FFTLayout, axes: Sequence[int] | None = None) -> 
     shape = tuple(np.shape(x))
     ops, kspec = _schedule(layout, shape, _norm_axes(axes, len(shape), layout.ndim), "x")
     rspec = layout.partition_spec(len(shape))
-    fn = jax.shard_map(functools.partial(_run, ops=ops, inverse=False), mesh=layout.mesh, in_specs=rspec,
-                       out_specs=PartitionSpec(*kspec))
+    fn = jax.shard_map(
+        functools.partial(_run, ops=ops, inverse=False),
+        mesh=layout.mesh,
+        in_specs=rspec,
+        out_specs=PartitionSpec(*kspec),
+    )
     return fn(x), PartitionSpec(*kspec)
 
 
@@ -284,13 +318,16 @@ def ifftn(xk: jax.Array, layout: FFTLayout, axes: Sequence[int] | None = None) -
     shape = tuple(np.shape(xk))
     ops, kspec = _schedule(layout, shape, _norm_axes(axes, len(shape), layout.ndim), "xk")
     rspec = layout.partition_spec(len(shape))
-    fn = jax.shard_map(functools.partial(_run, ops=ops, inverse=True), mesh=layout.mesh,
-                       in_specs=PartitionSpec(*kspec), out_specs=rspec)
+    fn = jax.shard_map(
+        functools.partial(_run, ops=ops, inverse=True),
+        mesh=layout.mesh,
+        in_specs=PartitionSpec(*kspec),
+        out_specs=rspec,
+    )
     return fn(xk)
 
 
-def fft_layout(mesh: Mesh, spec: PartitionSpec | Sequence[_AxisEntry], shape: Sequence[int] | None = None
-               ) -> FFTLayout:
+def fft_layout(mesh: Mesh, spec: PartitionSpec | Sequence[_AxisEntry], shape: Sequence[int] | None = None) -> FFTLayout:
     """Validate and build an :class:`FFTLayout` for fields sharded as ``spec`` over ``mesh``.
 
     Args:
@@ -300,8 +337,10 @@ def fft_layout(mesh: Mesh, spec: PartitionSpec | Sequence[_AxisEntry], shape: Se
       shape: the grid shape, checked now if given (otherwise at the first transform).
     """
     if not isinstance(mesh, Mesh):
-        raise TypeError(f"mesh must be a jax.sharding.Mesh (e.g. ivhl_jax.core.mesh.device_mesh((4, 2), ('x', 'y'))), "
-                        f"got {type(mesh).__name__}")
+        raise TypeError(
+            f"mesh must be a jax.sharding.Mesh (e.g. ivhl_jax.core.mesh.device_mesh((4, 2), ('x', 'y'))), "
+            f"got {type(mesh).__name__}"
+        )
     if isinstance(spec, (str, bytes)) or not isinstance(spec, (PartitionSpec, Sequence)):
         raise TypeError(f"spec must be a PartitionSpec over the grid axes, e.g. P('x', 'y'), got {spec!r}")
     entries = tuple(spec)
@@ -309,15 +348,19 @@ def fft_layout(mesh: Mesh, spec: PartitionSpec | Sequence[_AxisEntry], shape: Se
     for e in entries:
         names = _names(e)
         if not all(isinstance(n, str) for n in names):
-            raise TypeError(f"spec entries must be None, a mesh axis name or a tuple of names, got {e!r} in "
-                            f"{_fmt(entries)}")
+            raise TypeError(
+                f"spec entries must be None, a mesh axis name or a tuple of names, got {e!r} in {_fmt(entries)}"
+            )
         for n in names:
             if n not in mesh.shape:
-                raise ValueError(f"spec {_fmt(entries)} names mesh axis {n!r}, which the mesh "
-                                 f"{dict(mesh.shape)} lacks; use one of {list(mesh.shape)}")
+                raise ValueError(
+                    f"spec {_fmt(entries)} names mesh axis {n!r}, which the mesh "
+                    f"{dict(mesh.shape)} lacks; use one of {list(mesh.shape)}"
+                )
             if n in used:
-                raise ValueError(f"spec {_fmt(entries)} uses mesh axis {n!r} twice; each mesh axis may shard one "
-                                 "grid axis")
+                raise ValueError(
+                    f"spec {_fmt(entries)} uses mesh axis {n!r} twice; each mesh axis may shard one grid axis"
+                )
             used.append(n)
     if shape is not None:
         shape = tuple(int(n) for n in shape)
@@ -334,11 +377,15 @@ def check_layout(layout: Any, shape: Sequence[int], *, fft: str = "xla", name: s
     """Validate a system's ``layout`` setting for a grid of ``shape``: an :class:`FFTLayout` the grid can use
     with the ``"xla"`` FFT backend. Errors are one line and start with ``name``."""
     if not isinstance(layout, FFTLayout):
-        raise TypeError(f"{name} must be an FFTLayout (e.g. distributed_fft.parse_mesh('4x2', ndim) or "
-                        f"fft_layout(mesh, P('x', 'y'))) or None, got {type(layout).__name__} {layout!r}")
+        raise TypeError(
+            f"{name} must be an FFTLayout (e.g. distributed_fft.parse_mesh('4x2', ndim) or "
+            f"fft_layout(mesh, P('x', 'y'))) or None, got {type(layout).__name__} {layout!r}"
+        )
     if fft != "xla":
-        raise ValueError(f"{name}: a sharded field uses the distributed FFT, which runs XLA's FFT on each shard; "
-                         f"use fft='xla' (got fft={fft!r}) or layout=None")
+        raise ValueError(
+            f"{name}: a sharded field uses the distributed FFT, which runs XLA's FFT on each shard; "
+            f"use fft='xla' (got fft={fft!r}) or layout=None"
+        )
     shape = tuple(int(n) for n in shape)
     if len(layout.spec) > len(shape):
         raise ValueError(f"{name}: spec {_fmt(layout.spec)} has more entries than the grid {shape} has axes")
@@ -385,11 +432,15 @@ def parse_mesh(text: str | int, ndim: int, devices: Sequence[jax.Device] | None 
     if math.prod(sizes) == 1:
         return None
     if len(sizes) >= ndim:
-        raise ValueError(f"mesh={text!r} shards {len(sizes)} axes of a {ndim}-D grid; the distributed FFT needs "
-                         f"one unsharded axis: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})")
+        raise ValueError(
+            f"mesh={text!r} shards {len(sizes)} axes of a {ndim}-D grid; the distributed FFT needs "
+            f"one unsharded axis: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})"
+        )
     devs = list(jax.devices() if devices is None else devices)
     if math.prod(sizes) != len(devs):
-        raise ValueError(f"mesh={text!r} needs {math.prod(sizes)} devices but {len(devs)} are available; give sizes "
-                         f"whose product is {len(devs)} (e.g. mesh={len(devs)})")
-    names = ("x", "y")[:len(sizes)]
+        raise ValueError(
+            f"mesh={text!r} needs {math.prod(sizes)} devices but {len(devs)} are available; give sizes "
+            f"whose product is {len(devs)} (e.g. mesh={len(devs)})"
+        )
+    names = ("x", "y")[: len(sizes)]
     return FFTLayout(device_mesh(sizes, names, devs), names + (None,) * (ndim - len(sizes)))

@@ -54,8 +54,7 @@ from jaxtyping import Array, ArrayLike, Float, Real
 from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_array, check_scalar
 
-__all__ = ["safe_norm", "sincos", "sincos_static", "needs_full_range", "FAST_LIMIT", "point_source_sum",
-           "METHODS"]
+__all__ = ["safe_norm", "sincos", "sincos_static", "needs_full_range", "FAST_LIMIT", "point_source_sum", "METHODS"]
 
 # Squared distances below this are treated as this value: the gradient of |d| at d = 0 is
 # undefined (NaN in autodiff); this keeps the field and its gradient finite on a source.
@@ -80,10 +79,13 @@ _PI_C = np.float32(1.5099580252808664e-7)
 #   sin r ≈ r + r z (S0 + z (S1 + z (S2 + z S3))),   max truncation error 8e-9
 #   cos r ≈ 1 + z (C0 + z (C1 + z (C2 + z (C3 + z C4)))),   z = r², max truncation error 3e-10
 # so the float32 evaluation error (~1.4e-7 absolute, ~1 ulp of 1) dominates.
-_S = tuple(np.float32(c) for c in (-0.16666661202907562, 0.008333087898790836, -0.00019811128731817007,
-                                   2.6089692255482078e-06))
-_C = tuple(np.float32(c) for c in (-0.5, 0.04166664183139801, -0.00138884037733078, 2.476190093148034e-05,
-                                   -2.607737030757562e-07))
+_S = tuple(
+    np.float32(c) for c in (-0.16666661202907562, 0.008333087898790836, -0.00019811128731817007, 2.6089692255482078e-06)
+)
+_C = tuple(
+    np.float32(c)
+    for c in (-0.5, 0.04166664183139801, -0.00138884037733078, 2.476190093148034e-05, -2.607737030757562e-07)
+)
 
 # The Cody–Waite reduction above is exact for |x| ≤ 2**14 (|q| ≤ 5216 < 2**13). Beyond it, XLA's own float32
 # sin/cos take over (correctly reduced over the whole finite range, measured max error 3.2e-8 over random bit
@@ -177,6 +179,7 @@ def _sincos_f32(x: jax.Array) -> tuple[jax.Array, jax.Array]:
         def f(v):
             s, c, sign = _reduced_sincos_f32(v, full)
             return sign * s, sign * c
+
         return f
 
     if x.size == 0:
@@ -238,8 +241,9 @@ def _make_static_sincos(full: bool):
 _STATIC_SINCOS = {False: _make_static_sincos(False), True: _make_static_sincos(True)}
 
 
-def sincos_static(x: Float[ArrayLike, "*shape"], full_range: bool) -> tuple[Float[Array, "*shape"],
-                                                                             Float[Array, "*shape"]]:
+def sincos_static(
+    x: Float[ArrayLike, "*shape"], full_range: bool
+) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
     """:func:`sincos` with the reduction chosen statically, for fused kernels that know a bound on |x|
     (no check of x, no ``lax.cond``): ``full_range=False`` is the fast reduction, exact only for
     |x| ≤ :data:`FAST_LIMIT` (the caller guarantees it, e.g. with :func:`needs_full_range` on a bound);
@@ -323,8 +327,15 @@ def _make_phasor(full: bool):
 _PHASOR = {False: _make_phasor(False), True: _make_phasor(True)}
 
 
-def _pair_term(pts_t: tuple[jax.Array, ...], src_j: tuple[jax.Array, ...], amplitude: jax.Array,
-               wavenumber: jax.Array, theta: jax.Array, softening: jax.Array, full: bool = False) -> jax.Array:
+def _pair_term(
+    pts_t: tuple[jax.Array, ...],
+    src_j: tuple[jax.Array, ...],
+    amplitude: jax.Array,
+    wavenumber: jax.Array,
+    theta: jax.Array,
+    softening: jax.Array,
+    full: bool = False,
+) -> jax.Array:
     """A_j e^{i(k_j r + θ_j)}/(r + ε) for one source j at the points of a block, complex (C,); ``full``
     (static): the full-range phase reduction."""
     r2 = cast(jax.Array, sum((p - s) * (p - s) for p, s in zip(pts_t, src_j, strict=True)))
@@ -333,24 +344,39 @@ def _pair_term(pts_t: tuple[jax.Array, ...], src_j: tuple[jax.Array, ...], ampli
     return jax.lax.complex(re, im)
 
 
-def _block_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
-               wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, unroll: int,
-               full: bool = False) -> jax.Array:
+def _block_sum(
+    pts_t: tuple[jax.Array, ...],
+    src_t: tuple[jax.Array, ...],
+    amplitudes: jax.Array,
+    wavenumbers: jax.Array,
+    theta: jax.Array,
+    softening: jax.Array,
+    unroll: int,
+    full: bool = False,
+) -> jax.Array:
     """Σ_j over sources for one block of points given as D coordinate arrays of shape (C,); complex (C,).
 
     One elementwise loop fusion per ``unroll`` sources, which XLA splits over the cores."""
     ctype = jnp.result_type(pts_t[0].dtype, jnp.complex64)
 
     def body(j, acc):
-        return acc + _pair_term(pts_t, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j],
-                                softening, full)
+        return acc + _pair_term(
+            pts_t, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j], softening, full
+        )
 
     acc0 = jnp.zeros(pts_t[0].shape, ctype)
     return jax.lax.fori_loop(0, src_t[0].shape[0], body, acc0, unroll=max(1, min(unroll, src_t[0].shape[0])))
 
 
-def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
-                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, full: bool = False) -> jax.Array:
+def _serial_sum(
+    pts_t: tuple[jax.Array, ...],
+    src_t: tuple[jax.Array, ...],
+    amplitudes: jax.Array,
+    wavenumbers: jax.Array,
+    theta: jax.Array,
+    softening: jax.Array,
+    full: bool = False,
+) -> jax.Array:
     """The same sum as :func:`_block_sum` for small problems, run on ONE thread.
 
     XLA's CPU backend splits every large-enough elementwise loop fusion over the cores; for a few
@@ -373,8 +399,9 @@ def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampl
         acc = jax.lax.dynamic_slice_in_dim(out, start, half)
         for u in range(size):
             j = first + u
-            acc = acc + _pair_term(blk, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j],
-                                   softening, full)
+            acc = acc + _pair_term(
+                blk, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j], softening, full
+            )
         return jax.lax.dynamic_update_slice_in_dim(out, acc, start, 0)
 
     def over_halves(i, out):
@@ -391,16 +418,24 @@ def _serial_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], ampl
     return out[:c]
 
 
-def _reduce_sum(pts_t: tuple[jax.Array, ...], src_t: tuple[jax.Array, ...], amplitudes: jax.Array,
-                wavenumbers: jax.Array, theta: jax.Array, softening: jax.Array, full: bool = False) -> jax.Array:
+def _reduce_sum(
+    pts_t: tuple[jax.Array, ...],
+    src_t: tuple[jax.Array, ...],
+    amplitudes: jax.Array,
+    wavenumbers: jax.Array,
+    theta: jax.Array,
+    softening: jax.Array,
+    full: bool = False,
+) -> jax.Array:
     """The same sum as :func:`_block_sum` written as ONE reduction over the sources, complex (C,).
 
     The (C, M) pair terms are a broadcast expression that XLA fuses into the reduction's input, so the
     compiled program is a single reduction fusion that reads C points and M sources and writes C values:
     no loop, no (C, M) temporary in the forward pass. On an accelerator this is one kernel over all
     pairs (the loop kernels serialise the device over sources or blocks)."""
-    r2 = cast(jax.Array, sum((p[:, None] - s[None, :]) * (p[:, None] - s[None, :])
-                             for p, s in zip(pts_t, src_t, strict=True)))
+    r2 = cast(
+        jax.Array, sum((p[:, None] - s[None, :]) * (p[:, None] - s[None, :]) for p, s in zip(pts_t, src_t, strict=True))
+    )
     r = _sqrt_fwd(r2)
     re, im = _PHASOR[full](amplitudes[None, :] / (r + softening), wavenumbers[None, :] * r + theta[None, :])
     re_sum, im_sum = _sum_pair(re, im)
@@ -426,11 +461,19 @@ def _sum_pair_jvp(primals, tangents):
 METHODS = ("loop", "reduce")
 
 
-def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"],
-                     amplitudes: Real[ArrayLike, " m"], wavenumbers: Real[ArrayLike, " m"],
-                     theta: Real[ArrayLike, " m"], softening: Real[ArrayLike, ""], *, chunk: int = 2048,
-                     unroll: int = 4, method: str = "loop",
-                     serial_pairs: int | None = None) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
+def point_source_sum(
+    points: Float[ArrayLike, "n d"],
+    sources: Real[ArrayLike, "m d"],
+    amplitudes: Real[ArrayLike, " m"],
+    wavenumbers: Real[ArrayLike, " m"],
+    theta: Real[ArrayLike, " m"],
+    softening: Real[ArrayLike, ""],
+    *,
+    chunk: int = 2048,
+    unroll: int = 4,
+    method: str = "loop",
+    serial_pairs: int | None = None,
+) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
     """Real and imaginary parts of Σ_j A_j e^{i(k_j r + θ_j)}/(r + ε) at every point.
 
     Args:
@@ -481,8 +524,13 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
     if sources.shape[0] == 0:
         zero = jnp.zeros((n,), out_dtype)
         return zero, zero
-    static: dict[str, Any] = {"chunk": max(1, int(chunk)), "unroll": unroll, "method": method, "out_dtype": out_dtype,
-                              "serial_pairs": _SERIAL_PAIRS if serial_pairs is None else int(serial_pairs)}
+    static: dict[str, Any] = {
+        "chunk": max(1, int(chunk)),
+        "unroll": unroll,
+        "method": method,
+        "out_dtype": out_dtype,
+        "serial_pairs": _SERIAL_PAIRS if serial_pairs is None else int(serial_pairs),
+    }
     if work == jnp.float32:
         # e^{i(kr + θ)} = σ e^{i(kr + θ_r)} with θ = θ_r + nπ, σ = (−1)^n, |θ_r| ≤ π/2: exact per source (a large
         # θ, e.g. −ωt at late times, no longer enters the per-pair phase), the sign goes into the amplitude.
@@ -490,18 +538,39 @@ def point_source_sum(points: Float[ArrayLike, "n d"], sources: Real[ArrayLike, "
         amplitudes = amplitudes * sigma
         # max |k r + θ_r| over all pairs, bounded from the bounding boxes of points and sources (O(N + M)):
         # the fast phase reduction covers it, or the full-range kernel runs (lax.cond: one of the two).
-        span = jnp.maximum(jnp.max(points, axis=0) - jnp.min(sources, axis=0),
-                           jnp.max(sources, axis=0) - jnp.min(points, axis=0))
+        span = jnp.maximum(
+            jnp.max(points, axis=0) - jnp.min(sources, axis=0), jnp.max(sources, axis=0) - jnp.min(points, axis=0)
+        )
         bound = jnp.max(jnp.abs(wavenumbers)) * jnp.sqrt(jnp.sum(span * span)) * 1.01 + np.pi / 2
-        return jax.lax.cond(needs_full_range(bound), functools.partial(_sum_points, full=True, **static),
-                            functools.partial(_sum_points, full=False, **static),
-                            points, sources, amplitudes, wavenumbers, theta, softening)
+        return jax.lax.cond(
+            needs_full_range(bound),
+            functools.partial(_sum_points, full=True, **static),
+            functools.partial(_sum_points, full=False, **static),
+            points,
+            sources,
+            amplitudes,
+            wavenumbers,
+            theta,
+            softening,
+        )
     return _sum_points(points, sources, amplitudes, wavenumbers, theta, softening, full=False, **static)
 
 
-def _sum_points(points: jax.Array, sources: jax.Array, amplitudes: jax.Array, wavenumbers: jax.Array,
-                theta: jax.Array, softening: jax.Array, *, chunk: int, unroll: int, method: str, out_dtype: Any,
-                serial_pairs: int, full: bool) -> tuple[jax.Array, jax.Array]:
+def _sum_points(
+    points: jax.Array,
+    sources: jax.Array,
+    amplitudes: jax.Array,
+    wavenumbers: jax.Array,
+    theta: jax.Array,
+    softening: jax.Array,
+    *,
+    chunk: int,
+    unroll: int,
+    method: str,
+    out_dtype: Any,
+    serial_pairs: int,
+    full: bool,
+) -> tuple[jax.Array, jax.Array]:
     """The blocked sum of :func:`point_source_sum` on validated work-dtype inputs; ``full``: the full-range
     phase reduction (static); ``serial_pairs``: the one-thread block limit."""
     n, d = points.shape
@@ -511,14 +580,36 @@ def _sum_points(points: jax.Array, sources: jax.Array, amplitudes: jax.Array, wa
         # is compiled with every call and mostly not run).
         method, unroll = "block", 1
     if method == "reduce":
-        block = functools.partial(_reduce_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                  theta=theta, softening=softening, full=full)
+        block = functools.partial(
+            _reduce_sum,
+            src_t=src_t,
+            amplitudes=amplitudes,
+            wavenumbers=wavenumbers,
+            theta=theta,
+            softening=softening,
+            full=full,
+        )
     elif method == "loop" and min(n, chunk) * sources.shape[0] <= serial_pairs:
-        block = functools.partial(_serial_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                  theta=theta, softening=softening, full=full)
+        block = functools.partial(
+            _serial_sum,
+            src_t=src_t,
+            amplitudes=amplitudes,
+            wavenumbers=wavenumbers,
+            theta=theta,
+            softening=softening,
+            full=full,
+        )
     else:
-        block = functools.partial(_block_sum, src_t=src_t, amplitudes=amplitudes, wavenumbers=wavenumbers,
-                                  theta=theta, softening=softening, unroll=unroll, full=full)
+        block = functools.partial(
+            _block_sum,
+            src_t=src_t,
+            amplitudes=amplitudes,
+            wavenumbers=wavenumbers,
+            theta=theta,
+            softening=softening,
+            unroll=unroll,
+            full=full,
+        )
     if n <= chunk:
         out = block(tuple(points[:, i] for i in range(d)))
     else:

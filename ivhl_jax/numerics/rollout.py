@@ -149,10 +149,19 @@ def rollout(
     return jax.lax.scan(block, state, None, length=steps // save_every)
 
 
-def _trajectory_impl(stepper: Stepper, state: Any, steps: int, save_every: int, observe: Observe, remat: bool,
-                     unroll: int) -> tuple[Any, Any]:
-    return rollout(stepper.step_fn, state, stepper.params, steps, save_every=save_every, observe=observe,
-                   remat=remat, unroll=unroll)
+def _trajectory_impl(
+    stepper: Stepper, state: Any, steps: int, save_every: int, observe: Observe, remat: bool, unroll: int
+) -> tuple[Any, Any]:
+    return rollout(
+        stepper.step_fn,
+        state,
+        stepper.params,
+        steps,
+        save_every=save_every,
+        observe=observe,
+        remat=remat,
+        unroll=unroll,
+    )
 
 
 _STATIC = ("steps", "save_every", "observe", "remat", "unroll")
@@ -164,8 +173,10 @@ _trajectory_donating = jax.jit(_trajectory_impl, static_argnames=_STATIC, donate
 
 def _check_stepper(stepper: Any) -> None:
     if not isinstance(stepper, Stepper):
-        raise TypeError(f"stepper must be an ivhl_jax Stepper (from a family builder such as "
-                        f"condensate.strang(system, dt)); got {type(stepper).__name__}")
+        raise TypeError(
+            f"stepper must be an ivhl_jax Stepper (from a family builder such as "
+            f"condensate.strang(system, dt)); got {type(stepper).__name__}"
+        )
 
 
 def _check_observe(observe: Any) -> Observe:
@@ -195,8 +206,9 @@ def _check_start_finite(state: Any) -> None:
     flat = jax.tree_util.tree_flatten_with_path(state)[0]
     if any(isinstance(x, jax.core.Tracer) for _, x in flat):
         return
-    inexact = [(path, x) for path, x in flat
-               if hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)]
+    inexact = [
+        (path, x) for path, x in flat if hasattr(x, "dtype") and jax.numpy.issubdtype(x.dtype, jax.numpy.inexact)
+    ]
     if not inexact:
         return
     flags = _finite_flags([x for _, x in inexact])
@@ -205,8 +217,10 @@ def _check_start_finite(state: Any) -> None:
     flags = jax.device_get(flags)
     for (path, _), ok in zip(inexact, flags, strict=True):
         if not ok:
-            raise ValueError(f"state{jax.tree_util.keystr(path)} holds NaN or inf at the start of the trajectory; "
-                             "check the initial state (build it with the stepper's init, which validates it)")
+            raise ValueError(
+                f"state{jax.tree_util.keystr(path)} holds NaN or inf at the start of the trajectory; "
+                "check the initial state (build it with the stepper's init, which validates it)"
+            )
 
 
 def trajectory(
@@ -258,8 +272,9 @@ def chunked(
     _check_stepper(stepper)
     observe = _check_observe(observe)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
-    steps_per_chunk, save_every, _ = _check_schedule(steps_per_chunk, steps_per_chunk if save_every is None
-                                                     else save_every, 1, steps_name="steps_per_chunk")
+    steps_per_chunk, save_every, _ = _check_schedule(
+        steps_per_chunk, steps_per_chunk if save_every is None else save_every, 1, steps_name="steps_per_chunk"
+    )
 
     run = _trajectory_donating if donate else _trajectory
 

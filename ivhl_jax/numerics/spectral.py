@@ -58,8 +58,10 @@ def _require_ducc():
     try:
         import ducc0
     except ImportError as e:
-        raise ImportError("fft='ducc' needs the ducc0 package (GPL-2.0-or-later, not installed by default): "
-                          "pip install 'ivhl_jax[cpu-fft]', or use fft='xla'") from e
+        raise ImportError(
+            "fft='ducc' needs the ducc0 package (GPL-2.0-or-later, not installed by default): "
+            "pip install 'ivhl_jax[cpu-fft]', or use fft='xla'"
+        ) from e
     return ducc0
 
 
@@ -69,8 +71,10 @@ def check_backend(fft: str) -> str:
     if fft == "ducc":
         _require_ducc()
         if not backend.defaults().host_fft:
-            raise ValueError(f"fft='ducc' computes on the host and is meant for the CPU backend; JAX runs on "
-                             f"{backend.platform()!r} here, where fft='xla' uses the device's FFT")
+            raise ValueError(
+                f"fft='ducc' computes on the host and is meant for the CPU backend; JAX runs on "
+                f"{backend.platform()!r} here, where fft='xla' uses the device's FFT"
+            )
     return fft
 
 
@@ -108,8 +112,9 @@ def host_factor(compute: Callable[[], np.ndarray], key: Hashable) -> HostFactor:
     (``HOST_CACHE_BYTES``) and recomputed later.
     """
     if not callable(compute):
-        raise TypeError("compute must be a zero-argument callable returning the host array, "
-                        f"got {type(compute).__name__}")
+        raise TypeError(
+            f"compute must be a zero-argument callable returning the host array, got {type(compute).__name__}"
+        )
     try:
         hash(key)
     except TypeError as e:
@@ -130,8 +135,10 @@ def _host_value(k: int) -> np.ndarray:
             _HOST_CACHE.move_to_end(k)
             return hit
         if not 0 <= k < len(_HOST_RECIPES):
-            raise KeyError(f"HostFactor key {k} is not registered in this process (keys are process-local; build "
-                           "the factor with host_factor() where it runs)")
+            raise KeyError(
+                f"HostFactor key {k} is not registered in this process (keys are process-local; build "
+                "the factor with host_factor() where it runs)"
+            )
         recipe = _HOST_RECIPES[k]
     arr = np.ascontiguousarray(recipe())
     arr.setflags(write=False)
@@ -143,8 +150,12 @@ def _host_value(k: int) -> np.ndarray:
     return arr
 
 
-def spectral_multiply(psi: Complex[Array, "*shape"], factor_m1: Complex[Array | np.ndarray, " ..."] | HostFactor,
-                      axes: Sequence[int], fft: str = "xla") -> Complex[Array, "*shape"]:
+def spectral_multiply(
+    psi: Complex[Array, "*shape"],
+    factor_m1: Complex[Array | np.ndarray, " ..."] | HostFactor,
+    axes: Sequence[int],
+    fft: str = "xla",
+) -> Complex[Array, "*shape"]:
     """``F⁻¹[(1 + m) F ψ]`` over ``axes`` (unitary pair: forward unscaled, inverse scaled by 1/N).
 
     Args:
@@ -165,15 +176,17 @@ def spectral_multiply(psi: Complex[Array, "*shape"], factor_m1: Complex[Array | 
         axes = tuple(axes)
     except TypeError:
         raise TypeError(f"axes must be a sequence of axis indices of psi, got {axes!r}") from None
-    if (not all(isinstance(a, (int, np.integer)) and -ndim <= a < ndim for a in axes)
-            or len({int(a) % ndim for a in axes}) != len(axes)):
+    if not all(isinstance(a, (int, np.integer)) and -ndim <= a < ndim for a in axes) or len(
+        {int(a) % ndim for a in axes}
+    ) != len(axes):
         raise ValueError(f"axes must be distinct axis indices of psi (ndim {ndim}), got {axes}")
     axes = tuple(int(a) % ndim for a in axes)
     try:  # a static (shape-only) check, so the hot path under jit pays nothing
         np.broadcast_shapes(np.shape(m), np.shape(psi))
     except ValueError:
-        raise ValueError(f"factor_m1 of shape {np.shape(m)} does not broadcast to psi's shape "
-                         f"{np.shape(psi)}") from None
+        raise ValueError(
+            f"factor_m1 of shape {np.shape(m)} does not broadcast to psi's shape {np.shape(psi)}"
+        ) from None
     if np.broadcast_shapes(np.shape(m), np.shape(psi)) != tuple(np.shape(psi)):
         raise ValueError(f"factor_m1 of shape {np.shape(m)} would enlarge psi's shape {np.shape(psi)}")
     if fft == "xla":
@@ -191,14 +204,14 @@ def spectral_multiply(psi: Complex[Array, "*shape"], factor_m1: Complex[Array | 
 
 def _mul_add_inplace(out: np.ndarray, m: np.ndarray) -> None:
     """``out += out * m`` in ~1 MB blocks when m has out's trailing shape (no full-size temporary)."""
-    if m.ndim >= 1 and m.shape == out.shape[out.ndim - m.ndim:]:
+    if m.ndim >= 1 and m.shape == out.shape[out.ndim - m.ndim :]:
         mm = m.reshape(m.shape[0], -1)
         block = max(1, (1 << 20) // max(1, mm[0].nbytes))
         for o in out.reshape((-1,) + m.shape):
             rows = o.reshape(mm.shape)
             for i in range(0, rows.shape[0], block):
-                r = rows[i:i + block]
-                r += r * mm[i:i + block]
+                r = rows[i : i + block]
+                r += r * mm[i : i + block]
     else:
         out += out * m
 
@@ -227,7 +240,7 @@ def _callback(psi, m, axes, transpose):
 def _ducc_static(psi: jax.Array, m: np.ndarray, axes: tuple[int, ...]) -> jax.Array:
     """The host multiplier with a constant factor captured by the callback (psi-gradient only)."""
     neg = tuple(a - psi.ndim for a in axes)
-    m = m.reshape(m.shape[max(0, m.ndim - psi.ndim):])
+    m = m.reshape(m.shape[max(0, m.ndim - psi.ndim) :])
 
     def call(x, transpose):
         fn = lambda a: _host(a, m, axes=neg, transpose=transpose)  # noqa: E731
@@ -280,8 +293,9 @@ def _host_keyed(psi: np.ndarray, key: np.ndarray, *, axes: tuple[int, ...], tran
         return _host(psi, _host_value(first).astype(psi.dtype, copy=False), axes=axes, transpose=transpose)
     out = np.empty_like(psi)
     for idx in np.ndindex(key.shape):  # a vmap over factors (e.g. stacked steppers with different dt)
-        out[idx] = _host(psi[idx], _host_value(int(key[idx])).astype(psi.dtype, copy=False), axes=axes,
-                         transpose=transpose)
+        out[idx] = _host(
+            psi[idx], _host_value(int(key[idx])).astype(psi.dtype, copy=False), axes=axes, transpose=transpose
+        )
     return out
 
 

@@ -76,8 +76,13 @@ def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any, full_range: bool | 
     return jax.lax.complex(-2 * sj * sj, -2 * sj * cj).astype(dtype)
 
 
-def kick(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.Array], tau: Any,
-         imaginary: bool, full_range: bool | None = None) -> Complex[Array, "*shape"]:
+def kick(
+    psi: Complex[Array, "*shape"],
+    local_energy: Callable[[jax.Array], jax.Array],
+    tau: Any,
+    imaginary: bool,
+    full_range: bool | None = None,
+) -> Complex[Array, "*shape"]:
     """The local factor ψ ← e^{−i τ U(ψ)} ψ (imaginary time: e^{−τ U(ψ)} ψ), applied in the "minus one" form.
 
     ``local_energy(psi)`` returns the real U (shape broadcastable to ψ); ``tau`` is the (real) time it acts;
@@ -88,9 +93,14 @@ def kick(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.
     return psi + psi * phase_factor_m1(theta, imaginary, psi.dtype, full_range)
 
 
-def split_step(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.Array],
-               kinetic: Callable[[jax.Array], jax.Array], dt: Any, imaginary: bool,
-               full_range: bool | None = None) -> Complex[Array, "*shape"]:
+def split_step(
+    psi: Complex[Array, "*shape"],
+    local_energy: Callable[[jax.Array], jax.Array],
+    kinetic: Callable[[jax.Array], jax.Array],
+    dt: Any,
+    imaginary: bool,
+    full_range: bool | None = None,
+) -> Complex[Array, "*shape"]:
     """One Strang step e^{−dt/2 U} · K · e^{−dt/2 U} (U local, K the kinetic propagator callable).
 
     Args:
@@ -109,9 +119,14 @@ def split_step(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array]
     return kick(psi, local_energy, half, imaginary, full_range)
 
 
-def strang_run(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array], jax.Array],
-               kinetic: Callable[[jax.Array], jax.Array], dt: Any, n: int,
-               full_range: bool | None = None) -> Complex[Array, "*shape"]:
+def strang_run(
+    psi: Complex[Array, "*shape"],
+    local_energy: Callable[[jax.Array], jax.Array],
+    kinetic: Callable[[jax.Array], jax.Array],
+    dt: Any,
+    n: int,
+    full_range: bool | None = None,
+) -> Complex[Array, "*shape"]:
     """``n`` real-time Strang steps with the potential half-steps of consecutive steps merged (module docstring).
 
     Equal to ``n`` applications of :func:`split_step` (``imaginary=False``) to round-off. ``n`` is a static
@@ -128,4 +143,3 @@ def strang_run(psi: Complex[Array, "*shape"], local_energy: Callable[[jax.Array]
 
     psi = jax.lax.fori_loop(0, int(n) - 1, interior, psi)
     return kick(kinetic(psi), local_energy, 0.5 * dt, False, full_range)
-

@@ -159,8 +159,12 @@ def integrated_autocorrelation_time(x: Any, c: float = 5.0) -> TauInt:
     w = int(np.argmax(ok)) if np.any(ok) else n - 1
     constant = not np.any(rho[1:])  # a constant series (ρ = δ_t0 by convention) is exactly τ = 1/2
     if not constant and (not np.any(ok) or n < 50 * taus[w]):
-        warnings.warn(f"integrated_autocorrelation_time: the series is too short (N = {n}, tau = {taus[w]:.3g}, "
-                      f"window {w}; want N >= 50 tau): the estimate is unreliable", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"integrated_autocorrelation_time: the series is too short (N = {n}, tau = {taus[w]:.3g}, "
+            f"window {w}; want N >= 50 tau): the estimate is unreliable",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     tau = float(taus[w])
     return TauInt(tau, tau * math.sqrt(2.0 * (2 * w + 1) / n), w)
 
@@ -195,7 +199,7 @@ def binning_error(x: Any, *, alpha: float = 0.01) -> BinningResult:
         s2s.append(float(np.mean(dev * dev)))
         g2s.append(float(np.sum(dev[:-1] * dev[1:]) / nb))
         m = nb // 2
-        blocks = 0.5 * (blocks[0:2 * m:2] + blocks[1:2 * m:2])
+        blocks = 0.5 * (blocks[0 : 2 * m : 2] + blocks[1 : 2 * m : 2])
         k += 1
     n_blocks = np.asarray(nbs, dtype=np.int64)
     s2 = np.asarray(s2s)
@@ -215,8 +219,12 @@ def binning_error(x: Any, *, alpha: float = 0.01) -> BinningResult:
             break
     if level is None:
         level = levels - 1
-        warnings.warn("binning_error: no blocking level passed the decorrelation test; "
-                      "the series is too short for its correlation time", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "binning_error: no blocking level passed the decorrelation test; "
+            "the series is too short for its correlation time",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return BinningResult(np.asarray(sizes), n_blocks, errors, errors_err, float(errors[level]), level)
 
 
@@ -292,8 +300,9 @@ def chi2_sf(statistic: float, dof: int) -> float:
     return _gammaincc(0.5 * dof_i, 0.5 * s)
 
 
-def chi2_histogram_test(observed_counts: Any, expected_probs: Any, *, min_expected: float = 5.0,
-                        n_eff: float | None = None) -> Chi2Result:
+def chi2_histogram_test(
+    observed_counts: Any, expected_probs: Any, *, min_expected: float = 5.0, n_eff: float | None = None
+) -> Chi2Result:
     """Pearson χ² test of a histogram ``observed_counts`` (K,) against bin probabilities ``expected_probs`` (K,).
 
     With ``n = Σ O_i`` samples and expectations ``E_i = n p_i`` (``p`` normalised to sum 1, so it need only
@@ -346,8 +355,10 @@ def chi2_histogram_test(observed_counts: Any, expected_probs: Any, *, min_expect
         else:
             groups.append((acc_o, acc_p))
     if len(groups) < 2:
-        raise ValueError(f"observed_counts: too few samples (n_eff = {ne:.4g}) for two bins with expected "
-                         f"count >= min_expected = {min_expected}")
+        raise ValueError(
+            f"observed_counts: too few samples (n_eff = {ne:.4g}) for two bins with expected "
+            f"count >= min_expected = {min_expected}"
+        )
     go = np.array([g[0] for g in groups])
     ge = n * np.array([g[1] for g in groups])
     stat = float(np.sum((go - ge) ** 2 / ge)) * (ne / n)

@@ -56,8 +56,9 @@ def _check_chain(n: int, J: float, g: float) -> int:
     return n
 
 
-def tfi_apply(psi: Num[ArrayLike, "*sites"], J: float = 1.0, g: float = 1.0, periodic: bool = True
-              ) -> Inexact[Array, "*sites"]:
+def tfi_apply(
+    psi: Num[ArrayLike, "*sites"], J: float = 1.0, g: float = 1.0, periodic: bool = True
+) -> Inexact[Array, "*sites"]:
     """H·ψ for the TFI chain, ψ of shape (2,)*n (n = ψ.ndim). Jittable; linear in ψ; vmap over a batch axis.
 
     A ψ of another shape, or (outside a trace) with NaN/inf entries, raises a ValueError naming ``psi``.
@@ -104,8 +105,9 @@ def tfi_dense(n: int, J: float = 1.0, g: float = 1.0, periodic: bool = True) -> 
     return h
 
 
-def lanczos_ground_state(matvec: Callable[[jax.Array], jax.Array], v0: Inexact[ArrayLike, "*shape"],
-                         num_iter: int = 80) -> tuple[Float[Array, ""], Inexact[Array, "*shape"]]:
+def lanczos_ground_state(
+    matvec: Callable[[jax.Array], jax.Array], v0: Inexact[ArrayLike, "*shape"], num_iter: int = 80
+) -> tuple[Float[Array, ""], Inexact[Array, "*shape"]]:
     """Lowest eigenpair of a Hermitian linear map by Lanczos with full re-orthogonalisation.
 
     Args:
@@ -159,8 +161,9 @@ def lanczos_ground_state(matvec: Callable[[jax.Array], jax.Array], v0: Inexact[A
     return evals[0], psi.reshape(shape)
 
 
-def tfi_ground_state(n: int, J: float = 1.0, g: float = 1.0, periodic: bool = True, *,
-                     num_iter: int = 80, seed: int = 0) -> tuple[Float[Array, ""], Float[Array, "*sites"]]:
+def tfi_ground_state(
+    n: int, J: float = 1.0, g: float = 1.0, periodic: bool = True, *, num_iter: int = 80, seed: int = 0
+) -> tuple[Float[Array, ""], Float[Array, "*sites"]]:
     """Ground state of the n-site TFI chain (matrix-free Lanczos). Returns (E₀ total, ψ of shape (2,)*n).
 
     Runs in the default float dtype (float64 under ``jax.enable_x64(True)``).
@@ -205,8 +208,9 @@ def _check_term(term: Num[ArrayLike, "d d d d"]) -> jax.Array:
     return term
 
 
-def chain_apply(psi: Num[ArrayLike, "*sites"], term: Num[ArrayLike, "d d d d"], periodic: bool = True
-                ) -> Inexact[Array, "*sites"]:
+def chain_apply(
+    psi: Num[ArrayLike, "*sites"], term: Num[ArrayLike, "d d d d"], periodic: bool = True
+) -> Inexact[Array, "*sites"]:
     """H·ψ for H = Σ_i h(i, i+1) (periodic: the bond (n−1, 0) too), ψ of shape (d,)*n, ``term[a', b', a, b]`` =
     <a' b'| h |a b> of shape (d, d, d, d). Jittable, linear in ψ."""
     psi = check_array(psi, "psi", kind="numeric", finite=True)
@@ -223,8 +227,9 @@ def chain_apply(psi: Num[ArrayLike, "*sites"], term: Num[ArrayLike, "d d d d"], 
     return out
 
 
-def chain_ground_state(term: Num[ArrayLike, "d d d d"], n: int, periodic: bool = True, *, num_iter: int = 80,
-                       seed: int = 0) -> tuple[Float[Array, ""], Inexact[Array, "*sites"]]:
+def chain_ground_state(
+    term: Num[ArrayLike, "d d d d"], n: int, periodic: bool = True, *, num_iter: int = 80, seed: int = 0
+) -> tuple[Float[Array, ""], Inexact[Array, "*sites"]]:
     """Ground state of the n-site chain H = Σ_i h(i, i+1) (matrix-free Lanczos). Returns (E₀ total, ψ of shape
     (d,)*n). Runs in the default float dtype (float64 under ``jax.enable_x64(True)``); d^n ≤ 4M amplitudes."""
     term = _check_term(term)
@@ -232,8 +237,10 @@ def chain_ground_state(term: Num[ArrayLike, "d d d d"], n: int, periodic: bool =
     check_scalar(n, "n", integer=True, minimum=2)
     n = int(n)
     if d**n > 2**MAX_SITES:
-        raise ValueError(f"n={n} sites of dimension {d} ({d**n} amplitudes) is too large for exact "
-                         f"diagonalisation (max {2**MAX_SITES}); use the MERA")
+        raise ValueError(
+            f"n={n} sites of dimension {d} ({d**n} amplitudes) is too large for exact "
+            f"diagonalisation (max {2**MAX_SITES}); use the MERA"
+        )
     check_scalar(num_iter, "num_iter", integer=True, minimum=1)
     v0 = jax.random.normal(jax.random.key(seed), (d,) * n, dtype=jnp.result_type(float))
     return _chain_jit(v0, jnp.asarray(term, v0.dtype), bool(periodic), int(num_iter))

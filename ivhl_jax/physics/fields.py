@@ -78,8 +78,7 @@ def _float_dtype(*arrays: jax.Array) -> Any:
     return jnp.result_type(*(a.dtype for a in arrays), float)
 
 
-def _points_and_sources(points: Any, sources: Any, points_name: str, sources_name: str
-                        ) -> tuple[jax.Array, jax.Array]:
+def _points_and_sources(points: Any, sources: Any, points_name: str, sources_name: str) -> tuple[jax.Array, jax.Array]:
     pts = check_array(points, points_name, ndim=2, kind="numeric", finite=True)
     src = check_array(sources, sources_name, ndim=2, kind="numeric", finite=True)
     if jnp.iscomplexobj(pts) or jnp.iscomplexobj(src):
@@ -88,8 +87,10 @@ def _points_and_sources(points: Any, sources: Any, points_name: str, sources_nam
     if d not in (2, 3):
         raise ValueError(f"{points_name} must have shape (N, 2) or (N, 3) (D = 2 or 3), got {tuple(pts.shape)}")
     if src.shape[1] != d:
-        raise ValueError(f"{sources_name} must have shape ({src.shape[0]}, {d}) to match {points_name}'s "
-                         f"dimension D = {d}, got {tuple(src.shape)}")
+        raise ValueError(
+            f"{sources_name} must have shape ({src.shape[0]}, {d}) to match {points_name}'s "
+            f"dimension D = {d}, got {tuple(src.shape)}"
+        )
     dtype = _float_dtype(pts, src)
     return pts.astype(dtype), src.astype(dtype)
 
@@ -174,8 +175,10 @@ def superpose(
     pts, src = pts.astype(store).astype(dtype), src.astype(store).astype(dtype)
     m = src.shape[0]
     if m == 0:
-        raise ValueError("sources must hold at least one source, got shape (0, D); with no sources the field "
-                         "is identically zero (use jnp.zeros(N, jnp.complex64))")
+        raise ValueError(
+            "sources must hold at least one source, got shape (0, D); with no sources the field "
+            "is identically zero (use jnp.zeros(N, jnp.complex64))"
+        )
     amp = _per_source(amplitudes, "amplitudes", m, dtype)
     k = _per_source(wavenumbers, "wavenumbers", m, dtype)
     omega = k if frequencies is None else _per_source(frequencies, "frequencies", m, dtype)
@@ -191,9 +194,20 @@ def superpose(
         check_scalar(chunk, "chunk", integer=True, minimum=1)
         chunk = int(chunk)
     chunk = min(chunk, max(n, 1))
-    return _superpose_core(pts, src, amp, k, omega, phi, jnp.asarray(t, dtype), jnp.asarray(softening, dtype),
-                           chunk=chunk, out_dtype=out_dtype, method=tuning.fields_method,
-                           serial_pairs=tuning.fields_serial_pairs)
+    return _superpose_core(
+        pts,
+        src,
+        amp,
+        k,
+        omega,
+        phi,
+        jnp.asarray(t, dtype),
+        jnp.asarray(softening, dtype),
+        chunk=chunk,
+        out_dtype=out_dtype,
+        method=tuning.fields_method,
+        serial_pairs=tuning.fields_serial_pairs,
+    )
 
 
 @functools.cache
@@ -235,11 +249,11 @@ def _round_complex(re: jax.Array, im: jax.Array, out_dtype: Any) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("chunk", "out_dtype", "method", "serial_pairs"))
-def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype, method="loop",
-                    serial_pairs=None):
+def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dtype, method="loop", serial_pairs=None):
     # Jitted so that eager calls run as one compiled program (inlined when called under jit).
-    re, im = fastmath.point_source_sum(pts, src, amp, k, phi - omega * t, softening, chunk=chunk, method=method,
-                                       serial_pairs=serial_pairs)
+    re, im = fastmath.point_source_sum(
+        pts, src, amp, k, phi - omega * t, softening, chunk=chunk, method=method, serial_pairs=serial_pairs
+    )
     return _round_complex(re, im, out_dtype)
 
 
@@ -622,9 +636,18 @@ class WaveState(flax.struct.PyTreeNode):
     intensity_peak: jax.Array
 
 
-def wave_params(points: Real[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"], *, amplitudes: Any,
-                wavenumbers: Any, phases: Any, dt: float, softening: float = 1e-3, imprint: Any = None,
-                policy: str | Policy | None = None) -> WaveParams:
+def wave_params(
+    points: Real[ArrayLike, "n d"],
+    sources: Real[ArrayLike, "m d"],
+    *,
+    amplitudes: Any,
+    wavenumbers: Any,
+    phases: Any,
+    dt: float,
+    softening: float = 1e-3,
+    imprint: Any = None,
+    policy: str | Policy | None = None,
+) -> WaveParams:
     """Validated :class:`WaveParams`: under ``policy`` the geometry stored in ``param_dtype`` (bf16 halves its
     memory), the scalars, time and imprint in the work dtype (compute raised to ≥ float32, see
     :func:`superpose`). None is the default policy of the points and sources (float32 geometry and a complex64
@@ -636,25 +659,43 @@ def wave_params(points: Real[ArrayLike, "n d"], sources: Real[ArrayLike, "m d"],
     check_scalar(softening, "softening", nonnegative=True)
     store, f32 = jnp.dtype(pol.param_dtype), jnp.dtype(real_compute_dtype(pol))
     cplx = jnp.result_type(f32, jnp.complex64)
-    amp, k, ph = (jnp.broadcast_to(_per_source(x, name, m, store), (m,))
-                  for x, name in ((amplitudes, "amplitudes"), (wavenumbers, "wavenumbers"), (phases, "phases")))
+    amp, k, ph = (
+        jnp.broadcast_to(_per_source(x, name, m, store), (m,))
+        for x, name in ((amplitudes, "amplitudes"), (wavenumbers, "wavenumbers"), (phases, "phases"))
+    )
     if imprint is None:
         imp = jnp.ones(pts.shape[0], cplx)
     else:
         imp = jnp.asarray(imprint, cplx)
         if imp.shape != (pts.shape[0],):
             raise ValueError(f"imprint must have shape ({pts.shape[0]},) (one factor per point); got {imp.shape}")
-    return WaveParams(points=jnp.asarray(pts, store), sources=jnp.asarray(src, store), amplitudes=amp, wavenumbers=k,
-                      phases=ph, imprint=imp, softening=jnp.asarray(softening, f32), dt=jnp.asarray(dt, f32),
-                      policy=pol)
+    return WaveParams(
+        points=jnp.asarray(pts, store),
+        sources=jnp.asarray(src, store),
+        amplitudes=amp,
+        wavenumbers=k,
+        phases=ph,
+        imprint=imp,
+        softening=jnp.asarray(softening, f32),
+        dt=jnp.asarray(dt, f32),
+        policy=pol,
+    )
 
 
 def field_at(params: WaveParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]:
     """ψ(points, t) · imprint, shape (N,): :func:`superpose` of the sources at time ``t``."""
     if not isinstance(params, WaveParams):
         raise TypeError(f"params must be WaveParams (from fields.wave_params); got {type(params).__name__}")
-    psi = superpose(params.points, params.sources, amplitudes=params.amplitudes, wavenumbers=params.wavenumbers,
-                    phases=params.phases, t=t, softening=params.softening, policy=params.policy)
+    psi = superpose(
+        params.points,
+        params.sources,
+        amplitudes=params.amplitudes,
+        wavenumbers=params.wavenumbers,
+        phases=params.phases,
+        t=t,
+        softening=params.softening,
+        policy=params.policy,
+    )
     return psi * params.imprint.astype(psi.dtype)
 
 
@@ -664,8 +705,13 @@ def _wave_step(state: WaveState, params: WaveParams) -> WaveState:
     t = state.t + params.dt
     psi = field_at(params, t)
     i = intensity(psi)
-    return WaveState(t=t, step=state.step + 1, field=psi,
-                     intensity_sum=state.intensity_sum + i, intensity_peak=jnp.maximum(state.intensity_peak, i))
+    return WaveState(
+        t=t,
+        step=state.step + 1,
+        field=psi,
+        intensity_sum=state.intensity_sum + i,
+        intensity_peak=jnp.maximum(state.intensity_peak, i),
+    )
 
 
 def _init_wave(params: WaveParams, t0: Any = 0.0) -> WaveState:
@@ -673,9 +719,13 @@ def _init_wave(params: WaveParams, t0: Any = 0.0) -> WaveState:
     n = params.points.shape[0]
     rdt = params.dt.dtype  # the policy's work dtype
     cdt = jnp.result_type(params.policy.output_dtype, jnp.complex64)
-    return WaveState(t=jnp.asarray(t0, rdt), step=jnp.zeros((), jnp.int32),
-                     field=jnp.zeros(n, cdt), intensity_sum=jnp.zeros(n, jnp.finfo(cdt).dtype),
-                     intensity_peak=jnp.zeros(n, jnp.finfo(cdt).dtype))
+    return WaveState(
+        t=jnp.asarray(t0, rdt),
+        step=jnp.zeros((), jnp.int32),
+        field=jnp.zeros(n, cdt),
+        intensity_sum=jnp.zeros(n, jnp.finfo(cdt).dtype),
+        intensity_peak=jnp.zeros(n, jnp.finfo(cdt).dtype),
+    )
 
 
 def _check_params(params: Any) -> WaveParams:

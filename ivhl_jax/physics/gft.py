@@ -47,8 +47,18 @@ from ivhl_jax.numerics.rollout import Stepper, trajectory
 from ivhl_jax.numerics.spectral import spectral_multiply
 from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step
 
-__all__ = ["GFTSystem", "strang", "observe", "gft_evolve", "gft_potential", "gft_rhs", "gft_charge",
-           "lattice_dispersion", "gft_vacuum", "GFTParams"]
+__all__ = [
+    "GFTSystem",
+    "strang",
+    "observe",
+    "gft_evolve",
+    "gft_potential",
+    "gft_rhs",
+    "gft_charge",
+    "lattice_dispersion",
+    "gft_vacuum",
+    "GFTParams",
+]
 
 
 class GFTSystem(struct.PyTreeNode):
@@ -83,8 +93,11 @@ def lattice_dispersion(shape: tuple[int, ...]) -> Float[np.ndarray, "*lattice"]:
     """ε_k = Σ_a 4 sin²(k_a/2), the spectrum of −Δ for the periodic unit-spacing lattice (float64).
 
     ``shape``: the lattice extent per axis, positive integers."""
-    if (not isinstance(shape, (tuple, list)) or not shape
-            or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in shape)):
+    if (
+        not isinstance(shape, (tuple, list))
+        or not shape
+        or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in shape)
+    ):
         raise ValueError(f"shape must be a non-empty tuple of positive integers (sites per axis), got {shape!r}")
     out = np.zeros(shape)
     for a, n in enumerate(shape):
@@ -111,15 +124,16 @@ def _check_field(phi: Any, system: GFTSystem) -> jax.Array:
     if not isinstance(system, GFTSystem):
         raise TypeError(f"system must be a GFTSystem, got {type(system).__name__}")
     phi = check_array(phi, "phi", kind="inexact", finite=True)
-    if phi.ndim < system.rank or tuple(phi.shape[-system.rank:]) != system.shape:
+    if phi.ndim < system.rank or tuple(phi.shape[-system.rank :]) != system.shape:
         raise ValueError(f"phi must end in the lattice shape {system.shape} (batch axes in front), got {phi.shape}")
     if not jnp.issubdtype(phi.dtype, jnp.complexfloating):
         phi = phi.astype(jnp.result_type(phi.dtype, jnp.complex64))
     return phi
 
 
-def gft_potential(phi: Inexact[ArrayLike, "*batch_and_lattice"], mass_sq: Any, lam: Any, rank: int | None = None
-                  ) -> Float[Array, "*batch"]:
+def gft_potential(
+    phi: Inexact[ArrayLike, "*batch_and_lattice"], mass_sq: Any, lam: Any, rank: int | None = None
+) -> Float[Array, "*batch"]:
     """V[φ] = Σ_x [Σ_a |φ(x+e_a) − φ(x)|² + m²|φ|² + (λ/2)|φ|⁴] (periodic forward differences).
 
     Args:
@@ -147,8 +161,9 @@ def _abs2(z: jax.Array) -> jax.Array:
     return z.real * z.real + z.imag * z.imag
 
 
-def gft_rhs(phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int | None = None
-            ) -> Complex[Array, "*shape"]:
+def gft_rhs(
+    phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int | None = None
+) -> Complex[Array, "*shape"]:
     """δV/δφ* = −Δφ + m²φ + λ|φ|²φ (the right-hand side of i∂φ/∂t), finite-difference form."""
     phi = check_array(phi, "phi", kind="complex", finite=True)
     rank = _lattice_rank(phi, rank)
@@ -174,11 +189,13 @@ def gft_vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
     m2, lam_f = float(np.asarray(mass_sq)), float(np.asarray(lam))
     if m2 >= 0:
         return 0.0, 0.0
-    return -m2 / lam_f, -(m2 ** 2) / (2 * lam_f)
+    return -m2 / lam_f, -(m2**2) / (2 * lam_f)
 
 
-_DT_MESSAGE = ("dt is held once, with the kinetic factor derived from it; build a new stepper for a new step "
-               "size: gft.strang(system, dt)")
+_DT_MESSAGE = (
+    "dt is held once, with the kinetic factor derived from it; build a new stepper for a new step "
+    "size: gft.strang(system, dt)"
+)
 
 
 class GFTParams(struct.PyTreeNode):
@@ -205,8 +222,10 @@ def _guarded_replace(self: GFTParams, **updates: Any) -> GFTParams:
         raise ValueError(_DT_MESSAGE)
     new = updates.get("system")
     if isinstance(new, GFTSystem) and new.shape != self.system.shape:
-        raise ValueError(f"the kinetic factor was built for the lattice {self.system.shape}, got {new.shape}; "
-                         "build a new stepper: gft.strang(system, dt)")
+        raise ValueError(
+            f"the kinetic factor was built for the lattice {self.system.shape}, got {new.shape}; "
+            "build a new stepper: gft.strang(system, dt)"
+        )
     return _plain_replace(self, **updates)
 
 
@@ -226,17 +245,22 @@ def _gft_step(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array
     """One Strang step of ``params`` (real time or the gradient flow: the static ``params.imaginary``)."""
     system = params.system
     phi = check_array(phi, "phi", kind="complex")  # static facts only: free under jit
-    if phi.ndim < system.rank or tuple(phi.shape[-system.rank:]) != system.shape:
-        raise ValueError(f"phi must end in the lattice shape {system.shape} (batch axes in front), "
-                         f"got {tuple(phi.shape)}")
+    if phi.ndim < system.rank or tuple(phi.shape[-system.rank :]) != system.shape:
+        raise ValueError(
+            f"phi must end in the lattice shape {system.shape} (batch axes in front), got {tuple(phi.shape)}"
+        )
     rdt = phi.real.dtype
     m2 = jnp.asarray(system.mass_sq, rdt)
     lam = jnp.asarray(system.lam, rdt)
     axes = _lattice_axes(phi, system.rank)
     kin = params.kin.astype(phi.dtype)
-    step = functools.partial(split_step, local_energy=lambda p: m2 + lam * _abs2(p),
-                             kinetic=lambda p: _kinetic_fft(p, kin, axes, system.layout), dt=params.dt,
-                             imaginary=params.imaginary)
+    step = functools.partial(
+        split_step,
+        local_energy=lambda p: m2 + lam * _abs2(p),
+        kinetic=lambda p: _kinetic_fft(p, kin, axes, system.layout),
+        dt=params.dt,
+        imaginary=params.imaginary,
+    )
     if params.imaginary:  # real decay factors: no phase to reduce
         return step(phi, full_range=False)
     # The local phase dt·U/2, |U| = |m² + λ|φ|²| ≤ |m²| + |λ|·Σ|φ|² (pointwise), needs the full-range sine
@@ -257,14 +281,19 @@ def _gft_init(params: GFTParams, phi: Any) -> jax.Array:
     """Validate φ (lattice shape, finite) and cast it to the stepper's complex dtype; for concrete values also
     check that dt resolves the local phase dt·max|m² + λ|φ|²| ≤ 2π."""
     phi = _check_field(phi, params.system).astype(params.kin.dtype)
-    values = [float(np.asarray(x)) for x in (params.dt, params.system.mass_sq, params.system.lam)
-              if is_concrete(x) and np.ndim(x) == 0]
+    values = [
+        float(np.asarray(x))
+        for x in (params.dt, params.system.mass_sq, params.system.lam)
+        if is_concrete(x) and np.ndim(x) == 0
+    ]
     if len(values) == 3 and is_concrete(phi):
         dtc, m2, lam = values
         umax = float(np.max(np.abs(m2 + lam * np.abs(np.asarray(phi)) ** 2)))
         if dtc * umax > 2 * np.pi:
-            raise ValueError(f"dt={dtc} is too large: the local phase per step dt·max|m² + λ|φ|²| = {dtc * umax:.3g} "
-                             f"exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}")
+            raise ValueError(
+                f"dt={dtc} is too large: the local phase per step dt·max|m² + λ|φ|²| = {dtc * umax:.3g} "
+                f"exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
+            )
     layout = params.system.layout
     return phi if layout is None else layout.place(phi, "phi")
 
@@ -291,17 +320,27 @@ def _check_dt(dt: Any, system: GFTSystem, imaginary: bool) -> None:
     if not imaginary:
         eps_max = float(np.max(lattice_dispersion(system.shape)))
         if dtc * eps_max > np.pi:
-            raise ValueError(f"dt={dtc} is unstable on this lattice: the kinetic phase per step dt·max ε_k = "
-                             f"{dtc * eps_max:.3g} exceeds π (split-step instability); use dt <= {np.pi / eps_max:.3g}")
+            raise ValueError(
+                f"dt={dtc} is unstable on this lattice: the kinetic phase per step dt·max ε_k = "
+                f"{dtc * eps_max:.3g} exceeds π (split-step instability); use dt <= {np.pi / eps_max:.3g}"
+            )
     if is_concrete(system.mass_sq) and np.ndim(system.mass_sq) == 0:
         m2 = abs(float(np.asarray(system.mass_sq)))
         if dtc * m2 > 2 * np.pi:
-            raise ValueError(f"dt={dtc} is too large: the mass phase per step dt·|m²| = {dtc * m2:.3g} exceeds 2π; "
-                             f"use dt <= {np.pi / m2:.3g}")
+            raise ValueError(
+                f"dt={dtc} is too large: the mass phase per step dt·|m²| = {dtc * m2:.3g} exceeds 2π; "
+                f"use dt <= {np.pi / m2:.3g}"
+            )
 
 
-def strang(system: GFTSystem, dt: Any, *, imaginary: bool = False, dtype: Any = jnp.complex64,
-           policy: str | Policy | None = None) -> Stepper:
+def strang(
+    system: GFTSystem,
+    dt: Any,
+    *,
+    imaginary: bool = False,
+    dtype: Any = jnp.complex64,
+    policy: str | Policy | None = None,
+) -> Stepper:
     """The Strang stepper of i∂φ/∂t = −Δφ + m²φ + λ|φ|²φ (lattice units; ``imaginary``: ∂φ/∂τ = −δV/δφ*).
 
     One step maps φ (complex, shape ``(*batch, *system.shape)``) to
@@ -346,19 +385,30 @@ def observe(phi: Complex[Array, "*shape"], params: Any) -> dict[str, Array]:
     """
     system = getattr(params, "system", None)
     if not isinstance(system, GFTSystem):
-        raise TypeError(f"params must be the params of a GFT stepper (gft.strang(system, dt).params), "
-                        f"got {type(params).__name__}")
+        raise TypeError(
+            f"params must be the params of a GFT stepper (gft.strang(system, dt).params), got {type(params).__name__}"
+        )
     phi = _check_field(phi, system)
     axes = _lattice_axes(phi, system.rank)
-    return {"energy": gft_potential(phi, system.mass_sq, system.lam, system.rank),
-            "charge": gft_charge(phi, system.rank),
-            "order": jnp.abs(jnp.mean(phi, axis=axes)),
-            "mean_abs2": jnp.mean(_abs2(phi), axis=axes)}
+    return {
+        "energy": gft_potential(phi, system.mass_sq, system.lam, system.rank),
+        "charge": gft_charge(phi, system.rank),
+        "order": jnp.abs(jnp.mean(phi, axis=axes)),
+        "mean_abs2": jnp.mean(_abs2(phi), axis=axes),
+    }
 
 
-def gft_evolve(phi: Inexact[ArrayLike, "*shape"], system: GFTSystem, dt: Any, steps: int, save_every: int = 1, *,
-               imaginary: bool = False, remat: bool = False, policy: str | Policy | None = None
-               ) -> tuple[Complex[Array, "*shape"], Any]:
+def gft_evolve(
+    phi: Inexact[ArrayLike, "*shape"],
+    system: GFTSystem,
+    dt: Any,
+    steps: int,
+    save_every: int = 1,
+    *,
+    imaginary: bool = False,
+    remat: bool = False,
+    policy: str | Policy | None = None,
+) -> tuple[Complex[Array, "*shape"], Any]:
     """``steps`` Strang steps from φ, recording :func:`observe` every ``save_every``: exactly
     ``trajectory(stepper, stepper.init(phi), steps, save_every=..., observe=observe, remat=...)`` with
     ``stepper = strang(system, dt, imaginary=..., dtype=<φ's complex dtype>, policy=...)``.

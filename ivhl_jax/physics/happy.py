@@ -84,8 +84,19 @@ from jaxtyping import Array, ArrayLike, Float
 from ivhl_jax.core.validation import check_array, check_scalar
 from ivhl_jax.physics import tn
 
-__all__ = ["HappyNetwork", "boundary_state", "encode", "encoding_gram", "encoding_map", "interval", "min_cut",
-           "network", "perfect_tensor", "reduced_density_matrix", "region_entropy"]
+__all__ = [
+    "HappyNetwork",
+    "boundary_state",
+    "encode",
+    "encoding_gram",
+    "encoding_map",
+    "interval",
+    "min_cut",
+    "network",
+    "perfect_tensor",
+    "reduced_density_matrix",
+    "region_entropy",
+]
 
 #: largest radius :func:`network` builds (radius 5 has 2 091 pentagons)
 MAX_RADIUS = 5
@@ -175,8 +186,10 @@ class HappyNetwork:
         return len(self.boundary)
 
     def __repr__(self) -> str:
-        return (f"HappyNetwork(radius={self.radius}, n_tensors={self.n_tensors}, bonds={len(self.bonds)}, "
-                f"n_boundary={self.n_boundary})")
+        return (
+            f"HappyNetwork(radius={self.radius}, n_tensors={self.n_tensors}, bonds={len(self.bonds)}, "
+            f"n_boundary={self.n_boundary})"
+        )
 
 
 def network(radius: int) -> HappyNetwork:
@@ -267,8 +280,9 @@ def _angle(z: complex) -> float:
     return float(np.angle(z)) % (2 * np.pi)
 
 
-def _boundary_cycle(open_edges: dict[tuple[int, int], tuple[int, int]], verts: np.ndarray
-                    ) -> tuple[tuple[int, int], ...]:
+def _boundary_cycle(
+    open_edges: dict[tuple[int, int], tuple[int, int]], verts: np.ndarray
+) -> tuple[tuple[int, int], ...]:
     """Order the open edges counter-clockwise around the patch, starting at the smallest midpoint angle."""
     at: dict[int, list[tuple[int, int]]] = {}
     for e in open_edges:
@@ -339,8 +353,10 @@ def _symbols(net: HappyNetwork) -> tuple[list[list[str]], list[str], list[str]]:
 
 def _check_open(net: HappyNetwork, n_open: int, what: str) -> None:
     if n_open > MAX_OPEN_LEGS:
-        raise ValueError(f"{what} of the radius-{net.radius} network has {n_open} legs (2**{n_open} amplitudes); "
-                         f"at most {MAX_OPEN_LEGS} are formed densely: use a smaller radius")
+        raise ValueError(
+            f"{what} of the radius-{net.radius} network has {n_open} legs (2**{n_open} amplitudes); "
+            f"at most {MAX_OPEN_LEGS} are formed densely: use a smaller radius"
+        )
 
 
 @functools.lru_cache(maxsize=MAX_RADIUS)
@@ -356,11 +372,10 @@ def _scale(radius: int) -> float:
     bra = ["".join(prime.get(s, s) for s in ls) for ls in legs]
     spec = ",".join(ket + bra) + "->"
     trace = float(opt_einsum.contract(spec, *([t] * (2 * net.n_tensors)), optimize="greedy"))
-    return 1.0 / math.sqrt(trace / 2.0 ** net.n_bulk)
+    return 1.0 / math.sqrt(trace / 2.0**net.n_bulk)
 
 
-def boundary_state(net: HappyNetwork, bulk: Float[ArrayLike, "n_bulk 2"] | None = None
-                   ) -> Float[Array, " *boundary"]:
+def boundary_state(net: HappyNetwork, bulk: Float[ArrayLike, "n_bulk 2"] | None = None) -> Float[Array, " *boundary"]:
     """The boundary state ``V (φ₁ ⊗ … ⊗ φ_nbulk)`` for a product state on the bulk legs.
 
     Args:
@@ -394,11 +409,13 @@ def encode(net: HappyNetwork, psi: Float[ArrayLike, " ..."]) -> Float[Array, " *
     _check_open(net, net.n_boundary, "the boundary state")
     _check_open(net, net.n_bulk, "the bulk state")
     arr = check_array(psi, "psi", kind="floating", finite=True)
-    if arr.shape == (2 ** net.n_bulk,):
+    if arr.shape == (2**net.n_bulk,):
         arr = arr.reshape((2,) * net.n_bulk)
     elif arr.shape != (2,) * net.n_bulk:
-        raise ValueError(f"psi must have shape (2,)*{net.n_bulk} or ({2 ** net.n_bulk},) for the radius-"
-                         f"{net.radius} network, got {tuple(arr.shape)}")
+        raise ValueError(
+            f"psi must have shape (2,)*{net.n_bulk} or ({2**net.n_bulk},) for the radius-"
+            f"{net.radius} network, got {tuple(arr.shape)}"
+        )
     legs, bdy, bulk_sym = _symbols(net)
     spec = ",".join(["".join(ls) for ls in legs] + ["".join(bulk_sym)]) + "->" + "".join(bdy)
     out = _run(spec, net.n_tensors, arr)
@@ -422,8 +439,10 @@ def encoding_map(net: HappyNetwork) -> Float[Array, " *legs"]:
 def _gram_spec(net: HappyNetwork) -> str:
     """The einsum of V†V: the network and its copy, boundary legs shared, bulk legs open."""
     legs, _, bulk_sym = _symbols(net)
-    prime = {s: opt_einsum.get_symbol(10_000 + i) for i, s in enumerate(sorted({
-        legs[t1][l1] for t1, l1, _, _ in net.bonds} | set(bulk_sym)))}
+    prime = {
+        s: opt_einsum.get_symbol(10_000 + i)
+        for i, s in enumerate(sorted({legs[t1][l1] for t1, l1, _, _ in net.bonds} | set(bulk_sym)))
+    }
     ket = ["".join(ls) for ls in legs]
     bra = ["".join(prime.get(s, s) for s in ls) for ls in legs]
     return ",".join(ket + bra) + "->" + "".join(prime[s] for s in bulk_sym) + "".join(bulk_sym)
@@ -440,7 +459,7 @@ def encoding_gram(net: HappyNetwork) -> Float[Array, "dim dim"]:
     n = net.n_bulk
     out = _run(_gram_spec(net), 2 * n)
     scale = jnp.asarray(_scale(net.radius) ** 2, out.dtype)
-    return (out * scale).reshape(2 ** n, 2 ** n)
+    return (out * scale).reshape(2**n, 2**n)
 
 
 # -------------------------------------------------------------------------------------- regions and min cut
@@ -448,8 +467,9 @@ def encoding_gram(net: HappyNetwork) -> Float[Array, "dim dim"]:
 
 def _region(net: HappyNetwork, region: Any) -> tuple[int, ...]:
     if isinstance(region, str | bytes) or np.ndim(region) != 1:
-        raise TypeError(f"region must be a sequence of boundary-leg indices (e.g. happy.interval(net, 0, 3)), "
-                        f"got {region!r}")
+        raise TypeError(
+            f"region must be a sequence of boundary-leg indices (e.g. happy.interval(net, 0, 3)), got {region!r}"
+        )
     idx = tuple(int(i) for i in region)
     n = net.n_boundary
     if any(not 0 <= i < n for i in idx):
@@ -527,8 +547,7 @@ def reduced_density_matrix(net: HappyNetwork, region: Sequence[int]) -> Float[Ar
     net = _check_network(net)
     idx = _region(net, region)
     if len(idx) > 12:
-        raise ValueError(f"region has {len(idx)} legs; reduced_density_matrix forms at most 12 "
-                         "(a 4096 x 4096 matrix)")
+        raise ValueError(f"region has {len(idx)} legs; reduced_density_matrix forms at most 12 (a 4096 x 4096 matrix)")
     legs, bdy, _ = _symbols(net)
     keep = [bdy[i] for i in idx]
     primed = sorted({legs[t1][l1] for t1, l1, _, _ in net.bonds} | set(keep))
@@ -538,11 +557,12 @@ def reduced_density_matrix(net: HappyNetwork, region: Sequence[int]) -> Float[Ar
     spec = ",".join(ket + bra) + "->" + "".join(keep) + "".join(prime[s] for s in keep)
     out = _run(spec, 2 * net.n_tensors)
     d = 2 ** len(idx)
-    return out.reshape(d, d) * jnp.asarray(_scale(net.radius) ** 2 / 2.0 ** net.n_bulk, out.dtype)
+    return out.reshape(d, d) * jnp.asarray(_scale(net.radius) ** 2 / 2.0**net.n_bulk, out.dtype)
 
 
-def region_entropy(net: HappyNetwork, region: Sequence[int], base: float = math.e, *, eps: float = 1e-14
-                   ) -> Float[Array, ""]:
+def region_entropy(
+    net: HappyNetwork, region: Sequence[int], base: float = math.e, *, eps: float = 1e-14
+) -> Float[Array, ""]:
     """Entanglement entropy ``S(A) = −Σ p log_base p`` of the boundary legs A = ``region``.
 
     ``p`` is the spectrum of :func:`reduced_density_matrix` (bulk legs open), eigenvalues ≤ ``eps`` counted as

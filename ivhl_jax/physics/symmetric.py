@@ -40,9 +40,29 @@ from flax import struct
 
 from ivhl_jax.physics.tn import contraction_path
 
-__all__ = ["Group", "Z2", "U1", "Zn", "Leg", "BlockTensor", "contract", "matrix_blocks", "from_matrix_blocks",
-           "polar", "singular_values", "fused_dims", "block_eigvalsh", "make_leg", "scalar", "random_block",
-           "zeros", "from_dense", "identity", "inner", "trace"]
+__all__ = [
+    "Group",
+    "Z2",
+    "U1",
+    "Zn",
+    "Leg",
+    "BlockTensor",
+    "contract",
+    "matrix_blocks",
+    "from_matrix_blocks",
+    "polar",
+    "singular_values",
+    "fused_dims",
+    "block_eigvalsh",
+    "make_leg",
+    "scalar",
+    "random_block",
+    "zeros",
+    "from_dense",
+    "identity",
+    "inner",
+    "trace",
+]
 
 
 # ----------------------------------------------------------------------------------------------- groups
@@ -64,8 +84,10 @@ class Group:
     def check_charge(self, q: Any, name: str = "charge") -> int:
         """``q`` as a charge of the group; a ValueError names ``name`` when it is not one."""
         if isinstance(q, bool) or not isinstance(q, (int, np.integer)):
-            raise ValueError(f"{name}={q!r} is not a charge of {self.name}: charges are integers"
-                             + (f" 0..{self.order - 1}" if self.order else ""))
+            raise ValueError(
+                f"{name}={q!r} is not a charge of {self.name}: charges are integers"
+                + (f" 0..{self.order - 1}" if self.order else "")
+            )
         if self.order and not 0 <= int(q) < self.order:
             raise ValueError(f"{name}={q} is outside the group {self.name}: its charges are 0..{self.order - 1}")
         return int(q)
@@ -83,7 +105,7 @@ def Zn(n: int) -> Group:  # noqa: N802 (the group's name)
 
 
 def group_from_name(name: Any) -> Group:
-    """"Z2", "Z3", … or "U1" (a :class:`Group` passes through)."""
+    """ "Z2", "Z3", … or "U1" (a :class:`Group` passes through)."""
     if isinstance(name, Group):
         return name
     if isinstance(name, str):
@@ -207,33 +229,40 @@ class BlockTensor(struct.PyTreeNode):
 
     def conj(self) -> BlockTensor:
         """Complex conjugate: the flows and the charge reversed (the blocks conjugated)."""
-        return BlockTensor({k: jnp.conj(b) for k, b in self.blocks.items()}, tuple(leg.dual() for leg in self.legs),
-                           self.group, self.group.reduce(-self.charge))
+        return BlockTensor(
+            {k: jnp.conj(b) for k, b in self.blocks.items()},
+            tuple(leg.dual() for leg in self.legs),
+            self.group,
+            self.group.reduce(-self.charge),
+        )
 
     def dual(self) -> BlockTensor:
         """The same blocks read with the flows and the charge reversed (the structure of :meth:`conj`)."""
-        return BlockTensor(dict(self.blocks), tuple(leg.dual() for leg in self.legs), self.group,
-                           self.group.reduce(-self.charge))
+        return BlockTensor(
+            dict(self.blocks), tuple(leg.dual() for leg in self.legs), self.group, self.group.reduce(-self.charge)
+        )
 
     def transpose(self, perm: Sequence[int]) -> BlockTensor:
         perm = tuple(int(p) for p in perm)
         if sorted(perm) != list(range(self.ndim)):
             raise ValueError(f"perm={perm} is not a permutation of the {self.ndim} legs")
-        return BlockTensor({tuple(k[p] for p in perm): jnp.transpose(b, perm) for k, b in self.blocks.items()},
-                           tuple(self.legs[p] for p in perm), self.group, self.charge)
+        return BlockTensor(
+            {tuple(k[p] for p in perm): jnp.transpose(b, perm) for k, b in self.blocks.items()},
+            tuple(self.legs[p] for p in perm),
+            self.group,
+            self.charge,
+        )
 
     def map(self, fn: Any) -> BlockTensor:
         return BlockTensor({k: fn(b) for k, b in self.blocks.items()}, self.legs, self.group, self.charge)
 
     def __add__(self, other: BlockTensor) -> BlockTensor:
         _same_structure(self, other, "+")
-        return BlockTensor({k: b + other.blocks[k] for k, b in self.blocks.items()}, self.legs, self.group,
-                           self.charge)
+        return BlockTensor({k: b + other.blocks[k] for k, b in self.blocks.items()}, self.legs, self.group, self.charge)
 
     def __sub__(self, other: BlockTensor) -> BlockTensor:
         _same_structure(self, other, "-")
-        return BlockTensor({k: b - other.blocks[k] for k, b in self.blocks.items()}, self.legs, self.group,
-                           self.charge)
+        return BlockTensor({k: b - other.blocks[k] for k, b in self.blocks.items()}, self.legs, self.group, self.charge)
 
     def __mul__(self, scalar: Any) -> BlockTensor:
         return self.map(lambda b: b * scalar)
@@ -262,8 +291,10 @@ def _canonical(t: BlockTensor) -> BlockTensor:
     """Every allowed block present (zeros for those no term reached), in a fixed order: one pytree structure per
     (legs, group, charge)."""
     dtype = t.dtype
-    blocks = {k: t.blocks[k] if k in t.blocks else jnp.zeros(t.block_shape(k), dtype)
-              for k in allowed_keys(t.legs, t.group, t.charge)}
+    blocks = {
+        k: t.blocks[k] if k in t.blocks else jnp.zeros(t.block_shape(k), dtype)
+        for k in allowed_keys(t.legs, t.group, t.charge)
+    }
     return BlockTensor(blocks, t.legs, t.group, t.charge)
 
 
@@ -281,12 +312,20 @@ def zeros(legs: Sequence[Leg], group: Group = Z2, charge: int = 0, dtype: Any = 
     """Zero blocks on every allowed charge combination."""
     legs_t, q = _checked_legs(legs, group, charge)
     dt = dtype or jnp.result_type(float)
-    return BlockTensor({k: jnp.zeros(tuple(leg.sector_dim(c) for leg, c in zip(legs_t, k)), dt)
-                        for k in allowed_keys(legs_t, group, q)}, legs_t, group, q)
+    return BlockTensor(
+        {
+            k: jnp.zeros(tuple(leg.sector_dim(c) for leg, c in zip(legs_t, k)), dt)
+            for k in allowed_keys(legs_t, group, q)
+        },
+        legs_t,
+        group,
+        q,
+    )
 
 
-def random_block(key: jax.Array, legs: Sequence[Leg], group: Group = Z2, charge: int = 0,
-                 dtype: Any = None) -> BlockTensor:
+def random_block(
+    key: jax.Array, legs: Sequence[Leg], group: Group = Z2, charge: int = 0, dtype: Any = None
+) -> BlockTensor:
     """Standard-normal blocks on every allowed charge combination (one compiled draw per structure)."""
     legs_t, q = _checked_legs(legs, group, charge)
     return _random_block(key, legs_t, group, q, jnp.dtype(dtype or jnp.result_type(float)))
@@ -296,12 +335,20 @@ def random_block(key: jax.Array, legs: Sequence[Leg], group: Group = Z2, charge:
 def _random_block(key: jax.Array, legs: tuple[Leg, ...], group: Group, charge: int, dtype: Any) -> BlockTensor:
     keys_ = allowed_keys(legs, group, charge)
     rng = jax.random.split(key, max(1, len(keys_)))
-    return BlockTensor({k: jax.random.normal(r, tuple(leg.sector_dim(c) for leg, c in zip(legs, k)), dtype)
-                        for r, k in zip(rng, keys_)}, legs, group, charge)
+    return BlockTensor(
+        {
+            k: jax.random.normal(r, tuple(leg.sector_dim(c) for leg, c in zip(legs, k)), dtype)
+            for r, k in zip(rng, keys_)
+        },
+        legs,
+        group,
+        charge,
+    )
 
 
-def from_dense(arr: Any, legs: Sequence[Leg], group: Group = Z2, charge: int = 0, atol: float | None = 1e-10,
-               name: str = "arr") -> BlockTensor:
+def from_dense(
+    arr: Any, legs: Sequence[Leg], group: Group = Z2, charge: int = 0, atol: float | None = 1e-10, name: str = "arr"
+) -> BlockTensor:
     """The allowed blocks of a dense array; with ``atol`` (default), a ValueError names ``name`` when the array is
     not symmetric (a disallowed entry larger than ``atol`` times its largest entry)."""
     legs_t, q = _checked_legs(legs, group, charge)
@@ -322,8 +369,10 @@ def from_dense(arr: Any, legs: Sequence[Leg], group: Group = Z2, charge: int = 0
         scale = max(float(np.abs(a).max()) if a.size else 0.0, 1e-300)
         bad = float(np.abs(a[mask]).max()) if mask.any() else 0.0
         if bad > atol * scale:
-            raise ValueError(f"{name} does not commute with the {group.name} symmetry: an entry between charge sectors "
-                             f"that the symmetry forbids is {bad:.2e} (relative {bad / scale:.1e} > {atol:g})")
+            raise ValueError(
+                f"{name} does not commute with the {group.name} symmetry: an entry between charge sectors "
+                f"that the symmetry forbids is {bad:.2e} (relative {bad / scale:.1e} > {atol:g})"
+            )
     return BlockTensor({k: jnp.asarray(arr[idx(k)]) for k in keys}, legs_t, group, q)
 
 
@@ -355,8 +404,10 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
             raise NotImplementedError(f"label {c!r} is on two operands and kept: batch labels are not supported")
         la_, lb_ = a.legs[la.index(c)], b.legs[lb.index(c)]
         if la_.charges != lb_.charges or la_.dims != lb_.dims:
-            raise ValueError(f"label {c!r}: the contracted legs carry different sectors ({la_.charges}, {la_.dims}) "
-                             f"and ({lb_.charges}, {lb_.dims})")
+            raise ValueError(
+                f"label {c!r}: the contracted legs carry different sectors ({la_.charges}, {la_.dims}) "
+                f"and ({lb_.charges}, {lb_.dims})"
+            )
         if la_.flow != -lb_.flow:
             raise ValueError(f"label {c!r}: contracted legs need opposite flows, got {la_.flow} and {lb_.flow}")
     ia = [la.index(c) for c in shared]
@@ -391,16 +442,15 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
         cb = cols_b.get(grp.reduce(b.charge + qs))
         if not ra or not cb:
             continue
-        mat_a = _concat([_concat([get(a, rk + sk, perm_a, rn, sn) for sk, _, sn in sparts], 1) for rk, _, rn in ra],
-                        0)
-        mat_b = _concat([_concat([get(b, sk + ck, perm_b, sn, cn) for ck, _, cn in cb], 1) for sk, _, sn in sparts],
-                        0)
+        mat_a = _concat([_concat([get(a, rk + sk, perm_a, rn, sn) for sk, _, sn in sparts], 1) for rk, _, rn in ra], 0)
+        mat_b = _concat([_concat([get(b, sk + ck, perm_b, sn, cn) for ck, _, cn in cb], 1) for sk, _, sn in sparts], 0)
         prod = mat_a @ mat_b
         for rk, ro, rn in ra:
             for ck, co, cn in cb:
                 shape = tuple(a.legs[i].sector_dim(q) for i, q in zip(fa, rk)) + tuple(
-                    b.legs[i].sector_dim(q) for i, q in zip(fb, ck))
-                blocks[rk + ck] = prod[ro: ro + rn, co: co + cn].reshape(shape)
+                    b.legs[i].sector_dim(q) for i, q in zip(fb, ck)
+                )
+                blocks[rk + ck] = prod[ro : ro + rn, co : co + cn].reshape(shape)
     legs = tuple(a.legs[i] for i in fa) + tuple(b.legs[i] for i in fb)
     out = BlockTensor(blocks, legs, grp, grp.reduce(a.charge + b.charge))
     return out, "".join(la[i] for i in fa) + "".join(lb[i] for i in fb)
@@ -432,8 +482,10 @@ def contract(subscripts: str, *tensors: BlockTensor, optimize: str = "auto") -> 
             counts[c] += 1
     bad = [c for c, n in counts.items() if n != 2]
     if bad:
-        raise NotImplementedError(f"labels {bad} appear {[counts[c] for c in bad]} times: each label must be on two "
-                                  "operands, or on one operand and the output")
+        raise NotImplementedError(
+            f"labels {bad} appear {[counts[c] for c in bad]} times: each label must be on two "
+            "operands, or on one operand and the output"
+        )
     ops = list(zip(ins, tensors))
     if len(ops) > 1:
         path, _ = contraction_path(spec, *(t.shape for t in tensors), optimize=optimize)
@@ -446,7 +498,7 @@ def contract(subscripts: str, *tensors: BlockTensor, optimize: str = "auto") -> 
                 remaining = out + "".join(s for s, _ in ops) + "".join(s for s, _ in rest if s is not sb)
                 ta, sa = _pair(ta, sa, tb, sb, remaining)
             ops.append((sa, ta))
-    (s, t), = ops
+    ((s, t),) = ops
     res = t.transpose([s.index(c) for c in out])
     return _canonical(res)
 
@@ -461,8 +513,7 @@ def scalar(t: BlockTensor) -> jax.Array:
 def inner(a: BlockTensor, b: BlockTensor) -> jax.Array:
     """Σ a·b over all entries (same legs; the real inner product of the dense arrays)."""
     _same_structure(a, b, "inner")
-    return functools.reduce(jnp.add, [jnp.vdot(b.blocks[k], x) for k, x in a.blocks.items()],
-                            jnp.zeros((), a.dtype))
+    return functools.reduce(jnp.add, [jnp.vdot(b.blocks[k], x) for k, x in a.blocks.items()], jnp.zeros((), a.dtype))
 
 
 def trace(o: BlockTensor) -> jax.Array:
@@ -504,7 +555,7 @@ def matrix_blocks(t: BlockTensor, k: int) -> dict[int, jax.Array]:
     n = t.ndim
     if not 0 < k < n:
         raise ValueError(f"k={k} must split the {n} legs into rows and columns (0 < k < {n})")
-    rows, cols = _fused(t.legs[: n - k], t.group), _fused(t.legs[n - k:], t.group)
+    rows, cols = _fused(t.legs[: n - k], t.group), _fused(t.legs[n - k :], t.group)
     out = {}
     for qc, col_parts in cols.items():
         qr = t.group.reduce(-qc + t.charge)
@@ -513,8 +564,11 @@ def matrix_blocks(t: BlockTensor, k: int) -> dict[int, jax.Array]:
         row_parts = rows[qr]
         mat_rows = []
         for rk, _, rn in row_parts:
-            mat_rows.append(jnp.concatenate([t.blocks[rk + ck].reshape(rn, cn) for ck, _, cn in col_parts], axis=1)
-                            if len(col_parts) > 1 else t.blocks[rk + col_parts[0][0]].reshape(rn, col_parts[0][2]))
+            mat_rows.append(
+                jnp.concatenate([t.blocks[rk + ck].reshape(rn, cn) for ck, _, cn in col_parts], axis=1)
+                if len(col_parts) > 1
+                else t.blocks[rk + col_parts[0][0]].reshape(rn, col_parts[0][2])
+            )
         out[qc] = jnp.concatenate(mat_rows, axis=0) if len(mat_rows) > 1 else mat_rows[0]
     return out
 
@@ -522,7 +576,7 @@ def matrix_blocks(t: BlockTensor, k: int) -> dict[int, jax.Array]:
 def from_matrix_blocks(mats: dict[int, jax.Array], like: BlockTensor, k: int) -> BlockTensor:
     """The inverse of :func:`matrix_blocks` (``like`` gives the legs, group and charge)."""
     n = like.ndim
-    rows, cols = _fused(like.legs[: n - k], like.group), _fused(like.legs[n - k:], like.group)
+    rows, cols = _fused(like.legs[: n - k], like.group), _fused(like.legs[n - k :], like.group)
     blocks = {}
     for qc, col_parts in cols.items():
         qr = like.group.reduce(-qc + like.charge)
@@ -531,7 +585,7 @@ def from_matrix_blocks(mats: dict[int, jax.Array], like: BlockTensor, k: int) ->
         m = mats[qc]
         for rk, ro, rn in rows[qr]:
             for ck, co, cn in col_parts:
-                blocks[rk + ck] = m[ro: ro + rn, co: co + cn].reshape(like.block_shape(rk + ck))
+                blocks[rk + ck] = m[ro : ro + rn, co : co + cn].reshape(like.block_shape(rk + ck))
     return _canonical(BlockTensor(blocks, like.legs, like.group, like.charge))
 
 
@@ -543,8 +597,10 @@ def polar(t: BlockTensor, k: int) -> BlockTensor:
     out = {}
     for q, m in mats.items():
         if m.shape[0] < m.shape[1]:
-            raise ValueError(f"fused charge {q}: {m.shape[0]} rows < {m.shape[1]} columns, no isometry exists; "
-                             "give that charge fewer states on the output legs")
+            raise ValueError(
+                f"fused charge {q}: {m.shape[0]} rows < {m.shape[1]} columns, no isometry exists; "
+                "give that charge fewer states on the output legs"
+            )
         uu, _, vt = jnp.linalg.svd(m, full_matrices=False)
         out[q] = uu @ vt
     return from_matrix_blocks(out, t, k)

@@ -34,8 +34,21 @@ __all__ = ["contract", "contraction_path", "entanglement_entropy", "renyi", "ren
 
 _EPS = 1e-30
 #: opt_einsum's path strategies (``opt_einsum.paths._PATH_OPTIONS``; checked by name before the cached search)
-_OPTIMIZE = ("auto", "auto-hq", "branch-1", "branch-2", "branch-all", "dp", "dynamic-programming", "eager",
-             "greedy", "opportunistic", "optimal", "random-greedy", "random-greedy-128")
+_OPTIMIZE = (
+    "auto",
+    "auto-hq",
+    "branch-1",
+    "branch-2",
+    "branch-all",
+    "dp",
+    "dynamic-programming",
+    "eager",
+    "greedy",
+    "opportunistic",
+    "optimal",
+    "random-greedy",
+    "random-greedy-128",
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -44,8 +57,9 @@ def _cached_path(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize:
     return tuple(tuple(p) for p in path), float(info.opt_cost)
 
 
-def contraction_path(subscripts: str, *shapes: Sequence[int], optimize: str = "auto") -> tuple[list[tuple[int, ...]],
-                                                                                             float]:
+def contraction_path(
+    subscripts: str, *shapes: Sequence[int], optimize: str = "auto"
+) -> tuple[list[tuple[int, ...]], float]:
     """Return ``(path, flop_count)`` for ``subscripts`` with operands of the given shapes (cached).
 
     ``flop_count`` is opt_einsum's estimate of the scalar multiply-adds of the whole contraction, counted as
@@ -54,8 +68,9 @@ def contraction_path(subscripts: str, *shapes: Sequence[int], optimize: str = "a
     if not isinstance(subscripts, str):
         raise TypeError(f"subscripts must be an einsum string, got {type(subscripts).__name__}")
     for i, s in enumerate(shapes):
-        if (not isinstance(s, (tuple, list)) or
-                not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in s)):
+        if not isinstance(s, (tuple, list)) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in s
+        ):
             raise ValueError(f"shapes[{i}] must be a tuple of positive integers, got {s!r}")
     check_choice(optimize, "optimize", _OPTIMIZE)
     path, cost = _cached_path(subscripts.replace(" ", ""), tuple(tuple(int(d) for d in s) for s in shapes), optimize)
@@ -109,7 +124,7 @@ def _normalise_state(state: Any, dims: Sequence[int] | None) -> tuple[jax.Array,
     if any(d < 1 for d in dims):
         raise ValueError(f"dims must be positive site dimensions, got {dims}")
     total = math.prod(dims)
-    if psi.shape[-len(dims):] == dims:
+    if psi.shape[-len(dims) :] == dims:
         batch = psi.shape[: psi.ndim - len(dims)]
     elif psi.shape[-1] == total:
         batch = psi.shape[:-1]
@@ -117,7 +132,8 @@ def _normalise_state(state: Any, dims: Sequence[int] | None) -> tuple[jax.Array,
     else:
         raise ValueError(
             f"state of shape {psi.shape} matches neither (..., prod(dims)={total}) nor (..., *dims={dims}); "
-            "pass dims equal to the local dimensions of the sites")
+            "pass dims equal to the local dimensions of the sites"
+        )
     _check_nonzero(psi, len(dims))
     return psi, tuple(batch), dims
 
@@ -143,8 +159,9 @@ def _subsystem(subsystem: Any, n: int) -> tuple[int, ...]:
     return sites
 
 
-def schmidt_probabilities(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], dims: Sequence[int] | None = None
-                          ) -> Float[Array, "*batch schmidt"]:
+def schmidt_probabilities(
+    state: Num[ArrayLike, " ..."], subsystem: Sequence[int], dims: Sequence[int] | None = None
+) -> Float[Array, "*batch schmidt"]:
     """Schmidt probabilities p_k = s_k²/Σs² of ``state`` across (subsystem | rest); shape (*batch, min(d_A, d_B))."""
     psi, batch, dims = _normalise_state(state, dims)
     sites = _subsystem(subsystem, len(dims))
@@ -177,8 +194,14 @@ def _nonnegative(s: jax.Array) -> jax.Array:
     return s + jax.lax.stop_gradient(jnp.maximum(s, 0.0) - s)
 
 
-def entanglement_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], dims: Sequence[int] | None = None,
-                         base: float = math.e, *, eps: float = 1e-14) -> Float[Array, "*batch"]:
+def entanglement_entropy(
+    state: Num[ArrayLike, " ..."],
+    subsystem: Sequence[int],
+    dims: Sequence[int] | None = None,
+    base: float = math.e,
+    *,
+    eps: float = 1e-14,
+) -> Float[Array, "*batch"]:
     """Von Neumann entanglement entropy S_A = −Σ_k p_k log_base p_k of a pure state.
 
     Args:
@@ -203,9 +226,15 @@ def entanglement_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int]
     return _nonnegative(-jnp.sum(jnp.where(keep, p * _log(p_safe, base), 0.0), axis=-1))
 
 
-def renyi_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], alpha: float,
-                  dims: Sequence[int] | None = None, base: float = math.e, *, eps: float = 1e-14
-                  ) -> Float[Array, "*batch"]:
+def renyi_entropy(
+    state: Num[ArrayLike, " ..."],
+    subsystem: Sequence[int],
+    alpha: float,
+    dims: Sequence[int] | None = None,
+    base: float = math.e,
+    *,
+    eps: float = 1e-14,
+) -> Float[Array, "*batch"]:
     """Rényi entropy S_α = log_base(Σ_k p_k^α)/(1 − α) of a pure state (α=1: von Neumann; α=inf: min-entropy).
 
     Arguments as in :func:`entanglement_entropy`; ``alpha`` must be ≥ 0 (a Python number). ≥ 0 like it: a product
@@ -221,7 +250,7 @@ def renyi_entropy(state: Num[ArrayLike, " ..."], subsystem: Sequence[int], alpha
         return _nonnegative(-_log(jnp.max(p, axis=-1), base))
     keep = p > eps
     p_safe = jnp.where(keep, p, 1.0)
-    moment = jnp.sum(jnp.where(keep, p_safe ** alpha, 0.0), axis=-1)
+    moment = jnp.sum(jnp.where(keep, p_safe**alpha, 0.0), axis=-1)
     return _nonnegative(_log(moment, base) / (1.0 - alpha))
 
 

@@ -35,14 +35,24 @@ from typing import Any, TypeVar, cast
 
 from ivhl_jax.run.lock import check_out_dir, lock_run_dir
 
-__all__ = ["T", "option", "read_config_file", "load_config", "clip_short_run", "config_dict",
-           "add_run_arguments", "prepare_run_dir", "settings_in_force", "OneLineArgumentParser", "plain_text"]
+__all__ = [
+    "T",
+    "option",
+    "read_config_file",
+    "load_config",
+    "clip_short_run",
+    "config_dict",
+    "add_run_arguments",
+    "prepare_run_dir",
+    "settings_in_force",
+    "OneLineArgumentParser",
+    "plain_text",
+]
 
 T = TypeVar("T")
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *,
-           default_factory: Any = dataclasses.MISSING) -> Any:
+def option(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING) -> Any:
     """A config dataclass field with its meaning: ``dataclasses.field(default=default,
     metadata={"help": help})`` (or ``default_factory=``), the text ``--help`` shows beside the key."""
     if not isinstance(help, str) or not help.strip():
@@ -113,8 +123,10 @@ def _to_sequence(value: Any, tp: Any, key: str) -> Any:
     if isinstance(value, str):
         value = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
     if not isinstance(value, (list, tuple)):
-        raise TypeError(f"config key {key!r} must be a list, got {value!r}: say --set {key}={value},{value} "
-                        f"(comma-separated; one entry: --set {key}={value},), or {key} = [{value}] in a file")
+        raise TypeError(
+            f"config key {key!r} must be a list, got {value!r}: say --set {key}={value},{value} "
+            f"(comma-separated; one entry: --set {key}={value},), or {key} = [{value}] in a file"
+        )
     if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[int, int]: fixed length, a type per entry
         if len(value) != len(args):
             raise ValueError(f"config key {key!r} must have {len(args)} entries, got {len(value)}")
@@ -132,8 +144,13 @@ def _to_dict(value: Any, tp: Any, key: str) -> dict:
 
 #: a config field whose type is generic over one of these (``typing.get_origin``) is read by its function
 _GENERICS: dict[Any, Callable[[Any, Any, str], Any]] = {
-    typing.Union: _to_union, types.UnionType: _to_union, typing.Literal: _to_literal,
-    tuple: _to_sequence, list: _to_sequence, dict: _to_dict}
+    typing.Union: _to_union,
+    types.UnionType: _to_union,
+    typing.Literal: _to_literal,
+    tuple: _to_sequence,
+    list: _to_sequence,
+    dict: _to_dict,
+}
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -217,8 +234,9 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     raise ValueError(f"config file {path!r} must end in .toml or .json")
 
 
-def load_config(cls: type[T], path: str | os.PathLike | None = None,
-                overrides: Sequence[str] = (), *, validate: bool = True) -> T:
+def load_config(
+    cls: type[T], path: str | os.PathLike | None = None, overrides: Sequence[str] = (), *, validate: bool = True
+) -> T:
     """Build ``cls`` from its defaults, then a config file, then ``key=value`` overrides.
 
     ``validate=False`` skips the top-level ``validate()`` (nested configs are still validated), for a caller
@@ -261,8 +279,12 @@ def clip_short_run(cfg: T) -> tuple[T, dict[str, tuple[int, int]]]:
     steps: Any = getattr(cfg, "steps", None)
     chunk: Any = getattr(cfg, "steps_per_chunk", None)
     short: int | None = None  # the chunk a run shorter than one chunk gets
-    if _plain_int(chunk) and isinstance(steps, (list, tuple)) and steps and all(_plain_int(n) and n >= 1
-                                                                               for n in steps):
+    if (
+        _plain_int(chunk)
+        and isinstance(steps, (list, tuple))
+        and steps
+        and all(_plain_int(n) and n >= 1 for n in steps)
+    ):
         short = math.gcd(*steps) if min(steps) < chunk else None
     elif _plain_int(chunk) and _plain_int(steps) and 1 <= steps < chunk:
         short = steps
@@ -276,7 +298,7 @@ def clip_short_run(cfg: T) -> tuple[T, dict[str, tuple[int, int]]]:
         if "checkpoint_every" in names and _plain_int(ckpt) and ckpt >= 1 and ckpt % chunk:
             changes["checkpoint_every"] = (ckpt, -(-ckpt // chunk) * chunk)
     warm: Any = getattr(cfg, "warmup_steps", None)
-    if ("warmup_steps" in names and _plain_int(warm) and _plain_int(steps) and steps >= 1 and warm > steps):
+    if "warmup_steps" in names and _plain_int(warm) and _plain_int(steps) and steps >= 1 and warm > steps:
         changes["warmup_steps"] = (warm, steps)
     if changes:
         cfg = dataclasses.replace(cast(Any, cfg), **{k: new for k, (_, new) in changes.items()})
@@ -296,7 +318,7 @@ _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(?P<body>[^`]+)`")
 def _role_text(m: re.Match) -> str:
     body = m["body"]
     if body.endswith(">") and " <" in body:  # :ref:`text <target>`
-        return body[:body.rindex(" <")]
+        return body[: body.rindex(" <")]
     if body.startswith("~"):  # :func:`~a.b.c` shows c
         return body[1:].rsplit(".", 1)[-1]
     return body
@@ -321,9 +343,14 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {' '.join(message.split())} (`{self.prog} --help` lists the options)\n")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resume: bool | None = True,
-                      config_help: str = "TOML or JSON file with the run's config keys",
-                      out_help: str | None = None) -> argparse.ArgumentParser:
+def add_run_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    out: str | None,
+    resume: bool | None = True,
+    config_help: str = "TOML or JSON file with the run's config keys",
+    out_help: str | None = None,
+) -> argparse.ArgumentParser:
     """The options every ``ivhl sim``/``ivhl train`` command shares.
 
     ``--config FILE``, ``--set KEY=VALUE`` (repeatable, passed to :func:`load_config` as overrides),
@@ -331,12 +358,21 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, out: str | None, resum
     exists; default ``resume``) and ``--no-progress``.
     """
     parser.add_argument("--config", help=config_help)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key (repeatable; nested keys as section.key)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable; nested keys as section.key)",
+    )
     default_help = f"output folder (default {out})" if out else "output folder"
     parser.add_argument("--out", default=out, help=out_help or default_help)
-    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=resume,
-                        help="continue from the checkpoint in <out>/ckpt if there is one")
+    parser.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=resume,
+        help="continue from the checkpoint in <out>/ckpt if there is one",
+    )
     parser.add_argument("--no-progress", action="store_true", help="do not show progress")
     return parser
 
@@ -370,8 +406,10 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
                 old = {k: v for k, v in json.load(f).items() if k not in extendable}
             if old != comparable:
                 diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
-                raise ValueError(f"{out} holds a checkpoint of a different configuration (differs in {diff}); "
-                                 "use --no-resume to start over or another --out")
+                raise ValueError(
+                    f"{out} holds a checkpoint of a different configuration (differs in {diff}); "
+                    "use --no-resume to start over or another --out"
+                )
     os.makedirs(out, exist_ok=True)
     from ivhl_jax.run.io import write_json
 
@@ -386,5 +424,9 @@ def settings_in_force() -> dict[str, Any]:
     ``settings.json`` beside ``config.json``."""
     from ivhl_jax.core import backend, tuning
 
-    return {"platform": backend.platform(), "tuning_mode": tuning.mode(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "settings": backend.describe()}
+    return {
+        "platform": backend.platform(),
+        "tuning_mode": tuning.mode(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "settings": backend.describe(),
+    }

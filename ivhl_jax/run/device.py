@@ -21,8 +21,14 @@ import jax
 from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["device_report", "format_report", "enable_compilation_cache", "keep_host_memory", "limit_host_cores",
-           "configure"]
+__all__ = [
+    "device_report",
+    "format_report",
+    "enable_compilation_cache",
+    "keep_host_memory",
+    "limit_host_cores",
+    "configure",
+]
 
 _LIBS = ("jax", "jaxlib", "flax", "optax", "chex", "orbax-checkpoint", "numpy", "scipy", "torch")
 
@@ -65,8 +71,12 @@ def device_report() -> dict[str, Any]:
     devices = jax.devices()
     dev_info = []
     for d in devices:
-        entry: dict[str, Any] = {"id": d.id, "kind": d.device_kind, "platform": d.platform,
-                                 "process_index": d.process_index}
+        entry: dict[str, Any] = {
+            "id": d.id,
+            "kind": d.device_kind,
+            "platform": d.platform,
+            "process_index": d.process_index,
+        }
         try:
             stats = d.memory_stats()
         except Exception:  # not every backend implements memory_stats
@@ -82,8 +92,13 @@ def device_report() -> dict[str, Any]:
         "local_device_count": jax.local_device_count(),
         "process_count": jax.process_count(),
         "devices": dev_info,
-        "host": {"cpu": _cpu_model(), "cpu_count": backend.machine_cores(), "memory_bytes": _host_memory_bytes(),
-                 "machine": platform.machine(), "system": platform.system()},
+        "host": {
+            "cpu": _cpu_model(),
+            "cpu_count": backend.machine_cores(),
+            "memory_bytes": _host_memory_bytes(),
+            "machine": platform.machine(),
+            "system": platform.system(),
+        },
         "versions": _versions(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "x64": bool(jax.config.read("jax_enable_x64")),
@@ -94,9 +109,11 @@ def device_report() -> dict[str, Any]:
 def format_report(report: dict[str, Any] | None = None) -> str:
     """Human-readable multi-line version of :func:`device_report`."""
     r = report or device_report()
-    lines = [f"platform      {r['platform']}  ({r['device_count']} devices, {r['process_count']} process(es))",
-             f"device kind   {r['devices'][0]['kind'] if r['devices'] else '-'}",
-             f"host          {r['host']['cpu']} x{r['host']['cpu_count']}"]
+    lines = [
+        f"platform      {r['platform']}  ({r['device_count']} devices, {r['process_count']} process(es))",
+        f"device kind   {r['devices'][0]['kind'] if r['devices'] else '-'}",
+        f"host          {r['host']['cpu']} x{r['host']['cpu_count']}",
+    ]
     mem = r["host"]["memory_bytes"]
     if mem["total"]:
         gib = 2.0**30
@@ -108,15 +125,16 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     if r["xla_flags"]:
         lines.append(f"XLA_FLAGS     {r['xla_flags']}")
     if r.get("defaults"):
-        lines.append(f"defaults on {r['platform']} (ivhl_jax.core.backend: `ivhl tune` measures them; override() or "
-                     "configure() change them)")
+        lines.append(
+            f"defaults on {r['platform']} (ivhl_jax.core.backend: `ivhl tune` measures them; override() or "
+            "configure() change them)"
+        )
         width = max(len(row["setting"]) for row in r["defaults"])
         lines += [f"  {row['setting']:<{width}}  {row['value']:<14} {row['source']}" for row in r["defaults"]]
     return "\n".join(lines)
 
 
-def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
-                             min_compile_time_s: float = 0.5) -> str:
+def enable_compilation_cache(directory: str | os.PathLike | None = None, *, min_compile_time_s: float = 0.5) -> str:
     """Turn on JAX's persistent compilation cache in ``directory`` (default ``~/.cache/ivhl_jax/xla``).
 
     Executables whose compilation took at least ``min_compile_time_s`` are written there and
@@ -159,11 +177,12 @@ def keep_host_memory() -> str:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return f"not applied: needs glibc on Linux ({platform.system()}, {platform.libc_ver()[0] or 'no glibc'})"
     if backend.started():
-        return ("not applied: JAX's backend has already started (its threads keep their own malloc arenas); "
-                "call keep_host_memory() before the first JAX computation")
+        return (
+            "not applied: JAX's backend has already started (its threads keep their own malloc arenas); "
+            "call keep_host_memory() before the first JAX computation"
+        )
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    ok = [libc.mallopt(opt, val) for opt, val in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0),
-                                                   (_M_TRIM_THRESHOLD, -1))]
+    ok = [libc.mallopt(opt, val) for opt, val in ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1))]
     return "applied" if all(ok) else f"not applied: mallopt refused ({ok})"
 
 
@@ -187,15 +206,22 @@ def limit_host_cores(n: int) -> str:
     if len(allowed) <= int(n):
         return f"not applied: the process already runs on {len(allowed)} core(s) {allowed}"
     if backend.started():
-        return ("not applied: JAX's backend has already started (XLA sized its thread pools when it did); "
-                "call limit_host_cores() before the first JAX computation, or run under `taskset`")
+        return (
+            "not applied: JAX's backend has already started (XLA sized its thread pools when it did); "
+            "call limit_host_cores() before the first JAX computation, or run under `taskset`"
+        )
     cores = allowed[: int(n)]
     os.sched_setaffinity(0, cores)
     return f"applied: cores {cores}"
 
 
-def configure(*, matmul_precision: str | None = None, enable_x64: bool | None = None,
-              debug_nans: bool | None = None, gpu_autotune_level: int | None = None) -> dict[str, str]:
+def configure(
+    *,
+    matmul_precision: str | None = None,
+    enable_x64: bool | None = None,
+    debug_nans: bool | None = None,
+    gpu_autotune_level: int | None = None,
+) -> dict[str, str]:
     """Apply compile/numerics settings; returns {setting: what happened}.
 
     Args:
@@ -212,8 +238,9 @@ def configure(*, matmul_precision: str | None = None, enable_x64: bool | None = 
         if matmul_precision not in ("default", "high", "highest"):
             raise ValueError(f"matmul_precision must be 'default', 'high' or 'highest', got {matmul_precision!r}")
         jax.config.update("jax_default_matmul_precision", matmul_precision)
-        out["matmul_precision"] = ("applied" if plat != "cpu"
-                                   else "applied (no effect on CPU: f32 matmuls are always full precision)")
+        out["matmul_precision"] = (
+            "applied" if plat != "cpu" else "applied (no effect on CPU: f32 matmuls are always full precision)"
+        )
     if enable_x64 is not None:
         jax.config.update("jax_enable_x64", bool(enable_x64))
         out["enable_x64"] = "applied"
@@ -226,7 +253,9 @@ def configure(*, matmul_precision: str | None = None, enable_x64: bool | None = 
         if plat != "gpu":
             out["gpu_autotune_level"] = f"no-op: backend is {plat}, not gpu"
         else:
-            out["gpu_autotune_level"] = ("not applied: XLA_FLAGS are read when the GPU backend starts; set "
-                                         f"XLA_FLAGS=--xla_gpu_autotune_level={int(gpu_autotune_level)} "
-                                         "before importing jax")
+            out["gpu_autotune_level"] = (
+                "not applied: XLA_FLAGS are read when the GPU backend starts; set "
+                f"XLA_FLAGS=--xla_gpu_autotune_level={int(gpu_autotune_level)} "
+                "before importing jax"
+            )
     return out

@@ -134,8 +134,16 @@ class Simulation(abc.ABC):
 
 
 @contextlib.contextmanager
-def run_checkpointer(out: str, cfg: Any, *, checkpointer: Checkpointer | None = None, resume: bool = True,
-                     save_every: int = 1, keep: int = 3, extendable: Sequence[str] = ()) -> Iterator[Checkpointer]:
+def run_checkpointer(
+    out: str,
+    cfg: Any,
+    *,
+    checkpointer: Checkpointer | None = None,
+    resume: bool = True,
+    save_every: int = 1,
+    keep: int = 3,
+    extendable: Sequence[str] = (),
+) -> Iterator[Checkpointer]:
     """The checkpointer of a run: ``checkpointer`` when the driver passed one, otherwise the run folder ``out``
     is prepared for ``cfg`` (:func:`ivhl_jax.run.config.prepare_run_dir`: a checkpoint of another
     configuration is refused by name) and an Orbax checkpointer is opened on ``out/ckpt`` and closed after."""
@@ -156,7 +164,7 @@ def _docstring_attributes(cls: type) -> dict[str, str]:
     lines = inspect.cleandoc(cls.__doc__ or "").splitlines()
     if "Attributes:" not in lines:
         return out
-    for line in lines[lines.index("Attributes:") + 1:]:
+    for line in lines[lines.index("Attributes:") + 1 :]:
         if not line.startswith(" ") or ":" not in line:
             if line.strip() and not line.startswith(" "):
                 break
@@ -205,8 +213,9 @@ def _config_rows(cls: type, prefix: str = "", instance: Any = None) -> list[tupl
         else:
             default = "(required)"
         if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-            rows += _config_rows(tp, prefix=f"{prefix}{f.name}.",
-                                 instance=default if dataclasses.is_dataclass(default) else None)
+            rows += _config_rows(
+                tp, prefix=f"{prefix}{f.name}.", instance=default if dataclasses.is_dataclass(default) else None
+            )
             continue
         rows.append((prefix + f.name, _type_name(tp), repr(default), comments.get(f.name, "")))
     return rows
@@ -225,10 +234,19 @@ def describe_config(cls: type, prefix: str = "", instance: Any = None) -> list[s
 def _parser(sim: Simulation) -> argparse.ArgumentParser:
     epilog = "config keys (--set KEY=VALUE, or in the --config file):\n" + "\n".join(describe_config(sim.config_type))
     # the description and the key meanings are docstring text: shown without their reStructuredText markup
-    p = OneLineArgumentParser(prog=sim.prog, description=plain_text(_description(sim)), epilog=plain_text(epilog),
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_arguments(p, out=None, resume=None, config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
-                      out_help="output folder")
+    p = OneLineArgumentParser(
+        prog=sim.prog,
+        description=plain_text(_description(sim)),
+        epilog=plain_text(epilog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_run_arguments(
+        p,
+        out=None,
+        resume=None,
+        config_help=f"TOML or JSON file with {sim.config_type.__name__} keys",
+        out_help="output folder",
+    )
     sim.add_arguments(p)
     out_default = _default_out_text(sim, p)
     for action in p._actions:
@@ -294,28 +312,43 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     chunks_before = runner.chunks_started()
     try:
         dt = getattr(cfg, "dt", None)
-        sink = (RunStore(os.path.join(out, STORE_NAME), config=cfg, resume=resume, extendable=sim.extendable,
-                         dt=dt if isinstance(dt, float) and dt > 0 else None) if sim.streams else None)
+        sink = (
+            RunStore(
+                os.path.join(out, STORE_NAME),
+                config=cfg,
+                resume=resume,
+                extendable=sim.extendable,
+                dt=dt if isinstance(dt, float) and dt > 0 else None,
+            )
+            if sim.streams
+            else None
+        )
         if sim.own_checkpoints:
-            ctx = RunContext(out=out, checkpointer=None, progress=not args.no_progress, resuming=resume, args=args,
-                             sink=sink)
+            ctx = RunContext(
+                out=out, checkpointer=None, progress=not args.no_progress, resuming=resume, args=args, sink=sink
+            )
             paths = sim.run(cfg, ctx)
         else:
             with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
                 resuming = resume and ck.latest_step() is not None
                 if resuming:  # said before the run, whose own lines and summary then follow
-                    print(f"{sim.prog}: resuming from step {ck.latest_step()} ({os.path.abspath(ckpt_dir)})",
-                          flush=True)
-                ctx = RunContext(out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming,
-                                 args=args, sink=sink)
+                    print(
+                        f"{sim.prog}: resuming from step {ck.latest_step()} ({os.path.abspath(ckpt_dir)})", flush=True
+                    )
+                ctx = RunContext(
+                    out=out, checkpointer=ck, progress=not args.no_progress, resuming=resuming, args=args, sink=sink
+                )
                 paths = sim.run(cfg, ctx)
     except KeyboardInterrupt as e:
         where = ""
         if isinstance(e, RunInterrupted):
-            where = f" at step {e.step}" + (f"; checkpoint at step {e.checkpoint_step} written"
-                                             if e.checkpoint_step is not None else "")
-        print(f"\n{sim.prog}: interrupted{where} ({os.path.abspath(ckpt_dir)}); rerun the same command to resume",
-              file=sys.stderr)
+            where = f" at step {e.step}" + (
+                f"; checkpoint at step {e.checkpoint_step} written" if e.checkpoint_step is not None else ""
+            )
+        print(
+            f"\n{sim.prog}: interrupted{where} ({os.path.abspath(ckpt_dir)}); rerun the same command to resume",
+            file=sys.stderr,
+        )
         return 130
     except CheckpointCorruptError as e:  # --resume and no checkpoint in the folder is usable
         if _show_traceback():

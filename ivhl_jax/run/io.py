@@ -63,8 +63,10 @@ def _jsonable(obj: Any, where: str) -> Any:
         if arr.ndim == 0:
             return _jsonable(arr.item(), where)
         if np.iscomplexobj(arr):
-            return {"real": _jsonable(arr.real.tolist(), f"{where}.real"),
-                    "imag": _jsonable(arr.imag.tolist(), f"{where}.imag")}
+            return {
+                "real": _jsonable(arr.real.tolist(), f"{where}.real"),
+                "imag": _jsonable(arr.imag.tolist(), f"{where}.imag"),
+            }
         return _jsonable(arr.tolist(), where)
     if isinstance(obj, complex):
         return {"real": _jsonable(obj.real, where), "imag": _jsonable(obj.imag, where)}
@@ -74,8 +76,10 @@ def _jsonable(obj: Any, where: str) -> Any:
         return _jsonable(obj.item(), where)
     if isinstance(obj, (str, int, float, bool)) or obj is None:
         return obj
-    raise TypeError(f"{where} is a {type(obj).__name__}, which has no JSON form; convert it to numbers, strings, "
-                    "lists or dicts first")
+    raise TypeError(
+        f"{where} is a {type(obj).__name__}, which has no JSON form; convert it to numbers, strings, "
+        "lists or dicts first"
+    )
 
 
 def _current_umask() -> int:
@@ -156,8 +160,10 @@ def load_array(path: str | os.PathLike, name: str) -> np.ndarray:
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".npy", ".npz"):
         raise ValueError(f"{name}: {path!r} is not a NumPy array file; give a {ARRAY_FORMATS} file")
-    unreadable = (f"{name}: {path!r} is not a readable {suffix} file (corrupt, truncated, text or pickled data); "
-                  f"give a {ARRAY_FORMATS} file")
+    unreadable = (
+        f"{name}: {path!r} is not a readable {suffix} file (corrupt, truncated, text or pickled data); "
+        f"give a {ARRAY_FORMATS} file"
+    )
     try:
         if suffix == ".npy":
             return np.load(path, allow_pickle=False)
@@ -166,6 +172,8 @@ def load_array(path: str | os.PathLike, name: str) -> np.ndarray:
     except Exception:  # noqa: BLE001 - a text file, a pickle, a truncated or corrupt file: one message, no advice
         raise ValueError(unreadable) from None  # about allow_pickle, which would load untrusted code
     if len(arrays) != 1:
-        raise ValueError(f"{name}: {path!r} holds {len(arrays)} arrays ({sorted(arrays)}); give a .npz with exactly "
-                         "one array, or a .npy file")
+        raise ValueError(
+            f"{name}: {path!r} holds {len(arrays)} arrays ({sorted(arrays)}); give a .npz with exactly "
+            "one array, or a .npy file"
+        )
     return next(iter(arrays.values()))

@@ -50,9 +50,23 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "ENV_HEARTBEAT", "ENV_INIT_TIMEOUT",
-    "HANG_EXIT_CODE", "free_port", "parser", "detect_environment", "initialize", "child_env", "launch", "main",
-    "is_noise", "NOISE"]
+__all__ = [
+    "ENV_COORDINATOR",
+    "ENV_NUM_PROCESSES",
+    "ENV_PROCESS_ID",
+    "ENV_HEARTBEAT",
+    "ENV_INIT_TIMEOUT",
+    "HANG_EXIT_CODE",
+    "free_port",
+    "parser",
+    "detect_environment",
+    "initialize",
+    "child_env",
+    "launch",
+    "main",
+    "is_noise",
+    "NOISE",
+]
 
 ENV_COORDINATOR = "IVHL_COORDINATOR"
 ENV_NUM_PROCESSES = "IVHL_NUM_PROCESSES"
@@ -96,8 +110,12 @@ def detect_environment(env: dict[str, str] | None = None) -> str:
     return "single"
 
 
-def initialize(*, heartbeat_timeout: int | None = None, initialization_timeout: int | None = None,
-               env: dict[str, str] | None = None) -> dict[str, int | str]:
+def initialize(
+    *,
+    heartbeat_timeout: int | None = None,
+    initialization_timeout: int | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, int | str]:
     """Join the distributed system this process was started in; a no-op for a single process.
 
     Call once at the top of a script, before any JAX computation. Returns ``{"environment",
@@ -128,9 +146,14 @@ def initialize(*, heartbeat_timeout: int | None = None, initialization_timeout: 
         pid = int(env[ENV_PROCESS_ID])
         if not 0 <= pid < n:
             raise ValueError(f"{ENV_PROCESS_ID}={pid} must lie in [0, {ENV_NUM_PROCESSES}={n})")
-        jax.distributed.initialize(coordinator_address=address, num_processes=n, process_id=pid,
-                                   coordinator_bind_address=address, initialization_timeout=it,
-                                   heartbeat_timeout_seconds=hb)
+        jax.distributed.initialize(
+            coordinator_address=address,
+            num_processes=n,
+            process_id=pid,
+            coordinator_bind_address=address,
+            initialization_timeout=it,
+            heartbeat_timeout_seconds=hb,
+        )
     else:
         # SLURM / Open MPI / TPU: jax reads the cluster's own variables.
         jax.distributed.initialize(initialization_timeout=it, heartbeat_timeout_seconds=hb)
@@ -182,8 +205,15 @@ def _check_int(value: Any, name: str, lo: int, hi: int | None = None) -> None:
         raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
 
 
-def child_env(process_id: int, nproc: int, port: int, *, devices_per_process: int | None = None,
-              heartbeat_timeout: int = 30, base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(
+    process_id: int,
+    nproc: int,
+    port: int,
+    *,
+    devices_per_process: int | None = None,
+    heartbeat_timeout: int = 30,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
     """The environment of local worker ``process_id`` (what ``ivhl launch`` exports)."""
     _check_int(nproc, "nproc", 1)
     _check_int(process_id, "process_id", 0, nproc - 1)
@@ -224,15 +254,16 @@ class _Relay:
     failed first in one block, apart from the errors its peers report in consequence.
     """
 
-    def __init__(self, rank: int, proc: subprocess.Popen, *, quiet: bool, lock: threading.Lock,
-                 tail: int = 400):
+    def __init__(self, rank: int, proc: subprocess.Popen, *, quiet: bool, lock: threading.Lock, tail: int = 400):
         self.rank = rank
         self.err_tail: collections.deque[str] = collections.deque(maxlen=tail)
         self._quiet = quiet
         self._lock = lock
-        self._threads = [threading.Thread(target=self._pump, args=(stream, target, keep), daemon=True)
-                         for stream, target, keep in ((proc.stdout, sys.stdout, False), (proc.stderr, sys.stderr, True))
-                         if stream is not None]
+        self._threads = [
+            threading.Thread(target=self._pump, args=(stream, target, keep), daemon=True)
+            for stream, target, keep in ((proc.stdout, sys.stdout, False), (proc.stderr, sys.stderr, True))
+            if stream is not None
+        ]
         for t in self._threads:
             t.start()
 
@@ -257,7 +288,7 @@ class _Relay:
         """The last Python traceback in the worker's stderr (to its final line), or its last 10 lines."""
         lines = list(self.err_tail)
         starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-        return lines[starts[-1]:] if starts else lines[-10:]
+        return lines[starts[-1] :] if starts else lines[-10:]
 
 
 def _describe_exit(code: int) -> str:
@@ -269,9 +300,19 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | None = None, port: int | None = None,
-           heartbeat_timeout: int = 30, grace: float = 10.0, timeout: float | None = None,
-           prefix_output: bool = True, quiet: bool = True, stall_timeout: float | None = None) -> int:
+def launch(
+    command: Sequence[str],
+    nproc: int,
+    *,
+    devices_per_process: int | None = None,
+    port: int | None = None,
+    heartbeat_timeout: int = 30,
+    grace: float = 10.0,
+    timeout: float | None = None,
+    prefix_output: bool = True,
+    quiet: bool = True,
+    stall_timeout: float | None = None,
+) -> int:
     """Start ``nproc`` local copies of ``command`` wired together; return the first non-zero exit code (or 0).
 
     When a child fails (an uncaught exception: :func:`initialize` makes the worker exit at once instead
@@ -317,8 +358,9 @@ def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | Non
     pipe = subprocess.PIPE if prefix_output else None
     try:
         for i in range(nproc):
-            env = child_env(i, nproc, port, devices_per_process=devices_per_process,
-                            heartbeat_timeout=heartbeat_timeout)
+            env = child_env(
+                i, nproc, port, devices_per_process=devices_per_process, heartbeat_timeout=heartbeat_timeout
+            )
             if quiet:
                 env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # absl INFO off; warnings and errors stay
             if prefix_output:
@@ -330,8 +372,9 @@ def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | Non
         # the earliest exit (not the lowest rank seen in one poll) is the cause to report.
         exited: dict[int, float] = {}
         for i, proc in enumerate(procs):
-            threading.Thread(target=lambda i=i, proc=proc: (proc.wait(), exited.setdefault(i, time.monotonic())),
-                             daemon=True).start()
+            threading.Thread(
+                target=lambda i=i, proc=proc: (proc.wait(), exited.setdefault(i, time.monotonic())), daemon=True
+            ).start()
         watch = _StallWatch([p.pid for p in procs], stall) if stall > 0 else None
         while True:
             codes = [p.poll() for p in procs]
@@ -377,9 +420,11 @@ def launch(command: Sequence[str], nproc: int, *, devices_per_process: int | Non
             if tb and tb[0].startswith("Traceback"):
                 cause = f": {tb[-1].strip()}"
         # The last line repeats the root cause, so it is not lost under the errors the peers reported after it.
-        print(f"ivhl launch: process {first_rank} failed first ({_describe_exit(int(first_bad))}{cause}); all "
-              f"{nproc} processes stopped {time.monotonic() - start:.1f} s after the start; exit code {code}",
-              file=sys.stderr)
+        print(
+            f"ivhl launch: process {first_rank} failed first ({_describe_exit(int(first_bad))}{cause}); all "
+            f"{nproc} processes stopped {time.monotonic() - start:.1f} s after the start; exit code {code}",
+            file=sys.stderr,
+        )
         return code
     return 0
 
@@ -423,7 +468,7 @@ class _StallWatch:
                     data = fh.read()
             except OSError:
                 continue
-            rest = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state ppid ... utime stime
+            rest = data[data.rindex(b")") + 2 :].split()  # after "pid (comm) ": state ppid ... utime stime
             parent[int(entry)] = int(rest[1])
             used[int(entry)] = (int(rest[11]) + int(rest[12])) / self.tick
         children: dict[int, list[int]] = collections.defaultdict(list)
@@ -484,12 +529,22 @@ def _in_jax(path: str) -> bool:
     return "jax" in parts or "jaxlib" in parts
 
 
-def _stop_hung_job(procs: list[subprocess.Popen], relays: list[_Relay], live: list[int], watch: _StallWatch,
-                   lock: threading.Lock, start: float) -> int:
+def _stop_hung_job(
+    procs: list[subprocess.Popen],
+    relays: list[_Relay],
+    live: list[int],
+    watch: _StallWatch,
+    lock: threading.Lock,
+    start: float,
+) -> int:
     """Show every live rank's stack, name where each rank stopped, stop all processes; return 124."""
     with lock:
-        print(f"ivhl launch: no process used CPU for {watch.stall:.0f} s: the job hangs; asking processes "
-              f"{', '.join(map(str, live))} for their stacks", file=sys.stderr, flush=True)
+        print(
+            f"ivhl launch: no process used CPU for {watch.stall:.0f} s: the job hangs; asking processes "
+            f"{', '.join(map(str, live))} for their stacks",
+            file=sys.stderr,
+            flush=True,
+        )
     if relays:
         for i in live:
             try:
@@ -514,16 +569,21 @@ def _stop_hung_job(procs: list[subprocess.Popen], relays: list[_Relay], live: li
         first = min(live, key=lambda i: watch.active_at[i])
         cause = f"process {first} went idle first (no stacks: was initialize() called?)"
     elif len(places) == 1 and len(known) > 1:
-        cause = (f"processes {', '.join(map(str, known))} all wait at {at(next(iter(places)))}: a deadlock or an "
-                 "endless wait")
+        cause = (
+            f"processes {', '.join(map(str, known))} all wait at {at(next(iter(places)))}: a deadlock or an "
+            "endless wait"
+        )
     else:
         # SPMD ranks run the same code: one that stopped somewhere else than its peers (outside JAX, while
         # they wait inside a JAX call / collective) is the one they wait for
         parts = [f"process {i} stopped at {at(known[i])}" for i in outside]
         parts += [f"process {i} waits in a JAX call at {at(known[i])}" for i in in_jax]
         cause = "; ".join(parts)
-    print(f"ivhl launch: hang: {cause}; all {len(procs)} processes stopped "
-          f"{time.monotonic() - start:.1f} s after the start; exit code {HANG_EXIT_CODE}", file=sys.stderr)
+    print(
+        f"ivhl launch: hang: {cause}; all {len(procs)} processes stopped "
+        f"{time.monotonic() - start:.1f} s after the start; exit code {HANG_EXIT_CODE}",
+        file=sys.stderr,
+    )
     return HANG_EXIT_CODE
 
 
@@ -553,26 +613,47 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineArgumentParser(
         prog="ivhl launch",
         description="Start N local JAX processes wired with jax.distributed (coordinator on 127.0.0.1). "
-                    "In the script call ivhl_jax.run.launch.initialize() first; under SLURM/MPI/TPU the same "
-                    "call auto-detects the cluster.",
-        epilog="example: ivhl launch --nproc 2 --devices-per-process 4 -- python train.py")
+        "In the script call ivhl_jax.run.launch.initialize() first; under SLURM/MPI/TPU the same "
+        "call auto-detects the cluster.",
+        epilog="example: ivhl launch --nproc 2 --devices-per-process 4 -- python train.py",
+    )
     p.add_argument("--nproc", type=int, required=True, help="number of processes")
-    p.add_argument("--devices-per-process", type=int, default=None,
-                   help="emulated CPU devices per process (sets --xla_force_host_platform_device_count)")
+    p.add_argument(
+        "--devices-per-process",
+        type=int,
+        default=None,
+        help="emulated CPU devices per process (sets --xla_force_host_platform_device_count)",
+    )
     p.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
-    p.add_argument("--heartbeat-timeout", type=int, default=30,
-                   help="seconds after which a silent process counts as dead and all stop (default 30)")
-    p.add_argument("--grace", type=float, default=10.0,
-                   help="seconds the others get to exit after one fails, before SIGTERM (default 10)")
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=int,
+        default=30,
+        help="seconds after which a silent process counts as dead and all stop (default 30)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds the others get to exit after one fails, before SIGTERM (default 10)",
+    )
     p.add_argument("--timeout", type=float, default=None, help="wall-clock limit of the whole run in seconds")
-    p.add_argument("--stall-timeout", type=float, default=None,
-                   help="seconds without CPU use in every process after which the job counts as hung: the "
-                        "stuck rank is named and all stop with exit code 124 (default: the heartbeat timeout; "
-                        "0: off)")
-    p.add_argument("--verbose", action="store_true",
-                   help="keep Gloo/absl chatter in the workers' output (dropped by default)")
-    p.add_argument("--no-prefix", action="store_true",
-                   help="let the workers write straight to this terminal (no [rank i] prefix, no traceback summary)")
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=None,
+        help="seconds without CPU use in every process after which the job counts as hung: the "
+        "stuck rank is named and all stop with exit code 124 (default: the heartbeat timeout; "
+        "0: off)",
+    )
+    p.add_argument(
+        "--verbose", action="store_true", help="keep Gloo/absl chatter in the workers' output (dropped by default)"
+    )
+    p.add_argument(
+        "--no-prefix",
+        action="store_true",
+        help="let the workers write straight to this terminal (no [rank i] prefix, no traceback summary)",
+    )
     return p
 
 
@@ -581,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
         split = argv.index("--")
-        own, command = argv[:split], argv[split + 1:]
+        own, command = argv[:split], argv[split + 1 :]
     else:
         own, command = argv, []
     p = parser()
@@ -596,9 +677,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--stall-timeout must be >= 0 (0: off), got {a.stall_timeout}")
     if not command:
         p.error("no command: put it after `--`, e.g. `ivhl launch --nproc 2 -- python train.py`")
-    return launch(command, a.nproc, devices_per_process=a.devices_per_process, port=a.port,
-                  heartbeat_timeout=a.heartbeat_timeout, grace=a.grace, timeout=a.timeout,
-                  prefix_output=not a.no_prefix, quiet=not a.verbose, stall_timeout=a.stall_timeout)
+    return launch(
+        command,
+        a.nproc,
+        devices_per_process=a.devices_per_process,
+        port=a.port,
+        heartbeat_timeout=a.heartbeat_timeout,
+        grace=a.grace,
+        timeout=a.timeout,
+        prefix_output=not a.no_prefix,
+        quiet=not a.verbose,
+        stall_timeout=a.stall_timeout,
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,9 @@ def check_out_dir(out: Any) -> str:
         probe = parent
     if os.path.exists(probe) and not os.path.isdir(probe):
         where = "is a file" if probe == out else f"lies under {probe}, which is a file"
-        raise ValueError(f"output folder {out} (--out) {where}, not a folder; pass a folder path (it is created if "
-                         "missing)")
+        raise ValueError(
+            f"output folder {out} (--out) {where}, not a folder; pass a folder path (it is created if missing)"
+        )
     return out
 
 

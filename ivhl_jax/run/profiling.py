@@ -41,12 +41,31 @@ import optax
 from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_key, check_scalar
 
-__all__ = ["METRIC_FIELDS", "host_rss_mb", "profile_training", "fused_train_chunk", "profile_fused", "system_info",
-    "baseline_document", "compare"]
+__all__ = [
+    "METRIC_FIELDS",
+    "host_rss_mb",
+    "profile_training",
+    "fused_train_chunk",
+    "profile_fused",
+    "system_info",
+    "baseline_document",
+    "compare",
+]
 
-METRIC_FIELDS = ("batch_latency_ms", "forward_time_ms", "backward_time_ms", "optimizer_step_ms",
-                 "data_loading_time_ms", "samples_per_second", "batches_per_second", "peak_gpu_memory_mb",
-                 "peak_host_memory_mb", "current_gpu_memory_mb", "current_host_memory_mb", "avg_gpu_utilization")
+METRIC_FIELDS = (
+    "batch_latency_ms",
+    "forward_time_ms",
+    "backward_time_ms",
+    "optimizer_step_ms",
+    "data_loading_time_ms",
+    "samples_per_second",
+    "batches_per_second",
+    "peak_gpu_memory_mb",
+    "peak_host_memory_mb",
+    "current_gpu_memory_mb",
+    "current_host_memory_mb",
+    "avg_gpu_utilization",
+)
 
 
 def host_rss_mb() -> tuple[float, float]:
@@ -70,8 +89,7 @@ def _memory_mb(compiled: Any) -> float | None:
         return None
     if m is None:
         return None
-    total = sum(getattr(m, a, 0) or 0 for a in ("temp_size_in_bytes", "argument_size_in_bytes",
-                                                  "output_size_in_bytes"))
+    total = sum(getattr(m, a, 0) or 0 for a in ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes"))
     return total / 2**20
 
 
@@ -87,10 +105,21 @@ def _timed(f: Callable, *args) -> tuple[Any, float]:
     return out, (time.perf_counter() - t0) * 1e3
 
 
-def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTransformation,
-                     get_batch: Callable[[jax.Array], Any], *, batch_size: int, num_batches: int = 20,
-                     warmup: int = 3, key: jax.Array | None = None, fused_chunk: int = 0, fused_repeats: int = 3,
-                     trace_dir: str | None = None, label: str = "") -> dict[str, Any]:
+def profile_training(
+    loss_fn: Callable,
+    params: Any,
+    optimizer: optax.GradientTransformation,
+    get_batch: Callable[[jax.Array], Any],
+    *,
+    batch_size: int,
+    num_batches: int = 20,
+    warmup: int = 3,
+    key: jax.Array | None = None,
+    fused_chunk: int = 0,
+    fused_repeats: int = 3,
+    trace_dir: str | None = None,
+    label: str = "",
+) -> dict[str, Any]:
     """Profile ``num_batches`` training steps after ``warmup`` untimed ones.
 
     Args:
@@ -120,8 +149,10 @@ def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTr
     _, g = grad_c(params, batch, key)
     opt_c, t_opt = _compile(opt_step, params, opt_state, g)
     compile_s = {"data": t_data, "forward": t_fwd, "forward_backward": t_grad, "optimizer": t_opt}
-    mem = {k: _memory_mb(c) for k, c in (("data", data_c), ("forward", fwd_c), ("forward_backward", grad_c),
-                                         ("optimizer", opt_c))}
+    mem = {
+        k: _memory_mb(c)
+        for k, c in (("data", data_c), ("forward", fwd_c), ("forward_backward", grad_c), ("optimizer", opt_c))
+    }
     dev_mem = max((v for v in mem.values() if v is not None), default=0.0)
 
     per_batch: list[dict[str, Any]] = []
@@ -139,14 +170,24 @@ def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTr
                 continue
             lat = t_d + t_fb + t_o
             cur, peak = host_rss_mb()
-            per_batch.append({
-                "batch_latency_ms": lat, "forward_time_ms": t_f, "backward_time_ms": max(t_fb - t_f, 0.0),
-                "optimizer_step_ms": t_o, "data_loading_time_ms": t_d,
-                "samples_per_second": batch_size / (lat / 1e3), "batches_per_second": 1e3 / lat,
-                "peak_gpu_memory_mb": dev_mem if backend.platform() != "cpu" else 0.0,
-                "peak_host_memory_mb": peak, "current_gpu_memory_mb": 0.0, "current_host_memory_mb": cur,
-                "avg_gpu_utilization": None, "forward_backward_time_ms": t_fb, "loss": float(loss),
-            })
+            per_batch.append(
+                {
+                    "batch_latency_ms": lat,
+                    "forward_time_ms": t_f,
+                    "backward_time_ms": max(t_fb - t_f, 0.0),
+                    "optimizer_step_ms": t_o,
+                    "data_loading_time_ms": t_d,
+                    "samples_per_second": batch_size / (lat / 1e3),
+                    "batches_per_second": 1e3 / lat,
+                    "peak_gpu_memory_mb": dev_mem if backend.platform() != "cpu" else 0.0,
+                    "peak_host_memory_mb": peak,
+                    "current_gpu_memory_mb": 0.0,
+                    "current_host_memory_mb": cur,
+                    "avg_gpu_utilization": None,
+                    "forward_backward_time_ms": t_fb,
+                    "loss": float(loss),
+                }
+            )
     finally:
         if trace_dir:
             jax.profiler.stop_trace()
@@ -154,36 +195,62 @@ def profile_training(loss_fn: Callable, params: Any, optimizer: optax.GradientTr
     for f in METRIC_FIELDS + ("forward_backward_time_ms",):
         vals = [m[f] for m in per_batch if m[f] is not None]
         if vals:
-            agg[f"avg_{f}"], agg[f"min_{f}"], agg[f"max_{f}"] = float(np.mean(vals)), float(np.min(vals)), \
-                float(np.max(vals))
+            agg[f"avg_{f}"], agg[f"min_{f}"], agg[f"max_{f}"] = (
+                float(np.mean(vals)),
+                float(np.min(vals)),
+                float(np.max(vals)),
+            )
     total_ms = sum(m["batch_latency_ms"] for m in per_batch)
     agg["throughput_samples_per_sec"] = len(per_batch) * batch_size / (total_ms / 1e3)
     agg["median_batch_latency_ms"] = float(np.median([m["batch_latency_ms"] for m in per_batch]))
-    parts = {"forward_pass": agg["avg_forward_time_ms"], "backward_pass": agg["avg_backward_time_ms"],
-             "optimizer_step": agg["avg_optimizer_step_ms"], "data_loading": agg["avg_data_loading_time_ms"]}
+    parts = {
+        "forward_pass": agg["avg_forward_time_ms"],
+        "backward_pass": agg["avg_backward_time_ms"],
+        "optimizer_step": agg["avg_optimizer_step_ms"],
+        "data_loading": agg["avg_data_loading_time_ms"],
+    }
     hot = sorted(parts.items(), key=lambda kv: -kv[1])
     run = {
         "label": label,
-        "configuration": {"num_batches": num_batches, "warmup_batches": warmup, "batch_size": batch_size,
-                          "device": str(jax.devices()[0]), "model_parameters": int(sum(
-                              x.size for x in jax.tree_util.tree_leaves(params)))},
+        "configuration": {
+            "num_batches": num_batches,
+            "warmup_batches": warmup,
+            "batch_size": batch_size,
+            "device": str(jax.devices()[0]),
+            "model_parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
+        },
         "compile_time_s": compile_s,
         "compiled_memory_mb": mem,
         "per_batch_metrics": per_batch,
         "aggregated_metrics": agg,
         "final_state": per_batch[-1],
-        "hotspots": [{"rank": i + 1, "function": k, "time_ms": v,
-                      "percent": 100.0 * v / max(sum(parts.values()), 1e-12)} for i, (k, v) in enumerate(hot)],
+        "hotspots": [
+            {"rank": i + 1, "function": k, "time_ms": v, "percent": 100.0 * v / max(sum(parts.values()), 1e-12)}
+            for i, (k, v) in enumerate(hot)
+        ],
     }
     if fused_chunk:
-        run["fused_scan"] = profile_fused(loss_fn, params, optimizer, get_batch, batch_size=batch_size,
-                                          chunk=fused_chunk, repeats=fused_repeats, key=key)
+        run["fused_scan"] = profile_fused(
+            loss_fn,
+            params,
+            optimizer,
+            get_batch,
+            batch_size=batch_size,
+            chunk=fused_chunk,
+            repeats=fused_repeats,
+            key=key,
+        )
     return run
 
 
-def fused_train_chunk(loss_fn: Callable[..., jax.Array], params: Any, optimizer: optax.GradientTransformation,
-                      get_batch: Callable[[jax.Array], Any], steps: int, key: jax.Array
-                      ) -> tuple[Callable[[Any], tuple[Any, jax.Array]], Any]:
+def fused_train_chunk(
+    loss_fn: Callable[..., jax.Array],
+    params: Any,
+    optimizer: optax.GradientTransformation,
+    get_batch: Callable[[jax.Array], Any],
+    steps: int,
+    key: jax.Array,
+) -> tuple[Callable[[Any], tuple[Any, jax.Array]], Any]:
     """The production training path: ``steps`` fused train steps (data + fwd + bwd + update) in one
     ``lax.scan``. Returns ``(chunk_fn, initial_carry)``; ``chunk_fn(carry) -> (carry, losses)`` and the
     carry is ``(params, opt_state, step, key)``, so the step is the data cursor."""
@@ -204,9 +271,17 @@ def fused_train_chunk(loss_fn: Callable[..., jax.Array], params: Any, optimizer:
     return chunk_fn, (params, optimizer.init(params), jnp.zeros((), jnp.int32), key)
 
 
-def profile_fused(loss_fn: Callable, params: Any, optimizer: optax.GradientTransformation,
-                  get_batch: Callable[[jax.Array], Any], *, batch_size: int, chunk: int = 200, repeats: int = 3,
-                  key: jax.Array | None = None) -> dict[str, Any]:
+def profile_fused(
+    loss_fn: Callable,
+    params: Any,
+    optimizer: optax.GradientTransformation,
+    get_batch: Callable[[jax.Array], Any],
+    *,
+    batch_size: int,
+    chunk: int = 200,
+    repeats: int = 3,
+    key: jax.Array | None = None,
+) -> dict[str, Any]:
     """Throughput of the production path: ``chunk`` fused train steps (data + fwd + bwd + Adam) per jitted
     ``lax.scan`` call. Returns compile time, per-chunk times and samples/s = total samples / total time."""
     check_scalar(batch_size, "batch_size", integer=True, minimum=1)
@@ -221,10 +296,16 @@ def profile_fused(loss_fn: Callable, params: Any, optimizer: optax.GradientTrans
         t0 = time.perf_counter()
         carry, losses = jax.block_until_ready(c(carry))
         times.append(time.perf_counter() - t0)
-    return {"chunk_steps": chunk, "repeats": repeats, "compile_time_s": t_c, "chunk_times_s": times,
-            "step_ms_median": 1e3 * float(np.median(times)) / chunk,
-            "samples_per_sec": repeats * chunk * batch_size / sum(times),
-            "compiled_memory_mb": _memory_mb(c), "final_loss": float(losses[-1])}
+    return {
+        "chunk_steps": chunk,
+        "repeats": repeats,
+        "compile_time_s": t_c,
+        "chunk_times_s": times,
+        "step_ms_median": 1e3 * float(np.median(times)) / chunk,
+        "samples_per_sec": repeats * chunk * batch_size / sum(times),
+        "compiled_memory_mb": _memory_mb(c),
+        "final_loss": float(losses[-1]),
+    }
 
 
 def system_info() -> dict[str, Any]:
@@ -238,12 +319,23 @@ def system_info() -> dict[str, Any]:
         pass
     dev = jax.devices()[0]
     gpu = backend.platform() == "gpu"
-    return {"cpu_count": backend.machine_cores(), "total_memory_gb": total_gb, "cuda_available": gpu,
-            "cuda_device_name": dev.device_kind if gpu else None, "torch_version": None,
-            "jax_version": jax.__version__, "flax_version": flax.__version__, "optax_version": _optax.__version__,
-            "numpy_version": np.__version__, "python_version": platform.python_version(),
-            "platform": platform.platform(), "backend": backend.platform(), "device": str(dev),
-            "device_kind": dev.device_kind, "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
+    return {
+        "cpu_count": backend.machine_cores(),
+        "total_memory_gb": total_gb,
+        "cuda_available": gpu,
+        "cuda_device_name": dev.device_kind if gpu else None,
+        "torch_version": None,
+        "jax_version": jax.__version__,
+        "flax_version": flax.__version__,
+        "optax_version": _optax.__version__,
+        "numpy_version": np.__version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "backend": backend.platform(),
+        "device": str(dev),
+        "device_kind": dev.device_kind,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
 
 
 def baseline_document(runs: list[dict[str, Any]], phase: str = "ivhl_jax profiler") -> dict[str, Any]:
@@ -259,8 +351,9 @@ def baseline_document(runs: list[dict[str, Any]], phase: str = "ivhl_jax profile
         "success_metrics": {
             "batch_latency_ms": round(agg["avg_batch_latency_ms"], 2),
             "data_throughput_samples_per_sec": round(agg["throughput_samples_per_sec"], 1),
-            "fused_scan_throughput_samples_per_sec": (round(r0["fused_scan"]["samples_per_sec"], 1)
-                                                      if "fused_scan" in r0 else None),
+            "fused_scan_throughput_samples_per_sec": (
+                round(r0["fused_scan"]["samples_per_sec"], 1) if "fused_scan" in r0 else None
+            ),
             "gpu_util_avg_percent": None,
             "peak_gpu_memory_gb": round(agg.get("max_peak_gpu_memory_mb", 0.0) / 1024, 3),
             "peak_host_memory_gb": round(agg["max_peak_host_memory_mb"] / 1024, 3),

@@ -122,8 +122,13 @@ def _progress_reporter(enabled: bool, description: str, total: int, start: int) 
     if sys.stderr.isatty():
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                       TimeElapsedColumn(), TimeRemainingColumn())
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+        )
         bar.start()
         task = bar.add_task(description, total=total, completed=start)
 
@@ -145,8 +150,9 @@ def _progress_reporter(enabled: bool, description: str, total: int, start: int) 
         if step - last[0] >= every or step == total:
             jax.block_until_ready(obs)
             last[0] = step
-            print(f"{description}: {step}/{total} steps ({time.perf_counter() - t0:.1f} s)", file=sys.stderr,
-                  flush=True)
+            print(
+                f"{description}: {step}/{total} steps ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True
+            )
 
     return report_plain
 
@@ -212,8 +218,10 @@ def run_chunked(
     _, obs_template = jax.eval_shape(advance, state)
     records_per_chunk = {o.shape[0] if o.shape else None for o in jax.tree_util.tree_leaves(obs_template)}
     if sink is not None and (len(records_per_chunk) != 1 or None in records_per_chunk):
-        raise ValueError("with a sink every observation leaf needs the same leading record axis, got shapes "
-                         f"{[o.shape for o in jax.tree_util.tree_leaves(obs_template)]}")
+        raise ValueError(
+            "with a sink every observation leaf needs the same leading record axis, got shapes "
+            f"{[o.shape for o in jax.tree_util.tree_leaves(obs_template)]}"
+        )
     per_chunk = int(records_per_chunk.pop() or 0) if sink is not None else 0
     chunks: list[Any] = []
     done = 0
@@ -230,7 +238,8 @@ def run_chunked(
                 )
             if step // steps_per_chunk > n_chunks:
                 raise ValueError(
-                    f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps")
+                    f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps"
+                )
             history_like = jax.tree_util.tree_map(
                 lambda o: jax.ShapeDtypeStruct(((step // steps_per_chunk) * o.shape[0],) + o.shape[1:], o.dtype),
                 obs_template,
@@ -245,8 +254,7 @@ def run_chunked(
             chunks.append(restored["history"])
         resumed_from = step
     if sink is not None:  # records written after the checkpoint are written again below
-        sink.begin(obs_template, steps_per_chunk=steps_per_chunk, n_chunks=n_chunks, done_chunks=done,
-                   state_like=state)
+        sink.begin(obs_template, steps_per_chunk=steps_per_chunk, n_chunks=n_chunks, done_chunks=done, state_like=state)
 
     def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
         if checkpointer is None:
@@ -255,11 +263,11 @@ def run_chunked(
             sink.flush()  # a checkpoint never counts a record the store lacks
         meta = metadata(step, state) if callable(metadata) else metadata
         payload = {"state": state} if sink is not None else {"state": state, "history": _concat(chunks, obs_template)}
-        checkpointer.save(step, payload,
-                          metadata=meta, force=force)
+        checkpointer.save(step, payload, metadata=meta, force=force)
 
-    report = _progress_reporter(progress and n_chunks > done, description, n_chunks * steps_per_chunk,
-                                done * steps_per_chunk)
+    report = _progress_reporter(
+        progress and n_chunks > done, description, n_chunks * steps_per_chunk, done * steps_per_chunk
+    )
     # (state, history chunks, completed step) replaced by one assignment, so a Ctrl-C arriving between two
     # statements never sees a state that disagrees with its history
     snapshot = (state, chunks, done * steps_per_chunk)
@@ -306,6 +314,12 @@ def run_chunked(
     state, chunks, _ = snapshot
     history = _concat(chunks, obs_template)
     jax.block_until_ready((state, history))
-    return RunResult(state=state, history=history, steps=n_chunks * steps_per_chunk, resumed_from=resumed_from,
-                     wall_time_s=time.perf_counter() - t0, metadata=restored_meta,
-                     steps_run=max(n_chunks - done, 0) * steps_per_chunk)
+    return RunResult(
+        state=state,
+        history=history,
+        steps=n_chunks * steps_per_chunk,
+        resumed_from=resumed_from,
+        wall_time_s=time.perf_counter() - t0,
+        metadata=restored_meta,
+        steps_run=max(n_chunks - done, 0) * steps_per_chunk,
+    )

@@ -55,8 +55,18 @@ import numpy as np
 from ivhl_jax.core import backend
 from ivhl_jax.run.lock import lock_run_dir
 
-__all__ = ["RunStore", "Snapshots", "open_run", "RunData", "StoreError", "STORE_NAME", "leaf_names",
-           "library_info", "write_xdmf", "export_npy"]
+__all__ = [
+    "RunStore",
+    "Snapshots",
+    "open_run",
+    "RunData",
+    "StoreError",
+    "STORE_NAME",
+    "leaf_names",
+    "library_info",
+    "write_xdmf",
+    "export_npy",
+]
 
 STORE_NAME = "run.zarr"  # the store's folder inside a run folder
 FORMAT = "ivhl-run-store/1"  # root attribute that marks a run store (and its layout version)
@@ -98,8 +108,12 @@ def library_info() -> dict[str, Any]:
         r = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if r.returncode == 0:
             commit = r.stdout.strip()
-            s = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+            s = subprocess.run(
+                ["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             dirty = bool(s.stdout.strip()) if s.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         pass
@@ -115,15 +129,23 @@ def _runtime() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[lib] = None
     d = jax.devices()[0]
-    return {"platform": backend.platform(), "device_kind": d.device_kind, "device_count": jax.device_count(),
-            "process_count": jax.process_count(), "versions": versions}
+    return {
+        "platform": backend.platform(),
+        "device_kind": d.device_kind,
+        "device_count": jax.device_count(),
+        "process_count": jax.process_count(),
+        "versions": versions,
+    }
 
 
 def _settings() -> dict[str, Any]:
     cfg: Any = jax.config
-    return {"jax_enable_x64": bool(cfg.jax_enable_x64),
-            "jax_default_matmul_precision": cfg.jax_default_matmul_precision,
-            "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_platforms": os.environ.get("JAX_PLATFORMS", "")}
+    return {
+        "jax_enable_x64": bool(cfg.jax_enable_x64),
+        "jax_default_matmul_precision": cfg.jax_default_matmul_precision,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "jax_platforms": os.environ.get("JAX_PLATFORMS", ""),
+    }
 
 
 def _jsonable(obj: Any) -> Any:
@@ -197,15 +219,27 @@ class RunStore:
         (:meth:`child`) is covered by its parent's lock.
     """
 
-    def __init__(self, path: str | os.PathLike, *, config: Any = None, resume: bool = False,
-                 extendable: Sequence[str] = (), dt: float | None = None, time_unit: str | None = None,
-                 units: Mapping[str, str] | None = None, snapshots: Snapshots | None = None,
-                 seeds: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
-                 attrs: Mapping[str, Any] | None = None, lock: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        config: Any = None,
+        resume: bool = False,
+        extendable: Sequence[str] = (),
+        dt: float | None = None,
+        time_unit: str | None = None,
+        units: Mapping[str, str] | None = None,
+        snapshots: Snapshots | None = None,
+        seeds: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        lock: bool = True,
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise TypeError(f"path must be the store's folder path, got {path!r}")
-        if dt is not None and not (isinstance(dt, (int, float)) and not isinstance(dt, bool) and math.isfinite(dt)
-                                   and dt > 0):
+        if dt is not None and not (
+            isinstance(dt, (int, float)) and not isinstance(dt, bool) and math.isfinite(dt) and dt > 0
+        ):
             raise ValueError(f"dt must be a finite number > 0 (time per step) or None, got {dt!r}")
         if snapshots is not None and not isinstance(snapshots, Snapshots):
             raise TypeError(f"snapshots must be an ivhl_jax.run.store.Snapshots or None, got {snapshots!r}")
@@ -218,13 +252,22 @@ class RunStore:
         self.rename: dict[str, str] = {}
         self.snapshots = snapshots
         self.extendable = tuple(extendable)
-        cfg = _jsonable(dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(
-            config, type) else (config or {}))
+        cfg = _jsonable(
+            dataclasses.asdict(config)
+            if dataclasses.is_dataclass(config) and not isinstance(config, type)
+            else (config or {})
+        )
         if seeds is None:
             seeds = {k: v for k, v in cfg.items() if "seed" in k} if isinstance(cfg, dict) else {}
-        self._attrs = {"ivhl_format": FORMAT, "config": cfg, "settings": {**_settings(), **_jsonable(settings or {})},
-                       "seeds": _jsonable(dict(seeds)), "library": library_info(), "runtime": _runtime(),
-                       **_jsonable(dict(attrs or {}))}
+        self._attrs = {
+            "ivhl_format": FORMAT,
+            "config": cfg,
+            "settings": {**_settings(), **_jsonable(settings or {})},
+            "seeds": _jsonable(dict(seeds)),
+            "library": library_info(),
+            "runtime": _runtime(),
+            **_jsonable(dict(attrs or {})),
+        }
         self._writer = jax.process_index() == 0  # writes metadata and the (replicated) observations
         if lock:
             lock_run_dir(os.path.dirname(self.path))  # two runs cannot write the same store
@@ -261,15 +304,20 @@ class RunStore:
             b = {k: v for k, v in cfg.items() if k not in self.extendable}
             if a != b:
                 diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                raise StoreError(f"run store {self.path} was written by a different configuration (differs in "
-                                 f"{diff}); use --no-resume to start over or another --out")
+                raise StoreError(
+                    f"run store {self.path} was written by a different configuration (differs in "
+                    f"{diff}); use --no-resume to start over or another --out"
+                )
         elif old != cfg:
-            raise StoreError(f"run store {self.path} was written by a different configuration; use --no-resume to "
-                             "start over or another --out")
+            raise StoreError(
+                f"run store {self.path} was written by a different configuration; use --no-resume to "
+                "start over or another --out"
+            )
 
     # --- the run -------------------------------------------------------------------------------------------
-    def begin(self, observation_like: Any, *, steps_per_chunk: int, n_chunks: int, done_chunks: int,
-              state_like: Any = None) -> None:
+    def begin(
+        self, observation_like: Any, *, steps_per_chunk: int, n_chunks: int, done_chunks: int, state_like: Any = None
+    ) -> None:
         """Allocate the arrays for ``n_chunks`` chunks of ``steps_per_chunk`` steps (records per chunk: the
         observations' leading axis) and cut the committed counts back to ``done_chunks`` (a resume); called by
         :func:`ivhl_jax.run.runner.run_chunked` once the checkpoint is known."""
@@ -281,8 +329,10 @@ class RunStore:
         n_records = n_chunks * per_chunk
         every = self.snapshots.every if self.snapshots is not None else 0
         if every and every % steps_per_chunk:
-            raise ValueError(f"snapshot_every ({every}) must be a multiple of steps_per_chunk ({steps_per_chunk}): "
-                             "snapshots are taken at chunk ends")
+            raise ValueError(
+                f"snapshot_every ({every}) must be a multiple of steps_per_chunk ({steps_per_chunk}): "
+                "snapshots are taken at chunk ends"
+            )
         n_snap = (n_chunks * steps_per_chunk) // every if every else 0
         snap_like: dict[str, Any] = {}
         if self.snapshots is not None:
@@ -294,15 +344,19 @@ class RunStore:
             # snapshot_hlo lets a caller check that no collective gathers the field
             compiled = self._extract.lower(state_like).compile()
             self.snapshot_hlo = compiled.as_text()
-            snap_like = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=compiled.output_shardings[k])
-                         for k, v in jax.eval_shape(self._extract, state_like).items()}
+            snap_like = {
+                k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=compiled.output_shardings[k])
+                for k, v in jax.eval_shape(self._extract, state_like).items()
+            }
         committed = _read_attrs(self.path)
         held_r, held_s = int(committed.get("records", 0)), int(committed.get("snapshots", 0))
         want_r, want_s = done_chunks * per_chunk, (done_chunks * steps_per_chunk) // every if every else 0
         if held_r < want_r or held_s < want_s:
-            raise StoreError(f"run store {self.path} holds {held_r} records and {held_s} snapshots but the checkpoint "
-                             f"expects {want_r} and {want_s}; the store lost data after the checkpoint: rerun with "
-                             "--no-resume")
+            raise StoreError(
+                f"run store {self.path} holds {held_r} records and {held_s} snapshots but the checkpoint "
+                f"expects {want_r} and {want_s}; the store lost data after the checkpoint: rerun with "
+                "--no-resume"
+            )
         if self._writer:
             g = self._group
             record_steps = (np.arange(n_records) + 1) * (steps_per_chunk // per_chunk) if per_chunk else np.zeros(0)
@@ -323,12 +377,21 @@ class RunStore:
                         self._coord(g, dim, dim, c, self.snapshots.units.get(dim, ""))
                 for name, like in snap_like.items():
                     if len(like.shape) != len(self.snapshots.dims):
-                        raise ValueError(f"snapshot field {name!r} has shape {like.shape} but dims "
-                                         f"{self.snapshots.dims} name {len(self.snapshots.dims)} axes")
+                        raise ValueError(
+                            f"snapshot field {name!r} has shape {like.shape} but dims "
+                            f"{self.snapshots.dims} name {len(self.snapshots.dims)} axes"
+                        )
                     shard = like.sharding.shard_shape(like.shape)
-                    self._array(g, name, (n_snap, *like.shape), (1, *shard), np.dtype(like.dtype),
-                                ("snapshot_time", *self.snapshots.dims), self.snapshots.units.get(name, ""),
-                                "snapshot_step")
+                    self._array(
+                        g,
+                        name,
+                        (n_snap, *like.shape),
+                        (1, *shard),
+                        np.dtype(like.dtype),
+                        ("snapshot_time", *self.snapshots.dims),
+                        self.snapshots.units.get(name, ""),
+                        "snapshot_step",
+                    )
             g.attrs.update({**self._attrs, "records": want_r, "snapshots": want_s})  # a resume may extend the steps
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "consolidated metadata is not part of the v3 spec" (xarray reads it)
@@ -337,8 +400,13 @@ class RunStore:
         _barrier(f"ivhl-store-begin:{self.path}")
         if not self._writer:
             self._group = zarr.open_group(self.path, mode="r+")
-        self._plan = {"names": names, "per_chunk": per_chunk, "spc": steps_per_chunk, "every": every,
-                      "fields": list(snap_like)}
+        self._plan = {
+            "names": names,
+            "per_chunk": per_chunk,
+            "spc": steps_per_chunk,
+            "every": every,
+            "fields": list(snap_like),
+        }
         self._done = [want_r, want_s]
 
     def _times(self, steps: np.ndarray) -> np.ndarray:
@@ -350,22 +418,31 @@ class RunStore:
             a[...] = values
 
     @staticmethod
-    def _array(g: Any, name: str, shape: tuple, chunks: tuple, dtype: np.dtype, dims: tuple, unit: str,
-               coordinates: str = "") -> Any:
+    def _array(
+        g: Any, name: str, shape: tuple, chunks: tuple, dtype: np.dtype, dims: tuple, unit: str, coordinates: str = ""
+    ) -> Any:
         """Create ``name`` or grow/shrink it to ``shape`` (a resumed run that extends the steps)."""
         if name in g:
             a = g[name]
             if a.dtype != dtype or a.shape[1:] != tuple(shape[1:]) or tuple(a.metadata.dimension_names) != dims:
-                raise StoreError(f"array {name!r} of run store {g.store.root if hasattr(g.store, 'root') else ''} "
-                                 f"is {a.dtype}{a.shape} over {a.metadata.dimension_names}, the run writes "
-                                 f"{dtype}{shape} over {dims}: rerun with --no-resume")
+                raise StoreError(
+                    f"array {name!r} of run store {g.store.root if hasattr(g.store, 'root') else ''} "
+                    f"is {a.dtype}{a.shape} over {a.metadata.dimension_names}, the run writes "
+                    f"{dtype}{shape} over {dims}: rerun with --no-resume"
+                )
             if a.shape != tuple(shape):
                 a.resize(shape)
             return a
         chunks = tuple(max(1, int(c)) for c in chunks)
-        return g.create_array(name, shape=shape, chunks=chunks, dtype=dtype, fill_value=_fill(dtype),
-                       dimension_names=dims,
-                       attributes={"units": unit, **({"coordinates": coordinates} if coordinates else {})})
+        return g.create_array(
+            name,
+            shape=shape,
+            chunks=chunks,
+            dtype=dtype,
+            fill_value=_fill(dtype),
+            dimension_names=dims,
+            attributes={"units": unit, **({"coordinates": coordinates} if coordinates else {})},
+        )
 
     def append(self, start: int, observations: Any, *, step: int | None = None, state: Any = None) -> None:
         """Queue one chunk: its observations (first record ``start``) and, when ``step`` is a snapshot step, the
@@ -374,8 +451,9 @@ class RunStore:
             raise RuntimeError("RunStore.begin must be called before append (run_chunked does it)")
         obs = jax.tree_util.tree_leaves(observations)
         if len(obs) != len(self._plan["names"]):
-            raise ValueError(f"observations hold {len(obs)} arrays, the store was set up for "
-                             f"{len(self._plan['names'])}")
+            raise ValueError(
+                f"observations hold {len(obs)} arrays, the store was set up for {len(self._plan['names'])}"
+            )
         snap = None
         every = self._plan["every"]
         if every and step is not None and step % every == 0:
@@ -395,7 +473,7 @@ class RunStore:
         assert plan is not None
         per = plan["per_chunk"]
         for name, leaf in zip(plan["names"] if obs else [], obs, strict=True):
-            g[name][start:start + per] = np.asarray(leaf)
+            g[name][start : start + per] = np.asarray(leaf)
         if snap is not None:
             index, fields = snap
             for name, arr in fields.items():
@@ -442,9 +520,15 @@ class RunStore:
         else:
             self._pool.shutdown(wait=True)
 
-    def describe(self, *, dt: float | None = None, time_unit: str | None = None,
-                 units: Mapping[str, str] | None = None, snapshots: Snapshots | None = None,
-                 rename: Mapping[str, str] | None = None) -> RunStore:
+    def describe(
+        self,
+        *,
+        dt: float | None = None,
+        time_unit: str | None = None,
+        units: Mapping[str, str] | None = None,
+        snapshots: Snapshots | None = None,
+        rename: Mapping[str, str] | None = None,
+    ) -> RunStore:
         """Set what a simulation knows of its records before the run starts (:meth:`begin`): the time per step,
         its unit, the observations' units, the snapshots, new names for observations (``{"value": "energy"}``
         for a bare scalar). Returns the store."""
@@ -467,8 +551,16 @@ class RunStore:
             self.snapshots = snapshots
         return self
 
-    def write_field(self, name: str, array: Any, dims: Sequence[str], *, coords: Mapping[str, Any] | None = None,
-                    units: Mapping[str, str] | None = None, attrs: Mapping[str, Any] | None = None) -> None:
+    def write_field(
+        self,
+        name: str,
+        array: Any,
+        dims: Sequence[str],
+        *,
+        coords: Mapping[str, Any] | None = None,
+        units: Mapping[str, str] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> None:
         """Write one field of the run (e.g. its final state) as the array ``name`` over ``dims``, shard by shard.
 
         Every process calls it (they meet at barriers). A sharded ``array`` (a ``jax.Array``) is written as one
@@ -497,12 +589,17 @@ class RunStore:
                     self._coord(g, d, d, c, units.get(d, ""))
             if name in g:
                 old = g[name]
-                if (old.shape != shape or old.dtype != dtype or tuple(old.metadata.dimension_names) != dims
-                        or tuple(old.chunks) != chunks):
+                if (
+                    old.shape != shape
+                    or old.dtype != dtype
+                    or tuple(old.metadata.dimension_names) != dims
+                    or tuple(old.chunks) != chunks
+                ):
                     del g[name]
             if name not in g:
-                g.create_array(name, shape=shape, chunks=chunks or (1,), dtype=dtype,
-                               fill_value=_fill(dtype), dimension_names=dims)
+                g.create_array(
+                    name, shape=shape, chunks=chunks or (1,), dtype=dtype, fill_value=_fill(dtype), dimension_names=dims
+                )
             g[name].attrs.update({"units": units.get(name, ""), **_jsonable(dict(attrs or {}))})
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "consolidated metadata is not part of the v3 spec" (xarray reads it)
@@ -527,9 +624,17 @@ class RunStore:
         records); it keeps a store of the same configuration and is covered by this store's lock."""
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
             raise ValueError(f"name must be letters, digits or _, got {name!r}")
-        sub = RunStore(os.path.join(self.path, name), config=self._attrs["config"], resume=True,
-                       extendable=self.extendable, dt=self.dt, time_unit=self.time_unit, units=self.units,
-                       seeds=self._attrs["seeds"], lock=False)
+        sub = RunStore(
+            os.path.join(self.path, name),
+            config=self._attrs["config"],
+            resume=True,
+            extendable=self.extendable,
+            dt=self.dt,
+            time_unit=self.time_unit,
+            units=self.units,
+            seeds=self._attrs["seeds"],
+            lock=False,
+        )
         return sub
 
     # --- reading -------------------------------------------------------------------------------------------
@@ -549,12 +654,14 @@ def _read_attrs(path: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise StoreError(f"{path} is not a run store (no zarr.json); remove it or use --no-resume") from None
     except (OSError, ValueError) as e:
-        raise StoreError(f"run store {path} is damaged ({meta} is not readable JSON: {e}); remove it or use "
-                         "--no-resume") from None
+        raise StoreError(
+            f"run store {path} is damaged ({meta} is not readable JSON: {e}); remove it or use --no-resume"
+        ) from None
     attrs = doc.get("attributes") if isinstance(doc, dict) else None
     if not isinstance(attrs, dict) or attrs.get("ivhl_format") != FORMAT:
-        raise StoreError(f"{path} is not an ivhl run store (zarr.json lacks ivhl_format={FORMAT!r}); remove it or "
-                         "use --no-resume")
+        raise StoreError(
+            f"{path} is not an ivhl run store (zarr.json lacks ivhl_format={FORMAT!r}); remove it or use --no-resume"
+        )
     return attrs
 
 
@@ -567,8 +674,11 @@ def read_observations(path: str | os.PathLike, like: Any = None, *, rename: Mapp
     n = int(attrs.get("records", 0))
     g: Any = zarr.open_group(path, mode="r")
     if like is None:
-        return {k: np.asarray(a[:n]) for k, a in g.arrays() if a.metadata.dimension_names[0] == "time"
-                and k not in ("time", "step")}
+        return {
+            k: np.asarray(a[:n])
+            for k, a in g.arrays()
+            if a.metadata.dimension_names[0] == "time" and k not in ("time", "step")
+        }
     names = [(rename or {}).get(n, n) for n in leaf_names(like)]
     leaves = []
     for name, x in zip(names, jax.tree_util.tree_leaves(like), strict=True):
@@ -633,8 +743,10 @@ def find_store(path: str | os.PathLike) -> str:
     inner = os.path.join(path, STORE_NAME)
     if os.path.isdir(inner):
         return inner
-    raise StoreError(f"{path} holds no run store (neither {path}/zarr.json nor {inner}); pass a run folder that "
-                     "`ivhl sim` wrote or its run.zarr")
+    raise StoreError(
+        f"{path} holds no run store (neither {path}/zarr.json nor {inner}); pass a run folder that "
+        "`ivhl sim` wrote or its run.zarr"
+    )
 
 
 def open_run(path: str | os.PathLike, *, group: str | None = None) -> RunData:
@@ -651,8 +763,10 @@ def open_run(path: str | os.PathLike, *, group: str | None = None) -> RunData:
             warnings.simplefilter("ignore", RuntimeWarning)
             ds = xr.open_zarr(store, consolidated=None)
     except Exception as e:  # zarr/xarray report a damaged array in many ways
-        raise StoreError(f"run store {store} is damaged and cannot be opened ({type(e).__name__}: {e}); remove it "
-                         "or rerun with --no-resume") from None
+        raise StoreError(
+            f"run store {store} is damaged and cannot be opened ({type(e).__name__}: {e}); remove it "
+            "or rerun with --no-resume"
+        ) from None
     obs_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("time",)]
     snap_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("snapshot_time",)]
     obs = ds[obs_vars].isel(time=slice(0, int(attrs.get("records", 0)))) if "time" in ds.dims else ds[obs_vars]
@@ -682,8 +796,11 @@ def write_xdmf(path: str | os.PathLike, *, out: str | os.PathLike | None = None)
     dims = first.dims[1:]
     if len(dims) != 3:
         raise StoreError(f"XDMF export needs 3-D snapshots, {run.path} holds {len(dims)}-D ones")
-    out_dir = os.path.abspath(os.fspath(out)) if out is not None else os.path.join(os.path.dirname(run.path),
-                                                                                    "snapshots_xdmf")
+    out_dir = (
+        os.path.abspath(os.fspath(out))
+        if out is not None
+        else os.path.join(os.path.dirname(run.path), "snapshots_xdmf")
+    )
     os.makedirs(out_dir, exist_ok=True)
     shape = [snaps.sizes[d] for d in dims]
     axes = []
@@ -697,8 +814,7 @@ def write_xdmf(path: str | os.PathLike, *, out: str | os.PathLike | None = None)
         attrs_xml = []
         for name, var in snaps.data_vars.items():
             a = np.asarray(var.isel(snapshot_time=i).values)
-            parts = ({f"{name}_abs2": np.abs(a) ** 2, f"{name}_arg": np.angle(a)} if np.iscomplexobj(a)
-                     else {name: a})
+            parts = {f"{name}_abs2": np.abs(a) ** 2, f"{name}_arg": np.angle(a)} if np.iscomplexobj(a) else {name: a}
             for pname, pa in parts.items():
                 fn = os.path.join(out_dir, f"{pname}_{i:05d}.bin")
                 # XDMF's rectilinear grid runs its first coordinate fastest: write the array transposed (z, y, x)
@@ -707,21 +823,29 @@ def write_xdmf(path: str | os.PathLike, *, out: str | os.PathLike | None = None)
                     f'        <Attribute Name="{pname}" AttributeType="Scalar" Center="Node">\n'
                     f'          <DataItem Dimensions="{shape[2]} {shape[1]} {shape[0]}" NumberType="Float" '
                     f'Precision="4" Endian="Little" Format="Binary">{os.path.basename(fn)}</DataItem>\n'
-                    f"        </Attribute>")
+                    f"        </Attribute>"
+                )
         geo = "\n".join(
             f'          <DataItem Dimensions="{n}" NumberType="Float" Precision="8" Endian="Little" '
-            f'Format="Binary">{os.path.basename(fn)}</DataItem>' for _, fn, n in axes)
+            f'Format="Binary">{os.path.basename(fn)}</DataItem>'
+            for _, fn, n in axes
+        )
         t = float(snaps["snapshot_time"].values[i])
         steps.append(
             f'      <Grid Name="snapshot{i}" GridType="Uniform">\n        <Time Value="{t!r}"/>\n'
             f'        <Topology TopologyType="3DRectMesh" Dimensions="{shape[2]} {shape[1]} {shape[0]}"/>\n'
-            f'        <Geometry GeometryType="VXVYVZ">\n{geo}\n        </Geometry>\n' + "\n".join(attrs_xml)
-            + "\n      </Grid>")
+            f'        <Geometry GeometryType="VXVYVZ">\n{geo}\n        </Geometry>\n'
+            + "\n".join(attrs_xml)
+            + "\n      </Grid>"
+        )
     xmf = os.path.join(out_dir, "snapshots.xmf")
     from ivhl_jax.run.io import atomic_file
 
     with atomic_file(xmf, "w") as f:
-        f.write('<?xml version="1.0" ?>\n<Xdmf Version="3.0">\n  <Domain>\n'
-                '    <Grid Name="snapshots" GridType="Collection" CollectionType="Temporal">\n'
-                + "\n".join(steps) + "\n    </Grid>\n  </Domain>\n</Xdmf>\n")
+        f.write(
+            '<?xml version="1.0" ?>\n<Xdmf Version="3.0">\n  <Domain>\n'
+            '    <Grid Name="snapshots" GridType="Collection" CollectionType="Temporal">\n'
+            + "\n".join(steps)
+            + "\n    </Grid>\n  </Domain>\n</Xdmf>\n"
+        )
     return xmf

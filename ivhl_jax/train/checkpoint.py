@@ -83,8 +83,11 @@ def _leaf_sums(tree: Any) -> dict[str, dict[str, Any]] | None:
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         a = _host_array(leaf)
         if a is not None:
-            out[jax.tree_util.keystr(path)] = {"sha256": hashlib.sha256(a.tobytes()).hexdigest(),
-                                               "dtype": str(a.dtype), "shape": list(a.shape)}
+            out[jax.tree_util.keystr(path)] = {
+                "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+                "dtype": str(a.dtype),
+                "shape": list(a.shape),
+            }
     return out
 
 
@@ -114,8 +117,7 @@ class Checkpointer:
       async_save: let Orbax write in a background thread; ``wait`` / ``close`` flush it.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, save_every: int = 1, keep: int = 3,
-                 async_save: bool = False):
+    def __init__(self, directory: str | os.PathLike, *, save_every: int = 1, keep: int = 3, async_save: bool = False):
         check_scalar(save_every, "save_every", integer=True, minimum=1)
         check_scalar(keep, "keep", integer=True, minimum=1)
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
@@ -182,8 +184,7 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
 
-    def save(self, step: int, state: Any, *, metadata: Mapping[str, Any] | None = None,
-             force: bool = False) -> bool:
+    def save(self, step: int, state: Any, *, metadata: Mapping[str, Any] | None = None, force: bool = False) -> bool:
         """Write ``state`` (and JSON-serialisable ``metadata``) as checkpoint ``step``.
 
         Returns True if a checkpoint was written. Steps not divisible by ``save_every`` are skipped
@@ -209,8 +210,9 @@ class Checkpointer:
             self._flush_sums(finished=False)  # a synchronous save is committed already
         return True
 
-    def restore(self, like: Any, step: int | None = None, *, sharding: Any = None
-                ) -> tuple[int, Any, dict[str, Any] | None]:
+    def restore(
+        self, like: Any, step: int | None = None, *, sharding: Any = None
+    ) -> tuple[int, Any, dict[str, Any] | None]:
         """Restore checkpoint ``step`` (default: the newest good one) into the structure of ``like``.
 
         Args:
@@ -232,20 +234,23 @@ class Checkpointer:
         self._flush_sums(finished=False)
         if step is not None:
             if step not in self._manager.all_steps():
-                raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
-                                        f"available: {self.all_steps()}")
+                raise FileNotFoundError(
+                    f"no checkpoint for step {step} in {self.directory}; available: {self.all_steps()}"
+                )
             try:
                 self._check_complete(step)
             except Exception as e:
-                raise CheckpointCorruptError(f"checkpoint step {step} in {self.directory} is unusable: "
-                                             f"{_one_line(e, self.directory)}") from e
+                raise CheckpointCorruptError(
+                    f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
+                ) from e
             target = like(step) if callable(like) else like
             self._check_template(step, target)
             try:
                 return self._restore_checked(step, target, sharding)
             except Exception as e:
-                raise CheckpointCorruptError(f"checkpoint step {step} in {self.directory} is unusable: "
-                                             f"{_one_line(e, self.directory)}") from e
+                raise CheckpointCorruptError(
+                    f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
+                ) from e
         steps = sorted((s for s in self._manager.all_steps() if s not in self._bad_steps), reverse=True)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
@@ -266,13 +271,20 @@ class Checkpointer:
                 else:
                     # Said only once a good one is found: when none is, the one error below lists them all.
                     for failure in failures:
-                        print(f"ivhl checkpoint: WARNING: skipped bad checkpoint {failure} in {self.directory}; "
-                              f"restored step {s}", file=sys.stderr, flush=True)
+                        print(
+                            f"ivhl checkpoint: WARNING: skipped bad checkpoint {failure} in {self.directory}; "
+                            f"restored step {s}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     return restored
             self._bad_steps.add(s)
             failures.append(f"step {s} ({_one_line(target, self.directory)})")
-        raise CheckpointCorruptError(f"no usable checkpoint in {self.directory}: " + "; ".join(failures)
-                                     + f"; use --no-resume (or delete {self.directory}) to start over")
+        raise CheckpointCorruptError(
+            f"no usable checkpoint in {self.directory}: "
+            + "; ".join(failures)
+            + f"; use --no-resume (or delete {self.directory}) to start over"
+        )
 
     def _check_complete(self, step: int) -> None:
         """Checks of the step's files before Orbax is asked to read them: a stray or half-deleted step folder, a
@@ -298,8 +310,9 @@ class Checkpointer:
                     raise FileNotFoundError(f"{path} is missing")
                 held = os.path.getsize(path)
                 if held != size:
-                    raise ValueError(f"{path} is {'truncated' if held < size else 'damaged'}: {held} bytes, "
-                                     f"{size} when saved")
+                    raise ValueError(
+                        f"{path} is {'truncated' if held < size else 'damaged'}: {held} bytes, {size} when saved"
+                    )
         for root, _, names in os.walk(folder):
             for name in names:
                 if name.startswith(_JSON_FILES) and not name.endswith(".tmp"):
@@ -331,11 +344,13 @@ class Checkpointer:
             held = tuple(rec["shape"])
             dtype = getattr(leaf, "dtype", None)
             if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-                held = held[:len(shape)]  # saved as key data: the key array's shape plus the key's own
+                held = held[: len(shape)]  # saved as key data: the key array's shape plus the key's own
             if tuple(shape) != held and not (tuple(shape) == () and held == (1,)):  # scalars are hashed as 1-d
-                raise ValueError(f"the template's leaf {key} has shape {tuple(shape)} but checkpoint step {step} in "
-                                 f"{self.directory} holds shape {held} there; restore into a "
-                                 "template of the saved shapes (the checkpoint itself is fine)")
+                raise ValueError(
+                    f"the template's leaf {key} has shape {tuple(shape)} but checkpoint step {step} in "
+                    f"{self.directory} holds shape {held} there; restore into a "
+                    "template of the saved shapes (the checkpoint itself is fine)"
+                )
 
     def _restore_checked(self, step: int, like: Any, sharding: Any) -> tuple[int, Any, dict[str, Any] | None]:
         ocp = _ocp()
@@ -363,8 +378,11 @@ class Checkpointer:
             a = _host_array(leaf)
             if a is not None and sums is not None and key in sums:
                 rec = sums[key]
-                if (str(a.dtype) == rec["dtype"] and list(a.shape) == rec["shape"]
-                        and hashlib.sha256(a.tobytes()).hexdigest() != rec["sha256"]):
+                if (
+                    str(a.dtype) == rec["dtype"]
+                    and list(a.shape) == rec["shape"]
+                    and hashlib.sha256(a.tobytes()).hexdigest() != rec["sha256"]
+                ):
                     raise ValueError(f"checksum mismatch in leaf {key} (the data on disk changed after it was saved)")
             dtype = getattr(leaf, "dtype", None)
             if dtype is None or not jax.dtypes.issubdtype(dtype, np.inexact):
@@ -399,8 +417,9 @@ def _check_folder(directory: str) -> None:
         probe = parent
     if not os.path.isdir(probe):
         what = "is a file" if probe == directory else f"lies under {probe}, which is a file"
-        raise ValueError(f"checkpoint directory {directory} {what}, not a folder; pass a folder path "
-                         "(it is created if missing)")
+        raise ValueError(
+            f"checkpoint directory {directory} {what}, not a folder; pass a folder path (it is created if missing)"
+        )
 
 
 def _file_sizes(folder: str) -> dict[str, int]:

@@ -34,11 +34,13 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
 
     raw = lzma.decompress(base64.b85decode(digits_data.PACKED))
     if len(raw) != N_SAMPLES * (N_FEATURES + 1) or hashlib.sha256(raw).hexdigest() != digits_data.SHA256:
-        raise RuntimeError("the bundled digits data (ivhl_jax/train/_digits_data.py) is damaged: reinstall ivhl_jax "
-                           "or rewrite it with `python -m ivhl_jax.train.digits`")
+        raise RuntimeError(
+            "the bundled digits data (ivhl_jax/train/_digits_data.py) is damaged: reinstall ivhl_jax "
+            "or rewrite it with `python -m ivhl_jax.train.digits`"
+        )
     counts = np.frombuffer(raw, np.uint8)
-    x = counts[:N_SAMPLES * N_FEATURES].reshape(N_SAMPLES, N_FEATURES).astype(np.float64)
-    y = counts[N_SAMPLES * N_FEATURES:].astype(np.int64)
+    x = counts[: N_SAMPLES * N_FEATURES].reshape(N_SAMPLES, N_FEATURES).astype(np.float64)
+    y = counts[N_SAMPLES * N_FEATURES :].astype(np.int64)
     return x, y
 
 
@@ -52,10 +54,12 @@ def write_data_module(path: str | os.PathLike) -> str:
     raw = np.concatenate([x.astype(np.uint8).ravel(), y.astype(np.uint8)]).tobytes()
     text = base64.b85encode(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME)).decode("ascii")
     width = 116
-    lines = [f'    b"{text[i:i + width]}"' for i in range(0, len(text), width)]
+    lines = [f'    b"{text[i : i + width]}"' for i in range(0, len(text), width)]
     with open(path, "w", encoding="ascii") as f:
-        f.write('"""The bundled 8x8 digits (see ivhl_jax.train.digits). Written by `python -m ivhl_jax.train.digits`; '
-                'do not edit."""\n\n')
+        f.write(
+            '"""The bundled 8x8 digits (see ivhl_jax.train.digits). Written by `python -m ivhl_jax.train.digits`; '
+            'do not edit."""\n\n'
+        )
         f.write('__all__ = ["SHA256", "PACKED"]\n\n')
         f.write(f'SHA256 = "{hashlib.sha256(raw).hexdigest()}"\n\n')
         f.write("PACKED = (\n" + "\n".join(lines) + "\n)\n")

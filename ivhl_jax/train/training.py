@@ -43,10 +43,20 @@ class TrainState(flax.struct.PyTreeNode):
     extra: Any = None
 
 
-def make_optimizer(*, name: str = "adamw", learning_rate: float = 3e-4, warmup_steps: int = 0,
-                   total_steps: int | None = None, min_lr_ratio: float = 0.1, b1: float = 0.9, b2: float = 0.95,
-                   eps: float = 1e-8, weight_decay: float = 0.0, clip_norm: float | None = 1.0,
-                   accumulate: int = 1) -> optax.GradientTransformation:
+def make_optimizer(
+    *,
+    name: str = "adamw",
+    learning_rate: float = 3e-4,
+    warmup_steps: int = 0,
+    total_steps: int | None = None,
+    min_lr_ratio: float = 0.1,
+    b1: float = 0.9,
+    b2: float = 0.95,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    clip_norm: float | None = 1.0,
+    accumulate: int = 1,
+) -> optax.GradientTransformation:
     """Adam/AdamW with linear warm-up + cosine decay, global-norm clipping and gradient accumulation.
 
     Args:
@@ -73,8 +83,9 @@ def make_optimizer(*, name: str = "adamw", learning_rate: float = 3e-4, warmup_s
     if total_steps is not None:
         check_scalar(total_steps, "total_steps", integer=True, minimum=max(1, warmup_steps))
         if total_steps > max(warmup_steps, 1):
-            schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 1), total_steps,
-                                                          end_value=learning_rate * min_lr_ratio)
+            schedule = optax.warmup_cosine_decay_schedule(
+                0.0, learning_rate, max(warmup_steps, 1), total_steps, end_value=learning_rate * min_lr_ratio
+            )
         elif warmup_steps:  # a run as long as its warm-up (a smoke run): nothing is left to decay
             schedule = optax.linear_schedule(0.0, learning_rate, warmup_steps)
         else:  # a one-step run without warm-up: the peak
@@ -95,9 +106,15 @@ def make_optimizer(*, name: str = "adamw", learning_rate: float = 3e-4, warmup_s
     return opt
 
 
-def init_train_state(params: Any, optimizer: optax.GradientTransformation, *, key: jax.Array,
-                     policy: str | precision.Policy = "fp32", extra: Any = None, **loss_scale_kwargs: Any
-                     ) -> TrainState:
+def init_train_state(
+    params: Any,
+    optimizer: optax.GradientTransformation,
+    *,
+    key: jax.Array,
+    policy: str | precision.Policy = "fp32",
+    extra: Any = None,
+    **loss_scale_kwargs: Any,
+) -> TrainState:
     """Parameters are stored in the policy's ``param_dtype`` (fp32 master weights by default).
 
     Every parameter leaf must be a numeric array with finite values (checked outside a trace; a NaN
@@ -109,12 +126,19 @@ def init_train_state(params: Any, optimizer: optax.GradientTransformation, *, ke
         check_array(leaf, f"params{jax.tree_util.keystr(path)}", kind="numeric", finite=True)
     policy = precision.get_policy(policy)
     params = policy.cast_to_param(params)
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
-                      loss_scale=precision.loss_scale_for(policy, **loss_scale_kwargs), key=key, extra=extra)
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        loss_scale=precision.loss_scale_for(policy, **loss_scale_kwargs),
+        key=key,
+        extra=extra,
+    )
 
 
-def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
-                    policy: str | precision.Policy = "fp32") -> Callable[[TrainState, Any], tuple[TrainState, dict]]:
+def make_train_step(
+    loss_fn: LossFn, optimizer: optax.GradientTransformation, policy: str | precision.Policy = "fp32"
+) -> Callable[[TrainState, Any], tuple[TrainState, dict]]:
     """Build ``train_step(state, batch) -> (state, metrics)`` (pure; jit/scan/shard it as you like).
 
     metrics: the loss function's metrics plus ``loss`` (unscaled, fp32), ``grad_norm``,
@@ -142,15 +166,23 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
         # A cond, not a leafwise where: XLA:CPU copied the optimizer's arithmetic into each leaf's select fusion
         # (the skip test reads every gradient first); the branch computes it once. Under vmap it becomes the
         # select again.
-        params, opt_state = jax.lax.cond(finite, update, lambda operands: operands,
-                                         (state.params, state.opt_state))
+        params, opt_state = jax.lax.cond(finite, update, lambda operands: operands, (state.params, state.opt_state))
         extra = precision.select_tree(finite, new_extra, state.extra) if state.extra is not None else new_extra
-        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                                  loss_scale=state.loss_scale.adjust(finite), key=key, extra=extra)
+        new_state = state.replace(
+            step=state.step + 1,
+            params=params,
+            opt_state=opt_state,
+            loss_scale=state.loss_scale.adjust(finite),
+            key=key,
+            extra=extra,
+        )
         out = dict(metrics)
-        out.update(loss=loss.astype(jnp.float32), grad_norm=optax.tree.norm(grads),
-                   loss_scale=jnp.asarray(getattr(state.loss_scale, "loss_scale", 1.0), jnp.float32),
-                   skipped=(~finite).astype(jnp.int32))
+        out.update(
+            loss=loss.astype(jnp.float32),
+            grad_norm=optax.tree.norm(grads),
+            loss_scale=jnp.asarray(getattr(state.loss_scale, "loss_scale", 1.0), jnp.float32),
+            skipped=(~finite).astype(jnp.int32),
+        )
         return new_state, out
 
     return train_step

@@ -74,8 +74,7 @@ def test_cost_records_become_rooflines_of_the_run_limits():
 
     x = jnp.ones((256, 256), jnp.float32)
     compiled = jax.jit(lambda a: a @ a + 1.0).lower(x).compile()
-    res = {"results": [{"cost": tune.cost_record(compiled, 1e-3)},
-                       {"costs": {"64": tune.cost_record(compiled, 2e-3)}}]}
+    res = {"results": [{"cost": tune.cost_record(compiled, 1e-3)}, {"costs": {"64": tune.cost_record(compiled, 2e-3)}}]}
     gpu_checks._add_fractions("fields", res, _LIMITS)
     want = tune.roofline(compiled, 1e-3, _LIMITS)
     assert want["flops"] >= 2 * 256**3 and want["fraction"] > 0

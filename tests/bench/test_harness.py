@@ -19,8 +19,15 @@ def _case():
     def broken_peer():
         raise RuntimeError("peer exploded")
 
-    return harness.BenchCase(op="tiny_matmul", size="small", fn=lambda x: x @ x, args=(a,), params={"n": 64},
-                             peers={"numpy": numpy_peer, "broken": broken_peer}, items_per_call=64)
+    return harness.BenchCase(
+        op="tiny_matmul",
+        size="small",
+        fn=lambda x: x @ x,
+        args=(a,),
+        params={"n": 64},
+        peers={"numpy": numpy_peer, "broken": broken_peer},
+        items_per_call=64,
+    )
 
 
 def test_run_case_record():
@@ -39,8 +46,16 @@ def test_run_case_record():
 
 def test_registry_names_are_unique_and_sizes_checked():
     ops = harness.registry()
-    assert {"superpose", "gp_step", "tn_contract", "cdt_sweeps", "transformer_train_step",
-            "adaptive_train", "matmul_peak_f32", "parallel_dp_step"} <= set(ops)
+    assert {
+        "superpose",
+        "gp_step",
+        "tn_contract",
+        "cdt_sweeps",
+        "transformer_train_step",
+        "adaptive_train",
+        "matmul_peak_f32",
+        "parallel_dp_step",
+    } <= set(ops)
     with pytest.raises(ValueError, match="size must be one of"):
         harness.run(["superpose"], ["huge"], log=lambda s: None)
     with pytest.raises(ValueError, match="unknown bench op"):

@@ -14,19 +14,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _ivhl(*args, env_extra=None, timeout=300):
     env = {**os.environ, "IVHL_TUNE_TINY": "1", "IVHL_TUNING": "cache", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "ivhl_jax.cli", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ivhl_jax.cli", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_tune_one_area_end_to_end_then_info_shows_it(tmp_path):
-    out = _ivhl("tune", "--quick", "--only", "fields", "--export", str(tmp_path / "t.json"),
-                env_extra={"IVHL_CACHE_DIR": str(tmp_path)})
+    out = _ivhl(
+        "tune",
+        "--quick",
+        "--only",
+        "fields",
+        "--export",
+        str(tmp_path / "t.json"),
+        env_extra={"IVHL_CACHE_DIR": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "[tune] fields.superpose 512 x 8" in out.stdout  # progress on the console
     doc = json.loads((tmp_path / "t.json").read_text())
     assert doc["provenance"]["command"].startswith("ivhl tune") and doc["provenance"]["versions"]["jax"]
     assert doc["fingerprint_of_this_machine"]["versions"]["jax"]
-    (key, entry), = doc["entries"].items()
+    ((key, entry),) = doc["entries"].items()
     assert key == "fields.superpose|2^12" and entry["winner"] in entry["candidates"]
     # every timed candidate was checked against the table default first, and has its statistics
     timed = {n: c for n, c in entry["candidates"].items() if "median_s" in c}
@@ -92,11 +105,12 @@ def test_gp_area_times_slab_and_pencil_layouts_against_one_device(monkeypatch):
     monkeypatch.setenv("IVHL_TUNE_TINY", "1")
     out = tune.tune_gp_layouts(True, _LIMITS)
     n = jax.device_count()
-    (key, entry), = out.items()
+    ((key, entry),) = out.items()
     assert key == f"condensate.layout|{n}dev,8x8x8" and entry["params"]["devices"] == n
     cands = entry["candidates"]
-    assert set(cands) == {"one_device"} | {f"{'slab' if 'x' not in m else 'pencil'}_{m}"
-                                           for m in tune.gp_layout_meshes(n)}
+    assert set(cands) == {"one_device"} | {
+        f"{'slab' if 'x' not in m else 'pencil'}_{m}" for m in tune.gp_layout_meshes(n)
+    }
     timed = {name: c for name, c in cands.items() if "median_s" in c}
     assert {"one_device", f"slab_{n}"} <= set(timed) and any(name.startswith("pencil_") for name in timed), cands
     assert all(c["max_rel_diff_vs_default"] <= 1e-4 and "rejected" not in c for c in timed.values())
@@ -124,8 +138,17 @@ def test_attention_area_times_chunked_key_blocks_and_says_why_not_pallas_on_cpu(
 def test_quick_leaves_out_the_host_cdt_engine_when_numba_has_not_compiled_it(tmp_path):
     """A cold numba disk cache (an empty NUMBA_CACHE_DIR) would cost minutes of compilation: --quick says so and
     leaves the host engine out (on a CPU, where the table's engine is host, the cdt area then stores nothing)."""
-    out = _ivhl("tune", "--quick", "--only", "cdt", "--no-save", "--export", str(tmp_path / "t.json"),
-                env_extra={"IVHL_CACHE_DIR": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "numba")}, timeout=240)
+    out = _ivhl(
+        "tune",
+        "--quick",
+        "--only",
+        "cdt",
+        "--no-save",
+        "--export",
+        str(tmp_path / "t.json"),
+        env_extra={"IVHL_CACHE_DIR": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "numba")},
+        timeout=240,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "not in numba's disk cache" in out.stdout and "ivhl tune --only cdt" in out.stdout
     doc = json.loads((tmp_path / "t.json").read_text())
@@ -136,8 +159,10 @@ def test_quick_leaves_out_the_host_cdt_engine_when_numba_has_not_compiled_it(tmp
 
 
 def test_host_kernels_cached_reads_numba_cache_without_compiling(tmp_path):
-    code = ("from ivhl_jax.bench import tune; from ivhl_jax.physics.cdt import host_kernels as K; "
-            "print(tune.host_kernels_cached(), len(K.run_stream.overloads))")
+    code = (
+        "from ivhl_jax.bench import tune; from ivhl_jax.physics.cdt import host_kernels as K; "
+        "print(tune.host_kernels_cached(), len(K.run_stream.overloads))"
+    )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-1000:]
@@ -146,10 +171,13 @@ def test_host_kernels_cached_reads_numba_cache_without_compiling(tmp_path):
 
 def test_numba_cache_check_sees_a_compiled_kernel(tmp_path):
     """The same check on a tiny cache=True kernel: cold before its first call, warm in a later process."""
-    (tmp_path / "tiny_kernel.py").write_text("from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n"
-                                             "    return x + 1\n")
-    code = ("import sys; import tiny_kernel as m; from ivhl_jax.bench import tune; print(tune._numba_cached(m.f)); "
-            "sys.argv[1:] == ['call'] and m.f(1)")
+    (tmp_path / "tiny_kernel.py").write_text(
+        "from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n"
+    )
+    code = (
+        "import sys; import tiny_kernel as m; from ivhl_jax.bench import tune; print(tune._numba_cached(m.f)); "
+        "sys.argv[1:] == ['call'] and m.f(1)"
+    )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(tmp_path)}
 
     def cached(*args):

@@ -132,8 +132,12 @@ def test_mera_scaling_dimensions_rejects_bad_num(num):
 
 # ------------------------------------------------------------------------------------ attention
 
-_CPU_IMPLS = [("xla", {}), ("chunked", {"block_k": 4}), ("pallas", {"interpret": True, "block_q": 4, "block_k": 4}),
-              ("auto", {})]
+_CPU_IMPLS = [
+    ("xla", {}),
+    ("chunked", {"block_k": 4}),
+    ("pallas", {"interpret": True, "block_q": 4, "block_k": 4}),
+    ("auto", {}),
+]
 
 
 def _qkv(B=2, T=7, N=2, H=4, dtype=jnp.float32):
@@ -197,6 +201,7 @@ def test_attention_rejects_bad_scale(scale, impl):
 
 # ------------------------------------------------------------------------------------- parallel
 
+
 def test_make_mesh_rejects_empty_devices():
     with pytest.raises(ValueError, match="devices must be a non-empty"):
         parallel.make_mesh({"data": -1}, devices=[])
@@ -219,6 +224,7 @@ def test_mesh_spec_integer_like_sizes_still_work():
 
 # ------------------------------------------------------------------------------------------- io
 
+
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
 def test_write_json_mode_follows_umask(tmp_path, umask):
     old = os.umask(umask)
@@ -235,6 +241,7 @@ def test_write_json_mode_follows_umask(tmp_path, umask):
 
 
 # ------------------------------------------------------------------------------------------ cdt
+
 
 @pytest.fixture(scope="module")
 def cdt_setup():
@@ -274,6 +281,7 @@ def test_cdt_builder_validates_hand_made_params_and_observe_names_its_argument(c
 
 # ------------------------------------------------------------------------- trajectory's start state
 
+
 def _decay(state, params):
     return {"x": state["x"] * params, "key": state["key"]}
 
@@ -287,7 +295,7 @@ def test_trajectory_refuses_a_non_finite_start_naming_the_leaf():
     with pytest.raises(ValueError, match=r"state\['x'\] holds NaN or inf at the start.*initial state"):
         trajectory(stepper, bad, 10)
     final, _ = trajectory(stepper, good, 10)
-    np.testing.assert_allclose(np.asarray(final["x"]).real, 0.5 ** 10)
+    np.testing.assert_allclose(np.asarray(final["x"]).real, 0.5**10)
     # under a trace the values are unknown: nothing is checked (and nothing fails)
     jitted = jax.jit(lambda s: trajectory(stepper, s, 3)[0]["x"])
     assert bool(jnp.isnan(jitted(bad)).any())

@@ -20,18 +20,54 @@ from ivhl_jax import cli
 # Small, fast configurations: a bad key is set after these, so it wins.
 SMALL: dict[str, list[str]] = {
     "sim holography": ["n_sources=4", "grid=[8, 8]", "steps=2", "steps_per_chunk=2", "checkpoint_every=2"],
-    "sim bec": ["grid=16", "ground_steps=100", "steps=2", "steps_per_chunk=2", "save_every=1",
-                "checkpoint_every=2"],
+    "sim bec": ["grid=16", "ground_steps=100", "steps=2", "steps_per_chunk=2", "save_every=1", "checkpoint_every=2"],
     "sim gft": ["rank=2", "grid=4", "steps=2", "steps_per_chunk=2", "save_every=1", "checkpoint_every=2"],
-    "sim cdt": ["slices=4", "volume=48", "chains=1", "steps=2", "steps_per_chunk=2", "save_every=1",
-                "thermalise_max=4", "engine=jax", "origins=1", "curvature_samples=1"],
-    "sim mera": ["chis=4", "chi_mids=4", "layers=1", "steps=2", "steps_per_chunk=2", "checkpoint_every=2",
-                 "stuck_after=0", "stuck_every=0"],
-    "train lm": ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.d_ff=32", "model.max_len=16",
-                 "seq_len=16", "max_bytes=20000", "batch_size=2", "steps=1", "eval_batches=1"],
+    "sim cdt": [
+        "slices=4",
+        "volume=48",
+        "chains=1",
+        "steps=2",
+        "steps_per_chunk=2",
+        "save_every=1",
+        "thermalise_max=4",
+        "engine=jax",
+        "origins=1",
+        "curvature_samples=1",
+    ],
+    "sim mera": [
+        "chis=4",
+        "chi_mids=4",
+        "layers=1",
+        "steps=2",
+        "steps_per_chunk=2",
+        "checkpoint_every=2",
+        "stuck_after=0",
+        "stuck_every=0",
+    ],
+    "train lm": [
+        "model.d_model=16",
+        "model.n_layers=1",
+        "model.n_heads=2",
+        "model.d_ff=32",
+        "model.max_len=16",
+        "seq_len=16",
+        "max_bytes=20000",
+        "batch_size=2",
+        "steps=1",
+        "eval_batches=1",
+    ],
     "train adaptive": ["dataset=synthetic", "synthetic_samples=64", "batch_size=8", "steps=1", "steps_per_chunk=1"],
-    "train vortex_gru": ["n_train=8", "n_test=4", "length=8", "grid=8", "hidden=4", "layers=1", "steps=1",
-                         "steps_per_chunk=1", "batch_size=4"],
+    "train vortex_gru": [
+        "n_train=8",
+        "n_test=4",
+        "length=8",
+        "grid=8",
+        "hidden=4",
+        "layers=1",
+        "steps=1",
+        "steps_per_chunk=1",
+        "batch_size=4",
+    ],
 }
 
 # Keys that matter only with another setting: that setting is added before the bad value.
@@ -94,8 +130,15 @@ def _cases() -> list[typing.Any]:
         try:
             config_type = _module(command).SIMULATION.config_type
         except Exception as e:  # a simulation that does not import is reported by its own tests
-            cases.append(pytest.param(command, "<import>", "", id=f"{command}-import",
-                                      marks=pytest.mark.skip(reason=f"does not import: {e}")))
+            cases.append(
+                pytest.param(
+                    command,
+                    "<import>",
+                    "",
+                    id=f"{command}-import",
+                    marks=pytest.mark.skip(reason=f"does not import: {e}"),
+                )
+            )
             continue
         for key, tp in _keys(config_type):
             leaf = key.rsplit(".", 1)[-1]
@@ -125,8 +168,16 @@ def test_a_text_term_file_is_one_line_naming_term_file_and_the_formats(tmp_path,
     text = tmp_path / "h.npy"
     text.write_text("-1 0 0 0\n0 1 0 0\n0 0 1 0\n0 0 0 -1\n")
     argv = ["sim", "mera", "--out", str(tmp_path / "run"), "--no-progress"]
-    small = ["chis=4,", "chi_mids=4,", "layers=1,", "steps=2,", "steps_per_chunk=2", "checkpoint_every=2",
-             "stuck_after=0", "stuck_every=0"]
+    small = [
+        "chis=4,",
+        "chi_mids=4,",
+        "layers=1,",
+        "steps=2,",
+        "steps_per_chunk=2",
+        "checkpoint_every=2",
+        "stuck_after=0",
+        "stuck_every=0",
+    ]
     for kv in [*small, "model=custom", f"term_file={text}", "e0=-0.5"]:
         argv += ["--set", kv]
     assert cli.main(argv) == 2

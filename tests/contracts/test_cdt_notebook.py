@@ -1,6 +1,5 @@
 """The CDT notebook runs top to bottom (small sizes)."""
 
-
 import pytest
 
 

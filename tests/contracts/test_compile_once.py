@@ -77,8 +77,7 @@ def test_condensate_ground_state_second_call_compiles_nothing():
     _sync(C.ground_state(sys_, 1.0, dt=0.02, tol=1e-6, max_steps=400, check_every=50))
     guess = C.gaussian(sys_.grid, width=1.3)
     with count_compiles() as second:  # new dt, norm, tol, g and psi0
-        _sync(C.ground_state(sys_.replace(g=2.0), 2.0, dt=0.01, tol=1e-7, max_steps=400, check_every=50,
-                             psi0=guess))
+        _sync(C.ground_state(sys_.replace(g=2.0), 2.0, dt=0.01, tol=1e-7, max_steps=400, check_every=50, psi0=guess))
     assert second == [], second
 
 
@@ -90,7 +89,6 @@ def test_condensate_trajectory_of_strang_stepper_compiles_once():
     with count_compiles() as second:
         _sync(trajectory(C.strang(sys_, 0.03), psi2, 10, save_every=5))
     assert second == [], second
-
 
 
 @pytest.mark.parametrize("omega_rot", [0.0, 0.4])
@@ -126,6 +124,7 @@ def test_condensate_host_fft_new_dt_compiles_nothing_and_uses_the_new_factor(ome
 
     assert keys(0.03) == keys(0.03) != keys(0.02)
 
+
 # --- GFT ------------------------------------------------------------------------------------------
 def test_gft_evolve_real_and_imaginary_second_call_compile_nothing():
     shape = (8, 8)
@@ -147,8 +146,19 @@ def test_cdt_simulation_second_run_and_resume_compile_nothing(tmp_path):
     never the sweeps."""
     from ivhl_jax.sims import cdt as sim
 
-    sets = {"slices": 4, "volume": 64, "chains": 2, "steps": 8, "save_every": 2, "steps_per_chunk": 4, "engine": "jax",
-            "r_max": 12, "origins": 2, "curvature_deltas": 2, "curvature_samples": 2}
+    sets = {
+        "slices": 4,
+        "volume": 64,
+        "chains": 2,
+        "steps": 8,
+        "save_every": 2,
+        "steps_per_chunk": 4,
+        "engine": "jax",
+        "r_max": 12,
+        "origins": 2,
+        "curvature_deltas": 2,
+        "curvature_samples": 2,
+    }
     cfg = sim.CDTConfig(**sets)
     first = sim.simulate(cfg, str(tmp_path / "a"), progress=False)
     args = [x for k, v in sets.items() for x in ("--set", f"{k}={v}")] + ["--no-progress", "--out", str(tmp_path / "b")]

@@ -45,8 +45,18 @@ def mean_length_with_error(lengths) -> tuple[float, float]:
     return float(means.mean()), err
 
 
-def run_default(lam: float, n_slices: int, chains: int, sweeps: int, thermal: int, *, seed: int = 0,
-                length: int = 3, capacity: int | None = None, engine: str | None = None):
+def run_default(
+    lam: float,
+    n_slices: int,
+    chains: int,
+    sweeps: int,
+    thermal: int,
+    *,
+    seed: int = 0,
+    length: int = 3,
+    capacity: int | None = None,
+    engine: str | None = None,
+):
     """``sweeps`` measured sweeps (one measurement each, after ``thermal``) of ``chains`` chains of the stepper a
     user builds from ``make_params(lam)``, started on the regular torus of ``n_slices`` slices of ``length``."""
     params = cdt.make_params(lam) if engine is None else cdt.make_params(lam, engine=engine)
@@ -75,6 +85,7 @@ def assert_matches_exact(lengths, lam: float, n_slices: int) -> None:
 
 # --- the default stepper, grand-canonical -----------------------------------------------------------------------
 
+
 def test_default_sweep_samples_the_exact_slice_length_law():
     """``cdt.make_params(lam)`` with nothing else: ⟨l_t⟩ at λ = 0.8, T = 3 against the transfer matrix."""
     obs = run_default(0.8, 3, chains=32, sweeps=600, thermal=100)
@@ -90,8 +101,9 @@ def test_default_sweep_reproduction_64_chains_4000_sweeps():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", [
-    pytest.param("host", marks=pytest.mark.skipif(not cdt_host.available(), reason="needs numba")), "pallas"])
+@pytest.mark.parametrize(
+    "engine", [pytest.param("host", marks=pytest.mark.skipif(not cdt_host.available(), reason="needs numba")), "pallas"]
+)
 def test_default_sweep_on_the_other_engines(engine):
     """The same default on the host engine (its own default proposals) and the Pallas engine (interpreted here)."""
     chains, sweeps = (32, 600) if engine == "host" else (32, 150)
@@ -132,6 +144,7 @@ def test_default_volume_fixed_sweep_samples_the_exact_fixed_volume_law():
 
 
 # --- the code examples of README.md and docs/guide/cdt.md, run as written ----------------------------------------
+
 
 def _cdt_blocks(page: str) -> list[str]:
     text = (ROOT / page).read_text(encoding="utf-8")

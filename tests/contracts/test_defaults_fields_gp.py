@@ -72,7 +72,7 @@ def test_wave_evolution_defaults_match_float64_numpy():
     np.testing.assert_allclose(np.asarray(obs["max_intensity"]), frames.max(1), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(obs["mean_intensity"]), frames.mean(1), rtol=1e-4)
     # per point, |ψ| is within 1e-5·Σ|A|/(r + ε) of the reference, so |ψ|² within 2e-5·(Σ|A|/(r + ε))² per frame
-    tol = 2e-5 * scale ** 2
+    tol = 2e-5 * scale**2
     assert np.all(np.abs(np.asarray(state.intensity_sum) - frames.sum(0)) <= 8 * tol)
     assert np.all(np.abs(np.asarray(state.intensity_peak) - frames.max(0)) <= tol)
     assert np.max(np.abs(np.asarray(state.field) - ref) / scale) <= 1e-5
@@ -89,8 +89,10 @@ def test_fields_guide_example_runs_and_checks_out():
     assert np.max(np.abs(np.asarray(plain) - ref) / scale) <= 1e-5  # the guide's "≤ 1e-5 relative"
     # The imprint adds exactly +2 to the winding of a loop around (0.5, 0.3) (windings of a product add).
     x = np.linspace(-2, 2, 128)
-    box = (slice(np.searchsorted(x, 0.2), np.searchsorted(x, 0.8)),
-           slice(np.searchsorted(x, 0.0), np.searchsorted(x, 0.6)))
+    box = (
+        slice(np.searchsorted(x, 0.2), np.searchsorted(x, 0.8)),
+        slice(np.searchsorted(x, 0.0), np.searchsorted(x, 0.6)),
+    )
     base = np.asarray(F.vortex_map(plain.reshape(128, 128)))
     assert int(np.asarray(charges)[box].sum()) - int(base[box].sum()) == 2
     assert float(hist[-1]) >= 0.99  # the phase-conjugation optimum I/I_max = 1

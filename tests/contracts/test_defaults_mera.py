@@ -27,7 +27,7 @@ def _check_converged(energies: np.ndarray, dims: np.ndarray) -> None:
     assert 0 < err < 1e-4, err  # a stalled start sits at 2e-3
     assert dims[0] == 0.0 and not math.copysign(1.0, dims[0]) < 0  # the identity, printed as 0
     assert abs(dims[1] - 0.125) < 0.01, dims  # σ
-    assert abs(dims[2] - 1.0) < 0.1, dims     # ε (χ = 6 after 500 sweeps)
+    assert abs(dims[2] - 1.0) < 0.1, dims  # ε (χ = 6 after 500 sweeps)
 
 
 def test_guide_mera_example_converges():
@@ -70,9 +70,12 @@ def test_precision_rule_without_x64():
     with jax.enable_x64(True):
         m = mera.init_mera(jax.random.key(0), mera.MERAConfig(chi=4, layers=1))
     with jax.enable_x64(False):
-        for call in (lambda: mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=4, layers=1)),
-                     lambda: mera.scaling_dimensions(m), lambda: mera.central_charge(m, mera.ising()),
-                     lambda: mera.ope_coefficients(m, "ising")):
+        for call in (
+            lambda: mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=4, layers=1)),
+            lambda: mera.scaling_dimensions(m),
+            lambda: mera.central_charge(m, mera.ising()),
+            lambda: mera.ope_coefficients(m, "ising"),
+        ):
             with pytest.raises(RuntimeError, match="enable_x64") as info:
                 call()
             assert "\n" not in str(info.value)

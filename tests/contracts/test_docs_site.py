@@ -34,7 +34,9 @@ PAGES = {
     "guide/condensates/index.html": ["Strang split-step Fourier", "Thomas–Fermi", "project_norm=True"],
     "api/physics.condensate/index.html": [
         "i ∂ψ/∂t = [−½∇² + V(r) + g|ψ|² − Ω L_z] ψ",  # the equation in the module docstring
-        "ground_state", "GPSystem", "strang",
+        "ground_state",
+        "GPSystem",
+        "strang",
     ],
     "notebooks/02_condensates/index.html": ["Gross–Pitaevskii", "vortex"],
 }
@@ -49,8 +51,14 @@ def site(tmp_path_factory) -> Path:
     # Notebooks run on one device, as a reader's machine would; don't inherit the suite's 8 emulated devices.
     env.pop("XLA_FLAGS", None)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-                           "-d", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     problems = [ln for ln in proc.stderr.splitlines() if ln.startswith(("WARNING", "ERROR"))]
     detail = "\n".join(problems or proc.stderr.splitlines()[-40:])
     assert proc.returncode == 0, "mkdocs build --strict failed:\n" + detail
@@ -124,9 +132,19 @@ def _free_port() -> int:
 
 # Pages with equations: MathJax must have typeset them (no raw TeX left for the reader).
 MATH_PAGES = {"notebooks/02_condensates/index.html"}
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-                  "--hide-scrollbars", "--mute-audio", "--remote-debugging-pipe"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--hide-scrollbars",
+    "--mute-audio",
+    "--remote-debugging-pipe",
+]
 
 
 class _Browser:
@@ -135,17 +153,21 @@ class _Browser:
     def __init__(self, exe: str, profile: Path):
         import threading
 
-        cmd_r, self._cmd_w = os.pipe()     # we write commands -> chromium reads fd 3
-        self._evt_r, evt_w = os.pipe()     # chromium writes fd 4 -> we read
+        cmd_r, self._cmd_w = os.pipe()  # we write commands -> chromium reads fd 3
+        self._evt_r, evt_w = os.pipe()  # chromium writes fd 4 -> we read
 
-        def child_fds():                   # runs in the child between fork and exec
+        def child_fds():  # runs in the child between fork and exec
             a, b = os.dup(cmd_r), os.dup(evt_w)
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                     preexec_fn=child_fds, close_fds=False,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            preexec_fn=child_fds,
+            close_fds=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         os.close(cmd_r)
         os.close(evt_w)
         self._next_id = 0
@@ -190,14 +212,14 @@ class _Browser:
 
     def wait_event(self, method: str, session: str, timeout: float = 60) -> dict:
         with self._cv:
-            ok = self._cv.wait_for(lambda: any(e["method"] == method and e.get("sessionId") == session
-                                               for e in self.events), timeout)
+            ok = self._cv.wait_for(
+                lambda: any(e["method"] == method and e.get("sessionId") == session for e in self.events), timeout
+            )
         assert ok, f"chromium: no {method} in {timeout} s"
         return next(e for e in self.events if e["method"] == method and e.get("sessionId") == session)
 
     def evaluate(self, expr: str, session: str):
-        res = self.send("Runtime.evaluate", {"expression": expr, "awaitPromise": True, "returnByValue": True},
-                        session)
+        res = self.send("Runtime.evaluate", {"expression": expr, "awaitPromise": True, "returnByValue": True}, session)
         assert "exceptionDetails" not in res, f"{expr[:80]}: {res['exceptionDetails']}"
         return res["result"].get("value")
 
@@ -217,8 +239,12 @@ def _problems(events: list[dict], base: str) -> list[str]:
     for e in events:
         m, p = e["method"], e.get("params", {})
         if m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
-            out.append("console." + p["type"] + ": " + " ".join(str(a.get("value", a.get("description", "")))
-                                                                for a in p["args"]))
+            out.append(
+                "console."
+                + p["type"]
+                + ": "
+                + " ".join(str(a.get("value", a.get("description", ""))) for a in p["args"])
+            )
         elif m == "Runtime.exceptionThrown":
             d = p["exceptionDetails"]
             out.append(f"uncaught exception: {d.get('exception', {}).get('description') or d.get('text')}")
@@ -236,8 +262,11 @@ def _problems(events: list[dict], base: str) -> list[str]:
 @pytest.fixture(scope="module")
 def served_site(site):
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                               "--directory", str(site)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(site)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}/"
     try:
         for _ in range(100):
@@ -255,8 +284,11 @@ def served_site(site):
 @pytest.fixture(scope="module")
 def screenshot_dir(tmp_path_factory) -> Path:
     """DOCS_SCREENSHOTS=<dir> keeps the screenshots there; otherwise a pytest temporary folder."""
-    out = Path(os.environ["DOCS_SCREENSHOTS"]) if os.environ.get("DOCS_SCREENSHOTS") else (
-        tmp_path_factory.mktemp("screenshots"))
+    out = (
+        Path(os.environ["DOCS_SCREENSHOTS"])
+        if os.environ.get("DOCS_SCREENSHOTS")
+        else (tmp_path_factory.mktemp("screenshots"))
+    )
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -275,26 +307,35 @@ def test_page_in_headless_chromium(served_site, screenshot_dir, tmp_path, rel):
         session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             browser.send(f"{domain}.enable", session=session)
-        browser.send("Emulation.setDeviceMetricsOverride",
-                     {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session)
+        browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            session,
+        )
         nav = browser.send("Page.navigate", {"url": url}, session)
         assert "errorText" not in nav, f"{url}: {nav['errorText']}"
         browser.wait_event("Page.loadEventFired", session)
         # MathJax typesets after load; wait for it, then for the page to settle.
         mathjax = browser.evaluate(
             "(async () => { if (!window.MathJax || !MathJax.startup) return null;"
-            " await MathJax.startup.promise; await MathJax.typesetPromise(); return MathJax.version; })()", session)
+            " await MathJax.startup.promise; await MathJax.typesetPromise(); return MathJax.version; })()",
+            session,
+        )
         time.sleep(0.5)
         assert mathjax, f"{rel}: MathJax did not load from the site"
         broken = browser.evaluate(
             "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0))"
-            ".map(i => i.src.slice(0, 120))", session)
+            ".map(i => i.src.slice(0, 120))",
+            session,
+        )
         assert not broken, f"{rel}: images that did not load: {broken}"
         math = browser.evaluate(
             "({typeset: document.querySelectorAll('mjx-container').length,"
             "  errors: document.querySelectorAll('mjx-merror').length,"
             "  raw: document.querySelectorAll('.arithmatex').length"
-            "       - document.querySelectorAll('.arithmatex mjx-container').length})", session)
+            "       - document.querySelectorAll('.arithmatex mjx-container').length})",
+            session,
+        )
         assert math["errors"] == 0, f"{rel}: MathJax reported {math['errors']} TeX errors"
         assert math["raw"] <= 0, f"{rel}: {math['raw']} arithmatex spans were left as raw TeX"
         if rel in MATH_PAGES:

@@ -71,8 +71,12 @@ def _python_blocks(text: str) -> list[str]:
 
 def test_the_readme_and_design_stepper_example_runs(capsys):
     """The example every reader copies first (README and docs/design.md, the same lines) runs as written."""
-    blocks = [b for page in ("README.md", "docs/design.md")
-              for b in _python_blocks((ROOT / page).read_text(encoding="utf-8")) if "ivhl.trajectory(st, chain" in b]
+    blocks = [
+        b
+        for page in ("README.md", "docs/design.md")
+        for b in _python_blocks((ROOT / page).read_text(encoding="utf-8"))
+        if "ivhl.trajectory(st, chain" in b
+    ]
     assert len(blocks) == 2 and blocks[0] == blocks[1], "README and docs/design.md should show the same example"
     exec(compile(blocks[0], "README.md", "exec"), {})  # noqa: S102 - the project's own documented example
     assert capsys.readouterr().out.strip().startswith("[")

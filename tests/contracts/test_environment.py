@@ -10,8 +10,9 @@ import sys
 import jax
 import pytest
 
-ON_CPU = pytest.mark.skipif(jax.default_backend() != "cpu",
-                            reason="the suite emulates 8 CPU devices; an accelerator has as many as it has")
+ON_CPU = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="the suite emulates 8 CPU devices; an accelerator has as many as it has"
+)
 
 
 @ON_CPU

@@ -51,28 +51,35 @@ COVERED_ELSEWHERE = {
     ("docs/guide/cdt.md", "make_params(lams)"): ("test_defaults_cdt.py", '"make_params(lams)"'),
     ("docs/guide/cdt.md", "target=512"): ("test_defaults_cdt.py", '"target=512"'),
     ("docs/guide/fields.md", "F.helix_sources(64"): ("test_defaults_fields_gp.py", '_python_blocks("fields.md")'),
-    ("docs/guide/condensates.md", "omega_rot=0.8"): ("test_defaults_fields_gp.py",
-                                                     '_python_blocks("condensates.md")'),
+    ("docs/guide/condensates.md", "omega_rot=0.8"): ("test_defaults_fields_gp.py", '_python_blocks("condensates.md")'),
     ("docs/guide/tensor-networks.md", "mera.MERAConfig(chi=6, chi_mid=4, layers=1))"): (
-        "test_defaults_mera.py", "mera.MERAConfig(chi=6, chi_mid=4, layers=1))"),
-    ("docs/guide/tensor-networks.md", "happy.perfect_tensor()"): ("test_defaults_mera.py",
-                                                                  "happy.encoding_gram(net)"),
+        "test_defaults_mera.py",
+        "mera.MERAConfig(chi=6, chi_mid=4, layers=1))",
+    ),
+    ("docs/guide/tensor-networks.md", "happy.perfect_tensor()"): ("test_defaults_mera.py", "happy.encoding_gram(net)"),
 }
 
 # Blocks that cannot run here as written, with the reason. Their API calls are exercised by the tests named.
 FRAGMENTS = {
-    ("docs/guide/checkpoints.md", "ckpt.latest_step()"):
-        "the pattern of a hand-written loop (run_dir, state, total, chunk, advance and the metadata are the "
-        "reader's, the metadata an ellipsis); the resume itself is the first checkpoints block, run below",
-    ("docs/guide/checkpoints.md", 'open_run("runs/bec")'):
-        "reads a run folder written by `ivhl sim bec --out runs/bec` (tests/run/test_store.py and "
-        "tests/sims/test_bec.py open such runs)",
-    ("docs/guide/condensates.md", "C.vortices(psi_t, grid"):
-        "an API sketch on the reader's psi_t and psi3d (tests/physics/test_condensate_modes.py runs these calls)",
+    (
+        "docs/guide/checkpoints.md",
+        "ckpt.latest_step()",
+    ): "the pattern of a hand-written loop (run_dir, state, total, chunk, advance and the metadata are the "
+    "reader's, the metadata an ellipsis); the resume itself is the first checkpoints block, run below",
+    (
+        "docs/guide/checkpoints.md",
+        'open_run("runs/bec")',
+    ): "reads a run folder written by `ivhl sim bec --out runs/bec` (tests/run/test_store.py and "
+    "tests/sims/test_bec.py open such runs)",
+    (
+        "docs/guide/condensates.md",
+        "C.vortices(psi_t, grid",
+    ): "an API sketch on the reader's psi_t and psi3d (tests/physics/test_condensate_modes.py runs these calls)",
 }
 
 
 # ----------------------------------------------------------------------------------------------------- the guard
+
 
 def _registered() -> dict[tuple[str, str], str]:
     here = {key: name for name, key in COVERED_HERE.items()}
@@ -95,19 +102,27 @@ def test_every_python_example_is_covered():
             owners = [k for k in registered if k[0] == page and k[1] in b]
             if len(owners) != 1:
                 uncovered.append(f"{page} block {i} ({len(owners)} registrations): {b.splitlines()[0]!r}")
-    assert not uncovered, "python examples not run by any test (add a test here with its exact answer):\n" + \
-        "\n".join(uncovered)
+    assert not uncovered, "python examples not run by any test (add a test here with its exact answer):\n" + "\n".join(
+        uncovered
+    )
 
 
 # ------------------------------------------------------------------------------------------- adaptive.md
+
 
 def _adaptive_inputs(batch: int = 2, T: int = 5, **cfg_overrides) -> dict:
     """The names the adaptive guide's block leaves to the reader (``AdaptiveConfig(**cfg_overrides)``)."""
     cfg = adaptive.AdaptiveConfig(**cfg_overrides)
     k = jax.random.split(jax.random.key(7), 5)
-    return {"weights": adaptive.init_params(k[0], cfg), "x": jax.random.normal(k[1], (batch, cfg.input_dim)),
-            "cfg": cfg, "key": k[2], "gru_weights": gru.init_gru_params(k[3], 3, 16),
-            "xs": jax.random.normal(k[4], (T, batch, 3)), "h0": jnp.zeros((batch, 16))}
+    return {
+        "weights": adaptive.init_params(k[0], cfg),
+        "x": jax.random.normal(k[1], (batch, cfg.input_dim)),
+        "cfg": cfg,
+        "key": k[2],
+        "gru_weights": gru.init_gru_params(k[3], 3, 16),
+        "xs": jax.random.normal(k[4], (T, batch, 3)),
+        "h0": jnp.zeros((batch, 16)),
+    }
 
 
 def test_adaptive_guide_block_shapes():
@@ -153,8 +168,8 @@ def test_adaptive_dynamics_defaults_first_step_matches_the_equations():
 
     p = {k: np.asarray(v, np.float64) for k, v in w.items()}
     x64 = np.asarray(x, np.float64)
-    u = x64 @ p["W_in"] + p["b_in"]                                          # [B, H]
-    awake = (ph[0] != adaptive.SLEEP).astype(np.float64)                     # [B, N]
+    u = x64 @ p["W_in"] + p["b_in"]  # [B, H]
+    awake = (ph[0] != adaptive.SLEEP).astype(np.float64)  # [B, N]
     h1 = np.tanh(awake[..., None] * (2.0 * p["b_s"] + cfg.input_gain * u[:, None, :]))
     e1 = np.clip(0.99 * 10.0 + awake * (h1 @ p["w_e"] + p["b_e"]), 0.0, 50.0)
     a1 = np.clip(_sigmoid(p["alpha"][0] * h1.mean(-1) + p["alpha"][1] * u.mean(-1)[:, None] + p["beta"]), 0, 1)
@@ -210,6 +225,7 @@ def test_gru_recurrence_defaults_matches_the_equations_and_flax():
 
 # ------------------------------------------------------------------------------------------- checkpoints.md
 
+
 def test_checkpoints_guide_resume_is_bit_exact(capsys):
     """The guide's first block as written: prints "100 100 200" (two chunks, then a resume at step 100 to 200), and
     the resumed chain is bit-identical to four chunks run straight through without checkpoints."""
@@ -226,6 +242,7 @@ def test_checkpoints_guide_resume_is_bit_exact(capsys):
 
 
 # ------------------------------------------------------------------------------------------- precision.md
+
 
 def test_precision_guide_block(capsys):
     """The guide's fp16 block as written: fp16 compute with loss scaling, float32 master weights; at w = 0 the
@@ -245,6 +262,7 @@ def test_precision_guide_block(capsys):
 
 
 # ------------------------------------------------------------------------------------------- parallel.md
+
 
 def test_parallel_guide_training_block_equals_one_device():
     """The guide's sharded training block as written (8 host devices, data-parallel mesh), on the precision guide's
@@ -266,8 +284,9 @@ def test_parallel_guide_training_block_equals_one_device():
     run_block("docs/guide/parallel.md", "parallel.jit_train_step(", ns)
     assert ns["mesh"].shape["data"] == jax.device_count()
     np.testing.assert_allclose(float(ns["metrics"]["loss"]), float(ref_m["loss"]), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(ns["state"].params["w"]), np.asarray(ref_state.params["w"]), rtol=1e-6,
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(ns["state"].params["w"]), np.asarray(ref_state.params["w"]), rtol=1e-6, atol=1e-7
+    )
 
 
 def test_parallel_guide_distributed_fft_equals_one_device():
@@ -295,6 +314,7 @@ def test_parallel_guide_distributed_fft_equals_one_device():
 
 # ------------------------------------------------------------------------------------------- condensates.md
 
+
 @pytest.mark.slow
 def test_condensates_guide_bogoliubov_block_gives_the_stated_modes():
     """The guide's Bogoliubov block as written: the 7 lowest ω (in ω₀, ascending) are the stated 1, 1 (Kohn: exact
@@ -312,6 +332,7 @@ def test_condensates_guide_bogoliubov_block_gives_the_stated_modes():
 
 
 # ------------------------------------------------------------------------------------------- tensor-networks.md
+
 
 @pytest.mark.slow
 def test_tensor_networks_guide_symmetric_block():
@@ -338,9 +359,10 @@ COVERED_HERE = {
     "test_checkpoints_guide_resume_is_bit_exact": ("docs/guide/checkpoints.md", "ckpt_dir = tempfile.mkdtemp()"),
     "test_precision_guide_block": ("docs/guide/precision.md", 'precision.get_policy("fp16")'),
     "test_parallel_guide_training_block_equals_one_device": ("docs/guide/parallel.md", "parallel.jit_train_step("),
-    "test_parallel_guide_distributed_fft_equals_one_device": ("docs/guide/parallel.md",
-                                                               "distributed_fft.parse_mesh("),
-    "test_condensates_guide_bogoliubov_block_gives_the_stated_modes": ("docs/guide/condensates.md",
-                                                                       "C.bogoliubov(sys, psi, 8)"),
+    "test_parallel_guide_distributed_fft_equals_one_device": ("docs/guide/parallel.md", "distributed_fft.parse_mesh("),
+    "test_condensates_guide_bogoliubov_block_gives_the_stated_modes": (
+        "docs/guide/condensates.md",
+        "C.bogoliubov(sys, psi, 8)",
+    ),
     "test_tensor_networks_guide_symmetric_block": ("docs/guide/tensor-networks.md", 'mera.Symmetry("Z2"'),
 }

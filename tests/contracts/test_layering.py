@@ -62,8 +62,10 @@ def test_layer_imports_only_layers_below(layer):
 
 def test_no_flat_modules_left_in_the_package_root():
     # the root holds only the namespace (__init__) and the CLI entry point
-    assert sorted(f for f in os.listdir(os.path.join(ROOT, "ivhl_jax")) if f.endswith(".py")) == ["__init__.py",
-                                                                                                 "cli.py"]
+    assert sorted(f for f in os.listdir(os.path.join(ROOT, "ivhl_jax")) if f.endswith(".py")) == [
+        "__init__.py",
+        "cli.py",
+    ]
 
 
 @pytest.mark.parametrize("layer", LAYERS)
@@ -93,13 +95,16 @@ def test_import_ivhl_jax_stays_light():
     import subprocess
     import sys
 
-    code = ("import sys, ivhl_jax; heavy = ('matplotlib', 'orbax', 'optax', 'ivhl_jax.cli', 'ivhl_jax.run', "
-            "'ivhl_jax.train'); print([m for m in heavy if m in sys.modules])")
+    code = (
+        "import sys, ivhl_jax; heavy = ('matplotlib', 'orbax', 'optax', 'ivhl_jax.cli', 'ivhl_jax.run', "
+        "'ivhl_jax.train'); print([m for m in heavy if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"import ivhl_jax loaded {out.stdout.strip()}"
     # ... and they are there when asked for
-    code = ("import ivhl_jax; "
-            "print(ivhl_jax.Checkpointer.__name__, ivhl_jax.run_chunked.__name__, ivhl_jax.train.__name__)")
+    code = (
+        "import ivhl_jax; print(ivhl_jax.Checkpointer.__name__, ivhl_jax.run_chunked.__name__, ivhl_jax.train.__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.stdout.split() == ["Checkpointer", "run_chunked", "ivhl_jax.train"], out.stderr

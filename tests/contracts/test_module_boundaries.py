@@ -59,7 +59,7 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     if not node.level:
         return node.module or ""
     pkg = module.split(".") if is_package else module.split(".")[:-1]
-    base = pkg[:len(pkg) - node.level + 1]
+    base = pkg[: len(pkg) - node.level + 1]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -111,32 +111,47 @@ def private_uses(source: str, rel: str) -> list[str]:
 
 
 def test_no_private_names_used_across_modules():
-    bad = [line for path in _files()
-           for line in private_uses(open(path, encoding="utf-8").read(), os.path.relpath(path, ROOT))]
-    assert not bad, ("private names used across modules (make the name public in its one home, or move the "
-                     "helper there):\n" + "\n".join(bad))
+    bad = [
+        line
+        for path in _files()
+        for line in private_uses(open(path, encoding="utf-8").read(), os.path.relpath(path, ROOT))
+    ]
+    assert not bad, (
+        "private names used across modules (make the name public in its one home, or move the "
+        "helper there):\n" + "\n".join(bad)
+    )
 
 
 def test_the_checker_sees_both_forms():
     # the contract above must be able to fail: both forms of reaching into another module are reported, a
     # module's own private names and dunders are not
-    src = ("from ivhl_jax.core.validation import _fmt_shape\nfrom ivhl_jax.core import backend as B\n"
-           "import ivhl_jax.core.precision\nx = B._table\ny = ivhl_jax.core.precision._policy\n"
-           "from sims.probe import _mine\nz = B.__name__\nfrom ivhl_jax.train import _digits_data\n")
+    src = (
+        "from ivhl_jax.core.validation import _fmt_shape\nfrom ivhl_jax.core import backend as B\n"
+        "import ivhl_jax.core.precision\nx = B._table\ny = ivhl_jax.core.precision._policy\n"
+        "from sims.probe import _mine\nz = B.__name__\nfrom ivhl_jax.train import _digits_data\n"
+    )
     found = private_uses(src, os.path.join("sims", "probe.py"))
     assert private_uses("from ivhl_jax.train import _digits_data\n", os.path.join("ivhl_jax", "train", "x.py")) == []
     assert [f.split(" ", 1)[1] for f in found] == [
-        "imports _fmt_shape from ivhl_jax.core.validation", "imports _digits_data from ivhl_jax.train",
+        "imports _fmt_shape from ivhl_jax.core.validation",
+        "imports _digits_data from ivhl_jax.train",
         "uses _table of ivhl_jax.core.backend",
-        "uses _policy of ivhl_jax.core.precision"], found
+        "uses _policy of ivhl_jax.core.precision",
+    ], found
 
 
 # ------------------------------------------------------------------------------------------------ platform
 # What reads the platform or the machine: the process's CPU set and count, the default backend's name, the first
 # device's platform, the installed PJRT plugins. core.backend owns them; core.tuning fingerprints the machine
 # through it.
-PLATFORM_CALLS = ("sched_getaffinity", "cpu_count", "default_backend", "process_cpu_count", "entry_points",
-                  "jax_plugins")
+PLATFORM_CALLS = (
+    "sched_getaffinity",
+    "cpu_count",
+    "default_backend",
+    "process_cpu_count",
+    "entry_points",
+    "jax_plugins",
+)
 PLATFORM_HOME = {"ivhl_jax/core/backend.py"}
 PLUGIN = re.compile(r"^(jax_(cuda|rocm)[0-9]*_plugin|libtpu|jax_plugins)$")  # a JAX platform plugin's module
 
@@ -150,8 +165,12 @@ def _platform_reads(path: str) -> list[str]:
         if isinstance(node, ast.Attribute):
             name = node.attr
             # jax.devices()[0].platform / jax.devices()[i].platform: the default platform by another door
-            if name == "platform" and isinstance(node.value, ast.Subscript) and isinstance(node.value.value, ast.Call) \
-                    and (_dotted(node.value.value.func) or "").endswith("devices"):
+            if (
+                name == "platform"
+                and isinstance(node.value, ast.Subscript)
+                and isinstance(node.value.value, ast.Call)
+                and (_dotted(node.value.value.func) or "").endswith("devices")
+            ):
                 out.append(f"{rel}:{node.lineno} reads jax.devices()[...].platform")
                 continue
         elif isinstance(node, ast.Name):
@@ -170,7 +189,13 @@ def _platform_reads(path: str) -> list[str]:
 
 
 def test_platform_and_core_count_are_read_only_by_core_backend():
-    bad = [line for path in _files() if os.path.relpath(path, ROOT).replace(os.sep, "/") not in PLATFORM_HOME
-           for line in _platform_reads(path)]
-    assert not bad, ("the platform and core count have one home, ivhl_jax.core.backend (ask it: "
-                     "backend.platform(), backend.host_cores(), ...):\n" + "\n".join(bad))
+    bad = [
+        line
+        for path in _files()
+        if os.path.relpath(path, ROOT).replace(os.sep, "/") not in PLATFORM_HOME
+        for line in _platform_reads(path)
+    ]
+    assert not bad, (
+        "the platform and core count have one home, ivhl_jax.core.backend (ask it: "
+        "backend.platform(), backend.host_cores(), ...):\n" + "\n".join(bad)
+    )

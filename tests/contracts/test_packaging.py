@@ -37,8 +37,9 @@ def test_every_package_folder_of_the_tree_is_listed_for_the_wheel():
     listed = set(_setuptools()["packages"])
     missing = sorted(set(expected) - listed)
     extra = sorted(listed - set(expected))
-    assert not missing, (f"pyproject.toml [tool.setuptools] packages misses {missing} "
-                         f"(folders {[expected[m] for m in missing]})")
+    assert not missing, (
+        f"pyproject.toml [tool.setuptools] packages misses {missing} (folders {[expected[m] for m in missing]})"
+    )
     assert not extra, f"pyproject.toml [tool.setuptools] packages lists {extra}, which the tree does not hold"
     assert "ivhl_jax.physics.cdt" in expected and "ivhl_jax.train.parallel" in expected  # nested packages are seen
     assert not any(".studies" in p for p in expected)  # bench/studies/ is not installed
@@ -46,8 +47,11 @@ def test_every_package_folder_of_the_tree_is_listed_for_the_wheel():
 
 def test_every_installed_folder_is_a_regular_package():
     # a folder without __init__.py would install as a namespace package only by accident
-    missing = [rel for rel in _wheel_check().expected_packages(str(REPO)).values()
-               if not (REPO / rel / "__init__.py").is_file()]
+    missing = [
+        rel
+        for rel in _wheel_check().expected_packages(str(REPO)).values()
+        if not (REPO / rel / "__init__.py").is_file()
+    ]
     assert not missing, f"no __init__.py in {missing}"
 
 
@@ -62,7 +66,8 @@ def test_package_data_exists_and_every_data_file_is_declared():
         for f in (REPO / folder).iterdir():
             if f.is_file() and f.suffix not in (".py", ".pyc"):
                 assert f"{pkg.replace('.', '/')}/{f.name}" in declared, (
-                    f"{folder}/{f.name} is not in [tool.setuptools.package-data] and would be left out of the wheel")
+                    f"{folder}/{f.name} is not in [tool.setuptools.package-data] and would be left out of the wheel"
+                )
 
 
 def test_checkout_imports_only_the_package():
@@ -104,13 +109,22 @@ def _is_study(name: str) -> bool:
 
 
 def test_library_tests_do_not_import_the_studies():
-    offenders = [f"{path.relative_to(REPO)}: {n}" for path in sorted((REPO / "tests").rglob("*.py"))
-                 for n in _imports(path) if _is_study(n)]
+    offenders = [
+        f"{path.relative_to(REPO)}: {n}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        for n in _imports(path)
+        if _is_study(n)
+    ]
     assert not offenders, f"library tests import the studies (their tests live in bench/studies/tests): {offenders}"
 
 
 def test_installed_modules_do_not_import_the_studies():
-    offenders = [f"{path.relative_to(REPO)}: {n}" for folder in ("ivhl_jax", "models", "sims", "bench")
-                 for path in sorted((REPO / folder).rglob("*.py")) if "studies" not in path.relative_to(REPO).parts
-                 for n in _imports(path) if _is_study(n)]
+    offenders = [
+        f"{path.relative_to(REPO)}: {n}"
+        for folder in ("ivhl_jax", "models", "sims", "bench")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if "studies" not in path.relative_to(REPO).parts
+        for n in _imports(path)
+        if _is_study(n)
+    ]
     assert not offenders, f"installed modules import a study (not in the wheel): {offenders}"

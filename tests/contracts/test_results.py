@@ -73,8 +73,9 @@ def _check_command(command: str) -> list[str]:
                 if not _module_exists(module):
                     problems.append(f"no `ivhl {sub} {name}` ({module})")
                 else:
-                    problems += _check_overrides(module, [words[i + 1] for i, w in enumerate(words[:-1])
-                                                          if w == "--set"])
+                    problems += _check_overrides(
+                        module, [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--set"]
+                    )
             elif sub == "bench":
                 ops = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--op"]
                 problems += [f"no bench op {op!r}" for op in ops if op not in _bench_ops()]
@@ -93,18 +94,22 @@ def test_results_file_has_its_provenance_header(path):
     assert path.suffix == ".json", f"{name}: results are JSON written by ivhl_jax.bench.harness.write_results"
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert isinstance(doc, dict) and next(iter(doc), None) == "provenance", (
-        f"{name}: no provenance header (write it with ivhl_jax.bench.harness.write_results)")
+        f"{name}: no provenance header (write it with ivhl_jax.bench.harness.write_results)"
+    )
     h = doc["provenance"]
     missing = [k for k in ("command", "commit", "dirty", "date_utc", "machine", "versions") if k not in h]
     assert not missing, f"{name}: the provenance header lacks {missing}"
     assert isinstance(h["command"], str) and h["command"].strip(), f"{name}: empty command"
     assert isinstance(h["commit"], str) and re.fullmatch(r"[0-9a-f]{40}", h["commit"]), (
-        f"{name}: commit must be a full git hash, got {h['commit']!r}")
+        f"{name}: commit must be a full git hash, got {h['commit']!r}"
+    )
     assert isinstance(h["dirty"], bool) or (h["dirty"] is None and h.get("commit_note")), (
-        f"{name}: dirty must be true/false (or null with a commit_note saying why it is unknown)")
+        f"{name}: dirty must be true/false (or null with a commit_note saying why it is unknown)"
+    )
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d", h["date_utc"]), f"{name}: date_utc {h['date_utc']!r}"
     assert h["machine"] == "not recorded" or (isinstance(h["machine"], dict) and "platform" in h["machine"]), (
-        f"{name}: machine must say the platform (or be 'not recorded')")
+        f"{name}: machine must say the platform (or be 'not recorded')"
+    )
     for lib in ("ivhl_jax", "jax", "jaxlib"):
         assert lib in h["versions"], f"{name}: versions lacks {lib}"
     problems = _check_command(h["command"])
@@ -117,8 +122,11 @@ def _recorded_commands(obj) -> list[str]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             if k in ("command", "commands"):
-                out += [v] if isinstance(v, str) else [x for x in (v.values() if isinstance(v, dict) else v)
-                                                       if isinstance(x, str)]
+                out += (
+                    [v]
+                    if isinstance(v, str)
+                    else [x for x in (v.values() if isinstance(v, dict) else v) if isinstance(x, str)]
+                )
             else:
                 out += _recorded_commands(v)
     elif isinstance(obj, list):
@@ -142,6 +150,8 @@ def test_command_check_catches_what_is_missing():
     assert _check_command("python -m bench.studies.cdt_dimensions && ivhl train lm") == []
     assert _check_command("ivhl train adaptive --set preset=reference --set steps_per_chunk=500 --set steps=3000") == []
     assert _check_command("ivhl train adaptive --set chunk=500")[0].startswith(
-        "ivhl_jax.sims.train_adaptive: --set chunk=500: unknown config key(s) ['chunk']")
+        "ivhl_jax.sims.train_adaptive: --set chunk=500: unknown config key(s) ['chunk']"
+    )
     assert _check_command("git show d695879:bench/x.py") == [
-        "not a command of this tree: 'git show d695879:bench/x.py'"]
+        "not a command of this tree: 'git show d695879:bench/x.py'"
+    ]

@@ -63,8 +63,10 @@ def _wave_case(seed=0, dt=0.05):
 
 def _leaves(tree):
     """Leaves as NumPy arrays (typed PRNG keys through their key data)."""
-    return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
+    return [
+        np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        for x in jax.tree.leaves(tree)
+    ]
 
 
 def _gp_case(seed=0, dt=2e-3):
@@ -117,9 +119,15 @@ def _gru_case(seed=0):
 
 
 # Every family's builder, with a small case and the family's own ``observe``: the contract below runs on each.
-CASES = {"cdt.metropolis": _cdt_case, "fields.evolution": _wave_case, "condensate.strang": _gp_case,
-         "gft.strang": _gft_case, "mera.evenbly_vidal": _mera_case, "adaptive.dynamics": _adaptive_case,
-         "gru.recurrence": _gru_case}
+CASES = {
+    "cdt.metropolis": _cdt_case,
+    "fields.evolution": _wave_case,
+    "condensate.strang": _gp_case,
+    "gft.strang": _gft_case,
+    "mera.evenbly_vidal": _mera_case,
+    "adaptive.dynamics": _adaptive_case,
+    "gru.recurrence": _gru_case,
+}
 # The families whose trajectory is differentiable in its (floating or complex) initial state.
 DIFFERENTIABLE = {"fields.evolution", "condensate.strang", "gft.strang", "gru.recurrence"}
 
@@ -221,8 +229,9 @@ def test_grad_through_the_wave_trajectory_matches_finite_differences():
 
     def loss(dt):
         p = st.params.replace(dt=dt)
-        f, _ = trajectory(Stepper(step_fn=st.step_fn, params=p, init_fn=st.init_fn), s0, 4, save_every=4,
-                          observe=identity_observe)
+        f, _ = trajectory(
+            Stepper(step_fn=st.step_fn, params=p, init_fn=st.init_fn), s0, 4, save_every=4, observe=identity_observe
+        )
         return jnp.sum(f.intensity_sum)
 
     g = jax.grad(loss)(jnp.float32(0.05))
@@ -315,8 +324,9 @@ def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
     cfg3 = adaptive.AdaptiveConfig(num_nodes=6, hidden_dim=4, input_dim=5, output_dim=3, inner_steps=3)
     nodes3, out3 = adaptive.run_inner(w, adaptive.init_state(cfg, 2), x, jax.random.key(2), cfg3)
     np.testing.assert_allclose(np.asarray(out3["logits"]), np.asarray(obs["logits"][-1]), rtol=1e-6, atol=1e-7)
-    _, n = count_compiles(trajectory, adaptive.dynamics(w, x + 1.0, cfg), st.init(jax.random.key(3)), 3,
-                          observe=adaptive.observe)
+    _, n = count_compiles(
+        trajectory, adaptive.dynamics(w, x + 1.0, cfg), st.init(jax.random.key(3)), 3, observe=adaptive.observe
+    )
     assert n == 0
     with pytest.raises(ValueError, match="x"):
         adaptive.dynamics(w, jnp.zeros((2, 4)), cfg)

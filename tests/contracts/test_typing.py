@@ -85,7 +85,6 @@ def test_spectral_multiply_shapes_checked_at_runtime():
         mul(psi.real, jnp.zeros((8, 8), jnp.complex64), (0, 1))  # psi must be complex
 
 
-
 # ------------------------------------------------------------------------------------------------------------------
 # The rest of the public API: every annotated function once with a correct call (the jaxtyping + beartype check
 # passes, including the return annotation) and once with a wrong shape/dtype (TypeCheckError before the body runs).
@@ -155,130 +154,255 @@ def _split_local(p):
 
 CASES = [
     # ---- physics.fields
-    Case("fields.vortex", fields.vortex, call(_PTS, np.zeros((2, 3), np.float32), np.array([1, -1])),
-         call(_PTS, np.zeros((2, 2), np.float32), np.array([1, -1]))),  # centers' D differs from the points'
+    Case(
+        "fields.vortex",
+        fields.vortex,
+        call(_PTS, np.zeros((2, 3), np.float32), np.array([1, -1])),
+        call(_PTS, np.zeros((2, 2), np.float32), np.array([1, -1])),
+    ),  # centers' D differs from the points'
     Case("fields.winding_number", fields.winding_number, call(jnp.ones((3, 8), C64)), call(jnp.ones((), C64))),
     Case("fields.vortex_map", fields.vortex_map, call(jnp.ones((2, 5, 6), C64)), call(jnp.ones((6,), C64))),
     Case("fields.grid_points", fields.grid_points, call((4, 5)), call((4.0, 5.0))),
     Case("fields.helix_sources", fields.helix_sources, call(5), call("5")),
-    Case("fields.focus_phases", fields.focus_phases, call(_SRC, np.zeros(3, np.float32), steps=2),
-         call(_SRC, np.zeros(2, np.float32), steps=2)),
-    Case("fields.wave_params", fields.wave_params,
-         call(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1),
-         call(_PTS, np.ones((4, 2), np.float32), amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1)),
-    Case("fields.field_at", fields.field_at,
-         call(lazy(lambda: fields.wave_params(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1)), 0.0),
-         call(lazy(lambda: fields.wave_params(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1)),
-              jnp.zeros(2))),
+    Case(
+        "fields.focus_phases",
+        fields.focus_phases,
+        call(_SRC, np.zeros(3, np.float32), steps=2),
+        call(_SRC, np.zeros(2, np.float32), steps=2),
+    ),
+    Case(
+        "fields.wave_params",
+        fields.wave_params,
+        call(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1),
+        call(_PTS, np.ones((4, 2), np.float32), amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1),
+    ),
+    Case(
+        "fields.field_at",
+        fields.field_at,
+        call(lazy(lambda: fields.wave_params(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1)), 0.0),
+        call(
+            lazy(lambda: fields.wave_params(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1)),
+            jnp.zeros(2),
+        ),
+    ),
     # ---- physics.condensate
     Case("condensate.harmonic", C.harmonic, call(grid1, 1.0), call((16,), 1.0)),
     Case("condensate.Grid.points", C.Grid.points, call(grid2), None),
     Case("condensate.Grid.mesh", C.Grid.mesh, call(grid2), None),
     Case("condensate.Grid.k_squared", C.Grid.k_squared, call(grid2), None),
     Case("condensate.evolve", C.evolve, call(psi1, system1, 1e-3, 2), call(psi1, system1, jnp.ones(2), 2)),
-    Case("condensate.ground_state", C.ground_state, call(system1, max_steps=10, check_every=5),
-         call(system1, max_steps=10, check_every=5, psi0=np.ones(16, np.int32))),
+    Case(
+        "condensate.ground_state",
+        C.ground_state,
+        call(system1, max_steps=10, check_every=5),
+        call(system1, max_steps=10, check_every=5, psi0=np.ones(16, np.int32)),
+    ),
     Case("condensate.norm", C.norm, call(psi1, grid1), call(jnp.ones(16, jnp.int32), grid1)),
     Case("condensate.normalize", C.normalize, call(psi1, grid1), call(jnp.ones(16, jnp.int32), grid1)),
     Case("condensate.density", C.density, call(psi1), call(jnp.ones(16, jnp.int32))),
     Case("condensate.phase", C.phase, call(psi1), call(jnp.ones(16, jnp.int32))),
-    Case("condensate.angular_momentum", C.angular_momentum, call(psi2, grid2),
-         call(jnp.ones((8, 8), jnp.int32), grid2)),
+    Case(
+        "condensate.angular_momentum", C.angular_momentum, call(psi2, grid2), call(jnp.ones((8, 8), jnp.int32), grid2)
+    ),
     Case("condensate.energy", C.energy, call(psi1, system1), call(jnp.ones(16, jnp.int32), system1)),
-    Case("condensate.chemical_potential", C.chemical_potential, call(psi1, system1),
-         call(jnp.ones(16, jnp.int32), system1)),
+    Case(
+        "condensate.chemical_potential",
+        C.chemical_potential,
+        call(psi1, system1),
+        call(jnp.ones(16, jnp.int32), system1),
+    ),
     Case("condensate.virial_residual", C.virial_residual, call(psi1, system1), call(jnp.ones(16, jnp.int32), system1)),
     Case("condensate.observe", C.observe, call(psi1, gp_params), call(jnp.ones(16, jnp.int32), gp_params)),
     Case("condensate.gaussian", C.gaussian, call(grid1, 1.0), call((16,), 1.0)),
     Case("condensate.thomas_fermi_density", C.thomas_fermi_density, call(system1, 2.0), call(None, 2.0)),
     Case("condensate.bright_soliton", C.bright_soliton, call(grid1, 4.0, -1.0), call((16,), 4.0, -1.0)),
-    Case("condensate.dark_soliton_pair", C.dark_soliton_pair, call(grid1, 1.0, 1.0, 4.0, 0.3),
-         call((16,), 1.0, 1.0, 4.0, 0.3)),
-    Case("condensate.imprint_vortices", C.imprint_vortices, call(psi2, grid2, np.zeros((1, 2)), np.array([1])),
-         call(psi2, grid2, np.zeros((1, 2)), np.array([1, 1]))),  # one centre, two charges
+    Case(
+        "condensate.dark_soliton_pair",
+        C.dark_soliton_pair,
+        call(grid1, 1.0, 1.0, 4.0, 0.3),
+        call((16,), 1.0, 1.0, 4.0, 0.3),
+    ),
+    Case(
+        "condensate.imprint_vortices",
+        C.imprint_vortices,
+        call(psi2, grid2, np.zeros((1, 2)), np.array([1])),
+        call(psi2, grid2, np.zeros((1, 2)), np.array([1, 1])),
+    ),  # one centre, two charges
     Case("condensate.vortex_charges", C.vortex_charges, call(psi2, grid2), call(psi1, grid2)),  # psi must be 2-D
     Case("condensate.vortex_positions", C.vortex_positions, call(psi2, grid2), call(psi1, grid2)),
     Case("condensate.vortices", C.vortices, call(psi2, grid2), call(psi1, grid2)),  # psi must be (..., x, y)
     Case("condensate.vortex_lines", C.vortex_lines, call(psi3, grid3), call(psi2, grid3)),
     Case("condensate.bogoliubov", C.bogoliubov, call(system1, psi1, 1), call(system1, np.ones(16, np.int32), 1)),
     # ---- numerics.splitstep
-    Case("splitstep.split_step", splitstep.split_step, call(psi1, _split_local, lambda p: p, 0.1, False),
-         call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, False)),  # psi must be complex
-    Case("splitstep.kick", splitstep.kick, call(psi1, _split_local, 0.1, False),
-         call(jnp.ones(16, jnp.float32), _split_local, 0.1, False)),
-    Case("splitstep.strang_run", splitstep.strang_run, call(psi1, _split_local, lambda p: p, 0.1, 2),
-         call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, 2)),  # psi must be complex
+    Case(
+        "splitstep.split_step",
+        splitstep.split_step,
+        call(psi1, _split_local, lambda p: p, 0.1, False),
+        call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, False),
+    ),  # psi must be complex
+    Case(
+        "splitstep.kick",
+        splitstep.kick,
+        call(psi1, _split_local, 0.1, False),
+        call(jnp.ones(16, jnp.float32), _split_local, 0.1, False),
+    ),
+    Case(
+        "splitstep.strang_run",
+        splitstep.strang_run,
+        call(psi1, _split_local, lambda p: p, 0.1, 2),
+        call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, 2),
+    ),  # psi must be complex
     # ---- physics.gft
     Case("gft.lattice_dispersion", G.lattice_dispersion.__wrapped__, call((4, 4)), None),  # under lru_cache
     Case("gft.gft_potential", G.gft_potential, call(phi, -0.5, 0.1), call(jnp.ones((4, 4), jnp.int32), -0.5, 0.1)),
     Case("gft.gft_rhs", G.gft_rhs, call(phi, -0.5, 0.1), call(jnp.ones((4, 4)), -0.5, 0.1)),  # must be complex
     Case("gft.gft_charge", G.gft_charge, call(phi), call(jnp.ones((4, 4), jnp.int32))),
-    Case("gft.gft_evolve", G.gft_evolve, call(phi, gft_sys, 0.01, 2),
-         call(jnp.ones((4, 4), jnp.int32), gft_sys, 0.01, 2)),
+    Case(
+        "gft.gft_evolve", G.gft_evolve, call(phi, gft_sys, 0.01, 2), call(jnp.ones((4, 4), jnp.int32), gft_sys, 0.01, 2)
+    ),
     Case("gft.observe", G.observe, call(phi, gft_params), call(jnp.ones((4, 4)), gft_params)),
     Case("gft.gft_vacuum", G.gft_vacuum, call(-0.5, 0.1), call(-0.5, "0.1")),
     # ---- physics.tn
-    Case("tn.contract", tn.contract, call("ij,jk->ik", np.ones((2, 3)), np.ones((3, 2))),
-         call("ij,jk->ik", np.ones((2, 3), bool), np.ones((3, 2)))),
+    Case(
+        "tn.contract",
+        tn.contract,
+        call("ij,jk->ik", np.ones((2, 3)), np.ones((3, 2))),
+        call("ij,jk->ik", np.ones((2, 3), bool), np.ones((3, 2))),
+    ),
     Case("tn.schmidt_probabilities", tn.schmidt_probabilities, call(_SITES, [0]), call(_BOOL3, [0])),
     Case("tn.entanglement_entropy", tn.entanglement_entropy, call(_SITES, [0]), call(_BOOL3, [0])),
     Case("tn.renyi_entropy", tn.renyi_entropy, call(_SITES, [0], 2.0), call(_BOOL3, [0], 2.0)),
     # ---- physics.exact
     Case("exact.tfi_apply", exact.tfi_apply, call(_SITES), call(_BOOL3)),
     Case("exact.tfi_dense", exact.tfi_dense, call(3), call("3")),
-    Case("exact.lanczos_ground_state", exact.lanczos_ground_state, call(exact.tfi_apply, _SITES, 4),
-         call(exact.tfi_apply, np.ones((2, 2, 2), np.int32), 4)),
+    Case(
+        "exact.lanczos_ground_state",
+        exact.lanczos_ground_state,
+        call(exact.tfi_apply, _SITES, 4),
+        call(exact.tfi_apply, np.ones((2, 2, 2), np.int32), 4),
+    ),
     Case("exact.tfi_ground_state", exact.tfi_ground_state, call(4, num_iter=8), call("4", num_iter=8)),
-    Case("exact.chain_apply", exact.chain_apply, call(_SITES, np.eye(4).reshape(2, 2, 2, 2)),
-         call(_BOOL3, np.eye(4).reshape(2, 2, 2, 2))),  # amplitudes must be numbers
-    Case("exact.chain_ground_state", exact.chain_ground_state, call(np.eye(4).reshape(2, 2, 2, 2), 3, num_iter=8),
-         call(np.eye(4, dtype=bool).reshape(2, 2, 2, 2), 3, num_iter=8)),
+    Case(
+        "exact.chain_apply",
+        exact.chain_apply,
+        call(_SITES, np.eye(4).reshape(2, 2, 2, 2)),
+        call(_BOOL3, np.eye(4).reshape(2, 2, 2, 2)),
+    ),  # amplitudes must be numbers
+    Case(
+        "exact.chain_ground_state",
+        exact.chain_ground_state,
+        call(np.eye(4).reshape(2, 2, 2, 2), 3, num_iter=8),
+        call(np.eye(4, dtype=bool).reshape(2, 2, 2, 2), 3, num_iter=8),
+    ),
     # ---- nn.gru
-    Case("gru.recurrence", gru.recurrence, call(gru_params, jnp.ones((5, 2, 3))),
-         call(gru_params, jnp.ones((5, 2, 3), jnp.int32))),
-    Case("gru.observe", gru.observe, call(gru_state, lazy(lambda: gru_stepper().params)),
-         call(None, lazy(lambda: gru_stepper().params))),
+    Case(
+        "gru.recurrence",
+        gru.recurrence,
+        call(gru_params, jnp.ones((5, 2, 3))),
+        call(gru_params, jnp.ones((5, 2, 3), jnp.int32)),
+    ),
+    Case(
+        "gru.observe",
+        gru.observe,
+        call(gru_state, lazy(lambda: gru_stepper().params)),
+        call(None, lazy(lambda: gru_stepper().params)),
+    ),
     # ---- nn.adaptive
     Case("adaptive.init_param", A.init_param, call(key, (3, 4), 4), None),
-    Case("adaptive.anxiety", A.anxiety, call(jnp.asarray(H), jnp.asarray(E), jnp.zeros((2, 3))),
-         call(jnp.asarray(H), jnp.zeros((2, 4)), jnp.zeros((2, 3)))),
-    Case("adaptive.phase_weights", A.phase_weights, call(I23, E, F23, F23, F23, 0.5, np.zeros((2, 3), bool)),
-         call(F23, E, F23, F23, F23, 0.5, np.zeros((2, 3), bool))),  # phase must be integer
-    Case("adaptive.phase_logits", A.phase_logits, call(jnp.ones((2, 3, 4)), 1.0, False),
-         call(jnp.ones((2, 3, 5)), 1.0, False)),
-    Case("adaptive.phase_masses", A.phase_masses, call(jnp.ones((2, 3, 4)), 0.5, False),
-         call(jnp.ones((2, 3, 5)), 0.5, False)),
-    Case("adaptive.sample_phase", A.sample_phase, call(jnp.ones((2, 3, 4)), jnp.zeros((2, 3))),
-         call(jnp.ones((2, 3, 4)), jnp.zeros((2, 4)))),
-    Case("adaptive.schedule_per_sample", A.schedule_per_sample, call(cfg, a_state, jnp.zeros((2, 3)), key),
-         call(cfg, a_state, jnp.zeros((2,)), key)),
-    Case("adaptive.schedule_shared", A.schedule_shared, call(cfg_shared, a_state_shared, jnp.zeros((2, 3)), key),
-         call(cfg_shared, a_state_shared, jnp.zeros((2,)), key)),
-    Case("adaptive.project_input", A.project_input, call(a_params, jnp.ones((2, 5)), cfg),
-         call(a_params, jnp.ones((5,)), cfg)),
-    Case("adaptive.node_update", A.node_update,
-         call(a_params, cfg, jnp.asarray(H), jnp.asarray(E), jnp.ones((2, 4)), jnp.zeros((2, 3)), jnp.asarray(I23)),
-         call(a_params, cfg, jnp.asarray(H), jnp.zeros((2, 4)), jnp.ones((2, 4)), jnp.zeros((2, 3)),
-              jnp.asarray(I23))),
-    Case("adaptive.readout", A.readout, call(a_params, cfg, jnp.asarray(H), jnp.asarray(E), jnp.zeros((2, 3))),
-         call(a_params, cfg, jnp.asarray(H), jnp.asarray(E), jnp.zeros((2, 4)))),
-    Case("adaptive.step", A.step, call(a_params, a_state, jnp.ones((2, 5)), key, cfg),
-         call(a_params, a_state, jnp.ones((5,)), key, cfg)),
+    Case(
+        "adaptive.anxiety",
+        A.anxiety,
+        call(jnp.asarray(H), jnp.asarray(E), jnp.zeros((2, 3))),
+        call(jnp.asarray(H), jnp.zeros((2, 4)), jnp.zeros((2, 3))),
+    ),
+    Case(
+        "adaptive.phase_weights",
+        A.phase_weights,
+        call(I23, E, F23, F23, F23, 0.5, np.zeros((2, 3), bool)),
+        call(F23, E, F23, F23, F23, 0.5, np.zeros((2, 3), bool)),
+    ),  # phase must be integer
+    Case(
+        "adaptive.phase_logits",
+        A.phase_logits,
+        call(jnp.ones((2, 3, 4)), 1.0, False),
+        call(jnp.ones((2, 3, 5)), 1.0, False),
+    ),
+    Case(
+        "adaptive.phase_masses",
+        A.phase_masses,
+        call(jnp.ones((2, 3, 4)), 0.5, False),
+        call(jnp.ones((2, 3, 5)), 0.5, False),
+    ),
+    Case(
+        "adaptive.sample_phase",
+        A.sample_phase,
+        call(jnp.ones((2, 3, 4)), jnp.zeros((2, 3))),
+        call(jnp.ones((2, 3, 4)), jnp.zeros((2, 4))),
+    ),
+    Case(
+        "adaptive.schedule_per_sample",
+        A.schedule_per_sample,
+        call(cfg, a_state, jnp.zeros((2, 3)), key),
+        call(cfg, a_state, jnp.zeros((2,)), key),
+    ),
+    Case(
+        "adaptive.schedule_shared",
+        A.schedule_shared,
+        call(cfg_shared, a_state_shared, jnp.zeros((2, 3)), key),
+        call(cfg_shared, a_state_shared, jnp.zeros((2,)), key),
+    ),
+    Case(
+        "adaptive.project_input",
+        A.project_input,
+        call(a_params, jnp.ones((2, 5)), cfg),
+        call(a_params, jnp.ones((5,)), cfg),
+    ),
+    Case(
+        "adaptive.node_update",
+        A.node_update,
+        call(a_params, cfg, jnp.asarray(H), jnp.asarray(E), jnp.ones((2, 4)), jnp.zeros((2, 3)), jnp.asarray(I23)),
+        call(a_params, cfg, jnp.asarray(H), jnp.zeros((2, 4)), jnp.ones((2, 4)), jnp.zeros((2, 3)), jnp.asarray(I23)),
+    ),
+    Case(
+        "adaptive.readout",
+        A.readout,
+        call(a_params, cfg, jnp.asarray(H), jnp.asarray(E), jnp.zeros((2, 3))),
+        call(a_params, cfg, jnp.asarray(H), jnp.asarray(E), jnp.zeros((2, 4))),
+    ),
+    Case(
+        "adaptive.step",
+        A.step,
+        call(a_params, a_state, jnp.ones((2, 5)), key, cfg),
+        call(a_params, a_state, jnp.ones((5,)), key, cfg),
+    ),
     Case("adaptive.check_inputs", A.check_inputs, call(cfg, a_state, X25), call(cfg, a_state, np.ones(5, np.float32))),
-    Case("adaptive.run_inner", A.run_inner, call(a_params, a_state, X25, key, cfg),
-         call(a_params, a_state, np.ones(5, np.float32), key, cfg)),
-    Case("adaptive.apply_sequence", A.apply_sequence, call(a_params, a_state, np.ones((3, 2, 5), np.float32), key, cfg),
-         call(a_params, a_state, X25, key, cfg)),  # xs must be [T, B, D]
+    Case(
+        "adaptive.run_inner",
+        A.run_inner,
+        call(a_params, a_state, X25, key, cfg),
+        call(a_params, a_state, np.ones(5, np.float32), key, cfg),
+    ),
+    Case(
+        "adaptive.apply_sequence",
+        A.apply_sequence,
+        call(a_params, a_state, np.ones((3, 2, 5), np.float32), key, cfg),
+        call(a_params, a_state, X25, key, cfg),
+    ),  # xs must be [T, B, D]
     Case("adaptive.phase_fractions", A.phase_fractions, call(jnp.asarray(I23)), call(jnp.zeros((2, 3)))),
     Case("adaptive.dynamics", A.dynamics, call(a_params, X25, cfg), call(a_params, np.ones(5, np.float32), cfg)),
     # ---- numerics.fastmath (sincos is a jax.custom_jvp: its annotated function is sincos.fun)
     Case("fastmath.safe_norm", fastmath.safe_norm, call(jnp.ones((2, 3))), call(jnp.ones((2, 3), C64))),
     Case("fastmath.sincos", fastmath.sincos.fun, call(jnp.ones(3)), call(jnp.ones(3, jnp.int32))),
-    Case("fastmath.sincos_static", fastmath.sincos_static, call(jnp.ones(3), False),
-         call(jnp.ones(3, jnp.int32), False)),
+    Case(
+        "fastmath.sincos_static", fastmath.sincos_static, call(jnp.ones(3), False), call(jnp.ones(3, jnp.int32), False)
+    ),
     Case("fastmath.needs_full_range", fastmath.needs_full_range, call(jnp.float32(1.0)), call(jnp.ones(3, C64))),
-    Case("fastmath.point_source_sum", fastmath.point_source_sum, call(_PTS, _SRC, _M4, _M4, _M4, 0.1),
-         call(_PTS, _SRC, np.ones(3, np.float32), _M4, _M4, 0.1)),  # 3 amplitudes for 4 sources
+    Case(
+        "fastmath.point_source_sum",
+        fastmath.point_source_sum,
+        call(_PTS, _SRC, _M4, _M4, _M4, 0.1),
+        call(_PTS, _SRC, np.ones(3, np.float32), _M4, _M4, 0.1),
+    ),  # 3 amplitudes for 4 sources
 ]
 
 
@@ -294,17 +418,37 @@ def test_public_api_shapes_checked_at_runtime(case: Case):
 
 
 def _has_array_annotation(fn: Callable[..., Any]) -> bool:
-    return any(any(t in str(a) for t in ("Array", "ndarray")) and "[" in str(a)
-               for a in inspect.get_annotations(fn).values())
+    return any(
+        any(t in str(a) for t in ("Array", "ndarray")) and "[" in str(a) for a in inspect.get_annotations(fn).values()
+    )
 
 
 def test_cases_cover_the_annotated_public_api():
     """Every public function of the annotated modules has a jaxtyping annotation and a case above, unless it
     takes and returns no arrays (listed here)."""
-    no_arrays = {"contraction_path", "thomas_fermi_mu", "make_plan", "with_policy", "strang", "phase_factor_m1",
-                 "wave_step", "evolution", "init_gru_params", "params_from_nnx", "init_state", "detach",
-                 "param_specs", "init_params", "count_params", "node_metrics", "observe",
-                 "tfi_energy_density", "tfi_finite_ground_energy", "renyi", "gft_vacuum"}
+    no_arrays = {
+        "contraction_path",
+        "thomas_fermi_mu",
+        "make_plan",
+        "with_policy",
+        "strang",
+        "phase_factor_m1",
+        "wave_step",
+        "evolution",
+        "init_gru_params",
+        "params_from_nnx",
+        "init_state",
+        "detach",
+        "param_specs",
+        "init_params",
+        "count_params",
+        "node_metrics",
+        "observe",
+        "tfi_energy_density",
+        "tfi_finite_ground_energy",
+        "renyi",
+        "gft_vacuum",
+    }
     covered = {c.id.rsplit(".", 1)[-1] for c in CASES} | {"superpose", "intensity", "phase", "gru_step", "gru_scan"}
     missing, unannotated = [], []
     for mod in (fields, condensate, gft, tn, exact, gru, adaptive, fastmath, splitstep):

@@ -37,8 +37,15 @@ def test_every_mesh_comes_from_device_mesh():
     assert [d.id for d in sub.devices.flat] == [d.id for d in devs[4:]]
 
 
-@pytest.mark.parametrize("shape,names,match", [((3,), ("x",), "needs 3 devices"), ((8,), ("x", "y"), "names"),
-                                               ((4, 2), ("x", "x"), "names"), ((0,), ("x",), "shape")])
+@pytest.mark.parametrize(
+    "shape,names,match",
+    [
+        ((3,), ("x",), "needs 3 devices"),
+        ((8,), ("x", "y"), "names"),
+        ((4, 2), ("x", "x"), "names"),
+        ((0,), ("x",), "shape"),
+    ],
+)
 def test_device_mesh_refuses_bad_settings_in_one_line(shape, names, match):
     _eight()
     with pytest.raises(ValueError, match=match) as err:
@@ -58,7 +65,8 @@ def test_place_always_returns_new_buffers():
     b = place(a, sharding)
     assert b is not a
     assert {s.data.unsafe_buffer_pointer() for s in a.addressable_shards}.isdisjoint(
-        s.data.unsafe_buffer_pointer() for s in b.addressable_shards)
+        s.data.unsafe_buffer_pointer() for s in b.addressable_shards
+    )
     jax.jit(lambda x: x + 1, donate_argnums=0)(b)
     np.testing.assert_array_equal(np.asarray(a), np.arange(64.0).reshape(8, 8))
     # a single-device array resharded: no shard shares the caller's buffer either
@@ -94,17 +102,23 @@ def test_fft_layout_and_training_placement_share_one_behaviour():
 
 # --------------------------------------------------------------------------------------------------------- HLO
 def test_collectives_of_async_and_tuple_instructions():
-    text = "\n".join([
-        "  %ag = (f32[8]{0}, f32[64]{0}) all-gather-start(f32[8]{0} %p), dimensions={0}",
-        "  %agd = f32[64]{0} all-gather-done((f32[8]{0}, f32[64]{0}) %ag)",
-        "  %cp = (bf16[4,4]{1,0:T(8,128)}, bf16[4,4]{1,0}, u32[], u32[]) collective-permute-start(bf16[4,4] %q)",
-        "  %cpd = bf16[4,4]{1,0} collective-permute-done(%cp)",
-        "  ROOT %a2a = (c64[2,8]{1,0}, c64[2,8]{1,0}) all-to-all(c64[2,8]{1,0} %x, c64[2,8]{1,0} %y)",
-        "  ar.1 = f64[3]{0} all-reduce(f64[3]{0} p.2), replica_groups={}, to_apply=%add",
-        "  %f = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop, calls=%all-reduce.fused",
-    ])
-    assert collectives(text) == [("all-gather", 256), ("collective-permute", 32), ("all-to-all", 256),
-                                 ("all-reduce", 24)]
+    text = "\n".join(
+        [
+            "  %ag = (f32[8]{0}, f32[64]{0}) all-gather-start(f32[8]{0} %p), dimensions={0}",
+            "  %agd = f32[64]{0} all-gather-done((f32[8]{0}, f32[64]{0}) %ag)",
+            "  %cp = (bf16[4,4]{1,0:T(8,128)}, bf16[4,4]{1,0}, u32[], u32[]) collective-permute-start(bf16[4,4] %q)",
+            "  %cpd = bf16[4,4]{1,0} collective-permute-done(%cp)",
+            "  ROOT %a2a = (c64[2,8]{1,0}, c64[2,8]{1,0}) all-to-all(c64[2,8]{1,0} %x, c64[2,8]{1,0} %y)",
+            "  ar.1 = f64[3]{0} all-reduce(f64[3]{0} p.2), replica_groups={}, to_apply=%add",
+            "  %f = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop, calls=%all-reduce.fused",
+        ]
+    )
+    assert collectives(text) == [
+        ("all-gather", 256),
+        ("collective-permute", 32),
+        ("all-to-all", 256),
+        ("all-reduce", 24),
+    ]
     acc = parallel.collective_bytes(text, 4)
     assert acc["by_op"] == {"all-gather": 256, "collective-permute": 32, "all-to-all": 256, "all-reduce": 24}
     assert acc["count"] == {"all-gather": 1, "collective-permute": 1, "all-to-all": 1, "all-reduce": 1}
@@ -121,8 +135,12 @@ def test_collectives_of_a_compiled_program():
 
 # ----------------------------------------------------------------------------------------- platform, core count
 def test_core_counts_and_platform_come_from_backend():
-    assert 1 <= backend.host_cores() == len(backend.host_core_ids()) <= max(backend.machine_cores(),
-                                                                             len(backend.host_core_ids()))
+    assert (
+        1
+        <= backend.host_cores()
+        == len(backend.host_core_ids())
+        <= max(backend.machine_cores(), len(backend.host_core_ids()))
+    )
     assert backend.platform_before_start() in (backend.platform(), "gpu", "tpu")  # a plugin may be installed
     jax.devices()
     assert backend.started()

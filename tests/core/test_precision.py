@@ -114,8 +114,10 @@ def test_default_policy_is_the_inputs_dtype_everywhere():
         none, explicit = gru.gru_step(p, h, x), gru.gru_step(p, h, x, policy="f64")
         assert none.dtype == jnp.float64 and np.array_equal(none, explicit)
     p = gru.init_gru_params(jax.random.key(0), 3, 4)
-    none, explicit = gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3))), gru.gru_step(
-        p, jnp.zeros((2, 4)), jnp.ones((2, 3)), policy="f32")
+    none, explicit = (
+        gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3))),
+        gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3)), policy="f32"),
+    )
     assert none.dtype == jnp.float32 and np.array_equal(none, explicit)
 
 
@@ -125,8 +127,10 @@ def test_physics_kernels_default_policy_is_the_explicit_policy_of_the_inputs_dty
     for preset, dt in (("f32", np.float32), ("f64", np.float64)):
         with jax.enable_x64(preset == "f64"):
             pts, src = rng.normal(size=(30, 3)).astype(dt), rng.normal(size=(3, 3)).astype(dt)
-            for a, b in ((F.superpose(pts, src, wavenumbers=2.0, policy=p) for p in (None, preset)),
-                         (F.vortex(pts, src[:2], [1, -2], core_size=0.3, policy=p) for p in (None, preset))):
+            for a, b in (
+                (F.superpose(pts, src, wavenumbers=2.0, policy=p) for p in (None, preset)),
+                (F.vortex(pts, src[:2], [1, -2], core_size=0.3, policy=p) for p in (None, preset)),
+            ):
                 assert a.dtype == b.dtype == jnp.result_type(dt, jnp.complex64) and np.array_equal(a, b)
             grid = C.Grid.uniform(32, 8.0)
             system = C.GPSystem(grid, jnp.asarray(C.harmonic(grid), dt), 1.0)

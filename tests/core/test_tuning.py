@@ -62,8 +62,10 @@ def test_sources_reported(cache):
         assert {r["setting"]: r for r in backend.describe("cpu")}["cdt_engine"]["source"] == "override()"
     gpu = {r["setting"]: r for r in backend.describe("gpu")}
     assert gpu["fields_method"]["source"].startswith("table, not measured on this kind of machine")
-    assert "not measured on this kind of machine" in {r["setting"]: r for r in backend.describe("npu")}["cdt_engine"][
-        "source"]
+    assert (
+        "not measured on this kind of machine"
+        in {r["setting"]: r for r in backend.describe("npu")}["cdt_engine"]["source"]
+    )
 
 
 def test_frozen_uses_the_table_alone(cache, monkeypatch):
@@ -128,8 +130,10 @@ for i in range(15):
 
 def test_two_processes_writing_at_once_keep_every_entry(cache):
     env = {**os.environ, "IVHL_CACHE_DIR": str(cache), "IVHL_TUNING": "cache"}
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, who], env=env, cwd=ROOT, stderr=subprocess.PIPE,
-                              text=True) for who in ("a", "b")]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, who], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        for who in ("a", "b")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
@@ -176,8 +180,16 @@ _FLAGS = "import os, ivhl_jax; print(os.environ.get('XLA_FLAGS', ''))"
 
 
 def test_measured_xla_flags_applied_at_import_before_the_backend(cache):
-    tuning.record("cpu", {"xla.flags|all": {"op": "xla.flags", "bucket": "all",
-                                            "settings": {"xla_flags": "--xla_cpu_enable_fast_math=false"}}})
+    tuning.record(
+        "cpu",
+        {
+            "xla.flags|all": {
+                "op": "xla.flags",
+                "bucket": "all",
+                "settings": {"xla_flags": "--xla_cpu_enable_fast_math=false"},
+            }
+        },
+    )
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(IVHL_CACHE_DIR=str(cache), IVHL_TUNING="cache")
     out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)

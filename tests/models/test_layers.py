@@ -46,8 +46,7 @@ def test_exact_and_tanh_gelu_differ_by_the_known_amount():
     """jax.nn.gelu defaults to tanh; the exact (erf) one differs by up to ~4.7e-4 (anchors B5)."""
     diff = np.max(np.abs(np_ref("gelu", X) - np_ref("gelu_tanh", X)))
     assert 4e-4 < diff < 5e-4
-    np.testing.assert_allclose(L.gelu_exact(jnp.asarray(X, jnp.float32)), jax.nn.gelu(X, approximate=False),
-                               atol=1e-6)
+    np.testing.assert_allclose(L.gelu_exact(jnp.asarray(X, jnp.float32)), jax.nn.gelu(X, approximate=False), atol=1e-6)
 
 
 def _init_apply(module, x, **kw):
@@ -115,12 +114,27 @@ def test_rope_default_positions_use_host_tables_equal_to_the_traced_angles():
         L.rope_tables(0, 16)
 
 
-ELEMENTWISE = {"add", "multiply", "subtract", "divide", "erf", "exponential", "tanh", "rsqrt", "maximum",
-               "logistic", "sqrt", "negate", "select", "compare", "convert"}
+ELEMENTWISE = {
+    "add",
+    "multiply",
+    "subtract",
+    "divide",
+    "erf",
+    "exponential",
+    "tanh",
+    "rsqrt",
+    "maximum",
+    "logistic",
+    "sqrt",
+    "negate",
+    "select",
+    "compare",
+    "convert",
+}
 
 
 def _entry_ops(hlo_text):
-    entry = hlo_text[hlo_text.index("ENTRY"):]
+    entry = hlo_text[hlo_text.index("ENTRY") :]
     entry = entry[: entry.index("\n}")]
     ops = re.findall(r"=\s*\S+\s+([a-z\-]+)\(", entry)
     kinds = re.findall(r"kind=(k\w+)", entry)
@@ -169,8 +183,9 @@ def test_matmul_saving_transposed_input_has_the_values_and_derivatives_of_dot():
     def loss(fn):
         return lambda x, w, c: jnp.sum(jnp.tanh(fn(x, w)) * c)
 
-    for g_ours, g_ref in zip(jax.grad(loss(f), argnums=(0, 1))(x, w, c),
-                             jax.grad(loss(jnp.dot), argnums=(0, 1))(x, w, c)):
+    for g_ours, g_ref in zip(
+        jax.grad(loss(f), argnums=(0, 1))(x, w, c), jax.grad(loss(jnp.dot), argnums=(0, 1))(x, w, c)
+    ):
         np.testing.assert_allclose(g_ours, g_ref, rtol=1e-5, atol=1e-5)
     hess = lambda fn: jax.hessian(lambda w: loss(fn)(x[:1, :2], w, c[:1, :2]))(w)  # second order, both modes
     np.testing.assert_allclose(hess(f), hess(jnp.dot), rtol=1e-4, atol=1e-5)

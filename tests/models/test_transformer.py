@@ -59,8 +59,10 @@ def test_causal_and_attention_paths_agree_inside_the_model():
     cfg = tiny()
     params = init_params(cfg, jax.random.key(1))
     tokens = _batch()
-    fwd = {impl: jax.jit(lambda p, t, impl=impl: Transformer(tiny(attention=impl)).apply({"params": p}, t))
-           for impl in ("xla", "chunked")}
+    fwd = {
+        impl: jax.jit(lambda p, t, impl=impl: Transformer(tiny(attention=impl)).apply({"params": p}, t))
+        for impl in ("xla", "chunked")
+    }
     logits = fwd["xla"](params, tokens)
     assert logits.shape == (4, 17, 256) and logits.dtype == jnp.float32
     np.testing.assert_allclose(fwd["chunked"](params, tokens), logits, atol=2e-5)
@@ -192,8 +194,9 @@ def test_unrolled_layers_equal_the_layer_scan(remat):
     cfgs = {loop: tiny(layer_loop=loop, n_layers=3, remat=remat) for loop in ("scan", "unrolled")}
     if remat != "none" and on_cpu:  # XLA:CPU would undo the remat in straight-line code: refused, by name
         with pytest.raises(ValueError, match="layer_loop='scan'"):
-            Transformer(cfgs["unrolled"]).apply({"params": init_params(cfgs["scan"], jax.random.key(7))},
-                                                _batch(B=1, T=5))
+            Transformer(cfgs["unrolled"]).apply(
+                {"params": init_params(cfgs["scan"], jax.random.key(7))}, _batch(B=1, T=5)
+            )
         assert tiny(remat=remat).scan_layers  # and "auto" with remat takes the scan
         return
     params = {loop: init_params(cfg, jax.random.key(7)) for loop, cfg in cfgs.items()}
@@ -207,8 +210,9 @@ def test_unrolled_layers_equal_the_layer_scan(remat):
         n_cond = grad.lower(params["scan"]).compile().as_text().count(" conditional(")
         assert n_cond == (0 if loop == "scan" else 2 * (cfg.n_layers + 1)), (loop, n_cond)
     np.testing.assert_allclose(logits["unrolled"], logits["scan"], rtol=1e-5, atol=1e-5)
-    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
-                           grads["unrolled"], grads["scan"])
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads["unrolled"], grads["scan"]
+    )
 
 
 def test_unrolled_layers_vmap_over_an_ensemble_and_apply_dropout_per_layer():
@@ -224,8 +228,9 @@ def test_unrolled_layers_vmap_over_an_ensemble_and_apply_dropout_per_layer():
         np.testing.assert_allclose(both[i], apply(jax.tree.map(lambda a, i=i: a[i], ens)), rtol=1e-5, atol=1e-5)
     drop = tiny(layer_loop="unrolled", n_layers=2, dropout=0.5)
     params = jax.tree.map(lambda a: a[0], ens)
-    run = jax.jit(lambda k: Transformer(drop).apply({"params": params}, tokens, deterministic=False,
-                                                    rngs={"dropout": k}))
+    run = jax.jit(
+        lambda k: Transformer(drop).apply({"params": params}, tokens, deterministic=False, rngs={"dropout": k})
+    )
     a, b, c = run(jax.random.key(0)), run(jax.random.key(0)), run(jax.random.key(1))
     np.testing.assert_array_equal(a, b)
     assert float(jnp.max(jnp.abs(a - c))) > 1e-3

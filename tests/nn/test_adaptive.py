@@ -41,8 +41,12 @@ def _ref_weights(phase, E, a, abar, r, c, explore, theta=5.0):
         return [0.1, 0.0, 0.3, 0.6] if (abar < 1.5 and c > 0.5) else [0.3, 0.0, 0.7, 0.0]
     if a > 0.7:
         return [0.2, 0.0, 0.8, 0.0] if abar > 2 else [0.7, 0.0, 0.3, 0.0]
-    m = {ACTIVE: [0.8, 0.04, 0.15, 0.01], SLEEP: [0.15, 0.8, 0.04, 0.01],
-         INTERACTIVE: [0.15, 0.04, 0.8, 0.01], INSPIRED: [0.1, 0.05, 0.05, 0.8]}[phase]
+    m = {
+        ACTIVE: [0.8, 0.04, 0.15, 0.01],
+        SLEEP: [0.15, 0.8, 0.04, 0.01],
+        INTERACTIVE: [0.15, 0.04, 0.8, 0.01],
+        INSPIRED: [0.1, 0.05, 0.05, 0.8],
+    }[phase]
     m = list(m)
     if abar > 2.5:
         m[SLEEP] *= 1.5
@@ -91,8 +95,15 @@ def test_phase_draw_frequencies_follow_the_policy():
 
 @pytest.mark.parametrize("softmax_of_probabilities,temperature", [(False, 1.0), (False, 0.5), (True, 1.0), (True, 2.0)])
 def test_inverse_cdf_draw_matches_softmax_of_logits(softmax_of_probabilities, temperature):
-    rows = jnp.array([[0.6, 0.1, 0.25, 0.05], [0.7, 0.0, 0.3, 0.0], [0.0, 0.9, 0.1, 0.0], [0.0, 0.0, 0.0, 1.0],
-                      [0.15, 0.8, 0.04, 0.01]])
+    rows = jnp.array(
+        [
+            [0.6, 0.1, 0.25, 0.05],
+            [0.7, 0.0, 0.3, 0.0],
+            [0.0, 0.9, 0.1, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+            [0.15, 0.8, 0.04, 0.01],
+        ]
+    )
     n = 200_000
     u = jax.random.uniform(jax.random.key(7), (rows.shape[0], n))
     masses = adaptive.phase_masses(rows, temperature, softmax_of_probabilities)
@@ -152,8 +163,9 @@ def test_node_update_matches_numpy_float64():
     u = np.asarray(adaptive.project_input(params, jnp.asarray(x), cfg))
     anx = np.asarray(adaptive.anxiety(jnp.asarray(h), jnp.asarray(E), jnp.asarray(a)))
     update = jax.jit(adaptive.node_update, static_argnums=1)
-    hn, En, an = update(params, cfg, jnp.asarray(h), jnp.asarray(E), jnp.asarray(u),
-                                      jnp.asarray(anx), jnp.asarray(phase))
+    hn, En, an = update(
+        params, cfg, jnp.asarray(h), jnp.asarray(E), jnp.asarray(u), jnp.asarray(anx), jnp.asarray(phase)
+    )
     p = {k: np.asarray(v, np.float64) for k, v in params.items()}
     h64, E64, a64, x64 = (np.asarray(v, np.float64) for v in (h, E, a, x))
     u64 = x64 @ p["W_in"] + p["b_in"]
@@ -304,7 +316,8 @@ def test_apply_sequence_scans_over_time():
     params = _init_params(jax.random.key(0), cfg)
     xs = jax.random.normal(jax.random.key(1), (4, 2, cfg.input_dim))
     s, outs = jax.jit(lambda p, s, xs, k: adaptive.apply_sequence(p, s, xs, k, cfg))(
-        params, adaptive.init_state(cfg, 2), xs, jax.random.key(2))
+        params, adaptive.init_state(cfg, 2), xs, jax.random.key(2)
+    )
     chex.assert_shape(outs["logits"], (4, 2, 3))
     assert int(s.t[0]) == 4
 
@@ -321,16 +334,17 @@ def _adaptive_run(policy, *, stochastic, improved, steps=20):
     w = A.init_params(jax.random.key(0), cfg)
     xs = jax.random.normal(jax.random.key(1), (steps, 8, 64), jnp.float32)
     state, out = jax.jit(lambda w, s, xs: A.apply_sequence(w, s, xs, jax.random.key(2), cfg, policy=policy))(
-        w, A.init_state(cfg, 8), xs)
+        w, A.init_state(cfg, 8), xs
+    )
     return state, out
 
 
 # (improved, policy) -> tolerances (measured) for logits (norm-wise relative), h (relative), E (max abs, 0..50).
 ADAPTIVE_TOL = {
-    (False, "f32"): (1e-5, 1e-5, 1e-4),    # measured 7.9e-8, 7.4e-8, 1.8e-6
-    (False, "bf16"): (2e-2, 1e-2, 1.5),    # measured 4.1e-3, 1.0e-3, 0.33
-    (True, "f32"): (1e-4, 1e-4, 1e-3),     # measured 1.5e-6, 5.0e-6, 9.1e-6
-    (True, "bf16"): (6e-2, 8e-2, 4.0),     # measured 1.7e-2, 2.3e-2, 1.3
+    (False, "f32"): (1e-5, 1e-5, 1e-4),  # measured 7.9e-8, 7.4e-8, 1.8e-6
+    (False, "bf16"): (2e-2, 1e-2, 1.5),  # measured 4.1e-3, 1.0e-3, 0.33
+    (True, "f32"): (1e-4, 1e-4, 1e-3),  # measured 1.5e-6, 5.0e-6, 9.1e-6
+    (True, "bf16"): (6e-2, 8e-2, 4.0),  # measured 1.7e-2, 2.3e-2, 1.3
 }
 
 

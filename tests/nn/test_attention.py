@@ -52,8 +52,14 @@ def _inputs(B=2, T=21, N=2, H=8, dtype=np.float32, seed=0):
 
 def _fwd_and_grads(impl, mask, causal, block=8):
     def f(q, k, v, g):
-        o, vjp = jax.vjp(lambda q, k, v: attention(q, k, v, mask=mask, causal=causal, implementation=impl,
-                                                   block_q=block, block_k=block), q, k, v)
+        o, vjp = jax.vjp(
+            lambda q, k, v: attention(
+                q, k, v, mask=mask, causal=causal, implementation=impl, block_q=block, block_k=block
+            ),
+            q,
+            k,
+            v,
+        )
         return o, vjp(g)
 
     return jax.jit(f)

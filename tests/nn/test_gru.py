@@ -19,11 +19,11 @@ def _np_gru(p, h, x, variant):
     gi = x @ p["W_i"] + p["b_i"]
     Wh, bh = p["W_h"], p["b_h"]
     r = sig(gi[..., :H] + h @ Wh[:, :H] + bh[:H])
-    z = sig(gi[..., H:2 * H] + h @ Wh[:, H:2 * H] + bh[H:2 * H])
+    z = sig(gi[..., H : 2 * H] + h @ Wh[:, H : 2 * H] + bh[H : 2 * H])
     if variant == "torch":
-        n = np.tanh(gi[..., 2 * H:] + r * (h @ Wh[:, 2 * H:] + bh[2 * H:]))
+        n = np.tanh(gi[..., 2 * H :] + r * (h @ Wh[:, 2 * H :] + bh[2 * H :]))
     else:
-        n = np.tanh(gi[..., 2 * H:] + (r * h) @ Wh[:, 2 * H:] + bh[2 * H:])
+        n = np.tanh(gi[..., 2 * H :] + (r * h) @ Wh[:, 2 * H :] + bh[2 * H :])
     return (1 - z) * n + z * h
 
 
@@ -46,8 +46,9 @@ def test_matches_numpy_float64(variant):
     h = rng.normal(size=(6, 4)).astype(np.float32)
     got = jax.jit(gru.gru_step, static_argnames="variant")(params, h, x, variant=variant)
     p64 = {k: np.asarray(v, np.float64) for k, v in params.items()}
-    np.testing.assert_allclose(got, _np_gru(p64, h.astype(np.float64), x.astype(np.float64), variant),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        got, _np_gru(p64, h.astype(np.float64), x.astype(np.float64), variant), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_variants_differ_only_with_recurrent_reset():

@@ -15,15 +15,20 @@ from ivhl_jax.numerics import distributed_fft as D
 
 N = 16
 SHAPE = (N, N, N)
-LAYOUTS = [((8,), P("x")), ((4, 2), P("x", "y")), ((2, 4), P("x", "y")), ((8,), P(None, None, "x")),
-           ((4, 2), P(None, "x", "y"))]
+LAYOUTS = [
+    ((8,), P("x")),
+    ((4, 2), P("x", "y")),
+    ((2, 4), P("x", "y")),
+    ((8,), P(None, None, "x")),
+    ((4, 2), P(None, "x", "y")),
+]
 IDS = ["slab8", "pencil4x2", "pencil2x4", "slab8-last", "pencil4x2-yz"]
 
 
 def _mesh(shape):
     if jax.device_count() < 8:
         pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
-    names = ("x", "y")[:len(shape)]
+    names = ("x", "y")[: len(shape)]
     return jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape))
 
 
@@ -80,10 +85,12 @@ def test_gradient_through_the_sharded_multiplier(mesh_shape, spec):
     def loss(a, b, mult):
         return jnp.sum(w * jnp.abs(mult(a, b)) ** 2)
 
-    single = jax.grad(loss, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(m),
-                                            lambda a, b: jnp.fft.ifftn(jnp.fft.fftn(a) * (1 + b)))
+    single = jax.grad(loss, argnums=(0, 1))(
+        jnp.asarray(x), jnp.asarray(m), lambda a, b: jnp.fft.ifftn(jnp.fft.fftn(a) * (1 + b))
+    )
     split = jax.jit(jax.grad(lambda a, b: loss(a, b, lambda p, f: D.spectral_multiply(p, f, layout)), argnums=(0, 1)))(
-        layout.place(x), layout.place_factor(m, SHAPE))
+        layout.place(x), layout.place_factor(m, SHAPE)
+    )
     for s, r in zip(split, single):
         np.testing.assert_allclose(np.asarray(s), np.asarray(r), rtol=0, atol=2e-6 * np.abs(np.asarray(r)).max())
 
@@ -95,7 +102,8 @@ def test_partial_axes_batch_axes_and_vmap():
     m0 = _factor((N, N, 1))  # broadcast along z, like the rotating-frame A factor
     for axes in [(0,), (1, 2), (0, 1)]:
         out = jax.jit(lambda a, b, ax=axes: D.spectral_multiply(a, b, layout, ax))(
-            layout.place(x), layout.place_factor(m0, SHAPE, axes))
+            layout.place(x), layout.place_factor(m0, SHAPE, axes)
+        )
         ref = _reference(x, m0, axes)
         np.testing.assert_allclose(np.asarray(out), ref, atol=1e-6 * np.abs(ref).max())
     xb = np.stack([_field(seed=1), _field(seed=2)])
@@ -181,6 +189,7 @@ def _gp(layout, omega=0.0, n=16):
 
 def _run(stepper, psi, steps=10):
     from ivhl_jax.numerics.rollout import trajectory
+
     return jax.jit(lambda st, p: trajectory(st, p, steps)[0])(stepper, psi)
 
 
@@ -212,6 +221,7 @@ def test_gp_step_sharded_equals_single_device_and_moves_only_shards(mesh, name):
     assert compiled.memory_analysis().temp_size_in_bytes <= 3 * shard
     # the compiled multi-step loop (trajectory's own path) likewise moves only shards
     from ivhl_jax.numerics.rollout import trajectory
+
     loop = jax.jit(lambda st, p: trajectory(st, p, 4)[0]).lower(stepper, psi_s).compile()
     kinds = collectives(loop.as_text())
     assert kinds and set(kinds) == {("all-to-all", shard)}, kinds
@@ -228,6 +238,7 @@ def test_gp_grad_through_a_sharded_trajectory_equals_single_device(mesh):
 
     def loss(g, p, system):  # the real part: its g-derivative (through the phase) is not a small cancellation
         from ivhl_jax.numerics.rollout import trajectory
+
         st = C.strang(system.replace(g=g), 1e-2)
         return jnp.sum(w * trajectory(st, p, 5)[0].real)
 

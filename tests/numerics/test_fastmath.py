@@ -43,9 +43,13 @@ def problem(seed, n, m, d=3, kmax=8.0, thmax=np.pi):
 
 
 def test_sincos_float32_accuracy_with_range_reduction():
-    x = np.concatenate([np.linspace(-1e4, 1e4, 400_001),
-                        np.random.default_rng(0).uniform(-500, 500, 200_000),
-                        np.arange(-200, 201) * (np.pi / 2)]).astype(np.float32)  # quadrant boundaries
+    x = np.concatenate(
+        [
+            np.linspace(-1e4, 1e4, 400_001),
+            np.random.default_rng(0).uniform(-500, 500, 200_000),
+            np.arange(-200, 201) * (np.pi / 2),
+        ]
+    ).astype(np.float32)  # quadrant boundaries
     s, c = jax.jit(fm.sincos)(x)
     assert s.dtype == c.dtype == jnp.float32
     x64 = x.astype(np.float64)
@@ -69,9 +73,13 @@ def test_sincos_other_dtypes_and_derivative():
     # exact derivative: d sin = cos, d cos = −sin (custom JVP), also under vmap and second order
     xf = jnp.asarray(x, jnp.float32)
     x32 = np.asarray(xf, np.float64)
-    ds, dc, d2 = jax.jit(lambda v: (jax.vmap(jax.grad(lambda t: fm.sincos(t)[0]))(v),
-                                    jax.vmap(jax.grad(lambda t: fm.sincos(t)[1]))(v),
-                                    jax.vmap(jax.grad(jax.grad(lambda t: fm.sincos(t)[0])))(v)))(xf)
+    ds, dc, d2 = jax.jit(
+        lambda v: (
+            jax.vmap(jax.grad(lambda t: fm.sincos(t)[0]))(v),
+            jax.vmap(jax.grad(lambda t: fm.sincos(t)[1]))(v),
+            jax.vmap(jax.grad(jax.grad(lambda t: fm.sincos(t)[0])))(v),
+        )
+    )(xf)
     np.testing.assert_allclose(np.asarray(ds), np.cos(x32), atol=2e-7)
     np.testing.assert_allclose(np.asarray(dc), -np.sin(x32), atol=2e-7)
     np.testing.assert_allclose(np.asarray(d2), -np.sin(x32), atol=2e-7)
@@ -97,8 +105,9 @@ def _check_f32(x):
     x = np.asarray(x, np.float32)
     s, c = jax.jit(fm.sincos)(x)
     x64 = x.astype(np.float64)
-    err = max(np.abs(np.asarray(s, np.float64) - np.sin(x64)).max(),
-              np.abs(np.asarray(c, np.float64) - np.cos(x64)).max())
+    err = max(
+        np.abs(np.asarray(s, np.float64) - np.sin(x64)).max(), np.abs(np.asarray(c, np.float64) - np.cos(x64)).max()
+    )
     assert err <= TOL_F32, err
     assert np.all(np.abs(np.asarray(s)) <= 1) and np.all(np.abs(np.asarray(c)) <= 1)
 
@@ -106,9 +115,25 @@ def _check_f32(x):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_sincos_float32_every_finite_argument_matches_numpy(seed):
     f32 = np.finfo(np.float32)
-    edges = np.array([f32.max, -f32.max, f32.tiny, f32.smallest_subnormal, 2.0**14,
-                      np.nextafter(np.float32(2.0**14), 1e9), 2.0**24, 1e8, 1e9, 1e10, 1e20, 3e38, -1e9, 0.0],
-                     np.float32)
+    edges = np.array(
+        [
+            f32.max,
+            -f32.max,
+            f32.tiny,
+            f32.smallest_subnormal,
+            2.0**14,
+            np.nextafter(np.float32(2.0**14), 1e9),
+            2.0**24,
+            1e8,
+            1e9,
+            1e10,
+            1e20,
+            3e38,
+            -1e9,
+            0.0,
+        ],
+        np.float32,
+    )
     near_pi = (np.random.default_rng(seed).integers(1, 2**60, 20_000).astype(np.float64) * np.pi).astype(np.float32)
     _check_f32(np.concatenate([_finite_bits(np.float32, 300_000, seed), edges, near_pi]))
 
@@ -174,8 +199,10 @@ def test_point_source_sum_bounded_at_any_phase():
 # -------------------------------------------------------------------------------- point_source_sum
 
 
-@pytest.mark.parametrize("n,m,d,chunk,unroll", [(777, 53, 3, 2048, 4), (777, 53, 3, 100, 4),
-                                                 (500, 7, 2, 64, 1), (300, 1, 3, 128, 4), (10, 0, 3, 4, 4)])
+@pytest.mark.parametrize(
+    "n,m,d,chunk,unroll",
+    [(777, 53, 3, 2048, 4), (777, 53, 3, 100, 4), (500, 7, 2, 64, 1), (300, 1, 3, 128, 4), (10, 0, 3, 4, 4)],
+)
 def test_point_source_sum_matches_float64(n, m, d, chunk, unroll):
     p, s, a, k, th = problem(n + m, n, m, d)
     re, im = jax.jit(lambda *x: fm.point_source_sum(*x, 0.05, chunk=chunk, unroll=unroll))(p, s, a, k, th)
@@ -223,17 +250,21 @@ def test_reduce_kernel_compiles_to_one_fusion_without_an_n_by_m_temporary():
     temporary buffer beyond the outputs (the bound and the per-source reduction are O(N + M))."""
     n, m = 1 << 16, 256
     pts, src, vec = (jax.ShapeDtypeStruct(sh, jnp.float32) for sh in ((n, 3), (m, 3), (m,)))
-    c = jax.jit(lambda p, s, a, k, th: fm.point_source_sum(p, s, a, k, th, 0.1, chunk=n, method="reduce")).lower(
-        pts, src, vec, vec, vec).compile()
+    c = (
+        jax.jit(lambda p, s, a, k, th: fm.point_source_sum(p, s, a, k, th, 0.1, chunk=n, method="reduce"))
+        .lower(pts, src, vec, vec, vec)
+        .compile()
+    )
     assert c.memory_analysis().temp_size_in_bytes < n * m * 4 / 64
     hlo = c.as_text()
     assert "while" not in hlo
     comps = re.split(r"\n(?=\S.*\{\n)", hlo)
     # the two branches of the conditional: computations taking the operand tuple and returning (re, im)
-    pair_kernels = [c for c in comps if "arg_tuple" in c.splitlines()[0]
-                    and f"f32[{n}]" in c.splitlines()[0].split("->")[-1]]
+    pair_kernels = [
+        c for c in comps if "arg_tuple" in c.splitlines()[0] and f"f32[{n}]" in c.splitlines()[0].split("->")[-1]
+    ]
     assert len(pair_kernels) == 2 and all(c.count(" fusion(") == 1 for c in pair_kernels), hlo
-    assert "conditional" in hlo[hlo.index("ENTRY"):]
+    assert "conditional" in hlo[hlo.index("ENTRY") :]
 
 
 def test_serial_kernel_point_on_source_and_vmap(monkeypatch):
@@ -265,8 +296,13 @@ def test_large_phases_as_accurate_as_plain_formulation():
 
 @pytest.mark.slow
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 300), m=st.integers(1, 40), chunk=st.integers(1, 400),
-       unroll=st.integers(1, 6))
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 300),
+    m=st.integers(1, 40),
+    chunk=st.integers(1, 400),
+    unroll=st.integers(1, 6),
+)
 def test_point_source_sum_property(seed, n, m, chunk, unroll):
     p, s, a, k, th = problem(seed, n, m)
     re, im = fm.point_source_sum(*map(jnp.asarray, (p, s, a, k, th)), 0.1, chunk=chunk, unroll=unroll)
@@ -278,6 +314,7 @@ def _loss(fn, p):
     def loss(s, a, th, pts):
         re, im = fn(pts, s, a, jnp.asarray(p[3]), th, 0.1)
         return jnp.sum(re * re + im * im) + jnp.sum(jnp.sin(3.0 * re) * im)
+
     return loss
 
 
@@ -290,8 +327,7 @@ def _assert_gradients_match_plain(kernel, problem_args):
     gf = jax.jit(jax.grad(fast, argnums=(0, 1, 2, 3)))(*args)
     gp = jax.jit(jax.grad(plain, argnums=(0, 1, 2, 3)))(*args)
     for x, y, name in zip(gf, gp, ("sources", "amplitudes", "theta", "points"), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4 * np.abs(y).max(),
-                                   err_msg=name)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-4 * np.abs(y).max(), err_msg=name)
 
 
 def test_gradients_match_plain_formulation():
@@ -329,7 +365,7 @@ def test_point_on_source_value_and_gradient_finite():
 
     def f(pts, src):
         re, im = fm.point_source_sum(pts, src, a, k, th, 0.1, chunk=2)
-        return jnp.sum(re ** 2 + im)
+        return jnp.sum(re**2 + im)
 
     gp, gs = jax.jit(jax.grad(f, argnums=(0, 1)))(p, s)
     assert np.all(np.isfinite(np.asarray(gp))) and np.all(np.isfinite(np.asarray(gs)))
@@ -338,16 +374,26 @@ def test_point_on_source_value_and_gradient_finite():
 def test_vmap_and_low_precision_inputs():
     p, s, a, k, th = problem(3, 129, 9)
     ths = jnp.stack([jnp.asarray(th), jnp.asarray(th) + 1.0, jnp.asarray(th) - 2.0])
-    re, im = jax.jit(jax.vmap(lambda t: fm.point_source_sum(jnp.asarray(p), jnp.asarray(s), jnp.asarray(a),
-                                                            jnp.asarray(k), t, 0.1, chunk=50)))(ths)
+    re, im = jax.jit(
+        jax.vmap(
+            lambda t: fm.point_source_sum(
+                jnp.asarray(p), jnp.asarray(s), jnp.asarray(a), jnp.asarray(k), t, 0.1, chunk=50
+            )
+        )
+    )(ths)
     assert re.shape == (3, 129)
     for i in range(3):
         ref, scale = numpy_sum64(p, s, a, k, np.asarray(ths[i]), 0.1)
         assert np.max(np.abs(np.asarray(re[i]) + 1j * np.asarray(im[i]) - ref) / scale) <= 1e-5
     # vmap over point sets too
     pp = jnp.stack([jnp.asarray(p), jnp.asarray(p) * 0.5])
-    re2, _ = jax.jit(jax.vmap(lambda q: fm.point_source_sum(q, jnp.asarray(s), jnp.asarray(a), jnp.asarray(k),
-                                                    jnp.asarray(th), 0.1, chunk=64)))(pp)
+    re2, _ = jax.jit(
+        jax.vmap(
+            lambda q: fm.point_source_sum(
+                q, jnp.asarray(s), jnp.asarray(a), jnp.asarray(k), jnp.asarray(th), 0.1, chunk=64
+            )
+        )
+    )(pp)
     np.testing.assert_allclose(np.asarray(re2[0]), np.asarray(re[0]), rtol=1e-6, atol=1e-6)
     rb, _ = jax.jit(fm.point_source_sum)(jnp.asarray(p, jnp.bfloat16), jnp.asarray(s, jnp.bfloat16), a, k, th, 0.1)
     assert rb.dtype == jnp.bfloat16

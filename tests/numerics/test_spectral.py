@@ -38,8 +38,9 @@ def test_host_fft_backend_vmap_dt_grad_and_errors():
         return C.evolve(psi, C.GPSystem(grid, C.harmonic(grid), g, fft=fft), 1e-3, 10, 10)[0]
 
     gs = jnp.array([10.0, 50.0, 100.0])
-    np.testing.assert_allclose(np.asarray(jax.vmap(lambda g: run(g, "ducc"))(gs)),
-                               np.asarray(jax.vmap(lambda g: run(g, "xla"))(gs)), atol=2e-6)
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(lambda g: run(g, "ducc"))(gs)), np.asarray(jax.vmap(lambda g: run(g, "xla"))(gs)), atol=2e-6
+    )
     x = jnp.asarray(grid.coords[0], jnp.float32)[:, None]
 
     def ldt(dt, fft):  # the kinetic factor's cotangent (d/d dt) through the custom VJP
@@ -69,8 +70,9 @@ def test_host_fft_keyed_factor_vmap_over_dt_grad_eviction(monkeypatch):
     plans = jax.tree.map(lambda *a: jnp.stack(a), *(st.params.plan for st in steppers))
 
     def run(plan):
-        return rollout.trajectory(steppers[0].replace(params=steppers[0].params.replace(plan=plan)), psi, 10,
-                                  save_every=10)[0]
+        return rollout.trajectory(
+            steppers[0].replace(params=steppers[0].params.replace(plan=plan)), psi, 10, save_every=10
+        )[0]
 
     batched = jax.vmap(run)(plans)
     for i, dt in enumerate(dts):
@@ -84,8 +86,9 @@ def test_host_fft_keyed_factor_vmap_over_dt_grad_eviction(monkeypatch):
         return jnp.sum(jnp.real(q) * x)
 
     v = steppers[0].params.plan.kin.value
-    np.testing.assert_allclose(np.asarray(jax.grad(loss)(v, True)), np.asarray(jax.grad(loss)(v, False)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(jax.grad(loss)(v, True)), np.asarray(jax.grad(loss)(v, False)), rtol=1e-5, atol=1e-6
+    )
     # a host cache too small for two factors: every lookup recomputes, same numbers
     monkeypatch.setattr(spectral, "HOST_CACHE_BYTES", 1)
     again = jax.vmap(run)(plans)

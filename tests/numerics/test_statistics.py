@@ -30,7 +30,7 @@ def exact_tau(rho: float) -> float:
 
 def exact_mean_var(rho: float, n: int) -> float:
     t = np.arange(1, n)
-    return (1 + 2 * np.sum((1 - t / n) * rho ** t)) / n
+    return (1 + 2 * np.sum((1 - t / n) * rho**t)) / n
 
 
 def test_autocorrelation_matches_direct_sum_and_ar1():
@@ -159,8 +159,9 @@ def test_chi2_effective_sample_size_rescales():
     assert corr.p_value >= plain.p_value
 
 
-@pytest.mark.parametrize("fn", [st.autocorrelation, st.integrated_autocorrelation_time, st.binning_error,
-                                st.mean_with_error])
+@pytest.mark.parametrize(
+    "fn", [st.autocorrelation, st.integrated_autocorrelation_time, st.binning_error, st.mean_with_error]
+)
 def test_bad_series_named(fn):
     with pytest.raises(ValueError, match="x must be a 1-D"):
         fn(np.zeros((10, 2)))

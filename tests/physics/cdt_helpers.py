@@ -49,8 +49,11 @@ def check_invariants(state: CDTState) -> dict[str, jax.Array]:
     tl, tr = jnp.clip(s.tl, 0, c2 - 1), jnp.clip(s.tr, 0, c2 - 1)
     ttime = s.ttime
     up = s.ttype == UP
-    ok["neighbours"] = (live_all(at[tl] & at[tr]) & live_all((s.tr[tl] == ids2) & (s.tl[tr] == ids2))
-                        & live_all((ttime[tl] == ttime) & (ttime[tr] == ttime)))
+    ok["neighbours"] = (
+        live_all(at[tl] & at[tr])
+        & live_all((s.tr[tl] == ids2) & (s.tl[tr] == ids2))
+        & live_all((ttime[tl] == ttime) & (ttime[tr] == ttime))
+    )
     vl, vr, vc = (jnp.clip(s.tv[:, k], 0, c0 - 1) for k in range(3))
     bot_l, top_l = jnp.where(up, vl, vc), jnp.where(up, vc, vl)
     bot_r, top_r = jnp.where(up, vr, vc), jnp.where(up, vc, vr)
@@ -77,10 +80,13 @@ def check_invariants(state: CDTState) -> dict[str, jax.Array]:
     counts = jnp.zeros(T, jnp.int32).at[jnp.where(av, vt, T)].add(1, mode="drop")
     strip_len = s.lengths + jnp.roll(s.lengths, -1)
     tt = jnp.clip(ttime, 0, T - 1)
-    ok["slices"] = (jnp.all(jnp.where(av, s.vtime[right] == s.vtime, True))
-                    & jnp.all(jnp.where(av, cycles(right, ids0, c0) == s.lengths[vt], True))
-                    & live_all(cycles(nxt, ids2, c2) == strip_len[tt])
-                    & jnp.all(counts == s.lengths) & jnp.all(s.lengths >= 3))
+    ok["slices"] = (
+        jnp.all(jnp.where(av, s.vtime[right] == s.vtime, True))
+        & jnp.all(jnp.where(av, cycles(right, ids0, c0) == s.lengths[vt], True))
+        & live_all(cycles(nxt, ids2, c2) == strip_len[tt])
+        & jnp.all(counts == s.lengths)
+        & jnp.all(s.lengths >= 3)
+    )
     ok["euler"] = n0 == s.lengths.sum()
     return ok
 
@@ -116,8 +122,13 @@ def host_invariant_failures(state: CDTState) -> list[str]:
     t_live = ids2[lt]
     up = (ids2 & 1) == UP
     ttime = np.where(up, np.repeat(vtime, 2), (np.repeat(vtime, 2) - 1) % T)
-    if not (lt[tl[t_live]].all() and lt[tr[t_live]].all() and (tr[tl[t_live]] == t_live).all()
-            and (tl[tr[t_live]] == t_live).all() and (ttime[tl[t_live]] == ttime[t_live]).all()):
+    if not (
+        lt[tl[t_live]].all()
+        and lt[tr[t_live]].all()
+        and (tr[tl[t_live]] == t_live).all()
+        and (tl[tr[t_live]] == t_live).all()
+        and (ttime[tl[t_live]] == ttime[t_live]).all()
+    ):
         bad.append("neighbours")
     vl, vr, vc = t_live // 2, vright[t_live // 2], apex[t_live]
     u = up[t_live]
@@ -127,9 +138,16 @@ def host_invariant_failures(state: CDTState) -> list[str]:
     nb_l, nb_c = nb // 2, apex[nb]
     base_t = np.where(u, ttime[t_live], (ttime[t_live] + 1) % T)
     apex_t = np.where(u, (ttime[t_live] + 1) % T, ttime[t_live])
-    if not ((bot_r == np.where(nb_u, nb_l, nb_c)).all() and (top_r == np.where(nb_u, nb_c, nb_l)).all()
-            and live[vl].all() and live[vr].all() and live[vc].all()
-            and (vtime[vl] == base_t).all() and (vtime[vr] == base_t).all() and (vtime[vc] == apex_t).all()):
+    if not (
+        (bot_r == np.where(nb_u, nb_l, nb_c)).all()
+        and (top_r == np.where(nb_u, nb_c, nb_l)).all()
+        and live[vl].all()
+        and live[vr].all()
+        and live[vc].all()
+        and (vtime[vl] == base_t).all()
+        and (vtime[vr] == base_t).all()
+        and (vtime[vc] == apex_t).all()
+    ):
         bad.append("gluing")
     ok_slices = bool((lengths >= 3).all()) and np.array_equal(np.bincount(vtime[live], minlength=T), lengths)
     seen = np.zeros(c0, bool)

@@ -120,8 +120,17 @@ def test_invariants_detect_corruption():
 
 def _live_triangle_table(s):
     alive = np.nonzero(np.asarray(live_triangles(s)))[0]
-    return {int(t): (int(s.ttype[t]), int(s.ttime[t]), int(s.tl[t]), int(s.tr[t]), int(s.tc[t]),
-                     tuple(int(x) for x in s.tv[t])) for t in alive}
+    return {
+        int(t): (
+            int(s.ttype[t]),
+            int(s.ttime[t]),
+            int(s.tl[t]),
+            int(s.tr[t]),
+            int(s.tc[t]),
+            tuple(int(x) for x in s.tv[t]),
+        )
+        for t in alive
+    }
 
 
 def test_insert_then_delete_is_identity_and_ratios_balance():
@@ -143,8 +152,11 @@ def test_insert_then_delete_is_identity_and_ratios_balance():
         la = moves.log_acceptance("add", n0, 2 * n0, params)
         ld = moves.log_acceptance("delete", n0 + 1, 2 * n0 + 2, params)
         np.testing.assert_allclose(float(la + ld), 0.0, atol=1e-5)
-        np.testing.assert_allclose(float(la), -2 * 0.9 - 0.01 * ((2 * n0 + 2 - 30) ** 2 - (2 * n0 - 30) ** 2)
-                                   + math.log(n0 / (n0 + 1)), rtol=1e-5)
+        np.testing.assert_allclose(
+            float(la),
+            -2 * 0.9 - 0.01 * ((2 * n0 + 2 - 30) ** 2 - (2 * n0 - 30) ** 2) + math.log(n0 / (n0 + 1)),
+            rtol=1e-5,
+        )
     # a vertex of coordination > 4 is not removable
     v_big = int(np.argmax(np.where(np.asarray(s1.vpos) < 13, q, 0)))
     assert q[v_big] > 4 and not bool(moves.is_removable(s1, v_big))
@@ -163,8 +175,10 @@ def test_flip_is_an_involution():
 
 # The host engine's statistics (list proposals; the first compile of the numba parallel kernel is slow) run in the
 # slow suite; its uniform moves are tied bit for bit to the JAX engine in the default one.
-ENGINES = ["jax", pytest.param("host", marks=[pytest.mark.skipif(not cdt_host.available(), reason="needs numba"),
-                                              pytest.mark.slow])]
+ENGINES = [
+    "jax",
+    pytest.param("host", marks=[pytest.mark.skipif(not cdt_host.available(), reason="needs numba"), pytest.mark.slow]),
+]
 
 
 @pytest.fixture(scope="module", params=ENGINES)
@@ -233,7 +247,8 @@ def test_chi2_against_exact_enumeration(small_runs):
 def _composition_part_law(parts, total):
     """P(one part = k), k = 0..total, of a uniform weak composition of ``total`` into ``parts`` parts."""
     return np.array([math.comb(total - k + parts - 2, parts - 2) for k in range(total + 1)], float) / math.comb(
-        total + parts - 1, parts - 1)
+        total + parts - 1, parts - 1
+    )
 
 
 def test_gap_law_matches_bruteforce_strips():
@@ -291,8 +306,10 @@ def test_coordination_distribution_and_joint_law_with_volume(small_runs):
     assert tail < 1e-12
     # marginal law of the coordination: E[H(q)] for q = 4..9 and the bin q >= 10
     qs = list(range(4, 10))
-    marg = np.array([sum(v for (n, qq), v in exact.items() if qq == q) for q in qs]
-                    + [sum(v for (n, qq), v in exact.items() if qq >= 10)])
+    marg = np.array(
+        [sum(v for (n, qq), v in exact.items() if qq == q) for q in qs]
+        + [sum(v for (n, qq), v in exact.items() if qq >= 10)]
+    )
     per_chain = np.concatenate([hist[..., 4:10], hist[..., 10:].sum(-1, keepdims=True)], -1).mean(1)
     p = _hotelling_pvalue(per_chain, marg)
     assert p > 1e-3, f"coordination law differs from the exact one: p={p:.2e}"
@@ -398,8 +415,9 @@ def test_volume_fixed_sweeps_end_at_the_target(engine):
     with pytest.raises(ValueError, match="even target"):
         cdt.make_params(cdt.LN2, eps=0.05, target=41)
     with pytest.raises(ValueError, match=r"too few for the target N2 = 400.*capacity >= 402"):
-        cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=400, engine=engine)).init(jax.random.key(0), 3, 4,
-                                                                                              capacity=CAP)
+        cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=400, engine=engine)).init(
+            jax.random.key(0), 3, 4, capacity=CAP
+        )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -429,8 +447,10 @@ def test_a_sweep_is_a_fixed_number_of_attempts_by_default(engine):
     # volume fixing: the target N2; an explicit count wins over both
     fixed = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=40, engine=engine))
     assert fixed.init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep == 40
-    assert cdt.metropolis(cdt.make_params(1.0, attempts_per_sweep=7)).init(
-        jax.random.key(0), 3, 4, CAP).attempts_per_sweep == 7
+    assert (
+        cdt.metropolis(cdt.make_params(1.0, attempts_per_sweep=7)).init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep
+        == 7
+    )
 
 
 def test_a_batch_of_lambdas_runs_under_vmap():
@@ -447,14 +467,15 @@ def test_a_batch_of_lambdas_runs_under_vmap():
         return trajectory(stepper, chain, 4, save_every=2, observe=cdt.observe)
 
     final, obs = jax.jit(jax.vmap(run))(st, chains)
-    traced = jax.jit(jax.vmap(lambda lam, c: run(cdt.metropolis(cdt.make_params(lam)), c)))(jnp.asarray(lams),
-                                                                                          chains)
+    traced = jax.jit(jax.vmap(lambda lam, c: run(cdt.metropolis(cdt.make_params(lam)), c)))(jnp.asarray(lams), chains)
     for i, lam in enumerate(lams):
         one = jax.tree_util.tree_map(lambda x, i=i: x[i], chains)
         f1, o1 = run(cdt.metropolis(cdt.make_params(lam)), one)
         for batch in ((final, obs), traced):
-            for a, b in zip(jax.tree_util.tree_leaves((f1, o1)),
-                            jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda x, i=i: x[i], batch))):
+            for a, b in zip(
+                jax.tree_util.tree_leaves((f1, o1)),
+                jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda x, i=i: x[i], batch)),
+            ):
                 if jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
                     a, b = jax.random.key_data(a), jax.random.key_data(b)
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -481,7 +502,8 @@ def test_default_capacity_holds_the_grand_canonical_volume():
     assert cdt.default_capacity(cdt.make_params(cdt.LN2 + 1e-6), 64, 3) == cdt.max_capacity("jax")
     with pytest.raises(ValueError, match="pass capacity"):
         jax.vmap(lambda lam: cdt.metropolis(cdt.make_params(lam)).init(jax.random.key(0), 3, 3).key)(
-            jnp.array([0.8, 0.9]))
+            jnp.array([0.8, 0.9])
+        )
 
 
 # --- slow validation: long chi-squared runs, volume fixing, criticality, Hausdorff dimension -----------------
@@ -532,7 +554,7 @@ def test_criticality_mean_length_vs_transfer_matrix():
         params = cdt.make_params(cdt.LN2 + d, attempts_per_sweep=400)
         final, obs = fn(jax.random.PRNGKey(i), states, params)
         assert not bool(np.any(np.asarray(final.overflow)))
-        per_chain = np.asarray(obs["lengths"])[:, sweeps // 4:].mean((1, 2))
+        per_chain = np.asarray(obs["lengths"])[:, sweeps // 4 :].mean((1, 2))
         means.append(per_chain.mean())
         errs.append(per_chain.std(ddof=1) / math.sqrt(chains))
     means, errs = np.array(means), np.array(errs)
@@ -554,8 +576,9 @@ def test_hausdorff_dimension_near_two_on_vertex_and_dual_graphs():
     vols, dists = [], {"vertex": [], "dual": []}
     for T in sizes:
         n2 = 4 * T * T
-        params = cdt.make_params(cdt.LN2, eps=0.02, target=n2, attempts_per_sweep=n2 * (20 if engine == "host" else 1),
-                                 engine=engine)
+        params = cdt.make_params(
+            cdt.LN2, eps=0.02, target=n2, attempts_per_sweep=n2 * (20 if engine == "host" else 1), engine=engine
+        )
         states = replicate(initial_state(T, 2 * T, capacity=2 * n2), 8)
         final, _ = jax.jit(lambda k, s, p: run_chains(k, s, p, 60, 60))(jax.random.PRNGKey(T), states, params)
         assert_invariants(final)
@@ -564,7 +587,8 @@ def test_hausdorff_dimension_near_two_on_vertex_and_dual_graphs():
         vols.append(float(np.asarray(final.n2).mean()))
         for graph, r_max, nodes in (("vertex", 4 * T, n2 / 2), ("dual", 8 * T, n2)):
             sph = jax.jit(jax.vmap(lambda k, s, r=r_max, g=graph: cdt.sphere_volumes(k, s, r, 16, graph=g)))(
-                jax.random.split(jax.random.PRNGKey(0), 8), final)
+                jax.random.split(jax.random.PRNGKey(0), 8), final
+            )
             sph = np.asarray(sph).mean(0)
             assert abs(sph.sum() - nodes) < 0.05 * nodes, f"{graph}: r_max too small for the diameter"
             dists[graph].append(float(cdt.mean_distance(sph)))

@@ -58,8 +58,7 @@ def test_host_invariant_check_sees_corruption():
 def test_host_engine_beyond_two_to_the_16_vertex_slots(proposal):
     T, L, cap = 8, 8400, 80_000  # N0 = 67200 > 2^16 live vertices, 80000 slots
     n2 = 2 * T * L
-    params = cdt.make_params(cdt.LN2, eps=1e-4, target=n2, attempts_per_sweep=200_000, engine="host",
-                             proposal=proposal)
+    params = cdt.make_params(cdt.LN2, eps=1e-4, target=n2, attempts_per_sweep=200_000, engine="host", proposal=proposal)
     st = cdt.metropolis(params)
     chain = st.init(jax.random.key(1), T, L, cap)
     chain, obs = trajectory(st, chain, 3, observe=cdt.observe)

@@ -26,9 +26,11 @@ CAP = base.CAP
 
 def test_threefry_matches_known_answers_and_jax_random():
     # Random123's known-answer vectors for Threefry-2x32-20 (key, counter -> output)
-    kat = [((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
-           ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
-           ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0))]
+    kat = [
+        ((0, 0), (0, 0), (0x6B200159, 0x99BA4EFE)),
+        ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+        ((0x13198A2E, 0x03707344), (0x243F6A88, 0x85A308D3), (0xC4923A9C, 0x483DF7A0)),
+    ]
     for (k0, k1), (x0, x1), want in kat:
         got = pallas_engine.threefry2x32(k0, k1, x0, x1)
         assert (int(got[0]), int(got[1])) == want
@@ -47,7 +49,8 @@ def test_pallas_engine_is_bit_identical_to_jax_engine():
         words = jax.random.bits(jax.random.key(1), (5, 1500, 2), jnp.uint32)
         bufs = jnp.stack([s.buf] * 5)
         out = jax.jit(functools.partial(pallas_engine.attempts, params=params, lay=lay, c0=CAP, block_chains=4))(
-            bufs, words)
+            bufs, words
+        )
         ref = jax.jit(jax.vmap(functools.partial(moves._attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
         np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))
         final = replicate(s, 5).replace(buf=out)
@@ -83,9 +86,9 @@ def test_chains_of_different_volume_make_the_same_fixed_number_of_attempts():
     for c in (0, 1):
         i = jnp.arange(count, dtype=jnp.uint32)
         w0, w1 = pallas_engine.threefry2x32(seeds[c, 0], seeds[c, 1], i, jnp.uint32(0))
-        one = pallas_engine.attempts(bufs[c:c + 1], jnp.stack([w0, w1], -1)[None], params, lay, CAP)
+        one = pallas_engine.attempts(bufs[c : c + 1], jnp.stack([w0, w1], -1)[None], params, lay, CAP)
         np.testing.assert_array_equal(swept[c], np.asarray(one)[0])
-        assert int(np.asarray(one)[0, lay["attempts"][0]:lay["attempts"][0] + 3].sum()) == count
+        assert int(np.asarray(one)[0, lay["attempts"][0] : lay["attempts"][0] + 3].sum()) == count
     with pytest.raises(ValueError, match="fixed number of attempts"):
         pallas_engine.sweep(bufs, seeds, params, 0, lay, CAP)
 
@@ -118,8 +121,9 @@ def test_bad_input():
         cdt.make_params(1.0, engine="pallas", proposal="lists")
     lay = buffer_layout(CAP, 3)
     with pytest.raises(ValueError, match="words"):
-        pallas_engine.attempts(jnp.zeros((2, lay["size"][0]), jnp.int32), jnp.zeros((3, 5, 2), jnp.uint32),
-                               cdt.make_params(1.0), lay, CAP)
+        pallas_engine.attempts(
+            jnp.zeros((2, lay["size"][0]), jnp.int32), jnp.zeros((3, 5, 2), jnp.uint32), cdt.make_params(1.0), lay, CAP
+        )
 
 
 # --- the statistical validation of test_cdt.py on this engine --------------------------------------------------

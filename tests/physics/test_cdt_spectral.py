@@ -180,8 +180,9 @@ def test_jit_and_vmap_over_configurations():
     fn = jax.jit(jax.vmap(lambda k, st: spectral.return_probability(k, st, 12, 2, graph="dual")))
     p = np.asarray(fn(keys, s))
     assert p.shape == (3, 2, 13)
-    one = np.asarray(spectral.return_probability(keys[1], jax.tree_util.tree_map(lambda x: x[1], s), 12, 2,
-                                                     graph="dual"))
+    one = np.asarray(
+        spectral.return_probability(keys[1], jax.tree_util.tree_map(lambda x: x[1], s), 12, 2, graph="dual")
+    )
     np.testing.assert_allclose(p[1], one, rtol=1e-6)
     # regular triangulation: all origins equivalent, and the dual is the honeycomb lattice
     np.testing.assert_allclose(p[:, 0], p[:, 1], rtol=1e-5)

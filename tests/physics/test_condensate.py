@@ -46,8 +46,10 @@ def test_grid_coordinates_wavenumbers_volume():
     hash(grid)
 
 
-@pytest.mark.parametrize("shape, length, match", [((4, 4, 4, 4), 1.0, "1, 2 or 3"), ((1,), 1.0, ">= 2"),
-                                                  ((8, 8), (1.0,), "2 entries"), ((8,), -1.0, "> 0")])
+@pytest.mark.parametrize(
+    "shape, length, match",
+    [((4, 4, 4, 4), 1.0, "1, 2 or 3"), ((1,), 1.0, ">= 2"), ((8, 8), (1.0,), "2 entries"), ((8,), -1.0, "> 0")],
+)
 def test_grid_rejects_bad_input(shape, length, match):
     with pytest.raises(ValueError, match=match):
         C.Grid.uniform(shape, length)
@@ -84,7 +86,7 @@ def test_harmonic_ground_state_energy_small():
     # Strang fixed point: E = 1/2 + O(dt²); dt = 0.01 gives < 1e-5 (fp32 round-off ~1e-6).
     assert abs(float(info["energy"]) - 0.5) < 1e-5
     assert abs(float(C.norm(psi, sys1.grid)) - 1.0) < 1e-5
-    psi_exact = np.pi ** -0.25 * np.exp(-sys1.grid.coords[0] ** 2 / 2)
+    psi_exact = np.pi**-0.25 * np.exp(-(sys1.grid.coords[0] ** 2) / 2)
     assert np.max(np.abs(np.abs(np.asarray(psi)) - psi_exact)) < 1e-3
 
 
@@ -127,7 +129,7 @@ def test_local_phase_far_outside_the_cloud_stays_unitary():
     # reduction of the sine; the factor must stay a unit phase (it was a factor ~1e5 there, and ψ blew up).
     grid = C.Grid.uniform(128, 16.0)
     x = grid.coords[0]
-    v = np.where(np.abs(x) > 6.0, 1e9, 0.5 * x ** 2).astype(np.float32)
+    v = np.where(np.abs(x) > 6.0, 1e9, 0.5 * x**2).astype(np.float32)
     sys_ = C.GPSystem(grid, jnp.asarray(v), 5.0)
     psi0 = C.gaussian(grid)
     for mode, every in ((None, 1), (None, 50), (False, 50)):  # the single-step and the fused multi-step paths
@@ -207,8 +209,14 @@ def test_remat_bounds_memory_of_grad():
 
     def temp_bytes(remat):
         def loss(s):
-            psi, _ = trajectory(C.strang(sys1.replace(potential=sys1.potential * s), 1e-3), psi0, 400,
-                                save_every=20, remat=remat, observe=_no_observation)
+            psi, _ = trajectory(
+                C.strang(sys1.replace(potential=sys1.potential * s), 1e-3),
+                psi0,
+                400,
+                save_every=20,
+                remat=remat,
+                observe=_no_observation,
+            )
             return jnp.sum(C.density(psi) * sys1.potential)
 
         mem = jax.jit(jax.grad(loss)).lower(1.0).compile().memory_analysis()
@@ -315,7 +323,7 @@ def test_imaginary_time_strang_error_is_order_dt2():
     # O(dt²); the energy, being variational (quadratic in the state error), is O(dt⁴).
     with jax.enable_x64(True):
         sys_ = _system(64, 12.0, g=0.0)
-        exact = np.pi ** -0.25 * np.exp(-sys_.grid.coords[0] ** 2 / 2)
+        exact = np.pi**-0.25 * np.exp(-(sys_.grid.coords[0] ** 2) / 2)
         dts = np.array([0.2, 0.1, 0.05, 0.025])
         e_err, psi_err = [], []
         for dt in dts:
@@ -333,8 +341,9 @@ def test_imaginary_time_strang_error_is_order_dt2():
 def test_thomas_fermi_limit_and_virial(d, shape, length):
     with jax.enable_x64(True):
         grid = C.Grid.uniform(shape, length)
-        solve = jax.jit(lambda s, p, dt, tol: C.ground_state(s, 1.0, dt=dt, tol=tol, max_steps=40000, psi0=p),
-                        static_argnums=(2, 3))
+        solve = jax.jit(
+            lambda s, p, dt, tol: C.ground_state(s, 1.0, dt=dt, tol=tol, max_steps=40000, psi0=p), static_argnums=(2, 3)
+        )
         rel = []
         for gn in (10.0, 100.0, 1000.0):
             sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), gn)
@@ -385,7 +394,7 @@ def test_dark_soliton_pair_keeps_shape_and_speed():
         left = x < 0
         x_min = x[left][np.argmin(rho[left])]
         assert abs(x_min - (-sep / 2 + v * t_end)) < 2 * grid.dx[0]
-        assert abs(rho[left].min() - v ** 2) < 5e-3  # depth n0 v²/c² (grid-sampled minimum)
+        assert abs(rho[left].min() - v**2) < 5e-3  # depth n0 v²/c² (grid-sampled minimum)
 
 
 @pytest.mark.slow
@@ -658,8 +667,11 @@ def _loop_body_passes(hlo: str, shape: tuple[int, ...]) -> tuple[int, int]:
     import re
 
     dims = ",".join(map(str, shape))
-    bodies = [c for c in re.split(r"\n(?=\S.*\{\n)", hlo)
-              if re.match(r"^%\S+ \(\S+: \(s32\[\]", c) and re.search(rf"c64\[{dims}\]\{{[^}}]*\}} fft\(", c)]
+    bodies = [
+        c
+        for c in re.split(r"\n(?=\S.*\{\n)", hlo)
+        if re.match(r"^%\S+ \(\S+: \(s32\[\]", c) and re.search(rf"c64\[{dims}\]\{{[^}}]*\}} fft\(", c)
+    ]
     assert len(bodies) == 2, f"expected two loop bodies running the FFTs (fast and full range), found {len(bodies)}"
     counts = {_field_passes(b, shape)[0] for b in bodies}
     assert len(counts) == 1, counts
@@ -741,8 +753,9 @@ def test_dt_is_held_once_every_way_to_change_it_is_the_fresh_builder_or_an_error
     st1, st2 = C.strang(sys_, 0.01), C.strang(sys_, 0.02)
     fresh = trajectory(st2, psi, 20, save_every=20)[0]
     # the documented way: a fresh builder, or swapping in its params
-    np.testing.assert_array_equal(np.asarray(trajectory(st1.replace(params=st2.params), psi, 20, save_every=20)[0]),
-                                  np.asarray(fresh))
+    np.testing.assert_array_equal(
+        np.asarray(trajectory(st1.replace(params=st2.params), psi, 20, save_every=20)[0]), np.asarray(fresh)
+    )
     assert float(st2.params.dt) == np.float32(0.02)
     with pytest.raises(ValueError, match=r"dt is held once.*condensate.strang\(system, dt\)"):
         st1.params.replace(dt=0.02)
@@ -757,9 +770,11 @@ def test_dt_is_held_once_every_way_to_change_it_is_the_fresh_builder_or_an_error
         st1.params.replace(system=st1.params.system.replace(omega_rot=None).replace(omega_rot=jnp.float32(0.2)))
     # values the step reads directly (g, V) are free to change: that is a traced parameter sweep
     st_g = st1.replace(params=st1.params.replace(system=st1.params.system.replace(g=jnp.float32(3.0))))
-    np.testing.assert_allclose(np.asarray(trajectory(st_g, psi, 20, save_every=20)[0]),
-                               np.asarray(trajectory(C.strang(sys_.replace(g=3.0), 0.01), psi, 20, save_every=20)[0]),
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(trajectory(st_g, psi, 20, save_every=20)[0]),
+        np.asarray(trajectory(C.strang(sys_.replace(g=3.0), 0.01), psi, 20, save_every=20)[0]),
+        atol=1e-7,
+    )
 
 
 def test_builder_refuses_an_unstable_dt_and_init_an_unresolved_phase():

@@ -111,15 +111,15 @@ def test_vortex_charges_checks_its_grid():
 # ------------------------------------------------------------------------------------------ 3-D lines
 def _ring(grid, radius, xi=0.4, width=3.0, center=(0.0, 0.0, 0.0)):
     x, y, z = (np.asarray(m, np.float64) - c for m, c in zip(grid.mesh(), center))
-    s = np.sqrt(x ** 2 + y ** 2)
-    env = np.exp(-(x ** 2 + y ** 2 + z ** 2) / (2 * width ** 2))
-    return jnp.asarray(((s - radius) + 1j * z) / np.sqrt((s - radius) ** 2 + z ** 2 + xi ** 2) * env, jnp.complex64)
+    s = np.sqrt(x**2 + y**2)
+    env = np.exp(-(x**2 + y**2 + z**2) / (2 * width**2))
+    return jnp.asarray(((s - radius) + 1j * z) / np.sqrt((s - radius) ** 2 + z**2 + xi**2) * env, jnp.complex64)
 
 
 def _straight(grid, x0, y0, xi=0.4, width=3.0):
     x, y, _ = (np.asarray(m, np.float64) for m in grid.mesh())
-    env = np.exp(-(x ** 2 + y ** 2) / (2 * width ** 2))
-    f = ((x - x0) + 1j * (y - y0)) / np.sqrt((x - x0) ** 2 + (y - y0) ** 2 + xi ** 2)
+    env = np.exp(-(x**2 + y**2) / (2 * width**2))
+    f = ((x - x0) + 1j * (y - y0)) / np.sqrt((x - x0) ** 2 + (y - y0) ** 2 + xi**2)
     return jnp.asarray(f * env, jnp.complex64)
 
 
@@ -182,7 +182,7 @@ def _dense_bdg(grid, potential, g, psi0):
     t = np.fft.ifftn(0.5 * k2 * np.fft.fftn(eye, axes=axes), axes=axes).real.reshape(n, n)
     psi = np.asarray(psi0, np.complex128).reshape(-1)
     psi = (psi * np.conj(psi[np.argmax(np.abs(psi))]) / np.abs(psi).max()).real  # real up to a global phase
-    dens = psi ** 2
+    dens = psi**2
     h = t + np.diag(np.asarray(potential, np.float64).reshape(-1) + g * dens)
     mu = psi @ h @ psi / (psi @ psi)
     lpp = h - mu * np.eye(n) + np.diag(g * dens)
@@ -200,12 +200,13 @@ def test_bogoliubov_homogeneous_dispersion():
         psi0 = jnp.full((n,), np.sqrt(dens), jnp.complex128)
         modes = C.bogoliubov(system, psi0, 6)
         k = np.sort(np.abs(2 * np.pi * np.fft.fftfreq(n, length / n)))[1:7]
-        eps = 0.5 * k ** 2
+        eps = 0.5 * k**2
         np.testing.assert_allclose(np.asarray(modes.omega), np.sqrt(eps * (eps + 2 * g * dens)), rtol=1e-8)
         # normalisation ∫(u² − v²) dx = 1
         dx = grid.dx[0]
-        np.testing.assert_allclose(np.sum(np.asarray(modes.u) ** 2 - np.asarray(modes.v) ** 2, axis=1) * dx, 1.0,
-                                   rtol=1e-8)
+        np.testing.assert_allclose(
+            np.sum(np.asarray(modes.u) ** 2 - np.asarray(modes.v) ** 2, axis=1) * dx, 1.0, rtol=1e-8
+        )
 
 
 def _ground(grid, g, omega=1.0, dt=(1e-2, 1e-3)):
@@ -241,8 +242,8 @@ def test_kohn_mode_is_the_trap_frequency_for_any_g_and_vmaps_over_g():
         psis = jax.vmap(ground)(gs)
         omegas = jax.vmap(lambda g, p: C.bogoliubov(C.GPSystem(grid, pot, g), p, 4).omega)(gs, psis)
         omegas = np.asarray(omegas)
-        np.testing.assert_allclose(omegas[:, :2], 1.0, atol=1e-3)          # the dipole pair, any g
-        np.testing.assert_allclose(omegas[0], [1, 1, 2, 2], atol=1e-3)      # g = 0: the oscillator levels
+        np.testing.assert_allclose(omegas[:, :2], 1.0, atol=1e-3)  # the dipole pair, any g
+        np.testing.assert_allclose(omegas[0], [1, 1, 2, 2], atol=1e-3)  # g = 0: the oscillator levels
         assert np.all(omegas[1:, 2] > 1.3) and np.all(omegas[1:, 2] < 2.0)  # quadrupole: between √2 and 2
 
 
@@ -330,8 +331,8 @@ def test_thomas_fermi_quadrupole_in_3d_is_sqrt2_omega():
         system, psi = _ground(grid, 3000.0, dt=(5e-3, 1e-3))
         modes = C.bogoliubov(system, psi, 8)
         om = np.asarray(modes.omega)
-        np.testing.assert_allclose(om[:3], 1.0, atol=2e-3)                  # the three Kohn modes
-        np.testing.assert_allclose(om[3:8], np.sqrt(2.0), rtol=0.04)        # the five l = 2 surface modes
+        np.testing.assert_allclose(om[:3], 1.0, atol=2e-3)  # the three Kohn modes
+        np.testing.assert_allclose(om[3:8], np.sqrt(2.0), rtol=0.04)  # the five l = 2 surface modes
 
 
 def test_gpu_check_quick_runs_on_cpu():

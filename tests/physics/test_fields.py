@@ -43,8 +43,9 @@ def test_superpose_at_late_times_is_the_field_of_its_float32_phase_and_bounded()
     p, s, a, k, _, ph = random_problem(11, 333, 21, 3)
     w = np.arange(21, dtype=np.float32) % 5  # integer ω: ω·t is exact in float32 (no FMA-dependent rounding)
     times = (0.3, 1e8, 2.0**31)
-    psi = jax.jit(jax.vmap(lambda t: F.superpose(p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph,
-                                                  t=t)))(jnp.asarray(times, jnp.float32))
+    psi = jax.jit(jax.vmap(lambda t: F.superpose(p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t)))(
+        jnp.asarray(times, jnp.float32)
+    )
     for i, t in enumerate(times):
         theta = (ph - w * np.float32(t)).astype(np.float64)  # the kernel's float32 phase, then exact
         ref, scale = numpy_superpose(p, s, a, k, np.zeros_like(w), theta, 0.0, 0.1)
@@ -72,8 +73,16 @@ def test_superpose_float64_inputs_give_complex128():
     with jax.enable_x64(True):
         p, s, a, k, w, ph = random_problem(4, 200, 20, 3)
         p, s = p.astype(np.float64), s.astype(np.float64)
-        psi = F.superpose(p, s, amplitudes=a.astype(np.float64), wavenumbers=k.astype(np.float64),
-                          frequencies=w.astype(np.float64), phases=ph.astype(np.float64), t=1.3, softening=0.1)
+        psi = F.superpose(
+            p,
+            s,
+            amplitudes=a.astype(np.float64),
+            wavenumbers=k.astype(np.float64),
+            frequencies=w.astype(np.float64),
+            phases=ph.astype(np.float64),
+            t=1.3,
+            softening=0.1,
+        )
         ref, _ = numpy_superpose(p, s, a, k, w, ph, 1.3, 0.1)
         assert psi.dtype == jnp.complex128
         np.testing.assert_allclose(np.asarray(psi), ref, rtol=1e-11, atol=1e-11)
@@ -141,8 +150,7 @@ def test_superpose_gradients_match_finite_differences():
 
         @jax.jit
         def loss(src, amp, phi, pts):
-            psi = F.superpose(pts, src, amplitudes=amp, wavenumbers=k, frequencies=w, phases=phi, t=0.4,
-                              softening=0.2)
+            psi = F.superpose(pts, src, amplitudes=amp, wavenumbers=k, frequencies=w, phases=phi, t=0.4, softening=0.2)
             return jnp.sum(F.intensity(psi) * weights)
 
         _fd_check_all(loss, (s, a, ph, p), np.random.default_rng(0))
@@ -189,9 +197,12 @@ def test_memory_rule_gives_one_fused_reduction_with_the_accelerator_row():
         hlo = c.as_text()
         # The pair sum is a conditional on the phase bound (fast sine reduction or XLA's sin/cos); each branch is
         # ONE fusion over all pairs, and nothing loops.
-        branches = [comp for comp in re.split(r"\n(?=\S.*\{\n)", hlo) if "arg_tuple" in comp.splitlines()[0]
-                    and f"f32[{n}]" in comp.splitlines()[0].split("->")[-1]]
-        assert "while" not in hlo and "conditional" in hlo[hlo.index("ENTRY"):], hlo
+        branches = [
+            comp
+            for comp in re.split(r"\n(?=\S.*\{\n)", hlo)
+            if "arg_tuple" in comp.splitlines()[0] and f"f32[{n}]" in comp.splitlines()[0].split("->")[-1]
+        ]
+        assert "while" not in hlo and "conditional" in hlo[hlo.index("ENTRY") :], hlo
         assert len(branches) == 2 and all(b.count(" fusion(") == 1 for b in branches), hlo
         assert c.memory_analysis().temp_size_in_bytes < n * m * 4 / 64
         p, s, a, k, w, ph = random_problem(5, 777, 53, 3)
@@ -230,7 +241,7 @@ def test_vortex_map_recovers_imprinted_charge_exactly(q):
     else:
         # A plaquette (four wrapped steps) resolves at most one unit of charge generically: a charge-q
         # vortex appears as unit charges in the plaquettes around its centre, summing to q.
-        window = vm[i0 - 2:i0 + 3, j0 - 2:j0 + 3]
+        window = vm[i0 - 2 : i0 + 3, j0 - 2 : j0 + 3]
         assert window.sum() == q and np.abs(vm).sum() == np.abs(window).sum()
     # Counter-clockwise loop of radius 0.5 around the centre: winding = q, coarse sampling (8 points) too.
     for n in (8, 64):
@@ -292,8 +303,7 @@ def test_vortex_gradient_finite_on_axis_and_matches_fd():
 
         _fd_check_all(loss, (centers, pts, 0.3), rng)
         # d/du of u/√(u²+ξ²) at the axis is 1/ξ: the gradient on the axis is the analytic one.
-        g = jax.grad(lambda x: F.vortex(x, jnp.zeros((1, 2)), np.array([1]), core_size=0.25)[0].real)(
-            jnp.zeros((1, 2)))
+        g = jax.grad(lambda x: F.vortex(x, jnp.zeros((1, 2)), np.array([1]), core_size=0.25)[0].real)(jnp.zeros((1, 2)))
         np.testing.assert_allclose(np.asarray(g), [[4.0, 0.0]], atol=1e-12)
 
 
@@ -408,7 +418,7 @@ def test_superpose_large_chunked_matches_numpy():
     ref = np.empty(p.shape[0], np.complex128)
     scale = np.empty(p.shape[0])
     for i in range(0, p.shape[0], 5000):
-        ref[i:i + 5000], scale[i:i + 5000] = numpy_superpose(p[i:i + 5000], s, a, k, w, ph, 2.5, 0.1)
+        ref[i : i + 5000], scale[i : i + 5000] = numpy_superpose(p[i : i + 5000], s, a, k, w, ph, 2.5, 0.1)
     assert np.linalg.norm(psi - ref) / np.linalg.norm(ref) <= 1e-5
     assert np.max(np.abs(psi - ref) / scale) <= 1e-5
 
@@ -480,8 +490,7 @@ def test_superpose_bf16_storage_keeps_phase_in_float32(kmax):
     r = jnp.sqrt(jnp.sum(d * d, -1))
     th = b(k) * r + b(ph)
     amp = b(a) / (r + b(0.05))
-    naive = (jnp.sum(amp * jnp.cos(th), 1).astype(jnp.float32)
-             + 1j * jnp.sum(amp * jnp.sin(th), 1).astype(jnp.float32))
+    naive = jnp.sum(amp * jnp.cos(th), 1).astype(jnp.float32) + 1j * jnp.sum(amp * jnp.sin(th), 1).astype(jnp.float32)
     assert _rel(naive, ref) >= 5 * _rel(psi, ref)
 
 
@@ -517,8 +526,9 @@ def test_vortex_error_per_policy(policy):
 def test_evolution_validates_params_and_observe_records_frames():
     """(Compile-once with fields.observe: tests/contracts/test_steppers.py.)"""
     rng = np.random.default_rng(4)
-    p = F.wave_params(rng.normal(size=(40, 3)), rng.normal(size=(6, 3)), amplitudes=1.0, wavenumbers=3.0,
-                      phases=0.0, dt=0.1)
+    p = F.wave_params(
+        rng.normal(size=(40, 3)), rng.normal(size=(6, 3)), amplitudes=1.0, wavenumbers=3.0, phases=0.0, dt=0.1
+    )
     st = F.evolution(p)
     final, obs = trajectory(st, st.init(), 4, observe=F.observe)
     psi = F.field_at(p, 0.4)  # the state after k steps is at k·dt (as in every family)
@@ -532,8 +542,9 @@ def test_evolution_validates_params_and_observe_records_frames():
     with pytest.raises(ValueError, match="params.imprint"):
         F.evolution(p.replace(imprint=jnp.ones(3, jnp.complex64)))
     with pytest.raises(ValueError, match="params.sources must hold at least one source"):
-        F.evolution(p.replace(sources=jnp.zeros((0, 3)), amplitudes=jnp.ones(0), wavenumbers=jnp.ones(0),
-                              phases=jnp.ones(0)))
+        F.evolution(
+            p.replace(sources=jnp.zeros((0, 3)), amplitudes=jnp.ones(0), wavenumbers=jnp.ones(0), phases=jnp.ones(0))
+        )
     with pytest.raises(ValueError, match="t0 must be finite"):
         st.init(float("nan"))
 

@@ -42,8 +42,15 @@ def test_rhs_is_functional_derivative_of_potential(rank):
     np.testing.assert_allclose(np.asarray(jnp.conj(grad) / 2), np.asarray(rhs), atol=2e-5)
 
 
-@pytest.mark.parametrize("rank", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow),
-                                  pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "rank",
+    [
+        1,
+        pytest.param(2, marks=pytest.mark.slow),
+        pytest.param(3, marks=pytest.mark.slow),
+        pytest.param(4, marks=pytest.mark.slow),
+    ],
+)
 def test_potential_is_conserved_energy_and_charge_exact(rank):
     shape = {1: (64,), 2: (16, 16), 3: (8, 8, 8), 4: (6, 6, 6, 6)}[rank]
     with jax.enable_x64(True):

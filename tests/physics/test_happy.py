@@ -98,8 +98,12 @@ def test_tiling_structure(radius, faces, bonds, n_boundary):
     assert all(deg[v] == 4 for v in range(len(net.vertices)) if v not in boundary_vertices)
     assert max(deg) <= 4
     z = net.vertices[net.faces]
-    d = np.arccosh(1 + 2 * np.abs(z - np.roll(z, -1, axis=1)) ** 2
-                   / ((1 - np.abs(z) ** 2) * (1 - np.abs(np.roll(z, -1, axis=1)) ** 2)))
+    d = np.arccosh(
+        1
+        + 2
+        * np.abs(z - np.roll(z, -1, axis=1)) ** 2
+        / ((1 - np.abs(z) ** 2) * (1 - np.abs(np.roll(z, -1, axis=1)) ** 2))
+    )
     # the regular {p,q} = {5,4} pentagon: cosh(edge/2) = cos(π/p)/sin(π/q), every edge of every pentagon
     side = 2 * math.acosh(math.cos(math.pi / 5) / math.sin(math.pi / 4))
     np.testing.assert_allclose(d, side, rtol=1e-9)
@@ -227,6 +231,7 @@ def _overlap(net, r):
     def f(theta):
         phi = jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=1)
         return jnp.sum(r * happy.boundary_state(net, phi))
+
     return f
 
 
@@ -303,8 +308,10 @@ def test_radius_two_gram_is_compiled_without_folding_the_network(capfd):
         np.testing.assert_allclose(gram, np.eye(2**net.n_bulk), atol=1e-12)
         t = happy.perfect_tensor()
         text = happy._contract.lower(happy._gram_spec(net), 2 * net.n_tensors, t).compile().as_text()
-    sizes = [math.prod(int(x) for x in dims.split(",") if x) for dims in
-             re.findall(r"f(?:32|64)\[([\d,]*)\]\S* constant\(", text)]
+    sizes = [
+        math.prod(int(x) for x in dims.split(",") if x)
+        for dims in re.findall(r"f(?:32|64)\[([\d,]*)\]\S* constant\(", text)
+    ]
     assert max(sizes, default=1) <= 64, sorted(sizes)[-5:]
     err = capfd.readouterr().err.lower()
     assert "constant folding" not in err and "constant-folding" not in err

@@ -59,8 +59,9 @@ def test_ascend_matches_brute_force_state():
             # coarse sites are (w_0, v_0, w_1, v_1) = (B', A', B', A'): bond (0, 1) is B'A', bond (1, 2) A'B'
             a1, b1 = M.ascend((h, z), layer)
             a2, b2 = M.ascend((z, h), layer)
-            fine_side = jnp.stack([_expval(fine, h, 0, 1) + _expval(fine, h, 2, 3), _expval(fine, h, 1, 2),
-                                   _expval(fine, h, 3, 4)])
+            fine_side = jnp.stack(
+                [_expval(fine, h, 0, 1) + _expval(fine, h, 2, 3), _expval(fine, h, 1, 2), _expval(fine, h, 3, 4)]
+            )
             coarse_side = jnp.stack([_expval(psi, b1, 0, 1), _expval(psi, b2, 0, 1), _expval(psi, a2, 1, 2)])
             return fine, a1, fine_side, coarse_side
 
@@ -170,8 +171,15 @@ def test_hamiltonian_blocking_reproduces_chain():
     np.testing.assert_allclose(total, tfi_dense(n, periodic=True), atol=1e-12)
 
 
-@pytest.mark.parametrize("cfg", [M.MERAConfig(chi=6, chi_mid=4, layers=1), M.MERAConfig(chi=5, chi_mid=3, layers=2),
-                                 M.MERAConfig(chi=4, layers=2, refsym=False)], ids=["6-4-1", "5-3-2", "4-4-2-norefsym"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        M.MERAConfig(chi=6, chi_mid=4, layers=1),
+        M.MERAConfig(chi=5, chi_mid=3, layers=2),
+        M.MERAConfig(chi=4, layers=2, refsym=False),
+    ],
+    ids=["6-4-1", "5-3-2", "4-4-2-norefsym"],
+)
 def test_cold_start_is_the_polar_factor_of_per_tensor_uniform_draws(cfg):
     """The start built on the host (concrete key) is, bit for bit in float64, the one built in a trace (jit, vmap
     over keys), and both are the documented start: w (and v) = polar factor of uniform(0, 1) draws from the keys of
@@ -184,13 +192,16 @@ def test_cold_start_is_the_polar_factor_of_per_tensor_uniform_draws(cfg):
             assert a.dtype == b.dtype and a.shape == b.shape
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         many = jax.vmap(lambda k: M.init_mera(k, cfg))(jax.random.split(key, 3))
-        np.testing.assert_array_equal(np.asarray(many.w[0][1]),
-                                      np.asarray(M.init_mera(jax.random.split(key, 3)[1], cfg).w[0]))
+        np.testing.assert_array_equal(
+            np.asarray(many.w[0][1]), np.asarray(M.init_mera(jax.random.split(key, 3)[1], cfg).w[0])
+        )
 
         keys = jax.random.split(key, 2 * (cfg.layers + 1))
         for z, (chi_in, m, chi_out) in enumerate(cfg.layer_shapes(4)):
-            for x, k, shape in ((host.w[z], keys[2 * z], (chi_in, m, chi_out)),
-                                (host.v[z], keys[2 * z + 1], (m, chi_in, chi_out))):
+            for x, k, shape in (
+                (host.w[z], keys[2 * z], (chi_in, m, chi_out)),
+                (host.v[z], keys[2 * z + 1], (m, chi_in, chi_out)),
+            ):
                 if cfg.refsym and x is host.v[z]:
                     np.testing.assert_array_equal(np.asarray(x), np.transpose(np.asarray(host.w[z]), (1, 0, 2)))
                     continue
@@ -204,8 +215,9 @@ def test_cold_start_is_the_polar_factor_of_per_tensor_uniform_draws(cfg):
         assert int(host.sweeps) == 0 and host.sweeps.dtype == jnp.int32
     f32 = M.init_mera(jax.random.key(5), cfg)  # x64 off: float32 start, host SVDs agree with XLA's to float32 accuracy
     assert f32.w[0].dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(f32.w[-1]), np.asarray(jax.jit(lambda k: M.init_mera(k, cfg))(
-        jax.random.key(5)).w[-1]), atol=2e-6)
+    np.testing.assert_allclose(
+        np.asarray(f32.w[-1]), np.asarray(jax.jit(lambda k: M.init_mera(k, cfg))(jax.random.key(5)).w[-1]), atol=2e-6
+    )
 
 
 _SMALL = M.MERAConfig(chi=4, layers=1, u_delay=3)
@@ -251,8 +263,9 @@ def test_optimize_driver_and_grow_keep_energy():
         rho_small = (mera.rho_ab, mera.rho_ba)
         rho_big = (big.rho_ab, big.rho_ba)
         np.testing.assert_allclose(np.asarray(rho_big[0])[:4, :4, :4, :4], np.asarray(rho_small[0]), atol=1e-14)
-        after = float(_energy(big.replace(u=big.u[:1] + big.u[2:], w=big.w[:1] + big.w[2:],
-                                                    v=big.v[:1] + big.v[2:]), h))
+        after = float(
+            _energy(big.replace(u=big.u[:1] + big.u[2:], w=big.w[:1] + big.w[2:], v=big.v[:1] + big.v[2:]), h)
+        )
         assert after == pytest.approx(before, abs=1e-12)
 
 
@@ -365,10 +378,18 @@ def test_refsym_mirror_diagram_and_explicit_environments():
         @jax.jit
         def both(h, rho, layer):
             grads = jax.grad(lambda lay: W._layer_energy(lay, h, rho))(layer)
-            return (M.ascend(h, layer), M.ascend(h, layer, refsym=True), M.descend(rho, layer),
-                    M.descend(rho, layer, refsym=True), grads, W._env_u(layer, h, rho, False),
-                    W._env_wv(layer, h, rho, "w"), W._env_wv(layer, h, rho, "v"), W._env_u(layer, h, rho, True),
-                    W._env_w_refsym(layer, h, rho))
+            return (
+                M.ascend(h, layer),
+                M.ascend(h, layer, refsym=True),
+                M.descend(rho, layer),
+                M.descend(rho, layer, refsym=True),
+                grads,
+                W._env_u(layer, h, rho, False),
+                W._env_wv(layer, h, rho, "w"),
+                W._env_wv(layer, h, rho, "v"),
+                W._env_u(layer, h, rho, True),
+                W._env_w_refsym(layer, h, rho),
+            )
 
         a_full, a_sym, d_full, d_sym, (gu, gw, gv), eu, ew, ev, eu_sym, ew_sym = both(h, rho, layer)
         for x, y in zip(a_full + d_full, a_sym + d_sym):
@@ -414,6 +435,7 @@ def _scripted_chunked(trajectories):
             steps = np.arange(start + 1, start + n + 1)
             e = M.E0_CRITICAL_ISING + np.array([trajectories[attempt[0]](int(k)) for k in steps])
             return state.replace(mera=state.mera.replace(sweeps=state.mera.sweeps + n)), jnp.asarray(e)
+
         return advance
 
     return make
@@ -430,8 +452,9 @@ def test_stuck_recheck_catches_a_start_that_idles_after_the_first_check(monkeypa
     with jax.enable_x64(True):
         st = M.evenbly_vidal(M.ising(), _SMALL)
         monkeypatch.setattr(L, "chunked", _scripted_chunked([idle, healthy]))
-        state, e, restarts = M.cold_start(st, jax.random.key(0), M.E0_CRITICAL_ISING, 50, M.StuckCheck(),
-                                          log=logs.append, limit=2000)
+        state, e, restarts = M.cold_start(
+            st, jax.random.key(0), M.E0_CRITICAL_ISING, 50, M.StuckCheck(), log=logs.append, limit=2000
+        )
         mera = state.mera
         assert [r["steps"] for r in restarts] == [400] and restarts[0]["energy_error"] == pytest.approx(2e-3)
         assert "after 400 steps" in restarts[0]["reason"] and "fold_in(key, 1)" in logs[0]
@@ -483,8 +506,7 @@ def test_blocking_reproduces_any_chain_and_models_are_checked():
             h_ab, h_ba = Mo.blocked_terms(model)
         term = np.asarray(model.term).reshape(d * d, d * d)
         eye = np.eye(d)
-        ref = (0.5 * np.kron(term, np.eye(d * d)) + np.kron(np.kron(eye, term), eye)
-               + 0.5 * np.kron(np.eye(d * d), term))
+        ref = 0.5 * np.kron(term, np.eye(d * d)) + np.kron(np.kron(eye, term), eye) + 0.5 * np.kron(np.eye(d * d), term)
         h8ab = np.asarray(h_ab).reshape((d,) * 8).transpose(0, 1, 3, 2, 4, 5, 7, 6)
         h8ba = np.asarray(h_ba).reshape((d,) * 8).transpose(1, 0, 2, 3, 5, 4, 6, 7)
         np.testing.assert_allclose(h8ab.reshape(d**4, d**4), ref, atol=1e-12)
@@ -500,9 +522,10 @@ def test_other_chains_converge_to_their_exact_energy(name):
     by ED extrapolation in tests/physics/test_exact.py) at 9/3 on d² = 9 sites, one transitional layer: variational
     energies above e₀, within 3e-3 / 1e-2 after 600 / 400 sweeps; the low one-site scaling dimensions near the CFT's
     (XX: two of 1/4; Potts: σ, σ† = 2/15)."""
-    model, cfg, n, tol, lo = {"xx": (M.xx(), M.MERAConfig(chi=6, chi_mid=4, layers=1), 600, 3e-3, (0.25, 0.03)),
-                              "potts": (M.potts(), M.MERAConfig(chi=9, chi_mid=3, layers=1), 400, 1e-2,
-                                        (2 / 15, 0.05))}[name]
+    model, cfg, n, tol, lo = {
+        "xx": (M.xx(), M.MERAConfig(chi=6, chi_mid=4, layers=1), 600, 3e-3, (0.25, 0.03)),
+        "potts": (M.potts(), M.MERAConfig(chi=9, chi_mid=3, layers=1), 400, 1e-2, (2 / 15, 0.05)),
+    }[name]
     with jax.enable_x64(True):
         st = M.evenbly_vidal(model, cfg)
         state, e = trajectory(st, st.init(key=jax.random.key(0)), n, observe=M.observe)

@@ -36,8 +36,9 @@ def _product_layer(a, b):
     """The scale-invariant layer of the tensor product of two MERAs (legs of a before those of b)."""
     (ua, wa, va), (ub, wb, vb) = a, b
     u = jnp.einsum("abcd,efgh->aebfcgdh", ua, ub)
-    u = u.reshape(ua.shape[0] * ub.shape[0], ua.shape[1] * ub.shape[1], ua.shape[2] * ub.shape[2],
-                  ua.shape[3] * ub.shape[3])
+    u = u.reshape(
+        ua.shape[0] * ub.shape[0], ua.shape[1] * ub.shape[1], ua.shape[2] * ub.shape[2], ua.shape[3] * ub.shape[3]
+    )
     w = jnp.einsum("abc,def->adbecf", wa, wb).reshape(*(x * y for x, y in zip(wa.shape, wb.shape)))
     v = jnp.einsum("abc,def->adbecf", va, vb).reshape(*(x * y for x, y in zip(va.shape, vb.shape)))
     return u, w, v
@@ -157,6 +158,7 @@ def test_central_charge_formula_on_exact_ring_energies():
     """The finite-size formula and the velocities, checked where the ring energies are exact: free-fermion Ising
     and XX rings (L = 64, 128; the XX formula checked against exact diagonalisation at L = 8) and the Potts ring
     by exact diagonalisation (L = 8, with the exact e∞)."""
+
     def ising_e0(n):
         return -2.0 * sum(abs(math.sin(math.pi * (2 * k + 1) / (2 * n))) for k in range(n))
 
@@ -191,9 +193,19 @@ def test_ising_chi8_ope_and_central_charge():
 
 def test_bad_input_is_named():
     with jax.enable_x64(True):
-        m = _si_only(_product_layer(*([tuple(jnp.asarray(x, jnp.float64) for x in
-                                              M.init_mera(jax.random.key(0), M.MERAConfig(chi=2, layers=1),
-                                                          d=4).layer(1))] * 2)))
+        m = _si_only(
+            _product_layer(
+                *(
+                    [
+                        tuple(
+                            jnp.asarray(x, jnp.float64)
+                            for x in M.init_mera(jax.random.key(0), M.MERAConfig(chi=2, layers=1), d=4).layer(1)
+                        )
+                    ]
+                    * 2
+                )
+            )
+        )
         with pytest.raises(ValueError, match="cft must be one of"):
             C.ope_coefficients(m, "tricritical")
         with pytest.raises(ValueError, match="velocity is needed"):

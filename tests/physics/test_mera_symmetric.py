@@ -18,8 +18,7 @@ def _run_both(model, cfg, sweeps):
     s0 = st.init(key=jax.random.key(1))
     s, e = trajectory(st, s0, sweeps, observe=mera.observe)
     dst = mera.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
-    _, de = trajectory(dst, dst.init(mera=mera.dense_mera(s0.mera, model, cfg.symmetry)), sweeps,
-                       observe=mera.observe)
+    _, de = trajectory(dst, dst.init(mera=mera.dense_mera(s0.mera, model, cfg.symmetry)), sweeps, observe=mera.observe)
     return s, np.asarray(e), np.asarray(de)
 
 
@@ -79,15 +78,23 @@ def test_bad_inputs_one_line():
         mera.Symmetry("Z2", sectors={0: 2, 2: 2})
     assert "\n" not in str(exc.value)
     with pytest.raises(ValueError, match=r"ising\(g=1\) does not commute with the U1 symmetry") as exc:
-        mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=4, layers=1, symmetry=mera.Symmetry(
-            "U1", sectors={-1: 1, 0: 2, 1: 1}, spin_charges=(0, 1))))
+        mera.evenbly_vidal(
+            mera.ising(),
+            mera.MERAConfig(
+                chi=4, layers=1, symmetry=mera.Symmetry("U1", sectors={-1: 1, 0: 2, 1: 1}, spin_charges=(0, 1))
+            ),
+        )
     assert "\n" not in str(exc.value)
     with pytest.raises(ValueError, match=r"symmetry.sectors\[0\]: charge 1 has 12 states.* at most 8"):
-        mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=16, layers=1, symmetry=mera.Symmetry(
-            "Z2", sectors={0: 4, 1: 12})))
+        mera.evenbly_vidal(
+            mera.ising(), mera.MERAConfig(chi=16, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 4, 1: 12}))
+        )
     with pytest.raises(ValueError, match="pass symmetry.mid_sectors"):
-        mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=6, chi_mid=3, layers=1, symmetry=mera.Symmetry(
-            "Z2", sectors={0: 3, 1: 3})))
+        mera.evenbly_vidal(
+            mera.ising(),
+            mera.MERAConfig(chi=6, chi_mid=3, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 3, 1: 3})),
+        )
     with pytest.raises(ValueError, match="no default Z3 charges"):
-        mera.evenbly_vidal(mera.potts(), mera.MERAConfig(chi=9, layers=1, symmetry=mera.Symmetry(
-            "Z3", sectors={0: 3, 1: 3, 2: 3})))
+        mera.evenbly_vidal(
+            mera.potts(), mera.MERAConfig(chi=9, layers=1, symmetry=mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}))
+        )

@@ -63,8 +63,9 @@ def test_contract_matches_dense(group):
     assert out.charge == a.charge
 
 
-@pytest.mark.parametrize("group", [pytest.param("U1", marks=pytest.mark.slow), "Z2",
-                                   pytest.param("Z3", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "group", [pytest.param("U1", marks=pytest.mark.slow), "Z2", pytest.param("Z3", marks=pytest.mark.slow)]
+)
 def test_mera_diagram_and_scalar(group):
     """A 7-tensor MERA diagram (the ascending t1) and a full contraction, against dense einsum."""
     from ivhl_jax.physics.mera.superoperators import _T1  # the diagram the MERA uses
@@ -127,8 +128,9 @@ def test_jit_vmap_grad():
     ref = jnp.trace(a.to_dense() @ b.to_dense())
     np.testing.assert_allclose(jax.jit(f)(a, b), ref, rtol=1e-12)
     ga = jax.grad(f)(a, b)
-    np.testing.assert_allclose(ga.to_dense(), jax.grad(lambda x: jnp.trace(x @ b.to_dense()))(a.to_dense())
-                               * dense_mask(a), atol=1e-12)
+    np.testing.assert_allclose(
+        ga.to_dense(), jax.grad(lambda x: jnp.trace(x @ b.to_dense()))(a.to_dense()) * dense_mask(a), atol=1e-12
+    )
     scales = jnp.array([1.0, 2.0, -0.5])
     out = jax.vmap(lambda s: f(a * s, b))(scales)
     np.testing.assert_allclose(out, scales * ref, rtol=1e-12)

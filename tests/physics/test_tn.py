@@ -119,9 +119,12 @@ def test_entropy_of_a_product_state_is_plus_zero_with_the_gradient_of_the_sum():
     """A product state's entropies are +0.0 (printed 0.0, never -0.0), eager and jitted, and the gradient is the
     one of the raw formula: only the value is corrected."""
     prod = jnp.zeros((2, 2)).at[0, 0].set(1.0)
-    calls = {"von Neumann": lambda p: tn.entanglement_entropy(p, [0]),
-             "Renyi 2": lambda p: tn.renyi(p, [0], 2.0), "Renyi 3 bits": lambda p: tn.renyi(p, [0], 3.0, base=2),
-             "min-entropy": lambda p: tn.renyi(p, [0], math.inf)}
+    calls = {
+        "von Neumann": lambda p: tn.entanglement_entropy(p, [0]),
+        "Renyi 2": lambda p: tn.renyi(p, [0], 2.0),
+        "Renyi 3 bits": lambda p: tn.renyi(p, [0], 3.0, base=2),
+        "min-entropy": lambda p: tn.renyi(p, [0], math.inf),
+    }
     for name, f in calls.items():
         for value in (f(prod), jax.jit(f)(prod)):
             assert float(value) == 0.0 and math.copysign(1.0, float(value)) > 0, (name, float(value))
@@ -152,7 +155,7 @@ def test_entropy_of_a_small_region_of_a_large_state():
     """A Bell pair between the first and last of 25 qubits (the rest |0>): S(first) = log 2, computed from the
     2 x 2^24 matrix's small triangular factor (a direct SVD of the wide matrix would ask for petabytes)."""
     psi = jnp.zeros((2,) * 25, jnp.float32)
-    psi = psi.at[(0,) * 25].set(2 ** -0.5).at[(1,) + (0,) * 23 + (1,)].set(2 ** -0.5)
+    psi = psi.at[(0,) * 25].set(2**-0.5).at[(1,) + (0,) * 23 + (1,)].set(2**-0.5)
     np.testing.assert_allclose(float(tn.entanglement_entropy(psi, [0])), np.log(2), rtol=1e-6)
     np.testing.assert_allclose(float(tn.entanglement_entropy(psi, [3, 7])), 0.0, atol=1e-6)
 
@@ -163,7 +166,7 @@ def test_rectangular_schmidt_path_matches_numpy_and_differentiates():
     for sub in ([0], [2, 5], [0, 1, 2, 3, 4, 5, 6, 7]):
         m = np.moveaxis(psi, sub, list(range(len(sub)))).reshape(2 ** len(sub), -1)
         sv = np.linalg.svd(m, compute_uv=False)
-        p = sv ** 2 / np.sum(sv ** 2)
+        p = sv**2 / np.sum(sv**2)
         np.testing.assert_allclose(float(tn.entanglement_entropy(psi, sub)), -np.sum(p * np.log(p)), rtol=1e-5)
     f = lambda x: tn.entanglement_entropy(x, [0, 1])  # noqa: E731
     x = jnp.asarray(psi, jnp.float32)

@@ -33,15 +33,18 @@ def test_version_is_the_package_version(capsys):
     assert cli.main(["-V"]) == 0 and capsys.readouterr().out.strip() == out
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["info", "--foo"], ["ivhl info:", "--foo"]),
-    (["bench", "--op", "nosuchop"], ["ivhl bench:", "'nosuchop'", "valid ops:", "superpose", "gp_step"]),
-    (["bench", "--size", "huge"], ["ivhl bench:", "huge"]),
-    (["bench", "--bogus"], ["ivhl bench:", "--bogus"]),
-    (["launch", "--nproc", "two", "--", "true"], ["ivhl launch:", "two"]),
-    (["sim", "holography", "--bogus"], ["ivhl sim holography:", "--bogus"]),
-    (["frobnicate"], ["ivhl: unknown command 'frobnicate'"]),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["info", "--foo"], ["ivhl info:", "--foo"]),
+        (["bench", "--op", "nosuchop"], ["ivhl bench:", "'nosuchop'", "valid ops:", "superpose", "gp_step"]),
+        (["bench", "--size", "huge"], ["ivhl bench:", "huge"]),
+        (["bench", "--bogus"], ["ivhl bench:", "--bogus"]),
+        (["launch", "--nproc", "two", "--", "true"], ["ivhl launch:", "two"]),
+        (["sim", "holography", "--bogus"], ["ivhl sim holography:", "--bogus"]),
+        (["frobnicate"], ["ivhl: unknown command 'frobnicate'"]),
+    ],
+)
 def test_a_usage_error_is_one_line_and_exit_2(argv, words, capsys):
     assert cli.main(argv) == 2
     out, err = _err_lines(capsys)
@@ -53,8 +56,15 @@ def test_a_usage_error_is_one_line_and_exit_2(argv, words, capsys):
 def _help_texts(capsys) -> dict[str, str]:
     """Every help text of the command line, as printed."""
     texts = {}
-    argvs = [["--help"], ["sim", "--help"], ["train", "--help"], ["bench", "--help"], ["tune", "--help"],
-             ["launch", "--help"], ["info", "--help"]]
+    argvs = [
+        ["--help"],
+        ["sim", "--help"],
+        ["train", "--help"],
+        ["bench", "--help"],
+        ["tune", "--help"],
+        ["launch", "--help"],
+        ["info", "--help"],
+    ]
     argvs += [["sim", n, "--help"] for n in cli._sim_modules()]
     argvs += [["train", n, "--help"] for n in cli._sim_modules("train_")]
     for argv in argvs:
@@ -78,8 +88,9 @@ def test_help_is_plain_complete_text(capsys):
 
 # --- every cited command parses ------------------------------------------------------------------------------------
 _SPAN = re.compile(r"`{1,2}(ivhl [^`]+?)`{1,2}")
-_LINE = re.compile(r"^\s*(?:\$ )?(ivhl (?:demo|info|sim|train|bench|tune|launch|--version|-V|--help)\b.*)$",
-                   re.MULTILINE)
+_LINE = re.compile(
+    r"^\s*(?:\$ )?(ivhl (?:demo|info|sim|train|bench|tune|launch|--version|-V|--help)\b.*)$", re.MULTILINE
+)
 _AFTER_DASH = re.compile(r"— (ivhl [^()\n]+)")
 
 
@@ -124,9 +135,9 @@ def _check(argv: list[str]) -> None:
     elif cmd == "launch":
         split = rest.index("--") if "--" in rest else len(rest)
         launch_module.parser().parse_args(rest[:split])
-        assert rest[split + 1:], f"{argv}: no command after --"
+        assert rest[split + 1 :], f"{argv}: no command after --"
         if rest[split + 1] == "ivhl":
-            _check(rest[split + 1:])
+            _check(rest[split + 1 :])
     elif cmd in ("demo", "sim", "train"):
         if cmd == "demo":
             name, rest, kind = "holography", ["--demo", *rest], "sim"
@@ -167,8 +178,10 @@ def _cited(capsys) -> dict[str, set[str]]:
     sources["ivhl info"] = (format_report(), True)
     for name in cli._sim_modules() + ["train_" + n for n in cli._sim_modules("train_")]:
         sources[f"ivhl_jax.sims.{name}"] = (importlib.import_module(f"ivhl_jax.sims.{name}").__doc__ or "", True)
-    docs = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"),
-                                                                recursive=True))]
+    docs = [
+        os.path.join(ROOT, "README.md"),
+        *sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)),
+    ]
     for path in docs:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -205,9 +218,15 @@ def test_every_cited_command_parses(capsys):
 
 
 def test_the_checker_refuses_what_is_not_a_command():
-    for argv in (["ivhl", "bench", "fields", "--size", "medium"], ["ivhl", "info", "--foo"],
-                 ["ivhl", "sim", "nosuch"], ["ivhl", "sim", "holography", "--set", "bogus=1"],
-                 ["ivhl", "bench", "--op", "nosuchop"], ["ivhl", "launch", "--nproc", "2"], ["ivhl", "tune2"],
-                 ["ivhl", "sim", "mera", "--set", "chis=4"]):
+    for argv in (
+        ["ivhl", "bench", "fields", "--size", "medium"],
+        ["ivhl", "info", "--foo"],
+        ["ivhl", "sim", "nosuch"],
+        ["ivhl", "sim", "holography", "--set", "bogus=1"],
+        ["ivhl", "bench", "--op", "nosuchop"],
+        ["ivhl", "launch", "--nproc", "2"],
+        ["ivhl", "tune2"],
+        ["ivhl", "sim", "mera", "--set", "chis=4"],
+    ):
         with pytest.raises((AssertionError, SystemExit, ValueError, TypeError)):
             _check(argv)

@@ -26,7 +26,7 @@ class _Cfg:
 
 def test_config_loading(tmp_path):
     f = tmp_path / "c.toml"
-    f.write_text('n = 7\ngrid = [16, 32]\n')
+    f.write_text("n = 7\ngrid = [16, 32]\n")
     cfg = config.load_config(_Cfg, f, ["dt=0.5", "name=xyz"])
     assert cfg == _Cfg(n=7, dt=0.5, grid=(16, 32), name="xyz")
     with pytest.raises(ValueError, match="unknown config key\\(s\\) \\['nn'\\]"):
@@ -95,21 +95,24 @@ class _Typed:
     inner: _Inner | None = None
 
 
-@pytest.mark.parametrize("override, error, message", [
-    ("flag=maybe", TypeError, "config key 'flag' must be true/false, got 'maybe'"),
-    ("n=true", TypeError, "config key 'n' must be an integer, got True"),
-    ("n=1.5", TypeError, "config key 'n' must be an integer, got 1.5"),
-    ("x=false", TypeError, "config key 'x' must be a number, got False"),
-    ("x=[1]", TypeError, "config key 'x' must be a number, got [1]"),
-    ("name=3", TypeError, "config key 'name' must be a string, got 3"),
-    ("kind=bec", ValueError, "config key 'kind' must be one of ['gp', 'gft'], got 'bec'"),
-    ("pair=[1, 2, 3]", ValueError, "config key 'pair' must have 2 entries, got 3"),
-    ("pair=[1, 2.5]", TypeError, "config key 'pair[1]' must be an integer, got 2.5"),
-    ("many=4", TypeError, "config key 'many' must be a list, got 4: say --set many=4,4"),
-    ("either=[1]", TypeError, "config key 'either': [1] matches none of int | str"),
-    ("table=3", TypeError, "config key 'table' must be a table/dict, got 3"),
-    ("inner=3", TypeError, "config key 'inner': 3 matches none of"),
-])
+@pytest.mark.parametrize(
+    "override, error, message",
+    [
+        ("flag=maybe", TypeError, "config key 'flag' must be true/false, got 'maybe'"),
+        ("n=true", TypeError, "config key 'n' must be an integer, got True"),
+        ("n=1.5", TypeError, "config key 'n' must be an integer, got 1.5"),
+        ("x=false", TypeError, "config key 'x' must be a number, got False"),
+        ("x=[1]", TypeError, "config key 'x' must be a number, got [1]"),
+        ("name=3", TypeError, "config key 'name' must be a string, got 3"),
+        ("kind=bec", ValueError, "config key 'kind' must be one of ['gp', 'gft'], got 'bec'"),
+        ("pair=[1, 2, 3]", ValueError, "config key 'pair' must have 2 entries, got 3"),
+        ("pair=[1, 2.5]", TypeError, "config key 'pair[1]' must be an integer, got 2.5"),
+        ("many=4", TypeError, "config key 'many' must be a list, got 4: say --set many=4,4"),
+        ("either=[1]", TypeError, "config key 'either': [1] matches none of int | str"),
+        ("table=3", TypeError, "config key 'table' must be a table/dict, got 3"),
+        ("inner=3", TypeError, "config key 'inner': 3 matches none of"),
+    ],
+)
 def test_each_type_refuses_a_wrong_value_in_one_line_naming_the_key(override, error, message):
     with pytest.raises(error) as info:
         load_config(_Typed, None, [override])
@@ -117,8 +120,32 @@ def test_each_type_refuses_a_wrong_value_in_one_line_naming_the_key(override, er
 
 
 def test_each_type_reads_its_values():
-    cfg = load_config(_Typed, None, ["flag=yes", "n=4.0", "x=2", "name=b", "kind=gft", "pair=3,4", "many=(1.5, 2)",
-                                     "either=word", "table={a = 1}", "inner.a=5"])
-    assert cfg == _Typed(flag=True, n=4, x=2.0, name="b", kind="gft", pair=(3, 4), many=(1.5, 2.0), either="word",
-                         table={"a": 1}, inner=_Inner(a=5, b="class"))
+    cfg = load_config(
+        _Typed,
+        None,
+        [
+            "flag=yes",
+            "n=4.0",
+            "x=2",
+            "name=b",
+            "kind=gft",
+            "pair=3,4",
+            "many=(1.5, 2)",
+            "either=word",
+            "table={a = 1}",
+            "inner.a=5",
+        ],
+    )
+    assert cfg == _Typed(
+        flag=True,
+        n=4,
+        x=2.0,
+        name="b",
+        kind="gft",
+        pair=(3, 4),
+        many=(1.5, 2.0),
+        either="word",
+        table={"a": 1},
+        inner=_Inner(a=5, b="class"),
+    )
     assert isinstance(cfg.x, float) and isinstance(cfg.many, tuple)

@@ -11,8 +11,9 @@ import pytest
 
 from ivhl_jax.core import backend
 
-ON_CPU = pytest.mark.skipif(jax.default_backend() != "cpu",
-                            reason="the suite emulates 8 CPU devices; an accelerator has as many as it has")
+ON_CPU = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="the suite emulates 8 CPU devices; an accelerator has as many as it has"
+)
 
 
 @ON_CPU
@@ -66,8 +67,9 @@ def test_keep_host_memory_stops_xla_cpu_faulting_its_temporary_buffer_in_each_ca
     """Without it every call maps XLA's temporary buffer afresh (≥ 32 MiB = 8 k pages faulted in per call); with
     it, once the heap has grown to fit (a few calls), the freed blocks are reused and nothing is faulted in. Too
     late once the backend runs: it says so and does nothing."""
-    run = lambda mode: subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True,
-                                      check=True).stdout.split("\n")
+    run = lambda mode: subprocess.run(
+        [sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     default, keep = run("default"), run("keep")
     assert default[0].split()[0] == "default" and keep[0].split()[0] == "applied", (default, keep)
     pages = (32 << 20) // 4096

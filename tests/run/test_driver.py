@@ -34,8 +34,9 @@ def _run(cfg: CountConfig, ctx: RunContext) -> dict[str, str]:
             raise KeyboardInterrupt  # Ctrl-C in the middle of the next chunk
         return x, x[None]
 
-    res = run_chunked(advance, jnp.zeros(1), n_chunks=cfg.steps, steps_per_chunk=1, checkpointer=ctx.checkpointer,
-                      progress=False)
+    res = run_chunked(
+        advance, jnp.zeros(1), n_chunks=cfg.steps, steps_per_chunk=1, checkpointer=ctx.checkpointer, progress=False
+    )
     path = os.path.join(ctx.out, "final.txt")
     with open(path, "w") as f:
         f.write(f"{float(res.state[0])} {res.resumed_from}")
@@ -73,9 +74,15 @@ def test_help_lists_every_key_with_type_default_and_meaning(capsys):
     assert len(rows) == 3 and "int" in rows[0]
 
 
-@pytest.mark.parametrize("bad, word", [(["--set", "bogus=1"], "bogus"), (["--set", "steps=abc"], "steps"),
-                                       (["--set", "steps=0"], "steps"),
-                                       (["--config", "/nonexistent.toml"], "not found")])
+@pytest.mark.parametrize(
+    "bad, word",
+    [
+        (["--set", "bogus=1"], "bogus"),
+        (["--set", "steps=abc"], "steps"),
+        (["--set", "steps=0"], "steps"),
+        (["--config", "/nonexistent.toml"], "not found"),
+    ],
+)
 def test_config_errors_are_one_line_and_exit_2(bad, word, tmp_path, capsys):
     assert run_main(SIM, ["--out", str(tmp_path / "o"), *bad]) == 2
     err = capsys.readouterr().err.strip()
@@ -101,8 +108,9 @@ def test_a_different_configuration_is_refused(tmp_path, capsys):
     assert "rate" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("module", ["holography", "cdt", "bec", "gft", "mera", "train_vortex_gru", "train_adaptive",
-                                    "train_lm"])
+@pytest.mark.parametrize(
+    "module", ["holography", "cdt", "bec", "gft", "mera", "train_vortex_gru", "train_adaptive", "train_lm"]
+)
 def test_ported_simulations_document_every_key(module):
     import importlib
 
@@ -119,9 +127,25 @@ def test_sigint_to_a_real_run_ends_with_one_clean_line_and_resumes(tmp_path):
     import time
 
     out = str(tmp_path / "run")
-    cmd = [sys.executable, "-m", "ivhl_jax.cli", "sim", "holography", "--out", out, "--set", "n_sources=8",
-           "--set", "grid=[16, 16]", "--set", "steps=4000", "--set", "steps_per_chunk=2",
-           "--set", "checkpoint_every=1000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ivhl_jax.cli",
+        "sim",
+        "holography",
+        "--out",
+        out,
+        "--set",
+        "n_sources=8",
+        "--set",
+        "grid=[16, 16]",
+        "--set",
+        "steps=4000",
+        "--set",
+        "steps_per_chunk=2",
+        "--set",
+        "checkpoint_every=1000",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     t0 = time.time()
@@ -151,8 +175,7 @@ def test_the_cli_turns_on_the_persistent_compilation_cache(tmp_path):
     import subprocess
     import sys
 
-    code = ("from ivhl_jax import cli; cli._persistent_cache(); import jax; "
-            "print(jax.config.jax_compilation_cache_dir)")
+    code = "from ivhl_jax import cli; cli._persistent_cache(); import jax; print(jax.config.jax_compilation_cache_dir)"
     env = {k: v for k, v in os.environ.items() if k != "IVHL_COMPILATION_CACHE"}
     env["IVHL_COMPILATION_CACHE_DIR"] = str(tmp_path / "xla")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
@@ -169,8 +192,11 @@ class ChunkConfig:
     save_every: int = option(5, "steps between records")
     checkpoint_every: int = option(20, "steps between checkpoints")
     warmup_steps: int = option(8, "warm-up steps")
-    ratio: float = option(0.5, "a meaning kept whole, however long it runs, never cut at a column: "
-                               ":func:`~ivhl_jax.run.driver.run_main` shows it as plain text")
+    ratio: float = option(
+        0.5,
+        "a meaning kept whole, however long it runs, never cut at a column: "
+        ":func:`~ivhl_jax.run.driver.run_main` shows it as plain text",
+    )
     choice: tuple[tuple[float, float], ...] = option(((0.0, 1.0),), "a long type must not shift the other columns")
     setup_fails: bool = option(False, "the simulation's own builder refuses the configuration")
 
@@ -193,13 +219,21 @@ def _run_chunks(cfg: ChunkConfig, ctx: RunContext) -> dict[str, str]:
     def advance(x):
         return x + 1.0, jnp.full((cfg.steps_per_chunk // cfg.save_every,), x[0])
 
-    res = run_chunked(advance, jnp.zeros(1), n_chunks=cfg.steps // cfg.steps_per_chunk,
-                      steps_per_chunk=cfg.steps_per_chunk, checkpointer=ctx.checkpointer, progress=ctx.progress)
+    res = run_chunked(
+        advance,
+        jnp.zeros(1),
+        n_chunks=cfg.steps // cfg.steps_per_chunk,
+        steps_per_chunk=cfg.steps_per_chunk,
+        checkpointer=ctx.checkpointer,
+        progress=ctx.progress,
+    )
     print(res.rate_line())
     path = os.path.join(ctx.out, "cfg.txt")
     with open(path, "w") as f:
-        f.write(f"{cfg.steps} {cfg.steps_per_chunk} {cfg.save_every} {cfg.checkpoint_every} {cfg.warmup_steps} "
-                f"{res.steps_run}")
+        f.write(
+            f"{cfg.steps} {cfg.steps_per_chunk} {cfg.save_every} {cfg.checkpoint_every} {cfg.warmup_steps} "
+            f"{res.steps_run}"
+        )
     return {"cfg": path}
 
 
@@ -309,7 +343,8 @@ def test_help_keeps_comments_whole_columns_aligned_and_shows_the_out_default(cap
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "a meaning kept whole, however long it runs, never cut at a column: run_main shows it as plain text" in (
-        " ".join(out.split()))
+        " ".join(out.split())
+    )
     assert "output folder (default: runs/chunks)" in " ".join(out.split())
     rows = describe_config(ChunkConfig)
     starts = {r.index(str(d)) for r, d in zip(rows, ("40", "10", "5", "20", "8", "0.5"))}

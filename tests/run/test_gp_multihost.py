@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 # Shared by the workers and the test: the system and the initial state (a 16³ trapped cloud with a vortex).
-CASE = textwrap.dedent('''
+CASE = textwrap.dedent("""
     import jax.numpy as jnp
     from ivhl_jax.numerics.rollout import trajectory
     from ivhl_jax.physics import condensate as C
@@ -31,9 +31,9 @@ CASE = textwrap.dedent('''
 
     def run(stepper, psi):
         return jax.jit(lambda st, p: trajectory(st, p, STEPS)[0])(stepper, psi)
-''')
+""")
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import json, os, sys
     from ivhl_jax.run.launch import initialize
     info = initialize()
@@ -67,7 +67,7 @@ WORKER = textwrap.dedent('''
     res["restored_spec"] = str(back.sharding.spec)
     with open(os.path.join(out, f"result{pid}.json"), "w") as fh:
         json.dump(res, fh)
-''')
+""")
 
 
 def _env():
@@ -98,9 +98,24 @@ def test_pencil_gp_on_two_processes_equals_one_and_checkpoints_move_both_ways(tm
         ck.save(10, {"psi": state1})
     (tmp_path / "case.py").write_text(CASE)
     (tmp_path / "worker.py").write_text(WORKER)
-    cmd = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "4",
-           "--heartbeat-timeout", "20", "--timeout", "400", "--", sys.executable, str(tmp_path / "worker.py"),
-           str(tmp_path), str(tmp_path / "case.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ivhl_jax.run.launch",
+        "--nproc",
+        "2",
+        "--devices-per-process",
+        "4",
+        "--heartbeat-timeout",
+        "20",
+        "--timeout",
+        "400",
+        "--",
+        sys.executable,
+        str(tmp_path / "worker.py"),
+        str(tmp_path),
+        str(tmp_path / "case.py"),
+    ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     res = [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2)]
@@ -113,23 +128,48 @@ def test_pencil_gp_on_two_processes_equals_one_and_checkpoints_move_both_ways(tm
     np.testing.assert_allclose(final2, single, rtol=0, atol=1e-6 * scale)  # 2 processes == one device
     # the 2-process checkpoint restored onto this one process: the 8-device pencil and a single device
     for sharding in (layout1.sharding(), jax.sharding.SingleDeviceSharding(jax.devices()[0])):
-        step, back, _ = Checkpointer(tmp_path / "ckpt2").restore({"psi": jax.numpy.zeros_like(state1)},
-                                                                 sharding=sharding)
+        step, back, _ = Checkpointer(tmp_path / "ckpt2").restore(
+            {"psi": jax.numpy.zeros_like(state1)}, sharding=sharding
+        )
         back = back["psi"]
         assert step == 10
         np.testing.assert_array_equal(np.asarray(back).view(np.uint64), final2.view(np.uint64))  # bit-exact
 
 
-SIM = ["sim", "bec", "--set", "dims=3", "--set", "grid=16", "--set", "length=10", "--set", "g=50", "--set", "steps=20",
-       "--set", "steps_per_chunk=10", "--set", "save_every=5", "--set", "checkpoint_every=10", "--set",
-       "ground_steps=200", "--no-progress"]
+SIM = [
+    "sim",
+    "bec",
+    "--set",
+    "dims=3",
+    "--set",
+    "grid=16",
+    "--set",
+    "length=10",
+    "--set",
+    "g=50",
+    "--set",
+    "steps=20",
+    "--set",
+    "steps_per_chunk=10",
+    "--set",
+    "save_every=5",
+    "--set",
+    "checkpoint_every=10",
+    "--set",
+    "ground_steps=200",
+    "--no-progress",
+]
 
 
 def test_sim_bec_mesh_setting_errors(tmp_path, capsys):
     from ivhl_jax import cli
 
-    for mesh, dims, match in [("3", 3, "does not divide the grid"), ("4x2", 2, "needs one axis unsplit"),
-                              ("4x2x1", 3, "one (slab) or two (pencil)"), ("eight", 3, "not of the form")]:
+    for mesh, dims, match in [
+        ("3", 3, "does not divide the grid"),
+        ("4x2", 2, "needs one axis unsplit"),
+        ("4x2x1", 3, "one (slab) or two (pencil)"),
+        ("eight", 3, "not of the form"),
+    ]:
         code = cli.main([*SIM, "--set", f"dims={dims}", "--set", f"mesh={mesh}", "--out", str(tmp_path / "r")])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and "mesh=" in err[0] and match in err[0], err
@@ -137,7 +177,7 @@ def test_sim_bec_mesh_setting_errors(tmp_path, capsys):
 
 # Runs `ivhl sim bec` with every process_allgather recorded (name and size) and the run store's compiled snapshot
 # program checked for collectives, so the test can show that no field-sized gather happens anywhere in the run.
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import json, os, sys
     from jax.experimental import multihost_utils
     from ivhl_jax.run import store as S
@@ -163,7 +203,7 @@ PROBE = textwrap.dedent('''
     with open(os.path.join(sys.argv[1], f"probe{jax.process_index()}.json"), "w") as fh:
         json.dump({"gathers": gathers, "snapshot_collectives": hlo}, fh)
     sys.exit(code)
-''')
+""")
 
 
 @pytest.mark.multiprocess
@@ -178,9 +218,30 @@ def test_sim_bec_pencil_in_one_process_and_under_launch_equals_one_device(tmp_pa
     snap = ["--set", "snapshot_every=10"]  # ψ every chunk into run.zarr, each process writing its own shards
     assert cli.main([*SIM, *snap, "--set", "mesh=4x2", "--out", str(tmp_path / "pencil")]) == 0
     (tmp_path / "probe.py").write_text(PROBE)
-    cmd = [sys.executable, "-m", "ivhl_jax.cli", "launch", "--nproc", "2", "--devices-per-process", "4",
-           "--heartbeat-timeout", "20", "--timeout", "400", "--", sys.executable, str(tmp_path / "probe.py"),
-           str(tmp_path), *SIM, *snap, "--set", "mesh=4x2", "--out", str(tmp_path / "launch")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ivhl_jax.cli",
+        "launch",
+        "--nproc",
+        "2",
+        "--devices-per-process",
+        "4",
+        "--heartbeat-timeout",
+        "20",
+        "--timeout",
+        "400",
+        "--",
+        sys.executable,
+        str(tmp_path / "probe.py"),
+        str(tmp_path),
+        *SIM,
+        *snap,
+        "--set",
+        "mesh=4x2",
+        "--out",
+        str(tmp_path / "launch"),
+    ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     ref = np.load(tmp_path / "one" / "final_state.npy")
@@ -196,20 +257,24 @@ def test_sim_bec_pencil_in_one_process_and_under_launch_equals_one_device(tmp_pa
     for i in range(2):
         probe = json.loads((tmp_path / f"probe{i}.json").read_text())
         assert probe["snapshot_collectives"] == [[]], probe
-        assert all(n < 16 ** 3 for (n,) in probe["gathers"]), probe
+        assert all(n < 16**3 for (n,) in probe["gathers"]), probe
     # the stores of 1 and 2 processes: the same files, the same metadata documents (less the environment:
     # devices, processes, XLA flags), a pencil shard per chunk of (1, 4, 8, 16), the same values up to the
     # round-off of the cross-process reductions (the bits of the writing path: test_store_of_two_processes_...)
     pencil, launch = (_store_files(tmp_path / run / "run.zarr") for run in ("pencil", "launch"))
     assert sorted(pencil) == sorted(launch) and len([k for k in launch if k.startswith("psi/c/1/")]) == 8
     assert {k: v for k, v in pencil.items() if k.endswith("zarr.json")} == {
-        k: v for k, v in launch.items() if k.endswith("zarr.json")}
+        k: v for k, v in launch.items() if k.endswith("zarr.json")
+    }
     one, two = open_run(tmp_path / "pencil"), open_run(tmp_path / "launch")
     assert two.snapshots["psi"].dims == ("snapshot_time", "x", "y", "z") and two.snapshots.sizes["snapshot_time"] == 2
     # (fields: within 1e-5 of their peak; observations, per particle in trap units, of order 1 or, as ⟨L_z⟩ of
     # this vortex-free cloud, zero up to round-off: within 1e-5)
-    for a, b, floor in ((one.snapshots, two.snapshots, 0.0), (one.fields, two.fields, 0.0),
-                        (one.observations, two.observations, 1.0)):
+    for a, b, floor in (
+        (one.snapshots, two.snapshots, 0.0),
+        (one.fields, two.fields, 0.0),
+        (one.observations, two.observations, 1.0),
+    ):
         for k in a.data_vars:
             scale = max(float(np.abs(a[k]).max()), floor)
             np.testing.assert_allclose(b[k].values, a[k].values, rtol=0, atol=1e-5 * scale, err_msg=k)
@@ -241,7 +306,7 @@ STORE_CASE = textwrap.dedent('''
         return store.snapshot_hlo
 ''')
 
-STORE_WORKER = textwrap.dedent('''
+STORE_WORKER = textwrap.dedent("""
     import json, os, sys
     from ivhl_jax.run.launch import initialize
     initialize()
@@ -252,7 +317,7 @@ STORE_WORKER = textwrap.dedent('''
     with open(os.path.join(sys.argv[1], f"store{jax.process_index()}.json"), "w") as fh:
         json.dump({"collectives": [c for c in ("all-gather", "all-to-all", "all-reduce") if c in hlo],
                    "n_local": jax.local_device_count()}, fh)
-''')
+""")
 
 
 @pytest.mark.multiprocess
@@ -269,9 +334,25 @@ def test_store_of_two_processes_equals_one_process_bit_for_bit(tmp_path):
     ns["write_store"](str(tmp_path / "one" / "run.zarr"))
     for name, text in (("case.py", CASE), ("store_case.py", STORE_CASE), ("worker.py", STORE_WORKER)):
         (tmp_path / name).write_text(text)
-    cmd = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "4",
-           "--heartbeat-timeout", "20", "--timeout", "400", "--", sys.executable, str(tmp_path / "worker.py"),
-           str(tmp_path), str(tmp_path / "case.py"), str(tmp_path / "store_case.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ivhl_jax.run.launch",
+        "--nproc",
+        "2",
+        "--devices-per-process",
+        "4",
+        "--heartbeat-timeout",
+        "20",
+        "--timeout",
+        "400",
+        "--",
+        sys.executable,
+        str(tmp_path / "worker.py"),
+        str(tmp_path),
+        str(tmp_path / "case.py"),
+        str(tmp_path / "store_case.py"),
+    ]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     for i in range(2):

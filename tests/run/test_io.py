@@ -38,7 +38,7 @@ def test_other_files_are_one_line_naming_the_key_and_the_formats(tmp_path):
     np.save(good, np.ones((2, 2, 2, 2)))
     data = good.read_bytes()
     cut = tmp_path / "cut.npy"
-    cut.write_bytes(data[:len(data) // 2])
+    cut.write_bytes(data[: len(data) // 2])
     _refused(cut, "not a readable .npy file")
     pickled = tmp_path / "p.npy"
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)

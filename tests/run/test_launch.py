@@ -16,7 +16,7 @@ import pytest
 
 from ivhl_jax.run import launch
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import json, os, sys, time
     from ivhl_jax.run.launch import initialize
     info = initialize()
@@ -89,7 +89,7 @@ WORKER = textwrap.dedent('''
             np.savez(os.path.join(out, "params.npz"), **{k: np.asarray(v) for k, v in full.items()})
     with open(os.path.join(out, f"result{pid}.json"), "w") as fh:
         json.dump(res, fh)
-''')
+""")
 
 
 def _write_worker(tmp_path):
@@ -109,9 +109,24 @@ def _clean_env():
 
 def _run_launch(tmp_path, mode, timeout=240):
     worker = _write_worker(tmp_path)
-    cmd = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "2",
-           "--heartbeat-timeout", "10", "--timeout", str(timeout - 20), "--", sys.executable, worker, mode,
-           str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ivhl_jax.run.launch",
+        "--nproc",
+        "2",
+        "--devices-per-process",
+        "2",
+        "--heartbeat-timeout",
+        "10",
+        "--timeout",
+        str(timeout - 20),
+        "--",
+        sys.executable,
+        worker,
+        mode,
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2)]
@@ -154,8 +169,9 @@ def test_the_driver_joins_the_launched_processes_for_every_simulation(tmp_path):
     alone, launched = tmp_path / "alone", tmp_path / "launched"
     env = launch.child_env(0, 1, launch.free_port(), base=_clean_env())
     for out, run_env in ((alone, _clean_env()), (launched, env)):
-        p = subprocess.run([sys.executable, str(script), "--out", str(out)], env=run_env, capture_output=True,
-                           text=True, timeout=300)
+        p = subprocess.run(
+            [sys.executable, str(script), "--out", str(out)], env=run_env, capture_output=True, text=True, timeout=300
+        )
         assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads((alone / "proc0.json").read_text()) == {"initialized": False, "count": 1}
     assert json.loads((launched / "proc0.json").read_text()) == {"initialized": True, "count": 1}
@@ -167,9 +183,30 @@ def test_a_simulation_under_launch_runs_as_one_job_of_two_processes(tmp_path):
     script = tmp_path / "report.py"
     script.write_text(DRIVER_WORKER)
     out = tmp_path / "run"
-    p = subprocess.run([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "1",
-                        "--heartbeat-timeout", "10", "--timeout", "200", "--", sys.executable, str(script), "--out",
-                        str(out)], env=_clean_env(), capture_output=True, text=True, timeout=240)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ivhl_jax.run.launch",
+            "--nproc",
+            "2",
+            "--devices-per-process",
+            "1",
+            "--heartbeat-timeout",
+            "10",
+            "--timeout",
+            "200",
+            "--",
+            sys.executable,
+            str(script),
+            "--out",
+            str(out),
+        ],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     for pid in range(2):
         assert json.loads((out / f"proc{pid}.json").read_text()) == {"initialized": True, "count": 2}
@@ -181,8 +218,9 @@ def test_detect_environment_and_child_env():
     assert launch.detect_environment({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}) == "slurm"
     assert launch.detect_environment({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"}) == "single"
     assert launch.detect_environment({"OMPI_COMM_WORLD_SIZE": "2"}) == "ompi"
-    env = launch.child_env(1, 2, 12345, devices_per_process=4,
-                           base={"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --foo"})
+    env = launch.child_env(
+        1, 2, 12345, devices_per_process=4, base={"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --foo"}
+    )
     assert env["IVHL_COORDINATOR"] == "127.0.0.1:12345" and env["IVHL_PROCESS_ID"] == "1"
     assert env["XLA_FLAGS"] == "--foo --xla_force_host_platform_device_count=4"
     assert launch.initialize(env={}) == {"environment": "single", "process_id": 0, "num_processes": 1}
@@ -206,15 +244,19 @@ def test_launcher_stops_the_others_when_one_fails_or_it_is_terminated():
 
     # process 1 would run for ten minutes; process 0 fails: the launcher returns 4 after the 1 s grace. The bound
     # only tells "stopped" from "waited for process 1", so it is wide: a loaded host cannot reach it.
-    code = ("import os, sys, time; first = os.environ['IVHL_PROCESS_ID'] == '0'; "
-            "time.sleep(0.2 if first else 600); sys.exit(4)")
+    code = (
+        "import os, sys, time; first = os.environ['IVHL_PROCESS_ID'] == '0'; "
+        "time.sleep(0.2 if first else 600); sys.exit(4)"
+    )
     t0 = time.monotonic()
     assert launch.main(["--nproc", "2", "--grace", "1", "--", sys.executable, "-c", code]) == 4
     assert time.monotonic() - t0 < 300
     # SIGTERM to the launcher (a scheduler, `timeout`) terminates its children too
     marker = "import time; time.sleep(61.5)"
-    p = subprocess.Popen([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--", sys.executable, "-c",
-                          marker], env=_clean_env())
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--", sys.executable, "-c", marker],
+        env=_clean_env(),
+    )
     # Signal once the launcher and both children are up (it installs its SIGTERM handler before it starts
     # them); a fixed sleep raced the launcher's import on a loaded host (default action: killed, -15).
     deadline = time.monotonic() + 60
@@ -251,12 +293,16 @@ def test_checkpoint_from_two_processes_restores_on_one(tmp_path):
     res = _run_launch(tmp_path, "ckpt")
     assert "fsdp" in res[0]["w1_spec"] and res[0]["max_param_diff"] < 1e-6
     saved = np.load(tmp_path / "params.npz")
-    like = training.init_train_state({k: jnp.zeros_like(saved[k]) for k in saved.files},
-                                     training.make_optimizer(learning_rate=1e-2), key=jax.random.key(0))
+    like = training.init_train_state(
+        {k: jnp.zeros_like(saved[k]) for k in saved.files},
+        training.make_optimizer(learning_rate=1e-2),
+        key=jax.random.key(0),
+    )
     for devices in (jax.devices(), jax.devices()[:4], jax.devices()[:1]):
         mesh = parallel.make_mesh({"fsdp": -1}, devices=devices)
-        step, state, meta = Checkpointer(tmp_path / "ckpt").restore(like, sharding=parallel.state_shardings(
-            like, mesh, min_size=1))
+        step, state, meta = Checkpointer(tmp_path / "ckpt").restore(
+            like, sharding=parallel.state_shardings(like, mesh, min_size=1)
+        )
         assert step == 2 and meta == {"processes": 2}
         for k in saved.files:
             np.testing.assert_array_equal(np.asarray(state.params[k]), saved[k])  # bit-exact
@@ -273,8 +319,15 @@ def test_dead_process_makes_the_other_fail_in_bounded_time(tmp_path, dead):
     for i in range(2):
         env = launch.child_env(i, 2, port, devices_per_process=1, heartbeat_timeout=5, base=_clean_env())
         env["DIE_PID"] = str(dead)
-        procs.append(subprocess.Popen([sys.executable, worker, "die", str(tmp_path)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, worker, "die", str(tmp_path)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     survivor = procs[1 - dead]
     try:
         procs[dead].communicate(timeout=180)
@@ -294,7 +347,7 @@ def test_dead_process_makes_the_other_fail_in_bounded_time(tmp_path, dead):
 
 # --- fault injection: a worker that raises, one killed mid-run, a kill during a checkpoint save -------------
 
-FAULT_WORKER = textwrap.dedent('''
+FAULT_WORKER = textwrap.dedent("""
     import os, signal, sys, time
     from ivhl_jax.run.launch import initialize
     initialize()
@@ -318,7 +371,7 @@ FAULT_WORKER = textwrap.dedent('''
     while time.time() - t0 < 90:  # the healthy peer keeps running collectives until it is stopped
         f(x).block_until_ready()
         time.sleep(0.01)
-''')
+""")
 
 
 def _launch_fault_worker(tmp_path, fault: str, rank: int, heartbeat: int):
@@ -328,16 +381,40 @@ def _launch_fault_worker(tmp_path, fault: str, rank: int, heartbeat: int):
     env = _clean_env()
     env.update(FAULT=fault, FAULT_RANK=str(rank))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "1",
-                           "--heartbeat-timeout", str(heartbeat), "--grace", "5", "--timeout", "100", "--",
-                           sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ivhl_jax.run.launch",
+            "--nproc",
+            "2",
+            "--devices-per-process",
+            "1",
+            "--heartbeat-timeout",
+            str(heartbeat),
+            "--grace",
+            "5",
+            "--timeout",
+            "100",
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc, time.monotonic() - t0
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow  # two racing processes and a bound on the time to stop them: not for a loaded shared host
-@pytest.mark.parametrize("fault,rank", [("raise", 1), ("raise", 0), ("sigkill", 1)],
-                         ids=["worker_raises", "coordinator_raises", "worker_sigkilled"])
+@pytest.mark.parametrize(
+    "fault,rank",
+    [("raise", 1), ("raise", 0), ("sigkill", 1)],
+    ids=["worker_raises", "coordinator_raises", "worker_sigkilled"],
+)
 def test_a_failing_rank_stops_the_job_with_its_traceback_first(tmp_path, fault, rank):
     """One rank raising (or being SIGKILLed) stops every process within the heartbeat
     timeout; the launcher exits non-zero naming that rank (the first to exit, though the peer fails a few ms
@@ -353,10 +430,13 @@ def test_a_failing_rank_stops_the_job_with_its_traceback_first(tmp_path, fault, 
         assert f"[rank {rank}] RuntimeError: injected failure in rank {rank}" in err
         # the launcher's report shows the first failure's traceback in one block, and its last line repeats
         # the root cause, even though the peer failed a few milliseconds later with an error of its own
-        block = err[err.index(f"---- process {rank}: traceback ----"):]
+        block = err[err.index(f"---- process {rank}: traceback ----") :]
         assert f"[rank {rank}] RuntimeError: injected failure in rank {rank}" in block.split("\n----\n")[0]
-        assert err.strip().splitlines()[-1].startswith(
-            f"ivhl launch: process {rank} failed first (exited with code 1: RuntimeError: injected failure")
+        assert (
+            err.strip()
+            .splitlines()[-1]
+            .startswith(f"ivhl launch: process {rank} failed first (exited with code 1: RuntimeError: injected failure")
+        )
     else:
         assert proc.returncode == 128 + 9, err[-3000:]
         assert f"process {rank} was killed by SIGKILL" in err
@@ -397,9 +477,15 @@ def test_a_rank_hanging_outside_a_collective_stops_the_job_naming_it(tmp_path, r
 def test_stall_watch_and_stack_parsing():
     """The pieces of the hang detection: a faulthandler dump's main-thread frame, and the CPU watch on idle and
     busy process trees (a shell wrapper's busy child counts for the wrapper)."""
-    dump = ["Thread 0x00007f01 (most recent call first):", '  File "/x/threading.py", line 324 in wait', "",
-            "Current thread 0x00007f02 (most recent call first):", '  File "/w/jax/_src/array.py", line 9 in sync',
-            '  File "/w/run.py", line 14 in <module>', "other output"]
+    dump = [
+        "Thread 0x00007f01 (most recent call first):",
+        '  File "/x/threading.py", line 324 in wait',
+        "",
+        "Current thread 0x00007f02 (most recent call first):",
+        '  File "/w/jax/_src/array.py", line 9 in sync',
+        '  File "/w/run.py", line 14 in <module>',
+        "other output",
+    ]
     assert launch._main_thread_frame(dump) == ("/w/jax/_src/array.py", 9, "sync")
     assert launch._in_jax("/w/jax/_src/array.py") and not launch._in_jax("/w/run.py")
     assert launch._main_thread_frame(["no dump here"]) is None
@@ -425,7 +511,7 @@ def test_stall_watch_and_stack_parsing():
             p.wait()
 
 
-SAVE_WORKER = textwrap.dedent('''
+SAVE_WORKER = textwrap.dedent("""
     import os, sys, time
     import numpy as np
     import orbax.checkpoint as ocp
@@ -461,7 +547,7 @@ SAVE_WORKER = textwrap.dedent('''
     with C.Checkpointer(os.path.join(out, "ckpt"), keep=5) as ck:
         for step in (1, 2, 3):
             ck.save(step, {"x": np.full((64, 64), step, np.float32), "n": np.int32(step)}, metadata={"step": step})
-''')
+""")
 
 
 @pytest.mark.parametrize("where", ["orbax", "checksums"])
@@ -472,8 +558,13 @@ def test_kill_during_checkpoint_save_leaves_the_previous_one_restorable(tmp_path
 
     script = tmp_path / "save_worker.py"
     script.write_text(SAVE_WORKER)
-    p = subprocess.Popen([sys.executable, str(script), str(tmp_path), where], env=_clean_env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), where],
+        env=_clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while not (tmp_path / "in_save").exists():

@@ -14,8 +14,18 @@ from ivhl_jax.run.io import write_json
 @pytest.fixture(scope="module")
 def run():
     loss_fn, params, opt, get_batch = mlp_workload(8, sizes=(16, 8, 4))
-    return profiling.profile_training(loss_fn, params, opt, get_batch, batch_size=8, num_batches=4, warmup=1,
-                                      fused_chunk=5, fused_repeats=2, label="tiny mlp")
+    return profiling.profile_training(
+        loss_fn,
+        params,
+        opt,
+        get_batch,
+        batch_size=8,
+        num_batches=4,
+        warmup=1,
+        fused_chunk=5,
+        fused_repeats=2,
+        label="tiny mlp",
+    )
 
 
 def test_run_has_the_seed_fields_and_consistent_numbers(run):

@@ -19,13 +19,15 @@ def _noisy_step(state, params):
 def test_checkpoint_resume_bit_exact(tmp_path):
     """2K steps straight == K steps, checkpoint, restore in a new manager, K more."""
     params = {"decay": 0.97}
-    adv = jax.jit(lambda s: rollout.rollout(_noisy_step, s, params, 10, save_every=5,
-                                            observe=lambda s, p: jnp.mean(s["x"] ** 2)))
+    adv = jax.jit(
+        lambda s: rollout.rollout(_noisy_step, s, params, 10, save_every=5, observe=lambda s, p: jnp.mean(s["x"] ** 2))
+    )
     s0 = {"key": jax.random.key(0), "x": jnp.ones(32, jnp.float32)}
     straight = runner.run_chunked(adv, s0, n_chunks=8, steps_per_chunk=10, progress=False)
     with checkpoint.Checkpointer(tmp_path / "ck", save_every=20) as ck:
-        first = runner.run_chunked(adv, s0, n_chunks=4, steps_per_chunk=10, checkpointer=ck, progress=False,
-                                   metadata={"cursor": 7})
+        first = runner.run_chunked(
+            adv, s0, n_chunks=4, steps_per_chunk=10, checkpointer=ck, progress=False, metadata={"cursor": 7}
+        )
         assert ck.latest_step() == 40 and first.resumed_from is None
     with checkpoint.Checkpointer(tmp_path / "ck", save_every=20) as ck:
         resumed = runner.run_chunked(adv, s0, n_chunks=8, steps_per_chunk=10, checkpointer=ck, progress=False)

@@ -75,10 +75,16 @@ def test_a_sharded_field_is_written_shard_by_shard_with_no_gather(tmp_path):
 
     mesh = jax.make_mesh((4, 2), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
     x0 = jax.device_put(jnp.zeros((16, 8, 6), jnp.float32), NamedSharding(mesh, P("a", "b")))
-    advance = chunked(Stepper(_field_step, jnp.float32(0.5)), 10, save_every=5,
-                      observe=lambda s, p: {"mean": jnp.mean(s)})
-    snaps = Snapshots(every=20, fields=lambda s: {"f": s, "g": (s * s).astype(jnp.float16)}, dims=("x", "y", "z"),
-                      coords={"x": np.linspace(-1, 1, 16)}, units={"f": "m", "x": "cm"})
+    advance = chunked(
+        Stepper(_field_step, jnp.float32(0.5)), 10, save_every=5, observe=lambda s, p: {"mean": jnp.mean(s)}
+    )
+    snaps = Snapshots(
+        every=20,
+        fields=lambda s: {"f": s, "g": (s * s).astype(jnp.float16)},
+        dims=("x", "y", "z"),
+        coords={"x": np.linspace(-1, 1, 16)},
+        units={"f": "m", "x": "cm"},
+    )
     store = RunStore(tmp_path / "run.zarr", dt=0.1, snapshots=snaps)
     result = run_chunked(advance, x0, n_chunks=6, steps_per_chunk=10, progress=False, sink=store)
     store.close()
@@ -107,8 +113,14 @@ def test_write_field_writes_one_chunk_per_shard_and_export_npy_copies_it_chunk_b
     host = (np.arange(16 * 8 * 6) * (1 + 0.5j)).astype(np.complex64).reshape(16, 8, 6)
     field = jax.device_put(host, NamedSharding(mesh, P("a", "b")))
     store = RunStore(tmp_path / "run.zarr", config={"n": 16})
-    store.write_field("final_state", field, ("x", "y", "z"), coords={"x": np.linspace(0, 1, 16)},
-                      units={"final_state": "m^-3/2", "x": "m"}, attrs={"step": 7})
+    store.write_field(
+        "final_state",
+        field,
+        ("x", "y", "z"),
+        coords={"x": np.linspace(0, 1, 16)},
+        units={"final_state": "m^-3/2", "x": "m"},
+        attrs={"step": 7},
+    )
     assert len(os.listdir(tmp_path / "run.zarr" / "final_state" / "c" / "0" / "0")) == 1  # one chunk per shard
     assert sum(len(fs) for _, _, fs in os.walk(tmp_path / "run.zarr" / "final_state" / "c")) == 8
     with pytest.raises(ValueError, match="dims must name the 3 axes"):
@@ -147,10 +159,13 @@ def test_xdmf_export_is_valid_xdmf3_whose_binaries_match_the_snapshots(tmp_path)
     shape = (6, 5, 4)  # unequal axes: a transposed or misordered description would not match
     x = np.linspace(-1, 1, 6)
     psi0 = jnp.exp(1j * jnp.arange(120, dtype=jnp.float32).reshape(shape) / 7).astype(jnp.complex64)
-    advance = chunked(Stepper(_wave_step, jnp.complex64(0.9 * np.exp(0.3j))), 2, save_every=2,
-                      observe=lambda s, p: {"mean": jnp.mean(jnp.abs(s))})
-    snaps = Snapshots(every=2, fields=lambda s: {"psi": s, "re": jnp.real(s)}, dims=("x", "y", "z"),
-                      coords={"x": x})
+    advance = chunked(
+        Stepper(_wave_step, jnp.complex64(0.9 * np.exp(0.3j))),
+        2,
+        save_every=2,
+        observe=lambda s, p: {"mean": jnp.mean(jnp.abs(s))},
+    )
+    snaps = Snapshots(every=2, fields=lambda s: {"psi": s, "re": jnp.real(s)}, dims=("x", "y", "z"), coords={"x": x})
     store = RunStore(tmp_path / "run.zarr", dt=0.25, snapshots=snaps)
     run_chunked(advance, psi0, n_chunks=3, steps_per_chunk=2, progress=False, sink=store)
     store.close()
@@ -185,8 +200,11 @@ def test_xdmf_export_is_valid_xdmf3_whose_binaries_match_the_snapshots(tmp_path)
         attrs = {a.get("Name"): a for a in g.findall("Attribute")}
         assert sorted(attrs) == ["psi_abs2", "psi_arg", "re"]
         psi = snap["psi"].isel(snapshot_time=i).values
-        expected = {"psi_abs2": np.abs(psi) ** 2, "psi_arg": np.angle(psi),
-                    "re": snap["re"].isel(snapshot_time=i).values}
+        expected = {
+            "psi_abs2": np.abs(psi) ** 2,
+            "psi_arg": np.angle(psi),
+            "re": snap["re"].isel(snapshot_time=i).values,
+        }
         for name, a in attrs.items():
             assert a.get("AttributeType") == "Scalar" and a.get("Center") == "Node"
             (item,) = a.findall("DataItem")
@@ -291,18 +309,19 @@ def test_foreign_damaged_or_missing_stores_are_refused_in_one_line(tmp_path):
     with pytest.raises(StoreError, match="is a file"):
         RunStore(tmp_path / "file")
     with pytest.raises(TypeError, match="sink must be"):
-        run_chunked(lambda s: (s, s[None]), jnp.zeros(1), n_chunks=1, steps_per_chunk=1, progress=False,
-                    sink=str(tmp_path))
+        run_chunked(
+            lambda s: (s, s[None]), jnp.zeros(1), n_chunks=1, steps_per_chunk=1, progress=False, sink=str(tmp_path)
+        )
     with pytest.raises(ValueError, match=r"snapshot_every \(15\) must be a multiple of steps_per_chunk \(10\)"):
-        s = RunStore(tmp_path / "c" / "run.zarr", snapshots=Snapshots(every=15, fields=lambda s: {"s": s},
-                                                                      dims=("i",)))
+        s = RunStore(tmp_path / "c" / "run.zarr", snapshots=Snapshots(every=15, fields=lambda s: {"s": s}, dims=("i",)))
         run_chunked(lambda s: (s, s[None]), jnp.zeros(2), n_chunks=1, steps_per_chunk=10, progress=False, sink=s)
 
 
 def test_two_runs_cannot_write_one_store(tmp_path):
     store = RunStore(tmp_path / "run.zarr")
-    code = (f"from ivhl_jax.run.store import RunStore\nRunStore({str(tmp_path / 'run.zarr')!r})")
-    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "JAX_PLATFORMS": "cpu"},
-                       capture_output=True, text=True)
+    code = f"from ivhl_jax.run.store import RunStore\nRunStore({str(tmp_path / 'run.zarr')!r})"
+    p = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True
+    )
     assert p.returncode == 1 and "is in use: another run holds its lock" in p.stderr.strip().splitlines()[-1]
     store.close()

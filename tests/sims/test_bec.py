@@ -10,9 +10,25 @@ import pytest
 from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import bec
 
-GP = ["--no-progress", "--set", "grid=32", "--set", "length=12.0", "--set", "ground_steps=200", "--set", "g=50",
-      "--set", "steps_per_chunk=50", "--set", "save_every=25", "--set", "checkpoint_every=100",
-      "--set", "imprints=[[1.0, 0.0, 1]]"]
+GP = [
+    "--no-progress",
+    "--set",
+    "grid=32",
+    "--set",
+    "length=12.0",
+    "--set",
+    "ground_steps=200",
+    "--set",
+    "g=50",
+    "--set",
+    "steps_per_chunk=50",
+    "--set",
+    "save_every=25",
+    "--set",
+    "checkpoint_every=100",
+    "--set",
+    "imprints=[[1.0, 0.0, 1]]",
+]
 
 
 def test_gp_run_project_norm_keeps_the_norm(tmp_path):
@@ -49,8 +65,9 @@ def test_a_bad_dims_and_the_gft_keys_are_refused(tmp_path, capsys):
     assert "unknown config key(s) ['model']" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("override, message", [("save_every=7", "multiple of save_every"),
-                                               ("omega_rot=0.5", "needs dims=2 or 3")])
+@pytest.mark.parametrize(
+    "override, message", [("save_every=7", "multiple of save_every"), ("omega_rot=0.5", "needs dims=2 or 3")]
+)
 def test_config_validation(tmp_path, capsys, override, message):
     extra = ["--set", "dims=1"] if "omega" in override else []
     assert bec.main(["--set", override, *extra, "--out", str(tmp_path / "x")]) == 2
@@ -68,9 +85,26 @@ def test_an_unconverged_ground_state_is_reported(tmp_path, capsys):
 def test_bec_reports_the_ground_state_search_as_it_goes(tmp_path, capsys):
     from ivhl_jax.sims import bec
 
-    args = ["--set", "grid=32", "--set", "length=12.0", "--set", "ground_steps=400", "--set", "g=50",
-            "--set", "steps=100", "--set", "steps_per_chunk=50", "--set", "save_every=25",
-            "--set", "checkpoint_every=100", "--out", str(tmp_path)]
+    args = [
+        "--set",
+        "grid=32",
+        "--set",
+        "length=12.0",
+        "--set",
+        "ground_steps=400",
+        "--set",
+        "g=50",
+        "--set",
+        "steps=100",
+        "--set",
+        "steps_per_chunk=50",
+        "--set",
+        "save_every=25",
+        "--set",
+        "checkpoint_every=100",
+        "--out",
+        str(tmp_path),
+    ]
     assert bec.main(args) == 0
     err = capsys.readouterr().err
     lines = err.splitlines()
@@ -87,20 +121,30 @@ def test_bec_reports_the_ground_state_search_as_it_goes(tmp_path, capsys):
 
 
 # One bad value per key: each is refused by validate() before any work, in one line, exit 2.
-BAD_VALUES = [("grid", "1", "grid must be >= 2"), ("grid", "0", "grid must be >= 2"),
-              ("length", "-5", "length must be a finite number > 0"),
-              ("length", "inf", "length must be a finite number > 0"), ("g", "nan", "g must be a finite number"),
-              ("ground_tol", "-1", "ground_tol must be a finite number > 0"),
-              ("ground_dt", "0", "ground_dt must be a finite number > 0"), ("dt", "-1", "dt must be a finite number"),
-              ("dt", "0.5", "use dt <= 0.00777"), ("omega_rot", "inf", "omega_rot must be a finite"),
-              ("noise", "-1", "noise must be a finite number >= 0"),
-              ("trap", "[-1.0]", "trap frequencies must be finite and >= 0"), ("dims", "0", "dims must be 1, 2 or 3"),
-              ("steps", "0", "steps must be >= 1"),
-              ("ground_steps", "0", "ground_steps must be >= 1"), ("save_every", "0", "save_every must be >= 1"),
-              ("checkpoint_every", "-3", "checkpoint_every must be >= 1"),
-              ("imprints", "[[1.0, 0.0, 0.5]]", "must be an integer"),
-              ("imprints", "[[nan, 0.0, 1]]", "finite x, y"), ("model", "gft", "model"),
-              ("precision", "float16", "precision"), ("fft", "fftw", "fft")]
+BAD_VALUES = [
+    ("grid", "1", "grid must be >= 2"),
+    ("grid", "0", "grid must be >= 2"),
+    ("length", "-5", "length must be a finite number > 0"),
+    ("length", "inf", "length must be a finite number > 0"),
+    ("g", "nan", "g must be a finite number"),
+    ("ground_tol", "-1", "ground_tol must be a finite number > 0"),
+    ("ground_dt", "0", "ground_dt must be a finite number > 0"),
+    ("dt", "-1", "dt must be a finite number"),
+    ("dt", "0.5", "use dt <= 0.00777"),
+    ("omega_rot", "inf", "omega_rot must be a finite"),
+    ("noise", "-1", "noise must be a finite number >= 0"),
+    ("trap", "[-1.0]", "trap frequencies must be finite and >= 0"),
+    ("dims", "0", "dims must be 1, 2 or 3"),
+    ("steps", "0", "steps must be >= 1"),
+    ("ground_steps", "0", "ground_steps must be >= 1"),
+    ("save_every", "0", "save_every must be >= 1"),
+    ("checkpoint_every", "-3", "checkpoint_every must be >= 1"),
+    ("imprints", "[[1.0, 0.0, 0.5]]", "must be an integer"),
+    ("imprints", "[[nan, 0.0, 1]]", "finite x, y"),
+    ("model", "gft", "model"),
+    ("precision", "float16", "precision"),
+    ("fft", "fftw", "fft"),
+]
 
 
 @pytest.mark.parametrize("key, value, message", BAD_VALUES, ids=[f"{k}={v}" for k, v, _ in BAD_VALUES])
@@ -114,9 +158,31 @@ def test_every_bad_value_is_one_line_and_exit_2(tmp_path, capsys, key, value, me
 
 
 def test_3d_plots_name_their_slice_and_time_counts_from_the_first_record(tmp_path):
-    args = ["--no-progress", "--set", "dims=3", "--set", "grid=16", "--set", "length=8.0", "--set", "g=10",
-            "--set", "ground_steps=100", "--set", "steps=20", "--set", "steps_per_chunk=20", "--set", "save_every=10",
-            "--set", "checkpoint_every=20", "--set", "dt=1e-3", "--out", str(tmp_path)]
+    args = [
+        "--no-progress",
+        "--set",
+        "dims=3",
+        "--set",
+        "grid=16",
+        "--set",
+        "length=8.0",
+        "--set",
+        "g=10",
+        "--set",
+        "ground_steps=100",
+        "--set",
+        "steps=20",
+        "--set",
+        "steps_per_chunk=20",
+        "--set",
+        "save_every=10",
+        "--set",
+        "checkpoint_every=20",
+        "--set",
+        "dt=1e-3",
+        "--out",
+        str(tmp_path),
+    ]
     assert bec.main(args) == 0
     doc = json.loads((tmp_path / "observables.json").read_text())
     assert doc["plot_slice"] == "slice z = 0 (index 8 of 16)"
@@ -162,11 +228,14 @@ def test_gp_run_writes_its_store_and_a_resumed_store_equals_an_uninterrupted_one
     assert np.array_equal(np.load(plain / "final_state.npy"), np.load(part / "final_state.npy"))
 
 
-@pytest.mark.parametrize("override, message", [
-    ("ground_dt=1.0", "ground_dt=1 is too large: the local decay per step ground_dt·max|V + g|ψ|²|"),
-    ("g=1e9", "g=1e+09 is too large for ground_dt=0.005"),
-    ("g=1e9", "use |g| <= "),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("ground_dt=1.0", "ground_dt=1 is too large: the local decay per step ground_dt·max|V + g|ψ|²|"),
+        ("g=1e9", "g=1e+09 is too large for ground_dt=0.005"),
+        ("g=1e9", "use |g| <= "),
+    ],
+)
 def test_unresolved_local_step_names_the_key_at_fault(tmp_path, capsys, override, message):
     assert bec.main([*GP, "--set", "steps=50", "--set", override, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
@@ -177,7 +246,25 @@ def test_unresolved_local_step_names_the_key_at_fault(tmp_path, capsys, override
 def test_gp_run_default_keeps_the_norm(tmp_path):
     # The default run restores the norm after every save_every steps (project_norm=false): float32 FFT round-off
     # no longer accumulates (the raw scheme loses ~1.4e-7 per step).
-    assert bec.main([*GP, "--set", "steps=1000", "--set", "steps_per_chunk=500", "--set", "checkpoint_every=1000",
-                     "--set", "save_every=250", "--set", "imprints=[]", "--out", str(tmp_path)]) == 0
+    assert (
+        bec.main(
+            [
+                *GP,
+                "--set",
+                "steps=1000",
+                "--set",
+                "steps_per_chunk=500",
+                "--set",
+                "checkpoint_every=1000",
+                "--set",
+                "save_every=250",
+                "--set",
+                "imprints=[]",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     norms = json.loads((tmp_path / "observables.json").read_text())["observables"]["norm"]
     assert max(abs(n - 1) for n in norms) < 1e-6

@@ -12,13 +12,36 @@ import pytest
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.sims import cdt as sim
 
-SMALL = ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "steps_per_chunk=4",
-         "--set", "save_every=2", "--set", "r_max=16", "--set", "curvature_deltas=2", "--set", "curvature_samples=2",
-         "--no-progress"]
+SMALL = [
+    "--set",
+    "slices=4",
+    "--set",
+    "volume=64",
+    "--set",
+    "chains=2",
+    "--set",
+    "steps_per_chunk=4",
+    "--set",
+    "save_every=2",
+    "--set",
+    "r_max=16",
+    "--set",
+    "curvature_deltas=2",
+    "--set",
+    "curvature_samples=2",
+    "--no-progress",
+]
 
 
-@pytest.mark.parametrize("engine", ["jax", pytest.param("host", marks=[pytest.mark.skipif(
-    not cdt_host.available(), reason="needs numba"), pytest.mark.slow])])
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "jax",
+        pytest.param(
+            "host", marks=[pytest.mark.skipif(not cdt_host.available(), reason="needs numba"), pytest.mark.slow]
+        ),
+    ],
+)
 def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, engine):
     out = str(tmp_path / "run")
     args = SMALL + ["--set", f"engine={engine}", "--out", out]
@@ -46,34 +69,37 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     assert re.search("different configuration.*volume", capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("sets, pattern", [
-    (["slices=2"], "slices must be >= 3"),
-    (["capacity=20"], "capacity=20 .*cannot hold the target"),
-    (["eps=0", "lam=0.6"], "lam=0.6 <= ln 2"),
-    (["volume=65"], "even number of triangles"),
-    (["engine=gpu"], "engine must be"),
-    (["steps=30"], "multiple of steps_per_chunk"),
-    (["steps_per_chunk=5", "steps=20"], "multiple of save_every"),
-    (["chunks=4"], "unknown config key.*chunks.*steps_per_chunk"),  # one vocabulary: steps_per_chunk, as elsewhere
-    # one bad value for every other key: one line, exit 2, before any work
-    (["eps=-1"], "eps must be >= 0"),
-    (["eps=nan"], "eps must be a finite number"),
-    (["lam=inf"], "lam must be a finite number"),
-    (["volume=-64"], "volume must be an even number"),
-    (["chains=0"], "chains must be >= 1"),
-    (["steps=0"], "steps must be >= 1"),
-    (["save_every=0"], "save_every must be >= 1"),
-    (["steps_per_chunk=0"], "steps_per_chunk must be >= 1"),
-    (["attempts_per_sweep=-5"], "attempts_per_sweep must be >= 0"),
-    (["capacity=-1"], "capacity must be >= 0"),
-    (["capacity=70000", "engine=jax"], "capacity=70000 .*jax engine"),
-    (["thermalise_max=0"], "thermalise_max must be >= 1"),
-    (["seed=-3"], "seed must be >= 0"),
-    (["r_max=-1"], "r_max must be >= 0"),
-    (["origins=0"], "origins must be >= 1"),
-    (["curvature_deltas=-2"], "curvature_deltas must be >= 0"),
-    (["curvature_samples=0"], "curvature_samples must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "sets, pattern",
+    [
+        (["slices=2"], "slices must be >= 3"),
+        (["capacity=20"], "capacity=20 .*cannot hold the target"),
+        (["eps=0", "lam=0.6"], "lam=0.6 <= ln 2"),
+        (["volume=65"], "even number of triangles"),
+        (["engine=gpu"], "engine must be"),
+        (["steps=30"], "multiple of steps_per_chunk"),
+        (["steps_per_chunk=5", "steps=20"], "multiple of save_every"),
+        (["chunks=4"], "unknown config key.*chunks.*steps_per_chunk"),  # one vocabulary: steps_per_chunk, as elsewhere
+        # one bad value for every other key: one line, exit 2, before any work
+        (["eps=-1"], "eps must be >= 0"),
+        (["eps=nan"], "eps must be a finite number"),
+        (["lam=inf"], "lam must be a finite number"),
+        (["volume=-64"], "volume must be an even number"),
+        (["chains=0"], "chains must be >= 1"),
+        (["steps=0"], "steps must be >= 1"),
+        (["save_every=0"], "save_every must be >= 1"),
+        (["steps_per_chunk=0"], "steps_per_chunk must be >= 1"),
+        (["attempts_per_sweep=-5"], "attempts_per_sweep must be >= 0"),
+        (["capacity=-1"], "capacity must be >= 0"),
+        (["capacity=70000", "engine=jax"], "capacity=70000 .*jax engine"),
+        (["thermalise_max=0"], "thermalise_max must be >= 1"),
+        (["seed=-3"], "seed must be >= 0"),
+        (["r_max=-1"], "r_max must be >= 0"),
+        (["origins=0"], "origins must be >= 1"),
+        (["curvature_deltas=-2"], "curvature_deltas must be >= 0"),
+        (["curvature_samples=0"], "curvature_samples must be >= 1"),
+    ],
+)
 def test_sim_config_errors_are_one_line(tmp_path, capsys, sets, pattern):
     args = [x for kv in sets for x in ("--set", kv)] + ["--out", str(tmp_path / "bad")]
     assert sim.main(args) == 2
@@ -83,8 +109,14 @@ def test_sim_config_errors_are_one_line(tmp_path, capsys, sets, pattern):
 
 def test_every_phase_reports_progress(tmp_path, capsys):
     """Growing and thermalising, the sweeps and the geometry each announce themselves and report progress."""
-    args = [a for a in SMALL if a != "--no-progress"] + ["--set", "engine=jax", "--set", "steps=8",
-                                                         "--out", str(tmp_path / "p")]
+    args = [a for a in SMALL if a != "--no-progress"] + [
+        "--set",
+        "engine=jax",
+        "--set",
+        "steps=8",
+        "--out",
+        str(tmp_path / "p"),
+    ]
     assert sim.main(args) == 0
     captured = capsys.readouterr()
     err = captured.err + captured.out
@@ -145,6 +177,14 @@ def test_streamed_observations_equal_the_in_memory_analysis(tmp_path):
     a = json.load(open(os.path.join(plain, "summary.json")))
     b = json.load(open(os.path.join(streamed, "summary.json")))
     assert open_run(streamed).observations.sizes["time"] == 8 // 2
-    for key in ("mean_n2", "std_n2", "mean_slice_length", "autocorrelation", "volume_correlator",
-                "coordination_histogram", "accepted_moves", "geometry"):
+    for key in (
+        "mean_n2",
+        "std_n2",
+        "mean_slice_length",
+        "autocorrelation",
+        "volume_correlator",
+        "coordination_histogram",
+        "accepted_moves",
+        "geometry",
+    ):
         assert key in a and a[key] == b[key], key

@@ -9,8 +9,21 @@ import pytest
 
 from ivhl_jax.sims import gft
 
-SMALL = ["--no-progress", "--set", "rank=2", "--set", "grid=16", "--set", "steps=200", "--set", "steps_per_chunk=100",
-         "--set", "save_every=50", "--set", "checkpoint_every=100"]
+SMALL = [
+    "--no-progress",
+    "--set",
+    "rank=2",
+    "--set",
+    "grid=16",
+    "--set",
+    "steps=200",
+    "--set",
+    "steps_per_chunk=100",
+    "--set",
+    "save_every=50",
+    "--set",
+    "checkpoint_every=100",
+]
 
 
 def test_gradient_flow_lowers_the_potential_and_writes_its_outputs(tmp_path):
@@ -46,14 +59,23 @@ def test_rank_3_plots_name_their_slice():
 
 
 # One bad value per key: each is refused by validate() before any work, in one line, exit 2.
-BAD_VALUES = [("grid", "1", "grid must be >= 2"), ("rank", "5", "rank must be 1..4"),
-              ("rank", "0", "rank must be 1..4"),
-              ("lam", "0", "lam must be a finite number > 0"), ("mass_sq", "nan", "mass_sq must be a finite number"),
-              ("noise", "nan", "noise must be a finite"), ("noise", "-1", "noise must be a finite number >= 0"),
-              ("dt", "-1", "dt must be a finite number"), ("dt", "0.5", "use dt <= 0.262"),
-              ("steps", "0", "steps must be >= 1"), ("save_every", "7", "multiple of save_every"),
-              ("checkpoint_every", "-3", "checkpoint_every must be >= 1"), ("mesh", "3", "does not divide"),
-              ("precision", "float16", "precision"), ("model", "gp", "unknown config key")]
+BAD_VALUES = [
+    ("grid", "1", "grid must be >= 2"),
+    ("rank", "5", "rank must be 1..4"),
+    ("rank", "0", "rank must be 1..4"),
+    ("lam", "0", "lam must be a finite number > 0"),
+    ("mass_sq", "nan", "mass_sq must be a finite number"),
+    ("noise", "nan", "noise must be a finite"),
+    ("noise", "-1", "noise must be a finite number >= 0"),
+    ("dt", "-1", "dt must be a finite number"),
+    ("dt", "0.5", "use dt <= 0.262"),
+    ("steps", "0", "steps must be >= 1"),
+    ("save_every", "7", "multiple of save_every"),
+    ("checkpoint_every", "-3", "checkpoint_every must be >= 1"),
+    ("mesh", "3", "does not divide"),
+    ("precision", "float16", "precision"),
+    ("model", "gp", "unknown config key"),
+]
 
 
 @pytest.mark.parametrize("key, value, message", BAD_VALUES, ids=[f"{k}={v}" for k, v, _ in BAD_VALUES])

@@ -49,8 +49,14 @@ def test_simulation_matches_direct_field_evaluation():
 
 def test_imprinted_vortex_is_detected_in_an_empty_field():
     """A single source far away gives a nearly plane wave; the imprinted charges show in vortex_map."""
-    cfg = small_cfg("n_sources=1", "helix_radius=30.0", "grid=[40, 40]", "extent=1.0",
-                    "vortex_centers=[[0.31, 0.27], [-0.42, -0.18]]", "vortex_charges=[1, -1]")
+    cfg = small_cfg(
+        "n_sources=1",
+        "helix_radius=30.0",
+        "grid=[40, 40]",
+        "extent=1.0",
+        "vortex_centers=[[0.31, 0.27], [-0.42, -0.18]]",
+        "vortex_charges=[1, -1]",
+    )
     result, _ = H.simulate(cfg, progress=False)
     np.testing.assert_array_equal(np.asarray(result.history["net_charge"]), 0)
     np.testing.assert_array_equal(np.asarray(result.history["vortices_positive"]), 1)
@@ -158,8 +164,14 @@ def test_pictures_are_written_when_the_field_is_not_finite(tmp_path):
     field = np.asarray(st.field).copy()
     field[:5] = np.nan
     field[5:9] = np.inf
-    bad = result.__class__(**{**result.__dict__, "state": st.replace(
-        field=jax.numpy.asarray(field), intensity_sum=jax.numpy.full_like(st.intensity_sum, np.inf))})
+    bad = result.__class__(
+        **{
+            **result.__dict__,
+            "state": st.replace(
+                field=jax.numpy.asarray(field), intensity_sum=jax.numpy.full_like(st.intensity_sum, np.inf)
+            ),
+        }
+    )
     paths = H.write_outputs(cfg, bad, params, str(tmp_path))
     for name in ("intensity", "phase", "mean_intensity"):
         with open(paths[name], "rb") as f:

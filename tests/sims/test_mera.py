@@ -15,8 +15,23 @@ import pytest
 from ivhl_jax.sims import mera as sim
 
 # Same sweep settings as tests/physics/test_mera.py::_SMALL with one step (sweep) per chunk.
-ARGS = ["--set", "chis=[4]", "--set", "chi_mids=[]", "--set", "steps=[6]", "--set", "layers=[1]", "--set", "u_delay=3",
-        "--set", "steps_per_chunk=1", "--set", "checkpoint_every=2", "--no-progress"]
+ARGS = [
+    "--set",
+    "chis=[4]",
+    "--set",
+    "chi_mids=[]",
+    "--set",
+    "steps=[6]",
+    "--set",
+    "layers=[1]",
+    "--set",
+    "u_delay=3",
+    "--set",
+    "steps_per_chunk=1",
+    "--set",
+    "checkpoint_every=2",
+    "--no-progress",
+]
 
 
 def test_sim_outputs_and_resume(tmp_path, capsys):
@@ -79,12 +94,26 @@ def test_sim_bad_config(capsys):
     assert sim.main(["--set", "chis=4,6", "--set", "steps=[10]", "--set", "layers=[1]"]) == 2
     assert "same" in capsys.readouterr().err
     # the last stage must finish in float64; per-stage lists need one entry per stage
-    assert sim.main(ARGS + ["--set", "precision=[\"f32\"]"]) == 2
+    assert sim.main(ARGS + ["--set", 'precision=["f32"]']) == 2
     assert "f64" in capsys.readouterr().err
     assert sim.main(ARGS + ["--set", "chi_mids=[4, 4]"]) == 2  # one stage
     assert "one entry per stage" in capsys.readouterr().err
-    assert sim.main(ARGS + ["--set", "chis=[4, 4]", "--set", "steps=[6, 6]", "--set", "layers=[1, 1]",
-                            "--set", "precision=[\"bf16\", \"f64\"]"]) == 2
+    assert (
+        sim.main(
+            ARGS
+            + [
+                "--set",
+                "chis=[4, 4]",
+                "--set",
+                "steps=[6, 6]",
+                "--set",
+                "layers=[1, 1]",
+                "--set",
+                'precision=["bf16", "f64"]',
+            ]
+        )
+        == 2
+    )
     assert "precision[0]" in capsys.readouterr().err
     for bad in ("-1", "true", "1.5"):
         assert sim.main(ARGS + ["--set", f"host_cores={bad}"]) == 2
@@ -94,6 +123,7 @@ def test_sim_bad_config(capsys):
 def test_sim_model_and_per_layer_chi_errors_name_the_key(tmp_path, capsys):
     """One line, exit 2, naming the key: a χ a layer cannot carry, a non-Hermitian term, a spin-dimension mismatch,
     an unknown model."""
+
     def fails(extra, key):
         assert sim.main(ARGS + extra + ["--out", str(tmp_path / "m")]) == 2
         err = capsys.readouterr().err
@@ -118,9 +148,29 @@ def test_sim_runs_another_model_with_per_layer_chi(tmp_path):
     """The XX chain on a per-layer ladder (χ above the layers: 4, 4 then 4, 6, 6): energies above the exact −1/π;
     resumed from its checkpoints."""
     out = str(tmp_path / "xx")
-    args = ["--set", "model=xx", "--set", "chis=[4, 6]", "--set", "chi_mids=[]", "--set", "steps=[6, 2]",
-            "--set", "layers=[1, 2]", "--set", "layer_chis=[[4, 4], [4, 6, 6]]", "--set", "u_delay=3",
-            "--set", "steps_per_chunk=1", "--set", "checkpoint_every=2", "--no-progress", "--out", out]
+    args = [
+        "--set",
+        "model=xx",
+        "--set",
+        "chis=[4, 6]",
+        "--set",
+        "chi_mids=[]",
+        "--set",
+        "steps=[6, 2]",
+        "--set",
+        "layers=[1, 2]",
+        "--set",
+        "layer_chis=[[4, 4], [4, 6, 6]]",
+        "--set",
+        "u_delay=3",
+        "--set",
+        "steps_per_chunk=1",
+        "--set",
+        "checkpoint_every=2",
+        "--no-progress",
+        "--out",
+        out,
+    ]
     assert sim.main(args) == 0
     with open(os.path.join(out, "mera.json")) as f:
         doc = json.load(f)
@@ -140,8 +190,12 @@ def test_sim_runs_another_model_with_per_layer_chi(tmp_path):
 def test_cli_run_holds_xla_to_one_core_when_asked(tmp_path):
     """From the command line nothing starts JAX's backend before the sim applies host_cores."""
     out = str(tmp_path / "mera")
-    subprocess.run([sys.executable, "-m", "ivhl_jax.sims.mera", *ARGS, "--set", "host_cores=1", "--out", out],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "ivhl_jax.sims.mera", *ARGS, "--set", "host_cores=1", "--out", out],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     with open(os.path.join(out, "mera.json")) as f:
         assert json.load(f)["host_cores"].startswith("applied: cores [")
 

@@ -15,8 +15,14 @@ from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.sims import train_adaptive as ta
 from ivhl_jax.train.checkpoint import Checkpointer
 
-TINY = ["steps=20", "steps_per_chunk=10", "batch_size=16", "model.num_nodes=8", "model.hidden_dim=8",
-        "model.inner_steps=1"]
+TINY = [
+    "steps=20",
+    "steps_per_chunk=10",
+    "batch_size=16",
+    "model.num_nodes=8",
+    "model.hidden_dim=8",
+    "model.inner_steps=1",
+]
 
 
 @pytest.mark.slow  # ~30 s; chunked resume is covered fast in tests/run/test_runner.py and the sim tests
@@ -82,8 +88,12 @@ def test_adaptive_plots(tmp_path, is_png, loss_history):
 
     hist = loss_history()
     n = len(hist["loss"])
-    hist.update(accuracy=np.linspace(0.1, 0.9, n), test_accuracy=np.array([0.3, 0.6, 0.8]),
-                mean_energy=np.linspace(1, 0.5, n), mean_anxiety=np.linspace(0.2, 0.1, n))
+    hist.update(
+        accuracy=np.linspace(0.1, 0.9, n),
+        test_accuracy=np.array([0.3, 0.6, 0.8]),
+        mean_energy=np.linspace(1, 0.5, n),
+        mean_anxiety=np.linspace(0.2, 0.1, n),
+    )
     for p in adaptive.PHASES:
         hist[f"{p}_ratio"] = np.full(n, 1.0 / len(adaptive.PHASES))
     paths = ta._plots(str(tmp_path), hist, 20)

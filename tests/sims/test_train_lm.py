@@ -41,9 +41,22 @@ def test_config_errors_name_the_key():
     assert cfg.model.d_model == 64 and cfg.model.policy.compute_dtype == jax.numpy.bfloat16
 
 
-TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64", "model.max_len=32",
-        "seq_len=32", "batch_size=4", "steps=4", "steps_per_chunk=2", "warmup_steps=1", "max_bytes=60000",
-        "eval_batches=2", "model.attention=chunked", "model.attention_block=16"]
+TINY = [
+    "model.d_model=32",
+    "model.n_layers=1",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "model.max_len=32",
+    "seq_len=32",
+    "batch_size=4",
+    "steps=4",
+    "steps_per_chunk=2",
+    "warmup_steps=1",
+    "max_bytes=60000",
+    "eval_batches=2",
+    "model.attention=chunked",
+    "model.attention_block=16",
+]
 
 
 @pytest.mark.slow

@@ -38,8 +38,11 @@ def test_config_keys_use_the_common_vocabulary():
 
 @pytest.mark.slow
 def test_training_beats_persistence(tmp_path):
-    cfg = load_config(tv.VortexGRUConfig, None, ["n_train=64", "n_test=16", "grid=24", "hidden=32",
-                                                 "steps=400", "steps_per_chunk=200"])
+    cfg = load_config(
+        tv.VortexGRUConfig,
+        None,
+        ["n_train=64", "n_test=16", "grid=24", "hidden=32", "steps=400", "steps_per_chunk=200"],
+    )
     s = tv.train(cfg, str(tmp_path / "run"), progress=False)
     assert s["gru_test_rmse"] < s["persistence_rmse"]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 400
@@ -53,8 +56,9 @@ def test_vortex_gru_plots(tmp_path, is_png, loss_history):
     hist["test_rmse"] = np.array([0.05, 0.03, 0.02])
     paths = np.linspace(-0.4, 0.4, 3 * 12 * 2).reshape(3, 12, 2)
     data = {"true_test": paths, "test": paths + 0.01}
-    plot, curve = tv.write_plots(str(tmp_path), hist, data, paths[:, 1:] + 0.02,
-                                 {"constant_velocity_rmse": 0.025, "persistence_rmse": 0.06}, 20)
+    plot, curve = tv.write_plots(
+        str(tmp_path), hist, data, paths[:, 1:] + 0.02, {"constant_velocity_rmse": 0.025, "persistence_rmse": 0.06}, 20
+    )
     assert is_png(plot) and is_png(curve) and curve.endswith("loss_curve.png")
 
 
@@ -63,12 +67,25 @@ def test_vortex_gru_run_writes_its_pictures(tmp_path, capsys, is_png):
     from ivhl_jax.sims import train_vortex_gru as tv
 
     out = tmp_path / "run"
-    sets = ["n_train=8", "n_test=4", "length=12", "grid=16", "hidden=8", "layers=1", "steps=4", "steps_per_chunk=2",
-            "batch_size=4"]
+    sets = [
+        "n_train=8",
+        "n_test=4",
+        "length=12",
+        "grid=16",
+        "hidden=8",
+        "layers=1",
+        "steps=4",
+        "steps_per_chunk=2",
+        "batch_size=4",
+    ]
     assert tv.main(["--out", str(out), "--no-progress"] + [a for s in sets for a in ("--set", s)]) == 0
     assert is_png(out / "vortex_gru.png") and is_png(out / "loss_curve.png")
     printed = capsys.readouterr().out
     assert "loss_curve" in printed and "vortex_gru.png" in printed
-    assert tv.main(["--out", str(tmp_path / "np"), "--no-progress", "--no-plots"]
-                   + [a for s in sets for a in ("--set", s)]) == 0
+    assert (
+        tv.main(
+            ["--out", str(tmp_path / "np"), "--no-progress", "--no-plots"] + [a for s in sets for a in ("--set", s)]
+        )
+        == 0
+    )
     assert not (tmp_path / "np" / "loss_curve.png").exists()

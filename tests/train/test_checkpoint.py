@@ -17,13 +17,15 @@ from jax.sharding import PartitionSpec as P
 from ivhl_jax import checkpoint, parallel, rollout, runner, training
 from ivhl_jax.train.checkpoint import CHECKSUM_FILE, CheckpointCorruptError, Checkpointer
 
-ON_CPU = pytest.mark.skipif(jax.default_backend() != "cpu",
-                            reason="the suite emulates 8 CPU devices; an accelerator has as many as it has")
+ON_CPU = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="the suite emulates 8 CPU devices; an accelerator has as many as it has"
+)
 
 # A failed Orbax read abandons the step's other reads mid-flight ("Exception ignored in <coroutine ...>", "Event loop
 # is closed"); the Checkpointer checks a step's files before Orbax reads them, so no test here may see one.
-ORBAX_UNRAISABLE = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning",
-                                              "error::pytest.PytestUnhandledThreadExceptionWarning")
+ORBAX_UNRAISABLE = pytest.mark.filterwarnings(
+    "error::pytest.PytestUnraisableExceptionWarning", "error::pytest.PytestUnhandledThreadExceptionWarning"
+)
 
 
 @ON_CPU
@@ -46,8 +48,12 @@ def test_checkpoint_dtypes_and_restore_onto_other_mesh(tmp_path):
             assert same[k].dtype == state[k].dtype
             np.testing.assert_array_equal(np.asarray(same[k]), np.asarray(state[k]))
         np.testing.assert_array_equal(jax.random.key_data(same["key"]), jax.random.key_data(state["key"]))
-        target = {"f32": NamedSharding(mesh4, P("x")), "bf16": NamedSharding(mesh4, P()),
-                  "c64": NamedSharding(mesh4, P()), "key": NamedSharding(mesh4, P())}
+        target = {
+            "f32": NamedSharding(mesh4, P("x")),
+            "bf16": NamedSharding(mesh4, P()),
+            "c64": NamedSharding(mesh4, P()),
+            "key": NamedSharding(mesh4, P()),
+        }
         _, moved, _ = ck.restore(state, sharding=target)
         assert moved["f32"].sharding.mesh.shape == {"x": 4}
         np.testing.assert_array_equal(np.asarray(moved["f32"]), np.asarray(state["f32"]))
@@ -62,8 +68,9 @@ def test_checkpoint_restores_on_fewer_devices(tmp_path):
     params = {"w": jnp.asarray(rng.normal(size=(64, 24)), jnp.float32), "b": jnp.zeros(24, jnp.bfloat16)}
     opt = training.make_optimizer(learning_rate=1e-3)
     state = training.init_train_state(params, opt, key=jax.random.key(5))
-    state = state.replace(opt_state=jax.tree_util.tree_map(lambda x: x + 1 if x.dtype != jnp.int32 else x,
-                                                           state.opt_state))
+    state = state.replace(
+        opt_state=jax.tree_util.tree_map(lambda x: x + 1 if x.dtype != jnp.int32 else x, state.opt_state)
+    )
     mesh8 = parallel.make_mesh({"fsdp": 8})
     s8 = parallel.shard_tree(state, parallel.state_shardings(state, mesh8, min_size=1))
     assert s8.params["w"].sharding.spec == P("fsdp", None)
@@ -72,7 +79,8 @@ def test_checkpoint_restores_on_fewer_devices(tmp_path):
     for devices in (jax.devices()[:4], jax.devices()[4:5]):
         mesh = parallel.make_mesh({"fsdp": -1}, devices=devices)
         step, back, meta = Checkpointer(tmp_path / "ck").restore(
-            state, sharding=parallel.state_shardings(state, mesh, min_size=1))
+            state, sharding=parallel.state_shardings(state, mesh, min_size=1)
+        )
         assert step == 7 and meta == {"devices": 8}
         assert back.params["w"].sharding.device_set == set(devices)
         for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(state), strict=True):
@@ -112,7 +120,7 @@ def _flip_bytes(d):
     with open(path, "r+b") as f:
         data = bytearray(f.read())
         mid = len(data) // 2
-        data[mid:mid + 64] = bytes(b ^ 0xFF for b in data[mid:mid + 64])
+        data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
         f.seek(0)
         f.write(data)
 
@@ -214,8 +222,9 @@ def _noisy_step(s, p):
 @ORBAX_UNRAISABLE
 def test_run_chunked_resumes_bit_exact_from_previous_good_checkpoint(tmp_path, capfd):
     params = {"decay": 0.97}
-    adv = jax.jit(lambda s: rollout.rollout(_noisy_step, s, params, 10, save_every=5,
-                                            observe=lambda s, p: jnp.mean(s["x"] ** 2)))
+    adv = jax.jit(
+        lambda s: rollout.rollout(_noisy_step, s, params, 10, save_every=5, observe=lambda s, p: jnp.mean(s["x"] ** 2))
+    )
     s0 = {"key": jax.random.key(0), "x": jnp.ones(4096, jnp.float32)}
     straight = runner.run_chunked(adv, s0, n_chunks=6, steps_per_chunk=10, progress=False)
     d = tmp_path / "ck"
@@ -281,8 +290,13 @@ def test_importing_the_checkpoint_module_does_not_import_orbax():
     import sys
 
     code = "import sys, ivhl_jax.train.checkpoint; print('orbax.checkpoint' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -39,12 +39,14 @@ def test_the_default_adaptive_trainer_loads_its_data_without_scikit_learn():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['sklearn'] = None  # as if scikit-learn were not installed\n"
-            "from ivhl_jax.run.config import load_config\n"
-            "from ivhl_jax.sims import train_adaptive as ta\n"
-            "cfg = load_config(ta.TrainAdaptiveConfig)\n"
-            "d = ta.load_dataset(cfg)\n"
-            "print(cfg.dataset, len(d['y_train']), len(d['y_test']), d['x_train'].shape[1])\n")
+    code = (
+        "import sys; sys.modules['sklearn'] = None  # as if scikit-learn were not installed\n"
+        "from ivhl_jax.run.config import load_config\n"
+        "from ivhl_jax.sims import train_adaptive as ta\n"
+        "cfg = load_config(ta.TrainAdaptiveConfig)\n"
+        "d = ta.load_dataset(cfg)\n"
+        "print(cfg.dataset, len(d['y_train']), len(d['y_test']), d['x_train'].shape[1])\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["digits", "1438", "359", "64"]

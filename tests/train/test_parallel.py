@@ -16,14 +16,17 @@ pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 (emulate
 
 # ----- a small MLP with logical names -----------------------------------------------------------
 
+
 def mlp_params(key, d_in=16, d_hidden=64, d_out=8):
     k1, k2 = jax.random.split(key)
     params = {
         "dense1": {"kernel": jax.random.normal(k1, (d_in, d_hidden)) / np.sqrt(d_in), "bias": jnp.zeros(d_hidden)},
         "dense2": {"kernel": jax.random.normal(k2, (d_hidden, d_out)) / np.sqrt(d_hidden), "bias": jnp.zeros(d_out)},
     }
-    names = {"dense1": {"kernel": ("embed", "mlp"), "bias": ("mlp",)},
-             "dense2": {"kernel": ("mlp", "embed"), "bias": ("embed",)}}
+    names = {
+        "dense1": {"kernel": ("embed", "mlp"), "bias": ("mlp",)},
+        "dense2": {"kernel": ("mlp", "embed"), "bias": ("embed",)},
+    }
     return params, names
 
 
@@ -64,6 +67,7 @@ def reference():
 
 # ----- mesh and rules ----------------------------------------------------------------------------
 
+
 def test_make_mesh_from_spec():
     mesh = parallel.make_mesh({"data": -1, "fsdp": 1, "tensor": 2, "pipeline": 1})
     assert dict(mesh.shape) == {"data": 4, "fsdp": 1, "tensor": 2, "pipeline": 1}
@@ -102,8 +106,11 @@ def test_flax_boxes_carry_names():
     class Tiny(nn.Module):
         @nn.compact
         def __call__(self, x):
-            k = self.param("kernel", nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp")),
-                           (x.shape[-1], 32))
+            k = self.param(
+                "kernel",
+                nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp")),
+                (x.shape[-1], 32),
+            )
             return x @ k
 
     variables = Tiny().init(jax.random.key(0), jnp.zeros((2, 16)))
@@ -116,22 +123,31 @@ def test_flax_boxes_carry_names():
 
 # ----- data parallel / FSDP / TP by sharding ---------------------------------------------------------
 
-@pytest.mark.parametrize("spec", [{"data": 8}, {"fsdp": 8},
-                                  pytest.param({"data": 2, "fsdp": 4}, marks=pytest.mark.slow),
-                                  {"data": 2, "fsdp": 2, "tensor": 2}])
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"data": 8},
+        {"fsdp": 8},
+        pytest.param({"data": 2, "fsdp": 4}, marks=pytest.mark.slow),
+        {"data": 2, "fsdp": 2, "tensor": 2},
+    ],
+)
 def test_sharded_training_equals_single_device(reference, spec):
     mesh = parallel.make_mesh(spec)
     ref = reference
-    shardings = parallel.state_shardings(ref["state"], mesh, {"dense1": ref["names"]["dense1"],
-                                                              "dense2": ref["names"]["dense2"]}, min_size=1)
+    shardings = parallel.state_shardings(
+        ref["state"], mesh, {"dense1": ref["names"]["dense1"], "dense2": ref["names"]["dense2"]}, min_size=1
+    )
     state = parallel.shard_tree(ref["state"], shardings)
     batch = parallel.shard_batch(ref["batch"], mesh)
     bsh = jax.tree_util.tree_map(lambda x: x.sharding, batch)
     step = parallel.jit_train_step(training.make_train_step(mlp_loss, ref["opt"]), shardings, bsh, mesh)
     final, losses = run_steps(step, state, batch, 3)
     np.testing.assert_allclose(losses, ref["losses"], rtol=2e-6, atol=1e-7)
-    for a, b in zip(jax.tree_util.tree_leaves(final.params), jax.tree_util.tree_leaves(ref["final"].params),
-                    strict=True):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(final.params), jax.tree_util.tree_leaves(ref["final"].params), strict=True
+    ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     # the parameters really are split as the mesh says (and Adam moments like them)
     k = final.params["dense1"]["kernel"]
@@ -161,8 +177,10 @@ def digits_task(n_train=1024, seed=0):
 
 def mlp_init(key, sizes=(64, 64, 10)):
     keys = jax.random.split(key, len(sizes) - 1)
-    return [{"w": jax.random.normal(k, (a, b)) / np.sqrt(a), "b": jnp.zeros(b)}
-            for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=True)]
+    return [
+        {"w": jax.random.normal(k, (a, b)) / np.sqrt(a), "b": jnp.zeros(b)}
+        for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=True)
+    ]
 
 
 def mlp_apply(params, x):
@@ -230,8 +248,9 @@ def test_error_feedback_keeps_the_running_sum_exact(method):
         (_, total), outs = jax.lax.scan(body, (tx.init(gs[0, 0]), jnp.zeros(37)), gs)
         return total[None], outs[0][None]
 
-    total, first = jax.jit(jax.shard_map(run, mesh=mesh, in_specs=P(None, "data"), out_specs=P("data"),
-                                         check_vma=False))(g)
+    total, first = jax.jit(
+        jax.shard_map(run, mesh=mesh, in_specs=P(None, "data"), out_specs=P("data"), check_vma=False)
+    )(g)
     true_total = g.mean(1).sum(0)
     true_first = g[0].mean(0)
     one_step = np.max(np.abs(first[0] - true_first))
@@ -266,8 +285,11 @@ def test_compression_errors():
         parallel.compressed_dp_train_step(xent, training.make_optimizer(), mesh, axis="batch")
     with pytest.raises(ValueError, match="fp16"):
         parallel.compressed_dp_train_step(xent, training.make_optimizer(), mesh, policy="fp16")
-    assert parallel.allreduce_bytes(1000, 8, "int8") < parallel.allreduce_bytes(1000, 8, "bf16") \
+    assert (
+        parallel.allreduce_bytes(1000, 8, "int8")
+        < parallel.allreduce_bytes(1000, 8, "bf16")
         < parallel.allreduce_bytes(1000, 8, "none")
+    )
 
 
 @pytest.mark.slow
@@ -283,8 +305,11 @@ def test_other_compressions_converge_like_uncompressed(method):
     assert acc > acc_base - 0.05
     b = parallel.shard_batch({"x": np.zeros((256, 64), np.float32), "y": np.zeros(256, np.int32)}, mesh)
     wire = parallel.collective_bytes(step_c.jitted(st_c, b).lower(st_c, b).compile(), 8)["wire_total"]
-    model = (parallel.powersgd_bytes(st_c.params, 8, 4) if method == "powersgd"
-             else parallel.allreduce_bytes(sum(x.size for x in jax.tree_util.tree_leaves(st_c.params)), 8, method))
+    model = (
+        parallel.powersgd_bytes(st_c.params, 8, 4)
+        if method == "powersgd"
+        else parallel.allreduce_bytes(sum(x.size for x in jax.tree_util.tree_leaves(st_c.params)), 8, method)
+    )
     assert wire == pytest.approx(model, rel=0.02)
 
 
@@ -296,10 +321,14 @@ def block_params(key):
     ks = jax.random.split(key, 6)
     s = 1 / np.sqrt(E)
     return {
-        "wq": jax.random.normal(ks[0], (E, H, D)) * s, "wk": jax.random.normal(ks[1], (E, H, D)) * s,
-        "wv": jax.random.normal(ks[2], (E, H, D)) * s, "wo": jax.random.normal(ks[3], (H, D, E)) * s,
-        "w_in": jax.random.normal(ks[4], (E, F)) * s, "b_in": jnp.full((F,), 0.1),
-        "w_out": jax.random.normal(ks[5], (F, E)) / np.sqrt(F), "b_out": jnp.full((E,), -0.1),
+        "wq": jax.random.normal(ks[0], (E, H, D)) * s,
+        "wk": jax.random.normal(ks[1], (E, H, D)) * s,
+        "wv": jax.random.normal(ks[2], (E, H, D)) * s,
+        "wo": jax.random.normal(ks[3], (H, D, E)) * s,
+        "w_in": jax.random.normal(ks[4], (E, F)) * s,
+        "b_in": jnp.full((F,), 0.1),
+        "w_out": jax.random.normal(ks[5], (F, E)) / np.sqrt(F),
+        "b_out": jnp.full((E,), -0.1),
     }
 
 
@@ -335,16 +364,18 @@ def test_tensor_parallel_equals_single_device():
     specs = [{k: parallel.logical_to_spec(parallel.TP_BLOCK_NAMES[k], mesh) for k in params[0]}] * 2
     assert specs[0]["w_in"] == P(None, "tensor") and specs[0]["w_out"] == P("tensor", None)  # column / row
     assert specs[0]["wq"] == P(None, "tensor", None) and specs[0]["wo"] == P("tensor", None, None)
-    tp = jax.shard_map(lambda ps, xx: two_layer(ps, xx, block_tp), mesh=mesh, in_specs=(specs, P("data")),
-                       out_specs=P("data"))
+    tp = jax.shard_map(
+        lambda ps, xx: two_layer(ps, xx, block_tp), mesh=mesh, in_specs=(specs, P("data")), out_specs=P("data")
+    )
 
     def loss(fn, ps):
         out = fn(ps, x)
         return jnp.mean(jnp.sin(out)), out
 
     # one program per side: the output, the loss and the gradients together
-    (ref_val, ref_out), ref_grad = jax.jit(jax.value_and_grad(
-        lambda ps: loss(lambda a, b: two_layer(a, b, block_plain), ps), has_aux=True))(params)
+    (ref_val, ref_out), ref_grad = jax.jit(
+        jax.value_and_grad(lambda ps: loss(lambda a, b: two_layer(a, b, block_plain), ps), has_aux=True)
+    )(params)
     (val, out), grad = jax.jit(jax.value_and_grad(lambda ps: loss(tp, ps), has_aux=True))(params)
     np.testing.assert_allclose(val, ref_val, rtol=1e-5)
     np.testing.assert_allclose(out, ref_out, rtol=2e-5, atol=2e-5)
@@ -370,7 +401,7 @@ def check_pipeline(spec, m, stage_fn, make_stage, x_shape):
 
     def loss(fn, st):
         out = fn(st, x)
-        return jnp.mean(out ** 2), out
+        return jnp.mean(out**2), out
 
     (ref_val, ref_out), ref_grad = jax.jit(jax.value_and_grad(lambda st: loss(sequential, st), has_aux=True))(stages)
     (val, out), grad = jax.jit(jax.value_and_grad(lambda st: loss(piped, st), has_aux=True))(stages)
@@ -432,8 +463,9 @@ def single_vs_sharded(loss_fn, params, batch, spec, logical=None, steps=2, extra
     # that barely occurs) a relative round-off difference moves it by a fraction of lr, so the
     # absolute tolerance is stated in units of the learning rate (3e-3): 2 % of lr per step.
     for a, b in zip(jax.tree_util.tree_leaves(gstate.params), jax.tree_util.tree_leaves(ref.params), strict=True):
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-5,
-                                   atol=0.02 * 3e-3 * steps)
+        np.testing.assert_allclose(
+            np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-5, atol=0.02 * 3e-3 * steps
+        )
     return gstate
 
 
@@ -461,8 +493,9 @@ def test_transformer_data_parallel_equals_single_device():
     tr = pytest.importorskip("ivhl_jax.models.transformer")
     cfg = tr.TransformerConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_len=16).validate()
     tokens = jax.random.randint(jax.random.key(2), (16, 9), 0, cfg.vocab_size)
-    single_vs_sharded(tr.lm_loss_fn(cfg), tr.init_params(cfg, jax.random.key(0)), tokens, {"data": 8},
-                      tr.param_logical_axes(cfg))
+    single_vs_sharded(
+        tr.lm_loss_fn(cfg), tr.init_params(cfg, jax.random.key(0)), tokens, {"data": 8}, tr.param_logical_axes(cfg)
+    )
 
 
 @pytest.mark.slow
@@ -497,7 +530,8 @@ def test_wave_field_grid_split_across_devices():
     # differentiable through the split: d/dA of the total intensity
     g_full = jax.grad(lambda a: jnp.sum(jnp.abs(field(pts, src, a)) ** 2))(amp)
     g_split = jax.jit(jax.grad(lambda a: jnp.sum(jnp.abs(parallel.sharded_map(field, pts, src, a, mesh=mesh)) ** 2)))(
-        amp)
+        amp
+    )
     np.testing.assert_allclose(g_split, g_full, rtol=1e-4)
 
 

@@ -52,8 +52,9 @@ def test_non_finite_gradient_skips_the_whole_update_under_jit_and_vmap():
     bad = (x[:32].at[3, 2].set(jnp.nan), y[:32])
     skipped, m = step(st, bad)
     assert int(m["skipped"]) == 1
-    jax.tree_util.tree_map(np.testing.assert_array_equal, (skipped.params, skipped.opt_state),
-                           (st.params, st.opt_state))
+    jax.tree_util.tree_map(
+        np.testing.assert_array_equal, (skipped.params, skipped.opt_state), (st.params, st.opt_state)
+    )
     taken, m = step(st, (x[32:64], y[32:64]))
     assert int(m["skipped"]) == 0 and not np.array_equal(taken.params["w"], st.params["w"])
 
@@ -74,7 +75,7 @@ def test_gradient_accumulation_equals_big_batch():
     step1, step4 = training.make_train_step(_loss_fn, opt1), training.make_train_step(_loss_fn, opt4)
     s1, _ = step1(s1, (x[:128], y[:128]))
     for i in range(4):
-        s4, _ = step4(s4, (x[32 * i:32 * (i + 1)], y[32 * i:32 * (i + 1)]))
+        s4, _ = step4(s4, (x[32 * i : 32 * (i + 1)], y[32 * i : 32 * (i + 1)]))
     np.testing.assert_allclose(s4.params["w"], s1.params["w"], rtol=1e-5, atol=1e-7)
 
 
@@ -82,8 +83,9 @@ def test_gradient_accumulation_equals_big_batch():
 def test_a_run_as_short_as_its_warm_up_gets_a_schedule(warmup, want):
     # total_steps = max(warmup, 1) leaves no step to decay over (optax refuses decay_steps=0): the warm-up alone
     total = max(warmup, 1)
-    opt = training.make_optimizer(name="adam", learning_rate=0.01, warmup_steps=warmup, total_steps=total,
-                                  clip_norm=None)
+    opt = training.make_optimizer(
+        name="adam", learning_rate=0.01, warmup_steps=warmup, total_steps=total, clip_norm=None
+    )
     params = {"w": jnp.ones(3)}
     state = opt.init(params)
     lrs = []

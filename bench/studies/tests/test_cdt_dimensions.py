@@ -11,8 +11,19 @@ from bench.studies import cdt_dimensions as cd
 
 @pytest.fixture(scope="module")
 def tiny():
-    return cd.run([256], chains=2, thermal=6, measurements=2, gap=2, origins=3, sigma_factor=1.0, mix_limit=0,
-                  walk_origins=1, thermal_every=3, log=lambda s: None)
+    return cd.run(
+        [256],
+        chains=2,
+        thermal=6,
+        measurements=2,
+        gap=2,
+        origins=3,
+        sigma_factor=1.0,
+        mix_limit=0,
+        walk_origins=1,
+        thermal_every=3,
+        log=lambda s: None,
+    )
 
 
 def test_run_records_configurations_walks_and_thermal_series(tiny):

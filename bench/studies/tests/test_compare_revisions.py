@@ -16,8 +16,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 @pytest.mark.slow  # two JAX worker processes (import + compile): 40-90 s on a loaded 2-core host
 def test_compare_revisions_smoke(tmp_path):
     out = tmp_path / "compare.json"
-    doc = compare_revisions.main(["--quick", "--rounds", "2", "--first-rounds", "1", "--target-s", "0.01",
-                                  "--workloads", "gp_step,tn_contract", "--old-root", REPO, "--export", str(out)])
+    doc = compare_revisions.main(
+        [
+            "--quick",
+            "--rounds",
+            "2",
+            "--first-rounds",
+            "1",
+            "--target-s",
+            "0.01",
+            "--workloads",
+            "gp_step,tn_contract",
+            "--old-root",
+            REPO,
+            "--export",
+            str(out),
+        ]
+    )
     assert out.exists()
     assert set(doc["summary"]) == {"gp_step", "tn_contract"}
     for name, rec in doc["workloads"].items():

@@ -12,7 +12,7 @@ def test_case_records_bytes_and_memory_of_a_sharded_step():
     from bench.studies import condensate_scaling as ops_scaling
 
     rec, call = ops_scaling._case((16, 16, 16), 8, "slab", 2)
-    shard = 16 ** 3 * 8 // 8
+    shard = 16**3 * 8 // 8
     assert rec["shard_bytes"] == shard and rec["all_gather_bytes_per_step"] == 0
     assert rec["all_to_all_bytes_per_step"] == 2 * shard
     assert rec["bytes_sent_per_device_per_step"] == pytest.approx(2 * shard * 7 / 8)
@@ -26,7 +26,7 @@ def test_gpu_estimate_arithmetic():
     from bench.studies import condensate_scaling as ops_scaling
 
     est = ops_scaling._gpu_estimate(1024, 8, "slab")
-    sent = 2 * 1024 ** 3 * 8 / 8 * 7 / 8
+    sent = 2 * 1024**3 * 8 / 8 * 7 / 8
     assert est["bytes_sent_per_gpu_GB"] == pytest.approx(sent / 1e9)
     assert est["step_ms_est_nvlink"] == pytest.approx(est["compute_ms_est"] + sent / ops_scaling.NVLINK_BPS * 1e3)
     assert ops_scaling._gpu_estimate(512, 1, "slab")["step_ms_est_infiniband"] == pytest.approx(7.3)

@@ -99,8 +99,10 @@ def exact_length_distribution(lam: float, n_slices: int, l_max: int) -> dict[tup
     check_scalar(l_max, "l_max", integer=True, minimum=3)
     n_slices, l_max = int(n_slices), int(l_max)
     if (l_max - 2) ** n_slices > 10**7:
-        raise ValueError(f"n_slices={n_slices} and l_max={l_max} give {(l_max - 2) ** n_slices:.3g} length vectors "
-                         "to enumerate (more than 1e7); use exact_mean_length for large systems")
+        raise ValueError(
+            f"n_slices={n_slices} and l_max={l_max} give {(l_max - 2) ** n_slices:.3g} length vectors "
+            "to enumerate (more than 1e7); use exact_mean_length for large systems"
+        )
     vecs = list(itertools.product(range(3, l_max + 1), repeat=n_slices))
     logw = np.array([log_length_weight(v, lam) for v in vecs])
     p = np.exp(logw - logw.max())

@@ -130,8 +130,10 @@ def _check_tv(tv: Any, tri_alive: Any, name: str = "tv") -> tuple[jax.Array, jax
     tv = check_array(tv, name, shape=(None, 3), kind="integer")
     tri_alive = check_array(tri_alive, "tri_alive", kind="bool")
     if tri_alive.shape != (tv.shape[0],):
-        raise ValueError(f"tri_alive must have shape ({tv.shape[0]},) to match {name} {tuple(tv.shape)}, "
-                         f"got {tuple(tri_alive.shape)}")
+        raise ValueError(
+            f"tri_alive must have shape ({tv.shape[0]},) to match {name} {tuple(tv.shape)}, "
+            f"got {tuple(tri_alive.shape)}"
+        )
     return tv.astype(jnp.int32), tri_alive
 
 
@@ -151,8 +153,9 @@ def _check_alive(alive: Any, name: str = "alive", *, some_live: bool = False) ->
 
 
 def _check_node(v: Any, name: str, n_nodes: int | None = None) -> Any:
-    check_scalar(v, name, integer=True, nonnegative=True,
-                 maximum=None if n_nodes is None or not is_concrete(v) else n_nodes - 1)
+    check_scalar(
+        v, name, integer=True, nonnegative=True, maximum=None if n_nodes is None or not is_concrete(v) else n_nodes - 1
+    )
     return jnp.asarray(v, jnp.int32)
 
 
@@ -207,8 +210,7 @@ def _relax(src: jax.Array, dst: jax.Array, d0: jax.Array, n_steps: Any, inf: int
     return jax.lax.fori_loop(0, n_steps, body, d0)
 
 
-def _distances(src: jax.Array, dst: jax.Array, n_nodes: int, origin: Any, r_max: int,
-               n_steps: Any = None) -> jax.Array:
+def _distances(src: jax.Array, dst: jax.Array, n_nodes: int, origin: Any, r_max: int, n_steps: Any = None) -> jax.Array:
     """Distances from ``origin``, unreached ``r_max + 1``; ``n_steps`` (default ``r_max``) rounds."""
     d0 = jnp.full(n_nodes, r_max + 1, jnp.int32).at[origin].set(0, mode="drop")
     return _relax(src, dst, d0, r_max if n_steps is None else n_steps, r_max + 1)
@@ -274,8 +276,10 @@ def sphere_counts(src: Any, dst: Any, n_nodes: int, origins: Any, r_max: int) ->
     r_max = static_int(r_max, "r_max", 1)
     origins = check_array(origins, "origins", ndim=1, kind="integer")
     if is_concrete(origins) and origins.size and not (0 <= int(np.min(origins)) and int(np.max(origins)) < n_nodes):
-        raise ValueError(f"origins must be node ids in [0, n_nodes={n_nodes}), got values in "
-                         f"[{int(np.min(origins))}, {int(np.max(origins))}]")
+        raise ValueError(
+            f"origins must be node ids in [0, n_nodes={n_nodes}), got values in "
+            f"[{int(np.min(origins))}, {int(np.max(origins))}]"
+        )
     origins = origins.astype(jnp.int32)
     return _counts_jit(src, dst, n_nodes, origins, r_max)
 
@@ -383,8 +387,9 @@ def _sphere_distance(src, dst, n_nodes, x, y, delta, r_max, max_sphere, pair_ste
 _sphere_distance_jit = jax.jit(_sphere_distance, static_argnums=(2, 6, 7))
 
 
-def average_sphere_distance(src: Any, dst: Any, n_nodes: int, x: Any, y: Any, delta: Any, r_max: int,
-                            max_sphere: int) -> SphereDistance:
+def average_sphere_distance(
+    src: Any, dst: Any, n_nodes: int, x: Any, y: Any, delta: Any, r_max: int, max_sphere: int
+) -> SphereDistance:
     """Average distance ``d̄(S_δ(x), S_δ(y))`` between the ``δ``-spheres of ``x`` and ``y`` (Klitgaard–Loll).
 
     ``d̄ = 1/(|S_δ(x)| |S_δ(y)|) Σ_{x'∈S_δ(x)} Σ_{y'∈S_δ(y)} d(x', y')`` in links, with
@@ -403,8 +408,9 @@ def average_sphere_distance(src: Any, dst: Any, n_nodes: int, x: Any, y: Any, de
     x, y = _check_node(x, "x", n_nodes), _check_node(y, "y", n_nodes)
     check_scalar(delta, "delta", integer=True, minimum=1)
     if is_concrete(delta) and r_max < 3 * int(delta):
-        raise ValueError(f"r_max must be >= 3*delta = {3 * int(delta)} (sphere points can be 3 delta apart), "
-                         f"got {r_max}")
+        raise ValueError(
+            f"r_max must be >= 3*delta = {3 * int(delta)} (sphere points can be 3 delta apart), got {r_max}"
+        )
     return _sphere_distance_jit(src, dst, n_nodes, x, y, jnp.asarray(delta, jnp.int32), r_max, max_sphere)
 
 
@@ -426,8 +432,9 @@ def _pairs(key, src, dst, alive, delta, n_samples, r_max):
 _pairs_jit = jax.jit(_pairs, static_argnums=(4, 5, 6))
 
 
-def sample_pairs(key: Any, src: Any, dst: Any, alive: Any, delta: int, n_samples: int
-                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def sample_pairs(
+    key: Any, src: Any, dst: Any, alive: Any, delta: int, n_samples: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``n_samples`` random pairs at distance ``delta``: ``x`` uniform over live nodes, ``y`` uniform on
     ``S_δ(x)`` — the joint law is ``P(x, y) = 1/(N |S_δ(x)|)``.
 
@@ -450,8 +457,9 @@ def _profile_jit(key, src, dst, alive, deltas, n_samples, max_sphere, r_max):
     def per_delta(args):
         k, delta = args
         x, y, valid = _pairs(k, src, dst, alive, delta, n_samples, r_max)
-        res = jax.lax.map(lambda xy: _sphere_distance(src, dst, n_nodes, xy[0], xy[1], delta, r_max, max_sphere,
-                                                      3 * delta), (x, y))
+        res = jax.lax.map(
+            lambda xy: _sphere_distance(src, dst, n_nodes, xy[0], xy[1], delta, r_max, max_sphere, 3 * delta), (x, y)
+        )
         ok = valid & ~res.overflow & jnp.isfinite(res.dbar)
         return x, y, jnp.where(ok, res.dbar / delta, jnp.nan), ok, valid & res.overflow
 
@@ -466,8 +474,9 @@ def _profile_jit(key, src, dst, alive, deltas, n_samples, max_sphere, r_max):
     return CurvatureProfile(deltas, mean, stderr, samples, x, y, n_valid, over.sum(-1, dtype=jnp.int32))
 
 
-def ricci_curvature_profile(key: Any, src: Any, dst: Any, alive: Any, deltas: Any, n_samples: int, *,
-                            max_sphere: int = 64) -> CurvatureProfile:
+def ricci_curvature_profile(
+    key: Any, src: Any, dst: Any, alive: Any, deltas: Any, n_samples: int, *, max_sphere: int = 64
+) -> CurvatureProfile:
     """Average normalised sphere distance ``<d̄/δ>`` for each ``δ`` in ``deltas`` (Klitgaard–Loll).
 
     For every ``δ``: ``n_samples`` pairs from :func:`sample_pairs` (``x`` uniform, ``y`` uniform on

@@ -31,8 +31,21 @@ __all__ = ["MAX_VERTEX_CAPACITY", "available", "require", "sweep", "attempts"]
 #: Most vertex slots the host engine addresses: the buffer's int32 limit (its index draw reaches 2^31).
 MAX_VERTEX_CAPACITY = BUFFER_MAX_CAPACITY
 
-_OFFSETS = ("tl", "tr", "apex", "vright", "vtime", "vperm", "vpos", "lengths", "n0", "overflow", "attempts",
-            "accepts", "missed_target")
+_OFFSETS = (
+    "tl",
+    "tr",
+    "apex",
+    "vright",
+    "vtime",
+    "vperm",
+    "vpos",
+    "lengths",
+    "n0",
+    "overflow",
+    "attempts",
+    "accepts",
+    "missed_target",
+)
 
 
 def available() -> bool:
@@ -47,8 +60,9 @@ def available() -> bool:
 def require() -> None:
     """Raise a clear ImportError when numba is missing."""
     if not available():
-        raise ImportError("engine='host' needs numba: pip install 'ivhl_jax[cpu-kernels]' (or pip install numba), "
-                          "or use engine='jax'")
+        raise ImportError(
+            "engine='host' needs numba: pip install 'ivhl_jax[cpu-kernels]' (or pip install numba), or use engine='jax'"
+        )
 
 
 def _offsets(lay: dict[str, tuple[int, int]]) -> tuple[int, ...]:
@@ -63,8 +77,16 @@ def _per_chain(x: Any, dtype: Any, batch: tuple[int, ...], nb: int) -> np.ndarra
     return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype), batch).reshape(nb))
 
 
-def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int | None, lay: dict[str, tuple[int, int]], c0: int,
-          target_n0: jax.Array, extra_factor: int = 0) -> jax.Array:
+def sweep(
+    buf: jax.Array,
+    seed: jax.Array,
+    params: Any,
+    n: int | None,
+    lay: dict[str, tuple[int, int]],
+    c0: int,
+    target_n0: jax.Array,
+    extra_factor: int = 0,
+) -> jax.Array:
     """One sweep on the packed buffer ``buf`` (..., size): ``n >= 1`` attempts (a fixed count) with words from
     SplitMix64 seeded by ``seed`` (..., 2) uint32, then (where ``target_n0 >= 0``) up to ``extra_factor`` times as
     many more until n0 == target_n0 (a miss increments ``missed_target``).
@@ -84,12 +106,29 @@ def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int | None, lay: dict
         nb = bufs.shape[0]
         seeds = np.ascontiguousarray(s).reshape(nb, 2)
         kernels.run_stream(  # type: ignore[call-arg]
-            bufs, seeds, int(n), _per_chain(tn, np.int32, shape[:-1], nb), int(extra_factor),
-            *(_per_chain(x, np.float32, shape[:-1], nb) for x in (la, ep, ta)), off, int(c0), lists)
+            bufs,
+            seeds,
+            int(n),
+            _per_chain(tn, np.int32, shape[:-1], nb),
+            int(extra_factor),
+            *(_per_chain(x, np.float32, shape[:-1], nb) for x in (la, ep, ta)),
+            off,
+            int(c0),
+            lists,
+        )
         return bufs.reshape(shape)
 
-    return jax.pure_callback(cb, jax.ShapeDtypeStruct(buf.shape, jnp.int32), buf, seed,
-                             jnp.asarray(target_n0, jnp.int32), lam, eps, target, vmap_method="broadcast_all")
+    return jax.pure_callback(
+        cb,
+        jax.ShapeDtypeStruct(buf.shape, jnp.int32),
+        buf,
+        seed,
+        jnp.asarray(target_n0, jnp.int32),
+        lam,
+        eps,
+        target,
+        vmap_method="broadcast_all",
+    )
 
 
 def attempts(buf: jax.Array, words: jax.Array, params: Any, lay: dict[str, tuple[int, int]], c0: int) -> jax.Array:
@@ -106,8 +145,10 @@ def attempts(buf: jax.Array, words: jax.Array, params: Any, lay: dict[str, tuple
         nb = bufs.shape[0]
         words = np.ascontiguousarray(w).reshape((nb,) + w.shape[-2:])
         kernels.run_words(  # type: ignore[call-arg]
-            bufs, words, *(_per_chain(x, np.float32, shape[:-1], nb) for x in (la, ep, ta)), off, int(c0))
+            bufs, words, *(_per_chain(x, np.float32, shape[:-1], nb) for x in (la, ep, ta)), off, int(c0)
+        )
         return bufs.reshape(shape)
 
-    return jax.pure_callback(cb, jax.ShapeDtypeStruct(buf.shape, jnp.int32), buf, words, lam, eps, target,
-                             vmap_method="broadcast_all")
+    return jax.pure_callback(
+        cb, jax.ShapeDtypeStruct(buf.shape, jnp.int32), buf, words, lam, eps, target, vmap_method="broadcast_all"
+    )

@@ -19,6 +19,7 @@ WIDE = 1 << 16  # above this many vertex slots, indices are drawn from 64-bit wo
 f32 = np.float32
 MASK32 = np.uint64(0xFFFFFFFF)
 
+
 @njit(inline="always")
 def log_ratio(kind_add, n0, lam, eps, target):
     # the float32 arithmetic of cdt.log_acceptance / cdt._delta_action, operation for operation
@@ -29,7 +30,9 @@ def log_ratio(kind_add, n0, lam, eps, target):
     other = n0f + f32(1.0) if kind_add else n0f - f32(1.0)
     return -ds + np.log(n0f / other)
 
+
 # ---- the three geometric updates, shared by both proposal schemes (the caller has checked the move)
+
 
 @njit(inline="always")
 def do_flip(buf, off, t1, t2, fl, fr):
@@ -45,11 +48,11 @@ def do_flip(buf, off, t1, t2, fl, fr):
     buf[o_ap + t1] = new_apex_t1
     buf[o_ap + t2] = t1 // 2
 
+
 @njit(inline="always")
 def do_insert(buf, off, w, n0):
     """Split the link from w to its right neighbour by vertex vperm[n0] (slots 2av, 2av+1); returns av."""
-    o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_len, o_n0 = off[0], off[1], off[2], off[3], off[4], off[5], \
-        off[7], off[8]
+    o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_len, o_n0 = off[0], off[1], off[2], off[3], off[4], off[5], off[7], off[8]
     up = 2 * w
     dn = up + 1
     t = buf[o_vt + w]
@@ -75,11 +78,20 @@ def do_insert(buf, off, w, n0):
     buf[o_n0] = n0 + 1
     return av
 
+
 @njit(inline="always")
 def do_remove(buf, off, w, n0):
     """Remove the order-4 vertex w (its slots 2w, 2w+1 leave the strips; swap-remove from the live bag)."""
-    o_tl, o_tr, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0 = off[0], off[1], off[3], off[4], off[5], off[6], \
-        off[7], off[8]
+    o_tl, o_tr, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0 = (
+        off[0],
+        off[1],
+        off[3],
+        off[4],
+        off[5],
+        off[6],
+        off[7],
+        off[8],
+    )
     up = 2 * w
     dn = up + 1
     t = buf[o_vt + w]
@@ -100,6 +112,7 @@ def do_remove(buf, off, w, n0):
     buf[o_vpos + last] = pos_w
     buf[o_vpos + w] = n0 - 1
     buf[o_n0] = n0 - 1
+
 
 @njit(inline="always")
 def mulhi64(a, b):
@@ -169,14 +182,26 @@ def one(buf, w0, w1, lam, eps, target, off, c0, rng, wide):
     do_remove(buf, off, w, n0)
     buf[o_acc + 2] += 1
 
+
 @njit(parallel=True, cache=True)
 def run_words(bufs, words, lam, eps, target, off, c0):
     """The attempts given by explicit words (chains, n, 2): the cross-check with the JAX engine."""
     for c in prange(bufs.shape[0]):
         rng = np.zeros(1, np.uint64)
         for i in range(words.shape[1]):
-            one(bufs[c], np.int64(words[c, i, 0]), np.int64(words[c, i, 1]), lam[c], eps[c], target[c], off, c0,
-                rng, False)
+            one(
+                bufs[c],
+                np.int64(words[c, i, 0]),
+                np.int64(words[c, i, 1]),
+                lam[c],
+                eps[c],
+                target[c],
+                off,
+                c0,
+                rng,
+                False,
+            )
+
 
 @njit(inline="always")
 def splitmix(x):
@@ -187,9 +212,11 @@ def splitmix(x):
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x, z ^ (z >> np.uint64(31))
 
+
 # ---- move lists (2d-cdt's proposals): the flippable triangles (right neighbour of the other type) and the
 # order-4 vertices, kept in swap-remove bags rebuilt from the buffer at the start of every call (O(N) per
 # call, so the buffer layout and the checkpoints do not change).
+
 
 @njit(inline="always")
 def bag_set(perm, pos, counts, k, x, on):
@@ -208,17 +235,21 @@ def bag_set(perm, pos, counts, k, x, on):
         pos[y], pos[x] = i, n - 1
         counts[k] = n - 1
 
+
 @njit(inline="always")
 def order4(buf, o_tl, v):
     return (buf[o_tl + 2 * v] & 1) == 0 and (buf[o_tl + 2 * v + 1] & 1) == 1
+
 
 @njit(inline="always")
 def update_q(buf, o_tl, qperm, qpos, counts, v):
     bag_set(qperm, qpos, counts, 1, v, order4(buf, o_tl, v))
 
+
 @njit(inline="always")
 def flippable(buf, o_tr, t):
     return ((t ^ buf[o_tr + t]) & 1) == 1
+
 
 @njit(cache=True)
 def build_lists(buf, off, c0):
@@ -236,11 +267,13 @@ def build_lists(buf, off, c0):
             bag_set(qperm, qpos, counts, 1, v, True)
     return fperm, fpos, qperm, qpos, counts
 
+
 @njit(inline="always")
 def pick(word, n, rng, wide):
     if wide:
         return draw_index(rng, n)
     return (word * n) >> 32  # exact floor(word n / 2^32) in int64 (word < 2^32, n < 2^31)
+
 
 @njit(inline="always")
 def one_lists(buf, w0, w1, lam, eps, target, off, c0, fperm, fpos, qperm, qpos, counts, rng, wide):
@@ -326,6 +359,7 @@ def one_lists(buf, w0, w1, lam, eps, target, off, c0, fperm, fpos, qperm, qpos, 
     update_q(buf, o_tl, qperm, qpos, counts, c_up)
     update_q(buf, o_tl, qperm, qpos, counts, c_dn)
 
+
 @njit(parallel=True, cache=True)
 def run_stream(bufs, seeds, n, target_n0, extra_factor, lam, eps, target, off, c0, lists):
     """One sweep of every chain (a row of ``bufs``): ``n`` attempts (a fixed count, the same for every chain),
@@ -345,14 +379,14 @@ def run_stream(bufs, seeds, n, target_n0, extra_factor, lam, eps, target, off, c
             counts = np.zeros(2, np.int64)
         n_c = np.int64(n)
         for _ in range(n_c):
-            attempt_stream(buf, rng, lam[c], eps[c], target[c], off, c0, lists, wide, fperm, fpos, qperm, qpos,
-                           counts)
+            attempt_stream(buf, rng, lam[c], eps[c], target[c], off, c0, lists, wide, fperm, fpos, qperm, qpos, counts)
         if target_n0[c] >= 0:
             extra = 0
             max_extra = extra_factor * n_c
             while buf[o_n0] != target_n0[c] and extra < max_extra:
-                attempt_stream(buf, rng, lam[c], eps[c], target[c], off, c0, lists, wide, fperm, fpos, qperm, qpos,
-                               counts)
+                attempt_stream(
+                    buf, rng, lam[c], eps[c], target[c], off, c0, lists, wide, fperm, fpos, qperm, qpos, counts
+                )
                 extra += 1
             if buf[o_n0] != target_n0[c]:
                 buf[o_miss] += 1

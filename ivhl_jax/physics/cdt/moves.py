@@ -38,8 +38,17 @@ import numpy as np
 
 from ivhl_jax.physics.cdt.state import DOWN, UP, CDTState, buffer_layout
 
-__all__ = ["MAX_VERTEX_CAPACITY", "attempt", "sweep", "sweep_length", "apply_flip", "apply_insertion", "apply_removal",
-           "is_removable", "log_acceptance"]
+__all__ = [
+    "MAX_VERTEX_CAPACITY",
+    "attempt",
+    "sweep",
+    "sweep_length",
+    "apply_flip",
+    "apply_insertion",
+    "apply_removal",
+    "is_removable",
+    "log_acceptance",
+]
 
 #: Most vertex slots the JAX engine addresses: the exact 32-bit multiply-high index draw needs N0 <= 2^16.
 MAX_VERTEX_CAPACITY = 1 << 16
@@ -66,6 +75,7 @@ def move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
 
     With ``stop_n0`` the attempt is a no-op (not even counted) once n0 == stop_n0; with ``active`` (a bool)
     it is a no-op where ``active`` is False."""
+
     def g(name, i):
         return buf[lay[name][0] + i]
 
@@ -107,19 +117,41 @@ def move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
     f, ad_, r = do_flip, do_add, do_del
     writes = [
         # flip: fl t1 t2 fr -> fl t2 t1 fr; t1's new apex is t2's base-right vertex, t2's is t1's base-left
-        (at("tr", fl), t2, f), (at("tl", t2), fl, f), (at("tr", t2), t1, f), (at("tl", t1), t2, f),
-        (at("tr", t1), fr, f), (at("tl", fr), t1, f),
-        (at("apex", t1), g("vright", t2 // 2), f), (at("apex", t2), t1 // 2, f),
+        (at("tr", fl), t2, f),
+        (at("tl", t2), fl, f),
+        (at("tr", t2), t1, f),
+        (at("tl", t1), t2, f),
+        (at("tr", t1), fr, f),
+        (at("tl", fr), t1, f),
+        (at("apex", t1), g("vright", t2 // 2), f),
+        (at("apex", t2), t1 // 2, f),
         # insertion: up au ax and dn ad ay in the two strips; au/ad keep the apexes of up/dn
-        (at("tr", up), au, ad_), (at("tl", au), up, ad_), (at("tr", au), ax, ad_), (at("tl", ax), au, ad_),
-        (at("tr", dn), ad, ad_), (at("tl", ad), dn, ad_), (at("tr", ad), ay, ad_), (at("tl", ay), ad, ad_),
-        (at("apex", au), g("apex", up), ad_), (at("apex", ad), g("apex", dn), ad_),
-        (at("vright", w), av, ad_), (at("vright", av), bv, ad_), (at("vtime", av), t, ad_),
-        (at("lengths", t), len_t + 1, ad_), (at("n0", 0), n0 + 1, ad_),
+        (at("tr", up), au, ad_),
+        (at("tl", au), up, ad_),
+        (at("tr", au), ax, ad_),
+        (at("tl", ax), au, ad_),
+        (at("tr", dn), ad, ad_),
+        (at("tl", ad), dn, ad_),
+        (at("tr", ad), ay, ad_),
+        (at("tl", ay), ad, ad_),
+        (at("apex", au), g("apex", up), ad_),
+        (at("apex", ad), g("apex", dn), ad_),
+        (at("vright", w), av, ad_),
+        (at("vright", av), bv, ad_),
+        (at("vtime", av), t, ad_),
+        (at("lengths", t), len_t + 1, ad_),
+        (at("n0", 0), n0 + 1, ad_),
         # removal: the triangles right of w (2w, 2w+1) leave; swap-remove w from the live bag
-        (at("tr", lu), ax, r), (at("tl", ax), lu, r), (at("tr", ld), ay, r), (at("tl", ay), ld, r),
-        (at("vright", a), bv, r), (at("lengths", t), len_t - 1, r), (at("n0", 0), n0 - 1, r),
-        (at("vperm", pos_w), last, r), (at("vperm", n0 - 1), w, r), (at("vpos", last), pos_w, r),
+        (at("tr", lu), ax, r),
+        (at("tl", ax), lu, r),
+        (at("tr", ld), ay, r),
+        (at("tl", ay), ld, r),
+        (at("vright", a), bv, r),
+        (at("lengths", t), len_t - 1, r),
+        (at("n0", 0), n0 - 1, r),
+        (at("vperm", pos_w), last, r),
+        (at("vperm", n0 - 1), w, r),
+        (at("vpos", last), pos_w, r),
         (at("vpos", w), n0 - 1, r),
         # bookkeeping
         (at("attempts", kind), g("attempts", kind) + 1, live),
@@ -145,8 +177,7 @@ def attempt(state: CDTState, bits: jax.Array, params: Any) -> CDTState:
     2 add; 3 delete), bit 2 a coin, bits 8..31 the acceptance uniform; ``bits[0]`` the vertex (exact
     ``floor(bits[0] N0 / 2^32)``-th live vertex)."""
     lay = buffer_layout(state.vertex_capacity, state.n_slices)
-    return state.replace(buf=_attempt_buf(state.buf, jnp.asarray(bits, jnp.uint32), params, lay,
-                                          state.vertex_capacity))
+    return state.replace(buf=_attempt_buf(state.buf, jnp.asarray(bits, jnp.uint32), params, lay, state.vertex_capacity))
 
 
 class _Couplings(NamedTuple):
@@ -231,8 +262,10 @@ def sweep_length(n: Any, params: Any) -> int:
     fixed before the sweep runs (never read from the state)."""
     n = params.attempts_per_sweep if n is None else n
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
-        raise ValueError(f"a sweep is a fixed number of attempts >= 1, got {n!r}; pass n or set "
-                         "params.attempts_per_sweep (metropolis(params).init fixes it for a chain)")
+        raise ValueError(
+            f"a sweep is a fixed number of attempts >= 1, got {n!r}; pass n or set "
+            "params.attempts_per_sweep (metropolis(params).init fixes it for a chain)"
+        )
     return int(n)
 
 
@@ -248,6 +281,7 @@ def sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = None) ->
     buf = state.buf
     full, rest = divmod(n, _BLOCK)
     if full:
+
         def block(b, buf):
             bits = jax.random.bits(jax.random.fold_in(key, b), (_BLOCK, 2), jnp.uint32)
             return _attempts(buf, bits, params, lay, c0)

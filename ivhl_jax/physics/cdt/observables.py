@@ -16,9 +16,19 @@ from ivhl_jax.core.validation import check_array, check_key, check_scalar, is_co
 from ivhl_jax.physics.cdt import graph as _graph
 from ivhl_jax.physics.cdt.state import UP, CDTState, live_triangles, live_vertices
 
-__all__ = ["coordination_numbers", "coordination_histogram", "timelike_degrees", "max_timelike_degree",
-           "geometry_arrays", "measurements", "volume_correlator", "center_profiles", "vertex_distances",
-           "sphere_volumes", "graph_edges"]
+__all__ = [
+    "coordination_numbers",
+    "coordination_histogram",
+    "timelike_degrees",
+    "max_timelike_degree",
+    "geometry_arrays",
+    "measurements",
+    "volume_correlator",
+    "center_profiles",
+    "vertex_distances",
+    "sphere_volumes",
+    "graph_edges",
+]
 
 
 def coordination_numbers(state: CDTState) -> jax.Array:
@@ -119,16 +129,22 @@ def vertex_distances(state: CDTState, origin: jax.Array, r_max: int) -> jax.Arra
     get ``r_max + 1``. Cost O(r_max * C2)."""
     _check_state(state, "state")
     check_scalar(r_max, "r_max", integer=True, nonnegative=True)
-    check_scalar(origin, "origin", integer=True, nonnegative=True,
-                 maximum=state.vertex_capacity - 1 if is_concrete(origin) else None)
+    check_scalar(
+        origin,
+        "origin",
+        integer=True,
+        nonnegative=True,
+        maximum=state.vertex_capacity - 1 if is_concrete(origin) else None,
+    )
     tv, _, tri_alive, vert_alive = geometry_arrays(state)
     src, dst = _graph.vertex_adjacency_edges(tv, tri_alive)
     d = _graph.graph_distances(src, dst, state.vertex_capacity, origin, r_max)
     return jnp.where(vert_alive, d, r_max + 1)
 
 
-def sphere_volumes(key: jax.Array, state: CDTState, r_max: int, n_origins: int = 8, *,
-                   graph: str = "vertex") -> jax.Array:
+def sphere_volumes(
+    key: jax.Array, state: CDTState, r_max: int, n_origins: int = 8, *, graph: str = "vertex"
+) -> jax.Array:
     """Mean sphere volume |S_r| (r = 0..r_max) from ``n_origins`` uniform live origins, on the vertex graph
     (vertices, distances in links) or the dual graph (triangles, distances in dual links), via
     :func:`ivhl_jax.physics.cdt.graph.sphere_volumes`. Returns (r_max + 1,) float32; ``sum_r`` equals
@@ -163,8 +179,11 @@ def _check_lengths(lengths: Any) -> jax.Array:
 def _check_state(state: Any, name: str) -> None:
     """``state`` must be one chain's CDTState (``chain.geometry``; vmap over a batch of chains)."""
     if not isinstance(state, CDTState):
-        raise TypeError(f"{name} must be a CDTState (the geometry of a chain: chain.geometry), "
-                        f"got {type(state).__name__}")
+        raise TypeError(
+            f"{name} must be a CDTState (the geometry of a chain: chain.geometry), got {type(state).__name__}"
+        )
     if jnp.ndim(state.n0) != 0:
-        raise ValueError(f"{name} must be a single chain (n0 a scalar), got a batch with n0 of shape "
-                         f"{jnp.shape(state.n0)}; use jax.vmap over the chains")
+        raise ValueError(
+            f"{name} must be a single chain (n0 a scalar), got a batch with n0 of shape "
+            f"{jnp.shape(state.n0)}; use jax.vmap over the chains"
+        )

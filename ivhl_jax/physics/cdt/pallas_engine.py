@@ -122,8 +122,9 @@ def _words_kernel(words_ref, lam_ref, eps_ref, target_ref, buf_in, buf_ref, *, l
     jax.lax.fori_loop(0, n, body, 0)
 
 
-def _sweep_kernel(seed_ref, lam_ref, eps_ref, target_ref, tn0_ref, buf_in, buf_ref, *, lay, c0, size, block, n,
-                  steer_volume):
+def _sweep_kernel(
+    seed_ref, lam_ref, eps_ref, target_ref, tn0_ref, buf_in, buf_ref, *, lay, c0, size, block, n, steer_volume
+):
     """``n`` attempts (a fixed count), then, with ``steer_volume`` and where ``tn0 >= 0``, more until n0 == tn0
     (at most 10 n); words from Threefry keyed by the chain's seed."""
     del buf_in
@@ -189,16 +190,18 @@ def _launch(kernel, bufs, inputs, *, interpret, block, static):
         )(*args)
 
     if interpret is None:
-        out = jax.lax.platform_dependent(*ins, bufs_p, cuda=functools.partial(call, False),
-                                         default=functools.partial(call, True))
+        out = jax.lax.platform_dependent(
+            *ins, bufs_p, cuda=functools.partial(call, False), default=functools.partial(call, True)
+        )
     else:
         out = call(bool(interpret), *ins, bufs_p)
     return out[:b]
 
 
 def _flat_couplings(params: Any, lead: tuple[int, ...]) -> list[jax.Array]:
-    return [jnp.broadcast_to(jnp.asarray(x, jnp.float32), lead).reshape(-1) for x in
-            (params.lam, params.eps, params.target)]
+    return [
+        jnp.broadcast_to(jnp.asarray(x, jnp.float32), lead).reshape(-1) for x in (params.lam, params.eps, params.target)
+    ]
 
 
 @functools.cache
@@ -208,9 +211,15 @@ def _batched_sweep(n: int, steer_volume: bool, lay_items: tuple, c0: int, interp
     @jax.custom_batching.custom_vmap
     def run(buf, seed, lam, eps, target, tn0):
         lead = buf.shape[:-1]
-        flat = [x.reshape((-1,) + x.shape[len(lead):]) for x in (seed, lam, eps, target, tn0)]
-        out = _launch(_sweep_kernel, buf.reshape(-1, buf.shape[-1]), flat, interpret=interpret, block=block,
-                      static=dict(lay=lay, c0=c0, n=n, steer_volume=steer_volume))
+        flat = [x.reshape((-1,) + x.shape[len(lead) :]) for x in (seed, lam, eps, target, tn0)]
+        out = _launch(
+            _sweep_kernel,
+            buf.reshape(-1, buf.shape[-1]),
+            flat,
+            interpret=interpret,
+            block=block,
+            static=dict(lay=lay, c0=c0, n=n, steer_volume=steer_volume),
+        )
         return out.reshape(buf.shape)
 
     @run.def_vmap
@@ -221,9 +230,18 @@ def _batched_sweep(n: int, steer_volume: bool, lay_items: tuple, c0: int, interp
     return run
 
 
-def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int | None, lay: dict[str, tuple[int, int]], c0: int,
-          target_n0: jax.Array | None = None, *, interpret: bool | None = None,
-          block_chains: int = BLOCK_CHAINS) -> jax.Array:
+def sweep(
+    buf: jax.Array,
+    seed: jax.Array,
+    params: Any,
+    n: int | None,
+    lay: dict[str, tuple[int, int]],
+    c0: int,
+    target_n0: jax.Array | None = None,
+    *,
+    interpret: bool | None = None,
+    block_chains: int = BLOCK_CHAINS,
+) -> jax.Array:
     """One sweep of ``n >= 1`` attempts (a fixed count) on ``buf`` (..., size), words from Threefry keyed by
     ``seed`` (..., 2) uint32; then, unless ``target_n0`` is None, attempts until n0 == target_n0 (at
     most ``10 n``; a miss increments ``missed_target``). One kernel launch for all chains, under jit and vmap.
@@ -233,21 +251,35 @@ def sweep(buf: jax.Array, seed: jax.Array, params: Any, n: int | None, lay: dict
     lam, eps, target = (x.reshape(lead) for x in _flat_couplings(params, lead))
     tn0 = jnp.broadcast_to(jnp.asarray(-1 if target_n0 is None else target_n0, jnp.int32), lead)
     seed = jnp.broadcast_to(jnp.asarray(seed, jnp.uint32), lead + (2,))
-    fn = _batched_sweep(int(n), target_n0 is not None, tuple(sorted(lay.items())), int(c0), interpret,
-                        int(block_chains))
+    fn = _batched_sweep(
+        int(n), target_n0 is not None, tuple(sorted(lay.items())), int(c0), interpret, int(block_chains)
+    )
     return fn(buf, seed, lam, eps, target, tn0)
 
 
-def attempts(buf: jax.Array, words: jax.Array, params: Any, lay: dict[str, tuple[int, int]], c0: int, *,
-             interpret: bool | None = None, block_chains: int = BLOCK_CHAINS) -> jax.Array:
+def attempts(
+    buf: jax.Array,
+    words: jax.Array,
+    params: Any,
+    lay: dict[str, tuple[int, int]],
+    c0: int,
+    *,
+    interpret: bool | None = None,
+    block_chains: int = BLOCK_CHAINS,
+) -> jax.Array:
     """The attempts given by explicit words (B, n, 2) uint32 on chains ``buf`` (B, size), in one launch: the
     bit-for-bit cross-check with :func:`ivhl_jax.physics.cdt.moves.attempt` (the JAX engine)."""
     if buf.ndim != 2 or words.ndim != 3 or words.shape[0] != buf.shape[0] or words.shape[2] != 2:
         raise ValueError(f"buf must be (B, size) and words (B, n, 2), got {buf.shape} and {words.shape}")
     lam, eps, target = _flat_couplings(params, buf.shape[:1])
-    return _launch(_words_kernel, buf, [jnp.asarray(words, jnp.uint32), lam, eps, target],
-                   interpret=None if interpret is None else bool(interpret),
-                   block=int(block_chains), static=dict(lay=lay, c0=int(c0), n=int(words.shape[1])))
+    return _launch(
+        _words_kernel,
+        buf,
+        [jnp.asarray(words, jnp.uint32), lam, eps, target],
+        interpret=None if interpret is None else bool(interpret),
+        block=int(block_chains),
+        static=dict(lay=lay, c0=int(c0), n=int(words.shape[1])),
+    )
 
 
 def sweep_state(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
@@ -259,5 +291,3 @@ def sweep_state(key: jax.Array, state: CDTState, params: Any, n: int | None = No
     target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
     buf = sweep(state.buf, seed, params, n, lay, state.vertex_capacity, target_n0)
     return state.replace(buf=buf)
-
-

@@ -45,8 +45,7 @@ from ivhl_jax.physics.cdt.graph import static_int
 from ivhl_jax.physics.cdt.observables import graph_edges
 from ivhl_jax.physics.cdt.state import CDTState
 
-__all__ = ["SpectralDimension", "graph_return_probability", "return_probability", "spectral_dimension",
-           "mixing_time"]
+__all__ = ["SpectralDimension", "graph_return_probability", "return_probability", "spectral_dimension", "mixing_time"]
 
 
 class SpectralDimension(NamedTuple):
@@ -78,9 +77,11 @@ def _check_sigma_max(sigma_max: Any, alive: jax.Array) -> int:
         if n == 0:
             raise ValueError("alive marks no live node: there is no graph to walk on")
         if sigma_max > n:
-            raise ValueError(f"sigma_max={sigma_max} exceeds the number of live nodes N={n}: beyond σ ~ N the walk "
-                             "has spread over the whole universe (P -> 1/N, d_s -> 0); use sigma_max <= N "
-                             f"(d_s is read at σ well below N, e.g. sigma_max ~ 4 sqrt(N) = {4 * math.isqrt(n)})")
+            raise ValueError(
+                f"sigma_max={sigma_max} exceeds the number of live nodes N={n}: beyond σ ~ N the walk "
+                "has spread over the whole universe (P -> 1/N, d_s -> 0); use sigma_max <= N "
+                f"(d_s is read at σ well below N, e.g. sigma_max ~ 4 sqrt(N) = {4 * math.isqrt(n)})"
+            )
     return sigma_max
 
 
@@ -110,8 +111,9 @@ def _propagate(src, dst, n_nodes, origins, sigma_max, laziness):
 _propagate_jit = jax.jit(_propagate, static_argnums=(2, 4))
 
 
-def graph_return_probability(src: Any, dst: Any, alive: Any, origins: Any, sigma_max: int, *,
-                       laziness: float = 0.5) -> jax.Array:
+def graph_return_probability(
+    src: Any, dst: Any, alive: Any, origins: Any, sigma_max: int, *, laziness: float = 0.5
+) -> jax.Array:
     """Exact return probabilities ``P_x(σ)``, ``σ = 0..sigma_max``, of the lazy walk from each origin.
 
     Args:
@@ -136,8 +138,9 @@ def graph_return_probability(src: Any, dst: Any, alive: Any, origins: Any, sigma
     return _propagate_jit(src, dst, n, origins.astype(jnp.int32), sigma_max, float(laziness))
 
 
-def return_probability(key: Any, state: Any, sigma_max: int, n_origins: int = 8, *, graph: str = "vertex",
-                           laziness: float = 0.5) -> jax.Array:
+def return_probability(
+    key: Any, state: Any, sigma_max: int, n_origins: int = 8, *, graph: str = "vertex", laziness: float = 0.5
+) -> jax.Array:
     """Return probabilities on an unbatched CDT state: (n_origins, sigma_max + 1), origins uniform among the
     live vertices (``graph="vertex"``, steps along links) or live triangles (``graph="dual"``, steps across
     edges: the trivalent dual graph). Each origin is diffused exactly (see :func:`graph_return_probability`)."""
@@ -145,8 +148,9 @@ def return_probability(key: Any, state: Any, sigma_max: int, n_origins: int = 8,
     if not isinstance(state, CDTState):
         raise TypeError(f"state must be a CDTState (a chain's geometry), got {type(state).__name__}")
     if jnp.ndim(state.n0) != 0:
-        raise ValueError(f"state must be a single chain (n0 a scalar), got n0 of shape {jnp.shape(state.n0)}; "
-                         "vmap over chains")
+        raise ValueError(
+            f"state must be a single chain (n0 a scalar), got n0 of shape {jnp.shape(state.n0)}; vmap over chains"
+        )
     n_origins = static_int(n_origins, "n_origins", 1)
     src, dst, alive = graph_edges(state, graph)
     origins = _graph.random_live_nodes(key, alive, n_origins)
@@ -222,4 +226,3 @@ def mixing_time(p: Any, n_nodes: Any, factor: float = 2.0) -> np.ndarray:
             j = hit[0]
             out[i] = (j - 1) + (lp[j - 1] - level) / (lp[j - 1] - lp[j])
     return out.reshape(arr.shape[:-1])
-

@@ -30,8 +30,17 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["LN2", "MOVE_NAMES", "CDTState", "buffer_layout", "initial_state", "replicate", "live_triangles",
-           "live_vertices", "BUFFER_MAX_CAPACITY"]
+__all__ = [
+    "LN2",
+    "MOVE_NAMES",
+    "CDTState",
+    "buffer_layout",
+    "initial_state",
+    "replicate",
+    "live_triangles",
+    "live_vertices",
+    "BUFFER_MAX_CAPACITY",
+]
 
 LN2 = math.log(2.0)
 UP, DOWN = 0, 1
@@ -48,8 +57,17 @@ def buffer_layout(vertex_capacity: int, n_slices: int) -> dict[str, tuple[int, i
     check_scalar(vertex_capacity, "vertex_capacity", integer=True, minimum=1)
     check_scalar(n_slices, "n_slices", integer=True, minimum=1)
     c0, c2 = int(vertex_capacity), 2 * int(vertex_capacity)
-    sizes = [("tl", c2), ("tr", c2), ("apex", c2), ("vright", c0), ("vtime", c0), ("vperm", c0), ("vpos", c0),
-             ("lengths", int(n_slices)), *_SCALARS]
+    sizes = [
+        ("tl", c2),
+        ("tr", c2),
+        ("apex", c2),
+        ("vright", c0),
+        ("vtime", c0),
+        ("vperm", c0),
+        ("vpos", c0),
+        ("lengths", int(n_slices)),
+        *_SCALARS,
+    ]
     out, start = {}, 0
     for name, size in sizes:
         out[name] = (start, size)
@@ -79,7 +97,7 @@ class CDTState(flax.struct.PyTreeNode):
         start, size = buffer_layout(self.vertex_capacity, self.n_slices)[name]
         if name in _SCALAR_FIELDS:
             return self.buf[..., start]
-        return self.buf[..., start:start + size]
+        return self.buf[..., start : start + size]
 
     def with_fields(self, **values: Any) -> CDTState:
         """A copy with the named fields replaced (e.g. to corrupt a state in a test, or to pack one)."""
@@ -91,7 +109,7 @@ class CDTState(flax.struct.PyTreeNode):
             if name in _SCALAR_FIELDS:
                 buf = buf.at[..., start].set(v)
             else:
-                buf = buf.at[..., start:start + size].set(v)
+                buf = buf.at[..., start : start + size].set(v)
         return self.replace(buf=buf)
 
     tl = property(lambda self: self.field("tl"))
@@ -155,8 +173,10 @@ def initial_state(n_slices: int, length: int, capacity: int | None = None) -> CD
         check_scalar(capacity, "capacity", integer=True, minimum=n0)
     c0 = min(4 * n0, BUFFER_MAX_CAPACITY) if capacity is None else int(capacity)
     if c0 > BUFFER_MAX_CAPACITY:
-        raise ValueError(f"capacity={c0} vertex slots exceeds the buffer's maximum {BUFFER_MAX_CAPACITY} (2^27: its "
-                         "slot ids and offsets are int32); use fewer slots")
+        raise ValueError(
+            f"capacity={c0} vertex slots exceeds the buffer's maximum {BUFFER_MAX_CAPACITY} (2^27: its "
+            "slot ids and offsets are int32); use fewer slots"
+        )
     lay = buffer_layout(c0, T)
     buf = np.zeros(lay["size"][0], np.int32)
 
@@ -205,5 +225,3 @@ def live_triangles(state: CDTState) -> jax.Array:
 def live_vertices(state: CDTState) -> jax.Array:
     """(..., C0) bool mask of live vertex slots."""
     return state.vpos < state.n0[..., None]
-
-

@@ -26,8 +26,18 @@ from ivhl_jax.physics.cdt import moves
 from ivhl_jax.physics.cdt.observables import measurements
 from ivhl_jax.physics.cdt.state import BUFFER_MAX_CAPACITY, LN2, CDTState, buffer_layout, initial_state
 
-__all__ = ["CDTParams", "Chain", "ENGINES", "PROPOSALS", "make_params", "metropolis", "observe", "max_capacity",
-           "default_attempts", "default_capacity"]
+__all__ = [
+    "CDTParams",
+    "Chain",
+    "ENGINES",
+    "PROPOSALS",
+    "make_params",
+    "metropolis",
+    "observe",
+    "max_capacity",
+    "default_attempts",
+    "default_capacity",
+]
 
 ENGINES = ("jax", "host", "pallas")
 PROPOSALS = ("uniform", "lists")
@@ -76,8 +86,16 @@ def max_capacity(engine: str) -> int:
     raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
 
 
-def make_params(lam: Any, *, eps: Any = 0.0, target: Any = 0.0, attempts_per_sweep: int = 0,
-                engine: str = "jax", stop_at_target: bool | None = None, proposal: str | None = None) -> CDTParams:
+def make_params(
+    lam: Any,
+    *,
+    eps: Any = 0.0,
+    target: Any = 0.0,
+    attempts_per_sweep: int = 0,
+    engine: str = "jax",
+    stop_at_target: bool | None = None,
+    proposal: str | None = None,
+) -> CDTParams:
     """Validated :class:`CDTParams`. Without volume fixing (``eps=0``) the chain needs ``lam > ln 2``.
 
     ``lam``, ``eps`` and ``target`` are numbers, arrays, or traced values (``make_params`` inside
@@ -97,15 +115,26 @@ def make_params(lam: Any, *, eps: Any = 0.0, target: Any = 0.0, attempts_per_swe
         proposal = "lists" if engine == "host" else "uniform"
     if stop_at_target is None:
         if not is_concrete(eps):
-            raise ValueError("eps is traced, so stop_at_target (a static choice) cannot default to eps > 0; "
-                             "pass stop_at_target=True or False")
+            raise ValueError(
+                "eps is traced, so stop_at_target (a static choice) cannot default to eps > 0; "
+                "pass stop_at_target=True or False"
+            )
         fixing = np.asarray(eps) > 0
         if fixing.any() != fixing.all():
-            raise ValueError("eps mixes 0 and > 0 in one batch, so stop_at_target cannot default to eps > 0; "
-                             "pass stop_at_target=True or False")
+            raise ValueError(
+                "eps mixes 0 and > 0 in one batch, so stop_at_target cannot default to eps > 0; "
+                "pass stop_at_target=True or False"
+            )
         stop_at_target = bool(fixing.all())
-    params = CDTParams(lam=lam, eps=eps, target=target, attempts_per_sweep=int(attempts_per_sweep), engine=engine,
-                       stop_at_target=stop_at_target, proposal=proposal)
+    params = CDTParams(
+        lam=lam,
+        eps=eps,
+        target=target,
+        attempts_per_sweep=int(attempts_per_sweep),
+        engine=engine,
+        stop_at_target=stop_at_target,
+        proposal=proposal,
+    )
     _validate(params)
     return params
 
@@ -132,8 +161,9 @@ def _couplings(lam: Any, eps: Any, target: Any) -> tuple[Any, Any, Any]:
     try:
         shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
     except ValueError:
-        raise ValueError(f"lam, eps and target must broadcast to one shape, got shapes "
-                         f"{tuple(np.shape(v) for v in values.values())}") from None
+        raise ValueError(
+            f"lam, eps and target must broadcast to one shape, got shapes {tuple(np.shape(v) for v in values.values())}"
+        ) from None
     # one shape, so that jax.vmap maps every coupling; float32, the precision every engine computes the
     # acceptance in (a batch runs bit-identically to its scalars)
     out = tuple(np.broadcast_to(np.asarray(v, np.float32), shape).copy() for v in values.values())
@@ -154,8 +184,9 @@ def _validate(params: Any) -> None:
     if params.proposal not in PROPOSALS:
         raise ValueError(f"proposal must be one of {PROPOSALS}, got {params.proposal!r}")
     if params.proposal == "lists" and params.engine != "host":
-        raise ValueError("proposal='lists' needs engine='host' (the JAX engine keeps no move lists); "
-                         "use proposal='uniform'")
+        raise ValueError(
+            "proposal='lists' needs engine='host' (the JAX engine keeps no move lists); use proposal='uniform'"
+        )
     if not isinstance(params.stop_at_target, bool):
         raise TypeError(f"stop_at_target must be a bool, got {params.stop_at_target!r}")
     check_scalar(params.attempts_per_sweep, "attempts_per_sweep", integer=True, nonnegative=True)
@@ -168,18 +199,22 @@ def _validate(params: Any) -> None:
     try:
         lam, eps, target = np.broadcast_arrays(*(np.asarray(v, np.float64) for v in values.values()))
     except ValueError:
-        raise ValueError("lam, eps and target must broadcast to one shape, got shapes "
-                         f"{tuple(np.shape(v) for v in values.values())}") from None
+        raise ValueError(
+            f"lam, eps and target must broadcast to one shape, got shapes {tuple(np.shape(v) for v in values.values())}"
+        ) from None
     bad = (eps == 0) & (lam <= LN2)
     if bad.any():
-        raise ValueError(f"lam={lam[bad].flat[0]} <= ln 2 = {LN2:.6f} without volume fixing: the volume diverges; "
-                         "use lam > ln 2 or set eps > 0 and a target volume")
+        raise ValueError(
+            f"lam={lam[bad].flat[0]} <= ln 2 = {LN2:.6f} without volume fixing: the volume diverges; "
+            "use lam > ln 2 or set eps > 0 and a target volume"
+        )
     if ((eps > 0) & (target <= 0)).any():
         raise ValueError("volume fixing (eps > 0) needs target > 0 (the target number of triangles N2)")
     odd = (target <= 0) | (target % 2 != 0)
     if params.stop_at_target and odd.any():
-        raise ValueError("stop_at_target needs an even target number of triangles N2 = 2 N0, got "
-                         f"target={target[odd].flat[0]:g}")
+        raise ValueError(
+            f"stop_at_target needs an even target number of triangles N2 = 2 N0, got target={target[odd].flat[0]:g}"
+        )
 
 
 class Chain(flax.struct.PyTreeNode):
@@ -196,9 +231,11 @@ def _attempts(chain: Chain, params: CDTParams) -> int:
     """The attempts of one sweep: ``params.attempts_per_sweep``, else the chain's own (fixed by ``init``)."""
     n = int(params.attempts_per_sweep) or int(chain.attempts_per_sweep)
     if n < 1:
-        raise ValueError("the sweep length is not fixed: params.attempts_per_sweep and chain.attempts_per_sweep are "
-                         "both 0; build the chain with metropolis(params).init(...) or pass attempts_per_sweep to "
-                         "make_params")
+        raise ValueError(
+            "the sweep length is not fixed: params.attempts_per_sweep and chain.attempts_per_sweep are "
+            "both 0; build the chain with metropolis(params).init(...) or pass attempts_per_sweep to "
+            "make_params"
+        )
     return n
 
 
@@ -261,8 +298,10 @@ def default_capacity(params: CDTParams, n_slices: int, length: int) -> int:
     else:
         lam = None if not is_concrete(params.lam) else float(np.min(np.asarray(params.lam)))
         if lam is None:
-            raise ValueError("the default capacity needs a concrete lam without volume fixing (it grows as lam "
-                             "approaches ln 2; lam is traced here); pass capacity")
+            raise ValueError(
+                "the default capacity needs a concrete lam without volume fixing (it grows as lam "
+                "approaches ln 2; lam is traced here); pass capacity"
+            )
         d = lam - LN2
         cap = max(4 * n0, math.ceil(2 * t * (3.0 + d**-0.5) + _TAIL / d))
     return min(cap, max_capacity(params.engine), BUFFER_MAX_CAPACITY)
@@ -280,8 +319,10 @@ def default_attempts(params: CDTParams, n_slices: int, length: int) -> int:
     eps, target = _concrete_max(params.eps), _concrete_max(params.target)
     if params.stop_at_target or (eps is not None and eps > 0):
         if target is None:
-            raise ValueError("attempts_per_sweep=0 takes the target N2 with volume fixing, but target is traced "
-                             "here; pass attempts_per_sweep to make_params")
+            raise ValueError(
+                "attempts_per_sweep=0 takes the target N2 with volume fixing, but target is traced "
+                "here; pass attempts_per_sweep to make_params"
+            )
         return max(int(target), 1)
     return 2 * int(n_slices) * int(length)
 
@@ -296,17 +337,23 @@ def _init(params: CDTParams, key: jax.Array, n_slices: int, length: int, capacit
         capacity = default_capacity(params, n_slices, length)
     check_scalar(capacity, "capacity", integer=True, minimum=n0)
     if int(capacity) > limit:
-        raise ValueError(f"capacity={int(capacity)} vertex slots exceeds what the {params.engine} engine's index draw "
-                         f"addresses ({limit}); use capacity <= {limit}"
-                         + (" or engine='host'" if params.engine == "jax" else ""))
+        raise ValueError(
+            f"capacity={int(capacity)} vertex slots exceeds what the {params.engine} engine's index draw "
+            f"addresses ({limit}); use capacity <= {limit}" + (" or engine='host'" if params.engine == "jax" else "")
+        )
     target = _concrete_max(params.target)
     if params.stop_at_target and target:
         need = int(target) // 2 + 1
         if int(capacity) < need:
-            raise ValueError(f"capacity={int(capacity)} vertex slots is too few for the target N2 = {target:g} "
-                             f"(N0 = N2/2 = {need - 1}); use capacity >= {2 * need}")
-    return Chain(key=key, geometry=initial_state(n_slices, length, capacity),
-                 attempts_per_sweep=default_attempts(params, n_slices, length))
+            raise ValueError(
+                f"capacity={int(capacity)} vertex slots is too few for the target N2 = {target:g} "
+                f"(N0 = N2/2 = {need - 1}); use capacity >= {2 * need}"
+            )
+    return Chain(
+        key=key,
+        geometry=initial_state(n_slices, length, capacity),
+        attempts_per_sweep=default_attempts(params, n_slices, length),
+    )
 
 
 def metropolis(params: CDTParams) -> Stepper[Chain, CDTParams]:
@@ -334,6 +381,8 @@ def observe(chain: Chain, params: CDTParams) -> dict[str, jax.Array]:
     degree, the ``overflow`` and ``missed_target`` flags and the per-move ``attempts``/``accepts`` counters."""
     del params
     if not isinstance(chain, Chain):
-        raise TypeError(f"chain must be a cdt.Chain (the state of cdt.metropolis; its triangulation is "
-                        f"chain.geometry), got {type(chain).__name__}")
+        raise TypeError(
+            f"chain must be a cdt.Chain (the state of cdt.metropolis; its triangulation is "
+            f"chain.geometry), got {type(chain).__name__}"
+        )
     return measurements(chain.geometry)

@@ -165,8 +165,16 @@ def _solve(grid: Grid, potential, g, psi0, mu, k: int, max_iter: int, n_check: i
     return x[order], rel[order], it
 
 
-def bogoliubov(system: GPSystem, psi0: Inexact[Array, "*grid"], n_modes: int, *, tol: float | None = None,
-               max_iterations: int = 1000, extra: int = 4, key: jax.Array | None = None) -> BogoliubovModes:
+def bogoliubov(
+    system: GPSystem,
+    psi0: Inexact[Array, "*grid"],
+    n_modes: int,
+    *,
+    tol: float | None = None,
+    max_iterations: int = 1000,
+    extra: int = 4,
+    key: jax.Array | None = None,
+) -> BogoliubovModes:
     """The ``n_modes`` lowest Bogoliubov excitations about the stationary state ψ₀ (module docstring).
 
     Args:
@@ -192,19 +200,24 @@ def bogoliubov(system: GPSystem, psi0: Inexact[Array, "*grid"], n_modes: int, *,
     if system.rotating:
         raise ValueError("system.omega_rot must be 0: bogoliubov solves the non-rotating BdG problem (real psi0)")
     if system.layout is not None:
-        raise ValueError("system.layout must be None: bogoliubov runs on one device (build the system without "
-                         "a layout)")
+        raise ValueError(
+            "system.layout must be None: bogoliubov runs on one device (build the system without a layout)"
+        )
     if is_concrete(system.g) and np.ndim(system.g) == 0 and float(np.asarray(system.g)) < 0:
-        raise ValueError(f"system.g must be >= 0 (for g < 0 the operator B is not positive and the B-inner product "
-                         f"fails), got {float(np.asarray(system.g))}")
+        raise ValueError(
+            f"system.g must be >= 0 (for g < 0 the operator B is not positive and the B-inner product "
+            f"fails), got {float(np.asarray(system.g))}"
+        )
     psi = check_array(psi0, "psi0", shape=grid.shape, kind="inexact", finite=True)
     check_scalar(n_modes, "n_modes", integer=True, minimum=1)
     check_scalar(extra, "extra", integer=True, nonnegative=True)
     check_scalar(max_iterations, "max_iterations", integer=True, minimum=1)
     k = int(n_modes) + int(extra)
     if 3 * k > grid.size:
-        raise ValueError(f"n_modes={n_modes} is too large for a grid of {grid.size} points: the block solver needs "
-                         f"3·(n_modes + extra) <= {grid.size}, so n_modes <= {grid.size // 3 - int(extra)}")
+        raise ValueError(
+            f"n_modes={n_modes} is too large for a grid of {grid.size} points: the block solver needs "
+            f"3·(n_modes + extra) <= {grid.size}, so n_modes <= {grid.size // 3 - int(extra)}"
+        )
     rdt = jnp.result_type(system.real_dtype, psi.real.dtype)
     if tol is None:
         tol = 1e-9 if rdt == jnp.float64 else 1e-4
@@ -217,8 +230,10 @@ def bogoliubov(system: GPSystem, psi0: Inexact[Array, "*grid"], n_modes: int, *,
         if is_concrete(psi):
             im = float(jnp.max(jnp.abs(psi.imag)))
             if im > 1e-3 * float(jnp.max(jnp.abs(psi))):
-                raise ValueError(f"psi0 must be real up to a global phase (a stationary state without flow; max |Im| "
-                                 f"after removing the phase is {im:.3g}); bogoliubov does not treat vortex states")
+                raise ValueError(
+                    f"psi0 must be real up to a global phase (a stationary state without flow; max |Im| "
+                    f"after removing the phase is {im:.3g}); bogoliubov does not treat vortex states"
+                )
         psi = psi.real
     psi = psi.astype(rdt)
     cdt = jnp.result_type(rdt, jnp.complex64)
@@ -227,10 +242,12 @@ def bogoliubov(system: GPSystem, psi0: Inexact[Array, "*grid"], n_modes: int, *,
     g = jnp.asarray(system.g, rdt)
     key = jax.random.key(0) if key is None else check_key(key)
     sg = jax.lax.stop_gradient
-    start = jax.random.normal(key, (k, grid.size), rdt) * (jnp.abs(sg(psi)).reshape(-1) + 0.1 * jnp.max(jnp.abs(
-        sg(psi))))
-    f, rel, it = _solve(grid, sg(pot), sg(g), sg(psi), sg(mu), k, int(max_iterations), int(n_modes), start,
-                        jnp.asarray(tol, rdt))
+    start = jax.random.normal(key, (k, grid.size), rdt) * (
+        jnp.abs(sg(psi)).reshape(-1) + 0.1 * jnp.max(jnp.abs(sg(psi)))
+    )
+    f, rel, it = _solve(
+        grid, sg(pot), sg(g), sg(psi), sg(mu), k, int(max_iterations), int(n_modes), start, jnp.asarray(tol, rdt)
+    )
     f = sg(f[: int(n_modes)])
     # Differentiable ω² (Rayleigh quotient at the converged f) and the mode functions.
     a_op, b_op, _ = _operators(grid, pot, g, psi, mu)
@@ -245,5 +262,4 @@ def bogoliubov(system: GPSystem, psi0: Inexact[Array, "*grid"], n_modes: int, *,
     fm = bf * scale[:, None] / safe_w[:, None]
     u = (0.5 * (fp + fm)).reshape((-1,) + grid.shape)
     v = (0.5 * (fp - fm)).reshape((-1,) + grid.shape)
-    return BogoliubovModes(omega=omega, omega_squared=w2, u=u, v=v, residual=rel[: int(n_modes)], mu=mu,
-                           iterations=it)
+    return BogoliubovModes(omega=omega, omega_squared=w2, u=u, v=v, residual=rel[: int(n_modes)], mu=mu, iterations=it)

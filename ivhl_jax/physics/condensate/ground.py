@@ -43,8 +43,18 @@ def _zero_observe(state: Any, params: Any) -> Any:
 
 
 @functools.partial(jax.jit, static_argnames=("n_blocks", "check_every", "use_noise"))
-def _ground_state_loop(stepper: Stepper, psi: jax.Array, norm: Any, tol: Any, key: Any, noise: Any, *,
-                       n_blocks: int, check_every: int, use_noise: bool) -> tuple[jax.Array, dict[str, jax.Array]]:
+def _ground_state_loop(
+    stepper: Stepper,
+    psi: jax.Array,
+    norm: Any,
+    tol: Any,
+    key: Any,
+    noise: Any,
+    *,
+    n_blocks: int,
+    check_every: int,
+    use_noise: bool,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     params = stepper.params
     system = params.system
     grid = system.grid
@@ -54,7 +64,8 @@ def _ground_state_loop(stepper: Stepper, psi: jax.Array, norm: Any, tol: Any, ke
         kr, ki = jax.random.split(key)
         amp = jnp.max(jnp.abs(psi))
         psi = psi + (jnp.asarray(noise, rdt) * amp).astype(cdt) * jax.lax.complex(
-            jax.random.normal(kr, grid.shape, rdt), jax.random.normal(ki, grid.shape, rdt)).astype(cdt)
+            jax.random.normal(kr, grid.shape, rdt), jax.random.normal(ki, grid.shape, rdt)
+        ).astype(cdt)
     norm = jnp.asarray(norm, rdt)
     psi = normalize(psi, grid, norm)
     # A fixed projection target (Σ|ψ|² = N/dV) keeps the norm anchored instead of random-walking.
@@ -80,16 +91,30 @@ def _ground_state_loop(stepper: Stepper, psi: jax.Array, norm: Any, tol: Any, ke
     psi = normalize(psi, grid, norm)
     e = energy(psi, system)["total"]
     finite = jnp.logical_and(jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)), jnp.isfinite(e))
-    info = {"steps": k * check_every, "energy": e, "mu": chemical_potential(psi, system), "delta": delta,
-            "converged": delta <= tol, "finite": finite}
+    info = {
+        "steps": k * check_every,
+        "energy": e,
+        "mu": chemical_potential(psi, system),
+        "delta": delta,
+        "converged": delta <= tol,
+        "finite": finite,
+    }
     return psi, info
 
 
-def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float | None = None,
-                 max_steps: int = 100_000,
-                 *, psi0: Inexact[ArrayLike, "*grid"] | None = None, check_every: int = 100,
-                 key: jax.Array | None = None, noise: float = 0.0, policy: str | Policy | None = None
-                 ) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
+def ground_state(
+    system: GPSystem,
+    norm: Any = 1.0,
+    dt: float = 1e-2,
+    tol: float | None = None,
+    max_steps: int = 100_000,
+    *,
+    psi0: Inexact[ArrayLike, "*grid"] | None = None,
+    check_every: int = 100,
+    key: jax.Array | None = None,
+    noise: float = 0.0,
+    policy: str | Policy | None = None,
+) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
     """Ground state by imaginary-time Strang steps (:func:`strang` with ``imaginary=True``) at fixed norm.
 
     Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
@@ -133,16 +158,20 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
     check_scalar(dt, "dt", positive=True)
     use_noise = not (is_concrete(noise) and float(np.asarray(noise)) == 0.0)
     if use_noise and key is None:
-        raise ValueError(f"noise={noise} needs a PRNG key: pass key=jax.random.key(seed) (without one the noise "
-                         "would be silently ignored)")
+        raise ValueError(
+            f"noise={noise} needs a PRNG key: pass key=jax.random.key(seed) (without one the noise "
+            "would be silently ignored)"
+        )
     grid = system.grid
     if psi0 is None:
         psi = gaussian(grid, 1.0, dtype=system.complex_dtype)
     else:
         psi = check_psi(psi0, system, "psi0")
         if is_concrete(psi) and host_readable(psi) and not np.any(np.asarray(psi) != 0):
-            raise ValueError("psi0 is zero everywhere (zero norm), so it cannot be normalised to norm; pass a "
-                             "non-zero initial guess (or psi0=None for the default Gaussian)")
+            raise ValueError(
+                "psi0 is zero everywhere (zero norm), so it cannot be normalised to norm; pass a "
+                "non-zero initial guess (or psi0=None for the default Gaussian)"
+            )
     stepper = strang(system, dt, imaginary=True)
     dtc = concrete_float(dt)
     # (arrays spread over several processes have no host copy here: the check is skipped for them)
@@ -150,13 +179,24 @@ def ground_state(system: GPSystem, norm: Any = 1.0, dt: float = 1e-2, tol: float
     if dtc is not None and local and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
         check_local_dt(dtc, system, np.asarray(psi), True)
     n_blocks = -(-int(max_steps) // int(check_every))
-    psi, info = _ground_state_loop(stepper, psi, norm, tol, key if use_noise else None, noise if use_noise else None,
-                                   n_blocks=n_blocks, check_every=int(check_every), use_noise=use_noise)
+    psi, info = _ground_state_loop(
+        stepper,
+        psi,
+        norm,
+        tol,
+        key if use_noise else None,
+        noise if use_noise else None,
+        n_blocks=n_blocks,
+        check_every=int(check_every),
+        use_noise=use_noise,
+    )
     ok = info["finite"]
     if is_concrete(ok) and not bool(ok):
-        raise ValueError(f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf, "
-                         f"e^(-dt·V/2) underflows the occupied region); use a smaller dt (e.g. dt <= "
-                         f"{_gs_dt_hint(system):.3g}) and refine")
+        raise ValueError(
+            f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf, "
+            f"e^(-dt·V/2) underflows the occupied region); use a smaller dt (e.g. dt <= "
+            f"{_gs_dt_hint(system):.3g}) and refine"
+        )
     return cast_output(psi, policy), info
 
 
@@ -169,4 +209,3 @@ def _gs_dt_hint(system: GPSystem) -> float:
         return 1e-2
     lim = 0.5 * math.log(float(np.finfo(np.dtype(system.real_dtype)).max))
     return 2 * lim / span if span > 0 else 1.0
-

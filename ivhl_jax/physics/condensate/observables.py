@@ -18,8 +18,19 @@ from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, check_system
 
-__all__ = ["observe", "norm", "normalize", "density", "phase", "angular_momentum", "energy", "chemical_potential",
-           "virial_residual", "vortex_charges", "vortex_positions"]
+__all__ = [
+    "observe",
+    "norm",
+    "normalize",
+    "density",
+    "phase",
+    "angular_momentum",
+    "energy",
+    "chemical_potential",
+    "virial_residual",
+    "vortex_charges",
+    "vortex_positions",
+]
 
 
 def observe(psi: Inexact[Array, "*grid"], params: Any) -> dict[str, Float[Array, ""]]:
@@ -32,8 +43,10 @@ def observe(psi: Inexact[Array, "*grid"], params: Any) -> dict[str, Float[Array,
     """
     system = getattr(params, "system", None)
     if not isinstance(system, GPSystem):
-        raise TypeError(f"params must be the params of a condensate stepper (condensate.strang(system, dt).params), "
-                        f"got {type(params).__name__}")
+        raise TypeError(
+            f"params must be the params of a condensate stepper (condensate.strang(system, dt).params), "
+            f"got {type(params).__name__}"
+        )
     e = energy(psi, system)
     return {"norm": norm(psi, system.grid), **{f"energy_{k}": v for k, v in e.items()}}
 
@@ -51,7 +64,7 @@ def check_field(psi: Any, grid: Grid, name: str = "psi", *, batched: bool = Fals
     axes only when ``batched``), no NaN/inf (checked for concrete values; tracers pass)."""
     # (a field spread over several processes has no host copy: it was checked before it was placed)
     arr = check_array(psi, name, kind="inexact", finite=distributed_fft.host_readable(psi))
-    tail = tuple(arr.shape[arr.ndim - grid.ndim:]) if arr.ndim >= grid.ndim else None
+    tail = tuple(arr.shape[arr.ndim - grid.ndim :]) if arr.ndim >= grid.ndim else None
     if tail != tuple(grid.shape) or (not batched and arr.ndim != grid.ndim):
         want = ("(..., " if batched else "(") + ", ".join(map(str, grid.shape)) + ")"
         raise ValueError(f"{name} must have shape {want} (the grid's), got {tuple(arr.shape)}")
@@ -133,8 +146,7 @@ def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Ar
         erot = -jnp.asarray(system.omega_rot, rdt) * angular_momentum(psi, system)
     else:
         erot = jnp.zeros((), rdt)
-    return {"kinetic": ekin, "trap": etrap, "interaction": eint, "rotation": erot,
-            "total": ekin + etrap + eint + erot}
+    return {"kinetic": ekin, "trap": etrap, "interaction": eint, "rotation": erot, "total": ekin + etrap + eint + erot}
 
 
 def chemical_potential(psi: Inexact[Array, "*grid"], system: GPSystem) -> Float[Array, ""]:
@@ -154,8 +166,9 @@ def virial_residual(psi: Inexact[Array, "*grid"], system: GPSystem) -> tuple[Flo
     return r, r / (2 * e["kinetic"] + 2 * e["trap"] + d * jnp.abs(e["interaction"]))
 
 
-def vortex_charges(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
-                   ) -> Int[Array, "x-1 y-1"]:
+def vortex_charges(
+    psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
+) -> Int[Array, "x-1 y-1"]:
     """Plaquette winding numbers of a 2D ψ inside the condensate.
 
     Uses :func:`ivhl_jax.physics.fields.vortex_map`; returns int32 (nx−1, ny−1). A plaquette counts when the
@@ -172,20 +185,24 @@ def vortex_charges(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float
     if psi.ndim != 2:
         raise ValueError(f"vortex_charges needs a 2D psi (take a z-slice in 3D), got shape {psi.shape}")
     if grid.ndim < 2 or tuple(psi.shape) != grid.shape[:2]:
-        raise ValueError(f"psi of shape {tuple(psi.shape)} does not match the grid {grid.shape}: pass the 2-D grid of "
-                         "psi (or the 3-D grid of which psi is a z-slice)")
+        raise ValueError(
+            f"psi of shape {tuple(psi.shape)} does not match the grid {grid.shape}: pass the 2-D grid of "
+            "psi (or the 3-D grid of which psi is a z-slice)"
+        )
     check_scalar(min_density, "min_density", minimum=0.0, maximum=1.0)
     check_scalar(window, "window", integer=True, nonnegative=True)
     w = fields.vortex_map(psi)
     rho = density(psi)
     k = 2 * int(window) + 2
-    local_mean = jax.lax.reduce_window(rho, 0.0, jax.lax.add, (k, k), (1, 1),
-                                       ((window, window), (window, window))) / (k * k)
+    local_mean = jax.lax.reduce_window(rho, 0.0, jax.lax.add, (k, k), (1, 1), ((window, window), (window, window))) / (
+        k * k
+    )
     return jnp.where(local_mean >= min_density * jnp.max(rho), w, 0).astype(jnp.int32)
 
 
-def vortex_positions(psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
-                     ) -> tuple[Float[np.ndarray, "m 2"], Int[np.ndarray, " m"]]:
+def vortex_positions(
+    psi: Inexact[Array, "x y"], grid: Grid, *, min_density: float = 0.05, window: int = 4
+) -> tuple[Float[np.ndarray, "m 2"], Int[np.ndarray, " m"]]:
     """Vortex positions (M, 2) (plaquette centres, trap units) and charges (M,) of a 2D ψ (not jittable)."""
     w = np.asarray(vortex_charges(psi, grid, min_density=min_density, window=window))
     ix, iy = np.nonzero(w)

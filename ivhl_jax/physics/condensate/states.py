@@ -18,12 +18,24 @@ from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.physics.condensate.observables import check_field
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, check_system
 
-__all__ = ["gaussian", "thomas_fermi_mu", "thomas_fermi_density", "bright_soliton", "dark_soliton_pair",
-           "imprint_vortices"]
+__all__ = [
+    "gaussian",
+    "thomas_fermi_mu",
+    "thomas_fermi_density",
+    "bright_soliton",
+    "dark_soliton_pair",
+    "imprint_vortices",
+]
 
 
-def gaussian(grid: Grid, n: float = 1.0, width: float | Sequence[float] = 1.0, center: Sequence[float] | None = None,
-             *, dtype: Any = jnp.complex64) -> Inexact[Array, "*grid"]:
+def gaussian(
+    grid: Grid,
+    n: float = 1.0,
+    width: float | Sequence[float] = 1.0,
+    center: Sequence[float] | None = None,
+    *,
+    dtype: Any = jnp.complex64,
+) -> Inexact[Array, "*grid"]:
     """Normalised Gaussian exp(−Σ(x_i − c_i)²/(2w_i²)) with ∫|ψ|² = n (an initial guess).
 
     ``width``: one positive number or one per axis; ``center``: one coordinate per axis (default the origin).
@@ -44,7 +56,7 @@ def gaussian(grid: Grid, n: float = 1.0, width: float | Sequence[float] = 1.0, c
     for a, x in enumerate(grid.coords):
         arg = arg + grid._bcast((x - c[a]) ** 2 / (2 * w[a] ** 2), a)
     psi = np.exp(-arg)
-    psi = psi * np.sqrt(n / (np.sum(psi ** 2) * grid.cell_volume))
+    psi = psi * np.sqrt(n / (np.sum(psi**2) * grid.cell_volume))
     return jnp.asarray(psi, dtype)
 
 
@@ -61,7 +73,7 @@ def thomas_fermi_mu(g: float, n: float, omega: float = 1.0, dim: int = 1) -> flo
     if dim == 2:
         return omega * math.sqrt(g * n / math.pi)
     if dim == 3:
-        return (15 * g * n * omega ** 3 / (16 * math.sqrt(2) * math.pi)) ** 0.4
+        return (15 * g * n * omega**3 / (16 * math.sqrt(2) * math.pi)) ** 0.4
     raise ValueError(f"dim must be 1, 2 or 3, got {dim}")
 
 
@@ -74,8 +86,16 @@ def thomas_fermi_density(system: GPSystem, mu: float) -> Float[Array, "*grid"]:
     return jnp.maximum(mu - system.potential, 0.0) / system.g
 
 
-def bright_soliton(grid: Grid, n: float, g: float, position: float = 0.0, velocity: float = 0.0, t: float = 0.0,
-                   *, dtype: Any = jnp.complex64) -> Inexact[Array, " x"]:
+def bright_soliton(
+    grid: Grid,
+    n: float,
+    g: float,
+    position: float = 0.0,
+    velocity: float = 0.0,
+    t: float = 0.0,
+    *,
+    dtype: Any = jnp.complex64,
+) -> Inexact[Array, " x"]:
     """Exact 1D bright soliton of i∂ψ/∂t = −½ψ'' + g|ψ|²ψ with g = −a < 0, ∫|ψ|² = n (V = 0).
 
     ψ = (n√a/2) sech(a n (x − x₀ − vt)/2) exp(i v x − i(v²/2 + μ)t), μ = −a²n²/8. The periodic box
@@ -91,13 +111,14 @@ def bright_soliton(grid: Grid, n: float, g: float, position: float = 0.0, veloci
     a = -g
     x = grid.coords[0]
     xr = (x - position - velocity * t + grid.length[0] / 2) % grid.length[0] - grid.length[0] / 2
-    mu = -(a ** 2) * n ** 2 / 8
-    psi = (n * math.sqrt(a) / 2) / np.cosh(a * n * xr / 2) * np.exp(1j * (velocity * x - (velocity ** 2 / 2 + mu) * t))
+    mu = -(a**2) * n**2 / 8
+    psi = (n * math.sqrt(a) / 2) / np.cosh(a * n * xr / 2) * np.exp(1j * (velocity * x - (velocity**2 / 2 + mu) * t))
     return jnp.asarray(psi, dtype)
 
 
-def dark_soliton_pair(grid: Grid, n0: float, g: float, separation: float, velocity: float, t: float = 0.0,
-                      *, dtype: Any = jnp.complex64) -> Inexact[Array, " x"]:
+def dark_soliton_pair(
+    grid: Grid, n0: float, g: float, separation: float, velocity: float, t: float = 0.0, *, dtype: Any = jnp.complex64
+) -> Inexact[Array, " x"]:
     """Two gray solitons on a uniform background n₀ (1D, V = 0, g > 0), periodic-compatible.
 
     One soliton at −separation/2 moving with +v, its mirror image at +separation/2 moving with −v:
@@ -117,7 +138,7 @@ def dark_soliton_pair(grid: Grid, n0: float, g: float, separation: float, veloci
     if not abs(velocity) < c:
         raise ValueError(f"|velocity| must be below the sound speed c = {c:.4g}, got {velocity}")
     xi = 1 / c
-    gam = math.sqrt(1 - velocity ** 2 / c ** 2)
+    gam = math.sqrt(1 - velocity**2 / c**2)
     x = grid.coords[0]
 
     def f(u):
@@ -128,8 +149,14 @@ def dark_soliton_pair(grid: Grid, n0: float, g: float, separation: float, veloci
     return jnp.asarray(psi * np.exp(-1j * g * n0 * t), dtype)
 
 
-def imprint_vortices(psi: Complex[Array, "*grid"], grid: Grid, centers: Real[ArrayLike, "v d"],
-                     charges: Int[ArrayLike, " v"], *, core_size: float = 0.0) -> Complex[Array, "*grid"]:
+def imprint_vortices(
+    psi: Complex[Array, "*grid"],
+    grid: Grid,
+    centers: Real[ArrayLike, "v d"],
+    charges: Int[ArrayLike, " v"],
+    *,
+    core_size: float = 0.0,
+) -> Complex[Array, "*grid"]:
     """Multiply ψ by the phase windings Π_v exp(i q_v θ_v) about z (via :func:`ivhl_jax.physics.fields.vortex`).
 
     ``centers``: (V, 2) positions in the (x, y) plane (or (V, 3), z ignored); ``charges``: (V,) ints.

@@ -76,8 +76,10 @@ def _rotating_factor(grid: Grid, dt: float, omega: float, imaginary: bool, dtype
     return _static_rotating(grid, dt, omega, imaginary, dtype)[which]
 
 
-_DT_MESSAGE = ("dt is held once, by the stepper's kinetic factors; build a new stepper for a new step size: "
-               "condensate.strang(system, dt)")
+_DT_MESSAGE = (
+    "dt is held once, by the stepper's kinetic factors; build a new stepper for a new step size: "
+    "condensate.strang(system, dt)"
+)
 
 
 class _KineticPlan(struct.PyTreeNode):
@@ -104,7 +106,6 @@ class _KineticPlan(struct.PyTreeNode):
         return self.kin is None
 
 
-
 def _make_plan(system: GPSystem, dt: Any, imaginary: bool) -> _KineticPlan:
     """Kinetic factors for steps of size dt: a concrete dt (and Ω) in float64 NumPy cast once, a traced one in
     the working precision (e.g. ``vmap``/``grad`` over dt)."""
@@ -118,9 +119,14 @@ def _make_plan(system: GPSystem, dt: Any, imaginary: bool) -> _KineticPlan:
     if not system.rotating:
         if dtc is not None:
             if host:
-                return _KineticPlan(dt_leaf, kin=host_factor(
-                    functools.partial(_static_kinetic, grid, dtc, imaginary, cname),
-                    ("gp-kinetic", grid, dtc, imaginary, cname)), **meta)
+                return _KineticPlan(
+                    dt_leaf,
+                    kin=host_factor(
+                        functools.partial(_static_kinetic, grid, dtc, imaginary, cname),
+                        ("gp-kinetic", grid, dtc, imaginary, cname),
+                    ),
+                    **meta,
+                )
             return _KineticPlan(dt_leaf, kin=jnp.asarray(_static_kinetic(grid, dtc, imaginary, cname)), **meta)
         k2 = jnp.asarray(grid.k_squared(), rdt)
         return _KineticPlan(dt_leaf, kin=phase_factor_m1(0.5 * dt_leaf * k2, imaginary, cdt), **meta)
@@ -128,16 +134,20 @@ def _make_plan(system: GPSystem, dt: Any, imaginary: bool) -> _KineticPlan:
     meta["omega"] = omc
     if dtc is not None and omc is not None:
         if host:
-            ra, rb = (host_factor(functools.partial(_rotating_factor, grid, dtc, omc, imaginary, cname, i),
-                                  ("gp-rotating", i, grid, dtc, omc, imaginary, cname)) for i in (0, 1))
+            ra, rb = (
+                host_factor(
+                    functools.partial(_rotating_factor, grid, dtc, omc, imaginary, cname, i),
+                    ("gp-rotating", i, grid, dtc, omc, imaginary, cname),
+                )
+                for i in (0, 1)
+            )
             return _KineticPlan(dt_leaf, rot_a=ra, rot_b=rb, **meta)
         fa, fb = _static_rotating(grid, dtc, omc, imaginary, cname)
         return _KineticPlan(dt_leaf, rot_a=jnp.asarray(fa), rot_b=jnp.asarray(fb), **meta)
     # A: ½kx² + Ω y kx, shape (nx, ny); B: ½(ky² + kz²) − Ω x ky, shape (nx, ny[, nz]).
     kx, y, k2_rest, x_b, ky_b = _rotating_axes(grid)
     om = jnp.asarray(system.omega_rot, rdt)
-    th_a = 0.5 * dt_leaf * (jnp.asarray(0.5 * kx[:, None] ** 2, rdt)
-                            + om * jnp.asarray(y[None, :] * kx[:, None], rdt))
+    th_a = 0.5 * dt_leaf * (jnp.asarray(0.5 * kx[:, None] ** 2, rdt) + om * jnp.asarray(y[None, :] * kx[:, None], rdt))
     th_b = dt_leaf * (jnp.asarray(0.5 * k2_rest[None], rdt) - om * jnp.asarray(x_b * ky_b, rdt))
     fa, fb = phase_factor_m1(th_a, imaginary, cdt), phase_factor_m1(th_b, imaginary, cdt)
     if grid.ndim == 3:
@@ -173,25 +183,32 @@ class StrangParams(struct.PyTreeNode):
         if not isinstance(plan, _KineticPlan) or not isinstance(system, GPSystem):
             return  # pytree reconstruction with placeholders
         if plan.grid is not None and system.grid != plan.grid:
-            raise ValueError(f"params.system has grid {system.grid} but the kinetic factors were built for "
-                             f"{plan.grid}; build a new stepper: condensate.strang(system, dt)")
+            raise ValueError(
+                f"params.system has grid {system.grid} but the kinetic factors were built for "
+                f"{plan.grid}; build a new stepper: condensate.strang(system, dt)"
+            )
         if system.rotating != plan.rotating:
-            raise ValueError("params.system's rotation (Ω = 0 or not) differs from the stepper's kinetic factors; "
-                             "build a new stepper: condensate.strang(system, dt)")
+            raise ValueError(
+                "params.system's rotation (Ω = 0 or not) differs from the stepper's kinetic factors; "
+                "build a new stepper: condensate.strang(system, dt)"
+            )
         om = concrete_float(system.omega_rot) if system.rotating else None
         cast = np.dtype(system.real_dtype).type  # Ω is stored in the working precision
         if om is not None and plan.omega is not None and cast(om) != cast(plan.omega):
-            raise ValueError(f"params.system.omega_rot = {om} but the kinetic factors were built for Ω = {plan.omega}; "
-                             "build a new stepper: condensate.strang(system, dt)")
+            raise ValueError(
+                f"params.system.omega_rot = {om} but the kinetic factors were built for Ω = {plan.omega}; "
+                "build a new stepper: condensate.strang(system, dt)"
+            )
         if plan.imaginary != self.imaginary:
-            raise ValueError("imaginary is fixed by the stepper's kinetic factors; build a new stepper: "
-                             "condensate.strang(system, dt, imaginary=...)")
+            raise ValueError(
+                "imaginary is fixed by the stepper's kinetic factors; build a new stepper: "
+                "condensate.strang(system, dt, imaginary=...)"
+            )
 
     @property
     def dt(self) -> Any:
         """The step size (a scalar in the system's real dtype)."""
         return self.plan.dt
-
 
 
 def _guard_dt(cls: Any) -> None:
@@ -237,8 +254,10 @@ def _place_plan(plan: _KineticPlan, layout: Any, shape: tuple[int, ...]) -> _Kin
         return plan
     if not plan.rotating:
         return plan.replace(kin=layout.place_factor(plan.kin, shape))
-    return plan.replace(rot_a=layout.place_factor(plan.rot_a, shape, (0,)),
-                        rot_b=layout.place_factor(plan.rot_b, shape, tuple(range(1, len(shape)))))
+    return plan.replace(
+        rot_a=layout.place_factor(plan.rot_a, shape, (0,)),
+        rot_b=layout.place_factor(plan.rot_b, shape, tuple(range(1, len(shape)))),
+    )
 
 
 def _sumsq(psi: jax.Array) -> jax.Array:
@@ -301,11 +320,16 @@ def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Arr
         out = split_step(_project(psi, n0, rdt), local, kinetic, plan.dt, True, full_range=False)
     else:
         # The local phase needs the full-range sine reduction only if dt·max|U|/2 can leave the fast range.
-        out = jax.lax.cond(_needs_full_range(system, plan.dt, s0),
-                           functools.partial(split_step, local_energy=local, kinetic=kinetic, dt=plan.dt,
-                                             imaginary=False, full_range=True),
-                           functools.partial(split_step, local_energy=local, kinetic=kinetic, dt=plan.dt,
-                                             imaginary=False, full_range=False), psi)
+        out = jax.lax.cond(
+            _needs_full_range(system, plan.dt, s0),
+            functools.partial(
+                split_step, local_energy=local, kinetic=kinetic, dt=plan.dt, imaginary=False, full_range=True
+            ),
+            functools.partial(
+                split_step, local_energy=local, kinetic=kinetic, dt=plan.dt, imaginary=False, full_range=False
+            ),
+            psi,
+        )
     return _project(out, n0, rdt) if project else out
 
 
@@ -324,11 +348,12 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
         return kinetic_propagate(p, plan, system.grid.ndim, system.fft, system.layout)
 
     s0 = _sumsq(psi)
-    out = jax.lax.cond(_needs_full_range(system, plan.dt, s0),
-                       functools.partial(strang_run, local_energy=local, kinetic=kinetic, dt=plan.dt, n=n,
-                                         full_range=True),
-                       functools.partial(strang_run, local_energy=local, kinetic=kinetic, dt=plan.dt, n=n,
-                                         full_range=False), psi)
+    out = jax.lax.cond(
+        _needs_full_range(system, plan.dt, s0),
+        functools.partial(strang_run, local_energy=local, kinetic=kinetic, dt=plan.dt, n=n, full_range=True),
+        functools.partial(strang_run, local_energy=local, kinetic=kinetic, dt=plan.dt, n=n, full_range=False),
+        psi,
+    )
     if params.project_norm is None:
         rdt = system.real_dtype
         out = _project(out, s0 if params.target is None else jnp.asarray(params.target, rdt), rdt)
@@ -358,8 +383,13 @@ def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
     psi = check_psi(psi, system)
     dtc = concrete_float(params.dt)
     # (a V spread over several processes has no host copy here; the builder's dt bound still applies)
-    if (dtc is not None and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g)
-            and distributed_fft.host_readable(system.potential)):
+    if (
+        dtc is not None
+        and is_concrete(psi)
+        and is_concrete(system.potential)
+        and is_concrete(system.g)
+        and distributed_fft.host_readable(system.potential)
+    ):
         check_local_dt(dtc, system, np.asarray(psi), params.imaginary)
     return psi if system.layout is None else system.layout.place(psi, "psi")
 
@@ -379,9 +409,11 @@ def _check_dt(dt: Any, system: GPSystem, imaginary: bool) -> None:
     if dtc is not None and not imaginary:
         bound = _kinetic_dt_bound(system.grid)
         if dtc > bound:
-            raise ValueError(f"dt={dtc} is unstable on this grid: the kinetic phase per step dt·k_max²/2 = "
-                             f"{dtc * np.pi / bound:.3g} exceeds π (split-step instability); use dt <= {bound:.3g} "
-                             "or a coarser grid")
+            raise ValueError(
+                f"dt={dtc} is unstable on this grid: the kinetic phase per step dt·k_max²/2 = "
+                f"{dtc * np.pi / bound:.3g} exceeds π (split-step instability); use dt <= {bound:.3g} "
+                "or a coarser grid"
+            )
 
 
 def check_local_dt(dtc: float, system: GPSystem, psi: np.ndarray, imaginary: bool) -> None:
@@ -399,15 +431,24 @@ def check_local_dt(dtc: float, system: GPSystem, psi: np.ndarray, imaginary: boo
     umax = float(np.max(np.abs(u[occupied])))
     if dtc * umax > 2 * np.pi:
         what = "decay" if imaginary else "phase"
-        raise ValueError(f"dt={dtc} is too large: the local {what} per step dt·max|V + g|ψ|²| = {dtc * umax:.3g} over "
-                         f"the cloud exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}")
+        raise ValueError(
+            f"dt={dtc} is too large: the local {what} per step dt·max|V + g|ψ|²| = {dtc * umax:.3g} over "
+            f"the cloud exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
+        )
 
 
 # ----------------------------------------------------------------------------------------------
 # The builder and the driver
 # ----------------------------------------------------------------------------------------------
-def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: bool | None = None,
-           norm: Any = None, policy: str | Policy | None = None) -> Stepper:
+def strang(
+    system: GPSystem,
+    dt: Any,
+    *,
+    imaginary: bool = False,
+    project_norm: bool | None = None,
+    norm: Any = None,
+    policy: str | Policy | None = None,
+) -> Stepper:
     """The Strang split-step stepper of the GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ.
 
     One step of size dt (units 1/ω₀) maps ψ (complex, shape ``system.grid.shape``) to
@@ -443,8 +484,10 @@ def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: 
     if not isinstance(imaginary, (bool, np.bool_)):
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     if project_norm is not None and not isinstance(project_norm, (bool, np.bool_)):
-        raise TypeError(f"project_norm must be None (restore the norm per block of steps), True (every step) or "
-                        f"False (the raw scheme), got {project_norm!r}")
+        raise TypeError(
+            f"project_norm must be None (restore the norm per block of steps), True (every step) or "
+            f"False (the raw scheme), got {project_norm!r}"
+        )
     project_norm = None if project_norm is None else bool(project_norm)
     _check_dt(dt, system, bool(imaginary))
     rdt = system.real_dtype
@@ -456,14 +499,26 @@ def strang(system: GPSystem, dt: Any, *, imaginary: bool = False, project_norm: 
     # g and Ω as typed arrays: a Python float and an array of the same value compile the same program.
     system = system.replace(g=as_leaf(system.g, rdt), omega_rot=as_leaf(system.omega_rot, rdt))
     params = StrangParams(system, plan, target, imaginary=bool(imaginary), project_norm=project_norm)
-    name = "gp-strang-imaginary" if imaginary else {True: "gp-strang-projected", None: "gp-strang",
-                                                    False: "gp-strang-raw"}[project_norm]
+    name = (
+        "gp-strang-imaginary"
+        if imaginary
+        else {True: "gp-strang-projected", None: "gp-strang", False: "gp-strang-raw"}[project_norm]
+    )
     return Stepper(_strang_step, params, init_fn=_strang_init, name=name)
 
 
-def evolve(psi: Inexact[ArrayLike, "*grid"], system: GPSystem, dt: Real[ArrayLike, ""], steps: int,
-           save_every: int = 1, *, imaginary: bool = False, project_norm: bool | None = None, remat: bool = False,
-           policy: str | Policy | None = None) -> tuple[Complex[Array, "*grid"], Any]:
+def evolve(
+    psi: Inexact[ArrayLike, "*grid"],
+    system: GPSystem,
+    dt: Real[ArrayLike, ""],
+    steps: int,
+    save_every: int = 1,
+    *,
+    imaginary: bool = False,
+    project_norm: bool | None = None,
+    remat: bool = False,
+    policy: str | Policy | None = None,
+) -> tuple[Complex[Array, "*grid"], Any]:
     """``steps`` Strang steps from ψ, recording :func:`~ivhl_jax.physics.condensate.observe` every ``save_every``.
 
     Exactly ``trajectory(stepper, stepper.init(psi), steps, save_every=..., observe=observe, remat=...)``
@@ -471,7 +526,6 @@ def evolve(psi: Inexact[ArrayLike, "*grid"], system: GPSystem, dt: Real[ArrayLik
     projection, unless ``project_norm=False``, pins the initial norm for the whole run). For other observables call
     :func:`ivhl_jax.numerics.rollout.trajectory` directly.
     """
-    pinned = (norm(jnp.asarray(psi), check_system(system).grid) if project_norm is not False and not imaginary
-              else None)
+    pinned = norm(jnp.asarray(psi), check_system(system).grid) if project_norm is not False and not imaginary else None
     stepper = strang(system, dt, imaginary=imaginary, project_norm=project_norm, policy=policy, norm=pinned)
     return trajectory(stepper, stepper.init(psi), steps, save_every=save_every, observe=observe, remat=remat)

@@ -22,6 +22,7 @@ from ivhl_jax.numerics.spectral import check_backend
 
 __all__ = ["Grid", "GPSystem", "harmonic", "with_policy"]
 
+
 class Grid(struct.PyTreeNode):
     """A periodic box centred at the origin: ``shape`` points over side ``length`` per axis.
 
@@ -131,8 +132,9 @@ def harmonic(grid: Grid, omega: Any = 1.0, *, dtype: Any = jnp.float32) -> Float
         if om_t.ndim == 0:
             om_t = jnp.broadcast_to(om_t, (grid.ndim,))
         if om_t.shape != (grid.ndim,):
-            raise ValueError(f"omega must be a number or have {grid.ndim} entries (one per axis), got shape "
-                             f"{tuple(om_t.shape)}")
+            raise ValueError(
+                f"omega must be a number or have {grid.ndim} entries (one per axis), got shape {tuple(om_t.shape)}"
+            )
         if jnp.iscomplexobj(om_t):
             raise TypeError(f"omega must be real, got dtype {om_t.dtype}")
         rdt = jnp.dtype(dtype)
@@ -183,8 +185,11 @@ class GPSystem(struct.PyTreeNode):
         # A concrete Ω = 0 is stored as None (an empty pytree node), so that "no rotation" stays
         # static under jit and the cheaper rotation-free kinetic step is selected at trace time.
         om = self.omega_rot
-        if om is not None and not isinstance(om, jax.core.Tracer) and isinstance(om, (int, float, np.ndarray,
-                                                                                       np.generic, jax.Array)):
+        if (
+            om is not None
+            and not isinstance(om, jax.core.Tracer)
+            and isinstance(om, (int, float, np.ndarray, np.generic, jax.Array))
+        ):
             if np.ndim(om) == 0 and float(np.asarray(om)) == 0.0:
                 object.__setattr__(self, "omega_rot", None)
         check_backend(self.fft)
@@ -265,8 +270,9 @@ def with_policy(system: GPSystem, policy: str | Policy | None) -> GPSystem:
     """
     cdt = complex_state_dtype(policy, like=system.potential, routine="the Gross-Pitaevskii split-step solver")
     rdt = jnp.finfo(cdt).dtype
-    return system.replace(potential=jnp.asarray(system.potential, rdt), g=as_leaf(system.g, rdt),
-                          omega_rot=as_leaf(system.omega_rot, rdt))
+    return system.replace(
+        potential=jnp.asarray(system.potential, rdt), g=as_leaf(system.g, rdt), omega_rot=as_leaf(system.omega_rot, rdt)
+    )
 
 
 def cast_output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
@@ -277,7 +283,5 @@ def cast_output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
 
 def check_psi(psi: Any, system: GPSystem, name: str = "psi") -> jax.Array:
     # (a field spread over several processes has no host copy: it was checked before it was placed)
-    psi = check_array(psi, name, shape=system.grid.shape, kind="inexact",
-                      finite=host_readable(psi))
+    psi = check_array(psi, name, shape=system.grid.shape, kind="inexact", finite=host_readable(psi))
     return psi.astype(system.complex_dtype)
-

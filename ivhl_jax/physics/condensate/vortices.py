@@ -104,11 +104,15 @@ class VortexLines(struct.PyTreeNode):
     def polylines(self) -> list[np.ndarray]:
         """The lines of one (unbatched) result as a list of (m, 3) NumPy arrays, in order (host side)."""
         if np.ndim(self.n_lines) != 0:
-            raise ValueError("polylines() needs an unbatched result; index the batch first, e.g. "
-                             "jax.tree.map(lambda a: a[t], lines)")
+            raise ValueError(
+                "polylines() needs an unbatched result; index the batch first, e.g. jax.tree.map(lambda a: a[t], lines)"
+            )
         pts = np.asarray(self.points)
-        return [pts[int(s):int(s) + int(n)] for s, n, m in zip(np.asarray(self.start), np.asarray(self.size),
-                                                             np.asarray(self.mask)) if m]
+        return [
+            pts[int(s) : int(s) + int(n)]
+            for s, n, m in zip(np.asarray(self.start), np.asarray(self.size), np.asarray(self.mask))
+            if m
+        ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,21 +122,31 @@ def _check_grid(grid: Any, ndim: int, fn: str) -> Grid:
     if isinstance(grid, GPSystem):
         grid = grid.grid
     if not isinstance(grid, Grid):
-        raise TypeError(f"grid must be a condensate Grid (Grid.uniform(shape, length)) or a GPSystem, got "
-                        f"{type(grid).__name__}")
+        raise TypeError(
+            f"grid must be a condensate Grid (Grid.uniform(shape, length)) or a GPSystem, got {type(grid).__name__}"
+        )
     if grid.ndim != ndim:
-        raise ValueError(f"{fn} needs a {ndim}-D grid, got a {grid.ndim}-D grid of shape {grid.shape}"
-                         + ("; for 3-D use condensate.vortex_lines" if ndim == 2 else
-                            "; for 2-D use condensate.vortices" if grid.ndim == 2 else ""))
+        raise ValueError(
+            f"{fn} needs a {ndim}-D grid, got a {grid.ndim}-D grid of shape {grid.shape}"
+            + (
+                "; for 3-D use condensate.vortex_lines"
+                if ndim == 2
+                else "; for 2-D use condensate.vortices"
+                if grid.ndim == 2
+                else ""
+            )
+        )
     return grid
 
 
 def _check_psi(psi: Any, grid: Grid) -> jax.Array:
     arr = check_array(psi, "psi", kind="inexact")
-    if arr.ndim < grid.ndim or tuple(arr.shape[arr.ndim - grid.ndim:]) != grid.shape:
+    if arr.ndim < grid.ndim or tuple(arr.shape[arr.ndim - grid.ndim :]) != grid.shape:
         want = "(..., " + ", ".join(map(str, grid.shape)) + ")"
-        raise ValueError(f"psi must have shape {want} (the grid's shape, leading batch axes allowed, e.g. time), "
-                         f"got {tuple(arr.shape)}")
+        raise ValueError(
+            f"psi must have shape {want} (the grid's shape, leading batch axes allowed, e.g. time), "
+            f"got {tuple(arr.shape)}"
+        )
     if isinstance(arr, jax.core.Tracer) or np.all(np.isfinite(np.asarray(arr))):
         return arr.astype(jnp.result_type(arr.dtype, jnp.complex64))
     raise ValueError("psi must be finite (it has NaN or inf values)")
@@ -150,7 +164,7 @@ def _batched(core, psi: jax.Array, ndim: int, *args: Any):
     batch = psi.shape[: psi.ndim - ndim]
     if not batch:
         return core(psi, *args)
-    flat = psi.reshape((-1,) + psi.shape[psi.ndim - ndim:])
+    flat = psi.reshape((-1,) + psi.shape[psi.ndim - ndim :])
     out = jax.vmap(lambda p: core(p, *args))(flat)
     return jax.tree.map(lambda a: a.reshape(batch + a.shape[1:]), out)
 
@@ -193,8 +207,14 @@ def _wrap_into_box(x: jax.Array, length: jax.Array) -> jax.Array:
 # ----------------------------------------------------------------------------------------------
 # 2-D point vortices
 # ----------------------------------------------------------------------------------------------
-def vortices(psi: Inexact[Array, "*batch x y"], grid: Grid | GPSystem, *, max_vortices: int = 64,
-             min_density: float = 0.05, window: int = 4) -> Vortices:
+def vortices(
+    psi: Inexact[Array, "*batch x y"],
+    grid: Grid | GPSystem,
+    *,
+    max_vortices: int = 64,
+    min_density: float = 0.05,
+    window: int = 4,
+) -> Vortices:
     """Positions (sub-grid) and charges of the vortices of a 2-D ψ (module docstring: windings + zero fit).
 
     Args:
@@ -220,7 +240,7 @@ def vortices(psi: Inexact[Array, "*batch x y"], grid: Grid | GPSystem, *, max_vo
 def _vortices_core(psi: jax.Array, min_density: jax.Array, grid: Grid, m: int, window: int) -> Vortices:
     rdt = psi.real.dtype
     nx, ny = grid.shape
-    rho = psi.real ** 2 + psi.imag ** 2
+    rho = psi.real**2 + psi.imag**2
     k = 2 * window + 2
     keep = _local_mean(rho, (k, k), (window, window)) >= min_density * jnp.max(rho)
     w = jnp.where(keep, _plane_windings(psi), 0)
@@ -235,15 +255,23 @@ def _vortices_core(psi: jax.Array, min_density: jax.Array, grid: Grid, m: int, w
     lo = jnp.asarray([c[0] for c in grid.coords], rdt)
     pos = lo + (jnp.stack([i, j], axis=-1).astype(rdt) + frac) * dx
     pos = _wrap_into_box(pos, jnp.asarray(grid.length, rdt))
-    return Vortices(positions=jnp.where(mask[:, None], pos, 0.0), charges=jnp.where(mask, w[i, j], 0),
-                    mask=mask, count=count)
+    return Vortices(
+        positions=jnp.where(mask[:, None], pos, 0.0), charges=jnp.where(mask, w[i, j], 0), mask=mask, count=count
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # 3-D vortex lines
 # ----------------------------------------------------------------------------------------------
-def vortex_lines(psi: Inexact[Array, "*batch x y z"], grid: Grid | GPSystem, *, max_points: int = 4096,
-                 max_lines: int = 64, min_density: float = 0.05, window: int = 2) -> VortexLines:
+def vortex_lines(
+    psi: Inexact[Array, "*batch x y z"],
+    grid: Grid | GPSystem,
+    *,
+    max_points: int = 4096,
+    max_lines: int = 64,
+    min_density: float = 0.05,
+    window: int = 2,
+) -> VortexLines:
     """The vortex lines of a 3-D ψ as ordered polylines with lengths and circulations (module docstring).
 
     Args:
@@ -269,9 +297,9 @@ def vortex_lines(psi: Inexact[Array, "*batch x y z"], grid: Grid | GPSystem, *, 
 def _face_windings(psi: jax.Array) -> jax.Array:
     """(3, n_x, n_y, n_z) int32: entry [a, idx] is the winding (flux along +a) of the face normal to axis a through
     grid point idx, spanning idx … idx + e_b + e_c with (b, c) = (a+1, a+2) mod 3 (counter-clockwise about +a)."""
-    wz = jnp.transpose(_plane_windings(jnp.transpose(psi, (2, 0, 1))), (1, 2, 0))   # plane (x, y), normal z
-    wx = _plane_windings(psi)                                                      # plane (y, z), normal x
-    wy = jnp.transpose(_plane_windings(jnp.transpose(psi, (1, 2, 0))), (2, 0, 1))   # plane (z, x), normal y
+    wz = jnp.transpose(_plane_windings(jnp.transpose(psi, (2, 0, 1))), (1, 2, 0))  # plane (x, y), normal z
+    wx = _plane_windings(psi)  # plane (y, z), normal x
+    wy = jnp.transpose(_plane_windings(jnp.transpose(psi, (1, 2, 0))), (2, 0, 1))  # plane (z, x), normal y
     return jnp.stack([wx, wy, wz])
 
 
@@ -280,11 +308,10 @@ def _pointer_jump_rounds(p: int) -> int:
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
-def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, l_max: int,
-                window: int) -> VortexLines:
+def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, l_max: int, window: int) -> VortexLines:
     rdt = psi.real.dtype
     shape = np.array(grid.shape)
-    rho = psi.real ** 2 + psi.imag ** 2
+    rho = psi.real**2 + psi.imag**2
     k = 2 * window + 2
     thresh = min_density * jnp.max(rho)
     keep = []
@@ -298,7 +325,7 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
     n_found = jnp.sum(found).astype(jnp.int32)
     (fa, fi, fj, fk) = jnp.nonzero(found, size=p_max, fill_value=0)
     valid = jnp.arange(p_max) < n_found
-    idx = jnp.stack([fi, fj, fk], axis=-1)                          # (P, 3)
+    idx = jnp.stack([fi, fj, fk], axis=-1)  # (P, 3)
     q = jnp.where(valid, w[fa, fi, fj, fk], 0)
 
     # Sub-grid point of each piercing in its face: corners idx, idx + e_b, idx + e_b + e_c, idx + e_c.
@@ -311,7 +338,7 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
         return psi[c[:, 0], c[:, 1], c[:, 2]]
 
     corners = jnp.stack([at(0 * eb), at(eb), at(eb + ec), at(ec)], axis=-1)
-    frac = _zero_in_plaquette(corners)                               # (P, 2) along (b, c)
+    frac = _zero_in_plaquette(corners)  # (P, 2) along (b, c)
     dx = jnp.asarray(grid.dx, rdt)
     lo = jnp.asarray([c[0] for c in grid.coords], rdt)
     box = jnp.asarray(grid.length, rdt)
@@ -322,9 +349,9 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
     # 2a' (the low face F_a'(c)) and 2a' + 1 (the high face F_a'(c + e_a')); outgoing flux −w low, +w high.
     ea = eye[fa]
     cell = jnp.where((q > 0)[:, None], idx, (idx - ea) % n)
-    slot_face_axis = jnp.repeat(jnp.arange(3), 2)                    # (6,)
-    slot_high = jnp.tile(jnp.array([0, 1]), 3)                       # (6,)
-    face_idx = (cell[:, None, :] + slot_high[None, :, None] * eye[slot_face_axis][None]) % n   # (P, 6, 3)
+    slot_face_axis = jnp.repeat(jnp.arange(3), 2)  # (6,)
+    slot_high = jnp.tile(jnp.array([0, 1]), 3)  # (6,)
+    face_idx = (cell[:, None, :] + slot_high[None, :, None] * eye[slot_face_axis][None]) % n  # (P, 6, 3)
     face_w = w[slot_face_axis[None, :], face_idx[..., 0], face_idx[..., 1], face_idx[..., 2]]  # (P, 6)
     out_flux = jnp.where(slot_high[None, :] == 1, face_w, -face_w)
     entry_slot = 2 * fa + jnp.where(q > 0, 0, 1)
@@ -336,8 +363,11 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
     nslot = jnp.argmax(hit, axis=1)
     nface = jnp.take_along_axis(face_idx, nslot[:, None, None], axis=1)[:, 0]
     # (the padding slots all point at face (0, 0, 0, 0): a max-scatter of −1 leaves a real piercing's id there)
-    face_id = jnp.full((3,) + grid.shape, -1, jnp.int32).at[fa, fi, fj, fk].max(
-        jnp.where(valid, jnp.arange(p_max, dtype=jnp.int32), -1))
+    face_id = (
+        jnp.full((3,) + grid.shape, -1, jnp.int32)
+        .at[fa, fi, fj, fk]
+        .max(jnp.where(valid, jnp.arange(p_max, dtype=jnp.int32), -1))
+    )
     nxt = jnp.where(has_next, face_id[slot_face_axis[nslot], nface[:, 0], nface[:, 1], nface[:, 2]], -1)
     nxt = jnp.where(valid, nxt, -1)
 
@@ -368,7 +398,7 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
         jump = jnp.where(jump >= 0, jump[j], -1)
 
     is_tail = valid & (nxt < 0)
-    line_number = jnp.cumsum(is_tail) - 1                            # tails numbered in index order
+    line_number = jnp.cumsum(is_tail) - 1  # tails numbered in index order
     n_lines = jnp.sum(is_tail).astype(jnp.int32)
     line = jnp.where(valid, line_number[tail], -1)
     listed = valid & (line < l_max)
@@ -396,6 +426,15 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
     length = length + jnp.where(closed, jnp.sqrt(jnp.sum(dc * dc, axis=-1)), 0.0)
     q_s = jnp.abs(q[order])
     circulation = jnp.where(mask, 2 * jnp.pi * q_s[first].astype(rdt), 0.0)
-    return VortexLines(points=pts_s, line_of_point=line_s, n_points=n_found, start=jnp.where(mask, start, 0),
-                       size=jnp.where(mask, size, 0).astype(jnp.int32), length=jnp.where(mask, length, 0.0),
-                       circulation=circulation, closed=closed, mask=mask, n_lines=n_lines)
+    return VortexLines(
+        points=pts_s,
+        line_of_point=line_s,
+        n_points=n_found,
+        start=jnp.where(mask, start, 0),
+        size=jnp.where(mask, size, 0).astype(jnp.int32),
+        length=jnp.where(mask, length, 0.0),
+        circulation=circulation,
+        closed=closed,
+        mask=mask,
+        n_lines=n_lines,
+    )

@@ -71,8 +71,10 @@ def _per_layer(value: Any, name: str, n: int, allow_none: bool) -> tuple[int | N
         return (None,) * n
     if isinstance(value, (tuple, list)):
         if len(value) != n:
-            raise ValueError(f"{name} needs one entry per layer ({n}: the {n - 1} transitional layers and the "
-                             f"scale-invariant one, bottom first), got {len(value)}: {tuple(value)}")
+            raise ValueError(
+                f"{name} needs one entry per layer ({n}: the {n - 1} transitional layers and the "
+                f"scale-invariant one, bottom first), got {len(value)}: {tuple(value)}"
+            )
         for i, x in enumerate(value):
             check_scalar(x, f"{name}[{i}]", integer=True, minimum=2)
         return tuple(int(x) for x in value)
@@ -123,8 +125,10 @@ class MERAConfig:
         chis = _per_layer(self.chi, "chi", n, allow_none=False)
         mids = _per_layer(self.chi_mid, "chi_mid", n, allow_none=True)
         if isinstance(self.chi, tuple) and chis[-1] != chis[-2]:
-            raise ValueError(f"chi={self.chi}: the scale-invariant layer maps chi to chi, so its entry (the last) "
-                             f"must equal the one below it, got {chis[-2]} and {chis[-1]}")
+            raise ValueError(
+                f"chi={self.chi}: the scale-invariant layer maps chi to chi, so its entry (the last) "
+                f"must equal the one below it, got {chis[-2]} and {chis[-1]}"
+            )
         for z, (c, m) in enumerate(zip(chis, mids)):
             if m is not None and c is not None and m > c and not isinstance(self.chi_mid, int):
                 raise ValueError(f"chi_mid[{z}]={m} must be <= chi[{z}]={c}")
@@ -169,20 +173,26 @@ def layer_shapes(chi: Any, chi_mid: Any, layers: int, d: int) -> list[tuple[int,
     for z in range(n):
         want_m = chis[z] if mids[z] is None else int(mids[z] or 0)
         if isinstance(chi_mid, (tuple, list)) and want_m > chi_in:
-            raise ValueError(f"chi_mid[{z}]={want_m} is more than layer {z} can carry: u maps its two input sites "
-                             f"(chi_in={chi_in} each) to two bonds of at most chi_in; pass chi_mid[{z}] <= {chi_in}")
+            raise ValueError(
+                f"chi_mid[{z}]={want_m} is more than layer {z} can carry: u maps its two input sites "
+                f"(chi_in={chi_in} each) to two bonds of at most chi_in; pass chi_mid[{z}] <= {chi_in}"
+            )
         m = min(int(want_m), chi_in)
         cap = chi_in * m
         want = int(chis[z])
         if explicit and want > cap:
-            raise ValueError(f"chi[{z}]={want} is more than layer {z} can carry: its isometry maps chi_in * chi_mid "
-                             f"= {chi_in} * {m} = {cap} states to chi; pass chi[{z}] <= {cap}"
-                             + (f" (the bottom layer: at most d * chi_mid <= d^2 = {d * d})" if z == 0 else ""))
+            raise ValueError(
+                f"chi[{z}]={want} is more than layer {z} can carry: its isometry maps chi_in * chi_mid "
+                f"= {chi_in} * {m} = {cap} states to chi; pass chi[{z}] <= {cap}"
+                + (f" (the bottom layer: at most d * chi_mid <= d^2 = {d * d})" if z == 0 else "")
+            )
         chi_out = min(want, cap)
         if z == n - 1 and chi_out != chi_in:
-            raise ValueError(f"chi={chi}: the transitional layers reach chi={chi_in} below the scale-invariant layer, "
-                             f"which must map chi to chi (it can carry {chi_out}); raise layers (each layer can at "
-                             f"most multiply chi by chi_mid; the bottom one carries at most d^2 = {d * d})")
+            raise ValueError(
+                f"chi={chi}: the transitional layers reach chi={chi_in} below the scale-invariant layer, "
+                f"which must map chi to chi (it can carry {chi_out}); raise layers (each layer can at "
+                f"most multiply chi by chi_mid; the bottom one carries at most d^2 = {d * d})"
+            )
         shapes.append((chi_in, m, chi_out))
         chi_in = chi_out
     return shapes
@@ -249,11 +259,13 @@ def _parity_tuple(parity: Any, d: int) -> Parity | None:
         return None
     p = np.asarray(parity, dtype=np.float64)
     if p.shape != (d, d) or not np.all(np.isfinite(p)):
-        raise ValueError(f"parity must be a finite real ({d}, {d}) matrix (a symmetry of one blocked site), "
-                         f"got shape {p.shape}")
+        raise ValueError(
+            f"parity must be a finite real ({d}, {d}) matrix (a symmetry of one blocked site), got shape {p.shape}"
+        )
     if np.abs(p @ p - np.eye(d)).max() > 1e-10 or np.abs(p - p.T).max() > 1e-10:
-        raise ValueError("parity must be a real symmetric involution (P = P^T, P @ P = 1), such as a diagonal "
-                         "matrix of +1 and -1")
+        raise ValueError(
+            "parity must be a real symmetric involution (P = P^T, P @ P = 1), such as a diagonal matrix of +1 and -1"
+        )
     return tuple(tuple(float(x) for x in row) for row in p)
 
 
@@ -299,8 +311,9 @@ def _init_draws(key: jax.Array, n_keys: int, size: int, dtype: Any) -> jax.Array
     return jax.vmap(lambda k: jax.random.uniform(k, (size,), dtype))(jax.random.split(key, n_keys))
 
 
-def _assemble_start(rows: Any, config: MERAConfig, d: int, xp: Any, parity: Parity | None = None
-                    ) -> tuple[list[Any], list[Any], list[Any], Any]:
+def _assemble_start(
+    rows: Any, config: MERAConfig, d: int, xp: Any, parity: Parity | None = None
+) -> tuple[list[Any], list[Any], list[Any], Any]:
     """The cold start from its draws ``rows`` (:func:`_start_draws`) in the array namespace ``xp`` (NumPy on the
     host, jax.numpy in a trace): (u, w, v per layer, top density matrix); parity-symmetric with ``parity``
     (:func:`init_mera`)."""
@@ -387,8 +400,10 @@ def precision_dtype(policy: Any) -> Any:
         return jnp.float64
     if dt == jnp.dtype(jnp.float32):
         return jnp.float32
-    raise ValueError(f"policy={policy!r}: MERA sweeps support float32 or float64 compute, got {dt.name}; the SVD "
-                     "updates need >= 24 mantissa bits (use 'f32' for fast early sweeps, 'f64' to finish)")
+    raise ValueError(
+        f"policy={policy!r}: MERA sweeps support float32 or float64 compute, got {dt.name}; the SVD "
+        "updates need >= 24 mantissa bits (use 'f32' for fast early sweeps, 'f64' to finish)"
+    )
 
 
 def require_x64(what: str, f32: str = "") -> None:
@@ -397,8 +412,10 @@ def require_x64(what: str, f32: str = "") -> None:
     JAX's 64-bit mode off, where float64 arrays silently become float32, in one line naming
     ``jax.enable_x64`` (``f32``: the float32 alternative of that entry point, if it has one)."""
     if jnp.result_type(float) != jnp.float64:
-        raise RuntimeError(f"{what} computes in float64, but JAX's 64-bit mode is off (arrays would silently be "
-                           f"float32): call it inside `with jax.enable_x64(True):`" + (f" {f32}" if f32 else ""))
+        raise RuntimeError(
+            f"{what} computes in float64, but JAX's 64-bit mode is off (arrays would silently be "
+            f"float32): call it inside `with jax.enable_x64(True):`" + (f" {f32}" if f32 else "")
+        )
 
 
 def cast_mera(mera: MERA, dtype: Any) -> MERA:
@@ -413,5 +430,10 @@ def cast_mera(mera: MERA, dtype: Any) -> MERA:
     if not ok:
         raise TypeError(f"dtype must be a floating or complex dtype such as jnp.float64, got {dtype!r}")
     c = lambda x: jnp.asarray(x, dtype)
-    return mera.replace(u=tuple(map(c, mera.u)), w=tuple(map(c, mera.w)), v=tuple(map(c, mera.v)),
-                        rho_ab=c(mera.rho_ab), rho_ba=c(mera.rho_ba))
+    return mera.replace(
+        u=tuple(map(c, mera.u)),
+        w=tuple(map(c, mera.w)),
+        v=tuple(map(c, mera.v)),
+        rho_ab=c(mera.rho_ab),
+        rho_ba=c(mera.rho_ba),
+    )

@@ -59,7 +59,6 @@ CFT_OPE: dict[str, dict[tuple[str, str, str], tuple[float, int]]] = {
 }
 
 
-
 def _primary_spec(cft: str, label: str) -> tuple[float, int]:
     """(Δ, multiplicity) of the primary ``label`` of ``cft`` from :data:`~ivhl_jax.physics.mera.scaling.CFT_OPERATORS`:
     the multiplicity counts the primaries of the same Δ (Potts σ, σ†: a real doublet)."""
@@ -122,8 +121,14 @@ def _real_basis(vals: np.ndarray, vecs: np.ndarray) -> np.ndarray:
         x = out[:, i]
         partner = None
         if abs(vals[i].imag) > 1e-12 * max(1.0, abs(vals[i])):
-            partner = next((k for k in range(i + 1, len(vals))
-                            if not done[k] and abs(vals[k] - vals[i].conj()) < 1e-9 * max(1.0, abs(vals[i]))), None)
+            partner = next(
+                (
+                    k
+                    for k in range(i + 1, len(vals))
+                    if not done[k] and abs(vals[k] - vals[i].conj()) < 1e-9 * max(1.0, abs(vals[i]))
+                ),
+                None,
+            )
         if partner is not None:
             q, _ = np.linalg.qr(np.stack([x.real, x.imag], axis=1))
             real[:, i], real[:, partner] = q[:, 0], q[:, 1]
@@ -182,8 +187,9 @@ def two_site_channels(mera: MERA, num: int = 16) -> TwoSiteChannels:
         else:
             from scipy.sparse.linalg import LinearOperator, eigs
 
-            op = LinearOperator((n, n), matvec=lambda x: np.asarray(f(jnp.asarray(np.real(x), jnp.float64))),
-                                dtype=np.float64)
+            op = LinearOperator(
+                (n, n), matvec=lambda x: np.asarray(f(jnp.asarray(np.real(x), jnp.float64))), dtype=np.float64
+            )
             vals, vecs = eigs(op, k=k + 2, which="LM", tol=1e-12, ncv=max(2 * k + 5, 48))
         order = np.argsort(-np.abs(vals))[:k]
         return vals[order], _real_basis(vals[order], vecs[:, order])
@@ -217,17 +223,19 @@ def _product(left_ops: np.ndarray, right_ops: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Primary:
-    dims: np.ndarray   # one-site Δ of the multiplet
-    phi: np.ndarray    # (g, χ, χ) on A sites
-    psi: np.ndarray    # (g, χ, χ) on B sites
+    dims: np.ndarray  # one-site Δ of the multiplet
+    phi: np.ndarray  # (g, χ, χ) on A sites
+    psi: np.ndarray  # (g, χ, χ) on B sites
     channel: np.ndarray  # indices of its 𝒮₂ channels
     t_inv: np.ndarray  # T̃⁻¹ (g, g)
     nb_inv: np.ndarray  # Ñ^B⁻¹
     na_inv: np.ndarray  # Ñ^A⁻¹
 
 
-_NOT_CONVERGED = ("the MERA is not at the critical fixed point (a stalled or symmetry-broken start): check its energy "
-                  "error, run more sweeps, start with mera.cold_start or grow it from a smaller chi (mera.grow)")
+_NOT_CONVERGED = (
+    "the MERA is not at the critical fixed point (a stalled or symmetry-broken start): check its energy "
+    "error, run more sweeps, start with mera.cold_start or grow it from a smaller chi (mera.grow)"
+)
 
 
 def _window(delta: float) -> float:
@@ -242,9 +250,11 @@ def _channel_of(ch: TwoSiteChannels, ops: np.ndarray, delta: float, size: int, n
     near = np.nonzero(np.abs(ch.dims - delta) <= _window(delta))[0]
     near = near[ch.dims[near] > 1e-9] if delta > 0 else near  # the identity channel is not a primary's own
     if len(near) < size:
-        raise ValueError(f"no {size} two-site scaling operator(s) for {name or 'the primary'} near Δ = {delta:.4g} "
-                         f"(two-site spectrum {np.round(ch.dims, 3).tolist()}): pass more channels (num_channels) "
-                         f"or converge the MERA")
+        raise ValueError(
+            f"no {size} two-site scaling operator(s) for {name or 'the primary'} near Δ = {delta:.4g} "
+            f"(two-site spectrum {np.round(ch.dims, 3).tolist()}): pass more channels (num_channels) "
+            f"or converge the MERA"
+        )
     weight = np.array([np.linalg.norm(ch.coefficients(np.array([n]), ops)) for n in near])
     return np.sort(near[np.argsort(-weight, kind="stable")[:size]])
 
@@ -254,8 +264,10 @@ def _primary(ops: OneSiteOperators, ch: TwoSiteChannels, delta: float, size: int
     label = f"{name} (Δ = {delta:.4g})" if name else f"the primary at Δ = {delta:.4g}"
     if np.any(np.abs(ops.dims[idx] - delta) > _window(delta)):
         dims = np.round(ops.dims + 0.0, 3).tolist()
-        raise ValueError(f"no one-site scaling operator matches {label}: the nearest {size} of the MERA's one-site "
-                         f"spectrum {dims} lie farther than {_window(delta):g}; {_NOT_CONVERGED}")
+        raise ValueError(
+            f"no one-site scaling operator matches {label}: the nearest {size} of the MERA's one-site "
+            f"spectrum {dims} lie farther than {_window(delta):g}; {_NOT_CONVERGED}"
+        )
     phi, psi = ops.phi[idx], ops.psi[idx]
     chi = phi.shape[-1]
     eye = np.eye(chi)
@@ -264,22 +276,40 @@ def _primary(ops: OneSiteOperators, ch: TwoSiteChannels, delta: float, size: int
     kb = ch.coefficients(cidx, on_b)
     ka = ch.coefficients(cidx, _product(eye[None], phi))
     ident = ch.group(0.0, 1)
-    g = ch.coefficients(ident, _product(psi, phi)).reshape(size, size) / ch.coefficients(
-        ident, _product(eye[None], eye[None]))[0, 0]
+    g = (
+        ch.coefficients(ident, _product(psi, phi)).reshape(size, size)
+        / ch.coefficients(ident, _product(eye[None], eye[None]))[0, 0]
+    )
     q = ka @ np.linalg.solve(g, kb.T)
     q = 0.5 * (q + q.T)
     lam, vec = np.linalg.eigh(q)
     if np.any(lam <= 0):
-        raise ValueError(f"the normalisation of {label} is not positive (eigenvalues {lam}): its one-site and "
-                         f"two-site scaling operators do not match; {_NOT_CONVERGED}")
+        raise ValueError(
+            f"the normalisation of {label} is not positive (eigenvalues {lam}): its one-site and "
+            f"two-site scaling operators do not match; {_NOT_CONVERGED}"
+        )
     t_inv = vec @ np.diag(lam**-0.5) @ vec.T
-    return _Primary(dims=ops.dims[idx], phi=phi, psi=psi, channel=cidx, t_inv=t_inv,
-                    nb_inv=np.linalg.inv(t_inv @ kb), na_inv=np.linalg.inv(t_inv @ ka))
+    return _Primary(
+        dims=ops.dims[idx],
+        phi=phi,
+        psi=psi,
+        channel=cidx,
+        t_inv=t_inv,
+        nb_inv=np.linalg.inv(t_inv @ kb),
+        na_inv=np.linalg.inv(t_inv @ ka),
+    )
 
 
-def ope(mera: MERA, a: tuple[float, int], b: tuple[float, int], c: tuple[float, int], *,
-        channels: TwoSiteChannels | None = None, num_channels: int = 16,
-        names: tuple[str, str, str] = ("", "", "")) -> tuple[float, dict[str, Any]]:
+def ope(
+    mera: MERA,
+    a: tuple[float, int],
+    b: tuple[float, int],
+    c: tuple[float, int],
+    *,
+    channels: TwoSiteChannels | None = None,
+    num_channels: int = 16,
+    names: tuple[str, str, str] = ("", "", ""),
+) -> tuple[float, dict[str, Any]]:
     """‖C_αβγ‖: the Frobenius norm of the OPE coefficients of the primary multiplets α, β, γ, each given as
     (Δ, multiplicity): the multiplicity one-site scaling operators nearest to Δ and as many two-site channels
     (see the module docstring). Returns the norm and the dimensions used. Call inside ``jax.enable_x64(True)``.
@@ -295,24 +325,30 @@ def ope(mera: MERA, a: tuple[float, int], b: tuple[float, int], c: tuple[float, 
     ops = one_site_operators(mera, num=max(12, a[1] + b[1] + c[1] + 4))
     ch = channels if channels is not None else two_site_channels(mera, num_channels)
     pa, pb, pc = (_primary(ops, ch, float(x[0]), int(x[1]), str(nm)) for x, nm in zip((a, b, c), names))
-    coef = ch.coefficients(pc.channel, _product(pa.psi, pb.phi))          # (g_c, g_a·g_b)
+    coef = ch.coefficients(pc.channel, _product(pa.psi, pb.phi))  # (g_c, g_a·g_b)
     w = (pc.t_inv @ coef).reshape(len(pc.channel), len(pa.psi), len(pb.phi))
     tensor = np.einsum("ai,bj,kab->ijk", pa.nb_inv, pb.na_inv, w)
-    used = {"a": pa.dims.tolist(), "b": pb.dims.tolist(), "c": pc.dims.tolist(),
-            "channel": ch.dims[pc.channel].tolist()}
+    used = {
+        "a": pa.dims.tolist(),
+        "b": pb.dims.tolist(),
+        "c": pc.dims.tolist(),
+        "channel": ch.dims[pc.channel].tolist(),
+    }
     return float(np.linalg.norm(tensor)), used
 
 
-def ope_coefficients(mera: MERA, cft: str, *, num_channels: int = 16,
-                     channels: TwoSiteChannels | None = None) -> dict[str, dict[str, Any]]:
+def ope_coefficients(
+    mera: MERA, cft: str, *, num_channels: int = 16, channels: TwoSiteChannels | None = None
+) -> dict[str, dict[str, Any]]:
     """OPE coefficients |C_αβγ| of the primaries of ``cft`` ("ising": σσε; "potts": σσε and σσσ) measured on the
     MERA's scale-invariant layer (:func:`ope`), each with the exact value and the scaling dimensions of the
     operators used. Call inside ``jax.enable_x64(True)``; ``channels`` reuses a :func:`two_site_channels`
     decomposition."""
     _x64()
     if cft not in CFT_OPE:
-        raise ValueError(f"cft must be one of {sorted(CFT_OPE)} (the CFTs whose OPE coefficients are tabulated), "
-                         f"got {cft!r}")
+        raise ValueError(
+            f"cft must be one of {sorted(CFT_OPE)} (the CFTs whose OPE coefficients are tabulated), got {cft!r}"
+        )
     check_scalar(num_channels, "num_channels", integer=True, minimum=2)
     ch = channels if channels is not None else two_site_channels(mera, num_channels)
     out: dict[str, dict[str, Any]] = {}
@@ -369,8 +405,9 @@ def ring_energies(h: tuple[Any, Any], sites: int = 4, k: int = 1) -> np.ndarray:
         return np.linalg.eigvalsh(0.5 * (mat + mat.T))[:k]
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    vals = eigsh(LinearOperator((n, n), matvec=matvec, dtype=np.float64), k=k, which="SA", tol=1e-12,
-                 return_eigenvectors=False)
+    vals = eigsh(
+        LinearOperator((n, n), matvec=matvec, dtype=np.float64), k=k, which="SA", tol=1e-12, return_eigenvectors=False
+    )
     return np.sort(vals)
 
 
@@ -381,8 +418,9 @@ def central_charge_from_energies(e_small: float, e_large: float, spins: int, vel
     return 4.0 * spins * (e_large - 2.0 * e_small) / (math.pi * velocity)
 
 
-def central_charge(mera: MERA, model: Model, *, velocity: float | None = None, levels: tuple[int, ...] | None = None,
-                   sites: int = 4) -> dict[str, Any]:
+def central_charge(
+    mera: MERA, model: Model, *, velocity: float | None = None, levels: tuple[int, ...] | None = None, sites: int = 4
+) -> dict[str, Any]:
     """Central charge from the MERA's coarse-grained Hamiltonian on rings of ``sites`` sites at consecutive levels
     (see the module docstring). ``velocity``: of the chain's excitations (default: the exact value of the
     library's critical Ising, XX and Potts chains; required for other models). ``levels``: the levels ℓ whose
@@ -395,8 +433,10 @@ def central_charge(mera: MERA, model: Model, *, velocity: float | None = None, l
     if velocity is None:
         velocity = dict(model.cft).get("velocity")
         if velocity is None:
-            raise ValueError(f"velocity is needed for {model.name!r} (the library knows it only for the critical "
-                             f"ising, xx and potts chains): pass velocity=v of the chain's excitations")
+            raise ValueError(
+                f"velocity is needed for {model.name!r} (the library knows it only for the critical "
+                f"ising, xx and potts chains): pass velocity=v of the chain's excitations"
+            )
     check_scalar(velocity, "velocity", positive=True)
     first = max(1, mera.num_layers - 1)
     levels = tuple(range(first, first + 4)) if levels is None else tuple(int(x) for x in levels)
@@ -406,11 +446,22 @@ def central_charge(mera: MERA, model: Model, *, velocity: float | None = None, l
     for lev in levels:
         energies.append(float(ring_energies(level_hamiltonian(mera, model, lev), sites, 1)[0]))
         spins.append(sites * 2 ** (lev + 1))
-    pairs = [{"spins": (spins[i], spins[i + 1]),
-              "c": central_charge_from_energies(energies[i], energies[i + 1], spins[i], velocity)}
-             for i in range(len(levels) - 1)]
+    pairs = [
+        {
+            "spins": (spins[i], spins[i + 1]),
+            "c": central_charge_from_energies(energies[i], energies[i + 1], spins[i], velocity),
+        }
+        for i in range(len(levels) - 1)
+    ]
     exact = dict(model.cft).get("c")
-    return {"c": pairs[0]["c"], "exact": exact, "velocity": velocity, "levels": levels, "spins": spins,
-            "ring_energies": energies, "pairs": pairs,
-            "method": "c = 4L[E0(2L) - 2E0(L)]/(pi v): ground states of the coarse-grained Hamiltonian on rings of "
-                      f"{sites} sites at consecutive levels"}
+    return {
+        "c": pairs[0]["c"],
+        "exact": exact,
+        "velocity": velocity,
+        "levels": levels,
+        "spins": spins,
+        "ring_energies": energies,
+        "pairs": pairs,
+        "method": "c = 4L[E0(2L) - 2E0(L)]/(pi v): ground states of the coarse-grained Hamiltonian on rings of "
+        f"{sites} sites at consecutive levels",
+    }

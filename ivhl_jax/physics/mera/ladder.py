@@ -40,8 +40,15 @@ def _complete_isometry(key: jax.Array, mat: jax.Array, cols: int) -> jax.Array:
     return jnp.concatenate([mat, q * jnp.sign(jnp.diagonal(r))[None, :]], axis=1)
 
 
-def grow(mera: MERA, key: jax.Array, chi: int | tuple[int, ...], chi_mid: int | tuple[int, ...] | None = None,
-         mix: float = 1e-3, layers: int | None = None, refsym: bool = False) -> MERA:
+def grow(
+    mera: MERA,
+    key: jax.Array,
+    chi: int | tuple[int, ...],
+    chi_mid: int | tuple[int, ...] | None = None,
+    mix: float = 1e-3,
+    layers: int | None = None,
+    refsym: bool = False,
+) -> MERA:
     """Enlarge the bond dimensions (``chi``/``chi_mid`` as in :class:`MERAConfig`: an int, capped per layer at what
     it can carry, or one per layer) keeping the old tensors as a block: the energy is unchanged up to the small
     ``mix`` of the identity added to the top density matrix so that the new directions get weight.
@@ -53,40 +60,54 @@ def grow(mera: MERA, key: jax.Array, chi: int | tuple[int, ...], chi_mid: int | 
     if not isinstance(chi, (tuple, list)):
         check_scalar(chi, "chi", integer=True)
         if int(chi) < old_chi:
-            raise ValueError(f"chi={chi} is smaller than the MERA's current bond dimension {old_chi}: grow can only "
-                             f"enlarge it; pass chi >= {old_chi} (or start a new MERA with init_mera)")
+            raise ValueError(
+                f"chi={chi} is smaller than the MERA's current bond dimension {old_chi}: grow can only "
+                f"enlarge it; pass chi >= {old_chi} (or start a new MERA with init_mera)"
+            )
         chi = int(chi)
     if chi_mid is not None and not isinstance(chi_mid, (tuple, list)):
         check_scalar(chi_mid, "chi_mid", integer=True, maximum=max(chi) if isinstance(chi, (tuple, list)) else chi)
         if chi_mid < old_mid:
-            raise ValueError(f"chi_mid={chi_mid} is smaller than the MERA's current disentangler bond {old_mid}: "
-                             f"grow can only enlarge it; pass chi_mid >= {old_mid} or None")
+            raise ValueError(
+                f"chi_mid={chi_mid} is smaller than the MERA's current disentangler bond {old_mid}: "
+                f"grow can only enlarge it; pass chi_mid >= {old_mid} or None"
+            )
         chi_mid = int(chi_mid)
     check_scalar(mix, "mix", minimum=0.0, maximum=1.0)
     n_layers = mera.num_layers - 1
     if layers is not None:
         check_scalar(layers, "layers", integer=True, minimum=1)
         n_layers = max(n_layers, int(layers))
-    shapes = layer_shapes(tuple(chi) if isinstance(chi, list) else chi,
-                          tuple(chi_mid) if isinstance(chi_mid, list) else chi_mid, n_layers, mera.d)
+    shapes = layer_shapes(
+        tuple(chi) if isinstance(chi, list) else chi,
+        tuple(chi_mid) if isinstance(chi_mid, list) else chi_mid,
+        n_layers,
+        mera.d,
+    )
     old = [tuple(int(s) for s in (w.shape[0], u.shape[-1], w.shape[-1])) for u, w in zip(mera.u, mera.w)]
     old = old[:-1] + [old[-1]] * (n_layers + 1 - len(old) + 1)  # the inserted copies of the SI layer
     for z, (new, was) in enumerate(zip(shapes, old)):
         if new[1] < was[1] or new[2] < was[2]:
-            raise ValueError(f"grow can only enlarge the bonds: layer {z} would go from (chi_mid, chi) = "
-                             f"{was[1:]} to {new[1:]}; pass chi/chi_mid >= the MERA's {mera.chi_mids} / {mera.chis}")
+            raise ValueError(
+                f"grow can only enlarge the bonds: layer {z} would go from (chi_mid, chi) = "
+                f"{was[1:]} to {new[1:]}; pass chi/chi_mid >= the MERA's {mera.chi_mids} / {mera.chis}"
+            )
     return _grow_tensors(mera, key, tuple(shapes), float(mix), n_layers, bool(refsym))
 
 
 # One compiled program per (shapes, layers, refsym): eagerly, the ~150 small ops of a χ step would each be
 # compiled on first use, which takes longer than compiling the stage's sweep.
 @functools.partial(jax.jit, static_argnums=(2, 4, 5))
-def _grow_tensors(mera: MERA, key: jax.Array, shapes: tuple[tuple[int, int, int], ...], mix: float, layers: int,
-                  refsym: bool) -> MERA:
+def _grow_tensors(
+    mera: MERA, key: jax.Array, shapes: tuple[tuple[int, int, int], ...], mix: float, layers: int, refsym: bool
+) -> MERA:
     if layers + 1 > mera.num_layers:
         extra = layers + 1 - mera.num_layers
-        mera = mera.replace(u=mera.u[:-1] + (mera.u[-1],) * (extra + 1), w=mera.w[:-1] + (mera.w[-1],) * (extra + 1),
-                            v=mera.v[:-1] + (mera.v[-1],) * (extra + 1))
+        mera = mera.replace(
+            u=mera.u[:-1] + (mera.u[-1],) * (extra + 1),
+            w=mera.w[:-1] + (mera.w[-1],) * (extra + 1),
+            v=mera.v[:-1] + (mera.v[-1],) * (extra + 1),
+        )
     dtype = mera.w[0].dtype
     us, ws, vs = [], [], []
     keys = jax.random.split(key, 3 * mera.num_layers)
@@ -99,7 +120,7 @@ def _grow_tensors(mera: MERA, key: jax.Array, shapes: tuple[tuple[int, int, int]
         old_idx = ((np.arange(m)[:, None] < u.shape[2]) & (np.arange(m)[None, :] < u.shape[3])).reshape(-1)
         old_cols, new_cols = np.flatnonzero(old_idx), np.flatnonzero(~old_idx)
         done = _complete_isometry(keys[3 * z], mat[:, old_cols], m * m)
-        mat = mat.at[:, old_cols].set(done[:, : len(old_cols)]).at[:, new_cols].set(done[:, len(old_cols):])
+        mat = mat.at[:, old_cols].set(done[:, : len(old_cols)]).at[:, new_cols].set(done[:, len(old_cols) :])
         up = mat.reshape(chi_in, chi_in, m, m)
         if refsym:
             up = polar_factor((0.5 * (up + reflect_u(up))).reshape(chi_in * chi_in, m * m)).reshape(up.shape)
@@ -189,13 +210,21 @@ class StuckCheck:
         bound = self.min_error if at == self.after else self.recheck_error
         if now <= bound or progress >= self.min_progress:
             return None
-        return (f"energy error {now:.2e} > {bound:.1e} after {at} steps and it fell by only "
-                f"{100 * progress:.0f} % (< {100 * self.min_progress:.0f} %) over the last {self.window}")
+        return (
+            f"energy error {now:.2e} > {bound:.1e} after {at} steps and it fell by only "
+            f"{100 * progress:.0f} % (< {100 * self.min_progress:.0f} %) over the last {self.window}"
+        )
 
 
-def cold_start(stepper: Stepper, key: jax.Array, e0: float, steps_per_chunk: int, check: StuckCheck | None = None,
-               log: Callable[[str], None] | None = None, limit: int | None = None
-               ) -> tuple[MERAState, np.ndarray, list[dict[str, Any]]]:
+def cold_start(
+    stepper: Stepper,
+    key: jax.Array,
+    e0: float,
+    steps_per_chunk: int,
+    check: StuckCheck | None = None,
+    log: Callable[[str], None] | None = None,
+    limit: int | None = None,
+) -> tuple[MERAState, np.ndarray, list[dict[str, Any]]]:
     """A checked cold start of an :func:`evenbly_vidal` stepper: ``stepper.init(key=...)`` run through
     ``chunked(stepper, steps_per_chunk)`` up to each check of ``check`` (:meth:`StuckCheck.checks`), re-initialised
     with the key ``fold_in(key, attempt)`` whenever a check finds it stuck.
@@ -235,13 +264,26 @@ def cold_start(stepper: Stepper, key: jax.Array, e0: float, steps_per_chunk: int
         if best is None or now < best[0]:
             best = (now, state, e)
         before = float(err[done - 1 - check.window])
-        restarts.append({"attempt": attempt, "chi": chi, "steps": done, "energy_error": now,
-                         "progress": (before - now) / before,
-                         "delta_sigma": float(scaling_dimensions(state.mera, 2)[1]), "reason": reason})
+        restarts.append(
+            {
+                "attempt": attempt,
+                "chi": chi,
+                "steps": done,
+                "energy_error": now,
+                "progress": (before - now) / before,
+                "delta_sigma": float(scaling_dimensions(state.mera, 2)[1]),
+                "reason": reason,
+            }
+        )
         last = attempt == check.max_restarts
-        log(f"MERA chi={chi}: stuck start (attempt {attempt}): {reason}; "
-            + ("keeping the best attempt (every start stalled: grow it from a smaller chi, mera.grow)" if last
-               else f"re-initialising with key fold_in(key, {attempt + 1})"))
+        log(
+            f"MERA chi={chi}: stuck start (attempt {attempt}): {reason}; "
+            + (
+                "keeping the best attempt (every start stalled: grow it from a smaller chi, mera.grow)"
+                if last
+                else f"re-initialising with key fold_in(key, {attempt + 1})"
+            )
+        )
     assert best is not None
     return best[1], best[2], restarts
 
@@ -254,8 +296,14 @@ class OptimizeResult(NamedTuple):
     seconds: float
 
 
-def optimize(config: MERAConfig, steps: int, *, model: Model | None = None, key: jax.Array | None = None,
-             mera: MERA | None = None) -> OptimizeResult:
+def optimize(
+    config: MERAConfig,
+    steps: int,
+    *,
+    model: Model | None = None,
+    key: jax.Array | None = None,
+    mera: MERA | None = None,
+) -> OptimizeResult:
     """``steps`` Evenbly–Vidal sweeps of ``model`` (default :func:`ising`) in float64, from ``mera`` or a fresh
     start from ``key``. Exactly::
 
@@ -293,8 +341,10 @@ def stuck_warning(errors: np.ndarray, what: str, check: StuckCheck | None = None
     for at in check.checks(err.shape[0]):
         reason = check.reason(err, at)
         if reason is not None:
-            return (f"{what}: the start looks stuck: {reason} (a stalled start, or the limit of this chi): use "
-                    "mera.cold_start (re-initialises a stuck start) or grow from a smaller chi (mera.grow)")
+            return (
+                f"{what}: the start looks stuck: {reason} (a stalled start, or the limit of this chi): use "
+                "mera.cold_start (re-initialises a stuck start) or grow from a smaller chi (mera.grow)"
+            )
         if float(err[at - 1]) <= check.recheck_error:
             return None
     return None

@@ -68,12 +68,16 @@ def two_site(term: Any, name: str = "custom", e0: float | None = None, parity: A
         if not np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_:
             raise TypeError(f"term must be a numeric array of shape (d, d, d, d), got dtype {arr.dtype}")
         if arr.ndim != 4 or len(set(arr.shape)) != 1 or arr.shape[0] < 2:
-            raise ValueError(f"term must have shape (d, d, d, d) with d >= 2 (the two-site operator on spins of "
-                             f"dimension d), got {arr.shape}")
+            raise ValueError(
+                f"term must have shape (d, d, d, d) with d >= 2 (the two-site operator on spins of "
+                f"dimension d), got {arr.shape}"
+            )
         if np.iscomplexobj(arr):
             if np.abs(arr.imag).max() > 0:
-                raise ValueError("term must be real (the MERA sweep is real-valued); write the Hermitian term in a "
-                                 "basis where it is real")
+                raise ValueError(
+                    "term must be real (the MERA sweep is real-valued); write the Hermitian term in a "
+                    "basis where it is real"
+                )
             arr = arr.real
         if not np.all(np.isfinite(arr)):
             raise ValueError("term contains NaN or inf values")
@@ -92,8 +96,12 @@ def two_site(term: Any, name: str = "custom", e0: float | None = None, parity: A
         if not is_concrete(term):
             raise ValueError("parity needs a concrete term (it is checked against it)")
         par = _check_parity(parity, term)
-    return Model(term=np.asarray(term, np.float64) if is_concrete(term) else term, name=str(name),
-                 e0=None if e0 is None else float(e0), parity=par)
+    return Model(
+        term=np.asarray(term, np.float64) if is_concrete(term) else term,
+        name=str(name),
+        e0=None if e0 is None else float(e0),
+        parity=par,
+    )
 
 
 def _check_parity(parity: Any, term: Any) -> tuple:
@@ -139,9 +147,13 @@ def ising(g: float = 1.0) -> Model:
     check_scalar(g, "g")
     g = float(g)
     term = -np.kron(_X, _X) - 0.5 * g * (np.kron(_Z, _I2) + np.kron(_I2, _Z))
-    return Model(term=term.reshape(2, 2, 2, 2), name=f"ising(g={g:g})",
-                 e0=E0_CRITICAL_ISING if g == 1.0 else _tfi_e0(g), cft=ISING_CFT if g == 1.0 else (),
-                 parity=_SPIN_FLIP)
+    return Model(
+        term=term.reshape(2, 2, 2, 2),
+        name=f"ising(g={g:g})",
+        e0=E0_CRITICAL_ISING if g == 1.0 else _tfi_e0(g),
+        cft=ISING_CFT if g == 1.0 else (),
+        parity=_SPIN_FLIP,
+    )
 
 
 def xx() -> Model:
@@ -167,8 +179,12 @@ def potts(f: float = 1.0) -> Model:
     term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
     # no parity start: charge conjugation (a real Z2 of this basis) with fixed bond charges loses σ (Δ 0.085 and
     # 0.84 instead of 2/15 twice); the unsymmetric start converges (test_other_chains_converge_to_their_exact_energy)
-    return Model(term=term.reshape(3, 3, 3, 3), name=f"potts(f={f:g})",
-                 e0=E0_CRITICAL_POTTS if f == 1.0 else None, cft=POTTS_CFT if f == 1.0 else ())
+    return Model(
+        term=term.reshape(3, 3, 3, 3),
+        name=f"potts(f={f:g})",
+        e0=E0_CRITICAL_POTTS if f == 1.0 else None,
+        cft=POTTS_CFT if f == 1.0 else (),
+    )
 
 
 def blocked_parity(model: Model) -> tuple | None:
@@ -183,11 +199,15 @@ def check_model(model: Any, name: str = "model") -> Model:
     if isinstance(model, Model):
         return model
     if isinstance(model, (tuple, list)):
-        raise TypeError(f"{name} must be a mera model (mera.ising(), mera.xx(), mera.potts() or mera.two_site(term) "
-                        "for your own two-site term); got a pair: the library blocks the two-site spin term into "
-                        "the (h_AB, h_BA) pair of d^2-dimensional sites itself")
-    raise TypeError(f"{name} must be a mera model (mera.ising(), mera.xx(), mera.potts() or mera.two_site(term)); "
-                    f"got {type(model).__name__}")
+        raise TypeError(
+            f"{name} must be a mera model (mera.ising(), mera.xx(), mera.potts() or mera.two_site(term) "
+            "for your own two-site term); got a pair: the library blocks the two-site spin term into "
+            "the (h_AB, h_BA) pair of d^2-dimensional sites itself"
+        )
+    raise TypeError(
+        f"{name} must be a mera model (mera.ising(), mera.xx(), mera.potts() or mera.two_site(term)); "
+        f"got {type(model).__name__}"
+    )
 
 
 def blocked_terms(model: Model, dtype: Any = None) -> tuple[jax.Array, jax.Array]:

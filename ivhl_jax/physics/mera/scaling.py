@@ -28,8 +28,9 @@ def scaling_superoperator(w: jax.Array, v: jax.Array | None = None) -> jax.Array
         raise ValueError(f"w must be an isometry of shape (chi_in, chi_in, chi_out); got {jnp.shape(w)}")
     if v is not None and tuple(jnp.shape(v)) != (w.shape[1], w.shape[0], w.shape[2]):
         # v is w's mirror image: its two fine legs in the other order
-        raise ValueError(f"v must have shape {(w.shape[1], w.shape[0], w.shape[2])} (w's mirror image); "
-                         f"got {jnp.shape(v)}")
+        raise ValueError(
+            f"v must have shape {(w.shape[1], w.shape[0], w.shape[2])} (w's mirror image); got {jnp.shape(v)}"
+        )
     return _scaling_superoperator(w, v)
 
 
@@ -64,7 +65,6 @@ def _no_negative_zero(x: np.ndarray) -> np.ndarray:
     as 0 (never −0.000)."""
     x = np.asarray(x, dtype=np.float64)
     return np.where(np.abs(x) < 1e-12, 0.0, x)
-
 
 
 # --------------------------------------------------------------------------------- two-site operators
@@ -132,17 +132,47 @@ def two_site_scaling_dimensions(mera: MERA, num: int = 12) -> tuple[np.ndarray, 
 #: Low-lying scaling operators of the critical models' CFTs: (Δ, label, primary it descends from).
 CFT_OPERATORS: dict[str, list[tuple[float, str, str]]] = {
     # Ising (c = 1/2): the Virasoro towers of 1, σ (1/16, 1/16) and ε (1/2, 1/2) to level 2
-    "ising": [(0.0, "1", "1"), (0.125, "σ", "σ"), (1.0, "ε", "ε"), (1.125, "∂σ", "σ"), (1.125, "∂̄σ", "σ"),
-              (2.0, "T", "1"), (2.0, "T̄", "1"), (2.0, "∂ε", "ε"), (2.0, "∂̄ε", "ε"), (2.125, "∂²σ", "σ"),
-              (2.125, "∂∂̄σ", "σ"), (2.125, "∂̄²σ", "σ")],
+    "ising": [
+        (0.0, "1", "1"),
+        (0.125, "σ", "σ"),
+        (1.0, "ε", "ε"),
+        (1.125, "∂σ", "σ"),
+        (1.125, "∂̄σ", "σ"),
+        (2.0, "T", "1"),
+        (2.0, "T̄", "1"),
+        (2.0, "∂ε", "ε"),
+        (2.0, "∂̄ε", "ε"),
+        (2.125, "∂²σ", "σ"),
+        (2.125, "∂∂̄σ", "σ"),
+        (2.125, "∂̄²σ", "σ"),
+    ],
     # 3-state Potts (c = 4/5): σ, σ† (1/15, 1/15), ε (2/5, 2/5), Z, Z† (2/3, 2/3) and level-1 descendants
-    "potts": [(0.0, "1", "1"), (2 / 15, "σ", "σ"), (2 / 15, "σ†", "σ†"), (0.8, "ε", "ε"),
-              (17 / 15, "∂σ", "σ"), (17 / 15, "∂̄σ", "σ"), (17 / 15, "∂σ†", "σ†"), (17 / 15, "∂̄σ†", "σ†"),
-              (4 / 3, "Z", "Z"), (4 / 3, "Z†", "Z†"), (1.8, "∂ε", "ε"), (1.8, "∂̄ε", "ε"), (2.0, "T", "1"),
-              (2.0, "T̄", "1")],
+    "potts": [
+        (0.0, "1", "1"),
+        (2 / 15, "σ", "σ"),
+        (2 / 15, "σ†", "σ†"),
+        (0.8, "ε", "ε"),
+        (17 / 15, "∂σ", "σ"),
+        (17 / 15, "∂̄σ", "σ"),
+        (17 / 15, "∂σ†", "σ†"),
+        (17 / 15, "∂̄σ†", "σ†"),
+        (4 / 3, "Z", "Z"),
+        (4 / 3, "Z†", "Z†"),
+        (1.8, "∂ε", "ε"),
+        (1.8, "∂̄ε", "ε"),
+        (2.0, "T", "1"),
+        (2.0, "T̄", "1"),
+    ],
     # XX chain: a c = 1 compact boson at the free-fermion radius (vertex operators e^{±iφ} at 1/4, then 1)
-    "xx": [(0.0, "1", "1"), (0.25, "V±", "V±"), (0.25, "V∓", "V∓"), (1.0, "J", "J"), (1.0, "J̄", "J̄"),
-           (1.25, "∂V", "V±"), (1.25, "∂̄V", "V±")],
+    "xx": [
+        (0.0, "1", "1"),
+        (0.25, "V±", "V±"),
+        (0.25, "V∓", "V∓"),
+        (1.0, "J", "J"),
+        (1.0, "J̄", "J̄"),
+        (1.25, "∂V", "V±"),
+        (1.25, "∂̄V", "V±"),
+    ],
 }
 
 
@@ -162,6 +192,7 @@ def identify(dims: Any, cft: str) -> list[dict[str, Any]]:
         j = min(free, key=lambda i: abs(table[i][0] - d))
         free.remove(j)
         exact, label, primary = table[j]
-        out.append({"delta": float(d), "label": label, "exact": exact, "primary": primary,
-                    "descendant": label != primary})
+        out.append(
+            {"delta": float(d), "label": label, "exact": exact, "primary": primary, "descendant": label != primary}
+        )
     return out

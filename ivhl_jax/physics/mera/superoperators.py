@@ -77,8 +77,15 @@ _T4 = "jer,fis,efda,jdp,aiq->rspq"
 ASCEND_DIAGRAMS = (_T1, _T2, _T3, _T4)
 
 
-def ascend_raw(h_ab: jax.Array, h_ba: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array,
-                refsym: bool = False, mirror: bool = True) -> tuple[jax.Array, jax.Array]:
+def ascend_raw(
+    h_ab: jax.Array,
+    h_ba: jax.Array,
+    u: jax.Array,
+    w: jax.Array,
+    v: jax.Array,
+    refsym: bool = False,
+    mirror: bool = True,
+) -> tuple[jax.Array, jax.Array]:
     """𝒜 = (t4, t1 + t2 + t3) (coarse AB, coarse BA); see the diagrams ``_T1``..``_T4``.
 
     ``refsym``: the layer and h are reflection symmetric (R u = u, v = mirror(w), R h = h), so the mirror
@@ -118,8 +125,10 @@ def check_ops(ops: Any, name: str, layer: Any) -> None:
     chi_in = int(jnp.shape(w)[0])
     for i, x in enumerate(ops):
         if tuple(jnp.shape(x)) != (chi_in,) * 4:
-            raise ValueError(f"{name}[{i}] must have shape {(chi_in,) * 4} to match the layer's fine bond "
-                             f"dimension chi_in={chi_in} (w.shape[0]); got {tuple(jnp.shape(x))}")
+            raise ValueError(
+                f"{name}[{i}] must have shape {(chi_in,) * 4} to match the layer's fine bond "
+                f"dimension chi_in={chi_in} (w.shape[0]); got {tuple(jnp.shape(x))}"
+            )
 
 
 def _swap(o: jax.Array) -> jax.Array:
@@ -139,8 +148,10 @@ def descend(rho: tuple[jax.Array, jax.Array], layer: Layer, refsym: bool = False
         raise TypeError("rho must be the pair (rho_AB, rho_BA) of two-site tensors, each (chi,)*4")
     for i, x in enumerate(rho):
         if tuple(jnp.shape(x)) != (chi_out,) * 4:
-            raise ValueError(f"rho[{i}] must have shape {(chi_out,) * 4} to match the layer's coarse bond "
-                             f"dimension chi_out={chi_out} (w.shape[-1]); got {tuple(jnp.shape(x))}")
+            raise ValueError(
+                f"rho[{i}] must have shape {(chi_out,) * 4} to match the layer's coarse bond "
+                f"dimension chi_out={chi_out} (w.shape[-1]); got {tuple(jnp.shape(x))}"
+            )
     chi_in = u.shape[0] if u.shape[0] == w.shape[0] else w.shape[0]
     h_like = jax.ShapeDtypeStruct((chi_in,) * 4, rho[0].dtype)
     if refsym:
@@ -154,8 +165,9 @@ def descend(rho: tuple[jax.Array, jax.Array], layer: Layer, refsym: bool = False
     return 0.5 * _swap(g_ab), 0.5 * _swap(g_ba)
 
 
-def mera_layer(ops: tuple[jax.Array, jax.Array], layer: Layer, direction: str = "ascend",
-               refsym: bool = False) -> tuple[jax.Array, jax.Array]:
+def mera_layer(
+    ops: tuple[jax.Array, jax.Array], layer: Layer, direction: str = "ascend", refsym: bool = False
+) -> tuple[jax.Array, jax.Array]:
     """One MERA layer applied to a pair of two-site tensors: ``"ascend"`` (operators, 𝒜) or ``"descend"``
     (density matrices, 𝒟). Layers compose: ``mera_layer(mera_layer(h, L0), L1)``."""
     if direction == "ascend":
@@ -198,8 +210,9 @@ def _symmetrise(rho: jax.Array) -> jax.Array:
     return rho / jnp.trace(as_matrix(rho))
 
 
-def fixed_point_density(layer: Layer, rho: tuple[jax.Array, jax.Array] | None = None,
-                        iters: int = 50, refsym: bool = False) -> tuple[jax.Array, jax.Array]:
+def fixed_point_density(
+    layer: Layer, rho: tuple[jax.Array, jax.Array] | None = None, iters: int = 50, refsym: bool = False
+) -> tuple[jax.Array, jax.Array]:
     """Steady state of the scale-invariant 𝒟 by power iteration (hermitised, unit trace); ``refsym`` as in
     :func:`descend` (then ``rho`` must be reflection symmetric too)."""
     if is_concrete(iters):
@@ -214,4 +227,3 @@ def fixed_point_density(layer: Layer, rho: tuple[jax.Array, jax.Array] | None = 
         return _symmetrise(a), _symmetrise(b)
 
     return jax.lax.fori_loop(0, iters, body, rho)
-

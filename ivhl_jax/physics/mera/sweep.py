@@ -69,17 +69,23 @@ def _svd_update(env: jax.Array, k: int) -> jax.Array:
 # tensor x̄), contracted explicitly: one network per (diagram, tensor), with the coarse ρ' (labels p q r s) closing
 # the coarse legs. Autodiff would contract each diagram forward and then backward (about twice the work), and
 # once more for w and v after u has changed. Operands: the bras (w̄ ū v̄ minus the removed one), h, w, u, v, ρ'.
-_ENV_U = {1: "ekr,lds,efab,aip,bcij,jdq,pqrs->fckl",   # (w̄, v̄, h_AB, w, u, v, ρ'_BA)
-          2: "akr,lds,efbc,aip,bcij,jdq,pqrs->efkl",   # (w̄, v̄, h_BA, w, u, v, ρ'_BA)
-          3: "akr,lfs,efcd,aip,bcij,jdq,pqrs->bekl"}   # (w̄, v̄, h_AB, w, u, v, ρ'_BA)
-_ENV_W = {1: "fckl,lds,efab,aip,bcij,jdq,pqrs->ekr",   # (ū, v̄, h_AB, w, u, v, ρ'_BA)
-          2: "efkl,lds,efbc,aip,bcij,jdq,pqrs->akr",
-          3: "bekl,lfs,efcd,aip,bcij,jdq,pqrs->akr",
-          4: "jer,efda,jdp,aiq,pqrs->fis"}             # (v̄, h_BA, v, w, ρ'_AB)
-_ENV_V = {1: "ekr,fckl,efab,aip,bcij,jdq,pqrs->lds",   # (w̄, ū, h_AB, w, u, v, ρ'_BA)
-          2: "akr,efkl,efbc,aip,bcij,jdq,pqrs->lds",
-          3: "akr,bekl,efcd,aip,bcij,jdq,pqrs->lfs",
-          4: "fis,efda,jdp,aiq,pqrs->jer"}             # (w̄, h_BA, v, w, ρ'_AB)
+_ENV_U = {
+    1: "ekr,lds,efab,aip,bcij,jdq,pqrs->fckl",  # (w̄, v̄, h_AB, w, u, v, ρ'_BA)
+    2: "akr,lds,efbc,aip,bcij,jdq,pqrs->efkl",  # (w̄, v̄, h_BA, w, u, v, ρ'_BA)
+    3: "akr,lfs,efcd,aip,bcij,jdq,pqrs->bekl",
+}  # (w̄, v̄, h_AB, w, u, v, ρ'_BA)
+_ENV_W = {
+    1: "fckl,lds,efab,aip,bcij,jdq,pqrs->ekr",  # (ū, v̄, h_AB, w, u, v, ρ'_BA)
+    2: "efkl,lds,efbc,aip,bcij,jdq,pqrs->akr",
+    3: "bekl,lfs,efcd,aip,bcij,jdq,pqrs->akr",
+    4: "jer,efda,jdp,aiq,pqrs->fis",
+}  # (v̄, h_BA, v, w, ρ'_AB)
+_ENV_V = {
+    1: "ekr,fckl,efab,aip,bcij,jdq,pqrs->lds",  # (w̄, ū, h_AB, w, u, v, ρ'_BA)
+    2: "akr,efkl,efbc,aip,bcij,jdq,pqrs->lds",
+    3: "akr,bekl,efcd,aip,bcij,jdq,pqrs->lfs",
+    4: "fis,efda,jdp,aiq,pqrs->jer",
+}  # (w̄, h_BA, v, w, ρ'_AB)
 #: The environment networks of u, w and v, shared with the block-sparse symmetric MERA.
 ENVIRONMENT_DIAGRAMS = {"u": _ENV_U, "w": _ENV_W, "v": _ENV_V}
 
@@ -91,8 +97,7 @@ def _h_terms(h: tuple[jax.Array, jax.Array]) -> list[tuple[jax.Array, jax.Array]
     return [(h[0], h[1])]
 
 
-def _env_u(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, jax.Array],
-           refsym: bool) -> jax.Array:
+def _env_u(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, jax.Array], refsym: bool) -> jax.Array:
     """Γ_u = Σ_{k=1..3} Γ_u(t_k), (χ_in, χ_in, m, m). With ``refsym``: Γ_u(t3) = R Γ_u(t1), and the update's
     projection onto reflection-symmetric u is (1 + R)(Γ_u(t1) + ½Γ_u(t2)) (= ½(1 + R)Γ_u, the scale is irrelevant
     to the SVD update); two networks instead of three."""
@@ -101,17 +106,19 @@ def _env_u(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, j
     env = jnp.zeros_like(u)
     for h_ab, h_ba in _h_terms(h):
         if refsym:
-            x = (contract(_ENV_U[1], wb, vb, h_ab, w, u, v, rho[1])
-                 + 0.5 * contract(_ENV_U[2], wb, vb, h_ba, w, u, v, rho[1]))
+            x = contract(_ENV_U[1], wb, vb, h_ab, w, u, v, rho[1]) + 0.5 * contract(
+                _ENV_U[2], wb, vb, h_ba, w, u, v, rho[1]
+            )
             env = env + x + reflect_u(x)
         else:
-            env = env + sum((contract(_ENV_U[k], wb, vb, (h_ab, h_ba, h_ab)[k - 1], w, u, v, rho[1])
-                             for k in (1, 2, 3)), jnp.zeros_like(u))
+            env = env + sum(
+                (contract(_ENV_U[k], wb, vb, (h_ab, h_ba, h_ab)[k - 1], w, u, v, rho[1]) for k in (1, 2, 3)),
+                jnp.zeros_like(u),
+            )
     return env
 
 
-def _env_wv(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, jax.Array],
-            which: str) -> jax.Array:
+def _env_wv(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, jax.Array], which: str) -> jax.Array:
     """Γ_w (``which="w"``) or Γ_v (``"v"``) summed over the four diagrams, (χ_in, m, χ_out) / (m, χ_in, χ_out)."""
     u, w, v = layer
     ub, wb, vb = u.conj(), w.conj(), v.conj()
@@ -137,10 +144,13 @@ def _env_w_refsym(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.A
     ub, wb, vb = u.conj(), w.conj(), v.conj()
     env = jnp.zeros_like(w)
     for h_ab, h_ba in _h_terms(h):
-        env = (env + contract(_ENV_W[1], ub, vb, h_ab, w, u, v, rho[1])
-               + mirror_wv(contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1]))
-               + contract(_ENV_W[2], ub, vb, h_ba, w, u, v, rho[1])
-               + contract(_ENV_W[4], vb, h_ba, v, w, rho[0]))
+        env = (
+            env
+            + contract(_ENV_W[1], ub, vb, h_ab, w, u, v, rho[1])
+            + mirror_wv(contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1]))
+            + contract(_ENV_W[2], ub, vb, h_ba, w, u, v, rho[1])
+            + contract(_ENV_W[4], vb, h_ba, v, w, rho[0])
+        )
     return env
 
 
@@ -154,8 +164,13 @@ def _layer_energy(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.A
     return total
 
 
-def _update_layer(layer: Layer, h: tuple[jax.Array, jax.Array], rho: tuple[jax.Array, jax.Array],
-                  do_u: jax.Array, refsym: bool = False) -> Layer:
+def _update_layer(
+    layer: Layer,
+    h: tuple[jax.Array, jax.Array],
+    rho: tuple[jax.Array, jax.Array],
+    do_u: jax.Array,
+    refsym: bool = False,
+) -> Layer:
     """Evenbly–Vidal update of one layer: u from Γ_u (old u, w, v), then w (and v) from environments with the
     new u. With ``refsym`` v = mirror(w) and only w's environment is contracted."""
     u, w, v = layer
@@ -182,8 +197,14 @@ def energy_per_site(mera: MERA, h: tuple[jax.Array, jax.Array]) -> jax.Array:
     return (pair(rho[0], h[0]) + pair(rho[1], h[1])) / 4.0
 
 
-def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_delay: int = 10,
-          refsym: bool = False, si_scales: int = 1) -> tuple[MERA, jax.Array]:
+def sweep(
+    mera: MERA,
+    h: tuple[jax.Array, jax.Array],
+    power_iters: int = 4,
+    u_delay: int = 10,
+    refsym: bool = False,
+    si_scales: int = 1,
+) -> tuple[MERA, jax.Array]:
     """One Evenbly–Vidal sweep. Returns (new MERA, energy per site measured before the tensor updates).
 
     ``h`` is the unshifted bottom Hamiltonian (h_AB, h_BA); it is shifted internally to be negative definite.
@@ -201,8 +222,10 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
         si = mera.layer(n - 1)
     rho_top = fixed_point_density(si, (mera.rho_ab, mera.rho_ba), power_iters, refsym)
     if refsym:
-        rho_top = (0.5 * (rho_top[0] + jnp.transpose(rho_top[0], (1, 0, 3, 2))),
-                   0.5 * (rho_top[1] + jnp.transpose(rho_top[1], (1, 0, 3, 2))))
+        rho_top = (
+            0.5 * (rho_top[0] + jnp.transpose(rho_top[0], (1, 0, 3, 2))),
+            0.5 * (rho_top[1] + jnp.transpose(rho_top[1], (1, 0, 3, 2))),
+        )
     rhos: list[Any] = [None] * n
     rhos[n - 1] = rho_top
     for z in reversed(range(n - 1)):
@@ -221,8 +244,10 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
             hs = [hz]
             for _ in range(si_scales - 1):
                 hs.append(ascend(hs[-1], si, refsym))
-            hz = (jnp.stack([hh[0] * 0.5**j for j, hh in enumerate(hs)]),
-                  jnp.stack([hh[1] * 0.5**j for j, hh in enumerate(hs)]))
+            hz = (
+                jnp.stack([hh[0] * 0.5**j for j, hh in enumerate(hs)]),
+                jnp.stack([hh[1] * 0.5**j for j, hh in enumerate(hs)]),
+            )
         layer = _update_layer(mera.layer(z), hz, rho_above, do_u, refsym)
         us.append(layer[0])
         ws.append(layer[1])
@@ -231,8 +256,6 @@ def sweep(mera: MERA, h: tuple[jax.Array, jax.Array], power_iters: int = 4, u_de
             hz = ascend(hz, layer, refsym)
     new = MERA(tuple(us), tuple(ws), tuple(vs), rho_top[0], rho_top[1], mera.sweeps + 1)
     return new, energy
-
-
 
 
 # ------------------------------------------------------------------------------------------- stepper
@@ -302,8 +325,10 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     config.validate()
     config.layer_shapes(model.d * model.d)
     if config.refsym and not model.reflection_symmetric:
-        raise ValueError(f"config.refsym=True needs a reflection-symmetric term (h(a, b) = h(b, a)); {model.name}'s "
-                         "is not: pass MERAConfig(refsym=False)")
+        raise ValueError(
+            f"config.refsym=True needs a reflection-symmetric term (h(a, b) = h(b, a)); {model.name}'s "
+            "is not: pass MERAConfig(refsym=False)"
+        )
     dtype = precision_dtype(policy)
     if config.symmetry is not None:  # block-sparse symmetric tensors (checks its arguments, then the precision)
         from ivhl_jax.physics.mera.symmetric import evenbly_vidal_symmetric
@@ -312,5 +337,9 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     if dtype == jnp.float64:
         require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = blocked_terms(model, dtype)
-    return Stepper(step_fn=_ev_step, params=SweepParams(h=h, config=config, parity=blocked_parity(model)),
-                   init_fn=_ev_init, name="mera.evenbly_vidal")
+    return Stepper(
+        step_fn=_ev_step,
+        params=SweepParams(h=h, config=config, parity=blocked_parity(model)),
+        init_fn=_ev_init,
+        name="mera.evenbly_vidal",
+    )

@@ -81,12 +81,20 @@ class Symmetry:
                 if name == "sectors":
                     raise ValueError("Symmetry needs sectors: {charge: dim} (or one mapping per layer)")
                 continue
-            if isinstance(val, dict) or (isinstance(val, (tuple, list)) and val and isinstance(val[0], (tuple, list))
-                                         and len(val[0]) == 2 and not isinstance(val[0][0], (tuple, list, dict))):
+            if isinstance(val, dict) or (
+                isinstance(val, (tuple, list))
+                and val
+                and isinstance(val[0], (tuple, list))
+                and len(val[0]) == 2
+                and not isinstance(val[0][0], (tuple, list, dict))
+            ):
                 object.__setattr__(self, name, _sector_tuple(val, g, name))
             elif isinstance(val, (tuple, list)):
-                object.__setattr__(self, name, tuple(None if v is None else _sector_tuple(v, g, f"{name}[{i}]")
-                                                     for i, v in enumerate(val)))
+                object.__setattr__(
+                    self,
+                    name,
+                    tuple(None if v is None else _sector_tuple(v, g, f"{name}[{i}]") for i, v in enumerate(val)),
+                )
             else:
                 raise ValueError(f"{name} must be {{charge: dim}} or one such mapping per layer, got {val!r}")
         if self.spin_charges is not None:
@@ -110,8 +118,10 @@ class Symmetry:
         top = self.per_layer("sectors", config.layers + 1)[-1]
         total = sum(d for _, d in top)
         if total != config.top_chi:
-            raise ValueError(f"symmetry.sectors of the scale-invariant layer add up to {total} ({dict(top)}), but "
-                             f"chi={config.top_chi}: give sectors whose dims sum to chi")
+            raise ValueError(
+                f"symmetry.sectors of the scale-invariant layer add up to {total} ({dict(top)}), but "
+                f"chi={config.top_chi}: give sectors whose dims sum to chi"
+            )
 
 
 def spin_charges(model: Model, symmetry: Symmetry) -> tuple[int, ...]:
@@ -121,8 +131,10 @@ def spin_charges(model: Model, symmetry: Symmetry) -> tuple[int, ...]:
     else:
         family = model.name.split("(")[0]
         if family not in DEFAULT_SPIN_CHARGES or S.group_from_name(DEFAULT_SPIN_CHARGES[family][0]) != symmetry.group:
-            raise ValueError(f"no default {symmetry.group.name} charges for the model {model.name}: pass "
-                             "Symmetry(spin_charges=...) (the charge of each spin basis state)")
+            raise ValueError(
+                f"no default {symmetry.group.name} charges for the model {model.name}: pass "
+                "Symmetry(spin_charges=...) (the charge of each spin basis state)"
+            )
         sc = DEFAULT_SPIN_CHARGES[family][1]
     if len(sc) != model.d:
         raise ValueError(f"symmetry.spin_charges has {len(sc)} entries, the model's spins have d={model.d} states")
@@ -158,8 +170,10 @@ def check_commutes(model: Model, symmetry: Symmetry, atol: float = 1e-12) -> Non
         diff = diff % symmetry.group.order
     bad = float(np.abs(t[diff != 0]).max()) if (diff != 0).any() else 0.0
     if bad > atol * max(1.0, float(np.abs(t).max())):
-        raise ValueError(f"model {model.name} does not commute with the {symmetry.group.name} symmetry of spin charges "
-                         f"{tuple(int(x) for x in q)}: |<a'b'|h|ab>| = {bad:.2e} between different charges")
+        raise ValueError(
+            f"model {model.name} does not commute with the {symmetry.group.name} symmetry of spin charges "
+            f"{tuple(int(x) for x in q)}: |<a'b'|h|ab>| = {bad:.2e} between different charges"
+        )
 
 
 def symmetric_terms(model: Model, symmetry: Symmetry, dtype: Any = None) -> tuple[BlockTensor, BlockTensor]:
@@ -201,33 +215,44 @@ def layer_legs(model: Model, config: MERAConfig) -> tuple[LayerLegs, ...]:
     for z, ((chi_in, m, chi_out), so, sm) in enumerate(zip(shapes, outs, mids)):
         tot = sum(d for _, d in so)
         if tot != chi_out:
-            raise ValueError(f"symmetry.sectors[{z}] add up to {tot} ({dict(so)}), but layer {z} has chi={chi_out}: "
-                             "give sectors whose dims sum to chi")
+            raise ValueError(
+                f"symmetry.sectors[{z}] add up to {tot} ({dict(so)}), but layer {z} has chi={chi_out}: "
+                "give sectors whose dims sum to chi"
+            )
         if sm is None:
             if m != chi_in:
-                raise ValueError(f"layer {z} has chi_mid={m} < chi_in={chi_in}: pass symmetry.mid_sectors (dims "
-                                 f"summing to {m}; the input sectors are {dict(zip(inp.charges, inp.dims))})")
+                raise ValueError(
+                    f"layer {z} has chi_mid={m} < chi_in={chi_in}: pass symmetry.mid_sectors (dims "
+                    f"summing to {m}; the input sectors are {dict(zip(inp.charges, inp.dims))})"
+                )
             mid = inp
         else:
             tm = sum(d for _, d in sm)
             if tm != m:
-                raise ValueError(f"symmetry.mid_sectors[{z}] add up to {tm} ({dict(sm)}), but layer {z} has "
-                                 f"chi_mid={m}")
+                raise ValueError(
+                    f"symmetry.mid_sectors[{z}] add up to {tm} ({dict(sm)}), but layer {z} has chi_mid={m}"
+                )
             mid = S.Leg(tuple(q for q, _ in sm), tuple(d for _, d in sm), 1)
         for q, d in zip(mid.charges, mid.dims):
             if d > inp.sector_dim(q):
-                raise ValueError(f"symmetry.mid_sectors[{z}]: charge {q} has {d} states, more than the "
-                                 f"{inp.sector_dim(q)} of layer {z}'s input bond (u starts as the identity on each "
-                                 "sector)")
+                raise ValueError(
+                    f"symmetry.mid_sectors[{z}]: charge {q} has {d} states, more than the "
+                    f"{inp.sector_dim(q)} of layer {z}'s input bond (u starts as the identity on each "
+                    "sector)"
+                )
         out = S.Leg(tuple(q for q, _ in so), tuple(d for _, d in so), 1)
         avail = S.fused_dims((inp, mid), g)
         for q, d in zip(out.charges, out.dims):
             if d > avail.get(q, 0):
-                raise ValueError(f"symmetry.sectors[{z}]: charge {q} has {d} states, but the isometry w of layer {z} "
-                                 f"can carry at most {avail.get(q, 0)} of that charge")
+                raise ValueError(
+                    f"symmetry.sectors[{z}]: charge {q} has {d} states, but the isometry w of layer {z} "
+                    f"can carry at most {avail.get(q, 0)} of that charge"
+                )
         if z == n - 1 and (out.charges, out.dims) != (inp.charges, inp.dims):
-            raise ValueError(f"symmetry.sectors: the scale-invariant layer maps its bond to itself, so its sectors "
-                             f"({dict(so)}) must equal the ones below ({dict(zip(inp.charges, inp.dims))})")
+            raise ValueError(
+                f"symmetry.sectors: the scale-invariant layer maps its bond to itself, so its sectors "
+                f"({dict(so)}) must equal the ones below ({dict(zip(inp.charges, inp.dims))})"
+            )
         res.append(LayerLegs(inp, mid, out))
         inp = out
     return tuple(res)
@@ -254,8 +279,9 @@ def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, dtype: Any 
     sector (truncated to χ_mid), w the polar factor of uniform(0, 1) blocks, v = mirror(w) with ``refsym`` (else
     its own draw), ρ = 𝟙/χ² at the top."""
     lls = layer_legs(model, config)
-    return _init_symmetric(key, lls, config.symmetry.group, bool(config.refsym),
-                           jnp.dtype(dtype or jnp.result_type(float)))
+    return _init_symmetric(
+        key, lls, config.symmetry.group, bool(config.refsym), jnp.dtype(dtype or jnp.result_type(float))
+    )
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
@@ -274,8 +300,9 @@ def _init_symmetric(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, 
         def draw(kk: jax.Array, legs: tuple[S.Leg, ...]) -> BlockTensor:
             t = S.zeros(legs, group, 0, dtype)
             rng = jax.random.split(kk, max(1, len(t.blocks)))
-            t = BlockTensor({k: jax.random.uniform(r, b.shape, dtype) for r, (k, b) in zip(rng, t.blocks.items())},
-                            t.legs, group, 0)
+            t = BlockTensor(
+                {k: jax.random.uniform(r, b.shape, dtype) for r, (k, b) in zip(rng, t.blocks.items())}, t.legs, group, 0
+            )
             return S.polar(t, 1)
 
         ws.append(draw(keys[2 * z], _w_legs(ll)))
@@ -296,13 +323,15 @@ def dense_mera(mera: Any, model: Model | None = None, symmetry: Symmetry | None 
     with ``blocked_terms(model)``, the central charge, the dense stepper's ``init(mera=...)``)."""
     if not is_symmetric(mera):
         raise TypeError("mera must be a symmetric MERA (from a stepper whose config has a symmetry)")
-    d = jax.tree_util.tree_map(lambda x: x.to_dense() if isinstance(x, BlockTensor) else x, mera,
-                               is_leaf=lambda x: isinstance(x, BlockTensor))
+    d = jax.tree_util.tree_map(
+        lambda x: x.to_dense() if isinstance(x, BlockTensor) else x, mera, is_leaf=lambda x: isinstance(x, BlockTensor)
+    )
     if model is None:
         return d
     if symmetry is None:
-        raise ValueError("dense_mera needs the symmetry with the model (to undo the charge sorting of the bottom "
-                         "basis)")
+        raise ValueError(
+            "dense_mera needs the symmetry with the model (to undo the charge sorting of the bottom basis)"
+        )
     inv = np.argsort(physical_permutation(check_model(model), symmetry))
     u0 = d.u[0][inv][:, inv]
     w0 = d.w[0][inv]
@@ -330,8 +359,15 @@ def _tree_sum(xs: list[BlockTensor]) -> BlockTensor:
     return functools.reduce(lambda a, b: a + b, xs)
 
 
-def ascend_raw(h_ab: BlockTensor, h_ba: BlockTensor, u: BlockTensor, w: BlockTensor, v: BlockTensor,
-               refsym: bool = False, mirror: bool = True) -> tuple[BlockTensor, BlockTensor]:
+def ascend_raw(
+    h_ab: BlockTensor,
+    h_ba: BlockTensor,
+    u: BlockTensor,
+    w: BlockTensor,
+    v: BlockTensor,
+    refsym: bool = False,
+    mirror: bool = True,
+) -> tuple[BlockTensor, BlockTensor]:
     """𝒜 = (t4, t1 + t2 + t3) block by block (the dense ``_ascend_raw``)."""
     ub, wb, vb = u.conj(), w.conj(), v.conj()
     t1 = S.contract(_T1, wb, ub, vb, h_ab, w, u, v)
@@ -343,14 +379,16 @@ def ascend_raw(h_ab: BlockTensor, h_ba: BlockTensor, u: BlockTensor, w: BlockTen
     return t4, t1 + t2 + t3
 
 
-def ascend(h: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor],
-           refsym: bool = False) -> tuple[BlockTensor, BlockTensor]:
+def ascend(
+    h: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor], refsym: bool = False
+) -> tuple[BlockTensor, BlockTensor]:
     u, w, v = layer
     return ascend_raw(h[0], h[1], u, w, v, refsym=refsym)
 
 
-def descend(rho: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor],
-            refsym: bool = False) -> tuple[BlockTensor, BlockTensor]:
+def descend(
+    rho: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor], refsym: bool = False
+) -> tuple[BlockTensor, BlockTensor]:
     """𝒟 = ½𝒜ᵀ (``jax.linear_transpose`` of the block map), as the dense :func:`descend`."""
     u, w, v = layer
     group = w.group
@@ -376,8 +414,12 @@ def _symmetrise(rho: BlockTensor) -> BlockTensor:
     return rho / S.trace(rho)
 
 
-def fixed_point_density(layer: tuple[BlockTensor, BlockTensor, BlockTensor], rho: tuple[BlockTensor, BlockTensor],
-                        iters: int, refsym: bool = False) -> tuple[BlockTensor, BlockTensor]:
+def fixed_point_density(
+    layer: tuple[BlockTensor, BlockTensor, BlockTensor],
+    rho: tuple[BlockTensor, BlockTensor],
+    iters: int,
+    refsym: bool = False,
+) -> tuple[BlockTensor, BlockTensor]:
     def body(_: int, r: tuple[BlockTensor, BlockTensor]) -> tuple[BlockTensor, BlockTensor]:
         a, b = descend(r, layer, refsym)
         return _symmetrise(a), _symmetrise(b)
@@ -399,8 +441,10 @@ def _env_u(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, refs
     terms = []
     for h_ab, h_ba in hs:
         if refsym:
-            x = (S.contract(_ENV_U[1], wb, vb, h_ab, w, u, v, rho[1])
-                 + S.contract(_ENV_U[2], wb, vb, h_ba, w, u, v, rho[1]) * 0.5)
+            x = (
+                S.contract(_ENV_U[1], wb, vb, h_ab, w, u, v, rho[1])
+                + S.contract(_ENV_U[2], wb, vb, h_ba, w, u, v, rho[1]) * 0.5
+            )
             terms.append(x + _reflect(x))
         else:
             terms += [S.contract(_ENV_U[k], wb, vb, (h_ab, h_ba, h_ab)[k - 1], w, u, v, rho[1]) for k in (1, 2, 3)]
@@ -429,15 +473,18 @@ def _env_w_refsym(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: An
     ub, wb, vb = u.conj(), w.conj(), v.conj()
     terms = []
     for h_ab, h_ba in hs:
-        terms += [S.contract(_ENV_W[1], ub, vb, h_ab, w, u, v, rho[1]),
-                  _mirror_wv(S.contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1])),
-                  S.contract(_ENV_W[2], ub, vb, h_ba, w, u, v, rho[1]),
-                  S.contract(_ENV_W[4], vb, h_ba, v, w, rho[0])]
+        terms += [
+            S.contract(_ENV_W[1], ub, vb, h_ab, w, u, v, rho[1]),
+            _mirror_wv(S.contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1])),
+            S.contract(_ENV_W[2], ub, vb, h_ba, w, u, v, rho[1]),
+            S.contract(_ENV_W[4], vb, h_ba, v, w, rho[0]),
+        ]
     return _tree_sum(terms)
 
 
-def _update_layer(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, do_u: jax.Array,
-                  refsym: bool) -> tuple[BlockTensor, BlockTensor, BlockTensor]:
+def _update_layer(
+    layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, do_u: jax.Array, refsym: bool
+) -> tuple[BlockTensor, BlockTensor, BlockTensor]:
     u, w, v = layer
     new_u = _svd_update(_env_u((u, w, v), hs, rho, refsym), 2)
     u = jax.tree_util.tree_map(lambda a, b: jnp.where(do_u, a, b), new_u, u)
@@ -461,8 +508,14 @@ def energy_per_site(mera: Any, h: tuple[BlockTensor, BlockTensor]) -> jax.Array:
     return (pair(rho[0], h[0]) + pair(rho[1], h[1])) / 4.0
 
 
-def sweep(mera: Any, h: tuple[BlockTensor, BlockTensor], power_iters: int = 4, u_delay: int = 10,
-          refsym: bool = False, si_scales: int = 1) -> tuple[MERA, jax.Array]:
+def sweep(
+    mera: Any,
+    h: tuple[BlockTensor, BlockTensor],
+    power_iters: int = 4,
+    u_delay: int = 10,
+    refsym: bool = False,
+    si_scales: int = 1,
+) -> tuple[MERA, jax.Array]:
     """One Evenbly–Vidal sweep of a symmetric MERA (the dense :func:`~ivhl_jax.physics.mera.sweep.sweep`, block by
     block). Returns (new MERA, energy per site measured before the updates)."""
     n = mera.num_layers
@@ -536,8 +589,12 @@ def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, dtype: Any = No
     if jnp.dtype(dtype) == jnp.float64:
         require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = symmetric_terms(model, sym, dtype)
-    return Stepper(step_fn=_step, params=SymmetricSweepParams(h=h, config=config, model=model), init_fn=_init,
-                   name="mera.evenbly_vidal[symmetric]")
+    return Stepper(
+        step_fn=_step,
+        params=SymmetricSweepParams(h=h, config=config, model=model),
+        init_fn=_init,
+        name="mera.evenbly_vidal[symmetric]",
+    )
 
 
 # ------------------------------------------------------------------------------------- conformal data
@@ -607,17 +664,29 @@ def conformal_table(mera: Any, cft: str, num: int = 10) -> list[dict[str, Any]]:
     free = list(range(len(table)))
     out: list[dict[str, Any]] = []
     for d, q in zip(dims, charges):
-        ok = [i for i in free if any(group.reduce(c) == group.reduce(int(q))
-                                     for c in CFT_CHARGES[cft].get(table[i][2], ()))]
+        ok = [
+            i
+            for i in free
+            if any(group.reduce(c) == group.reduce(int(q)) for c in CFT_CHARGES[cft].get(table[i][2], ()))
+        ]
         if not ok:
-            out.append({"delta": float(d), "charge": int(q), "label": None, "exact": None, "primary": None,
-                        "descendant": None})
+            out.append(
+                {"delta": float(d), "charge": int(q), "label": None, "exact": None, "primary": None, "descendant": None}
+            )
             continue
         j = min(ok, key=lambda i: abs(table[i][0] - d))
         free.remove(j)
         exact, label, primary = table[j]
-        out.append({"delta": float(d), "charge": int(q), "label": label, "exact": exact, "primary": primary,
-                    "descendant": label != primary})
+        out.append(
+            {
+                "delta": float(d),
+                "charge": int(q),
+                "label": label,
+                "exact": exact,
+                "primary": primary,
+                "descendant": label != primary,
+            }
+        )
     return out
 
 
@@ -651,5 +720,7 @@ def sector_spectrum(mera: Any) -> dict[int, np.ndarray]:
     dense = np.asarray(mera.rho_ab.to_dense())
     rho1 = np.einsum("abcb->ac", dense)
     c = mera.rho_ab.legs[0].charge_of_index()
-    return {int(q): np.sort(np.linalg.eigvalsh(rho1[np.ix_(np.flatnonzero(c == q), np.flatnonzero(c == q))]))[::-1]
-            for q in np.unique(c)}
+    return {
+        int(q): np.sort(np.linalg.eigvalsh(rho1[np.ix_(np.flatnonzero(c == q), np.flatnonzero(c == q))]))[::-1]
+        for q in np.unique(c)
+    }

@@ -30,7 +30,12 @@ def collective_bytes(compiled_or_text: Any, n_devices: int | None = None) -> dic
     out: dict[str, Any] = {"total": int(sum(by_op.values())), "by_op": by_op, "count": count}
     if n_devices is not None:
         n = int(n_devices)
-        factor = {"all-reduce": 2 * (n - 1) / n, "all-gather": (n - 1) / n, "all-to-all": (n - 1) / n,
-                  "reduce-scatter": float(n - 1), "collective-permute": 1.0}
+        factor = {
+            "all-reduce": 2 * (n - 1) / n,
+            "all-gather": (n - 1) / n,
+            "all-to-all": (n - 1) / n,
+            "reduce-scatter": float(n - 1),
+            "collective-permute": 1.0,
+        }
         out["wire_total"] = float(sum(factor[op] * b for op, b in by_op.items()))
     return out

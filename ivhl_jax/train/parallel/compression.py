@@ -15,8 +15,15 @@ from jax.sharding import PartitionSpec as P
 
 from ivhl_jax.core.validation import check_choice, check_scalar
 
-__all__ = ["COMPRESSION", "ErrorFeedbackState", "PowerSGDState", "powersgd_bytes", "compressed_mean",
-           "allreduce_bytes", "compressed_dp_train_step"]
+__all__ = [
+    "COMPRESSION",
+    "ErrorFeedbackState",
+    "PowerSGDState",
+    "powersgd_bytes",
+    "compressed_mean",
+    "allreduce_bytes",
+    "compressed_dp_train_step",
+]
 
 
 COMPRESSION = ("none", "bf16", "int8", "powersgd")
@@ -161,8 +168,11 @@ def compressed_mean(axis: str, method: str = "int8", *, rank: int = 4) -> optax.
         me = jax.lax.axis_index(axis)
         resid2 = (mean_chunk - _dequantize(q2, s2)) * n
         err = jax.lax.dynamic_update_slice_in_dim(
-            err, jax.lax.dynamic_slice_in_dim(err, me * chunks.shape[1], chunks.shape[1]) + resid2,
-            me * chunks.shape[1], 0)
+            err,
+            jax.lax.dynamic_slice_in_dim(err, me * chunks.shape[1], chunks.shape[1]) + resid2,
+            me * chunks.shape[1],
+            0,
+        )
         full = _dequantize(_unwire(jax.lax.all_gather(_wire(q2), axis, tiled=True), q2.dtype), s2)
         out = unravel(full[:length].astype(flat.dtype))
         return out, ErrorFeedbackState(error=err[:length])
@@ -185,9 +195,16 @@ def _metric_mean(metrics: dict, axis: str) -> dict:
     return jax.tree_util.tree_map(lambda m: jax.lax.pmean(m.astype(jnp.float32), axis), metrics)
 
 
-def compressed_dp_train_step(loss_fn: Callable, optimizer: optax.GradientTransformation, mesh: Mesh, *,
-                             method: str = "int8", axis: str = "data", policy: str = "fp32", rank: int = 4
-                             ) -> tuple[Callable, Callable]:
+def compressed_dp_train_step(
+    loss_fn: Callable,
+    optimizer: optax.GradientTransformation,
+    mesh: Mesh,
+    *,
+    method: str = "int8",
+    axis: str = "data",
+    policy: str = "fp32",
+    rank: int = 4,
+) -> tuple[Callable, Callable]:
     """Data-parallel training with a compressed gradient all-reduce, built on ``make_train_step``.
 
     Returns ``(init_state, step)``: ``init_state(params, key)`` builds a TrainState whose optimiser is
@@ -211,6 +228,7 @@ def compressed_dp_train_step(loss_fn: Callable, optimizer: optax.GradientTransfo
     def specs_of(state):
         def spec(path, _):
             return P(axis) if any(getattr(k, "name", None) == "error" for k in path) else P()
+
         return jax.tree_util.tree_map_with_path(spec, state)
 
     def init_state(params, key):
@@ -234,8 +252,10 @@ def compressed_dp_train_step(loss_fn: Callable, optimizer: optax.GradientTransfo
                 new, metrics = inner(st, b)
                 return new, _metric_mean(metrics, axis)
 
-            cache[k] = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(specs, bspec), out_specs=(specs, P()),
-                                             check_vma=False), donate_argnums=(0,))
+            cache[k] = jax.jit(
+                jax.shard_map(local, mesh=mesh, in_specs=(specs, bspec), out_specs=(specs, P()), check_vma=False),
+                donate_argnums=(0,),
+            )
         return cache[k]
 
     def step(state, batch):

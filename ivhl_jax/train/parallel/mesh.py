@@ -30,8 +30,10 @@ def mesh_shape(spec: Mapping[str, int], n_devices: int) -> dict[str, int]:
         if not isinstance(k, str):
             raise TypeError(f"spec axis names must be strings, got {k!r}")
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"spec {dict(spec)}: axis {k!r} has size {v!r} of type {type(v).__name__}; "
-                            "axis sizes must be positive integers (or -1 for the remaining devices)")
+            raise TypeError(
+                f"spec {dict(spec)}: axis {k!r} has size {v!r} of type {type(v).__name__}; "
+                "axis sizes must be positive integers (or -1 for the remaining devices)"
+            )
     free = [k for k, v in spec.items() if int(v) == -1]
     if len(free) > 1:
         raise ValueError(f"spec {dict(spec)}: at most one axis may be -1 (got {free})")
@@ -43,12 +45,16 @@ def mesh_shape(spec: Mapping[str, int], n_devices: int) -> dict[str, int]:
     fixed = math.prod(v for v in sizes.values() if v != -1)
     if free:
         if n_devices % fixed:
-            raise ValueError(f"spec {dict(spec)}: the fixed axes use {fixed} devices, which does not divide "
-                             f"the {n_devices} available; change the sizes")
+            raise ValueError(
+                f"spec {dict(spec)}: the fixed axes use {fixed} devices, which does not divide "
+                f"the {n_devices} available; change the sizes"
+            )
         sizes[free[0]] = n_devices // fixed
     elif fixed != n_devices:
-        raise ValueError(f"spec {dict(spec)} needs {fixed} devices but {n_devices} are available; "
-                         "set one axis to -1 to absorb the rest")
+        raise ValueError(
+            f"spec {dict(spec)} needs {fixed} devices but {n_devices} are available; "
+            "set one axis to -1 to absorb the rest"
+        )
     return sizes
 
 
@@ -62,8 +68,10 @@ def make_mesh(spec: Mapping[str, int] | None = None, devices: Sequence[jax.Devic
     spec = {"data": -1} if spec is None else spec
     devices = list(jax.devices() if devices is None else devices)
     if not devices:
-        raise ValueError("devices must be a non-empty sequence of jax devices (got an empty one); "
-                         "pass e.g. jax.devices() or None for all devices")
+        raise ValueError(
+            "devices must be a non-empty sequence of jax devices (got an empty one); "
+            "pass e.g. jax.devices() or None for all devices"
+        )
     sizes = mesh_shape(spec, len(devices))
     return device_mesh(tuple(sizes.values()), tuple(sizes), devices)
 

@@ -24,9 +24,16 @@ def bubble_fraction(n_stages: int, n_microbatches: int, repeats: int = 1) -> flo
     return (n_stages - 1) / (repeats * n_microbatches + n_stages - 1)
 
 
-def pipeline_apply(stage_fn: Callable[[Any, jax.Array], jax.Array], stage_params: Any, x: jax.Array, mesh: Mesh, *,
-                   n_microbatches: int, axis: str = "pipeline", batch_axis: str | Sequence[str] | None = "auto"
-                   ) -> jax.Array:
+def pipeline_apply(
+    stage_fn: Callable[[Any, jax.Array], jax.Array],
+    stage_params: Any,
+    x: jax.Array,
+    mesh: Mesh,
+    *,
+    n_microbatches: int,
+    axis: str = "pipeline",
+    batch_axis: str | Sequence[str] | None = "auto",
+) -> jax.Array:
     """Run ``x`` through S pipeline stages, GPipe style, and return the last stage's output.
 
     ``stage_fn(params_of_one_stage, h) -> h`` must keep the activation shape. ``stage_params`` is a
@@ -43,8 +50,10 @@ def pipeline_apply(stage_fn: Callable[[Any, jax.Array], jax.Array], stage_params
     leaves = jax.tree_util.tree_leaves(stage_params)
     for leaf in leaves:
         if leaf.shape[0] != s_count:
-            raise ValueError(f"pipeline_apply: stage_params leaves need a leading axis of {s_count} stages "
-                             f"(mesh axis {axis!r}); got shape {leaf.shape}")
+            raise ValueError(
+                f"pipeline_apply: stage_params leaves need a leading axis of {s_count} stages "
+                f"(mesh axis {axis!r}); got shape {leaf.shape}"
+            )
     check_scalar(n_microbatches, "n_microbatches", integer=True, minimum=1)
     m = int(n_microbatches)
     if x.shape[0] % m:
@@ -77,7 +86,8 @@ def pipeline_apply(stage_fn: Callable[[Any, jax.Array], jax.Array], stage_params
             slot = t - (s_count - 1)
             write = (stage == s_count - 1) & (slot >= 0)
             outs = jax.lax.dynamic_update_index_in_dim(
-                outs, jnp.where(write, out, outs[jnp.clip(slot, 0, m - 1)]), jnp.clip(slot, 0, m - 1), 0)
+                outs, jnp.where(write, out, outs[jnp.clip(slot, 0, m - 1)]), jnp.clip(slot, 0, m - 1), 0
+            )
             buf = jax.lax.ppermute(out, axis, perm) if s_count > 1 else out
             return (buf, outs), None
 

@@ -16,9 +16,21 @@ from ivhl_jax.core.mesh import place
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.train.parallel.mesh import axis_size, batch_axes
 
-__all__ = ["DEFAULT_RULES", "logical_to_spec", "fsdp_spec", "unbox", "logical_names", "param_shardings",
-           "shardings_like", "state_shardings", "shard_tree", "batch_sharding", "shard_batch", "jit_train_step",
-           "with_constraint"]
+__all__ = [
+    "DEFAULT_RULES",
+    "logical_to_spec",
+    "fsdp_spec",
+    "unbox",
+    "logical_names",
+    "param_shardings",
+    "shardings_like",
+    "state_shardings",
+    "shard_tree",
+    "batch_sharding",
+    "shard_batch",
+    "jit_train_step",
+    "with_constraint",
+]
 
 
 #: Logical axis name → mesh axis (or tuple of mesh axes, or None = replicated). First match wins.
@@ -41,8 +53,12 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
-def logical_to_spec(names: Sequence[str | None] | None, mesh: Mesh, rules: Sequence[tuple[str, Any]] = DEFAULT_RULES,
-                    shape: Sequence[int] | None = None) -> P:
+def logical_to_spec(
+    names: Sequence[str | None] | None,
+    mesh: Mesh,
+    rules: Sequence[tuple[str, Any]] = DEFAULT_RULES,
+    shape: Sequence[int] | None = None,
+) -> P:
     """PartitionSpec for an array whose dimensions carry logical ``names``.
 
     Mesh axes that are missing or of size 1 are dropped, a mesh axis is used at most once per array,
@@ -50,8 +66,11 @@ def logical_to_spec(names: Sequence[str | None] | None, mesh: Mesh, rules: Seque
     """
     if names is None:
         return P()
-    if isinstance(names, str) or not isinstance(names, Sequence) or not all(
-            n is None or isinstance(n, str) for n in names):
+    if (
+        isinstance(names, str)
+        or not isinstance(names, Sequence)
+        or not all(n is None or isinstance(n, str) for n in names)
+    ):
         raise TypeError(f"names must be a sequence of logical axis names (str or None), got {names!r}")
     table: dict[str, Any] = {}
     for rule_name, target in rules:
@@ -107,8 +126,15 @@ def _names_leaf(x: Any) -> bool:
     return x is None or isinstance(x, P) or (isinstance(x, tuple) and all(n is None or isinstance(n, str) for n in x))
 
 
-def param_shardings(params: Any, mesh: Mesh, logical: Any = None, rules: Sequence[tuple[str, Any]] = DEFAULT_RULES,
-                    *, fsdp_fallback: bool = True, min_size: int = 1024) -> Any:
+def param_shardings(
+    params: Any,
+    mesh: Mesh,
+    logical: Any = None,
+    rules: Sequence[tuple[str, Any]] = DEFAULT_RULES,
+    *,
+    fsdp_fallback: bool = True,
+    min_size: int = 1024,
+) -> Any:
     """NamedSharding for every parameter.
 
     Args:
@@ -160,7 +186,7 @@ def shardings_like(tree: Any, params: Any, shardings: Any, mesh: Mesh) -> Any:
         shape = tuple(getattr(x, "shape", ()))
         best = None
         for pk, ps, s in table:
-            if ps == shape and len(pk) <= len(key) and key[len(key) - len(pk):] == pk:
+            if ps == shape and len(pk) <= len(key) and key[len(key) - len(pk) :] == pk:
                 if best is None or len(pk) > best[0]:
                     best = (len(pk), s)
         return best[1] if best else rep
@@ -168,16 +194,21 @@ def shardings_like(tree: Any, params: Any, shardings: Any, mesh: Mesh) -> Any:
     return jax.tree_util.tree_map_with_path(pick, tree)
 
 
-def state_shardings(state: Any, mesh: Mesh, logical: Any = None, rules: Sequence[tuple[str, Any]] = DEFAULT_RULES,
-                    **kwargs: Any) -> Any:
+def state_shardings(
+    state: Any, mesh: Mesh, logical: Any = None, rules: Sequence[tuple[str, Any]] = DEFAULT_RULES, **kwargs: Any
+) -> Any:
     """Shardings for a :class:`ivhl_jax.train.training.TrainState`: params by :func:`param_shardings`,
     optimiser moments like their parameters, everything else replicated."""
     ps = param_shardings(state.params, mesh, logical, rules, **kwargs)
     rep = NamedSharding(mesh, P())
-    return state.replace(step=rep, params=ps,
-                         opt_state=shardings_like(state.opt_state, state.params, ps, mesh),
-                         loss_scale=jax.tree_util.tree_map(lambda _: rep, state.loss_scale),
-                         key=rep, extra=jax.tree_util.tree_map(lambda _: rep, state.extra))
+    return state.replace(
+        step=rep,
+        params=ps,
+        opt_state=shardings_like(state.opt_state, state.params, ps, mesh),
+        loss_scale=jax.tree_util.tree_map(lambda _: rep, state.loss_scale),
+        key=rep,
+        extra=jax.tree_util.tree_map(lambda _: rep, state.extra),
+    )
 
 
 def shard_tree(tree: Any, shardings: Any) -> Any:
@@ -220,27 +251,35 @@ def shard_batch(batch: Any, mesh: Mesh, *, axes: Sequence[str] | None = None, pr
         if process_local:
             return jax.make_array_from_process_local_data(s, np.asarray(x))
         if x.shape[0] % n:
-            raise ValueError(f"shard_batch: batch size {x.shape[0]} is not divisible by the {n} devices of the "
-                             "batch mesh axes; pad or change the batch size")
+            raise ValueError(
+                f"shard_batch: batch size {x.shape[0]} is not divisible by the {n} devices of the "
+                "batch mesh axes; pad or change the batch size"
+            )
         return place(x, s)
 
     return jax.tree_util.tree_map(one, batch)
 
 
-def jit_train_step(train_step: Callable, state_sharding: Any, batch_sharding_tree: Any, mesh: Mesh,
-                   *, donate: bool = True) -> Callable:
+def jit_train_step(
+    train_step: Callable, state_sharding: Any, batch_sharding_tree: Any, mesh: Mesh, *, donate: bool = True
+) -> Callable:
     """Compile ``train_step(state, batch) -> (state, metrics)`` with explicit in/out shardings.
 
     Data parallel, FSDP and tensor parallel are all this one call; they differ only in the shardings
     (which :func:`state_shardings` derives from the mesh). Metrics come back replicated.
     """
     rep = NamedSharding(mesh, P())
-    return jax.jit(train_step, in_shardings=(state_sharding, batch_sharding_tree),
-                   out_shardings=(state_sharding, rep), donate_argnums=(0,) if donate else ())
+    return jax.jit(
+        train_step,
+        in_shardings=(state_sharding, batch_sharding_tree),
+        out_shardings=(state_sharding, rep),
+        donate_argnums=(0,) if donate else (),
+    )
 
 
-def with_constraint(x: Any, mesh: Mesh, names: Sequence[str | None], rules: Sequence[tuple[str, Any]] = DEFAULT_RULES
-                    ) -> Any:
+def with_constraint(
+    x: Any, mesh: Mesh, names: Sequence[str | None], rules: Sequence[tuple[str, Any]] = DEFAULT_RULES
+) -> Any:
     """``with_sharding_constraint`` by logical activation names (e.g. ``("batch", "length", "embed")``)."""
     spec = logical_to_spec(names, mesh, rules, x.shape)
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))

@@ -18,8 +18,9 @@ from ivhl_jax.train.parallel.mesh import axis_size
 __all__ = ["sharded_map", "sharded_grid"]
 
 
-def sharded_map(fn: Callable[..., Any], points: jax.Array, *args: Any, mesh: Mesh,
-                axis: str | Sequence[str] | None = None) -> Any:
+def sharded_map(
+    fn: Callable[..., Any], points: jax.Array, *args: Any, mesh: Mesh, axis: str | Sequence[str] | None = None
+) -> Any:
     """Evaluate ``fn(points_block, *args)`` with the points split across devices, ``args`` replicated.
 
     For pointwise fields (wave-field superposition on a grid: each evaluation point is independent)
@@ -38,8 +39,9 @@ def sharded_map(fn: Callable[..., Any], points: jax.Array, *args: Any, mesh: Mes
     lead = axes[0] if len(axes) == 1 else axes
     spec = P(lead)
     arg_specs = jax.tree_util.tree_map(lambda _: P(), args)
-    out = jax.shard_map(lambda p, *a: fn(p, *a), mesh=mesh, in_specs=(spec, *arg_specs), out_specs=spec,
-                        check_vma=False)(padded, *args)
+    out = jax.shard_map(
+        lambda p, *a: fn(p, *a), mesh=mesh, in_specs=(spec, *arg_specs), out_specs=spec, check_vma=False
+    )(padded, *args)
     return jax.tree_util.tree_map(lambda o: o[:count], out)
 
 
@@ -52,6 +54,8 @@ def sharded_grid(grid: jax.Array, mesh: Mesh, axis: str | Sequence[str] | None =
     spec: list[Any] = [None] * grid.ndim
     spec[dim] = axes[0] if len(axes) == 1 else axes
     if grid.shape[dim] % axis_size(mesh, axes):
-        raise ValueError(f"sharded_grid: dimension {dim} of size {grid.shape[dim]} is not divisible by the "
-                         f"{axis_size(mesh, axes)} devices of {axes}")
+        raise ValueError(
+            f"sharded_grid: dimension {dim} of size {grid.shape[dim]} is not divisible by the "
+            f"{axis_size(mesh, axes)} devices of {axes}"
+        )
     return place(grid, NamedSharding(mesh, P(*spec)))

@@ -11,8 +11,16 @@ import jax.numpy as jnp
 __all__ = ["tp_mlp", "attention_core", "tp_attention", "TP_BLOCK_NAMES"]
 
 
-def tp_mlp(x: jax.Array, w_in: jax.Array, b_in: jax.Array, w_out: jax.Array, b_out: jax.Array, *,
-           axis: str = "tensor", activation: Callable = jax.nn.gelu) -> jax.Array:
+def tp_mlp(
+    x: jax.Array,
+    w_in: jax.Array,
+    b_in: jax.Array,
+    w_out: jax.Array,
+    b_out: jax.Array,
+    *,
+    axis: str = "tensor",
+    activation: Callable = jax.nn.gelu,
+) -> jax.Array:
     """Megatron MLP on one tensor shard: ``y = Σ_shards act(x W_in[:, shard] + b_in[shard]) W_out[shard, :] + b_out``.
 
     Call inside ``shard_map`` with ``w_in`` column-split (``P(None, axis)``), ``b_in`` split
@@ -38,10 +46,17 @@ def attention_core(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = True
     return jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(logits, axis=-1), v)
 
 
-def tp_attention(x: jax.Array, wq: jax.Array, wk: jax.Array, wv: jax.Array, wo: jax.Array, *,
-                 axis: str = "tensor", causal: bool = True,
-                 attention: Callable[[jax.Array, jax.Array, jax.Array, bool], jax.Array] | None = None
-                 ) -> jax.Array:
+def tp_attention(
+    x: jax.Array,
+    wq: jax.Array,
+    wk: jax.Array,
+    wv: jax.Array,
+    wo: jax.Array,
+    *,
+    axis: str = "tensor",
+    causal: bool = True,
+    attention: Callable[[jax.Array, jax.Array, jax.Array, bool], jax.Array] | None = None,
+) -> jax.Array:
     """Megatron attention on one tensor shard: heads split across ``axis``, one ``psum`` at the output.
 
     Shapes (local): x (B, T, E); wq/wk/wv (E, H/T, D) (``P(None, axis, None)``); wo (H/T, D, E)
@@ -61,7 +76,12 @@ def tp_attention(x: jax.Array, wq: jax.Array, wk: jax.Array, wv: jax.Array, wo: 
 
 #: Logical names of the tensor-parallel block parameters used by :func:`tp_attention` / :func:`tp_mlp`.
 TP_BLOCK_NAMES = {
-    "wq": ("embed", "heads", "kv"), "wk": ("embed", "heads", "kv"), "wv": ("embed", "heads", "kv"),
-    "wo": ("heads", "kv", "embed"), "w_in": ("embed", "mlp"), "b_in": ("mlp",), "w_out": ("mlp", "embed"),
+    "wq": ("embed", "heads", "kv"),
+    "wk": ("embed", "heads", "kv"),
+    "wv": ("embed", "heads", "kv"),
+    "wo": ("heads", "kv", "embed"),
+    "w_in": ("embed", "mlp"),
+    "b_in": ("mlp",),
+    "w_out": ("mlp", "embed"),
     "b_out": ("embed",),
 }
