@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.run.store import RunStore
@@ -107,8 +108,8 @@ def phase(name: str, *, enabled: bool = True, detail: str = "") -> Iterator[Call
 
 
 def _concat(chunks: list[Any], template: Any) -> Any:
-    if not chunks:
-        return jax.tree_util.tree_map(lambda o: jnp.zeros((0,) + o.shape[1:], o.dtype), template)
+    if not chunks:  # host arrays: an eager jnp.zeros (or a transfer of an empty array) compiles a program per leaf
+        return jax.tree_util.tree_map(lambda o: np.zeros((0,) + o.shape[1:], o.dtype), template)
     return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *chunks)
 
 
