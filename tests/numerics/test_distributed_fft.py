@@ -193,6 +193,15 @@ def _run(stepper, psi, steps=10):
     return jax.jit(lambda st, p: trajectory(st, p, steps)[0])(stepper, psi)
 
 
+def _only_shards_move(kinds, shard, per_fft_pair):
+    """The field moves only in all-to-alls of one shard: ``per_fft_pair`` per step in each branch of the step's
+    phase-range conditional (the program holds both, one runs); every other collective is a scalar all-reduce
+    (the norm and the phase bound)."""
+    field = [k for k in kinds if k[1] > 64]
+    assert set(field) == {("all-to-all", shard)} and len(field) in (per_fft_pair, 2 * per_fft_pair), kinds
+    assert all(kind == "all-reduce" and nbytes <= 8 for kind, nbytes in kinds if nbytes <= 64), kinds
+
+
 def _close(a, b, rel=1e-6):
     a, b = np.asarray(a), np.asarray(b)
     np.testing.assert_allclose(a, b, rtol=0, atol=rel * np.abs(b).max())
@@ -217,14 +226,15 @@ def test_gp_step_sharded_equals_single_device_and_moves_only_shards(mesh, name):
     compiled = jax.jit(lambda st, p: st.step(p)).lower(stepper, psi_s).compile()
     shard = psi_s.addressable_shards[0].data.nbytes
     kinds = collectives(compiled.as_text())
-    assert kinds == [("all-to-all", shard)] * (2 if mesh == "8" else 4), kinds  # no all-gather of the field
+    _only_shards_move(kinds, shard, 2 if mesh == "8" else 4)  # no all-gather of the field
     assert compiled.memory_analysis().temp_size_in_bytes <= 3 * shard
     # the compiled multi-step loop (trajectory's own path) likewise moves only shards
     from ivhl_jax.numerics.rollout import trajectory
 
     loop = jax.jit(lambda st, p: trajectory(st, p, 4)[0]).lower(stepper, psi_s).compile()
     kinds = collectives(loop.as_text())
-    assert kinds and set(kinds) == {("all-to-all", shard)}, kinds
+    assert {k for k in kinds if k[1] > 64} == {("all-to-all", shard)}, kinds
+    assert all(kind == "all-reduce" and nbytes <= 8 for kind, nbytes in kinds if nbytes <= 64), kinds
     assert loop.memory_analysis().temp_size_in_bytes <= 3 * shard
 
 
@@ -291,4 +301,4 @@ def test_gft_kinetic_step_sharded_equals_single_device():
     assert out.sharding.is_equivalent_to(layout.sharding(), 3)
     _close(out, _run(ref, ref.init(phi)))
     kinds = collectives(jax.jit(lambda s, p: s.step(p)).lower(st, phi_s).compile().as_text())
-    assert kinds == [("all-to-all", phi_s.addressable_shards[0].data.nbytes)] * 4, kinds
+    _only_shards_move(kinds, phi_s.addressable_shards[0].data.nbytes, 4)
