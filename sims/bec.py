@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.numerics.distributed_fft import mesh_sizes, parse_mesh
+from ivhl_jax.numerics.distributed_fft import host_readable, mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.run.config import config_dict, option
@@ -199,6 +199,8 @@ def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: st
     time, the decay in imaginary time). The error names the configuration key at fault: ``key`` (``dt`` or
     ``ground_dt``, the step) when the trap alone breaks the bound, else ``g``, each with the value that fixes it.
     """
+    if not (host_readable(psi) and host_readable(system.potential)):
+        return  # spread over several processes: no host copy to read (the library keeps its own step checks)
     step = getattr(cfg, key)
     rho = np.abs(np.asarray(psi)) ** 2
     occupied = rho > 1e-6 * rho.max()  # the cloud (the library's criterion: empty corners may have any V)
