@@ -453,7 +453,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
 
     def mera_case():
         cfg = mera.MERAConfig(chi=4 if quick else 16, chi_mid=3 if quick else 12, layers=2 if quick else 3)
-        st = mera.evenbly_vidal(mera.ising(), cfg)
+        st = mera.evenbly_vidal(mera.ising(), cfg, policy="f32")  # float32 like the other families
         return st, st.init(key=jax.random.key(0)), mera.observe, 4
 
     def adaptive_case():
