@@ -2213,6 +2213,8 @@ EXEMPT: dict[str, str] = {
         for n in ("all_finite", "select_tree")
     },
     "precision.NoOpLossScale": "takes no arguments",
+    "precision.default_policy": "any pytree is valid input: the policy follows its floating leaves (float32 when it "
+    "holds none; tests/core/test_precision.py)",
     "validation.is_concrete": "a predicate: any object is valid input",
     "validation.checked": "a decorator: wraps any callable (NaN reports tested in tests/core/test_validation.py)",
     **{f"runner.{n}": _RESULT for n in ("RunResult", "RunInterrupted")},
