@@ -39,7 +39,7 @@ from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
-from ivhl_jax.run.store import RunStore, Snapshots
+from ivhl_jax.run.store import RunStore, Snapshots, write_final_state
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -500,16 +500,12 @@ class BECSimulation(Simulation):
         save_state = True
         if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
             dims, coords, units = _state_axes(cfg, extra["system"])
-            ctx.sink.write_field(
-                "final_state", result.state, dims, coords=coords, units=units, attrs={"step": result.steps}
+            kept = write_final_state(
+                ctx.sink, ctx.out, result.state, dims, step=result.steps, coords=coords, units=units
             )
-            if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy by shards
-                if jax.process_index() != 0:
-                    return {}
-                from ivhl_jax.run.store import export_npy
-
-                state = export_npy(ctx.sink.path, "final_state", os.path.join(ctx.out, "final_state.npy"))
-                result, save_state = dataclasses.replace(result, state=state), False
+            if kept is None:  # under `ivhl launch`, process 0 writes the outputs
+                return {}
+            result, save_state = dataclasses.replace(result, state=kept[0]), kept[1]
         paths = write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
         print(result.rate_line())  # the driver said "resuming from step N" before the run
         return paths

@@ -36,7 +36,7 @@ from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
-from ivhl_jax.run.store import RunStore
+from ivhl_jax.run.store import RunStore, write_final_state
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -245,16 +245,12 @@ class GFTSimulation(Simulation):
         save_state = True
         if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
             dims = tuple(f"axis{i + 1}" for i in range(cfg.rank))
-            ctx.sink.write_field(
-                "final_state", result.state, dims, units={"final_state": "1"}, attrs={"step": result.steps}
+            kept = write_final_state(
+                ctx.sink, ctx.out, result.state, dims, step=result.steps, units={"final_state": "1"}
             )
-            if jax.process_count() > 1:  # under `ivhl launch`: process 0 copies it to final_state.npy
-                if jax.process_index() != 0:
-                    return {}
-                from ivhl_jax.run.store import export_npy
-
-                state = export_npy(ctx.sink.path, "final_state", os.path.join(ctx.out, "final_state.npy"))
-                result, save_state = dataclasses.replace(result, state=state), False
+            if kept is None:  # under `ivhl launch`, process 0 writes the outputs
+                return {}
+            result, save_state = dataclasses.replace(result, state=kept[0]), kept[1]
         paths = write_outputs(cfg, result, ctx.out, save_state=save_state)
         print(result.rate_line())  # the driver said "resuming from step N" before the run
         return paths

@@ -57,6 +57,7 @@ from ivhl_jax.run.lock import lock_run_dir
 
 __all__ = [
     "RunStore",
+    "write_final_state",
     "Snapshots",
     "open_run",
     "RunData",
@@ -708,6 +709,28 @@ class RunData:
     @property
     def config(self) -> dict[str, Any]:
         return self.attrs.get("config", {})
+
+
+def write_final_state(
+    store: RunStore,
+    out: str | os.PathLike,
+    state: Any,
+    dims: Sequence[str],
+    *,
+    step: int,
+    coords: Mapping[str, Any] | None = None,
+    units: Mapping[str, str] | None = None,
+) -> tuple[Any, bool] | None:
+    """A simulation's final field into ``store`` as ``final_state`` (each process writes the shards it holds) and
+    what its outputs then save: ``(state, True)`` in one process (the caller writes ``final_state.npy`` itself);
+    under several processes ``(memmap, False)`` on process 0, which copies the store's field into
+    ``out/final_state.npy`` shard by shard (:func:`export_npy`), and None on the others (they write no outputs)."""
+    store.write_field("final_state", state, dims, coords=coords, units=units, attrs={"step": step})
+    if jax.process_count() == 1:
+        return state, True
+    if jax.process_index() != 0:
+        return None
+    return export_npy(store.path, "final_state", os.path.join(os.fspath(out), "final_state.npy")), False
 
 
 def export_npy(path: str | os.PathLike, name: str, out: str | os.PathLike) -> np.ndarray:
