@@ -220,6 +220,7 @@ def _noisy_step(s, p):
 
 
 @ORBAX_UNRAISABLE
+@ORBAX_UNRAISABLE
 def test_run_chunked_resumes_bit_exact_from_previous_good_checkpoint(tmp_path, capfd):
     params = {"decay": 0.97}
     adv = jax.jit(
