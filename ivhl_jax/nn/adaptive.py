@@ -784,9 +784,9 @@ def dynamics(
     _check_weights(weights, cfg)
     _check_real_tree(weights, "weights", pol)
     weights = pol.cast_to_param(weights)
-    return Stepper(
-        step_fn=_dynamics_step,
-        params=DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol),
+    return Stepper.create(
+        _dynamics_step,
+        DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol),
         init_fn=_dynamics_init,
         name="adaptive.dynamics",
     )

@@ -264,9 +264,9 @@ def recurrence(
         raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
     _check_weights(weights, xs.shape[-1])
     weights = pol.cast_to_param(weights)
-    return Stepper(
-        step_fn=_gru_step,
-        params=GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
+    return Stepper.create(
+        _gru_step,
+        GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
         init_fn=_gru_init,
         name="gru.recurrence",
     )

@@ -7,11 +7,15 @@ stepper carries
 
 * ``params`` — a pytree of everything the step reads (arrays, step size, couplings); traced, so a
   parameter sweep or ``vmap`` over it never recompiles;
-* ``step_fn(state, params) -> state`` — a *module-level* pure function (static, hashed by identity); it
-  may also offer ``step_fn.run(state, params, n) -> state``, n steps at once by the same scheme (equal to n
-  single steps to round-off), which :func:`rollout` uses for each block between two observations;
-* ``init_fn(params, *args, **kwargs) -> state`` — builds the initial state (static);
-* ``static`` — hashable settings that change the compiled program (e.g. ``imaginary=True``).
+* ``step_fn(state, params) -> state`` — a *module-level* pure function (static, hashed by identity);
+* ``run_fn(state, params, n) -> state`` or None — n steps at once by the same scheme (equal to n single steps
+  to round-off, with work shared between neighbouring steps), which :func:`rollout` uses for each block
+  between two observations (static);
+* ``init_fn(params, *args, **kwargs) -> state`` — builds the initial state (static).
+
+Families build their steppers with :meth:`Stepper.create`, which checks the functions once; the pytree node
+itself only holds them (unflattening, which ``jit``, ``vmap`` and ``tree.map`` do on every call, checks
+nothing).
 
 ``stepper.step(state)`` is the bound, pure one-step map; randomness lives in the state (a typed PRNG
 key field), never in a side argument. What to record is an ``observe(state, params) -> pytree``
@@ -54,25 +58,47 @@ def identity_observe(state: Any, params: Any) -> Any:
 class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
     """A pure one-step map with its parameters bound: ``stepper.step(state) -> state``.
 
+    Build one with :meth:`create` (which checks its arguments); the fields are data only.
+
     Attributes:
       step_fn: ``step_fn(state, params) -> state``, a module-level function (static).
       params: pytree the step reads (traced; vmap/grad over it work and never recompile).
       init_fn: ``init_fn(params, *args, **kwargs) -> state`` (static), or None when the family's
         state is supplied by the user.
+      run_fn: ``run_fn(state, params, n) -> state``, ``n`` steps at once by the same scheme (static), or None:
+        the driver then scans ``step_fn``.
       name: a short label for progress lines and errors (static).
     """
 
     step_fn: Callable[[S, P], S] = flax.struct.field(pytree_node=False)
     params: P
     init_fn: Callable[..., S] | None = flax.struct.field(pytree_node=False, default=None)
+    run_fn: Callable[[S, P, int], S] | None = flax.struct.field(pytree_node=False, default=None)
     name: str = flax.struct.field(pytree_node=False, default="stepper")
 
-    def __post_init__(self) -> None:
-        # A non-callable step_fn would otherwise surface only at the first step, deep inside a trace.
-        if not callable(self.step_fn):
-            raise TypeError(f"step_fn must be a function step_fn(state, params) -> state, got {self.step_fn!r}")
-        if self.init_fn is not None and not callable(self.init_fn):
-            raise TypeError(f"init_fn must be a function or None, got {self.init_fn!r}")
+    @classmethod
+    def create(
+        cls,
+        step_fn: Callable[[S, P], S],
+        params: P,
+        *,
+        init_fn: Callable[..., S] | None = None,
+        run_fn: Callable[[S, P, int], S] | None = None,
+        name: str = "stepper",
+    ) -> Stepper[S, P]:
+        """The checked constructor: a non-function would otherwise surface only at the first step, deep
+        inside a trace."""
+        if not callable(step_fn):
+            raise TypeError(f"step_fn must be a function step_fn(state, params) -> state, got {step_fn!r}")
+        for label, fn, form in (
+            ("init_fn", init_fn, "init_fn(params, ...)"),
+            ("run_fn", run_fn, "run_fn(state, params, n)"),
+        ):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{label} must be a function {form} or None, got {fn!r}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {name!r}")
+        return cls(step_fn=step_fn, params=params, init_fn=init_fn, run_fn=run_fn, name=name)
 
     def step(self, state: S) -> S:
         """Advance ``state`` by one step."""
@@ -105,6 +131,7 @@ def rollout(
     observe: Observe | None = None,
     remat: bool = False,
     unroll: int = 1,
+    run: Callable[[Any, Any, int], Any] | None = None,
 ) -> tuple[Any, Any]:
     """Advance ``state`` by ``steps`` applications of ``step(state, params)`` inside ``lax.scan``.
 
@@ -121,6 +148,8 @@ def rollout(
       remat: checkpoint each block of ``save_every`` steps so reverse-mode memory is
         O(steps / save_every) states plus one block, not O(steps).
       unroll: ``lax.scan`` unroll factor for the inner loop.
+      run: ``run(state, params, n)``, n steps at once by the same scheme (a stepper's ``run_fn``), used for
+        each block between two observations; None (or an explicit ``unroll`` > 1) scans ``step``.
 
     Returns:
       (final_state, observations) where observations has a leading axis of length
@@ -129,10 +158,11 @@ def rollout(
     steps, save_every, unroll = _check_schedule(steps, save_every, unroll)
     observe = identity_observe if observe is None else observe
 
-    # A step function may carry ``run(state, params, n)``: n steps at once, the same scheme to round-off, with
-    # work shared between consecutive steps (the GP stepper merges the potential half-steps of neighbours).
-    # A block between two observations is such a run; an explicit ``unroll`` asks for the plain scan.
-    run = getattr(step, "run", None) if unroll == 1 else None
+    # A block between two observations is one ``run`` (the GP stepper merges the potential half-steps of
+    # neighbouring steps); an explicit ``unroll`` asks for the plain scan.
+    if run is not None and not callable(run):
+        raise TypeError(f"run must be a function run(state, params, n) -> state or None, got {run!r}")
+    run = run if unroll == 1 else None
 
     def block(carry, _):
         if run is not None:
@@ -161,6 +191,7 @@ def _trajectory_impl(
         observe=observe,
         remat=remat,
         unroll=unroll,
+        run=stepper.run_fn,
     )
 
 

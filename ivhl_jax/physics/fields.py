@@ -754,7 +754,7 @@ def evolution(params: WaveParams) -> Stepper[WaveState, WaveParams]:
     intensity statistics) or ``chunked``. The builder checks ``params`` (shapes, finite values,
     ``dt > 0``, ``softening >= 0``, at least one source) where they are concrete.
     """
-    return Stepper(step_fn=_wave_step, params=_check_params(params), init_fn=_init_wave, name="fields.evolution")
+    return Stepper.create(_wave_step, _check_params(params), init_fn=_init_wave, name="fields.evolution")
 
 
 def observe(state: WaveState, params: WaveParams) -> dict[str, Array]:

@@ -374,7 +374,9 @@ def strang(
     if system.layout is not None:  # the factor in the k-space blocks the distributed FFT multiplies
         kin = system.layout.place_factor(kin, system.shape)
     params = GFTParams(sys_, jnp.asarray(dt, rdt), kin, imaginary=bool(imaginary))
-    return Stepper(_gft_step, params, init_fn=_gft_init, name="gft-strang-imaginary" if imaginary else "gft-strang")
+    return Stepper.create(
+        _gft_step, params, init_fn=_gft_init, name="gft-strang-imaginary" if imaginary else "gft-strang"
+    )
 
 
 def observe(phi: Complex[Array, "*shape"], params: Any) -> dict[str, Array]:

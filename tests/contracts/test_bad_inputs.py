@@ -289,7 +289,7 @@ def _decay(state, params):
 def test_trajectory_refuses_a_non_finite_start_naming_the_leaf():
     from ivhl_jax.numerics.rollout import Stepper, trajectory
 
-    stepper = Stepper(_decay, jnp.float32(0.5))
+    stepper = Stepper.create(_decay, jnp.float32(0.5))
     good = {"x": jnp.ones((4, 4), jnp.complex64), "key": jax.random.key(0)}
     bad = {"x": good["x"].at[1, 2].set(jnp.nan), "key": good["key"]}
     with pytest.raises(ValueError, match=r"state\['x'\] holds NaN or inf at the start.*initial state"):

@@ -133,7 +133,7 @@ def _psi():
 
 
 def _stepper():
-    return rollout.Stepper(lambda s, p: s + p, jnp.float32(1.0))
+    return rollout.Stepper.create(lambda s, p: s + p, jnp.float32(1.0))
 
 
 def _gru_params():
@@ -241,7 +241,12 @@ CASES: list[Case] = [
     Case(
         "rollout.rollout/steps", lambda b: rollout.rollout(lambda s, p: s, jnp.float32(0), None, b), "steps", bad_count
     ),
-    Case("rollout.Stepper/step_fn", lambda b: rollout.Stepper(b, None), "step_fn", st.sampled_from([None, 3, "step"])),
+    Case(
+        "rollout.Stepper/step_fn",
+        lambda b: rollout.Stepper.create(b, None),
+        "step_fn",
+        st.sampled_from([None, 3, "step"]),
+    ),
     # ---- physics.exact
     Case("exact.tfi_dense/n", exact.tfi_dense, "n", st.one_of(st.integers(max_value=1), st.sampled_from([2.5, NAN]))),
     Case("exact.tfi_dense/g", lambda b: exact.tfi_dense(4, g=b), "g", bad_finite),

@@ -230,7 +230,7 @@ def test_grad_through_the_wave_trajectory_matches_finite_differences():
     def loss(dt):
         p = st.params.replace(dt=dt)
         f, _ = trajectory(
-            Stepper(step_fn=st.step_fn, params=p, init_fn=st.init_fn), s0, 4, save_every=4, observe=identity_observe
+            Stepper.create(st.step_fn, p, init_fn=st.init_fn), s0, 4, save_every=4, observe=identity_observe
         )
         return jnp.sum(f.intensity_sum)
 

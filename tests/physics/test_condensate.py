@@ -688,7 +688,6 @@ def test_hlo_of_a_10_step_trajectory_and_of_the_fused_run_count_ffts_and_field_p
     the merged potential step of two neighbours), as in the fused run itself; a single step observed every
     step is 2 FFTs and at most 3 passes (potential half-step, kinetic factor, potential half-step) in each branch
     of the local-phase range check (the default's norm restoration of a single step is outside them)."""
-    from ivhl_jax.physics.condensate.stepper import _strang_step
 
     shape = (16, 16, 16)
     grid = C.Grid.uniform(shape, 8.0)
@@ -700,7 +699,7 @@ def test_hlo_of_a_10_step_trajectory_and_of_the_fused_run_count_ffts_and_field_p
     single = jax.jit(lambda p: trajectory(st, p, 1, save_every=1, observe=_no_obs)[0]).lower(psi).compile()
     branches = _field_passes(single.as_text(), shape)
     assert len(branches) == 2 and all(f == 2 and p <= 3 for f, p in branches), branches
-    run = jax.jit(lambda p, prm: _strang_step.run(p, prm, 10)).lower(psi, st.params).compile()
+    run = jax.jit(lambda p, prm: st.run_fn(p, prm, 10)).lower(psi, st.params).compile()
     ffts, passes = _loop_body_passes(run.as_text(), shape)
     assert (ffts, passes) == (2, 2), (ffts, passes)
 
@@ -708,14 +707,13 @@ def test_hlo_of_a_10_step_trajectory_and_of_the_fused_run_count_ffts_and_field_p
 @pytest.mark.parametrize("omega_rot", [0.0, 0.5])
 def test_fused_run_equals_the_step_by_step_scheme_float64(omega_rot):
     """100 steps with merged potential half-steps equal 100 single Strang steps to round-off (float64)."""
-    from ivhl_jax.physics.condensate.stepper import _strang_step
 
     with jax.enable_x64(True):
         grid = C.Grid.uniform((32, 32), 10.0)
         sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), 20.0, omega_rot)
         st = C.strang(sys_, 2e-3)
         psi = st.init(C.gaussian(grid, center=(0.7, -0.3), dtype=jnp.complex128))
-        fused = jax.jit(lambda p, prm: _strang_step.run(p, prm, 100))(psi, st.params)
+        fused = jax.jit(lambda p, prm: st.run_fn(p, prm, 100))(psi, st.params)
         ref = jax.jit(lambda p: jax.lax.fori_loop(0, 100, lambda _, q: st.step(q), p))(psi)
         assert float(jnp.max(jnp.abs(fused - ref))) < 1e-6
         assert float(jnp.max(jnp.abs(ref - psi))) > 1e-2  # non-trivial dynamics
@@ -723,13 +721,12 @@ def test_fused_run_equals_the_step_by_step_scheme_float64(omega_rot):
 
 def test_fused_run_conserves_norm_and_energy_as_the_step():
     """The configuration of test_real_time_conserves_norm_and_energy through the fused path: same tolerances."""
-    from ivhl_jax.physics.condensate.stepper import _strang_step
 
     sys1 = _trap_system(128, 16.0, g=5.0)
     psi0, _ = C.ground_state(sys1, 1.0, dt=0.01, tol=1e-6, max_steps=3000)
     psi0 = psi0 * jnp.exp(1j * 0.7 * jnp.asarray(sys1.grid.coords[0], jnp.float32))
     st = C.strang(sys1, 2e-3)
-    psi = jax.jit(lambda p, prm: _strang_step.run(p, prm, 1000))(psi0, st.params)
+    psi = jax.jit(lambda p, prm: st.run_fn(p, prm, 1000))(psi0, st.params)
     n0 = float(C.norm(psi0, sys1.grid))
     assert abs(float(C.norm(psi, sys1.grid)) / n0 - 1) < 2e-4
     e0 = float(C.energy(psi0, sys1)["total"])
@@ -738,7 +735,7 @@ def test_fused_run_conserves_norm_and_energy_as_the_step():
     # imaginary time and the projected real-time step have no merged path: run() is n single steps
     for kw in ({"imaginary": True}, {"project_norm": True}):
         sti = C.strang(sys1, 2e-3, **kw)
-        a = _strang_step.run(psi0, sti.params, 5)
+        a = sti.run_fn(psi0, sti.params, 5)
         b = psi0
         for _ in range(5):
             b = sti.step(b)

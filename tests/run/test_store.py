@@ -38,7 +38,7 @@ def _start():
 
 
 def test_ten_thousand_saves_equal_in_memory_and_keep_memory_flat(tmp_path):
-    advance = chunked(Stepper(_noisy, jnp.float32(0.9)), 100, save_every=1, observe=_observe)
+    advance = chunked(Stepper.create(_noisy, jnp.float32(0.9)), 100, save_every=1, observe=_observe)
     in_memory = run_chunked(advance, _start(), n_chunks=100, steps_per_chunk=100, progress=False)
     expected = {k: np.asarray(v) for k, v in in_memory.history.items()}
     assert expected["x"].shape == (10_000, 256)
@@ -76,7 +76,7 @@ def test_a_sharded_field_is_written_shard_by_shard_with_no_gather(tmp_path):
     mesh = jax.make_mesh((4, 2), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
     x0 = jax.device_put(jnp.zeros((16, 8, 6), jnp.float32), NamedSharding(mesh, P("a", "b")))
     advance = chunked(
-        Stepper(_field_step, jnp.float32(0.5)), 10, save_every=5, observe=lambda s, p: {"mean": jnp.mean(s)}
+        Stepper.create(_field_step, jnp.float32(0.5)), 10, save_every=5, observe=lambda s, p: {"mean": jnp.mean(s)}
     )
     snaps = Snapshots(
         every=20,
@@ -160,7 +160,7 @@ def test_xdmf_export_is_valid_xdmf3_whose_binaries_match_the_snapshots(tmp_path)
     x = np.linspace(-1, 1, 6)
     psi0 = jnp.exp(1j * jnp.arange(120, dtype=jnp.float32).reshape(shape) / 7).astype(jnp.complex64)
     advance = chunked(
-        Stepper(_wave_step, jnp.complex64(0.9 * np.exp(0.3j))),
+        Stepper.create(_wave_step, jnp.complex64(0.9 * np.exp(0.3j))),
         2,
         save_every=2,
         observe=lambda s, p: {"mean": jnp.mean(jnp.abs(s))},
@@ -224,7 +224,7 @@ _SCRIPT = textwrap.dedent("""
     from ivhl_jax.train.checkpoint import Checkpointer
 
     out, mode, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    inner = chunked(Stepper(_noisy, jnp.float32(0.9)), 10, save_every=2, observe=_observe)
+    inner = chunked(Stepper.create(_noisy, jnp.float32(0.9)), 10, save_every=2, observe=_observe)
     calls = [0]
 
     def advance(state):

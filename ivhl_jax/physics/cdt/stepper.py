@@ -372,7 +372,7 @@ def metropolis(params: CDTParams) -> Stepper[Chain, CDTParams]:
     parameter set, ``jax.vmap(lambda s, c: trajectory(s, c, ...))(stepper, chains)``.
     """
     _validate(params)
-    return Stepper(step_fn=_step, params=params, init_fn=_init, name="cdt.metropolis")
+    return Stepper.create(_step, params, init_fn=_init, name="cdt.metropolis")
 
 
 def observe(chain: Chain, params: CDTParams) -> dict[str, jax.Array]:

@@ -78,7 +78,9 @@ def _ground_state_loop(
 
     def body(c):
         p, e_old, _, k = c
-        p, _ = rollout(stepper.step_fn, p, params, check_every, save_every=check_every, observe=_zero_observe)
+        p, _ = rollout(
+            stepper.step_fn, p, params, check_every, save_every=check_every, observe=_zero_observe, run=stepper.run_fn
+        )
         e = energy(p, system)["total"]
         delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
         # A non-finite energy (the iteration broke down) stops the loop: NaN > tol is False.

@@ -9,7 +9,6 @@ private plan, so dt cannot be edited apart from its factors (a new dt is a new `
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -360,22 +359,6 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
     return out
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class _StrangStep:
-    """The step function of :func:`strang` (``step_fn(psi, params)``) with its multi-step path ``run(psi, params,
-    n)``, which a driver may call for a block of ``n`` steps between observations. A module-level instance:
-    hashed by identity, so the compiled loops are reused."""
-
-    def __call__(self, psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
-        return _one_step(psi, params)
-
-    def run(self, psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[Array, "*grid"]:
-        return _run(psi, params, n)
-
-
-_strang_step = _StrangStep()
-
-
 def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
     """Validate ψ (shape, finite values) and cast it to the system's complex dtype; for concrete values also
     check that dt resolves the local phase (real time) or decay (imaginary time) over the cloud."""
@@ -504,7 +487,7 @@ def strang(
         if imaginary
         else {True: "gp-strang-projected", None: "gp-strang", False: "gp-strang-raw"}[project_norm]
     )
-    return Stepper(_strang_step, params, init_fn=_strang_init, name=name)
+    return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name)
 
 
 def evolve(

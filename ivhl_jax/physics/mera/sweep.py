@@ -337,9 +337,9 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     if dtype == jnp.float64:
         require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = blocked_terms(model, dtype)
-    return Stepper(
-        step_fn=_ev_step,
-        params=SweepParams(h=h, config=config, parity=blocked_parity(model)),
+    return Stepper.create(
+        _ev_step,
+        SweepParams(h=h, config=config, parity=blocked_parity(model)),
         init_fn=_ev_init,
         name="mera.evenbly_vidal",
     )

@@ -589,9 +589,9 @@ def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, dtype: Any = No
     if jnp.dtype(dtype) == jnp.float64:
         require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = symmetric_terms(model, sym, dtype)
-    return Stepper(
-        step_fn=_step,
-        params=SymmetricSweepParams(h=h, config=config, model=model),
+    return Stepper.create(
+        _step,
+        SymmetricSweepParams(h=h, config=config, model=model),
         init_fn=_init,
         name="mera.evenbly_vidal[symmetric]",
     )
