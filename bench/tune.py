@@ -696,6 +696,21 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
 
         return _aot(jax.value_and_grad(loss, argnums=(0, 1, 2)), q, k, v, settings=settings)
 
+    def choose_attention(key: str, candidates: list[Candidate], dtype: str) -> dict[str, Any]:
+        """One attention choice: the same rounds, shapes and parameters for every key; bf16 outputs compared
+        to 3e-2, f32 to 1e-4."""
+        half_precision = dtype == "bfloat16"
+        return choose(
+            key,
+            None,
+            candidates,
+            rounds=5 if _tiny() else 9,
+            limits=limits,
+            rtol=3e-2 if half_precision else 1e-4,
+            dtype="bf16" if half_precision else "f32",
+            params={"B": B, "T": T, "N": N, "H": H, "dtype": dtype, "causal": True},
+        )
+
     out = {}
     _log(f"attention f32 {B}x{T}x{N}x{H} causal fwd+bwd ...")
     dense = [
@@ -707,15 +722,7 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
         )
         for d in (True, False)
     ]
-    entry = choose(
-        "attention.dense",
-        None,
-        dense,
-        rounds=5 if _tiny() else 9,
-        limits=limits,
-        rtol=1e-4,
-        params={"B": B, "T": T, "N": N, "H": H, "dtype": "float32", "causal": True},
-    )
+    entry = choose_attention("attention.dense", dense, "float32")
     out["attention.dense|all"] = entry
     _log(f"attention bf16 {B}x{T}x{N}x{H} causal fwd+bwd ...")
     impls = ["xla", "chunked"] + (["cudnn", "pallas"] if on_gpu else [])
@@ -723,16 +730,7 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
         Candidate(i, {"attention_half": i}, lambda i=i: build(jnp.bfloat16, i, {}), default=(i == row.attention_half))
         for i in impls
     ]
-    entry = choose(
-        "attention.half",
-        None,
-        half,
-        rounds=5 if _tiny() else 9,
-        limits=limits,
-        rtol=3e-2,
-        dtype="bf16",
-        params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True},
-    )
+    entry = choose_attention("attention.half", half, "bfloat16")
     out["attention.half|all"] = entry
     # the chunked kernel's key block (attention(block_k=...), default 128): candidates up to T, distinct after the
     # min(block_k, T) the kernel applies
@@ -746,16 +744,7 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
         for b in blocks
         if b != min(128, T)
     ]
-    entry = choose(
-        "attention.chunk_block",
-        None,
-        chunk,
-        rounds=5 if _tiny() else 9,
-        limits=limits,
-        rtol=3e-2,
-        dtype="bf16",
-        params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True},
-    )
+    entry = choose_attention("attention.chunk_block", chunk, "bfloat16")
     entry["note"] = (
         "a measurement: attention(block_k=...) is the caller's argument (default 128); no default reads this entry"
     )
@@ -783,16 +772,7 @@ def tune_attention(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str
         )
         for bq, bk in tiles
     ]
-    entry = choose(
-        "attention.pallas_blocks",
-        None,
-        pallas,
-        rounds=5 if _tiny() else 9,
-        limits=limits,
-        rtol=3e-2,
-        dtype="bf16",
-        params={"B": B, "T": T, "N": N, "H": H, "dtype": "bfloat16", "causal": True},
-    )
+    entry = choose_attention("attention.pallas_blocks", pallas, "bfloat16")
     entry["note"] = (
         "a measurement: attention(implementation='pallas', block_q=..., block_k=...) are the caller's "
         "arguments (default 128); no default reads this entry"
