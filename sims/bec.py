@@ -489,6 +489,7 @@ class BECSimulation(Simulation):
     prog = "ivhl sim bec"
     config_type = BECConfig
     extendable = ("steps",)
+    multiprocess = True
     streams = True
 
     def run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:

@@ -236,6 +236,7 @@ class GFTSimulation(Simulation):
     prog = "ivhl sim gft"
     config_type = GFTConfig
     extendable = ("steps",)
+    multiprocess = True
     streams = True
 
     def run(self, cfg: GFTConfig, ctx: RunContext) -> dict[str, str]:

@@ -5,7 +5,9 @@ against a checkpointer, how to write its outputs — and its ``main`` is ``retur
 The driver then does, identically for every simulation:
 
 * joining the other processes under ``ivhl launch`` (or SLURM, Open MPI, a TPU pod) before any JAX work
-  (:func:`ivhl_jax.run.launch.initialize`; alone it does nothing);
+  (:func:`ivhl_jax.run.launch.initialize`; alone it does nothing); a simulation that runs as one process
+  (``multiprocess = False``) refuses a job of several, in one line, rather than run N copies of itself into
+  one folder;
 * the command line: ``--config FILE``, ``--set KEY=VALUE``, ``--out``, ``--resume/--no-resume``,
   ``--no-progress``; ``--help`` lists every config key with its type, default and meaning (the ``"help"``
   entry of the field's metadata, :func:`ivhl_jax.run.config.option`);
@@ -81,6 +83,9 @@ class Simulation(abc.ABC):
       own_checkpoints: the simulation opens its checkpointers itself under ``<out>/ckpt`` (e.g. one per
         stage when the state's shapes change between stages, as in the MERA bond-dimension ladder);
         ``ctx.checkpointer`` is then None.
+      multiprocess: the simulation runs as one job across the processes of a launched job (its arrays are
+        sharded over the devices of every process, and each process writes only what it holds). False: it is
+        a one-process program, refused under a job of several processes.
       streams: the simulation passes ``ctx.sink`` to :func:`ivhl_jax.run.runner.run_chunked`: the driver opens
         the run store ``<out>/run.zarr`` (:class:`ivhl_jax.run.store.RunStore`, with the configuration, ``dt``
         when the config has one, the seeds, version and device), the records go there and none stay in memory;
@@ -93,6 +98,7 @@ class Simulation(abc.ABC):
     description: ClassVar[str] = ""
     extendable: ClassVar[tuple[str, ...]] = ()
     own_checkpoints: ClassVar[bool] = False
+    multiprocess: ClassVar[bool] = False
     streams: ClassVar[bool] = False
 
     def __init__(self) -> None:
@@ -285,7 +291,13 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, join the other processes of a launched job, prepare the run folder, run ``sim`` with
     checkpoints, report the outputs; the exit status."""
     args = _parser(sim).parse_args(list(sys.argv[1:] if argv is None else argv))
-    launch.initialize()  # alone: nothing; under `ivhl launch` (SLURM, MPI) join the other processes before JAX work
+    joined = launch.initialize()  # alone: nothing; under `ivhl launch` (SLURM, MPI) join the other processes first
+    if joined["num_processes"] > 1 and not sim.multiprocess:
+        return _fail(
+            sim,
+            f"runs as one process, but this job has {joined['num_processes']} ({joined['environment']}): run it "
+            "alone (not under `ivhl launch`, an MPI or a multi-task SLURM job) — N copies would write one folder",
+        )
     overrides = list(args.set) + sim.overrides(args)
     try:
         cfg: Any = load_config(sim.config_type, args.config, overrides, validate=False)

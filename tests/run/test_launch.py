@@ -146,6 +146,7 @@ DRIVER_WORKER = textwrap.dedent('''
         prog = "ivhl sim report"
         config_type = Cfg
         own_checkpoints = True
+        multiprocess = os.environ.get("REPORT_MULTIPROCESS", "1") == "1"
 
         def run(self, cfg, ctx):
             import jax
@@ -180,36 +181,44 @@ def test_the_driver_joins_the_launched_processes_for_every_simulation(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_simulation_under_launch_runs_as_one_job_of_two_processes(tmp_path):
+    """A multi-process simulation runs as one job of the two processes; a one-process simulation refuses the
+    job in one line (N copies of it would write one folder) and the launcher stops with its status."""
     script = tmp_path / "report.py"
     script.write_text(DRIVER_WORKER)
-    out = tmp_path / "run"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ivhl_jax.run.launch",
-            "--nproc",
-            "2",
-            "--devices-per-process",
-            "1",
-            "--heartbeat-timeout",
-            "10",
-            "--timeout",
-            "200",
-            "--",
-            sys.executable,
-            str(script),
-            "--out",
-            str(out),
-        ],
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    for pid in range(2):
-        assert json.loads((out / f"proc{pid}.json").read_text()) == {"initialized": True, "count": 2}
+    for multiprocess in ("1", "0"):
+        out = tmp_path / f"run{multiprocess}"
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ivhl_jax.run.launch",
+                "--nproc",
+                "2",
+                "--devices-per-process",
+                "1",
+                "--heartbeat-timeout",
+                "10",
+                "--timeout",
+                "200",
+                "--",
+                sys.executable,
+                str(script),
+                "--out",
+                str(out),
+            ],
+            env=dict(_clean_env(), REPORT_MULTIPROCESS=multiprocess),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        if multiprocess == "1":
+            assert p.returncode == 0, p.stderr[-3000:]
+            for pid in range(2):
+                assert json.loads((out / f"proc{pid}.json").read_text()) == {"initialized": True, "count": 2}
+        else:
+            assert p.returncode == 2, p.stderr[-3000:]
+            assert "ivhl sim report: runs as one process, but this job has 2 (ivhl)" in p.stderr, p.stderr[-3000:]
+            assert not list(out.glob("proc*.json"))
 
 
 def test_detect_environment_and_child_env():
