@@ -244,7 +244,13 @@ def max_stable_dt(kinetic_max: Any) -> float:
 
     Split-step Fourier on a non-vanishing background is unstable beyond it (Weideman & Herbst, SIAM J. Numer.
     Anal. 23, 485 (1986)). ``kinetic_max``: max K (a number) or the symbol K(k) itself (an array)."""
-    kmax = float(np.max(np.abs(np.asarray(kinetic_max, np.float64))))
+    try:
+        k = np.abs(np.asarray(kinetic_max, np.float64))
+    except (TypeError, ValueError):
+        raise TypeError(f"kinetic_max must be a real number or array (max K or K(k)), got {kinetic_max!r}") from None
+    if not k.size or not np.all(np.isfinite(k)):
+        raise ValueError(f"kinetic_max must be finite (max K or K(k) of the grid), got {kinetic_max!r}")
+    kmax = float(np.max(k))
     return float(np.pi / kmax) if kmax > 0 else float("inf")
 
 
@@ -288,6 +294,8 @@ def local_energy_max(u: Any, rho: Any = None) -> float:
     """max|U| over the points that hold the field: where ρ > 1e-6·max ρ (empty corners of a box may have any U),
     or everywhere when ``rho`` is None (float64 NumPy)."""
     u = np.abs(np.asarray(u, np.float64))
+    if not np.all(np.isfinite(u)):
+        raise ValueError("u (the local energy) contains NaN or inf; check the potential and the couplings")
     if rho is not None:
         rho = np.broadcast_to(np.asarray(rho, np.float64), u.shape)
         if not rho.size or not rho.max() > 0:
@@ -301,6 +309,8 @@ def check_local_dt(dt: float, umax: float, imaginary: bool, *, formula: str = "m
     the field stays below 2π (beyond it the dynamics is not resolved; in imaginary time the fixed point is the
     ground state of a grossly distorted operator, or e^{−dt·U/2} underflows). ``umax`` from
     :func:`local_energy_max`; ``formula`` names U in the message."""
+    check_scalar(dt, "dt", positive=True)
+    check_scalar(umax, "umax", nonnegative=True)
     if dt * umax > 2 * np.pi:
         what = "decay" if imaginary else "phase"
         raise ValueError(
@@ -438,6 +448,7 @@ def plan(
 def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Complex[Array, "*batch_and_grid"]:
     """The kinetic propagator of ``plan``: each stage's F⁻¹[(1 + m) F ψ] over its axes, in order (the distributed
     FFT when the plan has a layout). Leading axes of ψ beyond the grid are batch axes."""
+    psi = check_array(psi, "psi", kind="complex")  # static facts only: free under jit
     ndim = len(plan.shape)
     if psi.ndim < ndim or tuple(psi.shape[psi.ndim - ndim :]) != plan.shape:
         raise ValueError(
@@ -469,6 +480,8 @@ def step(
     reduction when dt·umax/2 stays within its range, else the full-range one (``lax.cond``, both compiled).
     ``after_kinetic`` is applied right after the kinetic factor (e.g. a norm projection)."""
 
+    psi = check_array(psi, "psi", kind="complex")  # static facts only: free under jit
+
     def kin(p):
         p = kinetic(p, plan)
         return p if after_kinetic is None else after_kinetic(p)
@@ -489,6 +502,7 @@ def run(
 ) -> Complex[Array, "*shape"]:
     """``n`` real-time Strang steps of ``plan`` with the potential half-steps of neighbours merged
     (:func:`strang_run`: 2 FFTs and 2 passes over the field per step); ``umax`` as in :func:`step`."""
+    psi = check_array(psi, "psi", kind="complex")
     if plan.imaginary:
         raise ValueError("run merges real-time half-steps; an imaginary-time plan runs single steps (step)")
     full = needs_full_range(jnp.abs(plan.half_dt) * umax)

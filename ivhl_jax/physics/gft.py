@@ -355,8 +355,9 @@ def strang(
         :func:`max_stable_dt`), else ValueError with the bound; dt·|m²| ≤ 2π; ``init`` also checks
         dt·max|m² + λ|φ|²| ≤ 2π.
       imaginary: the gradient flow ∂φ/∂τ = −δV/δφ* (no renormalisation: V decreases towards a minimum).
-      policy: None (complex64) or a precision policy / preset: ``"f32"`` → complex64, ``"f64"`` → complex128
-        (needs ``jax.enable_x64``), ``"bf16"`` → ValueError naming ``policy``.
+      policy: None (the couplings' precision: complex64, complex128 for float64 m² and λ or Python floats under
+        ``jax.enable_x64``) or a precision policy / preset: ``"f32"`` → complex64, ``"f64"`` → complex128 (needs
+        ``jax.enable_x64``), ``"bf16"`` → ValueError naming ``policy``.
 
     Returns:
       A :class:`ivhl_jax.numerics.rollout.Stepper` (with ``run_fn``: merged half-steps between observations);
@@ -368,9 +369,8 @@ def strang(
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     check_scalar(system.mass_sq, "mass_sq")
     check_scalar(system.lam, "lam")
-    cdt = jnp.dtype(
-        complex_state_dtype(policy, like=jax.ShapeDtypeStruct((), jnp.complex64), routine="the GFT split-step solver")
-    )
+    like = jax.ShapeDtypeStruct((), jnp.result_type(float, system.mass_sq, system.lam))
+    cdt = jnp.dtype(complex_state_dtype(policy, like=like, routine="the GFT split-step solver"))
     rdt = jnp.finfo(cdt).dtype
     m2c = float(np.asarray(system.mass_sq)) if is_concrete(system.mass_sq) and np.ndim(system.mass_sq) == 0 else None
     eps = functools.partial(lattice_dispersion, system.shape)

@@ -837,3 +837,30 @@ def test_a_stepper_closed_over_by_jit_does_not_constant_fold_the_potential():
     maxima = {name for name, body in comps.items() if "maximum(" in body and body.count("\n") < 6}
     reductions = re.findall(r"reduce\([^\n]*to_apply=%?([\w.\-]+)", hlo)
     assert sum(r in maxima for r in reductions) >= 1
+
+
+def test_a_psi_sharded_over_a_mesh_on_a_system_without_layout_is_refused_naming_layout():
+    """Without a layout the kinetic step's FFT is the single-device one: a sharded ψ would be gathered onto one
+    device twice per step, so it is refused at init and at an eager step, with the setting that fixes it."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from ivhl_jax import gft as G
+    from ivhl_jax.core.mesh import device_mesh
+
+    if jax.device_count() < 2:
+        pytest.skip("needs several devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    mesh = device_mesh((2,), ("x",), jax.devices()[:2])
+    grid = C.Grid.uniform((16, 16), 8.0)
+    st = C.strang(C.GPSystem(grid, C.harmonic(grid), 5.0), 1e-2)
+    sharded = jax.device_put(C.gaussian(grid), NamedSharding(mesh, P("x", None)))
+    with pytest.raises(ValueError, match=r"psi is sharded over a mesh as P\('x', None\) but the system has no layout"):
+        st.init(sharded)
+    with pytest.raises(ValueError, match="layout=distributed_fft.fft_layout"):
+        st.step(sharded)
+    gst = G.strang(G.GFTSystem((16, 16)), 0.05)
+    phi = jax.device_put(jnp.ones((16, 16), jnp.complex64), NamedSharding(mesh, P(None, "x")))
+    with pytest.raises(ValueError, match="phi is sharded over a mesh.*no layout"):
+        gst.init(phi)
+    # replicated over the mesh is not split: accepted
+    st.init(jax.device_put(C.gaussian(grid), NamedSharding(mesh, P())))
