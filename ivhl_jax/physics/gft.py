@@ -106,6 +106,9 @@ class GFTSystem:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"GFTSystem is immutable; use system.replace({name}=...)")
 
+    def __reduce__(self):  # copy/pickle rebuild the fields as they are, like a pytree reconstruction
+        return (_gft_unflatten, ((self.shape, self.layout), (self.mass_sq, self.lam)))
+
     def __repr__(self) -> str:
         return f"GFTSystem(shape={self.shape}, mass_sq={self.mass_sq!r}, lam={self.lam!r}, layout={self.layout!r})"
 

@@ -67,6 +67,9 @@ class Grid:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Grid is immutable; build a new one (Grid.uniform(shape, length)) to change {name}")
 
+    def __reduce__(self):
+        return (Grid, (self.shape, self.length))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Grid) and (self.shape, self.length) == (other.shape, other.length)
 
@@ -280,6 +283,10 @@ class GPSystem:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"GPSystem is immutable; use system.replace({name}=...)")
+
+    def __reduce__(self):  # copy/pickle rebuild the fields as they are, like a pytree reconstruction
+        static = tuple(getattr(self, n) for n in _GP_STATIC)
+        return (_gp_unflatten, (static, tuple(getattr(self, n) for n in _GP_LEAVES)))
 
     def __repr__(self) -> str:
         return (
