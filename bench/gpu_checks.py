@@ -569,6 +569,7 @@ def section_gp_rounding(quick: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from ivhl_jax.numerics.rollout import trajectory
     from ivhl_jax.physics import condensate as C
 
     grid = C.Grid.uniform((128,), 16.0)
@@ -581,7 +582,8 @@ def section_gp_rounding(quick: bool) -> dict:
             n0 = float(C.norm(psi0, grid))
             e0 = float(C.energy(psi0, system)["total"])
             for proj in (False, None, True):
-                _, obs = jax.jit(lambda p, proj=proj: C.evolve(p, system, 2e-3, 1000, 100, project_norm=proj))(psi0)
+                st = C.strang(system, 2e-3, project_norm=proj, norm=None if proj is False else n0)
+                _, obs = jax.jit(lambda p, st=st: trajectory(st, p, 1000, save_every=100, observe=C.observe))(psi0)
                 out[f"{dev.platform}_project_{proj}"] = {
                     "norm_rel_drift": (np.asarray(obs["norm"]) / n0 - 1).tolist(),
                     "energy_rel_drift": (np.asarray(obs["energy_total"]) / e0 - 1).tolist(),

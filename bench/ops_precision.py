@@ -10,8 +10,8 @@ size, chosen to run in seconds):
 
 * ``fields``: :func:`~ivhl_jax.physics.fields.superpose`, 4096 points × 32 sources (3-D);
 * ``vortex``: :func:`~ivhl_jax.physics.fields.vortex`, a 128² grid, 4 vortices of charge ±1, ±2;
-* ``gp``: 100 real-time Strang steps (:func:`~ivhl_jax.physics.condensate.evolve`), 1-D 4096 points;
-* ``gft``: 20 Strang steps (:func:`~ivhl_jax.physics.gft.gft_evolve`), 16³ lattice;
+* ``gp``: 100 real-time Strang steps (:func:`~ivhl_jax.physics.condensate.strang`), 1-D 4096 points;
+* ``gft``: 20 Strang steps (:func:`~ivhl_jax.physics.gft.strang`), 16³ lattice;
 * ``adaptive``: 5 steps of the adaptive-node model (N = 100, H = 64, D = 784), batch 32;
 * ``gru``: :func:`~ivhl_jax.nn.gru.gru_scan`, T = 50, batch 64, D = 32, H = 128.
 
@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase, summarize
+from ivhl_jax.numerics.rollout import trajectory
 
 POLICIES = ("f64", "f32", "bf16", "pure_bf16")
 KERNELS = ("fields", "vortex", "gp", "gft", "adaptive", "gru")
@@ -94,7 +95,7 @@ def _gp(policy: str) -> BenchCase:
     return BenchCase(
         op=f"precision_gp_{policy}",
         size="small",
-        fn=lambda p: C.evolve(p, system, 1e-3, steps, steps, policy=policy)[0],
+        fn=lambda p: trajectory(st := C.strang(system, 1e-3, policy=policy), st.init(p), steps, save_every=steps)[0],
         args=(psi0,),
         params={"shape": grid.shape, "steps": steps, "policy": policy},
         op_by_op=False,
@@ -114,7 +115,7 @@ def _gft(policy: str) -> BenchCase:
     return BenchCase(
         op=f"precision_gft_{policy}",
         size="small",
-        fn=lambda p: G.gft_evolve(p, system, 0.02, steps, steps, policy=policy)[0],
+        fn=lambda p: trajectory(st := G.strang(system, 0.02, policy=policy), st.init(p), steps, save_every=steps)[0],
         args=(phi0,),
         params={"shape": shape, "steps": steps, "policy": policy},
         op_by_op=False,

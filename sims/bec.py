@@ -20,6 +20,7 @@ steps, so the first is at t = save_every·dt (the initial state is not recorded)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -31,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable, mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
@@ -165,8 +167,7 @@ class BECConfig:
             )
         # The split-step stability bound of the real-time steps (the builders check it too, after the
         # ground-state search; checked here so that a bad dt fails before any work).
-        k_max = math.pi * self.grid / self.length  # the Nyquist wavenumber π/dx
-        bound = math.pi / (0.5 * self.dims * k_max**2)
+        bound = C.max_stable_dt(C.Grid.uniform((self.grid,) * self.dims, self.length))
         what = f"grid={self.grid}, length={self.length:g}"
         if self.dt > bound:
             raise ValueError(
@@ -175,9 +176,18 @@ class BECConfig:
             )
 
 
+def precision_scope(cfg: BECConfig) -> contextlib.AbstractContextManager:
+    """The scope a run of ``cfg`` computes in: 64-bit JAX (``jax.enable_x64``) for ``precision=float64``, left as
+    it was otherwise; the process-wide setting is never changed."""
+    return jax.enable_x64(True) if cfg.precision == "float64" else contextlib.nullcontext()
+
+
 def _dtype(cfg: BECConfig):
     if cfg.precision == "float64" and not jax.config.jax_enable_x64:
-        jax.config.update("jax_enable_x64", True)
+        raise ValueError(
+            "precision=float64 needs 64-bit JAX: run inside sims.bec.precision_scope(cfg) (ivhl sim bec does) or "
+            "`with jax.enable_x64(True):`"
+        )
     return jnp.float64 if cfg.precision == "float64" else jnp.float32
 
 
@@ -203,9 +213,9 @@ def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: st
         return  # spread over several processes: no host copy to read (the library keeps its own step checks)
     step = getattr(cfg, key)
     rho = np.abs(np.asarray(psi)) ** 2
-    occupied = rho > 1e-6 * rho.max()  # the cloud (the library's criterion: empty corners may have any V)
-    v = np.abs(np.asarray(system.potential, np.float64)[occupied])
-    umax = float(np.max(np.abs(np.asarray(system.potential, np.float64) + cfg.g * rho)[occupied]))
+    pot = np.asarray(system.potential, np.float64)
+    # over the cloud (the engine's criterion: empty corners of the box may have any V)
+    umax = splitstep.local_energy_max(pot + cfg.g * rho, rho)
     if step * umax <= 2 * math.pi:
         return
     what = "decay" if imaginary else "phase"
@@ -213,7 +223,7 @@ def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: st
         f"the local {what} per step {key}·max|V + g|ψ|²| = {step * umax:.3g} over the cloud exceeds 2π, so the "
         "dynamics is not resolved"
     )
-    vmax = float(np.max(v))
+    vmax = splitstep.local_energy_max(pot, rho)
     rho_max = float(np.max(rho))
     if cfg.g != 0 and step * vmax <= math.pi:  # the trap alone is resolved: the interaction is at fault
         g_max = (2 * math.pi / step - vmax) / rho_max
@@ -493,6 +503,10 @@ class BECSimulation(Simulation):
     streams = True
 
     def run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
+        with precision_scope(cfg):
+            return self._run(cfg, ctx)
+
+    def _run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
         result, extra = simulate(
             cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming, sink=ctx.sink
         )

@@ -18,6 +18,7 @@ record's t is the number of steps done when it was taken times dt; the first is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -108,7 +109,7 @@ class GFTConfig:
             )
         # The split-step stability bound of real time (the builder checks it too; here a bad dt fails before any
         # work). The gradient flow has no such bound.
-        bound = math.pi / (4.0 * self.rank)
+        bound = G.max_stable_dt((self.grid,) * self.rank)
         if self.dt > bound and not self.imaginary:
             raise ValueError(
                 f"dt={self.dt:g} is beyond the split-step stability bound of this lattice "
@@ -116,9 +117,18 @@ class GFTConfig:
             )
 
 
+def precision_scope(cfg: GFTConfig) -> contextlib.AbstractContextManager:
+    """The scope a run of ``cfg`` computes in: 64-bit JAX (``jax.enable_x64``) for ``precision=float64``, left as
+    it was otherwise; the process-wide setting is never changed."""
+    return jax.enable_x64(True) if cfg.precision == "float64" else contextlib.nullcontext()
+
+
 def _dtype(cfg: GFTConfig):
     if cfg.precision == "float64" and not jax.config.jax_enable_x64:
-        jax.config.update("jax_enable_x64", True)
+        raise ValueError(
+            "precision=float64 needs 64-bit JAX: run inside sims.gft.precision_scope(cfg) (ivhl sim gft does) or "
+            "`with jax.enable_x64(True):`"
+        )
     return jnp.float64 if cfg.precision == "float64" else jnp.float32
 
 
@@ -141,7 +151,7 @@ def simulate(
     observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
     structure to read them back with)."""
     system = gft_system(cfg)
-    stepper = G.strang(system, cfg.dt, imaginary=cfg.imaginary, dtype=jnp.result_type(_dtype(cfg), jnp.complex64))
+    stepper = G.strang(system, cfg.dt, imaginary=cfg.imaginary, policy="f64" if _dtype(cfg) == jnp.float64 else "f32")
     state = stepper.init(initial_state(cfg))
     advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe, donate=True)
     extra = {"system": system, "observation_like": jax.eval_shape(G.observe, state, stepper.params)}
@@ -198,7 +208,7 @@ def write_outputs(cfg: GFTConfig, result: RunResult, out: str, *, save_state: bo
         "observables": hist,
         "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
         "final": {k: float(v[-1]) for k, v in hist.items()},
-        "vacuum": dict(zip(("abs2", "energy_per_site"), G.gft_vacuum(cfg.mass_sq, cfg.lam))),
+        "vacuum": dict(zip(("abs2", "energy_per_site"), G.vacuum(cfg.mass_sq, cfg.lam))),
     }
     paths = {}
     for name, data, cmap, label in (
@@ -240,6 +250,10 @@ class GFTSimulation(Simulation):
     streams = True
 
     def run(self, cfg: GFTConfig, ctx: RunContext) -> dict[str, str]:
+        with precision_scope(cfg):
+            return self._run(cfg, ctx)
+
+    def _run(self, cfg: GFTConfig, ctx: RunContext) -> dict[str, str]:
         result, extra = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
         if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
             result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))

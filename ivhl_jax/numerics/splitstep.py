@@ -21,22 +21,61 @@ real-time steps with the closing half-step of each step merged into the opening 
 the same scheme to round-off (U depends only on |ψ|², which the local factor does not change), with one
 pass over the field per step fewer: 2 elementwise passes (kinetic factor, local factor) and 2 FFTs per step
 instead of 3 and 2.
+
+The engine. An equation supplies its kinetic symbol K(k) (one or more :class:`KineticTerm`: a real array per unit
+time, the grid axes whose FFT diagonalises it, the fraction of dt it acts) and, at every step, its local energy
+U(ψ) with a bound on max|U|. :func:`plan` checks dt once (:func:`check_dt`: the split-step stability bound
+dt·max K ≤ π, :func:`max_stable_dt`, and an optional static bound on the local phase), builds the kinetic factors
+(float64 NumPy for a concrete dt, cast once; a traced dt builds them on the device) and places them where the
+distributed FFT multiplies them when the field has a layout (:mod:`ivhl_jax.numerics.distributed_fft`).
+:func:`step` is one Strang step of a :class:`SplitStepPlan`, :func:`run` ``n`` real-time steps with merged
+half-steps; both pick the local phase's sine reduction (:mod:`ivhl_jax.numerics.fastmath`) from the bound.
+:func:`check_local_dt` is the local-phase check over a concrete field (dt·max|U| ≤ 2π where there are particles),
+:func:`check_placement` refuses a field sharded over a mesh when the plan has no layout (every step would
+gather it onto one device).
+
+The plan holds only data derived from dt: the kinetic factors and the local half-step time ``half_dt``; dt itself
+is not a field (``plan.dt`` reads 2·half_dt), so no setting can be edited apart from the factors built from it: a
+new dt is a new plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import collections
+import dataclasses
+import functools
+import threading
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 from jaxtyping import Array, Complex
 
-from ivhl_jax.core.validation import check_array
-from ivhl_jax.numerics.fastmath import sincos, sincos_static
+from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics import distributed_fft
+from ivhl_jax.numerics.fastmath import needs_full_range, sincos, sincos_static
+from ivhl_jax.numerics.spectral import host_factor, spectral_multiply
 
-__all__ = ["phase_factor_m1", "split_step", "kick", "strang_run"]
+__all__ = [
+    "phase_factor_m1",
+    "split_step",
+    "kick",
+    "strang_run",
+    "KineticTerm",
+    "SplitStepPlan",
+    "plan",
+    "check_dt",
+    "max_stable_dt",
+    "check_local_dt",
+    "local_energy_max",
+    "check_placement",
+    "kinetic",
+    "step",
+    "run",
+]
 
 
 def _check_imaginary(imaginary: Any) -> bool:
@@ -143,3 +182,333 @@ def strang_run(
 
     psi = jax.lax.fori_loop(0, int(n) - 1, interior, psi)
     return kick(kinetic(psi), local_energy, 0.5 * dt, False, full_range)
+
+
+# ----------------------------------------------------------------------------------------------
+# The engine: the plan (dt checked once, kinetic factors derived from it) and the steps that read it
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class KineticTerm:
+    """One factor e^{−i·fraction·dt·K} of the kinetic propagator, diagonal after an FFT over ``axes``.
+
+    Attributes:
+      symbol: K per unit time (real): a zero-argument function returning a float64 NumPy array (couplings
+        concrete: evaluated once per dt, cached under ``key``) or a JAX array (traced couplings); broadcastable
+        to the grid shape.
+      axes: the grid axes (0 … ndim − 1) whose FFT diagonalises K.
+      fraction: the fraction of dt the factor acts (the rotating GP's A(dt/2) B(dt) A(dt/2) has 0.5, 1.0).
+      key: hashable description of ``symbol`` (grid, couplings) under which its factors are cached and, with
+        ``fft="ducc"``, registered on the host; None builds them afresh.
+    """
+
+    symbol: Any
+    axes: tuple[int, ...]
+    fraction: float = 1.0
+    key: Hashable = None
+
+
+class SplitStepPlan(struct.PyTreeNode):
+    """What one Strang step needs besides U: the kinetic factors and the local half-step time, both from one dt.
+
+    Built by :func:`plan` only. Leaves: ``half_dt`` (dt/2 in the real working dtype) and ``factors`` (e^{−iθ} − 1
+    per :class:`KineticTerm`, or :class:`~ivhl_jax.numerics.spectral.HostFactor`). Static: ``stages`` (the
+    factors applied in order, each with its grid axes), the grid ``shape``, ``imaginary``, the FFT backend and
+    the distributed-FFT ``layout`` (or None).
+    """
+
+    half_dt: Any
+    factors: tuple[Any, ...]
+    stages: tuple[tuple[int, tuple[int, ...]], ...] = struct.field(pytree_node=False)
+    shape: tuple[int, ...] = struct.field(pytree_node=False)
+    imaginary: bool = struct.field(pytree_node=False, default=False)
+    fft: str = struct.field(pytree_node=False, default="xla")
+    layout: Any = struct.field(pytree_node=False, default=None)
+
+    @property
+    def dt(self) -> Any:
+        """The step size (2·half_dt, exact in binary floating point)."""
+        return 2 * self.half_dt
+
+
+def _concrete_scalar(x: Any) -> float | None:
+    if is_concrete(x) and np.ndim(x) == 0:
+        try:
+            return float(np.asarray(x))
+        except TypeError:
+            return None
+    return None
+
+
+def max_stable_dt(kinetic_max: Any) -> float:
+    """π / max K: the largest real-time step for which the kinetic phase of the highest mode stays below π.
+
+    Split-step Fourier on a non-vanishing background is unstable beyond it (Weideman & Herbst, SIAM J. Numer.
+    Anal. 23, 485 (1986)). ``kinetic_max``: max K (a number) or the symbol K(k) itself (an array)."""
+    try:
+        k = np.abs(np.asarray(kinetic_max, np.float64))
+    except (TypeError, ValueError):
+        raise TypeError(f"kinetic_max must be a real number or array (max K or K(k)), got {kinetic_max!r}") from None
+    if not k.size or not np.all(np.isfinite(k)):
+        raise ValueError(f"kinetic_max must be finite (max K or K(k) of the grid), got {kinetic_max!r}")
+    kmax = float(np.max(k))
+    return float(np.pi / kmax) if kmax > 0 else float("inf")
+
+
+def check_dt(
+    dt: Any,
+    *,
+    kinetic_max: float,
+    imaginary: bool,
+    where: str = "grid",
+    label: str = "max K",
+    local_max: float | None = None,
+    local_label: str = "local",
+    hint: str = "",
+) -> None:
+    """dt > 0; real time: dt·max K ≤ π (:func:`max_stable_dt`, named by ``label`` on this ``where``); both: a
+    static bound ``local_max`` of |U| (e.g. |m²|) keeps the local phase dt·local_max ≤ 2π. Traced dt: only its
+    static facts are checked. One-line ValueErrors with the bound."""
+    check_scalar(dt, "dt", positive=True)
+    dtc = _concrete_scalar(dt)
+    if dtc is None:
+        return
+    if not imaginary:
+        bound = max_stable_dt(kinetic_max)
+        if dtc > bound:
+            raise ValueError(
+                f"dt={dtc} is unstable on this {where}: the kinetic phase per step dt·{label} = "
+                f"{dtc * np.pi / bound:.3g} exceeds π (split-step instability); use dt <= {bound:.3g}{hint}"
+            )
+    if local_max is not None and dtc * local_max > 2 * np.pi:
+        raise ValueError(
+            f"dt={dtc} is too large: the {local_label} phase per step dt·{_local_name(local_label)} = "
+            f"{dtc * local_max:.3g} exceeds 2π; use dt <= {np.pi / local_max:.3g}"
+        )
+
+
+def _local_name(label: str) -> str:
+    return {"mass": "|m²|"}.get(label, "max|U|")
+
+
+def local_energy_max(u: Any, rho: Any = None) -> float:
+    """max|U| over the points that hold the field: where ρ > 1e-6·max ρ (empty corners of a box may have any U),
+    or everywhere when ``rho`` is None (float64 NumPy)."""
+    u = np.abs(np.asarray(u, np.float64))
+    if not np.all(np.isfinite(u)):
+        raise ValueError("u (the local energy) contains NaN or inf; check the potential and the couplings")
+    if rho is not None:
+        rho = np.broadcast_to(np.asarray(rho, np.float64), u.shape)
+        if not rho.size or not rho.max() > 0:
+            return 0.0
+        u = u[rho > 1e-6 * rho.max()]
+    return float(np.max(u)) if u.size else 0.0
+
+
+def check_local_dt(dt: float, umax: float, imaginary: bool, *, formula: str = "max|U|") -> None:
+    """The local factor must be resolved: the phase (real time) or decay (imaginary time) per step dt·max|U| over
+    the field stays below 2π (beyond it the dynamics is not resolved; in imaginary time the fixed point is the
+    ground state of a grossly distorted operator, or e^{−dt·U/2} underflows). ``umax`` from
+    :func:`local_energy_max`; ``formula`` names U in the message."""
+    check_scalar(dt, "dt", positive=True)
+    check_scalar(umax, "umax", nonnegative=True)
+    if dt * umax > 2 * np.pi:
+        what = "decay" if imaginary else "phase"
+        raise ValueError(
+            f"dt={dt} is too large: the local {what} per step dt·{formula} = {dt * umax:.3g} over the field exceeds "
+            f"2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
+        )
+
+
+def check_placement(psi: Any, layout: Any, ndim: int, name: str = "psi") -> None:
+    """Refuse a concrete field sharded over a mesh along its grid axes when there is no ``layout``: the
+    single-device FFT would gather it onto one device twice per step, with no word."""
+    if layout is not None or not isinstance(psi, jax.Array) or isinstance(psi, jax.core.Tracer):
+        return
+    spec = getattr(psi.sharding, "spec", None)
+    if spec is None or len(psi.sharding.device_set) < 2:
+        return
+    entries = tuple(spec) + (None,) * (psi.ndim - len(tuple(spec)))
+    grid_spec = entries[psi.ndim - ndim :]
+    if any(e is not None for e in grid_spec):
+        shown = "P(" + ", ".join(repr(e) for e in grid_spec) + ")"
+        raise ValueError(
+            f"{name} is sharded over a mesh as {shown} but the system has no layout, so every step would gather "
+            f"it onto one device; give the system layout=distributed_fft.fft_layout(mesh, {shown}) or pass "
+            f"{name} unsharded"
+        )
+
+
+# Kinetic factors of concrete (symbol, dt) pairs, float64 NumPy cast once: a stepper rebuilt for a dt it has seen
+# reuses them (bounded; a miss recomputes).
+_FACTORS: collections.OrderedDict[Hashable, np.ndarray] = collections.OrderedDict()
+_FACTORS_LOCK = threading.Lock()
+_FACTORS_MAX = 32
+
+
+def _host_factor_value(key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    if key is None:
+        return compute()
+    with _FACTORS_LOCK:
+        hit = _FACTORS.get(key)
+        if hit is not None:
+            _FACTORS.move_to_end(key)
+            return hit
+    value = compute()
+    with _FACTORS_LOCK:
+        _FACTORS[key] = value
+        while len(_FACTORS) > _FACTORS_MAX:
+            _FACTORS.popitem(last=False)
+    return value
+
+
+def _numpy_factor(term: KineticTerm, dtc: float, imaginary: bool, cname: str) -> np.ndarray:
+    return phase_factor_m1(term.fraction * dtc * np.asarray(term.symbol(), np.float64), imaginary, np.dtype(cname))
+
+
+def _factor(term: KineticTerm, dtc: float | None, dt_leaf: Any, imaginary: bool, cdt: Any, fft: str) -> Any:
+    rdt = jnp.finfo(cdt).dtype
+    cname = np.dtype(cdt).name
+    if callable(term.symbol):
+        if dtc is not None:
+            key = None if term.key is None else ("splitstep", term.key, term.fraction, dtc, imaginary, cname)
+            recipe = functools.partial(_numpy_factor, term, dtc, imaginary, cname)
+            compute = functools.partial(_host_factor_value, key, recipe)
+            if fft == "ducc" and key is not None:
+                return host_factor(compute, key)
+            return jnp.asarray(compute())
+        sym = jnp.asarray(np.asarray(term.symbol(), np.float64), rdt)
+    else:
+        sym = jnp.asarray(term.symbol, rdt)
+    return phase_factor_m1(term.fraction * dt_leaf * sym, imaginary, cdt)
+
+
+def plan(
+    terms: Sequence[KineticTerm],
+    dt: Any,
+    *,
+    shape: Sequence[int],
+    imaginary: bool,
+    dtype: Any,
+    stages: Sequence[int] | None = None,
+    fft: str = "xla",
+    layout: Any = None,
+    kinetic_max: float,
+    where: str = "grid",
+    label: str = "max K",
+    local_max: float | None = None,
+    local_label: str = "local",
+    hint: str = "",
+) -> SplitStepPlan:
+    """Check dt once (:func:`check_dt`) and build the :class:`SplitStepPlan` of steps of size dt.
+
+    Args:
+      terms: the kinetic symbol as :class:`KineticTerm` s.
+      dt: step size (> 0; a concrete value builds the factors in float64 NumPy, a traced one on the device).
+      shape: the grid shape (the trailing axes of the field).
+      imaginary: static; imaginary-time factors e^{−dt K}.
+      dtype: complex dtype of the field.
+      stages: the order the terms are applied in, as indices into ``terms`` (default: each once, in order).
+      fft: FFT backend (``"xla"`` or ``"ducc"``, :mod:`ivhl_jax.numerics.spectral`).
+      layout: an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout` (factors placed in the k-space blocks the
+        distributed FFT multiplies) or None.
+      kinetic_max, where, label, local_max, local_label, hint: the dt checks (:func:`check_dt`).
+    """
+    imaginary = _check_imaginary(imaginary)
+    check_dt(
+        dt,
+        kinetic_max=kinetic_max,
+        imaginary=imaginary,
+        where=where,
+        label=label,
+        local_max=local_max,
+        local_label=local_label,
+        hint=hint,
+    )
+    shape = tuple(int(n) for n in shape)
+    cdt = jnp.dtype(dtype)
+    rdt = jnp.finfo(cdt).dtype
+    terms = tuple(terms)
+    order = tuple(range(len(terms))) if stages is None else tuple(int(i) for i in stages)
+    dtc = _concrete_scalar(dt)
+    dt_leaf = jnp.asarray(dt, rdt)
+    factors = tuple(_factor(t, dtc, dt_leaf, imaginary, cdt, fft) for t in terms)
+    if layout is not None:
+        factors = tuple(layout.place_factor(f, shape, t.axes) for f, t in zip(factors, terms))
+    return SplitStepPlan(
+        half_dt=0.5 * dt_leaf,
+        factors=factors,
+        stages=tuple((i, tuple(terms[i].axes)) for i in order),
+        shape=shape,
+        imaginary=imaginary,
+        fft=fft,
+        layout=layout,
+    )
+
+
+def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Complex[Array, "*batch_and_grid"]:
+    """The kinetic propagator of ``plan``: each stage's F⁻¹[(1 + m) F ψ] over its axes, in order (the distributed
+    FFT when the plan has a layout). Leading axes of ψ beyond the grid are batch axes."""
+    psi = check_array(psi, "psi", kind="complex")  # static facts only: free under jit
+    ndim = len(plan.shape)
+    if psi.ndim < ndim or tuple(psi.shape[psi.ndim - ndim :]) != plan.shape:
+        raise ValueError(
+            f"psi must end in the grid shape {plan.shape} the kinetic factors were built for, got "
+            f"{tuple(psi.shape)}; build a new stepper for another grid"
+        )
+    lead = psi.ndim - ndim
+    for i, axes in plan.stages:
+        ax = tuple(lead + a for a in axes)
+        m = plan.factors[i]
+        if plan.layout is not None:
+            psi = distributed_fft.spectral_multiply(psi, m, plan.layout, ax)
+        else:
+            psi = spectral_multiply(psi, m, ax, plan.fft)
+    return psi
+
+
+def step(
+    psi: Complex[Array, "*shape"],
+    plan: SplitStepPlan,
+    local_energy: Callable[[jax.Array], jax.Array],
+    umax: Any,
+    *,
+    after_kinetic: Callable[[jax.Array], jax.Array] | None = None,
+) -> Complex[Array, "*shape"]:
+    """One Strang step e^{−dt/2 U} K e^{−dt/2 U} of ``plan`` (real or imaginary time: ``plan.imaginary``).
+
+    ``umax`` bounds max|U| over the step (a scalar, may be traced): the real-time local phase uses the fast sine
+    reduction when dt·umax/2 stays within its range, else the full-range one (``lax.cond``, both compiled).
+    ``after_kinetic`` is applied right after the kinetic factor (e.g. a norm projection)."""
+
+    psi = check_array(psi, "psi", kind="complex")  # static facts only: free under jit
+
+    def kin(p):
+        p = kinetic(p, plan)
+        return p if after_kinetic is None else after_kinetic(p)
+
+    if plan.imaginary:  # real decay factors: no phase to reduce
+        return split_step(psi, local_energy, kin, plan.dt, True, full_range=False)
+    full = needs_full_range(jnp.abs(plan.half_dt) * umax)
+    one = functools.partial(split_step, local_energy=local_energy, kinetic=kin, dt=plan.dt, imaginary=False)
+    return jax.lax.cond(full, functools.partial(one, full_range=True), functools.partial(one, full_range=False), psi)
+
+
+def run(
+    psi: Complex[Array, "*shape"],
+    plan: SplitStepPlan,
+    local_energy: Callable[[jax.Array], jax.Array],
+    umax: Any,
+    n: int,
+) -> Complex[Array, "*shape"]:
+    """``n`` real-time Strang steps of ``plan`` with the potential half-steps of neighbours merged
+    (:func:`strang_run`: 2 FFTs and 2 passes over the field per step); ``umax`` as in :func:`step`."""
+    psi = check_array(psi, "psi", kind="complex")
+    if plan.imaginary:
+        raise ValueError("run merges real-time half-steps; an imaginary-time plan runs single steps (step)")
+    full = needs_full_range(jnp.abs(plan.half_dt) * umax)
+
+    def kin(p):
+        return kinetic(p, plan)
+
+    many = functools.partial(strang_run, local_energy=local_energy, kinetic=kin, dt=plan.dt, n=n)
+    return jax.lax.cond(full, functools.partial(many, full_range=True), functools.partial(many, full_range=False), psi)

@@ -12,20 +12,20 @@ and the Gross–Pitaevskii-type (Hamiltonian) dynamics i ∂φ/∂t = δV/δφ* 
 
 V is the Hamiltonian of the evolution: it is conserved up to the O(dt²) splitting error of the
 Strang step (an explicit Euler step would be unconditionally unstable for this equation), and the U(1)
-charge Q = Σ|φ|² is conserved exactly (both tested). The step is
-:func:`ivhl_jax.numerics.splitstep.split_step`: the lattice Laplacian is diagonal in Fourier space with
-eigenvalue −ε_k, ε_k = Σ_a 4 sin²(k_a/2), so the kinetic factor e^{−i ε_k dt} is exact, and the local
-factor e^{−i dt/2 (m² + λ|φ|²)} is exact.
+charge Q = Σ|φ|² is conserved exactly (both tested). The step is the split-step engine
+:mod:`ivhl_jax.numerics.splitstep` with the kinetic symbol ε_k and the local energy U = m² + λ|φ|²: the lattice
+Laplacian is diagonal in Fourier space with eigenvalue −ε_k, ε_k = Σ_a 4 sin²(k_a/2), so the kinetic factor
+e^{−i ε_k dt} is exact, and the local factor e^{−i dt/2 (m² + λ|φ|²)} is exact.
 
 m² < 0 gives the symmetry-broken ("condensed") phase: the uniform vacuum |φ|² = −m²/λ with
 energy −m⁴/(2λ) per site. ``strang(system, dt, imaginary=True)`` (imaginary time without
 renormalisation, i.e. the gradient flow ∂φ/∂τ = −δV/δφ*) finds it; real-time runs from small noise show
 the tachyonic growth of long-wavelength modes at constant V.
 
-One door: :func:`strang` builds the stepper (it validates dt and holds it once, with the kinetic factor
-derived from it); ``stepper.init(phi)`` validates the field; runs go through
-:func:`ivhl_jax.numerics.rollout.trajectory` or :func:`~ivhl_jax.numerics.rollout.chunked` with
-:func:`observe`. :func:`gft_evolve` is that call spelled out.
+One door: :func:`strang` builds the stepper (it checks dt once and holds the kinetic factor derived from it);
+``stepper.init(phi)`` validates the field; runs go through :func:`ivhl_jax.numerics.rollout.trajectory` or
+:func:`~ivhl_jax.numerics.rollout.chunked` with :func:`observe` (the stepper's ``run_fn`` merges the local
+half-steps of neighbouring steps between two observations).
 """
 
 from __future__ import annotations
@@ -41,51 +41,99 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
-from ivhl_jax.numerics import distributed_fft
-from ivhl_jax.numerics.fastmath import needs_full_range
-from ivhl_jax.numerics.rollout import Stepper, trajectory
-from ivhl_jax.numerics.spectral import spectral_multiply
-from ivhl_jax.numerics.splitstep import phase_factor_m1, split_step
+from ivhl_jax.numerics import distributed_fft, splitstep
+from ivhl_jax.numerics.rollout import Stepper
 
 __all__ = [
     "GFTSystem",
     "strang",
     "observe",
-    "gft_evolve",
-    "gft_potential",
-    "gft_rhs",
-    "gft_charge",
+    "potential",
+    "rhs",
+    "charge",
     "lattice_dispersion",
-    "gft_vacuum",
-    "GFTParams",
+    "vacuum",
+    "max_stable_dt",
+    "StrangParams",
 ]
 
 
-class GFTSystem(struct.PyTreeNode):
+class GFTSystem:
     """GFT condensate parameters: lattice ``shape`` (rank r = len(shape), 1…4), mass² m², coupling λ.
 
-    ``mass_sq`` and ``lam`` are pytree leaves (traceable, vmappable); the lattice shape is static.
-    Fields may carry leading batch axes in front of the r lattice axes.
+    ``GFTSystem(shape, mass_sq=-0.5, lam=0.1, layout=None)`` validates its input once; pytree reconstruction
+    rebuilds the fields as they are. ``mass_sq`` and ``lam`` are pytree leaves (traceable, vmappable); the
+    lattice shape and the layout are static. Fields may carry leading batch axes in front of the r lattice axes.
+    ``layout``: how φ's lattice axes are split over a device mesh (an
+    :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`) or None; with a layout the kinetic step uses the
+    distributed FFT and φ and the factor are held in blocks.
     """
 
-    shape: tuple[int, ...] = struct.field(pytree_node=False)
-    mass_sq: Any = -0.5
-    lam: Any = 0.1
-    # How φ's lattice axes are split over a device mesh (an ivhl_jax.numerics.distributed_fft.FFTLayout), or
-    # None; with a layout the kinetic step uses the distributed FFT and φ and the factor are held in blocks.
-    layout: Any = struct.field(pytree_node=False, default=None)
+    __slots__ = ("shape", "mass_sq", "lam", "layout")
+    shape: tuple[int, ...]
+    mass_sq: Any
+    lam: Any
+    layout: Any
 
-    def __post_init__(self):
-        if self.layout is not None and isinstance(self.shape, tuple):
-            object.__setattr__(self, "layout", distributed_fft.check_layout(self.layout, self.shape))
-        if isinstance(self.shape, tuple) and not 1 <= len(self.shape) <= 4:
-            raise ValueError(f"shape must have rank 1..4 (one entry per group argument), got {self.shape}")
-        if isinstance(self.shape, tuple) and any(int(n) < 2 for n in self.shape):
-            raise ValueError(f"shape entries must be >= 2, got {self.shape}")
+    def __init__(self, shape: tuple[int, ...], mass_sq: Any = -0.5, lam: Any = 0.1, layout: Any = None):
+        if (
+            not isinstance(shape, tuple)
+            or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape)
+        ):
+            raise TypeError(f"shape must be a tuple of ints (sites per axis), got {shape!r}")
+        if not 1 <= len(shape) <= 4:
+            raise ValueError(f"shape must have rank 1..4 (one entry per group argument), got {shape}")
+        if any(int(n) < 2 for n in shape):
+            raise ValueError(f"shape entries must be >= 2, got {shape}")
+        shape = tuple(int(n) for n in shape)
+        for name, v in (("mass_sq", mass_sq), ("lam", lam)):
+            if isinstance(v, (str, bytes)):
+                raise TypeError(f"{name} must be a real number (or array), got {type(v).__name__} {v!r}")
+        if layout is not None:
+            layout = distributed_fft.check_layout(layout, shape)
+        for name, value in (("shape", shape), ("mass_sq", mass_sq), ("lam", lam), ("layout", layout)):
+            object.__setattr__(self, name, value)
+
+    def replace(self, **updates: Any) -> GFTSystem:
+        """A new system with ``updates`` (validated like the constructor)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        unknown = set(updates) - set(fields)
+        if unknown:
+            raise TypeError(f"GFTSystem has no field(s) {sorted(unknown)}; fields: {list(fields)}")
+        fields.update(updates)
+        return GFTSystem(**fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"GFTSystem is immutable; use system.replace({name}=...)")
+
+    def __reduce__(self):  # copy/pickle rebuild the fields as they are, like a pytree reconstruction
+        return (_gft_unflatten, ((self.shape, self.layout), (self.mass_sq, self.lam)))
+
+    def __repr__(self) -> str:
+        return f"GFTSystem(shape={self.shape}, mass_sq={self.mass_sq!r}, lam={self.lam!r}, layout={self.layout!r})"
 
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+
+def _gft_unflatten(static: tuple, leaves: Any) -> GFTSystem:
+    # Reconstruction holds data only: no check (the constructor did it once).
+    system = object.__new__(GFTSystem)
+    for name, value in zip(("shape", "layout", "mass_sq", "lam"), tuple(static) + tuple(leaves)):
+        object.__setattr__(system, name, value)
+    return system
+
+
+jax.tree_util.register_pytree_with_keys(
+    GFTSystem,
+    lambda s: (
+        ((jax.tree_util.GetAttrKey("mass_sq"), s.mass_sq), (jax.tree_util.GetAttrKey("lam"), s.lam)),
+        (s.shape, s.layout),
+    ),
+    _gft_unflatten,
+    lambda s: ((s.mass_sq, s.lam), (s.shape, s.layout)),
+)
 
 
 @functools.lru_cache(maxsize=32)
@@ -131,7 +179,7 @@ def _check_field(phi: Any, system: GFTSystem) -> jax.Array:
     return phi
 
 
-def gft_potential(
+def potential(
     phi: Inexact[ArrayLike, "*batch_and_lattice"], mass_sq: Any, lam: Any, rank: int | None = None
 ) -> Float[Array, "*batch"]:
     """V[φ] = Σ_x [Σ_a |φ(x+e_a) − φ(x)|² + m²|φ|² + (λ/2)|φ|⁴] (periodic forward differences).
@@ -161,7 +209,7 @@ def _abs2(z: jax.Array) -> jax.Array:
     return z.real * z.real + z.imag * z.imag
 
 
-def gft_rhs(
+def rhs(
     phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int | None = None
 ) -> Complex[Array, "*shape"]:
     """δV/δφ* = −Δφ + m²φ + λ|φ|²φ (the right-hand side of i∂φ/∂t), finite-difference form."""
@@ -175,14 +223,14 @@ def gft_rhs(
     return -lap + (jnp.asarray(mass_sq, rdt) + jnp.asarray(lam, rdt) * _abs2(phi)) * phi
 
 
-def gft_charge(phi: Inexact[Array, "*batch_and_lattice"], rank: int | None = None) -> Float[Array, "*batch"]:
+def charge(phi: Inexact[Array, "*batch_and_lattice"], rank: int | None = None) -> Float[Array, "*batch"]:
     """U(1) charge Q = Σ_x |φ|² (conserved exactly by the real-time evolution)."""
     phi = check_array(phi, "phi", kind="inexact", finite=True)
     rank = _lattice_rank(phi, rank)
     return jnp.sum(_abs2(phi), axis=_lattice_axes(phi, rank))
 
 
-def gft_vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
+def vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
     """Uniform minimum of V: (|φ|², energy per site) = (−m²/λ, −m⁴/(2λ)) for m² < 0, else (0, 0)."""
     check_scalar(mass_sq, "mass_sq")
     check_scalar(lam, "lam", positive=True)  # λ > 0 (finite): a bounded potential
@@ -192,145 +240,102 @@ def gft_vacuum(mass_sq: float, lam: float) -> tuple[float, float]:
     return -m2 / lam_f, -(m2**2) / (2 * lam_f)
 
 
-_DT_MESSAGE = (
-    "dt is held once, with the kinetic factor derived from it; build a new stepper for a new step "
-    "size: gft.strang(system, dt)"
-)
-
-
-class GFTParams(struct.PyTreeNode):
-    """Everything one GFT Strang step reads (built by :func:`strang`; not constructed by hand).
+class StrangParams(struct.PyTreeNode):
+    """Everything one GFT Strang step reads (built by :func:`strang`).
 
     Attributes:
       system: the :class:`GFTSystem` (m², λ traced leaves: new values reuse the compiled loop).
-      dt: the step size (a real scalar leaf).
-      kin: e^{−i ε_k dt} − 1 (real time) or e^{−ε_k dt} − 1 (imaginary time), complex, lattice-shaped,
-        derived from ``dt`` by the builder.
-      imaginary: static; the gradient flow instead of real time.
-
-    ``dt`` is held once: ``params.replace(dt=...)`` or ``replace(kin=...)`` raises (use ``strang(system, dt)``).
+      plan: the kinetic factor e^{−i ε_k dt} − 1 (real time) or e^{−ε_k dt} − 1 (imaginary time) and the half-step
+        time, both derived from one dt (:class:`ivhl_jax.numerics.splitstep.SplitStepPlan`; ``params.dt`` reads
+        the step size). ``plan.imaginary`` (static) is the gradient flow instead of real time.
     """
 
     system: GFTSystem
-    dt: Any
-    kin: Any
-    imaginary: bool = struct.field(pytree_node=False, default=False)
+    plan: splitstep.SplitStepPlan
+
+    @property
+    def dt(self) -> Any:
+        """The step size (a real scalar)."""
+        return self.plan.dt
+
+    @property
+    def imaginary(self) -> bool:
+        return self.plan.imaginary
 
 
-def _guarded_replace(self: GFTParams, **updates: Any) -> GFTParams:
-    if "dt" in updates or "kin" in updates:
-        raise ValueError(_DT_MESSAGE)
-    new = updates.get("system")
-    if isinstance(new, GFTSystem) and new.shape != self.system.shape:
-        raise ValueError(
-            f"the kinetic factor was built for the lattice {self.system.shape}, got {new.shape}; "
-            "build a new stepper: gft.strang(system, dt)"
-        )
-    return _plain_replace(self, **updates)
+def _gft_local(system: GFTSystem, rdt: Any):
+    m2 = jnp.asarray(system.mass_sq, rdt)
+    lam = jnp.asarray(system.lam, rdt)
+    return (lambda p: m2 + lam * _abs2(p)), m2, lam
 
 
-# flax.struct installs ``replace`` on the class itself: wrap it so that dt and its factor cannot be edited apart.
-_plain_replace = GFTParams.replace
-GFTParams.replace = _guarded_replace  # type: ignore[method-assign,assignment]
-
-
-def _plan(system: GFTSystem, dt: Any, imaginary: bool, dtype: Any) -> jax.Array:
-    eps = lattice_dispersion(system.shape)
-    if is_concrete(dt) and np.ndim(dt) == 0:
-        return jnp.asarray(phase_factor_m1(float(np.asarray(dt)) * eps, imaginary, np.dtype(dtype)))
-    return phase_factor_m1(jnp.asarray(dt) * jnp.asarray(eps, jnp.finfo(dtype).dtype), imaginary, dtype)
-
-
-def _gft_step(phi: Complex[Array, "*shape"], params: GFTParams) -> Complex[Array, "*shape"]:
-    """One Strang step of ``params`` (real time or the gradient flow: the static ``params.imaginary``)."""
+def _check_step_field(phi: Any, params: StrangParams) -> jax.Array:
+    """Static facts only (free under jit)."""
     system = params.system
-    phi = check_array(phi, "phi", kind="complex")  # static facts only: free under jit
+    phi = check_array(phi, "phi", kind="complex")
     if phi.ndim < system.rank or tuple(phi.shape[-system.rank :]) != system.shape:
         raise ValueError(
             f"phi must end in the lattice shape {system.shape} (batch axes in front), got {tuple(phi.shape)}"
         )
-    rdt = phi.real.dtype
-    m2 = jnp.asarray(system.mass_sq, rdt)
-    lam = jnp.asarray(system.lam, rdt)
-    axes = _lattice_axes(phi, system.rank)
-    kin = params.kin.astype(phi.dtype)
-    step = functools.partial(
-        split_step,
-        local_energy=lambda p: m2 + lam * _abs2(p),
-        kinetic=lambda p: _kinetic_fft(p, kin, axes, system.layout),
-        dt=params.dt,
-        imaginary=params.imaginary,
-    )
-    if params.imaginary:  # real decay factors: no phase to reduce
-        return step(phi, full_range=False)
-    # The local phase dt·U/2, |U| = |m² + λ|φ|²| ≤ |m²| + |λ|·Σ|φ|² (pointwise), needs the full-range sine
-    # reduction only beyond the fast range.
-    umax = jnp.abs(m2) + jnp.abs(lam) * 2 * jnp.sum(_abs2(phi))
-    full = needs_full_range(0.5 * jnp.abs(jnp.asarray(params.dt, rdt)) * umax)
-    return jax.lax.cond(full, functools.partial(step, full_range=True), functools.partial(step, full_range=False), phi)
+    if params.plan.shape != system.shape:
+        raise ValueError(
+            f"the kinetic factor was built for the lattice {params.plan.shape}, got a system on {system.shape}; "
+            "build a new stepper: gft.strang(system, dt)"
+        )
+    splitstep.check_placement(phi, system.layout, system.rank, "phi")
+    return phi
 
 
-def _kinetic_fft(phi: jax.Array, kin: jax.Array, axes: tuple[int, ...], layout: Any) -> jax.Array:
-    """F⁻¹[(1 + m) F φ]: the one place the GFT step calls an FFT (the distributed FFT with a layout)."""
-    if layout is not None:
-        return distributed_fft.spectral_multiply(phi, kin, layout, axes)
-    return spectral_multiply(phi, kin, axes)
+def _umax(phi: jax.Array, m2: jax.Array, lam: jax.Array) -> jax.Array:
+    # |U| = |m² + λ|φ|²| ≤ |m²| + |λ|·Σ|φ|² pointwise; twice the sum covers the round-off drift of a run.
+    return jnp.abs(m2) + jnp.abs(lam) * 2 * jnp.sum(_abs2(phi))
 
 
-def _gft_init(params: GFTParams, phi: Any) -> jax.Array:
+def _gft_step(phi: Complex[Array, "*shape"], params: StrangParams) -> Complex[Array, "*shape"]:
+    """One Strang step of ``params`` (real time or the gradient flow: the static ``params.plan.imaginary``)."""
+    phi = _check_step_field(phi, params)
+    local, m2, lam = _gft_local(params.system, phi.real.dtype)
+    umax = None if params.plan.imaginary else _umax(phi, m2, lam)
+    return splitstep.step(phi, params.plan, local, umax)
+
+
+def _gft_run(phi: Complex[Array, "*shape"], params: StrangParams, n: int) -> Complex[Array, "*shape"]:
+    """``n`` steps: real time merges the local half-steps of neighbouring steps
+    (:func:`ivhl_jax.numerics.splitstep.run`, the same scheme to round-off, one pass over the field per step
+    fewer); the gradient flow runs single steps."""
+    phi = _check_step_field(phi, params)
+    if params.plan.imaginary:
+        return jax.lax.fori_loop(0, n, lambda _, p: _gft_step(p, params), phi)
+    local, m2, lam = _gft_local(params.system, phi.real.dtype)
+    return splitstep.run(phi, params.plan, local, _umax(phi, m2, lam), n)
+
+
+def _gft_init(params: StrangParams, phi: Any) -> jax.Array:
     """Validate φ (lattice shape, finite) and cast it to the stepper's complex dtype; for concrete values also
     check that dt resolves the local phase dt·max|m² + λ|φ|²| ≤ 2π."""
-    phi = _check_field(phi, params.system).astype(params.kin.dtype)
+    system = params.system
+    phi = _check_field(phi, system)
+    splitstep.check_placement(phi, system.layout, system.rank, "phi")
+    phi = phi.astype(_plan_dtype(params.plan))
     values = [
-        float(np.asarray(x))
-        for x in (params.dt, params.system.mass_sq, params.system.lam)
-        if is_concrete(x) and np.ndim(x) == 0
+        float(np.asarray(x)) for x in (params.dt, system.mass_sq, system.lam) if is_concrete(x) and np.ndim(x) == 0
     ]
-    if len(values) == 3 and is_concrete(phi):
+    if len(values) == 3 and is_concrete(phi) and distributed_fft.host_readable(phi):
         dtc, m2, lam = values
-        umax = float(np.max(np.abs(m2 + lam * np.abs(np.asarray(phi)) ** 2)))
-        if dtc * umax > 2 * np.pi:
-            raise ValueError(
-                f"dt={dtc} is too large: the local phase per step dt·max|m² + λ|φ|²| = {dtc * umax:.3g} "
-                f"exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
-            )
-    layout = params.system.layout
+        u = m2 + lam * np.abs(np.asarray(phi)) ** 2
+        splitstep.check_local_dt(dtc, splitstep.local_energy_max(u), False, formula="max|m² + λ|φ|²|")
+    layout = system.layout
     return phi if layout is None else layout.place(phi, "phi")
 
 
-def _policy_dtype(policy: str | Policy | None, dtype: Any) -> Any:
-    """Complex field dtype under ``policy`` (complex64 for "f32", complex128 for "f64"); None is the default
-    policy of ``dtype`` (:func:`~ivhl_jax.core.precision.default_policy`: ``dtype`` itself, which must be
-    complex). bf16/f16 policies are a ValueError: XLA has no complex bf16 and no bf16 FFT (see
-    :func:`ivhl_jax.core.precision.complex_state_dtype`)."""
-    if policy is None:  # the dtype argument names the default policy: it must be a complex dtype
-        cdt = jnp.dtype(dtype)
-        if not jnp.issubdtype(cdt, jnp.complexfloating):
-            raise TypeError(f"dtype must be complex (complex64/complex128), got {cdt}")
-    return complex_state_dtype(policy, like=jax.ShapeDtypeStruct((), dtype), routine="the GFT split-step solver")
+def _plan_dtype(plan: splitstep.SplitStepPlan) -> Any:
+    return jnp.result_type(plan.half_dt, jnp.complex64)
 
 
-def _check_dt(dt: Any, system: GFTSystem, imaginary: bool) -> None:
-    """dt > 0; real time: the kinetic phase dt·max ε_k ≤ π (split-step stability on a non-vanishing field,
-    Weideman & Herbst 1986); both: the mass phase dt·|m²| ≤ 2π (the λ|φ|² part is checked by ``init``)."""
-    check_scalar(dt, "dt", positive=True)
-    if not (is_concrete(dt) and np.ndim(dt) == 0):
-        return
-    dtc = float(np.asarray(dt))
-    if not imaginary:
-        eps_max = float(np.max(lattice_dispersion(system.shape)))
-        if dtc * eps_max > np.pi:
-            raise ValueError(
-                f"dt={dtc} is unstable on this lattice: the kinetic phase per step dt·max ε_k = "
-                f"{dtc * eps_max:.3g} exceeds π (split-step instability); use dt <= {np.pi / eps_max:.3g}"
-            )
-    if is_concrete(system.mass_sq) and np.ndim(system.mass_sq) == 0:
-        m2 = abs(float(np.asarray(system.mass_sq)))
-        if dtc * m2 > 2 * np.pi:
-            raise ValueError(
-                f"dt={dtc} is too large: the mass phase per step dt·|m²| = {dtc * m2:.3g} exceeds 2π; "
-                f"use dt <= {np.pi / m2:.3g}"
-            )
+def max_stable_dt(shape: tuple[int, ...]) -> float:
+    """The largest real-time step on a lattice of ``shape``: π / max ε_k (π/(4r) on an even lattice of rank r),
+    :func:`ivhl_jax.numerics.splitstep.max_stable_dt`; :func:`strang` refuses a larger dt."""
+    return splitstep.max_stable_dt(lattice_dispersion(tuple(shape)))
 
 
 def strang(
@@ -338,44 +343,61 @@ def strang(
     dt: Any,
     *,
     imaginary: bool = False,
-    dtype: Any = jnp.complex64,
     policy: str | Policy | None = None,
 ) -> Stepper:
     """The Strang stepper of i∂φ/∂t = −Δφ + m²φ + λ|φ|²φ (lattice units; ``imaginary``: ∂φ/∂τ = −δV/δφ*).
 
     One step maps φ (complex, shape ``(*batch, *system.shape)``) to
     e^{−i dt/2 (m² + λ|φ|²)} e^{−i ε_k dt} e^{−i dt/2 (m² + λ|φ|²)} φ, ε_k = Σ_a 4 sin²(k_a/2), both
-    factors exact. The kinetic factor is computed once from ``dt`` (float64 NumPy for a concrete dt) in
-    ``dtype`` (complex128 needs x64) and held with dt in :class:`GFTParams`. ``policy`` (a precision
-    policy or preset name) overrides ``dtype``: ``"f32"`` → complex64, ``"f64"`` → complex128 (needs
-    ``jax.enable_x64``), ``"bf16"`` → ValueError naming ``policy``.
+    factors exact (the split-step engine :mod:`ivhl_jax.numerics.splitstep`). The kinetic factor is computed once
+    from ``dt`` (float64 NumPy for a concrete dt) and held in :class:`StrangParams`.
 
     Args:
       system: the :class:`GFTSystem`.
-      dt: step size (> 0). Real time: dt·max ε_k ≤ π (≤ π/(4r) on an even lattice of rank r), else
-        ValueError with the bound; dt·|m²| ≤ 2π; ``init`` also checks dt·max|m² + λ|φ|²| ≤ 2π.
+      dt: step size (> 0). Real time: dt·max ε_k ≤ π (≤ π/(4r) on an even lattice of rank r,
+        :func:`max_stable_dt`), else ValueError with the bound; dt·|m²| ≤ 2π; ``init`` also checks
+        dt·max|m² + λ|φ|²| ≤ 2π.
       imaginary: the gradient flow ∂φ/∂τ = −δV/δφ* (no renormalisation: V decreases towards a minimum).
-      dtype: complex dtype of the field.
-      policy: precision policy or preset (overrides ``dtype``).
+      policy: None (the couplings' precision: complex64, complex128 for float64 m² and λ or Python floats under
+        ``jax.enable_x64``) or a precision policy / preset: ``"f32"`` → complex64, ``"f64"`` → complex128 (needs
+        ``jax.enable_x64``), ``"bf16"`` → ValueError naming ``policy``.
 
     Returns:
-      A :class:`ivhl_jax.numerics.rollout.Stepper`; record with ``trajectory(stepper, phi, steps,
-      observe=gft.observe)``.
+      A :class:`ivhl_jax.numerics.rollout.Stepper` (with ``run_fn``: merged half-steps between observations);
+      record with ``trajectory(stepper, stepper.init(phi), steps, observe=gft.observe)``.
     """
     if not isinstance(system, GFTSystem):
         raise TypeError(f"system must be a GFTSystem, got {type(system).__name__}")
     if not isinstance(imaginary, (bool, np.bool_)):
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
-    _check_dt(dt, system, bool(imaginary))
-    cdt = jnp.dtype(_policy_dtype(policy, dtype))
+    check_scalar(system.mass_sq, "mass_sq")
+    check_scalar(system.lam, "lam")
+    like = jax.ShapeDtypeStruct((), jnp.result_type(float, system.mass_sq, system.lam))
+    cdt = jnp.dtype(complex_state_dtype(policy, like=like, routine="the GFT split-step solver"))
     rdt = jnp.finfo(cdt).dtype
+    m2c = float(np.asarray(system.mass_sq)) if is_concrete(system.mass_sq) and np.ndim(system.mass_sq) == 0 else None
+    eps = functools.partial(lattice_dispersion, system.shape)
+    plan = splitstep.plan(
+        (splitstep.KineticTerm(eps, tuple(range(system.rank)), 1.0, ("gft-dispersion", system.shape)),),
+        dt,
+        shape=system.shape,
+        imaginary=bool(imaginary),
+        dtype=cdt,
+        layout=system.layout,
+        kinetic_max=float(np.max(lattice_dispersion(system.shape))),
+        where="lattice",
+        label="max ε_k",
+        local_max=None if m2c is None else abs(m2c),
+        local_label="mass",
+    )
     sys_ = system.replace(mass_sq=jnp.asarray(system.mass_sq, rdt), lam=jnp.asarray(system.lam, rdt))
-    kin = _plan(system, dt, bool(imaginary), cdt)
-    if system.layout is not None:  # the factor in the k-space blocks the distributed FFT multiplies
-        kin = system.layout.place_factor(kin, system.shape)
-    params = GFTParams(sys_, jnp.asarray(dt, rdt), kin, imaginary=bool(imaginary))
+    params = StrangParams(sys_, plan)
     return Stepper.create(
-        _gft_step, params, init_fn=_gft_init, name="gft-strang-imaginary" if imaginary else "gft-strang"
+        _gft_step,
+        params,
+        init_fn=_gft_init,
+        run_fn=_gft_run,
+        name="gft-strang-imaginary" if imaginary else "gft-strang",
     )
 
 
@@ -393,28 +415,8 @@ def observe(phi: Complex[Array, "*shape"], params: Any) -> dict[str, Array]:
     phi = _check_field(phi, system)
     axes = _lattice_axes(phi, system.rank)
     return {
-        "energy": gft_potential(phi, system.mass_sq, system.lam, system.rank),
-        "charge": gft_charge(phi, system.rank),
+        "energy": potential(phi, system.mass_sq, system.lam, system.rank),
+        "charge": charge(phi, system.rank),
         "order": jnp.abs(jnp.mean(phi, axis=axes)),
         "mean_abs2": jnp.mean(_abs2(phi), axis=axes),
     }
-
-
-def gft_evolve(
-    phi: Inexact[ArrayLike, "*shape"],
-    system: GFTSystem,
-    dt: Any,
-    steps: int,
-    save_every: int = 1,
-    *,
-    imaginary: bool = False,
-    remat: bool = False,
-    policy: str | Policy | None = None,
-) -> tuple[Complex[Array, "*shape"], Any]:
-    """``steps`` Strang steps from φ, recording :func:`observe` every ``save_every``: exactly
-    ``trajectory(stepper, stepper.init(phi), steps, save_every=..., observe=observe, remat=...)`` with
-    ``stepper = strang(system, dt, imaginary=..., dtype=<φ's complex dtype>, policy=...)``.
-    ``imaginary=True`` is the (unnormalised) gradient flow."""
-    phi = _check_field(phi, system)
-    stepper = strang(system, dt, imaginary=imaginary, dtype=phi.dtype, policy=policy)
-    return trajectory(stepper, stepper.init(phi), steps, save_every=save_every, observe=observe, remat=remat)

@@ -540,14 +540,7 @@ CASES: list[Case] = [
         st.one_of(nonfinite(np.zeros(16, np.float32)), st.just(np.zeros(15, np.float32))),
     ),
     Case("condensate.GPSystem/g", lambda b: C.GPSystem(_grid(), C.harmonic(_grid(), 1.0), b), "g", bad_finite),
-    Case("condensate.evolve/dt", lambda b: C.evolve(_psi(), _gp(), b, 4), "dt", bad_positive),
-    Case("condensate.evolve/steps", lambda b: C.evolve(_psi(), _gp(), 1e-3, b), "steps", bad_count),
-    Case(
-        "condensate.evolve/psi",
-        lambda b: C.evolve(b, _gp(), 1e-3, 4),
-        "psi",
-        st.one_of(nonfinite(np.ones(16, np.complex64)), st.just(np.ones(15, np.complex64))),
-    ),
+    Case("condensate.max_stable_dt/grid", lambda b: C.max_stable_dt(b), "grid", st.sampled_from([None, (16,), 4.0])),
     Case(
         "condensate.ground_state/dt",
         lambda b: C.ground_state(_gp(), 1.0, dt=b, max_steps=200),
@@ -557,30 +550,12 @@ CASES: list[Case] = [
     Case("condensate.ground_state/norm", lambda b: C.ground_state(_gp(), b, max_steps=200), "norm", bad_positive),
     Case(
         "gft.GFTSystem/shape",
-        lambda b: gft.gft_evolve(
-            jnp.zeros(b, jnp.complex64)
-            if isinstance(b, tuple) and all(isinstance(s, int) and s > 0 for s in b)
-            else jnp.zeros((4,), jnp.complex64),
-            gft.GFTSystem(b),
-            0.01,
-            2,
-        ),
+        lambda b: gft.GFTSystem(b),
         "shape",
         st.sampled_from([(0,), (-4,), (4, 0), ()]),
     ),
-    Case(
-        "gft.gft_evolve/dt",
-        lambda b: gft.gft_evolve(jnp.ones((4, 4), jnp.complex64), gft.GFTSystem((4, 4)), b, 2),
-        "dt",
-        bad_positive,
-    ),
-    Case(
-        "gft.gft_evolve/steps",
-        lambda b: gft.gft_evolve(jnp.ones((4, 4), jnp.complex64), gft.GFTSystem((4, 4)), 0.01, b),
-        "steps",
-        bad_count,
-    ),
-    Case("gft.gft_vacuum/lam", lambda b: gft.gft_vacuum(-0.5, b), "lam", bad_positive),
+    Case("gft.max_stable_dt/shape", lambda b: gft.max_stable_dt(b), "shape", st.sampled_from([(0,), (-4,), ()])),
+    Case("gft.vacuum/lam", lambda b: gft.vacuum(-0.5, b), "lam", bad_positive),
     Case(
         "gru.init_gru_params/hidden_dim", lambda b: gru.init_gru_params(jax.random.key(0), 3, b), "hidden_dim", bad_size
     ),
@@ -1684,6 +1659,48 @@ CASES += [
         bad_size,
     ),
     Case(
+        "splitstep.kinetic/psi",
+        lambda b: splitstep.kinetic(b, C.strang(_gp(), 1e-3).params.plan),
+        "psi",
+        st.sampled_from([np.ones(15, np.complex64), np.ones(16, np.float32), np.full(16, "abc")]),
+    ),
+    Case(
+        "splitstep.step/psi",
+        lambda b: splitstep.step(b, C.strang(_gp(), 1e-3).params.plan, jnp.abs, 1.0),
+        "psi",
+        st.sampled_from([np.ones(15, np.complex64), np.ones(16, np.float32), np.full(16, "abc")]),
+    ),
+    Case(
+        "splitstep.run/psi",
+        lambda b: splitstep.run(b, C.strang(_gp(), 1e-3).params.plan, jnp.abs, 1.0, 2),
+        "psi",
+        st.sampled_from([np.ones(15, np.complex64), np.ones(16, np.float32), np.full(16, "abc")]),
+    ),
+    Case(
+        "splitstep.plan/dt",
+        lambda b: splitstep.plan(
+            (splitstep.KineticTerm(lambda: np.ones(4), (0,)),),
+            b,
+            shape=(4,),
+            imaginary=False,
+            dtype=jnp.complex64,
+            kinetic_max=1.0,
+        ),
+        "dt",
+        bad_positive,
+    ),
+    Case(
+        "splitstep.check_dt/dt", lambda b: splitstep.check_dt(b, kinetic_max=1.0, imaginary=False), "dt", bad_positive
+    ),
+    Case("splitstep.max_stable_dt/kinetic_max", lambda b: splitstep.max_stable_dt(b), "kinetic_max", bad_finite),
+    Case("splitstep.check_local_dt/dt", lambda b: splitstep.check_local_dt(b, 1.0, False), "dt", bad_positive),
+    Case(
+        "splitstep.local_energy_max/u",
+        lambda b: splitstep.local_energy_max(b),
+        "u",
+        nonfinite(np.ones(4, np.float64)),
+    ),
+    Case(
         "splitstep.phase_factor_m1/imaginary",
         lambda b: splitstep.phase_factor_m1(jnp.ones(3), b, jnp.complex64),
         "imaginary",
@@ -1696,18 +1713,18 @@ CASES += [
         st.sampled_from([None, "yes", 2.5]),
     ),
     # ---- physics.gft
-    Case("gft.gft_potential/lam", lambda b: gft.gft_potential(_PHI, 1.0, b), "lam", bad_finite),
+    Case("gft.potential/lam", lambda b: gft.potential(_PHI, 1.0, b), "lam", bad_finite),
     Case(
-        "gft.gft_potential/phi",
-        lambda b: gft.gft_potential(b, 1.0, 1.0),
+        "gft.potential/phi",
+        lambda b: gft.potential(b, 1.0, 1.0),
         "phi",
         st.one_of(nonfinite(_PHI), wrong_kind((4, 4))),
     ),
-    Case("gft.gft_rhs/mass_sq", lambda b: gft.gft_rhs(_PHI, b, 1.0), "mass_sq", bad_finite),
+    Case("gft.rhs/mass_sq", lambda b: gft.rhs(_PHI, b, 1.0), "mass_sq", bad_finite),
     Case(
-        "gft.gft_rhs/rank", lambda b: gft.gft_rhs(_PHI, 1.0, 1.0, rank=b), "rank", st.sampled_from([0, 3, -1, 1.5, NAN])
+        "gft.rhs/rank", lambda b: gft.rhs(_PHI, 1.0, 1.0, rank=b), "rank", st.sampled_from([0, 3, -1, 1.5, NAN])
     ),
-    Case("gft.gft_charge/rank", lambda b: gft.gft_charge(_PHI, rank=b), "rank", st.sampled_from([0, 5, -2, 2.5])),
+    Case("gft.charge/rank", lambda b: gft.charge(_PHI, rank=b), "rank", st.sampled_from([0, 5, -2, 2.5])),
     Case(
         "gft.strang.init/phi",
         lambda b: gft.strang(gft.GFTSystem((4, 4)), 0.01).init(b),
@@ -1715,10 +1732,10 @@ CASES += [
         st.one_of(nonfinite(_PHI), st.just(np.ones((4, 5), np.complex64))),
     ),
     Case(
-        "gft.gft_evolve/save_every",
-        lambda b: gft.gft_evolve(_PHI, gft.GFTSystem((4, 4)), 0.01, steps=4, save_every=b, imaginary=True),
-        "save_every",
-        bad_size,
+        "gft.strang.run_fn/phi",
+        lambda b: gft.strang(gft.GFTSystem((4, 4)), 0.01).run_fn(b, gft.strang(gft.GFTSystem((4, 4)), 0.01).params, 2),
+        "phi",
+        st.sampled_from([np.ones((4, 5), np.complex64), np.ones((4, 4), np.float32)]),
     ),
     Case(
         "gft.lattice_dispersion/shape",
@@ -2195,7 +2212,10 @@ EXEMPT: dict[str, str] = {
         for n in ("sweep", "attempts")
     },
     **{f"condensate.{n}": _RESULT for n in ("StrangParams", "Vortices", "VortexLines", "BogoliubovModes")},
-    **{f"gft.{n}": _RESULT for n in ("GFTParams",)},
+    **{f"gft.{n}": _RESULT for n in ("StrangParams",)},
+    **{f"splitstep.{n}": _RESULT for n in ("SplitStepPlan", "KineticTerm")},
+    "splitstep.check_placement": "inspects only where an array lives (its sharding), never its values; refuses a "
+    "sharded field without a layout (tests/physics/test_condensate.py)",
     **{f"fields.{n}": _RESULT for n in ("WaveState",)},
     "fields.observe": "the observe of fields.evolution on a WaveState/WaveParams built and validated by "
     "wave_params/evolution/init; no array/scalar input of its own",

@@ -149,16 +149,16 @@ def test_gft_strang_default_conserves_charge_and_energy():
     phi0 = 0.5 * jax.lax.complex(jax.random.normal(k1, (16,) * 3), jax.random.normal(k2, (16,) * 3))
     st = G.strang(system, 0.01)
     _, obs = trajectory(st, st.init(phi0), 200, save_every=20, observe=G.observe)
-    q0, v0 = float(G.gft_charge(phi0)), float(G.gft_potential(phi0, -0.5, 0.1))
+    q0, v0 = float(G.charge(phi0)), float(G.potential(phi0, -0.5, 0.1))
     # Q = Σ|φ|² is conserved exactly by the scheme, V up to O(dt²): in float32 both follow the FFT round-off
     # (measured 3.3e-5 over these 200 steps).
     assert np.max(np.abs(np.asarray(obs["charge"]) / q0 - 1)) <= 1e-4
     assert np.max(np.abs(np.asarray(obs["energy"]) / v0 - 1)) <= 1e-4
     with jax.enable_x64(True):
-        st64 = G.strang(system, 0.01, dtype=jnp.complex128)
+        st64 = G.strang(system, 0.01, policy="f64")
         phi64 = phi0.astype(jnp.complex128)
         _, obs64 = trajectory(st64, st64.init(phi64), 200, save_every=20, observe=G.observe)
-        q64 = float(G.gft_charge(phi64))
+        q64 = float(G.charge(phi64))
         assert np.max(np.abs(np.asarray(obs64["charge"]) / q64 - 1)) <= 1e-12  # exact up to round-off
 
 

@@ -220,7 +220,7 @@ def test_gp_step_sharded_equals_single_device_and_moves_only_shards(mesh, name):
     assert out.sharding.is_equivalent_to(layout.sharding(), 3)  # the layout is kept between steps
     _close(out, _run(ref_stepper, ref_stepper.init(jax.device_put(psi, jax.devices()[0]))))
     # the kinetic factor and V are held in blocks, never whole
-    kin = stepper.params.plan.kin
+    kin = stepper.params.plan.factors[0]
     assert kin.addressable_shards[0].data.size == kin.size // 8
     assert stepper.params.system.potential.addressable_shards[0].data.size == psi.size // 8
     compiled = jax.jit(lambda st, p: st.step(p)).lower(stepper, psi_s).compile()

@@ -268,3 +268,17 @@ def test_gp_run_default_keeps_the_norm(tmp_path):
     )
     norms = json.loads((tmp_path / "observables.json").read_text())["observables"]["norm"]
     assert max(abs(n - 1) for n in norms) < 1e-6
+
+
+def test_float64_runs_in_a_scope_and_never_turns_x64_on_for_the_process():
+    import jax
+    import jax.numpy as jnp
+
+    cfg = bec.BECConfig(dims=1, grid=16, precision="float64")
+    before = bool(jax.config.jax_enable_x64)
+    if not before:
+        with pytest.raises(ValueError, match="precision=float64 needs 64-bit JAX"):
+            bec.gp_system(cfg)
+    with bec.precision_scope(cfg):
+        assert bec.gp_system(cfg).potential.dtype == jnp.float64
+    assert bool(jax.config.jax_enable_x64) == before

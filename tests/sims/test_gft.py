@@ -86,3 +86,16 @@ def test_every_bad_value_is_one_line_and_exit_2(tmp_path, capsys, key, value, me
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], err
     assert not (out / "final_state.npy").exists()
+
+
+def test_float64_runs_in_a_scope_and_never_turns_x64_on_for_the_process():
+    import jax
+
+    cfg = gft.GFTConfig(rank=2, grid=8, precision="float64")
+    before = bool(jax.config.jax_enable_x64)
+    if not before:
+        with pytest.raises(ValueError, match="precision=float64 needs 64-bit JAX"):
+            gft.initial_state(cfg)
+    with gft.precision_scope(cfg):
+        assert gft.initial_state(cfg).dtype == np.complex128
+    assert bool(jax.config.jax_enable_x64) == before

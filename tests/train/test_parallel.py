@@ -547,11 +547,14 @@ def test_sharded_grid_placement():
 
 
 def _gp_case():
+    from ivhl_jax.numerics.rollout import trajectory
+
     C = pytest.importorskip("ivhl_jax.physics.condensate")
     grid = C.Grid.uniform((16, 16, 16), 10.0)
     system = C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0, 0.0)
     psi = C.imprint_vortices(C.gaussian(grid), grid, jnp.array([[0.5, 0.0, 0.0]]), jnp.array([1]))
-    f = jax.jit(lambda p: C.evolve(p, system, 0.01, 5, 5)[0])
+    st = C.strang(system, 0.01)
+    f = jax.jit(lambda p: trajectory(st, p, 5, save_every=5)[0])
     return f, psi, f(jax.device_put(psi, jax.devices()[0]))
 
 
@@ -572,6 +575,7 @@ def test_gross_pitaevskii_3d_pencil_split_equals_single_device():
     """3-D GP split along x and y (a pencil over the (data 4, tensor 2) mesh): the system's layout makes the
     kinetic step use the distributed FFT (all-to-all transposes, no gather); equal to one device."""
     from ivhl_jax.numerics import distributed_fft
+    from ivhl_jax.numerics.rollout import trajectory
 
     C = pytest.importorskip("ivhl_jax.physics.condensate")
     _, psi, single = _gp_case()
@@ -579,7 +583,8 @@ def test_gross_pitaevskii_3d_pencil_split_equals_single_device():
     grid = C.Grid.uniform((16, 16, 16), 10.0)
     layout = distributed_fft.fft_layout(mesh, P("data", "tensor"))
     system = C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0, 0.0, layout=layout)
-    split = jax.jit(lambda p: C.evolve(p, system, 0.01, 5, 5)[0])(psi)
+    st = C.strang(system, 0.01)
+    split = jax.jit(lambda p: trajectory(st, st.init(p), 5, save_every=5)[0])(psi)
     assert split.sharding.is_equivalent_to(layout.sharding(), 3)
     assert split.addressable_shards[0].data.shape == (4, 8, 16)
     np.testing.assert_allclose(np.asarray(split), np.asarray(single), atol=2e-6)

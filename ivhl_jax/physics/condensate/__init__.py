@@ -30,11 +30,12 @@ Every factor e^{−iθ} is applied as ψ + ψ·(e^{−iθ} − 1) (:func:`ivhl_j
 a float32 e^{−iθ} has |e^{−iθ}|² − 1 ~ ±1e-7 for the small θ of occupied modes, the same at every step,
 which would add up to a norm drift of ~1e-3 over 10⁴ steps; the "minus one" form removes that bias.
 
-One door: :func:`strang` builds the stepper (it validates dt against the grid and holds dt once, with
-the kinetic factors derived from it); ``stepper.init(psi)`` validates the state; every run goes through
+One door: :func:`strang` builds the stepper (an adapter over the split-step engine
+:mod:`ivhl_jax.numerics.splitstep`: it checks dt against the grid once, :func:`max_stable_dt`, and holds the
+kinetic factors derived from it); ``stepper.init(psi)`` validates the state; every run goes through
 :func:`ivhl_jax.numerics.rollout.trajectory` or :func:`~ivhl_jax.numerics.rollout.chunked`, recording
-:func:`observe`. :func:`evolve` is that call spelled out; :func:`ground_state` iterates imaginary-time
-steps to convergence.
+:func:`observe`, e.g. ``trajectory(st, st.init(psi), steps, save_every=..., observe=observe)`` with
+``st = strang(system, dt)``; :func:`ground_state` iterates imaginary-time steps to convergence.
 
 The package is split by job: :mod:`~ivhl_jax.physics.condensate.system` (grid, system, potentials),
 :mod:`~ivhl_jax.physics.condensate.stepper` (the Strang stepper),
@@ -68,7 +69,7 @@ from ivhl_jax.physics.condensate.states import (
     thomas_fermi_density,
     thomas_fermi_mu,
 )
-from ivhl_jax.physics.condensate.stepper import StrangParams, evolve, strang
+from ivhl_jax.physics.condensate.stepper import StrangParams, max_stable_dt, strang
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, harmonic
 from ivhl_jax.physics.condensate.vortices import VortexLines, Vortices, vortex_lines, vortices
 
@@ -78,7 +79,7 @@ __all__ = [
     "harmonic",
     "strang",
     "observe",
-    "evolve",
+    "max_stable_dt",
     "ground_state",
     "norm",
     "normalize",

@@ -12,7 +12,6 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 from jaxtyping import Array, Float
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
@@ -23,16 +22,32 @@ from ivhl_jax.numerics.spectral import check_backend
 __all__ = ["Grid", "GPSystem", "harmonic", "with_policy"]
 
 
-class Grid(struct.PyTreeNode):
+class Grid:
     """A periodic box centred at the origin: ``shape`` points over side ``length`` per axis.
 
     Coordinates x_j = −L/2 + j·dx, j = 0..n−1 (dx = L/n, the point L/2 is the image of −L/2);
-    wavenumbers k = 2π·fftfreq(n, dx). The grid is static (hashable, no array leaves), so it can be
-    closed over or passed through ``jit``/``vmap`` freely.
+    wavenumbers k = 2π·fftfreq(n, dx). The grid is static (immutable, hashable, a pytree with no leaves), so it
+    can be closed over or passed through ``jit``/``vmap`` freely. ``Grid(shape, length)`` (tuples) and
+    :meth:`uniform` validate once; pytree reconstruction returns the grid itself.
     """
 
-    shape: tuple[int, ...] = struct.field(pytree_node=False)
-    length: tuple[float, ...] = struct.field(pytree_node=False)
+    __slots__ = ("shape", "length")
+    shape: tuple[int, ...]
+    length: tuple[float, ...]
+
+    def __init__(self, shape: tuple[int, ...], length: tuple[float, ...]):
+        if not isinstance(shape, tuple) or not all(isinstance(s, (int, np.integer)) for s in shape):
+            raise TypeError(f"shape must be a tuple of ints, got {shape!r}")
+        if not 1 <= len(shape) <= 3:
+            raise ValueError(f"shape must have 1, 2 or 3 entries (dimensions), got {shape}")
+        if any(s < 2 for s in shape):
+            raise ValueError(f"shape entries must be >= 2 points per axis, got {shape}")
+        if not isinstance(length, tuple) or len(length) != len(shape):
+            raise ValueError(f"length must be a number or have {len(shape)} entries to match shape, got {length!r}")
+        for v in length:
+            check_scalar(v, "length", positive=True)
+        object.__setattr__(self, "shape", tuple(int(n) for n in shape))
+        object.__setattr__(self, "length", tuple(float(v) for v in length))
 
     @classmethod
     def uniform(cls, shape: int | Sequence[int], length: float | Sequence[float]) -> Grid:
@@ -49,19 +64,20 @@ class Grid(struct.PyTreeNode):
             check_scalar(v, "length", positive=True)
         return cls(shape=shape_t, length=tuple(float(v) for v in length_t))
 
-    def __post_init__(self):
-        # Also runs for Grid(shape=..., length=...) built directly (the grid is static: cheap, no arrays).
-        shape, length = self.shape, self.length
-        if not isinstance(shape, tuple) or not all(isinstance(s, (int, np.integer)) for s in shape):
-            raise TypeError(f"shape must be a tuple of ints, got {shape!r}")
-        if not 1 <= len(shape) <= 3:
-            raise ValueError(f"shape must have 1, 2 or 3 entries (dimensions), got {shape}")
-        if any(s < 2 for s in shape):
-            raise ValueError(f"shape entries must be >= 2 points per axis, got {shape}")
-        if not isinstance(length, tuple) or len(length) != len(shape):
-            raise ValueError(f"length must be a number or have {len(shape)} entries to match shape, got {length!r}")
-        for v in length:
-            check_scalar(v, "length", positive=True)
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Grid is immutable; build a new one (Grid.uniform(shape, length)) to change {name}")
+
+    def __reduce__(self):
+        return (Grid, (self.shape, self.length))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Grid) and (self.shape, self.length) == (other.shape, other.length)
+
+    def __hash__(self) -> int:
+        return hash(("Grid", self.shape, self.length))
+
+    def __repr__(self) -> str:
+        return f"Grid(shape={self.shape}, length={self.length})"
 
     @property
     def ndim(self) -> int:
@@ -106,6 +122,10 @@ class Grid(struct.PyTreeNode):
         shp = [1] * self.ndim
         shp[axis] = -1
         return v.reshape(shp)
+
+
+# No leaves: the grid travels as the treedef's static data, and reconstruction returns it unchanged.
+jax.tree_util.register_pytree_node(Grid, lambda g: ((), g), lambda g, _: g)
 
 
 @functools.lru_cache(maxsize=64)
@@ -160,46 +180,56 @@ def harmonic(grid: Grid, omega: Any = 1.0, *, dtype: Any = jnp.float32) -> Float
     return jnp.asarray(v, dtype)
 
 
-class GPSystem(struct.PyTreeNode):
+class GPSystem:
     """A Gross–Pitaevskii problem: grid, external potential V (real, grid-shaped), coupling g, rotation Ω.
 
-    ``potential``, ``g`` and ``omega_rot`` are pytree leaves (they can be traced, differentiated and
-    vmapped, e.g. an ensemble of g values); the grid is static. The real dtype of ``potential`` sets
-    the working precision: float32 → complex64 (default), float64 → complex128 (needs x64).
-    The rotation term −Ω L_z needs a 2D or 3D grid (rotation about z).
+    ``GPSystem(grid, potential, g=0.0, omega_rot=0.0, fft="xla", layout=None)`` validates its input once and
+    places V on ``layout``; pytree reconstruction (``jit``, ``vmap``, ``grad``, ``jax.tree.map``) rebuilds the
+    fields as they are, checking and moving nothing. ``potential``, ``g`` and ``omega_rot`` are pytree leaves
+    (they can be traced, differentiated and vmapped, e.g. an ensemble of g values); the grid, the FFT backend,
+    the layout and ``rotating`` are static. The real dtype of ``potential`` sets the working precision:
+    float32 → complex64 (default), float64 → complex128 (needs x64).
+
+    ``rotating`` (static) selects the rotating-frame kinetic step (−Ω L_z, about z: a 2D or 3D grid). It is
+    chosen here: by default False when Ω is given as a concrete 0 (the cheaper rotation-free step), True
+    otherwise (also for a traced Ω); pass ``rotating=True`` to keep the rotating step for Ω = 0 (e.g. a
+    gradient at Ω = 0). Ω stays a leaf either way, so a gradient has the system's tree structure.
+
+    ``fft``: the kinetic step's FFT backend, "xla" (portable, shardable) or "ducc" (host FFT on the CPU
+    backend, an optional GPL dependency), see :mod:`ivhl_jax.numerics.spectral`. ``layout``: how ψ is split
+    over a device mesh (an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`: slab or pencil) or None; with
+    a layout the kinetic step uses the distributed FFT and V, the kinetic factors and ψ
+    (``strang(...).init``) are held in blocks, one per device.
     """
 
-    grid: Grid = struct.field(pytree_node=False)
+    __slots__ = ("grid", "potential", "g", "omega_rot", "fft", "layout", "rotating")
+    grid: Grid
     potential: Any
-    g: Any = 0.0
-    omega_rot: Any = 0.0
-    # FFT backend of the kinetic step: "xla" (portable, shardable) or "ducc" (host FFT on the CPU backend,
-    # an optional GPL dependency), see ivhl_jax.numerics.spectral.
-    fft: str = struct.field(pytree_node=False, default="xla")
-    # How ψ is split over a device mesh (an ivhl_jax.numerics.distributed_fft.FFTLayout: slab or pencil), or
-    # None. With a layout the kinetic step uses the distributed FFT (all-to-all transposes, no gather), and V,
-    # the kinetic factors and ψ (``strang(...).init``) are held in blocks, one per device.
-    layout: Any = struct.field(pytree_node=False, default=None)
+    g: Any
+    omega_rot: Any
+    fft: str
+    layout: Any
+    rotating: bool
 
-    def __post_init__(self):
-        # A concrete Ω = 0 is stored as None (an empty pytree node), so that "no rotation" stays
-        # static under jit and the cheaper rotation-free kinetic step is selected at trace time.
-        om = self.omega_rot
-        if (
-            om is not None
-            and not isinstance(om, jax.core.Tracer)
-            and isinstance(om, (int, float, np.ndarray, np.generic, jax.Array))
-        ):
-            if np.ndim(om) == 0 and float(np.asarray(om)) == 0.0:
-                object.__setattr__(self, "omega_rot", None)
-        check_backend(self.fft)
-        if self.layout is not None and isinstance(self.grid, Grid):
-            object.__setattr__(self, "layout", check_layout(self.layout, self.grid.shape, fft=self.fft))
-        # Validate only genuine user input; pytree reconstruction may pass tracers or placeholders.
-        if isinstance(self.potential, list):
-            object.__setattr__(self, "potential", check_array(self.potential, "potential", kind="floating"))
-        for name in ("g", "omega_rot"):
-            v = getattr(self, name)
+    def __init__(
+        self,
+        grid: Grid,
+        potential: Any,
+        g: Any = 0.0,
+        omega_rot: Any = 0.0,
+        fft: str = "xla",
+        layout: Any = None,
+        *,
+        rotating: bool | None = None,
+    ):
+        if not isinstance(grid, Grid):
+            raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
+        check_backend(fft)
+        if layout is not None:
+            layout = check_layout(layout, grid.shape, fft=fft)
+        if omega_rot is None:
+            omega_rot = 0.0
+        for name, v in (("g", g), ("omega_rot", omega_rot)):
             if isinstance(v, (str, bytes)):
                 raise TypeError(f"{name} must be a real number (or array), got {type(v).__name__} {v!r}")
             if isinstance(v, (int, float, np.ndarray, np.generic, jax.Array)) and is_concrete(v):
@@ -208,19 +238,61 @@ class GPSystem(struct.PyTreeNode):
                     raise TypeError(f"{name} must be a real number, got dtype {arr.dtype}")
                 if not np.all(np.isfinite(arr)):
                     raise ValueError(f"{name} must be finite, got {v}")
-        pot = self.potential
-        if isinstance(pot, (np.ndarray, jax.Array)) and is_concrete(pot) and isinstance(self.grid, Grid):
-            if tuple(pot.shape) != self.grid.shape:
-                raise ValueError(f"potential must have the grid's shape {self.grid.shape}, got {tuple(pot.shape)}")
-            if not jnp.issubdtype(pot.dtype, jnp.floating):
-                raise TypeError(f"potential must be real (float32/float64), got {pot.dtype}")
+        omc = concrete_float(omega_rot)
+        if rotating is None:
+            rotating = omc != 0.0
+        elif not isinstance(rotating, (bool, np.bool_)):
+            raise TypeError(f"rotating must be None (decided from omega_rot) or a bool, got {rotating!r}")
+        elif not rotating and omc is not None and omc != 0.0:
+            raise ValueError(f"rotating=False needs omega_rot=0, got omega_rot={omc}")
+        if rotating and grid.ndim < 2:
+            raise ValueError("omega_rot (rotation about z) needs a 2D or 3D grid; use omega_rot=0.0 in 1D")
+        if isinstance(potential, list):
+            potential = check_array(potential, "potential", kind="floating")
+        if isinstance(potential, (np.ndarray, jax.Array)) and is_concrete(potential):
+            if tuple(potential.shape) != grid.shape:
+                raise ValueError(f"potential must have the grid's shape {grid.shape}, got {tuple(potential.shape)}")
+            if not jnp.issubdtype(potential.dtype, jnp.floating):
+                raise TypeError(f"potential must be real (float32/float64), got {potential.dtype}")
             # (a V spread over several processes was checked before it was placed: no host copy of it exists)
-            check_array(pot, "potential", finite=host_readable(pot))
-            if self.layout is not None:
-                object.__setattr__(self, "potential", self.layout.place(pot, "potential"))
-            om = self.omega_rot
-            if om is not None and self.grid.ndim < 2:
-                raise ValueError("omega_rot (rotation about z) needs a 2D or 3D grid; use omega_rot=0.0 in 1D")
+            check_array(potential, "potential", finite=host_readable(potential))
+            if layout is not None:
+                potential = layout.place(potential, "potential")
+        for name, value in (
+            ("grid", grid),
+            ("potential", potential),
+            ("g", g),
+            ("omega_rot", omega_rot),
+            ("fft", fft),
+            ("layout", layout),
+            ("rotating", bool(rotating)),
+        ):
+            object.__setattr__(self, name, value)
+
+    def replace(self, **updates: Any) -> GPSystem:
+        """A new system with ``updates`` (validated like the constructor); a new ``omega_rot`` decides ``rotating``
+        afresh unless ``rotating`` is given too."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        unknown = set(updates) - set(fields)
+        if unknown:
+            raise TypeError(f"GPSystem has no field(s) {sorted(unknown)}; fields: {list(fields)}")
+        if "omega_rot" in updates and "rotating" not in updates:
+            fields["rotating"] = None
+        fields.update(updates)
+        return GPSystem(**fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"GPSystem is immutable; use system.replace({name}=...)")
+
+    def __reduce__(self):  # copy/pickle rebuild the fields as they are, like a pytree reconstruction
+        static = tuple(getattr(self, n) for n in _GP_STATIC)
+        return (_gp_unflatten, (static, tuple(getattr(self, n) for n in _GP_LEAVES)))
+
+    def __repr__(self) -> str:
+        return (
+            f"GPSystem(grid={self.grid!r}, potential={_brief(self.potential)}, g={_brief(self.g)}, "
+            f"omega_rot={_brief(self.omega_rot)}, fft={self.fft!r}, layout={self.layout!r}, rotating={self.rotating})"
+        )
 
     @property
     def real_dtype(self):
@@ -230,10 +302,35 @@ class GPSystem(struct.PyTreeNode):
     def complex_dtype(self):
         return jnp.result_type(self.real_dtype, jnp.complex64)
 
-    @property
-    def rotating(self) -> bool:
-        """False when Ω was given as a concrete 0 (then the cheaper rotation-free kinetic step is used)."""
-        return self.omega_rot is not None
+
+def _brief(x: Any) -> str:
+    shape = getattr(x, "shape", None)
+    return f"{type(x).__name__}{tuple(shape)}" if shape is not None and len(shape) else repr(x)
+
+
+_GP_LEAVES = ("potential", "g", "omega_rot")
+_GP_STATIC = ("grid", "fft", "layout", "rotating")
+
+
+def _gp_flatten_with_keys(system: GPSystem):
+    children = tuple((jax.tree_util.GetAttrKey(n), getattr(system, n)) for n in _GP_LEAVES)
+    return children, tuple(getattr(system, n) for n in _GP_STATIC)
+
+
+def _gp_unflatten(static: tuple, leaves: Any) -> GPSystem:
+    # Reconstruction holds data only: no check, no placement (the constructor did both once).
+    system = object.__new__(GPSystem)
+    for name, value in zip(_GP_STATIC + _GP_LEAVES, tuple(static) + tuple(leaves)):
+        object.__setattr__(system, name, value)
+    return system
+
+
+jax.tree_util.register_pytree_with_keys(
+    GPSystem,
+    _gp_flatten_with_keys,
+    _gp_unflatten,
+    lambda s: (tuple(getattr(s, n) for n in _GP_LEAVES), tuple(getattr(s, n) for n in _GP_STATIC)),
+)
 
 
 def concrete_float(x: Any) -> float | None:
@@ -271,7 +368,10 @@ def with_policy(system: GPSystem, policy: str | Policy | None) -> GPSystem:
     cdt = complex_state_dtype(policy, like=system.potential, routine="the Gross-Pitaevskii split-step solver")
     rdt = jnp.finfo(cdt).dtype
     return system.replace(
-        potential=jnp.asarray(system.potential, rdt), g=as_leaf(system.g, rdt), omega_rot=as_leaf(system.omega_rot, rdt)
+        potential=jnp.asarray(system.potential, rdt),
+        g=as_leaf(system.g, rdt),
+        omega_rot=as_leaf(system.omega_rot, rdt),
+        rotating=system.rotating,
     )
 
 
