@@ -25,6 +25,7 @@ import numpy as np
 
 from bench.harness import interleaved_rounds
 from ivhl_jax.numerics import fastmath as new_fm
+from ivhl_jax.numerics import splitstep
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics import fields
 from ivhl_jax.physics.condensate import stepper as S
@@ -82,13 +83,13 @@ def main() -> None:
             return old_ss.strang_run(
                 q,
                 S.local_energy(p.system),
-                lambda x: S.kinetic_propagate(x, p.plan, p.system.grid.ndim, p.system.fft, p.system.layout),
-                p.plan.dt,
+                lambda x: splitstep.kinetic(x, p.plan),
+                p.dt,
                 n,
             )
 
         f_old = jax.jit(old_run)
-        f_new = jax.jit(lambda q, p, n=steps, run=st.step_fn.run: run(q, p, n))
+        f_new = jax.jit(lambda q, p, n=steps, run=st.run_fn: run(q, p, n))
         for tag, f in (("old", f_old), ("new", f_new)):
             jax.block_until_ready(f(psi, st.params))
             calls[f"gp {shape} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))
