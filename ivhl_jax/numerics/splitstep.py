@@ -84,8 +84,12 @@ def _check_imaginary(imaginary: Any) -> bool:
     return bool(imaginary)
 
 
-def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any, full_range: bool | None = None) -> Any:
-    """The propagator factor minus one: e^{−iθ} − 1 (real time) or e^{−θ} − 1 (imaginary time).
+def phase_factor_m1(
+    theta: Any, imaginary: bool, dtype: Any, full_range: bool | None = None, damping: Any = None
+) -> Any:
+    """The propagator factor minus one: e^{−iθ} − 1 (real time) or e^{−θ} − 1 (imaginary time); with a damping
+    rate γ (real time only) e^{−i(1 − iγ)θ} − 1 = e^{−γθ}(e^{−iθ} − 1) + (e^{−γθ} − 1), each part to full relative
+    precision.
 
     Args:
       theta: real phase (NumPy: a trace-time constant, evaluated in float64; or a JAX array).
@@ -94,16 +98,23 @@ def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any, full_range: bool | 
       full_range: how a JAX θ's sine is reduced (:mod:`ivhl_jax.numerics.fastmath`): None checks θ
         (:func:`~ivhl_jax.numerics.fastmath.sincos`); False is the fast reduction, exact for |θ|/2 ≤
         ``FAST_LIMIT`` (the caller guarantees it); True is correct for every finite θ.
+      damping: None (no damping), or γ ≥ 0 (a float, or a JAX scalar for a JAX θ): the phenomenological
+        dissipation of i∂ψ/∂t = (1 − iγ)Hψ.
 
     Returns:
       ``f − 1`` with θ's shape in ``dtype`` (NumPy for NumPy θ, else a JAX array).
     """
     _check_imaginary(imaginary)
+    if damping is not None and imaginary:
+        raise ValueError("damping applies to real-time factors; imaginary time is already a gradient flow")
     if isinstance(theta, np.ndarray):
         if imaginary:
             return np.expm1(-theta).astype(dtype)
         s = np.sin(0.5 * theta)
-        return (-2 * s * s - 1j * np.sin(theta)).astype(dtype)
+        m = -2 * s * s - 1j * np.sin(theta)
+        if damping is not None:
+            m = np.exp(-damping * theta) * m + np.expm1(-damping * theta)
+        return m.astype(dtype)
     rdt = jnp.finfo(dtype).dtype
     theta_j = theta.astype(rdt)
     if imaginary:
@@ -112,7 +123,11 @@ def phase_factor_m1(theta: Any, imaginary: bool, dtype: Any, full_range: bool | 
     # at small θ is kept because the odd polynomial is x·(1 + O(x²)).
     half = 0.5 * theta_j
     sj, cj = sincos(half) if full_range is None else sincos_static(half, full_range)
-    return jax.lax.complex(-2 * sj * sj, -2 * sj * cj).astype(dtype)
+    m = jax.lax.complex(-2 * sj * sj, -2 * sj * cj)
+    if damping is not None:
+        decay = -jnp.asarray(damping, rdt) * theta_j
+        m = jnp.exp(decay) * m + jnp.expm1(decay)
+    return m.astype(dtype)
 
 
 def kick(
@@ -121,15 +136,16 @@ def kick(
     tau: Any,
     imaginary: bool,
     full_range: bool | None = None,
+    damping: Any = None,
 ) -> Complex[Array, "*shape"]:
     """The local factor ψ ← e^{−i τ U(ψ)} ψ (imaginary time: e^{−τ U(ψ)} ψ), applied in the "minus one" form.
 
     ``local_energy(psi)`` returns the real U (shape broadcastable to ψ); ``tau`` is the (real) time it acts;
-    ``full_range`` as in :func:`phase_factor_m1`.
+    ``full_range`` and ``damping`` as in :func:`phase_factor_m1`.
     """
     u = local_energy(psi)
     theta = u * jnp.asarray(tau, u.dtype)
-    return psi + psi * phase_factor_m1(theta, imaginary, psi.dtype, full_range)
+    return psi + psi * phase_factor_m1(theta, imaginary, psi.dtype, full_range, damping)
 
 
 def split_step(
@@ -139,6 +155,7 @@ def split_step(
     dt: Any,
     imaginary: bool,
     full_range: bool | None = None,
+    damping: Any = None,
 ) -> Complex[Array, "*shape"]:
     """One Strang step e^{−dt/2 U} · K · e^{−dt/2 U} (U local, K the kinetic propagator callable).
 
@@ -149,13 +166,14 @@ def split_step(
       dt: step size (real scalar).
       imaginary: static; imaginary-time factors e^{−dt/2 U}.
       full_range: the local phase's reduction, as in :func:`phase_factor_m1`.
+      damping: None, or the damping rate γ of the local factors (real time; ``kinetic`` carries its own).
     """
     psi = check_array(psi, "psi", kind="complex")
     imaginary = _check_imaginary(imaginary)
     half = 0.5 * dt
-    psi = kick(psi, local_energy, half, imaginary, full_range)
+    psi = kick(psi, local_energy, half, imaginary, full_range, damping)
     psi = kinetic(psi)
-    return kick(psi, local_energy, half, imaginary, full_range)
+    return kick(psi, local_energy, half, imaginary, full_range, damping)
 
 
 def strang_run(
@@ -211,9 +229,10 @@ class SplitStepPlan(struct.PyTreeNode):
     """What one Strang step needs besides U: the kinetic factors and the local half-step time, both from one dt.
 
     Built by :func:`plan` only. Leaves: ``half_dt`` (dt/2 in the real working dtype) and ``factors`` (e^{−iθ} − 1
-    per :class:`KineticTerm`, or :class:`~ivhl_jax.numerics.spectral.HostFactor`). Static: ``stages`` (the
-    factors applied in order, each with its grid axes), the grid ``shape``, ``imaginary``, the FFT backend and
-    the distributed-FFT ``layout`` (or None).
+    per :class:`KineticTerm`, or :class:`~ivhl_jax.numerics.spectral.HostFactor`), and ``damping`` (the damping
+    rate γ of a dissipative real-time plan, which the local factors also apply; None: no damping). Static:
+    ``stages`` (the factors applied in order, each with its grid axes), the grid ``shape``, ``imaginary``, the
+    FFT backend and the distributed-FFT ``layout`` (or None).
     """
 
     half_dt: Any
@@ -223,6 +242,7 @@ class SplitStepPlan(struct.PyTreeNode):
     imaginary: bool = struct.field(pytree_node=False, default=False)
     fft: str = struct.field(pytree_node=False, default="xla")
     layout: Any = struct.field(pytree_node=False, default=None)
+    damping: Any = None
 
     @property
     def dt(self) -> Any:
@@ -361,17 +381,23 @@ def _host_factor_value(key: Hashable, compute: Callable[[], np.ndarray]) -> np.n
     return value
 
 
-def _numpy_factor(term: KineticTerm, dtc: float, imaginary: bool, cname: str) -> np.ndarray:
-    return phase_factor_m1(term.fraction * dtc * np.asarray(term.symbol(), np.float64), imaginary, np.dtype(cname))
+def _numpy_factor(
+    term: KineticTerm, dtc: float, imaginary: bool, cname: str, gamma: float | None = None
+) -> np.ndarray:
+    theta = term.fraction * dtc * np.asarray(term.symbol(), np.float64)
+    return phase_factor_m1(theta, imaginary, np.dtype(cname), damping=gamma)
 
 
-def _factor(term: KineticTerm, dtc: float | None, dt_leaf: Any, imaginary: bool, cdt: Any, fft: str) -> Any:
+def _factor(
+    term: KineticTerm, dtc: float | None, dt_leaf: Any, imaginary: bool, cdt: Any, fft: str, damping: Any = None
+) -> Any:
     rdt = jnp.finfo(cdt).dtype
     cname = np.dtype(cdt).name
+    gamma = None if damping is None else _concrete_scalar(damping)
     if callable(term.symbol):
-        if dtc is not None:
-            key = None if term.key is None else ("splitstep", term.key, term.fraction, dtc, imaginary, cname)
-            recipe = functools.partial(_numpy_factor, term, dtc, imaginary, cname)
+        if dtc is not None and (damping is None or gamma is not None):
+            key = None if term.key is None else ("splitstep", term.key, term.fraction, dtc, imaginary, cname, gamma)
+            recipe = functools.partial(_numpy_factor, term, dtc, imaginary, cname, gamma)
             compute = functools.partial(_host_factor_value, key, recipe)
             if fft == "ducc" and key is not None:
                 return host_factor(compute, key)
@@ -379,7 +405,7 @@ def _factor(term: KineticTerm, dtc: float | None, dt_leaf: Any, imaginary: bool,
         sym = jnp.asarray(np.asarray(term.symbol(), np.float64), rdt)
     else:
         sym = jnp.asarray(term.symbol, rdt)
-    return phase_factor_m1(term.fraction * dt_leaf * sym, imaginary, cdt)
+    return phase_factor_m1(term.fraction * dt_leaf * sym, imaginary, cdt, damping=damping)
 
 
 def plan(
@@ -398,6 +424,7 @@ def plan(
     local_max: float | None = None,
     local_label: str = "local",
     hint: str = "",
+    damping: Any = None,
 ) -> SplitStepPlan:
     """Check dt once (:func:`check_dt`) and build the :class:`SplitStepPlan` of steps of size dt.
 
@@ -412,8 +439,13 @@ def plan(
       layout: an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout` (factors placed in the k-space blocks the
         distributed FFT multiplies) or None.
       kinetic_max, where, label, local_max, local_label, hint: the dt checks (:func:`check_dt`).
+      damping: None, or the damping rate γ ≥ 0 of a dissipative real-time scheme, i∂ψ/∂t = (1 − iγ)Hψ (a scalar
+        leaf: concrete builds the factors in NumPy, traced on the device); every factor, kinetic and local,
+        becomes e^{−i(1 − iγ)θ}.
     """
     imaginary = _check_imaginary(imaginary)
+    if damping is not None and imaginary:
+        raise ValueError("damping applies to real-time steps; imaginary time is already a gradient flow")
     check_dt(
         dt,
         kinetic_max=kinetic_max,
@@ -431,7 +463,8 @@ def plan(
     order = tuple(range(len(terms))) if stages is None else tuple(int(i) for i in stages)
     dtc = _concrete_scalar(dt)
     dt_leaf = jnp.asarray(dt, rdt)
-    factors = tuple(_factor(t, dtc, dt_leaf, imaginary, cdt, fft) for t in terms)
+    damping_leaf = None if damping is None else jnp.asarray(damping, rdt)
+    factors = tuple(_factor(t, dtc, dt_leaf, imaginary, cdt, fft, damping) for t in terms)
     if layout is not None:
         factors = tuple(layout.place_factor(f, shape, t.axes) for f, t in zip(factors, terms))
     return SplitStepPlan(
@@ -442,6 +475,7 @@ def plan(
         imaginary=imaginary,
         fft=fft,
         layout=layout,
+        damping=damping_leaf,
     )
 
 
@@ -489,7 +523,9 @@ def step(
     if plan.imaginary:  # real decay factors: no phase to reduce
         return split_step(psi, local_energy, kin, plan.dt, True, full_range=False)
     full = needs_full_range(jnp.abs(plan.half_dt) * umax)
-    one = functools.partial(split_step, local_energy=local_energy, kinetic=kin, dt=plan.dt, imaginary=False)
+    one = functools.partial(
+        split_step, local_energy=local_energy, kinetic=kin, dt=plan.dt, imaginary=False, damping=plan.damping
+    )
     return jax.lax.cond(full, functools.partial(one, full_range=True), functools.partial(one, full_range=False), psi)
 
 
@@ -503,8 +539,10 @@ def run(
     """``n`` real-time Strang steps of ``plan`` with the potential half-steps of neighbours merged
     (:func:`strang_run`: 2 FFTs and 2 passes over the field per step); ``umax`` as in :func:`step`."""
     psi = check_array(psi, "psi", kind="complex")
-    if plan.imaginary:
-        raise ValueError("run merges real-time half-steps; an imaginary-time plan runs single steps (step)")
+    if plan.imaginary or plan.damping is not None:
+        raise ValueError(
+            "run merges norm-preserving real-time half-steps; an imaginary-time or damped plan runs single steps (step)"
+        )
     full = needs_full_range(jnp.abs(plan.half_dt) * umax)
 
     def kin(p):

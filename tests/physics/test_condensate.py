@@ -769,10 +769,10 @@ def test_dt_is_held_once_every_way_to_change_it_is_the_fresh_builder_or_an_error
     assert not any("'dt'" in jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(st1.params))
     # a system whose static facts (grid, rotation) differ from the factors' is refused at the step
     other = C.GPSystem(C.Grid.uniform(32, 10.0), C.harmonic(C.Grid.uniform(32, 10.0)), 2.0)
-    with pytest.raises(ValueError, match="grid or rotation"):
+    with pytest.raises(ValueError, match="grid, rotation or damping"):
         st1.replace(params=st1.params.replace(system=other)).step(psi)
     rot = C.strang(_trap_system((16, 16), 8.0, g=1.0, omega_rot=0.3), 0.01)
-    with pytest.raises(ValueError, match="grid or rotation"):
+    with pytest.raises(ValueError, match="grid, rotation or damping"):
         rot.replace(params=rot.params.replace(system=rot.params.system.replace(omega_rot=0.0))).step(
             rot.init(C.gaussian(rot.params.system.grid))
         )

@@ -185,10 +185,11 @@ def _check_params(psi: Any, params: StrangParams) -> jax.Array:
         plan.shape != system.grid.shape
         or (params.grid is not None and params.grid != system.grid)
         or (len(plan.factors) == 2) != system.rotating
+        or (plan.damping is not None) != system.dissipative
     ):
         raise ValueError(
-            "params.system (grid or rotation) differs from the one the kinetic factors were built for; build a "
-            "new stepper: condensate.strang(system, dt)"
+            "params.system (grid, rotation or damping) differs from the one the kinetic factors were built for; "
+            "build a new stepper: condensate.strang(system, dt)"
         )
     psi = check_array(psi, "psi", shape=system.grid.shape, kind="complex")
     splitstep.check_placement(psi, system.layout, system.grid.ndim)
@@ -226,7 +227,7 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
     steps; otherwise ``n`` single steps."""
     system = params.system
     psi = _check_params(psi, params)
-    if params.imaginary or params.project_norm is True:
+    if params.imaginary or params.project_norm is True or system.dissipative:
         return jax.lax.fori_loop(0, n, lambda _, p: _one_step(p, params), psi)
     s0 = _sumsq(psi)
     out = splitstep.run(psi, params.plan, local_energy(system), _umax(system, s0), n)
@@ -286,6 +287,12 @@ def strang(
     loop of :func:`ivhl_jax.numerics.rollout.trajectory`. A new dt is a new ``strang(system, dt)`` (same
     program when shapes and settings are unchanged).
 
+    A dissipative system (``GPSystem(..., gamma=γ)``, γ > 0) steps i∂ψ/∂t = (1 − iγ)(H − μ)ψ: every factor
+    becomes e^{−i(1 − iγ)θ} and ψ is projected back to its norm after every step, which is μ chosen to hold the
+    atom number; the energy then falls monotonically to a stationary state (in a rotating trap, a vortex lattice).
+    γ is built into the kinetic factors like dt: a new γ is a new ``strang`` (the same program), and a traced γ
+    (``vmap``/``grad`` over it) builds them on the device.
+
     Args:
       system: the :class:`GPSystem`.
       dt: step size (> 0). Real time: dt·k_max²/2 ≤ π on the grid (split-step stability, :func:`max_stable_dt`),
@@ -317,6 +324,15 @@ def strang(
             f"False (the raw scheme), got {project_norm!r}"
         )
     project_norm = None if project_norm is None else bool(project_norm)
+    if system.dissipative and imaginary:
+        raise ValueError(
+            "gamma damps real-time dynamics; imaginary=True is already a gradient flow: give the system gamma=0"
+        )
+    if system.dissipative and project_norm is False:
+        raise ValueError(
+            "a dissipative system (gamma > 0) holds the atom number by projecting every step (μ tracked); "
+            "project_norm=False would let the damping drain it: use project_norm=None or True"
+        )
     rdt = system.real_dtype
     target = None
     terms, stages = _kinetic_terms(system)
@@ -333,13 +349,18 @@ def strang(
         where="grid",
         label="k_max²/2",
         hint=" or a coarser grid",
+        damping=system.gamma if system.dissipative else None,
     )
     if norm is not None:
         check_scalar(norm, "norm", positive=True)
         target = jnp.asarray(norm, rdt) / jnp.asarray(system.grid.cell_volume, rdt)
     # g and Ω as typed arrays: a Python float and an array of the same value compile the same program.
     system = system.replace(
-        g=as_leaf(system.g, rdt), omega_rot=as_leaf(system.omega_rot, rdt), rotating=system.rotating
+        g=as_leaf(system.g, rdt),
+        omega_rot=as_leaf(system.omega_rot, rdt),
+        rotating=system.rotating,
+        gamma=as_leaf(system.gamma, rdt),
+        dissipative=system.dissipative,
     )
     params = StrangParams(
         system, plan, target, imaginary=bool(imaginary), project_norm=project_norm, grid=system.grid

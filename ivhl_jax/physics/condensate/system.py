@@ -195,6 +195,11 @@ class GPSystem:
     otherwise (also for a traced Ω); pass ``rotating=True`` to keep the rotating step for Ω = 0 (e.g. a
     gradient at Ω = 0). Ω stays a leaf either way, so a gradient has the system's tree structure.
 
+    ``gamma`` (γ ≥ 0, dimensionless, a leaf) is a phenomenological damping rate: real-time steps solve
+    i∂ψ/∂t = (1 − iγ)(H − μ)ψ, with μ tracked so that the atom number is held (ψ is projected back to its norm
+    after every step), so the energy falls monotonically towards a stationary state. ``dissipative`` (static)
+    is chosen like ``rotating``: False for a concrete γ = 0 (the conservative equation), True otherwise.
+
     ``fft``: the kinetic step's FFT backend, "xla" (portable, shardable) or "ducc" (host FFT on the CPU
     backend, an optional GPL dependency), see :mod:`ivhl_jax.numerics.spectral`. ``layout``: how ψ is split
     over a device mesh (an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`: slab or pencil) or None; with
@@ -202,7 +207,7 @@ class GPSystem:
     (``strang(...).init``) are held in blocks, one per device.
     """
 
-    __slots__ = ("grid", "potential", "g", "omega_rot", "fft", "layout", "rotating")
+    __slots__ = ("grid", "potential", "g", "omega_rot", "fft", "layout", "rotating", "gamma", "dissipative")
     grid: Grid
     potential: Any
     g: Any
@@ -210,6 +215,8 @@ class GPSystem:
     fft: str
     layout: Any
     rotating: bool
+    gamma: Any
+    dissipative: bool
 
     def __init__(
         self,
@@ -221,6 +228,8 @@ class GPSystem:
         layout: Any = None,
         *,
         rotating: bool | None = None,
+        gamma: Any = 0.0,
+        dissipative: bool | None = None,
     ):
         if not isinstance(grid, Grid):
             raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
@@ -229,7 +238,9 @@ class GPSystem:
             layout = check_layout(layout, grid.shape, fft=fft)
         if omega_rot is None:
             omega_rot = 0.0
-        for name, v in (("g", g), ("omega_rot", omega_rot)):
+        if gamma is None:
+            gamma = 0.0
+        for name, v in (("g", g), ("omega_rot", omega_rot), ("gamma", gamma)):
             if isinstance(v, (str, bytes)):
                 raise TypeError(f"{name} must be a real number (or array), got {type(v).__name__} {v!r}")
             if isinstance(v, (int, float, np.ndarray, np.generic, jax.Array)) and is_concrete(v):
@@ -245,6 +256,15 @@ class GPSystem:
             raise TypeError(f"rotating must be None (decided from omega_rot) or a bool, got {rotating!r}")
         elif not rotating and omc is not None and omc != 0.0:
             raise ValueError(f"rotating=False needs omega_rot=0, got omega_rot={omc}")
+        gmc = concrete_float(gamma)
+        if gmc is not None and gmc < 0:
+            raise ValueError(f"gamma must be >= 0 (a damping rate; 0 is the conservative GP equation), got {gmc}")
+        if dissipative is None:
+            dissipative = gmc != 0.0
+        elif not isinstance(dissipative, (bool, np.bool_)):
+            raise TypeError(f"dissipative must be None (decided from gamma) or a bool, got {dissipative!r}")
+        elif not dissipative and gmc is not None and gmc != 0.0:
+            raise ValueError(f"dissipative=False needs gamma=0, got gamma={gmc}")
         if rotating and grid.ndim < 2:
             raise ValueError("omega_rot (rotation about z) needs a 2D or 3D grid; use omega_rot=0.0 in 1D")
         if isinstance(potential, list):
@@ -266,6 +286,8 @@ class GPSystem:
             ("fft", fft),
             ("layout", layout),
             ("rotating", bool(rotating)),
+            ("gamma", gamma),
+            ("dissipative", bool(dissipative)),
         ):
             object.__setattr__(self, name, value)
 
@@ -278,6 +300,8 @@ class GPSystem:
             raise TypeError(f"GPSystem has no field(s) {sorted(unknown)}; fields: {list(fields)}")
         if "omega_rot" in updates and "rotating" not in updates:
             fields["rotating"] = None
+        if "gamma" in updates and "dissipative" not in updates:
+            fields["dissipative"] = None
         fields.update(updates)
         return GPSystem(**fields)
 
@@ -291,7 +315,8 @@ class GPSystem:
     def __repr__(self) -> str:
         return (
             f"GPSystem(grid={self.grid!r}, potential={_brief(self.potential)}, g={_brief(self.g)}, "
-            f"omega_rot={_brief(self.omega_rot)}, fft={self.fft!r}, layout={self.layout!r}, rotating={self.rotating})"
+            f"omega_rot={_brief(self.omega_rot)}, fft={self.fft!r}, layout={self.layout!r}, rotating={self.rotating}, "
+            f"gamma={_brief(self.gamma)}, dissipative={self.dissipative})"
         )
 
     @property
@@ -308,8 +333,8 @@ def _brief(x: Any) -> str:
     return f"{type(x).__name__}{tuple(shape)}" if shape is not None and len(shape) else repr(x)
 
 
-_GP_LEAVES = ("potential", "g", "omega_rot")
-_GP_STATIC = ("grid", "fft", "layout", "rotating")
+_GP_LEAVES = ("potential", "g", "omega_rot", "gamma")
+_GP_STATIC = ("grid", "fft", "layout", "rotating", "dissipative")
 
 
 def _gp_flatten_with_keys(system: GPSystem):
@@ -372,6 +397,8 @@ def with_policy(system: GPSystem, policy: str | Policy | None) -> GPSystem:
         g=as_leaf(system.g, rdt),
         omega_rot=as_leaf(system.omega_rot, rdt),
         rotating=system.rotating,
+        gamma=as_leaf(system.gamma, rdt),
+        dissipative=system.dissipative,
     )
 
 
