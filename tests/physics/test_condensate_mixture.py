@@ -342,7 +342,7 @@ def test_grad_through_a_trajectory_matches_a_directional_difference():
         # F = 0 everywhere (pure m = 0, polar): the spin-mixing coefficients are smooth in |F|², so the gradient
         # stays finite there (a closed form in |F| would give 0·∞).
         polar = np.zeros_like(psi3)
-        polar[1] = np.exp(-grid.coords[0] ** 2 / 2)
+        polar[1] = np.exp(-(grid.coords[0] ** 2) / 2)
         assert np.isfinite(float(grad1(1.0, polar)))
 
 
