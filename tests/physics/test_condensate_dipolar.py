@@ -328,3 +328,42 @@ def test_bad_input_is_one_line(build, exc, match):
     with pytest.raises(exc, match=match) as err:
         build()
     assert "\n" not in str(err.value)
+
+
+# --- the stepper contract and precision policies -------------------------------------------------
+def test_params_gradient_feeds_an_optax_update_and_tree_map_stays_on_device():
+    import optax
+
+    grid = Grid.uniform((8, 8, 8), 8.0)
+    st = D.strang_dipolar(
+        D.DipolarSystem.create(grid, harmonic(grid), 5.0, D.Dipolar.create(eps_dd=0.4, cutoff=4.0)), 1e-3
+    )
+    psi = st.init(_gaussian(grid, 1.0, 1.3))
+
+    def loss(params):
+        out = _run(st.replace(params=params), psi, 3)
+        return jnp.sum(jnp.abs(out) ** 2 * jnp.arange(8))
+
+    grads = jax.grad(loss)(st.params)
+    assert jax.tree.structure(grads) == jax.tree.structure(st.params)
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(grads))
+    opt = optax.sgd(1e-3)
+    updates, _ = opt.update(grads, opt.init(st.params))
+    assert jax.tree.structure(optax.apply_updates(st.params, updates)) == jax.tree.structure(st.params)
+    with jax.transfer_guard("disallow"):
+        jax.tree.map(lambda x: x, st)
+
+
+def test_policies_set_the_state_dtype():
+    grid = Grid.uniform((8, 8, 8), 8.0)
+    system = D.DipolarSystem.create(grid, harmonic(grid), 5.0, D.Dipolar.create(eps_dd=0.4))
+    psi = _gaussian(grid, 1.0, 1.0)
+    assert D.strang_dipolar(system, 1e-3).init(psi).dtype == jnp.complex64
+    with jax.enable_x64(True):
+        st = D.strang_dipolar(system, 1e-3, policy="f64")
+        assert st.init(psi).dtype == jnp.complex128 and st.params.system.dipolar.strength.dtype == jnp.float64
+        for st32 in (D.strang_dipolar(system, 1e-3), D.strang_dipolar(system, 1e-3, imaginary=True)):
+            assert trajectory(st32, st32.init(psi), 2)[0].dtype == jnp.complex64  # float32 stays float32 under x64
+    with pytest.raises(ValueError, match="complex64/complex128") as err:
+        D.strang_dipolar(system, 1e-3, policy="bf16")
+    assert "\n" not in str(err.value)

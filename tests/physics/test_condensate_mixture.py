@@ -418,3 +418,56 @@ def test_bad_input_is_one_line(build, exc, match):
     with pytest.raises(exc, match=match) as err:
         build(grid, harmonic(grid))
     assert "\n" not in str(err.value)
+
+
+# --- the stepper contract and precision policies -------------------------------------------------
+def _steppers():
+    grid = Grid.uniform(32, 10.0)
+    V = harmonic(grid)
+    mix = M.strang_mixture(M.MixtureSystem.create(grid, V, [[2.0, 1.0], [1.0, 1.5]]), 1e-3)
+    spin = M.strang_spin1(M.Spin1System.create(grid, V, 5.0, -1.0, p=0.1, q=0.2), 1e-3)
+    return [(mix, _two_blobs(grid, np.complex64)), (spin, _spinor(grid, np.complex64))]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["mixture", "spin1"])
+def test_params_gradient_feeds_an_optax_update_and_tree_map_stays_on_device(which):
+    import optax
+
+    stepper, psi = _steppers()[which]
+    psi = stepper.init(psi)
+
+    def loss(params):
+        out = _run(stepper.replace(params=params), psi, 3)
+        return jnp.sum(jnp.abs(out[0]) ** 2 * jnp.arange(out.shape[-1]))
+
+    grads = jax.grad(loss)(stepper.params)
+    assert jax.tree.structure(grads) == jax.tree.structure(stepper.params)
+    opt = optax.sgd(1e-3)
+    updates, _ = opt.update(grads, opt.init(stepper.params))
+    new = optax.apply_updates(stepper.params, updates)
+    assert jax.tree.structure(new) == jax.tree.structure(stepper.params)
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(grads))
+    with jax.transfer_guard("disallow"):
+        jax.tree.map(lambda x: x, stepper)
+
+
+def test_policies_set_the_state_dtype():
+    grid = Grid.uniform(32, 10.0)
+    system = M.Spin1System.create(grid, harmonic(grid), 5.0, -1.0)
+    psi = _spinor(grid, np.complex64)
+    assert M.strang_spin1(system, 1e-3, policy="f32").init(psi).dtype == jnp.complex64
+    with jax.enable_x64(True):
+        st = M.strang_spin1(system, 1e-3, policy="f64")
+        assert st.init(psi).dtype == jnp.complex128 and st.params.system.c2.dtype == jnp.float64
+        mix = M.MixtureSystem.create(grid, harmonic(grid), np.eye(2))
+        assert M.strang_mixture(mix, 1e-3, policy="f64").init(psi[:2]).dtype == jnp.complex128
+        # a float32 system keeps complex64 with x64 on (no float64 constant may promote the state)
+        for st32 in (
+            M.strang_spin1(system, 1e-3),
+            M.strang_spin1(system, 1e-3, imaginary=True, norm=1.0, magnetization=0.1),
+        ):
+            assert trajectory(st32, st32.init(psi), 2)[0].dtype == jnp.complex64
+        assert trajectory(M.strang_mixture(mix, 1e-3), psi[:2].copy(), 2)[0].dtype == jnp.complex64
+    with pytest.raises(ValueError, match="complex64/complex128") as err:
+        M.strang_spin1(system, 1e-3, policy="bf16")
+    assert "\n" not in str(err.value)

@@ -477,6 +477,7 @@ class StrangSpin1Params(struct.PyTreeNode):
 
 
 _SQRT_HALF = float(np.sqrt(0.5))
+_SQRT_TWO = float(np.sqrt(2.0))
 
 
 def spin_density(psi: Inexact[Array, "3 ..."]) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -491,7 +492,7 @@ def spin_density(psi: Inexact[Array, "3 ..."]) -> tuple[jax.Array, jax.Array, ja
 
 
 def _f_plus(psi: jax.Array) -> jax.Array:
-    return np.sqrt(2.0) * (jnp.conj(psi[0]) * psi[1] + jnp.conj(psi[1]) * psi[2])
+    return _SQRT_TWO * (jnp.conj(psi[0]) * psi[1] + jnp.conj(psi[1]) * psi[2])  # a Python float: weakly typed
 
 
 def magnetization(psi: Inexact[Array, "3 ..."], grid: Grid) -> Float[Array, ""]:
