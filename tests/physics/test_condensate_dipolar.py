@@ -38,8 +38,8 @@ def _angular_mean(w_rho, w_z):
     def weight(u):
         return (w_rho**2 * (1 - u * u) + w_z**2 * u * u) ** -1.5
 
-    num = quad(lambda u: (3 * u * u - 1) * weight(u), 0, 1, epsabs=0.0, epsrel=1e-12, limit=200)[0]
-    return num / quad(weight, 0, 1, epsabs=0.0, epsrel=1e-12, limit=200)[0]
+    num = quad(lambda u: (3 * u * u - 1) * weight(u), 0, 1, epsabs=1e-14, epsrel=1e-12, limit=200)[0]
+    return num / quad(weight, 0, 1, epsabs=1e-14, epsrel=1e-12, limit=200)[0]
 
 
 def _gaussian_dipolar_energy(w_rho, w_z, g_dd=1.0, n=1.0):
