@@ -331,6 +331,7 @@ def test_bad_input_is_one_line(build, exc, match):
 
 
 # --- the stepper contract and precision policies -------------------------------------------------
+@pytest.mark.slow
 def test_params_gradient_feeds_an_optax_update_and_tree_map_stays_on_device():
     import optax
 

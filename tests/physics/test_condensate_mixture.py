@@ -320,7 +320,7 @@ def test_vmap_over_the_interspecies_coupling_and_c2():
 
 
 def test_grad_through_a_trajectory_matches_a_directional_difference():
-    """d/dg₁₂ of ⟨x⟩₁ after 20 steps, and d/dc₂ of N₀ = ∫|ψ₀|² after 20 steps (float64, central differences)."""
+    """d/dg₁₂ of ⟨x⟩₁ after 20 steps (float64, central difference)."""
     with jax.enable_x64(True):
         grid = Grid.uniform(64, 16.0)
         V = harmonic(grid, dtype=jnp.float64)
@@ -340,6 +340,15 @@ def test_grad_through_a_trajectory_matches_a_directional_difference():
         assert abs(float(fd)) > 1e-4
         np.testing.assert_allclose(float(ad), float(fd), rtol=1e-6)
 
+
+@pytest.mark.slow
+def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
+    """d/dc₂ of N₀ = ∫|ψ₀|² after 20 steps (float64, central difference), and a finite gradient through a polar
+    state (slow: the spin-1 gradient program takes ~15 s to compile on 2 cores)."""
+    with jax.enable_x64(True):
+        grid = Grid.uniform(64, 16.0)
+        V = harmonic(grid, dtype=jnp.float64)
+        h = 1e-5
         psi3 = _spinor(grid)
         st1 = M.strang_spin1(M.Spin1System.create(grid, V, 5.0, -1.0, q=0.3), 5e-3)
 
@@ -443,7 +452,7 @@ def _steppers():
     return [(mix, _two_blobs(grid, np.complex64)), (spin, _spinor(grid, np.complex64))]
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["mixture", "spin1"])
+@pytest.mark.parametrize("which", [0, pytest.param(1, marks=pytest.mark.slow)], ids=["mixture", "spin1"])
 def test_params_gradient_feeds_an_optax_update_and_tree_map_stays_on_device(which):
     import optax
 
