@@ -320,6 +320,13 @@ def _g3():
             "dt=5.0 is unstable",
         ),
         (lambda: D.thomas_fermi_aspect_ratio(1.2, 1.0), ValueError, "eps_dd must be < 1"),
+        (
+            lambda: D.strang_dipolar(
+                D.DipolarSystem.create(_g3(), np.zeros((8, 8, 8)), 1e5, D.Dipolar.create(eps_dd=0.5)), 1e-2
+            ).init(np.ones((8, 8, 8))),
+            ValueError,
+            "local phase per step",
+        ),
         (lambda: D.thomas_fermi_aspect_ratio(0.5, 0.0), ValueError, "trap_ratio must be > 0"),
         (lambda: D.dipolar_energy(np.zeros((8, 8, 8)), "system"), TypeError, "system must be a DipolarSystem"),
     ],

@@ -434,6 +434,20 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
             "zero everywhere",
         ),
         (lambda g, V: M.overlap(np.zeros((2, 32)), g, 0, 2), ValueError, "j must be a component index"),
+        (
+            lambda g, V: M.strang_mixture(M.MixtureSystem.create(g, V, [[5e3, 0.0], [0.0, 1.0]]), 5e-3).init(
+                3 * np.stack([np.exp(-(g.coords[0] ** 2))] * 2)
+            ),
+            ValueError,
+            "local phase per step",
+        ),
+        (
+            lambda g, V: M.strang_spin1(M.Spin1System.create(g, V, 5e3, 1.0), 5e-3).init(
+                3 * np.stack([np.exp(-(g.coords[0] ** 2))] * 3)
+            ),
+            ValueError,
+            "local phase per step",
+        ),
     ],
 )
 def test_bad_input_is_one_line(build, exc, match):

@@ -364,11 +364,29 @@ def dipolar_step(psi: Complex[Array, "*grid"], params: StrangDipolarParams) -> C
 
 
 def _dipolar_init(params: StrangDipolarParams, psi: Any) -> jax.Array:
-    """Validate ψ (grid-shaped, finite) and cast it to the system's complex dtype."""
-    arr = check_array(psi, "psi", shape=params.system.grid.shape, kind="inexact")
-    if is_concrete(arr):
-        check_array(arr, "psi", finite=True)
-    return arr.astype(params.system.complex_dtype)
+    """Validate ψ (grid-shaped, finite), check that dt resolves the local phase dt·max|V + g|ψ|² + Φ_dd| ≤ 2π over the
+    cloud (concrete values) and cast ψ to the system's complex dtype."""
+    system = params.system
+    arr = check_array(psi, "psi", shape=system.grid.shape, kind="inexact")
+    leaves = [params.dt, arr, *jax.tree.leaves(system)]
+    if not all(is_concrete(x) for x in leaves):
+        return arr.astype(system.complex_dtype)
+    check_array(arr, "psi", finite=True)
+    arr = arr.astype(system.complex_dtype)
+    rho = np.abs(np.asarray(arr, np.complex128)) ** 2
+    if rho.size and rho.max() > 0:
+        occupied = rho > 1e-6 * rho.max()
+        phi = np.asarray(_phi(jnp.asarray(rho, system.real_dtype), system), np.float64)
+        u = np.asarray(system.potential, np.float64) + float(np.asarray(system.g)) * rho + phi
+        umax = float(np.max(np.abs(u[occupied])))
+        dtc = float(np.asarray(params.dt))
+        if dtc * umax > 2 * np.pi:
+            what = "decay" if params.imaginary else "phase"
+            raise ValueError(
+                f"dt={dtc:.6g} is too large: the local {what} per step dt·max|V + g|ψ|² + Φ_dd| = {dtc * umax:.3g} "
+                f"over the cloud exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
+            )
+    return arr
 
 
 def _with_policy(system: DipolarSystem, policy: str | Policy | None) -> DipolarSystem:
@@ -488,7 +506,10 @@ def dipolar_ground_state(
         arg = sum(grid._bcast(x * x / 2, a) for a, x in enumerate(grid.coords))
         psi = jnp.asarray(np.exp(-arg), system.complex_dtype)
     else:
-        psi = _dipolar_init(StrangDipolarParams(system, dt), psi0)
+        psi = check_array(psi0, "psi0", shape=grid.shape, kind="inexact")
+        if is_concrete(psi):
+            check_array(psi, "psi0", finite=True)
+        psi = psi.astype(system.complex_dtype)
         if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
             raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
     rdt = system.real_dtype

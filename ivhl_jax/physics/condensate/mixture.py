@@ -294,6 +294,28 @@ def _check_imaginary(imaginary: Any) -> bool:
     return bool(imaginary)
 
 
+def _check_local_dt(dt: Any, params: Any, psi: jax.Array, local_max: Any) -> None:
+    """The local factor must be resolved where there are particles: dt·max|U| over the occupied points (density
+    above 1e-6 of its peak) at most 2π, else the one-line error names dt and the bound (real time: the phase per
+    step; imaginary time: the decay). Checked for concrete values only; ``local_max(n_host, rho_host)`` returns
+    max|U| on the occupied points in float64 NumPy."""
+    leaves = [dt, psi, *jax.tree.leaves(params.system)]
+    if not all(is_concrete(x) for x in leaves):
+        return
+    rho = np.sum(np.abs(np.asarray(psi)) ** 2, axis=0)
+    if not rho.size or not rho.max() > 0:
+        return
+    occupied = rho > 1e-6 * rho.max()
+    umax = float(local_max(np.asarray(psi), occupied))
+    dtc = float(np.asarray(dt))
+    if dtc * umax > 2 * np.pi:
+        what = "decay" if params.imaginary else "phase"
+        raise ValueError(
+            f"dt={dtc:.6g} is too large: the local {what} per step dt·max|U| = {dtc * umax:.3g} over the cloud exceeds "
+            f"2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
+        )
+
+
 # ----------------------------------------------------------------------------------------------
 # Mixture
 # ----------------------------------------------------------------------------------------------
@@ -350,8 +372,18 @@ def mixture_step(psi: Complex[Array, "c ..."], params: StrangMixtureParams) -> C
 
 
 def _mixture_init(params: StrangMixtureParams, psi: Any) -> jax.Array:
-    """Validate ψ (shape (C, *grid), finite) and cast it to the system's complex dtype."""
-    return _check_state(psi, params.system, params.system.n_components)
+    """Validate ψ (shape (C, *grid), finite), check that dt resolves the local phase U_i = V_i + Σ_j g_ij|ψ_j|² over
+    the cloud (concrete values), and cast ψ to the system's complex dtype."""
+    psi = _check_state(psi, params.system, params.system.n_components)
+    system = params.system
+
+    def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
+        n = np.abs(p) ** 2
+        u = np.asarray(system.potential, np.float64) + np.tensordot(np.asarray(system.g, np.float64), n, axes=1)
+        return float(np.max(np.abs(u[:, occupied])))
+
+    _check_local_dt(params.dt, params, psi, local_max)
+    return psi
 
 
 def _norm_targets(norm: Any, n_comp: int, grid: Grid, rdt: Any, name: str = "norm") -> jax.Array:
@@ -617,8 +649,22 @@ def spin1_step(psi: Complex[Array, "3 ..."], params: StrangSpin1Params) -> Compl
 
 
 def _spin1_init(params: StrangSpin1Params, psi: Any) -> jax.Array:
-    """Validate ψ (shape (3, *grid), finite) and cast it to the system's complex dtype."""
-    return _check_state(psi, params.system, 3)
+    """Validate ψ (shape (3, *grid), finite), check that dt resolves the local phase (|V + c₀n| + |c₂||F| + |p| + |q|
+    over the cloud, concrete values) and cast ψ to the system's complex dtype."""
+    psi = _check_state(psi, params.system, 3)
+    system = params.system
+
+    def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
+        n = np.sum(np.abs(p) ** 2, axis=0)
+        fp = np.sqrt(2.0) * (np.conj(p[0]) * p[1] + np.conj(p[1]) * p[2])
+        fz = np.abs(p[0]) ** 2 - np.abs(p[2]) ** 2
+        f = np.sqrt(fz**2 + np.abs(fp) ** 2)
+        c0, c2, pz, qz = (float(np.asarray(getattr(system, k))) for k in ("c0", "c2", "p", "q"))
+        u = np.abs(np.asarray(system.potential, np.float64) + c0 * n) + abs(c2) * f + abs(pz) + abs(qz)
+        return float(np.max(u[occupied]))
+
+    _check_local_dt(params.dt, params, psi, local_max)
+    return psi
 
 
 def _spin1_targets(norm: Any, magnetization: Any, grid: Grid, rdt: Any) -> tuple[Any, Any]:
