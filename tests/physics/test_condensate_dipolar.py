@@ -375,3 +375,20 @@ def test_policies_set_the_state_dtype():
     with pytest.raises(ValueError, match="complex64/complex128") as err:
         D.strang_dipolar(system, 1e-3, policy="bf16")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several (host) devices")
+def test_sharded_field_gives_the_single_device_result():
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    grid = Grid.uniform((16, 16, 16), 10.0)
+    X = np.meshgrid(*grid.coords, indexing="ij")[0]
+    psi = (_gaussian(grid, 1.0, 1.3) * np.exp(0.3j * X)).astype(np.complex64)
+    st = D.strang_dipolar(
+        D.DipolarSystem.create(grid, harmonic(grid), 20.0, D.Dipolar.create(eps_dd=0.5, cutoff=5.0)), 1e-3
+    )
+    ref = _run(st, psi, 10)
+    out = _run(st, jax.device_put(st.init(psi), NamedSharding(mesh, PartitionSpec("x"))), 10)
+    assert len(out.sharding.device_set) == len(jax.devices())
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=2e-6)

@@ -508,3 +508,26 @@ def test_policies_set_the_state_dtype():
     with pytest.raises(ValueError, match="complex64/complex128") as err:
         M.strang_spin1(system, 1e-3, policy="bf16")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several (host) devices")
+def test_grid_axes_sharded_over_devices_give_the_single_device_result():
+    """ψ of shape (C, nx, ny) sharded along x: the same steps (one FFT pair per component) and energies."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    grid = Grid.uniform((32, 32), 10.0)
+    psi3 = _spinor(grid, np.complex64)
+    spin = M.strang_spin1(M.Spin1System.create(grid, harmonic(grid), 20.0, -1.0, q=0.2), 1e-3)
+    mix = M.strang_mixture(M.MixtureSystem.create(grid, harmonic(grid), [[2.0, 1.0], [1.0, 2.0]]), 1e-3)
+    for st, psi in ((spin, psi3), (mix, psi3[:2])):
+        p0 = st.init(psi)
+        ref = _run(st, p0, 10)
+        sharded = jax.device_put(p0, NamedSharding(mesh, PartitionSpec(None, "x")))
+        out = _run(st, sharded, 10)
+        assert len(out.sharding.device_set) == len(jax.devices())
+        np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=2e-6)
+    e = jax.jit(lambda p: M.spin1_energy(p, spin.params.system)["total"])
+    np.testing.assert_allclose(
+        float(e(jax.device_put(psi3, NamedSharding(mesh, PartitionSpec(None, "x"))))), float(e(psi3)), rtol=1e-5
+    )

@@ -260,8 +260,11 @@ def _kinetic(psi: jax.Array, grid: Grid, dt: Any, imaginary: bool) -> jax.Array:
     rdt = psi.real.dtype
     k2 = jnp.asarray(grid.k_squared(), rdt)
     m1 = phase_factor_m1(0.5 * jnp.asarray(dt, rdt) * k2, imaginary, psi.dtype)
-    axes = tuple(range(psi.ndim - grid.ndim, psi.ndim))
-    return psi + jnp.fft.ifftn(m1 * jnp.fft.fftn(psi, axes=axes), axes=axes)
+    # One transform pair per component (not one batched transform over the leading axis): XLA:CPU's FFT refuses
+    # the batched form when the grid axes are sharded over devices (a layout RET_CHECK), the per-component one
+    # partitions like the scalar GP step.
+    comps = [c + jnp.fft.ifftn(m1 * jnp.fft.fftn(c)) for c in psi]
+    return jnp.stack(comps, axis=0)
 
 
 def _phase_kick(psi: jax.Array, u: jax.Array, tau: Any, imaginary: bool) -> jax.Array:
