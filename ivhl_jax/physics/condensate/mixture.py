@@ -39,10 +39,10 @@ frozen 3 × 3 Hermitian matrix M = c₂ τ F·f, in closed form: M/|F| has eigen
 is applied in the "minus one" form ψ + (factor − 1)ψ (:func:`ivhl_jax.numerics.splitstep.phase_factor_m1`),
 which keeps the float32 norm from drifting by a fixed bias per step.
 
-Imaginary time (``imaginary=True``) replaces −i dt by −dt in every factor (sinc → sinhc) and projects ψ after
-the kinetic factor and after the step (the normalised gradient flow): a mixture holds every N_i; a spin-1
-condensate holds N, and also M when a magnetisation is requested (the three-factor projection of Bao & Lim,
-SIAM J. Sci. Comput. 30, 1925 (2008), which keeps σ₊₁σ₋₁ = σ₀²).
+Imaginary time (``imaginary=True``) replaces −i dt by −dt in every factor (sinc → sinhc, F frozen at the incoming
+ψ) and projects ψ before the step, after the kinetic factor and after the step (the normalised gradient flow):
+a mixture holds every N_i; a spin-1 condensate holds N, and also M when a magnetisation is requested (the
+three-factor projection of Bao & Lim, SIAM J. Sci. Comput. 30, 1925 (2008), which keeps σ₊₁σ₋₁ = σ₀²).
 
 One builder per system (:func:`strang_mixture`, :func:`strang_spin1`) returns a
 :class:`~ivhl_jax.numerics.rollout.Stepper`; ground states by :func:`mixture_ground_state` and
