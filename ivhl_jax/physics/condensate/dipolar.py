@@ -1,0 +1,586 @@
+"""Dipolar condensates: the dipole–dipole interaction in k-space (with the spherical cutoff), its potential and
+energy, a Strang stepper and imaginary-time ground states, and the Thomas–Fermi aspect ratio.
+
+Units: ħ = m = 1, trap units (as in :mod:`ivhl_jax.physics.condensate`); 3-D grids only. The GP equation with
+dipoles polarised along the unit vector d̂::
+
+    i ∂ψ/∂t = [−½∇² + V + g|ψ|² + Φ_dd] ψ,      Φ_dd = F⁻¹[Ṽ_dd(k) F|ψ|²],
+    E = ∫ [½|∇ψ|² + V|ψ|² + ½g|ψ|⁴ + ½Φ_dd|ψ|²] dV,
+
+with the Fourier transform of U_dd(r) = (3g_dd/4π)(1 − 3cos²θ_r)/r³ (θ_r the angle between r and d̂)
+
+    Ṽ_dd(k) = g_dd (3cos²θ_k − 1),                                       cos θ_k = k·d̂/|k|,
+
+g_dd = C_dd/3 = ε_dd g (ε_dd the relative dipolar strength; ⁵²Cr: ε_dd ≈ 0.16, ¹⁶⁴Dy: ≈ 1.3). On a periodic box
+the uncut kernel couples every image of the cloud; the standard remedy (Ronen, Bortolotti & Bohn,
+PRA 74, 013623 (2006)) truncates U_dd to a sphere r < R_c, whose transform is
+
+    Ṽ_dd(k) = g_dd (3cos²θ_k − 1) [1 + 3cos(R_c k)/(R_c k)² − 3 sin(R_c k)/(R_c k)³]
+
+(→ the uncut form for R_c k ≫ 1, → 0 as k → 0). The pair interaction inside a cloud of diameter D is then
+exact when R_c ≥ D and the box side L ≥ D + R_c (no image within R_c). Ṽ_dd(0) = 0 for both forms (the uncut
+k = 0 value is direction dependent; 0 is its angular mean).
+
+Φ_dd is real and depends on ψ only through |ψ|², which the local factor e^{−iτ(V + g|ψ|² + Φ_dd)} does not
+change, so the Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U} keeps both factors exact, as for contact
+interactions (U now also holds Φ_dd: one real FFT pair per half-step). Imaginary time (the normalised gradient
+flow) replaces −i dt by −dt and projects to N.
+
+In the Thomas–Fermi limit of a cylindrically symmetric harmonic trap (frequencies ω_ρ, ω_z, dipoles along z)
+the density is still an inverted parabola, with the aspect ratio κ = R_ρ/R_z the root of (Eberlein, Giovanazzi
+& O'Dell, PRA 71, 033618 (2005))
+
+    3κ²ε_dd [(γ²/2 + 1) f(κ)/(1 − κ²) − 1] + (ε_dd − 1)(κ² − γ²) = 0,       γ = ω_z/ω_ρ,
+    f(κ) = (1 + 2κ²)/(1 − κ²) − 3κ² artanh(√(1 − κ²))/(1 − κ²)^{3/2}
+
+(:func:`thomas_fermi_aspect_ratio`, solved in float64 with SciPy; κ = γ at ε_dd = 0).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
+
+from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
+from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics.rollout import Stepper, rollout
+from ivhl_jax.numerics.splitstep import phase_factor_m1
+from ivhl_jax.physics.condensate.system import Grid
+
+__all__ = [
+    "Dipolar",
+    "DipolarSystem",
+    "StrangDipolarParams",
+    "dipolar_kernel",
+    "dipolar_potential",
+    "dipolar_energy",
+    "dipolar_gp_energy",
+    "strang_dipolar",
+    "dipolar_step",
+    "dipolar_ground_state",
+    "thomas_fermi_aspect_ratio",
+    "cutoff_factor",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# The interaction spec and the system (data only; validated by ``create``)
+# ----------------------------------------------------------------------------------------------
+class Dipolar(struct.PyTreeNode):
+    """A dipole–dipole interaction: strength, unit dipole axis d̂ (shape (3,)), spherical cutoff R_c or None.
+
+    Build with :meth:`create`. ``strength`` is ε_dd (relative to the contact g of the system it joins) when
+    ``relative`` (static) is True, else g_dd itself; ``strength``, ``axis`` and ``cutoff`` are leaves (traced,
+    vmapped, differentiated).
+    """
+
+    strength: Any
+    axis: Any
+    cutoff: Any = None
+    relative: bool = struct.field(pytree_node=False, default=True)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        eps_dd: Any = None,
+        g_dd: Any = None,
+        axis: Sequence[float] | Any = (0.0, 0.0, 1.0),
+        cutoff: Any = None,
+    ) -> Dipolar:
+        """Validated spec: exactly one of ``eps_dd`` (ε_dd = g_dd/g ≥ 0) or ``g_dd`` (≥ 0, energy × volume);
+        ``axis`` any non-zero 3-vector (normalised here); ``cutoff`` R_c > 0 (trap units) or None (uncut)."""
+        if (eps_dd is None) == (g_dd is None):
+            raise ValueError("pass exactly one of eps_dd (relative to the contact g) or g_dd (absolute strength)")
+        name, value = ("eps_dd", eps_dd) if eps_dd is not None else ("g_dd", g_dd)
+        if isinstance(value, (str, bytes)):
+            raise TypeError(f"{name} must be a real number >= 0, got {value!r}")
+        check_scalar(value, name, nonnegative=True)  # NaN/inf: "must be finite"; negative: ">= 0"
+        if isinstance(axis, (str, bytes)):
+            raise TypeError(f"axis must be a 3-vector (the dipole direction), got {axis!r}")
+        ax = check_array(axis, "axis", shape=(3,), kind="numeric")
+        if jnp.iscomplexobj(ax):
+            raise TypeError(f"axis must be real, got dtype {ax.dtype}")
+        if is_concrete(ax):
+            host = np.asarray(ax, np.float64)
+            if not np.all(np.isfinite(host)):
+                raise ValueError(f"axis must be finite, got {host.tolist()}")
+            length = float(np.linalg.norm(host))
+            if not length > 0:
+                raise ValueError(f"axis must be a non-zero vector (the dipole direction), got {host.tolist()}")
+            ax_out: Any = host / length
+        else:
+            ax_out = ax / jnp.linalg.norm(ax)
+        if cutoff is not None:
+            if isinstance(cutoff, (str, bytes)):
+                raise TypeError(f"cutoff must be a positive radius R_c or None, got {cutoff!r}")
+            check_scalar(cutoff, "cutoff", positive=True)
+        return cls(strength=value, axis=ax_out, cutoff=cutoff, relative=eps_dd is not None)
+
+
+class DipolarSystem(struct.PyTreeNode):
+    """A dipolar GP problem on a 3-D grid: trap V (grid-shaped), contact g, the :class:`Dipolar` interaction.
+
+    Build with :meth:`create`. ``potential``, ``g`` and the spec's leaves are traced; the grid is static. The
+    real dtype of ``potential`` is the working precision (float32 → complex64, float64 → complex128).
+    """
+
+    grid: Grid = struct.field(pytree_node=False)
+    potential: Any
+    g: Any
+    dipolar: Dipolar
+
+    @classmethod
+    def create(cls, grid: Grid, potential: Any, g: Any, dipolar: Dipolar) -> DipolarSystem:
+        """Validated system: ``grid`` 3-D, ``potential`` real of shape ``grid.shape``, ``g`` a real scalar,
+        ``dipolar`` a :class:`Dipolar` (:meth:`Dipolar.create`)."""
+        if not isinstance(grid, Grid):
+            raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
+        if grid.ndim != 3:
+            raise ValueError(f"grid must be 3-D for the dipole-dipole kernel (it is the 3-D one), got {grid.ndim}-D")
+        if not isinstance(dipolar, Dipolar):
+            raise TypeError(
+                f"dipolar must be a Dipolar (Dipolar.create(eps_dd=..., axis=...)), got {type(dipolar).__name__}"
+            )
+        pot = check_array(potential, "potential", shape=grid.shape, kind="floating")
+        if is_concrete(pot):
+            check_array(pot, "potential", finite=True)
+        if isinstance(g, (str, bytes)):
+            raise TypeError(f"g must be a real number, got {g!r}")
+        check_scalar(g, "g")
+        rdt = jnp.result_type(pot)
+        spec = dipolar.replace(
+            strength=jnp.asarray(dipolar.strength, rdt),
+            axis=jnp.asarray(dipolar.axis, rdt),
+            cutoff=None if dipolar.cutoff is None else jnp.asarray(dipolar.cutoff, rdt),
+        )
+        return cls(grid=grid, potential=pot, g=jnp.asarray(g, rdt), dipolar=spec)
+
+    @property
+    def g_dd(self) -> Any:
+        """g_dd = ε_dd·g (relative spec) or the spec's strength."""
+        d = self.dipolar
+        return d.strength * self.g if d.relative else d.strength
+
+    @property
+    def real_dtype(self) -> Any:
+        return jnp.result_type(self.potential)
+
+    @property
+    def complex_dtype(self) -> Any:
+        return jnp.result_type(self.real_dtype, jnp.complex64)
+
+
+def _check_system(system: Any) -> DipolarSystem:
+    if not isinstance(system, DipolarSystem):
+        raise TypeError(f"system must be a DipolarSystem (DipolarSystem.create(...)), got {type(system).__name__}")
+    return system
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernel
+# ----------------------------------------------------------------------------------------------
+_SERIES_TERMS = 8
+
+
+def cutoff_factor(x: Any) -> Any:
+    """The spherical-cutoff factor 1 + 3cos x/x² − 3 sin x/x³ of x = R_c k (NumPy in float64 for NumPy input,
+    else JAX): 0 at x = 0 (x²/10 − x⁴/280 + ..., summed as a series for x < 1, where the closed form cancels),
+    → 1 for x ≫ 1."""
+    xp = np if isinstance(x, (np.ndarray, np.generic, float, int)) else jnp
+    x = xp.asarray(x)
+    small = x < 1.0
+    xs = xp.where(small, xp.ones_like(x), x)
+    direct = 1 + 3 * xp.cos(xs) / xs**2 - 3 * xp.sin(xs) / xs**3
+    # 1 + 3 Σ_n (−1)^{n+1} [1/(2n+2)! − 1/(2n+3)!] x^{2n}: the n = 0 term cancels the 1.
+    y = x * x
+    series = xp.zeros_like(x)
+    for n in range(_SERIES_TERMS, 0, -1):
+        coeff = 3 * (-1) ** (n + 1) * (1 / math.factorial(2 * n + 2) - 1 / math.factorial(2 * n + 3))
+        series = (series + coeff) * y  # Horner: Σ_{n≥1} c_n yⁿ = ((c_N y + c_{N−1}) y + ... + c_1) y
+    return xp.where(small, series, direct)
+
+
+def _half_wavenumbers(grid: Grid) -> list[np.ndarray]:
+    """k per axis broadcast over the real-FFT half spectrum (last axis rfftfreq), float64."""
+    ks = [2 * np.pi * np.fft.fftfreq(n, d) for n, d in zip(grid.shape[:-1], grid.dx[:-1])]
+    ks.append(2 * np.pi * np.fft.rfftfreq(grid.shape[-1], grid.dx[-1]))
+    out = []
+    for a, k in enumerate(ks):
+        shp = [1] * grid.ndim
+        shp[a] = -1
+        out.append(k.reshape(shp))
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _shape_host(grid: Grid, axis: tuple[float, ...], cutoff: float | None, half: bool) -> np.ndarray:
+    """(3cos²θ_k − 1)·cutoff(R_c k) in float64 NumPy (0 at k = 0)."""
+    ks = _half_wavenumbers(grid) if half else [grid._bcast(k, a) for a, k in enumerate(grid.wavenumbers)]
+    k2 = sum(k * k for k in ks)
+    kd = sum(k * d for k, d in zip(ks, axis))
+    zero = k2 == 0
+    k2s = np.where(zero, 1.0, k2)
+    s = 3 * kd * kd / k2s - 1
+    if cutoff is not None:
+        s = s * cutoff_factor(cutoff * np.sqrt(k2))
+    return np.where(zero, 0.0, s)
+
+
+def _shape(grid: Grid, dip: Dipolar, rdt: Any, half: bool) -> jax.Array:
+    ax, rc = dip.axis, dip.cutoff
+    if is_concrete(ax) and (rc is None or is_concrete(rc)):
+        axis = tuple(float(v) for v in np.asarray(ax, np.float64))
+        cut = None if rc is None else float(np.asarray(rc))
+        return jnp.asarray(_shape_host(grid, axis, cut, half), rdt)
+    ks = _half_wavenumbers(grid) if half else [grid._bcast(k, a) for a, k in enumerate(grid.wavenumbers)]
+    k2 = jnp.asarray(sum(k * k for k in ks), rdt)
+    ax = jnp.asarray(ax, rdt)
+    kd = sum(jnp.asarray(k, rdt) * ax[a] for a, k in enumerate(ks))
+    zero = k2 == 0
+    k2s = jnp.where(zero, 1.0, k2)
+    s = 3 * kd * kd / k2s - 1
+    if rc is not None:
+        s = s * cutoff_factor(jnp.asarray(rc, rdt) * jnp.sqrt(k2s))
+    return jnp.where(zero, 0.0, s)
+
+
+def dipolar_kernel(system: DipolarSystem, *, half: bool = False) -> Float[Array, "*kgrid"]:
+    """Ṽ_dd(k) = g_dd(3cos²θ_k − 1)[cutoff(R_c k)] on the system's Fourier grid (module docstring), in the
+    system's real dtype. Shape ``grid.shape`` in ``fftfreq`` order (``half=True``: the real-FFT half
+    spectrum, last axis n//2 + 1). A concrete axis and cutoff are evaluated in float64 NumPy and cast once."""
+    system = _check_system(system)
+    rdt = system.real_dtype
+    return jnp.asarray(system.g_dd, rdt) * _shape(system.grid, system.dipolar, rdt, half)
+
+
+def dipolar_potential(density: Float[ArrayLike, "*grid"], system: DipolarSystem) -> Float[Array, "*grid"]:
+    """Φ_dd = F⁻¹[Ṽ_dd F n] for a density n (real, grid-shaped; energy units ħω₀), by one real FFT pair."""
+    system = _check_system(system)
+    n = check_array(density, "density", shape=system.grid.shape, kind="floating")
+    return _phi(n.astype(system.real_dtype), system)
+
+
+def _phi(n: jax.Array, system: DipolarSystem) -> jax.Array:
+    kern = dipolar_kernel(system, half=True)
+    return jnp.fft.irfftn(kern * jnp.fft.rfftn(n), s=system.grid.shape)
+
+
+def dipolar_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> Float[Array, ""]:
+    """E_dd = ½∫Φ_dd|ψ|² dV (ħω₀)."""
+    system = _check_system(system)
+    psi = check_array(psi, "psi", shape=system.grid.shape, kind="inexact")
+    rdt = system.real_dtype
+    n = (jnp.abs(psi) ** 2).astype(rdt)
+    return 0.5 * jnp.sum(_phi(n, system) * n) * system.grid.cell_volume
+
+
+def dipolar_gp_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> dict[str, Float[Array, ""]]:
+    """E = ∫[½|∇ψ|² + V|ψ|² + ½g|ψ|⁴ + ½Φ_dd|ψ|²] dV (ħω₀; totals). Returns ``kinetic``, ``trap``,
+    ``interaction`` (contact), ``dipolar`` and ``total``; the kinetic part spectral (Parseval)."""
+    system = _check_system(system)
+    grid = system.grid
+    psi = check_array(psi, "psi", shape=grid.shape, kind="inexact")
+    psi = psi.astype(system.complex_dtype)
+    rdt = system.real_dtype
+    dv = grid.cell_volume
+    psi_k = jnp.fft.fftn(psi)
+    k2 = jnp.asarray(grid.k_squared(), rdt)
+    ekin = 0.5 * jnp.sum(k2 * (psi_k.real**2 + psi_k.imag**2)) * dv / grid.size
+    n = psi.real**2 + psi.imag**2
+    etrap = jnp.sum(jnp.asarray(system.potential, rdt) * n) * dv
+    eint = 0.5 * jnp.asarray(system.g, rdt) * jnp.sum(n * n) * dv
+    edd = 0.5 * jnp.sum(_phi(n, system) * n) * dv
+    return {"kinetic": ekin, "trap": etrap, "interaction": eint, "dipolar": edd, "total": ekin + etrap + eint + edd}
+
+
+# ----------------------------------------------------------------------------------------------
+# The stepper
+# ----------------------------------------------------------------------------------------------
+class StrangDipolarParams(struct.PyTreeNode):
+    """Everything one dipolar GP step reads (built by :func:`strang_dipolar`).
+
+    Attributes:
+      system: the :class:`DipolarSystem` (V, g and the dipolar spec are traced leaves).
+      dt: the step size (scalar leaf; the kinetic factor is derived from it inside the step).
+      target: imaginary time: Σ|ψ|² over the grid points (no dV) held, or None (the norm each step starts with).
+      imaginary: static; imaginary-time steps (normalised gradient flow).
+    """
+
+    system: DipolarSystem
+    dt: Any
+    target: Any = None
+    imaginary: bool = struct.field(pytree_node=False, default=False)
+
+
+def _sumsq(psi: jax.Array) -> jax.Array:
+    return jnp.sum(psi.real * psi.real + psi.imag * psi.imag)
+
+
+def _project(psi: jax.Array, target: jax.Array) -> jax.Array:
+    n1 = _sumsq(psi)
+    delta = (target - n1) / (n1 + jnp.sqrt(target * n1))
+    return psi + psi * delta.astype(psi.real.dtype)
+
+
+def dipolar_step(psi: Complex[Array, "*grid"], params: StrangDipolarParams) -> Complex[Array, "*grid"]:
+    """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U}, U = V + g|ψ|² + Φ_dd (imaginary time: projected to N)."""
+    system = params.system
+    grid = system.grid
+    psi = check_array(psi, "psi", shape=grid.shape, kind="complex")
+    rdt = psi.real.dtype
+    imaginary = params.imaginary
+    dt = jnp.asarray(params.dt, rdt)
+    pot = jnp.asarray(system.potential, rdt)
+    g = jnp.asarray(system.g, rdt)
+    kern = dipolar_kernel(system, half=True)  # hoisted: built once per step, used by both half-kicks
+
+    def kick(p: jax.Array) -> jax.Array:
+        n = p.real * p.real + p.imag * p.imag
+        u = pot + g * n + jnp.fft.irfftn(kern * jnp.fft.rfftn(n), s=grid.shape)
+        return p + p * phase_factor_m1(u * (0.5 * dt), imaginary, p.dtype)
+
+    k2 = jnp.asarray(grid.k_squared(), rdt)
+    target: Any = None
+    if imaginary:
+        target = _sumsq(psi) if params.target is None else jnp.asarray(params.target, rdt)
+        psi = _project(psi, target)
+    psi = kick(psi)
+    psi = psi + jnp.fft.ifftn(phase_factor_m1(0.5 * dt * k2, imaginary, psi.dtype) * jnp.fft.fftn(psi))
+    if imaginary:
+        psi = _project(psi, target)
+    psi = kick(psi)
+    if imaginary:
+        psi = _project(psi, target)
+    return psi
+
+
+def _dipolar_init(params: StrangDipolarParams, psi: Any) -> jax.Array:
+    """Validate ψ (grid-shaped, finite), check that dt resolves the local phase dt·max|V + g|ψ|² + Φ_dd| ≤ 2π over the
+    cloud (concrete values) and cast ψ to the system's complex dtype."""
+    system = params.system
+    arr = check_array(psi, "psi", shape=system.grid.shape, kind="inexact")
+    leaves = [params.dt, arr, *jax.tree.leaves(system)]
+    if not all(is_concrete(x) for x in leaves):
+        return arr.astype(system.complex_dtype)
+    check_array(arr, "psi", finite=True)
+    arr = arr.astype(system.complex_dtype)
+    rho = np.abs(np.asarray(arr, np.complex128)) ** 2
+    if rho.size and rho.max() > 0:
+        occupied = rho > 1e-6 * rho.max()
+        phi = np.asarray(_phi(jnp.asarray(rho, system.real_dtype), system), np.float64)
+        u = np.asarray(system.potential, np.float64) + float(np.asarray(system.g)) * rho + phi
+        umax = float(np.max(np.abs(u[occupied])))
+        dtc = float(np.asarray(params.dt))
+        if dtc * umax > 2 * np.pi:
+            what = "decay" if params.imaginary else "phase"
+            raise ValueError(
+                f"dt={dtc:.6g} is too large: the local {what} per step dt·max|V + g|ψ|² + Φ_dd| = {dtc * umax:.3g} "
+                f"over the cloud exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
+            )
+    return arr
+
+
+def _with_policy(system: DipolarSystem, policy: str | Policy | None) -> DipolarSystem:
+    cdt = complex_state_dtype(policy, like=system.potential, routine="the dipolar split-step solver")
+    rdt = jnp.finfo(cdt).dtype
+    return jax.tree.map(lambda x: jnp.asarray(x, rdt), system)
+
+
+def strang_dipolar(
+    system: DipolarSystem,
+    dt: Any,
+    *,
+    imaginary: bool = False,
+    norm: Any = None,
+    policy: str | Policy | None = None,
+) -> Stepper:
+    """The Strang stepper of the dipolar GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² + Φ_dd]ψ (module docstring).
+
+    Args:
+      system: the :class:`DipolarSystem`.
+      dt: step size (> 0, units 1/ω₀). Real time: dt·k_max²/2 ≤ π on the grid (split-step stability).
+      imaginary: imaginary-time steps (normalised gradient flow).
+      norm: imaginary time: the particle number N = ∫|ψ|² dV held (None: the norm each step starts with).
+      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``.
+
+    Returns:
+      A :class:`~ivhl_jax.numerics.rollout.Stepper` on grid-shaped ψ (params :class:`StrangDipolarParams`).
+    """
+    system = _with_policy(_check_system(system), policy)
+    if not isinstance(imaginary, (bool, np.bool_)):
+        raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
+    imaginary = bool(imaginary)
+    check_scalar(dt, "dt", positive=True)
+    grid = system.grid
+    if is_concrete(dt) and not imaginary:
+        bound = float(np.pi / (0.5 * np.max(grid.k_squared())))
+        if float(np.asarray(dt)) > bound:
+            raise ValueError(
+                f"dt={float(np.asarray(dt))} is unstable on this grid: the kinetic phase per step dt·k_max²/2 "
+                f"exceeds π (split-step instability); use dt <= {bound:.3g} or a coarser grid"
+            )
+    rdt = system.real_dtype
+    target: Any = None
+    if norm is not None:
+        check_scalar(norm, "norm", positive=True)
+        target = jnp.asarray(norm, rdt) / jnp.asarray(grid.cell_volume, rdt)
+    params = StrangDipolarParams(system, jnp.asarray(dt, rdt), target, imaginary=imaginary)
+    name = "dipolar-strang-imaginary" if imaginary else "dipolar-strang"
+    return Stepper.create(dipolar_step, params, init_fn=_dipolar_init, name=name)
+
+
+def _no_observe(state: Any, params: Any) -> Any:
+    del state, params
+    return None
+
+
+@functools.partial(jax.jit, static_argnames=("n_blocks", "check_every"))
+def _descend(stepper: Stepper, psi: jax.Array, tol: Any, *, n_blocks: int, check_every: int) -> tuple[Any, Any]:
+    params = stepper.params
+    system = params.system
+    rdt = system.real_dtype
+    tol = jnp.asarray(tol, rdt)
+
+    def total(p):
+        return dipolar_gp_energy(p, system)["total"]
+
+    def cond(c):
+        return jnp.logical_and(c[3] < n_blocks, c[2] > tol)
+
+    def body(c):
+        p, e_old, _, k = c
+        p, _ = rollout(stepper.step_fn, p, params, check_every, save_every=check_every, observe=_no_observe)
+        e = total(p)
+        delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
+        return p, e, delta, k + 1  # a NaN energy stops the loop (NaN > tol is False)
+
+    psi = stepper.step_fn(psi, params)
+    psi, e, delta, k = jax.lax.while_loop(
+        cond, body, (psi, total(psi), jnp.asarray(jnp.inf, rdt), jnp.asarray(0, jnp.int32))
+    )
+    finite = jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)) & jnp.isfinite(e)
+    info = {"steps": k * check_every + 1, "energy": e, "delta": delta, "converged": delta <= tol, "finite": finite}
+    return psi, info
+
+
+def dipolar_ground_state(
+    system: DipolarSystem,
+    norm: Any = 1.0,
+    dt: Any = 1e-2,
+    tol: Any = None,
+    max_steps: int = 100_000,
+    *,
+    psi0: Inexact[ArrayLike, "*grid"] | None = None,
+    check_every: int = 100,
+    policy: str | Policy | None = None,
+) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
+    """Ground state of a dipolar condensate by imaginary-time Strang steps at fixed N (normalised gradient flow).
+
+    Iterates blocks of ``check_every`` steps in one jitted ``lax.while_loop`` until the relative energy change
+    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) or ``max_steps`` is reached.
+
+    Args:
+      system: the :class:`DipolarSystem`.
+      norm: particle number N = ∫|ψ|² dV.
+      dt: imaginary time step.
+      tol, max_steps, check_every: convergence test and step budget.
+      psi0: initial guess, grid-shaped (default: a unit-width Gaussian).
+      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``; ψ is returned in the policy's output dtype.
+
+    Returns:
+      (ψ, info): info = {"steps", "energy", "delta", "converged", "finite"}.
+    """
+    system = _with_policy(_check_system(system), policy)
+    check_scalar(dt, "dt", positive=True)
+    grid = system.grid
+    if psi0 is None:
+        arg = sum(grid._bcast(x * x / 2, a) for a, x in enumerate(grid.coords))
+        psi = jnp.asarray(np.exp(-arg), system.complex_dtype)
+    else:
+        psi = check_array(psi0, "psi0", shape=grid.shape, kind="inexact")
+        if is_concrete(psi):
+            check_array(psi, "psi0", finite=True)
+        psi = psi.astype(system.complex_dtype)
+        if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
+            raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
+    rdt = system.real_dtype
+    if tol is None:
+        tol = 4e-7 if np.dtype(rdt).itemsize <= 4 else 1e-10
+    check_scalar(tol, "tol", positive=True)
+    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
+    check_scalar(check_every, "check_every", integer=True, minimum=1)
+    stepper = strang_dipolar(system, dt, imaginary=True, norm=norm)
+    n_blocks = -(-int(max_steps) // int(check_every))
+    psi, info = _descend(stepper, psi, tol, n_blocks=n_blocks, check_every=int(check_every))
+    ok = info["finite"]
+    if is_concrete(ok) and not bool(ok):
+        raise ValueError(
+            f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
+        )
+    pol = physics_policy(policy, like=psi)
+    return psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64)), info
+
+
+# ----------------------------------------------------------------------------------------------
+# Thomas–Fermi aspect ratio (float64 reference)
+# ----------------------------------------------------------------------------------------------
+def _f_over(kappa: float) -> float:
+    """f(κ)/(1 − κ²) (module docstring), real for every κ > 0: the series Σ_{j≥1} 6 s^{2j−2}/((2j+1)(2j+3)),
+    s² = 1 − κ², near κ = 1 (where the closed form is 0/0), artanh for κ < 1, arctan for κ > 1."""
+    s2 = 1.0 - kappa * kappa
+    if abs(s2) < 0.1:
+        return sum(6.0 * s2 ** (j - 1) / ((2 * j + 1) * (2 * j + 3)) for j in range(1, 40))
+    if s2 > 0:
+        s = math.sqrt(s2)
+        ratio = math.atanh(s) / s  # artanh(s)/s
+    else:
+        t = math.sqrt(-s2)
+        ratio = math.atan(t) / t  # artanh(i t)/(i t)
+    f = (1 + 2 * kappa * kappa) / s2 - 3 * kappa * kappa * ratio / s2
+    return f / s2
+
+
+def thomas_fermi_aspect_ratio(eps_dd: float, trap_ratio: float) -> float:
+    """The Thomas–Fermi aspect ratio κ = R_ρ/R_z of a dipolar condensate in a cylindrical harmonic trap.
+
+    Dipoles along the trap axis z; ``trap_ratio`` γ = ω_z/ω_ρ > 0; 0 ≤ ε_dd < 1 (``eps_dd``). The root of
+    3κ²ε_dd[(γ²/2 + 1) f(κ)/(1 − κ²) − 1] + (ε_dd − 1)(κ² − γ²) = 0 (Eberlein, Giovanazzi & O'Dell 2005; module
+    docstring), found in float64 by ``scipy.optimize.brentq`` to 1e-14: κ = γ at ε_dd = 0, and the dipoles
+    stretch the cloud along z (κ < γ) for ε_dd > 0. For ε_dd ≥ 1 the homogeneous gas is unstable and the
+    equation can have several roots or none, so that range is refused.
+    """
+    from scipy.optimize import brentq
+
+    check_scalar(eps_dd, "eps_dd", nonnegative=True)
+    check_scalar(trap_ratio, "trap_ratio", positive=True)
+    eps, gam = float(eps_dd), float(trap_ratio)
+    if not eps < 1:
+        raise ValueError(
+            f"eps_dd must be < 1 for the Thomas-Fermi aspect ratio (the homogeneous dipolar gas is unstable "
+            f"beyond), got {eps}"
+        )
+    if eps == 0:
+        return gam
+
+    def h(log_k: float) -> float:
+        k2 = math.exp(2 * log_k)
+        return 3 * k2 * eps * ((gam * gam / 2 + 1) * _f_over(math.sqrt(k2)) - 1) + (eps - 1) * (k2 - gam * gam)
+
+    # h > 0 as κ → 0 ((1 − ε)γ²) and h < 0 as κ → ∞ (−(1 + 2ε)κ²): bracket the sign change on a log grid.
+    grid = np.log(gam) + np.linspace(-12.0, 12.0, 481)
+    vals = [h(v) for v in grid]
+    for a, b, fa, fb in zip(grid[:-1], grid[1:], vals[:-1], vals[1:]):
+        if fa == 0:
+            return float(math.exp(a))
+        if fa * fb < 0:
+            return float(math.exp(brentq(h, a, b, xtol=1e-14, rtol=1e-14)))
+    raise ValueError(f"no Thomas-Fermi aspect ratio found for eps_dd={eps}, trap_ratio={gam}")  # pragma: no cover

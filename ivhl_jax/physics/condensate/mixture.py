@@ -1,0 +1,920 @@
+"""Multi-component condensates: C-component mixtures (coupling matrix g_ij) and spin-1 spinor condensates.
+
+Units: ħ = m = 1 (every component has the same mass), lengths in trap units a_ho, times in 1/ω₀, energies in
+ħω₀ (as in :mod:`ivhl_jax.physics.condensate`). Arrays use ``indexing="ij"`` on the component's :class:`Grid`.
+
+**Mixture** (:class:`MixtureSystem`), ψ of shape (C, *grid), component i normalised to N_i = ∫|ψ_i|² dV::
+
+    i ∂ψ_i/∂t = [−½∇² + V_i + Σ_j g_ij |ψ_j|²] ψ_i,
+    E = Σ_i ∫ [½|∇ψ_i|² + V_i |ψ_i|²] dV + ½ Σ_ij g_ij ∫ |ψ_i|²|ψ_j|² dV,
+
+g symmetric (C × C). Every N_i is conserved; two components mix for g₁₂² < g₁₁g₂₂ and separate for
+g₁₂² > g₁₁g₂₂ (the homogeneous stability condition).
+
+**Spin-1** (:class:`Spin1System`), ψ of shape (3, *grid), components m = +1, 0, −1 in that order::
+
+    i ∂ψ_m/∂t = [−½∇² + V + c₀ n − p m + q m²] ψ_m + c₂ Σ_m' (F·f)_mm' ψ_m',
+    E = ∫ [Σ_m (½|∇ψ_m|² + (V − p m + q m²)|ψ_m|²) + ½c₀ n² + ½c₂ |F|²] dV,
+
+with n = Σ_m |ψ_m|², F = ψ† f ψ the spin density (f the spin-1 matrices: F_z = |ψ₊₁|² − |ψ₋₁|²,
+F₊ = F_x + iF_y = √2 (ψ₊₁* ψ₀ + ψ₀* ψ₋₁)), p and q the linear and quadratic Zeeman energies. N = ∫n dV and the
+magnetisation M = ∫F_z dV are conserved (for every p: the linear Zeeman term commutes with F_z). c₂ < 0
+(⁸⁷Rb) favours the ferromagnetic state |F| = n, c₂ > 0 (²³Na) the polar state |F| = 0.
+
+Time stepping (second-order Strang splitting, each piece the exact flow of its part)::
+
+    mixture:  e^{−i dt/2 U} · K(dt) · e^{−i dt/2 U},      U_i = V_i + Σ_j g_ij |ψ_j|²
+    spin-1:   D(dt/2) · S(dt/2) · K(dt) · S(dt/2) · D(dt/2)
+
+K(dt) = F⁻¹ e^{−i k² dt/2} F is the exact kinetic propagator (the same for every component). U and the
+diagonal spin-1 part D (phases V + c₀n − pm + qm², component by component) leave every |ψ_m| unchanged, so
+evaluating them on the incoming ψ is exact. The spin-mixing part S is the flow of c₂ F·f, which leaves n and
+F unchanged pointwise (F·f generates a rotation about F), so it is the exact matrix exponential of the
+frozen 3 × 3 Hermitian matrix M = c₂ τ F·f, in closed form: M/|F| has eigenvalues −1, 0, 1, so
+(F·f)³ = |F|²(F·f) and
+
+    e^{−iτc₂F·f} = 1 − i τc₂ sinc(τc₂|F|) (F·f) − ½(τc₂)² sinc²(τc₂|F|/2) (F·f)²      (sinc x = sin x / x)
+
+(each coefficient a smooth function of |F|², so the step is differentiable also where F = 0). Every factor
+is applied in the "minus one" form ψ + (factor − 1)ψ (:func:`ivhl_jax.numerics.splitstep.phase_factor_m1`),
+which keeps the float32 norm from drifting by a fixed bias per step.
+
+Imaginary time (``imaginary=True``) replaces −i dt by −dt in every factor (sinc → sinhc, F frozen at the incoming
+ψ) and projects ψ before the step, after the kinetic factor and after the step (the normalised gradient flow):
+a mixture holds every N_i; a spin-1 condensate holds N, and also M when a magnetisation is requested (the
+three-factor projection of Bao & Lim, SIAM J. Sci. Comput. 30, 1925 (2008), which keeps σ₊₁σ₋₁ = σ₀²).
+
+One builder per system (:func:`strang_mixture`, :func:`strang_spin1`) returns a
+:class:`~ivhl_jax.numerics.rollout.Stepper`; ground states by :func:`mixture_ground_state` and
+:func:`spin1_ground_state`; energies by :func:`mixture_energy` and :func:`spin1_energy`; conserved quantities
+by :func:`component_norms`, :func:`magnetization` and :func:`spin_density`; the overlap of two components
+by :func:`overlap`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
+
+from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
+from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics.rollout import Stepper, rollout
+from ivhl_jax.numerics.splitstep import phase_factor_m1
+from ivhl_jax.physics.condensate.system import Grid
+
+__all__ = [
+    "MixtureSystem",
+    "Spin1System",
+    "StrangMixtureParams",
+    "StrangSpin1Params",
+    "strang_mixture",
+    "strang_spin1",
+    "mixture_step",
+    "spin1_step",
+    "mixture_energy",
+    "spin1_energy",
+    "mixture_ground_state",
+    "spin1_ground_state",
+    "component_norms",
+    "magnetization",
+    "spin_density",
+    "overlap",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks shared by the systems (one line each, naming the argument)
+# ----------------------------------------------------------------------------------------------
+def _check_grid(grid: Any) -> Grid:
+    if not isinstance(grid, Grid):
+        raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
+    return grid
+
+
+def _real_dtype(x: Any) -> Any:
+    dt = jnp.result_type(x)
+    return dt if jnp.issubdtype(dt, jnp.floating) else jnp.dtype(jnp.float32)
+
+
+def _check_real_scalar(x: Any, name: str) -> None:
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
+    if is_concrete(x) and np.iscomplexobj(np.asarray(x)):
+        raise TypeError(f"{name} must be a real number, got {x!r}")
+    check_scalar(x, name)  # finite, 0-d
+
+
+def _check_potential(potential: Any, grid: Grid, shapes: tuple[tuple[int, ...], ...], what: str) -> jax.Array:
+    pot = check_array(potential, "potential", kind="floating")
+    if tuple(pot.shape) not in shapes:
+        want = " or ".join(str(s) for s in shapes)
+        raise ValueError(f"potential must have shape {want} ({what}), got {tuple(pot.shape)}")
+    if is_concrete(pot):
+        check_array(pot, "potential", finite=True)
+    return pot
+
+
+# ----------------------------------------------------------------------------------------------
+# Systems (data only; validated by their ``create`` constructors)
+# ----------------------------------------------------------------------------------------------
+class MixtureSystem(struct.PyTreeNode):
+    """A C-component condensate: grid, potentials V_i (shape (C, *grid)), symmetric couplings g_ij (shape (C, C)).
+
+    Build with :meth:`create` (which validates); ``potential`` and ``g`` are leaves (traced, vmapped and
+    differentiated freely), the grid is static. The real dtype of ``potential`` is the working precision
+    (float32 → complex64 state, float64 → complex128).
+    """
+
+    grid: Grid = struct.field(pytree_node=False)
+    potential: Any
+    g: Any
+
+    @classmethod
+    def create(cls, grid: Grid, potential: Any, g: Any) -> MixtureSystem:
+        """Validated mixture: ``potential`` grid-shaped (the same trap for every component) or (C, *grid);
+        ``g`` a real symmetric (C, C) matrix (C ≥ 1), e.g. ``[[g11, g12], [g12, g22]]``."""
+        grid = _check_grid(grid)
+        if isinstance(g, (str, bytes)):
+            raise TypeError(f"g must be a real symmetric (C, C) coupling matrix, got {g!r}")
+        gm = check_array(g, "g", ndim=2, kind="numeric")
+        if gm.shape[0] != gm.shape[1] or gm.shape[0] < 1:
+            raise ValueError(f"g must be a square (C, C) coupling matrix (C components), got shape {tuple(gm.shape)}")
+        if jnp.iscomplexobj(gm):
+            raise TypeError(f"g must be real (couplings g_ij), got dtype {gm.dtype}")
+        c = int(gm.shape[0])
+        pot = _check_potential(
+            potential, grid, (grid.shape, (c,) + grid.shape), f"one trap for all {c} components, or one per component"
+        )
+        rdt = _real_dtype(pot)
+        if is_concrete(gm):
+            gh = np.asarray(gm, np.float64)
+            if not np.all(np.isfinite(gh)):
+                raise ValueError("g contains NaN or inf values")
+            asym = np.abs(gh - gh.T)
+            if np.any(asym > 1e-12 * max(1.0, float(np.max(np.abs(gh))))):
+                i, j = np.unravel_index(int(np.argmax(asym)), asym.shape)
+                raise ValueError(
+                    f"g must be symmetric (g_ij = g_ji, one coupling per pair), got g[{i},{j}] = {gh[i, j]} but "
+                    f"g[{j},{i}] = {gh[j, i]}"
+                )
+        pot = jnp.broadcast_to(pot, (c,) + grid.shape).astype(rdt)
+        return cls(grid=grid, potential=pot, g=gm.astype(rdt))
+
+    @property
+    def n_components(self) -> int:
+        return int(np.shape(self.g)[0])
+
+    @property
+    def real_dtype(self) -> Any:
+        return jnp.result_type(self.potential)
+
+    @property
+    def complex_dtype(self) -> Any:
+        return jnp.result_type(self.real_dtype, jnp.complex64)
+
+
+class Spin1System(struct.PyTreeNode):
+    """A spin-1 condensate: grid, trap V (grid-shaped), density and spin couplings c₀, c₂, Zeeman p, q.
+
+    Build with :meth:`create` (which validates). ψ has shape (3, *grid), components m = +1, 0, −1.
+    ``potential``, ``c0``, ``c2``, ``p``, ``q`` are leaves (traced, vmapped, differentiated); the grid is static.
+    """
+
+    grid: Grid = struct.field(pytree_node=False)
+    potential: Any
+    c0: Any
+    c2: Any
+    p: Any
+    q: Any
+
+    @classmethod
+    def create(cls, grid: Grid, potential: Any, c0: Any, c2: Any, *, p: Any = 0.0, q: Any = 0.0) -> Spin1System:
+        """Validated spin-1 system: ``potential`` real of shape ``grid.shape`` (one trap for all m), c₀, c₂,
+        p, q real scalars (energies in ħω₀; c₀, c₂ times density)."""
+        grid = _check_grid(grid)
+        pot = _check_potential(potential, grid, (grid.shape,), "one trap for all three m components")
+        rdt = _real_dtype(pot)
+        for name, v in (("c0", c0), ("c2", c2), ("p", p), ("q", q)):
+            _check_real_scalar(v, name)
+        return cls(
+            grid=grid,
+            potential=pot,
+            c0=jnp.asarray(c0, rdt),
+            c2=jnp.asarray(c2, rdt),
+            p=jnp.asarray(p, rdt),
+            q=jnp.asarray(q, rdt),
+        )
+
+    @property
+    def real_dtype(self) -> Any:
+        return jnp.result_type(self.potential)
+
+    @property
+    def complex_dtype(self) -> Any:
+        return jnp.result_type(self.real_dtype, jnp.complex64)
+
+
+def _check_system(system: Any, cls: type) -> Any:
+    if not isinstance(system, cls):
+        raise TypeError(f"system must be a {cls.__name__} ({cls.__name__}.create(...)), got {type(system).__name__}")
+    return system
+
+
+def _with_policy(system: Any, policy: str | Policy | None, routine: str) -> Any:
+    """``system`` with every leaf in the real dtype of ``policy``'s complex state (None: the system's own)."""
+    cdt = complex_state_dtype(policy, like=system.potential, routine=routine)
+    rdt = jnp.finfo(cdt).dtype
+    return jax.tree.map(lambda x: jnp.asarray(x, rdt), system)
+
+
+def _cast_output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
+    pol = physics_policy(policy, like=psi)
+    return psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
+
+
+def _check_state(psi: Any, system: Any, n_comp: int, name: str = "psi") -> jax.Array:
+    arr = check_array(psi, name, shape=(n_comp,) + system.grid.shape, kind="inexact")
+    if is_concrete(arr):
+        check_array(arr, name, finite=True)
+    return arr.astype(system.complex_dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared pieces of the steps
+# ----------------------------------------------------------------------------------------------
+def _sumsq(psi: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=axes)
+
+
+def _kinetic(psi: jax.Array, grid: Grid, dt: Any, imaginary: bool) -> jax.Array:
+    """F⁻¹ e^{−i k² dt/2} F ψ over the trailing grid axes (imaginary: e^{−k² dt/2}), as ψ + F⁻¹[(f − 1) F ψ].
+
+    The factor is built from dt here (a scalar leaf), so a stepper's step size and its factor cannot disagree.
+    """
+    rdt = psi.real.dtype
+    k2 = jnp.asarray(grid.k_squared(), rdt)
+    m1 = phase_factor_m1(0.5 * jnp.asarray(dt, rdt) * k2, imaginary, psi.dtype)
+    # One transform pair per component (not one batched transform over the leading axis): XLA:CPU's FFT refuses
+    # the batched form when the grid axes are sharded over devices (a layout RET_CHECK), the per-component one
+    # partitions like the scalar GP step.
+    comps = [c + jnp.fft.ifftn(m1 * jnp.fft.fftn(c)) for c in psi]
+    return jnp.stack(comps, axis=0)
+
+
+def _phase_kick(psi: jax.Array, u: jax.Array, tau: Any, imaginary: bool) -> jax.Array:
+    """ψ ← e^{−iτU}ψ (imaginary: e^{−τU}ψ) for a real U broadcastable to ψ, in the "minus one" form."""
+    return psi + psi * phase_factor_m1(u * jnp.asarray(tau, u.dtype), imaginary, psi.dtype)
+
+
+def _project(psi: jax.Array, target: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """ψ_i rescaled so that Σ|ψ_i|² = target_i over ``axes``: ψ(1 + δ), δ = (n0 − n1)/(n1 + √(n0 n1)) (a float32
+    scale factor near 1 would be quantised to 6e-8 and bias every projection by that much)."""
+    n1 = _sumsq(psi, axes)
+    delta = (target - n1) / (n1 + jnp.sqrt(target * n1))
+    return psi + psi * jnp.expand_dims(delta, axes).astype(psi.real.dtype)
+
+
+def _check_dt(dt: Any, grid: Grid, imaginary: bool) -> None:
+    check_scalar(dt, "dt", positive=True)
+    if is_concrete(dt) and not imaginary:
+        bound = float(np.pi / (0.5 * np.max(grid.k_squared())))
+        if float(np.asarray(dt)) > bound:
+            raise ValueError(
+                f"dt={float(np.asarray(dt))} is unstable on this grid: the kinetic phase per step dt·k_max²/2 "
+                f"exceeds π (split-step instability); use dt <= {bound:.3g} or a coarser grid"
+            )
+
+
+def _check_imaginary(imaginary: Any) -> bool:
+    if not isinstance(imaginary, (bool, np.bool_)):
+        raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
+    return bool(imaginary)
+
+
+def _check_local_dt(dt: Any, params: Any, psi: jax.Array, local_max: Any) -> None:
+    """The local factor must be resolved where there are particles: dt·max|U| over the occupied points (density
+    above 1e-6 of its peak) at most 2π, else the one-line error names dt and the bound (real time: the phase per
+    step; imaginary time: the decay). Checked for concrete values only; ``local_max(n_host, rho_host)`` returns
+    max|U| on the occupied points in float64 NumPy."""
+    leaves = [dt, psi, *jax.tree.leaves(params.system)]
+    if not all(is_concrete(x) for x in leaves):
+        return
+    rho = np.sum(np.abs(np.asarray(psi)) ** 2, axis=0)
+    if not rho.size or not rho.max() > 0:
+        return
+    occupied = rho > 1e-6 * rho.max()
+    umax = float(local_max(np.asarray(psi), occupied))
+    dtc = float(np.asarray(dt))
+    if dtc * umax > 2 * np.pi:
+        what = "decay" if params.imaginary else "phase"
+        raise ValueError(
+            f"dt={dtc:.6g} is too large: the local {what} per step dt·max|U| = {dtc * umax:.3g} over the cloud exceeds "
+            f"2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Mixture
+# ----------------------------------------------------------------------------------------------
+class StrangMixtureParams(struct.PyTreeNode):
+    """Everything one mixture step reads (built by :func:`strang_mixture`).
+
+    Attributes:
+      system: the :class:`MixtureSystem` (V_i and g_ij are traced leaves).
+      dt: the step size (scalar leaf; the kinetic factor is derived from it inside the step).
+      target: imaginary time: Σ|ψ_i|² over the grid points (no dV) that each component is projected to, shape
+        (C,), or None (each component keeps the norm the step starts with).
+      imaginary: static; imaginary-time steps (normalised gradient flow).
+    """
+
+    system: MixtureSystem
+    dt: Any
+    target: Any = None
+    imaginary: bool = struct.field(pytree_node=False, default=False)
+
+
+def _mixture_local(system: MixtureSystem) -> Any:
+    rdt = system.real_dtype
+    pot = jnp.asarray(system.potential, rdt)
+    g = jnp.asarray(system.g, rdt)
+
+    def local(p: jax.Array) -> jax.Array:
+        n = p.real * p.real + p.imag * p.imag
+        return pot + jnp.tensordot(g, n, axes=1)  # U_i = V_i + Σ_j g_ij n_j
+
+    return local
+
+
+def mixture_step(psi: Complex[Array, "c ..."], params: StrangMixtureParams) -> Complex[Array, "c ..."]:
+    """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U} of a mixture (imaginary time: projected to N_i)."""
+    system = params.system
+    grid = system.grid
+    psi = check_array(psi, "psi", shape=(system.n_components,) + grid.shape, kind="complex")
+    axes = tuple(range(1, grid.ndim + 1))
+    imaginary = params.imaginary
+    dt = params.dt
+    local = _mixture_local(system)
+    target: Any = None
+    if imaginary:
+        target = _sumsq(psi, axes) if params.target is None else jnp.asarray(params.target, psi.real.dtype)
+        psi = _project(psi, target, axes)
+    psi = _phase_kick(psi, local(psi), 0.5 * dt, imaginary)
+    psi = _kinetic(psi, grid, dt, imaginary)
+    if imaginary:
+        psi = _project(psi, target, axes)  # the second half-kick sees n_j at the right norm
+    psi = _phase_kick(psi, local(psi), 0.5 * dt, imaginary)
+    if imaginary:
+        psi = _project(psi, target, axes)
+    return psi
+
+
+def _mixture_init(params: StrangMixtureParams, psi: Any) -> jax.Array:
+    """Validate ψ (shape (C, *grid), finite), check that dt resolves the local phase U_i = V_i + Σ_j g_ij|ψ_j|² over
+    the cloud (concrete values), and cast ψ to the system's complex dtype."""
+    psi = _check_state(psi, params.system, params.system.n_components)
+    system = params.system
+
+    def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
+        n = np.abs(p) ** 2
+        u = np.asarray(system.potential, np.float64) + np.tensordot(np.asarray(system.g, np.float64), n, axes=1)
+        return float(np.max(np.abs(u[:, occupied])))
+
+    _check_local_dt(params.dt, params, psi, local_max)
+    return psi
+
+
+def _norm_targets(norm: Any, n_comp: int, grid: Grid, rdt: Any, name: str = "norm") -> jax.Array:
+    """Per-component N_i (a scalar for all, or one per component) as grid sums N_i/dV."""
+    arr = check_array(norm, name, kind="numeric")
+    if arr.ndim == 0:
+        arr = jnp.broadcast_to(arr, (n_comp,))
+    if arr.shape != (n_comp,):
+        raise ValueError(
+            f"{name} must be a number or have {n_comp} entries (one per component), got {tuple(arr.shape)}"
+        )
+    if is_concrete(arr):
+        host = np.asarray(arr, np.float64)
+        if not np.all(np.isfinite(host) & (host > 0)):
+            raise ValueError(f"{name} must be > 0 and finite for every component, got {host.tolist()}")
+    return arr.astype(rdt) / jnp.asarray(grid.cell_volume, rdt)
+
+
+def strang_mixture(
+    system: MixtureSystem,
+    dt: Any,
+    *,
+    imaginary: bool = False,
+    norm: Any = None,
+    policy: str | Policy | None = None,
+) -> Stepper:
+    """The Strang stepper of a C-component mixture i∂ψ_i/∂t = [−½∇² + V_i + Σ_j g_ij|ψ_j|²]ψ_i.
+
+    Args:
+      system: the :class:`MixtureSystem`.
+      dt: step size (> 0, units 1/ω₀). Real time: dt·k_max²/2 ≤ π on the grid (split-step stability).
+      imaginary: imaginary-time steps (−i dt → −dt, each component projected to its norm).
+      norm: imaginary time: the particle numbers N_i = ∫|ψ_i|² dV held (a number for all, or C of them);
+        None holds the norms each step starts with.
+      policy: None (the system's dtype) or ``"f32"`` (complex64) / ``"f64"`` (complex128, needs x64).
+
+    Returns:
+      A :class:`~ivhl_jax.numerics.rollout.Stepper` on states ψ of shape (C, *grid) (``init(psi)`` validates
+      and casts); ``params`` is a :class:`StrangMixtureParams`.
+    """
+    system = _with_policy(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
+    imaginary = _check_imaginary(imaginary)
+    _check_dt(dt, system.grid, imaginary)
+    rdt = system.real_dtype
+    target = None if norm is None else _norm_targets(norm, system.n_components, system.grid, rdt)
+    params = StrangMixtureParams(system, jnp.asarray(dt, rdt), target, imaginary=imaginary)
+    name = "mixture-strang-imaginary" if imaginary else "mixture-strang"
+    return Stepper.create(mixture_step, params, init_fn=_mixture_init, name=name)
+
+
+def _grad_energy(psi: jax.Array, grid: Grid) -> jax.Array:
+    """Σ over leading components of ½∫|∇ψ|² dV (spectral, Parseval), one value per component."""
+    rdt = psi.real.dtype
+    axes = tuple(range(psi.ndim - grid.ndim, psi.ndim))
+    psi_k = jnp.fft.fftn(psi, axes=axes)
+    k2 = jnp.asarray(grid.k_squared(), rdt)
+    return 0.5 * jnp.sum(k2 * (psi_k.real**2 + psi_k.imag**2), axis=axes) * grid.cell_volume / grid.size
+
+
+def mixture_energy(psi: Inexact[Array, "c ..."], system: MixtureSystem) -> dict[str, Float[Array, ""]]:
+    """E = Σ_i ∫[½|∇ψ_i|² + V_i|ψ_i|²] dV + ½Σ_ij g_ij ∫|ψ_i|²|ψ_j|² dV (ħω₀; totals). Returns ``kinetic``,
+    ``trap``, ``interaction`` and ``total`` (the kinetic part spectral)."""
+    system = _check_system(system, MixtureSystem)
+    grid = system.grid
+    psi = check_array(psi, "psi", shape=(system.n_components,) + grid.shape, kind="inexact")
+    psi = psi.astype(jnp.result_type(psi.dtype, jnp.complex64))
+    rdt = psi.real.dtype
+    axes = tuple(range(1, grid.ndim + 1))
+    dv = grid.cell_volume
+    n = psi.real**2 + psi.imag**2
+    ekin = jnp.sum(_grad_energy(psi, grid))
+    etrap = jnp.sum(jnp.asarray(system.potential, rdt) * n) * dv
+    nn = jnp.tensordot(n, n, axes=(axes, axes)) * dv  # ∫ n_i n_j, (C, C)
+    eint = 0.5 * jnp.sum(jnp.asarray(system.g, rdt) * nn)
+    return {"kinetic": ekin, "trap": etrap, "interaction": eint, "total": ekin + etrap + eint}
+
+
+def component_norms(psi: Inexact[Array, "c ..."], grid: Grid) -> Float[Array, " c"]:
+    """N_i = ∫|ψ_i|² dV for each leading component (shape (C,))."""
+    grid = _check_grid(grid)
+    psi = check_array(psi, "psi", kind="inexact")
+    if psi.ndim != grid.ndim + 1 or tuple(psi.shape[1:]) != grid.shape:
+        raise ValueError(f"psi must have shape (C, *{grid.shape}) (components first), got {tuple(psi.shape)}")
+    return _sumsq(psi, tuple(range(1, grid.ndim + 1))) * grid.cell_volume
+
+
+def overlap(psi: Inexact[Array, "c ..."], grid: Grid, i: int = 0, j: int = 1) -> Float[Array, ""]:
+    """The overlap Λ = (∫n_i n_j)² / (∫n_i² ∫n_j²) of components i and j: 1 for proportional densities
+    (miscible), → 0 for separated ones (immiscible)."""
+    grid = _check_grid(grid)
+    psi = check_array(psi, "psi", kind="inexact")
+    if psi.ndim != grid.ndim + 1 or tuple(psi.shape[1:]) != grid.shape:
+        raise ValueError(f"psi must have shape (C, *{grid.shape}) (components first), got {tuple(psi.shape)}")
+    c = psi.shape[0]
+    for name, v in (("i", i), ("j", j)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 0 <= v < c:
+            raise ValueError(f"{name} must be a component index in [0, {c}), got {v!r}")
+    n = psi.real**2 + psi.imag**2
+    ni, nj = n[i], n[j]
+    return jnp.sum(ni * nj) ** 2 / (jnp.sum(ni * ni) * jnp.sum(nj * nj))
+
+
+# ----------------------------------------------------------------------------------------------
+# Spin-1
+# ----------------------------------------------------------------------------------------------
+class StrangSpin1Params(struct.PyTreeNode):
+    """Everything one spin-1 step reads (built by :func:`strang_spin1`).
+
+    Attributes:
+      system: the :class:`Spin1System` (V, c₀, c₂, p, q traced leaves).
+      dt: the step size (scalar leaf).
+      target: imaginary time: Σ_m Σ|ψ_m|² over the grid points (no dV) held, or None (the norm each step
+        starts with).
+      target_m: imaginary time: Σ(|ψ₊₁|² − |ψ₋₁|²) over the grid points held, or None (M free).
+      imaginary: static; imaginary-time steps (normalised gradient flow).
+    """
+
+    system: Spin1System
+    dt: Any
+    target: Any = None
+    target_m: Any = None
+    imaginary: bool = struct.field(pytree_node=False, default=False)
+
+
+_SQRT_HALF = float(np.sqrt(0.5))
+_SQRT_TWO = float(np.sqrt(2.0))
+
+
+def spin_density(psi: Inexact[Array, "3 ..."]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The spin density (F_x, F_y, F_z) = ψ† f ψ of a spin-1 field (components m = +1, 0, −1), each
+    grid-shaped: F₊ = F_x + iF_y = √2(ψ₊₁*ψ₀ + ψ₀*ψ₋₁), F_z = |ψ₊₁|² − |ψ₋₁|²."""
+    psi = check_array(psi, "psi", kind="inexact")
+    if psi.ndim < 2 or psi.shape[0] != 3:
+        raise ValueError(f"psi must have shape (3, *grid) (components m = +1, 0, -1), got {tuple(psi.shape)}")
+    fp = _f_plus(psi)
+    a, b = psi[0], psi[2]
+    return fp.real, fp.imag, (a.real**2 + a.imag**2) - (b.real**2 + b.imag**2)
+
+
+def _f_plus(psi: jax.Array) -> jax.Array:
+    return _SQRT_TWO * (jnp.conj(psi[0]) * psi[1] + jnp.conj(psi[1]) * psi[2])  # a Python float: weakly typed
+
+
+def magnetization(psi: Inexact[Array, "3 ..."], grid: Grid) -> Float[Array, ""]:
+    """M = ∫ (|ψ₊₁|² − |ψ₋₁|²) dV (conserved by the spin-1 dynamics)."""
+    grid = _check_grid(grid)
+    _, _, fz = spin_density(psi)
+    if tuple(fz.shape) != grid.shape:
+        raise ValueError(f"psi must have shape (3, *{grid.shape}), got {(3,) + tuple(fz.shape)}")
+    return jnp.sum(fz) * grid.cell_volume
+
+
+def _apply_f(psi: jax.Array, fz: jax.Array, fp: jax.Array) -> jax.Array:
+    """(F·f)ψ for the spin-1 matrices: rows (F_z ψ₊ + F₋ψ₀/√2, (F₊ψ₊ + F₋ψ₋)/√2, F₊ψ₀/√2 − F_z ψ₋)."""
+    fm = jnp.conj(fp)
+    a, b, c = psi[0], psi[1], psi[2]
+    return jnp.stack(
+        [fz * a + _SQRT_HALF * fm * b, _SQRT_HALF * (fp * a + fm * c), _SQRT_HALF * fp * b - fz * c], axis=0
+    )
+
+
+def _sinc_sq(y: jax.Array, imaginary: bool) -> jax.Array:
+    """sin(√y)/√y (imaginary: sinh(√y)/√y) for y ≥ 0, smooth in y (series below y = 1e-2, so the value and its
+    derivative are finite at y = 0)."""
+    small = y < 1e-2
+    ys = jnp.where(small, jnp.ones_like(y), y)
+    r = jnp.sqrt(ys)
+    direct = (jnp.sinh(r) if imaginary else jnp.sin(r)) / r
+    s = 1.0 if imaginary else -1.0
+    # Σ_k (s y)^k/(2k+1)!: the truncation error at y = 1e-2 is y⁴/9! ~ 3e-14.
+    series = 1 + s * y / 6 * (1 + s * y / 20 * (1 + s * y / 42 * (1 + s * y / 72)))
+    return jnp.where(small, series, direct)
+
+
+def _spin_mix(psi: jax.Array, c2: jax.Array, tau: Any, imaginary: bool) -> jax.Array:
+    """ψ ← e^{−iτc₂F·f}ψ (imaginary: e^{−τc₂F·f}ψ) with F frozen at the incoming ψ (exact in real time: the flow
+    conserves F), from the closed form 1 − i a sinc(a|F|) A − ½a² sinc²(a|F|/2) A², A = F·f, a = τc₂
+    (imaginary: 1 − a sinhc(a|F|) A + ½a² sinhc²(a|F|/2) A²)."""
+    rdt = psi.real.dtype
+    fp = _f_plus(psi)
+    a0, a2 = psi[0], psi[2]
+    fz = (a0.real**2 + a0.imag**2) - (a2.real**2 + a2.imag**2)
+    f2 = fz * fz + fp.real**2 + fp.imag**2
+    a = jnp.asarray(c2, rdt) * jnp.asarray(tau, rdt)
+    y = (a * a) * f2
+    s1 = a * _sinc_sq(y, imaginary)
+    h = _sinc_sq(0.25 * y, imaginary)
+    s2 = 0.5 * (a * a) * h * h
+    fz_c = fz.astype(psi.dtype)
+    af = _apply_f(psi, fz_c, fp)
+    aaf = _apply_f(af, fz_c, fp)
+    # The small update is summed first and added to ψ once: adding its first- and second-order parts one after
+    # the other rounds ψ twice, which in float32 biased the norm upwards by ~5e-9 per application (measured).
+    if imaginary:
+        return psi + (s2.astype(psi.dtype) * aaf - s1.astype(psi.dtype) * af)
+    return psi + (-1j * s1.astype(psi.dtype) * af - s2.astype(psi.dtype) * aaf)
+
+
+def _spin1_diag(system: Spin1System, rdt: Any) -> Any:
+    pot = jnp.asarray(system.potential, rdt)
+    c0 = jnp.asarray(system.c0, rdt)
+    p = jnp.asarray(system.p, rdt)
+    q = jnp.asarray(system.q, rdt)
+    zee = jnp.stack([q - p, jnp.zeros_like(p), q + p])  # −p m + q m² for m = +1, 0, −1
+    zee = zee.reshape((3,) + (1,) * system.grid.ndim)
+
+    def local(psi: jax.Array) -> jax.Array:
+        n = jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=0)
+        return (pot + c0 * n)[None] + zee
+
+    return local
+
+
+def _project_spin1(psi: jax.Array, target: jax.Array, target_m: Any, axes: tuple[int, ...]) -> jax.Array:
+    """ψ projected to Σ|ψ|² = N (one factor for all m) or, with ``target_m``, also to Σ(|ψ₊|² − |ψ₋|²) = M by
+    σ_m ψ_m with σ₊σ₋ = σ₀² (Bao & Lim 2008): σ₀² = (N² − M²)/(N N₀ + √(4(N² − M²)N₊N₋ + M²N₀²)),
+    σ_±² = (N ± M − σ₀²N₀)/(2N_±)."""
+    if target_m is None:
+        n1 = jnp.sum(_sumsq(psi, axes))
+        delta = (target - n1) / (n1 + jnp.sqrt(target * n1))
+        return psi + psi * delta.astype(psi.real.dtype)
+    comp = _sumsq(psi, axes)  # (3,)
+    tiny = jnp.finfo(comp.dtype).tiny
+    n_p, n_0, n_m = comp[0], comp[1], comp[2]
+    nn, mm = target, target_m
+    d = nn * nn - mm * mm
+    s0 = d / (nn * n_0 + jnp.sqrt(4 * d * n_p * n_m + mm * mm * n_0 * n_0) + tiny)
+    sp = jnp.sqrt(jnp.maximum(nn + mm - s0 * n_0, 0.0) / (2 * n_p + tiny))
+    sm = jnp.sqrt(jnp.maximum(nn - mm - s0 * n_0, 0.0) / (2 * n_m + tiny))
+    sigma = jnp.stack([sp, jnp.sqrt(s0), sm]).reshape((3,) + (1,) * len(axes))
+    return psi * sigma.astype(psi.real.dtype)
+
+
+def spin1_step(psi: Complex[Array, "3 ..."], params: StrangSpin1Params) -> Complex[Array, "3 ..."]:
+    """One Strang step D(dt/2) S(dt/2) K(dt) S(dt/2) D(dt/2) of the spin-1 GP equation (module docstring);
+    imaginary time projects to N (and M) after the kinetic factor and after the step."""
+    system = params.system
+    grid = system.grid
+    psi = check_array(psi, "psi", shape=(3,) + grid.shape, kind="complex")
+    rdt = psi.real.dtype
+    axes = tuple(range(1, grid.ndim + 1))
+    imaginary = params.imaginary
+    dt = jnp.asarray(params.dt, rdt)
+    half = 0.5 * dt
+    c2 = jnp.asarray(system.c2, rdt)
+    diag = _spin1_diag(system, rdt)
+    target: Any = None
+    target_m: Any = None
+    if imaginary:
+        target = jnp.sum(_sumsq(psi, axes)) if params.target is None else jnp.asarray(params.target, rdt)
+        target_m = None if params.target_m is None else jnp.asarray(params.target_m, rdt)
+        psi = _project_spin1(psi, target, target_m, axes)
+    psi = _phase_kick(psi, diag(psi), half, imaginary)
+    psi = _spin_mix(psi, c2, half, imaginary)
+    psi = _kinetic(psi, grid, dt, imaginary)
+    if imaginary:
+        psi = _project_spin1(psi, target, target_m, axes)
+    psi = _spin_mix(psi, c2, half, imaginary)
+    psi = _phase_kick(psi, diag(psi), half, imaginary)
+    if imaginary:
+        psi = _project_spin1(psi, target, target_m, axes)
+    return psi
+
+
+def _spin1_init(params: StrangSpin1Params, psi: Any) -> jax.Array:
+    """Validate ψ (shape (3, *grid), finite), check that dt resolves the local phase (|V + c₀n| + |c₂||F| + |p| + |q|
+    over the cloud, concrete values) and cast ψ to the system's complex dtype."""
+    psi = _check_state(psi, params.system, 3)
+    system = params.system
+
+    def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
+        n = np.sum(np.abs(p) ** 2, axis=0)
+        fp = np.sqrt(2.0) * (np.conj(p[0]) * p[1] + np.conj(p[1]) * p[2])
+        fz = np.abs(p[0]) ** 2 - np.abs(p[2]) ** 2
+        f = np.sqrt(fz**2 + np.abs(fp) ** 2)
+        c0, c2, pz, qz = (float(np.asarray(getattr(system, k))) for k in ("c0", "c2", "p", "q"))
+        u = np.abs(np.asarray(system.potential, np.float64) + c0 * n) + abs(c2) * f + abs(pz) + abs(qz)
+        return float(np.max(u[occupied]))
+
+    _check_local_dt(params.dt, params, psi, local_max)
+    return psi
+
+
+def _spin1_targets(norm: Any, magnetization: Any, grid: Grid, rdt: Any) -> tuple[Any, Any]:
+    target: Any = None
+    target_m: Any = None
+    if norm is not None:
+        check_scalar(norm, "norm", positive=True)
+        target = jnp.asarray(norm, rdt) / jnp.asarray(grid.cell_volume, rdt)
+    if magnetization is not None:
+        if norm is None:
+            raise ValueError("magnetization needs norm (the total N it is a part of): pass norm=N as well")
+        _check_real_scalar(magnetization, "magnetization")
+        if is_concrete(magnetization) and is_concrete(norm) and not abs(float(magnetization)) < float(norm):
+            raise ValueError(
+                f"magnetization must satisfy |M| < N = {float(norm)} (|M| = N is a single component: use "
+                f"a scalar condensate), got {float(magnetization)}"
+            )
+        target_m = jnp.asarray(magnetization, rdt) / jnp.asarray(grid.cell_volume, rdt)
+    return target, target_m
+
+
+def strang_spin1(
+    system: Spin1System,
+    dt: Any,
+    *,
+    imaginary: bool = False,
+    norm: Any = None,
+    magnetization: Any = None,
+    policy: str | Policy | None = None,
+) -> Stepper:
+    """The Strang stepper of the spin-1 GP equation (module docstring), on ψ of shape (3, *grid) (m = +1, 0, −1).
+
+    Args:
+      system: the :class:`Spin1System`.
+      dt: step size (> 0, units 1/ω₀). Real time: dt·k_max²/2 ≤ π on the grid.
+      imaginary: imaginary-time steps (normalised gradient flow).
+      norm: imaginary time: the total N = ∫n dV held (None: the norm each step starts with).
+      magnetization: imaginary time: the magnetisation M = ∫F_z dV held as well (|M| < N; needs ``norm``);
+        None leaves M free.
+      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``.
+
+    Returns:
+      A :class:`~ivhl_jax.numerics.rollout.Stepper` (params :class:`StrangSpin1Params`).
+    """
+    system = _with_policy(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
+    imaginary = _check_imaginary(imaginary)
+    _check_dt(dt, system.grid, imaginary)
+    rdt = system.real_dtype
+    if not imaginary and (norm is not None or magnetization is not None):
+        raise ValueError(
+            "norm and magnetization are held by imaginary-time steps only; drop them or pass imaginary=True"
+        )
+    target, target_m = _spin1_targets(norm, magnetization, system.grid, rdt)
+    params = StrangSpin1Params(system, jnp.asarray(dt, rdt), target, target_m, imaginary=imaginary)
+    name = "spin1-strang-imaginary" if imaginary else "spin1-strang"
+    return Stepper.create(spin1_step, params, init_fn=_spin1_init, name=name)
+
+
+def spin1_energy(psi: Inexact[Array, "3 ..."], system: Spin1System) -> dict[str, Float[Array, ""]]:
+    """E = ∫[Σ_m(½|∇ψ_m|² + (V − pm + qm²)|ψ_m|²) + ½c₀n² + ½c₂|F|²] dV (ħω₀; totals). Returns ``kinetic``,
+    ``trap``, ``zeeman``, ``density`` (the c₀ part), ``spin`` (the c₂ part) and ``total``."""
+    system = _check_system(system, Spin1System)
+    grid = system.grid
+    psi = check_array(psi, "psi", shape=(3,) + grid.shape, kind="inexact")
+    psi = psi.astype(jnp.result_type(psi.dtype, jnp.complex64))
+    rdt = psi.real.dtype
+    dv = grid.cell_volume
+    nm = psi.real**2 + psi.imag**2
+    n = jnp.sum(nm, axis=0)
+    fx, fy, fz = spin_density(psi)
+    p, q = jnp.asarray(system.p, rdt), jnp.asarray(system.q, rdt)
+    ekin = jnp.sum(_grad_energy(psi, grid))
+    etrap = jnp.sum(jnp.asarray(system.potential, rdt) * n) * dv
+    ezee = (-p * jnp.sum(fz) + q * jnp.sum(nm[0] + nm[2])) * dv
+    edens = 0.5 * jnp.asarray(system.c0, rdt) * jnp.sum(n * n) * dv
+    espin = 0.5 * jnp.asarray(system.c2, rdt) * jnp.sum(fx * fx + fy * fy + fz * fz) * dv
+    return {
+        "kinetic": ekin,
+        "trap": etrap,
+        "zeeman": ezee,
+        "density": edens,
+        "spin": espin,
+        "total": ekin + etrap + ezee + edens + espin,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Ground states: normalised gradient flow to energy convergence, one jitted program
+# ----------------------------------------------------------------------------------------------
+def _energy_total(psi: jax.Array, system: Any) -> jax.Array:
+    if isinstance(system, Spin1System):
+        return spin1_energy(psi, system)["total"]
+    return mixture_energy(psi, system)["total"]
+
+
+def _no_observe(state: Any, params: Any) -> Any:
+    del state, params
+    return None
+
+
+@functools.partial(jax.jit, static_argnames=("n_blocks", "check_every"))
+def _descend(stepper: Stepper, psi: jax.Array, tol: Any, *, n_blocks: int, check_every: int) -> tuple[Any, Any]:
+    params = stepper.params
+    system = params.system
+    rdt = system.real_dtype
+    tol = jnp.asarray(tol, rdt)
+
+    def cond(c):
+        _, _, delta, k = c
+        return jnp.logical_and(k < n_blocks, delta > tol)
+
+    def body(c):
+        p, e_old, _, k = c
+        p, _ = rollout(stepper.step_fn, p, params, check_every, save_every=check_every, observe=_no_observe)
+        e = _energy_total(p, system)
+        delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
+        return p, e, delta, k + 1  # a NaN energy stops the loop (NaN > tol is False)
+
+    psi = stepper.step_fn(psi, params)  # one projected step: the state has the held norms from here on
+    e0 = _energy_total(psi, system)
+    psi, e, delta, k = jax.lax.while_loop(cond, body, (psi, e0, jnp.asarray(jnp.inf, rdt), jnp.asarray(0, jnp.int32)))
+    finite = jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)) & jnp.isfinite(e)
+    info = {"steps": k * check_every + 1, "energy": e, "delta": delta, "converged": delta <= tol, "finite": finite}
+    return psi, info
+
+
+def _run_descent(stepper: Stepper, psi: jax.Array, tol: Any, max_steps: Any, check_every: Any, dt: Any) -> Any:
+    rdt = stepper.params.system.real_dtype
+    if tol is None:
+        tol = 4e-7 if np.dtype(rdt).itemsize <= 4 else 1e-10
+    check_scalar(tol, "tol", positive=True)
+    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
+    check_scalar(check_every, "check_every", integer=True, minimum=1)
+    n_blocks = -(-int(max_steps) // int(check_every))
+    psi, info = _descend(stepper, psi, tol, n_blocks=n_blocks, check_every=int(check_every))
+    ok = info["finite"]
+    if is_concrete(ok) and not bool(ok):
+        raise ValueError(
+            f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
+        )
+    return psi, info
+
+
+def _gaussian_components(grid: Grid, weights: np.ndarray, centers: np.ndarray | None, dtype: Any) -> jax.Array:
+    out = []
+    for c in range(len(weights)):
+        arg = np.zeros(grid.shape)
+        for a, x in enumerate(grid.coords):
+            shift = 0.0 if centers is None else centers[c][a]
+            arg = arg + grid._bcast((x - shift) ** 2 / 2, a)
+        out.append(weights[c] * np.exp(-arg))
+    return jnp.asarray(np.stack(out), dtype)
+
+
+def mixture_ground_state(
+    system: MixtureSystem,
+    norm: Any = 1.0,
+    dt: Any = 1e-2,
+    tol: Any = None,
+    max_steps: int = 100_000,
+    *,
+    psi0: Inexact[ArrayLike, "c ..."] | None = None,
+    check_every: int = 100,
+    policy: str | Policy | None = None,
+) -> tuple[Complex[Array, "c ..."], dict[str, Array]]:
+    """Ground state of a mixture by imaginary-time Strang steps holding every N_i (normalised gradient flow).
+
+    Iterates blocks of ``check_every`` steps in one jitted ``lax.while_loop`` until the relative energy change
+    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) or ``max_steps`` is reached.
+
+    Args:
+      system: the :class:`MixtureSystem`.
+      norm: N_i = ∫|ψ_i|² dV, one number for all components or C of them.
+      dt: imaginary time step.
+      tol, max_steps, check_every: convergence test (relative energy change per block) and step budget.
+      psi0: initial guess, shape (C, *grid) (default: unit-width Gaussians at the origin; a symmetric guess is a
+        stationary point of the flow also when the components would separate, so pass a guess that breaks
+        the symmetry to find an immiscible ground state).
+      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``; ψ is returned in the policy's output dtype.
+
+    Returns:
+      (ψ, info): ψ complex of shape (C, *grid); info = {"steps", "energy", "delta", "converged", "finite"}.
+    """
+    system = _with_policy(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
+    check_scalar(dt, "dt", positive=True)
+    c = system.n_components
+    if psi0 is None:
+        psi = _gaussian_components(system.grid, np.ones(c), None, system.complex_dtype)
+    else:
+        psi = _check_state(psi0, system, c, "psi0")
+        if is_concrete(psi):
+            zero = np.asarray(_sumsq(psi, tuple(range(1, system.grid.ndim + 1)))) == 0
+            if np.any(zero):
+                raise ValueError(
+                    f"psi0 component(s) {np.flatnonzero(zero).tolist()} are zero everywhere, so they cannot be "
+                    "normalised; pass a non-zero initial guess for every component"
+                )
+    stepper = strang_mixture(system, dt, imaginary=True, norm=norm)
+    psi, info = _run_descent(stepper, psi, tol, max_steps, check_every, dt)
+    return _cast_output(psi, policy), info
+
+
+def spin1_ground_state(
+    system: Spin1System,
+    norm: Any = 1.0,
+    dt: Any = 1e-2,
+    tol: Any = None,
+    max_steps: int = 100_000,
+    *,
+    magnetization: Any = None,
+    psi0: Inexact[ArrayLike, "3 ..."] | None = None,
+    check_every: int = 100,
+    policy: str | Policy | None = None,
+) -> tuple[Complex[Array, "3 ..."], dict[str, Array]]:
+    """Ground state of a spin-1 condensate by imaginary-time Strang steps holding N (and M when given).
+
+    Args:
+      system: the :class:`Spin1System`.
+      norm: the total N = ∫n dV.
+      dt, tol, max_steps, check_every: as :func:`mixture_ground_state`.
+      magnetization: M = ∫F_z dV held (|M| < N), or None (M free: the flow finds the lowest state of any M).
+      psi0: initial guess (3, *grid) (default: a unit-width Gaussian times the generic spinor
+        (0.6, 0.5 + 0.4i, 0.3)/|·|, which is neither polar nor ferromagnetic, so either can be reached).
+      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``.
+
+    Returns:
+      (ψ, info) as :func:`mixture_ground_state`, ψ of shape (3, *grid).
+    """
+    system = _with_policy(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
+    check_scalar(dt, "dt", positive=True)
+    if psi0 is None:
+        zeta = np.array([0.6, 0.5 + 0.4j, 0.3])
+        zeta = zeta / np.linalg.norm(zeta)
+        psi = _gaussian_components(system.grid, np.ones(3), None, system.complex_dtype) * jnp.asarray(
+            zeta.reshape((3,) + (1,) * system.grid.ndim), system.complex_dtype
+        )
+    else:
+        psi = _check_state(psi0, system, 3, "psi0")
+    if is_concrete(psi):
+        comp = np.asarray(_sumsq(psi, tuple(range(1, system.grid.ndim + 1))))
+        if not comp.sum() > 0:
+            raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
+        if magnetization is not None and not (comp[0] > 0 and comp[2] > 0):
+            raise ValueError(
+                "psi0 needs non-zero m = +1 and m = -1 components to hold a magnetization (the projection "
+                "rescales them); pass a guess with all three components populated"
+            )
+    stepper = strang_spin1(system, dt, imaginary=True, norm=norm, magnetization=magnetization)
+    psi, info = _run_descent(stepper, psi, tol, max_steps, check_every, dt)
+    return _cast_output(psi, policy), info
