@@ -17,6 +17,7 @@ import numpy as np
 from scipy.integrate import quad
 
 from ivhl_jax.numerics.rollout import trajectory
+from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics.condensate import Grid, harmonic
 from ivhl_jax.physics.condensate import dipolar as D
 from ivhl_jax.physics.condensate import mixture as M
@@ -54,7 +55,7 @@ def mixture_figures() -> dict:
     psi = np.stack([np.exp(-((x - 1) ** 2) / 2) * np.exp(0.7j * x), np.exp(-((x + 1.5) ** 2) / 3)])
     for policy, dt in (("f64", jnp.float64), ("f32", jnp.float32)):
         system = M.MixtureSystem.create(grid, harmonic(grid, dtype=dt), [[3.0, 1.5], [1.5, 2.0]])
-        st = M.strang_mixture(system, 1e-3)
+        st = C.strang(system, 1e-3)
         p0 = st.init(psi)
         _, (n, e) = trajectory(st, p0, 10_000, save_every=100, observe=_norms_energy)
         n0 = np.asarray(M.component_norms(p0, grid), np.float64)
@@ -79,7 +80,7 @@ def spin1_figures() -> dict:
     psi = _spinor(grid)
     for policy, dt in (("f64", jnp.float64), ("f32", jnp.float32)):
         system = M.Spin1System.create(grid, harmonic(grid, dtype=dt), 20.0, -2.0, q=0.4)
-        st = M.strang_spin1(system, 1e-3)
+        st = C.strang(system, 1e-3)
         p0 = st.init(psi)
         _, (n, m) = trajectory(st, p0, 10_000, save_every=100, observe=_spin_nm)
         n0, m0 = float(jnp.sum(M.component_norms(p0, grid))), float(M.magnetization(p0, grid))
@@ -88,17 +89,17 @@ def spin1_figures() -> dict:
             np.max(np.abs(np.asarray(m, np.float64) - m0)) / n0
         )
     system = M.Spin1System.create(grid, harmonic(grid, dtype=jnp.float64), 10.0, -3.0, p=0.2, q=0.5)
-    ref = np.asarray(_run(M.strang_spin1(system, 1e-4), psi, 2500))
+    ref = np.asarray(_run(C.strang(system, 1e-4), psi, 2500))
     errs = [
-        float(np.max(np.abs(np.asarray(_run(M.strang_spin1(system, d), psi, int(round(0.25 / d)))) - ref)))
+        float(np.max(np.abs(np.asarray(_run(C.strang(system, d), psi, int(round(0.25 / d)))) - ref)))
         for d in (5e-3, 2.5e-3, 1.25e-3)
     ]
     out["state_error_vs_dt (5e-3, 2.5e-3, 1.25e-3; T = 0.25)"] = errs
     out["observed_order"] = np.log2(np.array(errs[:-1]) / np.array(errs[1:])).tolist()
     # policy accuracy: the float32 state against the float64 one after T = 0.25 (dt = 1.25e-3)
     s32 = M.Spin1System.create(grid, harmonic(grid), 10.0, -3.0, p=0.2, q=0.5)
-    a32 = np.asarray(_run(M.strang_spin1(s32, 1.25e-3), psi.astype(np.complex64), 200), np.complex128)
-    a64 = np.asarray(_run(M.strang_spin1(system, 1.25e-3), psi, 200))
+    a32 = np.asarray(_run(C.strang(s32, 1.25e-3), psi.astype(np.complex64), 200), np.complex128)
+    a64 = np.asarray(_run(C.strang(system, 1.25e-3), psi, 200))
     out["f32_vs_f64_state_max_abs_error_200_steps"] = float(np.max(np.abs(a32 - a64)))
     big = Grid.uniform(256, 32.0)
     phases = {}

@@ -16,6 +16,7 @@ import pytest
 from scipy.integrate import quad
 
 from ivhl_jax.numerics.rollout import trajectory
+from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics.condensate import Grid, harmonic
 from ivhl_jax.physics.condensate import dipolar as D
 
@@ -214,16 +215,16 @@ def test_real_time_conserves_norm_and_energy_and_is_second_order():
         system = D.DipolarSystem.create(grid, V, 20.0, D.Dipolar.create(eps_dd=0.6, axis=(0.2, 0.0, 1.0), cutoff=5.0))
         X = np.asarray(grid.mesh(jnp.float64)[0])
         psi = np.asarray(_gaussian(grid, 1.0, 1.3)) * np.exp(0.5j * X)
-        st = D.strang_dipolar(system, 2e-3)
+        st = C.strang(system, 2e-3)
         p0 = st.init(psi)
         _, (n, e) = trajectory(st, p0, 200, save_every=20, observe=_n_and_e)
         n0, e0 = _n_and_e(p0, st.params)
         assert np.max(np.abs(np.asarray(n) - float(n0))) < 1e-13
         assert np.max(np.abs(np.asarray(e) - float(e0))) < 1e-5 * abs(float(e0))
-        ref = np.asarray(_run(D.strang_dipolar(system, 1.25e-4), psi, 1600))
+        ref = np.asarray(_run(C.strang(system, 1.25e-4), psi, 1600))
         errs = np.array(
             [
-                np.max(np.abs(np.asarray(_run(D.strang_dipolar(system, dt), psi, int(round(0.2 / dt)))) - ref))
+                np.max(np.abs(np.asarray(_run(C.strang(system, dt), psi, int(round(0.2 / dt)))) - ref))
                 for dt in (4e-3, 2e-3)
             ]
         )
@@ -235,12 +236,12 @@ def test_new_values_compile_nothing_and_vmap_over_eps_dd():
     grid = Grid.uniform((16, 16, 16), 10.0)
     V = harmonic(grid)
     psi = np.asarray(_gaussian(grid, 1.0, 1.2), np.complex64)
-    st = D.strang_dipolar(D.DipolarSystem.create(grid, V, 10.0, D.Dipolar.create(eps_dd=0.3, cutoff=5.0)), 1e-3)
+    st = C.strang(D.DipolarSystem.create(grid, V, 10.0, D.Dipolar.create(eps_dd=0.3, cutoff=5.0)), 1e-3)
     jax.block_until_ready(_run(st, psi, 5))
     V2 = V * 1.2
     with count_compiles() as again:
         s2 = D.DipolarSystem.create(grid, V2, 12.0, D.Dipolar.create(eps_dd=0.7, cutoff=4.0))
-        jax.block_until_ready(_run(D.strang_dipolar(s2, 2e-3), 0.9 * psi, 5))
+        jax.block_until_ready(_run(C.strang(s2, 2e-3), 0.9 * psi, 5))
     assert again == [], again
 
     def final(eps):
@@ -262,7 +263,7 @@ def test_grad_through_a_trajectory_matches_a_directional_difference():
         V = harmonic(grid, dtype=jnp.float64)
         Z = jnp.asarray(grid.mesh(jnp.float64)[2])
         psi = _gaussian(grid, 1.0, 1.2).astype(np.complex128)
-        st = D.strang_dipolar(D.DipolarSystem.create(grid, V, 30.0, D.Dipolar.create(eps_dd=0.5, cutoff=5.0)), 5e-3)
+        st = C.strang(D.DipolarSystem.create(grid, V, 30.0, D.Dipolar.create(eps_dd=0.5, cutoff=5.0)), 5e-3)
 
         @jax.jit
         def loss(eps):
@@ -313,7 +314,7 @@ def _g3():
             r"potential must have shape \(8, 8, 8\)",
         ),
         (
-            lambda: D.strang_dipolar(
+            lambda: C.strang(
                 D.DipolarSystem.create(_g3(), np.zeros((8, 8, 8)), 1.0, D.Dipolar.create(eps_dd=0.1)), 5.0
             ),
             ValueError,
@@ -321,7 +322,7 @@ def _g3():
         ),
         (lambda: D.thomas_fermi_aspect_ratio(1.2, 1.0), ValueError, "eps_dd must be < 1"),
         (
-            lambda: D.strang_dipolar(
+            lambda: C.strang(
                 D.DipolarSystem.create(_g3(), np.zeros((8, 8, 8)), 1e5, D.Dipolar.create(eps_dd=0.5)), 1e-2
             ).init(np.ones((8, 8, 8))),
             ValueError,
@@ -343,7 +344,7 @@ def test_params_gradient_feeds_an_optax_update_and_tree_map_stays_on_device():
     import optax
 
     grid = Grid.uniform((8, 8, 8), 8.0)
-    st = D.strang_dipolar(
+    st = C.strang(
         D.DipolarSystem.create(grid, harmonic(grid), 5.0, D.Dipolar.create(eps_dd=0.4, cutoff=4.0)), 1e-3
     )
     psi = st.init(_gaussian(grid, 1.0, 1.3))
@@ -366,14 +367,14 @@ def test_policies_set_the_state_dtype():
     grid = Grid.uniform((8, 8, 8), 8.0)
     system = D.DipolarSystem.create(grid, harmonic(grid), 5.0, D.Dipolar.create(eps_dd=0.4))
     psi = _gaussian(grid, 1.0, 1.0)
-    assert D.strang_dipolar(system, 1e-3).init(psi).dtype == jnp.complex64
+    assert C.strang(system, 1e-3).init(psi).dtype == jnp.complex64
     with jax.enable_x64(True):
-        st = D.strang_dipolar(system, 1e-3, policy="f64")
+        st = C.strang(system, 1e-3, policy="f64")
         assert st.init(psi).dtype == jnp.complex128 and st.params.system.dipolar.strength.dtype == jnp.float64
-        for st32 in (D.strang_dipolar(system, 1e-3), D.strang_dipolar(system, 1e-3, imaginary=True)):
+        for st32 in (C.strang(system, 1e-3), C.strang(system, 1e-3, imaginary=True)):
             assert trajectory(st32, st32.init(psi), 2)[0].dtype == jnp.complex64  # float32 stays float32 under x64
     with pytest.raises(ValueError, match="complex64/complex128") as err:
-        D.strang_dipolar(system, 1e-3, policy="bf16")
+        C.strang(system, 1e-3, policy="bf16")
     assert "\n" not in str(err.value)
 
 
@@ -385,7 +386,7 @@ def test_sharded_field_gives_the_single_device_result():
     grid = Grid.uniform((16, 16, 16), 10.0)
     X = np.meshgrid(*grid.coords, indexing="ij")[0]
     psi = (_gaussian(grid, 1.0, 1.3) * np.exp(0.3j * X)).astype(np.complex64)
-    st = D.strang_dipolar(
+    st = C.strang(
         D.DipolarSystem.create(grid, harmonic(grid), 20.0, D.Dipolar.create(eps_dd=0.5, cutoff=5.0)), 1e-3
     )
     ref = _run(st, psi, 10)

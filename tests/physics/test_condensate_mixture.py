@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax.numerics.rollout import trajectory
+from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics.condensate import Grid, harmonic
 from ivhl_jax.physics.condensate import mixture as M
 
@@ -63,7 +64,7 @@ def test_mixture_conserves_each_component_norm_to_round_off():
                 psi = _two_blobs(grid)
             else:
                 psi = np.stack([_spinor(grid)[0], _spinor(grid)[1]])
-            st = M.strang_mixture(system, 1e-3)
+            st = C.strang(system, 1e-3)
             p0 = st.init(psi)
             _, (norms, energy) = trajectory(st, p0, 1000, save_every=50, observe=_norms_and_energy)
             n0 = np.asarray(M.component_norms(p0, grid))
@@ -81,7 +82,7 @@ def test_mixture_of_one_component_is_the_scalar_gp_step():
         grid = Grid.uniform(64, 16.0)
         V = harmonic(grid, dtype=jnp.float64)
         psi = _two_blobs(grid)[0]
-        st = M.strang_mixture(M.MixtureSystem.create(grid, V, [[4.0]]), 2e-3)
+        st = C.strang(M.MixtureSystem.create(grid, V, [[4.0]]), 2e-3)
         ours = np.asarray(_run(st, psi[None], 20))[0]
         gp = C.strang(C.GPSystem(grid, V, 4.0), 2e-3, project_norm=False)
         ref = np.asarray(_run(gp, psi, 20))
@@ -130,7 +131,7 @@ def test_trapped_symmetric_mixture_overlap_and_energy_descent():
             lams[ratio] = float(M.overlap(psi, grid))
         assert lams[0.9] > 1 - 1e-6 and lams[1.1] < 0.01, lams  # measured 1 − 1e-10 and 1.5e-3
         system = M.MixtureSystem.create(grid, V, [[200.0, 180.0], [180.0, 200.0]])
-        st = M.strang_mixture(system, 5e-3, imaginary=True, norm=[1.0, 0.7])
+        st = C.strang(system, 5e-3, imaginary=True, norm=[1.0, 0.7])
 
         def e_of(s, p):
             return M.mixture_energy(s, p.system)["total"]
@@ -158,7 +159,7 @@ def test_spin1_conserves_n_and_m_to_round_off():
         )
         for grid, p, c2 in cases:
             system = M.Spin1System.create(grid, harmonic(grid, dtype=jnp.float64), 20.0, c2, p=p, q=0.4)
-            st = M.strang_spin1(system, 1e-3)
+            st = C.strang(system, 1e-3)
             p0 = st.init(_spinor(grid))
             _, (n, m) = trajectory(st, p0, 400, save_every=50, observe=_n_and_m)
             n0 = float(jnp.sum(M.component_norms(p0, grid)))
@@ -173,7 +174,7 @@ def test_spin1_float32_keeps_n_and_m_without_a_rounding_bias():
     norm upwards by ~6e-8 per step: 1.8e-4 here); measured 1.8e-6 for N and 1e-6 for M over 10⁴ steps."""
     grid = Grid.uniform(128, 20.0)
     system = M.Spin1System.create(grid, harmonic(grid), 20.0, -2.0, q=0.4)
-    st = M.strang_spin1(system, 1e-3)
+    st = C.strang(system, 1e-3)
     p0 = st.init(_spinor(grid, np.complex64))
     _, (n, m) = trajectory(st, p0, 3000, save_every=500, observe=_n_and_m)
     n0 = float(jnp.sum(M.component_norms(p0, grid)))
@@ -190,7 +191,7 @@ def test_spin1_step_is_second_order():
         psi = _spinor(grid)
 
         def run(dt):
-            return np.asarray(_run(M.strang_spin1(system, dt), psi, int(round(0.25 / dt))))
+            return np.asarray(_run(C.strang(system, dt), psi, int(round(0.25 / dt))))
 
         ref = run(1e-4)
         errs = np.array([np.max(np.abs(run(dt) - ref)) for dt in (5e-3, 2.5e-3, 1.25e-3)])
@@ -278,15 +279,15 @@ def test_mixture_and_spin1_new_values_compile_nothing():
     psi2 = _two_blobs(grid, np.complex64)
     psi3 = _spinor(grid, np.complex64)
     jax.block_until_ready(
-        _run(M.strang_mixture(M.MixtureSystem.create(grid, V, [[1.0, 0.5], [0.5, 1.0]]), 1e-3), psi2, 10)
+        _run(C.strang(M.MixtureSystem.create(grid, V, [[1.0, 0.5], [0.5, 1.0]]), 1e-3), psi2, 10)
     )
-    jax.block_until_ready(_run(M.strang_spin1(M.Spin1System.create(grid, V, 5.0, -1.0), 1e-3), psi3, 10))
+    jax.block_until_ready(_run(C.strang(M.Spin1System.create(grid, V, 5.0, -1.0), 1e-3), psi3, 10))
     V2 = V * 1.1
     with count_compiles() as again:
         s2 = M.MixtureSystem.create(grid, V2, [[2.0, 0.3], [0.3, 1.5]])
-        jax.block_until_ready(_run(M.strang_mixture(s2, 2e-3), 0.9 * psi2, 10))
+        jax.block_until_ready(_run(C.strang(s2, 2e-3), 0.9 * psi2, 10))
         s3 = M.Spin1System.create(grid, V, 6.0, 0.7, p=0.1, q=0.2)
-        jax.block_until_ready(_run(M.strang_spin1(s3, 2e-3), 0.9 * psi3, 10))
+        jax.block_until_ready(_run(C.strang(s3, 2e-3), 0.9 * psi3, 10))
     assert again == [], again
 
 
@@ -294,7 +295,7 @@ def test_vmap_over_the_interspecies_coupling_and_c2():
     grid = Grid.uniform(64, 16.0)
     V = harmonic(grid)
     psi2 = _two_blobs(grid, np.complex64)
-    st = M.strang_mixture(M.MixtureSystem.create(grid, V, [[1.0, 0.0], [0.0, 1.0]]), 1e-3)
+    st = C.strang(M.MixtureSystem.create(grid, V, [[1.0, 0.0], [0.0, 1.0]]), 1e-3)
 
     def final(g12):
         g = jnp.array([[1.0, 0.0], [0.0, 1.0]]) + g12 * jnp.array([[0.0, 1.0], [1.0, 0.0]])
@@ -308,7 +309,7 @@ def test_vmap_over_the_interspecies_coupling_and_c2():
     assert not np.allclose(np.asarray(batched[0]), np.asarray(batched[2]), atol=1e-4)
 
     psi3 = _spinor(grid, np.complex64)
-    st1 = M.strang_spin1(M.Spin1System.create(grid, V, 5.0, 0.0), 1e-3)
+    st1 = C.strang(M.Spin1System.create(grid, V, 5.0, 0.0), 1e-3)
 
     def final1(c2):
         s = st1.replace(params=st1.params.replace(system=st1.params.system.replace(c2=c2)))
@@ -326,7 +327,7 @@ def test_grad_through_a_trajectory_matches_a_directional_difference():
         V = harmonic(grid, dtype=jnp.float64)
         x = jnp.asarray(grid.coords[0])
         psi2 = _two_blobs(grid)
-        st = M.strang_mixture(M.MixtureSystem.create(grid, V, [[3.0, 1.0], [1.0, 2.0]]), 5e-3)
+        st = C.strang(M.MixtureSystem.create(grid, V, [[3.0, 1.0], [1.0, 2.0]]), 5e-3)
 
         def loss(g12):
             g = jnp.array([[3.0, 0.0], [0.0, 2.0]]) + g12 * jnp.array([[0.0, 1.0], [1.0, 0.0]])
@@ -350,7 +351,7 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
         V = harmonic(grid, dtype=jnp.float64)
         h = 1e-5
         psi3 = _spinor(grid)
-        st1 = M.strang_spin1(M.Spin1System.create(grid, V, 5.0, -1.0, q=0.3), 5e-3)
+        st1 = C.strang(M.Spin1System.create(grid, V, 5.0, -1.0, q=0.3), 5e-3)
 
         def loss1(c2, psi):
             s = st1.replace(params=st1.params.replace(system=st1.params.system.replace(c2=c2)))
@@ -388,45 +389,45 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
         (lambda g, V: M.Spin1System.create(g, V, 1.0, 1.0, q="x"), TypeError, "q must be a real number"),
         (lambda g, V: M.Spin1System.create(g, np.zeros((3, 32)), 1.0, 1.0), ValueError, "potential must have shape"),
         (
-            lambda g, V: M.strang_spin1(M.Spin1System.create(g, V, 1, 1), 1e-3, magnetization=0.1),
+            lambda g, V: C.strang(M.Spin1System.create(g, V, 1, 1), 1e-3, magnetization=0.1),
             ValueError,
             "held by imaginary-time",
         ),
         (
-            lambda g, V: M.strang_spin1(M.Spin1System.create(g, V, 1, 1), 1e-3, imaginary=True, magnetization=0.1),
+            lambda g, V: C.strang(M.Spin1System.create(g, V, 1, 1), 1e-3, imaginary=True, magnetization=0.1),
             ValueError,
             "needs norm",
         ),
         (
-            lambda g, V: M.strang_spin1(
+            lambda g, V: C.strang(
                 M.Spin1System.create(g, V, 1, 1), 1e-3, imaginary=True, norm=1.0, magnetization=1.0
             ),
             ValueError,
             r"\|M\| < N",
         ),
         (
-            lambda g, V: M.strang_spin1(M.Spin1System.create(g, V, 1, 1), 1e-3, imaginary=1),
+            lambda g, V: C.strang(M.Spin1System.create(g, V, 1, 1), 1e-3, imaginary=1),
             TypeError,
             "imaginary must be a bool",
         ),
-        (lambda g, V: M.strang_mixture(M.MixtureSystem.create(g, V, [[1.0]]), 10.0), ValueError, "dt=10.0 is unstable"),
-        (lambda g, V: M.strang_mixture(M.MixtureSystem.create(g, V, [[1.0]]), -1e-3), ValueError, "dt must be > 0"),
+        (lambda g, V: C.strang(M.MixtureSystem.create(g, V, [[1.0]]), 10.0), ValueError, "dt=10.0 is unstable"),
+        (lambda g, V: C.strang(M.MixtureSystem.create(g, V, [[1.0]]), -1e-3), ValueError, "dt must be > 0"),
         (
-            lambda g, V: M.strang_mixture(
+            lambda g, V: C.strang(
                 M.MixtureSystem.create(g, V, np.eye(2)), 1e-3, imaginary=True, norm=[1.0, -1.0]
             ),
             ValueError,
             "norm must be > 0",
         ),
         (
-            lambda g, V: M.strang_mixture(M.MixtureSystem.create(g, V, np.eye(2)), 1e-3).init(np.zeros((3, 32))),
+            lambda g, V: C.strang(M.MixtureSystem.create(g, V, np.eye(2)), 1e-3).init(np.zeros((3, 32))),
             ValueError,
             r"psi must have shape \(2, 32\)",
         ),
         (
-            lambda g, V: M.strang_mixture(M.Spin1System.create(g, V, 1, 1), 1e-3),
+            lambda g, V: C.strang({"potential": V}, 1e-3),
             TypeError,
-            "system must be a MixtureSystem",
+            "system must be a GPSystem, MixtureSystem, Spin1System or DipolarSystem, got dict",
         ),
         (
             lambda g, V: M.mixture_ground_state(M.MixtureSystem.create(g, V, np.eye(2)), psi0=np.zeros((2, 32))),
@@ -435,14 +436,14 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
         ),
         (lambda g, V: M.overlap(np.zeros((2, 32)), g, 0, 2), ValueError, "j must be a component index"),
         (
-            lambda g, V: M.strang_mixture(M.MixtureSystem.create(g, V, [[5e3, 0.0], [0.0, 1.0]]), 5e-3).init(
+            lambda g, V: C.strang(M.MixtureSystem.create(g, V, [[5e3, 0.0], [0.0, 1.0]]), 5e-3).init(
                 3 * np.stack([np.exp(-(g.coords[0] ** 2))] * 2)
             ),
             ValueError,
             "local phase per step",
         ),
         (
-            lambda g, V: M.strang_spin1(M.Spin1System.create(g, V, 5e3, 1.0), 5e-3).init(
+            lambda g, V: C.strang(M.Spin1System.create(g, V, 5e3, 1.0), 5e-3).init(
                 3 * np.stack([np.exp(-(g.coords[0] ** 2))] * 3)
             ),
             ValueError,
@@ -461,8 +462,8 @@ def test_bad_input_is_one_line(build, exc, match):
 def _steppers():
     grid = Grid.uniform(32, 10.0)
     V = harmonic(grid)
-    mix = M.strang_mixture(M.MixtureSystem.create(grid, V, [[2.0, 1.0], [1.0, 1.5]]), 1e-3)
-    spin = M.strang_spin1(M.Spin1System.create(grid, V, 5.0, -1.0, p=0.1, q=0.2), 1e-3)
+    mix = C.strang(M.MixtureSystem.create(grid, V, [[2.0, 1.0], [1.0, 1.5]]), 1e-3)
+    spin = C.strang(M.Spin1System.create(grid, V, 5.0, -1.0, p=0.1, q=0.2), 1e-3)
     return [(mix, _two_blobs(grid, np.complex64)), (spin, _spinor(grid, np.complex64))]
 
 
@@ -492,21 +493,21 @@ def test_policies_set_the_state_dtype():
     grid = Grid.uniform(32, 10.0)
     system = M.Spin1System.create(grid, harmonic(grid), 5.0, -1.0)
     psi = _spinor(grid, np.complex64)
-    assert M.strang_spin1(system, 1e-3, policy="f32").init(psi).dtype == jnp.complex64
+    assert C.strang(system, 1e-3, policy="f32").init(psi).dtype == jnp.complex64
     with jax.enable_x64(True):
-        st = M.strang_spin1(system, 1e-3, policy="f64")
+        st = C.strang(system, 1e-3, policy="f64")
         assert st.init(psi).dtype == jnp.complex128 and st.params.system.c2.dtype == jnp.float64
         mix = M.MixtureSystem.create(grid, harmonic(grid), np.eye(2))
-        assert M.strang_mixture(mix, 1e-3, policy="f64").init(psi[:2]).dtype == jnp.complex128
+        assert C.strang(mix, 1e-3, policy="f64").init(psi[:2]).dtype == jnp.complex128
         # a float32 system keeps complex64 with x64 on (no float64 constant may promote the state)
         for st32 in (
-            M.strang_spin1(system, 1e-3),
-            M.strang_spin1(system, 1e-3, imaginary=True, norm=1.0, magnetization=0.1),
+            C.strang(system, 1e-3),
+            C.strang(system, 1e-3, imaginary=True, norm=1.0, magnetization=0.1),
         ):
             assert trajectory(st32, st32.init(psi), 2)[0].dtype == jnp.complex64
-        assert trajectory(M.strang_mixture(mix, 1e-3), psi[:2].copy(), 2)[0].dtype == jnp.complex64
+        assert trajectory(C.strang(mix, 1e-3), psi[:2].copy(), 2)[0].dtype == jnp.complex64
     with pytest.raises(ValueError, match="complex64/complex128") as err:
-        M.strang_spin1(system, 1e-3, policy="bf16")
+        C.strang(system, 1e-3, policy="bf16")
     assert "\n" not in str(err.value)
 
 
@@ -518,8 +519,8 @@ def test_grid_axes_sharded_over_devices_give_the_single_device_result():
     mesh = Mesh(np.array(jax.devices()), ("x",))
     grid = Grid.uniform((32, 32), 10.0)
     psi3 = _spinor(grid, np.complex64)
-    spin = M.strang_spin1(M.Spin1System.create(grid, harmonic(grid), 20.0, -1.0, q=0.2), 1e-3)
-    mix = M.strang_mixture(M.MixtureSystem.create(grid, harmonic(grid), [[2.0, 1.0], [1.0, 2.0]]), 1e-3)
+    spin = C.strang(M.Spin1System.create(grid, harmonic(grid), 20.0, -1.0, q=0.2), 1e-3)
+    mix = C.strang(M.MixtureSystem.create(grid, harmonic(grid), [[2.0, 1.0], [1.0, 2.0]]), 1e-3)
     for st, psi in ((spin, psi3), (mix, psi3[:2])):
         p0 = st.init(psi)
         ref = _run(st, p0, 10)

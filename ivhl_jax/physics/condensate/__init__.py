@@ -69,6 +69,27 @@ from ivhl_jax.physics.condensate.states import (
     thomas_fermi_density,
     thomas_fermi_mu,
 )
+from ivhl_jax.physics.condensate.dipolar import (
+    Dipolar,
+    DipolarSystem,
+    dipolar_energy,
+    dipolar_ground_state,
+    dipolar_kernel,
+    dipolar_potential,
+    thomas_fermi_aspect_ratio,
+)
+from ivhl_jax.physics.condensate.mixture import (
+    MixtureSystem,
+    Spin1System,
+    component_norms,
+    magnetization,
+    mixture_energy,
+    mixture_ground_state,
+    overlap,
+    spin1_energy,
+    spin1_ground_state,
+    spin_density,
+)
 from ivhl_jax.physics.condensate.stepper import StrangParams, max_stable_dt, strang
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, harmonic
 from ivhl_jax.physics.condensate.vortices import VortexLines, Vortices, vortex_lines, vortices
@@ -104,4 +125,21 @@ __all__ = [
     "VortexLines",
     "bogoliubov",
     "BogoliubovModes",
+    "MixtureSystem",
+    "Spin1System",
+    "mixture_energy",
+    "mixture_ground_state",
+    "component_norms",
+    "overlap",
+    "spin1_energy",
+    "spin1_ground_state",
+    "spin_density",
+    "magnetization",
+    "Dipolar",
+    "DipolarSystem",
+    "dipolar_kernel",
+    "dipolar_potential",
+    "dipolar_energy",
+    "dipolar_ground_state",
+    "thomas_fermi_aspect_ratio",
 ]

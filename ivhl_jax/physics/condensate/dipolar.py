@@ -51,6 +51,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.rollout import Stepper, rollout
 from ivhl_jax.numerics.splitstep import phase_factor_m1
 from ivhl_jax.physics.condensate.system import Grid
@@ -419,15 +420,14 @@ def strang_dipolar(
     if not isinstance(imaginary, (bool, np.bool_)):
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     imaginary = bool(imaginary)
-    check_scalar(dt, "dt", positive=True)
     grid = system.grid
-    if is_concrete(dt) and not imaginary:
-        bound = float(np.pi / (0.5 * np.max(grid.k_squared())))
-        if float(np.asarray(dt)) > bound:
-            raise ValueError(
-                f"dt={float(np.asarray(dt))} is unstable on this grid: the kinetic phase per step dt·k_max²/2 "
-                f"exceeds π (split-step instability); use dt <= {bound:.3g} or a coarser grid"
-            )
+    splitstep.check_dt(
+        dt,
+        kinetic_max=float(0.5 * np.max(grid.k_squared())),
+        imaginary=imaginary,
+        label="k_max²/2",
+        hint=" or a coarser grid",
+    )
     rdt = system.real_dtype
     target: Any = None
     if norm is not None:

@@ -64,6 +64,7 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.rollout import Stepper, rollout
 from ivhl_jax.numerics.splitstep import phase_factor_m1
 from ivhl_jax.physics.condensate.system import Grid
@@ -281,14 +282,14 @@ def _project(psi: jax.Array, target: jax.Array, axes: tuple[int, ...]) -> jax.Ar
 
 
 def _check_dt(dt: Any, grid: Grid, imaginary: bool) -> None:
-    check_scalar(dt, "dt", positive=True)
-    if is_concrete(dt) and not imaginary:
-        bound = float(np.pi / (0.5 * np.max(grid.k_squared())))
-        if float(np.asarray(dt)) > bound:
-            raise ValueError(
-                f"dt={float(np.asarray(dt))} is unstable on this grid: the kinetic phase per step dt·k_max²/2 "
-                f"exceeds π (split-step instability); use dt <= {bound:.3g} or a coarser grid"
-            )
+    """The split-step engine's dt check (:func:`ivhl_jax.numerics.splitstep.check_dt`) for the kinetic ½k²."""
+    splitstep.check_dt(
+        dt,
+        kinetic_max=float(0.5 * np.max(grid.k_squared())),
+        imaginary=imaginary,
+        label="k_max²/2",
+        hint=" or a coarser grid",
+    )
 
 
 def _check_imaginary(imaginary: Any) -> bool:

@@ -23,6 +23,8 @@ from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft, splitstep
 from ivhl_jax.numerics.rollout import Stepper
+from ivhl_jax.physics.condensate.dipolar import DipolarSystem, strang_dipolar
+from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System, strang_mixture, strang_spin1
 from ivhl_jax.physics.condensate.system import (
     GPSystem,
     Grid,
@@ -270,12 +272,13 @@ def check_local_dt(dtc: float, system: GPSystem, psi: np.ndarray, imaginary: boo
 # The builder
 # ----------------------------------------------------------------------------------------------
 def strang(
-    system: GPSystem,
+    system: GPSystem | MixtureSystem | Spin1System | DipolarSystem,
     dt: Any,
     *,
     imaginary: bool = False,
     project_norm: bool | None = None,
     norm: Any = None,
+    magnetization: Any = None,
     policy: str | Policy | None = None,
 ) -> Stepper:
     """The Strang split-step stepper of the GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ.
@@ -310,11 +313,32 @@ def strang(
       policy: None (the system's dtype: that of ``system.potential``) or a precision policy / preset:
         ``"f32"`` → complex64, ``"f64"`` → complex128 (needs ``jax.enable_x64``); ``"bf16"`` is rejected.
 
+    The family's one door also takes the other systems, each with its own scheme (same arguments where they
+    apply): a :class:`~ivhl_jax.physics.condensate.mixture.MixtureSystem` (C components, ψ of shape (C, *grid);
+    ``norm`` one N_i or C of them), a :class:`~ivhl_jax.physics.condensate.mixture.Spin1System` (ψ of shape
+    (3, *grid); ``magnetization`` held in imaginary time) and a
+    :class:`~ivhl_jax.physics.condensate.dipolar.DipolarSystem` (grid-shaped ψ with the dipolar potential);
+    ``project_norm`` is the scalar GP system's only.
+
     Returns:
       A :class:`ivhl_jax.numerics.rollout.Stepper`: ``stepper.init(psi)`` validates and casts ψ,
       ``stepper.step(psi)`` is one pure step (jit/vmap/grad-safe); record with
       ``trajectory(stepper, psi, steps, observe=condensate.observe)``.
     """
+    other = _OTHER_SCHEMES.get(type(system))
+    if other is not None:
+        if project_norm is not None:
+            raise ValueError(f"project_norm applies to a GPSystem, not to a {type(system).__name__}; drop it")
+        extra = {} if magnetization is None else {"magnetization": magnetization}
+        if extra and not isinstance(system, Spin1System):
+            raise ValueError(f"magnetization applies to a Spin1System, not to a {type(system).__name__}; drop it")
+        return other(system, dt, imaginary=imaginary, norm=norm, policy=policy, **extra)
+    if not isinstance(system, GPSystem):
+        raise TypeError(
+            f"system must be a GPSystem, MixtureSystem, Spin1System or DipolarSystem, got {type(system).__name__}"
+        )
+    if magnetization is not None:
+        raise ValueError("magnetization applies to a Spin1System, not to a GPSystem; drop it")
     system = with_policy(check_system(system), policy)
     if not isinstance(imaginary, (bool, np.bool_)):
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
@@ -371,3 +395,11 @@ def strang(
         else {True: "gp-strang-projected", None: "gp-strang", False: "gp-strang-raw"}[project_norm]
     )
     return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name)
+
+
+# The schemes of the other systems behind the one door (their own modules hold each equation's step).
+_OTHER_SCHEMES: dict[type, Any] = {
+    MixtureSystem: strang_mixture,
+    Spin1System: strang_spin1,
+    DipolarSystem: strang_dipolar,
+}
