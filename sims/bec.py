@@ -14,6 +14,7 @@ record's t is the number of steps done when it was taken times dt; records are t
 steps, so the first is at t = save_every·dt (the initial state is not recorded).
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
+  ivhl sim bec --set g=500 --set omega_rot=0.8 --set gamma=0.03 --set noise=0.05 --set steps=40000   # a lattice
   ivhl sim bec --config run.toml --out runs/bec_vortex
 """
 
@@ -55,6 +56,11 @@ class BECConfig:
     trap: tuple[float, ...] = option((1.0,), "trap frequencies ω (one, or one per axis)")
     g: float = option(200.0, "contact interaction strength g (trap units)")
     omega_rot: float = option(0.0, "rotation about z (2D/3D); the ground state is found in this frame")
+    gamma: float = option(
+        0.0,
+        "damping rate γ >= 0 of the evolution, i∂ψ/∂t = (1 − iγ)(H − μ)ψ with the atom number held (0: the "
+        "conservative GP equation); with omega_rot and noise > 0 a vortex lattice forms",
+    )
     imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
     ground_dt: float = option(5e-3, "imaginary-time step of the ground-state search")
     ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
@@ -114,6 +120,8 @@ class BECConfig:
             v = getattr(self, name)
             if not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v}")
+        if not (math.isfinite(self.gamma) and self.gamma >= 0):
+            raise ValueError(f"gamma must be a finite number >= 0 (a damping rate), got {self.gamma}")
         if not (math.isfinite(self.noise) and self.noise >= 0):
             raise ValueError(f"noise must be a finite number >= 0, got {self.noise}")
         if len(self.trap) not in (1, self.dims):
@@ -201,6 +209,7 @@ def gp_system(cfg: BECConfig) -> C.GPSystem:
         cfg.omega_rot,
         fft=cfg.fft,
         layout=parse_mesh(cfg.mesh, cfg.dims),
+        gamma=cfg.gamma,
     )
 
 

@@ -37,6 +37,17 @@ def test_gp_run_project_norm_keeps_the_norm(tmp_path):
     assert max(abs(n - 1) for n in norms) < 1e-6  # measured 6e-8 (CPU)
 
 
+def test_gp_run_with_damping_loses_energy_and_keeps_the_norm(tmp_path):
+    """--set gamma: the damped evolution (the imprinted vortex off-centre in a rotating frame relaxes); the energy
+    falls at every record and the norm stays 1."""
+    extra = ["--set", "gamma=0.05", "--set", "omega_rot=0.3"]
+    assert bec.main([*GP, *extra, "--set", "steps=200", "--out", str(tmp_path)]) == 0
+    obs = json.loads((tmp_path / "observables.json").read_text())["observables"]
+    energy = np.asarray(obs["energy_total"])
+    assert np.all(np.diff(energy) < 0), energy
+    assert max(abs(n - 1) for n in obs["norm"]) < 1e-5
+
+
 def test_gp_run_resumes_bit_exactly(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     assert bec.main([*GP, "--set", "steps=200", "--out", str(full)]) == 0
@@ -144,6 +155,7 @@ BAD_VALUES = [
     ("model", "gft", "model"),
     ("precision", "float16", "precision"),
     ("fft", "fftw", "fft"),
+    ("gamma", "-0.1", "gamma must be a finite number >= 0"),
 ]
 
 

@@ -174,6 +174,8 @@ def ground_state(
                 "psi0 is zero everywhere (zero norm), so it cannot be normalised to norm; pass a "
                 "non-zero initial guess (or psi0=None for the default Gaussian)"
             )
+    if system.dissipative:  # a stationary state of (1 − iγ)(H − μ)ψ = 0 is one of H: γ plays no part
+        system = system.replace(gamma=0.0)
     stepper = strang(system, dt, imaginary=True)
     dtc = concrete_float(dt)
     # (arrays spread over several processes have no host copy here: the check is skipped for them)
