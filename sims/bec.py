@@ -14,7 +14,6 @@ record's t is the number of steps done when it was taken times dt; records are t
 steps, so the first is at t = save_every·dt (the initial state is not recorded).
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
-  ivhl sim bec --set g=500 --set omega_rot=0.8 --set gamma=0.03 --set noise=0.05 --set steps=40000   # a lattice
   ivhl sim bec --config run.toml --out runs/bec_vortex
 """
 
