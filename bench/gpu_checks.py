@@ -26,6 +26,9 @@ One run sees every family (goal: under 6 minutes on one H100). Sections
   gp_modes     condensate vortex tracking (2-D frames in one batched call, a 3-D ring's length) and BdG spectra
                (homogeneous dispersion, Kohn mode) on the device: error vs analytic, ms per call
                (``bench/ops_condensate_modes.py``).
+  gp_terms     condensate terms through ``condensate.strang`` (a damped rotating GP, a mixture, spin-1, dipolar):
+               ms per step, drift of what each conserves, the float32 state against float64
+               (``bench/ops_condensate_terms.py``).
   cdt          CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s of the JAX, Pallas and host
                engines (and 2d-cdt when its sources are given) (``bench/ops_cdt.py``).
   mera         MERA sweeps at χ = 16, 24, 32 in f32/f64 and one ladder (``bench/ops_tn.py``).
@@ -392,6 +395,11 @@ def section_gp_modes(quick: bool) -> dict:
     return _family("ops_condensate_modes", quick)
 
 
+def section_gp_terms(quick: bool) -> dict:
+    """Condensate terms (dissipation, mixture, spin-1, dipolar): ms per step, drift of N (N_i, M), f32 vs f64."""
+    return _family("ops_condensate_terms", quick)
+
+
 def section_cdt(quick: bool) -> dict:
     """CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s per engine, against the host engine."""
     return _family("ops_cdt", quick)
@@ -635,6 +643,7 @@ SECTIONS = (
     "fields",
     "gp",
     "gp_modes",
+    "gp_terms",
     "cdt",
     "mera",
     "mera_symmetric",
@@ -643,7 +652,7 @@ SECTIONS = (
     "pallas_blocks",
     "gp_rounding",
 )
-FAMILY_SECTIONS = ("fields", "gp", "gp_modes", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
+FAMILY_SECTIONS = ("fields", "gp", "gp_modes", "gp_terms", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
 
 
 def main(argv=None) -> int:

@@ -161,3 +161,19 @@ def test_rotating_dissipative_condensate_forms_a_lattice_with_feynmans_vortex_de
     feynman = 0.8 * r0**2
     assert np.all(charge[inside] == 1)
     assert abs(inside.sum() / feynman - 1) < 0.15, (int(inside.sum()), feynman, radius)
+
+
+def test_gpu_check_quick_runs_on_cpu():
+    """bench.ops_condensate_terms.gpu_check (the gp_terms section of bench/gpu_checks.py) in its CPU-sized form:
+    every term runs through condensate.strang and holds what it conserves."""
+    from ivhl_jax.bench import ops_condensate_terms
+
+    doc = ops_condensate_terms.gpu_check(quick=True)
+    res = doc["results"]
+    assert not any("error" in r for r in res.values()), res
+    assert res["damped"]["energy_monotone"] and res["damped"]["norm_error"] < 1e-5
+    assert res["mixture"]["max_component_norm_drift"] < 1e-5
+    assert res["spin1"]["norm_drift"] < 1e-5 and res["spin1"]["magnetization_drift"] < 1e-5
+    assert res["dipolar"]["norm_drift"] < 1e-5
+    assert all(r["f32_vs_f64"] < 1e-4 for r in res.values())
+    assert len(doc["summary"]) == 4

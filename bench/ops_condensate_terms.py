@@ -1,0 +1,220 @@
+"""GPU check of the condensate family's extra terms: dissipation (``GPSystem(gamma=)``), two-component mixtures,
+spin-1 and dipolar interactions, each through the family's one door ``condensate.strang``.
+
+Each record holds, measured on the device: the time of one jitted block of steps (median of calls waited on,
+ms per step), the conserved quantities' drift over the block in float32 (each N_i of a mixture; N and M of a
+spin-1 state; the norm of a dipolar run; for the damped run, whether the energy fell at every record while N
+was held), and the float32 state's distance from the float64 one after the same steps (max |ψ₃₂ − ψ₆₄| /
+max |ψ₆₄|, the accuracy of the f32 policy against f64; bf16 is refused by every condensate solver).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def _median_ms(call, reps: int) -> float:
+    call()  # compile / warm up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
+def _f32_vs_f64(build, psi_np, steps: int) -> float:
+    """max |ψ₃₂ − ψ₆₄| / max |ψ₆₄| after ``steps`` steps of ``build(dtype)`` from the same start."""
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.numerics.rollout import trajectory
+
+    outs = {}
+    for name, rdt, cdt in (("f32", jnp.float32, jnp.complex64), ("f64", jnp.float64, jnp.complex128)):
+        with jax.enable_x64(name == "f64"):
+            st = build(rdt)
+            psi = st.init(jnp.asarray(psi_np, cdt))
+            outs[name] = np.asarray(trajectory(st, psi, steps, save_every=steps)[0])
+    return float(np.max(np.abs(outs["f32"] - outs["f64"])) / np.max(np.abs(outs["f64"])))
+
+
+def _timed_block(st, psi, steps: int, observe, reps: int):
+    import jax
+
+    from ivhl_jax.numerics.rollout import trajectory
+
+    final, rec = trajectory(st, psi, steps, save_every=max(1, steps // 10), observe=observe)
+    ms = _median_ms(lambda: jax.block_until_ready(trajectory(st, psi, steps, save_every=steps)[0]), reps)
+    return final, rec, ms / steps
+
+
+def check_damped(n: int = 512, steps: int = 200, reps: int = 3) -> dict:
+    """A rotating 2-D trap (Ω = 0.8, gN = 500, γ = 0.03) on an n² grid over a 24² box."""
+    import jax.numpy as jnp
+
+    from ivhl_jax.physics import condensate as C
+
+    def system(rdt):
+        grid = C.Grid.uniform((n, n), 24.0)
+        return C.GPSystem(grid, C.harmonic(grid, dtype=rdt), 500.0, 0.8, gamma=0.03)
+
+    sys32 = system(jnp.float32)
+    x, y = np.meshgrid(*sys32.grid.coords, indexing="ij")
+    r2 = x * x + y * y
+    start = np.sqrt(np.maximum(0.0, 16.0 - r2)) * (1 + 0.01 * np.random.default_rng(0).standard_normal(r2.shape))
+    start = start / np.sqrt(np.sum(start**2) * sys32.grid.cell_volume)
+    st = C.strang(sys32, 2e-3)
+    psi = st.init(jnp.asarray(start, jnp.complex64))
+    final, energy, ms = _timed_block(st, psi, steps, lambda p, prm: C.energy(p, prm.system)["total"], reps)
+    e = np.asarray(energy)
+    return {
+        "n": n,
+        "steps": steps,
+        "ms_per_step": ms,
+        "energy_monotone": bool(np.all(np.diff(e) < 0)),
+        "norm_error": float(abs(float(C.norm(final, sys32.grid)) - 1.0)),
+        "f32_vs_f64": _f32_vs_f64(lambda rdt: C.strang(system(rdt), 2e-3), start, 20),
+    }
+
+
+def check_mixture(n: int = 512, steps: int = 200, reps: int = 3) -> dict:
+    """Two components in a 2-D trap (g₁₁ = 100, g₂₂ = 90, g₁₂ = 80), displaced Gaussians, n² over a 16² box."""
+    import jax.numpy as jnp
+
+    from ivhl_jax.physics import condensate as C
+
+    def system(rdt):
+        grid = C.Grid.uniform((n, n), 16.0)
+        g = np.array([[100.0, 80.0], [80.0, 90.0]])
+        return C.MixtureSystem.create(grid, C.harmonic(grid, dtype=rdt), jnp.asarray(g, rdt))
+
+    sys32 = system(jnp.float32)
+    x, y = np.meshgrid(*sys32.grid.coords, indexing="ij")
+    start = np.stack([np.exp(-((x - 0.5) ** 2 + y**2) / 2), np.exp(-((x + 0.5) ** 2 + y**2) / 2)]).astype(complex)
+    start = start / np.sqrt(np.sum(np.abs(start) ** 2, axis=(1, 2), keepdims=True) * sys32.grid.cell_volume)
+    st = C.strang(sys32, 2e-3)
+    psi = st.init(jnp.asarray(start, jnp.complex64))
+    final, norms, ms = _timed_block(st, psi, steps, lambda p, prm: C.component_norms(p, prm.system.grid), reps)
+    return {
+        "n": n,
+        "steps": steps,
+        "ms_per_step": ms,
+        "max_component_norm_drift": float(np.max(np.abs(np.asarray(norms) - 1.0))),
+        "f32_vs_f64": _f32_vs_f64(lambda rdt: C.strang(system(rdt), 2e-3), start, 20),
+    }
+
+
+def check_spin1(n: int = 512, steps: int = 200, reps: int = 3) -> dict:
+    """Spin-1 in a 2-D trap (c₀ = 100, c₂ = −5, p = 0, q = 0.1), a transverse-spin start, n² over a 16² box."""
+    import jax.numpy as jnp
+
+    from ivhl_jax.physics import condensate as C
+
+    def system(rdt):
+        grid = C.Grid.uniform((n, n), 16.0)
+        return C.Spin1System.create(grid, C.harmonic(grid, dtype=rdt), 100.0, -5.0, p=0.0, q=0.1)
+
+    sys32 = system(jnp.float32)
+    x, y = np.meshgrid(*sys32.grid.coords, indexing="ij")
+    env = np.exp(-(x**2 + y**2) / 2)
+    start = np.stack([0.5 * env, np.sqrt(0.5) * env * np.exp(1j * 0.3 * x), 0.5 * env]).astype(complex)
+    start = start / np.sqrt(np.sum(np.abs(start) ** 2) * sys32.grid.cell_volume)
+
+    def observe(p, prm):
+        return {"n": jnp.sum(C.component_norms(p, prm.system.grid)), "m": C.magnetization(p, prm.system.grid)}
+
+    st = C.strang(sys32, 2e-3)
+    psi = st.init(jnp.asarray(start, jnp.complex64))
+    _, rec, ms = _timed_block(st, psi, steps, observe, reps)
+    n_rec, m_rec = np.asarray(rec["n"]), np.asarray(rec["m"])
+    return {
+        "n": n,
+        "steps": steps,
+        "ms_per_step": ms,
+        "norm_drift": float(np.max(np.abs(n_rec - 1.0))),
+        "magnetization_drift": float(np.max(np.abs(m_rec - m_rec[0]))),
+        "f32_vs_f64": _f32_vs_f64(lambda rdt: C.strang(system(rdt), 2e-3), start, 20),
+    }
+
+
+def check_dipolar(n: int = 128, steps: int = 100, reps: int = 3) -> dict:
+    """A dipolar 3-D cloud (g = 500, ε_dd = 0.5 along z, spherical cutoff) from a Gaussian, n³ over a 16³ box."""
+    import jax.numpy as jnp
+
+    from ivhl_jax.physics import condensate as C
+
+    def system(rdt):
+        grid = C.Grid.uniform((n, n, n), 16.0)
+        dip = C.Dipolar.create(eps_dd=0.5, axis=(0.0, 0.0, 1.0), cutoff=7.0)
+        return C.DipolarSystem.create(grid, C.harmonic(grid, dtype=rdt), 500.0, dip)
+
+    sys32 = system(jnp.float32)
+    x, y, z = np.meshgrid(*sys32.grid.coords, indexing="ij")
+    start = np.exp(-(x**2 + y**2 + 0.5 * z**2) / 2).astype(complex)
+    start = start / np.sqrt(np.sum(np.abs(start) ** 2) * sys32.grid.cell_volume)
+    st = C.strang(sys32, 1e-3)
+    psi = st.init(jnp.asarray(start, jnp.complex64))
+    _, norms, ms = _timed_block(st, psi, steps, lambda p, prm: C.norm(p, prm.system.grid), reps)
+    return {
+        "n": n,
+        "steps": steps,
+        "ms_per_step": ms,
+        "norm_drift": float(np.max(np.abs(np.asarray(norms) - 1.0))),
+        "f32_vs_f64": _f32_vs_f64(lambda rdt: C.strang(system(rdt), 1e-3), start, 10),
+    }
+
+
+def gpu_check(quick: bool = False) -> dict:
+    """The four terms on this device (``quick``: CPU-sized, seconds). Returns the records and a ``summary``."""
+    import jax
+
+    doc: dict = {"device": str(jax.devices()[0]), "results": {}}
+    summary = []
+    checks = {
+        "damped": lambda: check_damped(48, 40, 1) if quick else check_damped(),
+        "mixture": lambda: check_mixture(32, 40, 1) if quick else check_mixture(),
+        "spin1": lambda: check_spin1(32, 40, 1) if quick else check_spin1(),
+        "dipolar": lambda: check_dipolar(16, 20, 1) if quick else check_dipolar(),
+    }
+    for name, run in checks.items():
+        try:
+            rec = run()
+            drift = {k: v for k, v in rec.items() if "drift" in k or k in ("norm_error", "energy_monotone")}
+            line = (
+                f"{name} {rec['n']}^d: {rec['ms_per_step']:.3f} ms/step, "
+                + ", ".join(f"{k} {v:.1e}" if isinstance(v, float) else f"{k} {v}" for k, v in drift.items())
+                + f", f32 vs f64 {rec['f32_vs_f64']:.1e}"
+            )
+        except Exception as e:  # noqa: BLE001 - one check failing must not hide the others
+            rec = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            line = f"{name}: {rec['error']}"
+        doc["results"][name] = rec
+        summary.append(line)
+    doc["summary"] = summary
+    return doc
+
+
+def main(argv=None) -> int:
+    """``python -m ivhl_jax.bench.ops_condensate_terms --out FILE [--quick]``: :func:`gpu_check` on this device,
+    written as JSON with the command that made it."""
+    import argparse
+    import sys
+
+    from ivhl_jax.bench.harness import write_results
+
+    p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_condensate_terms")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true", help="CPU-sized (seconds)")
+    a = p.parse_args(argv)
+    command = "python -m ivhl_jax.bench.ops_condensate_terms " + " ".join(sys.argv[1:] if argv is None else argv)
+    doc = gpu_check(quick=a.quick)
+    write_results(a.out, doc, command=command)
+    print("\n".join(doc["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
