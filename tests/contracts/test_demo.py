@@ -22,11 +22,18 @@ def test_ivhl_demo_default_runs_and_writes_pictures(tmp_path, monkeypatch, capsy
     # Running it again starts fresh (the demo does not resume) and gives the same numbers.
     import json
 
-    first = json.load(open(tmp_path / "runs" / "demo" / "summary.json"))
+    from ivhl_jax.run import open_run
+
+    demo = tmp_path / "runs" / "demo"
+    first = json.load(open(demo / "summary.json"))
+    first_records = {k: np.asarray(v) for k, v in open_run(demo).observations.data_vars.items()}
+    assert first_records and all(len(v) for v in first_records.values())
     assert cli.main(["demo", "--no-progress"]) == 0
-    second = json.load(open(tmp_path / "runs" / "demo" / "summary.json"))
+    second = json.load(open(demo / "summary.json"))
     assert second["resumed_from"] is None
-    np.testing.assert_array_equal(first["history"]["max_intensity"], second["history"]["max_intensity"])
+    assert second["final"] == first["final"]
+    for name, values in open_run(demo).observations.data_vars.items():  # the per-step records, in the run store
+        np.testing.assert_array_equal(np.asarray(values), first_records[name])
 
 
 def test_ivhl_demo_small_override(tmp_path, capsys):
