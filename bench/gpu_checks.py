@@ -469,7 +469,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
 
     def gru_case():
         d, h, b, t = (3, 8, 2, 16) if quick else (64, 512, 256, 128)
-        w = gru.init_gru_params(jax.random.key(0), d, h)
+        w = gru.init_params(jax.random.key(0), d, h)
         st = gru.recurrence(w, jax.random.normal(jax.random.key(1), (t, b, d)))
         return st, st.init(jnp.zeros((b, h))), gru.observe, t
 

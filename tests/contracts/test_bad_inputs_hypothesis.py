@@ -137,7 +137,7 @@ def _stepper():
 
 
 def _gru_params():
-    return gru.init_gru_params(jax.random.key(0), 3, 4)
+    return gru.init_params(jax.random.key(0), 3, 4)
 
 
 _PTS = np.zeros((5, 3), np.float32)
@@ -581,20 +581,12 @@ CASES: list[Case] = [
         bad_count,
     ),
     Case("gft.gft_vacuum/lam", lambda b: gft.gft_vacuum(-0.5, b), "lam", bad_positive),
+    Case("gru.init_params/hidden_dim", lambda b: gru.init_params(jax.random.key(0), 3, b), "hidden_dim", bad_size),
     Case(
-        "gru.init_gru_params/hidden_dim", lambda b: gru.init_gru_params(jax.random.key(0), 3, b), "hidden_dim", bad_size
-    ),
-    Case(
-        "gru.gru_step/h",
-        lambda b: gru.gru_step(_gru_params(), b, np.ones((2, 3), np.float32)),
+        "gru.cell/h",
+        lambda b: gru.cell(_gru_params(), b, np.ones((2, 3), np.float32)),
         "h",
         st.sampled_from([np.ones((2, 5), np.float32), np.ones((3, 4), np.float32), np.ones((2, 4), np.int32)]),
-    ),
-    Case(
-        "gru.gru_scan/xs",
-        lambda b: gru.gru_scan(_gru_params(), np.zeros((2, 4), np.float32), b),
-        "xs",
-        st.sampled_from([np.ones((5, 2, 2), np.float32), np.ones((2, 3), np.float32)]),
     ),
 ]
 
@@ -1254,25 +1246,10 @@ CASES += [
         st.sampled_from([(-1, 3), (2.5,), "ab"]),
     ),
     Case(
-        "adaptive.run_inner/x",
-        lambda b: AD.run_inner(
-            AD.init_params(jax.random.key(0), _ad_cfg()), AD.init_state(_ad_cfg(), 2), b, jax.random.key(1), _ad_cfg()
-        ),
-        "x",
-        st.one_of(
-            st.sampled_from([np.ones((2, 4), np.float32), np.ones((3, 5), np.float32), np.ones((2, 5, 1), np.float32)]),
-            nonfinite(np.ones((2, 5), np.float32)),
-        ),
-    ),
-    Case(
-        "adaptive.run_inner/key",
-        lambda b: AD.run_inner(
-            AD.init_params(jax.random.key(0), _ad_cfg()),
-            AD.init_state(_ad_cfg(), 2),
-            np.ones((2, 5), np.float32),
-            b,
-            _ad_cfg(),
-        ),
+        "adaptive.dynamics/init key",
+        lambda b: AD.dynamics(
+            AD.init_params(jax.random.key(0), _ad_cfg()), np.ones((2, 5), np.float32), _ad_cfg()
+        ).init(b, AD.init_state(_ad_cfg(), 2)),
         "key",
         not_a_key,
     ),
@@ -1844,7 +1821,7 @@ CASES += [
     ),
     Case(
         "precision.DynamicLossScale/period",
-        lambda b: precision.DynamicLossScale(jnp.float32(2.0), jnp.int32(0), period=b),
+        lambda b: precision.DynamicLossScale.create(period=b),
         "period",
         bad_size,
     ),
@@ -2201,7 +2178,7 @@ EXEMPT: dict[str, str] = {
     "wave_params/evolution/init; no array/scalar input of its own",
     **{f"rollout.{n}": "a typing alias (Callable protocol), not a function" for n in ("Step", "Observe")},
     "rollout.identity_observe": "returns its state argument unchanged; any pytree is valid",
-    **{f"gru.{n}": _RESULT for n in ("GRUState", "GRUInputs")},
+    **{f"gru.{n}": _RESULT for n in ("GRUState", "RecurrenceParams")},
     "gru.observe": "returns state.h of a GRUState built by recurrence; no array/scalar input",
     "training.TrainState": _RESULT,
     "training.LossFn": "a typing alias (Callable protocol), not a function",

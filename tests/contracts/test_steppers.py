@@ -112,7 +112,7 @@ def _adaptive_case(seed=0):
 def _gru_case(seed=0):
     from ivhl_jax import gru
 
-    w = gru.init_gru_params(jax.random.key(0), 3, 5)
+    w = gru.init_params(jax.random.key(0), 3, 5)
     xs = jax.random.normal(jax.random.key(1), (12, 2, 3))
     st = gru.recurrence(w, xs)
     return st, st.init(0.1 * jax.random.normal(jax.random.key(seed), (2, 5))), gru.observe
@@ -282,19 +282,18 @@ def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
 def test_gru_recurrence_equals_steps_by_hand():
     from ivhl_jax import gru
 
-    w = gru.init_gru_params(jax.random.key(0), 3, 5)
+    w = gru.init_params(jax.random.key(0), 3, 5)
     xs = jax.random.normal(jax.random.key(1), (7, 2, 3))
     h0 = jnp.zeros((2, 5))
     st = gru.recurrence(w, xs)
     final, obs = trajectory(st, st.init(h0), 7, observe=gru.observe)
     h, hs = h0, []
     for t in range(7):
-        h = gru.gru_step(w, h, xs[t])
+        h = gru.cell(w, h, xs[t])
         hs.append(h)
     np.testing.assert_allclose(np.asarray(obs), np.stack(hs), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.asarray(final.h), np.asarray(h), rtol=1e-6, atol=1e-6)
-    h_t, hs_scan = gru.gru_scan(w, h0, xs)  # the documented wrapper: the same call
-    np.testing.assert_array_equal(np.asarray(hs_scan), np.asarray(obs))
+    assert st.max_steps == 7  # the input's length: trajectory refuses an 8th step
     _, n = count_compiles(trajectory, gru.recurrence(w, xs + 1.0), st.init(h0), 7, observe=gru.observe)
     assert n == 0
     with pytest.raises(ValueError, match="h0"):
@@ -320,10 +319,14 @@ def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
     np.testing.assert_allclose(np.asarray(obs["logits"][-1]), np.asarray(out["logits"]), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(obs["phase"][-1]), np.asarray(out["phase"]))
     np.testing.assert_allclose(np.asarray(obs["phase_fractions"]).sum(-1), 1.0, rtol=1e-6)
-    # run_inner is the same trajectory (K = inner_steps) from a given node state
+    # apply_sequence runs the same trajectory (K = inner_steps) per input from a given node state
     cfg3 = adaptive.AdaptiveConfig(num_nodes=6, hidden_dim=4, input_dim=5, output_dim=3, inner_steps=3)
-    nodes3, out3 = adaptive.run_inner(w, adaptive.init_state(cfg, 2), x, jax.random.key(2), cfg3)
-    np.testing.assert_allclose(np.asarray(out3["logits"]), np.asarray(obs["logits"][-1]), rtol=1e-6, atol=1e-7)
+    k1 = jax.random.split(jax.random.key(9), 1)[0]
+    final3, _ = trajectory(adaptive.dynamics(w, x, cfg3), st.init(k1, adaptive.init_state(cfg, 2)), 3)
+    nodes3, out3 = adaptive.apply_sequence(w, adaptive.init_state(cfg, 2), x[None], jax.random.key(9), cfg3)
+    np.testing.assert_allclose(
+        np.asarray(out3["logits"][0]), np.asarray(final3.outputs["logits"]), rtol=1e-6, atol=1e-7
+    )
     _, n = count_compiles(
         trajectory, adaptive.dynamics(w, x + 1.0, cfg), st.init(jax.random.key(3)), 3, observe=adaptive.observe
     )
