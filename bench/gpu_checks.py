@@ -418,7 +418,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
     def wave():
         n, m = (256, 8) if quick else (262_144, 64)
         rng = np.random.default_rng(0)
-        p = fields.wave_params(
+        st = fields.superposition(
             rng.uniform(-1, 1, (n, 3)).astype(np.float32),
             rng.uniform(-1, 1, (m, 3)).astype(np.float32),
             amplitudes=1.0,
@@ -426,7 +426,6 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
             phases=0.0,
             dt=0.05,
         )
-        st = fields.evolution(p)
         return st, st.init(), fields.observe, 10
 
     def gp():

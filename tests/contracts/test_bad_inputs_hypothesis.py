@@ -520,8 +520,8 @@ CASES: list[Case] = [
         st.one_of(st.floats(max_value=-1e-6, allow_nan=False), bad_finite),
     ),
     Case(
-        "fields.wave_params/dt",
-        lambda b: fields.wave_params(_PTS, _SRC, amplitudes=_M, wavenumbers=_M, phases=_M, dt=b),
+        "fields.superposition/dt",
+        lambda b: fields.superposition(_PTS, _SRC, amplitudes=_M, wavenumbers=_M, phases=_M, dt=b),
         "dt",
         bad_positive,
     ),
@@ -1782,12 +1782,11 @@ CASES += [
         st.one_of(st.just(np.zeros(2)), nonfinite(np.zeros(3))),
     ),
     Case(
-        "fields.WaveParams/dt",
-        lambda b: fields.evolution(fields.wave_params(_PTS, _SRC, amplitudes=_M, wavenumbers=_M, phases=_M, dt=b)),
-        "dt",
-        bad_positive,
+        "fields.superposition/imprint",
+        lambda b: fields.superposition(_PTS, _SRC, amplitudes=_M, wavenumbers=_M, phases=_M, dt=0.1, imprint=b),
+        "imprint",
+        st.sampled_from([np.ones(2, np.complex64), np.full(_PTS.shape[0], np.nan, np.complex64)]),
     ),
-    Case("fields.evolution/params", fields.evolution, "params", st.sampled_from([None, {"dt": 0.1}, 3])),
     Case("fields.field_at/params", lambda b: fields.field_at(b, 0.0), "params", st.sampled_from([None, 3, "p"])),
     # ---- nn.attention, nn.gru
     Case("attention.reference_attention/q", lambda b: A.reference_attention(b, _QKV, _QKV), "q", wrong_rank(4)),
@@ -2174,8 +2173,8 @@ EXEMPT: dict[str, str] = {
     **{f"condensate.{n}": _RESULT for n in ("StrangParams", "Vortices", "VortexLines", "BogoliubovModes")},
     **{f"gft.{n}": _RESULT for n in ("GFTParams",)},
     **{f"fields.{n}": _RESULT for n in ("WaveState",)},
-    "fields.observe": "the observe of fields.evolution on a WaveState/WaveParams built and validated by "
-    "wave_params/evolution/init; no array/scalar input of its own",
+    "fields.observe": "the observe of fields.superposition on a WaveState/SuperpositionParams built and validated "
+    "by superposition/init; no array/scalar input of its own",
     **{f"rollout.{n}": "a typing alias (Callable protocol), not a function" for n in ("Step", "Observe")},
     "rollout.identity_observe": "returns its state argument unchanged; any pytree is valid",
     **{f"gru.{n}": _RESULT for n in ("GRUState", "RecurrenceParams")},

@@ -56,8 +56,7 @@ def _wave_case(seed=0, dt=0.05):
     rng = np.random.default_rng(seed)
     pts = rng.uniform(-1, 1, (24, 3)).astype(np.float32)
     src = rng.uniform(-1, 1, (5, 3)).astype(np.float32)
-    p = fields.wave_params(pts, src, amplitudes=1.0, wavenumbers=rng.uniform(5, 7, 5), phases=0.0, dt=dt)
-    st = fields.evolution(p)
+    st = fields.superposition(pts, src, amplitudes=1.0, wavenumbers=rng.uniform(5, 7, 5), phases=0.0, dt=dt)
     return st, st.init(), fields.observe
 
 
@@ -121,7 +120,7 @@ def _gru_case(seed=0):
 # Every family's builder, with a small case and the family's own ``observe``: the contract below runs on each.
 CASES = {
     "cdt.metropolis": _cdt_case,
-    "fields.evolution": _wave_case,
+    "fields.superposition": _wave_case,
     "condensate.strang": _gp_case,
     "gft.strang": _gft_case,
     "mera.evenbly_vidal": _mera_case,
@@ -129,7 +128,7 @@ CASES = {
     "gru.recurrence": _gru_case,
 }
 # The families whose trajectory is differentiable in its (floating or complex) initial state.
-DIFFERENTIABLE = {"fields.evolution", "condensate.strang", "gft.strang", "gru.recurrence"}
+DIFFERENTIABLE = {"fields.superposition", "condensate.strang", "gft.strang", "gru.recurrence"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -188,7 +187,7 @@ def test_same_key_same_bits_and_jit(name):
 def test_vmap_over_states_equals_one_by_one(name):
     st, s0, obs = CASES[name]()
     _, s1, _ = CASES[name](seed=1)
-    if name == "fields.evolution":  # same params, two different start times
+    if name == "fields.superposition":  # same params, two different start times
         s1 = st.init(0.3)
     batch = jax.tree.map(lambda x, y: jnp.stack([x, y]), s0, s1)
     fb, ob = jax.vmap(lambda s: trajectory(st, s, 4, save_every=2, observe=obs))(batch)
@@ -250,8 +249,8 @@ def test_bad_stepper_arguments_are_named():
         trajectory(st, s0, 2, observe=3)
     with pytest.raises(TypeError, match="params"):
         cdt.metropolis({"lam": 1.0})
-    with pytest.raises(TypeError, match="params"):
-        fields.evolution({"dt": 1.0})
+    with pytest.raises(TypeError, match="points"):
+        fields.superposition({"dt": 1.0}, None, amplitudes=1.0, wavenumbers=1.0, phases=0.0, dt=1.0)
     assert ivhl_jax.trajectory is trajectory
 
 
@@ -366,7 +365,7 @@ def test_pmap_over_8_devices_equals_vmap(name):
         pytest.skip("needs several devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
     st, _, obs = CASES[name]()
     states = [CASES[name](seed=i)[1] for i in range(n)]
-    if name == "fields.evolution":
+    if name == "fields.superposition":
         states = [st.init(0.1 * i) for i in range(n)]
     batch = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
     run = lambda s: trajectory(st, s, 4, save_every=2, observe=obs)

@@ -115,6 +115,7 @@ def lazy(fn: Callable[[], Any]) -> Callable[[], Any]:
 _PTS = np.zeros((5, 3), np.float32)
 _SRC = np.ones((4, 3), np.float32)
 _M4 = np.ones((4,), np.float32)
+wave_p = lazy(lambda: fields.superposition(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1).params)
 _SITES = np.ones((2, 2, 2), np.float32) / math.sqrt(8)
 _BOOL3 = np.ones((2, 2, 2), bool)
 
@@ -138,6 +139,7 @@ cfg_shared = lazy(lambda: A.AdaptiveConfig(num_nodes=3, hidden_dim=4, input_dim=
 a_params = lazy(lambda: A.init_params(jax.random.key(0), cfg()))
 a_state = lazy(lambda: A.init_state(cfg(), 2))
 a_state_shared = lazy(lambda: A.init_state(cfg_shared(), 2))
+a_stepper = lazy(lambda: A.dynamics(a_params(), np.ones((2, 5), np.float32), cfg()))
 key = lazy(lambda: jax.random.key(1))
 X25 = np.ones((2, 5), np.float32)
 H = np.zeros((2, 3, 4), np.float32)
@@ -169,19 +171,16 @@ CASES = [
         call(_SRC, np.zeros(2, np.float32), steps=2),
     ),
     Case(
-        "fields.wave_params",
-        fields.wave_params,
+        "fields.superposition",
+        fields.superposition,
         call(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1),
         call(_PTS, np.ones((4, 2), np.float32), amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1),
     ),
     Case(
         "fields.field_at",
         fields.field_at,
-        call(lazy(lambda: fields.wave_params(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1)), 0.0),
-        call(
-            lazy(lambda: fields.wave_params(_PTS, _SRC, amplitudes=_M4, wavenumbers=_M4, phases=_M4, dt=0.1)),
-            jnp.zeros(2),
-        ),
+        call(wave_p, 0.0),
+        call(wave_p, jnp.zeros(2)),
     ),
     # ---- physics.condensate
     Case("condensate.harmonic", C.harmonic, call(grid1, 1.0), call((16,), 1.0)),
@@ -382,6 +381,12 @@ CASES = [
     ),  # xs must be [T, B, D]
     Case("adaptive.phase_fractions", A.phase_fractions, call(jnp.asarray(I23)), call(jnp.zeros((2, 3)))),
     Case("adaptive.dynamics", A.dynamics, call(a_params, X25, cfg), call(a_params, np.ones(5, np.float32), cfg)),
+    Case(
+        "adaptive.observe_phase_fractions",
+        A.observe_phase_fractions,
+        call(lazy(lambda: a_stepper().init(key())), lazy(lambda: a_stepper().params)),
+        None,
+    ),
     # ---- numerics.fastmath (sincos is a jax.custom_jvp: its annotated function is sincos.fun)
     Case("fastmath.safe_norm", fastmath.safe_norm, call(jnp.ones((2, 3))), call(jnp.ones((2, 3), C64))),
     Case("fastmath.sincos", fastmath.sincos.fun, call(jnp.ones(3)), call(jnp.ones(3, jnp.int32))),
@@ -426,7 +431,6 @@ def test_cases_cover_the_annotated_public_api():
         "strang",
         "phase_factor_m1",
         "wave_step",
-        "evolution",
         "params_from_nnx",
         "init_state",
         "detach",
