@@ -442,7 +442,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
 
     def cdt_case():
         # one chain through trajectory (the many-chain race is the cdt section); a sweep is N₂ attempts
-        st = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.02, target=128 if quick else 2048))
+        st = cdt.metropolis(cdt.LN2, eps=0.02, target=128 if quick else 2048)
         return (
             st,
             st.init(jax.random.key(0), 8 if quick else 16, 8 if quick else 64, 256 if quick else 4096),
@@ -453,7 +453,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
     def mera_case():
         cfg = mera.MERAConfig(chi=4 if quick else 16, chi_mid=3 if quick else 12, layers=2 if quick else 3)
         st = mera.evenbly_vidal(mera.ising(), cfg, policy="f32")  # float32 like the other families
-        return st, st.init(key=jax.random.key(0)), mera.observe, 4
+        return st, st.init(jax.random.key(0)), mera.observe, 4
 
     def adaptive_case():
         cfg = adaptive.AdaptiveConfig(

@@ -2,7 +2,7 @@
 
 A **stepper** (:class:`Stepper`) is what a family's builder returns, in the spirit of jax-md's
 ``init_fn, apply_fn`` pair and optax's ``GradientTransformation``: the builder closes over the physics
-and the step size *once* (``condensate.strang(system, dt)``, ``cdt.metropolis(params)``, ...) and the
+and the step size *once* (``condensate.strang(system, dt)``, ``cdt.metropolis(lam, ...)``, ...) and the
 stepper carries
 
 * ``params`` — a pytree of everything the step reads (arrays, step size, couplings); traced, so a

@@ -48,7 +48,7 @@ def run_block(page: str, marker: str, namespace: dict | None = None) -> dict:
 # Blocks run by the other defaults tests: (page, marker) -> (test file, a string of that file that runs the block).
 COVERED_ELSEWHERE = {
     ("README.md", "ivhl.trajectory(st, chain"): ("test_defaults_cdt.py", '"ivhl.trajectory(st, chain"'),
-    ("docs/guide/cdt.md", "make_params(lams)"): ("test_defaults_cdt.py", '"make_params(lams)"'),
+    ("docs/guide/cdt.md", "cdt.metropolis(lams)"): ("test_defaults_cdt.py", '"cdt.metropolis(lams)"'),
     ("docs/guide/cdt.md", "target=512"): ("test_defaults_cdt.py", '"target=512"'),
     ("docs/guide/fields.md", "F.helix_sources(64"): ("test_defaults_fields_gp.py", '_python_blocks("fields.md")'),
     ("docs/guide/condensates.md", "omega_rot=0.8"): ("test_defaults_fields_gp.py", '_python_blocks("condensates.md")'),

@@ -47,8 +47,7 @@ def count_compiles(fn, *args, **kwargs):
 
 
 def _cdt_case(seed=0, lam=0.8):
-    params = cdt.make_params(lam, attempts_per_sweep=50)
-    st = cdt.metropolis(params)
+    st = cdt.metropolis(lam, attempts_per_sweep=50)
     return st, st.init(jax.random.key(seed), 4, 5, 200), cdt.observe
 
 
@@ -95,7 +94,7 @@ def _mera_case(seed=0):
     # float32 vmap and pmap differ by round-off amplified to ~1e-5 within 4 sweeps
     model = M.two_site(np.asarray(M.ising().term))
     st = M.evenbly_vidal(model, M.MERAConfig(chi=3, chi_mid=2, layers=1, u_delay=1), policy="f32")
-    return st, st.init(key=jax.random.key(seed)), M.observe
+    return st, st.init(jax.random.key(seed)), M.observe
 
 
 def _adaptive_case(seed=0):
@@ -151,7 +150,7 @@ def test_compile_counter_sees_a_real_compile():
 def test_cdt_chains_by_vmap_compile_once_with_the_family_observe():
     """Many chains are the one door under vmap: ``trajectory`` of ``cdt.metropolis`` with ``cdt.observe``;
     new couplings and new keys compile nothing, and each vmapped chain equals its own single run."""
-    st = cdt.metropolis(cdt.make_params(0.8, attempts_per_sweep=50))
+    st = cdt.metropolis(0.8, attempts_per_sweep=50)
     chains = jax.vmap(lambda k: st.init(k, 4, 5, 200))(jax.random.split(jax.random.key(3), 3))
 
     def many(stepper, chains):
@@ -160,7 +159,7 @@ def test_cdt_chains_by_vmap_compile_once_with_the_family_observe():
     run = jax.jit(many)
     final, obs = run(st, chains)
     assert obs["lengths"].shape == (3, 2, 4)
-    st2 = cdt.metropolis(cdt.make_params(0.9, attempts_per_sweep=50))
+    st2 = cdt.metropolis(0.9, attempts_per_sweep=50)
     chains2 = jax.vmap(lambda k: st.init(k, 4, 5, 200))(jax.random.split(jax.random.key(4), 3))
     _, n = count_compiles(run, st2, chains2)
     assert n == 0
@@ -247,7 +246,7 @@ def test_bad_stepper_arguments_are_named():
         trajectory(st, s0, 5, save_every=2)
     with pytest.raises(TypeError, match="observe"):
         trajectory(st, s0, 2, observe=3)
-    with pytest.raises(TypeError, match="params"):
+    with pytest.raises(TypeError, match="lam"):
         cdt.metropolis({"lam": 1.0})
     with pytest.raises(TypeError, match="points"):
         fields.superposition({"dt": 1.0}, None, amplitudes=1.0, wavenumbers=1.0, phases=0.0, dt=1.0)
@@ -261,7 +260,7 @@ def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
     cfg = M.MERAConfig(chi=4, layers=1, u_delay=2)
     with jax.enable_x64(True):
         st = M.evenbly_vidal(M.ising(), cfg)
-        s0 = st.init(key=jax.random.key(1))
+        s0 = st.init(jax.random.key(1))
         final, energies = trajectory(st, s0, 6, observe=M.observe)
         one = jax.jit(lambda m, h: sweep(m, h, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales))
         m, e_ref = s0.mera, []
@@ -271,7 +270,7 @@ def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
         np.testing.assert_allclose(np.asarray(energies), e_ref, rtol=1e-12, atol=1e-14)
         # energies decrease towards the exact critical Ising value -4/pi from above after the first sweeps
         assert float(energies[-1]) > -4 / np.pi - 1e-9 and float(energies[-1]) < float(energies[1])
-        s1 = st.init(key=jax.random.key(2))
+        s1 = st.init(jax.random.key(2))
         _, n = count_compiles(trajectory, st, s1, 6, observe=M.observe)
         assert n == 0
         with pytest.raises(TypeError, match="model"):
