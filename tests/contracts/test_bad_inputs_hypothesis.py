@@ -2141,7 +2141,7 @@ EXEMPT: dict[str, str] = {
     **{f"adaptive.{n}": _RESULT for n in ("DynamicsParams", "DynamicsState", "NodeState")},
     **{
         f"adaptive.{n}": "a function of library-built state/outputs/params/config; no array/scalar of its own"
-        for n in ("observe", "detach", "node_metrics", "count_params")
+        for n in ("observe", "observe_phase_fractions", "detach", "node_metrics", "count_params")
     },
     **{f"device.{n}": "no array/scalar input (reports the devices)" for n in ("device_report", "format_report")},
     "device.keep_host_memory": "no input (a process-wide malloc setting; tests/run/test_device.py)",
@@ -2160,7 +2160,7 @@ EXEMPT: dict[str, str] = {
     },
     **{f"condensate.{n}": _RESULT for n in ("StrangParams", "Vortices", "VortexLines", "BogoliubovModes")},
     **{f"gft.{n}": _RESULT for n in ("GFTParams",)},
-    **{f"fields.{n}": _RESULT for n in ("WaveState",)},
+    **{f"fields.{n}": _RESULT for n in ("WaveState", "SuperpositionParams")},
     "fields.observe": "the observe of fields.superposition on a WaveState/SuperpositionParams built and validated "
     "by superposition/init; no array/scalar input of its own",
     **{f"rollout.{n}": "a typing alias (Callable protocol), not a function" for n in ("Step", "Observe")},
