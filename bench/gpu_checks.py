@@ -426,7 +426,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
     def wave():
         n, m = (256, 8) if quick else (262_144, 64)
         rng = np.random.default_rng(0)
-        p = fields.wave_params(
+        st = fields.superposition(
             rng.uniform(-1, 1, (n, 3)).astype(np.float32),
             rng.uniform(-1, 1, (m, 3)).astype(np.float32),
             amplitudes=1.0,
@@ -434,7 +434,6 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
             phases=0.0,
             dt=0.05,
         )
-        st = fields.evolution(p)
         return st, st.init(), fields.observe, 10
 
     def gp():
@@ -451,7 +450,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
 
     def cdt_case():
         # one chain through trajectory (the many-chain race is the cdt section); a sweep is N₂ attempts
-        st = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.02, target=128 if quick else 2048))
+        st = cdt.metropolis(cdt.LN2, eps=0.02, target=128 if quick else 2048)
         return (
             st,
             st.init(jax.random.key(0), 8 if quick else 16, 8 if quick else 64, 256 if quick else 4096),
@@ -462,7 +461,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
     def mera_case():
         cfg = mera.MERAConfig(chi=4 if quick else 16, chi_mid=3 if quick else 12, layers=2 if quick else 3)
         st = mera.evenbly_vidal(mera.ising(), cfg, policy="f32")  # float32 like the other families
-        return st, st.init(key=jax.random.key(0)), mera.observe, 4
+        return st, st.init(jax.random.key(0)), mera.observe, 4
 
     def adaptive_case():
         cfg = adaptive.AdaptiveConfig(
@@ -477,7 +476,7 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
 
     def gru_case():
         d, h, b, t = (3, 8, 2, 16) if quick else (64, 512, 256, 128)
-        w = gru.init_gru_params(jax.random.key(0), d, h)
+        w = gru.init_params(jax.random.key(0), d, h)
         st = gru.recurrence(w, jax.random.normal(jax.random.key(1), (t, b, d)))
         return st, st.init(jnp.zeros((b, h))), gru.observe, t
 

@@ -34,8 +34,8 @@ CHAINS = {"small": 1, "medium": 16, "large": 128, "extreme": 1024}
 def _setup(n_chains: int, volume: int = VOLUME, attempts: int | None = None, engine: str = "jax"):
     """``fn(chains) -> chains``: one sweep of ``attempts`` (default N2) attempts of every chain, vmapped
     ``stepper.step`` of ``cdt.metropolis``; the chains start on the regular torus at the target volume."""
-    params = cdt.make_params(cdt.LN2, eps=0.02, target=volume, attempts_per_sweep=attempts or volume, engine=engine)
-    stepper = cdt.metropolis(params)
+    stepper = cdt.metropolis(cdt.LN2, eps=0.02, target=volume, attempts_per_sweep=attempts or volume, engine=engine)
+    params = stepper.params
     keys = jax.random.split(jax.random.key(0), n_chains)
     chains = jax.vmap(lambda k: stepper.init(k, T_SLICES, volume // (2 * T_SLICES), volume))(keys)
 
@@ -263,8 +263,8 @@ def large_universe(
     from ivhl_jax.run.device import device_report
 
     eps = 2.0 / volume if eps is None else eps
-    params = cdt.make_params(cdt.LN2, eps=eps, target=volume, engine="host", stop_at_target=False)
-    stepper = cdt.metropolis(params)
+    stepper = cdt.metropolis(cdt.LN2, eps=eps, target=volume, engine="host", stop_at_target=False)
+    params = stepper.params
     capacity = int(0.55 * volume) + 1024
     chain = stepper.init(jax.random.key(seed), n_slices, volume // (2 * n_slices), capacity)
     record: dict = {"n0": [], "lengths": []}

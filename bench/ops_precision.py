@@ -13,7 +13,7 @@ size, chosen to run in seconds):
 * ``gp``: 100 real-time Strang steps (:func:`~ivhl_jax.physics.condensate.strang`), 1-D 4096 points;
 * ``gft``: 20 Strang steps (:func:`~ivhl_jax.physics.gft.strang`), 16³ lattice;
 * ``adaptive``: 5 steps of the adaptive-node model (N = 100, H = 64, D = 784), batch 32;
-* ``gru``: :func:`~ivhl_jax.nn.gru.gru_scan`, T = 50, batch 64, D = 32, H = 128.
+* ``gru``: :func:`~ivhl_jax.nn.gru.recurrence` run for all T steps, T = 50, batch 64, D = 32, H = 128.
 
 A policy a kernel rejects (bf16 for the complex split-step solvers) is recorded with its error
 message instead of a time. Errors per policy are measured and asserted in each kernel's test file
@@ -155,17 +155,26 @@ def _adaptive(policy: str) -> BenchCase:
     )
 
 
+def _gru_hs(p: dict, h0: jax.Array, xs: jax.Array, policy: str) -> jax.Array:
+    """hs [T, ..., H] of the GRU recurrence over ``xs`` from ``h0``."""
+    from ivhl_jax.nn import gru
+    from ivhl_jax.numerics.rollout import trajectory
+
+    st = gru.recurrence(p, xs, policy=policy)
+    return trajectory(st, st.init(h0), xs.shape[0], observe=gru.observe)[1]
+
+
 def _gru(policy: str) -> BenchCase:
     from ivhl_jax.nn import gru
 
     t, b, d, h = 50, 64, 32, 128
-    p = gru.init_gru_params(jax.random.key(0), d, h)
+    p = gru.init_params(jax.random.key(0), d, h)
     xs = jax.random.normal(jax.random.key(1), (t, b, d), jnp.float32)
     h0 = jnp.zeros((b, h), jnp.float32)
     return BenchCase(
         op=f"precision_gru_{policy}",
         size="small",
-        fn=lambda p, h0, xs: gru.gru_scan(p, h0, xs, policy=policy)[1],
+        fn=lambda p, h0, xs: _gru_hs(p, h0, xs, policy),
         args=(p, h0, xs),
         params={"T": t, "batch": b, "input": d, "hidden": h, "policy": policy},
         op_by_op=False,

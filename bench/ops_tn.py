@@ -57,7 +57,7 @@ def _sweep_case(size: str) -> BenchCase:
     chi = _CHI[size]
     cfg = M.MERAConfig(chi=chi, layers=2, u_delay=0)
     st = M.evenbly_vidal(M.ising(), cfg, policy="f32")
-    state = st.init(key=jax.random.key(0))
+    state = st.init(jax.random.key(0))
     return BenchCase(
         op="mera_sweep",
         size=size,
@@ -94,7 +94,7 @@ def _time_sweeps(cfg: M.MERAConfig, dtype: Any, sweeps: int, repeats: int) -> di
     program, no host round trip inside it) on a cold start of ``cfg`` in ``dtype``."""
     with jax.enable_x64(True):
         st = M.evenbly_vidal(M.ising(), cfg, policy="f32" if jnp.dtype(dtype) == jnp.float32 else "f64")
-        s0 = st.init(key=jax.random.key(0))
+        s0 = st.init(jax.random.key(0))
         t0 = time.perf_counter()
         # compiled ahead of time: the same program trajectory() runs, kept for its cost_analysis() (the roofline)
         run = jax.jit(lambda s: trajectory(st, s, sweeps, observe=M.observe)).lower(s0).compile()
@@ -139,7 +139,7 @@ def ladder_stages(
             if steps >= M.StuckCheck.after:
                 state, first, _ = M.cold_start(st, jax.random.key(key), model.e0, 50, log=log, limit=steps)
             else:
-                state = st.init(key=jax.random.key(key))
+                state = st.init(jax.random.key(key))
         else:
             state = st.init(
                 mera=M.grow(

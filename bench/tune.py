@@ -605,8 +605,7 @@ def tune_cdt(quick: bool, limits: Mapping[str, Any]) -> dict[str, dict[str, Any]
     chains = 1
 
     def build(engine: str):
-        params = cdt.make_params(cdt.LN2, eps=0.02, target=volume, attempts_per_sweep=attempts, engine=engine)
-        stepper = cdt.metropolis(params)
+        stepper = cdt.metropolis(cdt.LN2, eps=0.02, target=volume, attempts_per_sweep=attempts, engine=engine)
         keys = jax.random.split(jax.random.key(0), chains)
         state = jax.vmap(lambda k: stepper.init(k, 16, volume // 32, volume))(keys)
         return _aot(lambda c: jax.vmap(stepper.step)(c), state)

@@ -53,6 +53,7 @@ def adaptive_workload(cfg: Any = None, batch_size: int = 32, n_examples: int = 8
     preloaded, pre-shuffled, sliced per step by ``Batcher``). Each batch starts from an explicit initial node
     state. Returns (loss_fn, params, optimizer, get_batch, cfg)."""
     from ivhl_jax.nn import adaptive
+    from ivhl_jax.numerics.rollout import trajectory
     from ivhl_jax.train.data import Batcher
 
     cfg = adaptive.AdaptiveConfig() if cfg is None else cfg
@@ -69,8 +70,9 @@ def adaptive_workload(cfg: Any = None, batch_size: int = 32, n_examples: int = 8
 
     def loss_fn(p, batch, key):
         xb, yb = batch
-        _, out = adaptive.run_inner(p, adaptive.init_state(cfg, xb.shape[0]), xb, key, cfg)
-        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(out["logits"], yb))
+        st = adaptive.dynamics(p, xb, cfg)
+        final, _ = trajectory(st, st.init(key), cfg.inner_steps, observe=adaptive.observe_phase_fractions)
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(final.outputs["logits"], yb))
 
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
     return loss_fn, params, opt, lambda s: batcher.batch(arrays, s), cfg
@@ -107,6 +109,7 @@ def run_baseline(
                 opt,
                 get_batch,
                 batch_size=32,
+                key=jax.random.key(0),
                 num_batches=num_batches,
                 warmup=warmup,
                 fused_chunk=fused_chunk,
@@ -124,6 +127,7 @@ def run_baseline(
                 opt,
                 get_batch,
                 batch_size=32,
+                key=jax.random.key(0),
                 num_batches=num_batches,
                 warmup=warmup,
                 fused_chunk=fused_chunk,

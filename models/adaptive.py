@@ -18,8 +18,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ivhl_jax.core.precision import default_policy
 from ivhl_jax.nn import adaptive
 from ivhl_jax.nn.adaptive import AdaptiveConfig, NodeState
+from ivhl_jax.numerics.rollout import trajectory
 
 
 class AdaptiveModel(nn.Module):
@@ -33,13 +35,18 @@ class AdaptiveModel(nn.Module):
             name: self.param(name, adaptive.init_param, shape, fan)
             for name, (shape, fan) in adaptive.param_specs(self.config).items()
         }
-        new_state, out = adaptive.run_inner(params, state, x, key, self.config)
-        return out["logits"], new_state, out
+        # the config's inner_steps on this input; the phase fractions averaged over them
+        st = adaptive.dynamics(params, x, self.config)
+        final, fractions = trajectory(
+            st, st.init(key, state), self.config.inner_steps, observe=adaptive.observe_phase_fractions
+        )
+        out = {**final.outputs, "phase_fractions": jnp.mean(fractions, axis=0)}
+        return out["logits"], final.nodes, out
 
     def init_variables(self, key: jax.Array, batch: int = 1) -> dict[str, Any]:
         """Parameters without running a step: ``{"params": {...}}``."""
         x = jnp.zeros((batch, self.config.input_dim), jnp.float32)
-        return self.init(key, x, adaptive.init_state(self.config, batch), jax.random.key(0))
+        return self.init(key, x, adaptive.init_state(self.config, batch), key)
 
 
 def make_classification_loss(model: AdaptiveModel, *, carry_state: bool) -> Callable:
@@ -56,7 +63,7 @@ def make_classification_loss(model: AdaptiveModel, *, carry_state: bool) -> Call
 
     def loss_fn(params, batch, key, extra):
         x, y = batch
-        init = adaptive.detach(extra) if carry_state else adaptive.init_state(cfg, x.shape[0], x.dtype)
+        init = adaptive.detach(extra) if carry_state else adaptive.init_state(cfg, x.shape[0], policy=default_policy(x))
         logits, state, out = model.apply({"params": params}, x, init, key)
         loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
         metrics = {"accuracy": jnp.mean(jnp.argmax(logits, -1) == y)}

@@ -7,8 +7,8 @@ Examples::
     ivhl sim cdt --set eps=0 --set lam=0.75 --set volume=0  # no volume fixing (needs lam > ln 2)
 
 One *step* of a chain is one *sweep* (``attempts_per_sweep`` Metropolis attempts): the config speaks the
-library's vocabulary (``steps``, ``save_every``, as in ``trajectory(cdt.metropolis(params), ...)``), the text
-below says sweeps. The chains run through ``chunked(cdt.metropolis(params))``. What a run does, as CDT users
+library's vocabulary (``steps``, ``save_every``, as in ``trajectory(cdt.metropolis(lam, ...), ...)``), the text
+below says sweeps. The chains run through ``chunked(cdt.metropolis(lam, ...))``. What a run does, as CDT users
 expect from the reference code 2d-cdt:
 
 1. *Start* on the smallest torus (every slice 3 vertices) and *grow* it: with volume fixing the quadratic
@@ -51,7 +51,7 @@ import numpy as np
 
 from ivhl_jax.core import backend
 from ivhl_jax.numerics import statistics
-from ivhl_jax.numerics.rollout import chunked
+from ivhl_jax.numerics.rollout import Stepper, chunked
 from ivhl_jax.physics import cdt
 from ivhl_jax.physics.cdt import graph as cdt_graph
 from ivhl_jax.physics.cdt import host as cdt_host
@@ -164,7 +164,7 @@ class CDTConfig:
                 f"addresses ({limit}); use a smaller volume or capacity"
                 + (", or engine=host" if d["engine"] == "jax" else "")
             )
-        cdt.metropolis(chain_params(self, d))  # the builder's own checks (one door)
+        chain_stepper(self, d)  # the builder's own checks (one door)
 
 
 def _min_capacity(cfg: CDTConfig) -> int:
@@ -201,9 +201,9 @@ def derived(cfg: CDTConfig) -> dict:
     }
 
 
-def chain_params(cfg: CDTConfig, d: dict) -> cdt.CDTParams:
-    """The Metropolis parameters of a run (volume fixing, attempts per sweep, engine)."""
-    return cdt.make_params(
+def chain_stepper(cfg: CDTConfig, d: dict) -> Stepper[cdt.Chain, cdt.MetropolisParams]:
+    """The Metropolis stepper of a run (volume fixing, attempts per sweep, engine)."""
+    return cdt.metropolis(
         cfg.lam,
         eps=cfg.eps,
         target=float(cfg.volume if cfg.eps > 0 else 0),
@@ -235,7 +235,7 @@ def _jitted_chunk(steps: int, save_every: int, observe):
     return advance
 
 
-def _trace_obs(chain: cdt.Chain, params: cdt.CDTParams) -> dict:
+def _trace_obs(chain: cdt.Chain, params: cdt.MetropolisParams) -> dict:
     """The thermalisation record of one sweep: N2 and the largest timelike degree."""
     return {"n2": chain.geometry.n2, "max_timelike_degree": cdt.max_timelike_degree(chain.geometry)}
 
@@ -307,8 +307,7 @@ def simulate(
 ) -> dict:
     """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
     d = derived(cfg)
-    params = chain_params(cfg, d)
-    stepper = cdt.metropolis(params)
+    stepper = chain_stepper(cfg, d)
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
     chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, 3, d["vertex_capacity"]))(keys)
     # committed to their device, as the arrays a checkpoint restores are: jit keys its cache on committedness,

@@ -11,7 +11,7 @@ the interference pattern beats in time. The field is optionally multiplied by st
 lines along z (``vortex_centers`` (x, y), integer ``vortex_charges``). It is evaluated on a 2-D
 slice (``plane`` "xy", "xz" or "yz" at ``plane_offset``) or, for a 3-entry ``grid``, on a 3-D grid
 over [−extent, extent]^D, for ``steps`` time steps of ``dt`` inside ``lax.scan``: the stepper
-:func:`ivhl_jax.physics.fields.evolution`, driven chunk by chunk (:func:`ivhl_jax.numerics.rollout.chunked`,
+:func:`ivhl_jax.physics.fields.superposition`, driven chunk by chunk (:func:`ivhl_jax.numerics.rollout.chunked`,
 :func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in ``<out>/ckpt``; a run resumes bit-exactly, and
 can be extended by raising ``steps``.
 
@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.numerics.rollout import chunked
+from ivhl_jax.numerics.rollout import Stepper, chunked
 from ivhl_jax.physics import fields
 from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
@@ -134,8 +134,8 @@ class HolographyConfig:
         )
 
 
-def build_params(cfg: HolographyConfig) -> fields.WaveParams:
-    """Sources, grid points and the (time-independent) vortex imprint of ``cfg``."""
+def build_stepper(cfg: HolographyConfig) -> Stepper[fields.WaveState, fields.SuperpositionParams]:
+    """The wave-field stepper of ``cfg``: its sources, grid points and (time-independent) vortex imprint."""
     src = fields.helix_sources(cfg.n_sources, cfg.helix_radius, cfg.helix_pitch, cfg.helix_turns)
     rng = np.random.default_rng(cfg.seed)
     k0 = 2 * np.pi / cfg.wavelength
@@ -160,7 +160,7 @@ def build_params(cfg: HolographyConfig) -> fields.WaveParams:
         imprint = fields.vortex(pts, centers, np.asarray(cfg.vortex_charges, np.int32), core_size=cfg.vortex_core)
     else:
         imprint = jnp.ones(pts.shape[0], jnp.complex64)
-    return fields.wave_params(
+    return fields.superposition(
         pts,
         src,
         amplitudes=np.full(cfg.n_sources, cfg.amplitude, np.float32),
@@ -182,7 +182,7 @@ def _slice_2d(grid: tuple[int, ...], flat: jax.Array) -> jax.Array:
 def make_observe(grid: tuple[int, ...]):
     """Per-step observations: time, intensity statistics and vortex counts on the displayed slice."""
 
-    def observe(state: fields.WaveState, params: fields.WaveParams) -> dict[str, jax.Array]:
+    def observe(state: fields.WaveState, params: fields.SuperpositionParams) -> dict[str, jax.Array]:
         i = fields.intensity(state.field)
         vm = fields.vortex_map(_slice_2d(grid, state.field))
         return {
@@ -203,10 +203,10 @@ def simulate(
     checkpointer: Checkpointer | None = None,
     progress: bool = True,
     sink: RunStore | None = None,
-) -> tuple[RunResult, fields.WaveParams]:
+) -> tuple[RunResult, fields.SuperpositionParams]:
     """Run ``cfg`` (resuming from ``checkpointer`` if it holds a checkpoint); returns (result, params). With a
     ``sink`` the per-step observations go to disk and ``result.history`` holds none."""
-    stepper = fields.evolution(build_params(cfg))
+    stepper = build_stepper(cfg)
     # make_observe is cached per grid, so repeated runs in one process (resume, tests, notebooks) hash to
     # the same compiled chunk
     advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=make_observe(tuple(cfg.grid)))
@@ -241,7 +241,11 @@ def _title(cfg: HolographyConfig) -> str:
 
 
 def write_outputs(
-    cfg: HolographyConfig, result: RunResult, params: fields.WaveParams, out: str, observations: RunStore | None = None
+    cfg: HolographyConfig,
+    result: RunResult,
+    params: fields.SuperpositionParams,
+    out: str,
+    observations: RunStore | None = None,
 ) -> dict[str, str]:
     """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths. With
     ``observations`` (the run store that holds them) the summary names it instead of holding them."""

@@ -294,17 +294,17 @@ def simulate(
                     )
                     restarts = [{"stage": k, **r} for r in restarts]
                 else:
-                    state = stepper.init(key=key)
+                    state = stepper.init(key)
             else:
                 grown = M.grow(
-                    M.cast_mera(mera, np.float64),
+                    M.cast(mera, np.float64),
                     jax.random.fold_in(key, k),
                     sc.chi,
                     sc.chi_mid,
                     layers=layers,
                     refsym=sc.refsym,
                 )
-                state = stepper.init(mera=grown)
+                state = stepper.init(key, mera=grown)
             rest = n - first.shape[0]
             advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=M.observe)
             # with the run store each stage's energies go to its group stage<k> (open_run(out, group="stage0"))
@@ -353,7 +353,7 @@ def simulate(
                 f"({jnp.dtype(dtype).name}): {what} ({stages[-1]['wall_time_s']:.1f} s)"
             )
         assert mera is not None
-        mera = M.cast_mera(mera, np.float64)
+        mera = M.cast(mera, np.float64)
         # the CFT's low-lying scaling dimensions, from the library's one table of them
         exact = sorted(d for d, _, _ in scaling.CFT_OPERATORS.get(cfg.model if model.cft else "", []))
         dims = M.scaling_dimensions(mera, num=10)

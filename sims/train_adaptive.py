@@ -294,6 +294,7 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
         opt,
         get_batch,
         batch_size=cfg.batch_size,
+        key=jax.random.key(0),
         fused_chunk=cfg.steps_per_chunk,
         label=f"{cfg.preset} on {cfg.dataset}-shaped data",
     )

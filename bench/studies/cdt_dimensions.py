@@ -125,8 +125,7 @@ def run(
     for n2 in volumes:
         t_slices = max(3, int(round(math.sqrt(n2) / 2)))
         length = max(3, n2 // (2 * t_slices))
-        params = cdt.make_params(cdt.LN2, eps=0.02, target=float(n2), engine="host")
-        stepper = cdt.metropolis(params)
+        stepper = cdt.metropolis(cdt.LN2, eps=0.02, target=float(n2), engine="host")
         keys = jax.random.split(jax.random.key(seed + n2), chains)
         chain = jax.vmap(lambda k, st=stepper, t=t_slices, ln=length, n=n2: st.init(k, t, ln, n))(keys)
 

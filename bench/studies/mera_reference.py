@@ -177,7 +177,7 @@ def _to_mera(state: dict, sweeps: int):
 
 
 def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: int = 0) -> dict:
-    """The ladder with the reference sweep: cold start from ``init_mera`` (as ``doVarMERA``'s random start; no
+    """The ladder with the reference sweep: cold start from ``init_tensors`` (as ``doVarMERA``'s random start; no
     stuck-start check, the reference has none), stages joined by this library's ``grow(..., refsym=True)``
     (JAX, included in the clock). ``fold`` > 0 starts from ``fold_in(key, fold)`` (the start ``cold_start`` keeps
     after ``fold`` re-initialisations). Returns per-stage times and energy errors every ``marks_every`` sweeps."""
@@ -198,7 +198,7 @@ def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: i
             ts = time.perf_counter()
             cfg = M.MERAConfig(chi=st["chi"], chi_mid=st["chi_mid"], layers=st["layers"])
             if state is None:
-                state = _from_mera(M.init_mera(jax.random.fold_in(key, fold) if fold else key, cfg))
+                state = _from_mera(M.init_tensors(jax.random.fold_in(key, fold) if fold else key, cfg))
                 it0 = 0
             else:
                 state = _from_mera(
@@ -241,7 +241,7 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0,
 
     np = _np()
     with jax.enable_x64(True):
-        state = _from_mera(M.init_mera(jax.random.key(seed), M.MERAConfig(chi=chi, chi_mid=mid, layers=layers)))
+        state = _from_mera(M.init_tensors(jax.random.key(seed), M.MERAConfig(chi=chi, chi_mid=mid, layers=layers)))
         h = tuple(np.asarray(x, np.float64) for x in ising_two_site_hamiltonian(1.0))
     sweep(state, h, 100)  # builds the cached contraction paths
     times, per_sample = time_in_windows(lambda: sweep(state, h, 100), repeats=repeats, window_s=window_s)

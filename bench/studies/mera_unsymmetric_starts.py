@@ -27,7 +27,7 @@ def run(name: str, keys: int = 4) -> dict:
         st = M.evenbly_vidal(model, M.MERAConfig(chi=chi, chi_mid=mid, layers=layers))
         rows = []
         for key in range(keys):
-            s, e = trajectory(st, st.init(key=jax.random.key(key)), steps, observe=M.observe)
+            s, e = trajectory(st, st.init(jax.random.key(key)), steps, observe=M.observe)
             err = np.asarray(e) - model.e0
             rows.append(
                 {

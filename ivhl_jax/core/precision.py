@@ -258,7 +258,8 @@ def select_tree(pred: jax.Array, on_true: Any, on_false: Any) -> Any:
 
 
 class DynamicLossScale(flax.struct.PyTreeNode):
-    """Loss-scale state (a pytree, so it can live in a scanned/jitted training state).
+    """Loss-scale state (a pytree, so it can live in a scanned/jitted training state); build it with
+    :meth:`create`, which checks the settings (the node itself checks nothing when it is rebuilt).
 
     Attributes:
       loss_scale: current scale S (fp32 scalar).
@@ -273,12 +274,6 @@ class DynamicLossScale(flax.struct.PyTreeNode):
     period: int = flax.struct.field(pytree_node=False, default=2000)
     factor: float = flax.struct.field(pytree_node=False, default=2.0)
     min_loss_scale: float = flax.struct.field(pytree_node=False, default=1.0)
-
-    def __post_init__(self) -> None:
-        # Static fields only: the leaves may be tracers when the pytree is rebuilt inside jit.
-        check_scalar(self.period, "period", integer=True, minimum=1)
-        check_scalar(self.factor, "factor", minimum=1.0 + 1e-6)
-        check_scalar(self.min_loss_scale, "min_loss_scale", positive=True)
 
     @classmethod
     def create(

@@ -44,14 +44,15 @@ Two documented scheduler semantics (``AdaptiveConfig.scheduler``):
 
 One door: :func:`dynamics` builds the stepper on an input batch ``x [B, D]`` (it validates the weights against
 the config and ``x``), ``init(key, nodes=None)`` validates the start state (or creates :func:`init_state`), and
-``trajectory(stepper, stepper.init(key), K, observe=observe)`` runs K steps. :func:`run_inner` is that call
-for the config's ``inner_steps`` (what the classifier runs per input) and :func:`apply_sequence` scans it over
-a sequence of inputs. :func:`step` is the step itself, ``(params, state, x, key) -> (state, outputs)``; each
-step of the stepper draws its phases with a subkey split from the key carried in the state. Carrying state
-across batches (a "time" axis of batches) is the caller's choice; :func:`detach` stops gradients through the
-carried state.
+``trajectory(stepper, stepper.init(key), K, observe=observe)`` runs K steps; the classifier runs the config's
+``inner_steps`` per input with ``observe=observe_phase_fractions`` (the phase fractions it averages over the K
+steps), and :func:`apply_sequence` scans that over a sequence of inputs. :func:`step` is the step itself,
+``(params, state, x, key) -> (state, outputs)``; each step of the stepper draws its phases with a subkey split
+from the key carried in the state. Carrying state across batches (a "time" axis of batches) is the caller's
+choice; :func:`detach` stops gradients through the carried state.
 
-Precision: :func:`step`, :func:`run_inner`, :func:`apply_sequence` and :func:`dynamics` take a
+Precision: :func:`step`, :func:`apply_sequence`, :func:`dynamics` and the initialisers (:func:`init_params`,
+:func:`init_param`, :func:`init_state`) take a
 :class:`~ivhl_jax.core.precision.Policy` / preset name; ``policy=None`` (the default) is
 :func:`~ivhl_jax.core.precision.default_policy` of the inputs: every dtype the inputs' own (float32 for
 float32 weights and input). The weights are rounded to ``param_dtype`` (their storage), each step runs in
@@ -80,6 +81,7 @@ from ivhl_jax.numerics.rollout import Stepper, trajectory
 __all__ = [
     "dynamics",
     "observe",
+    "observe_phase_fractions",
     "DynamicsParams",
     "DynamicsState",
     "AdaptiveConfig",
@@ -88,7 +90,6 @@ __all__ = [
     "init_params",
     "init_state",
     "step",
-    "run_inner",
     "apply_sequence",
     "detach",
     "count_params",
@@ -215,9 +216,11 @@ class NodeState(flax.struct.PyTreeNode):
     t: jax.Array
 
 
-def init_state(cfg: AdaptiveConfig, batch: int, dtype: Any = jnp.float32) -> NodeState:
-    """The initial state of a sequence: h = 0, E = initial_energy, a = 0, all ACTIVE, r = 0, q = 1."""
+def init_state(cfg: AdaptiveConfig, batch: int, *, policy: str | Policy | None = None) -> NodeState:
+    """The initial state of a sequence: h = 0, E = initial_energy, a = 0, all ACTIVE, r = 0, q = 1; floating
+    fields in the policy's ``output_dtype`` (the dtype a step carries its state in; None: float32)."""
     check_scalar(batch, "batch", integer=True, minimum=1)
+    dtype = physics_policy(policy, like=()).output_dtype
     n, hd = cfg.num_nodes, cfg.hidden_dim
     s = (batch,) if cfg.scheduler == "per_sample" else ()
     return NodeState(
@@ -265,9 +268,11 @@ def param_specs(cfg: AdaptiveConfig) -> dict[str, tuple[tuple[int, ...], int | N
 
 
 def init_param(
-    key: jax.Array, shape: tuple[int, ...], fan_in: int | None, dtype: Any = jnp.float32
+    key: jax.Array, shape: tuple[int, ...], fan_in: int | None, *, policy: str | Policy | None = None
 ) -> Float[Array, " ..."]:
-    """One parameter of ``shape``: uniform in ``±1/sqrt(fan_in)``, or ones when ``fan_in`` is None."""
+    """One parameter of ``shape``: uniform in ``±1/sqrt(fan_in)``, or ones when ``fan_in`` is None; in the
+    policy's ``param_dtype`` (None: float32)."""
+    dtype = physics_policy(policy, like=()).param_dtype
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
         raise TypeError(f"shape must be a tuple of sizes, got {shape!r}")
     for i, d in enumerate(shape):
@@ -281,11 +286,11 @@ def init_param(
     return jax.random.uniform(key, shape, dtype, -bound, bound)
 
 
-def init_params(key: jax.Array, cfg: AdaptiveConfig, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
-    """All parameters as a flat dict (see :func:`param_specs`)."""
+def init_params(key: jax.Array, cfg: AdaptiveConfig, *, policy: str | Policy | None = None) -> dict[str, jax.Array]:
+    """All parameters as a flat dict (see :func:`param_specs`), in the policy's ``param_dtype`` (None: float32)."""
     specs = param_specs(cfg)
     keys = jax.random.split(key, len(specs))
-    return {name: init_param(k, shape, fan, dtype) for k, (name, (shape, fan)) in zip(keys, specs.items())}
+    return {name: init_param(k, shape, fan, policy=policy) for k, (name, (shape, fan)) in zip(keys, specs.items())}
 
 
 def count_params(params: Any) -> int:
@@ -628,7 +633,7 @@ def check_inputs(cfg: AdaptiveConfig, state: NodeState, x: Float[ArrayLike, "B D
     return x
 
 
-def run_inner(
+def _run_inner(
     params: dict,
     state: NodeState,
     x: Float[ArrayLike, "B D"],
@@ -637,10 +642,9 @@ def run_inner(
     policy: str | Policy | None = None,
 ) -> tuple[NodeState, dict[str, Array]]:
     """``cfg.inner_steps`` (K) steps on the same input: the last step's outputs, plus ``phase_fractions [4]``
-    averaged over the K steps, nodes and batch. Exactly ``trajectory(dynamics(...), init(key, state), K)``
-    (the checks are the builder's and ``init``'s); ``policy`` as in :func:`step`."""
+    averaged over the K steps, nodes and batch (the checks are the builder's and ``init``'s)."""
     st = dynamics(params, x, cfg, policy=policy)
-    final, fractions = trajectory(st, st.init(key, state), cfg.inner_steps, observe=_observe_fractions)
+    final, fractions = trajectory(st, st.init(key, state), cfg.inner_steps, observe=observe_phase_fractions)
     return final.nodes, {**final.outputs, "phase_fractions": jnp.mean(fractions, axis=0)}
 
 
@@ -659,7 +663,9 @@ def apply_sequence(
 ) -> tuple[NodeState, dict[str, Array]]:
     """Run a sequence ``xs [T, B, D]`` from an explicit initial state (``lax.scan`` over T).
 
-    Returns the final state and the stacked outputs (``logits [T,B,C]`` ...). ``policy`` as in
+    Each input runs ``cfg.inner_steps`` steps of :func:`dynamics` from the state the previous one left. Returns
+    the final state and the stacked outputs (``logits [T,B,C]`` ..., ``phase_fractions [T,4]`` averaged over
+    each input's steps). ``policy`` as in
     :func:`step` (the state is carried in its ``output_dtype``).
     """
     xs = check_array(xs, "xs", shape=(None, None, cfg.input_dim), kind="floating")
@@ -668,7 +674,7 @@ def apply_sequence(
 
     def body(s, inp):
         x, k = inp
-        return run_inner(params, s, x, k, cfg, pol)
+        return _run_inner(params, s, x, k, cfg, pol)
 
     return jax.lax.scan(body, state, (xs, jax.random.split(key, xs.shape[0])))
 
@@ -733,7 +739,7 @@ def _dynamics_init(params: DynamicsParams, key: jax.Array, nodes: NodeState | No
     """The start state: ``nodes`` (validated against the config and x) or :func:`init_state`, and ``key``."""
     check_key(key, "key")
     if nodes is None:
-        nodes = init_state(params.cfg, params.x.shape[0], params.policy.output_dtype)
+        nodes = init_state(params.cfg, params.x.shape[0], policy=params.policy)
     else:
         _check_nodes(params.cfg, nodes, params.x.shape[0])
         _check_real_tree(nodes, "state", params.policy)
@@ -750,7 +756,9 @@ def observe(state: DynamicsState, params: DynamicsParams) -> dict:
     return {**state.outputs, "phase_fractions": phase_fractions(state.outputs["phase"])}
 
 
-def _observe_fractions(state: DynamicsState, params: DynamicsParams) -> jax.Array:
+def observe_phase_fractions(state: DynamicsState, params: DynamicsParams) -> Float[Array, " 4"]:
+    """The fraction of (sample, node) slots in each phase after the step, ``[4]`` (the classifier averages it
+    over its ``inner_steps``)."""
     del params
     return phase_fractions(state.outputs["phase"])
 

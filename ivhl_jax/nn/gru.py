@@ -1,6 +1,6 @@
 """Pure gated-recurrent-unit (GRU) steps and sequence scans.
 
-``gru_step(params, h, x)`` with parameters ``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``,
+``cell(params, h, x)`` with parameters ``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``,
 ``b_h [3H]`` (gate blocks in the order r, z, n, kernels laid out ``[in, out]``):
 
   r  = sigma(x W_ir + b_ir + h W_hr + b_hr)
@@ -15,7 +15,8 @@ for both: a state and an input of different batch shapes, or an integer ``h``, i
 
 One door: :func:`recurrence` builds the stepper (it validates the weights and the input sequence), its
 ``init(h0)`` validates the start state, and ``trajectory(stepper, stepper.init(h0), T, observe=observe)`` runs
-it. :func:`gru_scan` is that call, written out. :func:`gru_step` is the step itself.
+it (at most T steps: ``max_steps`` of the stepper is T, and a longer run is a ValueError). :func:`cell` is the
+step itself; :func:`init_params` draws PyTorch's initial weights.
 
 Precision: every function takes a :class:`~ivhl_jax.core.precision.Policy` / preset name; ``policy=None`` (the
 default) is :func:`~ivhl_jax.core.precision.default_policy` of the inputs: every dtype the inputs' own (float32 for
@@ -37,25 +38,29 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ivhl_jax.core.precision import Policy, physics_policy
-from ivhl_jax.core.validation import check_array, check_choice, check_scalar
-from ivhl_jax.numerics.rollout import Stepper, trajectory
+from ivhl_jax.core.validation import check_array, check_choice, check_key, check_scalar
+from ivhl_jax.numerics.rollout import Stepper
 
 __all__ = [
     "recurrence",
     "observe",
     "GRUState",
-    "GRUInputs",
-    "init_gru_params",
-    "gru_step",
-    "gru_scan",
+    "RecurrenceParams",
+    "init_params",
+    "cell",
     "params_from_nnx",
 ]
 
 VARIANTS = ("torch", "cho")
 
 
-def init_gru_params(key: jax.Array, input_dim: int, hidden_dim: int, dtype: Any = jnp.float32) -> dict:
-    """PyTorch's GRU initialisation: every weight and bias uniform in ``±1/sqrt(H)``."""
+def init_params(
+    key: jax.Array, input_dim: int, hidden_dim: int, *, policy: str | Policy | None = None
+) -> dict[str, jax.Array]:
+    """PyTorch's GRU initialisation: every weight and bias uniform in ``±1/sqrt(H)``, drawn in the policy's
+    ``param_dtype`` (None: float32). Shapes ``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``."""
+    check_key(key, "key")
+    dtype = physics_policy(policy, like=()).param_dtype
     check_scalar(input_dim, "input_dim", integer=True, minimum=1)
     check_scalar(hidden_dim, "hidden_dim", integer=True, minimum=1)
     b = 1.0 / math.sqrt(hidden_dim)
@@ -108,7 +113,7 @@ def _check_h_x(h: Any, x: Any, h_name: str, x_name: str, x_batch_from: int = 0) 
     return h, x
 
 
-def gru_step(
+def cell(
     params: dict,
     h: Float[ArrayLike, "*batch H"],
     x: Float[ArrayLike, "*batch D"],
@@ -150,23 +155,6 @@ def gru_step(
     return h_new.astype(out_dtype)
 
 
-def gru_scan(
-    params: dict,
-    h0: Float[ArrayLike, "*batch H"],
-    xs: Float[ArrayLike, "T *batch D"],
-    *,
-    variant: str = "torch",
-    policy: str | Policy | None = None,
-) -> tuple[Float[Array, "*batch H"], Float[Array, "T *batch H"]]:
-    """Run ``xs [T, ..., D]`` from ``h0 [..., H]``; returns (h_T, hs [T, ..., H]).
-
-    Exactly ``trajectory(recurrence(params, xs, ...), init(h0), T, observe=observe)``: the checks are the
-    builder's and ``init``'s (a bad ``xs`` or ``h0`` is a ValueError naming it)."""
-    st = recurrence(params, xs, variant=variant, policy=policy)
-    final, hs = trajectory(st, st.init(h0), st.params.xs.shape[0], observe=observe)
-    return final.h, hs
-
-
 def params_from_nnx(cell: Any) -> dict:
     """Parameters of a ``flax.nnx.GRUCell`` in this module's layout (recurrent bias = 0)."""
     if not (hasattr(cell, "dense_h") and hasattr(cell, "dense_i")):
@@ -184,7 +172,7 @@ def params_from_nnx(cell: Any) -> dict:
 # the stepper protocol: the input sequence is a parameter, the state carries h and the time index
 
 
-class GRUInputs(flax.struct.PyTreeNode):
+class RecurrenceParams(flax.struct.PyTreeNode):
     """Weights (the layout above) and the input sequence ``xs [T, ..., D]``; ``variant`` is static."""
 
     weights: dict
@@ -200,12 +188,12 @@ class GRUState(flax.struct.PyTreeNode):
     t: jax.Array
 
 
-def _gru_step(state: GRUState, params: GRUInputs) -> GRUState:
+def _gru_step(state: GRUState, params: RecurrenceParams) -> GRUState:
     x = jax.lax.dynamic_index_in_dim(params.xs, state.t, axis=0, keepdims=False)
-    return GRUState(h=gru_step(params.weights, state.h, x, variant=params.variant, policy=params.policy), t=state.t + 1)
+    return GRUState(h=cell(params.weights, state.h, x, variant=params.variant, policy=params.policy), t=state.t + 1)
 
 
-def _gru_init(params: GRUInputs, h0: Any) -> GRUState:
+def _gru_init(params: RecurrenceParams, h0: Any) -> GRUState:
     """Validate ``h0`` against the sequence (batch axes of ``xs[t]``, width H) and cast it to the policy."""
     pol = params.policy
     h0 = _real(h0, "h0", pol)
@@ -221,8 +209,8 @@ def _gru_init(params: GRUInputs, h0: Any) -> GRUState:
     return GRUState(h=h, t=jnp.zeros((), jnp.int32))
 
 
-def observe(state: GRUState, params: GRUInputs) -> Float[Array, "*batch H"]:
-    """The hidden state ``h [..., H]`` after each step (the observe that gives :func:`gru_scan`'s ``hs``)."""
+def observe(state: GRUState, params: RecurrenceParams) -> Float[Array, "*batch H"]:
+    """The hidden state ``h [..., H]`` after each step (``trajectory(..., observe=observe)`` gives ``hs``)."""
     del params
     return state.h
 
@@ -230,7 +218,7 @@ def observe(state: GRUState, params: GRUInputs) -> Float[Array, "*batch H"]:
 def _check_weights(weights: Any, d: int) -> tuple[int, int]:
     """Shapes of the GRU weights: ``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``; returns (D, H)."""
     if not isinstance(weights, dict) or any(k not in weights for k in ("W_i", "b_i", "W_h", "b_h")):
-        raise TypeError("weights must be a dict with 'W_i', 'b_i', 'W_h', 'b_h' (see init_gru_params)")
+        raise TypeError("weights must be a dict with 'W_i', 'b_i', 'W_h', 'b_h' (see init_params)")
     shapes = {k: tuple(np.shape(weights[k])) for k in ("W_i", "b_i", "W_h", "b_h")}
     if len(shapes["W_h"]) != 2 or shapes["W_h"][1] != 3 * shapes["W_h"][0]:
         raise ValueError(f"weights['W_h'] must have shape (H, 3H), got {shapes['W_h']}")
@@ -248,12 +236,12 @@ def _check_weights(weights: Any, d: int) -> tuple[int, int]:
 
 def recurrence(
     weights: dict, xs: Float[ArrayLike, "T *batch D"], *, variant: str = "torch", policy: str | Policy | None = None
-) -> Stepper[GRUState, GRUInputs]:
+) -> Stepper[GRUState, RecurrenceParams]:
     """Stepper over the input sequence ``xs [T, ..., D]``: ``step`` consumes ``xs[t]``; ``init(h0)`` validates
     ``h0 [..., H]`` (the batch axes of ``xs[t]``, width H). ``trajectory(st, st.init(h0), T, observe=observe)``
-    returns (final state, hs [T, ..., H]). Running more than T steps reads past the end (clamped to the last
-    input): run exactly T. The weights' shapes (``W_i [D, 3H]``, ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``)
-    and ``xs`` (finite, real floating) are checked here.
+    returns (final state, hs [T, ..., H]). The stepper's ``max_steps`` is T: ``trajectory``/``chunked`` refuse
+    a run of more steps than ``xs`` has (a ValueError naming both). The weights' shapes (``W_i [D, 3H]``,
+    ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``) and ``xs`` (finite, real floating) are checked here.
     ``policy``: weights stored in its ``param_dtype``, steps computed in ``compute_dtype``, h carried
     in ``output_dtype`` (module docstring); None is the default policy of ``weights`` and ``xs``."""
     check_choice(variant, "variant", VARIANTS)
@@ -266,7 +254,8 @@ def recurrence(
     weights = pol.cast_to_param(weights)
     return Stepper.create(
         _gru_step,
-        GRUInputs(weights=weights, xs=xs, variant=variant, policy=pol),
+        RecurrenceParams(weights=weights, xs=xs, variant=variant, policy=pol),
         init_fn=_gru_init,
         name="gru.recurrence",
+        max_steps=int(xs.shape[0]),
     )

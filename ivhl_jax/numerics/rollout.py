@@ -2,7 +2,7 @@
 
 A **stepper** (:class:`Stepper`) is what a family's builder returns, in the spirit of jax-md's
 ``init_fn, apply_fn`` pair and optax's ``GradientTransformation``: the builder closes over the physics
-and the step size *once* (``condensate.strang(system, dt)``, ``cdt.metropolis(params)``, ...) and the
+and the step size *once* (``condensate.strang(system, dt)``, ``cdt.metropolis(lam, ...)``, ...) and the
 stepper carries
 
 * ``params`` — a pytree of everything the step reads (arrays, step size, couplings); traced, so a
@@ -11,7 +11,10 @@ stepper carries
 * ``run_fn(state, params, n) -> state`` or None — n steps at once by the same scheme (equal to n single steps
   to round-off, with work shared between neighbouring steps), which :func:`rollout` uses for each block
   between two observations (static);
-* ``init_fn(params, *args, **kwargs) -> state`` — builds the initial state (static).
+* ``init_fn(params, *args, **kwargs) -> state`` — builds the initial state (static);
+* ``max_steps`` — the most steps one run from ``init`` may take, or None for no bound (static): a stepper over a
+  finite input (``gru.recurrence`` over T inputs) sets it, and :func:`trajectory` and :func:`chunked` refuse a
+  longer run with a one-line ValueError instead of running past the input.
 
 Families build their steppers with :meth:`Stepper.create`, which checks the functions once; the pytree node
 itself only holds them (unflattening, which ``jit``, ``vmap`` and ``tree.map`` do on every call, checks
@@ -68,6 +71,8 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
       run_fn: ``run_fn(state, params, n) -> state``, ``n`` steps at once by the same scheme (static), or None:
         the driver then scans ``step_fn``.
       name: a short label for progress lines and errors (static).
+      max_steps: the most steps one run may take (a stepper over an input of that many items), or None (static):
+        :func:`trajectory` and :func:`chunked` refuse more.
     """
 
     step_fn: Callable[[S, P], S] = flax.struct.field(pytree_node=False)
@@ -75,6 +80,7 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
     init_fn: Callable[..., S] | None = flax.struct.field(pytree_node=False, default=None)
     run_fn: Callable[[S, P, int], S] | None = flax.struct.field(pytree_node=False, default=None)
     name: str = flax.struct.field(pytree_node=False, default="stepper")
+    max_steps: int | None = flax.struct.field(pytree_node=False, default=None)
 
     @classmethod
     def create(
@@ -85,6 +91,7 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
         init_fn: Callable[..., S] | None = None,
         run_fn: Callable[[S, P, int], S] | None = None,
         name: str = "stepper",
+        max_steps: int | None = None,
     ) -> Stepper[S, P]:
         """The checked constructor: a non-function would otherwise surface only at the first step, deep
         inside a trace."""
@@ -98,7 +105,10 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
                 raise TypeError(f"{label} must be a function {form} or None, got {fn!r}")
         if not isinstance(name, str):
             raise TypeError(f"name must be a string, got {name!r}")
-        return cls(step_fn=step_fn, params=params, init_fn=init_fn, run_fn=run_fn, name=name)
+        if max_steps is not None:
+            check_scalar(max_steps, "max_steps", integer=True, nonnegative=True)
+            max_steps = int(max_steps)
+        return cls(step_fn=step_fn, params=params, init_fn=init_fn, run_fn=run_fn, name=name, max_steps=max_steps)
 
     def step(self, state: S) -> S:
         """Advance ``state`` by one step."""
@@ -210,6 +220,15 @@ def _check_stepper(stepper: Any) -> None:
         )
 
 
+def _check_max_steps(stepper: Stepper, steps: int, steps_name: str) -> None:
+    """A stepper over a finite input (``max_steps`` set) runs at most that many steps."""
+    if stepper.max_steps is not None and steps > stepper.max_steps:
+        raise ValueError(
+            f"{steps_name}={steps} but {stepper.name}'s input has {stepper.max_steps} steps (max_steps); "
+            f"run at most {stepper.max_steps} steps"
+        )
+
+
 def _check_observe(observe: Any) -> Observe:
     if observe is None:
         return identity_observe
@@ -272,6 +291,8 @@ def trajectory(
     ``lambda`` per call is a new static argument and recompiles. Works under ``jit``, ``vmap`` (over
     states or params) and ``grad``.
 
+    A stepper with ``max_steps`` (one over a finite input) runs at most that many steps: more is a ValueError.
+
     A concrete start ``state`` must be finite: a NaN or inf in an inexact leaf is a ValueError naming the leaf
     (one reduction on the device; skipped when ``state`` is traced).
 
@@ -281,6 +302,7 @@ def trajectory(
     _check_stepper(stepper)
     observe = _check_observe(observe)
     steps, save_every, unroll = _check_schedule(steps, save_every, unroll)
+    _check_max_steps(stepper, steps, "steps")
     _check_start_finite(state)
     return _trajectory(stepper, state, steps, save_every, observe, bool(remat), unroll)
 
@@ -299,13 +321,15 @@ def chunked(
 
     ``donate=True`` hands the input state's buffers to the chunk, which writes the new state into them (the
     field stays in place: one copy in memory instead of two); the state passed in is then deleted, so pass
-    each state once (as :func:`~ivhl_jax.run.runner.run_chunked` does)."""
+    each state once (as :func:`~ivhl_jax.run.runner.run_chunked` does). A stepper with ``max_steps`` refuses a
+    chunk longer than that."""
     _check_stepper(stepper)
     observe = _check_observe(observe)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
     steps_per_chunk, save_every, _ = _check_schedule(
         steps_per_chunk, steps_per_chunk if save_every is None else save_every, 1, steps_name="steps_per_chunk"
     )
+    _check_max_steps(stepper, steps_per_chunk, "steps_per_chunk")
 
     run = _trajectory_donating if donate else _trajectory
 

@@ -16,7 +16,7 @@ frequencies in 1/T, time in T; the default ``frequencies=None`` means ω = c·k 
 Public API: :func:`superpose`, :func:`vortex`, :func:`intensity`, :func:`phase`,
 :func:`winding_number`, :func:`vortex_map`, :func:`grid_points`, :func:`helix_sources`,
 :func:`focus_phases` (inverse design of source phases with optax), and the time loop:
-:func:`wave_params` → :func:`evolution` (the stepper; it validates) → ``trajectory(..., observe=observe)``.
+:func:`superposition` (the stepper; it validates its settings) → ``trajectory(..., observe=observe)``.
 
 Speed: :func:`superpose` takes its default block size and kernel from the backend table
 (:func:`ivhl_jax.core.backend.defaults`): on CPU blocks of ``fields_pair_budget // M`` points through the
@@ -53,10 +53,9 @@ __all__ = [
     "helix_sources",
     "focus_phases",
     "WaveState",
-    "WaveParams",
-    "wave_params",
+    "SuperpositionParams",
+    "superposition",
     "field_at",
-    "evolution",
     "observe",
 ]
 
@@ -551,7 +550,9 @@ def focus_phases(
     Minimises  L(φ) = −I(target; φ) / I_max  with Adam (optax), where I comes from
     :func:`superpose` at t = 0 (gradient through it) and I_max = (Σ_j |A_j| / (r_j + ε))² is the
     analytic optimum reached by phase conjugation φ_j = −k_j r_j (all waves arrive in phase). The
-    loop is a ``lax.scan`` inside one jitted function.
+    loop is a ``lax.scan`` inside one module-level jitted function: a second call with the same shapes and
+    ``steps`` compiles nothing (new sources, target, amplitudes, wavenumbers, softening or learning rate are
+    traced values).
 
     Args:
       sources: (M, D) source positions.
@@ -566,8 +567,6 @@ def focus_phases(
     Returns:
       (phases (M,), history (steps,) of the normalised target intensity I/I_max before each step).
     """
-    import optax
-
     src, tgt = _points_and_sources(sources, jnp.reshape(jnp.asarray(target), (1, -1)), "sources", "target")
     tgt = tgt[0]
     check_scalar(steps, "steps", integer=True, minimum=1)
@@ -576,6 +575,16 @@ def focus_phases(
     amp = _per_source(amplitudes, "amplitudes", m, src.dtype)
     k = _per_source(wavenumbers, "wavenumbers", m, src.dtype)
     phi0 = _per_source(init_phases, "init_phases", m, src.dtype)
+    check_scalar(softening, "softening", nonnegative=True)
+    eps = jnp.asarray(softening, src.dtype)
+    return _focus_run(phi0, tgt, src, amp, k, eps, jnp.asarray(learning_rate, src.dtype), steps=int(steps))
+
+
+@functools.partial(jax.jit, static_argnames=("steps",))
+def _focus_run(phi0, tgt, src, amp, k, softening, learning_rate, *, steps):
+    """The Adam loop of :func:`focus_phases` on checked arrays: (phases, history of I/I_max)."""
+    import optax
+
     r = jnp.linalg.norm(src - tgt[None], axis=-1)
     i_max = jnp.sum(jnp.abs(amp) / (r + softening)) ** 2
     opt = optax.adam(learning_rate)
@@ -584,18 +593,14 @@ def focus_phases(
         psi = superpose(tgt[None], src, amplitudes=amp, wavenumbers=k, phases=phi, softening=softening)
         return intensity(psi)[0] / i_max
 
-    @jax.jit
-    def run(phi):
-        def body(carry, _):
-            phi, opt_state = carry
-            val, g = jax.value_and_grad(normalised_intensity)(phi)
-            updates, opt_state = opt.update(-g, opt_state, phi)
-            return (optax.apply_updates(phi, updates), opt_state), val
+    def body(carry, _):
+        phi, opt_state = carry
+        val, g = jax.value_and_grad(normalised_intensity)(phi)
+        updates, opt_state = opt.update(-g, opt_state, phi)
+        return (optax.apply_updates(phi, updates), opt_state), val
 
-        (phi, _), hist = jax.lax.scan(body, (phi, opt.init(phi)), None, length=int(steps))
-        return phi, hist
-
-    return run(phi0)
+    (phi, _), hist = jax.lax.scan(body, (phi0, opt.init(phi0)), None, length=steps)
+    return phi, hist
 
 
 # ----------------------------------------------------------------------------------------------
@@ -604,14 +609,14 @@ def focus_phases(
 # intensity statistics
 
 
-class WaveParams(flax.struct.PyTreeNode):
-    """Everything the wave-field step reads (a pytree; every leaf traced).
+class SuperpositionParams(flax.struct.PyTreeNode):
+    """Everything the wave-field step reads (a pytree; every leaf traced); built and checked by
+    :func:`superposition`.
 
     Shapes: ``points`` (N, 3), ``sources`` (M, 3), ``amplitudes``/``wavenumbers``/``phases`` (M,),
     ``imprint`` (N,) complex multiplicative factor (a vortex imprint; ones for none), scalars
-    ``softening`` and ``dt`` (time step, units L/c with c = 1). ``policy`` (static; :func:`wave_params` sets
-    the default policy of the geometry, a hand-built one defaults to ``f32``) is the precision policy
-    :func:`field_at` passes to :func:`superpose`.
+    ``softening`` and ``dt`` (time step, units L/c with c = 1). ``policy`` (static; :func:`superposition` sets
+    it) is the precision policy :func:`field_at` passes to :func:`superpose`.
     """
 
     points: jax.Array
@@ -636,7 +641,7 @@ class WaveState(flax.struct.PyTreeNode):
     intensity_peak: jax.Array
 
 
-def wave_params(
+def superposition(
     points: Real[ArrayLike, "n d"],
     sources: Real[ArrayLike, "m d"],
     *,
@@ -647,14 +652,26 @@ def wave_params(
     softening: float = 1e-3,
     imprint: Any = None,
     policy: str | Policy | None = None,
-) -> WaveParams:
-    """Validated :class:`WaveParams`: under ``policy`` the geometry stored in ``param_dtype`` (bf16 halves its
-    memory), the scalars, time and imprint in the work dtype (compute raised to ≥ float32, see
-    :func:`superpose`). None is the default policy of the points and sources (float32 geometry and a complex64
-    imprint for float32 inputs)."""
+) -> Stepper[WaveState, SuperpositionParams]:
+    """The wave-field time loop of the sources' superposition (:func:`superpose`): the one way to run it.
+
+    ``step`` advances t by ``dt`` and evaluates ψ(points, t) · imprint there (:func:`field_at`), adding |ψ|²
+    to the running sum and maximum, so the state after k steps holds the field at t0 + k·dt;
+    ``init(t0=0.0)`` is the zero-statistics state at ``t0`` (its field is not evaluated). Drive it
+    with :func:`ivhl_jax.numerics.rollout.trajectory` (``observe=fields.observe`` records per-frame
+    intensity statistics) or ``chunked``.
+
+    Arguments as in :func:`superpose` (``amplitudes``, ``wavenumbers``, ``phases``: (M,) or scalars; at least one
+    source), ``dt > 0`` the time step, ``softening >= 0``, ``imprint`` None or (N,) complex factors per point;
+    all checked here. Under ``policy`` the geometry is stored in ``param_dtype`` (bf16 halves its memory), the
+    scalars, time and imprint in the work dtype (compute raised to ≥ float32, see :func:`superpose`). None is
+    the default policy of the points and sources (float32 geometry and a complex64 imprint for float32 inputs).
+    """
     pts, src = _points_and_sources(points, sources, "points", "sources")
     pol = physics_policy(policy, like=(pts, src))
     m = src.shape[0]
+    if m == 0:
+        raise ValueError("sources must hold at least one source, got shape (0, D)")
     check_scalar(dt, "dt", positive=True)
     check_scalar(softening, "softening", nonnegative=True)
     store, f32 = jnp.dtype(pol.param_dtype), jnp.dtype(real_compute_dtype(pol))
@@ -669,7 +686,8 @@ def wave_params(
         imp = jnp.asarray(imprint, cplx)
         if imp.shape != (pts.shape[0],):
             raise ValueError(f"imprint must have shape ({pts.shape[0]},) (one factor per point); got {imp.shape}")
-    return WaveParams(
+        check_array(imp, "imprint", kind="numeric", finite=True)
+    params = SuperpositionParams(
         points=jnp.asarray(pts, store),
         sources=jnp.asarray(src, store),
         amplitudes=amp,
@@ -680,12 +698,16 @@ def wave_params(
         dt=jnp.asarray(dt, f32),
         policy=pol,
     )
+    return Stepper.create(_wave_step, params, init_fn=_init_wave, name="fields.superposition")
 
 
-def field_at(params: WaveParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]:
-    """ψ(points, t) · imprint, shape (N,): :func:`superpose` of the sources at time ``t``."""
-    if not isinstance(params, WaveParams):
-        raise TypeError(f"params must be WaveParams (from fields.wave_params); got {type(params).__name__}")
+def field_at(params: SuperpositionParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]:
+    """ψ(points, t) · imprint, shape (N,): :func:`superpose` of the sources at time ``t`` (``params`` is a
+    :func:`superposition` stepper's ``params``)."""
+    if not isinstance(params, SuperpositionParams):
+        raise TypeError(
+            f"params must be SuperpositionParams (fields.superposition(...).params); got {type(params).__name__}"
+        )
     psi = superpose(
         params.points,
         params.sources,
@@ -699,7 +721,7 @@ def field_at(params: WaveParams, t: Real[ArrayLike, ""]) -> Complex[Array, " n"]
     return psi * params.imprint.astype(psi.dtype)
 
 
-def _wave_step(state: WaveState, params: WaveParams) -> WaveState:
+def _wave_step(state: WaveState, params: SuperpositionParams) -> WaveState:
     """Advance ``t`` by ``dt``, evaluate the field there, accumulate |ψ|² statistics: the state after k steps
     holds the field at t0 + k·dt (the time convention of every family: a record after k steps is at k·dt)."""
     t = state.t + params.dt
@@ -714,7 +736,7 @@ def _wave_step(state: WaveState, params: WaveParams) -> WaveState:
     )
 
 
-def _init_wave(params: WaveParams, t0: Any = 0.0) -> WaveState:
+def _init_wave(params: SuperpositionParams, t0: Any = 0.0) -> WaveState:
     check_scalar(t0, "t0")
     n = params.points.shape[0]
     rdt = params.dt.dtype  # the policy's work dtype
@@ -728,37 +750,8 @@ def _init_wave(params: WaveParams, t0: Any = 0.0) -> WaveState:
     )
 
 
-def _check_params(params: Any) -> WaveParams:
-    """Everything the step relies on, checked once in the builder (a WaveParams may be built or edited by hand)."""
-    if not isinstance(params, WaveParams):
-        raise TypeError(f"params must be WaveParams (from fields.wave_params); got {type(params).__name__}")
-    pts, src = _points_and_sources(params.points, params.sources, "params.points", "params.sources")
-    n, m = pts.shape[0], src.shape[0]
-    if m == 0:
-        raise ValueError("params.sources must hold at least one source, got shape (0, D)")
-    for name in ("amplitudes", "wavenumbers", "phases"):
-        check_array(getattr(params, name), f"params.{name}", shape=(m,), kind="numeric", finite=True)
-    check_array(params.imprint, "params.imprint", shape=(n,), kind="numeric", finite=True)
-    check_scalar(params.softening, "params.softening", nonnegative=True)
-    check_scalar(params.dt, "params.dt", positive=True)
-    return params
-
-
-def evolution(params: WaveParams) -> Stepper[WaveState, WaveParams]:
-    """The wave-field time loop: the one way to run it.
-
-    ``step`` advances t by ``dt`` and evaluates ψ(points, t) · imprint there (:func:`field_at`), adding |ψ|²
-    to the running sum and maximum, so the state after k steps holds the field at t0 + k·dt;
-    ``init(t0=0.0)`` is the zero-statistics state at ``t0`` (its field is not evaluated). Drive it
-    with :func:`ivhl_jax.numerics.rollout.trajectory` (``observe=fields.observe`` records per-frame
-    intensity statistics) or ``chunked``. The builder checks ``params`` (shapes, finite values,
-    ``dt > 0``, ``softening >= 0``, at least one source) where they are concrete.
-    """
-    return Stepper.create(_wave_step, _check_params(params), init_fn=_init_wave, name="fields.evolution")
-
-
-def observe(state: WaveState, params: WaveParams) -> dict[str, Array]:
-    """Per-frame observations for ``trajectory(evolution(p), ..., observe=fields.observe)``.
+def observe(state: WaveState, params: SuperpositionParams) -> dict[str, Array]:
+    """Per-frame observations for ``trajectory(superposition(...), ..., observe=fields.observe)``.
 
     Returns ``{"t": time of the frame in state.field (state.t), "max_intensity": max |ψ|²,
     "mean_intensity": mean |ψ|²}``, scalars in the state's real dtype.

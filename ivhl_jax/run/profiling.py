@@ -114,7 +114,7 @@ def profile_training(
     batch_size: int,
     num_batches: int = 20,
     warmup: int = 3,
-    key: jax.Array | None = None,
+    key: jax.Array,
     fused_chunk: int = 0,
     fused_repeats: int = 3,
     trace_dir: str | None = None,
@@ -125,6 +125,7 @@ def profile_training(
     Args:
       loss_fn: ``loss_fn(params, batch, key) -> scalar``.
       get_batch: ``get_batch(step) -> batch`` (jit-compatible).
+      key: the PRNG key the steps read (required; each timed step folds in its index).
       fused_chunk: if > 0, also time jitted ``lax.scan`` chunks of this many fused steps.
       trace_dir: if given, write a ``jax.profiler`` trace of the timed batches there.
     Returns: one ``profiling_runs`` entry (see module docstring).
@@ -134,7 +135,7 @@ def profile_training(
     check_scalar(warmup, "warmup", integer=True, nonnegative=True)
     check_scalar(fused_chunk, "fused_chunk", integer=True, nonnegative=True)
     check_scalar(fused_repeats, "fused_repeats", integer=True, minimum=1)
-    key = jax.random.key(0) if key is None else check_key(key)
+    key = check_key(key)
     opt_state = optimizer.init(params)
     step0 = jnp.zeros((), jnp.int32)
 
@@ -280,14 +281,14 @@ def profile_fused(
     batch_size: int,
     chunk: int = 200,
     repeats: int = 3,
-    key: jax.Array | None = None,
+    key: jax.Array,
 ) -> dict[str, Any]:
     """Throughput of the production path: ``chunk`` fused train steps (data + fwd + bwd + Adam) per jitted
     ``lax.scan`` call. Returns compile time, per-chunk times and samples/s = total samples / total time."""
     check_scalar(batch_size, "batch_size", integer=True, minimum=1)
     check_scalar(chunk, "chunk", integer=True, minimum=1)
     check_scalar(repeats, "repeats", integer=True, minimum=1)
-    key = jax.random.key(0) if key is None else key
+    key = check_key(key)
     chunk_fn, carry = fused_train_chunk(loss_fn, params, optimizer, get_batch, chunk, key)
     c, t_c = _compile(chunk_fn, carry)
     carry, _ = jax.block_until_ready(c(carry))  # warm-up

@@ -80,7 +80,7 @@ def test_mera_sim_cli_rejects_nonpositive_steps_per_chunk(n, tmp_path, capsys):
 
 
 def test_mera_ascend_rejects_wrongly_shaped_h():
-    mera = M.init_mera(jax.random.key(0), _TINY)
+    mera = M.init_tensors(jax.random.key(0), _TINY)
     layer = mera.layer(0)  # fine sites d = 4
     h = M.models.ising_two_site_hamiltonian()
     M.ascend(h, layer)  # correct shape works
@@ -95,7 +95,7 @@ def test_mera_ascend_rejects_wrongly_shaped_h():
 
 
 def test_mera_grow_rejects_smaller_chi():
-    mera = M.init_mera(jax.random.key(0), M.MERAConfig(chi=4, layers=1))
+    mera = M.init_tensors(jax.random.key(0), M.MERAConfig(chi=4, layers=1))
     with pytest.raises(ValueError, match=r"chi=3 .*current bond dimension 4.*chi >= 4"):
         M.grow(mera, jax.random.key(1), 3)
     with pytest.raises(ValueError, match="chi_mid"):
@@ -108,13 +108,13 @@ def test_mera_grow_rejects_smaller_chi():
 @pytest.mark.parametrize("d", [0, -2])
 def test_mera_init_rejects_bad_d(d):
     with pytest.raises(ValueError, match="d must be >= 1"):
-        M.init_mera(jax.random.key(0), _TINY, d=d)
+        M.init_tensors(jax.random.key(0), _TINY, d=d)
 
 
 def test_mera_rejects_negative_power_iters():
     with pytest.raises(ValueError, match="power_iters"):
         M.MERAConfig(chi=2, power_iters=-1)
-    mera = M.init_mera(jax.random.key(0), _TINY)
+    mera = M.init_tensors(jax.random.key(0), _TINY)
     with pytest.raises(ValueError, match="power_iters"):
         M.sweep.sweep(mera, M.models.ising_two_site_hamiltonian(), power_iters=-1)
     with pytest.raises(ValueError, match="iters"):
@@ -123,7 +123,7 @@ def test_mera_rejects_negative_power_iters():
 
 @pytest.mark.parametrize("num", [0, -1])
 def test_mera_scaling_dimensions_rejects_bad_num(num):
-    mera = M.init_mera(jax.random.key(0), _TINY)
+    mera = M.init_tensors(jax.random.key(0), _TINY)
     with pytest.raises(ValueError, match="num must be >= 1"):
         M.scaling_dimensions(mera, num=num)
     with jax.enable_x64(True):
@@ -245,7 +245,7 @@ def test_write_json_mode_follows_umask(tmp_path, umask):
 
 @pytest.fixture(scope="module")
 def cdt_setup():
-    return cdt.metropolis(cdt.make_params(0.8, attempts_per_sweep=5))
+    return cdt.metropolis(0.8, attempts_per_sweep=5)
 
 
 @pytest.mark.parametrize("bad", [0, 7, np.zeros(3, np.uint32), np.zeros(2, np.float32)])
@@ -262,16 +262,16 @@ def test_cdt_init_accepts_typed_and_legacy_keys(cdt_setup):
         cdt_setup.init(jax.random.split(jax.random.key(1), 2), 4, 4, 64)
 
 
-def test_cdt_builder_validates_hand_made_params_and_observe_names_its_argument(cdt_setup):
-    # the builder is the one door: params built without make_params get the same checks
+def test_cdt_builder_validates_settings_and_observe_names_its_argument(cdt_setup):
+    # the builder is the one door: it checks every setting
     with pytest.raises(ValueError, match="lam=0.5 <= ln 2"):
-        cdt.metropolis(cdt.CDTParams(lam=0.5))
+        cdt.metropolis(0.5)
     with pytest.raises(ValueError, match="eps"):
-        cdt.metropolis(cdt.CDTParams(lam=1.0, eps=-1.0, target=64.0))
+        cdt.metropolis(1.0, eps=-1.0, target=64.0)
     with pytest.raises(ValueError, match="even target"):
-        cdt.metropolis(cdt.CDTParams(lam=1.0, eps=0.1, target=65.0, stop_at_target=True))
+        cdt.metropolis(1.0, eps=0.1, target=65.0, stop_at_target=True)
     with pytest.raises(ValueError, match="proposal='lists' needs engine='host'"):
-        cdt.metropolis(cdt.CDTParams(lam=1.0, proposal="lists"))
+        cdt.metropolis(1.0, proposal="lists")
     with pytest.raises(ValueError, match=r"capacity=70000 .*jax engine.*65536"):
         cdt_setup.init(jax.random.key(0), 4, 4, 70000)
     chain = cdt_setup.init(jax.random.key(0), 4, 4, 64)

@@ -198,12 +198,12 @@ def test_mera_init_and_grow_compile_one_program_each_and_nothing_for_a_new_key()
         cfg = M.MERAConfig(chi=3, chi_mid=2, layers=1)
         keys = [jax.random.key(i) for i in range(11, 15)]  # making a key compiles (seeding) on its own
         with count_compiles() as first:
-            m = _sync(M.init_mera(keys[0], cfg))
+            m = _sync(M.init_tensors(keys[0], cfg))
             g = _sync(M.grow(m, keys[1], 4, 3, layers=2, refsym=cfg.refsym))
         # a concrete key: the draws are the only compiled part of a start (its polar factors are host SVDs)
         assert [msg.split()[1] for msg in first] == ["jit(_init_draws)", "jit(_grow_tensors)"], first
         with count_compiles() as again:
-            m2 = _sync(M.init_mera(keys[2], cfg))
+            m2 = _sync(M.init_tensors(keys[2], cfg))
             _sync(M.grow(m2, keys[3], 4, 3, layers=2, refsym=cfg.refsym))
         assert again == []
         assert g.chi == 4 and len(g.w) == 3

@@ -58,9 +58,8 @@ def run_default(
     engine: str | None = None,
 ):
     """``sweeps`` measured sweeps (one measurement each, after ``thermal``) of ``chains`` chains of the stepper a
-    user builds from ``make_params(lam)``, started on the regular torus of ``n_slices`` slices of ``length``."""
-    params = cdt.make_params(lam) if engine is None else cdt.make_params(lam, engine=engine)
-    st = cdt.metropolis(params)
+    user builds from ``metropolis(lam)``, started on the regular torus of ``n_slices`` slices of ``length``."""
+    st = cdt.metropolis(lam) if engine is None else cdt.metropolis(lam, engine=engine)
     keys = jax.random.split(jax.random.key(seed), chains)
     args = () if capacity is None else (capacity,)
     chains0 = jax.vmap(lambda k: st.init(k, n_slices, length, *args))(keys)
@@ -87,7 +86,7 @@ def assert_matches_exact(lengths, lam: float, n_slices: int) -> None:
 
 
 def test_default_sweep_samples_the_exact_slice_length_law():
-    """``cdt.make_params(lam)`` with nothing else: ⟨l_t⟩ at λ = 0.8, T = 3 against the transfer matrix."""
+    """``cdt.metropolis(lam)`` with nothing else: ⟨l_t⟩ at λ = 0.8, T = 3 against the transfer matrix."""
     obs = run_default(0.8, 3, chains=32, sweeps=600, thermal=100)
     assert_matches_exact(obs["lengths"], 0.8, 3)
 
@@ -113,14 +112,14 @@ def test_default_sweep_on_the_other_engines(engine):
 
 @pytest.mark.slow
 def test_readme_setup_many_chains_matches_the_transfer_matrix():
-    """The README's example (``make_params(0.8)``, ``init(key, 8, 20, 2000)``) run long on many chains."""
+    """The README's example (``metropolis(0.8)``, ``init(key, 8, 20, 2000)``) run long on many chains."""
     obs = run_default(0.8, 8, chains=64, sweeps=1500, thermal=200, length=20, capacity=2000, seed=3)
     assert_matches_exact(obs["lengths"], 0.8, 8)
 
 
 @pytest.mark.slow
 def test_default_volume_fixed_sweep_samples_the_exact_fixed_volume_law():
-    """``make_params(ln 2, eps=0.05, target=30)`` with nothing else (sweeps of 30 attempts that continue to
+    """``metropolis(ln 2, eps=0.05, target=30)`` with nothing else (sweeps of 30 attempts that continue to
     N2 = 30): ⟨l_t²⟩ against the exact law of the slice lengths at N0 = 15, T = 3 (``log_length_weight``
     restricted to sum l = 15). <l_t> = N0 / T holds by construction; the second moment tests the ensemble."""
     from ivhl_jax.physics.cdt.exact import log_length_weight
@@ -128,7 +127,7 @@ def test_default_volume_fixed_sweep_samples_the_exact_fixed_volume_law():
     vecs = [v for v in itertools.product(range(3, 16), repeat=3) if sum(v) == 15]
     w = np.exp([log_length_weight(v, cdt.LN2) for v in vecs])
     exact = float(np.sum(w * np.array([np.mean(np.square(v)) for v in vecs])) / w.sum())
-    st = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=30))
+    st = cdt.metropolis(cdt.LN2, eps=0.05, target=30)
     chains = jax.vmap(lambda k: st.init(k, 3, 3))(jax.random.split(jax.random.key(4), 128))
     run = jax.jit(jax.vmap(lambda s, c: trajectory(s, c, 600, save_every=1, observe=cdt.observe), in_axes=(None, 0)))
     final, obs = run(st, chains)
@@ -181,7 +180,7 @@ def test_readme_example_runs_and_relaxes_to_the_exact_volume(capsys):
 def test_guide_lambda_batch_example_matches_the_transfer_matrix():
     """The guide's batch over λ (16 chains per λ by vmap, defaults otherwise): ⟨l_t⟩ per λ against the exact
     value quoted next to it."""
-    ns = _run_block("docs/guide/cdt.md", "make_params(lams)")
+    ns = _run_block("docs/guide/cdt.md", "cdt.metropolis(lams)")
     lengths = np.asarray(ns["obs"]["lengths"])[:, :, 50:]
     assert lengths.shape == (3, 16, 450, 3)
     assert not bool(np.any(np.asarray(ns["chains"].geometry.overflow)))

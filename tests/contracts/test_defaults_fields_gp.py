@@ -60,8 +60,7 @@ def test_wave_evolution_defaults_match_float64_numpy():
     rng = np.random.default_rng(1)
     pts = rng.uniform(-2, 2, (200, 3)).astype(np.float32)
     src = np.asarray(F.helix_sources(16))
-    params = F.wave_params(pts, src, amplitudes=1.0, wavenumbers=3.0, phases=0.0, dt=0.25)
-    st = F.evolution(params)
+    st = F.superposition(pts, src, amplitudes=1.0, wavenumbers=3.0, phases=0.0, dt=0.25)
     state, obs = trajectory(st, st.init(), 8, observe=F.observe)
     frames = []
     for i in range(8):

@@ -48,7 +48,7 @@ def run_block(page: str, marker: str, namespace: dict | None = None) -> dict:
 # Blocks run by the other defaults tests: (page, marker) -> (test file, a string of that file that runs the block).
 COVERED_ELSEWHERE = {
     ("README.md", "ivhl.trajectory(st, chain"): ("test_defaults_cdt.py", '"ivhl.trajectory(st, chain"'),
-    ("docs/guide/cdt.md", "make_params(lams)"): ("test_defaults_cdt.py", '"make_params(lams)"'),
+    ("docs/guide/cdt.md", "cdt.metropolis(lams)"): ("test_defaults_cdt.py", '"cdt.metropolis(lams)"'),
     ("docs/guide/cdt.md", "target=512"): ("test_defaults_cdt.py", '"target=512"'),
     ("docs/guide/fields.md", "F.helix_sources(64"): ("test_defaults_fields_gp.py", '_python_blocks("fields.md")'),
     ("docs/guide/condensates.md", "omega_rot=0.8"): ("test_defaults_fields_gp.py", '_python_blocks("condensates.md")'),
@@ -119,7 +119,7 @@ def _adaptive_inputs(batch: int = 2, T: int = 5, **cfg_overrides) -> dict:
         "x": jax.random.normal(k[1], (batch, cfg.input_dim)),
         "cfg": cfg,
         "key": k[2],
-        "gru_weights": gru.init_gru_params(k[3], 3, 16),
+        "gru_weights": gru.init_params(k[3], 3, 16),
         "xs": jax.random.normal(k[4], (T, batch, 3)),
         "h0": jnp.zeros((batch, 16)),
     }
@@ -127,7 +127,7 @@ def _adaptive_inputs(batch: int = 2, T: int = 5, **cfg_overrides) -> dict:
 
 def test_adaptive_guide_block_shapes():
     """The guide's block (a small config; the defaults are the next test's): obs["phase_fractions"] is [10, 4]
-    (each row sums to 1) and hs is [T, ..., H], equal to gru_scan's."""
+    (each row sums to 1) and hs is [T, ..., H], equal to the GRU cell stepped by hand."""
     ns = _adaptive_inputs(num_nodes=8, hidden_dim=4, input_dim=5)
     run_block("docs/guide/adaptive.md", "adaptive.dynamics(weights, x, cfg)", ns)
     fr = np.asarray(ns["obs"]["phase_fractions"])
@@ -135,8 +135,11 @@ def test_adaptive_guide_block_shapes():
     np.testing.assert_allclose(fr.sum(-1), 1.0, rtol=1e-6)
     hs = np.asarray(ns["hs"])
     assert hs.shape == (5, 2, 16)
-    _, hs_scan = gru.gru_scan(ns["gru_weights"], ns["h0"], ns["xs"])
-    np.testing.assert_array_equal(hs, np.asarray(hs_scan))
+    h, by_hand = ns["h0"], []
+    for x in ns["xs"]:
+        h = gru.cell(ns["gru_weights"], h, x)
+        by_hand.append(h)
+    np.testing.assert_allclose(hs, np.stack(by_hand), rtol=1e-6, atol=1e-6)
 
 
 def _sigmoid(z):
@@ -200,7 +203,7 @@ def test_gru_recurrence_defaults_matches_the_equations_and_flax():
 
     T, B, D, H = 6, 4, 3, 8
     k = jax.random.split(jax.random.key(3), 2)
-    w = gru.init_gru_params(k[0], D, H)
+    w = gru.init_params(k[0], D, H)
     xs = jax.random.normal(k[1], (T, B, D))
     h0 = jnp.zeros((B, H))
     rnn = gru.recurrence(w, xs)

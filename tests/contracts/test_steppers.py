@@ -47,8 +47,7 @@ def count_compiles(fn, *args, **kwargs):
 
 
 def _cdt_case(seed=0, lam=0.8):
-    params = cdt.make_params(lam, attempts_per_sweep=50)
-    st = cdt.metropolis(params)
+    st = cdt.metropolis(lam, attempts_per_sweep=50)
     return st, st.init(jax.random.key(seed), 4, 5, 200), cdt.observe
 
 
@@ -56,8 +55,7 @@ def _wave_case(seed=0, dt=0.05):
     rng = np.random.default_rng(seed)
     pts = rng.uniform(-1, 1, (24, 3)).astype(np.float32)
     src = rng.uniform(-1, 1, (5, 3)).astype(np.float32)
-    p = fields.wave_params(pts, src, amplitudes=1.0, wavenumbers=rng.uniform(5, 7, 5), phases=0.0, dt=dt)
-    st = fields.evolution(p)
+    st = fields.superposition(pts, src, amplitudes=1.0, wavenumbers=rng.uniform(5, 7, 5), phases=0.0, dt=dt)
     return st, st.init(), fields.observe
 
 
@@ -96,7 +94,7 @@ def _mera_case(seed=0):
     # float32 vmap and pmap differ by round-off amplified to ~1e-5 within 4 sweeps
     model = M.two_site(np.asarray(M.ising().term))
     st = M.evenbly_vidal(model, M.MERAConfig(chi=3, chi_mid=2, layers=1, u_delay=1), policy="f32")
-    return st, st.init(key=jax.random.key(seed)), M.observe
+    return st, st.init(jax.random.key(seed)), M.observe
 
 
 def _adaptive_case(seed=0):
@@ -112,7 +110,7 @@ def _adaptive_case(seed=0):
 def _gru_case(seed=0):
     from ivhl_jax import gru
 
-    w = gru.init_gru_params(jax.random.key(0), 3, 5)
+    w = gru.init_params(jax.random.key(0), 3, 5)
     xs = jax.random.normal(jax.random.key(1), (12, 2, 3))
     st = gru.recurrence(w, xs)
     return st, st.init(0.1 * jax.random.normal(jax.random.key(seed), (2, 5))), gru.observe
@@ -121,7 +119,7 @@ def _gru_case(seed=0):
 # Every family's builder, with a small case and the family's own ``observe``: the contract below runs on each.
 CASES = {
     "cdt.metropolis": _cdt_case,
-    "fields.evolution": _wave_case,
+    "fields.superposition": _wave_case,
     "condensate.strang": _gp_case,
     "gft.strang": _gft_case,
     "mera.evenbly_vidal": _mera_case,
@@ -129,7 +127,7 @@ CASES = {
     "gru.recurrence": _gru_case,
 }
 # The families whose trajectory is differentiable in its (floating or complex) initial state.
-DIFFERENTIABLE = {"fields.evolution", "condensate.strang", "gft.strang", "gru.recurrence"}
+DIFFERENTIABLE = {"fields.superposition", "condensate.strang", "gft.strang", "gru.recurrence"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -152,7 +150,7 @@ def test_compile_counter_sees_a_real_compile():
 def test_cdt_chains_by_vmap_compile_once_with_the_family_observe():
     """Many chains are the one door under vmap: ``trajectory`` of ``cdt.metropolis`` with ``cdt.observe``;
     new couplings and new keys compile nothing, and each vmapped chain equals its own single run."""
-    st = cdt.metropolis(cdt.make_params(0.8, attempts_per_sweep=50))
+    st = cdt.metropolis(0.8, attempts_per_sweep=50)
     chains = jax.vmap(lambda k: st.init(k, 4, 5, 200))(jax.random.split(jax.random.key(3), 3))
 
     def many(stepper, chains):
@@ -161,7 +159,7 @@ def test_cdt_chains_by_vmap_compile_once_with_the_family_observe():
     run = jax.jit(many)
     final, obs = run(st, chains)
     assert obs["lengths"].shape == (3, 2, 4)
-    st2 = cdt.metropolis(cdt.make_params(0.9, attempts_per_sweep=50))
+    st2 = cdt.metropolis(0.9, attempts_per_sweep=50)
     chains2 = jax.vmap(lambda k: st.init(k, 4, 5, 200))(jax.random.split(jax.random.key(4), 3))
     _, n = count_compiles(run, st2, chains2)
     assert n == 0
@@ -188,7 +186,7 @@ def test_same_key_same_bits_and_jit(name):
 def test_vmap_over_states_equals_one_by_one(name):
     st, s0, obs = CASES[name]()
     _, s1, _ = CASES[name](seed=1)
-    if name == "fields.evolution":  # same params, two different start times
+    if name == "fields.superposition":  # same params, two different start times
         s1 = st.init(0.3)
     batch = jax.tree.map(lambda x, y: jnp.stack([x, y]), s0, s1)
     fb, ob = jax.vmap(lambda s: trajectory(st, s, 4, save_every=2, observe=obs))(batch)
@@ -248,10 +246,10 @@ def test_bad_stepper_arguments_are_named():
         trajectory(st, s0, 5, save_every=2)
     with pytest.raises(TypeError, match="observe"):
         trajectory(st, s0, 2, observe=3)
-    with pytest.raises(TypeError, match="params"):
+    with pytest.raises(TypeError, match="lam"):
         cdt.metropolis({"lam": 1.0})
-    with pytest.raises(TypeError, match="params"):
-        fields.evolution({"dt": 1.0})
+    with pytest.raises(TypeError, match="points"):
+        fields.superposition({"dt": 1.0}, None, amplitudes=1.0, wavenumbers=1.0, phases=0.0, dt=1.0)
     assert ivhl_jax.trajectory is trajectory
 
 
@@ -262,7 +260,7 @@ def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
     cfg = M.MERAConfig(chi=4, layers=1, u_delay=2)
     with jax.enable_x64(True):
         st = M.evenbly_vidal(M.ising(), cfg)
-        s0 = st.init(key=jax.random.key(1))
+        s0 = st.init(jax.random.key(1))
         final, energies = trajectory(st, s0, 6, observe=M.observe)
         one = jax.jit(lambda m, h: sweep(m, h, cfg.power_iters, cfg.u_delay, cfg.refsym, cfg.si_scales))
         m, e_ref = s0.mera, []
@@ -272,7 +270,7 @@ def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
         np.testing.assert_allclose(np.asarray(energies), e_ref, rtol=1e-12, atol=1e-14)
         # energies decrease towards the exact critical Ising value -4/pi from above after the first sweeps
         assert float(energies[-1]) > -4 / np.pi - 1e-9 and float(energies[-1]) < float(energies[1])
-        s1 = st.init(key=jax.random.key(2))
+        s1 = st.init(jax.random.key(2))
         _, n = count_compiles(trajectory, st, s1, 6, observe=M.observe)
         assert n == 0
         with pytest.raises(TypeError, match="model"):
@@ -282,19 +280,18 @@ def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
 def test_gru_recurrence_equals_steps_by_hand():
     from ivhl_jax import gru
 
-    w = gru.init_gru_params(jax.random.key(0), 3, 5)
+    w = gru.init_params(jax.random.key(0), 3, 5)
     xs = jax.random.normal(jax.random.key(1), (7, 2, 3))
     h0 = jnp.zeros((2, 5))
     st = gru.recurrence(w, xs)
     final, obs = trajectory(st, st.init(h0), 7, observe=gru.observe)
     h, hs = h0, []
     for t in range(7):
-        h = gru.gru_step(w, h, xs[t])
+        h = gru.cell(w, h, xs[t])
         hs.append(h)
     np.testing.assert_allclose(np.asarray(obs), np.stack(hs), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.asarray(final.h), np.asarray(h), rtol=1e-6, atol=1e-6)
-    h_t, hs_scan = gru.gru_scan(w, h0, xs)  # the documented wrapper: the same call
-    np.testing.assert_array_equal(np.asarray(hs_scan), np.asarray(obs))
+    assert st.max_steps == 7  # the input's length: trajectory refuses an 8th step
     _, n = count_compiles(trajectory, gru.recurrence(w, xs + 1.0), st.init(h0), 7, observe=gru.observe)
     assert n == 0
     with pytest.raises(ValueError, match="h0"):
@@ -320,10 +317,14 @@ def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
     np.testing.assert_allclose(np.asarray(obs["logits"][-1]), np.asarray(out["logits"]), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(obs["phase"][-1]), np.asarray(out["phase"]))
     np.testing.assert_allclose(np.asarray(obs["phase_fractions"]).sum(-1), 1.0, rtol=1e-6)
-    # run_inner is the same trajectory (K = inner_steps) from a given node state
+    # apply_sequence runs the same trajectory (K = inner_steps) per input from a given node state
     cfg3 = adaptive.AdaptiveConfig(num_nodes=6, hidden_dim=4, input_dim=5, output_dim=3, inner_steps=3)
-    nodes3, out3 = adaptive.run_inner(w, adaptive.init_state(cfg, 2), x, jax.random.key(2), cfg3)
-    np.testing.assert_allclose(np.asarray(out3["logits"]), np.asarray(obs["logits"][-1]), rtol=1e-6, atol=1e-7)
+    k1 = jax.random.split(jax.random.key(9), 1)[0]
+    final3, _ = trajectory(adaptive.dynamics(w, x, cfg3), st.init(k1, adaptive.init_state(cfg, 2)), 3)
+    nodes3, out3 = adaptive.apply_sequence(w, adaptive.init_state(cfg, 2), x[None], jax.random.key(9), cfg3)
+    np.testing.assert_allclose(
+        np.asarray(out3["logits"][0]), np.asarray(final3.outputs["logits"]), rtol=1e-6, atol=1e-7
+    )
     _, n = count_compiles(
         trajectory, adaptive.dynamics(w, x + 1.0, cfg), st.init(jax.random.key(3)), 3, observe=adaptive.observe
     )
@@ -363,7 +364,7 @@ def test_pmap_over_8_devices_equals_vmap(name):
         pytest.skip("needs several devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
     st, _, obs = CASES[name]()
     states = [CASES[name](seed=i)[1] for i in range(n)]
-    if name == "fields.evolution":
+    if name == "fields.superposition":
         states = [st.init(0.1 * i) for i in range(n)]
     batch = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
     run = lambda s: trajectory(st, s, 4, save_every=2, observe=obs)

@@ -88,9 +88,9 @@ def test_float64_policy_without_x64_is_an_error_not_a_float32_run():
         C.strang(C.GPSystem(grid, C.harmonic(grid), 1.0), 1e-3, policy="f64")
     with pytest.raises(ValueError, match="policy='f64'.*enable_x64"):
         G.strang(G.GFTSystem((8, 8)), 0.01, policy="f64")
-    p = gru.init_gru_params(jax.random.key(0), 3, 4)
+    p = gru.init_params(jax.random.key(0), 3, 4)
     with pytest.raises(ValueError, match="policy='f64'.*enable_x64"):
-        gru.gru_step(p, jnp.zeros((4,)), jnp.zeros((3,)), policy="f64")
+        gru.cell(p, jnp.zeros((4,)), jnp.zeros((3,)), policy="f64")
     with jax.enable_x64(True):
         assert F.superpose(pts, src, policy="f64").dtype == jnp.complex128
 
@@ -110,14 +110,14 @@ def test_default_policy_is_the_inputs_dtype_everywhere():
         assert precision.default_policy(jnp.zeros(2, jnp.complex128)) == f64
         assert precision.default_policy(np.zeros(3, np.float32), np.zeros(2)) == f64  # promoted
         # a GRU step on float64 inputs with policy=None equals the explicit "f64" policy, bit for bit
-        p = gru.init_gru_params(jax.random.key(0), 3, 4, jnp.float64)
+        p = gru.init_params(jax.random.key(0), 3, 4, policy="f64")
         h, x = jnp.full((2, 4), 0.1), jnp.ones((2, 3))
-        none, explicit = gru.gru_step(p, h, x), gru.gru_step(p, h, x, policy="f64")
+        none, explicit = gru.cell(p, h, x), gru.cell(p, h, x, policy="f64")
         assert none.dtype == jnp.float64 and np.array_equal(none, explicit)
-    p = gru.init_gru_params(jax.random.key(0), 3, 4)
+    p = gru.init_params(jax.random.key(0), 3, 4)
     none, explicit = (
-        gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3))),
-        gru.gru_step(p, jnp.zeros((2, 4)), jnp.ones((2, 3)), policy="f32"),
+        gru.cell(p, jnp.zeros((2, 4)), jnp.ones((2, 3))),
+        gru.cell(p, jnp.zeros((2, 4)), jnp.ones((2, 3)), policy="f32"),
     )
     assert none.dtype == jnp.float32 and np.array_equal(none, explicit)
 

@@ -22,7 +22,17 @@ SMALL = dict(num_nodes=6, hidden_dim=5, input_dim=7, output_dim=3)
 # Eager JAX compiles one small kernel per primitive; jitting whole computations keeps the tests fast.
 _init_params = jax.jit(adaptive.init_params, static_argnums=1)
 _step = jax.jit(adaptive.step, static_argnums=4)
-_run_inner = jax.jit(adaptive.run_inner, static_argnums=4)
+
+
+def _inner(params, state, x, key, cfg):
+    """The classifier's ``cfg.inner_steps`` steps on one input from ``state``: the dynamics stepper run K steps,
+    the last step's outputs plus the phase fractions averaged over the K steps."""
+    st = adaptive.dynamics(params, x, cfg)
+    final, fr = trajectory(st, st.init(key, state), cfg.inner_steps, observe=adaptive.observe_phase_fractions)
+    return final.nodes, {**final.outputs, "phase_fractions": jnp.mean(fr, axis=0)}
+
+
+_run_inner = jax.jit(_inner, static_argnums=4)
 
 
 def _ref_weights(phase, E, a, abar, r, c, explore, theta=5.0):
@@ -199,7 +209,7 @@ def test_step_jit_deterministic_and_k1_equals_step(scheduler):
     state = adaptive.init_state(cfg, 4)
     x = jax.random.normal(jax.random.key(1), (4, cfg.input_dim))
     key = jax.random.key(2)
-    f = jax.jit(lambda p, s, x, k: adaptive.run_inner(p, s, x, k, cfg))
+    f = jax.jit(lambda p, s, x, k: _inner(p, s, x, k, cfg))
     s1, o1 = f(params, state, x, key)
     s2, o2 = f(params, state, x, key)
     chex.assert_trees_all_equal((s1, o1), (s2, o2))
@@ -272,7 +282,7 @@ def test_gradients_energy_head_dead_in_seed_and_trainable_in_improved():
         x = jax.random.normal(jax.random.key(1), (3, cfg.input_dim))
 
         def loss(p):
-            _, out = adaptive.run_inner(p, state, x, jax.random.key(2), cfg)
+            _, out = _inner(p, state, x, jax.random.key(2), cfg)
             return jnp.sum(out["logits"] ** 2)
 
         return jax.jit(jax.grad(loss))(params)
@@ -306,9 +316,9 @@ def test_bad_inputs_raise_clear_errors():
     cfg = AdaptiveConfig(**SMALL)
     params = _init_params(jax.random.key(0), cfg)
     with pytest.raises(ValueError, match="x must have shape"):
-        adaptive.run_inner(params, adaptive.init_state(cfg, 2), jnp.zeros((2, 9)), jax.random.key(0), cfg)
+        _inner(params, adaptive.init_state(cfg, 2), jnp.zeros((2, 9)), jax.random.key(0), cfg)
     with pytest.raises(ValueError, match="init_state"):
-        adaptive.run_inner(params, adaptive.init_state(cfg, 3), jnp.zeros((2, 7)), jax.random.key(0), cfg)
+        _inner(params, adaptive.init_state(cfg, 3), jnp.zeros((2, 7)), jax.random.key(0), cfg)
 
 
 def test_apply_sequence_scans_over_time():

@@ -15,10 +15,11 @@ from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics.cdt.state import UP, CDTState, live_triangles, live_vertices
 
 
-def run_chains(key, states: CDTState, params: cdt.CDTParams, steps: int, save_every: int = 1):
+def run_chains(key, states: CDTState, params: cdt.MetropolisParams, steps: int, save_every: int = 1):
     """``steps`` sweeps of a batch of chains (leading axis of ``states``), keys split per chain: the stepper's
-    ``trajectory`` under ``jax.vmap``. Returns ``(final geometries, observations (chains, measurements, ...))``."""
-    stepper = cdt.metropolis(params)
+    ``trajectory`` under ``jax.vmap``, with ``params`` (a ``cdt.metropolis(...).params``, possibly traced) in the
+    stepper. Returns ``(final geometries, observations (chains, measurements, ...))``."""
+    stepper = cdt.metropolis(1.0).replace(params=params)
     chains = cdt.Chain(key=jax.random.split(key, states.n0.shape[0]), geometry=states)
     final, obs = jax.vmap(lambda c: trajectory(stepper, c, steps, save_every=save_every, observe=cdt.observe))(chains)
     return final.geometry, obs

@@ -98,9 +98,9 @@ def test_initial_state_and_bad_input():
     with pytest.raises(ValueError, match="capacity"):
         initial_state(3, 4, capacity=5)
     with pytest.raises(ValueError, match="ln 2"):
-        cdt.make_params(0.5)
+        cdt.metropolis(0.5)
     with pytest.raises(ValueError, match="target"):
-        cdt.make_params(0.5, eps=0.01)
+        cdt.metropolis(0.5, eps=0.01)
 
 
 def test_invariants_detect_corruption():
@@ -135,7 +135,7 @@ def _live_triangle_table(s):
 
 def test_insert_then_delete_is_identity_and_ratios_balance():
     s = initial_state(3, 4, capacity=CAP)
-    params = cdt.make_params(0.9, eps=0.01, target=30.0)
+    params = cdt.metropolis(0.9, eps=0.01, target=30.0).params
     up = 2 * 4 + 2  # an up triangle of strip 1
     s1 = moves.apply_insertion(s, up)
     assert_invariants(s1)
@@ -184,14 +184,14 @@ ENGINES = [
 @pytest.fixture(scope="module", params=ENGINES)
 def small_runs(request):
     """One compiled chain function per engine shared by the tests below (T = 3, lam = 1)."""
-    params = cdt.make_params(1.0, attempts_per_sweep=100, engine=request.param)
+    params = cdt.metropolis(1.0, attempts_per_sweep=100, engine=request.param).params
     fn = jax.jit(lambda k, s: run_chains(k, s, params, 30, 1))
     states = replicate(initial_state(3, 3, capacity=CAP), 256)
     return fn, states, fn(jax.random.PRNGKey(0), states)
 
 
 def test_invariants_after_every_move_many_chains():
-    params = cdt.make_params(0.8, attempts_per_sweep=1)
+    params = cdt.metropolis(0.8, attempts_per_sweep=1).params
     n_chains, n_att = 8, 300
     states = replicate(initial_state(3, 4, capacity=CAP), n_chains)
     us = jax.random.bits(jax.random.PRNGKey(3), (n_chains, n_att, 2), jnp.uint32)
@@ -328,11 +328,11 @@ def test_host_engine_is_bit_identical_to_jax_engine():
         pytest.skip("needs numba")
     s = initial_state(3, 4, capacity=CAP)
     lay = buffer_layout(CAP, 3)
-    for params in (cdt.make_params(0.8), cdt.make_params(cdt.LN2, eps=0.05, target=30.0)):
+    for params in (cdt.metropolis(0.8).params, cdt.metropolis(cdt.LN2, eps=0.05, target=30.0).params):
         words = jax.random.bits(jax.random.key(1), (4, 5000, 2), jnp.uint32)
         bufs = jnp.stack([s.buf] * 4)
         host = jax.vmap(functools.partial(cdt_host.attempts, params=params, lay=lay, c0=CAP))(bufs, words)
-        ref = jax.jit(jax.vmap(functools.partial(moves._attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
+        ref = jax.jit(jax.vmap(functools.partial(moves.attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
         np.testing.assert_array_equal(np.asarray(host), np.asarray(ref))
         final = s.replace(buf=host)
         assert_invariants(final)
@@ -342,13 +342,13 @@ def test_host_engine_is_bit_identical_to_jax_engine():
 def test_host_engine_needs_numba(monkeypatch):
     monkeypatch.setattr(cdt_host, "available", lambda: False)
     with pytest.raises(ImportError, match="numba.*engine='jax'"):
-        cdt.make_params(0.8, engine="host")
+        cdt.metropolis(0.8, engine="host")
     with pytest.raises(ValueError, match="engine must be one of"):
-        cdt.make_params(0.8, engine="cuda")
+        cdt.metropolis(0.8, engine="cuda")
     with pytest.raises(ValueError, match="proposal='lists' needs engine='host'"):
-        cdt.make_params(0.8, proposal="lists")
+        cdt.metropolis(0.8, proposal="lists")
     with pytest.raises(ValueError, match="proposal must be one of"):
-        cdt.make_params(0.8, proposal="smart")
+        cdt.metropolis(0.8, proposal="smart")
 
 
 def test_run_chains_deterministic_and_observables(small_runs):
@@ -402,31 +402,33 @@ def test_exact_mean_length_transfer_matrix_vs_direct_sum():
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_volume_fixed_sweeps_end_at_the_target(engine):
-    params = cdt.make_params(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine)
+    params = cdt.metropolis(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine).params
     assert params.stop_at_target
     final, obs = run_chains(jax.random.key(0), replicate(initial_state(3, 4, capacity=CAP), 8), params, 12)
     np.testing.assert_array_equal(np.asarray(obs["n2"]), 40)
     assert int(np.asarray(final.missed_target).sum()) == 0
     assert_invariants(final)
     # without stop_at_target the volume only fluctuates around the target
-    free = cdt.make_params(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine, stop_at_target=False)
+    free = cdt.metropolis(
+        cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine, stop_at_target=False
+    ).params
     _, obs = run_chains(jax.random.key(0), replicate(initial_state(3, 4, capacity=CAP), 8), free, 12)
     assert np.any(np.asarray(obs["n2"]) != 40)
     with pytest.raises(ValueError, match="even target"):
-        cdt.make_params(cdt.LN2, eps=0.05, target=41)
+        cdt.metropolis(cdt.LN2, eps=0.05, target=41)
     with pytest.raises(ValueError, match=r"too few for the target N2 = 400.*capacity >= 402"):
-        cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=400, engine=engine)).init(
+        cdt.metropolis(cdt.LN2, eps=0.05, target=400, engine=engine).init(
             jax.random.key(0), 3, 4, capacity=CAP
         )
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_sweep_is_a_fixed_number_of_attempts_by_default(engine):
-    """make_params' default sweep length is fixed when init builds the chain (N2 = 2 T l of the starting torus, or
+    """metropolis' default sweep length is fixed when init builds the chain (N2 = 2 T l of the starting torus, or
     the target N2 with volume fixing) and never follows the volume of the state a sweep starts from."""
-    params = cdt.make_params(1.0, engine=engine)
+    st = cdt.metropolis(1.0, engine=engine)
+    params = st.params
     assert params.attempts_per_sweep == 0
-    st = cdt.metropolis(params)
     step = jax.jit(st.step)
     chain = st.init(jax.random.key(0), 3, 5, CAP)
     assert chain.attempts_per_sweep == cdt.default_attempts(params, 3, 5) == 30
@@ -445,32 +447,32 @@ def test_a_sweep_is_a_fixed_number_of_attempts_by_default(engine):
     with pytest.raises(ValueError, match="attempts_per_sweep"):
         st.step(cdt.Chain(key=jax.random.key(1), geometry=initial_state(3, 3, CAP)))
     # volume fixing: the target N2; an explicit count wins over both
-    fixed = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.05, target=40, engine=engine))
+    fixed = cdt.metropolis(cdt.LN2, eps=0.05, target=40, engine=engine)
     assert fixed.init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep == 40
     assert (
-        cdt.metropolis(cdt.make_params(1.0, attempts_per_sweep=7)).init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep
+        cdt.metropolis(1.0, attempts_per_sweep=7).init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep
         == 7
     )
 
 
 def test_a_batch_of_lambdas_runs_under_vmap():
-    """make_params takes an array of lam (checked element by element; eps and target broadcast to it): vmap over
-    the stepper runs one chain per lam, each bit-identical to its own scalar run; make_params inside vmap (a
+    """metropolis takes an array of lam (checked element by element; eps and target broadcast to it): vmap over
+    the stepper runs one chain per lam, each bit-identical to its own scalar run; metropolis inside vmap (a
     traced lam) gives the same."""
     lams = [0.8, 1.0, 1.2]
-    params = cdt.make_params(jnp.asarray(lams))
+    st = cdt.metropolis(jnp.asarray(lams))
+    params = st.params
     assert params.lam.shape == params.eps.shape == params.target.shape == (3,)
-    st = cdt.metropolis(params)
     chains = jax.vmap(lambda k: st.init(k, 3, 4, CAP))(jax.random.split(jax.random.key(5), 3))
 
     def run(stepper, chain):
         return trajectory(stepper, chain, 4, save_every=2, observe=cdt.observe)
 
     final, obs = jax.jit(jax.vmap(run))(st, chains)
-    traced = jax.jit(jax.vmap(lambda lam, c: run(cdt.metropolis(cdt.make_params(lam)), c)))(jnp.asarray(lams), chains)
+    traced = jax.jit(jax.vmap(lambda lam, c: run(cdt.metropolis(lam), c)))(jnp.asarray(lams), chains)
     for i, lam in enumerate(lams):
         one = jax.tree_util.tree_map(lambda x, i=i: x[i], chains)
-        f1, o1 = run(cdt.metropolis(cdt.make_params(lam)), one)
+        f1, o1 = run(cdt.metropolis(lam), one)
         for batch in ((final, obs), traced):
             for a, b in zip(
                 jax.tree_util.tree_leaves((f1, o1)),
@@ -481,27 +483,27 @@ def test_a_batch_of_lambdas_runs_under_vmap():
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert len({int(n) for n in np.asarray(final.geometry.n2)}) > 1  # the couplings differ per chain
     with pytest.raises(ValueError, match=r"lam=0\.6.*ln 2"):
-        cdt.make_params(jnp.asarray([0.8, 0.6]))
+        cdt.metropolis(jnp.asarray([0.8, 0.6]))
     with pytest.raises(ValueError, match="broadcast"):
-        cdt.make_params(jnp.asarray([0.8, 0.9]), eps=jnp.asarray([0.0, 0.0, 0.0]))
+        cdt.metropolis(jnp.asarray([0.8, 0.9]), eps=jnp.asarray([0.0, 0.0, 0.0]))
     with pytest.raises(ValueError, match="stop_at_target"):
-        cdt.make_params(cdt.LN2, eps=jnp.asarray([0.0, 0.1]), target=64)
+        cdt.metropolis(cdt.LN2, eps=jnp.asarray([0.0, 0.1]), target=64)
     with pytest.raises(ValueError, match="stop_at_target"):
-        jax.vmap(lambda e: cdt.make_params(cdt.LN2, eps=e, target=64).lam)(jnp.asarray([0.1, 0.2]))
+        jax.vmap(lambda e: cdt.metropolis(cdt.LN2, eps=e, target=64).params.lam)(jnp.asarray([0.1, 0.2]))
 
 
 def test_default_capacity_holds_the_grand_canonical_volume():
     """Without volume fixing the default capacity leaves the volume law's tail (~exp(-2 (lam - ln 2) N0)) far
     inside it: lam = 0.8, T = 3 from the smallest torus (where 4 N0 = 36 slots overflowed)."""
-    params = cdt.make_params(0.8)
-    cap = cdt.default_capacity(params, 3, 3)
+    st = cdt.metropolis(0.8)
+    cap = cdt.default_capacity(st.params, 3, 3)
     d = 0.8 - cdt.LN2
     assert cap >= 3 * cdt.exact_mean_length(0.8, 3) + 20 / (2 * d)
-    assert cdt.metropolis(params).init(jax.random.key(0), 3, 3).geometry.vertex_capacity == cap
-    assert cdt.default_capacity(cdt.make_params(cdt.LN2, eps=0.02, target=512), 16, 3) == 512
-    assert cdt.default_capacity(cdt.make_params(cdt.LN2 + 1e-6), 64, 3) == cdt.max_capacity("jax")
+    assert st.init(jax.random.key(0), 3, 3).geometry.vertex_capacity == cap
+    assert cdt.default_capacity(cdt.metropolis(cdt.LN2, eps=0.02, target=512).params, 16, 3) == 512
+    assert cdt.default_capacity(cdt.metropolis(cdt.LN2 + 1e-6).params, 64, 3) == cdt.max_capacity("jax")
     with pytest.raises(ValueError, match="pass capacity"):
-        jax.vmap(lambda lam: cdt.metropolis(cdt.make_params(lam)).init(jax.random.key(0), 3, 3).key)(
+        jax.vmap(lambda lam: cdt.metropolis(lam).init(jax.random.key(0), 3, 3).key)(
             jnp.array([0.8, 0.9])
         )
 
@@ -511,7 +513,7 @@ def test_default_capacity_holds_the_grand_canonical_volume():
 @pytest.mark.slow
 @pytest.mark.parametrize("n_slices,lam", [(3, 1.0), (3, 0.9)])
 def test_chi2_long_many_chains(n_slices, lam):
-    params = cdt.make_params(lam, attempts_per_sweep=200)
+    params = cdt.metropolis(lam, attempts_per_sweep=200).params
     states = replicate(initial_state(n_slices, 3, capacity=64), 2048)
     final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 25, 1))(jax.random.PRNGKey(11), states)
     assert not bool(np.any(np.asarray(final.overflow)))
@@ -532,13 +534,13 @@ def test_volume_fixing_holds_target():
     target = 240
     states = replicate(initial_state(6, 4, capacity=400), 16)
     # the volume term alone (stop_at_target=False): the Gaussian confines N2 - target to a width ~ 1/sqrt(2 eps) = 5
-    params = cdt.make_params(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target, stop_at_target=False)
+    params = cdt.metropolis(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target, stop_at_target=False).params
     final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
     n2 = np.asarray(obs["n2"])[:, 10:]
     assert_invariants(final)
     assert abs(n2.mean() - target) < 2.0 and 2.0 < n2.std() < 12.0, (n2.mean(), n2.std())
     # the default with volume fixing: every sweep ends exactly at the target
-    params = cdt.make_params(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target)
+    params = cdt.metropolis(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target).params
     final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
     assert np.all(np.asarray(obs["n2"]) == target) and int(np.asarray(final.missed_target).sum()) == 0
 
@@ -551,7 +553,7 @@ def test_criticality_mean_length_vs_transfer_matrix():
     fn = jax.jit(lambda k, s, p: run_chains(k, s, p, sweeps, 2))
     states = replicate(initial_state(n_slices, 4, capacity=1200), chains)
     for i, d in enumerate(deltas):
-        params = cdt.make_params(cdt.LN2 + d, attempts_per_sweep=400)
+        params = cdt.metropolis(cdt.LN2 + d, attempts_per_sweep=400).params
         final, obs = fn(jax.random.PRNGKey(i), states, params)
         assert not bool(np.any(np.asarray(final.overflow)))
         per_chain = np.asarray(obs["lengths"])[:, sweeps // 4 :].mean((1, 2))
@@ -576,9 +578,9 @@ def test_hausdorff_dimension_near_two_on_vertex_and_dual_graphs():
     vols, dists = [], {"vertex": [], "dual": []}
     for T in sizes:
         n2 = 4 * T * T
-        params = cdt.make_params(
+        params = cdt.metropolis(
             cdt.LN2, eps=0.02, target=n2, attempts_per_sweep=n2 * (20 if engine == "host" else 1), engine=engine
-        )
+        ).params
         states = replicate(initial_state(T, 2 * T, capacity=2 * n2), 8)
         final, _ = jax.jit(lambda k, s, p: run_chains(k, s, p, 60, 60))(jax.random.PRNGKey(T), states, params)
         assert_invariants(final)

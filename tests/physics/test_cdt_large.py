@@ -36,12 +36,12 @@ def test_wide_index_draw_is_exact_and_uniform():
 
 @needs_numba
 def test_capacity_beyond_the_engines_draw_is_one_line():
-    host = cdt.metropolis(cdt.make_params(cdt.LN2 + 0.1, engine="host"))
+    host = cdt.metropolis(cdt.LN2 + 0.1, engine="host")
     with pytest.raises(ValueError, match=r"capacity=134217729 .*host engine.*134217728") as e:
         host.init(jax.random.key(0), 3, 3, (1 << 27) + 1)
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"capacity=65537 .*jax engine.*or engine='host'"):
-        cdt.metropolis(cdt.make_params(cdt.LN2 + 0.1)).init(jax.random.key(0), 3, 3, (1 << 16) + 1)
+        cdt.metropolis(cdt.LN2 + 0.1).init(jax.random.key(0), 3, 3, (1 << 16) + 1)
 
 
 def test_host_invariant_check_sees_corruption():
@@ -58,8 +58,7 @@ def test_host_invariant_check_sees_corruption():
 def test_host_engine_beyond_two_to_the_16_vertex_slots(proposal):
     T, L, cap = 8, 8400, 80_000  # N0 = 67200 > 2^16 live vertices, 80000 slots
     n2 = 2 * T * L
-    params = cdt.make_params(cdt.LN2, eps=1e-4, target=n2, attempts_per_sweep=200_000, engine="host", proposal=proposal)
-    st = cdt.metropolis(params)
+    st = cdt.metropolis(cdt.LN2, eps=1e-4, target=n2, attempts_per_sweep=200_000, engine="host", proposal=proposal)
     chain = st.init(jax.random.key(1), T, L, cap)
     chain, obs = trajectory(st, chain, 3, observe=cdt.observe)
     g = chain.geometry

@@ -45,13 +45,13 @@ def test_pallas_engine_is_bit_identical_to_jax_engine():
     s = initial_state(3, 4, capacity=CAP)
     lay = buffer_layout(CAP, 3)
     # 5 chains in blocks of 4 (the last block padded), both an unfixed and a volume-fixed action
-    for params in (cdt.make_params(0.8), cdt.make_params(cdt.LN2, eps=0.05, target=30.0)):
+    for params in (cdt.metropolis(0.8).params, cdt.metropolis(cdt.LN2, eps=0.05, target=30.0).params):
         words = jax.random.bits(jax.random.key(1), (5, 1500, 2), jnp.uint32)
         bufs = jnp.stack([s.buf] * 5)
         out = jax.jit(functools.partial(pallas_engine.attempts, params=params, lay=lay, c0=CAP, block_chains=4))(
             bufs, words
         )
-        ref = jax.jit(jax.vmap(functools.partial(moves._attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
+        ref = jax.jit(jax.vmap(functools.partial(moves.attempts, params=params, lay=lay, c0=CAP)))(bufs, words)
         np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))
         final = replicate(s, 5).replace(buf=out)
         assert_invariants(final)
@@ -62,7 +62,7 @@ def test_in_kernel_words_equal_the_explicit_word_path():
     # a sweep draws attempt i's words as threefry(seed, (i, 0)): the same words through `attempts` give the same bits
     s = replicate(initial_state(3, 4, capacity=CAP), 3)
     lay = buffer_layout(CAP, 3)
-    params = cdt.make_params(0.8, attempts_per_sweep=300, engine="pallas")
+    params = cdt.metropolis(0.8, attempts_per_sweep=300, engine="pallas").params
     seeds = jax.random.bits(jax.random.key(7), (3, 2), jnp.uint32)
     swept = jax.jit(lambda b, sd: pallas_engine.sweep(b, sd, params, 300, lay, CAP))(s.buf, seeds)
     i = jnp.arange(300, dtype=jnp.uint32)
@@ -79,7 +79,7 @@ def test_chains_of_different_volume_make_the_same_fixed_number_of_attempts():
     # exactly n attempts, equal to the explicit-word path; a count < 1 is refused
     lay = buffer_layout(CAP, 3)
     bufs = jnp.stack([initial_state(3, 4, capacity=CAP).buf, initial_state(3, 5, capacity=CAP).buf])
-    params = cdt.make_params(0.8, engine="pallas")
+    params = cdt.metropolis(0.8, engine="pallas").params
     seeds = jax.random.bits(jax.random.key(3), (2, 2), jnp.uint32)
     count = 27
     swept = np.asarray(jax.jit(lambda b, sd: pallas_engine.sweep(b, sd, params, count, lay, CAP))(bufs, seeds))
@@ -95,8 +95,8 @@ def test_chains_of_different_volume_make_the_same_fixed_number_of_attempts():
 
 @pytest.mark.slow
 def test_volume_fixed_sweeps_end_at_the_target_and_the_stepper_runs_it():
-    params = cdt.make_params(cdt.LN2, eps=0.05, target=40.0, attempts_per_sweep=60, engine="pallas")
-    stepper = cdt.metropolis(params)
+    stepper = cdt.metropolis(cdt.LN2, eps=0.05, target=40.0, attempts_per_sweep=60, engine="pallas")
+    params = stepper.params
     assert cdt.max_capacity("pallas") == moves.MAX_VERTEX_CAPACITY
     states = replicate(initial_state(3, 4, capacity=CAP), 4)
     fn = jax.jit(lambda k, st: run_chains(k, st, params, 4, 1))
@@ -113,16 +113,20 @@ def test_volume_fixed_sweeps_end_at_the_target_and_the_stepper_runs_it():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="capacity"):
-        stepper = cdt.metropolis(cdt.make_params(1.0, engine="pallas"))
+        stepper = cdt.metropolis(1.0, engine="pallas")
         stepper.init(jax.random.key(0), 3, 4, moves.MAX_VERTEX_CAPACITY + 1)
     with pytest.raises(ValueError, match="engine"):
-        cdt.make_params(1.0, engine="triton")
+        cdt.metropolis(1.0, engine="triton")
     with pytest.raises(ValueError, match="proposal='lists' needs engine='host'"):
-        cdt.make_params(1.0, engine="pallas", proposal="lists")
+        cdt.metropolis(1.0, engine="pallas", proposal="lists")
     lay = buffer_layout(CAP, 3)
     with pytest.raises(ValueError, match="words"):
         pallas_engine.attempts(
-            jnp.zeros((2, lay["size"][0]), jnp.int32), jnp.zeros((3, 5, 2), jnp.uint32), cdt.make_params(1.0), lay, CAP
+            jnp.zeros((2, lay["size"][0]), jnp.int32),
+            jnp.zeros((3, 5, 2), jnp.uint32),
+            cdt.metropolis(1.0).params,
+            lay,
+            CAP,
         )
 
 
@@ -132,7 +136,7 @@ def test_bad_input():
 @pytest.fixture(scope="module")
 def small_runs():
     """test_cdt.py's shared runs (T = 3, lam = 1, 256 chains, 30 sweeps of 100 attempts) on the Pallas engine."""
-    params = cdt.make_params(1.0, attempts_per_sweep=100, engine="pallas")
+    params = cdt.metropolis(1.0, attempts_per_sweep=100, engine="pallas").params
     fn = jax.jit(lambda k, s: run_chains(k, s, params, 30, 1))
     states = replicate(initial_state(3, 3, capacity=CAP), 256)
     return fn, states, fn(jax.random.PRNGKey(0), states)

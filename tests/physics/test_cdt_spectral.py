@@ -10,7 +10,7 @@ import pytest
 
 from ivhl_jax import cdt
 from ivhl_jax.physics.cdt import graph as cdt_graph
-from ivhl_jax.physics.cdt import moves, spectral
+from ivhl_jax.physics.cdt import spectral
 from ivhl_jax.physics.cdt import state as cdt_state
 
 
@@ -109,10 +109,9 @@ def _regular_cdt_graphs(state):
 
 
 def test_cdt_return_probability_matches_dense_reference_on_vertex_and_dual_graphs():
-    s = cdt_state.initial_state(4, 5, capacity=40)
-    # a few random moves so the lattice is not regular
-    params = cdt.make_params(1.0, attempts_per_sweep=200)
-    s = moves.sweep(jax.random.key(3), s, params)
+    # one sweep of 200 attempts from the regular torus (4 slices of 5, 40 slots), so the lattice is not regular
+    st = cdt.metropolis(1.0, attempts_per_sweep=200)
+    s = jax.jit(st.step)(st.init(jax.random.key(3), 4, 5, 40)).geometry
     (vs, vd), (ds, dd) = _regular_cdt_graphs(s)
     key = jax.random.key(0)
     for graph, (src, dst), n in (("vertex", (vs, vd), s.vertex_capacity), ("dual", (ds, dd), 2 * s.vertex_capacity)):

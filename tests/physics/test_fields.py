@@ -410,6 +410,31 @@ def test_focus_phases_reaches_phase_conjugation_optimum():
     assert np.std(np.angle(np.exp(1j * (rel - rel[0])))) < 0.05
 
 
+def test_focus_phases_compiles_once():
+    """A second call with new values of the same shapes (sources, target, wavenumbers, softening, learning rate)
+    reuses the compiled loop: the jitted loop is a module-level function, not one built per call."""
+    import logging
+
+    src = F.helix_sources(6, radius=1.0, pitch=0.5, turns=1.0)
+    F.focus_phases(src, jnp.array([0.3, -0.2, 0.1]), wavenumbers=6.0, steps=5)
+    src2, target2 = src + 0.1, jnp.array([0.1, 0.2, 0.0])
+    messages: list[str] = []
+
+    class Counter(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Compiling "):
+                messages.append(record.getMessage())
+
+    handler, logger = Counter(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles():
+            F.focus_phases(src2, target2, wavenumbers=5.0, softening=0.2, steps=5, learning_rate=0.1)
+    finally:
+        logger.removeHandler(handler)
+    assert messages == []
+
+
 @pytest.mark.slow
 def test_superpose_large_chunked_matches_numpy():
     """Many point blocks (chunked path) at a size where an N×M array would be 60 MB: still ≤ 1e-5."""
@@ -523,28 +548,28 @@ def test_vortex_error_per_policy(policy):
     assert err <= VORTEX_TOL[policy][0], err
 
 
-def test_evolution_validates_params_and_observe_records_frames():
+def test_superposition_validates_settings_and_observe_records_frames():
     """(Compile-once with fields.observe: tests/contracts/test_steppers.py.)"""
     rng = np.random.default_rng(4)
-    p = F.wave_params(
-        rng.normal(size=(40, 3)), rng.normal(size=(6, 3)), amplitudes=1.0, wavenumbers=3.0, phases=0.0, dt=0.1
-    )
-    st = F.evolution(p)
+    pts, src = rng.normal(size=(40, 3)), rng.normal(size=(6, 3))
+    kw = dict(amplitudes=1.0, wavenumbers=3.0, phases=0.0, dt=0.1)
+    st = F.superposition(pts, src, **kw)
+    p = st.params
     final, obs = trajectory(st, st.init(), 4, observe=F.observe)
     psi = F.field_at(p, 0.4)  # the state after k steps is at k·dt (as in every family)
     np.testing.assert_allclose(np.asarray(obs["t"]), [0.1, 0.2, 0.3, 0.4], atol=1e-6)
     np.testing.assert_allclose(float(obs["max_intensity"][-1]), float(jnp.max(F.intensity(psi))), rtol=1e-6)
     np.testing.assert_allclose(float(obs["mean_intensity"][-1]), float(jnp.mean(F.intensity(psi))), rtol=1e-6)
-    with pytest.raises(ValueError, match="params.dt must be > 0"):
-        F.evolution(p.replace(dt=jnp.float32(-0.1)))
-    with pytest.raises(ValueError, match="params.amplitudes"):
-        F.evolution(p.replace(amplitudes=jnp.ones(5)))
-    with pytest.raises(ValueError, match="params.imprint"):
-        F.evolution(p.replace(imprint=jnp.ones(3, jnp.complex64)))
-    with pytest.raises(ValueError, match="params.sources must hold at least one source"):
-        F.evolution(
-            p.replace(sources=jnp.zeros((0, 3)), amplitudes=jnp.ones(0), wavenumbers=jnp.ones(0), phases=jnp.ones(0))
-        )
+    with pytest.raises(ValueError, match="dt must be > 0"):
+        F.superposition(pts, src, **{**kw, "dt": -0.1})
+    with pytest.raises(ValueError, match="amplitudes"):
+        F.superposition(pts, src, **{**kw, "amplitudes": np.ones(5)})
+    with pytest.raises(ValueError, match="imprint"):
+        F.superposition(pts, src, **kw, imprint=np.ones(3, np.complex64))
+    with pytest.raises(ValueError, match="imprint must be finite|imprint.*NaN|imprint.*finite"):
+        F.superposition(pts, src, **kw, imprint=np.full(40, np.nan, np.complex64))
+    with pytest.raises(ValueError, match="sources must hold at least one source"):
+        F.superposition(pts, np.zeros((0, 3)), **kw)
     with pytest.raises(ValueError, match="t0 must be finite"):
         st.init(float("nan"))
 
@@ -555,7 +580,7 @@ def test_wave_evolution_stepper_under_policies():
     kw = dict(amplitudes=1.0, wavenumbers=3.0, phases=0.0, dt=0.1, softening=0.05)
 
     def run(policy):
-        st = F.evolution(F.wave_params(pts, src, **kw, policy=policy))
+        st = F.superposition(pts, src, **kw, policy=policy)
         final, _ = trajectory(st, st.init(), 5)
         return final
 

@@ -27,7 +27,7 @@ def _velocity(model):
 
 def _optimised(model, chi, mid, layers, sweeps, key=0, start=None):
     st = M.evenbly_vidal(model, M.MERAConfig(chi=chi, chi_mid=mid, layers=layers, refsym=True, u_delay=3))
-    state = st.init(key=jax.random.key(key)) if start is None else st.init(mera=start)
+    state = st.init(jax.random.key(key)) if start is None else st.init(jax.random.key(key), mera=start)
     state, _ = trajectory(st, state, sweeps, observe=M.observe)
     return state.mera
 
@@ -106,7 +106,7 @@ def test_two_site_channels_are_left_and_right_eigenvectors():
 
     with jax.enable_x64(True):
         cfg = M.MERAConfig(chi=3, chi_mid=3, layers=1)
-        layer = tuple(jnp.asarray(x, jnp.float64) for x in M.init_mera(jax.random.key(3), cfg, d=4).layer(1))
+        layer = tuple(jnp.asarray(x, jnp.float64) for x in M.init_tensors(jax.random.key(3), cfg, d=4).layer(1))
         ch = C.two_site_channels(_si_only(layer), 8)
         f = jax.jit(lambda x: two_site_map(x.reshape((3,) * 4), *layer).reshape(-1))
         mat = np.stack([np.asarray(f(jnp.asarray(e))) for e in np.eye(81)], axis=1)
@@ -199,7 +199,7 @@ def test_bad_input_is_named():
                     [
                         tuple(
                             jnp.asarray(x, jnp.float64)
-                            for x in M.init_mera(jax.random.key(0), M.MERAConfig(chi=2, layers=1), d=4).layer(1)
+                            for x in M.init_tensors(jax.random.key(0), M.MERAConfig(chi=2, layers=1), d=4).layer(1)
                         )
                     ]
                     * 2

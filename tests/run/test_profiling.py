@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import pytest
 
 from ivhl_jax.bench.workloads import mlp_workload
@@ -20,6 +21,7 @@ def run():
         opt,
         get_batch,
         batch_size=8,
+        key=jax.random.key(0),
         num_batches=4,
         warmup=1,
         fused_chunk=5,

@@ -15,7 +15,7 @@ The one way to run chains
 ::
 
     from ivhl_jax import cdt, trajectory
-    stepper = cdt.metropolis(cdt.make_params(cdt.LN2, eps=0.02, target=512))   # one step = one sweep
+    stepper = cdt.metropolis(cdt.LN2, eps=0.02, target=512)                    # one step = one sweep
     chain = stepper.init(jax.random.key(0), 16, 3)                             # T = 16 slices of 3 vertices
     chain, obs = trajectory(stepper, chain, 200, save_every=2, observe=cdt.observe)
 
@@ -26,8 +26,8 @@ Many chains: ``jax.vmap`` over ``stepper.init`` keys and over ``trajectory``; lo
 (:mod:`~ivhl_jax.physics.cdt.pallas_engine`, one kernel launch per sweep for all chains; compiled on a GPU,
 interpreted elsewhere), bit-identical given the same random words.
 
-Modules: ``state`` (the buffer), ``moves`` (moves and the JAX engine), ``host`` / ``host_kernels`` (the
-host engine), ``stepper`` (parameters, the stepper, ``observe``), ``observables`` (geometry of a
+Modules: ``state`` (the buffer), ``moves`` (moves and the JAX engine's kernel), ``host`` / ``host_kernels`` (the
+host engine), ``stepper`` (the stepper, its parameters and the JAX sweep, ``observe``), ``observables`` (geometry of a
 triangulation), ``graph`` (distances, spheres, curvature on plain arrays), ``spectral`` (random-walk return
 probability and spectral dimension), ``exact`` (enumeration and the transfer matrix), ``pallas_engine``
 (imported on first use by ``engine="pallas"``).
@@ -49,11 +49,10 @@ from ivhl_jax.physics.cdt.observables import (
 from ivhl_jax.physics.cdt.state import LN2, MOVE_NAMES, CDTState
 from ivhl_jax.physics.cdt.stepper import (
     ENGINES,
-    CDTParams,
     Chain,
+    MetropolisParams,
     default_attempts,
     default_capacity,
-    make_params,
     max_capacity,
     metropolis,
     observe,
@@ -61,10 +60,9 @@ from ivhl_jax.physics.cdt.stepper import (
 
 __all__ = [
     # parameters, the stepper, its state and observable
-    "make_params",
     "metropolis",
     "observe",
-    "CDTParams",
+    "MetropolisParams",
     "Chain",
     "CDTState",
     "LN2",

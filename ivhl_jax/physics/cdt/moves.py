@@ -1,4 +1,5 @@
-"""The CDT moves on the packed buffer, and the pure-JAX engine (``engine="jax"``).
+"""The CDT moves on the packed buffer, and the kernel of the pure-JAX engine (``engine="jax"``, :func:`attempts`;
+a sweep of a chain is the step of :func:`~ivhl_jax.physics.cdt.metropolis`).
 
 Moves (each attempt: flip with probability 1/2, insertion 1/4, removal 1/4)
 ---------------------------------------------------------------------------
@@ -41,7 +42,7 @@ from ivhl_jax.physics.cdt.state import DOWN, UP, CDTState, buffer_layout
 __all__ = [
     "MAX_VERTEX_CAPACITY",
     "attempt",
-    "sweep",
+    "attempts",
     "sweep_length",
     "apply_flip",
     "apply_insertion",
@@ -250,11 +251,16 @@ def log_acceptance(kind: str, n0, n2, params: Any):
 
 
 EXTRA_ATTEMPTS = 10  # with stop_at_target, a sweep makes at most EXTRA_ATTEMPTS * (attempts of the sweep) more attempts
-_BLOCK = 4096  # attempts per block of random words: bounds the memory of many vmapped chains
 
 
-def _attempts(buf, bits, params, lay, c0):
-    return jax.lax.fori_loop(0, bits.shape[0], lambda i, b: _attempt_buf(b, bits[i], params, lay, c0), buf)
+def attempts(
+    buf: jax.Array, bits: jax.Array, params: Any, lay: dict[str, tuple[int, int]], c0: int, stop_n0: Any = None
+) -> jax.Array:
+    """The JAX engine's kernel: one Metropolis attempt per row of ``bits [n, 2]`` (uint32 words, as in
+    :func:`attempt`) on the packed buffer ``buf`` of layout ``lay`` (:func:`~ivhl_jax.physics.cdt.state.buffer_layout`)
+    and vertex capacity ``c0``; with ``stop_n0`` every attempt is a no-op once N0 equals it. Returns the buffer.
+    (The host and Pallas engines' ``attempts`` run the same words to the same bits.)"""
+    return jax.lax.fori_loop(0, bits.shape[0], lambda i, b: _attempt_buf(b, bits[i], params, lay, c0, stop_n0), buf)
 
 
 def sweep_length(n: Any, params: Any) -> int:
@@ -264,53 +270,6 @@ def sweep_length(n: Any, params: Any) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
         raise ValueError(
             f"a sweep is a fixed number of attempts >= 1, got {n!r}; pass n or set "
-            "params.attempts_per_sweep (metropolis(params).init fixes it for a chain)"
+            "attempts_per_sweep (cdt.metropolis(...).init fixes it for a chain)"
         )
     return int(n)
-
-
-def sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
-    """One sweep on the JAX engine: ``n`` Metropolis attempts (default ``params.attempts_per_sweep``; a fixed
-    count, never the state's N2), then (with ``params.stop_at_target``) more until N2 == target, at most
-    ``10 n``; pure, O(1) work per attempt. Random words come from ``key`` in blocks of 4096 attempts.
-    """
-    lay = buffer_layout(state.vertex_capacity, state.n_slices)
-    c0 = state.vertex_capacity
-    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
-    n = sweep_length(n, params)
-    buf = state.buf
-    full, rest = divmod(n, _BLOCK)
-    if full:
-
-        def block(b, buf):
-            bits = jax.random.bits(jax.random.fold_in(key, b), (_BLOCK, 2), jnp.uint32)
-            return _attempts(buf, bits, params, lay, c0)
-
-        buf = jax.lax.fori_loop(0, full, block, buf)
-    if rest:
-        buf = _attempts(buf, jax.random.bits(jax.random.fold_in(key, full), (rest, 2), jnp.uint32), params, lay, c0)
-    if target_n0 is not None:
-        buf = _until_target(buf, jax.random.fold_in(key, full + 1), target_n0, EXTRA_ATTEMPTS * n, params, lay, c0)
-    return state.replace(buf=buf)
-
-
-def _until_target(buf, key, target_n0, max_extra, params, lay, c0):
-    """Attempts until n0 == target_n0, at most ``max_extra`` (rounded up to whole blocks); a miss increments
-    ``missed_target``. A while loop over blocks of 256 attempts, each a no-op once the target is reached:
-    under vmap a while loop selects between old and new carry of every chain each iteration (O(capacity)),
-    so the iterations must be few; the gating keeps the stop exact (``move_writes(stop_n0=...)``)."""
-    o_n0, o_miss = lay["n0"][0], lay["missed_target"][0]
-    block = 256
-
-    def cond(c):
-        b, i = c
-        return (b[o_n0] != target_n0) & (i < max_extra)
-
-    def body(c):
-        b, i = c
-        bits = jax.random.bits(jax.random.fold_in(key, i), (block, 2), jnp.uint32)
-        b = jax.lax.fori_loop(0, block, lambda j, b: _attempt_buf(b, bits[j], params, lay, c0, target_n0), b)
-        return b, i + block
-
-    buf, _ = jax.lax.while_loop(cond, body, (buf, jnp.int32(0)))
-    return buf.at[o_miss].add((buf[o_n0] != target_n0).astype(jnp.int32))

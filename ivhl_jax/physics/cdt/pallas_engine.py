@@ -1,4 +1,4 @@
-"""The CDT moves as one Pallas kernel (``cdt.make_params(..., engine="pallas")``).
+"""The CDT moves as one Pallas kernel (``cdt.metropolis(..., engine="pallas")``).
 
 One kernel launch runs a whole sweep for a block of chains: each program of the grid owns
 ``block_chains`` chains (one per vector lane), loops over the attempts inside the kernel and reads and

@@ -84,7 +84,7 @@ class CDTState(flax.struct.PyTreeNode):
     neighbour in the strip) and ``apex``; per vertex slot (``C0``): ``vright`` (right neighbour on its
     slice), ``vtime`` (slice), the live-vertex bag ``vperm``/``vpos``; per slice: ``lengths``; scalars
     ``n0``, ``overflow``, ``missed_target`` (sweeps that ended off the target volume, see
-    :class:`CDTParams`), ``attempts[3]``/``accepts[3]`` (per move: flip, add, delete). Derived (not
+    :class:`MetropolisParams`), ``attempts[3]``/``accepts[3]`` (per move: flip, add, delete). Derived (not
     stored): ``ttype`` (slot parity), ``tc`` (slot ``^ 1``), ``ttime``, ``tv``, ``n2 = 2 n0``.
     """
 

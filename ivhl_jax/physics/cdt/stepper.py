@@ -1,12 +1,12 @@
-"""The one door into a CDT Markov chain: :func:`make_params`, the stepper :func:`metropolis` and :func:`observe`.
+"""The one door into a CDT Markov chain: the stepper :func:`metropolis` and :func:`observe`.
 
 One step of the stepper is one *sweep*: a fixed number of Metropolis attempts, fixed before the chain runs
-(:class:`CDTParams`, :func:`metropolis`), never read from the chain's current state (a sweep whose length
+(:class:`MetropolisParams`, :func:`metropolis`), never read from the chain's current state (a sweep whose length
 depended on the volume it started from would measure small triangulations more often than their weight).
-The chain's PRNG key lives in its state (:class:`Chain`). ``trajectory(metropolis(params), chain, sweeps,
+The chain's PRNG key lives in its state (:class:`Chain`). ``trajectory(metropolis(lam, ...), chain, sweeps,
 save_every=m, observe=observe)`` runs a chain, ``jax.vmap`` over chains runs many, and ``chunked`` drives long
 runs with checkpoints. Static choices (engine, proposal scheme, attempts per sweep, stopping at the target
-volume) are static fields of :class:`CDTParams`; the couplings ``lam``, ``eps``, ``target`` are traced (a new
+volume) are static fields of :class:`MetropolisParams`; the couplings ``lam``, ``eps``, ``target`` are traced (a new
 value never recompiles) and may be arrays of one shape: a batch of parameter sets for ``jax.vmap``.
 """
 
@@ -27,11 +27,10 @@ from ivhl_jax.physics.cdt.observables import measurements
 from ivhl_jax.physics.cdt.state import BUFFER_MAX_CAPACITY, LN2, CDTState, buffer_layout, initial_state
 
 __all__ = [
-    "CDTParams",
+    "MetropolisParams",
     "Chain",
     "ENGINES",
     "PROPOSALS",
-    "make_params",
     "metropolis",
     "observe",
     "max_capacity",
@@ -43,8 +42,8 @@ ENGINES = ("jax", "host", "pallas")
 PROPOSALS = ("uniform", "lists")
 
 
-class CDTParams(flax.struct.PyTreeNode):
-    """Action and schedule: ``S = lam N2 + eps (N2 - target)^2``; build it with :func:`make_params`.
+class MetropolisParams(flax.struct.PyTreeNode):
+    """Action and schedule: ``S = lam N2 + eps (N2 - target)^2``; built and checked by :func:`metropolis`.
 
     ``attempts_per_sweep`` (static): move attempts in one sweep, a number fixed before the chain runs; 0 (the
     default) lets :func:`metropolis`'s ``init`` fix it for the chain it builds (:attr:`Chain.attempts_per_sweep`):
@@ -86,59 +85,6 @@ def max_capacity(engine: str) -> int:
     raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
 
 
-def make_params(
-    lam: Any,
-    *,
-    eps: Any = 0.0,
-    target: Any = 0.0,
-    attempts_per_sweep: int = 0,
-    engine: str = "jax",
-    stop_at_target: bool | None = None,
-    proposal: str | None = None,
-) -> CDTParams:
-    """Validated :class:`CDTParams`. Without volume fixing (``eps=0``) the chain needs ``lam > ln 2``.
-
-    ``lam``, ``eps`` and ``target`` are numbers, arrays, or traced values (``make_params`` inside
-    ``jax.vmap``/``jit``): arrays are broadcast to one shape, so the parameters are a batch of parameter sets
-    (``jax.vmap`` over ``metropolis(params)`` runs one chain per set); concrete values are checked element by
-    element, traced ones cannot be. ``attempts_per_sweep`` defaults to 0: the sweep length is fixed when
-    ``metropolis(params).init`` builds a chain (the target N2 with volume fixing, else N2 of the starting torus;
-    :class:`CDTParams`). ``stop_at_target`` defaults to ``eps > 0`` (then ``target`` must be an even number of
-    triangles; a traced ``eps``, or a batch mixing 0 and > 0, needs it given); ``proposal`` to ``"lists"`` for the
-    host engine and ``"uniform"`` for the JAX engine.
-    """
-    lam, eps, target = _couplings(lam, eps, target)
-    check_scalar(attempts_per_sweep, "attempts_per_sweep", integer=True, nonnegative=True)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    if proposal is None:
-        proposal = "lists" if engine == "host" else "uniform"
-    if stop_at_target is None:
-        if not is_concrete(eps):
-            raise ValueError(
-                "eps is traced, so stop_at_target (a static choice) cannot default to eps > 0; "
-                "pass stop_at_target=True or False"
-            )
-        fixing = np.asarray(eps) > 0
-        if fixing.any() != fixing.all():
-            raise ValueError(
-                "eps mixes 0 and > 0 in one batch, so stop_at_target cannot default to eps > 0; "
-                "pass stop_at_target=True or False"
-            )
-        stop_at_target = bool(fixing.all())
-    params = CDTParams(
-        lam=lam,
-        eps=eps,
-        target=target,
-        attempts_per_sweep=int(attempts_per_sweep),
-        engine=engine,
-        stop_at_target=stop_at_target,
-        proposal=proposal,
-    )
-    _validate(params)
-    return params
-
-
 def _couplings(lam: Any, eps: Any, target: Any) -> tuple[Any, Any, Any]:
     """``(lam, eps, target)``: Python floats when all are scalars, else arrays (or tracers) of one broadcast
     shape; every concrete element checked (finite; ``eps``, ``target`` >= 0)."""
@@ -155,7 +101,7 @@ def _couplings(lam: Any, eps: Any, target: Any) -> tuple[Any, Any, Any]:
         for x in arr.reshape(-1):
             check_scalar(x, name, nonnegative=name != "lam")
     if not all(is_concrete(v) for v in values.values()):
-        return lam, eps, target  # inside a trace (make_params under vmap/jit): the arithmetic broadcasts
+        return lam, eps, target  # inside a trace (metropolis under vmap/jit): the arithmetic broadcasts
     if all(np.ndim(v) == 0 for v in values.values()):
         return float(lam), float(eps), float(target)
     try:
@@ -173,8 +119,8 @@ def _couplings(lam: Any, eps: Any, target: Any) -> tuple[Any, Any, Any]:
 def _validate(params: Any) -> None:
     """Every check that depends on the physics and the step; values only where concrete (a vmapped sweep of
     couplings is checked where it was built)."""
-    if not isinstance(params, CDTParams):
-        raise TypeError(f"params must be CDTParams (from cdt.make_params); got {type(params).__name__}")
+    if not isinstance(params, MetropolisParams):
+        raise TypeError(f"params must be MetropolisParams (built by cdt.metropolis); got {type(params).__name__}")
     if params.engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {params.engine!r}")
     if params.engine == "host":
@@ -227,14 +173,14 @@ class Chain(flax.struct.PyTreeNode):
     attempts_per_sweep: int = flax.struct.field(pytree_node=False, default=0)
 
 
-def _attempts(chain: Chain, params: CDTParams) -> int:
+def _attempts(chain: Chain, params: MetropolisParams) -> int:
     """The attempts of one sweep: ``params.attempts_per_sweep``, else the chain's own (fixed by ``init``)."""
     n = int(params.attempts_per_sweep) or int(chain.attempts_per_sweep)
     if n < 1:
         raise ValueError(
             "the sweep length is not fixed: params.attempts_per_sweep and chain.attempts_per_sweep are "
-            "both 0; build the chain with metropolis(params).init(...) or pass attempts_per_sweep to "
-            "make_params"
+            "both 0; build the chain with the stepper's init(...) or pass attempts_per_sweep to "
+            "cdt.metropolis"
         )
     return n
 
@@ -253,7 +199,58 @@ def _host_sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = No
     return state.replace(buf=buf)
 
 
-def _step(chain: Chain, params: CDTParams) -> Chain:
+_BLOCK = 4096  # attempts per block of random words: bounds the memory of many vmapped chains
+
+
+def _jax_sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
+    """One sweep on the JAX engine: ``n`` Metropolis attempts (default ``params.attempts_per_sweep``; a fixed
+    count, never the state's N2), then (with ``params.stop_at_target``) more until N2 == target, at most
+    ``10 n``; pure, O(1) work per attempt. Random words come from ``key`` in blocks of 4096 attempts.
+    """
+    lay = buffer_layout(state.vertex_capacity, state.n_slices)
+    c0 = state.vertex_capacity
+    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
+    n = moves.sweep_length(n, params)
+    buf = state.buf
+    full, rest = divmod(n, _BLOCK)
+    if full:
+
+        def block(b, buf):
+            bits = jax.random.bits(jax.random.fold_in(key, b), (_BLOCK, 2), jnp.uint32)
+            return moves.attempts(buf, bits, params, lay, c0)
+
+        buf = jax.lax.fori_loop(0, full, block, buf)
+    if rest:
+        bits = jax.random.bits(jax.random.fold_in(key, full), (rest, 2), jnp.uint32)
+        buf = moves.attempts(buf, bits, params, lay, c0)
+    if target_n0 is not None:
+        extra = moves.EXTRA_ATTEMPTS * n
+        buf = _until_target(buf, jax.random.fold_in(key, full + 1), target_n0, extra, params, lay, c0)
+    return state.replace(buf=buf)
+
+
+def _until_target(buf, key, target_n0, max_extra, params, lay, c0):
+    """Attempts until n0 == target_n0, at most ``max_extra`` (rounded up to whole blocks); a miss increments
+    ``missed_target``. A while loop over blocks of 256 attempts, each a no-op once the target is reached:
+    under vmap a while loop selects between old and new carry of every chain each iteration (O(capacity)),
+    so the iterations must be few; the gating keeps the stop exact (``move_writes(stop_n0=...)``)."""
+    o_n0, o_miss = lay["n0"][0], lay["missed_target"][0]
+    block = 256
+
+    def cond(c):
+        b, i = c
+        return (b[o_n0] != target_n0) & (i < max_extra)
+
+    def body(c):
+        b, i = c
+        bits = jax.random.bits(jax.random.fold_in(key, i), (block, 2), jnp.uint32)
+        return moves.attempts(b, bits, params, lay, c0, stop_n0=target_n0), i + block
+
+    buf, _ = jax.lax.while_loop(cond, body, (buf, jnp.int32(0)))
+    return buf.at[o_miss].add((buf[o_n0] != target_n0).astype(jnp.int32))
+
+
+def _step(chain: Chain, params: MetropolisParams) -> Chain:
     """One sweep of a fixed number of attempts (:func:`_attempts`) with a fresh subkey; the engine is a static
     field of ``params``."""
     n = _attempts(chain, params)
@@ -263,7 +260,7 @@ def _step(chain: Chain, params: CDTParams) -> Chain:
 
         sweep = pallas_engine.sweep_state
     else:
-        sweep = _host_sweep if params.engine == "host" else moves.sweep
+        sweep = _host_sweep if params.engine == "host" else _jax_sweep
     return chain.replace(key=key, geometry=sweep(sub, chain.geometry, params, n))
 
 
@@ -278,7 +275,7 @@ def _concrete_max(x: Any) -> float | None:
 _TAIL = 25.0
 
 
-def default_capacity(params: CDTParams, n_slices: int, length: int) -> int:
+def default_capacity(params: MetropolisParams, n_slices: int, length: int) -> int:
     """Vertex slots :func:`metropolis`'s ``init`` gives a chain of ``n_slices`` slices of ``length`` vertices.
 
     With volume fixing (``eps > 0``): ``max(4 N0, target)`` (N0 = T l; the target N2 is twice the target N0).
@@ -307,7 +304,7 @@ def default_capacity(params: CDTParams, n_slices: int, length: int) -> int:
     return min(cap, max_capacity(params.engine), BUFFER_MAX_CAPACITY)
 
 
-def default_attempts(params: CDTParams, n_slices: int, length: int) -> int:
+def default_attempts(params: MetropolisParams, n_slices: int, length: int) -> int:
     """Attempts per sweep of a chain that ``init`` starts on ``n_slices`` slices of ``length`` vertices:
     ``params.attempts_per_sweep`` if set, else the target N2 with volume fixing (``stop_at_target`` or
     ``eps > 0``; the largest of a batch), else N2 = 2 T l of the starting torus. Fixed before the chain runs:
@@ -321,13 +318,13 @@ def default_attempts(params: CDTParams, n_slices: int, length: int) -> int:
         if target is None:
             raise ValueError(
                 "attempts_per_sweep=0 takes the target N2 with volume fixing, but target is traced "
-                "here; pass attempts_per_sweep to make_params"
+                "here; pass attempts_per_sweep to cdt.metropolis"
             )
         return max(int(target), 1)
     return 2 * int(n_slices) * int(length)
 
 
-def _init(params: CDTParams, key: jax.Array, n_slices: int, length: int, capacity: int | None = None) -> Chain:
+def _init(params: MetropolisParams, key: jax.Array, n_slices: int, length: int, capacity: int | None = None) -> Chain:
     check_key(key, "key")
     check_scalar(n_slices, "n_slices", integer=True, minimum=3)
     check_scalar(length, "length", integer=True, minimum=3)
@@ -356,26 +353,71 @@ def _init(params: CDTParams, key: jax.Array, n_slices: int, length: int, capacit
     )
 
 
-def metropolis(params: CDTParams) -> Stepper[Chain, CDTParams]:
-    """Stepper for the Metropolis chain: ``step(chain)`` is one sweep of a fixed number of attempts with a fresh
-    subkey split from ``chain.key``: ``params.attempts_per_sweep``, or when that is 0 the chain's own
-    ``chain.attempts_per_sweep``, fixed by ``init`` (:func:`default_attempts`: the target N2 with volume fixing,
-    else N2 = 2 T l of the starting torus). The length of a sweep never depends on the state it starts from.
+def metropolis(
+    lam: Any,
+    *,
+    eps: Any = 0.0,
+    target: Any = 0.0,
+    attempts_per_sweep: int = 0,
+    engine: str = "jax",
+    stop_at_target: bool | None = None,
+    proposal: str | None = None,
+) -> Stepper[Chain, MetropolisParams]:
+    """Stepper for the Metropolis chain of the action ``S = lam N2 + eps (N2 - target)^2``: ``step(chain)`` is one
+    sweep of a fixed number of attempts with a fresh subkey split from ``chain.key``: ``attempts_per_sweep``, or
+    when that is 0 the chain's own ``chain.attempts_per_sweep``, fixed by ``init`` (:func:`default_attempts`: the
+    target N2 with volume fixing, else N2 = 2 T l of the starting torus). The length of a sweep never depends on
+    the state it starts from. Without volume fixing (``eps=0``) the chain needs ``lam > ln 2``.
+
+    ``lam``, ``eps`` and ``target`` are numbers, arrays, or traced values (``metropolis`` inside
+    ``jax.vmap``/``jit``): arrays are broadcast to one shape, so the parameters are a batch of parameter sets
+    (``jax.vmap`` over the stepper runs one chain per set); concrete values are checked element by element, traced
+    ones cannot be. ``stop_at_target`` defaults to ``eps > 0`` (then ``target`` must be an even number of
+    triangles; a traced ``eps``, or a batch mixing 0 and > 0, needs it given); ``proposal`` to ``"lists"`` for the
+    host engine and ``"uniform"`` for the JAX engine (:class:`MetropolisParams` describes the static settings).
 
     ``init(key, n_slices, length, capacity=None)`` builds a :class:`Chain` on the regular torus of ``n_slices``
     slices of ``length`` vertices with ``capacity`` vertex slots (default :func:`default_capacity`: ``max(4 N0,
     target)`` with volume fixing, room for the grand-canonical volume law without; at most what the engine
-    addresses, :func:`max_capacity`). ``trajectory(metropolis(p), chain, sweeps, save_every=m,
+    addresses, :func:`max_capacity`). ``trajectory(metropolis(lam, ...), chain, sweeps, save_every=m,
     observe=observe)`` compiles once per shapes and static settings (``lam``, ``eps``, ``target`` are traced).
     Many chains: ``jax.vmap(lambda k: stepper.init(k, T, l, C))(keys)`` and ``jax.vmap`` of the trajectory. A
-    batch of couplings (``make_params`` with arrays, one shape): ``jax.vmap`` over the stepper and a chain per
-    parameter set, ``jax.vmap(lambda s, c: trajectory(s, c, ...))(stepper, chains)``.
+    batch of couplings (arrays of one shape): ``jax.vmap`` over the stepper and a chain per parameter set,
+    ``jax.vmap(lambda s, c: trajectory(s, c, ...))(stepper, chains)``.
     """
+    lam, eps, target = _couplings(lam, eps, target)
+    check_scalar(attempts_per_sweep, "attempts_per_sweep", integer=True, nonnegative=True)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    if proposal is None:
+        proposal = "lists" if engine == "host" else "uniform"
+    if stop_at_target is None:
+        if not is_concrete(eps):
+            raise ValueError(
+                "eps is traced, so stop_at_target (a static choice) cannot default to eps > 0; "
+                "pass stop_at_target=True or False"
+            )
+        fixing = np.asarray(eps) > 0
+        if fixing.any() != fixing.all():
+            raise ValueError(
+                "eps mixes 0 and > 0 in one batch, so stop_at_target cannot default to eps > 0; "
+                "pass stop_at_target=True or False"
+            )
+        stop_at_target = bool(fixing.all())
+    params = MetropolisParams(
+        lam=lam,
+        eps=eps,
+        target=target,
+        attempts_per_sweep=int(attempts_per_sweep),
+        engine=engine,
+        stop_at_target=stop_at_target,
+        proposal=proposal,
+    )
     _validate(params)
     return Stepper.create(_step, params, init_fn=_init, name="cdt.metropolis")
 
 
-def observe(chain: Chain, params: CDTParams) -> dict[str, jax.Array]:
+def observe(chain: Chain, params: MetropolisParams) -> dict[str, jax.Array]:
     """Cheap per-measurement observables of a chain (the ``observe`` of :func:`metropolis`): slice lengths
     ``lengths`` (T,), ``n2``, ``n0``, the coordination histogram ``coordination`` (33,), the largest timelike
     degree, the ``overflow`` and ``missed_target`` flags and the per-move ``attempts``/``accepts`` counters."""

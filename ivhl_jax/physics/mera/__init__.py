@@ -10,11 +10,11 @@ the stepper::
 
     with jax.enable_x64(True):
         stepper = mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=6, chi_mid=4, layers=1))
-        state, energies = trajectory(stepper, stepper.init(key=jax.random.key(0)), 500, observe=mera.observe)
+        state, energies = trajectory(stepper, stepper.init(jax.random.key(0)), 500, observe=mera.observe)
     mera.scaling_dimensions(state.mera)
 
 (``chunked(stepper, n)`` with :func:`ivhl_jax.run.runner.run_chunked` adds checkpoints and progress;
-:func:`optimize` is the same three lines; :func:`grow` enlarges χ between the stages of a ladder, and
+:func:`grow` enlarges χ between the stages of a ladder, and
 :func:`cold_start` re-initialises a cold start that stalls.)
 
 Submodules, by job: :mod:`~ivhl_jax.physics.mera.config` (settings, state, cold start),
@@ -25,9 +25,9 @@ stepper), :mod:`~ivhl_jax.physics.mera.ladder` (growth, stuck starts), :mod:`~iv
 charge).
 """
 
-from ivhl_jax.physics.mera.config import MERA, MERAConfig, cast_mera, init_mera, isometry_errors, precision_dtype
+from ivhl_jax.physics.mera.config import MERA, MERAConfig, cast, init_tensors, isometry_errors, precision_dtype
 from ivhl_jax.physics.mera.conformal import central_charge, ope_coefficients
-from ivhl_jax.physics.mera.ladder import OptimizeResult, StuckCheck, cold_start, grow, optimize
+from ivhl_jax.physics.mera.ladder import StuckCheck, cold_start, grow
 from ivhl_jax.physics.mera.models import (
     E0_CRITICAL_ISING,
     E0_CRITICAL_POTTS,
@@ -40,7 +40,7 @@ from ivhl_jax.physics.mera.models import (
 )
 from ivhl_jax.physics.mera.scaling import scaling_dimensions
 from ivhl_jax.physics.mera.superoperators import ascend, descend
-from ivhl_jax.physics.mera.sweep import MERAState, SweepParams, energy_per_site, evenbly_vidal, observe
+from ivhl_jax.physics.mera.sweep import EvenblyVidalParams, MERAState, energy_per_site, evenbly_vidal, observe
 from ivhl_jax.physics.mera.symmetric import Symmetry, charged_scaling_dimensions, conformal_table, dense_mera
 
 __all__ = [
@@ -48,7 +48,7 @@ __all__ = [
     "observe",
     "MERAConfig",
     "MERAState",
-    "SweepParams",
+    "EvenblyVidalParams",
     "MERA",
     "Model",
     "ising",
@@ -58,12 +58,10 @@ __all__ = [
     "E0_CRITICAL_ISING",
     "E0_XX",
     "E0_CRITICAL_POTTS",
-    "init_mera",
+    "init_tensors",
     "grow",
     "cold_start",
     "StuckCheck",
-    "optimize",
-    "OptimizeResult",
     "energy_per_site",
     "scaling_dimensions",
     "ope_coefficients",
@@ -72,7 +70,7 @@ __all__ = [
     "ascend",
     "descend",
     "precision_dtype",
-    "cast_mera",
+    "cast",
     "Symmetry",
     "dense_mera",
     "charged_scaling_dimensions",

@@ -1,5 +1,5 @@
 """MERA settings and state: :class:`MERAConfig` (bond dimensions per layer), the :class:`MERA` pytree, its cold
-start (:func:`init_mera`), precision and isometry checks."""
+start (:func:`init_tensors`), precision and isometry checks."""
 
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ def polar_factor(a: Any, xp: Any = jnp) -> Any:
     return uu @ vt
 
 
-def init_mera(key: jax.Array, config: MERAConfig, d: int = 4, parity: Any = None) -> MERA:
+def init_tensors(key: jax.Array, config: MERAConfig, d: int = 4, parity: Any = None) -> MERA:
     """Identity disentanglers, isometries = polar factor of a uniform(0,1) random matrix (a near-uniform
     coarse-graining, as mainVarMERA's ``rand`` start), maximally mixed top density matrices, on blocked sites of
     dimension ``d``.
@@ -316,7 +316,7 @@ def _assemble_start(
 ) -> tuple[list[Any], list[Any], list[Any], Any]:
     """The cold start from its draws ``rows`` (:func:`_start_draws`) in the array namespace ``xp`` (NumPy on the
     host, jax.numpy in a trace): (u, w, v per layer, top density matrix); parity-symmetric with ``parity``
-    (:func:`init_mera`)."""
+    (:func:`init_tensors`)."""
     us, ws, vs = [], [], []
     shapes = config.layer_shapes(d)
     polar = functools.partial(polar_factor, xp=xp)
@@ -359,7 +359,9 @@ def _init_tensors(key: jax.Array, config: MERAConfig, d: int, parity: Parity | N
 
 def check_mera(mera: Any) -> MERA:
     if not isinstance(mera, MERA):
-        raise TypeError(f"mera must be a MERA (from init_mera, grow or a stepper's state), got {type(mera).__name__}")
+        raise TypeError(
+            f"mera must be a MERA (from init_tensors, grow or a stepper's state), got {type(mera).__name__}"
+        )
     return mera
 
 
@@ -386,7 +388,7 @@ def precision_dtype(policy: Any) -> Any:
     SVD updates (x = −U Vᵀ must be an isometry to the working precision) and the eigenvalue shift of h need ≥ 24
     mantissa bits (and the CPU SVD rejects bfloat16). float32 sweeps stall near an energy error of 1e-5 per
     site: use them for the early sweeps and small-χ stages of a ladder, followed by a float64 finish
-    (:func:`cast_mera`).
+    (:func:`cast`).
     """
     if policy is None:
         return jnp.float64
@@ -418,7 +420,7 @@ def require_x64(what: str, f32: str = "") -> None:
         )
 
 
-def cast_mera(mera: MERA, dtype: Any) -> MERA:
+def cast(mera: MERA, dtype: Any) -> MERA:
     """The MERA with every tensor and density matrix in ``dtype`` (f32 → f64 for the float64 finish of a
     mixed-precision ladder; the isometries are exact to float32 rounding after the cast and are re-made exact by
     the next update's SVD)."""

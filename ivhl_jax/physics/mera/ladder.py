@@ -1,27 +1,24 @@
 """Bond-dimension ladders: :func:`grow` (enlarge χ per layer, insert layers), the stuck-start check of a cold
-start (:class:`StuckCheck`, :func:`cold_start`) and :func:`optimize`, a short wrapper over the stepper."""
+start (:class:`StuckCheck`, :func:`cold_start`, :func:`stuck_warning`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
-import time
-import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.numerics.rollout import Stepper, chunked, trajectory
-from ivhl_jax.physics.mera.config import MERA, MERAConfig, check_mera, layer_shapes, polar_factor
-from ivhl_jax.physics.mera.models import Model, ising
+from ivhl_jax.numerics.rollout import Stepper, chunked
+from ivhl_jax.physics.mera.config import MERA, check_mera, layer_shapes, polar_factor
 from ivhl_jax.physics.mera.scaling import scaling_dimensions
 from ivhl_jax.physics.mera.superoperators import mirror_wv, reflect_u
-from ivhl_jax.physics.mera.sweep import MERAState, evenbly_vidal, observe
+from ivhl_jax.physics.mera.sweep import MERAState, observe
 
 _LOG = logging.getLogger("ivhl_jax.physics.mera")
 
@@ -62,7 +59,7 @@ def grow(
         if int(chi) < old_chi:
             raise ValueError(
                 f"chi={chi} is smaller than the MERA's current bond dimension {old_chi}: grow can only "
-                f"enlarge it; pass chi >= {old_chi} (or start a new MERA with init_mera)"
+                f"enlarge it; pass chi >= {old_chi} (or start a new MERA with init_tensors)"
             )
         chi = int(chi)
     if chi_mid is not None and not isinstance(chi_mid, (tuple, list)):
@@ -225,7 +222,7 @@ def cold_start(
     log: Callable[[str], None] | None = None,
     limit: int | None = None,
 ) -> tuple[MERAState, np.ndarray, list[dict[str, Any]]]:
-    """A checked cold start of an :func:`evenbly_vidal` stepper: ``stepper.init(key=...)`` run through
+    """A checked cold start of an :func:`evenbly_vidal` stepper: ``stepper.init(key)`` run through
     ``chunked(stepper, steps_per_chunk)`` up to each check of ``check`` (:meth:`StuckCheck.checks`), re-initialised
     with the key ``fold_in(key, attempt)`` whenever a check finds it stuck.
 
@@ -245,7 +242,7 @@ def cold_start(
     best: tuple[float, MERAState, np.ndarray] | None = None
     chi = stepper.params.config.top_chi
     for attempt in range(check.max_restarts + 1):
-        state = stepper.init(key=key if attempt == 0 else jax.random.fold_in(key, attempt))
+        state = stepper.init(key if attempt == 0 else jax.random.fold_in(key, attempt))
         parts: list[np.ndarray] = []
         done, reason = 0, None
         for at in points:
@@ -286,47 +283,6 @@ def cold_start(
         )
     assert best is not None
     return best[1], best[2], restarts
-
-
-class OptimizeResult(NamedTuple):
-    """What :func:`optimize` returns: the MERA, the energy per site of each sweep, and the wall time (s)."""
-
-    mera: MERA
-    energies: np.ndarray
-    seconds: float
-
-
-def optimize(
-    config: MERAConfig,
-    steps: int,
-    *,
-    model: Model | None = None,
-    key: jax.Array | None = None,
-    mera: MERA | None = None,
-) -> OptimizeResult:
-    """``steps`` Evenbly–Vidal sweeps of ``model`` (default :func:`ising`) in float64, from ``mera`` or a fresh
-    start from ``key``. Exactly::
-
-        with jax.enable_x64(True):
-            st = evenbly_vidal(model, config)
-            state, energies = trajectory(st, st.init(key=key, mera=mera), steps, observe=observe)
-
-    then, for a fresh start without a symmetry (``model.parity`` None: :func:`xx`, :func:`potts`, a
-    :func:`two_site` term without ``parity``) of a model with an exact energy, the checks of :class:`StuckCheck`
-    on its energy errors (:func:`stuck_warning`): one warning naming :func:`cold_start` and :func:`grow` when the
-    start stalled (nothing is re-run; :func:`cold_start` re-initialises).
-    """
-    t0 = time.perf_counter()
-    model = ising() if model is None else model
-    with jax.enable_x64(True):
-        st = evenbly_vidal(model, config)
-        state, energies = trajectory(st, st.init(key=key, mera=mera), steps, observe=observe)
-        out = OptimizeResult(state.mera, np.asarray(energies), time.perf_counter() - t0)
-    if mera is None and model.parity is None and model.e0 is not None:
-        msg = stuck_warning(out.energies - model.e0, f"mera.optimize ({model.name}, chi={config.top_chi})")
-        if msg is not None:
-            warnings.warn(msg, RuntimeWarning, stacklevel=2)
-    return out
 
 
 def stuck_warning(errors: np.ndarray, what: str, check: StuckCheck | None = None) -> str | None:

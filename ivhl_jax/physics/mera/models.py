@@ -32,7 +32,7 @@ class Model(struct.PyTreeNode):
 
     ``parity``: a Z₂ symmetry of the chain, a real symmetric involution P (P² = 1, (d, d) as nested tuples) on one
     spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.mera.evenbly_vidal` is made
-    symmetric under it (:func:`~ivhl_jax.physics.mera.init_mera`), which keeps the optimisation out of
+    symmetric under it (:func:`~ivhl_jax.physics.mera.init_tensors`), which keeps the optimisation out of
     symmetry-broken minima."""
 
     term: Any  # float64 NumPy when built from concrete values, an array in a trace
@@ -60,7 +60,7 @@ def two_site(term: Any, name: str = "custom", e0: float | None = None, parity: A
     real-valued: write a complex Hermitian term in a basis where it is real) and Hermitian to 1e-12.
     ``parity``: optional Z₂ symmetry of the term, a real symmetric (d, d) involution P with [h, P ⊗ P] = 0
     (checked to 1e-10; e.g. diag(1, −1) for a spin-flip symmetry along Z): the cold start is then symmetric
-    (:func:`~ivhl_jax.physics.mera.init_mera`). Without it the start is unsymmetric and may stall in a
+    (:func:`~ivhl_jax.physics.mera.init_tensors`). Without it the start is unsymmetric and may stall in a
     symmetry-broken state: run it through :func:`~ivhl_jax.physics.mera.cold_start`.
     """
     if is_concrete(term):

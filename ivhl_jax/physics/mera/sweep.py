@@ -16,7 +16,7 @@ Run sweeps with the stepper::
 
     with jax.enable_x64(True):
         stepper = mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=6, chi_mid=4, layers=1))
-        state, energies = trajectory(stepper, stepper.init(key=jax.random.key(0)), 500, observe=mera.observe)
+        state, energies = trajectory(stepper, stepper.init(jax.random.key(0)), 500, observe=mera.observe)
 
 and ``chunked(stepper, n)`` with :func:`ivhl_jax.run.runner.run_chunked` for checkpoints.
 """
@@ -30,15 +30,15 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_key, check_scalar
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.mera.config import (
     MERA,
     Layer,
     MERAConfig,
-    cast_mera,
+    cast,
     check_mera,
-    init_mera,
+    init_tensors,
     precision_dtype,
     require_x64,
 )
@@ -261,7 +261,7 @@ def sweep(
 # ------------------------------------------------------------------------------------------- stepper
 
 
-class SweepParams(struct.PyTreeNode):
+class EvenblyVidalParams(struct.PyTreeNode):
     """What one Evenbly–Vidal sweep reads: the blocked two-site Hamiltonian ``h = (h_AB, h_BA)``, each
     (d², d², d², d²) for spins of dimension d, traced (built once from the model by :func:`evenbly_vidal`); and the
     :class:`MERAConfig` (static: its settings change the compiled sweep)."""
@@ -279,39 +279,41 @@ class MERAState(struct.PyTreeNode):
     energy: jax.Array
 
 
-def _ev_step(state: MERAState, params: SweepParams) -> MERAState:
+def _ev_step(state: MERAState, params: EvenblyVidalParams) -> MERAState:
     c = params.config
     m, e = sweep(state.mera, params.h, c.power_iters, c.u_delay, c.refsym, c.si_scales)
     return MERAState(mera=m, energy=e)
 
 
-def _ev_init(params: SweepParams, key: jax.Array | None = None, mera: MERA | None = None) -> MERAState:
+def _ev_init(params: EvenblyVidalParams, key: jax.Array, mera: MERA | None = None) -> MERAState:
+    check_key(key, "key")
     dtype = params.h[0].dtype
     d = int(params.h[0].shape[0])
     if mera is None:
         # drawn in the default float (float64 under x64) and cast, so a seed gives the same start in every dtype
-        mera = init_mera(jax.random.key(0) if key is None else key, params.config, d=d, parity=params.parity)
+        mera = init_tensors(key, params.config, d=d, parity=params.parity)
     else:
         check_mera(mera)
         if mera.d != d:
             raise ValueError(f"mera has bottom sites of dimension {mera.d}, the stepper's model needs {d}")
     if mera.w[0].dtype != dtype:
-        mera = cast_mera(mera, dtype)
+        mera = cast(mera, dtype)
     return MERAState(mera=mera, energy=jnp.zeros((), dtype))
 
 
-def observe(state: MERAState, params: SweepParams) -> jax.Array:
+def observe(state: MERAState, params: EvenblyVidalParams) -> jax.Array:
     """The energy per site measured at the start of the last sweep (the family's ``observe`` for
     ``trajectory``/``chunked``)."""
     del params
     return state.energy
 
 
-def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> Stepper[MERAState, SweepParams]:
+def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> Stepper[MERAState, EvenblyVidalParams]:
     """Stepper for the Evenbly–Vidal optimisation of ``model`` (:func:`ising`, :func:`xx`, :func:`potts`,
     :func:`two_site`): ``step`` is one :func:`sweep` with ``config``'s settings on the model's blocked terms
-    (d² sites), ``init(key=None, mera=None)`` a fresh MERA (symmetric under the model's ``parity``, see
-    :func:`init_mera`) or the given one, cast to the sweep's dtype.
+    (d² sites), ``init(key)`` a fresh MERA drawn from ``key`` (symmetric under the model's ``parity``, see
+    :func:`init_tensors`), or ``init(key, mera=m)`` the given one cast to the sweep's dtype (the key is required
+    either way: a missing key is a TypeError naming ``key``; it is unused when ``mera`` is given).
 
     ``policy``: the precision of the sweep (:func:`precision_dtype`): None or ``"f64"`` (the default) float64,
     which needs ``jax.enable_x64`` (a RuntimeError says so, as every MERA entry point does); ``"f32"`` float32
@@ -339,7 +341,7 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     h = blocked_terms(model, dtype)
     return Stepper.create(
         _ev_step,
-        SweepParams(h=h, config=config, parity=blocked_parity(model)),
+        EvenblyVidalParams(h=h, config=config, parity=blocked_parity(model)),
         init_fn=_ev_init,
         name="mera.evenbly_vidal",
     )
