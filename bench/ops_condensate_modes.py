@@ -104,22 +104,24 @@ def check_bogoliubov(n: int = 128, n_trap: int = 128, n_modes: int = 8, reps: in
     grid = C.Grid.uniform((n, n), length)
     system = C.GPSystem(grid, jnp.zeros((n, n), jnp.float32), g)
     psi0 = jnp.full((n, n), np.sqrt(dens), jnp.complex64)
-    modes = C.bogoliubov(system, psi0, n_modes)
+    modes = C.bogoliubov(jax.random.key(0), system, psi0, n_modes)
     k = 2 * np.pi * np.fft.fftfreq(n, length / n)
     eps = 0.5 * (k[:, None] ** 2 + k[None, :] ** 2).reshape(-1)
     exact = np.sort(np.sqrt(eps * (eps + 2 * g * dens)))[1 : n_modes + 1]
     out["homogeneous_max_rel_error"] = float(np.max(np.abs(np.asarray(modes.omega) / exact - 1)))
     out["homogeneous_iterations"] = int(modes.iterations)
-    out["homogeneous_ms"] = _median_ms(lambda: jax.block_until_ready(C.bogoliubov(system, psi0, n_modes).omega), reps)
+    out["homogeneous_ms"] = _median_ms(
+        lambda: jax.block_until_ready(C.bogoliubov(jax.random.key(0), system, psi0, n_modes).omega), reps
+    )
     trap = C.Grid.uniform((n_trap, n_trap), 12.0)
     tsys = C.GPSystem(trap, C.harmonic(trap), 50.0)
     gs, _ = C.ground_state(tsys, 1.0, dt=1e-2, tol=1e-9, max_steps=20000)
     gs, _ = C.ground_state(tsys, 1.0, dt=1e-3, tol=1e-9, max_steps=20000, psi0=gs)
-    tm = C.bogoliubov(tsys, gs, 4)
+    tm = C.bogoliubov(jax.random.key(0), tsys, gs, 4)
     out["kohn_abs_error"] = float(np.max(np.abs(np.asarray(tm.omega[:2]) - 1.0)))
     out["trap_omegas"] = [float(w) for w in np.asarray(tm.omega)]
     out["trap_iterations"] = int(tm.iterations)
-    out["trap_ms"] = _median_ms(lambda: jax.block_until_ready(C.bogoliubov(tsys, gs, 4).omega), reps)
+    out["trap_ms"] = _median_ms(lambda: jax.block_until_ready(C.bogoliubov(jax.random.key(0), tsys, gs, 4).omega), reps)
     return out
 
 

@@ -123,11 +123,11 @@ def phase_factor_m1(
     # at small θ is kept because the odd polynomial is x·(1 + O(x²)).
     half = 0.5 * theta_j
     sj, cj = sincos(half) if full_range is None else sincos_static(half, full_range)
-    m = jax.lax.complex(-2 * sj * sj, -2 * sj * cj)
+    mj = jax.lax.complex(-2 * sj * sj, -2 * sj * cj)
     if damping is not None:
         decay = -jnp.asarray(damping, rdt) * theta_j
-        m = jnp.exp(decay) * m + jnp.expm1(decay)
-    return m.astype(dtype)
+        mj = jnp.exp(decay) * mj + jnp.expm1(decay)
+    return mj.astype(dtype)
 
 
 def kick(

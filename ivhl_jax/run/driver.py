@@ -292,7 +292,7 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     checkpoints, report the outputs; the exit status."""
     args = _parser(sim).parse_args(list(sys.argv[1:] if argv is None else argv))
     joined = launch.initialize()  # alone: nothing; under `ivhl launch` (SLURM, MPI) join the other processes first
-    if joined["num_processes"] > 1 and not sim.multiprocess:
+    if int(joined["num_processes"]) > 1 and not sim.multiprocess:
         return _fail(
             sim,
             f"runs as one process, but this job has {joined['num_processes']} ({joined['environment']}): run it "

@@ -1533,11 +1533,11 @@ CASES += [
     ),
     Case(
         "condensate.bogoliubov/n_modes",
-        lambda b: C.bogoliubov(_gp(), _psi(), b),
+        lambda b: C.bogoliubov(jax.random.key(0), _gp(), _psi(), b),
         "n_modes",
         st.one_of(bad_size, st.integers(min_value=2, max_value=10_000)),
     ),  # 3(n_modes + 4) > 16 points
-    Case("condensate.bogoliubov/psi0", lambda b: C.bogoliubov(_gp(), b, 1), "psi0", bad_psi),
+    Case("condensate.bogoliubov/psi0", lambda b: C.bogoliubov(jax.random.key(0), _gp(), b, 1), "psi0", bad_psi),
     Case(
         "condensate.imprint_vortices/core_size",
         lambda b: C.imprint_vortices(_psi2(), _grid2(), np.zeros((1, 2)), np.ones(1, int), core_size=b),

@@ -323,7 +323,7 @@ def test_condensates_guide_bogoliubov_block_gives_the_stated_modes():
     """The guide's Bogoliubov block as written: the 7 lowest ω (in ω₀, ascending) are the stated 1, 1 (Kohn: exact
     for a harmonic trap), 1.464 ×2, 1.900 ×2, 2.000 (breathing: exactly 2 in 2D), each to the 3 decimals quoted;
     u, v are (8, 40, 40) real with the stated ∫(u² − v²) dV = 1."""
-    ns = run_block("docs/guide/condensates.md", "C.bogoliubov(sys, psi, 8)")
+    ns = run_block("docs/guide/condensates.md", "C.bogoliubov(jax.random.key(0), sys, psi, 8)")
     modes, grid = ns["modes"], ns["grid"]
     omega = np.asarray(modes.omega, np.float64)
     assert np.all(np.diff(omega) >= -1e-12)  # ascending (degenerate pairs to rounding)
@@ -365,7 +365,7 @@ COVERED_HERE = {
     "test_parallel_guide_distributed_fft_equals_one_device": ("docs/guide/parallel.md", "distributed_fft.parse_mesh("),
     "test_condensates_guide_bogoliubov_block_gives_the_stated_modes": (
         "docs/guide/condensates.md",
-        "C.bogoliubov(sys, psi, 8)",
+        "C.bogoliubov(jax.random.key(0), sys, psi, 8)",
     ),
     "test_tensor_networks_guide_symmetric_block": ("docs/guide/tensor-networks.md", 'mera.Symmetry("Z2"'),
 }

@@ -119,7 +119,6 @@ def test_random_inits_and_initialisers_need_a_key():
 
 # Fixed-key fallbacks owned elsewhere and not yet removed (each owner removes its line with the fallback).
 KNOWN_FALLBACKS = {
-    "ivhl_jax/physics/condensate/bogoliubov.py",
     "ivhl_jax/physics/mera/symmetric.py",
 }
 
@@ -187,8 +186,7 @@ BUILDERS = {
     "adaptive": adaptive.dynamics,
 }
 # The GFT family follows the same convention on the branch that renames it.
-_PENDING = pytest.mark.xfail(strict=True, reason="the gft renames land with their own branch")
-ALL_FAMILIES = [*sorted(FAMILY_MODULES), "condensate", pytest.param("gft", marks=_PENDING)]
+ALL_FAMILIES = [*sorted(FAMILY_MODULES), "condensate", "gft"]
 # Names owned elsewhere and not yet renamed (each owner removes its entry).
 KNOWN_STUTTER = {"mera.dense_mera"}
 

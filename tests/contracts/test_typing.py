@@ -128,6 +128,15 @@ psi2 = lazy(lambda: C.gaussian(grid2(), 1.0, center=(0.3, -0.2)))
 grid3 = lazy(lambda: C.Grid.uniform((4, 4, 4), 4.0))
 psi3 = lazy(lambda: C.gaussian(grid3(), 1.0))
 gp_params = lazy(lambda: C.strang(system1(), 1e-3).params)
+mix1 = lazy(lambda: C.MixtureSystem.create(grid1(), C.harmonic(grid1(), 1.0), jnp.array([[1.0, 0.5], [0.5, 1.0]])))
+spin1 = lazy(lambda: C.Spin1System.create(grid1(), C.harmonic(grid1(), 1.0), 1.0, -0.5))
+psi_mix = lazy(lambda: jnp.stack([C.gaussian(grid1(), 1.0), C.gaussian(grid1(), 1.0, center=(0.5,))]))
+psi_spin = lazy(lambda: jnp.stack([C.gaussian(grid1(), 1.0)] * 3) / jnp.sqrt(3.0))
+dip3 = lazy(
+    lambda: C.DipolarSystem.create(
+        grid3(), C.harmonic(grid3(), 1.0), 1.0, C.Dipolar.create(eps_dd=0.5, axis=(0.0, 0.0, 1.0))
+    )
+)
 split_plan = lazy(lambda: gp_params().plan)
 gft_sys = lazy(lambda: G.GFTSystem((4, 4)))
 phi = lazy(lambda: jnp.full((4, 4), 0.5 + 0.1j, C64))
@@ -226,10 +235,54 @@ CASES = [
         call(psi2, grid2, np.zeros((1, 2)), np.array([1, 1])),
     ),  # one centre, two charges
     Case("condensate.vortex_charges", C.vortex_charges, call(psi2, grid2), call(psi1, grid2)),  # psi must be 2-D
+    Case("condensate.mixture_energy", C.mixture_energy, call(psi_mix, mix1), call(jnp.ones((2, 16), jnp.int32), mix1)),
+    Case(
+        "condensate.mixture_ground_state",
+        C.mixture_ground_state,
+        call(mix1, max_steps=10, check_every=5),
+        call(mix1, max_steps=10, check_every=5, psi0=np.ones((2, 16), np.int32)),
+    ),
+    Case(
+        "condensate.component_norms",
+        C.component_norms,
+        call(psi_mix, grid1),
+        call(jnp.ones((2, 16), jnp.int32), grid1),
+    ),
+    Case("condensate.overlap", C.overlap, call(psi_mix, grid1), call(jnp.ones((2, 16), jnp.int32), grid1)),
+    Case("condensate.spin1_energy", C.spin1_energy, call(psi_spin, spin1), call(jnp.ones((3, 16), jnp.int32), spin1)),
+    Case(
+        "condensate.spin1_ground_state",
+        C.spin1_ground_state,
+        call(spin1, max_steps=10, check_every=5),
+        call(spin1, max_steps=10, check_every=5, psi0=np.ones((3, 16), np.int32)),
+    ),
+    Case("condensate.spin_density", C.spin_density, call(psi_spin), call(jnp.ones((3, 16), jnp.int32))),
+    Case(
+        "condensate.magnetization", C.magnetization, call(psi_spin, grid1), call(jnp.ones((3, 16), jnp.int32), grid1)
+    ),
+    Case("condensate.dipolar_kernel", C.dipolar_kernel, call(dip3), None),
+    Case(
+        "condensate.dipolar_potential",
+        C.dipolar_potential,
+        call(jnp.ones((4, 4, 4), jnp.float32), dip3),
+        call(jnp.ones((4, 4, 4), jnp.complex64), dip3),
+    ),
+    Case("condensate.dipolar_energy", C.dipolar_energy, call(psi3, dip3), call(jnp.ones((4, 4, 4), jnp.int32), dip3)),
+    Case(
+        "condensate.dipolar_ground_state",
+        C.dipolar_ground_state,
+        call(dip3, max_steps=10, check_every=5, dt=1e-3),
+        call(dip3, max_steps=10, check_every=5, dt=1e-3, psi0=np.ones((4, 4, 4), np.int32)),
+    ),
     Case("condensate.vortex_positions", C.vortex_positions, call(psi2, grid2), call(psi1, grid2)),
     Case("condensate.vortices", C.vortices, call(psi2, grid2), call(psi1, grid2)),  # psi must be (..., x, y)
     Case("condensate.vortex_lines", C.vortex_lines, call(psi3, grid3), call(psi2, grid3)),
-    Case("condensate.bogoliubov", C.bogoliubov, call(system1, psi1, 1), call(system1, np.ones(16, np.int32), 1)),
+    Case(
+        "condensate.bogoliubov",
+        C.bogoliubov,
+        call(jax.random.key(0), system1, psi1, 1),
+        call(jax.random.key(0), system1, np.ones(16, np.int32), 1),
+    ),
     # ---- numerics.splitstep
     Case(
         "splitstep.split_step",
@@ -459,6 +512,7 @@ def test_cases_cover_the_annotated_public_api():
         "check_local_dt",
         "local_energy_max",
         "check_placement",
+        "thomas_fermi_aspect_ratio",
     }
     covered = {c.id.rsplit(".", 1)[-1] for c in CASES} | {"superpose", "intensity", "phase", "cell"}
     missing, unannotated = [], []

@@ -198,7 +198,7 @@ def test_bogoliubov_homogeneous_dispersion():
         grid = C.Grid.uniform((n,), length)
         system = C.GPSystem(grid, jnp.zeros((n,), jnp.float64), g)
         psi0 = jnp.full((n,), np.sqrt(dens), jnp.complex128)
-        modes = C.bogoliubov(system, psi0, 6)
+        modes = C.bogoliubov(jax.random.key(0), system, psi0, 6)
         k = np.sort(np.abs(2 * np.pi * np.fft.fftfreq(n, length / n)))[1:7]
         eps = 0.5 * k**2
         np.testing.assert_allclose(np.asarray(modes.omega), np.sqrt(eps * (eps + 2 * g * dens)), rtol=1e-8)
@@ -220,7 +220,7 @@ def test_bogoliubov_matches_a_dense_float64_bdg_diagonalisation():
     with jax.enable_x64(True):
         grid = C.Grid.uniform((64,), 16.0)
         system, psi = _ground(grid, 10.0)
-        modes = C.bogoliubov(system, psi, 6)
+        modes = C.bogoliubov(jax.random.key(0), system, psi, 6)
         ref = _dense_bdg(grid, system.potential, 10.0, psi)
         ref = ref[ref > 0.05][:6]  # the Goldstone pair sits at ~0 (to the accuracy of ψ₀)
         np.testing.assert_allclose(np.asarray(modes.omega), ref, rtol=1e-7)
@@ -240,7 +240,7 @@ def test_kohn_mode_is_the_trap_frequency_for_any_g_and_vmaps_over_g():
             return p
 
         psis = jax.vmap(ground)(gs)
-        omegas = jax.vmap(lambda g, p: C.bogoliubov(C.GPSystem(grid, pot, g), p, 4).omega)(gs, psis)
+        omegas = jax.vmap(lambda g, p: C.bogoliubov(jax.random.key(0), C.GPSystem(grid, pot, g), p, 4).omega)(gs, psis)
         omegas = np.asarray(omegas)
         np.testing.assert_allclose(omegas[:, :2], 1.0, atol=1e-3)  # the dipole pair, any g
         np.testing.assert_allclose(omegas[0], [1, 1, 2, 2], atol=1e-3)  # g = 0: the oscillator levels
@@ -251,7 +251,8 @@ def test_breathing_mode_of_the_2d_condensate_is_twice_the_trap_frequency():
     with jax.enable_x64(True):
         grid = C.Grid.uniform((40, 40), 14.0)
         system, psi = _ground(grid, 100.0)
-        modes = C.bogoliubov(system, psi, 8)  # Kohn ×2, quadrupole ×2, m = 3 ×2 lie below it at this g
+        # Kohn ×2, quadrupole ×2, m = 3 ×2 lie below it at this g
+        modes = C.bogoliubov(jax.random.key(0), system, psi, 8)
         om = np.asarray(modes.omega)
         i = int(np.argmin(np.abs(om - 2.0)))
         assert abs(om[i] - 2.0) < 1e-3, om
@@ -270,7 +271,7 @@ def test_bogoliubov_frequency_gradient_matches_analytic_and_finite_difference():
         psi0 = jnp.full((n,), np.sqrt(dens), jnp.float64)
 
         def lowest(g):
-            return C.bogoliubov(C.GPSystem(grid, pot, g), psi0, 2).omega[0]
+            return C.bogoliubov(jax.random.key(0), C.GPSystem(grid, pot, g), psi0, 2).omega[0]
 
         g0 = 3.0
         eps = 0.5 * (2 * np.pi / length) ** 2
@@ -293,7 +294,7 @@ def test_kohn_frequency_derivative_along_the_trap_frequency():
             s = C.GPSystem(grid, C.harmonic(grid, w, dtype=jnp.float64), 20.0)
             p, _ = C.ground_state(s, 1.0, dt=1e-2, tol=1e-13, max_steps=20000)
             p, _ = C.ground_state(s, 1.0, dt=1e-3, tol=1e-14, max_steps=40000, psi0=p)
-            return C.bogoliubov(s, p, 2).omega[0]
+            return C.bogoliubov(jax.random.key(0), s, p, 2).omega[0]
 
         w0 = jnp.asarray(1.0, jnp.float64)
         val, tangent = jax.jvp(kohn, (w0,), (jnp.ones_like(w0),))
@@ -309,14 +310,22 @@ def test_bogoliubov_bad_input_one_line_naming_the_argument():
     system = C.GPSystem(grid, C.harmonic(grid), 10.0)
     psi = C.gaussian(grid)
     for call, word in [
-        (lambda: C.bogoliubov(system, psi, 200), "n_modes"),
-        (lambda: C.bogoliubov(system, psi, 0), "n_modes"),
-        (lambda: C.bogoliubov(system, psi[:8], 2), "psi0"),
-        (lambda: C.bogoliubov(system.replace(g=-1.0), psi, 2), "g"),
-        (lambda: C.bogoliubov(C.GPSystem(grid, C.harmonic(grid), 10.0, omega_rot=0.5), psi, 2), "omega_rot"),
-        (lambda: C.bogoliubov(system, C.imprint_vortices(psi, grid, np.zeros((1, 2)), np.array([1])), 2), "psi0"),
-        (lambda: C.bogoliubov(grid, psi, 2), "system"),
-        (lambda: C.bogoliubov(system, psi, 2, tol=-1.0), "tol"),
+        (lambda: C.bogoliubov(jax.random.key(0), system, psi, 200), "n_modes"),
+        (lambda: C.bogoliubov(jax.random.key(0), system, psi, 0), "n_modes"),
+        (lambda: C.bogoliubov(jax.random.key(0), system, psi[:8], 2), "psi0"),
+        (lambda: C.bogoliubov(jax.random.key(0), system.replace(g=-1.0), psi, 2), "g"),
+        (
+            lambda: C.bogoliubov(jax.random.key(0), C.GPSystem(grid, C.harmonic(grid), 10.0, omega_rot=0.5), psi, 2),
+            "omega_rot",
+        ),
+        (
+            lambda: C.bogoliubov(
+                jax.random.key(0), system, C.imprint_vortices(psi, grid, np.zeros((1, 2)), np.array([1])), 2
+            ),
+            "psi0",
+        ),
+        (lambda: C.bogoliubov(jax.random.key(0), grid, psi, 2), "system"),
+        (lambda: C.bogoliubov(jax.random.key(0), system, psi, 2, tol=-1.0), "tol"),
     ]:
         with pytest.raises((ValueError, TypeError)) as e:
             call()
@@ -329,7 +338,7 @@ def test_thomas_fermi_quadrupole_in_3d_is_sqrt2_omega():
     with jax.enable_x64(True):
         grid = C.Grid.uniform((40, 40, 40), 16.0)
         system, psi = _ground(grid, 3000.0, dt=(5e-3, 1e-3))
-        modes = C.bogoliubov(system, psi, 8)
+        modes = C.bogoliubov(jax.random.key(0), system, psi, 8)
         om = np.asarray(modes.omega)
         np.testing.assert_allclose(om[:3], 1.0, atol=2e-3)  # the three Kohn modes
         np.testing.assert_allclose(om[3:8], np.sqrt(2.0), rtol=0.04)  # the five l = 2 surface modes
@@ -383,5 +392,5 @@ def test_second_calls_with_new_values_compile_nothing():
     line = C.Grid.uniform((32,), 10.0)
     pot = jnp.zeros((32,), jnp.float32)
     psi_a, psi_b = jnp.ones(32), 1.3 * jnp.ones(32)
-    assert _compiles(lambda: C.bogoliubov(C.GPSystem(line, pot, 1.0), psi_a, 2).omega)
-    assert _compiles(lambda: C.bogoliubov(C.GPSystem(line, pot, 2.5), psi_b, 2).omega) == []
+    assert _compiles(lambda: C.bogoliubov(jax.random.key(0), C.GPSystem(line, pot, 1.0), psi_a, 2).omega)
+    assert _compiles(lambda: C.bogoliubov(jax.random.key(0), C.GPSystem(line, pot, 2.5), psi_b, 2).omega) == []

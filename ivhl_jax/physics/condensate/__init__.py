@@ -47,7 +47,28 @@ The package is split by job: :mod:`~ivhl_jax.physics.condensate.system` (grid, s
 """
 
 from ivhl_jax.physics.condensate.bogoliubov import BogoliubovModes, bogoliubov
+from ivhl_jax.physics.condensate.dipolar import (
+    Dipolar,
+    DipolarSystem,
+    dipolar_energy,
+    dipolar_ground_state,
+    dipolar_kernel,
+    dipolar_potential,
+    thomas_fermi_aspect_ratio,
+)
 from ivhl_jax.physics.condensate.ground import ground_state
+from ivhl_jax.physics.condensate.mixture import (
+    MixtureSystem,
+    Spin1System,
+    component_norms,
+    magnetization,
+    mixture_energy,
+    mixture_ground_state,
+    overlap,
+    spin1_energy,
+    spin1_ground_state,
+    spin_density,
+)
 from ivhl_jax.physics.condensate.observables import (
     angular_momentum,
     chemical_potential,
@@ -68,27 +89,6 @@ from ivhl_jax.physics.condensate.states import (
     imprint_vortices,
     thomas_fermi_density,
     thomas_fermi_mu,
-)
-from ivhl_jax.physics.condensate.dipolar import (
-    Dipolar,
-    DipolarSystem,
-    dipolar_energy,
-    dipolar_ground_state,
-    dipolar_kernel,
-    dipolar_potential,
-    thomas_fermi_aspect_ratio,
-)
-from ivhl_jax.physics.condensate.mixture import (
-    MixtureSystem,
-    Spin1System,
-    component_norms,
-    magnetization,
-    mixture_energy,
-    mixture_ground_state,
-    overlap,
-    spin1_energy,
-    spin1_ground_state,
-    spin_density,
 )
 from ivhl_jax.physics.condensate.stepper import StrangParams, max_stable_dt, strang
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, harmonic

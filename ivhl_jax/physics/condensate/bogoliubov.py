@@ -166,6 +166,7 @@ def _solve(grid: Grid, potential, g, psi0, mu, k: int, max_iter: int, n_check: i
 
 
 def bogoliubov(
+    key: jax.Array,
     system: GPSystem,
     psi0: Inexact[Array, "*grid"],
     n_modes: int,
@@ -173,11 +174,11 @@ def bogoliubov(
     tol: float | None = None,
     max_iterations: int = 1000,
     extra: int = 4,
-    key: jax.Array | None = None,
 ) -> BogoliubovModes:
     """The ``n_modes`` lowest Bogoliubov excitations about the stationary state ψ₀ (module docstring).
 
     Args:
+      key: PRNG key of the iteration's random start block (the spectrum does not depend on it beyond ``tol``).
       system: the :class:`GPSystem` (V, g; no rotation, no device layout). g ≥ 0.
       psi0: the stationary state, shape ``grid.shape``, real up to a global phase (the ground state, e.g. from
         :func:`~ivhl_jax.physics.condensate.ground_state`; its accuracy bounds the spectrum's: the Goldstone
@@ -188,7 +189,6 @@ def bogoliubov(
       tol: relative residual at which the iteration stops (default 1e-9 in float64, 1e-4 in float32).
       max_iterations: iteration budget (``iterations`` in the result says how many were done).
       extra: additional block vectors (speed up convergence and resolve degenerate levels at the edge).
-      key: PRNG key of the random start block (default ``jax.random.key(0)``).
 
     Returns:
       :class:`BogoliubovModes` (ω ascending, u, v of shape (n_modes, *grid), residuals, μ). jit/vmap-able over
@@ -240,7 +240,7 @@ def bogoliubov(
     mu = chemical_potential(psi.astype(cdt), system.replace(potential=jnp.asarray(system.potential, rdt)))
     pot = jnp.asarray(system.potential, rdt)
     g = jnp.asarray(system.g, rdt)
-    key = jax.random.key(0) if key is None else check_key(key)
+    key = check_key(key)
     sg = jax.lax.stop_gradient
     start = jax.random.normal(key, (k, grid.size), rdt) * (
         jnp.abs(sg(psi)).reshape(-1) + 0.1 * jnp.max(jnp.abs(sg(psi)))
