@@ -381,9 +381,7 @@ def _host_factor_value(key: Hashable, compute: Callable[[], np.ndarray]) -> np.n
     return value
 
 
-def _numpy_factor(
-    term: KineticTerm, dtc: float, imaginary: bool, cname: str, gamma: float | None = None
-) -> np.ndarray:
+def _numpy_factor(term: KineticTerm, dtc: float, imaginary: bool, cname: str, gamma: float | None = None) -> np.ndarray:
     theta = term.fraction * dtc * np.asarray(term.symbol(), np.float64)
     return phase_factor_m1(theta, imaginary, np.dtype(cname), damping=gamma)
 

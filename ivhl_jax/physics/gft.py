@@ -76,9 +76,8 @@ class GFTSystem:
     layout: Any
 
     def __init__(self, shape: tuple[int, ...], mass_sq: Any = -0.5, lam: Any = 0.1, layout: Any = None):
-        if (
-            not isinstance(shape, tuple)
-            or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape)
+        if not isinstance(shape, tuple) or not all(
+            isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape
         ):
             raise TypeError(f"shape must be a tuple of ints (sites per axis), got {shape!r}")
         if not 1 <= len(shape) <= 4:
@@ -209,9 +208,7 @@ def _abs2(z: jax.Array) -> jax.Array:
     return z.real * z.real + z.imag * z.imag
 
 
-def rhs(
-    phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int | None = None
-) -> Complex[Array, "*shape"]:
+def rhs(phi: Complex[ArrayLike, "*shape"], mass_sq: Any, lam: Any, rank: int | None = None) -> Complex[Array, "*shape"]:
     """δV/δφ* = −Δφ + m²φ + λ|φ|²φ (the right-hand side of i∂φ/∂t), finite-difference form."""
     phi = check_array(phi, "phi", kind="complex", finite=True)
     rank = _lattice_rank(phi, rank)

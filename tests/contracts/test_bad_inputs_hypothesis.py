@@ -1417,7 +1417,12 @@ CASES += [
     Case(
         "profiling.profile_fused/chunk",
         lambda b: profiling.profile_fused(
-            lambda p, b_: 0.0, {"w": jnp.ones(2)}, training.make_optimizer(), lambda k: None, batch_size=2, chunk=b,
+            lambda p, b_: 0.0,
+            {"w": jnp.ones(2)},
+            training.make_optimizer(),
+            lambda k: None,
+            batch_size=2,
+            chunk=b,
             key=_KEY0,
         ),
         "chunk",
@@ -1686,9 +1691,7 @@ CASES += [
         st.one_of(nonfinite(_PHI), wrong_kind((4, 4))),
     ),
     Case("gft.rhs/mass_sq", lambda b: gft.rhs(_PHI, b, 1.0), "mass_sq", bad_finite),
-    Case(
-        "gft.rhs/rank", lambda b: gft.rhs(_PHI, 1.0, 1.0, rank=b), "rank", st.sampled_from([0, 3, -1, 1.5, NAN])
-    ),
+    Case("gft.rhs/rank", lambda b: gft.rhs(_PHI, 1.0, 1.0, rank=b), "rank", st.sampled_from([0, 3, -1, 1.5, NAN])),
     Case("gft.charge/rank", lambda b: gft.charge(_PHI, rank=b), "rank", st.sampled_from([0, 5, -2, 2.5])),
     Case(
         "gft.strang.init/phi",

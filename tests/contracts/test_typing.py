@@ -257,9 +257,7 @@ CASES = [
         call(spin1, max_steps=10, check_every=5, psi0=np.ones((3, 16), np.int32)),
     ),
     Case("condensate.spin_density", C.spin_density, call(psi_spin), call(jnp.ones((3, 16), jnp.int32))),
-    Case(
-        "condensate.magnetization", C.magnetization, call(psi_spin, grid1), call(jnp.ones((3, 16), jnp.int32), grid1)
-    ),
+    Case("condensate.magnetization", C.magnetization, call(psi_spin, grid1), call(jnp.ones((3, 16), jnp.int32), grid1)),
     Case("condensate.dipolar_kernel", C.dipolar_kernel, call(dip3), None),
     Case(
         "condensate.dipolar_potential",

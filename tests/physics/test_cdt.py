@@ -417,9 +417,7 @@ def test_volume_fixed_sweeps_end_at_the_target(engine):
     with pytest.raises(ValueError, match="even target"):
         cdt.metropolis(cdt.LN2, eps=0.05, target=41)
     with pytest.raises(ValueError, match=r"too few for the target N2 = 400.*capacity >= 402"):
-        cdt.metropolis(cdt.LN2, eps=0.05, target=400, engine=engine).init(
-            jax.random.key(0), 3, 4, capacity=CAP
-        )
+        cdt.metropolis(cdt.LN2, eps=0.05, target=400, engine=engine).init(jax.random.key(0), 3, 4, capacity=CAP)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -449,10 +447,7 @@ def test_a_sweep_is_a_fixed_number_of_attempts_by_default(engine):
     # volume fixing: the target N2; an explicit count wins over both
     fixed = cdt.metropolis(cdt.LN2, eps=0.05, target=40, engine=engine)
     assert fixed.init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep == 40
-    assert (
-        cdt.metropolis(1.0, attempts_per_sweep=7).init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep
-        == 7
-    )
+    assert cdt.metropolis(1.0, attempts_per_sweep=7).init(jax.random.key(0), 3, 4, CAP).attempts_per_sweep == 7
 
 
 def test_a_batch_of_lambdas_runs_under_vmap():
@@ -503,9 +498,7 @@ def test_default_capacity_holds_the_grand_canonical_volume():
     assert cdt.default_capacity(cdt.metropolis(cdt.LN2, eps=0.02, target=512).params, 16, 3) == 512
     assert cdt.default_capacity(cdt.metropolis(cdt.LN2 + 1e-6).params, 64, 3) == cdt.max_capacity("jax")
     with pytest.raises(ValueError, match="pass capacity"):
-        jax.vmap(lambda lam: cdt.metropolis(lam).init(jax.random.key(0), 3, 3).key)(
-            jnp.array([0.8, 0.9])
-        )
+        jax.vmap(lambda lam: cdt.metropolis(lam).init(jax.random.key(0), 3, 3).key)(jnp.array([0.8, 0.9]))
 
 
 # --- slow validation: long chi-squared runs, volume fixing, criticality, Hausdorff dimension -----------------

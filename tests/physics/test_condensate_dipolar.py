@@ -344,9 +344,7 @@ def test_params_gradient_feeds_an_optax_update_and_tree_map_stays_on_device():
     import optax
 
     grid = Grid.uniform((8, 8, 8), 8.0)
-    st = C.strang(
-        D.DipolarSystem.create(grid, harmonic(grid), 5.0, D.Dipolar.create(eps_dd=0.4, cutoff=4.0)), 1e-3
-    )
+    st = C.strang(D.DipolarSystem.create(grid, harmonic(grid), 5.0, D.Dipolar.create(eps_dd=0.4, cutoff=4.0)), 1e-3)
     psi = st.init(_gaussian(grid, 1.0, 1.3))
 
     def loss(params):
@@ -386,9 +384,7 @@ def test_sharded_field_gives_the_single_device_result():
     grid = Grid.uniform((16, 16, 16), 10.0)
     X = np.meshgrid(*grid.coords, indexing="ij")[0]
     psi = (_gaussian(grid, 1.0, 1.3) * np.exp(0.3j * X)).astype(np.complex64)
-    st = C.strang(
-        D.DipolarSystem.create(grid, harmonic(grid), 20.0, D.Dipolar.create(eps_dd=0.5, cutoff=5.0)), 1e-3
-    )
+    st = C.strang(D.DipolarSystem.create(grid, harmonic(grid), 20.0, D.Dipolar.create(eps_dd=0.5, cutoff=5.0)), 1e-3)
     ref = _run(st, psi, 10)
     out = _run(st, jax.device_put(st.init(psi), NamedSharding(mesh, PartitionSpec("x"))), 10)
     assert len(out.sharding.device_set) == len(jax.devices())

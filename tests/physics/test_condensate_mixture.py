@@ -278,9 +278,7 @@ def test_mixture_and_spin1_new_values_compile_nothing():
     V = harmonic(grid)
     psi2 = _two_blobs(grid, np.complex64)
     psi3 = _spinor(grid, np.complex64)
-    jax.block_until_ready(
-        _run(C.strang(M.MixtureSystem.create(grid, V, [[1.0, 0.5], [0.5, 1.0]]), 1e-3), psi2, 10)
-    )
+    jax.block_until_ready(_run(C.strang(M.MixtureSystem.create(grid, V, [[1.0, 0.5], [0.5, 1.0]]), 1e-3), psi2, 10))
     jax.block_until_ready(_run(C.strang(M.Spin1System.create(grid, V, 5.0, -1.0), 1e-3), psi3, 10))
     V2 = V * 1.1
     with count_compiles() as again:
@@ -399,9 +397,7 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
             "needs norm",
         ),
         (
-            lambda g, V: C.strang(
-                M.Spin1System.create(g, V, 1, 1), 1e-3, imaginary=True, norm=1.0, magnetization=1.0
-            ),
+            lambda g, V: C.strang(M.Spin1System.create(g, V, 1, 1), 1e-3, imaginary=True, norm=1.0, magnetization=1.0),
             ValueError,
             r"\|M\| < N",
         ),
@@ -413,9 +409,7 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
         (lambda g, V: C.strang(M.MixtureSystem.create(g, V, [[1.0]]), 10.0), ValueError, "dt=10.0 is unstable"),
         (lambda g, V: C.strang(M.MixtureSystem.create(g, V, [[1.0]]), -1e-3), ValueError, "dt must be > 0"),
         (
-            lambda g, V: C.strang(
-                M.MixtureSystem.create(g, V, np.eye(2)), 1e-3, imaginary=True, norm=[1.0, -1.0]
-            ),
+            lambda g, V: C.strang(M.MixtureSystem.create(g, V, np.eye(2)), 1e-3, imaginary=True, norm=[1.0, -1.0]),
             ValueError,
             "norm must be > 0",
         ),

@@ -214,9 +214,7 @@ def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Arr
     if imaginary:
         # Renormalise before the second nonlinear half-step too, so that g|ψ|² is evaluated at the right norm
         # (the fixed point's virial residual is then 1e-5 instead of 3e-2, 1D, gN = 1000).
-        out = splitstep.step(
-            _project(psi, n0, rdt), plan, local, None, after_kinetic=lambda p: _project(p, n0, rdt)
-        )
+        out = splitstep.step(_project(psi, n0, rdt), plan, local, None, after_kinetic=lambda p: _project(p, n0, rdt))
     else:
         out = splitstep.step(psi, plan, local, _umax(system, s0))
     return _project(out, n0, rdt) if project else out
@@ -386,9 +384,7 @@ def strang(
         gamma=as_leaf(system.gamma, rdt),
         dissipative=system.dissipative,
     )
-    params = StrangParams(
-        system, plan, target, imaginary=bool(imaginary), project_norm=project_norm, grid=system.grid
-    )
+    params = StrangParams(system, plan, target, imaginary=bool(imaginary), project_norm=project_norm, grid=system.grid)
     name = (
         "gp-strang-imaginary"
         if imaginary
