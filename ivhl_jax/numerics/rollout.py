@@ -14,7 +14,10 @@ stepper carries
 * ``init_fn(params, *args, **kwargs) -> state`` — builds the initial state (static);
 * ``max_steps`` — the most steps one run from ``init`` may take, or None for no bound (static): a stepper over a
   finite input (``gru.recurrence`` over T inputs) sets it, and :func:`trajectory` and :func:`chunked` refuse a
-  longer run with a one-line ValueError instead of running past the input.
+  longer run with a one-line ValueError instead of running past the input;
+* ``check_fn(state, params) -> None`` or None — the family's check of a start state handed to :func:`trajectory`
+  or :func:`chunked` without ``init`` (static; e.g. the condensates refuse a field sharded over a mesh their
+  system has no layout for): run on the concrete state in Python, before the compiled loop.
 
 Families build their steppers with :meth:`Stepper.create`, which checks the functions once; the pytree node
 itself only holds them (unflattening, which ``jit``, ``vmap`` and ``tree.map`` do on every call, checks
@@ -73,6 +76,8 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
       name: a short label for progress lines and errors (static).
       max_steps: the most steps one run may take (a stepper over an input of that many items), or None (static):
         :func:`trajectory` and :func:`chunked` refuse more.
+      check_fn: ``check_fn(state, params) -> None``, raising on a start state the family refuses (static), or
+        None; :func:`trajectory` and :func:`chunked` call it on a concrete state before the compiled loop.
     """
 
     step_fn: Callable[[S, P], S] = flax.struct.field(pytree_node=False)
@@ -81,6 +86,7 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
     run_fn: Callable[[S, P, int], S] | None = flax.struct.field(pytree_node=False, default=None)
     name: str = flax.struct.field(pytree_node=False, default="stepper")
     max_steps: int | None = flax.struct.field(pytree_node=False, default=None)
+    check_fn: Callable[[S, P], None] | None = flax.struct.field(pytree_node=False, default=None)
 
     @classmethod
     def create(
@@ -92,6 +98,7 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
         run_fn: Callable[[S, P, int], S] | None = None,
         name: str = "stepper",
         max_steps: int | None = None,
+        check_fn: Callable[[S, P], None] | None = None,
     ) -> Stepper[S, P]:
         """The checked constructor: a non-function would otherwise surface only at the first step, deep
         inside a trace."""
@@ -100,6 +107,7 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
         for label, fn, form in (
             ("init_fn", init_fn, "init_fn(params, ...)"),
             ("run_fn", run_fn, "run_fn(state, params, n)"),
+            ("check_fn", check_fn, "check_fn(state, params)"),
         ):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{label} must be a function {form} or None, got {fn!r}")
@@ -108,7 +116,15 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
         if max_steps is not None:
             check_scalar(max_steps, "max_steps", integer=True, nonnegative=True)
             max_steps = int(max_steps)
-        return cls(step_fn=step_fn, params=params, init_fn=init_fn, run_fn=run_fn, name=name, max_steps=max_steps)
+        return cls(
+            step_fn=step_fn,
+            params=params,
+            init_fn=init_fn,
+            run_fn=run_fn,
+            name=name,
+            max_steps=max_steps,
+            check_fn=check_fn,
+        )
 
     def step(self, state: S) -> S:
         """Advance ``state`` by one step."""
@@ -220,6 +236,15 @@ def _check_stepper(stepper: Any) -> None:
         )
 
 
+def _check_start(stepper: Stepper, state: Any) -> None:
+    """The family's own check of a concrete start state (``check_fn``); traced states (inside a user's jit) pass."""
+    if stepper.check_fn is None:
+        return
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(state)):
+        return
+    stepper.check_fn(state, stepper.params)
+
+
 def _check_max_steps(stepper: Stepper, steps: int, steps_name: str) -> None:
     """A stepper over a finite input (``max_steps`` set) runs at most that many steps."""
     if stepper.max_steps is not None and steps > stepper.max_steps:
@@ -304,6 +329,7 @@ def trajectory(
     steps, save_every, unroll = _check_schedule(steps, save_every, unroll)
     _check_max_steps(stepper, steps, "steps")
     _check_start_finite(state)
+    _check_start(stepper, state)
     return _trajectory(stepper, state, steps, save_every, observe, bool(remat), unroll)
 
 
@@ -334,6 +360,7 @@ def chunked(
     run = _trajectory_donating if donate else _trajectory
 
     def advance(state: Any) -> tuple[Any, Any]:
+        _check_start(stepper, state)
         return run(stepper, state, steps_per_chunk, save_every, observe, False, 1)
 
     return advance

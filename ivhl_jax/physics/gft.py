@@ -307,6 +307,12 @@ def _gft_run(phi: Complex[Array, "*shape"], params: StrangParams, n: int) -> Com
     return splitstep.run(phi, params.plan, local, _umax(phi, m2, lam), n)
 
 
+def _check_start(phi: Any, params: StrangParams) -> None:
+    """A start state handed to ``trajectory``/``chunked`` without ``init``: refused when it is sharded over a mesh
+    the system has no layout for (every step would gather it onto one device)."""
+    splitstep.check_placement(phi, params.system.layout, params.system.rank, "phi")
+
+
 def _gft_init(params: StrangParams, phi: Any) -> jax.Array:
     """Validate φ (lattice shape, finite) and cast it to the stepper's complex dtype; for concrete values also
     check that dt resolves the local phase dt·max|m² + λ|φ|²| ≤ 2π."""
@@ -395,6 +401,7 @@ def strang(
         init_fn=_gft_init,
         run_fn=_gft_run,
         name="gft-strang-imaginary" if imaginary else "gft-strang",
+        check_fn=_check_start,
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from ivhl_jax import condensate as C
 from ivhl_jax.core import precision
-from ivhl_jax.numerics.rollout import trajectory
+from ivhl_jax.numerics.rollout import chunked, trajectory
 from ivhl_jax.numerics.statistics import convergence_order
 
 
@@ -858,9 +858,16 @@ def test_a_psi_sharded_over_a_mesh_on_a_system_without_layout_is_refused_naming_
         st.init(sharded)
     with pytest.raises(ValueError, match="layout=distributed_fft.fft_layout"):
         st.step(sharded)
+    # handed straight to the drivers without init: refused at their door too (check_fn), before the compiled loop
+    with pytest.raises(ValueError, match="psi is sharded over a mesh.*no layout"):
+        trajectory(st, sharded, 2)
+    with pytest.raises(ValueError, match="psi is sharded over a mesh.*no layout"):
+        chunked(st, 2)(sharded)
     gst = G.strang(G.GFTSystem((16, 16)), 0.05)
     phi = jax.device_put(jnp.ones((16, 16), jnp.complex64), NamedSharding(mesh, P(None, "x")))
     with pytest.raises(ValueError, match="phi is sharded over a mesh.*no layout"):
         gst.init(phi)
+    with pytest.raises(ValueError, match="phi is sharded over a mesh.*no layout"):
+        trajectory(gst, phi, 2)
     # replicated over the mesh is not split: accepted
     st.init(jax.device_put(C.gaussian(grid), NamedSharding(mesh, P())))

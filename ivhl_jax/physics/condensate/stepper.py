@@ -237,6 +237,12 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
     return out
 
 
+def _check_start(psi: Any, params: StrangParams) -> None:
+    """A start state handed to ``trajectory``/``chunked`` without ``init``: refused when it is sharded over a mesh
+    the system has no layout for (every step would gather it onto one device)."""
+    splitstep.check_placement(psi, params.system.layout, params.system.grid.ndim)
+
+
 def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
     """Validate ψ (shape, finite values) and cast it to the system's complex dtype; for concrete values also
     check that dt resolves the local phase (real time) or decay (imaginary time) over the cloud."""
@@ -390,7 +396,7 @@ def strang(
         if imaginary
         else {True: "gp-strang-projected", None: "gp-strang", False: "gp-strang-raw"}[project_norm]
     )
-    return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name)
+    return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name, check_fn=_check_start)
 
 
 # The schemes of the other systems behind the one door (their own modules hold each equation's step).
