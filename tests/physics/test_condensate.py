@@ -302,11 +302,6 @@ def test_sharded_3d_step_matches_single_device():
     np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), atol=2e-6)
 
 
-@pytest.mark.slow  # also executed by the strict docs build in CI
-def test_notebook_02_condensates(run_notebook):
-    run_notebook("02_condensates.ipynb", timeout=600)
-
-
 # --- validation against exact physics (slow) ----------------------------------------------------------------------
 def _system(shape, length, g=0.0, omega=1.0, omega_rot=0.0, dtype=jnp.float64):
     grid = C.Grid.uniform(shape, length)

@@ -349,11 +349,6 @@ def test_chi8_energy_and_scaling_dims_target():
     assert abs(two[1] - 0.125) < 1e-3 and abs(two[2] - 1.0) < 1e-2
 
 
-@pytest.mark.slow  # also executed by the strict docs build in CI
-def test_notebook_03_runs(run_notebook):
-    run_notebook("03_tensor_networks.ipynb", timeout=600)
-
-
 def _symmetric_layer(key, chi_in=3, mid=3, chi=4):
     """A random reflection-symmetric layer: R u = u (u[a, b, c, d] = u[b, a, d, c]) and v = mirror(w)."""
     k = jax.random.split(key, 2)
