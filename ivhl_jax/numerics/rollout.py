@@ -47,7 +47,7 @@ import jax
 
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["Stepper", "trajectory", "chunked", "rollout", "identity_observe", "Step", "Observe"]
+__all__ = ["Stepper", "trajectory", "chunked", "rollout", "converge", "identity_observe", "Step", "Observe"]
 
 S = TypeVar("S")
 P = TypeVar("P")
@@ -203,6 +203,47 @@ def rollout(
     if remat:
         block = jax.checkpoint(block)
     return jax.lax.scan(block, state, None, length=steps // save_every)
+
+
+def _no_observe(state: Any, params: Any) -> None:
+    del state, params
+    return None
+
+
+def converge(
+    stepper: Stepper, state: Any, measure: Callable[[Any, Any], Any], tol: Any, *, blocks: int, block: int
+) -> tuple[Any, Any, Any, Any]:
+    """Run ``stepper`` in blocks of ``block`` steps until a scalar ``measure(state, params)`` settles: stop when
+    its relative change over a block, |m − m_old| / |m|, is at most ``tol``, or after ``blocks`` blocks.
+
+    The loop of every imaginary-time ground-state search (``measure`` the energy). Not jitted (call it inside
+    traced code); one ``lax.while_loop``, so the block count is decided on the device. A non-finite measure
+    stops the loop (NaN > tol is False) and is returned for the caller to report.
+
+    Returns:
+      (state, measure, relative change of the last block, blocks run) — the last two as arrays.
+    """
+    _check_stepper(stepper)
+    check_scalar(blocks, "blocks", integer=True, minimum=1)
+    check_scalar(block, "block", integer=True, minimum=1)
+    if not callable(measure):
+        raise TypeError(f"measure must be a function measure(state, params) -> scalar, got {type(measure).__name__}")
+    params = stepper.params
+    m0 = jax.numpy.asarray(measure(state, params))
+    tol = jax.numpy.asarray(tol, m0.dtype)
+
+    def cond(c):
+        return jax.numpy.logical_and(c[3] < blocks, c[2] > tol)
+
+    def body(c):
+        s, m_old, _, k = c
+        s, _ = rollout(stepper.step_fn, s, params, block, save_every=block, observe=_no_observe, run=stepper.run_fn)
+        m = jax.numpy.asarray(measure(s, params), m0.dtype)
+        delta = jax.numpy.abs(m - m_old) / jax.numpy.maximum(jax.numpy.abs(m), jax.numpy.finfo(m0.dtype).tiny)
+        return s, m, delta, k + 1
+
+    init = (state, m0, jax.numpy.asarray(jax.numpy.inf, m0.dtype), jax.numpy.asarray(0, jax.numpy.int32))
+    return jax.lax.while_loop(cond, body, init)
 
 
 def _trajectory_impl(

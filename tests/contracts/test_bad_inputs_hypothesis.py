@@ -2044,6 +2044,87 @@ CASES += [
 XFAIL: dict[str, str] = {}  # the five gaps listed here before (fields, condensate, gft, gru) are closed
 
 
+# ---- the condensate family's other systems (mixtures, spin-1, dipolar) and rollout.converge
+def _grid3():
+    return C.Grid.uniform((8, 8, 8), 8.0)
+
+
+def _mix():
+    g = _grid()
+    return C.MixtureSystem.create(g, C.harmonic(g, 1.0), [[1.0, 0.5], [0.5, 1.0]])
+
+
+def _spin():
+    g = _grid()
+    return C.Spin1System.create(g, C.harmonic(g, 1.0), 1.0, -0.5)
+
+
+def _dip():
+    g = _grid3()
+    return C.DipolarSystem.create(g, C.harmonic(g, 1.0), 5.0, C.Dipolar.create(eps_dd=0.5))
+
+
+_PSI2 = np.ones((2, 16), np.complex64)
+_PSI3 = np.ones((3, 16), np.complex64)
+bad_pair = st.one_of(
+    nonfinite(_PSI2), st.sampled_from([np.ones((2, 15), np.complex64), np.ones(16)]), wrong_kind((2, 16))
+)
+bad_spinor = st.one_of(nonfinite(_PSI3), st.sampled_from([np.ones((2, 16), np.complex64)]), wrong_kind((3, 16)))
+bad_field3 = st.one_of(nonfinite(np.ones((8, 8, 8), np.complex64)), st.sampled_from([np.ones((8, 8))]))
+bad_coupling = st.sampled_from([[[1.0, 2.0], [3.0, 1.0]], [[NAN, 0.0], [0.0, 1.0]], [1.0, 2.0], "g"])
+bad_eps = st.one_of(st.floats(max_value=-1e-3, allow_nan=False), st.sampled_from([NAN, INF]))
+
+CASES += [
+    Case(
+        "condensate.MixtureSystem/g",
+        lambda b: C.MixtureSystem.create(_grid(), C.harmonic(_grid(), 1.0), b),
+        "g",
+        bad_coupling,
+    ),
+    Case(
+        "condensate.Spin1System/c2",
+        lambda b: C.Spin1System.create(_grid(), C.harmonic(_grid(), 1.0), 1.0, b),
+        "c2",
+        bad_finite,
+    ),
+    Case("condensate.Dipolar/eps_dd", lambda b: C.Dipolar.create(eps_dd=b), "eps_dd", bad_eps),
+    Case(
+        "condensate.DipolarSystem/g",
+        lambda b: C.DipolarSystem.create(_grid3(), C.harmonic(_grid3(), 1.0), b, C.Dipolar.create(eps_dd=0.5)),
+        "g",
+        bad_finite,
+    ),
+    Case("condensate.mixture_energy/psi", lambda b: C.mixture_energy(b, _mix()), "psi", bad_pair),
+    Case("condensate.component_norms/psi", lambda b: C.component_norms(b, _grid()), "psi", bad_pair),
+    Case("condensate.overlap/psi", lambda b: C.overlap(b, _grid()), "psi", bad_pair),
+    Case("condensate.mixture_ground_state/dt", lambda b: C.mixture_ground_state(_mix(), 1.0, b), "dt", bad_positive),
+    Case("condensate.spin1_energy/psi", lambda b: C.spin1_energy(b, _spin()), "psi", bad_spinor),
+    Case("condensate.spin_density/psi", lambda b: C.spin_density(b), "psi", bad_spinor),
+    Case("condensate.magnetization/psi", lambda b: C.magnetization(b, _grid()), "psi", bad_spinor),
+    Case("condensate.spin1_ground_state/dt", lambda b: C.spin1_ground_state(_spin(), 1.0, b), "dt", bad_positive),
+    Case("condensate.dipolar_energy/psi", lambda b: C.dipolar_energy(b, _dip()), "psi", bad_field3),
+    Case(
+        "condensate.dipolar_potential/density",
+        lambda b: C.dipolar_potential(b, _dip()),
+        "density",
+        st.one_of(nonfinite(np.ones((8, 8, 8), np.float32)), st.sampled_from([np.ones((8, 8))])),
+    ),
+    Case("condensate.dipolar_ground_state/dt", lambda b: C.dipolar_ground_state(_dip(), 1.0, b), "dt", bad_positive),
+    Case(
+        "condensate.thomas_fermi_aspect_ratio/eps_dd",
+        lambda b: C.thomas_fermi_aspect_ratio(b, 1.0),
+        "eps_dd",
+        st.one_of(bad_eps, st.floats(min_value=1.0, max_value=10.0)),
+    ),
+    Case(
+        "rollout.converge/block",
+        lambda b: rollout.converge(_stepper(), jnp.float32(1), lambda s, p: s, 1e-3, blocks=2, block=b),
+        "block",
+        bad_size,
+    ),
+]
+
+
 def _params():
     out = []
     for c in CASES:
@@ -2134,6 +2215,8 @@ COVERED_MODULES: dict[str, Any] = {
 _STATE_ONLY = "takes only a CDTState (chain.geometry, built and validated by the stepper's init); no array/scalar input"
 _RESULT = "a result/state container (NamedTuple/dataclass), built by the library"
 EXEMPT: dict[str, str] = {
+    "condensate.dipolar_kernel": "takes only a DipolarSystem, validated by DipolarSystem.create; no array or scalar "
+    "of its own",
     **{f"cdt.{n}": _RESULT for n in ("CDTState", "MetropolisParams", "Chain")},
     **{f"cdt.{n}": _STATE_ONLY for n in ("coordination_numbers", "timelike_degrees", "max_timelike_degree")},
     **{f"cdt_geometry.{n}": _RESULT for n in ("SphereDistance", "CurvatureProfile")},

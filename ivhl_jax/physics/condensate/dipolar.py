@@ -52,7 +52,8 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
-from ivhl_jax.numerics.rollout import Stepper, rollout
+from ivhl_jax.numerics.distributed_fft import host_readable
+from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.numerics.splitstep import phase_factor_m1
 from ivhl_jax.physics.condensate.system import Grid
 
@@ -266,7 +267,7 @@ def dipolar_kernel(system: DipolarSystem, *, half: bool = False) -> Float[Array,
 def dipolar_potential(density: Float[ArrayLike, "*grid"], system: DipolarSystem) -> Float[Array, "*grid"]:
     """Φ_dd = F⁻¹[Ṽ_dd F n] for a density n (real, grid-shaped; energy units ħω₀), by one real FFT pair."""
     system = _check_system(system)
-    n = check_array(density, "density", shape=system.grid.shape, kind="floating")
+    n = check_array(density, "density", shape=system.grid.shape, kind="floating", finite=host_readable(density))
     return _phi(n.astype(system.real_dtype), system)
 
 
@@ -278,7 +279,7 @@ def _phi(n: jax.Array, system: DipolarSystem) -> jax.Array:
 def dipolar_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> Float[Array, ""]:
     """E_dd = ½∫Φ_dd|ψ|² dV (ħω₀)."""
     system = _check_system(system)
-    psi = check_array(psi, "psi", shape=system.grid.shape, kind="inexact")
+    psi = check_array(psi, "psi", shape=system.grid.shape, kind="inexact", finite=host_readable(psi))
     rdt = system.real_dtype
     n = (jnp.abs(psi) ** 2).astype(rdt)
     return 0.5 * jnp.sum(_phi(n, system) * n) * system.grid.cell_volume
@@ -289,7 +290,7 @@ def dipolar_gp_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> di
     ``interaction`` (contact), ``dipolar`` and ``total``; the kinetic part spectral (Parseval)."""
     system = _check_system(system)
     grid = system.grid
-    psi = check_array(psi, "psi", shape=grid.shape, kind="inexact")
+    psi = check_array(psi, "psi", shape=grid.shape, kind="inexact", finite=host_readable(psi))
     psi = psi.astype(system.complex_dtype)
     rdt = system.real_dtype
     dv = grid.cell_volume
@@ -438,35 +439,14 @@ def strang_dipolar(
     return Stepper.create(dipolar_step, params, init_fn=_dipolar_init, name=name)
 
 
-def _no_observe(state: Any, params: Any) -> Any:
-    del state, params
-    return None
+def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
+    return dipolar_gp_energy(psi, params.system)["total"]
 
 
 @functools.partial(jax.jit, static_argnames=("n_blocks", "check_every"))
 def _descend(stepper: Stepper, psi: jax.Array, tol: Any, *, n_blocks: int, check_every: int) -> tuple[Any, Any]:
-    params = stepper.params
-    system = params.system
-    rdt = system.real_dtype
-    tol = jnp.asarray(tol, rdt)
-
-    def total(p):
-        return dipolar_gp_energy(p, system)["total"]
-
-    def cond(c):
-        return jnp.logical_and(c[3] < n_blocks, c[2] > tol)
-
-    def body(c):
-        p, e_old, _, k = c
-        p, _ = rollout(stepper.step_fn, p, params, check_every, save_every=check_every, observe=_no_observe)
-        e = total(p)
-        delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
-        return p, e, delta, k + 1  # a NaN energy stops the loop (NaN > tol is False)
-
-    psi = stepper.step_fn(psi, params)
-    psi, e, delta, k = jax.lax.while_loop(
-        cond, body, (psi, total(psi), jnp.asarray(jnp.inf, rdt), jnp.asarray(0, jnp.int32))
-    )
+    psi = stepper.step_fn(psi, stepper.params)  # one projected step: the state has the held norm from here on
+    psi, e, delta, k = converge(stepper, psi, _energy_of, tol, blocks=n_blocks, block=check_every)
     finite = jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)) & jnp.isfinite(e)
     info = {"steps": k * check_every + 1, "energy": e, "delta": delta, "converged": delta <= tol, "finite": finite}
     return psi, info

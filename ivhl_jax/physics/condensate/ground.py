@@ -17,7 +17,7 @@ from jaxtyping import Array, ArrayLike, Complex, Inexact
 from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics.distributed_fft import host_readable
-from ivhl_jax.numerics.rollout import Stepper, rollout
+from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize
 from ivhl_jax.physics.condensate.states import gaussian
 from ivhl_jax.physics.condensate.stepper import check_local_dt, strang
@@ -37,9 +37,8 @@ __all__ = ["ground_state", "FLOAT32_TOL"]
 FLOAT32_TOL = 4e-7
 
 
-def _zero_observe(state: Any, params: Any) -> Any:
-    del state, params
-    return None
+def _total_energy(psi: jax.Array, params: Any) -> jax.Array:
+    return energy(psi, params.system)["total"]
 
 
 @functools.partial(jax.jit, static_argnames=("n_blocks", "check_every", "use_noise"))
@@ -70,25 +69,8 @@ def _ground_state_loop(
     psi = normalize(psi, grid, norm)
     # A fixed projection target (Σ|ψ|² = N/dV) keeps the norm anchored instead of random-walking.
     params = params.replace(target=norm / jnp.asarray(grid.cell_volume, rdt))
-    tol = jnp.asarray(tol, rdt)
-
-    def cond(c):
-        _, _, delta, k = c
-        return jnp.logical_and(k < n_blocks, delta > tol)
-
-    def body(c):
-        p, e_old, _, k = c
-        p, _ = rollout(
-            stepper.step_fn, p, params, check_every, save_every=check_every, observe=_zero_observe, run=stepper.run_fn
-        )
-        e = energy(p, system)["total"]
-        delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
-        # A non-finite energy (the iteration broke down) stops the loop: NaN > tol is False.
-        return p, e, delta, k + 1
-
-    e0 = energy(psi, system)["total"]
-    init = (psi, e0, jnp.asarray(jnp.inf, rdt), jnp.asarray(0, jnp.int32))
-    psi, _, delta, k = jax.lax.while_loop(cond, body, init)
+    stepper = stepper.replace(params=params)
+    psi, _, delta, k = converge(stepper, psi, _total_energy, jnp.asarray(tol, rdt), blocks=n_blocks, block=check_every)
     # Final renormalisation: the returned state has the requested norm to round-off.
     psi = normalize(psi, grid, norm)
     e = energy(psi, system)["total"]

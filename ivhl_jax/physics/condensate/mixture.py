@@ -65,7 +65,8 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
-from ivhl_jax.numerics.rollout import Stepper, rollout
+from ivhl_jax.numerics.distributed_fft import host_readable
+from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.numerics.splitstep import phase_factor_m1
 from ivhl_jax.physics.condensate.system import Grid
 
@@ -452,7 +453,7 @@ def mixture_energy(psi: Inexact[Array, "c ..."], system: MixtureSystem) -> dict[
     ``trap``, ``interaction`` and ``total`` (the kinetic part spectral)."""
     system = _check_system(system, MixtureSystem)
     grid = system.grid
-    psi = check_array(psi, "psi", shape=(system.n_components,) + grid.shape, kind="inexact")
+    psi = check_array(psi, "psi", shape=(system.n_components,) + grid.shape, kind="inexact", finite=host_readable(psi))
     psi = psi.astype(jnp.result_type(psi.dtype, jnp.complex64))
     rdt = psi.real.dtype
     axes = tuple(range(1, grid.ndim + 1))
@@ -468,7 +469,7 @@ def mixture_energy(psi: Inexact[Array, "c ..."], system: MixtureSystem) -> dict[
 def component_norms(psi: Inexact[Array, "c ..."], grid: Grid) -> Float[Array, " c"]:
     """N_i = ∫|ψ_i|² dV for each leading component (shape (C,))."""
     grid = _check_grid(grid)
-    psi = check_array(psi, "psi", kind="inexact")
+    psi = check_array(psi, "psi", kind="inexact", finite=host_readable(psi))
     if psi.ndim != grid.ndim + 1 or tuple(psi.shape[1:]) != grid.shape:
         raise ValueError(f"psi must have shape (C, *{grid.shape}) (components first), got {tuple(psi.shape)}")
     return _sumsq(psi, tuple(range(1, grid.ndim + 1))) * grid.cell_volume
@@ -478,7 +479,7 @@ def overlap(psi: Inexact[Array, "c ..."], grid: Grid, i: int = 0, j: int = 1) ->
     """The overlap Λ = (∫n_i n_j)² / (∫n_i² ∫n_j²) of components i and j: 1 for proportional densities
     (miscible), → 0 for separated ones (immiscible)."""
     grid = _check_grid(grid)
-    psi = check_array(psi, "psi", kind="inexact")
+    psi = check_array(psi, "psi", kind="inexact", finite=host_readable(psi))
     if psi.ndim != grid.ndim + 1 or tuple(psi.shape[1:]) != grid.shape:
         raise ValueError(f"psi must have shape (C, *{grid.shape}) (components first), got {tuple(psi.shape)}")
     c = psi.shape[0]
@@ -519,7 +520,7 @@ _SQRT_TWO = float(np.sqrt(2.0))
 def spin_density(psi: Inexact[Array, "3 ..."]) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The spin density (F_x, F_y, F_z) = ψ† f ψ of a spin-1 field (components m = +1, 0, −1), each
     grid-shaped: F₊ = F_x + iF_y = √2(ψ₊₁*ψ₀ + ψ₀*ψ₋₁), F_z = |ψ₊₁|² − |ψ₋₁|²."""
-    psi = check_array(psi, "psi", kind="inexact")
+    psi = check_array(psi, "psi", kind="inexact", finite=host_readable(psi))
     if psi.ndim < 2 or psi.shape[0] != 3:
         raise ValueError(f"psi must have shape (3, *grid) (components m = +1, 0, -1), got {tuple(psi.shape)}")
     fp = _f_plus(psi)
@@ -732,7 +733,7 @@ def spin1_energy(psi: Inexact[Array, "3 ..."], system: Spin1System) -> dict[str,
     ``trap``, ``zeeman``, ``density`` (the c₀ part), ``spin`` (the c₂ part) and ``total``."""
     system = _check_system(system, Spin1System)
     grid = system.grid
-    psi = check_array(psi, "psi", shape=(3,) + grid.shape, kind="inexact")
+    psi = check_array(psi, "psi", shape=(3,) + grid.shape, kind="inexact", finite=host_readable(psi))
     psi = psi.astype(jnp.result_type(psi.dtype, jnp.complex64))
     rdt = psi.real.dtype
     dv = grid.cell_volume
@@ -764,32 +765,14 @@ def _energy_total(psi: jax.Array, system: Any) -> jax.Array:
     return mixture_energy(psi, system)["total"]
 
 
-def _no_observe(state: Any, params: Any) -> Any:
-    del state, params
-    return None
+def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
+    return _energy_total(psi, params.system)
 
 
 @functools.partial(jax.jit, static_argnames=("n_blocks", "check_every"))
 def _descend(stepper: Stepper, psi: jax.Array, tol: Any, *, n_blocks: int, check_every: int) -> tuple[Any, Any]:
-    params = stepper.params
-    system = params.system
-    rdt = system.real_dtype
-    tol = jnp.asarray(tol, rdt)
-
-    def cond(c):
-        _, _, delta, k = c
-        return jnp.logical_and(k < n_blocks, delta > tol)
-
-    def body(c):
-        p, e_old, _, k = c
-        p, _ = rollout(stepper.step_fn, p, params, check_every, save_every=check_every, observe=_no_observe)
-        e = _energy_total(p, system)
-        delta = jnp.abs(e - e_old) / jnp.maximum(jnp.abs(e), jnp.finfo(rdt).tiny)
-        return p, e, delta, k + 1  # a NaN energy stops the loop (NaN > tol is False)
-
-    psi = stepper.step_fn(psi, params)  # one projected step: the state has the held norms from here on
-    e0 = _energy_total(psi, system)
-    psi, e, delta, k = jax.lax.while_loop(cond, body, (psi, e0, jnp.asarray(jnp.inf, rdt), jnp.asarray(0, jnp.int32)))
+    psi = stepper.step_fn(psi, stepper.params)  # one projected step: the state has the held norms from here on
+    psi, e, delta, k = converge(stepper, psi, _energy_of, tol, blocks=n_blocks, block=check_every)
     finite = jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)) & jnp.isfinite(e)
     info = {"steps": k * check_every + 1, "energy": e, "delta": delta, "converged": delta <= tol, "finite": finite}
     return psi, info
