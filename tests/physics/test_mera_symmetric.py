@@ -98,3 +98,23 @@ def test_bad_inputs_one_line():
         mera.evenbly_vidal(
             mera.potts(), mera.MERAConfig(chi=9, layers=1, symmetry=mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}))
         )
+
+
+def test_init_needs_a_key_and_takes_policy():
+    """No default start: a fresh symmetric MERA needs ``key`` (one-line TypeError naming it); ``policy`` is the
+    only precision argument (float32 with 'f32')."""
+    with jax.enable_x64(True):
+        model = mera.ising()
+        cfg = mera.MERAConfig(chi=4, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 2, 1: 2}))
+        st = mera.evenbly_vidal(model, cfg)
+        with pytest.raises(TypeError, match=r"needs key") as exc:
+            st.init()
+        assert "\n" not in str(exc.value)
+        with pytest.raises(TypeError, match=r"key must be a PRNG key"):
+            MS.init_symmetric(0, model, cfg)
+        m32 = MS.init_symmetric(jax.random.key(0), model, cfg, policy="f32")
+        assert m32.w[0].blocks[(0, 0, 0)].dtype == np.float32
+        m64 = st.init(key=jax.random.key(0)).mera
+        np.testing.assert_allclose(m64.w[0].blocks[(0, 0, 0)], m32.w[0].blocks[(0, 0, 0)], atol=1e-6)
+        st32 = mera.evenbly_vidal(model, cfg, policy="f32")
+        assert st32.init(mera=m64).mera.w[0].blocks[(0, 0, 0)].dtype == np.float32

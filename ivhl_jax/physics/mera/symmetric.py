@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_key, check_scalar
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics.mera.config import MERA, MERAConfig, require_x64
+from ivhl_jax.physics.mera.config import MERA, MERAConfig, precision_dtype, require_x64
 from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
 from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
 from ivhl_jax.physics.mera.sweep import ENVIRONMENT_DIAGRAMS, MERAState
@@ -176,10 +176,12 @@ def check_commutes(model: Model, symmetry: Symmetry, atol: float = 1e-12) -> Non
         )
 
 
-def symmetric_terms(model: Model, symmetry: Symmetry, dtype: Any = None) -> tuple[BlockTensor, BlockTensor]:
+def symmetric_terms(model: Model, symmetry: Symmetry, policy: Any = None) -> tuple[BlockTensor, BlockTensor]:
     """The blocked terms (h_AB, h_BA) of :func:`~ivhl_jax.physics.mera.models.blocked_terms` in the charge-sorted
-    basis, as block tensors (legs (P, P, P†, P†))."""
+    basis, as block tensors (legs (P, P, P†, P†)), in the dtype of ``policy``
+    (:func:`~ivhl_jax.physics.mera.config.precision_dtype`)."""
     check_commutes(model, symmetry)
+    dtype = precision_dtype(policy)
     perm = physical_permutation(model, symmetry)
     leg = physical_leg(model, symmetry)
     legs = (leg, leg, leg.dual(), leg.dual())
@@ -274,14 +276,21 @@ def _op_legs(leg: S.Leg) -> tuple[S.Leg, ...]:
     return (leg, leg, leg.dual(), leg.dual())
 
 
-def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, dtype: Any = None) -> MERA:
+def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, *, policy: Any = None) -> MERA:
     """Cold start as :func:`~ivhl_jax.physics.mera.config.init_mera`, block by block: u the identity on each
     sector (truncated to χ_mid), w the polar factor of uniform(0, 1) blocks, v = mirror(w) with ``refsym`` (else
-    its own draw), ρ = 𝟙/χ² at the top."""
-    lls = layer_legs(model, config)
-    return _init_symmetric(
-        key, lls, config.symmetry.group, bool(config.refsym), jnp.dtype(dtype or jnp.result_type(float))
-    )
+    its own draw), ρ = 𝟙/χ² at the top.
+
+    ``key``: a PRNG key (required: there is no default start); ``policy``: the precision
+    (:func:`~ivhl_jax.physics.mera.config.precision_dtype`: None / ``"f64"`` float64, ``"f32"`` float32)."""
+    check_key(key)
+    if not isinstance(config, MERAConfig) or not isinstance(config.symmetry, Symmetry):
+        raise TypeError("config must be a MERAConfig with a mera.Symmetry (config.symmetry)")
+    lls = layer_legs(check_model(model), config)
+    dtype = jnp.dtype(precision_dtype(policy))
+    if dtype == jnp.float64:
+        require_x64("mera.symmetric.init_symmetric", f32="or pass policy='f32'")
+    return _init_symmetric(key, lls, config.symmetry.group, bool(config.refsym), dtype)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
@@ -301,7 +310,14 @@ def _init_symmetric(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, 
             t = S.zeros(legs, group, 0, dtype)
             rng = jax.random.split(kk, max(1, len(t.blocks)))
             t = BlockTensor(
-                {k: jax.random.uniform(r, b.shape, dtype) for r, (k, b) in zip(rng, t.blocks.items())}, t.legs, group, 0
+                {
+                    # drawn in the default float and cast, so a key gives the same start in every dtype
+                    k: jax.random.uniform(r, b.shape, jnp.result_type(float)).astype(dtype)
+                    for r, (k, b) in zip(rng, t.blocks.items())
+                },
+                t.legs,
+                group,
+                0,
             )
             return S.polar(t, 1)
 
@@ -569,26 +585,43 @@ def _step(state: MERAState, params: SymmetricSweepParams) -> MERAState:
 
 
 def _init(params: SymmetricSweepParams, key: jax.Array | None = None, mera: Any | None = None) -> MERAState:
+    """``init(key)``: a fresh symmetric MERA from ``key`` (:func:`init_symmetric`; there is no default key);
+    ``init(mera=m)``: continue from the symmetric MERA ``m`` (cast to the sweep's dtype)."""
     dtype = params.h[0].dtype
     if mera is None:
-        mera = init_symmetric(jax.random.key(0) if key is None else key, params.model, params.config, dtype)
+        if key is None:
+            raise TypeError(
+                "mera.evenbly_vidal[symmetric].init needs key (a PRNG key, e.g. jax.random.key(0)) for a fresh "
+                "MERA, or mera= to continue from one"
+            )
+        mera = init_symmetric(key, params.model, params.config, policy=_policy_of(dtype))
     elif not is_symmetric(mera):
         raise TypeError("mera must be a symmetric MERA for a stepper whose config has a symmetry (or pass none)")
+    elif mera.w[0].dtype != dtype:
+        mera = jax.tree_util.tree_map(
+            lambda x: jnp.asarray(x, dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, mera
+        )
     return MERAState(mera=mera, energy=jnp.zeros((), dtype))
 
 
-def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, dtype: Any = None) -> Stepper:
+def _policy_of(dtype: Any) -> str:
+    return "f32" if jnp.dtype(dtype) == jnp.float32 else "f64"
+
+
+def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, policy: Any = None) -> Stepper:
     """The stepper of :func:`~ivhl_jax.physics.mera.sweep.evenbly_vidal` for a config with a symmetry (that
-    builder dispatches here): the model is checked to conserve the charge, the sectors to add up and fit."""
+    builder dispatches here): the model is checked to conserve the charge, the sectors to add up and fit.
+    ``policy``: the precision, as the dense stepper's (:func:`~ivhl_jax.physics.mera.config.precision_dtype`)."""
     model = check_model(model)
     sym = config.symmetry
     if not isinstance(sym, Symmetry):
         raise TypeError(f"config.symmetry must be a mera.Symmetry, got {type(sym).__name__}")
     check_commutes(model, sym)
     layer_legs(model, config)
+    dtype = precision_dtype(policy)
     if jnp.dtype(dtype) == jnp.float64:
         require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
-    h = symmetric_terms(model, sym, dtype)
+    h = symmetric_terms(model, sym, policy)
     return Stepper.create(
         _step,
         SymmetricSweepParams(h=h, config=config, model=model),
