@@ -796,7 +796,7 @@ def _complete(key: jax.Array, t: BlockTensor, new_legs: tuple[S.Leg, ...], k: in
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4))
-def _grow_symmetric(mera: MERA, key: jax.Array, lls: tuple[LayerLegs, ...], mix: float, refsym: bool) -> MERA:
+def _grow_symmetric(mera: Any, key: jax.Array, lls: tuple[LayerLegs, ...], mix: float, refsym: bool) -> MERA:
     us, ws, vs = [], [], []
     keys = jax.random.split(key, 3 * len(lls))
     for z, ll in enumerate(lls):
