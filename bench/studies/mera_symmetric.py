@@ -97,7 +97,7 @@ def measure(m: Any, model: Any, cfg: Any, name: str) -> dict[str, Any]:
         rec["ope"] = (
             ope
             if "error" in ope
-            else {k: {kk: v[kk] for kk in ("C", "exact", "allowed") if kk in v} for k, v in ope.items()}
+            else {k: {kk: v[kk] for kk in ("measured", "exact", "allowed") if kk in v} for k, v in ope.items()}
         )
     cc = attempt(lambda: M.central_charge(dense, model))
     rec["central_charge"] = {k: v for k, v in cc.items() if isinstance(v, (int, float, str, list))}
@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-min", type=float, default=None, help="stop sweeping (then measure) once this wall time is spent"
     )
     ap.add_argument("--out", required=True)
+    ap.add_argument("--save", default=None, help="pickle each stage's MERA and config to <SAVE>_chi<chi>.pkl")
     args = ap.parse_args(argv)
     import dataclasses
 
@@ -194,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             rec["energy_error_at_sweep"] = {str(i + 1): float(err[i]) for i in range(0, len(err), every)}
             rec["energy_error_at_sweep"][str(len(err))] = float(err[-1])
             m = state.mera
+            if args.save:
+                import pickle
+
+                with open(f"{args.save}_chi{chi}.pkl", "wb") as f:
+                    pickle.dump((jax.tree.map(np.asarray, m), cfg), f)
             rec.update(measure(m, model, cfg, args.model))
             doc["stages"].append(rec)
             doc["total_seconds"] = round(time.perf_counter() - t_start, 1)

@@ -310,3 +310,19 @@ def test_more_bad_inputs_one_line():
         with pytest.raises(ValueError, match=r"layer 1 would shrink .* a ladder only grows") as exc:
             MS.spectrum_sectors(m, cfg.symmetry, 4, 2)
         assert "\n" not in str(exc.value)
+
+
+@pytest.mark.slow
+def test_z3_potts_matches_dense():
+    """Z3 Potts in its charge basis (χ = 9 = 3 + 3 + 3, χ_mid = 3 = 1 + 1 + 1): energies equal to the dense MERA's
+    to 1e-10, and the scaling dimensions carry Z3 charges (the charged ones come in conjugate pairs 1, 2)."""
+    with jax.enable_x64(True):
+        model = MS.potts_charge_basis()
+        sym = mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}, mid_sectors=[None, {0: 1, 1: 1, 2: 1}])
+        cfg = mera.MERAConfig(chi=9, chi_mid=(9, 3), layers=1, u_delay=1, symmetry=sym)
+        s, e, de = _run_both(model, cfg, 6)
+        dims, charges = mera.charged_scaling_dimensions(s.mera, 81)
+    np.testing.assert_allclose(e[1:], de[1:], rtol=0, atol=1e-10)
+    assert e[-1] < e[1]
+    assert sorted(np.unique(charges).tolist()) == [0, 1, 2]
+    np.testing.assert_allclose(np.sort(dims[charges == 1]), np.sort(dims[charges == 2]), atol=1e-8)

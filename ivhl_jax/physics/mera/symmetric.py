@@ -1013,7 +1013,7 @@ def conformal_table(mera: Any, cft: str, num: int = 10) -> list[dict[str, Any]]:
 
 def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
     """OPE coefficients of ``cft``'s primaries on the symmetric MERA: a coefficient C_αβγ whose charges do not add
-    up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``{"allowed": False, "C": 0.0}``; the
+    up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``{"allowed": False, "measured": 0.0}``; the
     allowed ones are measured by :func:`~ivhl_jax.physics.mera.conformal.ope_coefficients` on the dense
     embedding."""
     from ivhl_jax.physics.mera.conformal import CFT_OPE
@@ -1028,7 +1028,7 @@ def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[s
         name = f"C_{a}{b}{c}"
         qa, qb, qc = (CFT_CHARGES[cft][x][0] for x in (a, b, c))
         if group.reduce(qa + qb - qc) != 0:
-            out[name] = {"allowed": False, "C": 0.0}
+            out[name] = {"allowed": False, "measured": 0.0}
         else:
             out[name] = dict(measured.get(name, {}), allowed=True)
     del model
