@@ -10,8 +10,8 @@ wall time of the stage (compile included) and of the measurements. ``--compare-d
 every stage are also run densely from the stage's start embedded, and the largest energy difference is recorded.
 The JSON is rewritten after every stage (a run cut short keeps what it measured)::
 
-    python -m bench.studies.mera_symmetric --model ising --ladder 8/6/800 12/9/400 16/12/300 24/16/150 \\
-        --budget-min 36 --out bench/results/mera_symmetric_ising_ladder.json
+    python -m bench.studies.mera_symmetric --model ising --ladder 8/6/2000 12/9/400 16/12/300 \\
+        --budget-min 30 --out bench/results/mera_symmetric_ising_ladder.json
 
 A stage is chi/chi_mid/sweeps; Ising and Potts use two transitional layers (χ per layer (min(χ, d²), χ, χ),
 χ_mid (d², min(χ_mid, that), χ_mid)), XX one (χ_mid (4, χ_mid)).
