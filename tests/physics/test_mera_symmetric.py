@@ -307,7 +307,8 @@ def test_more_bad_inputs_one_line():
             rings.append(np.linalg.eigvalsh(h))
         np.testing.assert_allclose(rings[0], rings[1], atol=1e-10)
         model, cfg, m = _optimised_z2_chi4()
-        with pytest.raises(ValueError, match=r"layer 1 would shrink .* a ladder only grows") as exc:
+        shrink = r"layer 0 would shrink from \(chi_mid, chi\) = \(4, 4\) to \(2, 4\); a ladder only grows"
+        with pytest.raises(ValueError, match=shrink) as exc:
             MS.spectrum_sectors(m, cfg.symmetry, 4, 2)
         assert "\n" not in str(exc.value)
 
