@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             doc["total_seconds"] = round(time.perf_counter() - t_start, 1)
             print(json.dumps({kk: rec[kk] for kk in ("stage", "energy_error", "stage_seconds")}), flush=True)
             write_results(args.out, doc, command=command)
+        if "stopped" in doc:
+            write_results(args.out, doc, command=command)
     return 0
 
 
