@@ -72,7 +72,7 @@ def first_config(name: str, chi: int, mid: int, d2: int) -> Any:
     )
 
 
-def measure(m: Any, model: Any, cfg: Any, name: str) -> dict[str, Any]:
+def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dict[str, Any]:
     from ivhl_jax import mera as M
     from ivhl_jax.physics.mera import symmetric as MS
 
@@ -84,6 +84,9 @@ def measure(m: Any, model: Any, cfg: Any, name: str) -> dict[str, Any]:
             {k: r[k] for k in ("delta", "charge", "label", "exact")} for r in M.conformal_table(m, name, 10)
         ],
     }
+    if light:
+        rec["seconds_to_measure"] = round(time.perf_counter() - t0, 1)
+        return rec
     dense = M.dense_mera(m, model, cfg.symmetry)
 
     def attempt(fn: Any) -> Any:
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-min", type=float, default=None, help="stop sweeping (then measure) once this wall time is spent"
     )
     ap.add_argument("--out", required=True)
+    ap.add_argument("--load", default=None, help="continue from a --save pickle (the first stage grows it)")
+    ap.add_argument("--light", action="store_true", help="measure only the energy and the charged dimensions")
     ap.add_argument("--save", default=None, help="pickle each stage's MERA and config to <SAVE>_chi<chi>.pkl")
     args = ap.parse_args(argv)
     import dataclasses
@@ -138,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     key = jax.random.key(args.key)
     with jax.enable_x64(True):
         m, cfg = None, None
+        if args.load:
+            import pickle
+
+            with open(args.load, "rb") as f:
+                m, cfg = pickle.load(f)
+            m = jax.tree.map(jax.numpy.asarray, m)
+            doc["loaded"] = args.load
         for k, spec in enumerate(args.ladder):
             if args.budget_min is not None and time.perf_counter() - t_start > 60 * args.budget_min:
                 doc["stopped"] = f"wall-time budget of {args.budget_min} min spent before stage {spec}"
@@ -200,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 with open(f"{args.save}_chi{chi}.pkl", "wb") as f:
                     pickle.dump((jax.tree.map(np.asarray, m), cfg), f)
-            rec.update(measure(m, model, cfg, args.model))
+            rec.update(measure(m, model, cfg, args.model, light=args.light))
             doc["stages"].append(rec)
             doc["total_seconds"] = round(time.perf_counter() - t_start, 1)
             print(json.dumps({kk: rec[kk] for kk in ("stage", "energy_error", "stage_seconds")}), flush=True)
