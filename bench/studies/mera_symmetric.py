@@ -112,7 +112,7 @@ def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dic
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
-    ap.add_argument("--ladder", nargs="+", required=True, help="stages chi/chi_mid/sweeps")
+    ap.add_argument("--ladder", nargs="*", default=[], help="stages chi/chi_mid/sweeps (none with --load: measure it)")
     ap.add_argument("--key", type=int, default=0)
     ap.add_argument("--compare-dense", type=int, default=0, help="sweeps per stage also run densely")
     ap.add_argument(
@@ -150,6 +150,14 @@ def main(argv: list[str] | None = None) -> int:
                 m, cfg = pickle.load(f)
             m = jax.tree.map(jax.numpy.asarray, m)
             doc["loaded"] = args.load
+            if not args.ladder:  # measure the saved stage as it is
+                t0 = time.perf_counter()
+                rec = {"stage": f"loaded {args.load}", "layer_chis": list(m.chis), "layer_chi_mids": list(m.chi_mids)}
+                rec.update(measure(m, model, cfg, args.model, light=args.light))
+                doc["stages"].append(rec)
+                doc["total_seconds"] = round(time.perf_counter() - t0, 1)
+                write_results(args.out, doc, command=command)
+                return 0
         for k, spec in enumerate(args.ladder):
             if args.budget_min is not None and time.perf_counter() - t_start > 60 * args.budget_min:
                 doc["stopped"] = f"wall-time budget of {args.budget_min} min spent before stage {spec}"
