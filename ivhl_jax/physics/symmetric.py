@@ -53,6 +53,7 @@ __all__ = [
     "polar",
     "singular_values",
     "fused_dims",
+    "fused_layout",
     "block_eigvalsh",
     "make_leg",
     "scalar",
@@ -542,6 +543,12 @@ def _fused(legs: tuple[Leg, ...], group: Group) -> dict[int, list[tuple[tuple[in
         out[q].append((tuple(key), sizes[q], n))
         sizes[q] += n
     return dict(out)
+
+
+def fused_layout(legs: Sequence[Leg], group: Group) -> dict[int, list[tuple[tuple[int, ...], int, int]]]:
+    """How :func:`matrix_blocks` lays out a fused index: fused charge Q = Σ f_i q_i of ``legs`` → a list of
+    (sector charges, offset in the fused sector, size), in the order of the fused matrix's rows/columns."""
+    return {q: list(parts) for q, parts in _fused(tuple(legs), group).items()}
 
 
 def fused_dims(legs: Sequence[Leg], group: Group) -> dict[int, int]:

@@ -98,3 +98,232 @@ def test_bad_inputs_one_line():
         mera.evenbly_vidal(
             mera.potts(), mera.MERAConfig(chi=9, layers=1, symmetry=mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}))
         )
+
+
+def test_init_needs_a_key_and_takes_policy():
+    """No default start: a fresh symmetric MERA needs ``key`` (one-line TypeError naming it); ``policy`` is the
+    only precision argument (float32 with 'f32')."""
+    with jax.enable_x64(True):
+        model = mera.ising()
+        cfg = mera.MERAConfig(chi=4, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 2, 1: 2}))
+        st = mera.evenbly_vidal(model, cfg)
+        with pytest.raises(TypeError, match=r"needs key") as exc:
+            st.init()
+        assert "\n" not in str(exc.value)
+        with pytest.raises(TypeError, match=r"key must be a PRNG key"):
+            MS.init_symmetric(0, model, cfg)
+        m32 = MS.init_symmetric(jax.random.key(0), model, cfg, policy="f32")
+        assert m32.w[0].blocks[(0, 0, 0)].dtype == np.float32
+        m64 = st.init(key=jax.random.key(0)).mera
+        np.testing.assert_allclose(m64.w[0].blocks[(0, 0, 0)], m32.w[0].blocks[(0, 0, 0)], atol=1e-6)
+        st32 = mera.evenbly_vidal(model, cfg, policy="f32")
+        assert st32.init(mera=m64).mera.w[0].blocks[(0, 0, 0)].dtype == np.float32
+
+
+def _optimised_z2_chi4():
+    model = mera.ising()
+    cfg = mera.MERAConfig(chi=4, layers=1, u_delay=1, symmetry=mera.Symmetry("Z2", sectors={0: 2, 1: 2}))
+    st = mera.evenbly_vidal(model, cfg)
+    s, _ = trajectory(st, st.init(key=jax.random.key(1)), 6, observe=mera.observe)
+    return model, cfg, s.mera
+
+
+def _dense_top_choice(m, chi):
+    """The charges of the chi largest eigenvalues of the dense ½(ρ_AB + ρ_BA) at the top (NumPy eigh; the charge
+    of an eigenvector read off its support)."""
+    leg = m.rho_ab.legs[0]
+    rho = 0.5 * (np.asarray(m.rho_ab.to_dense()) + np.asarray(m.rho_ba.to_dense()))
+    n = leg.dim
+    vals, vecs = np.linalg.eigh(rho.reshape(n * n, n * n))
+    q = leg.charge_of_index()
+    pair_q = ((q[:, None] + q[None, :]) % 2).reshape(-1)
+    counts = {}
+    for i in np.argsort(-vals, kind="stable")[:chi]:
+        weights = {c: float(np.sum(vecs[pair_q == c, i] ** 2)) for c in (0, 1)}
+        c = max(weights, key=weights.get)
+        assert weights[c] > 1 - 1e-10  # a symmetric ρ's eigenvectors have one charge
+        counts[c] = counts.get(c, 0) + 1
+    return counts
+
+
+def test_spectrum_sectors_and_grow_keep_the_energy():
+    """The sectors of a larger χ are the charges of the largest eigenvalues of the top two-site density matrix
+    (against NumPy's eigh of the dense ρ); growing to them with mix=0 keeps the energy (to 1e-12) and every
+    tensor an isometry."""
+    with jax.enable_x64(True):
+        model, cfg, m = _optimised_z2_chi4()
+        sym = MS.spectrum_sectors(m, cfg.symmetry, 7)
+        assert dict(sym.sectors[-1]) == _dense_top_choice(m, 7)
+        assert sum(d for _, d in sym.sectors[-1]) == 7 and sym.sectors[0] == sym.sectors[-1]
+        grown, cfg2 = MS.grow_by_spectrum(m, jax.random.key(2), model, cfg, 7, mix=0.0)
+        assert cfg2.symmetry == sym and grown.chis == (7, 7)
+        e_old = MS.energy_per_site(m, MS.symmetric_terms(model, cfg.symmetry))
+        e_new = MS.energy_per_site(grown, MS.symmetric_terms(model, cfg2.symmetry))
+        np.testing.assert_allclose(e_new, e_old, rtol=0, atol=1e-12)
+        assert max(mera.isometry_errors(mera.dense_mera(grown)).values()) < 1e-12
+        with pytest.raises(ValueError, match=r"would shrink in charge 0") as exc:
+            MS.grow_symmetric(grown, jax.random.key(3), model, cfg)
+        assert "\n" not in str(exc.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", ["Z2", "U1"])
+def test_grown_ladder_equals_dense(group):
+    """A ladder stage grown from the spectra (Z2 Ising χ 4 → 6; U(1) XX χ 4 → 8, where new charges appear):
+    the symmetric sweeps after the growth equal the dense sweeps from the grown MERA's embedding to 1e-10."""
+    with jax.enable_x64(True):
+        if group == "Z2":
+            model, sectors, chi = mera.ising(), {0: 2, 1: 2}, 6
+        else:
+            model, sectors, chi = mera.xx(), {-1: 1, 0: 2, 1: 1}, 8
+        cfg = mera.MERAConfig(chi=4, layers=1, u_delay=1, symmetry=mera.Symmetry(group, sectors=sectors))
+        st = mera.evenbly_vidal(model, cfg)
+        s, _ = trajectory(st, st.init(key=jax.random.key(1)), 6, observe=mera.observe)
+        grown, cfg2 = MS.grow_by_spectrum(s.mera, jax.random.key(2), model, cfg, chi)
+        if group == "U1":
+            assert len(cfg2.symmetry.sectors[-1]) > 3  # charges beyond -1, 0, 1
+        st2 = mera.evenbly_vidal(model, cfg2)
+        s2, e = trajectory(st2, st2.init(mera=grown), 5, observe=mera.observe)
+        dst = mera.evenbly_vidal(model, dataclasses.replace(cfg2, symmetry=None))
+        _, de = trajectory(dst, dst.init(mera=mera.dense_mera(grown, model, cfg2.symmetry)), 5, observe=mera.observe)
+    np.testing.assert_allclose(np.asarray(e), np.asarray(de), rtol=0, atol=1e-10)
+    assert e[-1] < e[0]
+
+
+def test_steppers_of_equal_models_share_a_structure():
+    """The stepper's static parameters are hashable and compare equal for equal models (two separately built
+    mera.ising() steppers: jit's cache compares them, which must not raise)."""
+    with jax.enable_x64(True):
+        cfg = mera.MERAConfig(chi=4, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 2, 1: 2}))
+        a, b = (mera.evenbly_vidal(mera.ising(), cfg) for _ in range(2))
+        ta, tb = (jax.tree_util.tree_structure(x.params) for x in (a, b))
+        assert ta == tb and hash(ta) == hash(tb)
+
+
+def _xx_ring_levels(n_sites, charges, k=24):
+    """(E − E₀)·N/(2πv) and the S^z charge of the lowest levels of the periodic XX chain H = −¼Σ(XX + YY)
+    (v = 1), by exact diagonalisation in each S^z sector (SciPy, float64)."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as sla
+
+    levels = []
+    for q in charges:
+        states = [s for s in range(1 << n_sites) if bin(s).count("1") == n_sites // 2 - q]
+        index = {s: i for i, s in enumerate(states)}
+        rows, cols = [], []
+        for s in states:
+            for i in range(n_sites):
+                j = (i + 1) % n_sites
+                if (s >> i) & 1 != (s >> j) & 1:
+                    rows.append(index[s ^ ((1 << i) | (1 << j))])
+                    cols.append(index[s])
+        h = sp.csr_matrix((np.full(len(rows), -0.5), (rows, cols)), shape=(len(states),) * 2)
+        levels += [(e, q) for e in sla.eigsh(h, k=min(k, len(states) - 2), which="SA", return_eigenvectors=False)]
+    e0 = min(e for e, _ in levels)
+    return [((e - e0) * n_sites / (2 * np.pi), q) for e, q in levels]
+
+
+def test_xx_cft_table_against_exact_diagonalisation():
+    """The XX chain's CFT table (every operator up to Δ = 5/4, with its U(1) charge) is the low spectrum of the
+    periodic 12-site chain: each level's Δ within the finite-size shift (0.06) of a table entry of the same charge,
+    and the multiset of (Δ, charge) equal."""
+    from ivhl_jax.physics.mera.scaling import CFT_OPERATORS
+
+    table = sorted((d, MS.CFT_CHARGES["xx"][prim][0]) for d, _, prim in CFT_OPERATORS["xx"])
+    assert len(table) == 17 and max(d for d, _ in table) == 1.25
+    levels = sorted((d, q) for d, q in _xx_ring_levels(12, range(-3, 4)) if d < 1.5)
+    assert len(levels) == len(table)
+    for (d, _), (dt, _) in zip(levels, table):
+        assert abs(d - dt) < 0.06
+    from collections import Counter
+
+    assert Counter((round(d * 4) / 4, q) for d, q in levels) == Counter(table)
+
+
+def test_more_bad_inputs_one_line():
+    """Sectors that do not add up in a transitional layer or in χ_mid, spin charges outside the group or of the
+    wrong length, a model that does not commute with the symmetry (Potts in its σ basis under Z3, checked
+    numerically on its term), a ladder that would shrink: one line naming the argument."""
+    cases = [
+        (
+            lambda: mera.evenbly_vidal(
+                mera.ising(),
+                mera.MERAConfig(
+                    chi=(6, 8, 8),
+                    layers=2,
+                    symmetry=mera.Symmetry("Z2", sectors=[{0: 3, 1: 2}, {0: 4, 1: 4}, {0: 4, 1: 4}]),
+                ),
+            ),
+            r"symmetry.sectors\[0\] add up to 5 .* chi=6",
+        ),
+        (
+            lambda: mera.evenbly_vidal(
+                mera.ising(),
+                mera.MERAConfig(
+                    chi=6,
+                    chi_mid=3,
+                    layers=1,
+                    symmetry=mera.Symmetry("Z2", sectors={0: 3, 1: 3}, mid_sectors={0: 2, 1: 2}),
+                ),
+            ),
+            r"symmetry.mid_sectors\[0\] add up to 4 .* chi_mid=3",
+        ),
+        (
+            lambda: mera.Symmetry("Z2", sectors={0: 2, 1: 2}, spin_charges=(0, 2)),
+            r"spin_charges=2 is outside the group Z2",
+        ),
+        (lambda: mera.Symmetry("U1", sectors={0: 2, 0.5: 2}), r"0.5 is not a charge of U1"),
+        (
+            lambda: mera.evenbly_vidal(
+                mera.ising(),
+                mera.MERAConfig(
+                    chi=4, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 2, 1: 2}, spin_charges=(0, 1, 1))
+                ),
+            ),
+            r"spin_charges has 3 entries, the model's spins have d=2",
+        ),
+        (
+            lambda: mera.evenbly_vidal(
+                mera.potts(),
+                mera.MERAConfig(
+                    chi=9, layers=1, symmetry=mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}, spin_charges=(0, 1, 2))
+                ),
+            ),
+            r"potts\(f=1\) does not commute with the Z3 symmetry",
+        ),
+    ]
+    with jax.enable_x64(True):
+        for fn, pattern in cases:
+            with pytest.raises(ValueError, match=pattern) as exc:
+                fn()
+            assert "\n" not in str(exc.value)
+        # the same chain in its charge basis commutes (its term is the σ-basis term conjugated by the Fourier
+        # transform: the same spectrum on an open chain of 4 spins)
+        MS.check_commutes(MS.potts_charge_basis(), mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}))
+        rings = []
+        for model in (mera.potts(), MS.potts_charge_basis()):
+            t = np.asarray(model.term).reshape(9, 9)
+            h = sum(np.kron(np.kron(np.eye(3**i), t), np.eye(3 ** (2 - i))) for i in range(3))  # 4 open spins
+            rings.append(np.linalg.eigvalsh(h))
+        np.testing.assert_allclose(rings[0], rings[1], atol=1e-10)
+        model, cfg, m = _optimised_z2_chi4()
+        shrink = r"layer 0 would shrink from \(chi_mid, chi\) = \(4, 4\) to \(2, 4\); a ladder only grows"
+        with pytest.raises(ValueError, match=shrink) as exc:
+            MS.spectrum_sectors(m, cfg.symmetry, 4, 2)
+        assert "\n" not in str(exc.value)
+
+
+@pytest.mark.slow
+def test_z3_potts_matches_dense():
+    """Z3 Potts in its charge basis (χ = 9 = 3 + 3 + 3, χ_mid = 3 = 1 + 1 + 1): energies equal to the dense MERA's
+    to 1e-10, and the scaling dimensions carry Z3 charges (the charged ones come in conjugate pairs 1, 2)."""
+    with jax.enable_x64(True):
+        model = MS.potts_charge_basis()
+        sym = mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}, mid_sectors=[None, {0: 1, 1: 1, 2: 1}])
+        cfg = mera.MERAConfig(chi=9, chi_mid=(9, 3), layers=1, u_delay=1, symmetry=sym)
+        s, e, de = _run_both(model, cfg, 6)
+        dims, charges = mera.charged_scaling_dimensions(s.mera, 81)
+    np.testing.assert_allclose(e[1:], de[1:], rtol=0, atol=1e-10)
+    assert e[-1] < e[1]
+    assert sorted(np.unique(charges).tolist()) == [0, 1, 2]
+    np.testing.assert_allclose(np.sort(dims[charges == 1]), np.sort(dims[charges == 2]), atol=1e-8)

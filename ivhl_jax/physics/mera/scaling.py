@@ -163,15 +163,28 @@ CFT_OPERATORS: dict[str, list[tuple[float, str, str]]] = {
         (2.0, "T", "1"),
         (2.0, "T̄", "1"),
     ],
-    # XX chain: a c = 1 compact boson at the free-fermion radius (vertex operators e^{±iφ} at 1/4, then 1)
+    # XX chain: the c = 1 compact boson at the free-fermion radius. Its primaries are the vertex operators V(n,m),
+    # U(1) charge n (S^z) and winding m, with Δ = n²/4 + m² and spin n·m, and the currents J, J̄ (Δ = 1); the list
+    # is complete up to Δ = 5/4 (17 operators; exact diagonalisation of the periodic chain has the same levels
+    # and charges, tests/physics/test_mera_symmetric.py).
     "xx": [
         (0.0, "1", "1"),
-        (0.25, "V±", "V±"),
-        (0.25, "V∓", "V∓"),
+        (0.25, "V(1,0)", "V(1,0)"),
+        (0.25, "V(-1,0)", "V(-1,0)"),
+        (1.0, "V(2,0)", "V(2,0)"),
+        (1.0, "V(-2,0)", "V(-2,0)"),
+        (1.0, "V(0,1)", "V(0,1)"),
+        (1.0, "V(0,-1)", "V(0,-1)"),
         (1.0, "J", "J"),
         (1.0, "J̄", "J̄"),
-        (1.25, "∂V", "V±"),
-        (1.25, "∂̄V", "V±"),
+        (1.25, "V(1,1)", "V(1,1)"),
+        (1.25, "V(1,-1)", "V(1,-1)"),
+        (1.25, "V(-1,1)", "V(-1,1)"),
+        (1.25, "V(-1,-1)", "V(-1,-1)"),
+        (1.25, "∂V(1,0)", "V(1,0)"),
+        (1.25, "∂̄V(1,0)", "V(1,0)"),
+        (1.25, "∂V(-1,0)", "V(-1,0)"),
+        (1.25, "∂̄V(-1,0)", "V(-1,0)"),
     ],
 }
 

@@ -335,7 +335,7 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     if config.symmetry is not None:  # block-sparse symmetric tensors (checks its arguments, then the precision)
         from ivhl_jax.physics.mera.symmetric import evenbly_vidal_symmetric
 
-        return evenbly_vidal_symmetric(model, config, dtype=dtype)
+        return evenbly_vidal_symmetric(model, config, policy=policy)
     if dtype == jnp.float64:
         require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
     h = blocked_terms(model, dtype)

@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_key, check_scalar
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics.mera.config import MERA, MERAConfig, require_x64
+from ivhl_jax.physics.mera.config import MERA, MERAConfig, precision_dtype, require_x64
 from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
 from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
 from ivhl_jax.physics.mera.sweep import ENVIRONMENT_DIAGRAMS, MERAState
@@ -46,8 +46,30 @@ _T1, _T2, _T3, _T4 = ASCEND_DIAGRAMS
 _ENV_U, _ENV_W, _ENV_V = (ENVIRONMENT_DIAGRAMS[k] for k in "uwv")
 
 #: The symmetry of the library's models and the charge of each spin basis state (Ising: Z2, |↑⟩ even; XX: U(1),
-#: the number of ↓ spins, centred per block; Potts: Z3 is not diagonal in the σ basis of :func:`potts`).
-DEFAULT_SPIN_CHARGES = {"ising": ("Z2", (0, 1)), "xx": ("U1", (0, 1))}
+#: the number of ↓ spins, centred per block; Potts in its charge basis, :func:`potts_charge_basis`: Z3, the
+#: eigenvalue ω^k of τ. Z3 is not diagonal in the σ basis of :func:`~ivhl_jax.physics.mera.models.potts`).
+DEFAULT_SPIN_CHARGES = {"ising": ("Z2", (0, 1)), "xx": ("U1", (0, 1)), "potts_z3": ("Z3", (0, 1, 2))}
+
+
+def potts_charge_basis(f: float = 1.0) -> Model:
+    """The 3-state Potts chain of :func:`~ivhl_jax.physics.mera.models.potts` in the basis where its Z3 charge is
+    diagonal (the Fourier transform of the σ basis: τ = diag(1, ω, ω²), σ the cyclic shift S|k⟩ = |k+1⟩):
+    H = −Σ (S_i S_{i+1}ᵀ + S_iᵀ S_{i+1}) − f Σ 2cos(2πk_i/3), real, with the same spectrum, e₀ and CFT; the
+    charge of |k⟩ is k (its default :class:`Symmetry` is ``Symmetry("Z3", ...)``)."""
+    from ivhl_jax.physics.mera.models import E0_CRITICAL_POTTS, POTTS_CFT
+
+    check_scalar(f, "f")
+    f = float(f)
+    shift = np.roll(np.eye(3), 1, axis=0)
+    bond = -(np.kron(shift, shift.T) + np.kron(shift.T, shift))
+    site = -np.diag(2.0 * np.cos(2.0 * np.pi * np.arange(3) / 3.0))
+    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
+    return Model(
+        term=term.reshape(3, 3, 3, 3),
+        name=f"potts_z3(f={f:g})",
+        e0=E0_CRITICAL_POTTS if f == 1.0 else None,
+        cft=POTTS_CFT if f == 1.0 else (),
+    )
 
 
 def _sector_tuple(value: Any, group: S.Group, name: str) -> tuple[tuple[int, int], ...]:
@@ -107,7 +129,7 @@ class Symmetry:
         val = getattr(self, name)
         if val is None:
             return (None,) * n
-        if val and isinstance(val[0][0], (int, np.integer)):  # one mapping for all layers
+        if val and val[0] is not None and isinstance(val[0][0], (int, np.integer)):  # one mapping, every layer
             return (val,) * n
         if len(val) != n:
             raise ValueError(f"symmetry.{name} needs one mapping per layer ({n}, bottom first), got {len(val)}")
@@ -176,10 +198,12 @@ def check_commutes(model: Model, symmetry: Symmetry, atol: float = 1e-12) -> Non
         )
 
 
-def symmetric_terms(model: Model, symmetry: Symmetry, dtype: Any = None) -> tuple[BlockTensor, BlockTensor]:
+def symmetric_terms(model: Model, symmetry: Symmetry, policy: Any = None) -> tuple[BlockTensor, BlockTensor]:
     """The blocked terms (h_AB, h_BA) of :func:`~ivhl_jax.physics.mera.models.blocked_terms` in the charge-sorted
-    basis, as block tensors (legs (P, P, P†, P†))."""
+    basis, as block tensors (legs (P, P, P†, P†)), in the dtype of ``policy``
+    (:func:`~ivhl_jax.physics.mera.config.precision_dtype`)."""
     check_commutes(model, symmetry)
+    dtype = precision_dtype(policy)
     perm = physical_permutation(model, symmetry)
     leg = physical_leg(model, symmetry)
     legs = (leg, leg, leg.dual(), leg.dual())
@@ -274,14 +298,21 @@ def _op_legs(leg: S.Leg) -> tuple[S.Leg, ...]:
     return (leg, leg, leg.dual(), leg.dual())
 
 
-def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, dtype: Any = None) -> MERA:
+def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, *, policy: Any = None) -> MERA:
     """Cold start as :func:`~ivhl_jax.physics.mera.config.init_mera`, block by block: u the identity on each
     sector (truncated to χ_mid), w the polar factor of uniform(0, 1) blocks, v = mirror(w) with ``refsym`` (else
-    its own draw), ρ = 𝟙/χ² at the top."""
-    lls = layer_legs(model, config)
-    return _init_symmetric(
-        key, lls, config.symmetry.group, bool(config.refsym), jnp.dtype(dtype or jnp.result_type(float))
-    )
+    its own draw), ρ = 𝟙/χ² at the top.
+
+    ``key``: a PRNG key (required: there is no default start); ``policy``: the precision
+    (:func:`~ivhl_jax.physics.mera.config.precision_dtype`: None / ``"f64"`` float64, ``"f32"`` float32)."""
+    check_key(key)
+    if not isinstance(config, MERAConfig) or not isinstance(config.symmetry, Symmetry):
+        raise TypeError("config must be a MERAConfig with a mera.Symmetry (config.symmetry)")
+    lls = layer_legs(check_model(model), config)
+    dtype = jnp.dtype(precision_dtype(policy))
+    if dtype == jnp.float64:
+        require_x64("mera.symmetric.init_symmetric", f32="or pass policy='f32'")
+    return _init_symmetric(key, lls, config.symmetry.group, bool(config.refsym), dtype)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
@@ -301,7 +332,14 @@ def _init_symmetric(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, 
             t = S.zeros(legs, group, 0, dtype)
             rng = jax.random.split(kk, max(1, len(t.blocks)))
             t = BlockTensor(
-                {k: jax.random.uniform(r, b.shape, dtype) for r, (k, b) in zip(rng, t.blocks.items())}, t.legs, group, 0
+                {
+                    # drawn in the default float and cast, so a key gives the same start in every dtype
+                    k: jax.random.uniform(r, b.shape, jnp.result_type(float)).astype(dtype)
+                    for r, (k, b) in zip(rng, t.blocks.items())
+                },
+                t.legs,
+                group,
+                0,
             )
             return S.polar(t, 1)
 
@@ -551,15 +589,275 @@ def sweep(
     return new, energy
 
 
+# ------------------------------------------------------------------------------------------ bond growth
+
+
+def level_densities(mera: Any) -> list[tuple[BlockTensor, BlockTensor]]:
+    """The two-site density matrices (ρ_AB, ρ_BA) at the input of every layer, bottom first: entry z is the
+    density on layer z's input bond (entry L, the scale-invariant layer's, is the stored top ρ; below it
+    ρ^(z) = 𝒟_z(ρ^(z+1)))."""
+    if not is_symmetric(mera):
+        raise TypeError("mera must be a symmetric MERA")
+    n = mera.num_layers
+    rhos: list[Any] = [None] * n
+    rhos[n - 1] = (mera.rho_ab, mera.rho_ba)
+    for z in reversed(range(n - 1)):
+        rhos[z] = descend(rhos[z + 1], mera.layer(z))
+    return rhos
+
+
+def _charged_eigs(rho: BlockTensor, k: int) -> list[tuple[float, int]]:
+    """(eigenvalue, charge) of a charge-0 density matrix on k legs (outs then ins), the charge of an eigenvector
+    the fused charge Σ q of its k (outgoing) legs; largest first."""
+    group = rho.group
+    out = []
+    for q_cols, ev in S.block_eigvalsh(rho).items():
+        q = group.reduce(-q_cols)  # the rows' (outgoing legs') fused charge
+        out += [(float(x), q) for x in np.asarray(ev, np.float64)]
+    return sorted(out, key=lambda t: (-t[0], t[1]))
+
+
+def _pick(ranked: list[tuple[float, int]], n: int, cap: dict[int, int]) -> dict[int, int]:
+    """The charges of the ``n`` largest eigenvalues of ``ranked``, each charge at most ``cap[q]`` states; when the
+    ranking runs out, the remaining states go to the charges with the most room left."""
+    count: dict[int, int] = {}
+    for _, q in ranked:
+        if sum(count.values()) == n:
+            break
+        if count.get(q, 0) < cap.get(q, 0):
+            count[q] = count.get(q, 0) + 1
+    while sum(count.values()) < n:
+        room = {q: c - count.get(q, 0) for q, c in cap.items() if c > count.get(q, 0)}
+        if not room:
+            raise ValueError(f"chi={n} is more states than the layer can carry ({sum(cap.values())})")
+        q = max(sorted(room), key=lambda x: room[x])
+        count[q] = count.get(q, 0) + 1
+    return dict(sorted(count.items()))
+
+
+def spectrum_sectors(mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = None) -> Symmetry:
+    """The sectors of a larger bond dimension chosen from the reduced density matrices' spectra, charge by charge.
+
+    ``chi``/``chi_mid`` as in :class:`~ivhl_jax.physics.mera.config.MERAConfig` for the MERA's number of layers
+    (an int, capped per layer at what the layer can carry, or one per layer). Bottom-up, for each layer z whose
+    χ_out grows, the bond above it keeps the eigenvectors of the largest eigenvalues of the two-site density
+    matrix ½(ρ_AB + ρ_BA) of the level it coarse-grains (``χ_out`` of the χ_in² eigenvalues, pooled across the
+    charge sectors; an eigenvalue counts for the fused charge q₁ + q₂ of its two sites): the states a blocking
+    of two sites into one would keep. The scale-invariant bond (above the last transitional layer and the SI
+    layer) uses the fixed-point ρ at the top. Each charge is capped at what the layer's isometry can carry
+    (the fused dimension of its input and χ_mid bonds). A χ_mid that grows keeps, per charge, the states of the
+    largest eigenvalues of the one-site density tr₂ ρ of its level (at most the input bond's sector). A bond
+    whose dimension does not change keeps its sectors.
+
+    Returns a :class:`Symmetry` (the group and spin charges of ``symmetry``, one sectors / mid_sectors mapping per
+    layer) for ``MERAConfig(chi=..., chi_mid=..., layers=mera.num_layers - 1, symmetry=...)``; the matching
+    config's ``layer_shapes`` gives the χ per layer (:func:`grow_by_spectrum` does both and grows the MERA).
+    """
+    from ivhl_jax.physics.mera.config import layer_shapes
+
+    if not is_symmetric(mera):
+        raise TypeError("mera must be a symmetric MERA")
+    if not isinstance(symmetry, Symmetry):
+        raise TypeError(f"symmetry must be a mera.Symmetry, got {type(symmetry).__name__}")
+    group = mera.w[0].group
+    if group != symmetry.group:
+        raise ValueError(f"symmetry is {symmetry.group.name} but the MERA's tensors are {group.name}")
+    n = mera.num_layers
+    shapes = layer_shapes(chi, chi_mid, n - 1, mera.d)
+    ins = [w.legs[0].with_flow(1) for w in mera.w]
+    mids = [u.legs[2].with_flow(1) for u in mera.u]
+    outs = [w.legs[2].with_flow(1) for w in mera.w]
+    for z, (_, m, c) in enumerate(shapes):
+        if c < outs[z].dim or m < mids[z].dim:
+            raise ValueError(
+                f"chi={chi}, chi_mid={chi_mid}: layer {z} would shrink from (chi_mid, chi) = "
+                f"({mids[z].dim}, {outs[z].dim}) to ({m}, {c}); a ladder only grows the bonds"
+            )
+    rhos = level_densities(mera)
+    inp = ins[0]
+    sectors, mid_sectors = [], []
+    for z, (_, m, chi_out) in enumerate(shapes):
+        if z == n - 1:  # the SI layer maps its bond to itself
+            out_leg = inp
+            new_mid = _mid_sectors(mids[z], m, inp, rhos[z])
+        else:
+            new_mid = _mid_sectors(mids[z], m, inp, rhos[z])
+            if chi_out == outs[z].dim and all(inp.sector_dim(q) >= ins[z].sector_dim(q) for q in ins[z].charges):
+                out_leg = outs[z]
+            else:
+                level = n - 1 if z == n - 2 else z
+                ra, rb = rhos[level]
+                cap = S.fused_dims((inp, new_mid), group)
+                out_leg = _leg(_pick(_charged_eigs((ra + rb) * 0.5, 2), chi_out, cap))
+        sectors.append(tuple(zip(out_leg.charges, out_leg.dims)))
+        mid_sectors.append(tuple(zip(new_mid.charges, new_mid.dims)))
+        inp = out_leg
+    return Symmetry(symmetry.group, tuple(sectors), tuple(mid_sectors), symmetry.spin_charges)
+
+
+def _leg(counts: dict[int, int]) -> S.Leg:
+    items = sorted((q, d) for q, d in counts.items() if d)
+    return S.Leg(tuple(q for q, _ in items), tuple(d for _, d in items), 1)
+
+
+def _mid_sectors(old_mid: S.Leg, m: int, inp: S.Leg, rho: tuple[BlockTensor, BlockTensor]) -> S.Leg:
+    """χ_mid's sectors: the old ones if its size is unchanged, else the ``m`` largest eigenvalues of the one-site
+    density of the level, per charge, at most the (new) input bond's sector."""
+    cap = dict(zip(inp.charges, inp.dims))
+    if m == old_mid.dim and all(old_mid.sector_dim(q) <= cap.get(q, 0) for q in old_mid.charges):
+        return old_mid
+    if m == inp.dim:
+        return inp
+    ra, rb = rho
+    eye = S.identity(ra.legs[1].with_flow(1), ra.group, 1, ra.dtype)
+    one = S.contract("abcd,db->ac", (ra + rb) * 0.5, eye)  # tr₂ ρ
+    return _leg(_pick(_charged_eigs(one, 1), m, cap))
+
+
+def grow_symmetric(mera: Any, key: jax.Array, model: Model, config: MERAConfig, mix: float = 1e-3) -> MERA:
+    """The symmetric MERA enlarged to the bonds of ``config`` (its symmetry's sectors; the same number of layers),
+    keeping every old block: u, w, v are padded with zeros and each fused-charge block's new columns completed to
+    an exact isometry (random, orthogonal to the old columns; with ``config.refsym`` u ← polar(½(u + R u)), v =
+    mirror(w)); the top density matrices become (1 − ``mix``) ρ (padded) + ``mix`` 𝟙/χ². With ``mix=0`` the
+    energy is unchanged (the new states carry no weight until the next sweep). Every sector must be at least
+    as large as the MERA's (ValueError naming ``config.symmetry``)."""
+    check_key(key)
+    if not is_symmetric(mera):
+        raise TypeError("mera must be a symmetric MERA")
+    if not isinstance(config, MERAConfig) or not isinstance(config.symmetry, Symmetry):
+        raise TypeError("config must be a MERAConfig with a mera.Symmetry")
+    check_scalar(mix, "mix", minimum=0.0, maximum=1.0)
+    lls = layer_legs(check_model(model), config)
+    if len(lls) != mera.num_layers:
+        raise ValueError(
+            f"config has {len(lls) - 1} transitional layers, the MERA {mera.num_layers - 1}: grow_symmetric keeps "
+            "the number of layers"
+        )
+    for z, ll in enumerate(lls):
+        u, w, _ = mera.layer(z)
+        for name, old, new in (("inp", w.legs[0], ll.inp), ("mid", u.legs[2], ll.mid), ("out", w.legs[2], ll.out)):
+            small = [q for q in old.charges if new.sector_dim(q) < old.sector_dim(q)]
+            if small:
+                raise ValueError(
+                    f"config.symmetry: layer {z}'s {name} bond would shrink in charge {small[0]} "
+                    f"({old.sector_dim(small[0])} -> {new.sector_dim(small[0])} states); grow_symmetric can only "
+                    "enlarge sectors"
+                )
+    return _grow_symmetric(mera, key, lls, float(mix), bool(config.refsym))
+
+
+def _old_columns(t: BlockTensor, new_legs: tuple[S.Leg, ...], k: int) -> dict[int, np.ndarray]:
+    """For each fused column charge of the padded tensor's matrix (:func:`~ivhl_jax.physics.symmetric.matrix_blocks`
+    with its last k legs as columns): a boolean mask of the columns that hold the old tensor's columns (NumPy,
+    from the static legs)."""
+    old_legs, cols = t.legs[-k:], new_legs[-k:]
+    out = {}
+    for q, parts in S.fused_layout(cols, t.group).items():
+        masks = []
+        for ck, _, size in parts:
+            new_shape = tuple(leg.sector_dim(c) for leg, c in zip(cols, ck))
+            m = np.zeros(new_shape, bool)
+            m[tuple(slice(0, leg.sector_dim(c)) for leg, c in zip(old_legs, ck))] = True
+            masks.append(m.reshape(size))
+        out[q] = np.concatenate(masks)
+    return out
+
+
+def _pad(t: BlockTensor, new_legs: tuple[S.Leg, ...]) -> BlockTensor:
+    blocks = {}
+    for key in S.allowed_keys(new_legs, t.group, t.charge):
+        shape = tuple(leg.sector_dim(q) for leg, q in zip(new_legs, key))
+        b = jnp.zeros(shape, t.dtype)
+        if key in t.blocks:
+            b = b.at[tuple(slice(0, n) for n in t.blocks[key].shape)].set(t.blocks[key])
+        blocks[key] = b
+    return BlockTensor(blocks, new_legs, t.group, t.charge)
+
+
+def _complete(key: jax.Array, t: BlockTensor, new_legs: tuple[S.Leg, ...], k: int) -> BlockTensor:
+    """``t`` padded to ``new_legs``, each fused-charge block's new columns drawn orthogonal to the old ones (QR):
+    an exact isometry from the last k legs that equals ``t`` on its old columns."""
+    padded = _pad(t, new_legs)
+    old = _old_columns(t, new_legs, k)
+    mats = S.matrix_blocks(padded, k)
+    keys = jax.random.split(key, max(1, len(mats)))
+    out = {}
+    for r, (q, mat) in zip(keys, sorted(mats.items())):
+        keep, new = np.flatnonzero(old[q]), np.flatnonzero(~old[q])
+        if not len(new):
+            out[q] = mat
+            continue
+        base = mat[:, keep]
+        extra = jax.random.normal(r, (mat.shape[0], len(new)), mat.dtype)
+        extra = extra - base @ (base.T @ extra)
+        qq, rr = jnp.linalg.qr(extra)
+        out[q] = mat.at[:, new].set(qq * jnp.sign(jnp.diagonal(rr))[None, :])
+    return S.from_matrix_blocks(out, padded, k)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _grow_symmetric(mera: Any, key: jax.Array, lls: tuple[LayerLegs, ...], mix: float, refsym: bool) -> MERA:
+    us, ws, vs = [], [], []
+    keys = jax.random.split(key, 3 * len(lls))
+    for z, ll in enumerate(lls):
+        u, w, v = mera.layer(z)
+        un = _complete(keys[3 * z], u, _u_legs(ll), 2)
+        if refsym:
+            un = S.polar((un + _reflect(un)) * 0.5, 2)
+        wn = _complete(keys[3 * z + 1], w, _w_legs(ll), 1)
+        vn = _mirror_wv(wn) if refsym else _complete(keys[3 * z + 2], v, _v_legs(ll), 1)
+        us.append(un)
+        ws.append(wn)
+        vs.append(vn)
+    top = lls[-1].out
+    eye = S.identity(top, mera.w[0].group, 2, mera.rho_ab.dtype) / float(top.dim**2)
+
+    def pad_rho(r: BlockTensor) -> BlockTensor:
+        return _pad(r, _op_legs(top)) * (1.0 - mix) + eye * mix
+
+    return MERA(tuple(us), tuple(ws), tuple(vs), pad_rho(mera.rho_ab), pad_rho(mera.rho_ba), mera.sweeps)  # type: ignore[arg-type]
+
+
+def grow_by_spectrum(
+    mera: Any,
+    key: jax.Array,
+    model: Model,
+    config: MERAConfig,
+    chi: Any,
+    chi_mid: Any = None,
+    mix: float = 1e-3,
+) -> tuple[MERA, MERAConfig]:
+    """One step of a symmetric bond-dimension ladder: the sectors of ``chi``/``chi_mid`` from the reduced density
+    matrices' spectra (:func:`spectrum_sectors`), the config of the next stage (``config`` with those χ and
+    sectors) and the grown MERA (:func:`grow_symmetric`). Returns (MERA, config) for
+    ``mera.evenbly_vidal(model, config).init(mera=...)``."""
+    from ivhl_jax.physics.mera.config import layer_shapes
+
+    if not isinstance(config, MERAConfig) or not isinstance(config.symmetry, Symmetry):
+        raise TypeError("config must be the MERAConfig (with a mera.Symmetry) the MERA was optimised with")
+    model = check_model(model)
+    sym = spectrum_sectors(mera, config.symmetry, chi, chi_mid)
+    shapes = layer_shapes(chi, chi_mid, mera.num_layers - 1, mera.d)
+    new = dataclasses.replace(
+        config,
+        chi=tuple(c for _, _, c in shapes),
+        chi_mid=tuple(m for _, m, _ in shapes),
+        layers=mera.num_layers - 1,
+        symmetry=sym,
+    )
+    return grow_symmetric(mera, key, model, new, mix), new
+
+
 # ---------------------------------------------------------------------------------------------- stepper
 
 
 class SymmetricSweepParams(struct.PyTreeNode):
-    """What one symmetric sweep reads: the blocked terms as block tensors (traced) and the config (static)."""
+    """What one symmetric sweep reads: the blocked terms as block tensors (traced), the config and the legs of
+    every layer (:func:`layer_legs`; static and hashable: the model itself, which holds an array, is not kept)."""
 
     h: tuple
     config: MERAConfig = struct.field(pytree_node=False)
-    model: Model = struct.field(pytree_node=False)
+    legs: tuple = struct.field(pytree_node=False)
 
 
 def _step(state: MERAState, params: SymmetricSweepParams) -> MERAState:
@@ -569,29 +867,44 @@ def _step(state: MERAState, params: SymmetricSweepParams) -> MERAState:
 
 
 def _init(params: SymmetricSweepParams, key: jax.Array | None = None, mera: Any | None = None) -> MERAState:
+    """``init(key)``: a fresh symmetric MERA from ``key`` (:func:`init_symmetric`; there is no default key);
+    ``init(mera=m)``: continue from the symmetric MERA ``m`` (cast to the sweep's dtype)."""
     dtype = params.h[0].dtype
     if mera is None:
-        mera = init_symmetric(jax.random.key(0) if key is None else key, params.model, params.config, dtype)
+        if key is None:
+            raise TypeError(
+                "mera.evenbly_vidal[symmetric].init needs key (a PRNG key, e.g. jax.random.key(0)) for a fresh "
+                "MERA, or mera= to continue from one"
+            )
+        check_key(key)
+        c = params.config
+        mera = _init_symmetric(key, params.legs, c.symmetry.group, bool(c.refsym), jnp.dtype(dtype))
     elif not is_symmetric(mera):
         raise TypeError("mera must be a symmetric MERA for a stepper whose config has a symmetry (or pass none)")
+    elif mera.w[0].dtype != dtype:
+        mera = jax.tree_util.tree_map(
+            lambda x: jnp.asarray(x, dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, mera
+        )
     return MERAState(mera=mera, energy=jnp.zeros((), dtype))
 
 
-def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, dtype: Any = None) -> Stepper:
+def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, policy: Any = None) -> Stepper:
     """The stepper of :func:`~ivhl_jax.physics.mera.sweep.evenbly_vidal` for a config with a symmetry (that
-    builder dispatches here): the model is checked to conserve the charge, the sectors to add up and fit."""
+    builder dispatches here): the model is checked to conserve the charge, the sectors to add up and fit.
+    ``policy``: the precision, as the dense stepper's (:func:`~ivhl_jax.physics.mera.config.precision_dtype`)."""
     model = check_model(model)
     sym = config.symmetry
     if not isinstance(sym, Symmetry):
         raise TypeError(f"config.symmetry must be a mera.Symmetry, got {type(sym).__name__}")
     check_commutes(model, sym)
-    layer_legs(model, config)
+    legs = layer_legs(model, config)
+    dtype = precision_dtype(policy)
     if jnp.dtype(dtype) == jnp.float64:
         require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
-    h = symmetric_terms(model, sym, dtype)
+    h = symmetric_terms(model, sym, policy)
     return Stepper.create(
         _step,
-        SymmetricSweepParams(h=h, config=config, model=model),
+        SymmetricSweepParams(h=h, config=config, legs=legs),
         init_fn=_init,
         name="mera.evenbly_vidal[symmetric]",
     )
@@ -644,10 +957,18 @@ def charge_block_leakage(mera: Any) -> float:
 
 
 #: The charge of each primary of the critical models' CFTs under the lattice symmetry (Ising: σ odd, 1 and ε
-#: even; XX: the vertex operators V± carry S^z = ±1, the currents J, J̄ none).
+#: even; XX: the vertex operator V(n,m) carries the U(1) charge n (S^z), the currents J, J̄ none).
 CFT_CHARGES: dict[str, dict[str, tuple[int, ...]]] = {
     "ising": {"1": (0,), "σ": (1,), "ε": (0,)},
-    "xx": {"1": (0,), "V±": (1, -1), "V∓": (1, -1), "J": (0,), "J̄": (0,)},
+    "xx": {
+        "1": (0,),
+        "J": (0,),
+        "J̄": (0,),
+        **{f"V({n},{m})": (n,) for n, m in ((1, 0), (-1, 0), (2, 0), (-2, 0), (0, 1), (0, -1))},
+        **{f"V({n},{m})": (n,) for n in (1, -1) for m in (1, -1)},
+    },
+    # 3-state Potts (in the charge basis of potts_charge_basis): σ and Z carry ±1, σ†, Z† the opposite, ε none
+    "potts": {"1": (0,), "ε": (0,), "σ": (1, 2), "σ†": (1, 2), "Z": (1, 2), "Z†": (1, 2)},
 }
 
 
@@ -692,7 +1013,7 @@ def conformal_table(mera: Any, cft: str, num: int = 10) -> list[dict[str, Any]]:
 
 def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
     """OPE coefficients of ``cft``'s primaries on the symmetric MERA: a coefficient C_αβγ whose charges do not add
-    up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``{"allowed": False, "C": 0.0}``; the
+    up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``{"allowed": False, "measured": 0.0}``; the
     allowed ones are measured by :func:`~ivhl_jax.physics.mera.conformal.ope_coefficients` on the dense
     embedding."""
     from ivhl_jax.physics.mera.conformal import CFT_OPE
@@ -707,7 +1028,7 @@ def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[s
         name = f"C_{a}{b}{c}"
         qa, qb, qc = (CFT_CHARGES[cft][x][0] for x in (a, b, c))
         if group.reduce(qa + qb - qc) != 0:
-            out[name] = {"allowed": False, "C": 0.0}
+            out[name] = {"allowed": False, "measured": 0.0}
         else:
             out[name] = dict(measured.get(name, {}), allowed=True)
     del model

@@ -1,0 +1,234 @@
+"""Symmetric (block-sparse) MERA ladders with conformal data labelled by charge: Z2 Ising, U(1) XX, Z3 Potts.
+
+Each stage runs float64 Evenbly–Vidal sweeps of the symmetric MERA (:mod:`ivhl_jax.physics.mera.symmetric`); the
+first stage's sectors split χ evenly over the charges given, every later stage is grown from the previous one with
+sectors chosen from the reduced density matrices' spectra (:func:`~ivhl_jax.physics.mera.symmetric.grow_by_spectrum`).
+After each stage: the energy error, the scaling dimensions with their charges and CFT labels
+(:func:`~ivhl_jax.physics.mera.symmetric.conformal_table`), the OPE coefficients allowed by the charges (Ising
+C_σσε), the central charge (:func:`~ivhl_jax.physics.mera.conformal.central_charge` on the dense embedding) and the
+wall time of the stage (compile included) and of the measurements. ``--compare-dense N``: the first N sweeps of
+every stage are also run densely from the stage's start embedded, and the largest energy difference is recorded.
+The JSON is rewritten after every stage (a run cut short keeps what it measured)::
+
+    python -m bench.studies.mera_symmetric --model ising --ladder 8/6/2000 12/9/400 16/12/300 \\
+        --budget-min 30 --out bench/results/mera_symmetric_ising_ladder.json
+
+A stage is chi/chi_mid/sweeps; Ising and Potts use two transitional layers (χ per layer (min(χ, d²), χ, χ),
+χ_mid (d², min(χ_mid, that), χ_mid)), XX one (χ_mid (4, χ_mid)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+MODELS = {"ising": ("Z2", (0, 1), 2), "xx": ("U1", (-1, 0, 1), 1), "potts": ("Z3", (0, 1, 2), 2)}
+
+
+def _model(name: str) -> Any:
+    from ivhl_jax import mera as M
+    from ivhl_jax.physics.mera import symmetric as MS
+
+    return {"ising": M.ising, "xx": M.xx, "potts": MS.potts_charge_basis}[name]()
+
+
+def _shape(name: str, chi: int, mid: int, d2: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    layers = MODELS[name][2]
+    if layers == 1:
+        return (chi, chi), (d2, mid), 1
+    bottom = min(chi, d2 * d2)  # the bottom layer carries at most d² · d² states
+    return (bottom, chi, chi), (d2, min(mid, bottom), mid), 2
+
+
+def _even_split(n: int, charges: tuple[int, ...]) -> dict[int, int]:
+    k = len(charges)
+    return {q: n // k + (1 if i < n % k else 0) for i, q in enumerate(charges)}
+
+
+def first_config(name: str, chi: int, mid: int, d2: int) -> Any:
+    """The first stage: χ and χ_mid split evenly over the charges (for U(1) the charges −1, 0, 1, the middle one
+    taking the remainder first)."""
+    from ivhl_jax import mera as M
+
+    group, charges, _ = MODELS[name]
+    if group == "U1":
+        charges = (0, -1, 1)
+    chis, mids, layers = _shape(name, chi, mid, d2)
+    sectors = [_even_split(c, charges) for c in chis]
+    mid_sectors = [None] + [_even_split(m, charges) for m in mids[1:]]
+    model = _model(name)
+    return M.MERAConfig(
+        chi=chis,
+        chi_mid=mids,
+        layers=layers,
+        refsym=model.reflection_symmetric,
+        symmetry=M.Symmetry(group, sectors=sectors, mid_sectors=mid_sectors),
+    )
+
+
+def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dict[str, Any]:
+    from ivhl_jax import mera as M
+    from ivhl_jax.physics.mera import symmetric as MS
+
+    t0 = time.perf_counter()
+    h = MS.symmetric_terms(model, cfg.symmetry)
+    rec: dict[str, Any] = {
+        "energy_error": float(MS.energy_per_site(m, h)) - float(model.e0),
+        "conformal_table": [
+            {k: r[k] for k in ("delta", "charge", "label", "exact")} for r in M.conformal_table(m, name, 10)
+        ],
+    }
+    if light:
+        rec["seconds_to_measure"] = round(time.perf_counter() - t0, 1)
+        return rec
+    dense = M.dense_mera(m, model, cfg.symmetry)
+
+    def attempt(fn: Any) -> Any:
+        try:
+            return fn()
+        except ValueError as exc:  # an unconverged stage: its data are not measurable, the ladder goes on
+            return {"error": str(exc)[:300]}
+
+    if name == "ising":
+        ope = attempt(lambda: MS.ope_coefficients(m, model, name))
+        rec["ope"] = (
+            ope
+            if "error" in ope
+            else {k: {kk: v[kk] for kk in ("measured", "exact", "allowed") if kk in v} for k, v in ope.items()}
+        )
+    cc = attempt(lambda: M.central_charge(dense, model))
+    rec["central_charge"] = {k: v for k, v in cc.items() if isinstance(v, (int, float, str, list))}
+    rec["isometry_error"] = max(M.isometry_errors(dense).values())
+    rec["seconds_to_measure"] = round(time.perf_counter() - t0, 1)
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=sorted(MODELS), required=True)
+    ap.add_argument("--ladder", nargs="*", default=[], help="stages chi/chi_mid/sweeps (none with --load: measure it)")
+    ap.add_argument("--key", type=int, default=0)
+    ap.add_argument("--compare-dense", type=int, default=0, help="sweeps per stage also run densely")
+    ap.add_argument(
+        "--budget-min", type=float, default=None, help="stop sweeping (then measure) once this wall time is spent"
+    )
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--load", default=None, help="continue from a --save pickle (the first stage grows it)")
+    ap.add_argument("--light", action="store_true", help="measure only the energy and the charged dimensions")
+    ap.add_argument("--save", default=None, help="pickle each stage's MERA and config to <SAVE>_chi<chi>.pkl")
+    args = ap.parse_args(argv)
+    import dataclasses
+
+    from ivhl_jax import mera as M
+    from ivhl_jax import trajectory
+    from ivhl_jax.bench.harness import write_results
+    from ivhl_jax.physics.mera import symmetric as MS
+
+    command = "python -m bench.studies.mera_symmetric " + " ".join(sys.argv[1:] if argv is None else argv)
+    model = _model(args.model)
+    doc: dict[str, Any] = {
+        "what": f"symmetric ({MODELS[args.model][0]}) MERA ladder of {model.name}, float64; sectors of every stage "
+        "after the first grown from the reduced density matrices' spectra (mera.symmetric.grow_by_spectrum); "
+        "conformal data labelled by charge",
+        "e0_exact": model.e0,
+        "stages": [],
+    }
+    t_start = time.perf_counter()
+    key = jax.random.key(args.key)
+    with jax.enable_x64(True):
+        m, cfg = None, None
+        if args.load:
+            import pickle
+
+            with open(args.load, "rb") as f:
+                m, cfg = pickle.load(f)
+            m = jax.tree.map(jax.numpy.asarray, m)
+            doc["loaded"] = args.load
+            if not args.ladder:  # measure the saved stage as it is
+                t0 = time.perf_counter()
+                rec = {"stage": f"loaded {args.load}", "layer_chis": list(m.chis), "layer_chi_mids": list(m.chi_mids)}
+                rec.update(measure(m, model, cfg, args.model, light=args.light))
+                doc["stages"].append(rec)
+                doc["total_seconds"] = round(time.perf_counter() - t0, 1)
+                write_results(args.out, doc, command=command)
+                return 0
+        for k, spec in enumerate(args.ladder):
+            if args.budget_min is not None and time.perf_counter() - t_start > 60 * args.budget_min:
+                doc["stopped"] = f"wall-time budget of {args.budget_min} min spent before stage {spec}"
+                break
+            chi, mid, sweeps = (int(x) for x in spec.split("/"))
+            t0 = time.perf_counter()
+            if m is None:
+                cfg = first_config(args.model, chi, mid, model.d**2)
+                st = M.evenbly_vidal(model, cfg)
+                state = st.init(key=key)
+            else:
+                chis, mids, _ = _shape(args.model, chi, mid, model.d**2)
+                m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids)
+                st = M.evenbly_vidal(model, cfg)
+                state = st.init(mera=m)
+            rec: dict[str, Any] = {
+                "stage": spec,
+                "layer_chis": list(state.mera.chis),
+                "layer_chi_mids": list(state.mera.chi_mids),
+                "sectors": [{str(q): d for q, d in s} for s in cfg.symmetry.per_layer("sectors", cfg.layers + 1)],
+                "mid_sectors": [
+                    None if s is None else {str(q): d for q, d in s}
+                    for s in cfg.symmetry.per_layer("mid_sectors", cfg.layers + 1)
+                ],
+            }
+            energies = []
+            if args.compare_dense:
+                n = min(args.compare_dense, sweeps)
+                dst = M.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
+                d0 = dst.init(mera=M.dense_mera(state.mera, model, cfg.symmetry))
+                _, de = trajectory(dst, d0, n, observe=M.observe)
+                state, e = trajectory(st, state, n, observe=M.observe)
+                rec["dense_compare_sweeps"] = n
+                diff = np.abs(np.asarray(e)[1:] - np.asarray(de)[1:])
+                rec["max_energy_difference_sym_vs_dense"] = float(np.max(diff))
+                energies.append(np.asarray(e))
+                done = n
+            else:
+                done = 0
+            chunk = 100 if chi <= 12 else 25
+            while done < sweeps:
+                if args.budget_min is not None and time.perf_counter() - t_start > 60 * args.budget_min and done:
+                    rec["stopped"] = f"wall-time budget of {args.budget_min} min spent after {done} sweeps"
+                    break
+                n = min(chunk, sweeps - done)
+                state, e = trajectory(st, state, n, observe=M.observe)
+                energies.append(np.asarray(e))
+                done += n
+                print(f"[{spec}] {done} sweeps, energy error {float(e[-1]) - model.e0:.3e}, "
+                      f"{time.perf_counter() - t0:.0f} s", flush=True)
+            err = np.concatenate(energies) - model.e0
+            rec["sweeps_done"] = int(len(err))
+            rec["stage_seconds"] = round(time.perf_counter() - t0, 1)
+            every = max(1, len(err) // 10)
+            rec["energy_error_at_sweep"] = {str(i + 1): float(err[i]) for i in range(0, len(err), every)}
+            rec["energy_error_at_sweep"][str(len(err))] = float(err[-1])
+            m = state.mera
+            if args.save:
+                import pickle
+
+                with open(f"{args.save}_chi{chi}.pkl", "wb") as f:
+                    pickle.dump((jax.tree.map(np.asarray, m), cfg), f)
+            rec.update(measure(m, model, cfg, args.model, light=args.light))
+            doc["stages"].append(rec)
+            doc["total_seconds"] = round(time.perf_counter() - t_start, 1)
+            print(json.dumps({kk: rec[kk] for kk in ("stage", "energy_error", "stage_seconds")}), flush=True)
+            write_results(args.out, doc, command=command)
+        if "stopped" in doc:
+            write_results(args.out, doc, command=command)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
