@@ -74,7 +74,7 @@ def compare_sweeps(chi: int, sweeps: int = 5, repeats: int = 3, memory: bool = T
         sst = M.evenbly_vidal(model, cfg)
         dst = M.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
         s_sym = sst.init(key=jax.random.key(0))
-        s_den = dst.init(mera=M.dense_mera(s_sym.mera, model, cfg.symmetry))
+        s_den = dst.init(mera=M.to_dense(s_sym.mera, model, cfg.symmetry))
         rec: dict[str, Any] = {
             "chi": chi,
             "layer_chis": list(s_sym.mera.chis),
@@ -133,7 +133,7 @@ def gpu_check(quick: bool = False) -> dict[str, Any]:
                 s, e = trajectory(st, s, n, observe=M.observe)
                 jax.block_until_ready(e)
                 ms = 1e3 * (time.perf_counter() - t0) / n
-                iso = max(M.isometry_errors(M.dense_mera(s.mera)).values())
+                iso = max(M.isometry_errors(M.to_dense(s.mera)).values())
             out.append(
                 {
                     "chi": chi,

@@ -87,7 +87,7 @@ def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dic
     if light:
         rec["seconds_to_measure"] = round(time.perf_counter() - t0, 1)
         return rec
-    dense = M.dense_mera(m, model, cfg.symmetry)
+    dense = M.to_dense(m, model, cfg.symmetry)
 
     def attempt(fn: Any) -> Any:
         try:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.compare_dense:
                 n = min(args.compare_dense, sweeps)
                 dst = M.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
-                d0 = dst.init(mera=M.dense_mera(state.mera, model, cfg.symmetry))
+                d0 = dst.init(mera=M.to_dense(state.mera, model, cfg.symmetry))
                 _, de = trajectory(dst, d0, n, observe=M.observe)
                 state, e = trajectory(st, state, n, observe=M.observe)
                 rec["dense_compare_sweeps"] = n
@@ -206,8 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                 state, e = trajectory(st, state, n, observe=M.observe)
                 energies.append(np.asarray(e))
                 done += n
-                print(f"[{spec}] {done} sweeps, energy error {float(e[-1]) - model.e0:.3e}, "
-                      f"{time.perf_counter() - t0:.0f} s", flush=True)
+                print(
+                    f"[{spec}] {done} sweeps, energy error {float(e[-1]) - model.e0:.3e}, "
+                    f"{time.perf_counter() - t0:.0f} s",
+                    flush=True,
+                )
             err = np.concatenate(energies) - model.e0
             rec["sweeps_done"] = int(len(err))
             rec["stage_seconds"] = round(time.perf_counter() - t0, 1)

@@ -2305,7 +2305,7 @@ EXEMPT: dict[str, str] = {
     "launch.parser": "takes no arguments (the `ivhl launch` argument parser)",
     "mera.Symmetry": "a static config value; bad groups, charges and sector sizes are one line each "
     "(tests/physics/test_mera_symmetric.py::test_bad_inputs_one_line)",
-    "mera.dense_mera": "maps a symmetric MERA built by evenbly_vidal to its dense tensors; no array/scalar of its own",
+    "mera.to_dense": "maps a symmetric MERA built by evenbly_vidal to its dense tensors; no array/scalar of its own",
     "lock.release_run_dir": "releases a lock if this process holds one; any path is valid (no-op otherwise)",
     "lock.RunDirLockedError": "an exception type",
     **{f"driver.{n}": _RESULT for n in ("Simulation", "RunContext")},

@@ -370,7 +370,7 @@ def test_tensor_networks_guide_symmetric_ladder_block():
     assert ns["big"].chis == (8, 8)
     assert all(sum(d for _, d in sec) == 8 for sec in ns["cfg8"].symmetry.sectors)
     with jax.enable_x64(True):
-        assert max(mera.isometry_errors(mera.dense_mera(ns["state8"].mera)).values()) < 1e-12
+        assert max(mera.isometry_errors(mera.to_dense(ns["state8"].mera)).values()) < 1e-12
     assert 0 < err8 < err6, (err6, err8)
     print(f"symmetric ladder: E - E0 = {err6:.3e} at chi 6, {err8:.3e} at chi 8, sectors {ns['cfg8'].symmetry}")
 

@@ -117,12 +117,6 @@ def test_random_inits_and_initialisers_need_a_key():
         assert "\n" not in str(e.value), label
 
 
-# Fixed-key fallbacks owned elsewhere and not yet removed (each owner removes its line with the fallback).
-KNOWN_FALLBACKS = {
-    "ivhl_jax/physics/mera/symmetric.py",
-}
-
-
 def _is_constant_key(node: ast.AST) -> bool:
     """``jax.random.key(<literal>)`` / ``PRNGKey(<literal>)``."""
     if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
@@ -163,7 +157,7 @@ def test_no_library_function_falls_back_to_a_fixed_key():
             rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
             with open(path, encoding="utf-8") as fh:
                 lines = _fallbacks(ast.parse(fh.read()))
-            if lines and rel not in KNOWN_FALLBACKS:
+            if lines:
                 found += [f"{rel}:{n}" for n in lines]
     assert not found, f"a missing key falls back to a fixed key (take the key as a required argument): {found}"
 
@@ -185,10 +179,7 @@ BUILDERS = {
     "gru": gru.recurrence,
     "adaptive": adaptive.dynamics,
 }
-# The GFT family follows the same convention on the branch that renames it.
 ALL_FAMILIES = [*sorted(FAMILY_MODULES), "condensate", "gft"]
-# Names owned elsewhere and not yet renamed (each owner removes its entry).
-KNOWN_STUTTER = {"mera.dense_mera"}
 
 
 def _module(family: str):
@@ -223,8 +214,7 @@ def test_public_names_do_not_stutter(family):
     stutter = [
         f"{family}.{n}"
         for n in getattr(mod, "__all__", ())
-        if (n.lower().startswith(family + "_") or n.lower().endswith("_" + family))
-        and f"{family}.{n}" not in KNOWN_STUTTER
+        if n.lower().startswith(family + "_") or n.lower().endswith("_" + family)
     ]
     assert not stutter, f"stuttering public names: {stutter}"
 

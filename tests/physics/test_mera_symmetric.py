@@ -18,7 +18,7 @@ def _run_both(model, cfg, sweeps):
     s0 = st.init(key=jax.random.key(1))
     s, e = trajectory(st, s0, sweeps, observe=mera.observe)
     dst = mera.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
-    _, de = trajectory(dst, dst.init(mera=mera.dense_mera(s0.mera, model, cfg.symmetry)), sweeps, observe=mera.observe)
+    _, de = trajectory(dst, dst.init(mera=mera.to_dense(s0.mera, model, cfg.symmetry)), sweeps, observe=mera.observe)
     return s, np.asarray(e), np.asarray(de)
 
 
@@ -29,7 +29,7 @@ def test_z2_ising_energy_equals_dense():
         model = mera.ising()
         cfg = mera.MERAConfig(chi=4, layers=1, u_delay=1, symmetry=mera.Symmetry("Z2", sectors={0: 2, 1: 2}))
         s, e, de = _run_both(model, cfg, 6)
-        dm = mera.dense_mera(s.mera, model, cfg.symmetry)
+        dm = mera.to_dense(s.mera, model, cfg.symmetry)
     np.testing.assert_allclose(e[1:], de[1:], rtol=0, atol=1e-10)
     assert e[-1] < e[1]
     assert max(mera.isometry_errors(dm).values()) < 1e-12
@@ -49,7 +49,7 @@ def test_z2_ising_chi6_matches_dense_and_charges(refsym):
         np.testing.assert_allclose(e[1:], de[1:], rtol=0, atol=1e-10)
         assert MS.charge_block_leakage(s.mera) < 1e-12
         dims, charges = mera.charged_scaling_dimensions(s.mera, 36)
-        dense = np.sort(mera.scaling_dimensions(mera.dense_mera(s.mera), 36))
+        dense = np.sort(mera.scaling_dimensions(mera.to_dense(s.mera), 36))
         np.testing.assert_allclose(np.sort(dims), dense, atol=1e-8)
         assert abs(dims[0]) < 1e-10 and charges[0] == 0
         assert charges[1] == 1  # σ
@@ -160,7 +160,7 @@ def test_spectrum_sectors_and_grow_keep_the_energy():
         e_old = MS.energy_per_site(m, MS.symmetric_terms(model, cfg.symmetry))
         e_new = MS.energy_per_site(grown, MS.symmetric_terms(model, cfg2.symmetry))
         np.testing.assert_allclose(e_new, e_old, rtol=0, atol=1e-12)
-        assert max(mera.isometry_errors(mera.dense_mera(grown)).values()) < 1e-12
+        assert max(mera.isometry_errors(mera.to_dense(grown)).values()) < 1e-12
         with pytest.raises(ValueError, match=r"would shrink in charge 0") as exc:
             MS.grow_symmetric(grown, jax.random.key(3), model, cfg)
         assert "\n" not in str(exc.value)
@@ -185,7 +185,7 @@ def test_grown_ladder_equals_dense(group):
         st2 = mera.evenbly_vidal(model, cfg2)
         s2, e = trajectory(st2, st2.init(mera=grown), 5, observe=mera.observe)
         dst = mera.evenbly_vidal(model, dataclasses.replace(cfg2, symmetry=None))
-        _, de = trajectory(dst, dst.init(mera=mera.dense_mera(grown, model, cfg2.symmetry)), 5, observe=mera.observe)
+        _, de = trajectory(dst, dst.init(mera=mera.to_dense(grown, model, cfg2.symmetry)), 5, observe=mera.observe)
     np.testing.assert_allclose(np.asarray(e), np.asarray(de), rtol=0, atol=1e-10)
     assert e[-1] < e[0]
 

@@ -41,7 +41,7 @@ from ivhl_jax.physics.mera.models import (
 from ivhl_jax.physics.mera.scaling import scaling_dimensions
 from ivhl_jax.physics.mera.superoperators import ascend, descend
 from ivhl_jax.physics.mera.sweep import EvenblyVidalParams, MERAState, energy_per_site, evenbly_vidal, observe
-from ivhl_jax.physics.mera.symmetric import Symmetry, charged_scaling_dimensions, conformal_table, dense_mera
+from ivhl_jax.physics.mera.symmetric import Symmetry, charged_scaling_dimensions, conformal_table, to_dense
 
 __all__ = [
     "evenbly_vidal",
@@ -72,7 +72,7 @@ __all__ = [
     "precision_dtype",
     "cast",
     "Symmetry",
-    "dense_mera",
+    "to_dense",
     "charged_scaling_dimensions",
     "conformal_table",
 ]

@@ -11,7 +11,7 @@ The sweep is the dense Evenbly–Vidal sweep (:mod:`~ivhl_jax.physics.mera.sweep
 power iteration of 𝒟 = ½𝒜ᵀ (``jax.linear_transpose`` of the block ascending map), the energy, then u, w, v per
 layer from the polar factors of their environments, x = −U Vᵀ block by block (the polar factor of a
 block-diagonal matrix is block diagonal, so the dense update of a symmetric environment is the same tensor).
-Embedded in dense tensors (:func:`dense_mera`), a symmetric MERA is a dense MERA of the same energy, and the
+Embedded in dense tensors (:func:`to_dense`), a symmetric MERA is a dense MERA of the same energy, and the
 dense sweep from it follows the symmetric sweep.
 
 Conventions: the blocked site (two spins p0 p1, dimension d²) carries the charge q(p0) + q(p1) (for U(1) less
@@ -355,7 +355,7 @@ def is_symmetric(mera: Any) -> bool:
     return isinstance(mera, MERA) and isinstance(mera.w[0], BlockTensor)
 
 
-def dense_mera(mera: Any, model: Model | None = None, symmetry: Symmetry | None = None) -> MERA:
+def to_dense(mera: Any, model: Model | None = None, symmetry: Symmetry | None = None) -> MERA:
     """The dense MERA of the same tensors (:meth:`BlockTensor.to_dense`). With ``model`` and ``symmetry`` the
     bottom legs are returned to the model's own basis (then every dense tool applies: :func:`energy_per_site`
     with ``blocked_terms(model)``, the central charge, the dense stepper's ``init(mera=...)``)."""
@@ -367,9 +367,7 @@ def dense_mera(mera: Any, model: Model | None = None, symmetry: Symmetry | None 
     if model is None:
         return d
     if symmetry is None:
-        raise ValueError(
-            "dense_mera needs the symmetry with the model (to undo the charge sorting of the bottom basis)"
-        )
+        raise ValueError("to_dense needs the symmetry with the model (to undo the charge sorting of the bottom basis)")
     inv = np.argsort(physical_permutation(check_model(model), symmetry))
     u0 = d.u[0][inv][:, inv]
     w0 = d.w[0][inv]
@@ -1022,7 +1020,7 @@ def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[s
     if cft not in CFT_CHARGES or cft not in CFT_OPE:
         raise ValueError(f"cft must be one of {sorted(set(CFT_CHARGES) & set(CFT_OPE))}, got {cft!r}")
     group = mera.w[-1].group
-    measured = dense_ope(dense_mera(mera), cft, **kwargs)
+    measured = dense_ope(to_dense(mera), cft, **kwargs)
     out = {}
     for (a, b, c), _ in CFT_OPE[cft].items():
         name = f"C_{a}{b}{c}"
