@@ -569,7 +569,7 @@ def section_pallas_blocks(quick: bool) -> dict:
 def section_gp_rounding(quick: bool) -> dict:
     """Norm and energy drift of the raw float32 real-time scheme on this backend and on the CPU.
 
-    The configuration of tests/physics/test_condensate.py::test_real_time_conserves_norm_and_energy
+    The configuration of tests/physics/condensate/test_stepper.py::test_real_time_conserves_norm_and_energy
     (1D, 128 points, g = 5, dipole kick, dt = 2e-3, 1000 steps), for each ``project_norm``: False (the raw
     scheme), None (the default: the norm restored once per block between observations) and True (every step).
     """

@@ -2253,7 +2253,7 @@ EXEMPT: dict[str, str] = {
         for n in ("host_rss_mb", "system_info", "baseline_document", "compare")
     },
     **{
-        f"cdt_host.{n}": "no input: reports/requires the optional numba kernel (tested in test_cdt.py)"
+        f"cdt_host.{n}": "no input: reports/requires the optional numba kernel (tested in tests/physics/cdt/test_stepper.py)"
         for n in ("available", "require")
     },
     **{
@@ -2265,7 +2265,7 @@ EXEMPT: dict[str, str] = {
     **{f"gft.{n}": _RESULT for n in ("StrangParams",)},
     **{f"splitstep.{n}": _RESULT for n in ("SplitStepPlan", "KineticTerm")},
     "splitstep.check_placement": "inspects only where an array lives (its sharding), never its values; refuses a "
-    "sharded field without a layout (tests/physics/test_condensate.py)",
+    "sharded field without a layout (tests/physics/condensate/test_stepper.py)",
     **{f"fields.{n}": _RESULT for n in ("WaveState", "SuperpositionParams")},
     "fields.observe": "the observe of fields.superposition on a WaveState/SuperpositionParams built and validated "
     "by superposition/init; no array/scalar input of its own",
@@ -2304,7 +2304,7 @@ EXEMPT: dict[str, str] = {
     "formats (tests/run/test_io.py, term_file in test_bad_inputs_cli.py)",
     "launch.parser": "takes no arguments (the `ivhl launch` argument parser)",
     "mera.Symmetry": "a static config value; bad groups, charges and sector sizes are one line each "
-    "(tests/physics/test_mera_symmetric.py::test_bad_inputs_one_line)",
+    "(tests/physics/mera/test_symmetric.py::test_bad_inputs_one_line)",
     "mera.to_dense": "maps a symmetric MERA built by evenbly_vidal to its dense tensors; no array/scalar of its own",
     "lock.release_run_dir": "releases a lock if this process holds one; any path is valid (no-op otherwise)",
     "lock.RunDirLockedError": "an exception type",

@@ -74,7 +74,7 @@ FRAGMENTS = {
     (
         "docs/guide/condensates.md",
         "C.vortices(psi_t, grid",
-    ): "an API sketch on the reader's psi_t and psi3d (tests/physics/test_condensate_modes.py runs these calls)",
+    ): "an API sketch on the reader's psi_t and psi3d (tests/physics/condensate/test_modes.py runs these calls)",
 }
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from ivhl_jax.sims import mera as sim
 
-# Same sweep settings as tests/physics/test_mera.py::_SMALL with one step (sweep) per chunk.
+# Same sweep settings as tests/physics/mera/test_sweep.py::_SMALL with one step (sweep) per chunk.
 ARGS = [
     "--set",
     "chis=[4]",

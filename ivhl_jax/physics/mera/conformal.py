@@ -31,7 +31,7 @@ E₀(L) = L e∞ − πvc/(6L) + O(L⁻³), so two consecutive levels (L and 2L)
 
 with v the velocity of the chain's excitations, held by the model with its CFT data (Ising −ΣXX − ΣZ: v = 2;
 XX −¼Σ(XX + YY): v = 1; 3-state Potts −Σ(σσ† + h.c.) − Σ(τ + τ†): v = 3√3/2). The same formula on exact ring
-energies is the check of the method itself (``tests/physics/test_mera_conformal.py``).
+energies is the check of the method itself (``tests/physics/mera/test_conformal.py``).
 """
 
 from __future__ import annotations

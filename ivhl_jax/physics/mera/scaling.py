@@ -166,7 +166,7 @@ CFT_OPERATORS: dict[str, list[tuple[float, str, str]]] = {
     # XX chain: the c = 1 compact boson at the free-fermion radius. Its primaries are the vertex operators V(n,m),
     # U(1) charge n (S^z) and winding m, with Δ = n²/4 + m² and spin n·m, and the currents J, J̄ (Δ = 1); the list
     # is complete up to Δ = 5/4 (17 operators; exact diagonalisation of the periodic chain has the same levels
-    # and charges, tests/physics/test_mera_symmetric.py).
+    # and charges, tests/physics/mera/test_symmetric.py).
     "xx": [
         (0.0, "1", "1"),
         (0.25, "V(1,0)", "V(1,0)"),

@@ -21,7 +21,7 @@ from ivhl_jax.physics.cdt import moves
 from ivhl_jax.physics.cdt.exact import strip_count
 from ivhl_jax.physics.cdt.state import buffer_layout, initial_state, live_triangles, replicate
 
-from .cdt_helpers import _check_jit, assert_invariants, check_invariants, run_chains
+from .helpers import _check_jit, assert_invariants, check_invariants, run_chains
 
 CAP = 48  # one vertex capacity everywhere, so compiled programs are shared between tests
 

@@ -20,7 +20,7 @@ from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics.condensate import Grid, harmonic
 from ivhl_jax.physics.condensate import dipolar as D
 
-from ..contracts.test_compile_once import count_compiles
+from ...contracts.test_compile_once import count_compiles
 
 
 def _none(state, params):

@@ -1,7 +1,7 @@
 """The Pallas CDT engine (engine="pallas"), on CPU in Pallas's interpreter: its in-kernel Threefry against the
 published known answers and jax.random's, bit-identity with the JAX engine given the same random words, the
 in-kernel words equal to the explicit-word path, bad input; volume fixing through the stepper and the
-exact-enumeration and detailed-balance tests of test_cdt.py on this engine are slow (each interpreted kernel
+exact-enumeration and detailed-balance tests of test_stepper.py on this engine are slow (each interpreted kernel
 takes tens of seconds to compile)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from ivhl_jax import cdt
 from ivhl_jax.physics.cdt import moves, pallas_engine
 from ivhl_jax.physics.cdt.state import buffer_layout, initial_state, replicate
 
-from . import test_cdt as base
-from .cdt_helpers import assert_invariants, run_chains
+from . import test_stepper as base
+from .helpers import assert_invariants, run_chains
 
 CAP = base.CAP
 
@@ -130,12 +130,12 @@ def test_bad_input():
         )
 
 
-# --- the statistical validation of test_cdt.py on this engine --------------------------------------------------
+# --- the statistical validation of test_stepper.py on this engine --------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def small_runs():
-    """test_cdt.py's shared runs (T = 3, lam = 1, 256 chains, 30 sweeps of 100 attempts) on the Pallas engine."""
+    """test_stepper.py's shared runs (T = 3, lam = 1, 256 chains, 30 sweeps of 100 attempts) on the Pallas engine."""
     params = cdt.metropolis(1.0, attempts_per_sweep=100, engine="pallas").params
     fn = jax.jit(lambda k, s: run_chains(k, s, params, 30, 1))
     states = replicate(initial_state(3, 3, capacity=CAP), 256)

@@ -13,7 +13,7 @@ from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt.state import initial_state
 
-from .cdt_helpers import host_invariant_failures
+from .helpers import host_invariant_failures
 
 needs_numba = pytest.mark.skipif(not cdt_host.available(), reason="needs numba")
 
