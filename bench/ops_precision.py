@@ -17,8 +17,8 @@ size, chosen to run in seconds):
 
 A policy a kernel rejects (bf16 for the complex split-step solvers) is recorded with its error
 message instead of a time. Errors per policy are measured and asserted in each kernel's test file
-(``tests/physics/test_fields.py``, ``tests/physics/condensate/test_stepper.py``, ``tests/physics/test_gft.py``, ``tests/nn/test_adaptive.py``,
-``test_gru.py``; table in docs/guide/precision.md).
+(``tests/physics/test_fields.py``, ``tests/physics/condensate/test_stepper.py``, ``tests/physics/test_gft.py``,
+``tests/nn/test_adaptive.py``, ``test_gru.py``; table in docs/guide/precision.md).
 
 The f32/bf16/pure_bf16 cases are also registered as ops (``precision_<kernel>_<policy>``) for
 ``ivhl bench``; ``python -m ivhl_jax.bench.ops_precision`` runs every kernel and policy and writes

@@ -2253,7 +2253,8 @@ EXEMPT: dict[str, str] = {
         for n in ("host_rss_mb", "system_info", "baseline_document", "compare")
     },
     **{
-        f"cdt_host.{n}": "no input: reports/requires the optional numba kernel (tested in tests/physics/cdt/test_stepper.py)"
+        f"cdt_host.{n}": "no input: reports/requires the optional numba kernel "
+        "(tested in tests/physics/cdt/test_stepper.py)"
         for n in ("available", "require")
     },
     **{
