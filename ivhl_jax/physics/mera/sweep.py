@@ -285,8 +285,14 @@ def _ev_step(state: MERAState, params: EvenblyVidalParams) -> MERAState:
     return MERAState(mera=m, energy=e)
 
 
-def _ev_init(params: EvenblyVidalParams, key: jax.Array, mera: MERA | None = None) -> MERAState:
-    check_key(key, "key")
+def _ev_init(params: EvenblyVidalParams, key: jax.Array | None = None, mera: MERA | None = None) -> MERAState:
+    if mera is None and key is None:
+        raise TypeError(
+            "mera.evenbly_vidal.init needs key (a PRNG key, e.g. jax.random.key(0)) for a fresh MERA, or mera= to "
+            "continue from one"
+        )
+    if key is not None:
+        check_key(key, "key")
     dtype = params.h[0].dtype
     d = int(params.h[0].shape[0])
     if mera is None:
@@ -312,8 +318,8 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     """Stepper for the Evenbly–Vidal optimisation of ``model`` (:func:`ising`, :func:`xx`, :func:`potts`,
     :func:`two_site`): ``step`` is one :func:`sweep` with ``config``'s settings on the model's blocked terms
     (d² sites), ``init(key)`` a fresh MERA drawn from ``key`` (symmetric under the model's ``parity``, see
-    :func:`init_tensors`), or ``init(key, mera=m)`` the given one cast to the sweep's dtype (the key is required
-    either way: a missing key is a TypeError naming ``key``; it is unused when ``mera`` is given).
+    :func:`init_tensors`), or ``init(mera=m)`` the given one cast to the sweep's dtype (there is no default key:
+    neither a key nor a MERA is a TypeError naming ``key``).
 
     ``policy``: the precision of the sweep (:func:`precision_dtype`): None or ``"f64"`` (the default) float64,
     which needs ``jax.enable_x64`` (a RuntimeError says so, as every MERA entry point does); ``"f32"`` float32
