@@ -436,7 +436,12 @@ def plan(
       fft: FFT backend (``"xla"`` or ``"ducc"``, :mod:`ivhl_jax.numerics.spectral`).
       layout: an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout` (factors placed in the k-space blocks the
         distributed FFT multiplies) or None.
-      kinetic_max, where, label, local_max, local_label, hint: the dt checks (:func:`check_dt`).
+      kinetic_max: max K over the grid (the stability bound, :func:`check_dt`).
+      where: what the grid is called in the messages.
+      label: how max K is named in the messages.
+      local_max: a static bound of |U| for the local-phase check, or None.
+      local_label: how the local term is named in the messages.
+      hint: appended to the stability message (e.g. " or a coarser grid").
       damping: None, or the damping rate γ ≥ 0 of a dissipative real-time scheme, i∂ψ/∂t = (1 − iγ)Hψ (a scalar
         leaf: concrete builds the factors in NumPy, traced on the device); every factor, kinetic and local,
         becomes e^{−i(1 − iγ)θ}.

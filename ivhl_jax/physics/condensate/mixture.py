@@ -826,7 +826,10 @@ def mixture_ground_state(
       system: the :class:`MixtureSystem`.
       norm: N_i = ∫|ψ_i|² dV, one number for all components or C of them.
       dt: imaginary time step.
-      tol, max_steps, check_every: convergence test (relative energy change per block) and step budget.
+      tol: relative energy change per block at which the flow counts as converged (None: 4e-7 in float32, 1e-10
+        in float64).
+      max_steps: step budget.
+      check_every: steps per block between energy checks.
       psi0: initial guess, shape (C, *grid) (default: unit-width Gaussians at the origin; a symmetric guess is a
         stationary point of the flow also when the components would separate, so pass a guess that breaks
         the symmetry to find an immiscible ground state).
@@ -871,7 +874,10 @@ def spin1_ground_state(
     Args:
       system: the :class:`Spin1System`.
       norm: the total N = ∫n dV.
-      dt, tol, max_steps, check_every: as :func:`mixture_ground_state`.
+      dt: imaginary time step.
+      tol: as :func:`mixture_ground_state`.
+      max_steps: as :func:`mixture_ground_state`.
+      check_every: as :func:`mixture_ground_state`.
       magnetization: M = ∫F_z dV held (|M| < N), or None (M free: the flow finds the lowest state of any M).
       psi0: initial guess (3, *grid) (default: a unit-width Gaussian times the generic spinor
         (0.6, 0.5 + 0.4i, 0.3)/|·|, which is neither polar nor ferromagnetic, so either can be reached).
