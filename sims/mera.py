@@ -262,13 +262,28 @@ def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
     return M.precision_dtype(cfg.precision[k] if cfg.precision else None)
 
 
-def simulate(
-    cfg: MERASimConfig, out: str, *, resume: bool = True, progress: bool = True, sink: RunStore | None = None
-) -> dict:
-    """Run the ladder; returns the summary dict written to mera.json. Call it before any JAX computation for
-    ``cfg.host_cores`` to take effect (as ``ivhl sim mera`` does); later it is reported as not applied."""
+def apply_host_cores(cfg: MERASimConfig) -> str:
+    """Hold XLA to the cores ``cfg`` asks for (:meth:`MERASimConfig.cores_to_use`); what was done, in words. Only
+    effective before JAX starts its backend (``ivhl sim mera`` applies it before anything else)."""
     cores, why = cfg.cores_to_use()
-    host_cores = f"{limit_host_cores(cores) if cores else 'all cores'} ({why})"
+    return f"{limit_host_cores(cores) if cores else 'all cores'} ({why})"
+
+
+def simulate(
+    cfg: MERASimConfig,
+    out: str,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    sink: RunStore | None = None,
+    host_cores: str | None = None,
+) -> dict:
+    """Run the ladder; returns the summary dict written to mera.json. ``host_cores``: what
+    :func:`apply_host_cores` reported when the caller applied it before JAX started (as ``ivhl sim mera`` does);
+    None applies it here, which takes effect only if no JAX computation ran yet (else it is reported as not
+    applied)."""
+    if host_cores is None:
+        host_cores = apply_host_cores(cfg)
     if progress:
         print(f"host cores: {host_cores}")
     model = cfg.build_model()
@@ -480,8 +495,18 @@ class MERASimulation(Simulation):
     own_checkpoints = True
     streams = True
 
+    def prepare_process(self, cfg: MERASimConfig) -> None:
+        self._host_cores = apply_host_cores(cfg)  # before the run folder's settings.json starts JAX's backend
+
     def run(self, cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
-        summary = simulate(cfg, ctx.out, resume=ctx.resuming, progress=ctx.progress, sink=ctx.sink)
+        summary = simulate(
+            cfg,
+            ctx.out,
+            resume=ctx.resuming,
+            progress=ctx.progress,
+            sink=ctx.sink,
+            host_cores=getattr(self, "_host_cores", None),
+        )
         paths = write_outputs(summary, ctx.out)
         what = (
             f"final energy error per site: {summary['final_energy_error']:.3e}"

@@ -109,6 +109,12 @@ class Simulation(abc.ABC):
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise TypeError(f"{name}.config_type must be a config dataclass type, got {cls!r}")
 
+    def prepare_process(self, cfg: Any) -> None:
+        """Process settings that must be made before JAX starts its backend (e.g. the CPU cores XLA may use, which
+        it reads when it starts): called once, right after the configuration is validated and before the run
+        folder is prepared (its ``settings.json`` starts the backend). Default: nothing."""
+        del cfg
+
     @abc.abstractmethod
     def run(self, cfg: Any, ctx: RunContext) -> Mapping[str, str]:
         """Run ``cfg`` (resuming from ``ctx.checkpointer`` when it holds a checkpoint), write the outputs into
@@ -313,6 +319,7 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     if clipped:
         what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in clipped.items())
         print(f"{sim.prog}: a run shorter than one chunk (steps={cfg.steps}): {what}", file=sys.stderr)
+    sim.prepare_process(cfg)
     out = args.out or sim.default_out(cfg, args)
     resume = args.resume if args.resume is not None else sim.default_resume(args)
     try:

@@ -286,16 +286,16 @@ def _ev_step(state: MERAState, params: EvenblyVidalParams) -> MERAState:
 
 
 def _ev_init(params: EvenblyVidalParams, key: jax.Array | None = None, mera: MERA | None = None) -> MERAState:
-    if mera is None and key is None:
-        raise TypeError(
-            "mera.evenbly_vidal.init needs key (a PRNG key, e.g. jax.random.key(0)) for a fresh MERA, or mera= to "
-            "continue from one"
-        )
     if key is not None:
         check_key(key, "key")
     dtype = params.h[0].dtype
     d = int(params.h[0].shape[0])
     if mera is None:
+        if key is None:
+            raise TypeError(
+                "mera.evenbly_vidal.init needs key (a PRNG key, e.g. jax.random.key(0)) for a fresh MERA, or mera= "
+                "to continue from one"
+            )
         # drawn in the default float (float64 under x64) and cast, so a seed gives the same start in every dtype
         mera = init_tensors(key, params.config, d=d, parity=params.parity)
     else:
