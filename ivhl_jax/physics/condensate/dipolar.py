@@ -55,7 +55,7 @@ from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.numerics.splitstep import phase_factor_m1
-from ivhl_jax.physics.condensate.system import Grid
+from ivhl_jax.physics.condensate.system import FLOAT32_TOL, Grid
 
 __all__ = [
     "Dipolar",
@@ -497,7 +497,7 @@ def dipolar_ground_state(
             raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
     rdt = system.real_dtype
     if tol is None:
-        tol = 4e-7 if np.dtype(rdt).itemsize <= 4 else 1e-10
+        tol = FLOAT32_TOL if np.dtype(rdt).itemsize <= 4 else 1e-10
     check_scalar(tol, "tol", positive=True)
     check_scalar(max_steps, "max_steps", integer=True, minimum=1)
     check_scalar(check_every, "check_every", integer=True, minimum=1)

@@ -22,6 +22,7 @@ from ivhl_jax.physics.condensate.observables import chemical_potential, energy, 
 from ivhl_jax.physics.condensate.states import gaussian
 from ivhl_jax.physics.condensate.stepper import check_local_dt, strang
 from ivhl_jax.physics.condensate.system import (
+    FLOAT32_TOL,
     GPSystem,
     cast_output,
     check_psi,
@@ -31,10 +32,6 @@ from ivhl_jax.physics.condensate.system import (
 )
 
 __all__ = ["ground_state", "FLOAT32_TOL"]
-
-#: ``ground_state``'s default convergence tolerance in float32: a few ulps of the energy (the relative change
-#: of a float32 energy per check bottoms out at ~1e-7, one ulp).
-FLOAT32_TOL = 4e-7
 
 
 def _total_energy(psi: jax.Array, params: Any) -> jax.Array:

@@ -68,7 +68,7 @@ from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.numerics.splitstep import phase_factor_m1
-from ivhl_jax.physics.condensate.system import Grid
+from ivhl_jax.physics.condensate.system import FLOAT32_TOL, Grid
 
 __all__ = [
     "MixtureSystem",
@@ -781,7 +781,7 @@ def _descend(stepper: Stepper, psi: jax.Array, tol: Any, *, n_blocks: int, check
 def _run_descent(stepper: Stepper, psi: jax.Array, tol: Any, max_steps: Any, check_every: Any, dt: Any) -> Any:
     rdt = stepper.params.system.real_dtype
     if tol is None:
-        tol = 4e-7 if np.dtype(rdt).itemsize <= 4 else 1e-10
+        tol = FLOAT32_TOL if np.dtype(rdt).itemsize <= 4 else 1e-10
     check_scalar(tol, "tol", positive=True)
     check_scalar(max_steps, "max_steps", integer=True, minimum=1)
     check_scalar(check_every, "check_every", integer=True, minimum=1)

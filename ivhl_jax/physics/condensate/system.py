@@ -21,6 +21,10 @@ from ivhl_jax.numerics.spectral import check_backend
 
 __all__ = ["Grid", "GPSystem", "harmonic", "with_policy"]
 
+#: The ground-state searches' default convergence tolerance in float32: a few ulps of the energy (the relative change
+#: of a float32 energy per check bottoms out at ~1e-7, one ulp).
+FLOAT32_TOL = 4e-7
+
 
 class Grid:
     """A periodic box centred at the origin: ``shape`` points over side ``length`` per axis.
