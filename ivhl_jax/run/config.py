@@ -326,9 +326,10 @@ def _role_text(m: re.Match) -> str:
 
 def plain_text(text: str) -> str:
     """``text`` (a docstring, a config comment) with its reStructuredText markup removed, for a terminal:
-    ``:func:`~a.b.f``` becomes ``f``, ``:mod:`a.b``` becomes ``a.b``, a role with a title shows the title, a
-    ``double-backticked`` literal loses its backticks, a ``::`` that opens a literal block becomes ``:``. Single
-    backticks (a command quoted in a message) stay."""
+    a cross-reference role (func, class, mod, ...) around a dotted name shows the name, only its last part
+    when the name starts with ``~``; a role with a title shows the title; a ``double-backticked`` literal loses
+    its backticks; a ``::`` that opens a literal block becomes ``:``. Single backticks (a command quoted in a
+    message) stay."""
     text = _ROLE.sub(_role_text, text)
     text = re.sub(r"``([^`]+)``", r"\1", text)
     return re.sub(r"(?<=\S)::(?=\s*$)", ":", text, flags=re.MULTILINE)
