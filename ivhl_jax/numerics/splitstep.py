@@ -500,7 +500,7 @@ def plan(
 def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Complex[Array, "*batch_and_grid"]:
     """The kinetic propagator of ``plan``: each stage's F⁻¹[(1 + m) F ψ] over its axes, in order (the distributed
     FFT when the plan has a layout); ψ + F⁻¹[m F ψ] for an ``increment`` plan. Leading axes of ψ beyond the grid are
-    batch axes (one batched transform over them)."""
+    batch axes."""
     psi = check_array(psi, "psi", kind="complex")  # static facts only: free under jit
     ndim = len(plan.shape)
     if psi.ndim < ndim or tuple(psi.shape[psi.ndim - ndim :]) != plan.shape:
@@ -513,7 +513,7 @@ def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Comp
         ax = tuple(lead + a for a in axes)
         m = plan.factors[i]
         if plan.increment:
-            psi = psi + _increment(psi, m, plan.layout, ax)
+            psi = _plus_increment(psi, m, plan.layout, ax)
         elif plan.layout is not None:
             psi = distributed_fft.spectral_multiply(psi, m, plan.layout, ax)
         else:
@@ -521,13 +521,21 @@ def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Comp
     return psi
 
 
-def _increment(psi: jax.Array, m: Any, layout: Any, axes: tuple[int, ...]) -> jax.Array:
-    """F⁻¹[m F ψ] over ``axes``: the distributed transform pair when there is a layout (``m`` placed on its k-space
-    blocks by :func:`plan`), else XLA's."""
-    if layout is None:
-        return jnp.fft.ifftn(jnp.fft.fftn(psi, axes=axes) * m, axes=axes)
-    pk, _ = distributed_fft.fftn(psi, layout, axes)
-    return distributed_fft.ifftn(pk * m, layout, axes)
+def _plus_increment(psi: jax.Array, m: Any, layout: Any, axes: tuple[int, ...]) -> jax.Array:
+    """ψ + F⁻¹[m F ψ] over ``axes``: the distributed transform pair when there is a layout (``m`` placed on its
+    k-space blocks by :func:`plan`; one batched pair over leading axes), else XLA's, one pair and one sum per leading
+    index, stacked (XLA:CPU runs a batched transform of a few components, or a sum over the stacked transforms that
+    the following elementwise steps slice, slower than this form: bench/results/condensate_terms_engine.json)."""
+    if layout is not None:
+        pk, _ = distributed_fft.fftn(psi, layout, axes)
+        return psi + distributed_fft.ifftn(pk * m, layout, axes)
+    lead = min(axes)
+    if lead == 0:
+        return psi + jnp.fft.ifftn(jnp.fft.fftn(psi, axes=axes) * m, axes=axes)
+    grid_axes = tuple(a - lead for a in axes)
+    flat = psi.reshape((-1,) + psi.shape[lead:])
+    parts = [c + jnp.fft.ifftn(jnp.fft.fftn(c, axes=grid_axes) * m, axes=grid_axes) for c in flat]
+    return jnp.stack(parts).reshape(psi.shape)
 
 
 def step(

@@ -27,8 +27,8 @@ Time stepping (second-order Strang splitting, each piece the exact flow of its p
     spin-1:   D(dt/2) · S(dt/2) · K(dt) · S(dt/2) · D(dt/2)
 
 K(dt) = F⁻¹ e^{−i k² dt/2} F is the exact kinetic propagator (the same for every component: the split-step
-engine's plan, :func:`ivhl_jax.physics.condensate.system.kinetic_plan`, one batched transform over the
-components, the distributed slab/pencil FFT when the system has a ``layout``). U and the
+engine's plan, :func:`ivhl_jax.physics.condensate.system.kinetic_plan`: one transform pair per component on one
+device, the distributed slab/pencil FFT, batched over the components, when the system has a ``layout``). U and the
 diagonal spin-1 part D (phases V + c₀n − pm + qm², component by component) leave every |ψ_m| unchanged, so
 evaluating them on the incoming ψ is exact. The spin-mixing part S is the flow of c₂ F·f, which leaves n and
 F unchanged pointwise (F·f generates a rotation about F), so it is the exact matrix exponential of the

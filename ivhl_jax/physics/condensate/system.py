@@ -376,7 +376,7 @@ def kinetic_max(grid: Grid) -> float:
 
 def kinetic_plan(grid: Grid, dt: Any, *, imaginary: bool, dtype: Any, layout: Any) -> splitstep.SplitStepPlan:
     """The engine's plan of the free kinetic factor e^{−i dt ½k²} (imaginary time e^{−dt ½k²}) for a field ending in
-    the axes of ``grid`` (leading axes are components, transformed in one batch): dt checked once against the
+    the axes of ``grid`` (leading axes are components): dt checked once against the
     split-step bound dt·k_max²/2 ≤ π, the factor applied as ψ + F⁻¹[(f − 1) F ψ] (``increment``: the schemes that
     hold their norm without a projection), by the distributed FFT when ``layout`` is an FFTLayout."""
     return splitstep.plan(
