@@ -322,6 +322,11 @@ def _g3():
         ),
         (lambda: D.thomas_fermi_aspect_ratio(1.2, 1.0), ValueError, "eps_dd must be < 1"),
         (
+            lambda: D.DipolarSystem.create(_g3(), np.zeros((8, 8, 8)), 1.0, D.Dipolar.create(eps_dd=0.1), layout="x"),
+            TypeError,
+            "layout must be an FFTLayout",
+        ),
+        (
             lambda: C.strang(
                 D.DipolarSystem.create(_g3(), np.zeros((8, 8, 8)), 1e5, D.Dipolar.create(eps_dd=0.5)), 1e-2
             ).init(np.ones((8, 8, 8))),

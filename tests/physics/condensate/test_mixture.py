@@ -383,6 +383,8 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
             "potential must have shape",
         ),
         (lambda g, V: M.MixtureSystem.create("grid", V, [[1.0]]), TypeError, "grid must be a Grid"),
+        (lambda g, V: M.MixtureSystem.create(g, V, [[1.0]], layout="x"), TypeError, "layout must be an FFTLayout"),
+        (lambda g, V: M.Spin1System.create(g, V, 1.0, 1.0, layout=(8,)), TypeError, "layout must be an FFTLayout"),
         (lambda g, V: M.Spin1System.create(g, V, 1.0, float("nan")), ValueError, "c2 must be finite"),
         (lambda g, V: M.Spin1System.create(g, V, 1.0, 1.0, q="x"), TypeError, "q must be a real number"),
         (lambda g, V: M.Spin1System.create(g, np.zeros((3, 32)), 1.0, 1.0), ValueError, "potential must have shape"),
