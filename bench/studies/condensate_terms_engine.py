@@ -19,37 +19,16 @@ trees' results relative to the field's maximum (the same work).
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import subprocess
-import sys
 import tempfile
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.harness import interleaved_rounds
+from bench.harness import before_after, interleaved_rounds, module_at
 from ivhl_jax.physics.condensate import Grid, harmonic
 from ivhl_jax.physics.condensate import dipolar as new_dipolar
 from ivhl_jax.physics.condensate import mixture as new_mixture
-
-
-def _load(rev: str, path: str, name: str, tmp: str):
-    src = subprocess.run(["git", "show", f"{rev}:{path}"], check=True, capture_output=True, text=True).stdout
-    file = os.path.join(tmp, f"{name}.py")
-    with open(file, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(name, file)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # flax dataclasses resolve their annotations through the module
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _quartiles(r: np.ndarray) -> dict:
-    q1, q2, q3 = np.percentile(r, [25, 50, 75])
-    return {"median": float(q2), "q1": float(q1), "q3": float(q3)}
 
 
 def _start(grid: Grid, n_comp: int | None) -> np.ndarray:
@@ -86,8 +65,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    old_mix = _load(a.against, "ivhl_jax/physics/condensate/mixture.py", "mixture_before", tmp)
-    old_dip = _load(a.against, "ivhl_jax/physics/condensate/dipolar.py", "dipolar_before", tmp)
+    old_mix = module_at(a.against, "ivhl_jax/physics/condensate/mixture.py", "mixture_before", tmp)
+    old_dip = module_at(a.against, "ivhl_jax/physics/condensate/dipolar.py", "dipolar_before", tmp)
     calls, meta = {}, {}
     for name, st_old, st_new, psi_np, steps in _cases(old_mix, old_dip):
         outs = {}
@@ -99,16 +78,9 @@ def main() -> None:
         scale = float(np.abs(outs["old"]).max())
         meta[name] = {"steps_per_call": steps, "max_rel_diff": float(np.abs(outs["new"] - outs["old"]).max()) / scale}
     wall, _ = interleaved_rounds(calls, a.rounds)
-    res = {}
-    for key in meta:
-        o, w = np.asarray(wall[f"{key} old"]), np.asarray(wall[f"{key} new"])
-        res[key] = {
-            "old_median_s": float(np.median(o)),
-            "new_median_s": float(np.median(w)),
-            "ratio_new_over_old_per_round": _quartiles(w / o),
-            **meta[key],
-        }
-        print(key, res[key], flush=True)
+    res = before_after(wall, meta)
+    for key, rec in res.items():
+        print(key, rec, flush=True)
     from ivhl_jax.bench.harness import write_results
 
     doc = {
