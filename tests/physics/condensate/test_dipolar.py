@@ -343,6 +343,16 @@ def test_bad_input_is_one_line(build, exc, match):
     assert "\n" not in str(err.value)
 
 
+def test_a_ground_state_search_that_breaks_down_names_dt_in_one_line():
+    """e^{−dt·V/2} underflows everywhere (V ≥ 100, dt = 20): the shared front end's one-line error names dt."""
+    system = D.DipolarSystem.create(_g3(), harmonic(_g3()) + 100.0, 1.0, D.Dipolar.create(eps_dd=0.1))
+    with pytest.raises(ValueError) as err:
+        D.dipolar_ground_state(system, dt=20.0, max_steps=2, check_every=1)
+    assert str(err.value) == (
+        "dt=20.0 is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
+    )
+
+
 # --- the stepper contract and precision policies -------------------------------------------------
 @pytest.mark.slow
 def test_params_gradient_feeds_an_optax_update_and_tree_map_stays_on_device():

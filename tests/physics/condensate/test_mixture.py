@@ -454,6 +454,21 @@ def test_bad_input_is_one_line(build, exc, match):
     assert "\n" not in str(err.value)
 
 
+def test_a_ground_state_search_that_breaks_down_names_dt_in_one_line():
+    """e^{−dt·V/2} underflows everywhere (V ≥ 100, dt = 20): the shared front end's one-line error names dt."""
+    grid = Grid.uniform(32, 10.0)
+    V = harmonic(grid) + 100.0
+    for search in (
+        lambda: M.mixture_ground_state(M.MixtureSystem.create(grid, V, np.eye(2)), dt=20.0, max_steps=2, check_every=1),
+        lambda: M.spin1_ground_state(M.Spin1System.create(grid, V, 1.0, 1.0), dt=20.0, max_steps=2, check_every=1),
+    ):
+        with pytest.raises(ValueError) as err:
+            search()
+        assert str(err.value) == (
+            "dt=20.0 is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
+        )
+
+
 # --- the stepper contract and precision policies -------------------------------------------------
 def _steppers():
     grid = Grid.uniform(32, 10.0)
