@@ -37,8 +37,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -237,7 +237,6 @@ class BECConfig:
                 f"use dt <= {bound:.3g} (or a coarser grid)"
             )
 
-
     def _validate_system(self) -> None:
         """The settings of the chosen ``system``: those of another system are refused (one line naming them), the
         values go through the physics module's own checks (the error names the setting)."""
@@ -269,9 +268,7 @@ class BECConfig:
                     if getattr(self, key) is not None:
                         raise ValueError(f"{key} and couplings both give the couplings: give one of them")
                 if self.g != BECConfig.g:
-                    raise ValueError(
-                        f"g={self.g:g} and couplings both give g_11: drop g (couplings[0][0] is g_11)"
-                    )
+                    raise ValueError(f"g={self.g:g} and couplings both give g_11: drop g (couplings[0][0] is g_11)")
                 if len(self.couplings) < 2:
                     raise ValueError(
                         f"couplings must be a C × C matrix with C >= 2 components (one component is "
@@ -305,12 +302,16 @@ class BECConfig:
                     raise ValueError(
                         f"system=spin1 needs {key} (--set c0=... --set c2=...; c2 < 0 ferromagnetic, > 0 polar)"
                     )
-            spin = C.Spin1System.create(tiny, np.zeros(2, np.float32), self.c0, self.c2, p=self.p or 0.0, q=self.q or 0.0)
+            spin = C.Spin1System.create(
+                tiny, np.zeros(2, np.float32), self.c0, self.c2, p=self.p or 0.0, q=self.q or 0.0
+            )
             if self.magnetization is not None:
                 C.strang(spin, 1e-3, imaginary=True, norm=1.0, magnetization=self.magnetization)
         elif system == "dipolar":
             if self.dims != 3:
-                raise ValueError(f"system=dipolar needs dims=3 (the dipole-dipole kernel is the 3-D one), got {self.dims}")
+                raise ValueError(
+                    f"system=dipolar needs dims=3 (the dipole-dipole kernel is the 3-D one), got {self.dims}"
+                )
             if self.eps_dd is None:
                 raise ValueError("system=dipolar needs eps_dd, the relative dipolar strength g_dd/g (--set eps_dd=0.5)")
             try:
@@ -531,6 +532,7 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
         return gp_initial_state(cfg, system, progress=progress)
     guess = _guess(cfg, system)
     common = {"dt": cfg.ground_dt, "tol": cfg.ground_tol, "check_every": GROUND_CHECK_EVERY}
+    norm: Any
     if isinstance(system, C.MixtureSystem):
         norm = _component_norms(cfg, system.n_components)
         extra: dict = {}
@@ -542,11 +544,12 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
         C.strang(system, cfg.ground_dt, imaginary=True, norm=norm, **extra).init(guess)
     except ValueError as e:
         raise ValueError(re.sub(r"\bdt\b", "ground_dt", str(e))) from None
-    routine = {
+    routines: dict[type, Callable[..., Any]] = {
         C.MixtureSystem: C.mixture_ground_state,
         C.Spin1System: C.spin1_ground_state,
         C.DipolarSystem: C.dipolar_ground_state,
-    }[type(system)]
+    }
+    routine = routines[type(system)]
 
     def search(psi, n, first):
         return routine(system, norm, max_steps=n, psi0=psi, **common, **extra)
@@ -672,7 +675,7 @@ def simulate(
                 "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol",
                 file=sys.stderr,
             )
-        if scalar:
+        if isinstance(system, C.GPSystem):
             check_local_step(cfg, system, state, "dt", False)
 
     if scalar:
@@ -770,7 +773,9 @@ def write_outputs(
     if single:
         fields = [("", state)]
     else:
-        names = [f"m = {m:+d}" for m in (1, 0, -1)] if cfg.system == "spin1" else [f"ψ_{i + 1}" for i in range(len(state))]
+        names = (
+            [f"m = {m:+d}" for m in (1, 0, -1)] if cfg.system == "spin1" else [f"ψ_{i + 1}" for i in range(len(state))]
+        )
         fields = list(zip(names, state))
     planes = [(name, np.asarray(_slice2d(f))) for name, f in fields]
     plane = planes[0][1]
@@ -824,9 +829,7 @@ def write_outputs(
             head = f"{what}: {label}" if single else f"{what} {comp}: {label}"
             ax.set_title(f"{head} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
-    keys = [
-        k for k in hist if k.startswith(("energy", "norm")) or k in ("lz", "magnetization", "overlap")
-    ]
+    keys = [k for k in hist if k.startswith(("energy", "norm")) or k in ("lz", "magnetization", "overlap")]
     fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
     for ax, k in zip(np.atleast_1d(axes), keys):
         ax.plot(t, hist[k])

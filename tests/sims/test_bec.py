@@ -328,14 +328,14 @@ def test_mixture_run_conserves_each_norm_and_the_energy(tmp_path):
 
 
 def test_mixture_separates_where_g12_squared_exceeds_g11_g22(tmp_path):
-    """The ground-state overlap of two components: near 1 for g₁₂² < g₁₁g₂₂ (miscible), small beyond (the
-    components separate)."""
+    """The ground-state overlap of two components either side of g₁₂² = g₁₁g₂₂ (g₁₁ = g₂₂ = 100): 1 at g₁₂ = 90
+    (miscible), near 0 at g₁₂ = 110 (the components separate; measured 1.0000 and 0.0042)."""
     common = ["system=mixture", "dims=1", "grid=128", "length=16.0", "g=100", "ground_steps=4000", "ground_dt=0.01"]
-    mixed, _ = _run(tmp_path, "mixed", *common, "g12=50", steps=50)
-    apart, _ = _run(tmp_path, "apart", *common, "g12=150", steps=50)
+    mixed, _ = _run(tmp_path, "mixed", *common, "g12=90", steps=50)
+    apart, _ = _run(tmp_path, "apart", *common, "g12=110", steps=50)
     assert mixed["ground_state"]["converged"] and apart["ground_state"]["converged"]
-    assert mixed["observables"]["overlap"][0] > 0.95
-    assert apart["observables"]["overlap"][0] < 0.3
+    assert mixed["observables"]["overlap"][0] > 0.99
+    assert apart["observables"]["overlap"][0] < 0.05
 
 
 def test_spin1_run_holds_the_magnetization_and_conserves_n_and_m(tmp_path):
@@ -363,13 +363,13 @@ def test_dipolar_ground_state_stretches_along_the_dipoles(tmp_path):
         doc, out = _run(tmp_path, f"dd{along}", *common, f"dipole_axis={axis}", "dt=1e-3", steps=50)
         obs = doc["observables"]
         assert doc["ground_state"]["converged"] and obs["energy_dipolar"][-1] < 0
-        np.testing.assert_allclose(obs["norm"], 1.0, atol=1e-5)
+        np.testing.assert_allclose(obs["norm"], 1.0, atol=1e-5)  # measured 1.2e-7
         e = np.asarray(obs["energy_total"])
-        assert np.max(np.abs(e / e[0] - 1)) < 1e-5
+        assert np.max(np.abs(e / e[0] - 1)) < 1e-5  # measured 1.7e-7
         rho = np.abs(np.load(out / "final_state.npy")) ** 2
         widths = [np.sum(rho * np.moveaxis(np.broadcast_to(grid**2, rho.shape), -1, a)) for a in range(3)]
         others = [w for a, w in enumerate(widths) if a != along]
-        assert widths[along] > 1.05 * max(others), widths
+        assert widths[along] > 1.5 * max(others), widths  # measured ⟨r²⟩ 6.29 along, 3.34 across
 
 
 def test_mixture_resumes_bit_exactly_with_its_component_axis_in_the_store(tmp_path):
@@ -436,9 +436,7 @@ BAD_SYSTEM_SETTINGS = [
 ]
 
 
-@pytest.mark.parametrize(
-    "sets, message", BAD_SYSTEM_SETTINGS, ids=[" ".join(s) for s, _ in BAD_SYSTEM_SETTINGS]
-)
+@pytest.mark.parametrize("sets, message", BAD_SYSTEM_SETTINGS, ids=[" ".join(s) for s, _ in BAD_SYSTEM_SETTINGS])
 def test_every_bad_system_setting_is_one_line_and_exit_2(tmp_path, capsys, sets, message):
     out = tmp_path / "x"
     args = ["--no-progress", "--out", str(out)]
