@@ -266,6 +266,14 @@ def round_complex(z: Any, dtype: Any) -> jax.Array:
     float32 (its measured cost: :func:`complex_state_dtype`).
     """
     z = jnp.asarray(z)
+    if not jnp.issubdtype(z.dtype, jnp.complexfloating):
+        raise TypeError(f"z must be a complex array, got dtype {z.dtype}")
+    try:
+        ok = dtype is not None and jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise TypeError(f"dtype must be a real floating dtype such as jnp.bfloat16, got {dtype!r}")
     rdt = jnp.finfo(z.dtype).dtype
     return jax.lax.complex(z.real.astype(dtype).astype(rdt), z.imag.astype(dtype).astype(rdt)).astype(z.dtype)
 
