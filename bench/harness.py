@@ -24,6 +24,7 @@ import dataclasses
 import datetime
 import importlib
 import importlib.metadata
+import importlib.util
 import math
 import os
 import pkgutil
@@ -222,6 +223,38 @@ def interleaved_rounds(
             if cpu:
                 used[name].append(time.process_time() - c0)
     return wall, used
+
+
+def module_at(rev: str, path: str, name: str, folder: str) -> Any:
+    """The module ``path`` (a file of this repository) as it is at git revision ``rev``, loaded under ``name``
+    from a copy in ``folder``: another revision's kernels next to the current ones, timed in one process."""
+    src = subprocess.run(["git", "show", f"{rev}:{path}"], check=True, capture_output=True, text=True).stdout
+    file = os.path.join(folder, f"{name}.py")
+    with open(file, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} of {rev} from {file}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses (flax structs) resolve their annotations through the module
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def before_after(wall: dict[str, list[float]], meta: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per key of ``meta``, from the rounds of :func:`interleaved_rounds` named ``"<key> old"`` and ``"<key> new"``:
+    the two medians, the quartiles of the per-round ratios new/old, and ``meta[key]``."""
+    out = {}
+    for key in meta:
+        o, w = np.asarray(wall[f"{key} old"]), np.asarray(wall[f"{key} new"])
+        q1, q2, q3 = np.percentile(w / o, [25, 50, 75])
+        out[key] = {
+            "old_median_s": float(np.median(o)),
+            "new_median_s": float(np.median(w)),
+            "ratio_new_over_old_per_round": {"median": float(q2), "q1": float(q1), "q3": float(q3)},
+            **meta[key],
+        }
+    return out
 
 
 def run_case(

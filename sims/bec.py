@@ -9,10 +9,11 @@ own simulation, ``ivhl sim gft`` (:mod:`ivhl_jax.sims.gft`).
 ``dipole_axis``), ``mixture`` (C components coupled by g_ij: ``g`` = g₁₁, ``g12``, ``g22``, or the whole matrix
 ``couplings``; atom numbers ``norms``) or ``spin1`` (m = +1, 0, −1; ``c0``, ``c2``, Zeeman ``p``, ``q``, a held
 ``magnetization``). Each starts from its imaginary-time ground state; a setting of another system is refused,
-and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step projection, host FFT, mesh)
-with another system. The records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two
-components, their ``overlap``, a spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its
-component axis first (``component`` 1 … C, or ``m``), in final_state.npy and in the snapshots.
+and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step projection, host FFT) with
+another system; ``mesh`` spreads any system's field over devices (the distributed FFT of its layout). The
+records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two components, their ``overlap``, a
+spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its component axis first (``component``
+1 … C, or ``m``), in final_state.npy and in the snapshots.
 
 The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
@@ -79,8 +80,8 @@ class BECConfig:
         "scalar",
         '"scalar" (the GP equation above, default), "dipolar" (plus the dipole-dipole interaction: dims=3, '
         'eps_dd), "mixture" (C components with couplings g_ij: g12, g22 or couplings) or "spin1" (components m = '
-        "+1, 0, -1: c0, c2, p, q); omega_rot, gamma, imprints, noise, project_norm=true, fft=ducc and a mesh "
-        "apply to the scalar system only, and a setting of another system is refused",
+        "+1, 0, -1: c0, c2, p, q); omega_rot, gamma, imprints, noise, project_norm=true and fft=ducc "
+        "apply to the scalar system only (mesh to every system), and a setting of another system is refused",
     )
     g12: float | None = option(
         None, "system=mixture: the coupling g₁₂ between the two components (g is g₁₁); they separate for g₁₂² > g₁₁g₂₂"
@@ -250,9 +251,7 @@ class BECConfig:
         if system != "scalar":
             defaults = {f.name: f.default for f in dataclasses.fields(self)}
             for key in SCALAR_ONLY:
-                if key == "mesh":
-                    changed = math.prod(mesh_sizes(self.mesh)) > 1
-                elif key == "imprints":
+                if key == "imprints":
                     changed = bool(self.imprints)
                 else:
                     changed = getattr(self, key) != defaults[key]
@@ -335,7 +334,6 @@ SCALAR_ONLY: dict[str, str] = {
     "noise": "noisy ground-state guess",
     "project_norm": "per-step norm projection",
     "fft": "host FFT",
-    "mesh": "device mesh",
 }
 
 
@@ -495,11 +493,12 @@ def condensate_system(cfg: BECConfig) -> C.GPSystem | C.DipolarSystem | C.Mixtur
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
     pot = C.harmonic(grid, trap, dtype=_dtype(cfg))
+    layout = parse_mesh(cfg.mesh, cfg.dims)
     if cfg.system == "dipolar":
-        return C.DipolarSystem.create(grid, pot, cfg.g, dipole_spec(cfg))
+        return C.DipolarSystem.create(grid, pot, cfg.g, dipole_spec(cfg), layout=layout)
     if cfg.system == "mixture":
-        return C.MixtureSystem.create(grid, pot, np.asarray(mixture_couplings(cfg)))
-    return C.Spin1System.create(grid, pot, cfg.c0, cfg.c2, p=cfg.p or 0.0, q=cfg.q or 0.0)
+        return C.MixtureSystem.create(grid, pot, np.asarray(mixture_couplings(cfg)), layout=layout)
+    return C.Spin1System.create(grid, pot, cfg.c0, cfg.c2, p=cfg.p or 0.0, q=cfg.q or 0.0, layout=layout)
 
 
 def _component_norms(cfg: BECConfig, n_components: int) -> list[float]:

@@ -15,36 +15,17 @@ Reports per-round ratios new/old (median and quartiles) and the largest differen
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import subprocess
 import tempfile
 
 import jax
 import numpy as np
 
-from bench.harness import interleaved_rounds
+from bench.harness import before_after, interleaved_rounds, module_at
 from ivhl_jax.numerics import fastmath as new_fm
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics import fields
 from ivhl_jax.physics.condensate import stepper as S
-
-
-def _load(rev: str, path: str, name: str, tmp: str):
-    src = subprocess.run(["git", "show", f"{rev}:{path}"], check=True, capture_output=True, text=True).stdout
-    file = os.path.join(tmp, f"{name}.py")
-    with open(file, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(name, file)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _quartiles(r: np.ndarray) -> dict:
-    q1, q2, q3 = np.percentile(r, [25, 50, 75])
-    return {"median": float(q2), "q1": float(q1), "q3": float(q3)}
 
 
 def main() -> None:
@@ -54,8 +35,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    old_fm = _load(a.against, "ivhl_jax/numerics/fastmath.py", "fastmath_before", tmp)
-    old_ss = _load(a.against, "ivhl_jax/numerics/splitstep.py", "splitstep_before", tmp)
+    old_fm = module_at(a.against, "ivhl_jax/numerics/fastmath.py", "fastmath_before", tmp)
+    old_ss = module_at(a.against, "ivhl_jax/numerics/splitstep.py", "splitstep_before", tmp)
     old_ss.sincos = old_fm.sincos
     calls, meta = {}, {}
     rng = np.random.default_rng(0)
@@ -95,16 +76,9 @@ def main() -> None:
             calls[f"gp {shape} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))
         meta[f"gp {shape}"] = {"steps_per_call": steps}
     wall, _ = interleaved_rounds(calls, a.rounds)
-    res = {}
-    for key in meta:
-        o, w = np.asarray(wall[f"{key} old"]), np.asarray(wall[f"{key} new"])
-        res[key] = {
-            "old_median_s": float(np.median(o)),
-            "new_median_s": float(np.median(w)),
-            "ratio_new_over_old_per_round": _quartiles(w / o),
-            **meta[key],
-        }
-        print(key, res[key], flush=True)
+    res = before_after(wall, meta)
+    for key, rec in res.items():
+        print(key, rec, flush=True)
     from ivhl_jax.bench.harness import write_results
 
     doc = {

@@ -34,6 +34,11 @@ half-steps; both pick the local phase's sine reduction (:mod:`ivhl_jax.numerics.
 :func:`check_placement` refuses a field sharded over a mesh when the plan has no layout (every step would
 gather it onto one device).
 
+A plan built with ``increment=True`` applies each kinetic stage as ψ + F⁻¹[(f − 1) F ψ] instead of F⁻¹[f F ψ]: the
+FFT pair's round-off (complex64 transforms lose ~5e-8 of the norm each, always downwards) then falls on the small
+increment only, so a float32 scheme without a norm projection (the mixture, spin-1 and dipolar steps) keeps its
+norm, for one more elementwise pass over the field.
+
 The plan holds only data derived from dt: the kinetic factors and the local half-step time ``half_dt``; dt itself
 is not a field (``plan.dt`` reads 2·half_dt), so no setting can be edited apart from the factors built from it: a
 new dt is a new plan.
@@ -232,7 +237,8 @@ class SplitStepPlan(struct.PyTreeNode):
     per :class:`KineticTerm`, or :class:`~ivhl_jax.numerics.spectral.HostFactor`), and ``damping`` (the damping
     rate γ of a dissipative real-time plan, which the local factors also apply; None: no damping). Static:
     ``stages`` (the factors applied in order, each with its grid axes), the grid ``shape``, ``imaginary``, the
-    FFT backend and the distributed-FFT ``layout`` (or None).
+    FFT backend, the distributed-FFT ``layout`` (or None) and ``increment`` (each stage applied as
+    ψ + F⁻¹[(f − 1) F ψ], module docstring).
     """
 
     half_dt: Any
@@ -243,6 +249,7 @@ class SplitStepPlan(struct.PyTreeNode):
     fft: str = struct.field(pytree_node=False, default="xla")
     layout: Any = struct.field(pytree_node=False, default=None)
     damping: Any = None
+    increment: bool = struct.field(pytree_node=False, default=False)
 
     @property
     def dt(self) -> Any:
@@ -423,6 +430,7 @@ def plan(
     local_label: str = "local",
     hint: str = "",
     damping: Any = None,
+    increment: bool = False,
 ) -> SplitStepPlan:
     """Check dt once (:func:`check_dt`) and build the :class:`SplitStepPlan` of steps of size dt.
 
@@ -445,8 +453,14 @@ def plan(
       damping: None, or the damping rate γ ≥ 0 of a dissipative real-time scheme, i∂ψ/∂t = (1 − iγ)Hψ (a scalar
         leaf: concrete builds the factors in NumPy, traced on the device); every factor, kinetic and local,
         becomes e^{−i(1 − iγ)θ}.
+      increment: apply each kinetic stage as ψ + F⁻¹[(f − 1) F ψ] (module docstring; the ``"xla"`` backend, with or
+        without a layout) instead of F⁻¹[f F ψ].
     """
     imaginary = _check_imaginary(imaginary)
+    if not isinstance(increment, (bool, np.bool_)):
+        raise TypeError(f"increment must be a bool (a static choice of the kinetic form), got {increment!r}")
+    if increment and fft != "xla":
+        raise ValueError(f"increment=True applies the kinetic factor with XLA's FFT; use fft='xla' (got fft={fft!r})")
     if damping is not None and imaginary:
         raise ValueError("damping applies to real-time steps; imaginary time is already a gradient flow")
     check_dt(
@@ -479,12 +493,14 @@ def plan(
         fft=fft,
         layout=layout,
         damping=damping_leaf,
+        increment=bool(increment),
     )
 
 
 def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Complex[Array, "*batch_and_grid"]:
     """The kinetic propagator of ``plan``: each stage's F⁻¹[(1 + m) F ψ] over its axes, in order (the distributed
-    FFT when the plan has a layout). Leading axes of ψ beyond the grid are batch axes."""
+    FFT when the plan has a layout); ψ + F⁻¹[m F ψ] for an ``increment`` plan. Leading axes of ψ beyond the grid are
+    batch axes."""
     psi = check_array(psi, "psi", kind="complex")  # static facts only: free under jit
     ndim = len(plan.shape)
     if psi.ndim < ndim or tuple(psi.shape[psi.ndim - ndim :]) != plan.shape:
@@ -496,11 +512,30 @@ def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Comp
     for i, axes in plan.stages:
         ax = tuple(lead + a for a in axes)
         m = plan.factors[i]
-        if plan.layout is not None:
+        if plan.increment:
+            psi = _plus_increment(psi, m, plan.layout, ax)
+        elif plan.layout is not None:
             psi = distributed_fft.spectral_multiply(psi, m, plan.layout, ax)
         else:
             psi = spectral_multiply(psi, m, ax, plan.fft)
     return psi
+
+
+def _plus_increment(psi: jax.Array, m: Any, layout: Any, axes: tuple[int, ...]) -> jax.Array:
+    """ψ + F⁻¹[m F ψ] over ``axes``: the distributed transform pair when there is a layout (``m`` placed on its
+    k-space blocks by :func:`plan`; one batched pair over leading axes), else XLA's, one pair and one sum per leading
+    index, stacked (XLA:CPU runs a batched transform of a few components, or a sum over the stacked transforms that
+    the following elementwise steps slice, slower than this form: bench/results/condensate_terms_engine.json)."""
+    if layout is not None:
+        pk, _ = distributed_fft.fftn(psi, layout, axes)
+        return psi + distributed_fft.ifftn(pk * m, layout, axes)
+    lead = min(axes)
+    if lead == 0:
+        return psi + jnp.fft.ifftn(jnp.fft.fftn(psi, axes=axes) * m, axes=axes)
+    grid_axes = tuple(a - lead for a in axes)
+    flat = psi.reshape((-1,) + psi.shape[lead:])
+    parts = [c + jnp.fft.ifftn(jnp.fft.fftn(c, axes=grid_axes) * m, axes=grid_axes) for c in flat]
+    return jnp.stack(parts).reshape(psi.shape)
 
 
 def step(

@@ -74,6 +74,15 @@ def test_interleaved_rounds_times_each_call_once_per_round_in_turn():
         harness.interleaved_rounds(calls, 0)
 
 
+def test_before_after_pairs_the_rounds_and_module_at_loads_a_revision(tmp_path):
+    wall = {"k old": [1.0, 2.0, 4.0], "k new": [2.0, 2.0, 2.0]}
+    rec = harness.before_after(wall, {"k": {"steps": 3}})["k"]
+    assert rec["old_median_s"] == 2.0 and rec["new_median_s"] == 2.0 and rec["steps"] == 3
+    assert rec["ratio_new_over_old_per_round"] == {"median": 1.0, "q1": 0.75, "q3": 1.5}  # ratios 2, 1, 0.5
+    mod = harness.module_at("HEAD", "ivhl_jax/numerics/fastmath.py", "fastmath_at_head", str(tmp_path))
+    assert mod.__name__ == "fastmath_at_head" and callable(mod.sincos)
+
+
 def test_calls_per_sample_fills_the_window():
     assert harness.calls_per_sample(0.004, 0.0) == 1  # no window: one call per sample
     assert harness.calls_per_sample(0.004, 0.5) == 125

@@ -23,8 +23,11 @@ k = 0 value is direction dependent; 0 is its angular mean).
 
 Φ_dd is real and depends on ψ only through |ψ|², which the local factor e^{−iτ(V + g|ψ|² + Φ_dd)} does not
 change, so the Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U} keeps both factors exact, as for contact
-interactions (U now also holds Φ_dd: one real FFT pair per half-step). Imaginary time (the normalised gradient
-flow) replaces −i dt by −dt and projects to N.
+interactions (U now also holds Φ_dd: one real FFT pair per half-step). K(dt) is the split-step engine's kinetic
+factor (:func:`ivhl_jax.physics.condensate.system.kinetic_plan`). On a system with a ``layout`` (slab or pencil)
+both K and Φ_dd use the distributed FFT (:mod:`ivhl_jax.numerics.distributed_fft`; Φ_dd by a complex transform
+pair, the kernel held in the k-space blocks each device multiplies), so the field is never gathered. Imaginary
+time (the normalised gradient flow) replaces −i dt by −dt and projects to N.
 
 In the Thomas–Fermi limit of a cylindrically symmetric harmonic trap (frequencies ω_ρ, ω_z, dipoles along z)
 the density is still an inverted parabola, with the aspect ratio κ = R_ρ/R_z the root of (Eberlein, Giovanazzi
@@ -51,11 +54,12 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
-from ivhl_jax.numerics import splitstep
-from ivhl_jax.numerics.distributed_fft import host_readable
-from ivhl_jax.numerics.rollout import Stepper, converge
+from ivhl_jax.numerics import distributed_fft, splitstep
+from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
+from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.numerics.splitstep import phase_factor_m1
-from ivhl_jax.physics.condensate.system import FLOAT32_TOL, Grid
+from ivhl_jax.physics.condensate._descent import descend, descent_settings
+from ivhl_jax.physics.condensate.system import Grid, check_start, check_step, kinetic_plan, place_state
 
 __all__ = [
     "Dipolar",
@@ -131,19 +135,24 @@ class Dipolar(struct.PyTreeNode):
 class DipolarSystem(struct.PyTreeNode):
     """A dipolar GP problem on a 3-D grid: trap V (grid-shaped), contact g, the :class:`Dipolar` interaction.
 
-    Build with :meth:`create`. ``potential``, ``g`` and the spec's leaves are traced; the grid is static. The
-    real dtype of ``potential`` is the working precision (float32 → complex64, float64 → complex128).
+    Build with :meth:`create`. ``potential``, ``g`` and the spec's leaves are traced; the grid and the ``layout``
+    are static. The real dtype of ``potential`` is the working precision (float32 → complex64, float64 →
+    complex128). ``layout``: how ψ is split over a device mesh (an
+    :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`, slab or pencil) or None; with a layout the kinetic factor
+    and Φ_dd use the distributed FFT and V and ψ (``strang(...).init``) are held in blocks, one per device.
     """
 
     grid: Grid = struct.field(pytree_node=False)
     potential: Any
     g: Any
     dipolar: Dipolar
+    layout: Any = struct.field(pytree_node=False, default=None)
 
     @classmethod
-    def create(cls, grid: Grid, potential: Any, g: Any, dipolar: Dipolar) -> DipolarSystem:
+    def create(cls, grid: Grid, potential: Any, g: Any, dipolar: Dipolar, *, layout: Any = None) -> DipolarSystem:
         """Validated system: ``grid`` 3-D, ``potential`` real of shape ``grid.shape``, ``g`` a real scalar,
-        ``dipolar`` a :class:`Dipolar` (:meth:`Dipolar.create`)."""
+        ``dipolar`` a :class:`Dipolar` (:meth:`Dipolar.create`), ``layout`` None or an FFTLayout of the grid
+        (``distributed_fft.fft_layout(mesh, P("x"))``: V is placed on it here)."""
         if not isinstance(grid, Grid):
             raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
         if grid.ndim != 3:
@@ -152,9 +161,12 @@ class DipolarSystem(struct.PyTreeNode):
             raise TypeError(
                 f"dipolar must be a Dipolar (Dipolar.create(eps_dd=..., axis=...)), got {type(dipolar).__name__}"
             )
+        layout = None if layout is None else check_layout(layout, grid.shape)
         pot = check_array(potential, "potential", shape=grid.shape, kind="floating")
         if is_concrete(pot):
             check_array(pot, "potential", finite=True)
+            if layout is not None:
+                pot = layout.place(pot, "potential")
         if isinstance(g, (str, bytes)):
             raise TypeError(f"g must be a real number, got {g!r}")
         check_scalar(g, "g")
@@ -164,7 +176,7 @@ class DipolarSystem(struct.PyTreeNode):
             axis=jnp.asarray(dipolar.axis, rdt),
             cutoff=None if dipolar.cutoff is None else jnp.asarray(dipolar.cutoff, rdt),
         )
-        return cls(grid=grid, potential=pot, g=jnp.asarray(g, rdt), dipolar=spec)
+        return cls(grid=grid, potential=pot, g=jnp.asarray(g, rdt), dipolar=spec, layout=layout)
 
     @property
     def g_dd(self) -> Any:
@@ -226,15 +238,32 @@ def _half_wavenumbers(grid: Grid) -> list[np.ndarray]:
 @functools.lru_cache(maxsize=16)
 def _shape_host(grid: Grid, axis: tuple[float, ...], cutoff: float | None, half: bool) -> np.ndarray:
     """(3cos²θ_k − 1)·cutoff(R_c k) in float64 NumPy (0 at k = 0)."""
-    ks = _half_wavenumbers(grid) if half else [grid._bcast(k, a) for a, k in enumerate(grid.wavenumbers)]
-    k2 = sum(k * k for k in ks)
-    kd = sum(k * d for k, d in zip(ks, axis))
+    return _shape_at(_wavenumbers(grid, half), axis, cutoff)
+
+
+def _wavenumbers(grid: Grid, half: bool) -> list[np.ndarray]:
+    return _half_wavenumbers(grid) if half else [grid._bcast(k, a) for a, k in enumerate(grid.wavenumbers)]
+
+
+def _shape_at(ks: Sequence[np.ndarray], axis: Any, cutoff: Any, rdt: Any = None) -> Any:
+    """(3cos²θ_k − 1)·cutoff(R_c k) at the wavevectors ``ks`` (float64 NumPy components), 0 at k = 0: in float64
+    NumPy for ``rdt`` None (``axis`` and ``cutoff`` floats), else on the device in ``rdt`` (traced ``axis`` or
+    ``cutoff``; k² formed in float64 and cast once)."""
+    xp: Any = np if rdt is None else jnp
+    if rdt is None:
+        k2 = sum(k * k for k in ks)
+        kd = sum(k * d for k, d in zip(ks, axis))
+    else:
+        k2 = jnp.asarray(sum(k * k for k in ks), rdt)
+        ax = jnp.asarray(axis, rdt)
+        kd = sum(jnp.asarray(k, rdt) * ax[a] for a, k in enumerate(ks))
+        cutoff = None if cutoff is None else jnp.asarray(cutoff, rdt)
     zero = k2 == 0
-    k2s = np.where(zero, 1.0, k2)
+    k2s = xp.where(zero, 1.0, k2)
     s = 3 * kd * kd / k2s - 1
     if cutoff is not None:
-        s = s * cutoff_factor(cutoff * np.sqrt(k2))
-    return np.where(zero, 0.0, s)
+        s = s * cutoff_factor(cutoff * xp.sqrt(k2s))
+    return xp.where(zero, 0.0, s)
 
 
 def _shape(grid: Grid, dip: Dipolar, rdt: Any, half: bool) -> jax.Array:
@@ -243,16 +272,60 @@ def _shape(grid: Grid, dip: Dipolar, rdt: Any, half: bool) -> jax.Array:
         axis = tuple(float(v) for v in np.asarray(ax, np.float64))
         cut = None if rc is None else float(np.asarray(rc))
         return jnp.asarray(_shape_host(grid, axis, cut, half), rdt)
-    ks = _half_wavenumbers(grid) if half else [grid._bcast(k, a) for a, k in enumerate(grid.wavenumbers)]
-    k2 = jnp.asarray(sum(k * k for k in ks), rdt)
-    ax = jnp.asarray(ax, rdt)
-    kd = sum(jnp.asarray(k, rdt) * ax[a] for a, k in enumerate(ks))
-    zero = k2 == 0
-    k2s = jnp.where(zero, 1.0, k2)
-    s = 3 * kd * kd / k2s - 1
-    if rc is not None:
-        s = s * cutoff_factor(jnp.asarray(rc, rdt) * jnp.sqrt(k2s))
-    return jnp.where(zero, 0.0, s)
+    return _shape_at(_wavenumbers(grid, half), ax, rc, rdt)
+
+
+@functools.lru_cache(maxsize=16)
+def _full_representatives(grid: Grid) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]:
+    """Where the real-FFT pair evaluates the kernel for each bin of the full spectrum (float64, broadcastable).
+
+    ``irfftn(h · rfftn(n))`` holds h on the half spectrum (last axis 0 … n//2, +k at its Nyquist index) and reads a
+    bin of the other half as the conjugate partner −k (mod the grid) it holds; on the self-conjugate planes (last
+    axis index 0 and n/2) it keeps the Hermitian part of the product, the mean of h(k) and h(−k). Returned: the
+    wavevector components k⁽¹⁾ of the held bin, k⁽²⁾ of its partner, and the weight w (½ on the self-conjugate
+    planes, else 0) of Ṽ_eff = (1 − w)Ṽ(k⁽¹⁾) + wṼ(k⁽²⁾). They differ from the plain ``fftfreq`` grid only where a
+    Nyquist wavenumber enters a kernel that is not even in each component (a tilted dipole axis)."""
+    shape, nd = grid.shape, grid.ndim
+    n = shape[-1]
+    k3 = np.arange(n)
+    upper = k3 > n // 2
+    kz = 2 * np.pi * np.fft.rfftfreq(n, grid.dx[-1])[np.where(upper, n - k3, k3)]
+    first: list[np.ndarray] = []
+    second: list[np.ndarray] = []
+    for a in range(nd - 1):
+        m = shape[a]
+        k = 2 * np.pi * np.fft.fftfreq(m, grid.dx[a])
+        k_neg = k[(-np.arange(m)) % m]
+        shp = [1] * nd
+        shp[a] = m
+        first.append(np.where(upper.reshape((1,) * (nd - 1) + (n,)), k_neg.reshape(shp), k.reshape(shp)))
+        second.append(k_neg.reshape(shp))
+    kz_b = kz.reshape((1,) * (nd - 1) + (n,))
+    selfconj = (k3 == 0) | ((n % 2 == 0) & (k3 == n // 2))
+    return tuple(first) + (kz_b,), tuple(second) + (kz_b,), np.where(selfconj, 0.5, 0.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _full_shape_host(grid: Grid, axis: tuple[float, ...], cutoff: float | None) -> np.ndarray:
+    first, second, w = _full_representatives(grid)
+    return (1 - w) * _shape_at(first, axis, cutoff) + w * _shape_at(second, axis, cutoff)
+
+
+def _layout_kernel(system: DipolarSystem) -> jax.Array:
+    """Ṽ_dd on the full spectrum for the distributed complex transform pair, evaluated where the single-device real
+    pair evaluates it (:func:`_full_representatives`), so both give the same Φ_dd to round-off."""
+    rdt, dip, grid = system.real_dtype, system.dipolar, system.grid
+    if is_concrete(dip.axis) and (dip.cutoff is None or is_concrete(dip.cutoff)):
+        axis = tuple(float(v) for v in np.asarray(dip.axis, np.float64))
+        cut = None if dip.cutoff is None else float(np.asarray(dip.cutoff))
+        shape = jnp.asarray(_full_shape_host(grid, axis, cut), rdt)
+    else:  # traced axis or cutoff: elementwise on the device (the wavevectors are constants of the program)
+        first, second, w = _full_representatives(grid)
+        s1 = _shape_at(first, dip.axis, dip.cutoff, rdt)
+        s2 = _shape_at(second, dip.axis, dip.cutoff, rdt)
+        wj = jnp.asarray(w, rdt)
+        shape = (1 - wj) * s1 + wj * s2
+    return jnp.asarray(system.g_dd, rdt) * shape
 
 
 def dipolar_kernel(system: DipolarSystem, *, half: bool = False) -> Float[Array, "*kgrid"]:
@@ -312,15 +385,22 @@ class StrangDipolarParams(struct.PyTreeNode):
 
     Attributes:
       system: the :class:`DipolarSystem` (V, g and the dipolar spec are traced leaves).
-      dt: the step size (scalar leaf; the kinetic factor is derived from it inside the step).
+      plan: the kinetic factor and the half-step time, both from one dt
+        (:class:`ivhl_jax.numerics.splitstep.SplitStepPlan`); ``params.dt`` reads the step size, a new dt is a new
+        ``strang(system, dt)``.
       target: imaginary time: Σ|ψ|² over the grid points (no dV) held, or None (the norm each step starts with).
       imaginary: static; imaginary-time steps (normalised gradient flow).
     """
 
     system: DipolarSystem
-    dt: Any
+    plan: splitstep.SplitStepPlan
     target: Any = None
     imaginary: bool = struct.field(pytree_node=False, default=False)
+
+    @property
+    def dt(self) -> Any:
+        """The step size (a scalar in the system's real dtype)."""
+        return self.plan.dt
 
 
 def _sumsq(psi: jax.Array) -> jax.Array:
@@ -333,30 +413,45 @@ def _project(psi: jax.Array, target: jax.Array) -> jax.Array:
     return psi + psi * delta.astype(psi.real.dtype)
 
 
+def _phi_of(system: DipolarSystem) -> Any:
+    """n ↦ Φ_dd = F⁻¹[Ṽ_dd F n] for the step, with the kernel built once (hoisted out of both half-kicks): one real
+    FFT pair, or with a layout the distributed complex pair (the kernel constrained to the k-space blocks)."""
+    grid, layout = system.grid, system.layout
+    if layout is None:
+        kern = dipolar_kernel(system, half=True)
+        return lambda n: jnp.fft.irfftn(kern * jnp.fft.rfftn(n), s=grid.shape)
+    kern_full = layout.place_factor(_layout_kernel(system), grid.shape)
+    cdt = system.complex_dtype
+
+    def phi(n: jax.Array) -> jax.Array:
+        nk, _ = distributed_fft.fftn(n.astype(cdt), layout)
+        return distributed_fft.ifftn(nk * kern_full, layout).real
+
+    return phi
+
+
 def dipolar_step(psi: Complex[Array, "*grid"], params: StrangDipolarParams) -> Complex[Array, "*grid"]:
     """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U}, U = V + g|ψ|² + Φ_dd (imaginary time: projected to N)."""
     system = params.system
-    grid = system.grid
-    psi = check_array(psi, "psi", shape=grid.shape, kind="complex")
+    psi = check_step(psi, params, system.grid.shape)
     rdt = psi.real.dtype
     imaginary = params.imaginary
-    dt = jnp.asarray(params.dt, rdt)
+    half = jnp.asarray(params.plan.half_dt, rdt)
     pot = jnp.asarray(system.potential, rdt)
     g = jnp.asarray(system.g, rdt)
-    kern = dipolar_kernel(system, half=True)  # hoisted: built once per step, used by both half-kicks
+    phi = _phi_of(system)
 
     def kick(p: jax.Array) -> jax.Array:
         n = p.real * p.real + p.imag * p.imag
-        u = pot + g * n + jnp.fft.irfftn(kern * jnp.fft.rfftn(n), s=grid.shape)
-        return p + p * phase_factor_m1(u * (0.5 * dt), imaginary, p.dtype)
+        u = pot + g * n + phi(n)
+        return p + p * phase_factor_m1(u * half, imaginary, p.dtype)
 
-    k2 = jnp.asarray(grid.k_squared(), rdt)
     target: Any = None
     if imaginary:
         target = _sumsq(psi) if params.target is None else jnp.asarray(params.target, rdt)
         psi = _project(psi, target)
     psi = kick(psi)
-    psi = psi + jnp.fft.ifftn(phase_factor_m1(0.5 * dt * k2, imaginary, psi.dtype) * jnp.fft.fftn(psi))
+    psi = splitstep.kinetic(psi, params.plan)
     if imaginary:
         psi = _project(psi, target)
     psi = kick(psi)
@@ -369,9 +464,10 @@ def _dipolar_init(params: StrangDipolarParams, psi: Any) -> jax.Array:
     """Validate ψ (grid-shaped, finite), check that dt resolves the local phase dt·max|V + g|ψ|² + Φ_dd| ≤ 2π over the
     cloud (concrete values) and cast ψ to the system's complex dtype."""
     system = params.system
-    arr = check_array(psi, "psi", shape=system.grid.shape, kind="inexact")
+    arr = place_state(check_array(psi, "psi", shape=system.grid.shape, kind="inexact"), system)
     leaves = [params.dt, arr, *jax.tree.leaves(system)]
-    if not all(is_concrete(x) for x in leaves):
+    # (a field spread over several processes has no host copy: the builder's dt bound still applies)
+    if not all(is_concrete(x) for x in leaves) or not host_readable(arr):
         return arr.astype(system.complex_dtype)
     check_array(arr, "psi", finite=True)
     arr = arr.astype(system.complex_dtype)
@@ -422,34 +518,19 @@ def strang_dipolar(
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     imaginary = bool(imaginary)
     grid = system.grid
-    splitstep.check_dt(
-        dt,
-        kinetic_max=float(0.5 * np.max(grid.k_squared())),
-        imaginary=imaginary,
-        label="k_max²/2",
-        hint=" or a coarser grid",
-    )
+    plan = kinetic_plan(grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
     rdt = system.real_dtype
     target: Any = None
     if norm is not None:
         check_scalar(norm, "norm", positive=True)
         target = jnp.asarray(norm, rdt) / jnp.asarray(grid.cell_volume, rdt)
-    params = StrangDipolarParams(system, jnp.asarray(dt, rdt), target, imaginary=imaginary)
+    params = StrangDipolarParams(system, plan, target, imaginary=imaginary)
     name = "dipolar-strang-imaginary" if imaginary else "dipolar-strang"
-    return Stepper.create(dipolar_step, params, init_fn=_dipolar_init, name=name)
+    return Stepper.create(dipolar_step, params, init_fn=_dipolar_init, name=name, check_fn=check_start)
 
 
 def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
     return dipolar_gp_energy(psi, params.system)["total"]
-
-
-@functools.partial(jax.jit, static_argnames=("n_blocks", "check_every"))
-def _descend(stepper: Stepper, psi: jax.Array, tol: Any, *, n_blocks: int, check_every: int) -> tuple[Any, Any]:
-    psi = stepper.step_fn(psi, stepper.params)  # one projected step: the state has the held norm from here on
-    psi, e, delta, k = converge(stepper, psi, _energy_of, tol, blocks=n_blocks, block=check_every)
-    finite = jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)) & jnp.isfinite(e)
-    info = {"steps": k * check_every + 1, "energy": e, "delta": delta, "converged": delta <= tol, "finite": finite}
-    return psi, info
 
 
 def dipolar_ground_state(
@@ -495,20 +576,9 @@ def dipolar_ground_state(
         psi = psi.astype(system.complex_dtype)
         if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
             raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
-    rdt = system.real_dtype
-    if tol is None:
-        tol = FLOAT32_TOL if np.dtype(rdt).itemsize <= 4 else 1e-10
-    check_scalar(tol, "tol", positive=True)
-    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
-    check_scalar(check_every, "check_every", integer=True, minimum=1)
+    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
     stepper = strang_dipolar(system, dt, imaginary=True, norm=norm)
-    n_blocks = -(-int(max_steps) // int(check_every))
-    psi, info = _descend(stepper, psi, tol, n_blocks=n_blocks, check_every=int(check_every))
-    ok = info["finite"]
-    if is_concrete(ok) and not bool(ok):
-        raise ValueError(
-            f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
-        )
+    psi, info = descend(stepper, place_state(psi, system), _energy_of, tol, n_blocks, check_every, dt)
     pol = physics_policy(policy, like=psi)
     return psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64)), info
 

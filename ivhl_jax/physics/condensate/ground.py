@@ -18,6 +18,7 @@ from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
+from ivhl_jax.physics.condensate._descent import check_finite, descent_settings
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize
 from ivhl_jax.physics.condensate.states import gaussian
 from ivhl_jax.physics.condensate.stepper import check_local_dt, strang
@@ -129,11 +130,7 @@ def ground_state(
       ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
     """
     system = with_policy(check_system(system), policy)
-    if tol is None:
-        tol = FLOAT32_TOL if np.dtype(system.real_dtype).itemsize <= 4 else 1e-9
-    check_scalar(tol, "tol", positive=True)
-    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
-    check_scalar(check_every, "check_every", integer=True, minimum=1)
+    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype, f64_tol=1e-9)
     check_scalar(norm, "norm", positive=True)
     check_scalar(noise, "noise", nonnegative=True)
     check_scalar(dt, "dt", positive=True)
@@ -161,7 +158,6 @@ def ground_state(
     local = host_readable(psi) and host_readable(system.potential)
     if dtc is not None and local and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
         check_local_dt(dtc, system, np.asarray(psi), True)
-    n_blocks = -(-int(max_steps) // int(check_every))
     psi, info = _ground_state_loop(
         stepper,
         psi,
@@ -173,13 +169,12 @@ def ground_state(
         check_every=int(check_every),
         use_noise=use_noise,
     )
-    ok = info["finite"]
-    if is_concrete(ok) and not bool(ok):
-        raise ValueError(
-            f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf, "
-            f"e^(-dt·V/2) underflows the occupied region); use a smaller dt (e.g. dt <= "
-            f"{_gs_dt_hint(system):.3g}) and refine"
-        )
+    check_finite(
+        info["finite"],
+        dt,
+        ", e^(-dt·V/2) underflows the occupied region",
+        lambda: f"use a smaller dt (e.g. dt <= {_gs_dt_hint(system):.3g}) and refine",
+    )
     return cast_output(psi, policy), info
 
 

@@ -26,7 +26,9 @@ Time stepping (second-order Strang splitting, each piece the exact flow of its p
     mixture:  e^{−i dt/2 U} · K(dt) · e^{−i dt/2 U},      U_i = V_i + Σ_j g_ij |ψ_j|²
     spin-1:   D(dt/2) · S(dt/2) · K(dt) · S(dt/2) · D(dt/2)
 
-K(dt) = F⁻¹ e^{−i k² dt/2} F is the exact kinetic propagator (the same for every component). U and the
+K(dt) = F⁻¹ e^{−i k² dt/2} F is the exact kinetic propagator (the same for every component: the split-step
+engine's plan, :func:`ivhl_jax.physics.condensate.system.kinetic_plan`: one transform pair per component on one
+device, the distributed slab/pencil FFT, batched over the components, when the system has a ``layout``). U and the
 diagonal spin-1 part D (phases V + c₀n − pm + qm², component by component) leave every |ψ_m| unchanged, so
 evaluating them on the incoming ψ is exact. The spin-mixing part S is the flow of c₂ F·f, which leaves n and
 F unchanged pointwise (F·f generates a rotation about F), so it is the exact matrix exponential of the
@@ -53,7 +55,6 @@ by :func:`overlap`.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -65,10 +66,11 @@ from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
-from ivhl_jax.numerics.distributed_fft import host_readable
-from ivhl_jax.numerics.rollout import Stepper, converge
+from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
+from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.numerics.splitstep import phase_factor_m1
-from ivhl_jax.physics.condensate.system import FLOAT32_TOL, Grid
+from ivhl_jax.physics.condensate._descent import descend, descent_settings
+from ivhl_jax.physics.condensate.system import Grid, check_start, check_step, kinetic_plan, place_state
 
 __all__ = [
     "MixtureSystem",
@@ -112,6 +114,16 @@ def _check_real_scalar(x: Any, name: str) -> None:
     check_scalar(x, name)  # finite, 0-d
 
 
+def _check_layout(layout: Any, grid: Grid) -> Any:
+    """None, or an FFTLayout the grid can use (:func:`~ivhl_jax.numerics.distributed_fft.check_layout`)."""
+    return None if layout is None else check_layout(layout, grid.shape)
+
+
+def _place(x: jax.Array, layout: Any, name: str) -> jax.Array:
+    """A concrete ``x`` (ending in the grid axes) on the layout's blocks; a traced ``x`` or no layout: ``x`` as is."""
+    return x if layout is None or not is_concrete(x) else layout.place(x, name)
+
+
 def _check_potential(potential: Any, grid: Grid, shapes: tuple[tuple[int, ...], ...], what: str) -> jax.Array:
     pot = check_array(potential, "potential", kind="floating")
     if tuple(pot.shape) not in shapes:
@@ -129,19 +141,24 @@ class MixtureSystem(struct.PyTreeNode):
     """A C-component condensate: grid, potentials V_i (shape (C, *grid)), symmetric couplings g_ij (shape (C, C)).
 
     Build with :meth:`create` (which validates); ``potential`` and ``g`` are leaves (traced, vmapped and
-    differentiated freely), the grid is static. The real dtype of ``potential`` is the working precision
-    (float32 → complex64 state, float64 → complex128).
+    differentiated freely), the grid and the ``layout`` are static. The real dtype of ``potential`` is the working
+    precision (float32 → complex64 state, float64 → complex128). ``layout``: how the grid axes of ψ are split over
+    a device mesh (an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`, slab or pencil) or None; with a
+    layout the kinetic step runs on the distributed FFT and V and ψ (``strang(...).init``) are held in blocks.
     """
 
     grid: Grid = struct.field(pytree_node=False)
     potential: Any
     g: Any
+    layout: Any = struct.field(pytree_node=False, default=None)
 
     @classmethod
-    def create(cls, grid: Grid, potential: Any, g: Any) -> MixtureSystem:
+    def create(cls, grid: Grid, potential: Any, g: Any, *, layout: Any = None) -> MixtureSystem:
         """Validated mixture: ``potential`` grid-shaped (the same trap for every component) or (C, *grid);
-        ``g`` a real symmetric (C, C) matrix (C ≥ 1), e.g. ``[[g11, g12], [g12, g22]]``."""
+        ``g`` a real symmetric (C, C) matrix (C ≥ 1), e.g. ``[[g11, g12], [g12, g22]]``; ``layout`` None or an
+        FFTLayout of the grid (``distributed_fft.fft_layout(mesh, P("x"))``: V is placed on it here)."""
         grid = _check_grid(grid)
+        layout = _check_layout(layout, grid)
         if isinstance(g, (str, bytes)):
             raise TypeError(f"g must be a real symmetric (C, C) coupling matrix, got {g!r}")
         gm = check_array(g, "g", ndim=2, kind="numeric")
@@ -165,8 +182,8 @@ class MixtureSystem(struct.PyTreeNode):
                     f"g must be symmetric (g_ij = g_ji, one coupling per pair), got g[{i},{j}] = {gh[i, j]} but "
                     f"g[{j},{i}] = {gh[j, i]}"
                 )
-        pot = jnp.broadcast_to(pot, (c,) + grid.shape).astype(rdt)
-        return cls(grid=grid, potential=pot, g=gm.astype(rdt))
+        pot = _place(jnp.broadcast_to(pot, (c,) + grid.shape).astype(rdt), layout, "potential")
+        return cls(grid=grid, potential=pot, g=gm.astype(rdt), layout=layout)
 
     @property
     def n_components(self) -> int:
@@ -185,7 +202,8 @@ class Spin1System(struct.PyTreeNode):
     """A spin-1 condensate: grid, trap V (grid-shaped), density and spin couplings c₀, c₂, Zeeman p, q.
 
     Build with :meth:`create` (which validates). ψ has shape (3, *grid), components m = +1, 0, −1.
-    ``potential``, ``c0``, ``c2``, ``p``, ``q`` are leaves (traced, vmapped, differentiated); the grid is static.
+    ``potential``, ``c0``, ``c2``, ``p``, ``q`` are leaves (traced, vmapped, differentiated); the grid and the
+    ``layout`` (as :class:`MixtureSystem`) are static.
     """
 
     grid: Grid = struct.field(pytree_node=False)
@@ -194,23 +212,29 @@ class Spin1System(struct.PyTreeNode):
     c2: Any
     p: Any
     q: Any
+    layout: Any = struct.field(pytree_node=False, default=None)
 
     @classmethod
-    def create(cls, grid: Grid, potential: Any, c0: Any, c2: Any, *, p: Any = 0.0, q: Any = 0.0) -> Spin1System:
+    def create(
+        cls, grid: Grid, potential: Any, c0: Any, c2: Any, *, p: Any = 0.0, q: Any = 0.0, layout: Any = None
+    ) -> Spin1System:
         """Validated spin-1 system: ``potential`` real of shape ``grid.shape`` (one trap for all m), c₀, c₂,
-        p, q real scalars (energies in ħω₀; c₀, c₂ times density)."""
+        p, q real scalars (energies in ħω₀; c₀, c₂ times density); ``layout`` None or an FFTLayout of the grid
+        (as :meth:`MixtureSystem.create`)."""
         grid = _check_grid(grid)
+        layout = _check_layout(layout, grid)
         pot = _check_potential(potential, grid, (grid.shape,), "one trap for all three m components")
         rdt = _real_dtype(pot)
         for name, v in (("c0", c0), ("c2", c2), ("p", p), ("q", q)):
             _check_real_scalar(v, name)
         return cls(
             grid=grid,
-            potential=pot,
+            potential=_place(pot, layout, "potential"),
             c0=jnp.asarray(c0, rdt),
             c2=jnp.asarray(c2, rdt),
             p=jnp.asarray(p, rdt),
             q=jnp.asarray(q, rdt),
+            layout=layout,
         )
 
     @property
@@ -254,21 +278,6 @@ def _sumsq(psi: jax.Array, axes: tuple[int, ...]) -> jax.Array:
     return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=axes)
 
 
-def _kinetic(psi: jax.Array, grid: Grid, dt: Any, imaginary: bool) -> jax.Array:
-    """F⁻¹ e^{−i k² dt/2} F ψ over the trailing grid axes (imaginary: e^{−k² dt/2}), as ψ + F⁻¹[(f − 1) F ψ].
-
-    The factor is built from dt here (a scalar leaf), so a stepper's step size and its factor cannot disagree.
-    """
-    rdt = psi.real.dtype
-    k2 = jnp.asarray(grid.k_squared(), rdt)
-    m1 = phase_factor_m1(0.5 * jnp.asarray(dt, rdt) * k2, imaginary, psi.dtype)
-    # One transform pair per component (not one batched transform over the leading axis): XLA:CPU's FFT refuses
-    # the batched form when the grid axes are sharded over devices (a layout RET_CHECK), the per-component one
-    # partitions like the scalar GP step.
-    comps = [c + jnp.fft.ifftn(m1 * jnp.fft.fftn(c)) for c in psi]
-    return jnp.stack(comps, axis=0)
-
-
 def _phase_kick(psi: jax.Array, u: jax.Array, tau: Any, imaginary: bool) -> jax.Array:
     """ψ ← e^{−iτU}ψ (imaginary: e^{−τU}ψ) for a real U broadcastable to ψ, in the "minus one" form."""
     return psi + psi * phase_factor_m1(u * jnp.asarray(tau, u.dtype), imaginary, psi.dtype)
@@ -280,17 +289,6 @@ def _project(psi: jax.Array, target: jax.Array, axes: tuple[int, ...]) -> jax.Ar
     n1 = _sumsq(psi, axes)
     delta = (target - n1) / (n1 + jnp.sqrt(target * n1))
     return psi + psi * jnp.expand_dims(delta, axes).astype(psi.real.dtype)
-
-
-def _check_dt(dt: Any, grid: Grid, imaginary: bool) -> None:
-    """The split-step engine's dt check (:func:`ivhl_jax.numerics.splitstep.check_dt`) for the kinetic ½k²."""
-    splitstep.check_dt(
-        dt,
-        kinetic_max=float(0.5 * np.max(grid.k_squared())),
-        imaginary=imaginary,
-        label="k_max²/2",
-        hint=" or a coarser grid",
-    )
 
 
 def _check_imaginary(imaginary: Any) -> bool:
@@ -305,7 +303,8 @@ def _check_local_dt(dt: Any, params: Any, psi: jax.Array, local_max: Any) -> Non
     step; imaginary time: the decay). Checked for concrete values only; ``local_max(n_host, rho_host)`` returns
     max|U| on the occupied points in float64 NumPy."""
     leaves = [dt, psi, *jax.tree.leaves(params.system)]
-    if not all(is_concrete(x) for x in leaves):
+    # (a field spread over several processes has no host copy: the builder's dt bound still applies)
+    if not all(is_concrete(x) for x in leaves) or not host_readable(psi):
         return
     rho = np.sum(np.abs(np.asarray(psi)) ** 2, axis=0)
     if not rho.size or not rho.max() > 0:
@@ -329,16 +328,23 @@ class StrangMixtureParams(struct.PyTreeNode):
 
     Attributes:
       system: the :class:`MixtureSystem` (V_i and g_ij are traced leaves).
-      dt: the step size (scalar leaf; the kinetic factor is derived from it inside the step).
+      plan: the kinetic factor and the half-step time, both from one dt
+        (:class:`ivhl_jax.numerics.splitstep.SplitStepPlan`); ``params.dt`` reads the step size, a new dt is a new
+        ``strang(system, dt)``.
       target: imaginary time: Σ|ψ_i|² over the grid points (no dV) that each component is projected to, shape
         (C,), or None (each component keeps the norm the step starts with).
       imaginary: static; imaginary-time steps (normalised gradient flow).
     """
 
     system: MixtureSystem
-    dt: Any
+    plan: splitstep.SplitStepPlan
     target: Any = None
     imaginary: bool = struct.field(pytree_node=False, default=False)
+
+    @property
+    def dt(self) -> Any:
+        """The step size (a scalar in the system's real dtype)."""
+        return self.plan.dt
 
 
 def _mixture_local(system: MixtureSystem) -> Any:
@@ -357,20 +363,20 @@ def mixture_step(psi: Complex[Array, "c ..."], params: StrangMixtureParams) -> C
     """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U} of a mixture (imaginary time: projected to N_i)."""
     system = params.system
     grid = system.grid
-    psi = check_array(psi, "psi", shape=(system.n_components,) + grid.shape, kind="complex")
+    psi = check_step(psi, params, (system.n_components,) + grid.shape)
     axes = tuple(range(1, grid.ndim + 1))
     imaginary = params.imaginary
-    dt = params.dt
+    half = params.plan.half_dt
     local = _mixture_local(system)
     target: Any = None
     if imaginary:
         target = _sumsq(psi, axes) if params.target is None else jnp.asarray(params.target, psi.real.dtype)
         psi = _project(psi, target, axes)
-    psi = _phase_kick(psi, local(psi), 0.5 * dt, imaginary)
-    psi = _kinetic(psi, grid, dt, imaginary)
+    psi = _phase_kick(psi, local(psi), half, imaginary)
+    psi = splitstep.kinetic(psi, params.plan)
     if imaginary:
         psi = _project(psi, target, axes)  # the second half-kick sees n_j at the right norm
-    psi = _phase_kick(psi, local(psi), 0.5 * dt, imaginary)
+    psi = _phase_kick(psi, local(psi), half, imaginary)
     if imaginary:
         psi = _project(psi, target, axes)
     return psi
@@ -379,8 +385,8 @@ def mixture_step(psi: Complex[Array, "c ..."], params: StrangMixtureParams) -> C
 def _mixture_init(params: StrangMixtureParams, psi: Any) -> jax.Array:
     """Validate ψ (shape (C, *grid), finite), check that dt resolves the local phase U_i = V_i + Σ_j g_ij|ψ_j|² over
     the cloud (concrete values), and cast ψ to the system's complex dtype."""
-    psi = _check_state(psi, params.system, params.system.n_components)
     system = params.system
+    psi = place_state(_check_state(psi, system, system.n_components), system)
 
     def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
         n = np.abs(p) ** 2
@@ -431,12 +437,12 @@ def strang_mixture(
     """
     system = _with_policy(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
     imaginary = _check_imaginary(imaginary)
-    _check_dt(dt, system.grid, imaginary)
+    plan = kinetic_plan(system.grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
     rdt = system.real_dtype
     target = None if norm is None else _norm_targets(norm, system.n_components, system.grid, rdt)
-    params = StrangMixtureParams(system, jnp.asarray(dt, rdt), target, imaginary=imaginary)
+    params = StrangMixtureParams(system, plan, target, imaginary=imaginary)
     name = "mixture-strang-imaginary" if imaginary else "mixture-strang"
-    return Stepper.create(mixture_step, params, init_fn=_mixture_init, name=name)
+    return Stepper.create(mixture_step, params, init_fn=_mixture_init, name=name, check_fn=check_start)
 
 
 def _grad_energy(psi: jax.Array, grid: Grid) -> jax.Array:
@@ -499,7 +505,8 @@ class StrangSpin1Params(struct.PyTreeNode):
 
     Attributes:
       system: the :class:`Spin1System` (V, c₀, c₂, p, q traced leaves).
-      dt: the step size (scalar leaf).
+      plan: the kinetic factor and the half-step time (as :class:`StrangMixtureParams`); ``params.dt`` reads the
+        step size.
       target: imaginary time: Σ_m Σ|ψ_m|² over the grid points (no dV) held, or None (the norm each step
         starts with).
       target_m: imaginary time: Σ(|ψ₊₁|² − |ψ₋₁|²) over the grid points held, or None (M free).
@@ -507,10 +514,15 @@ class StrangSpin1Params(struct.PyTreeNode):
     """
 
     system: Spin1System
-    dt: Any
+    plan: splitstep.SplitStepPlan
     target: Any = None
     target_m: Any = None
     imaginary: bool = struct.field(pytree_node=False, default=False)
+
+    @property
+    def dt(self) -> Any:
+        """The step size (a scalar in the system's real dtype)."""
+        return self.plan.dt
 
 
 _SQRT_HALF = float(np.sqrt(0.5))
@@ -627,12 +639,11 @@ def spin1_step(psi: Complex[Array, "3 ..."], params: StrangSpin1Params) -> Compl
     imaginary time projects to N (and M) after the kinetic factor and after the step."""
     system = params.system
     grid = system.grid
-    psi = check_array(psi, "psi", shape=(3,) + grid.shape, kind="complex")
+    psi = check_step(psi, params, (3,) + grid.shape)
     rdt = psi.real.dtype
     axes = tuple(range(1, grid.ndim + 1))
     imaginary = params.imaginary
-    dt = jnp.asarray(params.dt, rdt)
-    half = 0.5 * dt
+    half = jnp.asarray(params.plan.half_dt, rdt)
     c2 = jnp.asarray(system.c2, rdt)
     diag = _spin1_diag(system, rdt)
     target: Any = None
@@ -643,7 +654,7 @@ def spin1_step(psi: Complex[Array, "3 ..."], params: StrangSpin1Params) -> Compl
         psi = _project_spin1(psi, target, target_m, axes)
     psi = _phase_kick(psi, diag(psi), half, imaginary)
     psi = _spin_mix(psi, c2, half, imaginary)
-    psi = _kinetic(psi, grid, dt, imaginary)
+    psi = splitstep.kinetic(psi, params.plan)
     if imaginary:
         psi = _project_spin1(psi, target, target_m, axes)
     psi = _spin_mix(psi, c2, half, imaginary)
@@ -656,8 +667,8 @@ def spin1_step(psi: Complex[Array, "3 ..."], params: StrangSpin1Params) -> Compl
 def _spin1_init(params: StrangSpin1Params, psi: Any) -> jax.Array:
     """Validate ψ (shape (3, *grid), finite), check that dt resolves the local phase (|V + c₀n| + |c₂||F| + |p| + |q|
     over the cloud, concrete values) and cast ψ to the system's complex dtype."""
-    psi = _check_state(psi, params.system, 3)
     system = params.system
+    psi = place_state(_check_state(psi, system, 3), system)
 
     def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
         n = np.sum(np.abs(p) ** 2, axis=0)
@@ -716,16 +727,16 @@ def strang_spin1(
     """
     system = _with_policy(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
     imaginary = _check_imaginary(imaginary)
-    _check_dt(dt, system.grid, imaginary)
+    plan = kinetic_plan(system.grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
     rdt = system.real_dtype
     if not imaginary and (norm is not None or magnetization is not None):
         raise ValueError(
             "norm and magnetization are held by imaginary-time steps only; drop them or pass imaginary=True"
         )
     target, target_m = _spin1_targets(norm, magnetization, system.grid, rdt)
-    params = StrangSpin1Params(system, jnp.asarray(dt, rdt), target, target_m, imaginary=imaginary)
+    params = StrangSpin1Params(system, plan, target, target_m, imaginary=imaginary)
     name = "spin1-strang-imaginary" if imaginary else "spin1-strang"
-    return Stepper.create(spin1_step, params, init_fn=_spin1_init, name=name)
+    return Stepper.create(spin1_step, params, init_fn=_spin1_init, name=name, check_fn=check_start)
 
 
 def spin1_energy(psi: Inexact[Array, "3 ..."], system: Spin1System) -> dict[str, Float[Array, ""]]:
@@ -759,40 +770,11 @@ def spin1_energy(psi: Inexact[Array, "3 ..."], system: Spin1System) -> dict[str,
 # ----------------------------------------------------------------------------------------------
 # Ground states: normalised gradient flow to energy convergence, one jitted program
 # ----------------------------------------------------------------------------------------------
-def _energy_total(psi: jax.Array, system: Any) -> jax.Array:
+def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
+    system = params.system
     if isinstance(system, Spin1System):
         return spin1_energy(psi, system)["total"]
     return mixture_energy(psi, system)["total"]
-
-
-def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
-    return _energy_total(psi, params.system)
-
-
-@functools.partial(jax.jit, static_argnames=("n_blocks", "check_every"))
-def _descend(stepper: Stepper, psi: jax.Array, tol: Any, *, n_blocks: int, check_every: int) -> tuple[Any, Any]:
-    psi = stepper.step_fn(psi, stepper.params)  # one projected step: the state has the held norms from here on
-    psi, e, delta, k = converge(stepper, psi, _energy_of, tol, blocks=n_blocks, block=check_every)
-    finite = jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)) & jnp.isfinite(e)
-    info = {"steps": k * check_every + 1, "energy": e, "delta": delta, "converged": delta <= tol, "finite": finite}
-    return psi, info
-
-
-def _run_descent(stepper: Stepper, psi: jax.Array, tol: Any, max_steps: Any, check_every: Any, dt: Any) -> Any:
-    rdt = stepper.params.system.real_dtype
-    if tol is None:
-        tol = FLOAT32_TOL if np.dtype(rdt).itemsize <= 4 else 1e-10
-    check_scalar(tol, "tol", positive=True)
-    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
-    check_scalar(check_every, "check_every", integer=True, minimum=1)
-    n_blocks = -(-int(max_steps) // int(check_every))
-    psi, info = _descend(stepper, psi, tol, n_blocks=n_blocks, check_every=int(check_every))
-    ok = info["finite"]
-    if is_concrete(ok) and not bool(ok):
-        raise ValueError(
-            f"dt={dt} is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
-        )
-    return psi, info
 
 
 def _gaussian_components(grid: Grid, weights: np.ndarray, centers: np.ndarray | None, dtype: Any) -> jax.Array:
@@ -852,8 +834,10 @@ def mixture_ground_state(
                     f"psi0 component(s) {np.flatnonzero(zero).tolist()} are zero everywhere, so they cannot be "
                     "normalised; pass a non-zero initial guess for every component"
                 )
+    psi = place_state(psi, system)
     stepper = strang_mixture(system, dt, imaginary=True, norm=norm)
-    psi, info = _run_descent(stepper, psi, tol, max_steps, check_every, dt)
+    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
+    psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt)
     return _cast_output(psi, policy), info
 
 
@@ -905,6 +889,8 @@ def spin1_ground_state(
                 "psi0 needs non-zero m = +1 and m = -1 components to hold a magnetization (the projection "
                 "rescales them); pass a guess with all three components populated"
             )
+    psi = place_state(psi, system)
     stepper = strang_spin1(system, dt, imaginary=True, norm=norm, magnetization=magnetization)
-    psi, info = _run_descent(stepper, psi, tol, max_steps, check_every, dt)
+    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
+    psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt)
     return _cast_output(psi, policy), info

@@ -30,8 +30,11 @@ from ivhl_jax.physics.condensate.system import (
     Grid,
     as_leaf,
     check_psi,
+    check_start,
     check_system,
     concrete_float,
+    kinetic_max,
+    kinetic_term,
     with_policy,
 )
 
@@ -53,10 +56,6 @@ def _rotating_axes(grid: Grid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     ky_b = ky.reshape((1, -1) + (1,) * (grid.ndim - 2))
     x_b = x.reshape((-1,) + (1,) * (grid.ndim - 1))
     return kx, y, k2_rest, x_b, ky_b
-
-
-def _free_symbol(grid: Grid) -> np.ndarray:
-    return 0.5 * grid.k_squared()
 
 
 def _rotating_parts(grid: Grid) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -85,7 +84,7 @@ def _kinetic_terms(system: GPSystem) -> tuple[tuple[splitstep.KineticTerm, ...],
     grid = system.grid
     every = tuple(range(grid.ndim))
     if not system.rotating:
-        return (splitstep.KineticTerm(lambda: _free_symbol(grid), every, 1.0, ("gp-kinetic", grid)),), None
+        return (kinetic_term(grid),), None
     omc = concrete_float(system.omega_rot)
     if omc is not None:
         a = splitstep.KineticTerm(lambda: _symbol_rotating(grid, omc, 0), (0,), 0.5, ("gp-rotating-a", grid, omc))
@@ -100,17 +99,12 @@ def _kinetic_terms(system: GPSystem) -> tuple[tuple[splitstep.KineticTerm, ...],
     return (a, b), (0, 1, 0)
 
 
-def _kinetic_max(grid: Grid) -> float:
-    """max ½k² on the grid: the split-step stability bound is dt ≤ π / that (:func:`max_stable_dt`)."""
-    return float(0.5 * np.max(grid.k_squared()))
-
-
 def max_stable_dt(grid: Grid) -> float:
     """The largest real-time step on ``grid``: π / (k_max²/2) (:func:`ivhl_jax.numerics.splitstep.max_stable_dt`);
     :func:`strang` refuses a larger dt."""
     if not isinstance(grid, Grid):
         raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
-    return splitstep.max_stable_dt(_kinetic_max(grid))
+    return splitstep.max_stable_dt(kinetic_max(grid))
 
 
 class StrangParams(struct.PyTreeNode):
@@ -235,12 +229,6 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
         rdt = system.real_dtype
         out = _project(out, s0 if params.target is None else jnp.asarray(params.target, rdt), rdt)
     return out
-
-
-def _check_start(psi: Any, params: StrangParams) -> None:
-    """A start state handed to ``trajectory``/``chunked`` without ``init``: refused when it is sharded over a mesh
-    the system has no layout for (every step would gather it onto one device)."""
-    splitstep.check_placement(psi, params.system.layout, params.system.grid.ndim)
 
 
 def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
@@ -373,7 +361,7 @@ def strang(
         stages=stages,
         fft=system.fft,
         layout=system.layout,
-        kinetic_max=_kinetic_max(system.grid),
+        kinetic_max=kinetic_max(system.grid),
         where="grid",
         label="k_max²/2",
         hint=" or a coarser grid",
@@ -396,7 +384,7 @@ def strang(
         if imaginary
         else {True: "gp-strang-projected", None: "gp-strang", False: "gp-strang-raw"}[project_norm]
     )
-    return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name, check_fn=_check_start)
+    return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name, check_fn=check_start)
 
 
 # The schemes of the other systems behind the one door (their own modules hold each equation's step).

@@ -16,6 +16,7 @@ from jaxtyping import Array, Float
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
+from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.spectral import check_backend
 
@@ -360,6 +361,65 @@ jax.tree_util.register_pytree_with_keys(
     _gp_unflatten,
     lambda s: (tuple(getattr(s, n) for n in _GP_LEAVES), tuple(getattr(s, n) for n in _GP_STATIC)),
 )
+
+
+def kinetic_term(grid: Grid) -> splitstep.KineticTerm:
+    """The free kinetic symbol K = ½k² over every axis of ``grid`` as the split-step engine's term (its factors
+    cached per grid and dt, :func:`ivhl_jax.numerics.splitstep.plan`)."""
+    return splitstep.KineticTerm(lambda: 0.5 * grid.k_squared(), tuple(range(grid.ndim)), 1.0, ("gp-kinetic", grid))
+
+
+def kinetic_max(grid: Grid) -> float:
+    """max ½k² on the grid: the split-step stability bound is dt ≤ π / that."""
+    return float(0.5 * np.max(grid.k_squared()))
+
+
+def kinetic_plan(grid: Grid, dt: Any, *, imaginary: bool, dtype: Any, layout: Any) -> splitstep.SplitStepPlan:
+    """The engine's plan of the free kinetic factor e^{−i dt ½k²} (imaginary time e^{−dt ½k²}) for a field ending in
+    the axes of ``grid`` (leading axes are components): dt checked once against the
+    split-step bound dt·k_max²/2 ≤ π, the factor applied as ψ + F⁻¹[(f − 1) F ψ] (``increment``: the schemes that
+    hold their norm without a projection), by the distributed FFT when ``layout`` is an FFTLayout."""
+    return splitstep.plan(
+        (kinetic_term(grid),),
+        dt,
+        shape=grid.shape,
+        imaginary=imaginary,
+        dtype=dtype,
+        layout=layout,
+        kinetic_max=kinetic_max(grid),
+        label="k_max²/2",
+        hint=" or a coarser grid",
+        increment=True,
+    )
+
+
+def check_start(psi: Any, params: Any) -> None:
+    """A start state handed to ``trajectory``/``chunked`` without ``init`` (a stepper's ``check_fn``): refused when
+    it is sharded along its grid axes over a mesh that ``params.system`` has no layout for (every step would gather
+    it onto one device, :func:`ivhl_jax.numerics.splitstep.check_placement`)."""
+    splitstep.check_placement(psi, params.system.layout, params.system.grid.ndim)
+
+
+def place_state(psi: jax.Array, system: Any) -> jax.Array:
+    """ψ (its last axes the grid of ``system``) refused when sharded over a mesh the system has no layout for, else
+    placed on the system's layout (none: ψ as it is)."""
+    splitstep.check_placement(psi, system.layout, system.grid.ndim)
+    return psi if system.layout is None else system.layout.place(psi, "psi")
+
+
+def check_step(psi: Any, params: Any, shape: tuple[int, ...]) -> jax.Array:
+    """The static facts a step of ``params`` (a system and the plan of its kinetic factor) checks, free under jit:
+    a system still on the plan's grid and layout, ψ complex of ``shape``, and a concrete ψ not sharded over a mesh
+    the system has no layout for."""
+    system, plan = params.system, params.plan
+    if plan.shape != system.grid.shape or plan.layout != system.layout:
+        raise ValueError(
+            "params.system (grid or layout) differs from the one the kinetic factor was built for; build a new "
+            "stepper: condensate.strang(system, dt)"
+        )
+    psi = check_array(psi, "psi", shape=shape, kind="complex")
+    splitstep.check_placement(psi, system.layout, system.grid.ndim)
+    return psi
 
 
 def concrete_float(x: Any) -> float | None:

@@ -383,6 +383,8 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
             "potential must have shape",
         ),
         (lambda g, V: M.MixtureSystem.create("grid", V, [[1.0]]), TypeError, "grid must be a Grid"),
+        (lambda g, V: M.MixtureSystem.create(g, V, [[1.0]], layout="x"), TypeError, "layout must be an FFTLayout"),
+        (lambda g, V: M.Spin1System.create(g, V, 1.0, 1.0, layout=(8,)), TypeError, "layout must be an FFTLayout"),
         (lambda g, V: M.Spin1System.create(g, V, 1.0, float("nan")), ValueError, "c2 must be finite"),
         (lambda g, V: M.Spin1System.create(g, V, 1.0, 1.0, q="x"), TypeError, "q must be a real number"),
         (lambda g, V: M.Spin1System.create(g, np.zeros((3, 32)), 1.0, 1.0), ValueError, "potential must have shape"),
@@ -452,6 +454,21 @@ def test_bad_input_is_one_line(build, exc, match):
     assert "\n" not in str(err.value)
 
 
+def test_a_ground_state_search_that_breaks_down_names_dt_in_one_line():
+    """e^{−dt·V/2} underflows everywhere (V ≥ 100, dt = 20): the shared front end's one-line error names dt."""
+    grid = Grid.uniform(32, 10.0)
+    V = harmonic(grid) + 100.0
+    for search in (
+        lambda: M.mixture_ground_state(M.MixtureSystem.create(grid, V, np.eye(2)), dt=20.0, max_steps=2, check_every=1),
+        lambda: M.spin1_ground_state(M.Spin1System.create(grid, V, 1.0, 1.0), dt=20.0, max_steps=2, check_every=1),
+    ):
+        with pytest.raises(ValueError) as err:
+            search()
+        assert str(err.value) == (
+            "dt=20.0 is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
+        )
+
+
 # --- the stepper contract and precision policies -------------------------------------------------
 def _steppers():
     grid = Grid.uniform(32, 10.0)
@@ -505,24 +522,118 @@ def test_policies_set_the_state_dtype():
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several (host) devices")
-def test_grid_axes_sharded_over_devices_give_the_single_device_result():
-    """ψ of shape (C, nx, ny) sharded along x: the same steps (one FFT pair per component) and energies."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+def _mesh8():
+    from ivhl_jax.core.mesh import device_mesh
 
-    mesh = Mesh(np.array(jax.devices()), ("x",))
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 (emulated) devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    return device_mesh((8,), ("x",))
+
+
+def _slab_pairs(grid, dtype=jnp.float32):
+    """(single-device, slab-layout) spin-1 and mixture systems on ``grid`` (the layout splits x over 8 devices)."""
+    from jax.sharding import PartitionSpec
+
+    from ivhl_jax.numerics import distributed_fft
+
+    layout = distributed_fft.fft_layout(_mesh8(), PartitionSpec("x"), grid.shape)
+    V, g = harmonic(grid, dtype=dtype), [[2.0, 1.0], [1.0, 2.0]]
+    spin = [M.Spin1System.create(grid, V, 20.0, -1.0, q=0.2, layout=lay) for lay in (None, layout)]
+    mix = [M.MixtureSystem.create(grid, V, g, layout=lay) for lay in (None, layout)]
+    return layout, [tuple(spin), tuple(mix)]
+
+
+def test_grid_axes_sharded_over_devices_give_the_single_device_result():
+    """ψ of shape (C, nx, ny) on a slab layout along x (the engine's distributed FFT, one transform pair over all
+    components): the same steps as one device, ψ kept in its blocks (float32 real time to its round-off, float64
+    imaginary time to 1e-13); energies of a sharded ψ equal the single-device ones."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
     grid = Grid.uniform((32, 32), 10.0)
+    layout, pairs = _slab_pairs(grid)
     psi3 = _spinor(grid, np.complex64)
-    spin = C.strang(M.Spin1System.create(grid, harmonic(grid), 20.0, -1.0, q=0.2), 1e-3)
-    mix = C.strang(M.MixtureSystem.create(grid, harmonic(grid), [[2.0, 1.0], [1.0, 2.0]]), 1e-3)
-    for st, psi in ((spin, psi3), (mix, psi3[:2])):
-        p0 = st.init(psi)
-        ref = _run(st, p0, 10)
-        sharded = jax.device_put(p0, NamedSharding(mesh, PartitionSpec(None, "x")))
-        out = _run(st, sharded, 10)
-        assert len(out.sharding.device_set) == len(jax.devices())
+    for single, split in pairs:
+        psi = psi3[: 3 if isinstance(single, M.Spin1System) else 2]
+        assert split.potential.sharding.is_equivalent_to(layout.sharding(split.potential.ndim), split.potential.ndim)
+        ref = _run(C.strang(single, 1e-3), psi, 10)
+        out = _run(C.strang(split, 1e-3), psi, 10)
+        assert out.sharding.is_equivalent_to(layout.sharding(3), 3)
         np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=2e-6)
-    e = jax.jit(lambda p: M.spin1_energy(p, spin.params.system)["total"])
+    with jax.enable_x64(True):
+        _, pairs64 = _slab_pairs(grid, jnp.float64)
+        for single, split in pairs64:
+            psi = _spinor(grid)[: 3 if isinstance(single, M.Spin1System) else 2]
+            ref = _run(C.strang(single, 1e-3, imaginary=True), psi, 10)
+            out = _run(C.strang(split, 1e-3, imaginary=True), psi, 10)
+            np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=0, atol=1e-13)
+    e = jax.jit(lambda p: M.spin1_energy(p, pairs[0][0])["total"])
     np.testing.assert_allclose(
-        float(e(jax.device_put(psi3, NamedSharding(mesh, PartitionSpec(None, "x"))))), float(e(psi3)), rtol=1e-5
+        float(e(jax.device_put(psi3, NamedSharding(layout.mesh, PartitionSpec(None, "x"))))), float(e(psi3)), rtol=1e-5
     )
+
+
+def test_ground_states_on_a_slab_layout_equal_one_device():
+    """The shared imaginary-time front end places the guess on the layout: the same ground state, energy and step
+    count as one device (float64)."""
+    grid = Grid.uniform((32, 32), 10.0)
+    with jax.enable_x64(True):
+        _, (spin, mix) = _slab_pairs(grid, jnp.float64)
+        for (single, split), search in ((mix, M.mixture_ground_state), (spin, M.spin1_ground_state)):
+            ref, ref_info = search(single, 1.0, dt=5e-3, max_steps=100, check_every=50)
+            out, info = search(split, 1.0, dt=5e-3, max_steps=100, check_every=50)
+            assert len(out.sharding.device_set) == 8
+            np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=0, atol=1e-13)
+            np.testing.assert_allclose(float(info["energy"]), float(ref_info["energy"]), rtol=1e-12)
+            assert int(info["steps"]) == int(ref_info["steps"])
+
+
+def test_a_sharded_step_moves_only_shards_and_one_device_runs_one_transform_pair_per_component():
+    """The compiled step on a slab layout communicates by all-to-all of one shard each (the distributed FFT, one
+    batched transform pair over the components) and scalar reductions, never an all-gather of the field; on one
+    device a step is one FFT pair per component, no more."""
+    import re
+
+    from ivhl_jax.core.hlo import collectives
+
+    grid = Grid.uniform((32, 32), 10.0)
+    _, pairs = _slab_pairs(grid)
+    psi3 = _spinor(grid, np.complex64)
+    for single, split in pairs:
+        n_comp = 3 if isinstance(single, M.Spin1System) else 2
+        for imaginary in (False, True):
+            st = C.strang(split, 1e-3, imaginary=imaginary)
+            p = st.init(psi3[:n_comp])
+            kinds = collectives(jax.jit(st.step_fn).lower(p, st.params).compile())
+            shard = p.addressable_shards[0].data.nbytes
+            assert [k for k in kinds if k[0] != "all-reduce"] == [("all-to-all", shard)] * 2, kinds
+            assert all(nbytes <= 64 for k, nbytes in kinds if k == "all-reduce"), kinds  # scalars (norms, max|θ|)
+            st1 = C.strang(single, 1e-3, imaginary=imaginary)
+            p1 = st1.init(psi3[:n_comp])
+            hlo = jax.jit(st1.step_fn).lower(p1, st1.params).compile().as_text()
+            ffts = re.findall(r"= (c64\[[\d,]+\])\{[^}]*\} fft\(", hlo)
+            assert ffts == ["c64[32,32]"] * (2 * n_comp), ffts
+
+
+@pytest.mark.parametrize("which", ["mixture", "spin1"])
+def test_a_psi_sharded_over_a_mesh_on_a_system_without_layout_is_refused_naming_layout(which):
+    """As the scalar GP: without a layout the kinetic FFT is the single-device one, so a ψ sharded along its grid
+    axes is refused at init, at an eager step and at the drivers' door, with the setting that fixes it."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from ivhl_jax.numerics.rollout import chunked
+
+    grid = Grid.uniform((32, 32), 10.0)
+    _, pairs = _slab_pairs(grid)
+    single = pairs[0 if which == "spin1" else 1][0]
+    n_comp = 3 if which == "spin1" else 2
+    st = C.strang(single, 1e-3)
+    sharded = jax.device_put(
+        jnp.asarray(_spinor(grid, np.complex64)[:n_comp]), NamedSharding(_mesh8(), PartitionSpec(None, "x"))
+    )
+    refused = r"psi is sharded over a mesh as P\('x', None\) but the system has no layout"
+    for call in (st.init, st.step, lambda p: trajectory(st, p, 2), lambda p: chunked(st, 2)(p)):
+        with pytest.raises(ValueError, match=refused) as err:
+            call(sharded)
+        assert "layout=distributed_fft.fft_layout" in str(err.value) and "\n" not in str(err.value)
+    # split over the components only (no grid axis sharded): accepted
+    st.init(jax.device_put(jnp.asarray(_spinor(grid, np.complex64)[:n_comp]), NamedSharding(_mesh8(), PartitionSpec())))
