@@ -185,6 +185,13 @@ def main(argv: list[str] | None = None) -> int:
             "Z2-symmetric vs dense Ising MERA sweeps, interleaved in one process from the same start "
             "(the dense start is the symmetric one embedded); float64"
         )
+        doc["method"] = (
+            "per chi: one compile call each, then `repeats` rounds of one symmetric and one dense call of `sweeps` "
+            "sweeps, back to back; *_ms_per_sweep the median wall time per sweep (IQR in *_iqr), speedup the ratio "
+            "of the medians, speedup_per_repeat_* the median and IQR of the per-round ratios, speedup_cpu_time the "
+            "ratio of the median process CPU times (all threads; on a loaded host less sensitive to waiting than "
+            "wall time); XLA's default threading"
+        )
         doc["results"] = []
         for chi in (int(c) for c in args.chis.split(",")):
             rec = compare_sweeps(chi, args.sweeps, args.repeats)
