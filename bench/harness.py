@@ -149,6 +149,55 @@ def time_callable(
     return summarize(samples)
 
 
+def median_ms(call: Callable[[], Any], repeats: int) -> float:
+    """Median wall time of ``call()`` in milliseconds over ``repeats`` calls after one warm-up (compile apart):
+    :func:`time_callable`'s median. ``call`` must block until its work is done."""
+    return 1e3 * float(time_callable(call, repeats=repeats, warmup=1)["median_s"])
+
+
+def run_checks(
+    checks: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], str]]],
+) -> dict[str, Any]:
+    """Run the named checks of a ``gpu_check`` in order: ``checks[name] = (run, line)``, ``run()`` returning the
+    check's record and ``line(record)`` its one-line summary.
+
+    A check that raises records ``{"error": "Type: message"}`` (the message cut to 300 characters) and the others
+    still run (one failing, e.g. out of memory, must not hide the rest). Returns ``{"device": the first device,
+    "results": {name: record}, "summary": [one line per check]}``.
+    """
+    doc: dict[str, Any] = {"device": str(jax.devices()[0]), "results": {}}
+    summary = []
+    for name, (run, line) in checks.items():
+        try:
+            rec = run()
+            text = line(rec)
+        except Exception as e:  # noqa: BLE001 - one check failing must not hide the others
+            rec = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            text = f"{name}: {rec['error']}"
+        doc["results"][name] = rec
+        summary.append(text)
+    doc["summary"] = summary
+    return doc
+
+
+def gpu_check_main(module: str, gpu_check: Callable[..., dict[str, Any]], argv: Sequence[str] | None = None) -> int:
+    """The command line of a ``bench/ops_<area>.py`` GPU check: ``python -m ivhl_jax.bench.MODULE --out FILE
+    [--quick]`` runs ``gpu_check(quick=...)`` on this device, writes it with :func:`write_results` (the command
+    that made it first) and prints its summary lines."""
+    import argparse
+
+    prog = f"python -m ivhl_jax.bench.{module}"
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true", help="CPU-sized (seconds)")
+    args = list(sys.argv[1:] if argv is None else argv)
+    a = p.parse_args(args)
+    doc = gpu_check(quick=a.quick)
+    write_results(a.out, doc, command=" ".join([prog, *args]))
+    print("\n".join(doc["summary"]))
+    return 0
+
+
 def interleaved_rounds(
     calls: dict[str, Callable[[], Any]], rounds: int, *, pause_s: float = 0.005, cpu: bool = False
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:

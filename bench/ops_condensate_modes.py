@@ -9,19 +9,9 @@ Kohn mode at the trap frequency) and the time of the jitted call (median of call
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-
-def _median_ms(call, reps: int) -> float:
-    call()  # compile / warm up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
+from ivhl_jax.bench.harness import gpu_check_main, median_ms, run_checks
 
 
 def _vortex_frames(shape, frames: int):
@@ -54,7 +44,7 @@ def check_vortices(shape=(512, 512), frames: int = 64, reps: int = 5) -> dict:
         found = pos[t][mask[t]]
         d = np.linalg.norm(found[None, :, :] - truth[t][:, None, :], axis=-1).min(axis=1)
         err = max(err, float(d.max()))
-    ms = _median_ms(lambda: jax.block_until_ready(fn(stack)), reps)
+    ms = median_ms(lambda: jax.block_until_ready(fn(stack)), reps)
     return {
         "shape": list(shape),
         "frames": frames,
@@ -80,7 +70,7 @@ def check_vortex_lines(n: int = 128, reps: int = 5) -> dict:
     psi = jnp.asarray(ring, jnp.complex64)
     fn = jax.jit(lambda p: C.vortex_lines(p, grid, max_points=16 * n, max_lines=8))
     out = fn(psi)
-    ms = _median_ms(lambda: jax.block_until_ready(fn(psi)), reps)
+    ms = median_ms(lambda: jax.block_until_ready(fn(psi)), reps)
     return {
         "n": n,
         "n_lines": int(out.n_lines),
@@ -110,7 +100,7 @@ def check_bogoliubov(n: int = 128, n_trap: int = 128, n_modes: int = 8, reps: in
     exact = np.sort(np.sqrt(eps * (eps + 2 * g * dens)))[1 : n_modes + 1]
     out["homogeneous_max_rel_error"] = float(np.max(np.abs(np.asarray(modes.omega) / exact - 1)))
     out["homogeneous_iterations"] = int(modes.iterations)
-    out["homogeneous_ms"] = _median_ms(
+    out["homogeneous_ms"] = median_ms(
         lambda: jax.block_until_ready(C.bogoliubov(jax.random.key(0), system, psi0, n_modes).omega), reps
     )
     trap = C.Grid.uniform((n_trap, n_trap), 12.0)
@@ -121,67 +111,52 @@ def check_bogoliubov(n: int = 128, n_trap: int = 128, n_modes: int = 8, reps: in
     out["kohn_abs_error"] = float(np.max(np.abs(np.asarray(tm.omega[:2]) - 1.0)))
     out["trap_omegas"] = [float(w) for w in np.asarray(tm.omega)]
     out["trap_iterations"] = int(tm.iterations)
-    out["trap_ms"] = _median_ms(lambda: jax.block_until_ready(C.bogoliubov(jax.random.key(0), tsys, gs, 4).omega), reps)
+    out["trap_ms"] = median_ms(lambda: jax.block_until_ready(C.bogoliubov(jax.random.key(0), tsys, gs, 4).omega), reps)
     return out
+
+
+def _vortices_line(rec: dict) -> str:
+    return (
+        f"vortices {rec['shape']} x{rec['frames']}: max error {rec['max_position_error_dx']:.3f} dx, "
+        f"{rec['ms_per_frame']:.3f} ms/frame"
+    )
+
+
+def _vortex_lines_line(rec: dict) -> str:
+    return f"vortex ring {rec['n']}^3: length error {100 * rec['length_rel_error']:.2f} %, {rec['ms_per_call']:.2f} ms"
+
+
+def _bogoliubov_line(rec: dict) -> str:
+    return (
+        f"BdG {rec['n']}^2 homogeneous: max rel error {rec['homogeneous_max_rel_error']:.1e} "
+        f"({rec['homogeneous_ms']:.1f} ms); Kohn {rec['n_trap']}^2 |w-1| {rec['kohn_abs_error']:.1e} "
+        f"({rec['trap_ms']:.1f} ms)"
+    )
 
 
 def gpu_check(quick: bool = False) -> dict:
     """Vortex tracking and BdG spectra on this device (``quick``: CPU-sized, seconds): correctness against the
-    analytic references and ms per jitted call. Returns the records and a ``summary`` (one line each)."""
-    import jax
-
-    doc: dict = {"device": str(jax.devices()[0]), "results": {}}
-    summary = []
-    checks = {
-        "vortices": lambda: check_vortices((64, 64), 4, 2) if quick else check_vortices(),
-        "vortex_lines": lambda: check_vortex_lines(32, 2) if quick else check_vortex_lines(),
-        "bogoliubov": lambda: check_bogoliubov(24, 32, 4, 1) if quick else check_bogoliubov(),
-    }
-    for name, run in checks.items():
-        try:
-            rec = run()
-            if name == "vortices":
-                line = (
-                    f"vortices {rec['shape']} x{rec['frames']}: max error {rec['max_position_error_dx']:.3f} dx, "
-                    f"{rec['ms_per_frame']:.3f} ms/frame"
-                )
-            elif name == "vortex_lines":
-                line = (
-                    f"vortex ring {rec['n']}^3: length error {100 * rec['length_rel_error']:.2f} %, "
-                    f"{rec['ms_per_call']:.2f} ms"
-                )
-            else:
-                line = (
-                    f"BdG {rec['n']}^2 homogeneous: max rel error {rec['homogeneous_max_rel_error']:.1e} "
-                    f"({rec['homogeneous_ms']:.1f} ms); Kohn {rec['n_trap']}^2 |w-1| {rec['kohn_abs_error']:.1e} "
-                    f"({rec['trap_ms']:.1f} ms)"
-                )
-        except Exception as e:  # noqa: BLE001 - one check failing must not hide the others
-            rec = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-            line = f"{name}: {rec['error']}"
-        doc["results"][name] = rec
-        summary.append(line)
-    doc["summary"] = summary
-    return doc
+    analytic references and ms per jitted call. Returns the records and a ``summary`` (one line each;
+    :func:`ivhl_jax.bench.harness.run_checks`)."""
+    return run_checks(
+        {
+            "vortices": (lambda: check_vortices((64, 64), 4, 2) if quick else check_vortices(), _vortices_line),
+            "vortex_lines": (
+                lambda: check_vortex_lines(32, 2) if quick else check_vortex_lines(),
+                _vortex_lines_line,
+            ),
+            "bogoliubov": (
+                lambda: check_bogoliubov(24, 32, 4, 1) if quick else check_bogoliubov(),
+                _bogoliubov_line,
+            ),
+        }
+    )
 
 
 def main(argv=None) -> int:
     """``python -m ivhl_jax.bench.ops_condensate_modes --out FILE [--quick]``: :func:`gpu_check` on this device,
     written as JSON with the command that made it."""
-    import argparse
-    import sys
-
-    from ivhl_jax.bench.harness import write_results
-
-    p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_condensate_modes")
-    p.add_argument("--out", required=True)
-    p.add_argument("--quick", action="store_true", help="CPU-sized (seconds)")
-    a = p.parse_args(argv)
-    command = "python -m ivhl_jax.bench.ops_condensate_modes " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc = gpu_check(quick=a.quick)
-    write_results(a.out, doc, command=command)
-    print("\n".join(doc["summary"]))
-    return 0
+    return gpu_check_main("ops_condensate_modes", gpu_check, argv)
 
 
 if __name__ == "__main__":

@@ -10,19 +10,9 @@ max |ψ₆₄|, the accuracy of the f32 policy against f64; bf16 is refused by e
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-
-def _median_ms(call, reps: int) -> float:
-    call()  # compile / warm up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
+from ivhl_jax.bench.harness import gpu_check_main, median_ms, run_checks
 
 
 def _f32_vs_f64(build, psi_np, steps: int) -> float:
@@ -47,7 +37,7 @@ def _timed_block(st, psi, steps: int, observe, reps: int):
     from ivhl_jax.numerics.rollout import trajectory
 
     final, rec = trajectory(st, psi, steps, save_every=max(1, steps // 10), observe=observe)
-    ms = _median_ms(lambda: jax.block_until_ready(trajectory(st, psi, steps, save_every=steps)[0]), reps)
+    ms = median_ms(lambda: jax.block_until_ready(trajectory(st, psi, steps, save_every=steps)[0]), reps)
     return final, rec, ms / steps
 
 
@@ -167,53 +157,34 @@ def check_dipolar(n: int = 128, steps: int = 100, reps: int = 3) -> dict:
     }
 
 
-def gpu_check(quick: bool = False) -> dict:
-    """The four terms on this device (``quick``: CPU-sized, seconds). Returns the records and a ``summary``."""
-    import jax
+def _line(name: str):
+    def line(rec: dict) -> str:
+        drift = {k: v for k, v in rec.items() if "drift" in k or k in ("norm_error", "energy_monotone")}
+        return (
+            f"{name} {rec['n']}^d: {rec['ms_per_step']:.3f} ms/step, "
+            + ", ".join(f"{k} {v:.1e}" if isinstance(v, float) else f"{k} {v}" for k, v in drift.items())
+            + f", f32 vs f64 {rec['f32_vs_f64']:.1e}"
+        )
 
-    doc: dict = {"device": str(jax.devices()[0]), "results": {}}
-    summary = []
+    return line
+
+
+def gpu_check(quick: bool = False) -> dict:
+    """The four terms on this device (``quick``: CPU-sized, seconds). Returns the records and a ``summary``
+    (:func:`ivhl_jax.bench.harness.run_checks`)."""
     checks = {
         "damped": lambda: check_damped(48, 40, 1) if quick else check_damped(),
         "mixture": lambda: check_mixture(32, 40, 1) if quick else check_mixture(),
         "spin1": lambda: check_spin1(32, 40, 1) if quick else check_spin1(),
         "dipolar": lambda: check_dipolar(16, 20, 1) if quick else check_dipolar(),
     }
-    for name, run in checks.items():
-        try:
-            rec = run()
-            drift = {k: v for k, v in rec.items() if "drift" in k or k in ("norm_error", "energy_monotone")}
-            line = (
-                f"{name} {rec['n']}^d: {rec['ms_per_step']:.3f} ms/step, "
-                + ", ".join(f"{k} {v:.1e}" if isinstance(v, float) else f"{k} {v}" for k, v in drift.items())
-                + f", f32 vs f64 {rec['f32_vs_f64']:.1e}"
-            )
-        except Exception as e:  # noqa: BLE001 - one check failing must not hide the others
-            rec = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-            line = f"{name}: {rec['error']}"
-        doc["results"][name] = rec
-        summary.append(line)
-    doc["summary"] = summary
-    return doc
+    return run_checks({name: (run, _line(name)) for name, run in checks.items()})
 
 
 def main(argv=None) -> int:
     """``python -m ivhl_jax.bench.ops_condensate_terms --out FILE [--quick]``: :func:`gpu_check` on this device,
     written as JSON with the command that made it."""
-    import argparse
-    import sys
-
-    from ivhl_jax.bench.harness import write_results
-
-    p = argparse.ArgumentParser(prog="python -m ivhl_jax.bench.ops_condensate_terms")
-    p.add_argument("--out", required=True)
-    p.add_argument("--quick", action="store_true", help="CPU-sized (seconds)")
-    a = p.parse_args(argv)
-    command = "python -m ivhl_jax.bench.ops_condensate_terms " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc = gpu_check(quick=a.quick)
-    write_results(a.out, doc, command=command)
-    print("\n".join(doc["summary"]))
-    return 0
+    return gpu_check_main("ops_condensate_terms", gpu_check, argv)
 
 
 if __name__ == "__main__":

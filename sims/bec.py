@@ -4,6 +4,16 @@ The ground state of the trap (imaginary time, optionally in a rotating frame), t
 real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ (ħ = m = 1, trap units). The GFT condensate is its
 own simulation, ``ivhl sim gft`` (:mod:`ivhl_jax.sims.gft`).
 
+``system`` picks the condensate, each through the family's one door :func:`ivhl_jax.physics.condensate.strang`:
+``scalar`` (the equation above), ``dipolar`` (3-D, plus the dipole–dipole potential of strength ``eps_dd`` along
+``dipole_axis``), ``mixture`` (C components coupled by g_ij: ``g`` = g₁₁, ``g12``, ``g22``, or the whole matrix
+``couplings``; atom numbers ``norms``) or ``spin1`` (m = +1, 0, −1; ``c0``, ``c2``, Zeeman ``p``, ``q``, a held
+``magnetization``). Each starts from its imaginary-time ground state; a setting of another system is refused,
+and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step projection, host FFT, mesh)
+with another system. The records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two
+components, their ``overlap``, a spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its
+component axis first (``component`` 1 … C, or ``m``), in final_state.npy and in the snapshots.
+
 The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
 Outputs in <out>: density.png, phase.png (3D: the plane through the middle of the z axis, named in the
@@ -15,6 +25,7 @@ steps, so the first is at t = save_every·dt (the initial state is not recorded)
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
   ivhl sim bec --config run.toml --out runs/bec_vortex
+  ivhl sim bec --set system=mixture --set g=100 --set g12=150 --set g22=100 --out runs/bec_mixture
 """
 
 from __future__ import annotations
@@ -24,9 +35,10 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import sys
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +48,7 @@ from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable, mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
+from ivhl_jax.physics.condensate.dipolar import dipolar_gp_energy
 from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, write_json
@@ -61,6 +74,47 @@ class BECConfig:
         "conservative GP equation); with omega_rot and noise > 0 a vortex lattice forms",
     )
     imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
+    # --- which condensate ---
+    system: Literal["scalar", "dipolar", "mixture", "spin1"] = option(
+        "scalar",
+        '"scalar" (the GP equation above, default), "dipolar" (plus the dipole-dipole interaction: dims=3, '
+        'eps_dd), "mixture" (C components with couplings g_ij: g12, g22 or couplings) or "spin1" (components m = '
+        "+1, 0, -1: c0, c2, p, q); omega_rot, gamma, imprints, noise, project_norm=true, fft=ducc and a mesh "
+        "apply to the scalar system only, and a setting of another system is refused",
+    )
+    g12: float | None = option(
+        None, "system=mixture: the coupling g₁₂ between the two components (g is g₁₁); they separate for g₁₂² > g₁₁g₂₂"
+    )
+    g22: float | None = option(None, "system=mixture: the coupling g₂₂ of the second component (default: g)")
+    couplings: list[list[float]] | None = option(
+        None,
+        "system=mixture: the whole symmetric C × C matrix g_ij (C >= 2 components), instead of g, g12 and g22",
+    )
+    norms: list[float] | None = option(
+        None, "system=mixture: the atom number N_i of each component, held by the ground-state search (default 1 each)"
+    )
+    c0: float | None = option(None, "system=spin1: the density coupling c₀ (required)")
+    c2: float | None = option(
+        None, "system=spin1: the spin coupling c₂ (required): < 0 ferromagnetic (⁸⁷Rb), > 0 polar (²³Na)"
+    )
+    p: float | None = option(None, "system=spin1: the linear Zeeman energy p (default 0)")
+    q: float | None = option(None, "system=spin1: the quadratic Zeeman energy q (default 0)")
+    magnetization: float | None = option(
+        None,
+        "system=spin1: the magnetisation M = ∫F_z dV (|M| < 1, the atom number) held by the ground-state search "
+        "(default: free, the lowest state of any M); the evolution conserves it",
+    )
+    eps_dd: float | None = option(
+        None, "system=dipolar: the relative dipolar strength ε_dd = g_dd/g >= 0 (required; ¹⁶⁴Dy: 1.3, ⁵²Cr: 0.16)"
+    )
+    dipole_axis: tuple[float, float, float] | None = option(
+        None, "system=dipolar: the direction of the dipoles, any non-zero 3-vector (default [0, 0, 1])"
+    )
+    dipole_cutoff: float | None = option(
+        None,
+        "system=dipolar: the radius R_c > 0 of the spherical cutoff of the dipolar kernel (trap lengths; exact for "
+        "a cloud of diameter D when R_c >= D and length >= D + R_c); default: the uncut kernel",
+    )
     ground_dt: float = option(5e-3, "imaginary-time step of the ground-state search")
     ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
     ground_tol: float = option(1e-7, "relative energy change per check at which the ground state counts as converged")
@@ -172,6 +226,7 @@ class BECConfig:
                 f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
                 f"({self.steps_per_chunk})"
             )
+        self._validate_system()
         # The split-step stability bound of the real-time steps (the builders check it too, after the
         # ground-state search; checked here so that a bad dt fails before any work).
         bound = C.max_stable_dt(C.Grid.uniform((self.grid,) * self.dims, self.length))
@@ -181,6 +236,122 @@ class BECConfig:
                 f"dt={self.dt:g} is beyond the split-step stability bound of this grid ({what}): "
                 f"use dt <= {bound:.3g} (or a coarser grid)"
             )
+
+    def _validate_system(self) -> None:
+        """The settings of the chosen ``system``: those of another system are refused (one line naming them), the
+        values go through the physics module's own checks (the error names the setting)."""
+        system = self.system
+        for owner, keys in SYSTEM_SETTINGS.items():
+            given = [k for k in keys if getattr(self, k) is not None]
+            if owner != system and given:
+                raise ValueError(
+                    f"{given[0]} applies to system={owner}, not to system={system}: drop it or set system={owner}"
+                )
+        if system != "scalar":
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for key in SCALAR_ONLY:
+                if key == "mesh":
+                    changed = math.prod(mesh_sizes(self.mesh)) > 1
+                elif key == "imprints":
+                    changed = bool(self.imprints)
+                else:
+                    changed = getattr(self, key) != defaults[key]
+                if changed:
+                    raise ValueError(
+                        f"{key}={getattr(self, key)!r} applies to system=scalar, not to system={system} (its "
+                        f"scheme has no {SCALAR_ONLY[key]}): drop it"
+                    )
+        tiny = C.Grid.uniform((2,), 1.0)  # the physics checks of the values need a grid; any grid does
+        if system == "mixture":
+            if self.couplings is not None:
+                for key in ("g12", "g22"):
+                    if getattr(self, key) is not None:
+                        raise ValueError(f"{key} and couplings both give the couplings: give one of them")
+                if self.g != BECConfig.g:
+                    raise ValueError(f"g={self.g:g} and couplings both give g_11: drop g (couplings[0][0] is g_11)")
+                if len(self.couplings) < 2:
+                    raise ValueError(
+                        f"couplings must be a C × C matrix with C >= 2 components (one component is "
+                        f"system=scalar), got {self.couplings}"
+                    )
+            elif self.g12 is None:
+                raise ValueError(
+                    "system=mixture needs the inter-component coupling: --set g12=... (two components, g is g_11, "
+                    "g22 defaults to g) or --set couplings=[[g11, g12], [g12, g22]]"
+                )
+            for key in ("g12", "g22"):
+                v = getattr(self, key)
+                if v is not None and not math.isfinite(v):
+                    raise ValueError(f"{key} must be a finite number, got {v}")
+            try:
+                mix = C.MixtureSystem.create(tiny, np.zeros(2, np.float32), mixture_couplings(self))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"couplings (the matrix g_ij): {e}") from None
+            n = mix.n_components
+            if self.norms is not None and (
+                len(self.norms) != n or not all(math.isfinite(v) and v > 0 for v in self.norms)
+            ):
+                raise ValueError(
+                    f"norms must be {n} finite numbers > 0 (one atom number per component), got {self.norms}"
+                )
+        elif system == "spin1":
+            if self.g != BECConfig.g:
+                raise ValueError(f"g={self.g:g} does not apply to system=spin1 (its density coupling is c0): drop it")
+            for key in ("c0", "c2"):
+                if getattr(self, key) is None:
+                    raise ValueError(
+                        f"system=spin1 needs {key} (--set c0=... --set c2=...; c2 < 0 ferromagnetic, > 0 polar)"
+                    )
+            spin = C.Spin1System.create(
+                tiny, np.zeros(2, np.float32), self.c0, self.c2, p=self.p or 0.0, q=self.q or 0.0
+            )
+            if self.magnetization is not None:
+                C.strang(spin, 1e-3, imaginary=True, norm=1.0, magnetization=self.magnetization)
+        elif system == "dipolar":
+            if self.dims != 3:
+                raise ValueError(
+                    f"system=dipolar needs dims=3 (the dipole-dipole kernel is the 3-D one), got {self.dims}"
+                )
+            if self.eps_dd is None:
+                raise ValueError("system=dipolar needs eps_dd, the relative dipolar strength g_dd/g (--set eps_dd=0.5)")
+            try:
+                dipole_spec(self)
+            except (TypeError, ValueError) as e:
+                raise ValueError(re.sub(r"^(axis|cutoff)\b", r"dipole_\1", str(e))) from None
+
+
+# The settings that belong to one system (None: not given); refused with any other system.
+SYSTEM_SETTINGS: dict[str, tuple[str, ...]] = {
+    "mixture": ("g12", "g22", "couplings", "norms"),
+    "spin1": ("c0", "c2", "p", "q", "magnetization"),
+    "dipolar": ("eps_dd", "dipole_axis", "dipole_cutoff"),
+}
+# The settings of the scalar GP scheme alone (refused with another system when changed from their default), with
+# what the other schemes lack.
+SCALAR_ONLY: dict[str, str] = {
+    "omega_rot": "rotating frame",
+    "gamma": "damping",
+    "imprints": "vortex imprints",
+    "noise": "noisy ground-state guess",
+    "project_norm": "per-step norm projection",
+    "fft": "host FFT",
+    "mesh": "device mesh",
+}
+
+
+def mixture_couplings(cfg: BECConfig) -> list[list[float]]:
+    """The coupling matrix g_ij of ``system=mixture``: ``couplings``, or [[g, g12], [g12, g22]] (g22 default g)."""
+    if cfg.couplings is not None:
+        return [list(row) for row in cfg.couplings]
+    g12 = 0.0 if cfg.g12 is None else cfg.g12
+    g22 = cfg.g if cfg.g22 is None else cfg.g22
+    return [[cfg.g, g12], [g12, g22]]
+
+
+def dipole_spec(cfg: BECConfig) -> C.Dipolar:
+    """The dipolar interaction of ``system=dipolar`` (ε_dd relative to g, the axis, the cutoff or None)."""
+    axis = (0.0, 0.0, 1.0) if cfg.dipole_axis is None else cfg.dipole_axis
+    return C.Dipolar.create(eps_dd=cfg.eps_dd, axis=axis, cutoff=cfg.dipole_cutoff)
 
 
 def precision_scope(cfg: BECConfig) -> contextlib.AbstractContextManager:
@@ -246,22 +417,15 @@ GROUND_CHECK_EVERY = 100  # imaginary-time steps per convergence check (ground_s
 GROUND_SEGMENTS = 10  # progress lines of the ground-state search (at most)
 
 
-def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = False) -> tuple[jax.Array, dict]:
-    """Ground state (imaginary time) with the configured vortices imprinted.
-
-    The search runs as up to :data:`GROUND_SEGMENTS` calls of :func:`ivhl_jax.physics.condensate.ground_state`,
-    each continuing from the last state (``psi0``) for an equal share of ``ground_steps``, so that with
-    ``progress`` a line reports the steps done, the energy and its relative change after each share: a large
-    grid's search takes minutes and must not look like a hang. The segments are whole convergence blocks of
-    :data:`GROUND_CHECK_EVERY` steps and stop as soon as one converges. Equal shares reuse one compiled program.
-    """
-    # The search starts from ground_state's default guess, the unit Gaussian: check its step against it here so
-    # that the error names ground_dt or g (the library's own check names its argument, dt).
-    check_local_step(cfg, system, C.gaussian(system.grid, 1.0, dtype=system.complex_dtype), "ground_dt", True)
+def _segmented_search(cfg: BECConfig, search, psi, *, progress: bool) -> tuple[jax.Array, dict]:
+    """The imaginary-time search as up to :data:`GROUND_SEGMENTS` calls ``search(psi, n, first)`` of a ground-state
+    routine, each continuing from the last state for an equal share of ``ground_steps`` (whole convergence blocks of
+    :data:`GROUND_CHECK_EVERY` steps), stopping as soon as one converges; with ``progress`` a line after each share
+    reports the steps done, the energy and its relative change. Equal shares reuse one compiled program."""
     total_blocks = -(-cfg.ground_steps // GROUND_CHECK_EVERY)
     seg_blocks = -(-total_blocks // GROUND_SEGMENTS)
     budget = total_blocks * GROUND_CHECK_EVERY
-    psi, steps, info = None, 0, {}
+    steps, info, first = 0, {}, True
     with runner_phase(
         "ground state",
         detail=f"imaginary time, up to {budget} steps of dt={cfg.ground_dt:g}; compiling first",
@@ -269,18 +433,8 @@ def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = Fal
     ) as note:
         while steps < budget:
             n = min(seg_blocks * GROUND_CHECK_EVERY, budget - steps)
-            first = psi is None
-            psi, info = C.ground_state(
-                system,
-                1.0,
-                dt=cfg.ground_dt,
-                tol=cfg.ground_tol,
-                max_steps=n,
-                psi0=psi,
-                check_every=GROUND_CHECK_EVERY,
-                key=jax.random.key(cfg.seed) if first else None,
-                noise=cfg.noise if first else 0.0,
-            )
+            psi, info = search(psi, n, first)
+            first = False
             steps += int(info["steps"])
             converged = bool(info["converged"])
             note(
@@ -289,12 +443,118 @@ def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = Fal
             )
             if converged:
                 break
-    info = dict(info, steps=steps)
+    return psi, dict(info, steps=steps)
+
+
+def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = False) -> tuple[jax.Array, dict]:
+    """Ground state (imaginary time) with the configured vortices imprinted.
+
+    The search runs as up to :data:`GROUND_SEGMENTS` calls of :func:`ivhl_jax.physics.condensate.ground_state`
+    (:func:`_segmented_search`), each continuing from the last state (``psi0``) for an equal share of
+    ``ground_steps``, so that with ``progress`` a line reports the steps done, the energy and its relative change
+    after each share: a large grid's search takes minutes and must not look like a hang.
+    """
+    # The search starts from ground_state's default guess, the unit Gaussian: check its step against it here so
+    # that the error names ground_dt or g (the library's own check names its argument, dt).
+    check_local_step(cfg, system, C.gaussian(system.grid, 1.0, dtype=system.complex_dtype), "ground_dt", True)
+
+    def search(psi, n, first):
+        return C.ground_state(
+            system,
+            1.0,
+            dt=cfg.ground_dt,
+            tol=cfg.ground_tol,
+            max_steps=n,
+            psi0=psi,
+            check_every=GROUND_CHECK_EVERY,
+            key=jax.random.key(cfg.seed) if first else None,
+            noise=cfg.noise if first else 0.0,
+        )
+
+    psi, info = _segmented_search(cfg, search, None, progress=progress)
     if cfg.imprints:
         centers = jnp.asarray([[x, y] for x, y, _ in cfg.imprints])
         charges = jnp.asarray([q for _, _, q in cfg.imprints], jnp.int32)
         psi = C.imprint_vortices(psi, system.grid, centers, charges, core_size=0.5 / np.sqrt(max(cfg.g, 1.0)) + 0.1)
         psi = C.normalize(psi, system.grid)
+    return psi, {k: np.asarray(v).item() for k, v in info.items()}
+
+
+# The guesses of the ground-state searches of the other systems. Mixture: unit Gaussians displaced along x by
+# MIXTURE_GUESS_SHIFT trap lengths from each other (a symmetric guess is a stationary point of the flow also
+# where the components would separate). Spin-1: a unit Gaussian times a spinor that is neither polar nor
+# ferromagnetic (with all three m populated, as a held magnetisation needs), so either ground state is reached.
+MIXTURE_GUESS_SHIFT = 0.5
+SPIN1_GUESS_SPINOR = (0.6, 0.5 + 0.4j, 0.3)
+
+
+def condensate_system(cfg: BECConfig) -> C.GPSystem | C.DipolarSystem | C.MixtureSystem | C.Spin1System:
+    """The system of ``cfg.system`` on the configured grid and trap (``system=scalar``: :func:`gp_system`)."""
+    if cfg.system == "scalar":
+        return gp_system(cfg)
+    grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
+    trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
+    pot = C.harmonic(grid, trap, dtype=_dtype(cfg))
+    if cfg.system == "dipolar":
+        return C.DipolarSystem.create(grid, pot, cfg.g, dipole_spec(cfg))
+    if cfg.system == "mixture":
+        return C.MixtureSystem.create(grid, pot, np.asarray(mixture_couplings(cfg)))
+    return C.Spin1System.create(grid, pot, cfg.c0, cfg.c2, p=cfg.p or 0.0, q=cfg.q or 0.0)
+
+
+def _component_norms(cfg: BECConfig, n_components: int) -> list[float]:
+    return [1.0] * n_components if cfg.norms is None else list(cfg.norms)
+
+
+def _guess(cfg: BECConfig, system) -> jax.Array:
+    """The first state of the ground-state search of a dipolar, mixture or spin-1 system (see above)."""
+    grid, cdt = system.grid, system.complex_dtype
+    if isinstance(system, C.MixtureSystem):
+        c = system.n_components
+        shifts = (np.arange(c) - (c - 1) / 2) * MIXTURE_GUESS_SHIFT
+        return jnp.stack(
+            [
+                C.gaussian(grid, n, center=(s,) + (0.0,) * (grid.ndim - 1), dtype=cdt)
+                for n, s in zip(_component_norms(cfg, c), shifts)
+            ]
+        )
+    if isinstance(system, C.Spin1System):
+        zeta = np.asarray(SPIN1_GUESS_SPINOR) / np.linalg.norm(SPIN1_GUESS_SPINOR)
+        return C.gaussian(grid, 1.0, dtype=cdt)[None] * jnp.asarray(zeta.reshape((3,) + (1,) * grid.ndim), cdt)
+    return C.gaussian(grid, 1.0, dtype=cdt)
+
+
+def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[jax.Array, dict]:
+    """The ground state of ``system`` (imaginary time, :func:`_segmented_search`): :func:`gp_initial_state` for
+    the scalar GP system; for the others the library's ground-state routine of that system from :func:`_guess`,
+    holding N = 1 (mixture: each N_i of ``norms``; spin-1: also ``magnetization`` when given)."""
+    if isinstance(system, C.GPSystem):
+        return gp_initial_state(cfg, system, progress=progress)
+    guess = _guess(cfg, system)
+    common = {"dt": cfg.ground_dt, "tol": cfg.ground_tol, "check_every": GROUND_CHECK_EVERY}
+    norm: Any
+    if isinstance(system, C.MixtureSystem):
+        norm = _component_norms(cfg, system.n_components)
+        extra: dict = {}
+    else:
+        norm = 1.0
+        extra = {} if cfg.magnetization is None else {"magnetization": cfg.magnetization}
+    # The library's check of the local step over the guess names its argument, dt: here it is ground_dt.
+    try:
+        C.strang(system, cfg.ground_dt, imaginary=True, norm=norm, **extra).init(guess)
+    except ValueError as e:
+        raise ValueError(re.sub(r"\bdt\b", "ground_dt", str(e))) from None
+    routines: dict[type, Callable[..., Any]] = {
+        C.MixtureSystem: C.mixture_ground_state,
+        C.Spin1System: C.spin1_ground_state,
+        C.DipolarSystem: C.dipolar_ground_state,
+    }
+    routine = routines[type(system)]
+
+    def search(psi, n, first):
+        return routine(system, norm, max_steps=n, psi0=psi, **common, **extra)
+
+    psi, info = _segmented_search(cfg, search, guess, progress=progress)
     return psi, {k: np.asarray(v).item() for k, v in info.items()}
 
 
@@ -309,10 +569,23 @@ GP_UNITS = {
 }  # per particle, trap units
 
 
-def gp_snapshots(cfg: BECConfig, system: C.GPSystem) -> Snapshots:
-    """ψ (or |ψ|² and arg ψ) every ``snapshot_every`` steps at ``snapshot_precision``, on the grid's axes."""
-    real = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64}[cfg.snapshot_precision]
+def _axes(cfg: BECConfig, system) -> tuple[tuple[str, ...], dict]:
+    """``(dims, coords)`` of a state's axes: a mixture's ``component`` (1 … C) or a spin-1 field's ``m`` (+1, 0,
+    −1) first, then the grid's ``x, y, z`` (trap lengths)."""
     dims = ("x", "y", "z")[: cfg.dims]
+    coords = {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)}
+    if isinstance(system, C.MixtureSystem):
+        return ("component", *dims), {"component": np.arange(1, system.n_components + 1), **coords}
+    if isinstance(system, C.Spin1System):
+        return ("m", *dims), {"m": np.array([1, 0, -1]), **coords}
+    return dims, coords
+
+
+def gp_snapshots(cfg: BECConfig, system) -> Snapshots:
+    """ψ (or |ψ|² and arg ψ) every ``snapshot_every`` steps at ``snapshot_precision``, on the state's axes
+    (:func:`_axes`: a mixture's or spin-1 field's component axis first, each component's density its own)."""
+    real = {"float16": jnp.float16, "float32": jnp.float32, "float64": jnp.float64}[cfg.snapshot_precision]
+    dims, coords = _axes(cfg, system)
 
     def fields(psi: jax.Array) -> dict[str, jax.Array]:
         if cfg.snapshot_fields == "psi":
@@ -323,15 +596,9 @@ def gp_snapshots(cfg: BECConfig, system: C.GPSystem) -> Snapshots:
         "psi": "(trap length)^(-d/2)",
         "density": "(trap length)^-d",
         "phase": "rad",
-        **{d: "trap length" for d in dims},
+        **{d: "trap length" for d in ("x", "y", "z")[: cfg.dims]},
     }
-    return Snapshots(
-        every=cfg.snapshot_every,
-        fields=fields,
-        dims=dims,
-        coords={d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
-        units=units,
-    )
+    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims, coords=coords, units=units)
 
 
 def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
@@ -340,6 +607,46 @@ def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
     if params.system.grid.ndim >= 2:
         obs["lz"] = C.angular_momentum(psi, params.system)
     return obs
+
+
+def _dipolar_observe(psi: jax.Array, params) -> dict:
+    """N and the energy parts of the dipolar GP equation (kinetic, trap, contact ``interaction``, ``dipolar``)."""
+    e = dipolar_gp_energy(psi, params.system)
+    return {"norm": C.norm(psi, params.system.grid), **{f"energy_{k}": v for k, v in e.items()}}
+
+
+def _mixture_observe(psi: jax.Array, params) -> dict:
+    """The energy parts, the total N and each N_i (``norm_1`` … ``norm_C``), and for two components their overlap
+    Λ = (∫n₁n₂)²/(∫n₁²∫n₂²) (1 miscible, → 0 separated)."""
+    system = params.system
+    n = C.component_norms(psi, system.grid)
+    obs = {"norm": jnp.sum(n), **{f"norm_{i + 1}": n[i] for i in range(system.n_components)}}
+    obs.update({f"energy_{k}": v for k, v in C.mixture_energy(psi, system).items()})
+    if system.n_components == 2:
+        obs["overlap"] = C.overlap(psi, system.grid)
+    return obs
+
+
+def _spin1_observe(psi: jax.Array, params) -> dict:
+    """N, the magnetisation M = ∫F_z dV (both conserved) and the energy parts (kinetic, trap, zeeman, density,
+    spin)."""
+    system = params.system
+    obs = {"norm": jnp.sum(C.component_norms(psi, system.grid)), "magnetization": C.magnetization(psi, system.grid)}
+    obs.update({f"energy_{k}": v for k, v in C.spin1_energy(psi, system).items()})
+    return obs
+
+
+OBSERVE = {
+    C.GPSystem: _gp_observe,
+    C.DipolarSystem: _dipolar_observe,
+    C.MixtureSystem: _mixture_observe,
+    C.Spin1System: _spin1_observe,
+}
+
+
+def _units(names) -> dict[str, str]:
+    """The unit of each observable of a dipolar, mixture or spin-1 run (energies in ħω, the rest numbers)."""
+    return {k: "ħω" if k.startswith("energy_") else "1" for k in names}
 
 
 def simulate(
@@ -354,11 +661,12 @@ def simulate(
     observations go to disk chunk by chunk (``result.history`` holds none; ``extra["observation_like"]`` is the
     structure to read them back with)."""
     extra: dict = {}
-    system = gp_system(cfg)
-    if resuming:
-        state = jnp.zeros(system.grid.shape, system.complex_dtype)  # template; restored from the checkpoint
+    system = condensate_system(cfg)
+    scalar = isinstance(system, C.GPSystem)
+    if resuming:  # template; restored from the checkpoint
+        state = jnp.zeros(_state_shape(system), system.complex_dtype)
     else:
-        state, extra["ground_state"] = gp_initial_state(cfg, system, progress=progress)
+        state, extra["ground_state"] = initial_state(cfg, system, progress=progress)
         gs = extra["ground_state"]
         if not gs["converged"]:
             print(
@@ -367,19 +675,27 @@ def simulate(
                 "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol",
                 file=sys.stderr,
             )
-        check_local_step(cfg, system, state, "dt", False)
+        if isinstance(system, C.GPSystem):
+            check_local_step(cfg, system, state, "dt", False)
 
-    # The norm projection pins the ground state's norm, 1, for the whole run (resumes included): once per
-    # block of save_every steps by default, after every step with project_norm=true.
-    stepper = C.strang(system, cfg.dt, project_norm=True if cfg.project_norm else None, norm=1.0)
+    if scalar:
+        # The norm projection pins the ground state's norm, 1, for the whole run (resumes included): once per
+        # block of save_every steps by default, after every step with project_norm=true.
+        stepper = C.strang(system, cfg.dt, project_norm=True if cfg.project_norm else None, norm=1.0)
+    else:
+        # The other schemes are each exact in their conserved quantities up to round-off (no projection).
+        stepper = C.strang(system, cfg.dt)
+        if not resuming:
+            state = stepper.init(state)  # checks that dt resolves the local phase over the cloud (names dt)
+    observe = OBSERVE[type(system)]
     # donate: each chunk writes the field into the previous one's buffers (one copy of ψ in memory)
-    advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=_gp_observe, donate=True)
+    advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=observe, donate=True)
     extra["system"] = system
-    extra["observation_like"] = jax.eval_shape(_gp_observe, state, stepper.params)
+    extra["observation_like"] = jax.eval_shape(observe, state, stepper.params)
     if sink is not None:
         sink.describe(
             time_unit="1/ω (trap units)",
-            units=GP_UNITS,
+            units=GP_UNITS if scalar else _units(extra["observation_like"]),
             snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None,
         )
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
@@ -399,6 +715,19 @@ def simulate(
     return result, extra
 
 
+def _state_shape(system) -> tuple[int, ...]:
+    """The state's shape: the grid's, with a mixture's C or a spin-1 field's 3 components first."""
+    if isinstance(system, C.MixtureSystem):
+        return (system.n_components, *system.grid.shape)
+    if isinstance(system, C.Spin1System):
+        return (3, *system.grid.shape)
+    return system.grid.shape
+
+
+def _density(a: np.ndarray) -> np.ndarray:
+    return np.abs(a) ** 2
+
+
 def _slice2d(a: np.ndarray) -> np.ndarray:
     """The 2D plane of a 3D/4D array at the middle index of every axis beyond the first two."""
     while a.ndim > 2:
@@ -414,14 +743,12 @@ def _slice_label(cfg: BECConfig, ndim: int) -> str:
     return f", slice z = {z:.3g} (index {cfg.grid // 2} of {cfg.grid})"
 
 
-def _state_axes(cfg: BECConfig, system: C.GPSystem) -> tuple[tuple[str, ...], dict, dict]:
-    """``(dims, coords, units)`` of the state's axes: ``x, y, z`` in trap lengths."""
-    dims = ("x", "y", "z")[: cfg.dims]
-    return (
-        dims,
-        {d: np.asarray(c) for d, c in zip(dims, system.grid.coords)},
-        {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in dims}},
-    )
+def _state_axes(cfg: BECConfig, system) -> tuple[tuple[str, ...], dict, dict]:
+    """``(dims, coords, units)`` of the state's axes (:func:`_axes`): ``x, y, z`` in trap lengths, after the
+    component axis of a mixture or spin-1 field."""
+    dims, coords = _axes(cfg, system)
+    grid_dims = ("x", "y", "z")[: cfg.dims]
+    return dims, coords, {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in grid_dims}}
 
 
 def write_outputs(
@@ -438,16 +765,25 @@ def write_outputs(
     state = result.state if isinstance(result.state, np.ndarray) else np.asarray(result.state)
     if save_state:
         np.save(os.path.join(out, "final_state.npy"), state)
-    ndim = state.ndim
-    plane = np.asarray(_slice2d(state))  # what the plots show: the field itself in 1D/2D, the middle plane above
+    grid = extra["system"].grid
+    ndim = grid.ndim
+    # What the plots show, per component (a mixture's or spin-1 field's leading axis): the field itself in 1D/2D,
+    # the middle plane above. A single field (scalar, dipolar) has one, named "".
+    single = state.ndim == ndim
+    if single:
+        fields = [("", state)]
+    else:
+        names = (
+            [f"m = {m:+d}" for m in (1, 0, -1)] if cfg.system == "spin1" else [f"ψ_{i + 1}" for i in range(len(state))]
+        )
+        fields = list(zip(names, state))
+    planes = [(name, np.asarray(_slice2d(f))) for name, f in fields]
+    plane = planes[0][1]
     hist = {k: np.asarray(v) for k, v in result.history.items()}
     # Time of a record: the steps done when it was taken, times dt. Records are taken after every save_every
     # steps, so the first is at t = save_every·dt; the initial state (t = 0) is not a record.
     t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
     paths = {}
-    rho = np.abs(plane) ** 2
-    ph = np.angle(plane)
-    grid = extra["system"].grid
     summary: dict = {
         "config": config_dict(cfg),
         "steps": result.steps,
@@ -463,38 +799,43 @@ def write_outputs(
     if grid.ndim >= 2:
         x, y = grid.coords[0], grid.coords[1]
         extent = (x[0], x[-1], y[0], y[-1])
-        pos, q = C.vortex_positions(jnp.asarray(plane), grid, min_density=0.1, window=4)
         if grid.ndim == 3:
             summary["plot_slice"] = _slice_label(cfg, 3).lstrip(", ")
+    if grid.ndim >= 2 and single:
+        pos, q = C.vortex_positions(jnp.asarray(plane), grid, min_density=0.1, window=4)
         summary["vortices"] = {
             "positions": pos,
             "charges": q,
             "count": int(np.abs(q).sum()),
             "net_charge": int(q.sum()),
         }
-    for name, data, cmap, label in (("density", rho, "viridis", "|ψ|²"), ("phase", ph, "twilight", "arg ψ")):
-        fig, ax = plt.subplots(figsize=(5, 4))
-        if data.ndim == 1:
-            ax.plot(C.Grid.uniform(cfg.grid, cfg.length).coords[0], data)
-            ax.set_ylabel(label)
-            ax.set_xlabel("x (trap units)")
-        else:
-            im = ax.imshow(data.T, origin="lower", cmap=cmap, extent=extent)
-            fig.colorbar(im, ax=ax, label=label)
-            ax.set_xlabel("x (trap units)")
-            ax.set_ylabel("y (trap units)")
-            if "vortices" in summary and len(summary["vortices"]["charges"]):
-                p = summary["vortices"]["positions"]
-                ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
-        ax.set_title(f"gp: {label} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
+    what = "gp" if cfg.system == "scalar" else cfg.system
+    for name, part, cmap, label in (("density", _density, "viridis", "|ψ|²"), ("phase", np.angle, "twilight", "arg ψ")):
+        fig, axs = plt.subplots(1, len(planes), figsize=(5 if single else 4.2 * len(planes), 4), squeeze=False)
+        for ax, (comp, pl) in zip(axs[0], planes):
+            data = part(pl)
+            if data.ndim == 1:
+                ax.plot(C.Grid.uniform(cfg.grid, cfg.length).coords[0], data)
+                ax.set_ylabel(label)
+                ax.set_xlabel("x (trap units)")
+            else:
+                im = ax.imshow(data.T, origin="lower", cmap=cmap, extent=extent)
+                fig.colorbar(im, ax=ax, label=label)
+                ax.set_xlabel("x (trap units)")
+                ax.set_ylabel("y (trap units)")
+                if "vortices" in summary and len(summary["vortices"]["charges"]):
+                    p = summary["vortices"]["positions"]
+                    ax.scatter(p[:, 0], p[:, 1], s=8, c="r", marker="x")
+            head = f"{what}: {label}" if single else f"{what} {comp}: {label}"
+            ax.set_title(f"{head} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
-    keys = [k for k in hist if k.startswith("energy") or k in ("norm", "lz")]
+    keys = [k for k in hist if k.startswith(("energy", "norm")) or k in ("lz", "magnetization", "overlap")]
     fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
     for ax, k in zip(np.atleast_1d(axes), keys):
         ax.plot(t, hist[k])
         ax.set_ylabel(k, fontsize=8)
     np.atleast_1d(axes)[-1].set_xlabel("t (trap units 1/ω)")
-    fig.suptitle("gp: observables")
+    fig.suptitle(f"{what}: observables")
     paths["observables_plot"] = save_figure(fig, os.path.join(out, "observables.png"))
     paths["observables"] = write_json(os.path.join(out, "observables.json"), summary)
     paths["final_state"] = os.path.join(out, "final_state.npy")

@@ -42,6 +42,8 @@ __all__ = [
     "load_config",
     "clip_short_run",
     "config_dict",
+    "config_defaults",
+    "differing_keys",
     "add_run_arguments",
     "prepare_run_dir",
     "settings_in_force",
@@ -312,6 +314,43 @@ def config_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
 
 
+def config_defaults(cfg: Any) -> dict[str, Any]:
+    """The JSON-ready default value of every field of the config dataclass ``cfg`` (an instance or the class)
+    that has one."""
+    if not dataclasses.is_dataclass(cfg):
+        raise TypeError(f"cfg must be a config dataclass, got {type(cfg).__name__}")
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return json.loads(json.dumps(out, default=str))
+
+
+def differing_keys(
+    old: dict[str, Any], new: dict[str, Any], *, defaults: dict[str, Any] | None = None, extendable: Sequence[str] = ()
+) -> list[str]:
+    """The keys whose values differ between a run's saved configuration ``old`` and ``new`` (both JSON-ready
+    dicts), sorted; ``extendable`` keys are not compared. A key that ``old`` lacks (a setting added to the
+    library after that run was written) is the same when ``new`` holds its default (``defaults``), so such a
+    run still resumes."""
+    for name, d in (("old", old), ("new", new), ("defaults", defaults if defaults is not None else {})):
+        if not isinstance(d, dict):
+            raise TypeError(f"{name} must be a dict of config keys (config_dict of a config), got {type(d).__name__}")
+    defaults = defaults or {}
+    keys = (set(old) | set(new)) - set(extendable)
+    missing = object()
+
+    def same(k: str) -> bool:
+        a, b = old.get(k, missing), new.get(k, missing)
+        if a is missing and b is not missing and k in defaults:
+            a = defaults[k]
+        return a == b
+
+    return sorted(k for k in keys if not same(k))
+
+
 _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(?P<body>[^`]+)`")
 
 
@@ -383,8 +422,9 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
 
     Without ``resume`` an existing checkpoint is deleted. With it, the checkpoint must come from the same
     configuration (``out/config.json``), except for the ``extendable`` keys (a larger step count extends a
-    finished run); otherwise a ValueError names the keys that differ. ``cfg`` is then written to
-    ``out/config.json``, and the backend settings in force with their sources to ``out/settings.json``
+    finished run) and for settings the saved configuration lacks that hold their defaults (a run written before
+    the setting existed, :func:`differing_keys`); otherwise a ValueError names the keys that differ. ``cfg`` is
+    then written to ``out/config.json``, and the backend settings in force with their sources to ``out/settings.json``
     (:func:`settings_in_force`). The folder is locked for the rest of the process
     (:func:`ivhl_jax.run.lock.lock_run_dir`): a second run into it raises
     :class:`ivhl_jax.run.lock.RunDirLockedError` naming the folder.
@@ -394,7 +434,6 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     lock_run_dir(out)  # before anything in it is deleted or compared
     ckpt_dir = os.path.join(out, "ckpt")
     cfg_path = os.path.join(out, "config.json")
-    comparable = {k: v for k, v in config_dict(cfg).items() if k not in extendable}
     # A checkpoint folder with no step in it (a run that stopped at a configuration error before its first
     # checkpoint) holds nothing to resume, so it does not tie the folder to its configuration. Steps may sit one
     # level down (a simulation that keeps a checkpointer per stage: <out>/ckpt/stage<k>/<step>).
@@ -404,9 +443,9 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
             shutil.rmtree(ckpt_dir)
         elif holds_steps and os.path.isfile(cfg_path):
             with open(cfg_path) as f:
-                old = {k: v for k, v in json.load(f).items() if k not in extendable}
-            if old != comparable:
-                diff = sorted(k for k in set(old) | set(comparable) if old.get(k) != comparable.get(k))
+                old = json.load(f)
+            diff = differing_keys(old, config_dict(cfg), defaults=config_defaults(cfg), extendable=extendable)
+            if diff:
                 raise ValueError(
                     f"{out} holds a checkpoint of a different configuration (differs in {diff}); "
                     "use --no-resume to start over or another --out"

@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core import backend
+from ivhl_jax.run.config import config_defaults, differing_keys
 from ivhl_jax.run.lock import lock_run_dir
 
 __all__ = [
@@ -218,6 +219,9 @@ class RunStore:
       attrs: further JSON-ready root attributes.
       lock: lock the folder that holds the store (:func:`ivhl_jax.run.lock.lock_run_dir`); a sub-store
         (:meth:`child`) is covered by its parent's lock.
+      defaults: the configuration's default values (default: those of ``config``'s fields when it is a
+        dataclass): a key missing from a store written before that setting existed matches its default
+        (:func:`ivhl_jax.run.config.differing_keys`).
     """
 
     def __init__(
@@ -235,6 +239,7 @@ class RunStore:
         settings: Mapping[str, Any] | None = None,
         attrs: Mapping[str, Any] | None = None,
         lock: bool = True,
+        defaults: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
             raise TypeError(f"path must be the store's folder path, got {path!r}")
@@ -253,6 +258,9 @@ class RunStore:
         self.rename: dict[str, str] = {}
         self.snapshots = snapshots
         self.extendable = tuple(extendable)
+        if defaults is None and dataclasses.is_dataclass(config) and not isinstance(config, type):
+            defaults = config_defaults(config)
+        self._defaults = _jsonable(dict(defaults or {}))
         cfg = _jsonable(
             dataclasses.asdict(config)
             if dataclasses.is_dataclass(config) and not isinstance(config, type)
@@ -301,10 +309,8 @@ class RunStore:
         attrs = _read_attrs(self.path)
         old = attrs.get("config")
         if isinstance(old, dict) and isinstance(cfg, dict):
-            a = {k: v for k, v in old.items() if k not in self.extendable}
-            b = {k: v for k, v in cfg.items() if k not in self.extendable}
-            if a != b:
-                diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            diff = differing_keys(old, cfg, defaults=self._defaults, extendable=self.extendable)
+            if diff:
                 raise StoreError(
                     f"run store {self.path} was written by a different configuration (differs in "
                     f"{diff}); use --no-resume to start over or another --out"
@@ -635,6 +641,7 @@ class RunStore:
             units=self.units,
             seeds=self._attrs["seeds"],
             lock=False,
+            defaults=self._defaults,
         )
         return sub
 

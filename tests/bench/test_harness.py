@@ -135,3 +135,50 @@ def test_invocation_is_the_command_to_run_again(monkeypatch):
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", spec)
     monkeypatch.setattr(sys, "argv", ["/x/ops_fields.py", "--out", "f.json"])
     assert harness.invocation() == "python -m ivhl_jax.bench.ops_fields --out f.json"
+
+
+def test_run_checks_runs_every_check_and_records_a_failing_one_without_stopping():
+    calls = []
+
+    def ok():
+        calls.append("ok")
+        return {"n": 3}
+
+    def broken():
+        calls.append("broken")
+        raise MemoryError("x" * 1000)
+
+    def after():
+        calls.append("after")
+        return {"n": 4}
+
+    doc = harness.run_checks(
+        {
+            "ok": (ok, lambda r: f"ok {r['n']}"),
+            "broken": (broken, lambda r: "never"),
+            "after": (after, lambda r: f"after {r['n']}"),
+        }
+    )
+    assert calls == ["ok", "broken", "after"]
+    assert list(doc["results"]) == ["ok", "broken", "after"] and doc["device"]
+    assert doc["results"]["ok"] == {"n": 3}
+    assert doc["results"]["broken"]["error"] == "MemoryError: " + "x" * 300
+    assert doc["summary"] == ["ok 3", "broken: MemoryError: " + "x" * 300, "after 4"]
+
+
+def test_gpu_check_main_writes_the_doc_with_its_command_and_prints_the_summary(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "check.json"
+    seen = {}
+
+    def gpu_check(quick=False):
+        seen["quick"] = quick
+        return {"results": {"a": {"x": 1}}, "summary": ["a: 1", "b: 2"]}
+
+    assert harness.gpu_check_main("ops_example", gpu_check, ["--out", str(out), "--quick"]) == 0
+    doc = json.loads(out.read_text())
+    assert seen == {"quick": True}
+    assert doc["provenance"]["command"] == f"python -m ivhl_jax.bench.ops_example --out {out} --quick"
+    assert doc["results"] == {"a": {"x": 1}}
+    assert capsys.readouterr().out.splitlines()[-2:] == ["a: 1", "b: 2"]

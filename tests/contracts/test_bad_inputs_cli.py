@@ -71,7 +71,24 @@ SMALL: dict[str, list[str]] = {
 }
 
 # Keys that matter only with another setting: that setting is added before the bad value.
-CONTEXT: dict[str, dict[str, list[str]]] = {}
+_SPIN1 = ["system=spin1", "c0=10", "c2=-1"]
+_DIPOLAR = ["system=dipolar", "dims=3", "eps_dd=0.5"]
+CONTEXT: dict[str, dict[str, list[str]]] = {
+    "sim bec": {
+        "g12": ["system=mixture"],
+        "g22": ["system=mixture", "g12=1"],
+        "couplings": ["system=mixture"],
+        "norms": ["system=mixture", "g12=1"],
+        "c0": ["system=spin1", "c2=-1"],
+        "c2": ["system=spin1", "c0=10"],
+        "p": _SPIN1,
+        "q": _SPIN1,
+        "magnetization": _SPIN1,
+        "eps_dd": ["system=dipolar", "dims=3"],
+        "dipole_axis": _DIPOLAR,
+        "dipole_cutoff": _DIPOLAR,
+    }
+}
 
 # Keys for which every value of their type is meaningful (seeds): a value of the wrong type stands for "bad".
 ANY_VALUE = {"seed", "data_seed"}

@@ -1842,6 +1842,18 @@ CASES += [
     ),
     Case("precision.real_compute_dtype/policy", precision.real_compute_dtype, "policy", not_a_policy),
     Case(
+        "precision.round_complex/z",
+        lambda b: precision.round_complex(b, jnp.bfloat16),
+        "z",
+        st.sampled_from([jnp.ones(3), jnp.arange(3), 1.0]),
+    ),
+    Case(
+        "precision.round_complex/dtype",
+        lambda b: precision.round_complex(jnp.ones(3, jnp.complex64), b),
+        "dtype",
+        st.sampled_from([jnp.int32, jnp.complex64, "abc", None, 3]),
+    ),
+    Case(
         "validation.check_array/x",
         lambda b: V.check_array(b, "x", ndim=1, kind="floating", finite=True),
         "x",
@@ -1883,6 +1895,13 @@ CASES += [
     ),
     Case("config.load_config/cls", lambda b: run_config.load_config(b), "cls", st.sampled_from([3, "Cfg", None])),
     Case("config.config_dict/cfg", run_config.config_dict, "cfg", st.sampled_from([3, _Cfg, None, {"a": 1}])),
+    Case("config.config_defaults/cfg", run_config.config_defaults, "cfg", st.sampled_from([3, None, {"a": 1}])),
+    Case(
+        "config.differing_keys/old", lambda b: run_config.differing_keys(b, {}), "old", st.sampled_from([3, None, []])
+    ),
+    Case(
+        "config.differing_keys/new", lambda b: run_config.differing_keys({}, b), "new", st.sampled_from([3, None, []])
+    ),
     Case("config.clip_short_run/cfg", run_config.clip_short_run, "cfg", st.sampled_from([3, _Cfg, None, {"a": 1}])),
     Case(
         "config.prepare_run_dir/out",

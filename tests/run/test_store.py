@@ -325,3 +325,40 @@ def test_two_runs_cannot_write_one_store(tmp_path):
     )
     assert p.returncode == 1 and "is in use: another run holds its lock" in p.stderr.strip().splitlines()[-1]
     store.close()
+
+
+def test_a_setting_added_after_a_run_was_written_resumes_at_its_default(tmp_path):
+    """A run written before a setting existed (its saved config lacks the key) resumes when the new setting
+    holds its default, in both the checkpoint folder and the run store; a non-default value is a difference."""
+    import dataclasses
+    import json
+
+    from ivhl_jax.run.config import prepare_run_dir
+
+    @dataclasses.dataclass(frozen=True)
+    class Old:
+        n: int = 1
+        steps: int = 4
+
+    @dataclasses.dataclass(frozen=True)
+    class New:
+        n: int = 1
+        steps: int = 4
+        system: str = "scalar"
+
+    out = tmp_path / "run"
+    ckpt = prepare_run_dir(out, Old(), resume=True)
+    os.makedirs(os.path.join(ckpt, "2"))  # a checkpoint step ties the folder to its configuration
+    store = RunStore(out / "run.zarr", config=Old(), lock=False)
+    run_chunked(lambda s: (s + 1, s[None]), jnp.zeros(2), n_chunks=2, steps_per_chunk=1, progress=False, sink=store)
+    store.close()
+    assert "system" not in json.loads((out / "config.json").read_text())
+
+    prepare_run_dir(out, New(), resume=True)
+    RunStore(out / "run.zarr", config=New(), resume=True, lock=False).child("stage0").close()
+    # the saved files now hold the new key; a run written without it with a non-default value still differs
+    (out / "config.json").write_text(json.dumps(dataclasses.asdict(Old())))
+    with pytest.raises(ValueError, match=r"differs in \['system'\]"):
+        prepare_run_dir(out, New(system="spin1"), resume=True)
+    with pytest.raises(StoreError, match=r"differs in \['system'\]"):
+        RunStore(out / "run.zarr", config=New(system="spin1"), resume=True, lock=False)

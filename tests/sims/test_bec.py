@@ -294,3 +294,174 @@ def test_float64_runs_in_a_scope_and_never_turns_x64_on_for_the_process():
     with bec.precision_scope(cfg):
         assert bec.gp_system(cfg).potential.dtype == jnp.float64
     assert bool(jax.config.jax_enable_x64) == before
+
+
+# --------------------------------------------------------------------------- dipolar, mixture and spin-1 systems
+def _run(tmp_path, name, *sets, steps=200):
+    """``ivhl sim bec`` on a small grid with ``sets`` (``key=value``); returns (observables.json, out folder)."""
+    out = tmp_path / name
+    args = ["--no-progress", "--out", str(out)]
+    base = ["steps_per_chunk=50", "save_every=25", "checkpoint_every=100", f"steps={steps}"]
+    for kv in [*base, *sets]:
+        args += ["--set", kv]
+    assert bec.main(args) == 0
+    return json.loads((out / "observables.json").read_text()), out
+
+
+MIXTURE_2D = ["system=mixture", "grid=32", "length=12.0", "g=50", "g22=40", "g12=20"]
+
+
+def test_mixture_run_conserves_each_norm_and_the_energy(tmp_path):
+    """A two-component mixture started from an unconverged search (so it moves): N_1, N_2 of ``norms`` and the
+    energy hold over the evolution, and the state has its component axis first."""
+    doc, out = _run(tmp_path, "mix", *MIXTURE_2D, "norms=[0.7, 0.3]", "ground_steps=100", "ground_tol=1e-12")
+    obs = doc["observables"]
+    assert doc["ground_state"]["converged"] is False  # the evolution starts away from the ground state
+    # measured over these 200 float32 steps (CPU): N_i to 1.3e-6, E to 3.7e-7
+    np.testing.assert_allclose(obs["norm_1"], 0.7, rtol=1e-5)
+    np.testing.assert_allclose(obs["norm_2"], 0.3, rtol=1e-5)
+    energy = np.asarray(obs["energy_total"])
+    assert np.max(np.abs(energy / energy[0] - 1)) < 1e-5
+    assert np.ptp(obs["energy_interaction"]) > 1e3 * np.ptp(energy)  # the parts exchange energy: it moves
+    assert np.load(out / "final_state.npy").shape == (2, 32, 32)
+    assert all(0 < v <= 1 for v in obs["overlap"])
+
+
+def test_mixture_separates_where_g12_squared_exceeds_g11_g22(tmp_path):
+    """The ground-state overlap of two components either side of g₁₂² = g₁₁g₂₂ (g₁₁ = g₂₂ = 100): 1 at g₁₂ = 90
+    (miscible), near 0 at g₁₂ = 110 (the components separate; measured 1.0000 and 0.0042)."""
+    common = ["system=mixture", "dims=1", "grid=128", "length=16.0", "g=100", "ground_steps=4000", "ground_dt=0.01"]
+    mixed, _ = _run(tmp_path, "mixed", *common, "g12=90", steps=50)
+    apart, _ = _run(tmp_path, "apart", *common, "g12=110", steps=50)
+    assert mixed["ground_state"]["converged"] and apart["ground_state"]["converged"]
+    assert mixed["observables"]["overlap"][0] > 0.99
+    assert apart["observables"]["overlap"][0] < 0.05
+
+
+def test_spin1_run_holds_the_magnetization_and_conserves_n_and_m(tmp_path):
+    """The search holds the requested M; the evolution (Zeeman p, q on; started unconverged, so the populations
+    mix) conserves N and M."""
+    sets = ["system=spin1", "grid=32", "length=12.0", "c0=50", "c2=-5", "p=0.5", "q=0.2", "magnetization=0.3"]
+    doc, out = _run(tmp_path, "spin1", *sets, "ground_steps=100", "ground_tol=1e-12")
+    obs = doc["observables"]
+    # measured over these 200 float32 steps (CPU): N to 1.3e-6, M to 4.3e-7, E to 1.4e-6
+    np.testing.assert_allclose(obs["norm"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(obs["magnetization"], 0.3, atol=1e-5)
+    energy = np.asarray(obs["energy_total"])
+    assert np.max(np.abs(energy / energy[0] - 1)) < 1e-5
+    assert np.ptp(obs["energy_spin"]) > 300 * np.ptp(energy)  # spin mixing: the parts exchange energy
+    psi = np.load(out / "final_state.npy")
+    assert psi.shape == (3, 32, 32)
+
+
+def test_dipolar_ground_state_stretches_along_the_dipoles(tmp_path):
+    """In an isotropic trap the dipolar cloud is elongated along ``dipole_axis`` (its dipolar energy negative);
+    the evolution keeps N and E."""
+    common = ["system=dipolar", "dims=3", "grid=16", "length=10.0", "g=100", "eps_dd=0.8", "ground_steps=1000"]
+    grid = np.linspace(-5.0, 5.0, 16, endpoint=False)
+    for axis, along in (("[0, 0, 1]", 2), ("[1, 0, 0]", 0)):
+        doc, out = _run(tmp_path, f"dd{along}", *common, f"dipole_axis={axis}", "dt=1e-3", steps=50)
+        obs = doc["observables"]
+        assert doc["ground_state"]["converged"] and obs["energy_dipolar"][-1] < 0
+        np.testing.assert_allclose(obs["norm"], 1.0, atol=1e-5)  # measured 1.2e-7
+        e = np.asarray(obs["energy_total"])
+        assert np.max(np.abs(e / e[0] - 1)) < 1e-5  # measured 1.7e-7
+        rho = np.abs(np.load(out / "final_state.npy")) ** 2
+        widths = [np.sum(rho * np.moveaxis(np.broadcast_to(grid**2, rho.shape), -1, a)) for a in range(3)]
+        others = [w for a, w in enumerate(widths) if a != along]
+        assert widths[along] > 1.5 * max(others), widths  # measured ⟨r²⟩ 6.29 along, 3.34 across
+
+
+def test_mixture_resumes_bit_exactly_with_its_component_axis_in_the_store(tmp_path):
+    from ivhl_jax.run import open_run
+
+    sets = [*MIXTURE_2D, "ground_steps=200", "snapshot_every=100", "snapshot_fields=density_phase"]
+    full_doc, full = _run(tmp_path, "full", *sets)
+    _run(tmp_path, "part", *sets, steps=100)
+    part_doc, part = _run(tmp_path, "part", *sets)  # extends from the step-100 checkpoint
+    assert part_doc["resumed_from"] == 100 and full_doc["resumed_from"] is None
+    assert np.array_equal(np.load(full / "final_state.npy"), np.load(part / "final_state.npy"))
+    assert full_doc["observables"] == part_doc["observables"]
+    assert part_doc["ground_state"] == full_doc["ground_state"]
+    for folder in (full, part):
+        run = open_run(folder)
+        density = run.snapshots["density"]
+        assert density.dims == ("snapshot_time", "component", "x", "y")
+        np.testing.assert_array_equal(density["component"].values, [1, 2])
+        final = run.fields["final_state"]
+        assert final.dims == ("component", "x", "y")
+        np.testing.assert_allclose(
+            density.isel(snapshot_time=-1).values, np.abs(final.values) ** 2, rtol=1e-6, atol=1e-9
+        )
+        assert run.observations["norm_2"].attrs["units"] == "1"
+        assert run.observations["energy_total"].attrs["units"] == "ħω"
+    for name in ("density.png", "phase.png", "observables.png"):
+        assert (full / name).stat().st_size > 0
+
+
+# Settings of the other systems, and combinations a system does not support: one line each, exit 2, no work.
+BAD_SYSTEM_SETTINGS = [
+    (["c2=-1"], "c2 applies to system=spin1, not to system=scalar"),
+    (["eps_dd=0.5"], "eps_dd applies to system=dipolar, not to system=scalar"),
+    (["g12=10"], "g12 applies to system=mixture, not to system=scalar"),
+    (["system=mixture", "g12=10", "c0=5"], "c0 applies to system=spin1, not to system=mixture"),
+    (["system=mixture"], "system=mixture needs the inter-component coupling"),
+    (["system=mixture", "couplings=[[1.0, 2.0], [3.0, 1.0]]"], "must be symmetric"),
+    (["system=mixture", "couplings=[[1.0]]"], "couplings must be a C × C matrix with C >= 2"),
+    (["system=mixture", "couplings=[[1.0, 2.0], [2.0, 1.0]]", "g12=2"], "g12 and couplings both"),
+    (["system=mixture", "couplings=[[1.0, 2.0], [2.0, 1.0]]", "g=3"], "g=3 and couplings both give g_11"),
+    (["system=mixture", "g12=1", "norms=[1.0]"], "norms must be 2 finite numbers > 0"),
+    (["system=mixture", "g12=1", "norms=[1.0, -1.0]"], "norms must be 2 finite numbers > 0"),
+    (["system=mixture", "g12=inf"], "g12 must be a finite number"),
+    (["system=mixture", "g12=1", "omega_rot=0.5"], "omega_rot=0.5 applies to system=scalar"),
+    (["system=mixture", "g12=1", "gamma=0.1"], "gamma=0.1 applies to system=scalar"),
+    (["system=mixture", "g12=1", "imprints=[[1.0, 0.0, 1]]"], "imprints="),
+    (["system=mixture", "g12=1", "noise=0.1"], "noise=0.1 applies to system=scalar"),
+    (["system=mixture", "g12=1", "project_norm=true"], "project_norm=True applies to system=scalar"),
+    (["system=mixture", "g12=1", "mesh=2"], "mesh=2 applies to system=scalar"),
+    (["system=spin1", "c0=10"], "system=spin1 needs c2"),
+    (["system=spin1", "c2=10"], "system=spin1 needs c0"),
+    (["system=spin1", "c0=10", "c2=nan"], "c2 must be finite"),
+    (["system=spin1", "c0=10", "c2=-1", "magnetization=1.5"], "magnetization must satisfy |M| < N"),
+    (["system=spin1", "c0=10", "c2=-1", "g=3"], "g=3 does not apply to system=spin1"),
+    (["system=spin1", "c0=10", "c2=-1", "fft=ducc"], "fft='ducc' applies to system=scalar"),
+    (["system=dipolar", "eps_dd=0.5"], "system=dipolar needs dims=3"),
+    (["system=dipolar", "dims=3"], "system=dipolar needs eps_dd"),
+    (["system=dipolar", "dims=3", "eps_dd=-1"], "eps_dd must be"),
+    (["system=dipolar", "dims=3", "eps_dd=0.5", "dipole_axis=[0, 0, 0]"], "dipole_axis must be a non-zero vector"),
+    (["system=dipolar", "dims=3", "eps_dd=0.5", "dipole_cutoff=-1"], "dipole_cutoff must be"),
+    (["system=dipolar", "dims=3", "eps_dd=0.5", "omega_rot=0.3"], "omega_rot=0.3 applies to system=scalar"),
+    (["system=dipolar", "dims=3", "eps_dd=0.5", "gamma=0.1"], "gamma=0.1 applies to system=scalar"),
+    (["system=bogus"], "system"),
+]
+
+
+@pytest.mark.parametrize("sets, message", BAD_SYSTEM_SETTINGS, ids=[" ".join(s) for s, _ in BAD_SYSTEM_SETTINGS])
+def test_every_bad_system_setting_is_one_line_and_exit_2(tmp_path, capsys, sets, message):
+    out = tmp_path / "x"
+    args = ["--no-progress", "--out", str(out)]
+    for kv in sets:
+        args += ["--set", kv]
+    assert bec.main(args) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert not (out / "final_state.npy").exists()
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["system=mixture", "g12=20"],
+        ["system=spin1", "c0=50", "c2=-5"],
+        ["system=dipolar", "dims=3", "grid=16", "length=10.0", "eps_dd=0.5"],
+    ],
+    ids=["mixture", "spin1", "dipolar"],
+)
+def test_an_unresolved_ground_step_of_another_system_names_ground_dt(tmp_path, capsys, sets):
+    args = ["--no-progress", "--out", str(tmp_path), "--set", "grid=16", "--set", "ground_dt=2.0"]
+    for kv in sets:
+        args += ["--set", kv]
+    assert bec.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ground_dt=2 is too large" in err and "use ground_dt <= " in err, err

@@ -305,6 +305,43 @@ def test_kohn_frequency_derivative_along_the_trap_frequency():
         assert float(tangent) == pytest.approx(1.0, abs=5e-3)
 
 
+def test_bogoliubov_on_a_sharded_field_equals_one_device_and_gathers_nothing():
+    """ψ₀ on a slab over 8 devices (the system's layout): the matrix-free operator applies the distributed FFT, so
+    the spectrum is the single-device one to round-off (and the analytic homogeneous dispersion), the modes stay in
+    the layout's blocks, and the compiled solve moves no field whole: its only all-gathers are one number per
+    device (the location of max |ψ₀|), its all-reduces the solver's small Gram matrices."""
+    from jax.sharding import PartitionSpec as P
+
+    from ivhl_jax.core.hlo import collectives
+    from ivhl_jax.core.mesh import device_mesh
+    from ivhl_jax.numerics import distributed_fft
+
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 (emulated) devices")
+    with jax.enable_x64(True):
+        n, length, g, dens, n_modes = 16, 10.0, 2.0, 1.0, 4
+        grid = C.Grid.uniform((n, n), length)
+        single = C.GPSystem(grid, jnp.zeros((n, n), jnp.float64), g)
+        layout = distributed_fft.fft_layout(device_mesh((8,), ("x",)), P("x"), grid.shape)
+        sharded = C.GPSystem(grid, single.potential, g, layout=layout)
+        psi0 = jnp.full((n, n), np.sqrt(dens), jnp.complex128)
+        one = C.bogoliubov(jax.random.key(0), single, psi0, n_modes)
+        psi_s = layout.place(psi0)
+        compiled = jax.jit(lambda p: C.bogoliubov(jax.random.key(0), sharded, p, n_modes)).lower(psi_s).compile()
+        split = compiled(psi_s)
+        np.testing.assert_allclose(np.asarray(split.omega), np.asarray(one.omega), rtol=1e-12)
+        k = 2 * np.pi * np.fft.fftfreq(n, length / n)
+        eps = np.sort(0.5 * (k[:, None] ** 2 + k[None, :] ** 2).reshape(-1))[1 : n_modes + 1]
+        np.testing.assert_allclose(np.asarray(split.omega), np.sqrt(eps * (eps + 2 * g * dens)), rtol=1e-8)
+        assert split.u.sharding.is_equivalent_to(layout.sharding(3), 3)
+        assert split.v.sharding.is_equivalent_to(layout.sharding(3), 3)
+        kinds = collectives(compiled)
+        block = 3 * (n_modes + 4)  # the solver's block: 3 (n_modes + extra) fields
+        assert all(nbytes <= 8 * 8 for kind, nbytes in kinds if kind == "all-gather"), kinds
+        assert all(nbytes <= 2 * block * block * 8 for kind, nbytes in kinds if kind == "all-reduce"), kinds
+        assert any(kind == "all-to-all" for kind, _ in kinds)  # the distributed FFT's transposes
+
+
 def test_bogoliubov_bad_input_one_line_naming_the_argument():
     grid = C.Grid.uniform((16, 16), 8.0)
     system = C.GPSystem(grid, C.harmonic(grid), 10.0)
