@@ -14,7 +14,8 @@ The JSON is rewritten after every stage (a run cut short keeps what it measured)
         --budget-min 30 --out bench/results/mera_symmetric_ising_ladder.json
 
 A stage is chi/chi_mid/sweeps; Ising and Potts use two transitional layers (χ per layer (min(χ, d²), χ, χ),
-χ_mid (d², min(χ_mid, that), χ_mid)), XX one (χ_mid (4, χ_mid)).
+χ_mid (d², min(χ_mid, that), χ_mid)), XX one (χ_mid (4, χ_mid)); ``--layers L`` sets L transitional layers
+(χ per layer (min(χ, d²·d²), χ, …, χ)).
 """
 
 from __future__ import annotations
@@ -38,28 +39,33 @@ def _model(name: str) -> Any:
     return {"ising": M.ising, "xx": M.xx, "potts": MS.potts_charge_basis}[name]()
 
 
-def _shape(name: str, chi: int, mid: int, d2: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    layers = MODELS[name][2]
+def _shape(
+    name: str, chi: int, mid: int, d2: int, layers: int | None = None
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    layers = MODELS[name][2] if layers is None else layers
     if layers == 1:
         return (chi, chi), (d2, mid), 1
     bottom = min(chi, d2 * d2)  # the bottom layer carries at most d² · d² states
-    return (bottom, chi, chi), (d2, min(mid, bottom), mid), 2
+    return (bottom,) + (chi,) * layers, (d2, min(mid, bottom)) + (mid,) * (layers - 1), layers
 
 
 def _even_split(n: int, charges: tuple[int, ...]) -> dict[int, int]:
     k = len(charges)
+    if set(charges) == {-1, 0, 1}:  # U(1): ±1 equal (the chains' charge conjugation), 0 takes the remainder
+        side = (n - n // 3) // 2
+        return {0: n - 2 * side, -1: side, 1: side}
     return {q: n // k + (1 if i < n % k else 0) for i, q in enumerate(charges)}
 
 
-def first_config(name: str, chi: int, mid: int, d2: int) -> Any:
-    """The first stage: χ and χ_mid split evenly over the charges (for U(1) the charges −1, 0, 1, the middle one
-    taking the remainder first)."""
+def first_config(name: str, chi: int, mid: int, d2: int, layers: int | None = None) -> Any:
+    """The first stage: χ and χ_mid split evenly over the charges (for U(1) the charges −1, 0, 1 with ±1 of equal
+    size, 0 taking the remainder)."""
     from ivhl_jax import mera as M
 
     group, charges, _ = MODELS[name]
     if group == "U1":
         charges = (0, -1, 1)
-    chis, mids, layers = _shape(name, chi, mid, d2)
+    chis, mids, layers = _shape(name, chi, mid, d2, layers)
     sectors = [_even_split(c, charges) for c in chis]
     mid_sectors = [None] + [_even_split(m, charges) for m in mids[1:]]
     model = _model(name)
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", default=None, help="continue from a --save pickle (the first stage grows it)")
     ap.add_argument("--light", action="store_true", help="measure only the energy and the charged dimensions")
     ap.add_argument("--save", default=None, help="pickle each stage's MERA and config to <SAVE>_chi<chi>.pkl")
+    ap.add_argument("--layers", type=int, default=None, help="transitional layers (default: the model's, see above)")
     args = ap.parse_args(argv)
     import dataclasses
 
@@ -165,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
             chi, mid, sweeps = (int(x) for x in spec.split("/"))
             t0 = time.perf_counter()
             if m is None:
-                cfg = first_config(args.model, chi, mid, model.d**2)
+                cfg = first_config(args.model, chi, mid, model.d**2, args.layers)
                 st = M.evenbly_vidal(model, cfg)
                 state = st.init(key=key)
             else:
-                chis, mids, _ = _shape(args.model, chi, mid, model.d**2)
+                chis, mids, _ = _shape(args.model, chi, mid, model.d**2, args.layers)
                 m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids)
                 st = M.evenbly_vidal(model, cfg)
                 state = st.init(mera=m)

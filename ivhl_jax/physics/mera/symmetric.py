@@ -8,7 +8,7 @@ the dense one and the SVD updates are block diagonal.
 The sweep is the dense Evenbly–Vidal sweep (:mod:`~ivhl_jax.physics.mera.sweep`) on the same diagrams
 (:data:`~ivhl_jax.physics.mera.superoperators.ASCEND_DIAGRAMS`,
 :data:`~ivhl_jax.physics.mera.sweep.ENVIRONMENT_DIAGRAMS`), contracted block by block: the steady-state ρ by
-power iteration of 𝒟 = ½𝒜ᵀ (``jax.linear_transpose`` of the block ascending map), the energy, then u, w, v per
+power iteration of 𝒟 = ½𝒜ᵀ (the transposed diagrams, :func:`descend`), the energy, then u, w, v per
 layer from the polar factors of their environments, x = −U Vᵀ block by block (the polar factor of a
 block-diagonal matrix is block diagonal, so the dense update of a symmetric environment is the same tensor).
 Embedded in dense tensors (:func:`to_dense`), a symmetric MERA is a dense MERA of the same energy, and the
@@ -422,22 +422,36 @@ def ascend(
     return ascend_raw(h[0], h[1], u, w, v, refsym=refsym)
 
 
+def _descend_diagram(spec: str, h_pos: int) -> str:
+    """The network of 𝒟ₖ from the ascending diagram tₖ: ⟨ρ', tₖ(h)⟩ = Σ ρ'[p q r s] tₖ[r s p q] (:func:`pair`) is
+    linear in h, so ∂/∂h is the diagram with h removed and ρ' (labels: tₖ's output, halves swapped) added; its
+    open legs are h's, read as an operator with the halves swapped (h[e f a b] → ρ[a b e f])."""
+    lhs, out = spec.split("->")
+    ops = lhs.split(",")
+    h = ops.pop(h_pos)
+    return ",".join(ops + [out[2:] + out[:2]]) + "->" + h[2:] + h[:2]
+
+
+#: The networks of 𝒟₁..𝒟₄ (operands: those of tₖ without h, then ρ'): ρ_AB = ½[𝒟₁ + 𝒟₃](ρ'_BA),
+#: ρ_BA = ½[𝒟₂(ρ'_BA) + 𝒟₄(ρ'_AB)].
+_D1, _D2, _D3, _D4 = (_descend_diagram(t, 2 if t is _T4 else 3) for t in ASCEND_DIAGRAMS)
+
+
 def descend(
     rho: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor], refsym: bool = False
 ) -> tuple[BlockTensor, BlockTensor]:
-    """𝒟 = ½𝒜ᵀ (``jax.linear_transpose`` of the block map), as the dense :func:`descend`."""
+    """𝒟 = ½𝒜ᵀ, as the dense :func:`~ivhl_jax.physics.mera.superoperators.descend`, contracted as the transposed
+    networks :data:`_D1`..:data:`_D4` (each one block-sparse network, as the ascending ones: the transpose of the
+    block map by ``jax.linear_transpose`` would scatter every block of every product back with a pad).
+    ``refsym``: 𝒟₃(ρ') = R 𝒟₁(ρ') is not contracted."""
     u, w, v = layer
-    group = w.group
-    h_like = S.zeros(_op_legs(w.legs[0]), group, 0, rho[0].dtype)
-    ct = (_swap_dual(rho[0]), _swap_dual(rho[1]))
-    if refsym:
-        half = jax.linear_transpose(lambda ha, hb: ascend_raw(ha, hb, u, w, v, mirror=False), h_like, h_like)
-        g_ab, g_ba = half(ct)
-        g_ab = g_ab + _reflect(g_ab)
-    else:
-        full = jax.linear_transpose(lambda ha, hb: ascend_raw(ha, hb, u, w, v), h_like, h_like)
-        g_ab, g_ba = full(ct)
-    return _swap_dual(g_ab) * 0.5, _swap_dual(g_ba) * 0.5
+    ub, wb, vb = u.conj(), w.conj(), v.conj()
+    r_ab, r_ba = rho
+    d1 = S.contract(_D1, wb, ub, vb, w, u, v, r_ba)
+    d3 = _reflect(d1) if refsym else S.contract(_D3, wb, ub, vb, w, u, v, r_ba)
+    d2 = S.contract(_D2, wb, ub, vb, w, u, v, r_ba)
+    d4 = S.contract(_D4, vb, wb, v, w, r_ab)
+    return (d1 + d3) * 0.5, (d2 + d4) * 0.5
 
 
 def pair(rho: BlockTensor, op: BlockTensor) -> jax.Array:
@@ -615,25 +629,104 @@ def _charged_eigs(rho: BlockTensor, k: int) -> list[tuple[float, int]]:
     return sorted(out, key=lambda t: (-t[0], t[1]))
 
 
-def _pick(ranked: list[tuple[float, int]], n: int, cap: dict[int, int]) -> dict[int, int]:
-    """The charges of the ``n`` largest eigenvalues of ``ranked``, each charge at most ``cap[q]`` states; when the
-    ranking runs out, the remaining states go to the charges with the most room left."""
-    count: dict[int, int] = {}
-    for _, q in ranked:
-        if sum(count.values()) == n:
+def _pick(
+    ranked: list[tuple[float, int]],
+    n: int,
+    cap: dict[int, int],
+    group: S.Group | None = None,
+    floor: dict[int, int] | None = None,
+) -> dict[int, int]:
+    """The charges of the ``n`` largest eigenvalues of ``ranked``, each charge at most ``cap[q]`` states and at
+    least ``floor[q]`` (the bond's present sectors: a ladder only grows them); when the ranking runs out, the
+    remaining states go to the charges with the most room left.
+
+    ``group``: keep every charge q and its conjugate −q equal in dimension (a charge-conjugation-symmetric model,
+    whose spectra in q and −q agree): the k-th eigenvalues of q and −q are taken together, ranked by their mean,
+    and an odd remainder goes to a self-conjugate charge (0); only when no self-conjugate charge has room left is
+    a pair split."""
+    units: list[tuple[float, tuple[int, ...]]]
+    if group is None:
+        units = [(lam, (q,)) for lam, q in ranked]
+    else:
+        by_q: dict[int, list[float]] = {}
+        for lam, q in ranked:
+            by_q.setdefault(q, []).append(lam)
+        units = []
+        for q, vals in by_q.items():
+            qc = group.reduce(-q)
+            if qc == q:
+                units += [(lam, (q,)) for lam in vals]
+            elif q < qc:
+                units += [(0.5 * (a + b), (q, qc)) for a, b in zip(vals, by_q.get(qc, []))]
+        units.sort(key=lambda t: (-t[0], t[1]))
+
+    def room(q: int) -> int:
+        return cap.get(q, 0) - count.get(q, 0)
+
+    count: dict[int, int] = dict(floor or {})
+    total = sum(count.values())
+    seen: dict[int, int] = {}
+    for _, qs in units:
+        if total >= n:
             break
-        if count.get(q, 0) < cap.get(q, 0):
-            count[q] = count.get(q, 0) + 1
-    while sum(count.values()) < n:
-        room = {q: c - count.get(q, 0) for q, c in cap.items() if c > count.get(q, 0)}
-        if not room:
+        # the first floor[q] eigenvectors of a charge are kept already (the bond's old states)
+        need = [q for q in qs if seen.get(q, 0) >= count.get(q, 0)]
+        for q in qs:
+            seen[q] = seen.get(q, 0) + 1
+        if need and total + len(need) <= n and all(room(q) > 0 for q in need):
+            for q in need:
+                count[q] = count.get(q, 0) + 1
+            total += len(need)
+    while total < n:
+        options: list[tuple[int, ...]] = [(q,) for q in sorted(cap) if room(q) > 0]
+        if group is not None:
+            paired: list[tuple[int, ...]] = [
+                (q, group.reduce(-q)) if q != group.reduce(-q) else (q,)
+                for q in sorted(cap)
+                if q <= group.reduce(-q) and all(room(x) > 0 for x in {q, group.reduce(-q)})
+            ]
+            fits: list[tuple[int, ...]] = [qs for qs in paired if len(qs) <= n - total]
+            if not fits and n - total == 1:
+                # one state left and no self-conjugate charge with room: give one self-conjugate state back for a
+                # pair (one more state in all) rather than split a pair
+                taken = [q for q in sorted(count) if q == group.reduce(-q) and count[q] > (floor or {}).get(q, 0)]
+                two: list[tuple[int, ...]] = [qs for qs in paired if len(qs) == 2]
+                if taken and two:
+                    count[taken[0]] -= 1
+                    total -= 1
+                    fits = two
+            options = fits or options
+        if not options:
             raise ValueError(f"chi={n} is more states than the layer can carry ({sum(cap.values())})")
-        q = max(sorted(room), key=lambda x: room[x])
-        count[q] = count.get(q, 0) + 1
+        qs = max(options, key=lambda t: min(room(q) for q in t))
+        for q in qs:
+            count[q] = count.get(q, 0) + 1
+        total += len(qs)
     return dict(sorted(count.items()))
 
 
-def spectrum_sectors(mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = None) -> Symmetry:
+def charge_conjugation_symmetric(model: Model, symmetry: Symmetry, atol: float = 1e-12) -> bool:
+    """Whether the model's term commutes with charge conjugation C: the spin-state permutation that maps the k-th
+    state of charge q to the k-th state of charge −q (U(1): q_min + q_max − q of the spin charges; Z_n: −q mod n).
+    XX (the spin flip) and the Z3 Potts chain in its charge basis have it; then the reduced density matrices'
+    spectra in q and −q agree and :func:`spectrum_sectors` keeps ±q equal (``pairs``)."""
+    q = np.asarray(spin_charges(model, symmetry), np.int64)
+    g = symmetry.group
+    conj = (q.min() + q.max() - q) if g.order == 0 else (-q) % g.order
+    perm = np.empty(len(q), np.int64)
+    for c in np.unique(q):
+        src, dst = np.flatnonzero(q == c), np.flatnonzero(q == conj[q == c][0])
+        if len(src) != len(dst):
+            return False
+        perm[src] = dst
+    t = np.asarray(model.term, np.float64)
+    tc = t[np.ix_(perm, perm, perm, perm)]
+    return bool(np.abs(tc - t).max() <= atol * max(1.0, float(np.abs(t).max())))
+
+
+def spectrum_sectors(
+    mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = None, *, pairs: bool = False
+) -> Symmetry:
     """The sectors of a larger bond dimension chosen from the reduced density matrices' spectra, charge by charge.
 
     ``chi``/``chi_mid`` as in :class:`~ivhl_jax.physics.mera.config.MERAConfig` for the MERA's number of layers
@@ -645,7 +738,9 @@ def spectrum_sectors(mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = Non
     layer) uses the fixed-point ρ at the top. Each charge is capped at what the layer's isometry can carry
     (the fused dimension of its input and χ_mid bonds). A χ_mid that grows keeps, per charge, the states of the
     largest eigenvalues of the one-site density tr₂ ρ of its level (at most the input bond's sector). A bond
-    whose dimension does not change keeps its sectors.
+    whose dimension does not change keeps its sectors. ``pairs``: every charge q and its conjugate −q get the
+    same dimension (for a charge-conjugation-symmetric model, :func:`charge_conjugation_symmetric`; the
+    eigenvalues of q and −q are taken in pairs, an odd remainder goes to charge 0).
 
     Returns a :class:`Symmetry` (the group and spin charges of ``symmetry``, one sectors / mid_sectors mapping per
     layer) for ``MERAConfig(chi=..., chi_mid=..., layers=mera.num_layers - 1, symmetry=...)``; the matching
@@ -672,21 +767,23 @@ def spectrum_sectors(mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = Non
                 f"({mids[z].dim}, {outs[z].dim}) to ({m}, {c}); a ladder only grows the bonds"
             )
     rhos = level_densities(mera)
+    conj = group if pairs else None
     inp = ins[0]
     sectors, mid_sectors = [], []
     for z, (_, m, chi_out) in enumerate(shapes):
         if z == n - 1:  # the SI layer maps its bond to itself
             out_leg = inp
-            new_mid = _mid_sectors(mids[z], m, inp, rhos[z])
+            new_mid = _mid_sectors(mids[z], m, inp, rhos[z], conj)
         else:
-            new_mid = _mid_sectors(mids[z], m, inp, rhos[z])
+            new_mid = _mid_sectors(mids[z], m, inp, rhos[z], conj)
             if chi_out == outs[z].dim and all(inp.sector_dim(q) >= ins[z].sector_dim(q) for q in ins[z].charges):
                 out_leg = outs[z]
             else:
                 level = n - 1 if z == n - 2 else z
                 ra, rb = rhos[level]
                 cap = S.fused_dims((inp, new_mid), group)
-                out_leg = _leg(_pick(_charged_eigs((ra + rb) * 0.5, 2), chi_out, cap))
+                floor = dict(zip(outs[z].charges, outs[z].dims))
+                out_leg = _leg(_pick(_charged_eigs((ra + rb) * 0.5, 2), chi_out, cap, conj, floor))
         sectors.append(tuple(zip(out_leg.charges, out_leg.dims)))
         mid_sectors.append(tuple(zip(new_mid.charges, new_mid.dims)))
         inp = out_leg
@@ -698,7 +795,9 @@ def _leg(counts: dict[int, int]) -> S.Leg:
     return S.Leg(tuple(q for q, _ in items), tuple(d for _, d in items), 1)
 
 
-def _mid_sectors(old_mid: S.Leg, m: int, inp: S.Leg, rho: tuple[BlockTensor, BlockTensor]) -> S.Leg:
+def _mid_sectors(
+    old_mid: S.Leg, m: int, inp: S.Leg, rho: tuple[BlockTensor, BlockTensor], conj: S.Group | None = None
+) -> S.Leg:
     """χ_mid's sectors: the old ones if its size is unchanged, else the ``m`` largest eigenvalues of the one-site
     density of the level, per charge, at most the (new) input bond's sector."""
     cap = dict(zip(inp.charges, inp.dims))
@@ -709,14 +808,32 @@ def _mid_sectors(old_mid: S.Leg, m: int, inp: S.Leg, rho: tuple[BlockTensor, Blo
     ra, rb = rho
     eye = S.identity(ra.legs[1].with_flow(1), ra.group, 1, ra.dtype)
     one = S.contract("abcd,db->ac", (ra + rb) * 0.5, eye)  # tr₂ ρ
-    return _leg(_pick(_charged_eigs(one, 1), m, cap))
+    return _leg(_pick(_charged_eigs(one, 1), m, cap, conj, dict(zip(old_mid.charges, old_mid.dims))))
+
+
+def insert_layers(mera: Any, layers: int) -> MERA:
+    """The symmetric MERA with ``layers`` transitional layers: copies of the scale-invariant layer inserted below it
+    (as the dense :func:`~ivhl_jax.physics.mera.ladder.grow`; the same tensors, so at the fixed point of the SI
+    layer's 𝒟 the energy is unchanged). Fewer layers than the MERA's: returned as it is."""
+    if not is_symmetric(mera):
+        raise TypeError("mera must be a symmetric MERA")
+    check_scalar(layers, "layers", integer=True, minimum=1)
+    extra = int(layers) + 1 - mera.num_layers
+    if extra <= 0:
+        return mera
+    return mera.replace(
+        u=mera.u[:-1] + (mera.u[-1],) * (extra + 1),
+        w=mera.w[:-1] + (mera.w[-1],) * (extra + 1),
+        v=mera.v[:-1] + (mera.v[-1],) * (extra + 1),
+    )
 
 
 def grow_symmetric(mera: Any, key: jax.Array, model: Model, config: MERAConfig, mix: float = 1e-3) -> MERA:
-    """The symmetric MERA enlarged to the bonds of ``config`` (its symmetry's sectors; the same number of layers),
-    keeping every old block: u, w, v are padded with zeros and each fused-charge block's new columns completed to
-    an exact isometry (random, orthogonal to the old columns; with ``config.refsym`` u ← polar(½(u + R u)), v =
-    mirror(w)); the top density matrices become (1 − ``mix``) ρ (padded) + ``mix`` 𝟙/χ². With ``mix=0`` the
+    """The symmetric MERA enlarged to the bonds of ``config`` (its symmetry's sectors; a config with more layers
+    first inserts copies of the scale-invariant layer below it, :func:`insert_layers`), keeping every old block:
+    u, w, v are padded with zeros and each fused-charge block's new columns completed to an exact isometry
+    (random, orthogonal to the old columns; with ``config.refsym`` u ← polar(½(u + R u)), v = mirror(w)); the top
+    density matrices become (1 − ``mix``) ρ (padded) + ``mix`` 𝟙/χ². With ``mix=0`` the
     energy is unchanged (the new states carry no weight until the next sweep). Every sector must be at least
     as large as the MERA's (ValueError naming ``config.symmetry``)."""
     check_key(key)
@@ -726,11 +843,12 @@ def grow_symmetric(mera: Any, key: jax.Array, model: Model, config: MERAConfig, 
         raise TypeError("config must be a MERAConfig with a mera.Symmetry")
     check_scalar(mix, "mix", minimum=0.0, maximum=1.0)
     lls = layer_legs(check_model(model), config)
-    if len(lls) != mera.num_layers:
+    if len(lls) < mera.num_layers:
         raise ValueError(
-            f"config has {len(lls) - 1} transitional layers, the MERA {mera.num_layers - 1}: grow_symmetric keeps "
-            "the number of layers"
+            f"config has {len(lls) - 1} transitional layers, the MERA {mera.num_layers - 1}: grow_symmetric can only "
+            "add layers (pass config.layers >= the MERA's)"
         )
+    mera = insert_layers(mera, len(lls) - 1)
     for z, ll in enumerate(lls):
         u, w, _ = mera.layer(z)
         for name, old, new in (("inp", w.legs[0], ll.inp), ("mid", u.legs[2], ll.mid), ("out", w.legs[2], ll.out)):
@@ -824,17 +942,24 @@ def grow_by_spectrum(
     chi: Any,
     chi_mid: Any = None,
     mix: float = 1e-3,
+    layers: int | None = None,
 ) -> tuple[MERA, MERAConfig]:
     """One step of a symmetric bond-dimension ladder: the sectors of ``chi``/``chi_mid`` from the reduced density
     matrices' spectra (:func:`spectrum_sectors`), the config of the next stage (``config`` with those χ and
-    sectors) and the grown MERA (:func:`grow_symmetric`). Returns (MERA, config) for
+    sectors) and the grown MERA (:func:`grow_symmetric`). A charge-conjugation-symmetric model
+    (:func:`charge_conjugation_symmetric`: XX, Potts) keeps ±q sectors equal. ``layers`` (more than the MERA's
+    transitional layers): copies of the scale-invariant layer are inserted below it first (:func:`insert_layers`),
+    as the dense ladder does, and ``chi``/``chi_mid`` are read for that many layers. Returns (MERA, config) for
     ``mera.evenbly_vidal(model, config).init(mera=...)``."""
     from ivhl_jax.physics.mera.config import layer_shapes
 
     if not isinstance(config, MERAConfig) or not isinstance(config.symmetry, Symmetry):
         raise TypeError("config must be the MERAConfig (with a mera.Symmetry) the MERA was optimised with")
     model = check_model(model)
-    sym = spectrum_sectors(mera, config.symmetry, chi, chi_mid)
+    if layers is not None:
+        mera = insert_layers(mera, layers)
+    pairs = charge_conjugation_symmetric(model, config.symmetry)
+    sym = spectrum_sectors(mera, config.symmetry, chi, chi_mid, pairs=pairs)
     shapes = layer_shapes(chi, chi_mid, mera.num_layers - 1, mera.d)
     new = dataclasses.replace(
         config,

@@ -169,13 +169,13 @@ def test_spectrum_sectors_and_grow_keep_the_energy():
 @pytest.mark.slow
 @pytest.mark.parametrize("group", ["Z2", "U1"])
 def test_grown_ladder_equals_dense(group):
-    """A ladder stage grown from the spectra (Z2 Ising χ 4 → 6; U(1) XX χ 4 → 8, where new charges appear):
+    """A ladder stage grown from the spectra (Z2 Ising χ 4 → 6; U(1) XX χ 4 → 10, where new charges ±2 appear):
     the symmetric sweeps after the growth equal the dense sweeps from the grown MERA's embedding to 1e-10."""
     with jax.enable_x64(True):
         if group == "Z2":
             model, sectors, chi = mera.ising(), {0: 2, 1: 2}, 6
         else:
-            model, sectors, chi = mera.xx(), {-1: 1, 0: 2, 1: 1}, 8
+            model, sectors, chi = mera.xx(), {-1: 1, 0: 2, 1: 1}, 10
         cfg = mera.MERAConfig(chi=4, layers=1, u_delay=1, symmetry=mera.Symmetry(group, sectors=sectors))
         st = mera.evenbly_vidal(model, cfg)
         s, _ = trajectory(st, st.init(key=jax.random.key(1)), 6, observe=mera.observe)
@@ -327,3 +327,49 @@ def test_z3_potts_matches_dense():
     assert e[-1] < e[1]
     assert sorted(np.unique(charges).tolist()) == [0, 1, 2]
     np.testing.assert_allclose(np.sort(dims[charges == 1]), np.sort(dims[charges == 2]), atol=1e-8)
+
+
+@pytest.mark.slow  # three eager spectra and growths (~30 s)
+def test_xx_grown_sectors_keep_plus_minus_q_equal():
+    """XX commutes with the spin flip (charge conjugation q → −q), so the sectors grown from the spectra give every
+    charge q and −q the same dimension on every bond, also where the total is odd (the odd state goes to charge
+    0), starting from an unoptimised MERA whose spectra in q and −q differ; a U(1) chain in a field has no such
+    symmetry."""
+    with jax.enable_x64(True):
+        model = mera.xx()
+        cfg = mera.MERAConfig(chi=4, layers=1, symmetry=mera.Symmetry("U1", sectors={-1: 1, 0: 2, 1: 1}))
+        assert MS.charge_conjugation_symmetric(model, cfg.symmetry)
+        m = mera.evenbly_vidal(model, cfg).init(key=jax.random.key(1)).mera
+        for chi, mid in ((7, 5), (10, 8), (12, 10)):
+            grown, cfg2 = MS.grow_by_spectrum(m, jax.random.key(2), model, cfg, chi, mid, mix=0.0)
+            assert grown.chis == (chi, chi) and grown.chi_mids[-1] == mid
+            for sectors, total in zip(cfg2.symmetry.sectors + cfg2.symmetry.mid_sectors[1:], (chi, chi, mid)):
+                d = dict(sectors)
+                assert sum(d.values()) == total
+                assert all(d.get(-q, 0) == n for q, n in d.items()), (chi, mid, d)
+        field = mera.two_site(np.asarray(model.term) + 0.3 * np.diag([1.0, 0.0, 0.0, -1.0]).reshape(2, 2, 2, 2))
+        assert not MS.charge_conjugation_symmetric(field, mera.Symmetry("U1", {0: 1}, spin_charges=(0, 1)))
+
+
+@pytest.mark.slow  # an eager spectrum of a three-layer MERA and two growths (~30 s)
+def test_grow_inserts_layers_as_the_dense_ladder():
+    """A config with more transitional layers inserts copies of the scale-invariant layer below it: with the same
+    sectors and mix=0 the dense embedding equals the dense ladder's ``mera.grow(..., layers=)`` of the embedded
+    MERA exactly; a grown-by-spectrum stage with an extra layer has the new χ on every layer and stays isometric."""
+    with jax.enable_x64(True):
+        model = mera.ising()
+        sym = mera.Symmetry("Z2", sectors={0: 2, 1: 2})
+        cfg = mera.MERAConfig(chi=4, layers=1, symmetry=sym)
+        m = mera.evenbly_vidal(model, cfg).init(key=jax.random.key(1)).mera
+        deeper = dataclasses.replace(cfg, layers=2)
+        grown = MS.grow_symmetric(m, jax.random.key(2), model, deeper, mix=0.0)
+        assert grown.num_layers == 3
+        want = mera.grow(mera.to_dense(m), jax.random.key(3), 4, mix=0.0, layers=2)
+        for a, b in zip(jax.tree.leaves(mera.to_dense(grown)), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        big, cfg2 = MS.grow_by_spectrum(m, jax.random.key(4), model, cfg, 6, layers=2)
+        assert cfg2.layers == 2 and big.chis == (6, 6, 6)
+        assert max(mera.isometry_errors(mera.to_dense(big)).values()) < 1e-12
+        with pytest.raises(ValueError, match="can only add layers") as exc:
+            MS.grow_symmetric(grown, jax.random.key(5), model, cfg)
+        assert "\n" not in str(exc.value)
