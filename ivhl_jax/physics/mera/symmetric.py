@@ -724,9 +724,7 @@ def charge_conjugation_symmetric(model: Model, symmetry: Symmetry, atol: float =
     return bool(np.abs(tc - t).max() <= atol * max(1.0, float(np.abs(t).max())))
 
 
-def spectrum_sectors(
-    mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = None, *, pairs: bool = False
-) -> Symmetry:
+def spectrum_sectors(mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = None, *, pairs: bool = False) -> Symmetry:
     """The sectors of a larger bond dimension chosen from the reduced density matrices' spectra, charge by charge.
 
     ``chi``/``chi_mid`` as in :class:`~ivhl_jax.physics.mera.config.MERAConfig` for the MERA's number of layers
