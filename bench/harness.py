@@ -257,6 +257,32 @@ def before_after(wall: dict[str, list[float]], meta: dict[str, dict[str, Any]]) 
     return out
 
 
+def before_after_study(
+    calls: dict[str, Callable[[], Any]],
+    meta: dict[str, dict[str, Any]],
+    *,
+    rounds: int,
+    against: str,
+    out: str | None,
+) -> dict[str, dict[str, Any]]:
+    """A same-process comparison with another revision, end to end: ``calls`` (``"<key> old"`` / ``"<key> new"``)
+    timed in :func:`interleaved_rounds`, summarised by :func:`before_after`, each key's record printed, and with
+    ``out`` written by :func:`write_results` (with ``against``, ``rounds`` and how to read the figures)."""
+    wall, _ = interleaved_rounds(calls, rounds)
+    res = before_after(wall, meta)
+    for key, rec in res.items():
+        print(key, rec, flush=True)
+    if out:
+        doc = {
+            "against": against,
+            "rounds": rounds,
+            "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
+            "results": res,
+        }
+        write_results(out, doc)
+    return res
+
+
 def run_case(
     case: BenchCase,
     *,

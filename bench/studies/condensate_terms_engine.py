@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.harness import before_after, interleaved_rounds, module_at
+from bench.harness import before_after_study, module_at
 from ivhl_jax.physics.condensate import Grid, harmonic
 from ivhl_jax.physics.condensate import dipolar as new_dipolar
 from ivhl_jax.physics.condensate import mixture as new_mixture
@@ -77,20 +77,7 @@ def main() -> None:
             calls[f"{name} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))
         scale = float(np.abs(outs["old"]).max())
         meta[name] = {"steps_per_call": steps, "max_rel_diff": float(np.abs(outs["new"] - outs["old"]).max()) / scale}
-    wall, _ = interleaved_rounds(calls, a.rounds)
-    res = before_after(wall, meta)
-    for key, rec in res.items():
-        print(key, rec, flush=True)
-    from ivhl_jax.bench.harness import write_results
-
-    doc = {
-        "against": a.against,
-        "rounds": a.rounds,
-        "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
-        "results": res,
-    }
-    if a.out:
-        write_results(a.out, doc)
+    before_after_study(calls, meta, rounds=a.rounds, against=a.against, out=a.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import tempfile
 import jax
 import numpy as np
 
-from bench.harness import before_after, interleaved_rounds, module_at
+from bench.harness import before_after_study, module_at
 from ivhl_jax.numerics import fastmath as new_fm
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.physics import condensate as C
@@ -75,20 +75,7 @@ def main() -> None:
             jax.block_until_ready(f(psi, st.params))
             calls[f"gp {shape} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))
         meta[f"gp {shape}"] = {"steps_per_call": steps}
-    wall, _ = interleaved_rounds(calls, a.rounds)
-    res = before_after(wall, meta)
-    for key, rec in res.items():
-        print(key, rec, flush=True)
-    from ivhl_jax.bench.harness import write_results
-
-    doc = {
-        "against": a.against,
-        "rounds": a.rounds,
-        "note": "shared 2-core host, other jobs running: per-round ratios (interleaved) are the comparable figure",
-        "results": res,
-    }
-    if a.out:
-        write_results(a.out, doc)
+    before_after_study(calls, meta, rounds=a.rounds, against=a.against, out=a.out)
 
 
 if __name__ == "__main__":

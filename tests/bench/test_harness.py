@@ -83,6 +83,18 @@ def test_before_after_pairs_the_rounds_and_module_at_loads_a_revision(tmp_path):
     assert mod.__name__ == "fastmath_at_head" and callable(mod.sincos)
 
 
+def test_before_after_study_times_summarises_and_writes(tmp_path, capsys):
+    import json
+
+    calls = {"k old": lambda: None, "k new": lambda: None}
+    out = tmp_path / "r.json"
+    res = harness.before_after_study(calls, {"k": {"steps": 2}}, rounds=3, against="HEAD", out=str(out))
+    assert set(res) == {"k"} and res["k"]["steps"] == 2 and "ratio_new_over_old_per_round" in res["k"]
+    doc = json.loads(out.read_text())
+    assert doc["against"] == "HEAD" and doc["rounds"] == 3 and doc["results"] == res
+    assert "k {" in capsys.readouterr().out
+
+
 def test_calls_per_sample_fills_the_window():
     assert harness.calls_per_sample(0.004, 0.0) == 1  # no window: one call per sample
     assert harness.calls_per_sample(0.004, 0.5) == 125
