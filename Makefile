@@ -49,7 +49,8 @@ SLOW = $(TEST_ENV) $(BIN)/python -m pytest -m "slow" -q --timeout=1800
 test-slow: install
 	@files=$$($(SLOW) --collect-only $(TESTS_A) $(TESTS_B) 2>/dev/null | grep '::' | cut -d: -f1 | sort -u); \
 	[ -n "$$files" ] || { echo "no slow test collected (a collection error?)"; exit 1; }; \
-	status=0; for f in $$files; do echo "== $$f"; $(SLOW) $$f || { rc=$$?; [ $$status -ne 0 ] || status=$$rc; }; done; \
+	status=0; for f in $$files; do echo "== $$f"; $(SLOW) $$f || { rc=$$?; [ $$rc -ne 5 ] || echo "$$f: no slow test collected when the file runs alone"; \
+	  [ $$status -ne 0 ] || status=$$rc; }; done; \
 	exit $$status
 
 bench: install

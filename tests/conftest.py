@@ -19,24 +19,6 @@ import pytest  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _measured_slow() -> set[str]:
-    """The node ids tests/measured_slow.txt lists (the tests moved to the slow step by their measured time)."""
-    path = REPO / "tests" / "measured_slow.txt"
-    out = set()
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            out.add(line.split(maxsplit=1)[1].strip())
-    return out
-
-
-@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
-def pytest_collection_modifyitems(config, items):
-    slow = _measured_slow()
-    for item in items:
-        if item.nodeid in slow:
-            item.add_marker(pytest.mark.slow)
-
-
 def execute_notebook(name: str, timeout: int = 600) -> None:
     """Execute notebooks/<name> top to bottom in a fresh kernel; raises on the first failing cell."""
     import nbformat
