@@ -15,7 +15,8 @@ The JSON is rewritten after every stage (a run cut short keeps what it measured)
 
 A stage is chi/chi_mid/sweeps; Ising and Potts use two transitional layers (χ per layer (min(χ, d²), χ, χ),
 χ_mid (d², min(χ_mid, that), χ_mid)), XX one (χ_mid (4, χ_mid)); ``--layers L`` sets L transitional layers
-(χ per layer (min(χ, d²·d²), χ, …, χ)).
+(χ per layer (min(χ, d²·d²), χ, …, χ)); with ``--load``, L above the loaded MERA's transitional layers inserts
+copies of its scale-invariant layer below the top first (:func:`~ivhl_jax.physics.mera.symmetric.insert_layers`).
 """
 
 from __future__ import annotations
@@ -176,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                 st = M.evenbly_vidal(model, cfg)
                 state = st.init(key=key)
             else:
-                chis, mids, _ = _shape(args.model, chi, mid, model.d**2, args.layers)
-                m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids)
+                chis, mids, nl = _shape(args.model, chi, mid, model.d**2, args.layers)
+                more = nl if nl > m.num_layers - 1 else None  # --layers above a loaded MERA's: insert copies
+                m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids, layers=more)
                 st = M.evenbly_vidal(model, cfg)
                 state = st.init(mera=m)
             rec: dict[str, Any] = {
