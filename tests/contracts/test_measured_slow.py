@@ -11,13 +11,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _entries() -> list[tuple[str, str]]:
+    """(seconds, node id) of every entry of tests/measured_slow.txt."""
+    lines = (ROOT / "tests" / "measured_slow.txt").read_text().splitlines()
+    return [tuple(line.split(maxsplit=1)) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
 def test_every_measured_slow_entry_names_an_existing_test():
     stale = []
-    for line in (ROOT / "tests" / "measured_slow.txt").read_text().splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        seconds, nodeid = line.split(maxsplit=1)
-        assert float(seconds) > 0, line
+    for seconds, nodeid in _entries():
+        assert float(seconds) > 0, (seconds, nodeid)
         path, _, name = nodeid.partition("::")
         func = re.sub(r"\[.*\]$", "", name)
         src = ROOT / path
@@ -29,12 +32,7 @@ def test_every_measured_slow_entry_names_an_existing_test():
 def test_measured_slow_entries_outside_tests_are_slow_when_their_files_run_alone():
     """`make test-slow` runs each file in its own process; a study file run alone never loads tests/conftest.py, so
     the mark must come from the repository's conftest.py, or the file's slow tests are deselected and pytest exits 5."""
-    entries = [
-        line.split(maxsplit=1)[1].strip()
-        for line in (ROOT / "tests" / "measured_slow.txt").read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    outside = sorted({e for e in entries if not e.startswith("tests/")})
+    outside = sorted({nodeid.strip() for _, nodeid in _entries() if not nodeid.startswith("tests/")})
     assert outside, "no entry outside tests/: this test guards nothing; point it at another folder"
     files = sorted({e.partition("::")[0] for e in outside})
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
