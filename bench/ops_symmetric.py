@@ -7,7 +7,12 @@
   same sweeps agree to rounding (reported).
 * :func:`gpu_check`: symmetric sweeps at χ = 24, 32, 48 (``quick``: χ = 4, for a CPU check).
 
+``--cores n`` holds XLA to n of the process's cores (:func:`ivhl_jax.run.device.limit_host_cores`, applied before
+JAX starts; the results file says which): the per-core comparison, and the setting of a host whose other cores
+run other work.
+
     python -m ivhl_jax.bench.ops_symmetric --what sweeps --chis 8,12,16 --out bench/results/mera_symmetric_sweeps.json
+    python -m ivhl_jax.bench.ops_symmetric --what sweeps --chis 16 --cores 1 --out bench/results/mera_symmetric_sweeps_1core.json
 """
 
 from __future__ import annotations
@@ -168,6 +173,25 @@ def gpu_check(quick: bool = False) -> dict[str, Any]:
     }
 
 
+def _hold_cores(cores: int | None) -> str:
+    """Hold XLA to ``cores`` CPU cores before JAX starts (None: all of them); what was done, in words. A limit
+    that cannot be applied (JAX already started) is an error, not a results file labelled with the wrong cores."""
+    from ivhl_jax.core.backend import host_core_ids
+    from ivhl_jax.run.device import limit_host_cores
+
+    allowed = host_core_ids()
+    if cores is None:
+        return f"all cores: {allowed}"
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"--cores must be a whole number of cores >= 1, got {cores!r}")
+    done = limit_host_cores(cores)
+    if done.startswith("applied"):
+        return done
+    if len(allowed) <= cores:  # already on that few cores (taskset, a small machine): nothing to hold
+        return f"all cores: {allowed} (--cores {cores})"
+    raise ValueError(f"--cores {cores}: {done}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--what", choices=["sweeps", "gpu_quick"], default="sweeps")
@@ -175,11 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweeps", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--cores",
+        type=int,
+        default=None,
+        help="hold XLA to this many of the process's CPU cores (ivhl_jax.run.device.limit_host_cores; default: all)",
+    )
     args = ap.parse_args(argv)
     from ivhl_jax.bench.harness import write_results
 
     command = "python -m ivhl_jax.bench.ops_symmetric " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc: dict[str, Any] = {}
+    doc: dict[str, Any] = {"host_cores": _hold_cores(args.cores)}
     if args.what == "sweeps":
         doc["what"] = (
             "Z2-symmetric vs dense Ising MERA sweeps, interleaved in one process from the same start "
@@ -190,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             "sweeps, back to back; *_ms_per_sweep the median wall time per sweep (IQR in *_iqr), speedup the ratio "
             "of the medians, speedup_per_repeat_* the median and IQR of the per-round ratios, speedup_cpu_time the "
             "ratio of the median process CPU times (all threads; on a loaded host less sensitive to waiting than "
-            "wall time); XLA's default threading"
+            "wall time); XLA's default threading on the cores that host_cores names"
         )
         doc["results"] = []
         for chi in (int(c) for c in args.chis.split(",")):
