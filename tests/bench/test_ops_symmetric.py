@@ -29,3 +29,44 @@ def test_z2_configs_fit_their_layers():
         cfg = ops_symmetric.z2_config(chi)
         legs = MS.layer_legs(mera.ising(), cfg)
         assert legs[-1].out.dim == chi
+
+
+def test_cores_option_refuses_what_it_cannot_apply():
+    """--cores: None means every core (named); a count below 1 is refused; once JAX has started (as in this
+    process) a limit it can no longer apply is an error naming --cores, not a results file with the wrong label."""
+    import jax.numpy as jnp
+
+    from ivhl_jax.bench import ops_symmetric
+    from ivhl_jax.core.backend import host_core_ids
+
+    jnp.zeros(1).block_until_ready()  # the backend has started
+    allowed = host_core_ids()
+    assert ops_symmetric._hold_cores(None) == f"all cores: {allowed}"
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError, match="--cores"):
+            ops_symmetric._hold_cores(bad)
+    if len(allowed) > 1:
+        with pytest.raises(ValueError, match="--cores 1: not applied"):
+            ops_symmetric._hold_cores(1)
+    else:
+        assert ops_symmetric._hold_cores(1).startswith("all cores")
+
+
+@pytest.mark.slow  # a fresh process compiles a chi=4 symmetric and dense sweep (about 30 s)
+def test_cores_option_holds_a_fresh_run_to_one_core_and_says_so(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from ivhl_jax.core.backend import host_core_ids
+
+    out = tmp_path / "sweeps.json"
+    cmd = [sys.executable, "-m", "ivhl_jax.bench.ops_symmetric", "--chis", "4", "--sweeps", "1", "--repeats", "1"]
+    subprocess.run([*cmd, "--cores", "1", "--out", str(out)], check=True, capture_output=True, timeout=600)
+    doc = json.loads(out.read_text())
+    allowed = host_core_ids()
+    expect = f"applied: cores [{allowed[0]}]" if len(allowed) > 1 else "all cores"
+    assert doc["host_cores"].startswith(expect), doc["host_cores"]
+    assert "--cores 1" in doc["provenance"]["command"]
+    (rec,) = doc["results"]
+    assert rec["chi"] == 4 and rec["max_energy_difference_sym_vs_dense"] < 1e-10
