@@ -12,7 +12,7 @@ JAX starts; the results file says which): the per-core comparison, and the setti
 run other work.
 
     python -m ivhl_jax.bench.ops_symmetric --what sweeps --chis 8,12,16 --out bench/results/mera_symmetric_sweeps.json
-    python -m ivhl_jax.bench.ops_symmetric --what sweeps --chis 16 --cores 1 --out bench/results/mera_symmetric_sweeps_1core.json
+    python -m ivhl_jax.bench.ops_symmetric --chis 16,12,8 --cores 1 --out bench/results/mera_symmetric_sweeps_1core.json
 """
 
 from __future__ import annotations
