@@ -8,7 +8,7 @@ One run sees every family (goal: under 6 minutes on one H100). Sections
   env          devices, versions, ``nvidia-smi``, the per-backend defaults in force.
   ceilings     measured bf16 / f32 matmul rate and device-to-device copy bandwidth (the MFU and
                bandwidth denominators; datasheet numbers are only leads). The run also starts by measuring
-               ``limits`` (``bench/tune.py: measure_limits``), recorded at the top of the JSON.
+               ``limits`` (``ivhl_jax.run.measure.measure_limits``), recorded at the top of the JSON.
   tune         ``ivhl tune`` on this device (fields, GP, CDT engines, attention): winners stored in the tuning
                cache, each kernel as a fraction of the measured roofline (``cost_analysis()`` bytes / flops).
   attention_ok every attention implementation (xla, cudnn, chunked, pallas compiled — not interpret)
@@ -608,8 +608,9 @@ def section_adaptive(quick: bool) -> dict:
 def section_tune(quick: bool) -> dict:
     """``ivhl tune`` on this device (fields, GP, CDT engines, attention): every candidate checked against the
     table default's output, timed in interleaved rounds, each winner as a fraction of the limits measured now
-    (``bench/tune.py``). Stored in the tuning cache ($IVHL_CACHE_DIR) unless ``quick`` (CPU-sized, not stored)."""
-    from ivhl_jax.bench import tune
+    (:mod:`ivhl_jax.run.tune`). Stored in the tuning cache ($IVHL_CACHE_DIR) unless ``quick`` (CPU-sized, not
+    stored)."""
+    from ivhl_jax.run import tune
 
     saved = os.environ.get("IVHL_TUNE_TINY")
     if quick:
@@ -679,7 +680,7 @@ def main(argv=None) -> int:
     doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sections": {}}
     start = time.perf_counter()
     try:  # this machine's limits, measured now: every section's figures can be read as a fraction of them
-        from ivhl_jax.bench.tune import measure_limits
+        from ivhl_jax.run.measure import measure_limits
 
         doc["limits"] = measure_limits(quick=True)
         print(
@@ -745,10 +746,10 @@ def _add_fractions(name: str, res: dict, limits: dict) -> None:
 
 
 def _add_rooflines(node: Any, limits: dict) -> None:
-    """Beside every timed kernel's ``cost`` (``bench/tune.py: cost_record``: XLA's flops and bytes of the compiled
-    call and its median time) its ``roofline`` (``bench/tune.py: roofline_of``: ``fraction`` of the memory or
+    """Beside every timed kernel's ``cost`` (``ivhl_jax.run.measure.cost_record``: XLA's flops and bytes of the compiled
+    call and its median time) its ``roofline`` (``ivhl_jax.run.measure.roofline_of``: ``fraction`` of the memory or
     compute limit measured at the start of this run); a ``costs`` mapping (one per candidate) gets ``rooflines``."""
-    from ivhl_jax.bench.tune import roofline_of
+    from ivhl_jax.run.measure import roofline_of
 
     def one(c: dict) -> dict:
         return roofline_of(c["flops"], c["bytes"], c["seconds"], limits, dtype=c.get("dtype", "f32"))

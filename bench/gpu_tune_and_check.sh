@@ -18,7 +18,7 @@ PY="${PYTHON:-python3}"
 export IVHL_CACHE_DIR="$OUT/cache" IVHL_COMPILATION_CACHE=0 PYTHONUNBUFFERED=1
 RUN_DIR="$REPO"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-if ! (cd "$RUN_DIR" && "$PY" -c "import ivhl_jax.bench.tune, ivhl_jax.bench.gpu_checks, ivhl_jax.models, ivhl_jax.sims") \
+if ! (cd "$RUN_DIR" && "$PY" -c "import ivhl_jax.run.tune, ivhl_jax.bench.gpu_checks, ivhl_jax.models, ivhl_jax.sims") \
     >"$OUT/import_check.log" 2>&1; then
   # The wheel's layout (pyproject's package-dir: models/, sims/, bench/ inside ivhl_jax), made by copying; no
   # build step, so no setuptools version or network matters.

@@ -21,15 +21,11 @@ was dirty, the date, the machine and the versions (``tests/contracts/test_result
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import importlib
 import importlib.metadata
 import importlib.util
-import math
 import os
 import pkgutil
-import platform
-import shlex
 import subprocess
 import sys
 import time
@@ -39,16 +35,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from ivhl_jax.core import backend
-from ivhl_jax.core.validation import check_scalar
+# the timing helpers and the results header live in the library (the tuner uses them too); bench code keeps
+# reaching them here
+from ivhl_jax.run.measure import calls_per_sample as calls_per_sample
+from ivhl_jax.run.measure import interleaved_rounds as interleaved_rounds
+from ivhl_jax.run.measure import summarize as summarize
+from ivhl_jax.run.measure import time_in_windows as time_in_windows
+from ivhl_jax.run.provenance import invocation as invocation
+from ivhl_jax.run.provenance import provenance as provenance
+from ivhl_jax.run.provenance import write_results as write_results
 
 SIZES = ("small", "medium", "large", "extreme")
-
-# The header's versions: the library and JAX always, every other package only when installed (the peers
-# a benchmark may have timed: PyTorch, the host FFT and CDT kernels' ducc0 and numba, SciPy).
-_HEADER_LIBS = ("jax", "jaxlib", "numpy", "flax", "optax", "scipy", "torch", "ducc0", "numba")
-# Environment variables that change what a command measures; the header records those that were set.
-_HEADER_ENV = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64", "CUDA_VISIBLE_DEVICES")
 
 
 @dataclasses.dataclass
@@ -84,48 +81,6 @@ class BenchCase:
     items_per_call: float | None = None
     items_name: str = "calls"
     notes: str = ""
-
-
-def summarize(samples: Sequence[float]) -> dict[str, Any]:
-    """Median, IQR, min and the raw samples (seconds)."""
-    arr = np.asarray(samples, dtype=float)
-    q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    return {
-        "median_s": float(med),
-        "iqr_s": float(q3 - q1),
-        "min_s": float(arr.min()),
-        "n": int(arr.size),
-        "samples_s": [float(x) for x in arr],
-    }
-
-
-def calls_per_sample(one_call_s: float, window_s: float) -> int:
-    """How many back-to-back calls make one timed sample of at least ``window_s`` seconds (1 if no window).
-
-    Under load, a sample much shorter than the scheduler's time slice (a few ms) measures whether the process
-    happened to be descheduled during it, not its share of the cores; a window of ~0.3 s averages many slices.
-    """
-    return max(1, math.ceil(window_s / max(one_call_s, 1e-9))) if window_s > 0 else 1
-
-
-def time_in_windows(call: Callable[[], Any], *, repeats: int, window_s: float) -> tuple[list[float], int]:
-    """Seconds per call of ``repeats`` samples, each ``k`` back-to-back calls lasting at least ``window_s`` seconds.
-
-    ``call()`` may return arrays still being computed (JAX's async dispatch): a sample waits only for the result
-    of its last call. ``k`` comes from one extra timed call (:func:`calls_per_sample`). Returns (samples, k).
-    """
-    check_scalar(repeats, "repeats", integer=True, minimum=1)
-    t = time.perf_counter()
-    jax.block_until_ready(call())
-    k = calls_per_sample(time.perf_counter() - t, window_s)
-    samples = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(k):
-            out = call()
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - t) / k)
-    return samples, k
 
 
 def time_callable(
@@ -197,32 +152,6 @@ def gpu_check_main(module: str, gpu_check: Callable[..., dict[str, Any]], argv: 
     write_results(a.out, doc, command=" ".join([prog, *args]))
     print("\n".join(doc["summary"]))
     return 0
-
-
-def interleaved_rounds(
-    calls: dict[str, Callable[[], Any]], rounds: int, *, pause_s: float = 0.005, cpu: bool = False
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Time every call once per round, in turn, for ``rounds`` rounds (each call must block until done).
-
-    Interleaving makes load changes on a shared host hit all contestants alike, so per-round ratios stay
-    meaningful; the short pause before each call (when there is more than one) lets the previous call's worker
-    threads go idle. Returns ``(wall, cpu)``: seconds per call and name, ``time.perf_counter`` and, with
-    ``cpu=True``, ``time.process_time`` (all threads of this process; else empty lists).
-    """
-    check_scalar(rounds, "rounds", integer=True, minimum=1)
-    check_scalar(pause_s, "pause_s", minimum=0.0)
-    wall: dict[str, list[float]] = {k: [] for k in calls}
-    used: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            if len(calls) > 1:
-                time.sleep(pause_s)
-            t0, c0 = time.perf_counter(), time.process_time() if cpu else 0.0
-            call()
-            wall[name].append(time.perf_counter() - t0)
-            if cpu:
-                used[name].append(time.process_time() - c0)
-    return wall, used
 
 
 def module_at(rev: str, path: str, name: str, folder: str) -> Any:
@@ -351,7 +280,7 @@ def run_case(
     if flops:
         rec["flops_per_call"] = flops
         rec["gflops_per_s"] = flops / med / 1e9
-    from ivhl_jax.bench.tune import cost_record
+    from ivhl_jax.run.measure import cost_record
 
     rec["cost"] = cost_record(compiled, med)  # XLA's flop and byte counts: a roofline against measured limits
     if case.bytes_moved:
@@ -384,101 +313,6 @@ def run_case(
     else:
         rec["op_by_op"] = {"skipped": "op-by-op dispatch of this op is impractically slow at this size"}
     return rec
-
-
-def invocation() -> str:
-    """This process's command line as a command to run from the repository root.
-
-    ``python -m MODULE ARGS`` when started with ``-m``, ``ivhl ARGS`` from the console script, else
-    ``python SCRIPT ARGS`` (the script path relative to the working directory).
-    """
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    argv0 = sys.argv[0] if sys.argv else ""
-    if spec is not None and spec.name:
-        prog = f"python -m {spec.name.removesuffix('.__main__')}"
-    elif os.path.basename(argv0) == "ivhl":
-        prog = "ivhl"
-    else:
-        prog = f"python {shlex.quote(os.path.relpath(argv0)) if argv0 else '-c ...'}"
-    return " ".join(x for x in (prog, shlex.join(sys.argv[1:])) if x)
-
-
-def _git(root: str, *args: str) -> str | None:
-    try:
-        r = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):  # no git on this machine
-        return None
-    return r.stdout.strip() if r.returncode == 0 else None
-
-
-def provenance(command: str | None = None) -> dict[str, Any]:
-    """The header of a results file: how to reproduce it and what it ran on.
-
-    Keys: ``command`` (default :func:`invocation`), ``commit`` (``git rev-parse HEAD`` of the checkout this
-    module was loaded from; None from an installed wheel), ``dirty`` (uncommitted changes to tracked files;
-    None without a checkout), ``date_utc``, ``machine`` (platform, CPU model and core count, accelerator kind
-    and count), ``versions`` (ivhl_jax, jax, jaxlib and every installed peer of :data:`_HEADER_LIBS`) and, when
-    any is set, ``env``: the environment variables of :data:`_HEADER_ENV` the command ran with.
-    """
-    import ivhl_jax
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/ -> the repository root
-    top = _git(root, "rev-parse", "--show-toplevel")
-    in_checkout = top is not None and os.path.realpath(top) == os.path.realpath(root)
-    commit = _git(root, "rev-parse", "HEAD") if in_checkout else None
-    status = _git(root, "status", "--porcelain", "--untracked-files=no") if in_checkout else None
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    devices = jax.devices()
-    machine: dict[str, Any] = {
-        "platform": backend.platform(),
-        "cpu": cpu,
-        "cpu_cores": backend.machine_cores(),
-        "system": f"{platform.system()} {platform.machine()}",
-    }
-    if backend.platform() != "cpu":
-        machine["accelerator"] = devices[0].device_kind
-        machine["accelerator_count"] = len(devices)
-    else:
-        machine["device_count"] = len(devices)  # emulated CPU devices (XLA_FLAGS) show here
-    versions: dict[str, str] = {"python": platform.python_version(), "ivhl_jax": ivhl_jax.__version__}
-    for lib in _HEADER_LIBS:
-        try:
-            versions[lib] = importlib.metadata.version(lib)
-        except importlib.metadata.PackageNotFoundError:  # a peer that is not installed
-            continue
-    header = {
-        "command": command or invocation(),
-        "commit": commit,
-        "dirty": None if status is None else bool(status),
-        "date_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine,
-        "versions": versions,
-    }
-    env = {k: os.environ[k] for k in _HEADER_ENV if os.environ.get(k)}
-    if env:
-        header["env"] = env
-    return header
-
-
-def write_results(path: str | os.PathLike, doc: dict[str, Any], *, command: str | None = None) -> str:
-    """Write a results document (JSON) with its :func:`provenance` header first; returns the path.
-
-    ``command``: the command that reproduces the file, when it is not this process's own command line
-    (:func:`invocation`), e.g. a study that records only its pooling step. Any ``provenance`` key already in
-    ``doc`` is replaced. Written atomically (:func:`ivhl_jax.run.io.write_json`).
-    """
-    from ivhl_jax.run.io import write_json
-
-    if not isinstance(doc, dict):
-        raise TypeError(f"doc must be a dict (a JSON object) to carry the provenance header, got {type(doc).__name__}")
-    body = {k: v for k, v in doc.items() if k != "provenance"}
-    return write_json(path, {"provenance": provenance(command), **body})
 
 
 def registry() -> dict[str, Callable[[str], BenchCase]]:

@@ -22,10 +22,10 @@ import jax
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase, summarize
-from ivhl_jax.bench.tune import cost_record
 from ivhl_jax.core import backend
 from ivhl_jax.physics import cdt
 from ivhl_jax.physics.cdt import host as cdt_host
+from ivhl_jax.run.measure import cost_record
 
 T_SLICES, VOLUME, SWEEPS = 16, 512, 2
 CHAINS = {"small": 1, "medium": 16, "large": 128, "extreme": 1024}

@@ -18,8 +18,8 @@ import functools
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
-from ivhl_jax.bench.tune import cost_record
 from ivhl_jax.core import backend
+from ivhl_jax.run.measure import cost_record
 
 # (points N, sources M) per size.
 SUPERPOSE_SIZES = {"small": (512, 10), "medium": (2048, 20), "large": (8192, 50), "extreme": (32768, 100)}

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase, summarize
+from ivhl_jax.core import host
 from ivhl_jax.numerics.rollout import trajectory
 
 POLICIES = ("f64", "f32", "bf16", "pure_bf16")
@@ -209,14 +210,7 @@ OPS = {
 
 
 def _cpu_flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return sorted(x for x in line.split(":", 1)[1].split() if "bf16" in x or x.startswith("avx512"))
-    except OSError:
-        pass
-    return []
+    return sorted(x for x in host.facts().cpu_flags if "bf16" in x or x.startswith("avx512"))
 
 
 def _time_kernel(kernel: str, policies: tuple[str, ...], repeats: int, pause_s: float = 0.005) -> list[dict[str, Any]]:

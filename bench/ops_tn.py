@@ -20,11 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.bench.harness import BenchCase
-from ivhl_jax.bench.tune import cost_record
 from ivhl_jax.core import backend
 from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics import mera as M
 from ivhl_jax.physics import tn
+from ivhl_jax.run.measure import cost_record
 
 _CHI = {"small": 4, "medium": 8, "large": 12, "extreme": 16}
 _SPEC = "ekr,fckl,lds,efab,aip,bcij,jdq->rspq"

@@ -2,13 +2,20 @@
 
 Layers (each imports only the ones above it; ``tests/contracts/test_layering.py`` enforces it):
 
-* :mod:`ivhl_jax.core` — validation, precision policies, the backend table and the per-machine tuning cache;
+* :mod:`ivhl_jax.core` — validation, precision policies, host facts, the backend table, the per-machine tuning
+  cache and the registry of tunable kernels;
 * :mod:`ivhl_jax.numerics` — fast transcendentals, spectral multipliers, the stepper protocol and
   :func:`trajectory`;
 * :mod:`ivhl_jax.physics` — fields, condensate, gft, cdt, mera, happy, tn, exact;
 * :mod:`ivhl_jax.nn` — attention, gru, adaptive-node dynamics;
 * :mod:`ivhl_jax.train` — training step, parallelism, data, checkpoints (never imports physics/models);
-* :mod:`ivhl_jax.run` — chunked runner, configs, io, launch, device, profiler (never imports physics/models).
+* :mod:`ivhl_jax.run` — chunked runner, configs, io, launch, device, profiler, ``ivhl tune``
+  (never imports physics/models).
+
+``import ivhl_jax`` has no side effect beyond importing: it reads no file, sets no environment variable and
+prints nothing. The XLA flags ``ivhl tune`` measured as paying on this machine are put in force by
+:func:`ivhl_jax.run.tune.apply` (the ``ivhl`` command calls it first; a script calls it before its first JAX
+computation).
 
 The public namespace is flat (diffrax style): ``ivhl_jax.condensate``, ``ivhl_jax.trajectory``,
 ``ivhl_jax.Policy`` ... are the documented entry points. Flax modules, runnable simulations and
@@ -20,33 +27,19 @@ need).
 
 __version__ = "0.1.0"  # the one version: pyproject.toml reads it ([tool.setuptools.dynamic])
 
-from ivhl_jax.core import tuning as _tuning  # noqa: E402
-
-# XLA reads its flags when a backend starts: apply the flags `ivhl tune` measured as paying on this machine now,
-# before anything starts one (nothing under IVHL_TUNING=frozen, a flag the user set is left alone).
-_tuning.apply_xla_flags()
-if _tuning.mode() == "auto":
-
-    def _auto_tune(op: str, size: int, platform: str) -> None:
-        import importlib
-
-        importlib.import_module("ivhl_jax.bench.tune").tune_op(op, size, platform)
-
-    _tuning.set_auto_tuner(_auto_tune)
-    import sys as _sys
-
-    print(
-        "ivhl_jax: IVHL_TUNING=auto: an op meeting a problem size not measured on this machine is tuned first "
-        "(seconds, once; IVHL_TUNING=frozen uses the backend table alone)",
-        file=_sys.stderr,
-    )
-
 from ivhl_jax.core import backend, precision, validation  # noqa: E402
 from ivhl_jax.core.precision import Policy  # noqa: E402
 from ivhl_jax.nn import adaptive, attention, gru  # noqa: E402
+from ivhl_jax.nn import tunables as _nn_tunables  # noqa: E402
 from ivhl_jax.numerics import fastmath, rollout, spectral  # noqa: E402
 from ivhl_jax.numerics.rollout import Stepper, chunked, trajectory  # noqa: E402
 from ivhl_jax.physics import cdt, condensate, exact, fields, gft, happy, mera, tn  # noqa: E402
+from ivhl_jax.physics import tunables as _physics_tunables  # noqa: E402
+
+# _nn_tunables, _physics_tunables: the families' tunable kernels, registered for `ivhl tune` (a dictionary insert
+# each, ivhl_jax.core.tunables). Importing ivhl_jax reads no file, sets no environment variable and prints nothing:
+# the measured XLA flags are put in force by ivhl_jax.run.tune.apply(), which the `ivhl` command calls first.
+del _nn_tunables, _physics_tunables
 
 # The training and run layers load on first use (PEP 562): they pull in Orbax and Optax, which a kernel user
 # does not need, and `import ivhl_jax` stays light (tests/contracts/test_layering.py checks what it imports).
@@ -63,7 +56,7 @@ _LAZY = {
     "config": ("ivhl_jax.run.config", None),
     "io": ("ivhl_jax.run.io", None),
     "device": ("ivhl_jax.run.device", None),
-    "tune": ("ivhl_jax.bench.tune", None),
+    "tune": ("ivhl_jax.run.tune", None),
 }
 
 

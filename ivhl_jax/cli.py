@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib
 import importlib.util
 import os
 import pkgutil
 import sys
+import warnings
 from collections.abc import Sequence
 
 from ivhl_jax.run.config import OneLineArgumentParser, plain_text
@@ -104,6 +106,13 @@ def _persistent_cache() -> None:
     enable_compilation_cache(os.environ.get("IVHL_COMPILATION_CACHE_DIR") or None)
 
 
+def _apply_tuning() -> None:
+    """The measured XLA flags in force (and ``IVHL_TUNING=auto`` armed) before anything starts JAX's backend."""
+    from ivhl_jax.run.tune import apply
+
+    apply()
+
+
 def _keep_host_memory() -> None:
     if os.environ.get("IVHL_KEEP_HOST_MEMORY", "0") != "1":
         return
@@ -161,7 +170,16 @@ def _bench(argv: list[str]) -> int:
     return 1 if any("error" in r for r in doc["results"]) else 0
 
 
+def _one_line_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
+) -> str:
+    """A warning as the command line shows it: its class and message on one line (no source file, no code line)."""
+    return f"{category.__name__}: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    saved = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
     try:
         return _main(argv)
     except SystemExit as e:  # argparse's --help (0) and its one-line usage errors (2): the status, as a return
@@ -172,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # outside a run (imports, compilation before the first chunk): nothing to save
         print("\nivhl: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = saved
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -183,6 +203,12 @@ def _main(argv: Sequence[str] | None) -> int:
     if cmd in ("--version", "-V"):
         print(f"ivhl_jax {version()}")
         return 0
+    if cmd in ("demo", "sim", "train", "bench"):
+        _keep_host_memory()
+    if cmd in ("demo", "info", "sim", "train", "bench", "tune"):
+        _apply_tuning()
+    if cmd in ("demo", "sim", "train"):
+        _persistent_cache()
     if cmd == "info":
         OneLineArgumentParser(
             prog="ivhl info",
@@ -192,10 +218,6 @@ def _main(argv: Sequence[str] | None) -> int:
 
         print(format_report())
         return 0
-    if cmd in ("demo", "sim", "train", "bench"):
-        _keep_host_memory()
-    if cmd in ("demo", "sim", "train"):
-        _persistent_cache()
     if cmd == "demo":
         return _dispatch("sim", "holography", ["--demo", *rest])
     if cmd in ("sim", "train"):
@@ -203,8 +225,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if cmd == "bench":
         return _bench(rest)
     if cmd == "tune":
-        from ivhl_jax.bench.tune import main as tune_main
+        from ivhl_jax.run.tune import main as tune_main
 
+        with contextlib.suppress(ImportError):  # the transformer area needs Flax (ivhl_jax.models)
+            importlib.import_module("ivhl_jax.models.tunables")
         return int(tune_main(rest) or 0)
     if cmd == "launch":
         from ivhl_jax.run.launch import main as launch_main

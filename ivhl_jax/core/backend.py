@@ -10,7 +10,7 @@ A platform missing from the table (a new accelerator plugin) gets the ``"portabl
 the CPU-only choice: it assumes an accelerator with its own memory and no host kernels.
 
 The table is the starting point: ``ivhl tune`` measures the choices on the machine it runs on and stores them
-in a per-machine cache (:mod:`ivhl_jax.core.tuning`), which :func:`defaults` reads before the table (per op and
+in a per-machine cache (:mod:`ivhl_jax.core.tuning_cache`), which :func:`defaults` reads before the table (per op and
 problem-size bucket where the op passes ``op=`` and ``size=``); ``IVHL_TUNING=frozen`` uses the table alone.
 
 Users see every setting in force, with its source, with ``ivhl info`` (:func:`describe`) and change it two ways::
@@ -32,10 +32,10 @@ from typing import Any, Literal
 
 import jax
 
-from ivhl_jax.core import tuning
+from ivhl_jax.core import host, tuning_cache
 
 __all__ = [
-    "Tuning",
+    "Defaults",
     "TABLE",
     "EVIDENCE",
     "PLATFORMS",
@@ -56,7 +56,7 @@ PLATFORMS = ("cpu", "gpu", "tpu", "portable")
 
 
 @dataclasses.dataclass(frozen=True)
-class Tuning:
+class Defaults:
     """The tuned defaults of one platform (every field is a default; explicit arguments always win).
 
     Attributes:
@@ -86,7 +86,7 @@ class Tuning:
         thread (XLA:CPU splits larger fusions over the cores, and each split costs a hand-off).
 
     A row is the starting point: :func:`defaults` applies this machine's measured choices from the tuning cache
-    (:mod:`ivhl_jax.core.tuning`, written by ``ivhl tune``) over it unless ``IVHL_TUNING=frozen``.
+    (:mod:`ivhl_jax.core.tuning_cache`, written by ``ivhl tune``) over it unless ``IVHL_TUNING=frozen``.
     """
 
     fields_chunking: Literal["pair_budget", "memory"]
@@ -127,21 +127,18 @@ class Tuning:
 
 def host_core_ids() -> list[int]:
     """The ids of the CPU cores this process may run on, sorted: its affinity mask on Linux (``taskset``,
-    cgroups), else every core of the machine."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return list(range(machine_cores()))
+    cgroups), else every core of the machine (:func:`ivhl_jax.core.host.facts`)."""
+    return list(host.facts().core_ids)
 
 
 def host_cores() -> int:
     """How many CPU cores this process may run on (:func:`host_core_ids`)."""
-    return len(host_core_ids())
+    return host.facts().cores
 
 
 def machine_cores() -> int:
     """The machine's logical CPU count (``os.cpu_count()``; 1 where unknown), whatever this process may use."""
-    return os.cpu_count() or 1
+    return host.facts().machine_cores
 
 
 def _cpu_serial_pairs() -> int:
@@ -151,7 +148,7 @@ def _cpu_serial_pairs() -> int:
     return 1 << 22 if host_cores() <= 2 else 1 << 19
 
 
-_CPU = Tuning(
+_CPU = Defaults(
     fields_chunking="pair_budget",
     fields_pair_budget=1 << 24,
     fields_memory_fraction=0.25,
@@ -165,7 +162,7 @@ _CPU = Tuning(
     fields_method="loop",
     fields_serial_pairs=_cpu_serial_pairs(),
 )
-_ACCELERATOR = Tuning(
+_ACCELERATOR = Defaults(
     fields_chunking="memory",
     fields_pair_budget=1 << 22,
     fields_memory_fraction=0.25,
@@ -181,7 +178,7 @@ _ACCELERATOR = Tuning(
 )
 
 #: The row per platform. ``"portable"`` serves any platform not listed.
-TABLE: Mapping[str, Tuning] = {
+TABLE: Mapping[str, Defaults] = {
     "cpu": _CPU,
     "gpu": _ACCELERATOR,
     "tpu": dataclasses.replace(_ACCELERATOR, attention_half="xla"),
@@ -232,7 +229,7 @@ _configured: dict[str, dict[str, Any]] = {}
 _override: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "ivhl_backend_override", default=types.MappingProxyType({})
 )
-_FIELDS = frozenset(f.name for f in dataclasses.fields(Tuning))
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Defaults))
 
 
 def platform() -> str:
@@ -273,7 +270,7 @@ def started() -> bool:
         return False
 
 
-def _row(name: str) -> Tuning:
+def _row(name: str) -> Defaults:
     base = TABLE.get(name, TABLE["portable"])
     return dataclasses.replace(base, **_configured[name]) if name in _configured else base
 
@@ -289,17 +286,17 @@ def _measured(name: str, op: str | None, size: int | float | None) -> dict[str, 
     ``op``'s entry nearest to ``size``. Only for the platform JAX runs on (the cache measures this machine)."""
     if name != platform():
         return {}
-    table = tuning.entries(name)
+    table = tuning_cache.entries(name)
     chosen: list[dict[str, Any]] = [e for k, e in sorted(table.items()) if k.endswith("|all")]
     if op is not None and size is not None:
-        entry = tuning.lookup(name, op, size)
+        entry = tuning_cache.lookup(name, op, size)
         if entry is not None:
             chosen.append(entry)
     out: dict[str, tuple[Any, str]] = {}
     for entry in chosen:
         where = (
             f"measured {entry.get('measured_utc', '?')} ({entry.get('op', '?')} at "
-            f"{entry.get('bucket', '?')}), {tuning.cache_path(name)}"
+            f"{entry.get('bucket', '?')}), {tuning_cache.cache_path(name)}"
         )
         for key, value in entry.get("settings", {}).items():
             if key in _FIELDS:
@@ -307,7 +304,7 @@ def _measured(name: str, op: str | None, size: int | float | None) -> dict[str, 
     return out
 
 
-def defaults(platform_name: str | None = None, *, op: str | None = None, size: int | float | None = None) -> Tuning:
+def defaults(platform_name: str | None = None, *, op: str | None = None, size: int | float | None = None) -> Defaults:
     """The defaults in force for ``platform_name`` (default: the current platform).
 
     In order, later wins: the table row, this machine's tuning cache (size-independent choices, then ``op``'s
@@ -328,7 +325,7 @@ def defaults(platform_name: str | None = None, *, op: str | None = None, size: i
 
 
 @contextlib.contextmanager
-def override(**settings: Any) -> Iterator[Tuning]:
+def override(**settings: Any) -> Iterator[Defaults]:
     """Within the ``with`` block (this thread/context only), use ``settings`` over the table row.
 
     Settings are read when a function is called (traced), so a jitted function already compiled keeps
@@ -345,7 +342,7 @@ def override(**settings: Any) -> Iterator[Tuning]:
         _override.reset(token)
 
 
-def configure(platform_name: str, **settings: Any) -> Tuning:
+def configure(platform_name: str, **settings: Any) -> Defaults:
     """Replace settings of one platform's row for the rest of the process; returns the new row."""
     if not isinstance(platform_name, str) or not platform_name:
         raise ValueError(f"platform_name must be a platform such as 'cpu', 'gpu' or 'tpu', got {platform_name!r}")
@@ -384,7 +381,7 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
     measured = _measured(name, None, None)
     over = _override.get()
     rows = []
-    for f in dataclasses.fields(Tuning):
+    for f in dataclasses.fields(Defaults):
         value = getattr(row, f.name)
         if f.name in over:
             source = "override()"
@@ -396,7 +393,8 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
             source = _table_source(f.name, name)
         rows.append({"setting": f.name, "value": repr(value), "source": source})
     if name == platform():
-        for key, entry in sorted(tuning.entries(name).items()):
+        where = tuning_cache.cache_path(name)
+        for key, entry in sorted(tuning_cache.entries(name).items()):
             if key.endswith("|all"):
                 continue
             for setting, value in sorted(entry.get("settings", {}).items()):
@@ -406,32 +404,37 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
                     {
                         "setting": f"{setting}@{entry.get('op', '?')}[{entry.get('bucket', '?')}]",
                         "value": repr(value),
-                        "source": f"tuning cache: measured {entry.get('measured_utc', '?')}, {tuning.cache_path(name)}",
+                        "source": f"tuning cache: measured {entry.get('measured_utc', '?')}, {where}",
                     }
                 )
-    flags = tuning.applied_xla_flags()
-    if name == "cpu" or flags:
-        if flags:
-            state = (
-                "applied at import"
-                if flags.get("applied")
-                else (flags.get("why", "") if not flags["flags"] else f"not applied: {flags.get('why', '')}")
-            )
-            rows.append(
-                {
-                    "setting": "xla_flags",
-                    "value": repr(" ".join(flags["flags"])),
-                    "source": f"tuning cache: measured {flags.get('measured_utc', '?')}, {flags['file']} ({state})",
-                }
-            )
-        else:
-            rows.append(
-                {
-                    "setting": "xla_flags",
-                    "value": repr(""),
-                    "source": "not measured on this kind of machine (ivhl tune --only xla)"
-                    if tuning.mode() != "frozen"
-                    else "IVHL_TUNING=frozen: XLA's defaults",
-                }
-            )
+    if name == "cpu":
+        rows.append(_xla_flags_row())
     return rows
+
+
+def _xla_flags_row() -> dict[str, str]:
+    """The ``xla_flags`` row of :func:`describe`: the flags ``ivhl tune`` measured as paying here and whether
+    :func:`ivhl_jax.run.tune.apply` put them in force in this process."""
+    if tuning_cache.mode() == "frozen":
+        return {"setting": "xla_flags", "value": repr(""), "source": "IVHL_TUNING=frozen: XLA's defaults"}
+    done = tuning_cache.applied_xla_flags()
+    found = done or tuning_cache.measured_xla_flags()
+    if not found:
+        return {
+            "setting": "xla_flags",
+            "value": repr(""),
+            "source": "not measured on this kind of machine (ivhl tune --only xla)",
+        }
+    if not found["flags"]:
+        state = "no candidate flag paid here: XLA's defaults"
+    elif done.get("applied"):
+        state = "applied by ivhl_jax.run.tune.apply()"
+    else:
+        state = "not applied: " + (
+            done.get("why") or "call ivhl_jax.run.tune.apply() before the first JAX computation (the ivhl command does)"
+        )
+    return {
+        "setting": "xla_flags",
+        "value": repr(" ".join(found["flags"])),
+        "source": f"tuning cache: measured {found.get('measured_utc', '?')}, {found['file']} ({state})",
+    }

@@ -462,11 +462,11 @@ def settings_in_force() -> dict[str, Any]:
     """The backend settings a run uses, each with its source (the tuning cache file and when it was measured,
     or the table and its evidence), the tuning mode and the XLA flags: written to every run folder as
     ``settings.json`` beside ``config.json``."""
-    from ivhl_jax.core import backend, tuning
+    from ivhl_jax.core import backend, tuning_cache
 
     return {
         "platform": backend.platform(),
-        "tuning_mode": tuning.mode(),
+        "tuning_mode": tuning_cache.mode(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "settings": backend.describe(),
     }

@@ -18,7 +18,7 @@ from typing import Any
 
 import jax
 
-from ivhl_jax.core import backend
+from ivhl_jax.core import backend, host
 from ivhl_jax.core.validation import check_scalar
 
 __all__ = [
@@ -55,17 +55,6 @@ def _host_memory_bytes() -> dict[str, int | None]:
     return info
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_report() -> dict[str, Any]:
     """A JSON-ready description of the backend, devices, memory and versions."""
     devices = jax.devices()
@@ -93,7 +82,7 @@ def device_report() -> dict[str, Any]:
         "process_count": jax.process_count(),
         "devices": dev_info,
         "host": {
-            "cpu": _cpu_model(),
+            "cpu": host.facts().cpu_model,
             "cpu_count": backend.machine_cores(),
             "memory_bytes": _host_memory_bytes(),
             "machine": platform.machine(),

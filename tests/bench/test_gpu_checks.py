@@ -66,11 +66,12 @@ def _rooflines(node):
 
 def test_cost_records_become_rooflines_of_the_run_limits():
     """A timed kernel's ``cost`` (and each of a ``costs`` mapping), nested anywhere in a section's result, gets the
-    roofline bench/tune.py computes from the compiled program (the same numbers as ``tune.roofline``)."""
+    roofline ivhl_jax.run.measure computes from the compiled program (the same numbers as ``measure.roofline``)."""
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.bench import gpu_checks, tune
+    from ivhl_jax.bench import gpu_checks
+    from ivhl_jax.run import measure as tune
 
     x = jnp.ones((256, 256), jnp.float32)
     compiled = jax.jit(lambda a: a @ a + 1.0).lower(x).compile()
@@ -86,7 +87,7 @@ def test_cost_records_become_rooflines_of_the_run_limits():
 @pytest.mark.slow  # the four families' CPU-sized checks: about a minute on 2 cores
 def test_family_sections_report_each_timed_kernel_as_a_roofline_fraction():
     """fields, cdt, mera and adaptive (CPU-sized) record XLA's flops and bytes of every timed compiled call, and
-    gpu_checks turns them into fractions of the run's limits with bench/tune.py's roofline."""
+    gpu_checks turns them into fractions of the run's limits with ivhl_jax.run.measure's roofline."""
     from ivhl_jax.bench import gpu_checks, ops_adaptive, ops_cdt, ops_fields, ops_tn
 
     fields = ops_fields.gpu_check(quick=True)

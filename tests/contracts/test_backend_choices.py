@@ -13,7 +13,7 @@ REPORTING = {
     "ivhl_jax/run/device.py",
     "ivhl_jax/run/profiling.py",
     "ivhl_jax/core/backend.py",
-    "ivhl_jax/core/tuning.py",
+    "ivhl_jax/core/tuning_cache.py",
 }
 PATTERN = re.compile(r"default_backend\(\)|\.platform\s*[!=]=")
 

@@ -142,8 +142,8 @@ def test_the_checker_sees_both_forms():
 
 # ------------------------------------------------------------------------------------------------ platform
 # What reads the platform or the machine: the process's CPU set and count, the default backend's name, the first
-# device's platform, the installed PJRT plugins. core.backend owns them; core.tuning fingerprints the machine
-# through it.
+# device's platform, the installed PJRT plugins. core.backend owns them with core.host (the one reader of the
+# host's cores and CPU); core.tuning_cache fingerprints the machine through core.host.
 PLATFORM_CALLS = (
     "sched_getaffinity",
     "cpu_count",
@@ -152,7 +152,7 @@ PLATFORM_CALLS = (
     "entry_points",
     "jax_plugins",
 )
-PLATFORM_HOME = {"ivhl_jax/core/backend.py"}
+PLATFORM_HOME = {"ivhl_jax/core/backend.py", "ivhl_jax/core/host.py"}
 PLUGIN = re.compile(r"^(jax_(cuda|rocm)[0-9]*_plugin|libtpu|jax_plugins)$")  # a JAX platform plugin's module
 
 

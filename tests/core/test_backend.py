@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_every_platform_has_a_row_and_unknown_ones_get_the_portable_row():
     for name in backend.PLATFORMS:
-        assert isinstance(backend.TABLE[name], backend.Tuning)
+        assert isinstance(backend.TABLE[name], backend.Defaults)
     assert backend.defaults("some-new-plugin") == backend.TABLE["portable"]
     # the portable row is never the CPU-only choice
     assert backend.TABLE["portable"].fields_chunking == "memory"
@@ -55,7 +55,7 @@ def test_configure_sets_one_platform_until_reset():
 
 
 def test_every_measured_setting_names_an_existing_results_file():
-    settings = {f.name for f in dataclasses.fields(backend.Tuning)}
+    settings = {f.name for f in dataclasses.fields(backend.Defaults)}
     assert set(backend.EVIDENCE) <= settings
     for setting, per_platform in backend.EVIDENCE.items():
         for name, source in per_platform.items():
@@ -71,5 +71,5 @@ def test_every_measured_setting_names_an_existing_results_file():
 def test_describe_lists_every_setting():
     rows = backend.describe("cpu")
     # every table setting, then (on the CPU) the XLA flags the tuning cache may hold
-    assert [r["setting"] for r in rows] == [f.name for f in dataclasses.fields(backend.Tuning)] + ["xla_flags"]
+    assert [r["setting"] for r in rows] == [f.name for f in dataclasses.fields(backend.Defaults)] + ["xla_flags"]
     assert all(r["source"] for r in rows)

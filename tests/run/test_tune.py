@@ -85,25 +85,30 @@ def test_gpu_script_is_valid_bash_and_names_existing_entry_points():
 _LIMITS = {"copy_gbps": 10.0, "matmul_f32_tflops": 0.1, "matmul_bf16_tflops": 0.1}
 
 
+def _session(**kw):
+    from ivhl_jax.run.tune import Session
+
+    return Session(quick=True, tiny=True, limits=_LIMITS, **kw)
+
+
 def test_gp_layout_meshes():
-    from ivhl_jax.bench import tune
+    from ivhl_jax.physics import tunables as tune
 
     assert tune.gp_layout_meshes(1) == []
     assert tune.gp_layout_meshes(8) == ["8", "2x4", "4x2"]
     assert tune.gp_layout_meshes(6) == ["6", "2x3", "3x2"]
 
 
-def test_gp_area_times_slab_and_pencil_layouts_against_one_device(monkeypatch):
+def test_gp_area_times_slab_and_pencil_layouts_against_one_device():
     """With several devices (the tests emulate 8 CPU devices) the GP area times the 3-D Strang step on one device
     and on every slab/pencil layout over all devices; each layout's output equals the one-device run."""
     import jax
 
-    from ivhl_jax.bench import tune
+    from ivhl_jax.physics import tunables as tune
 
     if jax.device_count() < 2:
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=8 (as make test sets)")
-    monkeypatch.setenv("IVHL_TUNE_TINY", "1")
-    out = tune.tune_gp_layouts(True, _LIMITS)
+    out = tune.tune_gp_layouts(_session())
     n = jax.device_count()
     ((key, entry),) = out.items()
     assert key == f"condensate.layout|{n}dev,8x8x8" and entry["params"]["devices"] == n
@@ -117,14 +122,13 @@ def test_gp_area_times_slab_and_pencil_layouts_against_one_device(monkeypatch):
     assert entry["winner"] in timed and entry["settings"]["mesh"] in ["1", *tune.gp_layout_meshes(n)]
 
 
-def test_attention_area_times_chunked_key_blocks_and_says_why_not_pallas_on_cpu(monkeypatch):
+def test_attention_area_times_chunked_key_blocks_and_says_why_not_pallas_on_cpu():
     import jax
 
-    from ivhl_jax.bench import tune
+    from ivhl_jax.nn import tunables as tune
 
-    monkeypatch.setenv("IVHL_TUNE_TINY", "1")
-    tune._NOTES.clear()
-    out = tune.tune_attention(True, _LIMITS)
+    s = _session(area="attention")
+    out = tune.tune_attention(s)
     entry = out["attention.chunk_block|all"]
     # T = 32 (tiny): the default block (min(128, T) = 32) and 16; each checked against the default's output
     assert set(entry["candidates"]) == {"block_k_default", "block_k16"}
@@ -132,7 +136,7 @@ def test_attention_area_times_chunked_key_blocks_and_says_why_not_pallas_on_cpu(
     assert entry["winner"] in entry["candidates"] and entry["roofline"]["flops"] > 0
     if jax.default_backend() != "gpu":
         assert "attention.pallas_blocks|all" not in out
-        assert any("Pallas attention block sizes: not timed" in note for note in tune._NOTES["attention"])
+        assert any("Pallas attention block sizes: not timed" in note for note in s.notes["attention"])
 
 
 def test_quick_leaves_out_the_host_cdt_engine_when_numba_has_not_compiled_it(tmp_path):
@@ -160,7 +164,7 @@ def test_quick_leaves_out_the_host_cdt_engine_when_numba_has_not_compiled_it(tmp
 
 def test_host_kernels_cached_reads_numba_cache_without_compiling(tmp_path):
     code = (
-        "from ivhl_jax.bench import tune; from ivhl_jax.physics.cdt import host_kernels as K; "
+        "from ivhl_jax.physics import tunables as tune; from ivhl_jax.physics.cdt import host_kernels as K; "
         "print(tune.host_kernels_cached(), len(K.run_stream.overloads))"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
@@ -175,7 +179,8 @@ def test_numba_cache_check_sees_a_compiled_kernel(tmp_path):
         "from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n"
     )
     code = (
-        "import sys; import tiny_kernel as m; from ivhl_jax.bench import tune; print(tune._numba_cached(m.f)); "
+        "import sys; import tiny_kernel as m; from ivhl_jax.physics import tunables as tune; "
+        "print(tune._numba_cached(m.f)); "
         "sys.argv[1:] == ['call'] and m.f(1)"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(tmp_path)}

@@ -1,4 +1,4 @@
-"""The per-machine tuning cache (ivhl_jax.core.tuning) and how backend.defaults() reads it."""
+"""The per-machine tuning cache (ivhl_jax.core.tuning_cache) and how backend.defaults() reads it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from ivhl_jax.core import backend, tuning
+from ivhl_jax.core import backend, tuning_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIELDS = "fields.superpose"
@@ -21,22 +21,25 @@ def cache(tmp_path, monkeypatch):
     """A private cache folder, read in the default mode (the suite itself runs frozen)."""
     monkeypatch.setenv("IVHL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("IVHL_TUNING", "cache")
-    tuning.reset()
+    tuning_cache.reset()
     yield tmp_path
-    tuning.reset()
-    tuning.set_auto_tuner(None)
+    tuning_cache.reset()
+    tuning_cache.set_auto_tuner(None)
+
+
+_CDT_JAX = {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}}
 
 
 def _entry(op, size, **settings):
-    return {f"{op}|{tuning.bucket(size)}": {"op": op, "bucket": tuning.bucket(size), "settings": settings}}
+    return {f"{op}|{tuning_cache.bucket(size)}": {"op": op, "bucket": tuning_cache.bucket(size), "settings": settings}}
 
 
 def test_round_trip_and_size_buckets(cache):
     table = backend.TABLE["cpu"]
-    path = tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20, fields_serial_pairs=0))
+    path = tuning_cache.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20, fields_serial_pairs=0))
     assert os.path.dirname(path) == os.path.join(str(cache), "tuning")
     doc = json.load(open(path))
-    assert doc["fingerprint"] == tuning.fingerprint("cpu") and doc["format"] == tuning.FORMAT
+    assert doc["fingerprint"] == tuning_cache.fingerprint("cpu") and doc["format"] == tuning_cache.FORMAT
     row = backend.defaults("cpu", op=FIELDS, size=(1 << 20) + 5)
     assert (row.fields_pair_budget, row.fields_serial_pairs) == (1 << 20, 0)
     # a bucket a factor 4 away uses the nearest measurement; one 2**10 away and a call without a size, the table
@@ -44,17 +47,17 @@ def test_round_trip_and_size_buckets(cache):
     assert backend.defaults("cpu", op=FIELDS, size=1 << 30).fields_pair_budget == table.fields_pair_budget
     assert backend.defaults("cpu").fields_pair_budget == table.fields_pair_budget
     # a second writer merges, never replaces
-    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    tuning_cache.record("cpu", _CDT_JAX)
     assert set(json.load(open(path))["entries"]) == {f"{FIELDS}|2^20", "cdt.engine|all"}
     assert backend.defaults("cpu").cdt_engine == "jax"  # size-independent entries apply to every call
 
 
 def test_sources_reported(cache):
-    tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
-    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    tuning_cache.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    tuning_cache.record("cpu", _CDT_JAX)
     rows = {r["setting"]: r for r in backend.describe("cpu")}
     assert rows["cdt_engine"]["value"] == "'jax'" and rows["cdt_engine"]["source"].startswith("tuning cache: measured")
-    assert tuning.cache_path("cpu") in rows["cdt_engine"]["source"]
+    assert tuning_cache.cache_path("cpu") in rows["cdt_engine"]["source"]
     assert rows[f"fields_pair_budget@{FIELDS}[2^20]"]["value"] == repr(1 << 20)
     assert rows["host_fft"]["source"].startswith("table: bench/results/")
     assert "not measured on this kind of machine" in rows["xla_flags"]["source"]
@@ -69,36 +72,36 @@ def test_sources_reported(cache):
 
 
 def test_frozen_uses_the_table_alone(cache, monkeypatch):
-    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    tuning_cache.record("cpu", _CDT_JAX)
     monkeypatch.setenv("IVHL_TUNING", "frozen")
     assert backend.defaults("cpu") == backend.TABLE["cpu"]
-    assert tuning.load("cpu") is None
+    assert tuning_cache.load("cpu") is None
 
 
 def test_foreign_file_ignored_with_one_warning(cache):
-    path = tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    path = tuning_cache.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
     doc = json.load(open(path))
     doc["fingerprint"]["versions"]["jax"] = "0.0.1"
     with open(path, "w") as f:
         json.dump(doc, f)
-    tuning.reset()
-    with pytest.warns(tuning.TuningCacheWarning, match=r"jax 0\.0\.1") as rec:
+    tuning_cache.reset()
+    with pytest.warns(tuning_cache.TuningCacheWarning, match=r"jax 0\.0\.1") as rec:
         assert backend.defaults("cpu", op=FIELDS, size=1 << 20) == backend.TABLE["cpu"]
         backend.defaults("cpu", op=FIELDS, size=1 << 20)
         backend.describe("cpu")
-    assert len([w for w in rec if issubclass(w.category, tuning.TuningCacheWarning)]) == 1
+    assert len([w for w in rec if issubclass(w.category, tuning_cache.TuningCacheWarning)]) == 1
     assert path in str(rec[0].message)
 
 
 def test_cache_of_another_jax_version_named_once(cache):
     """The file of this machine under other versions has another name: it is found and named, the table used."""
-    fp = tuning.fingerprint("cpu")
+    fp = tuning_cache.fingerprint("cpu")
     fp["versions"] = {**fp["versions"], "jax": "0.0.1"}
-    other = os.path.join(tuning.cache_dir(), "cpu-0123456789abcdef.json")
+    other = os.path.join(tuning_cache.cache_dir(), "cpu-0123456789abcdef.json")
     os.makedirs(os.path.dirname(other))
     with open(other, "w") as f:
-        json.dump({"format": tuning.FORMAT, "fingerprint": fp, "entries": {}}, f)
-    with pytest.warns(tuning.TuningCacheWarning, match=r"0123456789abcdef\.json was measured with jax 0\.0\.1"):
+        json.dump({"format": tuning_cache.FORMAT, "fingerprint": fp, "entries": {}}, f)
+    with pytest.warns(tuning_cache.TuningCacheWarning, match=r"0123456789abcdef\.json was measured with jax 0\.0\.1"):
         assert backend.defaults("cpu") == backend.TABLE["cpu"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -106,25 +109,25 @@ def test_cache_of_another_jax_version_named_once(cache):
 
 
 def test_corrupt_file_ignored_with_one_warning(cache):
-    path = tuning.cache_path("cpu")
+    path = tuning_cache.cache_path("cpu")
     os.makedirs(os.path.dirname(path))
     with open(path, "w") as f:
         f.write('{"format": "ivhl_jax.tuning/1", "entr')
-    with pytest.warns(tuning.TuningCacheWarning, match="corrupt") as rec:
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="corrupt") as rec:
         assert backend.defaults("cpu") == backend.TABLE["cpu"]
         backend.defaults("cpu")
     assert len(rec) == 1 and path in str(rec[0].message)
     # ... and `ivhl tune` replaces it with a good one
-    tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    tuning_cache.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
     assert backend.defaults("cpu", op=FIELDS, size=1 << 20).fields_pair_budget == 1 << 20
 
 
 _WRITER = """
 import sys
-from ivhl_jax.core import tuning
+from ivhl_jax.core import tuning_cache
 who = sys.argv[1]
 for i in range(15):
-    tuning.record("cpu", {f"test.{who}|2^{i}": {"op": f"test.{who}", "bucket": f"2^{i}", "settings": {"i": i}}})
+    tuning_cache.record("cpu", {f"test.{who}|2^{i}": {"op": f"test.{who}", "bucket": f"2^{i}", "settings": {"i": i}}})
 """
 
 
@@ -137,9 +140,9 @@ def test_two_processes_writing_at_once_keep_every_entry(cache):
     for p in procs:
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
-    doc = json.load(open(tuning.cache_path("cpu")))
+    doc = json.load(open(tuning_cache.cache_path("cpu")))
     assert {k for k in doc["entries"]} == {f"test.{w}|2^{i}" for w in "ab" for i in range(15)}
-    assert not [f for f in os.listdir(tuning.cache_dir()) if f.endswith(".tmp")]
+    assert not [f for f in os.listdir(tuning_cache.cache_dir()) if f.endswith(".tmp")]
 
 
 def test_auto_mode_tunes_a_new_bucket_once(cache, monkeypatch, capsys):
@@ -147,9 +150,9 @@ def test_auto_mode_tunes_a_new_bucket_once(cache, monkeypatch, capsys):
 
     def fake_tuner(op, size, platform):
         calls.append((op, size))
-        tuning.record(platform, _entry(op, size, fields_pair_budget=4096))
+        tuning_cache.record(platform, _entry(op, size, fields_pair_budget=4096))
 
-    tuning.set_auto_tuner(fake_tuner)
+    tuning_cache.set_auto_tuner(fake_tuner)
     table = backend.TABLE["cpu"].fields_pair_budget
     assert backend.defaults("cpu", op=FIELDS, size=1 << 12).fields_pair_budget == table
     assert calls == []  # off by default
@@ -162,44 +165,78 @@ def test_auto_mode_tunes_a_new_bucket_once(cache, monkeypatch, capsys):
 
 def test_unknown_mode_warns_and_reads_the_cache(cache, monkeypatch):
     monkeypatch.setenv("IVHL_TUNING", "sometimes")
-    with pytest.warns(tuning.TuningCacheWarning, match="IVHL_TUNING='sometimes'"):
-        assert tuning.mode() == "cache"
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="IVHL_TUNING='sometimes'"):
+        assert tuning_cache.mode() == "cache"
 
 
 def test_unwritable_folder_is_named(tmp_path, monkeypatch):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     monkeypatch.setenv("IVHL_CACHE_DIR", str(blocker))
-    tuning.reset()
+    tuning_cache.reset()
     with pytest.raises(OSError, match="tuning cache folder .*a_file"):
-        tuning.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
-    tuning.reset()
+        tuning_cache.record("cpu", _entry(FIELDS, 1 << 20, fields_pair_budget=1 << 20))
+    tuning_cache.reset()
 
 
 _FLAGS = "import os, ivhl_jax; print(os.environ.get('XLA_FLAGS', ''))"
+_APPLY = "import os, ivhl_jax.run.tune as t; t.apply(); print(os.environ.get('XLA_FLAGS', ''))"
+_VECTOR = "--xla_cpu_prefer_vector_width=512"
 
 
-def test_measured_xla_flags_applied_at_import_before_the_backend(cache):
-    tuning.record(
-        "cpu",
-        {
-            "xla.flags|all": {
-                "op": "xla.flags",
-                "bucket": "all",
-                "settings": {"xla_flags": "--xla_cpu_enable_fast_math=false"},
-            }
-        },
+def _record_flags(flags: str) -> str:
+    return tuning_cache.record(
+        "cpu", {"xla.flags|all": {"op": "xla.flags", "bucket": "all", "settings": {"xla_flags": flags}}}
     )
+
+
+def _python(code, env):
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_measured_xla_flags_applied_by_apply_not_by_import(cache):
+    _record_flags(_VECTOR)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(IVHL_CACHE_DIR=str(cache), IVHL_TUNING="cache")
-    out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["--xla_cpu_enable_fast_math=false"], out.stderr
+    out = _python(_FLAGS, env)
+    assert out.returncode == 0 and out.stdout.strip() == "", out.stderr  # import ivhl_jax sets nothing
+    out = _python(_APPLY, env)
+    assert out.stdout.split() == [_VECTOR], out.stderr
     env["IVHL_TUNING"] = "frozen"
-    out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = _python(_APPLY, env)
     assert out.stdout.strip() == "", out.stderr
-    env.update(IVHL_TUNING="cache", XLA_FLAGS="--xla_cpu_enable_fast_math=true")  # the user's own value wins
-    out = subprocess.run([sys.executable, "-c", _FLAGS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["--xla_cpu_enable_fast_math=true"], out.stderr
+    env.update(IVHL_TUNING="cache", XLA_FLAGS="--xla_cpu_prefer_vector_width=256")  # the user's own value wins
+    out = _python(_APPLY, env)
+    assert out.stdout.split() == ["--xla_cpu_prefer_vector_width=256"], out.stderr
+
+
+def test_apply_after_the_backend_started_warns_and_sets_nothing(cache, monkeypatch):
+    import jax.numpy as jnp
+
+    from ivhl_jax.run import tune
+
+    _record_flags(_VECTOR)
+    jnp.zeros(1).block_until_ready()  # the backend runs
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="not applied: a JAX backend has started"):
+        done = tune.apply()
+    assert done["applied"] is False and "XLA_FLAGS" not in os.environ
+    assert tuning_cache.applied_xla_flags()["applied"] is False
+
+
+def test_only_the_tuners_own_flags_are_applied(cache):
+    """A cache file is data: a flag `ivhl tune` never measures (one that writes files, one XLA does not know and
+    that would abort every process) is ignored with one warning naming the file."""
+    path = _record_flags(f"--xla_dump_to={cache}/dump {_VECTOR} --xla_no_such_flag=1")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(IVHL_CACHE_DIR=str(cache), IVHL_TUNING="cache")
+    code = _APPLY + "; import jax.numpy as jnp; jnp.ones(3).sum().block_until_ready()"
+    out = _python(code, env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [_VECTOR]
+    warned = [line for line in out.stderr.splitlines() if "never measures" in line]
+    assert len(warned) == 1 and path in warned[0] and "--xla_dump_to" in warned[0]
+    assert not os.path.exists(cache / "dump")
 
 
 def test_run_folder_records_the_settings_in_force(cache, tmp_path):
@@ -212,7 +249,7 @@ def test_run_folder_records_the_settings_in_force(cache, tmp_path):
     class Cfg:
         steps: int = 3
 
-    tuning.record("cpu", {"cdt.engine|all": {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}}})
+    tuning_cache.record("cpu", _CDT_JAX)
     out = tmp_path / "run"
     prepare_run_dir(out, Cfg(), resume=False)
     release_run_dir(out)

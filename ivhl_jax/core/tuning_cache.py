@@ -1,6 +1,6 @@
 """The per-machine tuning cache: settings measured on this machine, read before the backend table.
 
-``ivhl tune`` (:mod:`ivhl_jax.bench.tune`) times the candidates of every tunable setting on the machine it runs
+``ivhl tune`` (:mod:`ivhl_jax.run.tune`) times the candidates of every tunable setting on the machine it runs
 on and stores the winners here; :func:`ivhl_jax.core.backend.defaults` reads them before the table, the way
 FFTW reads its wisdom and Triton its autotune cache.
 
@@ -17,8 +17,12 @@ FFTW reads its wisdom and Triton its autotune cache.
 * ``IVHL_TUNING``: ``cache`` (default: read the cache, never tune on the fly), ``frozen`` (the table alone:
   reproducible runs) or ``auto`` (tune an op the first time it meets a new size bucket; said on the console).
 
-XLA compiler flags are read when a backend starts, so a measured flag (``--xla_cpu_prefer_vector_width=512``)
-is applied by :func:`apply_xla_flags`, which ``import ivhl_jax`` calls before any backend exists.
+Reading this module, or ``import ivhl_jax``, reads no file and sets nothing: the cache is read when a default
+is asked for. XLA compiler flags are read when a backend starts, so a measured flag
+(``--xla_cpu_prefer_vector_width=512``, one of :data:`XLA_FLAG_CANDIDATES`) is applied by
+:func:`ivhl_jax.run.tune.apply`, which the ``ivhl`` command calls first and a script calls before its first JAX
+computation. A file that is not a well-formed cache (:func:`parse`: bounded size and nesting, a schema) is
+ignored with one warning naming it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ import hashlib
 import json
 import math
 import os
-import platform as _platform
 import sys
 import tempfile
 import threading
@@ -36,6 +39,8 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+from ivhl_jax.core import host
 
 __all__ = [
     "FORMAT",
@@ -52,7 +57,10 @@ __all__ = [
     "entries",
     "record",
     "atomic_write_text",
-    "apply_xla_flags",
+    "XLA_FLAG_CANDIDATES",
+    "parse",
+    "measured_xla_flags",
+    "record_applied",
     "applied_xla_flags",
     "set_auto_tuner",
     "auto_tune",
@@ -60,6 +68,9 @@ __all__ = [
 ]
 
 FORMAT = "ivhl_jax.tuning/1"
+#: The XLA flags ``ivhl tune`` times (its xla area's candidates): the only flags a cache file can bring into
+#: ``XLA_FLAGS``.
+XLA_FLAG_CANDIDATES = ("--xla_cpu_prefer_vector_width=512",)
 MODES = ("cache", "frozen", "auto")
 # ISA flags that change what XLA:CPU can emit (vector width, FMA, bf16/int8 dot units).
 _ISA = (
@@ -160,39 +171,17 @@ def _own_version() -> str:
         return "source"
 
 
-def _cpu_info() -> tuple[str, list[str]]:
-    model, flags = "", set[str]()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip().lower()
-                if key in ("model name", "hardware", "cpu model") and not model:
-                    model = value.strip()
-                elif key in ("flags", "features") and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return model or _platform.processor() or _platform.machine(), sorted(f for f in _ISA if f in flags)
-
-
-def _cores() -> int:
-    from ivhl_jax.core import backend  # backend imports this module: read its core count at call time
-
-    return backend.host_cores()
-
-
 def host_fingerprint() -> dict[str, Any]:
     """The CPU platform's fingerprint, computed without starting a JAX backend (so flags can still be set)."""
     if "cpu" not in _fingerprints:
-        model, isa = _cpu_info()
+        facts = host.facts()
         _fingerprints["cpu"] = {
             "platform": "cpu",
-            "device_kind": model,
-            "device_count": _cores(),
-            "machine": _platform.machine(),
-            "system": _platform.system(),
-            "isa": isa,
+            "device_kind": facts.cpu_model,
+            "device_count": facts.cores,
+            "machine": facts.machine,
+            "system": facts.system,
+            "isa": sorted(f for f in _ISA if f in facts.cpu_flags),
             "versions": _versions(),
         }
     return dict(_fingerprints["cpu"])
@@ -238,6 +227,64 @@ def bucket(size: int | float | None) -> str:
     return f"2^{max(0, round(math.log2(max(float(size), 1.0))))}"
 
 
+_MAX_BYTES = 16 << 20  # a cache of every area and bucket is ~1 MB; anything far larger is not one
+_MAX_DEPTH = 12  # the deepest real path: entries / key / candidates / name / samples_s (5 brackets)
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _depth(text: str) -> int:
+    """The deepest bracket nesting of JSON ``text`` (brackets inside strings do not count), read without
+    recursion: a file of 10**5 nested brackets costs a linear scan, not Python's recursion limit."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse(text: str) -> dict[str, Any]:
+    """A tuning cache document from ``text``, checked against the schema before anything reads it; ValueError
+    saying what is wrong otherwise.
+
+    Bounded: at most 16 MiB and 12 levels of brackets (checked before the JSON parser runs). Schema: an object
+    with ``format`` = :data:`FORMAT`, a ``fingerprint`` object, an ``entries`` object mapping ``"op|bucket"`` to
+    objects whose ``settings`` map names to scalars, and optionally a ``limits`` object."""
+    if len(text) > _MAX_BYTES:
+        raise ValueError(f"{len(text)} characters, more than a tuning cache holds ({_MAX_BYTES})")
+    if _depth(text) > _MAX_DEPTH:
+        raise ValueError(f"brackets nested deeper than a tuning cache's {_MAX_DEPTH} levels")
+    try:
+        doc = json.loads(text)
+    except RecursionError as e:  # belt and braces: the depth check above should have refused it
+        raise ValueError("nested too deeply") from e
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f'not an ivhl_jax tuning cache (no "format": "{FORMAT}")')
+    if not isinstance(doc.get("fingerprint"), dict) or not isinstance(doc.get("entries"), dict):
+        raise ValueError("'fingerprint' and 'entries' must be objects")
+    if not isinstance(doc.get("limits", {}), dict):
+        raise ValueError("'limits' must be an object")
+    for key, entry in doc["entries"].items():
+        if "|" not in key or not isinstance(entry, dict) or not isinstance(entry.get("settings"), dict):
+            raise ValueError(f"entry {key[:60]!r} is not keyed 'op|bucket' with a 'settings' object")
+        bad = [k for k, v in entry["settings"].items() if not isinstance(v, _SCALAR)]
+        if bad:
+            raise ValueError(f"entry {key[:60]!r}: setting {bad[0][:60]!r} is not a number, string or boolean")
+    return doc
+
+
 def _read(path: str) -> dict[str, Any] | None:
     """The document at ``path`` if it is a tuning cache of this machine; None (one warning) otherwise."""
     try:
@@ -249,22 +296,20 @@ def _read(path: str) -> dict[str, Any] | None:
         return cached[1]
     doc: dict[str, Any] | None
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
-            raise ValueError("not an ivhl_jax tuning cache")
-    except (OSError, ValueError) as e:
+        with open(path, encoding="utf-8", errors="strict") as f:
+            doc = parse(f.read(_MAX_BYTES + 1))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         _warn_once(
             path,
-            f"tuning cache {path} is unreadable or corrupt ({type(e).__name__}: {str(e)[:80]}); "
+            f"tuning cache {path} is unreadable or corrupt ({type(e).__name__}: {str(e)[:120]}); "
             "ignored, the backend table is used (`ivhl tune` writes a new one)",
         )
         doc = None
     else:
-        plat = str(doc.get("fingerprint", {}).get("platform", ""))
+        plat = str(doc["fingerprint"].get("platform", ""))
         mine = fingerprint(plat) if plat in ("cpu",) or plat in _fingerprints else None
-        if mine is None or doc.get("fingerprint") != mine:
-            theirs = doc.get("fingerprint", {}).get("versions", {})
+        if mine is None or doc["fingerprint"] != mine:
+            theirs = doc["fingerprint"].get("versions", {})
             why = (
                 "it was measured with jax " + str(theirs.get("jax")) + f", this is jax {_versions()['jax']}"
                 if mine is not None and theirs != mine.get("versions")
@@ -293,8 +338,8 @@ def _stale_files(platform_name: str) -> None:
             path = os.path.join(folder, name)
             try:
                 with open(path, encoding="utf-8") as f:
-                    fp = json.load(f).get("fingerprint", {})
-            except (OSError, ValueError, AttributeError):
+                    fp = parse(f.read(_MAX_BYTES + 1))["fingerprint"]
+            except (OSError, ValueError):
                 continue
             if (
                 isinstance(fp, dict)
@@ -431,27 +476,16 @@ def record(
     return path
 
 
-def _backend_started() -> bool:
-    if "jax" not in sys.modules:
-        return False
-    try:
-        from jax._src import xla_bridge  # no public query exists; a newer jax without it counts as started
+def measured_xla_flags() -> dict[str, Any]:
+    """The XLA flags this machine's cache measured as paying (read only: nothing is set; empty when none was
+    measured or under ``IVHL_TUNING=frozen``): ``{"flags", "file", "measured_utc"}`` and ``"ignored"``, the flags
+    of the file that are not among :data:`XLA_FLAG_CANDIDATES` (each warned about once, naming the file).
 
-        return bool(xla_bridge._backends)
-    except Exception:
-        return True
-
-
-def apply_xla_flags() -> dict[str, Any]:
-    """Add the XLA flags this machine's cache measured as paying to ``XLA_FLAGS`` (before any backend starts).
-
-    A flag the user already set (any value) is left alone; nothing happens under ``IVHL_TUNING=frozen`` or when
-    a backend has already started (flags are read once, at backend start). Returns what was done (also what
-    :func:`applied_xla_flags` reports)."""
-    _applied.clear()
+    Only the tuner's own candidates are ever returned: a cache file is data, and a flag such as ``--xla_dump_to``
+    or one XLA does not know (which aborts every process at backend start) must not reach ``XLA_FLAGS`` from it."""
     if mode() == "frozen":
         return {}
-    path = os.path.join(cache_dir(), f"cpu-{_digest(host_fingerprint())}.json")
+    path = cache_path("cpu")
     if not os.path.exists(path):
         return {}
     with _lock:
@@ -459,33 +493,31 @@ def apply_xla_flags() -> dict[str, Any]:
     entry = (doc or {}).get("entries", {}).get("xla.flags|all")
     if entry is None:
         return {}
-    flags = str(entry.get("settings", {}).get("xla_flags", "")).split()
-    if not flags:  # measured: no candidate flag paid on this machine
-        _applied.update(
-            {
-                "flags": [],
-                "file": path,
-                "measured_utc": entry.get("measured_utc", ""),
-                "applied": False,
-                "why": "no candidate flag paid here: XLA's defaults",
-            }
+    flags = str(entry["settings"].get("xla_flags", "")).split()
+    ignored = [f for f in flags if f not in XLA_FLAG_CANDIDATES]
+    if ignored:
+        _warn_once(
+            f"flags:{path}",
+            f"tuning cache {path} holds XLA flags that `ivhl tune` never measures ({' '.join(ignored)[:200]}); "
+            f"ignored (the tuner's flags: {' '.join(XLA_FLAG_CANDIDATES)})",
         )
-        return dict(_applied)
-    current = os.environ.get("XLA_FLAGS", "")
-    new = [f for f in flags if f.split("=")[0] not in current]
-    _applied.update({"flags": flags, "file": path, "measured_utc": entry.get("measured_utc", "")})
-    if _backend_started():
-        _applied["applied"] = False
-        _applied["why"] = "a JAX backend had started before ivhl_jax was imported"
-        return dict(_applied)
-    if new:
-        os.environ["XLA_FLAGS"] = (current + " " + " ".join(new)).strip()
-    _applied["applied"] = True
-    return dict(_applied)
+    return {
+        "flags": [f for f in flags if f in XLA_FLAG_CANDIDATES],
+        "file": path,
+        "measured_utc": str(entry.get("measured_utc", "")),
+        "ignored": ignored,
+    }
+
+
+def record_applied(what: Mapping[str, Any]) -> None:
+    """Remember what :func:`ivhl_jax.run.tune.apply` did in this process (read back by :func:`applied_xla_flags`)."""
+    _applied.clear()
+    _applied.update(what)
 
 
 def applied_xla_flags() -> dict[str, Any]:
-    """What :func:`apply_xla_flags` did in this process (empty: no measured flag)."""
+    """What :func:`ivhl_jax.run.tune.apply` did with the measured XLA flags in this process (empty: not called,
+    or no measured flag): ``{"flags", "file", "measured_utc", "applied", "why"}``."""
     return dict(_applied)
 
 
