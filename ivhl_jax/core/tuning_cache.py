@@ -370,9 +370,31 @@ def load(platform_name: str) -> dict[str, Any] | None:
 
 
 def entries(platform_name: str) -> dict[str, dict[str, Any]]:
-    """Every usable cache entry of ``platform_name`` (``{"op|bucket": entry}``)."""
+    """Every usable cache entry of ``platform_name`` (``{"op|bucket": entry}``).
+
+    An entry whose race timed fewer than two candidates measured nothing (written before ``ivhl tune`` refused
+    such races, e.g. the JAX engine alone where numba was missing): it is skipped with one warning, so the table's
+    choice applies and, once the other candidates can run, a new ``ivhl tune`` measures them."""
     doc = load(platform_name)
-    return dict(doc["entries"]) if doc else {}
+    if not doc:
+        return {}
+    out = {}
+    for key, entry in doc["entries"].items():
+        timed = [
+            n
+            for n, c in (entry.get("candidates") or {}).items()
+            if isinstance(c, dict) and "error" not in c and "rejected" not in c
+        ]
+        if isinstance(entry.get("candidates"), dict) and len(timed) < 2:
+            _warn_once(
+                f"one:{key}",
+                f"tuning cache {cache_path(platform_name)}: {key} was a race of {len(timed)} candidate(s) "
+                f"({', '.join(timed) or 'none'}); ignored, the backend table's choice applies (`ivhl tune` measures "
+                "it again)",
+            )
+            continue
+        out[key] = entry
+    return out
 
 
 def lookup(platform_name: str, op: str, size: int | float | None = None) -> dict[str, Any] | None:

@@ -190,8 +190,10 @@ def _record_flags(flags: str) -> str:
     )
 
 
-def _python(code, env):
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+def _python(code, env, *args):
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
 
 
 def test_measured_xla_flags_applied_by_apply_not_by_import(cache):
@@ -257,3 +259,75 @@ def test_run_folder_records_the_settings_in_force(cache, tmp_path):
     rows = {r["setting"]: r for r in doc["settings"]}
     assert doc["tuning_mode"] == "cache" and rows["cdt_engine"]["source"].startswith("tuning cache")
     assert rows["fields_chunking"]["source"].startswith("table")
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested deeper"),  # Python's JSON parser would recurse past its limit
+        ('{"format": "ivhl_jax.tuning/1", "fingerprint": {}, "entries": {"x|all": {"settings": 5}}}', "settings"),
+        ('{"format": "ivhl_jax.tuning/1", "fingerprint": {}, "entries": {"x|all": {"settings": {"a": [1]}}}}', "'a'"),
+        ('{"format": "ivhl_jax.tuning/1", "fingerprint": [], "entries": {}}', "must be objects"),
+        ("\xff\xfe junk", "corrupt"),
+    ],
+)
+def test_a_hostile_cache_is_ignored_with_one_warning_naming_it(cache, text, why):
+    path = tuning_cache.cache_path("cpu")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+    with pytest.warns(tuning_cache.TuningCacheWarning, match=why) as rec:
+        assert backend.defaults("cpu") == backend.TABLE["cpu"]
+        assert backend.describe("cpu")[0]["source"].startswith("table")
+    assert len([w for w in rec if issubclass(w.category, tuning_cache.TuningCacheWarning)]) == 1
+    assert path in str(rec[0].message)
+
+
+def test_a_hostile_cache_kills_no_command(cache):
+    """`ivhl --version` never reads the cache; `ivhl info` reads it and says in one line that it is ignored."""
+    path = tuning_cache.cache_path("cpu")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("[" * 100_000)
+    env = {**os.environ, "IVHL_CACHE_DIR": str(cache), "IVHL_TUNING": "cache"}
+    for args in (["--version"], ["info"]):
+        out = _python("import sys, ivhl_jax.cli; sys.exit(ivhl_jax.cli.main(sys.argv[1:]))", env, *args)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr
+    ignored = [line for line in out.stderr.splitlines() if path in line]
+    assert len(ignored) == 1 and "ignored" in ignored[0], out.stderr
+
+
+def test_an_unknown_tuning_mode_is_one_line_on_the_command_line(cache):
+    env = {**os.environ, "IVHL_CACHE_DIR": str(cache), "IVHL_TUNING": "bogus"}
+    out = _python("import sys, ivhl_jax.cli; sys.exit(ivhl_jax.cli.main(sys.argv[1:]))", env, "info")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert lines == ["TuningCacheWarning: IVHL_TUNING='bogus' is not one of ['cache', 'frozen', 'auto']; using 'cache'"]
+
+
+def test_a_race_of_one_candidate_is_not_a_measurement(cache):
+    """A cache entry that timed one engine (the JAX engine alone, numba missing when it was written) does not pin
+    that engine: the table's choice applies, with one warning."""
+    one = {"jax": {"settings": {"cdt_engine": "jax"}, "median_s": 0.1}, "host": {"error": "ImportError: numba"}}
+    entry = {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}, "candidates": one}
+    tuning_cache.record("cpu", {"cdt.engine|all": entry})
+    with pytest.warns(tuning_cache.TuningCacheWarning, match=r"race of 1 candidate\(s\) \(jax\)"):
+        assert backend.defaults("cpu").cdt_engine == backend.TABLE["cpu"].cdt_engine
+    two = {**one, "host": {"settings": {"cdt_engine": "host"}, "median_s": 0.2}}
+    tuning_cache.record("cpu", {"cdt.engine|all": {**entry, "candidates": two}})
+    assert backend.defaults("cpu").cdt_engine == "jax"
+
+
+def test_the_tuner_refuses_a_race_of_one():
+    from ivhl_jax.core.tunables import Candidate
+    from ivhl_jax.run import tune
+
+    def build():
+        import jax
+        import jax.numpy as jnp
+
+        return jax.jit(lambda x: x + 1).lower(jnp.ones(3)).compile(), (jnp.ones(3),)
+
+    with pytest.raises(RuntimeError, match="a race needs two; nothing recorded"):
+        tune.choose("x", None, [Candidate("only", {}, build, default=True)], rounds=1, limits={})
