@@ -369,10 +369,30 @@ def _table_source(setting: str, name: str) -> str:
     return "table: " + evidence
 
 
+# A default that needs an optional package: (setting, value) -> (package, the extra that installs it, what is in
+# force without it, what that means)
+_NEEDS: Mapping[tuple[str, Any], tuple[str, str, Any, str]] = {
+    ("cdt_engine", "host"): ("numba", "cpu-kernels", "jax", "the host engine cannot run, engine='auto' runs jax"),
+    ("host_fft", True): ("ducc0", "cpu-fft", False, "fft='ducc' cannot run"),
+}
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (found on the path; nothing is imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken parent package
+        return False
+
+
 def describe(platform_name: str | None = None) -> list[dict[str, str]]:
     """Every setting in force as rows ``{"setting", "value", "source"}`` (what ``ivhl info`` prints and every run
     folder records): the source is ``override()``, ``configure()``, the tuning cache file and when it was measured,
-    or the table and its evidence ("not measured on this kind of machine" where nothing timed it).
+    or the table and its evidence ("not measured on this kind of machine" where nothing timed it). A default that
+    needs a package this install lacks (the CDT host engine: numba; the host FFT: ducc0) shows what runs instead,
+    and why.
 
     Settings the cache holds per problem size (``fields.superpose`` per pair-count bucket) follow as rows named
     ``setting@op[bucket]``, and the XLA flags measured by ``ivhl tune`` as ``xla_flags``."""
@@ -391,6 +411,10 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
             source = "tuning cache: " + measured[f.name][1]
         else:
             source = _table_source(f.name, name)
+        missing = _NEEDS.get((f.name, value))
+        if missing is not None and not _installed(missing[0]):
+            package, extra, value, why = missing
+            source = f"{why}: {package} is not installed (pip install 'ivhl_jax[{extra}]'); {source}"
         rows.append({"setting": f.name, "value": repr(value), "source": source})
     if name == platform():
         where = tuning_cache.cache_path(name)

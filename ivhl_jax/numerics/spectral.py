@@ -66,10 +66,14 @@ def _require_ducc():
 
 
 def check_backend(fft: str) -> str:
-    """Validate an FFT backend name; ``"ducc"`` also needs ``ducc0`` and the CPU backend."""
+    """Validate an FFT backend name; ``"ducc"`` also needs ``ducc0`` (a ValueError naming the ``cpu-fft`` extra
+    without it) and the CPU backend."""
     check_choice(fft, "fft", FFT_BACKENDS)
     if fft == "ducc":
-        _require_ducc()
+        try:
+            _require_ducc()
+        except ImportError as e:  # a value this install cannot honour: a one-line argument error naming the extra
+            raise ValueError(str(e)) from None
         if not backend.defaults().host_fft:
             raise ValueError(
                 f"fft='ducc' computes on the host and is meant for the CPU backend; JAX runs on "

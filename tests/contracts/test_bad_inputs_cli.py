@@ -201,3 +201,15 @@ def test_a_text_term_file_is_one_line_naming_term_file_and_the_formats(tmp_path,
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("ivhl sim mera: term_file:"), lines
     assert "allow_pickle" not in lines[0] and ".npy" in lines[0] and ".npz" in lines[0], lines
+
+
+def test_fft_ducc_without_ducc0_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "ducc0", None)  # as if the cpu-fft extra were not installed
+    argv = ["sim", "bec", "--out", str(tmp_path / "run"), "--no-progress"]
+    for kv in [*SMALL["sim bec"], "fft=ducc"]:
+        argv += ["--set", kv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip() and "a run shorter than one chunk" not in ln]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "ivhl_jax[cpu-fft]" in lines[0] and lines[0].startswith("ivhl sim bec:"), err

@@ -73,3 +73,26 @@ def test_describe_lists_every_setting():
     # every table setting, then (on the CPU) the XLA flags the tuning cache may hold
     assert [r["setting"] for r in rows] == [f.name for f in dataclasses.fields(backend.Defaults)] + ["xla_flags"]
     assert all(r["source"] for r in rows)
+
+
+def test_describe_shows_what_runs_where_an_optional_package_is_missing(monkeypatch):
+    """Without numba the CDT engine that runs is jax, without ducc0 no host FFT: `ivhl info` says so and why."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "numba", None)
+    monkeypatch.setitem(sys.modules, "ducc0", None)
+    rows = {r["setting"]: r for r in backend.describe("cpu")}
+    assert backend.TABLE["cpu"].cdt_engine == "host" and backend.TABLE["cpu"].host_fft is True
+    assert rows["cdt_engine"]["value"] == "'jax'" and "numba is not installed" in rows["cdt_engine"]["source"]
+    assert "ivhl_jax[cpu-kernels]" in rows["cdt_engine"]["source"]
+    assert rows["host_fft"]["value"] == "False" and "ivhl_jax[cpu-fft]" in rows["host_fft"]["source"]
+
+
+def test_fft_ducc_without_ducc0_is_a_one_line_error_naming_the_extra(monkeypatch):
+    import sys
+
+    from ivhl_jax.numerics import spectral
+
+    monkeypatch.setitem(sys.modules, "ducc0", None)
+    with pytest.raises(ValueError, match=r"fft='ducc' needs the ducc0 package.*ivhl_jax\[cpu-fft\]"):
+        spectral.check_backend("ducc")
