@@ -213,7 +213,7 @@ class Checkpointer:
         return True
 
     def restore(
-        self, like: Any, step: int | None = None, *, sharding: Any = None
+        self, like: Any, step: int | None = None, *, sharding: Any = None, saved_layout: bool = False
     ) -> tuple[int, Any, dict[str, Any] | None]:
         """Restore checkpoint ``step`` (default: the newest good one) into the structure of ``like``.
 
@@ -224,6 +224,10 @@ class Checkpointer:
             raises propagate unchanged.
           sharding: a ``jax.sharding.Sharding`` for every leaf, or a matching tree of them, to
             restore onto a different mesh or device count.
+          saved_layout: a leaf the template leaves unplaced (no sharding, or one device's) comes back on the
+            sharding it was saved with, when that spans several devices these processes hold (a run resumes on
+            the mesh it ran on; :func:`ivhl_jax.run.runner.run_chunked` asks for it). A template leaf laid out
+            over several devices, and ``sharding``, always win.
 
         The restored arrays are checked against the checksums written at save and must be finite. Without
         ``step``, a checkpoint that fails to restore or verify is skipped with a one-line warning on stderr
@@ -248,7 +252,7 @@ class Checkpointer:
             target = like(step) if callable(like) else like
             self._check_template(step, target)
             try:
-                return self._restore_checked(step, target, sharding)
+                return self._restore_checked(step, target, sharding, saved_layout)
             except Exception as e:
                 raise CheckpointCorruptError(
                     f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
@@ -267,7 +271,7 @@ class Checkpointer:
                 target = like(s) if callable(like) else like
                 self._check_template(s, target)  # a wrong template is the caller's error: raised, nothing marked
                 try:
-                    restored = self._restore_checked(s, target, sharding)
+                    restored = self._restore_checked(s, target, sharding, saved_layout)
                 except Exception as e:
                     target = e
                 else:
@@ -354,9 +358,46 @@ class Checkpointer:
                     "template of the saved shapes (the checkpoint itself is fine)"
                 )
 
-    def _restore_checked(self, step: int, like: Any, sharding: Any) -> tuple[int, Any, dict[str, Any] | None]:
+    def _on_saved_layout(self, step: int, target: Any) -> Any:
+        """``target`` with each leaf that has no sharding, or one device's, while the step saved it over several
+        devices, on the sharding it was saved with (when this process's devices hold that layout)."""
+        try:
+            saved_tree = self._manager.item_metadata(step)["state"]
+            saved_tree = getattr(saved_tree, "tree", saved_tree)
+        except Exception:  # noqa: BLE001 - no sharding record (an older step): the template's placement stands
+            return target
+        saved = {
+            _key_names(p): leaf
+            for p, leaf in jax.tree_util.tree_flatten_with_path(
+                saved_tree, is_leaf=lambda x: hasattr(x, "sharding") and hasattr(x, "shape")
+            )[0]
+        }
+        devices = {d.id for d in jax.devices()}
+
+        def place(path: Any, leaf: Any) -> Any:
+            current = leaf.sharding
+            if current is not None and len(current.device_set) > 1:
+                return leaf  # the template's own layout
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                return leaf
+            meta = getattr(saved.get(_key_names(path)), "sharding", None)
+            try:
+                want = meta.to_jax_sharding() if meta is not None else None
+            except Exception:  # noqa: BLE001 - a layout these devices cannot hold: the template's stands
+                return leaf
+            if want is None or len(want.device_set) < 2 or not {d.id for d in want.device_set} <= devices:
+                return leaf
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=want)
+
+        return jax.tree_util.tree_map_with_path(place, target)
+
+    def _restore_checked(
+        self, step: int, like: Any, sharding: Any, saved_layout: bool = False
+    ) -> tuple[int, Any, dict[str, Any] | None]:
         ocp = _ocp()
         target = abstract_like(like, sharding)
+        if saved_layout and sharding is None:
+            target = self._on_saved_layout(step, target)
         items = self._manager.item_metadata(step)
         args = {"state": ocp.args.StandardRestore(target)}
         # The JSON item reports no metadata of its own; its presence as a key is what tells.
@@ -495,6 +536,20 @@ def _file_sizes(folder: str) -> dict[str, int]:
             path = os.path.join(root, name)
             out[os.path.relpath(path, folder)] = os.path.getsize(path)
     return out
+
+
+def _key_names(path: Any) -> tuple[str, ...]:
+    """A pytree key path as plain names (a dict key, an attribute, an index alike): Orbax's metadata tree holds
+    a dataclass's fields as dict keys."""
+    names = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                names.append(str(getattr(k, attr)))
+                break
+        else:
+            names.append(str(k))
+    return tuple(names)
 
 
 def _one_line(e: BaseException, directory: str | None = None) -> str:
