@@ -55,6 +55,7 @@ import numpy as np
 from ivhl_jax.core import backend
 from ivhl_jax.run.config import config_defaults, differing_keys
 from ivhl_jax.run.lock import lock_run_dir
+from ivhl_jax.train.checkpoint import key_names
 
 __all__ = [
     "RunStore",
@@ -83,15 +84,7 @@ def leaf_names(tree: Any) -> list[str]:
     attribute names, sequence indices), ``value`` for a bare array; names are unique."""
     names = []
     for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        parts = []
-        for k in path:
-            for attr in ("key", "name", "idx"):
-                if hasattr(k, attr):
-                    parts.append(str(getattr(k, attr)))
-                    break
-            else:
-                parts.append(re.sub(r"\W", "", str(k)))
-        names.append(".".join(parts) or "value")
+        names.append(".".join(key_names(path)) or "value")
     if len(set(names)) != len(names):
         raise ValueError(f"observation names are not unique: {names}")
     return names

@@ -44,7 +44,7 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["abstract_like", "Checkpointer", "CheckpointCorruptError"]
+__all__ = ["abstract_like", "key_names", "Checkpointer", "CheckpointCorruptError"]
 
 CHECKSUM_FILE = "ivhl_checksums.json"
 #: key of the checksum file's ``{path relative to the step folder: size in bytes}`` of every file Orbax wrote
@@ -367,7 +367,7 @@ class Checkpointer:
         except Exception:  # noqa: BLE001 - no sharding record (an older step): the template's placement stands
             return target
         saved = {
-            _key_names(p): leaf
+            key_names(p): leaf
             for p, leaf in jax.tree_util.tree_flatten_with_path(
                 saved_tree, is_leaf=lambda x: hasattr(x, "sharding") and hasattr(x, "shape")
             )[0]
@@ -380,7 +380,7 @@ class Checkpointer:
                 return leaf  # the template's own layout
             if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
                 return leaf
-            meta = getattr(saved.get(_key_names(path)), "sharding", None)
+            meta = getattr(saved.get(key_names(path)), "sharding", None)
             try:
                 want = meta.to_jax_sharding() if meta is not None else None
             except Exception:  # noqa: BLE001 - a layout these devices cannot hold: the template's stands
@@ -538,9 +538,9 @@ def _file_sizes(folder: str) -> dict[str, int]:
     return out
 
 
-def _key_names(path: Any) -> tuple[str, ...]:
-    """A pytree key path as plain names (a dict key, an attribute, an index alike): Orbax's metadata tree holds
-    a dataclass's fields as dict keys."""
+def key_names(path: Any) -> tuple[str, ...]:
+    """A pytree key path as plain names: a dict key, an attribute name and a sequence index alike (Orbax's
+    metadata tree holds a dataclass's fields as dict keys); any other entry as its text less punctuation."""
     names = []
     for k in path:
         for attr in ("key", "name", "idx"):
@@ -548,7 +548,7 @@ def _key_names(path: Any) -> tuple[str, ...]:
                 names.append(str(getattr(k, attr)))
                 break
         else:
-            names.append(str(k))
+            names.append(re.sub(r"\W", "", str(k)))
     return tuple(names)
 
 
