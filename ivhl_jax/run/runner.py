@@ -26,7 +26,7 @@ from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "carried_metadata", "phase", "chunks_started"]
+__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
 
 Advance = Callable[[Any], tuple[Any, Any]]
 
@@ -183,7 +183,7 @@ def _sigint_flag() -> Iterator[list[bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def carried_metadata(restored: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+def _carried_metadata(restored: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The metadata a checkpoint of a resumed run records: ``given`` over what the restored checkpoint held, a
     key ``given`` leaves None (a record the resumed run did not compute again, such as a search done before the
     first step) keeping its restored value, so what the outputs report survives any number of resumes."""
@@ -213,7 +213,7 @@ def run_chunked(
     the same end, so interrupted and uninterrupted runs agree bit for bit. A checkpoint is written
     whenever the completed step count is a multiple of the checkpointer's ``save_every`` and at the
     end. ``metadata`` (a dict, or a function of (step, state) returning one) is stored with it; a resumed run
-    keeps the restored metadata's entries that it gives as None (:func:`carried_metadata`).
+    keeps the restored metadata's entries that it gives as None.
 
     With a ``sink`` (:class:`ivhl_jax.run.store.RunStore`) each chunk's observations (and the snapshots of the
     state the store asks for) are written to the store, on a background thread that overlaps the next chunk, and
@@ -275,7 +275,7 @@ def run_chunked(
             return
         if sink is not None:
             sink.flush()  # a checkpoint never counts a record the store lacks
-        meta = carried_metadata(restored_meta, metadata(step, state) if callable(metadata) else metadata)
+        meta = _carried_metadata(restored_meta, metadata(step, state) if callable(metadata) else metadata)
         payload = {"state": state} if sink is not None else {"state": state, "history": _concat(chunks, obs_template)}
         checkpointer.save(step, payload, metadata=meta, force=force)
 

@@ -42,6 +42,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ivhl_jax.core.folder_lock import check_not_link, lock_run_dir, release_run_dir
 from ivhl_jax.core.validation import check_scalar
 
 __all__ = ["abstract_like", "key_names", "Checkpointer", "CheckpointCorruptError"]
@@ -117,15 +118,45 @@ class Checkpointer:
       save_every: ``save`` writes only when ``step % save_every == 0`` (unless ``force``).
       keep: number of newest checkpoints kept on disk (older ones are deleted).
       async_save: let Orbax write in a background thread; ``wait`` / ``close`` flush it.
+      lock: hold the lock of the folder that holds ``directory`` (the run folder ``<out>`` of ``<out>/ckpt``,
+        :func:`ivhl_jax.core.folder_lock.run_dir_lock`, the lock ``ivhl sim`` takes) until :meth:`close`, so a
+        second writer, by the API or the command line, is refused at once.
+
+    A ``directory`` that is a symbolic link is refused (its steps would be another run's).
     """
 
-    def __init__(self, directory: str | os.PathLike, *, save_every: int = 1, keep: int = 3, async_save: bool = False):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        save_every: int = 1,
+        keep: int = 3,
+        async_save: bool = False,
+        lock: bool = True,
+    ):
         check_scalar(save_every, "save_every", integer=True, minimum=1)
         check_scalar(keep, "keep", integer=True, minimum=1)
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
             raise TypeError(f"directory must be a folder path, got {directory!r}")
         self.directory = os.path.abspath(os.fspath(directory))
         _check_folder(self.directory)
+        check_not_link(self.directory, "checkpoint folder")
+        self._locked: str | None = None
+        if lock:
+            lock_run_dir(os.path.dirname(self.directory))
+            self._locked = os.path.dirname(self.directory)
+        try:
+            self._open(save_every, keep, async_save)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _release_lock(self) -> None:
+        locked, self._locked = self._locked, None
+        if locked is not None:
+            release_run_dir(locked)
+
+    def _open(self, save_every: int, keep: int, async_save: bool) -> None:
         ocp = _ocp()
         self.save_every = int(save_every)
         self._pending_sums: dict[int, dict[str, Any]] = {}  # async saves whose checksum file is not yet written
@@ -456,8 +487,12 @@ class Checkpointer:
         self._flush_sums(finished=True)
 
     def close(self) -> None:
-        self.wait()
-        self._manager.close()
+        """Finish any save, close Orbax's manager and release the folder's lock."""
+        try:
+            self.wait()
+            self._manager.close()
+        finally:
+            self._release_lock()
 
     def __enter__(self) -> Checkpointer:
         return self
