@@ -43,6 +43,7 @@ from ivhl_jax.run.config import (
     OneLineArgumentParser,
     add_run_arguments,
     clip_short_run,
+    config_dict,
     load_config,
     plain_text,
     prepare_run_dir,
@@ -169,7 +170,9 @@ def run_checkpointer(
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     with run_dir_lock(check_out_dir(out)):  # prepared and checkpointed by this run alone
         ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=extendable)
-        with Checkpointer(ckpt_dir, save_every=save_every, keep=keep) as ck:
+        with Checkpointer(
+            ckpt_dir, save_every=save_every, keep=keep, config=config_dict(cfg), extendable=tuple(extendable)
+        ) as ck:
             yield ck
 
 
@@ -370,7 +373,13 @@ def _run_in_folder(sim: Simulation, cfg: Any, args: argparse.Namespace, out: str
             )
             paths = sim.run(cfg, ctx)
         else:
-            with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
+            with Checkpointer(
+                ckpt_dir,
+                save_every=sim.checkpoint_every(cfg),
+                keep=sim.keep(cfg),
+                config=config_dict(cfg),
+                extendable=sim.extendable,
+            ) as ck:
                 resuming = resume and ck.latest_step() is not None
                 if resuming:  # said before the run, whose own lines and summary then follow
                     print(

@@ -24,7 +24,7 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.run.store import RunStore
-from ivhl_jax.train.checkpoint import Checkpointer
+from ivhl_jax.train.checkpoint import Checkpointer, StepUnfitError
 
 __all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
 
@@ -244,11 +244,8 @@ def run_chunked(
 
         def like(step: int) -> dict[str, Any]:
             # The history's length depends on the step: the checkpointer may fall back to an older good one.
-            if step % steps_per_chunk:
-                raise ValueError(
-                    f"checkpoint step {step} in {checkpointer.directory} is not a multiple of "
-                    f"steps_per_chunk={steps_per_chunk}; resume with the configuration that wrote it"
-                )
+            if step % steps_per_chunk:  # not a step this run writes (a stray one): the newest fitting one is used
+                raise StepUnfitError(f"it is not a multiple of steps_per_chunk={steps_per_chunk}")
             if step // steps_per_chunk > n_chunks:
                 raise ValueError(
                     f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps"

@@ -45,13 +45,23 @@ import numpy as np
 from ivhl_jax.core.folder_lock import check_not_link, lock_run_dir, release_run_dir
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["abstract_like", "key_names", "Checkpointer", "CheckpointCorruptError"]
+__all__ = ["abstract_like", "key_names", "Checkpointer", "CheckpointCorruptError", "StepUnfitError"]
 
 CHECKSUM_FILE = "ivhl_checksums.json"
 #: key of the checksum file's ``{path relative to the step folder: size in bytes}`` of every file Orbax wrote
 FILES_KEY = "__files__"
 #: Orbax's metadata files that are JSON (a step whose copy of one does not parse is damaged)
 _JSON_FILES = ("_CHECKPOINT_METADATA", "_METADATA", "_sharding", "metadata", "process_")
+
+
+#: the item of every step that records the configuration, library version and array checksums that wrote it
+#: (committed by Orbax with the step)
+RUN_ITEM = "ivhl_run"
+
+
+class StepUnfitError(ValueError):
+    """Raised by a template function (``restore(like=f)``) for a step the run's schedule cannot reach (e.g. not a
+    multiple of its chunk): the step is skipped with a warning and the next older one tried."""
 
 
 class CheckpointCorruptError(RuntimeError):
@@ -118,6 +128,9 @@ class Checkpointer:
       save_every: ``save`` writes only when ``step % save_every == 0`` (unless ``force``).
       keep: number of newest checkpoints kept on disk (older ones are deleted).
       async_save: let Orbax write in a background thread; ``wait`` / ``close`` flush it.
+      config: the run's configuration (JSON-ready): recorded in every step with the library version, and a
+        step of another configuration is refused by :meth:`restore`, naming the keys that differ.
+      extendable: the ``config`` keys a resumed run may change (a larger step count).
       lock: hold the lock of the folder that holds ``directory`` (the run folder ``<out>`` of ``<out>/ckpt``,
         :func:`ivhl_jax.core.folder_lock.run_dir_lock`, the lock ``ivhl sim`` takes) until :meth:`close`, so a
         second writer, by the API or the command line, is refused at once.
@@ -133,11 +146,17 @@ class Checkpointer:
         keep: int = 3,
         async_save: bool = False,
         lock: bool = True,
+        config: Mapping[str, Any] | None = None,
+        extendable: tuple[str, ...] | list[str] = (),
     ):
         check_scalar(save_every, "save_every", integer=True, minimum=1)
         check_scalar(keep, "keep", integer=True, minimum=1)
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
             raise TypeError(f"directory must be a folder path, got {directory!r}")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"config must be a JSON-ready mapping of the run's configuration or None, got {config!r}")
+        self.config = None if config is None else json.loads(json.dumps(dict(config)))
+        self.extendable = tuple(extendable)
         self.directory = os.path.abspath(os.fspath(directory))
         _check_folder(self.directory)
         check_not_link(self.directory, "checkpoint folder")
@@ -171,7 +190,11 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=options,
-            item_handlers={"state": ocp.StandardCheckpointHandler(), "metadata": ocp.JsonCheckpointHandler()},
+            item_handlers={
+                "state": ocp.StandardCheckpointHandler(),
+                "metadata": ocp.JsonCheckpointHandler(),
+                RUN_ITEM: ocp.JsonCheckpointHandler(),
+            },
         )
 
     def latest_step(self) -> int | None:
@@ -237,6 +260,9 @@ class Checkpointer:
         args = {"state": ocp.args.StandardSave(state)}
         if metadata is not None:
             args["metadata"] = ocp.args.JsonSave(dict(metadata))
+        # committed by Orbax with the step itself: a step is never on disk without its configuration and sums
+        run = {"config": self.config, "library": _library_version(), "sums": sums}
+        args[RUN_ITEM] = ocp.args.JsonSave(run)
         self._manager.save(step, args=ocp.args.Composite(**args), force=True)
         if sums is not None:
             self._pending_sums[step] = sums
@@ -281,6 +307,7 @@ class Checkpointer:
                     f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
                 ) from e
             target = like(step) if callable(like) else like
+            self._check_run(step)
             self._check_template(step, target)
             try:
                 return self._restore_checked(step, target, sharding, saved_layout)
@@ -299,7 +326,16 @@ class Checkpointer:
             except Exception as e:
                 target = e
             if target is None:
-                target = like(s) if callable(like) else like
+                try:
+                    target = like(s) if callable(like) else like
+                except StepUnfitError as e:  # a step the run's schedule cannot reach: skipped, not bad
+                    print(
+                        f"ivhl checkpoint: WARNING: skipped step {s} in {self.directory}: {e}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    continue
+                self._check_run(s)  # another configuration's step: the caller's error, raised, nothing marked
                 self._check_template(s, target)  # a wrong template is the caller's error: raised, nothing marked
                 try:
                     restored = self._restore_checked(s, target, sharding, saved_layout)
@@ -317,6 +353,11 @@ class Checkpointer:
                     return restored
             self._bad_steps.add(s)
             failures.append(f"step {s} ({_one_line(target, self.directory)})")
+        if not failures:
+            raise ValueError(
+                f"no checkpoint in {self.directory} fits this run's schedule (each skipped above); use --no-resume "
+                "to start over"
+            )
         raise CheckpointCorruptError(
             f"no usable checkpoint in {self.directory}: "
             + "; ".join(failures)
@@ -360,34 +401,94 @@ class Checkpointer:
                     except (OSError, ValueError) as e:
                         raise ValueError(f"{path} is damaged (not readable JSON: {e})") from e
 
-    def _check_template(self, step: int, like: Any) -> None:
-        """ValueError when a leaf of ``like`` has another shape than the one saved (the caller's template is
-        wrong, the checkpoint is fine: nothing is marked bad). Read from the step's checksum file, which records
-        every saved array's shape by its key path; without one (a multi-process save) Orbax checks."""
-        path = os.path.join(self._step_dir(step), CHECKSUM_FILE)
+    def _run_record(self, step: int) -> dict[str, Any] | None:
+        """The step's record of the run that wrote it (configuration, library version, checksums); None for a
+        step written without one or whose record does not parse (Orbax's own checks then judge the step)."""
+        item = os.path.join(self._step_dir(step), RUN_ITEM)
+        names = os.listdir(item) if os.path.isdir(item) else []
+        for name in names:
+            if name.startswith(".") or name.endswith(".txt"):
+                continue
+            try:
+                with open(os.path.join(item, name), "rb") as f:
+                    doc = json.loads(f.read())
+            except (OSError, ValueError, RecursionError):
+                return None
+            return doc if isinstance(doc, dict) else None
+        return None
+
+    def _recorded_sums(self, step: int) -> dict[str, Any] | None:
+        """``{keypath: {"sha256", "dtype", "shape"}}`` recorded for the step: committed with it, else (a step
+        written before the record was committed with it) the checksum file; None where neither holds them."""
+        record = self._run_record(step)
+        if record is not None and isinstance(record.get("sums"), dict):
+            return record["sums"]
         try:
-            with open(path) as f:
+            with open(os.path.join(self._step_dir(step), CHECKSUM_FILE)) as f:
                 saved = json.load(f)
         except (OSError, ValueError):
-            return
+            return None
         if not isinstance(saved, dict):
+            return None
+        sums = {k: v for k, v in saved.items() if k != FILES_KEY and isinstance(v, dict)}
+        return sums or None
+
+    def _check_run(self, step: int) -> None:
+        """ValueError naming the keys when the step was written by another configuration than this
+        checkpointer's ``config`` (the caller's folder holds another run's step; nothing is marked bad)."""
+        record = self._run_record(step) or {}
+        old = record.get("config")
+        if self.config is None or not isinstance(old, dict):
             return
+        skip = set(self.extendable)
+        diff = sorted(k for k in set(old) & set(self.config) - skip if old[k] != self.config[k])
+        if diff:
+            raise ValueError(
+                f"checkpoint step {step} in {self.directory} was written by a different configuration (differs in "
+                f"{diff}, library {record.get('library')}); use --no-resume to start over or another --out"
+            )
+
+    def _check_template(self, step: int, like: Any) -> None:
+        """ValueError when ``like`` does not fit what the step saved: a leaf of another shape or dtype, a leaf the
+        step lacks or one it holds that the template lacks. The caller's template is wrong, the checkpoint is
+        fine: nothing is marked bad. Read from the step's recorded checksums, which name every saved array by its
+        key path with its shape and dtype; without them (a multi-process save) Orbax checks."""
+        saved = self._recorded_sums(step)
+        if saved is None:
+            return
+        fix = "restore into a template of the saved structure, shapes and dtypes (the checkpoint itself is fine)"
+        seen = set()
         for keypath, leaf in jax.tree_util.tree_flatten_with_path(like)[0]:
             key = jax.tree_util.keystr(keypath)
+            shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+            if shape is None or dtype is None:
+                continue  # a Python scalar: not recorded
+            seen.add(key)
             rec = saved.get(key)
-            shape = getattr(leaf, "shape", None)
-            if not isinstance(rec, dict) or shape is None or not isinstance(rec.get("shape"), list):
-                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("shape"), list):
+                raise ValueError(
+                    f"the template's leaf {key} is not in checkpoint step {step} in {self.directory} (it holds "
+                    f"{sorted(saved)}); {fix}"
+                )
             held = tuple(rec["shape"])
-            dtype = getattr(leaf, "dtype", None)
-            if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            key_leaf = jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+            if key_leaf:
                 held = held[: len(shape)]  # saved as key data: the key array's shape plus the key's own
             if tuple(shape) != held and not (tuple(shape) == () and held == (1,)):  # scalars are hashed as 1-d
                 raise ValueError(
                     f"the template's leaf {key} has shape {tuple(shape)} but checkpoint step {step} in "
-                    f"{self.directory} holds shape {held} there; restore into a "
-                    "template of the saved shapes (the checkpoint itself is fine)"
+                    f"{self.directory} holds shape {held} there; {fix}"
                 )
+            if not key_leaf and str(np.dtype(dtype)) != rec.get("dtype"):
+                raise ValueError(
+                    f"the template's leaf {key} has dtype {np.dtype(dtype)} but checkpoint step {step} in "
+                    f"{self.directory} holds {rec.get('dtype')} there (a restore never casts); {fix}"
+                )
+        extra = sorted(set(saved) - seen)
+        if extra:
+            raise ValueError(
+                f"checkpoint step {step} in {self.directory} holds leaves the template lacks ({extra}); {fix}"
+            )
 
     def _on_saved_layout(self, step: int, target: Any) -> Any:
         """``target`` with each leaf that has no sharding, or one device's, while the step saved it over several
@@ -457,12 +558,10 @@ class Checkpointer:
         return int(step), state, (dict(out["metadata"]) if has_meta else None)
 
     def _verify(self, step: int, state: Any) -> None:
-        """Compare with the step's checksum file (if it has one) and require finite floating values."""
-        path = os.path.join(self._step_dir(step), CHECKSUM_FILE)
-        sums = None
-        if os.path.exists(path):
-            with open(path) as f:
-                sums = json.load(f)
+        """Compare with the step's recorded checksums and require finite floating values. A step with none
+        recorded (saved before its record was committed with it) is summed now, once its values are found
+        finite, so that a later change of its bytes is caught."""
+        sums = self._recorded_sums(step)
         for keypath, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
             key = jax.tree_util.keystr(keypath)
             a = _host_array(leaf)
@@ -480,6 +579,10 @@ class Checkpointer:
             parts = [a] if a is not None else [np.asarray(sh.data) for sh in leaf.addressable_shards]
             if not all(np.isfinite(p).all() for p in parts):
                 raise ValueError(f"restored leaf {key} holds non-finite values (NaN or inf)")
+        if sums is None:
+            fresh = _leaf_sums(state)
+            if fresh:
+                self._write_sums(step, fresh)
 
     def wait(self) -> None:
         """Block until any asynchronous save has been committed to disk (checksum files included)."""
@@ -571,6 +674,16 @@ def _file_sizes(folder: str) -> dict[str, int]:
             path = os.path.join(root, name)
             out[os.path.relpath(path, folder)] = os.path.getsize(path)
     return out
+
+
+def _library_version() -> str:
+    """The installed ivhl_jax version ("unknown" when it is not installed as a distribution)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("ivhl_jax")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def key_names(path: Any) -> tuple[str, ...]:

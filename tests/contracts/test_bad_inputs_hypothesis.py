@@ -2299,6 +2299,7 @@ EXEMPT: dict[str, str] = {
     "mera.observe": "returns state.energy of a MERAState built by evenbly_vidal; no array/scalar input",
     "mera.xx": "takes no arguments",
     "checkpoint.CheckpointCorruptError": "an exception type",
+    "checkpoint.StepUnfitError": "an exception type",
     "io.atomic_file": "a context manager over a file path and an open mode (write_json and the observation sink "
     "write through it; tests/run/test_sink.py)",
     "spectral.HostFactor": _RESULT,

@@ -16,6 +16,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,7 @@ from ivhl_jax.run.lock import RunDirLockedError
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.sims import bec
-from ivhl_jax.train.checkpoint import Checkpointer
+from ivhl_jax.train.checkpoint import CHECKSUM_FILE, RUN_ITEM, CheckpointCorruptError, Checkpointer
 
 SMALL_GP = [
     "--no-progress",
@@ -43,6 +44,7 @@ SMALL_GP = [
 @dataclasses.dataclass(frozen=True)
 class _CountConfig:
     steps: int = option(4, "steps")
+    rate: float = option(1.0, "added per step")
 
 
 def _store_files(path) -> dict[str, object]:
@@ -135,7 +137,7 @@ class _CountSimulation(Simulation):
 
     def run(self, cfg, ctx):
         res = run_chunked(
-            lambda x: (x + 1.0, x[None]),
+            lambda x: (x + cfg.rate, x[None]),
             jnp.zeros(2),
             n_chunks=cfg.steps,
             steps_per_chunk=1,
@@ -222,3 +224,77 @@ def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_
     assert _store_files(other / what) == before  # the other run's files untouched
     with pytest.raises(ValueError, match="is a symbolic link"):
         (RunStore if what == "run.zarr" else Checkpointer)(out / what)
+
+
+# --- checkpoints know what they belong to ---------------------------------------------------------------------
+
+
+def test_a_checkpoint_of_another_configuration_is_refused_naming_the_keys(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_main(_CountSimulation(), ["--out", str(a), "--set", "rate=2.0"]) == 0
+    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=2"]) == 0
+    shutil.rmtree(b / "ckpt")
+    shutil.copytree(a / "ckpt", b / "ckpt")  # same shapes, other physics
+    capsys.readouterr()
+    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "written by a different configuration (differs in ['rate']" in err
+    assert sorted(os.listdir(b / "ckpt")) == sorted(os.listdir(a / "ckpt"))  # nothing marked bad or moved
+
+
+def _two_steps(folder):
+    with Checkpointer(folder) as ck:
+        for step in (1, 2):
+            ck.save(step, {"x": jnp.full(8, step, jnp.float32)}, metadata={"step": step})
+
+
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ({"x": jnp.zeros(8, jnp.int32)}, r"has dtype int32 but .* holds float32 there \(a restore never casts\)"),
+        ({"x": jnp.zeros(8), "y": jnp.zeros(8)}, r"leaf \['y'\] is not in checkpoint step 2"),
+        ({"y": jnp.zeros(8)}, r"leaf \['y'\] is not in checkpoint step 2"),
+        ([jnp.zeros(8)], r"is not in checkpoint step 2"),
+    ],
+)
+def test_a_template_of_another_dtype_or_structure_is_its_own_fault(tmp_path, template, message):
+    d = tmp_path / "ckpt"
+    _two_steps(d)
+    with Checkpointer(d) as ck:
+        for step in (None, 2):
+            with pytest.raises(ValueError, match=message) as e:
+                ck.restore(template, step)
+            assert "checkpoint itself is fine" in str(e.value) and not isinstance(e.value, CheckpointCorruptError)
+        assert ck.latest_step() == 2
+        ck.save(2, {"x": jnp.full(8, 2.0, jnp.float32)}, force=True)  # never moves the good step aside
+        step, restored, meta = ck.restore({"x": jnp.zeros(8, jnp.float32)})
+    assert step == 2 and meta == {"step": 2} and float(restored["x"][0]) == 2.0
+    assert not os.path.exists(str(d) + ".bad")
+
+
+def test_checksums_are_committed_with_the_step_and_a_step_without_them_is_summed(tmp_path):
+    d = tmp_path / "ckpt"
+    _two_steps(d)
+    os.remove(d / "2" / CHECKSUM_FILE)  # a kill after Orbax's commit, before the checksum file
+    record = json.loads((d / "2" / RUN_ITEM / "metadata").read_text())
+    assert record["sums"]["['x']"]["shape"] == [8] and record["library"]
+    shutil.rmtree(d / "1" / RUN_ITEM)  # a step written with no record committed with it
+    os.remove(d / "1" / CHECKSUM_FILE)
+    with Checkpointer(d) as ck:
+        ck.restore({"x": jnp.zeros(8, jnp.float32)}, 1)
+    sums = json.loads((d / "1" / CHECKSUM_FILE).read_text())  # summed once found good: later damage is caught
+    assert len(sums["['x']"]["sha256"]) == 64
+
+
+def test_a_step_off_the_schedule_is_skipped_with_a_warning(tmp_path, capfd):
+    def advance(x):
+        return x + 1.0, x[None]
+
+    with Checkpointer(tmp_path / "ckpt", save_every=10) as ck:
+        run_chunked(advance, jnp.zeros(1), n_chunks=2, steps_per_chunk=10, checkpointer=ck, progress=False)
+        ck.save(25, {"state": jnp.zeros(1), "history": jnp.zeros((2, 1))}, force=True)  # a stray step
+    with Checkpointer(tmp_path / "ckpt", save_every=10) as ck:
+        res = run_chunked(advance, jnp.zeros(1), n_chunks=4, steps_per_chunk=10, checkpointer=ck, progress=False)
+    assert res.resumed_from == 20 and float(res.state[0]) == 4.0
+    err = capfd.readouterr().err
+    assert "skipped step 25" in err and "not a multiple of steps_per_chunk=10" in err
