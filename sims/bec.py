@@ -52,7 +52,7 @@ from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics.condensate.dipolar import dipolar_gp_energy
 from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
-from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.io import save_figure, save_npy, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
 from ivhl_jax.run.store import RunStore, Snapshots, write_final_state
@@ -763,7 +763,7 @@ def write_outputs(
     os.makedirs(out, exist_ok=True)
     state = result.state if isinstance(result.state, np.ndarray) else np.asarray(result.state)
     if save_state:
-        np.save(os.path.join(out, "final_state.npy"), state)
+        save_npy(os.path.join(out, "final_state.npy"), state)
     grid = extra["system"].grid
     ndim = grid.ndim
     # What the plots show, per component (a mixture's or spin-1 field's leading axis): the field itself in 1D/2D,

@@ -35,7 +35,7 @@ from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import gft as G
 from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
-from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.io import save_figure, save_npy, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.store import RunStore, write_final_state
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -194,7 +194,7 @@ def write_outputs(cfg: GFTConfig, result: RunResult, out: str, *, save_state: bo
     os.makedirs(out, exist_ok=True)
     state = result.state if isinstance(result.state, np.ndarray) else np.asarray(result.state)
     if save_state:
-        np.save(os.path.join(out, "final_state.npy"), state)
+        save_npy(os.path.join(out, "final_state.npy"), state)
     plane = np.asarray(_slice2d(state))
     hist = {k: np.asarray(v) for k, v in result.history.items()}
     # Time of a record: the steps done when it was taken, times dt; the first is at t = save_every·dt.

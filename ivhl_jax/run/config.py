@@ -33,7 +33,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
-from ivhl_jax.run.lock import check_out_dir, lock_run_dir
+from ivhl_jax.run.lock import check_not_link, check_out_dir, run_dir_lock
 
 __all__ = [
     "T",
@@ -425,14 +425,21 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
     finished run) and for settings the saved configuration lacks that hold their defaults (a run written before
     the setting existed, :func:`differing_keys`); otherwise a ValueError names the keys that differ. ``cfg`` is
     then written to ``out/config.json``, and the backend settings in force with their sources to ``out/settings.json``
-    (:func:`settings_in_force`). The folder is locked for the rest of the process
-    (:func:`ivhl_jax.run.lock.lock_run_dir`): a second run into it raises
-    :class:`ivhl_jax.run.lock.RunDirLockedError` naming the folder.
+    (:func:`settings_in_force`). The folder's lock (:func:`ivhl_jax.run.lock.run_dir_lock`) is held while it is
+    prepared (a caller that holds it for the whole run, like the driver, keeps it): a second run into it raises
+    :class:`ivhl_jax.run.lock.RunDirLockedError` naming the folder. A checkpoint folder that is a symbolic link,
+    or a ``config.json`` that is not a JSON object, is refused in one line naming it.
     """
     out = check_out_dir(out)
     os.makedirs(out, exist_ok=True)
-    lock_run_dir(out)  # before anything in it is deleted or compared
-    ckpt_dir = os.path.join(out, "ckpt")
+    with run_dir_lock(out):  # before anything in it is deleted or compared
+        return _prepare_locked(out, cfg, resume=resume, extendable=extendable)
+
+
+def _prepare_locked(out: str, cfg: Any, *, resume: bool, extendable: Sequence[str]) -> str:
+    from ivhl_jax.run.io import read_json, write_json
+
+    ckpt_dir = check_not_link(os.path.join(out, "ckpt"), "checkpoint folder")
     cfg_path = os.path.join(out, "config.json")
     # A checkpoint folder with no step in it (a run that stopped at a configuration error before its first
     # checkpoint) holds nothing to resume, so it does not tie the folder to its configuration. Steps may sit one
@@ -442,8 +449,7 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
         if not resume:
             shutil.rmtree(ckpt_dir)
         elif holds_steps and os.path.isfile(cfg_path):
-            with open(cfg_path) as f:
-                old = json.load(f)
+            old = read_json(cfg_path, "the run's configuration", fix="use --no-resume to start over or another --out")
             diff = differing_keys(old, config_dict(cfg), defaults=config_defaults(cfg), extendable=extendable)
             if diff:
                 raise ValueError(
@@ -451,8 +457,6 @@ def prepare_run_dir(out: str | os.PathLike, cfg: Any, *, resume: bool, extendabl
                     "use --no-resume to start over or another --out"
                 )
     os.makedirs(out, exist_ok=True)
-    from ivhl_jax.run.io import write_json
-
     write_json(cfg_path, config_dict(cfg))
     write_json(os.path.join(out, "settings.json"), settings_in_force())
     return ckpt_dir

@@ -43,10 +43,13 @@ from ivhl_jax.run.config import (
     OneLineArgumentParser,
     add_run_arguments,
     clip_short_run,
+    config_dict,
     load_config,
     plain_text,
     prepare_run_dir,
 )
+from ivhl_jax.run.io import disk_full_message
+from ivhl_jax.run.lock import check_out_dir, run_dir_lock
 from ivhl_jax.run.runner import RunInterrupted
 from ivhl_jax.run.store import STORE_NAME, RunStore
 from ivhl_jax.train.checkpoint import CheckpointCorruptError, Checkpointer
@@ -165,9 +168,12 @@ def run_checkpointer(
     for value, name in ((save_every, "save_every"), (keep, "keep")):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=extendable)
-    with Checkpointer(ckpt_dir, save_every=save_every, keep=keep) as ck:
-        yield ck
+    with run_dir_lock(check_out_dir(out)):  # prepared and checkpointed by this run alone
+        ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=extendable)
+        with Checkpointer(
+            ckpt_dir, save_every=save_every, keep=keep, config=config_dict(cfg), extendable=tuple(extendable)
+        ) as ck:
+            yield ck
 
 
 def _docstring_attributes(cls: type) -> dict[str, str]:
@@ -322,13 +328,32 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     sim.prepare_process(cfg)
     out = args.out or sim.default_out(cfg, args)
     resume = args.resume if args.resume is not None else sim.default_resume(args)
-    try:
-        ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=sim.extendable)
-    except (ValueError, OSError) as e:  # a checkpoint of another configuration, or a bad run folder
-        if _show_traceback():
-            raise
-        return _fail(sim, str(e))
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(run_dir_lock(out))  # the folder is this run's until it ends (released below)
+            ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=sim.extendable)
+        except (ValueError, OSError) as e:  # a checkpoint of another configuration, or a bad run folder
+            if _show_traceback():
+                raise
+            return _fail(sim, _disk_full(e, out) or str(e))
+        try:
+            return _run_in_folder(sim, cfg, args, out, resume, ckpt_dir)
+        except OSError as e:  # a full disk: one line naming the path, and that rerunning resumes
+            line = _disk_full(e, out)
+            if line is None or _show_traceback():
+                raise
+            print(f"{sim.prog}: {line}", file=sys.stderr)
+            return 1
+
+
+def _disk_full(e: BaseException, out: str) -> str | None:
+    return disk_full_message(e, out) if isinstance(e, OSError) else None
+
+
+def _run_in_folder(sim: Simulation, cfg: Any, args: argparse.Namespace, out: str, resume: bool, ckpt_dir: str) -> int:
+    """Run ``sim`` in the prepared, locked run folder ``out``; the exit status."""
     chunks_before = runner.chunks_started()
+    sink: RunStore | None = None
     try:
         dt = getattr(cfg, "dt", None)
         sink = (
@@ -348,7 +373,13 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
             )
             paths = sim.run(cfg, ctx)
         else:
-            with Checkpointer(ckpt_dir, save_every=sim.checkpoint_every(cfg), keep=sim.keep(cfg)) as ck:
+            with Checkpointer(
+                ckpt_dir,
+                save_every=sim.checkpoint_every(cfg),
+                keep=sim.keep(cfg),
+                config=config_dict(cfg),
+                extendable=sim.extendable,
+            ) as ck:
                 resuming = resume and ck.latest_step() is not None
                 if resuming:  # said before the run, whose own lines and summary then follow
                     print(
@@ -379,9 +410,13 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
         if runner.chunks_started() != chunks_before or _show_traceback():
             raise
         return _fail(sim, f"{e} (see `{sim.prog} --help` for every key)")
-    if sink is not None:
-        sink.close()
-        paths = {**paths, "run_store": sink.path}
+    else:
+        if sink is not None:
+            sink.close()
+            paths = {**paths, "run_store": sink.path}
+    finally:
+        if sink is not None:
+            sink.release()  # its writer stopped and its hold of the folder's lock let go, however the run ended
     print(f"done; outputs in {os.path.abspath(out)}:")
     for name, path in paths.items():
         print(f"  {name:17s} {os.path.abspath(path)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import json
 import math
 import os
@@ -13,7 +14,22 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["to_jsonable", "write_json", "atomic_file", "save_figure", "load_array"]
+__all__ = [
+    "to_jsonable",
+    "write_json",
+    "read_json",
+    "check_nesting",
+    "MAX_NESTING",
+    "atomic_file",
+    "save_figure",
+    "save_npy",
+    "load_array",
+    "disk_full_message",
+]
+
+#: the deepest nesting of lists and tables a configuration or run-folder JSON file may hold (a run's own files
+#: nest a few levels; a deeper one is refused in one line instead of exhausting the parser's recursion)
+MAX_NESTING = 32
 
 #: the file formats :func:`load_array` reads
 ARRAY_FORMATS = ".npy (numpy.save) or .npz holding one array (numpy.savez)"
@@ -111,6 +127,68 @@ def write_json(path: str | os.PathLike, obj: Any) -> str:
     return path
 
 
+def _nesting_depth(obj: Any, limit: int = MAX_NESTING) -> int:
+    """How deeply lists and dicts nest in ``obj`` (0 for a scalar, 1 for a flat list), counted level by level
+    without recursion and no further than ``limit + 1``."""
+    depth, level = 0, [obj]
+    while True:
+        containers = [x for x in level if isinstance(x, (list, dict))]
+        if not containers or depth > limit:
+            return depth
+        depth += 1
+        level = [c for x in containers for c in (x.values() if isinstance(x, dict) else x)]
+
+
+def check_nesting(doc: Any, path: str) -> Any:
+    """``doc`` (a parsed configuration or run-folder file ``path``) unless its lists and tables nest deeper than
+    :data:`MAX_NESTING`: a ValueError naming the file."""
+    if _nesting_depth(doc) > MAX_NESTING:
+        raise ValueError(f"{path} nests lists or tables more than {MAX_NESTING} deep (no configuration does)")
+    return doc
+
+
+def read_json(path: str | os.PathLike, what: str, *, expect: type = dict, fix: str = "") -> Any:
+    """The JSON document of the run-folder file ``path`` (``what`` names it in messages, e.g. ``"the run's
+    configuration"``), which must be an ``expect`` (a dict by default).
+
+    Anything else is one ValueError line naming the file: unreadable, not UTF-8, not JSON, nested more than
+    :data:`MAX_NESTING` deep, or of another type; ``fix`` (e.g. ``"use --no-resume to start over"``) ends it. A
+    symbolic link is read through (reading cannot harm its target)."""
+    path = os.fspath(path)
+    tail = f"; {fix}" if fix else ""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        doc = json.loads(text)
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        cause = "nested too deeply" if isinstance(e, RecursionError) else " ".join(str(e).split())[:120]
+        raise ValueError(f"{what} {path} is not readable JSON ({cause}){tail}") from None
+    try:
+        check_nesting(doc, path)
+    except ValueError as e:
+        raise ValueError(f"{what} {e}{tail}") from None
+    if not isinstance(doc, expect):
+        raise ValueError(
+            f"{what} {path} holds a JSON {type(doc).__name__}, not "
+            f"{'an object' if expect is dict else 'a ' + expect.__name__}{tail}"
+        )
+    return doc
+
+
+def disk_full_message(e: OSError, path: str | os.PathLike) -> str | None:
+    """The one line for a write that failed because the disk (or the quota) is full: the path and that rerunning
+    the same command resumes from the newest checkpoint; None for any other error."""
+    if getattr(e, "errno", None) not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    where = getattr(e, "filename", None) or os.fspath(path)
+    return (
+        f"no space left on the device writing {where}; free some space (or use another --out) and rerun the same "
+        "command: it resumes from the newest checkpoint"
+    )
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]:
     """Write ``path`` all at once or not at all: the ``with`` block writes a temporary file in the same folder,
@@ -141,8 +219,22 @@ def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> str:
         raise TypeError(f"fig must be a matplotlib figure, got {type(fig).__name__}")
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
+    fmt = os.path.splitext(path)[1].lstrip(".").lower() or None
+    try:  # written under a temporary name and renamed: a link at ``path`` is replaced, never written through
+        with atomic_file(path) as f:
+            fig.savefig(f, dpi=dpi, bbox_inches="tight", format=fmt)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def save_npy(path: str | os.PathLike, array: Any) -> str:
+    """``numpy.save`` of ``array`` to ``path`` all at once (:func:`atomic_file`): a symbolic link at ``path`` is
+    replaced by the file, never written through. Returns the path."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_file(path) as f:
+        np.save(f, np.asarray(array), allow_pickle=False)
     return path
 
 

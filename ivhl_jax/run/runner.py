@@ -24,7 +24,7 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.run.store import RunStore
-from ivhl_jax.train.checkpoint import Checkpointer
+from ivhl_jax.train.checkpoint import Checkpointer, StepUnfitError
 
 __all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
 
@@ -183,6 +183,17 @@ def _sigint_flag() -> Iterator[list[bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
+def _carried_metadata(restored: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The metadata a checkpoint of a resumed run records: ``given`` over what the restored checkpoint held, a
+    key ``given`` leaves None (a record the resumed run did not compute again, such as a search done before the
+    first step) keeping its restored value, so what the outputs report survives any number of resumes."""
+    if not restored:
+        return given
+    if given is None:
+        return dict(restored)
+    return {**restored, **{k: v for k, v in given.items() if v is not None or k not in restored}}
+
+
 def run_chunked(
     advance: Advance,
     state: Any,
@@ -201,7 +212,8 @@ def run_chunked(
     holds a checkpoint, the run resumes from it (state and the history so far) and continues to
     the same end, so interrupted and uninterrupted runs agree bit for bit. A checkpoint is written
     whenever the completed step count is a multiple of the checkpointer's ``save_every`` and at the
-    end. ``metadata`` (a dict, or a function of (step, state) returning one) is stored with it.
+    end. ``metadata`` (a dict, or a function of (step, state) returning one) is stored with it; a resumed run
+    keeps the restored metadata's entries that it gives as None.
 
     With a ``sink`` (:class:`ivhl_jax.run.store.RunStore`) each chunk's observations (and the snapshots of the
     state the store asks for) are written to the store, on a background thread that overlaps the next chunk, and
@@ -232,11 +244,8 @@ def run_chunked(
 
         def like(step: int) -> dict[str, Any]:
             # The history's length depends on the step: the checkpointer may fall back to an older good one.
-            if step % steps_per_chunk:
-                raise ValueError(
-                    f"checkpoint step {step} in {checkpointer.directory} is not a multiple of "
-                    f"steps_per_chunk={steps_per_chunk}; resume with the configuration that wrote it"
-                )
+            if step % steps_per_chunk:  # not a step this run writes (a stray one): the newest fitting one is used
+                raise StepUnfitError(f"it is not a multiple of steps_per_chunk={steps_per_chunk}")
             if step // steps_per_chunk > n_chunks:
                 raise ValueError(
                     f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps"
@@ -248,7 +257,8 @@ def run_chunked(
             # with a sink the history is on disk, not in the checkpoint (Orbax cannot store an empty array)
             return {"state": state} if sink is not None else {"state": state, "history": history_like}
 
-        step, restored, restored_meta = checkpointer.restore(like)
+        # on the layout the run saved it on (a template built on one device resumes a sharded run on its mesh)
+        step, restored, restored_meta = checkpointer.restore(like, saved_layout=True)
         done = step // steps_per_chunk
         state = restored["state"]
         if sink is None:
@@ -262,7 +272,7 @@ def run_chunked(
             return
         if sink is not None:
             sink.flush()  # a checkpoint never counts a record the store lacks
-        meta = metadata(step, state) if callable(metadata) else metadata
+        meta = _carried_metadata(restored_meta, metadata(step, state) if callable(metadata) else metadata)
         payload = {"state": state} if sink is not None else {"state": state, "history": _concat(chunks, obs_template)}
         checkpointer.save(step, payload, metadata=meta, force=force)
 

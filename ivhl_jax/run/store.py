@@ -44,6 +44,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -54,7 +55,8 @@ import numpy as np
 
 from ivhl_jax.core import backend
 from ivhl_jax.run.config import config_defaults, differing_keys
-from ivhl_jax.run.lock import lock_run_dir
+from ivhl_jax.run.lock import check_not_link, lock_run_dir, release_run_dir
+from ivhl_jax.train.checkpoint import key_names
 
 __all__ = [
     "RunStore",
@@ -83,15 +85,7 @@ def leaf_names(tree: Any) -> list[str]:
     attribute names, sequence indices), ``value`` for a bare array; names are unique."""
     names = []
     for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        parts = []
-        for k in path:
-            for attr in ("key", "name", "idx"):
-                if hasattr(k, attr):
-                    parts.append(str(getattr(k, attr)))
-                    break
-            else:
-                parts.append(re.sub(r"\W", "", str(k)))
-        names.append(".".join(parts) or "value")
+        names.append(".".join(key_names(path)) or "value")
     if len(set(names)) != len(names):
         raise ValueError(f"observation names are not unique: {names}")
     return names
@@ -278,19 +272,27 @@ class RunStore:
             **_jsonable(dict(attrs or {})),
         }
         self._writer = jax.process_index() == 0  # writes metadata and the (replicated) observations
+        check_not_link(self.path, "run store")  # a link would send this run's records into another run's store
+        self._locked: str | None = None
         if lock:
             lock_run_dir(os.path.dirname(self.path))  # two runs cannot write the same store
-        if self._writer:
-            if os.path.isdir(self.path) and resume:
-                self._check_existing(cfg)
-            elif os.path.exists(self.path):
-                shutil.rmtree(self.path)
-            if not os.path.isdir(self.path):
-                self._create()
-        _barrier(f"ivhl-store-open:{self.path}")
-        import zarr
+            self._locked = os.path.dirname(self.path)
+        try:
+            if self._writer:
+                if os.path.isdir(self.path) and resume:
+                    self._check_existing(cfg)
+                elif os.path.exists(self.path):
+                    shutil.rmtree(self.path)
+                if not os.path.isdir(self.path):
+                    self._create()
+            _barrier(f"ivhl-store-open:{self.path}")
+            import zarr
 
-        self._group: Any = zarr.open_group(self.path, mode="r+")
+            self._group: Any = zarr.open_group(self.path, mode="r+")
+        except BaseException:
+            if self._locked is not None:  # a store refused here holds nothing
+                release_run_dir(self._locked)
+            raise
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ivhl-store")
         self._pending: concurrent.futures.Future | None = None
         self._plan: dict[str, Any] | None = None
@@ -512,11 +514,19 @@ class RunStore:
             _barrier(f"ivhl-store-commit:{self.path}")
 
     def close(self) -> None:
-        """Flush and stop the writer thread."""
+        """Flush, stop the writer thread and release the store's hold of its folder's lock."""
         try:
             self.flush()
         finally:
-            self._pool.shutdown(wait=True)
+            self.release()
+
+    def release(self) -> None:
+        """Stop the writer thread (queued writes finish first) and release the store's hold of its folder's lock,
+        without committing the counts (:meth:`close` does both); a second call does nothing."""
+        self._pool.shutdown(wait=True)
+        locked, self._locked = self._locked, None
+        if locked is not None:
+            release_run_dir(locked)
 
     def __enter__(self) -> RunStore:
         return self
@@ -525,7 +535,7 @@ class RunStore:
         if exc[0] is None:
             self.close()
         else:
-            self._pool.shutdown(wait=True)
+            self.release()
 
     def describe(
         self,
@@ -753,7 +763,8 @@ def export_npy(path: str | os.PathLike, name: str, out: str | os.PathLike) -> np
         raise StoreError(f"run store {store} holds no array {name!r}")
     a = g[name]
     out = os.path.abspath(os.fspath(out))
-    tmp = f"{out}.tmp{os.getpid()}"
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out), suffix=".tmp")  # a fresh name: never a planted link
+    os.close(fd)
     mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=a.dtype, shape=a.shape)
     ranges = [range(0, n, c) for n, c in zip(a.shape, a.chunks)]
     for corner in np.ndindex(*(len(r) for r in ranges)):

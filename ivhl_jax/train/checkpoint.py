@@ -42,15 +42,26 @@ from typing import Any
 import jax
 import numpy as np
 
+from ivhl_jax.core.folder_lock import check_not_link, lock_run_dir, release_run_dir
 from ivhl_jax.core.validation import check_scalar
 
-__all__ = ["abstract_like", "Checkpointer", "CheckpointCorruptError"]
+__all__ = ["abstract_like", "key_names", "Checkpointer", "CheckpointCorruptError", "StepUnfitError"]
 
 CHECKSUM_FILE = "ivhl_checksums.json"
 #: key of the checksum file's ``{path relative to the step folder: size in bytes}`` of every file Orbax wrote
 FILES_KEY = "__files__"
 #: Orbax's metadata files that are JSON (a step whose copy of one does not parse is damaged)
 _JSON_FILES = ("_CHECKPOINT_METADATA", "_METADATA", "_sharding", "metadata", "process_")
+
+
+#: the item of every step that records the configuration, library version and array checksums that wrote it
+#: (committed by Orbax with the step)
+RUN_ITEM = "ivhl_run"
+
+
+class StepUnfitError(ValueError):
+    """Raised by a template function (``restore(like=f)``) for a step the run's schedule cannot reach (e.g. not a
+    multiple of its chunk): the step is skipped with a warning and the next older one tried."""
 
 
 class CheckpointCorruptError(RuntimeError):
@@ -117,15 +128,54 @@ class Checkpointer:
       save_every: ``save`` writes only when ``step % save_every == 0`` (unless ``force``).
       keep: number of newest checkpoints kept on disk (older ones are deleted).
       async_save: let Orbax write in a background thread; ``wait`` / ``close`` flush it.
+      config: the run's configuration (JSON-ready): recorded in every step with the library version, and a
+        step of another configuration is refused by :meth:`restore`, naming the keys that differ.
+      extendable: the ``config`` keys a resumed run may change (a larger step count).
+      lock: hold the lock of the folder that holds ``directory`` (the run folder ``<out>`` of ``<out>/ckpt``,
+        :func:`ivhl_jax.core.folder_lock.run_dir_lock`, the lock ``ivhl sim`` takes) until :meth:`close`, so a
+        second writer, by the API or the command line, is refused at once.
+
+    A ``directory`` that is a symbolic link is refused (its steps would be another run's).
     """
 
-    def __init__(self, directory: str | os.PathLike, *, save_every: int = 1, keep: int = 3, async_save: bool = False):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        save_every: int = 1,
+        keep: int = 3,
+        async_save: bool = False,
+        lock: bool = True,
+        config: Mapping[str, Any] | None = None,
+        extendable: tuple[str, ...] | list[str] = (),
+    ):
         check_scalar(save_every, "save_every", integer=True, minimum=1)
         check_scalar(keep, "keep", integer=True, minimum=1)
         if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
             raise TypeError(f"directory must be a folder path, got {directory!r}")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"config must be a JSON-ready mapping of the run's configuration or None, got {config!r}")
+        self.config = None if config is None else json.loads(json.dumps(dict(config)))
+        self.extendable = tuple(extendable)
         self.directory = os.path.abspath(os.fspath(directory))
         _check_folder(self.directory)
+        check_not_link(self.directory, "checkpoint folder")
+        self._locked: str | None = None
+        if lock:
+            lock_run_dir(os.path.dirname(self.directory))
+            self._locked = os.path.dirname(self.directory)
+        try:
+            self._open(save_every, keep, async_save)
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _release_lock(self) -> None:
+        locked, self._locked = self._locked, None
+        if locked is not None:
+            release_run_dir(locked)
+
+    def _open(self, save_every: int, keep: int, async_save: bool) -> None:
         ocp = _ocp()
         self.save_every = int(save_every)
         self._pending_sums: dict[int, dict[str, Any]] = {}  # async saves whose checksum file is not yet written
@@ -140,7 +190,11 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=options,
-            item_handlers={"state": ocp.StandardCheckpointHandler(), "metadata": ocp.JsonCheckpointHandler()},
+            item_handlers={
+                "state": ocp.StandardCheckpointHandler(),
+                "metadata": ocp.JsonCheckpointHandler(),
+                RUN_ITEM: ocp.JsonCheckpointHandler(),
+            },
         )
 
     def latest_step(self) -> int | None:
@@ -206,6 +260,9 @@ class Checkpointer:
         args = {"state": ocp.args.StandardSave(state)}
         if metadata is not None:
             args["metadata"] = ocp.args.JsonSave(dict(metadata))
+        # committed by Orbax with the step itself: a step is never on disk without its configuration and sums
+        run = {"config": self.config, "library": _library_version(), "sums": sums}
+        args[RUN_ITEM] = ocp.args.JsonSave(run)
         self._manager.save(step, args=ocp.args.Composite(**args), force=True)
         if sums is not None:
             self._pending_sums[step] = sums
@@ -213,7 +270,7 @@ class Checkpointer:
         return True
 
     def restore(
-        self, like: Any, step: int | None = None, *, sharding: Any = None
+        self, like: Any, step: int | None = None, *, sharding: Any = None, saved_layout: bool = False
     ) -> tuple[int, Any, dict[str, Any] | None]:
         """Restore checkpoint ``step`` (default: the newest good one) into the structure of ``like``.
 
@@ -224,6 +281,10 @@ class Checkpointer:
             raises propagate unchanged.
           sharding: a ``jax.sharding.Sharding`` for every leaf, or a matching tree of them, to
             restore onto a different mesh or device count.
+          saved_layout: a leaf the template leaves unplaced (no sharding, or one device's) comes back on the
+            sharding it was saved with, when that spans several devices these processes hold (a run resumes on
+            the mesh it ran on; :func:`ivhl_jax.run.runner.run_chunked` asks for it). A template leaf laid out
+            over several devices, and ``sharding``, always win.
 
         The restored arrays are checked against the checksums written at save and must be finite. Without
         ``step``, a checkpoint that fails to restore or verify is skipped with a one-line warning on stderr
@@ -246,9 +307,10 @@ class Checkpointer:
                     f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
                 ) from e
             target = like(step) if callable(like) else like
+            self._check_run(step)
             self._check_template(step, target)
             try:
-                return self._restore_checked(step, target, sharding)
+                return self._restore_checked(step, target, sharding, saved_layout)
             except Exception as e:
                 raise CheckpointCorruptError(
                     f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
@@ -264,10 +326,19 @@ class Checkpointer:
             except Exception as e:
                 target = e
             if target is None:
-                target = like(s) if callable(like) else like
+                try:
+                    target = like(s) if callable(like) else like
+                except StepUnfitError as e:  # a step the run's schedule cannot reach: skipped, not bad
+                    print(
+                        f"ivhl checkpoint: WARNING: skipped step {s} in {self.directory}: {e}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    continue
+                self._check_run(s)  # another configuration's step: the caller's error, raised, nothing marked
                 self._check_template(s, target)  # a wrong template is the caller's error: raised, nothing marked
                 try:
-                    restored = self._restore_checked(s, target, sharding)
+                    restored = self._restore_checked(s, target, sharding, saved_layout)
                 except Exception as e:
                     target = e
                 else:
@@ -282,6 +353,11 @@ class Checkpointer:
                     return restored
             self._bad_steps.add(s)
             failures.append(f"step {s} ({_one_line(target, self.directory)})")
+        if not failures:
+            raise ValueError(
+                f"no checkpoint in {self.directory} fits this run's schedule (each skipped above); use --no-resume "
+                "to start over"
+            )
         raise CheckpointCorruptError(
             f"no usable checkpoint in {self.directory}: "
             + "; ".join(failures)
@@ -325,38 +401,135 @@ class Checkpointer:
                     except (OSError, ValueError) as e:
                         raise ValueError(f"{path} is damaged (not readable JSON: {e})") from e
 
-    def _check_template(self, step: int, like: Any) -> None:
-        """ValueError when a leaf of ``like`` has another shape than the one saved (the caller's template is
-        wrong, the checkpoint is fine: nothing is marked bad). Read from the step's checksum file, which records
-        every saved array's shape by its key path; without one (a multi-process save) Orbax checks."""
-        path = os.path.join(self._step_dir(step), CHECKSUM_FILE)
+    def _run_record(self, step: int) -> dict[str, Any] | None:
+        """The step's record of the run that wrote it (configuration, library version, checksums); None for a
+        step written without one or whose record does not parse (Orbax's own checks then judge the step)."""
+        item = os.path.join(self._step_dir(step), RUN_ITEM)
+        names = os.listdir(item) if os.path.isdir(item) else []
+        for name in names:
+            if name.startswith(".") or name.endswith(".txt"):
+                continue
+            try:
+                with open(os.path.join(item, name), "rb") as f:
+                    doc = json.loads(f.read())
+            except (OSError, ValueError, RecursionError):
+                return None
+            return doc if isinstance(doc, dict) else None
+        return None
+
+    def _recorded_sums(self, step: int) -> dict[str, Any] | None:
+        """``{keypath: {"sha256", "dtype", "shape"}}`` recorded for the step: committed with it, else (a step
+        written before the record was committed with it) the checksum file; None where neither holds them."""
+        record = self._run_record(step)
+        if record is not None and isinstance(record.get("sums"), dict):
+            return record["sums"]
         try:
-            with open(path) as f:
+            with open(os.path.join(self._step_dir(step), CHECKSUM_FILE)) as f:
                 saved = json.load(f)
         except (OSError, ValueError):
-            return
+            return None
         if not isinstance(saved, dict):
+            return None
+        sums = {k: v for k, v in saved.items() if k != FILES_KEY and isinstance(v, dict)}
+        return sums or None
+
+    def _check_run(self, step: int) -> None:
+        """ValueError naming the keys when the step was written by another configuration than this
+        checkpointer's ``config`` (the caller's folder holds another run's step; nothing is marked bad)."""
+        record = self._run_record(step) or {}
+        old = record.get("config")
+        if self.config is None or not isinstance(old, dict):
             return
+        skip = set(self.extendable)
+        diff = sorted(k for k in set(old) & set(self.config) - skip if old[k] != self.config[k])
+        if diff:
+            raise ValueError(
+                f"checkpoint step {step} in {self.directory} was written by a different configuration (differs in "
+                f"{diff}, library {record.get('library')}); use --no-resume to start over or another --out"
+            )
+
+    def _check_template(self, step: int, like: Any) -> None:
+        """ValueError when ``like`` does not fit what the step saved: a leaf of another shape or dtype, a leaf the
+        step lacks or one it holds that the template lacks. The caller's template is wrong, the checkpoint is
+        fine: nothing is marked bad. Read from the step's recorded checksums, which name every saved array by its
+        key path with its shape and dtype; without them (a multi-process save) Orbax checks."""
+        saved = self._recorded_sums(step)
+        if saved is None:
+            return
+        fix = "restore into a template of the saved structure, shapes and dtypes (the checkpoint itself is fine)"
+        seen = set()
         for keypath, leaf in jax.tree_util.tree_flatten_with_path(like)[0]:
             key = jax.tree_util.keystr(keypath)
+            shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+            if shape is None or dtype is None:
+                continue  # a Python scalar: not recorded
+            seen.add(key)
             rec = saved.get(key)
-            shape = getattr(leaf, "shape", None)
-            if not isinstance(rec, dict) or shape is None or not isinstance(rec.get("shape"), list):
-                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("shape"), list):
+                raise ValueError(
+                    f"the template's leaf {key} is not in checkpoint step {step} in {self.directory} (it holds "
+                    f"{sorted(saved)}); {fix}"
+                )
             held = tuple(rec["shape"])
-            dtype = getattr(leaf, "dtype", None)
-            if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            key_leaf = jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+            if key_leaf:
                 held = held[: len(shape)]  # saved as key data: the key array's shape plus the key's own
             if tuple(shape) != held and not (tuple(shape) == () and held == (1,)):  # scalars are hashed as 1-d
                 raise ValueError(
                     f"the template's leaf {key} has shape {tuple(shape)} but checkpoint step {step} in "
-                    f"{self.directory} holds shape {held} there; restore into a "
-                    "template of the saved shapes (the checkpoint itself is fine)"
+                    f"{self.directory} holds shape {held} there; {fix}"
                 )
+            if not key_leaf and str(np.dtype(dtype)) != rec.get("dtype"):
+                raise ValueError(
+                    f"the template's leaf {key} has dtype {np.dtype(dtype)} but checkpoint step {step} in "
+                    f"{self.directory} holds {rec.get('dtype')} there (a restore never casts); {fix}"
+                )
+        extra = sorted(set(saved) - seen)
+        if extra:
+            raise ValueError(
+                f"checkpoint step {step} in {self.directory} holds leaves the template lacks ({extra}); {fix}"
+            )
 
-    def _restore_checked(self, step: int, like: Any, sharding: Any) -> tuple[int, Any, dict[str, Any] | None]:
+    def _on_saved_layout(self, step: int, target: Any) -> Any:
+        """``target`` with each leaf that has no sharding, or one device's, while the step saved it over several
+        devices, on the sharding it was saved with (when this process's devices hold that layout)."""
+        try:
+            saved_tree = self._manager.item_metadata(step)["state"]
+            saved_tree = getattr(saved_tree, "tree", saved_tree)
+        except Exception:  # noqa: BLE001 - no sharding record (an older step): the template's placement stands
+            return target
+        saved = {
+            key_names(p): leaf
+            for p, leaf in jax.tree_util.tree_flatten_with_path(
+                saved_tree, is_leaf=lambda x: hasattr(x, "sharding") and hasattr(x, "shape")
+            )[0]
+        }
+        devices = {d.id for d in jax.devices()}
+
+        def place(path: Any, leaf: Any) -> Any:
+            current = leaf.sharding
+            if current is not None and len(current.device_set) > 1:
+                return leaf  # the template's own layout
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                return leaf
+            meta = getattr(saved.get(key_names(path)), "sharding", None)
+            try:
+                want = meta.to_jax_sharding() if meta is not None else None
+            except Exception:  # noqa: BLE001 - a layout these devices cannot hold: the template's stands
+                return leaf
+            if want is None or len(want.device_set) < 2 or not {d.id for d in want.device_set} <= devices:
+                return leaf
+            return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=want)
+
+        return jax.tree_util.tree_map_with_path(place, target)
+
+    def _restore_checked(
+        self, step: int, like: Any, sharding: Any, saved_layout: bool = False
+    ) -> tuple[int, Any, dict[str, Any] | None]:
         ocp = _ocp()
         target = abstract_like(like, sharding)
+        if saved_layout and sharding is None:
+            target = self._on_saved_layout(step, target)
         items = self._manager.item_metadata(step)
         args = {"state": ocp.args.StandardRestore(target)}
         # The JSON item reports no metadata of its own; its presence as a key is what tells.
@@ -385,12 +558,10 @@ class Checkpointer:
         return int(step), state, (dict(out["metadata"]) if has_meta else None)
 
     def _verify(self, step: int, state: Any) -> None:
-        """Compare with the step's checksum file (if it has one) and require finite floating values."""
-        path = os.path.join(self._step_dir(step), CHECKSUM_FILE)
-        sums = None
-        if os.path.exists(path):
-            with open(path) as f:
-                sums = json.load(f)
+        """Compare with the step's recorded checksums and require finite floating values. A step with none
+        recorded (saved before its record was committed with it) is summed now, once its values are found
+        finite, so that a later change of its bytes is caught."""
+        sums = self._recorded_sums(step)
         for keypath, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
             key = jax.tree_util.keystr(keypath)
             a = _host_array(leaf)
@@ -408,6 +579,10 @@ class Checkpointer:
             parts = [a] if a is not None else [np.asarray(sh.data) for sh in leaf.addressable_shards]
             if not all(np.isfinite(p).all() for p in parts):
                 raise ValueError(f"restored leaf {key} holds non-finite values (NaN or inf)")
+        if sums is None:
+            fresh = _leaf_sums(state)
+            if fresh:
+                self._write_sums(step, fresh)
 
     def wait(self) -> None:
         """Block until any asynchronous save has been committed to disk (checksum files included)."""
@@ -415,8 +590,12 @@ class Checkpointer:
         self._flush_sums(finished=True)
 
     def close(self) -> None:
-        self.wait()
-        self._manager.close()
+        """Finish any save, close Orbax's manager and release the folder's lock."""
+        try:
+            self.wait()
+            self._manager.close()
+        finally:
+            self._release_lock()
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -495,6 +674,30 @@ def _file_sizes(folder: str) -> dict[str, int]:
             path = os.path.join(root, name)
             out[os.path.relpath(path, folder)] = os.path.getsize(path)
     return out
+
+
+def _library_version() -> str:
+    """The installed ivhl_jax version ("unknown" when it is not installed as a distribution)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("ivhl_jax")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def key_names(path: Any) -> tuple[str, ...]:
+    """A pytree key path as plain names: a dict key, an attribute name and a sequence index alike (Orbax's
+    metadata tree holds a dataclass's fields as dict keys); any other entry as its text less punctuation."""
+    names = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                names.append(str(getattr(k, attr)))
+                break
+        else:
+            names.append(re.sub(r"\W", "", str(k)))
+    return tuple(names)
 
 
 def _one_line(e: BaseException, directory: str | None = None) -> str:

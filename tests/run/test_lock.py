@@ -1,4 +1,4 @@
-"""ivhl_jax.run.lock: a run folder is locked by the run that prepares it; a second holder is refused by name."""
+"""ivhl_jax.run.lock: a run folder is locked while a run writes it; a second holder is refused by name."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from ivhl_jax.run.config import prepare_run_dir
-from ivhl_jax.run.lock import RunDirLockedError, lock_run_dir, release_run_dir
+from ivhl_jax.run.lock import RunDirLockedError, lock_run_dir, release_run_dir, run_dir_lock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,15 +29,17 @@ def test_run_dir_lock_conflicts_with_another_holder(tmp_path):
         with pytest.raises(RunDirLockedError, match=r"run.* is in use: another run holds its lock"):
             prepare_run_dir(out, _LockCfg(), resume=True)
         fcntl.flock(other, fcntl.LOCK_UN)
-    try:
+    with run_dir_lock(out):  # a run holds the lock for as long as it runs; its own holds nest inside
         assert prepare_run_dir(out, _LockCfg(), resume=True) == os.path.join(out, "ckpt")
         prepare_run_dir(out, _LockCfg(), resume=False)  # the holder itself may prepare the folder again
         with open(out / ".lock", "a") as other, pytest.raises(BlockingIOError):
             fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    finally:
-        release_run_dir(out)
     with open(out / ".lock", "a") as other:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the run ended
+        fcntl.flock(other, fcntl.LOCK_UN)
+    prepare_run_dir(out, _LockCfg(), resume=True)  # alone, it holds the lock while it prepares the folder
+    with open(out / ".lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def test_run_dir_lock_between_processes(tmp_path):

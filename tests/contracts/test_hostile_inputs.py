@@ -1,0 +1,300 @@
+"""Runs under faults and against hostile files: nothing lost, no one in.
+
+* A sharded run (``--set mesh=8`` over the 8 emulated devices) interrupted mid-chunk, or finished and given
+  more steps, resumes on its mesh and ends bit for bit where an uninterrupted run ends (store and final state).
+* A run folder is the run's alone: no file the library writes follows a symbolic link out of it; a store or
+  checkpoint folder that is a link is refused in one line; the lock is released when the run ends, and the
+  API checkpointer takes the same lock as the CLI.
+* Checkpoints know what they belong to: what the outputs report survives any number of resumes; a template of
+  another dtype or structure is the template's fault and never marks a good checkpoint bad.
+* Hostile files are refused before work, in one line naming the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import matplotlib.figure
+import numpy as np
+import pytest
+
+from ivhl_jax.run import open_run
+from ivhl_jax.run.config import option
+from ivhl_jax.run.driver import Simulation, run_main
+from ivhl_jax.run.io import save_figure, save_npy
+from ivhl_jax.run.lock import RunDirLockedError
+from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.store import RunStore
+from ivhl_jax.sims import bec
+from ivhl_jax.train.checkpoint import CHECKSUM_FILE, RUN_ITEM, CheckpointCorruptError, Checkpointer
+
+SMALL_GP = [
+    "--no-progress",
+    *("--set", "grid=16", "--set", "length=12.0", "--set", "ground_steps=100", "--set", "g=50"),
+    *("--set", "steps_per_chunk=50", "--set", "save_every=25", "--set", "checkpoint_every=100"),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _CountConfig:
+    steps: int = option(4, "steps")
+    rate: float = option(1.0, "added per step")
+
+
+def _store_files(path) -> dict[str, object]:
+    """Every file of a run store with its bytes (zarr.json parsed, less the run's environment and timing)."""
+    out: dict[str, object] = {}
+    for root, _, files in os.walk(path):
+        for f in files:
+            p = os.path.join(root, f)
+            if f == "zarr.json":
+                doc = json.load(open(p))
+                for k in ("library", "runtime"):
+                    doc.get("attributes", {}).pop(k, None)
+                out[os.path.relpath(p, path)] = doc
+            else:
+                out[os.path.relpath(p, path)] = open(p, "rb").read()
+    return out
+
+
+def _interrupt_in_chunk(monkeypatch, n: int) -> None:
+    """The chunked advance of ``ivhl sim bec`` raises KeyboardInterrupt (Ctrl-C) inside its ``n``-th chunk."""
+    original = bec.chunked
+
+    def chunked(*args, **kwargs):
+        advance = original(*args, **kwargs)
+        calls = [0]
+
+        def interrupted(state):
+            if not isinstance(state, jax.core.Tracer):  # run_chunked traces it once for its output shape
+                calls[0] += 1
+                if calls[0] == n:
+                    raise KeyboardInterrupt
+            return advance(state)
+
+        return interrupted
+
+    monkeypatch.setattr(bec, "chunked", chunked)
+
+
+@pytest.mark.slow  # five small condensate runs on the 8-device mesh: about 40 s on two cores
+def test_a_sharded_run_resumes_and_extends_bit_for_bit(tmp_path, monkeypatch):
+    mesh = [*SMALL_GP, "--set", "mesh=8"]
+    straight, extended, killed = tmp_path / "straight", tmp_path / "extended", tmp_path / "killed"
+    assert bec.main([*mesh, "--set", "steps=200", "--out", str(straight)]) == 0
+    assert bec.main([*mesh, "--set", "steps=100", "--out", str(extended)]) == 0
+    assert bec.main([*mesh, "--set", "steps=200", "--out", str(extended)]) == 0  # a finished sharded run extended
+    with monkeypatch.context() as m:
+        _interrupt_in_chunk(m, 4)  # Ctrl-C inside the fourth chunk: the steps done (150) are checkpointed
+        assert bec.main([*mesh, "--set", "steps=200", "--out", str(killed)]) == 130
+    assert sorted(int(s) for s in os.listdir(killed / "ckpt") if s.isdigit()) == [100, 150]
+    assert bec.main([*mesh, "--set", "steps=200", "--out", str(killed)]) == 0  # resumes from step 150, on the mesh
+    want = np.load(straight / "final_state.npy")
+    want_obs = json.loads((straight / "observables.json").read_text())
+    assert _store_files(killed / "run.zarr") == _store_files(straight / "run.zarr")  # every file, bit for bit
+    for folder, resumed_from in ((extended, 100), (killed, 150)):
+        assert np.array_equal(np.load(folder / "final_state.npy"), want), folder
+        run, ref = open_run(folder), open_run(straight)  # an extended store keeps its first run's chunking
+        for key in ref.observations.data_vars:
+            np.testing.assert_array_equal(run.observations[key].values, ref.observations[key].values, err_msg=key)
+        assert np.array_equal(run.fields["final_state"].values, want)
+        obs = json.loads((folder / "observables.json").read_text())
+        assert obs["resumed_from"] == resumed_from and obs["observables"] == want_obs["observables"]
+        assert obs["ground_state"] == want_obs["ground_state"] is not None
+
+
+@pytest.mark.slow  # three small condensate runs: about 15 s
+def test_the_ground_state_record_survives_every_resume(tmp_path):
+    """Each resumed or extended run writes the record it restored into its own checkpoints, so a second resume
+    still reports the ground-state search that ran before the first step."""
+    out = tmp_path / "run"
+    one = [*SMALL_GP, "--set", "checkpoint_every=50", "--out", str(out)]
+    for steps in (50, 100, 150):
+        assert bec.main([*one, "--set", f"steps={steps}"]) == 0
+        record = json.loads((out / "observables.json").read_text())["ground_state"]
+        assert record is not None and record["steps"] == 100, steps
+        saved = json.loads((out / "ckpt" / str(steps) / "metadata" / "metadata").read_text())
+        assert saved["ground_state"] == record
+
+
+# --- a run folder is the run's alone ------------------------------------------------------------------------
+
+
+class _CountSimulation(Simulation):
+    """A streaming toy run: x += 1 per step, records in <out>/run.zarr, checkpoints every 2 steps."""
+
+    prog = "ivhl sim count"
+    config_type = _CountConfig
+    description = "count"
+    extendable = ("steps",)
+    streams = True
+
+    def run(self, cfg, ctx):
+        res = run_chunked(
+            lambda x: (x + cfg.rate, x[None]),
+            jnp.zeros(2),
+            n_chunks=cfg.steps,
+            steps_per_chunk=1,
+            checkpointer=ctx.checkpointer,
+            progress=False,
+            sink=ctx.sink,
+        )
+        return {"final_state": save_npy(os.path.join(ctx.out, "final_state.npy"), res.state)}
+
+    def default_out(self, cfg, args):
+        return "runs/count"
+
+    def checkpoint_every(self, cfg):
+        return 2
+
+
+def _flock_free(folder) -> bool:
+    """Whether another holder could take the run folder's lock now (flock is per open file description)."""
+    with open(os.path.join(folder, ".lock"), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
+def test_the_lock_is_released_when_the_run_ends_and_the_api_checkpointer_takes_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    assert _flock_free(out)  # a finished run in a live process does not block the next command
+    assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 0  # extended in-process
+    assert _flock_free(out)
+    with Checkpointer(out / "ckpt") as ck:  # the API takes the lock the command line takes
+        assert ck.latest_step() == 6 and not _flock_free(out)
+        assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=8"]) == 0  # the same process nests
+    assert _flock_free(out)
+    with open(out / ".lock", "a") as other:  # another holder (flock is per open file description)
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunDirLockedError, match="is in use: another run holds its lock"):
+            Checkpointer(out / "ckpt")
+        capsys.readouterr()
+        assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=10"]) == 2
+        assert "is in use" in capsys.readouterr().err
+    for _ in range(3):  # a notebook's loop of runs keeps no lock file open
+        with RunStore(tmp_path / "loop" / "run.zarr"):
+            pass
+    assert _flock_free(tmp_path / "loop")
+
+
+def test_nothing_the_library_writes_follows_a_link_out_of_the_run_folder(tmp_path, capsys):
+    out, victim = tmp_path / "run", tmp_path / "victim"
+    out.mkdir()
+    victim.write_bytes(b"precious")
+    os.symlink(victim, out / ".lock")
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a symbolic link" in err and ".lock" in err
+    os.remove(out / ".lock")
+    for name in ("final_state.npy", "config.json", "settings.json"):
+        os.symlink(victim, out / name)
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    for name in ("final_state.npy", "config.json", "settings.json"):
+        assert not os.path.islink(out / name) and os.path.isfile(out / name), name  # the link was replaced
+    fig = matplotlib.figure.Figure()
+    fig.add_subplot().plot([0, 1])
+    os.symlink(victim, out / "density.png")
+    save_figure(fig, out / "density.png")
+    assert not os.path.islink(out / "density.png")
+    assert victim.read_bytes() == b"precious"
+
+
+@pytest.mark.parametrize("what", ["run.zarr", "ckpt"])
+def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_path, capsys, what):
+    other, out = tmp_path / "other", tmp_path / "run"
+    assert run_main(_CountSimulation(), ["--out", str(other)]) == 0
+    before = _store_files(other / what)
+    out.mkdir()
+    os.symlink(other / what, out / what)
+    capsys.readouterr()
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a symbolic link" in err and what in err
+    assert _store_files(other / what) == before  # the other run's files untouched
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        (RunStore if what == "run.zarr" else Checkpointer)(out / what)
+
+
+# --- checkpoints know what they belong to ---------------------------------------------------------------------
+
+
+def test_a_checkpoint_of_another_configuration_is_refused_naming_the_keys(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_main(_CountSimulation(), ["--out", str(a), "--set", "rate=2.0"]) == 0
+    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=2"]) == 0
+    shutil.rmtree(b / "ckpt")
+    shutil.copytree(a / "ckpt", b / "ckpt")  # same shapes, other physics
+    capsys.readouterr()
+    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "written by a different configuration (differs in ['rate']" in err
+    assert sorted(os.listdir(b / "ckpt")) == sorted(os.listdir(a / "ckpt"))  # nothing marked bad or moved
+
+
+def _two_steps(folder):
+    with Checkpointer(folder) as ck:
+        for step in (1, 2):
+            ck.save(step, {"x": jnp.full(8, step, jnp.float32)}, metadata={"step": step})
+
+
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ({"x": jnp.zeros(8, jnp.int32)}, r"has dtype int32 but .* holds float32 there \(a restore never casts\)"),
+        ({"x": jnp.zeros(8), "y": jnp.zeros(8)}, r"leaf \['y'\] is not in checkpoint step 2"),
+        ({"y": jnp.zeros(8)}, r"leaf \['y'\] is not in checkpoint step 2"),
+        ([jnp.zeros(8)], r"is not in checkpoint step 2"),
+    ],
+)
+def test_a_template_of_another_dtype_or_structure_is_its_own_fault(tmp_path, template, message):
+    d = tmp_path / "ckpt"
+    _two_steps(d)
+    with Checkpointer(d) as ck:
+        for step in (None, 2):
+            with pytest.raises(ValueError, match=message) as e:
+                ck.restore(template, step)
+            assert "checkpoint itself is fine" in str(e.value) and not isinstance(e.value, CheckpointCorruptError)
+        assert ck.latest_step() == 2
+        ck.save(2, {"x": jnp.full(8, 2.0, jnp.float32)}, force=True)  # never moves the good step aside
+        step, restored, meta = ck.restore({"x": jnp.zeros(8, jnp.float32)})
+    assert step == 2 and meta == {"step": 2} and float(restored["x"][0]) == 2.0
+    assert not os.path.exists(str(d) + ".bad")
+
+
+def test_checksums_are_committed_with_the_step_and_a_step_without_them_is_summed(tmp_path):
+    d = tmp_path / "ckpt"
+    _two_steps(d)
+    os.remove(d / "2" / CHECKSUM_FILE)  # a kill after Orbax's commit, before the checksum file
+    record = json.loads((d / "2" / RUN_ITEM / "metadata").read_text())
+    assert record["sums"]["['x']"]["shape"] == [8] and record["library"]
+    shutil.rmtree(d / "1" / RUN_ITEM)  # a step written with no record committed with it
+    os.remove(d / "1" / CHECKSUM_FILE)
+    with Checkpointer(d) as ck:
+        ck.restore({"x": jnp.zeros(8, jnp.float32)}, 1)
+    sums = json.loads((d / "1" / CHECKSUM_FILE).read_text())  # summed once found good: later damage is caught
+    assert len(sums["['x']"]["sha256"]) == 64
+
+
+def test_a_step_off_the_schedule_is_skipped_with_a_warning(tmp_path, capfd):
+    def advance(x):
+        return x + 1.0, x[None]
+
+    with Checkpointer(tmp_path / "ckpt", save_every=10) as ck:
+        run_chunked(advance, jnp.zeros(1), n_chunks=2, steps_per_chunk=10, checkpointer=ck, progress=False)
+        ck.save(25, {"state": jnp.zeros(1), "history": jnp.zeros((2, 1))}, force=True)  # a stray step
+    with Checkpointer(tmp_path / "ckpt", save_every=10) as ck:
+        res = run_chunked(advance, jnp.zeros(1), n_chunks=4, steps_per_chunk=10, checkpointer=ck, progress=False)
+    assert res.resumed_from == 20 and float(res.state[0]) == 4.0
+    err = capfd.readouterr().err
+    assert "skipped step 25" in err and "not a multiple of steps_per_chunk=10" in err
