@@ -338,6 +338,7 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
                 resume=resume,
                 extendable=sim.extendable,
                 dt=dt if isinstance(dt, float) and dt > 0 else None,
+                attrs={"title": f"{sim.prog} run", "summary": " ".join(plain_text(_description(sim)).split())},
             )
             if sim.streams
             else None
