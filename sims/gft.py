@@ -155,6 +155,8 @@ def simulate(
     state = stepper.init(initial_state(cfg))
     advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=G.observe, donate=True)
     extra = {"system": system, "observation_like": jax.eval_shape(G.observe, state, stepper.params)}
+    if sink is not None:  # lattice units (unit spacing, ħ = 1): time and every record are pure numbers
+        sink.describe(time_unit="1", units={name: "1" for name in extra["observation_like"]})
     result = run_chunked(
         advance,
         state,
@@ -212,27 +214,27 @@ def write_outputs(cfg: GFTConfig, result: RunResult, out: str, *, save_state: bo
     }
     paths = {}
     for name, data, cmap, label in (
-        ("density", np.abs(plane) ** 2, "viridis", "|φ|²"),
-        ("phase", np.angle(plane), "twilight", "arg φ"),
+        ("density", np.abs(plane) ** 2, "viridis", "|φ|² (lattice units)"),
+        ("phase", np.angle(plane), "twilight", "arg φ (rad)"),
     ):
         fig, ax = plt.subplots(figsize=(5, 4))
         if data.ndim == 1:
             ax.plot(np.arange(data.size), data)
             ax.set_ylabel(label)
-            ax.set_xlabel("lattice site")
+            ax.set_xlabel("lattice site (lattice spacings)")
         else:
             im = ax.imshow(data.T, origin="lower", cmap=cmap)
             fig.colorbar(im, ax=ax, label=label)
-            ax.set_xlabel("lattice axis 1")
-            ax.set_ylabel("lattice axis 2")
+            ax.set_xlabel("lattice axis 1 (lattice spacings)")
+            ax.set_ylabel("lattice axis 2 (lattice spacings)")
         ax.set_title(f"gft: {label} at t = {t[-1]:.3g}{_slice_label(cfg, state.ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
     keys = [k for k in hist if k.startswith("energy") or k in ("charge", "order")]
     fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
     for ax, k in zip(np.atleast_1d(axes), keys):
         ax.plot(t, hist[k])
-        ax.set_ylabel(k, fontsize=8)
-    np.atleast_1d(axes)[-1].set_xlabel("t")
+        ax.set_ylabel(f"{k} (lattice units)", fontsize=8)
+    np.atleast_1d(axes)[-1].set_xlabel("t (lattice units)")
     fig.suptitle("gft: observables")
     paths["observables_plot"] = save_figure(fig, os.path.join(out, "observables.png"))
     paths["observables"] = write_json(os.path.join(out, "observables.json"), summary)
@@ -260,8 +262,15 @@ class GFTSimulation(Simulation):
         save_state = True
         if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
             dims = tuple(f"axis{i + 1}" for i in range(cfg.rank))
+            sites = np.arange(cfg.grid, dtype=np.int32)  # the lattice site index along each group argument
             kept = write_final_state(
-                ctx.sink, ctx.out, result.state, dims, step=result.steps, units={"final_state": "1"}
+                ctx.sink,
+                ctx.out,
+                result.state,
+                dims,
+                step=result.steps,
+                coords={d: sites for d in dims},
+                units={"final_state": "1", **{d: "1" for d in dims}},
             )
             if kept is None:  # under `ivhl launch`, process 0 writes the outputs
                 return {}

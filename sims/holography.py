@@ -209,7 +209,11 @@ def simulate(
     stepper = build_stepper(cfg)
     # make_observe is cached per grid, so repeated runs in one process (resume, tests, notebooks) hash to
     # the same compiled chunk
-    advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=make_observe(tuple(cfg.grid)))
+    observe = make_observe(tuple(cfg.grid))
+    advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=observe)
+    if sink is not None:  # model units (lengths in L, time in L/c with c = 1): every record is a pure number
+        like = jax.eval_shape(lambda: observe(stepper.init(), stepper.params))
+        sink.describe(time_unit="1", units={name: "1" for name in like})
     result = run_chunked(
         advance,
         stepper.init(),
@@ -276,7 +280,7 @@ def write_outputs(
         top = float(np.max(finite)) if finite.size else 1.0
         return LogNorm(vmin=max(top * 1e-4, 1e-30), vmax=max(top, 2e-30))
 
-    fig, ax = image(inten, "intensity", "|ψ|²", norm=log_norm(inten), cmap="inferno")
+    fig, ax = image(inten, "intensity", "|ψ|² (A²/L²)", norm=log_norm(inten), cmap="inferno")
     ax.set_title(f"intensity at t = {float(st.t):.4g} L/c\n{title}")
     paths["intensity"] = save_figure(fig, os.path.join(out, "intensity.png"))
 
@@ -300,7 +304,7 @@ def write_outputs(
     ax.set_title(f"phase and plaquette vortex charges (net {int(vm.sum())})\n{title}")
     paths["phase"] = save_figure(fig, os.path.join(out, "phase.png"))
 
-    fig, ax = image(mean_i, "mean", "⟨|ψ|²⟩_t", norm=log_norm(mean_i), cmap="magma")
+    fig, ax = image(mean_i, "mean", "⟨|ψ|²⟩_t (A²/L²)", norm=log_norm(mean_i), cmap="magma")
     ax.set_title(f"time-averaged intensity over {int(st.step)} frames\n{title}")
     paths["mean_intensity"] = save_figure(fig, os.path.join(out, "mean_intensity.png"))
 

@@ -363,6 +363,7 @@ def _run_in_folder(sim: Simulation, cfg: Any, args: argparse.Namespace, out: str
                 resume=resume,
                 extendable=sim.extendable,
                 dt=dt if isinstance(dt, float) and dt > 0 else None,
+                attrs={"title": f"{sim.prog} run", "summary": " ".join(plain_text(_description(sim)).split())},
             )
             if sim.streams
             else None

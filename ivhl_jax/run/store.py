@@ -13,7 +13,12 @@ into ``<out>/run.zarr``:
   of the shards it holds (a chunk is one shard, so no two processes touch one file) and nothing is gathered;
 * **attributes** of the root group — ``config`` (the run's configuration), ``settings`` (x64, XLA flags and
   what the caller adds), ``seeds``, ``library`` (version and git commit), ``runtime`` (devices, processes,
-  versions), and the committed counts ``records`` and ``snapshots``.
+  versions), and the committed counts ``records`` and ``snapshots``; and the CF and ACDD global attributes
+  ``Conventions`` (``"CF-1.10, ACDD-1.3"``), ``title``, ``summary``, ``source`` and ``date_created`` (ISO 8601,
+  UTC, when the store was created).
+
+Units are UDUNITS strings (``"1"`` for a dimensionless quantity or a count, ``"m^2"``, ``"s"``); the ``step``
+coordinates count steps (``"1"``).
 
 ``xarray.open_zarr(path)`` gives all of it as one Dataset (consolidated metadata, named dimensions);
 :func:`open_run` returns the observations and snapshots as Datasets cut to the committed records, plus the
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import datetime
 import importlib.metadata
 import json
 import math
@@ -210,7 +216,7 @@ class RunStore:
       snapshots: the field snapshots to write (:class:`Snapshots`), or None.
       seeds: ``{name: seed}`` recorded as the ``seeds`` attribute (default: the config keys holding ``seed``).
       settings: extra settings in force, merged into the ``settings`` attribute.
-      attrs: further JSON-ready root attributes.
+      attrs: further JSON-ready root attributes (``title`` and ``summary`` replace the defaults).
       lock: lock the folder that holds the store (:func:`ivhl_jax.run.lock.lock_run_dir`); a sub-store
         (:meth:`child`) is covered by its parent's lock.
       defaults: the configuration's default values (default: those of ``config``'s fields when it is a
@@ -262,12 +268,19 @@ class RunStore:
         )
         if seeds is None:
             seeds = {k: v for k, v in cfg.items() if "seed" in k} if isinstance(cfg, dict) else {}
+        self.dims: dict[str, tuple[str, ...]] = {}
+        self.coords: dict[str, np.ndarray] = {}
+        library = library_info()
         self._attrs = {
             "ivhl_format": FORMAT,
+            "Conventions": "CF-1.10, ACDD-1.3",
+            "title": "ivhl_jax run store",
+            "summary": "The records of one ivhl_jax run: observations over time, snapshots and final fields.",
+            "source": f"ivhl_jax {library['version']}",
             "config": cfg,
             "settings": {**_settings(), **_jsonable(settings or {})},
             "seeds": _jsonable(dict(seeds)),
-            "library": library_info(),
+            "library": library,
             "runtime": _runtime(),
             **_jsonable(dict(attrs or {})),
         }
@@ -305,7 +318,9 @@ class RunStore:
         import zarr
 
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        zarr.open_group(self.path, mode="w", attributes={**self._attrs, "records": 0, "snapshots": 0})
+        created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        attrs = {**self._attrs, "date_created": created, "records": 0, "snapshots": 0}
+        zarr.open_group(self.path, mode="w", attributes=attrs)
 
     def _check_existing(self, cfg: Any) -> None:
         attrs = _read_attrs(self.path)
@@ -370,16 +385,22 @@ class RunStore:
             g = self._group
             record_steps = (np.arange(n_records) + 1) * (steps_per_chunk // per_chunk) if per_chunk else np.zeros(0)
             self._coord(g, "time", "time", self._times(record_steps), self.time_unit)
-            self._coord(g, "step", "time", record_steps.astype(np.int64), "steps")
+            self._coord(g, "step", "time", record_steps.astype(np.int64), "1")
+            for dim, values in self.coords.items():
+                if dim not in g:
+                    self._coord(g, dim, dim, values, self.units.get(dim, ""))
             for name, leaf in zip(names, leaves, strict=True):
                 shape = (n_records, *leaf.shape[1:])
                 chunks = (per_chunk, *leaf.shape[1:])
-                dims = ("time", *(f"{name}_dim{i}" for i in range(1, len(shape))))
+                named = self.dims.get(name, tuple(f"{name}_dim{i}" for i in range(1, len(shape))))
+                if len(named) != len(shape) - 1:
+                    raise ValueError(f"observation {name!r} has {len(shape) - 1} axes after time, dims name {named}")
+                dims = ("time", *named)
                 self._array(g, name, shape, chunks, np.dtype(leaf.dtype), dims, self.units.get(name, ""), "step")
             if self.snapshots is not None:
                 snap_steps = (np.arange(n_snap) + 1) * every
                 self._coord(g, "snapshot_time", "snapshot_time", self._times(snap_steps), self.time_unit)
-                self._coord(g, "snapshot_step", "snapshot_time", snap_steps.astype(np.int64), "steps")
+                self._coord(g, "snapshot_step", "snapshot_time", snap_steps.astype(np.int64), "1")
                 for dim in self.snapshots.dims:
                     if dim in self.snapshots.coords:
                         c = np.asarray(self.snapshots.coords[dim])
@@ -545,10 +566,14 @@ class RunStore:
         units: Mapping[str, str] | None = None,
         snapshots: Snapshots | None = None,
         rename: Mapping[str, str] | None = None,
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, Any] | None = None,
     ) -> RunStore:
         """Set what a simulation knows of its records before the run starts (:meth:`begin`): the time per step,
         its unit, the observations' units, the snapshots, new names for observations (``{"value": "energy"}``
-        for a bare scalar). Returns the store."""
+        for a bare scalar), the names of an observation's axes after ``time`` (``{"lengths": ("chain",
+        "slice")}``; observations that share an axis share its name; default ``<name>_dim<i>``) and the 1-D
+        coordinate values of such axes (``{"chain": np.arange(8)}``, units from ``units``). Returns the store."""
         if self._plan is not None:
             raise RuntimeError("describe the store before the run starts")
         if dt is not None:
@@ -562,6 +587,18 @@ class RunStore:
             self.units.update(units)
         if rename is not None:
             self.rename.update(rename)
+        if dims is not None:
+            for name, names in dims.items():
+                names = tuple(names)
+                if not all(isinstance(d, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", d) for d in names):
+                    raise ValueError(f"dims of {name!r} must be names (letters, digits, _), got {names!r}")
+                self.dims[name] = names
+        if coords is not None:
+            for dim, values in coords.items():
+                values = np.asarray(values)
+                if values.ndim != 1:
+                    raise ValueError(f"coordinate {dim!r} must be 1-D values, got shape {values.shape}")
+                self.coords[dim] = values
         if snapshots is not None:
             if not isinstance(snapshots, Snapshots):
                 raise TypeError(f"snapshots must be an ivhl_jax.run.store.Snapshots, got {snapshots!r}")
@@ -652,6 +689,7 @@ class RunStore:
             seeds=self._attrs["seeds"],
             lock=False,
             defaults=self._defaults,
+            attrs={k: self._attrs[k] for k in ("title", "summary")},
         )
         return sub
 

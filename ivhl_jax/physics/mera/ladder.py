@@ -207,9 +207,10 @@ class StuckCheck:
         bound = self.min_error if at == self.after else self.recheck_error
         if now <= bound or progress >= self.min_progress:
             return None
+        moved = f"fell by only {100 * progress:.0f} %" if progress >= 0 else f"rose by {-100 * progress:.0f} %"
         return (
-            f"energy error {now:.2e} > {bound:.1e} after {at} steps and it fell by only "
-            f"{100 * progress:.0f} % (< {100 * self.min_progress:.0f} %) over the last {self.window}"
+            f"energy error {now:.2e} > {bound:.1e} after {at} steps and it {moved} "
+            f"(needs to fall by {100 * self.min_progress:.0f} %) over the last {self.window}"
         )
 
 
