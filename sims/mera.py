@@ -369,19 +369,19 @@ def simulate(
             )
         assert mera is not None
         mera = M.cast(mera, np.float64)
-        # the CFT's low-lying scaling dimensions, from the library's one table of them
-        exact = sorted(d for d, _, _ in scaling.CFT_OPERATORS.get(cfg.model if model.cft else "", []))
+        # the CFT's low-lying scaling dimensions, from the model's CFT record
+        exact = sorted(op.delta for op in model.cft.operators) if model.cft else []
         dims = M.scaling_dimensions(mera, num=10)
         two, parity = scaling.two_site_scaling_dimensions(mera, num=12)
         if model.cft:
-            table = [{**rec, "reflection_parity": int(p)} for rec, p in zip(scaling.identify(two, cfg.model), parity)]
+            table = [{**rec, "reflection_parity": int(p)} for rec, p in zip(scaling.identify(two, model.cft), parity)]
         else:
             table = [{"delta": float(d), "reflection_parity": int(p)} for d, p in zip(two, parity)]
         # OPE coefficients (tabulated CFTs) and the central charge (a velocity is known for the library's chains)
         ope: dict[str, Any] = {}
-        if model.cft and cfg.model in conformal.CFT_OPE:
+        if model.cft and model.cft.ope:
             try:
-                ope = conformal.ope_coefficients(mera, cfg.model)
+                ope = conformal.ope_coefficients(mera, model.cft)
             except ValueError as err:  # a MERA too rough for its operators to match: said, not guessed
                 ope = {"error": str(err)}
         central = conformal.central_charge(mera, model) if model.cft else None
@@ -402,9 +402,9 @@ def simulate(
         "host_cores": host_cores,
     }
     if cfg.model == "ising" and model.cft:
-        delta = {label: d for d, label, _ in scaling.CFT_OPERATORS["ising"]}
-        summary["delta_sigma_rel_error"] = abs(dims[1] - delta["σ"]) / delta["σ"]
-        summary["delta_epsilon_rel_error"] = abs(dims[2] - delta["ε"])
+        sigma, epsilon = model.cft.primary("σ")[0], model.cft.primary("ε")[0]
+        summary["delta_sigma_rel_error"] = abs(dims[1] - sigma) / sigma
+        summary["delta_epsilon_rel_error"] = abs(dims[2] - epsilon)
     return summary
 
 

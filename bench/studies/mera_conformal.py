@@ -40,7 +40,7 @@ def measure(mera: Any, model: Any, name: str) -> dict[str, Any]:
         "one_site_dims": M.scaling_dimensions(mera, 6).tolist(),
         "two_site": [{k: r[k] for k in ("delta", "label", "exact")} for r in two],
     }
-    if name in conformal.CFT_OPE:
+    if M.CFTS[name].ope:
         rec["ope"] = conformal.ope_coefficients(mera, name, channels=ch)
     rec["central_charge"] = conformal.central_charge(mera, model)
     rec["seconds_to_measure"] = round(time.perf_counter() - t0, 1)

@@ -86,7 +86,7 @@ def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dic
     t0 = time.perf_counter()
     h = MS.symmetric_terms(model, cfg.symmetry)
     rec: dict[str, Any] = {
-        "energy_error": float(MS.energy_per_site(m, h)) - float(model.e0),
+        "energy_error": float(M.energy_per_site(m, h)) - float(model.e0),
         "conformal_table": [
             {k: r[k] for k in ("delta", "charge", "label", "exact")} for r in M.conformal_table(m, name, 10)
         ],
@@ -103,7 +103,7 @@ def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dic
             return {"error": str(exc)[:300]}
 
     if name == "ising":
-        ope = attempt(lambda: MS.ope_coefficients(m, model, name))
+        ope = attempt(lambda: M.ope_coefficients(m, name))
         rec["ope"] = (
             ope
             if "error" in ope

@@ -22,9 +22,13 @@ Submodules, by job: :mod:`~ivhl_jax.physics.mera.config` (settings, state, cold 
 (ascending/descending superoperators, layer maps), :mod:`~ivhl_jax.physics.mera.sweep` (the sweep and its
 stepper), :mod:`~ivhl_jax.physics.mera.ladder` (growth, stuck starts), :mod:`~ivhl_jax.physics.mera.scaling`
 (scaling superoperators and dimensions), :mod:`~ivhl_jax.physics.mera.conformal` (OPE coefficients, central
-charge).
+charge), :mod:`~ivhl_jax.physics.mera.cft` (the CFT record of each critical chain),
+:mod:`~ivhl_jax.physics.mera.symmetric` (what only a symmetric MERA has: sectors, charge-sorted terms, growth by
+spectra). Every function takes a dense MERA or the block-sparse symmetric one that a config with a
+``symmetry`` gives (one implementation, on the tensor operations of :mod:`ivhl_jax.physics.tensorops`).
 """
 
+from ivhl_jax.physics.mera.cft import CFT, CFTS
 from ivhl_jax.physics.mera.config import MERA, MERAConfig, cast, init_tensors, isometry_errors, precision_dtype
 from ivhl_jax.physics.mera.conformal import central_charge, ope_coefficients
 from ivhl_jax.physics.mera.ladder import StuckCheck, cold_start, grow
@@ -38,10 +42,10 @@ from ivhl_jax.physics.mera.models import (
     two_site,
     xx,
 )
-from ivhl_jax.physics.mera.scaling import scaling_dimensions
+from ivhl_jax.physics.mera.scaling import charged_scaling_dimensions, conformal_table, scaling_dimensions
 from ivhl_jax.physics.mera.superoperators import ascend, descend
 from ivhl_jax.physics.mera.sweep import EvenblyVidalParams, MERAState, energy_per_site, evenbly_vidal, observe
-from ivhl_jax.physics.mera.symmetric import Symmetry, charged_scaling_dimensions, conformal_table, to_dense
+from ivhl_jax.physics.mera.symmetric import Symmetry, to_dense
 
 __all__ = [
     "evenbly_vidal",
@@ -75,4 +79,6 @@ __all__ = [
     "to_dense",
     "charged_scaling_dimensions",
     "conformal_table",
+    "CFT",
+    "CFTS",
 ]

@@ -366,11 +366,12 @@ def check_mera(mera: Any) -> MERA:
 
 
 def isometry_errors(mera: MERA) -> dict[str, float]:
-    """max |x†x − I| over all u, w, v (as maps from their upper legs to their lower legs)."""
+    """max |x†x − I| over all u, w, v (as maps from their upper legs to their lower legs; a symmetric MERA's
+    block tensors as their dense embeddings)."""
     check_mera(mera)
 
-    def err(x: jax.Array, k: int) -> float:
-        mat = np.asarray(x).reshape(-1, math.prod(x.shape[-k:]))
+    def err(x: Any, k: int) -> float:
+        mat = np.asarray(x.to_dense() if hasattr(x, "to_dense") else x).reshape(-1, math.prod(x.shape[-k:]))
         return float(np.max(np.abs(mat.T.conj() @ mat - np.eye(mat.shape[1]))))
 
     return {
@@ -431,11 +432,7 @@ def cast(mera: MERA, dtype: Any) -> MERA:
         ok = False
     if not ok:
         raise TypeError(f"dtype must be a floating or complex dtype such as jnp.float64, got {dtype!r}")
-    c = lambda x: jnp.asarray(x, dtype)
-    return mera.replace(
-        u=tuple(map(c, mera.u)),
-        w=tuple(map(c, mera.w)),
-        v=tuple(map(c, mera.v)),
-        rho_ab=c(mera.rho_ab),
-        rho_ba=c(mera.rho_ba),
+    # every floating leaf (the dense tensors, or a symmetric MERA's blocks); the sweep counter stays an int
+    return jax.tree_util.tree_map(
+        lambda x: jnp.asarray(x, dtype) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact) else x, mera
     )

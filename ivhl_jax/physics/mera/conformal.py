@@ -45,26 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.physics import symmetric as S
+from ivhl_jax.physics import tensorops as T
+from ivhl_jax.physics.mera import cft as cft_records
+from ivhl_jax.physics.mera import symmetric as MS
 from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
 from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
-from ivhl_jax.physics.mera.scaling import CFT_OPERATORS, scaling_superoperator, two_site_map
+from ivhl_jax.physics.mera.scaling import scaling_superoperator, two_site_map
 from ivhl_jax.physics.mera.superoperators import ascend
-
-#: OPE coefficients of the primaries, |C| in the CFT's own normalisation, and m (see the module docstring).
-#: Ising: C_σσε = 1/2 (Belavin, Polyakov & Zamolodchikov 1984). 3-state Potts: C_σσ†ε = 0.5462 and C_σσσ = 1.0923
-#: (McCabe & Wydro 2002, the values Pfeifer, Evenbly & Vidal compare with).
-CFT_OPE: dict[str, dict[tuple[str, str, str], tuple[float, int]]] = {
-    "ising": {("σ", "σ", "ε"): (0.5, 1)},
-    "potts": {("σ", "σ", "ε"): (0.5462, 2), ("σ", "σ", "σ"): (1.0923, 2)},
-}
-
-
-def _primary_spec(cft: str, label: str) -> tuple[float, int]:
-    """(Δ, multiplicity) of the primary ``label`` of ``cft`` from :data:`~ivhl_jax.physics.mera.scaling.CFT_OPERATORS`:
-    the multiplicity counts the primaries of the same Δ (Potts σ, σ†: a real doublet)."""
-    table = CFT_OPERATORS[cft]
-    delta = next(d for d, name, _ in table if name == label)
-    return delta, sum(1 for d, name, prim in table if name == prim and d == delta)
 
 
 def _x64(what: str = "the MERA's conformal data") -> None:
@@ -75,7 +63,8 @@ def _si_layer(mera: MERA) -> tuple[jax.Array, jax.Array, jax.Array]:
     u, w, v = check_mera(mera).layer(mera.num_layers - 1)
     if w.shape[0] != w.shape[-1]:
         raise ValueError(f"the top layer must be scale invariant (chi_in = chi_out); got w of shape {w.shape}")
-    return tuple(jnp.asarray(x, jnp.float64) for x in (u, w, v))  # type: ignore[return-value]
+    # a symmetric MERA's block tensors as their dense embeddings: the conformal data do not depend on the basis
+    return tuple(jnp.asarray(T.dense(x), jnp.float64) for x in (u, w, v))  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------------------------------ scaling operators
@@ -338,40 +327,66 @@ def ope(
 
 
 def ope_coefficients(
-    mera: MERA, cft: str, *, num_channels: int = 16, channels: TwoSiteChannels | None = None
+    mera: MERA, cft: Any, *, num_channels: int = 16, channels: TwoSiteChannels | None = None
 ) -> dict[str, dict[str, Any]]:
-    """OPE coefficients |C_αβγ| of the primaries of ``cft`` ("ising": σσε; "potts": σσε and σσσ) measured on the
-    MERA's scale-invariant layer (:func:`ope`), each with the exact value and the scaling dimensions of the
-    operators used. Call inside ``jax.enable_x64(True)``; ``channels`` reuses a :func:`two_site_channels`
-    decomposition."""
+    """OPE coefficients |C_αβγ| of the primaries of ``cft`` ("ising": σσε; "potts": σσε and σσσ; the records of
+    :data:`~ivhl_jax.physics.mera.cft.CFTS`) measured on the MERA's scale-invariant layer (:func:`ope`), each with
+    the exact value and the scaling dimensions of the operators used. Call inside ``jax.enable_x64(True)``;
+    ``channels`` reuses a :func:`two_site_channels` decomposition.
+
+    On a symmetric MERA each entry also says whether the symmetry allows it (``allowed``): a coefficient whose
+    charges do not add up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``measured`` 0.0 without
+    a measurement."""
     _x64()
-    if cft not in CFT_OPE:
-        raise ValueError(
-            f"cft must be one of {sorted(CFT_OPE)} (the CFTs whose OPE coefficients are tabulated), got {cft!r}"
-        )
+    rec = cft_records.get(cft, need="ope")
     check_scalar(num_channels, "num_channels", integer=True, minimum=2)
-    ch = channels if channels is not None else two_site_channels(mera, num_channels)
+    group = check_mera(mera).w[-1].group if MS.is_symmetric(mera) else None
+    if group is not None and group != S.group_from_name(rec.symmetry):
+        raise ValueError(
+            f"cft={rec.name!r} labels its operators by {rec.symmetry} charges, but the MERA's tensors are "
+            f"{group.name}-symmetric"
+        )
+    ch: TwoSiteChannels | None = channels
     out: dict[str, dict[str, Any]] = {}
-    for (a, b, c), (exact, m) in CFT_OPE[cft].items():
-        norm, used = ope(mera, *(_primary_spec(cft, x) for x in (a, b, c)), channels=ch, names=(a, b, c))
+    for (a, b, c), exact, m in rec.ope:
+        name = f"C_{a}{b}{c}"
+        if group is not None:
+            qa, qb, qc = (rec.charges(x)[0] for x in (a, b, c))
+            if group.reduce(qa + qb - qc) != 0:
+                out[name] = {"measured": 0.0, "exact": exact, "allowed": False}
+                continue
+        ch = ch if ch is not None else two_site_channels(mera, num_channels)
+        norm, used = ope(mera, *(rec.primary(x) for x in (a, b, c)), channels=ch, names=(a, b, c))
         value = norm / math.sqrt(m)
-        out[f"C_{a}{b}{c}"] = {"measured": value, "exact": exact, "error": value - exact, "dims": used}
+        out[name] = {"measured": value, "exact": exact, "error": value - exact, "dims": used}
+        if group is not None:
+            out[name]["allowed"] = True
     return out
 
 
 # ------------------------------------------------------------------------------------- central charge
 
 
-def level_hamiltonian(mera: MERA, model: Model, level: int) -> tuple[jax.Array, jax.Array]:
+def level_hamiltonian(
+    mera: MERA, model: Model, level: int, symmetry: MS.Symmetry | None = None
+) -> tuple[Any, Any]:
     """h^{(ℓ)} = (h_AB, h_BA) of level ``level``: the model's blocked terms ascended through ``level`` layers (the
-    transitional layers, then the scale-invariant one repeated)."""
+    transitional layers, then the scale-invariant one repeated). A symmetric MERA's are block tensors
+    (:func:`~ivhl_jax.physics.mera.symmetric.symmetric_terms`; ``symmetry``: the MERA's, needed for the spin charges
+    of a model that is not one of the library's)."""
     check_mera(mera)
     check_scalar(level, "level", integer=True, nonnegative=True)
-    h = blocked_terms(check_model(model), jnp.float64)
+    model = check_model(model)
+    h: tuple[Any, Any]
+    if MS.is_symmetric(mera):
+        sym = symmetry if symmetry is not None else MS.Symmetry(mera.w[0].group)
+        h = MS.symmetric_terms(model, sym, "f64")
+    else:
+        h = blocked_terms(model, jnp.float64)
     top = mera.num_layers - 1
     for z in range(int(level)):
-        u, w, v = (jnp.asarray(x, jnp.float64) for x in mera.layer(min(z, top)))
-        h = ascend(h, (u, w, v))
+        layer = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), mera.layer(min(z, top)))
+        h = ascend(h, layer)
     return h
 
 
@@ -383,7 +398,7 @@ def ring_energies(h: tuple[Any, Any], sites: int = 4, k: int = 1) -> np.ndarray:
         raise ValueError(f"sites must be even (B A pairs), got {sites}")
     if not (isinstance(h, (tuple, list)) and len(h) == 2):
         raise TypeError("h must be the pair (h_AB, h_BA) of two-site terms, each (chi, chi, chi, chi)")
-    h_ab, h_ba = (np.asarray(x, np.float64) for x in h)
+    h_ab, h_ba = (np.asarray(T.dense(x), np.float64) for x in h)
     if h_ab.ndim != 4 or len(set(h_ab.shape)) != 1 or h_ab.shape != h_ba.shape:
         raise ValueError(f"h must be two terms of one shape (chi, chi, chi, chi); got {h_ab.shape} and {h_ba.shape}")
     chi = h_ab.shape[0]
@@ -419,7 +434,13 @@ def central_charge_from_energies(e_small: float, e_large: float, spins: int, vel
 
 
 def central_charge(
-    mera: MERA, model: Model, *, velocity: float | None = None, levels: tuple[int, ...] | None = None, sites: int = 4
+    mera: MERA,
+    model: Model,
+    *,
+    velocity: float | None = None,
+    levels: tuple[int, ...] | None = None,
+    sites: int = 4,
+    symmetry: MS.Symmetry | None = None,
 ) -> dict[str, Any]:
     """Central charge from the MERA's coarse-grained Hamiltonian on rings of ``sites`` sites at consecutive levels
     (see the module docstring). ``velocity``: of the chain's excitations (default: the exact value of the
@@ -427,11 +448,12 @@ def central_charge(
     rings are diagonalised (default: four, from the top of the transitional layers). Returns the estimate of each
     consecutive pair, ``c`` from the first pair (the smallest rings: the MERA's energy error grows with the ring
     while the Casimir term shrinks, so larger rings are not better at finite χ; the other pairs show how far the
-    estimate moves) and the ring energies."""
+    estimate moves) and the ring energies. ``symmetry``: a symmetric MERA's, for the spin charges of a model that
+    is not one of the library's (:func:`level_hamiltonian`)."""
     _x64()
     model = check_model(model)
     if velocity is None:
-        velocity = dict(model.cft).get("velocity")
+        velocity = model.cft.velocity if model.cft is not None else None
         if velocity is None:
             raise ValueError(
                 f"velocity is needed for {model.name!r} (the library knows it only for the critical "
@@ -444,7 +466,7 @@ def central_charge(
         raise ValueError(f"levels must be at least two consecutive levels, got {levels}")
     energies, spins = [], []
     for lev in levels:
-        energies.append(float(ring_energies(level_hamiltonian(mera, model, lev), sites, 1)[0]))
+        energies.append(float(ring_energies(level_hamiltonian(mera, model, lev, symmetry), sites, 1)[0]))
         spins.append(sites * 2 ** (lev + 1))
     pairs = [
         {
@@ -453,7 +475,7 @@ def central_charge(
         }
         for i in range(len(levels) - 1)
     ]
-    exact = dict(model.cft).get("c")
+    exact = model.cft.c if model.cft is not None else None
     return {
         "c": pairs[0]["c"],
         "exact": exact,

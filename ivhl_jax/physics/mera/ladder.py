@@ -15,7 +15,9 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.numerics.rollout import Stepper, chunked
+from ivhl_jax.physics.mera import symmetric as MS
 from ivhl_jax.physics.mera.config import MERA, check_mera, layer_shapes, polar_factor
+from ivhl_jax.physics.mera.models import Model
 from ivhl_jax.physics.mera.scaling import scaling_dimensions
 from ivhl_jax.physics.mera.superoperators import mirror_wv, reflect_u
 from ivhl_jax.physics.mera.sweep import MERAState, observe
@@ -45,14 +47,21 @@ def grow(
     mix: float = 1e-3,
     layers: int | None = None,
     refsym: bool = False,
+    model: Model | None = None,
 ) -> MERA:
     """Enlarge the bond dimensions (``chi``/``chi_mid`` as in :class:`MERAConfig`: an int, capped per layer at what
     it can carry, or one per layer) keeping the old tensors as a block: the energy is unchanged up to the small
     ``mix`` of the identity added to the top density matrix so that the new directions get weight.
     ``layers`` > current transitional layers inserts copies of the SI layer below it (as mainVarMERA).
     ``refsym``: keep reflection symmetry (v = mirror(w); u's new columns symmetrised, u ← polar(½(u + R u)), which
-    leaves a symmetric old block unchanged), so the first sweep's one-mirror-diagram contractions are exact."""
+    leaves a symmetric old block unchanged), so the first sweep's one-mirror-diagram contractions are exact.
+
+    A symmetric MERA grows block by block, each bond's new states given to the charges by the reduced density
+    matrices' spectra (:func:`~ivhl_jax.physics.mera.symmetric.grow_spectral`; ``model``: the chain, whose charge
+    conjugation, if it has one, keeps ±q sectors equal); its stepper continues with ``init(mera=...)``."""
     check_mera(mera)
+    if MS.is_symmetric(mera):
+        return MS.grow_spectral(mera, key, chi, chi_mid, mix, layers, refsym, model)
     old_chi, old_mid = mera.chi, max(mera.chi_mids)
     if not isinstance(chi, (tuple, list)):
         check_scalar(chi, "chi", integer=True)

@@ -18,6 +18,7 @@ import numpy as np
 from flax import struct
 
 from ivhl_jax.core.validation import check_scalar, is_concrete
+from ivhl_jax.physics.mera.cft import CFT, CFTS
 
 E0_CRITICAL_ISING = -4.0 / math.pi
 E0_XX = -1.0 / math.pi
@@ -27,8 +28,9 @@ E0_CRITICAL_POTTS = -(4.0 / 3.0 + 2.0 * math.sqrt(3.0) / math.pi)
 class Model(struct.PyTreeNode):
     """A chain H = Σ_i h(i, i+1): the two-site term ``term[a', b', a, b] = <a' b'| h |a b>`` (d, d, d, d), real
     and Hermitian (traced), with a name and, where known, the exact ground-state energy per site ``e0`` and the
-    central charge and the velocity of its excitations at its critical point (``cft``, static; the CFT's scaling
-    dimensions are :data:`~ivhl_jax.physics.mera.scaling.CFT_OPERATORS`).
+    conformal field theory of its critical point (``cft``, static: the :class:`~ivhl_jax.physics.mera.cft.CFT`
+    record with the central charge, the velocity of the chain's excitations, the scaling operators and the OPE
+    coefficients; None off criticality).
 
     ``parity``: a Z₂ symmetry of the chain, a real symmetric involution P (P² = 1, (d, d) as nested tuples) on one
     spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.mera.evenbly_vidal` is made
@@ -38,7 +40,7 @@ class Model(struct.PyTreeNode):
     term: Any  # float64 NumPy when built from concrete values, an array in a trace
     name: str = struct.field(pytree_node=False, default="custom")
     e0: float | None = struct.field(pytree_node=False, default=None)
-    cft: tuple = struct.field(pytree_node=False, default=())
+    cft: CFT | None = struct.field(pytree_node=False, default=None)
     parity: tuple | None = struct.field(pytree_node=False, default=None)
 
     @property
@@ -131,16 +133,6 @@ def _tfi_e0(g: float) -> float:
     return tfi_energy_density(g)
 
 
-# The chain's data at its critical point: the central charge and "velocity", of the chain's excitations, the unit
-# of its finite-size spectrum (exact: free fermions for Ising, ε_k = 4|sin(k/2)|, and XX, ε_k = −cos k; for the
-# Potts chain at f = 1, 3√3/2). The CFT's scaling dimensions have one table,
-# :data:`ivhl_jax.physics.mera.scaling.CFT_OPERATORS`, and its OPE coefficients one,
-# :data:`ivhl_jax.physics.mera.conformal.CFT_OPE`.
-ISING_CFT = (("c", 0.5), ("velocity", 2.0))
-POTTS_CFT = (("c", 0.8), ("velocity", 1.5 * math.sqrt(3.0)))
-XX_CFT = (("c", 1.0), ("velocity", 1.0))
-
-
 def ising(g: float = 1.0) -> Model:
     """Transverse-field Ising chain H = −Σ X_i X_{i+1} − g Σ Z_i (term −XX − g(Z⊗1 + 1⊗Z)/2); critical g = 1,
     e₀(g) from the free-fermion solution (−4/π at g = 1)."""
@@ -151,7 +143,7 @@ def ising(g: float = 1.0) -> Model:
         term=term.reshape(2, 2, 2, 2),
         name=f"ising(g={g:g})",
         e0=E0_CRITICAL_ISING if g == 1.0 else _tfi_e0(g),
-        cft=ISING_CFT if g == 1.0 else (),
+        cft=CFTS["ising"] if g == 1.0 else None,
         parity=_SPIN_FLIP,
     )
 
@@ -163,7 +155,7 @@ def xx() -> Model:
     term = -0.25 * (np.kron(_X, _X) + y_y)
     # no parity start: with Z2 charges fixed on every bond (⌈2χ/3⌉ even) its U(1) sectors converge worse than from
     # the unsymmetric start (test_other_chains_converge_to_their_exact_energy)
-    return Model(term=term.reshape(2, 2, 2, 2), name="xx", e0=E0_XX, cft=XX_CFT)
+    return Model(term=term.reshape(2, 2, 2, 2), name="xx", e0=E0_XX, cft=CFTS["xx"])
 
 
 def potts(f: float = 1.0) -> Model:
@@ -183,7 +175,7 @@ def potts(f: float = 1.0) -> Model:
         term=term.reshape(3, 3, 3, 3),
         name=f"potts(f={f:g})",
         e0=E0_CRITICAL_POTTS if f == 1.0 else None,
-        cft=POTTS_CFT if f == 1.0 else (),
+        cft=CFTS["potts"] if f == 1.0 else None,
     )
 
 

@@ -1,4 +1,5 @@
-"""Scaling superoperators of the scale-invariant layer and the scaling dimensions they give."""
+"""Scaling superoperators of the scale-invariant layer and the scaling dimensions they give (of a dense or a
+symmetric MERA; a symmetric MERA's carry the charge of each scaling operator)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.physics import symmetric as S
+from ivhl_jax.physics import tensorops as T
+from ivhl_jax.physics.mera import cft as cft_records
+from ivhl_jax.physics.mera.cft import Operator
 from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
 from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
-from ivhl_jax.physics.tn import contract
+from ivhl_jax.physics.tensorops import contract
 
 
-def scaling_superoperator(w: jax.Array, v: jax.Array | None = None) -> jax.Array:
+def scaling_superoperator(w: Any, v: Any = None) -> jax.Array:
     """One-site scaling superoperator, a matrix acting on vec(o) with o[a', a].
 
     ``w`` only: S_w(o) = w†(o ⊗ 1)w, the map of an operator on a w's fine leg (f0) to the B' site above it,
     (χ_out², χ_in²). With ``v``: the two-layer map S = S_v ∘ S_w, where S_v(o) = v†(1 ⊗ o)v. The site at f0
     goes up through w to a B' site, which in the next layer's cell (v, w, v, w) can be a v's fine leg (f3),
     which goes up through v to an A' site at an f0 position again: a one-site causal cone two layers (a factor
-    4 in scale) deep, so S's eigenvalues are λ = 4^{−Δ}.
+    4 in scale) deep, so S's eigenvalues are λ = 4^{−Δ}. Block tensors (a symmetric MERA's) are read as their
+    dense embeddings (sectors in each leg's order).
     """
+    if T.is_block(w, v):
+        w, v = w.to_dense(), (None if v is None else v.to_dense())
     if jnp.ndim(w) != 3:
         raise ValueError(f"w must be an isometry of shape (chi_in, chi_in, chi_out); got {jnp.shape(w)}")
     if v is not None and tuple(jnp.shape(v)) != (w.shape[1], w.shape[0], w.shape[2]):
@@ -45,19 +53,58 @@ def _scaling_superoperator(w: jax.Array, v: jax.Array | None) -> jax.Array:
     return sv @ s
 
 
-def scaling_dimensions(mera: MERA, num: int = 10) -> np.ndarray:
+def scaling_dimensions(mera: MERA, num: int = 10, *, charges: bool = False) -> Any:
     """Scaling dimensions Δ = −log₄|λ| of the SI layer's two-layer one-site scaling superoperator S_v ∘ S_w
     (see :func:`scaling_superoperator`), sorted ascending; the identity gives Δ = 0 exactly (S is unital).
     Returned as float64 NumPy (``num`` smallest); the identity's Δ, ±1e-16 from rounding (printed −0.000 when
     negative), is returned as 0.0 (every |Δ| < 1e-12). Needs ``jax.enable_x64``
-    (:func:`~ivhl_jax.physics.mera.config.require_x64`)."""
+    (:func:`~ivhl_jax.physics.mera.config.require_x64`).
+
+    A symmetric MERA's S maps an operator of charge q = q(a') − q(a) to one of the same charge (its matrix is
+    block diagonal, one block per charge): its spectrum is computed charge by charge. ``charges=True`` returns
+    (Δ, charge of each scaling operator); a dense MERA's charges are all 0 (the trivial group)."""
     check_scalar(num, "num", integer=True, minimum=1)  # the arguments first, then the precision rule
     require_x64("mera.scaling_dimensions")
     num = int(num)
     _, w, v = check_mera(mera).layer(mera.num_layers - 1)
-    ev = np.linalg.eigvals(np.asarray(scaling_superoperator(w, v), dtype=np.float64))
-    mag = np.sort(np.abs(ev))[::-1]
-    return _no_negative_zero(-0.5 * np.log2(np.maximum(mag, 1e-300)))[:num]
+    s = np.asarray(scaling_superoperator(w, v), dtype=np.float64)
+    oq = operator_charges(w)
+    dims, qs = [], []
+    for q in np.unique(oq):
+        idx = np.flatnonzero(oq == q)
+        ev = np.linalg.eigvals(s[np.ix_(idx, idx)])
+        dims.append(-0.5 * np.log2(np.maximum(np.abs(ev), 1e-300)))
+        qs.append(np.full(len(idx), q))
+    d, c = np.concatenate(dims), np.concatenate(qs)
+    order = np.argsort(d, kind="stable")[:num]
+    out = _no_negative_zero(d[order])
+    return (out, c[order]) if charges else out
+
+
+def charged_scaling_dimensions(mera: MERA, num: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """The ``num`` smallest scaling dimensions and the charge of each (:func:`scaling_dimensions` with
+    ``charges=True``)."""
+    return scaling_dimensions(mera, num, charges=True)
+
+
+def operator_charges(w: Any) -> np.ndarray:
+    """The charge q(a') − q(a) of every one-site operator entry o[a', a] (flattened a'·χ + a) on the bond above
+    the isometry ``w``: 0 for a dense one."""
+    if not T.is_block(w):
+        return np.zeros(int(w.shape[-1]) ** 2, np.int64)
+    c = w.legs[-1].charge_of_index()
+    diff = c[:, None] - c[None, :]
+    return (diff % w.group.order if w.group.order else diff).reshape(-1)
+
+
+def charge_block_leakage(mera: MERA) -> float:
+    """max |S[i, j]| between operator entries of different charge, relative to max |S| (0 for a symmetric MERA:
+    the check that S is block diagonal in charge)."""
+    _, w, v = check_mera(mera).layer(mera.num_layers - 1)
+    s = np.asarray(scaling_superoperator(w, v), np.float64)
+    oq = operator_charges(w)
+    off = oq[:, None] != oq[None, :]
+    return float(np.abs(s[off]).max() / np.abs(s).max()) if off.any() else 0.0
 
 
 def _no_negative_zero(x: np.ndarray) -> np.ndarray:
@@ -129,83 +176,55 @@ def two_site_scaling_dimensions(mera: MERA, num: int = 12) -> tuple[np.ndarray, 
 
 # ------------------------------------------------------------------------------------------ CFT data
 
-#: Low-lying scaling operators of the critical models' CFTs: (Δ, label, primary it descends from).
-CFT_OPERATORS: dict[str, list[tuple[float, str, str]]] = {
-    # Ising (c = 1/2): the Virasoro towers of 1, σ (1/16, 1/16) and ε (1/2, 1/2) to level 2
-    "ising": [
-        (0.0, "1", "1"),
-        (0.125, "σ", "σ"),
-        (1.0, "ε", "ε"),
-        (1.125, "∂σ", "σ"),
-        (1.125, "∂̄σ", "σ"),
-        (2.0, "T", "1"),
-        (2.0, "T̄", "1"),
-        (2.0, "∂ε", "ε"),
-        (2.0, "∂̄ε", "ε"),
-        (2.125, "∂²σ", "σ"),
-        (2.125, "∂∂̄σ", "σ"),
-        (2.125, "∂̄²σ", "σ"),
-    ],
-    # 3-state Potts (c = 4/5): σ, σ† (1/15, 1/15), ε (2/5, 2/5), Z, Z† (2/3, 2/3) and level-1 descendants
-    "potts": [
-        (0.0, "1", "1"),
-        (2 / 15, "σ", "σ"),
-        (2 / 15, "σ†", "σ†"),
-        (0.8, "ε", "ε"),
-        (17 / 15, "∂σ", "σ"),
-        (17 / 15, "∂̄σ", "σ"),
-        (17 / 15, "∂σ†", "σ†"),
-        (17 / 15, "∂̄σ†", "σ†"),
-        (4 / 3, "Z", "Z"),
-        (4 / 3, "Z†", "Z†"),
-        (1.8, "∂ε", "ε"),
-        (1.8, "∂̄ε", "ε"),
-        (2.0, "T", "1"),
-        (2.0, "T̄", "1"),
-    ],
-    # XX chain: the c = 1 compact boson at the free-fermion radius. Its primaries are the vertex operators V(n,m),
-    # U(1) charge n (S^z) and winding m, with Δ = n²/4 + m² and spin n·m, and the currents J, J̄ (Δ = 1); the list
-    # is complete up to Δ = 5/4 (17 operators; exact diagonalisation of the periodic chain has the same levels
-    # and charges, tests/physics/mera/test_symmetric.py).
-    "xx": [
-        (0.0, "1", "1"),
-        (0.25, "V(1,0)", "V(1,0)"),
-        (0.25, "V(-1,0)", "V(-1,0)"),
-        (1.0, "V(2,0)", "V(2,0)"),
-        (1.0, "V(-2,0)", "V(-2,0)"),
-        (1.0, "V(0,1)", "V(0,1)"),
-        (1.0, "V(0,-1)", "V(0,-1)"),
-        (1.0, "J", "J"),
-        (1.0, "J̄", "J̄"),
-        (1.25, "V(1,1)", "V(1,1)"),
-        (1.25, "V(1,-1)", "V(1,-1)"),
-        (1.25, "V(-1,1)", "V(-1,1)"),
-        (1.25, "V(-1,-1)", "V(-1,-1)"),
-        (1.25, "∂V(1,0)", "V(1,0)"),
-        (1.25, "∂̄V(1,0)", "V(1,0)"),
-        (1.25, "∂V(-1,0)", "V(-1,0)"),
-        (1.25, "∂̄V(-1,0)", "V(-1,0)"),
-    ],
-}
+
+def _row(d: float, q: int | None, op: Operator | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"delta": float(d)}
+    if q is not None:
+        row["charge"] = int(q)
+    if op is None:
+        return {**row, "label": None, "exact": None, "primary": None, "descendant": None}
+    return {**row, "label": op.label, "exact": op.delta, "primary": op.primary, "descendant": op.descendant}
 
 
-def identify(dims: Any, cft: str) -> list[dict[str, Any]]:
-    """Each measured Δ matched to the nearest operator of the CFT ``cft`` ("ising", "potts", "xx"; each CFT
-    operator used once, in order of distance): its label, exact Δ, the primary it belongs to, and whether it is
-    that primary or a descendant."""
-    if cft not in CFT_OPERATORS:
-        raise ValueError(f"cft must be one of {sorted(CFT_OPERATORS)}, got {cft!r}")
-    table = list(CFT_OPERATORS[cft])
+def identify(dims: Any, cft: Any, charges: Any = None) -> list[dict[str, Any]]:
+    """Each measured Δ matched to the nearest operator of the CFT ``cft`` (a name of :data:`~ivhl_jax.physics.
+    mera.cft.CFTS`, "ising", "potts", "xx", or a record; each CFT operator used once, in order of distance): its
+    label, exact Δ, the primary it belongs to, and whether it is that primary or a descendant. With ``charges``
+    (one per Δ, under the CFT's lattice symmetry) only operators of the same charge match, and each row holds
+    its ``charge``."""
+    rec = cft_records.get(cft)
+    group = S.group_from_name(rec.symmetry)
+    table = list(rec.operators)
     free = list(range(len(table)))
+    dims = np.asarray(dims, dtype=np.float64)
+    qs = [None] * len(dims) if charges is None else [int(q) for q in np.asarray(charges)]
+    if len(qs) != len(dims):
+        raise ValueError(f"charges has {len(qs)} entries, dims {len(dims)}: give one charge per scaling dimension")
     out: list[dict[str, Any]] = []
-    for d in np.asarray(dims, dtype=np.float64):
-        if not free:
-            out.append({"delta": float(d), "label": None, "exact": None, "primary": None, "descendant": None})
+    for d, q in zip(dims, qs):
+        ok = [i for i in free if q is None or any(group.reduce(c) == group.reduce(q) for c in table[i].charges)]
+        if not ok:
+            out.append(_row(d, q, None))
             continue
-        j = min(free, key=lambda i: abs(table[i][0] - d))
+        j = min(ok, key=lambda i: abs(table[i].delta - d))
         free.remove(j)
-        exact, label, primary = table[j]
-        out.append(
-            {"delta": float(d), "label": label, "exact": exact, "primary": primary, "descendant": label != primary}
-        )
+        out.append(_row(d, q, table[j]))
     return out
+
+
+def conformal_table(mera: MERA, cft: Any, num: int = 10) -> list[dict[str, Any]]:
+    """The ``num`` smallest scaling dimensions of the MERA (:func:`scaling_dimensions`) matched to the operators of
+    ``cft`` (:func:`identify`): ``delta``, ``label``, ``exact``, ``primary``, ``descendant``; a symmetric MERA's
+    rows hold each operator's ``charge`` too and match only operators of that charge (its group must be the
+    CFT's lattice symmetry)."""
+    rec = cft_records.get(cft)
+    w: Any = check_mera(mera).w[-1]
+    if not T.is_block(w):
+        return identify(scaling_dimensions(mera, num), rec)
+    if w.group != S.group_from_name(rec.symmetry):
+        raise ValueError(
+            f"cft={rec.name!r} labels its operators by {rec.symmetry} charges, but the MERA's tensors are "
+            f"{w.group.name}-symmetric"
+        )
+    dims, charges = scaling_dimensions(mera, num, charges=True)
+    return identify(dims, rec, charges)

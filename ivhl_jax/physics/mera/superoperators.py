@@ -25,12 +25,15 @@ inequivalent bonds AB and BA. The ascending superoperator 𝒜 maps the fine (h_
 
     h'_BA = Ψ† [h_AB(f0,f1) + h_BA(f1,f2) + h_AB(f2,f3)] Ψ,      h'_AB = (v ⊗ w)† h_BA(f3,f4) (v ⊗ w),
 
-and the descending superoperator 𝒟 = ½ 𝒜ᵀ is its adjoint (computed by ``jax.linear_transpose``, so the two
-are consistent by construction): ``ρ_AB = ½[𝒟₁ + 𝒟₃](ρ'_BA)``, ``ρ_BA = ½[𝒟₂(ρ'_BA) + 𝒟₄(ρ'_AB)]``, which keeps
+and the descending superoperator 𝒟 = ½ 𝒜ᵀ is its adjoint (the networks of 𝒜 with h removed and ρ' added,
+:func:`descend_diagram`): ``ρ_AB = ½[𝒟₁ + 𝒟₃](ρ'_BA)``, ``ρ_BA = ½[𝒟₂(ρ'_BA) + 𝒟₄(ρ'_AB)]``, which keeps
 tr ρ = 1. The energy per unit cell is ⟨ρ_AB, h_AB⟩ + ⟨ρ_BA, h_BA⟩ at every level.
 
 Reflection symmetry (``refsym``): R u = u, v = mirror(w) and R h = h, so the diagram with h on (f2, f3) is the
 mirror image of the one on (f0, f1): 𝒜, 𝒟 and the environments contract one of the two and reflect it.
+
+Every function here is written against the operations of :mod:`ivhl_jax.physics.tensorops`, so it takes dense
+arrays or block-sparse symmetric tensors (:class:`~ivhl_jax.physics.symmetric.BlockTensor`) alike.
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ import jax
 import jax.numpy as jnp
 
 from ivhl_jax.core.validation import check_scalar, is_concrete
+from ivhl_jax.physics import tensorops as T
 from ivhl_jax.physics.mera.config import Layer
-from ivhl_jax.physics.tn import contract
+from ivhl_jax.physics.tensorops import contract
 
 
 def as_matrix(o: jax.Array) -> jax.Array:
@@ -50,19 +54,18 @@ def as_matrix(o: jax.Array) -> jax.Array:
     return o.reshape(d, d)
 
 
-def _reflect(o: jax.Array) -> jax.Array:
-    """Spatial reflection R of a two-site operator o[a', b', a, b] → o[b', a', b, a] (the bond read backwards)."""
-    return jnp.transpose(o, (1, 0, 3, 2))
+def reflect(o: Any) -> Any:
+    """Spatial reflection R of a two-site operator o[a', b', a, b] → o[b', a', b, a] (the bond read backwards), or
+    of a disentangler u[f1, f2, m1, m2] → u[f2, f1, m2, m1] (the same map)."""
+    return o.transpose((1, 0, 3, 2))
 
 
-def reflect_u(u: jax.Array) -> jax.Array:
-    """Reflection of a disentangler u[f1, f2, m1, m2] → u[f2, f1, m2, m1] (the same map as :func:`_reflect`)."""
-    return jnp.transpose(u, (1, 0, 3, 2))
+reflect_u = reflect
 
 
-def mirror_wv(x: jax.Array) -> jax.Array:
+def mirror_wv(x: Any) -> Any:
     """w[f0, m1, B'] ↔ v[m2, f3, A']: the reflection maps a w to a v (and back) by swapping its fine legs."""
-    return jnp.transpose(x, (1, 0, 2))
+    return x.transpose((1, 0, 2))
 
 
 # The four diagrams of 𝒜 (fine ket f0..f3 = a b c d, mid ket m1 m2 = i j, coarse ket A B = p q; bra legs:
@@ -73,8 +76,24 @@ _T3 = "akr,bekl,lfs,efcd,aip,bcij,jdq->rspq"  # h_AB on (f2, f3) = the mirror im
 # BA bond between cells: f3 of cell m (d, under v_m) and f0 of cell m+1 (a, under w_{m+1}); the disentanglers
 # on either side are not touched by h and cancel (u†u = I). Operands: v̄, w̄, h_BA, v, w.
 _T4 = "jer,fis,efda,jdp,aiq->rspq"
-#: The four diagrams of 𝒜 (t1..t4), shared with the block-sparse symmetric MERA.
+#: The four diagrams of 𝒜 (t1..t4).
 ASCEND_DIAGRAMS = (_T1, _T2, _T3, _T4)
+
+
+def descend_diagram(spec: str, h_pos: int) -> str:
+    """The network of 𝒟ₖ from the ascending diagram tₖ: ⟨ρ', tₖ(h)⟩ = Σ ρ'[p q r s] tₖ[r s p q] (:func:`pair`) is
+    linear in h, so ∂/∂h is the diagram with h removed and ρ' (labels: tₖ's output, halves swapped) added; its
+    open legs are h's, read as an operator with the halves swapped (h[e f a b] → ρ[a b e f])."""
+    lhs, out = spec.split("->")
+    ops = lhs.split(",")
+    h = ops.pop(h_pos)
+    return ",".join(ops + [out[2:] + out[:2]]) + "->" + h[2:] + h[:2]
+
+
+#: The networks of 𝒟₁..𝒟₄ (operands: those of tₖ without h, then ρ'): ρ_AB = ½[𝒟₁ + 𝒟₃](ρ'_BA),
+#: ρ_BA = ½[𝒟₂(ρ'_BA) + 𝒟₄(ρ'_AB)].
+DESCEND_DIAGRAMS = tuple(descend_diagram(t, 2 if t is _T4 else 3) for t in ASCEND_DIAGRAMS)
+_D1, _D2, _D3, _D4 = DESCEND_DIAGRAMS
 
 
 def ascend_raw(
@@ -98,12 +117,12 @@ def ascend_raw(
     t4 = contract(_T4, vb, wb, h_ba, v, w)
     if not mirror:
         return t4, t1 + t2
-    t3 = _reflect(t1) if refsym else contract(_T3, wb, ub, vb, h_ab, w, u, v)
+    t3 = reflect(t1) if refsym else contract(_T3, wb, ub, vb, h_ab, w, u, v)
     # Coarse labels (see the module docstring): (v_m, w_{m+1}) is the A'B' bond, (w_m, v_m) the B'A' bond.
     return t4, t1 + t2 + t3
 
 
-def ascend(h: tuple[jax.Array, jax.Array], layer: Layer, refsym: bool = False) -> tuple[jax.Array, jax.Array]:
+def ascend(h: tuple[Any, Any], layer: Layer, refsym: bool = False) -> tuple[Any, Any]:
     """Ascending superoperator: fine (h_AB, h_BA) → coarse (h'_AB, h'_BA), each (χ,)*4 → (χ',)*4.
 
     ``refsym=True`` asserts reflection symmetry (R u = u with R: u[a, b, c, d] → u[b, a, d, c], v[m, f, A] =
@@ -122,47 +141,49 @@ def check_ops(ops: Any, name: str, layer: Any) -> None:
     if not (isinstance(ops, (tuple, list)) and len(ops) == 2):
         raise TypeError(f"{name} must be the pair ({name}_AB, {name}_BA) of two-site tensors, each (chi,)*4")
     u, w, v = layer
-    chi_in = int(jnp.shape(w)[0])
+    chi_in = int(_shape(w)[0])
     for i, x in enumerate(ops):
-        if tuple(jnp.shape(x)) != (chi_in,) * 4:
+        if _shape(x) != (chi_in,) * 4:
             raise ValueError(
                 f"{name}[{i}] must have shape {(chi_in,) * 4} to match the layer's fine bond "
-                f"dimension chi_in={chi_in} (w.shape[0]); got {tuple(jnp.shape(x))}"
+                f"dimension chi_in={chi_in} (w.shape[0]); got {_shape(x)}"
             )
+    if T.is_block(*ops) != T.is_block(w):
+        kinds = ("block-sparse", "dense")
+        raise TypeError(
+            f"{name} is {kinds[not T.is_block(*ops)]} but the MERA is {kinds[not T.is_block(w)]}: pass the "
+            "stepper's own terms (stepper.params.h)"
+        )
 
 
-def _swap(o: jax.Array) -> jax.Array:
-    return jnp.transpose(o, (2, 3, 0, 1))
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(int(n) for n in (x.shape if hasattr(x, "shape") else jnp.shape(x)))
 
 
-def descend(rho: tuple[jax.Array, jax.Array], layer: Layer, refsym: bool = False) -> tuple[jax.Array, jax.Array]:
+def descend(rho: tuple[Any, Any], layer: Layer, refsym: bool = False) -> tuple[Any, Any]:
     """Descending superoperator 𝒟 = ½𝒜ᵀ: coarse (ρ'_AB, ρ'_BA) → fine (ρ_AB, ρ_BA); preserves tr ρ = 1.
 
-    Defined by ⟨𝒟(ρ'), h⟩ = ½⟨ρ', 𝒜(h)⟩ with ⟨ρ, h⟩ = tr(ρ h) (see :func:`pair`). ``refsym=True`` asserts
-    that the layer and ρ' are reflection symmetric (see :func:`ascend`): then 𝒟₃(ρ') = R 𝒟₁(ρ'), so
-    ρ_AB = ½(1 + R)𝒟₁(ρ'_BA) is formed from the transpose of t1 alone.
+    Defined by ⟨𝒟(ρ'), h⟩ = ½⟨ρ', 𝒜(h)⟩ with ⟨ρ, h⟩ = tr(ρ h) (see :func:`pair`), contracted as the transposed
+    networks :data:`DESCEND_DIAGRAMS`. ``refsym=True`` asserts that the layer and ρ' are reflection symmetric
+    (see :func:`ascend`): then 𝒟₃(ρ') = R 𝒟₁(ρ') is not contracted.
     """
     u, w, v = layer
-    chi_out = int(jnp.shape(w)[-1])
+    chi_out = int(_shape(w)[-1])
     if not (isinstance(rho, (tuple, list)) and len(rho) == 2):
         raise TypeError("rho must be the pair (rho_AB, rho_BA) of two-site tensors, each (chi,)*4")
     for i, x in enumerate(rho):
-        if tuple(jnp.shape(x)) != (chi_out,) * 4:
+        if _shape(x) != (chi_out,) * 4:
             raise ValueError(
                 f"rho[{i}] must have shape {(chi_out,) * 4} to match the layer's coarse bond "
-                f"dimension chi_out={chi_out} (w.shape[-1]); got {tuple(jnp.shape(x))}"
+                f"dimension chi_out={chi_out} (w.shape[-1]); got {_shape(x)}"
             )
-    chi_in = u.shape[0] if u.shape[0] == w.shape[0] else w.shape[0]
-    h_like = jax.ShapeDtypeStruct((chi_in,) * 4, rho[0].dtype)
-    if refsym:
-        # the half map (t4, t1 + t2): its transpose gives 𝒟₁ in the AB slot, and 𝒟₃ = R 𝒟₁ is added by hand.
-        half = jax.linear_transpose(lambda ha, hb: ascend_raw(ha, hb, u, w, v, mirror=False), h_like, h_like)
-        g_ab, g_ba = half((_swap(rho[0]), _swap(rho[1])))
-        g_ab = g_ab + _reflect(g_ab)
-    else:
-        transpose = jax.linear_transpose(lambda ha, hb: ascend((ha, hb), layer), h_like, h_like)
-        g_ab, g_ba = transpose((_swap(rho[0]), _swap(rho[1])))
-    return 0.5 * _swap(g_ab), 0.5 * _swap(g_ba)
+    ub, wb, vb = u.conj(), w.conj(), v.conj()
+    r_ab, r_ba = rho
+    d1 = contract(_D1, wb, ub, vb, w, u, v, r_ba)
+    d3 = reflect(d1) if refsym else contract(_D3, wb, ub, vb, w, u, v, r_ba)
+    d2 = contract(_D2, wb, ub, vb, w, u, v, r_ba)
+    d4 = contract(_D4, vb, wb, v, w, r_ab)
+    return (d1 + d3) * 0.5, (d2 + d4) * 0.5
 
 
 def mera_layer(
@@ -195,34 +216,39 @@ def fine_grain_state(psi: jax.Array, layer: Layer) -> jax.Array:
     return out
 
 
-def pair(rho: jax.Array, op: jax.Array) -> jax.Array:
+def pair(rho: Any, op: Any) -> jax.Array:
     """tr(ρ o) for two-site tensors (out, out, in, in)."""
     for name, x in (("rho", rho), ("op", op)):
-        if jnp.ndim(x) != 4:
-            raise ValueError(f"{name} must be a two-site tensor of shape (chi, chi, chi, chi); got {jnp.shape(x)}")
-    if tuple(jnp.shape(rho)) != tuple(jnp.shape(op)):
-        raise ValueError(f"rho {tuple(jnp.shape(rho))} and op {tuple(jnp.shape(op))} must have the same shape")
-    return jnp.einsum("abcd,cdab->", rho, op)
+        if len(_shape(x)) != 4:
+            raise ValueError(f"{name} must be a two-site tensor of shape (chi, chi, chi, chi); got {_shape(x)}")
+    if _shape(rho) != _shape(op):
+        raise ValueError(f"rho {_shape(rho)} and op {_shape(op)} must have the same shape")
+    return T.pair(rho, op)
 
 
-def _symmetrise(rho: jax.Array) -> jax.Array:
-    rho = 0.5 * (rho + _swap(rho).conj())
-    return rho / jnp.trace(as_matrix(rho))
+def _swap(o: Any) -> Any:
+    """o[a', b', a, b] → o[a, b, a', b'] (outputs and inputs exchanged)."""
+    return o.transpose((2, 3, 0, 1))
+
+
+def _symmetrise(rho: Any) -> Any:
+    rho = (rho + _swap(rho).conj()) * 0.5  # ρ ← ½(ρ + ρ†)
+    return rho / T.trace(rho)
 
 
 def fixed_point_density(
-    layer: Layer, rho: tuple[jax.Array, jax.Array] | None = None, iters: int = 50, refsym: bool = False
-) -> tuple[jax.Array, jax.Array]:
+    layer: Layer, rho: tuple[Any, Any] | None = None, iters: int = 50, refsym: bool = False
+) -> tuple[Any, Any]:
     """Steady state of the scale-invariant 𝒟 by power iteration (hermitised, unit trace); ``refsym`` as in
     :func:`descend` (then ``rho`` must be reflection symmetric too)."""
     if is_concrete(iters):
         check_scalar(iters, "iters", integer=True, nonnegative=True)
-    chi = layer[1].shape[-1]
     if rho is None:
-        eye = jnp.eye(chi * chi, dtype=layer[1].dtype).reshape((chi,) * 4) / chi**2
+        w = layer[1]
+        eye = T.bond_identity(w, -1, 2) / float(w.shape[-1] ** 2)
         rho = (eye, eye)
 
-    def body(_: int, r: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    def body(_: int, r: tuple[Any, Any]) -> tuple[Any, Any]:
         a, b = descend(r, layer, refsym)
         return _symmetrise(a), _symmetrise(b)
 

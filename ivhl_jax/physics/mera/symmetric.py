@@ -5,12 +5,14 @@ whose every tensor conserves it. Each bond then splits into charge sectors, chos
 (:class:`Symmetry`), and each tensor is stored as its allowed blocks: a Z2 contraction costs about a quarter of
 the dense one and the SVD updates are block diagonal.
 
-The sweep is the dense Evenbly–Vidal sweep (:mod:`~ivhl_jax.physics.mera.sweep`) on the same diagrams
-(:data:`~ivhl_jax.physics.mera.superoperators.ASCEND_DIAGRAMS`,
-:data:`~ivhl_jax.physics.mera.sweep.ENVIRONMENT_DIAGRAMS`), contracted block by block: the steady-state ρ by
-power iteration of 𝒟 = ½𝒜ᵀ (the transposed diagrams, :func:`descend`), the energy, then u, w, v per
-layer from the polar factors of their environments, x = −U Vᵀ block by block (the polar factor of a
-block-diagonal matrix is block diagonal, so the dense update of a symmetric environment is the same tensor).
+The superoperators, the sweep, the energy and the scaling superoperators are the dense MERA's own
+(:mod:`~ivhl_jax.physics.mera.superoperators`, :mod:`~ivhl_jax.physics.mera.sweep`), written against the tensor
+operations that a dense array and a :class:`~ivhl_jax.physics.symmetric.BlockTensor` both provide
+(:mod:`ivhl_jax.physics.tensorops`): on block tensors every contraction runs block by block and every update
+x = −U Vᵀ is the polar factor of a block-diagonal matrix (block diagonal, so the dense update of a symmetric
+environment is the same tensor). This module holds what only a symmetric MERA has: its :class:`Symmetry`, the
+charge-sorted blocked terms, the legs of every layer, the cold start, bond growth with sectors chosen from the
+spectra, and the charge labels of its conformal data.
 Embedded in dense tensors (:func:`to_dense`), a symmetric MERA is a dense MERA of the same energy, and the
 dense sweep from it follows the symmetric sweep.
 
@@ -19,7 +21,7 @@ q_min + q_max of a spin, so the charges are centred: S^z of the block); its basi
 (:func:`physical_permutation`). Flows: operators o[a', b', a, b] (+, +, −, −), u[f1, f2, m1, m2] (+, +, −, −),
 w[f0, m1, B'] and v[m2, f3, A'] (+, +, −).
 
-Use it through the dense stepper's builder: ``mera.evenbly_vidal(model, MERAConfig(..., symmetry=Symmetry(...)))``.
+Use it through the stepper's builder: ``mera.evenbly_vidal(model, MERAConfig(..., symmetry=Symmetry(...)))``.
 """
 
 from __future__ import annotations
@@ -31,19 +33,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from ivhl_jax.core.validation import check_key, check_scalar
-from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics.mera.config import MERA, MERAConfig, precision_dtype, require_x64
-from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
-from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
-from ivhl_jax.physics.mera.sweep import ENVIRONMENT_DIAGRAMS, MERAState
+from ivhl_jax.physics.mera.cft import CFTS
+from ivhl_jax.physics.mera.config import MERA, MERAConfig, check_mera, layer_shapes, precision_dtype, require_x64
+from ivhl_jax.physics.mera.models import E0_CRITICAL_POTTS, Model, blocked_terms, check_model
+from ivhl_jax.physics.mera.superoperators import descend, mirror_wv, reflect
 from ivhl_jax.physics.symmetric import BlockTensor
-
-_T1, _T2, _T3, _T4 = ASCEND_DIAGRAMS
-_ENV_U, _ENV_W, _ENV_V = (ENVIRONMENT_DIAGRAMS[k] for k in "uwv")
 
 #: The symmetry of the library's models and the charge of each spin basis state (Ising: Z2, |↑⟩ even; XX: U(1),
 #: the number of ↓ spins, centred per block; Potts in its charge basis, :func:`potts_charge_basis`: Z3, the
@@ -56,8 +53,6 @@ def potts_charge_basis(f: float = 1.0) -> Model:
     diagonal (the Fourier transform of the σ basis: τ = diag(1, ω, ω²), σ the cyclic shift S|k⟩ = |k+1⟩):
     H = −Σ (S_i S_{i+1}ᵀ + S_iᵀ S_{i+1}) − f Σ 2cos(2πk_i/3), real, with the same spectrum, e₀ and CFT; the
     charge of |k⟩ is k (its default :class:`Symmetry` is ``Symmetry("Z3", ...)``)."""
-    from ivhl_jax.physics.mera.models import E0_CRITICAL_POTTS, POTTS_CFT
-
     check_scalar(f, "f")
     f = float(f)
     shift = np.roll(np.eye(3), 1, axis=0)
@@ -68,7 +63,7 @@ def potts_charge_basis(f: float = 1.0) -> Model:
         term=term.reshape(3, 3, 3, 3),
         name=f"potts_z3(f={f:g})",
         e0=E0_CRITICAL_POTTS if f == 1.0 else None,
-        cft=POTTS_CFT if f == 1.0 else (),
+        cft=CFTS["potts"] if f == 1.0 else None,
     )
 
 
@@ -83,8 +78,11 @@ class Symmetry:
 
     group: "Z2", "Z3", …, "U1" (or a :class:`~ivhl_jax.physics.symmetric.Group`).
     sectors: the sectors of the bond above each layer, ``{charge: dim}``: one mapping for every layer, or one per
-      layer (``layers + 1``, bottom first; the last two equal). Each layer's dims must add up to its χ.
-    mid_sectors: the same for χ_mid (u's output bond); None: the layer's input sectors (χ_mid = χ_in).
+      layer (``layers + 1``, bottom first; the last two equal). Each layer's dims must add up to its χ. None:
+      each layer's χ split over the charges in proportion to what its isometry can carry
+      (:func:`default_sectors`); a ladder then grows them from the spectra (:func:`grow_by_spectrum`).
+    mid_sectors: the same for χ_mid (u's output bond); None: the layer's input sectors (χ_mid = χ_in), or
+      χ_mid split over them in proportion.
     spin_charges: the charge of each spin basis state (length d; the model's term must conserve it); None: the
       library model's default (:data:`DEFAULT_SPIN_CHARGES`).
     """
@@ -100,8 +98,6 @@ class Symmetry:
         for name in ("sectors", "mid_sectors"):
             val = getattr(self, name)
             if val is None:
-                if name == "sectors":
-                    raise ValueError("Symmetry needs sectors: {charge: dim} (or one mapping per layer)")
                 continue
             if isinstance(val, dict) or (
                 isinstance(val, (tuple, list))
@@ -138,6 +134,8 @@ class Symmetry:
     def check_config(self, config: MERAConfig) -> None:
         """What can be checked without the model: the scale-invariant layer's sectors add up to its χ."""
         top = self.per_layer("sectors", config.layers + 1)[-1]
+        if top is None:
+            return
         total = sum(d for _, d in top)
         if total != config.top_chi:
             raise ValueError(
@@ -230,13 +228,25 @@ def layer_legs(model: Model, config: MERAConfig) -> tuple[LayerLegs, ...]:
     """The legs of every layer from ``config.symmetry``; ValueErrors (one line) name ``symmetry.sectors`` /
     ``symmetry.mid_sectors`` when a layer's dims do not add up to its χ / χ_mid or a sector cannot be carried."""
     sym = config.symmetry
+    return legs_from(physical_leg(model, sym), sym, config.layer_shapes(model.d * model.d))
+
+
+def legs_from(inp: S.Leg, sym: Symmetry, shapes: Any) -> tuple[LayerLegs, ...]:
+    """:func:`layer_legs` from the bottom leg ``inp`` and the (χ_in, χ_mid, χ_out) of every layer."""
     g = sym.group
-    shapes = config.layer_shapes(model.d * model.d)
     n = len(shapes)
     outs, mids = sym.per_layer("sectors", n), sym.per_layer("mid_sectors", n)
-    inp = physical_leg(model, sym)
     res = []
     for z, ((chi_in, m, chi_out), so, sm) in enumerate(zip(shapes, outs, mids)):
+        if sm is None and m < chi_in:
+            sm = default_sectors(dict(zip(inp.charges, inp.dims)), m)
+        if so is None:
+            mid_leg = inp if sm is None else _leg(dict(sm))
+            so = (
+                tuple(zip(inp.charges, inp.dims))
+                if z == n - 1
+                else default_sectors(S.fused_dims((inp, mid_leg), g), chi_out)
+            )
         tot = sum(d for _, d in so)
         if tot != chi_out:
             raise ValueError(
@@ -282,6 +292,22 @@ def layer_legs(model: Model, config: MERAConfig) -> tuple[LayerLegs, ...]:
     return tuple(res)
 
 
+def default_sectors(cap: dict[int, int], n: int) -> tuple[tuple[int, int], ...]:
+    """``n`` states split over the charges in proportion to ``cap`` (what a bond can carry of each charge; the
+    largest remainders, nearer charge 0 first on a tie, take the states left), each at most ``cap[q]``."""
+    total = sum(cap.values())
+    if n > total:
+        raise ValueError(f"chi={n} is more states than the layer can carry ({total})")
+    exact = {q: n * c / total for q, c in cap.items()}
+    count = {q: min(cap[q], int(x)) for q, x in exact.items()}
+    order = sorted(cap, key=lambda q: (-(exact[q] - int(exact[q])), abs(q), q))
+    while sum(count.values()) < n:
+        q = next(q for q in order if count[q] < cap[q])
+        count[q] += 1
+        order = order[1:] + order[:1]
+    return tuple((q, d) for q, d in sorted(count.items()) if d)
+
+
 def _u_legs(ll: LayerLegs) -> tuple[S.Leg, ...]:
     return (ll.inp, ll.inp, ll.mid.dual(), ll.mid.dual())
 
@@ -312,11 +338,13 @@ def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, *, policy: 
     dtype = jnp.dtype(precision_dtype(policy))
     if dtype == jnp.float64:
         require_x64("mera.symmetric.init_symmetric", f32="or pass policy='f32'")
-    return _init_symmetric(key, lls, config.symmetry.group, bool(config.refsym), dtype)
+    return init_from_legs(key, lls, config.symmetry.group, bool(config.refsym), dtype)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
-def _init_symmetric(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, refsym: bool, dtype: Any) -> MERA:
+def init_from_legs(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, refsym: bool, dtype: Any) -> MERA:
+    """The cold start of :func:`init_symmetric` from the legs of every layer (:func:`layer_legs`), compiled once
+    per structure."""
     us, ws, vs = [], [], []
     keys = jax.random.split(key, 2 * len(lls))
     for z, ll in enumerate(lls):
@@ -344,7 +372,7 @@ def _init_symmetric(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, 
             return S.polar(t, 1)
 
         ws.append(draw(keys[2 * z], _w_legs(ll)))
-        vs.append(_mirror_wv(ws[-1]) if refsym else draw(keys[2 * z + 1], _v_legs(ll)))
+        vs.append(mirror_wv(ws[-1]) if refsym else draw(keys[2 * z + 1], _v_legs(ll)))
     top = lls[-1].out
     rho = S.identity(top, group, 2, dtype) / float(top.dim**2)
     return MERA(tuple(us), tuple(ws), tuple(vs), rho, rho, jnp.zeros((), jnp.int32))  # type: ignore[arg-type]
@@ -358,247 +386,23 @@ def is_symmetric(mera: Any) -> bool:
 def to_dense(mera: Any, model: Model | None = None, symmetry: Symmetry | None = None) -> MERA:
     """The dense MERA of the same tensors (:meth:`BlockTensor.to_dense`). With ``model`` and ``symmetry`` the
     bottom legs are returned to the model's own basis (then every dense tool applies: :func:`energy_per_site`
-    with ``blocked_terms(model)``, the central charge, the dense stepper's ``init(mera=...)``)."""
+    with ``blocked_terms(model)``, the central charge, the dense stepper's ``init(mera=...)``). A dense MERA is
+    returned as it is. ``symmetry`` may be left out for the library's models (their default spin charges)."""
+    check_mera(mera)
     if not is_symmetric(mera):
-        raise TypeError("mera must be a symmetric MERA (from a stepper whose config has a symmetry)")
+        return mera
     d = jax.tree_util.tree_map(
         lambda x: x.to_dense() if isinstance(x, BlockTensor) else x, mera, is_leaf=lambda x: isinstance(x, BlockTensor)
     )
     if model is None:
         return d
     if symmetry is None:
-        raise ValueError("to_dense needs the symmetry with the model (to undo the charge sorting of the bottom basis)")
+        symmetry = Symmetry(mera.w[0].group)
     inv = np.argsort(physical_permutation(check_model(model), symmetry))
     u0 = d.u[0][inv][:, inv]
     w0 = d.w[0][inv]
     v0 = d.v[0][:, inv]
     return d.replace(u=(u0,) + d.u[1:], w=(w0,) + d.w[1:], v=(v0,) + d.v[1:])
-
-
-# -------------------------------------------------------------------------------------- superoperators
-
-
-def _reflect(o: BlockTensor) -> BlockTensor:
-    return o.transpose((1, 0, 3, 2))
-
-
-def _mirror_wv(x: BlockTensor) -> BlockTensor:
-    return x.transpose((1, 0, 2))
-
-
-def _swap_dual(o: BlockTensor) -> BlockTensor:
-    """o[a', b', a, b] → o[a, b, a', b'] read with operator flows (the pairing ⟨ρ, h⟩ = Σ swap(ρ)·h)."""
-    return o.transpose((2, 3, 0, 1)).dual()
-
-
-def _tree_sum(xs: list[BlockTensor]) -> BlockTensor:
-    return functools.reduce(lambda a, b: a + b, xs)
-
-
-def ascend_raw(
-    h_ab: BlockTensor,
-    h_ba: BlockTensor,
-    u: BlockTensor,
-    w: BlockTensor,
-    v: BlockTensor,
-    refsym: bool = False,
-    mirror: bool = True,
-) -> tuple[BlockTensor, BlockTensor]:
-    """𝒜 = (t4, t1 + t2 + t3) block by block (the dense ``_ascend_raw``)."""
-    ub, wb, vb = u.conj(), w.conj(), v.conj()
-    t1 = S.contract(_T1, wb, ub, vb, h_ab, w, u, v)
-    t2 = S.contract(_T2, wb, ub, vb, h_ba, w, u, v)
-    t4 = S.contract(_T4, vb, wb, h_ba, v, w)
-    if not mirror:
-        return t4, t1 + t2
-    t3 = _reflect(t1) if refsym else S.contract(_T3, wb, ub, vb, h_ab, w, u, v)
-    return t4, t1 + t2 + t3
-
-
-def ascend(
-    h: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor], refsym: bool = False
-) -> tuple[BlockTensor, BlockTensor]:
-    u, w, v = layer
-    return ascend_raw(h[0], h[1], u, w, v, refsym=refsym)
-
-
-def _descend_diagram(spec: str, h_pos: int) -> str:
-    """The network of 𝒟ₖ from the ascending diagram tₖ: ⟨ρ', tₖ(h)⟩ = Σ ρ'[p q r s] tₖ[r s p q] (:func:`pair`) is
-    linear in h, so ∂/∂h is the diagram with h removed and ρ' (labels: tₖ's output, halves swapped) added; its
-    open legs are h's, read as an operator with the halves swapped (h[e f a b] → ρ[a b e f])."""
-    lhs, out = spec.split("->")
-    ops = lhs.split(",")
-    h = ops.pop(h_pos)
-    return ",".join(ops + [out[2:] + out[:2]]) + "->" + h[2:] + h[:2]
-
-
-#: The networks of 𝒟₁..𝒟₄ (operands: those of tₖ without h, then ρ'): ρ_AB = ½[𝒟₁ + 𝒟₃](ρ'_BA),
-#: ρ_BA = ½[𝒟₂(ρ'_BA) + 𝒟₄(ρ'_AB)].
-_D1, _D2, _D3, _D4 = (_descend_diagram(t, 2 if t is _T4 else 3) for t in ASCEND_DIAGRAMS)
-
-
-def descend(
-    rho: tuple[BlockTensor, BlockTensor], layer: tuple[BlockTensor, BlockTensor, BlockTensor], refsym: bool = False
-) -> tuple[BlockTensor, BlockTensor]:
-    """𝒟 = ½𝒜ᵀ, as the dense :func:`~ivhl_jax.physics.mera.superoperators.descend`, contracted as the transposed
-    networks :data:`_D1`..:data:`_D4` (each one block-sparse network, as the ascending ones: the transpose of the
-    block map by ``jax.linear_transpose`` would scatter every block of every product back with a pad).
-    ``refsym``: 𝒟₃(ρ') = R 𝒟₁(ρ') is not contracted."""
-    u, w, v = layer
-    ub, wb, vb = u.conj(), w.conj(), v.conj()
-    r_ab, r_ba = rho
-    d1 = S.contract(_D1, wb, ub, vb, w, u, v, r_ba)
-    d3 = _reflect(d1) if refsym else S.contract(_D3, wb, ub, vb, w, u, v, r_ba)
-    d2 = S.contract(_D2, wb, ub, vb, w, u, v, r_ba)
-    d4 = S.contract(_D4, vb, wb, v, w, r_ab)
-    return (d1 + d3) * 0.5, (d2 + d4) * 0.5
-
-
-def pair(rho: BlockTensor, op: BlockTensor) -> jax.Array:
-    """tr(ρ o)."""
-    return S.scalar(S.contract("abcd,cdab->", rho, op))
-
-
-def _symmetrise(rho: BlockTensor) -> BlockTensor:
-    rho = (rho + _swap_dual(rho)) * 0.5  # ρ ← ½(ρ + ρ†) (real)
-    return rho / S.trace(rho)
-
-
-def fixed_point_density(
-    layer: tuple[BlockTensor, BlockTensor, BlockTensor],
-    rho: tuple[BlockTensor, BlockTensor],
-    iters: int,
-    refsym: bool = False,
-) -> tuple[BlockTensor, BlockTensor]:
-    def body(_: int, r: tuple[BlockTensor, BlockTensor]) -> tuple[BlockTensor, BlockTensor]:
-        a, b = descend(r, layer, refsym)
-        return _symmetrise(a), _symmetrise(b)
-
-    return jax.lax.fori_loop(0, iters, body, rho)
-
-
-# ------------------------------------------------------------------------------------------------ sweep
-
-
-def _svd_update(env: BlockTensor, k: int) -> BlockTensor:
-    """x = −U Vᵀ of Γ = ∂E/∂x̄ block by block (Γ's open legs are the partners of x̄'s: x's structure)."""
-    return -S.polar(env, k)
-
-
-def _env_u(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, refsym: bool) -> BlockTensor:
-    u, w, v = layer
-    wb, vb = w.conj(), v.conj()
-    terms = []
-    for h_ab, h_ba in hs:
-        if refsym:
-            x = (
-                S.contract(_ENV_U[1], wb, vb, h_ab, w, u, v, rho[1])
-                + S.contract(_ENV_U[2], wb, vb, h_ba, w, u, v, rho[1]) * 0.5
-            )
-            terms.append(x + _reflect(x))
-        else:
-            terms += [S.contract(_ENV_U[k], wb, vb, (h_ab, h_ba, h_ab)[k - 1], w, u, v, rho[1]) for k in (1, 2, 3)]
-    return _tree_sum(terms)
-
-
-def _env_wv(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, which: str) -> BlockTensor:
-    u, w, v = layer
-    ub, wb, vb = u.conj(), w.conj(), v.conj()
-    terms = []
-    for h_ab, h_ba in hs:
-        for k, hk in ((1, h_ab), (2, h_ba), (3, h_ab)):
-            if which == "w":
-                terms.append(S.contract(_ENV_W[k], ub, vb, hk, w, u, v, rho[1]))
-            else:
-                terms.append(S.contract(_ENV_V[k], wb, ub, hk, w, u, v, rho[1]))
-        if which == "w":
-            terms.append(S.contract(_ENV_W[4], vb, h_ba, v, w, rho[0]))
-        else:
-            terms.append(S.contract(_ENV_V[4], wb, h_ba, v, w, rho[0]))
-    return _tree_sum(terms)
-
-
-def _env_w_refsym(layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any) -> BlockTensor:
-    u, w, v = layer
-    ub, wb, vb = u.conj(), w.conj(), v.conj()
-    terms = []
-    for h_ab, h_ba in hs:
-        terms += [
-            S.contract(_ENV_W[1], ub, vb, h_ab, w, u, v, rho[1]),
-            _mirror_wv(S.contract(_ENV_V[1], wb, ub, h_ab, w, u, v, rho[1])),
-            S.contract(_ENV_W[2], ub, vb, h_ba, w, u, v, rho[1]),
-            S.contract(_ENV_W[4], vb, h_ba, v, w, rho[0]),
-        ]
-    return _tree_sum(terms)
-
-
-def _update_layer(
-    layer: Any, hs: list[tuple[BlockTensor, BlockTensor]], rho: Any, do_u: jax.Array, refsym: bool
-) -> tuple[BlockTensor, BlockTensor, BlockTensor]:
-    u, w, v = layer
-    new_u = _svd_update(_env_u((u, w, v), hs, rho, refsym), 2)
-    u = jax.tree_util.tree_map(lambda a, b: jnp.where(do_u, a, b), new_u, u)
-    if refsym:
-        w = _svd_update(_env_w_refsym((u, w, v), hs, rho), 1)
-        return u, w, _mirror_wv(w)
-    w = _svd_update(_env_wv((u, w, v), hs, rho, "w"), 1)
-    v = _svd_update(_env_wv((u, w, v), hs, rho, "v"), 1)
-    return u, w, v
-
-
-def _bias(h: BlockTensor) -> jax.Array:
-    return jnp.max(jnp.stack([jnp.max(e) for e in S.block_eigvalsh(h).values()]))
-
-
-def energy_per_site(mera: Any, h: tuple[BlockTensor, BlockTensor]) -> jax.Array:
-    """(⟨ρ_AB, h_AB⟩ + ⟨ρ_BA, h_BA⟩)/4 at the bottom (h from :func:`symmetric_terms`)."""
-    rho = (mera.rho_ab, mera.rho_ba)
-    for z in reversed(range(mera.num_layers - 1)):
-        rho = descend(rho, mera.layer(z))
-    return (pair(rho[0], h[0]) + pair(rho[1], h[1])) / 4.0
-
-
-def sweep(
-    mera: Any,
-    h: tuple[BlockTensor, BlockTensor],
-    power_iters: int = 4,
-    u_delay: int = 10,
-    refsym: bool = False,
-    si_scales: int = 1,
-) -> tuple[MERA, jax.Array]:
-    """One Evenbly–Vidal sweep of a symmetric MERA (the dense :func:`~ivhl_jax.physics.mera.sweep.sweep`, block by
-    block). Returns (new MERA, energy per site measured before the updates)."""
-    n = mera.num_layers
-    if refsym:
-        mera = mera.replace(v=tuple(_mirror_wv(w) for w in mera.w))
-    si = mera.layer(n - 1)
-    rho_top = fixed_point_density(si, (mera.rho_ab, mera.rho_ba), power_iters, refsym)
-    if refsym:
-        rho_top = ((rho_top[0] + _reflect(rho_top[0])) * 0.5, (rho_top[1] + _reflect(rho_top[1])) * 0.5)
-    rhos: list[Any] = [None] * n
-    rhos[n - 1] = rho_top
-    for z in reversed(range(n - 1)):
-        rhos[z] = descend(rhos[z + 1], mera.layer(z), refsym)
-    energy = (pair(rhos[0][0], h[0]) + pair(rhos[0][1], h[1])) / 4.0
-    eye = S.identity(h[0].legs[0], h[0].group, 2, h[0].dtype)
-    hz = [(h[0] - eye * _bias(h[0]), h[1] - eye * _bias(h[1]))]
-    do_u = mera.sweeps >= u_delay
-    us, ws, vs = [], [], []
-    for z in range(n):
-        rho_above = rhos[z + 1] if z + 1 < n else rho_top
-        if z == n - 1 and si_scales > 1:
-            hs = [hz[0]]
-            for _ in range(si_scales - 1):
-                hs.append(ascend(hs[-1], si, refsym))
-            hz = [(a * 0.5**j, b * 0.5**j) for j, (a, b) in enumerate(hs)]
-        layer = _update_layer(mera.layer(z), hz, rho_above, do_u, refsym)
-        us.append(layer[0])
-        ws.append(layer[1])
-        vs.append(layer[2])
-        if z + 1 < n:
-            hz = [ascend(hz[0], layer, refsym)]
-    new = MERA(tuple(us), tuple(ws), tuple(vs), rho_top[0], rho_top[1], mera.sweeps + 1)  # type: ignore[arg-type]
-    return new, energy
 
 
 # ------------------------------------------------------------------------------------------ bond growth
@@ -744,8 +548,6 @@ def spectrum_sectors(mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = Non
     layer) for ``MERAConfig(chi=..., chi_mid=..., layers=mera.num_layers - 1, symmetry=...)``; the matching
     config's ``layer_shapes`` gives the χ per layer (:func:`grow_by_spectrum` does both and grows the MERA).
     """
-    from ivhl_jax.physics.mera.config import layer_shapes
-
     if not is_symmetric(mera):
         raise TypeError("mera must be a symmetric MERA")
     if not isinstance(symmetry, Symmetry):
@@ -846,6 +648,11 @@ def grow_symmetric(mera: Any, key: jax.Array, model: Model, config: MERAConfig, 
             f"config has {len(lls) - 1} transitional layers, the MERA {mera.num_layers - 1}: grow_symmetric can only "
             "add layers (pass config.layers >= the MERA's)"
         )
+    return grow_to_legs(mera, key, lls, float(mix), bool(config.refsym))
+
+
+def grow_to_legs(mera: Any, key: jax.Array, lls: tuple[LayerLegs, ...], mix: float, refsym: bool) -> MERA:
+    """:func:`grow_symmetric` to the legs ``lls`` of every layer (:func:`layer_legs`)."""
     mera = insert_layers(mera, len(lls) - 1)
     for z, ll in enumerate(lls):
         u, w, _ = mera.layer(z)
@@ -857,7 +664,35 @@ def grow_symmetric(mera: Any, key: jax.Array, model: Model, config: MERAConfig, 
                     f"({old.sector_dim(small[0])} -> {new.sector_dim(small[0])} states); grow_symmetric can only "
                     "enlarge sectors"
                 )
-    return _grow_symmetric(mera, key, lls, float(mix), bool(config.refsym))
+    return _grow_symmetric(mera, key, lls, mix, refsym)
+
+
+def grow_spectral(
+    mera: Any,
+    key: jax.Array,
+    chi: Any,
+    chi_mid: Any = None,
+    mix: float = 1e-3,
+    layers: int | None = None,
+    refsym: bool = False,
+    model: Model | None = None,
+) -> MERA:
+    """The symmetric MERA grown to ``chi``/``chi_mid`` (as :func:`~ivhl_jax.physics.mera.ladder.grow`), each bond's
+    sectors chosen from the reduced density matrices' spectra (:func:`spectrum_sectors`; with ``model``, a
+    charge-conjugation-symmetric chain keeps ±q sectors equal); ``layers`` more than the MERA's inserts copies of
+    the scale-invariant layer first. The stepper continues from it with ``init(mera=...)``: its sweep runs on the
+    MERA's own sectors."""
+    check_key(key)
+    check_scalar(mix, "mix", minimum=0.0, maximum=1.0)
+    group = mera.w[0].group
+    sym = Symmetry(group)
+    pairs = model is not None and charge_conjugation_symmetric(check_model(model), sym)
+    if layers is not None:
+        mera = insert_layers(mera, layers)
+    new = spectrum_sectors(mera, sym, chi, chi_mid, pairs=pairs)
+    shapes = layer_shapes(chi, chi_mid, mera.num_layers - 1, mera.d)
+    lls = legs_from(mera.w[0].legs[0].with_flow(1), new, shapes)
+    return grow_to_legs(mera, key, lls, float(mix), bool(refsym))
 
 
 def _old_columns(t: BlockTensor, new_legs: tuple[S.Leg, ...], k: int) -> dict[int, np.ndarray]:
@@ -917,9 +752,9 @@ def _grow_symmetric(mera: Any, key: jax.Array, lls: tuple[LayerLegs, ...], mix: 
         u, w, v = mera.layer(z)
         un = _complete(keys[3 * z], u, _u_legs(ll), 2)
         if refsym:
-            un = S.polar((un + _reflect(un)) * 0.5, 2)
+            un = S.polar((un + reflect(un)) * 0.5, 2)
         wn = _complete(keys[3 * z + 1], w, _w_legs(ll), 1)
-        vn = _mirror_wv(wn) if refsym else _complete(keys[3 * z + 2], v, _v_legs(ll), 1)
+        vn = mirror_wv(wn) if refsym else _complete(keys[3 * z + 2], v, _v_legs(ll), 1)
         us.append(un)
         ws.append(wn)
         vs.append(vn)
@@ -949,8 +784,6 @@ def grow_by_spectrum(
     transitional layers): copies of the scale-invariant layer are inserted below it first (:func:`insert_layers`),
     as the dense ladder does, and ``chi``/``chi_mid`` are read for that many layers. Returns (MERA, config) for
     ``mera.evenbly_vidal(model, config).init(mera=...)``."""
-    from ivhl_jax.physics.mera.config import layer_shapes
-
     if not isinstance(config, MERAConfig) or not isinstance(config.symmetry, Symmetry):
         raise TypeError("config must be the MERAConfig (with a mera.Symmetry) the MERA was optimised with")
     model = check_model(model)
@@ -969,191 +802,7 @@ def grow_by_spectrum(
     return grow_symmetric(mera, key, model, new, mix), new
 
 
-# ---------------------------------------------------------------------------------------------- stepper
-
-
-class SymmetricSweepParams(struct.PyTreeNode):
-    """What one symmetric sweep reads: the blocked terms as block tensors (traced), the config and the legs of
-    every layer (:func:`layer_legs`; static and hashable: the model itself, which holds an array, is not kept)."""
-
-    h: tuple
-    config: MERAConfig = struct.field(pytree_node=False)
-    legs: tuple = struct.field(pytree_node=False)
-
-
-def _step(state: MERAState, params: SymmetricSweepParams) -> MERAState:
-    c = params.config
-    m, e = sweep(state.mera, params.h, c.power_iters, c.u_delay, c.refsym, c.si_scales)
-    return MERAState(mera=m, energy=e)
-
-
-def _init(params: SymmetricSweepParams, key: jax.Array | None = None, mera: Any | None = None) -> MERAState:
-    """``init(key)``: a fresh symmetric MERA from ``key`` (:func:`init_symmetric`; there is no default key);
-    ``init(mera=m)``: continue from the symmetric MERA ``m`` (cast to the sweep's dtype)."""
-    dtype = params.h[0].dtype
-    if mera is None:
-        if key is None:
-            raise TypeError(
-                "mera.evenbly_vidal[symmetric].init needs key (a PRNG key, e.g. jax.random.key(0)) for a fresh "
-                "MERA, or mera= to continue from one"
-            )
-        check_key(key)
-        c = params.config
-        mera = _init_symmetric(key, params.legs, c.symmetry.group, bool(c.refsym), jnp.dtype(dtype))
-    elif not is_symmetric(mera):
-        raise TypeError("mera must be a symmetric MERA for a stepper whose config has a symmetry (or pass none)")
-    elif mera.w[0].dtype != dtype:
-        mera = jax.tree_util.tree_map(
-            lambda x: jnp.asarray(x, dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, mera
-        )
-    return MERAState(mera=mera, energy=jnp.zeros((), dtype))
-
-
-def evenbly_vidal_symmetric(model: Model, config: MERAConfig, *, policy: Any = None) -> Stepper:
-    """The stepper of :func:`~ivhl_jax.physics.mera.sweep.evenbly_vidal` for a config with a symmetry (that
-    builder dispatches here): the model is checked to conserve the charge, the sectors to add up and fit.
-    ``policy``: the precision, as the dense stepper's (:func:`~ivhl_jax.physics.mera.config.precision_dtype`)."""
-    model = check_model(model)
-    sym = config.symmetry
-    if not isinstance(sym, Symmetry):
-        raise TypeError(f"config.symmetry must be a mera.Symmetry, got {type(sym).__name__}")
-    check_commutes(model, sym)
-    legs = layer_legs(model, config)
-    dtype = precision_dtype(policy)
-    if jnp.dtype(dtype) == jnp.float64:
-        require_x64("mera.evenbly_vidal", f32="or pass policy='f32' for float32 sweeps")
-    h = symmetric_terms(model, sym, policy)
-    return Stepper.create(
-        _step,
-        SymmetricSweepParams(h=h, config=config, legs=legs),
-        init_fn=_init,
-        name="mera.evenbly_vidal[symmetric]",
-    )
-
-
 # ------------------------------------------------------------------------------------- conformal data
-
-
-def operator_charges(leg: S.Leg, group: S.Group) -> np.ndarray:
-    """The charge q(a') − q(a) of every one-site operator entry o[a', a] (flattened a'·χ + a)."""
-    c = leg.charge_of_index()
-    diff = c[:, None] - c[None, :]
-    return (diff % group.order if group.order else diff).reshape(-1)
-
-
-def charged_scaling_dimensions(mera: Any, num: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """Scaling dimensions Δ = −log₄|λ| of the two-layer one-site scaling superoperator S_v∘S_w, computed in each
-    charge sector (S maps an operator of charge q = q(a') − q(a) to one of the same charge: its matrix is block
-    diagonal, one block per charge) and merged: the ``num`` smallest Δ with the charge of each operator."""
-    from ivhl_jax.physics.mera.scaling import scaling_superoperator
-
-    if not is_symmetric(mera):
-        raise TypeError("mera must be a symmetric MERA")
-    check_scalar(num, "num", integer=True, minimum=1)
-    _, w, v = mera.layer(mera.num_layers - 1)
-    leg = w.legs[-1].with_flow(1)
-    s = np.asarray(scaling_superoperator(w.to_dense(), v.to_dense()), np.float64)
-    oq = operator_charges(leg, w.group)
-    dims, charges = [], []
-    for q in np.unique(oq):
-        idx = np.flatnonzero(oq == q)
-        ev = np.linalg.eigvals(s[np.ix_(idx, idx)])
-        dims.append(-0.5 * np.log2(np.maximum(np.abs(ev), 1e-300)))
-        charges.append(np.full(len(idx), q))
-    d, c = np.concatenate(dims), np.concatenate(charges)
-    order = np.argsort(d, kind="stable")[: int(num)]
-    return d[order], c[order]
-
-
-def charge_block_leakage(mera: Any) -> float:
-    """max |S[i, j]| between operator entries of different charge, relative to max |S| (0 for a symmetric MERA:
-    the check that S is block diagonal in charge)."""
-    from ivhl_jax.physics.mera.scaling import scaling_superoperator
-
-    _, w, v = mera.layer(mera.num_layers - 1)
-    s = np.asarray(scaling_superoperator(w.to_dense(), v.to_dense()), np.float64)
-    oq = operator_charges(w.legs[-1].with_flow(1), w.group)
-    off = oq[:, None] != oq[None, :]
-    return float(np.abs(s[off]).max() / np.abs(s).max()) if off.any() else 0.0
-
-
-#: The charge of each primary of the critical models' CFTs under the lattice symmetry (Ising: σ odd, 1 and ε
-#: even; XX: the vertex operator V(n,m) carries the U(1) charge n (S^z), the currents J, J̄ none).
-CFT_CHARGES: dict[str, dict[str, tuple[int, ...]]] = {
-    "ising": {"1": (0,), "σ": (1,), "ε": (0,)},
-    "xx": {
-        "1": (0,),
-        "J": (0,),
-        "J̄": (0,),
-        **{f"V({n},{m})": (n,) for n, m in ((1, 0), (-1, 0), (2, 0), (-2, 0), (0, 1), (0, -1))},
-        **{f"V({n},{m})": (n,) for n in (1, -1) for m in (1, -1)},
-    },
-    # 3-state Potts (in the charge basis of potts_charge_basis): σ and Z carry ±1, σ†, Z† the opposite, ε none
-    "potts": {"1": (0,), "ε": (0,), "σ": (1, 2), "σ†": (1, 2), "Z": (1, 2), "Z†": (1, 2)},
-}
-
-
-def conformal_table(mera: Any, cft: str, num: int = 10) -> list[dict[str, Any]]:
-    """Each measured Δ with its charge, matched to the nearest CFT operator *of the same charge* (each used once):
-    ``delta``, ``charge``, ``label``, ``exact``, ``primary``, ``descendant``."""
-    from ivhl_jax.physics.mera.scaling import CFT_OPERATORS
-
-    if cft not in CFT_CHARGES:
-        raise ValueError(f"cft must be one of {sorted(CFT_CHARGES)} (the CFTs with tabulated charges), got {cft!r}")
-    dims, charges = charged_scaling_dimensions(mera, num)
-    group = mera.w[-1].group
-    table = list(CFT_OPERATORS[cft])
-    free = list(range(len(table)))
-    out: list[dict[str, Any]] = []
-    for d, q in zip(dims, charges):
-        ok = [
-            i
-            for i in free
-            if any(group.reduce(c) == group.reduce(int(q)) for c in CFT_CHARGES[cft].get(table[i][2], ()))
-        ]
-        if not ok:
-            out.append(
-                {"delta": float(d), "charge": int(q), "label": None, "exact": None, "primary": None, "descendant": None}
-            )
-            continue
-        j = min(ok, key=lambda i: abs(table[i][0] - d))
-        free.remove(j)
-        exact, label, primary = table[j]
-        out.append(
-            {
-                "delta": float(d),
-                "charge": int(q),
-                "label": label,
-                "exact": exact,
-                "primary": primary,
-                "descendant": label != primary,
-            }
-        )
-    return out
-
-
-def ope_coefficients(mera: Any, model: Model, cft: str, **kwargs: Any) -> dict[str, dict[str, Any]]:
-    """OPE coefficients of ``cft``'s primaries on the symmetric MERA: a coefficient C_αβγ whose charges do not add
-    up (q_α + q_β ≠ q_γ) vanishes by the symmetry and is reported as ``{"allowed": False, "measured": 0.0}``; the
-    allowed ones are measured by :func:`~ivhl_jax.physics.mera.conformal.ope_coefficients` on the dense
-    embedding."""
-    from ivhl_jax.physics.mera.conformal import CFT_OPE
-    from ivhl_jax.physics.mera.conformal import ope_coefficients as dense_ope
-
-    if cft not in CFT_CHARGES or cft not in CFT_OPE:
-        raise ValueError(f"cft must be one of {sorted(set(CFT_CHARGES) & set(CFT_OPE))}, got {cft!r}")
-    group = mera.w[-1].group
-    measured = dense_ope(to_dense(mera), cft, **kwargs)
-    out = {}
-    for (a, b, c), _ in CFT_OPE[cft].items():
-        name = f"C_{a}{b}{c}"
-        qa, qb, qc = (CFT_CHARGES[cft][x][0] for x in (a, b, c))
-        if group.reduce(qa + qb - qc) != 0:
-            out[name] = {"allowed": False, "measured": 0.0}
-        else:
-            out[name] = dict(measured.get(name, {}), allowed=True)
-    del model
-    return out
 
 
 def sector_spectrum(mera: Any) -> dict[int, np.ndarray]:

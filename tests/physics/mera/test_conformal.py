@@ -22,7 +22,7 @@ from ivhl_jax.physics.mera.models import blocked_terms
 
 
 def _velocity(model):
-    return dict(model.cft)["velocity"]
+    return model.cft.velocity
 
 
 def _optimised(model, chi, mid, layers, sweeps, key=0, start=None):

@@ -367,26 +367,26 @@ def test_refsym_mirror_diagram_and_explicit_environments():
         for k in (21, 22):
             x = jax.random.normal(jax.random.key(k), (3,) * 4)
             x = x + S._swap(x)
-            hs.append(x + S._reflect(x))
+            hs.append(x + S.reflect(x))
         h = (hs[0], hs[1])
         r = jax.random.normal(jax.random.key(23), (4,) * 4)
         r = S._symmetrise(jnp.einsum("abcd,efcd->abef", r, r))
-        rho = (0.5 * (r + S._reflect(r)), S._symmetrise(r + S._reflect(r)))
+        rho = (0.5 * (r + S.reflect(r)), S._symmetrise(r + S.reflect(r)))
 
         @jax.jit
         def both(h, rho, layer):
-            grads = jax.grad(lambda lay: W._layer_energy(lay, h, rho))(layer)
+            grads = jax.grad(lambda lay: W._layer_energy(lay, [h], rho))(layer)
             return (
                 M.ascend(h, layer),
                 M.ascend(h, layer, refsym=True),
                 M.descend(rho, layer),
                 M.descend(rho, layer, refsym=True),
                 grads,
-                W._env_u(layer, h, rho, False),
-                W._env_wv(layer, h, rho, "w"),
-                W._env_wv(layer, h, rho, "v"),
-                W._env_u(layer, h, rho, True),
-                W._env_w_refsym(layer, h, rho),
+                W._env_u(layer, [h], rho, False),
+                W._env_wv(layer, [h], rho, "w"),
+                W._env_wv(layer, [h], rho, "v"),
+                W._env_u(layer, [h], rho, True),
+                W._env_w_refsym(layer, [h], rho),
             )
 
         a_full, a_sym, d_full, d_sym, (gu, gw, gv), eu, ew, ev, eu_sym, ew_sym = both(h, rho, layer)

@@ -47,7 +47,7 @@ def test_z2_ising_chi6_matches_dense_and_charges(refsym):
         cfg = mera.MERAConfig(chi=6, chi_mid=4, layers=1, u_delay=2, refsym=refsym, symmetry=sym)
         s, e, de = _run_both(model, cfg, 40)
         np.testing.assert_allclose(e[1:], de[1:], rtol=0, atol=1e-10)
-        assert MS.charge_block_leakage(s.mera) < 1e-12
+        assert mera.scaling.charge_block_leakage(s.mera) < 1e-12
         dims, charges = mera.charged_scaling_dimensions(s.mera, 36)
         dense = np.sort(mera.scaling_dimensions(mera.to_dense(s.mera), 36))
         np.testing.assert_allclose(np.sort(dims), dense, atol=1e-8)
@@ -89,11 +89,14 @@ def test_bad_inputs_one_line():
         mera.evenbly_vidal(
             mera.ising(), mera.MERAConfig(chi=16, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 4, 1: 12}))
         )
-    with pytest.raises(ValueError, match="pass symmetry.mid_sectors"):
-        mera.evenbly_vidal(
-            mera.ising(),
-            mera.MERAConfig(chi=6, chi_mid=3, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 3, 1: 3})),
-        )
+    # without mid_sectors, chi_mid = 3 < chi_in = 6 is split over the input's sectors in proportion (charge 0 first
+    # on a tie); without sectors, chi over what each layer's isometry carries
+    legs = MS.layer_legs(
+        mera.ising(), mera.MERAConfig(chi=6, chi_mid=3, layers=1, symmetry=mera.Symmetry("Z2", sectors={0: 3, 1: 3}))
+    )
+    assert (legs[1].mid.charges, legs[1].mid.dims) == ((0, 1), (2, 1))
+    legs = MS.layer_legs(mera.xx(), mera.MERAConfig(chi=7, layers=1, symmetry=mera.Symmetry("U1")))
+    assert (legs[0].out.charges, legs[0].out.dims) == ((-1, 0, 1), (2, 3, 2))  # of {-2: 1, -1: 4, 0: 6, 1: 4, 2: 1}
     with pytest.raises(ValueError, match="no default Z3 charges"):
         mera.evenbly_vidal(
             mera.potts(), mera.MERAConfig(chi=9, layers=1, symmetry=mera.Symmetry("Z3", sectors={0: 3, 1: 3, 2: 3}))
@@ -157,8 +160,8 @@ def test_spectrum_sectors_and_grow_keep_the_energy():
         assert sum(d for _, d in sym.sectors[-1]) == 7 and sym.sectors[0] == sym.sectors[-1]
         grown, cfg2 = MS.grow_by_spectrum(m, jax.random.key(2), model, cfg, 7, mix=0.0)
         assert cfg2.symmetry == sym and grown.chis == (7, 7)
-        e_old = MS.energy_per_site(m, MS.symmetric_terms(model, cfg.symmetry))
-        e_new = MS.energy_per_site(grown, MS.symmetric_terms(model, cfg2.symmetry))
+        e_old = mera.energy_per_site(m, MS.symmetric_terms(model, cfg.symmetry))
+        e_new = mera.energy_per_site(grown, MS.symmetric_terms(model, cfg2.symmetry))
         np.testing.assert_allclose(e_new, e_old, rtol=0, atol=1e-12)
         assert max(mera.isometry_errors(mera.to_dense(grown)).values()) < 1e-12
         with pytest.raises(ValueError, match=r"would shrink in charge 0") as exc:
@@ -227,9 +230,7 @@ def test_xx_cft_table_against_exact_diagonalisation():
     """The XX chain's CFT table (every operator up to Δ = 5/4, with its U(1) charge) is the low spectrum of the
     periodic 12-site chain: each level's Δ within the finite-size shift (0.06) of a table entry of the same charge,
     and the multiset of (Δ, charge) equal."""
-    from ivhl_jax.physics.mera.scaling import CFT_OPERATORS
-
-    table = sorted((d, MS.CFT_CHARGES["xx"][prim][0]) for d, _, prim in CFT_OPERATORS["xx"])
+    table = sorted((op.delta, op.charges[0]) for op in mera.CFTS["xx"].operators)
     assert len(table) == 17 and max(d for d, _ in table) == 1.25
     levels = sorted((d, q) for d, q in _xx_ring_levels(12, range(-3, 4)) if d < 1.5)
     assert len(levels) == len(table)
