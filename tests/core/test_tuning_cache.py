@@ -331,3 +331,15 @@ def test_the_tuner_refuses_a_race_of_one():
 
     with pytest.raises(RuntimeError, match="a race needs two; nothing recorded"):
         tune.choose("x", None, [Candidate("only", {}, build, default=True)], rounds=1, limits={})
+
+
+def test_an_entry_measured_without_a_package_installed_since_is_stale(cache):
+    """A race that left a candidate out for a missing package (the host FFT without ducc0) no longer stands once
+    the package is installed: the table applies, with one warning, until `ivhl tune` measures every candidate."""
+    timed = {"a": {"median_s": 0.1}, "b": {"median_s": 0.2}}
+    entry = {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}, "candidates": timed}
+    tuning_cache.record("cpu", {"cdt.engine|all": {**entry, "unavailable": {"c": "no_such_package_ivhl"}}})
+    assert backend.defaults("cpu").cdt_engine == "jax"  # the package is still missing: the measurement stands
+    tuning_cache.record("cpu", {"cdt.engine|all": {**entry, "unavailable": {"c": "json"}}})  # "installed now"
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="measured without json, installed now"):
+        assert backend.defaults("cpu").cdt_engine == backend.TABLE["cpu"].cdt_engine
