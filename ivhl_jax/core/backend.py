@@ -434,11 +434,12 @@ def _xla_flags_row() -> dict[str, str]:
     done = tuning_cache.applied_xla_flags()
     found = done or tuning_cache.measured_xla_flags()
     if not found:
-        return {
-            "setting": "xla_flags",
-            "value": repr(""),
-            "source": "not measured on this kind of machine (ivhl tune --only xla)",
-        }
+        why = (
+            "not measured on this kind of machine (ivhl tune --only xla)"
+            if "avx512f" in host.facts().cpu_flags
+            else "XLA's defaults: no candidate flag for this CPU (the tuner's flags need AVX-512)"
+        )
+        return {"setting": "xla_flags", "value": repr(""), "source": why}
     if not found["flags"]:
         state = "no candidate flag paid here: XLA's defaults"
     elif done.get("applied"):
