@@ -337,8 +337,8 @@ def tune_cdt(t: Tuner) -> dict[str, dict[str, Any]]:
         engines.append("pallas")
     if len(engines) < 2:
         t.note(
-            f"only the {engines[0]} engine can run here: nothing to race, nothing recorded (a later `ivhl tune "
-            "--only cdt` with more engines available measures them)"
+            f"only the {engines[0]} engine is a candidate here: nothing to race, nothing recorded (the table's "
+            "engine stays; a later `ivhl tune --only cdt` with more engines available measures them)"
         )
         return {}
     t.log(

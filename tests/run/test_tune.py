@@ -236,3 +236,15 @@ def test_a_roofline_fraction_above_one_is_explained(capsys):
     tune._summary({"entries": {"x|all": entry}, "errors": {}})
     printed = capsys.readouterr().out
     assert "%*" in printed and measure.ABOVE_ONE in printed
+
+
+def test_without_numba_the_cdt_area_records_no_one_engine_race(monkeypatch):
+    """The JAX engine alone is not a measurement: nothing is recorded, so the table's engine stays and installing
+    numba later brings the host engine back."""
+    from ivhl_jax.physics import tunables
+
+    monkeypatch.setitem(__import__("sys").modules, "numba", None)
+    s = _session(area="cdt")
+    assert tunables.tune_cdt(s) == {}
+    assert any("numba not installed" in n for n in s.notes["cdt"])
+    assert any("only the jax engine is a candidate here: nothing to race" in n for n in s.notes["cdt"])
