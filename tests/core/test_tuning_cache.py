@@ -345,3 +345,27 @@ def test_an_entry_measured_without_a_package_installed_since_is_stale(cache):
     tuning_cache.record("cpu", {"cdt.engine|all": {**entry, "unavailable": {"c": "json"}}})  # "installed now"
     with pytest.warns(tuning_cache.TuningCacheWarning, match="measured without json, installed now"):
         assert backend.defaults("cpu").cdt_engine == backend.TABLE["cpu"].cdt_engine
+
+
+def test_apply_arms_tuning_on_the_fly_under_auto(cache, monkeypatch, capsys):
+    """Under IVHL_TUNING=auto, apply() (not the import) arms the tuner: a miss tunes the op through the area that
+    registered it, once."""
+    from ivhl_jax.core import tunables
+    from ivhl_jax.run import tune
+
+    calls = []
+
+    def at_size(t, op, size):
+        calls.append((op, size))
+        return _entry(op, size, fields_pair_budget=4096)
+
+    area = tunables.Area("test", lambda t: {}, at_size=at_size, ops=("test.op",))
+    monkeypatch.setitem(tunables._AREAS, "test", area)
+    monkeypatch.setenv("IVHL_TUNE_TINY", "1")  # the limits it measures first: small
+    monkeypatch.setenv("IVHL_TUNING", "auto")
+    backend.defaults("cpu", op="test.op", size=1 << 13)
+    assert calls == []  # not armed: importing armed nothing
+    tune.apply()
+    assert "IVHL_TUNING=auto" in capsys.readouterr().err
+    assert backend.defaults("cpu", op="test.op", size=1 << 13).fields_pair_budget == 4096
+    assert calls == [("test.op", 1 << 13)]
