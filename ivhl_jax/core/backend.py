@@ -377,16 +377,6 @@ _NEEDS: Mapping[tuple[str, Any], tuple[str, str, Any, str]] = {
 }
 
 
-def _installed(package: str) -> bool:
-    """Whether ``package`` can be imported here (found on the path; nothing is imported)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken parent package
-        return False
-
-
 def describe(platform_name: str | None = None) -> list[dict[str, str]]:
     """Every setting in force as rows ``{"setting", "value", "source"}`` (what ``ivhl info`` prints and every run
     folder records): the source is ``override()``, ``configure()``, the tuning cache file and when it was measured,
@@ -412,7 +402,7 @@ def describe(platform_name: str | None = None) -> list[dict[str, str]]:
         else:
             source = _table_source(f.name, name)
         missing = _NEEDS.get((f.name, value))
-        if missing is not None and not _installed(missing[0]):
+        if missing is not None and not host.installed(missing[0]):
             package, extra, value, why = missing
             source = f"{why}: {package} is not installed (pip install 'ivhl_jax[{extra}]'); {source}"
         rows.append({"setting": f.name, "value": repr(value), "source": source})
@@ -444,11 +434,12 @@ def _xla_flags_row() -> dict[str, str]:
     done = tuning_cache.applied_xla_flags()
     found = done or tuning_cache.measured_xla_flags()
     if not found:
-        return {
-            "setting": "xla_flags",
-            "value": repr(""),
-            "source": "not measured on this kind of machine (ivhl tune --only xla)",
-        }
+        why = (
+            "not measured on this kind of machine (ivhl tune --only xla)"
+            if "avx512f" in host.facts().cpu_flags
+            else "XLA's defaults: no candidate flag for this CPU (the tuner's flags need AVX-512)"
+        )
+        return {"setting": "xla_flags", "value": repr(""), "source": why}
     if not found["flags"]:
         state = "no candidate flag paid here: XLA's defaults"
     elif done.get("applied"):

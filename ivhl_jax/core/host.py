@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import platform as _platform
 
-__all__ = ["HostFacts", "facts"]
+__all__ = ["HostFacts", "facts", "installed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,3 +79,11 @@ def facts() -> HostFacts:
         machine=_platform.machine(),
         system=_platform.system(),
     )
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (found on the path; nothing is imported)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules, a broken parent package
+        return False

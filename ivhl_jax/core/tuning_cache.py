@@ -373,8 +373,9 @@ def entries(platform_name: str) -> dict[str, dict[str, Any]]:
     """Every usable cache entry of ``platform_name`` (``{"op|bucket": entry}``).
 
     An entry whose race timed fewer than two candidates measured nothing (written before ``ivhl tune`` refused
-    such races, e.g. the JAX engine alone where numba was missing): it is skipped with one warning, so the table's
-    choice applies and, once the other candidates can run, a new ``ivhl tune`` measures them."""
+    such races, e.g. the JAX engine alone where numba was missing), and one that left out candidates whose package
+    (its ``unavailable``: candidate -> package) is installed now, are skipped with one warning each: the table's
+    choice applies until a new ``ivhl tune`` measures every candidate."""
     doc = load(platform_name)
     if not doc:
         return {}
@@ -385,6 +386,14 @@ def entries(platform_name: str) -> dict[str, dict[str, Any]]:
             for n, c in (entry.get("candidates") or {}).items()
             if isinstance(c, dict) and "error" not in c and "rejected" not in c
         ]
+        now = sorted({str(p) for p in (entry.get("unavailable") or {}).values() if host.installed(str(p))})
+        if now:
+            _warn_once(
+                f"now:{key}",
+                f"tuning cache {cache_path(platform_name)}: {key} was measured without {', '.join(now)}, installed "
+                "now; ignored, the backend table's choice applies (`ivhl tune` measures it with them)",
+            )
+            continue
         if isinstance(entry.get("candidates"), dict) and len(timed) < 2:
             _warn_once(
                 f"one:{key}",

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ivhl_jax.core import backend, tunables
+from ivhl_jax.core import backend, host, tunables
 from ivhl_jax.core.tunables import Candidate, Tuner
 
 __all__ = [
@@ -170,14 +170,14 @@ def tune_gp(t: Tuner) -> dict[str, dict[str, Any]]:
             Candidate("xla_merged", {"gp_fft": "xla", "gp_merged": True}, lambda: build("xla", True), True),
             Candidate("xla_step_by_step", {"gp_fft": "xla", "gp_merged": False}, lambda: build("xla", False)),
         ]
+        unavailable = {}
         if backend.defaults().host_fft:
-            try:
-                import ducc0  # noqa: F401
-
+            if host.installed("ducc0"):
                 cands.append(
                     Candidate("ducc_merged", {"gp_fft": "ducc", "gp_merged": True}, lambda: build("ducc", True))
                 )
-            except ImportError:
+            else:
+                unavailable["ducc_merged"] = "ducc0"  # a later install makes this entry stale (tuning_cache.entries)
                 t.note("ducc0 not installed: the host FFT is not a candidate here (pip install 'ivhl_jax[cpu-fft]')")
         if t.verify:
             cands.append(Candidate("no_settings_with_cache", {}, lambda: build("xla", True, cached=True)))
@@ -190,6 +190,8 @@ def tune_gp(t: Tuner) -> dict[str, dict[str, Any]]:
             rtol=1e-4,
             params={"shape": list(shape), "steps_per_call": steps, "dtype": "complex64"},
         )
+        if unavailable:
+            entry["unavailable"] = unavailable
         entry["ideal_bytes_per_step"] = 3 * 2 * 8 * size
         entry["fraction_of_bandwidth_ideal"] = (
             steps * 3 * 2 * 8 * size / entry["median_s"] / 1e9 / t.limits["copy_gbps"]
@@ -335,8 +337,8 @@ def tune_cdt(t: Tuner) -> dict[str, dict[str, Any]]:
         engines.append("pallas")
     if len(engines) < 2:
         t.note(
-            f"only the {engines[0]} engine can run here: nothing to race, nothing recorded (a later `ivhl tune "
-            "--only cdt` with more engines available measures them)"
+            f"only the {engines[0]} engine is a candidate here: nothing to race, nothing recorded (the table's "
+            "engine stays; a later `ivhl tune --only cdt` with more engines available measures them)"
         )
         return {}
     t.log(

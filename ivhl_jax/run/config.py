@@ -407,12 +407,12 @@ def add_run_arguments(
     )
     default_help = f"output folder (default {out})" if out else "output folder"
     parser.add_argument("--out", default=out, help=out_help or default_help)
-    parser.add_argument(
-        "--resume",
-        action=argparse.BooleanOptionalAction,
-        default=resume,
-        help="continue from the checkpoint in <out>/ckpt if there is one",
+    either = parser.add_mutually_exclusive_group()  # both at once is a one-line error, not "the last one wins"
+    either.add_argument(
+        "--resume", action="store_true", help="continue from the checkpoint in <out>/ckpt if there is one"
     )
+    either.add_argument("--no-resume", dest="resume", action="store_false", help="start afresh (drops <out>/ckpt)")
+    parser.set_defaults(resume=resume)
     parser.add_argument("--no-progress", action="store_true", help="do not show progress")
     return parser
 

@@ -48,7 +48,7 @@ from ivhl_jax.core import backend, host, tunables, tuning_cache
 from ivhl_jax.core.tunables import Candidate
 from ivhl_jax.run import measure
 
-__all__ = ["apply", "Session", "area_names", "check_areas", "choose", "tune", "tune_op", "main"]
+__all__ = ["apply", "Session", "area_names", "check_areas", "choose", "tune", "tune_op", "parser", "main"]
 
 _VECTOR_FLAG = "--xla_cpu_prefer_vector_width=512"
 assert _VECTOR_FLAG in tuning_cache.XLA_FLAG_CANDIDATES
@@ -405,7 +405,10 @@ def check_areas(only: Sequence[str] | None, quick: bool) -> list[str]:
     known = area_names()
     unknown = [a for a in names if a not in known]
     if unknown:
-        raise ValueError(f"unknown tuning area(s) {unknown}; choose from {', '.join(known)}")
+        raise ValueError(
+            f"unknown tuning area(s) {unknown}; choose from {', '.join(known)} (the transformer area registers with "
+            "`import ivhl_jax.models.tunables`, which the ivhl command does)"
+        )
     return [a for a in known if a in names]
 
 
@@ -450,6 +453,7 @@ def tune(
     entries: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     registered = tunables.areas()
+    command = " ".join(["ivhl tune"] + sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "ivhl_jax.run.tune.tune"
     for area in areas:
         a0 = time.perf_counter()
         s.area = area
@@ -466,7 +470,7 @@ def tune(
             s.log(f"{area}: not tuned ({errors[area]})")
             continue
         for entry in found.values():
-            entry["command"] = " ".join(["ivhl tune"] + sys.argv[2:]) if sys.argv[1:2] == ["tune"] else "ivhl_jax.tune"
+            entry["command"] = command
             entry["area_wall_s"] = time.perf_counter() - a0
         entries.update(found)
         took = f"{area} done in {time.perf_counter() - a0:.0f} s (total {time.perf_counter() - t0:.0f} s)"

@@ -213,3 +213,11 @@ def test_fft_ducc_without_ducc0_is_one_line_naming_the_extra(tmp_path, capsys, m
     lines = [ln for ln in err.splitlines() if ln.strip() and "a run shorter than one chunk" not in ln]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert "ivhl_jax[cpu-fft]" in lines[0] and lines[0].startswith("ivhl sim bec:"), err
+
+
+def test_resume_and_no_resume_together_are_refused(tmp_path, capsys):
+    argv = ["sim", "bec", "--out", str(tmp_path / "run"), "--resume", "--no-resume"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--no-resume: not allowed with argument --resume" in err, err
+    assert not (tmp_path / "run").exists()

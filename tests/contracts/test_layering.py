@@ -214,3 +214,17 @@ def test_the_library_never_imports_the_application_folders():
             if mod.split(".")[:2] in (["ivhl_jax", "bench"], ["ivhl_jax", "models"], ["ivhl_jax", "sims"]):
                 bad.append(f"{os.path.relpath(path, ROOT)}:{line} imports {mod}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_host_is_read_in_one_place():
+    """The CPU's model and flags come from one function, ``ivhl_jax.core.host.facts`` (the cores too: see
+    test_module_boundaries): no other file of the library, the simulations, the models or the benchmarks opens
+    ``/proc/cpuinfo``."""
+    readers = []
+    for folder in ("ivhl_jax", "sims", "models", "bench"):
+        for d, _, files in os.walk(os.path.join(ROOT, folder)):
+            for f in files:
+                path = os.path.join(d, f)
+                if f.endswith(".py") and "/proc/cpuinfo" in open(path, encoding="utf-8").read():
+                    readers.append(os.path.relpath(path, ROOT).replace(os.sep, "/"))
+    assert readers == ["ivhl_jax/core/host.py"], readers

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from ivhl_jax.core import backend, tuning_cache
+from ivhl_jax.core import backend, host, tuning_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIELDS = "fields.superpose"
@@ -60,7 +60,9 @@ def test_sources_reported(cache):
     assert tuning_cache.cache_path("cpu") in rows["cdt_engine"]["source"]
     assert rows[f"fields_pair_budget@{FIELDS}[2^20]"]["value"] == repr(1 << 20)
     assert rows["host_fft"]["source"].startswith("table: bench/results/")
-    assert "not measured on this kind of machine" in rows["xla_flags"]["source"]
+    avx512 = "avx512f" in host.facts().cpu_flags
+    want = "not measured on this kind of machine" if avx512 else "the tuner's flags need AVX-512"
+    assert want in rows["xla_flags"]["source"]
     with backend.override(cdt_engine="host"):
         assert {r["setting"]: r for r in backend.describe("cpu")}["cdt_engine"]["source"] == "override()"
     gpu = {r["setting"]: r for r in backend.describe("gpu")}
@@ -331,3 +333,39 @@ def test_the_tuner_refuses_a_race_of_one():
 
     with pytest.raises(RuntimeError, match="a race needs two; nothing recorded"):
         tune.choose("x", None, [Candidate("only", {}, build, default=True)], rounds=1, limits={})
+
+
+def test_an_entry_measured_without_a_package_installed_since_is_stale(cache):
+    """A race that left a candidate out for a missing package (the host FFT without ducc0) no longer stands once
+    the package is installed: the table applies, with one warning, until `ivhl tune` measures every candidate."""
+    timed = {"a": {"median_s": 0.1}, "b": {"median_s": 0.2}}
+    entry = {"op": "cdt.engine", "bucket": "all", "settings": {"cdt_engine": "jax"}, "candidates": timed}
+    tuning_cache.record("cpu", {"cdt.engine|all": {**entry, "unavailable": {"c": "no_such_package_ivhl"}}})
+    assert backend.defaults("cpu").cdt_engine == "jax"  # the package is still missing: the measurement stands
+    tuning_cache.record("cpu", {"cdt.engine|all": {**entry, "unavailable": {"c": "json"}}})  # "installed now"
+    with pytest.warns(tuning_cache.TuningCacheWarning, match="measured without json, installed now"):
+        assert backend.defaults("cpu").cdt_engine == backend.TABLE["cpu"].cdt_engine
+
+
+def test_apply_arms_tuning_on_the_fly_under_auto(cache, monkeypatch, capsys):
+    """Under IVHL_TUNING=auto, apply() (not the import) arms the tuner: a miss tunes the op through the area that
+    registered it, once."""
+    from ivhl_jax.core import tunables
+    from ivhl_jax.run import tune
+
+    calls = []
+
+    def at_size(t, op, size):
+        calls.append((op, size))
+        return _entry(op, size, fields_pair_budget=4096)
+
+    area = tunables.Area("test", lambda t: {}, at_size=at_size, ops=("test.op",))
+    monkeypatch.setitem(tunables._AREAS, "test", area)
+    monkeypatch.setenv("IVHL_TUNE_TINY", "1")  # the limits it measures first: small
+    monkeypatch.setenv("IVHL_TUNING", "auto")
+    backend.defaults("cpu", op="test.op", size=1 << 13)
+    assert calls == []  # not armed: importing armed nothing
+    tune.apply()
+    assert "IVHL_TUNING=auto" in capsys.readouterr().err
+    assert backend.defaults("cpu", op="test.op", size=1 << 13).fields_pair_budget == 4096
+    assert calls == [("test.op", 1 << 13)]

@@ -192,3 +192,59 @@ def test_numba_cache_check_sees_a_compiled_kernel(tmp_path):
 
     assert cached("call") == "False"  # cold; this process compiles f and numba writes it to the cache
     assert cached() == "True"
+
+
+@pytest.mark.slow  # the xla area's two worker processes, then a fresh process for the fields area: about a minute
+def test_tune_xla_then_the_rest_prints_one_table_and_writes_only_the_export(tmp_path):
+    export = tmp_path / "t.json"
+    out = _ivhl(
+        "tune",
+        "--quick",
+        "--only",
+        "xla,fields",
+        "--export",
+        str(export),
+        env_extra={"IVHL_CACHE_DIR": str(tmp_path)},
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("op [bucket]") == 1, out.stdout  # the child hands its result over; one table
+    assert [line for line in out.stdout.splitlines() if line.startswith("wrote ")] == [f"wrote {export}"]
+    assert "fields.superpose|2^12" in json.loads(export.read_text())["entries"]
+
+
+def test_a_busy_host_is_said(monkeypatch, capsys):
+    from ivhl_jax.core import host
+    from ivhl_jax.run import tune
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.0 * host.facts().machine_cores, 0.0, 0.0))
+    s = _session()
+    tune._load_warning(s)
+    assert "the host is busy" in capsys.readouterr().out and "rerun `ivhl tune` on a quiet host" in s.notes["load"][0]
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    s = _session()
+    tune._load_warning(s)
+    assert s.notes == {}
+
+
+def test_a_roofline_fraction_above_one_is_explained(capsys):
+    from ivhl_jax.run import measure, tune
+
+    rec = measure.roofline_of(0.0, 1e9, 1e-3, _LIMITS)  # 1 GB in 1 ms against a 10 GB/s copy: 100x
+    assert rec["fraction"] > 1 and rec["note"] == measure.ABOVE_ONE
+    entry = {"winner": "a", "median_s": 1e-3, "spread": 0.1, "roofline": rec}
+    tune._summary({"entries": {"x|all": entry}, "errors": {}})
+    printed = capsys.readouterr().out
+    assert "%*" in printed and measure.ABOVE_ONE in printed
+
+
+def test_without_numba_the_cdt_area_records_no_one_engine_race(monkeypatch):
+    """The JAX engine alone is not a measurement: nothing is recorded, so the table's engine stays and installing
+    numba later brings the host engine back."""
+    from ivhl_jax.physics import tunables
+
+    monkeypatch.setitem(__import__("sys").modules, "numba", None)
+    s = _session(area="cdt")
+    assert tunables.tune_cdt(s) == {}
+    assert any("numba not installed" in n for n in s.notes["cdt"])
+    assert any("only the jax engine is a candidate here: nothing to race" in n for n in s.notes["cdt"])
