@@ -13,10 +13,13 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import json
 import os
 import shutil
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +28,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax.run import open_run
-from ivhl_jax.run.config import option
+from ivhl_jax.run.config import load_config, option
 from ivhl_jax.run.driver import Simulation, run_main
 from ivhl_jax.run.io import save_figure, save_npy
 from ivhl_jax.run.lock import RunDirLockedError
@@ -298,3 +301,67 @@ def test_a_step_off_the_schedule_is_skipped_with_a_warning(tmp_path, capfd):
     assert res.resumed_from == 20 and float(res.state[0]) == 4.0
     err = capfd.readouterr().err
     assert "skipped step 25" in err and "not a multiple of steps_per_chunk=10" in err
+
+
+# --- hostile files are refused before work, in one line naming the file ------------------------------------
+
+
+@pytest.mark.parametrize("array", ["value", "time"])
+def test_a_store_declaring_a_huge_shape_is_refused_before_any_resize(tmp_path, capsys, array):
+    out = tmp_path / "run"
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    meta, root = out / "run.zarr" / array / "zarr.json", out / "run.zarr" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["shape"] = [10**12, *doc["shape"][1:]]  # 8 TB of float64 records
+    meta.write_text(json.dumps(doc))
+    top = json.loads(root.read_text())  # and the copy in the root's consolidated metadata
+    top["consolidated_metadata"]["metadata"][array]["shape"] = doc["shape"]
+    root.write_text(json.dumps(top))
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 2
+    assert time.perf_counter() - t0 < 30
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(meta) in err and "1000000000000" in err and "--no-resume" in err
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "not readable|too deeply|not valid JSON"),
+        ("deep.toml", "a = " + "[" * 100_000 + "]" * 100_000, "too deeply|not valid TOML"),
+        ("nested.json", json.dumps({"a": json.loads("[" * 40 + "]" * 40)}), "nests lists or tables more than 32"),
+        ("list.json", "[1, 2]", "holds a JSON list, not a table"),
+        ("bytes.json", b"\xff\xfe{", "not valid JSON"),
+    ],
+)
+def test_a_hostile_config_file_is_one_line_naming_it(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError, match=message) as e:
+        load_config(_CountConfig, path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{trunc", "\xff", "[" * 100_000])
+def test_a_hostile_config_json_in_the_run_folder_is_one_line_naming_it(tmp_path, capsys, text):
+    out = tmp_path / "run"
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    (out / "config.json").write_bytes(text.encode("latin-1"))
+    capsys.readouterr()
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(out / "config.json") in err and "--no-resume" in err
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_saying_rerun_resumes(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+
+    def full(path, array):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(sys.modules[__name__], "save_npy", full)
+    assert run_main(_CountSimulation(), ["--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(out / "final_state.npy") in err and "rerun the same command" in err
+    assert "resumes" in err
