@@ -27,6 +27,9 @@ import matplotlib.figure
 import numpy as np
 import pytest
 
+from ivhl_jax.nn import gru
+from ivhl_jax.numerics import rollout
+from ivhl_jax.physics import fields
 from ivhl_jax.run import open_run
 from ivhl_jax.run.config import load_config, option
 from ivhl_jax.run.driver import Simulation, run_main
@@ -365,3 +368,48 @@ def test_a_full_disk_is_one_line_naming_the_path_and_saying_rerun_resumes(tmp_pa
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(out / "final_state.npy") in err and "rerun the same command" in err
     assert "resumes" in err
+
+
+# --- the small silent ones --------------------------------------------------------------------------------------
+
+
+def _decay():
+    return rollout.Stepper.create(lambda x, p: x * p, jnp.float32(0.5))
+
+
+@pytest.mark.parametrize(
+    "steps, error, message",
+    [
+        (True, TypeError, "steps must be an integer count, got the boolean True"),
+        (np.bool_(True), TypeError, "boolean"),
+        (10**15, ValueError, r"steps \(1000000000000000\) is more than one scan runs"),
+    ],
+)
+def test_a_step_count_is_a_plain_count_that_one_scan_can_run(steps, error, message):
+    with pytest.raises(error, match=message):
+        rollout.trajectory(_decay(), jnp.ones(3), steps)
+
+
+def test_a_traced_step_count_inside_jit_says_to_make_it_static():
+    with pytest.raises(TypeError, match=r"steps must be a Python int known when tracing .*static_argnames='steps'"):
+        jax.jit(lambda x, n: rollout.trajectory(_decay(), x, n))(jnp.ones(3), 4)
+
+
+def test_a_chunk_length_that_disagrees_with_the_advance_is_refused():
+    advance = rollout.chunked(_decay(), 5)
+    with pytest.raises(ValueError, match=r"steps_per_chunk=3, but advance runs 5 steps per call"):
+        run_chunked(advance, jnp.ones(3), n_chunks=2, steps_per_chunk=3, progress=False)
+    assert run_chunked(advance, jnp.ones(3), n_chunks=2, steps_per_chunk=5, progress=False).steps == 10
+
+
+def test_zero_softening_and_non_finite_gru_weights_are_refused():
+    pts, src = jnp.zeros((2, 3)), jnp.zeros((1, 3))  # a point on the source: 1/(0 + 0) there
+    with pytest.raises(ValueError, match="softening must be > 0, got 0"):
+        fields.superpose(pts, src, softening=0)
+    weights = gru.init_params(jax.random.key(0), 2, 4)
+    xs = jnp.ones((3, 2))
+    gru.recurrence(weights, xs)  # finite weights are fine
+    for name in ("W_h", "b_i"):
+        bad = dict(weights, **{name: weights[name].at[0].set(jnp.nan)})
+        with pytest.raises(ValueError, match=rf"weights\['{name}'\] contains NaN or inf"):
+            gru.recurrence(bad, xs)
