@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import fcntl
 import json
@@ -27,13 +26,14 @@ import matplotlib.figure
 import numpy as np
 import pytest
 
+from ivhl_jax.bench.hostile_inputs import CountConfig, CountSimulation
 from ivhl_jax.nn import gru
 from ivhl_jax.numerics import rollout
 from ivhl_jax.physics import fields
 from ivhl_jax.run import open_run
-from ivhl_jax.run.config import load_config, option
-from ivhl_jax.run.driver import Simulation, run_main
-from ivhl_jax.run.io import save_figure, save_npy
+from ivhl_jax.run.config import load_config
+from ivhl_jax.run.driver import run_main
+from ivhl_jax.run.io import save_figure
 from ivhl_jax.run.lock import RunDirLockedError
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore
@@ -45,12 +45,6 @@ SMALL_GP = [
     *("--set", "grid=16", "--set", "length=12.0", "--set", "ground_steps=100", "--set", "g=50"),
     *("--set", "steps_per_chunk=50", "--set", "save_every=25", "--set", "checkpoint_every=100"),
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class _CountConfig:
-    steps: int = option(4, "steps")
-    rate: float = option(1.0, "added per step")
 
 
 def _store_files(path) -> dict[str, object]:
@@ -132,34 +126,6 @@ def test_the_ground_state_record_survives_every_resume(tmp_path):
 # --- a run folder is the run's alone ------------------------------------------------------------------------
 
 
-class _CountSimulation(Simulation):
-    """A streaming toy run: x += 1 per step, records in <out>/run.zarr, checkpoints every 2 steps."""
-
-    prog = "ivhl sim count"
-    config_type = _CountConfig
-    description = "count"
-    extendable = ("steps",)
-    streams = True
-
-    def run(self, cfg, ctx):
-        res = run_chunked(
-            lambda x: (x + cfg.rate, x[None]),
-            jnp.zeros(2),
-            n_chunks=cfg.steps,
-            steps_per_chunk=1,
-            checkpointer=ctx.checkpointer,
-            progress=False,
-            sink=ctx.sink,
-        )
-        return {"final_state": save_npy(os.path.join(ctx.out, "final_state.npy"), res.state)}
-
-    def default_out(self, cfg, args):
-        return "runs/count"
-
-    def checkpoint_every(self, cfg):
-        return 2
-
-
 def _flock_free(folder) -> bool:
     """Whether another holder could take the run folder's lock now (flock is per open file description)."""
     with open(os.path.join(folder, ".lock"), "a") as f:
@@ -173,20 +139,20 @@ def _flock_free(folder) -> bool:
 
 def test_the_lock_is_released_when_the_run_ends_and_the_api_checkpointer_takes_it(tmp_path, capsys):
     out = tmp_path / "run"
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
     assert _flock_free(out)  # a finished run in a live process does not block the next command
-    assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 0  # extended in-process
+    assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 0  # extended in-process
     assert _flock_free(out)
     with Checkpointer(out / "ckpt") as ck:  # the API takes the lock the command line takes
         assert ck.latest_step() == 6 and not _flock_free(out)
-        assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=8"]) == 0  # the same process nests
+        assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=8"]) == 0  # the same process nests
     assert _flock_free(out)
     with open(out / ".lock", "a") as other:  # another holder (flock is per open file description)
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(RunDirLockedError, match="is in use: another run holds its lock"):
             Checkpointer(out / "ckpt")
         capsys.readouterr()
-        assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=10"]) == 2
+        assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=10"]) == 2
         assert "is in use" in capsys.readouterr().err
     for _ in range(3):  # a notebook's loop of runs keeps no lock file open
         with RunStore(tmp_path / "loop" / "run.zarr"):
@@ -199,13 +165,13 @@ def test_nothing_the_library_writes_follows_a_link_out_of_the_run_folder(tmp_pat
     out.mkdir()
     victim.write_bytes(b"precious")
     os.symlink(victim, out / ".lock")
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is a symbolic link" in err and ".lock" in err
     os.remove(out / ".lock")
     for name in ("final_state.npy", "config.json", "settings.json"):
         os.symlink(victim, out / name)
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
     for name in ("final_state.npy", "config.json", "settings.json"):
         assert not os.path.islink(out / name) and os.path.isfile(out / name), name  # the link was replaced
     fig = matplotlib.figure.Figure()
@@ -219,12 +185,12 @@ def test_nothing_the_library_writes_follows_a_link_out_of_the_run_folder(tmp_pat
 @pytest.mark.parametrize("what", ["run.zarr", "ckpt"])
 def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_path, capsys, what):
     other, out = tmp_path / "other", tmp_path / "run"
-    assert run_main(_CountSimulation(), ["--out", str(other)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(other)]) == 0
     before = _store_files(other / what)
     out.mkdir()
     os.symlink(other / what, out / what)
     capsys.readouterr()
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is a symbolic link" in err and what in err
     assert _store_files(other / what) == before  # the other run's files untouched
@@ -237,12 +203,12 @@ def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_
 
 def test_a_checkpoint_of_another_configuration_is_refused_naming_the_keys(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
-    assert run_main(_CountSimulation(), ["--out", str(a), "--set", "rate=2.0"]) == 0
-    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=2"]) == 0
+    assert run_main(CountSimulation(), ["--out", str(a), "--set", "rate=2.0"]) == 0
+    assert run_main(CountSimulation(), ["--out", str(b), "--set", "steps=2"]) == 0
     shutil.rmtree(b / "ckpt")
     shutil.copytree(a / "ckpt", b / "ckpt")  # same shapes, other physics
     capsys.readouterr()
-    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=6"]) == 2
+    assert run_main(CountSimulation(), ["--out", str(b), "--set", "steps=6"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "written by a different configuration (differs in ['rate']" in err
     assert sorted(os.listdir(b / "ckpt")) == sorted(os.listdir(a / "ckpt"))  # nothing marked bad or moved
@@ -312,7 +278,7 @@ def test_a_step_off_the_schedule_is_skipped_with_a_warning(tmp_path, capfd):
 @pytest.mark.parametrize("array", ["value", "time"])
 def test_a_store_declaring_a_huge_shape_is_refused_before_any_resize(tmp_path, capsys, array):
     out = tmp_path / "run"
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
     meta, root = out / "run.zarr" / array / "zarr.json", out / "run.zarr" / "zarr.json"
     doc = json.loads(meta.read_text())
     doc["shape"] = [10**12, *doc["shape"][1:]]  # 8 TB of float64 records
@@ -322,7 +288,7 @@ def test_a_store_declaring_a_huge_shape_is_refused_before_any_resize(tmp_path, c
     root.write_text(json.dumps(top))
     capsys.readouterr()
     t0 = time.perf_counter()
-    assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 2
+    assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 2
     assert time.perf_counter() - t0 < 30
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(meta) in err and "1000000000000" in err and "--no-resume" in err
@@ -342,17 +308,17 @@ def test_a_hostile_config_file_is_one_line_naming_it(tmp_path, name, text, messa
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ValueError, match=message) as e:
-        load_config(_CountConfig, path)
+        load_config(CountConfig, path)
     assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", "{trunc", "\xff", "[" * 100_000])
 def test_a_hostile_config_json_in_the_run_folder_is_one_line_naming_it(tmp_path, capsys, text):
     out = tmp_path / "run"
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
     (out / "config.json").write_bytes(text.encode("latin-1"))
     capsys.readouterr()
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(out / "config.json") in err and "--no-resume" in err
 
@@ -363,8 +329,8 @@ def test_a_full_disk_is_one_line_naming_the_path_and_saying_rerun_resumes(tmp_pa
     def full(path, array):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(sys.modules[__name__], "save_npy", full)
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 1
+    monkeypatch.setattr(sys.modules[CountSimulation.__module__], "save_npy", full)  # the toy run's output writer
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(out / "final_state.npy") in err and "rerun the same command" in err
     assert "resumes" in err
