@@ -154,6 +154,10 @@ def test_the_lock_is_released_when_the_run_ends_and_the_api_checkpointer_takes_i
         capsys.readouterr()
         assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=10"]) == 2
         assert "is in use" in capsys.readouterr().err
+    with open(tmp_path / ".lock", "a") as other:  # a folder that is not <out>/ckpt is locked by itself, so two
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # scratch checkpointers in one parent never clash
+        with Checkpointer(tmp_path / "scratch") as ck:
+            assert not _flock_free(tmp_path / "scratch") and ck.latest_step() is None
     for _ in range(3):  # a notebook's loop of runs keeps no lock file open
         with RunStore(tmp_path / "loop" / "run.zarr"):
             pass
