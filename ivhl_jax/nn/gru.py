@@ -241,7 +241,7 @@ def recurrence(
     ``h0 [..., H]`` (the batch axes of ``xs[t]``, width H). ``trajectory(st, st.init(h0), T, observe=observe)``
     returns (final state, hs [T, ..., H]). The stepper's ``max_steps`` is T: ``trajectory``/``chunked`` refuse
     a run of more steps than ``xs`` has (a ValueError naming both). The weights' shapes (``W_i [D, 3H]``,
-    ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``) and ``xs`` (finite, real floating) are checked here.
+    ``b_i [3H]``, ``W_h [H, 3H]``, ``b_h [3H]``, finite) and ``xs`` (finite, real floating) are checked here.
     ``policy``: weights stored in its ``param_dtype``, steps computed in ``compute_dtype``, h carried
     in ``output_dtype`` (module docstring); None is the default policy of ``weights`` and ``xs``."""
     check_choice(variant, "variant", VARIANTS)
@@ -251,6 +251,8 @@ def recurrence(
     if xs.ndim < 2:
         raise ValueError(f"xs must have shape [T, ..., D] (time first); got {xs.shape}")
     _check_weights(weights, xs.shape[-1])
+    for k in ("W_i", "b_i", "W_h", "b_h"):  # NaN or inf weights are refused like NaN inputs (concrete ones)
+        check_array(weights[k], f"weights['{k}']", finite=True)
     weights = pol.cast_to_param(weights)
     return Stepper.create(
         _gru_step,

@@ -44,6 +44,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import flax.struct
 import jax
+import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 
@@ -137,9 +138,29 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
         return self.init_fn(self.params, *args, **kwargs)
 
 
+#: the most steps one scan runs (``lax.scan`` counts its iterations in int32); longer runs go in chunks
+#: (:func:`chunked` and :func:`ivhl_jax.run.runner.run_chunked`)
+MAX_SCAN_STEPS = 2**31 - 1
+
+
 def _check_schedule(steps: Any, save_every: Any, unroll: Any, steps_name: str = "steps") -> tuple[int, int, int]:
-    """Validated ``(steps, save_every, unroll)`` as ints; ``steps`` must be a multiple of ``save_every``."""
+    """Validated ``(steps, save_every, unroll)`` as ints; ``steps`` must be a multiple of ``save_every``. Each is a
+    count known when tracing: a boolean or a traced value is refused, and ``steps`` must fit ``lax.scan``'s int32
+    step counter."""
+    for value, name in ((steps, steps_name), (save_every, "save_every"), (unroll, "unroll")):
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be an integer count, got the boolean {value!r}")
+        if isinstance(value, jax.core.Tracer):
+            raise TypeError(
+                f"{name} must be a Python int known when tracing (the loop's length is static), got a traced value: "
+                f"pass it as a static argument (jax.jit(..., static_argnames='{name}')) or call outside jit"
+            )
     check_scalar(steps, steps_name, integer=True, nonnegative=True)
+    if int(steps) > MAX_SCAN_STEPS:
+        raise ValueError(
+            f"{steps_name} ({int(steps)}) is more than one scan runs (2**31 - 1 steps, an int32 counter): run it in "
+            "chunks (chunked with ivhl_jax.run.runner.run_chunked)"
+        )
     check_scalar(save_every, "save_every", integer=True, minimum=1)
     check_scalar(unroll, "unroll", integer=True, minimum=1)
     if int(steps) % int(save_every):
@@ -404,4 +425,5 @@ def chunked(
         _check_start(stepper, state)
         return run(stepper, state, steps_per_chunk, save_every, observe, False, 1)
 
+    advance.steps_per_chunk = steps_per_chunk  # type: ignore[attr-defined]  # run_chunked checks its own against it
     return advance

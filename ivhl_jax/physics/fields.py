@@ -148,7 +148,7 @@ def superpose(
       frequencies: ω_j, (M,) or scalar; ``None`` means ω_j = k_j (wave speed c = 1).
       phases: φ_j, (M,) or scalar, radians.
       t: time (scalar; may be traced, e.g. under ``vmap`` over times).
-      softening: ε ≥ 0. With ε = 0 the field is infinite on a source.
+      softening: ε > 0 (ε = 0 would make the field infinite on a source: refused).
       chunk: points per block (default: ``default_chunk``, from the backend table); peak
         temporary memory is about ``chunk × M`` values of a few arrays, never N × M.
       policy: a :class:`~ivhl_jax.core.precision.Policy` / preset name (``"f64"``, ``"f32"``, ``"bf16"``,
@@ -184,7 +184,7 @@ def superpose(
     phi = _per_source(phases, "phases", m, dtype)
     amp, k, omega, phi = (a.astype(store).astype(dtype) for a in (amp, k, omega, phi))
     check_scalar(t, "t")
-    check_scalar(softening, "softening", nonnegative=True)
+    check_scalar(softening, "softening", positive=True)
     n = pts.shape[0]
     tuning = backend.defaults(op="fields.superpose", size=n * m)
     if chunk is None:

@@ -224,16 +224,19 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"config file {path!r} must end in .toml or .json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"config file {path!r} does not exist")
+    from ivhl_jax.run.io import check_nesting
+
+    kind = path.rsplit(".", 1)[-1].upper()
     try:
-        if path.endswith(".toml"):
-            with open(path, "rb") as f:
-                return tomllib.load(f)
-        if path.endswith(".json"):
-            with open(path) as f:
-                return json.load(f)
-    except ValueError as e:  # tomllib.TOMLDecodeError and json.JSONDecodeError are ValueErrors
-        raise ValueError(f"config file {path!r} is not valid {path.rsplit('.', 1)[-1].upper()}: {e}") from e
-    raise ValueError(f"config file {path!r} must end in .toml or .json")
+        with open(path, "rb") as f:
+            doc = tomllib.load(f) if kind == "TOML" else json.loads(f.read().decode("utf-8"))
+    except RecursionError:  # the parsers recurse per level: a file of nested brackets is refused, not a crash
+        raise ValueError(f"config file {path!r} nests lists or tables too deeply to be a configuration") from None
+    except ValueError as e:  # TOMLDecodeError, JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"config file {path!r} is not valid {kind}: {' '.join(str(e).split())}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"config file {path!r} holds a {kind} {type(doc).__name__}, not a table of config keys")
+    return check_nesting(doc, f"config file {path!r}")
 
 
 def load_config(

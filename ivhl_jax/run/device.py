@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import sys
@@ -123,19 +124,65 @@ def format_report(report: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-def enable_compilation_cache(directory: str | os.PathLike | None = None, *, min_compile_time_s: float = 0.5) -> str:
+#: the default bound of the persistent compilation cache (``jax_compilation_cache_max_size``), in bytes: 2 GiB,
+#: room for the compiled programs of every ``ivhl sim``/``ivhl train`` many times over (one is 1-50 MB)
+COMPILATION_CACHE_MAX_BYTES = 2 * 1024**3
+
+
+def enable_compilation_cache(
+    directory: str | os.PathLike | None = None,
+    *,
+    min_compile_time_s: float = 0.5,
+    max_size_bytes: int | None = None,
+) -> str:
     """Turn on JAX's persistent compilation cache in ``directory`` (default ``~/.cache/ivhl_jax/xla``).
 
     Executables whose compilation took at least ``min_compile_time_s`` are written there and
-    re-used by later processes with the same program, backend and flags. Returns the directory.
+    re-used by later processes with the same program, backend and flags. The cache holds at most
+    ``max_size_bytes`` (default :data:`COMPILATION_CACHE_MAX_BYTES`, 2 GiB, or ``$IVHL_COMPILATION_CACHE_MAX_BYTES``):
+    the folder is trimmed to it here, least recently used entries first, and with the ``filelock`` package
+    installed JAX keeps it there as it writes (``jax_compilation_cache_max_size``, which needs that package), so
+    the folder never grows without bound. Returns the directory.
     """
     check_scalar(min_compile_time_s, "min_compile_time_s", nonnegative=True)
+    if max_size_bytes is None:
+        text = os.environ.get("IVHL_COMPILATION_CACHE_MAX_BYTES", "")
+        try:
+            max_size_bytes = int(text) if text else COMPILATION_CACHE_MAX_BYTES
+        except ValueError:
+            raise ValueError(
+                f"IVHL_COMPILATION_CACHE_MAX_BYTES must be a whole number of bytes, got {text!r}"
+            ) from None
+    check_scalar(max_size_bytes, "max_size_bytes", integer=True, minimum=1)
     path = os.path.abspath(os.path.expanduser(os.fspath(directory or "~/.cache/ivhl_jax/xla")))
     os.makedirs(path, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    _trim_cache(path, int(max_size_bytes))
+    if importlib.util.find_spec("filelock") is not None:  # JAX's own eviction locks the folder with it
+        jax.config.update("jax_compilation_cache_max_size", int(max_size_bytes))
     return path
+
+
+def _trim_cache(path: str, max_bytes: int) -> None:
+    """Delete the least recently used files of the cache folder ``path`` (by access, else modification time)
+    until the rest holds at most ``max_bytes``."""
+    entries = []
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isfile(full) and not os.path.islink(full):
+            st = os.stat(full)
+            entries.append((max(st.st_atime, st.st_mtime), st.st_size, full))
+    total = sum(size for _, size, _ in entries)
+    for _, size, full in sorted(entries):
+        if total <= max_bytes:
+            break
+        try:
+            os.remove(full)
+        except OSError:
+            continue  # another process removed or holds it
+        total -= size
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc <malloc.h>

@@ -225,6 +225,12 @@ def run_chunked(
     """
     check_scalar(n_chunks, "n_chunks", integer=True, nonnegative=True)
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
+    built = getattr(advance, "steps_per_chunk", None)  # an advance of numerics.rollout.chunked says its own
+    if built is not None and built != steps_per_chunk:
+        raise ValueError(
+            f"steps_per_chunk={steps_per_chunk}, but advance runs {built} steps per call (chunked(stepper, {built})): "
+            f"pass steps_per_chunk={built} so the step count, checkpoints and records agree"
+        )
     if sink is not None and not isinstance(sink, RunStore):
         raise TypeError(f"sink must be an ivhl_jax.run.store.RunStore or None, got {type(sink).__name__}")
     t0 = time.perf_counter()

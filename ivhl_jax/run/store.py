@@ -312,6 +312,7 @@ class RunStore:
         self._extract: Callable[[Any], Any] | None = None
         self.snapshot_hlo: str | None = None  # the compiled snapshot program (set by begin)
         self._done = [0, 0]  # records and snapshots written by this process (committed by flush across processes)
+        self._limits: dict[str, int] = {}  # the longest an existing array may be along each axis (set by begin)
 
     # --- opening -------------------------------------------------------------------------------------------
     def _create(self) -> None:
@@ -381,6 +382,12 @@ class RunStore:
                 f"expects {want_r} and {want_s}; the store lost data after the checkpoint: rerun with "
                 "--no-resume"
             )
+        # An existing array is never grown or cut (nor read) to a length beyond what the configuration implies:
+        # the store's own configuration's steps scale the records and snapshots this run writes.
+        old_steps, new_steps = (c.get("steps") for c in (committed.get("config") or {}, self._attrs["config"] or {}))
+        counts = [v for v in (old_steps, new_steps) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        scale = max(1.0, counts[0] / counts[1]) if len(counts) == 2 else 1.0
+        self._limits = {"time": math.ceil(n_records * scale), "snapshot_time": math.ceil(n_snap * scale)}
         if self._writer:
             g = self._group
             record_steps = (np.arange(n_records) + 1) * (steps_per_chunk // per_chunk) if per_chunk else np.zeros(0)
@@ -443,27 +450,48 @@ class RunStore:
         return steps.astype(np.float64) * (self.dt if self.dt is not None else 1.0)
 
     def _coord(self, g: Any, name: str, dim: str, values: np.ndarray, unit: str) -> None:
-        a = self._array(g, name, values.shape, values.shape or (1,), values.dtype, (dim,), unit)
+        a = self._array(g, name, values.shape, values.shape or (1,), values.dtype, (dim,), unit, chunked=False)
         if values.size:
             a[...] = values
 
-    @staticmethod
     def _array(
-        g: Any, name: str, shape: tuple, chunks: tuple, dtype: np.dtype, dims: tuple, unit: str, coordinates: str = ""
+        self,
+        g: Any,
+        name: str,
+        shape: tuple,
+        chunks: tuple,
+        dtype: np.dtype,
+        dims: tuple,
+        unit: str,
+        coordinates: str = "",
+        *,
+        chunked: bool = True,
     ) -> Any:
-        """Create ``name`` or grow/shrink it to ``shape`` (a resumed run that extends the steps)."""
+        """Create ``name`` or grow/shrink it to ``shape`` (a resumed run that extends the steps). An existing array
+        is first checked against what the run implies, from its metadata alone: its dtype, trailing shape and
+        axes, its length (at most what the store's configuration implied) and, for a data array (``chunked``),
+        its chunks; anything else is a StoreError naming its ``zarr.json`` before anything is resized or read."""
+        chunks = tuple(max(1, int(c)) for c in chunks)
         if name in g:
+            meta = os.path.join(self.path, name, "zarr.json")
             a = g[name]
-            if a.dtype != dtype or a.shape[1:] != tuple(shape[1:]) or tuple(a.metadata.dimension_names) != dims:
+            limit = self._limits.get(dims[0], shape[0]) if dims else 0
+            if (
+                a.dtype != dtype
+                or a.shape[1:] != tuple(shape[1:])
+                or tuple(a.metadata.dimension_names or ()) != dims
+                or (len(a.shape) and a.shape[0] > max(limit, shape[0]))
+                or (chunked and tuple(a.chunks) != chunks)
+            ):
                 raise StoreError(
-                    f"array {name!r} of run store {g.store.root if hasattr(g.store, 'root') else ''} "
-                    f"is {a.dtype}{a.shape} over {a.metadata.dimension_names}, the run writes "
-                    f"{dtype}{shape} over {dims}: rerun with --no-resume"
+                    f"run store metadata {meta} declares {a.dtype}{a.shape} in chunks {a.chunks} over "
+                    f"{a.metadata.dimension_names}, but this run's configuration implies {dtype}{shape} in chunks "
+                    f"{chunks} over {dims} (at most {max(limit, shape[0])} along {dims[0] if dims else '-'}): "
+                    "rerun with --no-resume"
                 )
             if a.shape != tuple(shape):
                 a.resize(shape)
             return a
-        chunks = tuple(max(1, int(c)) for c in chunks)
         return g.create_array(
             name,
             shape=shape,

@@ -54,6 +54,9 @@ FILES_KEY = "__files__"
 _JSON_FILES = ("_CHECKPOINT_METADATA", "_METADATA", "_sharding", "metadata", "process_")
 
 
+#: the checkpoint folder's name in a run folder (``<out>/ckpt``): a checkpointer there takes the run's lock
+RUN_CKPT = "ckpt"
+
 #: the item of every step that records the configuration, library version and array checksums that wrote it
 #: (committed by Orbax with the step)
 RUN_ITEM = "ivhl_run"
@@ -131,9 +134,9 @@ class Checkpointer:
       config: the run's configuration (JSON-ready): recorded in every step with the library version, and a
         step of another configuration is refused by :meth:`restore`, naming the keys that differ.
       extendable: the ``config`` keys a resumed run may change (a larger step count).
-      lock: hold the lock of the folder that holds ``directory`` (the run folder ``<out>`` of ``<out>/ckpt``,
-        :func:`ivhl_jax.core.folder_lock.run_dir_lock`, the lock ``ivhl sim`` takes) until :meth:`close`, so a
-        second writer, by the API or the command line, is refused at once.
+      lock: hold a folder lock (:func:`ivhl_jax.core.folder_lock.run_dir_lock`) until :meth:`close`, so a second
+        writer is refused at once: for ``<out>/ckpt`` the run folder's (``<out>/.lock``, the lock ``ivhl sim`` and
+        ``ivhl train`` take), for any other folder its own (``<directory>/.lock``).
 
     A ``directory`` that is a symbolic link is refused (its steps would be another run's).
     """
@@ -162,8 +165,10 @@ class Checkpointer:
         check_not_link(self.directory, "checkpoint folder")
         self._locked: str | None = None
         if lock:
-            lock_run_dir(os.path.dirname(self.directory))
-            self._locked = os.path.dirname(self.directory)
+            # <out>/ckpt is a run folder's: the run's lock; any other folder is locked by itself
+            folder = os.path.dirname(self.directory) if os.path.basename(self.directory) == RUN_CKPT else self.directory
+            lock_run_dir(folder)
+            self._locked = folder
         try:
             self._open(save_every, keep, async_save)
         except BaseException:

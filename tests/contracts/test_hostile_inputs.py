@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
-import dataclasses
+import errno
 import fcntl
 import json
 import os
 import shutil
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -24,10 +26,14 @@ import matplotlib.figure
 import numpy as np
 import pytest
 
+from ivhl_jax.bench.hostile_inputs import CountConfig, CountSimulation
+from ivhl_jax.nn import gru
+from ivhl_jax.numerics import rollout
+from ivhl_jax.physics import fields
 from ivhl_jax.run import open_run
-from ivhl_jax.run.config import option
-from ivhl_jax.run.driver import Simulation, run_main
-from ivhl_jax.run.io import save_figure, save_npy
+from ivhl_jax.run.config import load_config
+from ivhl_jax.run.driver import run_main
+from ivhl_jax.run.io import save_figure
 from ivhl_jax.run.lock import RunDirLockedError
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore
@@ -39,12 +45,6 @@ SMALL_GP = [
     *("--set", "grid=16", "--set", "length=12.0", "--set", "ground_steps=100", "--set", "g=50"),
     *("--set", "steps_per_chunk=50", "--set", "save_every=25", "--set", "checkpoint_every=100"),
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class _CountConfig:
-    steps: int = option(4, "steps")
-    rate: float = option(1.0, "added per step")
 
 
 def _store_files(path) -> dict[str, object]:
@@ -126,34 +126,6 @@ def test_the_ground_state_record_survives_every_resume(tmp_path):
 # --- a run folder is the run's alone ------------------------------------------------------------------------
 
 
-class _CountSimulation(Simulation):
-    """A streaming toy run: x += 1 per step, records in <out>/run.zarr, checkpoints every 2 steps."""
-
-    prog = "ivhl sim count"
-    config_type = _CountConfig
-    description = "count"
-    extendable = ("steps",)
-    streams = True
-
-    def run(self, cfg, ctx):
-        res = run_chunked(
-            lambda x: (x + cfg.rate, x[None]),
-            jnp.zeros(2),
-            n_chunks=cfg.steps,
-            steps_per_chunk=1,
-            checkpointer=ctx.checkpointer,
-            progress=False,
-            sink=ctx.sink,
-        )
-        return {"final_state": save_npy(os.path.join(ctx.out, "final_state.npy"), res.state)}
-
-    def default_out(self, cfg, args):
-        return "runs/count"
-
-    def checkpoint_every(self, cfg):
-        return 2
-
-
 def _flock_free(folder) -> bool:
     """Whether another holder could take the run folder's lock now (flock is per open file description)."""
     with open(os.path.join(folder, ".lock"), "a") as f:
@@ -167,21 +139,25 @@ def _flock_free(folder) -> bool:
 
 def test_the_lock_is_released_when_the_run_ends_and_the_api_checkpointer_takes_it(tmp_path, capsys):
     out = tmp_path / "run"
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
     assert _flock_free(out)  # a finished run in a live process does not block the next command
-    assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 0  # extended in-process
+    assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 0  # extended in-process
     assert _flock_free(out)
     with Checkpointer(out / "ckpt") as ck:  # the API takes the lock the command line takes
         assert ck.latest_step() == 6 and not _flock_free(out)
-        assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=8"]) == 0  # the same process nests
+        assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=8"]) == 0  # the same process nests
     assert _flock_free(out)
     with open(out / ".lock", "a") as other:  # another holder (flock is per open file description)
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(RunDirLockedError, match="is in use: another run holds its lock"):
             Checkpointer(out / "ckpt")
         capsys.readouterr()
-        assert run_main(_CountSimulation(), ["--out", str(out), "--set", "steps=10"]) == 2
+        assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=10"]) == 2
         assert "is in use" in capsys.readouterr().err
+    with open(tmp_path / ".lock", "a") as other:  # a folder that is not <out>/ckpt is locked by itself, so two
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # scratch checkpointers in one parent never clash
+        with Checkpointer(tmp_path / "scratch") as ck:
+            assert not _flock_free(tmp_path / "scratch") and ck.latest_step() is None
     for _ in range(3):  # a notebook's loop of runs keeps no lock file open
         with RunStore(tmp_path / "loop" / "run.zarr"):
             pass
@@ -193,13 +169,13 @@ def test_nothing_the_library_writes_follows_a_link_out_of_the_run_folder(tmp_pat
     out.mkdir()
     victim.write_bytes(b"precious")
     os.symlink(victim, out / ".lock")
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is a symbolic link" in err and ".lock" in err
     os.remove(out / ".lock")
     for name in ("final_state.npy", "config.json", "settings.json"):
         os.symlink(victim, out / name)
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
     for name in ("final_state.npy", "config.json", "settings.json"):
         assert not os.path.islink(out / name) and os.path.isfile(out / name), name  # the link was replaced
     fig = matplotlib.figure.Figure()
@@ -213,12 +189,12 @@ def test_nothing_the_library_writes_follows_a_link_out_of_the_run_folder(tmp_pat
 @pytest.mark.parametrize("what", ["run.zarr", "ckpt"])
 def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_path, capsys, what):
     other, out = tmp_path / "other", tmp_path / "run"
-    assert run_main(_CountSimulation(), ["--out", str(other)]) == 0
+    assert run_main(CountSimulation(), ["--out", str(other)]) == 0
     before = _store_files(other / what)
     out.mkdir()
     os.symlink(other / what, out / what)
     capsys.readouterr()
-    assert run_main(_CountSimulation(), ["--out", str(out)]) == 2
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is a symbolic link" in err and what in err
     assert _store_files(other / what) == before  # the other run's files untouched
@@ -231,12 +207,12 @@ def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_
 
 def test_a_checkpoint_of_another_configuration_is_refused_naming_the_keys(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
-    assert run_main(_CountSimulation(), ["--out", str(a), "--set", "rate=2.0"]) == 0
-    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=2"]) == 0
+    assert run_main(CountSimulation(), ["--out", str(a), "--set", "rate=2.0"]) == 0
+    assert run_main(CountSimulation(), ["--out", str(b), "--set", "steps=2"]) == 0
     shutil.rmtree(b / "ckpt")
     shutil.copytree(a / "ckpt", b / "ckpt")  # same shapes, other physics
     capsys.readouterr()
-    assert run_main(_CountSimulation(), ["--out", str(b), "--set", "steps=6"]) == 2
+    assert run_main(CountSimulation(), ["--out", str(b), "--set", "steps=6"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "written by a different configuration (differs in ['rate']" in err
     assert sorted(os.listdir(b / "ckpt")) == sorted(os.listdir(a / "ckpt"))  # nothing marked bad or moved
@@ -298,3 +274,112 @@ def test_a_step_off_the_schedule_is_skipped_with_a_warning(tmp_path, capfd):
     assert res.resumed_from == 20 and float(res.state[0]) == 4.0
     err = capfd.readouterr().err
     assert "skipped step 25" in err and "not a multiple of steps_per_chunk=10" in err
+
+
+# --- hostile files are refused before work, in one line naming the file ------------------------------------
+
+
+@pytest.mark.parametrize("array", ["value", "time"])
+def test_a_store_declaring_a_huge_shape_is_refused_before_any_resize(tmp_path, capsys, array):
+    out = tmp_path / "run"
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
+    meta, root = out / "run.zarr" / array / "zarr.json", out / "run.zarr" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["shape"] = [10**12, *doc["shape"][1:]]  # 8 TB of float64 records
+    meta.write_text(json.dumps(doc))
+    top = json.loads(root.read_text())  # and the copy in the root's consolidated metadata
+    top["consolidated_metadata"]["metadata"][array]["shape"] = doc["shape"]
+    root.write_text(json.dumps(top))
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 2
+    assert time.perf_counter() - t0 < 30
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(meta) in err and "1000000000000" in err and "--no-resume" in err
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "not readable|too deeply|not valid JSON"),
+        ("deep.toml", "a = " + "[" * 100_000 + "]" * 100_000, "too deeply|not valid TOML"),
+        ("nested.json", json.dumps({"a": json.loads("[" * 40 + "]" * 40)}), "nests lists or tables more than 32"),
+        ("list.json", "[1, 2]", "holds a JSON list, not a table"),
+        ("bytes.json", b"\xff\xfe{", "not valid JSON"),
+    ],
+)
+def test_a_hostile_config_file_is_one_line_naming_it(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ValueError, match=message) as e:
+        load_config(CountConfig, path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{trunc", "\xff", "[" * 100_000])
+def test_a_hostile_config_json_in_the_run_folder_is_one_line_naming_it(tmp_path, capsys, text):
+    out = tmp_path / "run"
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
+    (out / "config.json").write_bytes(text.encode("latin-1"))
+    capsys.readouterr()
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(out / "config.json") in err and "--no-resume" in err
+
+
+def test_a_full_disk_is_one_line_naming_the_path_and_saying_rerun_resumes(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+
+    def full(path, array):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(sys.modules[CountSimulation.__module__], "save_npy", full)  # the toy run's output writer
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(out / "final_state.npy") in err and "rerun the same command" in err
+    assert "resumes" in err
+
+
+# --- the small silent ones --------------------------------------------------------------------------------------
+
+
+def _decay():
+    return rollout.Stepper.create(lambda x, p: x * p, jnp.float32(0.5))
+
+
+@pytest.mark.parametrize(
+    "steps, error, message",
+    [
+        (True, TypeError, "steps must be an integer count, got the boolean True"),
+        (np.bool_(True), TypeError, "boolean"),
+        (10**15, ValueError, r"steps \(1000000000000000\) is more than one scan runs"),
+    ],
+)
+def test_a_step_count_is_a_plain_count_that_one_scan_can_run(steps, error, message):
+    with pytest.raises(error, match=message):
+        rollout.trajectory(_decay(), jnp.ones(3), steps)
+
+
+def test_a_traced_step_count_inside_jit_says_to_make_it_static():
+    with pytest.raises(TypeError, match=r"steps must be a Python int known when tracing .*static_argnames='steps'"):
+        jax.jit(lambda x, n: rollout.trajectory(_decay(), x, n))(jnp.ones(3), 4)
+
+
+def test_a_chunk_length_that_disagrees_with_the_advance_is_refused():
+    advance = rollout.chunked(_decay(), 5)
+    with pytest.raises(ValueError, match=r"steps_per_chunk=3, but advance runs 5 steps per call"):
+        run_chunked(advance, jnp.ones(3), n_chunks=2, steps_per_chunk=3, progress=False)
+    assert run_chunked(advance, jnp.ones(3), n_chunks=2, steps_per_chunk=5, progress=False).steps == 10
+
+
+def test_zero_softening_and_non_finite_gru_weights_are_refused():
+    pts, src = jnp.zeros((2, 3)), jnp.zeros((1, 3))  # a point on the source: 1/(0 + 0) there
+    with pytest.raises(ValueError, match="softening must be > 0, got 0"):
+        fields.superpose(pts, src, softening=0)
+    weights = gru.init_params(jax.random.key(0), 2, 4)
+    xs = jnp.ones((3, 2))
+    gru.recurrence(weights, xs)  # finite weights are fine
+    for name in ("W_h", "b_i"):
+        bad = dict(weights, **{name: weights[name].at[0].set(jnp.nan)})
+        with pytest.raises(ValueError, match=rf"weights\['{name}'\] contains NaN or inf"):
+            gru.recurrence(bad, xs)

@@ -3,6 +3,7 @@ memory and core settings."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -42,6 +43,24 @@ def test_compilation_cache_writes_entries(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(out.stdout.strip().splitlines()[-1]) >= 1
+
+
+def test_compilation_cache_is_bounded_by_its_documented_default_or_the_given_size(tmp_path):
+    """Enabling the cache trims its folder to the bound, least recently used entries first; the default bound is
+    the documented 2 GiB."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for i in range(10):  # ten 1 kB entries, entry 0 the least recently used
+        (cache / f"entry{i}").write_bytes(b"x" * 1000)
+        os.utime(cache / f"entry{i}", (1_000_000 + i, 1_000_000 + i))
+    code = (
+        "import sys, jax\n"
+        "from ivhl_jax.run.device import COMPILATION_CACHE_MAX_BYTES, enable_compilation_cache\n"
+        "enable_compilation_cache(sys.argv[1], max_size_bytes=4500)\n"
+        "assert COMPILATION_CACHE_MAX_BYTES == 2 * 1024**3\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(cache)], capture_output=True, text=True, check=True)
+    assert sorted(f.name for f in cache.iterdir()) == [f"entry{i}" for i in range(6, 10)]
 
 
 _FAULTS = """
