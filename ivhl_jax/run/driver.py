@@ -324,10 +324,16 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     resume = args.resume if args.resume is not None else sim.default_resume(args)
     try:
         ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=sim.extendable)
-    except (ValueError, OSError) as e:  # a checkpoint of another configuration, or a bad run folder
+    except ValueError as e:  # a checkpoint of another configuration, or a bad run folder
         if _show_traceback():
             raise
         return _fail(sim, str(e))
+    except OSError as e:  # the folder cannot be created or written: a read-only disk, no permission, ...
+        if _show_traceback():
+            raise
+        where = f" ({e.filename})" if e.filename and os.path.abspath(str(e.filename)) != os.path.abspath(out) else ""
+        why = e.strerror or type(e).__name__
+        return _fail(sim, f"cannot write the output folder {out}{where}: {why}; pass --out a folder you can write")
     chunks_before = runner.chunks_started()
     try:
         dt = getattr(cfg, "dt", None)
