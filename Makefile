@@ -65,8 +65,10 @@ $(BIN)/.docs-installed: $(BIN)/.installed pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	touch $@
 
+# Material for MkDocs prints an end-of-life banner on every build unless told not to (the site is unaffected).
+DOCS_ENV = NO_MKDOCS_2_WARNING=1 MPLBACKEND=Agg
 docs: $(BIN)/.docs-installed
-	$(BIN)/mkdocs build --strict
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict
 
 docs-serve: $(BIN)/.docs-installed
-	$(BIN)/mkdocs serve
+	$(DOCS_ENV) $(BIN)/mkdocs serve

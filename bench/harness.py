@@ -362,6 +362,7 @@ def run(
         },
         "results": [],
     }
+    said: set[str] = set()  # why peers were skipped, said once per run (the JSON records it per op)
     for size in sizes:
         for name in names:
             log(f"[bench] {name} ({size}) ...")
@@ -379,5 +380,9 @@ def run(
                     if "median_s" in p:
                         line += f", {pname} {p['median_s'] * 1e3:.3f} ms (x{p['peer_over_jit']:.2f})"
                 log(line)
+                for pname, p in rec.get("peers", {}).items():
+                    if "skipped" in p and p["skipped"] not in said:
+                        said.add(p["skipped"])
+                        log(f"[bench]   {pname} and every peer that needs the same package skipped: {p['skipped']}")
             doc["results"].append(rec)
     return doc

@@ -6,9 +6,13 @@ literal text ``:func:`` before the code span. Strip the role and keep the code s
 MathJax is served from the site itself (see the end of this file).
 """
 
+import atexit
 import importlib.util
+import json
+import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc|py:\w+):(<code>)")
@@ -16,6 +20,30 @@ _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|exc|py:\w+):(<code>)"
 
 def on_page_content(html, page, config, files):
     return _ROLE.sub(r"\1", html)
+
+
+# --- the notebook kernels talk over local sockets ---------------------------------------------------------------
+# mkdocs-jupyter executes each notebook in a Jupyter kernel, over TCP by default: the kernel then warns on every
+# start that its traffic is unencrypted. On POSIX the kernels of the build use IPC transport instead (Unix sockets
+# in a private temporary folder), through a Jupyter config folder put first on JUPYTER_CONFIG_PATH; the nbconvert
+# application mkdocs-jupyter builds reads it, and the user's own Jupyter configuration is read after it.
+
+
+_KERNEL_CONFIG: list[str] = []  # the config folder of this process (``mkdocs serve`` calls on_config per build)
+
+
+def on_config(config, **kwargs):
+    if os.name != "posix" or _KERNEL_CONFIG:
+        return config
+    folder = tempfile.mkdtemp(prefix="ivhl-docs-jupyter-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    settings = {"KernelManager": {"transport": "ipc", "ip": os.path.join(folder, "kernel")}}
+    Path(folder, "jupyter_nbconvert_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    os.environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+        p for p in (folder, os.environ.get("JUPYTER_CONFIG_PATH", "")) if p
+    )
+    _KERNEL_CONFIG.append(folder)
+    return config
 
 
 # --- MathJax, served from the site itself --------------------------------------------------------------------

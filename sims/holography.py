@@ -19,7 +19,8 @@ Outputs in ``--out`` (default ``runs/holography``; ``--demo``: ``runs/demo``): `
 (last frame, log scale), ``phase.png`` (last frame, with the plaquette vortex charges of
 :func:`ivhl_jax.physics.fields.vortex_map`), ``mean_intensity.png`` (time average), ``summary.json``.
 The per-step observations go to the run store ``<out>/run.zarr`` (:func:`ivhl_jax.run.open_run`), not into
-memory nor ``summary.json``.
+memory nor ``summary.json``; the store also holds the last frame's field ``final_field`` over the grid axes (the
+plane's two, or x, y, z) with their coordinates.
 Image axes: horizontal = first coordinate of the plane, vertical = second; for a 3-D grid the
 pictures show the z = middle slice.
 """
@@ -349,6 +350,17 @@ class HolographySimulation(Simulation):
                 f"grid, {cfg.steps} time steps, vortices {list(cfg.vortex_charges)}"
             )
         result, params = simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
+        if ctx.sink is not None:  # the final field over its grid axes (x_i = -extent + i·2 extent/(n - 1), in L)
+            axes = tuple("xyz"[i] for i in _PLANES[cfg.plane][:2]) if len(cfg.grid) == 2 else ("x", "y", "z")
+            coords = {d: np.linspace(-cfg.extent, cfg.extent, n) for d, n in zip(axes, cfg.grid)}
+            ctx.sink.write_field(
+                "final_field",
+                np.asarray(result.state.field).reshape(tuple(cfg.grid)),
+                axes,
+                coords=coords,
+                units={"final_field": "1", **{d: "1" for d in axes}},
+                attrs={"step": result.steps},
+            )
         paths = write_outputs(cfg, result, params, ctx.out, observations=ctx.sink)
         print(result.rate_line())
         if ctx.args.demo:

@@ -12,11 +12,44 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # cache point IVHL_CACHE_DIR at a temporary folder and set IVHL_TUNING themselves).
 os.environ.setdefault("IVHL_TUNING", "frozen")
 
+import contextlib  # noqa: E402
+import importlib.util  # noqa: E402
 import pathlib  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    """Say on the terminal when numba starts compiling the CDT host engine's kernels: that happens once per machine
+    (minutes on a 2-core host; numba's disk cache then loads them in about a second), inside whichever test first
+    runs the host engine, which would otherwise sit silent that long."""
+    if importlib.util.find_spec("numba") is None:
+        return
+    from numba.core import event
+
+    class AnnounceHostKernels(event.Listener):
+        said = False
+
+        def on_start(self, ev):
+            fn = getattr((ev.data or {}).get("dispatcher"), "py_func", None)
+            if self.said or getattr(fn, "__module__", "") != "ivhl_jax.physics.cdt.host_kernels":
+                return
+            self.said = True
+            capture = config.pluginmanager.getplugin("capturemanager")
+            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+                sys.stderr.write(
+                    "\n[tests] numba is compiling the CDT host engine's kernels: once per machine (minutes on a "
+                    "2-core host; numba's disk cache keeps them for every later run) ...\n"
+                )
+                sys.stderr.flush()
+
+        def on_end(self, ev):
+            return None
+
+    event.register("numba:compile", AnnounceHostKernels())
 
 
 def execute_notebook(name: str, timeout: int = 600) -> None:

@@ -332,10 +332,14 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
         try:
             held.enter_context(run_dir_lock(out))  # the folder is this run's until it ends (released below)
             ckpt_dir = prepare_run_dir(out, cfg, resume=resume, extendable=sim.extendable)
-        except (ValueError, OSError) as e:  # a checkpoint of another configuration, or a bad run folder
+        except ValueError as e:  # a checkpoint of another configuration, or a bad run folder
             if _show_traceback():
                 raise
-            return _fail(sim, _disk_full(e, out) or str(e))
+            return _fail(sim, str(e))
+        except OSError as e:  # a full disk, or a folder that cannot be created or written (read-only, no permission)
+            if _show_traceback():
+                raise
+            return _fail(sim, _disk_full(e, out) or _unwritable(e, out))
         try:
             return _run_in_folder(sim, cfg, args, out, resume, ckpt_dir)
         except OSError as e:  # a full disk: one line naming the path, and that rerunning resumes
@@ -348,6 +352,13 @@ def run_main(sim: Simulation, argv: Sequence[str] | None = None) -> int:
 
 def _disk_full(e: BaseException, out: str) -> str | None:
     return disk_full_message(e, out) if isinstance(e, OSError) else None
+
+
+def _unwritable(e: OSError, out: str) -> str:
+    """One line for an output folder that cannot be created or written, naming it (and the entry, if another)."""
+    where = f" ({e.filename})" if e.filename and os.path.abspath(str(e.filename)) != os.path.abspath(out) else ""
+    why = e.strerror or type(e).__name__
+    return f"cannot write the output folder {out}{where}: {why}; pass --out a folder you can write"
 
 
 def _run_in_folder(sim: Simulation, cfg: Any, args: argparse.Namespace, out: str, resume: bool, ckpt_dir: str) -> int:

@@ -203,3 +203,29 @@ def test_gpu_check_main_writes_the_doc_with_its_command_and_prints_the_summary(t
     assert doc["provenance"]["command"] == f"python -m ivhl_jax.bench.ops_example --out {out} --quick"
     assert doc["results"] == {"a": {"x": 1}}
     assert capsys.readouterr().out.splitlines()[-2:] == ["a: 1", "b: 2"]
+
+
+def test_run_says_once_that_a_missing_peer_package_is_skipped(monkeypatch):
+    """A peer whose package is not installed is skipped with one console line naming the package and the extra,
+    said once for the whole run, not per op; the JSON records the skip per op."""
+
+    def missing_torch_peer():
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    def factory(size):
+        a = jnp.ones((8, 8), jnp.float32)
+        return harness.BenchCase(
+            op="tiny",
+            size=size,
+            fn=lambda x: x @ x,
+            args=(a,),
+            peers={"torch_eager": missing_torch_peer},
+            op_by_op=False,
+        )
+
+    monkeypatch.setattr(harness, "registry", lambda: {"tiny_a": factory, "tiny_b": factory})
+    lines: list[str] = []
+    doc = harness.run(["tiny_a", "tiny_b"], ["small"], repeats=1, log=lines.append)
+    said = [ln for ln in lines if "skipped" in ln]
+    assert len(said) == 1 and "torch" in said[0] and "pip install '.[peers]'" in said[0], lines
+    assert all("torch" in r["peers"]["torch_eager"]["skipped"] for r in doc["results"])

@@ -79,3 +79,50 @@ def test_the_readme_and_design_stepper_example_is_one_example():
         if "ivhl.trajectory(st, chain" in b
     ]
     assert len(blocks) == 2 and blocks[0] == blocks[1], "README and docs/design.md should show the same example"
+
+
+def test_the_docs_build_targets_turn_the_end_of_life_banner_off():
+    """Material for MkDocs prints an end-of-life banner on every build unless NO_MKDOCS_2_WARNING=1: `make docs` and
+    `make docs-serve` set it (so does the site test's build)."""
+    make = (ROOT / "Makefile").read_text(encoding="utf-8")
+    env = next(ln for ln in make.splitlines() if ln.startswith("DOCS_ENV ="))
+    assert "NO_MKDOCS_2_WARNING=1" in env
+    for target in ("docs:", "docs-serve:"):
+        recipe = make.split(f"\n{target}", 1)[1].splitlines()[1]
+        assert recipe.startswith("\t$(DOCS_ENV) $(BIN)/mkdocs "), (target, recipe)
+
+
+def test_the_notebook_kernels_of_the_build_use_ipc_transport(monkeypatch):
+    """on_config puts a Jupyter config folder first on JUPYTER_CONFIG_PATH whose nbconvert config makes the
+    kernels talk over Unix sockets in that private folder (no "running over TCP without encryption" warning per
+    notebook), keeping the user's own config path after it; a second build of the process reuses it."""
+    import json
+    import os
+
+    if os.name != "posix":
+        pytest.skip("IPC transport is POSIX-only; elsewhere the kernels keep TCP")
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/user/jupyter")
+    hooks = _load_hooks()
+    assert hooks.on_config({"x": 1}) == {"x": 1}
+    first, rest = os.environ["JUPYTER_CONFIG_PATH"].split(os.pathsep, 1)
+    assert rest == "/user/jupyter"
+    settings = json.loads((Path(first) / "jupyter_nbconvert_config.json").read_text())
+    assert settings["KernelManager"]["transport"] == "ipc"
+    assert os.path.dirname(settings["KernelManager"]["ip"]) == first
+    hooks.on_config({})
+    assert os.environ["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [first, "/user/jupyter"]
+
+
+@pytest.mark.slow  # starts a Jupyter kernel
+def test_a_notebook_executes_through_the_build_without_the_tcp_warning(tmp_path, monkeypatch, capfd):
+    pytest.importorskip("mkdocs_jupyter", reason="docs extra not installed: pip install -e '.[docs]'")
+    import nbformat
+    from mkdocs_jupyter.nbconvert2 import nb2html
+
+    monkeypatch.delenv("JUPYTER_CONFIG_PATH", raising=False)
+    _load_hooks().on_config({})
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nbformat.write(nb, tmp_path / "t.ipynb")
+    assert "42" in nb2html(str(tmp_path / "t.ipynb"), execute=True, kernel_name="python3")
+    assert "without encryption" not in capfd.readouterr().err

@@ -374,7 +374,7 @@ def _store_files(path):
             key = os.path.relpath(os.path.join(root, f), path)
             if f == "zarr.json":
                 doc = json.loads(open(os.path.join(root, f)).read())
-                for k in ("library", "runtime", "settings"):
+                for k in ("library", "runtime", "settings", "date_created"):
                     doc.get("attributes", {}).pop(k, None)
                 out[key] = doc
             else:

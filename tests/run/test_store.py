@@ -253,7 +253,7 @@ _SCRIPT = textwrap.dedent("""
 
 
 def _tree(path):
-    """Every file under a store with its bytes (zarr.json as parsed JSON less the run's environment)."""
+    """Every file under a store with its bytes (zarr.json as parsed JSON less the run's environment and date)."""
     out = {}
     for root, _, files in os.walk(path):
         for f in files:
@@ -261,7 +261,7 @@ def _tree(path):
             key = os.path.relpath(p, path)
             if f == "zarr.json":
                 doc = json.load(open(p))
-                for k in ("library", "runtime"):
+                for k in ("library", "runtime", "date_created"):
                     doc.get("attributes", {}).pop(k, None)
                 out[key] = doc
             else:
