@@ -7,15 +7,35 @@ Hermitian two-site term (d, d, d, d) in the NumPy file ``term_file``, with ``e0`
 known). The optimisation runs a ladder of stages (``chis``, with ``chi_mids`` and ``layers`` per stage, or the
 bond dimension above every layer with ``layer_chis`` / ``layer_chi_mids``), each ``steps[k]`` steps (one step =
 one Evenbly–Vidal sweep of :func:`ivhl_jax.physics.mera.evenbly_vidal`, run by ``chunked(stepper)`` through
-:func:`ivhl_jax.run.runner.run_chunked` with checkpoints in <out>/ckpt/stage<k>: an interrupted run resumes
-where it stopped). Between stages the tensors are padded (:func:`ivhl_jax.physics.mera.grow`), which keeps the
+:func:`ivhl_jax.run.runner.run_chunked` with checkpoints in <out>/ckpt/stage<k> (k = 1, 2, …): an interrupted run
+resumes where it stopped). Between stages the tensors are padded (:func:`ivhl_jax.physics.mera.grow`), which keeps the
 energy and avoids the poor local minima of a cold start at large χ. The cold first stage is checked for a stuck
 start after ``stuck_after`` steps and every ``stuck_every`` steps up to step 1000 while its energy error stays
 above 1e-3 (:class:`ivhl_jax.physics.mera.StuckCheck`), and re-initialised with a new key (printed, and listed
 under "restarts" in mera.json). Float64, unless ``precision`` asks for float32 early stages (the last stage is
-float64). ``host_cores`` (0: auto) holds XLA to ``ivhl_jax.core.backend.defaults().mera_busy_host_cores`` cores
-(0: no limit) when the host is busy (1-minute load average ≥ the cores this process may use) and every χ ≤ 12;
-``--set host_cores=n`` asks for n cores whatever the load.
+float64). ``host_cores=n`` holds XLA to n CPU cores (0, the default: all of them; a symmetric MERA's many small
+block products gain nothing from a second core, so give it one and the other cores other work).
+
+``symmetry`` ("Z2" for Ising, "U1" for XX, "Z3" for Potts, run in its charge basis,
+:func:`ivhl_jax.physics.mera.symmetric.potts_charge_basis`) runs the block-sparse symmetric MERA: the first
+stage's sectors split each χ in proportion to what each layer can carry, every later stage's are grown from the
+reduced density matrices' spectra (:func:`ivhl_jax.physics.mera.grow`); the records, store and outputs are the
+dense run's, and the scaling dimensions carry their charges ("scaling_dimension_charges").
+
+``term_file`` (``model="custom"``) is a NumPy file holding the real Hermitian two-site term
+``term[a', b', a, b] = <a' b'| h |a b>`` of shape (d, d, d, d), written e.g. for the Heisenberg chain by::
+
+    import numpy as np
+import zarr
+import zarr
+    x, y, z = np.array([[0, 1], [1, 0]]), np.array([[0, -1], [1, 0]]), np.diag([1, -1])   # y = i·Y, real
+    np.save("h.npy", (np.kron(x, x) - np.kron(y, y) + np.kron(z, z)).reshape(2, 2, 2, 2) / 4)
+
+and ``e0`` its exact ground-state energy per site if known (−ln 2 + 1/4 here): an energy below ``e0`` is an error
+naming ``e0`` (a variational energy cannot go below the exact one, so ``e0`` is wrong).
+
+Progress: every phase reports (the cold start's checked steps, each stage's steps counted to its configured
+total, the conformal data); Ctrl-C stops any phase (the stages at their last checkpoint, as every run).
 
 Default ladder: the published schedule of Evenbly's tensors.net mainVarMERA, χ/χ_mid = 6/4 (1 transitional
 layer, 2000 steps) → 8/6 (2 layers, 1800 steps); ``bench/studies/mera_reference.py`` runs the same ladder with a
@@ -37,9 +57,12 @@ measured vs exact; "central_charge": c from the coarse-grained Hamiltonian on ri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -47,22 +70,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import zarr
 
-from ivhl_jax.core.backend import defaults, host_cores, platform_before_start
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import mera as M
 from ivhl_jax.physics.mera import conformal, scaling
+from ivhl_jax.physics.mera import symmetric as MS
 from ivhl_jax.run.config import option
 from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import load_array, save_figure, write_json
-from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
-
-# host_cores=0 (auto) holds ladders up to this χ to defaults().mera_busy_host_cores on a busy host: above it, the
-# sweep's larger contractions gain from every core even under load.
-ONE_CORE_MAX_CHI = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +117,10 @@ class MERASimConfig:
     steps_per_chunk: int = option(50, "steps (sweeps) per compiled chunk")
     checkpoint_every: int = option(200, "steps between checkpoints (a multiple of steps_per_chunk)")
     seed: int = option(0, "seed of the initial isometries")
-    host_cores: int = option(0, "CPU cores XLA may use (0: auto, see the module docstring; n: n)")
+    host_cores: int = option(0, "CPU cores XLA may use (0: all of them)")
+    symmetry: str = option(
+        "", '"" (dense) or the symmetry of a block-sparse MERA: "Z2" (ising), "U1" (xx), "Z3" (potts)'
+    )
 
     def build_model(self) -> M.Model:
         """The chain of ``model``; a ValueError names the key at fault."""
@@ -109,7 +132,7 @@ class MERASimConfig:
             if self.model == "ising":
                 model = M.ising(self.g)
             elif self.model == "potts":
-                model = M.potts(self.g)
+                model = MS.potts_charge_basis(self.g) if self.symmetry else M.potts(self.g)
             elif self.model == "xx":
                 model = M.xx()
             else:
@@ -123,6 +146,11 @@ class MERASimConfig:
         except (TypeError, ValueError) as e:
             msg = str(e)
             raise ValueError(msg if msg.startswith("term_file") else f"g: {msg}") from None
+        if self.symmetry:
+            try:
+                MS.check_commutes(model, self.symmetry_record())
+            except ValueError as e:
+                raise ValueError(f"symmetry: {e}") from None
         if self.d and self.d != model.d:
             raise ValueError(
                 f"d={self.d} does not match the model's spin dimension {model.d} ({model.name}); "
@@ -187,7 +215,7 @@ class MERASimConfig:
                     )
         if isinstance(self.host_cores, bool) or not isinstance(self.host_cores, int) or self.host_cores < 0:
             raise ValueError(
-                f"host_cores must be 0 (auto) or a positive number of cores, got {self.host_cores!r}; "
+                f"host_cores must be 0 (all cores) or a positive number of cores, got {self.host_cores!r}; "
                 "e.g. --set host_cores=1"
             )
         shapes = []
@@ -210,22 +238,14 @@ class MERASimConfig:
                         f"but layer {z} goes from (chi_mid, chi) = {a[1:]} to {b[1:]}"
                     )
 
-    def cores_to_use(self, load: float | None = None, cores: int | None = None) -> tuple[int | None, str]:
-        """(the cores to hold XLA to (:func:`ivhl_jax.run.device.limit_host_cores`), None for all of them; why).
-        ``load``: the host's 1-minute load average (default ``os.getloadavg()``), ``cores``: how many this process
-        may use (default its affinity mask); the host counts as busy when load >= cores. The busy-host limit is
-        ``defaults().mera_busy_host_cores`` of the platform (0: none)."""
-        if self.host_cores:
-            return self.host_cores, "host_cores"
-        if max(self.stage_config(k).top_chi for k in range(len(self.chis))) > ONE_CORE_MAX_CHI:
-            return None, f"auto: a χ above {ONE_CORE_MAX_CHI}"
-        limit = defaults(platform_before_start()).mera_busy_host_cores
-        if not limit:
-            return None, "auto: no busy-host limit on this platform"
-        load = os.getloadavg()[0] if load is None else load
-        cores = host_cores() if cores is None else cores
-        busy = cores is not None and cores > limit and load >= cores
-        return (limit if busy else None), f"auto: the host is {'' if busy else 'not '}busy, load average {load:.2f}"
+    def symmetry_record(self) -> M.Symmetry | None:
+        """The :class:`~ivhl_jax.physics.mera.Symmetry` of ``symmetry`` (sectors chosen per stage), None if dense."""
+        if not self.symmetry:
+            return None
+        try:
+            return M.Symmetry(self.symmetry)
+        except ValueError as e:
+            raise ValueError(f"symmetry must be '', 'Z2', 'U1' or 'Z3': {e}") from None
 
     def stuck_check(self) -> M.StuckCheck:
         return M.StuckCheck(
@@ -252,6 +272,7 @@ class MERASimConfig:
                 u_delay=self.u_delay,
                 refsym=self.refsym,
                 si_scales=self.si_scales,
+                symmetry=self.symmetry_record(),
             )
         except (ValueError, TypeError) as e:
             key = "layer_chis" if self.layer_chis else "chis"
@@ -263,10 +284,132 @@ def _stage_dtype(cfg: MERASimConfig, k: int) -> Any:
 
 
 def apply_host_cores(cfg: MERASimConfig) -> str:
-    """Hold XLA to the cores ``cfg`` asks for (:meth:`MERASimConfig.cores_to_use`); what was done, in words. Only
-    effective before JAX starts its backend (``ivhl sim mera`` applies it before anything else)."""
-    cores, why = cfg.cores_to_use()
-    return f"{limit_host_cores(cores) if cores else 'all cores'} ({why})"
+    """Hold XLA to ``cfg.host_cores`` cores (0: all of them); what was done, in words. Only effective before JAX
+    starts its backend (``ivhl sim mera`` applies it before anything else)."""
+    return f"{limit_host_cores(cfg.host_cores)} (host_cores)" if cfg.host_cores else "all cores (host_cores=0)"
+
+
+class _Reporter:
+    """Progress lines of one phase counted to its configured total (about ten per phase), each with the energy
+    (error); and the check that no energy falls below the claimed exact ``e0``."""
+
+    def __init__(self, enabled: bool, label: str, total: int, e0: float | None, tol: float) -> None:
+        self.enabled, self.label, self.total, self.e0, self.tol = enabled, label, total, e0, tol
+        self.every = max(1, total // 10)
+        self.t0 = time.perf_counter()
+        self.last = 0
+
+    def __call__(self, step: int, energies: Any) -> None:
+        e = np.asarray(energies, np.float64).reshape(-1)
+        check_e0(e, self.e0, self.tol)
+        if self.enabled and e.size and (step - self.last >= self.every or step >= self.total):
+            self.last = step
+            what = f"energy error {e[-1] - self.e0:.3e}" if self.e0 is not None else f"energy {e[-1]:.10f}"
+            print(
+                f"{self.label}: step {step}/{self.total}, {what} ({time.perf_counter() - self.t0:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+class WrongE0Error(ValueError):
+    """An energy per site below the claimed exact ``e0`` (:func:`check_e0`)."""
+
+
+def check_e0(energies: np.ndarray, e0: float | None, tol: float) -> None:
+    """:class:`WrongE0Error` naming ``e0`` when an energy per site lies below it by more than ``tol``: a MERA's
+    energy is variational (an upper bound of the ground-state energy), so the claimed exact energy is wrong."""
+    if e0 is None or not energies.size:
+        return
+    low = float(np.min(energies))
+    if low < e0 - tol:
+        raise WrongE0Error(
+            f"e0={e0!r} is not the exact energy per site: the MERA reached {low:.12f}, {e0 - low:.3e} below it, and "
+            "a variational energy cannot go below the ground state's; pass the right e0 (or none)"
+        )
+
+
+def _advance_reporting(advance: Any, report: _Reporter, start: int, steps: int, progress: bool) -> Any:
+    """``advance`` that announces its compilation (the first call) and reports after each chunk (counted from
+    ``start``, the steps already done in the stage)."""
+    done = [start]
+
+    def run(state: Any) -> Any:
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(state)):
+            return advance(state)  # run_chunked's eval_shape: no step
+        with phase(f"compiling {report.label}", enabled=progress and done[0] == start):
+            new, obs = advance(state)
+        done[0] += steps
+        report(done[0], obs)
+        return new, obs
+
+    return run
+
+
+@contextlib.contextmanager
+def _interruptible() -> Any:
+    """Ctrl-C (SIGINT) during the conformal-data phase: remembered and raised as KeyboardInterrupt between its
+    steps (:func:`interrupt_point`), so it is never swallowed inside a library callback; the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    flag = [False]
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: flag.__setitem__(0, True))
+    _INTERRUPTED.append(flag)
+    try:
+        yield
+    finally:
+        _INTERRUPTED.pop()
+        signal.signal(signal.SIGINT, previous)
+    if flag[0]:
+        raise KeyboardInterrupt
+
+
+_INTERRUPTED: list[list[bool]] = []
+
+
+def interrupt_point() -> None:
+    """Raise the KeyboardInterrupt that arrived during :func:`_interruptible`, if one did."""
+    if _INTERRUPTED and _INTERRUPTED[-1][0]:
+        raise KeyboardInterrupt
+
+
+def _conformal_data(mera: Any, model: M.Model, progress: bool) -> dict[str, Any]:
+    """The conformal-data phase, each step announced (:func:`~ivhl_jax.run.runner.phase`) and interruptible."""
+    out: dict[str, Any] = {}
+    with _interruptible():
+        with phase("conformal data: one-site scaling dimensions", enabled=progress):
+            out["dims"], out["charges"] = M.scaling_dimensions(mera, num=10, charges=True)
+        interrupt_point()
+        with phase("conformal data: two-site scaling dimensions", enabled=progress):
+            two, parity = scaling.two_site_scaling_dimensions(mera, num=12)
+        if model.cft:
+            out["table"] = [
+                {**rec, "reflection_parity": int(p)} for rec, p in zip(scaling.identify(two, model.cft), parity)
+            ]
+        else:
+            out["table"] = [{"delta": float(d), "reflection_parity": int(p)} for d, p in zip(two, parity)]
+        interrupt_point()
+        # OPE coefficients (tabulated CFTs) and the central charge (a velocity is known for the library's chains)
+        out["ope"] = {}
+        if model.cft and model.cft.ope:
+            with phase("conformal data: OPE coefficients", enabled=progress):
+                try:
+                    out["ope"] = conformal.ope_coefficients(mera, model.cft)
+                except ValueError as err:  # a MERA too rough for its operators to match: said, not guessed
+                    out["ope"] = {"error": str(err)}
+            interrupt_point()
+        out["central"] = None
+        if model.cft:
+            with phase("conformal data: central charge", enabled=progress):
+                out["central"] = conformal.central_charge(mera, model)
+    return out
+
+
+def stage_group(k: int) -> str:
+    """The store group (and checkpoint folder) of stage ``k`` (from 0): ``stage1``, ``stage2``, … as the log counts."""
+    return f"stage{k + 1}"
 
 
 def simulate(
@@ -281,7 +424,8 @@ def simulate(
     """Run the ladder; returns the summary dict written to mera.json. ``host_cores``: what
     :func:`apply_host_cores` reported when the caller applied it before JAX started (as ``ivhl sim mera`` does);
     None applies it here, which takes effect only if no JAX computation ran yet (else it is reported as not
-    applied)."""
+    applied). With ``sink`` each stage's energies go to its group ``stage1``, ``stage2``, … (listed in the root
+    attribute ``groups``; ``open_run(out, group="stage1")``)."""
     if host_cores is None:
         host_cores = apply_host_cores(cfg)
     if progress:
@@ -291,12 +435,18 @@ def simulate(
     stages = []
     energies: list[np.ndarray] = []
     restarts: list[dict] = []
+    n_stages = len(cfg.chis)
+    if sink is not None:
+        zarr.open_group(sink.path, mode="r+").attrs.update({"groups": [stage_group(k) for k in range(n_stages)]})
     with jax.enable_x64(True):
         key = jax.random.key(cfg.seed)
         mera: M.MERA | None = None
         for k, (chi, layers, n) in enumerate(zip(cfg.chis, cfg.layers, cfg.steps)):
             sc = cfg.stage_config(k)
             dtype = _stage_dtype(cfg, k)
+            # rounding of the energy per site in the stage's dtype: below e0 by more is not rounding
+            tol = 1e-9 if dtype == np.float64 else 1e-5
+            label = f"MERA chi={chi} (stage {k + 1}/{n_stages})"
             stepper = M.evenbly_vidal(model, sc, policy=cfg.precision[k] if cfg.precision else None)
             t0 = time.perf_counter()
             first = np.zeros((0,))
@@ -304,10 +454,11 @@ def simulate(
                 if cfg.stuck_after and n >= cfg.stuck_after and e0 is not None:
                     # Cold start: the first checked steps run here, re-initialised while stuck; deterministic, so a
                     # resumed run repeats them (seconds) to recover their energies and the restart record.
+                    report = _Reporter(progress, f"{label}, cold start (checked)", n, e0, tol)
                     state, first, restarts = M.cold_start(
-                        stepper, key, e0, cfg.steps_per_chunk, cfg.stuck_check(), log=print, limit=n
+                        stepper, key, e0, cfg.steps_per_chunk, cfg.stuck_check(), log=print, limit=n, progress=report
                     )
-                    restarts = [{"stage": k, **r} for r in restarts]
+                    restarts = [{"stage": k + 1, **r} for r in restarts]
                 else:
                     state = stepper.init(key)
             else:
@@ -318,25 +469,32 @@ def simulate(
                     sc.chi_mid,
                     layers=layers,
                     refsym=sc.refsym,
+                    model=model,
                 )
                 state = stepper.init(key, mera=grown)
             rest = n - first.shape[0]
-            advance = chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=M.observe)
-            # with the run store each stage's energies go to its group stage<k> (open_run(out, group="stage0"))
             stage_sink = (
                 None
                 if sink is None
-                else sink.child(f"stage{k}").describe(time_unit="sweeps", rename={"value": "energy"})
+                else sink.child(stage_group(k)).describe(time_unit="sweeps", rename={"value": "energy"})
             )
-            with Checkpointer(os.path.join(out, "ckpt", f"stage{k}"), save_every=cfg.checkpoint_every) as ck:
+            with Checkpointer(os.path.join(out, "ckpt", stage_group(k)), save_every=cfg.checkpoint_every) as ck:
+                done = first.shape[0] + (ck.latest_step() or 0)
+                advance = _advance_reporting(
+                    chunked(stepper, cfg.steps_per_chunk, save_every=1, observe=M.observe),
+                    _Reporter(progress, label, n, e0, tol),
+                    done,
+                    cfg.steps_per_chunk,
+                    progress,
+                )
                 result = run_chunked(
                     advance,
                     state,
                     n_chunks=rest // cfg.steps_per_chunk,
                     steps_per_chunk=cfg.steps_per_chunk,
                     checkpointer=ck,
-                    progress=progress,
-                    description=f"MERA chi={chi} (stage {k + 1}/{len(cfg.chis)})",
+                    progress=False,  # _Reporter counts the stage's steps, the cold start's included
+                    description=label,
                     metadata={"chi": chi, "layers": layers, "after_cold_start": first.shape[0]},
                     sink=stage_sink,
                 )
@@ -345,6 +503,7 @@ def simulate(
             if stage_sink is not None:
                 stage_sink.close()
             e = np.concatenate([first, np.asarray(history, np.float64)])
+            check_e0(e, e0, tol)
             energies.append(e - e0 if e0 is not None else e)
             stages.append(
                 {
@@ -369,25 +528,14 @@ def simulate(
             )
         assert mera is not None
         mera = M.cast(mera, np.float64)
-        # the CFT's low-lying scaling dimensions, from the model's CFT record
-        exact = sorted(op.delta for op in model.cft.operators) if model.cft else []
-        dims = M.scaling_dimensions(mera, num=10)
-        two, parity = scaling.two_site_scaling_dimensions(mera, num=12)
-        if model.cft:
-            table = [{**rec, "reflection_parity": int(p)} for rec, p in zip(scaling.identify(two, model.cft), parity)]
-        else:
-            table = [{"delta": float(d), "reflection_parity": int(p)} for d, p in zip(two, parity)]
-        # OPE coefficients (tabulated CFTs) and the central charge (a velocity is known for the library's chains)
-        ope: dict[str, Any] = {}
-        if model.cft and model.cft.ope:
-            try:
-                ope = conformal.ope_coefficients(mera, model.cft)
-            except ValueError as err:  # a MERA too rough for its operators to match: said, not guessed
-                ope = {"error": str(err)}
-        central = conformal.central_charge(mera, model) if model.cft else None
+        data = _conformal_data(mera, model, progress)
+    dims = data["dims"]
+    # the CFT's low-lying scaling dimensions, from the model's CFT record
+    exact = sorted(op.delta for op in model.cft.operators) if model.cft else []
     summary = {
         "model": model.name,
         "spin_dimension": model.d,
+        "symmetry": cfg.symmetry or None,
         "e0_exact": e0,
         "final_energy": stages[-1]["final_energy"],
         "final_energy_error": stages[-1]["final_energy_error"],
@@ -395,10 +543,11 @@ def simulate(
         "stages": stages,
         "restarts": restarts,
         "scaling_dimensions": dims,
+        "scaling_dimension_charges": data["charges"],
         "scaling_dimensions_exact": exact[: len(dims)],
-        "conformal_data": table,
-        "ope_coefficients": ope,
-        "central_charge": central,
+        "conformal_data": data["table"],
+        "ope_coefficients": data["ope"],
+        "central_charge": data["central"],
         "host_cores": host_cores,
     }
     if cfg.model == "ising" and model.cft:
@@ -486,8 +635,8 @@ def write_outputs(summary: dict, out: str) -> dict[str, str]:
 
 class MERASimulation(Simulation):
     """``ivhl sim mera``: the bond-dimension ladder. The tensors' shapes change with χ from stage to stage, so
-    each stage keeps its own checkpointer (<out>/ckpt/stage<k>); the driver still owns the run folder, its lock
-    and the config check."""
+    each stage keeps its own checkpointer (<out>/ckpt/stage<k>, k from 1); the driver still owns the run folder, its
+    lock and the config check."""
 
     prog = "ivhl sim mera"
     config_type = MERASimConfig
@@ -499,14 +648,18 @@ class MERASimulation(Simulation):
         self._host_cores = apply_host_cores(cfg)  # before the run folder's settings.json starts JAX's backend
 
     def run(self, cfg: MERASimConfig, ctx: RunContext) -> dict[str, str]:
-        summary = simulate(
-            cfg,
-            ctx.out,
-            resume=ctx.resuming,
-            progress=ctx.progress,
-            sink=ctx.sink,
-            host_cores=getattr(self, "_host_cores", None),
-        )
+        try:
+            summary = simulate(
+                cfg,
+                ctx.out,
+                resume=ctx.resuming,
+                progress=ctx.progress,
+                sink=ctx.sink,
+                host_cores=getattr(self, "_host_cores", None),
+            )
+        except WrongE0Error as e:  # a wrong setting found by the run itself: one line and exit 2, as at setup
+            print(f"{self.prog}: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
         paths = write_outputs(summary, ctx.out)
         what = (
             f"final energy error per site: {summary['final_energy_error']:.3e}"

@@ -175,12 +175,12 @@ def make_leg(sectors: Any, group: Group, flow: int = 1, name: str = "sectors") -
 
 
 @functools.lru_cache(maxsize=4096)
-def allowed_keys(legs: tuple[Leg, ...], group: Group, charge: int) -> tuple[tuple[int, ...], ...]:
+def allowed_sectors(legs: tuple[Leg, ...], group: Group, charge: int) -> tuple[tuple[int, ...], ...]:
     """Every charge combination (one sector per leg) that satisfies Σ f_i q_i ≡ charge."""
     out = []
-    for key in itertools.product(*(leg.charges for leg in legs)):
-        if group.reduce(sum(leg.flow * q for leg, q in zip(legs, key)) - charge) == 0:
-            out.append(tuple(key))
+    for sector in itertools.product(*(leg.charges for leg in legs)):
+        if group.reduce(sum(leg.flow * q for leg, q in zip(legs, sector)) - charge) == 0:
+            out.append(tuple(sector))
     return tuple(out)
 
 
@@ -213,8 +213,8 @@ class BlockTensor(struct.PyTreeNode):
         """Stored numbers (the sum of the block sizes)."""
         return int(sum(math.prod(self.block_shape(k)) for k in self.blocks))
 
-    def block_shape(self, key: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(leg.sector_dim(q) for leg, q in zip(self.legs, key))
+    def block_shape(self, sector: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(leg.sector_dim(q) for leg, q in zip(self.legs, sector))
 
     def to_dense(self) -> jax.Array:
         """The dense array (sectors in each leg's order); zeros outside the allowed blocks."""
@@ -223,8 +223,8 @@ class BlockTensor(struct.PyTreeNode):
     def _to_dense(self) -> jax.Array:
         out = jnp.zeros(self.shape, self.dtype)
         offs = [leg.offsets for leg in self.legs]
-        for key, blk in self.blocks.items():
-            idx = tuple(slice(o[q], o[q] + d) for o, q, d in zip(offs, key, blk.shape))
+        for sector, blk in self.blocks.items():
+            idx = tuple(slice(o[q], o[q] + d) for o, q, d in zip(offs, sector, blk.shape))
             out = out.at[idx].set(blk)
         return out
 
@@ -294,7 +294,7 @@ def _canonical(t: BlockTensor) -> BlockTensor:
     dtype = t.dtype
     blocks = {
         k: t.blocks[k] if k in t.blocks else jnp.zeros(t.block_shape(k), dtype)
-        for k in allowed_keys(t.legs, t.group, t.charge)
+        for k in allowed_sectors(t.legs, t.group, t.charge)
     }
     return BlockTensor(blocks, t.legs, t.group, t.charge)
 
@@ -316,7 +316,7 @@ def zeros(legs: Sequence[Leg], group: Group = Z2, charge: int = 0, dtype: Any = 
     return BlockTensor(
         {
             k: jnp.zeros(tuple(leg.sector_dim(c) for leg, c in zip(legs_t, k)), dt)
-            for k in allowed_keys(legs_t, group, q)
+            for k in allowed_sectors(legs_t, group, q)
         },
         legs_t,
         group,
@@ -334,12 +334,12 @@ def random_block(
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _random_block(key: jax.Array, legs: tuple[Leg, ...], group: Group, charge: int, dtype: Any) -> BlockTensor:
-    keys_ = allowed_keys(legs, group, charge)
-    rng = jax.random.split(key, max(1, len(keys_)))
+    sectors = allowed_sectors(legs, group, charge)
+    rng = jax.random.split(key, max(1, len(sectors)))
     return BlockTensor(
         {
             k: jax.random.normal(r, tuple(leg.sector_dim(c) for leg, c in zip(legs, k)), dtype)
-            for r, k in zip(rng, keys_)
+            for r, k in zip(rng, sectors)
         },
         legs,
         group,
@@ -356,7 +356,7 @@ def from_dense(
     shape = tuple(leg.dim for leg in legs_t)
     if tuple(np.shape(arr)) != shape:
         raise ValueError(f"{name} has shape {tuple(np.shape(arr))}, the legs need {shape}")
-    keys = allowed_keys(legs_t, group, q)
+    sectors = allowed_sectors(legs_t, group, q)
     offs = [leg.offsets for leg in legs_t]
 
     def idx(k: tuple[int, ...]) -> tuple[slice, ...]:
@@ -365,7 +365,7 @@ def from_dense(
     if atol is not None:
         a = np.asarray(arr)
         mask = np.ones(shape, bool)
-        for k in keys:
+        for k in sectors:
             mask[idx(k)] = False
         scale = max(float(np.abs(a).max()) if a.size else 0.0, 1e-300)
         bad = float(np.abs(a[mask]).max()) if mask.any() else 0.0
@@ -374,7 +374,7 @@ def from_dense(
                 f"{name} does not commute with the {group.name} symmetry: an entry between charge sectors "
                 f"that the symmetry forbids is {bad:.2e} (relative {bad / scale:.1e} > {atol:g})"
             )
-    return BlockTensor({k: jnp.asarray(arr[idx(k)]) for k in keys}, legs_t, group, q)
+    return BlockTensor({k: jnp.asarray(arr[idx(k)]) for k in sectors}, legs_t, group, q)
 
 
 def identity(leg: Leg, group: Group, n: int = 1, dtype: Any = None) -> BlockTensor:
@@ -382,7 +382,7 @@ def identity(leg: Leg, group: Group, n: int = 1, dtype: Any = None) -> BlockTens
     legs = (leg.with_flow(1),) * n + (leg.with_flow(-1),) * n
     dt = dtype or jnp.result_type(float)
     out = {}
-    for k in allowed_keys(legs, group, 0):
+    for k in allowed_sectors(legs, group, 0):
         shape = tuple(leg.sector_dim(c) for c in k)
         if k[:n] == k[n:]:
             m = math.prod(shape[:n])
@@ -418,7 +418,7 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
     grp = a.group
     # fusion: A as rows (its free legs) x columns (the shared legs), B as rows (shared) x columns (its free legs),
     # block diagonal in the fused charge qs of the shared legs (A's flows): one matrix product per qs. An output
-    # block (free keys of A and B) comes from a single qs, so nothing is summed afterwards.
+    # block (free sectors of A and B) comes from a single qs, so nothing is summed afterwards.
     rows_a = _fused(tuple(a.legs[i] for i in fa), grp)
     shared_parts = _fused(tuple(a.legs[i] for i in ia), grp)
     cols_b = _fused(tuple(b.legs[i] for i in fb), grp)
@@ -426,11 +426,11 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
     blocks: dict[tuple[int, ...], jax.Array] = {}
     dtype = jnp.result_type(a.dtype, b.dtype)
 
-    def get(t: BlockTensor, key: tuple[int, ...], perm: list[int], nr: int, nc: int) -> jax.Array:
+    def get(t: BlockTensor, sector: tuple[int, ...], perm: list[int], nr: int, nc: int) -> jax.Array:
         inv = [0] * len(perm)
         for pos, i in enumerate(perm):
             inv[i] = pos
-        orig = tuple(key[inv[i]] for i in range(len(perm)))
+        orig = tuple(sector[inv[i]] for i in range(len(perm)))
         if orig not in t.blocks:
             return jnp.zeros((nr, nc), dtype)
         x = t.blocks[orig]
@@ -464,7 +464,7 @@ def _concat(parts: list[jax.Array], axis: int) -> jax.Array:
 def contract(subscripts: str, *tensors: BlockTensor, optimize: str = "auto") -> BlockTensor:
     """``einsum`` of block tensors (explicit ``->`` output; every label on one operand and the output, or on two
     operands). Returns a :class:`BlockTensor` with every allowed block (a full contraction: legs ``()``, one block
-    keyed ``()``, the scalar; :func:`scalar` reads it)."""
+    its sector ``()``, the scalar; :func:`scalar` reads it)."""
     if not isinstance(subscripts, str) or "->" not in subscripts:
         raise ValueError(f"subscripts must be an einsum string with an explicit '->' output, got {subscripts!r}")
     spec = subscripts.replace(" ", "")
@@ -537,10 +537,10 @@ def _fused(legs: tuple[Leg, ...], group: Group) -> dict[int, list[tuple[tuple[in
     """Fused charge Q = Σ f_i q_i of a set of legs → [(sector charges, offset in the fused sector, size)]."""
     out: dict[int, list[tuple[tuple[int, ...], int, int]]] = defaultdict(list)
     sizes: dict[int, int] = defaultdict(int)
-    for key in itertools.product(*(leg.charges for leg in legs)):
-        q = group.reduce(sum(leg.flow * c for leg, c in zip(legs, key)))
-        n = math.prod(leg.sector_dim(c) for leg, c in zip(legs, key))
-        out[q].append((tuple(key), sizes[q], n))
+    for sector in itertools.product(*(leg.charges for leg in legs)):
+        q = group.reduce(sum(leg.flow * c for leg, c in zip(legs, sector)))
+        n = math.prod(leg.sector_dim(c) for leg, c in zip(legs, sector))
+        out[q].append((tuple(sector), sizes[q], n))
         sizes[q] += n
     return dict(out)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -58,13 +57,8 @@ def test_sim_outputs_and_resume(tmp_path, capsys):
     assert set(doc["ope_coefficients"]) in ({"C_σσε"}, {"error"})
     cc = doc["central_charge"]
     assert np.isfinite(cc["c"]) and cc["exact"] == 0.5 and "rings" in cc["method"] and len(cc["pairs"]) == 3
-    # auto: one core only on a busy host (load average >= its cores) and while every χ <= 12
-    small, big = (sim.MERASimConfig(chis=c, steps=(6,) * len(c), layers=(1,) * len(c)) for c in ((4, 12), (8, 16)))
-    assert small.cores_to_use(load=2.0, cores=2)[0] == 1 and small.cores_to_use(load=1.9, cores=2)[0] is None
-    assert small.cores_to_use(load=5.0, cores=1)[0] is None and big.cores_to_use(load=9.0, cores=2)[0] is None
-    assert dataclasses.replace(big, host_cores=3).cores_to_use(load=0.0, cores=2)[0] == 3
-    # what was applied (here: all cores, or not applied because this process's JAX backend runs already)
-    assert doc["host_cores"].startswith(("not applied: ", "all cores (auto: the host is not busy")), doc["host_cores"]
+    # host_cores=0 (the default): all cores, whatever the host's load
+    assert doc["host_cores"] == "all cores (host_cores=0)", doc["host_cores"]
     for name in ("convergence.png", "scaling_dims.png", "config.json"):
         assert os.path.getsize(os.path.join(out, name)) > 0
     # a second run with the same configuration resumes from the finished checkpoint and reproduces it
@@ -216,14 +210,81 @@ def test_sim_unknown_keys_fail_with_one_line_listing_the_valid_keys(tmp_path, ca
 
 
 def test_sim_streams_each_stages_energies(tmp_path):
-    """Each stage's per-sweep energies go to the group stage<k> of <out>/run.zarr and the summary reads them back."""
+    """Each stage's per-sweep energies go to the group stage<k> (k from 1, as the log counts) of <out>/run.zarr,
+    listed in the root attribute "groups", and the summary reads them back."""
+    import zarr
+
     from ivhl_jax.run import open_run
 
     out = str(tmp_path / "run")
     assert sim.main(ARGS + ["--out", out]) == 0
     b = json.load(open(os.path.join(out, "mera.json")))
-    stage = open_run(out, group="stage0")
+    root = [os.path.join(out, p) for p in os.listdir(out) if p.endswith(".zarr")][0]
+    assert zarr.open_group(root, mode="r").attrs["groups"] == ["stage1"]
+    stage = open_run(out, group="stage1")
     assert stage.observations.sizes["time"] == 6 and stage.observations["energy"].dims == ("time",)
     key = "energy_error_per_sweep" if "energy_error_per_sweep" in b else "energy_per_sweep"
     e = stage.observations["energy"].values.astype(np.float64)
     np.testing.assert_allclose(np.diff(np.asarray(b[key])[-6:]), np.diff(e), rtol=0, atol=1e-12)
+
+
+def test_progress_counts_every_phase_to_its_configured_steps(tmp_path, capsys):
+    """With progress, the cold start's checked steps and the rest of the stage count to the stage's configured
+    steps (200/200, not the 50 left after the check), and the conformal-data phase is announced."""
+    args = [a for a in ARGS if a != "--no-progress"]
+    args += ["--set", "steps=[200]", "--set", "stuck_after=150", "--set", "stuck_every=0"]
+    args += ["--set", "steps_per_chunk=50", "--set", "checkpoint_every=50"]
+    assert sim.main(args + ["--out", str(tmp_path / "m")]) == 0
+    err = capsys.readouterr().err
+    assert "cold start (checked): step 150/200" in err and "(stage 1/1): step 200/200" in err, err
+    assert "/50," not in err
+    for what in ("one-site scaling dimensions", "two-site scaling dimensions", "central charge"):
+        assert f"conformal data: {what}" in err, err
+
+
+def test_wrong_e0_is_an_error_naming_e0(tmp_path, capsys):
+    """A custom model whose claimed exact energy lies above the MERA's: a one-line error naming e0 (exit 2)."""
+    from ivhl_jax import mera
+
+    term = tmp_path / "h.npy"
+    np.save(term, np.asarray(mera.ising().term))
+    args = ARGS + ["--set", "model=custom", "--set", f"term_file={term}", "--set", "stuck_after=0"]
+    with pytest.raises(SystemExit) as exc:
+        sim.main(args + ["--set", "e0=-1.0", "--out", str(tmp_path / "m")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "e0=-1.0 is not the exact energy per site" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow  # two symmetric stages and their conformal data (~40 s)
+def test_symmetric_run_from_the_cli(tmp_path):
+    """--set symmetry=Z2 runs the block-sparse MERA with the dense run's records: energies per sweep, the store's
+    stage groups, and scaling dimensions with their charges (the identity even)."""
+    from ivhl_jax.run import open_run
+
+    out = str(tmp_path / "sym")
+    args = ARGS + ["--set", "symmetry=Z2", "--set", "chis=[4,6]", "--set", "steps=[6,4]", "--set", "layers=[1,1]"]
+    assert sim.main(args + ["--out", out]) == 0
+    doc = json.load(open(os.path.join(out, "mera.json")))
+    assert doc["symmetry"] == "Z2" and len(doc["energy_error_per_sweep"]) == 10
+    assert np.all(np.asarray(doc["energy_error_per_sweep"]) > 0)
+    assert doc["stages"][1]["layer_chis"] == [6, 6] and doc["scaling_dimension_charges"][0] == 0
+    assert set(doc["scaling_dimension_charges"]) == {0, 1}
+    assert open_run(out, group="stage2").observations.sizes["time"] == 4
+
+
+def test_ctrl_c_in_the_conformal_phase_is_raised_not_lost():
+    """A SIGINT during the conformal-data phase is kept and raised as KeyboardInterrupt at its next step (never
+    swallowed inside a library callback), and the previous handler is back afterwards."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with sim._interruptible():
+            os.kill(os.getpid(), signal.SIGINT)
+            sim.interrupt_point()
+            raise AssertionError("interrupt_point did not raise")
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):  # one that lands after the last step is raised on leaving the phase
+        with sim._interruptible():
+            os.kill(os.getpid(), signal.SIGINT)

@@ -367,9 +367,7 @@ def ope_coefficients(
 # ------------------------------------------------------------------------------------- central charge
 
 
-def level_hamiltonian(
-    mera: MERA, model: Model, level: int, symmetry: MS.Symmetry | None = None
-) -> tuple[Any, Any]:
+def level_hamiltonian(mera: MERA, model: Model, level: int, symmetry: MS.Symmetry | None = None) -> tuple[Any, Any]:
     """h^{(ℓ)} = (h_AB, h_BA) of level ``level``: the model's blocked terms ascended through ``level`` layers (the
     transitional layers, then the scale-invariant one repeated). A symmetric MERA's are block tensors
     (:func:`~ivhl_jax.physics.mera.symmetric.symmetric_terms`; ``symmetry``: the MERA's, needed for the spin charges

@@ -231,6 +231,7 @@ def cold_start(
     check: StuckCheck | None = None,
     log: Callable[[str], None] | None = None,
     limit: int | None = None,
+    progress: Callable[[int, np.ndarray], None] | None = None,
 ) -> tuple[MERAState, np.ndarray, list[dict[str, Any]]]:
     """A checked cold start of an :func:`evenbly_vidal` stepper: ``stepper.init(key)`` run through
     ``chunked(stepper, steps_per_chunk)`` up to each check of ``check`` (:meth:`StuckCheck.checks`), re-initialised
@@ -239,7 +240,9 @@ def cold_start(
     ``e0``: the exact energy per site the errors are measured against; ``limit``: the most steps an attempt may run
     (the caller's total; default ``check.until``). Returns (the kept attempt's state after its last check, its
     energies per step, one record per re-initialisation); the kept attempt has run ``check.after`` steps or more.
-    Each re-initialisation is logged (``log``, default a warning on the ``ivhl_jax.physics.mera`` logger).
+    Each re-initialisation is logged (``log``, default a warning on the ``ivhl_jax.physics.mera`` logger);
+    ``progress(step, energies)`` is called after every chunk of an attempt (its steps so far, that chunk's
+    energies per step) and may raise to stop the start.
     """
     check = (check or StuckCheck()).validate()
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
@@ -260,6 +263,8 @@ def cold_start(
                 state, e = advance(state)
                 parts.append(np.asarray(e))
                 done += int(steps_per_chunk)
+                if progress is not None:
+                    progress(done, parts[-1])
             err = np.concatenate(parts) - e0
             reason = check.reason(err, done)
             if reason is not None or float(err[-1]) <= check.recheck_error:

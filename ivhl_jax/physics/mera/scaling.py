@@ -133,7 +133,7 @@ def two_site_scaling_superoperator(mera: MERA) -> Callable[[np.ndarray], np.ndar
     operators are its eigenvectors, with eigenvalues λ = 2^{−Δ} (one layer halves distances). Returns
     ``matvec(x) -> y`` on float64 NumPy vectors of length χ⁴.
     """
-    u, w, v = (jnp.asarray(x, jnp.float64) for x in check_mera(mera).layer(mera.num_layers - 1))
+    u, w, v = (jnp.asarray(T.dense(x), jnp.float64) for x in check_mera(mera).layer(mera.num_layers - 1))
     chi = int(w.shape[-1])
 
     def matvec(x: np.ndarray) -> np.ndarray:

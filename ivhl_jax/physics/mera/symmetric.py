@@ -350,7 +350,7 @@ def init_from_legs(key: jax.Array, lls: tuple[LayerLegs, ...], group: S.Group, r
     for z, ll in enumerate(lls):
         legs = _u_legs(ll)
         ub = {}
-        for k in S.allowed_keys(legs, group, 0):
+        for k in S.allowed_sectors(legs, group, 0):
             e1 = jnp.eye(ll.inp.sector_dim(k[0]), ll.mid.sector_dim(k[2]), dtype=dtype) * (k[0] == k[2])
             e2 = jnp.eye(ll.inp.sector_dim(k[1]), ll.mid.sector_dim(k[3]), dtype=dtype) * (k[1] == k[3])
             ub[k] = jnp.einsum("ac,bd->abcd", e1, e2)
@@ -714,12 +714,12 @@ def _old_columns(t: BlockTensor, new_legs: tuple[S.Leg, ...], k: int) -> dict[in
 
 def _pad(t: BlockTensor, new_legs: tuple[S.Leg, ...]) -> BlockTensor:
     blocks = {}
-    for key in S.allowed_keys(new_legs, t.group, t.charge):
-        shape = tuple(leg.sector_dim(q) for leg, q in zip(new_legs, key))
+    for sector in S.allowed_sectors(new_legs, t.group, t.charge):
+        shape = tuple(leg.sector_dim(q) for leg, q in zip(new_legs, sector))
         b = jnp.zeros(shape, t.dtype)
-        if key in t.blocks:
-            b = b.at[tuple(slice(0, n) for n in t.blocks[key].shape)].set(t.blocks[key])
-        blocks[key] = b
+        if sector in t.blocks:
+            b = b.at[tuple(slice(0, n) for n in t.blocks[sector].shape)].set(t.blocks[sector])
+        blocks[sector] = b
     return BlockTensor(blocks, new_legs, t.group, t.charge)
 
 

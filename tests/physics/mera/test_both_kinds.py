@@ -51,6 +51,13 @@ CASES = {
 }
 
 
+# and the submodules' functions that ivhl sim mera calls
+SUBMODULE_CASES = {
+    "two_site_scaling_dimensions": lambda c: mera.scaling.two_site_scaling_dimensions(c.m, 6),
+    "level_hamiltonian": lambda c: mera.conformal.level_hamiltonian(c.m, c.model, 2),
+}
+
+
 def _measured_or_refused(fn):
     """The OPE coefficients, or the library's one-line refusal of a MERA away from the critical fixed point (this
     small chi = 4 MERA may be one)."""
@@ -78,7 +85,7 @@ def test_every_public_function_takes_both_kinds(both, kind):
     state, stepper, energies = both[kind]
     c = types.SimpleNamespace(state=state, stepper=stepper, m=state.mera, h=stepper.params.h, model=both["model"])
     with jax.enable_x64(True):
-        out = {name: call(c) for name, call in CASES.items()}
+        out = {name: call(c) for name, call in {**CASES, **SUBMODULE_CASES}.items()}
     assert float(out["energy_per_site"]) == pytest.approx(float(energies[-1]), abs=1e-3)
     dims, charges = out["charged_scaling_dimensions"]
     np.testing.assert_array_equal(out["scaling_dimensions"], dims)
@@ -100,6 +107,7 @@ def test_every_public_function_takes_both_kinds(both, kind):
     assert np.isfinite(out["central_charge"]["c"]) and out["central_charge"]["exact"] == 0.5
     assert max(out["isometry_errors"].values()) < 1e-12
     assert out["cast"].w[0].dtype == jax.numpy.float32
+    assert out["two_site_scaling_dimensions"][0][0] == 0.0
 
 
 @pytest.mark.slow
