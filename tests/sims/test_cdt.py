@@ -49,7 +49,12 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     first = json.load(open(os.path.join(out, "summary.json")))
     assert first["resumed_from"] is None and not first["overflow"]
     assert first["derived"]["engine"] == engine
-    assert first["measured_at_target"] and first["missed_target"] == 0 and first["mean_n2"] == 64
+    # sweeps of fixed length; the averages run over the measurements at N2 = 64 (the fixed-volume ensemble)
+    assert 0 < first["measurements_at_target"] < 8
+    assert first["at_target_fraction"] == first["measurements_at_target"] / 8
+    assert first["mean_slice_length"] == 64 / 2 / 4 and abs(first["mean_n2"] - 64) < 20
+    assert first["derived"]["engine_reason"] == "engine set in the config"
+    assert 0 < first["geometry"]["configurations"] <= 2 * 9 and first["geometry"]["times"] == 9
     therm = first["thermalisation"]
     assert all(m > 0 for m in therm["criterion_met_at"]) and therm["steps"] >= 2 * max(therm["criterion_met_at"])
     for graph in ("vertex", "dual"):
