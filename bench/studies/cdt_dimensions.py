@@ -27,7 +27,7 @@ over N2 >= each volume and over 4096 .. each larger volume, with a bootstrap ove
 widest ranges.
 
 Writes ``bench/results/cdt_hausdorff_scaling.json`` and ``bench/results/cdt_spectral_dimension.json``
-(each with the command that made it)::
+(each with the command that made it; ``--name`` replaces the ``cdt`` of the names)::
 
     python -m bench.studies.cdt_dimensions --volumes 1024 2048 4096 8192 16384 32768
 """
@@ -515,6 +515,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--raw", default=None, help="also dump the raw records to this JSON file (after each measurement)")
     ap.add_argument(
+        "--name",
+        default="cdt",
+        help="results files bench/results/<name>_hausdorff_scaling.json and <name>_spectral_dimension.json",
+    )
+    ap.add_argument(
         "--from-raw",
         nargs="+",
         default=None,
@@ -556,7 +561,10 @@ def main(argv=None) -> int:
     meta: dict[str, Any] = {"command": command}
     if args.run_command:
         meta["runs"] = args.run_command
-    meta["engine"] = "host (list proposals), eps = 0.02, lambda = ln 2, fixed N2 = target"
+    meta["engine"] = (
+        "host (list proposals), eps = 0.02, lambda = ln 2, sweeps of N2 attempts; configurations: the chains at "
+        "N2 = target at each measurement"
+    )
     meta["per_volume_schedule"] = [
         {
             "n2": r["n2_target"],
@@ -588,13 +596,13 @@ def main(argv=None) -> int:
     meta["thermalisation_series"] = {k: v for k, v in meta["thermalisation_series"].items() if v}
     from ivhl_jax.bench.harness import write_results
 
-    write_results(RESULTS / "cdt_hausdorff_scaling.json", {**meta, **haus}, command=command)
+    write_results(RESULTS / f"{args.name}_hausdorff_scaling.json", {**meta, **haus}, command=command)
     spec_meta = {
         **meta,
         "walk": "lazy random walk, stay probability 1/2, exact diffusion per origin",
         "d_s_error": "jackknife over configurations",
     }
-    write_results(RESULTS / "cdt_spectral_dimension.json", {**spec_meta, **spec}, command=command)
+    write_results(RESULTS / f"{args.name}_spectral_dimension.json", {**spec_meta, **spec}, command=command)
     print(
         json.dumps(
             {
