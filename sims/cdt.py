@@ -249,6 +249,29 @@ def _jitted_chunk(steps: int, save_every: int, observe):
     return advance
 
 
+def store_layout(cfg: CDTConfig) -> dict:
+    """Names, coordinates and units of the run store's records (``RunStore.describe``): every record is
+    (``time``, ``chain``, ...), with ``slice`` (time slice t) for the slice lengths, ``q`` (the coordination
+    number, links at a vertex; the last bin holds q >= 32) for the coordination histogram and ``move`` (0, 1, 2:
+    flip, add, delete, ``cdt.MOVE_NAMES``) for the move counters. Units are UDUNITS strings: ``"1"`` for counts,
+    flags and indices."""
+    per_chain = ("n2", "n0", "max_timelike_degree", "overflow", "missed_target", "at_target")
+    dims = {name: ("chain",) for name in per_chain}
+    dims |= {
+        "lengths": ("chain", "slice"),
+        "coordination": ("chain", "q"),
+        "accepts": ("chain", "move"),
+        "attempts": ("chain", "move"),
+    }
+    coords = {
+        "chain": np.arange(cfg.chains),
+        "slice": np.arange(cfg.slices),
+        "q": np.arange(33),
+        "move": np.arange(len(cdt.MOVE_NAMES)),  # cdt.MOVE_NAMES: flip, add, delete
+    }
+    return {"dims": dims, "coords": coords, "units": {name: "1" for name in (*dims, *coords)}}
+
+
 def _trace_obs(chain: cdt.Chain, params: cdt.MetropolisParams) -> dict:
     """The thermalisation record of one sweep: N2 and the largest timelike degree."""
     return {"n2": chain.geometry.n2, "max_timelike_degree": cdt.max_timelike_degree(chain.geometry)}
@@ -341,7 +364,7 @@ def simulate(
     per_chunk = cfg.steps_per_chunk
     advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
     if sink is not None:
-        sink.describe(time_unit="sweeps")
+        sink.describe(time_unit="sweeps", **store_layout(cfg))
     res = run_chunked(
         advance,
         chains,

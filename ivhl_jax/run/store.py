@@ -256,6 +256,8 @@ class RunStore:
         self.time_unit = time_unit if time_unit is not None else ("steps" if dt is None else "")
         self.units = dict(units or {})
         self.rename: dict[str, str] = {}
+        self.dims: dict[str, tuple[str, ...]] = {}  # observation -> names of its axes after ``time``
+        self.coords: dict[str, np.ndarray] = {}  # dimension -> coordinate values
         self.snapshots = snapshots
         self.extendable = tuple(extendable)
         if defaults is None and dataclasses.is_dataclass(config) and not isinstance(config, type):
@@ -372,8 +374,15 @@ class RunStore:
             for name, leaf in zip(names, leaves, strict=True):
                 shape = (n_records, *leaf.shape[1:])
                 chunks = (per_chunk, *leaf.shape[1:])
-                dims = ("time", *(f"{name}_dim{i}" for i in range(1, len(shape))))
+                dims = ("time", *self.dims.get(name, (f"{name}_dim{i}" for i in range(1, len(shape)))))
+                if len(dims) != len(shape):
+                    raise ValueError(
+                        f"observation {name!r} has {len(shape) - 1} axes after time but dims names "
+                        f"{dims[1:]}; describe(dims=...) must name each"
+                    )
                 self._array(g, name, shape, chunks, np.dtype(leaf.dtype), dims, self.units.get(name, ""), "step")
+            for dim, values in self.coords.items():
+                self._coord(g, dim, dim, values, self.units.get(dim, ""))
             if self.snapshots is not None:
                 snap_steps = (np.arange(n_snap) + 1) * every
                 self._coord(g, "snapshot_time", "snapshot_time", self._times(snap_steps), self.time_unit)
@@ -535,10 +544,15 @@ class RunStore:
         units: Mapping[str, str] | None = None,
         snapshots: Snapshots | None = None,
         rename: Mapping[str, str] | None = None,
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, Any] | None = None,
     ) -> RunStore:
         """Set what a simulation knows of its records before the run starts (:meth:`begin`): the time per step,
         its unit, the observations' units, the snapshots, new names for observations (``{"value": "energy"}``
-        for a bare scalar). Returns the store."""
+        for a bare scalar), the names of each observation's axes after ``time`` (``{"lengths": ("chain",
+        "slice")}``; one name shared by several observations is one dimension; unnamed axes get
+        ``<name>_dim<i>``) and 1-D coordinate values of dimensions (``{"slice": np.arange(T)}``; their units
+        from ``units``). Returns the store."""
         if self._plan is not None:
             raise RuntimeError("describe the store before the run starts")
         if dt is not None:
@@ -552,6 +566,17 @@ class RunStore:
             self.units.update(units)
         if rename is not None:
             self.rename.update(rename)
+        if dims is not None:
+            for name, names in dims.items():
+                if isinstance(names, str) or not all(isinstance(d, str) and d for d in names):
+                    raise ValueError(f"dims[{name!r}] must be a sequence of axis names, got {names!r}")
+                self.dims[name] = tuple(names)
+        if coords is not None:
+            for dim, values in coords.items():
+                arr = np.asarray(values)
+                if arr.ndim != 1:
+                    raise ValueError(f"coords[{dim!r}] must be 1-D coordinate values, got shape {arr.shape}")
+                self.coords[dim] = arr
         if snapshots is not None:
             if not isinstance(snapshots, Snapshots):
                 raise TypeError(f"snapshots must be an ivhl_jax.run.store.Snapshots, got {snapshots!r}")
