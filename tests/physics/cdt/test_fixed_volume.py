@@ -75,8 +75,8 @@ def coordination_z(obs, n0, label=""):
 def test_fixed_volume_coordination_matches_exact(engine):
     """T = 3, N0 = 12, 48 chains of 500 sweeps: the number of vertices of coordination 4, 5, 6 and >= 7 at the
     target volume against the exact fixed-volume law. The first-hit rule fails it: E[H(4)] 5 % high on the JAX
-    engine (z ~ +14 at these settings) and 2 % low on the host engine (z ~ -7), whose list proposals weight the
-    re-entry differently (:func:`test_the_first_hit_rule_is_biased`)."""
+    engine (z = +10 at these settings) and 2.4 % low on the host engine (z = -6), whose list proposals weight the
+    re-entry differently (:func:`test_the_first_hit_rule_is_biased`; ``bench/results/cdt_fixed_volume.json``)."""
     z = coordination_z(run_fixed_volume(engine, 12, 48, 500), 12, f"{engine} N0=12 fixed-length sweeps")
     assert max(abs(x) for x in z) < Z_MAX, z
 
