@@ -91,7 +91,7 @@ def _measure(engine: str, n: int, volume: int, attempts: int, repeats: int) -> d
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         accepted.append(int(np.asarray(chains.geometry.accepts).sum() - acc0))
-        # counted, not assumed: a volume-fixed sweep continues past its attempts until N2 is at the target
+        # counted, not assumed (a sweep with stop_at_first_hit would continue past its attempts)
         attempted.append(int(np.asarray(chains.geometry.attempts).sum() - att0))
     st = summarize(times)
     att = float(np.mean(attempted))

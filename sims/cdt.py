@@ -12,16 +12,20 @@ below says sweeps. The chains run through ``chunked(cdt.metropolis(lam, ...))``.
 expect from the reference code 2d-cdt:
 
 1. *Start* on the smallest torus (every slice 3 vertices) and *grow* it: with volume fixing the quadratic
-   term pulls N2 to the target and every sweep ends exactly at N2 = target.
+   term pulls N2 to the target, around which it then fluctuates.
 2. *Thermalise* automatically: sweep until, in every chain, no vertex has had more than log2(2 N2) future
    or past links (a grown triangulation has a few vertices of very high coordination), then as many sweeps
    again (at most ``thermalise_max`` sweeps).
 3. *Measure* ``steps`` sweeps (checkpointed every ``steps_per_chunk``; a killed run resumes exactly): slice lengths,
-   coordination histogram, largest timelike degree, every ``save_every`` sweeps, at N2 = target.
-4. *Analyse*: integrated autocorrelation times of the volume-profile observables with error bars, means
-   with autocorrelation-corrected errors; on the final triangulations, sphere volumes on the vertex and on
-   the dual graph, Hausdorff dimensions from both, and the quantum Ricci curvature (average sphere
-   distance, Klitgaard & Loll) on both.
+   coordination histogram, largest timelike degree, every ``save_every`` sweeps. Sweeps have a fixed length; with
+   volume fixing the fixed-volume ensemble is the measurements at N2 = target (``at_target``) and only those
+   enter the averages (the chain's law restricted to N2 = target; a sweep extended until N2 first hits the
+   target would weight configurations by how easily they leave and re-enter it).
+4. *Analyse*: integrated autocorrelation times of the volume-profile observables (over every measurement:
+   the chain's own) with error bars, fixed-volume means with errors from independent chains; sphere volumes
+   on the vertex and on the dual graph, Hausdorff dimensions from both, and the quantum Ricci curvature
+   (average sphere distance, Klitgaard & Loll) on both, measured on the chains at the target at fixed times:
+   the final state and after each of ``geometry_times`` further blocks of 10 sweeps.
 
 One sweep is ``attempts_per_sweep`` move attempts per chain, a count fixed before the run (default: the target
 N2, or 24 T with ``volume=0``, with the JAX engine; 100 times that with the host engine, as in 2d-cdt).
@@ -88,6 +92,9 @@ class CDTConfig:
     origins: int = option(8, "BFS origins per chain for the sphere volumes")
     curvature_deltas: int = option(0, "the Ricci curvature is measured for delta = 1..this; 0: automatic")
     curvature_samples: int = option(8, "point pairs per delta and chain for the Ricci curvature")
+    geometry_times: int = option(
+        8, "the geometry is also measured after this many further blocks of 10 sweeps (chains at the target)"
+    )
 
     def validate(self) -> None:
         """Every value checked before any work (one line each): the config, then the stepper's own builder."""
@@ -106,6 +113,7 @@ class CDTConfig:
             "origins",
             "curvature_deltas",
             "curvature_samples",
+            "geometry_times",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
@@ -138,7 +146,7 @@ class CDTConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("attempts_per_sweep", "capacity", "seed", "r_max", "curvature_deltas"):
+        for name in ("attempts_per_sweep", "capacity", "seed", "r_max", "curvature_deltas", "geometry_times"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: automatic), got {getattr(self, name)}")
         if self.steps % self.steps_per_chunk or self.steps_per_chunk % self.save_every:
@@ -172,21 +180,26 @@ def _min_capacity(cfg: CDTConfig) -> int:
     return max(vol // 2 + 8 * int(math.sqrt(vol)) + 16, 3 * cfg.slices)
 
 
-def _engine(cfg: CDTConfig) -> str:
-    """The engine of a run: ``cfg.engine``, or for ``"auto"`` the platform's ``cdt_engine`` in
-    :func:`ivhl_jax.core.backend.defaults` (the JAX engine where that one cannot run here)."""
+def engine_choice(cfg: CDTConfig) -> tuple[str, str]:
+    """The engine of a run and why: ``cfg.engine`` when given, else (``"auto"``) the platform's ``cdt_engine`` in
+    :func:`ivhl_jax.core.backend.defaults`, or the JAX engine where that one cannot run on this install."""
     if cfg.engine != "auto":
-        return cfg.engine
+        return cfg.engine, "engine set in the config"
     choice = backend.defaults().cdt_engine
-    if choice not in cdt.ENGINES or (choice == "host" and not cdt_host.available()):
-        return "jax"
-    return choice
+    if choice == "host" and not cdt_host.available():
+        return "jax", (
+            "engine=auto: this platform's default, the host engine, needs numba, which is not installed "
+            "(pip install 'ivhl_jax[cpu-kernels]')"
+        )
+    if choice not in cdt.ENGINES:
+        return "jax", f"engine=auto: the platform's cdt_engine {choice!r} is not a CDT engine"
+    return choice, f"engine=auto: this platform's default (ivhl info: cdt_engine={choice})"
 
 
 def derived(cfg: CDTConfig) -> dict:
     """Quantities derived from the config: target volume, engine, capacity, attempts per sweep, radii."""
     vol = cfg.volume if cfg.volume > 0 else 24 * cfg.slices
-    engine = _engine(cfg)
+    engine, reason = engine_choice(cfg)
     cap = cfg.capacity or min(max(vol, _min_capacity(cfg)), cdt.max_capacity(engine))
     attempts = cfg.attempts_per_sweep or (100 * vol if engine == "host" else vol)
     r_max = cfg.r_max or int(min(4 * cfg.slices, 6 * math.sqrt(vol) + 10))
@@ -194,6 +207,7 @@ def derived(cfg: CDTConfig) -> dict:
     return {
         "target_volume": vol,
         "engine": engine,
+        "engine_reason": reason,
         "vertex_capacity": cap,
         "attempts_per_sweep": attempts,
         "r_max": r_max,
@@ -233,6 +247,29 @@ def _jitted_chunk(steps: int, save_every: int, observe):
         return chains, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), obs)
 
     return advance
+
+
+def store_layout(cfg: CDTConfig) -> dict:
+    """Names, coordinates and units of the run store's records (``RunStore.describe``): every record is
+    (``time``, ``chain``, ...), with ``slice`` (time slice t) for the slice lengths, ``q`` (the coordination
+    number, links at a vertex; the last bin holds q >= 32) for the coordination histogram and ``move`` (0, 1, 2:
+    flip, add, delete, ``cdt.MOVE_NAMES``) for the move counters. Units are UDUNITS strings: ``"1"`` for counts,
+    flags and indices."""
+    per_chain = ("n2", "n0", "max_timelike_degree", "overflow", "missed_target", "at_target")
+    dims = {name: ("chain",) for name in per_chain}
+    dims |= {
+        "lengths": ("chain", "slice"),
+        "coordination": ("chain", "q"),
+        "accepts": ("chain", "move"),
+        "attempts": ("chain", "move"),
+    }
+    coords = {
+        "chain": np.arange(cfg.chains),
+        "slice": np.arange(cfg.slices),
+        "q": np.arange(33),
+        "move": np.arange(len(cdt.MOVE_NAMES)),  # cdt.MOVE_NAMES: flip, add, delete
+    }
+    return {"dims": dims, "coords": coords, "units": {name: "1" for name in (*dims, *coords)}}
 
 
 def _trace_obs(chain: cdt.Chain, params: cdt.MetropolisParams) -> dict:
@@ -307,6 +344,7 @@ def simulate(
 ) -> dict:
     """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
     d = derived(cfg)
+    print(f"cdt: {d['engine']} engine ({d['engine_reason']})")
     stepper = chain_stepper(cfg, d)
     keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
     chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, 3, d["vertex_capacity"]))(keys)
@@ -326,7 +364,7 @@ def simulate(
     per_chunk = cfg.steps_per_chunk
     advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
     if sink is not None:
-        sink.describe(time_unit="sweeps")
+        sink.describe(time_unit="sweeps", **store_layout(cfg))
     res = run_chunked(
         advance,
         chains,
@@ -339,6 +377,7 @@ def simulate(
         sink=sink,
     )
     final = res.state.geometry
+    states = geometry_states(cfg, stepper, res.state, d)
     # with the run store the records come back from it for the analysis, none were kept in memory
     hist = sink.read(like=jax.eval_shape(advance, chains)[1]) if sink is not None else jax.device_get(res.history)
     if bool(np.any(hist["overflow"])):
@@ -346,7 +385,25 @@ def simulate(
             f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
             f"--set capacity={2 * d['vertex_capacity']}"
         )
-    return _report(cfg, out, final, hist, res, d, therm, progress)
+    return _report(cfg, out, final, states, hist, res, d, therm, progress)
+
+
+def geometry_states(cfg: CDTConfig, stepper, chains, d: dict) -> list[tuple[cdt.CDTState, np.ndarray]]:
+    """The triangulations the geometry is measured on: ``(states, use)`` at fixed times, the final chains and
+    the chains after each of ``cfg.geometry_times`` further blocks of 10 sweeps; ``use`` (chains,) marks the
+    chains at the target volume (every chain without volume fixing). Fixed times and every chain at the target
+    there, never a wait for the target: the fixed-volume ensemble, unbiased. The extra sweeps do not enter the
+    checkpoint (a resumed or extended run repeats them from its own final chains)."""
+    advance = vmapped_chunk(stepper, 10, 1, _trace_obs)  # the thermalisation's compiled block
+
+    def use(g):
+        return np.asarray(g.n2) == d["target_volume"] if cfg.eps > 0 else np.ones(cfg.chains, bool)
+
+    out = [(chains.geometry, use(chains.geometry))]
+    for _ in range(cfg.geometry_times):
+        chains, _obs = advance(chains)
+        out.append((chains.geometry, use(chains.geometry)))
+    return out
 
 
 def _autocorrelation(series: np.ndarray) -> dict:
@@ -370,11 +427,15 @@ def _autocorrelation(series: np.ndarray) -> dict:
     return {"tau_int": tau, "tau_int_err": err, "n_over_tau": float(series.shape[0] / tau)}
 
 
-def _mean_error(series: np.ndarray) -> tuple[float, float]:
-    """Mean over chains and measurements; error from the spread of the per-chain means (independent chains)."""
-    per_chain = series.mean(0)
+def _mean_error(series: np.ndarray, use: np.ndarray) -> tuple[float, float]:
+    """Mean over the measurements ``use`` marks (n_meas, chains); error from the spread of the per-chain means
+    (independent chains; chains with no marked measurement left out)."""
+    counts = use.sum(0)
+    if not counts.any():
+        return float("nan"), float("nan")
+    per_chain = (series * use).sum(0)[counts > 0] / counts[counts > 0]
     err = float(per_chain.std(ddof=1) / math.sqrt(per_chain.size)) if per_chain.size > 1 else float("nan")
-    return float(series.mean()), err
+    return float(series[use].mean()), err
 
 
 @functools.lru_cache(maxsize=32)
@@ -398,23 +459,37 @@ def _geometry_fn(graph: str, r_max: int, deltas: tuple[int, ...], origins: int, 
     return jax.jit(jax.vmap(one))
 
 
-def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict, progress: bool = False) -> dict:
-    """Sphere volumes, Hausdorff dimensions and Ricci curvature on the vertex and dual graphs of every chain."""
+def measure_geometry(cfg: CDTConfig, states: list, d: dict, progress: bool = False) -> dict:
+    """Sphere volumes, Hausdorff dimensions and Ricci curvature on the vertex and dual graphs of the chains marked
+    in ``states`` (:func:`geometry_states`: ``[(batched states, use (chains,)), ...]``), pooled over the times."""
     r_max, deltas = int(d["r_max"]), tuple(range(1, int(d["curvature_deltas"]) + 1))
     keys = jax.random.split(jax.random.key(cfg.seed + 1), cfg.chains)
-    geo: dict = {"deltas": list(deltas), "r_max": r_max}
+    n_used = int(sum(int(np.sum(u)) for _, u in states))
+    geo: dict = {"deltas": list(deltas), "r_max": r_max, "configurations": n_used, "times": len(states)}
     with phase(
         "geometry",
         enabled=progress,
         detail=f"sphere volumes to r = {r_max} and Ricci curvature for delta = 1..{len(deltas)}, "
-        f"vertex and dual graphs of {cfg.chains} chains",
+        f"vertex and dual graphs of {n_used} configurations at the target ({len(states)} times x {cfg.chains} chains)",
     ) as note:
         for i, name in enumerate(("vertex", "dual")):
             fn = _geometry_fn(name, r_max, deltas, int(cfg.origins), int(cfg.curvature_samples))
-            res = jax.device_get(fn(jax.vmap(lambda k, i=i: jax.random.fold_in(k, i))(keys), final))
-            spheres = np.asarray(res["spheres"]).mean(0)
+            spheres_all, samples_all, overflow = [], [], 0
+            for j, (state, used) in enumerate(states):
+                if not used.any():
+                    continue
+                k = jax.vmap(lambda k, i=i, j=j: jax.random.fold_in(jax.random.fold_in(k, i), j))(keys)
+                res = jax.device_get(fn(k, state))
+                spheres_all.append(np.asarray(res["spheres"])[used])
+                samples_all.append(np.asarray(res["curvature"])[used])  # (used chains, D, S)
+                overflow += int(np.asarray(res["curvature_overflow"])[used].sum())
+            if not spheres_all:
+                geo[name] = None
+                note(f"{name} graph: no chain at the target volume at the measured times; raise geometry_times")
+                continue
+            spheres = np.concatenate(spheres_all).mean(0)
             d_h, d_h_err = cdt.hausdorff_from_spheres(spheres)
-            samples = np.asarray(res["curvature"])  # (chains, D, S)
+            samples = np.concatenate(samples_all)
             ok = np.isfinite(samples)
             n_ok = ok.sum((0, 2))
             mean = np.where(n_ok > 0, np.nansum(samples, (0, 2)) / np.maximum(n_ok, 1), np.nan)
@@ -427,13 +502,13 @@ def measure_geometry(cfg: CDTConfig, final: cdt.CDTState, d: dict, progress: boo
                 "dbar_over_delta": mean.tolist(),
                 "dbar_over_delta_err": np.sqrt(var / np.maximum(n_ok, 1)).tolist(),
                 "curvature_samples": n_ok.tolist(),
-                "curvature_sphere_overflow": int(np.asarray(res["curvature_overflow"]).sum()),
+                "curvature_sphere_overflow": overflow,
             }
             note(f"{name} graph measured")
     return geo
 
 
-def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
+def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -441,16 +516,17 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
 
     lengths = np.asarray(hist["lengths"])  # (n_meas, chains, T)
     n2 = np.asarray(hist["n2"])
+    at = np.asarray(hist["at_target"], bool)  # (n_meas, chains): the fixed-volume ensemble (all without fixing)
     n_meas = lengths.shape[0]
     centred = np.asarray(cdt.center_profiles(lengths))
-    corr = np.asarray(cdt.volume_correlator(lengths))
-    coord = np.asarray(hist["coordination"]).sum((0, 1))
+    corr = np.asarray(cdt.volume_correlator(lengths[at])) if at.any() else np.full(cfg.slices, np.nan)
+    coord = (np.asarray(hist["coordination"]) * at[..., None]).sum((0, 1))
     acc = np.asarray(final.accepts).sum(0)
     att = np.asarray(final.attempts).sum(0)
     spread = lengths.std(-1)  # (n_meas, chains): how far the profile is from a cylinder
     l_max = lengths.max(-1).astype(float)
     auto = {"profile_spread": _autocorrelation(spread), "largest_slice": _autocorrelation(l_max)}
-    geo = measure_geometry(cfg, final, d, progress)
+    geo = measure_geometry(cfg, states, d, progress)
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
     sw = np.arange(1, len(therm["n2"]) + 1)
@@ -474,10 +550,9 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     t = np.arange(cfg.slices)
-    ax[0].plot(t, centred.mean((0, 1)), "k-", lw=2, label="mean (centred)")
-    ax[0].fill_between(
-        t, *np.percentile(centred.reshape(-1, cfg.slices), [16, 84], axis=0), color="0.8", label="16-84 %"
-    )
+    if at.any():
+        ax[0].plot(t, centred[at].mean(0), "k-", lw=2, label="mean at the target (centred)")
+        ax[0].fill_between(t, *np.percentile(centred[at], [16, 84], axis=0), color="0.8", label="16-84 %")
     for c in range(min(3, cfg.chains)):
         ax[0].plot(t, lengths[-1, c], lw=0.8, label=f"chain {c}, last")
     ax[0].set_xlabel("time slice t (centred on the volume maximum)")
@@ -523,6 +598,8 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
     ax[0].set_xlabel("coordination number q")
     ax[0].set_ylabel("fraction of vertices")
     for name in ("vertex", "dual"):
+        if geo[name] is None:
+            continue
         sph = np.asarray(geo[name]["sphere_volumes"])
         ax[1].loglog(
             np.arange(1, sph.size),
@@ -539,6 +616,8 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
 
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for name in ("vertex", "dual"):
+        if geo[name] is None:
+            continue
         ax.errorbar(
             geo["deltas"],
             geo[name]["dbar_over_delta"],
@@ -555,7 +634,7 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
     p_curv = save_figure(fig, os.path.join(out, "curvature.png"))
     plt.close(fig)
 
-    spread_mean, spread_err = _mean_error(spread)
+    spread_mean, spread_err = _mean_error(spread, at)
     summary = {
         "config": config_dict(cfg),
         "derived": d,
@@ -564,14 +643,14 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
         "resumed_from": res.resumed_from,
         "wall_time_s": res.wall_time_s,
         "overflow": bool(np.any(hist["overflow"])),
-        "measured_at_target": bool(np.all(n2 == d["target_volume"])) if cfg.eps > 0 else None,
-        "missed_target": int(np.asarray(final.missed_target).sum()),
+        "measurements_at_target": int(at.sum()),
+        "at_target_fraction": float(at.mean()),
         "mean_n2": float(n2.mean()),
         "std_n2": float(n2.std()),
-        "mean_slice_length": float(lengths.mean()),
+        "mean_slice_length": float(lengths[at].mean()) if at.any() else float("nan"),
         "profile_spread": {"mean": spread_mean, "err": spread_err},
         "autocorrelation": auto,
-        "mean_profile_centred": centred.mean((0, 1)).tolist(),
+        "mean_profile_centred": (centred[at].mean(0) if at.any() else np.full(cfg.slices, np.nan)).tolist(),
         "volume_correlator": corr.tolist(),
         "coordination_histogram": (coord / max(coord.sum(), 1)).tolist(),
         "mean_coordination": float((q * coord).sum() / max(coord.sum(), 1)),
@@ -581,11 +660,12 @@ def _report(cfg, out, final, hist, res, d, therm, progress=False) -> dict:
         "figures": [p_therm, p_prof, p_auto, p_coord, p_curv],
     }
     path = write_json(os.path.join(out, "summary.json"), summary)
+    d_h = {k: (f"{geo[k]['hausdorff_local']:.2f}" if geo[k] is not None else "n/a") for k in ("vertex", "dual")}
     print(
-        f"CDT: <N2> = {summary['mean_n2']:.1f}, <l> = {summary['mean_slice_length']:.2f}, tau_int(spread) = "
-        f"{auto['profile_spread']['tau_int']:.2f} measurements, local d_H vertex "
-        f"{geo['vertex']['hausdorff_local']:.2f} / dual {geo['dual']['hausdorff_local']:.2f}, "
-        f"acceptance {summary['acceptance']}"
+        f"CDT: <N2> = {summary['mean_n2']:.1f}, {int(at.sum())}/{at.size} measurements at the target volume, "
+        f"<l> = {summary['mean_slice_length']:.2f}, tau_int(spread) = "
+        f"{auto['profile_spread']['tau_int']:.2f} measurements, local d_H vertex {d_h['vertex']} / dual "
+        f"{d_h['dual']} ({geo['configurations']} configurations), acceptance {summary['acceptance']}"
     )
     for name, a in auto.items():
         if math.isnan(a["n_over_tau"]):

@@ -2,8 +2,11 @@
 
 For each volume N2 (T = sqrt(N2)/2 slices of initial length 2T, so the shape of the universe is fixed
 as N2 grows) ``--chains`` independent chains are thermalised with the host engine (2d-cdt's list
-proposals, volume fixed at N2 with eps = 0.02), then measured ``--measurements`` times, ``--gap`` sweeps
-apart (a sweep = N2 attempts). Each configuration gives:
+proposals, volume term eps (N2 - N2_target)^2 with eps = 0.02), then measured ``--measurements`` times, ``--gap``
+sweeps apart (a sweep = N2 attempts, a fixed count). The fixed-volume ensemble is the chains' law restricted to
+N2 = target: at each measurement the chains at the target volume are measured and the others skipped (a sweep
+extended until N2 first hits the target would be biased), so a measurement yields about a sixth of the chains
+(the fraction is recorded as ``at_target``). Each configuration gives:
 
 * the mean graph distance <r> between random vertices (vertex graph) and triangles (dual graph) from
   exact BFS spheres (scipy, from ``--origins`` origins): <r> = a + b N^{1/d_H} (:func:`cdt.hausdorff_from_scaling`);
@@ -24,7 +27,7 @@ over N2 >= each volume and over 4096 .. each larger volume, with a bootstrap ove
 widest ranges.
 
 Writes ``bench/results/cdt_hausdorff_scaling.json`` and ``bench/results/cdt_spectral_dimension.json``
-(each with the command that made it)::
+(each with the command that made it; ``--name`` replaces the ``cdt`` of the names)::
 
     python -m bench.studies.cdt_dimensions --volumes 1024 2048 4096 8192 16384 32768
 """
@@ -175,6 +178,7 @@ def run(
             "walk_origins": walk_origins,
             "seed": seed,
             "n2": [],
+            "at_target": [],
             "mean_distance": {"vertex": [], "dual": []},
             "p": {"vertex": [], "dual": []},
             "n_nodes": {"vertex": [], "dual": []},
@@ -189,15 +193,23 @@ def run(
         for m in range(measurements):
             if m:
                 chain = advance(chain, gap)
-            for c in range(chains):
-                geo = chain_geometry(chain, c)
+            at = np.asarray(chain.geometry.n2) == n2
+            rec["at_target"].append(int(at.sum()))
+            for c in np.nonzero(at)[0]:
+                geo = chain_geometry(chain, int(c))
                 rec["n2"].append(int(geo.n2))
-                rec["chain"].append(c)
+                rec["chain"].append(int(c))
                 _configuration(geo, rng, origins, walk_origins, steps_for, rec)
+            k = int(at.sum())
             log(
-                f"N2={n2}: measurement {m + 1}/{measurements} ({time.perf_counter() - t0:.0f} s), <r> vertex "
-                f"{np.mean(rec['mean_distance']['vertex'][-chains:]):.3f} "
-                f"dual {np.mean(rec['mean_distance']['dual'][-chains:]):.3f}"
+                f"N2={n2}: measurement {m + 1}/{measurements} ({time.perf_counter() - t0:.0f} s), {k}/{chains} "
+                f"chains at the target"
+                + (
+                    f", <r> vertex {np.mean(rec['mean_distance']['vertex'][-k:]):.3f} "
+                    f"dual {np.mean(rec['mean_distance']['dual'][-k:]):.3f}"
+                    if k
+                    else ""
+                )
             )
             if dump is not None:
                 dump([*out, rec])
@@ -503,6 +515,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--raw", default=None, help="also dump the raw records to this JSON file (after each measurement)")
     ap.add_argument(
+        "--name",
+        default="cdt",
+        help="results files bench/results/<name>_hausdorff_scaling.json and <name>_spectral_dimension.json",
+    )
+    ap.add_argument(
         "--from-raw",
         nargs="+",
         default=None,
@@ -544,7 +561,10 @@ def main(argv=None) -> int:
     meta: dict[str, Any] = {"command": command}
     if args.run_command:
         meta["runs"] = args.run_command
-    meta["engine"] = "host (list proposals), eps = 0.02, lambda = ln 2, fixed N2 = target"
+    meta["engine"] = (
+        "host (list proposals), eps = 0.02, lambda = ln 2, sweeps of N2 attempts; configurations: the chains at "
+        "N2 = target at each measurement"
+    )
     meta["per_volume_schedule"] = [
         {
             "n2": r["n2_target"],
@@ -576,13 +596,13 @@ def main(argv=None) -> int:
     meta["thermalisation_series"] = {k: v for k, v in meta["thermalisation_series"].items() if v}
     from ivhl_jax.bench.harness import write_results
 
-    write_results(RESULTS / "cdt_hausdorff_scaling.json", {**meta, **haus}, command=command)
+    write_results(RESULTS / f"{args.name}_hausdorff_scaling.json", {**meta, **haus}, command=command)
     spec_meta = {
         **meta,
         "walk": "lazy random walk, stay probability 1/2, exact diffusion per origin",
         "d_s_error": "jackknife over configurations",
     }
-    write_results(RESULTS / "cdt_spectral_dimension.json", {**spec_meta, **spec}, command=command)
+    write_results(RESULTS / f"{args.name}_spectral_dimension.json", {**spec_meta, **spec}, command=command)
     print(
         json.dumps(
             {

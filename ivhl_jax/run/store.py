@@ -256,6 +256,8 @@ class RunStore:
         self.time_unit = time_unit if time_unit is not None else ("steps" if dt is None else "")
         self.units = dict(units or {})
         self.rename: dict[str, str] = {}
+        self.dims: dict[str, tuple[str, ...]] = {}  # observation -> names of its axes after ``time``
+        self.coords: dict[str, np.ndarray] = {}  # dimension -> coordinate values
         self.snapshots = snapshots
         self.extendable = tuple(extendable)
         if defaults is None and dataclasses.is_dataclass(config) and not isinstance(config, type):
@@ -268,8 +270,6 @@ class RunStore:
         )
         if seeds is None:
             seeds = {k: v for k, v in cfg.items() if "seed" in k} if isinstance(cfg, dict) else {}
-        self.dims: dict[str, tuple[str, ...]] = {}
-        self.coords: dict[str, np.ndarray] = {}
         library = library_info()
         self._attrs = {
             "ivhl_format": FORMAT,

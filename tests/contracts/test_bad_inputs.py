@@ -269,7 +269,7 @@ def test_cdt_builder_validates_settings_and_observe_names_its_argument(cdt_setup
     with pytest.raises(ValueError, match="eps"):
         cdt.metropolis(1.0, eps=-1.0, target=64.0)
     with pytest.raises(ValueError, match="even target"):
-        cdt.metropolis(1.0, eps=0.1, target=65.0, stop_at_target=True)
+        cdt.metropolis(1.0, eps=0.1, target=65.0)
     with pytest.raises(ValueError, match="proposal='lists' needs engine='host'"):
         cdt.metropolis(1.0, proposal="lists")
     with pytest.raises(ValueError, match=r"capacity=70000 .*jax engine.*65536"):

@@ -49,7 +49,12 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     first = json.load(open(os.path.join(out, "summary.json")))
     assert first["resumed_from"] is None and not first["overflow"]
     assert first["derived"]["engine"] == engine
-    assert first["measured_at_target"] and first["missed_target"] == 0 and first["mean_n2"] == 64
+    # sweeps of fixed length; the averages run over the measurements at N2 = 64 (the fixed-volume ensemble)
+    assert 0 < first["measurements_at_target"] < 8
+    assert first["at_target_fraction"] == first["measurements_at_target"] / 8
+    assert first["mean_slice_length"] == 64 / 2 / 4 and abs(first["mean_n2"] - 64) < 20
+    assert first["derived"]["engine_reason"] == "engine set in the config"
+    assert 0 < first["geometry"]["configurations"] <= 2 * 9 and first["geometry"]["times"] == 9
     therm = first["thermalisation"]
     assert all(m > 0 for m in therm["criterion_met_at"]) and therm["steps"] >= 2 * max(therm["criterion_met_at"])
     for graph in ("vertex", "dual"):
@@ -60,6 +65,7 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     np.testing.assert_allclose(first["mean_coordination"], 6.0)  # Euler on the torus
     for f in first["figures"]:
         assert os.path.getsize(f) > 1000
+    check_store(os.path.join(out, "run.zarr"), steps=8, save_every=2, chains=2, slices=4)
     assert sim.main(args + ["--set", "steps=16"]) == 0  # extending: only steps grows
     second = json.load(open(os.path.join(out, "summary.json")))
     assert second["resumed_from"] == 8 and second["steps_done"] == 16
@@ -67,6 +73,31 @@ def test_sim_writes_outputs_measures_at_target_and_resumes(tmp_path, capsys, eng
     capsys.readouterr()
     assert sim.main(args + ["--set", "steps=16", "--set", "volume=80"]) == 2
     assert re.search("different configuration.*volume", capsys.readouterr().err)
+
+
+def check_store(path, *, steps, save_every, chains, slices):
+    """The run store as xarray opens it: dimensions named and shared across variables (``time``, ``chain``,
+    ``slice``, ``q``, ``move``), their coordinates, and a UDUNITS-style unit on every variable."""
+    import xarray as xr
+
+    ds = xr.open_zarr(path)
+    n = steps // save_every
+    assert dict(ds.sizes) == {"time": n, "chain": chains, "slice": slices, "q": 33, "move": 3}
+    assert ds["lengths"].dims == ("time", "chain", "slice") and ds["n2"].dims == ("time", "chain")
+    assert ds["coordination"].dims == ("time", "chain", "q")
+    assert ds["accepts"].dims == ds["attempts"].dims == ("time", "chain", "move")
+    assert not any("_dim" in d for d in ds.dims)
+    np.testing.assert_array_equal(ds["chain"], np.arange(chains))
+    np.testing.assert_array_equal(ds["slice"], np.arange(slices))
+    np.testing.assert_array_equal(ds["move"], np.arange(3))  # flip, add, delete (cdt.MOVE_NAMES)
+    np.testing.assert_array_equal(ds["time"], save_every * np.arange(1, n + 1))
+    for name in (*ds.data_vars, *ds.coords):
+        assert isinstance(ds[name].attrs.get("units"), str) and ds[name].attrs["units"], name
+    for name in ("lengths", "n2", "coordination", "at_target", "chain", "slice"):
+        assert ds[name].attrs["units"] == "1"
+    # the fixed-volume ensemble is selectable by its flag, and the total volume lines up with the slices
+    np.testing.assert_array_equal(ds["lengths"].sum("slice") * 2, ds["n2"])
+    np.testing.assert_array_equal(ds["at_target"], ds["n2"] == 64)
 
 
 @pytest.mark.parametrize(
@@ -188,3 +219,19 @@ def test_streamed_observations_equal_the_in_memory_analysis(tmp_path):
         "geometry",
     ):
         assert key in a and a[key] == b[key], key
+
+
+def test_the_run_names_its_engine_and_why(monkeypatch, capsys):
+    """engine=auto where the platform's default is the host engine but numba is missing: the run takes the JAX
+    engine and its first line says so and why (never silently another engine than ``ivhl info`` shows)."""
+    from ivhl_jax.core import backend
+
+    cfg = sim.CDTConfig(slices=4, volume=64, chains=2)
+    with backend.override(cdt_engine="host"):
+        monkeypatch.setattr(cdt_host, "available", lambda: False)
+        engine, reason = sim.engine_choice(cfg)
+        assert engine == "jax" and "needs numba" in reason and "cpu-kernels" in reason
+        assert sim.derived(cfg)["engine_reason"] == reason
+        monkeypatch.setattr(cdt_host, "available", lambda: True)
+        assert sim.engine_choice(cfg) == ("host", "engine=auto: this platform's default (ivhl info: cdt_engine=host)")
+    assert sim.engine_choice(sim.CDTConfig(engine="jax")) == ("jax", "engine set in the config")

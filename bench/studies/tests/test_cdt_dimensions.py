@@ -13,9 +13,9 @@ from bench.studies import cdt_dimensions as cd
 def tiny():
     return cd.run(
         [256],
-        chains=2,
+        chains=4,
         thermal=6,
-        measurements=2,
+        measurements=6,
         gap=2,
         origins=3,
         sigma_factor=1.0,
@@ -26,18 +26,21 @@ def tiny():
     )
 
 
-def test_run_records_configurations_walks_and_thermal_series(tiny):
+def test_run_records_configurations_at_the_target_walks_and_thermal_series(tiny):
     (r,) = tiny
     assert r["n2_target"] == 256 and r["n_slices"] == 8
-    assert r["n2"] == [256] * 4 and r["chain"] == [0, 1, 0, 1]
+    # only the chains at the target volume at each measurement are configurations (the fixed-volume ensemble)
+    k = len(r["n2"])
+    assert len(r["at_target"]) == 6 and sum(r["at_target"]) == k >= 1
+    assert r["n2"] == [256] * k and len(r["chain"]) == k and set(r["chain"]) <= {0, 1, 2, 3}
     for g, nodes in (("vertex", 128), ("dual", 256)):
-        assert r["n_nodes"][g] == [nodes] * 4
-        assert len(r["mean_distance"][g]) == 4 and all(d > 1 for d in r["mean_distance"][g])
+        assert r["n_nodes"][g] == [nodes] * k
+        assert len(r["mean_distance"][g]) == k and all(d > 1 for d in r["mean_distance"][g])
         # one walk per configuration to sigma_max = sqrt(N2) steps, P(0) = 1
-        assert [len(p) for p in r["p"][g]] == [17] * 4 and all(p[0] == pytest.approx(1.0) for p in r["p"][g])
+        assert [len(p) for p in r["p"][g]] == [17] * k and all(p[0] == pytest.approx(1.0) for p in r["p"][g])
     ts = r["thermal_series"]
-    assert ts["sweeps"] == [3, 6] and ts["n0"] == [[128, 128], [128, 128]]
-    assert np.shape(ts["vertex"]) == (2, 2) and np.shape(ts["dual"]) == (2, 2)
+    assert ts["sweeps"] == [3, 6] and np.shape(ts["n0"]) == (2, 4)
+    assert np.shape(ts["vertex"]) == (2, 4) and np.shape(ts["dual"]) == (2, 4)
 
 
 def test_load_raw_pools_independent_seeds_and_keeps_one_copy_of_a_chain(tiny, tmp_path):
@@ -48,9 +51,10 @@ def test_load_raw_pools_independent_seeds_and_keeps_one_copy_of_a_chain(tiny, tm
         (tmp_path / f"{name}.json").write_text(json.dumps(recs))
     (pooled,) = cd.load_raw([tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"])
     # the same seed read twice counts once; a shorter walk is not pooled; the other seed adds its configurations
-    assert len(pooled["n2"]) == 8 and pooled["chains"] == 4
+    k = len(r["n2"])
+    assert len(pooled["n2"]) == 2 * k and pooled["chains"] == 8
     assert pooled["mean_distance"]["vertex"] == r["mean_distance"]["vertex"] + other["mean_distance"]["vertex"]
-    assert [run["configurations"] for run in pooled["runs"]] == [4, 4]
+    assert [run["configurations"] for run in pooled["runs"]] == [k, k]
 
 
 def _samples(law, vols, rel, n=12, seed=0):

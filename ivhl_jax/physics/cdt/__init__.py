@@ -18,6 +18,7 @@ The one way to run chains
     stepper = cdt.metropolis(cdt.LN2, eps=0.02, target=512)                    # one step = one sweep
     chain = stepper.init(jax.random.key(0), 16, 3)                             # T = 16 slices of 3 vertices
     chain, obs = trajectory(stepper, chain, 200, save_every=2, observe=cdt.observe)
+    profile = cdt.at_target_mean(obs["lengths"], obs["at_target"])             # the fixed-volume ensemble
 
 Many chains: ``jax.vmap`` over ``stepper.init`` keys and over ``trajectory``; long runs with checkpoints:
 ``chunked(stepper, ...)`` (``ivhl sim cdt``). Three engines apply the same moves to the same packed buffer
@@ -34,7 +35,13 @@ probability and spectral dimension), ``exact`` (enumeration and the transfer mat
 """
 
 from ivhl_jax.physics.cdt import spectral
-from ivhl_jax.physics.cdt.exact import exact_length_distribution, exact_mean_length, transfer_matrix
+from ivhl_jax.physics.cdt.exact import (
+    exact_fixed_volume_coordination,
+    exact_fixed_volume_distribution,
+    exact_length_distribution,
+    exact_mean_length,
+    transfer_matrix,
+)
 from ivhl_jax.physics.cdt.graph import hausdorff_from_scaling, hausdorff_from_spheres, mean_distance
 from ivhl_jax.physics.cdt.observables import (
     center_profiles,
@@ -51,6 +58,8 @@ from ivhl_jax.physics.cdt.stepper import (
     ENGINES,
     Chain,
     MetropolisParams,
+    at_target_mean,
+    at_target_mean_error,
     default_attempts,
     default_capacity,
     max_capacity,
@@ -62,6 +71,8 @@ __all__ = [
     # parameters, the stepper, its state and observable
     "metropolis",
     "observe",
+    "at_target_mean",
+    "at_target_mean_error",
     "MetropolisParams",
     "Chain",
     "CDTState",
@@ -88,5 +99,7 @@ __all__ = [
     # exact answers
     "exact_mean_length",
     "exact_length_distribution",
+    "exact_fixed_volume_distribution",
+    "exact_fixed_volume_coordination",
     "transfer_matrix",
 ]

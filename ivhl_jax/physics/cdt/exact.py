@@ -20,7 +20,16 @@ import numpy as np
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.physics.cdt.state import LN2
 
-__all__ = ["strip_count", "log_length_weight", "transfer_matrix", "exact_mean_length", "exact_length_distribution"]
+__all__ = [
+    "strip_count",
+    "log_length_weight",
+    "transfer_matrix",
+    "exact_mean_length",
+    "exact_length_distribution",
+    "exact_fixed_volume_distribution",
+    "composition_part_law",
+    "exact_fixed_volume_coordination",
+]
 
 
 def strip_count(a: int, b: int) -> int:
@@ -108,3 +117,58 @@ def exact_length_distribution(lam: float, n_slices: int, l_max: int) -> dict[tup
     p = np.exp(logw - logw.max())
     p /= p.sum()
     return dict(zip(vecs, p.tolist()))
+
+
+def exact_fixed_volume_distribution(n_slices: int, n0: int) -> dict[tuple[int, ...], float]:
+    """Exact P(l_0, ..., l_{T-1}) of the fixed-volume ensemble: every vector with l_t >= 3 and sum l_t = ``n0``
+    (N2 = 2 n0), weighted as in the module docstring (``exp(-2 lambda n0)`` is constant there, so the law does
+    not depend on lambda or on the volume term)."""
+    import itertools
+
+    check_scalar(n_slices, "n_slices", integer=True, minimum=1)
+    check_scalar(n0, "n0", integer=True, minimum=3 * int(n_slices))
+    n_slices, n0 = int(n_slices), int(n0)
+    free = n0 - 3 * n_slices  # vertices above the minimum, shared among the slices: C(free + T - 1, T - 1) vectors
+    if math.comb(free + n_slices - 1, n_slices - 1) > 10**7:
+        raise ValueError(
+            f"n_slices={n_slices} and n0={n0} give more than 1e7 length vectors to enumerate; use a smaller n0"
+        )
+    vecs = [
+        tuple(3 + c for c in comp)
+        for comp in itertools.product(range(free + 1), repeat=n_slices - 1)
+        if sum(comp) <= free
+        for comp in [(*comp, free - sum(comp))]
+    ]
+    logw = np.array([log_length_weight(v, LN2) for v in vecs])
+    p = np.exp(logw - logw.max())
+    p /= p.sum()
+    return dict(zip(vecs, p.tolist()))
+
+
+def composition_part_law(parts: int, total: int) -> np.ndarray:
+    """P(one part = k), k = 0..total, of a uniform weak composition of ``total`` into ``parts`` parts: the law of
+    the number of down triangles (b = ``total`` of them) whose apex is one given vertex of the a = ``parts``
+    vertices below, in a uniform strip."""
+    check_scalar(parts, "parts", integer=True, minimum=2)
+    check_scalar(total, "total", integer=True, nonnegative=True)
+    a, b = int(parts), int(total)
+    return np.array([math.comb(b - k + a - 2, a - 2) for k in range(b + 1)], float) / math.comb(b + a - 1, a - 1)
+
+
+def exact_fixed_volume_coordination(n_slices: int, n0: int, q_max: int = 32) -> np.ndarray:
+    """Exact E[H(q)], q = 0..``q_max`` (the last bin holds q >= q_max), in the fixed-volume ensemble
+    (:func:`exact_fixed_volume_distribution`); H(q) is the number of vertices of coordination q (``observe``'s
+    ``coordination`` histogram, 33 bins). Given the slice lengths the strips are independent and uniform, and a
+    vertex of slice t has coordination 4 + g + h: g one part of a weak composition of l_{t+1} into l_t parts
+    (strip t), h one of l_{t-1} into l_t parts (strip t - 1)."""
+    check_scalar(q_max, "q_max", integer=True, minimum=4)
+    h = np.zeros(int(q_max) + 1)
+    n_slices = int(n_slices)
+    for ls, p in exact_fixed_volume_distribution(n_slices, n0).items():
+        for t in range(n_slices):
+            conv = np.convolve(
+                composition_part_law(ls[t], ls[(t + 1) % n_slices]), composition_part_law(ls[t], ls[(t - 1) % n_slices])
+            )
+            for k, c in enumerate(conv):
+                h[min(4 + k, int(q_max))] += p * ls[t] * c
+    return h

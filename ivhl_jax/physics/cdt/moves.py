@@ -250,7 +250,8 @@ def log_acceptance(kind: str, n0, n2, params: Any):
     raise ValueError(f"kind must be 'add' or 'delete', got {kind!r}")
 
 
-EXTRA_ATTEMPTS = 10  # with stop_at_target, a sweep makes at most EXTRA_ATTEMPTS * (attempts of the sweep) more attempts
+# with stop_at_first_hit, a sweep makes at most EXTRA_ATTEMPTS * (attempts of the sweep) more attempts
+EXTRA_ATTEMPTS = 10
 
 
 def attempts(

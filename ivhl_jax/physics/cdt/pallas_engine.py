@@ -285,9 +285,9 @@ def attempts(
 def sweep_state(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
     """One sweep of the stepper on the Pallas engine (``params.engine == "pallas"``): the kernel's Threefry key
     is two words drawn from ``key``; ``n`` attempts (default ``params.attempts_per_sweep``; a fixed count), then
-    with ``params.stop_at_target`` more until N2 == target."""
+    with ``params.stop_at_first_hit`` (biased) more until N2 == target."""
     lay = buffer_layout(state.vertex_capacity, state.n_slices)
     seed = jax.random.bits(key, (2,), jnp.uint32)
-    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_target else None
+    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_first_hit else None
     buf = sweep(state.buf, seed, params, n, lay, state.vertex_capacity, target_n0)
     return state.replace(buf=buf)

@@ -58,13 +58,14 @@ def test_host_invariant_check_sees_corruption():
 def test_host_engine_beyond_two_to_the_16_vertex_slots(proposal):
     T, L, cap = 8, 8400, 80_000  # N0 = 67200 > 2^16 live vertices, 80000 slots
     n2 = 2 * T * L
-    st = cdt.metropolis(cdt.LN2, eps=1e-4, target=n2, attempts_per_sweep=200_000, engine="host", proposal=proposal)
+    kw = dict(attempts_per_sweep=200_000, engine="host", proposal=proposal, stop_at_first_hit=True)
+    st = cdt.metropolis(cdt.LN2, eps=1e-4, target=n2, **kw)
     chain = st.init(jax.random.key(1), T, L, cap)
     chain, obs = trajectory(st, chain, 3, observe=cdt.observe)
     g = chain.geometry
     assert host_invariant_failures(g) == []
     assert not bool(g.overflow) and int(g.missed_target) == 0
-    np.testing.assert_array_equal(np.asarray(obs["n2"]), n2)  # volume-fixed sweeps end at the target
+    np.testing.assert_array_equal(np.asarray(obs["n2"]), n2)  # first-hit sweeps end at the target
     assert np.all(np.asarray(g.accepts) > 0)
     live_ids = np.nonzero(np.asarray(g.vpos) < int(g.n0))[0]
     assert live_ids.max() >= T * L > (1 << 16)  # inserted vertices took slots beyond the starting ones

@@ -94,8 +94,10 @@ def test_chains_of_different_volume_make_the_same_fixed_number_of_attempts():
 
 
 @pytest.mark.slow
-def test_volume_fixed_sweeps_end_at_the_target_and_the_stepper_runs_it():
-    stepper = cdt.metropolis(cdt.LN2, eps=0.05, target=40.0, attempts_per_sweep=60, engine="pallas")
+def test_first_hit_sweeps_end_at_the_target_and_the_stepper_runs_it():
+    stepper = cdt.metropolis(
+        cdt.LN2, eps=0.05, target=40.0, attempts_per_sweep=60, engine="pallas", stop_at_first_hit=True
+    )
     params = stepper.params
     assert cdt.max_capacity("pallas") == moves.MAX_VERTEX_CAPACITY
     states = replicate(initial_state(3, 4, capacity=CAP), 4)

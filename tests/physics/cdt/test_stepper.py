@@ -18,7 +18,7 @@ from scipy.sparse.csgraph import shortest_path
 from ivhl_jax import cdt, trajectory
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt import moves
-from ivhl_jax.physics.cdt.exact import strip_count
+from ivhl_jax.physics.cdt.exact import composition_part_law, strip_count
 from ivhl_jax.physics.cdt.state import buffer_layout, initial_state, live_triangles, replicate
 
 from .helpers import _check_jit, assert_invariants, check_invariants, run_chains
@@ -244,11 +244,7 @@ def test_chi2_against_exact_enumeration(small_runs):
     assert _chi2(samples, wrong)[2] < 1e-6
 
 
-def _composition_part_law(parts, total):
-    """P(one part = k), k = 0..total, of a uniform weak composition of ``total`` into ``parts`` parts."""
-    return np.array([math.comb(total - k + parts - 2, parts - 2) for k in range(total + 1)], float) / math.comb(
-        total + parts - 1, parts - 1
-    )
+_composition_part_law = composition_part_law  # the library's law, checked against enumerated strips below
 
 
 def test_gap_law_matches_bruteforce_strips():
@@ -401,19 +397,29 @@ def test_exact_mean_length_transfer_matrix_vs_direct_sum():
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_volume_fixed_sweeps_end_at_the_target(engine):
+def test_volume_fixed_sweeps_have_a_fixed_length_and_observe_marks_the_target(engine):
     params = cdt.metropolis(cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine).params
-    assert params.stop_at_target
+    assert not params.stop_at_first_hit  # the default: sweeps of fixed length, measured where N2 == target
     final, obs = run_chains(jax.random.key(0), replicate(initial_state(3, 4, capacity=CAP), 8), params, 12)
-    np.testing.assert_array_equal(np.asarray(obs["n2"]), 40)
+    n2, at = np.asarray(obs["n2"]), np.asarray(obs["at_target"])
+    np.testing.assert_array_equal(at, n2 == 40)
+    assert at.any() and not at.all()  # the volume fluctuates around the target
+    np.testing.assert_array_equal(np.asarray(final.attempts).sum(-1), 12 * 60)  # never extended
     assert int(np.asarray(final.missed_target).sum()) == 0
     assert_invariants(final)
-    # without stop_at_target the volume only fluctuates around the target
-    free = cdt.metropolis(
-        cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine, stop_at_target=False
+    lengths = np.asarray(obs["lengths"])
+    np.testing.assert_allclose(cdt.at_target_mean(lengths, at).sum(), 20.0, rtol=1e-6)  # sum_t <l_t> = N0 = 20
+    np.testing.assert_allclose(cdt.at_target_mean(lengths.sum(-1), at, axis=1)[at.any(1)], 20.0)
+    # the biased first-hit rule (2d-cdt's): every sweep is extended until N2 first equals the target
+    hit = cdt.metropolis(
+        cdt.LN2, eps=0.05, target=40, attempts_per_sweep=60, engine=engine, stop_at_first_hit=True
     ).params
-    _, obs = run_chains(jax.random.key(0), replicate(initial_state(3, 4, capacity=CAP), 8), free, 12)
-    assert np.any(np.asarray(obs["n2"]) != 40)
+    final, obs = run_chains(jax.random.key(0), replicate(initial_state(3, 4, capacity=CAP), 8), hit, 12)
+    np.testing.assert_array_equal(np.asarray(obs["n2"]), 40)
+    assert np.asarray(obs["at_target"]).all() and int(np.asarray(final.missed_target).sum()) == 0
+    assert_invariants(final)
+    with pytest.raises(ValueError, match="stop_at_first_hit needs volume fixing"):
+        cdt.metropolis(0.8, stop_at_first_hit=True)
     with pytest.raises(ValueError, match="even target"):
         cdt.metropolis(cdt.LN2, eps=0.05, target=41)
     with pytest.raises(ValueError, match=r"too few for the target N2 = 400.*capacity >= 402"):
@@ -481,10 +487,11 @@ def test_a_batch_of_lambdas_runs_under_vmap():
         cdt.metropolis(jnp.asarray([0.8, 0.6]))
     with pytest.raises(ValueError, match="broadcast"):
         cdt.metropolis(jnp.asarray([0.8, 0.9]), eps=jnp.asarray([0.0, 0.0, 0.0]))
-    with pytest.raises(ValueError, match="stop_at_target"):
-        cdt.metropolis(cdt.LN2, eps=jnp.asarray([0.0, 0.1]), target=64)
-    with pytest.raises(ValueError, match="stop_at_target"):
-        jax.vmap(lambda e: cdt.metropolis(cdt.LN2, eps=e, target=64).params.lam)(jnp.asarray([0.1, 0.2]))
+    # a batch mixing volume fixing and none, and a traced eps, build (measurements at the target where eps > 0)
+    mixed = cdt.metropolis(cdt.LN2 + 0.1, eps=jnp.asarray([0.0, 0.1]), target=64)
+    assert not mixed.params.stop_at_first_hit
+    lam = jax.vmap(lambda e: cdt.metropolis(cdt.LN2, eps=e, target=64).params.lam)(jnp.asarray([0.1, 0.2]))
+    assert lam.shape == (2,)
 
 
 def test_default_capacity_holds_the_grand_canonical_volume():
@@ -526,14 +533,15 @@ def test_chi2_long_many_chains(n_slices, lam):
 def test_volume_fixing_holds_target():
     target = 240
     states = replicate(initial_state(6, 4, capacity=400), 16)
-    # the volume term alone (stop_at_target=False): the Gaussian confines N2 - target to a width ~ 1/sqrt(2 eps) = 5
-    params = cdt.metropolis(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target, stop_at_target=False).params
+    # the volume term confines N2 - target to a width ~ 1/sqrt(2 eps) = 5 around the target
+    params = cdt.metropolis(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target).params
     final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
     n2 = np.asarray(obs["n2"])[:, 10:]
     assert_invariants(final)
     assert abs(n2.mean() - target) < 2.0 and 2.0 < n2.std() < 12.0, (n2.mean(), n2.std())
-    # the default with volume fixing: every sweep ends exactly at the target
-    params = cdt.metropolis(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target).params
+    assert 0.05 < np.asarray(obs["at_target"])[:, 10:].mean() < 0.4  # about 2 / (sqrt(2 pi) 5) = 0.16 at the target
+    # the biased first-hit rule: every sweep ends exactly at the target
+    params = cdt.metropolis(cdt.LN2, eps=0.02, target=target, attempts_per_sweep=target, stop_at_first_hit=True).params
     final, obs = jax.jit(lambda k, s: run_chains(k, s, params, 60, 2))(jax.random.PRNGKey(1), states)
     assert np.all(np.asarray(obs["n2"]) == target) and int(np.asarray(final.missed_target).sum()) == 0
 
