@@ -4,7 +4,12 @@ Run on a machine with a GPU (``python -m ivhl_jax.bench.gpu_checks --out DIR``);
 independent (a failing one records its traceback and the run goes on) and writes
 ``DIR/gpu_checks.json``. ``--quick`` shrinks every size so the script itself can be tested on a CPU.
 
-One run sees every family (goal: under 6 minutes on one H100). Sections
+One run sees every family (goal: under 6 minutes on one H100). ``--budget SECONDS`` (with ``--sections a,b``)
+plans the sections into device calls of at most 6 minutes each, ``ivhl tune --quick`` first (:func:`plan_calls`:
+each section's estimate from its size, or from an earlier run's wall times with ``--costs``), prints the plan and
+one command per call, and runs the first call here (``--plan``: print only); ``--merge`` joins the calls' files
+into one whose ``figures`` list each section's figure and its fractions of the limits measured in its call.
+Sections
   env          devices, versions, ``nvidia-smi``, the per-backend defaults in force.
   ceilings     measured bf16 / f32 matmul rate and device-to-device copy bandwidth (the MFU and
                bandwidth denominators; datasheet numbers are only leads). The run also starts by measuring
@@ -50,6 +55,7 @@ and the raw samples are recorded.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -57,7 +63,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -655,6 +661,224 @@ SECTIONS = (
 FAMILY_SECTIONS = ("fields", "gp", "gp_modes", "gp_terms", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
 
 
+# ------------------------------------------------------------------------------------------ plan
+#: Seconds one device call may take (the device tool's per-call limit is 10 minutes; calls are planned to 6 so that a
+#: rerun of the slowest one still fits).
+CALL_LIMIT_S = 360.0
+#: Seconds every call spends before its first section: Python start, importing JAX, the GPU client and
+#: ``measure_limits`` (the H100 and H200 records: 15-25 s).
+CALL_OVERHEAD_S = 25.0
+#: Estimate of ``ivhl tune --quick`` on one GPU (fields, GP, CDT and attention areas): the H200 record's fields
+#: and GP areas took 120 s, its CDT and attention areas were cut at 85 s; planned as 180 s.
+TUNE_ESTIMATE_S = 180.0
+#: Factor on every estimate when packing calls (compile times vary by driver and by what the cache holds).
+PLAN_MARGIN = 1.25
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionCost:
+    """A section's size on one GPU: ``compiles`` distinct programs (a compile is ~``COMPILE_S``) and
+    ``work_s`` seconds of timed runs (repeats x size over the measured rate); ``measured_s`` where a committed
+    record (bench/results/gpu_h100.json, gpu_h200_tune_checks.json) has its wall time. The estimate is the
+    larger of the two, so a section never measured is planned from its size alone."""
+
+    compiles: int
+    work_s: float
+    measured_s: float | None = None
+
+    @property
+    def estimate_s(self) -> float:
+        size = self.compiles * COMPILE_S + self.work_s
+        return max(size, self.measured_s or 0.0)
+
+
+#: Seconds one jit compile of a mid-sized program takes on a GPU host (XLA + ptxas; the H100 record's first
+#: attention call: 2-4 s); Pallas and MERA programs take longer and are counted as two.
+COMPILE_S = 3.0
+
+#: Per section (GPU sizes): the compiles and the seconds of timed work it runs, from its sizes in this file and in
+#: its ``bench/ops_<area>.py``; ``measured_s`` from the committed GPU records.
+SECTION_COSTS: dict[str, SectionCost] = {
+    "env": SectionCost(0, 5.0, measured_s=5.6),
+    "ceilings": SectionCost(4, 6.0, measured_s=24.1),
+    "tune": SectionCost(0, TUNE_ESTIMATE_S),
+    "attention_ok": SectionCost(16, 4.0, measured_s=44.9),  # 4 impls x 2 dtypes x 2 maskings, fwd + 3 grads
+    "attention": SectionCost(16, 20.0, measured_s=69.2),
+    "transformer": SectionCost(8, 20.0, measured_s=51.1),  # 4 settings, each a train step compile + 10 steps
+    "parallel": SectionCost(3, 5.0, measured_s=18.0),
+    "fields": SectionCost(12, 6.0, measured_s=21.2),  # 3 sizes x (default, 2-3 chunks, torch.compile)
+    "gp": SectionCost(8, 30.0, measured_s=96.7),  # 256³ and 512³, step by step and merged, and PyTorch
+    "gp_modes": SectionCost(8, 10.0),  # vortex tracking 2-D/3-D, BdG homogeneous and Kohn
+    "gp_terms": SectionCost(8, 20.0),  # 4 terms x (f32 run, f64 reference)
+    "cdt": SectionCost(12, 40.0, measured_s=22.8),  # 3 engines x 4-7 chain counts (the H200 run failed early)
+    "mera": SectionCost(14, 30.0),  # chi 16/24/32 x f32/f64 sweeps and one ladder
+    "mera_symmetric": SectionCost(12, 30.0),  # chi 24/32/48 block-sparse sweeps
+    "steppers": SectionCost(14, 5.0),  # 7 families, a first call (compile) and a timed trajectory each
+    "adaptive": SectionCost(2, 4.0, measured_s=6.1),
+    "pallas_blocks": SectionCost(10, 5.0, measured_s=31.1),
+    "gp_rounding": SectionCost(2, 3.0, measured_s=4.8),
+}
+
+
+def plan_calls(
+    sections: Sequence[str],
+    *,
+    budget_s: float | None = None,
+    call_limit_s: float = CALL_LIMIT_S,
+    with_tune: bool = True,
+    costs: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """Pack ``sections`` into device calls of at most ``call_limit_s`` seconds each (estimated, times
+    :data:`PLAN_MARGIN`, plus :data:`CALL_OVERHEAD_S` per call), ``ivhl tune --quick`` first when ``with_tune``.
+
+    First-fit decreasing over the estimates (``costs``: seconds per section, e.g. the ``section_wall_s`` of an
+    earlier run, else :data:`SECTION_COSTS`); within a call the sections keep :data:`SECTIONS` order. With
+    ``budget_s`` (device seconds for all calls together) the calls beyond it are left out, named in
+    ``left_out``. A section whose estimate alone exceeds a call gets a call of its own (``over_limit``).
+
+    Returns ``{"calls": [{"tune": bool, "sections": [...], "estimate_s": float}], "left_out": [...],
+    "over_limit": [...], "estimate_s": total}``; pure (no device, no clock).
+    """
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        raise ValueError(f"sections: unknown {unknown}; choose from {', '.join(SECTIONS)}")
+    if call_limit_s <= CALL_OVERHEAD_S:
+        raise ValueError(f"call_limit_s must exceed the per-call overhead {CALL_OVERHEAD_S:g} s, got {call_limit_s:g}")
+    if budget_s is not None and budget_s <= 0:
+        raise ValueError(f"budget_s must be > 0 seconds, got {budget_s:g}")
+
+    def cost(name: str) -> float:
+        base = (costs or {}).get(name)
+        return PLAN_MARGIN * (SECTION_COSTS[name].estimate_s if base is None else float(base))
+
+    room = call_limit_s - CALL_OVERHEAD_S
+    calls: list[dict[str, Any]] = []
+    if with_tune:
+        calls.append({"tune": True, "sections": [], "estimate_s": PLAN_MARGIN * TUNE_ESTIMATE_S})
+    wanted = [s for s in dict.fromkeys(sections) if not (with_tune and s == "tune")]
+    over = [s for s in wanted if cost(s) > room]
+    for name in sorted(wanted, key=lambda s: (-cost(s), SECTIONS.index(s))):
+        home = next((c for c in calls if c["estimate_s"] + cost(name) <= room and name not in over), None)
+        if home is None:
+            home = {"tune": False, "sections": [], "estimate_s": 0.0}
+            calls.append(home)
+        home["sections"].append(name)
+        home["estimate_s"] += cost(name)
+    for c in calls:
+        c["sections"].sort(key=SECTIONS.index)
+        c["estimate_s"] = round(c["estimate_s"] + CALL_OVERHEAD_S, 1)
+    left_out: list[str] = []
+    if budget_s is not None:
+        kept, spent = [], 0.0
+        for c in calls:
+            if spent + c["estimate_s"] <= budget_s:
+                kept.append(c)
+                spent += c["estimate_s"]
+            else:
+                left_out += (["tune"] if c["tune"] else []) + c["sections"]
+        calls = kept
+    return {
+        "calls": calls,
+        "left_out": sorted(left_out, key=SECTIONS.index),
+        "over_limit": over,
+        "call_limit_s": call_limit_s,
+        "estimate_s": round(sum(c["estimate_s"] for c in calls), 1),
+    }
+
+
+def plan_commands(plan: Mapping[str, Any], out: str = "gpu_out", quick: bool = False) -> list[str]:
+    """One shell command per planned call, each under ``timeout`` of the call limit; call k writes
+    ``OUT/gpu_checks_call{k}.json`` (``--merge`` joins them into one results file)."""
+    q = " --quick" if quick else ""
+    lines = []
+    for k, c in enumerate(plan["calls"], 1):
+        limit = int(plan["call_limit_s"])
+        parts = []
+        if c["tune"]:
+            tune_s = int(PLAN_MARGIN * TUNE_ESTIMATE_S)
+            parts.append(f"timeout {tune_s} python -m ivhl_jax.cli tune --quick --export {out}/tune_gpu.json")
+            limit -= tune_s
+        if c["sections"]:
+            parts.append(
+                f"timeout {limit} python -m ivhl_jax.bench.gpu_checks{q} --out {out} --name gpu_checks_call{k}.json"
+                f" --sections {','.join(c['sections'])} --budget-s {max(1, limit - int(CALL_OVERHEAD_S))}"
+            )
+        lines.append(" ; ".join(parts))
+    return lines
+
+
+def format_plan(plan: Mapping[str, Any], commands: Sequence[str]) -> str:
+    """The plan as text: one line per call (estimate and sections) and its command."""
+    lines = [f"plan: {len(plan['calls'])} call(s) of <= {plan['call_limit_s']:g} s, about {plan['estimate_s']:g} s"]
+    for k, (c, cmd) in enumerate(zip(plan["calls"], commands, strict=True), 1):
+        what = (["ivhl tune --quick"] if c["tune"] else []) + list(c["sections"])
+        lines.append(f"  call {k} (~{c['estimate_s']:g} s): {', '.join(what)}")
+        lines.append(f"    {cmd}")
+    if plan["over_limit"]:
+        lines.append(f"  estimated over one call on their own: {', '.join(plan['over_limit'])}")
+    if plan["left_out"]:
+        lines.append(f"  left out by the budget: {', '.join(plan['left_out'])}")
+    return "\n".join(lines)
+
+
+_FRACTION_KEYS = (
+    "fraction",
+    "fraction_of_bf16_matmul_rate",
+    "fraction_of_copy_bandwidth_ideal",
+    "mfu_vs_measured_peak",
+)
+
+
+def _fractions(node: Any) -> list[float]:
+    """Every fraction of a measured limit under ``node``: roofline ``fraction`` s, attention over the bf16 matmul
+    rate, GP over the copy bandwidth, transformer MFU."""
+    found: list[float] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _FRACTION_KEYS and isinstance(value, (int, float)) and math.isfinite(value):
+                found.append(float(value))
+            elif key != "limits_of_this_run":
+                found += _fractions(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _fractions(value)
+    return found
+
+
+def figures(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per section of a results document: its figure (the summary line) and its fractions of the limits measured
+    in that run (min / median / max over every timed kernel; None where the section times nothing against them)."""
+    out = {}
+    for name, res in doc.get("sections", {}).items():
+        fr = _fractions(res)
+        out[name] = {
+            "figure": _summary(name, res),
+            "fraction_of_limits": None
+            if not fr
+            else {"min": min(fr), "median": float(np.median(fr)), "max": max(fr), "kernels": len(fr)},
+            "wall_s": res.get("section_wall_s"),
+        }
+    return out
+
+
+def merge(paths: Sequence[str]) -> dict[str, Any]:
+    """One results document from several calls' ``gpu_checks_call*.json``: sections in :data:`SECTIONS` order (a
+    section run twice keeps the later run's result; ``call_file`` names its call), each call's limits in ``calls``,
+    and :func:`figures`."""
+    doc: dict[str, Any] = {"calls": [], "sections": {}}
+    for path in paths:
+        with open(path) as f:
+            part = json.load(f)
+        doc["calls"].append(
+            {"file": os.path.basename(path), "limits": part.get("limits"), "sections": list(part.get("sections", {}))}
+        )
+        for name, res in part.get("sections", {}).items():
+            doc["sections"][name] = {**res, "call_file": os.path.basename(path)}  # its limits: that call's
+    doc["sections"] = {n: doc["sections"][n] for n in SECTIONS if n in doc["sections"]}
+    doc["figures"] = figures(doc)
+    return doc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results", help="folder for gpu_checks.json")
@@ -674,10 +898,57 @@ def main(argv=None) -> int:
         default=0.0,
         help="skip the sections left once this many seconds have passed (0: no limit)",
     )
+    ap.add_argument(
+        "--sections",
+        type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+        help="comma-separated sections to plan / run (default: every section)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        help="device seconds for all calls: print the plan (calls of <= 6 min, `ivhl tune --quick` first) and its "
+        "commands, then run its first call here",
+    )
+    ap.add_argument("--plan", action="store_true", help="with --budget: print the plan and commands only")
+    ap.add_argument("--no-tune", action="store_true", help="plan without the `ivhl tune --quick` call")
+    ap.add_argument("--costs", help="an earlier gpu_checks JSON whose section_wall_s replace the estimates")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="join several calls' results into --out/--name")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, args.name)
+    from ivhl_jax.bench.harness import write_results
+
+    if args.merge:
+        write_results(path, merge(args.merge))
+        print(f"wrote {path}")
+        return 0
+    if args.sections:
+        bad = [s for s in args.sections if s not in SECTIONS]
+        if bad:
+            ap.error(f"--sections: unknown {bad}; choose from {','.join(SECTIONS)}")
+    planned = None
+    if args.budget is not None or args.plan:
+        if args.budget is not None and args.budget <= 0:
+            ap.error(f"--budget must be > 0 seconds, got {args.budget:g}")
+        costs = None
+        if args.costs:
+            with open(args.costs) as f:
+                earlier = json.load(f).get("sections", {})
+            costs = {n: r["section_wall_s"] for n, r in earlier.items() if "section_wall_s" in r and "error" not in r}
+        wanted = [n for n in (args.sections or args.only or SECTIONS) if n not in args.skip]
+        planned = plan_calls(wanted, budget_s=args.budget, with_tune=not args.no_tune, costs=costs)
+        print(format_plan(planned, plan_commands(planned, args.out, args.quick)), flush=True)
+        if args.plan or not planned["calls"]:
+            return 0
+        first = planned["calls"][0]
+        args.only = (["tune"] if first["tune"] else []) + first["sections"]
+        if not args.budget_s:
+            args.budget_s = max(1.0, first["estimate_s"] - CALL_OVERHEAD_S)
+    elif args.sections:
+        args.only = args.sections
     doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sections": {}}
+    if planned is not None:
+        doc["plan"] = planned
     start = time.perf_counter()
     try:  # this machine's limits, measured now: every section's figures can be read as a fraction of them
         from ivhl_jax.run.measure import measure_limits
@@ -710,8 +981,7 @@ def main(argv=None) -> int:
         res["section_wall_s"] = time.perf_counter() - t0
         _add_fractions(name, res, doc.get("limits", {}))
         doc["sections"][name] = res
-        from ivhl_jax.bench.harness import write_results
-
+        doc["figures"] = figures(doc)
         write_results(path, doc)  # after every section: a later crash loses nothing
         print(json.dumps(_summary(name, res), default=str)[:1500], flush=True)
     print(format_summary(doc))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 
@@ -109,3 +111,88 @@ def test_family_sections_report_each_timed_kernel_as_a_roofline_fraction():
     assert adaptive["limits_of_this_run"]["copy_gbps"] == 10.0
     for r in _rooflines([fields, cdt, mera, adaptive]):
         assert r["bound"] in ("memory", "compute") and r["seconds"] > 0
+
+
+def test_plan_packs_sections_into_six_minute_calls_with_tune_first(tmp_path, capsys):
+    """The planner: every section in exactly one call, each call's estimate within the limit, ``ivhl tune --quick``
+    alone at the head of the first call; a budget leaves whole calls out (named); an estimate over a call gets a
+    call of its own; earlier wall times replace the estimates."""
+    from ivhl_jax.bench import gpu_checks as g
+
+    plan = g.plan_calls(g.SECTIONS)
+    assert plan["calls"][0]["tune"] and not any(c["tune"] for c in plan["calls"][1:])
+    placed = [s for c in plan["calls"] for s in c["sections"]]
+    assert sorted(placed) == sorted(s for s in g.SECTIONS if s != "tune")  # each once; tune is the CLI call
+    assert all(c["estimate_s"] <= g.CALL_LIMIT_S for c in plan["calls"])
+    assert all(c["sections"] == sorted(c["sections"], key=g.SECTIONS.index) for c in plan["calls"])
+    total = sum(g.PLAN_MARGIN * g.SECTION_COSTS[s].estimate_s for s in placed) + g.PLAN_MARGIN * g.TUNE_ESTIMATE_S
+    assert len(plan["calls"]) >= math.ceil(total / (g.CALL_LIMIT_S - g.CALL_OVERHEAD_S))
+    assert plan["estimate_s"] == pytest.approx(sum(c["estimate_s"] for c in plan["calls"]), abs=0.2)
+
+    cut = g.plan_calls(g.SECTIONS, budget_s=2 * g.CALL_LIMIT_S)
+    assert len(cut["calls"]) == 2 and cut["estimate_s"] <= 2 * g.CALL_LIMIT_S
+    kept = {s for c in cut["calls"] for s in c["sections"]}
+    assert set(cut["left_out"]) == set(placed) - kept and cut["left_out"]
+
+    big = g.plan_calls(["env", "gp", "fields"], with_tune=False, costs={"gp": 500.0}, call_limit_s=200.0)
+    assert big["over_limit"] == ["gp"] and ["gp"] in [c["sections"] for c in big["calls"]]
+    assert not any(c["tune"] for c in big["calls"])
+    with pytest.raises(ValueError, match="sections: unknown"):
+        g.plan_calls(["env", "nope"])
+    with pytest.raises(ValueError, match="budget_s"):
+        g.plan_calls(["env"], budget_s=0)
+
+    assert g.main(["--plan", "--budget", "900", "--out", str(tmp_path), "--name", "b.json"]) == 0
+    assert not (tmp_path / "b.json").exists()  # --plan prints only
+    assert "call 1" in capsys.readouterr().out
+    cmds = g.plan_commands(plan, "OUT")
+    assert cmds[0].startswith("timeout ") and "ivhl_jax.cli tune --quick" in cmds[0]
+    for k, (c, cmd) in enumerate(zip(plan["calls"], cmds, strict=True), 1):
+        if c["sections"]:
+            assert f"--sections {','.join(c['sections'])}" in cmd and f"gpu_checks_call{k}.json" in cmd
+        assert sum(int(p.split()[1]) for p in cmd.split(" ; ")) <= g.CALL_LIMIT_S  # the timeouts fit the call
+
+
+@pytest.mark.slow  # a CPU run of two quick sections and the limits: 15-50 s on 2 shared cores
+def test_budget_runs_the_first_planned_call_and_merge_lists_figures_and_fractions(tmp_path, capsys):
+    """``--quick --budget`` on the CPU prints the plan and its commands, runs the first call's sections into a
+    file whose ``figures`` give each section's figure and its fractions of the run's limits; ``--merge`` of two
+    calls' files keeps every section once, in section order."""
+    import json
+
+    from ivhl_jax.bench import gpu_checks as g
+
+    args = ["--quick", "--no-tune", "--out", str(tmp_path), "--sections", "gp_rounding,ceilings", "--budget", "900"]
+    assert g.main([*args, "--name", "a.json"]) == 0
+    out = capsys.readouterr().out
+    assert "plan: 1 call(s)" in out and "--sections ceilings,gp_rounding" in out
+    a = json.loads((tmp_path / "a.json").read_text())
+    assert list(a["sections"]) == ["ceilings", "gp_rounding"] == a["plan"]["calls"][0]["sections"]
+    assert a["sections"]["ceilings"]["matmul_bf16"]["tflops"] > 0
+    assert "matmul_bf16" in a["figures"]["ceilings"]["figure"]
+    assert a["figures"]["gp_rounding"]["fraction_of_limits"] is None  # it times nothing against the limits
+    b = {"limits": _LIMITS, "sections": {"env": {"section_wall_s": 1.0}, "gp_rounding": {"section_wall_s": 2.0}}}
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert g.main(["--merge", str(tmp_path / "b.json"), str(tmp_path / "a.json"), "--out", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "gpu_checks.json").read_text())
+    assert list(merged["sections"]) == ["env", "ceilings", "gp_rounding"]
+    assert merged["sections"]["gp_rounding"]["section_wall_s"] != 2.0  # the later call's run wins
+    assert [c["file"] for c in merged["calls"]] == ["b.json", "a.json"] and "provenance" in merged
+
+
+def test_figures_collect_every_fraction_of_the_limits():
+    """A section's fractions: roofline fractions, attention over the bf16 matmul rate, GP over the copy
+    bandwidth and transformer MFU, wherever nested; the limits themselves are not counted."""
+    from ivhl_jax.bench import gpu_checks as g
+
+    doc = {
+        "sections": {
+            "gp": {"results": [{"fraction_of_copy_bandwidth_ideal": 0.5}, {"roofline": {"fraction": 0.25}}]},
+            "transformer": {"results": [{"mfu_vs_measured_peak": 0.6}], "limits_of_this_run": {"fraction": 9.0}},
+            "env": {"report": "x"},
+        }
+    }
+    f = g.figures(doc)
+    assert f["gp"]["fraction_of_limits"] == {"min": 0.25, "median": 0.375, "max": 0.5, "kernels": 2}
+    assert f["transformer"]["fraction_of_limits"]["max"] == 0.6
+    assert f["env"]["fraction_of_limits"] is None
