@@ -177,17 +177,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(sorted(g) for g in groups)
 
 
-# A cycle being removed on another branch (the symmetric MERA sweep joins the dense one); delete the entry when it
-# is gone (the test below fails then, so the list cannot outlive the cycle).
-_CYCLES_BEING_REMOVED = [["ivhl_jax.physics.mera.sweep", "ivhl_jax.physics.mera.symmetric"]]
-
-
 def test_no_import_cycles_inside_a_layer_or_across():
     """No module reaches itself through imports, counting imports done inside functions (a cycle that only a
     function-level import keeps working is still a cycle: each side needs the other)."""
     found = _cycles(_import_graph())
-    assert [c for c in found if c not in _CYCLES_BEING_REMOVED] == [], found
-    assert [c for c in _CYCLES_BEING_REMOVED if c not in found] == [], "gone: delete it from _CYCLES_BEING_REMOVED"
+    assert found == [], found
 
 
 def test_the_cycle_finder_finds_a_function_level_cycle(tmp_path):
