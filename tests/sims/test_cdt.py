@@ -129,6 +129,7 @@ def check_store(path, *, steps, save_every, chains, slices):
         (["origins=0"], "origins must be >= 1"),
         (["curvature_deltas=-2"], "curvature_deltas must be >= 0"),
         (["curvature_samples=0"], "curvature_samples must be >= 1"),
+        (["geometry_times=-1"], "geometry_times must be >= 0"),
     ],
 )
 def test_sim_config_errors_are_one_line(tmp_path, capsys, sets, pattern):
