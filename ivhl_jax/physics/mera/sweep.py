@@ -322,6 +322,10 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     for fast early sweeps of a ladder (they stop improving near an energy error of 1e-5). Checks here: the model
     (a pair or an array is refused, naming ``model``), bond dimensions every layer can carry on d² sites (naming
     ``chi``/``chi_mid``), and ``config.refsym`` only for a reflection-symmetric term.
+
+    ``config.symmetry`` (a :class:`~ivhl_jax.physics.mera.symmetric.Symmetry`): the same sweep on block-sparse
+    symmetric tensors (the model checked to conserve the charge, the sectors to add up and fit); ``init(key)``
+    draws a symmetric MERA, ``init(mera=m)`` continues a symmetric one (its own sectors, e.g. from :func:`grow`).
     """
     model = check_model(model)
     if not isinstance(config, MERAConfig):
