@@ -12,8 +12,10 @@ uses ``sin``/``cos`` (libdevice on a GPU; correct for every finite float32, so n
 
 Where it runs: :func:`ivhl_jax.physics.fields.superpose` uses it when the backend table's (or ``ivhl tune``'s)
 ``fields_method`` is ``"pallas"`` and the work dtype is float32 (other dtypes take the XLA ``"reduce"`` kernel).
-Compiled on a CUDA GPU, Pallas's interpreter elsewhere (exact but slow: tests and tiny sizes only). ``ivhl tune``
-races it on GPUs only; no table row chooses it.
+Compiled on a CUDA GPU through Triton (named in ``compiler_params``, whatever Pallas's default GPU backend), Pallas's
+interpreter elsewhere (exact but slow: tests and tiny sizes only); lowering for CUDA works from a CPU
+(``jit(f).trace(...).lower(lowering_platforms=("cuda",))``), which the tests use to check it is one Triton call.
+``ivhl tune`` races it on GPUs only; no table row chooses it.
 
 Accuracy (float32): the same per-pair arithmetic as the XLA kernels up to the sin/cos implementation (libdevice
 sinf/cosf, ≤ 2 ulp; the XLA kernels' polynomial, ≤ 2.4e-7 absolute) and the summation order (a blocked sum
@@ -33,6 +35,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 from jaxtyping import Array, ArrayLike, Float, Real
 
 from ivhl_jax.core.validation import check_array, check_scalar
@@ -104,6 +107,8 @@ def _launch(points, sources, amplitudes, wavenumbers, theta, softening, *, block
             in_specs=[point_spec] * d + [source_spec] * (d + 4),
             out_specs=(point_spec, point_spec),
             interpret=interp,
+            # Triton, named: where Pallas's default GPU backend is Mosaic GPU this kernel still lowers to Triton
+            compiler_params=None if interp else pltriton.CompilerParams(num_warps=4),
         )(*args)
 
     args = (*pts, *src, *per_source)

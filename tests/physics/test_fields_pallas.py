@@ -1,7 +1,8 @@
 """ivhl_jax.physics.fields_pallas (the Pallas field kernel) in Pallas's interpreter on the CPU: equal to the XLA
 "reduce" kernel within its stated error and to the float64 double sum, through ``fields.superpose`` at float32
 and bf16 storage, with the XLA kernel's gradient; the program holds no N x M temporary; ``ivhl tune`` races it on
-GPUs only and no table row chooses it. (Compiled for a GPU it is measured by ``ivhl tune`` there.)"""
+GPUs only and no table row chooses it; lowered for a CUDA GPU from the CPU it is one Triton call. (Compiled and
+timed on a GPU by ``ivhl tune`` and gpu_checks there.)"""
 
 from __future__ import annotations
 
@@ -92,6 +93,21 @@ def test_the_pallas_program_holds_no_n_by_m_temporary():
     with backend.override(fields_method="pallas"):
         c = jax.jit(lambda p, s: F.superpose(p, s, wavenumbers=3.0)).lower(pts, src).compile()
     assert c.memory_analysis().temp_size_in_bytes < n * m * 4 / 16
+
+
+@pytest.mark.slow  # three lowerings through Pallas's Triton path: ~15 s on 2 shared cores
+def test_the_kernel_lowers_to_one_triton_call_for_a_cuda_gpu():
+    """Lowered for CUDA from this CPU (the Pallas-to-Triton lowering runs here; only PTX needs the GPU): the
+    forward at float32 and at bf16 storage, and the gradient, are each ONE Triton kernel call, never the
+    interpreter; an operation Triton cannot lower (a boolean reduce_or, a non-power-of-two tile) fails here."""
+    pts, src = jax.ShapeDtypeStruct((1000, 3), jnp.float32), jax.ShapeDtypeStruct((77, 3), jnp.float32)
+    with backend.override(fields_method="pallas"):
+        for policy in (None, "pure_bf16"):
+            f = jax.jit(lambda p, s, policy=policy: F.superpose(p, s, wavenumbers=3.0, policy=policy))
+            hlo = f.trace(pts, src).lower(lowering_platforms=("cuda",)).as_text()
+            assert hlo.count("xla.gpu.triton") == 1, policy
+        g = jax.jit(jax.grad(lambda p, s: jnp.sum(jnp.abs(F.superpose(p, s, wavenumbers=3.0)) ** 2)))
+        assert g.trace(pts, src).lower(lowering_platforms=("cuda",)).as_text().count("xla.gpu.triton") == 1
 
 
 def test_bad_inputs_are_one_line_errors():
