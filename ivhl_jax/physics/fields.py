@@ -43,7 +43,6 @@ from ivhl_jax.core.precision import Policy, physics_policy, real_compute_dtype
 from ivhl_jax.core.validation import check_array, check_broadcastable, check_scalar, is_concrete
 from ivhl_jax.numerics import fastmath
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.physics import fields_pallas
 
 __all__ = [
     "superpose",
@@ -266,6 +265,9 @@ def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dt
 @functools.partial(jax.jit, static_argnums=(8, 9))
 def _superpose_pallas_core(pts, src, amp, k, omega, phi, t, softening, chunk, out_dtype):
     # The Pallas tile kernel (``fields_method="pallas"``, float32 work dtype); its VJP is the XLA "reduce" kernel's.
+    # Imported here: Pallas costs ~0.2 s to import and only this (GPU) choice needs it.
+    from ivhl_jax.physics import fields_pallas
+
     re, im = fields_pallas.point_source_sum(pts, src, jnp.stack([amp, k, phi - omega * t]), softening, chunk=chunk)
     return _round_complex(re, im, out_dtype)
 
