@@ -151,6 +151,10 @@ def test_plan_packs_sections_into_six_minute_calls_with_tune_first(tmp_path, cap
         if c["sections"]:
             assert f"--sections {','.join(c['sections'])}" in cmd and f"gpu_checks_call{k}.json" in cmd
         assert sum(int(p.split()[1]) for p in cmd.split(" ; ")) <= g.CALL_LIMIT_S  # the timeouts fit the call
+    script = g.plan_commands(plan, "OUT", script=True)
+    assert "TUNE_TIMEOUT=" in script[0] and all("SKIP_TUNE=1" in cmd for cmd in script[1:])
+    for c, cmd in zip(plan["calls"][1:], script[1:], strict=True):
+        assert f"--sections {','.join(c['sections'])}" in cmd and cmd.endswith("bash bench/gpu_tune_and_check.sh")
 
 
 @pytest.mark.slow  # a CPU run of two quick sections and the limits: 15-50 s on 2 shared cores
@@ -193,6 +197,8 @@ def test_figures_collect_every_fraction_of_the_limits():
         }
     }
     f = g.figures(doc)
+    assert f["gp"]["figure"] == {"gp": "no summary"}
+    assert f["transformer"]["figure"].startswith("no figure: KeyError")  # a record without the fields it reads
     assert f["gp"]["fraction_of_limits"] == {"min": 0.25, "median": 0.375, "max": 0.5, "kernels": 2}
     assert f["transformer"]["fraction_of_limits"]["max"] == 0.6
     assert f["env"]["fraction_of_limits"] is None
