@@ -786,13 +786,30 @@ def plan_calls(
     }
 
 
-def plan_commands(plan: Mapping[str, Any], out: str = "gpu_out", quick: bool = False) -> list[str]:
+def plan_commands(
+    plan: Mapping[str, Any], out: str = "gpu_out", quick: bool = False, script: bool = False
+) -> list[str]:
     """One shell command per planned call, each under ``timeout`` of the call limit; call k writes
-    ``OUT/gpu_checks_call{k}.json`` (``--merge`` joins them into one results file)."""
+    ``OUT/gpu_checks_call{k}.json`` (``--merge`` joins them into one results file). ``script``: the same calls
+    through ``bench/gpu_tune_and_check.sh`` (runs from a copy of the source tree with nothing installed)."""
     q = " --quick" if quick else ""
     lines = []
     for k, c in enumerate(plan["calls"], 1):
         limit = int(plan["call_limit_s"])
+        if script:
+            tune_s = int(PLAN_MARGIN * TUNE_ESTIMATE_S) if c["tune"] else 0
+            checks = (
+                f"{q.strip()} --name gpu_checks_call{k}.json --sections {','.join(c['sections'])} "
+                f"--budget-s {max(1, limit - tune_s - 15 - int(CALL_OVERHEAD_S))}"
+            ).strip()
+            env = f"OUT={out} TUNE_TIMEOUT={tune_s}" if c["tune"] else f"OUT={out} SKIP_TUNE=1"
+            if c["sections"]:
+                # the script also checks the import and runs `ivhl info` (a few seconds each) inside the call
+                env += f" CHECKS_TIMEOUT={limit - tune_s - 15} CHECKS_ARGS='{checks}'"
+            else:
+                env += " CHECKS_TIMEOUT=1 CHECKS_ARGS='--sections env'"
+            lines.append(f"{env} bash bench/gpu_tune_and_check.sh")
+            continue
         parts = []
         if c["tune"]:
             tune_s = int(PLAN_MARGIN * TUNE_ESTIMATE_S)
@@ -851,8 +868,12 @@ def figures(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for name, res in doc.get("sections", {}).items():
         fr = _fractions(res)
+        try:
+            figure: Any = _summary(name, res)
+        except (KeyError, TypeError, IndexError, ValueError) as e:  # a record of another layout (an older run)
+            figure = f"no figure: {type(e).__name__}: {e}"
         out[name] = {
-            "figure": _summary(name, res),
+            "figure": figure,
             "fraction_of_limits": None
             if not fr
             else {"min": min(fr), "median": float(np.median(fr)), "max": max(fr), "kernels": len(fr)},
@@ -938,6 +959,9 @@ def main(argv=None) -> int:
         wanted = [n for n in (args.sections or args.only or SECTIONS) if n not in args.skip]
         planned = plan_calls(wanted, budget_s=args.budget, with_tune=not args.no_tune, costs=costs)
         print(format_plan(planned, plan_commands(planned, args.out, args.quick)), flush=True)
+        print("  from a copy of the source tree (nothing installed), the same calls:")
+        for cmd in plan_commands(planned, args.out, args.quick, script=True):
+            print(f"    {cmd}")
         if args.plan or not planned["calls"]:
             return 0
         first = planned["calls"][0]

@@ -32,12 +32,14 @@ if ! (cd "$RUN_DIR" && "$PY" -c "import ivhl_jax.run.tune, ivhl_jax.bench.gpu_ch
 fi
 cd "$RUN_DIR"
 status=0
+if [ -z "${SKIP_TUNE:-}" ]; then  # SKIP_TUNE=1: a later call of a plan (gpu_checks --budget), tuned already
 echo "== ivhl tune --quick (GPU sizes) =="
 # TUNE_ARGS / CHECKS_ARGS narrow a rerun to what a first run did not reach (e.g. TUNE_ARGS="--quick --only cdt"
 # CHECKS_ARGS="--budget-s 200 --only fields --only gp"); *_TIMEOUT bound each step.
 # shellcheck disable=SC2086
 timeout "${TUNE_TIMEOUT:-150}" "$PY" -m ivhl_jax.cli tune ${TUNE_ARGS:---quick} --export "$OUT/tune_gpu.json" 2>&1 \
   | tee "$OUT/tune.log" || status=1
+fi
 echo "== gpu_checks =="
 # shellcheck disable=SC2086
 timeout "${CHECKS_TIMEOUT:-200}" "$PY" -m ivhl_jax.bench.gpu_checks --out "$OUT" ${CHECKS_ARGS:---budget-s 190 --skip tune} \

@@ -492,7 +492,57 @@ def _torch_compile_on(device_kind: str):
     return (torch, dev, torch.compile(_torch_field)), None
 
 
-def gpu_check(quick: bool = False) -> dict:
+def _time_kernels(kernels, args, inp, e, ref, scale, default_ms, reps) -> dict:
+    """Each other ``fields_method`` in ``kernels`` (e.g. ``"pallas"``) at the default block, float32 and bf16
+    storage (``policy="pure_bf16"``): ms, error vs float64 (bf16: vs the float64 sum of the bf16-rounded inputs),
+    ``cost`` (its roofline), and the ratio to the default. A kernel that fails here is recorded, the run goes on."""
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.physics import fields
+
+    out: dict = {}
+    for method in kernels:
+        for policy in (None, "pure_bf16"):
+            name = method if policy is None else f"{method}_bf16_storage"
+            try:
+                with backend.override(fields_method=method):
+                    f = jax.jit(
+                        lambda p, s, a, k, w, ph, t, policy=policy: fields.superpose(
+                            p,
+                            s,
+                            amplitudes=a,
+                            wavenumbers=k,
+                            frequencies=w,
+                            phases=ph,
+                            t=t,
+                            softening=SOFTENING,
+                            policy=policy,
+                        )
+                    )
+                    c = f.lower(*args).compile()
+                call = functools.partial(lambda c: jax.block_until_ready(c(*args)), c)
+                want, s_ = ref, scale
+                if policy is not None:  # the float64 sum of the inputs as bf16 storage rounds them
+                    rounded = {
+                        k: np.asarray(jnp.asarray(v, jnp.bfloat16), np.float64) if np.ndim(v) else v
+                        for k, v in inp.items()
+                    }
+                    want, s_ = _float64_reference({**rounded, "points": rounded["points"][:e]})
+                z = np.asarray(call()[:e], np.complex128)
+                ms = _median_ms(call, reps)
+                out[name] = {
+                    "ms": ms,
+                    "err_vs_f64": float(np.max(np.abs(z - want) / s_)),
+                    "over_default": ms / default_ms,
+                    "cost": cost_record(c, 1e-3 * ms),
+                }
+            except Exception as err:  # noqa: BLE001 - e.g. a kernel that does not compile on this device
+                out[name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+    return out
+
+
+def gpu_check(quick: bool = False, kernels: tuple[str, ...] | None = None) -> dict:
     """``fields.superpose`` on this device at the default block size against a small sweep of block sizes
     and against ``torch.compile`` of the same formula on the same device (when torch is importable).
 
@@ -510,6 +560,10 @@ def gpu_check(quick: bool = False) -> dict:
     sizes = QUICK_SIZES if quick else GPU_SIZES
     reps = 3 if quick else 10
     kind = backend.platform()
+    from ivhl_jax.physics import tunables
+
+    if kernels is None:  # the Pallas kernel where ivhl tune races it (compiled); elsewhere it would be interpreted
+        kernels = ("pallas",) if tunables.pallas_candidate(kind) else ()
     tc, torch_why = _torch_compile_on(kind)
     names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
     row = backend.defaults()
@@ -557,6 +611,7 @@ def gpu_check(quick: bool = False) -> dict:
             rec["chunks_ms"][str(chunk)] = _median_ms(run(chunk), reps)
             rec["costs"][str(chunk)] = cost_record(compiled[chunk], 1e-3 * rec["chunks_ms"][str(chunk)])
         rec["chunks_ms"][str(default_chunk)] = rec["default_ms"]
+        rec["kernels"] = _time_kernels(kernels, args, inp, e, ref, scale, rec["default_ms"], reps)
         best = min(rec["chunks_ms"], key=rec["chunks_ms"].get)
         rec["best_chunk"], rec["best_ms"] = int(best), rec["chunks_ms"][best]
         rec["default_over_best"] = rec["default_ms"] / rec["best_ms"]
@@ -588,6 +643,8 @@ def gpu_check(quick: bool = False) -> dict:
                 f"; torch.compile {rec['torch_compile_ms']:.3f} ms "
                 f"(default is {rec['torch_compile_over_default']:.2f}x faster)"
             )
+        for name, kern in rec["kernels"].items():
+            line += f"; {name} {kern.get('ms', float('nan')):.3f} ms {kern.get('error', '')}".rstrip()
         doc["results"].append(rec)
         summary.append(line)
     doc["summary"] = summary

@@ -81,7 +81,9 @@ class Defaults:
       host_fft: whether ``fft="ducc"`` (a host FFT) is allowed.
       fields_method: the kernel of :func:`ivhl_jax.numerics.fastmath.point_source_sum` that
         :func:`ivhl_jax.fields.superpose` runs: ``"loop"`` (a loop over sources, one elementwise fusion per
-        step: CPU) or ``"reduce"`` (one fused reduction over all pairs per block: accelerators).
+        step: CPU), ``"reduce"`` (one fused reduction over all pairs per block: accelerators) or ``"pallas"``
+        (the Pallas tile kernel :mod:`ivhl_jax.physics.fields_pallas`, float32; a GPU candidate ``ivhl tune``
+        races, chosen by no row).
       fields_serial_pairs: blocks of at most this many (point, source) pairs run the ``"loop"`` kernel on one
         thread (XLA:CPU splits larger fusions over the cores, and each split costs a hand-off).
 
@@ -99,7 +101,7 @@ class Defaults:
     cdt_engine: Literal["host", "jax", "pallas"]
     mera_busy_host_cores: int
     host_fft: bool
-    fields_method: Literal["loop", "reduce"] = "loop"
+    fields_method: Literal["loop", "reduce", "pallas"] = "loop"
     fields_serial_pairs: int = 1 << 22
 
     def __post_init__(self) -> None:
@@ -119,8 +121,8 @@ class Defaults:
             raise ValueError(f"cdt_engine must be 'host', 'jax' or 'pallas', got {self.cdt_engine!r}")
         if not isinstance(self.mera_busy_host_cores, int) or self.mera_busy_host_cores < 0:
             raise ValueError(f"mera_busy_host_cores must be an int >= 0, got {self.mera_busy_host_cores!r}")
-        if self.fields_method not in ("loop", "reduce"):
-            raise ValueError(f"fields_method must be 'loop' or 'reduce', got {self.fields_method!r}")
+        if self.fields_method not in ("loop", "reduce", "pallas"):
+            raise ValueError(f"fields_method must be 'loop', 'reduce' or 'pallas', got {self.fields_method!r}")
         if not isinstance(self.fields_serial_pairs, int) or self.fields_serial_pairs < 0:
             raise ValueError(f"fields_serial_pairs must be an int >= 0, got {self.fields_serial_pairs!r}")
 

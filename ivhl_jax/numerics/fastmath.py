@@ -54,7 +54,16 @@ from jaxtyping import Array, ArrayLike, Float, Real
 from ivhl_jax.core import backend
 from ivhl_jax.core.validation import check_array, check_scalar
 
-__all__ = ["safe_norm", "sincos", "sincos_static", "needs_full_range", "FAST_LIMIT", "point_source_sum", "METHODS"]
+__all__ = [
+    "safe_norm",
+    "sincos",
+    "sincos_static",
+    "needs_full_range",
+    "reduce_mod_pi",
+    "FAST_LIMIT",
+    "point_source_sum",
+    "METHODS",
+]
 
 # Squared distances below this are treated as this value: the gradient of |d| at d = 0 is
 # undefined (NaN in autodiff); this keeps the field and its gradient finite on a source.
@@ -255,7 +264,7 @@ def sincos_static(
 
 
 @jax.custom_jvp
-def _reduce_mod_pi(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+def reduce_mod_pi(x: Float[Array, "*shape"]) -> tuple[Float[Array, "*shape"], Float[Array, "*shape"]]:
     """(r, σ) for float32 x: x = r + nπ (mod 2π), |r| ≤ π/2, σ = (−1)^n, so that e^{ix} = σ e^{ir}, for every
     finite x: r = x for |x| ≤ π/2, the exact Cody–Waite reduction up to :data:`_FAST_LIMIT`, and beyond it
     r from XLA's correctly reduced sin/cos (atan2, to ~1 ulp of π). dr/dx = 1 (custom JVP); σ is piecewise
@@ -269,10 +278,10 @@ def _reduce_mod_pi(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.where(big, a, r), jnp.where(big, jnp.where(flip, np.float32(-1.0), np.float32(1.0)), sign)
 
 
-@_reduce_mod_pi.defjvp
+@reduce_mod_pi.defjvp
 def _reduce_mod_pi_jvp(primals, tangents):
     (x,), (dx,) = primals, tangents
-    r, sign = _reduce_mod_pi(x)
+    r, sign = reduce_mod_pi(x)
     return (r, sign), (dx, jnp.zeros_like(sign))
 
 
@@ -534,7 +543,7 @@ def point_source_sum(
     if work == jnp.float32:
         # e^{i(kr + θ)} = σ e^{i(kr + θ_r)} with θ = θ_r + nπ, σ = (−1)^n, |θ_r| ≤ π/2: exact per source (a large
         # θ, e.g. −ωt at late times, no longer enters the per-pair phase), the sign goes into the amplitude.
-        theta, sigma = _reduce_mod_pi(theta)
+        theta, sigma = reduce_mod_pi(theta)
         amplitudes = amplitudes * sigma
         # max |k r + θ_r| over all pairs, bounded from the bounding boxes of points and sources (O(N + M)):
         # the fast phase reduction covers it, or the full-range kernel runs (lax.cond: one of the two).

@@ -22,6 +22,8 @@ Speed: :func:`superpose` takes its default block size and kernel from the backen
 (:func:`ivhl_jax.core.backend.defaults`): on CPU blocks of ``fields_pair_budget // M`` points through the
 CPU loop kernels; on GPU/TPU the largest block whose reverse-mode residuals fit
 ``fields_memory_fraction`` of the device's memory, each block one fused XLA reduction over the sources.
+``fields_method="pallas"`` (raced on GPUs by ``ivhl tune``) runs the Pallas tile kernel of
+:mod:`ivhl_jax.physics.fields_pallas` instead for float32 work (other dtypes: the XLA reduction).
 """
 
 from __future__ import annotations
@@ -193,6 +195,10 @@ def superpose(
         check_scalar(chunk, "chunk", integer=True, minimum=1)
         chunk = int(chunk)
     chunk = min(chunk, max(n, 1))
+    if tuning.fields_method == "pallas" and dtype == jnp.float32:
+        return _superpose_pallas_core(
+            pts, src, amp, k, omega, phi, jnp.asarray(t, dtype), jnp.asarray(softening, dtype), chunk, out_dtype
+        )
     return _superpose_core(
         pts,
         src,
@@ -204,7 +210,7 @@ def superpose(
         jnp.asarray(softening, dtype),
         chunk=chunk,
         out_dtype=out_dtype,
-        method=tuning.fields_method,
+        method="reduce" if tuning.fields_method == "pallas" else tuning.fields_method,
         serial_pairs=tuning.fields_serial_pairs,
     )
 
@@ -253,6 +259,16 @@ def _superpose_core(pts, src, amp, k, omega, phi, t, softening, *, chunk, out_dt
     re, im = fastmath.point_source_sum(
         pts, src, amp, k, phi - omega * t, softening, chunk=chunk, method=method, serial_pairs=serial_pairs
     )
+    return _round_complex(re, im, out_dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(8, 9))
+def _superpose_pallas_core(pts, src, amp, k, omega, phi, t, softening, chunk, out_dtype):
+    # The Pallas tile kernel (``fields_method="pallas"``, float32 work dtype); its VJP is the XLA "reduce" kernel's.
+    # Imported here: Pallas costs ~0.2 s to import and only this (GPU) choice needs it.
+    from ivhl_jax.physics import fields_pallas
+
+    re, im = fields_pallas.point_source_sum(pts, src, jnp.stack([amp, k, phi - omega * t]), softening, chunk=chunk)
     return _round_complex(re, im, out_dtype)
 
 

@@ -1,7 +1,7 @@
 """The physics families' tunable kernels, registered for ``ivhl tune`` (:mod:`ivhl_jax.core.tunables`).
 
-* ``fields`` — ``fields.superpose``: kernel (``loop``/``reduce``), block size (pair budget) and whether a block
-  runs on one thread (the ``fields_serial_pairs`` threshold), per pair-count bucket.
+* ``fields`` — ``fields.superpose``: kernel (``loop``/``reduce``; ``pallas`` on GPUs), block size (pair budget)
+  and whether a block runs on one thread (the ``fields_serial_pairs`` threshold), per pair-count bucket.
 * ``gp`` — the GP Strang step: merged potential half-steps vs one step at a time, and the host FFT (``ducc``,
   CPU, where installed) vs XLA's FFT; with several devices, one device vs every slab / pencil layout of the
   distributed FFT over all of them (:func:`gp_layout_meshes`; a measurement, keyed by device count and grid).
@@ -24,6 +24,7 @@ from ivhl_jax.core.tunables import Candidate, Tuner
 
 __all__ = [
     "fields_candidates",
+    "pallas_candidate",
     "tune_fields",
     "tune_gp",
     "gp_layout_meshes",
@@ -62,7 +63,8 @@ def _superpose(p, s, a, k, ph):
 
 def fields_candidates(t: Tuner, n: int, m: int) -> list[Candidate]:
     """``fields.superpose`` at n points x m sources: the table default, then every distinct (kernel, block,
-    one-thread) combination of pair budgets 2**18 … 2**26."""
+    one-thread) combination of pair budgets 2**18 … 2**26, and on a GPU the Pallas kernel
+    (:func:`pallas_candidate`)."""
     args = _fields_inputs(n, m)
     row = backend.TABLE.get(backend.platform(), backend.TABLE["portable"])
     # the table's own values, stated: a measured choice stays what was measured if the table changes later
@@ -99,9 +101,20 @@ def fields_candidates(t: Tuner, n: int, m: int) -> list[Candidate]:
                 settings["fields_serial_pairs"] = row.fields_serial_pairs
             name = f"{method}{'_1thread' if serial else ''}_chunk{chunk}"
             cands.append(Candidate(name, settings, functools.partial(t.aot, _superpose, *args, settings=settings)))
+    if pallas_candidate(backend.platform()):
+        # the Pallas tile kernel (ivhl_jax.physics.fields_pallas): compiled on a CUDA GPU only (on a CPU it would
+        # run in Pallas's interpreter, orders of magnitude slower); a compile failure there fails this candidate
+        settings = {**table, "fields_method": "pallas"}
+        cands.append(Candidate("pallas", settings, functools.partial(t.aot, _superpose, *args, settings=settings)))
     if t.verify:
         cands.append(Candidate("no_settings_with_cache", {}, lambda: t.aot(_superpose, *args, cached=True)))
     return cands
+
+
+def pallas_candidate(platform: str) -> bool:
+    """Whether the fields area races the Pallas kernel on ``platform``: on GPUs only (it is compiled there; on
+    every other platform it runs in Pallas's interpreter)."""
+    return platform == "gpu"
 
 
 def tune_fields(t: Tuner, sizes: Sequence[tuple[int, int]] | None = None) -> dict[str, dict[str, Any]]:

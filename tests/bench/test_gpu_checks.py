@@ -151,6 +151,10 @@ def test_plan_packs_sections_into_six_minute_calls_with_tune_first(tmp_path, cap
         if c["sections"]:
             assert f"--sections {','.join(c['sections'])}" in cmd and f"gpu_checks_call{k}.json" in cmd
         assert sum(int(p.split()[1]) for p in cmd.split(" ; ")) <= g.CALL_LIMIT_S  # the timeouts fit the call
+    script = g.plan_commands(plan, "OUT", script=True)
+    assert "TUNE_TIMEOUT=" in script[0] and all("SKIP_TUNE=1" in cmd for cmd in script[1:])
+    for c, cmd in zip(plan["calls"][1:], script[1:], strict=True):
+        assert f"--sections {','.join(c['sections'])}" in cmd and cmd.endswith("bash bench/gpu_tune_and_check.sh")
 
 
 @pytest.mark.slow  # a CPU run of two quick sections and the limits: 15-50 s on 2 shared cores
@@ -193,6 +197,29 @@ def test_figures_collect_every_fraction_of_the_limits():
         }
     }
     f = g.figures(doc)
+    assert f["gp"]["figure"] == {"gp": "no summary"}
+    assert f["transformer"]["figure"].startswith("no figure: KeyError")  # a record without the fields it reads
     assert f["gp"]["fraction_of_limits"] == {"min": 0.25, "median": 0.375, "max": 0.5, "kernels": 2}
     assert f["transformer"]["fraction_of_limits"]["max"] == 0.6
     assert f["env"]["fraction_of_limits"] is None
+
+
+@pytest.mark.slow  # the Pallas field kernel in the interpreter, f32 and bf16 storage: ~80 s on 2 shared cores
+def test_fields_section_times_the_pallas_kernel_beside_the_default(monkeypatch):
+    """The fields section times each other kernel (the Pallas one, which ivhl tune races on GPUs) at float32 and
+    bf16 storage beside the default: its error against float64 (of the bf16-rounded inputs at bf16 storage), its
+    ratio to the default and its roofline; on a CPU it is left out unless asked for (it would be interpreted)."""
+    from ivhl_jax.bench import gpu_checks, ops_fields
+    from ivhl_jax.physics import fields_pallas
+
+    monkeypatch.setattr(ops_fields, "QUICK_SIZES", ((300, 12),))
+    assert ops_fields.gpu_check(quick=True)["results"][0]["kernels"] == {}
+    doc = ops_fields.gpu_check(quick=True, kernels=("pallas",))
+    kernels = doc["results"][0]["kernels"]
+    assert set(kernels) == {"pallas", "pallas_bf16_storage"}, kernels
+    assert kernels["pallas"]["err_vs_f64"] <= fields_pallas.STATED_ERROR
+    assert kernels["pallas_bf16_storage"]["err_vs_f64"] <= 2.0**-7  # the bf16 rounding of Re/Im only
+    assert all(k["ms"] > 0 and k["over_default"] > 0 for k in kernels.values())
+    gpu_checks._add_fractions("fields", doc, _LIMITS)
+    assert all(k["roofline"]["fraction"] > 0 for k in kernels.values())
+    assert "pallas" in doc["summary"][0]

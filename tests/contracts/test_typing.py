@@ -454,6 +454,7 @@ CASES = [
     Case(
         "fastmath.sincos_static", fastmath.sincos_static, call(jnp.ones(3), False), call(jnp.ones(3, jnp.int32), False)
     ),
+    Case("fastmath.reduce_mod_pi", fastmath.reduce_mod_pi.fun, call(jnp.ones(3)), call(jnp.ones(3, jnp.int32))),
     Case("fastmath.needs_full_range", fastmath.needs_full_range, call(jnp.float32(1.0)), call(jnp.ones(3, C64))),
     Case(
         "fastmath.point_source_sum",
