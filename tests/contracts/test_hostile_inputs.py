@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -383,3 +384,30 @@ def test_zero_softening_and_non_finite_gru_weights_are_refused():
         bad = dict(weights, **{name: weights[name].at[0].set(jnp.nan)})
         with pytest.raises(ValueError, match=rf"weights\['{name}'\] contains NaN or inf"):
             gru.recurrence(bad, xs)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # three launched jobs of two processes: about two minutes on two cores
+def test_a_launched_two_process_run_extends_on_its_mesh_bit_for_bit(tmp_path):
+    """``ivhl launch`` (2 processes x 4 emulated devices, ``--set mesh=8`` over both): a finished run given more
+    steps resumes from its checkpoint on the mesh and ends where an uninterrupted launched run ends."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IVHL_", "XLA_FLAGS"))}
+    env.update(JAX_PLATFORMS="cpu", IVHL_COMPILATION_CACHE="0", MPLBACKEND="Agg")
+    launch = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "4"]
+    sets = [a for s in SMALL_GP[1:] if s != "--set" for a in ("--set", s)] + ["--set", "mesh=8"]
+
+    def run(out, steps):
+        cmd = [*launch, "--", sys.executable, "-m", "ivhl_jax.sims.bec", "--no-progress", *sets]
+        p = subprocess.run(
+            [*cmd, "--set", f"steps={steps}", "--out", str(out)], env=env, capture_output=True, text=True, timeout=400
+        )
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+
+    run(tmp_path / "straight", 200)
+    run(tmp_path / "extended", 100)
+    run(tmp_path / "extended", 200)  # resumes from step 100 on the two processes' mesh
+    want = np.load(tmp_path / "straight" / "final_state.npy")
+    assert np.array_equal(np.load(tmp_path / "extended" / "final_state.npy"), want)
+    a, b = (json.loads((tmp_path / d / "observables.json").read_text()) for d in ("extended", "straight"))
+    assert a["resumed_from"] == 100 and a["observables"] == b["observables"]
+    assert a["ground_state"] == b["ground_state"] is not None
