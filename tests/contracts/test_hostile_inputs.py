@@ -411,3 +411,17 @@ def test_a_launched_two_process_run_extends_on_its_mesh_bit_for_bit(tmp_path):
     a, b = (json.loads((tmp_path / d / "observables.json").read_text()) for d in ("extended", "straight"))
     assert a["resumed_from"] == 100 and a["observables"] == b["observables"]
     assert a["ground_state"] == b["ground_state"] is not None
+
+
+@pytest.mark.slow  # two small CDT runs, compiled twice: about two minutes on two cores
+def test_a_damaged_thermalisation_record_is_one_line_naming_it(tmp_path, capsys):
+    from ivhl_jax.sims import cdt
+
+    small = ["slices=4", "volume=48", "chains=1", "thermalise_max=4", "engine=jax", "origins=1", "curvature_samples=1"]
+    argv = ["--no-progress", "--out", str(tmp_path), *(a for s in small for a in ("--set", s))]
+    assert cdt.main([*argv, "--set", "steps=2", "--set", "steps_per_chunk=2"]) == 0
+    (tmp_path / "thermalisation.json").write_text("[" * 100_000)
+    capsys.readouterr()
+    assert cdt.main([*argv, "--set", "steps=4", "--set", "steps_per_chunk=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(tmp_path / "thermalisation.json") in err and "--no-resume" in err
