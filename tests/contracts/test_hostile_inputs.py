@@ -37,7 +37,7 @@ from ivhl_jax.run.driver import run_main
 from ivhl_jax.run.io import save_figure
 from ivhl_jax.run.lock import RunDirLockedError
 from ivhl_jax.run.runner import run_chunked
-from ivhl_jax.run.store import RunStore
+from ivhl_jax.run.store import RunStore, StoreError, export_npy, read_observations
 from ivhl_jax.sims import bec
 from ivhl_jax.train.checkpoint import CHECKSUM_FILE, RUN_ITEM, CheckpointCorruptError, Checkpointer
 
@@ -425,3 +425,30 @@ def test_a_damaged_thermalisation_record_is_one_line_naming_it(tmp_path, capsys)
     assert cdt.main([*argv, "--set", "steps=4", "--set", "steps_per_chunk=2"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(tmp_path / "thermalisation.json") in err and "--no-resume" in err
+
+
+class _ReadingCount(CountSimulation):
+    """The toy run, reading its records back from the store at the end as the simulations do (``sink.read``)."""
+
+    def run(self, cfg, ctx):
+        out = super().run(cfg, ctx)
+        ctx.sink.read(jnp.zeros((1, 2)))
+        return out
+
+
+def test_a_damaged_store_chunk_is_one_line_naming_its_file(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
+    chunk = out / "run.zarr" / "value" / "c" / "1" / "0"
+    chunk.write_bytes(b"\x28\xb5\x2f\xfd not a zstd frame")  # zstd's magic, then garbage
+    for read in (lambda: open_run(out), lambda: read_observations(out / "run.zarr")):
+        with pytest.raises(StoreError) as e:
+            read()
+        assert "\n" not in str(e.value) and str(chunk) in str(e.value) and "'value'" in str(e.value)
+    with pytest.raises(StoreError, match="chunk file") as e:
+        export_npy(out, "value", tmp_path / "value.npy")
+    assert str(chunk) in str(e.value)
+    capsys.readouterr()
+    assert run_main(_ReadingCount(), ["--out", str(out), "--set", "steps=6"]) == 2  # resumes, then reads it back
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(chunk) in err and "--no-resume" in err
