@@ -386,31 +386,111 @@ def test_zero_softening_and_non_finite_gru_weights_are_refused():
             gru.recurrence(bad, xs)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow  # three launched jobs of two processes: about two minutes on two cores
-def test_a_launched_two_process_run_extends_on_its_mesh_bit_for_bit(tmp_path):
-    """``ivhl launch`` (2 processes x 4 emulated devices, ``--set mesh=8`` over both): a finished run given more
-    steps resumes from its checkpoint on the mesh and ends where an uninterrupted launched run ends."""
+_KILLER = """
+import os, signal, sys
+
+import jax
+
+from ivhl_jax.sims import bec
+from ivhl_jax.train.checkpoint import Checkpointer
+
+where = sys.argv.pop(1)  # 'chunk': SIGKILL while chunk 4 computes; 'checkpoint': right after step 100 is saved
+
+
+def die():
+    if jax.process_index() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+original_chunked, original_save = bec.chunked, Checkpointer.save
+
+
+def chunked(*args, **kwargs):
+    advance, calls = original_chunked(*args, **kwargs), [0]
+
+    def inner(state):
+        if isinstance(state, jax.core.Tracer):
+            return advance(state)
+        calls[0] += 1
+        out = advance(state)  # dispatched, not finished: the kill lands while the chunk computes
+        if where == "chunk" and calls[0] == 4:
+            die()
+        return out
+
+    return inner
+
+
+def save(self, step, *args, **kwargs):
+    done = original_save(self, step, *args, **kwargs)
+    if where == "checkpoint" and step == 100:
+        die()
+    return done
+
+
+bec.chunked, Checkpointer.save = chunked, save
+sys.exit(bec.main(sys.argv[1:]))
+"""
+
+
+def _launch_bec(out, steps: int, *script: str) -> subprocess.CompletedProcess:
+    """``ivhl launch`` (2 processes x 4 emulated devices) of a small condensate run on ``--set mesh=8`` over both;
+    ``script`` (a Python file and its first argument) replaces ``-m ivhl_jax.sims.bec``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("IVHL_", "XLA_FLAGS"))}
     env.update(JAX_PLATFORMS="cpu", IVHL_COMPILATION_CACHE="0", MPLBACKEND="Agg")
     launch = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "4"]
     sets = [a for s in SMALL_GP[1:] if s != "--set" for a in ("--set", s)] + ["--set", "mesh=8"]
+    program = list(script) or ["-m", "ivhl_jax.sims.bec"]
+    cmd = [*launch, "--", sys.executable, *program, "--no-progress", *sets, "--set", f"steps={steps}"]
+    return subprocess.run([*cmd, "--out", str(out)], env=env, capture_output=True, text=True, timeout=400)
 
-    def run(out, steps):
-        cmd = [*launch, "--", sys.executable, "-m", "ivhl_jax.sims.bec", "--no-progress", *sets]
-        p = subprocess.run(
-            [*cmd, "--set", f"steps={steps}", "--out", str(out)], env=env, capture_output=True, text=True, timeout=400
-        )
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
 
-    run(tmp_path / "straight", 200)
-    run(tmp_path / "extended", 100)
-    run(tmp_path / "extended", 200)  # resumes from step 100 on the two processes' mesh
-    want = np.load(tmp_path / "straight" / "final_state.npy")
-    assert np.array_equal(np.load(tmp_path / "extended" / "final_state.npy"), want)
-    a, b = (json.loads((tmp_path / d / "observables.json").read_text()) for d in ("extended", "straight"))
-    assert a["resumed_from"] == 100 and a["observables"] == b["observables"]
-    assert a["ground_state"] == b["ground_state"] is not None
+def _launched_ok(out, steps: int) -> None:
+    p = _launch_bec(out, steps)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def launched_straight(tmp_path_factory):
+    """An uninterrupted launched run of 200 steps: the answer every interrupted launched run must end at."""
+    out = tmp_path_factory.mktemp("launched") / "straight"
+    _launched_ok(out, 200)
+    return out
+
+
+def _same_launched_run(out, straight) -> dict:
+    assert np.array_equal(np.load(out / "final_state.npy"), np.load(straight / "final_state.npy"))
+    a, b = (json.loads((d / "observables.json").read_text()) for d in (out, straight))
+    assert a["observables"] == b["observables"] and a["ground_state"] == b["ground_state"] is not None
+    return a
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # two launched jobs of two processes (and the shared uninterrupted one): about a minute each
+def test_a_launched_two_process_run_extends_on_its_mesh_bit_for_bit(tmp_path, launched_straight):
+    """A finished launched run given more steps resumes from its checkpoint on the mesh and ends where an
+    uninterrupted launched run ends."""
+    _launched_ok(tmp_path / "extended", 100)
+    _launched_ok(tmp_path / "extended", 200)  # resumes from step 100 on the two processes' mesh
+    assert _same_launched_run(tmp_path / "extended", launched_straight)["resumed_from"] == 100
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # two launched jobs of two processes: about a minute each
+@pytest.mark.parametrize("where", ["chunk", "checkpoint"])
+def test_a_launched_two_process_run_killed_resumes_bit_for_bit(tmp_path, launched_straight, where):
+    """One process of a launched run SIGKILLed while chunk 4 computes (steps 150-200, the step-100 checkpoint
+    the last), or right after it saved step 100: the launcher ends the job, and the same command resumes from step
+    100 on the mesh and ends bit for bit where an uninterrupted launched run ends (store records included)."""
+    script = tmp_path / "killer.py"
+    script.write_text(_KILLER)
+    out = tmp_path / "killed"
+    p = _launch_bec(out, 200, str(script), where)
+    assert p.returncode != 0 and "SIGKILL" in p.stdout + p.stderr, p.stdout[-2000:] + p.stderr[-3000:]
+    assert not (out / "final_state.npy").exists()
+    _launched_ok(out, 200)
+    assert _same_launched_run(out, launched_straight)["resumed_from"] == 100
+    a, b = (open_run(d).observations for d in (out, launched_straight))
+    assert a.identical(b)
 
 
 @pytest.mark.slow  # two small CDT runs, compiled twice: about two minutes on two cores
