@@ -63,7 +63,7 @@ from ivhl_jax.physics.cdt.observables import geometry_arrays
 from ivhl_jax.physics.cdt.state import live_triangles
 from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
-from ivhl_jax.run.io import save_figure, write_json
+from ivhl_jax.run.io import read_json, save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
@@ -354,10 +354,7 @@ def simulate(
     therm_path = os.path.join(out, "thermalisation.json")
     resuming = checkpointer is not None and checkpointer.latest_step() is not None
     if resuming and os.path.exists(therm_path):
-        import json
-
-        with open(therm_path) as f:
-            therm = json.load(f)
+        therm = read_json(therm_path, "the thermalisation record", fix="use --no-resume to start over")
     else:
         chains, therm = thermalise(cfg, stepper, chains, d, progress)
         write_json(therm_path, therm)

@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
-import importlib.util
 import os
 import platform
 import sys
@@ -140,9 +140,9 @@ def enable_compilation_cache(
     Executables whose compilation took at least ``min_compile_time_s`` are written there and
     re-used by later processes with the same program, backend and flags. The cache holds at most
     ``max_size_bytes`` (default :data:`COMPILATION_CACHE_MAX_BYTES`, 2 GiB, or ``$IVHL_COMPILATION_CACHE_MAX_BYTES``):
-    the folder is trimmed to it here, least recently used entries first, and with the ``filelock`` package
-    installed JAX keeps it there as it writes (``jax_compilation_cache_max_size``, which needs that package), so
-    the folder never grows without bound. Returns the directory.
+    the folder is trimmed to it here, least recently used entries first, and JAX keeps it there as it writes
+    (``jax_compilation_cache_max_size``: it evicts the least recently used entries, under a lock of the folder
+    that the ``filelock`` package provides), so the folder never grows without bound. Returns the directory.
     """
     check_scalar(min_compile_time_s, "min_compile_time_s", nonnegative=True)
     if max_size_bytes is None:
@@ -160,29 +160,41 @@ def enable_compilation_cache(
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     _trim_cache(path, int(max_size_bytes))
-    if importlib.util.find_spec("filelock") is not None:  # JAX's own eviction locks the folder with it
-        jax.config.update("jax_compilation_cache_max_size", int(max_size_bytes))
+    jax.config.update("jax_compilation_cache_max_size", int(max_size_bytes))  # JAX evicts as it writes
     return path
 
 
 def _trim_cache(path: str, max_bytes: int) -> None:
-    """Delete the least recently used files of the cache folder ``path`` (by access, else modification time)
-    until the rest holds at most ``max_bytes``."""
-    entries = []
-    for name in os.listdir(path):
-        full = os.path.join(path, name)
-        if os.path.isfile(full) and not os.path.islink(full):
+    """Delete the least recently used entries of the cache folder ``path`` until the rest holds at most
+    ``max_bytes``, under JAX's own lock of the folder (``.lockfile``). An entry is JAX's pair ``<key>-cache``
+    and ``<key>-atime`` (its last use, nanoseconds): the ``-cache`` file goes first, so JAX never finds one
+    without its ``-atime``. Any other file counts as an entry of its own (by access, else modification time)."""
+    import filelock
+
+    with filelock.FileLock(os.path.join(path, ".lockfile")):
+        entries = []
+        for name in os.listdir(path):
+            full = os.path.join(path, name)
+            if name == ".lockfile" or name.endswith("-atime") or not os.path.isfile(full) or os.path.islink(full):
+                continue
             st = os.stat(full)
-            entries.append((max(st.st_atime, st.st_mtime), st.st_size, full))
-    total = sum(size for _, size, _ in entries)
-    for _, size, full in sorted(entries):
-        if total <= max_bytes:
-            break
-        try:
-            os.remove(full)
-        except OSError:
-            continue  # another process removed or holds it
-        total -= size
+            used, size, files = max(st.st_atime, st.st_mtime) * 1e9, st.st_size, [full]
+            if name.endswith("-cache"):
+                atime = full[: -len("-cache")] + "-atime"
+                with contextlib.suppress(OSError, ValueError):
+                    with open(atime, "rb") as f:
+                        used = int.from_bytes(f.read(), "little")
+                    size += os.path.getsize(atime)
+                    files.append(atime)
+            entries.append((used, size, files))
+        total = sum(size for _, size, _ in entries)
+        for _, size, files in sorted(entries):
+            if total <= max_bytes:
+                break
+            for full in files:
+                with contextlib.suppress(OSError):  # another process removed it
+                    os.remove(full)
+            total -= size
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc <malloc.h>

@@ -51,7 +51,7 @@ from ivhl_jax.run.config import (
 from ivhl_jax.run.io import disk_full_message
 from ivhl_jax.run.lock import check_out_dir, run_dir_lock
 from ivhl_jax.run.runner import RunInterrupted
-from ivhl_jax.run.store import STORE_NAME, RunStore
+from ivhl_jax.run.store import STORE_NAME, RunStore, StoreError
 from ivhl_jax.train.checkpoint import CheckpointCorruptError, Checkpointer
 
 __all__ = ["Simulation", "RunContext", "run_main", "run_checkpointer", "describe_config", "field_help"]
@@ -413,6 +413,10 @@ def _run_in_folder(sim: Simulation, cfg: Any, args: argparse.Namespace, out: str
         )
         return 130
     except CheckpointCorruptError as e:  # --resume and no checkpoint in the folder is usable
+        if _show_traceback():
+            raise
+        return _fail(sim, str(e))
+    except StoreError as e:  # a damaged or foreign store, found before or after chunks ran: its own words
         if _show_traceback():
             raise
         return _fail(sim, str(e))

@@ -749,6 +749,32 @@ def _read_attrs(path: str) -> dict[str, Any]:
     return attrs
 
 
+def _read_region(store: str, a: Any, region: tuple[slice, ...] | slice = slice(None)) -> np.ndarray:
+    """``a[region]`` of the zarr array ``a`` of the run store at ``store``; a chunk that cannot be decoded (a
+    damaged file: zarr would raise a long codec traceback) is a StoreError naming that chunk's file."""
+    try:
+        return np.asarray(a[region])
+    except Exception as e:  # the codecs report damage in many ways; find the chunk to name it
+        error = f"{type(e).__name__}: {e}".splitlines()[0]
+        bad = _damaged_chunk(a)
+        where = os.path.join(store, a.path, *bad.split("/")) if bad else os.path.join(store, a.path)
+        raise StoreError(
+            f"run store {store} is damaged: chunk file {where} of {a.path!r} cannot be read ({error}); remove the "
+            "run folder or rerun with --no-resume"
+        ) from None
+
+
+def _damaged_chunk(a: Any) -> str | None:
+    """The key (``c/3/0``) of the first chunk of ``a`` that cannot be read, None when each can."""
+    for corner in np.ndindex(*a.cdata_shape):
+        region = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(corner, a.chunks, a.shape))
+        try:
+            a[region]
+        except Exception:
+            return str(a.metadata.encode_chunk_key(corner))
+    return None
+
+
 def read_observations(path: str | os.PathLike, like: Any = None, *, rename: Mapping[str, str] | None = None) -> Any:
     """The committed observations of the store at ``path`` as NumPy arrays (see :meth:`RunStore.read`)."""
     import zarr
@@ -759,14 +785,15 @@ def read_observations(path: str | os.PathLike, like: Any = None, *, rename: Mapp
     g: Any = zarr.open_group(path, mode="r")
     if like is None:
         return {
-            k: np.asarray(a[:n])
+            k: _read_region(path, a, slice(0, n))
             for k, a in g.arrays()
             if a.metadata.dimension_names[0] == "time" and k not in ("time", "step")
         }
     names = [(rename or {}).get(n, n) for n in leaf_names(like)]
     leaves = []
     for name, x in zip(names, jax.tree_util.tree_leaves(like), strict=True):
-        leaves.append(np.asarray(g[name][:n]) if name in g else np.zeros((0, *np.shape(x)[1:]), np.asarray(x).dtype))
+        empty = np.zeros((0, *np.shape(x)[1:]), np.asarray(x).dtype)
+        leaves.append(_read_region(path, g[name], slice(0, n)) if name in g else empty)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
 
 
@@ -835,7 +862,7 @@ def export_npy(path: str | os.PathLike, name: str, out: str | os.PathLike) -> np
     ranges = [range(0, n, c) for n, c in zip(a.shape, a.chunks)]
     for corner in np.ndindex(*(len(r) for r in ranges)):
         region = tuple(slice(r[i], min(r[i] + c, n)) for r, i, c, n in zip(ranges, corner, a.chunks, a.shape))
-        mm[region] = a[region]
+        mm[region] = _read_region(store, a, region)
     mm.flush()
     del mm
     os.replace(tmp, out)  # a reader never sees a half-written file
@@ -858,7 +885,9 @@ def find_store(path: str | os.PathLike) -> str:
 
 def open_run(path: str | os.PathLike, *, group: str | None = None) -> RunData:
     """Open a run's store (a run folder or its ``run.zarr``): observations and snapshots as xarray Datasets cut
-    to the committed records, plus the metadata. ``group`` opens a sub-store (e.g. ``"stage1"``)."""
+    to the committed records, plus the metadata. ``group`` opens a sub-store (e.g. ``"stage1"``). The
+    observations are read here (a damaged chunk of them is a StoreError naming its file); snapshots and fields
+    stay lazy, read when used."""
     import xarray as xr
 
     store = find_store(path)
@@ -877,6 +906,15 @@ def open_run(path: str | os.PathLike, *, group: str | None = None) -> RunData:
     obs_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("time",)]
     snap_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("snapshot_time",)]
     obs = ds[obs_vars].isel(time=slice(0, int(attrs.get("records", 0)))) if "time" in ds.dims else ds[obs_vars]
+    try:
+        obs = obs.load()  # small: read now, so that a damaged chunk is named here rather than deep in dask
+    except Exception:
+        import zarr
+
+        g: Any = zarr.open_group(store, mode="r")
+        for k in obs_vars:
+            _read_region(store, g[k], slice(0, int(attrs.get("records", 0))))  # raises naming the chunk's file
+        raise
     field_vars = [k for k, v in ds.data_vars.items() if k not in obs_vars and k not in snap_vars]
     snaps = None
     if snap_vars:

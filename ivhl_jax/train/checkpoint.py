@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -216,8 +217,8 @@ class Checkpointer:
             return  # already garbage-collected (keep) or never committed
         # Orbax renames a step's folder into place once every file in it is written: the sizes are final.
         sums = {**sums, FILES_KEY: _file_sizes(folder)}
-        tmp = os.path.join(folder, f".{CHECKSUM_FILE}.tmp")
-        with open(tmp, "w") as f:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{CHECKSUM_FILE}.", suffix=".tmp")  # never a planted link
+        with os.fdopen(fd, "w") as f:
             json.dump(sums, f)
             f.flush()
             os.fsync(f.fileno())

@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -36,7 +37,7 @@ from ivhl_jax.run.driver import run_main
 from ivhl_jax.run.io import save_figure
 from ivhl_jax.run.lock import RunDirLockedError
 from ivhl_jax.run.runner import run_chunked
-from ivhl_jax.run.store import RunStore
+from ivhl_jax.run.store import RunStore, StoreError, export_npy, read_observations
 from ivhl_jax.sims import bec
 from ivhl_jax.train.checkpoint import CHECKSUM_FILE, RUN_ITEM, CheckpointCorruptError, Checkpointer
 
@@ -383,3 +384,151 @@ def test_zero_softening_and_non_finite_gru_weights_are_refused():
         bad = dict(weights, **{name: weights[name].at[0].set(jnp.nan)})
         with pytest.raises(ValueError, match=rf"weights\['{name}'\] contains NaN or inf"):
             gru.recurrence(bad, xs)
+
+
+_KILLER = """
+import os, signal, sys
+
+import jax
+
+from ivhl_jax.sims import bec
+from ivhl_jax.train.checkpoint import Checkpointer
+
+where = sys.argv.pop(1)  # 'chunk': SIGKILL while chunk 4 computes; 'checkpoint': right after step 100 is saved
+
+
+def die():
+    if jax.process_index() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+original_chunked, original_save = bec.chunked, Checkpointer.save
+
+
+def chunked(*args, **kwargs):
+    advance, calls = original_chunked(*args, **kwargs), [0]
+
+    def inner(state):
+        if isinstance(state, jax.core.Tracer):
+            return advance(state)
+        calls[0] += 1
+        out = advance(state)  # dispatched, not finished: the kill lands while the chunk computes
+        if where == "chunk" and calls[0] == 4:
+            die()
+        return out
+
+    return inner
+
+
+def save(self, step, *args, **kwargs):
+    done = original_save(self, step, *args, **kwargs)
+    if where == "checkpoint" and step == 100:
+        die()
+    return done
+
+
+bec.chunked, Checkpointer.save = chunked, save
+sys.exit(bec.main(sys.argv[1:]))
+"""
+
+
+def _launch_bec(out, steps: int, *script: str) -> subprocess.CompletedProcess:
+    """``ivhl launch`` (2 processes x 4 emulated devices) of a small condensate run on ``--set mesh=8`` over both;
+    ``script`` (a Python file and its first argument) replaces ``-m ivhl_jax.sims.bec``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IVHL_", "XLA_FLAGS"))}
+    env.update(JAX_PLATFORMS="cpu", IVHL_COMPILATION_CACHE="0", MPLBACKEND="Agg")
+    launch = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "4"]
+    sets = [a for s in SMALL_GP[1:] if s != "--set" for a in ("--set", s)] + ["--set", "mesh=8"]
+    program = list(script) or ["-m", "ivhl_jax.sims.bec"]
+    cmd = [*launch, "--", sys.executable, *program, "--no-progress", *sets, "--set", f"steps={steps}"]
+    return subprocess.run([*cmd, "--out", str(out)], env=env, capture_output=True, text=True, timeout=400)
+
+
+def _launched_ok(out, steps: int) -> None:
+    p = _launch_bec(out, steps)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def launched_straight(tmp_path_factory):
+    """An uninterrupted launched run of 200 steps: the answer every interrupted launched run must end at."""
+    out = tmp_path_factory.mktemp("launched") / "straight"
+    _launched_ok(out, 200)
+    return out
+
+
+def _same_launched_run(out, straight) -> dict:
+    assert np.array_equal(np.load(out / "final_state.npy"), np.load(straight / "final_state.npy"))
+    a, b = (json.loads((d / "observables.json").read_text()) for d in (out, straight))
+    assert a["observables"] == b["observables"] and a["ground_state"] == b["ground_state"] is not None
+    return a
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # two launched jobs of two processes (and the shared uninterrupted one): about a minute each
+def test_a_launched_two_process_run_extends_on_its_mesh_bit_for_bit(tmp_path, launched_straight):
+    """A finished launched run given more steps resumes from its checkpoint on the mesh and ends where an
+    uninterrupted launched run ends."""
+    _launched_ok(tmp_path / "extended", 100)
+    _launched_ok(tmp_path / "extended", 200)  # resumes from step 100 on the two processes' mesh
+    assert _same_launched_run(tmp_path / "extended", launched_straight)["resumed_from"] == 100
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow  # two launched jobs of two processes: about a minute each
+@pytest.mark.parametrize("where", ["chunk", "checkpoint"])
+def test_a_launched_two_process_run_killed_resumes_bit_for_bit(tmp_path, launched_straight, where):
+    """One process of a launched run SIGKILLed while chunk 4 computes (steps 150-200, the step-100 checkpoint
+    the last), or right after it saved step 100: the launcher ends the job, and the same command resumes from step
+    100 on the mesh and ends bit for bit where an uninterrupted launched run ends (store records included)."""
+    script = tmp_path / "killer.py"
+    script.write_text(_KILLER)
+    out = tmp_path / "killed"
+    p = _launch_bec(out, 200, str(script), where)
+    assert p.returncode != 0 and "SIGKILL" in p.stdout + p.stderr, p.stdout[-2000:] + p.stderr[-3000:]
+    assert not (out / "final_state.npy").exists()
+    _launched_ok(out, 200)
+    assert _same_launched_run(out, launched_straight)["resumed_from"] == 100
+    a, b = (open_run(d).observations for d in (out, launched_straight))
+    assert a.identical(b)
+
+
+@pytest.mark.slow  # two small CDT runs, compiled twice: about two minutes on two cores
+def test_a_damaged_thermalisation_record_is_one_line_naming_it(tmp_path, capsys):
+    from ivhl_jax.sims import cdt
+
+    small = ["slices=4", "volume=48", "chains=1", "thermalise_max=4", "engine=jax", "origins=1", "curvature_samples=1"]
+    argv = ["--no-progress", "--out", str(tmp_path), *(a for s in small for a in ("--set", s))]
+    assert cdt.main([*argv, "--set", "steps=2", "--set", "steps_per_chunk=2"]) == 0
+    (tmp_path / "thermalisation.json").write_text("[" * 100_000)
+    capsys.readouterr()
+    assert cdt.main([*argv, "--set", "steps=4", "--set", "steps_per_chunk=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(tmp_path / "thermalisation.json") in err and "--no-resume" in err
+
+
+class _ReadingCount(CountSimulation):
+    """The toy run, reading its records back from the store at the end as the simulations do (``sink.read``)."""
+
+    def run(self, cfg, ctx):
+        out = super().run(cfg, ctx)
+        ctx.sink.read(jnp.zeros((1, 2)))
+        return out
+
+
+def test_a_damaged_store_chunk_is_one_line_naming_its_file(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
+    chunk = out / "run.zarr" / "value" / "c" / "1" / "0"
+    chunk.write_bytes(b"\x28\xb5\x2f\xfd not a zstd frame")  # zstd's magic, then garbage
+    for read in (lambda: open_run(out), lambda: read_observations(out / "run.zarr")):
+        with pytest.raises(StoreError) as e:
+            read()
+        assert "\n" not in str(e.value) and str(chunk) in str(e.value) and "'value'" in str(e.value)
+    with pytest.raises(StoreError, match="chunk file") as e:
+        export_npy(out, "value", tmp_path / "value.npy")
+    assert str(chunk) in str(e.value)
+    capsys.readouterr()
+    assert run_main(_ReadingCount(), ["--out", str(out), "--set", "steps=6"]) == 2  # resumes, then reads it back
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(chunk) in err and "--no-resume" in err

@@ -60,7 +60,50 @@ def test_compilation_cache_is_bounded_by_its_documented_default_or_the_given_siz
         "assert COMPILATION_CACHE_MAX_BYTES == 2 * 1024**3\n"
     )
     subprocess.run([sys.executable, "-c", code, str(cache)], capture_output=True, text=True, check=True)
-    assert sorted(f.name for f in cache.iterdir()) == [f"entry{i}" for i in range(6, 10)]
+    assert sorted(f.name for f in cache.iterdir()) == [".lockfile", *(f"entry{i}" for i in range(6, 10))]
+
+
+def test_trimming_removes_jax_entries_whole_and_keeps_its_lock(tmp_path):
+    """JAX's entries are ``<key>-cache`` with ``<key>-atime`` (last use in ns, which orders them): an entry goes
+    whole, never leaving a ``-cache`` file without its ``-atime`` (JAX's eviction would fail on it)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / ".lockfile").write_bytes(b"")
+    for i, used in enumerate([30, 10, 20]):  # entry 1 the least recently used, then entry 2
+        (cache / f"k{i}-cache").write_bytes(b"x" * 1000)
+        (cache / f"k{i}-atime").write_bytes(used.to_bytes(8, "little"))
+    code = (
+        "import sys\nfrom ivhl_jax.run.device import enable_compilation_cache\n"
+        "enable_compilation_cache(sys.argv[1], max_size_bytes=2100)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(cache)], capture_output=True, text=True, check=True)
+    assert sorted(f.name for f in cache.iterdir()) == [".lockfile", "k0-atime", "k0-cache", "k2-atime", "k2-cache"]
+
+
+_BOUNDED = """
+import sys
+import jax, jax.numpy as jnp
+from ivhl_jax.run.device import enable_compilation_cache
+enable_compilation_cache(sys.argv[1], min_compile_time_s=0.0, max_size_bytes=int(sys.argv[2]))
+for n in range(1, 13):  # twelve programs, each its own entry
+    jax.jit(lambda x: jnp.sin(x) * n + jnp.cumsum(x))(jnp.arange(n, dtype=jnp.float32)).block_until_ready()
+"""
+
+
+@pytest.mark.slow  # three dozen compilations in two processes: about 40 s on two loaded cores
+def test_jax_keeps_the_cache_within_its_bound_as_it_writes(tmp_path):
+    """With the bound set, JAX evicts the least recently used entries as it writes: twelve programs compiled
+    into a cache bounded to about four entries leave at most the bound on disk (an unbounded cache holds all)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    free = tmp_path / "free"
+    subprocess.run([sys.executable, "-c", _BOUNDED, str(free), str(10**9)], env=env, check=True)
+    sizes = [f.stat().st_size for f in free.glob("*-cache")]
+    assert len(sizes) >= 12
+    bound = 4 * max(sizes) + 200
+    cache = tmp_path / "bounded"
+    subprocess.run([sys.executable, "-c", _BOUNDED, str(cache), str(bound)], env=env, check=True)
+    kept = [f.stat().st_size for f in cache.glob("*-cache")]
+    assert 1 <= len(kept) < len(sizes) and sum(kept) <= bound
 
 
 _FAULTS = """

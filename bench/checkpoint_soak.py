@@ -1,0 +1,145 @@
+"""Host memory over many checkpoint saves: does a long run's resident memory grow with each save?
+
+    python -m ivhl_jax.bench.checkpoint_soak [--saves 10000] [--seconds 300] [--async-save]
+
+One :class:`ivhl_jax.train.checkpoint.Checkpointer` (``keep=3``, the default) saves a tiny state (a float32
+vector of 16 and a step counter, with the run's metadata, as a run's checkpoints carry) ``--saves`` times, or as
+many as fit in ``--seconds``; the process's resident set size (``VmRSS`` of ``/proc/self/status``) is sampled every
+``--every`` saves. The first ``--warmup`` saves (Orbax's and JAX's one-time setup) are left out of the fitted slope,
+which is reported in KiB per save with its projection over 10⁴ saves. Orbax alone (``ocp.CheckpointManager``
+with the same items and ``max_to_keep``, no Checkpointer around it) is measured the same way (``--orbax-only``), so
+that growth can be told apart as the library's or Orbax's. Results: ``bench/results/checkpoint_soak.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import argparse  # noqa: E402 - after the platform the run depends on
+import gc  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ivhl_jax.bench.harness import write_results  # noqa: E402
+from ivhl_jax.train.checkpoint import Checkpointer  # noqa: E402
+
+
+def rss_kib() -> int:
+    """The resident set size of this process in KiB (Linux ``/proc/self/status``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status (this measurement needs Linux)")
+
+
+def soak(save: Callable[[int], Any], saves: int, seconds: float, every: int, warmup: int) -> dict[str, Any]:
+    """Call ``save(step)`` for steps 1..saves (or until ``seconds`` pass); RSS sampled every ``every`` saves."""
+    samples: list[tuple[int, int]] = []
+    t0 = time.perf_counter()
+    done = 0
+    for step in range(1, saves + 1):
+        save(step)
+        done = step
+        if step % every == 0:
+            gc.collect()
+            samples.append((step, rss_kib()))
+            if time.perf_counter() - t0 > seconds:
+                break
+    elapsed = time.perf_counter() - t0
+    fit = [(s, r) for s, r in samples if s > warmup]
+    slope = float(np.polyfit([s for s, _ in fit], [r for _, r in fit], 1)[0]) if len(fit) >= 2 else float("nan")
+    return {
+        "saves": done,
+        "seconds": round(elapsed, 1),
+        "saves_per_second": round(done / elapsed, 1),
+        "rss_kib_first_sample": samples[0][1] if samples else None,
+        "rss_kib_last_sample": samples[-1][1] if samples else None,
+        "slope_kib_per_save_after_warmup": round(slope, 4),
+        "projected_growth_mib_over_10000_saves": round(slope * 10_000 / 1024, 2),
+        "samples_step_rss_kib": samples,
+    }
+
+
+def library(folder: str, async_save: bool) -> tuple[Callable[[int], Any], Callable[[], None]]:
+    ck = Checkpointer(folder, keep=3, async_save=async_save, config={"steps": 10**9, "rate": 1.0})
+    x = jnp.zeros(16, jnp.float32)
+
+    def save(step: int) -> None:
+        ck.save(step, {"x": x + step, "step": jnp.int32(step)}, metadata={"step": step, "energy": 1.0})
+
+    return save, ck.close
+
+
+def orbax_only(folder: str, async_save: bool) -> tuple[Callable[[int], Any], Callable[[], None]]:
+    import orbax.checkpoint as ocp
+
+    mngr = ocp.CheckpointManager(
+        folder, options=ocp.CheckpointManagerOptions(max_to_keep=3, enable_async_checkpointing=async_save)
+    )
+    x = jnp.zeros(16, jnp.float32)
+
+    def save(step: int) -> None:
+        mngr.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave({"x": x + step, "step": jnp.int32(step)}),
+                meta=ocp.args.JsonSave({"step": step, "energy": 1.0}),
+            ),
+        )
+
+    def close() -> None:
+        mngr.wait_until_finished()
+        mngr.close()
+
+    return save, close
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--saves", type=int, default=10_000)
+    ap.add_argument("--seconds", type=float, default=300.0, help="stop sampling after this long (per measurement)")
+    ap.add_argument("--every", type=int, default=100, help="sample RSS every this many saves")
+    ap.add_argument("--warmup", type=int, default=300, help="saves left out of the fitted slope")
+    ap.add_argument("--async-save", action="store_true")
+    ap.add_argument("--orbax-only", action="store_true", help="measure Orbax's CheckpointManager alone as well")
+    ap.add_argument("--out", default="bench/results/checkpoint_soak.json")
+    args = ap.parse_args(argv)
+    runs: dict[str, Any] = {}
+    makers = {"checkpointer": library, **({"orbax_checkpoint_manager": orbax_only} if args.orbax_only else {})}
+    for name, make in makers.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            save, close = make(os.path.join(tmp, "ckpt"), args.async_save)
+            try:
+                runs[name] = soak(save, args.saves, args.seconds, args.every, args.warmup)
+            finally:
+                close()
+        r = runs[name]
+        print(
+            f"{name}: {r['saves']} saves in {r['seconds']} s, RSS {r['rss_kib_first_sample']} -> "
+            f"{r['rss_kib_last_sample']} KiB, {r['slope_kib_per_save_after_warmup']} KiB/save after warm-up "
+            f"({r['projected_growth_mib_over_10000_saves']} MiB over 10^4 saves)"
+        )
+    doc = {
+        "what": "host resident memory (VmRSS) over repeated checkpoint saves of a tiny state, keep=3",
+        "async_save": args.async_save,
+        "saves_asked": args.saves,
+        "seconds_limit": args.seconds,
+        "sample_every": args.every,
+        "warmup_saves_left_out_of_slope": args.warmup,
+        "runs": runs,
+    }
+    write_results(args.out, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
