@@ -38,7 +38,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import jax
@@ -49,7 +49,6 @@ from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable, mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
-from ivhl_jax.physics.condensate.dipolar import dipolar_gp_energy
 from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, save_npy, write_json
@@ -543,15 +542,9 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
         C.strang(system, cfg.ground_dt, imaginary=True, norm=norm, **extra).init(guess)
     except ValueError as e:
         raise ValueError(re.sub(r"\bdt\b", "ground_dt", str(e))) from None
-    routines: dict[type, Callable[..., Any]] = {
-        C.MixtureSystem: C.mixture_ground_state,
-        C.Spin1System: C.spin1_ground_state,
-        C.DipolarSystem: C.dipolar_ground_state,
-    }
-    routine = routines[type(system)]
 
     def search(psi, n, first):
-        return routine(system, norm, max_steps=n, psi0=psi, **common, **extra)
+        return C.ground_state(system, norm, max_steps=n, psi0=psi, **common, **extra)
 
     psi, info = _segmented_search(cfg, search, guess, progress=progress)
     return psi, {k: np.asarray(v).item() for k, v in info.items()}
@@ -600,49 +593,6 @@ def gp_snapshots(cfg: BECConfig, system) -> Snapshots:
     return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims, coords=coords, units=units)
 
 
-def _gp_observe(psi: jax.Array, params: C.StrangParams) -> dict:
-    """The condensate's own observables, plus ⟨L_z⟩ in 2D/3D."""
-    obs = C.observe(psi, params)
-    if params.system.grid.ndim >= 2:
-        obs["lz"] = C.angular_momentum(psi, params.system)
-    return obs
-
-
-def _dipolar_observe(psi: jax.Array, params) -> dict:
-    """N and the energy parts of the dipolar GP equation (kinetic, trap, contact ``interaction``, ``dipolar``)."""
-    e = dipolar_gp_energy(psi, params.system)
-    return {"norm": C.norm(psi, params.system.grid), **{f"energy_{k}": v for k, v in e.items()}}
-
-
-def _mixture_observe(psi: jax.Array, params) -> dict:
-    """The energy parts, the total N and each N_i (``norm_1`` … ``norm_C``), and for two components their overlap
-    Λ = (∫n₁n₂)²/(∫n₁²∫n₂²) (1 miscible, → 0 separated)."""
-    system = params.system
-    n = C.component_norms(psi, system.grid)
-    obs = {"norm": jnp.sum(n), **{f"norm_{i + 1}": n[i] for i in range(system.n_components)}}
-    obs.update({f"energy_{k}": v for k, v in C.mixture_energy(psi, system).items()})
-    if system.n_components == 2:
-        obs["overlap"] = C.overlap(psi, system.grid)
-    return obs
-
-
-def _spin1_observe(psi: jax.Array, params) -> dict:
-    """N, the magnetisation M = ∫F_z dV (both conserved) and the energy parts (kinetic, trap, zeeman, density,
-    spin)."""
-    system = params.system
-    obs = {"norm": jnp.sum(C.component_norms(psi, system.grid)), "magnetization": C.magnetization(psi, system.grid)}
-    obs.update({f"energy_{k}": v for k, v in C.spin1_energy(psi, system).items()})
-    return obs
-
-
-OBSERVE = {
-    C.GPSystem: _gp_observe,
-    C.DipolarSystem: _dipolar_observe,
-    C.MixtureSystem: _mixture_observe,
-    C.Spin1System: _spin1_observe,
-}
-
-
 def _units(names) -> dict[str, str]:
     """The unit of each observable of a dipolar, mixture or spin-1 run (energies in ħω, the rest numbers)."""
     return {k: "ħω" if k.startswith("energy_") else "1" for k in names}
@@ -686,7 +636,7 @@ def simulate(
         stepper = C.strang(system, cfg.dt)
         if not resuming:
             state = stepper.init(state)  # checks that dt resolves the local phase over the cloud (names dt)
-    observe = OBSERVE[type(system)]
+    observe = C.observe
     # donate: each chunk writes the field into the previous one's buffers (one copy of ψ in memory)
     advance = chunked(stepper, cfg.steps_per_chunk, save_every=cfg.save_every, observe=observe, donate=True)
     extra["system"] = system

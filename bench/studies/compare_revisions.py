@@ -59,6 +59,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))  # bench/studies/ -> the repositor
 WORKLOADS: dict[str, tuple[str, str, str]] = {
     "gp_step": ("ops_condensate", "gp_step", "medium"),
     "gft_step": ("ops_condensate", "gft_step", "medium"),
+    "mixture_step": ("ops_condensate_systems", "mixture_step", "medium"),
+    "mixture_ground_step": ("ops_condensate_systems", "mixture_ground_step", "medium"),
+    "spin1_step": ("ops_condensate_systems", "spin1_step", "medium"),
+    "dipolar_step": ("ops_condensate_systems", "dipolar_step", "medium"),
     "superpose": ("ops_fields", "superpose", "medium"),
     "tn_contract": ("ops_tn", "tn_contract", "medium"),
     "mera_sweep": ("ops_tn", "mera_sweep", "medium"),

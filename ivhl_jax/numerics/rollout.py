@@ -234,37 +234,54 @@ def _no_observe(state: Any, params: Any) -> None:
 def converge(
     stepper: Stepper, state: Any, measure: Callable[[Any, Any], Any], tol: Any, *, blocks: int, block: int
 ) -> tuple[Any, Any, Any, Any]:
-    """Run ``stepper`` in blocks of ``block`` steps until a scalar ``measure(state, params)`` settles: stop when
-    its relative change over a block, |m − m_old| / |m|, is at most ``tol``, or after ``blocks`` blocks.
+    """Run ``stepper`` in blocks of ``block`` steps until ``measure(state, params)`` settles: stop when its relative
+    change over a block, |m − m_old| / |m|, is at most ``tol``, or after ``blocks`` blocks.
 
-    The loop of every imaginary-time ground-state search (``measure`` the energy). Not jitted (call it inside
-    traced code); one ``lax.while_loop``, so the block count is decided on the device. A non-finite measure
-    stops the loop (NaN > tol is False) and is returned for the caller to report.
+    The loop of every imaginary-time ground-state search (``measure`` the energy). ``measure`` may return a tuple of
+    arrays with ``tol`` a tuple of as many tolerances: each settles when its relative change in the 2-norm,
+    ‖m − m_old‖ / ‖m‖, is at most its tolerance, and the loop stops when all have (e.g. the energy, quadratic in the
+    error, and the state itself, linear in it). Not jitted (call it inside traced code); one ``lax.while_loop``, so
+    the block count is decided on the device. A non-finite measure stops the loop (NaN > tol is False) and is
+    returned for the caller to report.
 
     Returns:
-      (state, measure, relative change of the last block, blocks run) — the last two as arrays.
+      (state, measure, relative change of the last block (a tuple for a tuple measure), blocks run) — arrays.
     """
     _check_stepper(stepper)
     check_scalar(blocks, "blocks", integer=True, minimum=1)
     check_scalar(block, "block", integer=True, minimum=1)
     if not callable(measure):
         raise TypeError(f"measure must be a function measure(state, params) -> scalar, got {type(measure).__name__}")
+    jnp = jax.numpy
     params = stepper.params
-    m0 = jax.numpy.asarray(measure(state, params))
-    tol = jax.numpy.asarray(tol, m0.dtype)
+    m0 = measure(state, params)
+    several = isinstance(m0, tuple)
+    m0 = tuple(jnp.asarray(m) for m in m0) if several else (jnp.asarray(m0),)
+    tols = tuple(tol) if several else (tol,)
+    if len(tols) != len(m0):
+        raise ValueError(f"tol must give one tolerance per measured quantity ({len(m0)}), got {len(tols)}")
+    tols = tuple(jnp.asarray(t, jnp.real(m).dtype) for t, m in zip(tols, m0))
+
+    def change(m, m_old):
+        if m.ndim == 0:
+            return jnp.abs(m - m_old) / jnp.maximum(jnp.abs(m), jnp.finfo(m.dtype).tiny)
+        size = jnp.sqrt(jnp.sum(jnp.abs(m) ** 2))
+        return jnp.sqrt(jnp.sum(jnp.abs(m - m_old) ** 2)) / jnp.maximum(size, jnp.finfo(size.dtype).tiny)
 
     def cond(c):
-        return jax.numpy.logical_and(c[3] < blocks, c[2] > tol)
+        unsettled = jnp.any(jnp.stack([d > t for d, t in zip(c[2], tols)]))
+        return jnp.logical_and(c[3] < blocks, unsettled)
 
     def body(c):
         s, m_old, _, k = c
         s, _ = rollout(stepper.step_fn, s, params, block, save_every=block, observe=_no_observe, run=stepper.run_fn)
-        m = jax.numpy.asarray(measure(s, params), m0.dtype)
-        delta = jax.numpy.abs(m - m_old) / jax.numpy.maximum(jax.numpy.abs(m), jax.numpy.finfo(m0.dtype).tiny)
-        return s, m, delta, k + 1
+        m = measure(s, params)
+        m = tuple(jnp.asarray(x, y.dtype) for x, y in zip(m if several else (m,), m_old))
+        return s, m, tuple(change(x, y) for x, y in zip(m, m_old)), k + 1
 
-    init = (state, m0, jax.numpy.asarray(jax.numpy.inf, m0.dtype), jax.numpy.asarray(0, jax.numpy.int32))
-    return jax.lax.while_loop(cond, body, init)
+    inf = tuple(jnp.asarray(jnp.inf, t.dtype) for t in tols)
+    s, m, delta, k = jax.lax.while_loop(cond, body, (state, m0, inf, jnp.asarray(0, jnp.int32)))
+    return (s, m, delta, k) if several else (s, m[0], delta[0], k)
 
 
 def _trajectory_impl(

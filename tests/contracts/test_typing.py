@@ -211,6 +211,7 @@ CASES = [
         "condensate.angular_momentum", C.angular_momentum, call(psi2, grid2), call(jnp.ones((8, 8), jnp.int32), grid2)
     ),
     Case("condensate.energy", C.energy, call(psi1, system1), call(jnp.ones(16, jnp.int32), system1)),
+    Case("condensate.residual", C.residual, call(psi1, system1), call(jnp.ones(16, jnp.int32), system1)),
     Case(
         "condensate.chemical_potential",
         C.chemical_potential,
@@ -235,10 +236,10 @@ CASES = [
         call(psi2, grid2, np.zeros((1, 2)), np.array([1, 1])),
     ),  # one centre, two charges
     Case("condensate.vortex_charges", C.vortex_charges, call(psi2, grid2), call(psi1, grid2)),  # psi must be 2-D
-    Case("condensate.mixture_energy", C.mixture_energy, call(psi_mix, mix1), call(jnp.ones((2, 16), jnp.int32), mix1)),
+    Case("condensate.energy/mixture", C.energy, call(psi_mix, mix1), call(jnp.ones((2, 16), jnp.int32), mix1)),
     Case(
-        "condensate.mixture_ground_state",
-        C.mixture_ground_state,
+        "condensate.ground_state/mixture",
+        C.ground_state,
         call(mix1, max_steps=10, check_every=5),
         call(mix1, max_steps=10, check_every=5, psi0=np.ones((2, 16), np.int32)),
     ),
@@ -249,10 +250,10 @@ CASES = [
         call(jnp.ones((2, 16), jnp.int32), grid1),
     ),
     Case("condensate.overlap", C.overlap, call(psi_mix, grid1), call(jnp.ones((2, 16), jnp.int32), grid1)),
-    Case("condensate.spin1_energy", C.spin1_energy, call(psi_spin, spin1), call(jnp.ones((3, 16), jnp.int32), spin1)),
+    Case("condensate.energy/spin1", C.energy, call(psi_spin, spin1), call(jnp.ones((3, 16), jnp.int32), spin1)),
     Case(
-        "condensate.spin1_ground_state",
-        C.spin1_ground_state,
+        "condensate.ground_state/spin1",
+        C.ground_state,
         call(spin1, max_steps=10, check_every=5),
         call(spin1, max_steps=10, check_every=5, psi0=np.ones((3, 16), np.int32)),
     ),
@@ -265,10 +266,10 @@ CASES = [
         call(jnp.ones((4, 4, 4), jnp.float32), dip3),
         call(jnp.ones((4, 4, 4), jnp.complex64), dip3),
     ),
-    Case("condensate.dipolar_energy", C.dipolar_energy, call(psi3, dip3), call(jnp.ones((4, 4, 4), jnp.int32), dip3)),
+    Case("condensate.energy/dipolar", C.energy, call(psi3, dip3), call(jnp.ones((4, 4, 4), jnp.int32), dip3)),
     Case(
-        "condensate.dipolar_ground_state",
-        C.dipolar_ground_state,
+        "condensate.ground_state/dipolar",
+        C.ground_state,
         call(dip3, max_steps=10, check_every=5, dt=1e-3),
         call(dip3, max_steps=10, check_every=5, dt=1e-3, psi0=np.ones((4, 4, 4), np.int32)),
     ),
@@ -301,6 +302,8 @@ CASES = [
         call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, 2),
     ),  # psi must be complex
     Case("splitstep.kinetic", splitstep.kinetic, call(psi1, split_plan), call(jnp.ones(16, jnp.float32), split_plan)),
+    Case("splitstep.sumsq", splitstep.sumsq, call(psi1), call(jnp.ones(16, jnp.int32))),
+    Case("splitstep.project_norm", splitstep.project_norm, call(psi1, 2.0), call(jnp.ones(16, jnp.int32), 2.0)),
     Case(
         "splitstep.step",
         splitstep.step,

@@ -279,7 +279,8 @@ def test_gp_run_default_keeps_the_norm(tmp_path):
         == 0
     )
     norms = json.loads((tmp_path / "observables.json").read_text())["observables"]["norm"]
-    assert max(abs(n - 1) for n in norms) < 1e-6
+    # (the float32 sum of N over the 32² grid carries ~1e-6 of round-off; the raw scheme would have lost 1.4e-4)
+    assert max(abs(n - 1) for n in norms) < 2e-6
 
 
 def test_float64_runs_in_a_scope_and_never_turns_x64_on_for_the_process():

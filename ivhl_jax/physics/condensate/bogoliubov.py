@@ -42,7 +42,7 @@ from jaxtyping import Array, Float, Inexact
 from ivhl_jax.core.validation import check_array, check_key, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft
 from ivhl_jax.numerics.distributed_fft import host_readable
-from ivhl_jax.physics.condensate.observables import chemical_potential
+from ivhl_jax.physics.condensate.observables import SYSTEMS, chemical_potential
 from ivhl_jax.physics.condensate.system import GPSystem, Grid
 
 __all__ = ["BogoliubovModes", "bogoliubov"]
@@ -253,6 +253,11 @@ def bogoliubov(
       :class:`BogoliubovModes` (ω ascending, u, v of shape (n_modes, *grid), residuals, μ). jit/vmap-able over
       V, g and ψ₀ (the options are static); ω is differentiable (Hellmann–Feynman, module docstring).
     """
+    if isinstance(system, SYSTEMS) and not isinstance(system, GPSystem):
+        raise TypeError(
+            f"bogoliubov solves the scalar BdG problem of a GPSystem, not of a {type(system).__name__} (its "
+            "excitations couple the components or the dipolar potential)"
+        )
     if not isinstance(system, GPSystem):
         raise TypeError(f"system must be a condensate GPSystem, got {type(system).__name__}")
     grid = system.grid

@@ -57,7 +57,7 @@ from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft, splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.numerics.splitstep import phase_factor_m1
+from ivhl_jax.physics.condensate import system as condensate_system
 from ivhl_jax.physics.condensate._descent import descend, descent_settings
 from ivhl_jax.physics.condensate.system import Grid, check_start, check_step, kinetic_plan, place_state
 
@@ -403,16 +403,6 @@ class StrangDipolarParams(struct.PyTreeNode):
         return self.plan.dt
 
 
-def _sumsq(psi: jax.Array) -> jax.Array:
-    return jnp.sum(psi.real * psi.real + psi.imag * psi.imag)
-
-
-def _project(psi: jax.Array, target: jax.Array) -> jax.Array:
-    n1 = _sumsq(psi)
-    delta = (target - n1) / (n1 + jnp.sqrt(target * n1))
-    return psi + psi * delta.astype(psi.real.dtype)
-
-
 def _phi_of(system: DipolarSystem) -> Any:
     """n ↦ Φ_dd = F⁻¹[Ṽ_dd F n] for the step, with the kernel built once (hoisted out of both half-kicks): one real
     FFT pair, or with a layout the distributed complex pair (the kernel constrained to the k-space blocks)."""
@@ -441,22 +431,21 @@ def dipolar_step(psi: Complex[Array, "*grid"], params: StrangDipolarParams) -> C
     g = jnp.asarray(system.g, rdt)
     phi = _phi_of(system)
 
-    def kick(p: jax.Array) -> jax.Array:
+    def local(p: jax.Array) -> jax.Array:
         n = p.real * p.real + p.imag * p.imag
-        u = pot + g * n + phi(n)
-        return p + p * phase_factor_m1(u * half, imaginary, p.dtype)
+        return pot + g * n + phi(n)
 
     target: Any = None
     if imaginary:
-        target = _sumsq(psi) if params.target is None else jnp.asarray(params.target, rdt)
-        psi = _project(psi, target)
-    psi = kick(psi)
+        target = splitstep.sumsq(psi) if params.target is None else jnp.asarray(params.target, rdt)
+        psi = splitstep.project_norm(psi, target)
+    psi = splitstep.kick(psi, local, half, imaginary)
     psi = splitstep.kinetic(psi, params.plan)
     if imaginary:
-        psi = _project(psi, target)
-    psi = kick(psi)
+        psi = splitstep.project_norm(psi, target)
+    psi = splitstep.kick(psi, local, half, imaginary)
     if imaginary:
-        psi = _project(psi, target)
+        psi = splitstep.project_norm(psi, target)
     return psi
 
 
@@ -465,25 +454,16 @@ def _dipolar_init(params: StrangDipolarParams, psi: Any) -> jax.Array:
     cloud (concrete values) and cast ψ to the system's complex dtype."""
     system = params.system
     arr = place_state(check_array(psi, "psi", shape=system.grid.shape, kind="inexact"), system)
-    leaves = [params.dt, arr, *jax.tree.leaves(system)]
-    # (a field spread over several processes has no host copy: the builder's dt bound still applies)
-    if not all(is_concrete(x) for x in leaves) or not host_readable(arr):
-        return arr.astype(system.complex_dtype)
-    check_array(arr, "psi", finite=True)
+    if is_concrete(arr) and host_readable(arr):
+        check_array(arr, "psi", finite=True)
     arr = arr.astype(system.complex_dtype)
-    rho = np.abs(np.asarray(arr, np.complex128)) ** 2
-    if rho.size and rho.max() > 0:
-        occupied = rho > 1e-6 * rho.max()
+
+    def local(p: np.ndarray) -> np.ndarray:
+        rho = np.abs(p.astype(np.complex128)) ** 2
         phi = np.asarray(_phi(jnp.asarray(rho, system.real_dtype), system), np.float64)
-        u = np.asarray(system.potential, np.float64) + float(np.asarray(system.g)) * rho + phi
-        umax = float(np.max(np.abs(u[occupied])))
-        dtc = float(np.asarray(params.dt))
-        if dtc * umax > 2 * np.pi:
-            what = "decay" if params.imaginary else "phase"
-            raise ValueError(
-                f"dt={dtc:.6g} is too large: the local {what} per step dt·max|V + g|ψ|² + Φ_dd| = {dtc * umax:.3g} "
-                f"over the cloud exceeds 2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
-            )
+        return np.asarray(system.potential, np.float64) + float(np.asarray(system.g)) * rho + phi
+
+    condensate_system.check_local_step(params, arr, local, "max|V + g|ψ|² + Φ_dd|")
     return arr
 
 

@@ -19,7 +19,9 @@ from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.physics.condensate._descent import check_finite, descent_settings
-from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize
+from ivhl_jax.physics.condensate.dipolar import DipolarSystem, dipolar_ground_state
+from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System, mixture_ground_state, spin1_ground_state
+from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize, residual
 from ivhl_jax.physics.condensate.states import gaussian
 from ivhl_jax.physics.condensate.stepper import check_local_dt, strang
 from ivhl_jax.physics.condensate.system import (
@@ -35,8 +37,18 @@ from ivhl_jax.physics.condensate.system import (
 __all__ = ["ground_state", "FLOAT32_TOL"]
 
 
-def _total_energy(psi: jax.Array, params: Any) -> jax.Array:
-    return energy(psi, params.system)["total"]
+def _energy_and_state(psi: jax.Array, params: Any) -> tuple[jax.Array, jax.Array]:
+    """What the search watches settle: the energy (its change is quadratic in the error) and ψ itself (its change
+    over a block, linear in the error, is the residual of the discrete flow: ψ' − ψ ≈ −τ(H_dt − μ)ψ)."""
+    return energy(psi, params.system)["total"], psi
+
+
+def _real_part(psi: jax.Array) -> jax.Array:
+    """ψ without its global phase θ = ½ arg Σψ² (which makes Σψ² real and positive, so the real part keeps the most
+    of ψ), as a complex array with zero imaginary part. A real ψ is returned as it is."""
+    theta = 0.5 * jnp.angle(jnp.sum(psi * psi))
+    turned = psi * jax.lax.complex(jnp.cos(theta), -jnp.sin(theta)).astype(psi.dtype)
+    return jax.lax.complex(turned.real, jnp.zeros_like(turned.real))
 
 
 @functools.partial(jax.jit, static_argnames=("n_blocks", "check_every", "use_noise"))
@@ -63,14 +75,23 @@ def _ground_state_loop(
         psi = psi + (jnp.asarray(noise, rdt) * amp).astype(cdt) * jax.lax.complex(
             jax.random.normal(kr, grid.shape, rdt), jax.random.normal(ki, grid.shape, rdt)
         ).astype(cdt)
+    # A real problem (no rotation: every factor of the flow is real) has a real, positive ground state; the flow
+    # keeps ψ real, else the round-off in Im ψ grows while ψ is far from the ground state and then decays only
+    # through slow phase modes.
+    real = not system.rotating
+    if real:
+        psi = _real_part(psi)
     norm = jnp.asarray(norm, rdt)
     psi = normalize(psi, grid, norm)
     # A fixed projection target (Σ|ψ|² = N/dV) keeps the norm anchored instead of random-walking.
-    params = params.replace(target=norm / jnp.asarray(grid.cell_volume, rdt))
+    params = params.replace(target=norm / jnp.asarray(grid.cell_volume, rdt), real=real)
     stepper = stepper.replace(params=params)
-    psi, _, delta, k = converge(stepper, psi, _total_energy, jnp.asarray(tol, rdt), blocks=n_blocks, block=check_every)
-    # Final renormalisation: the returned state has the requested norm to round-off.
+    tols = (jnp.asarray(tol, rdt), jnp.sqrt(jnp.asarray(tol, rdt)))
+    psi, _, (delta, moved), k = converge(stepper, psi, _energy_and_state, tols, blocks=n_blocks, block=check_every)
+    # Final renormalisation: the returned state has the requested norm to round-off (and, real, is positive).
     psi = normalize(psi, grid, norm)
+    if real:
+        psi = psi * jnp.where(jnp.sum(psi.real) < 0, -1, 1).astype(rdt)
     e = energy(psi, system)["total"]
     finite = jnp.logical_and(jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)), jnp.isfinite(e))
     info = {
@@ -78,32 +99,57 @@ def _ground_state_loop(
         "energy": e,
         "mu": chemical_potential(psi, system),
         "delta": delta,
-        "converged": delta <= tol,
+        "moved": moved,
+        "residual": residual(psi, system),
+        "converged": (delta <= tol) & (moved <= tols[1]),
         "finite": finite,
     }
     return psi, info
 
 
 def ground_state(
-    system: GPSystem,
+    system: GPSystem | MixtureSystem | Spin1System | DipolarSystem,
     norm: Any = 1.0,
     dt: float = 1e-2,
     tol: float | None = None,
     max_steps: int = 100_000,
     *,
-    psi0: Inexact[ArrayLike, "*grid"] | None = None,
+    psi0: Inexact[ArrayLike, "*state"] | None = None,
     check_every: int = 100,
     key: jax.Array | None = None,
     noise: float = 0.0,
+    magnetization: Any = None,
     policy: str | Policy | None = None,
-) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
-    """Ground state by imaginary-time Strang steps (:func:`strang` with ``imaginary=True``) at fixed norm.
+) -> tuple[Complex[Array, "*state"], dict[str, Array]]:
+    """Ground state of any condensate system by imaginary-time Strang steps (:func:`strang` with
+    ``imaginary=True``) at fixed norm: the family's one door.
+
+    A :class:`GPSystem` is solved as described below. A
+    :class:`~ivhl_jax.physics.condensate.mixture.MixtureSystem` (ψ of shape (C, *grid)) holds every N_i (``norm``
+    one number or C; the default guess is unit Gaussians at the origin, a stationary point also when the components
+    would separate: pass a ``psi0`` that breaks the symmetry); a :class:`~ivhl_jax.physics.condensate.mixture.
+    Spin1System` (ψ of shape (3, *grid)) holds N and, given ``magnetization``, M = ∫F_z dV (|M| < N; the default
+    guess a Gaussian times the generic spinor (0.6, 0.5 + 0.4i, 0.3)/|·|); a
+    :class:`~ivhl_jax.physics.condensate.dipolar.DipolarSystem` holds N. Their tolerance default is 4e-7 in float32
+    and 1e-10 in float64; ``key`` and ``noise`` are the scalar system's only, ``magnetization`` the spin-1 one's
+    (another system refuses them in one line). info holds "steps", "energy", "delta", "converged", "finite" for
+    every system.
 
     Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
     ∂ψ/∂τ = −[−½∇² + V + g|ψ|² − Ω L_z]ψ, projected to norm N (τ in 1/ω₀, energies in ħω₀).
-    Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until the relative energy change
-    over a block, |ΔE|/|E|, is below ``tol`` or ``max_steps`` is reached. The fixed point carries a
-    splitting error O(dt²) in the energy; refine by calling again with a smaller dt and ``psi0``.
+    Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until both the relative energy change
+    over a block, |ΔE|/|E|, is below ``tol`` and the state has settled, ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol over the block, or
+    ``max_steps`` is reached. The energy error is quadratic in the error of ψ; the change of ψ over a block is
+    linear in it (it is the residual of the discrete flow, ψ' − ψ ≈ −τ(H_dt − μ)ψ), so slow modes that barely move
+    the energy are seen. The fixed point carries the splitting's bias: its residual ‖Hψ − μψ‖/‖Hψ‖
+    (:func:`~ivhl_jax.physics.condensate.residual`, reported) falls linearly with dt; refine by calling again with a
+    smaller dt and ``psi0``.
+
+    A real problem (Ω = 0: every factor of the flow is real) has a real, positive ground state, and the flow keeps
+    ψ real: a complex ``psi0`` (or the complex ``noise``) loses its global phase θ = ½ arg Σψ² and its imaginary
+    part once, and the imaginary round-off of the transforms is dropped after every step, so E[ψ] = E[|ψ|] and
+    :func:`~ivhl_jax.physics.condensate.bogoliubov` takes the result (Thomas–Fermi regime included). The returned
+    ψ is then real and positive (complex dtype, zero imaginary part).
     The whole solve (noise, normalisation, loop, observables) is one jitted program, compiled once per
     (grid, dtype, check_every, number of blocks, noise on/off): a new dt, N, tol, g or V reuses it.
 
@@ -111,9 +157,9 @@ def ground_state(
       system: the :class:`GPSystem` (with Ω ≠ 0 this is the rotating-frame ground state).
       norm: particle number N = ∫|ψ|² dV (the returned ψ has this norm to round-off).
       dt: imaginary time step.
-      tol: relative energy change per block that counts as converged. None: 1e-9 in float64 and
-        :data:`FLOAT32_TOL` (4e-7) in float32, whose energy sums bottom out at ~1e-7 (one ulp of E), so that a
-        smaller float32 tol is never met and the solve always runs to ``max_steps``.
+      tol: relative energy change per block that counts as converged (and √tol the change of ψ). None: 1e-9 in
+        float64 and :data:`FLOAT32_TOL` (4e-7) in float32, whose energy sums bottom out at ~1e-7 (one ulp of E), so
+        that a smaller float32 tol is never met and the solve always runs to ``max_steps``.
       max_steps: step budget (rounded up to a multiple of ``check_every``).
       psi0: initial guess, shape ``grid.shape`` (default: a Gaussian of unit trap width).
       check_every: steps per convergence check.
@@ -126,9 +172,26 @@ def ground_state(
 
     Returns:
       (ψ, info): ψ complex of shape ``grid.shape``; info = {"steps", "energy" (total E of the returned
-      ψ), "mu", "delta" (last relative change), "converged", "finite"}. Works under jit and vmap (e.g. over
+      ψ), "mu", "delta" (last relative energy change), "moved" (last relative change of ψ), "residual"
+      (‖Hψ − μψ‖/‖Hψ‖ of the returned ψ), "converged", "finite"}. Works under jit and vmap (e.g. over
       ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
     """
+    if not isinstance(system, GPSystem):
+        return _other_ground_state(
+            system,
+            norm,
+            dt,
+            tol,
+            max_steps,
+            psi0=psi0,
+            check_every=check_every,
+            key=key,
+            noise=noise,
+            magnetization=magnetization,
+            policy=policy,
+        )
+    if magnetization is not None:
+        raise ValueError("magnetization applies to a Spin1System, not to a GPSystem; drop it")
     system = with_policy(check_system(system), policy)
     tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype, f64_tol=1e-9)
     check_scalar(norm, "norm", positive=True)
@@ -176,6 +239,34 @@ def ground_state(
         lambda: f"use a smaller dt (e.g. dt <= {_gs_dt_hint(system):.3g}) and refine",
     )
     return cast_output(psi, policy), info
+
+
+def _other_ground_state(system: Any, norm: Any, dt: Any, tol: Any, max_steps: Any, **options: Any) -> Any:
+    """The ground-state routine of a mixture, spin-1 or dipolar system (options it does not take refused in one
+    line naming the system)."""
+    routine = _ROUTINES.get(type(system))
+    if routine is None:
+        raise TypeError(
+            f"system must be a condensate system (GPSystem, MixtureSystem, Spin1System or DipolarSystem), got "
+            f"{type(system).__name__}"
+        )
+    name = type(system).__name__
+    key, noise = options.pop("key"), options.pop("noise")
+    if key is not None or not (is_concrete(noise) and float(np.asarray(noise)) == 0.0):
+        raise ValueError(f"key and noise apply to a GPSystem, not to a {name}; drop them (or pass psi0)")
+    magnetization = options.pop("magnetization")
+    if magnetization is not None:
+        if not isinstance(system, Spin1System):
+            raise ValueError(f"magnetization applies to a Spin1System, not to a {name}; drop it")
+        options["magnetization"] = magnetization
+    return routine(system, norm, dt, tol, max_steps, **options)
+
+
+_ROUTINES: dict[type, Any] = {
+    MixtureSystem: mixture_ground_state,
+    Spin1System: spin1_ground_state,
+    DipolarSystem: dipolar_ground_state,
+}
 
 
 def _gs_dt_hint(system: GPSystem) -> float:

@@ -68,9 +68,15 @@ from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.numerics.splitstep import phase_factor_m1
 from ivhl_jax.physics.condensate._descent import descend, descent_settings
-from ivhl_jax.physics.condensate.system import Grid, check_start, check_step, kinetic_plan, place_state
+from ivhl_jax.physics.condensate.system import (
+    Grid,
+    check_local_step,
+    check_start,
+    check_step,
+    kinetic_plan,
+    place_state,
+)
 
 __all__ = [
     "MixtureSystem",
@@ -274,50 +280,10 @@ def _check_state(psi: Any, system: Any, n_comp: int, name: str = "psi") -> jax.A
 # ----------------------------------------------------------------------------------------------
 # Shared pieces of the steps
 # ----------------------------------------------------------------------------------------------
-def _sumsq(psi: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-    return jnp.sum(psi.real * psi.real + psi.imag * psi.imag, axis=axes)
-
-
-def _phase_kick(psi: jax.Array, u: jax.Array, tau: Any, imaginary: bool) -> jax.Array:
-    """ψ ← e^{−iτU}ψ (imaginary: e^{−τU}ψ) for a real U broadcastable to ψ, in the "minus one" form."""
-    return psi + psi * phase_factor_m1(u * jnp.asarray(tau, u.dtype), imaginary, psi.dtype)
-
-
-def _project(psi: jax.Array, target: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-    """ψ_i rescaled so that Σ|ψ_i|² = target_i over ``axes``: ψ(1 + δ), δ = (n0 − n1)/(n1 + √(n0 n1)) (a float32
-    scale factor near 1 would be quantised to 6e-8 and bias every projection by that much)."""
-    n1 = _sumsq(psi, axes)
-    delta = (target - n1) / (n1 + jnp.sqrt(target * n1))
-    return psi + psi * jnp.expand_dims(delta, axes).astype(psi.real.dtype)
-
-
 def _check_imaginary(imaginary: Any) -> bool:
     if not isinstance(imaginary, (bool, np.bool_)):
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     return bool(imaginary)
-
-
-def _check_local_dt(dt: Any, params: Any, psi: jax.Array, local_max: Any) -> None:
-    """The local factor must be resolved where there are particles: dt·max|U| over the occupied points (density
-    above 1e-6 of its peak) at most 2π, else the one-line error names dt and the bound (real time: the phase per
-    step; imaginary time: the decay). Checked for concrete values only; ``local_max(n_host, rho_host)`` returns
-    max|U| on the occupied points in float64 NumPy."""
-    leaves = [dt, psi, *jax.tree.leaves(params.system)]
-    # (a field spread over several processes has no host copy: the builder's dt bound still applies)
-    if not all(is_concrete(x) for x in leaves) or not host_readable(psi):
-        return
-    rho = np.sum(np.abs(np.asarray(psi)) ** 2, axis=0)
-    if not rho.size or not rho.max() > 0:
-        return
-    occupied = rho > 1e-6 * rho.max()
-    umax = float(local_max(np.asarray(psi), occupied))
-    dtc = float(np.asarray(dt))
-    if dtc * umax > 2 * np.pi:
-        what = "decay" if params.imaginary else "phase"
-        raise ValueError(
-            f"dt={dtc:.6g} is too large: the local {what} per step dt·max|U| = {dtc * umax:.3g} over the cloud exceeds "
-            f"2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -370,15 +336,15 @@ def mixture_step(psi: Complex[Array, "c ..."], params: StrangMixtureParams) -> C
     local = _mixture_local(system)
     target: Any = None
     if imaginary:
-        target = _sumsq(psi, axes) if params.target is None else jnp.asarray(params.target, psi.real.dtype)
-        psi = _project(psi, target, axes)
-    psi = _phase_kick(psi, local(psi), half, imaginary)
+        target = splitstep.sumsq(psi, axes) if params.target is None else jnp.asarray(params.target, psi.real.dtype)
+        psi = splitstep.project_norm(psi, target, axes)
+    psi = splitstep.kick(psi, local, half, imaginary)
     psi = splitstep.kinetic(psi, params.plan)
     if imaginary:
-        psi = _project(psi, target, axes)  # the second half-kick sees n_j at the right norm
-    psi = _phase_kick(psi, local(psi), half, imaginary)
+        psi = splitstep.project_norm(psi, target, axes)  # the second half-kick sees n_j at the right norm
+    psi = splitstep.kick(psi, local, half, imaginary)
     if imaginary:
-        psi = _project(psi, target, axes)
+        psi = splitstep.project_norm(psi, target, axes)
     return psi
 
 
@@ -388,12 +354,11 @@ def _mixture_init(params: StrangMixtureParams, psi: Any) -> jax.Array:
     system = params.system
     psi = place_state(_check_state(psi, system, system.n_components), system)
 
-    def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
+    def local(p: np.ndarray) -> np.ndarray:
         n = np.abs(p) ** 2
-        u = np.asarray(system.potential, np.float64) + np.tensordot(np.asarray(system.g, np.float64), n, axes=1)
-        return float(np.max(np.abs(u[:, occupied])))
+        return np.asarray(system.potential, np.float64) + np.tensordot(np.asarray(system.g, np.float64), n, axes=1)
 
-    _check_local_dt(params.dt, params, psi, local_max)
+    check_local_step(params, psi, local, "max|U|")
     return psi
 
 
@@ -478,7 +443,7 @@ def component_norms(psi: Inexact[Array, "c ..."], grid: Grid) -> Float[Array, " 
     psi = check_array(psi, "psi", kind="inexact", finite=host_readable(psi))
     if psi.ndim != grid.ndim + 1 or tuple(psi.shape[1:]) != grid.shape:
         raise ValueError(f"psi must have shape (C, *{grid.shape}) (components first), got {tuple(psi.shape)}")
-    return _sumsq(psi, tuple(range(1, grid.ndim + 1))) * grid.cell_volume
+    return splitstep.sumsq(psi, tuple(range(1, grid.ndim + 1))) * grid.cell_volume
 
 
 def overlap(psi: Inexact[Array, "c ..."], grid: Grid, i: int = 0, j: int = 1) -> Float[Array, ""]:
@@ -619,10 +584,8 @@ def _project_spin1(psi: jax.Array, target: jax.Array, target_m: Any, axes: tuple
     σ_m ψ_m with σ₊σ₋ = σ₀² (Bao & Lim 2008): σ₀² = (N² − M²)/(N N₀ + √(4(N² − M²)N₊N₋ + M²N₀²)),
     σ_±² = (N ± M − σ₀²N₀)/(2N_±)."""
     if target_m is None:
-        n1 = jnp.sum(_sumsq(psi, axes))
-        delta = (target - n1) / (n1 + jnp.sqrt(target * n1))
-        return psi + psi * delta.astype(psi.real.dtype)
-    comp = _sumsq(psi, axes)  # (3,)
+        return splitstep.project_norm(psi, target)
+    comp = splitstep.sumsq(psi, axes)  # (3,)
     tiny = jnp.finfo(comp.dtype).tiny
     n_p, n_0, n_m = comp[0], comp[1], comp[2]
     nn, mm = target, target_m
@@ -649,16 +612,16 @@ def spin1_step(psi: Complex[Array, "3 ..."], params: StrangSpin1Params) -> Compl
     target: Any = None
     target_m: Any = None
     if imaginary:
-        target = jnp.sum(_sumsq(psi, axes)) if params.target is None else jnp.asarray(params.target, rdt)
+        target = jnp.sum(splitstep.sumsq(psi, axes)) if params.target is None else jnp.asarray(params.target, rdt)
         target_m = None if params.target_m is None else jnp.asarray(params.target_m, rdt)
         psi = _project_spin1(psi, target, target_m, axes)
-    psi = _phase_kick(psi, diag(psi), half, imaginary)
+    psi = splitstep.kick(psi, diag, half, imaginary)
     psi = _spin_mix(psi, c2, half, imaginary)
     psi = splitstep.kinetic(psi, params.plan)
     if imaginary:
         psi = _project_spin1(psi, target, target_m, axes)
     psi = _spin_mix(psi, c2, half, imaginary)
-    psi = _phase_kick(psi, diag(psi), half, imaginary)
+    psi = splitstep.kick(psi, diag, half, imaginary)
     if imaginary:
         psi = _project_spin1(psi, target, target_m, axes)
     return psi
@@ -670,16 +633,15 @@ def _spin1_init(params: StrangSpin1Params, psi: Any) -> jax.Array:
     system = params.system
     psi = place_state(_check_state(psi, system, 3), system)
 
-    def local_max(p: np.ndarray, occupied: np.ndarray) -> float:
+    def local(p: np.ndarray) -> np.ndarray:
         n = np.sum(np.abs(p) ** 2, axis=0)
         fp = np.sqrt(2.0) * (np.conj(p[0]) * p[1] + np.conj(p[1]) * p[2])
         fz = np.abs(p[0]) ** 2 - np.abs(p[2]) ** 2
         f = np.sqrt(fz**2 + np.abs(fp) ** 2)
         c0, c2, pz, qz = (float(np.asarray(getattr(system, k))) for k in ("c0", "c2", "p", "q"))
-        u = np.abs(np.asarray(system.potential, np.float64) + c0 * n) + abs(c2) * f + abs(pz) + abs(qz)
-        return float(np.max(u[occupied]))
+        return np.abs(np.asarray(system.potential, np.float64) + c0 * n) + abs(c2) * f + abs(pz) + abs(qz)
 
-    _check_local_dt(params.dt, params, psi, local_max)
+    check_local_step(params, psi, local, "max|U|")
     return psi
 
 
@@ -828,7 +790,7 @@ def mixture_ground_state(
     else:
         psi = _check_state(psi0, system, c, "psi0")
         if is_concrete(psi):
-            zero = np.asarray(_sumsq(psi, tuple(range(1, system.grid.ndim + 1)))) == 0
+            zero = np.asarray(splitstep.sumsq(psi, tuple(range(1, system.grid.ndim + 1)))) == 0
             if np.any(zero):
                 raise ValueError(
                     f"psi0 component(s) {np.flatnonzero(zero).tolist()} are zero everywhere, so they cannot be "
@@ -881,7 +843,7 @@ def spin1_ground_state(
     else:
         psi = _check_state(psi0, system, 3, "psi0")
     if is_concrete(psi):
-        comp = np.asarray(_sumsq(psi, tuple(range(1, system.grid.ndim + 1))))
+        comp = np.asarray(splitstep.sumsq(psi, tuple(range(1, system.grid.ndim + 1))))
         if not comp.sum() > 0:
             raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
         if magnetization is not None and not (comp[0] > 0 and comp[2] > 0):

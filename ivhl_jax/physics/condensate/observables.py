@@ -16,7 +16,20 @@ from jaxtyping import Array, Float, Inexact, Int
 
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft
+from ivhl_jax.physics.condensate.dipolar import DipolarSystem, dipolar_gp_energy
+from ivhl_jax.physics.condensate.mixture import (
+    MixtureSystem,
+    Spin1System,
+    component_norms,
+    magnetization,
+    mixture_energy,
+    overlap,
+    spin1_energy,
+)
 from ivhl_jax.physics.condensate.system import GPSystem, Grid, check_system
+
+# Every condensate system the family's doors (strang, observe, energy, ground_state) take.
+SYSTEMS = (GPSystem, MixtureSystem, Spin1System, DipolarSystem)
 
 __all__ = [
     "observe",
@@ -28,27 +41,47 @@ __all__ = [
     "energy",
     "chemical_potential",
     "virial_residual",
+    "residual",
     "vortex_charges",
     "vortex_positions",
 ]
 
 
-def observe(psi: Inexact[Array, "*grid"], params: Any) -> dict[str, Float[Array, ""]]:
-    """The family's observable for :func:`ivhl_jax.numerics.rollout.trajectory`: the norm N = ∫|ψ|² dV and
-    the energy parts (``energy_kinetic``, ``energy_trap``, ``energy_interaction``, ``energy_rotation``,
-    ``energy_total``; see :func:`energy`), scalars in ħω₀.
+def observe(psi: Inexact[Array, "*state"], params: Any) -> dict[str, Float[Array, ""]]:
+    """The family's observable for :func:`ivhl_jax.numerics.rollout.trajectory`, for every system
+    :func:`~ivhl_jax.physics.condensate.strang` steps: the norm N = ∫|ψ|² dV and the energy parts ``energy_<part>``
+    of :func:`energy` (scalars, ħω₀), plus what the system conserves or shows:
+
+    - :class:`GPSystem`: ⟨L_z⟩ as ``lz`` (ħ) on a 2-D or 3-D grid;
+    - :class:`~ivhl_jax.physics.condensate.mixture.MixtureSystem`: each N_i as ``norm_1`` … ``norm_C`` and, for two
+      components, their ``overlap`` Λ = (∫n₁n₂)²/(∫n₁²∫n₂²) (1 miscible, → 0 separated);
+    - :class:`~ivhl_jax.physics.condensate.mixture.Spin1System`: the magnetisation M = ∫F_z dV as ``magnetization``;
+    - :class:`~ivhl_jax.physics.condensate.dipolar.DipolarSystem`: nothing more (``energy_dipolar`` is a part).
 
     ``params`` is the stepper's params (``condensate.strang(system, dt).params``; its ``system`` is read).
     ``trajectory(stepper, psi, steps, observe=condensate.observe)`` compiles once per shape.
     """
     system = getattr(params, "system", None)
-    if not isinstance(system, GPSystem):
+    if not isinstance(system, SYSTEMS):
         raise TypeError(
             f"params must be the params of a condensate stepper (condensate.strang(system, dt).params), "
             f"got {type(params).__name__}"
         )
     e = energy(psi, system)
-    return {"norm": norm(psi, system.grid), **{f"energy_{k}": v for k, v in e.items()}}
+    parts = {f"energy_{k}": v for k, v in e.items()}
+    if isinstance(system, MixtureSystem):
+        n = component_norms(psi, system.grid)
+        obs = {"norm": jnp.sum(n), **{f"norm_{i + 1}": n[i] for i in range(system.n_components)}, **parts}
+        if system.n_components == 2:
+            obs["overlap"] = overlap(psi, system.grid)
+        return obs
+    if isinstance(system, Spin1System):
+        n = jnp.sum(component_norms(psi, system.grid))
+        return {"norm": n, "magnetization": magnetization(psi, system.grid), **parts}
+    obs = {"norm": norm(psi, system.grid), **parts}
+    if isinstance(system, GPSystem) and system.grid.ndim >= 2:
+        obs["lz"] = angular_momentum(psi, system)
+    return obs
 
 
 def _grid_of(x: Any) -> Grid:
@@ -118,21 +151,42 @@ def angular_momentum(psi: Inexact[Array, "*grid"], grid: Grid | GPSystem) -> Flo
     if grid.ndim < 2:
         raise ValueError("angular_momentum needs a 2D or 3D grid")
     psi = check_field(psi, grid)
-    rdt = psi.real.dtype
-    psi_k = _fftn(psi, layout)
-    x = jnp.asarray(grid._bcast(grid.coords[0], 0), rdt)
-    y = jnp.asarray(grid._bcast(grid.coords[1], 1), rdt)
-    lz = -1j * (x * _deriv(psi_k, grid, 1, layout) - y * _deriv(psi_k, grid, 0, layout))
+    lz = _lz(_fftn(psi, layout), grid, layout)
     return jnp.sum(jnp.conj(psi) * lz).real * grid.cell_volume
 
 
-def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Array, ""]]:
-    """Energy parts of E[ψ] = ∫ [½|∇ψ|² + V|ψ|² + ½g|ψ|⁴] dV − Ω⟨L_z⟩ (in ħω₀; totals, not per particle).
+def _lz(psi_k: jax.Array, grid: Grid, layout: Any) -> jax.Array:
+    """L_z ψ = −i(x ∂_y − y ∂_x)ψ from ψ's spectrum (spectral derivatives)."""
+    rdt = psi_k.real.dtype
+    x = jnp.asarray(grid._bcast(grid.coords[0], 0), rdt)
+    y = jnp.asarray(grid._bcast(grid.coords[1], 1), rdt)
+    return -1j * (x * _deriv(psi_k, grid, 1, layout) - y * _deriv(psi_k, grid, 0, layout))
 
-    Returns a dict with ``kinetic``, ``trap``, ``interaction``, ``rotation`` and ``total``. The
-    kinetic part is spectral: ½ Σ_k k²|ψ̂_k|² dV / N_points (Parseval).
+
+def energy(psi: Inexact[Array, "*state"], system: Any) -> dict[str, Float[Array, ""]]:
+    """The energy parts of ψ (ħω₀; totals, not per particle) for every condensate system, each with ``total``:
+
+    - :class:`GPSystem`: E[ψ] = ∫ [½|∇ψ|² + V|ψ|² + ½g|ψ|⁴] dV − Ω⟨L_z⟩ as ``kinetic``, ``trap``, ``interaction``,
+      ``rotation``; the kinetic part spectral, ½ Σ_k k²|ψ̂_k|² dV / N_points (Parseval);
+    - :class:`~ivhl_jax.physics.condensate.mixture.MixtureSystem` (ψ of shape (C, *grid)): ``kinetic``, ``trap``,
+      ``interaction`` (½ Σ_ij g_ij ∫|ψ_i|²|ψ_j|²);
+    - :class:`~ivhl_jax.physics.condensate.mixture.Spin1System` (ψ of shape (3, *grid)): ``kinetic``, ``trap``,
+      ``zeeman``, ``density`` (c₀), ``spin`` (c₂);
+    - :class:`~ivhl_jax.physics.condensate.dipolar.DipolarSystem`: ``kinetic``, ``trap``, ``interaction``
+      (contact), ``dipolar`` (½∫Φ_dd|ψ|²).
     """
-    grid = check_system(system).grid
+    if isinstance(system, MixtureSystem):
+        return mixture_energy(psi, system)
+    if isinstance(system, Spin1System):
+        return spin1_energy(psi, system)
+    if isinstance(system, DipolarSystem):
+        return dipolar_gp_energy(psi, system)
+    if not isinstance(system, GPSystem):
+        raise TypeError(
+            f"system must be a condensate system (GPSystem, MixtureSystem, Spin1System or DipolarSystem), got "
+            f"{type(system).__name__}"
+        )
+    grid = system.grid
     psi = check_field(psi, grid)
     rdt = psi.real.dtype
     psi_k = _fftn(psi, system.layout)
@@ -149,10 +203,36 @@ def energy(psi: Inexact[Array, "*grid"], system: GPSystem) -> dict[str, Float[Ar
     return {"kinetic": ekin, "trap": etrap, "interaction": eint, "rotation": erot, "total": ekin + etrap + eint + erot}
 
 
+def _scalar_gp(system: Any, routine: str) -> GPSystem:
+    """``system`` when it is a :class:`GPSystem`; another condensate system is refused in one line naming it."""
+    if isinstance(system, SYSTEMS) and not isinstance(system, GPSystem):
+        raise TypeError(f"{routine} applies to a scalar GPSystem, not to a {type(system).__name__}")
+    return check_system(system)
+
+
 def chemical_potential(psi: Inexact[Array, "*grid"], system: GPSystem) -> Float[Array, ""]:
-    """μ = (E_kin + E_trap + 2E_int + E_rot)/N (the eigenvalue of the GP operator for a stationary ψ)."""
-    e = energy(psi, system)
+    """μ = (E_kin + E_trap + 2E_int + E_rot)/N (the eigenvalue of the GP operator for a stationary ψ); a scalar
+    GP system's only (a mixture has one μ_i per component)."""
+    e = energy(psi, _scalar_gp(system, "chemical_potential"))
     return (e["kinetic"] + e["trap"] + 2 * e["interaction"] + e["rotation"]) / norm(psi, system.grid)
+
+
+def residual(psi: Inexact[Array, "*grid"], system: GPSystem) -> Float[Array, ""]:
+    """The relative residual ‖Hψ − μψ‖ / ‖Hψ‖ of the GP operator H = −½∇² + V + g|ψ|² − Ω L_z, μ = ⟨ψ, Hψ⟩/⟨ψ, ψ⟩
+    (2-norms over the grid; 0 for a stationary state of the grid's H; spectral derivatives)."""
+    system = _scalar_gp(system, "residual")
+    grid, layout = system.grid, system.layout
+    psi = check_field(psi, grid)
+    psi = psi.astype(jnp.result_type(psi.dtype, jnp.complex64))
+    rdt = psi.real.dtype
+    psi_k = _fftn(psi, layout)
+    half_k2 = jnp.asarray(0.5 * grid.k_squared(), rdt)
+    lap = jnp.fft.ifftn(half_k2 * psi_k) if layout is None else distributed_fft.ifftn(half_k2 * psi_k, layout)
+    h = lap + (jnp.asarray(system.potential, rdt) + jnp.asarray(system.g, rdt) * density(psi)) * psi
+    if system.rotating:
+        h = h - jnp.asarray(system.omega_rot, rdt) * _lz(psi_k, grid, layout)
+    mu = jnp.sum(jnp.conj(psi) * h).real / jnp.sum(density(psi))
+    return jnp.sqrt(jnp.sum(density(h - mu * psi)) / jnp.sum(density(h)))
 
 
 def virial_residual(psi: Inexact[Array, "*grid"], system: GPSystem) -> tuple[Float[Array, ""], Float[Array, ""]]:
@@ -160,7 +240,7 @@ def virial_residual(psi: Inexact[Array, "*grid"], system: GPSystem) -> tuple[Flo
 
     Returns (r, r / (2E_kin + 2E_trap + d|E_int|)), the absolute and relative residual.
     """
-    e = energy(psi, system)
+    e = energy(psi, _scalar_gp(system, "virial_residual"))
     d = system.grid.ndim
     r = 2 * e["kinetic"] - 2 * e["trap"] + d * e["interaction"]
     return r, r / (2 * e["kinetic"] + 2 * e["trap"] + d * jnp.abs(e["interaction"]))

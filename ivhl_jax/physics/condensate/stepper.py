@@ -122,6 +122,9 @@ class StrangParams(struct.PyTreeNode):
         :func:`strang`) after every block of steps run between observations (and after a single ``step``),
         False never (the raw scheme).
       grid: static; the grid the kinetic factors were built for (a system on another grid is refused at the step).
+      real: static; imaginary time: keep ψ real (its imaginary part, round-off of the transforms for a real ψ, is
+        dropped after every step), which :func:`~ivhl_jax.physics.condensate.ground_state` sets for a problem
+        without rotation (every factor of the flow real).
     """
 
     system: GPSystem
@@ -130,6 +133,7 @@ class StrangParams(struct.PyTreeNode):
     imaginary: bool = struct.field(pytree_node=False, default=False)
     project_norm: bool | None = struct.field(pytree_node=False, default=False)
     grid: Grid | None = struct.field(pytree_node=False, default=None)
+    real: bool = struct.field(pytree_node=False, default=False)
 
     @property
     def dt(self) -> Any:
@@ -140,10 +144,6 @@ class StrangParams(struct.PyTreeNode):
 # ----------------------------------------------------------------------------------------------
 # The step
 # ----------------------------------------------------------------------------------------------
-def _sumsq(psi: jax.Array) -> jax.Array:
-    return jnp.sum(psi.real * psi.real + psi.imag * psi.imag)
-
-
 def local_energy(system: GPSystem):
     """U(ψ) = V + g|ψ|², the GP equation's local energy (real, grid-shaped)."""
     rdt = system.real_dtype
@@ -154,14 +154,6 @@ def local_energy(system: GPSystem):
         return pot + g * (p.real * p.real + p.imag * p.imag)
 
     return local
-
-
-def _project(p: jax.Array, n0: jax.Array, rdt: Any) -> jax.Array:
-    """ψ rescaled so that Σ|ψ|² = n0: ψ(1 + δ) with δ = √(n0/n1) − 1 = (n0 − n1)/(n1 + √(n0 n1)) (a float32
-    scale factor near 1 is quantised to 6e-8, which would bias the projection by that much per use)."""
-    n1 = _sumsq(p)
-    delta = (n0 - n1) / (n1 + jnp.sqrt(n0 * n1))
-    return p + p * delta.astype(rdt)
 
 
 def _umax(system: GPSystem, sumsq: jax.Array) -> jax.Array:
@@ -200,7 +192,7 @@ def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Arr
     imaginary = params.imaginary
     # Real time projects after every single step unless the raw scheme was asked for (project_norm=False).
     project = imaginary or params.project_norm is not False
-    s0 = _sumsq(psi)
+    s0 = splitstep.sumsq(psi)
     # A fixed target makes the projection self-correcting: a float32 correction too small to change
     # some elements is not lost but retried next step.
     n0 = s0 if params.target is None else jnp.asarray(params.target, rdt)
@@ -208,10 +200,14 @@ def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Arr
     if imaginary:
         # Renormalise before the second nonlinear half-step too, so that g|ψ|² is evaluated at the right norm
         # (the fixed point's virial residual is then 1e-5 instead of 3e-2, 1D, gN = 1000).
-        out = splitstep.step(_project(psi, n0, rdt), plan, local, None, after_kinetic=lambda p: _project(p, n0, rdt))
+        out = splitstep.step(
+            splitstep.project_norm(psi, n0), plan, local, None, after_kinetic=lambda p: splitstep.project_norm(p, n0)
+        )
+        if params.real:
+            out = jax.lax.complex(out.real, jnp.zeros_like(out.real))
     else:
         out = splitstep.step(psi, plan, local, _umax(system, s0))
-    return _project(out, n0, rdt) if project else out
+    return splitstep.project_norm(out, n0) if project else out
 
 
 def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[Array, "*grid"]:
@@ -223,11 +219,11 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
     psi = _check_params(psi, params)
     if params.imaginary or params.project_norm is True or system.dissipative:
         return jax.lax.fori_loop(0, n, lambda _, p: _one_step(p, params), psi)
-    s0 = _sumsq(psi)
+    s0 = splitstep.sumsq(psi)
     out = splitstep.run(psi, params.plan, local_energy(system), _umax(system, s0), n)
     if params.project_norm is None:
         rdt = system.real_dtype
-        out = _project(out, s0 if params.target is None else jnp.asarray(params.target, rdt), rdt)
+        out = splitstep.project_norm(out, s0 if params.target is None else jnp.asarray(params.target, rdt))
     return out
 
 

@@ -407,6 +407,26 @@ def place_state(psi: jax.Array, system: Any) -> jax.Array:
     return psi if system.layout is None else system.layout.place(psi, "psi")
 
 
+def check_local_step(params: Any, psi: Any, local_energy: Any, formula: str) -> None:
+    """The local factor of ``params``' step must be resolved where there are particles (empty corners of the box may
+    have any V): dt·max|U| over the points holding ψ at most 2π (:func:`ivhl_jax.numerics.splitstep.check_local_dt`;
+    real time the phase per step, imaginary time the decay), else a one-line error naming dt, ``formula`` and the
+    bound. ``local_energy(psi_host)`` returns U in float64 NumPy (grid-shaped, or one U per component); the points
+    are those where Σ_components |ψ|² exceeds 1e-6 of its peak. Checked for concrete values only (a field spread over
+    several processes has no host copy: the builder's dt bound still applies)."""
+    leaves = [params.dt, psi, *jax.tree.leaves(params.system)]
+    if not all(is_concrete(x) for x in leaves) or not host_readable(psi):
+        return
+    ndim = params.system.grid.ndim
+    p = np.asarray(psi)
+    rho = np.abs(p) ** 2
+    rho = rho.reshape((-1,) + rho.shape[rho.ndim - ndim :]).sum(axis=0)
+    umax = splitstep.local_energy_max(local_energy(p), rho)
+    # dt as the user gave it (plan.dt is 2·half_dt in the working precision): 6 digits, an integral step as an int
+    shown = float(f"{float(np.asarray(params.dt)):.6g}")
+    splitstep.check_local_dt(int(shown) if shown.is_integer() else shown, umax, params.imaginary, formula=formula)
+
+
 def check_step(psi: Any, params: Any, shape: tuple[int, ...]) -> jax.Array:
     """The static facts a step of ``params`` (a system and the plan of its kinetic factor) checks, free under jit:
     a system still on the plan's grid and layout, ψ complex of ``shape``, and a concrete ψ not sharded over a mesh
