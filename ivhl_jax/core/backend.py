@@ -77,7 +77,6 @@ class Defaults:
         ``jax.nn.dot_product_attention(implementation="xla")``.
       cdt_engine: the CDT engine ``engine="auto"`` picks (``"host"``, ``"jax"`` or ``"pallas"``); the
         host engine falls back to ``"jax"`` where numba is missing.
-      mera_busy_host_cores: CPU cores a MERA ladder holds XLA to when the host is busy (0: no limit).
       host_fft: whether ``fft="ducc"`` (a host FFT) is allowed.
       fields_method: the kernel of :func:`ivhl_jax.numerics.fastmath.point_source_sum` that
         :func:`ivhl_jax.fields.superpose` runs: ``"loop"`` (a loop over sources, one elementwise fusion per
@@ -99,7 +98,6 @@ class Defaults:
     attention_half: Literal["xla", "cudnn", "pallas", "chunked"]
     attention_dense: bool
     cdt_engine: Literal["host", "jax", "pallas"]
-    mera_busy_host_cores: int
     host_fft: bool
     fields_method: Literal["loop", "reduce", "pallas"] = "loop"
     fields_serial_pairs: int = 1 << 22
@@ -119,8 +117,6 @@ class Defaults:
             raise ValueError(f"attention_half must be one of xla, cudnn, pallas, chunked; got {self.attention_half!r}")
         if self.cdt_engine not in ("host", "jax", "pallas"):
             raise ValueError(f"cdt_engine must be 'host', 'jax' or 'pallas', got {self.cdt_engine!r}")
-        if not isinstance(self.mera_busy_host_cores, int) or self.mera_busy_host_cores < 0:
-            raise ValueError(f"mera_busy_host_cores must be an int >= 0, got {self.mera_busy_host_cores!r}")
         if self.fields_method not in ("loop", "reduce", "pallas"):
             raise ValueError(f"fields_method must be 'loop', 'reduce' or 'pallas', got {self.fields_method!r}")
         if not isinstance(self.fields_serial_pairs, int) or self.fields_serial_pairs < 0:
@@ -159,7 +155,6 @@ _CPU = Defaults(
     attention_half="xla",
     attention_dense=True,
     cdt_engine="host",
-    mera_busy_host_cores=1,
     host_fft=True,
     fields_method="loop",
     fields_serial_pairs=_cpu_serial_pairs(),
@@ -173,7 +168,6 @@ _ACCELERATOR = Defaults(
     attention_half="cudnn",
     attention_dense=False,
     cdt_engine="jax",
-    mera_busy_host_cores=0,
     host_fft=False,
     fields_method="reduce",
     fields_serial_pairs=0,
@@ -216,10 +210,6 @@ EVIDENCE: Mapping[str, Mapping[str, str]] = {
         "cpu": "bench/results/cdt_host_vs_2dcdt.json and bench/results/cdt_jax_scaling.json — python -m "
         "ivhl_jax.bench.ops_cdt --engines host,jax; " + _TUNE_CPU,
         "gpu": _UNMEASURED,
-    },
-    "mera_busy_host_cores": {
-        "cpu": "unmeasured (no results file in this tree times it; `ivhl sim mera --set "
-        "host_cores=2` sets the cores of one run)"
     },
     "host_fft": {
         "cpu": "bench/results/condensate_gp_step_xla_vs_ducc_cpu.json — ivhl bench --op gp_step "
