@@ -3,8 +3,9 @@
 A ground state is the fixed point of the normalised gradient flow: imaginary-time Strang steps of a stepper
 built with ``imaginary=True``, which project ψ to the held norms. :func:`descent_settings` checks a search's
 settings and resolves the default tolerance, :func:`descend` runs the steps in blocks of ``check_every`` until the
-relative energy change over a block, |ΔE|/|E|, is below ``tol`` or the block budget is spent (one jitted
-``lax.while_loop``, :func:`ivhl_jax.numerics.rollout.converge`), and :func:`check_finite` turns a broken-down
+relative energy change over a block, |ΔE|/|E|, is below ``tol`` and ψ has settled (‖ψ − ψ_old‖/‖ψ‖ ≤ √tol), or
+the block budget is spent (one jitted ``lax.while_loop``, :func:`ivhl_jax.numerics.rollout.converge`), keeping ψ
+real for a real problem (:func:`real_part`), and :func:`check_finite` turns a broken-down
 iteration (NaN/inf) into the one-line error that names dt.
 """
 
