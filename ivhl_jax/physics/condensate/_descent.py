@@ -3,13 +3,15 @@
 A ground state is the fixed point of the normalised gradient flow: imaginary-time Strang steps of a stepper
 built with ``imaginary=True``, which project ψ to the held norms. :func:`descent_settings` checks a search's
 settings and resolves the default tolerance, :func:`descend` runs the steps in blocks of ``check_every`` until the
-relative energy change over a block, |ΔE|/|E|, is below ``tol`` or the block budget is spent (one jitted
-``lax.while_loop``, :func:`ivhl_jax.numerics.rollout.converge`), and :func:`check_finite` turns a broken-down
+relative energy change over a block, |ΔE|/|E|, is below ``tol`` and ψ has settled (‖ψ − ψ_old‖/‖ψ‖ ≤ √tol), or
+the block budget is spent (one jitted ``lax.while_loop``, :func:`ivhl_jax.numerics.rollout.converge`), keeping ψ
+real for a real problem (:func:`real_part`), and :func:`check_finite` turns a broken-down
 iteration (NaN/inf) into the one-line error that names dt.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +24,7 @@ from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.physics.condensate.system import FLOAT32_TOL
 
-__all__ = ["descent_settings", "descend", "check_finite"]
+__all__ = ["descent_settings", "descend", "check_finite", "real_part"]
 
 
 def descent_settings(
@@ -40,14 +42,69 @@ def descent_settings(
     return tol, -(-int(max_steps) // int(check_every))
 
 
-@functools.partial(jax.jit, static_argnames=("energy", "n_blocks", "check_every"))
+def real_part(psi: jax.Array, axes: tuple[int, ...] | None = None) -> jax.Array:
+    """ψ without its phase θ = ½ arg Σψ² over ``axes`` (None: all; one phase per remaining index, e.g. per
+    component of a (C, *grid) mixture), which makes Σψ² real and positive so that the real part keeps the most of
+    ψ, as a complex array with zero imaginary part. A real ψ is returned as it is."""
+    theta = 0.5 * jnp.angle(jnp.sum(psi * psi, axis=axes, keepdims=True))
+    turned = psi * jax.lax.complex(jnp.cos(theta), -jnp.sin(theta)).astype(psi.dtype)
+    return jax.lax.complex(turned.real, jnp.zeros_like(turned.real))
+
+
+def _positive(psi: jax.Array, axes: tuple[int, ...] | None) -> jax.Array:
+    """A real ψ with the sign of each Σψ over ``axes`` made positive (a nodeless ground state is then ≥ 0)."""
+    sign = jnp.where(jnp.sum(psi.real, axis=axes, keepdims=True) < 0, -1, 1).astype(psi.real.dtype)
+    return psi * sign
+
+
+@dataclasses.dataclass(frozen=True)
+class _RealStep:
+    """A step that drops the imaginary round-off of its result (the flow of a real problem keeps ψ real)."""
+
+    step: Callable[[Any, Any], Any]
+
+    def __call__(self, psi: jax.Array, params: Any) -> jax.Array:
+        out = self.step(psi, params)
+        return jax.lax.complex(out.real, jnp.zeros_like(out.real))
+
+
+def _energy_and_state(energy: Callable, psi: jax.Array, params: Any) -> tuple[jax.Array, jax.Array]:
+    """What the search watches settle: the energy and ψ itself (its change over a block is the discrete flow's
+    residual, so slow modes that barely move the energy are seen)."""
+    return energy(psi, params), psi
+
+
+@functools.partial(jax.jit, static_argnames=("energy", "n_blocks", "check_every", "real_axes"))
 def _descend(
-    stepper: Stepper, psi: jax.Array, tol: Any, *, energy: Callable, n_blocks: int, check_every: int
+    stepper: Stepper,
+    psi: jax.Array,
+    tol: Any,
+    *,
+    energy: Callable,
+    n_blocks: int,
+    check_every: int,
+    real_axes: tuple[int, ...] | None,
 ) -> tuple[Any, Any]:
+    real = real_axes is not None
+    if real:
+        psi = real_part(psi, real_axes)
+        stepper = stepper.replace(step_fn=_RealStep(stepper.step_fn), run_fn=None)
     psi = stepper.step_fn(psi, stepper.params)  # one projected step: the state has the held norms from here on
-    psi, e, delta, k = converge(stepper, psi, energy, tol, blocks=n_blocks, block=check_every)
+    tols = (tol, jnp.sqrt(jnp.asarray(tol, psi.real.dtype)))
+    psi, (e, _), (delta, moved), k = converge(
+        stepper, psi, functools.partial(_energy_and_state, energy), tols, blocks=n_blocks, block=check_every
+    )
+    if real:
+        psi = _positive(psi, real_axes)
     finite = jnp.all(jnp.isfinite(psi.real) & jnp.isfinite(psi.imag)) & jnp.isfinite(e)
-    info = {"steps": k * check_every + 1, "energy": e, "delta": delta, "converged": delta <= tol, "finite": finite}
+    info = {
+        "steps": k * check_every + 1,
+        "energy": e,
+        "delta": delta,
+        "moved": moved,
+        "converged": (delta <= tol) & (moved <= tols[1]),
+        "finite": finite,
+    }
     return psi, info
 
 
@@ -59,12 +116,22 @@ def descend(
     n_blocks: int,
     check_every: Any,
     dt: Any,
+    *,
+    real_axes: tuple[int, ...] | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """One projected step, then blocks of ``check_every`` imaginary-time steps of ``stepper`` until the relative
-    change of ``energy(psi, params)`` (a module-level function: it is a static argument of the compiled loop) over
-    a block is ≤ ``tol``, or ``n_blocks`` blocks. Returns (ψ, info) with info = {"steps", "energy", "delta",
-    "converged", "finite"}; a non-finite result outside a trace raises :func:`check_finite`'s error."""
-    psi, info = _descend(stepper, psi, tol, energy=energy, n_blocks=n_blocks, check_every=int(check_every))
+    """One projected step, then blocks of ``check_every`` imaginary-time steps of ``stepper`` until both the
+    relative change of ``energy(psi, params)`` (a module-level function: it is a static argument of the compiled
+    loop) over a block is ≤ ``tol`` and ψ has settled, ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol (the energy error is quadratic in the
+    error of ψ, the change of ψ linear), or ``n_blocks`` blocks.
+
+    ``real_axes`` not None: the problem is real (every factor of the flow real), so ψ is kept real: its phase
+    ½ arg Σψ² over ``real_axes`` (one per remaining index: per component of a mixture) and its imaginary part are
+    dropped once, the imaginary round-off after every step, and the result has each Σψ over ``real_axes``
+    positive. Returns (ψ, info) with info = {"steps", "energy", "delta", "moved", "converged", "finite"}; a
+    non-finite result outside a trace raises :func:`check_finite`'s error."""
+    psi, info = _descend(
+        stepper, psi, tol, energy=energy, n_blocks=n_blocks, check_every=int(check_every), real_axes=real_axes
+    )
     check_finite(info["finite"], dt)
     return psi, info
 

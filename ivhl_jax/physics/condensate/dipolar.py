@@ -527,7 +527,10 @@ def dipolar_ground_state(
     """Ground state of a dipolar condensate by imaginary-time Strang steps at fixed N (normalised gradient flow).
 
     Iterates blocks of ``check_every`` steps in one jitted ``lax.while_loop`` until the relative energy change
-    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) or ``max_steps`` is reached.
+    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) and ψ has settled,
+    ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol, or ``max_steps`` is reached. The problem is real (V real, Φ_dd a real function of
+    |ψ|²), so ψ is kept real: a complex ``psi0`` loses its global phase ½ arg Σψ² and its imaginary part once, the
+    imaginary round-off is dropped after every step, and ψ is returned positive (E[ψ] = E[|ψ|]).
 
     Args:
       system: the :class:`DipolarSystem`.
@@ -541,7 +544,8 @@ def dipolar_ground_state(
       policy: None (the system's dtype) or ``"f32"`` / ``"f64"``; ψ is returned in the policy's output dtype.
 
     Returns:
-      (ψ, info): info = {"steps", "energy", "delta", "converged", "finite"}.
+      (ψ, info): info = {"steps", "energy", "delta", "moved" (last relative change of ψ over a block),
+      "converged", "finite"}.
     """
     system = _with_policy(_check_system(system), policy)
     check_scalar(dt, "dt", positive=True)
@@ -558,7 +562,9 @@ def dipolar_ground_state(
             raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
     tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
     stepper = strang_dipolar(system, dt, imaginary=True, norm=norm)
-    psi, info = descend(stepper, place_state(psi, system), _energy_of, tol, n_blocks, check_every, dt)
+    # A real potential and Φ_dd (a real function of |ψ|²): every factor of the flow is real, the ground state real.
+    axes = tuple(range(grid.ndim))
+    psi, info = descend(stepper, place_state(psi, system), _energy_of, tol, n_blocks, check_every, dt, real_axes=axes)
     pol = physics_policy(policy, like=psi)
     return psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64)), info
 

@@ -18,7 +18,7 @@ from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
-from ivhl_jax.physics.condensate._descent import check_finite, descent_settings
+from ivhl_jax.physics.condensate._descent import check_finite, descent_settings, real_part
 from ivhl_jax.physics.condensate.dipolar import DipolarSystem, dipolar_ground_state
 from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System, mixture_ground_state, spin1_ground_state
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize, residual
@@ -41,14 +41,6 @@ def _energy_and_state(psi: jax.Array, params: Any) -> tuple[jax.Array, jax.Array
     """What the search watches settle: the energy (its change is quadratic in the error) and ψ itself (its change
     over a block, linear in the error, is the residual of the discrete flow: ψ' − ψ ≈ −τ(H_dt − μ)ψ)."""
     return energy(psi, params.system)["total"], psi
-
-
-def _real_part(psi: jax.Array) -> jax.Array:
-    """ψ without its global phase θ = ½ arg Σψ² (which makes Σψ² real and positive, so the real part keeps the most
-    of ψ), as a complex array with zero imaginary part. A real ψ is returned as it is."""
-    theta = 0.5 * jnp.angle(jnp.sum(psi * psi))
-    turned = psi * jax.lax.complex(jnp.cos(theta), -jnp.sin(theta)).astype(psi.dtype)
-    return jax.lax.complex(turned.real, jnp.zeros_like(turned.real))
 
 
 @functools.partial(jax.jit, static_argnames=("n_blocks", "check_every", "use_noise"))
@@ -80,7 +72,7 @@ def _ground_state_loop(
     # through slow phase modes.
     real = not system.rotating
     if real:
-        psi = _real_part(psi)
+        psi = real_part(psi)
     norm = jnp.asarray(norm, rdt)
     psi = normalize(psi, grid, norm)
     # A fixed projection target (Σ|ψ|² = N/dV) keeps the norm anchored instead of random-walking.
@@ -132,8 +124,10 @@ def ground_state(
     guess a Gaussian times the generic spinor (0.6, 0.5 + 0.4i, 0.3)/|·|); a
     :class:`~ivhl_jax.physics.condensate.dipolar.DipolarSystem` holds N. Their tolerance default is 4e-7 in float32
     and 1e-10 in float64; ``key`` and ``noise`` are the scalar system's only, ``magnetization`` the spin-1 one's
-    (another system refuses them in one line). info holds "steps", "energy", "delta", "converged", "finite" for
-    every system.
+    (another system refuses them in one line). info holds "steps", "energy", "delta", "moved", "converged",
+    "finite" for every system, and every search stops when both the energy and ψ have settled. The mixture and
+    dipolar searches keep ψ real as below (a mixture one phase per component); the spin-1 search runs the complex
+    flow.
 
     Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
     ∂ψ/∂τ = −[−½∇² + V + g|ψ|² − Ω L_z]ψ, projected to norm N (τ in 1/ω₀, energies in ħω₀).

@@ -764,7 +764,11 @@ def mixture_ground_state(
     """Ground state of a mixture by imaginary-time Strang steps holding every N_i (normalised gradient flow).
 
     Iterates blocks of ``check_every`` steps in one jitted ``lax.while_loop`` until the relative energy change
-    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) or ``max_steps`` is reached.
+    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) and ψ has settled,
+    ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol, or ``max_steps`` is reached. The problem is real (real potentials and couplings, the
+    components coupled only through their densities), so ψ is kept real: each component loses its phase
+    ½ arg Σψ_i² and its imaginary part once, the imaginary round-off is dropped after every step, and each
+    component is returned positive (complex dtype, zero imaginary part; E[ψ] = E[|ψ|]).
 
     Args:
       system: the :class:`MixtureSystem`.
@@ -780,7 +784,8 @@ def mixture_ground_state(
       policy: None (the system's dtype) or ``"f32"`` / ``"f64"``; ψ is returned in the policy's output dtype.
 
     Returns:
-      (ψ, info): ψ complex of shape (C, *grid); info = {"steps", "energy", "delta", "converged", "finite"}.
+      (ψ, info): ψ complex of shape (C, *grid); info = {"steps", "energy", "delta", "moved" (last relative change
+      of ψ over a block), "converged", "finite"}.
     """
     system = _with_policy(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
     check_scalar(dt, "dt", positive=True)
@@ -799,7 +804,10 @@ def mixture_ground_state(
     psi = place_state(psi, system)
     stepper = strang_mixture(system, dt, imaginary=True, norm=norm)
     tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
-    psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt)
+    # Real potentials and couplings: every factor of the flow is real and the components couple only through their
+    # densities, so each component of the ground state is real up to its own phase.
+    axes = tuple(range(1, psi.ndim))
+    psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt, real_axes=axes)
     return _cast_output(psi, policy), info
 
 
@@ -816,6 +824,10 @@ def spin1_ground_state(
     policy: str | Policy | None = None,
 ) -> tuple[Complex[Array, "3 ..."], dict[str, Array]]:
     """Ground state of a spin-1 condensate by imaginary-time Strang steps holding N (and M when given).
+
+    Stops as :func:`mixture_ground_state` does (energy and ψ settled), but runs the complex flow: the spin-mixing
+    term fixes the relative phase θ₊₁ + θ₋₁ − 2θ₀ while the global phase and a spin rotation about z stay free, so
+    no per-component phase removal keeps ψ real without care where a component vanishes.
 
     Args:
       system: the :class:`Spin1System`.
