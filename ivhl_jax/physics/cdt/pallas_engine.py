@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 from ivhl_jax.physics.cdt.moves import EXTRA_ATTEMPTS, MAX_VERTEX_CAPACITY, move_writes, sweep_length
 from ivhl_jax.physics.cdt.state import CDTState, buffer_layout
@@ -187,6 +188,8 @@ def _launch(kernel, bufs, inputs, *, interpret, block, static):
             grid=(total // block,),
             input_output_aliases={len(ins): 0},
             interpret=interp,
+            # Triton explicitly: the default CUDA lowering (Mosaic GPU) rejects this kernel's unaligned row strides.
+            compiler_params=None if interp else pltriton.CompilerParams(num_warps=4),
         )(*args)
 
     if interpret is None:
