@@ -555,9 +555,7 @@ def parse_command(c: Command, folder: Path) -> Parsed:
 
 # Pages whose commands do not yet run as printed, with the reason (strict: a fix makes the test fail until the
 # entry is removed).
-COMMANDS_PENDING = {
-    "docs/guide/tensor-networks.md": "`--set term_file=h.npy`: the page does not yet show the code that writes h.npy",
-}
+COMMANDS_PENDING: dict[str, str] = {}
 
 
 def _pages_with_commands(only_runnable: bool = False):
@@ -573,12 +571,14 @@ def _pages_with_commands(only_runnable: bool = False):
 
 
 @pytest.mark.parametrize("page", _pages_with_commands())
-def test_guide_commands_parse_and_do_not_collide(page, tmp_path):
+def test_guide_commands_parse_and_do_not_collide(page, tmp_path, monkeypatch):
     """Every `ivhl` command of the page parses and its configuration validates; every other command is a known
-    kind; two commands writing one folder are one run (the later extends it) or the later starts over."""
+    kind; two commands writing one folder are one run (the later extends it) or the later starts over. The
+    commands run in the folder the page's inputs are written to, as a reader's shell would."""
     from ivhl_jax.run.config import config_dict, differing_keys
 
     prepare_inputs(page, tmp_path)
+    monkeypatch.chdir(tmp_path)
     by_out: dict[str, Parsed] = {}
     for c in commands(page):
         if c.words[0] != "ivhl":
