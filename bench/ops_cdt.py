@@ -263,7 +263,7 @@ def large_universe(
     from ivhl_jax.run.device import device_report
 
     eps = 2.0 / volume if eps is None else eps
-    stepper = cdt.metropolis(cdt.LN2, eps=eps, target=volume, engine="host", stop_at_target=False)
+    stepper = cdt.metropolis(cdt.LN2, eps=eps, target=volume, engine="host")
     params = stepper.params
     capacity = int(0.55 * volume) + 1024
     chain = stepper.init(jax.random.key(seed), n_slices, volume // (2 * n_slices), capacity)
