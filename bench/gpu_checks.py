@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from ivhl_jax.bench.harness import time_callable
+from ivhl_jax.bench.harness import memory_bytes, time_callable
 from ivhl_jax.core import backend
 
 H100_BF16_DENSE_TFLOPS = 989.4  # datasheet (SXM, dense); the measured peak is the MFU denominator
@@ -89,7 +89,7 @@ def section_env(quick: bool) -> dict:
 
     from ivhl_jax.run.device import device_report
 
-    out = {"report": device_report(), "default_backend": backend.platform()}
+    out: dict[str, Any] = {"report": device_report(), "default_backend": backend.platform()}
     try:
         out["nvidia_smi"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit", "--format=csv"],
@@ -201,7 +201,7 @@ def section_attention_ok(quick: bool) -> dict:
         mask = None if causal else jnp.asarray(pad[:, None, None, :])
         for dtype in ("float32", "bfloat16"):
             for impl in ("xla", "cudnn", "chunked", "pallas"):
-                rec = {"impl": impl, "dtype": dtype, "masking": masking, "shape": [B, T, N, H]}
+                rec: dict[str, Any] = {"impl": impl, "dtype": dtype, "masking": masking, "shape": [B, T, N, H]}
                 try:
                     qj, kj, vj, doj = (jnp.asarray(a, dtype) for a in (q, k, v, do))
                     kw = dict(mask=mask, causal=causal, implementation=impl)
@@ -240,7 +240,7 @@ def section_attention(quick: bool) -> dict:
         ks = jax.random.split(jax.random.key(0), 3)
         q, k, v = (jax.random.normal(kk, (B, T, N, H), jnp.bfloat16) for kk in ks)
         for impl in ("xla", "cudnn", "chunked", "pallas"):
-            rec = {"impl": impl, "shape": [B, T, N, H], "dtype": "bfloat16", "causal": True}
+            rec: dict[str, Any] = {"impl": impl, "shape": [B, T, N, H], "dtype": "bfloat16", "causal": True}
             kw = dict(causal=True, implementation=impl)
             if impl == "pallas":
                 kw["interpret"] = False
@@ -311,7 +311,14 @@ def section_transformer(quick: bool, peak_bf16_tflops: float | None) -> dict:
     )
     reps = 3 if quick else 10
     for name, B, T, att, remat in runs:
-        rec = {"preset": name, "batch": B, "seq_len": T, "attention": att, "remat": remat, "precision": "bf16"}
+        rec: dict[str, Any] = {
+            "preset": name,
+            "batch": B,
+            "seq_len": T,
+            "attention": att,
+            "remat": remat,
+            "precision": "bf16",
+        }
         try:
             cfg = preset(name, max_len=T, precision="bf16", attention=att, remat=remat)
             step, state, batch, params = _lm_step(cfg, B, T)
@@ -319,9 +326,9 @@ def section_transformer(quick: bool, peak_bf16_tflops: float | None) -> dict:
             t0 = time.perf_counter()
             compiled = step_jit.lower(state, batch).compile()
             rec["compile_s"] = time.perf_counter() - t0
-            mem = compiled.memory_analysis()
-            if mem is not None:
-                rec["temp_bytes"] = int(getattr(mem, "temp_size_in_bytes", 0))
+            mem = memory_bytes(compiled)
+            if mem:
+                rec["temp_bytes"] = mem.get("temp_size_in_bytes", 0)
             t, _ = _time_train(step_jit, state, batch, reps)
             flops = flops_per_token(cfg, T) * B * T
             rec.update(
@@ -355,9 +362,9 @@ def section_parallel(quick: bool) -> dict:
     step, state, batch, _ = _lm_step(cfg, B, T)
     plain = jax.jit(step)
     t_plain, _ = _time_train(plain, state, batch, reps)
-    out = {"preset": name, "batch": B, "seq_len": T, "plain": t_plain, "modes": []}
+    out: dict[str, Any] = {"preset": name, "batch": B, "seq_len": T, "plain": t_plain, "modes": []}
     for spec in ({"data": 1}, {"fsdp": 1}):
-        rec = {"mesh": spec}
+        rec: dict[str, Any] = {"mesh": spec}
         try:
             mesh = parallel.make_mesh(spec)
             sh = parallel.state_shardings(state, mesh, param_logical_axes(cfg))
@@ -1078,7 +1085,7 @@ def _summary(name: str, res: dict) -> dict:
         return {name: res["skipped"]}
     if name == "ceilings":
         return {
-            k: round(v.get("tflops", v.get("gbps_read_plus_write", 0)), 1)
+            k: round(float(v["tflops"] if "tflops" in v else v.get("gbps_read_plus_write", 0)), 1)
             for k, v in res.items()
             if isinstance(v, dict)
         }

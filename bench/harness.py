@@ -29,7 +29,7 @@ import pkgutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -105,6 +105,12 @@ def time_callable(
     return summarize(samples)
 
 
+def blocking_call(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """A call of ``fn(*args)`` that waits for its result (``jax.block_until_ready``): a contestant of
+    :func:`interleaved_rounds` or :func:`time_callable`, its arguments bound now (not a loop's last value)."""
+    return lambda: jax.block_until_ready(fn(*args))
+
+
 def median_ms(call: Callable[[], Any], repeats: int) -> float:
     """Median wall time of ``call()`` in milliseconds over ``repeats`` calls after one warm-up (compile apart):
     :func:`time_callable`'s median. ``call`` must block until its work is done."""
@@ -170,6 +176,23 @@ def module_at(rev: str, path: str, name: str, folder: str) -> Any:
     return mod
 
 
+def before_after_setup(
+    modules: Mapping[str, str], *, rounds: int, against_help: str = "the git revision to time against"
+) -> tuple[Any, dict[str, Any]]:
+    """The command line of a before/after study (``--against REV``, ``--rounds``, ``--out``) parsed, and each
+    file of ``modules`` (``{name: path}``) as it is at ``--against``, loaded under ``name`` by :func:`module_at`."""
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", required=True, help=against_help)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    return a, {name: module_at(a.against, path, name, tmp) for name, path in modules.items()}
+
+
 def before_after(wall: dict[str, list[float]], meta: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per key of ``meta``, from the rounds of :func:`interleaved_rounds` named ``"<key> old"`` and ``"<key> new"``:
     the two medians, the quartiles of the per-round ratios new/old, and ``meta[key]``."""
@@ -187,7 +210,7 @@ def before_after(wall: dict[str, list[float]], meta: dict[str, dict[str, Any]]) 
 
 
 def before_after_study(
-    calls: dict[str, Callable[[], Any]],
+    calls: Mapping[str, Callable[..., Any]],
     meta: dict[str, dict[str, Any]],
     *,
     rounds: int,
@@ -197,7 +220,7 @@ def before_after_study(
     """A same-process comparison with another revision, end to end: ``calls`` (``"<key> old"`` / ``"<key> new"``)
     timed in :func:`interleaved_rounds`, summarised by :func:`before_after`, each key's record printed, and with
     ``out`` written by :func:`write_results` (with ``against``, ``rounds`` and how to read the figures)."""
-    wall, _ = interleaved_rounds(calls, rounds)
+    wall, _ = interleaved_rounds(dict(calls), rounds)
     res = before_after(wall, meta)
     for key, rec in res.items():
         print(key, rec, flush=True)
@@ -210,6 +233,89 @@ def before_after_study(
         }
         write_results(out, doc)
     return res
+
+
+MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "generated_code_size_in_bytes")
+
+
+def memory_bytes(compiled: Any) -> dict[str, int]:
+    """XLA's memory analysis of a compiled program: ``{field: bytes}`` for the fields of :data:`MEMORY_FIELDS`
+    the backend reports; empty where it reports none (``memory_analysis()`` is backend-dependent and may
+    return None)."""
+    mem = compiled.memory_analysis()
+    if mem is None:
+        return {}
+    return {k: int(getattr(mem, k)) for k in MEMORY_FIELDS if getattr(mem, k, None) is not None}
+
+
+def _peer_calls(case: BenchCase, rec: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    """Each peer's call, built and called once (compile/trace for torch.compile); ``rec["peers"]`` records its
+    setup time, or why it was skipped or failed (a failing peer must not hide our own numbers)."""
+    calls: dict[str, Callable[[], Any]] = {}
+    for name, build in case.peers.items():
+        try:
+            t0 = time.perf_counter()
+            call = build()
+            call()
+            rec["peers"][name] = {"setup_s": time.perf_counter() - t0}
+            calls[name] = call
+        except ImportError as e:
+            rec["peers"][name] = {"skipped": f"peer not installed ({e.name}); pip install '.[peers]'"}
+        except Exception as e:  # noqa: BLE001
+            rec["peers"][name] = {"error": repr(e)}
+    return calls
+
+
+def _peer_ratios(rec: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    """Each peer's summary next to the jitted call's: ratio of medians, per-round median ratio, best over best
+    (> 1 means ivhl_jax (jit) is faster than the peer)."""
+    med = rec["jit"]["median_s"]
+    jit_samples = np.asarray(rec["jit"]["samples_s"])
+    for name, s in samples.items():
+        res = summarize(s)
+        res["peer_over_jit"] = res["median_s"] / med
+        res["peer_over_jit_per_round_median"] = float(np.median(np.asarray(s) / jit_samples))
+        res["peer_over_jit_best"] = res["min_s"] / rec["jit"]["min_s"]
+        rec["peers"][name].update(res)
+    if not rec["peers"]:
+        del rec["peers"]
+
+
+def _xla_flops(compiled: Any) -> float | None:
+    """XLA's own flop count of the compiled program (SVD/eigh included as XLA reports them), or None where the
+    backend's cost analysis gives none."""
+    try:
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        return (float(cost.get("flops", 0.0)) or None) if cost is not None else None
+    except Exception:  # noqa: BLE001 - cost analysis is backend-dependent; GFLOP/s is then omitted
+        return None
+
+
+def _rates(case: BenchCase, compiled: Any, rec: dict[str, Any]) -> None:
+    """Flop, byte and item rates of the jitted call's median, XLA's cost record and its memory analysis."""
+    from ivhl_jax.run.measure import cost_record
+
+    med = rec["jit"]["median_s"]
+    flops = case.flops
+    if not flops:
+        flops = _xla_flops(compiled)  # no analytic count given: XLA's count of the compile timed above
+        if flops:
+            rec["flops_source"] = "xla_cost_analysis"
+    if flops:
+        rec["flops_per_call"] = flops
+        rec["gflops_per_s"] = flops / med / 1e9
+    rec["cost"] = cost_record(compiled, med)  # XLA's flop and byte counts: a roofline against measured limits
+    if case.bytes_moved:
+        rec["gbytes_per_s"] = case.bytes_moved / med / 1e9
+    if case.items_per_call:
+        rec["throughput"] = {"items": case.items_name, "per_s": case.items_per_call / med}
+    try:
+        mem = memory_bytes(compiled)
+        if mem:
+            rec["memory"] = mem
+    except Exception as e:  # noqa: BLE001 - memory analysis is backend-dependent; record why it is missing
+        rec["memory"] = {"unavailable": repr(e)}
 
 
 def run_case(
@@ -236,17 +342,7 @@ def run_case(
     calls: dict[str, Callable[[], Any]] = {"jit": lambda: jax.block_until_ready(compiled(*case.args))}
     rec["peers"] = {}
     if peers:
-        for name, build in case.peers.items():
-            try:
-                t0 = time.perf_counter()
-                call = build()
-                call()  # first call: compile/trace for torch.compile
-                rec["peers"][name] = {"setup_s": time.perf_counter() - t0}
-                calls[name] = call
-            except ImportError as e:
-                rec["peers"][name] = {"skipped": f"peer not installed ({e.name}); pip install '.[peers]'"}
-            except Exception as e:  # a failing peer must not hide our own numbers
-                rec["peers"][name] = {"error": repr(e)}
+        calls.update(_peer_calls(case, rec))
     for call in calls.values():
         for _ in range(warmup):
             call()
@@ -254,54 +350,8 @@ def run_case(
     samples, _ = interleaved_rounds(calls, repeats, pause_s=pause_s)
     rec["loadavg_end"] = os.getloadavg()
     rec["jit"] = summarize(samples.pop("jit"))
-    med = rec["jit"]["median_s"]
-    jit_samples = np.asarray(rec["jit"]["samples_s"])
-    for name, s in samples.items():
-        res = summarize(s)
-        # > 1 means ivhl_jax (jit) is faster than the peer.
-        res["peer_over_jit"] = res["median_s"] / med
-        res["peer_over_jit_per_round_median"] = float(np.median(np.asarray(s) / jit_samples))
-        res["peer_over_jit_best"] = res["min_s"] / rec["jit"]["min_s"]
-        rec["peers"][name].update(res)
-    if not rec["peers"]:
-        del rec["peers"]
-    flops = case.flops
-    if not flops:
-        # No analytic count given: use XLA's own count of the compiled program (SVD/eigh included as
-        # XLA reports them), from the compile timed above.
-        try:
-            cost = compiled.cost_analysis()
-            cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-            flops = float(cost.get("flops", 0.0)) or None
-        except Exception:  # cost analysis is backend-dependent; GFLOP/s is then omitted
-            flops = None
-        if flops:
-            rec["flops_source"] = "xla_cost_analysis"
-    if flops:
-        rec["flops_per_call"] = flops
-        rec["gflops_per_s"] = flops / med / 1e9
-    from ivhl_jax.run.measure import cost_record
-
-    rec["cost"] = cost_record(compiled, med)  # XLA's flop and byte counts: a roofline against measured limits
-    if case.bytes_moved:
-        rec["gbytes_per_s"] = case.bytes_moved / med / 1e9
-    if case.items_per_call:
-        rec["throughput"] = {"items": case.items_name, "per_s": case.items_per_call / med}
-    try:
-        mem = compiled.memory_analysis()
-        if mem is not None:
-            rec["memory"] = {
-                k: int(getattr(mem, k))
-                for k in (
-                    "argument_size_in_bytes",
-                    "output_size_in_bytes",
-                    "temp_size_in_bytes",
-                    "generated_code_size_in_bytes",
-                )
-                if hasattr(mem, k)
-            }
-    except Exception as e:  # memory analysis is backend-dependent; record why it is missing
-        rec["memory"] = {"unavailable": repr(e)}
+    _peer_ratios(rec, samples)
+    _rates(case, compiled, rec)
     if case.op_by_op:
 
         def eager():
@@ -309,7 +359,7 @@ def run_case(
                 jax.block_until_ready(case.fn(*case.args))
 
         rec["op_by_op"] = time_callable(eager, repeats=repeats, warmup=1, budget_s=max_eager_s)
-        rec["speedup_jit_vs_op_by_op"] = rec["op_by_op"]["median_s"] / med
+        rec["speedup_jit_vs_op_by_op"] = rec["op_by_op"]["median_s"] / rec["jit"]["median_s"]
     else:
         rec["op_by_op"] = {"skipped": "op-by-op dispatch of this op is impractically slow at this size"}
     return rec

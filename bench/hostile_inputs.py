@@ -308,10 +308,10 @@ def hostile_files(tmp: str) -> list[dict[str, Any]]:
         status, err = _main(["--out", d])
         ok = _one_line(status, err, path)
         out.append({"file": f"run folder config.json: {text[:12]!r}", "refused_in_one_line": ok})
-    for name, text in (("deep.json", "[" * 100_000), ("deep.toml", "a = " + "[" * 100_000), ("list.json", "[1]")):
+    for name, body in (("deep.json", "[" * 100_000), ("deep.toml", "a = " + "[" * 100_000), ("list.json", "[1]")):
         path = os.path.join(tmp, name)
-        with open(path, "w") as f:
-            f.write(text)
+        with open(path, "w") as g:
+            g.write(body)
         try:
             load_config(CountConfig, path)
             line = ""

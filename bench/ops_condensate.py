@@ -15,6 +15,7 @@ copy measured in the same process, so the fraction of the bound is gbytes_per_s 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -327,7 +328,7 @@ def main(argv=None) -> int:
     from ivhl_jax.bench.harness import write_results
 
     command = "python -m ivhl_jax.bench.ops_condensate " + " ".join(sys.argv[1:] if argv is None else argv)
-    doc = {
+    doc: dict[str, Any] = {
         "device": str(jax.devices()[0]),
         "host": platform.node(),
         "cpu_count": backend.machine_cores(),

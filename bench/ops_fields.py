@@ -14,6 +14,8 @@ and the straightforward JAX formulation with XLA's own cos/sin (what ``fastmath`
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -28,11 +30,16 @@ SINCOS_SIZES = {"small": 1 << 16, "medium": 1 << 20, "large": 1 << 22, "extreme"
 SOFTENING = 0.1
 
 
-def _superpose_inputs(n: int, m: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
+# the arguments of fields.superpose, in its order
+NAMES = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
+
+
+def _unit_sources(points: np.ndarray, sources: np.ndarray) -> dict[str, Any]:
+    """The benchmark's inputs around given points and sources: A = k = omega = 1, phi = 0, t = 0 (float32)."""
+    m = sources.shape[0]
     return {
-        "points": rng.normal(size=(n, 3)).astype(np.float32),
-        "sources": (0.5 * rng.normal(size=(m, 3))).astype(np.float32),
+        "points": points.astype(np.float32),
+        "sources": sources.astype(np.float32),
         "amplitudes": np.ones(m, np.float32),
         "wavenumbers": np.ones(m, np.float32),
         "frequencies": np.ones(m, np.float32),
@@ -41,7 +48,44 @@ def _superpose_inputs(n: int, m: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def _numpy_peer(inp: dict[str, np.ndarray], dtype) -> callable:
+def _superpose_inputs(n: int, m: int, seed: int = 0) -> dict[str, Any]:
+    """Points ~ N(0, I) and sources ~ N(0, 0.25 I) in 3-D."""
+    rng = np.random.default_rng(seed)
+    return _unit_sources(rng.normal(size=(n, 3)), 0.5 * rng.normal(size=(m, 3)))
+
+
+def _superpose(points, sources, amplitudes, wavenumbers, frequencies, phases, t):
+    """The public ``fields.superpose`` with the benchmark's softening, arguments in :data:`NAMES` order."""
+    from ivhl_jax.physics import fields
+
+    return fields.superpose(
+        points,
+        sources,
+        amplitudes=amplitudes,
+        wavenumbers=wavenumbers,
+        frequencies=frequencies,
+        phases=phases,
+        t=t,
+        softening=SOFTENING,
+    )
+
+
+def _torch_args(inp: dict[str, Any], device: str = "cpu") -> list:
+    """The PyTorch peer's arguments (points, sources, amplitudes, wavenumbers, phase offset) on ``device``."""
+    import torch
+
+    tp = [
+        torch.from_numpy(np.ascontiguousarray(inp[x])).to(device)
+        for x in ("points", "sources", "amplitudes", "wavenumbers")
+    ]
+    tp.append(torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"]).to(device))
+    return tp
+
+
+Peer = Callable[[], Callable[[], Any]]  # builds a call (untimed), the call is timed
+
+
+def _numpy_peer(inp: dict[str, Any], dtype) -> Peer:
     def build():
         p, s = inp["points"].astype(dtype), inp["sources"].astype(dtype)
         a, k = inp["amplitudes"].astype(dtype), inp["wavenumbers"].astype(dtype)
@@ -71,27 +115,23 @@ def _torch_field(p, s, a, k, th):
     return (w * ph.cos()).sum(1), (w * ph.sin()).sum(1)
 
 
-def _torch_peer(inp: dict[str, np.ndarray], compiled: bool) -> callable:
+def _torch_peer(inp: dict[str, Any], compiled: bool) -> Peer:
     def build():
         import torch
 
-        p, s, a, k = (
-            torch.from_numpy(np.ascontiguousarray(inp[x])) for x in ("points", "sources", "amplitudes", "wavenumbers")
-        )
-        th = torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"])
-
+        tp = _torch_args(inp)
         fn = torch.compile(_torch_field) if compiled else _torch_field
 
         def call():
             with torch.no_grad():
-                return fn(p, s, a, k, th)
+                return fn(*tp)
 
         return call
 
     return build
 
 
-def _jax_plain_peer(inp: dict[str, np.ndarray], chunk: int = 2048) -> callable:
+def _jax_plain_peer(inp: dict[str, Any], chunk: int = 2048) -> Peer:
     """The straightforward JAX formulation: chunk × M tiles with XLA's jnp.cos/jnp.sin."""
 
     def build():
@@ -125,30 +165,13 @@ def _jax_plain_peer(inp: dict[str, np.ndarray], chunk: int = 2048) -> callable:
 def superpose_case(size: str) -> BenchCase:
     import jax.numpy as jnp
 
-    from ivhl_jax.physics import fields
-
     n, m = SUPERPOSE_SIZES[size]
     inp = _superpose_inputs(n, m)
-
-    def fn(points, sources, amplitudes, wavenumbers, frequencies, phases, t):
-        return fields.superpose(
-            points,
-            sources,
-            amplitudes=amplitudes,
-            wavenumbers=wavenumbers,
-            frequencies=frequencies,
-            phases=phases,
-            t=t,
-            softening=SOFTENING,
-        )
-
-    args = tuple(
-        jnp.asarray(inp[x]) for x in ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
-    )
+    args = tuple(jnp.asarray(inp[x]) for x in NAMES)
     return BenchCase(
         op="superpose",
         size=size,
-        fn=fn,
+        fn=_superpose,
         args=args,
         params={
             "points": n,
@@ -235,7 +258,7 @@ OPS = {"superpose": superpose_case, "sincos": sincos_case}
 # against a float64 NumPy sum (error relative to Σ|A|/(r + ε), float32 tolerance 1e-5).
 
 
-def _float64_reference(inp: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _float64_reference(inp: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     p, s = inp["points"].astype(np.float64), inp["sources"].astype(np.float64)
     a, k = inp["amplitudes"].astype(np.float64), inp["wavenumbers"].astype(np.float64)
     th = inp["phases"].astype(np.float64) - inp["frequencies"].astype(np.float64) * float(inp["t"])
@@ -261,6 +284,137 @@ def _stats(samples: list[float]) -> dict[str, float]:
     }
 
 
+def _contestants(inp: dict[str, Any], variants: bool, torch_compiled) -> tuple[dict[str, Callable[[], Any]], dict]:
+    """The calls raced at one size, warmed (compiled): ours (AOT-compiled jit of the public ``fields.superpose``),
+    with ``variants`` ours on the XLA-split path and the two dispatch floors, torch eager and ``torch.compile``;
+    and a record of the compile times and of the fusions XLA splits over threads."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    args = tuple(jnp.asarray(inp[x]) for x in NAMES)
+    t0 = time.perf_counter()
+    ours = jax.jit(_superpose).lower(*args).compile()
+    info: dict[str, Any] = {"compile_s_ours": time.perf_counter() - t0}
+    calls: dict[str, Callable[[], Any]] = {"ours": functools.partial(_run_jax, ours, args)}
+    compiled = {"ours": ours}
+    if variants:
+        with backend.override(fields_serial_pairs=0):  # read at trace time: every block splits its fusions
+            compiled["ours_split_fusions"] = jax.jit(_superpose).lower(*args).compile()
+        floor = jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0], p[:, 1])).lower(*args).compile()
+        # XLA's CPU client runs a program inline on the calling thread only if its HLO cost analysis
+        # counts < 1000 flops; anything bigger is handed to a worker thread (async dispatch). This
+        # trivial program counts 3 N >= 1536 flops, so it measures that hand-off's floor.
+        floor_async = (
+            jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0] * p[:, 1] + p[:, 2], p[:, 1])).lower(*args).compile()
+        )
+        calls["ours_split_fusions"] = functools.partial(_run_jax, compiled["ours_split_fusions"], args)
+        calls["dispatch_floor"] = functools.partial(_run_jax, floor, args)
+        calls["dispatch_floor_async_path"] = functools.partial(_run_jax, floor_async, args)
+    info["xla_fusions_split_over_threads"] = {
+        k: (c.as_text() or "").count("outer_dimension_partitions") for k, c in compiled.items()
+    }
+    tp = _torch_args(inp)
+    t0 = time.perf_counter()
+    torch_compiled(*tp)
+    info["first_call_s_torch_compile"] = time.perf_counter() - t0
+    calls["torch_eager"] = functools.partial(_torch_field, *tp)
+    calls["torch_compile"] = functools.partial(torch_compiled, *tp)
+    return calls, info
+
+
+def _errors_vs_float64(calls: dict[str, Callable[[], Any]], inp: dict[str, Any]) -> dict[str, float]:
+    """Every contestant (not the dispatch floors) against the float64 NumPy sum, relative to Σ|A|/(r + ε); each
+    within the float32 tolerance 1e-5."""
+    ref, scale = _float64_reference(inp)
+    check = {}
+    for name, call in calls.items():
+        if name.startswith("dispatch_floor"):
+            continue
+        out = call()
+        z = (
+            np.asarray(out, np.complex128)
+            if not isinstance(out, tuple)
+            else out[0].numpy().astype(np.float64) + 1j * out[1].numpy().astype(np.float64)
+        )
+        check[name] = float(np.max(np.abs(z - ref) / scale))
+    assert all(v <= 1e-5 for v in check.values()), check
+    return check
+
+
+def _random_order_rounds(calls: dict[str, Callable[[], Any]], rounds: int, seed: int, pause_s: float) -> dict:
+    """``rounds`` rounds of one call per contestant in a fresh random order (a fixed cyclic order always puts the
+    same contestant right after torch: measured up to 7x slower medians for an identical program there); with
+    ``pause_s`` an untimed sleep before each call (every call then pays a thread wake-up: JAX's async CPU
+    dispatch hands the call to a worker thread). Per contestant its timings, and per peer its ratios to ours."""
+    import os
+    import time
+
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    order = list(calls)
+    rng = np.random.default_rng(seed)
+    load0 = os.getloadavg()
+    for _ in range(rounds):
+        for name in rng.permutation(order):
+            if pause_s:
+                time.sleep(pause_s)
+            t0 = time.perf_counter()
+            calls[name]()
+            samples[name].append(time.perf_counter() - t0)
+    load1 = os.getloadavg()
+    ph: dict[str, Any] = {
+        "loadavg_1min_start_end": [load0[0], load1[0]],
+        "timings": {k: _stats(v) for k, v in samples.items()},
+    }
+    ours_s = np.asarray(samples["ours"])
+    for peer in ("torch_eager", "torch_compile", "ours_split_fusions"):
+        if peer in samples:
+            per_round = np.asarray(samples[peer]) / ours_s
+            ph["timings"][peer].update(
+                {
+                    "ratio_medians_peer_over_ours": float(np.median(samples[peer]) / np.median(ours_s)),
+                    "ratio_per_round_median": float(np.median(per_round)),
+                    "ratio_per_round_q25_q75": [
+                        float(np.percentile(per_round, 25)),
+                        float(np.percentile(per_round, 75)),
+                    ],
+                }
+            )
+    return ph
+
+
+def _phase_line(size: str, nt: int, ph: dict, variants: bool) -> str:
+    load0, load1 = ph["loadavg_1min_start_end"]
+    t = ph["timings"]
+    return (
+        f"[fields] {size} torch threads {nt} (load {load0:.1f}->{load1:.1f}): ours "
+        f"{t['ours']['median_ms']:.4f} ms, torch eager {t['torch_eager']['median_ms']:.4f}, torch.compile "
+        f"{t['torch_compile']['median_ms']:.4f} (x{t['torch_compile']['ratio_medians_peer_over_ours']:.2f})"
+        + (
+            f", split {t['ours_split_fusions']['median_ms']:.4f}, floor {t['dispatch_floor']['median_ms']:.4f}"
+            f", async floor {t['dispatch_floor_async_path']['median_ms']:.4f}"
+            if variants
+            else ""
+        )
+    )
+
+
+def _torch_summary(by_threads: dict[str, dict]) -> dict[str, Any]:
+    """The figures at torch's best thread count (credited to torch)."""
+    best = min(by_threads, key=lambda k: by_threads[k]["timings"]["torch_compile"]["median_ms"])
+    tb = by_threads[best]["timings"]
+    return {
+        "torch_compile_best_threads": int(best),
+        "ours_median_ms": tb["ours"]["median_ms"],
+        "torch_eager_median_ms": tb["torch_eager"]["median_ms"],
+        "torch_compile_median_ms": tb["torch_compile"]["median_ms"],
+        "torch_compile_over_ours_medians": tb["torch_compile"]["ratio_medians_peer_over_ours"],
+        "torch_compile_over_ours_per_round_median": tb["torch_compile"]["ratio_per_round_median"],
+        "torch_compile_over_ours_per_round_q25_q75": tb["torch_compile"]["ratio_per_round_q25_q75"],
+    }
+
+
 def compare_with_torch(
     sizes: tuple[str, ...] = ("small", "medium", "large", "extreme"),
     threads: tuple[int, ...] = (1, 2),
@@ -277,33 +431,14 @@ def compare_with_torch(
     XLA runs it inline on the calling thread) and ``dispatch_floor_async_path`` (the same with
     ≥ 1000 flops: the floor of every real program under JAX's default async CPU dispatch).
     """
-    import os
     import time
 
     import jax
-    import jax.numpy as jnp
     import torch
-
-    from ivhl_jax.physics import fields
 
     rounds = rounds or {"small": 400, "medium": 300, "large": 80, "extreme": 40}
     torch.set_grad_enabled(False)
-    names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
-
-    def ours_fn(points, sources, amplitudes, wavenumbers, frequencies, phases, t):
-        return fields.superpose(
-            points,
-            sources,
-            amplitudes=amplitudes,
-            wavenumbers=wavenumbers,
-            frequencies=frequencies,
-            phases=phases,
-            t=t,
-            softening=SOFTENING,
-        )
-
-    torch_field = _torch_field
-    torch_compiled = torch.compile(torch_field)
+    torch_compiled = torch.compile(_torch_field)
     doc: dict = {
         "what": "psi_n = sum_j A_j exp(i(k_j r_nj - w_j t + phi_j)) / (r_nj + eps), float32, seed inputs "
         "(points ~ N(0, I) 3-D, sources ~ N(0, 0.25 I), A = k = w = 1, phi = 0, t = 0, eps = 0.1)",
@@ -320,126 +455,27 @@ def compare_with_torch(
     for size in sizes:
         n, m = SUPERPOSE_SIZES[size]
         inp = _superpose_inputs(n, m)
-        args = tuple(jnp.asarray(inp[x]) for x in names)
-        t0 = time.perf_counter()
-        ours = jax.jit(ours_fn).lower(*args).compile()
-        compile_s = time.perf_counter() - t0
-        calls = {"ours": functools.partial(_run_jax, ours, args)}
-        if variants:
-            with backend.override(fields_serial_pairs=0):  # read at trace time: every block splits its fusions
-                split = jax.jit(ours_fn).lower(*args).compile()
-            floor = jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0], p[:, 1])).lower(*args).compile()
-            # XLA's CPU client runs a program inline on the calling thread only if its HLO cost analysis
-            # counts < 1000 flops; anything bigger is handed to a worker thread (async dispatch). This
-            # trivial program counts 3 N >= 1536 flops, so it measures that hand-off's floor.
-            floor_async = (
-                jax.jit(lambda p, *rest: jax.lax.complex(p[:, 0] * p[:, 1] + p[:, 2], p[:, 1])).lower(*args).compile()
-            )
-            calls["ours_split_fusions"] = functools.partial(_run_jax, split, args)
-            calls["dispatch_floor"] = functools.partial(_run_jax, floor, args)
-            calls["dispatch_floor_async_path"] = functools.partial(_run_jax, floor_async, args)
-        tp = [
-            torch.from_numpy(np.ascontiguousarray(inp[x])) for x in ("points", "sources", "amplitudes", "wavenumbers")
-        ]
-        tp.append(torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"]))
-        t0 = time.perf_counter()
-        torch_compiled(*tp)
-        torch_compile_s = time.perf_counter() - t0
-        calls["torch_eager"] = functools.partial(torch_field, *tp)
-        calls["torch_compile"] = functools.partial(torch_compiled, *tp)
-        # correctness in the same run: every contestant against float64
-        ref, scale = _float64_reference(inp)
-        check = {}
-        for name, call in calls.items():
-            if name.startswith("dispatch_floor"):
-                continue
-            out = call()
-            z = (
-                np.asarray(out, np.complex128)
-                if not isinstance(out, tuple)
-                else out[0].numpy().astype(np.float64) + 1j * out[1].numpy().astype(np.float64)
-            )
-            check[name] = float(np.max(np.abs(z - ref) / scale))
-        assert all(v <= 1e-5 for v in check.values()), check
-        split_fusions = {
-            k: c.as_text().count("outer_dimension_partitions")
-            for k, c in (("ours", ours), ("ours_split_fusions", split if variants else None))
-            if c
-        }
+        calls, info = _contestants(inp, variants, torch_compiled)
         rec: dict = {
             "size": size,
             "points": n,
             "sources": m,
             "pairs": n * m,
-            "compile_s_ours": compile_s,
-            "xla_fusions_split_over_threads": split_fusions,
-            "first_call_s_torch_compile": torch_compile_s,
-            "max_err_vs_float64_rel_to_sum_abs_terms": check,
+            "compile_s_ours": info["compile_s_ours"],
+            "xla_fusions_split_over_threads": info["xla_fusions_split_over_threads"],
+            "first_call_s_torch_compile": info["first_call_s_torch_compile"],
+            "max_err_vs_float64_rel_to_sum_abs_terms": _errors_vs_float64(calls, inp),  # in the same run
             "by_torch_threads": {},
         }
-        r = rounds[size]
         for nt in threads:
             torch.set_num_threads(nt)
             for call in calls.values():
                 for _ in range(3):
                     call()
-            samples: dict[str, list[float]] = {k: [] for k in calls}
-            order = list(calls)
-            rng = np.random.default_rng(nt)
-            load0 = os.getloadavg()
-            for _ in range(r):
-                # a fresh random order each round: a fixed cyclic order always puts the same contestant
-                # right after torch (measured: up to 7x slower medians for an identical program there).
-                # pause_s > 0 adds an untimed sleep before each call (it makes every call pay a thread
-                # wake-up: JAX's async CPU dispatch hands the call to a worker thread)
-                for name in rng.permutation(order):
-                    if pause_s:
-                        time.sleep(pause_s)
-                    t0 = time.perf_counter()
-                    calls[name]()
-                    samples[name].append(time.perf_counter() - t0)
-            load1 = os.getloadavg()
-            ph = {"loadavg_1min_start_end": [load0[0], load1[0]], "timings": {k: _stats(v) for k, v in samples.items()}}
-            ours_s = np.asarray(samples["ours"])
-            for peer in ("torch_eager", "torch_compile", "ours_split_fusions"):
-                if peer in samples:
-                    per_round = np.asarray(samples[peer]) / ours_s
-                    ph["timings"][peer].update(
-                        {
-                            "ratio_medians_peer_over_ours": float(np.median(samples[peer]) / np.median(ours_s)),
-                            "ratio_per_round_median": float(np.median(per_round)),
-                            "ratio_per_round_q25_q75": [
-                                float(np.percentile(per_round, 25)),
-                                float(np.percentile(per_round, 75)),
-                            ],
-                        }
-                    )
+            ph = _random_order_rounds(calls, rounds[size], nt, pause_s)
             rec["by_torch_threads"][str(nt)] = ph
-            t = ph["timings"]
-            log(
-                f"[fields] {size} torch threads {nt} (load {load0[0]:.1f}->{load1[0]:.1f}): ours "
-                f"{t['ours']['median_ms']:.4f} ms, torch eager {t['torch_eager']['median_ms']:.4f}, torch.compile "
-                f"{t['torch_compile']['median_ms']:.4f} (x{t['torch_compile']['ratio_medians_peer_over_ours']:.2f})"
-                + (
-                    f", split {t['ours_split_fusions']['median_ms']:.4f}, floor {t['dispatch_floor']['median_ms']:.4f}"
-                    f", async floor {t['dispatch_floor_async_path']['median_ms']:.4f}"
-                    if variants
-                    else ""
-                )
-            )
-        best = min(
-            rec["by_torch_threads"], key=lambda k: rec["by_torch_threads"][k]["timings"]["torch_compile"]["median_ms"]
-        )
-        tb = rec["by_torch_threads"][best]["timings"]
-        rec["summary"] = {
-            "torch_compile_best_threads": int(best),
-            "ours_median_ms": tb["ours"]["median_ms"],
-            "torch_eager_median_ms": tb["torch_eager"]["median_ms"],
-            "torch_compile_median_ms": tb["torch_compile"]["median_ms"],
-            "torch_compile_over_ours_medians": tb["torch_compile"]["ratio_medians_peer_over_ours"],
-            "torch_compile_over_ours_per_round_median": tb["torch_compile"]["ratio_per_round_median"],
-            "torch_compile_over_ours_per_round_q25_q75": tb["torch_compile"]["ratio_per_round_q25_q75"],
-        }
+            log(_phase_line(size, nt, ph, variants))
+        rec["summary"] = _torch_summary(rec["by_torch_threads"])
         doc["results"].append(rec)
     return doc
 
@@ -453,18 +489,10 @@ QUICK_SIZES = ((2048, 20), (8192, 40))
 _ERROR_POINTS = 4096
 
 
-def _box_inputs(n: int, m: int, seed: int = 0) -> dict[str, np.ndarray]:
+def _box_inputs(n: int, m: int, seed: int = 0) -> dict[str, Any]:
     """Uniform random points and sources in a 10-unit box, A = k = omega = 1, phi = 0, t = 0 (float32)."""
     rng = np.random.default_rng(seed)
-    return {
-        "points": rng.uniform(0, 10, (n, 3)).astype(np.float32),
-        "sources": rng.uniform(0, 10, (m, 3)).astype(np.float32),
-        "amplitudes": np.ones(m, np.float32),
-        "wavenumbers": np.ones(m, np.float32),
-        "frequencies": np.ones(m, np.float32),
-        "phases": np.zeros(m, np.float32),
-        "t": np.float32(0.0),
-    }
+    return _unit_sources(rng.uniform(0, 10, (n, 3)), rng.uniform(0, 10, (m, 3)))
 
 
 def _median_ms(call, reps: int) -> float:
@@ -542,6 +570,63 @@ def _time_kernels(kernels, args, inp, e, ref, scale, default_ms, reps) -> dict:
     return out
 
 
+def _chunk_sweep(n: int, m: int, args: tuple, quick: bool, reps: int) -> tuple[dict, dict, Callable[[], Any]]:
+    """``fields.superpose`` at the default block size and a small sweep of others: the record (ms per chunk,
+    each compile's roofline, the best chunk), the compiled programs by chunk, and the default call."""
+    import jax
+
+    from ivhl_jax.physics import fields
+
+    compiled: dict = {}
+
+    def run(chunk):
+        f = jax.jit(
+            lambda p, s, a, k, w, ph, t, chunk=chunk: fields.superpose(
+                p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk
+            )
+        )
+        c = compiled[chunk] = f.lower(*args).compile()  # kept for its cost_analysis() (the roofline)
+        return lambda: jax.block_until_ready(c(*args))
+
+    default_chunk = min(fields.default_chunk(m, n=n), n)
+    default_call = run(None)
+    rec: dict = {"points": n, "sources": m, "default_chunk": default_chunk, "chunks_ms": {}, "costs": {}}
+    rec["default_ms"] = _median_ms(default_call, reps)
+    rec["costs"][str(default_chunk)] = cost_record(compiled[None], 1e-3 * rec["default_ms"])
+    sweep = {n, max(1, n // 4)} if quick else {n, max(1, n // 4), min(n, 65536), min(n, 8192)}
+    for chunk in sorted(sweep - {default_chunk}, reverse=True):
+        rec["chunks_ms"][str(chunk)] = _median_ms(run(chunk), reps)
+        rec["costs"][str(chunk)] = cost_record(compiled[chunk], 1e-3 * rec["chunks_ms"][str(chunk)])
+    rec["chunks_ms"][str(default_chunk)] = rec["default_ms"]
+    best = min(rec["chunks_ms"], key=rec["chunks_ms"].get)
+    rec["best_chunk"], rec["best_ms"] = int(best), rec["chunks_ms"][best]
+    rec["default_over_best"] = rec["default_ms"] / rec["best_ms"]
+    return rec, compiled, default_call
+
+
+def _torch_compile_race(tc, inp: dict[str, Any], e: int, ref, scale, rec: dict, reps: int) -> str:
+    """``torch.compile`` of the same formula on the same device (``tc`` from :func:`_torch_compile_on`): its ms,
+    error against float64 and ratio to our default, into ``rec``; the summary's words."""
+    torch, dev, compiled = tc
+    tp = _torch_args(inp, dev)
+
+    def tcall():
+        with torch.no_grad():
+            out = compiled(*tp)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return out
+
+    re_t, im_t = tcall()
+    z = re_t[:e].cpu().numpy().astype(np.float64) + 1j * im_t[:e].cpu().numpy().astype(np.float64)
+    rec["torch_compile_ms"] = _median_ms(tcall, reps)
+    rec["torch_compile_err_vs_f64"] = float(np.max(np.abs(z - ref) / scale))
+    rec["torch_compile_over_default"] = rec["torch_compile_ms"] / rec["default_ms"]
+    return (
+        f"; torch.compile {rec['torch_compile_ms']:.3f} ms (default is {rec['torch_compile_over_default']:.2f}x faster)"
+    )
+
+
 def gpu_check(quick: bool = False, kernels: tuple[str, ...] | None = None) -> dict:
     """``fields.superpose`` on this device at the default block size against a small sweep of block sizes
     and against ``torch.compile`` of the same formula on the same device (when torch is importable).
@@ -555,17 +640,14 @@ def gpu_check(quick: bool = False, kernels: tuple[str, ...] | None = None) -> di
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.physics import fields
+    from ivhl_jax.physics import tunables
 
     sizes = QUICK_SIZES if quick else GPU_SIZES
     reps = 3 if quick else 10
     kind = backend.platform()
-    from ivhl_jax.physics import tunables
-
     if kernels is None:  # the Pallas kernel where ivhl tune races it (compiled); elsewhere it would be interpreted
         kernels = ("pallas",) if tunables.pallas_candidate(kind) else ()
     tc, torch_why = _torch_compile_on(kind)
-    names = ("points", "sources", "amplitudes", "wavenumbers", "frequencies", "phases", "t")
     row = backend.defaults()
     doc: dict = {
         "platform": kind,
@@ -578,71 +660,19 @@ def gpu_check(quick: bool = False, kernels: tuple[str, ...] | None = None) -> di
     summary = []
     for n, m in sizes:
         inp = _box_inputs(n, m)
-        args = tuple(jnp.asarray(inp[x]) for x in names)
+        args = tuple(jnp.asarray(inp[x]) for x in NAMES)
         e = min(n, _ERROR_POINTS)
         ref, scale = _float64_reference({**inp, "points": inp["points"][:e]})
-
-        compiled: dict = {}
-
-        def run(chunk, args=args, compiled=compiled):
-            f = jax.jit(
-                lambda p, s, a, k, w, ph, t, chunk=chunk: fields.superpose(
-                    p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk
-                )
-            )
-            c = compiled[chunk] = f.lower(*args).compile()  # kept for its cost_analysis() (the roofline)
-            return lambda: jax.block_until_ready(c(*args))
-
-        default_chunk = min(fields.default_chunk(m, n=n), n)
-        default_call = run(None)
+        rec, _, default_call = _chunk_sweep(n, m, args, quick, reps)
         err = float(np.max(np.abs(np.asarray(default_call()[:e], np.complex128) - ref) / scale))
-        rec: dict = {
-            "points": n,
-            "sources": m,
-            "default_chunk": default_chunk,
-            "default_ms": _median_ms(default_call, reps),
-            "f32_err_vs_f64": err,
-            "chunks_ms": {},
-            "costs": {},
-        }
-        rec["costs"][str(default_chunk)] = cost_record(compiled[None], 1e-3 * rec["default_ms"])
-        sweep = {n, max(1, n // 4)} if quick else {n, max(1, n // 4), min(n, 65536), min(n, 8192)}
-        for chunk in sorted(sweep - {default_chunk}, reverse=True):
-            rec["chunks_ms"][str(chunk)] = _median_ms(run(chunk), reps)
-            rec["costs"][str(chunk)] = cost_record(compiled[chunk], 1e-3 * rec["chunks_ms"][str(chunk)])
-        rec["chunks_ms"][str(default_chunk)] = rec["default_ms"]
+        rec["f32_err_vs_f64"] = err
         rec["kernels"] = _time_kernels(kernels, args, inp, e, ref, scale, rec["default_ms"], reps)
-        best = min(rec["chunks_ms"], key=rec["chunks_ms"].get)
-        rec["best_chunk"], rec["best_ms"] = int(best), rec["chunks_ms"][best]
-        rec["default_over_best"] = rec["default_ms"] / rec["best_ms"]
         line = (
-            f"{n} x {m}: default (chunk {default_chunk}) {rec['default_ms']:.3f} ms, best chunk {best} "
-            f"{rec['best_ms']:.3f} ms ({rec['default_over_best']:.2f}x), err {err:.1e}"
+            f"{n} x {m}: default (chunk {rec['default_chunk']}) {rec['default_ms']:.3f} ms, best chunk "
+            f"{rec['best_chunk']} {rec['best_ms']:.3f} ms ({rec['default_over_best']:.2f}x), err {err:.1e}"
         )
         if tc:
-            torch, dev, compiled = tc
-            tp = [
-                torch.from_numpy(np.ascontiguousarray(inp[x])).to(dev)
-                for x in ("points", "sources", "amplitudes", "wavenumbers")
-            ]
-            tp.append(torch.from_numpy(inp["phases"] - inp["frequencies"] * inp["t"]).to(dev))
-
-            def tcall(tp=tp, torch=torch, compiled=compiled, dev=dev):
-                with torch.no_grad():
-                    out = compiled(*tp)
-                if dev == "cuda":
-                    torch.cuda.synchronize()
-                return out
-
-            re_t, im_t = tcall()
-            z = re_t[:e].cpu().numpy().astype(np.float64) + 1j * im_t[:e].cpu().numpy().astype(np.float64)
-            rec["torch_compile_ms"] = _median_ms(tcall, reps)
-            rec["torch_compile_err_vs_f64"] = float(np.max(np.abs(z - ref) / scale))
-            rec["torch_compile_over_default"] = rec["torch_compile_ms"] / rec["default_ms"]
-            line += (
-                f"; torch.compile {rec['torch_compile_ms']:.3f} ms "
-                f"(default is {rec['torch_compile_over_default']:.2f}x faster)"
-            )
+            line += _torch_compile_race(tc, inp, e, ref, scale, rec, reps)
         for name, kern in rec["kernels"].items():
             line += f"; {name} {kern.get('ms', float('nan')):.3f} ms {kern.get('error', '')}".rstrip()
         doc["results"].append(rec)

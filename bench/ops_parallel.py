@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -345,7 +346,7 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
         lp = jax.nn.log_softmax(apply(p, b["x"]))
         return -jnp.mean(jnp.take_along_axis(lp, b["y"][:, None], 1)), ({}, extra)
 
-    out = {
+    out: dict[str, Any] = {
         "task": "sklearn digits, 1400 train / 397 test, MLP 64-128-10, Adam lr 3e-3, batch 256",
         "devices": jax.device_count(),
         "steps": steps,
@@ -365,7 +366,8 @@ def measure_compression(steps: int = 150, batch: int = 256) -> dict:
             losses.append(float(m["loss"]))
         wall = time.perf_counter() - t0
         b = parallel.shard_batch(batcher.batch({"x": xtr, "y": ytr}, 0), mesh)
-        comm = parallel.collective_bytes(step.jitted(state, b).lower(state, b).compile(), jax.device_count())
+        jitted = step.jitted  # type: ignore[attr-defined]  # attached by compressed_dp_train_step for HLO inspection
+        comm = parallel.collective_bytes(jitted(state, b).lower(state, b).compile(), jax.device_count())
         p = jax.tree_util.tree_map(np.asarray, state.params)
         acc = float(np.mean(np.argmax(apply(p, xte), -1) == yte))
         out["runs"][method] = {

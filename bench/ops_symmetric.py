@@ -29,6 +29,7 @@ import numpy as np
 
 from ivhl_jax import mera as M
 from ivhl_jax import trajectory
+from ivhl_jax.bench.harness import memory_bytes
 
 
 def z2_config(chi: int, layers: int | None = None, u_delay: int = 0) -> M.MERAConfig:
@@ -66,8 +67,7 @@ def _stored(m: Any) -> int:
 
 def _temp_bytes(st: Any, state: Any) -> int | None:
     try:
-        mem = jax.jit(st.step_fn).lower(state, st.params).compile().memory_analysis()
-        return int(mem.temp_size_in_bytes)
+        return memory_bytes(jax.jit(st.step_fn).lower(state, st.params).compile())["temp_size_in_bytes"]
     except Exception:  # noqa: BLE001 (not every backend reports it)
         return None
 
@@ -133,7 +133,7 @@ def compare_sweeps(chi: int, sweeps: int = 5, repeats: int = 3, memory: bool = T
 def gpu_check(quick: bool = False) -> dict[str, Any]:
     """Symmetric Z2 Ising sweeps at χ = 24, 32, 48 (``quick``: χ = 4, for a CPU check of the script): compile
     time, ms per sweep, energy after the timed sweeps of a cold start, isometry check."""
-    out = []
+    out: list[dict[str, Any]] = []
     for chi in (4,) if quick else (24, 32, 48):
         cfg = z2_config(chi)
         try:

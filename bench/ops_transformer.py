@@ -39,12 +39,14 @@ import argparse
 import dataclasses
 import math
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.bench.harness import BenchCase, interleaved_rounds
+from ivhl_jax.bench.harness import BenchCase, blocking_call, interleaved_rounds, memory_bytes
 from ivhl_jax.nn.attention import attention, attention_flops
 
 _ATT = {"small": (1, 1024, 8, 64), "medium": (1, 4096, 8, 64), "large": (1, 8192, 8, 64), "extreme": (1, 16384, 8, 64)}
@@ -375,13 +377,13 @@ def remat_memory_sweep(
             tokens = jax.ShapeDtypeStruct((batch, seq_len + 1), jnp.int32)
             step = training.make_train_step(lm_loss_fn(cfg), opt, cfg.precision)
             t0 = time.perf_counter()
-            mem = jax.jit(step).lower(state, tokens).compile().memory_analysis()
+            mem = memory_bytes(jax.jit(step).lower(state, tokens).compile())
             rows.append(
                 {
                     "remat": remat,
                     "precision": precision,
-                    "temp_bytes": int(mem.temp_size_in_bytes),
-                    "argument_bytes": int(mem.argument_size_in_bytes),
+                    "temp_bytes": mem["temp_size_in_bytes"],
+                    "argument_bytes": mem["argument_size_in_bytes"],
                     "compile_s": time.perf_counter() - t0,
                 }
             )
@@ -402,14 +404,14 @@ def attention_memory_sweep(
     rows = []
     for T in seq_lens:
         x = jax.ShapeDtypeStruct((1, T, heads, head_dim), jnp.float32)
-        row = {"T": T}
+        row: dict[str, Any] = {"T": T}
         for impl in ("xla", "chunked"):
             loss = lambda q, k, v, impl=impl: jnp.sum(
                 attention(q, k, v, causal=True, implementation=impl, block_k=block_k)
             )
             for kind, f in (("forward", loss), ("value_and_grad", jax.value_and_grad(loss, (0, 1, 2)))):
                 c = jax.jit(f).lower(x, x, x).compile()
-                row[f"{impl}_{kind}_temp_bytes"] = int(c.memory_analysis().temp_size_in_bytes)
+                row[f"{impl}_{kind}_temp_bytes"] = memory_bytes(c)["temp_size_in_bytes"]
         row["ratio_value_and_grad"] = row["xla_value_and_grad_temp_bytes"] / row["chunked_value_and_grad_temp_bytes"]
         row["ratio_forward"] = row["xla_forward_temp_bytes"] / max(1, row["chunked_forward_temp_bytes"])
         print(row, flush=True)
@@ -562,7 +564,7 @@ def train_step_vs_torch(
         for k, v in measured.items():  # the worker's own clocks: its CPU time is not this process's
             wall[k], cpu[k] = [w for w, _ in v], [c for _, c in v]
         ours = np.asarray(wall["ivhl_jit"])
-        rec = {
+        rec: dict[str, Any] = {
             "batch": B,
             "seq_len": T,
             "tokens_per_step": B * T,
@@ -622,13 +624,13 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
 
     def one_shape(B: int, T: int) -> dict:
         batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, 256)
-        calls = {}
+        calls: dict[str, Callable[[], Any]] = {}
         for L in (1, 2, 6):  # the loop ends on the 6-layer preset, whose config and parameters serve below
             cfg = tm.preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla", n_layers=L)
             params = tm.init_params(cfg, jax.random.key(0))
             loss = tm.lm_loss_fn(cfg)
             grad = jax.jit(jax.grad(lambda p, b, loss=loss: loss(p, b, None, None)[0]))
-            calls[f"ours_{L}_layers"] = lambda g=grad, p=params: jax.block_until_ready(g(p, batch))
+            calls[f"ours_{L}_layers"] = blocking_call(grad, params, batch)
         block, block_params = tm.Block(cfg), jax.tree.map(lambda a: a[0], params["blocks"])
         x = jax.random.normal(jax.random.key(3), (B, T, cfg.d_model))
         r = jax.random.normal(jax.random.key(4), (B, T, cfg.d_model))

@@ -24,6 +24,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 def _load(root: str, name: str):
     spec = importlib.util.spec_from_file_location(f"_{name}", os.path.join(root, "bench", f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load bench/{name}.py from {root}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -39,7 +41,7 @@ def opcodes(root: str) -> dict:
     cases.update(gp_step=gp.gp_step("small"), gft_step=gp.gft_step("small"))
     out = {}
     for name, case in cases.items():
-        text = jax.jit(case.fn).lower(*case.args).compile().as_text()
+        text = jax.jit(case.fn).lower(*case.args).compile().as_text() or ""
         out[name] = dict(sorted(collections.Counter(re.findall(r"= [a-z0-9\[\]{},: ]*? ([a-z\-]+)\(", text)).items()))
     return out
 

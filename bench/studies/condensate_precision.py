@@ -46,7 +46,7 @@ def _gp_start(grid, rdt):
     """The float64 ground state of the default sim bec system with a vortex imprinted at (1, 0)."""
     system = C.GPSystem(grid, C.harmonic(grid, dtype=rdt), 200.0)
     gs, _ = C.ground_state(system, 1.0, dt=5e-3, max_steps=3000)
-    return np.asarray(C.imprint_vortices(gs, grid, [[1.0, 0.0]], [1]))
+    return np.asarray(C.imprint_vortices(gs, grid, np.array([[1.0, 0.0]]), np.array([1])))
 
 
 def cases() -> dict:

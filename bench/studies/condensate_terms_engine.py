@@ -18,14 +18,11 @@ trees' results relative to the field's maximum (the same work).
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench.harness import before_after_study, module_at
+from bench.harness import before_after_setup, before_after_study, blocking_call
 from ivhl_jax.physics.condensate import Grid, harmonic
 from ivhl_jax.physics.condensate import dipolar as new_dipolar
 from ivhl_jax.physics.condensate import mixture as new_mixture
@@ -59,22 +56,22 @@ def _cases(old_mix, old_dip):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--against", required=True, help="the git revision whose mixture.py and dipolar.py are timed")
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args()
-    tmp = tempfile.mkdtemp()
-    old_mix = module_at(a.against, "ivhl_jax/physics/condensate/mixture.py", "mixture_before", tmp)
-    old_dip = module_at(a.against, "ivhl_jax/physics/condensate/dipolar.py", "dipolar_before", tmp)
+    a, old = before_after_setup(
+        {
+            "mixture_before": "ivhl_jax/physics/condensate/mixture.py",
+            "dipolar_before": "ivhl_jax/physics/condensate/dipolar.py",
+        },
+        rounds=15,
+        against_help="the git revision whose mixture.py and dipolar.py are timed",
+    )
     calls, meta = {}, {}
-    for name, st_old, st_new, psi_np, steps in _cases(old_mix, old_dip):
+    for name, st_old, st_new, psi_np, steps in _cases(old["mixture_before"], old["dipolar_before"]):
         outs = {}
         for tag, st in (("old", st_old), ("new", st_new)):
             psi = st.init(jnp.asarray(psi_np))
             f = jax.jit(lambda q, p, st=st, n=steps: jax.lax.fori_loop(0, n, lambda _, x: st.step_fn(x, p), q))
             outs[tag] = np.asarray(jax.block_until_ready(f(psi, st.params)))
-            calls[f"{name} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))
+            calls[f"{name} {tag}"] = blocking_call(f, psi, st.params)
         scale = float(np.abs(outs["old"]).max())
         meta[name] = {"steps_per_call": steps, "max_rel_diff": float(np.abs(outs["new"] - outs["old"]).max()) / scale}
     before_after_study(calls, meta, rounds=a.rounds, against=a.against, out=a.out)

@@ -14,13 +14,13 @@ Reports per-round ratios new/old (median and quartiles) and the largest differen
 
 from __future__ import annotations
 
-import argparse
-import tempfile
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 
-from bench.harness import before_after_study, module_at
+from bench.harness import before_after_setup, before_after_study, blocking_call
 from ivhl_jax.numerics import fastmath as new_fm
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.physics import condensate as C
@@ -29,16 +29,14 @@ from ivhl_jax.physics.condensate import stepper as S
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--against", required=True)
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args()
-    tmp = tempfile.mkdtemp()
-    old_fm = module_at(a.against, "ivhl_jax/numerics/fastmath.py", "fastmath_before", tmp)
-    old_ss = module_at(a.against, "ivhl_jax/numerics/splitstep.py", "splitstep_before", tmp)
+    a, old = before_after_setup(
+        {"fastmath_before": "ivhl_jax/numerics/fastmath.py", "splitstep_before": "ivhl_jax/numerics/splitstep.py"},
+        rounds=21,
+    )
+    old_fm, old_ss = old["fastmath_before"], old["splitstep_before"]
     old_ss.sincos = old_fm.sincos
-    calls, meta = {}, {}
+    calls: dict[str, Callable[[], Any]] = {}
+    meta: dict[str, dict[str, Any]] = {}
     rng = np.random.default_rng(0)
     for n, m in ((8192, 50), (65536, 256)):
         pts = jax.numpy.asarray(rng.uniform(-2, 2, (n, 3)), jax.numpy.float32)
@@ -52,7 +50,7 @@ def main() -> None:
             f = jax.jit(lambda *x, mod=mod, chunk=chunk: mod.point_source_sum(*x, 0.1, chunk=chunk))
             args = (pts, src, amp, k, th)
             outs[tag] = np.asarray(jax.block_until_ready(f(*args))[0])
-            calls[f"superpose {n}x{m} {tag}"] = lambda f=f, args=args: jax.block_until_ready(f(*args))
+            calls[f"superpose {n}x{m} {tag}"] = blocking_call(f, *args)
         meta[f"superpose {n}x{m}"] = {"max_abs_diff_re": float(np.abs(outs["new"] - outs["old"]).max())}
     for shape, length, steps in (((4096,), 200.0, 200), ((256, 256), 20.0, 40), ((64, 64, 64), 20.0, 10)):
         grid = C.Grid.uniform(shape, length)
@@ -73,7 +71,7 @@ def main() -> None:
         f_new = jax.jit(lambda q, p, n=steps, run=st.run_fn: run(q, p, n))
         for tag, f in (("old", f_old), ("new", f_new)):
             jax.block_until_ready(f(psi, st.params))
-            calls[f"gp {shape} {tag}"] = lambda f=f, psi=psi, p=st.params: jax.block_until_ready(f(psi, p))
+            calls[f"gp {shape} {tag}"] = blocking_call(f, psi, st.params)
         meta[f"gp {shape}"] = {"steps_per_call": steps}
     before_after_study(calls, meta, rounds=a.rounds, against=a.against, out=a.out)
 

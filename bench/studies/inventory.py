@@ -147,8 +147,9 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(comps)
 
 
-def build_inventory(root: str) -> dict[str, Any]:
-    root = os.path.abspath(root)
+def _read_modules(root: str) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, bool]]]:
+    """Every ``.py`` file of :data:`PACKAGES` under ``root``: its record (path, package, line counts) and its
+    text with whether it is a package's ``__init__``, by module name."""
     files = []
     for folder in PACKAGES:
         top = os.path.join(root, folder)
@@ -167,13 +168,19 @@ def build_inventory(root: str) -> dict[str, Any]:
         name = module_name(folder, rel)
         texts[name] = (text, rel.endswith("__init__.py"))
         modules[name] = {"path": os.path.join(folder, rel), "package": folder, **count_lines(text)}
+    return modules, texts
+
+
+def _import_edges(modules: dict[str, dict[str, Any]], texts: dict[str, tuple[str, bool]]) -> list[dict[str, Any]]:
+    """The internal import edges, one per (source, target), an eager import kept over a lazy one; each module's
+    external imports (and any syntax error) go into its record."""
     names = set(modules)
     edges = []
     for name, (text, is_pkg) in texts.items():
         try:
             imports = parse_imports(text, name, is_pkg)
-        except SyntaxError as e:
-            modules[name]["syntax_error"] = str(e)
+        except SyntaxError as err:
+            modules[name]["syntax_error"] = str(err)
             continue
         ext = set()
         for imp in imports:
@@ -185,25 +192,22 @@ def build_inventory(root: str) -> dict[str, Any]:
                 edges.append(
                     {"source": name, "target": tgt, "kind": imp["kind"], "lazy": imp["lazy"], "line": imp["line"]}
                 )
-        modules[name]["external_imports"] = sorted(e for e in ext if e)
-    # Deduplicate (source, target), keeping eager over lazy.
+        modules[name]["external_imports"] = sorted(x for x in ext if x)
     best: dict[tuple[str, str], dict[str, Any]] = {}
-    for e in edges:
-        k = (e["source"], e["target"])
-        if k not in best or (best[k]["lazy"] and not e["lazy"]):
-            best[k] = e
-    edges = sorted(best.values(), key=lambda e: (e["source"], e["target"]))
-    g_all: dict[str, set[str]] = defaultdict(set)
-    g_eager: dict[str, set[str]] = defaultdict(set)
-    for e in edges:
-        g_all[e["source"]].add(e["target"])
-        if not e["lazy"]:
-            g_eager[e["source"]].add(e["target"])
+    for edge in edges:
+        k = (edge["source"], edge["target"])
+        if k not in best or (best[k]["lazy"] and not edge["lazy"]):
+            best[k] = edge
+    return sorted(best.values(), key=lambda edge: (edge["source"], edge["target"]))
+
+
+def _packages(modules: dict[str, dict[str, Any]], edges: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per package of :data:`PACKAGES`: file and line counts and the packages it imports."""
     pk = lambda m: modules[m]["package"]
     pkg_edges: dict[str, set[str]] = defaultdict(set)
-    for e in edges:
-        if pk(e["source"]) != pk(e["target"]):
-            pkg_edges[pk(e["source"])].add(pk(e["target"]))
+    for edge in edges:
+        if pk(edge["source"]) != pk(edge["target"]):
+            pkg_edges[pk(edge["source"])].add(pk(edge["target"]))
     packages = {}
     for p in PACKAGES:
         ms = [m for m in modules if modules[m]["package"] == p]
@@ -214,14 +218,26 @@ def build_inventory(root: str) -> dict[str, Any]:
             },
             "depends_on": sorted(pkg_edges.get(p, ())),
         }
-    indeg = defaultdict(int)
-    for e in edges:
-        indeg[e["target"]] += 1
+    return packages
+
+
+def build_inventory(root: str) -> dict[str, Any]:
+    root = os.path.abspath(root)
+    modules, texts = _read_modules(root)
+    edges = _import_edges(modules, texts)
+    g_all: dict[str, set[str]] = defaultdict(set)
+    g_eager: dict[str, set[str]] = defaultdict(set)
+    indeg: dict[str, int] = defaultdict(int)
+    for edge in edges:
+        g_all[edge["source"]].add(edge["target"])
+        if not edge["lazy"]:
+            g_eager[edge["source"]].add(edge["target"])
+        indeg[edge["target"]] += 1
     return {
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
         "root_path": root,
         "modules": modules,
-        "packages": packages,
+        "packages": _packages(modules, edges),
         "edges": edges,
         "cycles": {"eager_imports": strongly_connected(g_eager), "all_imports": strongly_connected(g_all)},
         "most_depended_on": sorted(indeg.items(), key=lambda kv: (-kv[1], kv[0]))[:10],
@@ -231,8 +247,8 @@ def build_inventory(root: str) -> dict[str, Any]:
             "total_code_lines": sum(m["code_lines"] for m in modules.values()),
             "total_comment_lines": sum(m["comment_lines"] for m in modules.values()),
             "internal_edges": len(edges),
-            "lazy_edges": sum(e["lazy"] for e in edges),
-            "relative_import_edges": sum(e["kind"] == "relative" for e in edges),
+            "lazy_edges": sum(edge["lazy"] for edge in edges),
+            "relative_import_edges": sum(edge["kind"] == "relative" for edge in edges),
         },
     }
 

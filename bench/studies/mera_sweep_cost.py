@@ -44,7 +44,7 @@ def _worker(root: str, symmetric: bool) -> dict[str, Any]:
             st = M.evenbly_vidal(M.ising(), cfg)
             state = st.init(jax.random.key(0))
             cost = jax.jit(st.step_fn).lower(state, st.params).compile().cost_analysis()
-            cost = cost[0] if isinstance(cost, list) else cost
+            cost = (cost[0] if isinstance(cost, list) else cost) or {}
             out[str(chi)] = {"mflops": cost["flops"] / 1e6, "mbytes_accessed": cost.get("bytes accessed", 0.0) / 1e6}
     return out
 

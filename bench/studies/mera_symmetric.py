@@ -160,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
             doc["loaded"] = args.load
             if not args.ladder:  # measure the saved stage as it is
                 t0 = time.perf_counter()
-                rec = {"stage": f"loaded {args.load}", "layer_chis": list(m.chis), "layer_chi_mids": list(m.chi_mids)}
+                rec: dict[str, Any] = {
+                    "stage": f"loaded {args.load}",
+                    "layer_chis": list(m.chis),
+                    "layer_chi_mids": list(m.chi_mids),
+                }
                 rec.update(measure(m, model, cfg, args.model, light=args.light))
                 doc["stages"].append(rec)
                 doc["total_seconds"] = round(time.perf_counter() - t0, 1)
@@ -179,10 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 chis, mids, nl = _shape(args.model, chi, mid, model.d**2, args.layers)
                 more = nl if nl > m.num_layers - 1 else None  # --layers above a loaded MERA's: insert copies
+                assert cfg is not None  # set with m (loaded, or built by the previous stage)
                 m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids, layers=more)
                 st = M.evenbly_vidal(model, cfg)
                 state = st.init(mera=m)
-            rec: dict[str, Any] = {
+            rec = {
                 "stage": spec,
                 "layer_chis": list(state.mera.chis),
                 "layer_chi_mids": list(state.mera.chi_mids),

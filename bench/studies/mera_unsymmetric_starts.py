@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from ivhl_jax.bench.harness import write_results
 
-    doc = {"what": __doc__.split("\n\n")[0], "load_average": list(os.getloadavg())}
+    doc: dict[str, Any] = {"what": __doc__.split("\n\n")[0], "load_average": list(os.getloadavg())}
     for name in CASES:
         doc[name] = run(name)
     write_results(args.out, doc)
