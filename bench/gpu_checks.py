@@ -393,39 +393,17 @@ def _family(module: str, quick: bool) -> dict:
     return importlib.import_module(f"ivhl_jax.bench.{module}").gpu_check(quick)
 
 
-def section_fields(quick: bool) -> dict:
-    """``fields.superpose`` at 32768x100, 262144x256, 1048576x512: default vs best chunk vs torch.compile."""
-    return _family("ops_fields", quick)
-
-
-def section_gp(quick: bool) -> dict:
-    """GP 3D Strang steps (256³, 512³) vs the same algorithm in PyTorch on the same device."""
-    return _family("ops_condensate", quick)
-
-
-def section_gp_modes(quick: bool) -> dict:
-    """Condensate vortex tracking (2-D frames, 3-D ring) and BdG spectra: error vs analytic, ms per call."""
-    return _family("ops_condensate_modes", quick)
-
-
-def section_gp_terms(quick: bool) -> dict:
-    """Condensate terms (dissipation, mixture, spin-1, dipolar): ms per step, drift of N (N_i, M), f32 vs f64."""
-    return _family("ops_condensate_terms", quick)
-
-
-def section_cdt(quick: bool) -> dict:
-    """CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s per engine, against the host engine."""
-    return _family("ops_cdt", quick)
-
-
-def section_mera(quick: bool) -> dict:
-    """MERA sweeps at χ = 16, 24, 32 (f32/f64) and a ladder to χ = 24."""
-    return _family("ops_tn", quick)
-
-
-def section_mera_symmetric(quick: bool) -> dict:
-    """Z2-symmetric (block-sparse) MERA sweeps at χ = 24, 32, 48."""
-    return _family("ops_symmetric", quick)
+# section -> the module whose ``gpu_check(quick)`` it runs (what each measures: this module's docstring)
+FAMILY_MODULES = {
+    "fields": "ops_fields",
+    "gp": "ops_condensate",
+    "gp_modes": "ops_condensate_modes",
+    "gp_terms": "ops_condensate_terms",
+    "cdt": "ops_cdt",
+    "mera": "ops_tn",
+    "mera_symmetric": "ops_symmetric",
+    "adaptive": "ops_adaptive",
+}
 
 
 # ------------------------------------------------------------------------------------------ steppers
@@ -609,12 +587,6 @@ def section_gp_rounding(quick: bool) -> dict:
                     "energy_rel_drift": (np.asarray(obs["energy_total"]) / e0 - 1).tolist(),
                 }
     return out
-
-
-# ----------------------------------------------------------------------------------------- adaptive
-def section_adaptive(quick: bool) -> dict:
-    """The adaptive-model fused training chunk (seed configuration): samples/s on this device."""
-    return _family("ops_adaptive", quick)
 
 
 # ------------------------------------------------------------------------------------------ tune
@@ -1003,6 +975,8 @@ def main(argv=None) -> int:
         try:
             if name == "transformer":
                 res = section_transformer(args.quick, peak)
+            elif name in FAMILY_MODULES:
+                res = _family(FAMILY_MODULES[name], args.quick)
             else:
                 res = globals()[f"section_{name}"](args.quick)
             if name == "ceilings":

@@ -28,9 +28,10 @@ BATCH = 32
 TORCH_THREADS = 2
 
 
-def _scan_case(
-    op: str, size: str, loss_fn, params, opt, get_batch, peers: dict, params_doc: dict, notes: str
-) -> BenchCase:
+def _scan_case(op: str, size: str, workload: tuple, peers: dict, params_doc: dict, notes: str) -> BenchCase:
+    """``STEPS[size]`` training steps of ``workload`` ((loss_fn, params, opt, get_batch, ...) of
+    :mod:`ivhl_jax.bench.workloads`) fused into one scanned call, against ``peers`` (samples/s)."""
+    loss_fn, params, opt, get_batch = workload[:4]
     steps = STEPS[size]
     chunk, carry = fused_train_chunk(loss_fn, params, opt, get_batch, steps, jax.random.key(1))
     return BenchCase(
@@ -50,6 +51,65 @@ def _scan_case(
 # ------------------------------------------------------------------------------------------ torch peers
 
 
+def _torch_adaptive_loss(torch, cfg: adaptive.AdaptiveConfig):
+    """The per-sample adaptive model's loss in PyTorch, ``loss_fn(x, y, params, unif)``: the equations of
+    :mod:`ivhl_jax.nn.adaptive` (per-sample scheduler, proper policy, T = 1) vectorised over batch and nodes,
+    one uniform per node (``unif``) drawing the phase."""
+    n, hd = cfg.num_nodes, cfg.hidden_dim
+    trans = torch.tensor(
+        [[0.80, 0.04, 0.15, 0.01], [0.15, 0.80, 0.04, 0.01], [0.15, 0.04, 0.80, 0.01], [0.10, 0.05, 0.05, 0.80]]
+    )
+    tw = lambda *v: torch.tensor(v)
+    w_exp, w_r2 = tw(0.6, 0.1, 0.25, 0.05), tw(0.0, 0.8, 0.2, 0.0)
+    w_r4c, w_r4, w_r5a, w_r5 = tw(0.1, 0, 0.3, 0.6), tw(0.3, 0, 0.7, 0), tw(0.2, 0, 0.8, 0), tw(0.7, 0, 0.3, 0)
+    circ = float(np.sin(2 * np.pi / cfg.circadian_period))
+    below_one = float(np.nextafter(np.float32(1), np.float32(0)))
+
+    def loss_fn(x, y, p, unif):
+        b = x.shape[0]
+        h = torch.zeros(b, n, hd)
+        energy = torch.full((b, n), cfg.initial_energy)
+        act = torch.zeros(b, n)
+        phase = torch.zeros(b, n, dtype=torch.long)
+        r = torch.zeros(b, n)
+        u = x @ p["W_in"] + p["b_in"]
+        anx = torch.clamp(5.0 - energy, min=0) + 2 * act + h.var(-1)
+        abar = 0.3 * anx
+        e = lambda m: m.unsqueeze(-1)
+        w = trans[phase]
+        w = w * torch.where(e(abar > 2.5), tw(0.7, 1.5, 1.3, 1.0), torch.ones(4))
+        w = w * torch.where(e(r > 0.4), tw(1.0, 1.4, 1.0, 0.6), torch.ones(4))
+        w = torch.where(e(act > 0.7), torch.where(e(abar > 2), w_r5a, w_r5), w)
+        calm = (abar < 1.5) & (circ > 0.5)
+        w = torch.where(e((energy > 20) & (act < 0.3)), torch.where(e(calm), w_r4c, w_r4), w)
+        rho = torch.where(abar > 2.5, 0.9, 0.7)
+        r3 = torch.stack([torch.zeros_like(rho), rho, 1 - rho, torch.zeros_like(rho)], -1)
+        w = torch.where(e(energy < 2), r3, w)
+        w = torch.where(e((r > 0.6) & (phase != 1)), w_r2, w)
+        sev = torch.clamp(abar / (2 * cfg.anxiety_threshold), max=1.0)
+        r1 = torch.stack([(1 - sev) * 0.1, 0.6 * sev, 0.3 * sev, torch.zeros_like(sev)], -1)
+        w = torch.where(e(abar > cfg.anxiety_threshold), r1, w)
+        # The same sampling as ivhl_jax.nn.adaptive._decide: one uniform per node decides R0 and, rescaled
+        # within its branch, the phase by inverse CDF over the masses (= w for the proper policy at T = 1).
+        eps = cfg.exploration_rate
+        explore = unif < eps
+        w = torch.where(e(explore), w_exp, w)
+        v = torch.where(explore, unif * (1.0 / eps), (unif - eps) * (1.0 / (1.0 - eps))).clamp(max=below_one)
+        cdf = torch.cumsum(w, -1)
+        phase = (v.unsqueeze(-1) * cdf[..., 3:] >= cdf[..., :3]).sum(-1)
+        scale = 1 + p["phase_scales"][phase]
+        awake = (phase != 1).float()
+        delta = e(scale) * (h @ p["W_s"] + p["b_s"])
+        h2 = torch.tanh(h + e(awake) * (delta + cfg.input_gain * u[:, None, :]))
+        d_e = (h2 @ p["w_e"] + p["b_e"]) * (1 - 0.1 * torch.clamp(anx / 10, 0, 1)) * awake
+        _ = torch.clamp((1 - cfg.energy_decay) * energy + d_e, 0, 50)  # state output; not read out
+        a2 = torch.sigmoid(p["alpha"][0] * h2.mean(-1) + p["alpha"][1] * u.mean(-1)[:, None] + p["beta"])
+        out = a2.clamp(0, 1) @ p["W_out"] + p["b_out"]
+        return torch.nn.functional.cross_entropy(out, y)
+
+    return loss_fn
+
+
 def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, seed: int = 0):
     """Builder of a PyTorch training loop of the same equations (vectorised over batch and nodes)."""
     if (
@@ -65,7 +125,7 @@ def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, se
 
         torch.set_num_threads(TORCH_THREADS)
         torch.manual_seed(seed)
-        n, hd, d, c = cfg.num_nodes, cfg.hidden_dim, cfg.input_dim, cfg.output_dim
+        d, c = cfg.input_dim, cfg.output_dim
         rng = np.random.default_rng(seed)
         protos = rng.standard_normal((c, d)).astype(np.float32)
         y_all = rng.integers(0, c, 8000)
@@ -74,56 +134,7 @@ def _torch_adaptive(steps: int, compiled: bool, cfg: adaptive.AdaptiveConfig, se
         p0 = jax.tree_util.tree_map(np.asarray, adaptive.init_params(jax.random.key(seed), cfg))
         params = {k: torch.tensor(np.array(v), requires_grad=True) for k, v in p0.items()}
         opt = torch.optim.Adam(list(params.values()), lr=1e-3)
-        trans = torch.tensor(
-            [[0.80, 0.04, 0.15, 0.01], [0.15, 0.80, 0.04, 0.01], [0.15, 0.04, 0.80, 0.01], [0.10, 0.05, 0.05, 0.80]]
-        )
-        tw = lambda *v: torch.tensor(v)
-        w_exp, w_r2 = tw(0.6, 0.1, 0.25, 0.05), tw(0.0, 0.8, 0.2, 0.0)
-        w_r4c, w_r4, w_r5a, w_r5 = tw(0.1, 0, 0.3, 0.6), tw(0.3, 0, 0.7, 0), tw(0.2, 0, 0.8, 0), tw(0.7, 0, 0.3, 0)
-        circ = float(np.sin(2 * np.pi / cfg.circadian_period))
-        below_one = float(np.nextafter(np.float32(1), np.float32(0)))
-
-        def loss_fn(x, y, p, unif):
-            b = x.shape[0]
-            h = torch.zeros(b, n, hd)
-            energy = torch.full((b, n), cfg.initial_energy)
-            act = torch.zeros(b, n)
-            phase = torch.zeros(b, n, dtype=torch.long)
-            r = torch.zeros(b, n)
-            u = x @ p["W_in"] + p["b_in"]
-            anx = torch.clamp(5.0 - energy, min=0) + 2 * act + h.var(-1)
-            abar = 0.3 * anx
-            e = lambda m: m.unsqueeze(-1)
-            w = trans[phase]
-            w = w * torch.where(e(abar > 2.5), tw(0.7, 1.5, 1.3, 1.0), torch.ones(4))
-            w = w * torch.where(e(r > 0.4), tw(1.0, 1.4, 1.0, 0.6), torch.ones(4))
-            w = torch.where(e(act > 0.7), torch.where(e(abar > 2), w_r5a, w_r5), w)
-            calm = (abar < 1.5) & (circ > 0.5)
-            w = torch.where(e((energy > 20) & (act < 0.3)), torch.where(e(calm), w_r4c, w_r4), w)
-            rho = torch.where(abar > 2.5, 0.9, 0.7)
-            r3 = torch.stack([torch.zeros_like(rho), rho, 1 - rho, torch.zeros_like(rho)], -1)
-            w = torch.where(e(energy < 2), r3, w)
-            w = torch.where(e((r > 0.6) & (phase != 1)), w_r2, w)
-            sev = torch.clamp(abar / (2 * cfg.anxiety_threshold), max=1.0)
-            r1 = torch.stack([(1 - sev) * 0.1, 0.6 * sev, 0.3 * sev, torch.zeros_like(sev)], -1)
-            w = torch.where(e(abar > cfg.anxiety_threshold), r1, w)
-            # The same sampling as ivhl_jax.nn.adaptive._decide: one uniform per node decides R0 and, rescaled
-            # within its branch, the phase by inverse CDF over the masses (= w for the proper policy at T = 1).
-            eps = cfg.exploration_rate
-            explore = unif < eps
-            w = torch.where(e(explore), w_exp, w)
-            v = torch.where(explore, unif * (1.0 / eps), (unif - eps) * (1.0 / (1.0 - eps))).clamp(max=below_one)
-            cdf = torch.cumsum(w, -1)
-            phase = (v.unsqueeze(-1) * cdf[..., 3:] >= cdf[..., :3]).sum(-1)
-            scale = 1 + p["phase_scales"][phase]
-            awake = (phase != 1).float()
-            delta = e(scale) * (h @ p["W_s"] + p["b_s"])
-            h2 = torch.tanh(h + e(awake) * (delta + cfg.input_gain * u[:, None, :]))
-            d_e = (h2 @ p["w_e"] + p["b_e"]) * (1 - 0.1 * torch.clamp(anx / 10, 0, 1)) * awake
-            _ = torch.clamp((1 - cfg.energy_decay) * energy + d_e, 0, 50)  # state output; not read out
-            a2 = torch.sigmoid(p["alpha"][0] * h2.mean(-1) + p["alpha"][1] * u.mean(-1)[:, None] + p["beta"])
-            out = a2.clamp(0, 1) @ p["W_out"] + p["b_out"]
-            return torch.nn.functional.cross_entropy(out, y)
+        loss_fn = _torch_adaptive_loss(torch, cfg)
 
         fn = torch.compile(loss_fn) if compiled else loss_fn
         plist = list(params.values())
@@ -182,16 +193,12 @@ def _torch_mlp(steps: int, compiled: bool):
 
 def adaptive_train(size: str) -> BenchCase:
     cfg = adaptive.AdaptiveConfig()
-    loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg, batch_size=BATCH)
     steps = STEPS[size]
     peers = {"torch_eager": _torch_adaptive(steps, False, cfg), "torch_compile": _torch_adaptive(steps, True, cfg)}
     return _scan_case(
         "adaptive_train",
         size,
-        loss_fn,
-        params,
-        opt,
-        get_batch,
+        adaptive_workload(cfg, batch_size=BATCH),
         peers,
         {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "per_sample", "optimizer": "adam+clip1"},
         "N=100, H=64, D=784; each batch starts from the explicit initial state (h=0, E=10); "
@@ -201,14 +208,10 @@ def adaptive_train(size: str) -> BenchCase:
 
 def adaptive_train_reference(size: str) -> BenchCase:
     cfg = adaptive.AdaptiveConfig.reference()
-    loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg, batch_size=BATCH)
     return _scan_case(
         "adaptive_train_reference",
         size,
-        loss_fn,
-        params,
-        opt,
-        get_batch,
+        adaptive_workload(cfg, batch_size=BATCH),
         {},
         {"N": 100, "H": 64, "D": 784, "C": 10, "scheduler": "shared (decision chain)", "optimizer": "adam+clip1"},
         "AdaptiveConfig.reference(): the batch-shared decision chain (lax.scan over rows)",
@@ -216,16 +219,12 @@ def adaptive_train_reference(size: str) -> BenchCase:
 
 
 def mlp_train(size: str) -> BenchCase:
-    loss_fn, params, opt, get_batch = mlp_workload(BATCH)
     steps = STEPS[size]
     peers = {"torch_eager": _torch_mlp(steps, False), "torch_compile": _torch_mlp(steps, True)}
     return _scan_case(
         "mlp_train",
         size,
-        loss_fn,
-        params,
-        opt,
-        get_batch,
+        mlp_workload(BATCH),
         peers,
         {"layers": [128, 256, 128, 10], "optimizer": "adam"},
         "the reference PyTorch MLP baseline: 1.595 ms/batch, 20,240 samples/s (4-CPU runner)",

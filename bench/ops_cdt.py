@@ -349,16 +349,15 @@ def main(argv=None) -> int:
     p.add_argument("--engines", default="jax,host")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peer-src", default=None, help="folder with the JorenB/2d-cdt sources (not vendored)")
-    p.add_argument(
+    large = p.add_argument_group("one large universe")
+    large.add_argument(
         "--large-universe",
         action="store_true",
         help="one T=64, N2=1e6 universe on the host engine: thermalise, autocorrelation times "
         "(--slices, --volume, --thermal, --measure; writes bench/results/cdt_large_universe.json)",
     )
-    p.add_argument("--slices", type=int, default=64)
-    p.add_argument("--volume", type=int, default=1_000_000)
-    p.add_argument("--thermal", type=int, default=200)
-    p.add_argument("--measure", type=int, default=400)
+    for flag, default in (("--slices", 64), ("--volume", 1_000_000), ("--thermal", 200), ("--measure", 400)):
+        large.add_argument(flag, type=int, default=default)
     p.add_argument(
         "--export",
         default=None,

@@ -97,21 +97,34 @@ def _plain_peer(size):
     return build
 
 
+def _against_one_device(op: str, size: str, fn, args: tuple, params: dict, notes: str, **kw) -> BenchCase:
+    """A data-parallel train step of the MLP at ``size`` against the plain step on one device (samples/s)."""
+    return BenchCase(
+        op,
+        size,
+        fn,
+        args,
+        params=params,
+        peers={"plain_1device": _plain_peer(size)},
+        op_by_op=False,
+        items_per_call=MLP_SIZES[size][0],
+        items_name="samples",
+        notes=notes,
+        **kw,
+    )
+
+
 def _step_case(op: str, spec: dict, size: str) -> BenchCase:
     step, state, batch, _, _, mesh = _sharded_step(spec, size)
     n, d, h = MLP_SIZES[size]
-    return BenchCase(
+    return _against_one_device(
         op,
         size,
         lambda s, b: step(s, b),
         (state, batch),
-        params={"mesh": dict(mesh.shape), "batch": n, "d_in": d, "hidden": h},
+        {"mesh": dict(mesh.shape), "batch": n, "d_in": d, "hidden": h},
+        "train step (fwd+bwd+Adam) of a 2-layer MLP; peer: same step on one device",
         flops=6.0 * n * 2 * d * h,
-        peers={"plain_1device": _plain_peer(size)},
-        op_by_op=False,
-        items_per_call=n,
-        items_name="samples",
-        notes="train step (fwd+bwd+Adam) of a 2-layer MLP; peer: same step on one device",
     )
 
 
@@ -128,17 +141,13 @@ def _int8_case(size: str) -> BenchCase:
     def call(s, b):  # traced inside the harness's jit, so the inner step's donation does not apply
         return step(s, b)  # the whole new state: returning only the loss would let XLA drop the update
 
-    return BenchCase(
+    return _against_one_device(
         "parallel_int8_dp_step",
         size,
         call,
         (state, batch),
-        params={"mesh": dict(mesh.shape), "batch": n},
-        peers={"plain_1device": _plain_peer(size)},
-        op_by_op=False,
-        items_per_call=n,
-        items_name="samples",
-        notes="data parallel with int8 error-feedback all-reduce",
+        {"mesh": dict(mesh.shape), "batch": n},
+        "data parallel with int8 error-feedback all-reduce",
     )
 
 

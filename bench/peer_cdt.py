@@ -124,21 +124,15 @@ def build_peer(
 def _peer_cmd(binary, n2, n_slices, seconds, attempts, lam, epsilon, therm_sweeps, seed, ref_loop) -> list[str]:
     if n2 <= 0 or n2 % 2:
         raise ValueError(f"n2 must be positive and even (triangles come in pairs), got {n2}")
-    cmd = [
-        str(binary),
-        "--n2",
-        str(int(n2)),
-        "--slices",
-        str(int(n_slices)),
-        "--lambda",
-        repr(float(lam)),
-        "--epsilon",
-        repr(float(epsilon)),
-        "--therm-sweeps",
-        repr(float(therm_sweeps)),
-        "--seed",
-        str(int(seed)),
-    ]
+    options = {
+        "--n2": str(int(n2)),
+        "--slices": str(int(n_slices)),
+        "--lambda": repr(float(lam)),
+        "--epsilon": repr(float(epsilon)),
+        "--therm-sweeps": repr(float(therm_sweeps)),
+        "--seed": str(int(seed)),
+    }
+    cmd = [str(binary), *(word for option in options.items() for word in option)]
     cmd += ["--attempts", str(int(attempts))] if attempts else ["--seconds", repr(float(seconds))]
     if not ref_loop:
         cmd.append("--no-ref-loop")

@@ -94,6 +94,25 @@ def run_baseline(
     from ivhl_jax.nn import adaptive
 
     runs = []
+
+    def profile(workload, label: str, trace: str | None = None) -> None:
+        loss_fn, params, opt, get_batch = workload[:4]
+        runs.append(
+            profile_training(
+                loss_fn,
+                params,
+                opt,
+                get_batch,
+                batch_size=32,
+                key=jax.random.key(0),
+                num_batches=num_batches,
+                warmup=warmup,
+                fused_chunk=fused_chunk,
+                trace_dir=trace,
+                label=label,
+            )
+        )
+
     for label, cfg in (
         ("adaptive per_sample (N=100,H=64,D=784,B=32)", adaptive.AdaptiveConfig()),
         (
@@ -101,39 +120,10 @@ def run_baseline(
             adaptive.AdaptiveConfig.reference(),
         ),
     ):
-        loss_fn, params, opt, get_batch, _ = adaptive_workload(cfg)
-        runs.append(
-            profile_training(
-                loss_fn,
-                params,
-                opt,
-                get_batch,
-                batch_size=32,
-                key=jax.random.key(0),
-                num_batches=num_batches,
-                warmup=warmup,
-                fused_chunk=fused_chunk,
-                trace_dir=trace_dir,
-                label=label,
-            )
-        )
-        trace_dir = None
+        profile(adaptive_workload(cfg), label, trace_dir)
+        trace_dir = None  # the first workload's trace only
     if include_mlp:
-        loss_fn, params, opt, get_batch = mlp_workload()
-        runs.append(
-            profile_training(
-                loss_fn,
-                params,
-                opt,
-                get_batch,
-                batch_size=32,
-                key=jax.random.key(0),
-                num_batches=num_batches,
-                warmup=warmup,
-                fused_chunk=fused_chunk,
-                label="mlp 128-256-128-10 (B=32)",
-            )
-        )
+        profile(mlp_workload(), "mlp 128-256-128-10 (B=32)")
     doc = baseline_document(runs)
     doc["reference_model"] = {
         "adaptive_step_ms": 246.13,

@@ -55,20 +55,19 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))  # bench/studies/ -> the repository root
 
-# name -> (bench module, op, size); --quick: the same code paths at small sizes (smoke test).
+# (bench module, size) -> its ops timed; --quick: the same code paths at small sizes (smoke test).
+_OPS_BY_MODULE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ops_condensate", "medium"): ("gp_step", "gft_step"),
+    ("ops_condensate_systems", "medium"): ("mixture_step", "mixture_ground_step", "spin1_step", "dipolar_step"),
+    ("ops_fields", "medium"): ("superpose",),
+    ("ops_tn", "medium"): ("tn_contract", "mera_sweep"),
+    ("ops_cdt", "small"): ("cdt_sweeps",),
+    ("ops_adaptive", "small"): ("adaptive_train",),
+    ("ops_transformer", "small"): ("transformer_train_step",),
+}
+# name -> (bench module, op, size)
 WORKLOADS: dict[str, tuple[str, str, str]] = {
-    "gp_step": ("ops_condensate", "gp_step", "medium"),
-    "gft_step": ("ops_condensate", "gft_step", "medium"),
-    "mixture_step": ("ops_condensate_systems", "mixture_step", "medium"),
-    "mixture_ground_step": ("ops_condensate_systems", "mixture_ground_step", "medium"),
-    "spin1_step": ("ops_condensate_systems", "spin1_step", "medium"),
-    "dipolar_step": ("ops_condensate_systems", "dipolar_step", "medium"),
-    "superpose": ("ops_fields", "superpose", "medium"),
-    "tn_contract": ("ops_tn", "tn_contract", "medium"),
-    "mera_sweep": ("ops_tn", "mera_sweep", "medium"),
-    "cdt_sweeps": ("ops_cdt", "cdt_sweeps", "small"),
-    "adaptive_train": ("ops_adaptive", "adaptive_train", "small"),
-    "transformer_train_step": ("ops_transformer", "transformer_train_step", "small"),
+    op: (mod, op, size) for (mod, size), ops in _OPS_BY_MODULE.items() for op in ops
 }
 QUICK: dict[str, tuple[str, str, str]] = {name: (mod, op, "small") for name, (mod, op, _) in WORKLOADS.items()}
 
