@@ -879,7 +879,7 @@ def merge(paths: Sequence[str]) -> dict[str, Any]:
     return doc
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results", help="folder for gpu_checks.json")
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections (repeatable)")
@@ -913,6 +913,69 @@ def main(argv=None) -> int:
     ap.add_argument("--no-tune", action="store_true", help="plan without the `ivhl tune --quick` call")
     ap.add_argument("--costs", help="an earlier gpu_checks JSON whose section_wall_s replace the estimates")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="join several calls' results into --out/--name")
+    return ap
+
+
+def _plan(args: argparse.Namespace, ap: argparse.ArgumentParser) -> tuple[dict | None, bool]:
+    """With ``--budget`` or ``--plan``: the calls planned and their commands printed, and ``args`` narrowed to
+    the first call (its sections and time budget); None without a plan. Second: whether sections run here
+    (not after ``--plan`` alone, nor when the plan has no call)."""
+    if args.budget is None and not args.plan:
+        if args.sections:
+            args.only = args.sections
+        return None, True
+    if args.budget is not None and args.budget <= 0:
+        ap.error(f"--budget must be > 0 seconds, got {args.budget:g}")
+    costs = None
+    if args.costs:
+        with open(args.costs) as f:
+            earlier = json.load(f).get("sections", {})
+        costs = {n: r["section_wall_s"] for n, r in earlier.items() if "section_wall_s" in r and "error" not in r}
+    wanted = [n for n in (args.sections or args.only or SECTIONS) if n not in args.skip]
+    planned = plan_calls(wanted, budget_s=args.budget, with_tune=not args.no_tune, costs=costs)
+    print(format_plan(planned, plan_commands(planned, args.out, args.quick)), flush=True)
+    print("  from a copy of the source tree (nothing installed), the same calls:")
+    for cmd in plan_commands(planned, args.out, args.quick, script=True):
+        print(f"    {cmd}")
+    if args.plan or not planned["calls"]:
+        return planned, False
+    first = planned["calls"][0]
+    args.only = (["tune"] if first["tune"] else []) + first["sections"]
+    if not args.budget_s:
+        args.budget_s = max(1.0, first["estimate_s"] - CALL_OVERHEAD_S)
+    return planned, True
+
+
+def _limits() -> dict[str, Any]:
+    """This machine's limits, measured now: every section's figures can be read as a fraction of them."""
+    try:
+        from ivhl_jax.run.measure import measure_limits
+
+        limits = measure_limits(quick=True)
+        print(
+            f"[gpu_checks] limits: copy {limits['copy_gbps']:.1f} GB/s, matmul f32 "
+            f"{limits['matmul_f32_tflops']:.2f} / bf16 {limits['matmul_bf16_tflops']:.2f} TFLOP/s",
+            flush=True,
+        )
+        return limits
+    except Exception as e:  # noqa: BLE001 - the checks still run without a roofline
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _section(name: str, quick: bool, peak: float | None) -> dict:
+    """One section's result; a section that fails as a whole is recorded with its traceback."""
+    try:
+        if name == "transformer":
+            return section_transformer(quick, peak)
+        if name in FAMILY_MODULES:
+            return _family(FAMILY_MODULES[name], quick)
+        return globals()[f"section_{name}"](quick)
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, args.name)
@@ -926,44 +989,14 @@ def main(argv=None) -> int:
         bad = [s for s in args.sections if s not in SECTIONS]
         if bad:
             ap.error(f"--sections: unknown {bad}; choose from {','.join(SECTIONS)}")
-    planned = None
-    if args.budget is not None or args.plan:
-        if args.budget is not None and args.budget <= 0:
-            ap.error(f"--budget must be > 0 seconds, got {args.budget:g}")
-        costs = None
-        if args.costs:
-            with open(args.costs) as f:
-                earlier = json.load(f).get("sections", {})
-            costs = {n: r["section_wall_s"] for n, r in earlier.items() if "section_wall_s" in r and "error" not in r}
-        wanted = [n for n in (args.sections or args.only or SECTIONS) if n not in args.skip]
-        planned = plan_calls(wanted, budget_s=args.budget, with_tune=not args.no_tune, costs=costs)
-        print(format_plan(planned, plan_commands(planned, args.out, args.quick)), flush=True)
-        print("  from a copy of the source tree (nothing installed), the same calls:")
-        for cmd in plan_commands(planned, args.out, args.quick, script=True):
-            print(f"    {cmd}")
-        if args.plan or not planned["calls"]:
-            return 0
-        first = planned["calls"][0]
-        args.only = (["tune"] if first["tune"] else []) + first["sections"]
-        if not args.budget_s:
-            args.budget_s = max(1.0, first["estimate_s"] - CALL_OVERHEAD_S)
-    elif args.sections:
-        args.only = args.sections
+    planned, run_here = _plan(args, ap)
+    if not run_here:
+        return 0
     doc: dict[str, Any] = {"timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sections": {}}
     if planned is not None:
         doc["plan"] = planned
     start = time.perf_counter()
-    try:  # this machine's limits, measured now: every section's figures can be read as a fraction of them
-        from ivhl_jax.run.measure import measure_limits
-
-        doc["limits"] = measure_limits(quick=True)
-        print(
-            f"[gpu_checks] limits: copy {doc['limits']['copy_gbps']:.1f} GB/s, matmul f32 "
-            f"{doc['limits']['matmul_f32_tflops']:.2f} / bf16 {doc['limits']['matmul_bf16_tflops']:.2f} TFLOP/s",
-            flush=True,
-        )
-    except Exception as e:  # noqa: BLE001 - the checks still run without a roofline
-        doc["limits"] = {"error": f"{type(e).__name__}: {e}"}
+    doc["limits"] = _limits()
     peak = None
     for name in [n for n in (args.only or SECTIONS) if n not in args.skip]:
         t0 = time.perf_counter()
@@ -972,17 +1005,9 @@ def main(argv=None) -> int:
             print(f"[gpu_checks] {name}: skipped (over the time budget)", flush=True)
             continue
         print(f"[gpu_checks] {name} ...", flush=True)
-        try:
-            if name == "transformer":
-                res = section_transformer(args.quick, peak)
-            elif name in FAMILY_MODULES:
-                res = _family(FAMILY_MODULES[name], args.quick)
-            else:
-                res = globals()[f"section_{name}"](args.quick)
-            if name == "ceilings":
-                peak = res["matmul_bf16"]["tflops"]
-        except Exception as e:
-            res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        res = _section(name, args.quick, peak)
+        if name == "ceilings":
+            peak = res.get("matmul_bf16", {}).get("tflops")
         res["section_wall_s"] = time.perf_counter() - t0
         _add_fractions(name, res, doc.get("limits", {}))
         doc["sections"][name] = res
@@ -1051,6 +1076,47 @@ def format_summary(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _result_rows(name: str, res: dict) -> list[tuple]:
+    """The console's row of each result of the sections that time several variants."""
+    rows = res["results"]
+    if name == "attention":
+        return [
+            (
+                r["impl"],
+                r["shape"],
+                round(r.get("fwd", {}).get("tflops", 0), 1),
+                round(r.get("fwd_bwd", {}).get("tflops", 0), 1),
+                r.get("error", "")[:80],
+            )
+            for r in rows
+        ]
+    if name == "transformer":
+        return [
+            (
+                r["attention"],
+                r["batch"],
+                r["remat"],
+                round(r.get("tokens_per_s", 0)),
+                round(r.get("model_tflops", 0), 1),
+                round(r.get("mfu_vs_measured_peak", 0), 3),
+                r.get("error", "")[:80],
+            )
+            for r in rows
+        ]
+    return [  # pallas_blocks
+        (
+            r["shape"][-1],
+            r["masking"],
+            r["block_q"],
+            r["block_k"],
+            r.get("rel_err_vs_xla"),
+            r.get("median_s"),
+            r.get("error", "")[:60],
+        )
+        for r in rows
+    ]
+
+
 def _summary(name: str, res: dict) -> dict:
     """A short line per section for the console (the JSON has everything)."""
     if "error" in res:
@@ -1072,34 +1138,8 @@ def _summary(name: str, res: dict) -> dict:
                 if not r["ok"]
             ],
         }
-    if name == "attention":
-        return {
-            name: [
-                (
-                    r["impl"],
-                    r["shape"],
-                    round(r.get("fwd", {}).get("tflops", 0), 1),
-                    round(r.get("fwd_bwd", {}).get("tflops", 0), 1),
-                    r.get("error", "")[:80],
-                )
-                for r in res["results"]
-            ]
-        }
-    if name == "transformer":
-        return {
-            name: [
-                (
-                    r["attention"],
-                    r["batch"],
-                    r["remat"],
-                    round(r.get("tokens_per_s", 0)),
-                    round(r.get("model_tflops", 0), 1),
-                    round(r.get("mfu_vs_measured_peak", 0), 3),
-                    r.get("error", "")[:80],
-                )
-                for r in res["results"]
-            ]
-        }
+    if name in ("attention", "transformer", "pallas_blocks"):
+        return {name: _result_rows(name, res)}
     if name == "parallel":
         return {
             "plain_ms": 1e3 * res["plain"]["median_s"],
@@ -1110,21 +1150,6 @@ def _summary(name: str, res: dict) -> dict:
         }
     if name in FAMILY_SECTIONS or name == "steppers":
         return {name: res.get("summary", "no summary")}
-    if name == "pallas_blocks":
-        return {
-            name: [
-                (
-                    r["shape"][-1],
-                    r["masking"],
-                    r["block_q"],
-                    r["block_k"],
-                    r.get("rel_err_vs_xla"),
-                    r.get("median_s"),
-                    r.get("error", "")[:60],
-                )
-                for r in res["results"]
-            ]
-        }
     if name == "gp_rounding":
         return {
             k: (v["norm_rel_drift"][-1], max(abs(x) for x in v["energy_rel_drift"]))

@@ -235,6 +235,55 @@ def gpu_check(quick: bool = False, engines: tuple[str, ...] | None = None, peer_
     return doc
 
 
+def _sweeps(stepper, chain, n: int, phase: str, record: dict | None, clock: list[float], progress: bool):
+    """``n`` sweeps of one chain in blocks of 5; with ``record`` N0 and l_t of every sweep appended; progress
+    (sweeps, N2, attempts/s since ``clock[0]``) at most once a second (``clock[1]``: the last line's time)."""
+    from ivhl_jax.numerics.rollout import trajectory
+
+    done = 0
+    while done < n:
+        block = min(n - done, 5)
+        chain, obs = trajectory(stepper, chain, block, observe=cdt.observe)
+        obs = jax.device_get(obs)
+        done += block
+        if record is not None:
+            record["n0"].extend(np.asarray(obs["n0"]).tolist())
+            record["lengths"].extend(np.asarray(obs["lengths"]).tolist())
+        now = time.perf_counter()
+        if progress and (now - clock[1] >= 1.0 or done == n):
+            clock[1] = now
+            att = int(np.asarray(chain.geometry.attempts).sum())
+            print(
+                f"{phase}: {done}/{n} sweeps, N2 = {int(obs['n2'][-1])}, "
+                f"{att / (now - clock[0]):.3g} attempts/s since the start",
+                flush=True,
+            )
+    return chain
+
+
+def _autocorrelation_times(n0: np.ndarray, lengths: np.ndarray) -> tuple[dict[str, list[float]], list[str]]:
+    """tau_int in sweeps (Sokal's window) of N0, of each slice length (mean and spread over slices) and of the
+    profile spread (standard deviation of the l_t), and the warnings the estimator raised."""
+    import warnings
+
+    from ivhl_jax.numerics import statistics
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        tau_n0 = statistics.integrated_autocorrelation_time(n0)
+        tau_slices = [statistics.integrated_autocorrelation_time(lengths[:, t]) for t in range(lengths.shape[1])]
+        tau_spread = statistics.integrated_autocorrelation_time(lengths.std(-1))
+    taus = {
+        "n0": [tau_n0.tau, tau_n0.error],
+        "slice_length_mean_over_slices": [
+            float(np.mean([t.tau for t in tau_slices])),
+            float(np.std([t.tau for t in tau_slices])),
+        ],
+        "profile_spread": [tau_spread.tau, tau_spread.error],
+    }
+    return taus, sorted({str(w.message) for w in caught})
+
+
 def large_universe(
     n_slices: int = 64,
     volume: int = 1_000_000,
@@ -256,53 +305,21 @@ def large_universe(
     in sweeps; for the slice lengths, the mean over slices of each slice's tau and the tau of the profile
     spread (standard deviation of the l_t).
     """
-    import warnings
-
-    from ivhl_jax.numerics import statistics
-    from ivhl_jax.numerics.rollout import trajectory
     from ivhl_jax.run.device import device_report
 
     eps = 2.0 / volume if eps is None else eps
     stepper = cdt.metropolis(cdt.LN2, eps=eps, target=volume, engine="host")
-    params = stepper.params
     capacity = int(0.55 * volume) + 1024
     chain = stepper.init(jax.random.key(seed), n_slices, volume // (2 * n_slices), capacity)
     record: dict = {"n0": [], "lengths": []}
     t_start = time.perf_counter()
-    last = [t_start]
-
-    def run(n: int, phase: str, keep: bool):
-        nonlocal chain
-        done = 0
-        while done < n:
-            block = min(n - done, 5)
-            chain, obs = trajectory(stepper, chain, block, observe=cdt.observe)
-            obs = jax.device_get(obs)
-            done += block
-            if keep:
-                record["n0"].extend(np.asarray(obs["n0"]).tolist())
-                record["lengths"].extend(np.asarray(obs["lengths"]).tolist())
-            now = time.perf_counter()
-            if progress and (now - last[0] >= 1.0 or done == n):
-                last[0] = now
-                att = int(np.asarray(chain.geometry.attempts).sum())
-                print(
-                    f"{phase}: {done}/{n} sweeps, N2 = {int(obs['n2'][-1])}, "
-                    f"{att / (now - t_start):.3g} attempts/s since the start",
-                    flush=True,
-                )
-
-    run(thermal, "thermalise", False)
+    clock = [t_start, t_start]
+    chain = _sweeps(stepper, chain, thermal, "thermalise", None, clock, progress)
     t_thermal = time.perf_counter() - t_start
-    run(measure, "measure", True)
+    chain = _sweeps(stepper, chain, measure, "measure", record, clock, progress)
     seconds = time.perf_counter() - t_start
     n0 = np.asarray(record["n0"], float)
-    lengths = np.asarray(record["lengths"], float)  # (measure, T)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", RuntimeWarning)
-        tau_n0 = statistics.integrated_autocorrelation_time(n0)
-        tau_slices = [statistics.integrated_autocorrelation_time(lengths[:, t]) for t in range(n_slices)]
-        tau_spread = statistics.integrated_autocorrelation_time(lengths.std(-1))
+    taus, caught = _autocorrelation_times(n0, np.asarray(record["lengths"], float))  # lengths: (measure, T)
     g = chain.geometry
     acc, att = np.asarray(g.accepts), np.asarray(g.attempts)
     return {
@@ -312,7 +329,7 @@ def large_universe(
             "lambda": cdt.LN2,
             "eps": eps,
             "engine": "host",
-            "proposal": params.proposal,
+            "proposal": stepper.params.proposal,
             "capacity": capacity,
             "sweep": "N2 attempts",
         },
@@ -326,15 +343,8 @@ def large_universe(
         "overflow": bool(g.overflow),
         "mean_n2": float(2 * n0.mean()),
         "std_n2": float(2 * n0.std()),
-        "tau_int_sweeps": {
-            "n0": [tau_n0.tau, tau_n0.error],
-            "slice_length_mean_over_slices": [
-                float(np.mean([t.tau for t in tau_slices])),
-                float(np.std([t.tau for t in tau_slices])),
-            ],
-            "profile_spread": [tau_spread.tau, tau_spread.error],
-        },
-        "warnings": sorted({str(w.message) for w in caught}),
+        "tau_int_sweeps": taus,
+        "warnings": caught,
         "environment": device_report(),
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -459,6 +459,153 @@ def _torch_step_worker(conn, cfg, seq_len: int, params, batch: np.ndarray, threa
     conn.close()
 
 
+def _jax_train_call(cfg, opt, params, batch, *, dense=None, matmul=None, layer_loop=None):
+    """Our jitted train step (state donated) as a timed call, and its setup seconds. Baselines: ``dense=False``
+    (attention through ``jax.nn.dot_product_attention``), ``matmul=jnp.dot`` (a plain expanding projection),
+    ``layer_loop="scan"``; each traced here, so the overrides hold for the compile only."""
+    import time
+    from unittest import mock
+
+    from ivhl_jax.core import backend
+    from ivhl_jax.models import layers as layers_mod
+    from ivhl_jax.models.transformer import lm_loss_fn
+    from ivhl_jax.train import training
+
+    state = training.init_train_state(jax.tree.map(jnp.copy, params), opt, key=jax.random.key(1))
+    loss = lm_loss_fn(dataclasses.replace(cfg, layer_loop=layer_loop or cfg.layer_loop))
+    step = jax.jit(training.make_train_step(loss, opt, "fp32"), donate_argnums=0)
+    t0 = time.perf_counter()
+    dense = backend.defaults().attention_dense if dense is None else dense
+    matmul = layers_mod.matmul_saving_transposed_input if matmul is None else matmul
+    with (
+        backend.override(attention_dense=dense),
+        mock.patch.object(layers_mod, "matmul_saving_transposed_input", matmul),
+    ):
+        compiled = step.lower(state, batch).compile()
+    box = [state]
+
+    def call():
+        box[0], m = compiled(box[0], batch)
+        jax.block_until_ready(m["loss"])
+
+    call()
+    return call, time.perf_counter() - t0
+
+
+class _TorchWorker:
+    """The PyTorch twin's step with 2 threads in a spawned process of its own (:func:`_torch_step_worker`):
+    ``call()`` runs one step there and keeps the ``(wall_s, cpu_s)`` measured inside that process."""
+
+    def __init__(self, cfg, seq_len: int, params, batch) -> None:
+        import multiprocessing
+        import time
+
+        t0 = time.perf_counter()
+        spawn = multiprocessing.get_context("spawn")
+        self.conn, child_conn = spawn.Pipe()
+        self.worker = spawn.Process(
+            target=_torch_step_worker,
+            daemon=True,
+            args=(child_conn, cfg, seq_len, jax.tree.map(np.asarray, params), np.asarray(batch, np.int64), 2),
+        )
+        self.worker.start()
+        if self.conn.recv() != "ready":
+            raise RuntimeError("the PyTorch worker process did not start")
+        self.measured: list[tuple[float, float]] = []
+        self.setup_s = time.perf_counter() - t0
+
+    def call(self) -> None:
+        self.conn.send("run")
+        self.measured.append(self.conn.recv())
+
+    def stop(self) -> None:
+        self.conn.send("stop")
+        self.worker.join(timeout=30)
+
+
+def _contestant_rows(B: int, T: int, setup: dict, wall: dict, cpu: dict, log) -> dict[str, dict[str, Any]]:
+    """Per contestant: setup, wall medians/min/max, tokens/s, CPU median, the per-round ratio to ours, samples."""
+    ours = np.asarray(wall["ivhl_jit"])
+    rows = {}
+    for k in setup:
+        w = np.asarray(wall[k])
+        rows[k] = {
+            "setup_s": setup[k],
+            "wall_median_s": float(np.median(w)),
+            "wall_min_s": float(w.min()),
+            "wall_max_s": float(w.max()),
+            "tokens_per_s_median": B * T / float(np.median(w)),
+            "cpu_median_s": float(np.median(cpu[k])),
+            "time_over_ours_per_round_median": float(np.median(w / ours)),
+            "wall_samples_s": [float(x) for x in w],
+            "cpu_samples_s": [float(x) for x in cpu[k]],
+        }
+        log(
+            f"B={B} T={T} {k:20s} {np.median(w):7.3f} s ({B * T / np.median(w):7.0f} tok/s) "
+            f"cpu {np.median(cpu[k]):6.3f} s, x{np.median(w / ours):.3f} of ours per round"
+        )
+    return rows
+
+
+def _train_step_shape(B: int, T: int, rounds: int, torch_threads, baseline: bool, log) -> dict:
+    """One shape of :func:`train_step_vs_torch`: every contestant built, warmed, timed in interleaved rounds."""
+    import os
+    import time
+
+    import torch
+
+    from ivhl_jax.models.transformer import init_params, preset
+    from ivhl_jax.train import training
+
+    cfg = preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla")
+    opt = training.make_optimizer(name="adamw", learning_rate=1e-4, warmup_steps=1, total_steps=100)
+    params = init_params(cfg, jax.random.key(0))
+    batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, cfg.vocab_size)
+    calls: dict[str, Callable[[], Any]] = {}
+    setup: dict[str, float] = {}
+    variants: dict[str, dict[str, Any]] = {"ivhl_jit": {}}
+    if baseline:
+        variants.update(
+            ivhl_jit_baseline={"dense": False},
+            ivhl_jit_plain_matmul={"matmul": jnp.dot},
+            ivhl_jit_scan={"layer_loop": "scan"},
+        )
+    for name, kw in variants.items():
+        calls[name], setup[name] = _jax_train_call(cfg, opt, params, batch, **kw)
+    tokens = torch.from_numpy(np.asarray(batch, np.int64))
+    for n in torch_threads:
+        t0 = time.perf_counter()
+        tstep = _torch_twin_train_step(cfg, T, params)
+
+        def tcall(tstep=tstep, n=n):
+            torch.set_num_threads(n)
+            tstep(tokens).item()
+
+        tcall()
+        calls[f"torch_eager_{n}thr"], setup[f"torch_eager_{n}thr"] = tcall, time.perf_counter() - t0
+    own = _TorchWorker(cfg, T, params, batch)
+    calls["torch_eager_2thr_own_process"], setup["torch_eager_2thr_own_process"] = own.call, own.setup_s
+    try:
+        for c in calls.values():
+            c()
+        own.measured.clear()
+        load0 = os.getloadavg()
+        wall, cpu = interleaved_rounds(calls, rounds, pause_s=0.02, cpu=True)
+    finally:
+        own.stop()
+    # the worker's own clocks: its CPU time is not this process's
+    wall["torch_eager_2thr_own_process"] = [w for w, _ in own.measured]
+    cpu["torch_eager_2thr_own_process"] = [c for _, c in own.measured]
+    return {
+        "batch": B,
+        "seq_len": T,
+        "tokens_per_step": B * T,
+        "loadavg_start": load0,
+        "loadavg_end": os.getloadavg(),
+        "contestants": _contestant_rows(B, T, setup, wall, cpu, log),
+    }
+
+
 def train_step_vs_torch(
     shapes=((4, 256), (8, 512)), *, rounds: int = 5, torch_threads=(1, 2), baseline: bool = True, log=print
 ) -> dict:
@@ -476,122 +623,9 @@ def train_step_vs_torch(
     spawned process of its own with glibc's default malloc, :func:`_torch_step_worker`; its wall and CPU
     times are measured inside that process).
     """
-    import multiprocessing
-    import os
-    import time
-    from unittest import mock
-
     import torch
 
-    from ivhl_jax.core import backend
-    from ivhl_jax.models import layers as layers_mod
-    from ivhl_jax.models.transformer import init_params, lm_loss_fn, preset
-    from ivhl_jax.train import training
-
-    def one_shape(B: int, T: int) -> dict:
-        cfg = preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla")
-        opt = training.make_optimizer(name="adamw", learning_rate=1e-4, warmup_steps=1, total_steps=100)
-        params = init_params(cfg, jax.random.key(0))
-        batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, cfg.vocab_size)
-        calls, setup = {}, {}
-
-        def jax_call(dense=None, matmul=layers_mod.matmul_saving_transposed_input, layer_loop=cfg.layer_loop):
-            state = training.init_train_state(jax.tree.map(jnp.copy, params), opt, key=jax.random.key(1))
-            loss = lm_loss_fn(dataclasses.replace(cfg, layer_loop=layer_loop))
-            step = jax.jit(training.make_train_step(loss, opt, "fp32"), donate_argnums=0)
-            t0 = time.perf_counter()
-            # baselines: the jax.nn attention path (attention_dense=False) or a plain jnp.dot projection, traced here
-            dense = backend.defaults().attention_dense if dense is None else dense
-            with (
-                backend.override(attention_dense=dense),
-                mock.patch.object(layers_mod, "matmul_saving_transposed_input", matmul),
-            ):
-                compiled = step.lower(state, batch).compile()
-            box = [state]
-
-            def call():
-                box[0], m = compiled(box[0], batch)
-                jax.block_until_ready(m["loss"])
-
-            call()
-            return call, time.perf_counter() - t0
-
-        calls["ivhl_jit"], setup["ivhl_jit"] = jax_call()
-        if baseline:
-            calls["ivhl_jit_baseline"], setup["ivhl_jit_baseline"] = jax_call(False)
-            calls["ivhl_jit_plain_matmul"], setup["ivhl_jit_plain_matmul"] = jax_call(None, jnp.dot)
-            calls["ivhl_jit_scan"], setup["ivhl_jit_scan"] = jax_call(None, layer_loop="scan")
-        tokens = torch.from_numpy(np.asarray(batch, np.int64))
-        for n in torch_threads:
-            t0 = time.perf_counter()
-            tstep = _torch_twin_train_step(cfg, T, params)
-
-            def tcall(tstep=tstep, n=n):
-                torch.set_num_threads(n)
-                tstep(tokens).item()
-
-            tcall()
-            calls[f"torch_eager_{n}thr"], setup[f"torch_eager_{n}thr"] = tcall, time.perf_counter() - t0
-        t0 = time.perf_counter()
-        spawn = multiprocessing.get_context("spawn")
-        conn, child_conn = spawn.Pipe()
-        worker = spawn.Process(
-            target=_torch_step_worker,
-            daemon=True,
-            args=(child_conn, cfg, T, jax.tree.map(np.asarray, params), np.asarray(batch, np.int64), 2),
-        )
-        worker.start()
-        if conn.recv() != "ready":
-            raise RuntimeError("the PyTorch worker process did not start")
-        measured: dict[str, list[tuple[float, float]]] = {"torch_eager_2thr_own_process": []}
-
-        def worker_call():
-            conn.send("run")
-            measured["torch_eager_2thr_own_process"].append(conn.recv())
-
-        calls["torch_eager_2thr_own_process"] = worker_call
-        setup["torch_eager_2thr_own_process"] = time.perf_counter() - t0
-        try:
-            for c in calls.values():
-                c()
-            for v in measured.values():
-                v.clear()
-            load0 = os.getloadavg()
-            wall, cpu = interleaved_rounds(calls, rounds, pause_s=0.02, cpu=True)
-        finally:
-            conn.send("stop")
-            worker.join(timeout=30)
-        for k, v in measured.items():  # the worker's own clocks: its CPU time is not this process's
-            wall[k], cpu[k] = [w for w, _ in v], [c for _, c in v]
-        ours = np.asarray(wall["ivhl_jit"])
-        rec: dict[str, Any] = {
-            "batch": B,
-            "seq_len": T,
-            "tokens_per_step": B * T,
-            "loadavg_start": load0,
-            "loadavg_end": os.getloadavg(),
-            "contestants": {},
-        }
-        for k in calls:
-            w = np.asarray(wall[k])
-            rec["contestants"][k] = {
-                "setup_s": setup[k],
-                "wall_median_s": float(np.median(w)),
-                "wall_min_s": float(w.min()),
-                "wall_max_s": float(w.max()),
-                "tokens_per_s_median": B * T / float(np.median(w)),
-                "cpu_median_s": float(np.median(cpu[k])),
-                "time_over_ours_per_round_median": float(np.median(w / ours)),
-                "wall_samples_s": [float(x) for x in w],
-                "cpu_samples_s": [float(x) for x in cpu[k]],
-            }
-            log(
-                f"B={B} T={T} {k:20s} {np.median(w):7.3f} s ({B * T / np.median(w):7.0f} tok/s) "
-                f"cpu {np.median(cpu[k]):6.3f} s, x{np.median(w / ours):.3f} of ours per round"
-            )
-        return rec
-
-    out = [one_shape(B, T) for B, T in shapes]
+    out = [_train_step_shape(B, T, rounds, torch_threads, baseline, log) for B, T in shapes]
     return {
         "rows": out,
         "rounds": rounds,
@@ -604,6 +638,80 @@ def train_step_vs_torch(
     }
 
 
+def _layer_cost_calls(B: int, T: int) -> tuple[dict[str, Callable[[], Any]], Any]:
+    """The gradients timed by :func:`layer_cost_vs_torch` at one shape (ours with 1, 2 and 6 layers, our block
+    alone, the PyTorch twin's 6-layer model and its first block), and our 6-layer config."""
+    import torch
+
+    from ivhl_jax.models import transformer as tm
+
+    batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, 256)
+    calls: dict[str, Callable[[], Any]] = {}
+    for L in (1, 2, 6):  # the loop ends on the 6-layer preset, whose config and parameters serve below
+        cfg = tm.preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla", n_layers=L)
+        params = tm.init_params(cfg, jax.random.key(0))
+        loss = tm.lm_loss_fn(cfg)
+        grad = jax.jit(jax.grad(lambda p, b, loss=loss: loss(p, b, None, None)[0]))
+        calls[f"ours_{L}_layers"] = blocking_call(grad, params, batch)
+    block, block_params = tm.Block(cfg), jax.tree.map(lambda a: a[0], params["blocks"])
+    x = jax.random.normal(jax.random.key(3), (B, T, cfg.d_model))
+    r = jax.random.normal(jax.random.key(4), (B, T, cfg.d_model))
+    block_grad = jax.jit(jax.grad(lambda p, x: jnp.sum(block.apply({"params": p}, x)[0] * r), argnums=(0, 1)))
+    calls["ours_block_alone"] = blocking_call(block_grad, block_params, x)
+    model = torch_lm(cfg, T)
+    torch_load_params(model, params)
+    tokens = torch.from_numpy(np.asarray(batch, np.int64))
+
+    def torch_model():
+        model.zero_grad(set_to_none=True)
+        torch_lm_loss(model, tokens).backward()
+
+    tblock, tx = model.blocks[0], torch.from_numpy(np.array(x)).requires_grad_(True)
+    tr = torch.from_numpy(np.array(r))
+
+    def torch_block():
+        tblock.zero_grad(set_to_none=True)
+        tx.grad = None
+        (tblock(tx, model.cos[:T], model.sin[:T]) * tr).sum().backward()
+
+    calls["torch_6_layers"], calls["torch_block_alone"] = torch_model, torch_block
+    return calls, cfg
+
+
+def _layer_cost_shape(B: int, T: int, rounds: int, log) -> dict:
+    """One shape of :func:`layer_cost_vs_torch`: the calls warmed, timed in interleaved rounds, the slopes."""
+    import os
+
+    calls, cfg = _layer_cost_calls(B, T)
+    for c in calls.values():
+        c()
+        c()
+    load0 = os.getloadavg()
+    wall, _ = interleaved_rounds(calls, rounds, pause_s=0.01)
+    ms = {k: 1e3 * float(np.median(v)) for k, v in wall.items()}
+    slope = (ms["ours_6_layers"] - ms["ours_1_layers"]) / 5
+    rec = {
+        "batch": B,
+        "seq_len": T,
+        "loadavg_start": load0,
+        "loadavg_end": os.getloadavg(),
+        "median_ms": ms,
+        "samples_ms": {k: [1e3 * t for t in v] for k, v in wall.items()},
+        "layer_loop_run": "scan" if cfg.scan_layers else "unrolled",
+        "ours_per_layer_in_model_ms": slope,
+        "ours_in_model_over_alone": slope / ms["ours_block_alone"],
+        "torch_6_layers_over_6_blocks_alone": ms["torch_6_layers"] / (6 * ms["torch_block_alone"]),
+        "ours_block_alone_over_torch_block_alone": ms["ours_block_alone"] / ms["torch_block_alone"],
+    }
+    log(
+        f"B={B} T={T} "
+        + ", ".join(f"{k} {v:.0f} ms" for k, v in ms.items())
+        + f"; ours per layer in the model {slope:.0f} ms = x{rec['ours_in_model_over_alone']:.2f} of the block "
+        f"alone; torch's model x{rec['torch_6_layers_over_6_blocks_alone']:.2f} of 6 blocks alone"
+    )
+    return rec
+
+
 def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads: int = 2, log=print) -> dict:
     """Where the time of a forward+backward goes by depth: one block alone against the same block inside the model.
 
@@ -614,75 +722,11 @@ def layer_cost_vs_torch(shapes=((4, 256), (8, 512)), *, rounds: int = 7, threads
     ``ours_per_layer_in_model_ms`` is the slope ``(t(6 layers) - t(1 layer)) / 5``;
     ``ours_in_model_over_alone`` divides it by the block alone.
     """
-    import os
-
     import torch
 
-    from ivhl_jax.models import transformer as tm
-
     torch.set_num_threads(threads)
-
-    def one_shape(B: int, T: int) -> dict:
-        batch = jax.random.randint(jax.random.key(2), (B, T + 1), 0, 256)
-        calls: dict[str, Callable[[], Any]] = {}
-        for L in (1, 2, 6):  # the loop ends on the 6-layer preset, whose config and parameters serve below
-            cfg = tm.preset("small", max_len=T, activation="gelu", norm="layernorm", attention="xla", n_layers=L)
-            params = tm.init_params(cfg, jax.random.key(0))
-            loss = tm.lm_loss_fn(cfg)
-            grad = jax.jit(jax.grad(lambda p, b, loss=loss: loss(p, b, None, None)[0]))
-            calls[f"ours_{L}_layers"] = blocking_call(grad, params, batch)
-        block, block_params = tm.Block(cfg), jax.tree.map(lambda a: a[0], params["blocks"])
-        x = jax.random.normal(jax.random.key(3), (B, T, cfg.d_model))
-        r = jax.random.normal(jax.random.key(4), (B, T, cfg.d_model))
-        block_grad = jax.jit(jax.grad(lambda p, x: jnp.sum(block.apply({"params": p}, x)[0] * r), argnums=(0, 1)))
-        calls["ours_block_alone"] = lambda: jax.block_until_ready(block_grad(block_params, x))
-        model = torch_lm(cfg, T)
-        torch_load_params(model, params)
-        tokens = torch.from_numpy(np.asarray(batch, np.int64))
-
-        def torch_model():
-            model.zero_grad(set_to_none=True)
-            torch_lm_loss(model, tokens).backward()
-
-        tblock, tx = model.blocks[0], torch.from_numpy(np.array(x)).requires_grad_(True)
-        tr = torch.from_numpy(np.array(r))
-
-        def torch_block():
-            tblock.zero_grad(set_to_none=True)
-            tx.grad = None
-            (tblock(tx, model.cos[:T], model.sin[:T]) * tr).sum().backward()
-
-        calls["torch_6_layers"], calls["torch_block_alone"] = torch_model, torch_block
-        for c in calls.values():
-            c()
-            c()
-        load0 = os.getloadavg()
-        wall, _ = interleaved_rounds(calls, rounds, pause_s=0.01)
-        ms = {k: 1e3 * float(np.median(v)) for k, v in wall.items()}
-        slope = (ms["ours_6_layers"] - ms["ours_1_layers"]) / 5
-        rec = {
-            "batch": B,
-            "seq_len": T,
-            "loadavg_start": load0,
-            "loadavg_end": os.getloadavg(),
-            "median_ms": ms,
-            "samples_ms": {k: [1e3 * t for t in v] for k, v in wall.items()},
-            "layer_loop_run": "scan" if cfg.scan_layers else "unrolled",
-            "ours_per_layer_in_model_ms": slope,
-            "ours_in_model_over_alone": slope / ms["ours_block_alone"],
-            "torch_6_layers_over_6_blocks_alone": ms["torch_6_layers"] / (6 * ms["torch_block_alone"]),
-            "ours_block_alone_over_torch_block_alone": ms["ours_block_alone"] / ms["torch_block_alone"],
-        }
-        log(
-            f"B={B} T={T} "
-            + ", ".join(f"{k} {v:.0f} ms" for k, v in ms.items())
-            + f"; ours per layer in the model {slope:.0f} ms = x{rec['ours_in_model_over_alone']:.2f} of the block "
-            f"alone; torch's model x{rec['torch_6_layers_over_6_blocks_alone']:.2f} of 6 blocks alone"
-        )
-        return rec
-
     return {
-        "rows": [one_shape(B, T) for B, T in shapes],
+        "rows": [_layer_cost_shape(B, T, rounds, log) for B, T in shapes],
         "rounds": rounds,
         "threads": threads,
         "torch_version": torch.__version__,

@@ -32,6 +32,39 @@ from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore, Snapshots
 
 
+def _alternating_rounds(calls: dict, rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]], list]:
+    """Wall and CPU seconds of each of the two ``calls`` once per round, the order alternating between rounds
+    (so that neither always runs first after the pause), and the order of each round."""
+    first, second = calls
+    wall: dict[str, list[float]] = {k: [] for k in calls}
+    cpu: dict[str, list[float]] = {k: [] for k in calls}
+    order = []
+    for r in range(rounds):
+        names = [first, second] if r % 2 == 0 else [second, first]
+        order.append(names)
+        for name in names:
+            time.sleep(0.05)  # let the previous call's worker threads go idle
+            t0, c0 = time.perf_counter(), time.process_time()
+            calls[name]()
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    return wall, cpu, order
+
+
+def _one_write_s(psi, folder: str, repeats: int = 5) -> list[float]:
+    """Seconds of one snapshot written alone, synchronously (host copy, compression, file write): its cost with
+    no overlap."""
+    import zarr
+
+    arr = zarr.create_array(os.path.join(folder, "alone.zarr"), shape=psi.shape, chunks=psi.shape, dtype=psi.dtype)
+    write_s = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        arr[...] = np.asarray(psi)
+        write_s.append(time.perf_counter() - t0)
+    return write_s
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", type=int, default=96)
@@ -64,31 +97,10 @@ def main(argv: list[str] | None = None) -> int:
 
     plain()
     stored()  # compile both
-    calls = {"plain": plain, "store": stored}
-    wall: dict[str, list[float]] = {"plain": [], "store": []}
-    cpu: dict[str, list[float]] = {"plain": [], "store": []}
-    order = []
-    for r in range(args.rounds):
-        names = ["plain", "store"] if r % 2 == 0 else ["store", "plain"]
-        order.append(names)
-        for name in names:
-            time.sleep(0.05)  # let the previous call's worker threads go idle
-            t0, c0 = time.perf_counter(), time.process_time()
-            calls[name]()
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
+    wall, cpu, order = _alternating_rounds({"plain": plain, "store": stored}, args.rounds)
     overhead = [s / p - 1 for s, p in zip(wall["store"], wall["plain"])]
     cpu_overhead = [s / p - 1 for s, p in zip(cpu["store"], cpu["plain"])]
-    # one snapshot written alone, synchronously (host copy, compression, file write): its cost with no overlap
-    import zarr
-
-    psi = jnp.copy(psi0)
-    arr = zarr.create_array(os.path.join(tmp, "alone.zarr"), shape=psi.shape, chunks=psi.shape, dtype=psi.dtype)
-    write_s = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        arr[...] = np.asarray(psi)
-        write_s.append(time.perf_counter() - t0)
+    write_s = _one_write_s(jnp.copy(psi0), tmp)
     q1, med, q3 = (float(v) for v in np.percentile(overhead, [25, 50, 75]))
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(tmp, "run.zarr")) for f in fs)
     shutil.rmtree(tmp, ignore_errors=True)
