@@ -254,6 +254,62 @@ def _ensure_old_tree(path: str, rev: str | None) -> str:
     return path
 
 
+def _builds(name: str, spec, workers: dict, tmp: str, first_rounds: int) -> dict[str, Any]:
+    """Fresh builds of one workload in each tree, interleaved (the first saves its outputs, the last is the one
+    timed): first-call and compile seconds, and the outputs of the two trees compared."""
+    rec: dict[str, Any] = {"spec": spec, "first_call_s": {"old": [], "new": []}, "compile_s": {"old": [], "new": []}}
+    for r in range(max(1, first_rounds)):
+        for t in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            out = os.path.join(tmp, f"{name}_{t}.npz") if r == 0 else None
+            res = workers[t].ask(cmd="build", name=name, spec=spec, out=out)
+            rec["first_call_s"][t].append(res["first_call_s"])
+            if res["compile_s"] is not None:
+                rec["compile_s"][t].append(res["compile_s"])
+    rec["check"] = compare(os.path.join(tmp, f"{name}_old.npz"), os.path.join(tmp, f"{name}_new.npz"))
+    return rec
+
+
+def _timed_rounds(name: str, workers: dict, rounds: int, target_s: float) -> dict[str, Any]:
+    """Interleaved timing rounds of one built workload, the order alternating: each round's median and minimum
+    per tree over ``reps`` calls (``reps`` sized from one probe call to about ``target_s`` seconds a round)."""
+    probe = workers["old"].ask(cmd="time", name=name, reps=1)["samples"][0]
+    reps = int(max(1, min(50, np.ceil(target_s / max(probe, 1e-6)))))
+    warmup = 1 if probe < 1.0 else 0  # a multi-second call needs no warm cache
+    samples: dict[str, list[float]] = {"old": [], "new": []}
+    best: dict[str, list[float]] = {"old": [], "new": []}
+    for r in range(rounds):
+        for t in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            s = workers[t].ask(cmd="time", name=name, reps=reps, warmup=warmup)["samples"]
+            samples[t].append(float(np.median(s)))
+            best[t].append(float(np.min(s)))
+    return {"samples": samples, "best": best, "reps": reps, "warmup": warmup}
+
+
+def _ratios(rec: dict[str, Any], timed: dict[str, Any]) -> dict[str, Any]:
+    """new/old per round (of the medians and of the minima), their medians and spreads, the first-call ratio."""
+    samples, best = timed["samples"], timed["best"]
+    ratios = [n / o for n, o in zip(samples["new"], samples["old"])]
+    ratios_min = [n / o for n, o in zip(best["new"], best["old"])]
+    return {
+        "ratio_of_round_minima_median": float(np.median(ratios_min)),
+        "ratio_of_round_minima_iqr": [_q(ratios_min, 25), _q(ratios_min, 75)],
+        "old_min_s": float(np.min(best["old"])),
+        "new_min_s": float(np.min(best["new"])),
+        "reps_per_round": timed["reps"],
+        "warmup_calls_per_round": timed["warmup"],
+        "old_median_s": float(np.median(samples["old"])),
+        "new_median_s": float(np.median(samples["new"])),
+        "ratio_median": float(np.median(ratios)),
+        "ratio_q25": _q(ratios, 25),
+        "ratio_q75": _q(ratios, 75),
+        "ratio_min": float(min(ratios)),
+        "ratio_max": float(max(ratios)),
+        "first_call_ratio": float(np.median(rec["first_call_s"]["new"]) / np.median(rec["first_call_s"]["old"])),
+        "samples_s": {t: [round(x, 7) for x in v] for t, v in samples.items()},
+        "ratios": ratios,
+    }
+
+
 def run(
     workloads: dict[str, tuple[str, str, str]],
     rounds: int,
@@ -270,58 +326,11 @@ def run(
     results: dict[str, Any] = {}
     try:
         for name, spec in workloads.items():
-            rec: dict[str, Any] = {
-                "spec": spec,
-                "first_call_s": {"old": [], "new": []},
-                "compile_s": {"old": [], "new": []},
-            }
-            for r in range(max(1, first_rounds)):  # builds, interleaved; the last build is the one timed
-                order = ("old", "new") if r % 2 == 0 else ("new", "old")
-                for t in order:
-                    res = workers[t].ask(
-                        cmd="build", name=name, spec=spec, out=os.path.join(tmp, f"{name}_{t}.npz") if r == 0 else None
-                    )
-                    rec["first_call_s"][t].append(res["first_call_s"])
-                    if res["compile_s"] is not None:
-                        rec["compile_s"][t].append(res["compile_s"])
-            rec["check"] = compare(os.path.join(tmp, f"{name}_old.npz"), os.path.join(tmp, f"{name}_new.npz"))
-            probe = workers["old"].ask(cmd="time", name=name, reps=1)["samples"][0]
-            reps = int(max(1, min(50, np.ceil(target_s / max(probe, 1e-6)))))
-            warmup = 1 if probe < 1.0 else 0  # a multi-second call needs no warm cache
-            samples: dict[str, list[float]] = {"old": [], "new": []}
-            best: dict[str, list[float]] = {"old": [], "new": []}
-            for r in range(rounds):
-                order = ("old", "new") if r % 2 == 0 else ("new", "old")
-                for t in order:
-                    s = workers[t].ask(cmd="time", name=name, reps=reps, warmup=warmup)["samples"]
-                    samples[t].append(float(np.median(s)))
-                    best[t].append(float(np.min(s)))
+            rec = _builds(name, spec, workers, tmp, first_rounds)
+            timed = _timed_rounds(name, workers, rounds, target_s)
             for t in workers:
                 workers[t].ask(cmd="drop", name=name)
-            ratios = [n / o for n, o in zip(samples["new"], samples["old"])]
-            ratios_min = [n / o for n, o in zip(best["new"], best["old"])]
-            rec.update(
-                {
-                    "ratio_of_round_minima_median": float(np.median(ratios_min)),
-                    "ratio_of_round_minima_iqr": [_q(ratios_min, 25), _q(ratios_min, 75)],
-                    "old_min_s": float(np.min(best["old"])),
-                    "new_min_s": float(np.min(best["new"])),
-                    "reps_per_round": reps,
-                    "warmup_calls_per_round": warmup,
-                    "old_median_s": float(np.median(samples["old"])),
-                    "new_median_s": float(np.median(samples["new"])),
-                    "ratio_median": float(np.median(ratios)),
-                    "ratio_q25": _q(ratios, 25),
-                    "ratio_q75": _q(ratios, 75),
-                    "ratio_min": float(min(ratios)),
-                    "ratio_max": float(max(ratios)),
-                    "first_call_ratio": float(
-                        np.median(rec["first_call_s"]["new"]) / np.median(rec["first_call_s"]["old"])
-                    ),
-                    "samples_s": {t: [round(x, 7) for x in v] for t, v in samples.items()},
-                    "ratios": ratios,
-                }
-            )
+            rec.update(_ratios(rec, timed))
             if rec["compile_s"]["old"]:
                 rec["compile_ratio"] = float(np.median(rec["compile_s"]["new"]) / np.median(rec["compile_s"]["old"]))
             results[name] = rec
@@ -355,9 +364,7 @@ def _summary(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv=None) -> dict:
-    from ivhl_jax.core import backend
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds per workload")
@@ -385,10 +392,11 @@ def main(argv=None) -> dict:
         help="keep the export file's records of workloads this run does not time (each record "
         "names the run that made it)",
     )
-    args = ap.parse_args(argv)
-    if args.worker:
-        worker(args.worker)
-        return {}
+    return ap
+
+
+def _chosen(args: argparse.Namespace, ap: argparse.ArgumentParser) -> dict[str, tuple[str, str, str]]:
+    """The workloads asked for (``--workloads``, ``--quick``), each at every ``--sizes`` (named op@size)."""
     table = QUICK if args.quick else WORKLOADS
     names = args.workloads.split(",") if args.workloads else list(table)
     unknown = sorted(set(names) - set(table))
@@ -398,16 +406,18 @@ def main(argv=None) -> dict:
     if args.sizes:
         sizes = args.sizes.split(",")
         chosen = {f"{n}@{size}": (mod, op, size) for n, (mod, op, _) in chosen.items() for size in sizes}
-    if args.old_root is None and not args.against:
-        ap.error("say what to compare with: --against REV (a git revision) or --old-root DIR (a tree)")
-    old_root = _ensure_old_tree(os.path.abspath(args.old_root or f"/tmp/ivhl_compare_{args.against}"), args.against)
-    new_root = os.path.abspath(args.new_root)
+    return chosen
+
+
+def _this_run(args: argparse.Namespace, command: str, old_root: str, new_root: str) -> dict[str, Any]:
+    """The record of this run: command, both revisions and roots, settings, machine cores, load, git status."""
+    from ivhl_jax.core import backend
+
     rev = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     old_rev = subprocess.run(
         ["git", "-C", old_root, "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
-    command = "python -m bench.studies.compare_revisions " + " ".join(sys.argv[1:] if argv is None else argv)
-    this_run = {
+    return {
         "command": command,
         "head": rev,
         "old_rev": old_rev,
@@ -421,6 +431,22 @@ def main(argv=None) -> dict:
         "loadavg_start": os.getloadavg(),
         "uncommitted_start": _git_status(),
     }
+
+
+def main(argv=None) -> dict:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.worker)
+        return {}
+    chosen = _chosen(args, ap)
+    if args.old_root is None and not args.against:
+        ap.error("say what to compare with: --against REV (a git revision) or --old-root DIR (a tree)")
+    old_root = _ensure_old_tree(os.path.abspath(args.old_root or f"/tmp/ivhl_compare_{args.against}"), args.against)
+    new_root = os.path.abspath(args.new_root)
+    command = "python -m bench.studies.compare_revisions " + " ".join(sys.argv[1:] if argv is None else argv)
+    this_run = _this_run(args, command, old_root, new_root)
+    old_rev = this_run["old_rev"]
     from ivhl_jax.bench.harness import write_results
 
     doc: dict[str, Any] = {"workloads": {}, "runs": []}
