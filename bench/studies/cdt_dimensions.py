@@ -105,6 +105,92 @@ def _configuration(geo, rng, origins, walk_origins, steps_for, rec=None):
     return r
 
 
+def _advance(stepper, chain, sweeps: int):
+    """``sweeps`` sweeps of every chain (vmapped), the chains returned."""
+    from ivhl_jax import cdt, trajectory
+
+    return jax.jit(jax.vmap(lambda x: trajectory(stepper, x, sweeps, save_every=sweeps, observe=cdt.observe)[0]))(chain)
+
+
+def _chain_geometry(chain, c: int):
+    """The geometry (state) of chain ``c`` of a vmapped batch."""
+    return jax.tree_util.tree_map(lambda x: x[c], chain.geometry)
+
+
+def _thermalise(stepper, chain, n2: int, thermal: int, thermal_every: int, rng, origins: int, log, t0: float):
+    """``thermal`` sweeps in blocks of ``thermal_every``, each followed by N0 and <r> of every chain: the series
+    shows whether the start (a regular torus) has been forgotten. Returns the chains and the series."""
+    chains = int(np.shape(chain.geometry.n2)[0])
+    series: dict[str, list] = {"sweeps": [], "n0": [], "vertex": [], "dual": []}
+    done = 0
+    while done < thermal:
+        block = thermal - done if thermal_every <= 0 else min(thermal_every, thermal - done)
+        chain = _advance(stepper, chain, block)
+        jax.block_until_ready(chain)
+        done += block
+        if thermal_every > 0:
+            rows = [
+                (int(g.n0), _configuration(g, rng, origins, 0, None))
+                for g in (_chain_geometry(chain, c) for c in range(chains))
+            ]
+            series["sweeps"].append(done)
+            series["n0"].append([n0 for n0, _ in rows])
+            for name in ("vertex", "dual"):
+                series[name].append([r[name] for _, r in rows])
+            log(
+                f"N2={n2}: {done}/{thermal} thermalisation sweeps ({time.perf_counter() - t0:.0f} s), "
+                f"N0 {np.mean(series['n0'][-1]):.0f}, <r> vertex {np.mean(series['vertex'][-1]):.3f} "
+                f"dual {np.mean(series['dual'][-1]):.3f}"
+            )
+    return chain, series
+
+
+def _record(n2: int, t_slices: int, chains: int, thermal: int, t_therm: float, sigma_max: int, **settings) -> dict:
+    """The raw record of one volume, before its measurements."""
+    return {
+        "n2_target": n2,
+        "n_slices": t_slices,
+        "chains": chains,
+        "thermal_sweeps": thermal,
+        "thermal_seconds": round(t_therm, 1),
+        "sigma_max": sigma_max,
+        "sigma_grid": np.unique(np.geomspace(2, sigma_max, 40).astype(int)).tolist(),
+        **settings,
+        "n2": [],
+        "at_target": [],
+        "mean_distance": {"vertex": [], "dual": []},
+        "p": {"vertex": [], "dual": []},
+        "n_nodes": {"vertex": [], "dual": []},
+        "chain": [],
+    }
+
+
+def _measure(stepper, chain, rec: dict, m: int, total: int, gap: int, rng, steps_for, log, t0: float):
+    """Measurement ``m`` of ``total``: ``gap`` sweeps (none before the first), then every chain at the target
+    volume measured into ``rec`` (the others skipped: the fixed-volume ensemble). Returns the chains."""
+    n2, chains = rec["n2_target"], rec["chains"]
+    if m:
+        chain = _advance(stepper, chain, gap)
+    at = np.asarray(chain.geometry.n2) == n2
+    rec["at_target"].append(int(at.sum()))
+    for c in np.nonzero(at)[0]:
+        geo = _chain_geometry(chain, int(c))
+        rec["n2"].append(int(geo.n2))
+        rec["chain"].append(int(c))
+        _configuration(geo, rng, rec["origins"], rec["walk_origins"], steps_for, rec)
+    k = int(at.sum())
+    log(
+        f"N2={n2}: measurement {m + 1}/{total} ({time.perf_counter() - t0:.0f} s), {k}/{chains} chains at the target"
+        + (
+            f", <r> vertex {np.mean(rec['mean_distance']['vertex'][-k:]):.3f} "
+            f"dual {np.mean(rec['mean_distance']['dual'][-k:]):.3f}"
+            if k
+            else ""
+        )
+    )
+    return chain
+
+
 def run(
     volumes,
     chains,
@@ -120,7 +206,9 @@ def run(
     walk_origins=None,
     thermal_every=0,
 ):
-    from ivhl_jax import cdt, trajectory
+    """Per volume: ``chains`` chains thermalised, then measured ``measurements`` times ``gap`` sweeps apart; the
+    raw records (``dump`` gets them after every measurement)."""
+    from ivhl_jax import cdt
 
     walk_origins = origins if walk_origins is None else walk_origins
     rng = np.random.default_rng(seed)
@@ -131,86 +219,20 @@ def run(
         stepper = cdt.metropolis(cdt.LN2, eps=0.02, target=float(n2), engine="host")
         keys = jax.random.split(jax.random.key(seed + n2), chains)
         chain = jax.vmap(lambda k, st=stepper, t=t_slices, ln=length, n=n2: st.init(k, t, ln, n))(keys)
-
-        def advance(c, sweeps, st=stepper):
-            return jax.jit(jax.vmap(lambda x: trajectory(st, x, sweeps, save_every=sweeps, observe=cdt.observe)[0]))(c)
-
-        def chain_geometry(ch, c):
-            return jax.tree_util.tree_map(lambda x: x[c], ch.geometry)
-
         t0 = time.perf_counter()
-        # thermalisation in blocks of ``thermal_every`` sweeps, each followed by N0 and <r> of every chain: the
-        # series shows whether the start (a regular torus) has been forgotten
-        series: dict[str, list] = {"sweeps": [], "n0": [], "vertex": [], "dual": []}
-        done = 0
-        while done < thermal:
-            block = thermal - done if thermal_every <= 0 else min(thermal_every, thermal - done)
-            chain = advance(chain, block)
-            jax.block_until_ready(chain)
-            done += block
-            if thermal_every > 0:
-                rows = [
-                    (int(g.n0), _configuration(g, rng, origins, 0, None))
-                    for g in (chain_geometry(chain, c) for c in range(chains))
-                ]
-                series["sweeps"].append(done)
-                series["n0"].append([n0 for n0, _ in rows])
-                for name in ("vertex", "dual"):
-                    series[name].append([r[name] for _, r in rows])
-                log(
-                    f"N2={n2}: {done}/{thermal} thermalisation sweeps ({time.perf_counter() - t0:.0f} s), "
-                    f"N0 {np.mean(series['n0'][-1]):.0f}, <r> vertex {np.mean(series['vertex'][-1]):.3f} "
-                    f"dual {np.mean(series['dual'][-1]):.3f}"
-                )
+        chain, series = _thermalise(stepper, chain, n2, thermal, thermal_every, rng, origins, log, t0)
         t_therm = time.perf_counter() - t0
         sigma_max = int(sigma_factor * math.sqrt(n2))
-        grid = np.unique(np.geomspace(2, sigma_max, 40).astype(int))
-        rec = {
-            "n2_target": n2,
-            "n_slices": t_slices,
-            "chains": chains,
-            "thermal_sweeps": thermal,
-            "thermal_seconds": round(t_therm, 1),
-            "sigma_max": sigma_max,
-            "sigma_grid": grid.tolist(),
-            "gap": gap,
-            "origins": origins,
-            "walk_origins": walk_origins,
-            "seed": seed,
-            "n2": [],
-            "at_target": [],
-            "mean_distance": {"vertex": [], "dual": []},
-            "p": {"vertex": [], "dual": []},
-            "n_nodes": {"vertex": [], "dual": []},
-            "chain": [],
-            "thermal_series": series,
-        }
+        settings = {"gap": gap, "origins": origins, "walk_origins": walk_origins, "seed": seed}
+        rec = _record(n2, t_slices, chains, thermal, t_therm, sigma_max, **settings)
+        rec["thermal_series"] = series
 
         def steps_for(n, n2=n2, sigma_max=sigma_max):
             # N steps (past the mixing time) where affordable, else the short-time window only
             return n if n2 <= mix_limit else min(n, sigma_max)
 
         for m in range(measurements):
-            if m:
-                chain = advance(chain, gap)
-            at = np.asarray(chain.geometry.n2) == n2
-            rec["at_target"].append(int(at.sum()))
-            for c in np.nonzero(at)[0]:
-                geo = chain_geometry(chain, int(c))
-                rec["n2"].append(int(geo.n2))
-                rec["chain"].append(int(c))
-                _configuration(geo, rng, origins, walk_origins, steps_for, rec)
-            k = int(at.sum())
-            log(
-                f"N2={n2}: measurement {m + 1}/{measurements} ({time.perf_counter() - t0:.0f} s), {k}/{chains} "
-                f"chains at the target"
-                + (
-                    f", <r> vertex {np.mean(rec['mean_distance']['vertex'][-k:]):.3f} "
-                    f"dual {np.mean(rec['mean_distance']['dual'][-k:]):.3f}"
-                    if k
-                    else ""
-                )
-            )
+            chain = _measure(stepper, chain, rec, m, measurements, gap, rng, steps_for, log, t0)
             if dump is not None:
                 dump([*out, rec])
         rec["seconds"] = round(time.perf_counter() - t0, 1)
@@ -344,103 +366,114 @@ def _scaling_fits(vols, samples, errors=None, n_boot=200, seed=0):
     return out
 
 
-def analyse(records):
+def _hausdorff(records: list[dict], vols: list[float], graph: str) -> dict[str, Any]:
+    """<r> per volume on ``graph`` with its error (the larger of the standard errors over configurations and over
+    chain means), the unweighted offset fits and local exponents, and the weighted fits of every form."""
     from ivhl_jax import cdt
+
+    dist = [float(np.mean(r["mean_distance"][graph])) for r in records]
+    both = [_mean_error(r["mean_distance"][graph], _chain_labels(r)) for r in records]
+    derr = [max(c, ch if ch is not None else 0.0) for c, ch in both]
+    fits = {}
+    # <r> = a + b N2^(1/d_H) on every run of >= 4 consecutive volumes: dropping the smallest shows the
+    # lattice drift, dropping the largest shows how far the largest volumes move the estimate
+    for k in range(len(vols)):
+        for j in range(k + 4, len(vols) + 1):
+            d_h, err = cdt.hausdorff_from_scaling(vols[k:j], dist[k:j])
+            fits[f"offset_fit_N2={vols[k]:.0f}..{vols[j - 1]:.0f}"] = [d_h, err]
+    for k in range(len(vols) - 1):
+        slope = math.log(dist[k + 1] / dist[k]) / math.log(vols[k + 1] / vols[k])
+        rel = math.hypot(derr[k] / dist[k], derr[k + 1] / dist[k + 1]) / math.log(vols[k + 1] / vols[k])
+        fits[f"local_{vols[k]:.0f}_{vols[k + 1]:.0f}"] = [1.0 / slope, rel / slope**2]
+    return {
+        "mean_distance": dist,
+        "mean_distance_error": derr,
+        "fits": fits,
+        "mean_distance_error_configurations": [c for c, _ in both],
+        "mean_distance_error_chains": [ch for _, ch in both],
+        "weighted_fits": _scaling_fits(vols, [r["mean_distance"][graph] for r in records], derr),
+    }
+
+
+def _spectral_row(r: dict, graph: str) -> dict[str, Any]:
+    """d_s(σ) of one volume's walks on ``graph``, the plateau fit with its jackknife error, and the mixing time.
+
+    The plateau is a straight-line fit of ln P against ln σ on [N/50, N/5] (past the lattice artefacts, before
+    the walk feels the finite volume) where the diffusion went that far, else on [10, sqrt(N2)]."""
     from ivhl_jax.physics.cdt import spectral
 
+    width = min(len(row) for row in r["p"][graph])
+    p = np.asarray([row[:width] for row in r["p"][graph]])  # (configs, steps + 1)
+    grid = np.asarray(r["sigma_grid"])
+    grid = grid[grid < p.shape[1]]
+    n = np.asarray(r["n_nodes"][graph], float)
+    t = np.asarray(spectral.mixing_time(p, n))
+    reached = bool(np.all(np.isfinite(t)))
+    n_mean = float(n.mean())
+    if p.shape[1] - 1 >= n_mean / 5:
+        lo, hi = n_mean / 50, n_mean / 5
+    else:
+        lo, hi = 10.0, math.sqrt(np.mean(r["n2"]))
+    grid = np.unique(np.concatenate([grid, np.geomspace(lo, hi, 12).astype(int)]))
+    g = grid[(grid >= lo) & (grid <= hi)]
+    slopes = []
+    for i in range(p.shape[0]):
+        q = np.delete(p, i, 0).mean(0)[g]
+        slopes.append(-2 * np.polyfit(np.log(g), np.log(q), 1)[0])
+    full = -2 * np.polyfit(np.log(g), np.log(p.mean(0)[g]), 1)[0]
+    m = p.shape[0]
+    jerr = math.sqrt((m - 1) / m * np.sum((np.asarray(slopes) - np.mean(slopes)) ** 2))
+    res = spectral.spectral_dimension(p[:, grid], grid)
+    return {
+        "graph": graph,
+        "n2": float(np.mean(r["n2"])),
+        "sigma": res.sigma.tolist(),
+        "d_s": res.d_s.tolist(),
+        "error": res.error.tolist(),
+        "window": [int(g[0]), int(g[-1])],
+        "d_s_window_fit": [float(full), float(jerr)],
+        "mixing_time": float(np.mean(t)) if reached else float("nan"),
+        "mixing_time_error": float(np.std(t, ddof=1) / math.sqrt(t.size)) if reached else float("nan"),
+    }
+
+
+def _mixing_time_scaling(nn: list[float], mix: list[float], mix_err: list[float]) -> dict[str, list[float]]:
+    """d_s from σ* ∝ N^(2/d_s): weighted power fits over every run of >= 3 volumes, and local exponents."""
+    fits = {}
+    for k in range(len(nn)):
+        for j in range(k + 3, len(nn) + 1):
+            w = 1.0 / (np.asarray(mix_err[k:j]) / np.asarray(mix[k:j]))  # 1/sigma of ln(sigma*)
+            coef, cov = np.polyfit(np.log(nn[k:j]), np.log(mix[k:j]), 1, w=w, cov="unscaled")
+            slope, err = coef[0], math.sqrt(max(cov[0, 0], 0.0))
+            fits[f"power_fit_N={nn[k]:.0f}..{nn[j - 1]:.0f}"] = [2.0 / slope, 2.0 * err / slope**2]
+    for k in range(len(nn) - 1):
+        slope = math.log(mix[k + 1] / mix[k]) / math.log(nn[k + 1] / nn[k])
+        rel = math.hypot(mix_err[k] / mix[k], mix_err[k + 1] / mix[k + 1]) / math.log(nn[k + 1] / nn[k])
+        fits[f"local_{nn[k]:.0f}_{nn[k + 1]:.0f}"] = [2.0 / slope, 2.0 * rel / slope**2]
+    return fits
+
+
+def analyse(records):
+    """The Hausdorff results (<r> and its fits per graph) and the spectral ones (d_s(σ), plateaus, mixing times
+    and d_s from their scaling per graph) of the records, one per volume."""
     vols = [float(np.mean(r["n2"])) for r in records]
     haus: dict[str, Any] = {"volumes": vols}
     spec: dict[str, Any] = {"volumes": vols, "per_volume": []}
     for graph in ("vertex", "dual"):
-        dist = [float(np.mean(r["mean_distance"][graph])) for r in records]
-        # error of each mean: the larger of the standard errors over configurations and over chain means
-        both = [_mean_error(r["mean_distance"][graph], _chain_labels(r)) for r in records]
-        derr = [max(c, ch if ch is not None else 0.0) for c, ch in both]
-        fits = {}
-        # <r> = a + b N2^(1/d_H) on every run of >= 4 consecutive volumes: dropping the smallest shows the
-        # lattice drift, dropping the largest shows how far the largest volumes move the estimate
-        for k in range(len(vols)):
-            for j in range(k + 4, len(vols) + 1):
-                d_h, err = cdt.hausdorff_from_scaling(vols[k:j], dist[k:j])
-                fits[f"offset_fit_N2={vols[k]:.0f}..{vols[j - 1]:.0f}"] = [d_h, err]
-        for k in range(len(vols) - 1):
-            slope = math.log(dist[k + 1] / dist[k]) / math.log(vols[k + 1] / vols[k])
-            rel = math.hypot(derr[k] / dist[k], derr[k + 1] / dist[k + 1]) / math.log(vols[k + 1] / vols[k])
-            fits[f"local_{vols[k]:.0f}_{vols[k + 1]:.0f}"] = [1.0 / slope, rel / slope**2]
-        haus[graph] = {
-            "mean_distance": dist,
-            "mean_distance_error": derr,
-            "fits": fits,
-            "mean_distance_error_configurations": [c for c, _ in both],
-            "mean_distance_error_chains": [ch for _, ch in both],
-            "weighted_fits": _scaling_fits(vols, [r["mean_distance"][graph] for r in records], derr),
-        }
+        haus[graph] = _hausdorff(records, vols, graph)
     for graph in ("vertex", "dual"):
-        mix, mix_err = [], []
-        rows = []
         walked = [r for r in records if r["p"][graph]]  # runs with --walk-origins 0 have no walks
-        for r in walked:
-            width = min(len(row) for row in r["p"][graph])
-            p = np.asarray([row[:width] for row in r["p"][graph]])  # (configs, steps + 1)
-            grid = np.asarray(r["sigma_grid"])
-            grid = grid[grid < p.shape[1]]
-            res = spectral.spectral_dimension(p[:, grid], grid)
-            n = np.asarray(r["n_nodes"][graph], float)
-            t = np.asarray(spectral.mixing_time(p, n))
-            reached = bool(np.all(np.isfinite(t)))
-            mix.append(float(np.mean(t)) if reached else float("nan"))
-            mix_err.append(float(np.std(t, ddof=1) / math.sqrt(t.size)) if reached else float("nan"))
-            # plateau: a straight-line fit of ln P against ln sigma on [N/50, N/5] (past the lattice artefacts,
-            # before the walk feels the finite volume) where the diffusion went that far, else on
-            # [10, sqrt(N2)]; jackknife error over configurations
-            n_mean = float(n.mean())
-            if p.shape[1] - 1 >= n_mean / 5:
-                lo, hi = n_mean / 50, n_mean / 5
-            else:
-                lo, hi = 10.0, math.sqrt(np.mean(r["n2"]))
-            grid = np.unique(np.concatenate([grid, np.geomspace(lo, hi, 12).astype(int)]))
-            g = grid[(grid >= lo) & (grid <= hi)]
-            slopes = []
-            for i in range(p.shape[0]):
-                q = np.delete(p, i, 0).mean(0)[g]
-                slopes.append(-2 * np.polyfit(np.log(g), np.log(q), 1)[0])
-            full = -2 * np.polyfit(np.log(g), np.log(p.mean(0)[g]), 1)[0]
-            m = p.shape[0]
-            jerr = math.sqrt((m - 1) / m * np.sum((np.asarray(slopes) - np.mean(slopes)) ** 2))
-            res = spectral.spectral_dimension(p[:, grid], grid)
-            rows.append(
-                {
-                    "graph": graph,
-                    "n2": float(np.mean(r["n2"])),
-                    "sigma": res.sigma.tolist(),
-                    "d_s": res.d_s.tolist(),
-                    "error": res.error.tolist(),
-                    "window": [int(g[0]), int(g[-1])],
-                    "d_s_window_fit": [float(full), float(jerr)],
-                    "mixing_time": mix[-1],
-                    "mixing_time_error": mix_err[-1],
-                }
-            )
+        rows = [_spectral_row(r, graph) for r in walked]
         spec["per_volume"] += rows
-        have = [i for i, t in enumerate(mix) if np.isfinite(t)]
+        have = [i for i, row in enumerate(rows) if np.isfinite(row["mixing_time"])]
         nn = [float(np.mean(walked[i]["n_nodes"][graph])) for i in have]
-        mix, mix_err = [mix[i] for i in have], [mix_err[i] for i in have]
-        fits = {}
-        for k in range(len(nn)):
-            for j in range(k + 3, len(nn) + 1):
-                w = 1.0 / (np.asarray(mix_err[k:j]) / np.asarray(mix[k:j]))  # 1/sigma of ln(sigma*)
-                coef, cov = np.polyfit(np.log(nn[k:j]), np.log(mix[k:j]), 1, w=w, cov="unscaled")
-                slope, err = coef[0], math.sqrt(max(cov[0, 0], 0.0))
-                fits[f"power_fit_N={nn[k]:.0f}..{nn[j - 1]:.0f}"] = [2.0 / slope, 2.0 * err / slope**2]
-        for k in range(len(nn) - 1):
-            slope = math.log(mix[k + 1] / mix[k]) / math.log(nn[k + 1] / nn[k])
-            rel = math.hypot(mix_err[k] / mix[k], mix_err[k + 1] / mix[k + 1]) / math.log(nn[k + 1] / nn[k])
-            fits[f"local_{nn[k]:.0f}_{nn[k + 1]:.0f}"] = [2.0 / slope, 2.0 * rel / slope**2]
+        mix = [rows[i]["mixing_time"] for i in have]
+        mix_err = [rows[i]["mixing_time_error"] for i in have]
         spec[graph] = {
             "n_nodes": nn,
             "mixing_time": mix,
             "mixing_time_error": mix_err,
-            "d_s_from_mixing_time_scaling": fits,
+            "d_s_from_mixing_time_scaling": _mixing_time_scaling(nn, mix, mix_err),
         }
     return haus, spec
 
@@ -485,7 +518,7 @@ def load_raw(paths):
     return [_pool(best[v][1]) for v in sorted(best)]
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--volumes", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--chains", type=int, default=4)
@@ -531,7 +564,52 @@ def main(argv=None) -> int:
         default=[],
         help="with --from-raw: the command of each run that wrote them (recorded in the results)",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _meta(records: list[dict], command: str, run_commands: list[str]) -> dict[str, Any]:
+    """What the results files say besides the fits: the command (and the runs'), the engine and rule, each
+    volume's schedule, and the thermalisation series (N0 and <r>, mean over a run's chains, per block)."""
+    meta: dict[str, Any] = {"command": command}
+    if run_commands:
+        meta["runs"] = run_commands
+    meta["engine"] = (
+        "host (list proposals), eps = 0.02, lambda = ln 2, sweeps of N2 attempts; configurations: the chains at "
+        "N2 = target at each measurement"
+    )
+    meta["per_volume_schedule"] = [
+        {
+            "n2": r["n2_target"],
+            "n_slices": r["n_slices"],
+            "chains": r["chains"],
+            "thermal_sweeps": r["thermal_sweeps"],
+            "configurations": len(r["n2"]),
+            "gap": r.get("gap"),
+            "origins": r.get("origins"),
+            "walk_origins": r.get("walk_origins", r.get("origins")),
+            "walk_steps": {g: min((len(q) for q in r["p"][g]), default=1) - 1 for g in r["p"]},
+        }
+        | ({"runs": r["runs"]} if "runs" in r else {})
+        for r in records
+    ]
+    series = {
+        str(r["n2_target"]): [
+            {
+                "seed": t.get("seed", 0),
+                "sweeps": t["sweeps"],
+                **{k: [float(np.mean(v)) for v in t[k]] for k in ("n0", "vertex", "dual")},
+            }
+            for t in r.get("thermal_series_runs", [{"seed": r.get("seed", 0), **r.get("thermal_series", {})}])
+            if t.get("sweeps")
+        ]
+        for r in records
+    }
+    meta["thermalisation_series"] = {k: v for k, v in series.items() if v}
+    return meta
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     command = "python -m bench.studies.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_raw:
         command = "python -m bench.studies.cdt_dimensions --from-raw " + " ".join(args.from_raw)
@@ -558,42 +636,7 @@ def main(argv=None) -> int:
             seed=args.seed,
         )
     haus, spec = analyse(records)
-    meta: dict[str, Any] = {"command": command}
-    if args.run_command:
-        meta["runs"] = args.run_command
-    meta["engine"] = (
-        "host (list proposals), eps = 0.02, lambda = ln 2, sweeps of N2 attempts; configurations: the chains at "
-        "N2 = target at each measurement"
-    )
-    meta["per_volume_schedule"] = [
-        {
-            "n2": r["n2_target"],
-            "n_slices": r["n_slices"],
-            "chains": r["chains"],
-            "thermal_sweeps": r["thermal_sweeps"],
-            "configurations": len(r["n2"]),
-            "gap": r.get("gap"),
-            "origins": r.get("origins"),
-            "walk_origins": r.get("walk_origins", r.get("origins")),
-            "walk_steps": {g: min((len(q) for q in r["p"][g]), default=1) - 1 for g in r["p"]},
-        }
-        | ({"runs": r["runs"]} if "runs" in r else {})
-        for r in records
-    ]
-    # N0 and <r> (mean over a run's chains) after each block of thermalisation sweeps, per run where recorded
-    meta["thermalisation_series"] = {
-        str(r["n2_target"]): [
-            {
-                "seed": t.get("seed", 0),
-                "sweeps": t["sweeps"],
-                **{k: [float(np.mean(v)) for v in t[k]] for k in ("n0", "vertex", "dual")},
-            }
-            for t in r.get("thermal_series_runs", [{"seed": r.get("seed", 0), **r.get("thermal_series", {})}])
-            if t.get("sweeps")
-        ]
-        for r in records
-    }
-    meta["thermalisation_series"] = {k: v for k, v in meta["thermalisation_series"].items() if v}
+    meta = _meta(records, command, args.run_command)
     from ivhl_jax.bench.harness import write_results
 
     write_results(RESULTS / f"{args.name}_hausdorff_scaling.json", {**meta, **haus}, command=command)
