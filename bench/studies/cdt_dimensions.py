@@ -564,7 +564,54 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="with --from-raw: the command of each run that wrote them (recorded in the results)",
     )
+    ap.add_argument(
+        "--compare",
+        default=None,
+        help="the name (prefix) of earlier results files in bench/results: each volume measured in both gets its "
+        "<r>, local exponents and d_s plateaus (same sigma window) old and new with z (recorded as compared_with)",
+    )
+    ap.add_argument("--note", default=None, help="a note recorded in the results (what was and was not measured)")
     return ap
+
+
+def _z(new: float, new_err: float, old: float, old_err: float) -> float:
+    return (new - old) / math.hypot(new_err, old_err)
+
+
+def _compared_with(name: str, haus: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """What moved against the earlier results ``bench/results/<name>_*.json``: per volume measured in both, <r>
+    (with the errors of each file), the local exponents between neighbouring volumes of both, and the d_s
+    plateau fits over the same sigma window; new - old over the combined error as ``z``."""
+    old_h = json.loads((RESULTS / f"{name}_hausdorff_scaling.json").read_text())
+    old_s = json.loads((RESULTS / f"{name}_spectral_dimension.json").read_text())
+    out: dict[str, Any] = {"files": f"bench/results/{name}_*.json", "commit": old_h["provenance"]["commit"]}
+    both = [v for v in haus["volumes"] if v in old_h["volumes"]]
+    for graph in ("vertex", "dual"):
+        rows: dict[str, Any] = {}
+        for v in both:
+            i, j = haus["volumes"].index(v), old_h["volumes"].index(v)
+            new = (haus[graph]["mean_distance"][i], haus[graph]["mean_distance_error"][i])
+            old = (old_h[graph]["mean_distance"][j], old_h[graph]["mean_distance_error"][j])
+            rows[f"{v:.0f}"] = {"new": list(new), "old": list(old), "z": _z(*new, *old)}
+        out[f"mean_distance_{graph}"] = rows
+        old_fits = old_h[graph]["fits"]
+        out[f"local_exponents_{graph}"] = {
+            k: {"new": f, "old": old_fits[k], "z": _z(*f, *old_fits[k])}
+            for k, f in haus[graph]["fits"].items()
+            if k.startswith("local_") and k in old_fits
+        }
+    old_rows = {(r["graph"], r["n2"], tuple(r["window"])): r for r in old_s["per_volume"]}
+    plateaus = {}
+    for r in spec["per_volume"]:
+        o = old_rows.get((r["graph"], r["n2"], tuple(r["window"])))
+        if o is not None:
+            plateaus[f"{r['graph']} {r['n2']:.0f} sigma {r['window'][0]}..{r['window'][1]}"] = {
+                "new": r["d_s_window_fit"],
+                "old": o["d_s_window_fit"],
+                "z": _z(*r["d_s_window_fit"], *o["d_s_window_fit"]),
+            }
+    out["d_s_plateaus_same_window"] = plateaus
+    return out
 
 
 def _meta(records: list[dict], command: str, run_commands: list[str]) -> dict[str, Any]:
@@ -613,6 +660,9 @@ def main(argv=None) -> int:
     command = "python -m bench.studies.cdt_dimensions " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.from_raw:
         command = "python -m bench.studies.cdt_dimensions --from-raw " + " ".join(args.from_raw)
+        command += (f" --name {args.name}" if args.name != "cdt" else "") + (
+            f" --compare {args.compare}" if args.compare else ""
+        )
         records = load_raw(args.from_raw)
     else:
 
@@ -637,6 +687,10 @@ def main(argv=None) -> int:
         )
     haus, spec = analyse(records)
     meta = _meta(records, command, args.run_command)
+    if args.note:
+        meta["note"] = args.note
+    if args.compare:
+        meta["compared_with"] = _compared_with(args.compare, haus, spec)
     from ivhl_jax.bench.harness import write_results
 
     write_results(RESULTS / f"{args.name}_hausdorff_scaling.json", {**meta, **haus}, command=command)

@@ -87,3 +87,37 @@ def test_mean_error_sees_correlated_configurations_through_chain_means():
     assert chains == pytest.approx(1.0) and chains > conf
     assert cd._mean_error(x, ["0"] * 8)[1] is None
     assert cd._chain_labels({"chains": 2, "n2": [1, 1, 1, 1]}) == ["0", "1", "0", "1"]
+
+
+def test_compared_with_reports_what_moved_per_volume_and_window(tmp_path, monkeypatch):
+    """--compare: <r> and local exponents of the volumes in both files, plateaus only over the same sigma window,
+    each with z = (new - old) / combined error."""
+    monkeypatch.setattr(cd, "RESULTS", tmp_path)
+    old_h = {
+        "provenance": {"commit": "abc"},
+        "volumes": [1024.0, 2048.0],
+        **{
+            g: {"mean_distance": [7.0, 9.0], "mean_distance_error": [0.3, 0.4], "fits": {"local_1024_2048": [2.4, 0.1]}}
+            for g in ("vertex", "dual")
+        },
+    }
+    old_s = {"per_volume": [{"graph": "vertex", "n2": 2048.0, "window": [10, 45], "d_s_window_fit": [1.9, 0.03]}]}
+    (tmp_path / "old_hausdorff_scaling.json").write_text(json.dumps(old_h))
+    (tmp_path / "old_spectral_dimension.json").write_text(json.dumps(old_s))
+    haus = {
+        "volumes": [2048.0, 4096.0],
+        **{
+            g: {"mean_distance": [9.5, 12.0], "mean_distance_error": [0.3, 0.4], "fits": {}} for g in ("vertex", "dual")
+        },
+    }
+    spec = {
+        "per_volume": [
+            {"graph": "vertex", "n2": 2048.0, "window": [10, 45], "d_s_window_fit": [2.0, 0.04]},
+            {"graph": "dual", "n2": 2048.0, "window": [10, 45], "d_s_window_fit": [2.0, 0.04]},
+        ]
+    }
+    out = cd._compared_with("old", haus, spec)
+    assert out["commit"] == "abc" and list(out["mean_distance_vertex"]) == ["2048"]
+    assert out["mean_distance_vertex"]["2048"]["z"] == pytest.approx(0.5 / 0.5)
+    assert list(out["d_s_plateaus_same_window"]) == ["vertex 2048 sigma 10..45"]
+    assert out["d_s_plateaus_same_window"]["vertex 2048 sigma 10..45"]["z"] == pytest.approx(0.1 / 0.05)
