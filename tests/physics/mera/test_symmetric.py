@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax import mera, trajectory
-from ivhl_jax.physics.mera import symmetric as MS
+from ivhl_jax.physics.tensornet.mera import symmetric as MS
 
 
 def _run_both(model, cfg, sweeps):

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from ivhl_jax.physics.tn import contraction_path
+from ivhl_jax.physics.tensornet.tn import contraction_path
 
 __all__ = [
     "Group",

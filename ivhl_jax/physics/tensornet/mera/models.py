@@ -18,7 +18,7 @@ import numpy as np
 from flax import struct
 
 from ivhl_jax.core.validation import check_scalar, is_concrete
-from ivhl_jax.physics.mera.cft import CFT, CFTS
+from ivhl_jax.physics.tensornet.mera.cft import CFT, CFTS
 
 E0_CRITICAL_ISING = -4.0 / math.pi
 E0_XX = -1.0 / math.pi
@@ -28,13 +28,13 @@ E0_CRITICAL_POTTS = -(4.0 / 3.0 + 2.0 * math.sqrt(3.0) / math.pi)
 class Model(struct.PyTreeNode):
     """A chain H = Σ_i h(i, i+1): the two-site term ``term[a', b', a, b] = <a' b'| h |a b>`` (d, d, d, d), real
     and Hermitian (traced), with a name and, where known, the exact ground-state energy per site ``e0`` and the
-    conformal field theory of its critical point (``cft``, static: the :class:`~ivhl_jax.physics.mera.cft.CFT`
+    conformal field theory of its critical point (``cft``, static: the :class:`~ivhl_jax.physics.tensornet.mera.cft.CFT`
     record with the central charge, the velocity of the chain's excitations, the scaling operators and the OPE
     coefficients; None off criticality).
 
     ``parity``: a Z₂ symmetry of the chain, a real symmetric involution P (P² = 1, (d, d) as nested tuples) on one
-    spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.mera.evenbly_vidal` is made
-    symmetric under it (:func:`~ivhl_jax.physics.mera.init_tensors`), which keeps the optimisation out of
+    spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.tensornet.mera.evenbly_vidal` is made
+    symmetric under it (:func:`~ivhl_jax.physics.tensornet.mera.init_tensors`), which keeps the optimisation out of
     symmetry-broken minima."""
 
     term: Any  # float64 NumPy when built from concrete values, an array in a trace
@@ -62,8 +62,8 @@ def two_site(term: Any, name: str = "custom", e0: float | None = None, parity: A
     real-valued: write a complex Hermitian term in a basis where it is real) and Hermitian to 1e-12.
     ``parity``: optional Z₂ symmetry of the term, a real symmetric (d, d) involution P with [h, P ⊗ P] = 0
     (checked to 1e-10; e.g. diag(1, −1) for a spin-flip symmetry along Z): the cold start is then symmetric
-    (:func:`~ivhl_jax.physics.mera.init_tensors`). Without it the start is unsymmetric and may stall in a
-    symmetry-broken state: run it through :func:`~ivhl_jax.physics.mera.cold_start`.
+    (:func:`~ivhl_jax.physics.tensornet.mera.init_tensors`). Without it the start is unsymmetric and may stall in a
+    symmetry-broken state: run it through :func:`~ivhl_jax.physics.tensornet.mera.cold_start`.
     """
     if is_concrete(term):
         arr = np.asarray(term)
