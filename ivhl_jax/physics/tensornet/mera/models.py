@@ -162,18 +162,25 @@ def potts(f: float = 1.0) -> Model:
     """3-state Potts chain H = −Σ (σ_i σ_{i+1}† + σ_i† σ_{i+1}) − f Σ (τ_i + τ_i†), σ = diag(1, ω, ω²), τ the cyclic
     shift; in the σ basis the term is real: −2 cos(2π(a − b)/3) δ on the bond and −f(τ + τ†)/2 on each site.
     Critical at f = 1, e₀ = −(4/3 + 2√3/π) per site (exact, for the critical self-dual point)."""
-    check_scalar(f, "f")
-    f = float(f)
     a = np.arange(3)
     bond = np.diag((-2.0 * np.cos(2 * np.pi * (a[:, None] - a[None, :]) / 3)).reshape(-1))
     shift = np.roll(np.eye(3), 1, axis=0)
-    site = -(shift + shift.T)
-    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
     # no parity start: charge conjugation (a real Z2 of this basis) with fixed bond charges loses σ (Δ 0.085 and
     # 0.84 instead of 2/15 twice); the unsymmetric start converges (test_other_chains_converge_to_their_exact_energy)
+    return potts_chain(bond, -(shift + shift.T), f, "potts")
+
+
+def potts_chain(bond: np.ndarray, site: np.ndarray, f: float, name: str) -> Model:
+    """The 3-state Potts chain in a given basis: the two-site term ``bond`` (9 × 9) + f (site ⊗ 1 + 1 ⊗ site)/2
+    with the one-site term ``site`` (3 × 3), named ``name(f=…)``; at the critical f = 1 with its exact e₀ and CFT
+    (:func:`potts` in the σ basis, :func:`~ivhl_jax.physics.tensornet.mera.symmetric.potts_charge_basis` in the
+    charge basis)."""
+    check_scalar(f, "f")
+    f = float(f)
+    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
     return Model(
         term=term.reshape(3, 3, 3, 3),
-        name=f"potts(f={f:g})",
+        name=f"{name}(f={f:g})",
         e0=E0_CRITICAL_POTTS if f == 1.0 else None,
         cft=CFTS["potts"] if f == 1.0 else None,
     )

@@ -37,7 +37,6 @@ import numpy as np
 from ivhl_jax.core.validation import check_key, check_scalar
 from ivhl_jax.physics.tensornet import blocks as S
 from ivhl_jax.physics.tensornet.blocks import BlockTensor
-from ivhl_jax.physics.tensornet.mera.cft import CFTS
 from ivhl_jax.physics.tensornet.mera.config import (
     MERA,
     MERAConfig,
@@ -46,7 +45,7 @@ from ivhl_jax.physics.tensornet.mera.config import (
     precision_dtype,
     require_x64,
 )
-from ivhl_jax.physics.tensornet.mera.models import E0_CRITICAL_POTTS, Model, blocked_terms, check_model
+from ivhl_jax.physics.tensornet.mera.models import Model, blocked_terms, check_model, potts_chain
 from ivhl_jax.physics.tensornet.mera.superoperators import descend, mirror_wv, reflect
 
 #: The symmetry of the library's models and the charge of each spin basis state (Ising: Z2, |↑⟩ even; XX: U(1),
@@ -60,18 +59,9 @@ def potts_charge_basis(f: float = 1.0) -> Model:
     is diagonal (the Fourier transform of the σ basis: τ = diag(1, ω, ω²), σ the cyclic shift S|k⟩ = |k+1⟩):
     H = −Σ (S_i S_{i+1}ᵀ + S_iᵀ S_{i+1}) − f Σ 2cos(2πk_i/3), real, with the same spectrum, e₀ and CFT; the
     charge of |k⟩ is k (its default :class:`Symmetry` is ``Symmetry("Z3", ...)``)."""
-    check_scalar(f, "f")
-    f = float(f)
     shift = np.roll(np.eye(3), 1, axis=0)
     bond = -(np.kron(shift, shift.T) + np.kron(shift.T, shift))
-    site = -np.diag(2.0 * np.cos(2.0 * np.pi * np.arange(3) / 3.0))
-    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
-    return Model(
-        term=term.reshape(3, 3, 3, 3),
-        name=f"potts_z3(f={f:g})",
-        e0=E0_CRITICAL_POTTS if f == 1.0 else None,
-        cft=CFTS["potts"] if f == 1.0 else None,
-    )
+    return potts_chain(bond, -np.diag(2.0 * np.cos(2.0 * np.pi * np.arange(3) / 3.0)), f, "potts_z3")
 
 
 def _sector_tuple(value: Any, group: S.Group, name: str) -> tuple[tuple[int, int], ...]:
