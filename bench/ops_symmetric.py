@@ -13,6 +13,9 @@ run other work.
 
     python -m ivhl_jax.bench.ops_symmetric --what sweeps --chis 8,12,16 --out bench/results/mera_symmetric_sweeps.json
     python -m ivhl_jax.bench.ops_symmetric --chis 16,12,8 --cores 1 --out bench/results/mera_symmetric_sweeps_1core.json
+
+Without ``--out`` the sweeps go to ``bench/results/mera_symmetric_sweeps.json`` (``…_<n>core.json`` with
+``--cores n``) beside this module.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -198,7 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chis", default="8,12,16")
     ap.add_argument("--sweeps", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="results file (default: bench/results/mera_symmetric_sweeps.json, or mera_symmetric_sweeps_<n>core.json "
+        "with --cores n; '-' writes none)",
+    )
     ap.add_argument(
         "--cores",
         type=int,
@@ -207,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     from ivhl_jax.bench.harness import write_results
+
+    if args.out is None and args.what == "sweeps":
+        name = "mera_symmetric_sweeps" + ("" if args.cores is None else f"_{args.cores}core") + ".json"
+        args.out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
+    elif args.out == "-":
+        args.out = None
 
     command = "python -m ivhl_jax.bench.ops_symmetric " + " ".join(sys.argv[1:] if argv is None else argv)
     doc: dict[str, Any] = {"host_cores": _hold_cores(args.cores)}

@@ -1,7 +1,8 @@
-"""Benchmarks for ivhl_jax.physics.tn and .mera: network contraction, one MERA sweep at χ = 4, 8, 12 (16).
+"""Benchmarks for ivhl_jax.physics.tensornet.tn and .mera: network contraction, one MERA sweep at χ = 4, 8, 12 (16).
 
 * ``tn_contract``: the seven-tensor contraction of one ascending-superoperator term (the MERA's dominant
-  network) via :func:`ivhl_jax.physics.tn.contract` (cached optimal path); peer: NumPy ``einsum`` with the same path.
+  network) via :func:`ivhl_jax.physics.tensornet.tn.contract` (cached optimal path); peer: NumPy ``einsum`` with the
+  same path.
 * ``mera_sweep``: one full Evenbly–Vidal sweep (steady state, descend, 3 environments + SVD updates per layer,
   ascend) of a 2-transitional-layer modified binary MERA.
 * the machine's matmul ceiling to compare GFLOP/s against is ``matmul_peak_f32`` (``bench/ops_machine.py``).
@@ -22,8 +23,8 @@ import numpy as np
 from ivhl_jax.bench.harness import BenchCase
 from ivhl_jax.core import backend
 from ivhl_jax.numerics.rollout import trajectory
-from ivhl_jax.physics import mera as M
-from ivhl_jax.physics import tn
+from ivhl_jax.physics.tensornet import mera as M
+from ivhl_jax.physics.tensornet import tn
 from ivhl_jax.run.measure import cost_record
 
 _CHI = {"small": 4, "medium": 8, "large": 12, "extreme": 16}
@@ -211,7 +212,7 @@ def gpu_check(quick: bool) -> dict[str, Any]:
     """MERA sweeps and one ladder for ``bench/gpu_checks.py``: ms per sweep and compile time at χ = 16, 24, 32
     (float32 and float64; χ_mid ≈ ¾ χ; above χ = 16 the bond dimension per layer is 16, χ, χ) and a float64 Ising
     ladder χ = 8 → 16 → 24 with its energy error and Δσ per stage, then the last stage's C_σσε and central charge
-    (:mod:`ivhl_jax.physics.mera.conformal`). ``quick``: χ = 2 and a 2 → 3 ladder of one
+    (:mod:`ivhl_jax.physics.tensornet.mera.conformal`). ``quick``: χ = 2 and a 2 → 3 ladder of one
     sweep (CPU-sized, for the test). Returns the records and a ``summary`` (one line per record)."""
     chis = (2,) if quick else (16, 24, 32)
     sweeps, repeats = (1, 1) if quick else (10, 3)

@@ -33,8 +33,9 @@ from ivhl_jax.nn import adaptive, attention, gru  # noqa: E402
 from ivhl_jax.nn import tunables as _nn_tunables  # noqa: E402
 from ivhl_jax.numerics import fastmath, rollout, spectral  # noqa: E402
 from ivhl_jax.numerics.rollout import Stepper, chunked, trajectory  # noqa: E402
-from ivhl_jax.physics import cdt, condensate, exact, fields, gft, happy, mera, tn  # noqa: E402
+from ivhl_jax.physics import cdt, condensate, exact, fields, gft  # noqa: E402
 from ivhl_jax.physics import tunables as _physics_tunables  # noqa: E402
+from ivhl_jax.physics.tensornet import happy, mera, tn  # noqa: E402
 
 # _nn_tunables, _physics_tunables: the families' tunable kernels, registered for `ivhl tune` (a dictionary insert
 # each, ivhl_jax.core.tunables). Importing ivhl_jax reads no file, sets no environment variable and prints nothing:

@@ -6,20 +6,20 @@ H = −¼ Σ (XX + YY), e₀ = −1/π; "potts": H = −Σ (σσ† + h.c.) − 
 Hermitian two-site term (d, d, d, d) in the NumPy file ``term_file``, with ``e0`` its exact energy per site if
 known). The optimisation runs a ladder of stages (``chis``, with ``chi_mids`` and ``layers`` per stage, or the
 bond dimension above every layer with ``layer_chis`` / ``layer_chi_mids``), each ``steps[k]`` steps (one step =
-one Evenbly–Vidal sweep of :func:`ivhl_jax.physics.mera.evenbly_vidal`, run by ``chunked(stepper)`` through
+one Evenbly–Vidal sweep of :func:`ivhl_jax.physics.tensornet.mera.evenbly_vidal`, run by ``chunked(stepper)`` through
 :func:`ivhl_jax.run.runner.run_chunked` with checkpoints in <out>/ckpt/stage<k> (k = 1, 2, …): an interrupted run
-resumes where it stopped). Between stages the tensors are padded (:func:`ivhl_jax.physics.mera.grow`), which keeps the
-energy and avoids the poor local minima of a cold start at large χ. The cold first stage is checked for a stuck
-start after ``stuck_after`` steps and every ``stuck_every`` steps up to step 1000 while its energy error stays
-above 1e-3 (:class:`ivhl_jax.physics.mera.StuckCheck`), and re-initialised with a new key (printed, and listed
+resumes where it stopped). Between stages the tensors are padded (:func:`ivhl_jax.physics.tensornet.mera.grow`), which
+keeps the energy and avoids the poor local minima of a cold start at large χ. The cold first stage is checked for a
+stuck start after ``stuck_after`` steps and every ``stuck_every`` steps up to step 1000 while its energy error stays
+above 1e-3 (:class:`ivhl_jax.physics.tensornet.mera.StuckCheck`), and re-initialised with a new key (printed, and listed
 under "restarts" in mera.json). Float64, unless ``precision`` asks for float32 early stages (the last stage is
 float64). ``host_cores=n`` holds XLA to n CPU cores (0, the default: all of them; a symmetric MERA's many small
 block products gain nothing from a second core, so give it one and the other cores other work).
 
 ``symmetry`` ("Z2" for Ising, "U1" for XX, "Z3" for Potts, run in its charge basis,
-:func:`ivhl_jax.physics.mera.symmetric.potts_charge_basis`) runs the block-sparse symmetric MERA: the first
+:func:`ivhl_jax.physics.tensornet.mera.symmetric.potts_charge_basis`) runs the block-sparse symmetric MERA: the first
 stage's sectors split each χ in proportion to what each layer can carry, every later stage's are grown from the
-reduced density matrices' spectra (:func:`ivhl_jax.physics.mera.grow`); the records, store and outputs are the
+reduced density matrices' spectra (:func:`ivhl_jax.physics.tensornet.mera.grow`); the records, store and outputs are the
 dense run's, and the scaling dimensions carry their charges ("scaling_dimension_charges").
 
 ``term_file`` (``model="custom"``) is a NumPy file holding the real Hermitian two-site term
@@ -73,9 +73,9 @@ import numpy as np
 import zarr
 
 from ivhl_jax.numerics.rollout import chunked
-from ivhl_jax.physics import mera as M
-from ivhl_jax.physics.mera import conformal, scaling
-from ivhl_jax.physics.mera import symmetric as MS
+from ivhl_jax.physics.tensornet import mera as M
+from ivhl_jax.physics.tensornet.mera import conformal, scaling
+from ivhl_jax.physics.tensornet.mera import symmetric as MS
 from ivhl_jax.run.config import option
 from ivhl_jax.run.device import limit_host_cores
 from ivhl_jax.run.driver import RunContext, Simulation, run_main
@@ -239,7 +239,8 @@ class MERASimConfig:
                     )
 
     def symmetry_record(self) -> M.Symmetry | None:
-        """The :class:`~ivhl_jax.physics.mera.Symmetry` of ``symmetry`` (sectors chosen per stage), None if dense."""
+        """The :class:`~ivhl_jax.physics.tensornet.mera.Symmetry` of ``symmetry`` (sectors chosen per stage), None if
+        dense."""
         if not self.symmetry:
             return None
         try:

@@ -1,5 +1,5 @@
 """Conformal data of critical chains from the scale-invariant MERA: energy error, scaling dimensions (one-site and
-two-site, identified), OPE coefficients and central charge (:mod:`ivhl_jax.physics.mera.conformal`), measured
+two-site, identified), OPE coefficients and central charge (:mod:`ivhl_jax.physics.tensornet.mera.conformal`), measured
 after every stage of a bond-dimension ladder, and written to ``bench/results/mera_conformal_data.json`` (one record
 per model, with the command)::
 
@@ -28,7 +28,7 @@ RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"  # bench/resul
 
 def measure(mera: Any, model: Any, name: str) -> dict[str, Any]:
     from ivhl_jax import mera as M
-    from ivhl_jax.physics.mera import conformal, scaling
+    from ivhl_jax.physics.tensornet.mera import conformal, scaling
 
     t0 = time.perf_counter()
     ch = conformal.two_site_channels(mera, 16)
@@ -50,7 +50,7 @@ def measure(mera: Any, model: Any, name: str) -> dict[str, Any]:
 def _terms(model: Any) -> Any:
     import jax.numpy as jnp
 
-    from ivhl_jax.physics.mera.models import blocked_terms
+    from ivhl_jax.physics.tensornet.mera.models import blocked_terms
 
     return blocked_terms(model, jnp.float64)
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     data.setdefault(
         "what",
         "conformal data of critical chains from the scale-invariant MERA "
-        "(ivhl_jax.physics.mera.conformal); one record per model, stages bottom-up",
+        "(ivhl_jax.physics.tensornet.mera.conformal); one record per model, stages bottom-up",
     )
     data.setdefault(
         "methods",

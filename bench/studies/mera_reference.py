@@ -1,5 +1,5 @@
 """NumPy port of the reference optimiser, Evenbly's tensors.net ``doVarMERA`` (modified binary MERA, v1.2), for
-timing against :mod:`ivhl_jax.physics.mera`: the same per-sweep work as the reference with ``refsym=True``.
+timing against :mod:`ivhl_jax.physics.tensornet.mera`: the same per-sweep work as the reference with ``refsym=True``.
 
 One sweep (``numiter`` iteration) of ``doVarMERA``: ``sciter = 4`` power iterations of the scale-invariant layer's
 descending superoperator (each hermitised, normalised and reflection-symmetrised); the density matrices descended
@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-_PATTERNS = {  # the reference's networks in this library's labels (see ivhl_jax.physics.mera)
+_PATTERNS = {  # the reference's networks in this library's labels (see ivhl_jax.physics.tensornet.mera)
     # ascending: t1 (h_AB on f0 f1), t2 (h_BA on f1 f2), t4 (h_BA between cells); operands bras, h, kets
     "t1": "ekr,fckl,lds,efab,aip,bcij,jdq->rspq",
     "t2": "akr,efkl,lds,efbc,aip,bcij,jdq->rspq",
@@ -162,8 +162,8 @@ def _from_mera(mera) -> dict:
 def _to_mera(state: dict, sweeps: int):
     import jax.numpy as jnp
 
-    from ivhl_jax.physics import mera as M
-    from ivhl_jax.physics.mera.superoperators import mirror_wv
+    from ivhl_jax.physics.tensornet import mera as M
+    from ivhl_jax.physics.tensornet.mera.superoperators import mirror_wv
 
     w = tuple(jnp.asarray(x) for x in state["w"])
     return M.MERA(
@@ -183,8 +183,8 @@ def run_ladder(stages: list[dict], seed: int = 0, marks_every: int = 50, fold: i
     after ``fold`` re-initialisations). Returns per-stage times and energy errors every ``marks_every`` sweeps."""
     import jax
 
-    from ivhl_jax.physics import mera as M
-    from ivhl_jax.physics.mera.models import ising_two_site_hamiltonian
+    from ivhl_jax.physics.tensornet import mera as M
+    from ivhl_jax.physics.tensornet.mera.models import ising_two_site_hamiltonian
 
     np = _np()
     key = jax.random.key(seed)
@@ -236,8 +236,8 @@ def time_sweep(chi: int, mid: int, layers: int, repeats: int = 5, seed: int = 0,
     import jax
 
     from ivhl_jax.bench.harness import time_in_windows
-    from ivhl_jax.physics import mera as M
-    from ivhl_jax.physics.mera.models import ising_two_site_hamiltonian
+    from ivhl_jax.physics.tensornet import mera as M
+    from ivhl_jax.physics.tensornet.mera.models import ising_two_site_hamiltonian
 
     np = _np()
     with jax.enable_x64(True):

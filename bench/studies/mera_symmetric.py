@@ -1,14 +1,15 @@
 """Symmetric (block-sparse) MERA ladders with conformal data labelled by charge: Z2 Ising, U(1) XX, Z3 Potts.
 
-Each stage runs float64 Evenbly–Vidal sweeps of the symmetric MERA (:mod:`ivhl_jax.physics.mera.symmetric`); the
-first stage's sectors split χ evenly over the charges given, every later stage is grown from the previous one with
-sectors chosen from the reduced density matrices' spectra (:func:`~ivhl_jax.physics.mera.symmetric.grow_by_spectrum`).
-After each stage: the energy error, the scaling dimensions with their charges and CFT labels
-(:func:`~ivhl_jax.physics.mera.symmetric.conformal_table`), the OPE coefficients allowed by the charges (Ising
-C_σσε), the central charge (:func:`~ivhl_jax.physics.mera.conformal.central_charge` on the dense embedding) and the
-wall time of the stage (compile included) and of the measurements. ``--compare-dense N``: the first N sweeps of
-every stage are also run densely from the stage's start embedded, and the largest energy difference is recorded.
-The JSON is rewritten after every stage (a run cut short keeps what it measured)::
+Each stage runs float64 Evenbly–Vidal sweeps of the symmetric MERA (:mod:`ivhl_jax.physics.tensornet.mera.symmetric`);
+the first stage's sectors split χ evenly over the charges given, every later stage is grown from the previous one with
+sectors chosen from the reduced density matrices' spectra
+(:func:`~ivhl_jax.physics.tensornet.mera.symmetric.grow_by_spectrum`). After each stage: the energy error, the scaling
+dimensions with their charges and CFT labels (:func:`~ivhl_jax.physics.tensornet.mera.symmetric.conformal_table`), the
+OPE coefficients allowed by the charges (Ising C_σσε), the central charge
+(:func:`~ivhl_jax.physics.tensornet.mera.conformal.central_charge` on the dense embedding) and the wall time of the
+stage (compile included) and of the measurements. ``--compare-dense N``: the first N sweeps of every stage are also run
+densely from the stage's start embedded, and the largest energy difference is recorded. The JSON is rewritten after
+every stage (a run cut short keeps what it measured)::
 
     python -m bench.studies.mera_symmetric --model ising --ladder 8/6/2000 12/9/400 16/12/300 \\
         --budget-min 30 --out bench/results/mera_symmetric_ising_ladder.json
@@ -16,7 +17,8 @@ The JSON is rewritten after every stage (a run cut short keeps what it measured)
 A stage is chi/chi_mid/sweeps; Ising and Potts use two transitional layers (χ per layer (min(χ, d²), χ, χ),
 χ_mid (d², min(χ_mid, that), χ_mid)), XX one (χ_mid (4, χ_mid)); ``--layers L`` sets L transitional layers
 (χ per layer (min(χ, d²·d²), χ, …, χ)); with ``--load``, L above the loaded MERA's transitional layers inserts
-copies of its scale-invariant layer below the top first (:func:`~ivhl_jax.physics.mera.symmetric.insert_layers`).
+copies of its scale-invariant layer below the top first
+(:func:`~ivhl_jax.physics.tensornet.mera.symmetric.insert_layers`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ MODELS = {"ising": ("Z2", (0, 1), 2), "xx": ("U1", (-1, 0, 1), 1), "potts": ("Z3
 
 def _model(name: str) -> Any:
     from ivhl_jax import mera as M
-    from ivhl_jax.physics.mera import symmetric as MS
+    from ivhl_jax.physics.tensornet.mera import symmetric as MS
 
     return {"ising": M.ising, "xx": M.xx, "potts": MS.potts_charge_basis}[name]()
 
@@ -81,7 +83,7 @@ def first_config(name: str, chi: int, mid: int, d2: int, layers: int | None = No
 
 def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dict[str, Any]:
     from ivhl_jax import mera as M
-    from ivhl_jax.physics.mera import symmetric as MS
+    from ivhl_jax.physics.tensornet.mera import symmetric as MS
 
     t0 = time.perf_counter()
     h = MS.symmetric_terms(model, cfg.symmetry)
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from ivhl_jax import mera as M
     from ivhl_jax import trajectory
     from ivhl_jax.bench.harness import write_results
-    from ivhl_jax.physics.mera import symmetric as MS
+    from ivhl_jax.physics.tensornet.mera import symmetric as MS
 
     command = "python -m bench.studies.mera_symmetric " + " ".join(sys.argv[1:] if argv is None else argv)
     model = _model(args.model)

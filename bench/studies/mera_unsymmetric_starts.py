@@ -1,7 +1,7 @@
 """Cold starts of the chains that keep the unsymmetric start (xx, potts): the energy error per site at a few sweeps
-from keys 0-3, the one-site scaling dimensions at the end and :class:`~ivhl_jax.physics.mera.StuckCheck`'s verdict,
-for the settings the docs show (xx: chi/chi_mid 6/4, one layer, 500 sweeps; potts: the notebook's 9/3, one layer,
-200 sweeps).
+from keys 0-3, the one-site scaling dimensions at the end and :class:`~ivhl_jax.physics.tensornet.mera.StuckCheck`'s
+verdict, for the settings the docs show (xx: chi/chi_mid 6/4, one layer, 500 sweeps; potts: the notebook's 9/3, one
+layer, 200 sweeps).
 
     python -m bench.studies.mera_unsymmetric_starts --out bench/results/mera_unsymmetric_starts.json
 """

@@ -9,15 +9,15 @@ critical at g = J. The infinite chain has ground-state energy per site
     e₀(g) = −(1/π) ∫₀^π √(J² + g² − 2 J g cos k) dk,        e₀(g = J = 1) = −4/π.
 
 States are tensors of shape (2,)*n (site 0 is the first axis, i.e. the most significant bit of a flat
-index), so they plug straight into :func:`ivhl_jax.physics.tn.entanglement_entropy`. ``H·ψ`` is applied without
-building H (Z_i is a ±1 sign along axis i; X_i X_{i+1} is a flip of axes i and i+1), so n = 16
+index), so they plug straight into :func:`ivhl_jax.physics.tensornet.tn.entanglement_entropy`. ``H·ψ`` is applied
+without building H (Z_i is a ±1 sign along axis i; X_i X_{i+1} is a flip of axes i and i+1), so n = 16
 (65 536 amplitudes) costs a few milliseconds per product; the ground state comes from Lanczos with full
 re-orthogonalisation (``lax.fori_loop``), checked against dense ``numpy.linalg.eigh`` and the free-fermion
 solution in the tests. Use float64 (``with jax.enable_x64(True):``) when you need better than ~1e-6.
 
 Any translation-invariant nearest-neighbour chain H = Σ_i h(i, i+1) with a two-site term ``term[a', b', a, b]``
 (d, d, d, d) on spins of dimension d: :func:`chain_apply` (H·ψ, ψ of shape (d,)*n) and :func:`chain_ground_state`
-(the same Lanczos), as used for the MERA's models (:mod:`ivhl_jax.physics.mera.models`).
+(the same Lanczos), as used for the MERA's models (:mod:`ivhl_jax.physics.tensornet.mera.models`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def test_z2_configs_fit_their_layers():
     """The benchmark's sector choices add up and fit every layer (checked by the builder, no sweep run)."""
     from ivhl_jax import mera
     from ivhl_jax.bench import ops_symmetric
-    from ivhl_jax.physics.mera import symmetric as MS
+    from ivhl_jax.physics.tensornet.mera import symmetric as MS
 
     for chi in (4, 8, 12, 16, 24, 32, 48):
         cfg = ops_symmetric.z2_config(chi)

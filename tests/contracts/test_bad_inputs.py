@@ -17,7 +17,7 @@ import pytest
 from ivhl_jax.nn.attention import attention, reference_attention
 from ivhl_jax.numerics.rollout import trajectory
 from ivhl_jax.physics import cdt
-from ivhl_jax.physics import mera as M
+from ivhl_jax.physics.tensornet import mera as M
 from ivhl_jax.run.io import write_json
 from ivhl_jax.train import parallel
 

@@ -32,13 +32,14 @@ from ivhl_jax.nn import adaptive as AD
 from ivhl_jax.nn import attention as A
 from ivhl_jax.nn import gru
 from ivhl_jax.numerics import fastmath, rollout, spectral, splitstep, statistics
-from ivhl_jax.physics import cdt, exact, fields, gft, mera, tn
+from ivhl_jax.physics import cdt, exact, fields, gft
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.physics.cdt import exact as cdt_exact
 from ivhl_jax.physics.cdt import graph as cdt_geometry
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt import moves as cdt_moves
 from ivhl_jax.physics.cdt import state as cdt_state
+from ivhl_jax.physics.tensornet import mera, tn
 from ivhl_jax.run import config as run_config
 from ivhl_jax.run import device as run_device
 from ivhl_jax.run import driver as run_driver

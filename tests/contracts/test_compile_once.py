@@ -192,7 +192,7 @@ def test_cdt_simulation_second_run_and_resume_compile_nothing(tmp_path):
 def test_mera_init_and_grow_compile_one_program_each_and_nothing_for_a_new_key():
     """A cold start and a χ step are one compiled program each (run op by op, their ~20 and ~150 small operations
     would each be compiled on first use), and nothing is compiled again for a new key."""
-    from ivhl_jax.physics import mera as M
+    from ivhl_jax.physics.tensornet import mera as M
 
     with jax.enable_x64(True):
         cfg = M.MERAConfig(chi=3, chi_mid=2, layers=1)

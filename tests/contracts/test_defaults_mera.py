@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax import mera, trajectory
-from ivhl_jax.physics import happy
+from ivhl_jax.physics.tensornet import happy
 
 
 def _guide_example(key: int, steps: int = 500):
@@ -117,7 +117,7 @@ def test_stuck_check_flags_a_stalled_unsymmetric_start():
     """xx keeps the unsymmetric start; at chi/chi_mid 6/4 with one layer key 2 stalls near 8.6e-3 (keys 0, 1, 3 level
     off at 1.7e-3 by sweep 300, which the same check flags as this chi's limit or a stall): the stuck check says so
     in one line naming the remedies. The Ising chain's symmetric start converges and gets none."""
-    from ivhl_jax.physics.mera.ladder import stuck_warning
+    from ivhl_jax.physics.tensornet.mera.ladder import stuck_warning
 
     cfg = mera.MERAConfig(chi=6, chi_mid=4, layers=1)
     e = _sweeps(mera.xx(), cfg, 400, 2)

@@ -251,7 +251,7 @@ def _check_mera_symmetric(ns: dict, out: str) -> None:
 
 def _check_happy(ns: dict, out: str) -> None:
     """V†V = 1 (the 2048 × 2048 identity) and S(8 legs) = 8 bits = the minimal cut."""
-    from ivhl_jax.physics import happy
+    from ivhl_jax.physics.tensornet import happy
 
     np.testing.assert_allclose(np.asarray(ns["gram"]), np.eye(2048), atol=1e-12)
     with jax.enable_x64(True):  # the block's precision (it switched float64 on; the runner switched it back)

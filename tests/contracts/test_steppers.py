@@ -255,7 +255,7 @@ def test_bad_stepper_arguments_are_named():
 
 def test_mera_stepper_equals_sweeps_by_hand_and_compiles_once():
     from ivhl_jax import mera as M
-    from ivhl_jax.physics.mera.sweep import sweep
+    from ivhl_jax.physics.tensornet.mera.sweep import sweep
 
     cfg = M.MERAConfig(chi=4, layers=1, u_delay=2)
     with jax.enable_x64(True):

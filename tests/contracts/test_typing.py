@@ -19,7 +19,8 @@ from jaxtyping import TypeCheckError, jaxtyped
 
 from ivhl_jax.nn import adaptive, gru
 from ivhl_jax.numerics import fastmath, spectral, splitstep
-from ivhl_jax.physics import condensate, exact, fields, gft, tn
+from ivhl_jax.physics import condensate, exact, fields, gft
+from ivhl_jax.physics.tensornet import tn
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""ivhl_jax.physics.happy: the [[5,1,3]] perfect tensor, the {5,4} pentagon network, its isometry and the
+"""ivhl_jax.physics.tensornet.happy: the [[5,1,3]] perfect tensor, the {5,4} pentagon network, its isometry and the
 entanglement of boundary regions against the minimal cut (checked with NumPy float64 and exhaustive cuts)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ivhl_jax.physics import happy
+from ivhl_jax.physics.tensornet import happy
 
 _P = {"I": np.eye(2), "X": np.array([[0.0, 1.0], [1.0, 0.0]]), "Z": np.diag([1.0, -1.0])}
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ivhl_jax.physics import symmetric as S
+from ivhl_jax.physics.tensornet import blocks as S
 
 pytestmark = pytest.mark.usefixtures("x64")
 
@@ -68,7 +68,7 @@ def test_contract_matches_dense(group):
 )
 def test_mera_diagram_and_scalar(group):
     """A 7-tensor MERA diagram (the ascending t1) and a full contraction, against dense einsum."""
-    from ivhl_jax.physics.mera.superoperators import _T1  # the diagram the MERA uses
+    from ivhl_jax.physics.tensornet.mera.superoperators import _T1  # the diagram the MERA uses
 
     g = GROUPS[group][0]
     li, lm, lo = leg(group, 0), leg(group, 1), leg(group, 2)

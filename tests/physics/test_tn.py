@@ -1,4 +1,4 @@
-"""ivhl_jax.physics.tn: cached-path contraction and entanglement entropies (checked against NumPy float64)."""
+"""ivhl_jax.physics.tensornet.tn: cached-path contraction and entanglement entropies (checked against NumPy float64)."""
 
 from __future__ import annotations
 

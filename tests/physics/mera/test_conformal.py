@@ -1,4 +1,4 @@
-"""OPE coefficients and central charge of the scale-invariant MERA (ivhl_jax.physics.mera.conformal).
+"""OPE coefficients and central charge of the scale-invariant MERA (ivhl_jax.physics.tensornet.mera.conformal).
 
 The extraction is checked on cases with exact answers before it is trusted on the Ising chain: the OPE on the
 tensor product of two MERAs (whose conformal data obey exact product rules whatever the MERA's accuracy), the ring
@@ -17,8 +17,8 @@ import pytest
 
 from ivhl_jax import mera as M
 from ivhl_jax.numerics.rollout import trajectory
-from ivhl_jax.physics.mera import conformal as C
-from ivhl_jax.physics.mera.models import blocked_terms
+from ivhl_jax.physics.tensornet.mera import conformal as C
+from ivhl_jax.physics.tensornet.mera.models import blocked_terms
 
 
 def _velocity(model):
@@ -102,7 +102,7 @@ def test_ope_extraction_is_exact_on_a_product_of_two_meras(ising4):
 def test_two_site_channels_are_left_and_right_eigenvectors():
     """R_n and L_n of a random layer: 𝒮₂ R = λ R and 𝒮₂ᵀ L = λ L for the real, simple eigenvalues (checked
     against a dense eigen-decomposition), and the projection of R_n onto the channels is the unit vector n."""
-    from ivhl_jax.physics.mera.scaling import two_site_map
+    from ivhl_jax.physics.tensornet.mera.scaling import two_site_map
 
     with jax.enable_x64(True):
         cfg = M.MERAConfig(chi=3, chi_mid=3, layers=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ivhl_jax.physics.mera.ladder import StuckCheck
+from ivhl_jax.physics.tensornet.mera.ladder import StuckCheck
 
 
 def _errors(before: float, now: float) -> np.ndarray:

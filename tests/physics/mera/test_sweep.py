@@ -1,4 +1,5 @@
-"""ivhl_jax.physics.mera: geometry vs brute force, isometry/trace invariants, monotone optimisation, accuracy targets.
+"""ivhl_jax.physics.tensornet.mera: geometry vs brute force, isometry/trace invariants, monotone optimisation, accuracy
+targets.
 
 All MERA work runs under ``jax.enable_x64(True)`` (a context manager: nothing leaks to other test files).
 """
@@ -15,12 +16,12 @@ import pytest
 from ivhl_jax import mera as M
 from ivhl_jax import trajectory
 from ivhl_jax.physics.exact import tfi_dense
-from ivhl_jax.physics.mera import config as C
-from ivhl_jax.physics.mera import ladder as L
-from ivhl_jax.physics.mera import models as Mo
-from ivhl_jax.physics.mera import scaling as Sc
-from ivhl_jax.physics.mera import superoperators as S
-from ivhl_jax.physics.mera import sweep as W
+from ivhl_jax.physics.tensornet.mera import config as C
+from ivhl_jax.physics.tensornet.mera import ladder as L
+from ivhl_jax.physics.tensornet.mera import models as Mo
+from ivhl_jax.physics.tensornet.mera import scaling as Sc
+from ivhl_jax.physics.tensornet.mera import superoperators as S
+from ivhl_jax.physics.tensornet.mera import sweep as W
 
 # One compiled program per superoperator, shared by the geometry tests (cheaper than many eager einsums).
 _asc = jax.jit(M.ascend)
@@ -404,7 +405,7 @@ def test_stuck_start_is_detected_and_reinitialised(caplog):
     """Seed 3 of the small χ = 4 MERA started without the parity symmetry (the Ising term as a custom model, which
     carries none) gets stuck (energy error 8.4e-3 … 8.7e-3 for 600 sweeps, rising; healthy starts reach ≈ 3e-4 by
     sweep 400): the check at sweep 300 re-initialises it, records and logs it."""
-    with caplog.at_level("WARNING", logger="ivhl_jax.physics.mera"), jax.enable_x64(True):
+    with caplog.at_level("WARNING", logger="ivhl_jax.physics.tensornet.mera"), jax.enable_x64(True):
         st = M.evenbly_vidal(M.two_site(M.ising().term, e0=M.E0_CRITICAL_ISING), _SMALL)
         state, first, restarts = M.cold_start(st, jax.random.key(3), M.E0_CRITICAL_ISING, 50, limit=400)
         state, rest = trajectory(st, state, 400 - first.shape[0], observe=M.observe)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax import mera, trajectory
-from ivhl_jax.physics.mera import symmetric as MS
+from ivhl_jax.physics.tensornet.mera import symmetric as MS
 
 
 def _run_both(model, cfg, sweeps):
@@ -374,3 +374,29 @@ def test_grow_inserts_layers_as_the_dense_ladder():
         with pytest.raises(ValueError, match="can only add layers") as exc:
             MS.grow_symmetric(grown, jax.random.key(5), model, cfg)
         assert "\n" not in str(exc.value)
+
+
+@pytest.mark.slow  # 300 dense sweeps at chi 6
+def test_dense_xx_mera_orders_where_the_symmetric_one_cannot():
+    """Why a dense MERA can reach a lower energy than a symmetric one at the same χ: at χ/χ_mid 6/4 the dense XX
+    MERA (the library's unsymmetric start) breaks U(1), one spin's ⟨X⟩ (charge ±1, zero in the exact ground state)
+    well away from zero, so its energy is below what any U(1)-symmetric MERA of that χ spans. The symmetric MERA's
+    embedding has ⟨X⟩ = 0 to rounding (bench/results/mera_symmetry_breaking.json, docs/guide/tensor-networks.md)."""
+
+    def one_spin_x(m):
+        rhos = (m.rho_ab, m.rho_ba)
+        for z in reversed(range(m.num_layers - 1)):
+            rhos = mera.descend(rhos, m.layer(z))
+        one = np.einsum("abcb->ac", np.asarray(rhos[0]))
+        spin = np.einsum("abcb->ac", one.reshape(2, 2, 2, 2))
+        return float(spin[0, 1] + spin[1, 0])
+
+    with jax.enable_x64(True):
+        model = mera.xx()
+        cfg = mera.MERAConfig(chi=6, chi_mid=4, layers=1)
+        st = mera.evenbly_vidal(model, cfg)
+        s, e = trajectory(st, st.init(jax.random.key(0)), 300, observe=mera.observe)
+        assert abs(one_spin_x(s.mera)) > 0.02  # measured -0.048
+        sym_cfg = dataclasses.replace(cfg, symmetry=mera.Symmetry("U1"))
+        s0 = mera.evenbly_vidal(model, sym_cfg).init(jax.random.key(0))
+        assert abs(one_spin_x(mera.to_dense(s0.mera, model, sym_cfg.symmetry))) < 1e-12

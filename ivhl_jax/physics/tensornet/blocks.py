@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from ivhl_jax.physics.tn import contraction_path
+from ivhl_jax.physics.tensornet.tn import contraction_path
 
 __all__ = [
     "Group",
@@ -556,19 +556,25 @@ def fused_dims(legs: Sequence[Leg], group: Group) -> dict[int, int]:
     return {q: sum(n for _, _, n in parts) for q, parts in _fused(tuple(legs), group).items()}
 
 
+def _matrix_layout(legs: tuple[Leg, ...], group: Group, charge: int, k: int) -> Any:
+    """(Q, row parts, column parts) for each fused charge Q of the last ``k`` legs whose rows (fused charge
+    Q + ``charge`` of the other legs) exist: the layout of a tensor's block-diagonal matrix."""
+    n = len(legs)
+    rows, cols = _fused(tuple(legs[: n - k]), group), _fused(tuple(legs[n - k :]), group)
+    for qc, col_parts in cols.items():
+        qr = group.reduce(-qc + charge)
+        if qr in rows:
+            yield qc, rows[qr], col_parts
+
+
 def matrix_blocks(t: BlockTensor, k: int) -> dict[int, jax.Array]:
     """Fusion of the first N−k legs (rows) and the last k legs (columns): the tensor as a block-diagonal matrix,
     ``{Q: matrix}`` with Q the fused charge of the columns (rows: fused charge Q + charge)."""
     n = t.ndim
     if not 0 < k < n:
         raise ValueError(f"k={k} must split the {n} legs into rows and columns (0 < k < {n})")
-    rows, cols = _fused(t.legs[: n - k], t.group), _fused(t.legs[n - k :], t.group)
     out = {}
-    for qc, col_parts in cols.items():
-        qr = t.group.reduce(-qc + t.charge)
-        if qr not in rows:
-            continue
-        row_parts = rows[qr]
+    for qc, row_parts, col_parts in _matrix_layout(t.legs, t.group, t.charge, k):
         mat_rows = []
         for rk, _, rn in row_parts:
             mat_rows.append(
@@ -582,15 +588,10 @@ def matrix_blocks(t: BlockTensor, k: int) -> dict[int, jax.Array]:
 
 def from_matrix_blocks(mats: dict[int, jax.Array], like: BlockTensor, k: int) -> BlockTensor:
     """The inverse of :func:`matrix_blocks` (``like`` gives the legs, group and charge)."""
-    n = like.ndim
-    rows, cols = _fused(like.legs[: n - k], like.group), _fused(like.legs[n - k :], like.group)
     blocks = {}
-    for qc, col_parts in cols.items():
-        qr = like.group.reduce(-qc + like.charge)
-        if qr not in rows:
-            continue
+    for qc, row_parts, col_parts in _matrix_layout(like.legs, like.group, like.charge, k):
         m = mats[qc]
-        for rk, ro, rn in rows[qr]:
+        for rk, ro, rn in row_parts:
             for ck, co, cn in col_parts:
                 blocks[rk + ck] = m[ro : ro + rn, co : co + cn].reshape(like.block_shape(rk + ck))
     return _canonical(BlockTensor(blocks, like.legs, like.group, like.charge))

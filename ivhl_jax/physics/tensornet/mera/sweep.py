@@ -31,9 +31,9 @@ from flax import struct
 
 from ivhl_jax.core.validation import check_key, check_scalar
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.physics import tensorops as T
-from ivhl_jax.physics.mera import symmetric as MS
-from ivhl_jax.physics.mera.config import (
+from ivhl_jax.physics.tensornet import ops as T
+from ivhl_jax.physics.tensornet.mera import symmetric as MS
+from ivhl_jax.physics.tensornet.mera.config import (
     MERA,
     Layer,
     MERAConfig,
@@ -43,8 +43,8 @@ from ivhl_jax.physics.mera.config import (
     precision_dtype,
     require_x64,
 )
-from ivhl_jax.physics.mera.models import Model, blocked_parity, blocked_terms, check_model
-from ivhl_jax.physics.mera.superoperators import (
+from ivhl_jax.physics.tensornet.mera.models import Model, blocked_parity, blocked_terms, check_model
+from ivhl_jax.physics.tensornet.mera.superoperators import (
     ascend,
     ascend_raw,
     check_ops,
@@ -54,7 +54,7 @@ from ivhl_jax.physics.mera.superoperators import (
     pair,
     reflect,
 )
-from ivhl_jax.physics.tensorops import contract
+from ivhl_jax.physics.tensornet.ops import contract
 
 
 def _svd_update(env: Any, k: int) -> Any:
@@ -171,7 +171,7 @@ def energy_per_site(mera: MERA, h: tuple[Any, Any]) -> jax.Array:
     """Energy per physical site (each blocked site holds 2 spins): (⟨ρ_AB,h_AB⟩ + ⟨ρ_BA,h_BA⟩)/4 at the bottom.
 
     ``h``: the blocked terms (h_AB, h_BA) of the MERA's kind: dense arrays
-    (:func:`~ivhl_jax.physics.mera.models.blocked_terms`) for a dense MERA, block tensors for a symmetric one
+    (:func:`~ivhl_jax.physics.tensornet.mera.models.blocked_terms`) for a dense MERA, block tensors for a symmetric one
     (either way the stepper's ``stepper.params.h``)."""
     check_ops(h, "h", check_mera(mera).layer(0))  # the arguments first, then the precision rule
     require_x64("mera.energy_per_site")
@@ -189,8 +189,8 @@ def sweep(
     refsym: bool = False,
     si_scales: int = 1,
 ) -> tuple[MERA, jax.Array]:
-    """One Evenbly–Vidal sweep of a dense or block-sparse symmetric MERA (the same code: :mod:`ivhl_jax.physics.
-    tensorops`). Returns (new MERA, energy per site measured before the tensor updates).
+    """One Evenbly–Vidal sweep of a dense or block-sparse symmetric MERA (the same code:
+    :mod:`ivhl_jax.physics.tensornet.ops`). Returns (new MERA, energy per site measured before the tensor updates).
 
     ``h`` is the unshifted bottom Hamiltonian (h_AB, h_BA) of the MERA's kind; it is shifted internally to be
     negative definite.
@@ -323,7 +323,7 @@ def evenbly_vidal(model: Model, config: MERAConfig, *, policy: Any = None) -> St
     (a pair or an array is refused, naming ``model``), bond dimensions every layer can carry on d² sites (naming
     ``chi``/``chi_mid``), and ``config.refsym`` only for a reflection-symmetric term.
 
-    ``config.symmetry`` (a :class:`~ivhl_jax.physics.mera.symmetric.Symmetry`): the same sweep on block-sparse
+    ``config.symmetry`` (a :class:`~ivhl_jax.physics.tensornet.mera.symmetric.Symmetry`): the same sweep on block-sparse
     symmetric tensors (the model checked to conserve the charge, the sectors to add up and fit); ``init(key)``
     draws a symmetric MERA, ``init(mera=m)`` continues a symmetric one (its own sectors, e.g. from :func:`grow`).
     """

@@ -11,13 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics import tensorops as T
-from ivhl_jax.physics.mera import cft as cft_records
-from ivhl_jax.physics.mera.cft import Operator
-from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
-from ivhl_jax.physics.mera.superoperators import ASCEND_DIAGRAMS
-from ivhl_jax.physics.tensorops import contract
+from ivhl_jax.physics.tensornet import blocks as S
+from ivhl_jax.physics.tensornet import ops as T
+from ivhl_jax.physics.tensornet.mera import cft as cft_records
+from ivhl_jax.physics.tensornet.mera.cft import Operator
+from ivhl_jax.physics.tensornet.mera.config import MERA, check_mera, require_x64
+from ivhl_jax.physics.tensornet.mera.superoperators import ASCEND_DIAGRAMS
+from ivhl_jax.physics.tensornet.ops import contract
 
 
 def scaling_superoperator(w: Any, v: Any = None) -> jax.Array:
@@ -58,7 +58,7 @@ def scaling_dimensions(mera: MERA, num: int = 10, *, charges: bool = False) -> A
     (see :func:`scaling_superoperator`), sorted ascending; the identity gives Δ = 0 exactly (S is unital).
     Returned as float64 NumPy (``num`` smallest); the identity's Δ, ±1e-16 from rounding (printed −0.000 when
     negative), is returned as 0.0 (every |Δ| < 1e-12). Needs ``jax.enable_x64``
-    (:func:`~ivhl_jax.physics.mera.config.require_x64`).
+    (:func:`~ivhl_jax.physics.tensornet.mera.config.require_x64`).
 
     A symmetric MERA's S maps an operator of charge q = q(a') − q(a) to one of the same charge (its matrix is
     block diagonal, one block per charge): its spectrum is computed charge by charge. ``charges=True`` returns
@@ -119,7 +119,8 @@ def _no_negative_zero(x: np.ndarray) -> np.ndarray:
 
 @jax.jit
 def two_site_map(o: jax.Array, u: jax.Array, w: jax.Array, v: jax.Array) -> jax.Array:
-    """𝒮₂(o): the diagram t2 of :mod:`~ivhl_jax.physics.mera.superoperators` with ``o`` on the fine BA bond under u."""
+    """𝒮₂(o): the diagram t2 of :mod:`~ivhl_jax.physics.tensornet.mera.superoperators` with ``o`` on the fine BA bond
+    under u."""
     return contract(ASCEND_DIAGRAMS[1], w.conj(), u.conj(), v.conj(), o, w, u, v)
 
 

@@ -38,8 +38,8 @@ itself, ``V[b_1..b_nbdy, a_1..a_nbulk]``, shape ``(2,)*(n_boundary + n_bulk)``. 
 constant per network so that ``V`` is an isometry, ``V†V = 1`` (the constant is ``Tr V†V / 2**n_bulk``, found
 by contracting the network with its copy; the isometry itself is a property of the network, checked by
 :func:`encoding_gram`, which forms ``V†V`` without forming ``V``). The contractions go through
-:func:`ivhl_jax.physics.tn.contract` (cached optimal path), so they are jittable and differentiable in the bulk
-state.
+:func:`ivhl_jax.physics.tensornet.tn.contract` (cached optimal path), so they are jittable and differentiable in the
+bulk state.
 
 **Entropy against the minimal cut.** The holographic state of the network is ``V`` read as a pure state of
 all its open legs, boundary and bulk (``V/√2**n_bulk``: the bulk legs maximally entangled with a reference).
@@ -82,7 +82,7 @@ import opt_einsum
 from jaxtyping import Array, ArrayLike, Float
 
 from ivhl_jax.core.validation import check_array, check_scalar
-from ivhl_jax.physics import tn
+from ivhl_jax.physics.tensornet import tn
 
 __all__ = [
     "HappyNetwork",
@@ -540,7 +540,7 @@ def reduced_density_matrix(net: HappyNetwork, region: Sequence[int]) -> Float[Ar
 
     The boundary's state when the bulk legs are open and maximally entangled with a reference (the holographic
     state of the whole network, bulk legs included): trace 1, real symmetric. Contracted from the network and
-    its copy with the legs of A left open (:func:`ivhl_jax.physics.tn.contract`), never forming the state;
+    its copy with the legs of A left open (:func:`ivhl_jax.physics.tensornet.tn.contract`), never forming the state;
     rows and columns ordered as ``region``. ``|A| ≤ 12``; at radius 2 the cost grows from a fraction of a second
     (``|A| ≤ 8``) to minutes (``|A| = 12``).
     """

@@ -99,8 +99,8 @@ class MERAConfig:
     reflected, u = u reflected; needs a reflection-symmetric model), which removes spurious minima; si_scales:
     scales j = 0..si_scales−1 whose environments Γ(ρ*, 2^{−j}𝒜^j h) are summed for the SI layer (1 =
     mainVarMERA, the default and the fastest to converge).
-    symmetry: None (dense tensors) or a :class:`~ivhl_jax.physics.mera.symmetric.Symmetry` (a Z_n or U(1) charge
-    and the sectors of every bond): the sweep then runs on block-sparse symmetric tensors.
+    symmetry: None (dense tensors) or a :class:`~ivhl_jax.physics.tensornet.mera.symmetric.Symmetry` (a Z_n or U(1)
+    charge and the sectors of every bond): the sweep then runs on block-sparse symmetric tensors.
     """
 
     chi: int | tuple[int, ...] = 6
@@ -225,9 +225,9 @@ def init_tensors(key: jax.Array, config: MERAConfig, d: int = 4, parity: Any = N
     dimension ``d``.
 
     ``parity``: None, or a symmetry P of the chain, a real symmetric involution (P² = 1) on one blocked site
-    (d × d) with [h, P ⊗ P] = 0 (:func:`~ivhl_jax.physics.mera.evenbly_vidal` passes its model's,
-    :attr:`~ivhl_jax.physics.mera.models.Model.parity`). With it every tensor of the start commutes with P: each
-    bond gets parity charges ±1 (the bottom one P's eigenvalues; above it ⌈2χ/3⌉ even states, then the odd ones)
+    (d × d) with [h, P ⊗ P] = 0 (:func:`~ivhl_jax.physics.tensornet.mera.evenbly_vidal` passes its model's,
+    :attr:`~ivhl_jax.physics.tensornet.mera.models.Model.parity`). With it every tensor of the start commutes with P:
+    each bond gets parity charges ±1 (the bottom one P's eigenvalues; above it ⌈2χ/3⌉ even states, then the odd ones)
     and an isometry is the polar factor of its draws with the entries that change the charge set to zero (a
     block-diagonal matrix, so its polar factor is block-diagonal: w (P_in ⊗ P_mid) = P_out w). A sweep keeps the
     symmetry, so the optimisation cannot settle in a symmetry-broken state: without it, the critical Ising
@@ -411,8 +411,8 @@ def precision_dtype(policy: Any) -> Any:
 
 def require_x64(what: str, f32: str = "") -> None:
     """The one precision rule of the MERA: it computes in float64, so every entry point (the stepper, the scaling
-    dimensions, OPE coefficients, central charge, :func:`~ivhl_jax.physics.mera.cold_start`) refuses to run with
-    JAX's 64-bit mode off, where float64 arrays silently become float32, in one line naming
+    dimensions, OPE coefficients, central charge, :func:`~ivhl_jax.physics.tensornet.mera.cold_start`) refuses to run
+    with JAX's 64-bit mode off, where float64 arrays silently become float32, in one line naming
     ``jax.enable_x64`` (``f32``: the float32 alternative of that entry point, if it has one)."""
     if jnp.result_type(float) != jnp.float64:
         raise RuntimeError(

@@ -4,9 +4,9 @@
 **OPE coefficients** (the method of Pfeifer, Evenbly & Vidal, PRA 79, 040301 (2009), on the two-site causal cone
 of the modified binary MERA). Every coarse site is made by one w (a B site) or one v (an A site), so each site is
 the top of a one-site causal cone reaching down to the physical chain: the one-site scaling operators φ_a of the
-two-layer map S_v∘S_w (:func:`~ivhl_jax.physics.mera.scaling.scaling_superoperator`) are pure scaling operators on
-every A site, and ψ_a = S_w(φ_a) on every B site. The bond under a disentangler (B site f1, A site f2) keeps a
-two-site cone at every scale; its map 𝒮₂ has right eigenvectors R_n (two-site scaling operators, λ_n = 2^{−Δ_n})
+two-layer map S_v∘S_w (:func:`~ivhl_jax.physics.tensornet.mera.scaling.scaling_superoperator`) are pure scaling
+operators on every A site, and ψ_a = S_w(φ_a) on every B site. The bond under a disentangler (B site f1, A site f2)
+keeps a two-site cone at every scale; its map 𝒮₂ has right eigenvectors R_n (two-site scaling operators, λ_n = 2^{−Δ_n})
 and left eigenvectors L_n, and ``coef_n(O) = ⟨L_n, O⟩`` is how much of the scaling operator n a two-site operator O
 on that bond carries at long distance. With lattice operators that are pure primaries of unknown normalisation,
 ψ_a(p₁) = Σ_i N^B_{ia} Ô_i, φ_b(p₂) = Σ_j N^A_{jb} Ô_j (Ô orthonormal: ⟨Ô_i(x)Ô_j(y)⟩ = δ_ij |x−y|^{−2Δ}), three
@@ -45,14 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics import tensorops as T
-from ivhl_jax.physics.mera import cft as cft_records
-from ivhl_jax.physics.mera import symmetric as MS
-from ivhl_jax.physics.mera.config import MERA, check_mera, require_x64
-from ivhl_jax.physics.mera.models import Model, blocked_terms, check_model
-from ivhl_jax.physics.mera.scaling import scaling_superoperator, two_site_map
-from ivhl_jax.physics.mera.superoperators import ascend
+from ivhl_jax.physics.tensornet import blocks as S
+from ivhl_jax.physics.tensornet import ops as T
+from ivhl_jax.physics.tensornet.mera import cft as cft_records
+from ivhl_jax.physics.tensornet.mera import symmetric as MS
+from ivhl_jax.physics.tensornet.mera.config import MERA, check_mera, require_x64
+from ivhl_jax.physics.tensornet.mera.models import Model, blocked_terms, check_model
+from ivhl_jax.physics.tensornet.mera.scaling import scaling_superoperator, two_site_map
+from ivhl_jax.physics.tensornet.mera.superoperators import ascend
 
 
 def _x64(what: str = "the MERA's conformal data") -> None:
@@ -152,9 +152,9 @@ class TwoSiteChannels:
 
 
 def two_site_channels(mera: MERA, num: int = 16) -> TwoSiteChannels:
-    """Left and right eigenvectors of 𝒮₂ (:func:`~ivhl_jax.physics.mera.scaling.two_site_scaling_superoperator`)
-    for the ``num`` largest |λ|: dense up to χ⁴ = 256, Arnoldi (scipy ``eigs``, matrix-free, the transpose by
-    ``jax.linear_transpose``) above."""
+    """Left and right eigenvectors of 𝒮₂
+    (:func:`~ivhl_jax.physics.tensornet.mera.scaling.two_site_scaling_superoperator`) for the ``num`` largest |λ|: dense
+    up to χ⁴ = 256, Arnoldi (scipy ``eigs``, matrix-free, the transpose by ``jax.linear_transpose``) above."""
     _x64()
     check_scalar(num, "num", integer=True, minimum=2)
     u, w, v = _si_layer(mera)
@@ -330,8 +330,8 @@ def ope_coefficients(
     mera: MERA, cft: Any, *, num_channels: int = 16, channels: TwoSiteChannels | None = None
 ) -> dict[str, dict[str, Any]]:
     """OPE coefficients |C_αβγ| of the primaries of ``cft`` ("ising": σσε; "potts": σσε and σσσ; the records of
-    :data:`~ivhl_jax.physics.mera.cft.CFTS`) measured on the MERA's scale-invariant layer (:func:`ope`), each with
-    the exact value and the scaling dimensions of the operators used. Call inside ``jax.enable_x64(True)``;
+    :data:`~ivhl_jax.physics.tensornet.mera.cft.CFTS`) measured on the MERA's scale-invariant layer (:func:`ope`), each
+    with the exact value and the scaling dimensions of the operators used. Call inside ``jax.enable_x64(True)``;
     ``channels`` reuses a :func:`two_site_channels` decomposition.
 
     On a symmetric MERA each entry also says whether the symmetry allows it (``allowed``): a coefficient whose
@@ -370,8 +370,8 @@ def ope_coefficients(
 def level_hamiltonian(mera: MERA, model: Model, level: int, symmetry: MS.Symmetry | None = None) -> tuple[Any, Any]:
     """h^{(ℓ)} = (h_AB, h_BA) of level ``level``: the model's blocked terms ascended through ``level`` layers (the
     transitional layers, then the scale-invariant one repeated). A symmetric MERA's are block tensors
-    (:func:`~ivhl_jax.physics.mera.symmetric.symmetric_terms`; ``symmetry``: the MERA's, needed for the spin charges
-    of a model that is not one of the library's)."""
+    (:func:`~ivhl_jax.physics.tensornet.mera.symmetric.symmetric_terms`; ``symmetry``: the MERA's, needed for the spin
+    charges of a model that is not one of the library's)."""
     check_mera(mera)
     check_scalar(level, "level", integer=True, nonnegative=True)
     model = check_model(model)

@@ -1,6 +1,6 @@
 """The tensor operations a tensor-network algorithm is written against, provided by both kinds of tensor: a dense
 array (the trivial charge: one sector per leg) and a block-sparse symmetric
-:class:`~ivhl_jax.physics.symmetric.BlockTensor`.
+:class:`~ivhl_jax.physics.tensornet.blocks.BlockTensor`.
 
 Both kinds bring ``+``, ``-``, scaling by a number, ``.conj()``, ``.transpose(perm)`` and ``.shape`` (the dense
 shape) themselves; the operations below dispatch on the operands' kind (a network with one block tensor is a
@@ -27,9 +27,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics.symmetric import BlockTensor
-from ivhl_jax.physics.tn import contract as dense_contract
+from ivhl_jax.physics.tensornet import blocks as S
+from ivhl_jax.physics.tensornet.blocks import BlockTensor
+from ivhl_jax.physics.tensornet.tn import contract as dense_contract
 
 __all__ = [
     "is_block",
@@ -47,13 +47,13 @@ __all__ = [
 
 
 def is_block(*tensors: Any) -> bool:
-    """Whether any of ``tensors`` is a block-sparse :class:`~ivhl_jax.physics.symmetric.BlockTensor`."""
+    """Whether any of ``tensors`` is a block-sparse :class:`~ivhl_jax.physics.tensornet.blocks.BlockTensor`."""
     return any(isinstance(t, BlockTensor) for t in tensors)
 
 
 def contract(subscripts: str, *tensors: Any) -> Any:
-    """``einsum`` of dense arrays (:func:`ivhl_jax.physics.tn.contract`) or of block tensors
-    (:func:`ivhl_jax.physics.symmetric.contract`; every operand a block tensor, a full contraction a rank-0 one:
+    """``einsum`` of dense arrays (:func:`ivhl_jax.physics.tensornet.tn.contract`) or of block tensors
+    (:func:`ivhl_jax.physics.tensornet.blocks.contract`; every operand a block tensor, a full contraction a rank-0 one:
     :func:`pair` reads scalars)."""
     if is_block(*tensors):
         return S.contract(subscripts, *tensors)

@@ -18,7 +18,7 @@ import numpy as np
 from flax import struct
 
 from ivhl_jax.core.validation import check_scalar, is_concrete
-from ivhl_jax.physics.mera.cft import CFT, CFTS
+from ivhl_jax.physics.tensornet.mera.cft import CFT, CFTS
 
 E0_CRITICAL_ISING = -4.0 / math.pi
 E0_XX = -1.0 / math.pi
@@ -28,13 +28,13 @@ E0_CRITICAL_POTTS = -(4.0 / 3.0 + 2.0 * math.sqrt(3.0) / math.pi)
 class Model(struct.PyTreeNode):
     """A chain H = Σ_i h(i, i+1): the two-site term ``term[a', b', a, b] = <a' b'| h |a b>`` (d, d, d, d), real
     and Hermitian (traced), with a name and, where known, the exact ground-state energy per site ``e0`` and the
-    conformal field theory of its critical point (``cft``, static: the :class:`~ivhl_jax.physics.mera.cft.CFT`
+    conformal field theory of its critical point (``cft``, static: the :class:`~ivhl_jax.physics.tensornet.mera.cft.CFT`
     record with the central charge, the velocity of the chain's excitations, the scaling operators and the OPE
     coefficients; None off criticality).
 
     ``parity``: a Z₂ symmetry of the chain, a real symmetric involution P (P² = 1, (d, d) as nested tuples) on one
-    spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.mera.evenbly_vidal` is made
-    symmetric under it (:func:`~ivhl_jax.physics.mera.init_tensors`), which keeps the optimisation out of
+    spin with [h, P ⊗ P] = 0, or None. The cold start of :func:`~ivhl_jax.physics.tensornet.mera.evenbly_vidal` is made
+    symmetric under it (:func:`~ivhl_jax.physics.tensornet.mera.init_tensors`), which keeps the optimisation out of
     symmetry-broken minima."""
 
     term: Any  # float64 NumPy when built from concrete values, an array in a trace
@@ -62,8 +62,8 @@ def two_site(term: Any, name: str = "custom", e0: float | None = None, parity: A
     real-valued: write a complex Hermitian term in a basis where it is real) and Hermitian to 1e-12.
     ``parity``: optional Z₂ symmetry of the term, a real symmetric (d, d) involution P with [h, P ⊗ P] = 0
     (checked to 1e-10; e.g. diag(1, −1) for a spin-flip symmetry along Z): the cold start is then symmetric
-    (:func:`~ivhl_jax.physics.mera.init_tensors`). Without it the start is unsymmetric and may stall in a
-    symmetry-broken state: run it through :func:`~ivhl_jax.physics.mera.cold_start`.
+    (:func:`~ivhl_jax.physics.tensornet.mera.init_tensors`). Without it the start is unsymmetric and may stall in a
+    symmetry-broken state: run it through :func:`~ivhl_jax.physics.tensornet.mera.cold_start`.
     """
     if is_concrete(term):
         arr = np.asarray(term)
@@ -162,18 +162,25 @@ def potts(f: float = 1.0) -> Model:
     """3-state Potts chain H = −Σ (σ_i σ_{i+1}† + σ_i† σ_{i+1}) − f Σ (τ_i + τ_i†), σ = diag(1, ω, ω²), τ the cyclic
     shift; in the σ basis the term is real: −2 cos(2π(a − b)/3) δ on the bond and −f(τ + τ†)/2 on each site.
     Critical at f = 1, e₀ = −(4/3 + 2√3/π) per site (exact, for the critical self-dual point)."""
-    check_scalar(f, "f")
-    f = float(f)
     a = np.arange(3)
     bond = np.diag((-2.0 * np.cos(2 * np.pi * (a[:, None] - a[None, :]) / 3)).reshape(-1))
     shift = np.roll(np.eye(3), 1, axis=0)
-    site = -(shift + shift.T)
-    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
     # no parity start: charge conjugation (a real Z2 of this basis) with fixed bond charges loses σ (Δ 0.085 and
     # 0.84 instead of 2/15 twice); the unsymmetric start converges (test_other_chains_converge_to_their_exact_energy)
+    return potts_chain(bond, -(shift + shift.T), f, "potts")
+
+
+def potts_chain(bond: np.ndarray, site: np.ndarray, f: float, name: str) -> Model:
+    """The 3-state Potts chain in a given basis: the two-site term ``bond`` (9 × 9) + f (site ⊗ 1 + 1 ⊗ site)/2
+    with the one-site term ``site`` (3 × 3), named ``name(f=…)``; at the critical f = 1 with its exact e₀ and CFT
+    (:func:`potts` in the σ basis, :func:`~ivhl_jax.physics.tensornet.mera.symmetric.potts_charge_basis` in the
+    charge basis)."""
+    check_scalar(f, "f")
+    f = float(f)
+    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
     return Model(
         term=term.reshape(3, 3, 3, 3),
-        name=f"potts(f={f:g})",
+        name=f"{name}(f={f:g})",
         e0=E0_CRITICAL_POTTS if f == 1.0 else None,
         cft=CFTS["potts"] if f == 1.0 else None,
     )

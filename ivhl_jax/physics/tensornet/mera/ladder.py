@@ -15,14 +15,14 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.numerics.rollout import Stepper, chunked
-from ivhl_jax.physics.mera import symmetric as MS
-from ivhl_jax.physics.mera.config import MERA, check_mera, layer_shapes, polar_factor
-from ivhl_jax.physics.mera.models import Model
-from ivhl_jax.physics.mera.scaling import scaling_dimensions
-from ivhl_jax.physics.mera.superoperators import mirror_wv, reflect_u
-from ivhl_jax.physics.mera.sweep import MERAState, observe
+from ivhl_jax.physics.tensornet.mera import symmetric as MS
+from ivhl_jax.physics.tensornet.mera.config import MERA, check_mera, layer_shapes, polar_factor
+from ivhl_jax.physics.tensornet.mera.models import Model
+from ivhl_jax.physics.tensornet.mera.scaling import scaling_dimensions
+from ivhl_jax.physics.tensornet.mera.superoperators import mirror_wv, reflect_u
+from ivhl_jax.physics.tensornet.mera.sweep import MERAState, observe
 
-_LOG = logging.getLogger("ivhl_jax.physics.mera")
+_LOG = logging.getLogger("ivhl_jax.physics.tensornet.mera")
 
 
 # ------------------------------------------------------------------------------------------- bond growth
@@ -57,8 +57,8 @@ def grow(
     leaves a symmetric old block unchanged), so the first sweep's one-mirror-diagram contractions are exact.
 
     A symmetric MERA grows block by block, each bond's new states given to the charges by the reduced density
-    matrices' spectra (:func:`~ivhl_jax.physics.mera.symmetric.grow_spectral`; ``model``: the chain, whose charge
-    conjugation, if it has one, keeps ±q sectors equal); its stepper continues with ``init(mera=...)``."""
+    matrices' spectra (:func:`~ivhl_jax.physics.tensornet.mera.symmetric.grow_spectral`; ``model``: the chain, whose
+    charge conjugation, if it has one, keeps ±q sectors equal); its stepper continues with ``init(mera=...)``."""
     check_mera(mera)
     if MS.is_symmetric(mera):
         return MS.grow_spectral(mera, key, chi, chi_mid, mix, layers, refsym, model)
@@ -240,7 +240,7 @@ def cold_start(
     ``e0``: the exact energy per site the errors are measured against; ``limit``: the most steps an attempt may run
     (the caller's total; default ``check.until``). Returns (the kept attempt's state after its last check, its
     energies per step, one record per re-initialisation); the kept attempt has run ``check.after`` steps or more.
-    Each re-initialisation is logged (``log``, default a warning on the ``ivhl_jax.physics.mera`` logger);
+    Each re-initialisation is logged (``log``, default a warning on the ``ivhl_jax.physics.tensornet.mera`` logger);
     ``progress(step, energies)`` is called after every chunk of an attempt (its steps so far, that chunk's
     energies per step) and may raise to stop the start.
     """

@@ -1,4 +1,4 @@
-"""The scale-invariant MERA with block-sparse symmetric tensors (Z_n, U(1); :mod:`ivhl_jax.physics.symmetric`).
+"""The scale-invariant MERA with block-sparse symmetric tensors (Z_n, U(1); :mod:`ivhl_jax.physics.tensornet.blocks`).
 
 A chain whose two-site term h conserves a charge (Ising: the Z2 parity ∏Z; XX: U(1), the total S^z) has a MERA
 whose every tensor conserves it. Each bond then splits into charge sectors, chosen per layer by the user
@@ -6,9 +6,9 @@ whose every tensor conserves it. Each bond then splits into charge sectors, chos
 the dense one and the SVD updates are block diagonal.
 
 The superoperators, the sweep, the energy and the scaling superoperators are the dense MERA's own
-(:mod:`~ivhl_jax.physics.mera.superoperators`, :mod:`~ivhl_jax.physics.mera.sweep`), written against the tensor
-operations that a dense array and a :class:`~ivhl_jax.physics.symmetric.BlockTensor` both provide
-(:mod:`ivhl_jax.physics.tensorops`): on block tensors every contraction runs block by block and every update
+(:mod:`~ivhl_jax.physics.tensornet.mera.superoperators`, :mod:`~ivhl_jax.physics.tensornet.mera.sweep`), written against
+the tensor operations that a dense array and a :class:`~ivhl_jax.physics.tensornet.blocks.BlockTensor` both provide
+(:mod:`ivhl_jax.physics.tensornet.ops`): on block tensors every contraction runs block by block and every update
 x = −U Vᵀ is the polar factor of a block-diagonal matrix (block diagonal, so the dense update of a symmetric
 environment is the same tensor). This module holds what only a symmetric MERA has: its :class:`Symmetry`, the
 charge-sorted blocked terms, the legs of every layer, the cold start, bond growth with sectors chosen from the
@@ -35,36 +35,33 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_key, check_scalar
-from ivhl_jax.physics import symmetric as S
-from ivhl_jax.physics.mera.cft import CFTS
-from ivhl_jax.physics.mera.config import MERA, MERAConfig, check_mera, layer_shapes, precision_dtype, require_x64
-from ivhl_jax.physics.mera.models import E0_CRITICAL_POTTS, Model, blocked_terms, check_model
-from ivhl_jax.physics.mera.superoperators import descend, mirror_wv, reflect
-from ivhl_jax.physics.symmetric import BlockTensor
+from ivhl_jax.physics.tensornet import blocks as S
+from ivhl_jax.physics.tensornet.blocks import BlockTensor
+from ivhl_jax.physics.tensornet.mera.config import (
+    MERA,
+    MERAConfig,
+    check_mera,
+    layer_shapes,
+    precision_dtype,
+    require_x64,
+)
+from ivhl_jax.physics.tensornet.mera.models import Model, blocked_terms, check_model, potts_chain
+from ivhl_jax.physics.tensornet.mera.superoperators import descend, mirror_wv, reflect
 
 #: The symmetry of the library's models and the charge of each spin basis state (Ising: Z2, |↑⟩ even; XX: U(1),
 #: the number of ↓ spins, centred per block; Potts in its charge basis, :func:`potts_charge_basis`: Z3, the
-#: eigenvalue ω^k of τ. Z3 is not diagonal in the σ basis of :func:`~ivhl_jax.physics.mera.models.potts`).
+#: eigenvalue ω^k of τ. Z3 is not diagonal in the σ basis of :func:`~ivhl_jax.physics.tensornet.mera.models.potts`).
 DEFAULT_SPIN_CHARGES = {"ising": ("Z2", (0, 1)), "xx": ("U1", (0, 1)), "potts_z3": ("Z3", (0, 1, 2))}
 
 
 def potts_charge_basis(f: float = 1.0) -> Model:
-    """The 3-state Potts chain of :func:`~ivhl_jax.physics.mera.models.potts` in the basis where its Z3 charge is
-    diagonal (the Fourier transform of the σ basis: τ = diag(1, ω, ω²), σ the cyclic shift S|k⟩ = |k+1⟩):
+    """The 3-state Potts chain of :func:`~ivhl_jax.physics.tensornet.mera.models.potts` in the basis where its Z3 charge
+    is diagonal (the Fourier transform of the σ basis: τ = diag(1, ω, ω²), σ the cyclic shift S|k⟩ = |k+1⟩):
     H = −Σ (S_i S_{i+1}ᵀ + S_iᵀ S_{i+1}) − f Σ 2cos(2πk_i/3), real, with the same spectrum, e₀ and CFT; the
     charge of |k⟩ is k (its default :class:`Symmetry` is ``Symmetry("Z3", ...)``)."""
-    check_scalar(f, "f")
-    f = float(f)
     shift = np.roll(np.eye(3), 1, axis=0)
     bond = -(np.kron(shift, shift.T) + np.kron(shift.T, shift))
-    site = -np.diag(2.0 * np.cos(2.0 * np.pi * np.arange(3) / 3.0))
-    term = bond + 0.5 * f * (np.kron(site, np.eye(3)) + np.kron(np.eye(3), site))
-    return Model(
-        term=term.reshape(3, 3, 3, 3),
-        name=f"potts_z3(f={f:g})",
-        e0=E0_CRITICAL_POTTS if f == 1.0 else None,
-        cft=CFTS["potts"] if f == 1.0 else None,
-    )
+    return potts_chain(bond, -np.diag(2.0 * np.cos(2.0 * np.pi * np.arange(3) / 3.0)), f, "potts_z3")
 
 
 def _sector_tuple(value: Any, group: S.Group, name: str) -> tuple[tuple[int, int], ...]:
@@ -76,7 +73,7 @@ def _sector_tuple(value: Any, group: S.Group, name: str) -> tuple[tuple[int, int
 class Symmetry:
     """The symmetry of a MERA and its charge sectors (hashable: it is part of the static :class:`MERAConfig`).
 
-    group: "Z2", "Z3", …, "U1" (or a :class:`~ivhl_jax.physics.symmetric.Group`).
+    group: "Z2", "Z3", …, "U1" (or a :class:`~ivhl_jax.physics.tensornet.blocks.Group`).
     sectors: the sectors of the bond above each layer, ``{charge: dim}``: one mapping for every layer, or one per
       layer (``layers + 1``, bottom first; the last two equal). Each layer's dims must add up to its χ. None:
       each layer's χ split over the charges in proportion to what its isometry can carry
@@ -197,9 +194,9 @@ def check_commutes(model: Model, symmetry: Symmetry, atol: float = 1e-12) -> Non
 
 
 def symmetric_terms(model: Model, symmetry: Symmetry, policy: Any = None) -> tuple[BlockTensor, BlockTensor]:
-    """The blocked terms (h_AB, h_BA) of :func:`~ivhl_jax.physics.mera.models.blocked_terms` in the charge-sorted
-    basis, as block tensors (legs (P, P, P†, P†)), in the dtype of ``policy``
-    (:func:`~ivhl_jax.physics.mera.config.precision_dtype`)."""
+    """The blocked terms (h_AB, h_BA) of :func:`~ivhl_jax.physics.tensornet.mera.models.blocked_terms` in the
+    charge-sorted basis, as block tensors (legs (P, P, P†, P†)), in the dtype of ``policy``
+    (:func:`~ivhl_jax.physics.tensornet.mera.config.precision_dtype`)."""
     check_commutes(model, symmetry)
     dtype = precision_dtype(policy)
     perm = physical_permutation(model, symmetry)
@@ -325,12 +322,12 @@ def _op_legs(leg: S.Leg) -> tuple[S.Leg, ...]:
 
 
 def init_symmetric(key: jax.Array, model: Model, config: MERAConfig, *, policy: Any = None) -> MERA:
-    """Cold start as :func:`~ivhl_jax.physics.mera.config.init_mera`, block by block: u the identity on each
+    """Cold start as :func:`~ivhl_jax.physics.tensornet.mera.config.init_mera`, block by block: u the identity on each
     sector (truncated to χ_mid), w the polar factor of uniform(0, 1) blocks, v = mirror(w) with ``refsym`` (else
     its own draw), ρ = 𝟙/χ² at the top.
 
     ``key``: a PRNG key (required: there is no default start); ``policy``: the precision
-    (:func:`~ivhl_jax.physics.mera.config.precision_dtype`: None / ``"f64"`` float64, ``"f32"`` float32)."""
+    (:func:`~ivhl_jax.physics.tensornet.mera.config.precision_dtype`: None / ``"f64"`` float64, ``"f32"`` float32)."""
     check_key(key)
     if not isinstance(config, MERAConfig) or not isinstance(config.symmetry, Symmetry):
         raise TypeError("config must be a MERAConfig with a mera.Symmetry (config.symmetry)")
@@ -531,8 +528,8 @@ def charge_conjugation_symmetric(model: Model, symmetry: Symmetry, atol: float =
 def spectrum_sectors(mera: Any, symmetry: Symmetry, chi: Any, chi_mid: Any = None, *, pairs: bool = False) -> Symmetry:
     """The sectors of a larger bond dimension chosen from the reduced density matrices' spectra, charge by charge.
 
-    ``chi``/``chi_mid`` as in :class:`~ivhl_jax.physics.mera.config.MERAConfig` for the MERA's number of layers
-    (an int, capped per layer at what the layer can carry, or one per layer). Bottom-up, for each layer z whose
+    ``chi``/``chi_mid`` as in :class:`~ivhl_jax.physics.tensornet.mera.config.MERAConfig` for the MERA's number of
+    layers (an int, capped per layer at what the layer can carry, or one per layer). Bottom-up, for each layer z whose
     χ_out grows, the bond above it keeps the eigenvectors of the largest eigenvalues of the two-site density
     matrix ½(ρ_AB + ρ_BA) of the level it coarse-grains (``χ_out`` of the χ_in² eigenvalues, pooled across the
     charge sectors; an eigenvalue counts for the fused charge q₁ + q₂ of its two sites): the states a blocking
@@ -613,8 +610,8 @@ def _mid_sectors(
 
 def insert_layers(mera: Any, layers: int) -> MERA:
     """The symmetric MERA with ``layers`` transitional layers: copies of the scale-invariant layer inserted below it
-    (as the dense :func:`~ivhl_jax.physics.mera.ladder.grow`; the same tensors, so at the fixed point of the SI
-    layer's 𝒟 the energy is unchanged). Fewer layers than the MERA's: returned as it is."""
+    (as the dense :func:`~ivhl_jax.physics.tensornet.mera.ladder.grow`; the same tensors, so at the fixed point of the
+    SI layer's 𝒟 the energy is unchanged). Fewer layers than the MERA's: returned as it is."""
     if not is_symmetric(mera):
         raise TypeError("mera must be a symmetric MERA")
     check_scalar(layers, "layers", integer=True, minimum=1)
@@ -677,8 +674,8 @@ def grow_spectral(
     refsym: bool = False,
     model: Model | None = None,
 ) -> MERA:
-    """The symmetric MERA grown to ``chi``/``chi_mid`` (as :func:`~ivhl_jax.physics.mera.ladder.grow`), each bond's
-    sectors chosen from the reduced density matrices' spectra (:func:`spectrum_sectors`; with ``model``, a
+    """The symmetric MERA grown to ``chi``/``chi_mid`` (as :func:`~ivhl_jax.physics.tensornet.mera.ladder.grow`), each
+    bond's sectors chosen from the reduced density matrices' spectra (:func:`spectrum_sectors`; with ``model``, a
     charge-conjugation-symmetric chain keeps ±q sectors equal); ``layers`` more than the MERA's inserts copies of
     the scale-invariant layer first. The stepper continues from it with ``init(mera=...)``: its sweep runs on the
     MERA's own sectors."""
@@ -696,9 +693,9 @@ def grow_spectral(
 
 
 def _old_columns(t: BlockTensor, new_legs: tuple[S.Leg, ...], k: int) -> dict[int, np.ndarray]:
-    """For each fused column charge of the padded tensor's matrix (:func:`~ivhl_jax.physics.symmetric.matrix_blocks`
-    with its last k legs as columns): a boolean mask of the columns that hold the old tensor's columns (NumPy,
-    from the static legs)."""
+    """For each fused column charge of the padded tensor's matrix
+    (:func:`~ivhl_jax.physics.tensornet.blocks.matrix_blocks` with its last k legs as columns): a boolean mask of the
+    columns that hold the old tensor's columns (NumPy, from the static legs)."""
     old_legs, cols = t.legs[-k:], new_legs[-k:]
     out = {}
     for q, parts in S.fused_layout(cols, t.group).items():

@@ -32,8 +32,8 @@ tr ρ = 1. The energy per unit cell is ⟨ρ_AB, h_AB⟩ + ⟨ρ_BA, h_BA⟩ at 
 Reflection symmetry (``refsym``): R u = u, v = mirror(w) and R h = h, so the diagram with h on (f2, f3) is the
 mirror image of the one on (f0, f1): 𝒜, 𝒟 and the environments contract one of the two and reflect it.
 
-Every function here is written against the operations of :mod:`ivhl_jax.physics.tensorops`, so it takes dense
-arrays or block-sparse symmetric tensors (:class:`~ivhl_jax.physics.symmetric.BlockTensor`) alike.
+Every function here is written against the operations of :mod:`ivhl_jax.physics.tensornet.ops`, so it takes dense
+arrays or block-sparse symmetric tensors (:class:`~ivhl_jax.physics.tensornet.blocks.BlockTensor`) alike.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ import jax
 import jax.numpy as jnp
 
 from ivhl_jax.core.validation import check_scalar, is_concrete
-from ivhl_jax.physics import tensorops as T
-from ivhl_jax.physics.mera.config import Layer
-from ivhl_jax.physics.tensorops import contract
+from ivhl_jax.physics.tensornet import ops as T
+from ivhl_jax.physics.tensornet.mera.config import Layer
+from ivhl_jax.physics.tensornet.ops import contract
 
 
 def as_matrix(o: jax.Array) -> jax.Array:
