@@ -1,6 +1,6 @@
 """Host memory over many checkpoint saves: does a long run's resident memory grow with each save?
 
-    python -m ivhl_jax.bench.checkpoint_soak [--saves 10000] [--seconds 300] [--async-save]
+    python -m ivhl_jax.bench.checkpoint_soak [--saves 10000] [--seconds 300] [--async-save] [--dir /dev/shm]
 
 One :class:`ivhl_jax.train.checkpoint.Checkpointer` (``keep=3``, the default) saves a tiny state (a float32
 vector of 16 and a step counter, with the run's metadata, as a run's checkpoints carry) ``--saves`` times, or as
@@ -8,7 +8,11 @@ many as fit in ``--seconds``; the process's resident set size (``VmRSS`` of ``/p
 ``--every`` saves. The first ``--warmup`` saves (Orbax's and JAX's one-time setup) are left out of the fitted slope,
 which is reported in KiB per save with its projection over 10⁴ saves. Orbax alone (``ocp.CheckpointManager``
 with the same items and ``max_to_keep``, no Checkpointer around it) is measured the same way (``--orbax-only``), so
-that growth can be told apart as the library's or Orbax's. Results: ``bench/results/checkpoint_soak.json``.
+that growth can be told apart as the library's or Orbax's, and Orbax once more with its TensorStore I/O metrics
+query (``get_tensorstore_raw_bytes``, called around every array save) replaced by a constant inside this script
+only (``--attribute``), with the TensorStore call alone repeated as the smallest reproducer. ``--dir`` puts the
+checkpoints in another folder (a tmpfs such as ``/dev/shm`` makes each save cheap: the question is the growth per
+save, not the disk). Results: ``bench/results/checkpoint_soak.json``.
 """
 
 from __future__ import annotations
@@ -103,6 +107,46 @@ def orbax_only(folder: str, async_save: bool) -> tuple[Callable[[int], Any], Cal
     return save, close
 
 
+def orbax_without_metrics(folder: str, async_save: bool) -> tuple[Callable[[int], Any], Callable[[], None]]:
+    """Orbax alone with its TensorStore byte-count query made a constant: attributes the growth, changes no file."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils
+
+    tensorstore_utils.get_tensorstore_raw_bytes = lambda *a, **k: 0  # this process only: a measurement, not a fix
+    return orbax_only(folder, async_save)
+
+
+def tensorstore_metrics_calls(calls: int) -> dict[str, Any]:
+    """The smallest reproducer: after one tiny zarr write, repeat TensorStore's metrics query; RSS per call."""
+    import tensorstore as ts
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": tmp}}
+        t = ts.open(spec, create=True, dtype=ts.float32, shape=[16]).result()
+        t.write(np.arange(16, dtype=np.float32)).result()
+    for _ in range(1000):
+        ts.experimental_collect_matching_metrics("/tensorstore/kvstore/")
+    gc.collect()
+    before = rss_kib()
+    for _ in range(calls):
+        metrics = ts.experimental_collect_matching_metrics("/tensorstore/kvstore/")
+    del metrics
+    gc.collect()
+    after = rss_kib()
+    return {
+        "calls": calls,
+        "metrics_returned_per_call": len(ts.experimental_collect_matching_metrics("/tensorstore/kvstore/")),
+        "rss_kib_before": before,
+        "rss_kib_after": after,
+        "kib_per_call": round((after - before) / calls, 3),
+        "reproducer": (
+            "t = ts.open({'driver': 'zarr3', 'kvstore': {'driver': 'file', 'path': d}}, create=True, "
+            "dtype=ts.float32, shape=[16]).result(); t.write(np.arange(16, dtype=np.float32)).result(); "
+            "then ts.experimental_collect_matching_metrics('/tensorstore/kvstore/') repeated; gc.collect(); "
+            "VmRSS grows by kib_per_call per call"
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--saves", type=int, default=10_000)
@@ -111,12 +155,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=300, help="saves left out of the fitted slope")
     ap.add_argument("--async-save", action="store_true")
     ap.add_argument("--orbax-only", action="store_true", help="measure Orbax's CheckpointManager alone as well")
+    ap.add_argument(
+        "--attribute",
+        action="store_true",
+        help="also Orbax with its TensorStore metrics query made a constant, and that query alone",
+    )
+    ap.add_argument("--dir", default=None, help="folder for the checkpoints (default: the system's temporary folder)")
     ap.add_argument("--out", default="bench/results/checkpoint_soak.json")
     args = ap.parse_args(argv)
     runs: dict[str, Any] = {}
-    makers = {"checkpointer": library, **({"orbax_checkpoint_manager": orbax_only} if args.orbax_only else {})}
+    makers: dict[str, Callable[[str, bool], tuple[Callable[[int], Any], Callable[[], None]]]] = {
+        "checkpointer": library
+    }
+    if args.orbax_only or args.attribute:
+        makers["orbax_checkpoint_manager"] = orbax_only
+    if args.attribute:
+        makers["orbax_without_tensorstore_metrics_query"] = orbax_without_metrics  # last: it patches Orbax
     for name, make in makers.items():
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             save, close = make(os.path.join(tmp, "ckpt"), args.async_save)
             try:
                 runs[name] = soak(save, args.saves, args.seconds, args.every, args.warmup)
@@ -128,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['rss_kib_last_sample']} KiB, {r['slope_kib_per_save_after_warmup']} KiB/save after warm-up "
             f"({r['projected_growth_mib_over_10000_saves']} MiB over 10^4 saves)"
         )
+    if args.attribute:
+        runs["tensorstore_metrics_query_alone"] = tensorstore_metrics_calls(20_000)
+        print("tensorstore metrics query alone:", runs["tensorstore_metrics_query_alone"]["kib_per_call"], "KiB/call")
     doc = {
         "what": "host resident memory (VmRSS) over repeated checkpoint saves of a tiny state, keep=3",
+        "checkpoint_folder": args.dir or tempfile.gettempdir(),
         "async_save": args.async_save,
         "saves_asked": args.saves,
         "seconds_limit": args.seconds,
