@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--compare-saves", type=int, default=None, help="saves of each Orbax-alone measurement (default: --saves)"
     )
+    ap.add_argument(
+        "--only", default=None, help="comma-separated names of the measurements to make (default: all asked for)"
+    )
     ap.add_argument("--dir", default=None, help="folder for the checkpoints (default: the system's temporary folder)")
     ap.add_argument("--out", default="bench/results/checkpoint_soak.json")
     args = ap.parse_args(argv)
@@ -195,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         makers["orbax_checkpoint_manager"] = orbax_only
     if args.attribute:
         makers["orbax_without_tensorstore_metrics_query"] = orbax_without_metrics  # last: it patches Orbax
+    if args.only:
+        makers = {name: make for name, make in makers.items() if name in args.only.split(",")}
     doc = {
         "what": "host resident memory (VmRSS) over repeated checkpoint saves of a tiny state, keep=3",
         "checkpoint_folder": args.dir or tempfile.gettempdir(),
