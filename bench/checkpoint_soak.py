@@ -50,14 +50,17 @@ def soak(save: Callable[[int], Any], saves: int, seconds: float, every: int, war
     samples: list[tuple[int, int]] = []
     t0 = time.perf_counter()
     done = 0
-    for step in range(1, saves + 1):
-        save(step)
-        done = step
-        if step % every == 0:
-            gc.collect()
-            samples.append((step, rss_kib()))
-            if time.perf_counter() - t0 > seconds:
-                break
+    try:
+        for step in range(1, saves + 1):
+            save(step)
+            done = step
+            if step % every == 0:
+                gc.collect()
+                samples.append((step, rss_kib()))
+                if time.perf_counter() - t0 > seconds:
+                    break
+    except KeyboardInterrupt:  # Ctrl-C (SIGINT) ends the soak early: what was sampled is still fitted and written
+        pass
     elapsed = time.perf_counter() - t0
     fit = [(s, r) for s, r in samples if s > warmup]
     slope = float(np.polyfit([s for s, _ in fit], [r for _, r in fit], 1)[0]) if len(fit) >= 2 else float("nan")
