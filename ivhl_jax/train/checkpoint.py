@@ -139,7 +139,8 @@ class Checkpointer:
         writer is refused at once: for ``<out>/ckpt`` the run folder's (``<out>/.lock``, the lock ``ivhl sim`` and
         ``ivhl train`` take), for any other folder its own (``<directory>/.lock``).
 
-    A ``directory`` that is a symbolic link is refused (its steps would be another run's).
+    A ``directory`` that is a symbolic link, or that holds one (a step folder elsewhere), is refused in one line
+    naming it (its steps would be another run's).
     """
 
     def __init__(
@@ -164,6 +165,9 @@ class Checkpointer:
         self.directory = os.path.abspath(os.fspath(directory))
         _check_folder(self.directory)
         check_not_link(self.directory, "checkpoint folder")
+        if os.path.isdir(self.directory):  # a step that is a link would be read, or deleted, in another folder
+            for name in sorted(os.listdir(self.directory)):
+                check_not_link(os.path.join(self.directory, name), "checkpoint folder entry")
         self._locked: str | None = None
         if lock:
             # <out>/ckpt is a run folder's: the run's lock; any other folder is locked by itself

@@ -247,6 +247,22 @@ def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_
         (RunStore if what == "run.zarr" else Checkpointer)(out / what)
 
 
+def test_a_checkpoint_folder_holding_a_link_is_refused_in_one_line(tmp_path, capsys):
+    """A step folder that is a link to a folder elsewhere is neither restored from nor deleted through."""
+    out, victim = tmp_path / "run", tmp_path / "victim"
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
+    victim.mkdir()
+    (victim / "precious").write_text("mine")
+    os.symlink(victim, out / "ckpt" / "1")
+    capsys.readouterr()
+    assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a symbolic link" in err and os.path.join("ckpt", "1") in err, err
+    assert (victim / "precious").read_text() == "mine"
+    with pytest.raises(ValueError, match="checkpoint folder entry .* is a symbolic link"):
+        Checkpointer(out / "ckpt")
+
+
 # --- checkpoints know what they belong to ---------------------------------------------------------------------
 
 
