@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib.metadata
 import json
 import os
 import shutil
@@ -277,6 +278,10 @@ def test_a_checkpoint_of_another_configuration_is_refused_naming_the_keys(tmp_pa
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "written by a different configuration (differs in ['rate']" in err
     assert sorted(os.listdir(b / "ckpt")) == sorted(os.listdir(a / "ckpt"))  # nothing marked bad or moved
+    for step in (s for s in os.listdir(a / "ckpt") if s.isdigit()):  # each step records its writer
+        item = a / "ckpt" / step / RUN_ITEM
+        (record,) = (json.loads(f.read_text()) for f in item.iterdir() if f.suffix != ".txt")
+        assert record["config"]["rate"] == 2.0 and record["library"] == importlib.metadata.version("ivhl_jax")
 
 
 def _two_steps(folder):
