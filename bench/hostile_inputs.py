@@ -152,14 +152,25 @@ def _same_run(a: str, b: str) -> bool:
     return bool(same_obs and final and ground[0] == ground[1] is not None)
 
 
+Record = Callable[[str, bool, str], None]
+
+
 def faults(tmp: str) -> list[dict[str, Any]]:
     """Every fault made, with whether it was survived and how."""
-    from ivhl_jax.sims import bec
-
     out: list[dict[str, Any]] = []
 
     def record(name: str, survived: bool, how: str) -> None:
         out.append({"fault": name, "survived": bool(survived), "how": how})
+
+    sharded_faults(tmp, record)
+    checkpoint_faults(tmp, record)
+    run_folder_faults(tmp, record)
+    return out
+
+
+def sharded_faults(tmp: str, record: Record) -> None:
+    """A sharded condensate run (mesh=8) finished and given more steps, and one interrupted inside a chunk."""
+    from ivhl_jax.sims import bec
 
     mesh = "mesh=8"
     straight, extended, killed = (os.path.join(tmp, n) for n in ("straight", "extended", "killed"))
@@ -191,6 +202,9 @@ def faults(tmp: str) -> list[dict[str, Any]]:
     ok = first == 130 and _bec(killed, mesh, "steps=200") == 0 and _same_run(killed, straight)
     record("sharded run (mesh=8) interrupted inside chunk 4", ok, "resumes from the step-150 checkpoint, bit for bit")
 
+
+def checkpoint_faults(tmp: str, record: Record) -> None:
+    """A checksum file lost after Orbax's commit, templates of another dtype or structure, a stray step."""
     d = os.path.join(tmp, "ck")
     with Checkpointer(d) as ck:
         for s in (1, 2):
@@ -223,6 +237,9 @@ def faults(tmp: str) -> list[dict[str, Any]]:
         )
     record("a stray step off the schedule (25 of chunks of 10)", res.resumed_from == 20, "skipped with a warning")
 
+
+def run_folder_faults(tmp: str, record: Record) -> None:
+    """Another configuration's checkpoint copied in, a second writer, a full disk."""
     a, b = os.path.join(tmp, "cfg_a"), os.path.join(tmp, "cfg_b")
     _main(["--out", a, "--set", "rate=2.0"])
     _main(["--out", b, "--set", "steps=2"])
@@ -265,7 +282,6 @@ def faults(tmp: str) -> list[dict[str, Any]]:
         status == 1 and "\n" not in err and "resumes" in err,
         "one line naming the path, saying that rerunning resumes",
     )
-    return out
 
 
 def hostile_files(tmp: str) -> list[dict[str, Any]]:
@@ -287,6 +303,13 @@ def hostile_files(tmp: str) -> list[dict[str, Any]]:
         os.symlink(victim, os.path.join(d, link))
         status, err = _main(["--out", d])
         out.append({"file": f"{link} a symbolic link", "refused_in_one_line": _one_line(status, err, link)})
+    d = fresh("link_step")
+    _main(["--out", d])
+    os.makedirs(victim + "_folder", exist_ok=True)
+    os.symlink(victim + "_folder", os.path.join(d, "ckpt", "1"))
+    status, err = _main(["--out", d, "--set", "steps=6"])
+    ok = _one_line(status, err, os.path.join("ckpt", "1")) and os.path.isdir(victim + "_folder")
+    out.append({"file": "ckpt/1 a symbolic link to a folder elsewhere", "refused_in_one_line": ok})
     for link in ("final_state.npy", "config.json", "settings.json"):
         d = fresh("out_" + link.replace(".", "_"))
         os.symlink(victim, os.path.join(d, link))
@@ -308,10 +331,10 @@ def hostile_files(tmp: str) -> list[dict[str, Any]]:
         status, err = _main(["--out", d])
         ok = _one_line(status, err, path)
         out.append({"file": f"run folder config.json: {text[:12]!r}", "refused_in_one_line": ok})
-    for name, body in (("deep.json", "[" * 100_000), ("deep.toml", "a = " + "[" * 100_000), ("list.json", "[1]")):
+    for name, content in (("deep.json", "[" * 100_000), ("deep.toml", "a = " + "[" * 100_000), ("list.json", "[1]")):
         path = os.path.join(tmp, name)
-        with open(path, "w") as g:
-            g.write(body)
+        with open(path, "w") as fh:
+            fh.write(content)
         try:
             load_config(CountConfig, path)
             line = ""

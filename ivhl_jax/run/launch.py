@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import faulthandler
 import linecache
 import os
@@ -348,85 +349,130 @@ def launch(
 
     # A launcher stopped by SIGTERM (a scheduler, `timeout`) must not leave its children running.
     old_handler = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
-    procs: list[subprocess.Popen] = []
-    relays: list[_Relay] = []
-    lock = threading.Lock()
-    start = time.monotonic()
-    first_bad: int | None = None
-    first_rank = 0
-    failed_at: float | None = None
-    pipe = subprocess.PIPE if prefix_output else None
+    job = _Job(start=time.monotonic())
     try:
-        for i in range(nproc):
-            env = child_env(
-                i, nproc, port, devices_per_process=devices_per_process, heartbeat_timeout=heartbeat_timeout
-            )
-            if quiet:
-                env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # absl INFO off; warnings and errors stay
-            if prefix_output:
-                env.setdefault("PYTHONUNBUFFERED", "1")  # relayed lines in the order the worker wrote them
-            procs.append(subprocess.Popen(list(command), env=env, stdout=pipe, stderr=pipe))
-            if prefix_output:
-                relays.append(_Relay(i, procs[-1], quiet=quiet, lock=lock))
-        # One waiter per child stamps its exit time: when a failure brings its peers down within milliseconds,
-        # the earliest exit (not the lowest rank seen in one poll) is the cause to report.
-        exited: dict[int, float] = {}
-        for i, proc in enumerate(procs):
-            threading.Thread(
-                target=lambda i=i, proc=proc: (proc.wait(), exited.setdefault(i, time.monotonic())), daemon=True
-            ).start()
-        watch = _StallWatch([p.pid for p in procs], stall) if stall > 0 else None
-        while True:
-            codes = [p.poll() for p in procs]
-            if first_bad is None:
-                bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
-                if bad:
-                    time.sleep(0.02)  # let the waiters of children that ended together stamp their times
-                    first = min(bad, key=lambda i: exited.get(i, float("inf")))
-                    first_bad, first_rank = codes[first], first
-                    failed_at = time.monotonic()
-                    _report_failure(first, int(codes[first] or 0), relays[first] if relays else None, lock)
-            if all(c is not None for c in codes):
-                break
-            now = time.monotonic()
-            if watch is not None and first_bad is None:
-                live = [i for i, c in enumerate(codes) if c is None]
-                if watch.hung(live, now):
-                    return _stop_hung_job(procs, relays, live, watch, lock, start)
-            if failed_at is not None and now - failed_at > grace:
-                _terminate(procs)
-                break
-            if timeout is not None and now - start > timeout:
-                print(f"ivhl launch: timeout after {timeout:.0f} s; stopping all processes", file=sys.stderr)
-                _terminate(procs)
-                return 124
-            time.sleep(0.05)
+        _start_children(
+            job,
+            command,
+            nproc,
+            port,
+            devices_per_process=devices_per_process,
+            heartbeat_timeout=heartbeat_timeout,
+            prefix_output=prefix_output,
+            quiet=quiet,
+        )
+        stopped = _supervise(job, stall=stall, grace=grace, timeout=timeout)
+        if stopped is not None:
+            return stopped
     except KeyboardInterrupt:
-        _terminate(procs)
+        _terminate(job.procs)
         return 130
     except _Stop:
-        _terminate(procs)
+        _terminate(job.procs)
         return 143
     finally:
         if old_handler is not None:
             signal.signal(signal.SIGTERM, old_handler)
-        for r in relays:
+        for r in job.relays:
             r.join()
-    if first_bad is not None:
-        code = int(first_bad) if first_bad > 0 else 128 - int(first_bad)
-        cause = ""
-        if relays:
-            tb = relays[first_rank].traceback()
-            if tb and tb[0].startswith("Traceback"):
-                cause = f": {tb[-1].strip()}"
-        # The last line repeats the root cause, so it is not lost under the errors the peers reported after it.
-        print(
-            f"ivhl launch: process {first_rank} failed first ({_describe_exit(int(first_bad))}{cause}); all "
-            f"{nproc} processes stopped {time.monotonic() - start:.1f} s after the start; exit code {code}",
-            file=sys.stderr,
-        )
-        return code
-    return 0
+    return _exit_code(job, nproc)
+
+
+@dataclasses.dataclass
+class _Job:
+    """The launched processes, their relays, and the first failure seen (its exit code and rank)."""
+
+    start: float
+    procs: list[subprocess.Popen] = dataclasses.field(default_factory=list)
+    relays: list[_Relay] = dataclasses.field(default_factory=list)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    first_bad: int | None = None
+    first_rank: int = 0
+
+
+def _start_children(
+    job: _Job,
+    command: Sequence[str],
+    nproc: int,
+    port: int,
+    *,
+    devices_per_process: int | None,
+    heartbeat_timeout: int,
+    prefix_output: bool,
+    quiet: bool,
+) -> None:
+    """Start the ``nproc`` ranks of ``command`` (each with its :func:`child_env`) into ``job``, one relay each when
+    their output is prefixed."""
+    pipe = subprocess.PIPE if prefix_output else None
+    for i in range(nproc):
+        env = child_env(i, nproc, port, devices_per_process=devices_per_process, heartbeat_timeout=heartbeat_timeout)
+        if quiet:
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # absl INFO off; warnings and errors stay
+        if prefix_output:
+            env.setdefault("PYTHONUNBUFFERED", "1")  # relayed lines in the order the worker wrote them
+        job.procs.append(subprocess.Popen(list(command), env=env, stdout=pipe, stderr=pipe))
+        if prefix_output:
+            job.relays.append(_Relay(i, job.procs[-1], quiet=quiet, lock=job.lock))
+
+
+def _supervise(job: _Job, *, stall: float, grace: float, timeout: float | None) -> int | None:
+    """Poll the ranks until all have exited: the first failure is reported (and the others stopped ``grace``
+    seconds later). Returns the launcher's exit code when it stops the job itself (a hang, the ``timeout``),
+    else None."""
+    procs = job.procs
+    # One waiter per child stamps its exit time: when a failure brings its peers down within milliseconds,
+    # the earliest exit (not the lowest rank seen in one poll) is the cause to report.
+    exited: dict[int, float] = {}
+    for i, proc in enumerate(procs):
+        threading.Thread(
+            target=lambda i=i, proc=proc: (proc.wait(), exited.setdefault(i, time.monotonic())), daemon=True
+        ).start()
+    watch = _StallWatch([p.pid for p in procs], stall) if stall > 0 else None
+    failed_at: float | None = None
+    while True:
+        codes = [p.poll() for p in procs]
+        if job.first_bad is None:
+            bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                time.sleep(0.02)  # let the waiters of children that ended together stamp their times
+                first = min(bad, key=lambda i: exited.get(i, float("inf")))
+                job.first_bad, job.first_rank = codes[first], first
+                failed_at = time.monotonic()
+                _report_failure(first, int(codes[first] or 0), job.relays[first] if job.relays else None, job.lock)
+        if all(c is not None for c in codes):
+            return None
+        now = time.monotonic()
+        if watch is not None and job.first_bad is None:
+            live = [i for i, c in enumerate(codes) if c is None]
+            if watch.hung(live, now):
+                return _stop_hung_job(procs, job.relays, live, watch, job.lock, job.start)
+        if failed_at is not None and now - failed_at > grace:
+            _terminate(procs)
+            return None
+        if timeout is not None and now - job.start > timeout:
+            print(f"ivhl launch: timeout after {timeout:.0f} s; stopping all processes", file=sys.stderr)
+            _terminate(procs)
+            return 124
+        time.sleep(0.05)
+
+
+def _exit_code(job: _Job, nproc: int) -> int:
+    """0 when every rank succeeded; else the first failure's code (128 + the signal for a signal), after one line
+    that names its rank and repeats its root cause, so it is not lost under the errors its peers reported."""
+    if job.first_bad is None:
+        return 0
+    code = int(job.first_bad) if job.first_bad > 0 else 128 - int(job.first_bad)
+    cause = ""
+    if job.relays:
+        tb = job.relays[job.first_rank].traceback()
+        if tb and tb[0].startswith("Traceback"):
+            cause = f": {tb[-1].strip()}"
+    print(
+        f"ivhl launch: process {job.first_rank} failed first ({_describe_exit(int(job.first_bad))}{cause}); all "
+        f"{nproc} processes stopped {time.monotonic() - job.start:.1f} s after the start; exit code {code}",
+        file=sys.stderr,
+    )
+    return code
 
 
 def _report_failure(rank: int, code: int, relay: _Relay | None, lock: threading.Lock) -> None:
@@ -618,34 +664,31 @@ def parser() -> argparse.ArgumentParser:
         epilog="example: ivhl launch --nproc 2 --devices-per-process 4 -- python train.py",
     )
     p.add_argument("--nproc", type=int, required=True, help="number of processes")
-    p.add_argument(
-        "--devices-per-process",
-        type=int,
-        default=None,
-        help="emulated CPU devices per process (sets --xla_force_host_platform_device_count)",
-    )
-    p.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
-    p.add_argument(
-        "--heartbeat-timeout",
-        type=int,
-        default=30,
-        help="seconds after which a silent process counts as dead and all stop (default 30)",
-    )
-    p.add_argument(
-        "--grace",
-        type=float,
-        default=10.0,
-        help="seconds the others get to exit after one fails, before SIGTERM (default 10)",
-    )
-    p.add_argument("--timeout", type=float, default=None, help="wall-clock limit of the whole run in seconds")
-    p.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=None,
-        help="seconds without CPU use in every process after which the job counts as hung: the "
-        "stuck rank is named and all stop with exit code 124 (default: the heartbeat timeout; "
-        "0: off)",
-    )
+    for flag, kind, default, text in (
+        (
+            "--devices-per-process",
+            int,
+            None,
+            "emulated CPU devices per process (sets --xla_force_host_platform_device_count)",
+        ),
+        ("--port", int, None, "coordinator port (default: a free one)"),
+        (
+            "--heartbeat-timeout",
+            int,
+            30,
+            "seconds after which a silent process counts as dead and all stop (default 30)",
+        ),
+        ("--grace", float, 10.0, "seconds the others get to exit after one fails, before SIGTERM (default 10)"),
+        ("--timeout", float, None, "wall-clock limit of the whole run in seconds"),
+        (
+            "--stall-timeout",
+            float,
+            None,
+            "seconds without CPU use in every process after which the job counts as hung: the stuck rank is named "
+            "and all stop with exit code 124 (default: the heartbeat timeout; 0: off)",
+        ),
+    ):
+        p.add_argument(flag, type=kind, default=default, help=text)
     p.add_argument(
         "--verbose", action="store_true", help="keep Gloo/absl chatter in the workers' output (dropped by default)"
     )

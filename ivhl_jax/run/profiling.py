@@ -25,6 +25,7 @@ diffs two such files.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import platform
@@ -136,6 +137,58 @@ def profile_training(
     check_scalar(fused_chunk, "fused_chunk", integer=True, nonnegative=True)
     check_scalar(fused_repeats, "fused_repeats", integer=True, minimum=1)
     key = check_key(key)
+    parts = _compiled_parts(loss_fn, params, optimizer, get_batch, key)
+    per_batch, params = _timed_batches(
+        parts, params, key, warmup=warmup, num_batches=num_batches, batch_size=batch_size, trace_dir=trace_dir
+    )
+    agg, hotspots = _aggregate(per_batch, batch_size)
+    run = {
+        "label": label,
+        "configuration": {
+            "num_batches": num_batches,
+            "warmup_batches": warmup,
+            "batch_size": batch_size,
+            "device": str(jax.devices()[0]),
+            "model_parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
+        },
+        "compile_time_s": parts.compile_s,
+        "compiled_memory_mb": parts.memory_mb,
+        "per_batch_metrics": per_batch,
+        "aggregated_metrics": agg,
+        "final_state": per_batch[-1],
+        "hotspots": hotspots,
+    }
+    if fused_chunk:
+        run["fused_scan"] = profile_fused(
+            loss_fn,
+            params,
+            optimizer,
+            get_batch,
+            batch_size=batch_size,
+            chunk=fused_chunk,
+            repeats=fused_repeats,
+            key=key,
+        )
+    return run
+
+
+@dataclasses.dataclass
+class _Parts:
+    """The four compiled pieces of a training step, their compile times (s) and compiled memory (MB)."""
+
+    data: Any
+    forward: Any
+    forward_backward: Any
+    optimizer: Any
+    opt_state: Any
+    compile_s: dict[str, float]
+    memory_mb: dict[str, float | None]
+
+
+def _compiled_parts(
+    loss_fn: Callable, params: Any, optimizer: optax.GradientTransformation, get_batch: Callable, key: jax.Array
+) -> _Parts:
+    """Data, forward, forward+backward and the optimizer update, each compiled on its own and timed."""
     opt_state = optimizer.init(params)
     step0 = jnp.zeros((), jnp.int32)
 
@@ -149,13 +202,25 @@ def profile_training(
     grad_c, t_grad = _compile(jax.value_and_grad(loss_fn), params, batch, key)
     _, g = grad_c(params, batch, key)
     opt_c, t_opt = _compile(opt_step, params, opt_state, g)
-    compile_s = {"data": t_data, "forward": t_fwd, "forward_backward": t_grad, "optimizer": t_opt}
-    mem = {
-        k: _memory_mb(c)
-        for k, c in (("data", data_c), ("forward", fwd_c), ("forward_backward", grad_c), ("optimizer", opt_c))
-    }
-    dev_mem = max((v for v in mem.values() if v is not None), default=0.0)
+    compiled = {"data": data_c, "forward": fwd_c, "forward_backward": grad_c, "optimizer": opt_c}
+    return _Parts(
+        data_c,
+        fwd_c,
+        grad_c,
+        opt_c,
+        opt_state,
+        compile_s={"data": t_data, "forward": t_fwd, "forward_backward": t_grad, "optimizer": t_opt},
+        memory_mb={k: _memory_mb(c) for k, c in compiled.items()},
+    )
 
+
+def _timed_batches(
+    parts: _Parts, params: Any, key: jax.Array, *, warmup: int, num_batches: int, batch_size: int, trace_dir: str | None
+) -> tuple[list[dict[str, Any]], Any]:
+    """``warmup`` untimed then ``num_batches`` timed training steps, piece by piece: one metrics entry per batch
+    (and a ``jax.profiler`` trace in ``trace_dir`` if given), and the parameters they trained."""
+    dev_mem = max((v for v in parts.memory_mb.values() if v is not None), default=0.0)
+    opt_state = parts.opt_state
     per_batch: list[dict[str, Any]] = []
     if trace_dir:
         jax.profiler.start_trace(trace_dir)
@@ -163,10 +228,10 @@ def profile_training(
         for i in range(warmup + num_batches):
             step = jnp.asarray(i, jnp.int32)
             k = jax.random.fold_in(key, i)
-            batch, t_d = _timed(data_c, step)
-            _, t_f = _timed(fwd_c, params, batch, k)
-            (loss, g), t_fb = _timed(grad_c, params, batch, k)
-            (params, opt_state), t_o = _timed(opt_c, params, opt_state, g)
+            batch, t_d = _timed(parts.data, step)
+            _, t_f = _timed(parts.forward, params, batch, k)
+            (loss, g), t_fb = _timed(parts.forward_backward, params, batch, k)
+            (params, opt_state), t_o = _timed(parts.optimizer, params, opt_state, g)
             if i < warmup:
                 continue
             lat = t_d + t_fb + t_o
@@ -192,6 +257,12 @@ def profile_training(
     finally:
         if trace_dir:
             jax.profiler.stop_trace()
+    return per_batch, params
+
+
+def _aggregate(per_batch: list[dict[str, Any]], batch_size: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Mean, min and max of every metric over the batches, throughput and median latency; and the four parts of
+    a step ranked by their mean time (the hotspots)."""
     agg = {}
     for f in METRIC_FIELDS + ("forward_backward_time_ms",):
         vals = [m[f] for m in per_batch if m[f] is not None]
@@ -211,37 +282,11 @@ def profile_training(
         "data_loading": agg["avg_data_loading_time_ms"],
     }
     hot = sorted(parts.items(), key=lambda kv: -kv[1])
-    run = {
-        "label": label,
-        "configuration": {
-            "num_batches": num_batches,
-            "warmup_batches": warmup,
-            "batch_size": batch_size,
-            "device": str(jax.devices()[0]),
-            "model_parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
-        },
-        "compile_time_s": compile_s,
-        "compiled_memory_mb": mem,
-        "per_batch_metrics": per_batch,
-        "aggregated_metrics": agg,
-        "final_state": per_batch[-1],
-        "hotspots": [
-            {"rank": i + 1, "function": k, "time_ms": v, "percent": 100.0 * v / max(sum(parts.values()), 1e-12)}
-            for i, (k, v) in enumerate(hot)
-        ],
-    }
-    if fused_chunk:
-        run["fused_scan"] = profile_fused(
-            loss_fn,
-            params,
-            optimizer,
-            get_batch,
-            batch_size=batch_size,
-            chunk=fused_chunk,
-            repeats=fused_repeats,
-            key=key,
-        )
-    return run
+    hotspots = [
+        {"rank": i + 1, "function": k, "time_ms": v, "percent": 100.0 * v / max(sum(parts.values()), 1e-12)}
+        for i, (k, v) in enumerate(hot)
+    ]
+    return agg, hotspots
 
 
 def fused_train_chunk(

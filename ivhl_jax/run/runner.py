@@ -194,6 +194,160 @@ def _carried_metadata(restored: Mapping[str, Any] | None, given: Mapping[str, An
     return {**restored, **{k: v for k, v in given.items() if v is not None or k not in restored}}
 
 
+def _check_chunking(advance: Advance, n_chunks: int, steps_per_chunk: int, sink: RunStore | None) -> None:
+    """The arguments of :func:`run_chunked` that need no tracing, each refused in one line."""
+    check_scalar(n_chunks, "n_chunks", integer=True, nonnegative=True)
+    check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
+    built = getattr(advance, "steps_per_chunk", None)  # an advance of numerics.rollout.chunked says its own
+    if built is not None and built != steps_per_chunk:
+        raise ValueError(
+            f"steps_per_chunk={steps_per_chunk}, but advance runs {built} steps per call (chunked(stepper, {built})): "
+            f"pass steps_per_chunk={built} so the step count, checkpoints and records agree"
+        )
+    if sink is not None and not isinstance(sink, RunStore):
+        raise TypeError(f"sink must be an ivhl_jax.run.store.RunStore or None, got {type(sink).__name__}")
+
+
+def _observation_template(advance: Advance, state: Any, sink: RunStore | None) -> tuple[Any, int]:
+    """The shapes of one chunk's observations, and (with a sink) the records per chunk they all share."""
+    _, obs_template = jax.eval_shape(advance, state)
+    records_per_chunk = {o.shape[0] if o.shape else None for o in jax.tree_util.tree_leaves(obs_template)}
+    if sink is not None and (len(records_per_chunk) != 1 or None in records_per_chunk):
+        raise ValueError(
+            "with a sink every observation leaf needs the same leading record axis, got shapes "
+            f"{[o.shape for o in jax.tree_util.tree_leaves(obs_template)]}"
+        )
+    return obs_template, int(records_per_chunk.pop() or 0) if sink is not None else 0
+
+
+@dataclasses.dataclass
+class _Start:
+    """Where a run starts: its state, the history chunks held, chunks done, and what a checkpoint restored."""
+
+    state: Any
+    chunks: list[Any]
+    done: int = 0
+    resumed_from: int | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def _resume(
+    checkpointer: Checkpointer | None,
+    state: Any,
+    obs_template: Any,
+    *,
+    n_chunks: int,
+    steps_per_chunk: int,
+    streamed: bool,
+) -> _Start:
+    """The start of a run: ``state`` afresh, or the newest checkpoint that fits the run's schedule, restored on the
+    layout the run saved it on (a template built on one device resumes a sharded run on its mesh)."""
+    if checkpointer is None or checkpointer.latest_step() is None:
+        return _Start(state, [])
+
+    def like(step: int) -> dict[str, Any]:
+        # The history's length depends on the step: the checkpointer may fall back to an older good one.
+        if step % steps_per_chunk:  # not a step this run writes (a stray one): the newest fitting one is used
+            raise StepUnfitError(f"it is not a multiple of steps_per_chunk={steps_per_chunk}")
+        if step // steps_per_chunk > n_chunks:
+            raise ValueError(f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps")
+        history_like = jax.tree_util.tree_map(
+            lambda o: jax.ShapeDtypeStruct(((step // steps_per_chunk) * o.shape[0],) + o.shape[1:], o.dtype),
+            obs_template,
+        )
+        # with a sink the history is on disk, not in the checkpoint (Orbax cannot store an empty array)
+        return {"state": state} if streamed else {"state": state, "history": history_like}
+
+    step, restored, restored_meta = checkpointer.restore(like, saved_layout=True)
+    chunks = [] if streamed else [restored["history"]]
+    return _Start(restored["state"], chunks, step // steps_per_chunk, step, restored_meta)
+
+
+def _saver(
+    checkpointer: Checkpointer | None,
+    sink: RunStore | None,
+    metadata: Mapping[str, Any] | Callable[[int, Any], Mapping[str, Any]] | None,
+    start: _Start,
+    obs_template: Any,
+) -> Callable[[int, Any, list[Any], bool], None]:
+    """``save(step, state, chunks, force)``: one checkpoint of the run (nothing without a checkpointer), after the
+    store holds every record it counts, with the metadata carried over from a restored checkpoint."""
+
+    def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
+        if checkpointer is None:
+            return
+        if sink is not None:
+            sink.flush()  # a checkpoint never counts a record the store lacks
+        meta = _carried_metadata(start.metadata, metadata(step, state) if callable(metadata) else metadata)
+        payload = {"state": state} if sink is not None else {"state": state, "history": _concat(chunks, obs_template)}
+        checkpointer.save(step, payload, metadata=meta, force=force)
+
+    return save
+
+
+def _advance_chunks(
+    advance: Advance,
+    start: _Start,
+    *,
+    n_chunks: int,
+    steps_per_chunk: int,
+    checkpointer: Checkpointer | None,
+    save: Callable[[int, Any, list[Any], bool], None],
+    report: Callable[[Any, Any], None],
+    sink: RunStore | None,
+    per_chunk: int,
+    compiling: str | None,
+) -> tuple[Any, list[Any]]:
+    """Chunks ``start.done .. n_chunks - 1``: each one's records to the sink or the history, a checkpoint on the
+    checkpointer's schedule and at the end; a Ctrl-C checkpoints the steps done and raises :class:`RunInterrupted`.
+    Returns the final state and the history chunks."""
+    done = start.done
+    # (state, history chunks, completed step) replaced by one assignment, so a Ctrl-C arriving between two
+    # statements never sees a state that disagrees with its history
+    snapshot = (start.state, start.chunks, done * steps_per_chunk)
+    saved_step = snapshot[2]
+    try:
+        with _sigint_flag() as interrupted:
+            for k in range(done, n_chunks):
+                _CHUNKS_STARTED[0] += 1
+                if k == done:
+                    # The first call compiles (seconds to minutes for a large step): say so before and after. The
+                    # call returns once the program is compiled and dispatched, so the time is the compile time.
+                    with phase(compiling or "compiling", enabled=compiling is not None):
+                        new_state, obs = advance(snapshot[0])
+                else:
+                    new_state, obs = advance(snapshot[0])
+                if sink is not None:
+                    # before the checkpoint that counts it; the state's snapshot is copied before the next chunk
+                    sink.append(k * per_chunk, obs, step=(k + 1) * steps_per_chunk, state=new_state)
+                    obs_kept: list[Any] = []
+                else:
+                    obs_kept = [obs]
+                snapshot = (new_state, snapshot[1] + obs_kept, (k + 1) * steps_per_chunk)
+                step = snapshot[2]
+                report(step, obs)
+                if checkpointer is not None and step % checkpointer.save_every == 0:
+                    save(step, snapshot[0], snapshot[1], False)
+                    saved_step = step
+                if interrupted[0]:
+                    raise KeyboardInterrupt
+        if checkpointer is not None and n_chunks > done:
+            save(n_chunks * steps_per_chunk, snapshot[0], snapshot[1], True)
+            checkpointer.wait()
+        if sink is not None:
+            sink.flush()
+    except KeyboardInterrupt:
+        state, chunks, step = snapshot
+        if checkpointer is not None and step > saved_step:
+            save(step, state, chunks, True)
+        if checkpointer is not None:
+            checkpointer.wait()
+        raise RunInterrupted(step, checkpointer.latest_step() if checkpointer is not None else None) from None
+    finally:
+        report(None, None)
+    return snapshot[0], snapshot[1]
+
+
 def run_chunked(
     advance: Advance,
     state: Any,
@@ -223,120 +377,43 @@ def run_chunked(
     With ``progress`` the first chunk's compilation is announced (``compiling <description> ...`` and
     ``compiling <description>: done in X s``, see :func:`phase`) and then a bar or plain lines report the steps.
     """
-    check_scalar(n_chunks, "n_chunks", integer=True, nonnegative=True)
-    check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
-    built = getattr(advance, "steps_per_chunk", None)  # an advance of numerics.rollout.chunked says its own
-    if built is not None and built != steps_per_chunk:
-        raise ValueError(
-            f"steps_per_chunk={steps_per_chunk}, but advance runs {built} steps per call (chunked(stepper, {built})): "
-            f"pass steps_per_chunk={built} so the step count, checkpoints and records agree"
-        )
-    if sink is not None and not isinstance(sink, RunStore):
-        raise TypeError(f"sink must be an ivhl_jax.run.store.RunStore or None, got {type(sink).__name__}")
+    _check_chunking(advance, n_chunks, steps_per_chunk, sink)
     t0 = time.perf_counter()
-    _, obs_template = jax.eval_shape(advance, state)
-    records_per_chunk = {o.shape[0] if o.shape else None for o in jax.tree_util.tree_leaves(obs_template)}
-    if sink is not None and (len(records_per_chunk) != 1 or None in records_per_chunk):
-        raise ValueError(
-            "with a sink every observation leaf needs the same leading record axis, got shapes "
-            f"{[o.shape for o in jax.tree_util.tree_leaves(obs_template)]}"
-        )
-    per_chunk = int(records_per_chunk.pop() or 0) if sink is not None else 0
-    chunks: list[Any] = []
-    done = 0
-    resumed_from = None
-    restored_meta = None
-    if checkpointer is not None and checkpointer.latest_step() is not None:
-
-        def like(step: int) -> dict[str, Any]:
-            # The history's length depends on the step: the checkpointer may fall back to an older good one.
-            if step % steps_per_chunk:  # not a step this run writes (a stray one): the newest fitting one is used
-                raise StepUnfitError(f"it is not a multiple of steps_per_chunk={steps_per_chunk}")
-            if step // steps_per_chunk > n_chunks:
-                raise ValueError(
-                    f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps"
-                )
-            history_like = jax.tree_util.tree_map(
-                lambda o: jax.ShapeDtypeStruct(((step // steps_per_chunk) * o.shape[0],) + o.shape[1:], o.dtype),
-                obs_template,
-            )
-            # with a sink the history is on disk, not in the checkpoint (Orbax cannot store an empty array)
-            return {"state": state} if sink is not None else {"state": state, "history": history_like}
-
-        # on the layout the run saved it on (a template built on one device resumes a sharded run on its mesh)
-        step, restored, restored_meta = checkpointer.restore(like, saved_layout=True)
-        done = step // steps_per_chunk
-        state = restored["state"]
-        if sink is None:
-            chunks.append(restored["history"])
-        resumed_from = step
-    if sink is not None:  # records written after the checkpoint are written again below
-        sink.begin(obs_template, steps_per_chunk=steps_per_chunk, n_chunks=n_chunks, done_chunks=done, state_like=state)
-
-    def save(step: int, state: Any, chunks: list[Any], force: bool) -> None:
-        if checkpointer is None:
-            return
-        if sink is not None:
-            sink.flush()  # a checkpoint never counts a record the store lacks
-        meta = _carried_metadata(restored_meta, metadata(step, state) if callable(metadata) else metadata)
-        payload = {"state": state} if sink is not None else {"state": state, "history": _concat(chunks, obs_template)}
-        checkpointer.save(step, payload, metadata=meta, force=force)
-
-    report = _progress_reporter(
-        progress and n_chunks > done, description, n_chunks * steps_per_chunk, done * steps_per_chunk
+    obs_template, per_chunk = _observation_template(advance, state, sink)
+    start = _resume(
+        checkpointer, state, obs_template, n_chunks=n_chunks, steps_per_chunk=steps_per_chunk, streamed=sink is not None
     )
-    # (state, history chunks, completed step) replaced by one assignment, so a Ctrl-C arriving between two
-    # statements never sees a state that disagrees with its history
-    snapshot = (state, chunks, done * steps_per_chunk)
-    saved_step = snapshot[2]
-    try:
-        with _sigint_flag() as interrupted:
-            for k in range(done, n_chunks):
-                _CHUNKS_STARTED[0] += 1
-                if k == done:
-                    # The first call compiles (seconds to minutes for a large step): say so before and after. The
-                    # call returns once the program is compiled and dispatched, so the time is the compile time.
-                    with phase(f"compiling {description}", enabled=progress):
-                        new_state, obs = advance(snapshot[0])
-                else:
-                    new_state, obs = advance(snapshot[0])
-                if sink is not None:
-                    # before the checkpoint that counts it; the state's snapshot is copied before the next chunk
-                    sink.append(k * per_chunk, obs, step=(k + 1) * steps_per_chunk, state=new_state)
-                    obs_kept: list[Any] = []
-                else:
-                    obs_kept = [obs]
-                snapshot = (new_state, snapshot[1] + obs_kept, (k + 1) * steps_per_chunk)
-                step = snapshot[2]
-                report(step, obs)
-                if checkpointer is not None and step % checkpointer.save_every == 0:
-                    save(step, snapshot[0], snapshot[1], force=False)
-                    saved_step = step
-                if interrupted[0]:
-                    raise KeyboardInterrupt
-        if checkpointer is not None and n_chunks > done:
-            save(n_chunks * steps_per_chunk, snapshot[0], snapshot[1], force=True)
-            checkpointer.wait()
-        if sink is not None:
-            sink.flush()
-    except KeyboardInterrupt:
-        state, chunks, step = snapshot
-        if checkpointer is not None and step > saved_step:
-            save(step, state, chunks, force=True)
-        if checkpointer is not None:
-            checkpointer.wait()
-        raise RunInterrupted(step, checkpointer.latest_step() if checkpointer is not None else None) from None
-    finally:
-        report(None, None)
-    state, chunks, _ = snapshot
+    if sink is not None:  # records written after the checkpoint are written again below
+        sink.begin(
+            obs_template,
+            steps_per_chunk=steps_per_chunk,
+            n_chunks=n_chunks,
+            done_chunks=start.done,
+            state_like=start.state,
+        )
+    report = _progress_reporter(
+        progress and n_chunks > start.done, description, n_chunks * steps_per_chunk, start.done * steps_per_chunk
+    )
+    state, chunks = _advance_chunks(
+        advance,
+        start,
+        n_chunks=n_chunks,
+        steps_per_chunk=steps_per_chunk,
+        checkpointer=checkpointer,
+        save=_saver(checkpointer, sink, metadata, start, obs_template),
+        report=report,
+        sink=sink,
+        per_chunk=per_chunk,
+        compiling=f"compiling {description}" if progress else None,
+    )
     history = _concat(chunks, obs_template)
     jax.block_until_ready((state, history))
     return RunResult(
         state=state,
         history=history,
         steps=n_chunks * steps_per_chunk,
-        resumed_from=resumed_from,
+        resumed_from=start.resumed_from,
         wall_time_s=time.perf_counter() - t0,
-        metadata=restored_meta,
-        steps_run=max(n_chunks - done, 0) * steps_per_chunk,
+        metadata=start.metadata,
+        steps_run=max(n_chunks - start.done, 0) * steps_per_chunk,
     )

@@ -139,7 +139,8 @@ class Checkpointer:
         writer is refused at once: for ``<out>/ckpt`` the run folder's (``<out>/.lock``, the lock ``ivhl sim`` and
         ``ivhl train`` take), for any other folder its own (``<directory>/.lock``).
 
-    A ``directory`` that is a symbolic link is refused (its steps would be another run's).
+    A ``directory`` that is a symbolic link, or that holds one (a step folder elsewhere), is refused in one line
+    naming it (its steps would be another run's).
     """
 
     def __init__(
@@ -164,6 +165,9 @@ class Checkpointer:
         self.directory = os.path.abspath(os.fspath(directory))
         _check_folder(self.directory)
         check_not_link(self.directory, "checkpoint folder")
+        if os.path.isdir(self.directory):  # a step that is a link would be read, or deleted, in another folder
+            for name in sorted(os.listdir(self.directory)):
+                check_not_link(os.path.join(self.directory, name), "checkpoint folder entry")
         self._locked: str | None = None
         if lock:
             # <out>/ckpt is a run folder's: the run's lock; any other folder is locked by itself
@@ -302,25 +306,34 @@ class Checkpointer:
         """
         self._flush_sums(finished=False)
         if step is not None:
-            if step not in self._manager.all_steps():
-                raise FileNotFoundError(
-                    f"no checkpoint for step {step} in {self.directory}; available: {self.all_steps()}"
-                )
-            try:
-                self._check_complete(step)
-            except Exception as e:
-                raise CheckpointCorruptError(
-                    f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
-                ) from e
-            target = like(step) if callable(like) else like
-            self._check_run(step)
-            self._check_template(step, target)
-            try:
-                return self._restore_checked(step, target, sharding, saved_layout)
-            except Exception as e:
-                raise CheckpointCorruptError(
-                    f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
-                ) from e
+            return self._restore_step(step, like, sharding, saved_layout)
+        return self._restore_newest(like, sharding, saved_layout)
+
+    def _restore_step(
+        self, step: int, like: Any, sharding: Any, saved_layout: bool
+    ) -> tuple[int, Any, dict[str, Any] | None]:
+        """:meth:`restore` of a named ``step``: any failure of the checkpoint itself raises at once."""
+        if step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; available: {self.all_steps()}")
+        try:
+            self._check_complete(step)
+        except Exception as e:
+            raise CheckpointCorruptError(
+                f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
+            ) from e
+        target = like(step) if callable(like) else like
+        self._check_run(step)
+        self._check_template(step, target)
+        try:
+            return self._restore_checked(step, target, sharding, saved_layout)
+        except Exception as e:
+            raise CheckpointCorruptError(
+                f"checkpoint step {step} in {self.directory} is unusable: {_one_line(e, self.directory)}"
+            ) from e
+
+    def _restore_newest(self, like: Any, sharding: Any, saved_layout: bool) -> tuple[int, Any, dict[str, Any] | None]:
+        """:meth:`restore` of the newest good step: a bad one is marked and the next older tried, a step off the
+        run's schedule skipped with a warning; a template or configuration that does not fit raises."""
         steps = sorted((s for s in self._manager.all_steps() if s not in self._bad_steps), reverse=True)
         if not steps:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")

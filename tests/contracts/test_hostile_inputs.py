@@ -1,7 +1,8 @@
 """Runs under faults and against hostile files: nothing lost, no one in.
 
-* A sharded run (``--set mesh=8`` over the 8 emulated devices) interrupted mid-chunk, or finished and given
-  more steps, resumes on its mesh and ends bit for bit where an uninterrupted run ends (store and final state).
+* A sharded run of every simulation that takes a mesh (``--set mesh=8`` over the 8 emulated devices, in one
+  process or two under ``ivhl launch``) interrupted mid-chunk or at a checkpoint, or finished and given more
+  steps, resumes on its mesh and ends bit for bit where an uninterrupted run ends (store and final state).
 * A run folder is the run's alone: no file the library writes follows a symbolic link out of it; a store or
   checkpoint folder that is a link is refused in one line; the lock is released when the run ends, and the
   API checkpointer takes the same lock as the CLI.
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -38,8 +41,9 @@ from ivhl_jax.run.io import save_figure
 from ivhl_jax.run.lock import RunDirLockedError
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.run.store import RunStore, StoreError, export_npy, read_observations
-from ivhl_jax.sims import bec
+from ivhl_jax.sims import bec, gft
 from ivhl_jax.train.checkpoint import CHECKSUM_FILE, RUN_ITEM, CheckpointCorruptError, Checkpointer
+from tests.run.launching import launch_command, launch_env, store_files
 
 SMALL_GP = [
     "--no-progress",
@@ -48,66 +52,107 @@ SMALL_GP = [
 ]
 
 
-def _store_files(path) -> dict[str, object]:
-    """Every file of a run store with its bytes (zarr.json parsed, less the run's environment and timing)."""
-    out: dict[str, object] = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            p = os.path.join(root, f)
-            if f == "zarr.json":
-                doc = json.load(open(p))
-                for k in ("library", "runtime"):
-                    doc.get("attributes", {}).pop(k, None)
-                out[os.path.relpath(p, path)] = doc
-            else:
-                out[os.path.relpath(p, path)] = open(p, "rb").read()
-    return out
+SMALL_GFT = [
+    "--no-progress",
+    *("--set", "rank=2", "--set", "grid=16"),
+    *("--set", "steps_per_chunk=50", "--set", "save_every=25", "--set", "checkpoint_every=100"),
+]
+
+# Every `ivhl sim` whose field takes a device mesh (no `ivhl train` command takes one), with a small run of it
+# and its mesh over the 8 emulated devices (in one process, or two processes of four under `ivhl launch`).
+MESH_SIMS = {"bec": (bec, [*SMALL_GP, "--set", "mesh=8"]), "gft": (gft, [*SMALL_GFT, "--set", "mesh=8"])}
 
 
-def _interrupt_in_chunk(monkeypatch, n: int) -> None:
-    """The chunked advance of ``ivhl sim bec`` raises KeyboardInterrupt (Ctrl-C) inside its ``n``-th chunk."""
-    original = bec.chunked
+def _interrupt(monkeypatch, module, where: str) -> None:
+    """Ctrl-C in a run of ``module`` (``ivhl sim bec`` or ``gft``): raised inside its fourth chunk (``"chunk"``:
+    the steps done, 150, are checkpointed on the way out), or arriving as a signal while step 100 is saved
+    (``"checkpoint"``: the run stops after that save, with nothing more to write)."""
+    original_chunked, original_save = module.chunked, Checkpointer.save
 
     def chunked(*args, **kwargs):
-        advance = original(*args, **kwargs)
+        advance = original_chunked(*args, **kwargs)
         calls = [0]
 
         def interrupted(state):
             if not isinstance(state, jax.core.Tracer):  # run_chunked traces it once for its output shape
                 calls[0] += 1
-                if calls[0] == n:
+                if where == "chunk" and calls[0] == 4:
                     raise KeyboardInterrupt
             return advance(state)
 
         return interrupted
 
-    monkeypatch.setattr(bec, "chunked", chunked)
+    def save(self, step, *args, **kwargs):
+        done = original_save(self, step, *args, **kwargs)
+        if where == "checkpoint" and step == 100:
+            os.kill(os.getpid(), signal.SIGINT)  # the run's handler notes it; the loop stops after this save
+        return done
+
+    monkeypatch.setattr(module, "chunked", chunked)
+    monkeypatch.setattr(Checkpointer, "save", save)
 
 
-@pytest.mark.slow  # five small condensate runs on the 8-device mesh: about 40 s on two cores
-def test_a_sharded_run_resumes_and_extends_bit_for_bit(tmp_path, monkeypatch):
-    mesh = [*SMALL_GP, "--set", "mesh=8"]
-    straight, extended, killed = tmp_path / "straight", tmp_path / "extended", tmp_path / "killed"
-    assert bec.main([*mesh, "--set", "steps=200", "--out", str(straight)]) == 0
-    assert bec.main([*mesh, "--set", "steps=100", "--out", str(extended)]) == 0
-    assert bec.main([*mesh, "--set", "steps=200", "--out", str(extended)]) == 0  # a finished sharded run extended
-    with monkeypatch.context() as m:
-        _interrupt_in_chunk(m, 4)  # Ctrl-C inside the fourth chunk: the steps done (150) are checkpointed
-        assert bec.main([*mesh, "--set", "steps=200", "--out", str(killed)]) == 130
-    assert sorted(int(s) for s in os.listdir(killed / "ckpt") if s.isdigit()) == [100, 150]
-    assert bec.main([*mesh, "--set", "steps=200", "--out", str(killed)]) == 0  # resumes from step 150, on the mesh
+def _same_run(folder, straight, resumed_from: int) -> None:
+    """``folder`` (resumed from ``resumed_from``) ends bit for bit where the uninterrupted ``straight`` ends:
+    final state, every store record and observables.json less its timing."""
     want = np.load(straight / "final_state.npy")
-    want_obs = json.loads((straight / "observables.json").read_text())
-    assert _store_files(killed / "run.zarr") == _store_files(straight / "run.zarr")  # every file, bit for bit
-    for folder, resumed_from in ((extended, 100), (killed, 150)):
-        assert np.array_equal(np.load(folder / "final_state.npy"), want), folder
-        run, ref = open_run(folder), open_run(straight)  # an extended store keeps its first run's chunking
-        for key in ref.observations.data_vars:
-            np.testing.assert_array_equal(run.observations[key].values, ref.observations[key].values, err_msg=key)
-        assert np.array_equal(run.fields["final_state"].values, want)
-        obs = json.loads((folder / "observables.json").read_text())
-        assert obs["resumed_from"] == resumed_from and obs["observables"] == want_obs["observables"]
-        assert obs["ground_state"] == want_obs["ground_state"] is not None
+    assert np.array_equal(np.load(folder / "final_state.npy"), want), folder
+    run, ref = open_run(folder), open_run(straight)  # an extended store keeps its first run's chunking
+    for key in ref.observations.data_vars:
+        np.testing.assert_array_equal(run.observations[key].values, ref.observations[key].values, err_msg=key)
+    assert np.array_equal(run.fields["final_state"].values, want)
+    got, ref_obs = (json.loads((d / "observables.json").read_text()) for d in (folder, straight))
+    assert got["resumed_from"] == resumed_from
+    timing = {"resumed_from", "wall_time_s"}
+    assert {k: v for k, v in got.items() if k not in timing} == {k: v for k, v in ref_obs.items() if k not in timing}
+    if "ground_state" in ref_obs:
+        assert got["ground_state"] is not None
+
+
+@pytest.fixture(scope="module")
+def mesh_straight(tmp_path_factory):
+    """``straight(sim)``: an uninterrupted 200-step run of ``sim`` on its mesh, made once per module."""
+    done: dict[str, object] = {}
+
+    def straight(sim: str):
+        if sim not in done:
+            module, args = MESH_SIMS[sim]
+            out = tmp_path_factory.mktemp(f"{sim}_mesh") / "straight"
+            assert module.main([*args, "--set", "steps=200", "--out", str(out)]) == 0
+            done[sim] = out
+        return done[sim]
+
+    return straight
+
+
+@pytest.mark.slow  # small field runs on a mesh of emulated devices: 10-40 s each on two cores
+@pytest.mark.parametrize("sim", sorted(MESH_SIMS))
+def test_a_sharded_run_extends_bit_for_bit(tmp_path, mesh_straight, sim):
+    """A finished sharded run given more steps resumes from its last checkpoint on its mesh and ends bit for bit
+    where an uninterrupted run ends."""
+    module, args = MESH_SIMS[sim]
+    out = tmp_path / "extended"
+    assert module.main([*args, "--set", "steps=100", "--out", str(out)]) == 0
+    assert module.main([*args, "--set", "steps=200", "--out", str(out)]) == 0  # restored on the mesh
+    _same_run(out, mesh_straight(sim), 100)
+
+
+@pytest.mark.slow  # small field runs on a mesh of emulated devices: 10-40 s each on two cores
+@pytest.mark.parametrize("where", ["chunk", "checkpoint"])
+@pytest.mark.parametrize("sim", sorted(MESH_SIMS))
+def test_an_interrupted_sharded_run_resumes_bit_for_bit(tmp_path, monkeypatch, mesh_straight, sim, where):
+    """Ctrl-C inside a chunk or at a checkpoint of a sharded run; the same command resumes on the mesh from the
+    newest checkpoint and ends where an uninterrupted run ends, every store file bit for bit."""
+    module, args = MESH_SIMS[sim]
+    out = tmp_path / "interrupted"
+    with monkeypatch.context() as m:
+        _interrupt(m, module, where)
+        assert module.main([*args, "--set", "steps=200", "--out", str(out)]) == 130
+    kept = {"chunk": [100, 150], "checkpoint": [100]}[where]
+    assert sorted(int(s) for s in os.listdir(out / "ckpt") if s.isdigit()) == kept
+    assert module.main([*args, "--set", "steps=200", "--out", str(out)]) == 0
+    _same_run(out, mesh_straight(sim), kept[-1])
+    assert store_files(out / "run.zarr") == store_files(mesh_straight(sim) / "run.zarr")
 
 
 @pytest.mark.slow  # three small condensate runs: about 15 s
@@ -191,16 +236,32 @@ def test_nothing_the_library_writes_follows_a_link_out_of_the_run_folder(tmp_pat
 def test_a_store_or_checkpoint_folder_that_is_a_link_is_refused_in_one_line(tmp_path, capsys, what):
     other, out = tmp_path / "other", tmp_path / "run"
     assert run_main(CountSimulation(), ["--out", str(other)]) == 0
-    before = _store_files(other / what)
+    before = store_files(other / what)
     out.mkdir()
     os.symlink(other / what, out / what)
     capsys.readouterr()
     assert run_main(CountSimulation(), ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is a symbolic link" in err and what in err
-    assert _store_files(other / what) == before  # the other run's files untouched
+    assert store_files(other / what) == before  # the other run's files untouched
     with pytest.raises(ValueError, match="is a symbolic link"):
         (RunStore if what == "run.zarr" else Checkpointer)(out / what)
+
+
+def test_a_checkpoint_folder_holding_a_link_is_refused_in_one_line(tmp_path, capsys):
+    """A step folder that is a link to a folder elsewhere is neither restored from nor deleted through."""
+    out, victim = tmp_path / "run", tmp_path / "victim"
+    assert run_main(CountSimulation(), ["--out", str(out)]) == 0
+    victim.mkdir()
+    (victim / "precious").write_text("mine")
+    os.symlink(victim, out / "ckpt" / "1")
+    capsys.readouterr()
+    assert run_main(CountSimulation(), ["--out", str(out), "--set", "steps=6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "is a symbolic link" in err and os.path.join("ckpt", "1") in err, err
+    assert (victim / "precious").read_text() == "mine"
+    with pytest.raises(ValueError, match="checkpoint folder entry .* is a symbolic link"):
+        Checkpointer(out / "ckpt")
 
 
 # --- checkpoints know what they belong to ---------------------------------------------------------------------
@@ -217,6 +278,10 @@ def test_a_checkpoint_of_another_configuration_is_refused_naming_the_keys(tmp_pa
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "written by a different configuration (differs in ['rate']" in err
     assert sorted(os.listdir(b / "ckpt")) == sorted(os.listdir(a / "ckpt"))  # nothing marked bad or moved
+    for step in (s for s in os.listdir(a / "ckpt") if s.isdigit()):  # each step records its writer
+        item = a / "ckpt" / step / RUN_ITEM
+        (record,) = (json.loads(f.read_text()) for f in item.iterdir() if f.suffix != ".txt")
+        assert record["config"]["rate"] == 2.0 and record["library"] == importlib.metadata.version("ivhl_jax")
 
 
 def _two_steps(folder):
@@ -387,13 +452,13 @@ def test_zero_softening_and_non_finite_gru_weights_are_refused():
 
 
 _KILLER = """
-import os, signal, sys
+import importlib, os, signal, sys
 
 import jax
 
-from ivhl_jax.sims import bec
 from ivhl_jax.train.checkpoint import Checkpointer
 
+sim = importlib.import_module("ivhl_jax.sims." + sys.argv.pop(1))  # the simulation module, e.g. 'bec'
 where = sys.argv.pop(1)  # 'chunk': SIGKILL while chunk 4 computes; 'checkpoint': right after step 100 is saved
 
 
@@ -402,7 +467,7 @@ def die():
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-original_chunked, original_save = bec.chunked, Checkpointer.save
+original_chunked, original_save = sim.chunked, Checkpointer.save
 
 
 def chunked(*args, **kwargs):
@@ -427,69 +492,68 @@ def save(self, step, *args, **kwargs):
     return done
 
 
-bec.chunked, Checkpointer.save = chunked, save
-sys.exit(bec.main(sys.argv[1:]))
+sim.chunked, Checkpointer.save = chunked, save
+sys.exit(sim.main(sys.argv[1:]))
 """
 
 
-def _launch_bec(out, steps: int, *script: str) -> subprocess.CompletedProcess:
-    """``ivhl launch`` (2 processes x 4 emulated devices) of a small condensate run on ``--set mesh=8`` over both;
-    ``script`` (a Python file and its first argument) replaces ``-m ivhl_jax.sims.bec``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("IVHL_", "XLA_FLAGS"))}
-    env.update(JAX_PLATFORMS="cpu", IVHL_COMPILATION_CACHE="0", MPLBACKEND="Agg")
-    launch = [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--devices-per-process", "4"]
-    sets = [a for s in SMALL_GP[1:] if s != "--set" for a in ("--set", s)] + ["--set", "mesh=8"]
-    program = list(script) or ["-m", "ivhl_jax.sims.bec"]
-    cmd = [*launch, "--", sys.executable, *program, "--no-progress", *sets, "--set", f"steps={steps}"]
-    return subprocess.run([*cmd, "--out", str(out)], env=env, capture_output=True, text=True, timeout=400)
+def _launch(sim: str, out, steps: int, *script: str) -> subprocess.CompletedProcess:
+    """``ivhl launch`` (2 processes x 4 emulated devices) of the small run of ``MESH_SIMS[sim]`` on its mesh over
+    both; ``script`` (a Python file and its arguments) replaces ``-m ivhl_jax.sims.<sim>``."""
+    program = list(script) or ["-m", f"ivhl_jax.sims.{sim}"]
+    args = [*MESH_SIMS[sim][1], "--set", f"steps={steps}", "--out", str(out)]
+    cmd = launch_command(*program, *args, devices_per_process=4)
+    return subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=400)
 
 
-def _launched_ok(out, steps: int) -> None:
-    p = _launch_bec(out, steps)
+def _launched_ok(sim: str, out, steps: int) -> None:
+    p = _launch(sim, out, steps)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def launched_straight(tmp_path_factory):
-    """An uninterrupted launched run of 200 steps: the answer every interrupted launched run must end at."""
-    out = tmp_path_factory.mktemp("launched") / "straight"
-    _launched_ok(out, 200)
-    return out
+    """``straight(sim)``: an uninterrupted launched run of 200 steps, the answer every interrupted launched run
+    of ``sim`` must end at; made once per module."""
+    done: dict[str, object] = {}
 
+    def straight(sim: str):
+        if sim not in done:
+            done[sim] = tmp_path_factory.mktemp(f"launched_{sim}") / "straight"
+            _launched_ok(sim, done[sim], 200)
+        return done[sim]
 
-def _same_launched_run(out, straight) -> dict:
-    assert np.array_equal(np.load(out / "final_state.npy"), np.load(straight / "final_state.npy"))
-    a, b = (json.loads((d / "observables.json").read_text()) for d in (out, straight))
-    assert a["observables"] == b["observables"] and a["ground_state"] == b["ground_state"] is not None
-    return a
+    return straight
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow  # two launched jobs of two processes (and the shared uninterrupted one): about a minute each
-def test_a_launched_two_process_run_extends_on_its_mesh_bit_for_bit(tmp_path, launched_straight):
+@pytest.mark.parametrize("sim", sorted(MESH_SIMS))
+def test_a_launched_two_process_run_extends_on_its_mesh_bit_for_bit(tmp_path, launched_straight, sim):
     """A finished launched run given more steps resumes from its checkpoint on the mesh and ends where an
     uninterrupted launched run ends."""
-    _launched_ok(tmp_path / "extended", 100)
-    _launched_ok(tmp_path / "extended", 200)  # resumes from step 100 on the two processes' mesh
-    assert _same_launched_run(tmp_path / "extended", launched_straight)["resumed_from"] == 100
+    _launched_ok(sim, tmp_path / "extended", 100)
+    _launched_ok(sim, tmp_path / "extended", 200)  # resumes from step 100 on the two processes' mesh
+    _same_run(tmp_path / "extended", launched_straight(sim), 100)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow  # two launched jobs of two processes: about a minute each
 @pytest.mark.parametrize("where", ["chunk", "checkpoint"])
-def test_a_launched_two_process_run_killed_resumes_bit_for_bit(tmp_path, launched_straight, where):
+@pytest.mark.parametrize("sim", sorted(MESH_SIMS))
+def test_a_launched_two_process_run_killed_resumes_bit_for_bit(tmp_path, launched_straight, sim, where):
     """One process of a launched run SIGKILLed while chunk 4 computes (steps 150-200, the step-100 checkpoint
     the last), or right after it saved step 100: the launcher ends the job, and the same command resumes from step
     100 on the mesh and ends bit for bit where an uninterrupted launched run ends (store records included)."""
     script = tmp_path / "killer.py"
     script.write_text(_KILLER)
     out = tmp_path / "killed"
-    p = _launch_bec(out, 200, str(script), where)
+    p = _launch(sim, out, 200, str(script), sim, where)
     assert p.returncode != 0 and "SIGKILL" in p.stdout + p.stderr, p.stdout[-2000:] + p.stderr[-3000:]
     assert not (out / "final_state.npy").exists()
-    _launched_ok(out, 200)
-    assert _same_launched_run(out, launched_straight)["resumed_from"] == 100
-    a, b = (open_run(d).observations for d in (out, launched_straight))
+    _launched_ok(sim, out, 200)
+    _same_run(out, launched_straight(sim), 100)
+    a, b = (open_run(d).observations for d in (out, launched_straight(sim)))
     assert a.identical(b)
 
 

@@ -6,7 +6,6 @@ that holds each shard, equal the 1-process store bit for bit."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,8 @@ import textwrap
 import jax
 import numpy as np
 import pytest
+
+from tests.run.launching import launch_command, launch_env, store_files
 
 # Shared by the workers and the test: the system and the initial state (a 16³ trapped cloud with a vortex).
 CASE = textwrap.dedent("""
@@ -70,13 +71,6 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IVHL_")}
-    env["JAX_PLATFORMS"] = "cpu"
-    env["IVHL_COMPILATION_CACHE"] = "0"
-    return env
-
-
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_pencil_gp_on_two_processes_equals_one_and_checkpoints_move_both_ways(tmp_path):
@@ -98,25 +92,9 @@ def test_pencil_gp_on_two_processes_equals_one_and_checkpoints_move_both_ways(tm
         ck.save(10, {"psi": state1})
     (tmp_path / "case.py").write_text(CASE)
     (tmp_path / "worker.py").write_text(WORKER)
-    cmd = [
-        sys.executable,
-        "-m",
-        "ivhl_jax.run.launch",
-        "--nproc",
-        "2",
-        "--devices-per-process",
-        "4",
-        "--heartbeat-timeout",
-        "20",
-        "--timeout",
-        "400",
-        "--",
-        sys.executable,
-        str(tmp_path / "worker.py"),
-        str(tmp_path),
-        str(tmp_path / "case.py"),
-    ]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
+    files = [str(tmp_path / "worker.py"), str(tmp_path), str(tmp_path / "case.py")]
+    cmd = launch_command(*files, devices_per_process=4, heartbeat_timeout=20, timeout=400)
+    proc = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     res = [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2)]
     for i, r in enumerate(res):
@@ -242,7 +220,7 @@ def test_sim_bec_pencil_in_one_process_and_under_launch_equals_one_device(tmp_pa
         "--out",
         str(tmp_path / "launch"),
     ]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
+    proc = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     ref = np.load(tmp_path / "one" / "final_state.npy")
     # 200 imaginary-time steps and 20 real-time steps: the FFTs' round-off differs, within 1e-5 of the peak
@@ -261,7 +239,7 @@ def test_sim_bec_pencil_in_one_process_and_under_launch_equals_one_device(tmp_pa
     # the stores of 1 and 2 processes: the same files, the same metadata documents (less the environment:
     # devices, processes, XLA flags), a pencil shard per chunk of (1, 4, 8, 16), the same values up to the
     # round-off of the cross-process reductions (the bits of the writing path: test_store_of_two_processes_...)
-    pencil, launch = (_store_files(tmp_path / run / "run.zarr") for run in ("pencil", "launch"))
+    pencil, launch = (store_files(tmp_path / run / "run.zarr") for run in ("pencil", "launch"))
     assert sorted(pencil) == sorted(launch) and len([k for k in launch if k.startswith("psi/c/1/")]) == 8
     assert {k: v for k, v in pencil.items() if k.endswith("zarr.json")} == {
         k: v for k, v in launch.items() if k.endswith("zarr.json")
@@ -336,47 +314,15 @@ def test_store_of_two_processes_equals_one_process_bit_for_bit(tmp_path):
     ns["write_store"](str(tmp_path / "one" / "run.zarr"))
     for name, text in (("case.py", CASE), ("store_case.py", STORE_CASE), ("worker.py", STORE_WORKER)):
         (tmp_path / name).write_text(text)
-    cmd = [
-        sys.executable,
-        "-m",
-        "ivhl_jax.run.launch",
-        "--nproc",
-        "2",
-        "--devices-per-process",
-        "4",
-        "--heartbeat-timeout",
-        "20",
-        "--timeout",
-        "400",
-        "--",
-        sys.executable,
-        str(tmp_path / "worker.py"),
-        str(tmp_path),
-        str(tmp_path / "case.py"),
-        str(tmp_path / "store_case.py"),
-    ]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=450)
+    files = [str(tmp_path / "worker.py"), str(tmp_path), str(tmp_path / "case.py"), str(tmp_path / "store_case.py")]
+    cmd = launch_command(*files, devices_per_process=4, heartbeat_timeout=20, timeout=400)
+    proc = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=450)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     for i in range(2):
         assert json.loads((tmp_path / f"store{i}.json").read_text()) == {"collectives": [], "n_local": 4}
-    one, two = (_store_files(tmp_path / run / "run.zarr") for run in ("one", "two"))
+    one, two = (store_files(tmp_path / run / "run.zarr") for run in ("one", "two"))
     assert len([k for k in two if k.startswith("psi/c/")]) == 2 * 8  # 2 snapshots × 8 shards, one chunk each
     assert len([k for k in two if k.startswith("final_state/c/")]) == 8
     assert sorted(one) == sorted(two)
     for k in one:
         assert one[k] == two[k], k
-
-
-def _store_files(path):
-    out = {}
-    for root, _, files in os.walk(path):
-        for f in files:
-            key = os.path.relpath(os.path.join(root, f), path)
-            if f == "zarr.json":
-                doc = json.loads(open(os.path.join(root, f)).read())
-                for k in ("library", "runtime", "settings", "date_created"):
-                    doc.get("attributes", {}).pop(k, None)
-                out[key] = doc
-            else:
-                out[key] = open(os.path.join(root, f), "rb").read()
-    return out

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax.run import launch
+from tests.run.launching import launch_command, launch_env
 
 WORKER = textwrap.dedent("""
     import json, os, sys, time
@@ -98,36 +99,10 @@ def _write_worker(tmp_path):
     return str(path)
 
 
-def _clean_env():
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith("IVHL_") or k in ("JAX_PLATFORMS",):
-            env.pop(k)
-    env["JAX_PLATFORMS"] = "cpu"
-    return env
-
-
 def _run_launch(tmp_path, mode, timeout=240):
     worker = _write_worker(tmp_path)
-    cmd = [
-        sys.executable,
-        "-m",
-        "ivhl_jax.run.launch",
-        "--nproc",
-        "2",
-        "--devices-per-process",
-        "2",
-        "--heartbeat-timeout",
-        "10",
-        "--timeout",
-        str(timeout - 20),
-        "--",
-        sys.executable,
-        worker,
-        mode,
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
+    cmd = launch_command(worker, mode, str(tmp_path), devices_per_process=2, heartbeat_timeout=10, timeout=timeout - 20)
+    proc = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2)]
 
@@ -168,8 +143,8 @@ def test_the_driver_joins_the_launched_processes_for_every_simulation(tmp_path):
     script = tmp_path / "report.py"
     script.write_text(DRIVER_WORKER)
     alone, launched = tmp_path / "alone", tmp_path / "launched"
-    env = launch.child_env(0, 1, launch.free_port(), base=_clean_env())
-    for out, run_env in ((alone, _clean_env()), (launched, env)):
+    env = launch.child_env(0, 1, launch.free_port(), base=launch_env())
+    for out, run_env in ((alone, launch_env()), (launched, env)):
         p = subprocess.run(
             [sys.executable, str(script), "--out", str(out)], env=run_env, capture_output=True, text=True, timeout=300
         )
@@ -188,25 +163,8 @@ def test_a_simulation_under_launch_runs_as_one_job_of_two_processes(tmp_path):
     for multiprocess in ("1", "0"):
         out = tmp_path / f"run{multiprocess}"
         p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ivhl_jax.run.launch",
-                "--nproc",
-                "2",
-                "--devices-per-process",
-                "1",
-                "--heartbeat-timeout",
-                "10",
-                "--timeout",
-                "200",
-                "--",
-                sys.executable,
-                str(script),
-                "--out",
-                str(out),
-            ],
-            env=dict(_clean_env(), REPORT_MULTIPROCESS=multiprocess),
+            launch_command(str(script), "--out", str(out), devices_per_process=1, heartbeat_timeout=10, timeout=200),
+            env=launch_env(REPORT_MULTIPROCESS=multiprocess),
             capture_output=True,
             text=True,
             timeout=240,
@@ -263,8 +221,8 @@ def test_launcher_stops_the_others_when_one_fails_or_it_is_terminated():
     # SIGTERM to the launcher (a scheduler, `timeout`) terminates its children too
     marker = "import time; time.sleep(61.5)"
     p = subprocess.Popen(
-        [sys.executable, "-m", "ivhl_jax.run.launch", "--nproc", "2", "--", sys.executable, "-c", marker],
-        env=_clean_env(),
+        launch_command("-c", marker),
+        env=launch_env(),
     )
     # Signal once the launcher and both children are up (it installs its SIGTERM handler before it starts
     # them); a fixed sleep raced the launcher's import on a loaded host (default action: killed, -15).
@@ -326,7 +284,7 @@ def test_dead_process_makes_the_other_fail_in_bounded_time(tmp_path, dead):
     port = launch.free_port()
     procs = []
     for i in range(2):
-        env = launch.child_env(i, 2, port, devices_per_process=1, heartbeat_timeout=5, base=_clean_env())
+        env = launch.child_env(i, 2, port, devices_per_process=1, heartbeat_timeout=5, base=launch_env())
         env["DIE_PID"] = str(dead)
         procs.append(
             subprocess.Popen(
@@ -387,29 +345,11 @@ def _launch_fault_worker(tmp_path, fault: str, rank: int, heartbeat: int):
     """``ivhl launch`` of two FAULT_WORKER ranks where ``rank`` injects ``fault``; returns (result, seconds)."""
     script = tmp_path / "fault_worker.py"
     script.write_text(FAULT_WORKER)
-    env = _clean_env()
-    env.update(FAULT=fault, FAULT_RANK=str(rank))
+    cmd = launch_command(str(script), devices_per_process=1, heartbeat_timeout=heartbeat, grace=5, timeout=100)
     t0 = time.monotonic()
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ivhl_jax.run.launch",
-            "--nproc",
-            "2",
-            "--devices-per-process",
-            "1",
-            "--heartbeat-timeout",
-            str(heartbeat),
-            "--grace",
-            "5",
-            "--timeout",
-            "100",
-            "--",
-            sys.executable,
-            str(script),
-        ],
-        env=env,
+        cmd,
+        env=launch_env(FAULT=fault, FAULT_RANK=str(rank)),
         capture_output=True,
         text=True,
         timeout=120,
@@ -569,7 +509,7 @@ def test_kill_during_checkpoint_save_leaves_the_previous_one_restorable(tmp_path
     script.write_text(SAVE_WORKER)
     p = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path), where],
-        env=_clean_env(),
+        env=launch_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
