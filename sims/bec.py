@@ -54,7 +54,7 @@ from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, save_npy, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
-from ivhl_jax.run.store import RunStore, Snapshots, write_final_state
+from ivhl_jax.run.store import RunStore, Snapshots, natural_units, write_final_state
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -584,13 +584,21 @@ def gp_snapshots(cfg: BECConfig, system) -> Snapshots:
             return {"psi": psi.astype(jnp.result_type(real, jnp.complex64))}
         return {"density": (jnp.abs(psi) ** 2).astype(real), "phase": jnp.angle(psi).astype(real)}
 
-    units = {
+    units = natural_units(_field_units(cfg))[0]  # trap units: numbers ("1"), named in the long_names
+    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims, coords=coords, units=units)
+
+
+def _field_units(cfg: BECConfig) -> dict[str, str]:
+    """The natural unit of each field and axis a run stores (trap units; ``component`` and ``m`` are labels)."""
+    return {
         "psi": "(trap length)^(-d/2)",
+        "final_state": "(trap length)^(-d/2)",
         "density": "(trap length)^-d",
         "phase": "rad",
+        "component": "1",
+        "m": "1",
         **{d: "trap length" for d in ("x", "y", "z")[: cfg.dims]},
     }
-    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims, coords=coords, units=units)
 
 
 def _units(names) -> dict[str, str]:
@@ -642,9 +650,12 @@ def simulate(
     extra["system"] = system
     extra["observation_like"] = jax.eval_shape(observe, state, stepper.params)
     if sink is not None:
+        obs_units = GP_UNITS if scalar else _units(extra["observation_like"])
+        units, long_names = natural_units({"time": "1/ω", **obs_units, **_field_units(cfg)})
         sink.describe(
-            time_unit="1/ω (trap units)",
-            units=GP_UNITS if scalar else _units(extra["observation_like"]),
+            time_unit=units.pop("time"),
+            units=units,
+            long_names=long_names,
             snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None,
         )
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
@@ -696,8 +707,7 @@ def _state_axes(cfg: BECConfig, system) -> tuple[tuple[str, ...], dict, dict]:
     """``(dims, coords, units)`` of the state's axes (:func:`_axes`): ``x, y, z`` in trap lengths, after the
     component axis of a mixture or spin-1 field."""
     dims, coords = _axes(cfg, system)
-    grid_dims = ("x", "y", "z")[: cfg.dims]
-    return dims, coords, {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in grid_dims}}
+    return dims, coords, natural_units(_field_units(cfg))[0]
 
 
 def write_outputs(

@@ -7,11 +7,12 @@
   number or a count, else products and powers of SI symbols with prefixes, ``"m^2"``, ``"kg m s-2"``,
   ``"J/m^3"``);
 * every dimension is named (no automatic ``<variable>_dim<i>``: variables that share an axis share its name) and
-  has a coordinate variable.
+  has a coordinate variable;
+* a run of several stages (MERA) writes each into a group that the root announces (attribute ``groups``, numbered
+  from 1 as the run's log numbers them): ``xarray.open_datatree`` reads every group and each follows the
+  convention, and :func:`ivhl_jax.run.open_run` opens them all (``RunData.groups``).
 
-Each simulation runs at its smallest settings (the slow step: a run each). The simulations of other families whose
-stores do not follow the convention yet are ``xfail(strict=True)`` with the reason: the day they do, the mark must
-go.
+Each simulation runs at its smallest settings (the slow step: a run each).
 """
 
 from __future__ import annotations
@@ -51,65 +52,73 @@ def test_the_units_check_can_fail():
         assert not udunits(bad), bad
 
 
-# sim -> (arguments for a run of seconds, the reason it is xfail, or None)
+# sim -> arguments for a run of seconds
 SIMS = {
     "holography": (
-        ["--set", "grid=[16, 16]", "--set", "n_sources=8", "--set", "steps=4", "--set", "steps_per_chunk=2"],
-        None,
+        ["--set", "grid=[16, 16]", "--set", "n_sources=8", "--set", "steps=4", "--set", "steps_per_chunk=2"]
     ),
     "gft": (
         ["--set", "rank=2", "--set", "grid=8", "--set", "steps=20", "--set", "steps_per_chunk=10"]
-        + ["--set", "save_every=5", "--set", "checkpoint_every=10"],
-        None,
+        + ["--set", "save_every=5", "--set", "checkpoint_every=10"]
     ),
     "bec": (
         ["--set", "grid=16", "--set", "length=12.0", "--set", "ground_steps=20", "--set", "steps=20"]
-        + ["--set", "steps_per_chunk=10", "--set", "save_every=10", "--set", "checkpoint_every=10"],
-        "trap units (ħω, trap length) are not UDUNITS strings yet",
+        + ["--set", "steps_per_chunk=10", "--set", "save_every=10", "--set", "checkpoint_every=10"]
+        + ["--set", "snapshot_every=10"]
     ),
     "cdt": (
         ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "steps=4"]
         + ["--set", "steps_per_chunk=4", "--set", "save_every=2", "--set", "r_max=16", "--set", "curvature_deltas=2"]
-        + ["--set", "curvature_samples=2", "--set", "engine=jax"],
-        "per-variable automatic dimension names (lengths_dim1, ...) and no units yet",
+        + ["--set", "curvature_samples=2", "--set", "engine=jax"]
     ),
     "mera": (
         ["--set", "chis=[4]", "--set", "chi_mids=[]", "--set", "steps=[4]", "--set", "layers=[1]"]
-        + ["--set", "u_delay=3", "--set", "steps_per_chunk=1", "--set", "checkpoint_every=2"],
-        "the stage stores are groups the root does not announce: the root holds no variable yet",
+        + ["--set", "u_delay=3", "--set", "steps_per_chunk=1", "--set", "checkpoint_every=2"]
     ),
 }
 
 
-CASES = [
-    pytest.param(name, id=name, marks=[pytest.mark.xfail(strict=True, reason=reason)] if reason else [])
-    for name, (_, reason) in SIMS.items()
-]
-
-
-@pytest.mark.slow  # a run each: 10-70 s on a busy 2-core host
-@pytest.mark.parametrize("name", CASES)
-def test_sim_store_follows_the_convention(name, tmp_path):
-    import xarray as xr
-
-    module = importlib.import_module(f"ivhl_jax.sims.{name}")
-    out = tmp_path / name
-    assert module.main([*SIMS[name][0], "--no-progress", "--out", str(out)]) == 0
-    ds = xr.open_zarr(out / "run.zarr", consolidated=None)
-
-    a = ds.attrs
+def check_global_attributes(a) -> None:
     assert "CF-" in a.get("Conventions", "") and "ACDD-" in a.get("Conventions", ""), a.get("Conventions")
     for key in ("title", "summary", "source", "date_created"):
         assert isinstance(a.get(key), str) and a[key].strip(), f"global attribute {key!r} missing"
     datetime.datetime.fromisoformat(a["date_created"])
 
-    assert ds.data_vars, "the store holds no variable"
+
+def check_dataset(ds, where: str) -> None:
+    """Units, named dimensions and coordinates of one Dataset (a store, or one group of it)."""
     bad_units = {k: v.attrs.get("units") for k, v in ds.variables.items() if not udunits(v.attrs.get("units", ""))}
-    assert not bad_units, f"variables without a UDUNITS unit: {bad_units}"
+    assert not bad_units, f"{where}: variables without a UDUNITS unit: {bad_units}"
     auto = sorted(d for d in ds.dims if re.search(r"_dim\d+$", str(d)))
-    assert not auto, f"automatic dimension names (name the axis, shared across variables): {auto}"
+    assert not auto, f"{where}: automatic dimension names (name the axis, shared across variables): {auto}"
     bare = sorted(str(d) for d in ds.dims if d not in ds.coords)
-    assert not bare, f"dimensions without a coordinate variable: {bare}"
+    assert not bare, f"{where}: dimensions without a coordinate variable: {bare}"
+
+
+@pytest.mark.slow  # a run each: 10-70 s on a busy 2-core host
+@pytest.mark.parametrize("name", list(SIMS))
+def test_sim_store_follows_the_convention(name, tmp_path):
+    import xarray as xr
+
+    from ivhl_jax.run import open_run
+
+    module = importlib.import_module(f"ivhl_jax.sims.{name}")
+    out = tmp_path / name
+    assert module.main([*SIMS[name], "--no-progress", "--out", str(out)]) == 0
+    tree = xr.open_datatree(out / "run.zarr", engine="zarr", consolidated=None)
+    check_global_attributes(tree.attrs)
+    announced = tree.attrs.get("groups", [])
+    assert sorted(tree.children) == sorted(announced), (list(tree.children), announced)
+    nodes = [(node.path, node.to_dataset(inherit=False)) for node in tree.subtree]
+    assert any(ds.data_vars for _, ds in nodes), "the store holds no variable"
+    for path, ds in nodes:
+        if ds.data_vars:
+            check_dataset(tree[path].to_dataset(), path)
+            check_global_attributes(ds.attrs)
+    run = open_run(out)
+    assert list(run.groups) == announced and all(g.observations.data_vars for g in run.groups.values())
+    if name == "mera":  # numbered as the log numbers the stages: "stage 1/1"
+        assert announced == ["stage1"]
 
 
 def test_the_store_names_shared_axes_and_writes_the_global_attributes(tmp_path):
