@@ -113,6 +113,11 @@ class Case:
 _KEY0 = jax.random.key(0)
 
 
+def _toy_training() -> tuple:
+    """``(loss_fn, params, optimizer, get_batch)`` of a toy training run, for the profiling doors."""
+    return (lambda p, b_: 0.0, {"w": jnp.ones(2)}, training.make_optimizer(), lambda k: None)
+
+
 def _x64(fn, *args, **kwargs):
     with jax.enable_x64(True):
         return fn(*args, **kwargs)
@@ -1410,45 +1415,25 @@ CASES += [
     ),
     Case(
         "profiling.profile_training/batch_size",
-        lambda b: profiling.profile_training(
-            lambda p, b_: 0.0, {"w": jnp.ones(2)}, training.make_optimizer(), lambda k: None, batch_size=b, key=_KEY0
-        ),
+        lambda b: profiling.profile_training(*_toy_training(), batch_size=b, key=_KEY0),
         "batch_size",
         bad_size,
     ),
     Case(
         "profiling.profile_training/num_batches",
-        lambda b: profiling.profile_training(
-            lambda p, b_: 0.0,
-            {"w": jnp.ones(2)},
-            training.make_optimizer(),
-            lambda k: None,
-            batch_size=2,
-            num_batches=b,
-            key=_KEY0,
-        ),
+        lambda b: profiling.profile_training(*_toy_training(), batch_size=2, num_batches=b, key=_KEY0),
         "num_batches",
         bad_size,
     ),
     Case(
         "profiling.fused_train_chunk/steps",
-        lambda b: profiling.fused_train_chunk(
-            lambda p, b_: 0.0, {"w": jnp.ones(2)}, training.make_optimizer(), lambda k: None, b, jax.random.key(0)
-        ),
+        lambda b: profiling.fused_train_chunk(*_toy_training(), b, jax.random.key(0)),
         "steps",
         bad_size,
     ),
     Case(
         "profiling.profile_fused/chunk",
-        lambda b: profiling.profile_fused(
-            lambda p, b_: 0.0,
-            {"w": jnp.ones(2)},
-            training.make_optimizer(),
-            lambda k: None,
-            batch_size=2,
-            chunk=b,
-            key=_KEY0,
-        ),
+        lambda b: profiling.profile_fused(*_toy_training(), batch_size=2, chunk=b, key=_KEY0),
         "chunk",
         bad_size,
     ),
