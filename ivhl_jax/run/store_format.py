@@ -183,6 +183,32 @@ def find_store(path: str | os.PathLike) -> str:
 
 
 CONVENTIONS = "CF-1.10, ACDD-1.3"  # the root attribute ``Conventions``
+CHUNK_TIME = "chunk_time"  # the record dimension of observations taken once per chunk beside more frequent ones
+
+
+def record_rates(names: list[str], leaves: list[Any]) -> int:
+    """The records per chunk of a run's observations (``leaves``, named ``names``, each with its records first):
+    the most any leaf holds. A store keeps two rates apart, each on its own dimension: that one (``time``, e.g. a
+    loss per step) and one record per chunk (``chunk_time``, e.g. a test accuracy at each chunk's end); another
+    count is a ValueError naming the observation."""
+    rates = [int(np.shape(x)[0]) if np.ndim(x) else -1 for x in leaves]
+    per_chunk = max(rates, default=0)
+    for name, rate in zip(names, rates, strict=True):
+        if rate not in (per_chunk, 1):
+            raise ValueError(
+                f"observation {name!r} holds {rate if rate >= 0 else 'no'} records per chunk; a run store keeps "
+                f"records at one rate ({per_chunk} per chunk, the most any observation holds) and at one per chunk: "
+                "give every observation a leading record axis of one of those lengths"
+            )
+    return per_chunk
+
+
+def record_counts(attrs: Mapping[str, Any]) -> dict[str, int]:
+    """The committed records along each record dimension of a store with root attributes ``attrs``."""
+    n = int(attrs.get("records", 0))
+    per_chunk = int(attrs.get("records_per_chunk", 0) or 0)
+    return {"time": n, CHUNK_TIME: n // per_chunk if per_chunk else 0}
+
 
 # UDUNITS symbols a store's units are built from, and the prefixes they take
 _SYMBOLS = frozenset(

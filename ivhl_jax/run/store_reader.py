@@ -12,7 +12,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from ivhl_jax.run.store_format import StoreError, find_store, leaf_names, read_attrs, read_region
+from ivhl_jax.run.store_format import (
+    CHUNK_TIME,
+    StoreError,
+    find_store,
+    leaf_names,
+    read_attrs,
+    read_region,
+    record_counts,
+)
 
 
 def read_observations(path: str | os.PathLike, like: Any = None, *, rename: Mapping[str, str] | None = None) -> Any:
@@ -20,20 +28,20 @@ def read_observations(path: str | os.PathLike, like: Any = None, *, rename: Mapp
     import zarr
 
     path = os.path.abspath(os.fspath(path))
-    attrs = read_attrs(path)
-    n = int(attrs.get("records", 0))
+    counts = record_counts(read_attrs(path))
     g: Any = zarr.open_group(path, mode="r")
+
+    def read(a: Any) -> np.ndarray:
+        return read_region(path, a, slice(0, counts[a.metadata.dimension_names[0]]))
+
     if like is None:
-        return {
-            k: read_region(path, a, slice(0, n))
-            for k, a in g.arrays()
-            if a.metadata.dimension_names[0] == "time" and k not in ("time", "step")
-        }
+        coords = ("time", "step", CHUNK_TIME, "chunk_step")
+        return {k: read(a) for k, a in g.arrays() if a.metadata.dimension_names[0] in counts and k not in coords}
     names = [(rename or {}).get(n, n) for n in leaf_names(like)]
     leaves = []
     for name, x in zip(names, jax.tree_util.tree_leaves(like), strict=True):
         empty = np.zeros((0, *np.shape(x)[1:]), np.asarray(x).dtype)
-        leaves.append(read_region(path, g[name], slice(0, n)) if name in g else empty)
+        leaves.append(read(g[name]) if name in g else empty)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
 
 
@@ -42,7 +50,8 @@ class RunData:
     """What :func:`open_run` returns.
 
     Attributes:
-      observations: Dataset over ``time`` (with coordinate ``step``), the committed records only.
+      observations: Dataset over ``time`` (with coordinate ``step``), the committed records only; observations
+        recorded once per chunk beside more frequent ones are over ``chunk_time`` (coordinate ``chunk_step``).
       snapshots: Dataset over ``snapshot_time`` and the grid axes (None when the run wrote none).
       attrs: the store's metadata (``config``, ``settings``, ``seeds``, ``library``, ``runtime``, counts).
       path: the store's folder.
@@ -101,9 +110,10 @@ def _open_store(store: str) -> RunData:
             f"run store {store} is damaged and cannot be opened ({type(e).__name__}: {e}); remove it "
             "or rerun with --no-resume"
         ) from None
-    obs_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("time",)]
+    counts = record_counts(attrs)
+    obs_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] and v.dims[0] in counts]
     snap_vars = [k for k, v in ds.data_vars.items() if v.dims[:1] == ("snapshot_time",)]
-    obs = ds[obs_vars].isel(time=slice(0, int(attrs.get("records", 0)))) if "time" in ds.dims else ds[obs_vars]
+    obs = ds[obs_vars].isel({d: slice(0, n) for d, n in counts.items()}, missing_dims="ignore")
     try:
         obs = obs.load()  # small: read now, so that a damaged chunk is named here rather than deep in dask
     except Exception:
@@ -111,7 +121,7 @@ def _open_store(store: str) -> RunData:
 
         g: Any = zarr.open_group(store, mode="r")
         for k in obs_vars:
-            read_region(store, g[k], slice(0, int(attrs.get("records", 0))))  # raises naming the chunk's file
+            read_region(store, g[k], slice(0, counts[ds[k].dims[0]]))  # raises naming the chunk's file
         raise
     field_vars = [k for k, v in ds.data_vars.items() if k not in obs_vars and k not in snap_vars]
     snaps = None

@@ -23,6 +23,7 @@ from ivhl_jax.run.config import config_defaults, differing_keys
 from ivhl_jax.run.lock import check_not_link, lock_run_dir, release_run_dir
 from ivhl_jax.run.store_export import export_npy
 from ivhl_jax.run.store_format import (
+    CHUNK_TIME,
     CONVENTIONS,
     FORMAT,
     StoreError,
@@ -34,6 +35,7 @@ from ivhl_jax.run.store_format import (
     leaf_names,
     library_info,
     read_attrs,
+    record_rates,
     runtime_info,
     settings_info,
 )
@@ -226,8 +228,8 @@ class RunStore:
         observations' leading axis) and cut the committed counts back to ``done_chunks`` (a resume); called by
         :func:`ivhl_jax.run.runner.run_chunked` once the checkpoint is known."""
         leaves = jax.tree_util.tree_leaves(observation_like)
-        per_chunk = int(leaves[0].shape[0]) if leaves else 0
         names = [self.rename.get(n, n) for n in leaf_names(observation_like)] if leaves else []
+        per_chunk = record_rates(names, leaves)
         every = self.snapshots.every if self.snapshots is not None else 0
         if every and every % steps_per_chunk:
             raise ValueError(
@@ -238,14 +240,19 @@ class RunStore:
         n_snap = (n_chunks * steps_per_chunk) // every if every else 0
         snap_like = self._compile_snapshots(state_like)
         want_r, want_s = done_chunks * per_chunk, (done_chunks * steps_per_chunk) // every if every else 0
-        self._check_committed(want_r, want_s, n_records, n_snap)
+        self._check_committed(want_r, want_s, n_records, n_snap, n_chunks)
         if self._writer:
             g = self._group
             record_steps = (np.arange(n_records) + 1) * (steps_per_chunk // per_chunk) if per_chunk else np.zeros(0)
             self._allocate_records(g, record_steps, names, leaves, per_chunk)
+            if any(int(leaf.shape[0]) < per_chunk for leaf in leaves):  # one record per chunk beside them
+                chunk_steps = (np.arange(n_chunks) + 1) * steps_per_chunk
+                self._coord(g, CHUNK_TIME, CHUNK_TIME, self._times(chunk_steps), self.time_unit)
+                self._coord(g, "chunk_step", CHUNK_TIME, chunk_steps.astype(np.int64), "1")
             if self.snapshots is not None:
                 self._allocate_snapshots(g, (np.arange(n_snap) + 1) * every, snap_like)
-            g.attrs.update({**self._attrs, "records": want_r, "snapshots": want_s})  # a resume may extend the steps
+            counts = {"records": want_r, "snapshots": want_s, "records_per_chunk": per_chunk}
+            g.attrs.update({**self._attrs, **counts})  # a resume may extend the steps
             self._group = self._consolidate()
         barrier(f"ivhl-store-begin:{self.path}")
         if not self._writer:
@@ -274,7 +281,7 @@ class RunStore:
             for k, v in jax.eval_shape(self._extract, state_like).items()
         }
 
-    def _check_committed(self, want_r: int, want_s: int, n_records: int, n_snap: int) -> None:
+    def _check_committed(self, want_r: int, want_s: int, n_records: int, n_snap: int, n_chunks: int) -> None:
         """Refuse a store that holds fewer records or snapshots than the checkpoint counts, and set the longest the
         arrays may be: an existing array is never grown or cut (nor read) to a length beyond what the
         configuration implies, the store's own configuration's steps scaling the records and snapshots."""
@@ -290,25 +297,28 @@ class RunStore:
         counts = [v for v in (old_steps, new_steps) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
         scale = max(1.0, counts[0] / counts[1]) if len(counts) == 2 else 1.0
         self._limits = {"time": math.ceil(n_records * scale), "snapshot_time": math.ceil(n_snap * scale)}
+        self._limits[CHUNK_TIME] = math.ceil(n_chunks * scale)
 
     def _allocate_records(
         self, g: Any, record_steps: np.ndarray, names: list[str], leaves: list[Any], per_chunk: int
     ) -> None:
         """The ``time`` and ``step`` coordinates, the coordinates described for the observations' other axes and
-        one array per observation over ``("time", *its axes)``."""
+        one array per observation over ``("time", *its axes)`` (``("chunk_time", *its axes)`` for an observation
+        recorded once per chunk beside others recorded more often: :func:`record_rates`)."""
         self._coord(g, "time", "time", self._times(record_steps), self.time_unit)
         self._coord(g, "step", "time", record_steps.astype(np.int64), "1")
         for dim, values in self.coords.items():
             if dim not in g:
                 self._coord(g, dim, dim, values, self.units.get(dim, ""))
         for name, leaf in zip(names, leaves, strict=True):
-            shape = (len(record_steps), *leaf.shape[1:])
+            rate = int(leaf.shape[0])
+            shape = (len(record_steps) // per_chunk * rate, *leaf.shape[1:])
             named = self.dims.get(name, tuple(f"{name}_dim{i}" for i in range(1, len(shape))))
             if len(named) != len(shape) - 1:
                 raise ValueError(f"observation {name!r} has {len(shape) - 1} axes after time, dims name {named}")
-            dtype = np.dtype(leaf.dtype)
-            chunks = (per_chunk, *leaf.shape[1:])
-            self._array(g, name, shape, chunks, dtype, ("time", *named), self.units.get(name, ""), "step")
+            dims, coord = (("time", *named), "step") if rate == per_chunk else ((CHUNK_TIME, *named), "chunk_step")
+            unit = self.units.get(name, "")
+            self._array(g, name, shape, (rate, *leaf.shape[1:]), np.dtype(leaf.dtype), dims, unit, coord)
 
     def _allocate_snapshots(self, g: Any, snap_steps: np.ndarray, snap_like: dict[str, Any]) -> None:
         """The ``snapshot_time`` and ``snapshot_step`` coordinates, the grid's coordinates and one array per field
@@ -332,9 +342,10 @@ class RunStore:
     def _long_name(self, name: str) -> dict[str, str]:
         """``{"long_name": …}`` of the variable ``name`` (described, or the default of a time coordinate), else {}."""
         counted = "steps done" if self.dt is None else "time"
-        defaults = {"time": counted, "snapshot_time": counted, "step": "steps done", "snapshot_step": "steps done"}
+        defaults = {n: counted for n in ("time", "snapshot_time", CHUNK_TIME)}
+        defaults |= {n: "steps done" for n in ("step", "snapshot_step", "chunk_step")}
         text = self.long_names.get(name) or defaults.get(name)
-        if name == "snapshot_time" and "time" in self.long_names:
+        if name in ("snapshot_time", CHUNK_TIME) and "time" in self.long_names:
             text = self.long_names["time"]
         return {"long_name": text} if text else {}
 
@@ -427,7 +438,9 @@ class RunStore:
         assert plan is not None
         per = plan["per_chunk"]
         for name, leaf in zip(plan["names"] if obs else [], obs, strict=True):
-            g[name][start : start + per] = np.asarray(leaf)
+            rate = int(np.shape(leaf)[0])  # per chunk: records at the store's rate, or one
+            first = start // per * rate
+            g[name][first : first + rate] = np.asarray(leaf)
         if snap is not None:
             index, fields = snap
             for name, arr in fields.items():

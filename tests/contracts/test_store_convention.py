@@ -1,5 +1,5 @@
-"""One store convention for every `ivhl sim` that writes a run store (``<out>/run.zarr``), checked on the store as
-``xarray.open_zarr`` reads it, with no code of ours:
+"""One store convention for every `ivhl sim` and `ivhl train` (each writes a run store, ``<out>/run.zarr``),
+checked on the store as ``xarray.open_datatree`` reads it, with no code of ours:
 
 * the CF and ACDD global attributes: ``Conventions`` naming CF and ACDD, ``title``, ``summary``, ``source`` and an
   ISO 8601 ``date_created``;
@@ -18,7 +18,6 @@ Each simulation runs at its smallest settings (the slow step: a run each).
 from __future__ import annotations
 
 import datetime
-import importlib
 import re
 
 import pytest
@@ -52,29 +51,39 @@ def test_the_units_check_can_fail():
         assert not udunits(bad), bad
 
 
-# sim -> arguments for a run of seconds
+# command -> arguments for a run of seconds
 SIMS = {
-    "holography": (
+    "sim holography": (
         ["--set", "grid=[16, 16]", "--set", "n_sources=8", "--set", "steps=4", "--set", "steps_per_chunk=2"]
     ),
-    "gft": (
+    "sim gft": (
         ["--set", "rank=2", "--set", "grid=8", "--set", "steps=20", "--set", "steps_per_chunk=10"]
         + ["--set", "save_every=5", "--set", "checkpoint_every=10"]
     ),
-    "bec": (
+    "sim bec": (
         ["--set", "grid=16", "--set", "length=12.0", "--set", "ground_steps=20", "--set", "steps=20"]
         + ["--set", "steps_per_chunk=10", "--set", "save_every=10", "--set", "checkpoint_every=10"]
         + ["--set", "snapshot_every=10"]
     ),
-    "cdt": (
+    "sim cdt": (
         ["--set", "slices=4", "--set", "volume=64", "--set", "chains=2", "--set", "steps=4"]
         + ["--set", "steps_per_chunk=4", "--set", "save_every=2", "--set", "r_max=16", "--set", "curvature_deltas=2"]
         + ["--set", "curvature_samples=2", "--set", "engine=jax"]
     ),
-    "mera": (
+    "sim mera": (
         ["--set", "chis=[4]", "--set", "chi_mids=[]", "--set", "steps=[4]", "--set", "layers=[1]"]
         + ["--set", "u_delay=3", "--set", "steps_per_chunk=1", "--set", "checkpoint_every=2"]
     ),
+    # training runs: a record per step (loss) and one per chunk (test scores), two chunks of two steps
+    "train adaptive": ["--set", "dataset=synthetic", "--set", "synthetic_samples=64", "--set", "batch_size=8"]
+    + ["--set", "steps=4", "--set", "steps_per_chunk=2", "--no-plots"],
+    "train vortex_gru": ["--set", "n_train=8", "--set", "n_test=4", "--set", "length=8", "--set", "grid=8"]
+    + ["--set", "hidden=4", "--set", "layers=1", "--set", "batch_size=4", "--set", "steps=4"]
+    + ["--set", "steps_per_chunk=2", "--no-plots"],
+    "train lm": [a for kv in ("d_model=16", "n_layers=1", "n_heads=2", "d_ff=32") for a in ("--set", f"model.{kv}")]
+    + ["--set", "warmup_steps=2", "--set", "model.max_len=16", "--set", "seq_len=16", "--set", "max_bytes=20000"]
+    + ["--set", "batch_size=2"]
+    + ["--set", "eval_batches=1", "--set", "steps=4", "--set", "steps_per_chunk=2", "--no-plots"],
 }
 
 
@@ -96,15 +105,15 @@ def check_dataset(ds, where: str) -> None:
 
 
 @pytest.mark.slow  # a run each: 10-70 s on a busy 2-core host
-@pytest.mark.parametrize("name", list(SIMS))
+@pytest.mark.parametrize("name", [pytest.param(c, id=c.replace(" ", "_")) for c in SIMS])
 def test_sim_store_follows_the_convention(name, tmp_path):
     import xarray as xr
 
+    from ivhl_jax import cli
     from ivhl_jax.run import open_run
 
-    module = importlib.import_module(f"ivhl_jax.sims.{name}")
-    out = tmp_path / name
-    assert module.main([*SIMS[name], "--no-progress", "--out", str(out)]) == 0
+    out = tmp_path / name.replace(" ", "_")
+    assert cli.main([*name.split(), *SIMS[name], "--no-progress", "--out", str(out)]) == 0
     tree = xr.open_datatree(out / "run.zarr", engine="zarr", consolidated=None)
     check_global_attributes(tree.attrs)
     announced = tree.attrs.get("groups", [])
@@ -117,7 +126,7 @@ def test_sim_store_follows_the_convention(name, tmp_path):
             check_global_attributes(ds.attrs)
     run = open_run(out)
     assert list(run.groups) == announced and all(g.observations.data_vars for g in run.groups.values())
-    if name == "mera":  # numbered as the log numbers the stages: "stage 1/1"
+    if name == "sim mera":  # numbered as the log numbers the stages: "stage 1/1"
         assert announced == ["stage1"]
 
 
@@ -157,3 +166,46 @@ def test_the_store_names_shared_axes_and_writes_the_global_attributes(tmp_path):
     assert ds["step"].attrs["units"] == "1" and ds["chain"].attrs["units"] == "1"
     assert ds.attrs["title"] == "toy" and ds.attrs["summary"] == "a toy run" and "CF-" in ds.attrs["Conventions"]
     assert ds.attrs["source"].startswith("ivhl_jax") and ds.attrs["date_created"]
+
+
+def test_records_at_two_rates_go_on_two_dimensions(tmp_path):
+    """A training run records a loss per step and a test score per chunk: the store keeps them apart, the first
+    over ``time`` (coordinate ``step``), the second over ``chunk_time`` (coordinate ``chunk_step``, the chunk's
+    last step), each cut to what was committed; ``open_run`` and ``RunStore.read`` give both; a third rate is
+    refused in one line naming the observation."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import xarray as xr
+
+    from ivhl_jax.run import open_run
+    from ivhl_jax.run.runner import run_chunked
+    from ivhl_jax.run.store import RunStore
+
+    def advance(s):  # 4 steps per chunk: a "loss" each step, a "score" at the chunk's end
+        losses = s + jnp.arange(1.0, 5.0)
+        return s + 4.0, {"loss": losses, "score": (s + 4.0)[None]}
+
+    store = RunStore(tmp_path / "run.zarr", config={"seed": 0})
+    store.describe(units={"loss": "1", "score": "1"})
+    run_chunked(jax.jit(advance), jnp.float32(0.0), n_chunks=3, steps_per_chunk=4, progress=False, sink=store)
+    like = jax.eval_shape(advance, jnp.float32(0.0))[1]
+    read = store.read(like=like)
+    store.close()
+    np.testing.assert_array_equal(read["loss"], np.arange(1.0, 13.0))
+    np.testing.assert_array_equal(read["score"], [4.0, 8.0, 12.0])
+    ds = xr.open_zarr(tmp_path / "run.zarr")
+    assert ds["loss"].dims == ("time",) and ds["score"].dims == ("chunk_time",)
+    np.testing.assert_array_equal(ds["step"].values, np.arange(1, 13))
+    np.testing.assert_array_equal(ds["chunk_step"].values, [4, 8, 12])
+    assert all(udunits(v.attrs.get("units", "")) for v in ds.variables.values())
+    obs = open_run(tmp_path).observations
+    assert obs.sizes == {"time": 12, "chunk_time": 3} and float(obs["score"][-1]) == 12.0
+
+    def three_rates(s):
+        return s, {"loss": jnp.zeros(4), "score": jnp.zeros(1), "half": jnp.zeros(2)}
+
+    other = RunStore(tmp_path / "b" / "run.zarr", config={"seed": 0})
+    with pytest.raises(ValueError, match="observation 'half' holds 2 records per chunk"):
+        run_chunked(jax.jit(three_rates), jnp.float32(0.0), n_chunks=1, steps_per_chunk=4, progress=False, sink=other)
+    other.release()
