@@ -166,6 +166,12 @@ def test_the_store_names_shared_axes_and_writes_the_global_attributes(tmp_path):
     assert ds["step"].attrs["units"] == "1" and ds["chain"].attrs["units"] == "1"
     assert ds.attrs["title"] == "toy" and ds.attrs["summary"] == "a toy run" and "CF-" in ds.attrs["Conventions"]
     assert ds.attrs["source"].startswith("ivhl_jax") and ds.attrs["date_created"]
+    from ivhl_jax.run import open_run
+    from ivhl_jax.run.store import StoreError
+
+    assert open_run(tmp_path).groups == {}  # a store of one stage announces no group
+    with pytest.raises(StoreError, match="holds no group 'stage1'"):
+        open_run(tmp_path, group="stage1")
 
 
 def test_records_at_two_rates_go_on_two_dimensions(tmp_path):
