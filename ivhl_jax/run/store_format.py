@@ -255,16 +255,20 @@ def consolidate(path: str) -> Any:
     return zarr.open_group(path, mode="r+")
 
 
-def natural_units(units: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def natural_units(
+    units: Mapping[str, str], scales: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
     """``(units, long_names)`` for :meth:`RunStore.describe <ivhl_jax.run.store_writer.RunStore.describe>` from
     ``{variable: unit}`` where some units are natural ones a UDUNITS reader does not know (``"ħω"``, ``"trap
-    length"``, ``"sweep"``): such a variable holds a pure number, the quantity divided by its unit, so its unit is
-    ``"1"`` and its ``long_name`` says which unit it counts in (``"energy_total in units of ħω"``); a UDUNITS unit
-    is kept as it is."""
+    length"``, ``"sweep"``). With ``scales``, ``{natural unit: its UDUNITS value}`` (``{"ħω": "1.32e-31 J"}``:
+    the trap units of a given atom and trap), such a variable gets that unit, a scaled SI one; otherwise it holds
+    a pure number, the quantity divided by its unit, so its unit is ``"1"``. Either way its ``long_name`` names
+    the natural unit (``"energy_total in units of ħω"``); a UDUNITS unit is kept as it is."""
     out, names = {}, {}
     for name, unit in units.items():
         if is_udunits(unit):
             out[name] = unit
         else:
-            out[name], names[name] = "1", f"{name} in units of {unit}"
+            out[name] = check_unit(name, (scales or {}).get(unit, "1"))
+            names[name] = f"{name} in units of {unit}"
     return out, names

@@ -29,12 +29,14 @@ _POWER = r"(?:\^?-?\d+)?"
 
 
 def udunits(unit: str) -> bool:
-    """Whether ``unit`` parses as a UDUNITS product of powers of known SI symbols (or is ``"1"``)."""
+    """Whether ``unit`` parses as a UDUNITS product of powers of known SI symbols (or is ``"1"``), optionally
+    scaled by a leading number (``"1.2e-06 m"``)."""
     if not isinstance(unit, str) or not unit.strip():
         return False
     if unit.strip() == "1":
         return True
-    parts = re.split(r"\s+|\.|\*|/", unit.strip())
+    unit = re.sub(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s+(?=\S)", "", unit.strip())
+    parts = re.split(r"\s+|\.|\*|/", unit)
     for part in parts:
         if not part or part == "1":
             continue
@@ -45,9 +47,9 @@ def udunits(unit: str) -> bool:
 
 
 def test_the_units_check_can_fail():
-    for good in ("1", "m", "m^2", "m-2", "kg m s-2", "m^-3", "J/m^3", "rad", "s"):
+    for good in ("1", "m", "m^2", "m-2", "kg m s-2", "m^-3", "J/m^3", "rad", "s", "1.2e-06 m", "6.6e-32 J"):
         assert udunits(good), good
-    for bad in ("", "steps", "ħω", "(trap length)^(-d/2)", "lattice units", "trap_length"):
+    for bad in ("", "steps", "ħω", "(trap length)^(-d/2)", "lattice units", "trap_length", "1.2e-06", "2 ħω"):
         assert not udunits(bad), bad
 
 
@@ -215,3 +217,36 @@ def test_records_at_two_rates_go_on_two_dimensions(tmp_path):
     with pytest.raises(ValueError, match="observation 'half' holds 2 records per chunk"):
         run_chunked(jax.jit(three_rates), jnp.float32(0.0), n_chunks=1, steps_per_chunk=4, progress=False, sink=other)
     other.release()
+
+
+@pytest.mark.slow  # a bec run (10-40 s on a busy 2-core host)
+def test_bec_trap_units_are_si_units_when_a_species_is_given(tmp_path):
+    """With ``species`` and ``omega_hz`` the store's trap-unit quantities carry scaled SI units: ħω in J, 1/ω in s,
+    the trap length √(ħ/(mω)) in m (checked against scipy's CODATA constants and the ⁸⁷Rb mass), the density in
+    m^-2; UDUNITS strings like every unit."""
+    import math
+
+    import scipy.constants as sc
+    import xarray as xr
+
+    from ivhl_jax import cli
+
+    out = tmp_path / "bec"
+    argv = ["sim", "bec", *SIMS["sim bec"], "--set", "species=87Rb", "--set", "omega_hz=100"]
+    argv += ["--set", "snapshot_fields=density_phase"]
+    assert cli.main([*argv, "--no-progress", "--out", str(out)]) == 0
+    ds = xr.open_zarr(out / "run.zarr")
+    check_dataset(ds, "bec with a species")
+
+    def scale(var: str, si: str) -> float:
+        factor, unit = ds[var].attrs["units"].split(" ", 1)
+        assert unit == si, (var, ds[var].attrs["units"])
+        return float(factor)
+
+    omega = 2 * math.pi * 100.0
+    a_ho = math.sqrt(sc.hbar / (86.909180531 * sc.physical_constants["atomic mass constant"][0] * omega))
+    assert math.isclose(scale("energy_total", "J"), sc.hbar * omega, rel_tol=1e-8)
+    assert math.isclose(scale("time", "s"), 1 / omega, rel_tol=1e-8)
+    assert math.isclose(scale("x", "m"), a_ho, rel_tol=1e-8)
+    assert math.isclose(scale("density", "m-2"), a_ho**-2, rel_tol=1e-8)
+    assert "ħω" in ds["energy_total"].attrs["long_name"] and ds["phase"].attrs["units"] == "rad"
