@@ -12,6 +12,8 @@ import numpy as np
 from ivhl_jax.run.store_format import StoreError, find_store, read_attrs, read_region
 from ivhl_jax.run.store_reader import open_run
 
+__all__ = ["export_npy", "write_xdmf"]
+
 
 def export_npy(path: str | os.PathLike, name: str, out: str | os.PathLike) -> np.ndarray:
     """Copy the field ``name`` of the run store at ``path`` (see :meth:`RunStore.write_field`) into the ``.npy``

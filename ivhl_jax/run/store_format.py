@@ -29,6 +29,31 @@ import numpy as np
 from ivhl_jax.core import backend
 from ivhl_jax.train.checkpoint import key_names
 
+__all__ = [
+    "STORE_NAME",
+    "FORMAT",
+    "StoreError",
+    "leaf_names",
+    "library_info",
+    "runtime_info",
+    "settings_info",
+    "jsonable",
+    "fill_value",
+    "barrier",
+    "read_attrs",
+    "read_region",
+    "damaged_chunk",
+    "find_store",
+    "CONVENTIONS",
+    "CHUNK_TIME",
+    "record_rates",
+    "record_counts",
+    "is_udunits",
+    "check_unit",
+    "consolidate",
+    "natural_units",
+]
+
 STORE_NAME = "run.zarr"  # the store's folder inside a run folder
 FORMAT = "ivhl-run-store/1"  # root attribute that marks a run store (and its layout version)
 

@@ -22,6 +22,8 @@ from ivhl_jax.run.store_format import (
     record_counts,
 )
 
+__all__ = ["open_run", "RunData", "read_observations", "announced_groups"]
+
 
 def read_observations(path: str | os.PathLike, like: Any = None, *, rename: Mapping[str, str] | None = None) -> Any:
     """The committed observations of the store at ``path`` as NumPy arrays (see :meth:`RunStore.read`)."""

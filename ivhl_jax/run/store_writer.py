@@ -41,6 +41,8 @@ from ivhl_jax.run.store_format import (
 )
 from ivhl_jax.run.store_reader import read_observations
 
+__all__ = ["RunStore", "Snapshots", "write_final_state"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Snapshots:
