@@ -604,32 +604,20 @@ bad_series = st.one_of(nonfinite(_SERIES), wrong_rank(1, np.float64, side=8), wr
 not_a_state = st.sampled_from([None, np.zeros(372, np.int32), "state", 3])
 not_a_key = st.sampled_from([0, 1.5, "seed", None, np.zeros(3, np.uint32)])
 
+
+def _cdt_size_case(fn: str, arg: str) -> Case:
+    """``cdt.<fn>(params, n_slices, length)`` with ``arg`` bad and the other size 4."""
+
+    def call(b):
+        sizes = {"n_slices": 4, "length": 4, arg: b}
+        return getattr(cdt, fn)(cdt.metropolis(1.0).params, sizes["n_slices"], sizes["length"])
+
+    return Case(f"cdt.{fn}/{arg}", call, arg, bad_count)
+
+
 CASES += [
     # ---- physics.cdt
-    Case(
-        "cdt.default_attempts/n_slices",
-        lambda b: cdt.default_attempts(cdt.metropolis(1.0).params, b, 4),
-        "n_slices",
-        bad_count,
-    ),
-    Case(
-        "cdt.default_attempts/length",
-        lambda b: cdt.default_attempts(cdt.metropolis(1.0).params, 4, b),
-        "length",
-        bad_count,
-    ),
-    Case(
-        "cdt.default_capacity/n_slices",
-        lambda b: cdt.default_capacity(cdt.metropolis(1.0).params, b, 4),
-        "n_slices",
-        bad_count,
-    ),
-    Case(
-        "cdt.default_capacity/length",
-        lambda b: cdt.default_capacity(cdt.metropolis(1.0).params, 4, b),
-        "length",
-        bad_count,
-    ),
+    *(_cdt_size_case(fn, arg) for fn in ("default_attempts", "default_capacity") for arg in ("n_slices", "length")),
     Case(
         "mera.charged_scaling_dimensions/mera",
         lambda b: _x64(mera.charged_scaling_dimensions, b),
