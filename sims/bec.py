@@ -54,7 +54,7 @@ from ivhl_jax.run.driver import RunContext, Simulation, run_main
 from ivhl_jax.run.io import save_figure, save_npy, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
-from ivhl_jax.run.store import RunStore, Snapshots, write_final_state
+from ivhl_jax.run.store import RunStore, Snapshots, natural_units, write_final_state
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -155,9 +155,21 @@ class BECConfig:
     precision: Literal["float32", "float64"] = option(
         "float32", '"float32" (complex64 state) or "float64" (complex128)'
     )
+    species: str | None = option(
+        None,
+        "the atom (87Rb, 23Na, 7Li, 39K, 133Cs, 52Cr, 164Dy), with omega_hz: run.zarr then gives every trap-unit "
+        "quantity its SI unit (ħω in J, 1/ω in s, the trap length in m); the run itself is unchanged",
+    )
+    omega_hz: float | None = option(None, "with species: the trap frequency ω/2π (Hz) of the trap unit ω")
 
     def validate(self) -> None:
         """Every value checked before any work (one ValueError naming the key and the fix)."""
+        if self.species is not None and self.species not in SPECIES_MASS_U:
+            raise ValueError(f"species must be one of {', '.join(SPECIES_MASS_U)}, got {self.species!r}")
+        if self.omega_hz is not None and not (math.isfinite(self.omega_hz) and self.omega_hz > 0):
+            raise ValueError(f"omega_hz must be a finite frequency > 0 (Hz), got {self.omega_hz}")
+        if (self.species is None) != (self.omega_hz is None):
+            raise ValueError("species and omega_hz go together (the trap units in SI need both): set both or neither")
         if self.dims not in (1, 2, 3):
             raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
         if self.grid < 2:
@@ -550,6 +562,33 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
     return psi, {k: np.asarray(v).item() for k, v in info.items()}
 
 
+# Atomic masses (u) of the species whose trap units a run store can give in SI (AME2016), ħ (J s) and u (kg)
+SPECIES_MASS_U = {
+    "87Rb": 86.909180531,
+    "23Na": 22.9897692820,
+    "7Li": 7.0160034366,
+    "39K": 38.9637064864,
+    "133Cs": 132.905451961,
+    "52Cr": 51.9405075,
+    "164Dy": 163.9291748,
+}
+HBAR_J_S, ATOMIC_MASS_KG = 1.054571817e-34, 1.66053906660e-27
+
+
+def _store_units(cfg: BECConfig, natural: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(units, long_names)`` of the store from the natural (trap) units: numbers ("1"), or with ``species`` and
+    ``omega_hz`` the SI units of that atom's trap units: ħω in J, 1/ω in s, a_ho = √(ħ/(mω)) in m."""
+    scales = {}
+    if cfg.species is not None and cfg.omega_hz is not None:
+        omega = 2 * math.pi * cfg.omega_hz
+        a_ho = math.sqrt(HBAR_J_S / (SPECIES_MASS_U[cfg.species] * ATOMIC_MASS_KG * omega))
+        scales = {"ħω": f"{HBAR_J_S * omega:.9g} J", "ħ": f"{HBAR_J_S:.9g} J s", "1/ω": f"{1 / omega:.9g} s"}
+        scales |= {"trap length": f"{a_ho:.9g} m", "(trap length)^-d": f"{a_ho**-cfg.dims:.9g} m-{cfg.dims}"}
+        if cfg.dims == 2:  # ψ in m^(-d/2): an integer power in 2-D only (UDUNITS has no half powers)
+            scales["(trap length)^(-d/2)"] = f"{1 / a_ho:.9g} m-1"
+    return natural_units(natural, scales)
+
+
 GP_UNITS = {
     "norm": "1",
     "energy_kinetic": "ħω",
@@ -584,13 +623,21 @@ def gp_snapshots(cfg: BECConfig, system) -> Snapshots:
             return {"psi": psi.astype(jnp.result_type(real, jnp.complex64))}
         return {"density": (jnp.abs(psi) ** 2).astype(real), "phase": jnp.angle(psi).astype(real)}
 
-    units = {
+    units = _store_units(cfg, _field_units(cfg))[0]  # trap units (numbers, or SI with a species)
+    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims, coords=coords, units=units)
+
+
+def _field_units(cfg: BECConfig) -> dict[str, str]:
+    """The natural unit of each field and axis a run stores (trap units; ``component`` and ``m`` are labels)."""
+    return {
         "psi": "(trap length)^(-d/2)",
+        "final_state": "(trap length)^(-d/2)",
         "density": "(trap length)^-d",
         "phase": "rad",
+        "component": "1",
+        "m": "1",
         **{d: "trap length" for d in ("x", "y", "z")[: cfg.dims]},
     }
-    return Snapshots(every=cfg.snapshot_every, fields=fields, dims=dims, coords=coords, units=units)
 
 
 def _units(names) -> dict[str, str]:
@@ -642,9 +689,12 @@ def simulate(
     extra["system"] = system
     extra["observation_like"] = jax.eval_shape(observe, state, stepper.params)
     if sink is not None:
+        obs_units = GP_UNITS if scalar else _units(extra["observation_like"])
+        units, long_names = _store_units(cfg, {"time": "1/ω", **obs_units, **_field_units(cfg)})
         sink.describe(
-            time_unit="1/ω (trap units)",
-            units=GP_UNITS if scalar else _units(extra["observation_like"]),
+            time_unit=units.pop("time"),
+            units=units,
+            long_names=long_names,
             snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None,
         )
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
@@ -696,8 +746,7 @@ def _state_axes(cfg: BECConfig, system) -> tuple[tuple[str, ...], dict, dict]:
     """``(dims, coords, units)`` of the state's axes (:func:`_axes`): ``x, y, z`` in trap lengths, after the
     component axis of a mixture or spin-1 field."""
     dims, coords = _axes(cfg, system)
-    grid_dims = ("x", "y", "z")[: cfg.dims]
-    return dims, coords, {"final_state": "(trap length)^(-d/2)", **{d: "trap length" for d in grid_dims}}
+    return dims, coords, _store_units(cfg, _field_units(cfg))[0]
 
 
 def write_outputs(

@@ -361,7 +361,8 @@ def simulate(
     per_chunk = cfg.steps_per_chunk
     advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
     if sink is not None:
-        sink.describe(time_unit="sweeps", **store_layout(cfg))
+        # a sweep count is a number (UDUNITS has no sweep): unit "1", the long_name says what it counts
+        sink.describe(time_unit="1", long_names={"time": "Monte Carlo sweeps done"}, **store_layout(cfg))
     res = run_chunked(
         advance,
         chains,

@@ -26,8 +26,6 @@ dense run's, and the scaling dimensions carry their charges ("scaling_dimension_
 ``term[a', b', a, b] = <a' b'| h |a b>`` of shape (d, d, d, d), written e.g. for the Heisenberg chain by::
 
     import numpy as np
-import zarr
-import zarr
     x, y, z = np.array([[0, 1], [1, 0]]), np.array([[0, -1], [1, 0]]), np.diag([1, -1])   # y = i·Y, real
     np.save("h.npy", (np.kron(x, x) - np.kron(y, y) + np.kron(z, z)).reshape(2, 2, 2, 2) / 4)
 
@@ -70,7 +68,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import zarr
 
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics.tensornet import mera as M
@@ -438,7 +435,7 @@ def simulate(
     restarts: list[dict] = []
     n_stages = len(cfg.chis)
     if sink is not None:
-        zarr.open_group(sink.path, mode="r+").attrs.update({"groups": [stage_group(k) for k in range(n_stages)]})
+        sink.announce([stage_group(k) for k in range(n_stages)])  # open_run(out).groups opens them
     with jax.enable_x64(True):
         key = jax.random.key(cfg.seed)
         mera: M.MERA | None = None
@@ -477,7 +474,12 @@ def simulate(
             stage_sink = (
                 None
                 if sink is None
-                else sink.child(stage_group(k)).describe(time_unit="sweeps", rename={"value": "energy"})
+                else sink.child(stage_group(k)).describe(
+                    time_unit="1",  # a sweep count is a number (UDUNITS has no sweep); the long_name says so
+                    units={"energy": "1"},  # in units of the model's coupling J
+                    rename={"value": "energy"},
+                    long_names={"time": "sweeps done", "energy": "energy per site in units of the coupling J"},
+                )
             )
             with Checkpointer(os.path.join(out, "ckpt", stage_group(k)), save_every=cfg.checkpoint_every) as ck:
                 done = first.shape[0] + (ck.latest_step() or 0)

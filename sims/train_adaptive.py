@@ -40,6 +40,7 @@ from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.run.store import RunStore
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher, train_test_split
@@ -220,14 +221,17 @@ def train(
     progress: bool = True,
     plots: bool = True,
     checkpointer: Checkpointer | None = None,
+    sink: RunStore | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``.
-    ``checkpointer`` is the driver's; without it the run folder ``out`` opens its own."""
+    ``checkpointer`` is the driver's; without it the run folder ``out`` opens its own. With ``sink`` (the run
+    store) the records stream to disk: per step over ``time``, the test accuracy per chunk over ``chunk_time``."""
     with phase("loading data", enabled=progress):
         data = load_dataset(cfg)
     with phase("building the model", enabled=progress):
         model, mcfg, carry, state, advance, evaluate = build(cfg, data)
     n_chunks = cfg.steps // cfg.steps_per_chunk
+    like = jax.eval_shape(advance, state)[1]  # the records of one chunk (all numbers: unit "1")
     with run_checkpointer(
         out,
         cfg,
@@ -245,8 +249,9 @@ def train(
             metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
             progress=progress,
             description="train adaptive",
+            sink=sink.describe(units=dict.fromkeys(like, "1")) if sink is not None else None,
         )
-    hist = {k: np.asarray(v) for k, v in res.history.items()}
+    hist = {k: np.asarray(v) for k, v in (res.history if sink is None else sink.read(like=like)).items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
     n_new = res.steps_run
@@ -305,13 +310,15 @@ class TrainAdaptiveSimulation(Simulation):
     """``ivhl train adaptive`` (``--profile``: profile the train step instead of training)."""
 
     prog = "ivhl train adaptive"
+    streams = True
     config_type = TrainAdaptiveConfig
 
     def run(self, cfg: TrainAdaptiveConfig, ctx: RunContext) -> dict[str, str]:
         if ctx.args.profile:
             return {"baseline": profile(cfg, ctx.out)}
         t0 = time.perf_counter()
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+        ck, sink = ctx.checkpointer, ctx.sink
+        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ck, sink=sink)
         print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s)")
         paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
         return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}

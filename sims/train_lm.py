@@ -55,6 +55,7 @@ from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.run.store import RunStore, leaf_names
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -258,8 +259,10 @@ def train(
     plots: bool = True,
     stop_after_chunks: int | None = None,
     checkpointer: Checkpointer | None = None,
+    sink: RunStore | None = None,
 ) -> dict:
-    """Train (or resume), write summary/plot/checkpoints to ``out``, return the summary dict.
+    """Train (or resume), write summary/plot/checkpoints to ``out``, return the summary dict. With ``sink`` (the
+    run store) the records stream to disk: the loss per step over ``time``, per-chunk ones over ``chunk_time``.
 
     ``stop_after_chunks`` ends this invocation early (as an interruption would); a later call with
     the same config resumes from the checkpoint and finishes bit-identically. ``checkpointer`` is the
@@ -271,6 +274,7 @@ def train(
     with phase("building the model", enabled=progress):
         state, advance, _ = build(cfg, data)
     n_chunks = cfg.steps // cfg.steps_per_chunk
+    like = jax.eval_shape(advance, state)[1]  # the records of one chunk (losses and rates: unit "1")
     if stop_after_chunks is not None:
         n_chunks = min(n_chunks, int(stop_after_chunks))
     # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
@@ -286,8 +290,9 @@ def train(
             metadata={"config": config_dict(cfg)},
             progress=progress,
             description="train lm",
+            sink=None if sink is None else sink.describe(units=dict.fromkeys(leaf_names(like), "1")),
         )
-    hist = jax.tree_util.tree_map(np.asarray, res.history)
+    hist = jax.tree_util.tree_map(np.asarray, res.history if sink is None else sink.read(like=like))
     mcfg = cfg.model
     n_params = count_params(res.state.params)
     tokens = cfg.batch_size * cfg.seq_len
@@ -399,10 +404,12 @@ class TrainLMSimulation(Simulation):
     """``ivhl train lm`` (``--generate``: :func:`generate_main` samples from a trained run instead)."""
 
     prog = "ivhl train lm"
+    streams = True
     config_type = TrainLMConfig
 
     def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+        ck, sink = ctx.checkpointer, ctx.sink
+        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ck, sink=sink)
         print(
             json.dumps(
                 {

@@ -35,6 +35,7 @@ from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.run.store import RunStore
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -151,8 +152,10 @@ def train(
     progress: bool = True,
     checkpointer: Checkpointer | None = None,
     plots: bool = True,
+    sink: RunStore | None = None,
 ) -> dict:
-    """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own.
+    """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own. With ``sink``
+    (the run store) the loss per step streams to disk over ``time``, the test RMSE per chunk over ``chunk_time``.
 
     Writes ``summary.json``, ``metrics.json`` and (with ``plots``) ``vortex_gru.png`` and ``loss_curve.png``.
     """
@@ -193,6 +196,10 @@ def train(
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
+    like = jax.eval_shape(advance, state)[1]
+    if sink is not None:  # numbers: the loss, and the RMSE in the window's coordinates (half-width 1)
+        rmse = "one-step test RMSE of the vortex positions"
+        sink.describe(units={"loss": "1", "test_rmse": "1"}, long_names={"test_rmse": rmse})
     with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=per_chunk, keep=2) as ck:
         res = run_chunked(
             jax.jit(advance),
@@ -202,8 +209,9 @@ def train(
             checkpointer=ck,
             progress=progress,
             description="train vortex_gru",
+            sink=sink,
         )
-    hist = {k: np.asarray(v) for k, v in res.history.items()}
+    hist = {k: np.asarray(v) for k, v in (res.history if sink is None else sink.read(like=like)).items()}
     final = float(jax.jit(test_rmse)(res.state.params))
     base = baselines(data["test"])
     summary = {
@@ -279,11 +287,13 @@ class VortexGRUSimulation(Simulation):
     """``ivhl train vortex_gru``."""
 
     prog = "ivhl train vortex_gru"
+    streams = True
     config_type = VortexGRUConfig
 
     def run(self, cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
         t0 = time.perf_counter()
-        s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer, plots=not ctx.args.no_plots)
+        ck, sink = ctx.checkpointer, ctx.sink
+        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ck, sink=sink)
         print(
             f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
             f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s"

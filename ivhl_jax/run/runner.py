@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.run.store import RunStore
+from ivhl_jax.run.store import RunStore, leaf_names
+from ivhl_jax.run.store_format import record_rates
 from ivhl_jax.train.checkpoint import Checkpointer, StepUnfitError
 
 __all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
@@ -209,15 +210,15 @@ def _check_chunking(advance: Advance, n_chunks: int, steps_per_chunk: int, sink:
 
 
 def _observation_template(advance: Advance, state: Any, sink: RunStore | None) -> tuple[Any, int]:
-    """The shapes of one chunk's observations, and (with a sink) the records per chunk they all share."""
+    """The shapes of one chunk's observations, and (with a sink) the most records per chunk any leaf holds."""
     _, obs_template = jax.eval_shape(advance, state)
-    records_per_chunk = {o.shape[0] if o.shape else None for o in jax.tree_util.tree_leaves(obs_template)}
-    if sink is not None and (len(records_per_chunk) != 1 or None in records_per_chunk):
+    leaves = jax.tree_util.tree_leaves(obs_template)
+    if sink is not None and any(not o.shape for o in leaves):
         raise ValueError(
-            "with a sink every observation leaf needs the same leading record axis, got shapes "
-            f"{[o.shape for o in jax.tree_util.tree_leaves(obs_template)]}"
+            f"with a sink every observation leaf needs a leading record axis, got shapes {[o.shape for o in leaves]}"
         )
-    return obs_template, int(records_per_chunk.pop() or 0) if sink is not None else 0
+    # records per chunk: the most any leaf holds (the others hold one per chunk, on their own store dimension)
+    return obs_template, record_rates(leaf_names(obs_template), leaves) if sink is not None else 0
 
 
 @dataclasses.dataclass

@@ -45,29 +45,12 @@ SMALL: dict[str, list[str]] = {
         "stuck_every=0",
     ],
     "train lm": [
-        "model.d_model=16",
-        "model.n_layers=1",
-        "model.n_heads=2",
-        "model.d_ff=32",
-        "model.max_len=16",
-        "seq_len=16",
-        "max_bytes=20000",
-        "batch_size=2",
-        "steps=1",
-        "eval_batches=1",
+        *(f"model.{k}={v}" for k, v in {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "max_len": 16}.items()),
+        *("seq_len=16", "max_bytes=20000", "batch_size=2", "steps=1", "eval_batches=1"),
     ],
     "train adaptive": ["dataset=synthetic", "synthetic_samples=64", "batch_size=8", "steps=1", "steps_per_chunk=1"],
-    "train vortex_gru": [
-        "n_train=8",
-        "n_test=4",
-        "length=8",
-        "grid=8",
-        "hidden=4",
-        "layers=1",
-        "steps=1",
-        "steps_per_chunk=1",
-        "batch_size=4",
-    ],
+    "train vortex_gru": "n_train=8 n_test=4 length=8 grid=8 hidden=4 layers=1 batch_size=4".split()
+    + ["steps=1", "steps_per_chunk=1"],
 }
 
 # Keys that matter only with another setting: that setting is added before the bad value.

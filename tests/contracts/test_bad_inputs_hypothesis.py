@@ -114,6 +114,11 @@ class Case:
 _KEY0 = jax.random.key(0)
 
 
+def _toy_training() -> tuple:
+    """``(loss_fn, params, optimizer, get_batch)`` of a toy training run, for the profiling doors."""
+    return (lambda p, b_: 0.0, {"w": jnp.ones(2)}, training.make_optimizer(), lambda k: None)
+
+
 def _x64(fn, *args, **kwargs):
     with jax.enable_x64(True):
         return fn(*args, **kwargs)
@@ -149,6 +154,7 @@ _SRC = np.ones((4, 3), np.float32)
 _M = np.ones((4,), np.float32)
 _QKV = np.ones((1, 4, 2, 8), np.float32)
 _SITES = np.ones((2, 2, 2), np.float32) / math.sqrt(8)
+bad_alpha = st.one_of(st.floats(max_value=-1e-3, allow_nan=False), st.just(NAN))  # a Rényi order must be >= 0
 _MASK_BAD = "owned by another agent (physics/condensate.py); eager validation pending"
 
 CASES: list[Case] = [
@@ -356,7 +362,7 @@ CASES: list[Case] = [
         "tn.renyi/alpha",
         lambda b: tn.renyi(_SITES, [0], b),
         "alpha",
-        st.one_of(st.floats(max_value=-1e-3, allow_nan=False), st.just(NAN)),
+        bad_alpha,
     ),
     Case(
         "tn.schmidt_probabilities/state",
@@ -599,32 +605,20 @@ bad_series = st.one_of(nonfinite(_SERIES), wrong_rank(1, np.float64, side=8), wr
 not_a_state = st.sampled_from([None, np.zeros(372, np.int32), "state", 3])
 not_a_key = st.sampled_from([0, 1.5, "seed", None, np.zeros(3, np.uint32)])
 
+
+def _cdt_size_case(fn: str, arg: str) -> Case:
+    """``cdt.<fn>(params, n_slices, length)`` with ``arg`` bad and the other size 4."""
+
+    def call(b):
+        sizes = {"n_slices": 4, "length": 4, arg: b}
+        return getattr(cdt, fn)(cdt.metropolis(1.0).params, sizes["n_slices"], sizes["length"])
+
+    return Case(f"cdt.{fn}/{arg}", call, arg, bad_count)
+
+
 CASES += [
     # ---- physics.cdt
-    Case(
-        "cdt.default_attempts/n_slices",
-        lambda b: cdt.default_attempts(cdt.metropolis(1.0).params, b, 4),
-        "n_slices",
-        bad_count,
-    ),
-    Case(
-        "cdt.default_attempts/length",
-        lambda b: cdt.default_attempts(cdt.metropolis(1.0).params, 4, b),
-        "length",
-        bad_count,
-    ),
-    Case(
-        "cdt.default_capacity/n_slices",
-        lambda b: cdt.default_capacity(cdt.metropolis(1.0).params, b, 4),
-        "n_slices",
-        bad_count,
-    ),
-    Case(
-        "cdt.default_capacity/length",
-        lambda b: cdt.default_capacity(cdt.metropolis(1.0).params, 4, b),
-        "length",
-        bad_count,
-    ),
+    *(_cdt_size_case(fn, arg) for fn in ("default_attempts", "default_capacity") for arg in ("n_slices", "length")),
     Case(
         "mera.charged_scaling_dimensions/mera",
         lambda b: _x64(mera.charged_scaling_dimensions, b),
@@ -1411,45 +1405,25 @@ CASES += [
     ),
     Case(
         "profiling.profile_training/batch_size",
-        lambda b: profiling.profile_training(
-            lambda p, b_: 0.0, {"w": jnp.ones(2)}, training.make_optimizer(), lambda k: None, batch_size=b, key=_KEY0
-        ),
+        lambda b: profiling.profile_training(*_toy_training(), batch_size=b, key=_KEY0),
         "batch_size",
         bad_size,
     ),
     Case(
         "profiling.profile_training/num_batches",
-        lambda b: profiling.profile_training(
-            lambda p, b_: 0.0,
-            {"w": jnp.ones(2)},
-            training.make_optimizer(),
-            lambda k: None,
-            batch_size=2,
-            num_batches=b,
-            key=_KEY0,
-        ),
+        lambda b: profiling.profile_training(*_toy_training(), batch_size=2, num_batches=b, key=_KEY0),
         "num_batches",
         bad_size,
     ),
     Case(
         "profiling.fused_train_chunk/steps",
-        lambda b: profiling.fused_train_chunk(
-            lambda p, b_: 0.0, {"w": jnp.ones(2)}, training.make_optimizer(), lambda k: None, b, jax.random.key(0)
-        ),
+        lambda b: profiling.fused_train_chunk(*_toy_training(), b, jax.random.key(0)),
         "steps",
         bad_size,
     ),
     Case(
         "profiling.profile_fused/chunk",
-        lambda b: profiling.profile_fused(
-            lambda p, b_: 0.0,
-            {"w": jnp.ones(2)},
-            training.make_optimizer(),
-            lambda k: None,
-            batch_size=2,
-            chunk=b,
-            key=_KEY0,
-        ),
+        lambda b: profiling.profile_fused(*_toy_training(), batch_size=2, chunk=b, key=_KEY0),
         "chunk",
         bad_size,
     ),
@@ -1777,7 +1751,7 @@ CASES += [
         "tn.renyi_entropy/alpha",
         lambda b: tn.renyi_entropy(_SITES, [0], b),
         "alpha",
-        st.one_of(st.floats(max_value=-1e-3, allow_nan=False), st.just(NAN)),
+        bad_alpha,
     ),
     Case(
         "tn.renyi_entropy/state",

@@ -110,12 +110,19 @@ def private_uses(source: str, rel: str) -> list[str]:
     return bad
 
 
+def _scan(check, skip=frozenset()) -> list[str]:
+    """Every line ``check(path, rel)`` reports over the project's modules (``rel``: the path from the root, with
+    ``/``; ``skip``: such paths left out)."""
+    found = []
+    for path in _files():
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if rel not in skip:
+            found += check(path, rel)
+    return found
+
+
 def test_no_private_names_used_across_modules():
-    bad = [
-        line
-        for path in _files()
-        for line in private_uses(open(path, encoding="utf-8").read(), os.path.relpath(path, ROOT))
-    ]
+    bad = _scan(lambda path, rel: private_uses(open(path, encoding="utf-8").read(), rel))
     assert not bad, (
         "private names used across modules (make the name public in its one home, or move the "
         "helper there):\n" + "\n".join(bad)
@@ -189,12 +196,7 @@ def _platform_reads(path: str) -> list[str]:
 
 
 def test_platform_and_core_count_are_read_only_by_core_backend():
-    bad = [
-        line
-        for path in _files()
-        if os.path.relpath(path, ROOT).replace(os.sep, "/") not in PLATFORM_HOME
-        for line in _platform_reads(path)
-    ]
+    bad = _scan(lambda path, rel: _platform_reads(path), skip=PLATFORM_HOME)
     assert not bad, (
         "the platform and core count have one home, ivhl_jax.core.backend (ask it: "
         "backend.platform(), backend.host_cores(), ...):\n" + "\n".join(bad)

@@ -159,6 +159,13 @@ F23 = np.zeros((2, 3), np.float32)
 I23 = np.zeros((2, 3), np.int32)
 
 
+def _ground_state_case(label: str, system: Any, components: int) -> Case:
+    """``condensate.ground_state`` of ``system`` (lazy), and with an integer guess of ``components`` fields."""
+    ok = call(system, max_steps=10, check_every=5)
+    bad = call(system, max_steps=10, check_every=5, psi0=np.ones((components, 16), np.int32))
+    return Case(f"condensate.ground_state/{label}", C.ground_state, ok, bad)
+
+
 def _split_local(p):
     return jnp.zeros(p.shape, jnp.float32)
 
@@ -238,12 +245,7 @@ CASES = [
     ),  # one centre, two charges
     Case("condensate.vortex_charges", C.vortex_charges, call(psi2, grid2), call(psi1, grid2)),  # psi must be 2-D
     Case("condensate.energy/mixture", C.energy, call(psi_mix, mix1), call(jnp.ones((2, 16), jnp.int32), mix1)),
-    Case(
-        "condensate.ground_state/mixture",
-        C.ground_state,
-        call(mix1, max_steps=10, check_every=5),
-        call(mix1, max_steps=10, check_every=5, psi0=np.ones((2, 16), np.int32)),
-    ),
+    _ground_state_case("mixture", mix1, 2),
     Case(
         "condensate.component_norms",
         C.component_norms,
@@ -252,12 +254,7 @@ CASES = [
     ),
     Case("condensate.overlap", C.overlap, call(psi_mix, grid1), call(jnp.ones((2, 16), jnp.int32), grid1)),
     Case("condensate.energy/spin1", C.energy, call(psi_spin, spin1), call(jnp.ones((3, 16), jnp.int32), spin1)),
-    Case(
-        "condensate.ground_state/spin1",
-        C.ground_state,
-        call(spin1, max_steps=10, check_every=5),
-        call(spin1, max_steps=10, check_every=5, psi0=np.ones((3, 16), np.int32)),
-    ),
+    _ground_state_case("spin1", spin1, 3),
     Case("condensate.spin_density", C.spin_density, call(psi_spin), call(jnp.ones((3, 16), jnp.int32))),
     Case("condensate.magnetization", C.magnetization, call(psi_spin, grid1), call(jnp.ones((3, 16), jnp.int32), grid1)),
     Case("condensate.dipolar_kernel", C.dipolar_kernel, call(dip3), None),
