@@ -21,7 +21,6 @@ are set from the dataset.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -37,9 +36,11 @@ from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, pr
 from ivhl_jax.nn import adaptive
 from ivhl_jax.nn.adaptive import AdaptiveConfig
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
+from ivhl_jax.run.driver import RunContext, run_checkpointer
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import TrainingSimulation
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher, train_test_split
@@ -301,11 +302,13 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
     return write_json(os.path.join(out, "baseline.json"), profiling.baseline_document([run]))
 
 
-class TrainAdaptiveSimulation(Simulation):
+class TrainAdaptiveSimulation(TrainingSimulation):
     """``ivhl train adaptive`` (``--profile``: profile the train step instead of training)."""
 
     prog = "ivhl train adaptive"
     config_type = TrainAdaptiveConfig
+    out_folder = "adaptive"
+    switches = {"--profile": "instead of training, profile the train step and write baseline.json to --out"}
 
     def run(self, cfg: TrainAdaptiveConfig, ctx: RunContext) -> dict[str, str]:
         if ctx.args.profile:
@@ -316,30 +319,12 @@ class TrainAdaptiveSimulation(Simulation):
         paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
         return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}
 
-    def default_out(self, cfg: TrainAdaptiveConfig, args: argparse.Namespace) -> str:
-        return os.path.join("runs", "adaptive")
-
     def checkpoint_every(self, cfg: TrainAdaptiveConfig) -> int:
         return cfg.checkpoint_every or cfg.steps_per_chunk
 
-    def keep(self, cfg: TrainAdaptiveConfig) -> int:
-        return 2
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--no-plots", action="store_true")
-        parser.add_argument(
-            "--profile",
-            action="store_true",
-            help="instead of training, profile the train step and write baseline.json to --out",
-        )
-
 
 SIMULATION = TrainAdaptiveSimulation()
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
+main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,7 +36,8 @@ import os
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -52,9 +53,11 @@ from ivhl_jax.models.transformer import (
     lm_loss_fn,
 )
 from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config_dict, load_config, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
+from ivhl_jax.run.driver import RunContext, run_checkpointer
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import TrainingSimulation
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -395,56 +398,6 @@ def sample_text(
 # --------------------------------------------------------------------------- CLI
 
 
-class TrainLMSimulation(Simulation):
-    """``ivhl train lm`` (``--generate``: :func:`generate_main` samples from a trained run instead)."""
-
-    prog = "ivhl train lm"
-    config_type = TrainLMConfig
-
-    def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
-        print(
-            json.dumps(
-                {
-                    k: s[k]
-                    for k in (
-                        "n_params",
-                        "steps",
-                        "unigram_entropy_bits_per_byte",
-                        "final_train_bits_per_byte_last_chunk_mean",
-                        "final_val_bits_per_byte",
-                        "val_over_unigram",
-                    )
-                },
-                indent=1,
-            )
-        )
-        paths = {"summary": os.path.join(ctx.out, "summary.json")}
-        if not ctx.args.no_plots:
-            paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
-        return paths
-
-    def default_out(self, cfg: TrainLMConfig, args: argparse.Namespace) -> str:
-        return os.path.join("runs", "lm")
-
-    def checkpoint_every(self, cfg: TrainLMConfig) -> int:
-        return cfg.steps_per_chunk
-
-    def keep(self, cfg: TrainLMConfig) -> int:
-        return cfg.keep_checkpoints
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--no-plots", action="store_true")
-        parser.add_argument(
-            "--generate",
-            action="store_true",
-            help="sample from the latest checkpoint in --out (see `ivhl train lm --generate --help`)",
-        )
-
-
-SIMULATION = TrainLMSimulation()
-
-
 def generate_parser() -> argparse.ArgumentParser:
     """The options of ``ivhl train lm --generate`` (a usage error is one line)."""
     p = OneLineArgumentParser(prog="ivhl train lm --generate", description="sample from a trained byte LM")
@@ -480,12 +433,44 @@ def generate_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--generate" in argv:
-        return generate_main(argv)
-    return run_main(SIMULATION, argv)
+class TrainLMSimulation(TrainingSimulation):
+    """``ivhl train lm`` (``--generate``: :func:`generate_main` samples from a trained run instead)."""
 
+    prog = "ivhl train lm"
+    config_type = TrainLMConfig
+    out_folder = "lm"
+    switches = {"--generate": "sample from the latest checkpoint in --out (see `ivhl train lm --generate --help`)"}
+    commands: ClassVar[dict[str, Callable[[list[str]], int]]] = {"--generate": generate_main}
+
+    def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
+        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+        print(
+            json.dumps(
+                {
+                    k: s[k]
+                    for k in (
+                        "n_params",
+                        "steps",
+                        "unigram_entropy_bits_per_byte",
+                        "final_train_bits_per_byte_last_chunk_mean",
+                        "final_val_bits_per_byte",
+                        "val_over_unigram",
+                    )
+                },
+                indent=1,
+            )
+        )
+        paths = {"summary": os.path.join(ctx.out, "summary.json")}
+        if not ctx.args.no_plots:
+            paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
+        return paths
+
+    def keep(self, cfg: TrainLMConfig) -> int:
+        return cfg.keep_checkpoints
+
+
+SIMULATION = TrainLMSimulation()
+main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
 
 if __name__ == "__main__":
     sys.exit(main())

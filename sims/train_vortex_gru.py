@@ -18,11 +18,11 @@ against the baselines); ``--no-plots`` skips the pictures.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,9 +32,11 @@ from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.gru import TrajectoryGRU
 from ivhl_jax.physics import fields
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
+from ivhl_jax.run.driver import RunContext, run_checkpointer
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import TrainingSimulation
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -121,11 +123,12 @@ def _detect_all(c: jax.Array, grid_template: jax.Array) -> jax.Array:
     return jax.vmap(jax.vmap(lambda x: detect(x, grid)))(c)
 
 
-def make_data(cfg: VortexGRUConfig) -> dict[str, np.ndarray]:
+def make_data(cfg: VortexGRUConfig) -> dict[str, Any]:
+    """The detected centres ``train [n_train, length, 2]`` and ``test``, the true centres of the test paths
+    ``true_test``, and the detection's RMSE against the true centres ``detect_rmse`` (a float)."""
     key = jax.random.key(cfg.seed + 1000)
-    true = fourier_paths(key, cfg.n_train + cfg.n_test, cfg.length, cfg.harmonics)
-    det = _detect_all(true, jnp.zeros((cfg.grid,)))
-    true, det = np.asarray(true), np.asarray(det)
+    paths = fourier_paths(key, cfg.n_train + cfg.n_test, cfg.length, cfg.harmonics)
+    true, det = np.asarray(paths), np.asarray(_detect_all(paths, jnp.zeros((cfg.grid,))))
     return {
         "train": det[: cfg.n_train],
         "test": det[cfg.n_train :],
@@ -206,7 +209,7 @@ def train(
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     final = float(jax.jit(test_rmse)(res.state.params))
     base = baselines(data["test"])
-    summary = {
+    summary: dict[str, Any] = {
         "config": config_dict(cfg),
         "gru_test_rmse": final,
         **base,
@@ -275,11 +278,12 @@ def write_plots(
     return plot, save_figure(fig, os.path.join(out, "loss_curve.png"))
 
 
-class VortexGRUSimulation(Simulation):
+class VortexGRUSimulation(TrainingSimulation):
     """``ivhl train vortex_gru``."""
 
     prog = "ivhl train vortex_gru"
     config_type = VortexGRUConfig
+    out_folder = "vortex_gru"
 
     def run(self, cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
         t0 = time.perf_counter()
@@ -293,25 +297,9 @@ class VortexGRUSimulation(Simulation):
             paths.update(plot=s["plot"], loss_curve=s["loss_curve"])
         return paths
 
-    def default_out(self, cfg: VortexGRUConfig, args: argparse.Namespace) -> str:
-        return os.path.join("runs", "vortex_gru")
-
-    def checkpoint_every(self, cfg: VortexGRUConfig) -> int:
-        return cfg.steps_per_chunk
-
-    def keep(self, cfg: VortexGRUConfig) -> int:
-        return 2
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--no-plots", action="store_true", help="skip vortex_gru.png and loss_curve.png")
-
 
 SIMULATION = VortexGRUSimulation()
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
+main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
 
 if __name__ == "__main__":
     sys.exit(main())
