@@ -3,7 +3,7 @@
 Each simulation is a module ``ivhl_jax.sims.<name>`` holding one ``SIMULATION``, an instance of its
 :class:`ivhl_jax.run.driver.Simulation` subclass: ``ivhl sim <name>`` runs it through :func:`run` (and
 ``ivhl train <name>`` the one of ``ivhl_jax.sims.train_<name>``). The module's ``main(argv=None) -> int``
-(:func:`entry_point`) is the same command line as a function, for scripts and tests, and what
+(:func:`entry_point`) is the same command line as a function, for scripts and tests; it is also what
 ``python -m ivhl_jax.sims.<name>`` runs.
 
 A simulation may offer other programs on its command line through ``commands``, ``{flag: program}``: a flag
@@ -42,6 +42,13 @@ def run(sim: Simulation, argv: Sequence[str] | None = None) -> int:
     return run_main(sim, args)
 
 
-def entry_point(sim: Simulation) -> functools.partial[int]:
-    """``sim``'s command line as a function ``main(argv=None) -> exit status`` (:func:`run` bound to ``sim``)."""
-    return functools.partial(run, sim)
+def entry_point(sim: Simulation, module: str) -> functools.partial[int]:
+    """``sim``'s command line as a function ``main(argv=None) -> exit status`` (:func:`run` bound to ``sim``).
+
+    ``module`` is the ``__name__`` of the simulation's module: ``"__main__"`` when it runs as a program
+    (``python -m ivhl_jax.sims.NAME``), and then the command line runs at once and the process exits with its
+    status (what ``if __name__ == "__main__": sys.exit(main())`` would say in every module)."""
+    main = functools.partial(run, sim)
+    if module == "__main__":
+        sys.exit(main())
+    return main

@@ -47,7 +47,6 @@ import dataclasses
 import functools
 import math
 import os
-import sys
 import time
 
 import jax
@@ -795,7 +794,4 @@ class CDTSimulation(Simulation):
 
 
 SIMULATION = CDTSimulation()
-main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import sys
 from typing import Literal
 
 import jax
@@ -287,7 +286,4 @@ class GFTSimulation(Simulation):
 
 
 SIMULATION = GFTSimulation()
-main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

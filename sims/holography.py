@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import functools
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -394,7 +393,4 @@ class HolographySimulation(Simulation):
 
 
 SIMULATION = HolographySimulation()
-main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

@@ -682,7 +682,4 @@ class MERASimulation(Simulation):
 
 
 SIMULATION = MERASimulation()
-main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

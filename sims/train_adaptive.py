@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from typing import Any
 
@@ -36,11 +35,11 @@ from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, pr
 from ivhl_jax.nn import adaptive
 from ivhl_jax.nn.adaptive import AdaptiveConfig
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, run_checkpointer
+from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingSimulation
+from ivhl_jax.sims._common import TrainingSimulation, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher, train_test_split
@@ -228,25 +227,18 @@ def train(
         data = load_dataset(cfg)
     with phase("building the model", enabled=progress):
         model, mcfg, carry, state, advance, evaluate = build(cfg, data)
-    n_chunks = cfg.steps // cfg.steps_per_chunk
-    with run_checkpointer(
-        out,
+    res = train_in_chunks(
         cfg,
+        out,
+        advance,
+        state,
+        description="train adaptive",
         checkpointer=checkpointer,
         resume=resume,
-        save_every=cfg.checkpoint_every or cfg.steps_per_chunk,
-        keep=2,
-    ) as ckpt:
-        res = run_chunked(
-            advance,
-            state,
-            n_chunks=n_chunks,
-            steps_per_chunk=cfg.steps_per_chunk,
-            checkpointer=ckpt,
-            metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
-            progress=progress,
-            description="train adaptive",
-        )
+        progress=progress,
+        save_every=cfg.checkpoint_every,
+        metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
+    )
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
@@ -324,7 +316,4 @@ class TrainAdaptiveSimulation(TrainingSimulation):
 
 
 SIMULATION = TrainAdaptiveSimulation()
-main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

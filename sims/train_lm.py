@@ -53,11 +53,11 @@ from ivhl_jax.models.transformer import (
     lm_loss_fn,
 )
 from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config_dict, load_config, option
-from ivhl_jax.run.driver import RunContext, run_checkpointer
+from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingSimulation
+from ivhl_jax.sims._common import TrainingSimulation, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -277,19 +277,19 @@ def train(
     if stop_after_chunks is not None:
         n_chunks = min(n_chunks, int(stop_after_chunks))
     # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
-    with run_checkpointer(
-        out, cfg, checkpointer=checkpointer, resume=resume, save_every=cfg.steps_per_chunk, keep=cfg.keep_checkpoints
-    ) as ckpt:
-        res = run_chunked(
-            advance,
-            state,
-            n_chunks=n_chunks,
-            steps_per_chunk=cfg.steps_per_chunk,
-            checkpointer=ckpt,
-            metadata={"config": config_dict(cfg)},
-            progress=progress,
-            description="train lm",
-        )
+    res = train_in_chunks(
+        cfg,
+        out,
+        advance,
+        state,
+        description="train lm",
+        checkpointer=checkpointer,
+        resume=resume,
+        progress=progress,
+        keep=cfg.keep_checkpoints,
+        n_chunks=n_chunks,
+        metadata={"config": config_dict(cfg)},
+    )
     hist = jax.tree_util.tree_map(np.asarray, res.history)
     mcfg = cfg.model
     n_params = count_params(res.state.params)
@@ -470,7 +470,4 @@ class TrainLMSimulation(TrainingSimulation):
 
 
 SIMULATION = TrainLMSimulation()
-main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from typing import Any
 
@@ -32,11 +31,11 @@ from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.gru import TrajectoryGRU
 from ivhl_jax.physics import fields
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, run_checkpointer
+from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import phase, run_chunked
+from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingSimulation
+from ivhl_jax.sims._common import TrainingSimulation, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -196,16 +195,16 @@ def train(
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
-    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=per_chunk, keep=2) as ck:
-        res = run_chunked(
-            jax.jit(advance),
-            state,
-            n_chunks=cfg.steps // per_chunk,
-            steps_per_chunk=per_chunk,
-            checkpointer=ck,
-            progress=progress,
-            description="train vortex_gru",
-        )
+    res = train_in_chunks(
+        cfg,
+        out,
+        jax.jit(advance),
+        state,
+        description="train vortex_gru",
+        checkpointer=checkpointer,
+        resume=resume,
+        progress=progress,
+    )
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     final = float(jax.jit(test_rmse)(res.state.params))
     base = baselines(data["test"])
@@ -299,7 +298,4 @@ class VortexGRUSimulation(TrainingSimulation):
 
 
 SIMULATION = VortexGRUSimulation()
-main = entry_point(SIMULATION)  # the command line as a function: main(argv) -> exit status
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it
