@@ -11,7 +11,18 @@ from ivhl_jax.run.driver import Simulation, run_checkpointer
 from ivhl_jax.run.runner import Advance, RunResult, run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["TrainingSimulation", "train_in_chunks"]
+__all__ = ["TrainingSimulation", "train_in_chunks", "checkpoint_every", "kept_checkpoints"]
+
+
+def checkpoint_every(cfg: Any) -> int:
+    """Steps between the checkpoints of a training run: ``cfg.checkpoint_every`` where the config has it and it is
+    not 0, else ``cfg.steps_per_chunk`` (after every chunk)."""
+    return int(getattr(cfg, "checkpoint_every", 0) or cfg.steps_per_chunk)
+
+
+def kept_checkpoints(cfg: Any) -> int:
+    """How many checkpoints a training run keeps: ``cfg.keep_checkpoints`` where the config has it, else 2."""
+    return int(getattr(cfg, "keep_checkpoints", 2))
 
 
 def train_in_chunks(
@@ -19,28 +30,22 @@ def train_in_chunks(
     out: str,
     advance: Advance,
     state: Any,
-    *,
     description: str,
     checkpointer: Checkpointer | None,
     resume: bool,
     progress: bool,
-    save_every: int | None = None,
-    keep: int = 2,
+    /,
+    *,
     n_chunks: int | None = None,
     metadata: Mapping[str, Any] | Callable[[int, Any], Mapping[str, Any]] | None = None,
 ) -> RunResult:
     """``cfg.steps // cfg.steps_per_chunk`` chunks (``n_chunks``: fewer) of ``advance`` from ``state``, resumed from
-    the run's latest checkpoint: :func:`ivhl_jax.run.runner.run_chunked` with ``metadata`` under
-    :func:`ivhl_jax.run.driver.run_checkpointer` — ``checkpointer`` (the driver's), or one the run folder ``out``
-    opens for ``cfg``, saving every ``save_every`` steps (default: after each chunk) and keeping the last
-    ``keep``."""
+    the run's latest checkpoint, shown as ``description`` with ``progress``:
+    :func:`ivhl_jax.run.runner.run_chunked` with ``metadata`` under :func:`ivhl_jax.run.driver.run_checkpointer` —
+    ``checkpointer`` (the driver's), or one the run folder ``out`` opens for ``cfg`` (``resume``: from its latest
+    checkpoint; :func:`checkpoint_every`, :func:`kept_checkpoints`)."""
     with run_checkpointer(
-        out,
-        cfg,
-        checkpointer=checkpointer,
-        resume=resume,
-        save_every=save_every or cfg.steps_per_chunk,
-        keep=keep,
+        out, cfg, checkpointer=checkpointer, resume=resume, save_every=checkpoint_every(cfg), keep=kept_checkpoints(cfg)
     ) as ckpt:
         return run_chunked(
             advance,
@@ -55,8 +60,9 @@ def train_in_chunks(
 
 
 class TrainingSimulation(Simulation):
-    """``ivhl train NAME``: optimiser steps in compiled chunks of ``cfg.steps_per_chunk``, a checkpoint after each
-    chunk with the last two kept, the outputs in ``runs/<out_folder>`` by default; its command line adds
+    """``ivhl train NAME``: optimiser steps in compiled chunks of ``cfg.steps_per_chunk``, checkpointed as
+    :func:`checkpoint_every` and :func:`kept_checkpoints` say, the outputs in ``runs/<out_folder>`` by default; its
+    command line adds
     ``--no-plots`` and an on/off option for each entry of ``switches`` (``{"--flag": "help"}``, read from the run
     context's ``args``).
 
@@ -69,10 +75,10 @@ class TrainingSimulation(Simulation):
         return os.path.join("runs", self.out_folder)
 
     def checkpoint_every(self, cfg: Any) -> int:
-        return int(cfg.steps_per_chunk)
+        return checkpoint_every(cfg)
 
     def keep(self, cfg: Any) -> int:
-        return 2
+        return kept_checkpoints(cfg)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--no-plots", action="store_true", help="write no figures (PNG)")

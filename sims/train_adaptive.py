@@ -227,18 +227,11 @@ def train(
         data = load_dataset(cfg)
     with phase("building the model", enabled=progress):
         model, mcfg, carry, state, advance, evaluate = build(cfg, data)
-    res = train_in_chunks(
-        cfg,
-        out,
-        advance,
-        state,
-        description="train adaptive",
-        checkpointer=checkpointer,
-        resume=resume,
-        progress=progress,
-        save_every=cfg.checkpoint_every,
-        metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
-    )
+
+    def metadata(step: int, ts: Any) -> dict[str, Any]:
+        return {"step": int(step), "config": config_dict(cfg)}
+
+    res = train_in_chunks(cfg, out, advance, state, "train adaptive", checkpointer, resume, progress, metadata=metadata)
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
@@ -310,9 +303,6 @@ class TrainAdaptiveSimulation(TrainingSimulation):
         print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s)")
         paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
         return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}
-
-    def checkpoint_every(self, cfg: TrainAdaptiveConfig) -> int:
-        return cfg.checkpoint_every or cfg.steps_per_chunk
 
 
 SIMULATION = TrainAdaptiveSimulation()

@@ -277,18 +277,9 @@ def train(
     if stop_after_chunks is not None:
         n_chunks = min(n_chunks, int(stop_after_chunks))
     # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
+    metadata = {"config": config_dict(cfg)}
     res = train_in_chunks(
-        cfg,
-        out,
-        advance,
-        state,
-        description="train lm",
-        checkpointer=checkpointer,
-        resume=resume,
-        progress=progress,
-        keep=cfg.keep_checkpoints,
-        n_chunks=n_chunks,
-        metadata={"config": config_dict(cfg)},
+        cfg, out, advance, state, "train lm", checkpointer, resume, progress, n_chunks=n_chunks, metadata=metadata
     )
     hist = jax.tree_util.tree_map(np.asarray, res.history)
     mcfg = cfg.model
@@ -464,9 +455,6 @@ class TrainLMSimulation(TrainingSimulation):
         if not ctx.args.no_plots:
             paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
         return paths
-
-    def keep(self, cfg: TrainLMConfig) -> int:
-        return cfg.keep_checkpoints
 
 
 SIMULATION = TrainLMSimulation()

@@ -195,16 +195,7 @@ def train(
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
-    res = train_in_chunks(
-        cfg,
-        out,
-        jax.jit(advance),
-        state,
-        description="train vortex_gru",
-        checkpointer=checkpointer,
-        resume=resume,
-        progress=progress,
-    )
+    res = train_in_chunks(cfg, out, jax.jit(advance), state, "train vortex_gru", checkpointer, resume, progress)
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     final = float(jax.jit(test_rmse)(res.state.params))
     base = baselines(data["test"])
