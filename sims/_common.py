@@ -61,10 +61,9 @@ def train_in_chunks(
 
 class TrainingSimulation(Simulation):
     """``ivhl train NAME``: optimiser steps in compiled chunks of ``cfg.steps_per_chunk``, checkpointed as
-    :func:`checkpoint_every` and :func:`kept_checkpoints` say, the outputs in ``runs/<out_folder>`` by default; its
-    command line adds
-    ``--no-plots`` and an on/off option for each entry of ``switches`` (``{"--flag": "help"}``, read from the run
-    context's ``args``).
+    :func:`checkpoint_every` and :func:`kept_checkpoints` say, the outputs in ``runs/<out_folder>`` by default. Its
+    command line adds ``--no-plots`` and an on/off option for each entry of ``switches`` (``{"--flag": "help"}``,
+    read from the run context's ``args``).
 
     A subclass sets ``prog``, ``config_type`` and ``out_folder`` and implements :meth:`run`."""
 
