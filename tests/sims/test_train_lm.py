@@ -59,6 +59,17 @@ TINY = [
 ]
 
 
+def test_the_command_line_runs_generate_as_the_simulation_declares_it(tmp_path, capsys):
+    """`ivhl train lm --generate` reaches generate_main through the simulation's commands (not the training
+    driver): without a trained run in --out it is generation's one-line refusal, exit status 2."""
+    from ivhl_jax import cli
+
+    assert T.SIMULATION.commands["--generate"] is T.generate_main
+    assert cli.main(["train", "lm", "--generate", "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ivhl train lm --generate: no config at") and len(err.splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_bit_exactly_and_generates(tmp_path):
     cfg = load_config(T.TrainLMConfig, None, TINY)
