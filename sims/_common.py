@@ -3,15 +3,41 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from ivhl_jax.run.driver import Simulation, run_checkpointer
+from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer
 from ivhl_jax.run.runner import Advance, RunResult, run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["TrainingSimulation", "train_in_chunks", "checkpoint_every", "kept_checkpoints"]
+__all__ = ["TrainingSimulation", "TrainingRun", "train_in_chunks", "checkpoint_every", "kept_checkpoints"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingRun:
+    """Where and how a training program's ``train(cfg, run)`` runs.
+
+    Attributes:
+      out: the run folder: ``summary.json``, ``metrics.json``, the figures and (without ``checkpointer``) the
+        checkpoints under ``out/ckpt``.
+      resume: without ``checkpointer``, continue from the latest checkpoint in ``out/ckpt`` (False: start afresh).
+      progress: show progress lines.
+      plots: write the figures (PNG).
+      checkpointer: the driver's checkpointer; None: the run folder ``out`` opens its own.
+    """
+
+    out: str
+    resume: bool = True
+    progress: bool = True
+    plots: bool = True
+    checkpointer: Checkpointer | None = None
+
+    @classmethod
+    def of(cls, ctx: RunContext) -> TrainingRun:
+        """The run the driver prepared (its folder, checkpointer and progress; figures unless ``--no-plots``)."""
+        return cls(ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
 
 
 def checkpoint_every(cfg: Any) -> int:
@@ -27,25 +53,27 @@ def kept_checkpoints(cfg: Any) -> int:
 
 def train_in_chunks(
     cfg: Any,
-    out: str,
+    run: TrainingRun,
     advance: Advance,
     state: Any,
     description: str,
-    checkpointer: Checkpointer | None,
-    resume: bool,
-    progress: bool,
     /,
     *,
     n_chunks: int | None = None,
     metadata: Mapping[str, Any] | Callable[[int, Any], Mapping[str, Any]] | None = None,
 ) -> RunResult:
     """``cfg.steps // cfg.steps_per_chunk`` chunks (``n_chunks``: fewer) of ``advance`` from ``state``, resumed from
-    the run's latest checkpoint, shown as ``description`` with ``progress``:
+    the run's latest checkpoint, shown as ``description`` (with ``run.progress``):
     :func:`ivhl_jax.run.runner.run_chunked` with ``metadata`` under :func:`ivhl_jax.run.driver.run_checkpointer` —
-    ``checkpointer`` (the driver's), or one the run folder ``out`` opens for ``cfg`` (``resume``: from its latest
-    checkpoint; :func:`checkpoint_every`, :func:`kept_checkpoints`)."""
+    ``run.checkpointer`` (the driver's), or one the run folder ``run.out`` opens for ``cfg`` (``run.resume``: from
+    its latest checkpoint; :func:`checkpoint_every`, :func:`kept_checkpoints`)."""
     with run_checkpointer(
-        out, cfg, checkpointer=checkpointer, resume=resume, save_every=checkpoint_every(cfg), keep=kept_checkpoints(cfg)
+        run.out,
+        cfg,
+        checkpointer=run.checkpointer,
+        resume=run.resume,
+        save_every=checkpoint_every(cfg),
+        keep=kept_checkpoints(cfg),
     ) as ckpt:
         return run_chunked(
             advance,
@@ -54,7 +82,7 @@ def train_in_chunks(
             steps_per_chunk=cfg.steps_per_chunk,
             checkpointer=ckpt,
             metadata=metadata,
-            progress=progress,
+            progress=run.progress,
             description=description,
         )
 

@@ -39,9 +39,8 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingSimulation, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, train_in_chunks
 from ivhl_jax.train import training
-from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher, train_test_split
 from ivhl_jax.train.digits import load_digits
 
@@ -212,17 +211,10 @@ def _plots(out: str, hist: dict[str, np.ndarray], chunk: int) -> list[str]:
     return paths
 
 
-def train(
-    cfg: TrainAdaptiveConfig,
-    out: str,
-    *,
-    resume: bool = True,
-    progress: bool = True,
-    plots: bool = True,
-    checkpointer: Checkpointer | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``.
-    ``checkpointer`` is the driver's; without it the run folder ``out`` opens its own."""
+def train(cfg: TrainAdaptiveConfig, run: TrainingRun) -> dict[str, Any]:
+    """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and (with ``run.plots``) the
+    figures to ``run.out``."""
+    out, progress = run.out, run.progress
     with phase("loading data", enabled=progress):
         data = load_dataset(cfg)
     with phase("building the model", enabled=progress):
@@ -231,7 +223,7 @@ def train(
     def metadata(step: int, ts: Any) -> dict[str, Any]:
         return {"step": int(step), "config": config_dict(cfg)}
 
-    res = train_in_chunks(cfg, out, advance, state, "train adaptive", checkpointer, resume, progress, metadata=metadata)
+    res = train_in_chunks(cfg, run, advance, state, "train adaptive", metadata=metadata)
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
@@ -261,7 +253,7 @@ def train(
     }
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
-    if plots:
+    if run.plots:
         summary["plots"] = _plots(out, hist, cfg.steps_per_chunk)
     return summary
 
@@ -299,7 +291,7 @@ class TrainAdaptiveSimulation(TrainingSimulation):
         if ctx.args.profile:
             return {"baseline": profile(cfg, ctx.out)}
         t0 = time.perf_counter()
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+        s = train(cfg, TrainingRun.of(ctx))
         print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s)")
         paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
         return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}

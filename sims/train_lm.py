@@ -57,7 +57,7 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingSimulation, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -252,22 +252,13 @@ def build(cfg: TrainLMConfig, data: dict):
     return state, (lambda st: chunk(st, train_windows, val_batches)), opt
 
 
-def train(
-    cfg: TrainLMConfig,
-    out: str,
-    *,
-    resume: bool = True,
-    progress: bool = True,
-    plots: bool = True,
-    stop_after_chunks: int | None = None,
-    checkpointer: Checkpointer | None = None,
-) -> dict:
-    """Train (or resume), write summary/plot/checkpoints to ``out``, return the summary dict.
+def train(cfg: TrainLMConfig, run: TrainingRun, *, stop_after_chunks: int | None = None) -> dict:
+    """Train (or resume), write summary/plot/checkpoints to ``run.out``, return the summary dict.
 
     ``stop_after_chunks`` ends this invocation early (as an interruption would); a later call with
-    the same config resumes from the checkpoint and finishes bit-identically. ``checkpointer`` is the
-    driver's; without it the run folder ``out`` opens its own.
+    the same config resumes from the checkpoint and finishes bit-identically.
     """
+    out, progress = run.out, run.progress
     cfg.validate()
     with phase("loading data", detail=f"up to {cfg.max_bytes} bytes of the Python stdlib", enabled=progress):
         data = prepare_data(cfg)
@@ -278,9 +269,7 @@ def train(
         n_chunks = min(n_chunks, int(stop_after_chunks))
     # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
     metadata = {"config": config_dict(cfg)}
-    res = train_in_chunks(
-        cfg, out, advance, state, "train lm", checkpointer, resume, progress, n_chunks=n_chunks, metadata=metadata
-    )
+    res = train_in_chunks(cfg, run, advance, state, "train lm", n_chunks=n_chunks, metadata=metadata)
     hist = jax.tree_util.tree_map(np.asarray, res.history)
     mcfg = cfg.model
     n_params = count_params(res.state.params)
@@ -308,7 +297,7 @@ def train(
     if res.steps_run:
         summary["tokens_per_s_this_invocation"] = res.steps_run * tokens / res.wall_time_s
     write_json(os.path.join(out, "summary.json"), summary)
-    if plots:
+    if run.plots:
         _plot(hist, data, os.path.join(out, "loss_curve.png"))
     return summary
 
@@ -434,7 +423,7 @@ class TrainLMSimulation(TrainingSimulation):
     commands: ClassVar[dict[str, Callable[[list[str]], int]]] = {"--generate": generate_main}
 
     def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+        s = train(cfg, TrainingRun.of(ctx))
         print(
             json.dumps(
                 {

@@ -35,9 +35,8 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingSimulation, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, train_in_chunks
 from ivhl_jax.train import training
-from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
 
 
@@ -145,19 +144,10 @@ def baselines(p: np.ndarray) -> dict[str, float]:
     return {"persistence_rmse": r(pers), "constant_velocity_rmse": r(cv)}
 
 
-def train(
-    cfg: VortexGRUConfig,
-    out: str,
-    *,
-    resume: bool = True,
-    progress: bool = True,
-    checkpointer: Checkpointer | None = None,
-    plots: bool = True,
-) -> dict:
-    """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own.
-
-    Writes ``summary.json``, ``metrics.json`` and (with ``plots``) ``vortex_gru.png`` and ``loss_curve.png``.
-    """
+def train(cfg: VortexGRUConfig, run: TrainingRun) -> dict:
+    """Train (or resume) into ``run.out``: writes ``summary.json``, ``metrics.json`` and (with ``run.plots``)
+    ``vortex_gru.png`` and ``loss_curve.png``."""
+    out, progress = run.out, run.progress
     with phase(
         "making data",
         detail=f"{cfg.n_train + cfg.n_test} trajectories, vortices detected on a {cfg.grid}x{cfg.grid} window",
@@ -195,7 +185,7 @@ def train(
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
-    res = train_in_chunks(cfg, out, jax.jit(advance), state, "train vortex_gru", checkpointer, resume, progress)
+    res = train_in_chunks(cfg, run, jax.jit(advance), state, "train vortex_gru")
     hist = {k: np.asarray(v) for k, v in res.history.items()}
     final = float(jax.jit(test_rmse)(res.state.params))
     base = baselines(data["test"])
@@ -212,7 +202,7 @@ def train(
     }
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
-    if plots:
+    if run.plots:
         pred = np.asarray(jax.jit(predict)(res.state.params, test_arr[:3]))
         summary["plot"], summary["loss_curve"] = write_plots(out, hist, data, pred, base, cfg.steps_per_chunk)
     return summary
@@ -277,7 +267,7 @@ class VortexGRUSimulation(TrainingSimulation):
 
     def run(self, cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
         t0 = time.perf_counter()
-        s = train(cfg, ctx.out, progress=ctx.progress, checkpointer=ctx.checkpointer, plots=not ctx.args.no_plots)
+        s = train(cfg, TrainingRun.of(ctx))
         print(
             f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
             f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s"

@@ -10,6 +10,7 @@ from scipy.stats import entropy
 
 from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import train_lm as T
+from ivhl_jax.sims._common import TrainingRun
 
 
 def test_corpus_is_deterministic_and_entropy_is_the_order0_one():
@@ -74,10 +75,10 @@ def test_the_command_line_runs_generate_as_the_simulation_declares_it(tmp_path, 
 def test_interrupted_run_resumes_bit_exactly_and_generates(tmp_path):
     cfg = load_config(T.TrainLMConfig, None, TINY)
     full, part = os.fspath(tmp_path / "full"), os.fspath(tmp_path / "part")
-    s_full = T.train(cfg, full, progress=False, plots=False)
-    s_part = T.train(cfg, part, progress=False, plots=False, stop_after_chunks=1)
+    s_full = T.train(cfg, TrainingRun(full, progress=False, plots=False))
+    s_part = T.train(cfg, TrainingRun(part, progress=False, plots=False), stop_after_chunks=1)
     assert s_part["steps"] == 2
-    s_res = T.train(cfg, part, progress=False, plots=True)
+    s_res = T.train(cfg, TrainingRun(part, progress=False))
     assert s_res["resumed_from"] == 2 and s_res["steps"] == 4
     assert s_res["val_bits_per_byte_curve"] == s_full["val_bits_per_byte_curve"]
     pa, _ = T.restore_params(cfg, full)

@@ -11,6 +11,7 @@ import pytest
 
 from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import train_vortex_gru as tv
+from ivhl_jax.sims._common import TrainingRun
 
 
 def test_detection_from_the_field_is_sub_grid_accurate():
@@ -43,7 +44,7 @@ def test_training_beats_persistence(tmp_path):
         None,
         ["n_train=64", "n_test=16", "grid=24", "hidden=32", "steps=400", "steps_per_chunk=200"],
     )
-    s = tv.train(cfg, str(tmp_path / "run"), progress=False)
+    s = tv.train(cfg, TrainingRun(str(tmp_path / "run"), progress=False))
     assert s["gru_test_rmse"] < s["persistence_rmse"]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 400
 
