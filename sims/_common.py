@@ -26,6 +26,8 @@ class TrainingRun:
       progress: show progress lines.
       plots: write the figures (PNG).
       checkpointer: the driver's checkpointer; None: the run folder ``out`` opens its own.
+      stop_after_chunks: end this invocation after that many chunks (as an interruption would; a later run of the
+        same configuration resumes from its checkpoint and finishes bit-identically); None: run to ``cfg.steps``.
     """
 
     out: str
@@ -33,6 +35,7 @@ class TrainingRun:
     progress: bool = True
     plots: bool = True
     checkpointer: Checkpointer | None = None
+    stop_after_chunks: int | None = None
 
     @classmethod
     def of(cls, ctx: RunContext) -> TrainingRun:
@@ -59,11 +62,10 @@ def train_in_chunks(
     description: str,
     /,
     *,
-    n_chunks: int | None = None,
     metadata: Mapping[str, Any] | Callable[[int, Any], Mapping[str, Any]] | None = None,
 ) -> RunResult:
-    """``cfg.steps // cfg.steps_per_chunk`` chunks (``n_chunks``: fewer) of ``advance`` from ``state``, resumed from
-    the run's latest checkpoint, shown as ``description`` (with ``run.progress``):
+    """``cfg.steps // cfg.steps_per_chunk`` chunks (``run.stop_after_chunks``: fewer) of ``advance`` from ``state``,
+    resumed from the run's latest checkpoint, shown as ``description`` (with ``run.progress``):
     :func:`ivhl_jax.run.runner.run_chunked` with ``metadata`` under :func:`ivhl_jax.run.driver.run_checkpointer` —
     ``run.checkpointer`` (the driver's), or one the run folder ``run.out`` opens for ``cfg`` (``run.resume``: from
     its latest checkpoint; :func:`checkpoint_every`, :func:`kept_checkpoints`)."""
@@ -75,10 +77,13 @@ def train_in_chunks(
         save_every=checkpoint_every(cfg),
         keep=kept_checkpoints(cfg),
     ) as ckpt:
+        n_chunks = cfg.steps // cfg.steps_per_chunk
+        if run.stop_after_chunks is not None:
+            n_chunks = min(n_chunks, int(run.stop_after_chunks))
         return run_chunked(
             advance,
             state,
-            n_chunks=cfg.steps // cfg.steps_per_chunk if n_chunks is None else n_chunks,
+            n_chunks=n_chunks,
             steps_per_chunk=cfg.steps_per_chunk,
             checkpointer=ckpt,
             metadata=metadata,

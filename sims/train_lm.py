@@ -252,24 +252,18 @@ def build(cfg: TrainLMConfig, data: dict):
     return state, (lambda st: chunk(st, train_windows, val_batches)), opt
 
 
-def train(cfg: TrainLMConfig, run: TrainingRun, *, stop_after_chunks: int | None = None) -> dict:
-    """Train (or resume), write summary/plot/checkpoints to ``run.out``, return the summary dict.
-
-    ``stop_after_chunks`` ends this invocation early (as an interruption would); a later call with
-    the same config resumes from the checkpoint and finishes bit-identically.
-    """
+def train(cfg: TrainLMConfig, run: TrainingRun) -> dict:
+    """Train (or resume), write summary/plot/checkpoints to ``run.out``, return the summary dict (``run``'s
+    ``stop_after_chunks`` ends this invocation early; the same config resumes and finishes bit-identically)."""
     out, progress = run.out, run.progress
     cfg.validate()
     with phase("loading data", detail=f"up to {cfg.max_bytes} bytes of the Python stdlib", enabled=progress):
         data = prepare_data(cfg)
     with phase("building the model", enabled=progress):
         state, advance, _ = build(cfg, data)
-    n_chunks = cfg.steps // cfg.steps_per_chunk
-    if stop_after_chunks is not None:
-        n_chunks = min(n_chunks, int(stop_after_chunks))
     # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
     metadata = {"config": config_dict(cfg)}
-    res = train_in_chunks(cfg, run, advance, state, "train lm", n_chunks=n_chunks, metadata=metadata)
+    res = train_in_chunks(cfg, run, advance, state, "train lm", metadata=metadata)
     hist = jax.tree_util.tree_map(np.asarray, res.history)
     mcfg = cfg.model
     n_params = count_params(res.state.params)

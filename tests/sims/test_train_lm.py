@@ -76,7 +76,7 @@ def test_interrupted_run_resumes_bit_exactly_and_generates(tmp_path):
     cfg = load_config(T.TrainLMConfig, None, TINY)
     full, part = os.fspath(tmp_path / "full"), os.fspath(tmp_path / "part")
     s_full = T.train(cfg, TrainingRun(full, progress=False, plots=False))
-    s_part = T.train(cfg, TrainingRun(part, progress=False, plots=False), stop_after_chunks=1)
+    s_part = T.train(cfg, TrainingRun(part, progress=False, plots=False, stop_after_chunks=1))
     assert s_part["steps"] == 2
     s_res = T.train(cfg, TrainingRun(part, progress=False))
     assert s_res["resumed_from"] == 2 and s_res["steps"] == 4
