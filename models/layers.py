@@ -230,40 +230,45 @@ class Dense(nn.Module):
         return y
 
 
-class DenseAct(nn.Module):
-    """Dense + activation (``act(xW + b)``): one matmul, the epilogue fused by XLA under jit.
-
-    Gated activations (swiglu/geglu) produce ``features`` outputs from a ``2·features`` matmul.
-    """
+class _FusedDense(nn.Module):
+    """The settings of a :class:`Dense` (its submodule ``dense``) with element-wise work fused around it."""
 
     features: int
-    activation: str = "gelu"
     axes: tuple[str, str] = ("embed", "mlp")
     use_bias: bool = True
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
+
+    def dense(self, width: int) -> Dense:
+        return Dense(width, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")
+
+
+class DenseAct(_FusedDense):
+    """Dense + activation (``act(xW + b)``): one matmul, the epilogue fused by XLA under jit.
+
+    Gated activations (swiglu/geglu) produce ``features`` outputs from a ``2·features`` matmul.
+    Settings after ``features`` are keywords: ``DenseAct(features, activation="gelu")``.
+    """
+
+    activation: str = "gelu"
 
     @nn.compact
     def __call__(self, x):
         act = get_activation(self.activation)
-        width = 2 * self.features if self.activation in GATED else self.features
-        return act(Dense(width, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")(x))
+        return act(self.dense(2 * self.features if self.activation in GATED else self.features)(x))
 
 
-class LayerNormDense(nn.Module):
-    """LayerNorm (or RMSNorm) followed by Dense: the normalisation is fused into the matmul's input."""
+class LayerNormDense(_FusedDense):
+    """LayerNorm (or RMSNorm) followed by Dense: the normalisation is fused into the matmul's input.
 
-    features: int
+    Settings after ``features`` are keywords: ``LayerNormDense(features, norm="rmsnorm")``."""
+
     norm: str = "layernorm"
-    axes: tuple[str, str] = ("embed", "mlp")
-    use_bias: bool = True
-    dtype: Dtype | None = None
-    param_dtype: Dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         h = get_norm(self.norm, dtype=self.dtype, param_dtype=self.param_dtype, name="norm")(x)
-        return Dense(self.features, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")(h)
+        return self.dense(self.features)(h)
 
 
 # --------------------------------------------------------------------------- rotary embeddings

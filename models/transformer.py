@@ -215,7 +215,7 @@ class Block(nn.Module):
             a = jnp.einsum("btnh,nhd->btd", o, wo)
         x = x + nn.Dropout(cfg.dropout)(a, deterministic=self.deterministic).astype(x.dtype)
         h = get_norm(cfg.norm, dtype=dt, param_dtype=pdt, name="mlp_norm")(x)
-        h = DenseAct(cfg.d_ff, cfg.activation, axes=("embed", "mlp"), dtype=dt, param_dtype=pdt, name="wi")(h)
+        h = DenseAct(cfg.d_ff, activation=cfg.activation, dtype=dt, param_dtype=pdt, name="wi")(h)  # embed -> mlp
         h = Dense(D, axes=("mlp", "embed"), dtype=dt, param_dtype=pdt, name="wo")(h)
         x = x + nn.Dropout(cfg.dropout)(h, deterministic=self.deterministic).astype(x.dtype)
         return x, None
