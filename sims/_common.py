@@ -8,11 +8,19 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer
 from ivhl_jax.run.runner import Advance, RunResult, run_chunked
 from ivhl_jax.train.checkpoint import Checkpointer
 
-__all__ = ["TrainingSimulation", "TrainingRun", "train_in_chunks", "checkpoint_every", "kept_checkpoints"]
+__all__ = [
+    "TrainingSimulation",
+    "TrainingRun",
+    "train_in_chunks",
+    "check_training_steps",
+    "checkpoint_every",
+    "kept_checkpoints",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +49,31 @@ class TrainingRun:
     def of(cls, ctx: RunContext) -> TrainingRun:
         """The run the driver prepared (its folder, checkpointer and progress; figures unless ``--no-plots``)."""
         return cls(ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ctx.checkpointer)
+
+
+def check_training_steps(cfg: Any) -> None:
+    """The step keys of a training configuration, checked by name as every training program reads them:
+    ``steps`` and ``steps_per_chunk`` integers >= 1, ``steps`` a whole number of chunks; where the config has
+    them, ``warmup_steps`` an integer in [0, steps], ``checkpoint_every`` an integer >= 0 and a multiple of
+    ``steps_per_chunk`` (0: after every chunk) and ``keep_checkpoints`` an integer >= 1. A ValueError or
+    TypeError names the key."""
+    check_scalar(cfg.steps, "steps", integer=True, minimum=1)
+    check_scalar(cfg.steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
+    if cfg.steps % cfg.steps_per_chunk:
+        raise ValueError(f"steps ({cfg.steps}) must be a multiple of steps_per_chunk ({cfg.steps_per_chunk})")
+    if hasattr(cfg, "warmup_steps"):
+        check_scalar(cfg.warmup_steps, "warmup_steps", integer=True, nonnegative=True)
+        if cfg.warmup_steps > cfg.steps:
+            raise ValueError(f"warmup_steps ({cfg.warmup_steps}) must be <= steps ({cfg.steps})")
+    if hasattr(cfg, "checkpoint_every"):
+        check_scalar(cfg.checkpoint_every, "checkpoint_every", integer=True, minimum=0)
+        if cfg.checkpoint_every % cfg.steps_per_chunk:
+            raise ValueError(
+                f"checkpoint_every ({cfg.checkpoint_every}) must be a multiple of steps_per_chunk "
+                f"({cfg.steps_per_chunk}): checkpoints are written between chunks"
+            )
+    if hasattr(cfg, "keep_checkpoints"):
+        check_scalar(cfg.keep_checkpoints, "keep_checkpoints", integer=True, minimum=1)
 
 
 def checkpoint_every(cfg: Any) -> int:

@@ -39,7 +39,7 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.data import Batcher, train_test_split
 from ivhl_jax.train.digits import load_digits
@@ -68,23 +68,11 @@ class TrainAdaptiveConfig:
         check_choice(self.dataset, "dataset", ("digits", "synthetic"))
         check_choice(self.preset, "preset", ("reference", "improved", "plain"))
         check_choice(self.state_mode, "state_mode", ("reset", "carry", "auto"))
-        check_scalar(self.steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
-        check_scalar(self.steps, "steps", integer=True, minimum=1)
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
+        check_training_steps(self)
         check_scalar(self.batch_size, "batch_size", integer=True, minimum=1)
         check_scalar(self.learning_rate, "learning_rate", positive=True)
-        check_scalar(self.warmup_steps, "warmup_steps", integer=True, nonnegative=True)
-        if self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= steps ({self.steps})")
         check_scalar(self.clip_norm, "clip_norm", positive=True)
         check_scalar(self.synthetic_samples, "synthetic_samples", integer=True, minimum=1)
-        check_scalar(self.checkpoint_every, "checkpoint_every", integer=True, minimum=0)
-        if self.checkpoint_every % self.steps_per_chunk:
-            raise ValueError(
-                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-                f"({self.steps_per_chunk}): checkpoints are written between chunks"
-            )
         check_scalar(self.test_fraction, "test_fraction", minimum=0.01, maximum=0.9)
 
 

@@ -57,7 +57,7 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -98,28 +98,15 @@ class TrainLMConfig:
         self.model.validate()
         if self.model.vocab_size != 256:
             raise ValueError(f"model.vocab_size must be 256 (the model reads bytes), got {self.model.vocab_size}")
-        for name in (
-            "seq_len",
-            "max_bytes",
-            "batch_size",
-            "steps",
-            "steps_per_chunk",
-            "eval_batches",
-            "accumulate",
-            "keep_checkpoints",
-        ):
+        for name in ("seq_len", "max_bytes", "batch_size", "eval_batches", "accumulate"):
             check_scalar(getattr(self, name), name, integer=True, minimum=1)
+        check_training_steps(self)
         if self.model.max_len < self.seq_len:
             raise ValueError(
                 f"model.max_len ({self.model.max_len}) must be >= seq_len ({self.seq_len}); "
                 f"set model.max_len={self.seq_len}"
             )
         check_scalar(self.val_fraction, "val_fraction", minimum=0.001, maximum=0.5)
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
-        check_scalar(self.warmup_steps, "warmup_steps", integer=True, nonnegative=True)
-        if self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= steps ({self.steps})")
         if self.steps % self.accumulate:
             raise ValueError(f"steps ({self.steps}) must be a multiple of accumulate ({self.accumulate})")
         return self

@@ -35,7 +35,7 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.data import Batcher
 
@@ -65,13 +65,10 @@ class VortexGRUConfig:
             "harmonics",
             "hidden",
             "layers",
-            "steps",
-            "steps_per_chunk",
             "batch_size",
         ):
             check_scalar(getattr(self, k), k, integer=True, minimum=1)
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
+        check_training_steps(self)
         if self.batch_size > self.n_train:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be <= n_train ({self.n_train}): lower batch_size or raise n_train"
