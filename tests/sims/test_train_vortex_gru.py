@@ -30,13 +30,6 @@ def test_fourier_paths_are_bounded_and_periodic_smooth():
     assert b["constant_velocity_rmse"] < b["persistence_rmse"]
 
 
-def test_config_keys_use_the_common_vocabulary():
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['chunk'\].*valid keys: .*'steps_per_chunk'"):
-        load_config(tv.VortexGRUConfig, None, ["chunk=10"])
-    with pytest.raises(ValueError, match="multiple of steps_per_chunk"):
-        load_config(tv.VortexGRUConfig, None, ["steps=25", "steps_per_chunk=10"])
-
-
 @pytest.mark.slow
 def test_training_beats_persistence(tmp_path):
     cfg = load_config(
