@@ -91,8 +91,9 @@ def _dispatch(kind: str, name: str | None, argv: list[str]) -> int:
     if name not in available:
         print(f"ivhl {kind}: unknown name {name!r}; available: {', '.join(available)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"ivhl_jax.sims.{prefix}{name}")
-    return int(module.main(argv) or 0)
+    from ivhl_jax.sims import run
+
+    return run(importlib.import_module(f"ivhl_jax.sims.{prefix}{name}").SIMULATION, argv)
 
 
 def _persistent_cache() -> None:

@@ -10,8 +10,8 @@ Default parameter count (D=784, H=64, N=100, C=10): 55,482.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -43,10 +43,18 @@ class AdaptiveModel(nn.Module):
         out = {**final.outputs, "phase_fractions": jnp.mean(fractions, axis=0)}
         return out["logits"], final.nodes, out
 
-    def init_variables(self, key: jax.Array, batch: int = 1) -> dict[str, Any]:
+    def init_variables(self, key: jax.Array, batch: int = 1) -> Mapping[str, Any]:
         """Parameters without running a step: ``{"params": {...}}``."""
         x = jnp.zeros((batch, self.config.input_dim), jnp.float32)
         return self.init(key, x, adaptive.init_state(self.config, batch), key)
+
+
+def apply_model(
+    model: AdaptiveModel, params: Any, x: jax.Array, init: NodeState, key: jax.Array
+) -> tuple[jax.Array, NodeState, dict[str, jax.Array]]:
+    """``model`` with ``params`` on ``x [B,D]`` from the node state ``init``: ``(logits [B,C], state', outputs)``."""
+    # Flax types `apply` as `output | (output, variables)`; the pair comes only with mutable collections.
+    return cast(tuple[jax.Array, NodeState, dict[str, jax.Array]], model.apply({"params": params}, x, init, key))
 
 
 def make_classification_loss(model: AdaptiveModel, *, carry_state: bool) -> Callable:
@@ -64,7 +72,7 @@ def make_classification_loss(model: AdaptiveModel, *, carry_state: bool) -> Call
     def loss_fn(params, batch, key, extra):
         x, y = batch
         init = adaptive.detach(extra) if carry_state else adaptive.init_state(cfg, x.shape[0], policy=default_policy(x))
-        logits, state, out = model.apply({"params": params}, x, init, key)
+        logits, state, out = apply_model(model, params, x, init, key)
         loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
         metrics = {"accuracy": jnp.mean(jnp.argmax(logits, -1) == y)}
         metrics.update(adaptive.node_metrics(state, out))
@@ -77,7 +85,7 @@ def predict(model: AdaptiveModel, params, x: jax.Array, init: NodeState, key: ja
     """Logits for ``x [M, B, D]`` (M batches of B), every batch starting from the same ``init``."""
 
     def body(_, xb):
-        logits, _, _ = model.apply({"params": params}, xb, init, key)
+        logits, _, _ = apply_model(model, params, xb, init, key)
         return None, logits
 
     _, logits = jax.lax.scan(body, None, x)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -92,11 +92,32 @@ def get_activation(name: str) -> Callable[[jax.Array], jax.Array]:
     return ACTIVATIONS[name]
 
 
+# --------------------------------------------------------------------------- parameters
+
+
+def partitioned_param(
+    module: nn.Module,
+    name: str,
+    init: Callable[..., Any],
+    shape: tuple[int, ...],
+    axes: tuple[str | None, ...],
+    dtype: Dtype,
+) -> jax.Array:
+    """The parameter ``name`` of ``module``, ``init(key, shape, dtype)``, its dimensions named by the logical
+    ``axes`` (a mesh rule set shards it by them); the array itself, the annotation unboxed."""
+    # Flax types `param` as returning what the initialiser returns (the LogicallyPartitioned box), but with its
+    # default unbox=True it returns the array inside the box.
+    return cast(jax.Array, module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype))
+
+
 # --------------------------------------------------------------------------- norms
 
 
-def _param(module, name, init, shape, axes, dtype):
-    return module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype)
+def _normalised_input(norm: RMSNorm | LayerNorm, x: jax.Array) -> tuple[jax.Array, Dtype, jax.Array]:
+    """A norm's scale γ (over the last axis of ``x``), its output dtype, and ``x`` in its float32-or-wider
+    statistics dtype."""
+    scale = partitioned_param(norm, "scale", nn.initializers.ones, (x.shape[-1],), ("embed",), norm.param_dtype)
+    return scale, norm.dtype or x.dtype, x.astype(jnp.promote_types(x.dtype, jnp.float32))
 
 
 class RMSNorm(nn.Module):
@@ -108,10 +129,7 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        d = x.shape[-1]
-        scale = _param(self, "scale", nn.initializers.ones, (d,), ("embed",), self.param_dtype)
-        dtype = self.dtype or x.dtype
-        xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+        scale, dtype, xf = _normalised_input(self, x)
         y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
         return (y * scale.astype(y.dtype)).astype(dtype)
 
@@ -126,15 +144,13 @@ class LayerNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        d = x.shape[-1]
-        scale = _param(self, "scale", nn.initializers.ones, (d,), ("embed",), self.param_dtype)
-        dtype = self.dtype or x.dtype
-        xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+        scale, dtype, xf = _normalised_input(self, x)
         mu = jnp.mean(xf, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(xf - mu), axis=-1, keepdims=True)
         y = (xf - mu) * jax.lax.rsqrt(var + self.eps) * scale.astype(xf.dtype)
         if self.use_bias:
-            y = y + _param(self, "bias", nn.initializers.zeros, (d,), ("embed",), self.param_dtype).astype(xf.dtype)
+            bias = partitioned_param(self, "bias", nn.initializers.zeros, (x.shape[-1],), ("embed",), self.param_dtype)
+            y = y + bias.astype(xf.dtype)
         return y.astype(dtype)
 
 
@@ -200,52 +216,59 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        w = _param(self, "kernel", self.kernel_init, (x.shape[-1], self.features), self.axes, self.param_dtype)
+        w = partitioned_param(
+            self, "kernel", self.kernel_init, (x.shape[-1], self.features), self.axes, self.param_dtype
+        )
         dtype = self.dtype or x.dtype
         save_transposed = self.features > x.shape[-1] and backend.defaults().transposed_save_matmul
         matmul = matmul_saving_transposed_input if save_transposed else jnp.dot
         y = matmul(x.astype(dtype), w.astype(dtype))
         if self.use_bias:
-            y = y + _param(
+            y = y + partitioned_param(
                 self, "bias", nn.initializers.zeros, (self.features,), self.axes[1:], self.param_dtype
             ).astype(dtype)
         return y
 
 
-class DenseAct(nn.Module):
-    """Dense + activation (``act(xW + b)``): one matmul, the epilogue fused by XLA under jit.
-
-    Gated activations (swiglu/geglu) produce ``features`` outputs from a ``2·features`` matmul.
-    """
+class _FusedDense(nn.Module):
+    """The settings of a :class:`Dense` (its submodule ``dense``) with element-wise work fused around it."""
 
     features: int
-    activation: str = "gelu"
     axes: tuple[str, str] = ("embed", "mlp")
     use_bias: bool = True
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
+
+    def dense(self, width: int) -> Dense:
+        return Dense(width, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")
+
+
+class DenseAct(_FusedDense):
+    """Dense + activation (``act(xW + b)``): one matmul, the epilogue fused by XLA under jit.
+
+    Gated activations (swiglu/geglu) produce ``features`` outputs from a ``2·features`` matmul.
+    Settings after ``features`` are keywords: ``DenseAct(features, activation="gelu")``.
+    """
+
+    activation: str = "gelu"
 
     @nn.compact
     def __call__(self, x):
         act = get_activation(self.activation)
-        width = 2 * self.features if self.activation in GATED else self.features
-        return act(Dense(width, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")(x))
+        return act(self.dense(2 * self.features if self.activation in GATED else self.features)(x))
 
 
-class LayerNormDense(nn.Module):
-    """LayerNorm (or RMSNorm) followed by Dense: the normalisation is fused into the matmul's input."""
+class LayerNormDense(_FusedDense):
+    """LayerNorm (or RMSNorm) followed by Dense: the normalisation is fused into the matmul's input.
 
-    features: int
+    Settings after ``features`` are keywords: ``LayerNormDense(features, norm="rmsnorm")``."""
+
     norm: str = "layernorm"
-    axes: tuple[str, str] = ("embed", "mlp")
-    use_bias: bool = True
-    dtype: Dtype | None = None
-    param_dtype: Dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         h = get_norm(self.norm, dtype=self.dtype, param_dtype=self.param_dtype, name="norm")(x)
-        return Dense(self.features, self.axes, self.use_bias, self.dtype, self.param_dtype, name="dense")(h)
+        return self.dense(self.features)(h)
 
 
 # --------------------------------------------------------------------------- rotary embeddings
@@ -292,6 +315,8 @@ def apply_rope(x: jax.Array, positions: jax.Array | None = None, *, base: float 
     x = check_array(x, "x", ndim=4, kind="floating")
     B, T, N, H = x.shape
     calc = jnp.promote_types(x.dtype, jnp.float32)
+    cos: np.ndarray | jax.Array
+    sin: np.ndarray | jax.Array
     if positions is None:
         cos_t, sin_t = rope_tables(T, H, base)
         cos, sin = (t[None, :, None, :].astype(calc) for t in (cos_t, sin_t))  # constants in the trace

@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from ivhl_jax.core import backend, precision
+from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_choice, check_scalar
 from ivhl_jax.models.layers import (
     ACTIVATIONS,
@@ -55,6 +56,7 @@ from ivhl_jax.models.layers import (
     apply_rope,
     get_norm,
     matmul_saving_transposed_input,
+    partitioned_param,
 )
 from ivhl_jax.nn.attention import IMPLEMENTATIONS, attention
 
@@ -140,7 +142,7 @@ class TransformerConfig:
         return self.d_model // self.n_heads
 
     @property
-    def policy(self) -> precision.Policy:
+    def policy(self) -> Policy:
         return precision.get_policy(self.precision)
 
     @property
@@ -185,12 +187,10 @@ class Block(nn.Module):
         N, Hd, D = cfg.n_heads, cfg.head_dim, cfg.d_model
         init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
 
-        def proj(name):
-            return self.param(name, nn.with_logical_partitioning(init, ("embed", "heads", "kv")), (D, N, Hd), pdt)
+        def proj(name: str) -> jax.Array:
+            return partitioned_param(self, name, init, (D, N, Hd), ("embed", "heads", "kv"), pdt)
 
-        with_attn = nn.with_logical_partitioning(
-            nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2), ("heads", "kv", "embed")
-        )
+        out_init = nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2)
         h = get_norm(cfg.norm, dtype=dt, param_dtype=pdt, name="attn_norm")(x)
         q = jnp.einsum("btd,dnh->btnh", h, proj("q").astype(dt))
         k = jnp.einsum("btd,dnh->btnh", h, proj("k").astype(dt))
@@ -205,7 +205,7 @@ class Block(nn.Module):
             implementation=cfg.attention,
             block_k=cfg.attention_block if cfg.attention == "chunked" else None,
         )
-        wo = self.param("out", with_attn, (N, Hd, D), pdt).astype(dt)
+        wo = partitioned_param(self, "out", out_init, (N, Hd, D), ("heads", "kv", "embed"), pdt).astype(dt)
         if backend.defaults().transposed_save_matmul and not cfg.scan_layers:
             # Its weight gradient contracts the tokens of o and of the residual stream's cotangent; unrolled,
             # XLA:CPU would write that cotangent transposed, fused with the norm's backward. Saving o
@@ -215,7 +215,7 @@ class Block(nn.Module):
             a = jnp.einsum("btnh,nhd->btd", o, wo)
         x = x + nn.Dropout(cfg.dropout)(a, deterministic=self.deterministic).astype(x.dtype)
         h = get_norm(cfg.norm, dtype=dt, param_dtype=pdt, name="mlp_norm")(x)
-        h = DenseAct(cfg.d_ff, cfg.activation, axes=("embed", "mlp"), dtype=dt, param_dtype=pdt, name="wi")(h)
+        h = DenseAct(cfg.d_ff, activation=cfg.activation, dtype=dt, param_dtype=pdt, name="wi")(h)  # embed -> mlp
         h = Dense(D, axes=("mlp", "embed"), dtype=dt, param_dtype=pdt, name="wo")(h)
         x = x + nn.Dropout(cfg.dropout)(h, deterministic=self.deterministic).astype(x.dtype)
         return x, None
@@ -268,19 +268,13 @@ class Transformer(nn.Module):
         T = tokens.shape[-1]
         if T > cfg.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len={cfg.max_len}")
-        emb = self.param(
-            "embedding",
-            nn.with_logical_partitioning(nn.initializers.normal(1.0), ("vocab", "embed")),
-            (cfg.vocab_size, cfg.d_model),
-            pdt,
+        emb = partitioned_param(
+            self, "embedding", nn.initializers.normal(1.0), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), pdt
         )
         x = jnp.take(emb, tokens, axis=0).astype(dt)
         if not cfg.rope:
-            pos = self.param(
-                "pos_embed",
-                nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
-                (cfg.max_len, cfg.d_model),
-                pdt,
+            pos = partitioned_param(
+                self, "pos_embed", nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model), (None, "embed"), pdt
             )
             x = x + pos[:T].astype(dt)
         if cfg.scan_layers or self.is_initializing():
@@ -301,11 +295,8 @@ class Transformer(nn.Module):
         if cfg.tied_embeddings:
             logits = jnp.einsum("btd,vd->btv", x, emb.astype(dt)) * (1.0 / math.sqrt(cfg.d_model))
         else:
-            w = self.param(
-                "unembed",
-                nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "vocab")),
-                (cfg.d_model, cfg.vocab_size),
-                pdt,
+            w = partitioned_param(
+                self, "unembed", nn.initializers.lecun_normal(), (cfg.d_model, cfg.vocab_size), ("embed", "vocab"), pdt
             )
             logits = x @ w.astype(dt)
         return logits.astype(jnp.float32)
@@ -376,10 +367,7 @@ def lm_loss_fn(cfg: TransformerConfig):
     def loss_fn(params, batch, key, extra):
         tokens = check_array(batch, "batch", ndim=2, kind="integer").astype(jnp.int32)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        deterministic = cfg.dropout == 0.0
-        logits = model.apply(
-            {"params": params}, inputs, deterministic=deterministic, rngs=None if deterministic else {"dropout": key}
-        )
+        logits = _logits(model, params, inputs, dropout_key=None if cfg.dropout == 0.0 else key)
         logp = jax.nn.log_softmax(logits, axis=-1)
         nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
         loss = jnp.mean(nll)
@@ -387,6 +375,13 @@ def lm_loss_fn(cfg: TransformerConfig):
         return loss, ({"bits_per_token": loss / jnp.log(2.0), "accuracy": acc}, extra)
 
     return loss_fn
+
+
+def _logits(model: Transformer, params: Any, tokens: jax.Array, *, dropout_key: jax.Array | None = None) -> jax.Array:
+    """``model``'s logits ``[B, T, vocab]`` for ``tokens [B, T]``; dropout on with ``dropout_key``."""
+    rngs = None if dropout_key is None else {"dropout": dropout_key}
+    # Flax types `apply` as `output | (output, variables)`; the pair comes only with mutable collections.
+    return cast(jax.Array, model.apply({"params": params}, tokens, deterministic=dropout_key is None, rngs=rngs))
 
 
 def generate(
@@ -418,7 +413,7 @@ def generate(
     def step(carry, t):
         buf, key = carry
         key, sub = jax.random.split(key)
-        logits = model.apply({"params": params}, buf[None])[0, t - 1] / temperature
+        logits = _logits(model, params, buf[None])[0, t - 1] / temperature
         if top_k is not None:
             kth = jnp.sort(logits)[-top_k]
             logits = jnp.where(logits < kth, -jnp.inf, logits)

@@ -38,7 +38,6 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import jax
@@ -50,11 +49,12 @@ from ivhl_jax.numerics.distributed_fft import host_readable, mesh_sizes, parse_m
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_main
+from ivhl_jax.run.driver import RunContext, Simulation
 from ivhl_jax.run.io import save_figure, save_npy, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.runner import phase as runner_phase
 from ivhl_jax.run.store import RunStore, Snapshots, natural_units, write_final_state
+from ivhl_jax.sims import entry_point
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -370,7 +370,7 @@ def precision_scope(cfg: BECConfig) -> contextlib.AbstractContextManager:
 
 
 def _dtype(cfg: BECConfig):
-    if cfg.precision == "float64" and not jax.config.jax_enable_x64:
+    if cfg.precision == "float64" and not jax.config.read("jax_enable_x64"):
         raise ValueError(
             "precision=float64 needs 64-bit JAX: run inside sims.bec.precision_scope(cfg) (ivhl sim bec does) or "
             "`with jax.enable_x64(True):`"
@@ -541,7 +541,7 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
     if isinstance(system, C.GPSystem):
         return gp_initial_state(cfg, system, progress=progress)
     guess = _guess(cfg, system)
-    common = {"dt": cfg.ground_dt, "tol": cfg.ground_tol, "check_every": GROUND_CHECK_EVERY}
+    common: dict[str, Any] = {"dt": cfg.ground_dt, "tol": cfg.ground_tol, "check_every": GROUND_CHECK_EVERY}
     norm: Any
     if isinstance(system, C.MixtureSystem):
         norm = _component_norms(cfg, system.n_components)
@@ -880,11 +880,4 @@ class BECSimulation(Simulation):
 
 
 SIMULATION = BECSimulation()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

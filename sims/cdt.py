@@ -62,10 +62,11 @@ from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt.observables import geometry_arrays
 from ivhl_jax.physics.cdt.state import live_triangles
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_main
+from ivhl_jax.run.driver import RunContext, Simulation
 from ivhl_jax.run.io import read_json, save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.run.store import RunStore
+from ivhl_jax.sims import entry_point
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -256,7 +257,7 @@ def store_layout(cfg: CDTConfig) -> dict:
     flip, add, delete, ``cdt.MOVE_NAMES``) for the move counters. Units are UDUNITS strings: ``"1"`` for counts,
     flags and indices."""
     per_chain = ("n2", "n0", "max_timelike_degree", "overflow", "missed_target", "at_target")
-    dims = {name: ("chain",) for name in per_chain}
+    dims: dict[str, tuple[str, ...]] = {name: ("chain",) for name in per_chain}
     dims |= {
         "lengths": ("chain", "slice"),
         "coordination": ("chain", "q"),
@@ -506,26 +507,19 @@ def measure_geometry(cfg: CDTConfig, states: list, d: dict, progress: bool = Fal
     return geo
 
 
-def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dict:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lengths = np.asarray(hist["lengths"])  # (n_meas, chains, T)
-    n2 = np.asarray(hist["n2"])
-    at = np.asarray(hist["at_target"], bool)  # (n_meas, chains): the fixed-volume ensemble (all without fixing)
-    n_meas = lengths.shape[0]
-    centred = np.asarray(cdt.center_profiles(lengths))
-    corr = np.asarray(cdt.volume_correlator(lengths[at])) if at.any() else np.full(cfg.slices, np.nan)
-    coord = (np.asarray(hist["coordination"]) * at[..., None]).sum((0, 1))
-    acc = np.asarray(final.accepts).sum(0)
-    att = np.asarray(final.attempts).sum(0)
-    spread = lengths.std(-1)  # (n_meas, chains): how far the profile is from a cylinder
-    l_max = lengths.max(-1).astype(float)
-    auto = {"profile_spread": _autocorrelation(spread), "largest_slice": _autocorrelation(l_max)}
-    geo = measure_geometry(cfg, states, d, progress)
+    return plt
 
+
+def _plot_thermalisation(cfg: CDTConfig, out: str, therm: dict, d: dict) -> str:
+    """``thermalisation.png``: N₂ and the largest future/past degree of every chain per sweep of the
+    grow-and-thermalise phase."""
+    plt = _pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
     sw = np.arange(1, len(therm["n2"]) + 1)
     ax[0].plot(sw, np.asarray(therm["n2"]), lw=0.7)
@@ -543,9 +537,17 @@ def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dic
     ax[1].set_ylabel("largest future/past degree")
     ax[1].legend(fontsize=7)
     fig.suptitle(f"thermalisation of {cfg.chains} chains ({d['engine']} engine)")
-    p_therm = save_figure(fig, os.path.join(out, "thermalisation.png"))
+    path = save_figure(fig, os.path.join(out, "thermalisation.png"))
     plt.close(fig)
+    return path
 
+
+def _plot_profiles(
+    cfg: CDTConfig, out: str, lengths: np.ndarray, centred: np.ndarray, at: np.ndarray, corr: np.ndarray, d: dict
+) -> str:
+    """``volume_profiles.png``: the centred slice-length profiles at the target volume (mean and 16-84 %) with the
+    last profile of up to three chains, and the volume-volume correlator."""
+    plt = _pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     t = np.arange(cfg.slices)
     if at.any():
@@ -560,39 +562,49 @@ def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dic
     ax[1].set_xlabel(r"slice separation $\Delta t$")
     ax[1].set_ylabel(r"$\langle l_t l_{t+\Delta t}\rangle - \langle l\rangle^2$")
     fig.suptitle(f"CDT T={cfg.slices}, N2={d['target_volume']}, lambda={cfg.lam:.4f}, eps={cfg.eps}")
-    p_prof = save_figure(fig, os.path.join(out, "volume_profiles.png"))
+    path = save_figure(fig, os.path.join(out, "volume_profiles.png"))
     plt.close(fig)
+    return path
 
+
+def _plot_autocorrelation(cfg: CDTConfig, out: str, series: dict[str, np.ndarray], auto: dict) -> str:
+    """``autocorrelation.png``: the autocorrelation of each ``series[key]`` ``(n_meas, chains)`` against the lag
+    in sweeps, averaged over the chains that move, labelled with its integrated autocorrelation time."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    lags = np.arange(min(n_meas, 50))
-    for name, series in (("profile spread", spread), ("largest slice", l_max)):
+    for key, values in series.items():
+        lags = np.arange(min(values.shape[0], 50))
         rho = np.mean(
             [
-                statistics.autocorrelation(series[:, c])[: lags.size]
-                for c in range(series.shape[1])
-                if np.ptp(series[:, c]) > 0
+                statistics.autocorrelation(values[:, c])[: lags.size]
+                for c in range(values.shape[1])
+                if np.ptp(values[:, c]) > 0
             ]
             or [np.zeros(lags.size)],
             0,
         )
-        key = "profile_spread" if name == "profile spread" else "largest_slice"
         ax.plot(
             lags * cfg.save_every,
             rho,
             "o-",
             ms=3,
-            label=f"{name}: tau_int = {auto[key]['tau_int']:.2f} +- {auto[key]['tau_int_err']:.2f} measurements",
+            label=f"{key.replace('_', ' ')}: tau_int = {auto[key]['tau_int']:.2f} +- {auto[key]['tau_int_err']:.2f} "
+            "measurements",
         )
     ax.axhline(0, color="k", lw=0.5)
     ax.set_xlabel("lag (sweeps)")
     ax.set_ylabel("autocorrelation")
     ax.legend(fontsize=7)
-    p_auto = save_figure(fig, os.path.join(out, "autocorrelation.png"))
+    path = save_figure(fig, os.path.join(out, "autocorrelation.png"))
     plt.close(fig)
+    return path
 
+
+def _plot_coordination(out: str, coord: np.ndarray, geo: dict) -> str:
+    """``coordination.png``: the coordination-number histogram and the sphere volumes S(r) of each graph."""
+    plt = _pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
-    q = np.arange(coord.size)
-    ax[0].bar(q, coord / max(coord.sum(), 1))
+    ax[0].bar(np.arange(coord.size), coord / max(coord.sum(), 1))
     ax[0].set_xlabel("coordination number q")
     ax[0].set_ylabel("fraction of vertices")
     for name in ("vertex", "dual"):
@@ -609,9 +621,14 @@ def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dic
     ax[1].set_xlabel("graph distance r (links)")
     ax[1].set_ylabel("sphere volume S(r)")
     ax[1].legend(fontsize=7)
-    p_coord = save_figure(fig, os.path.join(out, "coordination.png"))
+    path = save_figure(fig, os.path.join(out, "coordination.png"))
     plt.close(fig)
+    return path
 
+
+def _plot_curvature(out: str, geo: dict) -> str:
+    """``curvature.png``: the quantum Ricci curvature, average sphere distance d̄/δ against δ, of each graph."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for name in ("vertex", "dual"):
         if geo[name] is None:
@@ -629,10 +646,53 @@ def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dic
     ax.set_ylabel(r"$\bar d / \delta$")
     ax.set_title("quantum Ricci curvature: average sphere distance")
     ax.legend(fontsize=7)
-    p_curv = save_figure(fig, os.path.join(out, "curvature.png"))
+    path = save_figure(fig, os.path.join(out, "curvature.png"))
     plt.close(fig)
+    return path
 
+
+def _print_report(summary: dict, at: np.ndarray) -> None:
+    """The run's results in one line, and a note for each autocorrelation time measured on too few data."""
+    auto, geo = summary["autocorrelation"], summary["geometry"]
+    d_h = {k: (f"{geo[k]['hausdorff_local']:.2f}" if geo[k] is not None else "n/a") for k in ("vertex", "dual")}
+    print(
+        f"CDT: <N2> = {summary['mean_n2']:.1f}, {int(at.sum())}/{at.size} measurements at the target volume, "
+        f"<l> = {summary['mean_slice_length']:.2f}, tau_int(spread) = "
+        f"{auto['profile_spread']['tau_int']:.2f} measurements, local d_H vertex {d_h['vertex']} / dual "
+        f"{d_h['dual']} ({geo['configurations']} configurations), acceptance {summary['acceptance']}"
+    )
+    for name, a in auto.items():
+        if math.isnan(a["n_over_tau"]):
+            print(f"note: {name}: fewer than 20 measurements, no autocorrelation time; raise steps")
+        elif a["n_over_tau"] < 50:
+            print(f"note: {name}: only {a['n_over_tau']:.0f} x tau_int measurements; raise steps for reliable errors")
+
+
+def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dict:
+    """The summary of a run (``summary.json``, the figures, one printed line) from its records ``hist``, its final
+    chains ``final``, the configurations ``states`` for the geometry, the derived settings ``d`` and the
+    thermalisation record ``therm``."""
+    lengths = np.asarray(hist["lengths"])  # (n_meas, chains, T)
+    n2 = np.asarray(hist["n2"])
+    at = np.asarray(hist["at_target"], bool)  # (n_meas, chains): the fixed-volume ensemble (all without fixing)
+    centred = np.asarray(cdt.center_profiles(lengths))
+    corr = np.asarray(cdt.volume_correlator(lengths[at])) if at.any() else np.full(cfg.slices, np.nan)
+    coord = (np.asarray(hist["coordination"]) * at[..., None]).sum((0, 1))
+    acc = np.asarray(final.accepts).sum(0)
+    att = np.asarray(final.attempts).sum(0)
+    spread = lengths.std(-1)  # (n_meas, chains): how far the profile is from a cylinder
+    series = {"profile_spread": spread, "largest_slice": lengths.max(-1).astype(float)}
+    auto = {key: _autocorrelation(values) for key, values in series.items()}
+    geo = measure_geometry(cfg, states, d, progress)
+    figures = [
+        _plot_thermalisation(cfg, out, therm, d),
+        _plot_profiles(cfg, out, lengths, centred, at, corr, d),
+        _plot_autocorrelation(cfg, out, series, auto),
+        _plot_coordination(out, coord, geo),
+        _plot_curvature(out, geo),
+    ]
     spread_mean, spread_err = _mean_error(spread, at)
+    q = np.arange(coord.size)
     summary = {
         "config": config_dict(cfg),
         "derived": d,
@@ -655,21 +715,10 @@ def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dic
         "acceptance": {n: float(acc[i] / max(att[i], 1)) for i, n in enumerate(cdt.MOVE_NAMES)},
         "accepted_moves": {n: int(acc[i]) for i, n in enumerate(cdt.MOVE_NAMES)},
         "geometry": geo,
-        "figures": [p_therm, p_prof, p_auto, p_coord, p_curv],
+        "figures": figures,
     }
     path = write_json(os.path.join(out, "summary.json"), summary)
-    d_h = {k: (f"{geo[k]['hausdorff_local']:.2f}" if geo[k] is not None else "n/a") for k in ("vertex", "dual")}
-    print(
-        f"CDT: <N2> = {summary['mean_n2']:.1f}, {int(at.sum())}/{at.size} measurements at the target volume, "
-        f"<l> = {summary['mean_slice_length']:.2f}, tau_int(spread) = "
-        f"{auto['profile_spread']['tau_int']:.2f} measurements, local d_H vertex {d_h['vertex']} / dual "
-        f"{d_h['dual']} ({geo['configurations']} configurations), acceptance {summary['acceptance']}"
-    )
-    for name, a in auto.items():
-        if math.isnan(a["n_over_tau"]):
-            print(f"note: {name}: fewer than 20 measurements, no autocorrelation time; raise steps")
-        elif a["n_over_tau"] < 50:
-            print(f"note: {name}: only {a['n_over_tau']:.0f} x tau_int measurements; raise steps for reliable errors")
+    _print_report(summary, at)
     summary["summary_path"] = path
     return summary
 
@@ -746,11 +795,4 @@ class CDTSimulation(Simulation):
 
 
 SIMULATION = CDTSimulation()
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

@@ -22,8 +22,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import sys
-from collections.abc import Sequence
 from typing import Literal
 
 import jax
@@ -34,10 +32,11 @@ from ivhl_jax.numerics.distributed_fft import mesh_sizes, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import gft as G
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_main
+from ivhl_jax.run.driver import RunContext, Simulation
 from ivhl_jax.run.io import save_figure, save_npy, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.store import RunStore, write_final_state
+from ivhl_jax.sims import entry_point
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -124,7 +123,7 @@ def precision_scope(cfg: GFTConfig) -> contextlib.AbstractContextManager:
 
 
 def _dtype(cfg: GFTConfig):
-    if cfg.precision == "float64" and not jax.config.jax_enable_x64:
+    if cfg.precision == "float64" and not jax.config.read("jax_enable_x64"):
         raise ValueError(
             "precision=float64 needs 64-bit JAX: run inside sims.gft.precision_scope(cfg) (ivhl sim gft does) or "
             "`with jax.enable_x64(True):`"
@@ -287,11 +286,4 @@ class GFTSimulation(Simulation):
 
 
 SIMULATION = GFTSimulation()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

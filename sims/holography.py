@@ -31,8 +31,7 @@ import argparse
 import dataclasses
 import functools
 import os
-import sys
-from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -41,11 +40,17 @@ import numpy as np
 from ivhl_jax.numerics.rollout import Stepper, chunked
 from ivhl_jax.physics import fields
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_main
+from ivhl_jax.run.driver import RunContext, Simulation
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.store import RunStore
+from ivhl_jax.sims import entry_point
 from ivhl_jax.train.checkpoint import Checkpointer
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.colors import LogNorm
+    from matplotlib.figure import Figure
 
 _PLANES = {"xy": (0, 1, 2), "xz": (0, 2, 1), "yz": (1, 2, 0)}  # (first axis, second axis, normal)
 #: the largest source phase k·t (rad) a run may reach: float32 resolves a phase of 2^20 rad to 2^-3 rad
@@ -141,6 +146,7 @@ def build_stepper(cfg: HolographyConfig) -> Stepper[fields.WaveState, fields.Sup
     rng = np.random.default_rng(cfg.seed)
     k0 = 2 * np.pi / cfg.wavelength
     k = k0 * (1.0 + cfg.frequency_spread * rng.uniform(-1.0, 1.0, cfg.n_sources))
+    ph: np.ndarray
     if cfg.phase_pattern == "zero":
         ph = np.zeros(cfg.n_sources)
     elif cfg.phase_pattern == "alternating":  # alternating π "polarity": sources 0, π, 0, π, ...
@@ -151,11 +157,11 @@ def build_stepper(cfg: HolographyConfig) -> Stepper[fields.WaveState, fields.Sup
     if len(cfg.grid) == 2:
         a, b, normal = _PLANES[cfg.plane]
         plane_pts = np.asarray(fields.grid_points(cfg.grid, -e, e, dtype=jnp.float32))
-        pts = np.zeros((plane_pts.shape[0], 3), np.float32)
-        pts[:, a], pts[:, b], pts[:, normal] = plane_pts[:, 0], plane_pts[:, 1], cfg.plane_offset
+        pts_host = np.zeros((plane_pts.shape[0], 3), np.float32)
+        pts_host[:, a], pts_host[:, b], pts_host[:, normal] = plane_pts[:, 0], plane_pts[:, 1], cfg.plane_offset
     else:
-        pts = np.asarray(fields.grid_points(cfg.grid, -e, e, dtype=jnp.float32))
-    pts = jnp.asarray(pts)
+        pts_host = np.asarray(fields.grid_points(cfg.grid, -e, e, dtype=jnp.float32))
+    pts = jnp.asarray(pts_host)
     if cfg.vortex_charges:
         centers = np.array([[x, y, 0.0] for x, y in cfg.vortex_centers], np.float32)
         imprint = fields.vortex(pts, centers, np.asarray(cfg.vortex_charges, np.int32), core_size=cfg.vortex_core)
@@ -229,12 +235,11 @@ def simulate(
     return result, stepper.params
 
 
-def _extent_labels(cfg: HolographyConfig) -> tuple[list[float], str, str]:
-    names = "xyz"
-    if len(cfg.grid) == 3:
-        return [-cfg.extent, cfg.extent, -cfg.extent, cfg.extent], "x", "y"
-    a, b, _ = _PLANES[cfg.plane]
-    return [-cfg.extent, cfg.extent, -cfg.extent, cfg.extent], names[a], names[b]
+def _extent_labels(cfg: HolographyConfig) -> tuple[tuple[float, float, float, float], str, str]:
+    """The picture's ``imshow`` extent (left, right, bottom, top) and the names of its horizontal and vertical axes."""
+    e = cfg.extent
+    a, b = (0, 1) if len(cfg.grid) == 3 else _PLANES[cfg.plane][:2]
+    return (-e, e, -e, e), "xyz"[a], "xyz"[b]
 
 
 def _title(cfg: HolographyConfig) -> str:
@@ -245,47 +250,33 @@ def _title(cfg: HolographyConfig) -> str:
     return f"{cfg.plane} slice at {normal} = {cfg.plane_offset:g}"
 
 
-def write_outputs(
-    cfg: HolographyConfig,
-    result: RunResult,
-    params: fields.SuperpositionParams,
-    out: str,
-    observations: RunStore | None = None,
-) -> dict[str, str]:
-    """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths. With
-    ``observations`` (the run store that holds them) the summary names it instead of holding them."""
-    from matplotlib.colors import LogNorm
+def _image(cfg: HolographyConfig, data: np.ndarray, label: str, **kw: Any) -> tuple[Figure, Axes]:
+    """A figure of the slice ``data`` (non-finite pixels left blank) with a colour bar named ``label``; its axes."""
     from matplotlib.figure import Figure
 
-    st = result.state
-    psi = np.asarray(_slice_2d(cfg.grid, st.field))
-    inten = np.abs(psi) ** 2
-    mean_i = np.asarray(_slice_2d(cfg.grid, st.intensity_sum)) / max(int(st.step), 1)
-    vm = np.asarray(fields.vortex_map(psi))
     ext, xa, xb = _extent_labels(cfg)
-    title = _title(cfg)
-    paths = {}
+    fig = Figure(figsize=(6.2, 5.2))
+    ax = fig.add_subplot()
+    im = ax.imshow(np.ma.masked_invalid(data.T), origin="lower", extent=ext, **kw)
+    fig.colorbar(im, ax=ax, label=label)
+    # lengths are in the model's unit L (the helix radius is 1 L by default); t in L/c
+    ax.set_xlabel(f"{xa} (L)")
+    ax.set_ylabel(f"{xb} (L)")
+    return fig, ax
 
-    def image(data, name, label, **kw):
-        fig = Figure(figsize=(6.2, 5.2))
-        ax = fig.add_subplot()
-        im = ax.imshow(np.ma.masked_invalid(data.T), origin="lower", extent=ext, **kw)
-        fig.colorbar(im, ax=ax, label=label)
-        # lengths are in the model's unit L (the helix radius is 1 L by default); t in L/c
-        ax.set_xlabel(f"{xa} (L)")
-        ax.set_ylabel(f"{xb} (L)")
-        return fig, ax
 
-    def log_norm(data):
-        finite = data[np.isfinite(data)]  # non-finite pixels are left blank (masked), never the scale
-        top = float(np.max(finite)) if finite.size else 1.0
-        return LogNorm(vmin=max(top * 1e-4, 1e-30), vmax=max(top, 2e-30))
+def _log_norm(data: np.ndarray) -> LogNorm:
+    """A logarithmic colour scale over four decades below the largest finite value of ``data``."""
+    from matplotlib.colors import LogNorm
 
-    fig, ax = image(inten, "intensity", "|ψ|² (A²/L²)", norm=log_norm(inten), cmap="inferno")
-    ax.set_title(f"intensity at t = {float(st.t):.4g} L/c\n{title}")
-    paths["intensity"] = save_figure(fig, os.path.join(out, "intensity.png"))
+    finite = data[np.isfinite(data)]  # non-finite pixels are left blank (masked), never the scale
+    top = float(np.max(finite)) if finite.size else 1.0
+    return LogNorm(vmin=max(top * 1e-4, 1e-30), vmax=max(top, 2e-30))
 
-    fig, ax = image(np.angle(psi), "phase", "arg ψ (rad)", cmap="twilight", vmin=-np.pi, vmax=np.pi)
+
+def _phase_picture(cfg: HolographyConfig, psi: np.ndarray, vm: np.ndarray, title: str, out: str) -> str:
+    """``phase.png``: arg ψ of the slice with the plaquette vortex charges ``vm`` marked (+ red, − cyan)."""
+    fig, ax = _image(cfg, np.angle(psi), "arg ψ (rad)", cmap="twilight", vmin=-np.pi, vmax=np.pi)
     h, w = psi.shape
     xs = np.linspace(-cfg.extent, cfg.extent, h)
     ys = np.linspace(-cfg.extent, cfg.extent, w)
@@ -303,9 +294,30 @@ def write_outputs(
         )
     ax.legend(loc="upper right", fontsize=7, framealpha=0.6)
     ax.set_title(f"phase and plaquette vortex charges (net {int(vm.sum())})\n{title}")
-    paths["phase"] = save_figure(fig, os.path.join(out, "phase.png"))
+    return save_figure(fig, os.path.join(out, "phase.png"))
 
-    fig, ax = image(mean_i, "mean", "⟨|ψ|²⟩_t (A²/L²)", norm=log_norm(mean_i), cmap="magma")
+
+def write_outputs(
+    cfg: HolographyConfig,
+    result: RunResult,
+    params: fields.SuperpositionParams,
+    out: str,
+    observations: RunStore | None = None,
+) -> dict[str, str]:
+    """Write intensity.png, phase.png, mean_intensity.png and summary.json; returns their paths. With
+    ``observations`` (the run store that holds them) the summary names it instead of holding them."""
+    st = result.state
+    psi = np.asarray(_slice_2d(cfg.grid, st.field))
+    inten = np.abs(psi) ** 2
+    mean_i = np.asarray(_slice_2d(cfg.grid, st.intensity_sum)) / max(int(st.step), 1)
+    vm = np.asarray(fields.vortex_map(psi))
+    title = _title(cfg)
+    paths = {}
+    fig, ax = _image(cfg, inten, "|ψ|² (A²/L²)", norm=_log_norm(inten), cmap="inferno")
+    ax.set_title(f"intensity at t = {float(st.t):.4g} L/c\n{title}")
+    paths["intensity"] = save_figure(fig, os.path.join(out, "intensity.png"))
+    paths["phase"] = _phase_picture(cfg, psi, vm, title, out)
+    fig, ax = _image(cfg, mean_i, "⟨|ψ|²⟩_t (A²/L²)", norm=_log_norm(mean_i), cmap="magma")
     ax.set_title(f"time-averaged intensity over {int(st.step)} frames\n{title}")
     paths["mean_intensity"] = save_figure(fig, os.path.join(out, "mean_intensity.png"))
 
@@ -381,11 +393,4 @@ class HolographySimulation(Simulation):
 
 
 SIMULATION = HolographySimulation()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

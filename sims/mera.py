@@ -62,7 +62,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -75,10 +74,11 @@ from ivhl_jax.physics.tensornet.mera import conformal, scaling
 from ivhl_jax.physics.tensornet.mera import symmetric as MS
 from ivhl_jax.run.config import option
 from ivhl_jax.run.device import limit_host_cores
-from ivhl_jax.run.driver import RunContext, Simulation, run_main
+from ivhl_jax.run.driver import RunContext, Simulation
 from ivhl_jax.run.io import load_array, save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.run.store import RunStore
+from ivhl_jax.sims import entry_point
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -143,9 +143,10 @@ class MERASimConfig:
         except (TypeError, ValueError) as e:
             msg = str(e)
             raise ValueError(msg if msg.startswith("term_file") else f"g: {msg}") from None
-        if self.symmetry:
+        symmetry = self.symmetry_record()
+        if symmetry is not None:
             try:
-                MS.check_commutes(model, self.symmetry_record())
+                MS.check_commutes(model, symmetry)
             except ValueError as e:
                 raise ValueError(f"symmetry: {e}") from None
         if self.d and self.d != model.d:
@@ -684,11 +685,4 @@ class MERASimulation(Simulation):
 
 
 SIMULATION = MERASimulation()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

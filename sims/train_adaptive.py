@@ -21,10 +21,8 @@ are set from the dataset.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-import sys
 import time
 from typing import Any
 
@@ -37,12 +35,12 @@ from ivhl_jax.models.adaptive import AdaptiveModel, make_classification_loss, pr
 from ivhl_jax.nn import adaptive
 from ivhl_jax.nn.adaptive import AdaptiveConfig
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
+from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import phase, run_chunked
-from ivhl_jax.run.store import RunStore
+from ivhl_jax.run.runner import phase
+from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
 from ivhl_jax.train import training
-from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher, train_test_split
 from ivhl_jax.train.digits import load_digits
 
@@ -70,23 +68,11 @@ class TrainAdaptiveConfig:
         check_choice(self.dataset, "dataset", ("digits", "synthetic"))
         check_choice(self.preset, "preset", ("reference", "improved", "plain"))
         check_choice(self.state_mode, "state_mode", ("reset", "carry", "auto"))
-        check_scalar(self.steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
-        check_scalar(self.steps, "steps", integer=True, minimum=1)
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
+        check_training_steps(self)
         check_scalar(self.batch_size, "batch_size", integer=True, minimum=1)
         check_scalar(self.learning_rate, "learning_rate", positive=True)
-        check_scalar(self.warmup_steps, "warmup_steps", integer=True, nonnegative=True)
-        if self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= steps ({self.steps})")
         check_scalar(self.clip_norm, "clip_norm", positive=True)
         check_scalar(self.synthetic_samples, "synthetic_samples", integer=True, minimum=1)
-        check_scalar(self.checkpoint_every, "checkpoint_every", integer=True, minimum=0)
-        if self.checkpoint_every % self.steps_per_chunk:
-            raise ValueError(
-                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-                f"({self.steps_per_chunk}): checkpoints are written between chunks"
-            )
         check_scalar(self.test_fraction, "test_fraction", minimum=0.01, maximum=0.9)
 
 
@@ -213,45 +199,22 @@ def _plots(out: str, hist: dict[str, np.ndarray], chunk: int) -> list[str]:
     return paths
 
 
-def train(
-    cfg: TrainAdaptiveConfig,
-    out: str,
-    *,
-    resume: bool = True,
-    progress: bool = True,
-    plots: bool = True,
-    checkpointer: Checkpointer | None = None,
-    sink: RunStore | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and plots to ``out``.
-    ``checkpointer`` is the driver's; without it the run folder ``out`` opens its own. With ``sink`` (the run
-    store) the records stream to disk: per step over ``time``, the test accuracy per chunk over ``chunk_time``."""
+def train(cfg: TrainAdaptiveConfig, run: TrainingRun) -> dict[str, Any]:
+    """Run (or resume) a training run; writes ``summary.json``, ``metrics.json`` and (with ``run.plots``) the
+    figures to ``run.out``."""
+    out, progress = run.out, run.progress
     with phase("loading data", enabled=progress):
         data = load_dataset(cfg)
     with phase("building the model", enabled=progress):
         model, mcfg, carry, state, advance, evaluate = build(cfg, data)
-    n_chunks = cfg.steps // cfg.steps_per_chunk
+
+    def metadata(step: int, ts: Any) -> dict[str, Any]:
+        return {"step": int(step), "config": config_dict(cfg)}
+
     like = jax.eval_shape(advance, state)[1]  # the records of one chunk (all numbers: unit "1")
-    with run_checkpointer(
-        out,
-        cfg,
-        checkpointer=checkpointer,
-        resume=resume,
-        save_every=cfg.checkpoint_every or cfg.steps_per_chunk,
-        keep=2,
-    ) as ckpt:
-        res = run_chunked(
-            advance,
-            state,
-            n_chunks=n_chunks,
-            steps_per_chunk=cfg.steps_per_chunk,
-            checkpointer=ckpt,
-            metadata=lambda step, s: {"step": int(step), "config": config_dict(cfg)},
-            progress=progress,
-            description="train adaptive",
-            sink=sink.describe(units=dict.fromkeys(like, "1")) if sink is not None else None,
-        )
-    hist = {k: np.asarray(v) for k, v in (res.history if sink is None else sink.read(like=like)).items()}
+    units = dict.fromkeys(like, "1")
+    res = train_in_chunks(cfg, run, advance, state, "train adaptive", metadata=metadata, units=units)
+    hist = {k: np.asarray(v) for k, v in res.history.items()}
     ts = res.state
     final = {k: float(v) for k, v in evaluate(ts).items()}
     n_new = res.steps_run
@@ -280,7 +243,7 @@ def train(
     }
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
-    if plots:
+    if run.plots:
         summary["plots"] = _plots(out, hist, cfg.steps_per_chunk)
     return summary
 
@@ -306,47 +269,23 @@ def profile(cfg: TrainAdaptiveConfig, out: str) -> str:
     return write_json(os.path.join(out, "baseline.json"), profiling.baseline_document([run]))
 
 
-class TrainAdaptiveSimulation(Simulation):
+class TrainAdaptiveSimulation(TrainingSimulation):
     """``ivhl train adaptive`` (``--profile``: profile the train step instead of training)."""
 
     prog = "ivhl train adaptive"
-    streams = True
     config_type = TrainAdaptiveConfig
+    out_folder = "adaptive"
+    switches = {"--profile": "instead of training, profile the train step and write baseline.json to --out"}
 
     def run(self, cfg: TrainAdaptiveConfig, ctx: RunContext) -> dict[str, str]:
         if ctx.args.profile:
             return {"baseline": profile(cfg, ctx.out)}
         t0 = time.perf_counter()
-        ck, sink = ctx.checkpointer, ctx.sink
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ck, sink=sink)
+        s = train(cfg, TrainingRun.of(ctx))
         print(f"test accuracy {s['test_accuracy']:.4f} after {s['steps']} steps ({time.perf_counter() - t0:.1f} s)")
         paths = {"summary": os.path.join(ctx.out, "summary.json"), "metrics": os.path.join(ctx.out, "metrics.json")}
         return {**paths, **{os.path.splitext(os.path.basename(p))[0]: p for p in s.get("plots", [])}}
 
-    def default_out(self, cfg: TrainAdaptiveConfig, args: argparse.Namespace) -> str:
-        return os.path.join("runs", "adaptive")
-
-    def checkpoint_every(self, cfg: TrainAdaptiveConfig) -> int:
-        return cfg.checkpoint_every or cfg.steps_per_chunk
-
-    def keep(self, cfg: TrainAdaptiveConfig) -> int:
-        return 2
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--no-plots", action="store_true")
-        parser.add_argument(
-            "--profile",
-            action="store_true",
-            help="instead of training, profile the train step and write baseline.json to --out",
-        )
-
 
 SIMULATION = TrainAdaptiveSimulation()
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

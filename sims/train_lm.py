@@ -36,7 +36,8 @@ import os
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -52,10 +53,12 @@ from ivhl_jax.models.transformer import (
     lm_loss_fn,
 )
 from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config_dict, load_config, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
+from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import phase, run_chunked
-from ivhl_jax.run.store import RunStore, leaf_names
+from ivhl_jax.run.runner import phase
+from ivhl_jax.run.store import leaf_names
+from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -96,28 +99,15 @@ class TrainLMConfig:
         self.model.validate()
         if self.model.vocab_size != 256:
             raise ValueError(f"model.vocab_size must be 256 (the model reads bytes), got {self.model.vocab_size}")
-        for name in (
-            "seq_len",
-            "max_bytes",
-            "batch_size",
-            "steps",
-            "steps_per_chunk",
-            "eval_batches",
-            "accumulate",
-            "keep_checkpoints",
-        ):
+        for name in ("seq_len", "max_bytes", "batch_size", "eval_batches", "accumulate"):
             check_scalar(getattr(self, name), name, integer=True, minimum=1)
+        check_training_steps(self)
         if self.model.max_len < self.seq_len:
             raise ValueError(
                 f"model.max_len ({self.model.max_len}) must be >= seq_len ({self.seq_len}); "
                 f"set model.max_len={self.seq_len}"
             )
         check_scalar(self.val_fraction, "val_fraction", minimum=0.001, maximum=0.5)
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
-        check_scalar(self.warmup_steps, "warmup_steps", integer=True, nonnegative=True)
-        if self.warmup_steps > self.steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= steps ({self.steps})")
         if self.steps % self.accumulate:
             raise ValueError(f"steps ({self.steps}) must be a multiple of accumulate ({self.accumulate})")
         return self
@@ -250,49 +240,21 @@ def build(cfg: TrainLMConfig, data: dict):
     return state, (lambda st: chunk(st, train_windows, val_batches)), opt
 
 
-def train(
-    cfg: TrainLMConfig,
-    out: str,
-    *,
-    resume: bool = True,
-    progress: bool = True,
-    plots: bool = True,
-    stop_after_chunks: int | None = None,
-    checkpointer: Checkpointer | None = None,
-    sink: RunStore | None = None,
-) -> dict:
-    """Train (or resume), write summary/plot/checkpoints to ``out``, return the summary dict. With ``sink`` (the
-    run store) the records stream to disk: the loss per step over ``time``, per-chunk ones over ``chunk_time``.
-
-    ``stop_after_chunks`` ends this invocation early (as an interruption would); a later call with
-    the same config resumes from the checkpoint and finishes bit-identically. ``checkpointer`` is the
-    driver's; without it the run folder ``out`` opens its own.
-    """
+def train(cfg: TrainLMConfig, run: TrainingRun) -> dict:
+    """Train (or resume), write summary/plot/checkpoints to ``run.out``, return the summary dict (``run``'s
+    ``stop_after_chunks`` ends this invocation early; the same config resumes and finishes bit-identically)."""
+    out, progress = run.out, run.progress
     cfg.validate()
     with phase("loading data", detail=f"up to {cfg.max_bytes} bytes of the Python stdlib", enabled=progress):
         data = prepare_data(cfg)
     with phase("building the model", enabled=progress):
         state, advance, _ = build(cfg, data)
-    n_chunks = cfg.steps // cfg.steps_per_chunk
-    like = jax.eval_shape(advance, state)[1]  # the records of one chunk (losses and rates: unit "1")
-    if stop_after_chunks is not None:
-        n_chunks = min(n_chunks, int(stop_after_chunks))
     # The cosine schedule depends on steps, so no key is extendable: another configuration is refused.
-    with run_checkpointer(
-        out, cfg, checkpointer=checkpointer, resume=resume, save_every=cfg.steps_per_chunk, keep=cfg.keep_checkpoints
-    ) as ckpt:
-        res = run_chunked(
-            advance,
-            state,
-            n_chunks=n_chunks,
-            steps_per_chunk=cfg.steps_per_chunk,
-            checkpointer=ckpt,
-            metadata={"config": config_dict(cfg)},
-            progress=progress,
-            description="train lm",
-            sink=None if sink is None else sink.describe(units=dict.fromkeys(leaf_names(like), "1")),
-        )
-    hist = jax.tree_util.tree_map(np.asarray, res.history if sink is None else sink.read(like=like))
+    metadata = {"config": config_dict(cfg)}
+    like = jax.eval_shape(advance, state)[1]  # the records of one chunk (losses and rates: unit "1")
+    units = dict.fromkeys(leaf_names(like), "1")
+    res = train_in_chunks(cfg, run, advance, state, "train lm", metadata=metadata, units=units)
+    hist = jax.tree_util.tree_map(np.asarray, res.history)
     mcfg = cfg.model
     n_params = count_params(res.state.params)
     tokens = cfg.batch_size * cfg.seq_len
@@ -319,7 +281,7 @@ def train(
     if res.steps_run:
         summary["tokens_per_s_this_invocation"] = res.steps_run * tokens / res.wall_time_s
     write_json(os.path.join(out, "summary.json"), summary)
-    if plots:
+    if run.plots:
         _plot(hist, data, os.path.join(out, "loss_curve.png"))
     return summary
 
@@ -400,58 +362,6 @@ def sample_text(
 # --------------------------------------------------------------------------- CLI
 
 
-class TrainLMSimulation(Simulation):
-    """``ivhl train lm`` (``--generate``: :func:`generate_main` samples from a trained run instead)."""
-
-    prog = "ivhl train lm"
-    streams = True
-    config_type = TrainLMConfig
-
-    def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
-        ck, sink = ctx.checkpointer, ctx.sink
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ck, sink=sink)
-        print(
-            json.dumps(
-                {
-                    k: s[k]
-                    for k in (
-                        "n_params",
-                        "steps",
-                        "unigram_entropy_bits_per_byte",
-                        "final_train_bits_per_byte_last_chunk_mean",
-                        "final_val_bits_per_byte",
-                        "val_over_unigram",
-                    )
-                },
-                indent=1,
-            )
-        )
-        paths = {"summary": os.path.join(ctx.out, "summary.json")}
-        if not ctx.args.no_plots:
-            paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
-        return paths
-
-    def default_out(self, cfg: TrainLMConfig, args: argparse.Namespace) -> str:
-        return os.path.join("runs", "lm")
-
-    def checkpoint_every(self, cfg: TrainLMConfig) -> int:
-        return cfg.steps_per_chunk
-
-    def keep(self, cfg: TrainLMConfig) -> int:
-        return cfg.keep_checkpoints
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--no-plots", action="store_true")
-        parser.add_argument(
-            "--generate",
-            action="store_true",
-            help="sample from the latest checkpoint in --out (see `ivhl train lm --generate --help`)",
-        )
-
-
-SIMULATION = TrainLMSimulation()
-
-
 def generate_parser() -> argparse.ArgumentParser:
     """The options of ``ivhl train lm --generate`` (a usage error is one line)."""
     p = OneLineArgumentParser(prog="ivhl train lm --generate", description="sample from a trained byte LM")
@@ -487,12 +397,38 @@ def generate_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--generate" in argv:
-        return generate_main(argv)
-    return run_main(SIMULATION, argv)
+class TrainLMSimulation(TrainingSimulation):
+    """``ivhl train lm`` (``--generate``: :func:`generate_main` samples from a trained run instead)."""
+
+    prog = "ivhl train lm"
+    config_type = TrainLMConfig
+    out_folder = "lm"
+    switches = {"--generate": "sample from the latest checkpoint in --out (see `ivhl train lm --generate --help`)"}
+    commands: ClassVar[dict[str, Callable[[list[str]], int]]] = {"--generate": generate_main}
+
+    def run(self, cfg: TrainLMConfig, ctx: RunContext) -> dict[str, str]:
+        s = train(cfg, TrainingRun.of(ctx))
+        print(
+            json.dumps(
+                {
+                    k: s[k]
+                    for k in (
+                        "n_params",
+                        "steps",
+                        "unigram_entropy_bits_per_byte",
+                        "final_train_bits_per_byte_last_chunk_mean",
+                        "final_val_bits_per_byte",
+                        "val_over_unigram",
+                    )
+                },
+                indent=1,
+            )
+        )
+        paths = {"summary": os.path.join(ctx.out, "summary.json")}
+        if not ctx.args.no_plots:
+            paths["loss_curve"] = os.path.join(ctx.out, "loss_curve.png")
+        return paths
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+SIMULATION = TrainLMSimulation()
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

@@ -18,11 +18,10 @@ against the baselines); ``--no-plots`` skips the pictures.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-import sys
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,12 +31,12 @@ from ivhl_jax.core.validation import check_choice, check_scalar
 from ivhl_jax.models.gru import TrajectoryGRU
 from ivhl_jax.physics import fields
 from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer, run_main
+from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import phase, run_chunked
-from ivhl_jax.run.store import RunStore
+from ivhl_jax.run.runner import phase
+from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
 from ivhl_jax.train import training
-from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
 
 
@@ -66,13 +65,10 @@ class VortexGRUConfig:
             "harmonics",
             "hidden",
             "layers",
-            "steps",
-            "steps_per_chunk",
             "batch_size",
         ):
             check_scalar(getattr(self, k), k, integer=True, minimum=1)
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
+        check_training_steps(self)
         if self.batch_size > self.n_train:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be <= n_train ({self.n_train}): lower batch_size or raise n_train"
@@ -122,11 +118,12 @@ def _detect_all(c: jax.Array, grid_template: jax.Array) -> jax.Array:
     return jax.vmap(jax.vmap(lambda x: detect(x, grid)))(c)
 
 
-def make_data(cfg: VortexGRUConfig) -> dict[str, np.ndarray]:
+def make_data(cfg: VortexGRUConfig) -> dict[str, Any]:
+    """The detected centres ``train [n_train, length, 2]`` and ``test``, the true centres of the test paths
+    ``true_test``, and the detection's RMSE against the true centres ``detect_rmse`` (a float)."""
     key = jax.random.key(cfg.seed + 1000)
-    true = fourier_paths(key, cfg.n_train + cfg.n_test, cfg.length, cfg.harmonics)
-    det = _detect_all(true, jnp.zeros((cfg.grid,)))
-    true, det = np.asarray(true), np.asarray(det)
+    paths = fourier_paths(key, cfg.n_train + cfg.n_test, cfg.length, cfg.harmonics)
+    true, det = np.asarray(paths), np.asarray(_detect_all(paths, jnp.zeros((cfg.grid,))))
     return {
         "train": det[: cfg.n_train],
         "test": det[cfg.n_train :],
@@ -144,21 +141,10 @@ def baselines(p: np.ndarray) -> dict[str, float]:
     return {"persistence_rmse": r(pers), "constant_velocity_rmse": r(cv)}
 
 
-def train(
-    cfg: VortexGRUConfig,
-    out: str,
-    *,
-    resume: bool = True,
-    progress: bool = True,
-    checkpointer: Checkpointer | None = None,
-    plots: bool = True,
-    sink: RunStore | None = None,
-) -> dict:
-    """Train (or resume) into ``out``; ``checkpointer`` is the driver's, else the run folder's own. With ``sink``
-    (the run store) the loss per step streams to disk over ``time``, the test RMSE per chunk over ``chunk_time``.
-
-    Writes ``summary.json``, ``metrics.json`` and (with ``plots``) ``vortex_gru.png`` and ``loss_curve.png``.
-    """
+def train(cfg: VortexGRUConfig, run: TrainingRun) -> dict:
+    """Train (or resume) into ``run.out``: writes ``summary.json``, ``metrics.json`` and (with ``run.plots``)
+    ``vortex_gru.png`` and ``loss_curve.png``."""
+    out, progress = run.out, run.progress
     with phase(
         "making data",
         detail=f"{cfg.n_train + cfg.n_test} trajectories, vortices detected on a {cfg.grid}x{cfg.grid} window",
@@ -196,25 +182,15 @@ def train(
         return ts, {"loss": m["loss"], "test_rmse": test_rmse(ts.params)[None]}
 
     state = training.init_train_state(params, opt, key=jax.random.key(cfg.seed + 1))
-    like = jax.eval_shape(advance, state)[1]
-    if sink is not None:  # numbers: the loss, and the RMSE in the window's coordinates (half-width 1)
-        rmse = "one-step test RMSE of the vortex positions"
-        sink.describe(units={"loss": "1", "test_rmse": "1"}, long_names={"test_rmse": rmse})
-    with run_checkpointer(out, cfg, checkpointer=checkpointer, resume=resume, save_every=per_chunk, keep=2) as ck:
-        res = run_chunked(
-            jax.jit(advance),
-            state,
-            n_chunks=cfg.steps // per_chunk,
-            steps_per_chunk=per_chunk,
-            checkpointer=ck,
-            progress=progress,
-            description="train vortex_gru",
-            sink=sink,
-        )
-    hist = {k: np.asarray(v) for k, v in (res.history if sink is None else sink.read(like=like)).items()}
+    # numbers: the loss, and the RMSE in the window's coordinates (half-width 1)
+    units, rmse = {"loss": "1", "test_rmse": "1"}, "one-step test RMSE of the vortex positions"
+    res = train_in_chunks(
+        cfg, run, jax.jit(advance), state, "train vortex_gru", units=units, long_names={"test_rmse": rmse}
+    )
+    hist = {k: np.asarray(v) for k, v in res.history.items()}
     final = float(jax.jit(test_rmse)(res.state.params))
     base = baselines(data["test"])
-    summary = {
+    summary: dict[str, Any] = {
         "config": config_dict(cfg),
         "gru_test_rmse": final,
         **base,
@@ -227,7 +203,7 @@ def train(
     }
     write_json(os.path.join(out, "summary.json"), summary)
     write_json(os.path.join(out, "metrics.json"), {k: v.tolist() for k, v in hist.items()})
-    if plots:
+    if run.plots:
         pred = np.asarray(jax.jit(predict)(res.state.params, test_arr[:3]))
         summary["plot"], summary["loss_curve"] = write_plots(out, hist, data, pred, base, cfg.steps_per_chunk)
     return summary
@@ -283,17 +259,16 @@ def write_plots(
     return plot, save_figure(fig, os.path.join(out, "loss_curve.png"))
 
 
-class VortexGRUSimulation(Simulation):
+class VortexGRUSimulation(TrainingSimulation):
     """``ivhl train vortex_gru``."""
 
     prog = "ivhl train vortex_gru"
-    streams = True
     config_type = VortexGRUConfig
+    out_folder = "vortex_gru"
 
     def run(self, cfg: VortexGRUConfig, ctx: RunContext) -> dict[str, str]:
         t0 = time.perf_counter()
-        ck, sink = ctx.checkpointer, ctx.sink
-        s = train(cfg, ctx.out, progress=ctx.progress, plots=not ctx.args.no_plots, checkpointer=ck, sink=sink)
+        s = train(cfg, TrainingRun.of(ctx))
         print(
             f"GRU one-step RMSE {s['gru_test_rmse']:.4g} (constant velocity {s['constant_velocity_rmse']:.4g}, "
             f"persistence {s['persistence_rmse']:.4g}) in {time.perf_counter() - t0:.1f} s"
@@ -303,25 +278,6 @@ class VortexGRUSimulation(Simulation):
             paths.update(plot=s["plot"], loss_curve=s["loss_curve"])
         return paths
 
-    def default_out(self, cfg: VortexGRUConfig, args: argparse.Namespace) -> str:
-        return os.path.join("runs", "vortex_gru")
-
-    def checkpoint_every(self, cfg: VortexGRUConfig) -> int:
-        return cfg.steps_per_chunk
-
-    def keep(self, cfg: VortexGRUConfig) -> int:
-        return 2
-
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--no-plots", action="store_true", help="skip vortex_gru.png and loss_curve.png")
-
 
 SIMULATION = VortexGRUSimulation()
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_main(SIMULATION, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = entry_point(SIMULATION, __name__)  # the command line as a function; python -m runs it

@@ -1,7 +1,8 @@
 """One ``main`` for every runnable simulation: a simulation declares what is its own, the driver does the rest.
 
 A simulation module (``sims/NAME.py``) subclasses :class:`Simulation` — its config dataclass, how to run it
-against a checkpointer, how to write its outputs — and its ``main`` is ``return run_main(SIMULATION, argv)``.
+against a checkpointer, how to write its outputs — and names one instance ``SIMULATION``, which ``ivhl sim NAME``
+hands to :func:`run_main`.
 The driver then does, identically for every simulation:
 
 * joining the other processes under ``ivhl launch`` (or SLURM, Open MPI, a TPU pod) before any JAX work

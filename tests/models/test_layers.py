@@ -141,6 +141,20 @@ def _entry_ops(hlo_text):
     return ops, kinds
 
 
+def test_fused_dense_blocks_keep_their_parameter_trees():
+    """DenseAct holds one Dense ``dense`` (twice as wide for a gated activation), LayerNormDense a norm ``norm``
+    and a Dense ``dense``: the trees checkpoints and the transformer's sharding rules name."""
+    x = jnp.zeros((4, 16))
+
+    def shapes(mod):
+        return jax.tree_util.tree_map(jnp.shape, nn.meta.unbox(jax.eval_shape(mod.init, jax.random.key(0), x)))
+
+    dense = {"kernel": (16, 64), "bias": (64,)}
+    assert shapes(L.DenseAct(32, activation="swiglu")) == {"params": {"dense": dense}}
+    assert shapes(L.DenseAct(64, use_bias=False)) == {"params": {"dense": {"kernel": (16, 64)}}}
+    assert shapes(L.LayerNormDense(64, norm="rmsnorm")) == {"params": {"norm": {"scale": (16,)}, "dense": dense}}
+
+
 @pytest.mark.parametrize("block", ["dense_gelu", "layernorm_dense"])
 def test_xla_fuses_the_elementwise_work_around_the_matmul(block):
     """Compiled HLO: no element-wise op runs unfused at the top level, so no intermediate activation
@@ -149,7 +163,7 @@ def test_xla_fuses_the_elementwise_work_around_the_matmul(block):
     M, K, N = 128, 256, 512
     x = jax.ShapeDtypeStruct((M, K), jnp.float32)
     if block == "dense_gelu":
-        mod = L.DenseAct(N, "gelu")
+        mod = L.DenseAct(N, activation="gelu")
     else:
         mod = L.LayerNormDense(N)
     params = jax.eval_shape(lambda: nn.meta.unbox(mod.init(jax.random.key(0), jnp.zeros((M, K)))))

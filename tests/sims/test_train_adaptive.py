@@ -13,6 +13,7 @@ import pytest
 from ivhl_jax.run.config import load_config
 from ivhl_jax.run.runner import run_chunked
 from ivhl_jax.sims import train_adaptive as ta
+from ivhl_jax.sims._common import TrainingRun
 from ivhl_jax.train.checkpoint import Checkpointer
 
 TINY = [
@@ -60,12 +61,6 @@ def test_cli_writes_summary_and_plots(tmp_path, capsys):
 
 
 def test_config_errors_are_named():
-    with pytest.raises(ValueError, match="multiple of steps_per_chunk"):
-        load_config(ta.TrainAdaptiveConfig, None, ["steps=25", "steps_per_chunk=10"])
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['chunk'\].*valid keys: .*'steps_per_chunk'"):
-        load_config(ta.TrainAdaptiveConfig, None, ["chunk=10"])
-    with pytest.raises(ValueError, match="checkpoint_every .* multiple of steps_per_chunk"):
-        load_config(ta.TrainAdaptiveConfig, None, ["steps=100", "steps_per_chunk=10", "checkpoint_every=15"])
     with pytest.raises(ValueError, match="dataset"):
         load_config(ta.TrainAdaptiveConfig, None, ["dataset=mnist"])
 
@@ -75,7 +70,8 @@ def test_improved_model_reaches_97_percent_on_digits(tmp_path):
     accs = []
     for seed in (0, 1, 2):
         cfg = load_config(ta.TrainAdaptiveConfig, None, ["steps=1500", "steps_per_chunk=500", f"seed={seed}"])
-        accs.append(ta.train(cfg, str(tmp_path / f"run{seed}"), progress=False, plots=False)["test_accuracy"])
+        run = TrainingRun(str(tmp_path / f"run{seed}"), progress=False, plots=False)
+        accs.append(ta.train(cfg, run)["test_accuracy"])
     # The goal (>= 97 %) is asserted on the median of three seeds, not on one lucky random stream: measured
     # over seeds 0-5, 0.967-0.975 (347-350 of 359 test digits), median 0.972.
     assert float(np.median(accs)) >= 0.97, accs

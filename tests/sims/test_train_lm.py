@@ -10,6 +10,7 @@ from scipy.stats import entropy
 
 from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import train_lm as T
+from ivhl_jax.sims._common import TrainingRun
 
 
 def test_corpus_is_deterministic_and_entropy_is_the_order0_one():
@@ -27,10 +28,6 @@ def test_corpus_is_deterministic_and_entropy_is_the_order0_one():
 
 
 def test_config_errors_name_the_key():
-    with pytest.raises(ValueError, match="steps_per_chunk"):
-        load_config(T.TrainLMConfig, None, ["steps=10", "steps_per_chunk=3"])
-    with pytest.raises(ValueError, match="warmup_steps"):
-        load_config(T.TrainLMConfig, None, ["steps=10", "steps_per_chunk=5", "warmup_steps=20"])
     with pytest.raises(ValueError, match="unknown config key"):
         load_config(T.TrainLMConfig, None, ["model.d_modle=8"])
     with pytest.raises(ValueError, match="model.max_len"):
@@ -59,14 +56,25 @@ TINY = [
 ]
 
 
+def test_the_command_line_runs_generate_as_the_simulation_declares_it(tmp_path, capsys):
+    """`ivhl train lm --generate` reaches generate_main through the simulation's commands (not the training
+    driver): without a trained run in --out it is generation's one-line refusal, exit status 2."""
+    from ivhl_jax import cli
+
+    assert T.SIMULATION.commands["--generate"] is T.generate_main
+    assert cli.main(["train", "lm", "--generate", "--out", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ivhl train lm --generate: no config at") and len(err.splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_bit_exactly_and_generates(tmp_path):
     cfg = load_config(T.TrainLMConfig, None, TINY)
     full, part = os.fspath(tmp_path / "full"), os.fspath(tmp_path / "part")
-    s_full = T.train(cfg, full, progress=False, plots=False)
-    s_part = T.train(cfg, part, progress=False, plots=False, stop_after_chunks=1)
+    s_full = T.train(cfg, TrainingRun(full, progress=False, plots=False))
+    s_part = T.train(cfg, TrainingRun(part, progress=False, plots=False, stop_after_chunks=1))
     assert s_part["steps"] == 2
-    s_res = T.train(cfg, part, progress=False, plots=True)
+    s_res = T.train(cfg, TrainingRun(part, progress=False))
     assert s_res["resumed_from"] == 2 and s_res["steps"] == 4
     assert s_res["val_bits_per_byte_curve"] == s_full["val_bits_per_byte_curve"]
     pa, _ = T.restore_params(cfg, full)

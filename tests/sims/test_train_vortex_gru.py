@@ -11,6 +11,7 @@ import pytest
 
 from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import train_vortex_gru as tv
+from ivhl_jax.sims._common import TrainingRun
 
 
 def test_detection_from_the_field_is_sub_grid_accurate():
@@ -29,13 +30,6 @@ def test_fourier_paths_are_bounded_and_periodic_smooth():
     assert b["constant_velocity_rmse"] < b["persistence_rmse"]
 
 
-def test_config_keys_use_the_common_vocabulary():
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['chunk'\].*valid keys: .*'steps_per_chunk'"):
-        load_config(tv.VortexGRUConfig, None, ["chunk=10"])
-    with pytest.raises(ValueError, match="multiple of steps_per_chunk"):
-        load_config(tv.VortexGRUConfig, None, ["steps=25", "steps_per_chunk=10"])
-
-
 @pytest.mark.slow
 def test_training_beats_persistence(tmp_path):
     cfg = load_config(
@@ -43,7 +37,7 @@ def test_training_beats_persistence(tmp_path):
         None,
         ["n_train=64", "n_test=16", "grid=24", "hidden=32", "steps=400", "steps_per_chunk=200"],
     )
-    s = tv.train(cfg, str(tmp_path / "run"), progress=False)
+    s = tv.train(cfg, TrainingRun(str(tmp_path / "run"), progress=False))
     assert s["gru_test_rmse"] < s["persistence_rmse"]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 400
 
