@@ -520,21 +520,15 @@ def point_source_sum(
         "serial_pairs": _SERIAL_PAIRS if serial_pairs is None else int(serial_pairs),
     }
     if work == jnp.float32:
-        return _sum_float32(points, sources, amplitudes, wavenumbers, theta, softening, static)
+        return _sum_float32((points, sources, amplitudes, wavenumbers, theta, softening), static)
     return _sum_points(points, sources, amplitudes, wavenumbers, theta, softening, full=False, **static)
 
 
-def _sum_float32(
-    points: jax.Array,
-    sources: jax.Array,
-    amplitudes: jax.Array,
-    wavenumbers: jax.Array,
-    theta: jax.Array,
-    softening: jax.Array,
-    static: dict[str, Any],
-) -> tuple[jax.Array, jax.Array]:
-    """:func:`_sum_points` for float32 work: each θ_j reduced exactly by π first, then the fast kernel where the
-    phase bound allows it and the full-range one elsewhere (``lax.cond``; ``static``: its keyword settings)."""
+def _sum_float32(arrays: tuple[jax.Array, ...], static: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+    """:func:`_sum_points` for float32 work on its ``arrays`` (points, sources, amplitudes, wavenumbers, θ, ε):
+    each θ_j reduced exactly by π first, then the fast kernel where the phase bound allows it and the full-range
+    one elsewhere (``lax.cond``; ``static``: its keyword settings)."""
+    points, sources, amplitudes, wavenumbers, theta, softening = arrays
     # e^{i(kr + θ)} = σ e^{i(kr + θ_r)} with θ = θ_r + nπ, σ = (−1)^n, |θ_r| ≤ π/2: exact per source (a large
     # θ, e.g. −ωt at late times, no longer enters the per-pair phase), the sign goes into the amplitude.
     theta, sigma = reduce_mod_pi(theta)

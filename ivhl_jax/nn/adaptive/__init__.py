@@ -59,6 +59,11 @@ float32 weights and input). The weights are rounded to ``param_dtype`` (their st
 ``compute_dtype`` (matmuls, nonlinearities, the scheduler's comparisons), and the new node state and the outputs
 are returned in ``output_dtype``, which is also the dtype of the state carried between steps. ``"bf16"`` is bf16
 compute with float32 weights and state. Measured against a float64 run: docs/guide/precision.md.
+
+Modules, one job each (every name is importable from here): ``config`` (:class:`AdaptiveConfig`, the phases,
+:class:`NodeState`), ``params`` (the weights), ``scheduler`` (anxiety, the rule cascade and the phase draw),
+``node`` (:func:`step`: input projection, node update, readout) and ``stepper`` (:func:`dynamics`, its
+observables, :func:`apply_sequence`).
 """
 
 # Beside the listed API (__all__), the model's parts stay reachable as ``adaptive.<name>`` (the tests, the benchmarks

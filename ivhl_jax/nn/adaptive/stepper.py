@@ -103,27 +103,8 @@ def dynamics(
     check_weights(weights, cfg)
     check_real_tree(weights, "weights", pol)
     weights = pol.cast_to_param(weights)
-    return Stepper.create(
-        _dynamics_step,
-        DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol),
-        init_fn=_dynamics_init,
-        name="adaptive.dynamics",
-    )
-
-
-def _run_inner(
-    params: dict,
-    state: NodeState,
-    x: Float[ArrayLike, "B D"],
-    key: jax.Array,
-    cfg: AdaptiveConfig,
-    policy: str | Policy | None = None,
-) -> tuple[NodeState, dict[str, Array]]:
-    """``cfg.inner_steps`` (K) steps on the same input: the last step's outputs, plus ``phase_fractions [4]``
-    averaged over the K steps, nodes and batch (the checks are the builder's and ``init``'s)."""
-    st = dynamics(params, x, cfg, policy=policy)
-    final, fractions = trajectory(st, st.init(key, state), cfg.inner_steps, observe=observe_phase_fractions)
-    return final.nodes, {**final.outputs, "phase_fractions": jnp.mean(fractions, axis=0)}
+    params = DynamicsParams(weights=weights, x=x, cfg=cfg, policy=pol)
+    return Stepper.create(_dynamics_step, params, init_fn=_dynamics_init, name="adaptive.dynamics")
 
 
 def apply_sequence(
@@ -146,7 +127,11 @@ def apply_sequence(
     state = pol.cast_to_output(state)
 
     def body(s, inp):
+        # cfg.inner_steps (K) steps on one input: the last step's outputs, plus the phase fractions averaged over
+        # the K steps, nodes and batch (the checks are the builder's and init's)
         x, k = inp
-        return _run_inner(params, s, x, k, cfg, pol)
+        st = dynamics(params, x, cfg, policy=pol)
+        final, fractions = trajectory(st, st.init(k, s), cfg.inner_steps, observe=observe_phase_fractions)
+        return final.nodes, {**final.outputs, "phase_fractions": jnp.mean(fractions, axis=0)}
 
     return jax.lax.scan(body, state, (xs, jax.random.split(key, xs.shape[0])))

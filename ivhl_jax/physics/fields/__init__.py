@@ -24,6 +24,11 @@ CPU loop kernels; on GPU/TPU the largest block whose reverse-mode residuals fit
 ``fields_memory_fraction`` of the device's memory, each block one fused XLA reduction over the sources.
 ``fields_method="pallas"`` (raced on GPUs by ``ivhl tune``) runs the Pallas tile kernel of
 :mod:`ivhl_jax.physics.fields_pallas` instead for float32 work (other dtypes: the XLA reduction).
+
+Modules, one job each (every name is importable from here): ``waves`` (:func:`superpose`, :func:`intensity`,
+:func:`phase`), ``vortices`` (:func:`vortex`, :func:`winding_number`, :func:`vortex_map`), ``geometry``
+(:func:`grid_points`, :func:`helix_sources`), ``design`` (:func:`focus_phases`), ``stepper`` (the time loop) and
+``inputs`` (the argument checks and precision shared by the kernels).
 """
 
 from ivhl_jax.physics.fields.design import focus_phases
