@@ -89,7 +89,7 @@ def _torch_adaptive_loss(torch, cfg: adaptive.AdaptiveConfig):
         sev = torch.clamp(abar / (2 * cfg.anxiety_threshold), max=1.0)
         r1 = torch.stack([(1 - sev) * 0.1, 0.6 * sev, 0.3 * sev, torch.zeros_like(sev)], -1)
         w = torch.where(e(abar > cfg.anxiety_threshold), r1, w)
-        # The same sampling as ivhl_jax.nn.adaptive._decide: one uniform per node decides R0 and, rescaled
+        # The same sampling as ivhl_jax.nn.adaptive.scheduler._decide: one uniform per node decides R0 and, rescaled
         # within its branch, the phase by inverse CDF over the masses (= w for the proper policy at T = 1).
         eps = cfg.exploration_rate
         explore = unif < eps

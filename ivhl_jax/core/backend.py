@@ -146,32 +146,22 @@ def _cpu_serial_pairs() -> int:
     return 1 << 22 if host_cores() <= 2 else 1 << 19
 
 
-_CPU = Defaults(
-    fields_chunking="pair_budget",
-    fields_pair_budget=1 << 24,
-    fields_memory_fraction=0.25,
-    transformer_layer_loop="unrolled",
-    transposed_save_matmul=True,
-    attention_half="xla",
-    attention_dense=True,
-    cdt_engine="host",
-    host_fft=True,
-    fields_method="loop",
-    fields_serial_pairs=_cpu_serial_pairs(),
-)
-_ACCELERATOR = Defaults(
-    fields_chunking="memory",
-    fields_pair_budget=1 << 22,
-    fields_memory_fraction=0.25,
-    transformer_layer_loop="scan",
-    transposed_save_matmul=False,
-    attention_half="cudnn",
-    attention_dense=False,
-    cdt_engine="jax",
-    host_fft=False,
-    fields_method="reduce",
-    fields_serial_pairs=0,
-)
+#: setting -> (CPU value, accelerator value): the two measured rows side by side.
+_ROWS: Mapping[str, tuple[Any, Any]] = {
+    "fields_chunking": ("pair_budget", "memory"),
+    "fields_pair_budget": (1 << 24, 1 << 22),
+    "fields_memory_fraction": (0.25, 0.25),
+    "transformer_layer_loop": ("unrolled", "scan"),
+    "transposed_save_matmul": (True, False),
+    "attention_half": ("xla", "cudnn"),
+    "attention_dense": (True, False),
+    "cdt_engine": ("host", "jax"),
+    "host_fft": (True, False),
+    "fields_method": ("loop", "reduce"),
+    "fields_serial_pairs": (_cpu_serial_pairs(), 0),
+}
+_CPU = Defaults(**{name: cpu for name, (cpu, _) in _ROWS.items()})
+_ACCELERATOR = Defaults(**{name: accelerator for name, (_, accelerator) in _ROWS.items()})
 
 #: The row per platform. ``"portable"`` serves any platform not listed.
 TABLE: Mapping[str, Defaults] = {

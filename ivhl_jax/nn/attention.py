@@ -304,18 +304,25 @@ def _pallas_gpu(q, k, v, causal, scale, block_q, block_k, interpret):
     cap = pallas_tile(T)
     bq, bk = min(pallas_tile(block_q), cap), min(pallas_tile(block_k), cap)
     bwd = min(32, bq, bk)
-    step = max(bq, bk)
-    tp = -(-T // step) * step
-    segment_ids = None
-    if tp != T:
-        q, k, v = (jnp.pad(x, ((0, 0), (0, tp - T), (0, 0), (0, 0))) for x in (q, k, v))
-        if not causal:
-            segment_ids = jnp.broadcast_to((jnp.arange(tp) >= T).astype(jnp.int32), (B, tp))
+    q, k, v, segment_ids = _pad_sequence(q, k, v, max(bq, bk), causal)
     sizes = jax_attention.BlockSizes(
         block_q=bq, block_k=bk, block_q_dkv=bwd, block_kv_dkv=bwd, block_q_dq=bwd, block_kv_dq=bwd
     )
     out = jax_attention.mha(q, k, v, segment_ids, sm_scale=scale, causal=causal, block_sizes=sizes, interpret=interpret)
     return out[:, :T]
+
+
+def _pad_sequence(q, k, v, step: int, causal: bool):
+    """``q, k, v`` [B, T, N, H] with T padded up to a multiple of ``step``, and the segment ids [B, Tp] that keep
+    the padded keys out of a non-causal softmax (1 on padded positions; None when causal or nothing is padded:
+    causality alone excludes keys after the last real query)."""
+    B, T = q.shape[:2]
+    tp = -(-T // step) * step
+    if tp == T:
+        return q, k, v, None
+    q, k, v = (jnp.pad(x, ((0, 0), (0, tp - T), (0, 0), (0, 0))) for x in (q, k, v))
+    ids = None if causal else jnp.broadcast_to((jnp.arange(tp) >= T).astype(jnp.int32), (B, tp))
+    return q, k, v, ids
 
 
 def _pallas_tpu(q, k, v, causal, scale, block_q, block_k):
@@ -328,14 +335,8 @@ def _pallas_tpu(q, k, v, causal, scale, block_q, block_k):
 
     B, T, N, H = q.shape
     bq, bk = (-(-max(b, 1) // 128) * 128 for b in (block_q, block_k))
-    step = math.lcm(bq, bk)
-    tp = -(-T // step) * step
-    segment_ids = None
-    if tp != T:
-        q, k, v = (jnp.pad(x, ((0, 0), (0, tp - T), (0, 0), (0, 0))) for x in (q, k, v))
-        if not causal:
-            ids = jnp.broadcast_to((jnp.arange(tp) >= T).astype(jnp.int32), (B, tp))
-            segment_ids = tpu_attention.SegmentIds(q=ids, kv=ids)
+    q, k, v, ids = _pad_sequence(q, k, v, math.lcm(bq, bk), causal)
+    segment_ids = None if ids is None else tpu_attention.SegmentIds(q=ids, kv=ids)
     sizes = tpu_attention.BlockSizes(
         block_q=bq,
         block_k_major=bk,

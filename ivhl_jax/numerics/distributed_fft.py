@@ -301,30 +301,29 @@ def spectral_multiply(
 
 def fftn(x: jax.Array, layout: FFTLayout, axes: Sequence[int] | None = None) -> tuple[jax.Array, PartitionSpec]:
     """The forward FFT of ``x`` (laid out as ``layout``) over ``axes``, and the k-space spec it is left in."""
-    shape = tuple(np.shape(x))
-    ops, kspec = _schedule(layout, shape, _norm_axes(axes, len(shape), layout.ndim), "x")
-    rspec = layout.partition_spec(len(shape))
-    fn = jax.shard_map(
-        functools.partial(_run, ops=ops, inverse=False),
-        mesh=layout.mesh,
-        in_specs=rspec,
-        out_specs=PartitionSpec(*kspec),
-    )
-    return fn(x), PartitionSpec(*kspec)
+    return _transform(x, layout, axes, "x", inverse=False)
 
 
 def ifftn(xk: jax.Array, layout: FFTLayout, axes: Sequence[int] | None = None) -> jax.Array:
     """The inverse of :func:`fftn`: ``xk`` in the k-space layout :func:`fftn` leaves, back to ``layout``."""
-    shape = tuple(np.shape(xk))
-    ops, kspec = _schedule(layout, shape, _norm_axes(axes, len(shape), layout.ndim), "xk")
-    rspec = layout.partition_spec(len(shape))
+    return _transform(xk, layout, axes, "xk", inverse=True)[0]
+
+
+def _transform(
+    x: jax.Array, layout: FFTLayout, axes: Sequence[int] | None, name: str, *, inverse: bool
+) -> tuple[jax.Array, PartitionSpec]:
+    """:func:`fftn` (from ``layout``'s spec to the k-space spec) or, with ``inverse``, :func:`ifftn` (back) of the
+    array ``x`` (its argument ``name`` in errors); returns the result and the k-space spec."""
+    shape = tuple(np.shape(x))
+    ops, kspec = _schedule(layout, shape, _norm_axes(axes, len(shape), layout.ndim), name)
+    rspec, k_spec = layout.partition_spec(len(shape)), PartitionSpec(*kspec)
     fn = jax.shard_map(
-        functools.partial(_run, ops=ops, inverse=True),
+        functools.partial(_run, ops=ops, inverse=inverse),
         mesh=layout.mesh,
-        in_specs=PartitionSpec(*kspec),
-        out_specs=rspec,
+        in_specs=k_spec if inverse else rspec,
+        out_specs=rspec if inverse else k_spec,
     )
-    return fn(xk)
+    return fn(x), k_spec
 
 
 def fft_layout(mesh: Mesh, spec: PartitionSpec | Sequence[_AxisEntry], shape: Sequence[int] | None = None) -> FFTLayout:
@@ -436,11 +435,9 @@ def parse_mesh(text: str | int, ndim: int, devices: Sequence[jax.Device] | None 
             f"mesh={text!r} shards {len(sizes)} axes of a {ndim}-D grid; the distributed FFT needs "
             f"one unsharded axis: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})"
         )
-    devs = list(jax.devices() if devices is None else devices)
-    if math.prod(sizes) != len(devs):
-        raise ValueError(
-            f"mesh={text!r} needs {math.prod(sizes)} devices but {len(devs)} are available; give sizes "
-            f"whose product is {len(devs)} (e.g. mesh={len(devs)})"
-        )
     names = ("x", "y")[: len(sizes)]
-    return FFTLayout(device_mesh(sizes, names, devs), names + (None,) * (ndim - len(sizes)))
+    try:
+        mesh = device_mesh(sizes, names, devices)
+    except ValueError as e:  # e.g. the wrong number of devices: the error names the setting
+        raise ValueError(f"mesh={text!r}: {e}") from None
+    return FFTLayout(mesh, names + (None,) * (ndim - len(sizes)))

@@ -44,7 +44,7 @@ Timings against PyTorch (eager and ``torch.compile``): ``bench/results/fields_vs
 from __future__ import annotations
 
 import functools
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -336,56 +336,43 @@ def _make_phasor(full: bool):
 _PHASOR = {False: _make_phasor(False), True: _make_phasor(True)}
 
 
-def _pair_term(
-    pts_t: tuple[jax.Array, ...],
-    src_j: tuple[jax.Array, ...],
-    amplitude: jax.Array,
-    wavenumber: jax.Array,
-    theta: jax.Array,
-    softening: jax.Array,
-    full: bool = False,
-) -> jax.Array:
+class _Waves(NamedTuple):
+    """The per-source values of one sum in the work dtype: the coordinates as D arrays (M,), A, k and θ (M,) and
+    the softening ε (scalar)."""
+
+    coords: tuple[jax.Array, ...]
+    amplitudes: jax.Array
+    wavenumbers: jax.Array
+    theta: jax.Array
+    softening: jax.Array
+
+
+def _source_term(pts_t: tuple[jax.Array, ...], waves: _Waves, j: Any, full: bool = False) -> jax.Array:
     """A_j e^{i(k_j r + θ_j)}/(r + ε) for one source j at the points of a block, complex (C,); ``full``
     (static): the full-range phase reduction."""
+    src_j = tuple(s[j] for s in waves.coords)
+    amplitude, wavenumber, theta = waves.amplitudes[j], waves.wavenumbers[j], waves.theta[j]
     r2 = cast(jax.Array, sum((p - s) * (p - s) for p, s in zip(pts_t, src_j, strict=True)))
     r = _sqrt_fwd(r2)
-    re, im = _PHASOR[full](amplitude / (r + softening), wavenumber * r + theta)
+    re, im = _PHASOR[full](amplitude / (r + waves.softening), wavenumber * r + theta)
     return jax.lax.complex(re, im)
 
 
-def _block_sum(
-    pts_t: tuple[jax.Array, ...],
-    src_t: tuple[jax.Array, ...],
-    amplitudes: jax.Array,
-    wavenumbers: jax.Array,
-    theta: jax.Array,
-    softening: jax.Array,
-    unroll: int,
-    full: bool = False,
-) -> jax.Array:
+def _block_sum(pts_t: tuple[jax.Array, ...], waves: _Waves, unroll: int, full: bool = False) -> jax.Array:
     """Σ_j over sources for one block of points given as D coordinate arrays of shape (C,); complex (C,).
 
     One elementwise loop fusion per ``unroll`` sources, which XLA splits over the cores."""
     ctype = jnp.result_type(pts_t[0].dtype, jnp.complex64)
 
     def body(j, acc):
-        return acc + _pair_term(
-            pts_t, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j], softening, full
-        )
+        return acc + _source_term(pts_t, waves, j, full)
 
     acc0 = jnp.zeros(pts_t[0].shape, ctype)
-    return jax.lax.fori_loop(0, src_t[0].shape[0], body, acc0, unroll=max(1, min(unroll, src_t[0].shape[0])))
+    m = waves.coords[0].shape[0]
+    return jax.lax.fori_loop(0, m, body, acc0, unroll=max(1, min(unroll, m)))
 
 
-def _serial_sum(
-    pts_t: tuple[jax.Array, ...],
-    src_t: tuple[jax.Array, ...],
-    amplitudes: jax.Array,
-    wavenumbers: jax.Array,
-    theta: jax.Array,
-    softening: jax.Array,
-    full: bool = False,
-) -> jax.Array:
+def _serial_sum(pts_t: tuple[jax.Array, ...], waves: _Waves, full: bool = False) -> jax.Array:
     """The same sum as :func:`_block_sum` for small problems, run on ONE thread.
 
     XLA's CPU backend splits every large-enough elementwise loop fusion over the cores; for a few
@@ -399,7 +386,7 @@ def _serial_sum(
     c = pts_t[0].shape[0]
     half = -(-c // 2)
     padded = tuple(jnp.pad(p, (0, 2 * half - c)) for p in pts_t)
-    m = src_t[0].shape[0]
+    m = waves.coords[0].shape[0]
     group = min(m, _SERIAL_GROUP)
     n_groups, rest = divmod(m, group)
 
@@ -407,10 +394,7 @@ def _serial_sum(
         blk = tuple(jax.lax.dynamic_slice_in_dim(p, start, half) for p in padded)
         acc = jax.lax.dynamic_slice_in_dim(out, start, half)
         for u in range(size):
-            j = first + u
-            acc = acc + _pair_term(
-                blk, tuple(s[j] for s in src_t), amplitudes[j], wavenumbers[j], theta[j], softening, full
-            )
+            acc = acc + _source_term(blk, waves, first + u, full)
         return jax.lax.dynamic_update_slice_in_dim(out, acc, start, 0)
 
     def over_halves(i, out):
@@ -427,15 +411,7 @@ def _serial_sum(
     return out[:c]
 
 
-def _reduce_sum(
-    pts_t: tuple[jax.Array, ...],
-    src_t: tuple[jax.Array, ...],
-    amplitudes: jax.Array,
-    wavenumbers: jax.Array,
-    theta: jax.Array,
-    softening: jax.Array,
-    full: bool = False,
-) -> jax.Array:
+def _reduce_sum(pts_t: tuple[jax.Array, ...], waves: _Waves, full: bool = False) -> jax.Array:
     """The same sum as :func:`_block_sum` written as ONE reduction over the sources, complex (C,).
 
     The (C, M) pair terms are a broadcast expression that XLA fuses into the reduction's input, so the
@@ -443,10 +419,13 @@ def _reduce_sum(
     no loop, no (C, M) temporary in the forward pass. On an accelerator this is one kernel over all
     pairs (the loop kernels serialise the device over sources or blocks)."""
     r2 = cast(
-        jax.Array, sum((p[:, None] - s[None, :]) * (p[:, None] - s[None, :]) for p, s in zip(pts_t, src_t, strict=True))
+        jax.Array,
+        sum((p[:, None] - s[None, :]) * (p[:, None] - s[None, :]) for p, s in zip(pts_t, waves.coords, strict=True)),
     )
     r = _sqrt_fwd(r2)
-    re, im = _PHASOR[full](amplitudes[None, :] / (r + softening), wavenumbers[None, :] * r + theta[None, :])
+    re, im = _PHASOR[full](
+        waves.amplitudes[None, :] / (r + waves.softening), waves.wavenumbers[None, :] * r + waves.theta[None, :]
+    )
     re_sum, im_sum = _sum_pair(re, im)
     return jax.lax.complex(re_sum, im_sum)
 
@@ -541,28 +520,36 @@ def point_source_sum(
         "serial_pairs": _SERIAL_PAIRS if serial_pairs is None else int(serial_pairs),
     }
     if work == jnp.float32:
-        # e^{i(kr + θ)} = σ e^{i(kr + θ_r)} with θ = θ_r + nπ, σ = (−1)^n, |θ_r| ≤ π/2: exact per source (a large
-        # θ, e.g. −ωt at late times, no longer enters the per-pair phase), the sign goes into the amplitude.
-        theta, sigma = reduce_mod_pi(theta)
-        amplitudes = amplitudes * sigma
-        # max |k r + θ_r| over all pairs, bounded from the bounding boxes of points and sources (O(N + M)):
-        # the fast phase reduction covers it, or the full-range kernel runs (lax.cond: one of the two).
-        span = jnp.maximum(
-            jnp.max(points, axis=0) - jnp.min(sources, axis=0), jnp.max(sources, axis=0) - jnp.min(points, axis=0)
-        )
-        bound = jnp.max(jnp.abs(wavenumbers)) * jnp.sqrt(jnp.sum(span * span)) * 1.01 + np.pi / 2
-        return jax.lax.cond(
-            needs_full_range(bound),
-            functools.partial(_sum_points, full=True, **static),
-            functools.partial(_sum_points, full=False, **static),
-            points,
-            sources,
-            amplitudes,
-            wavenumbers,
-            theta,
-            softening,
-        )
+        return _sum_float32((points, sources, amplitudes, wavenumbers, theta, softening), static)
     return _sum_points(points, sources, amplitudes, wavenumbers, theta, softening, full=False, **static)
+
+
+def _sum_float32(arrays: tuple[jax.Array, ...], static: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+    """:func:`_sum_points` for float32 work on its ``arrays`` (points, sources, amplitudes, wavenumbers, θ, ε):
+    each θ_j reduced exactly by π first, then the fast kernel where the phase bound allows it and the full-range
+    one elsewhere (``lax.cond``; ``static``: its keyword settings)."""
+    points, sources, amplitudes, wavenumbers, theta, softening = arrays
+    # e^{i(kr + θ)} = σ e^{i(kr + θ_r)} with θ = θ_r + nπ, σ = (−1)^n, |θ_r| ≤ π/2: exact per source (a large
+    # θ, e.g. −ωt at late times, no longer enters the per-pair phase), the sign goes into the amplitude.
+    theta, sigma = reduce_mod_pi(theta)
+    amplitudes = amplitudes * sigma
+    # max |k r + θ_r| over all pairs, bounded from the bounding boxes of points and sources (O(N + M)):
+    # the fast phase reduction covers it, or the full-range kernel runs (lax.cond: one of the two).
+    span = jnp.maximum(
+        jnp.max(points, axis=0) - jnp.min(sources, axis=0), jnp.max(sources, axis=0) - jnp.min(points, axis=0)
+    )
+    bound = jnp.max(jnp.abs(wavenumbers)) * jnp.sqrt(jnp.sum(span * span)) * 1.01 + np.pi / 2
+    return jax.lax.cond(
+        needs_full_range(bound),
+        functools.partial(_sum_points, full=True, **static),
+        functools.partial(_sum_points, full=False, **static),
+        points,
+        sources,
+        amplitudes,
+        wavenumbers,
+        theta,
+        softening,
+    )
 
 
 def _sum_points(
@@ -583,42 +570,17 @@ def _sum_points(
     """The blocked sum of :func:`point_source_sum` on validated work-dtype inputs; ``full``: the full-range
     phase reduction (static); ``serial_pairs``: the one-thread block limit."""
     n, d = points.shape
-    src_t = tuple(sources[:, i] for i in range(d))
+    waves = _Waves(tuple(sources[:, i] for i in range(d)), amplitudes, wavenumbers, theta, softening)
     if full and method == "loop":
         # The rare full-range branch (XLA's sin/cos, slower): one source per loop iteration, a small program (it
         # is compiled with every call and mostly not run).
         method, unroll = "block", 1
     if method == "reduce":
-        block = functools.partial(
-            _reduce_sum,
-            src_t=src_t,
-            amplitudes=amplitudes,
-            wavenumbers=wavenumbers,
-            theta=theta,
-            softening=softening,
-            full=full,
-        )
+        block = functools.partial(_reduce_sum, waves=waves, full=full)
     elif method == "loop" and min(n, chunk) * sources.shape[0] <= serial_pairs:
-        block = functools.partial(
-            _serial_sum,
-            src_t=src_t,
-            amplitudes=amplitudes,
-            wavenumbers=wavenumbers,
-            theta=theta,
-            softening=softening,
-            full=full,
-        )
+        block = functools.partial(_serial_sum, waves=waves, full=full)
     else:
-        block = functools.partial(
-            _block_sum,
-            src_t=src_t,
-            amplitudes=amplitudes,
-            wavenumbers=wavenumbers,
-            theta=theta,
-            softening=softening,
-            unroll=unroll,
-            full=full,
-        )
+        block = functools.partial(_block_sum, waves=waves, unroll=unroll, full=full)
     if n <= chunk:
         out = block(tuple(points[:, i] for i in range(d)))
     else:

@@ -117,15 +117,7 @@ class Stepper(flax.struct.PyTreeNode, Generic[S, P]):
         if max_steps is not None:
             check_scalar(max_steps, "max_steps", integer=True, nonnegative=True)
             max_steps = int(max_steps)
-        return cls(
-            step_fn=step_fn,
-            params=params,
-            init_fn=init_fn,
-            run_fn=run_fn,
-            name=name,
-            max_steps=max_steps,
-            check_fn=check_fn,
-        )
+        return cls(step_fn, params, init_fn, run_fn, name, max_steps, check_fn)  # every field, in declaration order
 
     def step(self, state: S) -> S:
         """Advance ``state`` by one step."""

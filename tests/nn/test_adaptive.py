@@ -155,7 +155,7 @@ def test_state_matmul_vjp_equals_autodiff_of_plain_matmul():
     for shape in ((3, 6, 5), (6, 5), (2, 3, 6, 5)):
         x = rng.normal(size=shape).astype(np.float32)
         g = rng.normal(size=shape[:-1] + (4,)).astype(np.float32)
-        got, want = vjp(adaptive._rows_matmul, x, w, g), vjp(jnp.matmul, x, w, g)
+        got, want = vjp(adaptive.node._rows_matmul, x, w, g), vjp(jnp.matmul, x, w, g)
         chex.assert_trees_all_close(got, want, rtol=1e-5, atol=1e-5)
 
 

@@ -322,11 +322,9 @@ def one_lists(buf, w0, w1, lam, eps, target, off, c0, fperm, fpos, qperm, qpos, 
             buf[o_ovf] = 1
             return
         w = buf[o_vperm + pick(w0, n0, rng, wide)]
-        up = 2 * w
-        dn = up + 1
+        up, dn = 2 * w, 2 * w + 1
         av = do_insert(buf, off, w, n0)
-        au = 2 * av
-        ad = au + 1
+        au, ad = 2 * av, 2 * av + 1
         buf[o_acc + 1] += 1
         bag_set(fperm, fpos, counts, 0, au, flippable(buf, o_tr, au))
         bag_set(fperm, fpos, counts, 0, ad, flippable(buf, o_tr, ad))
@@ -344,10 +342,8 @@ def one_lists(buf, w0, w1, lam, eps, target, off, c0, fperm, fpos, qperm, qpos, 
         return
     if u * (n0 - 1.0) >= np.exp(-ds) * n4:
         return
-    up = 2 * w
-    dn = up + 1
-    lu = buf[o_tl + up]
-    ld = buf[o_tl + dn]
+    up, dn = 2 * w, 2 * w + 1
+    lu, ld = buf[o_tl + up], buf[o_tl + dn]
     c_up, c_dn = buf[o_ap + up], buf[o_ap + dn]
     bag_set(fperm, fpos, counts, 0, up, False)
     bag_set(fperm, fpos, counts, 0, dn, False)

@@ -95,19 +95,12 @@ def move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
     fl, fr = g("tl", t1), g("tr", t2)
     do_flip = is_flip & (((t1 ^ t2) & 1) == 1)
     # (2,4) insertion on the link from w to its right neighbour bv; the new vertex av owns slots 2av, 2av+1
-    up, dn = 2 * w, 2 * w + 1
-    fits = n0 + 1 <= c0
-    av = g("vperm", jnp.minimum(n0, c0 - 1))
-    au, ad = 2 * av, 2 * av + 1
-    ax, ay = g("tr", up), g("tr", dn)
-    bv, t = g("vright", w), g("vtime", w)
-    len_t = g("lengths", t)
+    ins = _insertion_site(g, w, n0, c0)
     acc_add = is_add & (log_u < log_acceptance("add", n0, 2 * n0, params))
-    do_add = acc_add & fits
+    do_add = acc_add & ins.fits
     # (4,2) removal of vertex w: its left neighbour a owns the up/down triangles left of it
-    lu, ld = g("tl", up), g("tl", dn)
-    a = lu // 2
-    removable = _removable(lu, ld, len_t)
+    lu, ld = g("tl", ins.up), g("tl", ins.dn)
+    removable = _removable(lu, ld, ins.len_t)
     do_del = is_del & removable & (log_u < log_acceptance("delete", n0, 2 * n0, params))
     pos_w, last = g("vpos", w), g("vperm", jnp.maximum(n0 - 1, 0))
     live = jnp.bool_(True) if stop_n0 is None else n0 != stop_n0
@@ -115,9 +108,48 @@ def move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
         live = live & active
     do_flip, do_add, do_del, acc_add = do_flip & live, do_add & live, do_del & live, acc_add & live
     accepted = do_flip | do_add | do_del
-    f, ad_, r = do_flip, do_add, do_del
-    writes = [
-        # flip: fl t1 t2 fr -> fl t2 t1 fr; t1's new apex is t2's base-right vertex, t2's is t1's base-left
+    return [
+        *_flip_writes(g, at, t1, t2, fl, fr, do_flip),
+        *_insertion_writes(g, at, ins, w, n0, do_add),
+        *_removal_writes(at, ins, w, n0, lu, ld, pos_w, last, do_del),
+        # bookkeeping
+        (at("attempts", kind), g("attempts", kind) + 1, live),
+        (at("accepts", kind), g("accepts", kind) + 1, accepted),
+        (at("overflow", 0), jnp.int32(1), acc_add & ~ins.fits),
+    ]
+
+
+class _InsertionSite(NamedTuple):
+    """The slots an insertion on the link from vertex w to its right neighbour ``bv`` reads and writes: w's up and
+    down triangles ``up``/``dn``, the new vertex ``av`` (the first free slot) with its triangles ``au``/``ad``,
+    the right neighbours ``ax``/``ay`` of up/dn, w's slice ``t`` of length ``len_t``, and whether av ``fits``."""
+
+    up: jax.Array
+    dn: jax.Array
+    fits: jax.Array
+    av: jax.Array
+    au: jax.Array
+    ad: jax.Array
+    ax: jax.Array
+    ay: jax.Array
+    bv: jax.Array
+    t: jax.Array
+    len_t: jax.Array
+
+
+def _insertion_site(g, w, n0, c0) -> _InsertionSite:
+    up, dn = 2 * w, 2 * w + 1
+    fits = n0 + 1 <= c0
+    av = g("vperm", jnp.minimum(n0, c0 - 1))
+    au, ad = 2 * av, 2 * av + 1
+    ax, ay = g("tr", up), g("tr", dn)
+    bv, t = g("vright", w), g("vtime", w)
+    return _InsertionSite(up, dn, fits, av, au, ad, ax, ay, bv, t, g("lengths", t))
+
+
+def _flip_writes(g, at, t1, t2, fl, fr, f):
+    """flip: fl t1 t2 fr -> fl t2 t1 fr; t1's new apex is t2's base-right vertex, t2's is t1's base-left."""
+    return [
         (at("tr", fl), t2, f),
         (at("tl", t2), fl, f),
         (at("tr", t2), t1, f),
@@ -126,40 +158,47 @@ def move_writes(buf, lay, bits, params, c0, stop_n0=None, active=None):
         (at("tl", fr), t1, f),
         (at("apex", t1), g("vright", t2 // 2), f),
         (at("apex", t2), t1 // 2, f),
-        # insertion: up au ax and dn ad ay in the two strips; au/ad keep the apexes of up/dn
-        (at("tr", up), au, ad_),
-        (at("tl", au), up, ad_),
-        (at("tr", au), ax, ad_),
-        (at("tl", ax), au, ad_),
-        (at("tr", dn), ad, ad_),
-        (at("tl", ad), dn, ad_),
-        (at("tr", ad), ay, ad_),
-        (at("tl", ay), ad, ad_),
-        (at("apex", au), g("apex", up), ad_),
-        (at("apex", ad), g("apex", dn), ad_),
-        (at("vright", w), av, ad_),
-        (at("vright", av), bv, ad_),
-        (at("vtime", av), t, ad_),
-        (at("lengths", t), len_t + 1, ad_),
-        (at("n0", 0), n0 + 1, ad_),
-        # removal: the triangles right of w (2w, 2w+1) leave; swap-remove w from the live bag
-        (at("tr", lu), ax, r),
-        (at("tl", ax), lu, r),
-        (at("tr", ld), ay, r),
-        (at("tl", ay), ld, r),
-        (at("vright", a), bv, r),
-        (at("lengths", t), len_t - 1, r),
+    ]
+
+
+def _insertion_writes(g, at, s: _InsertionSite, w, n0, on):
+    """insertion: up au ax and dn ad ay in the two strips; au/ad keep the apexes of up/dn."""
+    return [
+        (at("tr", s.up), s.au, on),
+        (at("tl", s.au), s.up, on),
+        (at("tr", s.au), s.ax, on),
+        (at("tl", s.ax), s.au, on),
+        (at("tr", s.dn), s.ad, on),
+        (at("tl", s.ad), s.dn, on),
+        (at("tr", s.ad), s.ay, on),
+        (at("tl", s.ay), s.ad, on),
+        (at("apex", s.au), g("apex", s.up), on),
+        (at("apex", s.ad), g("apex", s.dn), on),
+        (at("vright", w), s.av, on),
+        (at("vright", s.av), s.bv, on),
+        (at("vtime", s.av), s.t, on),
+        (at("lengths", s.t), s.len_t + 1, on),
+        (at("n0", 0), n0 + 1, on),
+    ]
+
+
+def _removal_writes(at, s: _InsertionSite, w, n0, lu, ld, pos_w, last, r):
+    """removal: the triangles right of w (2w, 2w+1) leave, relinking w's left neighbours ``lu``/``ld`` (of the
+    vertex a = lu // 2) to their right ones; swap-remove w from the live bag (its position ``pos_w``, the bag's
+    ``last`` vertex)."""
+    return [
+        (at("tr", lu), s.ax, r),
+        (at("tl", s.ax), lu, r),
+        (at("tr", ld), s.ay, r),
+        (at("tl", s.ay), ld, r),
+        (at("vright", lu // 2), s.bv, r),
+        (at("lengths", s.t), s.len_t - 1, r),
         (at("n0", 0), n0 - 1, r),
         (at("vperm", pos_w), last, r),
         (at("vperm", n0 - 1), w, r),
         (at("vpos", last), pos_w, r),
         (at("vpos", w), n0 - 1, r),
-        # bookkeeping
-        (at("attempts", kind), g("attempts", kind) + 1, live),
-        (at("accepts", kind), g("accepts", kind) + 1, accepted),
-        (at("overflow", 0), jnp.int32(1), acc_add & ~fits),
     ]
-    return writes
 
 
 def _apply(buf, writes):

@@ -37,70 +37,23 @@ CPU devices in ``tests/train/test_parallel.py``).
 
 from __future__ import annotations
 
-from ivhl_jax.train.parallel.accounting import collective_bytes
-from ivhl_jax.train.parallel.compression import (
-    COMPRESSION,
-    ErrorFeedbackState,
-    PowerSGDState,
-    allreduce_bytes,
-    compressed_dp_train_step,
-    compressed_mean,
-    powersgd_bytes,
-)
-from ivhl_jax.train.parallel.mesh import AXES, BATCH_AXES, axis_size, batch_axes, make_mesh, mesh_shape
-from ivhl_jax.train.parallel.pipeline import bubble_fraction, pipeline_apply
-from ivhl_jax.train.parallel.sharding import (
-    DEFAULT_RULES,
-    batch_sharding,
-    fsdp_spec,
-    jit_train_step,
-    logical_names,
-    logical_to_spec,
-    param_shardings,
-    shard_batch,
-    shard_tree,
-    shardings_like,
-    state_shardings,
-    unbox,
-    with_constraint,
-)
-from ivhl_jax.train.parallel.simulation import sharded_grid, sharded_map
-from ivhl_jax.train.parallel.tensor import TP_BLOCK_NAMES, attention_core, tp_attention, tp_mlp
+from ivhl_jax.train.parallel import accounting, compression, mesh, pipeline, sharding, simulation, tensor
 
-__all__ = [
-    "AXES",
-    "BATCH_AXES",
-    "mesh_shape",
-    "make_mesh",
-    "axis_size",
-    "batch_axes",
-    "DEFAULT_RULES",
-    "logical_to_spec",
-    "fsdp_spec",
-    "unbox",
-    "logical_names",
-    "param_shardings",
-    "shardings_like",
-    "state_shardings",
-    "shard_tree",
-    "batch_sharding",
-    "shard_batch",
-    "jit_train_step",
-    "with_constraint",
-    "tp_mlp",
-    "attention_core",
-    "tp_attention",
-    "TP_BLOCK_NAMES",
-    "bubble_fraction",
-    "pipeline_apply",
-    "COMPRESSION",
-    "ErrorFeedbackState",
-    "PowerSGDState",
-    "powersgd_bytes",
-    "compressed_mean",
-    "allreduce_bytes",
-    "compressed_dp_train_step",
-    "sharded_map",
-    "sharded_grid",
-    "collective_bytes",
-]
+# the package re-exports exactly each job module's public names (``__all__``)
+from ivhl_jax.train.parallel.accounting import *  # noqa: F403
+from ivhl_jax.train.parallel.compression import *  # noqa: F403
+from ivhl_jax.train.parallel.mesh import *  # noqa: F403
+from ivhl_jax.train.parallel.pipeline import *  # noqa: F403
+from ivhl_jax.train.parallel.sharding import *  # noqa: F403
+from ivhl_jax.train.parallel.simulation import *  # noqa: F403
+from ivhl_jax.train.parallel.tensor import *  # noqa: F403
+
+# in the order of the table above
+__all__: list[str] = []
+__all__ += mesh.__all__
+__all__ += sharding.__all__
+__all__ += tensor.__all__
+__all__ += pipeline.__all__
+__all__ += compression.__all__
+__all__ += simulation.__all__
+__all__ += accounting.__all__
