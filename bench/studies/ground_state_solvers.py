@@ -124,6 +124,13 @@ def run_case(build) -> dict:
             "cg_below_every_flow": bool(all(e_cg <= r["energy"] for r in row["flow"])),
         }
     )
+    if not f64:  # float32 energies carry round-off of ~1e-7 E: measure against the float64 exact ground state
+        with jax.enable_x64(True):
+            _, ref = C.ground_state(system, norm, method="cg", policy="f64", **extra)
+        e_ref = float(ref["energy"])
+        row["energy_exact_float64"] = e_ref
+        row["cg_minus_exact_relative"] = (e_cg - e_ref) / abs(e_ref)
+        row["flow_minus_exact_relative"] = [(r["energy"] - e_ref) / abs(e_ref) for r in row["flow"]]
     return row
 
 
