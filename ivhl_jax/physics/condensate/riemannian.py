@@ -507,7 +507,10 @@ def riemannian_ground_state(
     use_noise = not (is_concrete(noise) and float(np.asarray(noise)) == 0.0)
     if use_noise and (key is None or isinstance(system, (MixtureSystem, Spin1System, DipolarSystem))):
         raise ValueError("noise needs a GPSystem and a PRNG key (key=jax.random.key(seed)); drop it or pass psi0")
-    check_scalar(norm if np.ndim(norm) == 0 else 1.0, "norm", positive=True)
+    if np.ndim(norm) == 0:
+        check_scalar(norm, "norm", positive=True)
+    elif is_concrete(norm) and not np.all(np.asarray(norm) > 0):
+        raise ValueError(f"norm must be > 0 for every component, got {np.asarray(norm).tolist()}")
     check_scalar(max_iter, "max_iter", integer=True, minimum=1)
     system = _cast(system, policy)
     rdt = system.real_dtype

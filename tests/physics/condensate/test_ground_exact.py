@@ -251,6 +251,21 @@ def test_dipolar_3d_is_the_scf_ground_state():
 
 
 @pytest.mark.slow
+def test_rotating_below_nucleation_is_the_non_rotating_ground_state():
+    """2D, g = 50, Ω = 0.3 (below vortex nucleation): the complex (rotating-frame) solve reaches the real
+    non-rotating ground state, ⟨L_z⟩ = 0 and the same energy to 1e-11 (float64)."""
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform((32, 32), 12.0)
+        v = C.harmonic(grid, 1.0, dtype=jnp.float64)
+        psi0 = C.gaussian(grid, 1.2, dtype=jnp.complex128) * jnp.exp(0.3j * jnp.asarray(grid.mesh(jnp.float64)[0]))
+        psi, info = C.ground_state(C.GPSystem(grid, v, 50.0, 0.3), 1.0, method="cg", psi0=psi0)
+        _, ref = C.ground_state(C.GPSystem(grid, v, 50.0), 1.0, method="cg")
+        assert bool(info["converged"]) and float(info["residual"]) < 1e-10
+        np.testing.assert_allclose(float(info["energy"]), float(ref["energy"]), rtol=1e-11)
+        assert abs(float(C.angular_momentum(psi, grid))) < 1e-9
+
+
+@pytest.mark.slow
 def test_gp_1d_float32_default_reaches_its_round_off():
     """The default float32, 1D gN = 50: the solve stops at its round-off floor, E within 2 ulps of the float64
     exact ground state, ψ real and positive."""
@@ -316,3 +331,5 @@ def test_method_is_checked():
         C.ground_state(system, method="newton")
     with pytest.raises(ValueError, match="magnetization applies to a Spin1System"):
         C.ground_state(system, method="cg", magnetization=0.1)
+    with pytest.raises(ValueError, match="noise needs a GPSystem and a PRNG key"):
+        C.ground_state(system, method="cg", noise=0.1)
