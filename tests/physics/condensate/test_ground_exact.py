@@ -243,7 +243,7 @@ def test_dipolar_3d_is_the_scf_ground_state():
         kern = np.asarray(C.dipolar_kernel(system, half=True))
 
         def phi_dd(n):
-            return np.fft.irfftn(kern * np.fft.rfftn(n), s=n.shape)
+            return np.fft.irfftn(kern * np.fft.rfftn(n), s=n.shape, axes=(0, 1, 2))
 
         ref_psi, ref_e = scf(np.asarray(v), [[10.0]], [1.0], grid.shape, grid.length, phi_dd=phi_dd)
         psi, info = C.ground_state(system, 1.0, method="cg")
