@@ -22,6 +22,7 @@ from ivhl_jax.physics.condensate._descent import check_finite, descent_settings,
 from ivhl_jax.physics.condensate.dipolar import DipolarSystem, dipolar_ground_state
 from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System, mixture_ground_state, spin1_ground_state
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize, residual
+from ivhl_jax.physics.condensate.riemannian import riemannian_ground_state
 from ivhl_jax.physics.condensate.states import gaussian
 from ivhl_jax.physics.condensate.stepper import check_local_dt, strang
 from ivhl_jax.physics.condensate.system import (
@@ -112,6 +113,7 @@ def ground_state(
     noise: float = 0.0,
     magnetization: Any = None,
     policy: str | Policy | None = None,
+    method: str = "flow",
 ) -> tuple[Complex[Array, "*state"], dict[str, Array]]:
     """Ground state of any condensate system by imaginary-time Strang steps (:func:`strang` with
     ``imaginary=True``) at fixed norm: the family's one door.
@@ -160,6 +162,10 @@ def ground_state(
       key: PRNG key of the noise (required when ``noise`` ≠ 0).
       noise: relative amplitude of complex noise added to the initial guess (breaks symmetries, e.g.
         to let a vortex lattice nucleate in a rotating trap).
+      method: ``"flow"`` (these imaginary-time steps) or ``"cg"``: the exact discrete ground state (no dt bias) by
+        preconditioned Riemannian conjugate gradient, :func:`~ivhl_jax.physics.condensate.riemannian.
+        riemannian_ground_state` (``tol`` is then the residual ‖Hψ − μψ‖/‖Hψ‖, ``max_steps`` the iteration cap;
+        ``dt`` and ``check_every`` are not used).
       policy: None (the system's dtype) or a precision policy / preset (:func:`with_policy`);
         ``"f32"`` reaches |E − E₀|/E₀ ≈ 1e-7, ``"f64"`` ≈ 3e-13 (1D trap, dt = 2e-3)
         (measured, docs/guide/precision.md). ψ is returned in the policy's output dtype.
@@ -170,6 +176,12 @@ def ground_state(
       (‖Hψ − μψ‖/‖Hψ‖ of the returned ψ), "converged", "finite"}. Works under jit and vmap (e.g. over
       ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
     """
+    if method == "cg":
+        return riemannian_ground_state(
+            system, norm, tol, max_steps, psi0=psi0, key=key, noise=noise, magnetization=magnetization, policy=policy
+        )
+    if method != "flow":
+        raise ValueError(f"method must be 'flow' (imaginary-time steps) or 'cg' (Riemannian CG), got {method!r}")
     if not isinstance(system, GPSystem):
         return _other_ground_state(
             system,
