@@ -67,7 +67,10 @@ def test_every_equation_runs_its_ffts_and_moves_no_field_whole_on_a_layout(name,
     st = _stepper(system, imaginary)
     p = st.init(np.asarray(psi))
     hlo = jax.jit(st.step_fn).lower(p, st.params).compile().as_text()
-    assert len(re.findall(r" fft\(", hlo)) == n_fft, name
+    # the real-time GP and GFT steps compile their step twice, as the branches of a lax.cond on the local-phase bound
+    # (fast or full-range sine reduction): one of them runs
+    branches = 2 if not imaginary and name.startswith(("gp", "gft")) else 1
+    assert len(re.findall(r" fft\(", hlo)) == branches * n_fft, name
     split, _, _ = _systems(*_layouts())[name]
     st = _stepper(split, imaginary)
     p = st.init(np.asarray(psi))
