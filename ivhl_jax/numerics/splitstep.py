@@ -13,8 +13,8 @@ to 1 or to 1 − 6e-8 for the small θ of the occupied modes, so |f|² − 1 ~ �
 step and would add up to a norm drift of ~1e-3 over 10⁴ steps; the "minus one" form represents the
 small numbers −2 sin²(θ/2) − i sin θ to full relative precision.
 
-:func:`split_step` is the one-step kernel. :func:`kick` is the local factor alone. :func:`strang_run` runs n
-real-time steps with the closing half-step of each step merged into the opening half-step of the next,
+:func:`run` runs n real-time steps with the closing half-step of each step merged into the opening half-step of
+the next,
 
     e^{−i dt/2 U} · [K · e^{−i dt U}]^{n−1} · K · e^{−i dt/2 U},
 
@@ -23,13 +23,15 @@ pass over the field per step fewer: 2 elementwise passes (kinetic factor, local 
 instead of 3 and 2.
 
 The engine. An equation supplies its kinetic symbol K(k) (one or more :class:`KineticTerm`: a real array per unit
-time, the grid axes whose FFT diagonalises it, the fraction of dt it acts) and, at every step, its local energy
-U(ψ) with a bound on max|U|. :func:`plan` checks dt once (:func:`check_dt`: the split-step stability bound
-dt·max K ≤ π, :func:`max_stable_dt`, and an optional static bound on the local phase), builds the kinetic factors
+time, the grid axes whose FFT diagonalises it, the fraction of dt it acts), its local propagator (a local energy
+U(ψ), whose factor e^{−iτU} is :func:`kick`, or a sequence of exact local flows, :data:`LocalStage`) with a bound on
+max|U|, and what it conserves (a projection, e.g. :func:`norm_projection`). :func:`plan` checks dt once
+(:func:`check_dt`: the split-step stability bound dt·max K ≤ π, :func:`max_stable_dt`), builds the kinetic factors
 (float64 NumPy for a concrete dt, cast once; a traced dt builds them on the device) and places them where the
 distributed FFT multiplies them when the field has a layout (:mod:`ivhl_jax.numerics.distributed_fft`).
-:func:`step` is one Strang step of a :class:`SplitStepPlan`, :func:`run` ``n`` real-time steps with merged
-half-steps; both pick the local phase's sine reduction (:mod:`ivhl_jax.numerics.fastmath`) from the bound.
+:func:`step` is the one Strang composition (opening local half-step, kinetic factor, closing local half-step, the
+projection where the equation conserves something) of a :class:`SplitStepPlan`, :func:`run` ``n`` real-time steps
+with merged half-steps; both pick the local phase's sine reduction (:mod:`ivhl_jax.numerics.fastmath`) from the bound.
 :func:`check_local_dt` is the local-phase check over a concrete field (dt·max|U| ≤ 2π where there are particles),
 :func:`check_placement` refuses a field sharded over a mesh when the plan has no layout (every step would
 gather it onto one device).
@@ -66,11 +68,9 @@ from ivhl_jax.numerics.spectral import host_factor, spectral_multiply
 
 __all__ = [
     "phase_factor_m1",
-    "split_step",
     "kick",
     "sumsq",
     "project_norm",
-    "strang_run",
     "KineticTerm",
     "SplitStepPlan",
     "plan",
@@ -82,6 +82,10 @@ __all__ = [
     "kinetic",
     "step",
     "run",
+    "diagonal",
+    "LocalStage",
+    "norm_projection",
+    "concrete_float",
 ]
 
 
@@ -176,60 +180,6 @@ def project_norm(
     return psi + psi * delta.astype(psi.real.dtype)
 
 
-def split_step(
-    psi: Complex[Array, "*shape"],
-    local_energy: Callable[[jax.Array], jax.Array],
-    kinetic: Callable[[jax.Array], jax.Array],
-    dt: Any,
-    imaginary: bool,
-    full_range: bool | None = None,
-    damping: Any = None,
-) -> Complex[Array, "*shape"]:
-    """One Strang step e^{−dt/2 U} · K · e^{−dt/2 U} (U local, K the kinetic propagator callable).
-
-    Args:
-      psi: complex field.
-      local_energy: ``U(psi)``, the real local energy (trap + interaction, or m² + λ|φ|²).
-      kinetic: the exact kinetic propagator over dt, ``psi -> F⁻¹ e^{−i dt K} F psi``.
-      dt: step size (real scalar).
-      imaginary: static; imaginary-time factors e^{−dt/2 U}.
-      full_range: the local phase's reduction, as in :func:`phase_factor_m1`.
-      damping: None, or the damping rate γ of the local factors (real time; ``kinetic`` carries its own).
-    """
-    psi = check_array(psi, "psi", kind="complex")
-    imaginary = _check_imaginary(imaginary)
-    half = 0.5 * dt
-    psi = kick(psi, local_energy, half, imaginary, full_range, damping)
-    psi = kinetic(psi)
-    return kick(psi, local_energy, half, imaginary, full_range, damping)
-
-
-def strang_run(
-    psi: Complex[Array, "*shape"],
-    local_energy: Callable[[jax.Array], jax.Array],
-    kinetic: Callable[[jax.Array], jax.Array],
-    dt: Any,
-    n: int,
-    full_range: bool | None = None,
-) -> Complex[Array, "*shape"]:
-    """``n`` real-time Strang steps with the potential half-steps of consecutive steps merged (module docstring).
-
-    Equal to ``n`` applications of :func:`split_step` (``imaginary=False``) to round-off. ``n`` is a static
-    int ≥ 1; the interior steps run in a ``lax.fori_loop`` (the field is the loop carry, updated in place).
-    ``full_range``: the local phase's reduction, as in :func:`phase_factor_m1`.
-    """
-    psi = check_array(psi, "psi", kind="complex")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an int >= 1 (the number of steps), got {n!r}")
-    psi = kick(psi, local_energy, 0.5 * dt, False, full_range)
-
-    def interior(_, p):
-        return kick(kinetic(p), local_energy, dt, False, full_range)
-
-    psi = jax.lax.fori_loop(0, int(n) - 1, interior, psi)
-    return kick(kinetic(psi), local_energy, 0.5 * dt, False, full_range)
-
-
 # ----------------------------------------------------------------------------------------------
 # The engine: the plan (dt checked once, kinetic factors derived from it) and the steps that read it
 # ----------------------------------------------------------------------------------------------
@@ -280,7 +230,8 @@ class SplitStepPlan(struct.PyTreeNode):
         return 2 * self.half_dt
 
 
-def _concrete_scalar(x: Any) -> float | None:
+def concrete_float(x: Any) -> float | None:
+    """``x`` as a Python float when it is a concrete scalar, else None (traced or not a scalar)."""
     if is_concrete(x) and np.ndim(x) == 0:
         try:
             return float(np.asarray(x))
@@ -304,40 +255,19 @@ def max_stable_dt(kinetic_max: Any) -> float:
     return float(np.pi / kmax) if kmax > 0 else float("inf")
 
 
-def check_dt(
-    dt: Any,
-    *,
-    kinetic_max: float,
-    imaginary: bool,
-    where: str = "grid",
-    label: str = "max K",
-    local_max: float | None = None,
-    local_label: str = "local",
-    hint: str = "",
-) -> None:
-    """dt > 0; real time: dt·max K ≤ π (:func:`max_stable_dt`, named by ``label`` on this ``where``); both: a
-    static bound ``local_max`` of |U| (e.g. |m²|) keeps the local phase dt·local_max ≤ 2π. Traced dt: only its
-    static facts are checked. One-line ValueErrors with the bound."""
+def check_dt(dt: Any, *, kinetic_max: float, imaginary: bool, label: str = "max K") -> None:
+    """dt > 0; real time also dt·max K ≤ π (:func:`max_stable_dt`, max K named by ``label`` in the message). A traced
+    dt: only its static facts are checked. One-line ValueError with the bound."""
     check_scalar(dt, "dt", positive=True)
-    dtc = _concrete_scalar(dt)
-    if dtc is None:
+    dtc = concrete_float(dt)
+    if dtc is None or imaginary:
         return
-    if not imaginary:
-        bound = max_stable_dt(kinetic_max)
-        if dtc > bound:
-            raise ValueError(
-                f"dt={dtc} is unstable on this {where}: the kinetic phase per step dt·{label} = "
-                f"{dtc * np.pi / bound:.3g} exceeds π (split-step instability); use dt <= {bound:.3g}{hint}"
-            )
-    if local_max is not None and dtc * local_max > 2 * np.pi:
+    bound = max_stable_dt(kinetic_max)
+    if dtc > bound:
         raise ValueError(
-            f"dt={dtc} is too large: the {local_label} phase per step dt·{_local_name(local_label)} = "
-            f"{dtc * local_max:.3g} exceeds 2π; use dt <= {np.pi / local_max:.3g}"
+            f"dt={dtc} is unstable on this grid: the kinetic phase per step dt·{label} = {dtc * np.pi / bound:.3g} "
+            f"exceeds π (split-step instability); use dt <= {bound:.3g} or a coarser grid"
         )
-
-
-def _local_name(label: str) -> str:
-    return {"mass": "|m²|"}.get(label, "max|U|")
 
 
 def local_energy_max(u: Any, rho: Any = None) -> float:
@@ -354,17 +284,17 @@ def local_energy_max(u: Any, rho: Any = None) -> float:
     return float(np.max(u)) if u.size else 0.0
 
 
-def check_local_dt(dt: float, umax: float, imaginary: bool, *, formula: str = "max|U|") -> None:
-    """The local factor must be resolved: the phase (real time) or decay (imaginary time) per step dt·max|U| over
-    the field stays below 2π (beyond it the dynamics is not resolved; in imaginary time the fixed point is the
-    ground state of a grossly distorted operator, or e^{−dt·U/2} underflows). ``umax`` from
-    :func:`local_energy_max`; ``formula`` names U in the message."""
+def check_local_dt(dt: float, umax: float, imaginary: bool, *, formula: str = "max|U|", name: str = "local") -> None:
+    """The local factor must be resolved: the phase (real time) or decay (imaginary time) per step dt·max|U| stays
+    below 2π (beyond it the dynamics is not resolved; in imaginary time the fixed point is the ground state of a
+    grossly distorted operator, or e^{−dt·U/2} underflows). ``umax``: max|U| over the field
+    (:func:`local_energy_max`) or a static bound of it; ``formula`` names U and ``name`` the term in the message."""
     check_scalar(dt, "dt", positive=True)
     check_scalar(umax, "umax", nonnegative=True)
     if dt * umax > 2 * np.pi:
         what = "decay" if imaginary else "phase"
         raise ValueError(
-            f"dt={dt} is too large: the local {what} per step dt·{formula} = {dt * umax:.3g} over the field exceeds "
+            f"dt={dt} is too large: the {name} {what} per step dt·{formula} = {dt * umax:.3g} over the field exceeds "
             f"2π, so the dynamics is not resolved; use dt <= {np.pi / umax:.3g}"
         )
 
@@ -421,7 +351,7 @@ def _factor(
 ) -> Any:
     rdt = jnp.finfo(cdt).dtype
     cname = np.dtype(cdt).name
-    gamma = None if damping is None else _concrete_scalar(damping)
+    gamma = None if damping is None else concrete_float(damping)
     if callable(term.symbol):
         if dtc is not None and (damping is None or gamma is not None):
             key = None if term.key is None else ("splitstep", term.key, term.fraction, dtc, imaginary, cname, gamma)
@@ -443,15 +373,11 @@ def plan(
     shape: Sequence[int],
     imaginary: bool,
     dtype: Any,
+    kinetic_max: float,
+    label: str = "max K",
     stages: Sequence[int] | None = None,
     fft: str = "xla",
     layout: Any = None,
-    kinetic_max: float,
-    where: str = "grid",
-    label: str = "max K",
-    local_max: float | None = None,
-    local_label: str = "local",
-    hint: str = "",
     damping: Any = None,
     increment: bool = False,
 ) -> SplitStepPlan:
@@ -463,48 +389,27 @@ def plan(
       shape: the grid shape (the trailing axes of the field).
       imaginary: static; imaginary-time factors e^{−dt K}.
       dtype: complex dtype of the field.
+      kinetic_max: max K over the grid (the stability bound, :func:`check_dt`), named ``label`` in its message.
+      label: how max K is named in the stability message.
       stages: the order the terms are applied in, as indices into ``terms`` (default: each once, in order).
       fft: FFT backend (``"xla"`` or ``"ducc"``, :mod:`ivhl_jax.numerics.spectral`).
       layout: an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout` (factors placed in the k-space blocks the
         distributed FFT multiplies) or None.
-      kinetic_max: max K over the grid (the stability bound, :func:`check_dt`).
-      where: what the grid is called in the messages.
-      label: how max K is named in the messages.
-      local_max: a static bound of |U| for the local-phase check, or None.
-      local_label: how the local term is named in the messages.
-      hint: appended to the stability message (e.g. " or a coarser grid").
       damping: None, or the damping rate γ ≥ 0 of a dissipative real-time scheme, i∂ψ/∂t = (1 − iγ)Hψ (a scalar
         leaf: concrete builds the factors in NumPy, traced on the device); every factor, kinetic and local,
         becomes e^{−i(1 − iγ)θ}.
       increment: apply each kinetic stage as ψ + F⁻¹[(f − 1) F ψ] (module docstring; the ``"xla"`` backend, with or
         without a layout) instead of F⁻¹[f F ψ].
     """
-    imaginary = _check_imaginary(imaginary)
-    if not isinstance(increment, (bool, np.bool_)):
-        raise TypeError(f"increment must be a bool (a static choice of the kinetic form), got {increment!r}")
-    if increment and fft != "xla":
-        raise ValueError(f"increment=True applies the kinetic factor with XLA's FFT; use fft='xla' (got fft={fft!r})")
-    if damping is not None and imaginary:
-        raise ValueError("damping applies to real-time steps; imaginary time is already a gradient flow")
-    check_dt(
-        dt,
-        kinetic_max=kinetic_max,
-        imaginary=imaginary,
-        where=where,
-        label=label,
-        local_max=local_max,
-        local_label=local_label,
-        hint=hint,
-    )
+    imaginary = _check_plan_flags(imaginary, increment, fft, damping)
+    check_dt(dt, kinetic_max=kinetic_max, imaginary=imaginary, label=label)
     shape = tuple(int(n) for n in shape)
     cdt = jnp.dtype(dtype)
     rdt = jnp.finfo(cdt).dtype
     terms = tuple(terms)
     order = tuple(range(len(terms))) if stages is None else tuple(int(i) for i in stages)
-    dtc = _concrete_scalar(dt)
     dt_leaf = jnp.asarray(dt, rdt)
-    damping_leaf = None if damping is None else jnp.asarray(damping, rdt)
-    factors = tuple(_factor(t, dtc, dt_leaf, imaginary, cdt, fft, damping) for t in terms)
+    factors = tuple(_factor(t, concrete_float(dt), dt_leaf, imaginary, cdt, fft, damping) for t in terms)
     if layout is not None:
         factors = tuple(layout.place_factor(f, shape, t.axes) for f, t in zip(factors, terms))
     return SplitStepPlan(
@@ -515,9 +420,21 @@ def plan(
         imaginary=imaginary,
         fft=fft,
         layout=layout,
-        damping=damping_leaf,
+        damping=None if damping is None else jnp.asarray(damping, rdt),
         increment=bool(increment),
     )
+
+
+def _check_plan_flags(imaginary: Any, increment: Any, fft: str, damping: Any) -> bool:
+    """The static choices of a plan, each refused in one line when it cannot be met."""
+    imaginary = _check_imaginary(imaginary)
+    if not isinstance(increment, (bool, np.bool_)):
+        raise TypeError(f"increment must be a bool (a static choice of the kinetic form), got {increment!r}")
+    if increment and fft != "xla":
+        raise ValueError(f"increment=True applies the kinetic factor with XLA's FFT; use fft='xla' (got fft={fft!r})")
+    if damping is not None and imaginary:
+        raise ValueError("damping applies to real-time steps; imaginary time is already a gradient flow")
+    return imaginary
 
 
 def kinetic(psi: Complex[Array, "*batch_and_grid"], plan: SplitStepPlan) -> Complex[Array, "*batch_and_grid"]:
@@ -561,53 +478,140 @@ def _plus_increment(psi: jax.Array, m: Any, layout: Any, axes: tuple[int, ...]) 
     return jnp.stack(parts).reshape(psi.shape)
 
 
+# ----------------------------------------------------------------------------------------------
+# The Strang composition: the one step every equation runs
+# ----------------------------------------------------------------------------------------------
+LocalStage = Callable[..., jax.Array]
+"""One factor of an equation's local propagator: ``stage(psi, tau, imaginary, full_range, damping) -> psi``, the
+exact flow of the local part over the time τ (``full_range`` and ``damping`` as in :func:`phase_factor_m1`; a stage
+that has no phase to reduce or no damping ignores them)."""
+
+
+def diagonal(local_energy: Callable[[jax.Array], jax.Array]) -> LocalStage:
+    """The default local propagator: ψ ← e^{−iτU(ψ)} ψ of a real local energy U (:func:`kick`)."""
+
+    def stage(psi: jax.Array, tau: Any, imaginary: bool, full_range: bool | None = None, damping: Any = None):
+        return kick(psi, local_energy, tau, imaginary, full_range, damping)
+
+    return stage
+
+
+def _stages(local: Any) -> tuple[LocalStage, ...]:
+    """``local`` as the stages of the opening half-step: a callable is a local energy U (:func:`diagonal`), a sequence
+    holds the stages in the order the opening half-step applies them (the closing one applies them reversed)."""
+    if callable(local):
+        return (diagonal(local),)
+    stages = tuple(local)
+    if not stages or not all(callable(s) for s in stages):
+        raise TypeError(f"local must be a local energy U(psi) or a sequence of local stages, got {local!r}")
+    return stages
+
+
+def _half(psi: jax.Array, plan: SplitStepPlan, stages: Sequence[LocalStage], full_range: bool | None) -> jax.Array:
+    for stage in stages:
+        psi = stage(psi, plan.half_dt, plan.imaginary, full_range, plan.damping)
+    return psi
+
+
+def _strang(
+    psi: jax.Array, plan: SplitStepPlan, stages: tuple[LocalStage, ...], project: Any, full_range: bool | None
+) -> jax.Array:
+    """Opening half-step, kinetic factor (imaginary time: then the projection), closing half-step."""
+    psi = kinetic(_half(psi, plan, stages, full_range), plan)
+    if project is not None and plan.imaginary:
+        psi = project(psi)  # the closing half-step sees the density at the held norm
+    return _half(psi, plan, stages[::-1], full_range)
+
+
+def _reduction(plan: SplitStepPlan, umax: Any) -> Any:
+    """The local phase's sine reduction: a static choice (imaginary time: no phase; no bound: checked per array by
+    :func:`~ivhl_jax.numerics.fastmath.sincos`) or the traced flag of the real-time bound dt·umax/2."""
+    if plan.imaginary:
+        return False
+    if umax is None:
+        return None
+    return needs_full_range(jnp.abs(plan.half_dt) * umax)
+
+
+def _by_reduction(fn: Callable[..., jax.Array], full: Any, psi: jax.Array) -> jax.Array:
+    """``fn(psi, full_range)`` with a static reduction, or both compiled behind a ``lax.cond`` on a traced one."""
+    if full is None or isinstance(full, bool):
+        return fn(psi, full_range=full)
+    return jax.lax.cond(full, functools.partial(fn, full_range=True), functools.partial(fn, full_range=False), psi)
+
+
 def step(
     psi: Complex[Array, "*shape"],
     plan: SplitStepPlan,
-    local_energy: Callable[[jax.Array], jax.Array],
-    umax: Any,
+    local: Any,
+    umax: Any = None,
     *,
-    after_kinetic: Callable[[jax.Array], jax.Array] | None = None,
+    project: Callable[[jax.Array], jax.Array] | None = None,
 ) -> Complex[Array, "*shape"]:
-    """One Strang step e^{−dt/2 U} K e^{−dt/2 U} of ``plan`` (real or imaginary time: ``plan.imaginary``).
+    """One Strang step L(dt/2) K(dt) L(dt/2)ᵀ of ``plan`` (real or imaginary time: ``plan.imaginary``).
 
-    ``umax`` bounds max|U| over the step (a scalar, may be traced): the real-time local phase uses the fast sine
-    reduction when dt·umax/2 stays within its range, else the full-range one (``lax.cond``, both compiled).
-    ``after_kinetic`` is applied right after the kinetic factor (e.g. a norm projection)."""
-
+    Args:
+      psi: complex field (leading axes beyond the plan's grid are components or batch axes).
+      plan: the kinetic factors and the half-step time (:func:`plan`).
+      local: the equation's local propagator: a local energy ``U(psi)`` (real, broadcastable to ψ; the factor
+        e^{−iτU}, :func:`diagonal`), or a sequence of :data:`LocalStage` s applied in order in the opening half-step
+        and in reverse order in the closing one (spin-1: the diagonal phases, then the spin mixing).
+      umax: a bound on max|U| over the step (a scalar, may be traced): the real-time local phase uses the fast sine
+        reduction when dt·umax/2 stays within its range, else the full-range one (``lax.cond``, both compiled);
+        None checks each phase array (:func:`~ivhl_jax.numerics.fastmath.sincos`).
+      project: what the equation conserves, as the map onto it (e.g. the norm, :func:`norm_projection`), or None.
+        Applied after the step; in imaginary time (the normalised gradient flow) also before it and after the
+        kinetic factor, so that each local half-step sees the density at the held norm.
+    """
     psi = check_array(psi, "psi", kind="complex")  # static facts only: free under jit
-
-    def kin(p):
-        p = kinetic(p, plan)
-        return p if after_kinetic is None else after_kinetic(p)
-
-    if plan.imaginary:  # real decay factors: no phase to reduce
-        return split_step(psi, local_energy, kin, plan.dt, True, full_range=False)
-    full = needs_full_range(jnp.abs(plan.half_dt) * umax)
-    one = functools.partial(
-        split_step, local_energy=local_energy, kinetic=kin, dt=plan.dt, imaginary=False, damping=plan.damping
-    )
-    return jax.lax.cond(full, functools.partial(one, full_range=True), functools.partial(one, full_range=False), psi)
+    stages = _stages(local)
+    if project is not None and plan.imaginary:
+        psi = project(psi)
+    one = functools.partial(_strang, plan=plan, stages=stages, project=project)
+    out = _by_reduction(one, _reduction(plan, umax), psi)
+    return out if project is None else project(out)
 
 
 def run(
     psi: Complex[Array, "*shape"],
     plan: SplitStepPlan,
-    local_energy: Callable[[jax.Array], jax.Array],
+    local: Any,
     umax: Any,
     n: int,
 ) -> Complex[Array, "*shape"]:
-    """``n`` real-time Strang steps of ``plan`` with the potential half-steps of neighbours merged
-    (:func:`strang_run`: 2 FFTs and 2 passes over the field per step); ``umax`` as in :func:`step`."""
+    """``n`` real-time Strang steps of ``plan`` with the local half-steps of neighbours merged (module docstring:
+    2 FFTs and 2 passes over the field per step for a diagonal U); ``local`` and ``umax`` as in :func:`step`. The
+    closing half-step of one step and the opening one of the next meet at the first stage, which then acts over dt.
+    ``n`` is a static int ≥ 1; the interior steps run in a ``lax.fori_loop`` (the field is the loop carry)."""
     psi = check_array(psi, "psi", kind="complex")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an int >= 1 (the number of steps), got {n!r}")
     if plan.imaginary or plan.damping is not None:
         raise ValueError(
             "run merges norm-preserving real-time half-steps; an imaginary-time or damped plan runs single steps (step)"
         )
-    full = needs_full_range(jnp.abs(plan.half_dt) * umax)
+    stages = _stages(local)
+    first, rest = stages[0], stages[1:]
 
-    def kin(p):
-        return kinetic(p, plan)
+    dt = plan.dt  # formed once, outside the loop and the branches: no scalar kernel per step
 
-    many = functools.partial(strang_run, local_energy=local_energy, kinetic=kin, dt=plan.dt, n=n)
-    return jax.lax.cond(full, functools.partial(many, full_range=True), functools.partial(many, full_range=False), psi)
+    def many(p: jax.Array, full_range: bool | None) -> jax.Array:
+        def interior(_, q):
+            q = _half(kinetic(q, plan), plan, rest[::-1], full_range)
+            return _half(first(q, dt, False, full_range), plan, rest, full_range)
+
+        p = jax.lax.fori_loop(0, int(n) - 1, interior, _half(p, plan, stages, full_range))
+        return _half(kinetic(p, plan), plan, stages[::-1], full_range)
+
+    return _by_reduction(many, _reduction(plan, umax), psi)
+
+
+def norm_projection(
+    psi: Inexact[Array, "*shape"], target: Any = None, axes: tuple[int, ...] | None = None
+) -> Callable[[jax.Array], jax.Array]:
+    """The map onto the norm a step holds: ψ ↦ :func:`project_norm` (ψ, target, axes), the target Σ|ψ|² over
+    ``axes`` (None: every axis; else one per index of the other axes) that of the incoming ``psi`` when ``target``
+    is None. A fixed target makes the projection self-correcting: a float32 correction too small to change some
+    elements is not lost but retried next step."""
+    n0 = sumsq(psi, axes) if target is None else jnp.asarray(target, psi.real.dtype)
+    return functools.partial(project_norm, target=n0, axes=axes)

@@ -378,7 +378,7 @@ def strang(
     like = jax.ShapeDtypeStruct((), jnp.result_type(float, system.mass_sq, system.lam))
     cdt = jnp.dtype(complex_state_dtype(policy, like=like, routine="the GFT split-step solver"))
     rdt = jnp.finfo(cdt).dtype
-    m2c = float(np.asarray(system.mass_sq)) if is_concrete(system.mass_sq) and np.ndim(system.mass_sq) == 0 else None
+    m2c = splitstep.concrete_float(system.mass_sq)
     eps = functools.partial(lattice_dispersion, system.shape)
     plan = splitstep.plan(
         (splitstep.KineticTerm(eps, tuple(range(system.rank)), 1.0, ("gft-dispersion", system.shape)),),
@@ -388,11 +388,11 @@ def strang(
         dtype=cdt,
         layout=system.layout,
         kinetic_max=float(np.max(lattice_dispersion(system.shape))),
-        where="lattice",
         label="max ε_k",
-        local_max=None if m2c is None else abs(m2c),
-        local_label="mass",
     )
+    dtc = splitstep.concrete_float(dt)
+    if dtc is not None and m2c is not None:  # the mass term alone bounds the local phase (or decay) per step
+        splitstep.check_local_dt(dtc, abs(m2c), bool(imaginary), formula="|m²|", name="mass")
     sys_ = system.replace(mass_sq=jnp.asarray(system.mass_sq, rdt), lam=jnp.asarray(system.lam, rdt))
     params = StrangParams(sys_, plan)
     return Stepper.create(

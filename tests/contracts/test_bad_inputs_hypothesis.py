@@ -1611,24 +1611,6 @@ CASES += [
         st.sampled_from([np.ones(15, np.complex64), np.ones((16, 2), np.complex64)]),
     ),
     Case(
-        "splitstep.split_step/psi",
-        lambda b: splitstep.split_step(b, lambda p: p, lambda p: p, 1e-3, False),
-        "psi",
-        st.sampled_from([np.ones(4, np.float32), np.ones(4, np.int32), np.full(4, "abc")]),
-    ),
-    Case(
-        "splitstep.strang_run/psi",
-        lambda b: splitstep.strang_run(b, lambda p: jnp.abs(p), lambda p: p, 1e-3, 2),
-        "psi",
-        st.sampled_from([np.ones(4, np.float32), np.ones(4, np.int32), np.full(4, "abc")]),
-    ),
-    Case(
-        "splitstep.strang_run/n",
-        lambda b: splitstep.strang_run(jnp.ones(4, jnp.complex64), lambda p: jnp.abs(p), lambda p: p, 1e-3, b),
-        "n",
-        bad_size,
-    ),
-    Case(
         "splitstep.kinetic/psi",
         lambda b: splitstep.kinetic(b, C.strang(_gp(), 1e-3).params.plan),
         "psi",
@@ -1645,6 +1627,12 @@ CASES += [
         lambda b: splitstep.run(b, C.strang(_gp(), 1e-3).params.plan, jnp.abs, 1.0, 2),
         "psi",
         st.sampled_from([np.ones(15, np.complex64), np.ones(16, np.float32), np.full(16, "abc")]),
+    ),
+    Case(
+        "splitstep.run/n",
+        lambda b: splitstep.run(jnp.ones(16, jnp.complex64), C.strang(_gp(), 1e-3).params.plan, jnp.abs, 1.0, b),
+        "n",
+        bad_size,
     ),
     Case(
         "splitstep.plan/dt",

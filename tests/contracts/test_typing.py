@@ -282,23 +282,11 @@ CASES = [
     ),
     # ---- numerics.splitstep
     Case(
-        "splitstep.split_step",
-        splitstep.split_step,
-        call(psi1, _split_local, lambda p: p, 0.1, False),
-        call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, False),
-    ),  # psi must be complex
-    Case(
         "splitstep.kick",
         splitstep.kick,
         call(psi1, _split_local, 0.1, False),
         call(jnp.ones(16, jnp.float32), _split_local, 0.1, False),
     ),
-    Case(
-        "splitstep.strang_run",
-        splitstep.strang_run,
-        call(psi1, _split_local, lambda p: p, 0.1, 2),
-        call(jnp.ones(16, jnp.float32), _split_local, lambda p: p, 0.1, 2),
-    ),  # psi must be complex
     Case("splitstep.kinetic", splitstep.kinetic, call(psi1, split_plan), call(jnp.ones(16, jnp.float32), split_plan)),
     Case("splitstep.sumsq", splitstep.sumsq, call(psi1), call(jnp.ones(16, jnp.int32))),
     Case("splitstep.project_norm", splitstep.project_norm, call(psi1, 2.0), call(jnp.ones(16, jnp.int32), 2.0)),

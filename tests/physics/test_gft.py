@@ -168,7 +168,7 @@ def test_gft_builder_checks_dt_holds_it_once_and_observe_fits_trajectory():
     sys_ = G.GFTSystem((8, 8), -0.5, 0.1)  # max ε_k = 8: dt <= π/8
     with pytest.raises(ValueError, match=r"dt=1.0 is unstable.*use dt <= 0.393"):
         G.strang(sys_, 1.0)
-    with pytest.raises(ValueError, match=r"mass phase.*use dt <= "):
+    with pytest.raises(ValueError, match=r"the mass decay per step.*use dt <= "):
         G.strang(G.GFTSystem((8, 8), -100.0, 0.1), 0.1, imaginary=True)
     st1, st2 = G.strang(sys_, 0.05), G.strang(sys_, 0.1)
     # dt is no field of the params or the plan: only the factor and the half-step time derived from it are

@@ -253,21 +253,8 @@ def bogoliubov(
       :class:`BogoliubovModes` (ω ascending, u, v of shape (n_modes, *grid), residuals, μ). jit/vmap-able over
       V, g and ψ₀ (the options are static); ω is differentiable (Hellmann–Feynman, module docstring).
     """
-    if isinstance(system, SYSTEMS) and not isinstance(system, GPSystem):
-        raise TypeError(
-            f"bogoliubov solves the scalar BdG problem of a GPSystem, not of a {type(system).__name__} (its "
-            "excitations couple the components or the dipolar potential)"
-        )
-    if not isinstance(system, GPSystem):
-        raise TypeError(f"system must be a condensate GPSystem, got {type(system).__name__}")
+    _check_bdg_system(system)
     grid = system.grid
-    if system.rotating:
-        raise ValueError("system.omega_rot must be 0: bogoliubov solves the non-rotating BdG problem (real psi0)")
-    if is_concrete(system.g) and np.ndim(system.g) == 0 and float(np.asarray(system.g)) < 0:
-        raise ValueError(
-            f"system.g must be >= 0 (for g < 0 the operator B is not positive and the B-inner product "
-            f"fails), got {float(np.asarray(system.g))}"
-        )
     layout = system.layout
     # (a field spread over several processes has no host copy: it was checked before it was placed)
     psi = check_array(psi0, "psi0", shape=grid.shape, kind="inexact", finite=host_readable(psi0))
@@ -284,21 +271,7 @@ def bogoliubov(
     if tol is None:
         tol = 1e-9 if rdt == jnp.float64 else 1e-4
     check_scalar(tol, "tol", positive=True)
-    # Real up to a global phase: rotate by the phase at the density maximum.
-    if jnp.iscomplexobj(psi):
-        # ψ at its largest |ψ|, picked by a mask and a sum (exact: one term is non-zero): an index into the
-        # flattened field would gather a sharded ψ onto every device
-        at = jnp.arange(grid.size).reshape(grid.shape) == jnp.argmax(jnp.abs(psi))
-        ref = jnp.sum(jnp.where(at, psi, 0))
-        psi = psi * (jnp.conj(ref) / jnp.maximum(jnp.abs(ref), jnp.finfo(rdt).tiny))
-        if is_concrete(psi):
-            im = float(jnp.max(jnp.abs(psi.imag)))
-            if im > 1e-3 * float(jnp.max(jnp.abs(psi))):
-                raise ValueError(
-                    f"psi0 must be real up to a global phase (a stationary state without flow; max |Im| "
-                    f"after removing the phase is {im:.3g}); bogoliubov does not treat vortex states"
-                )
-        psi = psi.real
+    psi = _real_up_to_phase(psi, grid, rdt)
     psi = psi.astype(rdt)
     if layout is not None:  # ψ₀ in the layout's blocks (a traced ψ₀: a sharding constraint)
         psi = layout.place(psi, "psi0")
@@ -312,33 +285,64 @@ def bogoliubov(
     start = _draw(key, (k,) + grid.shape, jnp.dtype(rdt), None if layout is None else layout.sharding(nd + 1))
     start = start * (jnp.abs(sg(psi)) + 0.1 * jnp.max(jnp.abs(sg(psi))))[None]
     kinetic = _kinetic_factor(grid, rdt, layout)
-    f, rel, it = _solve(
-        grid,
-        sg(pot),
-        sg(g),
-        sg(psi),
-        sg(mu),
-        k,
-        int(max_iterations),
-        int(n_modes),
-        start,
-        jnp.asarray(tol, rdt),
-        kinetic,
-        layout,
-    )
+    held = (sg(pot), sg(g), sg(psi), sg(mu))
+    budget = (k, int(max_iterations), int(n_modes))
+    f, rel, it = _solve(grid, *held, *budget, start, jnp.asarray(tol, rdt), kinetic, layout)
     f = sg(f[: int(n_modes)])
-    # Differentiable ω² (Rayleigh quotient at the converged f) and the mode functions.
+    omega, w2, u, v = _modes(f, grid, pot, g, psi, mu, kinetic, layout)
+    return BogoliubovModes(omega=omega, omega_squared=w2, u=u, v=v, residual=rel[: int(n_modes)], mu=mu, iterations=it)
+
+
+def _check_bdg_system(system: Any) -> None:
+    """A scalar, non-rotating GP system with g ≥ 0 (what the real BdG problem solved here needs)."""
+    if isinstance(system, SYSTEMS) and not isinstance(system, GPSystem):
+        raise TypeError(
+            f"bogoliubov solves the scalar BdG problem of a GPSystem, not of a {type(system).__name__} (its "
+            "excitations couple the components or the dipolar potential)"
+        )
+    if not isinstance(system, GPSystem):
+        raise TypeError(f"system must be a condensate GPSystem, got {type(system).__name__}")
+    if system.rotating:
+        raise ValueError("system.omega_rot must be 0: bogoliubov solves the non-rotating BdG problem (real psi0)")
+    if is_concrete(system.g) and np.ndim(system.g) == 0 and float(np.asarray(system.g)) < 0:
+        raise ValueError(
+            f"system.g must be >= 0 (for g < 0 the operator B is not positive and the B-inner product "
+            f"fails), got {float(np.asarray(system.g))}"
+        )
+
+
+def _real_up_to_phase(psi: jax.Array, grid: Grid, rdt: Any) -> jax.Array:
+    """ψ₀ real up to a global phase, rotated by the phase at the density maximum (a complex ψ₀ that is not is
+    refused: a state with flow, e.g. a vortex)."""
+    if not jnp.iscomplexobj(psi):
+        return psi
+    # ψ at its largest |ψ|, picked by a mask and a sum (exact: one term is non-zero): an index into the
+    # flattened field would gather a sharded ψ onto every device
+    at = jnp.arange(grid.size).reshape(grid.shape) == jnp.argmax(jnp.abs(psi))
+    ref = jnp.sum(jnp.where(at, psi, 0))
+    psi = psi * (jnp.conj(ref) / jnp.maximum(jnp.abs(ref), jnp.finfo(rdt).tiny))
+    if is_concrete(psi):
+        im = float(jnp.max(jnp.abs(psi.imag)))
+        if im > 1e-3 * float(jnp.max(jnp.abs(psi))):
+            raise ValueError(
+                f"psi0 must be real up to a global phase (a stationary state without flow; max |Im| "
+                f"after removing the phase is {im:.3g}); bogoliubov does not treat vortex states"
+            )
+    return psi.real
+
+
+def _modes(f, grid: Grid, pot, g, psi, mu, kinetic, layout) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(ω, ω², u, v) from the converged f: ω² the Rayleigh quotient at f (differentiable), u and v normalised to
+    ∫(u² − v²) dV = 1."""
+    nd = grid.ndim
     a_op, b_op, _ = _operators(grid, pot, g, psi, mu, kinetic, layout)
     bf = b_op(f)
     fbf = _dot_rows(f, bf)
     w2 = _dot_rows(bf, a_op(bf)) / fbf
     omega = jnp.sqrt(jnp.maximum(w2, 0.0))
-    dv = grid.cell_volume
     # ∫(u² − v²) dV = ∫ f₊ f₋ dV = fᵀBf dV / ω = 1 (f₋ = Bf₊/ω).
     safe_w = jnp.where(omega > 0, omega, 1.0)
-    scale = jnp.sqrt(safe_w / (fbf * dv))
+    scale = jnp.sqrt(safe_w / (fbf * grid.cell_volume))
     fp = f * _col(scale, nd)
     fm = bf * _col(scale / safe_w, nd)
-    u = 0.5 * (fp + fm)
-    v = 0.5 * (fp - fm)
-    return BogoliubovModes(omega=omega, omega_squared=w2, u=u, v=v, residual=rel[: int(n_modes)], mu=mu, iterations=it)
+    return omega, w2, 0.5 * (fp + fm), 0.5 * (fp - fm)

@@ -52,19 +52,26 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
-from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
+from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft, splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.condensate import system as condensate_system
 from ivhl_jax.physics.condensate._descent import descend, descent_settings
-from ivhl_jax.physics.condensate.system import Grid, check_start, check_step, kinetic_plan, place_state
+from ivhl_jax.physics.condensate.system import (
+    EquationParams,
+    Grid,
+    cast_output,
+    cast_system,
+    check_step,
+    equation_stepper,
+    place_state,
+)
 
 __all__ = [
     "Dipolar",
     "DipolarSystem",
-    "StrangDipolarParams",
     "dipolar_kernel",
     "dipolar_potential",
     "dipolar_energy",
@@ -380,29 +387,6 @@ def dipolar_gp_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> di
 # ----------------------------------------------------------------------------------------------
 # The stepper
 # ----------------------------------------------------------------------------------------------
-class StrangDipolarParams(struct.PyTreeNode):
-    """Everything one dipolar GP step reads (built by :func:`strang_dipolar`).
-
-    Attributes:
-      system: the :class:`DipolarSystem` (V, g and the dipolar spec are traced leaves).
-      plan: the kinetic factor and the half-step time, both from one dt
-        (:class:`ivhl_jax.numerics.splitstep.SplitStepPlan`); ``params.dt`` reads the step size, a new dt is a new
-        ``strang(system, dt)``.
-      target: imaginary time: Σ|ψ|² over the grid points (no dV) held, or None (the norm each step starts with).
-      imaginary: static; imaginary-time steps (normalised gradient flow).
-    """
-
-    system: DipolarSystem
-    plan: splitstep.SplitStepPlan
-    target: Any = None
-    imaginary: bool = struct.field(pytree_node=False, default=False)
-
-    @property
-    def dt(self) -> Any:
-        """The step size (a scalar in the system's real dtype)."""
-        return self.plan.dt
-
-
 def _phi_of(system: DipolarSystem) -> Any:
     """n ↦ Φ_dd = F⁻¹[Ṽ_dd F n] for the step, with the kernel built once (hoisted out of both half-kicks): one real
     FFT pair, or with a layout the distributed complex pair (the kernel constrained to the k-space blocks)."""
@@ -420,13 +404,11 @@ def _phi_of(system: DipolarSystem) -> Any:
     return phi
 
 
-def dipolar_step(psi: Complex[Array, "*grid"], params: StrangDipolarParams) -> Complex[Array, "*grid"]:
+def dipolar_step(psi: Complex[Array, "*grid"], params: EquationParams) -> Complex[Array, "*grid"]:
     """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U}, U = V + g|ψ|² + Φ_dd (imaginary time: projected to N)."""
     system = params.system
     psi = check_step(psi, params, system.grid.shape)
     rdt = psi.real.dtype
-    imaginary = params.imaginary
-    half = jnp.asarray(params.plan.half_dt, rdt)
     pot = jnp.asarray(system.potential, rdt)
     g = jnp.asarray(system.g, rdt)
     phi = _phi_of(system)
@@ -435,21 +417,11 @@ def dipolar_step(psi: Complex[Array, "*grid"], params: StrangDipolarParams) -> C
         n = p.real * p.real + p.imag * p.imag
         return pot + g * n + phi(n)
 
-    target: Any = None
-    if imaginary:
-        target = splitstep.sumsq(psi) if params.target is None else jnp.asarray(params.target, rdt)
-        psi = splitstep.project_norm(psi, target)
-    psi = splitstep.kick(psi, local, half, imaginary)
-    psi = splitstep.kinetic(psi, params.plan)
-    if imaginary:
-        psi = splitstep.project_norm(psi, target)
-    psi = splitstep.kick(psi, local, half, imaginary)
-    if imaginary:
-        psi = splitstep.project_norm(psi, target)
-    return psi
+    project = splitstep.norm_projection(psi, params.target) if params.imaginary else None
+    return splitstep.step(psi, params.plan, local, project=project)
 
 
-def _dipolar_init(params: StrangDipolarParams, psi: Any) -> jax.Array:
+def _dipolar_init(params: EquationParams, psi: Any) -> jax.Array:
     """Validate ψ (grid-shaped, finite), check that dt resolves the local phase dt·max|V + g|ψ|² + Φ_dd| ≤ 2π over the
     cloud (concrete values) and cast ψ to the system's complex dtype."""
     system = params.system
@@ -465,12 +437,6 @@ def _dipolar_init(params: StrangDipolarParams, psi: Any) -> jax.Array:
 
     condensate_system.check_local_step(params, arr, local, "max|V + g|ψ|² + Φ_dd|")
     return arr
-
-
-def _with_policy(system: DipolarSystem, policy: str | Policy | None) -> DipolarSystem:
-    cdt = complex_state_dtype(policy, like=system.potential, routine="the dipolar split-step solver")
-    rdt = jnp.finfo(cdt).dtype
-    return jax.tree.map(lambda x: jnp.asarray(x, rdt), system)
 
 
 def strang_dipolar(
@@ -493,20 +459,12 @@ def strang_dipolar(
     Returns:
       A :class:`~ivhl_jax.numerics.rollout.Stepper` on grid-shaped ψ (params :class:`StrangDipolarParams`).
     """
-    system = _with_policy(_check_system(system), policy)
-    if not isinstance(imaginary, (bool, np.bool_)):
-        raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
-    imaginary = bool(imaginary)
-    grid = system.grid
-    plan = kinetic_plan(grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
-    rdt = system.real_dtype
+    system = cast_system(_check_system(system), policy, "the dipolar split-step solver")
     target: Any = None
     if norm is not None:
         check_scalar(norm, "norm", positive=True)
-        target = jnp.asarray(norm, rdt) / jnp.asarray(grid.cell_volume, rdt)
-    params = StrangDipolarParams(system, plan, target, imaginary=imaginary)
-    name = "dipolar-strang-imaginary" if imaginary else "dipolar-strang"
-    return Stepper.create(dipolar_step, params, init_fn=_dipolar_init, name=name, check_fn=check_start)
+        target = jnp.asarray(norm, system.real_dtype) / jnp.asarray(system.grid.cell_volume, system.real_dtype)
+    return equation_stepper(dipolar_step, _dipolar_init, system, dt, imaginary=imaginary, target=target, name="dipolar")
 
 
 def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
@@ -547,7 +505,7 @@ def dipolar_ground_state(
       (ψ, info): info = {"steps", "energy", "delta", "moved" (last relative change of ψ over a block),
       "converged", "finite"}.
     """
-    system = _with_policy(_check_system(system), policy)
+    system = cast_system(_check_system(system), policy, "the dipolar split-step solver")
     check_scalar(dt, "dt", positive=True)
     grid = system.grid
     if psi0 is None:
@@ -565,8 +523,7 @@ def dipolar_ground_state(
     # A real potential and Φ_dd (a real function of |ψ|²): every factor of the flow is real, the ground state real.
     axes = tuple(range(grid.ndim))
     psi, info = descend(stepper, place_state(psi, system), _energy_of, tol, n_blocks, check_every, dt, real_axes=axes)
-    pol = physics_policy(policy, like=psi)
-    return psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64)), info
+    return cast_output(psi, policy), info
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,23 @@
 """Ground states by imaginary-time Strang steps: the normalised gradient flow at fixed particle number.
 
 Units: ħ = m = 1, trap units (see :mod:`ivhl_jax.physics.condensate`).
+
+The scalar GP search (:func:`ground_state` of a GPSystem) minimises E[ψ] (:func:`energy`) at ∫|ψ|² dV = N by the
+normalised gradient flow ∂ψ/∂τ = −[−½∇² + V + g|ψ|² − Ω L_z]ψ, projected to norm N (τ in 1/ω₀, energies in ħω₀).
+Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until both the relative energy change
+over a block, |ΔE|/|E|, is below ``tol`` and the state has settled, ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol over the block, or
+``max_steps`` is reached. The energy error is quadratic in the error of ψ; the change of ψ over a block is
+linear in it (it is the residual of the discrete flow, ψ' − ψ ≈ −τ(H_dt − μ)ψ), so slow modes that barely move
+the energy are seen. The fixed point carries the splitting's bias: its residual ‖Hψ − μψ‖/‖Hψ‖
+(:func:`~ivhl_jax.physics.condensate.residual`, reported) falls linearly with dt; refine by calling again with a
+smaller dt and ``psi0``.
+
+A real problem (Ω = 0: every factor of the flow is real) has a real, positive ground state, and the flow keeps
+ψ real: a complex ``psi0`` (or the complex ``noise``) loses its global phase θ = ½ arg Σψ² and its imaginary
+part once, and the imaginary round-off of the transforms is dropped after every step, so E[ψ] = E[|ψ|] and
+:func:`~ivhl_jax.physics.condensate.bogoliubov` takes the result (Thomas–Fermi regime included). The returned
+ψ is then real and positive (complex dtype, zero imaginary part).
+The whole solve (noise, normalisation, loop, observables) is one jitted program.
 """
 
 from __future__ import annotations
@@ -16,6 +33,7 @@ from jaxtyping import Array, ArrayLike, Complex, Inexact
 
 from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_scalar, is_concrete
+from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.physics.condensate._descent import check_finite, descent_settings, real_part
@@ -31,7 +49,6 @@ from ivhl_jax.physics.condensate.system import (
     cast_output,
     check_psi,
     check_system,
-    concrete_float,
     with_policy,
 )
 
@@ -131,23 +148,9 @@ def ground_state(
     dipolar searches keep ψ real as below (a mixture one phase per component); the spin-1 search runs the complex
     flow.
 
-    Minimises E[ψ] (see :func:`energy`) at ∫|ψ|² dV = N by the normalised gradient flow
-    ∂ψ/∂τ = −[−½∇² + V + g|ψ|² − Ω L_z]ψ, projected to norm N (τ in 1/ω₀, energies in ħω₀).
-    Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until both the relative energy change
-    over a block, |ΔE|/|E|, is below ``tol`` and the state has settled, ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol over the block, or
-    ``max_steps`` is reached. The energy error is quadratic in the error of ψ; the change of ψ over a block is
-    linear in it (it is the residual of the discrete flow, ψ' − ψ ≈ −τ(H_dt − μ)ψ), so slow modes that barely move
-    the energy are seen. The fixed point carries the splitting's bias: its residual ‖Hψ − μψ‖/‖Hψ‖
-    (:func:`~ivhl_jax.physics.condensate.residual`, reported) falls linearly with dt; refine by calling again with a
-    smaller dt and ``psi0``.
-
-    A real problem (Ω = 0: every factor of the flow is real) has a real, positive ground state, and the flow keeps
-    ψ real: a complex ``psi0`` (or the complex ``noise``) loses its global phase θ = ½ arg Σψ² and its imaginary
-    part once, and the imaginary round-off of the transforms is dropped after every step, so E[ψ] = E[|ψ|] and
-    :func:`~ivhl_jax.physics.condensate.bogoliubov` takes the result (Thomas–Fermi regime included). The returned
-    ψ is then real and positive (complex dtype, zero imaginary part).
-    The whole solve (noise, normalisation, loop, observables) is one jitted program, compiled once per
-    (grid, dtype, check_every, number of blocks, noise on/off): a new dt, N, tol, g or V reuses it.
+    The scalar GP search (module docstring: the flow, its stopping rule, its bias and why ψ stays real) is one
+    jitted program, compiled once per (grid, dtype, check_every, number of blocks, noise on/off): a new dt, N, tol,
+    g or V reuses it.
 
     Args:
       system: the :class:`GPSystem` (with Ω ≠ 0 this is the rotating-frame ground state).
@@ -199,6 +202,22 @@ def ground_state(
     if magnetization is not None:
         raise ValueError("magnetization applies to a Spin1System, not to a GPSystem; drop it")
     system = with_policy(check_system(system), policy)
+    psi, info = _gp_ground_state(system, norm, dt, tol, max_steps, psi0, check_every, key, noise)
+    return cast_output(psi, policy), info
+
+
+def _gp_ground_state(
+    system: GPSystem,
+    norm: Any,
+    dt: Any,
+    tol: Any,
+    max_steps: int,
+    psi0: Any,
+    check_every: int,
+    key: jax.Array | None,
+    noise: Any,
+) -> tuple[jax.Array, dict[str, Array]]:
+    """The scalar GP search of :func:`ground_state` (module docstring) on a system in its working dtype."""
     tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype, f64_tol=1e-9)
     check_scalar(norm, "norm", positive=True)
     check_scalar(noise, "noise", nonnegative=True)
@@ -222,7 +241,7 @@ def ground_state(
     if system.dissipative:  # a stationary state of (1 − iγ)(H − μ)ψ = 0 is one of H: γ plays no part
         system = system.replace(gamma=0.0)
     stepper = strang(system, dt, imaginary=True)
-    dtc = concrete_float(dt)
+    dtc = splitstep.concrete_float(dt)
     # (arrays spread over several processes have no host copy here: the check is skipped for them)
     local = host_readable(psi) and host_readable(system.potential)
     if dtc is not None and local and is_concrete(psi) and is_concrete(system.potential) and is_concrete(system.g):
@@ -244,7 +263,7 @@ def ground_state(
         ", e^(-dt·V/2) underflows the occupied region",
         lambda: f"use a smaller dt (e.g. dt <= {_gs_dt_hint(system):.3g}) and refine",
     )
-    return cast_output(psi, policy), info
+    return psi, info
 
 
 def _other_ground_state(system: Any, norm: Any, dt: Any, tol: Any, max_steps: Any, **options: Any) -> Any:

@@ -63,26 +63,26 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
-from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
+from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.condensate._descent import descend, descent_settings
 from ivhl_jax.physics.condensate.system import (
+    EquationParams,
     Grid,
+    cast_output,
+    cast_system,
     check_local_step,
-    check_start,
     check_step,
-    kinetic_plan,
+    equation_stepper,
     place_state,
 )
 
 __all__ = [
     "MixtureSystem",
     "Spin1System",
-    "StrangMixtureParams",
-    "StrangSpin1Params",
     "strang_mixture",
     "strang_spin1",
     "mixture_step",
@@ -258,18 +258,6 @@ def _check_system(system: Any, cls: type) -> Any:
     return system
 
 
-def _with_policy(system: Any, policy: str | Policy | None, routine: str) -> Any:
-    """``system`` with every leaf in the real dtype of ``policy``'s complex state (None: the system's own)."""
-    cdt = complex_state_dtype(policy, like=system.potential, routine=routine)
-    rdt = jnp.finfo(cdt).dtype
-    return jax.tree.map(lambda x: jnp.asarray(x, rdt), system)
-
-
-def _cast_output(psi: jax.Array, policy: str | Policy | None) -> jax.Array:
-    pol = physics_policy(policy, like=psi)
-    return psi.astype(jnp.result_type(pol.output_dtype, jnp.complex64))
-
-
 def _check_state(psi: Any, system: Any, n_comp: int, name: str = "psi") -> jax.Array:
     arr = check_array(psi, name, shape=(n_comp,) + system.grid.shape, kind="inexact")
     if is_concrete(arr):
@@ -278,41 +266,8 @@ def _check_state(psi: Any, system: Any, n_comp: int, name: str = "psi") -> jax.A
 
 
 # ----------------------------------------------------------------------------------------------
-# Shared pieces of the steps
-# ----------------------------------------------------------------------------------------------
-def _check_imaginary(imaginary: Any) -> bool:
-    if not isinstance(imaginary, (bool, np.bool_)):
-        raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
-    return bool(imaginary)
-
-
-# ----------------------------------------------------------------------------------------------
 # Mixture
 # ----------------------------------------------------------------------------------------------
-class StrangMixtureParams(struct.PyTreeNode):
-    """Everything one mixture step reads (built by :func:`strang_mixture`).
-
-    Attributes:
-      system: the :class:`MixtureSystem` (V_i and g_ij are traced leaves).
-      plan: the kinetic factor and the half-step time, both from one dt
-        (:class:`ivhl_jax.numerics.splitstep.SplitStepPlan`); ``params.dt`` reads the step size, a new dt is a new
-        ``strang(system, dt)``.
-      target: imaginary time: Σ|ψ_i|² over the grid points (no dV) that each component is projected to, shape
-        (C,), or None (each component keeps the norm the step starts with).
-      imaginary: static; imaginary-time steps (normalised gradient flow).
-    """
-
-    system: MixtureSystem
-    plan: splitstep.SplitStepPlan
-    target: Any = None
-    imaginary: bool = struct.field(pytree_node=False, default=False)
-
-    @property
-    def dt(self) -> Any:
-        """The step size (a scalar in the system's real dtype)."""
-        return self.plan.dt
-
-
 def _mixture_local(system: MixtureSystem) -> Any:
     rdt = system.real_dtype
     pot = jnp.asarray(system.potential, rdt)
@@ -325,30 +280,17 @@ def _mixture_local(system: MixtureSystem) -> Any:
     return local
 
 
-def mixture_step(psi: Complex[Array, "c ..."], params: StrangMixtureParams) -> Complex[Array, "c ..."]:
+def mixture_step(psi: Complex[Array, "c ..."], params: EquationParams) -> Complex[Array, "c ..."]:
     """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U} of a mixture (imaginary time: projected to N_i)."""
     system = params.system
     grid = system.grid
     psi = check_step(psi, params, (system.n_components,) + grid.shape)
     axes = tuple(range(1, grid.ndim + 1))
-    imaginary = params.imaginary
-    half = params.plan.half_dt
-    local = _mixture_local(system)
-    target: Any = None
-    if imaginary:
-        target = splitstep.sumsq(psi, axes) if params.target is None else jnp.asarray(params.target, psi.real.dtype)
-        psi = splitstep.project_norm(psi, target, axes)
-    psi = splitstep.kick(psi, local, half, imaginary)
-    psi = splitstep.kinetic(psi, params.plan)
-    if imaginary:
-        psi = splitstep.project_norm(psi, target, axes)  # the second half-kick sees n_j at the right norm
-    psi = splitstep.kick(psi, local, half, imaginary)
-    if imaginary:
-        psi = splitstep.project_norm(psi, target, axes)
-    return psi
+    project = splitstep.norm_projection(psi, params.target, axes) if params.imaginary else None
+    return splitstep.step(psi, params.plan, _mixture_local(system), project=project)
 
 
-def _mixture_init(params: StrangMixtureParams, psi: Any) -> jax.Array:
+def _mixture_init(params: EquationParams, psi: Any) -> jax.Array:
     """Validate ψ (shape (C, *grid), finite), check that dt resolves the local phase U_i = V_i + Σ_j g_ij|ψ_j|² over
     the cloud (concrete values), and cast ψ to the system's complex dtype."""
     system = params.system
@@ -400,14 +342,9 @@ def strang_mixture(
       A :class:`~ivhl_jax.numerics.rollout.Stepper` on states ψ of shape (C, *grid) (``init(psi)`` validates
       and casts); ``params`` is a :class:`StrangMixtureParams`.
     """
-    system = _with_policy(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
-    imaginary = _check_imaginary(imaginary)
-    plan = kinetic_plan(system.grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
-    rdt = system.real_dtype
-    target = None if norm is None else _norm_targets(norm, system.n_components, system.grid, rdt)
-    params = StrangMixtureParams(system, plan, target, imaginary=imaginary)
-    name = "mixture-strang-imaginary" if imaginary else "mixture-strang"
-    return Stepper.create(mixture_step, params, init_fn=_mixture_init, name=name, check_fn=check_start)
+    system = cast_system(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
+    target = None if norm is None else _norm_targets(norm, system.n_components, system.grid, system.real_dtype)
+    return equation_stepper(mixture_step, _mixture_init, system, dt, imaginary=imaginary, target=target, name="mixture")
 
 
 def _grad_energy(psi: jax.Array, grid: Grid) -> jax.Array:
@@ -465,31 +402,6 @@ def overlap(psi: Inexact[Array, "c ..."], grid: Grid, i: int = 0, j: int = 1) ->
 # ----------------------------------------------------------------------------------------------
 # Spin-1
 # ----------------------------------------------------------------------------------------------
-class StrangSpin1Params(struct.PyTreeNode):
-    """Everything one spin-1 step reads (built by :func:`strang_spin1`).
-
-    Attributes:
-      system: the :class:`Spin1System` (V, c₀, c₂, p, q traced leaves).
-      plan: the kinetic factor and the half-step time (as :class:`StrangMixtureParams`); ``params.dt`` reads the
-        step size.
-      target: imaginary time: Σ_m Σ|ψ_m|² over the grid points (no dV) held, or None (the norm each step
-        starts with).
-      target_m: imaginary time: Σ(|ψ₊₁|² − |ψ₋₁|²) over the grid points held, or None (M free).
-      imaginary: static; imaginary-time steps (normalised gradient flow).
-    """
-
-    system: Spin1System
-    plan: splitstep.SplitStepPlan
-    target: Any = None
-    target_m: Any = None
-    imaginary: bool = struct.field(pytree_node=False, default=False)
-
-    @property
-    def dt(self) -> Any:
-        """The step size (a scalar in the system's real dtype)."""
-        return self.plan.dt
-
-
 _SQRT_HALF = float(np.sqrt(0.5))
 _SQRT_TWO = float(np.sqrt(2.0))
 
@@ -597,37 +509,34 @@ def _project_spin1(psi: jax.Array, target: jax.Array, target_m: Any, axes: tuple
     return psi * sigma.astype(psi.real.dtype)
 
 
-def spin1_step(psi: Complex[Array, "3 ..."], params: StrangSpin1Params) -> Complex[Array, "3 ..."]:
-    """One Strang step D(dt/2) S(dt/2) K(dt) S(dt/2) D(dt/2) of the spin-1 GP equation (module docstring);
-    imaginary time projects to N (and M) after the kinetic factor and after the step."""
+def spin1_step(psi: Complex[Array, "3 ..."], params: EquationParams) -> Complex[Array, "3 ..."]:
+    """One Strang step D(dt/2) S(dt/2) K(dt) S(dt/2) D(dt/2) of the spin-1 GP equation (module docstring):
+    the local propagator is the diagonal phases D then the spin mixing S; imaginary time projects to N (and M)."""
     system = params.system
     grid = system.grid
     psi = check_step(psi, params, (3,) + grid.shape)
     rdt = psi.real.dtype
-    axes = tuple(range(1, grid.ndim + 1))
-    imaginary = params.imaginary
-    half = jnp.asarray(params.plan.half_dt, rdt)
     c2 = jnp.asarray(system.c2, rdt)
-    diag = _spin1_diag(system, rdt)
-    target: Any = None
-    target_m: Any = None
-    if imaginary:
-        target = jnp.sum(splitstep.sumsq(psi, axes)) if params.target is None else jnp.asarray(params.target, rdt)
-        target_m = None if params.target_m is None else jnp.asarray(params.target_m, rdt)
-        psi = _project_spin1(psi, target, target_m, axes)
-    psi = splitstep.kick(psi, diag, half, imaginary)
-    psi = _spin_mix(psi, c2, half, imaginary)
-    psi = splitstep.kinetic(psi, params.plan)
-    if imaginary:
-        psi = _project_spin1(psi, target, target_m, axes)
-    psi = _spin_mix(psi, c2, half, imaginary)
-    psi = splitstep.kick(psi, diag, half, imaginary)
-    if imaginary:
-        psi = _project_spin1(psi, target, target_m, axes)
-    return psi
+
+    def mix(p: jax.Array, tau: Any, imaginary: bool, full_range: Any = None, damping: Any = None) -> jax.Array:
+        return _spin_mix(p, c2, tau, imaginary)
+
+    project = _spin1_projection(psi, params) if params.imaginary else None
+    local = (splitstep.diagonal(_spin1_diag(system, rdt)), mix)
+    return splitstep.step(psi, params.plan, local, project=project)
 
 
-def _spin1_init(params: StrangSpin1Params, psi: Any) -> jax.Array:
+def _spin1_projection(psi: jax.Array, params: EquationParams) -> Any:
+    """What the imaginary-time spin-1 flow holds: N (the target, or the incoming ψ's), and M when asked for."""
+    rdt = psi.real.dtype
+    axes = tuple(range(1, psi.ndim))
+    target, target_m = params.target
+    target = jnp.sum(splitstep.sumsq(psi, axes)) if target is None else jnp.asarray(target, rdt)
+    target_m = None if target_m is None else jnp.asarray(target_m, rdt)
+    return lambda p: _project_spin1(p, target, target_m, axes)
+
+
+def _spin1_init(params: EquationParams, psi: Any) -> jax.Array:
     """Validate ψ (shape (3, *grid), finite), check that dt resolves the local phase (|V + c₀n| + |c₂||F| + |p| + |q|
     over the cloud, concrete values) and cast ψ to the system's complex dtype."""
     system = params.system
@@ -687,18 +596,13 @@ def strang_spin1(
     Returns:
       A :class:`~ivhl_jax.numerics.rollout.Stepper` (params :class:`StrangSpin1Params`).
     """
-    system = _with_policy(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
-    imaginary = _check_imaginary(imaginary)
-    plan = kinetic_plan(system.grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
-    rdt = system.real_dtype
+    system = cast_system(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
     if not imaginary and (norm is not None or magnetization is not None):
         raise ValueError(
             "norm and magnetization are held by imaginary-time steps only; drop them or pass imaginary=True"
         )
-    target, target_m = _spin1_targets(norm, magnetization, system.grid, rdt)
-    params = StrangSpin1Params(system, plan, target, target_m, imaginary=imaginary)
-    name = "spin1-strang-imaginary" if imaginary else "spin1-strang"
-    return Stepper.create(spin1_step, params, init_fn=_spin1_init, name=name, check_fn=check_start)
+    target = _spin1_targets(norm, magnetization, system.grid, system.real_dtype)
+    return equation_stepper(spin1_step, _spin1_init, system, dt, imaginary=imaginary, target=target, name="spin1")
 
 
 def spin1_energy(psi: Inexact[Array, "3 ..."], system: Spin1System) -> dict[str, Float[Array, ""]]:
@@ -787,7 +691,7 @@ def mixture_ground_state(
       (ψ, info): ψ complex of shape (C, *grid); info = {"steps", "energy", "delta", "moved" (last relative change
       of ψ over a block), "converged", "finite"}.
     """
-    system = _with_policy(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
+    system = cast_system(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
     check_scalar(dt, "dt", positive=True)
     c = system.n_components
     if psi0 is None:
@@ -808,7 +712,7 @@ def mixture_ground_state(
     # densities, so each component of the ground state is real up to its own phase.
     axes = tuple(range(1, psi.ndim))
     psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt, real_axes=axes)
-    return _cast_output(psi, policy), info
+    return cast_output(psi, policy), info
 
 
 def spin1_ground_state(
@@ -844,7 +748,7 @@ def spin1_ground_state(
     Returns:
       (ψ, info) as :func:`mixture_ground_state`, ψ of shape (3, *grid).
     """
-    system = _with_policy(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
+    system = cast_system(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
     check_scalar(dt, "dt", positive=True)
     if psi0 is None:
         zeta = np.array([0.6, 0.5 + 0.4j, 0.3])
@@ -867,4 +771,4 @@ def spin1_ground_state(
     stepper = strang_spin1(system, dt, imaginary=True, norm=norm, magnetization=magnetization)
     tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
     psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt)
-    return _cast_output(psi, policy), info
+    return cast_output(psi, policy), info

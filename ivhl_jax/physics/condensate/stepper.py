@@ -11,6 +11,7 @@ unchanged).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -32,7 +33,6 @@ from ivhl_jax.physics.condensate.system import (
     check_psi,
     check_start,
     check_system,
-    concrete_float,
     kinetic_max,
     kinetic_term,
     with_policy,
@@ -85,7 +85,7 @@ def _kinetic_terms(system: GPSystem) -> tuple[tuple[splitstep.KineticTerm, ...],
     every = tuple(range(grid.ndim))
     if not system.rotating:
         return (kinetic_term(grid),), None
-    omc = concrete_float(system.omega_rot)
+    omc = splitstep.concrete_float(system.omega_rot)
     if omc is not None:
         a = splitstep.KineticTerm(lambda: _symbol_rotating(grid, omc, 0), (0,), 0.5, ("gp-rotating-a", grid, omc))
         b = splitstep.KineticTerm(lambda: _symbol_rotating(grid, omc, 1), every[1:], 1.0, ("gp-rotating-b", grid, omc))
@@ -184,30 +184,26 @@ def _check_params(psi: Any, params: StrangParams) -> jax.Array:
     return psi
 
 
+def _projection(params: StrangParams, s0: jax.Array) -> Any:
+    """The norm the step holds (imaginary time, or real time unless the raw scheme was asked for): the target, or
+    Σ|ψ|² = ``s0`` of the incoming ψ; a real imaginary-time flow also drops the imaginary round-off of the
+    transforms."""
+    if not params.imaginary and params.project_norm is False:
+        return None
+    target = s0 if params.target is None else params.target
+    project = functools.partial(splitstep.project_norm, target=jnp.asarray(target, params.system.real_dtype))
+    if params.imaginary and params.real:
+        return lambda p: project(jax.lax.complex(p.real, jnp.zeros_like(p.real)))
+    return project
+
+
 def _one_step(psi: Complex[Array, "*grid"], params: StrangParams) -> Complex[Array, "*grid"]:
     """One Strang step of ``params`` (real time, real time + projection, or imaginary time: static fields)."""
-    system, plan = params.system, params.plan
+    system = params.system
     psi = _check_params(psi, params)
-    rdt = system.real_dtype
-    imaginary = params.imaginary
-    # Real time projects after every single step unless the raw scheme was asked for (project_norm=False).
-    project = imaginary or params.project_norm is not False
     s0 = splitstep.sumsq(psi)
-    # A fixed target makes the projection self-correcting: a float32 correction too small to change
-    # some elements is not lost but retried next step.
-    n0 = s0 if params.target is None else jnp.asarray(params.target, rdt)
-    local = local_energy(system)
-    if imaginary:
-        # Renormalise before the second nonlinear half-step too, so that g|ψ|² is evaluated at the right norm
-        # (the fixed point's virial residual is then 1e-5 instead of 3e-2, 1D, gN = 1000).
-        out = splitstep.step(
-            splitstep.project_norm(psi, n0), plan, local, None, after_kinetic=lambda p: splitstep.project_norm(p, n0)
-        )
-        if params.real:
-            out = jax.lax.complex(out.real, jnp.zeros_like(out.real))
-    else:
-        out = splitstep.step(psi, plan, local, _umax(system, s0))
-    return splitstep.project_norm(out, n0) if project else out
+    umax = None if params.imaginary else _umax(system, s0)
+    return splitstep.step(psi, params.plan, local_energy(system), umax, project=_projection(params, s0))
 
 
 def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[Array, "*grid"]:
@@ -221,10 +217,8 @@ def _run(psi: Complex[Array, "*grid"], params: StrangParams, n: int) -> Complex[
         return jax.lax.fori_loop(0, n, lambda _, p: _one_step(p, params), psi)
     s0 = splitstep.sumsq(psi)
     out = splitstep.run(psi, params.plan, local_energy(system), _umax(system, s0), n)
-    if params.project_norm is None:
-        rdt = system.real_dtype
-        out = splitstep.project_norm(out, s0 if params.target is None else jnp.asarray(params.target, rdt))
-    return out
+    project = _projection(params, s0)
+    return out if project is None else project(out)
 
 
 def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
@@ -233,7 +227,7 @@ def _strang_init(params: StrangParams, psi: Any) -> jax.Array:
     system = params.system
     psi = check_psi(psi, system)
     splitstep.check_placement(psi, system.layout, system.grid.ndim)
-    dtc = concrete_float(params.dt)
+    dtc = splitstep.concrete_float(params.dt)
     # (a V spread over several processes has no host copy here; the builder's dt bound still applies)
     if (
         dtc is not None
@@ -315,12 +309,7 @@ def strang(
     """
     other = _OTHER_SCHEMES.get(type(system))
     if other is not None:
-        if project_norm is not None:
-            raise ValueError(f"project_norm applies to a GPSystem, not to a {type(system).__name__}; drop it")
-        extra = {} if magnetization is None else {"magnetization": magnetization}
-        if extra and not isinstance(system, Spin1System):
-            raise ValueError(f"magnetization applies to a Spin1System, not to a {type(system).__name__}; drop it")
-        return other(system, dt, imaginary=imaginary, norm=norm, policy=policy, **extra)
+        return _other_strang(other, system, dt, imaginary, project_norm, norm, magnetization, policy)
     if not isinstance(system, GPSystem):
         raise TypeError(
             f"system must be a GPSystem, MixtureSystem, Spin1System or DipolarSystem, got {type(system).__name__}"
@@ -328,6 +317,55 @@ def strang(
     if magnetization is not None:
         raise ValueError("magnetization applies to a Spin1System, not to a GPSystem; drop it")
     system = with_policy(check_system(system), policy)
+    imaginary, project_norm = _check_gp_flags(system, imaginary, project_norm)
+    plan = _gp_plan(system, dt, imaginary)
+    target = None
+    if norm is not None:
+        check_scalar(norm, "norm", positive=True)
+        target = jnp.asarray(norm, system.real_dtype) / jnp.asarray(system.grid.cell_volume, system.real_dtype)
+    system = _typed_leaves(system)
+    params = StrangParams(system, plan, target, imaginary=imaginary, project_norm=project_norm, grid=system.grid)
+    name = (
+        "gp-strang-imaginary"
+        if imaginary
+        else {True: "gp-strang-projected", None: "gp-strang", False: "gp-strang-raw"}[project_norm]
+    )
+    return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name, check_fn=check_start)
+
+
+def _gp_plan(system: GPSystem, dt: Any, imaginary: bool) -> splitstep.SplitStepPlan:
+    """The engine's plan of the GP kinetic symbol (free or rotating, damped when the system is dissipative)."""
+    terms, stages = _kinetic_terms(system)
+    return splitstep.plan(
+        terms,
+        dt,
+        shape=system.grid.shape,
+        imaginary=imaginary,
+        dtype=system.complex_dtype,
+        kinetic_max=kinetic_max(system.grid),
+        label="k_max²/2",
+        stages=stages,
+        fft=system.fft,
+        layout=system.layout,
+        damping=system.gamma if system.dissipative else None,
+    )
+
+
+def _typed_leaves(system: GPSystem) -> GPSystem:
+    """g, Ω and γ as arrays of the working dtype: a Python float and an array of the same value compile the same
+    program."""
+    rdt = system.real_dtype
+    return system.replace(
+        g=as_leaf(system.g, rdt),
+        omega_rot=as_leaf(system.omega_rot, rdt),
+        rotating=system.rotating,
+        gamma=as_leaf(system.gamma, rdt),
+        dissipative=system.dissipative,
+    )
+
+
+def _check_gp_flags(system: GPSystem, imaginary: Any, project_norm: Any) -> tuple[bool, bool | None]:
+    """The static choices of a GP stepper, each refused in one line when it cannot be met."""
     if not isinstance(imaginary, (bool, np.bool_)):
         raise TypeError(f"imaginary must be a bool (a static choice of the scheme), got {imaginary!r}")
     if project_norm is not None and not isinstance(project_norm, (bool, np.bool_)):
@@ -345,42 +383,19 @@ def strang(
             "a dissipative system (gamma > 0) holds the atom number by projecting every step (μ tracked); "
             "project_norm=False would let the damping drain it: use project_norm=None or True"
         )
-    rdt = system.real_dtype
-    target = None
-    terms, stages = _kinetic_terms(system)
-    plan = splitstep.plan(
-        terms,
-        dt,
-        shape=system.grid.shape,
-        imaginary=bool(imaginary),
-        dtype=system.complex_dtype,
-        stages=stages,
-        fft=system.fft,
-        layout=system.layout,
-        kinetic_max=kinetic_max(system.grid),
-        where="grid",
-        label="k_max²/2",
-        hint=" or a coarser grid",
-        damping=system.gamma if system.dissipative else None,
-    )
-    if norm is not None:
-        check_scalar(norm, "norm", positive=True)
-        target = jnp.asarray(norm, rdt) / jnp.asarray(system.grid.cell_volume, rdt)
-    # g and Ω as typed arrays: a Python float and an array of the same value compile the same program.
-    system = system.replace(
-        g=as_leaf(system.g, rdt),
-        omega_rot=as_leaf(system.omega_rot, rdt),
-        rotating=system.rotating,
-        gamma=as_leaf(system.gamma, rdt),
-        dissipative=system.dissipative,
-    )
-    params = StrangParams(system, plan, target, imaginary=bool(imaginary), project_norm=project_norm, grid=system.grid)
-    name = (
-        "gp-strang-imaginary"
-        if imaginary
-        else {True: "gp-strang-projected", None: "gp-strang", False: "gp-strang-raw"}[project_norm]
-    )
-    return Stepper.create(_one_step, params, init_fn=_strang_init, run_fn=_run, name=name, check_fn=check_start)
+    return bool(imaginary), project_norm
+
+
+def _other_strang(
+    build: Any, system: Any, dt: Any, imaginary: Any, project_norm: Any, norm: Any, magnetization: Any, policy: Any
+) -> Stepper:
+    """The stepper of a mixture, spin-1 or dipolar system (options it does not take refused naming the system)."""
+    if project_norm is not None:
+        raise ValueError(f"project_norm applies to a GPSystem, not to a {type(system).__name__}; drop it")
+    extra = {} if magnetization is None else {"magnetization": magnetization}
+    if extra and not isinstance(system, Spin1System):
+        raise ValueError(f"magnetization applies to a Spin1System, not to a {type(system).__name__}; drop it")
+    return build(system, dt, imaginary=imaginary, norm=norm, policy=policy, **extra)
 
 
 # The schemes of the other systems behind the one door (their own modules hold each equation's step).

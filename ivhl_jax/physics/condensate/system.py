@@ -12,15 +12,17 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 from jaxtyping import Array, Float
 
 from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
+from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.numerics.spectral import check_backend
 
-__all__ = ["Grid", "GPSystem", "harmonic", "with_policy"]
+__all__ = ["Grid", "GPSystem", "harmonic", "with_policy", "EquationParams"]
 
 #: The ground-state searches' default convergence tolerance in float32: a few ulps of the energy (the relative change
 #: of a float32 energy per check bottoms out at ~1e-7, one ulp).
@@ -254,14 +256,14 @@ class GPSystem:
                     raise TypeError(f"{name} must be a real number, got dtype {arr.dtype}")
                 if not np.all(np.isfinite(arr)):
                     raise ValueError(f"{name} must be finite, got {v}")
-        omc = concrete_float(omega_rot)
+        omc = splitstep.concrete_float(omega_rot)
         if rotating is None:
             rotating = omc != 0.0
         elif not isinstance(rotating, (bool, np.bool_)):
             raise TypeError(f"rotating must be None (decided from omega_rot) or a bool, got {rotating!r}")
         elif not rotating and omc is not None and omc != 0.0:
             raise ValueError(f"rotating=False needs omega_rot=0, got omega_rot={omc}")
-        gmc = concrete_float(gamma)
+        gmc = splitstep.concrete_float(gamma)
         if gmc is not None and gmc < 0:
             raise ValueError(f"gamma must be >= 0 (a damping rate; 0 is the conservative GP equation), got {gmc}")
         if dissipative is None:
@@ -388,9 +390,51 @@ def kinetic_plan(grid: Grid, dt: Any, *, imaginary: bool, dtype: Any, layout: An
         layout=layout,
         kinetic_max=kinetic_max(grid),
         label="k_max²/2",
-        hint=" or a coarser grid",
         increment=True,
     )
+
+
+class EquationParams(struct.PyTreeNode):
+    """Everything one Strang step of a mixture, spin-1 or dipolar condensate reads (built by
+    :func:`~ivhl_jax.physics.condensate.strang`).
+
+    Attributes:
+      system: the system (its couplings and potentials are traced leaves).
+      plan: the kinetic factor and the half-step time, both from one dt
+        (:class:`ivhl_jax.numerics.splitstep.SplitStepPlan`); ``params.dt`` reads the step size, a new dt is a new
+        ``strang(system, dt)``.
+      target: what the imaginary-time flow holds, as grid sums (no dV): a mixture one N_i per component (C,), a
+        dipolar condensate N, a spin-1 condensate (N, M) (M None: free); None (or None entries) holds the values each
+        step starts with.
+      imaginary: static; imaginary-time steps (normalised gradient flow).
+    """
+
+    system: Any
+    plan: splitstep.SplitStepPlan
+    target: Any = None
+    imaginary: bool = struct.field(pytree_node=False, default=False)
+
+    @property
+    def dt(self) -> Any:
+        """The step size (a scalar in the system's real dtype)."""
+        return self.plan.dt
+
+
+def equation_stepper(step: Any, init: Any, system: Any, dt: Any, *, imaginary: bool, target: Any, name: str) -> Stepper:
+    """The stepper of an equation over the free kinetic factor (:func:`kinetic_plan`, dt checked once): ``step(psi,
+    params)`` and ``init(params, psi)`` of :class:`EquationParams`, named ``<name>-strang[-imaginary]``."""
+    plan = kinetic_plan(system.grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
+    params = EquationParams(system, plan, target, imaginary=plan.imaginary)
+    full = f"{name}-strang-imaginary" if plan.imaginary else f"{name}-strang"
+    return Stepper.create(step, params, init_fn=init, name=full, check_fn=check_start)
+
+
+def cast_system(system: Any, policy: str | Policy | None, routine: str) -> Any:
+    """``system`` (a pytree node) with every leaf in the real dtype of ``policy``'s complex state (None: the
+    system's own)."""
+    cdt = complex_state_dtype(policy, like=system.potential, routine=routine)
+    rdt = jnp.finfo(cdt).dtype
+    return jax.tree.map(lambda x: jnp.asarray(x, rdt), system)
 
 
 def check_start(psi: Any, params: Any) -> None:
@@ -440,16 +484,6 @@ def check_step(psi: Any, params: Any, shape: tuple[int, ...]) -> jax.Array:
     psi = check_array(psi, "psi", shape=shape, kind="complex")
     splitstep.check_placement(psi, system.layout, system.grid.ndim)
     return psi
-
-
-def concrete_float(x: Any) -> float | None:
-    """``x`` as a Python float when it is a concrete scalar, else None (traced or not a scalar)."""
-    if is_concrete(x) and np.ndim(x) == 0:
-        try:
-            return float(np.asarray(x))
-        except TypeError:
-            return None
-    return None
 
 
 def as_leaf(x: Any, dtype: Any) -> Any:

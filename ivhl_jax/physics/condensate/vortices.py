@@ -309,17 +309,7 @@ def _pointer_jump_rounds(p: int) -> int:
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
 def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, l_max: int, window: int) -> VortexLines:
-    rdt = psi.real.dtype
-    shape = np.array(grid.shape)
-    rho = psi.real**2 + psi.imag**2
-    k = 2 * window + 2
-    thresh = min_density * jnp.max(rho)
-    keep = []
-    for a in range(3):  # the box is centred on the face: 2·window + 1 cells across it, 2·window + 2 along it
-        sizes = tuple(k - 1 if b == a else k for b in range(3))
-        keep.append(_local_mean(rho, sizes, (window,) * 3) >= thresh)
-    w = jnp.where(jnp.stack(keep), _face_windings(psi), 0)
-
+    w = _masked_windings(psi, min_density, window)
     # Piercings: the nonzero faces, in C order of (axis, x, y, z).
     found = w != 0
     n_found = jnp.sum(found).astype(jnp.int32)
@@ -327,11 +317,30 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
     valid = jnp.arange(p_max) < n_found
     idx = jnp.stack([fi, fj, fk], axis=-1)  # (P, 3)
     q = jnp.where(valid, w[fa, fi, fj, fk], 0)
+    pts = _piercing_points(psi, grid, idx, fa)
+    nxt = _successors(w, grid, idx, fa, fi, fj, fk, q, valid, p_max)
+    nxt, cut, dist, tail = _cut_and_rank(nxt, valid, p_max)
+    return _line_records(pts, q, nxt, cut, dist, tail, valid, n_found, grid, p_max, l_max, psi.real.dtype)
 
-    # Sub-grid point of each piercing in its face: corners idx, idx + e_b, idx + e_b + e_c, idx + e_c.
+
+def _masked_windings(psi: jax.Array, min_density: jax.Array, window: int) -> jax.Array:
+    """The face windings, zero where the mean density around the face is below ``min_density`` of the peak."""
+    rho = psi.real**2 + psi.imag**2
+    k = 2 * window + 2
+    thresh = min_density * jnp.max(rho)
+    keep = []
+    for a in range(3):  # the box is centred on the face: 2·window + 1 cells across it, 2·window + 2 along it
+        sizes = tuple(k - 1 if b == a else k for b in range(3))
+        keep.append(_local_mean(rho, sizes, (window,) * 3) >= thresh)
+    return jnp.where(jnp.stack(keep), _face_windings(psi), 0)
+
+
+def _piercing_points(psi: jax.Array, grid: Grid, idx: jax.Array, fa: jax.Array) -> jax.Array:
+    """Sub-grid point of each piercing in its face: corners idx, idx + e_b, idx + e_b + e_c, idx + e_c."""
+    rdt = psi.real.dtype
     eye = jnp.eye(3, dtype=idx.dtype)
     eb, ec = eye[(fa + 1) % 3], eye[(fa + 2) % 3]
-    n = jnp.asarray(shape, idx.dtype)
+    n = jnp.asarray(np.array(grid.shape), idx.dtype)
 
     def at(offset):
         c = (idx + offset) % n
@@ -341,12 +350,16 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
     frac = _zero_in_plaquette(corners)  # (P, 2) along (b, c)
     dx = jnp.asarray(grid.dx, rdt)
     lo = jnp.asarray([c[0] for c in grid.coords], rdt)
-    box = jnp.asarray(grid.length, rdt)
     pts = lo + (idx.astype(rdt) + frac[:, :1] * eb.astype(rdt) + frac[:, 1:] * ec.astype(rdt)) * dx
-    pts = _wrap_into_box(pts, box)
+    return _wrap_into_box(pts, jnp.asarray(grid.length, rdt))
 
-    # Successor: the entered cell (idx if the flux is along +a, else idx − e_a) and its six faces, slots
-    # 2a' (the low face F_a'(c)) and 2a' + 1 (the high face F_a'(c + e_a')); outgoing flux −w low, +w high.
+
+def _successors(w, grid: Grid, idx, fa, fi, fj, fk, q, valid, p_max: int) -> jax.Array:
+    """The next piercing of each along its line (−1: none). The entered cell (idx if the flux is along +a, else
+    idx − e_a) and its six faces, slots 2a' (the low face F_a'(c)) and 2a' + 1 (the high face F_a'(c + e_a'));
+    outgoing flux −w low, +w high."""
+    eye = jnp.eye(3, dtype=idx.dtype)
+    n = jnp.asarray(np.array(grid.shape), idx.dtype)
     ea = eye[fa]
     cell = jnp.where((q > 0)[:, None], idx, (idx - ea) % n)
     slot_face_axis = jnp.repeat(jnp.arange(3), 2)  # (6,)
@@ -369,10 +382,13 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
         .max(jnp.where(valid, jnp.arange(p_max, dtype=jnp.int32), -1))
     )
     nxt = jnp.where(has_next, face_id[slot_face_axis[nslot], nface[:, 0], nface[:, 1], nface[:, 2]], -1)
-    nxt = jnp.where(valid, nxt, -1)
+    return jnp.where(valid, nxt, -1)
 
-    # Pointer jumping. Cycles: nodes that still have a successor after 2^R ≥ P steps; each cycle is cut before
-    # its lowest node.
+
+def _cut_and_rank(nxt: jax.Array, valid: jax.Array, p_max: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Pointer jumping. Cycles: nodes that still have a successor after 2^R ≥ P steps; each cycle is cut before its
+    lowest node. Then list ranking: distance to the tail and the tail of every node. Returns (nxt, cut, dist,
+    tail)."""
     rounds = _pointer_jump_rounds(p_max)
     ids = jnp.arange(p_max, dtype=jnp.int32)
 
@@ -386,8 +402,6 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
     on_cycle = (jump >= 0) & valid
     cut = on_cycle & (nxt == low)
     nxt = jnp.where(cut, -1, nxt)
-
-    # List ranking: distance to the tail and the tail of every node.
     dist = (nxt >= 0).astype(jnp.int32)
     tail = jnp.where(nxt >= 0, nxt, ids)
     jump = nxt
@@ -396,7 +410,13 @@ def _lines_core(psi: jax.Array, min_density: jax.Array, grid: Grid, p_max: int, 
         dist = jnp.where(jump >= 0, dist + dist[j], dist)
         tail = jnp.where(jump >= 0, tail[j], tail)
         jump = jnp.where(jump >= 0, jump[j], -1)
+    return nxt, cut, dist, tail
 
+
+def _line_records(pts, q, nxt, cut, dist, tail, valid, n_found, grid: Grid, p_max: int, l_max: int, rdt) -> VortexLines:
+    """The piercings sorted into lines (tails numbered in index order) and each line's size, length, circulation
+    and closure."""
+    box = jnp.asarray(grid.length, rdt)
     is_tail = valid & (nxt < 0)
     line_number = jnp.cumsum(is_tail) - 1  # tails numbered in index order
     n_lines = jnp.sum(is_tail).astype(jnp.int32)
