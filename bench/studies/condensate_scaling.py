@@ -123,32 +123,27 @@ def _gpu_estimate(n: int, p: int, kind: str) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="write the JSON document here")
-    ap.add_argument("--strong", type=int, default=64, help="points per axis of the strong-scaling grid")
-    ap.add_argument("--weak", type=int, default=32, help="points of the first axis per device (weak scaling)")
-    ap.add_argument("--steps", type=int, default=10, help="steps per timed call")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
-    ap.add_argument("--note", default="", help="a note stored with the results (e.g. the host's load)")
-    args = ap.parse_args(argv)
-    if jax.device_count() < 8:
-        print("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8", file=sys.stderr)
-        return 2
+def _configs(strong: int, weak: int) -> list[tuple[str, tuple[int, ...], int, str]]:
+    """(scaling, grid, devices, layout) of every case: slab on 1–8 devices, pencil on 4 and 8, GSPMD on 8."""
     configs = []
     for p in (1, 2, 4, 8):
-        configs.append(("strong", (args.strong,) * 3, p, "slab"))
-        configs.append(("weak", (args.weak * p, 64, 64), p, "slab"))
+        configs.append(("strong", (strong,) * 3, p, "slab"))
+        configs.append(("weak", (weak * p, 64, 64), p, "slab"))
     for p in (4, 8):
-        configs.append(("strong", (args.strong,) * 3, p, "pencil"))
-        configs.append(("weak", (args.weak * p, 64, 64), p, "pencil"))
-    configs.append(("strong", (args.strong,) * 3, 8, "gspmd"))
+        configs.append(("strong", (strong,) * 3, p, "pencil"))
+        configs.append(("weak", (weak * p, 64, 64), p, "pencil"))
+    configs.append(("strong", (strong,) * 3, 8, "gspmd"))
+    return configs
+
+
+def _build(configs: list[tuple[str, tuple[int, ...], int, str]], steps: int) -> tuple[dict, dict]:
+    """Each case's compiled record (HLO bytes, memory) and its timed call, by case name."""
     recs, calls = {}, {}
     for scaling, shape, p, kind in configs:
         name = f"{scaling}_{kind if p > 1 else 'none'}_{p}"
         if name in recs:
             continue
-        rec, call = _case(shape, p, kind, args.steps)
+        rec, call = _case(shape, p, kind, steps)
         rec["scaling"] = scaling
         recs[name], calls[name] = rec, call
         print(
@@ -156,12 +151,17 @@ def main(argv: list[str] | None = None) -> int:
             f"all-to-all {rec['all_to_all_bytes_per_step']} B/step, all-gather {rec['all_gather_bytes_per_step']}",
             flush=True,
         )
+    return recs, calls
+
+
+def _time(recs: dict, calls: dict, rounds: int, steps: int) -> None:
+    """Interleaved rounds of every call; each record gains its step time and its ratios to the 1-device case."""
     times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for k, c in calls.items():
             t0 = time.perf_counter()
             c()
-            times[k].append((time.perf_counter() - t0) / args.steps)
+            times[k].append((time.perf_counter() - t0) / steps)
     for k, rec in recs.items():
         rec["step_s_median"] = float(np.median(times[k]))
         rec["step_s_samples"] = times[k]
@@ -172,13 +172,17 @@ def main(argv: list[str] | None = None) -> int:
         rec["work_ratio"] = int(np.prod(rec["grid"])) / int(np.prod(recs[f"{rec['scaling']}_none_1"]["grid"]))
         rec["points_per_s_vs_1device"] = rec["work_ratio"] / rec["time_over_1device"]
         print(f"{k}: {rec['step_s_median'] * 1e3:.2f} ms/step ({rec['time_over_1device']:.2f}x 1 device)", flush=True)
+
+
+def _document(argv: list[str] | None, note: str, recs: dict) -> dict:
+    """The results document: what, command, host, note, the measured records and the GPU estimate."""
     estimate = [
         _gpu_estimate(n, p, kind)
         for n in (512, 1024, 2048)
         for p, kind in ((1, "slab"), (8, "slab"), (8, "pencil"), (64, "pencil"))
         if n**3 * 8 / p < 80e9 / 4
     ]
-    doc = {
+    return {
         "what": "GP 3-D Strang step (complex64) sharded with the distributed FFT on 1, 2, 4, 8 emulated CPU devices: "
         "strong scaling (fixed grid) and weak scaling (grid grows with the devices); step time, bytes "
         "exchanged per step from the compiled HLO, per-device memory",
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             "jax": jax.__version__,
             "backend": backend.platform(),
         },
-        "note": args.note
+        "note": note
         or (
             "emulated devices share the host's cores, so step times measure the "
             "decomposition's overhead, not a speed-up; compare the ratios (time_over_1device), "
@@ -208,6 +212,23 @@ def main(argv: list[str] | None = None) -> int:
             "rows": estimate,
         },
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="write the JSON document here")
+    ap.add_argument("--strong", type=int, default=64, help="points per axis of the strong-scaling grid")
+    ap.add_argument("--weak", type=int, default=32, help="points of the first axis per device (weak scaling)")
+    ap.add_argument("--steps", type=int, default=10, help="steps per timed call")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
+    ap.add_argument("--note", default="", help="a note stored with the results (e.g. the host's load)")
+    args = ap.parse_args(argv)
+    if jax.device_count() < 8:
+        print("needs 8 devices: XLA_FLAGS=--xla_force_host_platform_device_count=8", file=sys.stderr)
+        return 2
+    recs, calls = _build(_configs(args.strong, args.weak), args.steps)
+    _time(recs, calls, args.rounds, args.steps)
+    doc = _document(argv, args.note, recs)
     if args.out:
         from ivhl_jax.bench.harness import write_results
 

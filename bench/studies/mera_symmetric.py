@@ -118,7 +118,65 @@ def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dic
     return rec
 
 
-def main(argv: list[str] | None = None) -> int:
+def _sweep(st, state, model, cfg, args, rec, spec, sweeps, chi, t0, t_start):
+    """One stage's sweeps (the first ``--compare-dense`` of them beside a dense copy, recording the largest energy
+    difference in ``rec``), in chunks that print progress and respect ``--budget-min``: (state, energy chunks)."""
+    import dataclasses
+
+    from ivhl_jax import mera as M
+    from ivhl_jax import trajectory
+
+    energies = []
+    if args.compare_dense:
+        n = min(args.compare_dense, sweeps)
+        dst = M.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
+        d0 = dst.init(mera=M.to_dense(state.mera, model, cfg.symmetry))
+        _, de = trajectory(dst, d0, n, observe=M.observe)
+        state, e = trajectory(st, state, n, observe=M.observe)
+        rec["dense_compare_sweeps"] = n
+        diff = np.abs(np.asarray(e)[1:] - np.asarray(de)[1:])
+        rec["max_energy_difference_sym_vs_dense"] = float(np.max(diff))
+        energies.append(np.asarray(e))
+        done = n
+    else:
+        done = 0
+    chunk = 100 if chi <= 12 else 25
+    while done < sweeps:
+        if args.budget_min is not None and time.perf_counter() - t_start > 60 * args.budget_min and done:
+            rec["stopped"] = f"wall-time budget of {args.budget_min} min spent after {done} sweeps"
+            break
+        n = min(chunk, sweeps - done)
+        state, e = trajectory(st, state, n, observe=M.observe)
+        energies.append(np.asarray(e))
+        done += n
+        print(
+            f"[{spec}] {done} sweeps, energy error {float(e[-1]) - model.e0:.3e}, {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
+    return state, energies
+
+
+def _start_stage(args, model, key, k, chi, mid, m, cfg):
+    """Stage ``k``'s stepper, first state and config: a fresh MERA for the first stage, else ``m`` grown to
+    (``chi``, ``mid``) with sectors from its spectra (mera.symmetric.grow_by_spectrum)."""
+    from ivhl_jax import mera as M
+    from ivhl_jax.physics.tensornet.mera import symmetric as MS
+
+    if m is None:
+        cfg = first_config(args.model, chi, mid, model.d**2, args.layers)
+        st = M.evenbly_vidal(model, cfg)
+        return st, st.init(key=key), cfg
+    else:
+        chis, mids, nl = _shape(args.model, chi, mid, model.d**2, args.layers)
+        more = nl if nl > m.num_layers - 1 else None  # --layers above a loaded MERA's: insert copies
+        assert cfg is not None  # set with m (loaded, or built by the previous stage)
+        m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids, layers=more)
+        st = M.evenbly_vidal(model, cfg)
+        return st, st.init(mera=m), cfg
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--ladder", nargs="*", default=[], help="stages chi/chi_mid/sweeps (none with --load: measure it)")
@@ -132,13 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--light", action="store_true", help="measure only the energy and the charged dimensions")
     ap.add_argument("--save", default=None, help="pickle each stage's MERA and config to <SAVE>_chi<chi>.pkl")
     ap.add_argument("--layers", type=int, default=None, help="transitional layers (default: the model's, see above)")
-    args = ap.parse_args(argv)
-    import dataclasses
+    return ap
 
-    from ivhl_jax import mera as M
-    from ivhl_jax import trajectory
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
     from ivhl_jax.bench.harness import write_results
-    from ivhl_jax.physics.tensornet.mera import symmetric as MS
 
     command = "python -m bench.studies.mera_symmetric " + " ".join(sys.argv[1:] if argv is None else argv)
     model = _model(args.model)
@@ -178,17 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             chi, mid, sweeps = (int(x) for x in spec.split("/"))
             t0 = time.perf_counter()
-            if m is None:
-                cfg = first_config(args.model, chi, mid, model.d**2, args.layers)
-                st = M.evenbly_vidal(model, cfg)
-                state = st.init(key=key)
-            else:
-                chis, mids, nl = _shape(args.model, chi, mid, model.d**2, args.layers)
-                more = nl if nl > m.num_layers - 1 else None  # --layers above a loaded MERA's: insert copies
-                assert cfg is not None  # set with m (loaded, or built by the previous stage)
-                m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids, layers=more)
-                st = M.evenbly_vidal(model, cfg)
-                state = st.init(mera=m)
+            st, state, cfg = _start_stage(args, model, key, k, chi, mid, m, cfg)
             rec = {
                 "stage": spec,
                 "layer_chis": list(state.mera.chis),
@@ -199,34 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                     for s in cfg.symmetry.per_layer("mid_sectors", cfg.layers + 1)
                 ],
             }
-            energies = []
-            if args.compare_dense:
-                n = min(args.compare_dense, sweeps)
-                dst = M.evenbly_vidal(model, dataclasses.replace(cfg, symmetry=None))
-                d0 = dst.init(mera=M.to_dense(state.mera, model, cfg.symmetry))
-                _, de = trajectory(dst, d0, n, observe=M.observe)
-                state, e = trajectory(st, state, n, observe=M.observe)
-                rec["dense_compare_sweeps"] = n
-                diff = np.abs(np.asarray(e)[1:] - np.asarray(de)[1:])
-                rec["max_energy_difference_sym_vs_dense"] = float(np.max(diff))
-                energies.append(np.asarray(e))
-                done = n
-            else:
-                done = 0
-            chunk = 100 if chi <= 12 else 25
-            while done < sweeps:
-                if args.budget_min is not None and time.perf_counter() - t_start > 60 * args.budget_min and done:
-                    rec["stopped"] = f"wall-time budget of {args.budget_min} min spent after {done} sweeps"
-                    break
-                n = min(chunk, sweeps - done)
-                state, e = trajectory(st, state, n, observe=M.observe)
-                energies.append(np.asarray(e))
-                done += n
-                print(
-                    f"[{spec}] {done} sweeps, energy error {float(e[-1]) - model.e0:.3e}, "
-                    f"{time.perf_counter() - t0:.0f} s",
-                    flush=True,
-                )
+            state, energies = _sweep(st, state, model, cfg, args, rec, spec, sweeps, chi, t0, t_start)
             err = np.concatenate(energies) - model.e0
             rec["sweeps_done"] = int(len(err))
             rec["stage_seconds"] = round(time.perf_counter() - t0, 1)

@@ -290,6 +290,7 @@ CASES = [
     Case("splitstep.kinetic", splitstep.kinetic, call(psi1, split_plan), call(jnp.ones(16, jnp.float32), split_plan)),
     Case("splitstep.sumsq", splitstep.sumsq, call(psi1), call(jnp.ones(16, jnp.int32))),
     Case("splitstep.project_norm", splitstep.project_norm, call(psi1, 2.0), call(jnp.ones(16, jnp.int32), 2.0)),
+    Case("splitstep.norm_projection", splitstep.norm_projection, call(psi1), call(jnp.ones(16, jnp.int32))),
     Case(
         "splitstep.step",
         splitstep.step,
@@ -499,6 +500,8 @@ def test_cases_cover_the_annotated_public_api():
         "check_dt",
         "check_local_dt",
         "local_energy_max",
+        "diagonal",
+        "concrete_float",
         "check_placement",
         "thomas_fermi_aspect_ratio",
     }

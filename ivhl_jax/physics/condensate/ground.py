@@ -186,19 +186,8 @@ def ground_state(
     if method != "flow":
         raise ValueError(f"method must be 'flow' (imaginary-time steps) or 'cg' (Riemannian CG), got {method!r}")
     if not isinstance(system, GPSystem):
-        return _other_ground_state(
-            system,
-            norm,
-            dt,
-            tol,
-            max_steps,
-            psi0=psi0,
-            check_every=check_every,
-            key=key,
-            noise=noise,
-            magnetization=magnetization,
-            policy=policy,
-        )
+        other = {"psi0": psi0, "check_every": check_every, "key": key, "noise": noise, "policy": policy}
+        return _other_ground_state(system, norm, dt, tol, max_steps, magnetization=magnetization, **other)
     if magnetization is not None:
         raise ValueError("magnetization applies to a Spin1System, not to a GPSystem; drop it")
     system = with_policy(check_system(system), policy)
