@@ -125,7 +125,7 @@ def _gpu_estimate(n: int, p: int, kind: str) -> dict[str, Any]:
 
 def _configs(strong: int, weak: int) -> list[tuple[str, tuple[int, ...], int, str]]:
     """(scaling, grid, devices, layout) of every case: slab on 1–8 devices, pencil on 4 and 8, GSPMD on 8."""
-    configs = []
+    configs: list[tuple[str, tuple[int, ...], int, str]] = []
     for p in (1, 2, 4, 8):
         configs.append(("strong", (strong,) * 3, p, "slab"))
         configs.append(("weak", (weak * p, 64, 64), p, "slab"))
