@@ -54,20 +54,13 @@ def _superpose_inputs(n: int, m: int, seed: int = 0) -> dict[str, Any]:
     return _unit_sources(rng.normal(size=(n, 3)), 0.5 * rng.normal(size=(m, 3)))
 
 
-def _superpose(points, sources, amplitudes, wavenumbers, frequencies, phases, t):
-    """The public ``fields.superpose`` with the benchmark's softening, arguments in :data:`NAMES` order."""
+def _superpose(points, sources, amplitudes, wavenumbers, frequencies, phases, t, *, chunk=None, policy=None):
+    """The public ``fields.superpose`` with the benchmark's softening, arguments in :data:`NAMES` order (``chunk``
+    and ``policy`` passed on)."""
     from ivhl_jax.physics import fields
 
-    return fields.superpose(
-        points,
-        sources,
-        amplitudes=amplitudes,
-        wavenumbers=wavenumbers,
-        frequencies=frequencies,
-        phases=phases,
-        t=t,
-        softening=SOFTENING,
-    )
+    waves = dict(amplitudes=amplitudes, wavenumbers=wavenumbers, frequencies=frequencies, phases=phases, t=t)
+    return fields.superpose(points, sources, **waves, softening=SOFTENING, chunk=chunk, policy=policy)
 
 
 def _torch_args(inp: dict[str, Any], device: str = "cpu") -> list:
@@ -527,7 +520,6 @@ def _time_kernels(kernels, args, inp, e, ref, scale, default_ms, reps) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ivhl_jax.physics import fields
 
     out: dict = {}
     for method in kernels:
@@ -535,19 +527,7 @@ def _time_kernels(kernels, args, inp, e, ref, scale, default_ms, reps) -> dict:
             name = method if policy is None else f"{method}_bf16_storage"
             try:
                 with backend.override(fields_method=method):
-                    f = jax.jit(
-                        lambda p, s, a, k, w, ph, t, policy=policy: fields.superpose(
-                            p,
-                            s,
-                            amplitudes=a,
-                            wavenumbers=k,
-                            frequencies=w,
-                            phases=ph,
-                            t=t,
-                            softening=SOFTENING,
-                            policy=policy,
-                        )
-                    )
+                    f = jax.jit(functools.partial(_superpose, policy=policy))
                     c = f.lower(*args).compile()
                 call = functools.partial(lambda c: jax.block_until_ready(c(*args)), c)
                 want, s_ = ref, scale
@@ -580,11 +560,7 @@ def _chunk_sweep(n: int, m: int, args: tuple, quick: bool, reps: int) -> tuple[d
     compiled: dict = {}
 
     def run(chunk):
-        f = jax.jit(
-            lambda p, s, a, k, w, ph, t, chunk=chunk: fields.superpose(
-                p, s, amplitudes=a, wavenumbers=k, frequencies=w, phases=ph, t=t, softening=SOFTENING, chunk=chunk
-            )
-        )
+        f = jax.jit(functools.partial(_superpose, chunk=chunk))
         c = compiled[chunk] = f.lower(*args).compile()  # kept for its cost_analysis() (the roofline)
         return lambda: jax.block_until_ready(c(*args))
 

@@ -8,8 +8,6 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-import jax
-
 from ivhl_jax.core.validation import check_scalar
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer
 from ivhl_jax.run.runner import Advance, RunResult, run_chunked
@@ -112,7 +110,8 @@ def train_in_chunks(
     ``run.checkpointer`` (the driver's), or one the run folder ``run.out`` opens for ``cfg`` (``run.resume``: from
     its latest checkpoint; :func:`checkpoint_every`, :func:`kept_checkpoints`). With ``run.sink`` the records
     stream to the store, described by ``units`` and ``long_names`` (UDUNITS strings, ``"1"`` for a number), and
-    the result's ``history`` is read back from it."""
+    the result's ``history`` is read back from it (shaped by the zero-record history ``run_chunked`` returns with a
+    sink: ``advance`` is traced once, by ``run_chunked``)."""
     if run.sink is not None:
         run.sink.describe(units=units, long_names=long_names)
     with run_checkpointer(
@@ -137,8 +136,8 @@ def train_in_chunks(
             description=description,
             sink=run.sink,
         )
-    if run.sink is not None:
-        res.history = run.sink.read(like=jax.eval_shape(advance, state)[1])
+    if run.sink is not None:  # the streamed history holds no record, only the records' tree, names and dtypes
+        res.history = run.sink.read(like=res.history)
     return res
 
 

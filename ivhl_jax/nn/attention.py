@@ -47,6 +47,7 @@ every key instead if an empty context must be expressed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -337,18 +338,11 @@ def _pallas_tpu(q, k, v, causal, scale, block_q, block_k):
     bq, bk = (-(-max(b, 1) // 128) * 128 for b in (block_q, block_k))
     q, k, v, ids = _pad_sequence(q, k, v, math.lcm(bq, bk), causal)
     segment_ids = None if ids is None else tpu_attention.SegmentIds(q=ids, kv=ids)
+    # every tile along the queries is bq and along the keys bk (forward, dkv and dq passes), one batch row a tile:
+    # each field block_<axis>[_...] takes its axis's size
+    tile = {"q": bq, "k": bk, "b": 1}
     sizes = tpu_attention.BlockSizes(
-        block_q=bq,
-        block_k_major=bk,
-        block_k=bk,
-        block_b=1,
-        block_q_major_dkv=bq,
-        block_k_major_dkv=bk,
-        block_k_dkv=bk,
-        block_q_dkv=bq,
-        block_k_major_dq=bk,
-        block_k_dq=bk,
-        block_q_dq=bq,
+        **{f.name: tile[f.name.split("_")[1]] for f in dataclasses.fields(tpu_attention.BlockSizes)}
     )
     qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
     out = tpu_attention.flash_attention(qt, kt, vt, None, segment_ids, causal=causal, sm_scale=scale, block_sizes=sizes)

@@ -141,6 +141,7 @@ def initialize(
         return {"environment": kind, "process_id": 0, "num_processes": 1}
     if jax.distributed.is_initialized():
         return {"environment": kind, "process_id": jax.process_index(), "num_processes": jax.process_count()}
+    timeouts = {"initialization_timeout": it, "heartbeat_timeout_seconds": hb}
     if kind == "ivhl":
         address = env[ENV_COORDINATOR]
         n = int(env[ENV_NUM_PROCESSES])
@@ -148,16 +149,11 @@ def initialize(
         if not 0 <= pid < n:
             raise ValueError(f"{ENV_PROCESS_ID}={pid} must lie in [0, {ENV_NUM_PROCESSES}={n})")
         jax.distributed.initialize(
-            coordinator_address=address,
-            num_processes=n,
-            process_id=pid,
-            coordinator_bind_address=address,
-            initialization_timeout=it,
-            heartbeat_timeout_seconds=hb,
+            coordinator_address=address, num_processes=n, process_id=pid, coordinator_bind_address=address, **timeouts
         )
     else:
         # SLURM / Open MPI / TPU: jax reads the cluster's own variables.
-        jax.distributed.initialize(initialization_timeout=it, heartbeat_timeout_seconds=hb)
+        jax.distributed.initialize(**timeouts)
     _exit_on_uncaught_exception()
     if kind == "ivhl" and hasattr(signal, "SIGUSR1"):
         # `ivhl launch` asks a hung job for its stacks with SIGUSR1 (see launch()); without this it would kill us

@@ -60,6 +60,8 @@ SETTINGS = settings(
 
 #: a size that must be a positive integer: zero, negative, fractional, non-finite, a string
 bad_size = st.one_of(st.integers(max_value=0), st.sampled_from([2.5, -1.5, NAN, INF, "4"]))
+#: the number of sites of a chain, an integer >= 2: one or fewer, fractional, NaN
+bad_sites = st.one_of(st.integers(max_value=1), st.sampled_from([2.5, 3.5, NAN]))
 #: a count that may be zero but not negative (or fractional / non-finite)
 bad_count = st.one_of(st.integers(max_value=-1), st.sampled_from([2.5, NAN, INF]))
 #: a quantity that must be a finite positive number (time step, length, rate)
@@ -258,24 +260,14 @@ CASES: list[Case] = [
         st.sampled_from([None, 3, "step"]),
     ),
     # ---- physics.exact
-    Case("exact.tfi_dense/n", exact.tfi_dense, "n", st.one_of(st.integers(max_value=1), st.sampled_from([2.5, NAN]))),
+    Case("exact.tfi_dense/n", exact.tfi_dense, "n", bad_sites),
     Case("exact.tfi_dense/g", lambda b: exact.tfi_dense(4, g=b), "g", bad_finite),
-    Case(
-        "exact.tfi_ground_state/n",
-        exact.tfi_ground_state,
-        "n",
-        st.one_of(st.integers(max_value=1), st.sampled_from([3.5, NAN])),
-    ),
+    Case("exact.tfi_ground_state/n", exact.tfi_ground_state, "n", bad_sites),
     Case("exact.tfi_ground_state/num_iter", lambda b: exact.tfi_ground_state(4, num_iter=b), "num_iter", bad_size),
     Case("exact.tfi_ground_state/J", lambda b: exact.tfi_ground_state(4, J=b), "J", bad_finite),
     Case("exact.tfi_energy_density/g", exact.tfi_energy_density, "g", bad_finite),
     Case("exact.tfi_energy_density/nodes", lambda b: exact.tfi_energy_density(1.0, nodes=b), "nodes", bad_size),
-    Case(
-        "exact.tfi_finite_ground_energy/n",
-        exact.tfi_finite_ground_energy,
-        "n",
-        st.one_of(st.integers(max_value=1), st.sampled_from([2.5, NAN])),
-    ),
+    Case("exact.tfi_finite_ground_energy/n", exact.tfi_finite_ground_energy, "n", bad_sites),
     Case(
         "exact.tfi_apply/psi",
         exact.tfi_apply,
@@ -307,7 +299,7 @@ CASES: list[Case] = [
         "exact.chain_ground_state/n",
         lambda b: exact.chain_ground_state(np.eye(4).reshape(2, 2, 2, 2), b),
         "n",
-        st.one_of(st.integers(max_value=1), st.sampled_from([2.5, NAN])),
+        bad_sites,
     ),
     Case(
         "exact.chain_ground_state/term",

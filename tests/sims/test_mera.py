@@ -13,24 +13,15 @@ import pytest
 
 from ivhl_jax.sims import mera as sim
 
+
+def sets(*settings: str) -> list[str]:
+    """The command-line words that set each ``key=value`` of ``settings`` (``--set key=value`` each)."""
+    return [word for setting in settings for word in ("--set", setting)]
+
+
 # Same sweep settings as tests/physics/mera/test_sweep.py::_SMALL with one step (sweep) per chunk.
-ARGS = [
-    "--set",
-    "chis=[4]",
-    "--set",
-    "chi_mids=[]",
-    "--set",
-    "steps=[6]",
-    "--set",
-    "layers=[1]",
-    "--set",
-    "u_delay=3",
-    "--set",
-    "steps_per_chunk=1",
-    "--set",
-    "checkpoint_every=2",
-    "--no-progress",
-]
+SCHEDULE = ("u_delay=3", "steps_per_chunk=1", "checkpoint_every=2")
+ARGS = sets("chis=[4]", "chi_mids=[]", "steps=[6]", "layers=[1]", *SCHEDULE) + ["--no-progress"]
 
 
 def test_sim_outputs_and_resume(tmp_path, capsys):
@@ -92,22 +83,7 @@ def test_sim_bad_config(capsys):
     assert "f64" in capsys.readouterr().err
     assert sim.main(ARGS + ["--set", "chi_mids=[4, 4]"]) == 2  # one stage
     assert "one entry per stage" in capsys.readouterr().err
-    assert (
-        sim.main(
-            ARGS
-            + [
-                "--set",
-                "chis=[4, 4]",
-                "--set",
-                "steps=[6, 6]",
-                "--set",
-                "layers=[1, 1]",
-                "--set",
-                'precision=["bf16", "f64"]',
-            ]
-        )
-        == 2
-    )
+    assert sim.main(ARGS + sets("chis=[4, 4]", "steps=[6, 6]", "layers=[1, 1]", 'precision=["bf16", "f64"]')) == 2
     assert "precision[0]" in capsys.readouterr().err
     for bad in ("-1", "true", "1.5"):
         assert sim.main(ARGS + ["--set", f"host_cores={bad}"]) == 2
@@ -142,29 +118,10 @@ def test_sim_runs_another_model_with_per_layer_chi(tmp_path):
     """The XX chain on a per-layer ladder (χ above the layers: 4, 4 then 4, 6, 6): energies above the exact −1/π;
     resumed from its checkpoints."""
     out = str(tmp_path / "xx")
-    args = [
-        "--set",
-        "model=xx",
-        "--set",
-        "chis=[4, 6]",
-        "--set",
-        "chi_mids=[]",
-        "--set",
-        "steps=[6, 2]",
-        "--set",
-        "layers=[1, 2]",
-        "--set",
-        "layer_chis=[[4, 4], [4, 6, 6]]",
-        "--set",
-        "u_delay=3",
-        "--set",
-        "steps_per_chunk=1",
-        "--set",
-        "checkpoint_every=2",
-        "--no-progress",
-        "--out",
-        out,
-    ]
+    args = sets(
+        "model=xx", "chis=[4, 6]", "chi_mids=[]", "steps=[6, 2]", "layers=[1, 2]", "layer_chis=[[4, 4], [4, 6, 6]]"
+    )
+    args += sets(*SCHEDULE) + ["--no-progress", "--out", out]
     assert sim.main(args) == 0
     with open(os.path.join(out, "mera.json")) as f:
         doc = json.load(f)
