@@ -9,12 +9,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.run.config import option
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer
 from ivhl_jax.run.runner import Advance, RunResult, run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.train.checkpoint import Checkpointer
 
 __all__ = [
+    "SHARED_KEYS",
+    "shared_key",
     "TrainingSimulation",
     "TrainingRun",
     "train_in_chunks",
@@ -22,6 +25,27 @@ __all__ = [
     "checkpoint_every",
     "kept_checkpoints",
 ]
+
+
+#: The meaning of each config key several programs share (``--help`` shows it beside the key); the step keys
+#: are checked by name by :func:`check_training_steps` in the training programs.
+SHARED_KEYS = {
+    "steps": "optimiser steps (a multiple of steps_per_chunk)",
+    "steps_per_chunk": "steps per compiled chunk (progress lines; checkpoints fall between chunks)",
+    "save_every": "steps between recorded observations (divides steps_per_chunk)",
+    "warmup_steps": "linear warm-up steps of the learning rate (at most steps)",
+    "checkpoint_every": "steps between checkpoints (a multiple of steps_per_chunk; 0: after every chunk)",
+    "keep_checkpoints": "how many of the newest checkpoints are kept",
+    "clip_norm": "global gradient-norm clip (the largest L2 norm of all the gradients together)",
+}
+
+
+def shared_key(name: str, default: Any) -> Any:
+    """The config field of the shared key ``name`` (a key of :data:`SHARED_KEYS`, whose meaning it shows) with its
+    ``default``: ``steps_per_chunk: int = shared_key("steps_per_chunk", 50)``."""
+    if name not in SHARED_KEYS:
+        raise ValueError(f"name must be one of the shared keys {list(SHARED_KEYS)}, got {name!r}")
+    return option(default, SHARED_KEYS[name])
 
 
 @dataclasses.dataclass(frozen=True)

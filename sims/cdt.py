@@ -67,6 +67,7 @@ from ivhl_jax.run.io import read_json, save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import shared_key
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -81,7 +82,7 @@ class CDTConfig:
         200, "measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run"
     )
     save_every: int = option(2, "steps (sweeps) between measurements")
-    steps_per_chunk: int = option(20, "steps (sweeps) per compiled chunk (progress lines, checkpoints); divides steps")
+    steps_per_chunk: int = shared_key("steps_per_chunk", 20)
     attempts_per_sweep: int = option(0, "Metropolis attempts per sweep; 0: target N2 (jax engine) or 100x (host)")
     capacity: int = option(0, "vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)")
     engine: str = option(

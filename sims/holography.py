@@ -45,6 +45,7 @@ from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import RunResult, run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import shared_key
 from ivhl_jax.train.checkpoint import Checkpointer
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class HolographyConfig:
     vortex_core: float = option(0.15, "vortex core size (L)")
     steps: int = option(16, "time steps (raise it to extend a finished run)")
     dt: float = option(0.03125, "time step (L/c)")
-    steps_per_chunk: int = option(4, "steps per compiled chunk (progress and checkpoint granularity)")
+    steps_per_chunk: int = shared_key("steps_per_chunk", 4)
     checkpoint_every: int = option(8, "steps between checkpoints (a multiple of steps_per_chunk)")
     seed: int = option(0, "seed of the wavenumber spread and random phases")
 

@@ -79,6 +79,7 @@ from ivhl_jax.run.io import load_array, save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
 from ivhl_jax.run.store import RunStore
 from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import shared_key
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -111,7 +112,7 @@ class MERASimConfig:
     u_delay: int = option(10, "steps before the disentanglers start to be updated")
     refsym: bool = option(True, "impose reflection symmetry (removes spurious minima; needs a symmetric term)")
     si_scales: int = option(1, "scales summed in the scale-invariant layer's environment (1 = mainVarMERA)")
-    steps_per_chunk: int = option(50, "steps (sweeps) per compiled chunk")
+    steps_per_chunk: int = shared_key("steps_per_chunk", 50)
     checkpoint_every: int = option(200, "steps between checkpoints (a multiple of steps_per_chunk)")
     seed: int = option(0, "seed of the initial isometries")
     host_cores: int = option(0, "CPU cores XLA may use (0: all of them)")

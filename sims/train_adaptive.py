@@ -39,7 +39,7 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, shared_key, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.data import Batcher, train_test_split
 from ivhl_jax.train.digits import load_digits
@@ -51,18 +51,18 @@ class TrainAdaptiveConfig:
     preset: str = option("improved", 'model preset: "reference", "improved" or "plain"')
     model: AdaptiveConfig = option(default_factory=AdaptiveConfig, help="the node model (--set model.X=...)")
     state_mode: str = option("auto", '"reset" | "carry" | "auto" (carry for the reference preset)')
-    steps: int = option(1500, "optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)")
-    steps_per_chunk: int = option(250, "steps per compiled chunk")
+    steps: int = shared_key("steps", 1500)
+    steps_per_chunk: int = shared_key("steps_per_chunk", 250)
     batch_size: int = option(32, "examples per batch")
     learning_rate: float = option(1e-3, "Adam learning rate")
-    warmup_steps: int = option(0, "linear warm-up steps")
+    warmup_steps: int = shared_key("warmup_steps", 0)
     cosine: bool = option(True, "cosine decay of the learning rate")
-    clip_norm: float = option(1.0, "global gradient-norm clip")
+    clip_norm: float = shared_key("clip_norm", 1.0)
     seed: int = option(0, "seed of the initialisation and the dynamics")
     data_seed: int = option(0, "seed of the train/test split and batches")
     test_fraction: float = option(0.2, "held-out fraction")
     synthetic_samples: int = option(10000, "examples of the synthetic dataset")
-    checkpoint_every: int = option(0, "steps between checkpoints (a multiple of steps_per_chunk; 0: after every chunk)")
+    checkpoint_every: int = shared_key("checkpoint_every", 0)
 
     def validate(self) -> None:
         check_choice(self.dataset, "dataset", ("digits", "synthetic"))

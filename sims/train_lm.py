@@ -58,7 +58,7 @@ from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.run.store import leaf_names
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, shared_key, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.checkpoint import Checkpointer
 from ivhl_jax.train.data import Batcher
@@ -83,17 +83,17 @@ class TrainLMConfig:
     val_fraction: float = option(0.1, "held-out fraction of the text")
     # optimisation
     batch_size: int = option(16, "windows per batch")
-    steps: int = option(600, "optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)")
-    steps_per_chunk: int = option(50, "steps per compiled chunk and between checkpoints")
+    steps: int = shared_key("steps", 600)
+    steps_per_chunk: int = shared_key("steps_per_chunk", 50)
     learning_rate: float = option(3e-3, "peak AdamW learning rate")
-    warmup_steps: int = option(50, "linear warm-up steps")
+    warmup_steps: int = shared_key("warmup_steps", 50)
     min_lr_ratio: float = option(0.1, "final learning rate / peak (cosine decay)")
     weight_decay: float = option(0.01, "AdamW weight decay")
-    clip_norm: float = option(1.0, "global gradient-norm clip")
+    clip_norm: float = shared_key("clip_norm", 1.0)
     accumulate: int = option(1, "micro-batches accumulated per step")
     eval_batches: int = option(8, "validation batches per evaluation")
     seed: int = option(0, "seed of the initialisation and the batches")
-    keep_checkpoints: int = option(2, "checkpoints kept")
+    keep_checkpoints: int = shared_key("keep_checkpoints", 2)
 
     def validate(self) -> TrainLMConfig:
         self.model.validate()

@@ -35,7 +35,7 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import phase
 from ivhl_jax.sims import entry_point
-from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, train_in_chunks
+from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, shared_key, train_in_chunks
 from ivhl_jax.train import training
 from ivhl_jax.train.data import Batcher
 
@@ -50,8 +50,8 @@ class VortexGRUConfig:
     hidden: int = option(64, "GRU hidden width")
     layers: int = option(2, "stacked GRU layers")
     variant: str = option("torch", 'GRU equations: "torch" (PyTorch/nnx) or "cho" (Cho et al. 2014)')
-    steps: int = option(1500, "optimiser steps (a multiple of steps_per_chunk, or fewer: the chunk is clipped)")
-    steps_per_chunk: int = option(250, "steps per compiled chunk and between checkpoints")
+    steps: int = shared_key("steps", 1500)
+    steps_per_chunk: int = shared_key("steps_per_chunk", 250)
     batch_size: int = option(32, "trajectories per batch")
     learning_rate: float = option(2e-3, "Adam learning rate (cosine schedule, clip 1.0)")
     seed: int = option(0, "seed of the data and the initialisation")

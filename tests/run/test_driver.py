@@ -13,6 +13,7 @@ import pytest
 from ivhl_jax.run.config import option
 from ivhl_jax.run.driver import RunContext, Simulation, describe_config, run_main
 from ivhl_jax.run.runner import run_chunked
+from ivhl_jax.sims._common import shared_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,10 +189,10 @@ def test_the_cli_turns_on_the_persistent_compilation_cache(tmp_path):
 @dataclasses.dataclass(frozen=True)
 class ChunkConfig:
     steps: int = option(40, "steps to run")
-    steps_per_chunk: int = option(10, "steps per chunk")
-    save_every: int = option(5, "steps between records")
+    steps_per_chunk: int = shared_key("steps_per_chunk", 10)
+    save_every: int = shared_key("save_every", 5)
     checkpoint_every: int = option(20, "steps between checkpoints")
-    warmup_steps: int = option(8, "warm-up steps")
+    warmup_steps: int = shared_key("warmup_steps", 8)
     ratio: float = option(
         0.5,
         "a meaning kept whole, however long it runs, never cut at a column: "

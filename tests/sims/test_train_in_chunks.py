@@ -1,5 +1,6 @@
-"""``sims._common.train_in_chunks``: the records a training run streams come back as its history, with the
-program's ``advance`` traced once (by ``run_chunked``), not again to shape what the store hands back."""
+"""``sims._common``: the records a training run streams come back as its history, with the program's ``advance``
+traced once (by ``run_chunked``), not again to shape what the store hands back; a shared config key shows its one
+meaning."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from ivhl_jax.run.config import option
 from ivhl_jax.run.store import RunStore
-from ivhl_jax.sims._common import TrainingRun, train_in_chunks
+from ivhl_jax.sims._common import SHARED_KEYS, TrainingRun, shared_key, train_in_chunks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,3 +42,10 @@ def test_streamed_history_read_back_with_one_trace(tmp_path, monkeypatch):
     assert res.history["loss"].dtype == np.float32 and float(res.state) == 6
     assert len(shapes) == 1, f"advance's records were shaped {len(shapes)} times (run_chunked's one is enough)"
     assert len(traces) == 1, f"advance was traced {len(traces)} times"
+
+
+def test_shared_key_shows_its_one_meaning_and_refuses_another_name():
+    (field,) = dataclasses.fields(dataclasses.make_dataclass("C", [("clip_norm", float, shared_key("clip_norm", 2.0))]))
+    assert field.default == 2.0 and field.metadata["help"] == SHARED_KEYS["clip_norm"]
+    with pytest.raises(ValueError, match=r"name must be one of the shared keys \['steps', .*got 'step'"):
+        shared_key("step", 10)

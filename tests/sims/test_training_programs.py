@@ -37,7 +37,7 @@ CASES = [
         if key in {f.name for f in dataclasses.fields(cls)}
     ],
 )
-def test_step_keys_follow_one_rule(cls, sets, pattern):
+def test_shared_keys_follow_one_rule(cls, sets, pattern):
     with pytest.raises(ValueError, match=pattern):
         load_config(cls, None, sets)
 

@@ -35,16 +35,20 @@ def log_ratio(kind_add, n0, lam, eps, target):
 
 
 @njit(inline="always")
+def link(buf, off, left, right):
+    """Make triangle slot ``right`` the strip neighbour to the right of slot ``left`` (tr[left], tl[right])."""
+    buf[off[1] + left] = right
+    buf[off[0] + right] = left
+
+
+@njit(inline="always")
 def do_flip(buf, off, t1, t2, fl, fr):
     """fl t1 t2 fr -> fl t2 t1 fr; t1's new apex is t2's base-right vertex, t2's is t1's base-left one."""
-    o_tl, o_tr, o_ap, o_vr = off[0], off[1], off[2], off[3]
+    o_ap, o_vr = off[2], off[3]
     new_apex_t1 = buf[o_vr + t2 // 2]
-    buf[o_tr + fl] = t2
-    buf[o_tl + t2] = fl
-    buf[o_tr + t2] = t1
-    buf[o_tl + t1] = t2
-    buf[o_tr + t1] = fr
-    buf[o_tl + fr] = t1
+    link(buf, off, fl, t2)
+    link(buf, off, t2, t1)
+    link(buf, off, t1, fr)
     buf[o_ap + t1] = new_apex_t1
     buf[o_ap + t2] = t1 // 2
 
@@ -52,7 +56,7 @@ def do_flip(buf, off, t1, t2, fl, fr):
 @njit(inline="always")
 def do_insert(buf, off, w, n0):
     """Split the link from w to its right neighbour by vertex vperm[n0] (slots 2av, 2av+1); returns av."""
-    o_tl, o_tr, o_ap, o_vr, o_vt, o_vperm, o_len, o_n0 = off[0], off[1], off[2], off[3], off[4], off[5], off[7], off[8]
+    o_tr, o_ap, o_vr, o_vt, o_vperm, o_len, o_n0 = off[1], off[2], off[3], off[4], off[5], off[7], off[8]
     up = 2 * w
     dn = up + 1
     t = buf[o_vt + w]
@@ -61,14 +65,10 @@ def do_insert(buf, off, w, n0):
     ad = au + 1
     ax = buf[o_tr + up]
     ay = buf[o_tr + dn]
-    buf[o_tr + up] = au
-    buf[o_tl + au] = up
-    buf[o_tr + au] = ax
-    buf[o_tl + ax] = au
-    buf[o_tr + dn] = ad
-    buf[o_tl + ad] = dn
-    buf[o_tr + ad] = ay
-    buf[o_tl + ay] = ad
+    link(buf, off, up, au)
+    link(buf, off, au, ax)
+    link(buf, off, dn, ad)
+    link(buf, off, ad, ay)
     buf[o_ap + au] = buf[o_ap + up]
     buf[o_ap + ad] = buf[o_ap + dn]
     buf[o_vr + av] = buf[o_vr + w]
@@ -82,16 +82,7 @@ def do_insert(buf, off, w, n0):
 @njit(inline="always")
 def do_remove(buf, off, w, n0):
     """Remove the order-4 vertex w (its slots 2w, 2w+1 leave the strips; swap-remove from the live bag)."""
-    o_tl, o_tr, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0 = (
-        off[0],
-        off[1],
-        off[3],
-        off[4],
-        off[5],
-        off[6],
-        off[7],
-        off[8],
-    )
+    o_tl, o_tr, _, o_vr, o_vt, o_vperm, o_vpos, o_len, o_n0, _, _, _, _ = off
     up = 2 * w
     dn = up + 1
     t = buf[o_vt + w]
@@ -99,10 +90,8 @@ def do_remove(buf, off, w, n0):
     ld = buf[o_tl + dn]
     ax = buf[o_tr + up]
     ay = buf[o_tr + dn]
-    buf[o_tr + lu] = ax
-    buf[o_tl + ax] = lu
-    buf[o_tr + ld] = ay
-    buf[o_tl + ay] = ld
+    link(buf, off, lu, ax)
+    link(buf, off, ld, ay)
     buf[o_vr + lu // 2] = buf[o_vr + w]
     buf[o_len + t] -= 1
     pos_w = buf[o_vpos + w]
