@@ -39,6 +39,7 @@ import argparse
 import collections
 import dataclasses
 import faulthandler
+import functools
 import linecache
 import os
 import re
@@ -141,19 +142,17 @@ def initialize(
         return {"environment": kind, "process_id": 0, "num_processes": 1}
     if jax.distributed.is_initialized():
         return {"environment": kind, "process_id": jax.process_index(), "num_processes": jax.process_count()}
-    timeouts = {"initialization_timeout": it, "heartbeat_timeout_seconds": hb}
+    init = functools.partial(jax.distributed.initialize, initialization_timeout=it, heartbeat_timeout_seconds=hb)
     if kind == "ivhl":
         address = env[ENV_COORDINATOR]
         n = int(env[ENV_NUM_PROCESSES])
         pid = int(env[ENV_PROCESS_ID])
         if not 0 <= pid < n:
             raise ValueError(f"{ENV_PROCESS_ID}={pid} must lie in [0, {ENV_NUM_PROCESSES}={n})")
-        jax.distributed.initialize(
-            coordinator_address=address, num_processes=n, process_id=pid, coordinator_bind_address=address, **timeouts
-        )
+        init(coordinator_address=address, num_processes=n, process_id=pid, coordinator_bind_address=address)
     else:
         # SLURM / Open MPI / TPU: jax reads the cluster's own variables.
-        jax.distributed.initialize(**timeouts)
+        init()
     _exit_on_uncaught_exception()
     if kind == "ivhl" and hasattr(signal, "SIGUSR1"):
         # `ivhl launch` asks a hung job for its stacks with SIGUSR1 (see launch()); without this it would kill us
