@@ -520,7 +520,6 @@ def _time_kernels(kernels, args, inp, e, ref, scale, default_ms, reps) -> dict:
     import jax
     import jax.numpy as jnp
 
-
     out: dict = {}
     for method in kernels:
         for policy in (None, "pure_bf16"):
