@@ -318,12 +318,16 @@ def restore_params(cfg: TrainLMConfig, out: str):
         step = ckpt.latest_step()
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {ckpt_dir}; run `ivhl train lm --out {out}` first")
-        _, obs = jax.eval_shape(advance, state)
-        done = step // cfg.steps_per_chunk
-        hist_like = jax.tree_util.tree_map(
-            lambda o: jax.ShapeDtypeStruct((done * o.shape[0],) + o.shape[1:], o.dtype), obs
-        )
-        _, restored, _ = ckpt.restore({"state": state, "history": hist_like}, step)
+        like: dict = {"state": state}
+        # A run that streamed its records to its store (the command line's) checkpoints the train state alone; one
+        # without a store checkpoints its history too, which the template must then hold.
+        if any(p.startswith("['history']") for p in ckpt.leaf_paths(step) or ()):
+            _, obs = jax.eval_shape(advance, state)
+            done = step // cfg.steps_per_chunk
+            like["history"] = jax.tree_util.tree_map(
+                lambda o: jax.ShapeDtypeStruct((done * o.shape[0],) + o.shape[1:], o.dtype), obs
+            )
+        _, restored, _ = ckpt.restore(like, step)
     return restored["state"].params, step
 
 

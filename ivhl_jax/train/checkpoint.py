@@ -436,6 +436,16 @@ class Checkpointer:
             return doc if isinstance(doc, dict) else None
         return None
 
+    def leaf_paths(self, step: int) -> list[str] | None:
+        """The key paths (``jax.tree_util.keystr``) of the arrays checkpoint ``step`` holds, sorted, read from its
+        recorded checksums; None where none were recorded (a multi-process save). A caller that restores only what
+        a run saved (e.g. the train state without the history a streamed run keeps in its store) builds its
+        template from these."""
+        if step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; available: {self.all_steps()}")
+        saved = self._recorded_sums(step)
+        return None if saved is None else sorted(saved)
+
     def _recorded_sums(self, step: int) -> dict[str, Any] | None:
         """``{keypath: {"sha256", "dtype", "shape"}}`` recorded for the step: committed with it, else (a step
         written before the record was committed with it) the checksum file; None where neither holds them."""

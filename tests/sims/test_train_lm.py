@@ -11,6 +11,7 @@ from scipy.stats import entropy
 from ivhl_jax.run.config import load_config
 from ivhl_jax.sims import train_lm as T
 from ivhl_jax.sims._common import TrainingRun
+from ivhl_jax.train.checkpoint import Checkpointer
 
 
 def test_corpus_is_deterministic_and_entropy_is_the_order0_one():
@@ -85,6 +86,21 @@ def test_interrupted_run_resumes_bit_exactly_and_generates(tmp_path):
     text = T.sample_text(cfg, pa, "def ", 20, seed=1)
     assert text.startswith("def ") and len(text.encode("utf-8", errors="replace")) >= 20
     assert T.main(["--out", part, "--generate", "--length", "10"]) == 0
+
+
+@pytest.mark.slow
+def test_the_command_line_generates_from_a_run_that_streamed_its_records(tmp_path):
+    """`ivhl train lm` streams its records to the run store and checkpoints the train state alone; `--generate`
+    restores from that checkpoint (a template holding the history too would not fit it)."""
+    from ivhl_jax import cli
+
+    out = os.fspath(tmp_path / "lm")
+    sets = [a for kv in TINY for a in ("--set", kv)]
+    assert cli.main(["train", "lm", *sets, "--out", out, "--no-progress", "--no-plots"]) == 0
+    with Checkpointer(os.path.join(out, "ckpt"), save_every=2) as ckpt:
+        paths = ckpt.leaf_paths(4)
+    assert paths and not any(p.startswith("['history']") for p in paths)
+    assert cli.main(["train", "lm", "--generate", "--out", out, "--length", "8"]) == 0
 
 
 # --- plots --------------------------------------------------------------------------------------------------------
