@@ -381,7 +381,7 @@ def _dtype(cfg: BECConfig):
 def gp_system(cfg: BECConfig) -> C.GPSystem:
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
-    return C.GPSystem(
+    return C.GPSystem.create(
         grid,
         C.harmonic(grid, trap, dtype=_dtype(cfg)),
         cfg.g,
