@@ -33,8 +33,6 @@ steps, so the first is at t = save_every·dt (the initial state is not recorded)
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
 import math
 import os
@@ -47,16 +45,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.numerics import splitstep
-from ivhl_jax.numerics.distributed_fft import host_readable, mesh_sizes, parse_mesh
+from ivhl_jax.numerics.distributed_fft import host_readable, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
-from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation
-from ivhl_jax.run.io import save_figure, save_npy, write_json
-from ivhl_jax.run.runner import RunResult, run_chunked
+from ivhl_jax.run.config import option
+from ivhl_jax.run.driver import RunContext
+from ivhl_jax.run.io import save_figure, save_npy
+from ivhl_jax.run.runner import RunResult
 from ivhl_jax.run.runner import phase as runner_phase
-from ivhl_jax.run.store import RunStore, Snapshots, natural_units, write_final_state
+from ivhl_jax.run.store import RunStore, Snapshots, natural_units
 from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import (
+    FieldRunConfig,
+    FieldSimulation,
+    check_chunked_run,
+    check_field_mesh,
+    middle_plane,
+    real_dtype,
+    run_field_chunks,
+    run_summary,
+    write_observables,
+)
+from ivhl_jax.sims._common import precision_scope as precision_scope  # the scope a run computes in (tests, scripts)
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
@@ -111,8 +121,9 @@ SECTIONS: dict[str, type] = {"mixture": MixtureSettings, "spin1": Spin1Settings,
 
 
 @dataclasses.dataclass(frozen=True)
-class BECConfig:
-    """Run configuration (TOML/JSON keys; ``--set key=value``)."""
+class BECConfig(FieldRunConfig):
+    """Run configuration (TOML/JSON keys; ``--set key=value``); the loop keys and ``precision`` are those of
+    :class:`~ivhl_jax.sims._common.FieldRunConfig`."""
 
     dims: int = option(2, "spatial dimensions: 1, 2 or 3")
     grid: int = option(128, "points per axis")
@@ -120,12 +131,12 @@ class BECConfig:
     trap: tuple[float, ...] = option((1.0,), "trap frequencies ω (one, or one per axis)")
     g: float = option(200.0, "contact interaction strength g (trap units)")
     omega_rot: float = option(0.0, "rotation about z (2D/3D); the ground state is found in this frame")
+    imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
     gamma: float = option(
         0.0,
         "damping rate γ >= 0 of the evolution, i∂ψ/∂t = (1 − iγ)(H − μ)ψ with the atom number held (0: the "
         "conservative GP equation); with omega_rot and noise > 0 a vortex lattice forms",
     )
-    imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
     # --- which condensate ---
     system: Literal["scalar", "dipolar", "mixture", "spin1"] = option(
         "scalar",
@@ -145,12 +156,8 @@ class BECConfig:
     ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
     ground_tol: float = option(1e-7, "relative energy change per check at which the ground state counts as converged")
     noise: float = option(0.0, "complex noise on the ground-state guess (nucleates lattices)")
-    # --- time loop ---
+    # --- time loop (and steps, steps_per_chunk, save_every, checkpoint_every) ---
     dt: float = option(2e-3, "time step of the evolution (trap units 1/ω)")
-    steps: int = option(2000, "evolution steps (raise it to extend a finished run)")
-    steps_per_chunk: int = option(200, "steps per compiled chunk (progress granularity)")
-    save_every: int = option(50, "steps between recorded observables")
-    checkpoint_every: int = option(1000, "steps between checkpoints (a multiple of steps_per_chunk)")
     project_norm: bool = option(
         False,
         "The float32 FFT round-off loses ~1e-7 of the norm per step (larger with cuFFT); ψ is rescaled to norm 1 "
@@ -178,9 +185,6 @@ class BECConfig:
         "psi", '"psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)'
     )
     snapshot_precision: Literal["float32", "float16", "float64"] = option("float32", "real precision of the snapshots")
-    precision: Literal["float32", "float64"] = option(
-        "float32", '"float32" (complex64 state) or "float64" (complex128)'
-    )
     species: str | None = option(
         None,
         "the atom (87Rb, 23Na, 7Li, 39K, 133Cs, 52Cr, 164Dy), with omega_hz: run.zarr then gives every trap-unit "
@@ -200,9 +204,6 @@ class BECConfig:
             raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
         if self.grid < 2:
             raise ValueError(f"grid must be >= 2 (points per axis), got {self.grid}")
-        for name in ("steps", "steps_per_chunk", "save_every", "checkpoint_every", "ground_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("length", "dt", "ground_dt", "ground_tol"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
@@ -226,29 +227,13 @@ class BECConfig:
         for imp in self.imprints:
             if len(imp) != 3 or not all(math.isfinite(float(v)) for v in imp[:2]) or float(imp[2]) != int(imp[2]):
                 raise ValueError(f"imprints must be [x, y, charge] with finite x, y and an integer charge, got {imp}")
-        sizes = mesh_sizes(self.mesh)
-        ndim, n = self.dims, self.grid
-        if len(sizes) >= ndim and math.prod(sizes) > 1:
-            raise ValueError(
-                f"mesh={self.mesh!r} splits {len(sizes)} axes of a {ndim}-D grid; the distributed FFT "
-                f"needs one axis unsplit: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})"
-            )
-        if any(n % p for p in sizes):
-            raise ValueError(
-                f"mesh={self.mesh!r} does not divide the grid ({n} points per axis): every mesh size "
-                f"must divide {n} (e.g. mesh={math.gcd(n, math.prod(sizes))})"
-            )
+        sizes = check_field_mesh(self.mesh, self.grid, self.dims, "grid")
         if math.prod(sizes) > 1 and self.fft != "xla":
             raise ValueError(
                 f"mesh={self.mesh!r} needs fft='xla' (the distributed FFT runs XLA's FFT on each "
                 f"shard), got fft={self.fft!r}"
             )
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
-        if self.steps_per_chunk % self.save_every:
-            raise ValueError(
-                f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every ({self.save_every})"
-            )
+        check_chunked_run(self, ("ground_steps",))
         if self.snapshot_every < 0 or self.snapshot_every % self.steps_per_chunk:
             raise ValueError(
                 f"snapshot_every ({self.snapshot_every}) must be 0 (no snapshots) or a multiple of "
@@ -258,11 +243,6 @@ class BECConfig:
             raise ValueError(
                 "snapshot_precision=float16 needs snapshot_fields=density_phase (there is no complex "
                 "float16); use float32"
-            )
-        if self.checkpoint_every % self.steps_per_chunk:
-            raise ValueError(
-                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-                f"({self.steps_per_chunk})"
             )
         self._validate_system()
         # The split-step stability bound of the real-time steps (the builders check it too, after the
@@ -419,19 +399,8 @@ def ground_targets(cfg: BECConfig, system: Any) -> tuple[Any, dict[str, Any]]:
     return 1.0, ({} if magnetization is None else {"magnetization": magnetization})
 
 
-def precision_scope(cfg: BECConfig) -> contextlib.AbstractContextManager:
-    """The scope a run of ``cfg`` computes in: 64-bit JAX (``jax.enable_x64``) for ``precision=float64``, left as
-    it was otherwise; the process-wide setting is never changed."""
-    return jax.enable_x64(True) if cfg.precision == "float64" else contextlib.nullcontext()
-
-
-def _dtype(cfg: BECConfig):
-    if cfg.precision == "float64" and not jax.config.read("jax_enable_x64"):
-        raise ValueError(
-            "precision=float64 needs 64-bit JAX: run inside sims.bec.precision_scope(cfg) (ivhl sim bec does) or "
-            "`with jax.enable_x64(True):`"
-        )
-    return jnp.float64 if cfg.precision == "float64" else jnp.float32
+def _dtype(cfg: BECConfig) -> Any:
+    return real_dtype(cfg, "bec")
 
 
 def gp_system(cfg: BECConfig) -> C.GPSystem:
@@ -739,15 +708,14 @@ def simulate(
             snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None,
         )
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
-    result = run_chunked(
+    result = run_field_chunks(
+        cfg,
         advance,
         state,
-        n_chunks=cfg.steps // cfg.steps_per_chunk,
-        steps_per_chunk=cfg.steps_per_chunk,
+        "bec",
         checkpointer=checkpointer,
         metadata={"ground_state": extra.get("ground_state")},
         progress=progress,
-        description="bec",
         sink=sink,
     )
     if resuming and result.metadata is not None and extra.get("ground_state") is None:
@@ -768,15 +736,9 @@ def _density(a: np.ndarray) -> np.ndarray:
     return np.abs(a) ** 2
 
 
-def _slice2d(a: np.ndarray) -> np.ndarray:
-    """The 2D plane of a 3D/4D array at the middle index of every axis beyond the first two."""
-    while a.ndim > 2:
-        a = a[..., a.shape[-1] // 2]
-    return a
-
-
 def _slice_label(cfg: BECConfig, ndim: int) -> str:
-    """What :func:`_slice2d` shows, for plot titles: '' in 1D/2D, else the z coordinate of the plane."""
+    """What :func:`~ivhl_jax.sims._common.middle_plane` shows, for plot titles: '' in 1D/2D, else the z coordinate
+    of the plane."""
     if ndim <= 2:
         return ""
     z = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length).coords[2][cfg.grid // 2]
@@ -816,24 +778,12 @@ def write_outputs(
             [f"m = {m:+d}" for m in (1, 0, -1)] if cfg.system == "spin1" else [f"ψ_{i + 1}" for i in range(len(state))]
         )
         fields = list(zip(names, state))
-    planes = [(name, np.asarray(_slice2d(f))) for name, f in fields]
+    planes = [(name, np.asarray(middle_plane(f))) for name, f in fields]
     plane = planes[0][1]
-    hist = {k: np.asarray(v) for k, v in result.history.items()}
-    # Time of a record: the steps done when it was taken, times dt. Records are taken after every save_every
-    # steps, so the first is at t = save_every·dt; the initial state (t = 0) is not a record.
-    t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
+    t, summary = run_summary(cfg, result)
+    summary["ground_state"] = extra.get("ground_state")
+    hist = summary["observables"]
     paths = {}
-    summary: dict = {
-        "config": config_dict(cfg),
-        "steps": result.steps,
-        "resumed_from": result.resumed_from,
-        "wall_time_s": result.wall_time_s,
-        "t": t,
-        "observables": hist,
-        "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
-        "final": {k: float(v[-1]) for k, v in hist.items()},
-        "ground_state": extra.get("ground_state"),
-    }
     extent = None
     if grid.ndim >= 2:
         x, y = grid.coords[0], grid.coords[1]
@@ -869,55 +819,25 @@ def write_outputs(
             ax.set_title(f"{head} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
     keys = [k for k in hist if k.startswith(("energy", "norm")) or k in ("lz", "magnetization", "overlap")]
-    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
-    for ax, k in zip(np.atleast_1d(axes), keys):
-        ax.plot(t, hist[k])
-        ax.set_ylabel(k, fontsize=8)
-    np.atleast_1d(axes)[-1].set_xlabel("t (trap units 1/ω)")
-    fig.suptitle(f"{what}: observables")
-    paths["observables_plot"] = save_figure(fig, os.path.join(out, "observables.png"))
-    paths["observables"] = write_json(os.path.join(out, "observables.json"), summary)
-    paths["final_state"] = os.path.join(out, "final_state.npy")
+    paths.update(write_observables(out, summary, keys, what, ("", "t (trap units 1/ω)")))
     return paths
 
 
-class BECSimulation(Simulation):
+class BECSimulation(FieldSimulation):
     """``ivhl sim bec``: a Gross–Pitaevskii condensate (the GFT condensate is ``ivhl sim gft``)."""
 
     prog = "ivhl sim bec"
     config_type = BECConfig
-    extendable = ("steps",)
-    multiprocess = True
-    streams = True
+    out_folder = "bec"
 
-    def run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
-        with precision_scope(cfg):
-            return self._run(cfg, ctx)
+    def simulate(self, cfg: BECConfig, ctx: RunContext) -> tuple[RunResult, dict]:
+        return simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming, sink=ctx.sink)
 
-    def _run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
-        result, extra = simulate(
-            cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming, sink=ctx.sink
-        )
-        if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
-            result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
-        save_state = True
-        if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
-            dims, coords, units = _state_axes(cfg, extra["system"])
-            kept = write_final_state(
-                ctx.sink, ctx.out, result.state, dims, step=result.steps, coords=coords, units=units
-            )
-            if kept is None:  # under `ivhl launch`, process 0 writes the outputs
-                return {}
-            result, save_state = dataclasses.replace(result, state=kept[0]), kept[1]
-        paths = write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
-        print(result.rate_line())  # the driver said "resuming from step N" before the run
-        return paths
+    def state_axes(self, cfg: BECConfig, extra: dict) -> tuple[tuple[str, ...], dict, dict]:
+        return _state_axes(cfg, extra["system"])
 
-    def default_out(self, cfg: BECConfig, args: argparse.Namespace) -> str:
-        return "runs/bec"
-
-    def checkpoint_every(self, cfg: BECConfig) -> int:
-        return cfg.checkpoint_every
+    def write_outputs(self, cfg: BECConfig, result: RunResult, extra: dict, out: str, *, save_state: bool) -> dict:
+        return write_outputs(cfg, result, extra, out, save_state=save_state)
 
 
 SIMULATION = BECSimulation()

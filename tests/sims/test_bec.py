@@ -219,20 +219,6 @@ def test_gp_run_default_keeps_the_norm(tmp_path):
     assert max(abs(n - 1) for n in norms) < 2e-6
 
 
-def test_float64_runs_in_a_scope_and_never_turns_x64_on_for_the_process():
-    import jax
-    import jax.numpy as jnp
-
-    cfg = bec.BECConfig(dims=1, grid=16, precision="float64")
-    before = bool(jax.config.jax_enable_x64)
-    if not before:
-        with pytest.raises(ValueError, match="precision=float64 needs 64-bit JAX"):
-            bec.gp_system(cfg)
-    with bec.precision_scope(cfg):
-        assert bec.gp_system(cfg).potential.dtype == jnp.float64
-    assert bool(jax.config.jax_enable_x64) == before
-
-
 # --------------------------------------------------------------------------- dipolar, mixture and spin-1 systems
 def _run(tmp_path, name, *sets, steps=200):
     """``ivhl sim bec`` on a small grid with ``sets`` (``key=value``); returns (observables.json, out folder)."""
@@ -344,6 +330,11 @@ def test_mixture_resumes_bit_exactly_with_its_component_axis_in_the_store(tmp_pa
 
 
 # Settings of the other systems, and combinations a system does not support: one line each, exit 2, no work.
+# The least settings of each system (a case adds the one at fault).
+MIXTURE = ["system=mixture", "mixture.g12=1"]
+COUPLED = ["system=mixture", "mixture.couplings=[[1.0, 2.0], [2.0, 1.0]]"]
+SPIN1 = ["system=spin1", "spin1.c0=10", "spin1.c2=-1"]
+DIPOLAR = ["system=dipolar", "dims=3", "dipolar.eps_dd=0.5"]
 BAD_SYSTEM_SETTINGS = [
     (["spin1.c2=-1"], "spin1.c2 applies to system=spin1, not to system=scalar: drop it or set system=spin1"),
     (["dipolar.eps_dd=0.5"], "dipolar.eps_dd applies to system=dipolar, not to system=scalar"),
@@ -352,47 +343,21 @@ BAD_SYSTEM_SETTINGS = [
     (["system=mixture"], "system=mixture needs the inter-component coupling"),
     (["system=mixture", "mixture.couplings=[[1.0, 2.0], [3.0, 1.0]]"], "must be symmetric"),
     (["system=mixture", "mixture.couplings=[[1.0]]"], "mixture.couplings must be a C × C matrix with C >= 2"),
-    (
-        ["system=mixture", "mixture.couplings=[[1.0, 2.0], [2.0, 1.0]]", "mixture.g12=2"],
-        "mixture.g12 and mixture.couplings both give the couplings",
-    ),
-    (
-        ["system=mixture", "mixture.couplings=[[1.0, 2.0], [2.0, 1.0]]", "g=3"],
-        "g=3 and mixture.couplings both give g_11",
-    ),
-    (["system=mixture", "mixture.g12=1", "mixture.norms=[1.0]"], "mixture.norms must be a number or have 2 entries"),
-    (
-        ["system=mixture", "mixture.g12=1", "mixture.norms=[1.0, -1.0]"],
-        "mixture.norms must be > 0 and finite for every component",
-    ),
-    (
-        ["system=mixture", "mixture.g12=inf"],
-        "the couplings g_ij (g, mixture.g12, mixture.g22 or mixture.couplings) contains NaN or inf",
-    ),
-    (["system=mixture", "mixture.g12=1", "omega_rot=0.5"], "omega_rot=0.5 applies to system=scalar"),
-    (["system=mixture", "mixture.g12=1", "gamma=0.1"], "gamma=0.1 applies to system=scalar"),
-    (["system=mixture", "mixture.g12=1", "imprints=[[1.0, 0.0, 1]]"], "imprints="),
-    (["system=mixture", "mixture.g12=1", "noise=0.1"], "noise=0.1 applies to system=scalar"),
-    (["system=mixture", "mixture.g12=1", "project_norm=true"], "project_norm=True applies to system=scalar"),
+    ([*COUPLED, "mixture.g12=2"], "mixture.g12 and mixture.couplings both give the couplings"),
+    ([*COUPLED, "g=3"], "g=3 and mixture.couplings both give g_11"),
+    ([*MIXTURE, "mixture.norms=[1.0]"], "mixture.norms must be a number or have 2 entries"),
+    ([*MIXTURE, "mixture.norms=[1.0, -1.0]"], "mixture.norms must be > 0 and finite for every component"),
+    (["system=mixture", "mixture.g12=inf"], "mixture.g12, mixture.g22 or mixture.couplings) contains NaN or inf"),
     (["system=spin1", "spin1.c0=10"], "system=spin1 needs spin1.c2"),
     (["system=spin1", "spin1.c2=10"], "system=spin1 needs spin1.c0"),
     (["system=spin1", "spin1.c0=10", "spin1.c2=nan"], "spin1.c2 must be finite"),
-    (
-        ["system=spin1", "spin1.c0=10", "spin1.c2=-1", "spin1.magnetization=1.5"],
-        "spin1.magnetization must satisfy |M| < N",
-    ),
-    (["system=spin1", "spin1.c0=10", "spin1.c2=-1", "g=3"], "g=3 does not apply to system=spin1"),
-    (["system=spin1", "spin1.c0=10", "spin1.c2=-1", "fft=ducc"], "fft='ducc' applies to system=scalar"),
+    ([*SPIN1, "spin1.magnetization=1.5"], "spin1.magnetization must satisfy |M| < N"),
+    ([*SPIN1, "g=3"], "g=3 does not apply to system=spin1"),
     (["system=dipolar", "dipolar.eps_dd=0.5"], "system=dipolar needs dims=3"),
     (["system=dipolar", "dims=3"], "system=dipolar needs dipolar.eps_dd"),
     (["system=dipolar", "dims=3", "dipolar.eps_dd=-1"], "dipolar.eps_dd must be"),
-    (
-        ["system=dipolar", "dims=3", "dipolar.eps_dd=0.5", "dipolar.axis=[0, 0, 0]"],
-        "dipolar.axis must be a non-zero vector",
-    ),
-    (["system=dipolar", "dims=3", "dipolar.eps_dd=0.5", "dipolar.cutoff=-1"], "dipolar.cutoff must be"),
-    (["system=dipolar", "dims=3", "dipolar.eps_dd=0.5", "omega_rot=0.3"], "omega_rot=0.3 applies to system=scalar"),
-    (["system=dipolar", "dims=3", "dipolar.eps_dd=0.5", "gamma=0.1"], "gamma=0.1 applies to system=scalar"),
+    ([*DIPOLAR, "dipolar.axis=[0, 0, 0]"], "dipolar.axis must be a non-zero vector"),
+    ([*DIPOLAR, "dipolar.cutoff=-1"], "dipolar.cutoff must be"),
     (["system=bogus"], "system"),
 ]
 
@@ -400,6 +365,18 @@ BAD_SYSTEM_SETTINGS = [
 @pytest.mark.parametrize("sets, message", BAD_SYSTEM_SETTINGS, ids=[" ".join(s) for s, _ in BAD_SYSTEM_SETTINGS])
 def test_every_bad_system_setting_is_one_line_and_exit_2(refused, sets, message):
     refused(bec.main, sets, message)
+
+
+@pytest.mark.parametrize("system", [MIXTURE, SPIN1, DIPOLAR], ids=["mixture", "spin1", "dipolar"])
+@pytest.mark.parametrize(
+    "setting", ["omega_rot=0.5", "gamma=0.1", "imprints=[[1.0, 0.0, 1]]", "noise=0.1", "project_norm=true", "fft=ducc"]
+)
+def test_a_setting_of_the_scalar_scheme_is_refused_with_another_system(refused, system, setting):
+    """Rotation, damping, imprints, a noisy guess, the per-step projection and the host FFT are the scalar scheme's
+    alone: changed with another system, one line naming the setting and the system."""
+    key, name = setting.split("=")[0], system[0].split("=")[1]
+    refused(bec.main, [*system, setting], f"applies to system=scalar, not to system={name}")
+    refused(bec.main, [*system, setting], f"{key}=")
 
 
 @pytest.mark.parametrize(
