@@ -68,6 +68,7 @@ class GFTSystem(struct.PyTreeNode, eq=False):
     :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`) or None; with a layout the kinetic step uses the
     distributed FFT and φ and the factor are held in blocks. The fields have no defaults (the raw constructor
     checks nothing); ``replace`` validates like :meth:`create`.
+    Equality is identity (``eq=False``: fields holding arrays have no truth value).
     """
 
     shape: tuple[int, ...] = struct.field(pytree_node=False)

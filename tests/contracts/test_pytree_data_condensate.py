@@ -182,3 +182,16 @@ def test_the_raw_constructor_without_the_fields_create_derives_raises(build):
     ``create`` derives (rotating, dissipative, the layout ...) have no defaults."""
     with pytest.raises(TypeError, match="missing"):
         build(C.Grid.uniform((8, 8), 6.0))
+
+
+def test_replace_goes_through_create():
+    """``replace`` is the validated one (the static switches follow a new Ω or γ; a bad value is refused), not the
+    dataclass transform's unchecked copy."""
+    grid = C.Grid.uniform((8, 8), 6.0)
+    still = C.GPSystem.create(grid, C.harmonic(grid), 1.0)
+    assert still.replace(omega_rot=0.3).rotating and still.replace(gamma=0.1).dissipative
+    assert not still.replace(omega_rot=0.3).replace(omega_rot=0.0).rotating
+    with pytest.raises(ValueError, match="g must be finite"):
+        still.replace(g=float("nan"))
+    with pytest.raises(TypeError, match="lam must be a real number"):
+        G.GFTSystem.create((4, 4)).replace(lam="x")

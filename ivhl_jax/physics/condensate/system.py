@@ -216,6 +216,7 @@ class GPSystem(struct.PyTreeNode, eq=False):
 
     The fields have no defaults: the raw constructor needs every one (it holds data and checks nothing), so a
     system is built by :meth:`create`. ``replace`` validates like :meth:`create`.
+    Equality is identity (``eq=False``: fields holding arrays have no truth value).
     """
 
     grid: Grid = struct.field(pytree_node=False)
