@@ -1,4 +1,4 @@
-"""GPU check of the condensate family's extra terms: dissipation (``GPSystem(gamma=)``), two-component mixtures,
+"""GPU check of the condensate family's extra terms: dissipation (``GPSystem.create(gamma=)``), two-component mixtures,
 spin-1 and dipolar interactions, each through the family's one door ``condensate.strang``.
 
 Each record holds, measured on the device: the time of one jitted block of steps (median of calls waited on,
@@ -49,7 +49,7 @@ def check_damped(n: int = 512, steps: int = 200, reps: int = 3) -> dict:
 
     def system(rdt):
         grid = C.Grid.uniform((n, n), 24.0)
-        return C.GPSystem(grid, C.harmonic(grid, dtype=rdt), 500.0, 0.8, gamma=0.03)
+        return C.GPSystem.create(grid, C.harmonic(grid, dtype=rdt), 500.0, 0.8, gamma=0.03)
 
     sys32 = system(jnp.float32)
     x, y = np.meshgrid(*sys32.grid.coords, indexing="ij")

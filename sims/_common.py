@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
-from ivhl_jax.run.config import option
+from ivhl_jax.numerics.distributed_fft import mesh_sizes
+from ivhl_jax.run.config import config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation, run_checkpointer
+from ivhl_jax.run.io import save_figure, write_json
 from ivhl_jax.run.runner import Advance, RunResult, run_chunked
-from ivhl_jax.run.store import RunStore
+from ivhl_jax.run.store import RunStore, write_final_state
 from ivhl_jax.train.checkpoint import Checkpointer
 
 __all__ = [
@@ -24,6 +32,16 @@ __all__ = [
     "check_training_steps",
     "checkpoint_every",
     "kept_checkpoints",
+    "FieldRunConfig",
+    "precision_scope",
+    "real_dtype",
+    "check_chunked_run",
+    "check_field_mesh",
+    "middle_plane",
+    "run_summary",
+    "write_observables",
+    "run_field_chunks",
+    "FieldSimulation",
 ]
 
 
@@ -190,3 +208,193 @@ class TrainingSimulation(Simulation):
         parser.add_argument("--no-plots", action="store_true", help="write no figures (PNG)")
         for flag, meaning in self.switches.items():
             parser.add_argument(flag, action="store_true", help=meaning)
+
+
+# ----------------------------------------------------------------------------------------------
+# What the field simulations (``ivhl sim bec``, ``ivhl sim gft``) share
+# ----------------------------------------------------------------------------------------------
+def precision_scope(cfg: Any) -> contextlib.AbstractContextManager:
+    """The scope a run of ``cfg`` computes in: 64-bit JAX (``jax.enable_x64``) for ``precision=float64``, left as
+    it was otherwise; the process-wide setting is never changed."""
+    return jax.enable_x64(True) if cfg.precision == "float64" else contextlib.nullcontext()
+
+
+def real_dtype(cfg: Any, sim: str) -> Any:
+    """The real dtype of ``cfg.precision`` (float64 only inside :func:`precision_scope`, else a ValueError naming
+    the scope of the simulation module ``sim``, e.g. ``"bec"``)."""
+    if cfg.precision == "float64" and not jax.config.read("jax_enable_x64"):
+        raise ValueError(
+            f"precision=float64 needs 64-bit JAX: run inside sims.{sim}.precision_scope(cfg) (ivhl sim {sim} does) "
+            "or `with jax.enable_x64(True):`"
+        )
+    return jnp.float64 if cfg.precision == "float64" else jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldRunConfig:
+    """The loop and precision keys of every field simulation (``ivhl sim bec``, ``ivhl sim gft``), whose
+    configurations extend this one (checked by :func:`check_chunked_run`; ``precision`` read by
+    :func:`precision_scope` and :func:`real_dtype`)."""
+
+    steps: int = option(2000, "evolution steps (raise it to extend a finished run)")
+    steps_per_chunk: int = option(200, "steps per compiled chunk (progress granularity)")
+    save_every: int = option(50, "steps between recorded observables")
+    checkpoint_every: int = option(1000, "steps between checkpoints (a multiple of steps_per_chunk)")
+    precision: Literal["float32", "float64"] = option(
+        "float32", '"float32" (complex64 state) or "float64" (complex128)'
+    )
+
+
+def check_chunked_run(cfg: Any, counts: tuple[str, ...] = ()) -> None:
+    """The loop keys of a field simulation: ``steps``, ``steps_per_chunk``, ``save_every``, ``checkpoint_every``
+    (and the other ``counts``) >= 1, ``steps`` whole chunks, a chunk whole records, checkpoints between chunks."""
+    for name in ("steps", "steps_per_chunk", "save_every", "checkpoint_every", *counts):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.steps % cfg.steps_per_chunk:
+        raise ValueError(f"steps ({cfg.steps}) must be a multiple of steps_per_chunk ({cfg.steps_per_chunk})")
+    if cfg.steps_per_chunk % cfg.save_every:
+        raise ValueError(f"steps_per_chunk ({cfg.steps_per_chunk}) must be a multiple of save_every ({cfg.save_every})")
+    if cfg.checkpoint_every % cfg.steps_per_chunk:
+        raise ValueError(
+            f"checkpoint_every ({cfg.checkpoint_every}) must be a multiple of steps_per_chunk ({cfg.steps_per_chunk})"
+        )
+
+
+def check_field_mesh(mesh: int | str, n: int, ndim: int, what: str) -> tuple[int, ...]:
+    """The sizes of ``mesh`` (:func:`~ivhl_jax.numerics.distributed_fft.mesh_sizes`) for a field of ``n`` points
+    on each of ``ndim`` axes (``what``: "grid", "lattice"): one axis left unsplit for the distributed FFT, every
+    size dividing ``n``; else a ValueError with a mesh that works."""
+    sizes = mesh_sizes(mesh)
+    if len(sizes) >= ndim and math.prod(sizes) > 1:
+        raise ValueError(
+            f"mesh={mesh!r} splits {len(sizes)} axes of a {ndim}-D {what}; the distributed FFT needs one axis "
+            f"unsplit: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})"
+        )
+    if any(n % p for p in sizes):
+        raise ValueError(
+            f"mesh={mesh!r} does not divide the {what} ({n} points per axis): every mesh size must divide {n} "
+            f"(e.g. mesh={math.gcd(n, math.prod(sizes))})"
+        )
+    return sizes
+
+
+def middle_plane(a: np.ndarray) -> np.ndarray:
+    """The 2D plane of a 3D/4D array at the middle index of every axis beyond the first two."""
+    while a.ndim > 2:
+        a = a[..., a.shape[-1] // 2]
+    return a
+
+
+def run_summary(cfg: Any, result: RunResult) -> tuple[np.ndarray, dict]:
+    """The record times and the summary a field simulation writes to observables.json: t of a record is the steps
+    done when it was taken times dt (records follow every ``save_every`` steps, so the first is at
+    t = save_every·dt; the initial state is not a record); the config, the steps, the time series and their
+    final values."""
+    hist = {k: np.asarray(v) for k, v in result.history.items()}
+    t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
+    summary: dict = {
+        "config": config_dict(cfg),
+        "steps": result.steps,
+        "resumed_from": result.resumed_from,
+        "wall_time_s": result.wall_time_s,
+        "t": t,
+        "observables": hist,
+        "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
+        "final": {k: float(v[-1]) for k, v in hist.items()},
+    }
+    return t, summary
+
+
+def write_observables(out: str, summary: dict, keys: list[str], title: str, units: tuple[str, str]) -> dict[str, str]:
+    """observables.png (one panel per record of ``keys`` against t, ``units``: the y-label suffix and the x label)
+    and observables.json (``summary``); returns their paths and final_state.npy's."""
+    import matplotlib.pyplot as plt
+
+    hist, t = summary["observables"], summary["t"]
+    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
+    for ax, k in zip(np.atleast_1d(axes), keys):
+        ax.plot(t, hist[k])
+        ax.set_ylabel(f"{k}{units[0]}", fontsize=8)
+    np.atleast_1d(axes)[-1].set_xlabel(units[1])
+    fig.suptitle(f"{title}: observables")
+    return {
+        "observables_plot": save_figure(fig, os.path.join(out, "observables.png")),
+        "observables": write_json(os.path.join(out, "observables.json"), summary),
+        "final_state": os.path.join(out, "final_state.npy"),
+    }
+
+
+class FieldSimulation(Simulation):
+    """A field simulation (``ivhl sim bec``, ``ivhl sim gft``): run in :func:`precision_scope`, the records and
+    the final state streamed to the run store (each process writing the shards it holds), the outputs in
+    ``runs/<out_folder>`` by default, ``steps`` extendable.
+
+    A subclass sets ``prog``, ``config_type`` and ``out_folder`` and implements :meth:`simulate` (the run: its
+    :class:`~ivhl_jax.run.runner.RunResult` and an ``extra`` dict holding ``"observation_like"``),
+    :meth:`state_axes` (the final state's dims, coords and units in the store) and :meth:`write_outputs`."""
+
+    out_folder: ClassVar[str]
+    extendable = ("steps",)
+    multiprocess = True
+    streams = True
+
+    def simulate(self, cfg: Any, ctx: RunContext) -> tuple[RunResult, dict]:
+        raise NotImplementedError
+
+    def state_axes(self, cfg: Any, extra: dict) -> tuple[tuple[str, ...], dict, dict]:
+        raise NotImplementedError
+
+    def write_outputs(self, cfg: Any, result: RunResult, extra: dict, out: str, *, save_state: bool) -> dict:
+        raise NotImplementedError
+
+    def run(self, cfg: Any, ctx: RunContext) -> dict[str, str]:
+        with precision_scope(cfg):
+            result, extra = self.simulate(cfg, ctx)
+            if ctx.sink is not None:  # streamed: the time series come back from disk for the summary and plots
+                result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
+            save_state = True
+            if ctx.sink is not None:  # the final state goes into the store, each process writing its shards
+                dims, coords, units = self.state_axes(cfg, extra)
+                kept = write_final_state(
+                    ctx.sink, ctx.out, result.state, dims, step=result.steps, coords=coords, units=units
+                )
+                if kept is None:  # under `ivhl launch`, process 0 writes the outputs
+                    return {}
+                result, save_state = dataclasses.replace(result, state=kept[0]), kept[1]
+            paths = self.write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
+        print(result.rate_line())  # the driver said "resuming from step N" before the run
+        return paths
+
+    def default_out(self, cfg: Any, args: argparse.Namespace) -> str:
+        return os.path.join("runs", self.out_folder)
+
+    def checkpoint_every(self, cfg: Any) -> int:
+        return int(cfg.checkpoint_every)
+
+
+def run_field_chunks(
+    cfg: Any,
+    advance: Advance,
+    state: Any,
+    description: str,
+    *,
+    checkpointer: Checkpointer | None,
+    metadata: Mapping[str, Any],
+    progress: bool,
+    sink: RunStore | None,
+) -> RunResult:
+    """``cfg.steps // cfg.steps_per_chunk`` chunks of ``advance`` from ``state`` (or the checkpoint), shown as
+    ``description``: :func:`ivhl_jax.run.runner.run_chunked` with ``metadata`` in every checkpoint and the records
+    streamed to ``sink`` when given."""
+    return run_chunked(
+        advance,
+        state,
+        n_chunks=cfg.steps // cfg.steps_per_chunk,
+        steps_per_chunk=cfg.steps_per_chunk,
+        checkpointer=checkpointer,
+        metadata=metadata,
+        progress=progress,
+        description=description,
+        sink=sink,
+    )

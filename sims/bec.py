@@ -5,15 +5,17 @@ real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ (ħ = 
 own simulation, ``ivhl sim gft`` (:mod:`ivhl_jax.sims.gft`).
 
 ``system`` picks the condensate, each through the family's one door :func:`ivhl_jax.physics.condensate.strang`:
-``scalar`` (the equation above), ``dipolar`` (3-D, plus the dipole–dipole potential of strength ``eps_dd`` along
-``dipole_axis``), ``mixture`` (C components coupled by g_ij: ``g`` = g₁₁, ``g12``, ``g22``, or the whole matrix
-``couplings``; atom numbers ``norms``) or ``spin1`` (m = +1, 0, −1; ``c0``, ``c2``, Zeeman ``p``, ``q``, a held
-``magnetization``). Each starts from its imaginary-time ground state; a setting of another system is refused,
-and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step projection, host FFT) with
-another system; ``mesh`` spreads any system's field over devices (the distributed FFT of its layout). The
-records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two components, their ``overlap``, a
-spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its component axis first (``component``
-1 … C, or ``m``), in final_state.npy and in the snapshots.
+``scalar`` (the equation above, its settings the top-level keys), ``dipolar`` (3-D, plus the dipole–dipole
+potential: the section ``dipolar.*``, strength ``dipolar.eps_dd`` along ``dipolar.axis``), ``mixture`` (C
+components coupled by g_ij: ``g`` = g₁₁ and the section ``mixture.*``, ``mixture.g12``, ``mixture.g22``, or the
+whole matrix ``mixture.couplings``; atom numbers ``mixture.norms``) or ``spin1`` (m = +1, 0, −1: the section
+``spin1.*``, ``c0``, ``c2``, Zeeman ``p``, ``q``, a held ``magnetization``). A section is validated by building its
+system with the library's ``create``; each system starts from its imaginary-time ground state; a setting of another
+system's section is refused, and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step
+projection, host FFT) with another system; ``mesh`` spreads any system's field over devices (the distributed FFT of
+its layout). The records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two components,
+their ``overlap``, a spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its component axis
+first (``component`` 1 … C, or ``m``), in final_state.npy and in the snapshots.
 
 The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
@@ -26,13 +28,11 @@ steps, so the first is at t = save_every·dt (the initial state is not recorded)
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
   ivhl sim bec --config run.toml --out runs/bec_vortex
-  ivhl sim bec --set system=mixture --set g=100 --set g12=150 --set g22=100 --out runs/bec_mixture
+  ivhl sim bec --set system=mixture --set g=100 --set mixture.g12=150 --set mixture.g22=100 --out runs/bec_mixture
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
 import math
 import os
@@ -45,22 +45,85 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.numerics import splitstep
-from ivhl_jax.numerics.distributed_fft import host_readable, mesh_sizes, parse_mesh
+from ivhl_jax.numerics.distributed_fft import host_readable, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
-from ivhl_jax.run.config import config_dict, option
-from ivhl_jax.run.driver import RunContext, Simulation
-from ivhl_jax.run.io import save_figure, save_npy, write_json
-from ivhl_jax.run.runner import RunResult, run_chunked
+from ivhl_jax.run.config import option
+from ivhl_jax.run.driver import RunContext
+from ivhl_jax.run.io import save_figure, save_npy
+from ivhl_jax.run.runner import RunResult
 from ivhl_jax.run.runner import phase as runner_phase
-from ivhl_jax.run.store import RunStore, Snapshots, natural_units, write_final_state
+from ivhl_jax.run.store import RunStore, Snapshots, natural_units
 from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import (
+    FieldRunConfig,
+    FieldSimulation,
+    check_chunked_run,
+    check_field_mesh,
+    middle_plane,
+    real_dtype,
+    run_field_chunks,
+    run_summary,
+    write_observables,
+)
+from ivhl_jax.sims._common import precision_scope as precision_scope  # the scope a run computes in (tests, scripts)
 from ivhl_jax.train.checkpoint import Checkpointer
 
 
 @dataclasses.dataclass(frozen=True)
-class BECConfig:
-    """Run configuration (TOML/JSON keys; ``--set key=value``)."""
+class MixtureSettings:
+    """``system=mixture``: C components coupled by g_ij (``--set mixture.g12=150``); ``g`` is g₁₁."""
+
+    g12: float | None = option(
+        None, "the coupling g₁₂ between the two components (required, or couplings); they separate for g₁₂² > g₁₁g₂₂"
+    )
+    g22: float | None = option(None, "the coupling g₂₂ of the second component (default: g)")
+    couplings: list[list[float]] | None = option(
+        None, "the whole symmetric C × C matrix g_ij (C >= 2 components), instead of g, g12 and g22"
+    )
+    norms: list[float] | None = option(
+        None, "the atom number N_i of each component, held by the ground-state search (default 1 each)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Spin1Settings:
+    """``system=spin1``: components m = +1, 0, −1 (``--set spin1.c0=100 --set spin1.c2=-5``)."""
+
+    c0: float | None = option(None, "the density coupling c₀ (required)")
+    c2: float | None = option(None, "the spin coupling c₂ (required): < 0 ferromagnetic (⁸⁷Rb), > 0 polar (²³Na)")
+    p: float = option(0.0, "the linear Zeeman energy p")
+    q: float = option(0.0, "the quadratic Zeeman energy q")
+    magnetization: float | None = option(
+        None,
+        "the magnetisation M = ∫F_z dV (|M| < 1, the atom number) held by the ground-state search (default: free, "
+        "the lowest state of any M); the evolution conserves it",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DipolarSettings:
+    """``system=dipolar`` (dims=3): the dipole-dipole interaction (``--set dipolar.eps_dd=0.5``)."""
+
+    eps_dd: float | None = option(
+        None, "the relative dipolar strength ε_dd = g_dd/g >= 0 (required; ¹⁶⁴Dy: 1.3, ⁵²Cr: 0.16)"
+    )
+    axis: tuple[float, float, float] = option((0.0, 0.0, 1.0), "the direction of the dipoles, a non-zero 3-vector")
+    cutoff: float | None = option(
+        None,
+        "the radius R_c > 0 of the spherical cutoff of the dipolar kernel (trap lengths; exact for a cloud of "
+        "diameter D when R_c >= D and length >= D + R_c); default: the uncut kernel",
+    )
+
+
+#: The section of each system other than the scalar one (``--set <system>.<key>=...``).
+SECTIONS: dict[str, type] = {"mixture": MixtureSettings, "spin1": Spin1Settings, "dipolar": DipolarSettings}
+
+
+@dataclasses.dataclass(frozen=True)
+class BECConfig(FieldRunConfig):
+    """Run configuration (TOML/JSON keys; ``--set key=value``); the loop keys and ``precision`` are those of
+    :class:`~ivhl_jax.sims._common.FieldRunConfig`."""
 
     dims: int = option(2, "spatial dimensions: 1, 2 or 3")
     grid: int = option(128, "points per axis")
@@ -68,63 +131,33 @@ class BECConfig:
     trap: tuple[float, ...] = option((1.0,), "trap frequencies ω (one, or one per axis)")
     g: float = option(200.0, "contact interaction strength g (trap units)")
     omega_rot: float = option(0.0, "rotation about z (2D/3D); the ground state is found in this frame")
+    imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
     gamma: float = option(
         0.0,
         "damping rate γ >= 0 of the evolution, i∂ψ/∂t = (1 − iγ)(H − μ)ψ with the atom number held (0: the "
         "conservative GP equation); with omega_rot and noise > 0 a vortex lattice forms",
     )
-    imprints: list[tuple[float, float, int]] = option(default_factory=list, help="(x, y, charge)")
     # --- which condensate ---
     system: Literal["scalar", "dipolar", "mixture", "spin1"] = option(
         "scalar",
-        '"scalar" (the GP equation above, default), "dipolar" (plus the dipole-dipole interaction: dims=3, '
-        'eps_dd), "mixture" (C components with couplings g_ij: g12, g22 or couplings) or "spin1" (components m = '
-        "+1, 0, -1: c0, c2, p, q); omega_rot, gamma, imprints, noise, project_norm=true and fft=ducc "
-        "apply to the scalar system only (mesh to every system), and a setting of another system is refused",
+        '"scalar" (the GP equation above, default), "dipolar" (plus the dipole-dipole interaction: dims=3, the '
+        'section dipolar.*), "mixture" (C components with couplings g_ij: mixture.*) or "spin1" (components m = '
+        "+1, 0, -1: spin1.*); omega_rot, gamma, imprints, noise, project_norm=true and fft=ducc apply to the "
+        "scalar system only (mesh to every system), and a setting of another system's section is refused",
     )
-    g12: float | None = option(
-        None, "system=mixture: the coupling g₁₂ between the two components (g is g₁₁); they separate for g₁₂² > g₁₁g₂₂"
+    mixture: MixtureSettings = option(
+        default_factory=MixtureSettings, help="system=mixture: its settings (--set mixture.g12=150)"
     )
-    g22: float | None = option(None, "system=mixture: the coupling g₂₂ of the second component (default: g)")
-    couplings: list[list[float]] | None = option(
-        None,
-        "system=mixture: the whole symmetric C × C matrix g_ij (C >= 2 components), instead of g, g12 and g22",
-    )
-    norms: list[float] | None = option(
-        None, "system=mixture: the atom number N_i of each component, held by the ground-state search (default 1 each)"
-    )
-    c0: float | None = option(None, "system=spin1: the density coupling c₀ (required)")
-    c2: float | None = option(
-        None, "system=spin1: the spin coupling c₂ (required): < 0 ferromagnetic (⁸⁷Rb), > 0 polar (²³Na)"
-    )
-    p: float | None = option(None, "system=spin1: the linear Zeeman energy p (default 0)")
-    q: float | None = option(None, "system=spin1: the quadratic Zeeman energy q (default 0)")
-    magnetization: float | None = option(
-        None,
-        "system=spin1: the magnetisation M = ∫F_z dV (|M| < 1, the atom number) held by the ground-state search "
-        "(default: free, the lowest state of any M); the evolution conserves it",
-    )
-    eps_dd: float | None = option(
-        None, "system=dipolar: the relative dipolar strength ε_dd = g_dd/g >= 0 (required; ¹⁶⁴Dy: 1.3, ⁵²Cr: 0.16)"
-    )
-    dipole_axis: tuple[float, float, float] | None = option(
-        None, "system=dipolar: the direction of the dipoles, any non-zero 3-vector (default [0, 0, 1])"
-    )
-    dipole_cutoff: float | None = option(
-        None,
-        "system=dipolar: the radius R_c > 0 of the spherical cutoff of the dipolar kernel (trap lengths; exact for "
-        "a cloud of diameter D when R_c >= D and length >= D + R_c); default: the uncut kernel",
+    spin1: Spin1Settings = option(default_factory=Spin1Settings, help="system=spin1: its settings (--set spin1.c0=100)")
+    dipolar: DipolarSettings = option(
+        default_factory=DipolarSettings, help="system=dipolar: its settings (--set dipolar.eps_dd=0.5)"
     )
     ground_dt: float = option(5e-3, "imaginary-time step of the ground-state search")
     ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
     ground_tol: float = option(1e-7, "relative energy change per check at which the ground state counts as converged")
     noise: float = option(0.0, "complex noise on the ground-state guess (nucleates lattices)")
-    # --- time loop ---
+    # --- time loop (and steps, steps_per_chunk, save_every, checkpoint_every) ---
     dt: float = option(2e-3, "time step of the evolution (trap units 1/ω)")
-    steps: int = option(2000, "evolution steps (raise it to extend a finished run)")
-    steps_per_chunk: int = option(200, "steps per compiled chunk (progress granularity)")
-    save_every: int = option(50, "steps between recorded observables")
-    checkpoint_every: int = option(1000, "steps between checkpoints (a multiple of steps_per_chunk)")
     project_norm: bool = option(
         False,
         "The float32 FFT round-off loses ~1e-7 of the norm per step (larger with cuFFT); ψ is rescaled to norm 1 "
@@ -152,9 +185,6 @@ class BECConfig:
         "psi", '"psi" (complex ψ) or "density_phase" (|ψ|², arg ψ)'
     )
     snapshot_precision: Literal["float32", "float16", "float64"] = option("float32", "real precision of the snapshots")
-    precision: Literal["float32", "float64"] = option(
-        "float32", '"float32" (complex64 state) or "float64" (complex128)'
-    )
     species: str | None = option(
         None,
         "the atom (87Rb, 23Na, 7Li, 39K, 133Cs, 52Cr, 164Dy), with omega_hz: run.zarr then gives every trap-unit "
@@ -174,9 +204,6 @@ class BECConfig:
             raise ValueError(f"dims must be 1, 2 or 3, got {self.dims}")
         if self.grid < 2:
             raise ValueError(f"grid must be >= 2 (points per axis), got {self.grid}")
-        for name in ("steps", "steps_per_chunk", "save_every", "checkpoint_every", "ground_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("length", "dt", "ground_dt", "ground_tol"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
@@ -200,29 +227,13 @@ class BECConfig:
         for imp in self.imprints:
             if len(imp) != 3 or not all(math.isfinite(float(v)) for v in imp[:2]) or float(imp[2]) != int(imp[2]):
                 raise ValueError(f"imprints must be [x, y, charge] with finite x, y and an integer charge, got {imp}")
-        sizes = mesh_sizes(self.mesh)
-        ndim, n = self.dims, self.grid
-        if len(sizes) >= ndim and math.prod(sizes) > 1:
-            raise ValueError(
-                f"mesh={self.mesh!r} splits {len(sizes)} axes of a {ndim}-D grid; the distributed FFT "
-                f"needs one axis unsplit: use at most {ndim - 1} sizes (e.g. mesh={math.prod(sizes)})"
-            )
-        if any(n % p for p in sizes):
-            raise ValueError(
-                f"mesh={self.mesh!r} does not divide the grid ({n} points per axis): every mesh size "
-                f"must divide {n} (e.g. mesh={math.gcd(n, math.prod(sizes))})"
-            )
+        sizes = check_field_mesh(self.mesh, self.grid, self.dims, "grid")
         if math.prod(sizes) > 1 and self.fft != "xla":
             raise ValueError(
                 f"mesh={self.mesh!r} needs fft='xla' (the distributed FFT runs XLA's FFT on each "
                 f"shard), got fft={self.fft!r}"
             )
-        if self.steps % self.steps_per_chunk:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk})")
-        if self.steps_per_chunk % self.save_every:
-            raise ValueError(
-                f"steps_per_chunk ({self.steps_per_chunk}) must be a multiple of save_every ({self.save_every})"
-            )
+        check_chunked_run(self, ("ground_steps",))
         if self.snapshot_every < 0 or self.snapshot_every % self.steps_per_chunk:
             raise ValueError(
                 f"snapshot_every ({self.snapshot_every}) must be 0 (no snapshots) or a multiple of "
@@ -232,11 +243,6 @@ class BECConfig:
             raise ValueError(
                 "snapshot_precision=float16 needs snapshot_fields=density_phase (there is no complex "
                 "float16); use float32"
-            )
-        if self.checkpoint_every % self.steps_per_chunk:
-            raise ValueError(
-                f"checkpoint_every ({self.checkpoint_every}) must be a multiple of steps_per_chunk "
-                f"({self.steps_per_chunk})"
             )
         self._validate_system()
         # The split-step stability bound of the real-time steps (the builders check it too, after the
@@ -250,92 +256,83 @@ class BECConfig:
             )
 
     def _validate_system(self) -> None:
-        """The settings of the chosen ``system``: those of another system are refused (one line naming them), the
-        values go through the physics module's own checks (the error names the setting)."""
+        """The settings of the chosen ``system``: a changed setting of another system's section (or of the scalar
+        scheme's own, with another system) is refused in one line naming it and the fix; the chosen section is
+        checked by building its system with the library's ``create`` on a tiny grid (and its ground-state targets
+        with ``strang``), the library's error renamed to the setting at fault."""
         system = self.system
-        for owner, keys in SYSTEM_SETTINGS.items():
-            given = [k for k in keys if getattr(self, k) is not None]
-            if owner != system and given:
+        for name, section in SECTIONS.items():
+            given, default = getattr(self, name), section()
+            changed = [f.name for f in dataclasses.fields(given) if getattr(given, f.name) != getattr(default, f.name)]
+            if name != system and changed:
                 raise ValueError(
-                    f"{given[0]} applies to system={owner}, not to system={system}: drop it or set system={owner}"
+                    f"{name}.{changed[0]} applies to system={name}, not to system={system}: drop it or set "
+                    f"system={name}"
                 )
-        if system != "scalar":
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for key in SCALAR_ONLY:
-                if key == "imprints":
-                    changed = bool(self.imprints)
-                else:
-                    changed = getattr(self, key) != defaults[key]
-                if changed:
-                    raise ValueError(
-                        f"{key}={getattr(self, key)!r} applies to system=scalar, not to system={system} (its "
-                        f"scheme has no {SCALAR_ONLY[key]}): drop it"
-                    )
-        tiny = C.Grid.uniform((2,), 1.0)  # the physics checks of the values need a grid; any grid does
-        if system == "mixture":
-            if self.couplings is not None:
+        if system == "scalar":
+            return
+        defaults = BECConfig()
+        for key in SCALAR_ONLY:
+            if getattr(self, key) != getattr(defaults, key):
+                raise ValueError(
+                    f"{key}={getattr(self, key)!r} applies to system=scalar, not to system={system} (its "
+                    f"scheme has no {SCALAR_ONLY[key]}): drop it"
+                )
+        self._check_section_needs()
+        tiny = C.Grid.uniform((2,) * self.dims, 1.0)  # the library's checks of the values need a grid; any grid does
+        try:
+            built = section_system(self, tiny, np.zeros(tiny.shape, np.float32))
+            norm, extra = ground_targets(self, built)
+            C.strang(built, 1e-3, imaginary=True, norm=norm, **extra)
+        except (TypeError, ValueError) as e:
+            raise ValueError(_setting_message(system, str(e))) from None
+
+    def _check_section_needs(self) -> None:
+        """What a section needs that its system's ``create`` cannot see: the required settings, one way to give
+        the couplings, ``g`` only where it means something."""
+        mix, spin = self.mixture, self.spin1
+        if self.system == "mixture":
+            if mix.couplings is None and mix.g12 is None:
+                raise ValueError(
+                    "system=mixture needs the inter-component coupling: --set mixture.g12=... (two components, g "
+                    "is g_11, mixture.g22 defaults to g) or --set mixture.couplings=[[g11, g12], [g12, g22]]"
+                )
+            if mix.couplings is not None:
                 for key in ("g12", "g22"):
-                    if getattr(self, key) is not None:
-                        raise ValueError(f"{key} and couplings both give the couplings: give one of them")
+                    if getattr(mix, key) is not None:
+                        raise ValueError(f"mixture.{key} and mixture.couplings both give the couplings: give one")
                 if self.g != BECConfig.g:
-                    raise ValueError(f"g={self.g:g} and couplings both give g_11: drop g (couplings[0][0] is g_11)")
-                if len(self.couplings) < 2:
                     raise ValueError(
-                        f"couplings must be a C × C matrix with C >= 2 components (one component is "
-                        f"system=scalar), got {self.couplings}"
+                        f"g={self.g:g} and mixture.couplings both give g_11: drop g (couplings[0][0] is g_11)"
                     )
-            elif self.g12 is None:
-                raise ValueError(
-                    "system=mixture needs the inter-component coupling: --set g12=... (two components, g is g_11, "
-                    "g22 defaults to g) or --set couplings=[[g11, g12], [g12, g22]]"
-                )
-            for key in ("g12", "g22"):
-                v = getattr(self, key)
-                if v is not None and not math.isfinite(v):
-                    raise ValueError(f"{key} must be a finite number, got {v}")
-            try:
-                mix = C.MixtureSystem.create(tiny, np.zeros(2, np.float32), mixture_couplings(self))
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"couplings (the matrix g_ij): {e}") from None
-            n = mix.n_components
-            if self.norms is not None and (
-                len(self.norms) != n or not all(math.isfinite(v) and v > 0 for v in self.norms)
-            ):
-                raise ValueError(
-                    f"norms must be {n} finite numbers > 0 (one atom number per component), got {self.norms}"
-                )
-        elif system == "spin1":
+                if len(mix.couplings) < 2:
+                    raise ValueError(
+                        f"mixture.couplings must be a C × C matrix with C >= 2 components (one component is "
+                        f"system=scalar), got {mix.couplings}"
+                    )
+        elif self.system == "spin1":
             if self.g != BECConfig.g:
-                raise ValueError(f"g={self.g:g} does not apply to system=spin1 (its density coupling is c0): drop it")
+                raise ValueError(
+                    f"g={self.g:g} does not apply to system=spin1 (its density coupling is spin1.c0): drop it"
+                )
             for key in ("c0", "c2"):
-                if getattr(self, key) is None:
+                if getattr(spin, key) is None:
                     raise ValueError(
-                        f"system=spin1 needs {key} (--set c0=... --set c2=...; c2 < 0 ferromagnetic, > 0 polar)"
+                        f"system=spin1 needs spin1.{key} (--set spin1.c0=... --set spin1.c2=...; c2 < 0 "
+                        "ferromagnetic, > 0 polar)"
                     )
-            spin = C.Spin1System.create(
-                tiny, np.zeros(2, np.float32), self.c0, self.c2, p=self.p or 0.0, q=self.q or 0.0
-            )
-            if self.magnetization is not None:
-                C.strang(spin, 1e-3, imaginary=True, norm=1.0, magnetization=self.magnetization)
-        elif system == "dipolar":
+        elif self.system == "dipolar":
             if self.dims != 3:
                 raise ValueError(
                     f"system=dipolar needs dims=3 (the dipole-dipole kernel is the 3-D one), got {self.dims}"
                 )
-            if self.eps_dd is None:
-                raise ValueError("system=dipolar needs eps_dd, the relative dipolar strength g_dd/g (--set eps_dd=0.5)")
-            try:
-                dipole_spec(self)
-            except (TypeError, ValueError) as e:
-                raise ValueError(re.sub(r"^(axis|cutoff)\b", r"dipole_\1", str(e))) from None
+            if self.dipolar.eps_dd is None:
+                raise ValueError(
+                    "system=dipolar needs dipolar.eps_dd, the relative dipolar strength g_dd/g (--set "
+                    "dipolar.eps_dd=0.5)"
+                )
 
 
-# The settings that belong to one system (None: not given); refused with any other system.
-SYSTEM_SETTINGS: dict[str, tuple[str, ...]] = {
-    "mixture": ("g12", "g22", "couplings", "norms"),
-    "spin1": ("c0", "c2", "p", "q", "magnetization"),
-    "dipolar": ("eps_dd", "dipole_axis", "dipole_cutoff"),
-}
 # The settings of the scalar GP scheme alone (refused with another system when changed from their default), with
 # what the other schemes lack.
 SCALAR_ONLY: dict[str, str] = {
@@ -346,42 +343,70 @@ SCALAR_ONLY: dict[str, str] = {
     "project_norm": "per-step norm projection",
     "fft": "host FFT",
 }
+#: The library's names in its errors that are not a section's own setting, as the settings that give them.
+LIBRARY_NAMES: dict[str, dict[str, str]] = {
+    "mixture": {"g": "the couplings g_ij (g, mixture.g12, mixture.g22 or mixture.couplings)", "norm": "mixture.norms"},
+}
+
+
+def _setting_message(system: str, message: str) -> str:
+    """The library's error about the ``system`` built from a section, its leading argument name replaced by the
+    config key that sets it (``axis must be ...`` → ``dipolar.axis must be ...``)."""
+    names = {f.name: f"{system}.{f.name}" for f in dataclasses.fields(SECTIONS[system])}
+    names.update(LIBRARY_NAMES.get(system, {}))
+    head = re.match(r"\w+", message)
+    if head is not None and head.group() in names:
+        return names[head.group()] + message[head.end() :]
+    return f"system={system}: {message}"
 
 
 def mixture_couplings(cfg: BECConfig) -> list[list[float]]:
-    """The coupling matrix g_ij of ``system=mixture``: ``couplings``, or [[g, g12], [g12, g22]] (g22 default g)."""
-    if cfg.couplings is not None:
-        return [list(row) for row in cfg.couplings]
-    g12 = 0.0 if cfg.g12 is None else cfg.g12
-    g22 = cfg.g if cfg.g22 is None else cfg.g22
+    """The coupling matrix g_ij of ``system=mixture``: ``mixture.couplings``, or [[g, g12], [g12, g22]] (g22
+    default g)."""
+    mix = cfg.mixture
+    if mix.couplings is not None:
+        return [list(row) for row in mix.couplings]
+    g12 = 0.0 if mix.g12 is None else mix.g12
+    g22 = cfg.g if mix.g22 is None else mix.g22
     return [[cfg.g, g12], [g12, g22]]
 
 
 def dipole_spec(cfg: BECConfig) -> C.Dipolar:
     """The dipolar interaction of ``system=dipolar`` (ε_dd relative to g, the axis, the cutoff or None)."""
-    axis = (0.0, 0.0, 1.0) if cfg.dipole_axis is None else cfg.dipole_axis
-    return C.Dipolar.create(eps_dd=cfg.eps_dd, axis=axis, cutoff=cfg.dipole_cutoff)
+    d = cfg.dipolar
+    return C.Dipolar.create(eps_dd=d.eps_dd, axis=d.axis, cutoff=d.cutoff)
 
 
-def precision_scope(cfg: BECConfig) -> contextlib.AbstractContextManager:
-    """The scope a run of ``cfg`` computes in: 64-bit JAX (``jax.enable_x64``) for ``precision=float64``, left as
-    it was otherwise; the process-wide setting is never changed."""
-    return jax.enable_x64(True) if cfg.precision == "float64" else contextlib.nullcontext()
+def section_system(cfg: BECConfig, grid: C.Grid, potential: Any, layout: Any = None) -> Any:
+    """The dipolar, mixture or spin-1 system of ``cfg.system``, its section's settings given to the system's
+    ``create`` (which validates them) on ``grid`` with trap ``potential``."""
+    if cfg.system == "dipolar":
+        return C.DipolarSystem.create(grid, potential, cfg.g, dipole_spec(cfg), layout=layout)
+    if cfg.system == "mixture":
+        return C.MixtureSystem.create(grid, potential, np.asarray(mixture_couplings(cfg)), layout=layout)
+    s = cfg.spin1
+    return C.Spin1System.create(grid, potential, s.c0, s.c2, p=s.p, q=s.q, layout=layout)
 
 
-def _dtype(cfg: BECConfig):
-    if cfg.precision == "float64" and not jax.config.read("jax_enable_x64"):
-        raise ValueError(
-            "precision=float64 needs 64-bit JAX: run inside sims.bec.precision_scope(cfg) (ivhl sim bec does) or "
-            "`with jax.enable_x64(True):`"
-        )
-    return jnp.float64 if cfg.precision == "float64" else jnp.float32
+def ground_targets(cfg: BECConfig, system: Any) -> tuple[Any, dict[str, Any]]:
+    """What the ground-state search of a dipolar, mixture or spin-1 ``system`` holds: the atom number (a mixture's
+    N_i of ``mixture.norms``, default 1 each; else 1) and the keyword arguments of the rest (a spin-1 field's
+    ``spin1.magnetization`` when given)."""
+    if isinstance(system, C.MixtureSystem):
+        norms = cfg.mixture.norms
+        return ([1.0] * system.n_components if norms is None else list(norms)), {}
+    magnetization = cfg.spin1.magnetization if isinstance(system, C.Spin1System) else None
+    return 1.0, ({} if magnetization is None else {"magnetization": magnetization})
+
+
+def _dtype(cfg: BECConfig) -> Any:
+    return real_dtype(cfg, "bec")
 
 
 def gp_system(cfg: BECConfig) -> C.GPSystem:
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
-    return C.GPSystem(
+    return C.GPSystem.create(
         grid,
         C.harmonic(grid, trap, dtype=_dtype(cfg)),
         cfg.g,
@@ -504,16 +529,7 @@ def condensate_system(cfg: BECConfig) -> C.GPSystem | C.DipolarSystem | C.Mixtur
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
     pot = C.harmonic(grid, trap, dtype=_dtype(cfg))
-    layout = parse_mesh(cfg.mesh, cfg.dims)
-    if cfg.system == "dipolar":
-        return C.DipolarSystem.create(grid, pot, cfg.g, dipole_spec(cfg), layout=layout)
-    if cfg.system == "mixture":
-        return C.MixtureSystem.create(grid, pot, np.asarray(mixture_couplings(cfg)), layout=layout)
-    return C.Spin1System.create(grid, pot, cfg.c0, cfg.c2, p=cfg.p or 0.0, q=cfg.q or 0.0, layout=layout)
-
-
-def _component_norms(cfg: BECConfig, n_components: int) -> list[float]:
-    return [1.0] * n_components if cfg.norms is None else list(cfg.norms)
+    return section_system(cfg, grid, pot, parse_mesh(cfg.mesh, cfg.dims))
 
 
 def _guess(cfg: BECConfig, system) -> jax.Array:
@@ -525,7 +541,7 @@ def _guess(cfg: BECConfig, system) -> jax.Array:
         return jnp.stack(
             [
                 C.gaussian(grid, n, center=(s,) + (0.0,) * (grid.ndim - 1), dtype=cdt)
-                for n, s in zip(_component_norms(cfg, c), shifts)
+                for n, s in zip(ground_targets(cfg, system)[0], shifts)
             ]
         )
     if isinstance(system, C.Spin1System):
@@ -542,13 +558,7 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
         return gp_initial_state(cfg, system, progress=progress)
     guess = _guess(cfg, system)
     common: dict[str, Any] = {"dt": cfg.ground_dt, "tol": cfg.ground_tol, "check_every": GROUND_CHECK_EVERY}
-    norm: Any
-    if isinstance(system, C.MixtureSystem):
-        norm = _component_norms(cfg, system.n_components)
-        extra: dict = {}
-    else:
-        norm = 1.0
-        extra = {} if cfg.magnetization is None else {"magnetization": cfg.magnetization}
+    norm, extra = ground_targets(cfg, system)
     # The library's check of the local step over the guess names its argument, dt: here it is ground_dt.
     try:
         C.strang(system, cfg.ground_dt, imaginary=True, norm=norm, **extra).init(guess)
@@ -698,15 +708,14 @@ def simulate(
             snapshots=gp_snapshots(cfg, system) if cfg.snapshot_every else None,
         )
     # the ground-state record travels with every checkpoint, so a resumed run reports it too
-    result = run_chunked(
+    result = run_field_chunks(
+        cfg,
         advance,
         state,
-        n_chunks=cfg.steps // cfg.steps_per_chunk,
-        steps_per_chunk=cfg.steps_per_chunk,
+        "bec",
         checkpointer=checkpointer,
         metadata={"ground_state": extra.get("ground_state")},
         progress=progress,
-        description="bec",
         sink=sink,
     )
     if resuming and result.metadata is not None and extra.get("ground_state") is None:
@@ -727,15 +736,9 @@ def _density(a: np.ndarray) -> np.ndarray:
     return np.abs(a) ** 2
 
 
-def _slice2d(a: np.ndarray) -> np.ndarray:
-    """The 2D plane of a 3D/4D array at the middle index of every axis beyond the first two."""
-    while a.ndim > 2:
-        a = a[..., a.shape[-1] // 2]
-    return a
-
-
 def _slice_label(cfg: BECConfig, ndim: int) -> str:
-    """What :func:`_slice2d` shows, for plot titles: '' in 1D/2D, else the z coordinate of the plane."""
+    """What :func:`~ivhl_jax.sims._common.middle_plane` shows, for plot titles: '' in 1D/2D, else the z coordinate
+    of the plane."""
     if ndim <= 2:
         return ""
     z = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length).coords[2][cfg.grid // 2]
@@ -775,24 +778,12 @@ def write_outputs(
             [f"m = {m:+d}" for m in (1, 0, -1)] if cfg.system == "spin1" else [f"ψ_{i + 1}" for i in range(len(state))]
         )
         fields = list(zip(names, state))
-    planes = [(name, np.asarray(_slice2d(f))) for name, f in fields]
+    planes = [(name, np.asarray(middle_plane(f))) for name, f in fields]
     plane = planes[0][1]
-    hist = {k: np.asarray(v) for k, v in result.history.items()}
-    # Time of a record: the steps done when it was taken, times dt. Records are taken after every save_every
-    # steps, so the first is at t = save_every·dt; the initial state (t = 0) is not a record.
-    t = (np.arange(len(next(iter(hist.values())))) + 1) * cfg.save_every * cfg.dt
+    t, summary = run_summary(cfg, result)
+    summary["ground_state"] = extra.get("ground_state")
+    hist = summary["observables"]
     paths = {}
-    summary: dict = {
-        "config": config_dict(cfg),
-        "steps": result.steps,
-        "resumed_from": result.resumed_from,
-        "wall_time_s": result.wall_time_s,
-        "t": t,
-        "observables": hist,
-        "t_convention": "t = steps done when the record was taken x dt; first record at save_every x dt",
-        "final": {k: float(v[-1]) for k, v in hist.items()},
-        "ground_state": extra.get("ground_state"),
-    }
     extent = None
     if grid.ndim >= 2:
         x, y = grid.coords[0], grid.coords[1]
@@ -828,55 +819,25 @@ def write_outputs(
             ax.set_title(f"{head} at t = {t[-1]:.3g}{_slice_label(cfg, ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
     keys = [k for k in hist if k.startswith(("energy", "norm")) or k in ("lz", "magnetization", "overlap")]
-    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 1.6 * len(keys)), sharex=True)
-    for ax, k in zip(np.atleast_1d(axes), keys):
-        ax.plot(t, hist[k])
-        ax.set_ylabel(k, fontsize=8)
-    np.atleast_1d(axes)[-1].set_xlabel("t (trap units 1/ω)")
-    fig.suptitle(f"{what}: observables")
-    paths["observables_plot"] = save_figure(fig, os.path.join(out, "observables.png"))
-    paths["observables"] = write_json(os.path.join(out, "observables.json"), summary)
-    paths["final_state"] = os.path.join(out, "final_state.npy")
+    paths.update(write_observables(out, summary, keys, what, ("", "t (trap units 1/ω)")))
     return paths
 
 
-class BECSimulation(Simulation):
+class BECSimulation(FieldSimulation):
     """``ivhl sim bec``: a Gross–Pitaevskii condensate (the GFT condensate is ``ivhl sim gft``)."""
 
     prog = "ivhl sim bec"
     config_type = BECConfig
-    extendable = ("steps",)
-    multiprocess = True
-    streams = True
+    out_folder = "bec"
 
-    def run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
-        with precision_scope(cfg):
-            return self._run(cfg, ctx)
+    def simulate(self, cfg: BECConfig, ctx: RunContext) -> tuple[RunResult, dict]:
+        return simulate(cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming, sink=ctx.sink)
 
-    def _run(self, cfg: BECConfig, ctx: RunContext) -> dict[str, str]:
-        result, extra = simulate(
-            cfg, checkpointer=ctx.checkpointer, progress=ctx.progress, resuming=ctx.resuming, sink=ctx.sink
-        )
-        if ctx.sink is not None:  # streamed: the scalar time series come back from disk for the summary and plots
-            result = dataclasses.replace(result, history=ctx.sink.read(like=extra["observation_like"]))
-        save_state = True
-        if ctx.sink is not None:  # the final state goes into the store, each process writing the shards it holds
-            dims, coords, units = _state_axes(cfg, extra["system"])
-            kept = write_final_state(
-                ctx.sink, ctx.out, result.state, dims, step=result.steps, coords=coords, units=units
-            )
-            if kept is None:  # under `ivhl launch`, process 0 writes the outputs
-                return {}
-            result, save_state = dataclasses.replace(result, state=kept[0]), kept[1]
-        paths = write_outputs(cfg, result, extra, ctx.out, save_state=save_state)
-        print(result.rate_line())  # the driver said "resuming from step N" before the run
-        return paths
+    def state_axes(self, cfg: BECConfig, extra: dict) -> tuple[tuple[str, ...], dict, dict]:
+        return _state_axes(cfg, extra["system"])
 
-    def default_out(self, cfg: BECConfig, args: argparse.Namespace) -> str:
-        return "runs/bec"
-
-    def checkpoint_every(self, cfg: BECConfig) -> int:
-        return cfg.checkpoint_every
+    def write_outputs(self, cfg: BECConfig, result: RunResult, extra: dict, out: str, *, save_state: bool) -> dict:
+        return write_outputs(cfg, result, extra, out, save_state=save_state)
 
 
 SIMULATION = BECSimulation()

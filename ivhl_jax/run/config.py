@@ -319,7 +319,7 @@ def config_dict(cfg: Any) -> dict[str, Any]:
 
 def config_defaults(cfg: Any) -> dict[str, Any]:
     """The JSON-ready default value of every field of the config dataclass ``cfg`` (an instance or the class)
-    that has one."""
+    that has one; a section (a nested config dataclass) as the dict of its keys' defaults."""
     if not dataclasses.is_dataclass(cfg):
         raise TypeError(f"cfg must be a config dataclass, got {type(cfg).__name__}")
     out: dict[str, Any] = {}
@@ -328,6 +328,8 @@ def config_defaults(cfg: Any) -> dict[str, Any]:
             out[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             out[f.name] = f.default_factory()
+        if dataclasses.is_dataclass(out.get(f.name)) and not isinstance(out[f.name], type):
+            out[f.name] = dataclasses.asdict(out[f.name])
     return json.loads(json.dumps(out, default=str))
 
 
@@ -337,7 +339,7 @@ def differing_keys(
     """The keys whose values differ between a run's saved configuration ``old`` and ``new`` (both JSON-ready
     dicts), sorted; ``extendable`` keys are not compared. A key that ``old`` lacks (a setting added to the
     library after that run was written) is the same when ``new`` holds its default (``defaults``), so such a
-    run still resumes."""
+    run still resumes; a section (a nested table with a table of defaults) is compared key by key the same way."""
     for name, d in (("old", old), ("new", new), ("defaults", defaults if defaults is not None else {})):
         if not isinstance(d, dict):
             raise TypeError(f"{name} must be a dict of config keys (config_dict of a config), got {type(d).__name__}")
@@ -349,6 +351,8 @@ def differing_keys(
         a, b = old.get(k, missing), new.get(k, missing)
         if a is missing and b is not missing and k in defaults:
             a = defaults[k]
+        if isinstance(a, dict) and isinstance(b, dict) and isinstance(defaults.get(k), dict):
+            return not differing_keys(a, b, defaults=defaults[k])
         return a == b
 
     return sorted(k for k in keys if not same(k))

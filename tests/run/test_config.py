@@ -149,3 +149,30 @@ def test_each_type_reads_its_values():
         inner=_Inner(a=5, b="class"),
     )
     assert isinstance(cfg.x, float) and isinstance(cfg.many, tuple)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Section:
+    a: float = config.option(1.0, "a setting")
+    b: bool = config.option(False, "a setting added after a run was written")
+
+
+@dataclasses.dataclass(frozen=True)
+class _WithSection:
+    steps: int = config.option(4, "steps")
+    section: _Section = config.option(default_factory=_Section, help="a section (--set section.a=...)")
+
+
+def test_a_section_setting_added_after_a_run_keeps_that_run_resumable():
+    """A run saved before ``section.b`` existed resumes when ``b`` holds its default; a changed section key, or one
+    the new configuration sets away from its default, differs (named by its section)."""
+    defaults = config.config_defaults(_WithSection)
+    assert defaults == {"steps": 4, "section": {"a": 1.0, "b": False}}
+    old = {"steps": 4, "section": {"a": 1.0}}
+    new = config.config_dict(_WithSection())
+    assert config.differing_keys(old, new, defaults=defaults) == []
+    assert config.differing_keys(
+        old, config.config_dict(_WithSection(section=_Section(b=True))), defaults=defaults
+    ) == ["section"]
+    assert config.differing_keys({"steps": 4, "section": {"a": 2.0}}, new, defaults=defaults) == ["section"]
+    assert config.differing_keys(old, new) == ["section"]  # without the defaults a missing key differs

@@ -212,7 +212,7 @@ def vortices(
     grid: Grid | GPSystem,
     *,
     max_vortices: int = 64,
-    min_density: float = 0.05,
+    min_density: float | Array = 0.05,
     window: int = 4,
 ) -> Vortices:
     """Positions (sub-grid) and charges of the vortices of a 2-D ψ (module docstring: windings + zero fit).
@@ -269,7 +269,7 @@ def vortex_lines(
     *,
     max_points: int = 4096,
     max_lines: int = 64,
-    min_density: float = 0.05,
+    min_density: float | Array = 0.05,
     window: int = 2,
 ) -> VortexLines:
     """The vortex lines of a 3-D ψ as ordered polylines with lengths and circulations (module docstring).

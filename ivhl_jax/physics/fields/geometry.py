@@ -64,12 +64,7 @@ def grid_points(
 
 
 def helix_sources(
-    count: int,
-    radius: float = 1.0,
-    pitch: float = 0.5,
-    turns: float = 3.0,
-    *,
-    dtype: Any = jnp.float32,
+    count: int, radius: float = 1.0, pitch: float = 0.5, turns: float = 3.0, *, dtype: Any = jnp.float32
 ) -> Float[Array, "count 3"]:
     """``count`` points evenly spaced in angle along a circular helix about the z axis.
 
