@@ -1,5 +1,6 @@
 """GPU check of the condensate family's extra terms: dissipation (``GPSystem(gamma=)``), two-component mixtures,
-spin-1 and dipolar interactions, each through the family's one door ``condensate.strang``.
+spin-1 and dipolar interactions, and the Lee–Huang–Yang terms of dipolar and mixture condensates (timed against the
+same equation without them, interleaved), each through the family's one door ``condensate.strang``.
 
 Each record holds, measured on the device: the time of one jitted block of steps (median of calls waited on,
 ms per step), the conserved quantities' drift over the block in float32 (each N_i of a mixture; N and M of a
@@ -157,6 +158,63 @@ def check_dipolar(n: int = 128, steps: int = 100, reps: int = 3) -> dict:
     }
 
 
+def _lhy_pair(kind: str, n: int, rdt) -> tuple:
+    """(system without LHY, system with it, start ψ) of ``kind``: a ¹⁶⁴Dy-like cloud in the droplet regime (a_s =
+    0.005 a_ho, g = 4πa_s, ε_dd = 1.3, γ_QF from ``lhy=True``, peak density 6400 a_ho⁻³) or a two-component mixture
+    beyond the mean-field collapse (g₁₁ = g₂₂ = 0.5, g₁₂ = −1.1√(g₁₁g₂₂), peak densities 100), n³ over a 16³ box in a
+    harmonic trap."""
+    from ivhl_jax.physics import condensate as C
+
+    grid = C.Grid.uniform((n, n, n), 16.0)
+    v = C.harmonic(grid, dtype=rdt)
+    x, y, z = np.meshgrid(*grid.coords, indexing="ij")
+    blob = np.exp(-(x**2 + y**2 + 0.5 * z**2) / 2)
+    if kind == "dipolar":
+        dip = C.Dipolar.create(eps_dd=1.3, cutoff=7.0)
+        g = 4 * np.pi * 0.005
+        plain, with_lhy = (C.DipolarSystem.create(grid, v, g, dip, lhy=on) for on in (False, True))
+        start = blob * 80.0
+    else:
+        gm = [[0.5, -0.55], [-0.55, 0.5]]
+        plain, with_lhy = (C.MixtureSystem.create(grid, v, gm, lhy=on) for on in (False, True))
+        start = np.stack([blob, blob]) * 10.0
+    return plain, with_lhy, start.astype(complex)
+
+
+def check_lhy(kind: str, n: int = 128, steps: int = 50, rounds: int = 15) -> dict:
+    """Step time with the LHY term against the same equation without it, interleaved round by round (per-round
+    ratio with/without: 1 when the n^{3/2} term costs no extra pass over the field), and the float32 state's
+    distance from float64 after 10 steps with LHY."""
+    import jax
+    import jax.numpy as jnp
+
+    from ivhl_jax.bench.harness import interleaved_rounds
+    from ivhl_jax.numerics.rollout import trajectory
+    from ivhl_jax.physics import condensate as C
+
+    plain, with_lhy, start = _lhy_pair(kind, n, jnp.float32)
+    calls = {}
+    for name, system in (("plain", plain), ("lhy", with_lhy)):
+        st = C.strang(system, 1e-3)
+        psi = st.init(jnp.asarray(start, jnp.complex64))
+        run = jax.jit(lambda p, st=st: trajectory(st, p, steps, save_every=steps)[0])
+        jax.block_until_ready(run(psi))  # compile apart
+        calls[name] = lambda run=run, psi=psi: jax.block_until_ready(run(psi))
+    wall, _ = interleaved_rounds(calls, rounds)
+    ratios = [a / b for a, b in zip(wall["lhy"], wall["plain"])]
+    return {
+        "n": n,
+        "steps": steps,
+        "rounds": rounds,
+        "ms_per_step": 1e3 * float(np.median(wall["lhy"])) / steps,
+        "ms_per_step_plain": 1e3 * float(np.median(wall["plain"])) / steps,
+        "ratio_lhy_over_plain_per_round": dict(
+            zip(("q1", "median", "q3"), map(float, np.percentile(ratios, [25, 50, 75])))
+        ),
+        "f32_vs_f64": _f32_vs_f64(lambda rdt: C.strang(_lhy_pair(kind, n, rdt)[1], 1e-3), start, 10),
+    }
+
+
 def _line(name: str):
     def line(rec: dict) -> str:
         drift = {k: v for k, v in rec.items() if "drift" in k or k in ("norm_error", "energy_monotone")}
@@ -164,6 +222,7 @@ def _line(name: str):
             f"{name} {rec['n']}^d: {rec['ms_per_step']:.3f} ms/step, "
             + ", ".join(f"{k} {v:.1e}" if isinstance(v, float) else f"{k} {v}" for k, v in drift.items())
             + f", f32 vs f64 {rec['f32_vs_f64']:.1e}"
+            + (f", LHY/plain {rec['ratio_lhy_over_plain_per_round']['median']:.3f}" if "rounds" in rec else "")
         )
 
     return line
@@ -177,6 +236,8 @@ def gpu_check(quick: bool = False) -> dict:
         "mixture": lambda: check_mixture(32, 40, 1) if quick else check_mixture(),
         "spin1": lambda: check_spin1(32, 40, 1) if quick else check_spin1(),
         "dipolar": lambda: check_dipolar(16, 20, 1) if quick else check_dipolar(),
+        "dipolar_lhy": lambda: check_lhy("dipolar", 32, 20, 5) if quick else check_lhy("dipolar"),
+        "mixture_lhy": lambda: check_lhy("mixture", 32, 20, 5) if quick else check_lhy("mixture"),
     }
     return run_checks({name: (run, _line(name)) for name, run in checks.items()})
 
