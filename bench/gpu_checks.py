@@ -429,12 +429,12 @@ def _stepper_cases(quick: bool) -> dict[str, Callable[[], tuple]]:
 
     def gp():
         grid = condensate.Grid.uniform((16, 16, 16) if quick else (128, 128, 128), 12.0)
-        st = condensate.strang(condensate.GPSystem(grid, condensate.harmonic(grid, 1.0), 20.0), 1e-3)
+        st = condensate.strang(condensate.GPSystem.create(grid, condensate.harmonic(grid, 1.0), 20.0), 1e-3)
         return st, st.init(condensate.gaussian(grid).astype(jnp.complex64)), condensate.observe, 20
 
     def gft_case():
         shape = (8, 8, 8) if quick else (64, 64, 64)
-        st = gft.strang(gft.GFTSystem(shape, -0.5, 0.1), 1e-2)
+        st = gft.strang(gft.GFTSystem.create(shape, -0.5, 0.1), 1e-2)
         kr, ki = jax.random.split(jax.random.key(0))
         phi = 0.1 * jax.lax.complex(jax.random.normal(kr, shape), jax.random.normal(ki, shape))
         return st, st.init(phi), gft.observe, 20
@@ -571,7 +571,7 @@ def section_gp_rounding(quick: bool) -> dict:
     from ivhl_jax.physics import condensate as C
 
     grid = C.Grid.uniform((128,), 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 5.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 5.0)
     out = {}
     for dev in [jax.devices()[0], jax.devices("cpu")[0]] if backend.platform() != "cpu" else [jax.devices()[0]]:
         with jax.default_device(dev):

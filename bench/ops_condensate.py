@@ -44,7 +44,7 @@ def _gp_setup(shape, fft="xla"):
     from ivhl_jax.physics import condensate as C
 
     grid = C.Grid.uniform(shape, [0.1 * n for n in shape])  # dx = 0.1: dt·k_max²/2 < π in 3D
-    system = C.GPSystem(grid, C.harmonic(grid), G, fft=fft)
+    system = C.GPSystem.create(grid, C.harmonic(grid), G, fft=fft)
     psi = C.gaussian(grid)
     kin = np.exp(-0.5j * DT * grid.k_squared()).astype(np.complex64)
     return C, grid, system, psi, kin
@@ -156,7 +156,7 @@ def gp_step(size: str) -> BenchCase:
 
 
 def gp_step_ducc(size: str) -> BenchCase:
-    """The same step with the opt-in host FFT backend (``GPSystem(fft="ducc")``; needs ``ducc0``)."""
+    """The same step with the opt-in host FFT backend (``GPSystem.create(fft="ducc")``; needs ``ducc0``)."""
     return _gp_case(size, "ducc")
 
 
@@ -167,7 +167,7 @@ def gft_step(size: str) -> BenchCase:
     from ivhl_jax.physics import gft as Gm
 
     shape = GFT_SIZES[size]
-    system = Gm.GFTSystem(shape, -0.5, 0.1)
+    system = Gm.GFTSystem.create(shape, -0.5, 0.1)
     kr, ki = jax.random.split(jax.random.key(0))
     phi = 0.1 * jax.lax.complex(jax.random.normal(kr, shape), jax.random.normal(ki, shape))
     steps = 10

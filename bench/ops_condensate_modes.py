@@ -92,7 +92,7 @@ def check_bogoliubov(n: int = 128, n_trap: int = 128, n_modes: int = 8, reps: in
     out: dict = {"n": n, "n_trap": n_trap, "n_modes": n_modes, "dtype": "float32"}
     length, g, dens = 20.0, 2.0, 1.0
     grid = C.Grid.uniform((n, n), length)
-    system = C.GPSystem(grid, jnp.zeros((n, n), jnp.float32), g)
+    system = C.GPSystem.create(grid, jnp.zeros((n, n), jnp.float32), g)
     psi0 = jnp.full((n, n), np.sqrt(dens), jnp.complex64)
     modes = C.bogoliubov(jax.random.key(0), system, psi0, n_modes)
     k = 2 * np.pi * np.fft.fftfreq(n, length / n)
@@ -104,7 +104,7 @@ def check_bogoliubov(n: int = 128, n_trap: int = 128, n_modes: int = 8, reps: in
         lambda: jax.block_until_ready(C.bogoliubov(jax.random.key(0), system, psi0, n_modes).omega), reps
     )
     trap = C.Grid.uniform((n_trap, n_trap), 12.0)
-    tsys = C.GPSystem(trap, C.harmonic(trap), 50.0)
+    tsys = C.GPSystem.create(trap, C.harmonic(trap), 50.0)
     gs, _ = C.ground_state(tsys, 1.0, dt=1e-2, tol=1e-9, max_steps=20000)
     gs, _ = C.ground_state(tsys, 1.0, dt=1e-3, tol=1e-9, max_steps=20000, psi0=gs)
     tm = C.bogoliubov(jax.random.key(0), tsys, gs, 4)

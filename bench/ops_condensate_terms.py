@@ -1,6 +1,6 @@
-"""GPU check of the condensate family's extra terms: dissipation (``GPSystem(gamma=)``), two-component mixtures,
-spin-1 and dipolar interactions, and the Lee–Huang–Yang terms of dipolar and mixture condensates (timed against the
-same equation without them, interleaved), each through the family's one door ``condensate.strang``.
+"""GPU check of the condensate family's extra terms: dissipation (``GPSystem.create(gamma=)``), two-component
+mixtures, spin-1 and dipolar interactions, and the Lee–Huang–Yang terms of dipolar and mixture condensates (timed
+against the same equation without them, interleaved), each through the family's one door ``condensate.strang``.
 
 Each record holds, measured on the device: the time of one jitted block of steps (median of calls waited on,
 ms per step), the conserved quantities' drift over the block in float32 (each N_i of a mixture; N and M of a
@@ -50,7 +50,7 @@ def check_damped(n: int = 512, steps: int = 200, reps: int = 3) -> dict:
 
     def system(rdt):
         grid = C.Grid.uniform((n, n), 24.0)
-        return C.GPSystem(grid, C.harmonic(grid, dtype=rdt), 500.0, 0.8, gamma=0.03)
+        return C.GPSystem.create(grid, C.harmonic(grid, dtype=rdt), 500.0, 0.8, gamma=0.03)
 
     sys32 = system(jnp.float32)
     x, y = np.meshgrid(*sys32.grid.coords, indexing="ij")

@@ -90,7 +90,7 @@ def _gp(policy: str) -> BenchCase:
     from ivhl_jax.physics import condensate as C
 
     grid = C.Grid.uniform(4096, 409.6)
-    system = C.GPSystem(grid, C.harmonic(grid, 0.05), 10.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 0.05), 10.0)
     psi0 = C.gaussian(grid, width=10.0)
     steps = 100
     return BenchCase(
@@ -109,7 +109,7 @@ def _gft(policy: str) -> BenchCase:
     from ivhl_jax.physics import gft as G
 
     shape = (16, 16, 16)
-    system = G.GFTSystem(shape, -0.5, 0.1)
+    system = G.GFTSystem.create(shape, -0.5, 0.1)
     rng = np.random.default_rng(0)
     phi0 = (0.3 * (rng.normal(size=shape) + 1j * rng.normal(size=shape)) + 0.5).astype(np.complex64)
     steps = 20

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "store_snapshots.json"))
     args = ap.parse_args(argv)
     grid = C.Grid.uniform((args.grid,) * 3, 20.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 200.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 200.0)
     stepper = C.strang(system, 1e-3)
     psi0 = stepper.init(C.gaussian(grid))
     advance = chunked(stepper, 100, save_every=50, observe=C.observe, donate=True)

@@ -5,15 +5,17 @@ real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ (ħ = 
 own simulation, ``ivhl sim gft`` (:mod:`ivhl_jax.sims.gft`).
 
 ``system`` picks the condensate, each through the family's one door :func:`ivhl_jax.physics.condensate.strang`:
-``scalar`` (the equation above), ``dipolar`` (3-D, plus the dipole–dipole potential of strength ``eps_dd`` along
-``dipole_axis``), ``mixture`` (C components coupled by g_ij: ``g`` = g₁₁, ``g12``, ``g22``, or the whole matrix
-``couplings``; atom numbers ``norms``) or ``spin1`` (m = +1, 0, −1; ``c0``, ``c2``, Zeeman ``p``, ``q``, a held
-``magnetization``). Each starts from its imaginary-time ground state; a setting of another system is refused,
-and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step projection, host FFT) with
-another system; ``mesh`` spreads any system's field over devices (the distributed FFT of its layout). The
-records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two components, their ``overlap``, a
-spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its component axis first (``component``
-1 … C, or ``m``), in final_state.npy and in the snapshots.
+``scalar`` (the equation above, its settings the top-level keys), ``dipolar`` (3-D, plus the dipole–dipole
+potential: the section ``dipolar.*``, strength ``dipolar.eps_dd`` along ``dipolar.axis``), ``mixture`` (C
+components coupled by g_ij: ``g`` = g₁₁ and the section ``mixture.*``, ``mixture.g12``, ``mixture.g22``, or the
+whole matrix ``mixture.couplings``; atom numbers ``mixture.norms``) or ``spin1`` (m = +1, 0, −1: the section
+``spin1.*``, ``c0``, ``c2``, Zeeman ``p``, ``q``, a held ``magnetization``). A section is validated by building its
+system with the library's ``create``; each system starts from its imaginary-time ground state; a setting of another
+system's section is refused, and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step
+projection, host FFT) with another system; ``mesh`` spreads any system's field over devices (the distributed FFT of
+its layout). The records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two components,
+their ``overlap``, a spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its component axis
+first (``component`` 1 … C, or ``m``), in final_state.npy and in the snapshots.
 
 The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
@@ -26,7 +28,7 @@ steps, so the first is at t = save_every·dt (the initial state is not recorded)
 
   ivhl sim bec --set dims=2 --set g=200 --set omega_rot=0.7 --set steps=2000
   ivhl sim bec --config run.toml --out runs/bec_vortex
-  ivhl sim bec --set system=mixture --set g=100 --set g12=150 --set g22=100 --out runs/bec_mixture
+  ivhl sim bec --set system=mixture --set g=100 --set mixture.g12=150 --set mixture.g22=100 --out runs/bec_mixture
 """
 
 from __future__ import annotations
@@ -59,6 +61,56 @@ from ivhl_jax.train.checkpoint import Checkpointer
 
 
 @dataclasses.dataclass(frozen=True)
+class MixtureSettings:
+    """``system=mixture``: C components coupled by g_ij (``--set mixture.g12=150``); ``g`` is g₁₁."""
+
+    g12: float | None = option(
+        None, "the coupling g₁₂ between the two components (required, or couplings); they separate for g₁₂² > g₁₁g₂₂"
+    )
+    g22: float | None = option(None, "the coupling g₂₂ of the second component (default: g)")
+    couplings: list[list[float]] | None = option(
+        None, "the whole symmetric C × C matrix g_ij (C >= 2 components), instead of g, g12 and g22"
+    )
+    norms: list[float] | None = option(
+        None, "the atom number N_i of each component, held by the ground-state search (default 1 each)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Spin1Settings:
+    """``system=spin1``: components m = +1, 0, −1 (``--set spin1.c0=100 --set spin1.c2=-5``)."""
+
+    c0: float | None = option(None, "the density coupling c₀ (required)")
+    c2: float | None = option(None, "the spin coupling c₂ (required): < 0 ferromagnetic (⁸⁷Rb), > 0 polar (²³Na)")
+    p: float = option(0.0, "the linear Zeeman energy p")
+    q: float = option(0.0, "the quadratic Zeeman energy q")
+    magnetization: float | None = option(
+        None,
+        "the magnetisation M = ∫F_z dV (|M| < 1, the atom number) held by the ground-state search (default: free, "
+        "the lowest state of any M); the evolution conserves it",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DipolarSettings:
+    """``system=dipolar`` (dims=3): the dipole-dipole interaction (``--set dipolar.eps_dd=0.5``)."""
+
+    eps_dd: float | None = option(
+        None, "the relative dipolar strength ε_dd = g_dd/g >= 0 (required; ¹⁶⁴Dy: 1.3, ⁵²Cr: 0.16)"
+    )
+    axis: tuple[float, float, float] = option((0.0, 0.0, 1.0), "the direction of the dipoles, a non-zero 3-vector")
+    cutoff: float | None = option(
+        None,
+        "the radius R_c > 0 of the spherical cutoff of the dipolar kernel (trap lengths; exact for a cloud of "
+        "diameter D when R_c >= D and length >= D + R_c); default: the uncut kernel",
+    )
+
+
+#: The section of each system other than the scalar one (``--set <system>.<key>=...``).
+SECTIONS: dict[str, type] = {"mixture": MixtureSettings, "spin1": Spin1Settings, "dipolar": DipolarSettings}
+
+
+@dataclasses.dataclass(frozen=True)
 class BECConfig:
     """Run configuration (TOML/JSON keys; ``--set key=value``)."""
 
@@ -77,43 +129,17 @@ class BECConfig:
     # --- which condensate ---
     system: Literal["scalar", "dipolar", "mixture", "spin1"] = option(
         "scalar",
-        '"scalar" (the GP equation above, default), "dipolar" (plus the dipole-dipole interaction: dims=3, '
-        'eps_dd), "mixture" (C components with couplings g_ij: g12, g22 or couplings) or "spin1" (components m = '
-        "+1, 0, -1: c0, c2, p, q); omega_rot, gamma, imprints, noise, project_norm=true and fft=ducc "
-        "apply to the scalar system only (mesh to every system), and a setting of another system is refused",
+        '"scalar" (the GP equation above, default), "dipolar" (plus the dipole-dipole interaction: dims=3, the '
+        'section dipolar.*), "mixture" (C components with couplings g_ij: mixture.*) or "spin1" (components m = '
+        "+1, 0, -1: spin1.*); omega_rot, gamma, imprints, noise, project_norm=true and fft=ducc apply to the "
+        "scalar system only (mesh to every system), and a setting of another system's section is refused",
     )
-    g12: float | None = option(
-        None, "system=mixture: the coupling g₁₂ between the two components (g is g₁₁); they separate for g₁₂² > g₁₁g₂₂"
+    mixture: MixtureSettings = option(
+        default_factory=MixtureSettings, help="system=mixture: its settings (--set mixture.g12=150)"
     )
-    g22: float | None = option(None, "system=mixture: the coupling g₂₂ of the second component (default: g)")
-    couplings: list[list[float]] | None = option(
-        None,
-        "system=mixture: the whole symmetric C × C matrix g_ij (C >= 2 components), instead of g, g12 and g22",
-    )
-    norms: list[float] | None = option(
-        None, "system=mixture: the atom number N_i of each component, held by the ground-state search (default 1 each)"
-    )
-    c0: float | None = option(None, "system=spin1: the density coupling c₀ (required)")
-    c2: float | None = option(
-        None, "system=spin1: the spin coupling c₂ (required): < 0 ferromagnetic (⁸⁷Rb), > 0 polar (²³Na)"
-    )
-    p: float | None = option(None, "system=spin1: the linear Zeeman energy p (default 0)")
-    q: float | None = option(None, "system=spin1: the quadratic Zeeman energy q (default 0)")
-    magnetization: float | None = option(
-        None,
-        "system=spin1: the magnetisation M = ∫F_z dV (|M| < 1, the atom number) held by the ground-state search "
-        "(default: free, the lowest state of any M); the evolution conserves it",
-    )
-    eps_dd: float | None = option(
-        None, "system=dipolar: the relative dipolar strength ε_dd = g_dd/g >= 0 (required; ¹⁶⁴Dy: 1.3, ⁵²Cr: 0.16)"
-    )
-    dipole_axis: tuple[float, float, float] | None = option(
-        None, "system=dipolar: the direction of the dipoles, any non-zero 3-vector (default [0, 0, 1])"
-    )
-    dipole_cutoff: float | None = option(
-        None,
-        "system=dipolar: the radius R_c > 0 of the spherical cutoff of the dipolar kernel (trap lengths; exact for "
-        "a cloud of diameter D when R_c >= D and length >= D + R_c); default: the uncut kernel",
+    spin1: Spin1Settings = option(default_factory=Spin1Settings, help="system=spin1: its settings (--set spin1.c0=100)")
+    dipolar: DipolarSettings = option(
+        default_factory=DipolarSettings, help="system=dipolar: its settings (--set dipolar.eps_dd=0.5)"
     )
     ground_dt: float = option(5e-3, "imaginary-time step of the ground-state search")
     ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
@@ -250,92 +276,83 @@ class BECConfig:
             )
 
     def _validate_system(self) -> None:
-        """The settings of the chosen ``system``: those of another system are refused (one line naming them), the
-        values go through the physics module's own checks (the error names the setting)."""
+        """The settings of the chosen ``system``: a changed setting of another system's section (or of the scalar
+        scheme's own, with another system) is refused in one line naming it and the fix; the chosen section is
+        checked by building its system with the library's ``create`` on a tiny grid (and its ground-state targets
+        with ``strang``), the library's error renamed to the setting at fault."""
         system = self.system
-        for owner, keys in SYSTEM_SETTINGS.items():
-            given = [k for k in keys if getattr(self, k) is not None]
-            if owner != system and given:
+        for name, section in SECTIONS.items():
+            given, default = getattr(self, name), section()
+            changed = [f.name for f in dataclasses.fields(given) if getattr(given, f.name) != getattr(default, f.name)]
+            if name != system and changed:
                 raise ValueError(
-                    f"{given[0]} applies to system={owner}, not to system={system}: drop it or set system={owner}"
+                    f"{name}.{changed[0]} applies to system={name}, not to system={system}: drop it or set "
+                    f"system={name}"
                 )
-        if system != "scalar":
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for key in SCALAR_ONLY:
-                if key == "imprints":
-                    changed = bool(self.imprints)
-                else:
-                    changed = getattr(self, key) != defaults[key]
-                if changed:
-                    raise ValueError(
-                        f"{key}={getattr(self, key)!r} applies to system=scalar, not to system={system} (its "
-                        f"scheme has no {SCALAR_ONLY[key]}): drop it"
-                    )
-        tiny = C.Grid.uniform((2,), 1.0)  # the physics checks of the values need a grid; any grid does
-        if system == "mixture":
-            if self.couplings is not None:
+        if system == "scalar":
+            return
+        defaults = BECConfig()
+        for key in SCALAR_ONLY:
+            if getattr(self, key) != getattr(defaults, key):
+                raise ValueError(
+                    f"{key}={getattr(self, key)!r} applies to system=scalar, not to system={system} (its "
+                    f"scheme has no {SCALAR_ONLY[key]}): drop it"
+                )
+        self._check_section_needs()
+        tiny = C.Grid.uniform((2,) * self.dims, 1.0)  # the library's checks of the values need a grid; any grid does
+        try:
+            built = section_system(self, tiny, np.zeros(tiny.shape, np.float32))
+            norm, extra = ground_targets(self, built)
+            C.strang(built, 1e-3, imaginary=True, norm=norm, **extra)
+        except (TypeError, ValueError) as e:
+            raise ValueError(_setting_message(system, str(e))) from None
+
+    def _check_section_needs(self) -> None:
+        """What a section needs that its system's ``create`` cannot see: the required settings, one way to give
+        the couplings, ``g`` only where it means something."""
+        mix, spin = self.mixture, self.spin1
+        if self.system == "mixture":
+            if mix.couplings is None and mix.g12 is None:
+                raise ValueError(
+                    "system=mixture needs the inter-component coupling: --set mixture.g12=... (two components, g "
+                    "is g_11, mixture.g22 defaults to g) or --set mixture.couplings=[[g11, g12], [g12, g22]]"
+                )
+            if mix.couplings is not None:
                 for key in ("g12", "g22"):
-                    if getattr(self, key) is not None:
-                        raise ValueError(f"{key} and couplings both give the couplings: give one of them")
+                    if getattr(mix, key) is not None:
+                        raise ValueError(f"mixture.{key} and mixture.couplings both give the couplings: give one")
                 if self.g != BECConfig.g:
-                    raise ValueError(f"g={self.g:g} and couplings both give g_11: drop g (couplings[0][0] is g_11)")
-                if len(self.couplings) < 2:
                     raise ValueError(
-                        f"couplings must be a C × C matrix with C >= 2 components (one component is "
-                        f"system=scalar), got {self.couplings}"
+                        f"g={self.g:g} and mixture.couplings both give g_11: drop g (couplings[0][0] is g_11)"
                     )
-            elif self.g12 is None:
-                raise ValueError(
-                    "system=mixture needs the inter-component coupling: --set g12=... (two components, g is g_11, "
-                    "g22 defaults to g) or --set couplings=[[g11, g12], [g12, g22]]"
-                )
-            for key in ("g12", "g22"):
-                v = getattr(self, key)
-                if v is not None and not math.isfinite(v):
-                    raise ValueError(f"{key} must be a finite number, got {v}")
-            try:
-                mix = C.MixtureSystem.create(tiny, np.zeros(2, np.float32), mixture_couplings(self))
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"couplings (the matrix g_ij): {e}") from None
-            n = mix.n_components
-            if self.norms is not None and (
-                len(self.norms) != n or not all(math.isfinite(v) and v > 0 for v in self.norms)
-            ):
-                raise ValueError(
-                    f"norms must be {n} finite numbers > 0 (one atom number per component), got {self.norms}"
-                )
-        elif system == "spin1":
+                if len(mix.couplings) < 2:
+                    raise ValueError(
+                        f"mixture.couplings must be a C × C matrix with C >= 2 components (one component is "
+                        f"system=scalar), got {mix.couplings}"
+                    )
+        elif self.system == "spin1":
             if self.g != BECConfig.g:
-                raise ValueError(f"g={self.g:g} does not apply to system=spin1 (its density coupling is c0): drop it")
+                raise ValueError(
+                    f"g={self.g:g} does not apply to system=spin1 (its density coupling is spin1.c0): drop it"
+                )
             for key in ("c0", "c2"):
-                if getattr(self, key) is None:
+                if getattr(spin, key) is None:
                     raise ValueError(
-                        f"system=spin1 needs {key} (--set c0=... --set c2=...; c2 < 0 ferromagnetic, > 0 polar)"
+                        f"system=spin1 needs spin1.{key} (--set spin1.c0=... --set spin1.c2=...; c2 < 0 "
+                        "ferromagnetic, > 0 polar)"
                     )
-            spin = C.Spin1System.create(
-                tiny, np.zeros(2, np.float32), self.c0, self.c2, p=self.p or 0.0, q=self.q or 0.0
-            )
-            if self.magnetization is not None:
-                C.strang(spin, 1e-3, imaginary=True, norm=1.0, magnetization=self.magnetization)
-        elif system == "dipolar":
+        elif self.system == "dipolar":
             if self.dims != 3:
                 raise ValueError(
                     f"system=dipolar needs dims=3 (the dipole-dipole kernel is the 3-D one), got {self.dims}"
                 )
-            if self.eps_dd is None:
-                raise ValueError("system=dipolar needs eps_dd, the relative dipolar strength g_dd/g (--set eps_dd=0.5)")
-            try:
-                dipole_spec(self)
-            except (TypeError, ValueError) as e:
-                raise ValueError(re.sub(r"^(axis|cutoff)\b", r"dipole_\1", str(e))) from None
+            if self.dipolar.eps_dd is None:
+                raise ValueError(
+                    "system=dipolar needs dipolar.eps_dd, the relative dipolar strength g_dd/g (--set "
+                    "dipolar.eps_dd=0.5)"
+                )
 
 
-# The settings that belong to one system (None: not given); refused with any other system.
-SYSTEM_SETTINGS: dict[str, tuple[str, ...]] = {
-    "mixture": ("g12", "g22", "couplings", "norms"),
-    "spin1": ("c0", "c2", "p", "q", "magnetization"),
-    "dipolar": ("eps_dd", "dipole_axis", "dipole_cutoff"),
-}
 # The settings of the scalar GP scheme alone (refused with another system when changed from their default), with
 # what the other schemes lack.
 SCALAR_ONLY: dict[str, str] = {
@@ -346,21 +363,60 @@ SCALAR_ONLY: dict[str, str] = {
     "project_norm": "per-step norm projection",
     "fft": "host FFT",
 }
+#: The library's names in its errors that are not a section's own setting, as the settings that give them.
+LIBRARY_NAMES: dict[str, dict[str, str]] = {
+    "mixture": {"g": "the couplings g_ij (g, mixture.g12, mixture.g22 or mixture.couplings)", "norm": "mixture.norms"},
+}
+
+
+def _setting_message(system: str, message: str) -> str:
+    """The library's error about the ``system`` built from a section, its leading argument name replaced by the
+    config key that sets it (``axis must be ...`` → ``dipolar.axis must be ...``)."""
+    names = {f.name: f"{system}.{f.name}" for f in dataclasses.fields(SECTIONS[system])}
+    names.update(LIBRARY_NAMES.get(system, {}))
+    head = re.match(r"\w+", message)
+    if head is not None and head.group() in names:
+        return names[head.group()] + message[head.end() :]
+    return f"system={system}: {message}"
 
 
 def mixture_couplings(cfg: BECConfig) -> list[list[float]]:
-    """The coupling matrix g_ij of ``system=mixture``: ``couplings``, or [[g, g12], [g12, g22]] (g22 default g)."""
-    if cfg.couplings is not None:
-        return [list(row) for row in cfg.couplings]
-    g12 = 0.0 if cfg.g12 is None else cfg.g12
-    g22 = cfg.g if cfg.g22 is None else cfg.g22
+    """The coupling matrix g_ij of ``system=mixture``: ``mixture.couplings``, or [[g, g12], [g12, g22]] (g22
+    default g)."""
+    mix = cfg.mixture
+    if mix.couplings is not None:
+        return [list(row) for row in mix.couplings]
+    g12 = 0.0 if mix.g12 is None else mix.g12
+    g22 = cfg.g if mix.g22 is None else mix.g22
     return [[cfg.g, g12], [g12, g22]]
 
 
 def dipole_spec(cfg: BECConfig) -> C.Dipolar:
     """The dipolar interaction of ``system=dipolar`` (ε_dd relative to g, the axis, the cutoff or None)."""
-    axis = (0.0, 0.0, 1.0) if cfg.dipole_axis is None else cfg.dipole_axis
-    return C.Dipolar.create(eps_dd=cfg.eps_dd, axis=axis, cutoff=cfg.dipole_cutoff)
+    d = cfg.dipolar
+    return C.Dipolar.create(eps_dd=d.eps_dd, axis=d.axis, cutoff=d.cutoff)
+
+
+def section_system(cfg: BECConfig, grid: C.Grid, potential: Any, layout: Any = None) -> Any:
+    """The dipolar, mixture or spin-1 system of ``cfg.system``, its section's settings given to the system's
+    ``create`` (which validates them) on ``grid`` with trap ``potential``."""
+    if cfg.system == "dipolar":
+        return C.DipolarSystem.create(grid, potential, cfg.g, dipole_spec(cfg), layout=layout)
+    if cfg.system == "mixture":
+        return C.MixtureSystem.create(grid, potential, np.asarray(mixture_couplings(cfg)), layout=layout)
+    s = cfg.spin1
+    return C.Spin1System.create(grid, potential, s.c0, s.c2, p=s.p, q=s.q, layout=layout)
+
+
+def ground_targets(cfg: BECConfig, system: Any) -> tuple[Any, dict[str, Any]]:
+    """What the ground-state search of a dipolar, mixture or spin-1 ``system`` holds: the atom number (a mixture's
+    N_i of ``mixture.norms``, default 1 each; else 1) and the keyword arguments of the rest (a spin-1 field's
+    ``spin1.magnetization`` when given)."""
+    if isinstance(system, C.MixtureSystem):
+        norms = cfg.mixture.norms
+        return ([1.0] * system.n_components if norms is None else list(norms)), {}
+    magnetization = cfg.spin1.magnetization if isinstance(system, C.Spin1System) else None
+    return 1.0, ({} if magnetization is None else {"magnetization": magnetization})
 
 
 def precision_scope(cfg: BECConfig) -> contextlib.AbstractContextManager:
@@ -381,7 +437,7 @@ def _dtype(cfg: BECConfig):
 def gp_system(cfg: BECConfig) -> C.GPSystem:
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
-    return C.GPSystem(
+    return C.GPSystem.create(
         grid,
         C.harmonic(grid, trap, dtype=_dtype(cfg)),
         cfg.g,
@@ -504,16 +560,7 @@ def condensate_system(cfg: BECConfig) -> C.GPSystem | C.DipolarSystem | C.Mixtur
     grid = C.Grid.uniform((cfg.grid,) * cfg.dims, cfg.length)
     trap = cfg.trap[0] if len(cfg.trap) == 1 else cfg.trap
     pot = C.harmonic(grid, trap, dtype=_dtype(cfg))
-    layout = parse_mesh(cfg.mesh, cfg.dims)
-    if cfg.system == "dipolar":
-        return C.DipolarSystem.create(grid, pot, cfg.g, dipole_spec(cfg), layout=layout)
-    if cfg.system == "mixture":
-        return C.MixtureSystem.create(grid, pot, np.asarray(mixture_couplings(cfg)), layout=layout)
-    return C.Spin1System.create(grid, pot, cfg.c0, cfg.c2, p=cfg.p or 0.0, q=cfg.q or 0.0, layout=layout)
-
-
-def _component_norms(cfg: BECConfig, n_components: int) -> list[float]:
-    return [1.0] * n_components if cfg.norms is None else list(cfg.norms)
+    return section_system(cfg, grid, pot, parse_mesh(cfg.mesh, cfg.dims))
 
 
 def _guess(cfg: BECConfig, system) -> jax.Array:
@@ -525,7 +572,7 @@ def _guess(cfg: BECConfig, system) -> jax.Array:
         return jnp.stack(
             [
                 C.gaussian(grid, n, center=(s,) + (0.0,) * (grid.ndim - 1), dtype=cdt)
-                for n, s in zip(_component_norms(cfg, c), shifts)
+                for n, s in zip(ground_targets(cfg, system)[0], shifts)
             ]
         )
     if isinstance(system, C.Spin1System):
@@ -542,13 +589,7 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
         return gp_initial_state(cfg, system, progress=progress)
     guess = _guess(cfg, system)
     common: dict[str, Any] = {"dt": cfg.ground_dt, "tol": cfg.ground_tol, "check_every": GROUND_CHECK_EVERY}
-    norm: Any
-    if isinstance(system, C.MixtureSystem):
-        norm = _component_norms(cfg, system.n_components)
-        extra: dict = {}
-    else:
-        norm = 1.0
-        extra = {} if cfg.magnetization is None else {"magnetization": cfg.magnetization}
+    norm, extra = ground_targets(cfg, system)
     # The library's check of the local step over the guess names its argument, dt: here it is ground_dt.
     try:
         C.strang(system, cfg.ground_dt, imaginary=True, norm=norm, **extra).init(guess)

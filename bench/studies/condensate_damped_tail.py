@@ -31,7 +31,7 @@ def _energy(psi, params):
 def records(dtype) -> np.ndarray:
     """The energy every EVERY steps of the damped run in ``dtype`` (float32 or float64), float64 NumPy."""
     grid = C.Grid.uniform((64, 64), 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=dtype), 500.0, 0.8, gamma=0.03)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=dtype), 500.0, 0.8, gamma=0.03)
     x, y = np.meshgrid(*grid.coords, indexing="ij")
     r2 = x * x + y * y
     start = np.sqrt(np.maximum(0.0, 30.0 - r2)) * (1 + 0.01 * np.random.default_rng(0).standard_normal(r2.shape))

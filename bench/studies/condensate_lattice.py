@@ -1,6 +1,6 @@
 """The vortex lattice of a rotating, dissipative condensate against Feynman's rule.
 
-A 2-D trap rotating at Ω = 0.8 ω, gN = 500, γ = 0.03 (``GPSystem(..., gamma=)``), started vortex-free (a
+A 2-D trap rotating at Ω = 0.8 ω, gN = 500, γ = 0.03 (``GPSystem.create(..., gamma=)``), started vortex-free (a
 Thomas–Fermi-like profile with 1 % noise) on 128² points over a 24² box, dt = 2e-3, float32. Every
 ``--every`` steps: the energy (rotating frame; it must fall at every record), the Thomas–Fermi radius R from
 ⟨r²⟩ = R²/3, the vortices (``condensate.vortices``) and, inside r < f·R for f = 0.5, 0.6, 0.7, their count against
@@ -35,7 +35,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     omega, gamma, g, dt = 0.8, 0.03, 500.0, 2e-3
     grid = C.Grid.uniform((128, 128), 24.0)
-    system = C.GPSystem(grid, C.harmonic(grid), g, omega, gamma=gamma)
+    system = C.GPSystem.create(grid, C.harmonic(grid), g, omega, gamma=gamma)
     st = C.strang(system, dt)
     x, y = np.meshgrid(*grid.coords, indexing="ij")
     r2 = x * x + y * y

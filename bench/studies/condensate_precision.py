@@ -4,7 +4,7 @@ Five runs of ``condensate.strang``, each from one float64 start, each 1000 steps
 
   gp       the default ``ivhl sim bec`` system (2-D, 128², box 20, trap ω = 1, g = 200, dt = 2e-3): its float64
            ground state with a vortex imprinted at (1, 0), so the state moves (the vortex precesses);
-  damped   the same start in a trap rotating at Ω = 0.7 with damping γ = 0.03 (``GPSystem(gamma=)``);
+  damped   the same start in a trap rotating at Ω = 0.7 with damping γ = 0.03 (``GPSystem.create(gamma=)``);
   mixture  two components (g₁₁ = 100, g₂₂ = 90, g₁₂ = 80), displaced Gaussians with a relative velocity, 128², box 16;
   spin1    spin-1 (c₀ = 100, c₂ = −5, p = 0, q = 0.1), a transverse-spin Gaussian with a phase gradient, 128², box 16;
   dipolar  3-D, 32³ over a box of 16, g = 500, ε_dd = 0.5 along z, cutoff 7, an anisotropic Gaussian, dt = 1e-3.
@@ -44,7 +44,7 @@ MODES = ("f64", "f32", "bf16_storage")
 
 def _gp_start(grid, rdt):
     """The float64 ground state of the default sim bec system with a vortex imprinted at (1, 0)."""
-    system = C.GPSystem(grid, C.harmonic(grid, dtype=rdt), 200.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, dtype=rdt), 200.0)
     gs, _ = C.ground_state(system, 1.0, dt=5e-3, max_steps=3000)
     return np.asarray(C.imprint_vortices(gs, grid, np.array([[1.0, 0.0]]), np.array([1])))
 
@@ -87,9 +87,9 @@ def cases() -> dict:
         return {"n": C.norm(psi, system.grid), "e": D.dipolar_gp_energy(psi, system)["total"]}
 
     return {
-        "gp": (lambda rdt: C.GPSystem(g2, C.harmonic(g2, dtype=rdt), 200.0), 2e-3, gp_start, gp_obs),
+        "gp": (lambda rdt: C.GPSystem.create(g2, C.harmonic(g2, dtype=rdt), 200.0), 2e-3, gp_start, gp_obs),
         "damped": (
-            lambda rdt: C.GPSystem(g2, C.harmonic(g2, dtype=rdt), 200.0, 0.7, gamma=0.03),
+            lambda rdt: C.GPSystem.create(g2, C.harmonic(g2, dtype=rdt), 200.0, 0.7, gamma=0.03),
             2e-3,
             gp_start,
             gp_obs,

@@ -65,12 +65,12 @@ def _case(shape: tuple[int, ...], p: int, kind: str, steps: int) -> tuple[dict[s
     grid = C.Grid.uniform(shape, 12.0)
     if kind == "gspmd":  # no layout: ψ sharded P("x") and jnp.fft left to XLA's partitioner (the reference)
         layout = None
-        stepper = C.strang(C.GPSystem(grid, C.harmonic(grid), 50.0), DT)
+        stepper = C.strang(C.GPSystem.create(grid, C.harmonic(grid), 50.0), DT)
         slab = _layout(p, "slab")
         psi = stepper.init(C.gaussian(grid)) if slab is None else place(stepper.init(C.gaussian(grid)), slab.sharding())
     else:
         layout = _layout(p, kind)
-        stepper = C.strang(C.GPSystem(grid, C.harmonic(grid), 50.0, layout=layout), DT)
+        stepper = C.strang(C.GPSystem.create(grid, C.harmonic(grid), 50.0, layout=layout), DT)
         psi = stepper.init(C.gaussian(grid))
     run = jax.jit(lambda st, s: trajectory(st, s, steps)[0])
     one = jax.jit(lambda st, s: st.step(s))

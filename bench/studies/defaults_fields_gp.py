@@ -54,7 +54,7 @@ def main() -> None:
         meta[f"superpose {n}x{m}"] = {"max_abs_diff_re": float(np.abs(outs["new"] - outs["old"]).max())}
     for shape, length, steps in (((4096,), 200.0, 200), ((256, 256), 20.0, 40), ((64, 64, 64), 20.0, 10)):
         grid = C.Grid.uniform(shape, length)
-        system = C.GPSystem(grid, C.harmonic(grid), 100.0)
+        system = C.GPSystem.create(grid, C.harmonic(grid), 100.0)
         st = C.strang(system, 1e-3)
         psi = st.init(C.gaussian(grid, 1.0))
 

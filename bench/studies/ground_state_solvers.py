@@ -33,11 +33,11 @@ def _cases() -> dict:
 
     def gp1d(g, n, length, dtype):
         grid = C.Grid.uniform(n, length)
-        return C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=dtype), g), {}
+        return C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=dtype), g), {}
 
     def gp(shape, length, g):
         grid = C.Grid.uniform(shape, length)
-        return C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), g), {}
+        return C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), g), {}
 
     def mixture():
         grid = C.Grid.uniform(256, 40.0)

@@ -58,24 +58,27 @@ __all__ = [
 ]
 
 
-class GFTSystem:
+class GFTSystem(struct.PyTreeNode, eq=False):
     """GFT condensate parameters: lattice ``shape`` (rank r = len(shape), 1…4), mass² m², coupling λ.
 
-    ``GFTSystem(shape, mass_sq=-0.5, lam=0.1, layout=None)`` validates its input once; pytree reconstruction
-    rebuilds the fields as they are. ``mass_sq`` and ``lam`` are pytree leaves (traceable, vmappable); the
-    lattice shape and the layout are static. Fields may carry leading batch axes in front of the r lattice axes.
-    ``layout``: how φ's lattice axes are split over a device mesh (an
+    Build with :meth:`create` (``GFTSystem.create(shape, mass_sq=-0.5, lam=0.1, layout=None)``), which validates its
+    input once; pytree reconstruction rebuilds the fields as they are. ``mass_sq`` and ``lam`` are pytree leaves
+    (traceable, vmappable); the lattice shape and the layout are static. Fields may carry leading batch axes in
+    front of the r lattice axes. ``layout``: how φ's lattice axes are split over a device mesh (an
     :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`) or None; with a layout the kinetic step uses the
-    distributed FFT and φ and the factor are held in blocks.
+    distributed FFT and φ and the factor are held in blocks. The fields have no defaults (the raw constructor
+    checks nothing); ``replace`` validates like :meth:`create`.
     """
 
-    __slots__ = ("shape", "mass_sq", "lam", "layout")
-    shape: tuple[int, ...]
+    shape: tuple[int, ...] = struct.field(pytree_node=False)
     mass_sq: Any
     lam: Any
-    layout: Any
+    layout: Any = struct.field(pytree_node=False)
 
-    def __init__(self, shape: tuple[int, ...], mass_sq: Any = -0.5, lam: Any = 0.1, layout: Any = None):
+    @classmethod
+    def create(cls, shape: tuple[int, ...], mass_sq: Any = -0.5, lam: Any = 0.1, layout: Any = None) -> GFTSystem:
+        """The validated system: ``shape`` a tuple of 1..4 ints ≥ 2, ``mass_sq`` and ``lam`` real, ``layout`` None or
+        an FFTLayout of the lattice."""
         if not isinstance(shape, tuple) or not all(
             isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in shape
         ):
@@ -90,23 +93,7 @@ class GFTSystem:
                 raise TypeError(f"{name} must be a real number (or array), got {type(v).__name__} {v!r}")
         if layout is not None:
             layout = distributed_fft.check_layout(layout, shape)
-        for name, value in (("shape", shape), ("mass_sq", mass_sq), ("lam", lam), ("layout", layout)):
-            object.__setattr__(self, name, value)
-
-    def replace(self, **updates: Any) -> GFTSystem:
-        """A new system with ``updates`` (validated like the constructor)."""
-        fields = {name: getattr(self, name) for name in self.__slots__}
-        unknown = set(updates) - set(fields)
-        if unknown:
-            raise TypeError(f"GFTSystem has no field(s) {sorted(unknown)}; fields: {list(fields)}")
-        fields.update(updates)
-        return GFTSystem(**fields)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"GFTSystem is immutable; use system.replace({name}=...)")
-
-    def __reduce__(self):  # copy/pickle rebuild the fields as they are, like a pytree reconstruction
-        return (_gft_unflatten, ((self.shape, self.layout), (self.mass_sq, self.lam)))
+        return cls(shape, mass_sq, lam, layout)
 
     def __repr__(self) -> str:
         return f"GFTSystem(shape={self.shape}, mass_sq={self.mass_sq!r}, lam={self.lam!r}, layout={self.layout!r})"
@@ -116,23 +103,14 @@ class GFTSystem:
         return len(self.shape)
 
 
-def _gft_unflatten(static: tuple, leaves: Any) -> GFTSystem:
-    # Reconstruction holds data only: no check (the constructor did it once).
-    system = object.__new__(GFTSystem)
-    for name, value in zip(("shape", "layout", "mass_sq", "lam"), tuple(static) + tuple(leaves)):
-        object.__setattr__(system, name, value)
-    return system
+def _replace_gft(self: GFTSystem, **updates: Any) -> GFTSystem:
+    """A new system with ``updates``, validated like :meth:`GFTSystem.create`."""
+    fields = {"shape": self.shape, "mass_sq": self.mass_sq, "lam": self.lam, "layout": self.layout}
+    return GFTSystem.create(**{**fields, **updates})
 
 
-jax.tree_util.register_pytree_with_keys(
-    GFTSystem,
-    lambda s: (
-        ((jax.tree_util.GetAttrKey("mass_sq"), s.mass_sq), (jax.tree_util.GetAttrKey("lam"), s.lam)),
-        (s.shape, s.layout),
-    ),
-    _gft_unflatten,
-    lambda s: ((s.mass_sq, s.lam), (s.shape, s.layout)),
-)
+# (the dataclass transform installs an unchecked ``replace``; this one goes through ``create``)
+setattr(GFTSystem, "replace", _replace_gft)  # noqa: B010
 
 
 @functools.lru_cache(maxsize=32)

@@ -161,7 +161,7 @@ def _gp_run(shape: tuple[int, ...], steps: int, every: int, fft: str = "xla", la
     from ivhl_jax.physics import condensate as C
 
     grid = C.Grid.uniform(shape, [0.1 * n for n in shape])
-    system = C.GPSystem(grid, C.harmonic(grid), 100.0, fft=fft, layout=layout)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 100.0, fft=fft, layout=layout)
     stepper = C.strang(system, 1e-3)
     psi = stepper.init(C.gaussian(grid))
     return (lambda p: trajectory(stepper, p, steps, save_every=every, observe=_observe_nothing)[0]), (psi,)
@@ -226,7 +226,7 @@ def tune_gp_layouts(t: Tuner) -> dict[str, dict[str, Any]]:
     """With more than one device: the GP Strang step on a 3-D grid with ψ on one device against every
     distributed-FFT layout over all devices (slab, pencils; :func:`gp_layout_meshes`), each output checked
     against the one-device run. The winner is stored as ``condensate.layout|<n>dev,<grid>``: a measurement (the
-    mesh is the caller's choice, ``GPSystem(layout=...)`` / ``--mesh``; no default reads it)."""
+    mesh is the caller's choice, ``GPSystem.create(layout=...)`` / ``--mesh``; no default reads it)."""
     import jax
 
     from ivhl_jax.numerics import distributed_fft
@@ -265,7 +265,7 @@ def tune_gp_layouts(t: Tuner) -> dict[str, dict[str, Any]]:
         )
         entry["bucket"] = f"{ndev}dev,{'x'.join(map(str, shape))}"
         entry["note"] = (
-            "a measurement: the layout is the caller's choice (GPSystem(layout=...), --mesh); no default "
+            "a measurement: the layout is the caller's choice (GPSystem.create(layout=...), --mesh); no default "
             "reads this entry"
         )
         out[f"condensate.layout|{entry['bucket']}"] = entry

@@ -54,22 +54,22 @@ SMALL: dict[str, list[str]] = {
 }
 
 # Keys that matter only with another setting: that setting is added before the bad value.
-_SPIN1 = ["system=spin1", "c0=10", "c2=-1"]
-_DIPOLAR = ["system=dipolar", "dims=3", "eps_dd=0.5"]
+_SPIN1 = ["system=spin1", "spin1.c0=10", "spin1.c2=-1"]
+_DIPOLAR = ["system=dipolar", "dims=3", "dipolar.eps_dd=0.5"]
 CONTEXT: dict[str, dict[str, list[str]]] = {
     "sim bec": {
-        "g12": ["system=mixture"],
-        "g22": ["system=mixture", "g12=1"],
-        "couplings": ["system=mixture"],
-        "norms": ["system=mixture", "g12=1"],
-        "c0": ["system=spin1", "c2=-1"],
-        "c2": ["system=spin1", "c0=10"],
-        "p": _SPIN1,
-        "q": _SPIN1,
-        "magnetization": _SPIN1,
-        "eps_dd": ["system=dipolar", "dims=3"],
-        "dipole_axis": _DIPOLAR,
-        "dipole_cutoff": _DIPOLAR,
+        "mixture.g12": ["system=mixture"],
+        "mixture.g22": ["system=mixture", "mixture.g12=1"],
+        "mixture.couplings": ["system=mixture"],
+        "mixture.norms": ["system=mixture", "mixture.g12=1"],
+        "spin1.c0": ["system=spin1", "spin1.c2=-1"],
+        "spin1.c2": ["system=spin1", "spin1.c0=10"],
+        "spin1.p": _SPIN1,
+        "spin1.q": _SPIN1,
+        "spin1.magnetization": _SPIN1,
+        "dipolar.eps_dd": ["system=dipolar", "dims=3"],
+        "dipolar.axis": _DIPOLAR,
+        "dipolar.cutoff": _DIPOLAR,
     }
 }
 

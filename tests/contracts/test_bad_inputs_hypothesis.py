@@ -134,7 +134,7 @@ def _grid():
 
 def _gp():
     g = _grid()
-    return C.GPSystem(g, C.harmonic(g, 1.0), 10.0)
+    return C.GPSystem.create(g, C.harmonic(g, 1.0), 10.0)
 
 
 def _psi():
@@ -545,11 +545,11 @@ CASES: list[Case] = [
     ),
     Case(
         "condensate.GPSystem/potential",
-        lambda b: C.GPSystem(_grid(), b, 10.0),
+        lambda b: C.GPSystem.create(_grid(), b, 10.0),
         "potential",
         st.one_of(nonfinite(np.zeros(16, np.float32)), st.just(np.zeros(15, np.float32))),
     ),
-    Case("condensate.GPSystem/g", lambda b: C.GPSystem(_grid(), C.harmonic(_grid(), 1.0), b), "g", bad_finite),
+    Case("condensate.GPSystem/g", lambda b: C.GPSystem.create(_grid(), C.harmonic(_grid(), 1.0), b), "g", bad_finite),
     Case("condensate.max_stable_dt/grid", lambda b: C.max_stable_dt(b), "grid", st.sampled_from([None, (16,), 4.0])),
     Case(
         "condensate.ground_state/dt",
@@ -560,7 +560,7 @@ CASES: list[Case] = [
     Case("condensate.ground_state/norm", lambda b: C.ground_state(_gp(), b, max_steps=200), "norm", bad_positive),
     Case(
         "gft.GFTSystem/shape",
-        lambda b: gft.GFTSystem(b),
+        lambda b: gft.GFTSystem.create(b),
         "shape",
         st.sampled_from([(0,), (-4,), (4, 0), ()]),
     ),
@@ -1686,13 +1686,15 @@ CASES += [
     Case("gft.charge/rank", lambda b: gft.charge(_PHI, rank=b), "rank", st.sampled_from([0, 5, -2, 2.5])),
     Case(
         "gft.strang.init/phi",
-        lambda b: gft.strang(gft.GFTSystem((4, 4)), 0.01).init(b),
+        lambda b: gft.strang(gft.GFTSystem.create((4, 4)), 0.01).init(b),
         "phi",
         st.one_of(nonfinite(_PHI), st.just(np.ones((4, 5), np.complex64))),
     ),
     Case(
         "gft.strang.run_fn/phi",
-        lambda b: gft.strang(gft.GFTSystem((4, 4)), 0.01).run_fn(b, gft.strang(gft.GFTSystem((4, 4)), 0.01).params, 2),
+        lambda b: gft.strang(gft.GFTSystem.create((4, 4)), 0.01).run_fn(
+            b, gft.strang(gft.GFTSystem.create((4, 4)), 0.01).params, 2
+        ),
         "phi",
         st.sampled_from([np.ones((4, 5), np.complex64), np.ones((4, 4), np.float32)]),
     ),
@@ -1703,23 +1705,26 @@ CASES += [
         st.sampled_from([(0, 4), (), (-2,), (2.5, 4), 4, "44"]),
     ),
     Case(
-        "gft.strang/dt", lambda b: gft.strang(gft.GFTSystem((4, 4)), b), "dt", st.one_of(bad_positive, st.just(1.0))
+        "gft.strang/dt",
+        lambda b: gft.strang(gft.GFTSystem.create((4, 4)), b),
+        "dt",
+        st.one_of(bad_positive, st.just(1.0)),
     ),  # 1.0: beyond the split-step stability bound π/8 of the lattice
     Case(
         "gft.strang.step/phi",
-        lambda b: gft.strang(gft.GFTSystem((4, 4)), 0.01).step(b),
+        lambda b: gft.strang(gft.GFTSystem.create((4, 4)), 0.01).step(b),
         "phi",
         st.sampled_from([np.ones((4, 5), np.complex64), np.ones(4, np.complex64)]),
     ),
     Case(
         "gft.strang(imaginary).step/phi",
-        lambda b: gft.strang(gft.GFTSystem((4, 4)), 0.01, imaginary=True).step(b),
+        lambda b: gft.strang(gft.GFTSystem.create((4, 4)), 0.01, imaginary=True).step(b),
         "phi",
         st.sampled_from([np.ones((4, 5), np.complex64), np.ones(4, np.complex64)]),
     ),
     Case(
         "gft.observe/phi",
-        lambda b: gft.observe(b, gft.strang(gft.GFTSystem((4, 4)), 0.01).params),
+        lambda b: gft.observe(b, gft.strang(gft.GFTSystem.create((4, 4)), 0.01).params),
         "phi",
         st.one_of(nonfinite(_PHI), st.just(np.ones((4, 5), np.complex64))),
     ),

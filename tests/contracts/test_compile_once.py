@@ -63,7 +63,7 @@ def _sync(tree):
 
 def _gp_system(shape=(32,), length=12.0, g=2.0):
     grid = C.Grid.uniform(shape, length)
-    return C.GPSystem(grid, C.harmonic(grid), g)
+    return C.GPSystem.create(grid, C.harmonic(grid), g)
 
 
 # --- condensate ----------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def test_condensate_host_fft_new_dt_compiles_nothing_and_uses_the_new_factor(ome
     from ivhl_jax.numerics.spectral import HostFactor
 
     grid = C.Grid.uniform((16, 16), 8.0)
-    sys_d = C.GPSystem(grid, C.harmonic(grid), 5.0, omega_rot, fft="ducc")
+    sys_d = C.GPSystem.create(grid, C.harmonic(grid), 5.0, omega_rot, fft="ducc")
     sys_x = sys_d.replace(fft="xla")
     psi = C.gaussian(grid) * jnp.exp(0.4j * grid.mesh()[0])
     ducc_ = {}
@@ -142,11 +142,11 @@ def test_gft_evolve_real_and_imaginary_second_call_compile_nothing():
     shape = (8, 8)
     phi1 = 0.1 * jnp.ones(shape, jnp.complex64)
     phi2 = 0.2 * jnp.ones(shape, jnp.complex64).at[0, 0].set(0.3j)
-    _sync(_gft_evolve(phi1, G.GFTSystem(shape, -0.5, 0.1), 0.05, 20, 10))
-    _sync(_gft_evolve(phi1, G.GFTSystem(shape, -0.5, 0.1), 0.05, 20, 10, imaginary=True))
+    _sync(_gft_evolve(phi1, G.GFTSystem.create(shape, -0.5, 0.1), 0.05, 20, 10))
+    _sync(_gft_evolve(phi1, G.GFTSystem.create(shape, -0.5, 0.1), 0.05, 20, 10, imaginary=True))
     with count_compiles() as second:
-        _sync(_gft_evolve(phi2, G.GFTSystem(shape, -0.3, 0.2), 0.02, 20, 10))
-        _sync(_gft_evolve(phi2, G.GFTSystem(shape, -0.3, 0.2), 0.03, 20, 10, imaginary=True))
+        _sync(_gft_evolve(phi2, G.GFTSystem.create(shape, -0.3, 0.2), 0.02, 20, 10))
+        _sync(_gft_evolve(phi2, G.GFTSystem.create(shape, -0.3, 0.2), 0.03, 20, 10, imaginary=True))
     assert second == [], second
 
 

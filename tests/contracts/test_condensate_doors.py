@@ -19,12 +19,12 @@ from ivhl_jax.numerics.rollout import trajectory
 
 def _gp():
     grid = C.Grid.uniform(32, 12.0)
-    return C.GPSystem(grid, C.harmonic(grid, 1.0), 20.0), C.gaussian(grid, 1.0).astype(jnp.complex64)
+    return C.GPSystem.create(grid, C.harmonic(grid, 1.0), 20.0), C.gaussian(grid, 1.0).astype(jnp.complex64)
 
 
 def _gp2d():
     grid = C.Grid.uniform((16, 16), 10.0)
-    return C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0), C.gaussian(grid, 1.0).astype(jnp.complex64)
+    return C.GPSystem.create(grid, C.harmonic(grid, 1.0), 5.0), C.gaussian(grid, 1.0).astype(jnp.complex64)
 
 
 def _mixture():

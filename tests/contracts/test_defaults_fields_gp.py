@@ -100,7 +100,7 @@ def test_fields_guide_example_runs_and_checks_out():
 # --------------------------------------------------------------------------------------------------- GP
 def _kicked_1d():
     grid = C.Grid.uniform(128, 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 5.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 5.0)
     psi0 = C.gaussian(grid, 1.0) * jnp.exp(0.7j * jnp.asarray(grid.coords[0], jnp.float32))
     return system, psi0
 
@@ -124,7 +124,7 @@ def test_gp_ground_state_defaults_give_the_harmonic_energy(d):
     # Linear condensate (g = 0) in the isotropic trap: E₀ = ħω·d/2. Start off-centre and too wide.
     n = {1: 128, 2: 64, 3: 32}[d]
     grid = C.Grid.uniform((n,) * d, 16.0 if d < 3 else 12.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 0.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 0.0)
     psi, info = C.ground_state(system, psi0=C.gaussian(grid, 1.0, width=1.6, center=(0.5,) * d))
     assert bool(info["converged"])  # the float32 default tol is reachable (measured: 800 steps)
     assert abs(float(info["energy"]) - d / 2) <= 2e-6 * d  # measured ≤ 1.2e-7
@@ -134,7 +134,7 @@ def test_gp_ground_state_defaults_give_the_harmonic_energy(d):
 def test_gp_ground_state_defaults_converge_for_an_interacting_cloud():
     # An interacting 2-D cloud in float32, default dt and tolerance (4e-7: a few ulps of E).
     grid = C.Grid.uniform((64, 64), 12.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 300.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 300.0)
     _, info = C.ground_state(system, max_steps=5000)
     assert bool(info["converged"]) and int(info["steps"]) < 5000
     tf_mu = C.thomas_fermi_mu(300.0, 1.0, dim=2)  # μ approaches the Thomas–Fermi value from above as gN grows
@@ -143,7 +143,7 @@ def test_gp_ground_state_defaults_converge_for_an_interacting_cloud():
 
 # --------------------------------------------------------------------------------------------------- GFT
 def test_gft_strang_default_conserves_charge_and_energy():
-    system = G.GFTSystem((16, 16, 16), -0.5, 0.1)
+    system = G.GFTSystem.create((16, 16, 16), -0.5, 0.1)
     k1, k2 = jax.random.split(jax.random.key(1))
     phi0 = 0.5 * jax.lax.complex(jax.random.normal(k1, (16,) * 3), jax.random.normal(k2, (16,) * 3))
     st = G.strang(system, 0.01)

@@ -201,7 +201,7 @@ def _check_parallel_fft(ns: dict, out: str) -> None:
     psi = ns["psi"]
     assert psi.sharding.spec == P("x", "y", None)
     grid = ns["grid"]
-    one = C.strang(C.GPSystem(grid, C.harmonic(grid), 500.0), 1e-3)
+    one = C.strang(C.GPSystem.create(grid, C.harmonic(grid), 500.0), 1e-3)
     ref, _ = trajectory(one, one.init(ns["psi0"]), 100)
     ref = np.asarray(ref)
     assert np.max(np.abs(np.asarray(psi) - ref)) <= 1e-5 * np.max(np.abs(ref))

@@ -7,7 +7,9 @@ only through the factors derived from it, cannot be edited apart from them.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,12 +23,12 @@ from ivhl_jax.numerics.rollout import trajectory
 
 def _gp(omega_rot: float):
     grid = C.Grid.uniform((16, 16), 8.0)
-    system = C.GPSystem(grid, C.harmonic(grid, (1.0, 1.2)), 5.0, omega_rot)
+    system = C.GPSystem.create(grid, C.harmonic(grid, (1.0, 1.2)), 5.0, omega_rot)
     return C.strang(system, 0.01), C.gaussian(grid, center=(0.5, -0.3))
 
 
 def _gft():
-    st = G.strang(G.GFTSystem((8, 8), -0.5, 0.2), 0.05)
+    st = G.strang(G.GFTSystem.create((8, 8), -0.5, 0.2), 0.05)
     phi = jnp.asarray(0.3 + 0.2 * np.random.default_rng(0).normal(size=(8, 8)), jnp.complex64)
     return st, phi
 
@@ -103,10 +105,10 @@ def test_editing_dt_on_built_params_is_refused_or_equals_the_builder(family):
     strang(system, 0.005); never a mix of one dt's factors and another's half-steps."""
     if family == "condensate":
         grid = C.Grid.uniform((32,), 12.0)
-        system = C.GPSystem(grid, C.harmonic(grid), 20.0)
+        system = C.GPSystem.create(grid, C.harmonic(grid), 20.0)
         build, state = (lambda dt: C.strang(system, dt)), C.gaussian(grid, center=(0.5,))
     else:
-        system = G.GFTSystem((8, 8), -0.5, 0.2)
+        system = G.GFTSystem.create((8, 8), -0.5, 0.2)
         build = lambda dt: G.strang(system, dt)  # noqa: E731
         state = jnp.asarray(0.3 + 0.2 * np.random.default_rng(0).normal(size=(8, 8)), jnp.complex64)
     coarse, fine = build(0.01), build(0.005)
@@ -125,8 +127,8 @@ def test_editing_dt_on_built_params_is_refused_or_equals_the_builder(family):
 
 def test_a_system_decides_rotation_once_and_reconstruction_keeps_it():
     grid = C.Grid.uniform((16, 16), 8.0)
-    rotating = C.GPSystem(grid, C.harmonic(grid), 1.0, 0.3)
-    still = C.GPSystem(grid, C.harmonic(grid), 1.0, 0.0)
+    rotating = C.GPSystem.create(grid, C.harmonic(grid), 1.0, 0.3)
+    still = C.GPSystem.create(grid, C.harmonic(grid), 1.0, 0.0)
     assert rotating.rotating and not still.rotating
     # a leaf set to 0 (a gradient, an update) keeps the static choice and the leaf
     zeroed = jax.tree.map(jnp.zeros_like, rotating)
@@ -134,8 +136,49 @@ def test_a_system_decides_rotation_once_and_reconstruction_keeps_it():
     assert jax.tree.structure(zeroed) == jax.tree.structure(rotating)
     # bad input still fails once, at construction, in one line naming the argument
     with pytest.raises(ValueError, match="potential must have the grid's shape"):
-        C.GPSystem(grid, jnp.zeros(8), 1.0)
+        C.GPSystem.create(grid, jnp.zeros(8), 1.0)
     with pytest.raises(ValueError, match="g must be finite"):
-        C.GPSystem(grid, C.harmonic(grid), float("nan"))
+        C.GPSystem.create(grid, C.harmonic(grid), float("nan"))
     with pytest.raises(ValueError, match="shape must have rank 1..4"):
-        G.GFTSystem((4,) * 5)
+        G.GFTSystem.create((4,) * 5)
+
+
+def _system_builders():
+    g1, g2, g3 = C.Grid.uniform((8,), 6.0), C.Grid.uniform((8, 8), 6.0), C.Grid.uniform((8, 8, 8), 6.0)
+    return {
+        "GPSystem": lambda: C.GPSystem.create(g2, C.harmonic(g2), 5.0, 0.3, gamma=0.01),
+        "MixtureSystem": lambda: C.MixtureSystem.create(g1, C.harmonic(g1), [[1.0, 0.5], [0.5, 1.0]]),
+        "Spin1System": lambda: C.Spin1System.create(g1, C.harmonic(g1), 1.0, -0.1, q=0.2),
+        "DipolarSystem": lambda: C.DipolarSystem.create(g3, C.harmonic(g3), 1.0, C.Dipolar.create(eps_dd=0.5)),
+        "GFTSystem": lambda: G.GFTSystem.create((4, 4), -0.5, 0.2),
+    }
+
+
+def _system_classes():
+    names = [(C, n) for n in C.__all__ if n.endswith("System")] + [(G, n) for n in G.__all__ if n.endswith("System")]
+    return {n: getattr(mod, n) for mod, n in names}
+
+
+def test_every_condensate_system_is_a_pytree_node_built_by_create_and_rebuilt_unchecked():
+    """One idiom for a validated system: a ``flax.struct.PyTreeNode`` whose ``create`` classmethod validates and
+    places once; flatten/unflatten holds data only (leaves mapped to strings, which ``create`` would refuse,
+    come back as they were given, with the static fields unchanged)."""
+    classes, builders = _system_classes(), _system_builders()
+    assert set(classes) == set(builders), "a new system class needs a case here"
+    for name, cls in classes.items():
+        assert issubclass(cls, flax.struct.PyTreeNode), name
+        assert isinstance(inspect.getattr_static(cls, "create"), classmethod), name
+        system = builders[name]()
+        assert type(system) is cls
+        mapped = jax.tree.map(lambda _: "not an array", system)
+        assert type(mapped) is cls
+        assert all(leaf == "not an array" for leaf in jax.tree.leaves(mapped)), name
+        assert jax.tree.structure(jax.tree.map(lambda x: x, system)) == jax.tree.structure(system)
+
+
+@pytest.mark.parametrize("build", [lambda g: C.GPSystem(g, C.harmonic(g), 500.0), lambda g: G.GFTSystem((4, 4))])
+def test_the_raw_constructor_without_the_fields_create_derives_raises(build):
+    """``GPSystem(grid, V, g)`` (the signature of ``create``) must not build an unvalidated system: the fields that
+    ``create`` derives (rotating, dissipative, the layout ...) have no defaults."""
+    with pytest.raises(TypeError, match="missing"):
+        build(C.Grid.uniform((8, 8), 6.0))

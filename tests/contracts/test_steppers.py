@@ -71,7 +71,7 @@ def _gp_case(seed=0, dt=2e-3):
     from ivhl_jax import condensate as C
 
     grid = C.Grid.uniform(32, 12.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 20.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 20.0)
     st = C.strang(system, dt)
     psi = C.gaussian(grid, 1.0, 1.0, center=[0.3 * seed]).astype(jnp.complex64)
     return st, st.init(psi), C.observe
@@ -80,7 +80,7 @@ def _gp_case(seed=0, dt=2e-3):
 def _gft_case(seed=0, dt=1e-2):
     from ivhl_jax import gft as G
 
-    st = G.strang(G.GFTSystem((6, 6), -0.5, 0.1), dt)
+    st = G.strang(G.GFTSystem.create((6, 6), -0.5, 0.1), dt)
     kr, ki = jax.random.split(jax.random.key(seed))
     phi = 0.5 * jax.lax.complex(jax.random.normal(kr, (6, 6)), jax.random.normal(ki, (6, 6)))
     return st, st.init(phi), G.observe

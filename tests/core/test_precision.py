@@ -85,9 +85,9 @@ def test_float64_policy_without_x64_is_an_error_not_a_float32_run():
         F.superpose(pts, src, policy="f64")
     grid = C.Grid.uniform(32, 8.0)
     with pytest.raises(ValueError, match="policy='f64'.*enable_x64"):
-        C.strang(C.GPSystem(grid, C.harmonic(grid), 1.0), 1e-3, policy="f64")
+        C.strang(C.GPSystem.create(grid, C.harmonic(grid), 1.0), 1e-3, policy="f64")
     with pytest.raises(ValueError, match="policy='f64'.*enable_x64"):
-        G.strang(G.GFTSystem((8, 8)), 0.01, policy="f64")
+        G.strang(G.GFTSystem.create((8, 8)), 0.01, policy="f64")
     p = gru.init_params(jax.random.key(0), 3, 4)
     with pytest.raises(ValueError, match="policy='f64'.*enable_x64"):
         gru.cell(p, jnp.zeros((4,)), jnp.zeros((3,)), policy="f64")
@@ -134,14 +134,14 @@ def test_physics_kernels_default_policy_is_the_explicit_policy_of_the_inputs_dty
             ):
                 assert a.dtype == b.dtype == jnp.result_type(dt, jnp.complex64) and np.array_equal(a, b)
             grid = C.Grid.uniform(32, 8.0)
-            system = C.GPSystem(grid, jnp.asarray(C.harmonic(grid), dt), 1.0)
+            system = C.GPSystem.create(grid, jnp.asarray(C.harmonic(grid), dt), 1.0)
             psi = C.gaussian(grid, 1.0, dtype=system.complex_dtype)
             a, b = (trajectory(st := C.strang(system, 1e-3, policy=p), st.init(psi), 5)[0] for p in (None, preset))
             assert a.dtype == b.dtype == system.complex_dtype and np.array_equal(a, b)
             cd = jnp.result_type(dt, jnp.complex64)
             phi = jnp.ones((6, 6), cd) + 0.1 * jnp.asarray(rng.normal(size=(6, 6)), cd)
-            gsys = G.GFTSystem((6, 6))
+            gsys = G.GFTSystem.create((6, 6))
             a, b = (trajectory(st := G.strang(gsys, 0.05, policy=p), st.init(phi), 5)[0] for p in (None, preset))
             assert a.dtype == b.dtype == cd and np.array_equal(a, b)
     with pytest.raises(TypeError, match="dtype"):
-        G.strang(G.GFTSystem((6, 6)), 0.05, dtype=jnp.complex64)  # policy= is the one precision argument
+        G.strang(G.GFTSystem.create((6, 6)), 0.05, dtype=jnp.complex64)  # policy= is the one precision argument

@@ -182,7 +182,7 @@ GP_LAYOUTS = [("8", "slab8"), ("4x2", "pencil4x2"), ("2x4", "pencil2x4")]
 def _gp(layout, omega=0.0, n=16):
     C = pytest.importorskip("ivhl_jax.physics.condensate")
     grid = C.Grid.uniform((n, n, n), 10.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0, omega, layout=layout)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 5.0, omega, layout=layout)
     psi = C.imprint_vortices(C.gaussian(grid), grid, jnp.array([[0.5, 0.0]]), jnp.array([1]))
     return C, system, psi
 
@@ -275,12 +275,12 @@ def test_gp_bad_layouts_are_one_line_errors():
     grid = C.Grid.uniform((18, 16, 16), 10.0)
     pencil = D.fft_layout(mesh, P("x", "y"))
     with pytest.raises(ValueError, match=r"layout: .*axis 0 has 18 points, not divisible by the 4 devices"):
-        C.GPSystem(grid, C.harmonic(grid), 1.0, layout=pencil)
+        C.GPSystem.create(grid, C.harmonic(grid), 1.0, layout=pencil)
     grid = C.Grid.uniform((16, 16), 10.0)
     with pytest.raises(ValueError, match="layout: .*every transformed axis is sharded"):
-        C.GPSystem(grid, C.harmonic(grid), 1.0, layout=pencil)
+        C.GPSystem.create(grid, C.harmonic(grid), 1.0, layout=pencil)
     with pytest.raises(TypeError, match="layout must be an FFTLayout"):
-        C.GPSystem(grid, C.harmonic(grid), 1.0, layout="4x2")
+        C.GPSystem.create(grid, C.harmonic(grid), 1.0, layout="4x2")
     _, system, psi = _gp(pencil)
     st = C.strang(system, 1e-2)
     wrong = jax.device_put(psi, jax.sharding.NamedSharding(mesh, P(None, "x", "y")))
@@ -293,8 +293,8 @@ def test_gft_kinetic_step_sharded_equals_single_device():
     G = pytest.importorskip("ivhl_jax.physics.gft")
     layout = D.parse_mesh("4x2", 3)
     phi = jnp.asarray(0.3 * _field((16, 16, 16), seed=3))
-    ref = G.strang(G.GFTSystem((16, 16, 16), -0.5, 0.1), 0.05)
-    st = G.strang(G.GFTSystem((16, 16, 16), -0.5, 0.1, layout=layout), 0.05)
+    ref = G.strang(G.GFTSystem.create((16, 16, 16), -0.5, 0.1), 0.05)
+    st = G.strang(G.GFTSystem.create((16, 16, 16), -0.5, 0.1, layout=layout), 0.05)
     phi_s = st.init(phi)
     assert phi_s.sharding.is_equivalent_to(layout.sharding(), 3)
     out = _run(st, phi_s)

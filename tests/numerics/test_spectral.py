@@ -23,7 +23,7 @@ def test_host_fft_backend_equals_xla_forward_and_grad(shape, omega):
     grid = C.Grid.uniform(shape, [8.0] * len(shape))
     x = jnp.asarray(grid.coords[0], jnp.float32).reshape((-1,) + (1,) * (len(shape) - 1))
     psi = C.gaussian(grid) * jnp.exp(0.3j * x)
-    systems = {fft: C.GPSystem(grid, C.harmonic(grid), 50.0, omega, fft=fft) for fft in ("xla", "ducc")}
+    systems = {fft: C.GPSystem.create(grid, C.harmonic(grid), 50.0, omega, fft=fft) for fft in ("xla", "ducc")}
     out = {k: jax.jit(lambda p, s=s: _gp_evolve(p, s, 1e-3, 20, 10))(psi) for k, s in systems.items()}
     np.testing.assert_allclose(np.asarray(out["ducc"][0]), np.asarray(out["xla"][0]), atol=2e-6)
     np.testing.assert_allclose(np.asarray(out["ducc"][1]["norm"]), np.asarray(out["xla"][1]["norm"]), rtol=1e-6)
@@ -42,7 +42,7 @@ def test_host_fft_backend_vmap_dt_grad_and_errors():
     psi = C.gaussian(grid)
 
     def run(g, fft):
-        return _gp_evolve(psi, C.GPSystem(grid, C.harmonic(grid), g, fft=fft), 1e-3, 10, 10)[0]
+        return _gp_evolve(psi, C.GPSystem.create(grid, C.harmonic(grid), g, fft=fft), 1e-3, 10, 10)[0]
 
     gs = jnp.array([10.0, 50.0, 100.0])
     np.testing.assert_allclose(
@@ -51,13 +51,13 @@ def test_host_fft_backend_vmap_dt_grad_and_errors():
     x = jnp.asarray(grid.coords[0], jnp.float32)[:, None]
 
     def ldt(dt, fft):  # the kinetic factor's cotangent (d/d dt) through the custom VJP
-        st = C.strang(C.GPSystem(grid, C.harmonic(grid), 50.0, fft=fft), dt)
+        st = C.strang(C.GPSystem.create(grid, C.harmonic(grid), 50.0, fft=fft), dt)
         return jnp.sum(jnp.real(st.step(st.init(psi * jnp.exp(0.5j * x)))) * x)
 
     ga, gb = (float(jax.grad(ldt)(1e-2, k)) for k in ("xla", "ducc"))
     assert abs(ga - gb) <= 1e-5 * abs(ga), (ga, gb)
     with pytest.raises(ValueError, match="fft"):
-        C.GPSystem(grid, C.harmonic(grid), 1.0, fft="fftw")
+        C.GPSystem.create(grid, C.harmonic(grid), 1.0, fft="fftw")
 
 
 def test_host_fft_keyed_factor_vmap_over_dt_grad_eviction(monkeypatch):
@@ -70,7 +70,7 @@ def test_host_fft_keyed_factor_vmap_over_dt_grad_eviction(monkeypatch):
     grid = C.Grid.uniform((24, 24), 8.0)
     x = jnp.asarray(grid.coords[0], jnp.float32)[:, None]
     psi = C.gaussian(grid) * jnp.exp(0.3j * x)
-    sys_d = C.GPSystem(grid, C.harmonic(grid), 50.0, fft="ducc")
+    sys_d = C.GPSystem.create(grid, C.harmonic(grid), 50.0, fft="ducc")
     dts = (1e-3, 3e-3, 2e-3)
     steppers = [C.strang(sys_d, dt) for dt in dts]
     assert all(isinstance(st.params.plan.factors[0], spectral.HostFactor) for st in steppers)

@@ -60,7 +60,7 @@ def test_rhs_is_functional_derivative_of_potential(rank):
 def test_potential_is_conserved_energy_and_charge_exact(rank):
     shape = {1: (64,), 2: (16, 16), 3: (8, 8, 8), 4: (6, 6, 6, 6)}[rank]
     with jax.enable_x64(True):
-        sys_ = G.GFTSystem(shape, mass_sq=-0.5, lam=0.2)
+        sys_ = G.GFTSystem.create(shape, mass_sq=-0.5, lam=0.2)
         phi0 = _noise(shape, 0.6, seed=rank, dtype=jnp.complex128)
         v0 = float(G.potential(phi0, -0.5, 0.2))
         drifts = []
@@ -79,7 +79,7 @@ def test_potential_is_conserved_energy_and_charge_exact(rank):
 def test_symmetry_breaking_relaxes_to_broken_vacuum():
     shape = (12, 12, 12)
     m2, lam = -0.5, 0.1
-    sys_ = G.GFTSystem(shape, m2, lam)
+    sys_ = G.GFTSystem.create(shape, m2, lam)
     phi0 = _noise(shape, 0.05) + 0.05
     phi, obs = trajectory(G.strang(sys_, 0.05, imaginary=True), phi0, 2000, save_every=100, observe=G.observe)
     rho_v, e_v = G.vacuum(m2, lam)
@@ -93,7 +93,7 @@ def test_symmetry_breaking_relaxes_to_broken_vacuum():
 def test_symmetric_phase_stays_at_zero_and_tachyonic_growth_when_broken():
     shape = (16, 16)
     phi0 = _noise(shape, 1e-3)
-    run = jax.jit(lambda p, m2: _evolve(p, G.GFTSystem(shape, m2, 0.1), 0.05, 400, 100, imaginary=True)[1])
+    run = jax.jit(lambda p, m2: _evolve(p, G.GFTSystem.create(shape, m2, 0.1), 0.05, 400, 100, imaginary=True)[1])
     obs_sym, obs_brk = run(phi0, 0.5), run(phi0, -0.5)
     assert float(obs_sym["mean_abs2"][-1]) < 1e-8
     assert float(obs_brk["mean_abs2"][-1]) > 1.0
@@ -105,20 +105,20 @@ def test_vmap_over_couplings_and_batch_axes():
     m2s = jnp.array([-1.0, -0.5, 0.5])
 
     def run(m2):
-        return _evolve(phi0, G.GFTSystem(shape, m2, 0.2), 0.02, 50, 50)[1]["energy"][-1]
+        return _evolve(phi0, G.GFTSystem.create(shape, m2, 0.2), 0.02, 50, 50)[1]["energy"][-1]
 
     batched = jax.jit(jax.vmap(run))(m2s)
     np.testing.assert_allclose(np.asarray(batched), [float(jax.jit(run)(m)) for m in m2s], rtol=1e-5)
     # leading batch axis of fields (not coupled to the lattice)
     two = jnp.stack([phi0, jnp.zeros_like(phi0)])
-    out = _step(two, G.GFTSystem(shape, -0.5, 0.2), 0.05)
+    out = _step(two, G.GFTSystem.create(shape, -0.5, 0.2), 0.05)
     assert float(jnp.max(jnp.abs(out[1]))) == 0.0
 
 
 def test_inputs_validated():
     with pytest.raises(ValueError, match="rank 1..4"):
-        G.GFTSystem((4,) * 5)
-    sys_ = G.GFTSystem((8, 8))
+        G.GFTSystem.create((4,) * 5)
+    sys_ = G.GFTSystem.create((8, 8))
     with pytest.raises(ValueError, match="lattice shape"):
         _step(jnp.zeros((8, 7), jnp.complex64), sys_, 0.1)
     with pytest.raises(ValueError, match="dt must be > 0"):
@@ -135,7 +135,7 @@ def _rel(a, ref) -> float:
 
 def _gft_run(policy, steps=400):
     shape = (12, 12, 12)
-    system = G.GFTSystem(shape, -0.5, 0.1)
+    system = G.GFTSystem.create(shape, -0.5, 0.1)
     rng = np.random.default_rng(0)
     phi0 = 0.3 * (rng.normal(size=shape) + 1j * rng.normal(size=shape)) + 0.5
     phi, obs = _evolve(jnp.asarray(phi0), system, 0.02, steps, steps // 4, policy=policy)
@@ -155,7 +155,7 @@ def test_gft_error_per_policy_and_charge_conservation():
 
 
 def test_gft_bad_policies_name_the_argument():
-    system = G.GFTSystem((8, 8))
+    system = G.GFTSystem.create((8, 8))
     with pytest.raises(ValueError, match=r"policy='bf16'.*GFT split-step.*complex64/complex128"):
         G.strang(system, 0.01, policy="bf16")
     with pytest.raises(ValueError, match=r"policy='bf16'"):
@@ -165,11 +165,11 @@ def test_gft_bad_policies_name_the_argument():
 
 
 def test_gft_builder_checks_dt_holds_it_once_and_observe_fits_trajectory():
-    sys_ = G.GFTSystem((8, 8), -0.5, 0.1)  # max ε_k = 8: dt <= π/8
+    sys_ = G.GFTSystem.create((8, 8), -0.5, 0.1)  # max ε_k = 8: dt <= π/8
     with pytest.raises(ValueError, match=r"dt=1.0 is unstable.*use dt <= 0.393"):
         G.strang(sys_, 1.0)
     with pytest.raises(ValueError, match=r"the mass decay per step.*use dt <= "):
-        G.strang(G.GFTSystem((8, 8), -100.0, 0.1), 0.1, imaginary=True)
+        G.strang(G.GFTSystem.create((8, 8), -100.0, 0.1), 0.1, imaginary=True)
     st1, st2 = G.strang(sys_, 0.05), G.strang(sys_, 0.1)
     # dt is no field of the params or the plan: only the factor and the half-step time derived from it are
     for target in (st1.params, st1.params.plan):
@@ -177,14 +177,14 @@ def test_gft_builder_checks_dt_holds_it_once_and_observe_fits_trajectory():
             target.replace(dt=0.1)
     assert not any("'dt'" in jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(st1.params))
     with pytest.raises(ValueError, match="lattice"):
-        st1.replace(params=st1.params.replace(system=G.GFTSystem((8, 6)))).step(jnp.zeros((8, 6), jnp.complex64))
+        st1.replace(params=st1.params.replace(system=G.GFTSystem.create((8, 6)))).step(jnp.zeros((8, 6), jnp.complex64))
     phi = st1.init(_noise((8, 8), 0.3))
     a = trajectory(st1.replace(params=st2.params), phi, 10, observe=G.observe)
     b = trajectory(st2, phi, 10, observe=G.observe)
     np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(b[0]))
     assert set(b[1]) == {"energy", "charge", "order", "mean_abs2"} and b[1]["energy"].shape == (10,)
     with pytest.raises(ValueError, match=r"too large.*use dt <= "):
-        G.strang(G.GFTSystem((8, 8), -0.5, 1e4), 0.3).init(jnp.full((8, 8), 3.0 + 0j, jnp.complex64))
+        G.strang(G.GFTSystem.create((8, 8), -0.5, 1e4), 0.3).init(jnp.full((8, 8), 3.0 + 0j, jnp.complex64))
 
 
 # --- the merged multi-step path (local half-steps of neighbouring steps merged) ----------------------------------
@@ -220,7 +220,7 @@ def test_hlo_of_a_10_step_trajectory_and_of_the_merged_run_count_ffts_and_field_
     of the stepper's run_fn a step is 2 FFTs and 2 elementwise passes over the field (kinetic factor; the merged
     local step of two neighbours)."""
     shape = (16, 16, 16)
-    st = G.strang(G.GFTSystem(shape, -0.5, 0.1), 0.05)
+    st = G.strang(G.GFTSystem.create(shape, -0.5, 0.1), 0.05)
     phi = st.init(_noise(shape, 0.3))
     traj = jax.jit(lambda p: trajectory(st, p, 10, save_every=10, observe=_no_obs)[0]).lower(phi).compile()
     assert _loop_body_passes(traj.as_text(), shape) == (2, 2)
@@ -231,7 +231,7 @@ def test_hlo_of_a_10_step_trajectory_and_of_the_merged_run_count_ffts_and_field_
 def test_merged_run_equals_the_step_by_step_scheme_float64():
     """100 steps with merged local half-steps equal 100 single Strang steps to round-off (float64)."""
     with jax.enable_x64(True):
-        st = G.strang(G.GFTSystem((16, 16), -0.5, 0.2), 0.05, policy="f64")
+        st = G.strang(G.GFTSystem.create((16, 16), -0.5, 0.2), 0.05, policy="f64")
         phi = st.init(_noise((16, 16), 0.6, dtype=jnp.complex128))
         merged = jax.jit(lambda p, prm: st.run_fn(p, prm, 100))(phi, st.params)
         ref = jax.jit(lambda p: jax.lax.fori_loop(0, 100, lambda _, q: st.step(q), p))(phi)

@@ -26,7 +26,7 @@ CASE = textwrap.dedent("""
 
     def case(layout):
         grid = C.Grid.uniform((16, 16, 16), 10.0)
-        system = C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0, layout=layout)
+        system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 5.0, layout=layout)
         psi = C.imprint_vortices(C.gaussian(grid), grid, jnp.array([[0.5, 0.0]]), jnp.array([1]))
         return C.strang(system, DT), psi
 

@@ -1,4 +1,5 @@
-"""Fixtures shared by the training-script tests: a PNG check and a synthetic loss history for the plot tests."""
+"""Fixtures shared by the simulation and training-script tests: a PNG check, a synthetic loss history for the plot
+tests and the check of a refused command line."""
 
 from __future__ import annotations
 
@@ -29,3 +30,18 @@ def loss_history():
         return {"loss": loss.astype(np.float32), "chunk_end_step": chunk * np.arange(1, n_steps // chunk + 1)}
 
     return make
+
+
+@pytest.fixture
+def refused(tmp_path, capsys):
+    """``refused(main, sets, message)``: the command line ``main`` (a simulation's ``main``) with ``--set`` of each
+    ``key=value`` of ``sets`` exits 2 before any work, its error one line that holds ``message``."""
+
+    def check(main, sets, message: str) -> None:
+        out = tmp_path / "refused"
+        assert main(["--no-progress", *(a for kv in sets for a in ("--set", kv)), "--out", str(out)]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], lines
+        assert not (out / "final_state.npy").exists()
+
+    return check

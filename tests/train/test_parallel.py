@@ -551,7 +551,7 @@ def _gp_case():
 
     C = pytest.importorskip("ivhl_jax.physics.condensate")
     grid = C.Grid.uniform((16, 16, 16), 10.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0, 0.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 5.0, 0.0)
     psi = C.imprint_vortices(C.gaussian(grid), grid, jnp.array([[0.5, 0.0, 0.0]]), jnp.array([1]))
     st = C.strang(system, 0.01)
     f = jax.jit(lambda p: trajectory(st, p, 5, save_every=5)[0])
@@ -582,7 +582,7 @@ def test_gross_pitaevskii_3d_pencil_split_equals_single_device():
     mesh = parallel.make_mesh({"data": 4, "tensor": 2})
     grid = C.Grid.uniform((16, 16, 16), 10.0)
     layout = distributed_fft.fft_layout(mesh, P("data", "tensor"))
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 5.0, 0.0, layout=layout)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 5.0, 0.0, layout=layout)
     st = C.strang(system, 0.01)
     split = jax.jit(lambda p: trajectory(st, st.init(p), 5, save_every=5)[0])(psi)
     assert split.sharding.is_equivalent_to(layout.sharding(), 3)

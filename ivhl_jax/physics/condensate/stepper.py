@@ -272,7 +272,7 @@ def strang(
     loop of :func:`ivhl_jax.numerics.rollout.trajectory`. A new dt is a new ``strang(system, dt)`` (same
     program when shapes and settings are unchanged).
 
-    A dissipative system (``GPSystem(..., gamma=γ)``, γ > 0) steps i∂ψ/∂t = (1 − iγ)(H − μ)ψ: every factor
+    A dissipative system (``GPSystem.create(..., gamma=γ)``, γ > 0) steps i∂ψ/∂t = (1 − iγ)(H − μ)ψ: every factor
     becomes e^{−i(1 − iγ)θ} and ψ is projected back to its norm after every step, which is μ chosen to hold the
     atom number; the energy then falls monotonically to a stationary state (in a rotating trap, a vortex lattice).
     γ is built into the kinetic factors like dt: a new γ is a new ``strang`` (the same program), and a traced γ

@@ -5,6 +5,7 @@ Units: ħ = m = 1, lengths in trap units a_ho, energies in ħω₀ (see :mod:`iv
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any, cast
@@ -187,19 +188,19 @@ def harmonic(grid: Grid, omega: Any = 1.0, *, dtype: Any = jnp.float32) -> Float
     return jnp.asarray(v, dtype)
 
 
-class GPSystem:
+class GPSystem(struct.PyTreeNode, eq=False):
     """A Gross–Pitaevskii problem: grid, external potential V (real, grid-shaped), coupling g, rotation Ω.
 
-    ``GPSystem(grid, potential, g=0.0, omega_rot=0.0, fft="xla", layout=None)`` validates its input once and
-    places V on ``layout``; pytree reconstruction (``jit``, ``vmap``, ``grad``, ``jax.tree.map``) rebuilds the
-    fields as they are, checking and moving nothing. ``potential``, ``g`` and ``omega_rot`` are pytree leaves
-    (they can be traced, differentiated and vmapped, e.g. an ensemble of g values); the grid, the FFT backend,
-    the layout and ``rotating`` are static. The real dtype of ``potential`` sets the working precision:
-    float32 → complex64 (default), float64 → complex128 (needs x64).
+    Build with :meth:`create` (``GPSystem.create(grid, potential, g=0.0, omega_rot=0.0, fft="xla", layout=None)``),
+    which validates its input once and places V on ``layout``; pytree reconstruction (``jit``, ``vmap``, ``grad``,
+    ``jax.tree.map``) rebuilds the fields as they are, checking and moving nothing. ``potential``, ``g``,
+    ``omega_rot`` and ``gamma`` are pytree leaves (they can be traced, differentiated and vmapped, e.g. an ensemble
+    of g values); the grid, the FFT backend, the layout, ``rotating`` and ``dissipative`` are static. The real dtype
+    of ``potential`` sets the working precision: float32 → complex64 (default), float64 → complex128 (needs x64).
 
     ``rotating`` (static) selects the rotating-frame kinetic step (−Ω L_z, about z: a 2D or 3D grid). It is
-    chosen here: by default False when Ω is given as a concrete 0 (the cheaper rotation-free step), True
-    otherwise (also for a traced Ω); pass ``rotating=True`` to keep the rotating step for Ω = 0 (e.g. a
+    chosen by :meth:`create`: by default False when Ω is given as a concrete 0 (the cheaper rotation-free step),
+    True otherwise (also for a traced Ω); pass ``rotating=True`` to keep the rotating step for Ω = 0 (e.g. a
     gradient at Ω = 0). Ω stays a leaf either way, so a gradient has the system's tree structure.
 
     ``gamma`` (γ ≥ 0, dimensionless, a leaf) is a phenomenological damping rate: real-time steps solve
@@ -212,21 +213,24 @@ class GPSystem:
     over a device mesh (an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`: slab or pencil) or None; with
     a layout the kinetic step uses the distributed FFT and V, the kinetic factors and ψ
     (``strang(...).init``) are held in blocks, one per device.
+
+    The fields have no defaults: the raw constructor needs every one (it holds data and checks nothing), so a
+    system is built by :meth:`create`. ``replace`` validates like :meth:`create`.
     """
 
-    __slots__ = ("grid", "potential", "g", "omega_rot", "fft", "layout", "rotating", "gamma", "dissipative")
-    grid: Grid
+    grid: Grid = struct.field(pytree_node=False)
     potential: Any
     g: Any
     omega_rot: Any
-    fft: str
-    layout: Any
-    rotating: bool
+    fft: str = struct.field(pytree_node=False)
+    layout: Any = struct.field(pytree_node=False)
+    rotating: bool = struct.field(pytree_node=False)
     gamma: Any
-    dissipative: bool
+    dissipative: bool = struct.field(pytree_node=False)
 
-    def __init__(
-        self,
+    @classmethod
+    def create(
+        cls,
         grid: Grid,
         potential: Any,
         g: Any = 0.0,
@@ -237,41 +241,23 @@ class GPSystem:
         rotating: bool | None = None,
         gamma: Any = 0.0,
         dissipative: bool | None = None,
-    ):
+    ) -> GPSystem:
+        """The validated system, V placed on ``layout``; ``rotating``/``dissipative`` None are decided from
+        ``omega_rot``/``gamma`` (class docstring)."""
         if not isinstance(grid, Grid):
             raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
         check_backend(fft)
         if layout is not None:
             layout = check_layout(layout, grid.shape, fft=fft)
-        if omega_rot is None:
-            omega_rot = 0.0
-        if gamma is None:
-            gamma = 0.0
+        omega_rot = 0.0 if omega_rot is None else omega_rot
+        gamma = 0.0 if gamma is None else gamma
         for name, v in (("g", g), ("omega_rot", omega_rot), ("gamma", gamma)):
-            if isinstance(v, (str, bytes)):
-                raise TypeError(f"{name} must be a real number (or array), got {type(v).__name__} {v!r}")
-            if isinstance(v, (int, float, np.ndarray, np.generic, jax.Array)) and is_concrete(v):
-                arr = np.asarray(v)
-                if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_) or np.iscomplexobj(arr):
-                    raise TypeError(f"{name} must be a real number, got dtype {arr.dtype}")
-                if not np.all(np.isfinite(arr)):
-                    raise ValueError(f"{name} must be finite, got {v}")
-        omc = splitstep.concrete_float(omega_rot)
-        if rotating is None:
-            rotating = omc != 0.0
-        elif not isinstance(rotating, (bool, np.bool_)):
-            raise TypeError(f"rotating must be None (decided from omega_rot) or a bool, got {rotating!r}")
-        elif not rotating and omc is not None and omc != 0.0:
-            raise ValueError(f"rotating=False needs omega_rot=0, got omega_rot={omc}")
+            _check_real_leaf(v, name)
+        rotating = _static_flag(rotating, omega_rot, "rotating", "omega_rot", "decided from omega_rot")
         gmc = splitstep.concrete_float(gamma)
         if gmc is not None and gmc < 0:
             raise ValueError(f"gamma must be >= 0 (a damping rate; 0 is the conservative GP equation), got {gmc}")
-        if dissipative is None:
-            dissipative = gmc != 0.0
-        elif not isinstance(dissipative, (bool, np.bool_)):
-            raise TypeError(f"dissipative must be None (decided from gamma) or a bool, got {dissipative!r}")
-        elif not dissipative and gmc is not None and gmc != 0.0:
-            raise ValueError(f"dissipative=False needs gamma=0, got gamma={gmc}")
+        dissipative = _static_flag(dissipative, gamma, "dissipative", "gamma", "decided from gamma")
         if rotating and grid.ndim < 2:
             raise ValueError("omega_rot (rotation about z) needs a 2D or 3D grid; use omega_rot=0.0 in 1D")
         if isinstance(potential, list):
@@ -285,39 +271,7 @@ class GPSystem:
             check_array(potential, "potential", finite=host_readable(potential))
             if layout is not None:
                 potential = layout.place(potential, "potential")
-        for name, value in (
-            ("grid", grid),
-            ("potential", potential),
-            ("g", g),
-            ("omega_rot", omega_rot),
-            ("fft", fft),
-            ("layout", layout),
-            ("rotating", bool(rotating)),
-            ("gamma", gamma),
-            ("dissipative", bool(dissipative)),
-        ):
-            object.__setattr__(self, name, value)
-
-    def replace(self, **updates: Any) -> GPSystem:
-        """A new system with ``updates`` (validated like the constructor); a new ``omega_rot`` decides ``rotating``
-        afresh unless ``rotating`` is given too."""
-        fields = {name: getattr(self, name) for name in self.__slots__}
-        unknown = set(updates) - set(fields)
-        if unknown:
-            raise TypeError(f"GPSystem has no field(s) {sorted(unknown)}; fields: {list(fields)}")
-        if "omega_rot" in updates and "rotating" not in updates:
-            fields["rotating"] = None
-        if "gamma" in updates and "dissipative" not in updates:
-            fields["dissipative"] = None
-        fields.update(updates)
-        return GPSystem(**fields)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"GPSystem is immutable; use system.replace({name}=...)")
-
-    def __reduce__(self):  # copy/pickle rebuild the fields as they are, like a pytree reconstruction
-        static = tuple(getattr(self, n) for n in _GP_STATIC)
-        return (_gp_unflatten, (static, tuple(getattr(self, n) for n in _GP_LEAVES)))
+        return cls(grid, potential, g, omega_rot, fft, layout, bool(rotating), gamma, bool(dissipative))
 
     def __repr__(self) -> str:
         return (
@@ -335,34 +289,54 @@ class GPSystem:
         return jnp.result_type(self.real_dtype, jnp.complex64)
 
 
+def _check_real_leaf(v: Any, name: str) -> None:
+    """A coupling given as a concrete value must be a finite real number (or array); traced values pass."""
+    if isinstance(v, (str, bytes)):
+        raise TypeError(f"{name} must be a real number (or array), got {type(v).__name__} {v!r}")
+    if isinstance(v, (int, float, np.ndarray, np.generic, jax.Array)) and is_concrete(v):
+        arr = np.asarray(v)
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_) or np.iscomplexobj(arr):
+            raise TypeError(f"{name} must be a real number, got dtype {arr.dtype}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} must be finite, got {v}")
+
+
+def _static_flag(flag: Any, value: Any, name: str, source: str, default: str) -> bool:
+    """A static switch (``rotating``, ``dissipative``) of a leaf ``source``: None is "the leaf is not a concrete 0";
+    False is refused for a concrete non-zero leaf."""
+    concrete = splitstep.concrete_float(value)
+    if flag is None:
+        return concrete != 0.0
+    if not isinstance(flag, (bool, np.bool_)):
+        raise TypeError(f"{name} must be None ({default}) or a bool, got {flag!r}")
+    if not flag and concrete is not None and concrete != 0.0:
+        raise ValueError(f"{name}=False needs {source}=0, got {source}={concrete}")
+    return bool(flag)
+
+
+def _replace_gp(self: GPSystem, **updates: Any) -> GPSystem:
+    """A new system with ``updates``, validated like :meth:`GPSystem.create`; a new ``omega_rot`` (``gamma``)
+    decides ``rotating`` (``dissipative``) afresh unless that is given too."""
+    fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    unknown = set(updates) - set(fields)
+    if unknown:
+        raise TypeError(f"GPSystem has no field(s) {sorted(unknown)}; fields: {list(fields)}")
+    if "omega_rot" in updates and "rotating" not in updates:
+        fields["rotating"] = None
+    if "gamma" in updates and "dissipative" not in updates:
+        fields["dissipative"] = None
+    fields.update(updates)
+    return GPSystem.create(**fields)
+
+
+# The dataclass transform installs an unchecked ``replace``; a GP system's static switches follow its leaves, so its
+# ``replace`` goes through ``create`` (an Ω or γ set to a non-zero value must turn the rotating/damped step on).
+setattr(GPSystem, "replace", _replace_gp)  # noqa: B010
+
+
 def _brief(x: Any) -> str:
     shape = getattr(x, "shape", None)
     return f"{type(x).__name__}{tuple(shape)}" if shape is not None and len(shape) else repr(x)
-
-
-_GP_LEAVES = ("potential", "g", "omega_rot", "gamma")
-_GP_STATIC = ("grid", "fft", "layout", "rotating", "dissipative")
-
-
-def _gp_flatten_with_keys(system: GPSystem):
-    children = tuple((jax.tree_util.GetAttrKey(n), getattr(system, n)) for n in _GP_LEAVES)
-    return children, tuple(getattr(system, n) for n in _GP_STATIC)
-
-
-def _gp_unflatten(static: tuple, leaves: Any) -> GPSystem:
-    # Reconstruction holds data only: no check, no placement (the constructor did both once).
-    system = object.__new__(GPSystem)
-    for name, value in zip(_GP_STATIC + _GP_LEAVES, tuple(static) + tuple(leaves)):
-        object.__setattr__(system, name, value)
-    return system
-
-
-jax.tree_util.register_pytree_with_keys(
-    GPSystem,
-    _gp_flatten_with_keys,
-    _gp_unflatten,
-    lambda s: (tuple(getattr(s, n) for n in _GP_LEAVES), tuple(getattr(s, n) for n in _GP_STATIC)),
-)
 
 
 def kinetic_term(grid: Grid) -> splitstep.KineticTerm:

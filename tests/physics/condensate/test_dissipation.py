@@ -1,4 +1,4 @@
-"""Dissipative GP dynamics, i∂ψ/∂t = (1 − iγ)(H − μ)ψ with μ holding the atom number (``GPSystem(gamma=γ)``).
+"""Dissipative GP dynamics, i∂ψ/∂t = (1 − iγ)(H − μ)ψ with μ holding the atom number (``GPSystem.create(gamma=γ)``).
 
 Validated against what the equation guarantees: the energy (in the rotating frame) falls monotonically for
 γ > 0 while N is held; γ = 0 is the conservative scheme bit for bit; and (slow) a rotating trap started without
@@ -23,7 +23,7 @@ def _energy(psi, params):
 
 def _rotating(n=48, length=14.0, g=200.0, omega=0.8, gamma=0.05, dtype=jnp.float32):
     grid = C.Grid.uniform((n, n), length)
-    return C.GPSystem(grid, C.harmonic(grid, dtype=dtype), g, omega, gamma=gamma)
+    return C.GPSystem.create(grid, C.harmonic(grid, dtype=dtype), g, omega, gamma=gamma)
 
 
 def _start(system, seed=0):
@@ -53,8 +53,8 @@ def test_energy_falls_monotonically_and_the_atom_number_is_held():
 
 def test_gamma_zero_is_the_conservative_scheme():
     grid = C.Grid.uniform((32, 32), 10.0)
-    plain = C.GPSystem(grid, C.harmonic(grid), 50.0, 0.5)
-    zero = C.GPSystem(grid, C.harmonic(grid), 50.0, 0.5, gamma=0.0)
+    plain = C.GPSystem.create(grid, C.harmonic(grid), 50.0, 0.5)
+    zero = C.GPSystem.create(grid, C.harmonic(grid), 50.0, 0.5, gamma=0.0)
     assert not zero.dissipative
     psi = C.gaussian(grid, center=(0.5, -0.3))
     a = trajectory(C.strang(plain, 2e-3), psi, 50, save_every=50)[0]
@@ -99,7 +99,7 @@ def test_a_new_gamma_compiles_nothing_and_vmap_over_gamma_matches_single_runs():
 def test_grad_through_a_damped_trajectory_matches_a_directional_difference():
     with jax.enable_x64(True):
         grid = C.Grid.uniform((24, 24), 10.0)
-        base = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), 30.0, 0.4, gamma=0.05)
+        base = C.GPSystem.create(grid, C.harmonic(grid, dtype=jnp.float64), 30.0, 0.4, gamma=0.05)
         psi0 = C.gaussian(grid, center=(0.4, -0.2), dtype=jnp.complex128)
 
         def loss(gm):
@@ -127,7 +127,7 @@ def test_grad_through_a_damped_trajectory_matches_a_directional_difference():
 def test_bad_gamma_is_one_line(kwargs, match):
     grid = C.Grid.uniform((16, 16), 8.0)
     with pytest.raises(ValueError, match=match) as e:
-        C.GPSystem(grid, C.harmonic(grid), 1.0, **kwargs)
+        C.GPSystem.create(grid, C.harmonic(grid), 1.0, **kwargs)
     assert "\n" not in str(e.value)
 
 
@@ -145,7 +145,7 @@ def test_rotating_dissipative_condensate_forms_a_lattice_with_feynmans_vortex_de
     and settle into a lattice. In the bulk (r < 0.6 R, R the Thomas–Fermi radius from ⟨r²⟩ = R²/3) the vortex
     count matches Feynman's rule, N_v = (Ω/π)·π r² = Ω r² (m = ħ = 1), within 15 %. All charges are +1."""
     grid = C.Grid.uniform((128, 128), 24.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 500.0, 0.8, gamma=0.03)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 500.0, 0.8, gamma=0.03)
     st = C.strang(system, 2e-3)
     psi = st.init(_start(system))
     psi, _ = trajectory(st, psi, 40000, save_every=40000, observe=_energy)
@@ -191,7 +191,7 @@ def test_a_damped_rotating_run_on_a_distributed_fft_equals_one_device():
         pytest.skip("needs 8 (emulated) devices")
     single = _rotating(n=32, length=12.0)
     layout = distributed_fft.fft_layout(device_mesh((8,), ("x",)), P("x"), (32, 32))
-    sharded = C.GPSystem(single.grid, single.potential, single.g, single.omega_rot, layout=layout, gamma=0.05)
+    sharded = C.GPSystem.create(single.grid, single.potential, single.g, single.omega_rot, layout=layout, gamma=0.05)
     psi0 = _start(single)
     a = trajectory(C.strang(single, 2e-3), psi0, 40, save_every=40)[0]
     st = C.strang(sharded, 2e-3)

@@ -32,13 +32,13 @@ def _systems(layout2, layout3):
     psi2 = C.gaussian(g2).astype(jnp.complex64)
     return {
         # name: (system, psi, FFTs of one single-device step)
-        "gp": (C.GPSystem(g2, v2, 10.0, layout=layout2), psi2, 2),
-        "gp_rotating": (C.GPSystem(g2, v2, 10.0, 0.5, layout=layout2), psi2, 6),  # A(dt/2) B(dt) A(dt/2)
-        "gp_damped": (C.GPSystem(g2, v2, 10.0, 0.5, layout=layout2, gamma=0.05), psi2, 6),
+        "gp": (C.GPSystem.create(g2, v2, 10.0, layout=layout2), psi2, 2),
+        "gp_rotating": (C.GPSystem.create(g2, v2, 10.0, 0.5, layout=layout2), psi2, 6),  # A(dt/2) B(dt) A(dt/2)
+        "gp_damped": (C.GPSystem.create(g2, v2, 10.0, 0.5, layout=layout2, gamma=0.05), psi2, 6),
         "mixture": (C.MixtureSystem.create(g2, v2, [[2.0, 1.0], [1.0, 2.0]], layout=layout2), spinor[:2], 4),
         "spin1": (C.Spin1System.create(g2, v2, 20.0, -1.0, q=0.2, layout=layout2), spinor, 6),
         "dipolar": (C.DipolarSystem.create(g3, v3, 5.0, dip, layout=layout3), C.gaussian(g3).astype(jnp.complex64), 6),
-        "gft": (gft.GFTSystem((16, 16), -0.5, 0.2, layout=layout2), psi2, 2),
+        "gft": (gft.GFTSystem.create((16, 16), -0.5, 0.2, layout=layout2), psi2, 2),
     }
 
 

@@ -44,7 +44,7 @@ def _run(stepper, psi, steps=12, save_every=4):
 
 def _gp1d():
     grid = C.Grid.uniform(64, 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 50.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 50.0)
     psi = _gauss(grid, 0.5)
     out = {}
     for name, pn in (("merged", None), ("projected", True), ("raw", False)):
@@ -55,7 +55,7 @@ def _gp1d():
 
 def _gp2d(gamma=0.0):
     grid = C.Grid.uniform((16, 16), 10.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 10.0, 0.6, gamma=gamma)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 10.0, 0.6, gamma=gamma)
     psi = _gauss(grid, 0.4)
     out = {f"real_{k}": v for k, v in _run(C.strang(system, 5e-3), psi).items()}
     if not gamma:
@@ -94,7 +94,7 @@ def _dipolar():
 
 
 def _gft():
-    system = gft.GFTSystem((8, 8), mass_sq=-0.5, lam=0.2)
+    system = gft.GFTSystem.create((8, 8), mass_sq=-0.5, lam=0.2)
     rng = np.random.default_rng(3)
     phi = (rng.normal(size=(8, 8)) + 1j * rng.normal(size=(8, 8))) * 0.3
     out = {f"real_{k}": v for k, v in _run(gft.strang(system, 0.05), phi).items()}
@@ -108,7 +108,7 @@ def _ground():
     g3 = C.Grid.uniform((8, 8, 8), 8.0)
     v3 = C.harmonic(g3, 1.0, dtype=jnp.float64)
     systems = {
-        "gp": C.GPSystem(g1, v1, 20.0),
+        "gp": C.GPSystem.create(g1, v1, 20.0),
         "mixture": C.MixtureSystem.create(g1, v1, [[10.0, 6.0], [6.0, 12.0]]),
         "spin1": C.Spin1System.create(g1, v1, 10.0, -1.5, q=0.1),
         "dipolar": C.DipolarSystem.create(g3, v3, 8.0, C.Dipolar.create(eps_dd=0.3)),

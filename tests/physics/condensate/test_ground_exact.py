@@ -168,7 +168,7 @@ def test_gp_1d_is_the_dense_scf_ground_state_and_below_the_flow():
     """1D, gN = 50, 64 points, float64: E to 1e-11, ψ to 1e-7 of the peak; the flow at dt = 1e-3 lies above."""
     with jax.enable_x64(True):
         grid = C.Grid.uniform(64, 16.0)
-        system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 50.0)
+        system = C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 50.0)
         ref_psi, ref_e = scf(np.asarray(system.potential), [[50.0]], [1.0], grid.shape, grid.length)
         psi, info = C.ground_state(system, 1.0, method="cg")
         e = _check(psi, info, ref_psi, ref_e, system)
@@ -182,7 +182,7 @@ def test_gp_2d_is_the_dense_scf_ground_state():
     """2D, g = 20, 24 × 24 points, float64 (an anisotropic trap)."""
     with jax.enable_x64(True):
         grid = C.Grid.uniform((24, 24), (10.0, 10.0))
-        system = C.GPSystem(grid, C.harmonic(grid, (1.0, 1.3), dtype=jnp.float64), 20.0)
+        system = C.GPSystem.create(grid, C.harmonic(grid, (1.0, 1.3), dtype=jnp.float64), 20.0)
         ref_psi, ref_e = scf(np.asarray(system.potential), [[20.0]], [1.0], grid.shape, grid.length)
         psi, info = C.ground_state(system, 1.0, method="cg")
         _check(psi, info, ref_psi, ref_e, system)
@@ -258,8 +258,8 @@ def test_rotating_below_nucleation_is_the_non_rotating_ground_state():
         grid = C.Grid.uniform((32, 32), 12.0)
         v = C.harmonic(grid, 1.0, dtype=jnp.float64)
         psi0 = C.gaussian(grid, 1.2, dtype=jnp.complex128) * jnp.exp(0.3j * jnp.asarray(grid.mesh(jnp.float64)[0]))
-        psi, info = C.ground_state(C.GPSystem(grid, v, 50.0, 0.3), 1.0, method="cg", psi0=psi0)
-        _, ref = C.ground_state(C.GPSystem(grid, v, 50.0), 1.0, method="cg")
+        psi, info = C.ground_state(C.GPSystem.create(grid, v, 50.0, 0.3), 1.0, method="cg", psi0=psi0)
+        _, ref = C.ground_state(C.GPSystem.create(grid, v, 50.0), 1.0, method="cg")
         assert bool(info["converged"]) and float(info["residual"]) < 1e-10
         np.testing.assert_allclose(float(info["energy"]), float(ref["energy"]), rtol=1e-11)
         assert abs(float(C.angular_momentum(psi, grid))) < 1e-9
@@ -270,7 +270,7 @@ def test_gp_1d_float32_default_reaches_its_round_off():
     """The default float32, 1D gN = 50: the solve stops at its round-off floor, E within 2 ulps of the float64
     exact ground state, ψ real and positive."""
     grid = C.Grid.uniform(64, 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 50.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 50.0)
     psi, info = C.ground_state(system, 1.0, method="cg")
     assert psi.dtype == jnp.complex64 and bool(info["finite"])
     assert float(info["residual"]) < 1e-4
@@ -292,7 +292,7 @@ def test_implicit_gradient_matches_finite_differences():
         x2 = jnp.asarray(grid.coords[0] ** 2)
 
         def width(g):
-            psi, _ = C.ground_state(C.GPSystem(grid, v, g), 1.0, method="cg")
+            psi, _ = C.ground_state(C.GPSystem.create(grid, v, g), 1.0, method="cg")
             return jnp.sum(x2 * jnp.abs(psi) ** 2) * grid.cell_volume
 
         h = 1e-3
@@ -326,7 +326,7 @@ def test_complex_problem_has_no_reverse_derivative():
 
 def test_method_is_checked():
     grid = C.Grid.uniform(16, 8.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 1.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 1.0)
     with pytest.raises(ValueError, match="method must be 'flow'"):
         C.ground_state(system, method="newton")
     with pytest.raises(ValueError, match="magnetization applies to a Spin1System"):

@@ -34,7 +34,7 @@ def test_thomas_fermi_ground_state_is_real_float64():
     """1D, gN = 2000, float64: a complex flow leaves Im ψ at 5 % of the peak and E 2e-7 above E[|ψ|]."""
     with jax.enable_x64(True):
         grid = C.Grid.uniform(512, 48.0)
-        system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 2000.0)
+        system = C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 2000.0)
         psi, info = C.ground_state(system, 1.0, 2e-3)
         assert bool(info["converged"])
         _check_real(psi, system, 1e-14)
@@ -50,7 +50,7 @@ def test_thomas_fermi_ground_state_is_real_float64():
 def test_ground_state_is_real_float32_default():
     """1D, gN = 500, the default float32: a complex flow leaves Im ψ at 7 % of the peak and E 7e-6 above E[|ψ|]."""
     grid = C.Grid.uniform(512, 32.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 500.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 500.0)
     psi, info = C.ground_state(system, 1.0, 2e-3)
     assert psi.dtype == jnp.complex64 and bool(info["converged"])
     _check_real(psi, system, 2e-7)  # one float32 ulp of E
@@ -61,7 +61,7 @@ def test_ground_state_is_real_float32_default():
 def test_ground_state_is_real_2d():
     """2D, gN = 2000, float32: a complex flow leaves Im ψ at 5e-4 of the peak."""
     grid = C.Grid.uniform((64, 64), 18.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 2000.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 2000.0)
     psi, info = C.ground_state(system, 1.0, 2e-3)
     assert bool(info["converged"])
     _check_real(psi, system, 2e-7)
@@ -70,7 +70,7 @@ def test_ground_state_is_real_2d():
 def test_complex_guess_of_a_real_problem_loses_its_global_phase():
     """A guess with a global phase converges to the same real, positive state."""
     grid = C.Grid.uniform(128, 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 50.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 50.0)
     psi0 = C.gaussian(grid, 1.0).astype(jnp.complex64)
     a, _ = C.ground_state(system, 1.0, 1e-2, psi0=psi0)
     b, _ = C.ground_state(system, 1.0, 1e-2, psi0=psi0 * jnp.exp(2.5j).astype(jnp.complex64))
@@ -82,7 +82,7 @@ def test_complex_guess_of_a_real_problem_loses_its_global_phase():
 def test_rotating_ground_state_stays_complex():
     """A rotating system is not real: its flow is not restricted (a vortex carries its phase winding)."""
     grid = C.Grid.uniform((32, 32), 12.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 200.0, omega_rot=0.7)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 200.0, omega_rot=0.7)
     psi, _ = C.ground_state(system, 1.0, 1e-2, max_steps=200, key=jax.random.key(0), noise=0.1)
     assert float(jnp.max(jnp.abs(psi.imag))) > 1e-2 * float(jnp.max(jnp.abs(psi)))
 
@@ -92,7 +92,7 @@ def test_residual_vanishes_for_an_eigenstate():
     another state."""
     with jax.enable_x64(True):
         grid = C.Grid.uniform(128, 16.0)
-        system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 0.0)
+        system = C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 0.0)
         psi = C.gaussian(grid, 1.0, dtype=jnp.complex128)
         assert float(C.residual(psi, system)) < 1e-12
         assert float(C.residual(psi * (1 + 0.1 * grid.mesh(jnp.float64)[0]), system)) > 1e-3

@@ -84,7 +84,7 @@ def test_mixture_of_one_component_is_the_scalar_gp_step():
         psi = _two_blobs(grid)[0]
         st = C.strang(M.MixtureSystem.create(grid, V, [[4.0]]), 2e-3)
         ours = np.asarray(_run(st, psi[None], 20))[0]
-        gp = C.strang(C.GPSystem(grid, V, 4.0), 2e-3, project_norm=False)
+        gp = C.strang(C.GPSystem.create(grid, V, 4.0), 2e-3, project_norm=False)
         ref = np.asarray(_run(gp, psi, 20))
         np.testing.assert_allclose(ours, ref, atol=1e-12)
 

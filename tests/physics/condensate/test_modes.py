@@ -196,7 +196,7 @@ def test_bogoliubov_homogeneous_dispersion():
     with jax.enable_x64(True):
         n, length, g, dens = 64, 20.0, 2.0, 1.0
         grid = C.Grid.uniform((n,), length)
-        system = C.GPSystem(grid, jnp.zeros((n,), jnp.float64), g)
+        system = C.GPSystem.create(grid, jnp.zeros((n,), jnp.float64), g)
         psi0 = jnp.full((n,), np.sqrt(dens), jnp.complex128)
         modes = C.bogoliubov(jax.random.key(0), system, psi0, 6)
         k = np.sort(np.abs(2 * np.pi * np.fft.fftfreq(n, length / n)))[1:7]
@@ -210,7 +210,7 @@ def test_bogoliubov_homogeneous_dispersion():
 
 
 def _ground(grid, g, omega=1.0, dt=(1e-2, 1e-3)):
-    system = C.GPSystem(grid, C.harmonic(grid, omega, dtype=jnp.float64), g)
+    system = C.GPSystem.create(grid, C.harmonic(grid, omega, dtype=jnp.float64), g)
     psi, _ = C.ground_state(system, 1.0, dt=dt[0], tol=1e-13, max_steps=20000)
     psi, _ = C.ground_state(system, 1.0, dt=dt[1], tol=1e-14, max_steps=40000, psi0=psi)
     return system, psi
@@ -234,13 +234,15 @@ def test_kohn_mode_is_the_trap_frequency_for_any_g_and_vmaps_over_g():
         pot = C.harmonic(grid, 1.0, dtype=jnp.float64)
 
         def ground(g):
-            s = C.GPSystem(grid, pot, g)
+            s = C.GPSystem.create(grid, pot, g)
             p, _ = C.ground_state(s, 1.0, dt=1e-2, tol=1e-13, max_steps=20000)
             p, _ = C.ground_state(s, 1.0, dt=1e-3, tol=1e-14, max_steps=40000, psi0=p)
             return p
 
         psis = jax.vmap(ground)(gs)
-        omegas = jax.vmap(lambda g, p: C.bogoliubov(jax.random.key(0), C.GPSystem(grid, pot, g), p, 4).omega)(gs, psis)
+        omegas = jax.vmap(lambda g, p: C.bogoliubov(jax.random.key(0), C.GPSystem.create(grid, pot, g), p, 4).omega)(
+            gs, psis
+        )
         omegas = np.asarray(omegas)
         np.testing.assert_allclose(omegas[:, :2], 1.0, atol=1e-3)  # the dipole pair, any g
         np.testing.assert_allclose(omegas[0], [1, 1, 2, 2], atol=1e-3)  # g = 0: the oscillator levels
@@ -271,7 +273,7 @@ def test_bogoliubov_frequency_gradient_matches_analytic_and_finite_difference():
         psi0 = jnp.full((n,), np.sqrt(dens), jnp.float64)
 
         def lowest(g):
-            return C.bogoliubov(jax.random.key(0), C.GPSystem(grid, pot, g), psi0, 2).omega[0]
+            return C.bogoliubov(jax.random.key(0), C.GPSystem.create(grid, pot, g), psi0, 2).omega[0]
 
         g0 = 3.0
         eps = 0.5 * (2 * np.pi / length) ** 2
@@ -291,7 +293,7 @@ def test_kohn_frequency_derivative_along_the_trap_frequency():
         grid = C.Grid.uniform((24, 24), 12.0)
 
         def kohn(w):
-            s = C.GPSystem(grid, C.harmonic(grid, w, dtype=jnp.float64), 20.0)
+            s = C.GPSystem.create(grid, C.harmonic(grid, w, dtype=jnp.float64), 20.0)
             p, _ = C.ground_state(s, 1.0, dt=1e-2, tol=1e-13, max_steps=20000)
             p, _ = C.ground_state(s, 1.0, dt=1e-3, tol=1e-14, max_steps=40000, psi0=p)
             return C.bogoliubov(jax.random.key(0), s, p, 2).omega[0]
@@ -321,9 +323,9 @@ def test_bogoliubov_on_a_sharded_field_equals_one_device_and_gathers_nothing():
     with jax.enable_x64(True):
         n, length, g, dens, n_modes = 16, 10.0, 2.0, 1.0, 4
         grid = C.Grid.uniform((n, n), length)
-        single = C.GPSystem(grid, jnp.zeros((n, n), jnp.float64), g)
+        single = C.GPSystem.create(grid, jnp.zeros((n, n), jnp.float64), g)
         layout = distributed_fft.fft_layout(device_mesh((8,), ("x",)), P("x"), grid.shape)
-        sharded = C.GPSystem(grid, single.potential, g, layout=layout)
+        sharded = C.GPSystem.create(grid, single.potential, g, layout=layout)
         psi0 = jnp.full((n, n), np.sqrt(dens), jnp.complex128)
         one = C.bogoliubov(jax.random.key(0), single, psi0, n_modes)
         psi_s = layout.place(psi0)
@@ -344,7 +346,7 @@ def test_bogoliubov_on_a_sharded_field_equals_one_device_and_gathers_nothing():
 
 def test_bogoliubov_bad_input_one_line_naming_the_argument():
     grid = C.Grid.uniform((16, 16), 8.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 10.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 10.0)
     psi = C.gaussian(grid)
     for call, word in [
         (lambda: C.bogoliubov(jax.random.key(0), system, psi, 200), "n_modes"),
@@ -352,7 +354,9 @@ def test_bogoliubov_bad_input_one_line_naming_the_argument():
         (lambda: C.bogoliubov(jax.random.key(0), system, psi[:8], 2), "psi0"),
         (lambda: C.bogoliubov(jax.random.key(0), system.replace(g=-1.0), psi, 2), "g"),
         (
-            lambda: C.bogoliubov(jax.random.key(0), C.GPSystem(grid, C.harmonic(grid), 10.0, omega_rot=0.5), psi, 2),
+            lambda: C.bogoliubov(
+                jax.random.key(0), C.GPSystem.create(grid, C.harmonic(grid), 10.0, omega_rot=0.5), psi, 2
+            ),
             "omega_rot",
         ),
         (
@@ -429,5 +433,5 @@ def test_second_calls_with_new_values_compile_nothing():
     line = C.Grid.uniform((32,), 10.0)
     pot = jnp.zeros((32,), jnp.float32)
     psi_a, psi_b = jnp.ones(32), 1.3 * jnp.ones(32)
-    assert _compiles(lambda: C.bogoliubov(jax.random.key(0), C.GPSystem(line, pot, 1.0), psi_a, 2).omega)
-    assert _compiles(lambda: C.bogoliubov(jax.random.key(0), C.GPSystem(line, pot, 2.5), psi_b, 2).omega) == []
+    assert _compiles(lambda: C.bogoliubov(jax.random.key(0), C.GPSystem.create(line, pot, 1.0), psi_a, 2).omega)
+    assert _compiles(lambda: C.bogoliubov(jax.random.key(0), C.GPSystem.create(line, pot, 2.5), psi_b, 2).omega) == []

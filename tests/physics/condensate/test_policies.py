@@ -51,7 +51,7 @@ def test_a_bfloat16_stored_state_is_far_less_accurate_than_float32():
         start = np.asarray(C.imprint_vortices(C.gaussian(grid, 1.0, 1.5), grid, [[0.5, 0.0]], [1]), np.complex128)
         out, norms = {}, {}
         for mode, rdt in (("f64", jnp.float64), ("f32", jnp.float32), ("bf16", jnp.float32)):
-            st = C.strang(C.GPSystem(grid, C.harmonic(grid, dtype=rdt), 50.0), 2e-3)
+            st = C.strang(C.GPSystem.create(grid, C.harmonic(grid, dtype=rdt), 50.0), 2e-3)
             psi = st.init(jnp.asarray(start, jnp.result_type(rdt, jnp.complex64)))
             if mode == "bf16":
                 psi = precision.round_complex(psi, jnp.bfloat16)
@@ -70,8 +70,8 @@ def _systems():
     g1 = C.Grid.uniform((16, 16), 8.0)
     g3 = C.Grid.uniform((8, 8, 8), 8.0)
     return {
-        "gp": C.GPSystem(g1, C.harmonic(g1), 10.0),
-        "damped": C.GPSystem(g1, C.harmonic(g1), 10.0, 0.5, gamma=0.03),
+        "gp": C.GPSystem.create(g1, C.harmonic(g1), 10.0),
+        "damped": C.GPSystem.create(g1, C.harmonic(g1), 10.0, 0.5, gamma=0.03),
         "mixture": M.MixtureSystem.create(g1, C.harmonic(g1), [[1.0, 0.5], [0.5, 1.0]]),
         "spin1": M.Spin1System.create(g1, C.harmonic(g1), 10.0, -1.0),
         "dipolar": D.DipolarSystem.create(g3, C.harmonic(g3), 10.0, D.Dipolar.create(eps_dd=0.5)),

@@ -37,7 +37,7 @@ def _evolve(psi, system, dt, steps, save_every=1, *, imaginary=False, project_no
 
 def _trap_system(shape, length, g=0.0, omega=1.0, omega_rot=0.0, dtype=jnp.float32):
     grid = C.Grid.uniform(shape, length)
-    return C.GPSystem(grid, C.harmonic(grid, omega, dtype=dtype), g, omega_rot)
+    return C.GPSystem.create(grid, C.harmonic(grid, omega, dtype=dtype), g, omega_rot)
 
 
 # --- grid and inputs -------------------------------------------------------------------------
@@ -79,9 +79,9 @@ def test_inputs_validated_early():
     with pytest.raises(ValueError, match="split-step instability"):
         _step(psi, sys1, 0.2)  # k_max²/2 = 50 on this grid
     with pytest.raises(ValueError, match="potential must have the grid's shape"):
-        C.GPSystem(sys1.grid, jnp.zeros(8), 1.0)
+        C.GPSystem.create(sys1.grid, jnp.zeros(8), 1.0)
     with pytest.raises(ValueError, match="2D or 3D"):
-        C.GPSystem(sys1.grid, sys1.potential, 1.0, omega_rot=0.5)
+        C.GPSystem.create(sys1.grid, sys1.potential, 1.0, omega_rot=0.5)
     with pytest.raises(TypeError, match="GPSystem"):
         _step(psi, "not a system", 0.01)
 
@@ -138,7 +138,7 @@ def test_local_phase_far_outside_the_cloud_stays_unitary():
     grid = C.Grid.uniform(128, 16.0)
     x = grid.coords[0]
     v = np.where(np.abs(x) > 6.0, 1e9, 0.5 * x**2).astype(np.float32)
-    sys_ = C.GPSystem(grid, jnp.asarray(v), 5.0)
+    sys_ = C.GPSystem.create(grid, jnp.asarray(v), 5.0)
     psi0 = C.gaussian(grid)
     for mode, every in ((None, 1), (None, 50), (False, 50)):  # the single-step and the fused multi-step paths
         st = C.strang(sys_, 2e-3, project_norm=mode)
@@ -193,7 +193,7 @@ def test_grad_through_evolve_matches_finite_difference_with_remat():
         x2 = jnp.asarray(grid.coords[0] ** 2)
 
         def loss(s, remat):
-            sys1 = C.GPSystem(grid, base * s, 1.0)
+            sys1 = C.GPSystem.create(grid, base * s, 1.0)
             psi, _ = trajectory(C.strang(sys1, 0.02), psi0, 20, save_every=5, remat=remat, observe=C.observe)
             return jnp.sum(x2 * C.density(psi)) * grid.cell_volume
 
@@ -305,7 +305,7 @@ def test_sharded_3d_step_matches_single_device():
 # --- validation against exact physics (slow) ----------------------------------------------------------------------
 def _system(shape, length, g=0.0, omega=1.0, omega_rot=0.0, dtype=jnp.float64):
     grid = C.Grid.uniform(shape, length)
-    return C.GPSystem(grid, C.harmonic(grid, omega, dtype=dtype), g, omega_rot)
+    return C.GPSystem.create(grid, C.harmonic(grid, omega, dtype=dtype), g, omega_rot)
 
 
 @pytest.mark.slow
@@ -349,7 +349,7 @@ def test_thomas_fermi_limit_and_virial(d, shape, length):
         )
         rel = []
         for gn in (10.0, 100.0, 1000.0):
-            sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), gn)
+            sys_ = C.GPSystem.create(grid, C.harmonic(grid, dtype=jnp.float64), gn)
             guess = C.gaussian(grid, width=gn ** (1 / (d + 2)), dtype=jnp.complex128)
             psi, _ = solve(sys_, guess, 0.01, 1e-11)
             psi, info = solve(sys_, psi, 0.002, 1e-13)
@@ -370,7 +370,7 @@ def test_bright_soliton_keeps_shape_and_speed():
     with jax.enable_x64(True):
         grid = C.Grid.uniform(1024, 80.0)
         g, n, v = -1.0, 4.0, 1.5
-        sys_ = C.GPSystem(grid, jnp.zeros(grid.shape, jnp.float64), g)
+        sys_ = C.GPSystem.create(grid, jnp.zeros(grid.shape, jnp.float64), g)
         psi0 = C.bright_soliton(grid, n, g, position=-15.0, velocity=v, dtype=jnp.complex128)
         t_end, dt = 20.0, 1e-3
         psi, _ = jax.jit(lambda p: _evolve(p, sys_, dt, int(t_end / dt), 4000))(psi0)
@@ -386,7 +386,7 @@ def test_dark_soliton_pair_keeps_shape_and_speed():
     with jax.enable_x64(True):
         grid = C.Grid.uniform(2048, 160.0)
         g, n0, v, sep = 1.0, 1.0, 0.5, 80.0
-        sys_ = C.GPSystem(grid, jnp.zeros(grid.shape, jnp.float64), g)
+        sys_ = C.GPSystem.create(grid, jnp.zeros(grid.shape, jnp.float64), g)
         psi0 = C.dark_soliton_pair(grid, n0, g, sep, v, dtype=jnp.complex128)
         t_end, dt = 50.0, 2e-3
         psi, _ = jax.jit(lambda p: _evolve(p, sys_, dt, int(t_end / dt), 5000))(psi0)
@@ -403,7 +403,7 @@ def test_dark_soliton_pair_keeps_shape_and_speed():
 @pytest.mark.slow
 def test_norm_over_1e4_float32_steps_and_energy_drift_order():
     grid = C.Grid.uniform((128, 128), 16.0)
-    sys32 = C.GPSystem(grid, C.harmonic(grid, (1.0, 1.3)), 10.0)
+    sys32 = C.GPSystem.create(grid, C.harmonic(grid, (1.0, 1.3)), 10.0)
     psi0 = C.gaussian(grid, width=(1.2, 0.8), center=(0.7, -0.3))
     n0 = float(C.norm(psi0, grid))
     run = jax.jit(lambda p, proj: _evolve(p, sys32, 1e-3, 10_000, 1000, project_norm=proj), static_argnums=1)
@@ -417,7 +417,7 @@ def test_norm_over_1e4_float32_steps_and_energy_drift_order():
     # same as the raw float64 scheme (so the projection is not hiding an error).
     assert drift_proj <= 1e-6, drift_proj
     with jax.enable_x64(True):
-        sys64 = C.GPSystem(grid, C.harmonic(grid, (1.0, 1.3), dtype=jnp.float64), 10.0)
+        sys64 = C.GPSystem.create(grid, C.harmonic(grid, (1.0, 1.3), dtype=jnp.float64), 10.0)
         ref, obs64 = _evolve(psi0.astype(jnp.complex128), sys64, 1e-3, 10_000, 1000)
         n0_64 = float(C.norm(psi0.astype(jnp.complex128), grid))
         assert abs(float(obs64["norm"][-1]) / n0_64 - 1) < 1e-10  # float64: round-off
@@ -445,7 +445,7 @@ def test_rotating_trap_vortex_lattice_grows_with_omega():
     grid = C.Grid.uniform((96, 96), 20.0)
     counts = []
     for om in (0.0, 0.6, 0.8):
-        sys_ = C.GPSystem(grid, C.harmonic(grid), 500.0, om)
+        sys_ = C.GPSystem.create(grid, C.harmonic(grid), 500.0, om)
         psi, info = C.ground_state(sys_, 1.0, dt=0.005, tol=1e-7, max_steps=12000, key=jax.random.key(0), noise=0.05)
         q = np.asarray(C.vortex_charges(psi, grid, min_density=0.2, window=2))
         assert np.all(q >= 0)  # all vortices rotate with the trap
@@ -458,18 +458,18 @@ def test_bad_system_inputs_raise_naming_the_argument():
     grid = C.Grid.uniform(32, 12.0)
     pot = C.harmonic(grid)
     with pytest.raises(ValueError, match="potential contains NaN"):
-        C.GPSystem(grid, pot.at[3].set(jnp.nan), 1.0)
+        C.GPSystem.create(grid, pot.at[3].set(jnp.nan), 1.0)
     with pytest.raises(ValueError, match="g must be finite"):
-        C.GPSystem(grid, pot, jnp.array(jnp.nan))
+        C.GPSystem.create(grid, pot, jnp.array(jnp.nan))
     with pytest.raises(ValueError, match="g must be finite"):
-        C.GPSystem(grid, pot, float("nan"))
+        C.GPSystem.create(grid, pot, float("nan"))
     with pytest.raises(TypeError, match="g must be a real number"):
-        C.GPSystem(grid, pot, "abc")
+        C.GPSystem.create(grid, pot, "abc")
     # a list potential is converted (and validated) up front, not failing deep inside a step
-    sys_list = C.GPSystem(grid, [float(v) for v in np.asarray(pot)], 1.0)
+    sys_list = C.GPSystem.create(grid, [float(v) for v in np.asarray(pot)], 1.0)
     assert isinstance(sys_list.potential, jax.Array) and sys_list.potential.shape == grid.shape
     with pytest.raises(ValueError, match="potential must have the grid's shape"):
-        C.GPSystem(grid, [0.0] * 8, 1.0)
+        C.GPSystem.create(grid, [0.0] * 8, 1.0)
 
 
 @pytest.mark.slow
@@ -490,7 +490,7 @@ def test_bad_grid_inputs_raise():
 @pytest.mark.slow
 def test_bad_ground_state_inputs_raise_naming_the_argument():
     grid = C.Grid.uniform(32, 12.0)
-    sys_ = C.GPSystem(grid, C.harmonic(grid), 1.0)
+    sys_ = C.GPSystem.create(grid, C.harmonic(grid), 1.0)
     with pytest.raises(ValueError, match="psi0 is zero everywhere"):
         C.ground_state(sys_, psi0=jnp.zeros(grid.shape, jnp.complex64))
     with pytest.raises(ValueError, match="dt=50.0 is too large"):
@@ -505,7 +505,7 @@ def test_bad_ground_state_inputs_raise_naming_the_argument():
 def test_ground_state_has_requested_norm_float32():
     # float32: the returned state used to be off the requested norm by 1.4e-5 (and E by as much).
     grid = C.Grid.uniform(64, 16.0)
-    sys_ = C.GPSystem(grid, C.harmonic(grid), 0.0)
+    sys_ = C.GPSystem.create(grid, C.harmonic(grid), 0.0)
     psi, info = C.ground_state(sys_, norm=1.0)
     assert psi.dtype == jnp.complex64
     assert abs(float(C.norm(psi, grid)) - 1.0) <= 1e-6
@@ -524,7 +524,7 @@ def _rel(a, ref) -> float:
 def _soliton_error(policy, steps=2000, dt=1e-3):
     grid = C.Grid.uniform(1024, 80.0)
     g, n, v = -1.0, 4.0, 1.5
-    system = C.GPSystem(grid, np.zeros(grid.shape, np.float32), g)
+    system = C.GPSystem.create(grid, np.zeros(grid.shape, np.float32), g)
     psi0 = C.bright_soliton(grid, n, g, position=-15.0, velocity=v, dtype=jnp.complex64)
     psi, _ = _evolve(psi0, system, dt, steps, steps, policy=policy)
     # Exact density of the soliton, float64 NumPy: (n²a/4) sech²(a n (x − x₀ − v t)/2), a = −g.
@@ -546,7 +546,7 @@ def test_gp_bright_soliton_error_per_policy():
 
 def _ground_energy_error(policy):
     grid = C.Grid.uniform(64, 12.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 0.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 0.0)
     psi, _ = C.ground_state(system, 1.0, dt=0.05, tol=1e-12, max_steps=20000, policy=policy)
     psi, info = C.ground_state(system, 1.0, dt=0.002, tol=1e-13, max_steps=40000, psi0=psi, policy=policy)
     return psi.dtype, abs(float(info["energy"]) - 0.5) / 0.5
@@ -562,7 +562,7 @@ def test_gp_ground_state_energy_per_policy():
 
 def test_gp_policy_none_is_unchanged_and_f32_matches_it():
     grid = C.Grid.uniform(128, 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 5.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 5.0)
     psi0 = C.gaussian(grid)
     a, _ = _evolve(psi0, system, 1e-3, 20, 20)
     b, _ = _evolve(psi0, system, 1e-3, 20, 20, policy="f32")
@@ -571,7 +571,7 @@ def test_gp_policy_none_is_unchanged_and_f32_matches_it():
 
 def test_gp_bad_policies_name_the_argument():
     grid = C.Grid.uniform(32, 8.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 1.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 1.0)
     psi0 = C.gaussian(grid)
     with pytest.raises(ValueError, match=r"policy='bf16'.*complex64/complex128.*compute_dtype=bfloat16"):
         C.strang(system, 1e-3, policy="bf16")
@@ -585,7 +585,7 @@ def test_gp_bad_policies_name_the_argument():
 
 def _gp_system(shape=(32,), length=12.0, g=2.0):
     grid = C.Grid.uniform(shape, length)
-    return C.GPSystem(grid, C.harmonic(grid), g)
+    return C.GPSystem.create(grid, C.harmonic(grid), g)
 
 
 # --- the condensate Strang stepper under transformations -----------------------------------------
@@ -611,7 +611,7 @@ def test_condensate_strang_stepper_jit_vmap_grad():
         x2 = jnp.asarray(grid.coords[0] ** 2)
 
         def loss(g):
-            st = C.strang(C.GPSystem(grid, pot, g), 0.01)
+            st = C.strang(C.GPSystem.create(grid, pot, g), 0.01)
             p, _ = trajectory(st, psi0, 50, save_every=50, observe=None)
             return jnp.sum(x2 * C.density(p)) * grid.cell_volume
 
@@ -625,7 +625,7 @@ def test_condensate_strang_stepper_jit_vmap_grad():
 def test_condensate_strang_is_second_order_in_dt():
     with jax.enable_x64(True):
         grid = C.Grid.uniform(64, 16.0)
-        sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), 5.0)
+        sys_ = C.GPSystem.create(grid, C.harmonic(grid, dtype=jnp.float64), 5.0)
         psi0 = C.gaussian(grid, width=1.3, center=(0.8,), dtype=jnp.complex128)
         T, dt0 = 0.5, 0.025  # dt0·k_max²/2 = 2.0 < π: split-step stable on this grid
 
@@ -694,7 +694,7 @@ def test_hlo_of_a_10_step_trajectory_and_of_the_fused_run_count_ffts_and_field_p
 
     shape = (16, 16, 16)
     grid = C.Grid.uniform(shape, 8.0)
-    st = C.strang(C.GPSystem(grid, C.harmonic(grid), 10.0), 1e-3)
+    st = C.strang(C.GPSystem.create(grid, C.harmonic(grid), 10.0), 1e-3)
     psi = st.init(C.gaussian(grid))
     traj = jax.jit(lambda p: trajectory(st, p, 10, save_every=10, observe=_no_obs)[0]).lower(psi).compile()
     ffts, passes = _loop_body_passes(traj.as_text(), shape)
@@ -713,7 +713,7 @@ def test_fused_run_equals_the_step_by_step_scheme_float64(omega_rot):
 
     with jax.enable_x64(True):
         grid = C.Grid.uniform((32, 32), 10.0)
-        sys_ = C.GPSystem(grid, C.harmonic(grid, dtype=jnp.float64), 20.0, omega_rot)
+        sys_ = C.GPSystem.create(grid, C.harmonic(grid, dtype=jnp.float64), 20.0, omega_rot)
         st = C.strang(sys_, 2e-3)
         psi = st.init(C.gaussian(grid, center=(0.7, -0.3), dtype=jnp.complex128))
         fused = jax.jit(lambda p, prm: st.run_fn(p, prm, 100))(psi, st.params)
@@ -763,7 +763,7 @@ def test_dt_is_held_once_every_way_to_change_it_is_the_fresh_builder_or_an_error
             target.replace(dt=0.02)
     assert not any("'dt'" in jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(st1.params))
     # a system whose static facts (grid, rotation) differ from the factors' is refused at the step
-    other = C.GPSystem(C.Grid.uniform(32, 10.0), C.harmonic(C.Grid.uniform(32, 10.0)), 2.0)
+    other = C.GPSystem.create(C.Grid.uniform(32, 10.0), C.harmonic(C.Grid.uniform(32, 10.0)), 2.0)
     with pytest.raises(ValueError, match="grid, rotation or damping"):
         st1.replace(params=st1.params.replace(system=other)).step(psi)
     rot = C.strang(_trap_system((16, 16), 8.0, g=1.0, omega_rot=0.3), 0.01)
@@ -803,7 +803,9 @@ def test_family_observe_in_trajectory_and_traced_trap_frequency():
     grid = sys_.grid
     vs = jax.vmap(lambda w: C.harmonic(grid, w))(jnp.array([1.0, 1.5]))
     np.testing.assert_allclose(np.asarray(vs[1]), np.asarray(C.harmonic(grid, 1.5)), rtol=1e-6)
-    e = jax.vmap(lambda w: C.energy(psi, C.GPSystem(grid, C.harmonic(grid, w), 2.0))["trap"])(jnp.array([1.0, 2.0]))
+    e = jax.vmap(lambda w: C.energy(psi, C.GPSystem.create(grid, C.harmonic(grid, w), 2.0))["trap"])(
+        jnp.array([1.0, 2.0])
+    )
     assert abs(float(e[1]) / float(e[0]) - 4.0) < 1e-5
 
 
@@ -823,7 +825,7 @@ def test_a_stepper_closed_over_by_jit_does_not_constant_fold_the_potential():
     """A stepper captured by ``jax.jit`` makes V a constant of the program; the phase-range check's max|V| runs at
     run time behind an optimisation barrier instead of being constant-folded by XLA (a 256³ fold took 50 s)."""
     grid = C.Grid.uniform((32, 32, 32), 16.0)
-    system = C.GPSystem(grid, C.harmonic(grid), 5.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid), 5.0)
     st = C.strang(system, 1e-3)
     psi = jnp.ones(grid.shape, jnp.complex64) / 32**1.5
     hlo = jax.jit(lambda p: trajectory(st, st.init(p), 2)[0]).lower(psi).compile().as_text()
@@ -847,7 +849,7 @@ def test_a_psi_sharded_over_a_mesh_on_a_system_without_layout_is_refused_naming_
         pytest.skip("needs several devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
     mesh = device_mesh((2,), ("x",), jax.devices()[:2])
     grid = C.Grid.uniform((16, 16), 8.0)
-    st = C.strang(C.GPSystem(grid, C.harmonic(grid), 5.0), 1e-2)
+    st = C.strang(C.GPSystem.create(grid, C.harmonic(grid), 5.0), 1e-2)
     sharded = jax.device_put(C.gaussian(grid), NamedSharding(mesh, P("x", None)))
     with pytest.raises(ValueError, match=r"psi is sharded over a mesh as P\('x', None\) but the system has no layout"):
         st.init(sharded)
@@ -858,7 +860,7 @@ def test_a_psi_sharded_over_a_mesh_on_a_system_without_layout_is_refused_naming_
         trajectory(st, sharded, 2)
     with pytest.raises(ValueError, match="psi is sharded over a mesh.*no layout"):
         chunked(st, 2)(sharded)
-    gst = G.strang(G.GFTSystem((16, 16)), 0.05)
+    gst = G.strang(G.GFTSystem.create((16, 16)), 0.05)
     phi = jax.device_put(jnp.ones((16, 16), jnp.complex64), NamedSharding(mesh, P(None, "x")))
     with pytest.raises(ValueError, match="phi is sharded over a mesh.*no layout"):
         gst.init(phi)
