@@ -85,6 +85,7 @@ __all__ = [
     "dipolar_step",
     "dipolar_ground_state",
     "thomas_fermi_aspect_ratio",
+    "gaussian_energy_parts",
     "cutoff_factor",
 ]
 
@@ -638,3 +639,39 @@ def thomas_fermi_aspect_ratio(eps_dd: float, trap_ratio: float) -> float:
         if fa * fb < 0:
             return float(math.exp(brentq(h, a, b, xtol=1e-14, rtol=1e-14)))
     raise ValueError(f"no Thomas-Fermi aspect ratio found for eps_dd={eps}, trap_ratio={gam}")  # pragma: no cover
+
+
+def gaussian_energy_parts(
+    sigma_rho: float,
+    sigma_z: float,
+    norm: float,
+    g: float,
+    eps_dd: float,
+    gamma_qf: float = 0.0,
+    omega_rho: float = 1.0,
+    omega_z: float = 1.0,
+) -> dict[str, float]:
+    """The energy of N = ``norm`` atoms in the Gaussian ψ ∝ exp(−ρ²/2σ_ρ² − z²/2σ_z²), dipoles along z, in free space
+    (no periodic images) and the trap V = ½(ω_ρ²ρ² + ω_z²z²): the variational reference of dipolar droplets
+    (Wächtler & Santos, PRA 94, 043618 (2016); Baillie et al., PRA 94, 021602(R) (2016)). float64, totals (ħω₀)::
+
+        kinetic N[1/(2σ_ρ²) + 1/(4σ_z²)],        trap N[ω_ρ²σ_ρ²/2 + ω_z²σ_z²/4],
+        interaction N²g/(2(2π)^{3/2}σ_ρ²σ_z),    dipolar −ε_dd f(σ_ρ/σ_z) × interaction,
+        lhy N (2/5)γ_QF (2/5)^{3/2} (N/(π^{3/2}σ_ρ²σ_z))^{3/2}
+
+    with f the function of the module docstring (f(1) = 0, f → 1 for a cigar, → −2 for a pancake). Returns the parts
+    and ``total``; widths > 0 (checked)."""
+    for name, v in (("sigma_rho", sigma_rho), ("sigma_z", sigma_z), ("norm", norm)):
+        check_scalar(v, name, positive=True)
+    sr, sz, n = float(sigma_rho), float(sigma_z), float(norm)
+    kappa = sr / sz
+    f = 1.0 if kappa < 1e-6 else _f_over(kappa) * (1 - kappa * kappa)  # f(κ) = 1 − O(κ²) for a thin cigar
+    contact = n * n * float(g) / (2 * (2 * math.pi) ** 1.5 * sr * sr * sz)
+    parts = {
+        "kinetic": n * (1 / (2 * sr * sr) + 1 / (4 * sz * sz)),
+        "trap": n * (float(omega_rho) ** 2 * sr * sr / 2 + float(omega_z) ** 2 * sz * sz / 4),
+        "interaction": contact,
+        "dipolar": -float(eps_dd) * f * contact,
+        "lhy": n * 0.4 * float(gamma_qf) * 0.4**1.5 * (n / (math.pi**1.5 * sr * sr * sz)) ** 1.5,
+    }
+    return {**parts, "total": sum(parts.values())}
