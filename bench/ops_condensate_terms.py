@@ -158,7 +158,7 @@ def check_dipolar(n: int = 128, steps: int = 100, reps: int = 3) -> dict:
     }
 
 
-def _lhy_pair(kind: str, n: int, rdt) -> tuple:
+def lhy_pair(kind: str, n: int, rdt) -> tuple:
     """(system without LHY, system with it, start ψ) of ``kind``: a ¹⁶⁴Dy-like cloud in the droplet regime (a_s =
     0.005 a_ho, g = 4πa_s, ε_dd = 1.3, γ_QF from ``lhy=True``, peak density 6400 a_ho⁻³) or a two-component mixture
     beyond the mean-field collapse (g₁₁ = g₂₂ = 0.5, g₁₂ = −1.1√(g₁₁g₂₂), peak densities 100), n³ over a 16³ box in a
@@ -192,7 +192,7 @@ def check_lhy(kind: str, n: int = 128, steps: int = 50, rounds: int = 15) -> dic
     from ivhl_jax.numerics.rollout import trajectory
     from ivhl_jax.physics import condensate as C
 
-    plain, with_lhy, start = _lhy_pair(kind, n, jnp.float32)
+    plain, with_lhy, start = lhy_pair(kind, n, jnp.float32)
     calls = {}
     for name, system in (("plain", plain), ("lhy", with_lhy)):
         st = C.strang(system, 1e-3)
@@ -211,7 +211,7 @@ def check_lhy(kind: str, n: int = 128, steps: int = 50, rounds: int = 15) -> dic
         "ratio_lhy_over_plain_per_round": dict(
             zip(("q1", "median", "q3"), map(float, np.percentile(ratios, [25, 50, 75])))
         ),
-        "f32_vs_f64": _f32_vs_f64(lambda rdt: C.strang(_lhy_pair(kind, n, rdt)[1], 1e-3), start, 10),
+        "f32_vs_f64": _f32_vs_f64(lambda rdt: C.strang(lhy_pair(kind, n, rdt)[1], 1e-3), start, 10),
     }
 
 

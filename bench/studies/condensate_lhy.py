@@ -18,10 +18,10 @@ def hlo_counts(kind: str, n: int) -> dict:
     """{"plain"/"lhy": [FFTs, field fusions]} of one compiled real-time step (float32, single device)."""
     import jax.numpy as jnp
 
-    from ivhl_jax.bench.ops_condensate_terms import _lhy_pair
+    from ivhl_jax.bench.ops_condensate_terms import lhy_pair
     from ivhl_jax.physics import condensate as C
 
-    plain, with_lhy, start = _lhy_pair(kind, n, jnp.float32)
+    plain, with_lhy, start = lhy_pair(kind, n, jnp.float32)
     dims = ",".join(map(str, start.shape))
     out = {}
     for name, system in (("plain", plain), ("lhy", with_lhy)):
