@@ -11,6 +11,8 @@ max |ψ₆₄|, the accuracy of the f32 policy against f64; bf16 is refused by e
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ivhl_jax.bench.harness import gpu_check_main, median_ms, run_checks
@@ -169,6 +171,8 @@ def lhy_pair(kind: str, n: int, rdt) -> tuple:
     v = C.harmonic(grid, dtype=rdt)
     x, y, z = np.meshgrid(*grid.coords, indexing="ij")
     blob = np.exp(-(x**2 + y**2 + 0.5 * z**2) / 2)
+    plain: Any
+    with_lhy: Any
     if kind == "dipolar":
         dip = C.Dipolar.create(eps_dd=1.3, cutoff=7.0)
         g = 4 * np.pi * 0.005

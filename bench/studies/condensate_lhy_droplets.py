@@ -85,7 +85,7 @@ def dipolar_variational() -> dict:
 
     n_atoms, g, eps, gam = 1.0, 100.0, 1.5, 30.0
     best = minimize(
-        lambda p: gaussian_energy_parts(*np.exp(p), n_atoms, g, eps, gam)["total"],
+        lambda p: gaussian_energy_parts(float(np.exp(p[0])), float(np.exp(p[1])), n_atoms, g, eps, gam)["total"],
         [0.0, 0.5],
         method="Nelder-Mead",
         options={"xatol": 1e-10, "fatol": 1e-14},
@@ -96,7 +96,7 @@ def dipolar_variational() -> dict:
     s = DipolarSystem.create(grid, pot, g, Dipolar.create(eps_dd=eps, cutoff=8.0), gamma_qf=gam)
     x, y, z = np.meshgrid(*grid.coords, indexing="ij")
     trial = np.exp(-(x * x + y * y) / (2 * sr * sr) - z * z / (2 * sz * sz)).astype(np.complex128)
-    trial = np.asarray(C.normalize(trial, grid, n_atoms))
+    trial = C.normalize(jax.numpy.asarray(trial), grid, n_atoms)
     got = {k: float(v) for k, v in C.energy(trial, s).items()}
     want = gaussian_energy_parts(sr, sz, n_atoms, g, eps, gam)
     want.pop("total")

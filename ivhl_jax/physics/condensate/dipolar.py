@@ -432,9 +432,11 @@ def dipolar_gp_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> di
     eint = 0.5 * jnp.asarray(system.g, rdt) * jnp.sum(n * n) * dv
     edd = 0.5 * jnp.sum(_phi(n, system) * n) * dv
     parts = {"kinetic": ekin, "trap": etrap, "interaction": eint, "dipolar": edd}
+    total = ekin + etrap + eint + edd
     if system.gamma_qf is not None:
         parts["lhy"] = 0.4 * jnp.asarray(system.gamma_qf, rdt) * jnp.sum(density_power(n, 2.5)) * dv
-    return {**parts, "total": sum(parts.values())}
+        total = total + parts["lhy"]
+    return {**parts, "total": total}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -411,10 +411,12 @@ def mixture_energy(psi: Inexact[Array, "c ..."], system: MixtureSystem) -> dict[
     nn = jnp.tensordot(n, n, axes=(axes, axes)) * dv  # ∫ n_i n_j, (C, C)
     eint = 0.5 * jnp.sum(jnp.asarray(system.g, rdt) * nn)
     parts = {"kinetic": ekin, "trap": etrap, "interaction": eint}
+    total = ekin + etrap + eint
     if system.lhy:
         x = jnp.tensordot(jnp.diagonal(jnp.asarray(system.g, rdt)), n, axes=1)
         parts["lhy"] = MIXTURE_LHY * jnp.sum(density_power(x, 2.5)) * dv
-    return {**parts, "total": sum(parts.values())}
+        total = total + parts["lhy"]
+    return {**parts, "total": total}
 
 
 def component_norms(psi: Inexact[Array, "c ..."], grid: Grid) -> Float[Array, " c"]:
