@@ -85,7 +85,9 @@ def dipolar_variational() -> dict:
 
     n_atoms, g, eps, gam = 1.0, 100.0, 1.5, 30.0
     best = minimize(
-        lambda p: gaussian_energy_parts(float(np.exp(p[0])), float(np.exp(p[1])), n_atoms, g, eps, gam)["total"],
+        lambda p: gaussian_energy_parts(float(np.exp(p[0])), float(np.exp(p[1])), n_atoms, g, eps, gamma_qf=gam)[
+            "total"
+        ],
         [0.0, 0.5],
         method="Nelder-Mead",
         options={"xatol": 1e-10, "fatol": 1e-14},
@@ -98,7 +100,7 @@ def dipolar_variational() -> dict:
     trial = np.exp(-(x * x + y * y) / (2 * sr * sr) - z * z / (2 * sz * sz)).astype(np.complex128)
     trial = C.normalize(jax.numpy.asarray(trial), grid, n_atoms)
     got = {k: float(v) for k, v in C.energy(trial, s).items()}
-    want = gaussian_energy_parts(sr, sz, n_atoms, g, eps, gam)
+    want = gaussian_energy_parts(sr, sz, n_atoms, g, eps, gamma_qf=gam)
     want.pop("total")
     psi, info = C.ground_state(s, n_atoms, psi0=trial, method="cg", max_steps=1000)
     d = np.abs(np.asarray(psi)) ** 2

@@ -649,13 +649,14 @@ def gaussian_energy_parts(
     norm: float,
     g: float,
     eps_dd: float,
+    *,
     gamma_qf: float = 0.0,
-    omega_rho: float = 1.0,
-    omega_z: float = 1.0,
+    trap: tuple[float, float] = (1.0, 1.0),
 ) -> dict[str, float]:
     """The energy of N = ``norm`` atoms in the Gaussian ψ ∝ exp(−ρ²/2σ_ρ² − z²/2σ_z²), dipoles along z, in free space
-    (no periodic images) and the trap V = ½(ω_ρ²ρ² + ω_z²z²): the variational reference of dipolar droplets
-    (Wächtler & Santos, PRA 94, 043618 (2016); Baillie et al., PRA 94, 021602(R) (2016)). float64, totals (ħω₀)::
+    (no periodic images) and the trap V = ½(ω_ρ²ρ² + ω_z²z²), ``trap`` = (ω_ρ, ω_z): the variational reference of
+    dipolar droplets (Wächtler & Santos, PRA 94, 043618 (2016); Baillie et al., PRA 94, 021602(R) (2016)). float64,
+    totals (ħω₀)::
 
         kinetic N[1/(2σ_ρ²) + 1/(4σ_z²)],        trap N[ω_ρ²σ_ρ²/2 + ω_z²σ_z²/4],
         interaction N²g/(2(2π)^{3/2}σ_ρ²σ_z),    dipolar −ε_dd f(σ_ρ/σ_z) × interaction,
@@ -671,7 +672,7 @@ def gaussian_energy_parts(
     contact = n * n * float(g) / (2 * (2 * math.pi) ** 1.5 * sr * sr * sz)
     parts = {
         "kinetic": n * (1 / (2 * sr * sr) + 1 / (4 * sz * sz)),
-        "trap": n * (float(omega_rho) ** 2 * sr * sr / 2 + float(omega_z) ** 2 * sz * sz / 4),
+        "trap": n * (float(trap[0]) ** 2 * sr * sr / 2 + float(trap[1]) ** 2 * sz * sz / 4),
         "interaction": contact,
         "dipolar": -float(eps_dd) * f * contact,
         "lhy": n * 0.4 * float(gamma_qf) * 0.4**1.5 * (n / (math.pi**1.5 * sr * sr * sz)) ** 1.5,

@@ -111,7 +111,7 @@ def test_a_dipolar_cloud_past_collapse_is_held_by_lhy_as_the_gaussian_variationa
 
     def e_var(p, gamma):
         sr, sz = np.exp(np.maximum(p, -10.0))  # widths ≥ 4.5e-5: the collapse stays finite
-        return gaussian_energy_parts(sr, sz, n_atoms, g, eps, gamma)["total"]
+        return gaussian_energy_parts(sr, sz, n_atoms, g, eps, gamma_qf=gamma)["total"]
 
     collapse = minimize(e_var, [0.0, 0.5], args=(0.0,), method="Nelder-Mead", options={"maxiter": 4000})
     assert np.exp(collapse.x[0]) < 0.05 and collapse.fun < -100  # runs down into the collapse
@@ -127,7 +127,7 @@ def test_a_dipolar_cloud_past_collapse_is_held_by_lhy_as_the_gaussian_variationa
         trial = np.exp(-(x * x + y * y) / (2 * sr * sr) - z * z / (2 * sz * sz)).astype(np.complex128)
         trial = np.asarray(C.normalize(trial, grid, n_atoms))
         got = C.energy(trial, s)
-        want = gaussian_energy_parts(sr, sz, n_atoms, g, eps, gam)
+        want = gaussian_energy_parts(sr, sz, n_atoms, g, eps, gamma_qf=gam)
         for k, v in want.items():
             assert float(got[k]) == pytest.approx(v, rel=1e-4), (k, float(got[k]), v)
         psi, info = C.ground_state(s, n_atoms, psi0=trial, method="cg", max_steps=1000)
