@@ -114,6 +114,7 @@ def _numpy_dipolar_energy(psi, s):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 2e-5)])
 def test_dipolar_energy_with_lhy_matches_a_numpy_float64_functional(dtype, rtol):
     with jax.enable_x64(dtype == np.float64):
