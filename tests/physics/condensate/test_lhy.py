@@ -60,6 +60,7 @@ def test_lhy_coefficient_is_the_lima_pelster_gamma_in_trap_units():
         assert float(d) == pytest.approx(2.5 * want / g, rel=1e-10)
 
 
+@pytest.mark.slow
 def test_density_power_is_exact_and_has_finite_derivatives_at_zero():
     with jax.enable_x64(True):
         n = np.array([0.0, 1e-30, 0.3, 2.0])
