@@ -543,28 +543,13 @@ def dipolar_ground_state(
     check_every: int = 100,
     policy: str | Policy | None = None,
 ) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
-    """Ground state of a dipolar condensate by imaginary-time Strang steps at fixed N (normalised gradient flow).
-
-    Iterates blocks of ``check_every`` steps in one jitted ``lax.while_loop`` until the relative energy change
-    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) and ψ has settled,
-    ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol, or ``max_steps`` is reached. The problem is real (V real, Φ_dd a real function of
-    |ψ|²), so ψ is kept real: a complex ``psi0`` loses its global phase ½ arg Σψ² and its imaginary part once, the
-    imaginary round-off is dropped after every step, and ψ is returned positive (E[ψ] = E[|ψ|]).
-
-    Args:
-      system: the :class:`DipolarSystem`.
-      norm: particle number N = ∫|ψ|² dV.
-      dt: imaginary time step.
-      tol: relative energy change per block at which the flow counts as converged (None: 4e-7 in float32, 1e-10
-        in float64).
-      max_steps: step budget.
-      check_every: steps per block between energy checks.
-      psi0: initial guess, grid-shaped (default: a unit-width Gaussian).
-      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``; ψ is returned in the policy's output dtype.
-
-    Returns:
-      (ψ, info): info = {"steps", "energy", "delta", "moved" (last relative change of ψ over a block),
-      "converged", "finite"}.
+    """Ground state of a dipolar condensate (LHY term included) at fixed N = ``norm`` by imaginary-time Strang steps,
+    the normalised gradient flow: its stopping rule (energy and ψ settled over a block of ``check_every`` steps, or
+    ``max_steps``), the ``tol`` default, ``dt``, ``policy`` and the returned (ψ, info) are those of
+    :func:`~ivhl_jax.physics.condensate.mixture.mixture_ground_state` for one component. The problem is real (V real,
+    Φ_dd and γ_QF|ψ|³ real functions of |ψ|²), so ψ is kept real: a complex ``psi0`` (grid-shaped; default a
+    unit-width Gaussian) loses its global phase ½ arg Σψ² and its imaginary part once, the imaginary round-off is
+    dropped after every step, and ψ is returned positive (E[ψ] = E[|ψ|]).
     """
     system = cast_system(_check_system(system), policy, "the dipolar split-step solver")
     check_scalar(dt, "dt", positive=True)
