@@ -9,7 +9,9 @@ own simulation, ``ivhl sim gft`` (:mod:`ivhl_jax.sims.gft`).
 potential: the section ``dipolar.*``, strength ``dipolar.eps_dd`` along ``dipolar.axis``), ``mixture`` (C
 components coupled by g_ij: ``g`` = g₁₁ and the section ``mixture.*``, ``mixture.g12``, ``mixture.g22``, or the
 whole matrix ``mixture.couplings``; atom numbers ``mixture.norms``) or ``spin1`` (m = +1, 0, −1: the section
-``spin1.*``, ``c0``, ``c2``, Zeeman ``p``, ``q``, a held ``magnetization``). A section is validated by building its
+``spin1.*``, ``c0``, ``c2``, Zeeman ``p``, ``q``, a held ``magnetization``); ``dipolar.lhy`` / ``dipolar.gamma_qf``
+and ``mixture.lhy`` add the Lee–Huang–Yang term (:mod:`ivhl_jax.physics.condensate.lhy`; the records gain
+``energy_lhy``). A section is validated by building its
 system with the library's ``create``; each system starts from its imaginary-time ground state; a setting of another
 system's section is refused, and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step
 projection, host FFT) with another system; ``mesh`` spreads any system's field over devices (the distributed FFT of
@@ -84,6 +86,11 @@ class MixtureSettings:
     norms: list[float] | None = option(
         None, "the atom number N_i of each component, held by the ground-state search (default 1 each)"
     )
+    lhy: bool = option(
+        False,
+        "add Petrov's Lee-Huang-Yang energy (8/(15π²))(g₁₁n₁ + g₂₂n₂)^{5/2} (two components, dims=3): past "
+        "g₁₂ < −√(g₁₁g₂₂) the mixture forms a self-bound droplet instead of collapsing",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +120,16 @@ class DipolarSettings:
         None,
         "the radius R_c > 0 of the spherical cutoff of the dipolar kernel (trap lengths; exact for a cloud of "
         "diameter D when R_c >= D and length >= D + R_c); default: the uncut kernel",
+    )
+    lhy: bool = option(
+        False,
+        "add the Lee-Huang-Yang term γ_QF|ψ|³ with γ_QF = (32/3)g√(a³/π)Q₅(ε_dd), a = g/4π (needs g > 0): past "
+        "ε_dd ≈ 1 the cloud forms droplets instead of collapsing",
+    )
+    gamma_qf: float | None = option(
+        None,
+        "the LHY coefficient γ_QF >= 0 itself, instead of lhy=true (e.g. 2.5 with g = -3, eps_dd = 0: Petrov's "
+        "reduced droplet equation)",
     )
 
 
@@ -381,9 +398,13 @@ def section_system(cfg: BECConfig, grid: C.Grid, potential: Any, layout: Any = N
     """The dipolar, mixture or spin-1 system of ``cfg.system``, its section's settings given to the system's
     ``create`` (which validates them) on ``grid`` with trap ``potential``."""
     if cfg.system == "dipolar":
-        return C.DipolarSystem.create(grid, potential, cfg.g, dipole_spec(cfg), layout=layout)
+        d = cfg.dipolar
+        return C.DipolarSystem.create(
+            grid, potential, cfg.g, dipole_spec(cfg), layout=layout, lhy=d.lhy, gamma_qf=d.gamma_qf
+        )
     if cfg.system == "mixture":
-        return C.MixtureSystem.create(grid, potential, np.asarray(mixture_couplings(cfg)), layout=layout)
+        couplings = np.asarray(mixture_couplings(cfg))
+        return C.MixtureSystem.create(grid, potential, couplings, layout=layout, lhy=cfg.mixture.lhy)
     s = cfg.spin1
     return C.Spin1System.create(grid, potential, s.c0, s.c2, p=s.p, q=s.q, layout=layout)
 

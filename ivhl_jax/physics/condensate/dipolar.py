@@ -4,8 +4,8 @@ energy, a Strang stepper and imaginary-time ground states, and the Thomas–Ferm
 Units: ħ = m = 1, trap units (as in :mod:`ivhl_jax.physics.condensate`); 3-D grids only. The GP equation with
 dipoles polarised along the unit vector d̂::
 
-    i ∂ψ/∂t = [−½∇² + V + g|ψ|² + Φ_dd] ψ,      Φ_dd = F⁻¹[Ṽ_dd(k) F|ψ|²],
-    E = ∫ [½|∇ψ|² + V|ψ|² + ½g|ψ|⁴ + ½Φ_dd|ψ|²] dV,
+    i ∂ψ/∂t = [−½∇² + V + g|ψ|² + Φ_dd + γ_QF|ψ|³] ψ,      Φ_dd = F⁻¹[Ṽ_dd(k) F|ψ|²],
+    E = ∫ [½|∇ψ|² + V|ψ|² + ½g|ψ|⁴ + ½Φ_dd|ψ|² + (2/5)γ_QF|ψ|⁵] dV,
 
 with the Fourier transform of U_dd(r) = (3g_dd/4π)(1 − 3cos²θ_r)/r³ (θ_r the angle between r and d̂)
 
@@ -21,8 +21,12 @@ PRA 74, 013623 (2006)) truncates U_dd to a sphere r < R_c, whose transform is
 exact when R_c ≥ D and the box side L ≥ D + R_c (no image within R_c). Ṽ_dd(0) = 0 for both forms (the uncut
 k = 0 value is direction dependent; 0 is its angular mean).
 
-Φ_dd is real and depends on ψ only through |ψ|², which the local factor e^{−iτ(V + g|ψ|² + Φ_dd)} does not
-change, so the Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U} keeps both factors exact, as for contact
+γ_QF|ψ|³ is the Lee–Huang–Yang (quantum-fluctuation) correction of Lima & Pelster (γ_QF = 0 without it; its
+coefficient, the conversion from a species and the references in :mod:`ivhl_jax.physics.condensate.lhy`): with it
+a dipolar condensate past ε_dd ≈ 1 forms self-bound droplets instead of collapsing.
+
+Φ_dd is real and depends on ψ only through |ψ|², which the local factor e^{−iτ(V + g|ψ|² + Φ_dd + γ_QF|ψ|³)} does
+not change, so the Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U} keeps both factors exact, as for contact
 interactions (U now also holds Φ_dd: one real FFT pair per half-step). K(dt) is the split-step engine's kinetic
 factor (:func:`ivhl_jax.physics.condensate.system.kinetic_plan`). On a system with a ``layout`` (slab or pencil)
 both K and Φ_dd use the distributed FFT (:mod:`ivhl_jax.numerics.distributed_fft`; Φ_dd by a complex transform
@@ -59,6 +63,7 @@ from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.condensate import system as condensate_system
 from ivhl_jax.physics.condensate._descent import descend, descent_settings
+from ivhl_jax.physics.condensate.lhy import density_power, lhy_coefficient
 from ivhl_jax.physics.condensate.system import (
     EquationParams,
     Grid,
@@ -80,6 +85,7 @@ __all__ = [
     "dipolar_step",
     "dipolar_ground_state",
     "thomas_fermi_aspect_ratio",
+    "gaussian_energy_parts",
     "cutoff_factor",
 ]
 
@@ -140,10 +146,11 @@ class Dipolar(struct.PyTreeNode):
 
 
 class DipolarSystem(struct.PyTreeNode):
-    """A dipolar GP problem on a 3-D grid: trap V (grid-shaped), contact g, the :class:`Dipolar` interaction.
+    """A dipolar GP problem on a 3-D grid: trap V (grid-shaped), contact g, the :class:`Dipolar` interaction, and the
+    LHY coefficient γ_QF (None: no beyond-mean-field term).
 
-    Build with :meth:`create`. ``potential``, ``g`` and the spec's leaves are traced; the grid and the ``layout``
-    are static. The real dtype of ``potential`` is the working precision (float32 → complex64, float64 →
+    Build with :meth:`create`. ``potential``, ``g``, ``gamma_qf`` and the spec's leaves are traced; the grid and the
+    ``layout`` are static. The real dtype of ``potential`` is the working precision (float32 → complex64, float64 →
     complex128). ``layout``: how ψ is split over a device mesh (an
     :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`, slab or pencil) or None; with a layout the kinetic factor
     and Φ_dd use the distributed FFT and V and ψ (``strang(...).init``) are held in blocks, one per device.
@@ -154,12 +161,29 @@ class DipolarSystem(struct.PyTreeNode):
     g: Any
     dipolar: Dipolar
     layout: Any = struct.field(pytree_node=False, default=None)
+    gamma_qf: Any = None
 
     @classmethod
-    def create(cls, grid: Grid, potential: Any, g: Any, dipolar: Dipolar, *, layout: Any = None) -> DipolarSystem:
+    def create(
+        cls,
+        grid: Grid,
+        potential: Any,
+        g: Any,
+        dipolar: Dipolar,
+        *,
+        layout: Any = None,
+        lhy: bool = False,
+        gamma_qf: Any = None,
+    ) -> DipolarSystem:
         """Validated system: ``grid`` 3-D, ``potential`` real of shape ``grid.shape``, ``g`` a real scalar,
         ``dipolar`` a :class:`Dipolar` (:meth:`Dipolar.create`), ``layout`` None or an FFTLayout of the grid
-        (``distributed_fft.fft_layout(mesh, P("x"))``: V is placed on it here)."""
+        (``distributed_fft.fft_layout(mesh, P("x"))``: V is placed on it here).
+
+        The LHY term γ_QF|ψ|³ (module docstring): ``lhy=True`` computes γ_QF = (32/3)g√(a³/π)Q₅(ε_dd), a = g/4π,
+        from g (> 0) and the spec's ε_dd (:func:`~ivhl_jax.physics.condensate.lhy.lhy_coefficient`), or pass
+        ``gamma_qf`` ≥ 0 itself (e.g. 5/2 for Petrov's reduced droplet equation with g = −3, ε_dd = 0); not both.
+        γ_QF is a leaf of its own: it does not follow a later ``replace(g=...)``, so differentiate through
+        ``create`` (or with respect to ``gamma_qf``)."""
         if not isinstance(grid, Grid):
             raise TypeError(f"grid must be a Grid (Grid.uniform(shape, length)), got {type(grid).__name__}")
         if grid.ndim != 3:
@@ -178,12 +202,14 @@ class DipolarSystem(struct.PyTreeNode):
             raise TypeError(f"g must be a real number, got {g!r}")
         check_scalar(g, "g")
         rdt = jnp.result_type(pot)
+        gamma = _lhy_setting(lhy, gamma_qf, g, dipolar)
         spec = dipolar.replace(
             strength=jnp.asarray(dipolar.strength, rdt),
             axis=jnp.asarray(dipolar.axis, rdt),
             cutoff=None if dipolar.cutoff is None else jnp.asarray(dipolar.cutoff, rdt),
         )
-        return cls(grid=grid, potential=pot, g=jnp.asarray(g, rdt), dipolar=spec, layout=layout)
+        gamma = None if gamma is None else jnp.asarray(gamma, rdt)
+        return cls(grid=grid, potential=pot, g=jnp.asarray(g, rdt), dipolar=spec, layout=layout, gamma_qf=gamma)
 
     @property
     def g_dd(self) -> Any:
@@ -198,6 +224,29 @@ class DipolarSystem(struct.PyTreeNode):
     @property
     def complex_dtype(self) -> Any:
         return jnp.result_type(self.real_dtype, jnp.complex64)
+
+
+def _lhy_setting(lhy: Any, gamma_qf: Any, g: Any, dipolar: Dipolar) -> Any:
+    """γ_QF from ``create``'s settings: None (no LHY term), the given ``gamma_qf`` (≥ 0), or ``lhy=True``'s
+    (32/3)g√(a³/π)Q₅(ε_dd) with ε_dd = g_dd/g."""
+    if not isinstance(lhy, (bool, np.bool_)):
+        raise TypeError(f"lhy must be True or False (compute gamma_qf from g and eps_dd), got {lhy!r}")
+    if gamma_qf is not None:
+        if lhy:
+            raise ValueError("pass lhy=True (gamma_qf computed from g and eps_dd) or gamma_qf=..., not both")
+        if isinstance(gamma_qf, (str, bytes)):
+            raise TypeError(f"gamma_qf must be a real number >= 0, got {gamma_qf!r}")
+        check_scalar(gamma_qf, "gamma_qf", nonnegative=True)
+        return gamma_qf
+    if not lhy:
+        return None
+    if is_concrete(g) and not float(np.asarray(g)) > 0:
+        raise ValueError(
+            f"lhy=True needs g > 0 (gamma_qf grows with the s-wave length a = g/4pi), got g={float(np.asarray(g))}; "
+            "pass gamma_qf=... for another form"
+        )
+    eps = dipolar.strength if dipolar.relative else jnp.asarray(dipolar.strength) / jnp.asarray(g)
+    return lhy_coefficient(g, eps)
 
 
 def _check_system(system: Any) -> DipolarSystem:
@@ -366,8 +415,9 @@ def dipolar_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> Float
 
 
 def dipolar_gp_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> dict[str, Float[Array, ""]]:
-    """E = ∫[½|∇ψ|² + V|ψ|² + ½g|ψ|⁴ + ½Φ_dd|ψ|²] dV (ħω₀; totals). Returns ``kinetic``, ``trap``,
-    ``interaction`` (contact), ``dipolar`` and ``total``; the kinetic part spectral (Parseval)."""
+    """E = ∫[½|∇ψ|² + V|ψ|² + ½g|ψ|⁴ + ½Φ_dd|ψ|² + (2/5)γ_QF|ψ|⁵] dV (ħω₀; totals). Returns ``kinetic``, ``trap``,
+    ``interaction`` (contact), ``dipolar``, ``lhy`` (only for a system with γ_QF) and ``total``; the kinetic part
+    spectral (Parseval)."""
     system = _check_system(system)
     grid = system.grid
     psi = check_array(psi, "psi", shape=grid.shape, kind="inexact", finite=host_readable(psi))
@@ -381,7 +431,12 @@ def dipolar_gp_energy(psi: Inexact[Array, "*grid"], system: DipolarSystem) -> di
     etrap = jnp.sum(jnp.asarray(system.potential, rdt) * n) * dv
     eint = 0.5 * jnp.asarray(system.g, rdt) * jnp.sum(n * n) * dv
     edd = 0.5 * jnp.sum(_phi(n, system) * n) * dv
-    return {"kinetic": ekin, "trap": etrap, "interaction": eint, "dipolar": edd, "total": ekin + etrap + eint + edd}
+    parts = {"kinetic": ekin, "trap": etrap, "interaction": eint, "dipolar": edd}
+    total = ekin + etrap + eint + edd
+    if system.gamma_qf is not None:
+        parts["lhy"] = 0.4 * jnp.asarray(system.gamma_qf, rdt) * jnp.sum(density_power(n, 2.5)) * dv
+        total = total + parts["lhy"]
+    return {**parts, "total": total}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -405,25 +460,28 @@ def _phi_of(system: DipolarSystem) -> Any:
 
 
 def dipolar_step(psi: Complex[Array, "*grid"], params: EquationParams) -> Complex[Array, "*grid"]:
-    """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U}, U = V + g|ψ|² + Φ_dd (imaginary time: projected to N)."""
+    """One Strang step e^{−i dt/2 U} K(dt) e^{−i dt/2 U}, U = V + g|ψ|² + Φ_dd + γ_QF|ψ|³ (imaginary time:
+    projected to N)."""
     system = params.system
     psi = check_step(psi, params, system.grid.shape)
     rdt = psi.real.dtype
     pot = jnp.asarray(system.potential, rdt)
     g = jnp.asarray(system.g, rdt)
     phi = _phi_of(system)
+    gamma = None if system.gamma_qf is None else jnp.asarray(system.gamma_qf, rdt)
 
     def local(p: jax.Array) -> jax.Array:
         n = p.real * p.real + p.imag * p.imag
-        return pot + g * n + phi(n)
+        u = pot + g * n + phi(n)
+        return u if gamma is None else u + gamma * density_power(n, 1.5)  # fused into the same elementwise pass
 
     project = splitstep.norm_projection(psi, params.target) if params.imaginary else None
     return splitstep.step(psi, params.plan, local, project=project)
 
 
 def _dipolar_init(params: EquationParams, psi: Any) -> jax.Array:
-    """Validate ψ (grid-shaped, finite), check that dt resolves the local phase dt·max|V + g|ψ|² + Φ_dd| ≤ 2π over the
-    cloud (concrete values) and cast ψ to the system's complex dtype."""
+    """Validate ψ (grid-shaped, finite), check that dt resolves the local phase dt·max|V + g|ψ|² + Φ_dd + γ_QF|ψ|³| ≤ 2π
+    over the cloud (concrete values) and cast ψ to the system's complex dtype."""
     system = params.system
     arr = place_state(check_array(psi, "psi", shape=system.grid.shape, kind="inexact"), system)
     if is_concrete(arr) and host_readable(arr):
@@ -433,9 +491,11 @@ def _dipolar_init(params: EquationParams, psi: Any) -> jax.Array:
     def local(p: np.ndarray) -> np.ndarray:
         rho = np.abs(p.astype(np.complex128)) ** 2
         phi = np.asarray(_phi(jnp.asarray(rho, system.real_dtype), system), np.float64)
-        return np.asarray(system.potential, np.float64) + float(np.asarray(system.g)) * rho + phi
+        u = np.asarray(system.potential, np.float64) + float(np.asarray(system.g)) * rho + phi
+        return u if system.gamma_qf is None else u + float(np.asarray(system.gamma_qf)) * rho**1.5
 
-    condensate_system.check_local_step(params, arr, local, "max|V + g|ψ|² + Φ_dd|")
+    formula = "max|V + g|ψ|² + Φ_dd|" if system.gamma_qf is None else "max|V + g|ψ|² + Φ_dd + γ_QF|ψ|³|"
+    condensate_system.check_local_step(params, arr, local, formula)
     return arr
 
 
@@ -447,7 +507,8 @@ def strang_dipolar(
     norm: Any = None,
     policy: str | Policy | None = None,
 ) -> Stepper:
-    """The Strang stepper of the dipolar GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² + Φ_dd]ψ (module docstring).
+    """The Strang stepper of the dipolar GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² + Φ_dd + γ_QF|ψ|³]ψ (module
+    docstring; γ_QF the system's LHY coefficient, 0 without it).
 
     Args:
       system: the :class:`DipolarSystem`.
@@ -482,28 +543,13 @@ def dipolar_ground_state(
     check_every: int = 100,
     policy: str | Policy | None = None,
 ) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
-    """Ground state of a dipolar condensate by imaginary-time Strang steps at fixed N (normalised gradient flow).
-
-    Iterates blocks of ``check_every`` steps in one jitted ``lax.while_loop`` until the relative energy change
-    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) and ψ has settled,
-    ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol, or ``max_steps`` is reached. The problem is real (V real, Φ_dd a real function of
-    |ψ|²), so ψ is kept real: a complex ``psi0`` loses its global phase ½ arg Σψ² and its imaginary part once, the
-    imaginary round-off is dropped after every step, and ψ is returned positive (E[ψ] = E[|ψ|]).
-
-    Args:
-      system: the :class:`DipolarSystem`.
-      norm: particle number N = ∫|ψ|² dV.
-      dt: imaginary time step.
-      tol: relative energy change per block at which the flow counts as converged (None: 4e-7 in float32, 1e-10
-        in float64).
-      max_steps: step budget.
-      check_every: steps per block between energy checks.
-      psi0: initial guess, grid-shaped (default: a unit-width Gaussian).
-      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``; ψ is returned in the policy's output dtype.
-
-    Returns:
-      (ψ, info): info = {"steps", "energy", "delta", "moved" (last relative change of ψ over a block),
-      "converged", "finite"}.
+    """Ground state of a dipolar condensate (LHY term included) at fixed N = ``norm`` by imaginary-time Strang steps,
+    the normalised gradient flow: its stopping rule (energy and ψ settled over a block of ``check_every`` steps, or
+    ``max_steps``), the ``tol`` default, ``dt``, ``policy`` and the returned (ψ, info) are those of
+    :func:`~ivhl_jax.physics.condensate.mixture.mixture_ground_state` for one component. The problem is real (V real,
+    Φ_dd and γ_QF|ψ|³ real functions of |ψ|²), so ψ is kept real: a complex ``psi0`` (grid-shaped; default a
+    unit-width Gaussian) loses its global phase ½ arg Σψ² and its imaginary part once, the imaginary round-off is
+    dropped after every step, and ψ is returned positive (E[ψ] = E[|ψ|]).
     """
     system = cast_system(_check_system(system), policy, "the dipolar split-step solver")
     check_scalar(dt, "dt", positive=True)
@@ -580,3 +626,40 @@ def thomas_fermi_aspect_ratio(eps_dd: float, trap_ratio: float) -> float:
         if fa * fb < 0:
             return float(math.exp(brentq(h, a, b, xtol=1e-14, rtol=1e-14)))
     raise ValueError(f"no Thomas-Fermi aspect ratio found for eps_dd={eps}, trap_ratio={gam}")  # pragma: no cover
+
+
+def gaussian_energy_parts(
+    sigma_rho: float,
+    sigma_z: float,
+    norm: float,
+    g: float,
+    eps_dd: float,
+    *,
+    gamma_qf: float = 0.0,
+    trap: tuple[float, float] = (1.0, 1.0),
+) -> dict[str, float]:
+    """The energy of N = ``norm`` atoms in the Gaussian ψ ∝ exp(−ρ²/2σ_ρ² − z²/2σ_z²), dipoles along z, in free space
+    (no periodic images) and the trap V = ½(ω_ρ²ρ² + ω_z²z²), ``trap`` = (ω_ρ, ω_z): the variational reference of
+    dipolar droplets (Wächtler & Santos, PRA 94, 043618 (2016); Baillie et al., PRA 94, 021602(R) (2016)). float64,
+    totals (ħω₀)::
+
+        kinetic N[1/(2σ_ρ²) + 1/(4σ_z²)],        trap N[ω_ρ²σ_ρ²/2 + ω_z²σ_z²/4],
+        interaction N²g/(2(2π)^{3/2}σ_ρ²σ_z),    dipolar −ε_dd f(σ_ρ/σ_z) × interaction,
+        lhy N (2/5)γ_QF (2/5)^{3/2} (N/(π^{3/2}σ_ρ²σ_z))^{3/2}
+
+    with f the function of the module docstring (f(1) = 0, f → 1 for a cigar, → −2 for a pancake). Returns the parts
+    and ``total``; widths > 0 (checked)."""
+    for name, v in (("sigma_rho", sigma_rho), ("sigma_z", sigma_z), ("norm", norm)):
+        check_scalar(v, name, positive=True)
+    sr, sz, n = float(sigma_rho), float(sigma_z), float(norm)
+    kappa = sr / sz
+    f = 1.0 if kappa < 1e-6 else _f_over(kappa) * (1 - kappa * kappa)  # f(κ) = 1 − O(κ²) for a thin cigar
+    contact = n * n * float(g) / (2 * (2 * math.pi) ** 1.5 * sr * sr * sz)
+    parts = {
+        "kinetic": n * (1 / (2 * sr * sr) + 1 / (4 * sz * sz)),
+        "trap": n * (float(trap[0]) ** 2 * sr * sr / 2 + float(trap[1]) ** 2 * sz * sz / 4),
+        "interaction": contact,
+        "dipolar": -float(eps_dd) * f * contact,
+        "lhy": n * 0.4 * float(gamma_qf) * 0.4**1.5 * (n / (math.pi**1.5 * sr * sr * sz)) ** 1.5,
+    }
+    return {**parts, "total": sum(parts.values())}

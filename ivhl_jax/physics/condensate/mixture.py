@@ -9,7 +9,12 @@ Units: ħ = m = 1 (every component has the same mass), lengths in trap units a_h
     E = Σ_i ∫ [½|∇ψ_i|² + V_i |ψ_i|²] dV + ½ Σ_ij g_ij ∫ |ψ_i|²|ψ_j|² dV,
 
 g symmetric (C × C). Every N_i is conserved; two components mix for g₁₂² < g₁₁g₂₂ and separate for
-g₁₂² > g₁₁g₂₂ (the homogeneous stability condition).
+g₁₂² > g₁₁g₂₂ (the homogeneous stability condition). With ``lhy=True`` (two components, 3-D) Petrov's
+Lee–Huang–Yang energy (PRL 115, 155302 (2015); :mod:`ivhl_jax.physics.condensate.lhy`) joins the mean field::
+
+    U_i ← U_i + (4/(3π²)) g_ii (g₁₁n₁ + g₂₂n₂)^{3/2},       E ← E + (8/(15π²)) ∫ (g₁₁n₁ + g₂₂n₂)^{5/2} dV,
+
+which stops the collapse at g₁₂ < −√(g₁₁g₂₂): the mixture forms a self-bound quantum droplet.
 
 **Spin-1** (:class:`Spin1System`), ψ of shape (3, *grid), components m = +1, 0, −1 in that order::
 
@@ -23,7 +28,7 @@ magnetisation M = ∫F_z dV are conserved (for every p: the linear Zeeman term c
 
 Time stepping (second-order Strang splitting, each piece the exact flow of its part)::
 
-    mixture:  e^{−i dt/2 U} · K(dt) · e^{−i dt/2 U},      U_i = V_i + Σ_j g_ij |ψ_j|²
+    mixture:  e^{−i dt/2 U} · K(dt) · e^{−i dt/2 U},      U_i = V_i + Σ_j g_ij |ψ_j|² (+ the LHY term)
     spin-1:   D(dt/2) · S(dt/2) · K(dt) · S(dt/2) · D(dt/2)
 
 K(dt) = F⁻¹ e^{−i k² dt/2} F is the exact kinetic propagator (the same for every component: the split-step
@@ -69,6 +74,7 @@ from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.condensate._descent import descend, descent_settings
+from ivhl_jax.physics.condensate.lhy import MIXTURE_LHY, density_power
 from ivhl_jax.physics.condensate.system import (
     EquationParams,
     Grid,
@@ -151,18 +157,21 @@ class MixtureSystem(struct.PyTreeNode):
     precision (float32 → complex64 state, float64 → complex128). ``layout``: how the grid axes of ψ are split over
     a device mesh (an :class:`~ivhl_jax.numerics.distributed_fft.FFTLayout`, slab or pencil) or None; with a
     layout the kinetic step runs on the distributed FFT and V and ψ (``strang(...).init``) are held in blocks.
+    ``lhy`` (static): Petrov's LHY term (module docstring) is part of the equation and the energy.
     """
 
     grid: Grid = struct.field(pytree_node=False)
     potential: Any
     g: Any
     layout: Any = struct.field(pytree_node=False, default=None)
+    lhy: bool = struct.field(pytree_node=False, default=False)
 
     @classmethod
-    def create(cls, grid: Grid, potential: Any, g: Any, *, layout: Any = None) -> MixtureSystem:
+    def create(cls, grid: Grid, potential: Any, g: Any, *, layout: Any = None, lhy: bool = False) -> MixtureSystem:
         """Validated mixture: ``potential`` grid-shaped (the same trap for every component) or (C, *grid);
         ``g`` a real symmetric (C, C) matrix (C ≥ 1), e.g. ``[[g11, g12], [g12, g22]]``; ``layout`` None or an
-        FFTLayout of the grid (``distributed_fft.fft_layout(mesh, P("x"))``: V is placed on it here)."""
+        FFTLayout of the grid (``distributed_fft.fft_layout(mesh, P("x"))``: V is placed on it here); ``lhy``
+        True adds Petrov's LHY term (two components on a 3-D grid, g₁₁, g₂₂ > 0: it is the 3-D Bose–Bose form)."""
         grid = _check_grid(grid)
         layout = _check_layout(layout, grid)
         if isinstance(g, (str, bytes)):
@@ -188,8 +197,9 @@ class MixtureSystem(struct.PyTreeNode):
                     f"g must be symmetric (g_ij = g_ji, one coupling per pair), got g[{i},{j}] = {gh[i, j]} but "
                     f"g[{j},{i}] = {gh[j, i]}"
                 )
+        _check_lhy(lhy, gm, grid)
         pot = _place(jnp.broadcast_to(pot, (c,) + grid.shape).astype(rdt), layout, "potential")
-        return cls(grid=grid, potential=pot, g=gm.astype(rdt), layout=layout)
+        return cls(grid=grid, potential=pot, g=gm.astype(rdt), layout=layout, lhy=bool(lhy))
 
     @property
     def n_components(self) -> int:
@@ -202,6 +212,22 @@ class MixtureSystem(struct.PyTreeNode):
     @property
     def complex_dtype(self) -> Any:
         return jnp.result_type(self.real_dtype, jnp.complex64)
+
+
+def _check_lhy(lhy: Any, g: jax.Array, grid: Grid) -> None:
+    """Petrov's LHY term applies to two components in 3-D with repulsive g₁₁, g₂₂ (concrete values checked)."""
+    if not isinstance(lhy, (bool, np.bool_)):
+        raise TypeError(f"lhy must be True or False (Petrov's LHY term), got {lhy!r}")
+    if not lhy:
+        return
+    if g.shape != (2, 2) or grid.ndim != 3:
+        raise ValueError(
+            f"lhy=True is Petrov's 3-D two-component form: it needs g of shape (2, 2) and a 3-D grid, got g of shape "
+            f"{tuple(g.shape)} on a {grid.ndim}-D grid"
+        )
+    if is_concrete(g) and not bool(np.all(np.diag(np.asarray(g, np.float64)) > 0)):
+        diag = np.diag(np.asarray(g, np.float64)).tolist()
+        raise ValueError(f"lhy=True needs g11, g22 > 0 (repulsive intra-species couplings), got diag(g) = {diag}")
 
 
 class Spin1System(struct.PyTreeNode):
@@ -272,10 +298,17 @@ def _mixture_local(system: MixtureSystem) -> Any:
     rdt = system.real_dtype
     pot = jnp.asarray(system.potential, rdt)
     g = jnp.asarray(system.g, rdt)
+    diag = jnp.diagonal(g)
+    shape = (-1,) + (1,) * system.grid.ndim
 
     def local(p: jax.Array) -> jax.Array:
         n = p.real * p.real + p.imag * p.imag
-        return pot + jnp.tensordot(g, n, axes=1)  # U_i = V_i + Σ_j g_ij n_j
+        u = pot + jnp.tensordot(g, n, axes=1)  # U_i = V_i + Σ_j g_ij n_j
+        if not system.lhy:
+            return u
+        # μ_i^LHY = (4/(3π²)) g_ii X^{3/2}, X = g₁₁n₁ + g₂₂n₂: elementwise, fused into the same pass
+        x = jnp.tensordot(diag, n, axes=1)
+        return u + (2.5 * MIXTURE_LHY) * diag.reshape(shape) * density_power(x, 1.5)[None]
 
     return local
 
@@ -298,7 +331,12 @@ def _mixture_init(params: EquationParams, psi: Any) -> jax.Array:
 
     def local(p: np.ndarray) -> np.ndarray:
         n = np.abs(p) ** 2
-        return np.asarray(system.potential, np.float64) + np.tensordot(np.asarray(system.g, np.float64), n, axes=1)
+        g = np.asarray(system.g, np.float64)
+        u = np.asarray(system.potential, np.float64) + np.tensordot(g, n, axes=1)
+        if system.lhy:
+            x = np.tensordot(np.diag(g), n, axes=1)
+            u = u + 2.5 * MIXTURE_LHY * np.diag(g).reshape((-1,) + (1,) * x.ndim) * x**1.5
+        return u
 
     check_local_step(params, psi, local, "max|U|")
     return psi
@@ -357,8 +395,9 @@ def _grad_energy(psi: jax.Array, grid: Grid) -> jax.Array:
 
 
 def mixture_energy(psi: Inexact[Array, "c ..."], system: MixtureSystem) -> dict[str, Float[Array, ""]]:
-    """E = Σ_i ∫[½|∇ψ_i|² + V_i|ψ_i|²] dV + ½Σ_ij g_ij ∫|ψ_i|²|ψ_j|² dV (ħω₀; totals). Returns ``kinetic``,
-    ``trap``, ``interaction`` and ``total`` (the kinetic part spectral)."""
+    """E = Σ_i ∫[½|∇ψ_i|² + V_i|ψ_i|²] dV + ½Σ_ij g_ij ∫|ψ_i|²|ψ_j|² dV [+ (8/(15π²))∫(g₁₁n₁ + g₂₂n₂)^{5/2} dV with
+    ``lhy``] (ħω₀; totals). Returns ``kinetic``, ``trap``, ``interaction``, ``lhy`` (only for a system with the LHY
+    term) and ``total`` (the kinetic part spectral)."""
     system = _check_system(system, MixtureSystem)
     grid = system.grid
     psi = check_array(psi, "psi", shape=(system.n_components,) + grid.shape, kind="inexact", finite=host_readable(psi))
@@ -371,7 +410,13 @@ def mixture_energy(psi: Inexact[Array, "c ..."], system: MixtureSystem) -> dict[
     etrap = jnp.sum(jnp.asarray(system.potential, rdt) * n) * dv
     nn = jnp.tensordot(n, n, axes=(axes, axes)) * dv  # ∫ n_i n_j, (C, C)
     eint = 0.5 * jnp.sum(jnp.asarray(system.g, rdt) * nn)
-    return {"kinetic": ekin, "trap": etrap, "interaction": eint, "total": ekin + etrap + eint}
+    parts = {"kinetic": ekin, "trap": etrap, "interaction": eint}
+    total = ekin + etrap + eint
+    if system.lhy:
+        x = jnp.tensordot(jnp.diagonal(jnp.asarray(system.g, rdt)), n, axes=1)
+        parts["lhy"] = MIXTURE_LHY * jnp.sum(density_power(x, 2.5)) * dv
+        total = total + parts["lhy"]
+    return {**parts, "total": total}
 
 
 def component_norms(psi: Inexact[Array, "c ..."], grid: Grid) -> Float[Array, " c"]:
