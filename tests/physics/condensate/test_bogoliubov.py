@@ -1,0 +1,201 @@
+"""The BdG door for every condensate system: the energy-Hessian operators, the roton of a homogeneous dipolar gas,
+the two branches of a homogeneous mixture, and the modes of a vortex (complex ψ₀, dense solve).
+
+References nobody here wrote: the analytic scalar operators A = H − μ, B = H − μ + 2gn (the energy-Hessian
+operators must equal them to round-off); the dipolar Bogoliubov dispersion
+ω(k) = √(ε_k(ε_k + 2n[g + g_dd(3cos²θ_k − 1)F(R_c k)])) (Santos, Shlyapnikov & Lewenstein, PRL 90, 250403 (2003);
+F the spherical-cutoff factor of Ronen, Bortolotti & Bohn, PRA 74, 013623 (2006), 1 without a cutoff); the
+two-component dispersion ω±² = ε_k(ε_k + 2λ±), λ± the eigenvalues of G_ij = g_ij √(n_i n_j) (Pethick & Smith,
+Bose–Einstein Condensation in Dilute Gases, 2nd ed., §12.1); Kohn's theorem (the dipole modes at the trap
+frequency for any stationary state); and, for a vortex, an independent float64 SciPy solution of the radial BdG
+equations on a staggered finite-difference grid (its own ground state and discretisation), with the anomalous
+mode's negative frequency of Pu, Law, Eberly & Bigelow, PRA 59, 1533 (1999) and Fetter & Svidzinsky,
+J. Phys.: Condens. Matter 13, R135 (2001).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ivhl_jax import condensate as C
+
+
+def _grid_dispersion(grid, shift):
+    """Sorted ω(k) = √(ε_k(ε_k + shift(k, cos²θ_k))) over the grid's k ≠ 0 (each k once: cos and sin of ±k)."""
+    ks = np.meshgrid(*grid.wavenumbers, indexing="ij")
+    k2 = sum(k * k for k in ks).reshape(-1)
+    kz2 = (ks[-1] ** 2).reshape(-1)
+    k2, kz2 = k2[k2 > 0], kz2[k2 > 0]
+    eps = 0.5 * k2
+    return np.sort(np.sqrt(eps * (eps + shift(np.sqrt(k2), kz2 / k2))))
+
+
+@pytest.mark.slow  # a CG ground state and two BdG compiles: ~1 minute on 2 shared cores
+def test_energy_hessian_operators_equal_the_analytic_gp_ones():
+    """On a trapped GP ground state the generic operators (Hessian-vector products of condensate.energy) give the
+    analytic operators' spectrum to round-off (both solves converge to tol = 1e-9 relative residual)."""
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform((64,), 16.0)
+        system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 10.0)
+        psi, _ = C.ground_state(system, 1.0, method="cg", tol=1e-12, max_steps=2000)
+        a = C.bogoliubov(jax.random.key(0), system, psi, 5)
+        e = C.bogoliubov(jax.random.key(0), system, psi, 5, operators="energy")
+        np.testing.assert_allclose(np.asarray(e.omega), np.asarray(a.omega), rtol=1e-9)
+        np.testing.assert_allclose(float(e.mu), float(a.mu), rtol=1e-12)
+        assert float(a.omega[0]) == pytest.approx(1.0, abs=1e-6)  # Kohn
+
+
+@pytest.mark.slow  # two compiles of the energy-Hessian LOBPCG on 8³: ~1 minute on 2 shared cores
+@pytest.mark.parametrize("cutoff", [None, 3.0])
+def test_roton_dispersion_of_a_homogeneous_dipolar_gas_is_exact_to_the_grid(cutoff):
+    """Uniform ψ₀ on a periodic box, dipoles along z: ω(k) = √(ε_k(ε_k + 2n(g + Ṽ_dd(k)))) for the grid's k
+    (Ṽ_dd(0) = 0: the uniform state's Φ_dd vanishes), with the kernel's cutoff factor when R_c is set. The
+    energy is the discrete one, so the agreement is to round-off (rtol 1e-9, float64)."""
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform((8, 8, 8), (8.0, 8.0, 12.0))
+        g, dens, edd = 1.5, 1.0, 0.8
+        dip = C.Dipolar.create(eps_dd=edd, axis=(0.0, 0.0, 1.0), cutoff=cutoff)
+        system = C.DipolarSystem.create(grid, jnp.zeros(grid.shape, jnp.float64), g, dip)
+        psi0 = jnp.full(grid.shape, np.sqrt(dens), jnp.float64)
+        modes = C.bogoliubov(jax.random.key(0), system, psi0, 12)
+
+        def shift(k, cos2):
+            x = (cutoff or 1.0) * k
+            cut = 1.0 if cutoff is None else 1 + 3 * np.cos(x) / x**2 - 3 * np.sin(x) / x**3
+            return 2 * dens * (g + edd * g * (3 * cos2 - 1) * cut)
+
+        np.testing.assert_allclose(np.asarray(modes.omega), _grid_dispersion(grid, shift)[:12], rtol=1e-9)
+        assert float(modes.mu) == pytest.approx(g * dens, rel=1e-12)
+        np.testing.assert_allclose(np.asarray(modes.norm), 1.0, rtol=1e-9)
+
+
+@pytest.mark.slow  # one compile of the energy-Hessian LOBPCG for a two-component block: ~30 s on 2 shared cores
+def test_mixture_density_and_spin_branches_of_a_homogeneous_mixture():
+    """Two uniform components on a periodic 2-D box: ω±² = ε_k(ε_k + 2λ±), λ± the eigenvalues of
+    G_ij = g_ij√(n_i n_j); both Goldstone modes (one per component norm) are removed and μ_i = Σ_j g_ij n_j."""
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform((12, 12), 10.0)
+        gm = np.array([[2.0, 1.2], [1.2, 1.5]])
+        dens = np.array([1.0, 0.6])
+        system = C.MixtureSystem.create(grid, jnp.zeros(grid.shape, jnp.float64), gm)
+        psi0 = jnp.asarray(np.sqrt(dens)[:, None, None] * np.ones((2,) + grid.shape), jnp.float64)
+        modes = C.bogoliubov(jax.random.key(0), system, psi0, 10)
+        lam = np.linalg.eigvalsh(gm * np.sqrt(np.outer(dens, dens)))
+        both = np.sort(np.concatenate([_grid_dispersion(grid, lambda k, c, lv=lv: 2 * lv + 0 * k) for lv in lam]))
+        np.testing.assert_allclose(np.asarray(modes.omega), both[:10], rtol=1e-9)
+        np.testing.assert_allclose(np.asarray(modes.mu), gm @ dens, rtol=1e-12)
+        assert modes.u.shape == (10, 2) + grid.shape
+
+
+# ------------------------------------------------------------------------------------------ the vortex
+def _radial(h, radius, ell):
+    """−½[(1/r)(rφ')' − ℓ²/r²] + ½r² for φ = √r f on r_j = (j − ½)h (staggered, no point at r = 0), symmetrised:
+    its (diagonal, off-diagonal)."""
+    r = (np.arange(1, int(round(radius / h)) + 1) - 0.5) * h
+    rp, rm = r + 0.5 * h, r - 0.5 * h
+    diag = 0.5 * (rp + rm) / (r * h * h) + 0.5 * ell**2 / r**2 + 0.5 * r**2
+    return r, diag, -0.5 * rp[:-1] / (h * h * np.sqrt(r[:-1] * r[1:]))
+
+
+def _radial_vortex_modes(g, h, radius=8.0):
+    """Positive-norm BdG frequencies of the q = −1 sector (u ∝ e^{0iθ}, v ∝ e^{−2iθ}) about ψ₀ = f(r)e^{iθ} in a
+    2-D isotropic trap: its own self-consistent f (∫|ψ₀|² = 1) and a sparse shift-invert eigensolve (SciPy)."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spl
+    from scipy.linalg import eigh_tridiagonal
+
+    r, d1, off1 = _radial(h, radius, 1)
+    phi = np.sqrt(r) * r * np.exp(-(r**2) / 2)
+    phi /= np.sqrt(2 * np.pi * np.sum(phi**2) * h)
+    for _ in range(3000):
+        w, v = eigh_tridiagonal(d1 + g * phi**2 / r, off1, select="i", select_range=(0, 0))
+        new = np.abs(v[:, 0]) / np.sqrt(2 * np.pi * h)
+        done = np.max(np.abs(new - phi)) < 1e-13
+        phi = new if done else 0.6 * phi + 0.4 * new
+        if done:
+            break
+    n, mu = phi**2 / r, w[0]
+    blocks = []
+    for ell in (0, 2):
+        _, d, off = _radial(h, radius, ell)
+        blocks.append(sp.diags([d + 2 * g * n - mu, off, off], [0, 1, -1]))
+    gn = sp.diags(g * n)
+    vals, vecs = spl.eigs(sp.bmat([[blocks[0], gn], [-gn, -blocks[1]]]).tocsc(), k=6, sigma=-0.3)
+    m = r.size
+    norms = np.sum(np.abs(vecs[:m]) ** 2 - np.abs(vecs[m:]) ** 2, axis=0)
+    return np.sort(vals.real[(norms > 0) & (np.abs(vals.imag) < 1e-9)])
+
+
+def _lab_frame_vortex(n, length, g):
+    """A centred singly quantised vortex, stationary in the non-rotating trap: the rotating-frame ground state
+    (Ω = 0.8, exact by Riemannian CG) polished by quasi-Newton steps on ∇(E − μN) = 0 in the lab frame."""
+    grid = C.Grid.uniform((n, n), length)
+    pot = C.harmonic(grid, 1.0, dtype=jnp.float64)
+    guess = C.imprint_vortices(C.gaussian(grid, 1.0, 1.5).astype(jnp.complex128), grid, np.zeros((1, 2)), [1])
+    psi, _ = C.ground_state(C.GPSystem(grid, pot, g, omega_rot=0.8), 1.0, psi0=guess, method="cg", tol=1e-12)
+    lab = C.GPSystem(grid, pot, g)
+    m, dv = grid.size, grid.cell_volume
+
+    def e_of(z):
+        return C.energy(jax.lax.complex(z[:m], z[m:]).reshape(grid.shape), lab)["total"]
+
+    grad, hess = jax.jit(jax.grad(e_of)), jax.jit(jax.hessian(e_of))
+    z = np.concatenate([np.asarray(psi.real).ravel(), np.asarray(psi.imag).ravel()])
+    for _ in range(4):
+        gz = np.asarray(grad(z))
+        mu = z @ gz / (2 * dv * z @ z)
+        z = z - np.linalg.lstsq(np.asarray(hess(z)) - 2 * dv * mu * np.eye(2 * m), gz - 2 * dv * mu * z, rcond=1e-12)[0]
+        z = z / np.sqrt(z @ z * dv)
+    return lab, jax.lax.complex(z[:m], z[m:]).reshape(grid.shape)
+
+
+def test_radial_reference_meets_kohn():
+    """The radial reference itself: its q = −1 Kohn mode is at 1 to its O(h²) error, Richardson-extrapolated to
+    1e-6."""
+    coarse, fine = _radial_vortex_modes(10.0, 0.02), _radial_vortex_modes(10.0, 0.01)
+    kohn = (4 * fine[1] - coarse[1]) / 3
+    assert kohn == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.slow  # a vortex state (CG + 4 dense Newton steps) and a dense 1152² BdG eigensolve: ~2-3 min
+def test_vortex_anomalous_mode_is_negative_and_kohn_modes_stay_at_the_trap_frequency():
+    """Complex ψ₀ (a centred vortex, g = 10, 24² points over 8²): the lowest positive-norm mode has ω < 0 (the
+    anomalous mode: a negative-energy excitation in the non-rotating frame, Pu et al. 1999, Fetter & Svidzinsky
+    2001), at the radial float64 reference's ω_a (Richardson-extrapolated, h = 0.01/0.005) to 2e-3 relative; the
+    two Kohn modes (q = ±1) sit at ω = 1 to 2e-3. Both tolerances are the 2-D grid's own discretisation error
+    (dx = 0.33 against a healing length ~0.4): its Kohn modes are off by 9e-4."""
+    with jax.enable_x64(True):
+        lab, psi = _lab_frame_vortex(24, 8.0, 10.0)
+        assert float(C.angular_momentum(psi, lab)) == pytest.approx(1.0, abs=1e-4)
+        modes = C.bogoliubov(jax.random.key(0), lab, psi, 6)
+        om = np.asarray(modes.omega)
+        np.testing.assert_allclose(np.asarray(modes.norm), 1.0, rtol=1e-8)
+        np.testing.assert_allclose(np.asarray(modes.growth_rate), 0.0)  # a stable state
+        coarse, fine = _radial_vortex_modes(10.0, 0.01), _radial_vortex_modes(10.0, 0.005)
+        anomalous = (4 * fine[0] - coarse[0]) / 3
+        assert anomalous < -0.5
+        assert om[0] == pytest.approx(anomalous, rel=2e-3)
+        kohn = om[np.abs(om - 1.0) < 0.01]
+        assert kohn.size == 2
+        np.testing.assert_allclose(kohn, 1.0, atol=2e-3)
+
+
+def test_bdg_door_refuses_what_does_not_apply_in_one_line():
+    grid = C.Grid.uniform((8, 8), 8.0)
+    pot = C.harmonic(grid)
+    spin = C.Spin1System.create(grid, pot, 1.0, 0.1)
+    psi3 = jnp.ones((3,) + grid.shape, jnp.complex64)
+    mix = C.MixtureSystem.create(grid, pot, [[1.0, 0.5], [0.5, 1.0]])
+    psi2 = jnp.ones((2,) + grid.shape, jnp.float32)
+    for call, word in [
+        (lambda: C.bogoliubov(jax.random.key(0), spin, psi3, 2), "Spin1System"),
+        (lambda: C.bogoliubov(jax.random.key(0), mix, psi2, 2, operators="analytic"), "operators"),
+        (lambda: C.bogoliubov(jax.random.key(0), mix, psi2[0], 2), "psi0"),
+    ]:
+        with pytest.raises((ValueError, TypeError)) as e:
+            call()
+        msg = str(e.value)
+        assert word in msg and "\n" not in msg, msg
