@@ -90,6 +90,41 @@ def test_mixture_density_and_spin_branches_of_a_homogeneous_mixture():
         assert modes.u.shape == (10, 2) + grid.shape
 
 
+@pytest.mark.slow  # three ground states and BdG solves on 12×12×16: ~1 minute on 2 shared cores
+def test_roton_of_a_dipolar_slab_softens_as_the_contact_coupling_is_lowered():
+    """A flattened geometry: harmonic along the dipole axis z (ω_z = 1), periodic in the plane (a quasi-2-D slab
+    of 2.5 atoms per unit area, g_dd = 10; the spherical cutoff R_c = 5, half the z box, decouples the slab from
+    its periodic images). Lowering g at fixed g_dd (ε_dd = 0.83 → 1.11) softens the roton (Santos, Shlyapnikov &
+    Lewenstein, PRL 90, 250403 (2003); Chomaz et al., Nat. Phys. 14, 442 (2018)): the frequency of the in-plane
+    shell |k| = 2·2π/L falls monotonically and drops below the phonons of the smallest |k|, so the lowest mode
+    moves from |k|_min to the roton's finite |k| (a minimum of ω(k), not a phonon instability). The ground state
+    is uniform in the plane (a 2×2×16 CG solve broadcast), so every mode has one in-plane |k|."""
+    with jax.enable_x64(True):
+        length, n_xy = 12.0, 12
+        line = C.Grid.uniform((2, 2, 16), (length, length, 10.0))
+        grid = C.Grid.uniform((n_xy, n_xy, 16), (length, length, 10.0))
+        dip = C.Dipolar.create(g_dd=10.0, axis=(0.0, 0.0, 1.0), cutoff=5.0)
+        guess = jnp.asarray(np.broadcast_to(np.exp(-(line.coords[2] ** 2) / 4), line.shape), jnp.complex128)
+        ks = np.meshgrid(*grid.wavenumbers[:2], indexing="ij")
+        kk = np.sqrt(ks[0] ** 2 + ks[1] ** 2)
+        k_min, k_rot = 2 * np.pi / length, 2 * 2 * np.pi / length
+        roton, lowest_k = [], []
+        for g in (12.0, 10.0, 9.0):
+            s1 = C.DipolarSystem.create(line, C.harmonic(line, (0.0, 0.0, 1.0), dtype=jnp.float64), g, dip)
+            psi1, info = C.ground_state(s1, 2.5 * length**2, psi0=guess, method="cg", tol=1e-12, max_steps=3000)
+            assert bool(info["converged"])
+            s3 = C.DipolarSystem.create(grid, C.harmonic(grid, (0.0, 0.0, 1.0), dtype=jnp.float64), g, dip)
+            modes = C.bogoliubov(jax.random.key(0), s3, jnp.broadcast_to(psi1[:1, :1], grid.shape), 12, extra=8)
+            assert int(modes.iterations) < 1000 and float(jnp.max(modes.growth_rate)) == 0.0
+            spectra = np.abs(np.fft.fftn(np.asarray(modes.u), axes=(1, 2))).sum(axis=3).reshape(12, -1)
+            k_of = kk.reshape(-1)[np.argmax(spectra, axis=1)]
+            om = np.asarray(modes.omega)
+            roton.append(om[np.isclose(k_of, k_rot)].min())
+            lowest_k.append(k_of[0])
+        assert roton[0] > roton[1] > roton[2] > 0, roton
+        assert lowest_k[0] == pytest.approx(k_min) and lowest_k[-1] == pytest.approx(k_rot), lowest_k
+
+
 # ------------------------------------------------------------------------------------------ the vortex
 def _radial(h, radius, ell):
     """−½[(1/r)(rφ')' − ℓ²/r²] + ½r² for φ = √r f on r_j = (j − ½)h (staggered, no point at r = 0), symmetrised:
