@@ -125,6 +125,21 @@ def test_roton_of_a_dipolar_slab_softens_as_the_contact_coupling_is_lowered():
         assert lowest_k[0] == pytest.approx(k_min) and lowest_k[-1] == pytest.approx(k_rot), lowest_k
 
 
+@pytest.mark.slow  # a CG mixture ground state and a block LOBPCG compile: ~30 s on 2 shared cores
+def test_trapped_mixture_keeps_the_kohn_mode_at_the_trap_frequency():
+    """Two components in one 1-D harmonic trap, unequal g_ij and norms: the in-phase dipole (Kohn) mode stays at
+    the trap frequency for any interaction (the centre of mass decouples; Kohn's theorem), and the two Goldstone
+    modes are removed (no frequency near 0)."""
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform((96,), 16.0)
+        system = C.MixtureSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), [[10.0, 4.0], [4.0, 7.0]])
+        psi, _ = C.ground_state(system, [1.0, 0.7], method="cg", tol=1e-12, max_steps=3000)
+        modes = C.bogoliubov(jax.random.key(0), system, psi, 4)
+        om = np.asarray(modes.omega)
+        assert np.min(np.abs(om - 1.0)) < 1e-6, om
+        assert om[0] > 0.1 and modes.mu.shape == (2,)
+
+
 # ------------------------------------------------------------------------------------------ the vortex
 def _radial(h, radius, ell):
     """−½[(1/r)(rφ')' − ℓ²/r²] + ½r² for φ = √r f on r_j = (j − ½)h (staggered, no point at r = 0), symmetrised:
@@ -185,6 +200,29 @@ def _lab_frame_vortex(n, length, g):
         z = z - np.linalg.lstsq(np.asarray(hess(z)) - 2 * dv * mu * np.eye(2 * m), gz - 2 * dv * mu * z, rcond=1e-12)[0]
         z = z / np.sqrt(z @ z * dv)
     return lab, jax.lax.complex(z[:m], z[m:]).reshape(grid.shape)
+
+
+@pytest.mark.slow  # a CG ground state, a LOBPCG compile and a dense 288² solve: ~30 s on 2 shared cores
+def test_dense_solve_of_a_real_ground_state_equals_the_matrix_free_one():
+    """The dense path (taken for a rotating system, here with Ω = 0 held as rotating) on a real 2-D ground state
+    returns the matrix-free spectrum: the positive-norm branch is ω > 0 with ∫(|u|² − |v|²) dV = 1 and u, v equal
+    to the real modes up to a phase (checked on the non-degenerate breathing-type level through |⟨u, u_ref⟩|)."""
+    with jax.enable_x64(True):
+        grid = C.Grid.uniform((12, 12), 8.0)
+        pot = C.harmonic(grid, 1.0, dtype=jnp.float64)
+        system = C.GPSystem(grid, pot, 5.0)
+        psi, _ = C.ground_state(system, 1.0, method="cg", tol=1e-12, max_steps=2000)
+        ref = C.bogoliubov(jax.random.key(0), system, psi, 6)
+        dense = C.bogoliubov(jax.random.key(0), C.GPSystem(grid, pot, 5.0, omega_rot=0.0, rotating=True), psi, 6)
+        np.testing.assert_allclose(np.asarray(dense.omega), np.asarray(ref.omega), rtol=1e-7)
+        np.testing.assert_allclose(np.asarray(dense.norm), 1.0, rtol=1e-8)
+        assert np.all(np.asarray(dense.growth_rate) == 0.0) and int(dense.iterations) == 0
+        om = np.asarray(ref.omega)
+        i = int(np.argmin(np.abs(om - 2.0)))  # the 2-D breathing mode (2ω, Pitaevskii–Rosch), a single level
+        assert abs(om[i] - 2.0) < 1e-2 and np.min(np.abs(np.delete(om, i) - om[i])) > 1e-3
+        dv = grid.cell_volume
+        overlap = abs(np.sum(np.conj(np.asarray(dense.u[i])) * np.asarray(ref.u[i]))) * dv
+        assert overlap == pytest.approx(np.sum(np.asarray(ref.u[i]) ** 2) * dv, rel=1e-6)
 
 
 def test_radial_reference_meets_kohn():
