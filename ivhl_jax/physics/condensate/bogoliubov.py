@@ -343,7 +343,8 @@ def bogoliubov(
         to one phase per component (the ground state, e.g. from :func:`~ivhl_jax.physics.condensate.ground_state`
         with ``method="cg"``; its accuracy bounds the spectrum's: the Goldstone modes are removed exactly only for
         an exact stationary state): the matrix-free solve, jit/vmap-able. With flow (a concrete complex ψ₀,
-        e.g. a vortex) or a rotating system: the dense solve (host, float64 LAPACK, not traced). The dtype (with
+        e.g. a vortex) or a rotating system: the dense solve (host, float64 LAPACK, not traced); a traced ψ₀ is taken
+        as real up to its phase (its flow cannot be seen under a trace). The dtype (with
         the system's) sets the precision: float64 (``jax.enable_x64``) for ω to ~1e-8, float32 to ~1e-4.
       n_modes: how many excitations (the zero-frequency phase modes are excluded); matrix-free:
         3(n_modes + extra) ≤ the number of unknowns.
