@@ -355,16 +355,15 @@ def test_bogoliubov_bad_input_one_line_naming_the_argument():
         (lambda: C.bogoliubov(jax.random.key(0), system.replace(g=-1.0), psi, 2), "g"),
         (
             lambda: C.bogoliubov(
-                jax.random.key(0), C.GPSystem.create(grid, C.harmonic(grid), 10.0, omega_rot=0.5), psi, 2
+                jax.random.key(0),
+                system,
+                C.imprint_vortices(psi, grid, np.zeros((1, 2)), np.array([1])),
+                2,
+                max_dense_points=100,
             ),
-            "omega_rot",
+            "max_dense_points",
         ),
-        (
-            lambda: C.bogoliubov(
-                jax.random.key(0), system, C.imprint_vortices(psi, grid, np.zeros((1, 2)), np.array([1])), 2
-            ),
-            "psi0",
-        ),
+        (lambda: C.bogoliubov(jax.random.key(0), system, psi, 2, operators="exact"), "operators"),
         (lambda: C.bogoliubov(jax.random.key(0), grid, psi, 2), "system"),
         (lambda: C.bogoliubov(jax.random.key(0), system, psi, 2, tol=-1.0), "tol"),
     ]:
