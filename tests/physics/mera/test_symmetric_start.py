@@ -38,3 +38,39 @@ def test_symmetric_default_start_not_above_dense_xx():
         sym = _first_attempt(mera.xx(), dataclasses.replace(cfg, symmetry=mera.Symmetry("U1")), check)
     assert np.isfinite(sym) and sym >= 0.0
     assert sym <= dense * 1.02, f"symmetric energy error {sym:.3e} above the dense {dense:.3e}"
+
+
+@pytest.mark.slow  # a compiled symmetric sweep at chi 4
+def test_trials_keep_the_best_short_start_deterministically():
+    """Each attempt begins as the best of the trials: the kept energy after the trial steps is the lowest of the single
+    draws of ``split(key, trials)`` run as many steps by the same compiled chunk (bit for bit), and a second call
+    repeats the first."""
+    from ivhl_jax.numerics.rollout import chunked
+
+    with jax.enable_x64(True):
+        model = mera.xx()
+        cfg = mera.MERAConfig(chi=4, layers=1, symmetry=mera.Symmetry("U1", sectors={-1: 1, 0: 2, 1: 1}))
+        st = mera.evenbly_vidal(model, cfg)
+        check = mera.StuckCheck(after=20, window=5, every=0, max_restarts=0, trial_steps=10)
+        assert check.trials_for(st) == 4
+        advance = chunked(st, 5, save_every=1, observe=mera.observe)
+        key = jax.random.key(2)
+        singles = []
+        for k in jax.random.split(key, 4):
+            s, _ = advance(st.init(k))
+            singles.append(float(advance(s)[1][-1]))
+        _, e, _ = mera.cold_start(st, key, model.e0, 5, check, log=lambda _: None, limit=20)
+        _, again, _ = mera.cold_start(st, key, model.e0, 5, check, log=lambda _: None, limit=20)
+    assert len(e) == 20 and float(e[9]) == min(singles)
+    np.testing.assert_array_equal(e, again)
+
+
+def test_trials_default_by_kind_and_bad_values():
+    """``trials=None``: four for a symmetric stepper, one (the plain draw) for a dense one; bad values name it."""
+    dense = mera.evenbly_vidal(mera.ising(), mera.MERAConfig(chi=4, layers=1), policy="f32")
+    assert mera.StuckCheck().trials_for(dense) == 1
+    assert mera.StuckCheck(trials=3).trials_for(dense) == 3
+    for bad in ({"trials": 0}, {"trial_steps": 0}, {"trials": 1.5}):
+        with pytest.raises((ValueError, TypeError), match=next(iter(bad))) as exc:
+            mera.StuckCheck(**bad).validate()
+        assert "\n" not in str(exc.value)
