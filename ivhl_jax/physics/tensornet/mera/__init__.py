@@ -15,7 +15,8 @@ the stepper::
 
 (``chunked(stepper, n)`` with :func:`ivhl_jax.run.runner.run_chunked` adds checkpoints and progress;
 :func:`grow` enlarges χ between the stages of a ladder, and
-:func:`cold_start` re-initialises a cold start that stalls.)
+:func:`cold_start` re-initialises a cold start that stalls; a symmetric MERA's attempts each begin as the best of a
+few short trial starts.)
 
 Submodules, by job: :mod:`~ivhl_jax.physics.tensornet.mera.config` (settings, state, cold start),
 :mod:`~ivhl_jax.physics.tensornet.mera.models` (chains and their blocking),

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.core.validation import check_key, check_scalar
 from ivhl_jax.numerics.rollout import Stepper, chunked
 from ivhl_jax.physics.tensornet.mera import symmetric as MS
 from ivhl_jax.physics.tensornet.mera.config import MERA, check_mera, layer_shapes, polar_factor
@@ -152,6 +152,13 @@ def _grow_tensors(
 # ------------------------------------------------------------------------------------------- stuck starts
 
 
+#: Short starts per cold-start attempt of a symmetric MERA (:class:`StuckCheck`): from key 0 the
+#: first draw of a U(1) XX MERA at χ/χ_mid 6/4 stalls at an energy error of 7.8e-3 where other draws reach 1.7e-3
+#: (bench/results/mera_symmetric_starts_xx.json). The trials run the attempt's one compiled chunk, so they cost sweeps
+#: only, no compilation.
+SYMMETRIC_TRIALS = 4
+
+
 @dataclasses.dataclass(frozen=True)
 class StuckCheck:
     """When a cold start counts as stuck (an energy plateau far from the bound), and how often to re-initialise.
@@ -165,6 +172,11 @@ class StuckCheck:
 
     Then the MERA is re-initialised with the key ``fold_in(key, attempt)``, at most ``max_restarts`` times (if every
     attempt is stuck, the one with the lowest ε at its last check is kept).
+
+    Each attempt starts as the best of ``trials`` short starts (the draws of
+    ``jax.random.split(attempt key, trials)``, each run ``trial_steps`` steps, the lowest energy continuing);
+    ``trials=None``: :data:`SYMMETRIC_TRIALS` for a symmetric MERA's stepper (``config.symmetry``), whose cold starts
+    stall more often, and 1 (the plain draw ``init(attempt key)``) for a dense one.
 
     The defaults separate healthy from stalled cold starts of the critical Ising chain at χ = 4–8 (one to three
     transitional layers): healthy starts fall by ≥ 29 % per 100 sweeps between sweeps 200 and 300 and are below
@@ -182,6 +194,8 @@ class StuckCheck:
     every: int = 100
     until: int = 1000
     recheck_error: float = 1e-3
+    trials: int | None = None
+    trial_steps: int = 100
 
     def validate(self) -> StuckCheck:
         check_scalar(self.after, "after", integer=True, minimum=2)
@@ -192,7 +206,17 @@ class StuckCheck:
         check_scalar(self.every, "every", integer=True, nonnegative=True)
         check_scalar(self.until, "until", integer=True, minimum=self.after)
         check_scalar(self.recheck_error, "recheck_error", nonnegative=True)
+        if self.trials is not None:
+            check_scalar(self.trials, "trials", integer=True, minimum=1)
+        check_scalar(self.trial_steps, "trial_steps", integer=True, minimum=1)
         return self
+
+    def trials_for(self, stepper: Stepper) -> int:
+        """The short starts per attempt for ``stepper``: ``trials``, or (None) :data:`SYMMETRIC_TRIALS` for a
+        symmetric MERA's stepper and 1 for a dense one."""
+        if self.trials is not None:
+            return int(self.trials)
+        return SYMMETRIC_TRIALS if getattr(stepper.params, "legs", None) is not None else 1
 
     def checks(self, limit: int | None = None) -> list[int]:
         """The steps at which a start is checked (``after``, then every ``every`` up to ``until`` and ``limit``)."""
@@ -223,6 +247,37 @@ class StuckCheck:
         )
 
 
+def _trial_start(
+    advance: Callable[[MERAState], tuple[MERAState, Any]],
+    stepper: Stepper,
+    key: jax.Array,
+    trials: int,
+    chunks: int,
+) -> tuple[MERAState, np.ndarray, int]:
+    """The best of ``trials`` short cold starts: ``stepper.init(k)`` for each k of ``jax.random.split(key, trials)``
+    (``trials=1``: ``init(key)`` itself), each advanced ``chunks`` times by ``advance`` (a
+    ``chunked(stepper, n, save_every=1, observe=observe)``); kept: the lowest energy after the last chunk (the
+    first on a tie; a non-finite energy counts as +∞), deterministic given ``key``. Returns (its state, its
+    energies per step, its index)."""
+    check_key(key)
+    check_scalar(trials, "trials", integer=True, minimum=1)
+    check_scalar(chunks, "chunks", integer=True, nonnegative=True)
+    keys = [key] if trials == 1 else list(jax.random.split(key, int(trials)))
+    best: tuple[float, MERAState, np.ndarray, int] | None = None
+    for i, k in enumerate(keys):
+        state, parts = stepper.init(k), [np.zeros((0,))]
+        for _ in range(int(chunks)):
+            state, e = advance(state)
+            parts.append(np.asarray(e, np.float64))
+        e = np.concatenate(parts)
+        last = float(e[-1]) if e.shape[0] else 0.0
+        last = last if np.isfinite(last) else np.inf  # a trial that blew up is never kept over a finite one
+        if best is None or last < best[0]:
+            best = (last, state, e, i)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
 def cold_start(
     stepper: Stepper,
     key: jax.Array,
@@ -235,14 +290,17 @@ def cold_start(
 ) -> tuple[MERAState, np.ndarray, list[dict[str, Any]]]:
     """A checked cold start of an :func:`evenbly_vidal` stepper: ``stepper.init(key)`` run through
     ``chunked(stepper, steps_per_chunk)`` up to each check of ``check`` (:meth:`StuckCheck.checks`), re-initialised
-    with the key ``fold_in(key, attempt)`` whenever a check finds it stuck.
+    with the key ``fold_in(key, attempt)`` whenever a check finds it stuck. Each attempt begins as the best of
+    ``check``'s short trial starts from its key (:class:`StuckCheck`: by default four for a symmetric MERA, one, the
+    plain draw, for a dense one); the trials' steps, in whole chunks (at least one, at most up to the first check),
+    count as the attempt's first steps.
 
     ``e0``: the exact energy per site the errors are measured against; ``limit``: the most steps an attempt may run
     (the caller's total; default ``check.until``). Returns (the kept attempt's state after its last check, its
     energies per step, one record per re-initialisation); the kept attempt has run ``check.after`` steps or more.
     Each re-initialisation is logged (``log``, default a warning on the ``ivhl_jax.physics.tensornet.mera`` logger);
     ``progress(step, energies)`` is called after every chunk of an attempt (its steps so far, that chunk's
-    energies per step) and may raise to stop the start.
+    energies per step; once for the kept trial's steps) and may raise to stop the start.
     """
     check = (check or StuckCheck()).validate()
     check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
@@ -254,10 +312,17 @@ def cold_start(
     restarts: list[dict[str, Any]] = []
     best: tuple[float, MERAState, np.ndarray] | None = None
     chi = stepper.params.config.top_chi
+    trials = check.trials_for(stepper)
+    # the trials' steps in whole chunks, at least one and within the first check
+    chunks = 0 if trials == 1 else max(1, min(-(-check.trial_steps // steps_per_chunk), points[0] // steps_per_chunk))
     for attempt in range(check.max_restarts + 1):
-        state = stepper.init(key if attempt == 0 else jax.random.fold_in(key, attempt))
-        parts: list[np.ndarray] = []
-        done, reason = 0, None
+        state, e, _ = _trial_start(
+            advance, stepper, key if attempt == 0 else jax.random.fold_in(key, attempt), trials, chunks
+        )
+        parts: list[np.ndarray] = [e]
+        done, reason = e.shape[0], None
+        if progress is not None and done:
+            progress(done, e)
         for at in points:
             while done < at:
                 state, e = advance(state)
