@@ -34,15 +34,24 @@ from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, save_npy
 from ivhl_jax.run.runner import RunResult
 from ivhl_jax.run.store import RunStore
-from ivhl_jax.sims import _common, entry_point
+from ivhl_jax.sims import entry_point
+from ivhl_jax.sims._common import (
+    FieldRunConfig,
+    FieldSimulation,
+    check_chunked_run,
+    check_field_mesh,
+    middle_plane,
+    real_dtype,
+    run_field_chunks,
+    run_summary,
+    write_observables,
+)
+from ivhl_jax.sims._common import precision_scope as precision_scope  # the scope a run computes in (tests, scripts)
 from ivhl_jax.train.checkpoint import Checkpointer
-
-#: the scope a run computes in (tests, scripts): :func:`ivhl_jax.sims._common.precision_scope`
-precision_scope = _common.precision_scope
 
 
 @dataclasses.dataclass(frozen=True)
-class GFTConfig(_common.FieldRunConfig):
+class GFTConfig(FieldRunConfig):
     """Run configuration (TOML/JSON keys; ``--set key=value``); the loop keys and ``precision`` are those of
     :class:`~ivhl_jax.sims._common.FieldRunConfig`."""
 
@@ -75,8 +84,8 @@ class GFTConfig(_common.FieldRunConfig):
             raise ValueError(f"mass_sq must be a finite number, got {self.mass_sq}")
         if not (math.isfinite(self.noise) and self.noise >= 0):
             raise ValueError(f"noise must be a finite number >= 0, got {self.noise}")
-        _common.check_field_mesh(self.mesh, self.grid, self.rank, "lattice")
-        _common.check_chunked_run(self)
+        check_field_mesh(self.mesh, self.grid, self.rank, "lattice")
+        check_chunked_run(self)
         # The split-step stability bound of real time (the builder checks it too; here a bad dt fails before any
         # work). The gradient flow has no such bound.
         bound = G.max_stable_dt((self.grid,) * self.rank)
@@ -88,7 +97,7 @@ class GFTConfig(_common.FieldRunConfig):
 
 
 def _dtype(cfg: GFTConfig) -> Any:
-    return _common.real_dtype(cfg, "gft")
+    return real_dtype(cfg, "gft")
 
 
 def gft_system(cfg: GFTConfig) -> G.GFTSystem:
@@ -116,7 +125,7 @@ def simulate(
     extra = {"system": system, "observation_like": jax.eval_shape(G.observe, state, stepper.params)}
     if sink is not None:  # lattice units (unit spacing, ħ = 1): time and every record are pure numbers
         sink.describe(time_unit="1", units={name: "1" for name in extra["observation_like"]})
-    result = _common.run_field_chunks(
+    result = run_field_chunks(
         cfg, advance, state, "gft", checkpointer=checkpointer, metadata={"model": "gft"}, progress=progress, sink=sink
     )
     return result, extra
@@ -142,8 +151,8 @@ def write_outputs(cfg: GFTConfig, result: RunResult, out: str, *, save_state: bo
     state = result.state if isinstance(result.state, np.ndarray) else np.asarray(result.state)
     if save_state:
         save_npy(os.path.join(out, "final_state.npy"), state)
-    plane = np.asarray(_common.middle_plane(state))
-    t, summary = _common.run_summary(cfg, result)
+    plane = np.asarray(middle_plane(state))
+    t, summary = run_summary(cfg, result)
     summary["vacuum"] = dict(zip(("abs2", "energy_per_site"), G.vacuum(cfg.mass_sq, cfg.lam)))
     paths = {}
     for name, data, cmap, label in (
@@ -163,11 +172,11 @@ def write_outputs(cfg: GFTConfig, result: RunResult, out: str, *, save_state: bo
         ax.set_title(f"gft: {label} at t = {t[-1]:.3g}{_slice_label(cfg, state.ndim)}", fontsize=9)
         paths[name] = save_figure(fig, os.path.join(out, f"{name}.png"))
     keys = [k for k in summary["observables"] if k.startswith("energy") or k in ("charge", "order")]
-    paths.update(_common.write_observables(out, summary, keys, "gft", (" (lattice units)", "t (lattice units)")))
+    paths.update(write_observables(out, summary, keys, "gft", (" (lattice units)", "t (lattice units)")))
     return paths
 
 
-class GFTSimulation(_common.FieldSimulation):
+class GFTSimulation(FieldSimulation):
     """``ivhl sim gft``: the GFT condensate in real time or its gradient flow."""
 
     prog = "ivhl sim gft"

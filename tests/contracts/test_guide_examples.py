@@ -599,13 +599,14 @@ def test_guide_commands_parse_and_do_not_collide(page, tmp_path, monkeypatch):
         by_out[out] = parsed
 
 
-# The settings that cut a command's run short (appended after the page's own --set): the step counts only (for
-# cdt also the further geometry blocks, each 10 sweeps of every chain and a BFS of its vertex and dual graphs).
+# The settings that cut a command's run short (appended after the page's own --set): the step counts only, and
+# for cdt the geometry measurement's extent (no further blocks of sweeps, radius 8, one curvature distance: the
+# full measurement of the guide's 16 chains at N2 = 4096 takes longer than the command's time limit on 2 cores).
 TINY = {
     "ivhl sim holography": ["steps=2"],
     "ivhl sim bec": ["steps=4", "ground_steps=20"],
     "ivhl sim gft": ["steps=4"],
-    "ivhl sim cdt": ["steps=4", "thermalise_max=20", "geometry_times=1"],
+    "ivhl sim cdt": ["steps=4", "thermalise_max=20", "geometry_times=0", "r_max=8", "curvature_deltas=1"],
     "ivhl sim mera": [],  # per command: as many stages as the command's --set steps names, 4 sweeps each
     "ivhl train adaptive": ["steps=4"],
     "ivhl train vortex_gru": ["steps=4"],
