@@ -505,8 +505,15 @@ def riemannian_ground_state(
     if not isinstance(system, Spin1System) and magnetization is not None:
         raise ValueError(f"magnetization applies to a Spin1System, not to a {type(system).__name__}; drop it")
     use_noise = not (is_concrete(noise) and float(np.asarray(noise)) == 0.0)
-    if use_noise and (key is None or isinstance(system, (MixtureSystem, Spin1System, DipolarSystem))):
-        raise ValueError("noise needs a GPSystem and a PRNG key (key=jax.random.key(seed)); drop it or pass psi0")
+    if (use_noise or key is not None) and isinstance(system, (MixtureSystem, Spin1System, DipolarSystem)):
+        raise ValueError(
+            f"key and noise apply to a GPSystem, not to a {type(system).__name__}; drop them (or pass psi0)"
+        )
+    if use_noise and key is None:
+        raise ValueError(
+            f"noise={noise} needs a PRNG key: pass key=jax.random.key(seed) (without one the noise would be silently "
+            "ignored)"
+        )
     if np.ndim(norm) == 0:
         check_scalar(norm, "norm", positive=True)
     elif is_concrete(norm) and not np.all(np.asarray(norm) > 0):
