@@ -372,3 +372,16 @@ def test_default_method_is_differentiable():
         fd = float((width(50.0 + h, jnp.float64) - width(50.0 - h, jnp.float64)) / (2 * h))
         np.testing.assert_allclose(float(jax.grad(width)(50.0, jnp.float64)), fd, rtol=1e-6)
     np.testing.assert_allclose(float(jax.grad(width)(50.0, jnp.float32)), fd, rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_float32_tolerance_below_the_floor_stops_on_stagnation():
+    """float32 asked for a residual below its round-off floor (~1e-6): the solve stops MAX_STAGNANT iterations after
+    its last new low, not at the iteration cap, and reports converged False at the floor."""
+    from ivhl_jax.physics.condensate.riemannian import MAX_STAGNANT
+
+    grid = C.Grid.uniform((32, 32), 12.0)
+    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 100.0)
+    _, info = C.ground_state(system, tol=1e-10, max_steps=20_000)
+    assert not bool(info["converged"]) and float(info["residual"]) < 1e-5
+    assert MAX_STAGNANT <= int(info["steps"]) < 5_000
