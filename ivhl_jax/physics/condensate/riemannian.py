@@ -24,7 +24,8 @@ carries an error linear in dt). Method (Antoine, Levitt & Tang, J. Comput. Phys.
 
 The solve stops when the residual is ≤ ``tol``, after ``max_iter`` iterations, when the line search finds no
 decrease :data:`MAX_STALLS` times running (the energy is at round-off), or when the residual has set no new low
-for :data:`MAX_STAGNANT` iterations (its round-off floor: ~1e-6 in float32, where a smaller ``tol`` is never met).
+(nor the energy fallen beyond round-off) for :data:`MAX_STAGNANT` iterations (its round-off floor: ~1e-6 in
+float32, where a smaller ``tol`` is never met).
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ MAX_BACKTRACKS = 8
 #: Stalled iterations in a row (no decrease of the energy found) after which the solve stops: the energy is at
 #: its round-off floor.
 MAX_STALLS = 3
-#: Iterations without a new lowest residual (below 0.99 of the best so far) after which the solve stops: the
-#: residual has reached its round-off floor (float32: ~1e-6, where steps are still accepted on a flat energy).
+#: Iterations without progress (neither a new lowest residual, below 0.99 of the best so far, nor an energy
+#: decrease of more than 64 ulps since the last progress) after which the solve stops: the residual has reached
+#: its round-off floor (float32: ~1e-6, where steps are still accepted on a flat energy). The energy condition
+#: keeps a slow solve going (a Thomas–Fermi state's residual may plateau while E still falls).
 MAX_STAGNANT = 200
 #: Default residual tolerance in float32: the float32 residual ‖Hψ − μψ‖/‖Hψ‖ bottoms out at a few 1e-6 (FFT
 #: round-off of Hψ), so the solve stops on stalls there.
@@ -162,7 +165,8 @@ class _Iterate(NamedTuple):
     d: jax.Array  # the last search direction (zero: restart)
     it: jax.Array
     stalls: jax.Array
-    best: jax.Array  # the lowest residual so far and the iteration it was reached
+    best: jax.Array  # the lowest residual so far, the energy at the last progress and that iteration
+    e_mark: jax.Array
     best_it: jax.Array
     res: jax.Array
     delta: jax.Array
@@ -244,6 +248,7 @@ def _step(s: _Iterate, fun: Any, targets: jax.Array, k2: jax.Array, dv: float, m
     xn, en, gn, _, ok = _line_search(fun, s.x, s.e, slope, d, targets, m)
     xn, en, gn = (jnp.where(ok, a, b) for a, b in ((xn, s.x), (en, s.e), (gn, s.grad)))
     r, pr, rpr, res = _gradient_parts(xn, gn, k2, dv, m)
+    progress = (res < 0.99 * s.best) | (en < s.e_mark - 64 * jnp.finfo(en.dtype).eps * jnp.abs(en))
     return _Iterate(
         x=xn,
         e=en,
@@ -256,8 +261,9 @@ def _step(s: _Iterate, fun: Any, targets: jax.Array, k2: jax.Array, dv: float, m
         d=jnp.where(ok, d, jnp.zeros_like(d)),  # a stalled step restarts the conjugate direction
         it=s.it + 1,
         stalls=jnp.where(ok, 0, s.stalls + 1),
-        best=jnp.where(res < 0.99 * s.best, res, s.best),
-        best_it=jnp.where(res < 0.99 * s.best, s.it + 1, s.best_it),
+        best=jnp.minimum(res, s.best),
+        e_mark=jnp.where(progress, en, s.e_mark),
+        best_it=jnp.where(progress, s.it + 1, s.best_it),
         res=res,
         delta=jnp.abs(en - s.e) / jnp.abs(en),
         moved=jnp.sqrt(_inner(xn - s.x, xn - s.x) / _inner(xn, xn)),
@@ -289,7 +295,7 @@ def _loop(fun: Any, x0: jax.Array, targets: jax.Array, tol: Any, max_iter: Any, 
     r, pr, rpr, res = _gradient_parts(x, grad, k2, dv, m)
     i0 = jnp.zeros((), jnp.int32)
     inf = jnp.asarray(jnp.inf, x.dtype)
-    state = _Iterate(x, e, grad, r, pr, rpr, r, rpr, jnp.zeros_like(x), i0, i0, res, i0, res, inf, inf)
+    state = _Iterate(x, e, grad, r, pr, rpr, r, rpr, jnp.zeros_like(x), i0, i0, res, e, i0, res, inf, inf)
 
     def going(s: _Iterate) -> jax.Array:
         stagnant = s.it - s.best_it >= MAX_STAGNANT
