@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Inexact
 
-from ivhl_jax.core.precision import Policy
+from ivhl_jax.core.precision import Policy, complex_state_dtype
 from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable
@@ -62,15 +62,25 @@ FLOW_DT = 1e-2
 FLOW_CHECK_EVERY = 100
 
 
-def default_method(system: Any, dt: Any = None, check_every: Any = None) -> str:
+def default_method(system: Any, dt: Any = None, check_every: Any = None, policy: str | Policy | None = None) -> str:
     """The method :func:`ground_state` uses when ``method`` is None: ``"cg"`` (the exact discrete ground state by
-    Riemannian conjugate gradient), except ``"flow"`` (imaginary-time steps) when the call gives a flow parameter
-    (``dt`` or ``check_every``: it asks for the flow at that step) or the system has a ``layout`` (the conjugate
-    gradient runs on one device). The rule is the same for every system, float32 and float64: the conjugate
-    gradient reaches a smaller residual, without the flow's O(dt) bias, in less time (measured on every system in
-    1D, 2D and 3D, bench/results/ground_state_solvers.json)."""
+    Riemannian conjugate gradient), except ``"flow"`` (imaginary-time steps) when
+
+    - the call gives a flow parameter, ``dt`` or ``check_every`` (it asks for the flow at that step);
+    - the system has a ``layout`` (the conjugate gradient runs on one device);
+    - the system is a :class:`Spin1System` in float32 (the system's dtype under ``policy``): its complex float32
+      solve can stall above the float32 residual tolerance (3D: at 4.6e-5, not converged, in more time than the
+      flow), while in float64 it reaches 1e-10 faster than the flow.
+
+    Elsewhere the conjugate gradient reached a smaller residual than the flow at its default step, without its
+    O(dt) bias, in less time (every system in 1D, 2D and 3D, float32 and float64:
+    bench/results/ground_state_solvers.json, ground_state_solvers_f32.json)."""
     if dt is not None or check_every is not None or getattr(system, "layout", None) is not None:
         return "flow"
+    if isinstance(system, Spin1System):
+        cdt = complex_state_dtype(policy, like=system.potential, routine="ground_state")
+        if np.dtype(cdt).itemsize <= 8:
+            return "flow"
     return "cg"
 
 
@@ -158,7 +168,8 @@ def ground_state(
     residual ‖Hψ − μψ‖/‖Hψ‖, ``max_steps`` its iteration cap). ``"flow"``: imaginary-time Strang steps
     (:func:`strang` with ``imaginary=True``) of size ``dt``, as described below. ``method=None`` (the default)
     follows :func:`default_method`: the conjugate gradient, unless ``dt`` or ``check_every`` is given (a step size
-    asks for the flow) or the system has a ``layout`` (the conjugate gradient runs on one device).
+    asks for the flow), the system has a ``layout`` (the conjugate gradient runs on one device) or it is spin-1 in
+    float32.
 
     Flow: a :class:`GPSystem` is solved as described below. A
     :class:`~ivhl_jax.physics.condensate.mixture.MixtureSystem` (ψ of shape (C, *grid)) holds every N_i (``norm``
@@ -205,7 +216,7 @@ def ground_state(
       problem is differentiable in reverse mode (implicit function theorem); the flow is not (its loop).
     """
     check_scalar(max_steps, "max_steps", integer=True, minimum=1)
-    method = default_method(system, dt, check_every) if method is None else method
+    method = default_method(system, dt, check_every, policy) if method is None else method
     if method == "cg":
         if dt is not None or check_every is not None:
             raise ValueError(
