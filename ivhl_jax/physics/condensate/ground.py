@@ -69,14 +69,14 @@ def default_method(system: Any, dt: Any = None, check_every: Any = None, policy:
     - the call gives a flow parameter, ``dt`` or ``check_every`` (it asks for the flow at that step);
     - the system has a ``layout`` (the conjugate gradient runs on one device);
     - the system is a :class:`Spin1System` in float32 (the system's dtype under ``policy``): its complex float32
-      solve can stall above the float32 residual tolerance (3D: at 4.6e-5, not converged, in more time than the
-      flow), while in float64 it reaches 1e-10 faster than the flow.
+      solve can stall above the float32 residual tolerance (3D: at 5.6e-5, not converged, in four times the
+      flow's time), while in float64 it reaches 1e-10 faster than the flow.
 
     Elsewhere the conjugate gradient reached a smaller residual than the flow at its default step, without its
-    O(dt) bias, in less time (every system in 1D, 2D and 3D, float32 and float64:
-    bench/results/ground_state_solvers.json, ground_state_solvers_f32.json), except two float64 1D solves of
-    hundredths of a second where the flow's coarser answer came first (ratios 0.7 and 0.5): the flow reaches
-    the conjugate gradient's accuracy only at a smaller dt, in proportionally more steps."""
+    O(dt) bias, mostly in less time (every system in 1D, 2D and 3D, float32 and float64:
+    bench/results/ground_state_solvers.json, ground_state_solvers_f32.json); in three 1D solves of hundredths of
+    a second the flow's coarser answer came as fast or first (ratios 0.5 to 0.99), and the flow reaches the
+    conjugate gradient's accuracy only at a smaller dt, in proportionally more steps."""
     if dt is not None or check_every is not None or getattr(system, "layout", None) is not None:
         return "flow"
     if isinstance(system, Spin1System):

@@ -62,8 +62,10 @@ MAX_STALLS = 3
 #: Iterations without progress (neither a new lowest residual, below 0.99 of the best so far, nor an energy
 #: decrease of more than 64 ulps since the last progress) after which the solve stops: the residual has reached
 #: its round-off floor (float32: ~1e-6, where steps are still accepted on a flat energy). The energy condition
-#: keeps a slow solve going (a Thomas–Fermi state's residual may plateau while E still falls).
-MAX_STAGNANT = 200
+#: keeps a slow solve going (a Thomas–Fermi state's residual may plateau while E still falls). Near the float32
+#: floor the residual wanders: a 1D g = 0 trap from an offset guess passes 1e-5 only at iteration 537, more than
+#: 200 iterations after an earlier low.
+MAX_STAGNANT = 1000
 #: Default residual tolerance in float32: the float32 residual ‖Hψ − μψ‖/‖Hψ‖ bottoms out at a few 1e-6 (FFT
 #: round-off of Hψ), so the solve stops on stalls there.
 FLOAT32_RESIDUAL = 1e-5
