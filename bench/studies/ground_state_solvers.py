@@ -15,13 +15,13 @@ Per case and precision:
   (E − E₀)/|E₀| is then at the extrapolation's own remainder. float32: both solvers' energies against the float64
   exact ground state of the same system (the float32 energy carries ~1e-7 round-off, below the flow's bias);
 - the residual each reaches (the flow's floor is O(dt): it never reaches 1e-10) and, in float32, the floor the
-  conjugate gradient reaches when asked for 1e-9 (it stops on stalls there).
+  conjugate gradient reaches when asked for 1e-9 (it stops on stalls or stagnation there).
 
-``python -m bench.studies.ground_state_solvers --out bench/results/ground_state_solvers.json`` (~15 min on 2 CPU
-cores; ``--only`` a comma-separated list of case names, ``--precision f64`` or ``f32``; ``--min-seconds s``
-repeats the timed pairs until each solver has run s seconds: the 1D solves take milliseconds, whose ratio on a
-shared host needs many repeats: ``--only gp_1d_gN2000,gp_1d_gN500,mixture_1d,spin1_1d_M0.3 --min-seconds 2 --out
-bench/results/ground_state_solvers_1d.json``).
+``python -m bench.studies.ground_state_solvers --out bench/results/ground_state_solvers.json`` (~25 min on 2 CPU
+cores; float32 alone: ``--precision f32 --out bench/results/ground_state_solvers_f32.json``; ``--only`` a
+comma-separated list of case names, ``--precision f64`` or ``f32``; ``--min-seconds s`` repeats the timed pairs
+until each solver has run s seconds: the 1D solves take milliseconds, whose ratio on a shared host needs many
+repeats, e.g. ``--only gp_1d_gN500,mixture_1d --min-seconds 2``).
 """
 
 from __future__ import annotations
