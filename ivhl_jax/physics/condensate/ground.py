@@ -1,8 +1,10 @@
-"""Ground states by imaginary-time Strang steps: the normalised gradient flow at fixed particle number.
+"""Ground states at fixed particle number: the exact discrete ground state by Riemannian conjugate gradient (the
+default, :mod:`~ivhl_jax.physics.condensate.riemannian`) or imaginary-time Strang steps (the normalised gradient
+flow, ``method="flow"`` or any call that gives a step ``dt``; :func:`default_method` states the rule).
 
 Units: ħ = m = 1, trap units (see :mod:`ivhl_jax.physics.condensate`).
 
-The scalar GP search (:func:`ground_state` of a GPSystem) minimises E[ψ] (:func:`energy`) at ∫|ψ|² dV = N by the
+The scalar GP flow (:func:`ground_state` of a GPSystem) minimises E[ψ] (:func:`energy`) at ∫|ψ|² dV = N by the
 normalised gradient flow ∂ψ/∂τ = −[−½∇² + V + g|ψ|² − Ω L_z]ψ, projected to norm N (τ in 1/ω₀, energies in ħω₀).
 Iterates blocks of ``check_every`` steps in a ``lax.while_loop`` until both the relative energy change
 over a block, |ΔE|/|E|, is below ``tol`` and the state has settled, ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol over the block, or
@@ -31,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Inexact
 
-from ivhl_jax.core.precision import Policy
+from ivhl_jax.core.precision import Policy, complex_state_dtype
 from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable
@@ -52,7 +54,36 @@ from ivhl_jax.physics.condensate.system import (
     with_policy,
 )
 
-__all__ = ["ground_state", "FLOAT32_TOL"]
+__all__ = ["ground_state", "default_method", "FLOAT32_TOL", "FLOW_DT", "FLOW_CHECK_EVERY"]
+
+#: The flow's default imaginary time step (``method="flow"`` without ``dt``).
+FLOW_DT = 1e-2
+#: The flow's default number of steps per convergence check.
+FLOW_CHECK_EVERY = 100
+
+
+def default_method(system: Any, dt: Any = None, check_every: Any = None, policy: str | Policy | None = None) -> str:
+    """The method :func:`ground_state` uses when ``method`` is None: ``"cg"`` (the exact discrete ground state by
+    Riemannian conjugate gradient), except ``"flow"`` (imaginary-time steps) when
+
+    - the call gives a flow parameter, ``dt`` or ``check_every`` (it asks for the flow at that step);
+    - the system has a ``layout`` (the conjugate gradient runs on one device);
+    - the system is a :class:`Spin1System` in float32 (the system's dtype under ``policy``): its complex float32
+      solve can stall above the float32 residual tolerance (3D: at 5.6e-5, not converged, in four times the
+      flow's time), while in float64 it reaches 1e-10 faster than the flow.
+
+    Elsewhere the conjugate gradient reached a smaller residual than the flow at its default step, without its
+    O(dt) bias, mostly in less time (every system in 1D, 2D and 3D, float32 and float64:
+    bench/results/ground_state_solvers.json, ground_state_solvers_f32.json); in three 1D solves of hundredths of
+    a second the flow's coarser answer came as fast or first (ratios 0.5 to 0.99), and the flow reaches the
+    conjugate gradient's accuracy only at a smaller dt, in proportionally more steps."""
+    if dt is not None or check_every is not None or getattr(system, "layout", None) is not None:
+        return "flow"
+    if isinstance(system, Spin1System):
+        cdt = complex_state_dtype(policy, like=system.potential, routine="ground_state")
+        if np.dtype(cdt).itemsize <= 8:
+            return "flow"
+    return "cg"
 
 
 def _energy_and_state(psi: jax.Array, params: Any) -> tuple[jax.Array, jax.Array]:
@@ -120,22 +151,29 @@ def _ground_state_loop(
 def ground_state(
     system: GPSystem | MixtureSystem | Spin1System | DipolarSystem,
     norm: Any = 1.0,
-    dt: float = 1e-2,
+    dt: float | None = None,
     tol: float | None = None,
     max_steps: int = 100_000,
     *,
     psi0: Inexact[ArrayLike, "*state"] | None = None,
-    check_every: int = 100,
+    check_every: int | None = None,
     key: jax.Array | None = None,
     noise: float = 0.0,
     magnetization: Any = None,
     policy: str | Policy | None = None,
-    method: str = "flow",
+    method: str | None = None,
 ) -> tuple[Complex[Array, "*state"], dict[str, Array]]:
-    """Ground state of any condensate system by imaginary-time Strang steps (:func:`strang` with
-    ``imaginary=True``) at fixed norm: the family's one door.
+    """Ground state of any condensate system at fixed norm: the family's one door.
 
-    A :class:`GPSystem` is solved as described below. A
+    Two methods. ``"cg"``: the exact discrete ground state (no time-step bias) by preconditioned Riemannian
+    conjugate gradient, :func:`~ivhl_jax.physics.condensate.riemannian.riemannian_ground_state` (``tol`` is its
+    residual ‖Hψ − μψ‖/‖Hψ‖, ``max_steps`` its iteration cap). ``"flow"``: imaginary-time Strang steps
+    (:func:`strang` with ``imaginary=True``) of size ``dt``, as described below. ``method=None`` (the default)
+    follows :func:`default_method`: the conjugate gradient, unless ``dt`` or ``check_every`` is given (a step size
+    asks for the flow), the system has a ``layout`` (the conjugate gradient runs on one device) or it is spin-1 in
+    float32.
+
+    Flow: a :class:`GPSystem` is solved as described below. A
     :class:`~ivhl_jax.physics.condensate.mixture.MixtureSystem` (ψ of shape (C, *grid)) holds every N_i (``norm``
     one number or C; the default guess is unit Gaussians at the origin, a stationary point also when the components
     would separate: pass a ``psi0`` that breaks the symmetry); a :class:`~ivhl_jax.physics.condensate.mixture.
@@ -155,20 +193,19 @@ def ground_state(
     Args:
       system: the :class:`GPSystem` (with Ω ≠ 0 this is the rotating-frame ground state).
       norm: particle number N = ∫|ψ|² dV (the returned ψ has this norm to round-off).
-      dt: imaginary time step.
-      tol: relative energy change per block that counts as converged (and √tol the change of ψ). None: 1e-9 in
-        float64 and :data:`FLOAT32_TOL` (4e-7) in float32, whose energy sums bottom out at ~1e-7 (one ulp of E), so
-        that a smaller float32 tol is never met and the solve always runs to ``max_steps``.
-      max_steps: step budget (rounded up to a multiple of ``check_every``).
+      dt: the flow's imaginary time step (given: ``method=None`` selects the flow; None: :data:`FLOW_DT`).
+      tol: cg: the relative residual (None: 1e-11 in float64, 1e-5 in float32). Flow: the relative energy change
+        per block that counts as converged (and √tol the change of ψ); None: 1e-9 in float64 and
+        :data:`FLOAT32_TOL` (4e-7) in float32, whose energy sums bottom out at ~1e-7 (one ulp of E), so that a
+        smaller float32 tol is never met and the solve always runs to ``max_steps``.
+      max_steps: cg: the iteration cap; flow: the step budget (rounded up to a multiple of ``check_every``).
       psi0: initial guess, shape ``grid.shape`` (default: a Gaussian of unit trap width).
-      check_every: steps per convergence check.
+      check_every: the flow's steps per convergence check (given: ``method=None`` selects the flow; None:
+        :data:`FLOW_CHECK_EVERY`).
       key: PRNG key of the noise (required when ``noise`` ≠ 0).
       noise: relative amplitude of complex noise added to the initial guess (breaks symmetries, e.g.
         to let a vortex lattice nucleate in a rotating trap).
-      method: ``"flow"`` (these imaginary-time steps) or ``"cg"``: the exact discrete ground state (no dt bias) by
-        preconditioned Riemannian conjugate gradient, :func:`~ivhl_jax.physics.condensate.riemannian.
-        riemannian_ground_state` (``tol`` is then the residual ‖Hψ − μψ‖/‖Hψ‖, ``max_steps`` the iteration cap;
-        ``dt`` and ``check_every`` are not used).
+      method: None (:func:`default_method`), ``"cg"`` (which refuses ``dt`` and ``check_every``) or ``"flow"``.
       policy: None (the system's dtype) or a precision policy / preset (:func:`with_policy`);
         ``"f32"`` reaches |E − E₀|/E₀ ≈ 1e-7, ``"f64"`` ≈ 3e-13 (1D trap, dt = 2e-3)
         (measured, docs/guide/precision.md). ψ is returned in the policy's output dtype.
@@ -177,14 +214,24 @@ def ground_state(
       (ψ, info): ψ complex of shape ``grid.shape``; info = {"steps", "energy" (total E of the returned
       ψ), "mu", "delta" (last relative energy change), "moved" (last relative change of ψ), "residual"
       (‖Hψ − μψ‖/‖Hψ‖ of the returned ψ), "converged", "finite"}. Works under jit and vmap (e.g. over
-      ``system.g``). Outside a trace a non-finite result raises ``ValueError`` naming dt.
+      ``system.g``). Outside a trace a non-finite result raises ``ValueError`` (the flow's names dt). cg on a real
+      problem is differentiable in reverse mode (implicit function theorem); the flow is not (its loop).
     """
+    check_scalar(max_steps, "max_steps", integer=True, minimum=1)
+    method = default_method(system, dt, check_every, policy) if method is None else method
     if method == "cg":
+        if dt is not None or check_every is not None:
+            raise ValueError(
+                "dt and check_every are the flow's step and check interval: pass method='flow' to use them (the "
+                "conjugate gradient has no time step; its tol is the residual)"
+            )
         return riemannian_ground_state(
             system, norm, tol, max_steps, psi0=psi0, key=key, noise=noise, magnetization=magnetization, policy=policy
         )
     if method != "flow":
         raise ValueError(f"method must be 'flow' (imaginary-time steps) or 'cg' (Riemannian CG), got {method!r}")
+    dt = FLOW_DT if dt is None else dt
+    check_every = FLOW_CHECK_EVERY if check_every is None else check_every
     if not isinstance(system, GPSystem):
         other = {"psi0": psi0, "check_every": check_every, "key": key, "noise": noise, "policy": policy}
         return _other_ground_state(system, norm, dt, tol, max_steps, magnetization=magnetization, **other)

@@ -22,8 +22,10 @@ carries an error linear in dt). Method (Antoine, Levitt & Tang, J. Comput. Phys.
   θ = −φ'(0)/φ''(0) (φ'' by forward-over-forward differentiation), then Armijo backtracking (at most
   :data:`MAX_BACKTRACKS` quarterings), all in one jitted ``lax.while_loop``.
 
-The solve stops when the residual is ≤ ``tol``, after ``max_iter`` iterations, or when the line search finds no
-decrease :data:`MAX_STALLS` times running (the energy is at round-off: float32 stops there, ~1e-5 residual).
+The solve stops when the residual is ≤ ``tol``, after ``max_iter`` iterations, when the line search finds no
+decrease :data:`MAX_STALLS` times running (the energy is at round-off), or when the residual has set no new low
+(nor the energy fallen beyond round-off) for :data:`MAX_STAGNANT` iterations (its round-off floor: ~1e-6 in
+float32, where a smaller ``tol`` is never met).
 """
 
 from __future__ import annotations
@@ -43,13 +45,27 @@ from ivhl_jax.physics.condensate.dipolar import DipolarSystem
 from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System
 from ivhl_jax.physics.condensate.observables import energy
 
-__all__ = ["riemannian_ground_state", "constrained_residual", "MAX_BACKTRACKS", "MAX_STALLS", "FLOAT32_RESIDUAL"]
+__all__ = [
+    "riemannian_ground_state",
+    "constrained_residual",
+    "MAX_BACKTRACKS",
+    "MAX_STALLS",
+    "MAX_STAGNANT",
+    "FLOAT32_RESIDUAL",
+]
 
 #: Armijo backtracking steps (each a quartering of θ) before an iteration counts as stalled.
 MAX_BACKTRACKS = 8
 #: Stalled iterations in a row (no decrease of the energy found) after which the solve stops: the energy is at
 #: its round-off floor.
 MAX_STALLS = 3
+#: Iterations without progress (neither a new lowest residual, below 0.99 of the best so far, nor an energy
+#: decrease of more than 64 ulps since the last progress) after which the solve stops: the residual has reached
+#: its round-off floor (float32: ~1e-6, where steps are still accepted on a flat energy). The energy condition
+#: keeps a slow solve going (a Thomas–Fermi state's residual may plateau while E still falls). Near the float32
+#: floor the residual wanders: a 1D g = 0 trap from an offset guess passes 1e-5 only at iteration 537, more than
+#: 200 iterations after an earlier low.
+MAX_STAGNANT = 1000
 #: Default residual tolerance in float32: the float32 residual ‖Hψ − μψ‖/‖Hψ‖ bottoms out at a few 1e-6 (FFT
 #: round-off of Hψ), so the solve stops on stalls there.
 FLOAT32_RESIDUAL = 1e-5
@@ -151,6 +167,9 @@ class _Iterate(NamedTuple):
     d: jax.Array  # the last search direction (zero: restart)
     it: jax.Array
     stalls: jax.Array
+    best: jax.Array  # the lowest residual so far, the energy at the last progress and that iteration
+    e_mark: jax.Array
+    best_it: jax.Array
     res: jax.Array
     delta: jax.Array
     moved: jax.Array
@@ -231,6 +250,7 @@ def _step(s: _Iterate, fun: Any, targets: jax.Array, k2: jax.Array, dv: float, m
     xn, en, gn, _, ok = _line_search(fun, s.x, s.e, slope, d, targets, m)
     xn, en, gn = (jnp.where(ok, a, b) for a, b in ((xn, s.x), (en, s.e), (gn, s.grad)))
     r, pr, rpr, res = _gradient_parts(xn, gn, k2, dv, m)
+    progress = (res < 0.99 * s.best) | (en < s.e_mark - 64 * jnp.finfo(en.dtype).eps * jnp.abs(en))
     return _Iterate(
         x=xn,
         e=en,
@@ -243,6 +263,9 @@ def _step(s: _Iterate, fun: Any, targets: jax.Array, k2: jax.Array, dv: float, m
         d=jnp.where(ok, d, jnp.zeros_like(d)),  # a stalled step restarts the conjugate direction
         it=s.it + 1,
         stalls=jnp.where(ok, 0, s.stalls + 1),
+        best=jnp.minimum(res, s.best),
+        e_mark=jnp.where(progress, en, s.e_mark),
+        best_it=jnp.where(progress, s.it + 1, s.best_it),
         res=res,
         delta=jnp.abs(en - s.e) / jnp.abs(en),
         moved=jnp.sqrt(_inner(xn - s.x, xn - s.x) / _inner(xn, xn)),
@@ -274,10 +297,11 @@ def _loop(fun: Any, x0: jax.Array, targets: jax.Array, tol: Any, max_iter: Any, 
     r, pr, rpr, res = _gradient_parts(x, grad, k2, dv, m)
     i0 = jnp.zeros((), jnp.int32)
     inf = jnp.asarray(jnp.inf, x.dtype)
-    state = _Iterate(x, e, grad, r, pr, rpr, r, rpr, jnp.zeros_like(x), i0, i0, res, inf, inf)
+    state = _Iterate(x, e, grad, r, pr, rpr, r, rpr, jnp.zeros_like(x), i0, i0, res, e, i0, res, inf, inf)
 
     def going(s: _Iterate) -> jax.Array:
-        return (s.res > tol) & (s.it < max_iter) & (s.stalls < MAX_STALLS) & jnp.isfinite(s.e)
+        stagnant = s.it - s.best_it >= MAX_STAGNANT
+        return (s.res > tol) & (s.it < max_iter) & (s.stalls < MAX_STALLS) & ~stagnant & jnp.isfinite(s.e)
 
     s = jax.lax.while_loop(going, lambda s: _step(s, fun, targets, k2, dv, m), state)
     return s.x, {"steps": s.it, "delta": s.delta, "moved": s.moved}
@@ -505,8 +529,15 @@ def riemannian_ground_state(
     if not isinstance(system, Spin1System) and magnetization is not None:
         raise ValueError(f"magnetization applies to a Spin1System, not to a {type(system).__name__}; drop it")
     use_noise = not (is_concrete(noise) and float(np.asarray(noise)) == 0.0)
-    if use_noise and (key is None or isinstance(system, (MixtureSystem, Spin1System, DipolarSystem))):
-        raise ValueError("noise needs a GPSystem and a PRNG key (key=jax.random.key(seed)); drop it or pass psi0")
+    if (use_noise or key is not None) and isinstance(system, (MixtureSystem, Spin1System, DipolarSystem)):
+        raise ValueError(
+            f"key and noise apply to a GPSystem, not to a {type(system).__name__}; drop them (or pass psi0)"
+        )
+    if use_noise and key is None:
+        raise ValueError(
+            f"noise={noise} needs a PRNG key: pass key=jax.random.key(seed) (without one the noise would be silently "
+            "ignored)"
+        )
     if np.ndim(norm) == 0:
         check_scalar(norm, "norm", positive=True)
     elif is_concrete(norm) and not np.all(np.asarray(norm) > 0):

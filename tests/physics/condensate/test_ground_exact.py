@@ -331,5 +331,62 @@ def test_method_is_checked():
         C.ground_state(system, method="newton")
     with pytest.raises(ValueError, match="magnetization applies to a Spin1System"):
         C.ground_state(system, method="cg", magnetization=0.1)
-    with pytest.raises(ValueError, match="noise needs a GPSystem and a PRNG key"):
+    with pytest.raises(ValueError, match="needs a PRNG key"):
         C.ground_state(system, method="cg", noise=0.1)
+
+
+def test_default_method_is_the_conjugate_gradient_unless_a_step_is_given():
+    """The documented rule (ground.default_method): cg by default for every system and precision but spin-1 in
+    float32; the flow when the call gives its step dt or check_every, or the system has a layout; cg refuses the
+    flow's parameters."""
+    from ivhl_jax.physics.condensate.ground import default_method
+
+    grid = C.Grid.uniform(16, 8.0)
+    plane = C.Grid.uniform((8, 8), 8.0)
+    systems = [
+        C.GPSystem(grid, C.harmonic(grid, 1.0), 1.0),
+        C.GPSystem(plane, C.harmonic(plane, 1.0), 1.0, 0.5),
+        C.MixtureSystem.create(grid, C.harmonic(grid, 1.0), [[1.0, 0.5], [0.5, 1.0]]),
+    ]
+    for system in systems:
+        assert default_method(system) == "cg"
+        assert default_method(system, dt=1e-2) == "flow" and default_method(system, check_every=10) == "flow"
+    spin1 = C.Spin1System.create(grid, C.harmonic(grid, 1.0), 1.0, 0.1)
+    assert default_method(spin1) == "flow"  # float32: the complex solve can stall above its tolerance
+    with jax.enable_x64(True):
+        assert default_method(C.Spin1System.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 1.0, 0.1)) == "cg"
+        assert default_method(spin1, policy="f64") == "cg"
+    with pytest.raises(ValueError, match="pass method='flow' to use them"):
+        C.ground_state(systems[0], dt=1e-2, method="cg")
+
+
+@pytest.mark.slow
+def test_default_method_is_differentiable():
+    """Reverse mode through ``ground_state`` with every default (the conjugate gradient, implicit function theorem):
+    d⟨x²⟩/dg of a 1D GP ground state against central differences of float64 solves (h = 1e-3: error ~h² ≈ 1e-7
+    relative), in float64 and in the default float32 (rtol 1e-3: float32 solves at residual ~1e-5)."""
+    grid = C.Grid.uniform(64, 16.0)
+    x2 = jnp.asarray(grid.coords[0] ** 2)
+
+    def width(g, dtype):
+        psi, _ = C.ground_state(C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=dtype), g))
+        return jnp.sum(x2.astype(dtype) * jnp.abs(psi) ** 2) * grid.cell_volume
+
+    h = 1e-3
+    with jax.enable_x64(True):
+        fd = float((width(50.0 + h, jnp.float64) - width(50.0 - h, jnp.float64)) / (2 * h))
+        np.testing.assert_allclose(float(jax.grad(width)(50.0, jnp.float64)), fd, rtol=1e-6)
+    np.testing.assert_allclose(float(jax.grad(width)(50.0, jnp.float32)), fd, rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_float32_tolerance_below_the_floor_stops_on_stagnation():
+    """float32 asked for a residual below its round-off floor (~1e-6): the solve stops MAX_STAGNANT iterations after
+    its last new low, not at the iteration cap, and reports converged False at the floor."""
+    from ivhl_jax.physics.condensate.riemannian import MAX_STAGNANT
+
+    grid = C.Grid.uniform((32, 32), 12.0)
+    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 100.0)
+    _, info = C.ground_state(system, tol=1e-10, max_steps=20_000)
+    assert not bool(info["converged"]) and float(info["residual"]) < 1e-5
+    assert MAX_STAGNANT <= int(info["steps"]) < 5_000
