@@ -344,8 +344,8 @@ def test_default_method_is_the_conjugate_gradient_unless_a_step_is_given():
     grid = C.Grid.uniform(16, 8.0)
     plane = C.Grid.uniform((8, 8), 8.0)
     systems = [
-        C.GPSystem(grid, C.harmonic(grid, 1.0), 1.0),
-        C.GPSystem(plane, C.harmonic(plane, 1.0), 1.0, 0.5),
+        C.GPSystem.create(grid, C.harmonic(grid, 1.0), 1.0),
+        C.GPSystem.create(plane, C.harmonic(plane, 1.0), 1.0, 0.5),
         C.MixtureSystem.create(grid, C.harmonic(grid, 1.0), [[1.0, 0.5], [0.5, 1.0]]),
     ]
     for system in systems:
@@ -369,7 +369,7 @@ def test_default_method_is_differentiable():
     x2 = jnp.asarray(grid.coords[0] ** 2)
 
     def width(g, dtype):
-        psi, _ = C.ground_state(C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=dtype), g))
+        psi, _ = C.ground_state(C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=dtype), g))
         return jnp.sum(x2.astype(dtype) * jnp.abs(psi) ** 2) * grid.cell_volume
 
     h = 1e-3
@@ -386,7 +386,7 @@ def test_float32_tolerance_below_the_floor_stops_on_stagnation():
     from ivhl_jax.physics.condensate.riemannian import MAX_STAGNANT
 
     grid = C.Grid.uniform((32, 32), 12.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 100.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 100.0)
     _, info = C.ground_state(system, tol=1e-10, max_steps=20_000)
     assert not bool(info["converged"]) and float(info["residual"]) < 1e-5
     assert MAX_STAGNANT <= int(info["steps"]) < 5_000

@@ -138,7 +138,7 @@ def test_default_thomas_fermi_ground_state_is_real_float64():
     finite-gN correction at gN = 2000)."""
     with jax.enable_x64(True):
         grid = C.Grid.uniform(512, 48.0)
-        system = C.GPSystem(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 2000.0)
+        system = C.GPSystem.create(grid, C.harmonic(grid, 1.0, dtype=jnp.float64), 2000.0)
         psi, info = C.ground_state(system)
         assert bool(info["converged"]) and float(info["residual"]) < 1e-10
         _check_real(psi, system, 1e-14, negative=1e-12)
@@ -155,7 +155,7 @@ def test_default_ground_state_is_real_float32():
     """1D, gN = 500, the default float32 and method: real and positive, E[ψ] = E[|ψ|] to one float32 ulp, the
     residual below the float32 default tolerance 1e-5 (the flow's at dt = 1e-2: 4.4e-5)."""
     grid = C.Grid.uniform(512, 32.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 500.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 500.0)
     psi, info = C.ground_state(system)
     assert psi.dtype == jnp.complex64 and bool(info["converged"]) and float(info["residual"]) <= 1e-5
     _check_real(psi, system, 2e-7)
@@ -165,7 +165,7 @@ def test_default_ground_state_is_real_float32():
 def test_default_ground_state_is_real_2d():
     """2D, gN = 2000, float32, the default method: real and positive, E[ψ] = E[|ψ|]."""
     grid = C.Grid.uniform((64, 64), 18.0)
-    system = C.GPSystem(grid, C.harmonic(grid, 1.0), 2000.0)
+    system = C.GPSystem.create(grid, C.harmonic(grid, 1.0), 2000.0)
     psi, info = C.ground_state(system)
     assert bool(info["converged"])
     _check_real(psi, system, 2e-7)
