@@ -1,6 +1,6 @@
 """Gross–Pitaevskii condensate simulation: ground state, vortex imprints, real-time evolution.
 
-The ground state of the trap (imaginary time, optionally in a rotating frame), then vortex imprints, then
+The ground state of the trap (optionally in a rotating frame), then vortex imprints, then
 real-time evolution i∂ψ/∂t = [−½∇² + V + g|ψ|² − Ω L_z]ψ (ħ = m = 1, trap units). The GFT condensate is its
 own simulation, ``ivhl sim gft`` (:mod:`ivhl_jax.sims.gft`).
 
@@ -12,12 +12,24 @@ whole matrix ``mixture.couplings``; atom numbers ``mixture.norms``) or ``spin1``
 ``spin1.*``, ``c0``, ``c2``, Zeeman ``p``, ``q``, a held ``magnetization``); ``dipolar.lhy`` / ``dipolar.gamma_qf``
 and ``mixture.lhy`` add the Lee–Huang–Yang term (:mod:`ivhl_jax.physics.condensate.lhy`; the records gain
 ``energy_lhy``). A section is validated by building its
-system with the library's ``create``; each system starts from its imaginary-time ground state; a setting of another
+system with the library's ``create``; each system starts from its ground state; a setting of another
 system's section is refused, and so are the scalar scheme's own (rotation, damping, imprints, noise, per-step
 projection, host FFT) with another system; ``mesh`` spreads any system's field over devices (the distributed FFT of
 its layout). The records hold N and the energy parts, a mixture's N_i (``norm_1`` …) and, for two components,
 their ``overlap``, a spin-1 field's ``magnetization``; a mixture's or spin-1 field's state has its component axis
 first (``component`` 1 … C, or ``m``), in final_state.npy and in the snapshots.
+
+The ground-state search is ``ground_method``: ``auto`` (default) follows the library's rule for the system the run
+builds (:func:`ivhl_jax.physics.condensate.ground.default_method`): ``cg``, the exact discrete ground state by
+Riemannian conjugate gradient (one device, no time-step bias), except the imaginary-time ``flow`` with a mesh of
+several devices, for spin-1 in float32 and when ``ground_dt`` is given (a step asks for the flow, as ``dt`` does
+in the library); ``cg`` refuses ``ground_dt`` and a mesh. ``ground_steps`` is the budget (cg: iterations; the
+flow: steps of ``ground_dt``, default 5e-3), ``ground_tol`` the convergence test (cg: the residual
+‖Hψ − μψ‖/‖Hψ‖, default 1e-5 in float32 and 1e-11 in float64; the flow: the relative energy change per check of
+100 steps, default 1e-7). The search runs in up to ten shares of the budget, each continuing from the last state,
+with a progress line after each; observables.json's ``ground_state`` record names the ``method``, its ``steps``,
+``residual``, ``delta`` and ``converged``, and the checkpoints keep it, so a resumed run reports it without
+searching again.
 
 The time loop runs in jitted chunks (:func:`ivhl_jax.run.runner.run_chunked`) with checkpoints in
 <out>/ckpt; an interrupted run resumes bit-exactly, and raising ``steps`` extends a finished one.
@@ -50,6 +62,7 @@ from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable, parse_mesh
 from ivhl_jax.numerics.rollout import chunked
 from ivhl_jax.physics import condensate as C
+from ivhl_jax.physics.condensate.ground import default_method
 from ivhl_jax.run.config import option
 from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, save_npy
@@ -169,9 +182,28 @@ class BECConfig(FieldRunConfig):
     dipolar: DipolarSettings = option(
         default_factory=DipolarSettings, help="system=dipolar: its settings (--set dipolar.eps_dd=0.5)"
     )
-    ground_dt: float = option(5e-3, "imaginary-time step of the ground-state search")
-    ground_steps: int = option(3000, "maximum imaginary-time steps (raise it if the ground state does not converge)")
-    ground_tol: float = option(1e-7, "relative energy change per check at which the ground state counts as converged")
+    ground_method: Literal["auto", "cg", "flow"] = option(
+        "auto",
+        'The ground-state search: "cg" (the exact discrete ground state by Riemannian conjugate gradient, one '
+        'device), "flow" (imaginary-time steps of ground_dt) or "auto" (default: the library\'s rule, '
+        "ivhl_jax.physics.condensate.ground.default_method: cg, except the flow with a mesh of several devices, "
+        "for spin1 in float32, or when ground_dt is given)",
+    )
+    ground_dt: float | None = option(
+        None,
+        "the flow's imaginary-time step (default 5e-3); given with ground_method=auto it selects the flow, and "
+        "ground_method=cg refuses it (cg has no time step)",
+    )
+    ground_steps: int = option(
+        3000,
+        "the search's budget: the flow's imaginary-time steps, cg's iterations (raise it if the ground state does "
+        "not converge)",
+    )
+    ground_tol: float | None = option(
+        None,
+        "convergence: cg: the residual |Hψ - μψ|/|Hψ| (default 1e-5 in float32, 1e-11 in float64); flow: the "
+        "relative energy change per check of 100 steps (default 1e-7)",
+    )
     noise: float = option(0.0, "complex noise on the ground-state guess (nucleates lattices)")
     # --- time loop (and steps, steps_per_chunk, save_every, checkpoint_every) ---
     dt: float = option(2e-3, "time step of the evolution (trap units 1/ω)")
@@ -223,7 +255,7 @@ class BECConfig(FieldRunConfig):
             raise ValueError(f"grid must be >= 2 (points per axis), got {self.grid}")
         for name in ("length", "dt", "ground_dt", "ground_tol"):
             v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
+            if v is not None and not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
         for name in ("g", "omega_rot"):
             v = getattr(self, name)
@@ -245,6 +277,16 @@ class BECConfig(FieldRunConfig):
             if len(imp) != 3 or not all(math.isfinite(float(v)) for v in imp[:2]) or float(imp[2]) != int(imp[2]):
                 raise ValueError(f"imprints must be [x, y, charge] with finite x, y and an integer charge, got {imp}")
         sizes = check_field_mesh(self.mesh, self.grid, self.dims, "grid")
+        if self.ground_method == "cg" and self.ground_dt is not None:
+            raise ValueError(
+                f"ground_dt={self.ground_dt:g} is the flow's step and ground_method=cg has none: drop ground_dt or "
+                "set ground_method=flow"
+            )
+        if self.ground_method == "cg" and math.prod(sizes) > 1:
+            raise ValueError(
+                f"ground_method=cg runs on one device, not on mesh={self.mesh}: set ground_method=flow (or auto) "
+                "or mesh=1"
+            )
         if math.prod(sizes) > 1 and self.fft != "xla":
             raise ValueError(
                 f"mesh={self.mesh!r} needs fft='xla' (the distributed FFT runs XLA's FFT on each "
@@ -445,7 +487,7 @@ def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: st
     """
     if not (host_readable(psi) and host_readable(system.potential)):
         return  # spread over several processes: no host copy to read (the library keeps its own step checks)
-    step = getattr(cfg, key)
+    step = flow_dt(cfg) if key == "ground_dt" else getattr(cfg, key)
     rho = np.abs(np.asarray(psi)) ** 2
     pot = np.asarray(system.potential, np.float64)
     # over the cloud (the engine's criterion: empty corners of the box may have any V)
@@ -470,69 +512,100 @@ def check_local_step(cfg: BECConfig, system: C.GPSystem, psi: jax.Array, key: st
 
 GROUND_CHECK_EVERY = 100  # imaginary-time steps per convergence check (ground_state's check_every)
 GROUND_SEGMENTS = 10  # progress lines of the ground-state search (at most)
+GROUND_FLOW_DT = 5e-3  # the flow's imaginary-time step when ground_dt is not given
+GROUND_FLOW_TOL = 1e-7  # the flow's relative energy change per check when ground_tol is not given
 
 
-def _segmented_search(cfg: BECConfig, search, psi, *, progress: bool) -> tuple[jax.Array, dict]:
-    """The imaginary-time search as up to :data:`GROUND_SEGMENTS` calls ``search(psi, n, first)`` of a ground-state
-    routine, each continuing from the last state for an equal share of ``ground_steps`` (whole convergence blocks of
-    :data:`GROUND_CHECK_EVERY` steps), stopping as soon as one converges; with ``progress`` a line after each share
-    reports the steps done, the energy and its relative change. Equal shares reuse one compiled program."""
-    total_blocks = -(-cfg.ground_steps // GROUND_CHECK_EVERY)
-    seg_blocks = -(-total_blocks // GROUND_SEGMENTS)
-    budget = total_blocks * GROUND_CHECK_EVERY
+def flow_dt(cfg: BECConfig) -> float:
+    """The imaginary-time step of the flow: ``ground_dt``, or :data:`GROUND_FLOW_DT`."""
+    return GROUND_FLOW_DT if cfg.ground_dt is None else cfg.ground_dt
+
+
+def ground_method(cfg: BECConfig, system: Any) -> str:
+    """The search ``system`` gets: ``ground_method``, or with ``auto`` the library's rule
+    (:func:`~ivhl_jax.physics.condensate.ground.default_method`: the flow with a mesh layout, for spin-1 in float32,
+    or when ``ground_dt`` is given; else cg)."""
+    if cfg.ground_method != "auto":
+        return cfg.ground_method
+    return default_method(system, cfg.ground_dt)
+
+
+def _segmented_search(cfg: BECConfig, method: str, search, psi, *, progress: bool) -> tuple[jax.Array, dict]:
+    """The search as up to :data:`GROUND_SEGMENTS` calls ``search(psi, n, first)`` of a ground-state routine, each
+    continuing from the last state for an equal share of ``ground_steps`` (the flow: whole convergence blocks of
+    :data:`GROUND_CHECK_EVERY` steps; cg: iterations), stopping as soon as one converges (or cg stops short of its
+    share: it stalled at its round-off floor); with ``progress`` a line after each share reports the steps done,
+    the energy and the convergence measure (the flow: the relative energy change; cg: the residual). Equal shares
+    reuse one compiled program."""
+    if method == "flow":
+        unit = GROUND_CHECK_EVERY
+        detail, counted, measure = f"imaginary time, up to {{}} steps of dt={flow_dt(cfg):g}", "steps", "delta"
+    else:
+        unit, detail, counted, measure = 1, "conjugate gradient, up to {} iterations", "iterations", "residual"
+    total = -(-cfg.ground_steps // unit)
+    seg = -(-total // GROUND_SEGMENTS) * unit
+    budget = total * unit
     steps, info, first = 0, {}, True
-    with runner_phase(
-        "ground state",
-        detail=f"imaginary time, up to {budget} steps of dt={cfg.ground_dt:g}; compiling first",
-        enabled=progress,
-    ) as note:
+    label = "relative change" if method == "flow" else "residual"
+    with runner_phase("ground state", detail=detail.format(budget) + "; compiling first", enabled=progress) as note:
         while steps < budget:
-            n = min(seg_blocks * GROUND_CHECK_EVERY, budget - steps)
+            n = min(seg, budget - steps)
             psi, info = search(psi, n, first)
             first = False
-            steps += int(info["steps"])
+            done = int(info["steps"])
+            steps += done
             converged = bool(info["converged"])
             note(
-                f"{steps}/{budget} steps, E = {float(info['energy']):.8g}, relative change "
-                f"{float(info['delta']):.1e}" + (" (converged)" if converged else "")
+                f"{steps}/{budget} {counted}, E = {float(info['energy']):.8g}, {label} "
+                f"{float(info[measure]):.1e}" + (" (converged)" if converged else "")
             )
-            if converged:
+            if converged or (method == "cg" and done < n):
                 break
     return psi, dict(info, steps=steps)
 
 
+def _record(method: str, info: dict) -> dict:
+    """The ground-state record of observables.json and the checkpoints: ``method`` and the search's info, as plain
+    numbers (lists where a value has one entry per component)."""
+    return {"method": method, **{k: np.asarray(v).tolist() for k, v in info.items()}}
+
+
+def _method_args(cfg: BECConfig, method: str) -> dict[str, Any]:
+    """The keyword arguments of :func:`~ivhl_jax.physics.condensate.ground_state` that ``method`` takes: cg its
+    residual tolerance ``ground_tol`` (None: the library's default); the flow its step, tolerance and check
+    interval."""
+    if method == "cg":
+        return {"method": "cg", "tol": cfg.ground_tol}
+    tol = GROUND_FLOW_TOL if cfg.ground_tol is None else cfg.ground_tol
+    return {"method": "flow", "dt": flow_dt(cfg), "tol": tol, "check_every": GROUND_CHECK_EVERY}
+
+
 def gp_initial_state(cfg: BECConfig, system: C.GPSystem, *, progress: bool = False) -> tuple[jax.Array, dict]:
-    """Ground state (imaginary time) with the configured vortices imprinted.
+    """Ground state (:func:`ground_method`: cg or imaginary time) with the configured vortices imprinted.
 
     The search runs as up to :data:`GROUND_SEGMENTS` calls of :func:`ivhl_jax.physics.condensate.ground_state`
     (:func:`_segmented_search`), each continuing from the last state (``psi0``) for an equal share of
-    ``ground_steps``, so that with ``progress`` a line reports the steps done, the energy and its relative change
-    after each share: a large grid's search takes minutes and must not look like a hang.
+    ``ground_steps``, so that with ``progress`` a line reports the steps done, the energy and the convergence
+    measure after each share: a large grid's search takes minutes and must not look like a hang.
     """
-    # The search starts from ground_state's default guess, the unit Gaussian: check its step against it here so
-    # that the error names ground_dt or g (the library's own check names its argument, dt).
-    check_local_step(cfg, system, C.gaussian(system.grid, 1.0, dtype=system.complex_dtype), "ground_dt", True)
+    method = ground_method(cfg, system)
+    if method == "flow":
+        # The search starts from ground_state's default guess, the unit Gaussian: check its step against it here so
+        # that the error names ground_dt or g (the library's own check names its argument, dt).
+        check_local_step(cfg, system, C.gaussian(system.grid, 1.0, dtype=system.complex_dtype), "ground_dt", True)
+    args = _method_args(cfg, method)
 
     def search(psi, n, first):
-        return C.ground_state(
-            system,
-            1.0,
-            dt=cfg.ground_dt,
-            tol=cfg.ground_tol,
-            max_steps=n,
-            psi0=psi,
-            check_every=GROUND_CHECK_EVERY,
-            key=jax.random.key(cfg.seed) if first else None,
-            noise=cfg.noise if first else 0.0,
-        )
+        key = jax.random.key(cfg.seed) if first else None
+        return C.ground_state(system, 1.0, max_steps=n, psi0=psi, key=key, noise=cfg.noise if first else 0.0, **args)
 
-    psi, info = _segmented_search(cfg, search, None, progress=progress)
+    psi, info = _segmented_search(cfg, method, search, None, progress=progress)
     if cfg.imprints:
         centers = jnp.asarray([[x, y] for x, y, _ in cfg.imprints])
         charges = jnp.asarray([q for _, _, q in cfg.imprints], jnp.int32)
         psi = C.imprint_vortices(psi, system.grid, centers, charges, core_size=0.5 / np.sqrt(max(cfg.g, 1.0)) + 0.1)
         psi = C.normalize(psi, system.grid)
-    return psi, {k: np.asarray(v).item() for k, v in info.items()}
+    return psi, _record(method, info)
 
 
 # The guesses of the ground-state searches of the other systems. Mixture: unit Gaussians displaced along x by
@@ -578,19 +651,21 @@ def initial_state(cfg: BECConfig, system, *, progress: bool = False) -> tuple[ja
     if isinstance(system, C.GPSystem):
         return gp_initial_state(cfg, system, progress=progress)
     guess = _guess(cfg, system)
-    common: dict[str, Any] = {"dt": cfg.ground_dt, "tol": cfg.ground_tol, "check_every": GROUND_CHECK_EVERY}
+    method = ground_method(cfg, system)
+    common = _method_args(cfg, method)
     norm, extra = ground_targets(cfg, system)
-    # The library's check of the local step over the guess names its argument, dt: here it is ground_dt.
-    try:
-        C.strang(system, cfg.ground_dt, imaginary=True, norm=norm, **extra).init(guess)
-    except ValueError as e:
-        raise ValueError(re.sub(r"\bdt\b", "ground_dt", str(e))) from None
+    if method == "flow":
+        # The library's check of the local step over the guess names its argument, dt: here it is ground_dt.
+        try:
+            C.strang(system, flow_dt(cfg), imaginary=True, norm=norm, **extra).init(guess)
+        except ValueError as e:
+            raise ValueError(re.sub(r"\bdt\b", "ground_dt", str(e))) from None
 
     def search(psi, n, first):
         return C.ground_state(system, norm, max_steps=n, psi0=psi, **common, **extra)
 
-    psi, info = _segmented_search(cfg, search, guess, progress=progress)
-    return psi, {k: np.asarray(v).item() for k, v in info.items()}
+    psi, info = _segmented_search(cfg, method, search, guess, progress=progress)
+    return psi, _record(method, info)
 
 
 # Atomic masses (u) of the species whose trap units a run store can give in SI (AME2016), ħ (J s) and u (kg)
@@ -696,10 +771,17 @@ def simulate(
         state, extra["ground_state"] = initial_state(cfg, system, progress=progress)
         gs = extra["ground_state"]
         if not gs["converged"]:
+            if gs["method"] == "flow":
+                tol = GROUND_FLOW_TOL if cfg.ground_tol is None else cfg.ground_tol
+                what = (
+                    f"{gs['steps']} imaginary-time steps (last relative change {gs['delta']:.2e} > ground_tol {tol:g})"
+                )
+                fix = "raise ground_steps or ground_dt, or loosen ground_tol"
+            else:
+                what = f"{gs['steps']} conjugate-gradient iterations (residual {gs['residual']:.2e})"
+                fix = "raise ground_steps or loosen ground_tol (the residual; float32 stalls near 1e-5)"
             print(
-                f"warning: the ground state did not converge in {gs['steps']} imaginary-time steps (last "
-                f"relative change {gs['delta']:.2e} > ground_tol {cfg.ground_tol:g}); the evolution starts "
-                "from it anyway: raise ground_steps or ground_dt, or loosen ground_tol",
+                f"warning: the ground state did not converge in {what}; the evolution starts from it anyway: {fix}",
                 file=sys.stderr,
             )
         if isinstance(system, C.GPSystem):

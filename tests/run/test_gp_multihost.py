@@ -135,6 +135,8 @@ SIM = [
     "checkpoint_every=10",
     "--set",
     "ground_steps=200",
+    "--set",
+    "ground_method=flow",  # the one-device run searches as the mesh runs do (cg runs on one device only)
     "--no-progress",
 ]
 

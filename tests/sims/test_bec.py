@@ -86,7 +86,7 @@ def test_an_unconverged_ground_state_is_reported(tmp_path, capsys):
 def test_bec_reports_the_ground_state_search_as_it_goes(tmp_path, capsys):
     from ivhl_jax.sims import bec
 
-    args = [*_sets(*SMALL_GP, "ground_steps=400", "steps=100"), "--out", str(tmp_path)]
+    args = [*_sets(*SMALL_GP, "ground_steps=400", "steps=100", "ground_method=flow"), "--out", str(tmp_path)]
     assert bec.main(args) == 0
     err = capsys.readouterr().err
     lines = err.splitlines()
@@ -100,6 +100,47 @@ def test_bec_reports_the_ground_state_search_as_it_goes(tmp_path, capsys):
 
     gs = json.loads((tmp_path / "observables.json").read_text())["ground_state"]
     assert gs["steps"] == int(notes[-1].split("/")[0].split()[-1])  # the record counts every segment's steps
+    assert gs["method"] == "flow"
+
+
+def test_a_cg_ground_state_is_reported_as_it_goes_and_recorded(tmp_path, capsys):
+    """The default search of a scalar run on one device is the conjugate gradient (ground_method=auto): its
+    progress lines count iterations and report the residual, and the record names the method, its iterations,
+    its residual (at most the float32 default tolerance, 1e-5) and that it converged."""
+    args = [*_sets(*SMALL_GP, "ground_steps=400", "steps=100"), "--out", str(tmp_path)]
+    assert bec.main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert "ground state (conjugate gradient, up to 400 iterations; compiling first) ..." in lines
+    notes = [line for line in lines if line.startswith("ground state: ") and " iterations, E = " in line]
+    assert notes and ", residual " in notes[-1] and "(converged)" in notes[-1]
+    gs = json.loads((tmp_path / "observables.json").read_text())["ground_state"]
+    assert gs["method"] == "cg" and gs["converged"] and 0 < gs["residual"] <= 1e-5
+    assert gs["steps"] == int(notes[-1].split("/")[0].split()[-1]) <= 400  # iterations, all segments counted
+
+
+def test_auto_picks_cg_on_one_device_and_the_flow_on_a_mesh_or_with_ground_dt():
+    """ground_method=auto follows the library's default_method for the system the run builds."""
+    cfg = load_config(bec.BECConfig, None, ["grid=16", "dims=2"])
+    assert bec.ground_method(cfg, bec.condensate_system(cfg)) == "cg"
+    for sets in (["mesh=8"], ["ground_dt=0.01"]):
+        other = load_config(bec.BECConfig, None, ["grid=16", "dims=2", *sets])
+        assert bec.ground_method(other, bec.condensate_system(other)) == "flow", sets
+    spin1 = load_config(bec.BECConfig, None, ["system=spin1", "grid=16", "spin1.c0=50", "spin1.c2=-5"])
+    assert bec.ground_method(spin1, bec.condensate_system(spin1)) == "flow"  # spin-1 in float32
+    forced = load_config(bec.BECConfig, None, ["grid=16", "dims=2", "ground_method=flow"])
+    assert bec.ground_method(forced, bec.condensate_system(forced)) == "flow"
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (["ground_method=cg", "ground_dt=0.01"], "ground_dt=0.01 is the flow's step and ground_method=cg has none"),
+        (["ground_method=cg", "mesh=8"], "ground_method=cg runs on one device, not on mesh=8"),
+        (["ground_method=sgd"], "ground_method"),
+    ],
+)
+def test_ground_method_settings_that_do_not_fit_are_refused(refused, sets, message):
+    refused(bec.main, sets, message)
 
 
 # One bad value per key: each is refused by validate() before any work, in one line, exit 2.
@@ -111,6 +152,7 @@ BAD_VALUES = [
     ("g", "nan", "g must be a finite number"),
     ("ground_tol", "-1", "ground_tol must be a finite number > 0"),
     ("ground_dt", "0", "ground_dt must be a finite number > 0"),
+    ("ground_method", "newton", "ground_method"),
     ("dt", "-1", "dt must be a finite number"),
     ("dt", "0.5", "use dt <= 0.00777"),
     ("omega_rot", "inf", "omega_rot must be a finite"),
@@ -194,7 +236,9 @@ def test_gp_run_writes_its_store_and_a_resumed_store_equals_an_uninterrupted_one
     ],
 )
 def test_unresolved_local_step_names_the_key_at_fault(tmp_path, capsys, override, message):
-    assert bec.main([*GP, "--set", "steps=50", "--set", override, "--out", str(tmp_path)]) == 2
+    """The flow's step (ground_dt, default 5e-3 with ground_method=flow) over the guess names the key at fault."""
+    sets = ["steps=50", override, "ground_method=flow"]
+    assert bec.main([*GP, *_sets(*sets), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert " dt=" not in err  # not blamed on the evolution's dt
@@ -234,8 +278,10 @@ MIXTURE_2D = ["system=mixture", "grid=32", "length=12.0", "g=50", "mixture.g22=4
 
 def test_mixture_run_conserves_each_norm_and_the_energy(tmp_path):
     """A two-component mixture started from an unconverged search (so it moves): N_1, N_2 of ``mixture.norms`` and the
-    energy hold over the evolution, and the state has its component axis first."""
-    doc, out = _run(tmp_path, "mix", *MIXTURE_2D, "mixture.norms=[0.7, 0.3]", "ground_steps=100", "ground_tol=1e-12")
+    energy hold over the evolution, and the state has its component axis first. The search is 100 flow steps (cg's
+    100 iterations would come too close to the ground state for the energy parts to move)."""
+    sets = ["mixture.norms=[0.7, 0.3]", "ground_method=flow", "ground_steps=100", "ground_tol=1e-12"]
+    doc, out = _run(tmp_path, "mix", *MIXTURE_2D, *sets)
     obs = doc["observables"]
     assert doc["ground_state"]["converged"] is False  # the evolution starts away from the ground state
     # measured over these 200 float32 steps (CPU): N_i to 1.3e-6, E to 3.7e-7
@@ -420,7 +466,7 @@ def test_an_unresolved_ground_step_of_another_system_names_ground_dt(tmp_path, c
 def test_mesh_spreads_a_mixture_spin1_or_dipolar_field_and_gives_the_one_device_run(tmp_path, sets):
     """``--set mesh=8`` (a slab over the 8 emulated devices, the distributed FFT of the system's layout) gives the
     one-device run's records and final state (float32 rounding of a different FFT decomposition)."""
-    one, out1 = _run(tmp_path, "one", *sets, steps=100)
+    one, out1 = _run(tmp_path, "one", *sets, "ground_method=flow", steps=100)  # the mesh run's search
     slab, out8 = _run(tmp_path, "slab", *sets, "mesh=8", steps=100)
     for key, series in one["observables"].items():
         np.testing.assert_allclose(slab["observables"][key], series, rtol=2e-5, atol=2e-6, err_msg=key)
