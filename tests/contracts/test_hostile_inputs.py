@@ -161,10 +161,12 @@ def test_the_ground_state_record_survives_every_resume(tmp_path):
     still reports the ground-state search that ran before the first step."""
     out = tmp_path / "run"
     one = [*SMALL_GP, "--set", "checkpoint_every=50", "--out", str(out)]
+    first = None
     for steps in (50, 100, 150):
         assert bec.main([*one, "--set", f"steps={steps}"]) == 0
         record = json.loads((out / "observables.json").read_text())["ground_state"]
-        assert record is not None and record["steps"] == 100, steps
+        first = first or record  # the search of the first run (at most ground_steps=100)
+        assert record is not None and record == first and 0 < record["steps"] <= 100, steps
         saved = json.loads((out / "ckpt" / str(steps) / "metadata" / "metadata").read_text())
         assert saved["ground_state"] == record
 
