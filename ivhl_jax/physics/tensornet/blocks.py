@@ -417,8 +417,8 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
     fb = [i for i, c in enumerate(lb) if c not in shared]
     grp = a.group
     # fusion: A as rows (its free legs) x columns (the shared legs), B as rows (shared) x columns (its free legs),
-    # block diagonal in the fused charge qs of the shared legs (A's flows): one matrix product per qs. An output
-    # block (free sectors of A and B) comes from a single qs, so nothing is summed afterwards.
+    # block diagonal in the fused charge qs of the shared legs (A's flows). An output block (free sectors of A and
+    # B) comes from a single qs, so nothing is summed afterwards.
     rows_a = _fused(tuple(a.legs[i] for i in fa), grp)
     shared_parts = _fused(tuple(a.legs[i] for i in ia), grp)
     cols_b = _fused(tuple(b.legs[i] for i in fb), grp)
@@ -443,15 +443,17 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
         cb = cols_b.get(grp.reduce(b.charge + qs))
         if not ra or not cb:
             continue
-        mat_a = _concat([_concat([get(a, rk + sk, perm_a, rn, sn) for sk, _, sn in sparts], 1) for rk, _, rn in ra], 0)
-        mat_b = _concat([_concat([get(b, sk + ck, perm_b, sn, cn) for ck, _, cn in cb], 1) for sk, _, sn in sparts], 0)
-        prod = mat_a @ mat_b
-        for rk, ro, rn in ra:
-            for ck, co, cn in cb:
+        # one strip per row sector of A (its blocks side by side along the shared index) and per column sector of
+        # B, and one product per output block: the blocks come out in place, where slicing a product of the whole
+        # fused matrices would copy every one of them once more.
+        strips_a = [_concat([get(a, rk + sk, perm_a, rn, sn) for sk, _, sn in sparts], 1) for rk, _, rn in ra]
+        strips_b = [_concat([get(b, sk + ck, perm_b, sn, cn) for sk, _, sn in sparts], 0) for ck, _, cn in cb]
+        for (rk, _, _), mat_a in zip(ra, strips_a):
+            for (ck, _, _), mat_b in zip(cb, strips_b):
                 shape = tuple(a.legs[i].sector_dim(q) for i, q in zip(fa, rk)) + tuple(
                     b.legs[i].sector_dim(q) for i, q in zip(fb, ck)
                 )
-                blocks[rk + ck] = prod[ro : ro + rn, co : co + cn].reshape(shape)
+                blocks[rk + ck] = (mat_a @ mat_b).reshape(shape)
     legs = tuple(a.legs[i] for i in fa) + tuple(b.legs[i] for i in fb)
     out = BlockTensor(blocks, legs, grp, grp.reduce(a.charge + b.charge))
     return out, "".join(la[i] for i in fa) + "".join(lb[i] for i in fb)
