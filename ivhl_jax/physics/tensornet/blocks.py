@@ -417,8 +417,8 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
     fb = [i for i, c in enumerate(lb) if c not in shared]
     grp = a.group
     # fusion: A as rows (its free legs) x columns (the shared legs), B as rows (shared) x columns (its free legs),
-    # block diagonal in the fused charge qs of the shared legs (A's flows): one matrix product per qs. An output
-    # block (free sectors of A and B) comes from a single qs, so nothing is summed afterwards.
+    # block diagonal in the fused charge qs of the shared legs (A's flows). An output block (free sectors of A and
+    # B) comes from a single qs, so nothing is summed afterwards.
     rows_a = _fused(tuple(a.legs[i] for i in fa), grp)
     shared_parts = _fused(tuple(a.legs[i] for i in ia), grp)
     cols_b = _fused(tuple(b.legs[i] for i in fb), grp)
@@ -443,18 +443,48 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
         cb = cols_b.get(grp.reduce(b.charge + qs))
         if not ra or not cb:
             continue
-        mat_a = _concat([_concat([get(a, rk + sk, perm_a, rn, sn) for sk, _, sn in sparts], 1) for rk, _, rn in ra], 0)
-        mat_b = _concat([_concat([get(b, sk + ck, perm_b, sn, cn) for ck, _, cn in cb], 1) for sk, _, sn in sparts], 0)
-        prod = mat_a @ mat_b
-        for rk, ro, rn in ra:
-            for ck, co, cn in cb:
-                shape = tuple(a.legs[i].sector_dim(q) for i, q in zip(fa, rk)) + tuple(
-                    b.legs[i].sector_dim(q) for i, q in zip(fb, ck)
-                )
-                blocks[rk + ck] = prod[ro : ro + rn, co : co + cn].reshape(shape)
+        rows = [(rk, rn, [get(a, rk + sk, perm_a, rn, sn) for sk, _, sn in sparts]) for rk, _, rn in ra]
+        cols = [(ck, cn, [get(b, sk + ck, perm_b, sn, cn) for sk, _, sn in sparts]) for ck, _, cn in cb]
+        for (rk, ck), prod in _sector_products(rows, cols).items():
+            shape = tuple(a.legs[i].sector_dim(q) for i, q in zip(fa, rk)) + tuple(
+                b.legs[i].sector_dim(q) for i, q in zip(fb, ck)
+            )
+            blocks[rk + ck] = prod.reshape(shape)
     legs = tuple(a.legs[i] for i in fa) + tuple(b.legs[i] for i in fb)
     out = BlockTensor(blocks, legs, grp, grp.reduce(a.charge + b.charge))
     return out, "".join(la[i] for i in fa) + "".join(lb[i] for i in fb)
+
+
+# mean output block (entries) from which a block tensordot multiplies strips rather than whole fused matrices
+_STRIP_BLOCK = 1024
+
+
+def _sector_products(rows: list[Any], cols: list[Any]) -> dict[tuple[Any, Any], jax.Array]:
+    """The blocks of one fused charge of a block tensordot as matrices, ``{(row sector, column sector): A_r B_c}``.
+    ``rows``: (row sector, rows, [A's blocks of that row sector as matrices, one per shared sector]); ``cols``:
+    (column sector, columns, [B's blocks, the same shared sectors in the same order]).
+
+    Large blocks: one row strip of A per row sector (its blocks side by side along the shared index), one column
+    strip of B per column sector, one product per output block, which comes out in place. Small blocks: the whole
+    fused matrices and one product, sliced into the blocks; fewer, larger operations where the per-operation cost
+    outweighs that of copying every block out of the product."""
+    n_rows, n_cols = sum(rn for _, rn, _ in rows), sum(cn for _, cn, _ in cols)
+    if n_rows * n_cols >= _STRIP_BLOCK * len(rows) * len(cols):
+        strips_a = [(rk, _concat(parts, 1)) for rk, _, parts in rows]
+        strips_b = [(ck, _concat(parts, 0)) for ck, _, parts in cols]
+        return {(rk, ck): mat_a @ mat_b for rk, mat_a in strips_a for ck, mat_b in strips_b}
+    mat_a = _concat([_concat(parts, 1) for _, _, parts in rows], 0)
+    n_shared = len(rows[0][2])
+    mat_b = _concat([_concat([parts[s] for _, _, parts in cols], 1) for s in range(n_shared)], 0)
+    prod = mat_a @ mat_b
+    out, ro = {}, 0
+    for rk, rn, _ in rows:
+        co = 0
+        for ck, cn, _ in cols:
+            out[(rk, ck)] = prod[ro : ro + rn, co : co + cn]
+            co += cn
+        ro += rn
+    return out
 
 
 def _concat(parts: list[jax.Array], axis: int) -> jax.Array:
