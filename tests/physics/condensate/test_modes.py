@@ -363,6 +363,16 @@ def test_bogoliubov_bad_input_one_line_naming_the_argument():
             ),
             "max_dense_points",
         ),
+        (
+            lambda: C.bogoliubov(
+                jax.random.key(0),
+                system,
+                C.imprint_vortices(psi, grid, np.zeros((1, 2)), np.array([1])),
+                2,
+                zero_tol=-1.0,
+            ),
+            "zero_tol",
+        ),
         (lambda: C.bogoliubov(jax.random.key(0), system, psi, 2, operators="exact"), "operators"),
         (lambda: C.bogoliubov(jax.random.key(0), grid, psi, 2), "system"),
         (lambda: C.bogoliubov(jax.random.key(0), system, psi, 2, tol=-1.0), "tol"),
