@@ -68,7 +68,7 @@ def mixture_figures() -> dict:
     sweep = {}
     for g12 in (120.0, 135.0, 138.0, 141.0, 142.0, 145.0, 150.0, 160.0):
         system = M.MixtureSystem.create(box, jnp.zeros(box.shape, jnp.float64), [[200.0, g12], [g12, 100.0]])
-        gs, info = M.mixture_ground_state(system, 1.0, dt=1e-2, max_steps=100_000, psi0=psi0)
+        gs, info = C.ground_state(system, 1.0, dt=1e-2, max_steps=100_000, psi0=psi0, method="flow")
         sweep[str(g12)] = {"overlap": float(M.overlap(gs, box)), "converged": bool(info["converged"])}
     out["box_overlap_vs_g12 (g11=200, g22=100, threshold 141.42)"] = sweep
     return out
@@ -105,7 +105,7 @@ def spin1_figures() -> dict:
     phases = {}
     for c2 in (-5.0, 5.0):
         system = M.Spin1System.create(big, harmonic(big, dtype=jnp.float64), 100.0, c2)
-        gs, info = M.spin1_ground_state(system, 1.0, dt=5e-3, max_steps=20_000)
+        gs, info = C.ground_state(system, 1.0, dt=5e-3, max_steps=20_000, method="flow")
         f = [np.asarray(c) for c in M.spin_density(gs)]
         phases[str(c2)] = {
             "|<F>|/N": float(np.linalg.norm([c.sum() * big.cell_volume for c in f])),
@@ -152,7 +152,7 @@ def dipolar_figures(quick: bool) -> dict:
                 grid, harmonic(grid, (1.0, 1.0, gam)), gn, D.Dipolar.create(eps_dd=eps, cutoff=rc)
             )
             t = time.perf_counter()
-            gs, info = D.dipolar_ground_state(system, 1.0, dt=2e-3, max_steps=8000, check_every=50)
+            gs, info = C.ground_state(system, 1.0, dt=2e-3, max_steps=8000, check_every=50, method="flow")
             rho = np.abs(np.asarray(gs, np.complex128)) ** 2
             X, Y, Z = np.meshgrid(*grid.coords, indexing="ij")
             kappa = float(np.sqrt(0.5 * np.sum(rho * (X**2 + Y**2)) / np.sum(rho * Z**2)))

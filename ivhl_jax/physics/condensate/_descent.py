@@ -6,7 +6,8 @@ settings and resolves the default tolerance, :func:`descend` runs the steps in b
 relative energy change over a block, |ΔE|/|E|, is below ``tol`` and ψ has settled (‖ψ − ψ_old‖/‖ψ‖ ≤ √tol), or
 the block budget is spent (one jitted ``lax.while_loop``, :func:`ivhl_jax.numerics.rollout.converge`), keeping ψ
 real for a real problem (:func:`real_part`), and :func:`check_finite` turns a broken-down
-iteration (NaN/inf) into the one-line error that names dt.
+iteration (NaN/inf) into the one-line error that names dt. :func:`flow_ground_state` is the search of every
+:class:`~ivhl_jax.physics.condensate.system.Equation` (mixture, spin-1, dipolar).
 """
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics.rollout import Stepper, converge
-from ivhl_jax.physics.condensate.system import FLOAT32_TOL
+from ivhl_jax.physics.condensate.observables import energy
+from ivhl_jax.physics.condensate.stepper import strang
+from ivhl_jax.physics.condensate.system import (
+    FLOAT32_TOL,
+    Equation,
+    cast_output,
+    cast_system,
+    place_state,
+)
 
-__all__ = ["descent_settings", "descend", "check_finite", "real_part"]
+__all__ = ["descent_settings", "descend", "check_finite", "real_part", "flow_ground_state"]
 
 
 def descent_settings(
@@ -134,6 +143,39 @@ def descend(
     )
     check_finite(info["finite"], dt)
     return psi, info
+
+
+def _total_energy(psi: jax.Array, params: Any) -> jax.Array:
+    return energy(psi, params.system)["total"]
+
+
+def flow_ground_state(
+    equation: Equation,
+    system: Any,
+    norm: Any,
+    dt: Any,
+    tol: Any,
+    max_steps: Any,
+    *,
+    psi0: Any = None,
+    check_every: Any = 100,
+    policy: Any = None,
+    magnetization: Any = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The ground state of ``equation`` on ``system`` by the normalised gradient flow (arguments and info as
+    :func:`~ivhl_jax.physics.condensate.ground_state` with ``method="flow"``): the start state
+    ``equation.guess(system, psi0, magnetization)`` placed on the system's layout, imaginary-time steps of
+    :func:`~ivhl_jax.physics.condensate.strang` holding ``norm`` (and ``magnetization``), run by
+    :func:`descend` (ψ kept real over the grid axes when ``equation.real``), ψ returned in ``policy``'s output
+    dtype."""
+    system = cast_system(equation.check(system), policy, equation.solver)
+    check_scalar(dt, "dt", positive=True)
+    psi = place_state(equation.guess(system, psi0, magnetization), system)
+    stepper = strang(system, dt, imaginary=True, norm=norm, magnetization=magnetization)
+    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
+    real_axes = tuple(range(psi.ndim - system.grid.ndim, psi.ndim)) if equation.real else None
+    psi, info = descend(stepper, psi, _total_energy, tol, n_blocks, check_every, dt, real_axes=real_axes)
+    return cast_output(psi, policy), info
 
 
 def check_finite(ok: Any, dt: Any, cause: str = "", advice: str | Callable[[], str] = "use a smaller dt") -> None:

@@ -1,5 +1,7 @@
 """Dipolar condensates: the dipole–dipole interaction in k-space (with the spherical cutoff), its potential and
-energy, a Strang stepper and imaginary-time ground states, and the Thomas–Fermi aspect ratio.
+energy, the equation on the split-step engine (:data:`DIPOLAR_EQUATION`: stepped by
+:func:`~ivhl_jax.physics.condensate.strang`, its imaginary-time ground state by
+:func:`~ivhl_jax.physics.condensate.ground_state`), and the Thomas–Fermi aspect ratio.
 
 Units: ħ = m = 1, trap units (as in :mod:`ivhl_jax.physics.condensate`); 3-D grids only. The GP equation with
 dipoles polarised along the unit vector d̂::
@@ -56,21 +58,16 @@ import numpy as np
 from flax import struct
 from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
 
-from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft, splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
-from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.condensate import system as condensate_system
-from ivhl_jax.physics.condensate._descent import descend, descent_settings
 from ivhl_jax.physics.condensate.lhy import density_power, lhy_coefficient
 from ivhl_jax.physics.condensate.system import (
+    Equation,
     EquationParams,
     Grid,
-    cast_output,
-    cast_system,
     check_step,
-    equation_stepper,
     place_state,
 )
 
@@ -81,9 +78,8 @@ __all__ = [
     "dipolar_potential",
     "dipolar_energy",
     "dipolar_gp_energy",
-    "strang_dipolar",
+    "DIPOLAR_EQUATION",
     "dipolar_step",
-    "dipolar_ground_state",
     "thomas_fermi_aspect_ratio",
     "gaussian_energy_parts",
     "cutoff_factor",
@@ -499,77 +495,42 @@ def _dipolar_init(params: EquationParams, psi: Any) -> jax.Array:
     return arr
 
 
-def strang_dipolar(
-    system: DipolarSystem,
-    dt: Any,
-    *,
-    imaginary: bool = False,
-    norm: Any = None,
-    policy: str | Policy | None = None,
-) -> Stepper:
-    """The Strang stepper of the dipolar GP equation i∂ψ/∂t = [−½∇² + V + g|ψ|² + Φ_dd + γ_QF|ψ|³]ψ (module
-    docstring; γ_QF the system's LHY coefficient, 0 without it).
-
-    Args:
-      system: the :class:`DipolarSystem`.
-      dt: step size (> 0, units 1/ω₀). Real time: dt·k_max²/2 ≤ π on the grid (split-step stability).
-      imaginary: imaginary-time steps (normalised gradient flow).
-      norm: imaginary time: the particle number N = ∫|ψ|² dV held (None: the norm each step starts with).
-      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``.
-
-    Returns:
-      A :class:`~ivhl_jax.numerics.rollout.Stepper` on grid-shaped ψ (params :class:`StrangDipolarParams`).
-    """
-    system = cast_system(_check_system(system), policy, "the dipolar split-step solver")
-    target: Any = None
-    if norm is not None:
-        check_scalar(norm, "norm", positive=True)
-        target = jnp.asarray(norm, system.real_dtype) / jnp.asarray(system.grid.cell_volume, system.real_dtype)
-    return equation_stepper(dipolar_step, _dipolar_init, system, dt, imaginary=imaginary, target=target, name="dipolar")
+def _dipolar_targets(system: DipolarSystem, norm: Any, magnetization: Any, imaginary: bool) -> jax.Array | None:
+    """Imaginary time: the particle number N = ∫|ψ|² dV held, as a grid sum (None: the norm each step starts
+    with)."""
+    if norm is None:
+        return None
+    check_scalar(norm, "norm", positive=True)
+    return jnp.asarray(norm, system.real_dtype) / jnp.asarray(system.grid.cell_volume, system.real_dtype)
 
 
-def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
-    return dipolar_gp_energy(psi, params.system)["total"]
-
-
-def dipolar_ground_state(
-    system: DipolarSystem,
-    norm: Any = 1.0,
-    dt: Any = 1e-2,
-    tol: Any = None,
-    max_steps: int = 100_000,
-    *,
-    psi0: Inexact[ArrayLike, "*grid"] | None = None,
-    check_every: int = 100,
-    policy: str | Policy | None = None,
-) -> tuple[Complex[Array, "*grid"], dict[str, Array]]:
-    """Ground state of a dipolar condensate (LHY term included) at fixed N = ``norm`` by imaginary-time Strang steps,
-    the normalised gradient flow: its stopping rule (energy and ψ settled over a block of ``check_every`` steps, or
-    ``max_steps``), the ``tol`` default, ``dt``, ``policy`` and the returned (ψ, info) are those of
-    :func:`~ivhl_jax.physics.condensate.mixture.mixture_ground_state` for one component. The problem is real (V real,
-    Φ_dd and γ_QF|ψ|³ real functions of |ψ|²), so ψ is kept real: a complex ``psi0`` (grid-shaped; default a
-    unit-width Gaussian) loses its global phase ½ arg Σψ² and its imaginary part once, the imaginary round-off is
-    dropped after every step, and ψ is returned positive (E[ψ] = E[|ψ|]).
-    """
-    system = cast_system(_check_system(system), policy, "the dipolar split-step solver")
-    check_scalar(dt, "dt", positive=True)
+def _dipolar_guess(system: DipolarSystem, psi0: Any, magnetization: Any) -> jax.Array:
+    """The flow's start: ``psi0`` (grid-shaped, finite, not zero everywhere) or a unit-width Gaussian."""
     grid = system.grid
     if psi0 is None:
         arg = sum(grid._bcast(x * x / 2, a) for a, x in enumerate(grid.coords))
-        psi = jnp.asarray(np.exp(-arg), system.complex_dtype)
-    else:
-        psi = check_array(psi0, "psi0", shape=grid.shape, kind="inexact")
-        if is_concrete(psi):
-            check_array(psi, "psi0", finite=True)
-        psi = psi.astype(system.complex_dtype)
-        if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
-            raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
-    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
-    stepper = strang_dipolar(system, dt, imaginary=True, norm=norm)
-    # A real potential and Φ_dd (a real function of |ψ|²): every factor of the flow is real, the ground state real.
-    axes = tuple(range(grid.ndim))
-    psi, info = descend(stepper, place_state(psi, system), _energy_of, tol, n_blocks, check_every, dt, real_axes=axes)
-    return cast_output(psi, policy), info
+        return jnp.asarray(np.exp(-arg), system.complex_dtype)
+    psi = check_array(psi0, "psi0", shape=grid.shape, kind="inexact")
+    if is_concrete(psi):
+        check_array(psi, "psi0", finite=True)
+    psi = psi.astype(system.complex_dtype)
+    if is_concrete(psi) and not np.any(np.asarray(psi) != 0):
+        raise ValueError("psi0 is zero everywhere, so it cannot be normalised; pass a non-zero initial guess")
+    return psi
+
+
+#: The dipolar GP equation on the split-step engine: U = V + g|ψ|² + Φ_dd + γ_QF|ψ|³ (module docstring), N held.
+#: A real problem (V real, Φ_dd and γ_QF|ψ|³ real functions of |ψ|²): the flow keeps ψ real, E[ψ] = E[|ψ|].
+DIPOLAR_EQUATION = Equation(
+    system_type=DipolarSystem,
+    name="dipolar",
+    solver="the dipolar split-step solver",
+    step=dipolar_step,
+    init=_dipolar_init,
+    targets=_dipolar_targets,
+    guess=_dipolar_guess,
+    real=True,
+)
 
 
 # ----------------------------------------------------------------------------------------------

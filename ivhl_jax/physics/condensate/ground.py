@@ -38,9 +38,9 @@ from ivhl_jax.core.validation import check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
-from ivhl_jax.physics.condensate._descent import check_finite, descent_settings, real_part
-from ivhl_jax.physics.condensate.dipolar import DipolarSystem, dipolar_ground_state
-from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System, mixture_ground_state, spin1_ground_state
+from ivhl_jax.physics.condensate._descent import check_finite, descent_settings, flow_ground_state, real_part
+from ivhl_jax.physics.condensate.dipolar import DIPOLAR_EQUATION, DipolarSystem
+from ivhl_jax.physics.condensate.mixture import MIXTURE_EQUATION, SPIN1_EQUATION, MixtureSystem, Spin1System
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize, residual
 from ivhl_jax.physics.condensate.riemannian import riemannian_ground_state
 from ivhl_jax.physics.condensate.states import gaussian
@@ -303,10 +303,10 @@ def _gp_ground_state(
 
 
 def _other_ground_state(system: Any, norm: Any, dt: Any, tol: Any, max_steps: Any, **options: Any) -> Any:
-    """The ground-state routine of a mixture, spin-1 or dipolar system (options it does not take refused in one
+    """The flow search of a mixture, spin-1 or dipolar system's equation (options it does not take refused in one
     line naming the system)."""
-    routine = _ROUTINES.get(type(system))
-    if routine is None:
+    equation = _EQUATIONS.get(type(system))
+    if equation is None:
         raise TypeError(
             f"system must be a condensate system (GPSystem, MixtureSystem, Spin1System or DipolarSystem), got "
             f"{type(system).__name__}"
@@ -320,13 +320,13 @@ def _other_ground_state(system: Any, norm: Any, dt: Any, tol: Any, max_steps: An
         if not isinstance(system, Spin1System):
             raise ValueError(f"magnetization applies to a Spin1System, not to a {name}; drop it")
         options["magnetization"] = magnetization
-    return routine(system, norm, dt, tol, max_steps, **options)
+    return flow_ground_state(equation, system, norm, dt, tol, max_steps, **options)
 
 
-_ROUTINES: dict[type, Any] = {
-    MixtureSystem: mixture_ground_state,
-    Spin1System: spin1_ground_state,
-    DipolarSystem: dipolar_ground_state,
+_EQUATIONS: dict[type, Any] = {
+    MixtureSystem: MIXTURE_EQUATION,
+    Spin1System: SPIN1_EQUATION,
+    DipolarSystem: DIPOLAR_EQUATION,
 }
 
 

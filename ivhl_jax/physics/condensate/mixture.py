@@ -51,9 +51,10 @@ Imaginary time (``imaginary=True``) replaces −i dt by −dt in every factor (s
 a mixture holds every N_i; a spin-1 condensate holds N, and also M when a magnetisation is requested (the
 three-factor projection of Bao & Lim, SIAM J. Sci. Comput. 30, 1925 (2008), which keeps σ₊₁σ₋₁ = σ₀²).
 
-One builder per system (:func:`strang_mixture`, :func:`strang_spin1`) returns a
-:class:`~ivhl_jax.numerics.rollout.Stepper`; ground states by :func:`mixture_ground_state` and
-:func:`spin1_ground_state`; energies by :func:`mixture_energy` and :func:`spin1_energy`; conserved quantities
+Each system is an equation on the split-step engine (:data:`MIXTURE_EQUATION`, :data:`SPIN1_EQUATION`: its step,
+start-state check, held targets, ground-state guess and energy), stepped by
+:func:`~ivhl_jax.physics.condensate.strang` and searched by :func:`~ivhl_jax.physics.condensate.ground_state`
+like every condensate system; energies by :func:`mixture_energy` and :func:`spin1_energy`; conserved quantities
 by :func:`component_norms`, :func:`magnetization` and :func:`spin_density`; the overlap of two components
 by :func:`overlap`.
 """
@@ -66,37 +67,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jaxtyping import Array, ArrayLike, Complex, Float, Inexact
+from jaxtyping import Array, Complex, Float, Inexact
 
-from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
-from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.physics.condensate._descent import descend, descent_settings
 from ivhl_jax.physics.condensate.lhy import MIXTURE_LHY, density_power
 from ivhl_jax.physics.condensate.system import (
+    Equation,
     EquationParams,
     Grid,
-    cast_output,
-    cast_system,
     check_local_step,
     check_step,
-    equation_stepper,
     place_state,
 )
 
 __all__ = [
     "MixtureSystem",
     "Spin1System",
-    "strang_mixture",
-    "strang_spin1",
+    "MIXTURE_EQUATION",
+    "SPIN1_EQUATION",
     "mixture_step",
     "spin1_step",
     "mixture_energy",
     "spin1_energy",
-    "mixture_ground_state",
-    "spin1_ground_state",
     "component_norms",
     "magnetization",
     "spin_density",
@@ -358,31 +352,10 @@ def _norm_targets(norm: Any, n_comp: int, grid: Grid, rdt: Any, name: str = "nor
     return arr.astype(rdt) / jnp.asarray(grid.cell_volume, rdt)
 
 
-def strang_mixture(
-    system: MixtureSystem,
-    dt: Any,
-    *,
-    imaginary: bool = False,
-    norm: Any = None,
-    policy: str | Policy | None = None,
-) -> Stepper:
-    """The Strang stepper of a C-component mixture i∂ψ_i/∂t = [−½∇² + V_i + Σ_j g_ij|ψ_j|²]ψ_i.
-
-    Args:
-      system: the :class:`MixtureSystem`.
-      dt: step size (> 0, units 1/ω₀). Real time: dt·k_max²/2 ≤ π on the grid (split-step stability).
-      imaginary: imaginary-time steps (−i dt → −dt, each component projected to its norm).
-      norm: imaginary time: the particle numbers N_i = ∫|ψ_i|² dV held (a number for all, or C of them);
-        None holds the norms each step starts with.
-      policy: None (the system's dtype) or ``"f32"`` (complex64) / ``"f64"`` (complex128, needs x64).
-
-    Returns:
-      A :class:`~ivhl_jax.numerics.rollout.Stepper` on states ψ of shape (C, *grid) (``init(psi)`` validates
-      and casts); ``params`` is a :class:`StrangMixtureParams`.
-    """
-    system = cast_system(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
-    target = None if norm is None else _norm_targets(norm, system.n_components, system.grid, system.real_dtype)
-    return equation_stepper(mixture_step, _mixture_init, system, dt, imaginary=imaginary, target=target, name="mixture")
+def _mixture_targets(system: MixtureSystem, norm: Any, magnetization: Any, imaginary: bool) -> jax.Array | None:
+    """Imaginary time: the particle numbers N_i = ∫|ψ_i|² dV held (``norm`` a number for all, or C of them) as grid
+    sums; None holds the norms each step starts with."""
+    return None if norm is None else _norm_targets(norm, system.n_components, system.grid, system.real_dtype)
 
 
 def _grad_energy(psi: jax.Array, grid: Grid) -> jax.Array:
@@ -618,36 +591,14 @@ def _spin1_targets(norm: Any, magnetization: Any, grid: Grid, rdt: Any) -> tuple
     return target, target_m
 
 
-def strang_spin1(
-    system: Spin1System,
-    dt: Any,
-    *,
-    imaginary: bool = False,
-    norm: Any = None,
-    magnetization: Any = None,
-    policy: str | Policy | None = None,
-) -> Stepper:
-    """The Strang stepper of the spin-1 GP equation (module docstring), on ψ of shape (3, *grid) (m = +1, 0, −1).
-
-    Args:
-      system: the :class:`Spin1System`.
-      dt: step size (> 0, units 1/ω₀). Real time: dt·k_max²/2 ≤ π on the grid.
-      imaginary: imaginary-time steps (normalised gradient flow).
-      norm: imaginary time: the total N = ∫n dV held (None: the norm each step starts with).
-      magnetization: imaginary time: the magnetisation M = ∫F_z dV held as well (|M| < N; needs ``norm``);
-        None leaves M free.
-      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``.
-
-    Returns:
-      A :class:`~ivhl_jax.numerics.rollout.Stepper` (params :class:`StrangSpin1Params`).
-    """
-    system = cast_system(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
+def _spin1_checked_targets(system: Spin1System, norm: Any, magnetization: Any, imaginary: bool) -> tuple[Any, Any]:
+    """Imaginary time: the total N = ∫n dV held (None: the norm each step starts with) and the magnetisation
+    M = ∫F_z dV held as well (|M| < N; needs ``norm``; None leaves M free), as grid sums. Real time holds neither."""
     if not imaginary and (norm is not None or magnetization is not None):
         raise ValueError(
             "norm and magnetization are held by imaginary-time steps only; drop them or pass imaginary=True"
         )
-    target = _spin1_targets(norm, magnetization, system.grid, system.real_dtype)
-    return equation_stepper(spin1_step, _spin1_init, system, dt, imaginary=imaginary, target=target, name="spin1")
+    return _spin1_targets(norm, magnetization, system.grid, system.real_dtype)
 
 
 def spin1_energy(psi: Inexact[Array, "3 ..."], system: Spin1System) -> dict[str, Float[Array, ""]]:
@@ -679,15 +630,8 @@ def spin1_energy(psi: Inexact[Array, "3 ..."], system: Spin1System) -> dict[str,
 
 
 # ----------------------------------------------------------------------------------------------
-# Ground states: normalised gradient flow to energy convergence, one jitted program
+# Ground states: what the normalised gradient flow (the package's one search) needs of each equation
 # ----------------------------------------------------------------------------------------------
-def _energy_of(psi: jax.Array, params: Any) -> jax.Array:
-    system = params.system
-    if isinstance(system, Spin1System):
-        return spin1_energy(psi, system)["total"]
-    return mixture_energy(psi, system)["total"]
-
-
 def _gaussian_components(grid: Grid, weights: np.ndarray, centers: np.ndarray | None, dtype: Any) -> jax.Array:
     out = []
     for c in range(len(weights)):
@@ -699,102 +643,29 @@ def _gaussian_components(grid: Grid, weights: np.ndarray, centers: np.ndarray | 
     return jnp.asarray(np.stack(out), dtype)
 
 
-def mixture_ground_state(
-    system: MixtureSystem,
-    norm: Any = 1.0,
-    dt: Any = 1e-2,
-    tol: Any = None,
-    max_steps: int = 100_000,
-    *,
-    psi0: Inexact[ArrayLike, "c ..."] | None = None,
-    check_every: int = 100,
-    policy: str | Policy | None = None,
-) -> tuple[Complex[Array, "c ..."], dict[str, Array]]:
-    """Ground state of a mixture by imaginary-time Strang steps holding every N_i (normalised gradient flow).
-
-    Iterates blocks of ``check_every`` steps in one jitted ``lax.while_loop`` until the relative energy change
-    over a block is below ``tol`` (None: 4e-7 in float32, 1e-10 in float64) and ψ has settled,
-    ‖ψ − ψ_old‖/‖ψ‖ ≤ √tol, or ``max_steps`` is reached. The problem is real (real potentials and couplings, the
-    components coupled only through their densities), so ψ is kept real: each component loses its phase
-    ½ arg Σψ_i² and its imaginary part once, the imaginary round-off is dropped after every step, and each
-    component is returned positive (complex dtype, zero imaginary part; E[ψ] = E[|ψ|]).
-
-    Args:
-      system: the :class:`MixtureSystem`.
-      norm: N_i = ∫|ψ_i|² dV, one number for all components or C of them.
-      dt: imaginary time step.
-      tol: relative energy change per block at which the flow counts as converged (None: 4e-7 in float32, 1e-10
-        in float64).
-      max_steps: step budget.
-      check_every: steps per block between energy checks.
-      psi0: initial guess, shape (C, *grid) (default: unit-width Gaussians at the origin; a symmetric guess is a
-        stationary point of the flow also when the components would separate, so pass a guess that breaks
-        the symmetry to find an immiscible ground state).
-      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``; ψ is returned in the policy's output dtype.
-
-    Returns:
-      (ψ, info): ψ complex of shape (C, *grid); info = {"steps", "energy", "delta", "moved" (last relative change
-      of ψ over a block), "converged", "finite"}.
-    """
-    system = cast_system(_check_system(system, MixtureSystem), policy, "the mixture split-step solver")
-    check_scalar(dt, "dt", positive=True)
+def _mixture_guess(system: MixtureSystem, psi0: Any, magnetization: Any) -> jax.Array:
+    """The flow's start: ``psi0`` (shape (C, *grid), every component non-zero) or unit-width Gaussians at the origin
+    (a symmetric guess is a stationary point of the flow also when the components would separate, so a guess that
+    breaks the symmetry finds an immiscible ground state)."""
     c = system.n_components
     if psi0 is None:
-        psi = _gaussian_components(system.grid, np.ones(c), None, system.complex_dtype)
-    else:
-        psi = _check_state(psi0, system, c, "psi0")
-        if is_concrete(psi):
-            zero = np.asarray(splitstep.sumsq(psi, tuple(range(1, system.grid.ndim + 1)))) == 0
-            if np.any(zero):
-                raise ValueError(
-                    f"psi0 component(s) {np.flatnonzero(zero).tolist()} are zero everywhere, so they cannot be "
-                    "normalised; pass a non-zero initial guess for every component"
-                )
-    psi = place_state(psi, system)
-    stepper = strang_mixture(system, dt, imaginary=True, norm=norm)
-    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
-    # Real potentials and couplings: every factor of the flow is real and the components couple only through their
-    # densities, so each component of the ground state is real up to its own phase.
-    axes = tuple(range(1, psi.ndim))
-    psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt, real_axes=axes)
-    return cast_output(psi, policy), info
+        return _gaussian_components(system.grid, np.ones(c), None, system.complex_dtype)
+    psi = _check_state(psi0, system, c, "psi0")
+    if is_concrete(psi):
+        zero = np.asarray(splitstep.sumsq(psi, tuple(range(1, system.grid.ndim + 1)))) == 0
+        if np.any(zero):
+            raise ValueError(
+                f"psi0 component(s) {np.flatnonzero(zero).tolist()} are zero everywhere, so they cannot be "
+                "normalised; pass a non-zero initial guess for every component"
+            )
+    return psi
 
 
-def spin1_ground_state(
-    system: Spin1System,
-    norm: Any = 1.0,
-    dt: Any = 1e-2,
-    tol: Any = None,
-    max_steps: int = 100_000,
-    *,
-    magnetization: Any = None,
-    psi0: Inexact[ArrayLike, "3 ..."] | None = None,
-    check_every: int = 100,
-    policy: str | Policy | None = None,
-) -> tuple[Complex[Array, "3 ..."], dict[str, Array]]:
-    """Ground state of a spin-1 condensate by imaginary-time Strang steps holding N (and M when given).
-
-    Stops as :func:`mixture_ground_state` does (energy and ψ settled), but runs the complex flow: the spin-mixing
-    term fixes the relative phase θ₊₁ + θ₋₁ − 2θ₀ while the global phase and a spin rotation about z stay free, so
-    no per-component phase removal keeps ψ real without care where a component vanishes.
-
-    Args:
-      system: the :class:`Spin1System`.
-      norm: the total N = ∫n dV.
-      dt: imaginary time step.
-      tol: as :func:`mixture_ground_state`.
-      max_steps: as :func:`mixture_ground_state`.
-      check_every: as :func:`mixture_ground_state`.
-      magnetization: M = ∫F_z dV held (|M| < N), or None (M free: the flow finds the lowest state of any M).
-      psi0: initial guess (3, *grid) (default: a unit-width Gaussian times the generic spinor
-        (0.6, 0.5 + 0.4i, 0.3)/|·|, which is neither polar nor ferromagnetic, so either can be reached).
-      policy: None (the system's dtype) or ``"f32"`` / ``"f64"``.
-
-    Returns:
-      (ψ, info) as :func:`mixture_ground_state`, ψ of shape (3, *grid).
-    """
-    system = cast_system(_check_system(system, Spin1System), policy, "the spin-1 split-step solver")
-    check_scalar(dt, "dt", positive=True)
+def _spin1_guess(system: Spin1System, psi0: Any, magnetization: Any) -> jax.Array:
+    """The flow's start: ``psi0`` (shape (3, *grid)) or a unit-width Gaussian times the generic spinor
+    (0.6, 0.5 + 0.4i, 0.3)/|·|, which is neither polar nor ferromagnetic, so either can be reached; a held
+    magnetization needs both m = ±1 components populated. The spin-mixing term fixes the relative phase
+    θ₊₁ + θ₋₁ − 2θ₀ while the global phase and a spin rotation about z stay free, so the flow runs complex."""
     if psi0 is None:
         zeta = np.array([0.6, 0.5 + 0.4j, 0.3])
         zeta = zeta / np.linalg.norm(zeta)
@@ -812,8 +683,29 @@ def spin1_ground_state(
                 "psi0 needs non-zero m = +1 and m = -1 components to hold a magnetization (the projection "
                 "rescales them); pass a guess with all three components populated"
             )
-    psi = place_state(psi, system)
-    stepper = strang_spin1(system, dt, imaginary=True, norm=norm, magnetization=magnetization)
-    tol, n_blocks = descent_settings(tol, max_steps, check_every, system.real_dtype)
-    psi, info = descend(stepper, psi, _energy_of, tol, n_blocks, check_every, dt)
-    return cast_output(psi, policy), info
+    return psi
+
+
+#: The mixture on the split-step engine: U_i = V_i + Σ_j g_ij|ψ_j|² (+ LHY); every N_i held; a real problem.
+MIXTURE_EQUATION = Equation(
+    system_type=MixtureSystem,
+    name="mixture",
+    solver="the mixture split-step solver",
+    step=mixture_step,
+    init=_mixture_init,
+    targets=_mixture_targets,
+    guess=_mixture_guess,
+    real=True,
+)
+
+#: The spin-1 condensate on the split-step engine: D(dt/2) S(dt/2) K(dt) S(dt/2) D(dt/2); N (and M) held; complex.
+SPIN1_EQUATION = Equation(
+    system_type=Spin1System,
+    name="spin1",
+    solver="the spin-1 split-step solver",
+    step=spin1_step,
+    init=_spin1_init,
+    targets=_spin1_checked_targets,
+    guess=_spin1_guess,
+    real=False,
+)

@@ -24,16 +24,20 @@ from ivhl_jax.core.precision import Policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import distributed_fft, splitstep
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.physics.condensate.dipolar import DipolarSystem, strang_dipolar
-from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System, strang_mixture, strang_spin1
+from ivhl_jax.physics.condensate.dipolar import DIPOLAR_EQUATION, DipolarSystem
+from ivhl_jax.physics.condensate.mixture import MIXTURE_EQUATION, SPIN1_EQUATION, MixtureSystem, Spin1System
 from ivhl_jax.physics.condensate.system import (
+    Equation,
+    EquationParams,
     GPSystem,
     Grid,
     as_leaf,
+    cast_system,
     check_psi,
     check_start,
     check_system,
     kinetic_max,
+    kinetic_plan,
     kinetic_term,
     with_policy,
 )
@@ -387,20 +391,34 @@ def _check_gp_flags(system: GPSystem, imaginary: Any, project_norm: Any) -> tupl
 
 
 def _other_strang(
-    build: Any, system: Any, dt: Any, imaginary: Any, project_norm: Any, norm: Any, magnetization: Any, policy: Any
+    equation: Equation,
+    system: Any,
+    dt: Any,
+    imaginary: Any,
+    project_norm: Any,
+    norm: Any,
+    magnetization: Any,
+    policy: Any,
 ) -> Stepper:
-    """The stepper of a mixture, spin-1 or dipolar system (options it does not take refused naming the system)."""
+    """The stepper of a mixture, spin-1 or dipolar system's ``equation`` over the free kinetic factor
+    (:func:`~ivhl_jax.physics.condensate.system.kinetic_plan`, dt checked once), with
+    :class:`~ivhl_jax.physics.condensate.system.EquationParams`, named ``<name>-strang[-imaginary]`` (options it does
+    not take refused in one line naming the system)."""
     if project_norm is not None:
         raise ValueError(f"project_norm applies to a GPSystem, not to a {type(system).__name__}; drop it")
-    extra = {} if magnetization is None else {"magnetization": magnetization}
-    if extra and not isinstance(system, Spin1System):
+    if magnetization is not None and not isinstance(system, Spin1System):
         raise ValueError(f"magnetization applies to a Spin1System, not to a {type(system).__name__}; drop it")
-    return build(system, dt, imaginary=imaginary, norm=norm, policy=policy, **extra)
+    system = cast_system(equation.check(system), policy, equation.solver)
+    target = equation.targets(system, norm, magnetization, imaginary)
+    plan = kinetic_plan(system.grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
+    params = EquationParams(system, plan, target, imaginary=plan.imaginary)
+    name = f"{equation.name}-strang-imaginary" if plan.imaginary else f"{equation.name}-strang"
+    return Stepper.create(equation.step, params, init_fn=equation.init, name=name, check_fn=check_start)
 
 
-# The schemes of the other systems behind the one door (their own modules hold each equation's step).
+# The equations of the other systems behind the one door (their own modules define each equation).
 _OTHER_SCHEMES: dict[type, Any] = {
-    MixtureSystem: strang_mixture,
-    Spin1System: strang_spin1,
-    DipolarSystem: strang_dipolar,
+    MixtureSystem: MIXTURE_EQUATION,
+    Spin1System: SPIN1_EQUATION,
+    DipolarSystem: DIPOLAR_EQUATION,
 }

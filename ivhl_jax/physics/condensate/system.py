@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import jax
@@ -20,7 +20,6 @@ from ivhl_jax.core.precision import Policy, complex_state_dtype, physics_policy
 from ivhl_jax.core.validation import check_array, check_scalar, is_concrete
 from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import check_layout, host_readable
-from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.numerics.spectral import check_backend
 
 __all__ = ["Grid", "GPSystem", "harmonic", "with_policy", "EquationParams"]
@@ -395,13 +394,43 @@ class EquationParams(struct.PyTreeNode):
         return self.plan.dt
 
 
-def equation_stepper(step: Any, init: Any, system: Any, dt: Any, *, imaginary: bool, target: Any, name: str) -> Stepper:
-    """The stepper of an equation over the free kinetic factor (:func:`kinetic_plan`, dt checked once): ``step(psi,
-    params)`` and ``init(params, psi)`` of :class:`EquationParams`, named ``<name>-strang[-imaginary]``."""
-    plan = kinetic_plan(system.grid, dt, imaginary=imaginary, dtype=system.complex_dtype, layout=system.layout)
-    params = EquationParams(system, plan, target, imaginary=plan.imaginary)
-    full = f"{name}-strang-imaginary" if plan.imaginary else f"{name}-strang"
-    return Stepper.create(step, params, init_fn=init, name=full, check_fn=check_start)
+@dataclasses.dataclass(frozen=True)
+class Equation:
+    """A condensate equation on the split-step engine (mixture, spin-1, dipolar): what its module supplies to the
+    family's one builder (:func:`~ivhl_jax.physics.condensate.strang`) and the one flow search
+    (:func:`~ivhl_jax.physics.condensate._descent.flow_ground_state`, behind
+    :func:`~ivhl_jax.physics.condensate.ground_state`, which watches the family's
+    :func:`~ivhl_jax.physics.condensate.energy`). The functions are module-level (the record is hashable).
+
+    Attributes:
+      system_type: the system class (a system of another type is refused in one line naming it).
+      name: the stepper's name, ``<name>-strang[-imaginary]``.
+      solver: the solver as a precision error names it (e.g. "the mixture split-step solver").
+      step: ``step(psi, params)``, one Strang step on :class:`EquationParams`.
+      init: ``init(params, psi)``, the start state validated, cast and placed (dt checked against its local phase).
+      targets: ``targets(system, norm, magnetization, imaginary)``, what the imaginary-time flow holds
+        (``params.target``, grid sums), each argument checked.
+      guess: ``guess(system, psi0, magnetization)``, the flow's start state (the default guess, or ``psi0``
+        checked) in the system's complex dtype.
+      real: the problem is real (real potentials and couplings, components coupled through their densities only):
+        the flow keeps ψ real, one phase per component.
+    """
+
+    system_type: type
+    name: str
+    solver: str
+    step: Callable[[Any, Any], Any]
+    init: Callable[[Any, Any], Any]
+    targets: Callable[[Any, Any, Any, bool], Any]
+    guess: Callable[[Any, Any, Any], Any]
+    real: bool
+
+    def check(self, system: Any) -> Any:
+        """``system``, or the one-line TypeError naming the class it must be."""
+        if not isinstance(system, self.system_type):
+            cls = self.system_type.__name__
+            raise TypeError(f"system must be a {cls} ({cls}.create(...)), got {type(system).__name__}")
+        return system
 
 
 def cast_system(system: Any, policy: str | Policy | None, routine: str) -> Any:

@@ -176,7 +176,7 @@ def _tf_aspect(n, length, gn, eps, gam, rc, dt, max_steps):
     grid = Grid.uniform((n, n, n), length)
     V = harmonic(grid, (1.0, 1.0, gam))
     system = D.DipolarSystem.create(grid, V, gn, D.Dipolar.create(eps_dd=eps, cutoff=rc))
-    psi, info = D.dipolar_ground_state(system, 1.0, dt=dt, max_steps=max_steps, check_every=50)
+    psi, info = C.ground_state(system, 1.0, dt=dt, max_steps=max_steps, check_every=50, method="flow")
     assert bool(info["converged"]) and bool(info["finite"])
     X, Y, Z = (np.asarray(m, np.float64) for m in grid.mesh())
     rho = np.abs(np.asarray(psi, np.complex128)) ** 2
@@ -347,7 +347,7 @@ def test_a_ground_state_search_that_breaks_down_names_dt_in_one_line():
     """e^{−dt·V/2} underflows everywhere (V ≥ 100, dt = 20): the shared front end's one-line error names dt."""
     system = D.DipolarSystem.create(_g3(), harmonic(_g3()) + 100.0, 1.0, D.Dipolar.create(eps_dd=0.1))
     with pytest.raises(ValueError) as err:
-        D.dipolar_ground_state(system, dt=20.0, max_steps=2, check_every=1)
+        C.ground_state(system, dt=20.0, max_steps=2, check_every=1, method="flow")
     assert str(err.value) == (
         "dt=20.0 is too large for this imaginary-time solve: the iteration broke down (NaN/inf); use a smaller dt"
     )
@@ -456,8 +456,8 @@ def test_a_sharded_step_moves_only_shards_and_the_ground_state_equals_one_device
         assert len(re.findall(r" fft\(", hlo)) == 6
     with jax.enable_x64(True):
         single, split = _dipolar_pair(grid, layout, jnp.float64)
-        ref, ref_info = D.dipolar_ground_state(single, 1.0, dt=5e-3, max_steps=60, check_every=30)
-        out, info = D.dipolar_ground_state(split, 1.0, dt=5e-3, max_steps=60, check_every=30)
+        ref, ref_info = C.ground_state(single, 1.0, dt=5e-3, max_steps=60, check_every=30, method="flow")
+        out, info = C.ground_state(split, 1.0, dt=5e-3, max_steps=60, check_every=30, method="flow")
         assert len(out.sharding.device_set) == 8
         np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=0, atol=1e-13)
         np.testing.assert_allclose(float(info["energy"]), float(ref_info["energy"]), rtol=1e-12)

@@ -95,7 +95,7 @@ def _box_mixture_overlap(g12, g11=200.0, g22=100.0):
     x = grid.coords[0]
     s = 0.5 * (1 + np.tanh(4 * np.cos(2 * np.pi * x / 32)))  # separated start: 1 in the middle, 2 outside
     psi0 = np.stack([np.sqrt(s + 0.05), np.sqrt(1.05 - s)])
-    psi, info = M.mixture_ground_state(system, 1.0, dt=1e-2, max_steps=60_000, psi0=psi0)
+    psi, info = C.ground_state(system, 1.0, dt=1e-2, max_steps=60_000, psi0=psi0, method="flow")
     assert bool(info["converged"])
     return float(M.overlap(psi, grid)), float(info["energy"]), psi
 
@@ -126,7 +126,7 @@ def test_trapped_symmetric_mixture_overlap_and_energy_descent():
         for ratio in (0.9, 1.1):
             g = 200.0
             system = M.MixtureSystem.create(grid, V, [[g, ratio * g], [ratio * g, g]])
-            psi, info = M.mixture_ground_state(system, 1.0, dt=5e-3, max_steps=40_000, psi0=psi0)
+            psi, info = C.ground_state(system, 1.0, dt=5e-3, max_steps=40_000, psi0=psi0, method="flow")
             assert bool(info["converged"])
             lams[ratio] = float(M.overlap(psi, grid))
         assert lams[0.9] > 1 - 1e-6 and lams[1.1] < 0.01, lams  # measured 1 − 1e-10 and 1.5e-3
@@ -207,7 +207,7 @@ def test_spin1_polar_vs_ferromagnetic_by_the_sign_of_c2():
         out = {}
         for c2 in (-5.0, 5.0):
             system = M.Spin1System.create(grid, V, 100.0, c2)
-            psi, info = M.spin1_ground_state(system, 1.0, dt=5e-3, max_steps=20_000)
+            psi, info = C.ground_state(system, 1.0, dt=5e-3, max_steps=20_000, method="flow")
             assert bool(info["converged"])
             f = [np.asarray(c) for c in M.spin_density(psi)]
             total = np.array([c.sum() * grid.cell_volume for c in f])
@@ -222,7 +222,7 @@ def test_spin1_ground_state_holds_the_requested_magnetization():
     with jax.enable_x64(True):
         grid = Grid.uniform(128, 24.0)
         system = M.Spin1System.create(grid, harmonic(grid, dtype=jnp.float64), 50.0, 2.0, q=0.1)
-        psi, info = M.spin1_ground_state(system, 2.0, dt=5e-3, max_steps=3000, magnetization=0.5)
+        psi, info = C.ground_state(system, 2.0, dt=5e-3, max_steps=3000, magnetization=0.5, method="flow")
         assert bool(info["finite"])
         np.testing.assert_allclose(float(M.magnetization(psi, grid)), 0.5, rtol=1e-10)
         np.testing.assert_allclose(float(jnp.sum(M.component_norms(psi, grid))), 2.0, rtol=1e-12)
@@ -426,7 +426,7 @@ def test_spin1_grad_through_a_trajectory_matches_a_directional_difference():
             "system must be a GPSystem, MixtureSystem, Spin1System or DipolarSystem, got dict",
         ),
         (
-            lambda g, V: M.mixture_ground_state(M.MixtureSystem.create(g, V, np.eye(2)), psi0=np.zeros((2, 32))),
+            lambda g, V: C.ground_state(M.MixtureSystem.create(g, V, np.eye(2)), psi0=np.zeros((2, 32)), method="flow"),
             ValueError,
             "zero everywhere",
         ),
@@ -459,8 +459,12 @@ def test_a_ground_state_search_that_breaks_down_names_dt_in_one_line():
     grid = Grid.uniform(32, 10.0)
     V = harmonic(grid) + 100.0
     for search in (
-        lambda: M.mixture_ground_state(M.MixtureSystem.create(grid, V, np.eye(2)), dt=20.0, max_steps=2, check_every=1),
-        lambda: M.spin1_ground_state(M.Spin1System.create(grid, V, 1.0, 1.0), dt=20.0, max_steps=2, check_every=1),
+        lambda: C.ground_state(
+            M.MixtureSystem.create(grid, V, np.eye(2)), dt=20.0, max_steps=2, check_every=1, method="flow"
+        ),
+        lambda: C.ground_state(
+            M.Spin1System.create(grid, V, 1.0, 1.0), dt=20.0, max_steps=2, check_every=1, method="flow"
+        ),
     ):
         with pytest.raises(ValueError) as err:
             search()
@@ -578,9 +582,9 @@ def test_ground_states_on_a_slab_layout_equal_one_device():
     grid = Grid.uniform((32, 32), 10.0)
     with jax.enable_x64(True):
         _, (spin, mix) = _slab_pairs(grid, jnp.float64)
-        for (single, split), search in ((mix, M.mixture_ground_state), (spin, M.spin1_ground_state)):
-            ref, ref_info = search(single, 1.0, dt=5e-3, max_steps=100, check_every=50)
-            out, info = search(split, 1.0, dt=5e-3, max_steps=100, check_every=50)
+        for single, split in (mix, spin):
+            ref, ref_info = C.ground_state(single, 1.0, dt=5e-3, max_steps=100, check_every=50, method="flow")
+            out, info = C.ground_state(split, 1.0, dt=5e-3, max_steps=100, check_every=50, method="flow")
             assert len(out.sharding.device_set) == 8
             np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=0, atol=1e-13)
             np.testing.assert_allclose(float(info["energy"]), float(ref_info["energy"]), rtol=1e-12)
