@@ -55,7 +55,7 @@ from ivhl_jax.models.transformer import (
 from ivhl_jax.run.config import OneLineArgumentParser, add_run_arguments, config_dict, load_config, option
 from ivhl_jax.run.driver import RunContext
 from ivhl_jax.run.io import save_figure, write_json
-from ivhl_jax.run.runner import phase
+from ivhl_jax.run.runner import phase, restore_chunked
 from ivhl_jax.run.store import leaf_names
 from ivhl_jax.sims import entry_point
 from ivhl_jax.sims._common import TrainingRun, TrainingSimulation, check_training_steps, shared_key, train_in_chunks
@@ -310,25 +310,18 @@ def _plot(hist, data, path):
 
 
 def restore_params(cfg: TrainLMConfig, out: str):
-    """Parameters of the latest checkpoint in ``out/ckpt`` (and its step)."""
+    """Parameters of the latest checkpoint in ``out/ckpt`` (and its step), from a streamed run (the command line's,
+    which checkpoints the train state alone) or one that checkpointed its history too
+    (:func:`~ivhl_jax.run.runner.restore_chunked`)."""
     ckpt_dir = os.path.join(out, "ckpt")
     data = prepare_data(cfg)
     state, advance, _ = build(cfg, data)
     with Checkpointer(ckpt_dir, save_every=cfg.steps_per_chunk) as ckpt:
-        step = ckpt.latest_step()
-        if step is None:
-            raise FileNotFoundError(f"no checkpoint in {ckpt_dir}; run `ivhl train lm --out {out}` first")
-        like: dict = {"state": state}
-        # A run that streamed its records to its store (the command line's) checkpoints the train state alone; one
-        # without a store checkpoints its history too, which the template must then hold.
-        if any(p.startswith("['history']") for p in ckpt.leaf_paths(step) or ()):
-            _, obs = jax.eval_shape(advance, state)
-            done = step // cfg.steps_per_chunk
-            like["history"] = jax.tree_util.tree_map(
-                lambda o: jax.ShapeDtypeStruct((done * o.shape[0],) + o.shape[1:], o.dtype), obs
-            )
-        _, restored, _ = ckpt.restore(like, step)
-    return restored["state"].params, step
+        _, obs = jax.eval_shape(advance, state)
+        restored = restore_chunked(ckpt, state, obs, steps_per_chunk=cfg.steps_per_chunk)
+    if restored is None:
+        raise FileNotFoundError(f"no checkpoint in {ckpt_dir}; run `ivhl train lm --out {out}` first")
+    return restored.state.params, restored.step
 
 
 def sample_text(

@@ -27,7 +27,16 @@ from ivhl_jax.run.store import RunStore, leaf_names
 from ivhl_jax.run.store_format import record_rates
 from ivhl_jax.train.checkpoint import Checkpointer, StepUnfitError
 
-__all__ = ["Advance", "RunResult", "RunInterrupted", "run_chunked", "phase", "chunks_started"]
+__all__ = [
+    "Advance",
+    "RunResult",
+    "RunInterrupted",
+    "run_chunked",
+    "restore_chunked",
+    "RestoredRun",
+    "phase",
+    "chunks_started",
+]
 
 Advance = Callable[[Any], tuple[Any, Any]]
 
@@ -232,6 +241,81 @@ class _Start:
     metadata: dict[str, Any] | None = None
 
 
+@dataclasses.dataclass
+class RestoredRun:
+    """A chunked run's state as its checkpoint holds it (:func:`restore_chunked`).
+
+    Attributes:
+      state: the run's state (the structure of the template it was restored into).
+      history: the observations of the chunks done, concatenated along axis 0 (``done`` × per-chunk records per
+        leaf); None for a streamed run, whose records are in its store.
+      step: the step the checkpoint was written at.
+      done: the chunks done, ``step // steps_per_chunk``.
+      metadata: the checkpoint's metadata (None if none was saved).
+    """
+
+    state: Any
+    history: Any
+    step: int
+    done: int
+    metadata: dict[str, Any] | None = None
+
+
+def _holds_history(checkpointer: Checkpointer, step: int) -> bool:
+    """Whether checkpoint ``step`` holds a run history (a run without a store writes one; a streamed run does not).
+    A save that recorded no leaf paths (a multi-process save) counts as streamed."""
+    return any(p.startswith("['history']") for p in checkpointer.leaf_paths(step) or ())
+
+
+def restore_chunked(
+    checkpointer: Checkpointer,
+    state: Any,
+    obs_template: Any,
+    *,
+    steps_per_chunk: int,
+    n_chunks: int | None = None,
+    streamed: bool | None = None,
+) -> RestoredRun | None:
+    """Restore a :func:`run_chunked` run from the newest good checkpoint of ``checkpointer`` that fits its schedule.
+
+    Args:
+      checkpointer: the run's :class:`~ivhl_jax.train.checkpoint.Checkpointer`.
+      state: a state of the run (its structure, shapes and dtypes: e.g. a fresh one, or
+        ``jax.ShapeDtypeStruct`` leaves); a leaf it leaves unplaced comes back on the layout it was saved with.
+      obs_template: one chunk's observations (arrays or ``jax.ShapeDtypeStruct``, leading axis the chunk's
+        records): the history template is ``step // steps_per_chunk`` of them along axis 0.
+      steps_per_chunk: the run's steps per chunk (a checkpoint at a step that is not a multiple is passed over,
+        with a warning, for an older one).
+      n_chunks: the run's length in chunks; a checkpoint beyond it is refused in one line (None: no bound).
+      streamed: True, the run wrote its records to a store and the checkpoint holds the state alone; False, it
+        holds the history too; None, read from the checkpoint (whether it holds a ``history``).
+
+    Returns:
+      A :class:`RestoredRun` (state, history or None, step, chunks done, metadata), or None when the
+      checkpointer holds no checkpoint.
+    """
+    check_scalar(steps_per_chunk, "steps_per_chunk", integer=True, minimum=1)
+    if checkpointer.latest_step() is None:
+        return None
+
+    def like(step: int) -> dict[str, Any]:
+        # The history's length depends on the step: the checkpointer may fall back to an older good one.
+        if step % steps_per_chunk:  # not a step this run writes (a stray one): the newest fitting one is used
+            raise StepUnfitError(f"it is not a multiple of steps_per_chunk={steps_per_chunk}")
+        if n_chunks is not None and step // steps_per_chunk > n_chunks:
+            raise ValueError(f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps")
+        if streamed or (streamed is None and not _holds_history(checkpointer, step)):
+            return {"state": state}  # the history is in the run's store (Orbax cannot store an empty array)
+        history_like = jax.tree_util.tree_map(
+            lambda o: jax.ShapeDtypeStruct(((step // steps_per_chunk) * o.shape[0],) + o.shape[1:], o.dtype),
+            obs_template,
+        )
+        return {"state": state, "history": history_like}
+
+    step, restored, metadata = checkpointer.restore(like, saved_layout=True)
+    return RestoredRun(restored["state"], restored.get("history"), step, step // steps_per_chunk, metadata)
+
+
 def _resume(
     checkpointer: Checkpointer | None,
     state: Any,
@@ -241,27 +325,17 @@ def _resume(
     steps_per_chunk: int,
     streamed: bool,
 ) -> _Start:
-    """The start of a run: ``state`` afresh, or the newest checkpoint that fits the run's schedule, restored on the
-    layout the run saved it on (a template built on one device resumes a sharded run on its mesh)."""
-    if checkpointer is None or checkpointer.latest_step() is None:
-        return _Start(state, [])
-
-    def like(step: int) -> dict[str, Any]:
-        # The history's length depends on the step: the checkpointer may fall back to an older good one.
-        if step % steps_per_chunk:  # not a step this run writes (a stray one): the newest fitting one is used
-            raise StepUnfitError(f"it is not a multiple of steps_per_chunk={steps_per_chunk}")
-        if step // steps_per_chunk > n_chunks:
-            raise ValueError(f"checkpoint at step {step} is beyond the requested {n_chunks * steps_per_chunk} steps")
-        history_like = jax.tree_util.tree_map(
-            lambda o: jax.ShapeDtypeStruct(((step // steps_per_chunk) * o.shape[0],) + o.shape[1:], o.dtype),
-            obs_template,
+    """The start of a run: ``state`` afresh, or the newest checkpoint that fits the run's schedule
+    (:func:`restore_chunked`)."""
+    restored = None
+    if checkpointer is not None:
+        restored = restore_chunked(
+            checkpointer, state, obs_template, steps_per_chunk=steps_per_chunk, n_chunks=n_chunks, streamed=streamed
         )
-        # with a sink the history is on disk, not in the checkpoint (Orbax cannot store an empty array)
-        return {"state": state} if streamed else {"state": state, "history": history_like}
-
-    step, restored, restored_meta = checkpointer.restore(like, saved_layout=True)
-    chunks = [] if streamed else [restored["history"]]
-    return _Start(restored["state"], chunks, step // steps_per_chunk, step, restored_meta)
+    if restored is None:
+        return _Start(state, [])
+    chunks = [] if restored.history is None else [restored.history]
+    return _Start(restored.state, chunks, restored.done, restored.step, restored.metadata)
 
 
 def _saver(

@@ -1870,6 +1870,12 @@ CASES += [
     # ---- run.runner, run.config, run.driver, run.launch
     Case("runner.phase/name", lambda b: runner.phase(b).__enter__(), "name", st.sampled_from([3, "", None])),
     Case(
+        "runner.restore_chunked/steps_per_chunk",
+        lambda b: runner.restore_chunked(None, jnp.zeros(2), jnp.zeros(1), steps_per_chunk=b),  # checked first
+        "steps_per_chunk",
+        bad_size,
+    ),
+    Case(
         "config.read_config_file/path",
         run_config.read_config_file,
         "config file",
@@ -2273,7 +2279,7 @@ EXEMPT: dict[str, str] = {
     **{
         f"cdt_host.{n}": "host kernel behind pure_callback on a CDTState buffer built and validated by cdt; "
         "reached through cdt.metropolis with engine='host' (tested bit for bit against the JAX engine)"
-        for n in ("sweep", "attempts")
+        for n in ("sweep", "sweep_state", "attempts")
     },
     **{f"condensate.{n}": _RESULT for n in ("StrangParams", "Vortices", "VortexLines", "BogoliubovModes")},
     **{f"gft.{n}": _RESULT for n in ("StrangParams",)},
@@ -2307,7 +2313,7 @@ EXEMPT: dict[str, str] = {
     "holds none; tests/core/test_precision.py)",
     "validation.is_concrete": "a predicate: any object is valid input",
     "validation.checked": "a decorator: wraps any callable (NaN reports tested in tests/core/test_validation.py)",
-    **{f"runner.{n}": _RESULT for n in ("RunResult", "RunInterrupted")},
+    **{f"runner.{n}": _RESULT for n in ("RunResult", "RunInterrupted", "RestoredRun")},
     "runner.Advance": "a typing alias (Callable protocol), not a function",
     "runner.chunks_started": "takes no arguments",
     "config.add_run_arguments": "argparse plumbing: adds the shared CLI options to a parser",

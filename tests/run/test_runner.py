@@ -59,3 +59,45 @@ def test_phase_lines():
     lines = buf.getvalue().splitlines()
     assert lines[0] == "loading data (2 files) ..."
     assert lines[1].startswith("loading data: 1/2 files (") and lines[2].startswith("loading data: done in")
+
+
+def test_restore_chunked_restores_a_streamed_and_a_non_streamed_run_alike(tmp_path):
+    """The same run, once with its records streamed to a store (the checkpoint holds the state alone) and once
+    without (the checkpoint holds the history too), restores to the same state at the same step: read from the
+    checkpoint (streamed=None) and as the runner asks (streamed given); the non-streamed history equals the
+    records the store holds. No checkpoint: None."""
+    from ivhl_jax.run.store import RunStore
+
+    params = {"decay": 0.97}
+    adv = jax.jit(
+        lambda s: rollout.rollout(_noisy_step, s, params, 10, save_every=5, observe=lambda s, p: jnp.mean(s["x"] ** 2))
+    )
+    s0 = {"key": jax.random.key(0), "x": jnp.ones(32, jnp.float32)}
+    _, obs = jax.eval_shape(adv, s0)
+    restored = {}
+    for streamed in (False, True):
+        folder = tmp_path / f"streamed_{streamed}"
+        with checkpoint.Checkpointer(folder / "ckpt", save_every=20) as ck:
+            assert runner.restore_chunked(ck, s0, obs, steps_per_chunk=10) is None
+            store = RunStore(folder / "run.zarr", config={"n": 1}) if streamed else None
+            runner.run_chunked(adv, s0, n_chunks=4, steps_per_chunk=10, checkpointer=ck, progress=False, sink=store)
+            if store is not None:
+                store.close()
+        with checkpoint.Checkpointer(folder / "ckpt", save_every=20) as ck:
+            found = runner.restore_chunked(ck, s0, obs, steps_per_chunk=10)
+            asked = runner.restore_chunked(ck, s0, obs, steps_per_chunk=10, n_chunks=4, streamed=streamed)
+        for got in (found, asked):
+            assert got.step == 40 and got.done == 4
+            assert (got.history is None) == streamed
+            np.testing.assert_array_equal(got.state["x"], found.state["x"])
+        restored[streamed] = found
+    plain, streamed_run = restored[False], restored[True]
+    np.testing.assert_array_equal(plain.state["x"], streamed_run.state["x"])
+    keys = (jax.random.key_data(r.state["key"]) for r in (plain, streamed_run))
+    np.testing.assert_array_equal(*keys)
+    assert plain.history.shape == (8,)  # 4 chunks of 2 records
+    import xarray as xr
+
+    stored = xr.open_zarr(tmp_path / "streamed_True" / "run.zarr")
+    (name,) = (v for v in stored.data_vars if stored[v].dims == ("time",))
+    np.testing.assert_array_equal(plain.history, stored[name].values)
