@@ -62,7 +62,7 @@ from numba import njit, prange
 from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, layout
 from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
 
-__all__ = ["sweep", "apply_move", "FIELDS"]
+__all__ = ["sweep", "apply_move", "transition_counts", "FIELDS"]
 
 #: The buffer fields, in the order of their offsets in ``off`` (the views tuple ``S`` of the kernels).
 FIELDS = (
@@ -631,6 +631,72 @@ def apply_move_kernel(buf, off, kind, a, i, up, k0, k3, eps, target, fix_n3, ref
     return move32(S, a, i, up, cp, rng, force)
 
 
+@njit(cache=True)
+def outcome_kernel(buf, targets, skip_lo, skip_hi, off, trials, k0, k3, eps, target, fix_n3, ref, t_n, seed):
+    counts = np.zeros(targets.shape[0] + 1, np.int64)
+    work_buf = buf.copy()
+    c3 = off[len(off) // 2 + TT]
+    work = (np.zeros(c3, np.int32), np.empty(c3, np.int32), np.zeros(1, np.int32))
+    rng = np.empty(1, np.uint64)
+    rng[0] = seed
+    cp = (k0, k3, eps, target, fix_n3, ref, t_n)
+    for _ in range(trials):
+        work_buf[:] = buf
+        S = views(work_buf, off)
+        attempt(S, cp, rng, work)
+        hit = targets.shape[0]
+        for k in range(targets.shape[0]):
+            same = True
+            for x in range(len(buf)):
+                if (x < skip_lo or x >= skip_hi) and work_buf[x] != targets[k, x]:
+                    same = False
+                    break
+            if same:
+                hit = k
+                break
+        counts[hit] += 1
+    return counts
+
+
+def _kernel_couplings(couplings: Any, fix_n3: bool, reference: bool, n_slices: int) -> tuple[Any, ...]:
+    """The kernels' coupling arguments ``k0, k3, eps, target, fix_n3, ref, t_n``."""
+    k0, k3, eps, target = (float(x) for x in couplings)
+    return k0, k3, eps, target, bool(fix_n3), bool(reference), int(n_slices)
+
+
+def transition_counts(
+    buf: np.ndarray,
+    targets: np.ndarray,
+    tetra_capacity: int,
+    n_slices: int,
+    trials: int,
+    *,
+    couplings: tuple[float, float, float, float],
+    fix_n3: bool = False,
+    reference: bool = False,
+    seed: int = 0,
+) -> np.ndarray:
+    """How often one attempt from the state ``buf`` lands exactly on each of the states ``targets`` (k, size)
+    (buffers made by :func:`apply_move` from ``buf``, so slot for slot what the attempt makes; the move counters
+    are ignored), over ``trials`` attempts each from ``buf``: counts (k + 1,), the last entry every other outcome
+    (rejections included). The direct check of detailed balance: ``P(A->B) / P(B->A) = pi(B) / pi(A)``."""
+    lay = layout(tetra_capacity, n_slices)
+    skip_lo = lay["attempts"][0]
+    skip_hi = lay["accepts"][0] + lay["accepts"][1]
+    return np.asarray(
+        outcome_kernel(  # type: ignore[call-arg]
+            np.ascontiguousarray(buf, np.int32),
+            np.ascontiguousarray(np.atleast_2d(targets), np.int32),
+            skip_lo,
+            skip_hi,
+            _offsets(tetra_capacity, n_slices),
+            int(trials),
+            *_kernel_couplings(couplings, fix_n3, reference, n_slices),
+            np.uint64(seed),
+        )
+    )
+
+
 def apply_move(
     buf: np.ndarray,
     tetra_capacity: int,
@@ -656,22 +722,15 @@ def apply_move(
         raise ValueError(f"move must be one of {MOVE_NAMES_3D}, got {move!r}")
     if buf.dtype != np.int32 or buf.ndim != 1 or not buf.flags.c_contiguous:
         raise ValueError("buf must be one chain's buffer: a contiguous 1-D int32 NumPy array")
-    k0, k3, eps, target = (float(x) for x in couplings)
     return bool(
-        apply_move_kernel(
+        apply_move_kernel(  # type: ignore[call-arg]
             buf,
             _offsets(tetra_capacity, n_slices),
             MOVE_NAMES_3D.index(move),
             int(a),
             int(i),
             bool(up),
-            k0,
-            k3,
-            eps,
-            target,
-            bool(fix_n3),
-            bool(reference),
-            int(n_slices),
+            *_kernel_couplings(couplings, fix_n3, reference, n_slices),
             bool(force),
             np.uint64(seed),
         )
