@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ivhl_jax import cdt
-from ivhl_jax.numerics.rollout import trajectory
+from ivhl_jax.numerics.rollout import chunked, trajectory
 from ivhl_jax.physics.cdt import d3_checks, d3_state
 
 T = 3
@@ -48,6 +48,17 @@ def test_trajectory_counts_match_the_geometry():
     # N0 = N(3,1)/2 + 2T on spherical slices
     np.testing.assert_array_equal(obs["n0"], obs["n31"] // 4 + 2 * T)
     assert int(obs["attempts"][-1].sum()) == 1000
+
+
+def test_chunked_equals_trajectory():
+    stepper = cdt.metropolis_3d(1.0, 0.6, target=60, eps=0.02, attempts_per_sweep=500)
+    chain = stepper.init(jax.random.key(6), T)
+    advance = chunked(stepper, 2, save_every=1, observe=cdt.observe_3d)
+    c1, o1 = advance(chain)
+    c1, o2 = advance(c1)
+    c2, o = trajectory(stepper, chain, 4, save_every=1, observe=cdt.observe_3d)
+    np.testing.assert_array_equal(c1.geometry.buf, c2.geometry.buf)
+    np.testing.assert_array_equal(np.concatenate([o1["n3"], o2["n3"]]), o["n3"])
 
 
 def test_vmap_over_chains_equals_single_chains():
