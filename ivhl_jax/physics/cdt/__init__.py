@@ -32,9 +32,21 @@ host engine), ``stepper`` (the stepper, its parameters and the JAX sweep, ``obse
 triangulation), ``graph`` (distances, spheres, curvature on plain arrays), ``spectral`` (random-walk return
 probability and spectral dimension), ``exact`` (enumeration and the transfer matrix), ``pallas_engine``
 (imported on first use by ``engine="pallas"``).
+
+2+1 dimensions (S² × S¹, tetrahedra; the reference code JorenB/3d-cdt's conventions): ``metropolis_3d(k0, k3,
+target=..., eps=...)`` and ``observe_3d``; modules ``d3_state`` (the buffer, the starting geometry), ``d3_host`` (the
+numba moves and their Metropolis–Hastings ratios), ``d3_stepper`` (the stepper), ``d3_checks`` (the invariant check).
 """
 
 from ivhl_jax.physics.cdt import spectral
+from ivhl_jax.physics.cdt.d3_state import MOVE_NAMES_3D, CDT3State
+from ivhl_jax.physics.cdt.d3_stepper import (
+    Chain3d,
+    Metropolis3dParams,
+    default_capacity_3d,
+    metropolis_3d,
+    observe_3d,
+)
 from ivhl_jax.physics.cdt.exact import (
     exact_fixed_volume_coordination,
     exact_fixed_volume_distribution,
@@ -82,6 +94,14 @@ __all__ = [
     "max_capacity",
     "default_attempts",
     "default_capacity",
+    # 2+1 dimensions: triangulations of S^2 x S^1 by tetrahedra
+    "metropolis_3d",
+    "observe_3d",
+    "Metropolis3dParams",
+    "Chain3d",
+    "CDT3State",
+    "MOVE_NAMES_3D",
+    "default_capacity_3d",
     # geometry of a triangulation (chain.geometry) and of measured profiles
     "coordination_histogram",
     "coordination_numbers",

@@ -1,0 +1,726 @@
+"""The 2+1D CDT host engine: numba kernels doing the Metropolis–Hastings moves on the packed buffer of
+:mod:`~ivhl_jax.physics.cdt.d3_state`, called through ``jax.pure_callback`` (:func:`sweep`), so the stepper of
+:mod:`~ivhl_jax.physics.cdt.d3_stepper` is an ordinary jit/vmap-able Stepper (a batch of chains runs in parallel
+threads). Every kernel is a module-level function compiled with ``cache=True`` (numba's disk cache).
+
+Action and proposal (the conventions of the reference code JorenB/3d-cdt, ``simulation.cpp``)
+--------------------------------------------------------------------------------------------
+``S = -k0 N0 + k3 N3 + eps (N_fix - target)^2`` with ``N_fix = N(3,1)`` (the number of (3,1) tetrahedra = the total
+spatial area, the reference's ``volfixswitch 0``) or ``N_fix = N3`` (``volfixswitch 1``); no volume term when
+``target <= 0``. One attempt picks a move family uniformly (the reference's frequencies ``v1 = v2 = v3 = 1``):
+
+* **(2,6)/(6,2)**, each with probability 1/2. (2,6): a uniform (3,1) tetrahedron (probability ``1/n``, ``n =
+  N(3,1)``); a new vertex is put in its base triangle (the (3,1) and the (1,3) below become three of each):
+  ``dN0 = 1, dN3 = 4, dn = 2``. (6,2): a uniform live vertex (``1/N0``), removed if it has exactly 6 tetrahedra
+  and 3 spatial triangles and each of its 3 spatial neighbours keeps at least 3 triangles (the reference's
+  ``strictness >= 2``).
+* **(4,4)**: a uniform (3,1) and one of its three side neighbours (1/3); if that is a (3,1) and the (1,3) below
+  the two are glued, the spatial edge they share is flipped (unless the new edge exists: ``strictness 3``). Each
+  flip is proposed by 2 ordered pairs, before and after: symmetric, accepted always.
+* **(2,3)/(3,2)**, each 1/2, then up or down 1/2. (2,3) up: a uniform (3,1) and one of its side neighbours
+  (1/3); if that is a (2,2), their shared triangle is replaced by the timelike edge between the two opposite
+  vertices (unless that edge exists). Down: the same from the (1,3) below a uniform (3,1). (3,2) up: a uniform
+  (3,1) and one of its base vertices ``v0`` (1/3); if the two side neighbours containing ``v0`` are (2,2) and
+  share their fourth vertex (the timelike edge from ``v0`` to the apex then has exactly 3 tetrahedra), the edge
+  is replaced by a triangle (unless that triangle exists). The (2,3) and its inverse are both proposed with
+  probability ``1/(12 n) · 1/3`` (n unchanged).
+
+Metropolis–Hastings ratios (accepted with ``min(1, R)``; ``dV`` the volume term's change)::
+
+    R(2,6) = e^{k0 - 4 k3 - dV} · n / (N0 + 1)          R(6,2) = e^{-k0 + 4 k3 - dV} · N0 / (n - 2)
+    R(4,4) = 1                                          R(2,3) = e^{-k3 - dV},  R(3,2) = e^{k3 - dV}
+
+the ratio of the proposal probabilities (``q(6,2)/q(2,6) = (1/N0') / (1/n)`` with ``N0' = N0 + 1`` the vertices
+after the insertion) times ``e^{-dS}``: detailed balance with respect to ``e^{-S}``.
+
+``measure="reference"`` uses the reference's ratios ``n/(n+2)`` and ``n/(n-2)`` instead of ``n/(N0+1)`` and
+``N0/(n-2)`` (with its uniform-vertex removal, as here). That chain satisfies detailed balance with respect to
+``e^{-S} h``, ``h(N0') / h(N0) = N0' / (2 N0' - 4T)`` (on spherical slices ``n = 2 N0 - 4T``): the reference samples
+``e^{-S}`` times ``~2^{-N0}``, i.e. its ``k0`` is the action's ``k0 + ln 2`` up to a term of order ``T ln N0``.
+Since ``N0 = n/2 + 2T``, ``h`` is a function of ``n`` alone: at a fixed ``N(3,1)`` both measures give the same
+ensemble. The reference's removal also uses ``e^{-4 eps (target - n - 1)}`` where the inverse of its insertion
+factor is ``e^{-4 eps (target - n + 1)}``; here the volume factor is always the exact ``e^{-dV}``.
+
+Manifold conditions: every slice stays a simplicial 2-sphere (no double edges; the reference's ``strictness
+3``) and the triangulation a simplicial 3-manifold: the (4,4)'s new edge, the (2,3)'s new edge and the (3,2)'s
+new triangle must not exist already (checked completely: a walk of the new edge's endpoint's star in the slab,
+or of the tetrahedra around the spatial edge of the new triangle).
+
+Random numbers: SplitMix64 (:func:`ivhl_jax.physics.cdt.host_kernels.splitmix`) seeded per chain and sweep from
+the chain's JAX key; indices are exactly uniform (Lemire, :func:`~ivhl_jax.physics.cdt.host_kernels.draw_index`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numba import njit, prange
+
+from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, layout
+from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
+
+__all__ = ["sweep", "apply_move", "FIELDS"]
+
+#: The buffer fields, in the order of their offsets in ``off`` (the views tuple ``S`` of the kernels).
+FIELDS = (
+    "tv",
+    "tn",
+    "ttype",
+    "tperm",
+    "tpos",
+    "l31",
+    "p31",
+    "vtime",
+    "vtet",
+    "scnum",
+    "cnum",
+    "vperm",
+    "vpos",
+    "slices",
+    "counts",
+    "attempts",
+    "accepts",
+)
+TV, TN, TT, TPERM, TPOS, L31, P31, VTIME, VTET, SC, CN, VPERM, VPOS, SLICES, CNT, ATT, ACC = range(17)
+N0, N3, N31, N22, OVF, MISS = (COUNTS.index(k) for k in ("n0", "n3", "n31", "n22", "overflow", "missed_target"))
+M26, M62, M44, M23, M32 = range(5)
+MAXNEW = 6  # most tetrahedra a move creates (the (2,6))
+MAXBND = 12  # most boundary faces of a move's cavity (the (6,2): 6 tetrahedra, 2 faces each)
+
+
+def _offsets(c3: int, t_n: int) -> np.ndarray:
+    lay = layout(c3, t_n)
+    return np.asarray([lay[f][0] for f in FIELDS] + [lay[f][1] for f in FIELDS], np.int64)
+
+
+@njit(cache=True)
+def views(buf, off):
+    k = len(off) // 2
+    return (
+        buf[off[0] : off[0] + off[k + 0]],
+        buf[off[1] : off[1] + off[k + 1]],
+        buf[off[2] : off[2] + off[k + 2]],
+        buf[off[3] : off[3] + off[k + 3]],
+        buf[off[4] : off[4] + off[k + 4]],
+        buf[off[5] : off[5] + off[k + 5]],
+        buf[off[6] : off[6] + off[k + 6]],
+        buf[off[7] : off[7] + off[k + 7]],
+        buf[off[8] : off[8] + off[k + 8]],
+        buf[off[9] : off[9] + off[k + 9]],
+        buf[off[10] : off[10] + off[k + 10]],
+        buf[off[11] : off[11] + off[k + 11]],
+        buf[off[12] : off[12] + off[k + 12]],
+        buf[off[13] : off[13] + off[k + 13]],
+        buf[off[14] : off[14] + off[k + 14]],
+        buf[off[15] : off[15] + off[k + 15]],
+        buf[off[16] : off[16] + off[k + 16]],
+    )
+
+
+# ---- small geometric queries
+
+
+@njit(inline="always")
+def vidx(S, t, v):
+    """Position of vertex ``v`` in tetrahedron ``t``, -1 if absent."""
+    tv = S[TV]
+    for i in range(4):
+        if tv[4 * t + i] == v:
+            return i
+    return -1
+
+
+@njit(inline="always")
+def glued(S, a, b):
+    tn = S[TN]
+    for i in range(4):
+        if tn[4 * a + i] == b:
+            return True
+    return False
+
+
+@njit(inline="always")
+def uniform01(rng):
+    x, z = splitmix(rng[0])
+    rng[0] = x
+    return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True)
+def has_edge(S, a, b, upper, work):
+    """Whether vertices ``a`` and ``b`` share an edge, ``b`` on ``a``'s slice or on the next (``upper``) or
+    previous slice: a walk of the tetrahedra that contain ``a`` in that slab (they are face-connected: the star
+    of a vertex is a ball and its part in one slab a half-ball). ``work``: (mark (C3,), stack (C3,), stamp (1,))."""
+    tv, tn, vtime, vtet = S[TV], S[TN], S[VTIME], S[VTET]
+    mark, stack, stamp = work
+    stamp[0] += 1
+    st = stamp[0]
+    start = vtet[a]
+    if not upper:
+        start = tn[4 * start + 3]
+    slab = vtime[tv[4 * start]]
+    top = 1
+    stack[0] = start
+    mark[start] = st
+    while top > 0:
+        top -= 1
+        x = stack[top]
+        for i in range(4):
+            if tv[4 * x + i] == b:
+                return True
+        for i in range(4):
+            if tv[4 * x + i] == a:
+                continue
+            y = tn[4 * x + i]
+            if mark[y] == st or vtime[tv[4 * y]] != slab:
+                continue
+            mark[y] = st
+            stack[top] = y
+            top += 1
+    return False
+
+
+@njit(cache=True)
+def fan_has(S, e1, e2, prev, cur, w_target, end_type):
+    """Walk the tetrahedra around the spatial edge ``(e1, e2)`` in one slab from ``prev`` into ``cur`` (across a
+    face containing the edge) until the tetrahedron of type ``end_type`` closing the fan; whether any contains
+    vertex ``w_target`` (the triangle ``(e1, e2, w_target)`` then exists)."""
+    tv, tn, tt = S[TV], S[TN], S[TT]
+    for _ in range(len(tt)):
+        if vidx(S, cur, w_target) >= 0:
+            return True
+        if tt[cur] == end_type:
+            return False
+        # a (2,2) around the edge: exit across the face not shared with prev
+        nxt = -1
+        for i in range(4):
+            w = tv[4 * cur + i]
+            if w != e1 and w != e2 and vidx(S, prev, w) >= 0:
+                nxt = tn[4 * cur + i]
+        prev, cur = cur, nxt
+    return True  # not reached on a valid triangulation; refuse the move
+
+
+# ---- the one generic update: replace a cavity of tetrahedra by new ones
+
+
+@njit(inline="always")
+def bag_remove(perm, pos, n, x):
+    """Move id ``x`` out of the first ``n`` entries of ``perm`` (swap with the last); returns the new count."""
+    i = pos[x]
+    last = perm[n - 1]
+    perm[i] = last
+    pos[last] = i
+    perm[n - 1] = x
+    pos[x] = n - 1
+    return n - 1
+
+
+@njit(cache=True)
+def replace(S, rem, nr, nv, ntype, nn):
+    """Remove tetrahedra ``rem[:nr]`` and glue in ``nn`` new ones (vertices ``nv[:nn]`` (nn, 4) in the type's
+    order, types ``ntype``); the new tetrahedra's faces are glued to each other or to the cavity's outside
+    neighbours by matching vertex triples. Keeps every count, bag and per-vertex datum (a new vertex is made live
+    by the caller first). The caller has checked the capacity (``n3 + nn <= C3``)."""
+    tv, tn, tt, tperm, tpos, l31, p31 = S[TV], S[TN], S[TT], S[TPERM], S[TPOS], S[L31], S[P31]
+    vtime, vtet, sc, cn, slices, cnt = S[VTIME], S[VTET], S[SC], S[CN], S[SLICES], S[CNT]
+    bface = np.empty((MAXBND, 3), np.int32)
+    bout = np.empty(MAXBND, np.int32)
+    nb = 0
+    for k in range(nr):
+        r = rem[k]
+        for i in range(4):
+            x = tn[4 * r + i]
+            inside = False
+            for m in range(nr):
+                if rem[m] == x:
+                    inside = True
+            if inside:
+                continue
+            j = 0
+            for q in range(4):
+                if q != i:
+                    bface[nb, j] = tv[4 * r + q]
+                    j += 1
+            bout[nb] = x
+            nb += 1
+    # new slots first (the removed slots stay taken while the outside is relinked)
+    slots = np.empty(MAXNEW, np.int32)
+    n3 = cnt[N3]
+    for a in range(nn):
+        s = tperm[n3]
+        n3 += 1
+        slots[a] = s
+        tt[s] = ntype[a]
+        for i in range(4):
+            tv[4 * s + i] = nv[a, i]
+            cn[nv[a, i]] += 1
+        if ntype[a] == TYPE_31:
+            l31[cnt[N31]] = s
+            p31[s] = cnt[N31]
+            cnt[N31] += 1
+            slices[vtime[nv[a, 0]]] += 1
+            for i in range(3):
+                sc[nv[a, i]] += 1
+                vtet[nv[a, i]] = s
+        elif ntype[a] == TYPE_22:
+            cnt[N22] += 1
+    for a in range(nn):
+        s = slots[a]
+        for i in range(4):
+            # the face opposite vertex i: another new tetrahedron containing it, or the cavity's outside
+            f0 = nv[a, (i + 1) % 4]
+            f1 = nv[a, (i + 2) % 4]
+            f2 = nv[a, (i + 3) % 4]
+            found = -1
+            for b in range(nn):
+                if b == a:
+                    continue
+                hit = 0
+                for q in range(4):
+                    w = nv[b, q]
+                    if w == f0 or w == f1 or w == f2:
+                        hit += 1
+                if hit == 3:
+                    found = slots[b]
+                    break
+            if found < 0:
+                for m in range(nb):
+                    hit = 0
+                    for q in range(3):
+                        w = bface[m, q]
+                        if w == f0 or w == f1 or w == f2:
+                            hit += 1
+                    if hit == 3:
+                        x = bout[m]
+                        found = x
+                        for q in range(4):  # x's face opposite its vertex not on the face
+                            w = tv[4 * x + q]
+                            if w != f0 and w != f1 and w != f2:
+                                tn[4 * x + q] = s
+                        break
+            tn[4 * s + i] = found
+    for k in range(nr):
+        r = rem[k]
+        for i in range(4):
+            cn[tv[4 * r + i]] -= 1
+        if tt[r] == TYPE_31:
+            slices[vtime[tv[4 * r]]] -= 1
+            for i in range(3):
+                sc[tv[4 * r + i]] -= 1
+            cnt[N31] = bag_remove(l31, p31, cnt[N31], r)
+            p31[r] = -1
+        elif tt[r] == TYPE_22:
+            cnt[N22] -= 1
+        tt[r] = 0
+        n3 = bag_remove(tperm, tpos, n3, r)
+    cnt[N3] = n3
+
+
+# ---- the moves (each returns whether it was done; checks first, then the Metropolis test)
+
+
+@njit(inline="always")
+def volume_delta(cnt, dn, dn3, eps, target, fix_n3):
+    if target <= 0.0:
+        return 0.0
+    if fix_n3:
+        dev, d = np.float64(cnt[N3]) - target, np.float64(dn3)
+    else:
+        dev, d = np.float64(cnt[N31]) - target, np.float64(dn)
+    return eps * d * (2.0 * dev + d)
+
+
+@njit(inline="always")
+def metropolis(log_r, rng):
+    if log_r >= 0.0:
+        return True
+    return uniform01(rng) < np.exp(log_r)
+
+
+@njit(cache=True)
+def move26(S, t, cp, rng, force):
+    k0, k3, eps, target, fix_n3, ref, t_n = cp
+    tv, tn, cnt, vperm, vtime, sc, cn = S[TV], S[TN], S[CNT], S[VPERM], S[VTIME], S[SC], S[CN]
+    if cnt[N3] + 6 > len(S[TT]) or cnt[N0] >= len(vperm):
+        cnt[OVF] = 1
+        return False
+    n = np.float64(cnt[N31])
+    geo = n / (n + 2.0) if ref else n / np.float64(cnt[N0] + 1)
+    log_r = k0 - 4.0 * k3 - volume_delta(cnt, 2, 4, eps, target, fix_n3) + np.log(geo)
+    if not force and not metropolis(log_r, rng):
+        return False
+    u = tn[4 * t + 3]
+    v0, v1, v2, vt = tv[4 * t], tv[4 * t + 1], tv[4 * t + 2], tv[4 * t + 3]
+    vb = tv[4 * u]
+    vn = vperm[cnt[N0]]
+    cnt[N0] += 1
+    vtime[vn] = vtime[v0]
+    sc[vn] = 0
+    cn[vn] = 0
+    nv = np.empty((MAXNEW, 4), np.int32)
+    ntype = np.empty(MAXNEW, np.int32)
+    rows = ((v0, v1), (v1, v2), (v2, v0))
+    for k in range(3):
+        a, b = rows[k]
+        nv[k, 0], nv[k, 1], nv[k, 2], nv[k, 3] = a, b, vn, vt
+        ntype[k] = TYPE_31
+        nv[3 + k, 0], nv[3 + k, 1], nv[3 + k, 2], nv[3 + k, 3] = vb, a, b, vn
+        ntype[3 + k] = TYPE_13
+    rem = np.empty(2, np.int32)
+    rem[0], rem[1] = t, u
+    replace(S, rem, 2, nv, ntype, 6)
+    return True
+
+
+@njit(cache=True)
+def move62(S, v, cp, rng, force):
+    k0, k3, eps, target, fix_n3, ref, t_n = cp
+    tv, tn, tt, cnt, vtet, sc, cn, vperm, vpos = S[TV], S[TN], S[TT], S[CNT], S[VTET], S[SC], S[CN], S[VPERM], S[VPOS]
+    if cn[v] != 6 or sc[v] != 3:
+        return False
+    t01 = vtet[v]
+    p = vidx(S, t01, v)
+    a = tv[4 * t01 + (p + 1) % 3]
+    b = tv[4 * t01 + (p + 2) % 3]
+    ta = tn[4 * t01 + (p + 2) % 3]  # across the face (v, a, apex)
+    tb = tn[4 * t01 + (p + 1) % 3]  # across (v, b, apex)
+    if tt[ta] != TYPE_31 or tt[tb] != TYPE_31:
+        return False
+    c = -1
+    for i in range(3):
+        w = tv[4 * ta + i]
+        if w != v and w != a:
+            c = w
+    if sc[a] < 4 or sc[b] < 4 or sc[c] < 4:
+        return False
+    n = np.float64(cnt[N31])
+    geo = n / (n - 2.0) if ref else np.float64(cnt[N0]) / (n - 2.0)
+    log_r = -k0 + 4.0 * k3 - volume_delta(cnt, -2, -4, eps, target, fix_n3) + np.log(geo)
+    if not force and not metropolis(log_r, rng):
+        return False
+    vt = tv[4 * t01 + 3]
+    vb = tv[4 * tn[4 * t01 + 3]]
+    rem = np.empty(6, np.int32)
+    rem[0], rem[1], rem[2] = t01, ta, tb
+    rem[3], rem[4], rem[5] = tn[4 * t01 + 3], tn[4 * ta + 3], tn[4 * tb + 3]
+    nv = np.empty((MAXNEW, 4), np.int32)
+    ntype = np.empty(MAXNEW, np.int32)
+    nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = a, b, c, vt
+    nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = vb, a, b, c
+    ntype[0], ntype[1] = TYPE_31, TYPE_13
+    replace(S, rem, 6, nv, ntype, 2)
+    cnt[N0] = bag_remove(vperm, vpos, cnt[N0], v)
+    return True
+
+
+@njit(cache=True)
+def move44(S, t, i, cp, rng, work):
+    tv, tn, tt, cnt = S[TV], S[TN], S[TT], S[CNT]
+    t2 = tn[4 * t + i]
+    if tt[t2] != TYPE_31:
+        return False
+    u, u2 = tn[4 * t + 3], tn[4 * t2 + 3]
+    if not glued(S, u, u2):
+        return False
+    if cnt[N3] + 4 > len(tt):
+        cnt[OVF] = 1
+        return False
+    a = tv[4 * t + i]
+    p, q = tv[4 * t + (i + 1) % 3], tv[4 * t + (i + 2) % 3]
+    b = -1
+    for k in range(3):
+        w = tv[4 * t2 + k]
+        if w != p and w != q:
+            b = w
+    if has_edge(S, a, b, True, work):
+        return False
+    vt, vb = tv[4 * t + 3], tv[4 * u]
+    nv = np.empty((MAXNEW, 4), np.int32)
+    ntype = np.empty(MAXNEW, np.int32)
+    nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = a, b, p, vt
+    nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = a, b, q, vt
+    nv[2, 0], nv[2, 1], nv[2, 2], nv[2, 3] = vb, a, b, p
+    nv[3, 0], nv[3, 1], nv[3, 2], nv[3, 3] = vb, a, b, q
+    ntype[0], ntype[1], ntype[2], ntype[3] = TYPE_31, TYPE_31, TYPE_13, TYPE_13
+    rem = np.empty(4, np.int32)
+    rem[0], rem[1], rem[2], rem[3] = t, t2, u, u2
+    replace(S, rem, 4, nv, ntype, 4)
+    return True
+
+
+@njit(cache=True)
+def move23(S, t, i, up, cp, rng, work, force):
+    """(2,3) from the (3,1) ``t`` (``up``) or the (1,3) below it, across its side face ``i`` (0..2)."""
+    k0, k3, eps, target, fix_n3, ref, t_n = cp
+    tv, tn, tt, cnt = S[TV], S[TN], S[TT], S[CNT]
+    if up:
+        a, apex, tri0 = t, 3, 0
+    else:
+        a, apex, tri0 = tn[4 * t + 3], 0, 1
+    fi = tri0 + i
+    x = tn[4 * a + fi]
+    if tt[x] != TYPE_22:
+        return False
+    if cnt[N3] + 3 > len(tt):
+        cnt[OVF] = 1
+        return False
+    v0 = tv[4 * a + fi]
+    b1, b2 = tv[4 * a + tri0 + (i + 1) % 3], tv[4 * a + tri0 + (i + 2) % 3]
+    v3 = tv[4 * a + apex]
+    v1 = -1
+    for k in range(4):
+        w = tv[4 * x + k]
+        if w != b1 and w != b2 and w != v3:
+            v1 = w
+    log_r = -k3 - volume_delta(cnt, 0, 1, eps, target, fix_n3)
+    if not force and not metropolis(log_r, rng):
+        return False
+    if has_edge(S, v0, v1, up, work):
+        return False
+    nv = np.empty((MAXNEW, 4), np.int32)
+    ntype = np.empty(MAXNEW, np.int32)
+    if up:
+        nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = tv[4 * a], tv[4 * a + 1], tv[4 * a + 2], v1
+        nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = v0, b1, v1, v3
+        nv[2, 0], nv[2, 1], nv[2, 2], nv[2, 3] = v0, b2, v1, v3
+        ntype[0] = TYPE_31
+    else:
+        nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = v1, tv[4 * a + 1], tv[4 * a + 2], tv[4 * a + 3]
+        nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = v1, v3, v0, b1
+        nv[2, 0], nv[2, 1], nv[2, 2], nv[2, 3] = v1, v3, v0, b2
+        ntype[0] = TYPE_13
+    ntype[1], ntype[2] = TYPE_22, TYPE_22
+    rem = np.empty(2, np.int32)
+    rem[0], rem[1] = a, x
+    replace(S, rem, 2, nv, ntype, 3)
+    return True
+
+
+@njit(cache=True)
+def move32(S, t, j, up, cp, rng, force):
+    """(3,2) on the timelike edge from base vertex ``j`` (0..2) of the (3,1) ``t`` (``up``) or of the top of the
+    (1,3) below it to the apex."""
+    k0, k3, eps, target, fix_n3, ref, t_n = cp
+    tv, tn, tt, cnt = S[TV], S[TN], S[TT], S[CNT]
+    if up:
+        a, apex, tri0, end = t, 3, 0, TYPE_31
+    else:
+        a, apex, tri0, end = tn[4 * t + 3], 0, 1, TYPE_13
+    k, m = tri0 + (j + 1) % 3, tri0 + (j + 2) % 3
+    x, y = tn[4 * a + k], tn[4 * a + m]
+    if tt[x] != TYPE_22 or tt[y] != TYPE_22:
+        return False
+    v0, v1 = tv[4 * a + tri0 + j], tv[4 * a + apex]
+    vk, vm = tv[4 * a + k], tv[4 * a + m]
+    v3 = -1
+    for q in range(4):
+        w = tv[4 * x + q]
+        if w != v0 and w != vm and w != v1:
+            v3 = w
+    if vidx(S, y, v3) < 0:
+        return False
+    log_r = k3 - volume_delta(cnt, 0, -1, eps, target, fix_n3)
+    if not force and not metropolis(log_r, rng):
+        return False
+    if fan_has(S, vk, vm, a, tn[4 * a + tri0 + j], v3, end):
+        return False
+    nv = np.empty((MAXNEW, 4), np.int32)
+    ntype = np.empty(MAXNEW, np.int32)
+    if up:
+        nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = tv[4 * a], tv[4 * a + 1], tv[4 * a + 2], v3
+        nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = vk, vm, v1, v3
+        ntype[0] = TYPE_31
+    else:
+        nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = v3, tv[4 * a + 1], tv[4 * a + 2], tv[4 * a + 3]
+        nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = v1, v3, vk, vm
+        ntype[0] = TYPE_13
+    ntype[1] = TYPE_22
+    rem = np.empty(3, np.int32)
+    rem[0], rem[1], rem[2] = a, x, y
+    replace(S, rem, 3, nv, ntype, 2)
+    return True
+
+
+@njit(cache=True)
+def attempt(S, cp, rng, work):
+    """One attempt (the module docstring's proposal); counts it in ``attempts``/``accepts``."""
+    cnt, l31, vperm, att, acc = S[CNT], S[L31], S[VPERM], S[ATT], S[ACC]
+    r = draw_index(rng, 12)
+    family, sub = r // 4, r % 4
+    if family == 0:
+        if sub & 1 == 0:
+            kind = M26
+            ok = move26(S, l31[draw_index(rng, cnt[N31])], cp, rng, False)
+        else:
+            kind = M62
+            ok = move62(S, vperm[draw_index(rng, cnt[N0])], cp, rng, False)
+    elif family == 1:
+        kind = M44
+        t = l31[draw_index(rng, cnt[N31])]
+        ok = move44(S, t, draw_index(rng, 3), cp, rng, work)
+    else:
+        t = l31[draw_index(rng, cnt[N31])]
+        i = draw_index(rng, 3)
+        up = (sub >> 1) == 0
+        if sub & 1 == 0:
+            kind = M23
+            ok = move23(S, t, i, up, cp, rng, work, False)
+        else:
+            kind = M32
+            ok = move32(S, t, i, up, cp, rng, False)
+    att[kind] += 1
+    if ok:
+        acc[kind] += 1
+
+
+@njit(cache=True)
+def sweep_chain(buf, off, n, k0, k3, eps, target, fix_n3, ref, t_n, until_target, max_extra, seed):
+    """``n`` attempts on one chain's buffer, then (``until_target``) up to ``max_extra`` more until the volume
+    ``N_fix`` equals ``target`` (a miss increments ``missed_target``)."""
+    S = views(buf, off)
+    cnt = S[CNT]
+    S[ATT][:] = 0
+    S[ACC][:] = 0
+    c3 = len(S[TT])
+    work = (np.zeros(c3, np.int32), np.empty(c3, np.int32), np.zeros(1, np.int32))
+    rng = np.empty(1, np.uint64)
+    rng[0] = seed
+    cp = (k0, k3, eps, target, fix_n3, ref, t_n)
+    for _ in range(n):
+        attempt(S, cp, rng, work)
+    if until_target:
+        tgt = np.int64(target)
+        for _ in range(max_extra):
+            now = cnt[N3] if fix_n3 else cnt[N31]
+            if now == tgt:
+                break
+            attempt(S, cp, rng, work)
+        now = cnt[N3] if fix_n3 else cnt[N31]
+        if now != tgt:
+            cnt[MISS] += 1
+
+
+@njit(cache=True, parallel=True)
+def sweep_batch(bufs, off, n, k0, k3, eps, target, fix_n3, ref, t_n, until_target, max_extra, seeds):
+    for c in prange(bufs.shape[0]):
+        sweep_chain(
+            bufs[c], off, n, k0[c], k3[c], eps[c], target[c], fix_n3, ref, t_n, until_target, max_extra, seeds[c]
+        )
+
+
+@njit(cache=True)
+def apply_move_kernel(buf, off, kind, a, i, up, k0, k3, eps, target, fix_n3, ref, t_n, force, seed):
+    S = views(buf, off)
+    c3 = len(S[TT])
+    work = (np.zeros(c3, np.int32), np.empty(c3, np.int32), np.zeros(1, np.int32))
+    rng = np.empty(1, np.uint64)
+    rng[0] = seed
+    cp = (k0, k3, eps, target, fix_n3, ref, t_n)
+    if kind == M26:
+        return move26(S, a, cp, rng, force)
+    if kind == M62:
+        return move62(S, a, cp, rng, force)
+    if kind == M44:
+        return move44(S, a, i, cp, rng, work)
+    if kind == M23:
+        return move23(S, a, i, up, cp, rng, work, force)
+    return move32(S, a, i, up, cp, rng, force)
+
+
+def apply_move(
+    buf: np.ndarray,
+    tetra_capacity: int,
+    n_slices: int,
+    move: str,
+    a: int,
+    i: int = 0,
+    up: bool = True,
+    *,
+    couplings: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    fix_n3: bool = False,
+    reference: bool = False,
+    force: bool = True,
+    seed: int = 0,
+) -> bool:
+    """Apply one move to a NumPy buffer in place (tests and exact enumeration): ``move`` one of
+    :data:`~ivhl_jax.physics.cdt.d3_state.MOVE_NAMES_3D`; ``a`` the (3,1) slot (the vertex slot for ``"62"``),
+    ``i`` the face or base vertex (0..2), ``up`` the time orientation of the (2,3)/(3,2). ``force=True`` skips the
+    Metropolis test (the manifold conditions always apply); returns whether the move was done."""
+    from ivhl_jax.physics.cdt.d3_state import MOVE_NAMES_3D
+
+    if move not in MOVE_NAMES_3D:
+        raise ValueError(f"move must be one of {MOVE_NAMES_3D}, got {move!r}")
+    if buf.dtype != np.int32 or buf.ndim != 1 or not buf.flags.c_contiguous:
+        raise ValueError("buf must be one chain's buffer: a contiguous 1-D int32 NumPy array")
+    k0, k3, eps, target = (float(x) for x in couplings)
+    return bool(
+        apply_move_kernel(
+            buf,
+            _offsets(tetra_capacity, n_slices),
+            MOVE_NAMES_3D.index(move),
+            int(a),
+            int(i),
+            bool(up),
+            k0,
+            k3,
+            eps,
+            target,
+            bool(fix_n3),
+            bool(reference),
+            int(n_slices),
+            bool(force),
+            np.uint64(seed),
+        )
+    )
+
+
+def sweep(
+    buf: jax.Array,
+    seed: jax.Array,
+    couplings: tuple[Any, Any, Any, Any],
+    n: int,
+    tetra_capacity: int,
+    n_slices: int,
+    *,
+    fix_n3: bool,
+    reference: bool,
+    until_target: bool,
+    max_extra: int,
+) -> jax.Array:
+    """One sweep of ``n`` attempts on the buffer ``buf`` (..., size) with SplitMix64 seeded by ``seed`` (..., 2)
+    uint32; ``couplings`` ``(k0, k3, eps, target)`` scalars or arrays broadcasting to the batch. Works under jit
+    and vmap (the callback sees the whole batch and runs its chains in parallel threads)."""
+    off = _offsets(tetra_capacity, n_slices)
+
+    def cb(b, s, k0, k3, eps, target):
+        shape = b.shape
+        bufs = np.array(b, np.int32).reshape(-1, shape[-1])
+        nb = bufs.shape[0]
+        s = np.asarray(s, np.uint64).reshape(nb, 2)
+        seeds = np.ascontiguousarray((s[:, 0] << np.uint64(32)) | s[:, 1])
+        per = [
+            np.ascontiguousarray(np.broadcast_to(np.asarray(x, np.float64), shape[:-1]).reshape(nb))
+            for x in (k0, k3, eps, target)
+        ]
+        sweep_batch(  # type: ignore[call-arg]
+            bufs,
+            off,
+            int(n),
+            *per,
+            bool(fix_n3),
+            bool(reference),
+            int(n_slices),
+            bool(until_target),
+            int(max_extra),
+            seeds,
+        )
+        return bufs.reshape(shape)
+
+    args = [jnp.asarray(x, jnp.float32) for x in couplings]
+    return jax.pure_callback(
+        cb, jax.ShapeDtypeStruct(buf.shape, jnp.int32), buf, seed, *args, vmap_method="broadcast_all"
+    )
