@@ -103,7 +103,9 @@ def compare(ours: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     z = d3_profile.z_scores(pick(ours), pick(ref))
     a, ea = np.asarray(ours["profile"]["mean"]), np.asarray(ours["profile"]["error"])
     b, eb = np.asarray(ref["profile"]["mean"]), np.asarray(ref["profile"]["error"])
-    zt = (a - b) / np.sqrt(ea**2 + eb**2)
+    d, s = a - b, np.sqrt(ea**2 + eb**2)
+    # a slice that never fluctuated in either run (the minimal stalk) has error 0: z = 0 if equal, inf if not
+    zt = np.where(s > 0, d / np.where(s > 0, s, 1.0), np.where(d == 0, 0.0, np.inf))
     return {"z": z, "profile_z": zt.tolist(), "profile_chi2": float(zt @ zt), "profile_dof": int(zt.shape[0])}
 
 
