@@ -297,8 +297,8 @@ def analyse(counts: dict[str, np.ndarray], profiles: np.ndarray, *, centring: st
 
     ``n22_over_n31`` (⟨N22⟩/⟨N31⟩ with N31 = N(3,1) + N(1,3)) with its autocorrelation-corrected error and
     τ_int (measurements); means of N0, N31, N22, N3; the slice-area histogram (all slices of all
-    measurements); the centred averaged profile with errors; the de Sitter fit with ``volume = ⟨N3⟩`` over
-    the slices whose mean exceeds twice the minimal slice (4 triangles).
+    measurements); the centred averaged profile with errors; the de Sitter fit with ``volume = ⟨N3⟩`` on top of
+    the stalk (the mean of the quarter of smallest slices), over the slices above twice the stalk.
     """
     from ivhl_jax.numerics.statistics import mean_with_error
     from ivhl_jax.physics.cdt import d3_profile
@@ -317,9 +317,13 @@ def analyse(counts: dict[str, np.ndarray], profiles: np.ndarray, *, centring: st
         hist = np.bincount(areas)
         out["slice_area_histogram"] = {"areas": np.nonzero(hist)[0].tolist(), "counts": hist[hist > 0].tolist()}
         try:
-            fit = d3_profile.fit_de_sitter(mean, err, float(np.mean(counts["n3"])), min_area=8.0)
+            # the stalk's level: the mean of the quarter of slices with the smallest areas; the fit takes the
+            # slices above twice that (the blob) and normalises the shape to the area above the stalk
+            stalk = float(np.mean(np.sort(mean)[: max(1, mean.shape[0] // 4)]))
+            fit = d3_profile.fit_de_sitter(mean, err, float(np.mean(counts["n3"])), min_area=2 * stalk, stalk=stalk)
             out["de_sitter"] = {
                 "volume": "mean N3",
+                "stalk": fit.stalk,
                 "s": fit.s,
                 "s_err": fit.s_err,
                 "t0": fit.t0,

@@ -48,7 +48,8 @@ class DeSitterFit(NamedTuple):
 
     ``s`` (dimensionless) and ``t0`` (slices) with their standard errors (from the fit's covariance scaled
     by ``chi2/dof`` when that exceeds 1); ``width`` ``B = s volume^{1/3}`` (slices); ``amplitude`` ``A``
-    (triangles); ``total`` the profile's summed area; ``chi2``/``dof`` over the fitted ``slices`` (indices).
+    (triangles); ``total`` the blob's area ``Σ (mean − stalk)``; ``stalk`` the per-slice area the blob sits on;
+    ``chi2``/``dof`` over the fitted ``slices`` (indices).
     """
 
     s: float
@@ -58,6 +59,7 @@ class DeSitterFit(NamedTuple):
     width: float
     amplitude: float
     total: float
+    stalk: float
     volume: float
     chi2: float
     dof: int
@@ -120,6 +122,7 @@ def fit_de_sitter(
     volume: float,
     *,
     min_area: float = 0.0,
+    stalk: float = 0.0,
     s_guess: float | None = None,
 ) -> DeSitterFit:
     """Fit ``s`` and ``t0`` of :func:`de_sitter_profile` to a centred averaged profile (weighted least squares).
@@ -128,8 +131,10 @@ def fit_de_sitter(
       mean, error: (T,) the averaged profile and its errors (:func:`mean_profile`), centred at T // 2.
       volume: the volume setting the time scale (N₃ or N(3,1), see the module docstring).
       min_area: only slices with ``mean > min_area`` enter the fit (e.g. to leave out the stalk of
-        near-minimal slices, 4 triangles each); the normalisation ``total`` is always the whole profile's
-        sum, the area the continuum shape must carry.
+        near-minimal slices outside the blob, 4 triangles each at the least).
+      stalk: a constant area per slice under the blob (the stalk's level), subtracted from every slice before
+        the fit: the model is ``stalk + V₂(t)`` and its normalisation ``total = Σ_t (mean − stalk)`` is the
+        blob's area, the area the continuum shape must carry. 0 (the default): the whole profile.
       s_guess: starting value of ``s`` (default from the profile's second moment).
 
     Returns :class:`DeSitterFit`. Raises ValueError on bad shapes or too few slices (need > 2).
@@ -144,10 +149,13 @@ def fit_de_sitter(
         raise ValueError(f"volume must be positive, got {volume!r}")
     T = m.shape[0]
     t = np.arange(T, dtype=np.float64)
+    if not (0 <= stalk < float(m.max())):
+        raise ValueError(f"stalk must lie in [0, max(mean)) (the area under the blob), got {stalk!r}")
+    sel = np.nonzero(m > min_area)[0]
+    m = m - stalk
     total = float(m.sum())
     if total <= 0:
         raise ValueError("the profile is empty (sum 0): nothing to fit")
-    sel = np.nonzero(m > min_area)[0]
     if sel.shape[0] <= 2:
         raise ValueError(f"only {sel.shape[0]} slices have mean > min_area={min_area}; need at least 3 to fit s, t0")
     # A zero error (a slice that never fluctuated) would get infinite weight: floor it at the smallest positive.
@@ -178,6 +186,7 @@ def fit_de_sitter(
         width=width,
         amplitude=2.0 * total / (math.pi * width),
         total=total,
+        stalk=float(stalk),
         volume=float(volume),
         chi2=chi2,
         dof=dof,

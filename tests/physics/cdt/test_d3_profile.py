@@ -46,8 +46,9 @@ def test_fit_recovers_s_from_noisy_rolled_profiles():
     T, s, volume, total = 40, 0.45, 8000.0, 1500.0
     profiles = _blobs(rng, 600, T, s, volume, total, noise=5.0)
     mean, err = dp.mean_profile(profiles)
-    # the fit's total must be the shape's area only: remove the stalk the model does not carry
-    fit = dp.fit_de_sitter(mean - 30.0, err, volume, min_area=2.0)
+    # the stalk under the blob is subtracted: the normalisation is the blob's own area
+    fit = dp.fit_de_sitter(mean, err, volume, min_area=32.0, stalk=30.0)
+    assert fit.total == pytest.approx(mean.sum() - 30.0 * T)
     assert fit.s_err < 0.02
     assert abs(fit.s - s) < 4 * fit.s_err
     assert fit.width == pytest.approx(fit.s * volume ** (1 / 3))
@@ -62,6 +63,8 @@ def test_fit_rejects_too_few_slices_and_bad_shapes():
         dp.fit_de_sitter(np.array([1.0, 0, 0, 0, 5.0]), np.ones(5), 100.0, min_area=2.0)
     with pytest.raises(ValueError, match="equal 1-D"):
         dp.fit_de_sitter(np.ones(5), np.ones(4), 100.0)
+    with pytest.raises(ValueError, match="stalk"):
+        dp.fit_de_sitter(np.ones(5), np.ones(5), 100.0, stalk=2.0)
     with pytest.raises(ValueError, match="volume"):
         dp.fit_de_sitter(np.ones(5), np.ones(5), 0.0)
     with pytest.raises(ValueError, match="method"):
