@@ -317,9 +317,8 @@ def analyse(counts: dict[str, np.ndarray], profiles: np.ndarray, *, centring: st
         hist = np.bincount(areas)
         out["slice_area_histogram"] = {"areas": np.nonzero(hist)[0].tolist(), "counts": hist[hist > 0].tolist()}
         try:
-            # the stalk's level: the mean of the quarter of slices with the smallest areas; the fit takes the
-            # slices above twice that (the blob) and normalises the shape to the area above the stalk
-            stalk = float(np.mean(np.sort(mean)[: max(1, mean.shape[0] // 4)]))
+            # the fit takes the slices above twice the stalk (the blob), normalised to the area above the stalk
+            stalk = d3_profile.stalk_level(mean)
             fit = d3_profile.fit_de_sitter(mean, err, float(np.mean(counts["n3"])), min_area=2 * stalk, stalk=stalk)
             out["de_sitter"] = {
                 "volume": "mean N3",

@@ -17,7 +17,7 @@ scale; the literature uses the total number of tetrahedra (AJL) or N(3,1) (Coope
 caller passes it as ``volume`` and says which. Units: ``t`` in slices, ``V₂`` in spatial triangles.
 
 Functions: :func:`centre_profiles`, :func:`mean_profile`, :func:`de_sitter_profile`,
-:func:`fit_de_sitter`, :func:`ratio_with_error`, :func:`z_scores`.
+:func:`fit_de_sitter`, :func:`stalk_level`, :func:`ratio_with_error`, :func:`z_scores`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "mean_profile",
     "de_sitter_profile",
     "fit_de_sitter",
+    "stalk_level",
     "ratio_with_error",
     "z_scores",
 ]
@@ -192,6 +193,16 @@ def fit_de_sitter(
         dof=dof,
         slices=sel,
     )
+
+
+def stalk_level(mean: Any) -> float:
+    """The stalk's area per slice of an averaged profile (T,): the mean of its quarter of smallest slices (at least
+    one). Outside the blob the slices stay near the minimal sphere (4 triangles); the de Sitter shape sits on top
+    (:func:`fit_de_sitter`'s ``stalk``; fit the slices above twice this level)."""
+    m = np.asarray(mean, dtype=np.float64)
+    if m.ndim != 1 or m.shape[0] < 1:
+        raise ValueError(f"mean must be a 1-D profile, got shape {m.shape}")
+    return float(np.mean(np.sort(m)[: max(1, m.shape[0] // 4)]))
 
 
 def ratio_with_error(num: Any, den: Any) -> tuple[float, float, float]:

@@ -47,6 +47,8 @@ def test_fit_recovers_s_from_noisy_rolled_profiles():
     profiles = _blobs(rng, 600, T, s, volume, total, noise=5.0)
     mean, err = dp.mean_profile(profiles)
     # the stalk under the blob is subtracted: the normalisation is the blob's own area
+    stalk = dp.stalk_level(mean)
+    assert stalk == pytest.approx(30.0, abs=1.0)
     fit = dp.fit_de_sitter(mean, err, volume, min_area=32.0, stalk=30.0)
     assert fit.total == pytest.approx(mean.sum() - 30.0 * T)
     assert fit.s_err < 0.02
