@@ -62,7 +62,7 @@ from numba import njit, prange
 from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, layout
 from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
 
-__all__ = ["sweep", "apply_move", "FIELDS"]
+__all__ = ["sweep", "apply_move", "transition_counts", "FIELDS"]
 
 #: The buffer fields, in the order of their offsets in ``off`` (the views tuple ``S`` of the kernels).
 FIELDS = (
@@ -89,6 +89,24 @@ N0, N3, N31, N22, OVF, MISS = (COUNTS.index(k) for k in ("n0", "n3", "n31", "n22
 M26, M62, M44, M23, M32 = range(5)
 MAXNEW = 6  # most tetrahedra a move creates (the (2,6))
 MAXBND = 12  # most boundary faces of a move's cavity (the (6,2): 6 tetrahedra, 2 faces each)
+
+
+@njit(cache=True)
+def scratch(c3):
+    """Per-chain work arrays, allocated once per sweep (no allocation in the attempt loop): the walk's marks,
+    stack and stamp (:func:`has_edge`), a move's new tetrahedra ``nv`` (MAXNEW, 4) and types, the removed slots,
+    the cavity's boundary faces (MAXBND, 3) and outside tetrahedra, the new slots."""
+    return (
+        np.zeros(c3, np.int32),
+        np.empty(c3, np.int32),
+        np.zeros(1, np.int32),
+        np.empty((MAXNEW, 4), np.int32),
+        np.empty(MAXNEW, np.int32),
+        np.empty(MAXNEW, np.int32),
+        np.empty((MAXBND, 3), np.int32),
+        np.empty(MAXBND, np.int32),
+        np.empty(MAXNEW, np.int32),
+    )
 
 
 def _offsets(c3: int, t_n: int) -> np.ndarray:
@@ -153,9 +171,9 @@ def uniform01(rng):
 def has_edge(S, a, b, upper, work):
     """Whether vertices ``a`` and ``b`` share an edge, ``b`` on ``a``'s slice or on the next (``upper``) or
     previous slice: a walk of the tetrahedra that contain ``a`` in that slab (they are face-connected: the star
-    of a vertex is a ball and its part in one slab a half-ball). ``work``: (mark (C3,), stack (C3,), stamp (1,))."""
+    of a vertex is a ball and its part in one slab a half-ball). ``work``: :func:`scratch`."""
     tv, tn, vtime, vtet = S[TV], S[TN], S[VTIME], S[VTET]
-    mark, stack, stamp = work
+    mark, stack, stamp = work[0], work[1], work[2]
     stamp[0] += 1
     st = stamp[0]
     start = vtet[a]
@@ -220,15 +238,15 @@ def bag_remove(perm, pos, n, x):
 
 
 @njit(cache=True)
-def replace(S, rem, nr, nv, ntype, nn):
+def replace(S, nr, nn, work):
     """Remove tetrahedra ``rem[:nr]`` and glue in ``nn`` new ones (vertices ``nv[:nn]`` (nn, 4) in the type's
-    order, types ``ntype``); the new tetrahedra's faces are glued to each other or to the cavity's outside
+    order, types ``ntype``; ``rem``, ``nv``, ``ntype`` are the :func:`scratch` arrays ``work[5]``, ``work[3]``,
+    ``work[4]``); the new tetrahedra's faces are glued to each other or to the cavity's outside
     neighbours by matching vertex triples. Keeps every count, bag and per-vertex datum (a new vertex is made live
     by the caller first). The caller has checked the capacity (``n3 + nn <= C3``)."""
     tv, tn, tt, tperm, tpos, l31, p31 = S[TV], S[TN], S[TT], S[TPERM], S[TPOS], S[L31], S[P31]
     vtime, vtet, sc, cn, slices, cnt = S[VTIME], S[VTET], S[SC], S[CN], S[SLICES], S[CNT]
-    bface = np.empty((MAXBND, 3), np.int32)
-    bout = np.empty(MAXBND, np.int32)
+    nv, ntype, rem, bface, bout, slots = work[3], work[4], work[5], work[6], work[7], work[8]
     nb = 0
     for k in range(nr):
         r = rem[k]
@@ -248,7 +266,6 @@ def replace(S, rem, nr, nv, ntype, nn):
             bout[nb] = x
             nb += 1
     # new slots first (the removed slots stay taken while the outside is relinked)
-    slots = np.empty(MAXNEW, np.int32)
     n3 = cnt[N3]
     for a in range(nn):
         s = tperm[n3]
@@ -342,7 +359,7 @@ def metropolis(log_r, rng):
 
 
 @njit(cache=True)
-def move26(S, t, cp, rng, force):
+def move26(S, t, cp, rng, work, force):
     k0, k3, eps, target, fix_n3, ref, t_n = cp
     tv, tn, cnt, vperm, vtime, sc, cn = S[TV], S[TN], S[CNT], S[VPERM], S[VTIME], S[SC], S[CN]
     if cnt[N3] + 6 > len(S[TT]) or cnt[N0] >= len(vperm):
@@ -361,8 +378,7 @@ def move26(S, t, cp, rng, force):
     vtime[vn] = vtime[v0]
     sc[vn] = 0
     cn[vn] = 0
-    nv = np.empty((MAXNEW, 4), np.int32)
-    ntype = np.empty(MAXNEW, np.int32)
+    nv, ntype, rem = work[3], work[4], work[5]
     rows = ((v0, v1), (v1, v2), (v2, v0))
     for k in range(3):
         a, b = rows[k]
@@ -370,14 +386,13 @@ def move26(S, t, cp, rng, force):
         ntype[k] = TYPE_31
         nv[3 + k, 0], nv[3 + k, 1], nv[3 + k, 2], nv[3 + k, 3] = vb, a, b, vn
         ntype[3 + k] = TYPE_13
-    rem = np.empty(2, np.int32)
     rem[0], rem[1] = t, u
-    replace(S, rem, 2, nv, ntype, 6)
+    replace(S, 2, 6, work)
     return True
 
 
 @njit(cache=True)
-def move62(S, v, cp, rng, force):
+def move62(S, v, cp, rng, work, force):
     k0, k3, eps, target, fix_n3, ref, t_n = cp
     tv, tn, tt, cnt, vtet, sc, cn, vperm, vpos = S[TV], S[TN], S[TT], S[CNT], S[VTET], S[SC], S[CN], S[VPERM], S[VPOS]
     if cn[v] != 6 or sc[v] != 3:
@@ -404,15 +419,13 @@ def move62(S, v, cp, rng, force):
         return False
     vt = tv[4 * t01 + 3]
     vb = tv[4 * tn[4 * t01 + 3]]
-    rem = np.empty(6, np.int32)
+    nv, ntype, rem = work[3], work[4], work[5]
     rem[0], rem[1], rem[2] = t01, ta, tb
     rem[3], rem[4], rem[5] = tn[4 * t01 + 3], tn[4 * ta + 3], tn[4 * tb + 3]
-    nv = np.empty((MAXNEW, 4), np.int32)
-    ntype = np.empty(MAXNEW, np.int32)
     nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = a, b, c, vt
     nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = vb, a, b, c
     ntype[0], ntype[1] = TYPE_31, TYPE_13
-    replace(S, rem, 6, nv, ntype, 2)
+    replace(S, 6, 2, work)
     cnt[N0] = bag_remove(vperm, vpos, cnt[N0], v)
     return True
 
@@ -439,16 +452,14 @@ def move44(S, t, i, cp, rng, work):
     if has_edge(S, a, b, True, work):
         return False
     vt, vb = tv[4 * t + 3], tv[4 * u]
-    nv = np.empty((MAXNEW, 4), np.int32)
-    ntype = np.empty(MAXNEW, np.int32)
+    nv, ntype, rem = work[3], work[4], work[5]
     nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = a, b, p, vt
     nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = a, b, q, vt
     nv[2, 0], nv[2, 1], nv[2, 2], nv[2, 3] = vb, a, b, p
     nv[3, 0], nv[3, 1], nv[3, 2], nv[3, 3] = vb, a, b, q
     ntype[0], ntype[1], ntype[2], ntype[3] = TYPE_31, TYPE_31, TYPE_13, TYPE_13
-    rem = np.empty(4, np.int32)
     rem[0], rem[1], rem[2], rem[3] = t, t2, u, u2
-    replace(S, rem, 4, nv, ntype, 4)
+    replace(S, 4, 4, work)
     return True
 
 
@@ -481,8 +492,7 @@ def move23(S, t, i, up, cp, rng, work, force):
         return False
     if has_edge(S, v0, v1, up, work):
         return False
-    nv = np.empty((MAXNEW, 4), np.int32)
-    ntype = np.empty(MAXNEW, np.int32)
+    nv, ntype, rem = work[3], work[4], work[5]
     if up:
         nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = tv[4 * a], tv[4 * a + 1], tv[4 * a + 2], v1
         nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = v0, b1, v1, v3
@@ -494,14 +504,13 @@ def move23(S, t, i, up, cp, rng, work, force):
         nv[2, 0], nv[2, 1], nv[2, 2], nv[2, 3] = v1, v3, v0, b2
         ntype[0] = TYPE_13
     ntype[1], ntype[2] = TYPE_22, TYPE_22
-    rem = np.empty(2, np.int32)
     rem[0], rem[1] = a, x
-    replace(S, rem, 2, nv, ntype, 3)
+    replace(S, 2, 3, work)
     return True
 
 
 @njit(cache=True)
-def move32(S, t, j, up, cp, rng, force):
+def move32(S, t, j, up, cp, rng, work, force):
     """(3,2) on the timelike edge from base vertex ``j`` (0..2) of the (3,1) ``t`` (``up``) or of the top of the
     (1,3) below it to the apex."""
     k0, k3, eps, target, fix_n3, ref, t_n = cp
@@ -528,8 +537,7 @@ def move32(S, t, j, up, cp, rng, force):
         return False
     if fan_has(S, vk, vm, a, tn[4 * a + tri0 + j], v3, end):
         return False
-    nv = np.empty((MAXNEW, 4), np.int32)
-    ntype = np.empty(MAXNEW, np.int32)
+    nv, ntype, rem = work[3], work[4], work[5]
     if up:
         nv[0, 0], nv[0, 1], nv[0, 2], nv[0, 3] = tv[4 * a], tv[4 * a + 1], tv[4 * a + 2], v3
         nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = vk, vm, v1, v3
@@ -539,9 +547,8 @@ def move32(S, t, j, up, cp, rng, force):
         nv[1, 0], nv[1, 1], nv[1, 2], nv[1, 3] = v1, v3, vk, vm
         ntype[0] = TYPE_13
     ntype[1] = TYPE_22
-    rem = np.empty(3, np.int32)
     rem[0], rem[1], rem[2] = a, x, y
-    replace(S, rem, 3, nv, ntype, 2)
+    replace(S, 3, 2, work)
     return True
 
 
@@ -554,10 +561,10 @@ def attempt(S, cp, rng, work):
     if family == 0:
         if sub & 1 == 0:
             kind = M26
-            ok = move26(S, l31[draw_index(rng, cnt[N31])], cp, rng, False)
+            ok = move26(S, l31[draw_index(rng, cnt[N31])], cp, rng, work, False)
         else:
             kind = M62
-            ok = move62(S, vperm[draw_index(rng, cnt[N0])], cp, rng, False)
+            ok = move62(S, vperm[draw_index(rng, cnt[N0])], cp, rng, work, False)
     elif family == 1:
         kind = M44
         t = l31[draw_index(rng, cnt[N31])]
@@ -571,7 +578,7 @@ def attempt(S, cp, rng, work):
             ok = move23(S, t, i, up, cp, rng, work, False)
         else:
             kind = M32
-            ok = move32(S, t, i, up, cp, rng, False)
+            ok = move32(S, t, i, up, cp, rng, work, False)
     att[kind] += 1
     if ok:
         acc[kind] += 1
@@ -586,7 +593,7 @@ def sweep_chain(buf, off, n, k0, k3, eps, target, fix_n3, ref, t_n, until_target
     S[ATT][:] = 0
     S[ACC][:] = 0
     c3 = len(S[TT])
-    work = (np.zeros(c3, np.int32), np.empty(c3, np.int32), np.zeros(1, np.int32))
+    work = scratch(c3)
     rng = np.empty(1, np.uint64)
     rng[0] = seed
     cp = (k0, k3, eps, target, fix_n3, ref, t_n)
@@ -616,19 +623,85 @@ def sweep_batch(bufs, off, n, k0, k3, eps, target, fix_n3, ref, t_n, until_targe
 def apply_move_kernel(buf, off, kind, a, i, up, k0, k3, eps, target, fix_n3, ref, t_n, force, seed):
     S = views(buf, off)
     c3 = len(S[TT])
-    work = (np.zeros(c3, np.int32), np.empty(c3, np.int32), np.zeros(1, np.int32))
+    work = scratch(c3)
     rng = np.empty(1, np.uint64)
     rng[0] = seed
     cp = (k0, k3, eps, target, fix_n3, ref, t_n)
     if kind == M26:
-        return move26(S, a, cp, rng, force)
+        return move26(S, a, cp, rng, work, force)
     if kind == M62:
-        return move62(S, a, cp, rng, force)
+        return move62(S, a, cp, rng, work, force)
     if kind == M44:
         return move44(S, a, i, cp, rng, work)
     if kind == M23:
         return move23(S, a, i, up, cp, rng, work, force)
-    return move32(S, a, i, up, cp, rng, force)
+    return move32(S, a, i, up, cp, rng, work, force)
+
+
+@njit(cache=True)
+def outcome_kernel(buf, targets, skip_lo, skip_hi, off, trials, k0, k3, eps, target, fix_n3, ref, t_n, seed):
+    counts = np.zeros(targets.shape[0] + 1, np.int64)
+    work_buf = buf.copy()
+    c3 = off[len(off) // 2 + TT]
+    work = scratch(c3)
+    rng = np.empty(1, np.uint64)
+    rng[0] = seed
+    cp = (k0, k3, eps, target, fix_n3, ref, t_n)
+    for _ in range(trials):
+        work_buf[:] = buf
+        S = views(work_buf, off)
+        attempt(S, cp, rng, work)
+        hit = targets.shape[0]
+        for k in range(targets.shape[0]):
+            same = True
+            for x in range(len(buf)):
+                if (x < skip_lo or x >= skip_hi) and work_buf[x] != targets[k, x]:
+                    same = False
+                    break
+            if same:
+                hit = k
+                break
+        counts[hit] += 1
+    return counts
+
+
+def _kernel_couplings(couplings: Any, fix_n3: bool, reference: bool, n_slices: int) -> tuple[Any, ...]:
+    """The kernels' coupling arguments ``k0, k3, eps, target, fix_n3, ref, t_n``."""
+    k0, k3, eps, target = (float(x) for x in couplings)
+    return k0, k3, eps, target, bool(fix_n3), bool(reference), int(n_slices)
+
+
+def transition_counts(
+    buf: np.ndarray,
+    targets: np.ndarray,
+    tetra_capacity: int,
+    n_slices: int,
+    trials: int,
+    *,
+    couplings: tuple[float, float, float, float],
+    fix_n3: bool = False,
+    reference: bool = False,
+    seed: int = 0,
+) -> np.ndarray:
+    """How often one attempt from the state ``buf`` lands exactly on each of the states ``targets`` (k, size)
+    (buffers made by :func:`apply_move` from ``buf``, so slot for slot what the attempt makes; the move counters
+    are ignored), over ``trials`` attempts each from ``buf``: counts (k + 1,), the last entry every other outcome
+    (rejections included). The direct check of detailed balance: ``P(A->B) / P(B->A) = pi(B) / pi(A)``."""
+    lay = layout(tetra_capacity, n_slices)
+    skip_lo = lay["attempts"][0]
+    skip_hi = lay["accepts"][0] + lay["accepts"][1]
+    return np.asarray(
+        outcome_kernel(  # type: ignore[call-arg]
+            np.ascontiguousarray(buf, np.int32),
+            np.ascontiguousarray(np.atleast_2d(targets), np.int32),
+            skip_lo,
+            skip_hi,
+            _offsets(tetra_capacity, n_slices),
+            int(trials),
+            *_kernel_couplings(couplings, fix_n3, reference, n_slices),
+            np.uint64(seed),
+        )
+    )
 
 
 def apply_move(
@@ -656,22 +729,15 @@ def apply_move(
         raise ValueError(f"move must be one of {MOVE_NAMES_3D}, got {move!r}")
     if buf.dtype != np.int32 or buf.ndim != 1 or not buf.flags.c_contiguous:
         raise ValueError("buf must be one chain's buffer: a contiguous 1-D int32 NumPy array")
-    k0, k3, eps, target = (float(x) for x in couplings)
     return bool(
-        apply_move_kernel(
+        apply_move_kernel(  # type: ignore[call-arg]
             buf,
             _offsets(tetra_capacity, n_slices),
             MOVE_NAMES_3D.index(move),
             int(a),
             int(i),
             bool(up),
-            k0,
-            k3,
-            eps,
-            target,
-            bool(fix_n3),
-            bool(reference),
-            int(n_slices),
+            *_kernel_couplings(couplings, fix_n3, reference, n_slices),
             bool(force),
             np.uint64(seed),
         )
