@@ -1,0 +1,149 @@
+"""The ¹⁶⁴Dy supersolid of an elongated trap, measured (the condensates guide's supersolid section and
+tests/physics/condensate/test_supersolid.py): a_dd = 132 a₀, N = 40000, m = 164 u, f = (110, 90, 30) Hz, dipoles
+along the tight x axis, the long axis z (the parameters of UltraCold's supersolid example, examples/example-4),
+with the Lima–Pelster LHY term, converted by :func:`ivhl_jax.physics.condensate.supersolid.species_units`.
+
+- the scan: for each a_s, the ground state by the library's defaults (``ground_state``: the Riemannian CG from its
+  Gaussian guess, float64) and, as a check on the modulated side where several stationary states compete, the
+  CG started from the default ground state of the previous (larger) a_s; for each: E/N (ħω̄), the number of maxima
+  and the contrast of the line density n(z), the iterations, the residual and the wall time;
+- the roton: the lowest Bogoliubov modes (``bogoliubov``, the energy-Hessian LOBPCG) about the default ground states
+  on the superfluid side, with the axial parity of each mode's density fluctuation (u + v)ψ₀ (even: +1, odd: −1).
+
+``python -m bench.studies.condensate_supersolid --roton "" --out bench/results/condensate_supersolid_cpu.json`` (the
+scan) and ``python -m bench.studies.condensate_supersolid --scan "" --out
+bench/results/condensate_supersolid_roton_cpu.json`` (the modes); minutes each, the grids and a_s lists are options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+A_DD, MASS, TRAP_HZ, ATOMS = 132.0, 164.0, (110.0, 90.0, 30.0), 40000
+SPECIES = {"a_dd": A_DD, "mass": MASS, "trap_hz": TRAP_HZ, "atoms": ATOMS}
+
+
+def dysprosium(a_s: float, shape: tuple[int, int, int], half_um: tuple[float, float, float], *, lhy: bool = True):
+    """(system, units) of the elongated ¹⁶⁴Dy trap at a_s (a₀) on a box of half-sides ``half_um`` (µm), float64."""
+    from ivhl_jax.physics.condensate.supersolid import species_system
+
+    return species_system(shape, half_um, a_s, A_DD, MASS, TRAP_HZ, lhy=lhy)
+
+
+def axial_parity(modes, psi0) -> list[float]:
+    """⟨δn, P δn⟩/⟨δn, δn⟩ of each mode's density fluctuation δn = (u + v)ψ₀ under z → −z (the grid's z = 0 is
+    index n/2: the reflection is a roll by one after the flip)."""
+    dn = (np.asarray(modes.u) + np.asarray(modes.v)) * np.asarray(psi0).real[None]
+    flipped = np.roll(dn[..., ::-1], 1, axis=-1)
+    return [float(np.sum(a * b) / np.sum(a * a)) for a, b in zip(dn, flipped)]
+
+
+def scan(a_values, shape, half_um) -> list[dict]:
+    from ivhl_jax.physics import condensate as C
+    from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
+
+    rows: list[dict] = []
+    previous: Any = None
+    n_atoms = ATOMS
+    for a_s in a_values:
+        system, _ = dysprosium(a_s, shape, half_um)
+        row: dict = {"a_s": a_s}
+        for start, guess in (("default", None), ("previous", previous)):
+            if start == "previous" and guess is None:
+                continue
+            t = time.perf_counter()
+            psi, info = C.ground_state(system, n_atoms, psi0=guess)
+            psi.block_until_ready()
+            wall = time.perf_counter() - t
+            count, contrast = density_contrast(line_density(psi, system.grid))
+            row[start] = {
+                "energy_per_atom": float(info["energy"]) / n_atoms,
+                "maxima": count,
+                "contrast": contrast,
+                "iterations": int(info["steps"]),
+                "residual": float(info["residual"]),
+                "converged": bool(info["converged"]),
+                "wall_s": wall,
+            }
+            if start == "default":
+                default_psi = psi
+            print(a_s, start, row[start], flush=True)
+        previous = default_psi
+        rows.append(row)
+    return rows
+
+
+def roton(a_values, shape, half_um, n_modes: int, tol: float, max_iterations: int) -> list[dict]:
+    from ivhl_jax.physics import condensate as C
+    from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
+
+    rows = []
+    for a_s in a_values:
+        system, u = dysprosium(a_s, shape, half_um)
+        psi, info = C.ground_state(system, ATOMS)
+        count, contrast = density_contrast(line_density(psi, system.grid))
+        t = time.perf_counter()
+        modes = C.bogoliubov(jax.random.key(0), system, psi, n_modes, tol=tol, max_iterations=max_iterations)
+        om = np.asarray(modes.omega)
+        rows.append(
+            {
+                "a_s": a_s,
+                "ground_state": {"maxima": count, "contrast": contrast, "energy": float(info["energy"])},
+                "omega": om.tolist(),
+                "residual": np.asarray(modes.residual).tolist(),
+                "axial_parity": axial_parity(modes, psi),
+                "kohn_z": u["trap"][2],
+                "iterations": int(modes.iterations),
+                "wall_s": time.perf_counter() - t,
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="32,32,128")
+    ap.add_argument("--half-um", default="6,6,20", help="half-sides of the box in µm (x, y, z)")
+    ap.add_argument("--scan", default="110,100,98,97,96,95,94,93,92,90")
+    ap.add_argument("--roton", default="110,100,97,96.5")
+    ap.add_argument("--roton-shape", default="16,16,64")
+    ap.add_argument("--modes", type=int, default=4)
+    ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--max-iterations", type=int, default=600)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    shape = tuple(int(s) for s in a.shape.split(","))
+    half = tuple(float(s) for s in a.half_um.split(","))
+    with jax.enable_x64(True):
+        doc: dict = {
+            "what": "164Dy in an elongated trap with LHY: ground states across the superfluid-supersolid transition "
+            "(maxima and contrast of the line density n(z)) and the lowest Bogoliubov modes on the superfluid side",
+            "species": SPECIES,
+            "grid": {"shape": shape, "half_sides_um": half},
+            "note": "shared 2-core host, other jobs running: wall times are upper bounds, not quiet-host figures",
+        }
+        if a.scan:
+            doc["scan"] = scan([float(x) for x in a.scan.split(",")], shape, half)
+        if a.roton:
+            rshape = tuple(int(s) for s in a.roton_shape.split(","))
+            doc["roton_grid"] = {
+                "shape": rshape,
+                "half_sides_um": half,
+                "tol": a.tol,
+                "max_iterations": a.max_iterations,
+            }
+            doc["roton"] = roton([float(x) for x in a.roton.split(",")], rshape, half, a.modes, a.tol, a.max_iterations)
+    if a.out:
+        from ivhl_jax.bench.harness import write_results
+
+        write_results(a.out, doc)
+
+
+if __name__ == "__main__":
+    main()
