@@ -332,6 +332,21 @@ def _mean_error(samples, labels):
     return se_conf, float(np.std(means, ddof=1) / math.sqrt(means.size))
 
 
+def _fit_ranges(vols) -> tuple[list[tuple[int, int]], int]:
+    """The index ranges [k, j) of the scaling fits: N2 >= each volume (to the largest), and 4096 .. each volume
+    at least four volumes further; and the index of the first volume >= 4096."""
+    k4 = int(np.searchsorted(np.asarray(vols, float), 4000.0))
+    ranges = {(k, len(vols)) for k in range(len(vols))} | {(k4, j) for j in range(k4 + 4, len(vols) + 1)}
+    return sorted(ranges), k4
+
+
+def _local_exponent(v0: float, v1: float, r0: float, r1: float, e0: float, e1: float) -> list[float]:
+    """d_H = ln(v1/v0) / ln(r1/r0) between neighbouring volumes, with its error from the errors e0, e1 of <r>."""
+    slope = math.log(r1 / r0) / math.log(v1 / v0)
+    rel = math.hypot(e0 / r0, e1 / r1) / math.log(v1 / v0)
+    return [1.0 / slope, rel / slope**2]
+
+
 def _scaling_fits(vols, samples, errors=None, n_boot=200, seed=0):
     """Weighted fits of every form over the ranges N2 >= each volume (to the largest) and 4096 .. each of the
     larger volumes, weighted by ``errors`` (default: the standard errors over configurations); for the fits
@@ -340,15 +355,13 @@ def _scaling_fits(vols, samples, errors=None, n_boot=200, seed=0):
     vols = np.asarray(vols, float)
     mean = np.asarray([np.mean(s) for s in samples])
     err = np.asarray([np.std(s, ddof=1) / math.sqrt(len(s)) for s in samples] if errors is None else errors)
-    ranges = {(k, len(vols)) for k in range(len(vols))}
-    k4 = int(np.searchsorted(vols, 4000.0))
-    ranges |= {(k4, j) for j in range(k4 + 4, len(vols) + 1)}
+    ranges, k4 = _fit_ranges(vols)
     rng = np.random.default_rng(seed)
     boot = [np.asarray([np.mean(rng.choice(s, len(s))) for s in samples]) for _ in range(n_boot)]
     out: dict[str, Any] = {}
     for name, (model, start) in _forms().items():
         rows = {}
-        for k, j in sorted(ranges):
+        for k, j in ranges:
             fit = _weighted_fit(model, start, vols[k:j], mean[k:j], err[k:j])
             if fit is None:
                 continue
@@ -382,9 +395,9 @@ def _hausdorff(records: list[dict], vols: list[float], graph: str) -> dict[str, 
             d_h, err = cdt.hausdorff_from_scaling(vols[k:j], dist[k:j])
             fits[f"offset_fit_N2={vols[k]:.0f}..{vols[j - 1]:.0f}"] = [d_h, err]
     for k in range(len(vols) - 1):
-        slope = math.log(dist[k + 1] / dist[k]) / math.log(vols[k + 1] / vols[k])
-        rel = math.hypot(derr[k] / dist[k], derr[k + 1] / dist[k + 1]) / math.log(vols[k + 1] / vols[k])
-        fits[f"local_{vols[k]:.0f}_{vols[k + 1]:.0f}"] = [1.0 / slope, rel / slope**2]
+        fits[f"local_{vols[k]:.0f}_{vols[k + 1]:.0f}"] = _local_exponent(
+            vols[k], vols[k + 1], dist[k], dist[k + 1], derr[k], derr[k + 1]
+        )
     return {
         "mean_distance": dist,
         "mean_distance_error": derr,
@@ -570,6 +583,14 @@ def _parser() -> argparse.ArgumentParser:
         help="the name (prefix) of earlier results files in bench/results: each volume measured in both gets its "
         "<r>, local exponents and d_s plateaus (same sigma window) old and new with z (recorded as compared_with)",
     )
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        default=None,
+        help="names (prefixes) of earlier results files in bench/results whose <r> per volume join this run's for "
+        "local exponents and weighted fits over all their volumes (recorded as combined_with; with --compare, the "
+        "fits over the ranges the compared file also fitted, old and new with z)",
+    )
     ap.add_argument("--note", default=None, help="a note recorded in the results (what was and was not measured)")
     return ap
 
@@ -611,6 +632,60 @@ def _compared_with(name: str, haus: dict[str, Any], spec: dict[str, Any]) -> dic
                 "z": _z(*r["d_s_window_fit"], *o["d_s_window_fit"]),
             }
     out["d_s_plateaus_same_window"] = plateaus
+    return out
+
+
+def _combined(names: list[str], haus: dict[str, Any], compare: str | None = None) -> dict[str, Any]:
+    """<r> of this run together with the earlier results ``bench/results/<name>_hausdorff_scaling.json`` of each of
+    ``names`` (a volume in several: this run's, else the last file's), the local exponents between neighbouring
+    volumes and the weighted fits of every form over the ranges of :func:`_fit_ranges` (weighted by each file's
+    errors of <r>; no bootstrap: the files keep no configurations). With ``compare``, each fit whose range the
+    results ``<compare>_hausdorff_scaling.json`` also fitted, old and new with z (``weighted_fits_same_range``)."""
+    files = {n: json.loads((RESULTS / f"{n}_hausdorff_scaling.json").read_text()) for n in names}
+    old = json.loads((RESULTS / f"{compare}_hausdorff_scaling.json").read_text()) if compare else None
+    out: dict[str, Any] = {"files": [f"bench/results/{n}_hausdorff_scaling.json" for n in names]}
+    out["commits"] = {n: f["provenance"]["commit"] for n, f in files.items()}
+    for graph in ("vertex", "dual"):
+        points: dict[float, tuple[float, float, str]] = {}
+        for n, f in [*files.items(), ("this run", haus)]:
+            for v, r, e in zip(f["volumes"], f[graph]["mean_distance"], f[graph]["mean_distance_error"]):
+                points[float(v)] = (float(r), float(e), n)
+        vols = sorted(points)
+        r, e, src = (list(x) for x in zip(*(points[v] for v in vols)))
+        local = {
+            f"local_{vols[k]:.0f}_{vols[k + 1]:.0f}": _local_exponent(
+                vols[k], vols[k + 1], *r[k : k + 2], *e[k : k + 2]
+            )
+            for k in range(len(vols) - 1)
+        }
+        fits: dict[str, Any] = {}
+        for form, (model, start) in _forms().items():
+            rows = {}
+            for k, j in _fit_ranges(vols)[0]:
+                fit = _weighted_fit(model, start, vols[k:j], r[k:j], e[k:j])
+                if fit is not None:
+                    rows[f"N2={vols[k]:.0f}..{vols[j - 1]:.0f}"] = {
+                        "d_H": fit[0],
+                        "error": fit[1],
+                        "chi2_per_dof": fit[2],
+                    }
+            fits[form] = rows
+        block: dict[str, Any] = {"volumes": vols, "mean_distance": r, "mean_distance_error": e, "source": src}
+        block |= {"local_exponents": local, "weighted_fits": fits}
+        if old is not None:
+            same = {}
+            for form, rows in fits.items():
+                for rng, row in rows.items():
+                    o = old[graph]["weighted_fits"].get(form, {}).get(rng)
+                    if o is not None and row["error"] is not None and o["error"] is not None:
+                        new_fit, old_fit = (row["d_H"], row["error"]), (o["d_H"], o["error"])
+                        same[f"{form} {rng}"] = {
+                            "new": list(new_fit),
+                            "old": list(old_fit),
+                            "z": _z(*new_fit, *old_fit),
+                        }
+            block["weighted_fits_same_range"] = same
+        out[graph] = block
     return out
 
 
@@ -663,6 +738,7 @@ def main(argv=None) -> int:
         command += (f" --name {args.name}" if args.name != "cdt" else "") + (
             f" --compare {args.compare}" if args.compare else ""
         )
+        command += f" --combine {' '.join(args.combine)}" if args.combine else ""
         records = load_raw(args.from_raw)
     else:
 
@@ -691,6 +767,8 @@ def main(argv=None) -> int:
         meta["note"] = args.note
     if args.compare:
         meta["compared_with"] = _compared_with(args.compare, haus, spec)
+    if args.combine:
+        meta["combined_with"] = _combined(args.combine, haus, args.compare)
     from ivhl_jax.bench.harness import write_results
 
     write_results(RESULTS / f"{args.name}_hausdorff_scaling.json", {**meta, **haus}, command=command)

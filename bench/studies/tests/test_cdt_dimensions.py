@@ -121,3 +121,38 @@ def test_compared_with_reports_what_moved_per_volume_and_window(tmp_path, monkey
     assert out["mean_distance_vertex"]["2048"]["z"] == pytest.approx(0.5 / 0.5)
     assert list(out["d_s_plateaus_same_window"]) == ["vertex 2048 sigma 10..45"]
     assert out["d_s_plateaus_same_window"]["vertex 2048 sigma 10..45"]["z"] == pytest.approx(0.1 / 0.05)
+
+
+def test_combined_fits_the_volumes_of_earlier_files_with_this_run(tmp_path, monkeypatch):
+    """--combine: <r> of earlier results files joined with this run's (this run's value where both have a volume),
+    local exponents between neighbours, weighted fits that recover a known law, and with --compare the fits over
+    the same ranges as the compared file, old and new with z."""
+    monkeypatch.setattr(cd, "RESULTS", tmp_path)
+    law = lambda v: 3 + 0.7 * math.sqrt(v)  # noqa: E731 - d_H = 2 with an offset
+    vols = [1024.0 * 2**k for k in range(9)]
+
+    def results(vs, shift=0.0):
+        rows = {"mean_distance": [law(v) + shift for v in vs], "mean_distance_error": [0.01 * law(v) for v in vs]}
+        return {"provenance": {"commit": "c0"}, "volumes": vs, "vertex": rows, "dual": rows}
+
+    # a's value at 8192 is off the law; b's, the later file's, is taken
+    (tmp_path / "a_hausdorff_scaling.json").write_text(json.dumps(results(vols[:4], shift=5.0)))
+    (tmp_path / "b_hausdorff_scaling.json").write_text(json.dumps(results(vols[3:7])))
+    old = results(vols)
+    fit = {"offset: <r> = a + b N^(1/d_H)": {"N2=4096..262144": {"d_H": 2.3, "error": 0.1}}}
+    for g in ("vertex", "dual"):
+        old[g]["weighted_fits"] = fit
+    (tmp_path / "old_hausdorff_scaling.json").write_text(json.dumps(old))
+    out = cd._combined(["a", "b"], results(vols[6:]), compare="old")
+    v = out["vertex"]
+    assert v["volumes"] == vols and v["source"] == ["a"] * 3 + ["b"] * 3 + ["this run"] * 3
+    assert v["mean_distance"][3] == law(vols[3]) and v["mean_distance"][2] == law(vols[2]) + 5.0
+    assert list(v["local_exponents"]) == [f"local_{a:.0f}_{b:.0f}" for a, b in zip(vols, vols[1:])]
+    assert v["local_exponents"]["local_8192_16384"][0] == pytest.approx(math.log(2) / math.log(law(16384) / law(8192)))
+    offset = v["weighted_fits"]["offset: <r> = a + b N^(1/d_H)"]
+    assert offset["N2=8192..262144"]["d_H"] == pytest.approx(2.0, abs=1e-6)
+    assert offset["N2=4096..262144"]["d_H"] != pytest.approx(2.0, abs=1e-3)  # a's point at 4096 is off
+    same = v["weighted_fits_same_range"]
+    assert list(same) == ["offset: <r> = a + b N^(1/d_H) N2=4096..262144"]
+    row = same["offset: <r> = a + b N^(1/d_H) N2=4096..262144"]
+    assert row["z"] == pytest.approx((row["new"][0] - 2.3) / math.hypot(row["new"][1], 0.1))
