@@ -438,6 +438,7 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
             x = jnp.transpose(x, perm)
         return x.reshape(nr, nc)
 
+    groups = []
     for qs, sparts in shared_parts.items():
         ra = rows_a.get(grp.reduce(a.charge - qs))
         cb = cols_b.get(grp.reduce(b.charge + qs))
@@ -445,45 +446,47 @@ def _pair(a: BlockTensor, la: str, b: BlockTensor, lb: str, keep: str) -> tuple[
             continue
         rows = [(rk, rn, [get(a, rk + sk, perm_a, rn, sn) for sk, _, sn in sparts]) for rk, _, rn in ra]
         cols = [(ck, cn, [get(b, sk + ck, perm_b, sn, cn) for sk, _, sn in sparts]) for ck, _, cn in cb]
-        for (rk, ck), prod in _sector_products(rows, cols).items():
-            shape = tuple(a.legs[i].sector_dim(q) for i, q in zip(fa, rk)) + tuple(
-                b.legs[i].sector_dim(q) for i, q in zip(fb, ck)
-            )
-            blocks[rk + ck] = prod.reshape(shape)
+        groups.append((rows, cols))
+    for (rk, ck), prod in _group_products(groups).items():
+        shape = tuple(a.legs[i].sector_dim(q) for i, q in zip(fa, rk)) + tuple(
+            b.legs[i].sector_dim(q) for i, q in zip(fb, ck)
+        )
+        blocks[rk + ck] = prod.reshape(shape)
     legs = tuple(a.legs[i] for i in fa) + tuple(b.legs[i] for i in fb)
     out = BlockTensor(blocks, legs, grp, grp.reduce(a.charge + b.charge))
     return out, "".join(la[i] for i in fa) + "".join(lb[i] for i in fb)
 
 
-# mean output block (entries) from which a block tensordot multiplies strips rather than whole fused matrices
-_STRIP_BLOCK = 1024
+def _group_products(groups: list[Any]) -> dict[tuple[Any, Any], jax.Array]:
+    """The blocks of a block tensordot as matrices, ``{(row sector, column sector): A_r B_c}``. ``groups`` holds
+    one (rows, cols) per fused charge of the shared legs: rows = [(row sector, rows, [A's blocks of that row sector
+    as matrices, one per shared sector])], cols = [(column sector, columns, [B's blocks, the same shared sectors in
+    the same order])].
 
-
-def _sector_products(rows: list[Any], cols: list[Any]) -> dict[tuple[Any, Any], jax.Array]:
-    """The blocks of one fused charge of a block tensordot as matrices, ``{(row sector, column sector): A_r B_c}``.
-    ``rows``: (row sector, rows, [A's blocks of that row sector as matrices, one per shared sector]); ``cols``:
-    (column sector, columns, [B's blocks, the same shared sectors in the same order]).
-
-    Large blocks: one row strip of A per row sector (its blocks side by side along the shared index), one column
-    strip of B per column sector, one product per output block, which comes out in place. Small blocks: the whole
-    fused matrices and one product, sliced into the blocks; fewer, larger operations where the per-operation cost
-    outweighs that of copying every block out of the product."""
-    n_rows, n_cols = sum(rn for _, rn, _ in rows), sum(cn for _, cn, _ in cols)
-    if n_rows * n_cols >= _STRIP_BLOCK * len(rows) * len(cols):
-        strips_a = [(rk, _concat(parts, 1)) for rk, _, parts in rows]
-        strips_b = [(ck, _concat(parts, 0)) for ck, _, parts in cols]
-        return {(rk, ck): mat_a @ mat_b for rk, mat_a in strips_a for ck, mat_b in strips_b}
-    mat_a = _concat([_concat(parts, 1) for _, _, parts in rows], 0)
-    n_shared = len(rows[0][2])
-    mat_b = _concat([_concat([parts[s] for _, _, parts in cols], 1) for s in range(n_shared)], 0)
-    prod = mat_a @ mat_b
-    out, ro = {}, 0
-    for rk, rn, _ in rows:
-        co = 0
-        for ck, cn, _ in cols:
-            out[(rk, ck)] = prod[ro : ro + rn, co : co + cn]
-            co += cn
-        ro += rn
+    Per fused charge, A's whole fused matrix (its row sectors stacked, the shared sectors side by side) times one
+    column strip of B per column sector (B's blocks of that column sector stacked along the shared index): one
+    product per column sector, whose row sectors are contiguous row ranges, so every output block is read out of
+    the product in place. Fused charges of the same layout (equal row, column and shared sector sizes, as in Z_n
+    with equal sectors) are stacked and multiplied as one batched product: fewer and larger operations, each
+    operand gathered by one copy."""
+    families: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    for rows, cols in groups:
+        layout = (
+            tuple(rn for _, rn, _ in rows),
+            tuple(cn for _, cn, _ in cols),
+            tuple(part.shape[1] for part in rows[0][2]),
+        )
+        families[layout].append((rows, cols))
+    out = {}
+    for fam in families.values():
+        mat_a = jnp.stack([_concat([_concat(parts, 1) for _, _, parts in rows], 0) for rows, _ in fam])
+        for j in range(len(fam[0][1])):
+            prod = jnp.matmul(mat_a, jnp.stack([_concat(cols[j][2], 0) for _, cols in fam]))
+            for g, (rows, cols) in enumerate(fam):
+                ro = 0
+                for rk, rn, _ in rows:
+                    out[(rk, cols[j][0])] = prod[g, ro : ro + rn]
+                    ro += rn
     return out
 
 
