@@ -13,6 +13,9 @@ with the Lima–Pelster LHY term, converted by :func:`ivhl_jax.physics.condensat
 ``python -m bench.studies.condensate_supersolid --roton "" --out bench/results/condensate_supersolid_cpu.json`` (the
 scan) and ``python -m bench.studies.condensate_supersolid --scan "" --out
 bench/results/condensate_supersolid_roton_cpu.json`` (the modes); minutes each, the grids and a_s lists are options.
+``--hysteresis`` follows one branch through an a_s list (each CG started from the state at the previous a_s) beside
+the default ground states: two stationary states at one a_s, the modulated one lower, mark a discontinuous
+transition.
 """
 
 from __future__ import annotations
@@ -78,6 +81,36 @@ def scan(a_values, shape, half_um) -> list[dict]:
     return rows
 
 
+def hysteresis(a_values, shape, half_um) -> list[dict]:
+    """From the default ground state at the first a_s, continue through the list (each CG started from the state
+    found at the previous a_s), beside the default ground state at each a_s: two branches where both exist."""
+    from ivhl_jax.physics import condensate as C
+    from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
+
+    rows: list[dict] = []
+    carried: Any = None
+    for a_s in a_values:
+        system, _ = dysprosium(a_s, shape, half_um)
+        row: dict = {"a_s": a_s}
+        for start in ("default", "carried"):
+            if start == "carried" and carried is None:
+                continue
+            psi, info = C.ground_state(system, ATOMS, psi0=carried if start == "carried" else None)
+            count, contrast = density_contrast(line_density(psi, system.grid))
+            row[start] = {
+                "energy_per_atom": float(info["energy"]) / ATOMS,
+                "maxima": count,
+                "contrast": contrast,
+                "residual": float(info["residual"]),
+            }
+            if start == "carried" or carried is None:
+                next_carried = psi
+        carried = next_carried
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
 def roton(a_values, shape, half_um, n_modes: int, tol: float, max_iterations: int) -> list[dict]:
     from ivhl_jax.physics import condensate as C
     from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
@@ -116,6 +149,7 @@ def main(argv=None) -> None:
     ap.add_argument("--modes", type=int, default=4)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--max-iterations", type=int, default=600)
+    ap.add_argument("--hysteresis", default="", help="a_s list to follow one branch through (e.g. upwards)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     shape = tuple(int(s) for s in a.shape.split(","))
@@ -130,6 +164,8 @@ def main(argv=None) -> None:
         }
         if a.scan:
             doc["scan"] = scan([float(x) for x in a.scan.split(",")], shape, half)
+        if a.hysteresis:
+            doc["hysteresis"] = hysteresis([float(x) for x in a.hysteresis.split(",")], shape, half)
         if a.roton:
             rshape = tuple(int(s) for s in a.roton_shape.split(","))
             doc["roton_grid"] = {
