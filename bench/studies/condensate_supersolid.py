@@ -46,37 +46,40 @@ def axial_parity(modes, psi0) -> list[float]:
     return [float(np.sum(a * b) / np.sum(a * a)) for a, b in zip(dn, flipped)]
 
 
-def scan(a_values, shape, half_um) -> list[dict]:
+def solve(system, guess: Any) -> tuple[Any, dict]:
+    """(ψ, record) of ``ground_state(system, N, psi0=guess)``: E/N, the maxima and contrast of n(z), the iterations,
+    the residual, convergence and the wall time."""
     from ivhl_jax.physics import condensate as C
     from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
 
+    t = time.perf_counter()
+    psi, info = C.ground_state(system, ATOMS, psi0=guess)
+    psi.block_until_ready()
+    wall = time.perf_counter() - t
+    count, contrast = density_contrast(line_density(psi, system.grid))
+    return psi, {
+        "energy_per_atom": float(info["energy"]) / ATOMS,
+        "maxima": count,
+        "contrast": contrast,
+        "iterations": int(info["steps"]),
+        "residual": float(info["residual"]),
+        "converged": bool(info["converged"]),
+        "wall_s": wall,
+    }
+
+
+def scan(a_values, shape, half_um) -> list[dict]:
+    """Each a_s from the default guess, and (below the first) from the default ground state of the previous a_s."""
     rows: list[dict] = []
     previous: Any = None
-    n_atoms = ATOMS
     for a_s in a_values:
         system, _ = dysprosium(a_s, shape, half_um)
         row: dict = {"a_s": a_s}
-        for start, guess in (("default", None), ("previous", previous)):
-            if start == "previous" and guess is None:
-                continue
-            t = time.perf_counter()
-            psi, info = C.ground_state(system, n_atoms, psi0=guess)
-            psi.block_until_ready()
-            wall = time.perf_counter() - t
-            count, contrast = density_contrast(line_density(psi, system.grid))
-            row[start] = {
-                "energy_per_atom": float(info["energy"]) / n_atoms,
-                "maxima": count,
-                "contrast": contrast,
-                "iterations": int(info["steps"]),
-                "residual": float(info["residual"]),
-                "converged": bool(info["converged"]),
-                "wall_s": wall,
-            }
-            if start == "default":
-                default_psi = psi
-            print(a_s, start, row[start], flush=True)
-        previous = default_psi
+        psi, row["default"] = solve(system, None)
+        if previous is not None:
+            _, row["previous"] = solve(system, previous)
+        previous = psi
+        print(row, flush=True)
         rows.append(row)
     return rows
 
@@ -84,28 +87,15 @@ def scan(a_values, shape, half_um) -> list[dict]:
 def hysteresis(a_values, shape, half_um) -> list[dict]:
     """From the default ground state at the first a_s, continue through the list (each CG started from the state
     found at the previous a_s), beside the default ground state at each a_s: two branches where both exist."""
-    from ivhl_jax.physics import condensate as C
-    from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
-
     rows: list[dict] = []
     carried: Any = None
     for a_s in a_values:
         system, _ = dysprosium(a_s, shape, half_um)
         row: dict = {"a_s": a_s}
-        for start in ("default", "carried"):
-            if start == "carried" and carried is None:
-                continue
-            psi, info = C.ground_state(system, ATOMS, psi0=carried if start == "carried" else None)
-            count, contrast = density_contrast(line_density(psi, system.grid))
-            row[start] = {
-                "energy_per_atom": float(info["energy"]) / ATOMS,
-                "maxima": count,
-                "contrast": contrast,
-                "residual": float(info["residual"]),
-            }
-            if start == "carried" or carried is None:
-                next_carried = psi
-        carried = next_carried
+        psi, row["default"] = solve(system, None)
+        if carried is not None:
+            psi, row["carried"] = solve(system, carried)
+        carried = psi
         print(row, flush=True)
         rows.append(row)
     return rows
