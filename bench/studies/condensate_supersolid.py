@@ -13,6 +13,9 @@ with the Lima–Pelster LHY term, converted by :func:`ivhl_jax.physics.condensat
 ``python -m bench.studies.condensate_supersolid --roton "" --out bench/results/condensate_supersolid_cpu.json`` (the
 scan) and ``python -m bench.studies.condensate_supersolid --scan "" --out
 bench/results/condensate_supersolid_roton_cpu.json`` (the modes); minutes each, the grids and a_s lists are options.
+``--hysteresis`` follows one branch through an a_s list (each CG started from the state at the previous a_s) beside
+the default ground states: two stationary states at one a_s, the modulated one lower, mark a discontinuous
+transition.
 """
 
 from __future__ import annotations
@@ -43,37 +46,57 @@ def axial_parity(modes, psi0) -> list[float]:
     return [float(np.sum(a * b) / np.sum(a * a)) for a, b in zip(dn, flipped)]
 
 
-def scan(a_values, shape, half_um) -> list[dict]:
+def solve(system, guess: Any) -> tuple[Any, dict]:
+    """(ψ, record) of ``ground_state(system, N, psi0=guess)``: E/N, the maxima and contrast of n(z), the iterations,
+    the residual, convergence and the wall time."""
     from ivhl_jax.physics import condensate as C
     from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
 
+    t = time.perf_counter()
+    psi, info = C.ground_state(system, ATOMS, psi0=guess)
+    psi.block_until_ready()
+    wall = time.perf_counter() - t
+    count, contrast = density_contrast(line_density(psi, system.grid))
+    return psi, {
+        "energy_per_atom": float(info["energy"]) / ATOMS,
+        "maxima": count,
+        "contrast": contrast,
+        "iterations": int(info["steps"]),
+        "residual": float(info["residual"]),
+        "converged": bool(info["converged"]),
+        "wall_s": wall,
+    }
+
+
+def scan(a_values, shape, half_um) -> list[dict]:
+    """Each a_s from the default guess, and (below the first) from the default ground state of the previous a_s."""
     rows: list[dict] = []
     previous: Any = None
-    n_atoms = ATOMS
     for a_s in a_values:
         system, _ = dysprosium(a_s, shape, half_um)
         row: dict = {"a_s": a_s}
-        for start, guess in (("default", None), ("previous", previous)):
-            if start == "previous" and guess is None:
-                continue
-            t = time.perf_counter()
-            psi, info = C.ground_state(system, n_atoms, psi0=guess)
-            psi.block_until_ready()
-            wall = time.perf_counter() - t
-            count, contrast = density_contrast(line_density(psi, system.grid))
-            row[start] = {
-                "energy_per_atom": float(info["energy"]) / n_atoms,
-                "maxima": count,
-                "contrast": contrast,
-                "iterations": int(info["steps"]),
-                "residual": float(info["residual"]),
-                "converged": bool(info["converged"]),
-                "wall_s": wall,
-            }
-            if start == "default":
-                default_psi = psi
-            print(a_s, start, row[start], flush=True)
-        previous = default_psi
+        psi, row["default"] = solve(system, None)
+        if previous is not None:
+            _, row["previous"] = solve(system, previous)
+        previous = psi
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
+def hysteresis(a_values, shape, half_um) -> list[dict]:
+    """From the default ground state at the first a_s, continue through the list (each CG started from the state
+    found at the previous a_s), beside the default ground state at each a_s: two branches where both exist."""
+    rows: list[dict] = []
+    carried: Any = None
+    for a_s in a_values:
+        system, _ = dysprosium(a_s, shape, half_um)
+        row: dict = {"a_s": a_s}
+        psi, row["default"] = solve(system, None)
+        if carried is not None:
+            psi, row["carried"] = solve(system, carried)
+        carried = psi
+        print(row, flush=True)
         rows.append(row)
     return rows
 
@@ -116,6 +139,7 @@ def main(argv=None) -> None:
     ap.add_argument("--modes", type=int, default=4)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--max-iterations", type=int, default=600)
+    ap.add_argument("--hysteresis", default="", help="a_s list to follow one branch through (e.g. upwards)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     shape = tuple(int(s) for s in a.shape.split(","))
@@ -130,6 +154,8 @@ def main(argv=None) -> None:
         }
         if a.scan:
             doc["scan"] = scan([float(x) for x in a.scan.split(",")], shape, half)
+        if a.hysteresis:
+            doc["hysteresis"] = hysteresis([float(x) for x in a.hysteresis.split(",")], shape, half)
         if a.roton:
             rshape = tuple(int(s) for s in a.roton_shape.split(","))
             doc["roton_grid"] = {

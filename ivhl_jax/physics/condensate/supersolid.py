@@ -22,9 +22,10 @@ in ħω₀, lengths in a_ho, times in 1/ω₀ (e.g. ¹⁶⁴Dy, a_dd = 131–132
     C = (n_max − n_min)/(n_max + n_min),
 
 n_max the maximum nearest the trap centre and n_min the mean of the minima between it and its neighbouring maxima
-(C = 0 for a single maximum: the unmodulated superfluid; C → 1 for isolated droplets). This is the modulation
-contrast used to tell the superfluid, the supersolid (0 < C < 1, the droplets joined by a superfluid background) and
-the droplet array (C ≈ 1) apart (e.g. Chomaz et al., PRX 9, 021012 (2019); Blakie et al., PRR 2, 043318 (2020)).
+(C = 0 for a single maximum: the unmodulated superfluid; C → 1 for isolated droplets). A contrast of this form tells
+the superfluid, the supersolid (0 < C < 1, droplets joined by a superfluid background) and the droplet array (C ≈ 1)
+apart, as in the supersolid literature (e.g. Blakie et al., PRR 2, 043318 (2020)); papers differ in how they take
+n_min, so compare contrasts only under the same definition.
 """
 
 from __future__ import annotations

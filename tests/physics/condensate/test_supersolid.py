@@ -12,8 +12,8 @@ the same trap and species as the experiments' elongated Dy traps (Böttcher et a
 al., PRX 9, 021012 (2019)), where lowering a_s turns the superfluid into a row of droplets joined by a background.
 Published facts checked: one maximum (C = 0) well above the transition, several maxima with 0 < C < 1 (a supersolid,
 not isolated droplets) at a_s = 95 a₀, and the contrast growing towards 1 (isolated droplets) as a_s is lowered
-(Roccuzzo & Ancilotto, PRA 99, 041601(R) (2019): "a further decrease in the scattering length eventually leads to
-the formation of a periodic linear array of self-bound droplets"). No published critical a_s or contrast value for
+(Roccuzzo & Ancilotto, PRA 99, 041601(R) (2019), in a tube: lowering a_s further past the supersolid ends in a
+periodic row of self-bound droplets). No published critical a_s or contrast value for
 these parameters was found in the stored material, so none is asserted; the measured ones are in
 bench/results/condensate_supersolid_cpu.json.
 
@@ -95,3 +95,30 @@ def test_dysprosium_turns_supersolid_then_droplets_as_the_scattering_length_is_l
     assert count >= 3 and 0.2 < contrast < 0.9, found
     count, contrast = found[90.0]  # towards isolated droplets
     assert count >= 3 and contrast > 0.95 and contrast > found[95.0][1], found
+
+
+@pytest.mark.slow  # two ground states and two energy-Hessian LOBPCG solves on 16×16×64: 400 s on the shared host
+def test_the_axial_roton_modes_soften_towards_the_transition_while_kohn_stays():
+    """16×16×64 over the same box: the cloud is unmodulated at 110 and 96.5 a₀ and modulated at 96 a₀ on this grid
+    (bench/results/condensate_supersolid_roton_cpu.json). The modes with axial structure above the dipole and
+    breathing modes — the lowest odd mode above the Kohn mode and the second even mode — fall by more than 0.1 ω̄ from
+    110 to 96.5 a₀ (measured 0.805 → 0.641 and 0.942 → 0.652), while the axial Kohn mode stays at f_z/f̄."""
+    import jax
+
+    with jax.enable_x64(True):
+        found = {}
+        for a_s in (110.0, 96.5):
+            system, u = _dysprosium(a_s, (16, 16, 64))
+            psi, _ = C.ground_state(system, 40000)
+            assert S.density_contrast(S.line_density(psi, system.grid)) == (1, 0.0)
+            modes = C.bogoliubov(jax.random.key(0), system, psi, 4, tol=1e-6, max_iterations=600)
+            dn = (np.asarray(modes.u) + np.asarray(modes.v)) * np.asarray(psi).real[None]
+            parity = np.array([np.sum(d * np.roll(d[..., ::-1], 1, axis=-1)) / np.sum(d * d) for d in dn])  # z → −z
+            om = np.asarray(modes.omega)
+            assert float(np.max(np.asarray(modes.growth_rate))) == 0.0
+            assert om[0] == pytest.approx(u["trap"][2], abs=1e-4) and parity[0] < -0.99  # Kohn: the z dipole mode
+            odd = om[1:][parity[1:] < -0.99]
+            even = om[1:][parity[1:] > 0.99]
+            assert len(odd) >= 1 and len(even) >= 2, (om, parity)
+            found[a_s] = (odd[0], even[1])
+    assert found[110.0][0] - found[96.5][0] > 0.1 and found[110.0][1] - found[96.5][1] > 0.1, found
