@@ -89,13 +89,14 @@ N0, N3, N31, N22, OVF, MISS = (COUNTS.index(k) for k in ("n0", "n3", "n31", "n22
 M26, M62, M44, M23, M32 = range(5)
 MAXNEW = 6  # most tetrahedra a move creates (the (2,6))
 MAXBND = 12  # most boundary faces of a move's cavity (the (6,2): 6 tetrahedra, 2 faces each)
+KEY_MASK = (1 << 21) - 1  # face keys pack three vertex ids of 21 bits (d3_state.MAX_TETRA_CAPACITY keeps them so)
 
 
 @njit(cache=True)
 def scratch(c3):
     """Per-chain work arrays, allocated once per sweep (no allocation in the attempt loop): the walk's marks,
     stack and stamp (:func:`has_edge`), a move's new tetrahedra ``nv`` (MAXNEW, 4) and types, the removed slots,
-    the cavity's boundary faces (MAXBND, 3) and outside tetrahedra, the new slots."""
+    the cavity's boundary face keys and outside tetrahedra, the new slots, the new tetrahedra's face keys."""
     return (
         np.zeros(c3, np.int32),
         np.empty(c3, np.int32),
@@ -103,9 +104,10 @@ def scratch(c3):
         np.empty((MAXNEW, 4), np.int32),
         np.empty(MAXNEW, np.int32),
         np.empty(MAXNEW, np.int32),
-        np.empty((MAXBND, 3), np.int32),
+        np.empty(MAXBND, np.int64),
         np.empty(MAXBND, np.int32),
         np.empty(MAXNEW, np.int32),
+        np.empty(4 * MAXNEW, np.int64),
     )
 
 
@@ -237,16 +239,29 @@ def bag_remove(perm, pos, n, x):
     return n - 1
 
 
+@njit(inline="always")
+def face_key(a, b, c):
+    """The sorted vertex triple of a face packed in one int64 (21 bits a vertex id, :data:`KEY_MASK`)."""
+    if a > b:
+        a, b = b, a
+    if b > c:
+        b, c = c, b
+    if a > b:
+        a, b = b, a
+    return (np.int64(a) << 42) | (np.int64(b) << 21) | np.int64(c)
+
+
 @njit(cache=True)
 def replace(S, nr, nn, work):
     """Remove tetrahedra ``rem[:nr]`` and glue in ``nn`` new ones (vertices ``nv[:nn]`` (nn, 4) in the type's
     order, types ``ntype``; ``rem``, ``nv``, ``ntype`` are the :func:`scratch` arrays ``work[5]``, ``work[3]``,
-    ``work[4]``); the new tetrahedra's faces are glued to each other or to the cavity's outside
-    neighbours by matching vertex triples. Keeps every count, bag and per-vertex datum (a new vertex is made live
-    by the caller first). The caller has checked the capacity (``n3 + nn <= C3``)."""
+    ``work[4]``); the new tetrahedra's faces are glued to each other or to the cavity's outside neighbours by
+    matching their packed vertex triples (:func:`face_key`). Keeps every count, bag and per-vertex datum (a new
+    vertex is made live by the caller first). The caller has checked the capacity (``n3 + nn <= C3``)."""
     tv, tn, tt, tperm, tpos, l31, p31 = S[TV], S[TN], S[TT], S[TPERM], S[TPOS], S[L31], S[P31]
     vtime, vtet, sc, cn, slices, cnt = S[VTIME], S[VTET], S[SC], S[CN], S[SLICES], S[CNT]
-    nv, ntype, rem, bface, bout, slots = work[3], work[4], work[5], work[6], work[7], work[8]
+    nv, ntype, rem, bkey, bout, slots, nkey = work[3], work[4], work[5], work[6], work[7], work[8], work[9]
+    # the cavity's boundary: faces of removed tetrahedra whose neighbour stays
     nb = 0
     for k in range(nr):
         r = rem[k]
@@ -258,11 +273,7 @@ def replace(S, nr, nn, work):
                     inside = True
             if inside:
                 continue
-            j = 0
-            for q in range(4):
-                if q != i:
-                    bface[nb, j] = tv[4 * r + q]
-                    j += 1
+            bkey[nb] = face_key(tv[4 * r + (i + 1) % 4], tv[4 * r + (i + 2) % 4], tv[4 * r + (i + 3) % 4])
             bout[nb] = x
             nb += 1
     # new slots first (the removed slots stay taken while the outside is relinked)
@@ -275,6 +286,7 @@ def replace(S, nr, nn, work):
         for i in range(4):
             tv[4 * s + i] = nv[a, i]
             cn[nv[a, i]] += 1
+            nkey[4 * a + i] = face_key(nv[a, (i + 1) % 4], nv[a, (i + 2) % 4], nv[a, (i + 3) % 4])
         if ntype[a] == TYPE_31:
             l31[cnt[N31]] = s
             p31[s] = cnt[N31]
@@ -285,41 +297,25 @@ def replace(S, nr, nn, work):
                 vtet[nv[a, i]] = s
         elif ntype[a] == TYPE_22:
             cnt[N22] += 1
-    for a in range(nn):
-        s = slots[a]
-        for i in range(4):
-            # the face opposite vertex i: another new tetrahedron containing it, or the cavity's outside
-            f0 = nv[a, (i + 1) % 4]
-            f1 = nv[a, (i + 2) % 4]
-            f2 = nv[a, (i + 3) % 4]
-            found = -1
-            for b in range(nn):
-                if b == a:
-                    continue
-                hit = 0
-                for q in range(4):
-                    w = nv[b, q]
-                    if w == f0 or w == f1 or w == f2:
-                        hit += 1
-                if hit == 3:
-                    found = slots[b]
+    for f in range(4 * nn):
+        s = slots[f // 4]
+        key = nkey[f]
+        found = -1
+        for g in range(4 * nn):  # another new tetrahedron with this face
+            if nkey[g] == key and g // 4 != f // 4:
+                found = slots[g // 4]
+                break
+        if found < 0:
+            for m in range(nb):  # the outside tetrahedron across it: relink its face (opposite its vertex off it)
+                if bkey[m] == key:
+                    found = bout[m]
+                    f0, f1, f2 = key >> 42, (key >> 21) & KEY_MASK, key & KEY_MASK
+                    for q in range(4):
+                        w = tv[4 * found + q]
+                        if w != f0 and w != f1 and w != f2:
+                            tn[4 * found + q] = s
                     break
-            if found < 0:
-                for m in range(nb):
-                    hit = 0
-                    for q in range(3):
-                        w = bface[m, q]
-                        if w == f0 or w == f1 or w == f2:
-                            hit += 1
-                    if hit == 3:
-                        x = bout[m]
-                        found = x
-                        for q in range(4):  # x's face opposite its vertex not on the face
-                            w = tv[4 * x + q]
-                            if w != f0 and w != f1 and w != f2:
-                                tn[4 * x + q] = s
-                        break
-            tn[4 * s + i] = found
+        tn[4 * s + f % 4] = found
     for k in range(nr):
         r = rem[k]
         for i in range(4):
@@ -337,7 +333,9 @@ def replace(S, nr, nn, work):
     cnt[N3] = n3
 
 
-# ---- the moves (each returns whether it was done; checks first, then the Metropolis test)
+# ---- the moves (each returns whether it was done; checks first, then the Metropolis test). The attempt and the
+# moves are inlined into the sweep loop: a call passes the 17 field views of S, and their bookkeeping costs as much
+# as a rejected attempt (inlined: twice the attempts per second); the rarer, larger helpers stay calls.
 
 
 @njit(inline="always")
@@ -358,7 +356,7 @@ def metropolis(log_r, rng):
     return uniform01(rng) < np.exp(log_r)
 
 
-@njit(cache=True)
+@njit(inline="always")
 def move26(S, t, cp, rng, work, force):
     k0, k3, eps, target, fix_n3, ref, t_n = cp
     tv, tn, cnt, vperm, vtime, sc, cn = S[TV], S[TN], S[CNT], S[VPERM], S[VTIME], S[SC], S[CN]
@@ -391,7 +389,7 @@ def move26(S, t, cp, rng, work, force):
     return True
 
 
-@njit(cache=True)
+@njit(inline="always")
 def move62(S, v, cp, rng, work, force):
     k0, k3, eps, target, fix_n3, ref, t_n = cp
     tv, tn, tt, cnt, vtet, sc, cn, vperm, vpos = S[TV], S[TN], S[TT], S[CNT], S[VTET], S[SC], S[CN], S[VPERM], S[VPOS]
@@ -430,7 +428,7 @@ def move62(S, v, cp, rng, work, force):
     return True
 
 
-@njit(cache=True)
+@njit(inline="always")
 def move44(S, t, i, cp, rng, work):
     tv, tn, tt, cnt = S[TV], S[TN], S[TT], S[CNT]
     t2 = tn[4 * t + i]
@@ -463,7 +461,7 @@ def move44(S, t, i, cp, rng, work):
     return True
 
 
-@njit(cache=True)
+@njit(inline="always")
 def move23(S, t, i, up, cp, rng, work, force):
     """(2,3) from the (3,1) ``t`` (``up``) or the (1,3) below it, across its side face ``i`` (0..2)."""
     k0, k3, eps, target, fix_n3, ref, t_n = cp
@@ -509,7 +507,7 @@ def move23(S, t, i, up, cp, rng, work, force):
     return True
 
 
-@njit(cache=True)
+@njit(inline="always")
 def move32(S, t, j, up, cp, rng, work, force):
     """(3,2) on the timelike edge from base vertex ``j`` (0..2) of the (3,1) ``t`` (``up``) or of the top of the
     (1,3) below it to the apex."""
@@ -552,7 +550,7 @@ def move32(S, t, j, up, cp, rng, work, force):
     return True
 
 
-@njit(cache=True)
+@njit(inline="always")
 def attempt(S, cp, rng, work):
     """One attempt (the module docstring's proposal); counts it in ``attempts``/``accepts``."""
     cnt, l31, vperm, att, acc = S[CNT], S[L31], S[VPERM], S[ATT], S[ACC]

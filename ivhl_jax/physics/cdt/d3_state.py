@@ -55,8 +55,9 @@ TYPE_31, TYPE_22, TYPE_13 = 1, 2, 3
 #: (4,4), and the (2,3)/(3,2) moves (both time orientations together).
 MOVE_NAMES_3D = ("26", "62", "44", "23", "32")
 COUNTS = ("n0", "n3", "n31", "n22", "overflow", "missed_target")
-#: Most tetrahedron slots a buffer holds (every index and offset stays an int32).
-MAX_TETRA_CAPACITY = 1 << 26
+#: Most tetrahedron slots a buffer holds: its vertex ids stay below 2^21 (the host engine packs a face's three
+#: ids in one int64). The reference code's pool holds 5 million tetrahedra.
+MAX_TETRA_CAPACITY = 8_000_000
 #: The starting slice: a triangular bipyramid (5 vertices, 6 triangles), as in the reference's generator
 #: (``3dcdt_gen_init.py`` builds 5-vertex spheres); poles 0 and 1, equator 2, 3, 4.
 _BIPYRAMID = ((0, 2, 3), (0, 3, 4), (0, 2, 4), (1, 2, 3), (1, 3, 4), (1, 2, 4))
