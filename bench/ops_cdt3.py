@@ -127,8 +127,8 @@ def side_by_side(peer_src: str | None, spec: peer_cdt3.RunSpec, timed_attempts: 
     ours2 = engine_run(dataclasses.replace(at_k3, seed=spec.seed + 100, sweeps=max(10, spec.sweeps // 4)), chains=2)
     short = dataclasses.replace(spec, seed=spec.seed + 100, sweeps=10, thermal=max(10, spec.thermal // 4))
     ref2 = peer_cdt3.run_peer_parallel(binary, peer_src, short, 2, timed_attempts=timed_attempts)
-    keep = ("seconds", "cpu_seconds", "attempts", "attempts_per_s", "attempts_per_cpu_s", "accept_by_move")
-    keep += ("at_target_fraction", "overflow")
+    keep: tuple[str, ...] = ("seconds", "cpu_seconds", "attempts", "attempts_per_s", "attempts_per_cpu_s")
+    keep += ("accept_by_move", "at_target_fraction", "overflow")
     return {
         "spec": dataclasses.asdict(spec),
         "k3_tuned": ref["k3_tuned"],
