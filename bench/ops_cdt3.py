@@ -10,9 +10,10 @@ triangulation of ``T`` slices. Both are analysed by :func:`ivhl_jax.bench.peer_c
 with z-scores (:func:`ivhl_jax.physics.cdt.d3_profile.z_scores`): ⟨N22⟩/⟨N31⟩, ⟨N0⟩, ⟨N3⟩, the de Sitter ``s``,
 and the centred averaged profile slice by slice (χ² of the per-slice z-scores).
 
-Throughput: move attempts per second of the timed loops, on one core (one chain, one process) and in aggregate
-over two chains (ours: a ``jax.vmap`` batch of 2, whose host kernels run in parallel threads; the reference:
-2 processes at once).
+Throughput: move attempts per second of the timed loops (wall clock, and per CPU-second, which other jobs on a
+shared host do not change), on one core (one chain, one process) and in aggregate over two chains (ours: a
+``jax.vmap`` batch of 2, whose host kernels run in parallel threads; the reference: 2 processes at once), with
+the cores each actually got.
 
 Command line (writes ``bench/results/cdt3_vs_reference.json``)::
 
@@ -59,10 +60,10 @@ def engine_run(spec: peer_cdt3.RunSpec, *, chains: int = 1) -> dict[str, Any]:
     t0 = time.perf_counter()
     chain, _ = run(chain, spec.thermal)
     t_thermal = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     chain, obs = run(chain, spec.sweeps)
     obs = jax.device_get(obs)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     attempts = int(np.asarray(obs["attempts"]).sum())
     acc = np.asarray(obs["accepts"]).sum(axis=(0, 1))
     att = np.asarray(obs["attempts"]).sum(axis=(0, 1))
@@ -76,6 +77,10 @@ def engine_run(spec: peer_cdt3.RunSpec, *, chains: int = 1) -> dict[str, Any]:
         "seconds": seconds,
         "attempts": attempts,
         "attempts_per_s": attempts / seconds,
+        # CPU time of this process (all threads: the host kernels run in the callback's threads), robust to other
+        # jobs on the host; per chain when there are several
+        "cpu_seconds": cpu_seconds,
+        "attempts_per_cpu_s": attempts / cpu_seconds,
         "accept_by_move": {
             name: {"attempted": int(att[i]), "accepted": int(acc[i])}
             for i, name in enumerate(("26", "62", "44", "23", "32"))
@@ -122,7 +127,8 @@ def side_by_side(peer_src: str | None, spec: peer_cdt3.RunSpec, timed_attempts: 
     ours2 = engine_run(dataclasses.replace(at_k3, seed=spec.seed + 100, sweeps=max(10, spec.sweeps // 4)), chains=2)
     short = dataclasses.replace(spec, seed=spec.seed + 100, sweeps=10, thermal=max(10, spec.thermal // 4))
     ref2 = peer_cdt3.run_peer_parallel(binary, peer_src, short, 2, timed_attempts=timed_attempts)
-    keep = ("seconds", "attempts", "attempts_per_s", "accept_by_move", "at_target_fraction", "overflow")
+    keep: tuple[str, ...] = ("seconds", "cpu_seconds", "attempts", "attempts_per_s", "attempts_per_cpu_s")
+    keep += ("accept_by_move", "at_target_fraction", "overflow")
     return {
         "spec": dataclasses.asdict(spec),
         "k3_tuned": ref["k3_tuned"],
@@ -132,9 +138,11 @@ def side_by_side(peer_src: str | None, spec: peer_cdt3.RunSpec, timed_attempts: 
         "comparison": compare(our_res, ref_res),
         "throughput": {
             "one_core": {"ours": ours["attempts_per_s"], "reference": ref["attempts_per_s"]},
+            "one_core_per_cpu_s": {"ours": ours["attempts_per_cpu_s"], "reference": ref["attempts_per_cpu_s"]},
             "two_chains": {
                 "ours": ours2["attempts_per_s"],
                 "reference": ref2["attempts_per_s"],
+                "ours_cores_used": ours2["cpu_seconds"] / ours2["seconds"],
                 "reference_cores_used": ref2["cores_used"],
             },
         },
