@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.physics.cdt.moves import sweep_length
-from ivhl_jax.physics.cdt.state import BUFFER_MAX_CAPACITY
+from ivhl_jax.physics.cdt.moves import EXTRA_ATTEMPTS, SweepRequest, sweep_length, sweep_request
+from ivhl_jax.physics.cdt.state import BUFFER_MAX_CAPACITY, CDTState
 
-__all__ = ["MAX_VERTEX_CAPACITY", "available", "require", "sweep", "attempts"]
+__all__ = ["MAX_VERTEX_CAPACITY", "available", "require", "sweep", "sweep_state", "attempts"]
 
 #: Most vertex slots the host engine addresses: the buffer's int32 limit (its index draw reaches 2^31).
 MAX_VERTEX_CAPACITY = BUFFER_MAX_CAPACITY
@@ -77,24 +77,18 @@ def _per_chain(x: Any, dtype: Any, batch: tuple[int, ...], nb: int) -> np.ndarra
     return np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype), batch).reshape(nb))
 
 
-def sweep(
-    buf: jax.Array,
-    seed: jax.Array,
-    params: Any,
-    n: int | None,
-    lay: dict[str, tuple[int, int]],
-    c0: int,
-    target_n0: jax.Array,
-    extra_factor: int = 0,
-) -> jax.Array:
-    """One sweep on the packed buffer ``buf`` (..., size): ``n >= 1`` attempts (a fixed count) with words from
-    SplitMix64 seeded by ``seed`` (..., 2) uint32, then (where ``target_n0 >= 0``) up to ``extra_factor`` times as
-    many more until n0 == target_n0 (a miss increments ``missed_target``).
+def sweep(buf: jax.Array, request: SweepRequest, params: Any) -> jax.Array:
+    """One sweep on the packed buffer ``buf`` (..., size) as ``request`` asks: ``request.n >= 1`` attempts (a fixed
+    count) with words from SplitMix64 seeded by ``request.seed`` (..., 2) uint32, then (with a ``target_n0``) up to
+    :data:`~ivhl_jax.physics.cdt.moves.EXTRA_ATTEMPTS` times as many more until n0 == target_n0 (a miss increments
+    ``missed_target``).
     ``params.proposal``: ``"uniform"`` (the moves of the JAX engine) or ``"lists"`` (2d-cdt's proposals from
     the lists of flippable triangles and order-4 vertices). Works under jit and vmap (the callback sees the
     whole batch and runs the chains in parallel threads)."""
-    n = sweep_length(n, params)
-    off = _offsets(lay)
+    n = sweep_length(request.n, params)
+    off = _offsets(request.lay)
+    c0 = request.c0
+    target_n0, extra_factor = (-1, 0) if request.target_n0 is None else (request.target_n0, EXTRA_ATTEMPTS)
     lam, eps, target = _params_arrays(params)
     lists = params.proposal == "lists"
 
@@ -122,13 +116,19 @@ def sweep(
         cb,
         jax.ShapeDtypeStruct(buf.shape, jnp.int32),
         buf,
-        seed,
+        request.seed,
         jnp.asarray(target_n0, jnp.int32),
         lam,
         eps,
         target,
         vmap_method="broadcast_all",
     )
+
+
+def sweep_state(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
+    """One sweep of the stepper on the host engine (``params.engine == "host"``):
+    :func:`~ivhl_jax.physics.cdt.moves.sweep_request` of ``state`` run by :func:`sweep`."""
+    return state.replace(buf=sweep(state.buf, sweep_request(key, state, params, n), params))
 
 
 def attempts(buf: jax.Array, words: jax.Array, params: Any, lay: dict[str, tuple[int, int]], c0: int) -> jax.Array:

@@ -44,6 +44,8 @@ __all__ = [
     "attempt",
     "attempts",
     "sweep_length",
+    "SweepRequest",
+    "sweep_request",
     "apply_flip",
     "apply_insertion",
     "apply_removal",
@@ -301,6 +303,35 @@ def attempts(
     and vertex capacity ``c0``; with ``stop_n0`` every attempt is a no-op once N0 equals it. Returns the buffer.
     (The host and Pallas engines' ``attempts`` run the same words to the same bits.)"""
     return jax.lax.fori_loop(0, bits.shape[0], lambda i, b: _attempt_buf(b, bits[i], params, lay, c0, stop_n0), buf)
+
+
+class SweepRequest(NamedTuple):
+    """One sweep asked of an engine that draws its own random words (``engine="host"`` or ``"pallas"``).
+
+    Attributes:
+      seed: (..., 2) uint32, the seed of each chain's words.
+      n: the attempts (a fixed count, :func:`sweep_length`; None: ``params.attempts_per_sweep``).
+      lay: the buffer's layout (:func:`~ivhl_jax.physics.cdt.state.buffer_layout`).
+      c0: the buffer's vertex slots (``CDTState.vertex_capacity``).
+      target_n0: None; or, after the ``n`` attempts, attempts until n0 == target_n0 (the biased first-hit rule,
+        a bounded number; a miss increments ``missed_target``).
+    """
+
+    seed: Any
+    n: int | None
+    lay: dict[str, tuple[int, int]]
+    c0: int
+    target_n0: Any = None
+
+
+def sweep_request(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> SweepRequest:
+    """The sweep of ``state`` an engine runs for the stepper: two seed words drawn from ``key``, ``n`` attempts
+    (None: ``params.attempts_per_sweep``) on the state's buffer, and with ``params.stop_at_first_hit`` the target
+    n0 = target N2 / 2."""
+    lay = buffer_layout(state.vertex_capacity, state.n_slices)
+    seed = jax.random.bits(key, (2,), jnp.uint32)
+    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_first_hit else None
+    return SweepRequest(seed, n, lay, state.vertex_capacity, target_n0)
 
 
 def sweep_length(n: Any, params: Any) -> int:

@@ -39,8 +39,15 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ivhl_jax.physics.cdt.moves import EXTRA_ATTEMPTS, MAX_VERTEX_CAPACITY, move_writes, sweep_length
-from ivhl_jax.physics.cdt.state import CDTState, buffer_layout
+from ivhl_jax.physics.cdt.moves import (
+    EXTRA_ATTEMPTS,
+    MAX_VERTEX_CAPACITY,
+    SweepRequest,
+    move_writes,
+    sweep_length,
+    sweep_request,
+)
+from ivhl_jax.physics.cdt.state import CDTState
 
 __all__ = ["sweep", "sweep_state", "attempts", "threefry2x32", "BLOCK_CHAINS", "MAX_VERTEX_CAPACITY"]
 
@@ -235,28 +242,24 @@ def _batched_sweep(n: int, steer_volume: bool, lay_items: tuple, c0: int, interp
 
 def sweep(
     buf: jax.Array,
-    seed: jax.Array,
+    request: SweepRequest,
     params: Any,
-    n: int | None,
-    lay: dict[str, tuple[int, int]],
-    c0: int,
-    target_n0: jax.Array | None = None,
     *,
     interpret: bool | None = None,
     block_chains: int = BLOCK_CHAINS,
 ) -> jax.Array:
-    """One sweep of ``n >= 1`` attempts (a fixed count) on ``buf`` (..., size), words from Threefry keyed by
-    ``seed`` (..., 2) uint32; then, unless ``target_n0`` is None, attempts until n0 == target_n0 (at
-    most ``10 n``; a miss increments ``missed_target``). One kernel launch for all chains, under jit and vmap.
-    ``interpret``: None (compiled on a CUDA GPU, interpreted elsewhere), True or False."""
-    n = sweep_length(n, params)
+    """One sweep on ``buf`` (..., size) as ``request`` asks: ``request.n >= 1`` attempts (a fixed count), words
+    from Threefry keyed by ``request.seed`` (..., 2) uint32; then, unless ``request.target_n0`` is None, attempts
+    until n0 == target_n0 (at most ``10 n``; a miss increments ``missed_target``). One kernel launch for all chains,
+    under jit and vmap. ``interpret``: None (compiled on a CUDA GPU, interpreted elsewhere), True or False."""
+    n = sweep_length(request.n, params)
     lead = buf.shape[:-1]
     lam, eps, target = (x.reshape(lead) for x in _flat_couplings(params, lead))
+    target_n0 = request.target_n0
     tn0 = jnp.broadcast_to(jnp.asarray(-1 if target_n0 is None else target_n0, jnp.int32), lead)
-    seed = jnp.broadcast_to(jnp.asarray(seed, jnp.uint32), lead + (2,))
-    fn = _batched_sweep(
-        int(n), target_n0 is not None, tuple(sorted(lay.items())), int(c0), interpret, int(block_chains)
-    )
+    seed = jnp.broadcast_to(jnp.asarray(request.seed, jnp.uint32), lead + (2,))
+    lay_items = tuple(sorted(request.lay.items()))
+    fn = _batched_sweep(int(n), target_n0 is not None, lay_items, int(request.c0), interpret, int(block_chains))
     return fn(buf, seed, lam, eps, target, tn0)
 
 
@@ -288,9 +291,6 @@ def attempts(
 def sweep_state(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
     """One sweep of the stepper on the Pallas engine (``params.engine == "pallas"``): the kernel's Threefry key
     is two words drawn from ``key``; ``n`` attempts (default ``params.attempts_per_sweep``; a fixed count), then
-    with ``params.stop_at_first_hit`` (biased) more until N2 == target."""
-    lay = buffer_layout(state.vertex_capacity, state.n_slices)
-    seed = jax.random.bits(key, (2,), jnp.uint32)
-    target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2 if params.stop_at_first_hit else None
-    buf = sweep(state.buf, seed, params, n, lay, state.vertex_capacity, target_n0)
-    return state.replace(buf=buf)
+    with ``params.stop_at_first_hit`` (biased) more until N2 == target
+    (:func:`~ivhl_jax.physics.cdt.moves.sweep_request`)."""
+    return state.replace(buf=sweep(state.buf, sweep_request(key, state, params, n), params))

@@ -195,20 +195,6 @@ def _attempts(chain: Chain, params: MetropolisParams) -> int:
     return n
 
 
-def _host_sweep(key: jax.Array, state: CDTState, params: Any, n: int | None = None) -> CDTState:
-    from ivhl_jax.physics.cdt import host
-
-    lay = buffer_layout(state.vertex_capacity, state.n_slices)
-    seed = jax.random.bits(key, (2,), jnp.uint32)
-    if params.stop_at_first_hit:
-        target_n0 = jnp.asarray(params.target, jnp.float32).astype(jnp.int32) // 2
-        extra = moves.EXTRA_ATTEMPTS
-    else:
-        target_n0, extra = jnp.int32(-1), 0
-    buf = host.sweep(state.buf, seed, params, n, lay, state.vertex_capacity, target_n0, extra)
-    return state.replace(buf=buf)
-
-
 _BLOCK = 4096  # attempts per block of random words: bounds the memory of many vmapped chains
 
 
@@ -269,8 +255,12 @@ def _step(chain: Chain, params: MetropolisParams) -> Chain:
         from ivhl_jax.physics.cdt import pallas_engine
 
         sweep = pallas_engine.sweep_state
+    elif params.engine == "host":
+        from ivhl_jax.physics.cdt import host
+
+        sweep = host.sweep_state
     else:
-        sweep = _host_sweep if params.engine == "host" else _jax_sweep
+        sweep = _jax_sweep
     return chain.replace(key=key, geometry=sweep(sub, chain.geometry, params, n))
 
 

@@ -64,7 +64,7 @@ def test_in_kernel_words_equal_the_explicit_word_path():
     lay = buffer_layout(CAP, 3)
     params = cdt.metropolis(0.8, attempts_per_sweep=300, engine="pallas").params
     seeds = jax.random.bits(jax.random.key(7), (3, 2), jnp.uint32)
-    swept = jax.jit(lambda b, sd: pallas_engine.sweep(b, sd, params, 300, lay, CAP))(s.buf, seeds)
+    swept = jax.jit(lambda b, sd: pallas_engine.sweep(b, moves.SweepRequest(sd, 300, lay, CAP), params))(s.buf, seeds)
     i = jnp.arange(300, dtype=jnp.uint32)
     w0, w1 = pallas_engine.threefry2x32(seeds[:, :1], seeds[:, 1:], i[None], jnp.uint32(0))
     words = jnp.stack([w0, w1], -1)
@@ -82,7 +82,9 @@ def test_chains_of_different_volume_make_the_same_fixed_number_of_attempts():
     params = cdt.metropolis(0.8, engine="pallas").params
     seeds = jax.random.bits(jax.random.key(3), (2, 2), jnp.uint32)
     count = 27
-    swept = np.asarray(jax.jit(lambda b, sd: pallas_engine.sweep(b, sd, params, count, lay, CAP))(bufs, seeds))
+    swept = np.asarray(
+        jax.jit(lambda b, sd: pallas_engine.sweep(b, moves.SweepRequest(sd, count, lay, CAP), params))(bufs, seeds)
+    )
     for c in (0, 1):
         i = jnp.arange(count, dtype=jnp.uint32)
         w0, w1 = pallas_engine.threefry2x32(seeds[c, 0], seeds[c, 1], i, jnp.uint32(0))
@@ -90,7 +92,7 @@ def test_chains_of_different_volume_make_the_same_fixed_number_of_attempts():
         np.testing.assert_array_equal(swept[c], np.asarray(one)[0])
         assert int(np.asarray(one)[0, lay["attempts"][0] : lay["attempts"][0] + 3].sum()) == count
     with pytest.raises(ValueError, match="fixed number of attempts"):
-        pallas_engine.sweep(bufs, seeds, params, 0, lay, CAP)
+        pallas_engine.sweep(bufs, moves.SweepRequest(seeds, 0, lay, CAP), params)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from ivhl_jax import cdt
-from ivhl_jax.physics.cdt import pallas_engine
+from ivhl_jax.physics.cdt import moves, pallas_engine
 from ivhl_jax.physics.cdt.state import buffer_layout, initial_state
 
 CAP = 64
@@ -33,5 +33,7 @@ def test_sweep_and_attempts_lower_for_cuda_as_one_triton_call():
     seeds = jnp.zeros((5, 2), jnp.uint32)
     words = jnp.zeros((5, 7, 2), jnp.uint32)
     # interpret=None (the default): the CUDA branch of the lowering-time platform choice is the compiled kernel
-    _check_cuda_lowering(lambda b, k: pallas_engine.sweep(b, k, params, 10, lay, CAP, jnp.int32(15)), bufs, seeds)
+    _check_cuda_lowering(
+        lambda b, k: pallas_engine.sweep(b, moves.SweepRequest(k, 10, lay, CAP, jnp.int32(15)), params), bufs, seeds
+    )
     _check_cuda_lowering(lambda b, w: pallas_engine.attempts(b, w, params, lay, CAP), bufs, words)
