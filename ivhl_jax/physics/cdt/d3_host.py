@@ -36,7 +36,8 @@ after the insertion) times ``e^{-dS}``: detailed balance with respect to ``e^{-S
 ``measure="reference"`` uses the reference's ratios ``n/(n+2)`` and ``n/(n-2)`` instead of ``n/(N0+1)`` and
 ``N0/(n-2)`` (with its uniform-vertex removal, as here). That chain satisfies detailed balance with respect to
 ``e^{-S} h``, ``h(N0') / h(N0) = N0' / (2 N0' - 4T)`` (on spherical slices ``n = 2 N0 - 4T``): the reference samples
-``e^{-S}`` times ``~2^{-N0}``, i.e. its ``k0`` is the action's ``k0 + ln 2`` up to a term of order ``T ln N0``.
+``e^{-S}`` times ``~2^{-N0}``: the reference at ``k0`` samples the action's ensemble at ``k0 - ln 2`` (up to a
+factor ``~N0^{2T}``).
 Since ``N0 = n/2 + 2T``, ``h`` is a function of ``n`` alone: at a fixed ``N(3,1)`` both measures give the same
 ensemble. The reference's removal also uses ``e^{-4 eps (target - n - 1)}`` where the inverse of its insertion
 factor is ``e^{-4 eps (target - n + 1)}``; here the volume factor is always the exact ``e^{-dV}``.

@@ -51,7 +51,8 @@ _EXTRA = 10  # stop_at_target: at most this many times a sweep's attempts more
 class Metropolis3dParams(flax.struct.PyTreeNode):
     """Couplings and schedule of :func:`metropolis_3d` (built and checked there).
 
-    ``k0``, ``k3``, ``eps``, ``target`` (traced; scalars or arrays of one shape, a batch for ``jax.vmap``):
+    ``k0``, ``k3``, ``eps``, ``target`` (traced; scalars or arrays of one shape, a batch for ``jax.vmap``; they reach
+    the kernel as float32, so a ``k3`` agrees with the reference's double to about 1e-7):
     ``S = -k0 N0 + k3 N3 + eps (N_fix - target)^2`` (no volume term when ``target`` is 0). Static:
     ``attempts_per_sweep``; ``fix`` (``"n31"``: ``N_fix`` the number of (3,1) tetrahedra, ``"n3"``: all);
     ``measure`` (``"action"``: detailed balance with respect to ``e^{-S}``; ``"reference"``: the reference
