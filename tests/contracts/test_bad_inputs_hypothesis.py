@@ -579,6 +579,10 @@ def _cdt_stepper():
     return cdt.metropolis(1.0, attempts_per_sweep=4)
 
 
+def _cdt3_stepper():
+    return cdt.metropolis_3d(1.0, 0.6, target=60, eps=0.02, attempts_per_sweep=4)
+
+
 def _cdt_params():
     return _cdt_stepper().params
 
@@ -683,6 +687,64 @@ CASES += [
         lambda b: cdt.metropolis(1.0, proposal=b),
         "proposal",
         st.sampled_from(["random", "", 3]),
+    ),
+    Case("cdt.metropolis_3d/k0", lambda b: cdt.metropolis_3d(b, 0.6), "k0", bad_finite),
+    Case("cdt.metropolis_3d/k3", lambda b: cdt.metropolis_3d(1.0, b), "k3", bad_finite),
+    Case(
+        "cdt.metropolis_3d/eps",
+        lambda b: cdt.metropolis_3d(1.0, 0.6, eps=b, target=60),
+        "eps",
+        st.one_of(bad_finite, st.floats(max_value=-1e-6, allow_nan=False, allow_infinity=False)),
+    ),
+    Case(
+        "cdt.metropolis_3d/target",
+        lambda b: cdt.metropolis_3d(1.0, 0.6, target=b),
+        "target",
+        st.one_of(bad_finite, st.floats(max_value=-1e-6, allow_nan=False, allow_infinity=False), st.just(10.5)),
+    ),
+    Case(
+        "cdt.metropolis_3d/attempts_per_sweep",
+        lambda b: cdt.metropolis_3d(1.0, 0.6, attempts_per_sweep=b),
+        "attempts_per_sweep",
+        st.one_of(bad_count, st.just(0)),
+    ),
+    Case("cdt.metropolis_3d/fix", lambda b: cdt.metropolis_3d(1.0, 0.6, fix=b), "fix", st.sampled_from(["n0", "", 3])),
+    Case(
+        "cdt.metropolis_3d/measure",
+        lambda b: cdt.metropolis_3d(1.0, 0.6, measure=b),
+        "measure",
+        st.sampled_from(["exact", "", None]),
+    ),
+    Case(
+        "cdt.metropolis_3d/stop_at_target",
+        lambda b: cdt.metropolis_3d(1.0, 0.6, target=60, stop_at_target=b),
+        "stop_at_target",
+        st.sampled_from([1, "yes", None]),
+    ),
+    Case("cdt.metropolis_3d/init key", lambda b: _cdt3_stepper().init(b, 3), "key", not_a_key),
+    Case(
+        "cdt.metropolis_3d/init n_slices",
+        lambda b: _cdt3_stepper().init(jax.random.key(0), b),
+        "n_slices",
+        st.one_of(bad_size, st.sampled_from([1, 2])),
+    ),
+    Case(
+        "cdt.metropolis_3d/init capacity",
+        lambda b: _cdt3_stepper().init(jax.random.key(0), 3, b),
+        "capacity",
+        st.one_of(bad_size, st.sampled_from([53, 100])),
+    ),
+    Case(
+        "cdt.default_capacity_3d/n_slices",
+        lambda b: cdt.default_capacity_3d(_cdt3_stepper().params, b),
+        "n_slices",
+        st.one_of(bad_size, st.sampled_from([1, 2])),
+    ),
+    Case(
+        "cdt.observe_3d/chain",
+        lambda b: cdt.observe_3d(b, _cdt3_stepper().params),
+        "chain",
+        st.sampled_from([None, 3, np.ones(4)]),
     ),
     Case("cdt.metropolis/init key", lambda b: _cdt_stepper().init(b, 3, 3), "key", not_a_key),
     Case(
@@ -2233,7 +2295,10 @@ EXEMPT: dict[str, str] = {
     "splitstep.diagonal": "wraps a local energy U into a stage; U and ψ are checked by splitstep.kick when it runs",
     "condensate.dipolar_kernel": "takes only a DipolarSystem, validated by DipolarSystem.create; no array or scalar "
     "of its own",
-    **{f"cdt.{n}": _RESULT for n in ("CDTState", "MetropolisParams", "Chain")},
+    **{
+        f"cdt.{n}": _RESULT
+        for n in ("CDTState", "MetropolisParams", "Chain", "CDT3State", "Metropolis3dParams", "Chain3d")
+    },
     "mera.CFT": _RESULT,
     "fastmath.reduce_mod_pi": "a float32 array primitive used inside the field kernels (custom JVP): every finite x "
     "is valid and NaN/inf propagate as in jnp.sin",
