@@ -27,7 +27,7 @@ def _thermalise(t_n: int, target: int, k0: float, k3: float, seed: int) -> tuple
     five blocks in a row; returns (buffer, tuned k3, tetrahedron capacity)."""
     c3 = 2 * target
     buf = np.array(d3_state.initial_state(t_n, c3).buf)
-    off = d3_host._offsets(c3, t_n)
+    off = d3_host.field_offsets(c3, t_n)
     near, block = 0, 0
     while near < 5 and block < 2000:
         d3_host.sweep_chain(
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for v in (int(x) for x in a.volumes.split(",")):
         buf, k3, c3 = _thermalise(a.slices, v, a.k0, a.k3, 1000)
-        off = d3_host._offsets(c3, a.slices)
+        off = d3_host.field_offsets(c3, a.slices)
         rates, cpu_rates, acc = [], [], []
         for r in range(a.repeats):
             c0 = time.thread_time()  # the kernel runs in this thread: its CPU time, apart from the host's load

@@ -63,7 +63,7 @@ from numba import njit, prange
 from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, layout
 from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
 
-__all__ = ["sweep", "apply_move", "transition_counts", "FIELDS"]
+__all__ = ["sweep", "sweep_chain", "apply_move", "transition_counts", "field_offsets", "FIELDS"]
 
 #: The buffer fields, in the order of their offsets in ``off`` (the views tuple ``S`` of the kernels).
 FIELDS = (
@@ -112,7 +112,8 @@ def scratch(c3):
     )
 
 
-def _offsets(c3: int, t_n: int) -> np.ndarray:
+def field_offsets(c3: int, t_n: int) -> np.ndarray:
+    """The kernels' ``off``: the start of each field of :data:`FIELDS` in the buffer, then each field's size."""
     lay = layout(c3, t_n)
     return np.asarray([lay[f][0] for f in FIELDS] + [lay[f][1] for f in FIELDS], np.int64)
 
@@ -695,7 +696,7 @@ def transition_counts(
             np.ascontiguousarray(np.atleast_2d(targets), np.int32),
             skip_lo,
             skip_hi,
-            _offsets(tetra_capacity, n_slices),
+            field_offsets(tetra_capacity, n_slices),
             int(trials),
             *_kernel_couplings(couplings, fix_n3, reference, n_slices),
             np.uint64(seed),
@@ -731,7 +732,7 @@ def apply_move(
     return bool(
         apply_move_kernel(  # type: ignore[call-arg]
             buf,
-            _offsets(tetra_capacity, n_slices),
+            field_offsets(tetra_capacity, n_slices),
             MOVE_NAMES_3D.index(move),
             int(a),
             int(i),
@@ -759,7 +760,7 @@ def sweep(
     """One sweep of ``n`` attempts on the buffer ``buf`` (..., size) with SplitMix64 seeded by ``seed`` (..., 2)
     uint32; ``couplings`` ``(k0, k3, eps, target)`` scalars or arrays broadcasting to the batch. Works under jit
     and vmap (the callback sees the whole batch and runs its chains in parallel threads)."""
-    off = _offsets(tetra_capacity, n_slices)
+    off = field_offsets(tetra_capacity, n_slices)
 
     def cb(b, s, k0, k3, eps, target):
         shape = b.shape

@@ -17,7 +17,9 @@ C3 = 240
 def _state(seed: int, attempts: int = 3000, couplings=(1.0, 0.6, 0.02, 40.0), c3: int = C3) -> np.ndarray:
     """A small thermalised state of T = 3 slices: the minimal start, then ``attempts`` attempts."""
     buf = np.array(d3_state.initial_state(T, c3).buf)
-    d3_host.sweep_chain(buf, d3_host._offsets(c3, T), attempts, *couplings, False, False, T, False, 0, np.uint64(seed))
+    d3_host.sweep_chain(
+        buf, d3_host.field_offsets(c3, T), attempts, *couplings, False, False, T, False, 0, np.uint64(seed)
+    )
     d3_checks.check(buf, c3, T)
     return buf
 
@@ -41,7 +43,7 @@ def _count(buf: np.ndarray, name: str, c3: int = C3) -> int:
 def test_invariants_after_every_sweep(couplings, fix_n3, reference):
     c3 = 1500
     buf = np.array(d3_state.initial_state(T, c3).buf)
-    off = d3_host._offsets(c3, T)
+    off = d3_host.field_offsets(c3, T)
     acc = np.zeros(5, np.int64)
     for sweep in range(25):
         d3_host.sweep_chain(buf, off, 2000, *couplings, fix_n3, reference, T, False, 0, np.uint64(100 + sweep))
