@@ -92,10 +92,21 @@ def _surface(triangles: list[tuple[int, ...]], what: str) -> tuple[int, int, int
 
 def check(buf: Any, tetra_capacity: int, n_slices: int, *, manifold: bool = True) -> None:
     """Check every invariant of one chain's buffer (the module docstring); ``manifold=False`` skips the vertex
-    links of the 3D triangulation (the slowest part)."""
+    links of the 3D triangulation (the slowest part). A broken invariant raises ``AssertionError`` naming it."""
     c3, t_n = int(tetra_capacity), int(n_slices)
     f = unpack(buf, c3, t_n)
     counts = {k: int(v) for k, v in zip(COUNTS, f["counts"], strict=True)}
+    live, vlive = _check_slot_lists(f, counts, c3)
+    _check_tetrahedra(f, live, vlive, t_n)
+    _check_gluing(f, live)
+    _check_slices(f, live, vlive, t_n)
+    _check_counts(f, counts, live, vlive)
+    if manifold:
+        _check_vertex_links(f, live, vlive)
+
+
+def _check_slot_lists(f: dict[str, np.ndarray], counts: dict[str, int], c3: int) -> tuple[np.ndarray, np.ndarray]:
+    """The live/free permutations of tetrahedron and vertex slots; the sorted live slots of each."""
     n3, n0 = counts["n3"], counts["n0"]
     tperm, tpos, vperm, vpos = f["tperm"], f["tpos"], f["vperm"], f["vpos"]
     c0 = vperm.size
@@ -103,16 +114,23 @@ def check(buf: Any, tetra_capacity: int, n_slices: int, *, manifold: bool = True
     assert np.array_equal(tpos[tperm], np.arange(c3)), "tpos is not the inverse of tperm"
     assert sorted(vperm.tolist()) == list(range(c0)), "vperm is not a permutation of the vertex slots"
     assert np.array_equal(vpos[vperm], np.arange(c0)), "vpos is not the inverse of vperm"
-    live = np.sort(tperm[:n3])
-    vlive = np.sort(vperm[:n0])
-    ttype, tv, tn, vtime = f["ttype"], f["tv"], f["tn"], f["vtime"]
-    assert np.all(ttype[tperm[n3:]] == 0), "a free tetrahedron slot has a type"
-    assert np.all(np.isin(ttype[live], (TYPE_31, TYPE_22, TYPE_13))), "a live tetrahedron has no valid type"
-    is_live_v = np.zeros(c0, bool)
-    is_live_v[vlive] = True
-    is_live_t = np.zeros(c3, bool)
-    is_live_t[live] = True
+    assert np.all(f["ttype"][tperm[n3:]] == 0), "a free tetrahedron slot has a type"
+    return np.sort(tperm[:n3]), np.sort(vperm[:n0])
 
+
+def _live_mask(size: int, live: np.ndarray) -> np.ndarray:
+    mask = np.zeros(size, bool)
+    mask[live] = True
+    return mask
+
+
+def _check_tetrahedra(f: dict[str, np.ndarray], live: np.ndarray, vlive: np.ndarray, t_n: int) -> None:
+    """Each live tetrahedron: a valid type, four distinct live vertices on the times its type says, and no two
+    with the same vertex set."""
+    ttype, tv, vtime = f["ttype"], f["tv"], f["vtime"]
+    c0 = vtime.size
+    is_live_v = _live_mask(c0, vlive)
+    assert np.all(np.isin(ttype[live], (TYPE_31, TYPE_22, TYPE_13))), "a live tetrahedron has no valid type"
     keys: dict[int, tuple[int, ...]] = {}
     for a in live.tolist():
         vs = tv[a].tolist()
@@ -127,6 +145,13 @@ def check(buf: Any, tetra_capacity: int, n_slices: int, *, manifold: bool = True
         keys[a] = tuple(sorted(vs))
     assert len(set(keys.values())) == len(keys), "two tetrahedra have the same vertex set"
 
+
+def _check_gluing(f: dict[str, np.ndarray], live: np.ndarray) -> None:
+    """Face-to-face gluing: reciprocal neighbours sharing the face opposite the vertex, every triangle in exactly
+    two tetrahedra, each (3,1) above the (1,3) that shares its spatial base."""
+    ttype, tv, tn = f["ttype"], f["tv"], f["tn"]
+    c3 = ttype.size
+    is_live_t = _live_mask(c3, live)
     faces: dict[tuple[int, ...], int] = defaultdict(int)
     for a in live.tolist():
         vs = tv[a].tolist()
@@ -146,7 +171,11 @@ def check(buf: Any, tetra_capacity: int, n_slices: int, *, manifold: bool = True
     bad = [fc for fc, k in faces.items() if k != 2]
     assert not bad, f"triangle {bad[0]} lies in {faces[bad[0]]} tetrahedra, not 2"
 
-    # the slices
+
+def _check_slices(f: dict[str, np.ndarray], live: np.ndarray, vlive: np.ndarray, t_n: int) -> None:
+    """Every slice a connected triangulated 2-sphere (the (3,1) bases on it) holding all its live vertices, and the
+    stored per-slice triangle counts equal to the recount."""
+    ttype, tv, vtime = f["ttype"], f["tv"], f["vtime"]
     base_of: dict[int, list[tuple[int, ...]]] = defaultdict(list)
     for a in live.tolist():
         if ttype[a] == TYPE_31:
@@ -162,7 +191,12 @@ def check(buf: Any, tetra_capacity: int, n_slices: int, *, manifold: bool = True
         slices[s] = fc
     assert np.array_equal(slices, f["slices"]), f"slices {f['slices'].tolist()} != recount {slices.tolist()}"
 
-    # counts and per-vertex data
+
+def _check_counts(f: dict[str, np.ndarray], counts: dict[str, int], live: np.ndarray, vlive: np.ndarray) -> None:
+    """N0, N3, N(3,1), N22 against a recount; the (3,1) bag and its inverse; the per-vertex coordinations and each
+    vertex's (3,1)."""
+    ttype, tv = f["ttype"], f["tv"]
+    c3, c0 = ttype.size, f["vtime"].size
     recount = dict(
         n0=vlive.size,
         n3=live.size,
@@ -181,18 +215,22 @@ def check(buf: Any, tetra_capacity: int, n_slices: int, *, manifold: bool = True
     np.add.at(scnum, tv[is31, :3].reshape(-1), 1)
     assert np.array_equal(cnum[vlive], f["cnum"][vlive]), "cnum differs from its recount"
     assert np.array_equal(scnum[vlive], f["scnum"][vlive]), "scnum differs from its recount"
+    is_live_t = _live_mask(c3, live)
     for v in vlive.tolist():
         t = int(f["vtet"][v])
         assert 0 <= t < c3 and is_live_t[t] and ttype[t] == TYPE_31 and v in tv[t, :3], (
             f"vtet of vertex {v} is not a live (3,1) with the vertex in its base"
         )
 
-    if manifold:
-        link: dict[int, list[tuple[int, ...]]] = defaultdict(list)
-        for a in live.tolist():
-            vs = [int(x) for x in tv[a]]
-            for i, v in enumerate(vs):
-                link[v].append(tuple(vs[:i] + vs[i + 1 :]))
-        for v in vlive.tolist():
-            nv, ne, nf = _surface(link[v], f"link of vertex {v}")
-            assert nv - ne + nf == 2, f"the link of vertex {v} has Euler characteristic {nv - ne + nf}, not 2"
+
+def _check_vertex_links(f: dict[str, np.ndarray], live: np.ndarray, vlive: np.ndarray) -> None:
+    """The link of every vertex of the 3D triangulation is a 2-sphere (a 3-manifold)."""
+    tv = f["tv"]
+    link: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+    for a in live.tolist():
+        vs = [int(x) for x in tv[a]]
+        for i, v in enumerate(vs):
+            link[v].append(tuple(vs[:i] + vs[i + 1 :]))
+    for v in vlive.tolist():
+        nv, ne, nf = _surface(link[v], f"link of vertex {v}")
+        assert nv - ne + nf == 2, f"the link of vertex {v} has Euler characteristic {nv - ne + nf}, not 2"
