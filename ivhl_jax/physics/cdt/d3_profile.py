@@ -129,7 +129,8 @@ def fit_de_sitter(
     """Fit ``s`` and ``t0`` of :func:`de_sitter_profile` to a centred averaged profile (weighted least squares).
 
     Args:
-      mean, error: (T,) the averaged profile and its errors (:func:`mean_profile`), centred at T // 2.
+      mean: (T,) the averaged profile (:func:`mean_profile`), centred at T // 2.
+      error: (T,) its errors per slice.
       volume: the volume setting the time scale (N₃ or N(3,1), see the module docstring).
       min_area: only slices with ``mean > min_area`` enter the fit (e.g. to leave out the stalk of
         near-minimal slices outside the blob, 4 triangles each at the least).
