@@ -68,8 +68,10 @@ def solve(system, guess: Any) -> tuple[Any, dict]:
     }
 
 
-def scan(a_values, shape, half_um) -> list[dict]:
-    """Each a_s from the default guess, and (below the first) from the default ground state of the previous a_s."""
+def follow(a_values, shape, half_um, carry: bool) -> list[dict]:
+    """Each a_s from the default guess, and (below the first) the CG started from a state of the previous a_s:
+    its default ground state (``carry=False``: the scan) or the state carried from the first a_s through the
+    list (``carry=True``: the hysteresis check, two branches where both exist)."""
     rows: list[dict] = []
     previous: Any = None
     for a_s in a_values:
@@ -77,25 +79,9 @@ def scan(a_values, shape, half_um) -> list[dict]:
         row: dict = {"a_s": a_s}
         psi, row["default"] = solve(system, None)
         if previous is not None:
-            _, row["previous"] = solve(system, previous)
+            followed, row["carried" if carry else "previous"] = solve(system, previous)
+            psi = followed if carry else psi
         previous = psi
-        print(row, flush=True)
-        rows.append(row)
-    return rows
-
-
-def hysteresis(a_values, shape, half_um) -> list[dict]:
-    """From the default ground state at the first a_s, continue through the list (each CG started from the state
-    found at the previous a_s), beside the default ground state at each a_s: two branches where both exist."""
-    rows: list[dict] = []
-    carried: Any = None
-    for a_s in a_values:
-        system, _ = dysprosium(a_s, shape, half_um)
-        row: dict = {"a_s": a_s}
-        psi, row["default"] = solve(system, None)
-        if carried is not None:
-            psi, row["carried"] = solve(system, carried)
-        carried = psi
         print(row, flush=True)
         rows.append(row)
     return rows
@@ -153,9 +139,9 @@ def main(argv=None) -> None:
             "note": "shared 2-core host, other jobs running: wall times are upper bounds, not quiet-host figures",
         }
         if a.scan:
-            doc["scan"] = scan([float(x) for x in a.scan.split(",")], shape, half)
+            doc["scan"] = follow([float(x) for x in a.scan.split(",")], shape, half, carry=False)
         if a.hysteresis:
-            doc["hysteresis"] = hysteresis([float(x) for x in a.hysteresis.split(",")], shape, half)
+            doc["hysteresis"] = follow([float(x) for x in a.hysteresis.split(",")], shape, half, carry=True)
         if a.roton:
             rshape = tuple(int(s) for s in a.roton_shape.split(","))
             doc["roton_grid"] = {

@@ -885,6 +885,12 @@ CASES += [
         "cdt.state.buffer_layout/vertex_capacity", lambda b: cdt_state.buffer_layout(b, 4), "vertex_capacity", bad_size
     ),
     Case(
+        "cdt.state.packed_offsets/sizes",
+        lambda b: cdt_state.packed_offsets([("a", 3), ("b", b)]),
+        "sizes",
+        st.one_of(st.integers(max_value=-1), st.sampled_from([2.5, NAN, INF, "4"])),
+    ),
+    Case(
         "cdt.moves.log_acceptance/kind",
         lambda b: cdt_moves.log_acceptance(b, 10, 20, _cdt_params()),
         "kind",

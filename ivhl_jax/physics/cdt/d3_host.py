@@ -146,22 +146,24 @@ def views(buf, off):
 
 
 @njit(inline="always")
-def vidx(S, t, v):
-    """Position of vertex ``v`` in tetrahedron ``t``, -1 if absent."""
-    tv = S[TV]
+def _position(rows, t, x):
+    """Position of ``x`` in row ``t`` of a flat table of 4-entry rows (vertices or neighbours), -1 if absent."""
     for i in range(4):
-        if tv[4 * t + i] == v:
+        if rows[4 * t + i] == x:
             return i
     return -1
 
 
 @njit(inline="always")
+def vidx(S, t, v):
+    """Position of vertex ``v`` in tetrahedron ``t``, -1 if absent."""
+    return _position(S[TV], t, v)
+
+
+@njit(inline="always")
 def glued(S, a, b):
-    tn = S[TN]
-    for i in range(4):
-        if tn[4 * a + i] == b:
-            return True
-    return False
+    """Whether tetrahedron ``b`` is a face neighbour of ``a``."""
+    return _position(S[TN], a, b) >= 0
 
 
 @njit(inline="always")

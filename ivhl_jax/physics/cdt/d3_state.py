@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ivhl_jax.core.validation import check_scalar
+from ivhl_jax.physics.cdt.state import packed_offsets
 
 __all__ = [
     "MOVE_NAMES_3D",
@@ -94,12 +95,7 @@ def layout(tetra_capacity: int, n_slices: int) -> dict[str, tuple[int, int]]:
         ("attempts", len(MOVE_NAMES_3D)),
         ("accepts", len(MOVE_NAMES_3D)),
     ]
-    out, start = {}, 0
-    for name, size in sizes:
-        out[name] = (start, size)
-        start += size
-    out["size"] = (start, 0)
-    return out
+    return packed_offsets(sizes)
 
 
 class CDT3State(flax.struct.PyTreeNode):

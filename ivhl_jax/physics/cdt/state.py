@@ -35,6 +35,7 @@ __all__ = [
     "MOVE_NAMES",
     "CDTState",
     "buffer_layout",
+    "packed_offsets",
     "initial_state",
     "replicate",
     "live_triangles",
@@ -50,6 +51,18 @@ _SCALARS = (("n0", 1), ("overflow", 1), ("missed_target", 1), ("attempts", 3), (
 _SCALAR_FIELDS = ("n0", "overflow", "missed_target")
 #: Most vertex slots a buffer can hold: its ~10 C0 entries and every slot id must stay int32 indices.
 BUFFER_MAX_CAPACITY = 1 << 27
+
+
+def packed_offsets(sizes: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """Offsets ``name -> (start, size)`` of consecutive fields of the given sizes in one packed buffer, in order;
+    ``"size"`` holds ``(total, 0)``. The 1+1D and 2+1D buffers are both laid out by it."""
+    out, start = {}, 0
+    for name, size in sizes:
+        check_scalar(size, "sizes", integer=True, minimum=0)
+        out[name] = (start, int(size))
+        start += int(size)
+    out["size"] = (start, 0)
+    return out
 
 
 def buffer_layout(vertex_capacity: int, n_slices: int) -> dict[str, tuple[int, int]]:
@@ -68,12 +81,7 @@ def buffer_layout(vertex_capacity: int, n_slices: int) -> dict[str, tuple[int, i
         ("lengths", int(n_slices)),
         *_SCALARS,
     ]
-    out, start = {}, 0
-    for name, size in sizes:
-        out[name] = (start, size)
-        start += size
-    out["size"] = (start, 0)
-    return out
+    return packed_offsets(sizes)
 
 
 class CDTState(flax.struct.PyTreeNode):
