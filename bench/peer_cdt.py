@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ENV_VAR = "IVHL_2DCDT_SRC"
@@ -67,16 +68,24 @@ def _not_vendored(reason: str) -> PeerNotVendoredError:
 
 def peer_src_dir(src_dir: str | os.PathLike | None = None) -> Path:
     """The peer's source folder: ``src_dir`` if given, else ``$IVHL_2DCDT_SRC``; checked for the needed files."""
+    return checked_source_dir(src_dir, ENV_VAR, PEER_SOURCES + PEER_HEADERS, _not_vendored)
+
+
+def checked_source_dir(
+    src_dir: str | os.PathLike | None, env_var: str, needed: tuple[str, ...], error: Callable[[str], Exception]
+) -> Path:
+    """``src_dir`` (else ``$env_var``) resolved, checked to hold every file of ``needed``; otherwise raises
+    ``error(reason)``. Shared by the peers' ``peer_src_dir``."""
     if src_dir is None:
-        src_dir = os.environ.get(ENV_VAR)
+        src_dir = os.environ.get(env_var)
         if not src_dir:
-            raise _not_vendored(f"${ENV_VAR} is not set")
+            raise error(f"${env_var} is not set")
     path = Path(src_dir).expanduser().resolve()
     if not path.is_dir():
-        raise _not_vendored(f"{path} is not a directory")
-    missing = [f for f in PEER_SOURCES + PEER_HEADERS if not (path / f).is_file()]
+        raise error(f"{path} is not a directory")
+    missing = [f for f in needed if not (path / f).is_file()]
     if missing:
-        raise _not_vendored(f"{path} lacks {', '.join(missing)}")
+        raise error(f"{path} lacks {', '.join(missing)}")
     return path
 
 
@@ -105,19 +114,36 @@ def build_peer(
     if not drv.is_file():
         raise FileNotFoundError(f"driver source {drv} not found")
     binary = Path(out) if out is not None else src / "build-ivhl" / "peer_cdt_bench"
-    inputs = [drv] + [src / f for f in PEER_SOURCES + PEER_HEADERS]
+    return compile_driver(src, drv, PEER_SOURCES, PEER_HEADERS, binary, CXXFLAGS, cxx, force, "the 2d-cdt peer")
+
+
+def compile_driver(
+    src: Path,
+    driver: Path,
+    sources: tuple[str, ...],
+    headers: tuple[str, ...],
+    binary: Path,
+    flags: tuple[str, ...],
+    cxx: str | None,
+    force: bool,
+    what: str,
+) -> str:
+    """``CXX FLAGS -I src driver src/sources... -o binary`` unless ``binary`` is newer than every input (or
+    ``force``); returns the binary's path. Shared by the peers' ``build_peer``. RuntimeError when the compiler
+    (``cxx``, else ``$CXX``, else ``g++``) is missing or fails (the message holds its output)."""
+    inputs = [driver] + [src / f for f in sources + headers]
     if not force and binary.is_file():
         built = binary.stat().st_mtime
         if all(p.stat().st_mtime <= built for p in inputs):
             return str(binary)
     compiler = cxx or os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
-        raise RuntimeError(f"C++ compiler {compiler!r} not found")
+        raise RuntimeError(f"C++ compiler {compiler!r} not found (set CXX or pass cxx=...)")
     binary.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [compiler, *CXXFLAGS, "-I", str(src), str(drv), *(str(src / f) for f in PEER_SOURCES), "-o", str(binary)]
+    cmd = [compiler, *flags, "-I", str(src), str(driver), *(str(src / f) for f in sources), "-o", str(binary)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"building the 2d-cdt peer failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"building {what} failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
     return str(binary)
 
 
@@ -175,6 +201,25 @@ def run_peer(
     return _parse(proc.stdout, cmd)
 
 
+def run_all(cmds: list[list[str]], timeout: float) -> list[str]:
+    """Start every command at once, wait for all (``timeout`` seconds in total: then all are killed and
+    TimeoutExpired raised); return their stdouts. RuntimeError (with its stderr) when one exits non-zero."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    outs = []
+    deadline = time.monotonic() + timeout
+    for c, p in zip(cmds, procs):
+        try:
+            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(c)} exited with {p.returncode}:\n{err[-2000:]}")
+        outs.append(out)
+    return outs
+
+
 def run_peer_parallel(binary: str, n2: int, n_procs: int = 2, seed: int = 1, **kw) -> dict:
     """Run ``n_procs`` copies of the driver at once (seeds ``seed .. seed+n_procs-1``); aggregate throughput.
 
@@ -202,19 +247,7 @@ def run_peer_parallel(binary: str, n2: int, n_procs: int = 2, seed: int = 1, **k
         )
         for i in range(n_procs)
     ]
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
-    runs = []
-    deadline = time.monotonic() + timeout
-    for c, p in zip(cmds, procs):
-        try:
-            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(c)} exited with {p.returncode}:\n{err[-2000:]}")
-        runs.append(_parse(out, c))
+    runs = [_parse(out, c) for c, out in zip(cmds, run_all(cmds, timeout))]
     pooled = {}
     for move in ("add", "delete", "flip"):
         tried = sum(r["accept_by_move"][move]["attempted"] for r in runs)
