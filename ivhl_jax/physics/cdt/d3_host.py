@@ -45,7 +45,10 @@ factor is ``e^{-4 eps (target - n + 1)}``; here the volume factor is always the 
 Manifold conditions: every slice stays a simplicial 2-sphere (no double edges; the reference's ``strictness
 3``) and the triangulation a simplicial 3-manifold: the (4,4)'s new edge, the (2,3)'s new edge and the (3,2)'s
 new triangle must not exist already (checked completely: a walk of the new edge's endpoint's star in the slab,
-or of the tetrahedra around the spatial edge of the new triangle).
+or of the tetrahedra around the spatial edge of the new triangle). The reference's (3,2) looks at the first
+tetrahedron of that fan only and so admits states with two triangles on the same three vertices (no simplicial
+complex), which lowers its ⟨N22⟩/⟨N31⟩; with this check inserted it agrees with ours
+(``python -m ivhl_jax.bench.peer_cdt3_fan``, the CDT guide).
 
 Random numbers: SplitMix64 (:func:`ivhl_jax.physics.cdt.host_kernels.splitmix`) seeded per chain and sweep from
 the chain's JAX key; indices are exactly uniform (Lemire, :func:`~ivhl_jax.physics.cdt.host_kernels.draw_index`).
