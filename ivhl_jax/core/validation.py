@@ -19,6 +19,7 @@ from jax.experimental import checkify
 
 __all__ = [
     "is_concrete",
+    "concrete_max",
     "check_array",
     "check_scalar",
     "check_choice",
@@ -41,6 +42,11 @@ _KINDS = {
 def is_concrete(x: Any) -> bool:
     """True when ``x`` holds actual values (not a tracer inside jit/vmap/grad)."""
     return not isinstance(x, jax.core.Tracer)
+
+
+def concrete_max(x: Any) -> float | None:
+    """The largest element of ``x`` (a scalar or an array of parameters) when it holds values, None when traced."""
+    return float(np.max(np.asarray(x))) if is_concrete(x) else None
 
 
 def _dtype_ok(dtype: np.dtype, kind: str) -> bool:

@@ -2383,6 +2383,7 @@ EXEMPT: dict[str, str] = {
     "precision.default_policy": "any pytree is valid input: the policy follows its floating leaves (float32 when it "
     "holds none; tests/core/test_precision.py)",
     "validation.is_concrete": "a predicate: any object is valid input",
+    "validation.concrete_max": "reads any array-like; a traced value gives None by design",
     "validation.checked": "a decorator: wraps any callable (NaN reports tested in tests/core/test_validation.py)",
     **{f"runner.{n}": _RESULT for n in ("RunResult", "RunInterrupted", "RestoredRun")},
     "runner.Advance": "a typing alias (Callable protocol), not a function",

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_key, check_scalar, is_concrete
+from ivhl_jax.core.validation import check_key, check_scalar, concrete_max, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.cdt.d3_state import MAX_TETRA_CAPACITY, CDT3State, initial_state
 
@@ -99,17 +99,13 @@ def _couplings(**values: Any) -> tuple[Any, ...]:
     return tuple(np.broadcast_to(np.asarray(v, np.float32), shape).copy() for v in values.values())
 
 
-def _concrete_max(x: Any) -> float | None:
-    return float(np.max(np.asarray(x))) if is_concrete(x) else None
-
-
 def default_capacity_3d(params: Metropolis3dParams, n_slices: int) -> int:
     """Tetrahedron slots :func:`metropolis_3d`'s ``init`` gives a chain: with ``fix="n31"`` ``8 target`` (N3 =
     2 N(3,1) + N22, and N22 stays below 6 N(3,1) in every phase the tests and runs meet; an insertion that does
     not fit is rejected and sets ``overflow``), with ``fix="n3"`` ``2 target``; at least ``36 T`` (twice the
     start). Without volume fixing there is no default: pass ``capacity``."""
     check_scalar(n_slices, "n_slices", integer=True, minimum=3)
-    target = _concrete_max(params.target)
+    target = concrete_max(params.target)
     if target is None:
         raise ValueError("the default capacity needs a concrete target (traced here); pass capacity")
     if target <= 0:
@@ -129,7 +125,7 @@ def _init(params: Metropolis3dParams, key: jax.Array, n_slices: int, capacity: i
     check_scalar(capacity, "capacity", integer=True, minimum=18 * int(n_slices))
     if int(capacity) > MAX_TETRA_CAPACITY:
         raise ValueError(f"capacity={int(capacity)} exceeds {MAX_TETRA_CAPACITY} tetrahedron slots; use less")
-    target = _concrete_max(params.target)
+    target = concrete_max(params.target)
     if target and params.fix == "n3" and int(capacity) < target:
         raise ValueError(
             f"capacity={int(capacity)} is below the target N3 = {target:g}; use capacity >= {2 * target:g}"
@@ -199,7 +195,7 @@ def metropolis_3d(
         raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
     if not isinstance(stop_at_target, bool):
         raise TypeError(f"stop_at_target must be a bool, got {stop_at_target!r}")
-    t_max, e_min = _concrete_max(target), (None if not is_concrete(eps) else float(np.min(np.asarray(eps))))
+    t_max, e_min = concrete_max(target), (None if not is_concrete(eps) else float(np.min(np.asarray(eps))))
     if t_max is not None and e_min is not None:
         t_arr = np.asarray(target, np.float64)
         if np.any(t_arr != np.round(t_arr)):

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_key, check_scalar, is_concrete
+from ivhl_jax.core.validation import check_key, check_scalar, concrete_max, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.cdt import moves
 from ivhl_jax.physics.cdt.observables import measurements
@@ -264,11 +264,6 @@ def _step(chain: Chain, params: MetropolisParams) -> Chain:
     return chain.replace(key=key, geometry=sweep(sub, chain.geometry, params, n))
 
 
-def _concrete_max(x: Any) -> float | None:
-    """The largest element of a concrete coupling, None for a traced one."""
-    return float(np.max(np.asarray(x))) if is_concrete(x) else None
-
-
 #: Default capacity without volume fixing: 2 T (3 + (lam - ln 2)^(-1/2)) + 25/(lam - ln 2) vertex slots (twice a
 #: bound on <N0> = T <l>, <l> < 3 + (lam - ln 2)^(-1/2), plus 25/(lam - ln 2): the law of N0 falls as
 #: exp(-2 (lam - ln 2) N0), so the margin leaves a weight of order e^-50 beyond the capacity).
@@ -287,7 +282,7 @@ def default_capacity(params: MetropolisParams, n_slices: int, length: int) -> in
     check_scalar(n_slices, "n_slices", integer=True, minimum=3)
     check_scalar(length, "length", integer=True, minimum=3)
     t, n0 = int(n_slices), int(n_slices) * int(length)
-    eps, target = _concrete_max(params.eps), _concrete_max(params.target)
+    eps, target = concrete_max(params.eps), concrete_max(params.target)
     if params.stop_at_first_hit or (eps is not None and eps > 0):
         if target is None:
             raise ValueError("the default capacity needs a concrete target (traced here); pass capacity")
@@ -313,7 +308,7 @@ def default_attempts(params: MetropolisParams, n_slices: int, length: int) -> in
     check_scalar(length, "length", integer=True, minimum=3)
     if params.attempts_per_sweep:
         return int(params.attempts_per_sweep)
-    eps, target = _concrete_max(params.eps), _concrete_max(params.target)
+    eps, target = concrete_max(params.eps), concrete_max(params.target)
     if params.stop_at_first_hit or (eps is not None and eps > 0):
         if target is None:
             raise ValueError(
@@ -338,7 +333,7 @@ def _init(params: MetropolisParams, key: jax.Array, n_slices: int, length: int, 
             f"capacity={int(capacity)} vertex slots exceeds what the {params.engine} engine's index draw "
             f"addresses ({limit}); use capacity <= {limit}" + (" or engine='host'" if params.engine == "jax" else "")
         )
-    target, eps = _concrete_max(params.target), _concrete_max(params.eps)
+    target, eps = concrete_max(params.target), concrete_max(params.eps)
     if (params.stop_at_first_hit or (eps is not None and eps > 0)) and target:
         need = int(target) // 2 + 1
         if int(capacity) < need:
