@@ -53,6 +53,7 @@ def timelike_degrees(state: CDTState) -> tuple[jax.Array, jax.Array]:
     A vertex with ``k`` down triangles of the strip above having it as apex has ``k + 1`` future links
     (likewise past links from the up triangles below), so its coordination is ``2 + future + past``.
     """
+    _check_type(state, "state")
     c0 = state.vertex_capacity
     alive_t, alive_v = live_triangles(state), live_vertices(state)
     up = state.ttype == UP
@@ -77,6 +78,7 @@ def geometry_arrays(state: CDTState) -> tuple[jax.Array, jax.Array, jax.Array, j
     """``(tv, tnbr, tri_alive, vert_alive)`` of an unbatched state in the format of
     :mod:`ivhl_jax.physics.cdt.graph`: ``tnbr`` (C2, 3) holds the triangles across the left timelike,
     right timelike and spatial edge (``tl``, ``tr``, slot ``^ 1``)."""
+    _check_type(state, "state")
     tnbr = jnp.stack([state.tl, state.tr, state.tc], axis=-1)
     return state.tv, tnbr, live_triangles(state), live_vertices(state)
 
@@ -176,12 +178,18 @@ def _check_lengths(lengths: Any) -> jax.Array:
     return x
 
 
-def _check_state(state: Any, name: str) -> None:
-    """``state`` must be one chain's CDTState (``chain.geometry``; vmap over a batch of chains)."""
+def _check_type(state: Any, name: str) -> None:
+    """``state`` must be a 1+1D CDTState: anything else (a 2+1D ``CDT3State`` included) is refused in one line,
+    before an attribute lookup fails inside."""
     if not isinstance(state, CDTState):
         raise TypeError(
             f"{name} must be a CDTState (the geometry of a chain: chain.geometry), got {type(state).__name__}"
         )
+
+
+def _check_state(state: Any, name: str) -> None:
+    """``state`` must be one chain's CDTState (``chain.geometry``; vmap over a batch of chains)."""
+    _check_type(state, name)
     if jnp.ndim(state.n0) != 0:
         raise ValueError(
             f"{name} must be a single chain (n0 a scalar), got a batch with n0 of shape "

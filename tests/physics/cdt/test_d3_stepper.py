@@ -134,3 +134,15 @@ def test_overflow_is_flagged_and_the_state_stays_valid():
     assert int(obs["overflow"][-1]) == 1
     assert int(obs["n3"][-1]) <= 120
     d3_checks.check(chain.geometry.buf, 120, T)
+
+
+@pytest.mark.parametrize(
+    "name", ["coordination_numbers", "coordination_histogram", "timelike_degrees", "max_timelike_degree", "observe"]
+)
+def test_the_1plus1_functions_refuse_a_2plus1_chain_in_one_line(name):
+    """Every 1+1D measurement given the 2+1D stepper's objects names what it needs instead of failing inside."""
+    st = cdt.metropolis_3d(5.0, 1.7, target=100, eps=0.005, attempts_per_sweep=10)
+    chain = st.init(jax.random.key(0), 4)
+    fn = getattr(cdt, name)
+    with pytest.raises(TypeError, match=r"chain must be|state must be"):
+        fn(chain, st.params) if name == "observe" else fn(chain.geometry)
