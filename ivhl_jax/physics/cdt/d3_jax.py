@@ -26,14 +26,16 @@ vertices: O(capacity) work per attempt that needs it, where the host engine walk
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, layout, vertex_capacity
+from ivhl_jax.physics.cdt.d3_state import COUNTS, MOVE_NAMES_3D, TYPE_13, TYPE_22, TYPE_31, layout, vertex_capacity
 
-__all__ = ["sweep", "attempt", "BLOCK"]
+__all__ = ["sweep", "attempt", "apply_move", "proposal_words", "BLOCK"]
 
 #: Attempts whose random words one ``jax.random.bits`` call draws (16 bytes per attempt and chain).
 BLOCK = 1024
@@ -486,26 +488,26 @@ def sweep(
     """One sweep on one chain's buffer (size,): ``attempts``/``accepts`` zeroed, ``n`` attempts with words from
     ``key``, then (``until_target``) up to ``max_extra`` more until ``N_fix == target`` (a miss increments
     ``missed_target``), as :func:`~ivhl_jax.physics.cdt.d3_host.sweep_chain` does. jit/vmap-able."""
+    if any(jnp.ndim(x) for x in couplings):
+        raise ValueError(
+            "the jax engine takes one chain's scalar couplings: map a batch of couplings with jax.vmap over the "
+            "stepper together with the chains (vmap(trajectory)(stepper, chains))"
+        )
     lay = layout(tetra_capacity, n_slices)
     cp = tuple(jnp.asarray(x, jnp.float32) for x in couplings)
     zero = jnp.concatenate([jnp.arange(lay[f][0], lay[f][0] + lay[f][1]) for f in ("attempts", "accepts")])
     buf = buf.at[zero].set(0)
     kw = dict(fix_n3=fix_n3, reference=reference)
-    blocks, rest = divmod(int(n), BLOCK)
-    k_main, k_rest, k_extra = jax.random.split(key, 3)
+    size = min(int(n), BLOCK)
+    k_main, k_extra = jax.random.split(key)
 
-    def run_block(buf, key, size):
-        bits = jax.random.bits(key, (size, 4), jnp.uint32)
-        return jax.lax.fori_loop(
-            0, size, lambda j, x: attempt(x, bits[j], cp, tetra_capacity, n_slices, **kw), buf
-        )
+    def run_block(blk, buf):
+        # one body for every block (the last one shorter): one copy of the attempt in the compiled loop
+        bits = jax.random.bits(jax.random.fold_in(k_main, blk), (size, 4), jnp.uint32)
+        count = jnp.minimum(size, int(n) - blk * size)
+        return jax.lax.fori_loop(0, count, lambda j, x: attempt(x, bits[j], cp, tetra_capacity, n_slices, **kw), buf)
 
-    if blocks:
-        buf = jax.lax.fori_loop(
-            0, blocks, lambda blk, x: run_block(x, jax.random.fold_in(k_main, blk), BLOCK), buf
-        )
-    if rest:
-        buf = run_block(buf, k_rest, rest)
+    buf = jax.lax.fori_loop(0, -(-int(n) // size), run_block, buf)
     if until_target:
         target = jnp.round(cp[3]).astype(_I32)
         c_fix = lay["counts"][0] + (_N3 if fix_n3 else _N31)
@@ -523,3 +525,66 @@ def sweep(
         miss = lay["counts"][0] + _MISS
         buf = buf.at[miss].add((buf[c_fix] != target).astype(_I32))
     return buf
+
+
+def _word(pos: int, n: int) -> int:
+    """The smallest uint32 word whose index draw ``floor(word n / 2^32)`` is ``pos`` (0 <= pos < n)."""
+    return -(-(int(pos) << 32) // int(n))
+
+
+#: (family and sub-move draw r in [0, 12)) of each move and time orientation, as :func:`attempt` decodes it.
+_CODE = {("26", True): 0, ("62", True): 1, ("44", True): 4, ("23", True): 8, ("32", True): 9}
+_CODE |= {("23", False): 10, ("32", False): 11}
+
+
+def proposal_words(buf: Any, tetra_capacity: int, n_slices: int, move: str, a: int, i: int = 0, up: bool = True):
+    """The four uint32 words that make :func:`attempt` on ``buf`` propose ``move`` on the (3,1) slot ``a`` (the
+    vertex slot for ``"62"``), face or base vertex ``i``, orientation ``up``, with acceptance uniform 0 (accepted
+    whenever the move is valid: the ratio is positive). NumPy (4,) uint32."""
+    from ivhl_jax.physics.cdt.d3_state import unpack
+
+    if move not in MOVE_NAMES_3D:
+        raise ValueError(f"move must be one of {MOVE_NAMES_3D}, got {move!r}")
+    f = unpack(buf, tetra_capacity, n_slices)
+    cnt = f["counts"]
+    if move == "62":
+        n, pos = int(cnt[_N0]), int(f["vpos"][a])
+    else:
+        n, pos = int(cnt[_N31]), int(f["p31"][a])
+    if not 0 <= pos < n:
+        raise ValueError(f"slot {a} is not a live {'vertex' if move == '62' else '(3,1) tetrahedron'}")
+    code = _CODE[(move, bool(up) or move in ("26", "62", "44"))]
+    return np.asarray([_word(code, 12), _word(pos, n), _word(int(i), 3), 0], np.uint32)
+
+
+@functools.partial(jax.jit, static_argnames=("tetra_capacity", "n_slices", "fix_n3", "reference"))
+def _attempt_jit(buf, bits, couplings, tetra_capacity, n_slices, fix_n3, reference):
+    return attempt(buf, bits, couplings, tetra_capacity, n_slices, fix_n3=fix_n3, reference=reference)
+
+
+def apply_move(
+    buf: np.ndarray,
+    tetra_capacity: int,
+    n_slices: int,
+    move: str,
+    a: int,
+    i: int = 0,
+    up: bool = True,
+    *,
+    couplings: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
+    fix_n3: bool = False,
+    reference: bool = False,
+) -> bool:
+    """:func:`~ivhl_jax.physics.cdt.d3_host.apply_move` on this engine: one :func:`attempt` with the
+    :func:`proposal_words` of the move, in place on the NumPy buffer ``buf``; returns whether it was done (the
+    manifold conditions apply; the Metropolis test passes for any finite ratio)."""
+    if buf.dtype != np.int32 or buf.ndim != 1:
+        raise ValueError("buf must be one chain's buffer: a 1-D int32 NumPy array")
+    bits = proposal_words(buf, tetra_capacity, n_slices, move, a, i, up)
+    cp = tuple(np.float32(x) for x in couplings)
+    out = np.asarray(_attempt_jit(buf, bits, cp, int(tetra_capacity), int(n_slices), bool(fix_n3), bool(reference)))
+    k = MOVE_NAMES_3D.index(move)
+    acc = layout(tetra_capacity, n_slices)["accepts"][0] + k
+    done = bool(out[acc] != buf[acc])
+    buf[:] = out
+    return done

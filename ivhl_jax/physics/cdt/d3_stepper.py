@@ -45,6 +45,7 @@ REFERENCE_EPSILON = 4e-5
 REFERENCE_SWEEP = 1_000_000
 FIXES = ("n31", "n3")
 MEASURES = ("action", "reference")
+ENGINES = ("host", "jax")
 _EXTRA = 10  # stop_at_target: at most this many times a sweep's attempts more
 
 
@@ -60,7 +61,8 @@ class Metropolis3dParams(flax.struct.PyTreeNode):
     :mod:`~ivhl_jax.physics.cdt.d3_host`); ``stop_at_target``: after its attempts a sweep continues (at most ten
     times as many more) until ``N_fix == target``, the reference's rule before each measurement (a first-hit
     rule, biased towards configurations that re-enter the target easily; a miss increments
-    ``missed_target``)."""
+    ``missed_target``); ``engine``: ``"host"`` (numba through a callback) or ``"jax"`` (pure XLA,
+    :mod:`~ivhl_jax.physics.cdt.d3_jax`: the same chain, for many chains under ``vmap`` on any device)."""
 
     k0: jax.Array | float = 0.0
     k3: jax.Array | float = 0.0
@@ -70,6 +72,7 @@ class Metropolis3dParams(flax.struct.PyTreeNode):
     fix: str = flax.struct.field(pytree_node=False, default="n31")
     measure: str = flax.struct.field(pytree_node=False, default="action")
     stop_at_target: bool = flax.struct.field(pytree_node=False, default=False)
+    engine: str = flax.struct.field(pytree_node=False, default="host")
 
 
 class Chain3d(flax.struct.PyTreeNode):
@@ -139,15 +142,18 @@ def _init(params: Metropolis3dParams, key: jax.Array, n_slices: int, capacity: i
 
 
 def _step(chain: Chain3d, params: Metropolis3dParams) -> Chain3d:
-    """One sweep of ``params.attempts_per_sweep`` attempts with a fresh subkey (the host engine)."""
-    from ivhl_jax.physics.cdt import d3_host
+    """One sweep of ``params.attempts_per_sweep`` attempts with a fresh subkey (on ``params.engine``)."""
+    from ivhl_jax.physics.cdt import d3_host, d3_jax
 
     key, sub = jax.random.split(chain.key)
     g = chain.geometry
-    seed = jax.random.bits(sub, (2,), jnp.uint32)
-    buf = d3_host.sweep(
+    if params.engine == "jax":
+        sweep, rng = d3_jax.sweep, sub
+    else:
+        sweep, rng = d3_host.sweep, jax.random.bits(sub, (2,), jnp.uint32)
+    buf = sweep(
         g.buf,
-        seed,
+        rng,
         (params.k0, params.k3, params.eps, params.target),
         params.attempts_per_sweep,
         g.tetra_capacity,
@@ -170,11 +176,15 @@ def metropolis_3d(
     attempts_per_sweep: int = REFERENCE_SWEEP,
     measure: str = "action",
     stop_at_target: bool = False,
+    engine: str = "host",
 ) -> Stepper[Chain3d, Metropolis3dParams]:
     """Stepper of the 2+1D CDT chain of ``S = -k0 N0 + k3 N3 + eps (N_fix - target)^2`` (the module docstring; the
     reference code's conventions): ``step(chain)`` is one sweep of ``attempts_per_sweep`` attempts (default the
-    reference's 10^6) with a fresh subkey split from ``chain.key``, on the host engine (numba, through a JAX
-    callback: jit, vmap and ``trajectory``/``chunked`` work; the chains of a vmapped batch run in parallel threads).
+    reference's 10^6) with a fresh subkey split from ``chain.key``, on the ``engine`` (static): ``"host"`` (numba,
+    through a JAX callback: jit, vmap and ``trajectory``/``chunked`` work; the chains of a vmapped batch run in
+    parallel threads) or ``"jax"`` (pure XLA, :mod:`~ivhl_jax.physics.cdt.d3_jax`: the same chain for many chains
+    under ``vmap`` on an accelerator; its manifold checks scan the buffer, so a sweep costs O(capacity) more per
+    attempt than the host engine's).
 
     ``target``: 0 for no volume fixing, else the target ``N(3,1)`` (``fix="n31"``, the reference's default) or
     ``N3`` (``fix="n3"``); ``eps``: the coefficient of the quadratic term (the reference's 4e-5). ``measure``:
@@ -193,6 +203,8 @@ def metropolis_3d(
         raise ValueError(f"fix must be one of {FIXES} (the count the volume term fixes), got {fix!r}")
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES} (numba through a callback, or pure XLA), got {engine!r}")
     if not isinstance(stop_at_target, bool):
         raise TypeError(f"stop_at_target must be a bool, got {stop_at_target!r}")
     t_max, e_min = concrete_max(target), (None if not is_concrete(eps) else float(np.min(np.asarray(eps))))
@@ -213,6 +225,7 @@ def metropolis_3d(
         fix=fix,
         measure=measure,
         stop_at_target=stop_at_target,
+        engine=engine,
     )
     return Stepper.create(_step, params, init_fn=_init, name="cdt.metropolis_3d")
 
