@@ -36,6 +36,8 @@ Sections
                (``bench/ops_condensate_terms.py``).
   cdt          CDT many chains (1024 … 65536 at N₂ = 2048): accepted moves/s of the JAX, Pallas and host
                engines (and 2d-cdt when its sources are given) (``bench/ops_cdt.py``).
+  cdt3         2+1D CDT many chains on the JAX engine (1 … 4096 at target N(3,1) = 1000): attempts/s, and no host
+               callback in its compiled step (``bench/ops_cdt3_jax.py``).
   mera         MERA sweeps at χ = 16, 24, 32 in f32/f64 and one ladder (``bench/ops_tn.py``).
   mera_symmetric  Z2-symmetric (block-sparse) MERA sweeps at χ = 24, 32, 48 (``bench/ops_symmetric.py``).
   steppers     one short ``trajectory`` per stepper family (fields, condensate, gft, cdt, mera, adaptive,
@@ -400,6 +402,7 @@ FAMILY_MODULES = {
     "gp_modes": "ops_condensate_modes",
     "gp_terms": "ops_condensate_terms",
     "cdt": "ops_cdt",
+    "cdt3": "ops_cdt3_jax",
     "mera": "ops_tn",
     "mera_symmetric": "ops_symmetric",
     "adaptive": "ops_adaptive",
@@ -630,6 +633,7 @@ SECTIONS = (
     "gp_modes",
     "gp_terms",
     "cdt",
+    "cdt3",
     "mera",
     "mera_symmetric",
     "steppers",
@@ -637,7 +641,18 @@ SECTIONS = (
     "pallas_blocks",
     "gp_rounding",
 )
-FAMILY_SECTIONS = ("fields", "gp", "gp_modes", "gp_terms", "cdt", "mera", "mera_symmetric", "adaptive", "tune")
+FAMILY_SECTIONS = (
+    "fields",
+    "gp",
+    "gp_modes",
+    "gp_terms",
+    "cdt",
+    "cdt3",
+    "mera",
+    "mera_symmetric",
+    "adaptive",
+    "tune",
+)
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -690,6 +705,7 @@ SECTION_COSTS: dict[str, SectionCost] = {
     "gp_modes": SectionCost(8, 10.0),  # vortex tracking 2-D/3-D, BdG homogeneous and Kohn
     "gp_terms": SectionCost(8, 20.0),  # 4 terms x (f32 run, f64 reference)
     "cdt": SectionCost(12, 40.0, measured_s=22.8),  # 3 engines x 4-7 chain counts (the H200 run failed early)
+    "cdt3": SectionCost(6, 40.0),  # host thermalisation, 5 chain counts x 4 calls of 200 attempts, one host row
     "mera": SectionCost(14, 30.0),  # chi 16/24/32 x f32/f64 sweeps and one ladder
     "mera_symmetric": SectionCost(12, 30.0),  # chi 24/32/48 block-sparse sweeps
     "steppers": SectionCost(14, 5.0),  # 7 families, a first call (compile) and a timed trajectory each

@@ -494,7 +494,8 @@ def sweep(
             "stepper together with the chains (vmap(trajectory)(stepper, chains))"
         )
     lay = layout(tetra_capacity, n_slices)
-    cp = tuple(jnp.asarray(x, jnp.float32) for x in couplings)
+    k0, k3, eps, target = (jnp.asarray(x, jnp.float32) for x in couplings)
+    cp = (k0, k3, eps, target)
     zero = jnp.concatenate([jnp.arange(lay[f][0], lay[f][0] + lay[f][1]) for f in ("attempts", "accepts")])
     buf = buf.at[zero].set(0)
     kw = dict(fix_n3=fix_n3, reference=reference)

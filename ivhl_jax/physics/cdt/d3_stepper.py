@@ -147,6 +147,7 @@ def _step(chain: Chain3d, params: Metropolis3dParams) -> Chain3d:
 
     key, sub = jax.random.split(chain.key)
     g = chain.geometry
+    sweep: Any  # the engines' sweeps take the same arguments; the JAX engine's its key, the host's seed words
     if params.engine == "jax":
         sweep, rng = d3_jax.sweep, sub
     else:
