@@ -13,6 +13,7 @@ times the host engine's step on one chain of the same state in the same process 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -112,6 +113,8 @@ def gpu_check(quick: bool = False, chains: Sequence[int] | None = None) -> dict[
     return {
         "platform": backend.platform(),
         "device": str(jax.devices()[0]),
+        # a shared host's other jobs slow every row alike: the load when the rows were measured
+        "load_average_1min": os.getloadavg()[0],
         "system": {"T": T_SLICES, "k0": K0, "k3": K3, "eps": EPS, "fix": "n31", "capacity": capacity, **cfg._asdict()},
         "no_host_callback": not has_host_callback(hlo),
         "rows": rows,
