@@ -641,18 +641,7 @@ SECTIONS = (
     "pallas_blocks",
     "gp_rounding",
 )
-FAMILY_SECTIONS = (
-    "fields",
-    "gp",
-    "gp_modes",
-    "gp_terms",
-    "cdt",
-    "cdt3",
-    "mera",
-    "mera_symmetric",
-    "adaptive",
-    "tune",
-)
+FAMILY_SECTIONS = (*FAMILY_MODULES, "tune")  # the sections a bench/ops_<area>.py module (or ivhl tune) runs
 
 
 # ------------------------------------------------------------------------------------------ plan
