@@ -225,6 +225,24 @@ def test_stop_at_target_lands_on_the_target(fix):
     assert int(o["attempts"][-1].sum()) >= 300
 
 
+def test_overflow_is_flagged_and_the_state_stays_valid():
+    st = cdt.metropolis_3d(3.0, 0.0, attempts_per_sweep=1500, engine="jax")  # no volume term: the volume grows
+    chain, o = trajectory(st, st.init(jax.random.key(5), T, capacity=120), 2, save_every=1, observe=cdt.observe_3d)
+    assert int(o["overflow"][-1]) == 1
+    assert int(o["n3"][-1]) <= 120
+    d3_checks.check(chain.geometry.buf, 120, T)
+
+
+def test_index_draw_is_exact_floor_for_large_counts():
+    """floor(word n / 2^32) in 32-bit limbs against Python integers, up to n = 2^31 - 1 (large (3,1) bags)."""
+    rng = np.random.default_rng(0)
+    words = rng.integers(0, 2**32, 4000, dtype=np.uint64)
+    ns = np.concatenate([rng.integers(1, 2**31, 3000), rng.integers(1, 2**16, 1000)])
+    got = np.asarray(jax.jit(d3_jax._mulhi)(jnp.asarray(words, jnp.uint32), jnp.asarray(ns, jnp.int32)))
+    want = [(int(w) * int(n)) >> 32 for w, n in zip(words, ns, strict=True)]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_engine_is_validated_and_defaults_to_host():
     assert cdt.metropolis_3d(1.0, 0.6).params.engine == "host"
     with pytest.raises(ValueError, match="engine must be one of"):
@@ -250,3 +268,16 @@ def test_compiled_step_has_no_host_callback():
     assert "callback" in lowered("host")
     text = lowered("jax")
     assert "callback" not in text and "custom_call" not in text
+
+
+@pytest.mark.slow  # thermalisation with the host engine, two compiles
+def test_gpu_check_section_runs_quick():
+    """The cdt3 section of bench.gpu_checks in its CPU-sized form (so it cannot rot between GPU runs)."""
+    from ivhl_jax.bench import ops_cdt3_jax
+
+    doc = ops_cdt3_jax.gpu_check(quick=True, chains=(2,))
+    assert doc["no_host_callback"] is True
+    (row,) = doc["rows"]
+    assert row["chains"] == 2 and row["attempts_per_call"] == 2 * ops_cdt3_jax.QUICK.attempts
+    assert 0 < row["acceptance"] < 1 and not row["overflow"] and row["attempts_per_s_aggregate"] > 0
+    assert doc["host_one_chain"]["engine"] == "host" and doc["summary"]
