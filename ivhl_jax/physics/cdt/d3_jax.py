@@ -314,7 +314,7 @@ def _replace_writes(b: _Buf, pr: _Proposal, vtime_new: jax.Array) -> list[tuple[
     """(flat index, value, enabled) of the move ``pr`` (every value gathered before any write): the cavity
     ``rem[:nr]`` replaced by ``nv[:nn]``, the gluing, the bags, the counts and the per-vertex data (the module
     docstring). ``vtime_new``: the time of the (2,6)'s new vertex."""
-    kr, kn = jnp.arange(_MAXNEW), jnp.arange(_MAXNEW)
+    kr = kn = jnp.arange(_MAXNEW)  # removed and new entries share the padded length
     ren, nen = kr < pr.nr, kn < pr.nn
     rem = jnp.where(ren, pr.rem, 0)
     nv = jnp.where(nen[:, None], pr.nv, 0)
