@@ -146,7 +146,7 @@ def test_detailed_balance_of_each_move_pair(move):
     buf_a = state(7)
     name, up = move[:2], not move.endswith("down")
     buf_b, _ = first_valid(buf_a, name, up, d3_jax.apply_move)
-    trials = {"26": 150_000, "44": 150_000, "23": 600_000}[name]
+    trials = {"26": 150_000, "44": 150_000, "23": 1_000_000}[name]
     p_ab, p_ba, rel, n = _pair_test_jax(buf_a, buf_b, COUPLINGS, trials, seed=11)
     dlog = log_weight(buf_b, *COUPLINGS, False) - log_weight(buf_a, *COUPLINGS, False)
     z = (math.log(p_ab / p_ba) - dlog) / rel
