@@ -957,7 +957,8 @@ def report_3d(cfg: CDTConfig, out: str, hist: dict, res, d: dict, therm: dict) -
             f = d3_profile.fit_de_sitter(
                 mean, err, float(np.asarray(hist["n3"])[at].mean()), min_area=2 * stalk, stalk=stalk
             )
-            fit = {"s": f.s, "s_err": f.s_err, "chi2": f.chi2, "dof": f.dof, "stalk": f.stalk, "volume": f.volume}
+            fit = {"s": f.s, "s_err": f.s_err, "t0": f.t0, "chi2": f.chi2, "dof": f.dof, "stalk": f.stalk}
+            fit["volume"] = f.volume
         except (ValueError, RuntimeError) as e:  # no blob above the stalk, or no convergence: said in the summary
             fit = {"error": str(e)}
     acc = np.asarray(hist["accepts"]).sum((0, 1))
@@ -1020,8 +1021,7 @@ def _plot_profile_3d(cfg: CDTConfig, out: str, mean, err, fit, last) -> str:
     if fit and "s" in fit:
         tt = np.linspace(0, cfg.slices - 1, 400)
         total = float(np.sum(np.asarray(mean) - fit["stalk"]))
-        peak = float(np.argmax(mean))
-        shape = d3_profile.de_sitter_profile(tt, fit["s"], fit["volume"], total, peak)
+        shape = d3_profile.de_sitter_profile(tt, fit["s"], fit["volume"], total, fit["t0"])
         ax.plot(tt, fit["stalk"] + shape, "r-", lw=1, label=f"de Sitter, s = {fit['s']:.3f} +- {fit['s_err']:.3f}")
     for c in range(min(3, cfg.chains)):
         ax.plot(t, last[c], lw=0.7, label=f"chain {c}, last")

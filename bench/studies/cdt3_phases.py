@@ -22,17 +22,27 @@ sweeps; the centred averaged profile is fitted with :func:`ivhl_jax.physics.cdt.
 ⟨N3⟩, stalk subtracted, slices above twice the stalk), and the number of blobs per measurement is counted
 (circular runs of at least 2 slices above twice the stalk level).
 
+**The comparison** (``analyse``): for each scan file and for the reference code's own runs
+(``bench/results/cdt3_reference_k0*.json``, target 1000, T = 32, k3 retuned by the reference) the k0 where N22/N31
+crosses the midpoint of its values at the ends of ``--range`` and the susceptibility peak; the reference's
+susceptibility is recovered from its stored autocorrelation-corrected error of ⟨N3⟩ (at fixed N(3,1),
+N22/N31 = N3/N31 − 1).
+
 Results are written after every point, so a cut run leaves the points it finished::
 
     python -m bench.studies.cdt3_phases scan --targets 1000 --k0 5 5.5 6 6.25 6.5 6.75 7 7.5 8 \
         --out bench/results/cdt3_phases_n1000.json
     python -m bench.studies.cdt3_phases desitter --k0 5 --slices 24 --targets 1000 2000 4000 \
         --out bench/results/cdt3_desitter_scaling.json
+    python -m bench.studies.cdt3_phases analyse --inputs bench/results/cdt3_phases_n*.json \
+        --out bench/results/cdt3_phases.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import pathlib
 import sys
 import time
@@ -342,6 +352,95 @@ def desitter(a: argparse.Namespace) -> None:
         _write(a.out, doc)
 
 
+def crossing(k0: list[float], x: list[float], err: list[float], level: float) -> dict:
+    """The k0 where the order parameter ``x`` (falling with k0) first crosses ``level``, linearly interpolated
+    between the bracketing grid points, with the error propagated from theirs; ``None`` fields when it does not."""
+    for i in range(len(k0) - 1):
+        if x[i] >= level > x[i + 1]:
+            f = (x[i] - level) / (x[i] - x[i + 1])
+            k = k0[i] + f * (k0[i + 1] - k0[i])
+            # dk/dx_i and dk/dx_{i+1} of the interpolation, times the errors
+            dx = x[i] - x[i + 1]
+            g1 = (k0[i + 1] - k0[i]) * (x[i + 1] - level) / dx**2
+            g2 = (k0[i + 1] - k0[i]) * (x[i] - level) / dx**2
+            return {"k0": k, "err": float(math.hypot(g1 * err[i], g2 * err[i + 1])), "between": [k0[i], k0[i + 1]]}
+    return {"k0": None, "err": None, "between": None}
+
+
+def reference_points(pattern: str = "cdt3_reference_k0*.json", target: int = 1000) -> list[dict]:
+    """The reference code's runs at ``target`` (``bench/results/cdt3_reference_k0*.json``, ascending k0): k0, tuned
+    k3, N22/N31 and the susceptibility ``<N3> var(N22/N31)``, the variance recovered from its autocorrelation-
+    corrected error of <N3> (``var(N3) = err² N / (2 τ)``; at fixed N(3,1) ``var(x) = var(N3) / N31²``)."""
+    out = []
+    for path in sorted(RESULTS.glob(pattern)):
+        doc = json.loads(path.read_text())
+        for r in doc["runs"]:
+            if r["run"]["target"] != target:
+                continue
+            n3 = r["mean_n3"]
+            var_n3 = n3["error"] ** 2 * r["n_measurements"] / (2 * n3["tau_int"])
+            n31 = 2 * target
+            out.append(
+                {
+                    "k0": float(r["run"]["k0"]),
+                    "k3_tuned": r["run"]["k3_tuned"],
+                    "n22_over_n31": [r["n22_over_n31"]["value"], r["n22_over_n31"]["error"]],
+                    "chi_x": n3["value"] * var_n3 / n31**2,
+                    "mean_n3": n3["value"],
+                    "file": path.name,
+                }
+            )
+    return sorted(out, key=lambda p: p["k0"])
+
+
+def analyse(a: argparse.Namespace) -> None:
+    """Pool the scans (``--inputs``) and the reference's runs: per scan the susceptibility peak and the k0 where
+    N22/N31 crosses the midpoint of its values at the ends of the common range ``--range``; the same crossing for
+    the reference's runs at target 1000."""
+    lo, hi = a.range
+    out: dict[str, Any] = {
+        "what": "2+1D CDT transition in k0: the susceptibility peak of x = N22/N31 and the k0 where <x> crosses "
+        f"the midpoint of its values at k0 = {lo} and {hi} (linear interpolation), ours per scan file and the "
+        "reference code's (its k3-tuning runs at target N(3,1) = 1000, T = 32)",
+        "published_value": "none found: the stored pages and docs searched (2+1 CDT transition k0, Ambjorn-Jurkiewicz-"
+        "Loll PRD 64 044011, Brunekreef-Goerlich-Loll arXiv:2310.16744, Brunekreef-Nemeth arXiv:2208.13084) give "
+        "no number in their stored text",
+        "ours": [],
+    }
+
+    def summary(pts: list[dict], x_of, chi_of, chi_err_of) -> dict:
+        pts = [p for p in pts if lo <= p["k0"] <= hi]
+        k = [p["k0"] for p in pts]
+        x = [x_of(p)[0] for p in pts]
+        e = [x_of(p)[1] for p in pts]
+        res = {"k0": k, "n22_over_n31": x, "n22_over_n31_err": e}
+        if len(pts) >= 2 and k[0] == lo and k[-1] == hi:
+            res["midpoint_crossing"] = crossing(k, x, e, (x[0] + x[-1]) / 2)
+        if chi_of is not None and len(pts) >= 3:
+            res["chi"] = [chi_of(p) for p in pts]
+            res["chi_peak"] = locate_peak(k, res["chi"], [chi_err_of(p) for p in pts]) if chi_err_of else None
+        return res
+
+    for path in a.inputs:
+        doc = json.loads(pathlib.Path(path).read_text())
+        for vol in doc["volumes"]:
+            rec = summary(vol["points"], lambda p: p["n22_over_n31"], lambda p: p["chi_x"][0], lambda p: p["chi_x"][1])
+            out["ours"].append(
+                {
+                    "file": pathlib.Path(path).name,
+                    "measure": doc["settings"].get("measure", "action"),
+                    "target_n31": vol["target_n31"],
+                    **rec,
+                }
+            )
+    ref = reference_points()
+    out["reference"] = {"points": ref, **summary(ref, lambda p: p["n22_over_n31"], lambda p: p["chi_x"], None)}
+    for r in out["ours"]:
+        print(r["file"], r["target_n31"], r.get("midpoint_crossing"), r.get("chi_peak"))
+    print("reference", out["reference"].get("midpoint_crossing"))
+    _write(a.out, out)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.studies.cdt3_phases", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -362,7 +461,14 @@ def main(argv: list[str] | None = None) -> None:
     sub.choices["desitter"].add_argument("--k0", type=float, default=5.0)
     sub.choices["desitter"].add_argument("--ramp", type=int, nargs="*", default=[250, 500])
     sub.choices["desitter"].add_argument("--ramp-sweeps", type=int, default=500)
+    q = sub.add_parser("analyse")
+    q.add_argument("--inputs", nargs="+", required=True)
+    q.add_argument("--range", type=float, nargs=2, default=[5.0, 8.0])
+    q.add_argument("--out", required=True)
     a = p.parse_args(argv)
+    if a.mode == "analyse":
+        analyse(a)
+        return
     if min(a.targets) < 1 or a.thermal < 0 or a.sweeps < 40:
         p.error("targets must be >= 1, thermal >= 0 and sweeps >= 40")
     (scan if a.mode == "scan" else desitter)(a)
