@@ -413,7 +413,7 @@ def analyse(a: argparse.Namespace) -> None:
         k = [p["k0"] for p in pts]
         x = [x_of(p)[0] for p in pts]
         e = [x_of(p)[1] for p in pts]
-        res = {"k0": k, "n22_over_n31": x, "n22_over_n31_err": e}
+        res: dict[str, Any] = {"k0": k, "n22_over_n31": x, "n22_over_n31_err": e}
         if len(pts) >= 2 and k[0] == lo and k[-1] == hi:
             res["midpoint_crossing"] = crossing(k, x, e, (x[0] + x[-1]) / 2)
         if chi_of is not None and len(pts) >= 3:
@@ -421,22 +421,23 @@ def analyse(a: argparse.Namespace) -> None:
             res["chi_peak"] = locate_peak(k, res["chi"], [chi_err_of(p) for p in pts]) if chi_err_of else None
         return res
 
+    groups: dict[tuple[str, int], dict[str, Any]] = {}  # scans of one measure and volume pooled (k0 ranges)
     for path in a.inputs:
         doc = json.loads(pathlib.Path(path).read_text())
         for vol in doc["volumes"]:
-            rec = summary(vol["points"], lambda p: p["n22_over_n31"], lambda p: p["chi_x"][0], lambda p: p["chi_x"][1])
-            out["ours"].append(
-                {
-                    "file": pathlib.Path(path).name,
-                    "measure": doc["settings"].get("measure", "action"),
-                    "target_n31": vol["target_n31"],
-                    **rec,
-                }
+            g = groups.setdefault(
+                (doc["settings"].get("measure", "action"), vol["target_n31"]), {"files": [], "points": []}
             )
+            g["files"].append(pathlib.Path(path).name)
+            g["points"] += vol["points"]
+    for (measure, target), g in sorted(groups.items()):
+        pts = sorted(g["points"], key=lambda p: p["k0"])
+        rec = summary(pts, lambda p: p["n22_over_n31"], lambda p: p["chi_x"][0], lambda p: p["chi_x"][1])
+        out["ours"].append({"files": g["files"], "measure": measure, "target_n31": target, **rec})
     ref = reference_points()
     out["reference"] = {"points": ref, **summary(ref, lambda p: p["n22_over_n31"], lambda p: p["chi_x"], None)}
     for r in out["ours"]:
-        print(r["file"], r["target_n31"], r.get("midpoint_crossing"), r.get("chi_peak"))
+        print(r["measure"], r["target_n31"], r.get("midpoint_crossing"), r.get("chi_peak"))
     print("reference", out["reference"].get("midpoint_crossing"))
     _write(a.out, out)
 
