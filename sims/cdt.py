@@ -35,6 +35,17 @@ sweeps; ``thermalisation.steps``: sweeps of the grow-and-thermalise phase). The 
 ``measure_every`` are refused with one line naming ``steps`` and ``save_every``. Every phase (grow and
 thermalise, sweeps, geometry) reports its progress.
 
+``--set dims=3`` runs 2+1D CDT instead (``cdt.metropolis_3d`` on the host engine, S² × S¹ by tetrahedra): keys
+``k0``, ``k3`` (default the reference code JorenB/3d-cdt's example couplings, 5 and 1.703, with its (2,6)/(6,2)
+ratios, ``measure="reference"``, for which that k3 is tuned), ``target`` (N(3,1), or N3 with ``fix=n3``), ``eps``,
+``slices``, ``attempts_per_sweep`` (default 10 x target), ``capacity`` (tetrahedron slots); a 1+1D-only key
+(``lam``, ``volume``, the geometry keys) is refused with dims=3 and a 2+1D key with dims=2, in one line. The chains
+grow to the target, thermalise (at the target once, then as many sweeps again, at least 200), and each measurement
+records ``cdt.observe_3d`` (slice areas, N0, N31, N22, N3, at_target, move counters) in the run store; the summary
+gives ⟨N22⟩/⟨N31⟩, ⟨N3⟩, the centred averaged slice-area profile and its de Sitter fit at the target volume
+(``thermalisation.png``, ``volume_profiles.png``, ``summary.json``; default ``--out runs/cdt3``). It resumes like
+the 1+1D run.
+
 The jitted chunks and the geometry measurement are built once per process (:func:`vmapped_chunk`): a second
 :func:`simulate` of the same configuration, or resuming a finished run, compiles nothing; extending a run
 compiles only the analysis of its longer history, not the sweeps.
@@ -48,6 +59,7 @@ import functools
 import math
 import os
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +73,7 @@ from ivhl_jax.physics.cdt import graph as cdt_graph
 from ivhl_jax.physics.cdt import host as cdt_host
 from ivhl_jax.physics.cdt.observables import geometry_arrays
 from ivhl_jax.physics.cdt.state import live_triangles
-from ivhl_jax.run.config import config_dict, option
+from ivhl_jax.run.config import config_defaults, config_dict, option
 from ivhl_jax.run.driver import RunContext, Simulation
 from ivhl_jax.run.io import read_json, save_figure, write_json
 from ivhl_jax.run.runner import phase, run_chunked
@@ -76,15 +88,19 @@ class CDTConfig:
     slices: int = option(16, "number of time slices T (>= 3)")
     volume: int = option(512, "target number of triangles N2 (even; 0: no target, only with eps = 0)")
     lam: float = option(cdt.LN2, "cosmological constant lambda")
-    eps: float = option(0.02, "volume-fixing strength eps (0: none, then lam > ln 2 is required)")
+    eps: float = option(0.02, "volume-fixing strength eps (1+1D: 0 for none, then lam > ln 2 is required; dims=3: > 0)")
     chains: int = option(8, "independent Markov chains (vmapped)")
     steps: int = option(
         200, "measured steps (1 step = 1 sweep) per chain after thermalisation; raise it to extend a run"
     )
     save_every: int = option(2, "steps (sweeps) between measurements")
     steps_per_chunk: int = shared_key("steps_per_chunk", 20)
-    attempts_per_sweep: int = option(0, "Metropolis attempts per sweep; 0: target N2 (jax engine) or 100x (host)")
-    capacity: int = option(0, "vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom)")
+    attempts_per_sweep: int = option(
+        0, "Metropolis attempts per sweep; 0: target N2 (jax engine) or 100x (host); dims=3: 10x target"
+    )
+    capacity: int = option(
+        0, "vertex slots per chain; 0: the target N2 (N0 = N2 / 2, so 2x headroom); dims=3: tetrahedron slots"
+    )
     engine: str = option(
         "auto", '"jax", "host" (compiled CPU kernel, needs numba) or "auto" (core.backend\'s cdt_engine)'
     )
@@ -96,6 +112,15 @@ class CDTConfig:
     curvature_samples: int = option(8, "point pairs per delta and chain for the Ricci curvature")
     geometry_times: int = option(
         8, "the geometry is also measured after this many further blocks of 10 sweeps (chains at the target)"
+    )
+    dims: int = option(2, "spacetime dimensions: 2 (1+1D, triangles) or 3 (2+1D, tetrahedra: cdt.metropolis_3d)")
+    k0: float = option(5.0, "dims=3: coupling of N0 in S = -k0 N0 + k3 N3 (the reference's example: 5)")
+    k3: float = option(1.703, "dims=3: coupling of N3, fixed (the reference's example: 1.703; it retunes it)")
+    target: int = option(1000, "dims=3: target of the volume term, N(3,1) (fix=n31) or N3 (fix=n3)")
+    fix: str = option("n31", 'dims=3: the count the volume term fixes, "n31" (the reference\'s default) or "n3"')
+    measure: str = option(
+        "reference",
+        'dims=3: "reference" (its (2,6)/(6,2) ratios, for which its k3 is tuned) or "action" (balance for e^-S)',
     )
 
     def validate(self) -> None:
@@ -116,27 +141,23 @@ class CDTConfig:
             "curvature_deltas",
             "curvature_samples",
             "geometry_times",
+            "dims",
+            "target",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ValueError(f"{name} must be an integer, got {v!r}")
-        for name in ("lam", "eps"):
+        for name in ("lam", "eps", "k0", "k3"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v!r}")
         if self.eps < 0:
             raise ValueError(f"eps must be >= 0 (the volume-fixing strength; 0: none), got {self.eps}")
+        if self.dims not in (2, 3):
+            raise ValueError(f"dims must be 2 (1+1D) or 3 (2+1D), got {self.dims}")
+        check_dimension_keys(self)
         if self.slices < 3:
             raise ValueError(f"slices must be >= 3 (a torus of T >= 3 slices), got {self.slices}")
-        if self.volume < 0 or (self.volume != 0 and (self.volume < 6 * self.slices or self.volume % 2)):
-            raise ValueError(
-                f"volume must be an even number of triangles >= 6 * slices = {6 * self.slices} "
-                f"(or 0: no target), got {self.volume}"
-            )
-        if self.eps > 0 and self.volume <= 0:
-            raise ValueError("eps > 0 (volume fixing) needs volume > 0")
-        if self.eps == 0 and self.lam <= cdt.LN2:
-            raise ValueError(f"lam={self.lam} <= ln 2 without volume fixing diverges; set lam > ln 2 or eps > 0")
         for name in (
             "chains",
             "steps",
@@ -156,6 +177,18 @@ class CDTConfig:
                 f"steps ({self.steps}) must be a multiple of steps_per_chunk ({self.steps_per_chunk}), "
                 f"itself a multiple of save_every ({self.save_every})"
             )
+        if self.dims == 3:
+            validate_3d(self)
+            return
+        if self.volume < 0 or (self.volume != 0 and (self.volume < 6 * self.slices or self.volume % 2)):
+            raise ValueError(
+                f"volume must be an even number of triangles >= 6 * slices = {6 * self.slices} "
+                f"(or 0: no target), got {self.volume}"
+            )
+        if self.eps > 0 and self.volume <= 0:
+            raise ValueError("eps > 0 (volume fixing) needs volume > 0")
+        if self.eps == 0 and self.lam <= cdt.LN2:
+            raise ValueError(f"lam={self.lam} <= ln 2 without volume fixing diverges; set lam > ln 2 or eps > 0")
         if self.engine not in ("auto",) + cdt.ENGINES:
             raise ValueError(f"engine must be 'auto', 'jax' or 'host', got {self.engine!r}")
         if self.engine == "host" and not cdt_host.available():
@@ -287,52 +320,67 @@ def thermalise(cfg: CDTConfig, stepper, chains, d: dict, progress: bool = True):
     it and as many sweeps again have passed as the slowest chain needed (at most ``cfg.thermalise_max``).
     ``record``: ``steps`` (sweeps done), ``criterion_met_at`` (per chain, -1: never), ``seconds`` and the
     per-sweep ``n2`` and ``max_timelike_degree`` (sweeps, chains)."""
-    block = 10
-    advance = vmapped_chunk(stepper, block, 1, _trace_obs)
-    n2s, degs = [], []
+
+    def ok(obs):
+        n2, deg = obs["n2"], obs["max_timelike_degree"]
+        return (deg <= np.log2(2.0 * np.maximum(n2, 1))) & ((n2 == cfg.volume) if cfg.eps > 0 else True)
+
+    def status(obs):
+        n2, deg = obs["n2"][-1], obs["max_timelike_degree"][-1]
+        return f"N2 {int(n2.min())}..{int(n2.max())}, max timelike degree {int(deg.max())}"
+
+    return grow_and_thermalise(
+        cfg,
+        vmapped_chunk(stepper, 10, 1, _trace_obs),
+        chains,
+        ok,
+        status,
+        detail=f"{cfg.chains} chains to N2 = {d['target_volume']}, {d['engine']} engine, at most "
+        f"{cfg.thermalise_max} sweeps; the first block compiles",
+        criterion="target volume or timelike-degree criterion",
+        progress=progress,
+    )
+
+
+def grow_and_thermalise(
+    cfg: CDTConfig, advance, chains, ok, status, *, detail: str, criterion: str, progress: bool, at_least: int = 0
+):
+    """The grow-and-thermalise loop of both dimensions: blocks of 10 sweeps of ``advance`` (a
+    :func:`vmapped_chunk` recording every sweep) until every chain has met its criterion (``ok(obs)`` (10, chains)
+    bool, from the block's records) and as many sweeps again have passed as the slowest chain needed, and at least
+    ``at_least`` sweeps in all (at most ``cfg.thermalise_max``). ``status(obs)`` describes the last block in the
+    progress lines. Returns ``(chains, record)``: ``steps``, ``criterion_met_at`` (per chain, -1: never),
+    ``seconds`` and every recorded series (sweeps, chains)."""
+    series: dict[str, list[np.ndarray]] = {}
     met = np.full(cfg.chains, -1)
     done = 0
     t0 = time.perf_counter()
     last_note = t0
-    with phase(
-        "grow and thermalise",
-        enabled=progress,
-        detail=f"{cfg.chains} chains to N2 = {d['target_volume']}, {d['engine']} engine, at most "
-        f"{cfg.thermalise_max} sweeps; the first block compiles",
-    ) as note:
+    with phase("grow and thermalise", enabled=progress, detail=detail) as note:
         while done < cfg.thermalise_max:
             chains, obs = advance(chains)
-            obs = jax.device_get(obs)
-            n2, deg = np.asarray(obs["n2"]), np.asarray(obs["max_timelike_degree"])  # (block, chains)
-            n2s.append(n2)
-            degs.append(deg)
-            ok = (deg <= np.log2(2.0 * np.maximum(n2, 1))) & ((n2 == cfg.volume) if cfg.eps > 0 else True)
-            first = np.where(ok.any(0), done + 1 + ok.argmax(0), -1)
+            obs = {k: np.asarray(v) for k, v in jax.device_get(obs).items()}  # (block, chains) each
+            for k, v in obs.items():
+                series.setdefault(k, []).append(v)
+            good = np.asarray(ok(obs), bool)
+            first = np.where(good.any(0), done + 1 + good.argmax(0), -1)
             met = np.where((met < 0) & (first > 0), first, met)
-            done += block
-            if np.all(met > 0) and done >= 2 * met.max():
+            done += good.shape[0]
+            if np.all(met > 0) and done >= max(2 * met.max(), at_least):
                 break
             now = time.perf_counter()
             if now - last_note >= 1.0:  # a line at most every second while this phase runs
                 last_note = now
-                note(
-                    f"{done} sweeps, {int((met > 0).sum())}/{cfg.chains} chains met the criterion, "
-                    f"N2 {int(n2[-1].min())}..{int(n2[-1].max())}, max timelike degree {int(deg[-1].max())}"
-                )
+                note(f"{done} sweeps, {int((met > 0).sum())}/{cfg.chains} chains met the criterion, " + status(obs))
         if np.all(met > 0):
             note(f"every chain met the criterion (at most {int(met.max())} sweeps); {done} sweeps in all")
     if np.any(met < 0):
         print(
             f"warning: {int((met < 0).sum())} chains not thermalised after thermalise_max={cfg.thermalise_max} "
-            "sweeps (target volume or timelike-degree criterion not met); raise thermalise_max"
+            f"sweeps ({criterion} not met); raise thermalise_max"
         )
-    record = {
-        "steps": done,
-        "criterion_met_at": met.tolist(),
-        "seconds": time.perf_counter() - t0,
-        "n2": np.concatenate(n2s).tolist(),
-        "max_timelike_degree": np.concatenate(degs).tolist(),
-    }
+    record = {"steps": done, "criterion_met_at": met.tolist(), "seconds": time.perf_counter() - t0}
+    record |= {k: np.concatenate(v).tolist() for k, v in series.items()}
     return chains, record
 
 
@@ -345,6 +393,8 @@ def simulate(
     sink: RunStore | None = None,
 ) -> dict:
     """Run ``cfg`` (resuming from ``checkpointer`` when it holds a checkpoint); write the outputs into ``out``."""
+    if cfg.dims == 3:
+        return simulate_3d(cfg, out, checkpointer, progress, sink)
     d = derived(cfg)
     print(f"cdt: {d['engine']} engine ({d['engine_reason']})")
     stepper = chain_stepper(cfg, d)
@@ -360,11 +410,39 @@ def simulate(
     else:
         chains, therm = thermalise(cfg, stepper, chains, d, progress)
         write_json(therm_path, therm)
+    res, hist = measure_chains(
+        cfg, stepper, chains, cdt.observe, store_layout(cfg), "cdt sweeps", checkpointer, sink, progress
+    )
+    final = res.state.geometry
+    states = geometry_states(cfg, stepper, res.state, d)
+    if bool(np.any(hist["overflow"])):
+        print(
+            f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
+            f"--set capacity={2 * d['vertex_capacity']}"
+        )
+    return _report(cfg, out, final, states, hist, res, d, therm, progress)
+
+
+def measure_chains(
+    cfg: CDTConfig,
+    stepper,
+    chains,
+    observe,
+    layout: dict,
+    description: str,
+    checkpointer: Checkpointer | None,
+    sink: RunStore | None,
+    progress: bool,
+):
+    """The measured sweeps of both dimensions: ``cfg.steps`` sweeps in chunks of ``cfg.steps_per_chunk``,
+    ``observe`` every ``cfg.save_every``, checkpointed per chunk and resumed from ``checkpointer``, the records
+    streamed to ``sink`` (described by ``layout``, :func:`store_layout`). Returns ``(res, hist)``: the runner's
+    result and every record (measurements, chains, ...), read back from the store when there is one."""
     per_chunk = cfg.steps_per_chunk
-    advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, cdt.observe)
+    advance = vmapped_chunk(stepper, per_chunk, cfg.save_every, observe)
     if sink is not None:
         # a sweep count is a number (UDUNITS has no sweep): unit "1", the long_name says what it counts
-        sink.describe(time_unit="1", long_names={"time": "Monte Carlo sweeps done"}, **store_layout(cfg))
+        sink.describe(time_unit="1", long_names={"time": "Monte Carlo sweeps done"}, **layout)
     res = run_chunked(
         advance,
         chains,
@@ -373,19 +451,12 @@ def simulate(
         checkpointer=checkpointer,
         metadata={"config": config_dict(cfg)},
         progress=progress,
-        description="cdt sweeps",
+        description=description,
         sink=sink,
     )
-    final = res.state.geometry
-    states = geometry_states(cfg, stepper, res.state, d)
     # with the run store the records come back from it for the analysis, none were kept in memory
     hist = sink.read(like=jax.eval_shape(advance, chains)[1]) if sink is not None else jax.device_get(res.history)
-    if bool(np.any(hist["overflow"])):
-        print(
-            f"warning: capacity {d['vertex_capacity']} overflowed in some chain; rerun with "
-            f"--set capacity={2 * d['vertex_capacity']}"
-        )
-    return _report(cfg, out, final, states, hist, res, d, therm, progress)
+    return res, hist
 
 
 def geometry_states(cfg: CDTConfig, stepper, chains, d: dict) -> list[tuple[cdt.CDTState, np.ndarray]]:
@@ -669,6 +740,22 @@ def _print_report(summary: dict, at: np.ndarray) -> None:
             print(f"note: {name}: only {a['n_over_tau']:.0f} x tau_int measurements; raise steps for reliable errors")
 
 
+def _run_record(cfg: CDTConfig, d: dict, therm: dict, res, hist: dict, at: np.ndarray) -> dict:
+    """The head of both dimensions' summaries: the config and derived settings, the thermalisation, the steps done
+    and resumed from, the wall time, overflow and the at-target count of the measurements ``at``."""
+    return {
+        "config": config_dict(cfg),
+        "derived": d,
+        "thermalisation": {k: therm[k] for k in ("steps", "criterion_met_at", "seconds")},
+        "steps_done": res.steps,
+        "resumed_from": res.resumed_from,
+        "wall_time_s": res.wall_time_s,
+        "overflow": bool(np.any(hist["overflow"])),
+        "measurements_at_target": int(at.sum()),
+        "at_target_fraction": float(at.mean()),
+    }
+
+
 def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dict:
     """The summary of a run (``summary.json``, the figures, one printed line) from its records ``hist``, its final
     chains ``final``, the configurations ``states`` for the geometry, the derived settings ``d`` and the
@@ -695,15 +782,7 @@ def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dic
     spread_mean, spread_err = _mean_error(spread, at)
     q = np.arange(coord.size)
     summary = {
-        "config": config_dict(cfg),
-        "derived": d,
-        "thermalisation": {k: therm[k] for k in ("steps", "criterion_met_at", "seconds")},
-        "steps_done": res.steps,
-        "resumed_from": res.resumed_from,
-        "wall_time_s": res.wall_time_s,
-        "overflow": bool(np.any(hist["overflow"])),
-        "measurements_at_target": int(at.sum()),
-        "at_target_fraction": float(at.mean()),
+        **_run_record(cfg, d, therm, res, hist, at),
         "mean_n2": float(n2.mean()),
         "std_n2": float(n2.std()),
         "mean_slice_length": float(lengths[at].mean()) if at.any() else float("nan"),
@@ -722,6 +801,237 @@ def _report(cfg, out, final, states, hist, res, d, therm, progress=False) -> dic
     _print_report(summary, at)
     summary["summary_path"] = path
     return summary
+
+
+# ----------------------------------------------------------------------------------------------
+# 2+1 dimensions (dims=3): cdt.metropolis_3d on the host engine
+
+#: keys only the 1+1D run reads, and keys only the 2+1D run reads (``check_dimension_keys``)
+ONLY_2D = ("volume", "lam", "r_max", "origins", "curvature_deltas", "curvature_samples", "geometry_times")
+ONLY_3D = ("k0", "k3", "target", "fix", "measure")
+#: the 2+1D thermalisation lasts at least this many sweeps: several autocorrelation times of N22/N31 at the default
+#: couplings and sweep length (about 50 sweeps: docs/guide/cdt.md, the reference's k0 = 5 runs)
+THERMALISE_3D_MIN = 200
+
+
+def check_dimension_keys(cfg: CDTConfig) -> None:
+    """A key of the other dimension set to other than its default is refused in one line naming it (a 2+1D run
+    would silently ignore ``lam``, a 1+1D run ``k0``)."""
+    defaults = config_defaults(CDTConfig)
+    other, theirs = (ONLY_2D, "1+1D (dims=2)") if cfg.dims == 3 else (ONLY_3D, "2+1D (dims=3)")
+    stray = [k for k in other if getattr(cfg, k) != defaults[k]]
+    if stray:
+        mine = ", ".join(ONLY_3D if cfg.dims == 3 else ONLY_2D)
+        raise ValueError(
+            f"dims={cfg.dims} does not read the {theirs} key(s) {', '.join(stray)}; leave them out "
+            f"(the dims={cfg.dims} keys of their kind: {mine})"
+        )
+    if cfg.dims == 3 and cfg.engine == "jax":
+        raise ValueError("dims=3 runs on the host engine (numba) only: set engine=host or auto, not jax")
+
+
+def derived_3d(cfg: CDTConfig) -> dict:
+    """Quantities derived from a 2+1D config: attempts per sweep (default 10 x target, the sweep of the
+    reference runs in docs/guide/cdt.md) and tetrahedron slots per chain (default :func:`cdt.default_capacity_3d`)."""
+    attempts = cfg.attempts_per_sweep or 10 * cfg.target
+    params = cdt.metropolis_3d(cfg.k0, cfg.k3, target=cfg.target, eps=cfg.eps, fix=cfg.fix).params
+    capacity = cfg.capacity or cdt.default_capacity_3d(params, cfg.slices)
+    return {
+        "engine": "host",
+        "engine_reason": "dims=3 runs on the host engine",
+        "attempts_per_sweep": attempts,
+        "tetra_capacity": capacity,
+    }
+
+
+def stepper_3d(cfg: CDTConfig, d: dict) -> Stepper[cdt.Chain3d, cdt.Metropolis3dParams]:
+    """The 2+1D stepper of a run: ``cdt.metropolis_3d`` with the config's couplings, fix and measure."""
+    return cdt.metropolis_3d(
+        cfg.k0,
+        cfg.k3,
+        target=cfg.target,
+        eps=cfg.eps,
+        fix=cfg.fix,
+        attempts_per_sweep=d["attempts_per_sweep"],
+        measure=cfg.measure,
+    )
+
+
+def validate_3d(cfg: CDTConfig) -> None:
+    """The 2+1D settings, one line each, then the builder's and ``init``'s own checks (traced, nothing allocated)."""
+    if not cdt_host.available():
+        raise ValueError("dims=3 needs numba, its engine is compiled for the CPU (pip install 'ivhl_jax[cpu-kernels]')")
+    if cfg.eps <= 0:
+        raise ValueError(
+            "dims=3 needs eps > 0 (the volume term holds the volume at target; k3 is fixed, so use 0.005..0.02)"
+        )
+    start = (6 if cfg.fix == "n31" else 18) * cfg.slices
+    if cfg.target < start:
+        raise ValueError(
+            f"target must be >= {start} (the starting triangulation's {cfg.fix.upper()} for {cfg.slices} slices), "
+            f"got {cfg.target}"
+        )
+    d = derived_3d(cfg)  # the builder checks k0, k3, eps, fix, measure (one door)
+    stepper = stepper_3d(cfg, d)
+    jax.eval_shape(lambda k: stepper.init(k, cfg.slices, d["tetra_capacity"]), jax.random.key(0))
+
+
+def store_layout_3d(cfg: CDTConfig) -> dict:
+    """Names, coordinates and units of a 2+1D run's records (``cdt.observe_3d``): every record is (``time``,
+    ``chain``, ...), with ``slice`` for ``slice_volumes`` (spatial triangles of slice t) and ``move`` (0..4:
+    (2,6), (6,2), (4,4), (2,3), (3,2), ``cdt.MOVE_NAMES_3D``) for the move counters of the sweep."""
+    per_chain = ("n0", "n31", "n22", "n3", "at_target", "overflow", "missed_target")
+    dims: dict[str, tuple[str, ...]] = {name: ("chain",) for name in per_chain}
+    dims |= {"slice_volumes": ("chain", "slice"), "accepts": ("chain", "move"), "attempts": ("chain", "move")}
+    coords = {
+        "chain": np.arange(cfg.chains),
+        "slice": np.arange(cfg.slices),
+        "move": np.arange(len(cdt.MOVE_NAMES_3D)),
+    }
+    return {"dims": dims, "coords": coords, "units": {name: "1" for name in (*dims, *coords)}}
+
+
+def _trace_obs_3d(chain: cdt.Chain3d, params: cdt.Metropolis3dParams) -> dict:
+    """The thermalisation record of one 2+1D sweep: N(3,1) + N(1,3), N22 and the at-target flag."""
+    obs = cdt.observe_3d(chain, params)
+    return {k: obs[k] for k in ("n31", "n22", "at_target")}
+
+
+def simulate_3d(cfg: CDTConfig, out: str, checkpointer: Checkpointer | None, progress: bool, sink: RunStore | None):
+    """A 2+1D run (``dims=3``): chains from the minimal triangulation grown to the target and thermalised (every
+    chain at the target once, then as many sweeps again, at least ``THERMALISE_3D_MIN`` in all), ``cfg.steps``
+    measured sweeps (``cdt.observe_3d`` every ``save_every``, checkpointed per chunk, streamed to the run store),
+    then the analysis (:func:`report_3d`)."""
+    d = derived_3d(cfg)
+    print(f"cdt: 2+1D, host engine, k0 = {cfg.k0}, k3 = {cfg.k3}, target {cfg.fix.upper()} = {cfg.target}")
+    stepper = stepper_3d(cfg, d)
+    keys = jax.random.split(jax.random.key(cfg.seed), cfg.chains)
+    chains = jax.vmap(lambda k: stepper.init(k, cfg.slices, d["tetra_capacity"]))(keys)
+    chains = jax.tree_util.tree_map(lambda x: jax.device_put(x, x.sharding), chains)  # committed, as in simulate
+    therm_path = os.path.join(out, "thermalisation.json")
+    if checkpointer is not None and checkpointer.latest_step() is not None and os.path.exists(therm_path):
+        therm = read_json(therm_path, "the thermalisation record", fix="use --no-resume to start over")
+    else:
+        chains, therm = grow_and_thermalise(
+            cfg,
+            vmapped_chunk(stepper, 10, 1, _trace_obs_3d),
+            chains,
+            lambda obs: obs["at_target"],
+            lambda obs: f"N(3,1) {int(obs['n31'][-1].min()) // 2}..{int(obs['n31'][-1].max()) // 2}",
+            detail=f"{cfg.chains} chains to {cfg.fix.upper()} = {cfg.target}, at most {cfg.thermalise_max} sweeps",
+            criterion="target volume",
+            progress=progress,
+            at_least=THERMALISE_3D_MIN,
+        )
+        write_json(therm_path, therm)
+    res, hist = measure_chains(
+        cfg, stepper, chains, cdt.observe_3d, store_layout_3d(cfg), "cdt 2+1D sweeps", checkpointer, sink, progress
+    )
+    if bool(np.any(hist["overflow"])):
+        print(f"warning: capacity {d['tetra_capacity']} overflowed in some chain; rerun with a larger capacity")
+    return report_3d(cfg, out, hist, res, d, therm)
+
+
+def report_3d(cfg: CDTConfig, out: str, hist: dict, res, d: dict, therm: dict) -> dict:
+    """The summary of a 2+1D run from its records ``hist`` (measurements, chains, ...): at the target volume
+    (``at_target``), ⟨N22⟩/⟨N31⟩ (error from the spread of the chains' ratios), ⟨N3⟩, ⟨N0⟩, the autocorrelation
+    time of N22/N31, the centred averaged slice-area profile and its de Sitter fit
+    (:mod:`~ivhl_jax.physics.cdt.d3_profile`; None where it fails, e.g. no blob), the acceptance per move over the
+    measured sweeps; ``summary.json``, ``thermalisation.png`` and ``volume_profiles.png``."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    at = np.asarray(hist["at_target"], bool)
+    n22, n31 = np.asarray(hist["n22"], np.float64), np.asarray(hist["n31"], np.float64)
+    sv = np.asarray(hist["slice_volumes"], np.float64)  # (n, chains, T)
+    used = at.sum(0) > 0
+    ratio = float((n22 * at).sum() / max((n31 * at).sum(), 1.0))
+    per_chain = (n22 * at).sum(0)[used] / (n31 * at).sum(0)[used]
+    ratio_err = float(per_chain.std(ddof=1) / math.sqrt(per_chain.size)) if per_chain.size > 1 else float("nan")
+    profiles = np.swapaxes(sv, 0, 1)[at.T]  # each chain's measurements in order, chain after chain
+    fit: dict[str, Any] | None = None
+    mean = err = np.full(cfg.slices, np.nan)
+    if profiles.shape[0] >= 2:
+        mean, err = d3_profile.mean_profile(profiles)
+        stalk = d3_profile.stalk_level(mean)
+        try:
+            f = d3_profile.fit_de_sitter(
+                mean, err, float(np.asarray(hist["n3"])[at].mean()), min_area=2 * stalk, stalk=stalk
+            )
+            fit = {"s": f.s, "s_err": f.s_err, "t0": f.t0, "chi2": f.chi2, "dof": f.dof, "stalk": f.stalk}
+            fit["volume"] = f.volume
+        except (ValueError, RuntimeError) as e:  # no blob above the stalk, or no convergence: said in the summary
+            fit = {"error": str(e)}
+    acc = np.asarray(hist["accepts"]).sum((0, 1))
+    att = np.asarray(hist["attempts"]).sum((0, 1))
+    n3_mean, n3_err = _mean_error(np.asarray(hist["n3"], np.float64), at)
+    n0_mean, n0_err = _mean_error(np.asarray(hist["n0"], np.float64), at)
+    figures = [_plot_thermalisation_3d(cfg, out, therm), _plot_profile_3d(cfg, out, mean, err, fit, sv[-1])]
+    summary = {
+        **_run_record(cfg, d, therm, res, hist, at),
+        "n22_over_n31": {"mean": ratio, "err": ratio_err},
+        "mean_n3": {"mean": n3_mean, "err": n3_err},
+        "mean_n0": {"mean": n0_mean, "err": n0_err},
+        "autocorrelation": {"n22_over_n31": _autocorrelation(n22 / n31)},
+        "mean_profile_centred": np.asarray(mean).tolist(),
+        "mean_profile_err": np.asarray(err).tolist(),
+        "de_sitter": fit,
+        "acceptance": {n: float(acc[i] / max(att[i], 1)) for i, n in enumerate(cdt.MOVE_NAMES_3D)},
+        "accepted_moves": {n: int(acc[i]) for i, n in enumerate(cdt.MOVE_NAMES_3D)},
+        "figures": figures,
+    }
+    path = write_json(os.path.join(out, "summary.json"), summary)
+    s_text = f"s = {fit['s']:.3f} +- {fit['s_err']:.3f}" if fit and "s" in fit else "no de Sitter fit"
+    print(
+        f"CDT 2+1D: <N22>/<N31> = {ratio:.4f} +- {ratio_err:.4f}, <N3> = {n3_mean:.1f}, {int(at.sum())}/{at.size} "
+        f"measurements at the target, {s_text}"
+    )
+    summary["summary_path"] = path
+    return summary
+
+
+def _plot_thermalisation_3d(cfg: CDTConfig, out: str, therm: dict) -> str:
+    """``thermalisation.png`` (2+1D): N(3,1) and N22/N31 of every chain per sweep of the grow-and-thermalise phase."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
+    n31, n22 = np.asarray(therm["n31"], np.float64), np.asarray(therm["n22"], np.float64)
+    sw = np.arange(1, n31.shape[0] + 1)
+    ax[0].plot(sw, n31 / 2 if cfg.fix == "n31" else n31 + n22, lw=0.7)
+    ax[0].axhline(cfg.target, color="k", ls="--", lw=0.8, label="target")
+    ax[0].set_xlabel("sweep (grow and thermalise)")
+    ax[0].set_ylabel("$N_{(3,1)}$" if cfg.fix == "n31" else "$N_3$")
+    ax[0].legend(fontsize=7)
+    ax[1].plot(sw, n22 / np.maximum(n31, 1), lw=0.7)
+    ax[1].set_xlabel("sweep")
+    ax[1].set_ylabel("$N_{22}/N_{31}$")
+    fig.suptitle(f"2+1D CDT, k0 = {cfg.k0}, k3 = {cfg.k3}: thermalisation of {cfg.chains} chains")
+    path = save_figure(fig, os.path.join(out, "thermalisation.png"))
+    plt.close(fig)
+    return path
+
+
+def _plot_profile_3d(cfg: CDTConfig, out: str, mean, err, fit, last) -> str:
+    """``volume_profiles.png`` (2+1D): the centred averaged slice areas with their errors, the de Sitter fit (on
+    its stalk) where there is one, and the last profile of up to three chains."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    t = np.arange(cfg.slices)
+    ax.errorbar(t, mean, err, fmt="ko", ms=3, capsize=2, label="mean at the target (centred)")
+    if fit and "s" in fit:
+        tt = np.linspace(0, cfg.slices - 1, 400)
+        total = float(np.sum(np.asarray(mean) - fit["stalk"]))
+        shape = d3_profile.de_sitter_profile(tt, fit["s"], fit["volume"], total, fit["t0"])
+        ax.plot(tt, fit["stalk"] + shape, "r-", lw=1, label=f"de Sitter, s = {fit['s']:.3f} +- {fit['s_err']:.3f}")
+    for c in range(min(3, cfg.chains)):
+        ax.plot(t, last[c], lw=0.7, label=f"chain {c}, last")
+    ax.set_xlabel("time slice t")
+    ax.set_ylabel("spatial triangles $V_2(t)$")
+    ax.set_title(f"2+1D CDT, k0 = {cfg.k0}, T = {cfg.slices}, {cfg.fix.upper()} = {cfg.target}", fontsize=9)
+    ax.legend(fontsize=7)
+    path = save_figure(fig, os.path.join(out, "volume_profiles.png"))
+    plt.close(fig)
+    return path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -782,11 +1092,13 @@ class CDTSimulation(Simulation):
 
     def run(self, cfg: CDTConfig, ctx: RunContext) -> dict[str, str]:
         summary = simulate(cfg, ctx.out, checkpointer=ctx.checkpointer, progress=ctx.progress, sink=ctx.sink)
-        names = ("thermalisation", "volume_profiles", "autocorrelation", "coordination", "curvature")
+        names: tuple[str, ...] = ("thermalisation", "volume_profiles")
+        if cfg.dims == 2:
+            names += ("autocorrelation", "coordination", "curvature")
         return {"summary": summary["summary_path"], **dict(zip(names, summary["figures"]))}
 
     def default_out(self, cfg: CDTConfig, args: argparse.Namespace) -> str:
-        return "runs/cdt"
+        return "runs/cdt" if cfg.dims == 2 else "runs/cdt3"
 
     def checkpoint_every(self, cfg: CDTConfig) -> int:
         return cfg.steps_per_chunk

@@ -230,3 +230,118 @@ def test_the_run_names_its_engine_and_why(monkeypatch, capsys):
         monkeypatch.setattr(cdt_host, "available", lambda: True)
         assert sim.engine_choice(cfg) == ("host", "engine=auto: this platform's default (ivhl info: cdt_engine=host)")
     assert sim.engine_choice(sim.CDTConfig(engine="jax")) == ("jax", "engine set in the config")
+
+
+# ----------------------------------------------------------------------------------------------
+# dims=3: the 2+1D chain (cdt.metropolis_3d, host engine)
+
+SMALL_3D = [
+    x
+    for kv in (
+        "dims=3",
+        "slices=4",
+        "target=60",
+        "chains=2",
+        "steps_per_chunk=4",
+        "save_every=2",
+        "attempts_per_sweep=600",
+        "eps=0.2",  # a tiny universe: a stiff volume term keeps half the measurements at the target
+        "k3=1.9",
+    )
+    for x in ("--set", kv)
+] + ["--no-progress"]
+
+
+@pytest.mark.skipif(not cdt_host.available(), reason="the 2+1D engine needs numba")
+def test_sim_3d_records_observe_3d_and_an_interrupted_run_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """dims=3 builds cdt.metropolis_3d and streams observe_3d's records; a run killed after its first chunk and
+    started again ends with the records, summary and final checkpoint of the run that was never interrupted."""
+    import jax
+    import xarray as xr
+
+    from ivhl_jax.physics import cdt
+
+    plain, killed = str(tmp_path / "plain"), str(tmp_path / "killed")
+    args = SMALL_3D + ["--set", "steps=8"]
+    assert sim.main(args + ["--out", plain]) == 0
+
+    real = sim.vmapped_chunk
+
+    def dies_in_the_second_chunk(stepper, steps, save_every, observe):
+        advance = real(stepper, steps, save_every, observe)
+        if observe is not cdt.observe_3d:
+            return advance
+        calls = []
+
+        def wrapped(chains):
+            if not isinstance(jax.tree_util.tree_leaves(chains)[0], jax.core.Tracer):  # a chunk run, not a trace
+                calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # what Ctrl-C or a SIGTERM becomes in the driver
+            return advance(chains)
+
+        return wrapped
+
+    monkeypatch.setattr(sim, "vmapped_chunk", dies_in_the_second_chunk)
+    assert sim.main(args + ["--out", killed]) == 130  # interrupted: "rerun the same command to resume"
+    monkeypatch.setattr(sim, "vmapped_chunk", real)
+    assert sim.main(args + ["--out", killed]) == 0
+
+    a, b = (json.load(open(os.path.join(p, "summary.json"))) for p in (plain, killed))
+    assert a["resumed_from"] is None and b["resumed_from"] == 4 and b["steps_done"] == a["steps_done"] == 8
+    for key in ("n22_over_n31", "mean_n3", "mean_profile_centred", "accepted_moves", "de_sitter"):
+        assert a[key] == b[key], key
+    for key in ("steps", "criterion_met_at"):  # the grow-and-thermalise phase, all but its wall time
+        assert a["thermalisation"][key] == b["thermalisation"][key], key
+    da, db = xr.open_zarr(os.path.join(plain, "run.zarr")), xr.open_zarr(os.path.join(killed, "run.zarr"))
+    assert dict(da.sizes) == {"time": 4, "chain": 2, "slice": 4, "move": 5}
+    assert da["slice_volumes"].dims == ("time", "chain", "slice") and da["accepts"].dims == ("time", "chain", "move")
+    for name in ("slice_volumes", "n0", "n31", "n22", "n3", "at_target", "accepts", "attempts"):
+        np.testing.assert_array_equal(da[name].values, db[name].values, err_msg=name)
+    # the records are observe_3d's: N(3,1) = N(1,3) = the spatial triangles, N0 = N(3,1)/2 + 2T on spherical slices
+    n31_up = da["n31"].values // 2
+    np.testing.assert_array_equal(da["slice_volumes"].sum("slice").values, n31_up)
+    np.testing.assert_array_equal(da["n0"].values, n31_up // 2 + 2 * 4)
+    np.testing.assert_array_equal(da["n3"].values, da["n31"].values + da["n22"].values)
+    np.testing.assert_array_equal(da["at_target"].values, n31_up == 60)
+    assert a["derived"]["attempts_per_sweep"] == 600 and a["thermalisation"]["steps"] >= sim.THERMALISE_3D_MIN
+    for f in a["figures"]:
+        assert os.path.getsize(f) > 1000
+
+
+@pytest.mark.parametrize(
+    "sets, pattern",
+    [
+        (["dims=4"], "dims must be 2 \\(1\\+1D\\) or 3 \\(2\\+1D\\)"),
+        (["dims=3", "lam=0.8"], "dims=3 does not read the 1\\+1D \\(dims=2\\) key\\(s\\) lam;"),
+        (["dims=3", "volume=1024", "origins=4"], "dims=3 does not read .* key\\(s\\) volume, origins;"),
+        (["k0=6"], "dims=2 does not read the 2\\+1D \\(dims=3\\) key\\(s\\) k0;"),
+        (["target=500", "fix=n3"], "dims=2 does not read .* key\\(s\\) target, fix;"),
+        (["dims=3", "engine=jax"], "dims=3 runs on the host engine"),
+        (["dims=3", "eps=0"], "dims=3 needs eps > 0"),
+        (["dims=3", "target=20"], "target must be >= 96 .*16 slices"),
+        (["dims=3", "fix=n4"], "fix must be one of"),
+        (["dims=3", "measure=exact"], "measure must be one of"),
+        (["dims=3", "k3=nan"], "k3 must be a finite number"),
+        (["dims=3", "capacity=100"], "capacity"),
+        (["dims=3", "steps=30"], "multiple of steps_per_chunk"),
+    ],
+)
+def test_sim_3d_config_errors_are_one_line(tmp_path, capsys, sets, pattern):
+    args = [x for kv in sets for x in ("--set", kv)] + ["--out", str(tmp_path / "bad")]
+    assert sim.main(args) == 2
+    err = capsys.readouterr().err
+    assert re.search(pattern, err), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_sim_3d_defaults_are_the_reference_example_couplings():
+    """A user asking for dims=3 gets the reference's example couplings (k0 = 5, k3 = 1.703) with its (2,6)/(6,2)
+    ratios, for which that k3 is tuned, N(3,1) fixed at 1000 and a sweep of 10 x target attempts."""
+    cfg = sim.CDTConfig(dims=3)
+    cfg.validate()
+    assert (cfg.k0, cfg.k3, cfg.target, cfg.fix, cfg.measure) == (5.0, 1.703, 1000, "n31", "reference")
+    d = sim.derived_3d(cfg)
+    assert d["attempts_per_sweep"] == 10_000 and d["tetra_capacity"] == 8000
+    st = sim.stepper_3d(cfg, d)
+    assert st.params.k0 == 5.0 and st.params.k3 == 1.703 and st.params.measure == "reference"
