@@ -1878,6 +1878,12 @@ CASES += [
     ),
     Case("validation.check_key/key", V.check_key, "key", not_a_key),
     Case(
+        "validation.check_couplings/eps",
+        lambda b: V.check_couplings({"lam": np.ones(2), "eps": b}, signed=("lam",)),
+        "eps",
+        st.sampled_from([-1.0, NAN, INF, "0.1", None, np.array([0.1, NAN]), np.ones(3)]),
+    ),
+    Case(
         "validation.check_finite_tree/params",
         lambda b: V.check_finite_tree({"w": b}, "params"),
         "params",
