@@ -25,6 +25,7 @@ __all__ = [
     "check_choice",
     "check_broadcastable",
     "check_key",
+    "check_couplings",
     "check_finite_tree",
     "checked",
 ]
@@ -193,6 +194,39 @@ def check_key(key: Any, name: str = "key") -> Any:
         f"{name} must be a PRNG key, e.g. jax.random.key(seed), got {type(key).__name__}"
         + (f" of dtype {dtype} and shape {jnp.shape(key)}" if dtype is not None else f" {key!r}")
     )
+
+
+def check_couplings(values: dict[str, Any], *, signed: Sequence[str] = ()) -> dict[str, Any]:
+    """The couplings of a stepper's parameters, ``{name: value}``, each a number, an array or a tracer: every
+    concrete element checked (a finite number; ``>= 0`` unless its name is in ``signed``). Returned in the same
+    order: Python floats when all are scalars; float32 arrays of one broadcast shape when any is an array (one
+    shape, so that ``jax.vmap`` over the parameters maps every coupling; float32, the precision the compiled
+    steps compute with, so a batch runs bit-identically to its scalars); unchanged when any is traced (built
+    inside ``jax.vmap``/``jit``: the arithmetic broadcasts)."""
+    for name, v in values.items():
+        if not is_concrete(v):
+            continue
+        if np.ndim(v) == 0:
+            check_scalar(v, name, nonnegative=name not in signed)
+            continue
+        arr = np.asarray(v)
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise TypeError(f"{name} must be a number or an array of numbers, got {type(v).__name__}")
+        for x in arr.reshape(-1):
+            check_scalar(x, name, nonnegative=name not in signed)
+    if not all(is_concrete(v) for v in values.values()):
+        return dict(values)
+    if all(np.ndim(v) == 0 for v in values.values()):
+        return {name: float(v) for name, v in values.items()}
+    try:
+        shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
+    except ValueError:
+        names = list(values)
+        raise ValueError(
+            f"{', '.join(names[:-1])} and {names[-1]} must broadcast to one shape, "
+            f"got shapes {tuple(np.shape(v) for v in values.values())}"
+        ) from None
+    return {name: np.broadcast_to(np.asarray(v, np.float32), shape).copy() for name, v in values.items()}
 
 
 def check_finite_tree(tree: Any, name: str) -> None:

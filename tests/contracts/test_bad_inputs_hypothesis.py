@@ -113,6 +113,12 @@ class Case:
     xfail: str | None = None  # reason, for a function owned elsewhere that does not validate yet
 
 
+def _size_case(id: str, too_small: list[Any], call: Callable[[Any], Any]) -> Case:
+    """A size argument, the last word of ``id``: refuses :data:`bad_size` and the sizes ``too_small`` (below its
+    minimum or above its limit)."""
+    return Case(id, call, id.split("/")[-1].split()[-1], st.one_of(bad_size, st.sampled_from(too_small)))
+
+
 _KEY0 = jax.random.key(0)
 
 
@@ -722,23 +728,10 @@ CASES += [
         st.sampled_from([1, "yes", None]),
     ),
     Case("cdt.metropolis_3d/init key", lambda b: _cdt3_stepper().init(b, 3), "key", not_a_key),
-    Case(
-        "cdt.metropolis_3d/init n_slices",
-        lambda b: _cdt3_stepper().init(jax.random.key(0), b),
-        "n_slices",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
-    ),
-    Case(
-        "cdt.metropolis_3d/init capacity",
-        lambda b: _cdt3_stepper().init(jax.random.key(0), 3, b),
-        "capacity",
-        st.one_of(bad_size, st.sampled_from([53, 100])),
-    ),
-    Case(
-        "cdt.default_capacity_3d/n_slices",
-        lambda b: cdt.default_capacity_3d(_cdt3_stepper().params, b),
-        "n_slices",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
+    _size_case("cdt.metropolis_3d/init n_slices", [1, 2], lambda b: _cdt3_stepper().init(jax.random.key(0), b)),
+    _size_case("cdt.metropolis_3d/init capacity", [53, 100], lambda b: _cdt3_stepper().init(jax.random.key(0), 3, b)),
+    _size_case(
+        "cdt.default_capacity_3d/n_slices", [1, 2], lambda b: cdt.default_capacity_3d(_cdt3_stepper().params, b)
     ),
     Case(
         "cdt.observe_3d/chain",
@@ -747,23 +740,10 @@ CASES += [
         st.sampled_from([None, 3, np.ones(4)]),
     ),
     Case("cdt.metropolis/init key", lambda b: _cdt_stepper().init(b, 3, 3), "key", not_a_key),
-    Case(
-        "cdt.metropolis/init n_slices",
-        lambda b: _cdt_stepper().init(jax.random.key(0), b, 3),
-        "n_slices",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
-    ),
-    Case(
-        "cdt.metropolis/init length",
-        lambda b: _cdt_stepper().init(jax.random.key(0), 3, b),
-        "length",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
-    ),
-    Case(
-        "cdt.metropolis/init capacity",
-        lambda b: _cdt_stepper().init(jax.random.key(0), 3, 3, b),
-        "capacity",
-        st.one_of(bad_size, st.sampled_from([8, (1 << 16) + 1])),
+    _size_case("cdt.metropolis/init n_slices", [1, 2], lambda b: _cdt_stepper().init(jax.random.key(0), b, 3)),
+    _size_case("cdt.metropolis/init length", [1, 2], lambda b: _cdt_stepper().init(jax.random.key(0), 3, b)),
+    _size_case(
+        "cdt.metropolis/init capacity", [8, (1 << 16) + 1], lambda b: _cdt_stepper().init(jax.random.key(0), 3, 3, b)
     ),
     Case(
         "cdt.observe/chain",
@@ -772,24 +752,9 @@ CASES += [
         st.one_of(not_a_state, st.just("geometry").map(lambda _: _cdt_state())),
     ),
     Case("cdt.max_capacity/engine", cdt.max_capacity, "engine", st.sampled_from(["cuda", "", None, 3])),
-    Case(
-        "cdt.state.initial_state/n_slices",
-        lambda b: cdt_state.initial_state(b, 4),
-        "n_slices",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
-    ),
-    Case(
-        "cdt.state.initial_state/length",
-        lambda b: cdt_state.initial_state(4, b),
-        "length",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
-    ),
-    Case(
-        "cdt.state.initial_state/capacity",
-        lambda b: cdt_state.initial_state(4, 4, b),
-        "capacity",
-        st.one_of(bad_size, st.sampled_from([8, (1 << 27) + 1])),
-    ),
+    _size_case("cdt.state.initial_state/n_slices", [1, 2], lambda b: cdt_state.initial_state(b, 4)),
+    _size_case("cdt.state.initial_state/length", [1, 2], lambda b: cdt_state.initial_state(4, b)),
+    _size_case("cdt.state.initial_state/capacity", [8, (1 << 27) + 1], lambda b: cdt_state.initial_state(4, 4, b)),
     Case("cdt.state.replicate/n_chains", lambda b: cdt_state.replicate(_cdt_state(), b), "n_chains", bad_size),
     Case("cdt.state.replicate/state", lambda b: cdt_state.replicate(b, 2), "state", not_a_state),
     Case("cdt.metropolis/lam type", cdt.metropolis, "lam", st.sampled_from([None, "0.8", {"lam": 1.0}])),
@@ -849,12 +814,7 @@ CASES += [
         st.one_of(nonfinite(np.full((4, 6), 3.0, np.float32)), wrong_kind((4, 6)), st.just(np.float32(3.0))),
     ),
     Case("cdt.transfer_matrix/lam", lambda b: cdt.transfer_matrix(b, 10), "lam", bad_finite),
-    Case(
-        "cdt.transfer_matrix/l_max",
-        lambda b: cdt.transfer_matrix(1.0, b),
-        "l_max",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
-    ),
+    _size_case("cdt.transfer_matrix/l_max", [1, 2], lambda b: cdt.transfer_matrix(1.0, b)),
     Case(
         "cdt.exact_mean_length/lam",
         lambda b: cdt.exact_mean_length(b, 4),
@@ -862,12 +822,7 @@ CASES += [
         st.one_of(bad_finite, st.floats(-10.0, cdt.LN2)),
     ),
     Case("cdt.exact_mean_length/n_slices", lambda b: cdt.exact_mean_length(1.0, b), "n_slices", bad_size),
-    Case(
-        "cdt.exact_mean_length/l_max",
-        lambda b: cdt.exact_mean_length(1.0, 4, b),
-        "l_max",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
-    ),
+    _size_case("cdt.exact_mean_length/l_max", [1, 2], lambda b: cdt.exact_mean_length(1.0, 4, b)),
     Case(
         "cdt.exact_length_distribution/n_slices",
         lambda b: cdt.exact_length_distribution(1.0, b, 5),
@@ -1074,11 +1029,10 @@ CASES += [
         "r_min",
         st.one_of(bad_size, st.just(20)),
     ),
-    Case(
+    _size_case(
         "cdt_geometry.hausdorff_from_spheres/r_max",
+        [1, 2],
         lambda b: cdt_geometry.hausdorff_from_spheres(_SPHERES, 1, b),
-        "r_max",
-        st.one_of(bad_size, st.sampled_from([1, 2])),
     ),
     Case(
         "cdt_geometry.hausdorff_from_scaling/volumes",
@@ -1388,13 +1342,12 @@ CASES += [
         "num",
         bad_size,
     ),
-    Case(
+    _size_case(
         "mera.grow/chi",
+        [2, 3],
         lambda b: mera.grow(
             mera.init_tensors(jax.random.key(0), mera.MERAConfig(chi=4, layers=1)), jax.random.key(1), b
         ),
-        "chi",
-        st.one_of(bad_size, st.sampled_from([2, 3])),
     ),
     Case(
         "mera.random_isometry/rows",
@@ -1431,12 +1384,7 @@ CASES += [
             ]
         ),
     ),
-    Case(
-        "mera.MERAConfig/chi_mid",
-        lambda b: mera.MERAConfig(chi=4, chi_mid=b, layers=1),
-        "chi_mid",
-        st.one_of(bad_size, st.sampled_from([5, (2, 2, 2)])),
-    ),
+    _size_case("mera.MERAConfig/chi_mid", [5, (2, 2, 2)], lambda b: mera.MERAConfig(chi=4, chi_mid=b, layers=1)),
     # ---- run.device / run.io / run.profiling
     Case(
         "device.configure/matmul_precision",
@@ -1929,6 +1877,12 @@ CASES += [
         st.sampled_from([np.ones(3), np.ones((4, 1)), np.ones((2, 2))]),
     ),
     Case("validation.check_key/key", V.check_key, "key", not_a_key),
+    Case(
+        "validation.check_couplings/eps",
+        lambda b: V.check_couplings({"lam": np.ones(2), "eps": b}, signed=("lam",)),
+        "eps",
+        st.sampled_from([-1.0, NAN, INF, "0.1", None, np.array([0.1, NAN]), np.ones(3)]),
+    ),
     Case(
         "validation.check_finite_tree/params",
         lambda b: V.check_finite_tree({"w": b}, "params"),

@@ -43,3 +43,22 @@ def test_check_array_finite_on_constant_inside_jit():
         return x + validation.check_array(const, "const", finite=True)
 
     np.testing.assert_array_equal(f(jnp.ones(2)), [2.0, 3.0])
+
+
+def test_check_couplings_scalars_arrays_and_traced_values():
+    # all scalars: Python floats, in the given order
+    out = validation.check_couplings({"k0": 1, "eps": np.float32(0.5), "target": 8}, signed=("k0",))
+    assert list(out) == ["k0", "eps", "target"] and all(type(v) is float for v in out.values())
+    assert out == {"k0": 1.0, "eps": 0.5, "target": 8.0}
+    # any array: every coupling a float32 array of the one broadcast shape (own memory, not a broadcast view)
+    out = validation.check_couplings({"lam": np.array([0.1, -0.2]), "eps": 0.5}, signed=("lam",))
+    assert all(v.dtype == np.float32 and v.shape == (2,) and v.flags.writeable for v in out.values())
+    np.testing.assert_array_equal(out["eps"], np.float32([0.5, 0.5]))
+    # a negative coupling needs its name in signed; shapes that do not broadcast are named
+    with pytest.raises(ValueError, match="lam must be >= 0"):
+        validation.check_couplings({"lam": -0.2, "eps": 0.5})
+    with pytest.raises(ValueError, match="lam and eps must broadcast to one shape"):
+        validation.check_couplings({"lam": np.ones(2), "eps": np.ones(3)}, signed=("lam",))
+    # traced (a builder inside jit/vmap): returned as they are
+    seen = jax.jit(lambda x: validation.check_couplings({"lam": x, "eps": 0.5})["lam"] * 2)(jnp.float32(1.5))
+    assert float(seen) == 3.0

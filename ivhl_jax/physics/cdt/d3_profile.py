@@ -117,15 +117,7 @@ def de_sitter_profile(t: Any, s: float, volume: float, total: float, t0: float =
     return np.where(np.abs(u) <= np.pi / 2, 2.0 * total / (np.pi * b) * np.cos(u) ** 2, 0.0)
 
 
-def fit_de_sitter(
-    mean: Any,
-    error: Any,
-    volume: float,
-    *,
-    min_area: float = 0.0,
-    stalk: float = 0.0,
-    s_guess: float | None = None,
-) -> DeSitterFit:
+def fit_de_sitter(mean: Any, error: Any, volume: float, *, min_area: float = 0.0, stalk: float = 0.0) -> DeSitterFit:
     """Fit ``s`` and ``t0`` of :func:`de_sitter_profile` to a centred averaged profile (weighted least squares).
 
     Args:
@@ -137,7 +129,8 @@ def fit_de_sitter(
       stalk: a constant area per slice under the blob (the stalk's level), subtracted from every slice before
         the fit: the model is ``stalk + V₂(t)`` and its normalisation ``total = Σ_t (mean − stalk)`` is the
         blob's area, the area the continuum shape must carry. 0 (the default): the whole profile.
-      s_guess: starting value of ``s`` (default from the profile's second moment).
+
+    The fit starts from ``t0 = T // 2`` and the ``s`` of the profile's second moment about it.
 
     Returns :class:`DeSitterFit`. Raises ValueError on bad shapes or too few slices (need > 2).
     """
@@ -164,10 +157,9 @@ def fit_de_sitter(
     pos = e[e > 0]
     sigma = np.maximum(e, pos.min() if pos.size else 1.0)[sel]
     c = T // 2
-    if s_guess is None:
-        # Second moment of cos² on [-πB/2, πB/2]: <τ²> = B² (π²/12 − 1/2).
-        var = float(np.sum(m * (t - c) ** 2) / total)
-        s_guess = math.sqrt(max(var, 1e-6) / (math.pi**2 / 12 - 0.5)) / volume ** (1.0 / 3.0)
+    # Second moment of cos² on [-πB/2, πB/2]: <τ²> = B² (π²/12 − 1/2).
+    var = float(np.sum(m * (t - c) ** 2) / total)
+    s_guess = math.sqrt(max(var, 1e-6) / (math.pi**2 / 12 - 0.5)) / volume ** (1.0 / 3.0)
 
     def model(tt, s, t0):
         return de_sitter_profile(tt, abs(s), volume, total, t0)

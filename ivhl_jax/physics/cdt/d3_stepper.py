@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_key, check_scalar, concrete_max, is_concrete
+from ivhl_jax.core.validation import check_couplings, check_key, check_scalar, concrete_max, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.cdt.d3_state import MAX_TETRA_CAPACITY, CDT3State, initial_state
 
@@ -80,26 +80,6 @@ class Chain3d(flax.struct.PyTreeNode):
 
     key: jax.Array
     geometry: CDT3State
-
-
-def _couplings(**values: Any) -> tuple[Any, ...]:
-    """Python floats when all are scalars, else float32 arrays of one broadcast shape; concrete values checked
-    (finite; ``eps`` and ``target`` >= 0)."""
-    for name, v in values.items():
-        if is_concrete(v):
-            for x in np.asarray(v, dtype=np.float64).reshape(-1):
-                check_scalar(float(x), name, nonnegative=name in ("eps", "target"))
-    if not all(is_concrete(v) for v in values.values()):
-        return tuple(values.values())
-    if all(np.ndim(v) == 0 for v in values.values()):
-        return tuple(float(v) for v in values.values())
-    try:
-        shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
-    except ValueError:
-        raise ValueError(
-            f"k0, k3, eps and target must broadcast to one shape, got {tuple(np.shape(v) for v in values.values())}"
-        ) from None
-    return tuple(np.broadcast_to(np.asarray(v, np.float32), shape).copy() for v in values.values())
 
 
 def default_capacity_3d(params: Metropolis3dParams, n_slices: int) -> int:
@@ -198,7 +178,6 @@ def metropolis_3d(
     bipyramid, 18 tetrahedra per slab) in a buffer of ``capacity`` tetrahedron slots (default
     :func:`default_capacity_3d`). Measure with :func:`observe_3d`.
     """
-    k0, k3, eps, target = _couplings(k0=k0, k3=k3, eps=eps, target=target)
     check_scalar(attempts_per_sweep, "attempts_per_sweep", integer=True, minimum=1)
     if fix not in FIXES:
         raise ValueError(f"fix must be one of {FIXES} (the count the volume term fixes), got {fix!r}")
@@ -208,6 +187,15 @@ def metropolis_3d(
         raise ValueError(f"engine must be one of {ENGINES} (numba through a callback, or pure XLA), got {engine!r}")
     if not isinstance(stop_at_target, bool):
         raise TypeError(f"stop_at_target must be a bool, got {stop_at_target!r}")
+    params = Metropolis3dParams(
+        **check_couplings({"k0": k0, "k3": k3, "eps": eps, "target": target}, signed=("k0", "k3")),
+        attempts_per_sweep=int(attempts_per_sweep),
+        fix=fix,
+        measure=measure,
+        stop_at_target=stop_at_target,
+        engine=engine,
+    )
+    target, eps = params.target, params.eps
     t_max, e_min = concrete_max(target), (None if not is_concrete(eps) else float(np.min(np.asarray(eps))))
     if t_max is not None and e_min is not None:
         t_arr = np.asarray(target, np.float64)
@@ -217,17 +205,6 @@ def metropolis_3d(
             raise ValueError("a target volume needs eps > 0 (the coefficient of the volume term; the reference: 4e-5)")
         if stop_at_target and float(np.min(t_arr)) <= 0:
             raise ValueError("stop_at_target needs a target volume > 0")
-    params = Metropolis3dParams(
-        k0=k0,
-        k3=k3,
-        eps=eps,
-        target=target,
-        attempts_per_sweep=int(attempts_per_sweep),
-        fix=fix,
-        measure=measure,
-        stop_at_target=stop_at_target,
-        engine=engine,
-    )
     return Stepper.create(_step, params, init_fn=_init, name="cdt.metropolis_3d")
 
 

@@ -129,7 +129,7 @@ def vertex_distances(state: CDTState, origin: jax.Array, r_max: int) -> jax.Arra
     """Graph distance (in links) from ``origin`` to every vertex slot of an unbatched state
     (:func:`ivhl_jax.physics.cdt.graph.graph_distances` on the vertex graph); unreached and free slots
     get ``r_max + 1``. Cost O(r_max * C2)."""
-    _check_state(state, "state")
+    check_state(state, "state")
     check_scalar(r_max, "r_max", integer=True, nonnegative=True)
     check_scalar(
         origin,
@@ -152,7 +152,7 @@ def sphere_volumes(
     :func:`ivhl_jax.physics.cdt.graph.sphere_volumes`. Returns (r_max + 1,) float32; ``sum_r`` equals
     N0 (vertex) or N2 (dual) when ``r_max`` exceeds the diameter."""
     check_key(key, "key")
-    _check_state(state, "state")
+    check_state(state, "state")
     src, dst, alive = graph_edges(state, graph)
     return _graph.sphere_volumes(key, src, dst, alive, r_max, n_origins).astype(jnp.float32)
 
@@ -187,7 +187,7 @@ def _check_type(state: Any, name: str) -> None:
         )
 
 
-def _check_state(state: Any, name: str) -> None:
+def check_state(state: Any, name: str) -> None:
     """``state`` must be one chain's CDTState (``chain.geometry``; vmap over a batch of chains)."""
     _check_type(state, name)
     if jnp.ndim(state.n0) != 0:

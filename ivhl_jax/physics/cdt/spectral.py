@@ -42,8 +42,7 @@ import numpy as np
 from ivhl_jax.core.validation import check_array, check_key, check_scalar, is_concrete
 from ivhl_jax.physics.cdt import graph as _graph
 from ivhl_jax.physics.cdt.graph import static_int
-from ivhl_jax.physics.cdt.observables import graph_edges
-from ivhl_jax.physics.cdt.state import CDTState
+from ivhl_jax.physics.cdt.observables import check_state, graph_edges
 
 __all__ = ["SpectralDimension", "graph_return_probability", "return_probability", "spectral_dimension", "mixing_time"]
 
@@ -145,12 +144,7 @@ def return_probability(
     live vertices (``graph="vertex"``, steps along links) or live triangles (``graph="dual"``, steps across
     edges: the trivalent dual graph). Each origin is diffused exactly (see :func:`graph_return_probability`)."""
     check_key(key, "key")
-    if not isinstance(state, CDTState):
-        raise TypeError(f"state must be a CDTState (a chain's geometry), got {type(state).__name__}")
-    if jnp.ndim(state.n0) != 0:
-        raise ValueError(
-            f"state must be a single chain (n0 a scalar), got n0 of shape {jnp.shape(state.n0)}; vmap over chains"
-        )
+    check_state(state, "state")
     n_origins = static_int(n_origins, "n_origins", 1)
     src, dst, alive = graph_edges(state, graph)
     origins = _graph.random_live_nodes(key, alive, n_origins)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.core.validation import check_key, check_scalar, concrete_max, is_concrete
+from ivhl_jax.core.validation import check_couplings, check_key, check_scalar, concrete_max, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
 from ivhl_jax.physics.cdt import moves
 from ivhl_jax.physics.cdt.observables import measurements
@@ -90,37 +90,6 @@ def max_capacity(engine: str) -> int:
     if engine in ("jax", "pallas"):  # the Pallas engine runs the JAX engine's moves and index draw
         return moves.MAX_VERTEX_CAPACITY
     raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-
-
-def _couplings(lam: Any, eps: Any, target: Any) -> tuple[Any, Any, Any]:
-    """``(lam, eps, target)``: Python floats when all are scalars, else arrays (or tracers) of one broadcast
-    shape; every concrete element checked (finite; ``eps``, ``target`` >= 0)."""
-    values = {"lam": lam, "eps": eps, "target": target}
-    for name, v in values.items():
-        if not is_concrete(v):
-            continue
-        if np.ndim(v) == 0:
-            check_scalar(v, name, nonnegative=name != "lam")
-            continue
-        arr = np.asarray(v)
-        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-            raise TypeError(f"{name} must be a number or an array of numbers, got {type(v).__name__}")
-        for x in arr.reshape(-1):
-            check_scalar(x, name, nonnegative=name != "lam")
-    if not all(is_concrete(v) for v in values.values()):
-        return lam, eps, target  # inside a trace (metropolis under vmap/jit): the arithmetic broadcasts
-    if all(np.ndim(v) == 0 for v in values.values()):
-        return float(lam), float(eps), float(target)
-    try:
-        shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
-    except ValueError:
-        raise ValueError(
-            f"lam, eps and target must broadcast to one shape, got shapes {tuple(np.shape(v) for v in values.values())}"
-        ) from None
-    # one shape, so that jax.vmap maps every coupling; float32, the precision every engine computes the
-    # acceptance in (a batch runs bit-identically to its scalars)
-    out = tuple(np.broadcast_to(np.asarray(v, np.float32), shape).copy() for v in values.values())
-    return out[0], out[1], out[2]
 
 
 def _validate(params: Any) -> None:
@@ -381,24 +350,15 @@ def metropolis(
     batch of couplings (arrays of one shape): ``jax.vmap`` over the stepper and a chain per parameter set,
     ``jax.vmap(lambda s, c: trajectory(s, c, ...))(stepper, chains)``.
     """
-    lam, eps, target = _couplings(lam, eps, target)
-    check_scalar(attempts_per_sweep, "attempts_per_sweep", integer=True, nonnegative=True)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    if proposal is None:
-        proposal = "lists" if engine == "host" else "uniform"
-    if not isinstance(stop_at_first_hit, bool):
-        raise TypeError(f"stop_at_first_hit must be a bool, got {stop_at_first_hit!r}")
+    check_scalar(attempts_per_sweep, "attempts_per_sweep", integer=True, nonnegative=True)  # before int()
     params = MetropolisParams(
-        lam=lam,
-        eps=eps,
-        target=target,
+        **check_couplings({"lam": lam, "eps": eps, "target": target}, signed=("lam",)),
         attempts_per_sweep=int(attempts_per_sweep),
         engine=engine,
         stop_at_first_hit=stop_at_first_hit,
-        proposal=proposal,
+        proposal=("lists" if engine == "host" else "uniform") if proposal is None else proposal,
     )
-    _validate(params)
+    _validate(params)  # the engine, the proposal, the flag and the couplings' physics
     return Stepper.create(_step, params, init_fn=_init, name="cdt.metropolis")
 
 

@@ -67,6 +67,7 @@ from ivhl_jax.physics.condensate.system import (
     Equation,
     EquationParams,
     Grid,
+    SystemDtypes,
     check_step,
     place_state,
 )
@@ -141,7 +142,7 @@ class Dipolar(struct.PyTreeNode):
         return cls(strength=value, axis=ax_out, cutoff=cutoff, relative=eps_dd is not None)
 
 
-class DipolarSystem(struct.PyTreeNode):
+class DipolarSystem(SystemDtypes, struct.PyTreeNode):
     """A dipolar GP problem on a 3-D grid: trap V (grid-shaped), contact g, the :class:`Dipolar` interaction, and the
     LHY coefficient γ_QF (None: no beyond-mean-field term).
 
@@ -212,14 +213,6 @@ class DipolarSystem(struct.PyTreeNode):
         """g_dd = ε_dd·g (relative spec) or the spec's strength."""
         d = self.dipolar
         return d.strength * self.g if d.relative else d.strength
-
-    @property
-    def real_dtype(self) -> Any:
-        return jnp.result_type(self.potential)
-
-    @property
-    def complex_dtype(self) -> Any:
-        return jnp.result_type(self.real_dtype, jnp.complex64)
 
 
 def _lhy_setting(lhy: Any, gamma_qf: Any, g: Any, dipolar: Dipolar) -> Any:
@@ -522,14 +515,7 @@ def _dipolar_guess(system: DipolarSystem, psi0: Any, magnetization: Any) -> jax.
 #: The dipolar GP equation on the split-step engine: U = V + g|ψ|² + Φ_dd + γ_QF|ψ|³ (module docstring), N held.
 #: A real problem (V real, Φ_dd and γ_QF|ψ|³ real functions of |ψ|²): the flow keeps ψ real, E[ψ] = E[|ψ|].
 DIPOLAR_EQUATION = Equation(
-    system_type=DipolarSystem,
-    name="dipolar",
-    solver="the dipolar split-step solver",
-    step=dipolar_step,
-    init=_dipolar_init,
-    targets=_dipolar_targets,
-    guess=_dipolar_guess,
-    real=True,
+    DipolarSystem, "dipolar", dipolar_step, _dipolar_init, _dipolar_targets, _dipolar_guess, real=True
 )
 
 

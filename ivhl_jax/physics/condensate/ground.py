@@ -39,12 +39,12 @@ from ivhl_jax.numerics import splitstep
 from ivhl_jax.numerics.distributed_fft import host_readable
 from ivhl_jax.numerics.rollout import Stepper, converge
 from ivhl_jax.physics.condensate._descent import check_finite, descent_settings, flow_ground_state, real_part
-from ivhl_jax.physics.condensate.dipolar import DIPOLAR_EQUATION, DipolarSystem
-from ivhl_jax.physics.condensate.mixture import MIXTURE_EQUATION, SPIN1_EQUATION, MixtureSystem, Spin1System
+from ivhl_jax.physics.condensate.dipolar import DipolarSystem
+from ivhl_jax.physics.condensate.mixture import MixtureSystem, Spin1System
 from ivhl_jax.physics.condensate.observables import chemical_potential, energy, normalize, residual
 from ivhl_jax.physics.condensate.riemannian import riemannian_ground_state
 from ivhl_jax.physics.condensate.states import gaussian
-from ivhl_jax.physics.condensate.stepper import check_local_dt, strang
+from ivhl_jax.physics.condensate.stepper import EQUATIONS, check_local_dt, strang
 from ivhl_jax.physics.condensate.system import (
     FLOAT32_TOL,
     GPSystem,
@@ -219,17 +219,42 @@ def ground_state(
     """
     check_scalar(max_steps, "max_steps", integer=True, minimum=1)
     method = default_method(system, dt, check_every, policy) if method is None else method
-    if method == "cg":
-        if dt is not None or check_every is not None:
-            raise ValueError(
-                "dt and check_every are the flow's step and check interval: pass method='flow' to use them (the "
-                "conjugate gradient has no time step; its tol is the residual)"
-            )
-        return riemannian_ground_state(
-            system, norm, tol, max_steps, psi0=psi0, key=key, noise=noise, magnetization=magnetization, policy=policy
-        )
-    if method != "flow":
+    if method not in ("flow", "cg"):
         raise ValueError(f"method must be 'flow' (imaginary-time steps) or 'cg' (Riemannian CG), got {method!r}")
+    solve = _cg_ground_state if method == "cg" else _flow_ground_state
+    options = {"psi0": psi0, "key": key, "noise": noise, "magnetization": magnetization, "policy": policy}
+    return solve(system, norm, dt, tol, max_steps, check_every, **options)
+
+
+def _cg_ground_state(
+    system: Any, norm: Any, dt: float | None, tol: float | None, max_steps: int, check_every: int | None, **options: Any
+) -> tuple[jax.Array, dict[str, Array]]:
+    """:func:`ground_state`'s ``method="cg"``: :func:`riemannian_ground_state`, which has no time step (``dt`` and
+    ``check_every`` refused)."""
+    if dt is not None or check_every is not None:
+        raise ValueError(
+            "dt and check_every are the flow's step and check interval: pass method='flow' to use them (the "
+            "conjugate gradient has no time step; its tol is the residual)"
+        )
+    return riemannian_ground_state(system, norm, tol, max_steps, **options)
+
+
+def _flow_ground_state(
+    system: Any,
+    norm: Any,
+    dt: float | None,
+    tol: float | None,
+    max_steps: int,
+    check_every: int | None,
+    *,
+    psi0: Any,
+    key: Any,
+    noise: Any,
+    magnetization: Any,
+    policy: str | Policy | None,
+) -> tuple[jax.Array, dict[str, Array]]:
+    """:func:`ground_state`'s ``method="flow"``: ``dt`` and ``check_every`` defaulted (:data:`FLOW_DT`,
+    :data:`FLOW_CHECK_EVERY`), the scalar GP search for a :class:`GPSystem`, the equation's flow for another."""
     dt = FLOW_DT if dt is None else dt
     check_every = FLOW_CHECK_EVERY if check_every is None else check_every
     if not isinstance(system, GPSystem):
@@ -305,7 +330,7 @@ def _gp_ground_state(
 def _other_ground_state(system: Any, norm: Any, dt: Any, tol: Any, max_steps: Any, **options: Any) -> Any:
     """The flow search of a mixture, spin-1 or dipolar system's equation (options it does not take refused in one
     line naming the system)."""
-    equation = _EQUATIONS.get(type(system))
+    equation = EQUATIONS.get(type(system))
     if equation is None:
         raise TypeError(
             f"system must be a condensate system (GPSystem, MixtureSystem, Spin1System or DipolarSystem), got "
@@ -321,13 +346,6 @@ def _other_ground_state(system: Any, norm: Any, dt: Any, tol: Any, max_steps: An
             raise ValueError(f"magnetization applies to a Spin1System, not to a {name}; drop it")
         options["magnetization"] = magnetization
     return flow_ground_state(equation, system, norm, dt, tol, max_steps, **options)
-
-
-_EQUATIONS: dict[type, Any] = {
-    MixtureSystem: MIXTURE_EQUATION,
-    Spin1System: SPIN1_EQUATION,
-    DipolarSystem: DIPOLAR_EQUATION,
-}
 
 
 def _gs_dt_hint(system: GPSystem) -> float:

@@ -77,6 +77,7 @@ from ivhl_jax.physics.condensate.system import (
     Equation,
     EquationParams,
     Grid,
+    SystemDtypes,
     check_local_step,
     check_step,
     place_state,
@@ -143,7 +144,7 @@ def _check_potential(potential: Any, grid: Grid, shapes: tuple[tuple[int, ...], 
 # ----------------------------------------------------------------------------------------------
 # Systems (data only; validated by their ``create`` constructors)
 # ----------------------------------------------------------------------------------------------
-class MixtureSystem(struct.PyTreeNode):
+class MixtureSystem(SystemDtypes, struct.PyTreeNode):
     """A C-component condensate: grid, potentials V_i (shape (C, *grid)), symmetric couplings g_ij (shape (C, C)).
 
     Build with :meth:`create` (which validates); ``potential`` and ``g`` are leaves (traced, vmapped and
@@ -199,14 +200,6 @@ class MixtureSystem(struct.PyTreeNode):
     def n_components(self) -> int:
         return int(np.shape(self.g)[0])
 
-    @property
-    def real_dtype(self) -> Any:
-        return jnp.result_type(self.potential)
-
-    @property
-    def complex_dtype(self) -> Any:
-        return jnp.result_type(self.real_dtype, jnp.complex64)
-
 
 def _check_lhy(lhy: Any, g: jax.Array, grid: Grid) -> None:
     """Petrov's LHY term applies to two components in 3-D with repulsive g₁₁, g₂₂ (concrete values checked)."""
@@ -224,7 +217,7 @@ def _check_lhy(lhy: Any, g: jax.Array, grid: Grid) -> None:
         raise ValueError(f"lhy=True needs g11, g22 > 0 (repulsive intra-species couplings), got diag(g) = {diag}")
 
 
-class Spin1System(struct.PyTreeNode):
+class Spin1System(SystemDtypes, struct.PyTreeNode):
     """A spin-1 condensate: grid, trap V (grid-shaped), density and spin couplings c₀, c₂, Zeeman p, q.
 
     Build with :meth:`create` (which validates). ψ has shape (3, *grid), components m = +1, 0, −1.
@@ -262,14 +255,6 @@ class Spin1System(struct.PyTreeNode):
             q=jnp.asarray(q, rdt),
             layout=layout,
         )
-
-    @property
-    def real_dtype(self) -> Any:
-        return jnp.result_type(self.potential)
-
-    @property
-    def complex_dtype(self) -> Any:
-        return jnp.result_type(self.real_dtype, jnp.complex64)
 
 
 def _check_system(system: Any, cls: type) -> Any:
@@ -686,26 +671,12 @@ def _spin1_guess(system: Spin1System, psi0: Any, magnetization: Any) -> jax.Arra
     return psi
 
 
+# One row per equation: system type, name, step, init, targets, guess (:class:`Equation`'s fields, in order).
 #: The mixture on the split-step engine: U_i = V_i + Σ_j g_ij|ψ_j|² (+ LHY); every N_i held; a real problem.
 MIXTURE_EQUATION = Equation(
-    system_type=MixtureSystem,
-    name="mixture",
-    solver="the mixture split-step solver",
-    step=mixture_step,
-    init=_mixture_init,
-    targets=_mixture_targets,
-    guess=_mixture_guess,
-    real=True,
+    MixtureSystem, "mixture", mixture_step, _mixture_init, _mixture_targets, _mixture_guess, real=True
 )
-
 #: The spin-1 condensate on the split-step engine: D(dt/2) S(dt/2) K(dt) S(dt/2) D(dt/2); N (and M) held; complex.
 SPIN1_EQUATION = Equation(
-    system_type=Spin1System,
-    name="spin1",
-    solver="the spin-1 split-step solver",
-    step=spin1_step,
-    init=_spin1_init,
-    targets=_spin1_checked_targets,
-    guess=_spin1_guess,
-    real=False,
+    Spin1System, "spin1", spin1_step, _spin1_init, _spin1_checked_targets, _spin1_guess, real=False
 )

@@ -311,7 +311,7 @@ def strang(
       ``stepper.step(psi)`` is one pure step (jit/vmap/grad-safe); record with
       ``trajectory(stepper, psi, steps, observe=condensate.observe)``.
     """
-    other = _OTHER_SCHEMES.get(type(system))
+    other = EQUATIONS.get(type(system))
     if other is not None:
         return _other_strang(other, system, dt, imaginary, project_norm, norm, magnetization, policy)
     if not isinstance(system, GPSystem):
@@ -416,9 +416,6 @@ def _other_strang(
     return Stepper.create(equation.step, params, init_fn=equation.init, name=name, check_fn=check_start)
 
 
-# The equations of the other systems behind the one door (their own modules define each equation).
-_OTHER_SCHEMES: dict[type, Any] = {
-    MixtureSystem: MIXTURE_EQUATION,
-    Spin1System: SPIN1_EQUATION,
-    DipolarSystem: DIPOLAR_EQUATION,
-}
+#: The equations of the other systems behind the one door, by system type (their own modules define each equation);
+#: :func:`strang` and :func:`~ivhl_jax.physics.condensate.ground_state` look a system up here.
+EQUATIONS: dict[type, Any] = {e.system_type: e for e in (MIXTURE_EQUATION, SPIN1_EQUATION, DIPOLAR_EQUATION)}

@@ -187,7 +187,22 @@ def harmonic(grid: Grid, omega: Any = 1.0, *, dtype: Any = jnp.float32) -> Float
     return jnp.asarray(v, dtype)
 
 
-class GPSystem(struct.PyTreeNode, eq=False):
+class SystemDtypes:
+    """The working precision of a condensate system, set by the real dtype of its ``potential``: ``real_dtype``
+    (float32 or float64) and ``complex_dtype``, the state's (complex64 or complex128). A base of every system."""
+
+    potential: Any
+
+    @property
+    def real_dtype(self) -> Any:
+        return jnp.result_type(self.potential)
+
+    @property
+    def complex_dtype(self) -> Any:
+        return jnp.result_type(self.real_dtype, jnp.complex64)
+
+
+class GPSystem(SystemDtypes, struct.PyTreeNode, eq=False):
     """A Gross–Pitaevskii problem: grid, external potential V (real, grid-shaped), coupling g, rotation Ω.
 
     Build with :meth:`create` (``GPSystem.create(grid, potential, g=0.0, omega_rot=0.0, fft="xla", layout=None)``),
@@ -279,14 +294,6 @@ class GPSystem(struct.PyTreeNode, eq=False):
             f"omega_rot={_brief(self.omega_rot)}, fft={self.fft!r}, layout={self.layout!r}, rotating={self.rotating}, "
             f"gamma={_brief(self.gamma)}, dissipative={self.dissipative})"
         )
-
-    @property
-    def real_dtype(self):
-        return jnp.result_type(self.potential)
-
-    @property
-    def complex_dtype(self):
-        return jnp.result_type(self.real_dtype, jnp.complex64)
 
 
 def _check_real_leaf(v: Any, name: str) -> None:
@@ -404,8 +411,8 @@ class Equation:
 
     Attributes:
       system_type: the system class (a system of another type is refused in one line naming it).
-      name: the stepper's name, ``<name>-strang[-imaginary]``.
-      solver: the solver as a precision error names it (e.g. "the mixture split-step solver").
+      name: the stepper's name, ``<name>-strang[-imaginary]``; a precision error names the solver
+        :attr:`solver`, "the <name> split-step solver".
       step: ``step(psi, params)``, one Strang step on :class:`EquationParams`.
       init: ``init(params, psi)``, the start state validated, cast and placed (dt checked against its local phase).
       targets: ``targets(system, norm, magnetization, imaginary)``, what the imaginary-time flow holds
@@ -418,12 +425,16 @@ class Equation:
 
     system_type: type
     name: str
-    solver: str
     step: Callable[[Any, Any], Any]
     init: Callable[[Any, Any], Any]
     targets: Callable[[Any, Any, Any, bool], Any]
     guess: Callable[[Any, Any, Any], Any]
     real: bool
+
+    @property
+    def solver(self) -> str:
+        """The solver as a precision error names it: "the <name> split-step solver"."""
+        return f"the {self.name} split-step solver"
 
     def check(self, system: Any) -> Any:
         """``system``, or the one-line TypeError naming the class it must be."""

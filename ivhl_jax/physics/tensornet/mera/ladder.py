@@ -278,6 +278,39 @@ def _trial_start(
     return best[1], best[2], best[3]
 
 
+def _run_to_checks(
+    advance: Callable[[MERAState], tuple[MERAState, Any]],
+    state: MERAState,
+    first: np.ndarray,
+    e0: float,
+    points: list[int],
+    check: StuckCheck,
+    steps_per_chunk: int,
+    progress: Callable[[int, np.ndarray], None] | None,
+) -> tuple[MERAState, np.ndarray, np.ndarray, int, str | None]:
+    """One attempt of :func:`cold_start` from ``state`` (the energies per step of its trial steps ``first``) run in
+    chunks up to each of the check ``points``, stopping at the first check that finds it stuck or once the error is
+    below ``check.recheck_error``. Returns (state, energies per step, their errors against ``e0``, steps done, the
+    stuck reason or None)."""
+    parts: list[np.ndarray] = [first]
+    done, reason = first.shape[0], None
+    if progress is not None and done:
+        progress(done, first)
+    err = np.concatenate(parts) - e0
+    for at in points:
+        while done < at:
+            state, e = advance(state)
+            parts.append(np.asarray(e))
+            done += int(steps_per_chunk)
+            if progress is not None:
+                progress(done, parts[-1])
+        err = np.concatenate(parts) - e0
+        reason = check.reason(err, done)
+        if reason is not None or float(err[-1]) <= check.recheck_error:
+            break
+    return state, np.concatenate(parts), err, done, reason
+
+
 def cold_start(
     stepper: Stepper,
     key: jax.Array,
@@ -319,22 +352,7 @@ def cold_start(
         state, e, _ = _trial_start(
             advance, stepper, key if attempt == 0 else jax.random.fold_in(key, attempt), trials, chunks
         )
-        parts: list[np.ndarray] = [e]
-        done, reason = e.shape[0], None
-        if progress is not None and done:
-            progress(done, e)
-        for at in points:
-            while done < at:
-                state, e = advance(state)
-                parts.append(np.asarray(e))
-                done += int(steps_per_chunk)
-                if progress is not None:
-                    progress(done, parts[-1])
-            err = np.concatenate(parts) - e0
-            reason = check.reason(err, done)
-            if reason is not None or float(err[-1]) <= check.recheck_error:
-                break
-        e = np.concatenate(parts)
+        state, e, err, done, reason = _run_to_checks(advance, state, e, e0, points, check, steps_per_chunk, progress)
         if reason is None:
             return state, e, restarts
         now = float(err[done - 1])
