@@ -258,6 +258,19 @@ def has_edge(S, a, b, upper, work):
     return False
 
 
+@njit(inline="always")
+def fan_step(S, e1, e2, prev, cur):
+    """The next tetrahedron around the spatial edge ``(e1, e2)`` after the (2,2) ``cur``, entered from ``prev``:
+    across the face of ``cur`` that holds the edge and is not shared with ``prev``."""
+    tv, tn = S[TV], S[TN]
+    nxt = -1
+    for i in range(4):
+        w = tv[4 * cur + i]
+        if w != e1 and w != e2 and vidx(S, prev, w) >= 0:
+            nxt = tn[4 * cur + i]
+    return nxt
+
+
 @njit(cache=True)
 def spatial_edge(S, a, b):
     """Whether vertices ``a`` and ``b`` of one slice share a spatial edge: a walk once around ``a`` in its slice,
@@ -277,12 +290,7 @@ def spatial_edge(S, a, b):
         # the (2,2) around the edge, to the (3,1) on the next spatial triangle at a
         prev, cur = c, tn[4 * c + vidx(S, c, x)]
         while tt[cur] != TYPE_31:
-            nxt = -1
-            for i in range(4):
-                w = tv[4 * cur + i]
-                if w != a and w != z and vidx(S, prev, w) >= 0:
-                    nxt = tn[4 * cur + i]
-            prev, cur = cur, nxt
+            prev, cur = cur, fan_step(S, a, z, prev, cur)
         c, x = cur, z
         if c == t0:
             return False
@@ -295,19 +303,13 @@ def fan_has(S, e1, e2, prev, cur, w_target, end_type):
     """Walk the tetrahedra around the spatial edge ``(e1, e2)`` in one slab from ``prev`` into ``cur`` (across a
     face containing the edge) until the tetrahedron of type ``end_type`` closing the fan; whether any contains
     vertex ``w_target`` (the triangle ``(e1, e2, w_target)`` then exists)."""
-    tv, tn, tt = S[TV], S[TN], S[TT]
+    tt = S[TT]
     for _ in range(len(tt)):
         if vidx(S, cur, w_target) >= 0:
             return True
         if tt[cur] == end_type:
             return False
-        # a (2,2) around the edge: exit across the face not shared with prev
-        nxt = -1
-        for i in range(4):
-            w = tv[4 * cur + i]
-            if w != e1 and w != e2 and vidx(S, prev, w) >= 0:
-                nxt = tn[4 * cur + i]
-        prev, cur = cur, nxt
+        prev, cur = cur, fan_step(S, e1, e2, prev, cur)
     return True  # not reached on a valid triangulation; refuse the move
 
 
