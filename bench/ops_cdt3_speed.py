@@ -131,7 +131,7 @@ def speed_at(peer_src: str | None, binary: str, spec: peer_cdt3.RunSpec, attempt
             "reference_attempts_per_cpu_s": ref["attempts_per_cpu_s"],
             "ours_attempts_per_cpu_s": attempts / cpu,
             "ratio": attempts / cpu / ref["attempts_per_cpu_s"],
-            "reference_n31": ref["n31_final"],
+            "reference_n31_n22": [ref["n31_final"], ref["n3_final"] - 2 * ref["n31_final"]],
             "ours_counts": ours.counts()[0],
             "ours_acceptance": ours.acceptance(),
             "reference_accept_by_move": ref["accept_by_move"],
@@ -149,6 +149,8 @@ def speed_at(peer_src: str | None, binary: str, spec: peer_cdt3.RunSpec, attempt
             "ours_attempts_per_s": ours_rate,
             "ours_cores_used": cpu / wall,
             "ratio": ours_rate / ref2["attempts_per_s"],
+            "reference_n31_n22": [[x["n31_final"], x["n3_final"] - 2 * x["n31_final"]] for x in ref2["runs"]],
+            "ours_counts": ours.counts(),
             "load_average_1min": os.getloadavg()[0],
         })  # fmt: skip
         print(at.target, "two cores", two_cores[-1], flush=True)
@@ -183,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k0", type=float, default=peer_cdt3.EXAMPLE["k0"])
     ap.add_argument("--targets", type=int, nargs="+", default=[8000, 32000], help="N(3,1) targets")
     ap.add_argument("--slices", type=int, default=16)
-    ap.add_argument("--thermal", type=int, default=20, help="thermal sweeps (the reference tunes k3 in them)")
-    ap.add_argument("--ksteps", type=int, default=200, help="a sweep is ksteps * 1000 attempts")
+    ap.add_argument("--thermal", type=int, default=200, help="thermal sweeps (the reference tunes k3 in them)")
+    ap.add_argument("--ksteps", type=int, default=100, help="a sweep is ksteps * 1000 attempts")
     ap.add_argument("--epsilon", type=float, default=peer_cdt3.EPSILON)
     ap.add_argument("--attempts", type=int, default=4_000_000, help="timed attempts per chain and round")
     ap.add_argument("--rounds", type=int, default=3)
