@@ -61,7 +61,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, layout
 from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
@@ -121,27 +123,73 @@ def field_offsets(c3: int, t_n: int) -> np.ndarray:
     return np.asarray([lay[f][0] for f in FIELDS] + [lay[f][1] for f in FIELDS], np.int64)
 
 
+# ---- borrowed views: NumPy views without a reference count. A numba array carries a pointer to its owner's
+# reference count, and every time the compiled code binds, passes or drops one (the moves take and unpack the
+# tuple of 17 field views at every attempt) it increments or decrements that count with an atomic instruction:
+# hundreds per attempt, more than half of the attempt's time. Views made by ``carray`` from a raw address have no
+# owner, so those updates are skipped; their owner (the chain's buffer, the scratch arrays) is alive for the
+# whole kernel call that uses them.
+
+
+@intrinsic
+def _void_pointer(typingctx, address):
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return types.voidptr(address), codegen
+
+
+@njit(inline="always")
+def borrowed(a):
+    """A view of the C-contiguous array ``a`` without a reference count (valid while ``a`` is alive)."""
+    return carray(_void_pointer(a.ctypes.data), a.shape, a.dtype)  # type: ignore[call-arg]
+
+
+@njit(inline="always")
+def _field(buf, off, k, i):
+    return carray(_void_pointer(buf.ctypes.data + 4 * off[i]), off[k + i], np.int32)  # type: ignore[call-arg]
+
+
 @njit(cache=True)
 def views(buf, off):
+    """The fields of one chain's buffer (``off``: :func:`field_offsets`) as borrowed views, in :data:`FIELDS`
+    order; valid while ``buf`` is alive."""
     k = len(off) // 2
     return (
-        buf[off[0] : off[0] + off[k + 0]],
-        buf[off[1] : off[1] + off[k + 1]],
-        buf[off[2] : off[2] + off[k + 2]],
-        buf[off[3] : off[3] + off[k + 3]],
-        buf[off[4] : off[4] + off[k + 4]],
-        buf[off[5] : off[5] + off[k + 5]],
-        buf[off[6] : off[6] + off[k + 6]],
-        buf[off[7] : off[7] + off[k + 7]],
-        buf[off[8] : off[8] + off[k + 8]],
-        buf[off[9] : off[9] + off[k + 9]],
-        buf[off[10] : off[10] + off[k + 10]],
-        buf[off[11] : off[11] + off[k + 11]],
-        buf[off[12] : off[12] + off[k + 12]],
-        buf[off[13] : off[13] + off[k + 13]],
-        buf[off[14] : off[14] + off[k + 14]],
-        buf[off[15] : off[15] + off[k + 15]],
-        buf[off[16] : off[16] + off[k + 16]],
+        _field(buf, off, k, 0),
+        _field(buf, off, k, 1),
+        _field(buf, off, k, 2),
+        _field(buf, off, k, 3),
+        _field(buf, off, k, 4),
+        _field(buf, off, k, 5),
+        _field(buf, off, k, 6),
+        _field(buf, off, k, 7),
+        _field(buf, off, k, 8),
+        _field(buf, off, k, 9),
+        _field(buf, off, k, 10),
+        _field(buf, off, k, 11),
+        _field(buf, off, k, 12),
+        _field(buf, off, k, 13),
+        _field(buf, off, k, 14),
+        _field(buf, off, k, 15),
+        _field(buf, off, k, 16),
+    )
+
+
+@njit(cache=True)
+def borrowed_work(w):
+    """Borrowed views of the :func:`scratch` arrays ``w`` (valid while ``w`` is alive)."""
+    return (
+        borrowed(w[0]),
+        borrowed(w[1]),
+        borrowed(w[2]),
+        borrowed(w[3]),
+        borrowed(w[4]),
+        borrowed(w[5]),
+        borrowed(w[6]),
+        borrowed(w[7]),
+        borrowed(w[8]),
+        borrowed(w[9]),
     )
 
 
@@ -210,24 +258,58 @@ def has_edge(S, a, b, upper, work):
     return False
 
 
+@njit(inline="always")
+def fan_step(S, e1, e2, prev, cur):
+    """The next tetrahedron around the spatial edge ``(e1, e2)`` after the (2,2) ``cur``, entered from ``prev``:
+    across the face of ``cur`` that holds the edge and is not shared with ``prev``."""
+    tv, tn = S[TV], S[TN]
+    nxt = -1
+    for i in range(4):
+        w = tv[4 * cur + i]
+        if w != e1 and w != e2 and vidx(S, prev, w) >= 0:
+            nxt = tn[4 * cur + i]
+    return nxt
+
+
+@njit(cache=True)
+def spatial_edge(S, a, b):
+    """Whether vertices ``a`` and ``b`` of one slice share a spatial edge: a walk once around ``a`` in its slice,
+    over the (3,1) tetrahedra on the spatial triangles at ``a`` (``scnum[a]`` of them) and the (2,2) between
+    consecutive ones (the fan of the slab above around the spatial edge they share). Cheaper than
+    :func:`has_edge`'s walk of the whole half-star, which also visits every (1,3) with apex ``a``."""
+    tv, tn, tt, vtet = S[TV], S[TN], S[TT], S[VTET]
+    t0 = vtet[a]
+    c = t0
+    pa = vidx(S, c, a)
+    x = tv[4 * c + (pa + 1) % 3]  # the edge (a, x) the walk arrived by; it leaves by the other edge at a
+    for _ in range(len(tt)):
+        z = tv[4 * c + (pa + 2) % 3] if tv[4 * c + (pa + 1) % 3] == x else tv[4 * c + (pa + 1) % 3]
+        if z == b or x == b:
+            return True
+        # round the spatial edge (a, z) in the slab above: from the (3,1) c across its face (a, z, apex), through
+        # the (2,2) around the edge, to the (3,1) on the next spatial triangle at a
+        prev, cur = c, tn[4 * c + vidx(S, c, x)]
+        while tt[cur] != TYPE_31:
+            prev, cur = cur, fan_step(S, a, z, prev, cur)
+        c, x = cur, z
+        if c == t0:
+            return False
+        pa = vidx(S, c, a)
+    return True  # not reached on a valid triangulation; refuse the move
+
+
 @njit(cache=True)
 def fan_has(S, e1, e2, prev, cur, w_target, end_type):
     """Walk the tetrahedra around the spatial edge ``(e1, e2)`` in one slab from ``prev`` into ``cur`` (across a
     face containing the edge) until the tetrahedron of type ``end_type`` closing the fan; whether any contains
     vertex ``w_target`` (the triangle ``(e1, e2, w_target)`` then exists)."""
-    tv, tn, tt = S[TV], S[TN], S[TT]
+    tt = S[TT]
     for _ in range(len(tt)):
         if vidx(S, cur, w_target) >= 0:
             return True
         if tt[cur] == end_type:
             return False
-        # a (2,2) around the edge: exit across the face not shared with prev
-        nxt = -1
-        for i in range(4):
-            w = tv[4 * cur + i]
-            if w != e1 and w != e2 and vidx(S, prev, w) >= 0:
-                nxt = tn[4 * cur + i]
-        prev, cur = cur, nxt
+        prev, cur = cur, fan_step(S, e1, e2, prev, cur)
     return True  # not reached on a valid triangulation; refuse the move
 
 
@@ -454,7 +536,9 @@ def move44(S, t, i, cp, rng, work):
         w = tv[4 * t2 + k]
         if w != p and w != q:
             b = w
-    if has_edge(S, a, b, True, work):
+    # the new spatial edge (a, b) must not exist (a vertex p or q of degree 3 would lose a triangle: its link is
+    # then the triangle (a, b, other), so a and b are already joined; the degree test is the cheap half)
+    if S[SC][p] == 3 or S[SC][q] == 3 or spatial_edge(S, a, b):
         return False
     vt, vb = tv[4 * t + 3], tv[4 * u]
     nv, ntype, rem = work[3], work[4], work[5]
@@ -598,8 +682,10 @@ def sweep_chain(buf, off, n, k0, k3, eps, target, fix_n3, ref, t_n, until_target
     S[ATT][:] = 0
     S[ACC][:] = 0
     c3 = len(S[TT])
-    work = scratch(c3)
-    rng = np.empty(1, np.uint64)
+    owner = scratch(c3)
+    work = borrowed_work(owner)
+    rng_owner = np.empty(1, np.uint64)
+    rng = borrowed(rng_owner)
     rng[0] = seed
     cp = (k0, k3, eps, target, fix_n3, ref, t_n)
     for _ in range(n):
@@ -614,6 +700,7 @@ def sweep_chain(buf, off, n, k0, k3, eps, target, fix_n3, ref, t_n, until_target
         now = cnt[N3] if fix_n3 else cnt[N31]
         if now != tgt:
             cnt[MISS] += 1
+    owner[2][0] = rng_owner[0] > 0  # the borrowed views' owners stay alive until here
 
 
 @njit(cache=True, parallel=True)

@@ -103,3 +103,32 @@ def test_apply_move_bad_input():
         d3_host.apply_move(buf, C3, T, "33", 0)
     with pytest.raises(ValueError, match="contiguous 1-D int32"):
         d3_host.apply_move(buf.astype(np.int64), C3, T, "26", 0)
+
+
+def test_spatial_edge_walk_agrees_with_the_edges_of_the_spatial_triangles():
+    """The (4,4)'s check (a walk once around a vertex in its slice) against the edge set read off every (3,1)'s
+    base triangle, for every pair of live vertices of one slice, and against the half-star walk ``has_edge``."""
+    from numba import njit
+
+    @njit
+    def walks(buf, off, pairs, c3):
+        S = d3_host.views(buf, off)
+        work = d3_host.scratch(c3)
+        out = np.zeros((pairs.shape[0], 2), np.bool_)
+        for k in range(pairs.shape[0]):
+            out[k, 0] = d3_host.spatial_edge(S, pairs[k, 0], pairs[k, 1])
+            out[k, 1] = d3_host.has_edge(S, pairs[k, 0], pairs[k, 1], True, work)
+        return out
+
+    for seed in (1, 2):
+        buf = _state(seed, attempts=6000)
+        f = d3_state.unpack(buf, C3, T)
+        bases = f["tv"][f["ttype"] == d3_state.TYPE_31][:, :3]
+        edges = {frozenset((int(x), int(y))) for b in bases for x, y in ((b[0], b[1]), (b[1], b[2]), (b[2], b[0]))}
+        live = f["vperm"][: _count(buf, "n0")]
+        pairs = np.array([(a, b) for a in live for b in live if a != b and f["vtime"][a] == f["vtime"][b]], np.int64)
+        got = walks(buf, d3_host.field_offsets(C3, T), pairs, C3)
+        want = np.array([frozenset((int(a), int(b))) in edges for a, b in pairs])
+        assert 0 < want.sum() < len(want)
+        np.testing.assert_array_equal(got[:, 0], want)
+        np.testing.assert_array_equal(got[:, 1], want)
