@@ -19,7 +19,9 @@ bench/results/condensate_supersolid_cpu.json.
 
 The roton: on the superfluid side the lowest Bogoliubov mode of axial even parity softens as a_s is lowered towards
 the transition (Santos, Shlyapnikov & Lewenstein, PRL 90, 250403 (2003); Chomaz et al., Nat. Phys. 14, 442 (2018)),
-while the axial Kohn mode stays at the trap frequency f_z/f̄ (Kohn's theorem, any interaction).
+while the axial Kohn mode stays at the trap frequency f_z/f̄ (Kohn's theorem, any interaction). In an infinite tube,
+where the transition is continuous (Blakie, Baillie, Chomaz & Ferlaino, PRR 2, 043318 (2020)), the roton pair's
+ω² reaches zero at the a_s where the ground state's contrast leaves zero.
 """
 
 from __future__ import annotations
