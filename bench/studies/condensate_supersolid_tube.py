@@ -17,9 +17,9 @@ For each a_s:
 - the hysteresis check: the same CG started from the modulated state of the next lower a_s (``--hysteresis``:
   the list is walked upwards, each start the previous a_s's carried state) — a second, modulated branch above the
   onset would mark a discontinuous transition;
-- on the uniform side, the two lowest Bogoliubov modes (``bogoliubov``, the energy-Hessian LOBPCG) about the
-  uniform tube (the CG from the unseeded guess, which stays z-independent): the roton pair cos kz, sin kz, ω²,
-  residuals and iterations.
+- on the uniform side, the two lowest Bogoliubov modes (``bogoliubov``, the energy-Hessian LOBPCG, in the
+  A-inner product: ``metric="A"``, which resolves the pair as ω² → 0) about the uniform tube (the CG from the
+  unseeded guess, which stays z-independent): the roton pair cos kz, sin kz, ω², residuals and iterations.
 
 Then two fits: ω² linear in a_s over the uniform points nearest the onset (ω² → 0 at a_ω) and C² linear in a_s
 over the modulated points next to the onset (C ∝ √(a_C − a_s) → 0 at a_C); a continuous transition has a_ω = a_C.
@@ -83,13 +83,14 @@ def ground(system, atoms: float, guess) -> tuple[Any, dict]:
     }
 
 
-def roton_modes(system, atoms: float, tol: float, max_iterations: int) -> dict:
-    """The two lowest BdG modes about the uniform tube (the unseeded CG) and their axial wave numbers."""
+def roton_modes(system, atoms: float, tol: float, max_iterations: int, metric: str = "A") -> dict:
+    """The two lowest BdG modes about the uniform tube (the unseeded CG) and their axial wave numbers; ``metric``
+    that of ``bogoliubov`` ("A": resolves the pair as ω² → 0)."""
     from ivhl_jax.physics import condensate as C
 
     psi, info = C.ground_state(system, atoms, psi0=seeded(system, atoms, 0.0), max_steps=20000)
     t = time.perf_counter()
-    modes = C.bogoliubov(jax.random.key(0), system, psi, 2, tol=tol, max_iterations=max_iterations)
+    modes = C.bogoliubov(jax.random.key(0), system, psi, 2, tol=tol, max_iterations=max_iterations, metric=metric)
     dn = (np.asarray(modes.u) + np.asarray(modes.v)) * np.asarray(psi).real[None]
     spec = np.sum(np.abs(np.fft.rfft(dn, axis=-1)) ** 2, axis=(1, 2))
     return {
@@ -142,6 +143,7 @@ def main(argv=None) -> None:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--max-iterations", type=int, default=3000)
     ap.add_argument("--onset-points", type=int, default=3)
+    ap.add_argument("--metric", default="A", choices=("A", "B"), help="the BdG iteration's inner product")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     shape = tuple(int(s) for s in a.shape.split(","))
@@ -154,7 +156,7 @@ def main(argv=None) -> None:
         "grid": {"shape": shape, "half_sides_um": half, "length_um": a.length_um, "cutoff_um": min(half)},
         "linear_density_per_um": a.density,
         "atoms_per_period": atoms,
-        "bdg": {"tol": a.tol, "max_iterations": a.max_iterations, "modes": 2},
+        "bdg": {"tol": a.tol, "max_iterations": a.max_iterations, "modes": 2, "metric": a.metric},
         "note": "shared 2-core host, other jobs running: wall times are upper bounds",
     }
 
@@ -172,7 +174,7 @@ def main(argv=None) -> None:
             row: dict = {"a_s": a_s}
             _, row["ground"] = ground(system, atoms, seeded(system, atoms, 0.1))
             if row["ground"]["contrast"] < 1e-6:
-                row["modes"] = roton_modes(system, atoms, a.tol, a.max_iterations)
+                row["modes"] = roton_modes(system, atoms, a.tol, a.max_iterations, a.metric)
             rows.append(row)
             doc["fits"] = fits(rows, a.onset_points)
             print(row, flush=True)
