@@ -140,7 +140,7 @@ def main(argv=None) -> None:
     ap.add_argument("--density", type=float, default=2500.0, help="linear density n₁ in atoms per µm")
     ap.add_argument("--scan", default="93,92.6,92.4,92.3,92.2,92.1,92,91.9,91.8,91.7,91.6")
     ap.add_argument("--hysteresis", default="", help="a_s list walked upwards from the modulated state")
-    ap.add_argument("--tol", type=float, default=1e-8)
+    ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--max-iterations", type=int, default=3000)
     ap.add_argument("--onset-points", type=int, default=3)
     ap.add_argument("--metric", default="A", choices=("A", "B"), help="the BdG iteration's inner product")
