@@ -31,7 +31,10 @@ AB is self-adjoint in the inner product ⟨x, y⟩_B = xᵀBy (similar to the sy
 eigenvalues ω² ≥ 0 (ω² < 0: a dynamically unstable state, a roton past its softening). The Goldstone modes
 f₀ = B⁻¹ψ₀_c are removed by those constraints (= ⟨f₀, f₊⟩_B). The lowest ω² are found by a block LOBPCG
 (Knyazev 2001) in the B-inner product, preconditioned by (k²/2 + c)⁻² in Fourier space, iterating in a
-``lax.while_loop`` (pure JAX, any backend). Modes are normalised to ∫(|u|² − |v|²) dV = 1. On a GPSystem with a
+``lax.while_loop`` (pure JAX, any backend). Where B itself softens (a roton approaching ω² = 0: B has an
+eigenvalue ~ω²/A on the soft mode, which then weighs almost nothing in the B-inner product) the same iteration runs
+on f₋ = Bf₊/ω instead (``metric="A"``): BA f₋ = ω² f₋, self-adjoint in the A-inner product, with f₊ = Af₋/ω.
+Modes are normalised to ∫(|u|² − |v|²) dV = 1. On a GPSystem with a
 device layout the fields of a block (k, *grid) are sharded as ψ₀ and A, B, P use the distributed FFT
 (:mod:`ivhl_jax.numerics.distributed_fft`).
 
@@ -84,8 +87,8 @@ class BogoliubovModes(struct.PyTreeNode):
       growth_rate: (m,) Im ω ≥ 0 (0 for a stable mode; real ψ₀: √max(−ω², 0)).
       u, v: (m, *field) mode functions, real for a real ψ₀ and complex otherwise.
       norm: (m,) ∫(|u|² − |v|²) dV: 1, or 0 for an unstable pair (complex ω).
-      residual: (m,) relative residual of each mode (real ψ₀: ‖ABf − ω²f‖/(‖f‖ max(ω², ε)); complex ψ₀: of the
-        dense eigenpair).
+      residual: (m,) relative residual of each mode (real ψ₀: ‖ABf − ω²f‖/(‖f‖ max(ω², ε)) of f = f₊, or of
+        BA f₋ = ω² f₋ with ``metric="A"``; complex ψ₀: of the dense eigenpair).
       mu: the chemical potential μ of ψ₀ (one per component for a mixture: (C,)).
       iterations: LOBPCG iterations done (0 for the dense solve).
     """
@@ -262,14 +265,18 @@ def _operators(static: tuple[Any, ...], args: tuple[Any, ...]):
     return _energy_operators(args[0], args[1:])
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
-def _solve(static, args, ys, k: int, max_iter: int, n_check: int, x0, tol):
+@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 8))
+def _solve(static, args, ys, k: int, max_iter: int, n_check: int, x0, tol, metric: str = "B"):
     """Block LOBPCG for the lowest k eigenpairs of AB in the B-inner product, B-orthogonal to the Goldstone modes
     (module docstring): the fields of the block are orthogonal to every constraint field in ``ys`` (c, *field).
+    ``metric="A"``: the same iteration with A and B exchanged, the lowest eigenpairs g = f₋ of BA in the
+    A-inner product (ψ₀, A's null field, projected out), whose f₊ ∝ Ag the caller forms.
 
     Blocks are (k, *field) fields; with a layout they are sharded as ψ₀ (the block axis whole on every device) and
     only the Gram matrices (3k × 3k) are reduced over the devices."""
     a_op, b_op, p_op = _operators(static, args)
+    if metric == "A":
+        a_op, b_op = b_op, a_op
     nd = ys.ndim - 1
     rdt = ys.dtype
     eps = jnp.asarray(100 * jnp.finfo(rdt).eps, rdt)
@@ -326,6 +333,7 @@ def bogoliubov(
     max_iterations: int = 1000,
     extra: int = 4,
     operators: str = "auto",
+    metric: str = "B",
     max_dense_points: int = 2048,
     zero_tol: float = 1e-3,
 ) -> BogoliubovModes:
@@ -353,6 +361,11 @@ def bogoliubov(
       extra: additional block vectors (speed up convergence and resolve degenerate levels at the edge).
       operators: ``"auto"`` (analytic for a GPSystem, the energy's Hessian otherwise), ``"analytic"`` (a
         GPSystem's only) or ``"energy"`` (Hessian-vector products of :func:`~ivhl_jax.physics.condensate.energy`).
+      metric: matrix-free: ``"B"`` iterates on f₊ in the B-inner product (module docstring); ``"A"`` on
+        f₋ = Bf₊/ω, the lowest eigenvectors of BA in the A-inner product (ψ₀, A's null field, projected out), then
+        f₊ = Af₋/ω. Same spectrum; use ``"A"`` near a roton (or any) softening in the density channel, where B has
+        an eigenvalue → 0 with ω² and the soft mode weighs almost nothing in the B-inner product, so that the
+        B iteration stalls on the next modes (A stays well conditioned there: A ≈ k²/2 on the roton).
       max_dense_points: the dense solve's limit on the complex unknowns M (memory ~32 M² bytes, time ~M³).
       zero_tol: dense solve: modes with |ω| < zero_tol are the Goldstone pairs (dropped); |Im ω| ≤ zero_tol
         counts as stable.
@@ -368,6 +381,7 @@ def bogoliubov(
     psi = check_array(psi0, "psi0", shape=shape, kind="inexact", finite=host_readable(psi0))
     check_scalar(n_modes, "n_modes", integer=True, minimum=1)
     check_choice(operators, "operators", ("auto", "analytic", "energy"))
+    check_choice(metric, "metric", ("A", "B"))
     if operators == "analytic" and not isinstance(system, GPSystem):
         raise ValueError(f"operators='analytic' applies to a GPSystem, not to a {type(system).__name__}; use 'auto'")
     rdt = jnp.result_type(system.real_dtype, psi.real.dtype)
@@ -390,10 +404,12 @@ def bogoliubov(
         tol = 1e-9 if rdt == jnp.float64 else 1e-4
     check_scalar(tol, "tol", positive=True)
     budget = (k, int(max_iterations), int(n_modes))
-    return _real_bogoliubov(check_key(key), system, psi.real.astype(rdt), budget, tol, operators)
+    return _real_bogoliubov(check_key(key), system, psi.real.astype(rdt), budget, tol, operators, metric)
 
 
-def _real_bogoliubov(key: jax.Array, system: Any, psi: jax.Array, budget: tuple[int, int, int], tol, operators):
+def _real_bogoliubov(
+    key: jax.Array, system: Any, psi: jax.Array, budget: tuple[int, int, int], tol, operators, metric: str = "B"
+):
     """The matrix-free solve about the real ψ₀ ``psi`` (module docstring); ``budget`` = (k, max_iter, n_modes)."""
     grid = system.grid
     layout = getattr(system, "layout", None)
@@ -425,7 +441,9 @@ def _real_bogoliubov(key: jax.Array, system: Any, psi: jax.Array, budget: tuple[
     k, max_iter, n_modes = budget
     start = _draw(key, (k,) + psi.shape, jnp.dtype(rdt), None if layout is None else layout.sharding(nd + 1))
     start = start * (jnp.abs(sg(psi)) + 0.1 * jnp.max(jnp.abs(sg(psi))))[None]
-    f, rel, it = _solve(static, sg(args), sg(ys), k, max_iter, n_modes, start, jnp.asarray(tol, rdt))
+    f, rel, it = _solve(static, sg(args), sg(ys), k, max_iter, n_modes, start, jnp.asarray(tol, rdt), metric)
+    if metric == "A":  # f₊ ∝ A f₋ (the residual reported stays that of BA f₋ = ω² f₋, the problem iterated)
+        f = _plus_from_minus(f[:n_modes], static, sg(args))
     f = sg(f[:n_modes])
     omega, w2, u, v = _modes(f, static, args, grid.cell_volume)
     norm = _dot_rows(u, u) * grid.cell_volume - _dot_rows(v, v) * grid.cell_volume
@@ -478,6 +496,13 @@ def _align_phase(psi: jax.Array, grid: Grid, rdt: Any) -> jax.Array:
 def _has_flow(psi: jax.Array) -> bool:
     """A phase-aligned ψ₀ that is not real (max |Im ψ| > 1e-3 max |ψ|): a state with flow."""
     return float(jnp.max(jnp.abs(psi.imag))) > 1e-3 * float(jnp.max(jnp.abs(psi)))
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _plus_from_minus(g, static, args) -> jax.Array:
+    """f₊ = A g (normalised) from converged f₋ fields g (the ``metric="A"`` iteration)."""
+    f = _operators(static, args)[0](g)
+    return f / _col(jnp.maximum(_norms(f), jnp.finfo(f.dtype).tiny), g.ndim - 1)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 3))

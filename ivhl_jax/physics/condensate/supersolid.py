@@ -44,6 +44,7 @@ __all__ = [
     "BOHR_RADIUS",
     "species_units",
     "species_system",
+    "tube_system",
     "line_density",
     "density_maxima",
     "density_contrast",
@@ -110,6 +111,51 @@ def species_system(
     u = species_units(a_s, a_dd, mass, trap_hz)
     grid = Grid.uniform(tuple(shape), tuple(float(x) for x in 2 * h * 1e-6 / u["length"]))
     dip = Dipolar.create(eps_dd=u["eps_dd"], axis=axis)
+    return DipolarSystem.create(grid, harmonic(grid, u["trap"], dtype=np.float64), u["g"], dip, lhy=lhy), u
+
+
+def tube_system(
+    shape: Sequence[int],
+    half_um: Sequence[float],
+    length_um: float,
+    a_s: float,
+    a_dd: float,
+    mass: float,
+    trap_hz: Sequence[float],
+    *,
+    axis: Sequence[float] = (1.0, 0.0, 0.0),
+    cutoff_um: float | None = None,
+    lhy: bool = True,
+) -> tuple[Any, dict[str, Any]]:
+    """(system, units): a species in an infinite tube — harmonic in x and y (``trap_hz`` = (f_x, f_y) in Hz),
+    free and periodic along z with period ``length_um`` (µm) — on a 3-D grid of ``shape`` points over
+    [−h_x, h_x] × [−h_y, h_y] µm (``half_um`` = (h_x, h_y)) × one period, dipoles along ``axis``, LHY unless
+    ``lhy=False``. The trap units are those of the transverse trap: ω₀ = 2π√(f_x f_y) (:func:`species_units` with
+    f_z = √(f_x f_y), whose trap z entry is then set to 0), so ``units["trap"]`` = (f_x/f₀, f_y/f₀, 0).
+
+    The dipolar kernel is cut to a sphere of radius R_c = ``cutoff_um`` (default min(h_x, h_y)): with the cloud
+    inside a transverse diameter D ≤ 2h − R_c no transverse image is within R_c, while along z every periodic
+    image within R_c interacts, as in the infinite tube; the interaction beyond R_c (its 1/r³ tail) is left out.
+    ψ normalised to N = n₁ × L atoms is the tube at linear density n₁ = N/L."""
+    from ivhl_jax.physics.condensate.dipolar import Dipolar, DipolarSystem
+    from ivhl_jax.physics.condensate.system import Grid, harmonic
+
+    h = np.asarray(half_um, np.float64)
+    if h.shape != (2,) or not np.all(np.isfinite(h)) or not np.all(h > 0):
+        raise ValueError(f"half_um must be the two positive transverse half-sides in micrometres, got {half_um!r}")
+    check_scalar(length_um, "length_um", positive=True)
+    f = np.asarray(trap_hz, np.float64)
+    if f.shape != (2,) or not np.all(np.isfinite(f)) or not np.all(f > 0):
+        raise ValueError(
+            f"trap_hz must be the two positive transverse trap frequencies (f_x, f_y) in Hz, got {trap_hz!r}"
+        )
+    u = species_units(a_s, a_dd, mass, (f[0], f[1], math.sqrt(f[0] * f[1])))
+    u["trap"] = (u["trap"][0], u["trap"][1], 0.0)
+    rc = float(np.min(h)) if cutoff_um is None else cutoff_um
+    check_scalar(rc, "cutoff_um", positive=True)
+    scale = 1e-6 / u["length"]
+    grid = Grid.uniform(tuple(shape), (2 * h[0] * scale, 2 * h[1] * scale, float(length_um) * scale))
+    dip = Dipolar.create(eps_dd=u["eps_dd"], axis=axis, cutoff=float(rc) * scale)
     return DipolarSystem.create(grid, harmonic(grid, u["trap"], dtype=np.float64), u["g"], dip, lhy=lhy), u
 
 

@@ -49,18 +49,19 @@ def test_energy_hessian_operators_equal_the_analytic_gp_ones():
 
 
 @pytest.mark.slow  # two compiles of the energy-Hessian LOBPCG on 8³: ~1 minute on 2 shared cores
-@pytest.mark.parametrize("cutoff", [None, 3.0])
-def test_roton_dispersion_of_a_homogeneous_dipolar_gas_is_exact_to_the_grid(cutoff):
+@pytest.mark.parametrize(("cutoff", "metric"), [(None, "B"), (3.0, "B"), (3.0, "A")])
+def test_roton_dispersion_of_a_homogeneous_dipolar_gas_is_exact_to_the_grid(cutoff, metric):
     """Uniform ψ₀ on a periodic box, dipoles along z: ω(k) = √(ε_k(ε_k + 2n(g + Ṽ_dd(k)))) for the grid's k
     (Ṽ_dd(0) = 0: the uniform state's Φ_dd vanishes), with the kernel's cutoff factor when R_c is set. The
-    energy is the discrete one, so the agreement is to round-off (rtol 1e-9, float64)."""
+    energy is the discrete one, so the agreement is to round-off (rtol 1e-9, float64), in either inner product of
+    the iteration (``metric``)."""
     with jax.enable_x64(True):
         grid = C.Grid.uniform((8, 8, 8), (8.0, 8.0, 12.0))
         g, dens, edd = 1.5, 1.0, 0.8
         dip = C.Dipolar.create(eps_dd=edd, axis=(0.0, 0.0, 1.0), cutoff=cutoff)
         system = C.DipolarSystem.create(grid, jnp.zeros(grid.shape, jnp.float64), g, dip)
         psi0 = jnp.full(grid.shape, np.sqrt(dens), jnp.float64)
-        modes = C.bogoliubov(jax.random.key(0), system, psi0, 12)
+        modes = C.bogoliubov(jax.random.key(0), system, psi0, 12, metric=metric)
 
         def shift(k, cos2):
             x = (cutoff or 1.0) * k
@@ -294,6 +295,7 @@ def test_bdg_door_refuses_what_does_not_apply_in_one_line():
         (lambda: C.bogoliubov(jax.random.key(0), spin, psi3, 2), "Spin1System"),
         (lambda: C.bogoliubov(jax.random.key(0), mix, psi2, 2, operators="analytic"), "operators"),
         (lambda: C.bogoliubov(jax.random.key(0), mix, psi2[0], 2), "psi0"),
+        (lambda: C.bogoliubov(jax.random.key(0), mix, psi2, 2, metric="C"), "metric"),
     ]:
         with pytest.raises((ValueError, TypeError)) as e:
             call()
