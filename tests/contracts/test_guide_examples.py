@@ -293,6 +293,7 @@ SLOW = {
     # run as printed in the default suite by tests/contracts/test_defaults_{cdt,fields_gp}.py (_run_block,
     # _python_blocks: the page's text, with their checks), so here only in the slow step
     ("docs/guide/cdt.md", "target=512"),
+    ("docs/guide/cdt.md", 'engine="jax")'),
     ("docs/guide/fields.md", "F.helix_sources(64"),
 }
 

@@ -121,11 +121,11 @@ def test_spatial_edge_walk_agrees_with_the_edges_of_the_spatial_triangles():
         return out
 
     for seed in (1, 2):
-        buf = _state(seed, attempts=6000)
+        buf = state(seed, attempts=6000)
         f = d3_state.unpack(buf, C3, T)
         bases = f["tv"][f["ttype"] == d3_state.TYPE_31][:, :3]
         edges = {frozenset((int(x), int(y))) for b in bases for x, y in ((b[0], b[1]), (b[1], b[2]), (b[2], b[0]))}
-        live = f["vperm"][: _count(buf, "n0")]
+        live = f["vperm"][: count(buf, "n0")]
         pairs = np.array([(a, b) for a in live for b in live if a != b and f["vtime"][a] == f["vtime"][b]], np.int64)
         got = walks(buf, d3_host.field_offsets(C3, T), pairs, C3)
         want = np.array([frozenset((int(a), int(b))) in edges for a, b in pairs])
