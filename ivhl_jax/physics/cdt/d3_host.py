@@ -65,7 +65,7 @@ from numba import carray, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, layout
+from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, SweepPlan, layout
 from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
 
 __all__ = ["sweep", "sweep_chain", "apply_move", "transition_counts", "field_offsets", "FIELDS"]
@@ -810,17 +810,34 @@ def apply_move(
     reference: bool = False,
     force: bool = True,
     seed: int = 0,
+    engine: str = "host",
 ) -> bool:
     """Apply one move to a NumPy buffer in place (tests and exact enumeration): ``move`` one of
     :data:`~ivhl_jax.physics.cdt.d3_state.MOVE_NAMES_3D`; ``a`` the (3,1) slot (the vertex slot for ``"62"``),
     ``i`` the face or base vertex (0..2), ``up`` the time orientation of the (2,3)/(3,2). ``force=True`` skips the
-    Metropolis test (the manifold conditions always apply); returns whether the move was done."""
+    Metropolis test (the manifold conditions always apply); returns whether the move was done.
+
+    ``engine`` as in :func:`~ivhl_jax.physics.cdt.metropolis_3d`: ``"host"`` (this module's kernel) or ``"jax"``
+    (one :func:`~ivhl_jax.physics.cdt.d3_jax.attempt` with the move's
+    :func:`~ivhl_jax.physics.cdt.d3_jax.proposal_words`, whose acceptance uniform 0 passes the Metropolis test
+    for any finite ratio: ``force=True`` only), so a test runs both engines through one door."""
     from ivhl_jax.physics.cdt.d3_state import MOVE_NAMES_3D
 
+    if engine not in ("host", "jax"):
+        raise ValueError(f"engine must be 'host' or 'jax', got {engine!r}")
     if move not in MOVE_NAMES_3D:
         raise ValueError(f"move must be one of {MOVE_NAMES_3D}, got {move!r}")
     if buf.dtype != np.int32 or buf.ndim != 1 or not buf.flags.c_contiguous:
         raise ValueError("buf must be one chain's buffer: a contiguous 1-D int32 NumPy array")
+    if engine == "jax":
+        if not force:
+            raise ValueError("force=False (a Metropolis test on a seeded uniform) needs engine='host'")
+        from ivhl_jax.physics.cdt import d3_jax
+
+        words = d3_jax.proposal_words(buf, tetra_capacity, n_slices, move, a, i, up)
+        return d3_jax.apply_words(
+            buf, words, tetra_capacity, n_slices, couplings=couplings, fix_n3=fix_n3, reference=reference
+        )
     return bool(
         apply_move_kernel(  # type: ignore[call-arg]
             buf,
@@ -836,23 +853,11 @@ def apply_move(
     )
 
 
-def sweep(
-    buf: jax.Array,
-    seed: jax.Array,
-    couplings: tuple[Any, Any, Any, Any],
-    n: int,
-    tetra_capacity: int,
-    n_slices: int,
-    *,
-    fix_n3: bool,
-    reference: bool,
-    until_target: bool,
-    max_extra: int,
-) -> jax.Array:
-    """One sweep of ``n`` attempts on the buffer ``buf`` (..., size) with SplitMix64 seeded by ``seed`` (..., 2)
-    uint32; ``couplings`` ``(k0, k3, eps, target)`` scalars or arrays broadcasting to the batch. Works under jit
-    and vmap (the callback sees the whole batch and runs its chains in parallel threads)."""
-    off = field_offsets(tetra_capacity, n_slices)
+def sweep(buf: jax.Array, seed: jax.Array, couplings: tuple[Any, Any, Any, Any], plan: SweepPlan) -> jax.Array:
+    """One sweep of ``plan`` (:func:`sweep_chain`) on the buffer ``buf`` (..., size) with SplitMix64 seeded by
+    ``seed`` (..., 2) uint32; ``couplings`` ``(k0, k3, eps, target)`` scalars or arrays broadcasting to the batch.
+    Works under jit and vmap (the callback sees the whole batch and runs its chains in parallel threads)."""
+    off = field_offsets(plan.tetra_capacity, plan.n_slices)
 
     def cb(b, s, k0, k3, eps, target):
         shape = b.shape
@@ -867,13 +872,13 @@ def sweep(
         sweep_batch(  # type: ignore[call-arg]
             bufs,
             off,
-            int(n),
+            int(plan.attempts),
             *per,
-            bool(fix_n3),
-            bool(reference),
-            int(n_slices),
-            bool(until_target),
-            int(max_extra),
+            bool(plan.fix_n3),
+            bool(plan.reference),
+            int(plan.n_slices),
+            bool(plan.until_target),
+            int(plan.max_extra),
             seeds,
         )
         return bufs.reshape(shape)

@@ -33,9 +33,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ivhl_jax.physics.cdt.d3_state import COUNTS, MOVE_NAMES_3D, TYPE_13, TYPE_22, TYPE_31, layout, vertex_capacity
+from ivhl_jax.physics.cdt.d3_state import (
+    COUNTS,
+    MOVE_NAMES_3D,
+    TYPE_13,
+    TYPE_22,
+    TYPE_31,
+    SweepPlan,
+    layout,
+    vertex_capacity,
+)
 
-__all__ = ["sweep", "attempt", "apply_move", "proposal_words", "BLOCK"]
+__all__ = ["sweep", "attempt", "apply_words", "proposal_words", "BLOCK"]
 
 #: Attempts whose random words one ``jax.random.bits`` call draws (16 bytes per attempt and chain).
 BLOCK = 1024
@@ -472,33 +481,23 @@ def attempt(
     return buf.at[jnp.where(en, idx, size)].set(val, mode="drop")
 
 
-def sweep(
-    buf: jax.Array,
-    key: jax.Array,
-    couplings: tuple[Any, Any, Any, Any],
-    n: int,
-    tetra_capacity: int,
-    n_slices: int,
-    *,
-    fix_n3: bool,
-    reference: bool,
-    until_target: bool,
-    max_extra: int,
-) -> jax.Array:
-    """One sweep on one chain's buffer (size,): ``attempts``/``accepts`` zeroed, ``n`` attempts with words from
-    ``key``, then (``until_target``) up to ``max_extra`` more until ``N_fix == target`` (a miss increments
-    ``missed_target``), as :func:`~ivhl_jax.physics.cdt.d3_host.sweep_chain` does. jit/vmap-able."""
+def sweep(buf: jax.Array, key: jax.Array, couplings: tuple[Any, Any, Any, Any], plan: SweepPlan) -> jax.Array:
+    """One sweep of ``plan`` on one chain's buffer (size,): ``attempts``/``accepts`` zeroed, ``plan.attempts``
+    attempts with words from ``key``, then (``plan.until_target``) up to ``plan.max_extra`` more until
+    ``N_fix == target`` (a miss increments ``missed_target``), as :func:`~ivhl_jax.physics.cdt.d3_host.sweep_chain`
+    does. ``couplings``: ``(k0, k3, eps, target)`` scalars. jit/vmap-able."""
     if any(jnp.ndim(x) for x in couplings):
         raise ValueError(
             "the jax engine takes one chain's scalar couplings: map a batch of couplings with jax.vmap over the "
             "stepper together with the chains (vmap(trajectory)(stepper, chains))"
         )
+    n, tetra_capacity, n_slices = plan.attempts, plan.tetra_capacity, plan.n_slices
     lay = layout(tetra_capacity, n_slices)
     k0, k3, eps, target = (jnp.asarray(x, jnp.float32) for x in couplings)
     cp = (k0, k3, eps, target)
     zero = jnp.concatenate([jnp.arange(lay[f][0], lay[f][0] + lay[f][1]) for f in ("attempts", "accepts")])
     buf = buf.at[zero].set(0)
-    kw = dict(fix_n3=fix_n3, reference=reference)
+    kw = dict(fix_n3=plan.fix_n3, reference=plan.reference)
     size = min(int(n), BLOCK)
     k_main, k_extra = jax.random.split(key)
 
@@ -509,13 +508,13 @@ def sweep(
         return jax.lax.fori_loop(0, count, lambda j, x: attempt(x, bits[j], cp, tetra_capacity, n_slices, **kw), buf)
 
     buf = jax.lax.fori_loop(0, -(-int(n) // size), run_block, buf)
-    if until_target:
+    if plan.until_target:
         target = jnp.round(cp[3]).astype(_I32)
-        c_fix = lay["counts"][0] + (_N3 if fix_n3 else _N31)
+        c_fix = lay["counts"][0] + (_N3 if plan.fix_n3 else _N31)
 
         def more(state):
             j, x = state
-            return (j < max_extra) & (x[c_fix] != target)
+            return (j < plan.max_extra) & (x[c_fix] != target)
 
         def one(state):
             j, x = state
@@ -563,29 +562,28 @@ def _attempt_jit(buf, bits, couplings, tetra_capacity, n_slices, fix_n3, referen
     return attempt(buf, bits, couplings, tetra_capacity, n_slices, fix_n3=fix_n3, reference=reference)
 
 
-def apply_move(
+def apply_words(
     buf: np.ndarray,
+    words: Any,
     tetra_capacity: int,
     n_slices: int,
-    move: str,
-    a: int,
-    i: int = 0,
-    up: bool = True,
     *,
     couplings: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0),
     fix_n3: bool = False,
     reference: bool = False,
 ) -> bool:
-    """:func:`~ivhl_jax.physics.cdt.d3_host.apply_move` on this engine: one :func:`attempt` with the
-    :func:`proposal_words` of the move, in place on the NumPy buffer ``buf``; returns whether it was done (the
-    manifold conditions apply; the Metropolis test passes for any finite ratio)."""
+    """One :func:`attempt` with the four uint32 ``words`` (4,) (a move's :func:`proposal_words`, or any draw), in
+    place on the NumPy buffer ``buf``; returns whether a move was done (an ``accepts`` counter moved: an attempt
+    does at most one move). The door with the host engine's signature is
+    :func:`~ivhl_jax.physics.cdt.d3_host.apply_move` with ``engine="jax"``."""
     if buf.dtype != np.int32 or buf.ndim != 1:
         raise ValueError("buf must be one chain's buffer: a 1-D int32 NumPy array")
-    bits = proposal_words(buf, tetra_capacity, n_slices, move, a, i, up)
+    words = np.asarray(words)
+    if words.shape != (4,) or words.dtype != np.uint32:
+        raise ValueError(f"words must be four uint32 words (4,), got {words.dtype} {words.shape}")
     cp = tuple(np.float32(x) for x in couplings)
-    out = np.asarray(_attempt_jit(buf, bits, cp, int(tetra_capacity), int(n_slices), bool(fix_n3), bool(reference)))
-    k = MOVE_NAMES_3D.index(move)
-    acc = layout(tetra_capacity, n_slices)["accepts"][0] + k
-    done = bool(out[acc] != buf[acc])
+    out = np.asarray(_attempt_jit(buf, words, cp, int(tetra_capacity), int(n_slices), bool(fix_n3), bool(reference)))
+    lo, n = layout(tetra_capacity, n_slices)["accepts"]
+    done = bool(np.any(out[lo : lo + n] != buf[lo : lo + n]))
     buf[:] = out
     return done

@@ -26,7 +26,7 @@ overflow, missed_target`` (here ``n31`` counts the (3,1) only, the reference's `
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -42,6 +42,7 @@ __all__ = [
     "TYPE_22",
     "TYPE_13",
     "CDT3State",
+    "SweepPlan",
     "layout",
     "initial_state",
     "vertex_capacity",
@@ -115,6 +116,22 @@ class CDT3State(flax.struct.PyTreeNode):
     def count(self, name: str) -> jax.Array:
         """One of the counts ``n0, n3, n31`` (the (3,1) only), ``n22``, ``overflow``, ``missed_target``."""
         return self.field("counts")[..., COUNTS.index(name)]
+
+
+class SweepPlan(NamedTuple):
+    """The static plan of one sweep, as both engines' ``sweep(buf, rng, couplings, plan)`` run it
+    (:func:`~ivhl_jax.physics.cdt.metropolis_3d` makes it from its parameters and the geometry): ``attempts``
+    attempts on a buffer of ``tetra_capacity`` slots and ``n_slices`` slices; the volume term on ``N3``
+    (``fix_n3``) or ``N(3,1)``; the reference code's (2,6)/(6,2) ratios (``reference``); then (``until_target``)
+    up to ``max_extra`` more attempts until ``N_fix == target`` (a miss increments ``missed_target``)."""
+
+    attempts: int
+    tetra_capacity: int
+    n_slices: int
+    fix_n3: bool = False
+    reference: bool = False
+    until_target: bool = False
+    max_extra: int = 0
 
 
 def minimal_tetrahedra(n_slices: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

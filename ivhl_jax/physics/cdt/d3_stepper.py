@@ -27,7 +27,7 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_couplings, check_key, check_scalar, concrete_max, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.physics.cdt.d3_state import MAX_TETRA_CAPACITY, CDT3State, initial_state
+from ivhl_jax.physics.cdt.d3_state import MAX_TETRA_CAPACITY, CDT3State, SweepPlan, initial_state
 
 __all__ = [
     "Metropolis3dParams",
@@ -132,10 +132,7 @@ def _step(chain: Chain3d, params: Metropolis3dParams) -> Chain3d:
         sweep, rng = d3_jax.sweep, sub
     else:
         sweep, rng = d3_host.sweep, jax.random.bits(sub, (2,), jnp.uint32)
-    buf = sweep(
-        g.buf,
-        rng,
-        (params.k0, params.k3, params.eps, params.target),
+    plan = SweepPlan(
         params.attempts_per_sweep,
         g.tetra_capacity,
         g.n_slices,
@@ -144,6 +141,7 @@ def _step(chain: Chain3d, params: Metropolis3dParams) -> Chain3d:
         until_target=params.stop_at_target,
         max_extra=_EXTRA * params.attempts_per_sweep,
     )
+    buf = sweep(g.buf, rng, (params.k0, params.k3, params.eps, params.target), plan)
     return chain.replace(key=key, geometry=g.replace(buf=buf))
 
 

@@ -18,15 +18,16 @@ from ivhl_jax.physics.cdt import d3_checks, d3_host, d3_jax, d3_profile, d3_stat
 
 from .d3_helpers import C3, T, count, field, first_valid, inverse, log_weight, move_info, same_as, state
 
+#: The JAX engine behind the host engine's move door (the helpers' ``apply`` signature).
+apply_jax = functools.partial(d3_host.apply_move, engine="jax")
+
 
 @functools.cache
 def _vmapped_sweep(c3: int, t_n: int, n: int, fix_n3: bool, reference: bool):
     """jit(vmap(one sweep)) over (buffers, keys) with traced couplings (4,) shared by the chains."""
 
     def one(buf, key, cp):
-        return d3_jax.sweep(
-            buf, key, tuple(cp), n, c3, t_n, fix_n3=fix_n3, reference=reference, until_target=False, max_extra=0
-        )
+        return d3_jax.sweep(buf, key, tuple(cp), d3_state.SweepPlan(n, c3, t_n, fix_n3=fix_n3, reference=reference))
 
     return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
 
@@ -85,7 +86,7 @@ def test_each_move_is_the_host_move_and_its_inverse_restores_the_state():
     for move, a, i, up in _proposals(buf0):
         h, b = buf0.copy(), buf0.copy()
         dh = d3_host.apply_move(h, C3, T, move, a, i, up)
-        assert d3_jax.apply_move(b, C3, T, move, a, i, up) == dh, f"{move} on {a}, {i}, up={up}"
+        assert apply_jax(b, C3, T, move, a, i, up) == dh, f"{move} on {a}, {i}, up={up}"
         if not dh:
             refused += 1
             continue
@@ -95,7 +96,7 @@ def test_each_move_is_the_host_move_and_its_inverse_restores_the_state():
         if move == "62":
             continue  # undone by a (2,6) on the restored base: the (2,6)'s inverse below runs the (6,2)
         inv, x, j, inv_up = inverse(b, move, move_info(buf0, move, a, i, up))
-        assert d3_jax.apply_move(b, C3, T, inv, x, j, inv_up), f"the inverse of {move} was refused"
+        assert apply_jax(b, C3, T, inv, x, j, inv_up), f"the inverse of {move} was refused"
         assert d3_checks.canonical(b, C3, T) == ref, f"{move} then its inverse did not restore the state"
         done["62"] += inv == "62"
     d3_checks.check(b, C3, T)
@@ -126,7 +127,7 @@ def _pair_test_jax(buf_a, buf_b, couplings, trials, seed):
     cp = jnp.asarray(couplings, jnp.float32)
 
     def hits(a, b, s):
-        targets = jnp.asarray(same_as(a, b, d3_jax.apply_move))
+        targets = jnp.asarray(same_as(a, b, apply_jax))
         keys = jax.random.split(jax.random.key(s), trials // batch)
         return sum(int(run(jnp.asarray(a), targets, k, cp)[:-1].sum()) for k in keys)
 
@@ -145,7 +146,7 @@ def test_detailed_balance_of_each_move_pair(move):
     """As the host test: P(A->B)/P(B->A) = pi(B)/pi(A) within 4 sigma, and P(A->B) = q min(1, R)."""
     buf_a = state(7)
     name, up = move[:2], not move.endswith("down")
-    buf_b, _ = first_valid(buf_a, name, up, d3_jax.apply_move)
+    buf_b, _ = first_valid(buf_a, name, up, apply_jax)
     trials = {"26": 150_000, "44": 150_000, "23": 1_000_000}[name]
     p_ab, p_ba, rel, n = _pair_test_jax(buf_a, buf_b, COUPLINGS, trials, seed=11)
     dlog = log_weight(buf_b, *COUPLINGS, False) - log_weight(buf_a, *COUPLINGS, False)
@@ -244,12 +245,17 @@ def test_engine_is_validated_and_defaults_to_host():
     with pytest.raises(ValueError, match="engine must be one of"):
         cdt.metropolis_3d(1.0, 0.6, engine="pallas")
     with pytest.raises(ValueError, match="scalar couplings"):
-        d3_jax.sweep(
-            jnp.zeros(10, jnp.int32), jax.random.key(0), (np.zeros(2), 0.0, 0.0, 0.0), 1, 100, T,
-            fix_n3=False, reference=False, until_target=False, max_extra=0,
-        )  # fmt: skip
+        couplings = (np.zeros(2), 0.0, 0.0, 0.0)
+        d3_jax.sweep(jnp.zeros(10, jnp.int32), jax.random.key(0), couplings, d3_state.SweepPlan(1, 100, T))
+    buf = np.array(d3_state.initial_state(T, C3).buf)
     with pytest.raises(ValueError, match="move must be one of"):
-        d3_jax.apply_move(np.array(d3_state.initial_state(T, C3).buf), C3, T, "33", 0)
+        apply_jax(buf, C3, T, "33", 0)
+    with pytest.raises(ValueError, match="move must be one of"):
+        d3_jax.proposal_words(buf, C3, T, "33", 0)
+    with pytest.raises(ValueError, match="force=False"):
+        apply_jax(buf, C3, T, "26", 0, force=False)
+    with pytest.raises(ValueError, match="words must be four uint32"):
+        d3_jax.apply_words(buf, np.zeros(3, np.uint32), C3, T)
 
 
 def test_compiled_step_has_no_host_callback():

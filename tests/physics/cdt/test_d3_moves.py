@@ -103,6 +103,8 @@ def test_apply_move_bad_input():
         d3_host.apply_move(buf, C3, T, "33", 0)
     with pytest.raises(ValueError, match="contiguous 1-D int32"):
         d3_host.apply_move(buf.astype(np.int64), C3, T, "26", 0)
+    with pytest.raises(ValueError, match="engine must be"):
+        d3_host.apply_move(buf, C3, T, "26", 0, engine="pallas")
 
 
 def test_spatial_edge_walk_agrees_with_the_edges_of_the_spatial_triangles():
