@@ -135,7 +135,7 @@ def _adaptive(policy: str) -> BenchCase:
     state = A.init_state(cfg, batch)
 
     def fn(w, s, xs):
-        return A.apply_sequence(w, s, xs, jax.random.key(2), cfg, policy=policy)[1]["logits"]
+        return A.apply_sequence(w, xs, cfg, jax.random.key(2), s, policy=policy)[1]["logits"]
 
     return BenchCase(
         op=f"precision_adaptive_{policy}",

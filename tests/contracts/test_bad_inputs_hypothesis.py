@@ -1155,6 +1155,18 @@ CASES += [
     Case(
         "parallel.fsdp_spec/min_size", lambda b: parallel.fsdp_spec((64, 64), _mesh(), "data", b), "min_size", bad_count
     ),
+    Case(
+        "parallel.param_shardings/min_size",
+        lambda b: parallel.param_shardings({"w": np.ones((64, 64), np.float32)}, _mesh(), min_size=b),
+        "min_size",
+        bad_count,
+    ),
+    Case(
+        "parallel.with_constraint/names",
+        lambda b: parallel.with_constraint(jnp.ones((4, 2)), _mesh(), b),
+        "names",
+        st.sampled_from(["batch", 3, ("batch", 2), ("batch",), ("batch", "embed", None)]),
+    ),
     Case("parallel.batch_sharding/ndim", lambda b: parallel.batch_sharding(_mesh(), b), "ndim", bad_size),
     Case(
         "parallel.batch_sharding/axes",
@@ -1253,7 +1265,7 @@ CASES += [
     Case(
         "adaptive.apply_sequence/xs",
         lambda b: AD.apply_sequence(
-            AD.init_params(jax.random.key(0), _ad_cfg()), AD.init_state(_ad_cfg(), 2), b, jax.random.key(1), _ad_cfg()
+            AD.init_params(jax.random.key(0), _ad_cfg()), b, _ad_cfg(), jax.random.key(1), AD.init_state(_ad_cfg(), 2)
         ),
         "xs",
         st.sampled_from([np.ones((2, 5), np.float32), np.ones((3, 2, 4), np.float32)]),
@@ -1296,7 +1308,7 @@ CASES += [
     Case(
         "adaptive.step/x",
         lambda b: AD.step(
-            AD.init_params(jax.random.key(0), _ad_cfg()), AD.init_state(_ad_cfg(), 2), b, jax.random.key(1), _ad_cfg()
+            AD.init_params(jax.random.key(0), _ad_cfg()), b, _ad_cfg(), jax.random.key(1), AD.init_state(_ad_cfg(), 2)
         ),
         "x",
         st.one_of(
@@ -2272,12 +2284,10 @@ EXEMPT: dict[str, str] = {
             "batch_axes",
             "unbox",
             "logical_names",
-            "param_shardings",
             "shardings_like",
             "state_shardings",
             "shard_tree",
             "jit_train_step",
-            "with_constraint",
         )
     },
     **{

@@ -321,7 +321,7 @@ def test_adaptive_dynamics_stepper_follows_step_and_compiles_once():
     cfg3 = adaptive.AdaptiveConfig(num_nodes=6, hidden_dim=4, input_dim=5, output_dim=3, inner_steps=3)
     k1 = jax.random.split(jax.random.key(9), 1)[0]
     final3, _ = trajectory(adaptive.dynamics(w, x, cfg3), st.init(k1, adaptive.init_state(cfg, 2)), 3)
-    nodes3, out3 = adaptive.apply_sequence(w, adaptive.init_state(cfg, 2), x[None], jax.random.key(9), cfg3)
+    nodes3, out3 = adaptive.apply_sequence(w, x[None], cfg3, jax.random.key(9), adaptive.init_state(cfg, 2))
     np.testing.assert_allclose(
         np.asarray(out3["logits"][0]), np.asarray(final3.outputs["logits"]), rtol=1e-6, atol=1e-7
     )

@@ -427,8 +427,8 @@ CASES = [
     Case(
         "adaptive.apply_sequence",
         A.apply_sequence,
-        call(a_params, a_state, np.ones((3, 2, 5), np.float32), key, cfg),
-        call(a_params, a_state, X25, key, cfg),
+        call(a_params, np.ones((3, 2, 5), np.float32), cfg, key, a_state),
+        call(a_params, X25, cfg, key, a_state),
     ),  # xs must be [T, B, D]
     Case("adaptive.phase_fractions", A.phase_fractions, call(jnp.asarray(I23)), call(jnp.zeros((2, 3)))),
     Case("adaptive.dynamics", A.dynamics, call(a_params, X25, cfg), call(a_params, np.ones(5, np.float32), cfg)),

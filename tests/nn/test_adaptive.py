@@ -325,11 +325,15 @@ def test_apply_sequence_scans_over_time():
     cfg = AdaptiveConfig(**SMALL)
     params = _init_params(jax.random.key(0), cfg)
     xs = jax.random.normal(jax.random.key(1), (4, 2, cfg.input_dim))
-    s, outs = jax.jit(lambda p, s, xs, k: adaptive.apply_sequence(p, s, xs, k, cfg))(
+    s, outs = jax.jit(lambda p, s, xs, k: adaptive.apply_sequence(p, xs, cfg, k, s))(
         params, adaptive.init_state(cfg, 2), xs, jax.random.key(2)
     )
     chex.assert_shape(outs["logits"], (4, 2, 3))
     assert int(s.t[0]) == 4
+    # without a start state: init_state's, as the stepper's init makes it
+    s0, outs0 = jax.jit(lambda p, xs, k: adaptive.apply_sequence(p, xs, cfg, k))(params, xs, jax.random.key(2))
+    np.testing.assert_allclose(np.asarray(outs0["logits"]), np.asarray(outs["logits"]), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(s0.h), np.asarray(s.h), rtol=1e-6, atol=1e-7)
 
 
 # --- precision policies: error against a float64 run --------------------------------------------------------------
@@ -343,7 +347,7 @@ def _adaptive_run(policy, *, stochastic, improved, steps=20):
     cfg = make(num_nodes=32, hidden_dim=16, input_dim=64, output_dim=10, stochastic=stochastic)
     w = A.init_params(jax.random.key(0), cfg)
     xs = jax.random.normal(jax.random.key(1), (steps, 8, 64), jnp.float32)
-    state, out = jax.jit(lambda w, s, xs: A.apply_sequence(w, s, xs, jax.random.key(2), cfg, policy=policy))(
+    state, out = jax.jit(lambda w, s, xs: A.apply_sequence(w, xs, cfg, jax.random.key(2), s, policy=policy))(
         w, A.init_state(cfg, 8), xs
     )
     return state, out

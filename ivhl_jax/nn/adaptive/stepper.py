@@ -108,30 +108,32 @@ def dynamics(
 
 
 def apply_sequence(
-    params: dict,
-    state: NodeState,
+    weights: dict,
     xs: Float[ArrayLike, "T B D"],
-    key: jax.Array,
     cfg: AdaptiveConfig,
+    key: jax.Array,
+    nodes: NodeState | None = None,
+    *,
     policy: str | Policy | None = None,
 ) -> tuple[NodeState, dict[str, Array]]:
-    """Run a sequence ``xs [T, B, D]`` from an explicit initial state (``lax.scan`` over T).
+    """Run a sequence of input batches ``xs [T, B, D]`` (``lax.scan`` over T): the arguments of :func:`dynamics`
+    (``weights``, the inputs, ``cfg``, ``policy``) and of its ``init`` (``key``, split into one key per input;
+    ``nodes``, the start state, default :func:`init_state`).
 
     Each input runs ``cfg.inner_steps`` steps of :func:`dynamics` from the state the previous one left. Returns
     the final state and the stacked outputs (``logits [T,B,C]`` ..., ``phase_fractions [T,4]`` averaged over
-    each input's steps). ``policy`` as in
-    :func:`step` (the state is carried in its ``output_dtype``).
+    each input's steps). The state is carried in the policy's ``output_dtype``.
     """
     xs = check_array(xs, "xs", shape=(None, None, cfg.input_dim), kind="floating")
-    pol = physics_policy(policy, like=(params, state, xs))
-    state = pol.cast_to_output(state)
+    pol = physics_policy(policy, like=(weights, nodes, xs))
+    nodes = init_state(cfg, xs.shape[1], policy=pol) if nodes is None else pol.cast_to_output(nodes)
 
     def body(s, inp):
         # cfg.inner_steps (K) steps on one input: the last step's outputs, plus the phase fractions averaged over
         # the K steps, nodes and batch (the checks are the builder's and init's)
         x, k = inp
-        st = dynamics(params, x, cfg, policy=pol)
+        st = dynamics(weights, x, cfg, policy=pol)
         final, fractions = trajectory(st, st.init(k, s), cfg.inner_steps, observe=observe_phase_fractions)
         return final.nodes, {**final.outputs, "phase_fractions": jnp.mean(fractions, axis=0)}
 
-    return jax.lax.scan(body, state, (xs, jax.random.split(key, xs.shape[0])))
+    return jax.lax.scan(body, nodes, (xs, jax.random.split(key, xs.shape[0])))

@@ -145,7 +145,9 @@ def param_shardings(
       rules: logical name → mesh axes.
       fsdp_fallback: leaves without names (or whose names map to no ``fsdp`` axis) are split along their
         largest divisible dimension over ``fsdp`` when the mesh has one.
+      min_size: leaves of fewer elements stay replicated under the fallback (as in :func:`fsdp_spec`).
     """
+    check_scalar(min_size, "min_size", integer=True, nonnegative=True)
     if logical is None:
         logical = logical_names(params)
     params = unbox(params)
@@ -280,6 +282,9 @@ def jit_train_step(
 def with_constraint(
     x: Any, mesh: Mesh, names: Sequence[str | None], rules: Sequence[tuple[str, Any]] = DEFAULT_RULES
 ) -> Any:
-    """``with_sharding_constraint`` by logical activation names (e.g. ``("batch", "length", "embed")``)."""
+    """``with_sharding_constraint`` by logical activation names (e.g. ``("batch", "length", "embed")``), one name
+    (or None) for each dimension of ``x``."""
+    if isinstance(names, Sequence) and not isinstance(names, str) and len(names) != x.ndim:
+        raise ValueError(f"names must name each of the {x.ndim} dimensions of x, got {len(names)}: {tuple(names)}")
     spec = logical_to_spec(names, mesh, rules, x.shape)
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
