@@ -74,9 +74,11 @@ def run_point(
     sweeps: int,
     block: int,
     measure: str = "action",
+    on_block: Any = None,
 ) -> tuple[Any, float, dict[str, np.ndarray], list[float]]:
     """Thermalise ``chain`` at (k0, target) for ``thermal`` sweeps retuning k3 every ``block`` sweeps, then measure
-    ``sweeps`` sweeps. Returns (chain, final k3, observations (NumPy), the k3 history)."""
+    ``sweeps`` sweeps. ``on_block(obs)``, when given, sees each thermalisation block's observations (a monitor).
+    Returns (chain, final k3, observations (NumPy), the k3 history)."""
     import jax
 
     from ivhl_jax import cdt, trajectory
@@ -85,6 +87,8 @@ def run_point(
     for _ in range(thermal // block):
         stepper = cdt.metropolis_3d(k0, k3, target=target, eps=eps, attempts_per_sweep=attempts, measure=measure)
         chain, obs = trajectory(stepper, chain, block, observe=cdt.observe_3d)
+        if on_block is not None:
+            on_block(obs)
         n31 = np.asarray(obs["n31"], np.float64) / 2  # N(3,1), the fixed count
         r = float(np.mean(np.asarray(obs["n3"], np.float64)) / np.mean(n31))
         k3 = k3 + 2 * eps * float(np.mean(n31) - target) / r
@@ -196,6 +200,25 @@ def count_blobs(profiles: np.ndarray, level: float) -> np.ndarray:
     return out
 
 
+def one_blob_fraction(profiles: Any) -> float:
+    """Fraction of the profiles (n, T) with exactly one blob, counted (:func:`count_blobs`) above twice the stalk
+    level of their own averaged profile."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    sv = np.asarray(profiles, np.float64)
+    level = 2 * d3_profile.stalk_level(d3_profile.mean_profile(sv)[0])
+    return float(np.mean(count_blobs(sv, level) == 1))
+
+
+def geometric_ramp(start: int, stop: int, factor: float) -> list[int]:
+    """Targets from ``start`` growing by ``factor`` per stage, below ``stop`` (rounded to integers)."""
+    out, t = [], float(start)
+    while round(t) < stop:
+        out.append(round(t))
+        t *= factor
+    return out
+
+
 def _write(out: str, doc: dict) -> None:
     from ivhl_jax.bench.harness import write_results
 
@@ -282,6 +305,7 @@ def desitter(a: argparse.Namespace) -> None:
             "eps": a.eps,
             "attempts_per_sweep": f"{a.attempts_per_target} x target",
             "ramp": a.ramp,
+            "ramp_factor": a.ramp_factor,
             "ramp_sweeps": a.ramp_sweeps,
             "thermal_sweeps": a.thermal,
             "measured_sweeps": a.sweeps,
@@ -289,9 +313,13 @@ def desitter(a: argparse.Namespace) -> None:
             "measure": a.measure,
         },
         "points": [],
+        "ramp_stages": [],
     }
     k3 = k3_start(a.k0)
-    stages = sorted(set(a.ramp) | set(a.targets))
+    ramp = list(a.ramp)
+    if a.ramp_factor is not None:  # geometric stages from the smallest ramp value up to the largest target
+        ramp = geometric_ramp(min(a.ramp), max(a.targets), a.ramp_factor)
+    stages = sorted(set(ramp) | set(a.targets))
     chain = None
     for target in stages:
         t0 = time.perf_counter()
@@ -302,6 +330,7 @@ def desitter(a: argparse.Namespace) -> None:
             cap = cdt.default_capacity_3d(cdt.metropolis_3d(a.k0, k3, target=max(stages), eps=a.eps).params, a.slices)
             chain = stepper.init(jax.random.key(a.seed), a.slices, cap)
         measured = target in a.targets
+        monitor: list[float] = []  # one-blob fraction per thermalisation block
         chain, k3, obs, hist = run_point(
             chain,
             a.k0,
@@ -313,9 +342,13 @@ def desitter(a: argparse.Namespace) -> None:
             sweeps=a.sweeps if measured else a.tune_block,
             block=a.tune_block,
             measure=a.measure,
+            on_block=lambda o, m=monitor: m.append(one_blob_fraction(o["slice_volumes"])),
         )
         if not measured:
-            print(f"ramp: target {target} done, k3 {k3:.4f}", flush=True)
+            frac = one_blob_fraction(obs["slice_volumes"])
+            doc["ramp_stages"].append({"target_n31": target, "k3": k3, "one_blob_fraction_by_block": monitor + [frac]})
+            print(f"ramp: target {target} done, k3 {k3:.4f}, one blob {monitor + [frac]}", flush=True)
+            _write(a.out, doc)
             continue
         sv = obs["slice_volumes"].astype(np.float64)
         mean, err = d3_profile.mean_profile(sv)
@@ -339,6 +372,9 @@ def desitter(a: argparse.Namespace) -> None:
             "stalk": fit.stalk,
             "one_blob_fraction": float(np.mean(blobs == 1)),
             "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
+            # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
+            "one_blob_fraction_thermal_blocks": monitor,
+            "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
             "mean_profile": mean.tolist(),
             "mean_profile_err": err.tolist(),
             "seconds": time.perf_counter() - t0,
@@ -462,6 +498,12 @@ def main(argv: list[str] | None = None) -> None:
     sub.choices["desitter"].add_argument("--k0", type=float, default=5.0)
     sub.choices["desitter"].add_argument("--ramp", type=int, nargs="*", default=[250, 500])
     sub.choices["desitter"].add_argument("--ramp-sweeps", type=int, default=500)
+    sub.choices["desitter"].add_argument(
+        "--ramp-factor",
+        type=float,
+        default=None,
+        help="grow the target geometrically by this factor per stage from min(--ramp) up to the largest target",
+    )
     q = sub.add_parser("analyse")
     q.add_argument("--inputs", nargs="+", required=True)
     q.add_argument("--range", type=float, nargs=2, default=[5.0, 8.0])
@@ -472,6 +514,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if min(a.targets) < 1 or a.thermal < 0 or a.sweeps < 40:
         p.error("targets must be >= 1, thermal >= 0 and sweeps >= 40")
+    if a.mode == "desitter" and a.ramp_factor is not None and (a.ramp_factor <= 1 or not a.ramp):
+        p.error("--ramp-factor must be > 1 and needs a --ramp start value")
     (scan if a.mode == "scan" else desitter)(a)
 
 
