@@ -200,6 +200,28 @@ def count_blobs(profiles: np.ndarray, level: float) -> np.ndarray:
     return out
 
 
+def largest_blob_share(profiles: np.ndarray, level: float) -> np.ndarray:
+    """Per profile (n, T): the share of the area above ``level`` (summed over the slices above it) that sits in the
+    largest circular run of slices above ``level`` (1 when one lump holds it all, 0 when no slice is above)."""
+    out = np.zeros(profiles.shape[0])
+    for j, row in enumerate(profiles):
+        excess = np.where(row > level, row - level, 0.0)
+        total = excess.sum()
+        if total == 0:
+            continue
+        start = int(np.argmin(excess))  # a slice at or below the level: runs do not wrap past it
+        r = np.roll(excess, -start)
+        runs, acc = [], 0.0
+        for v in np.append(r, 0.0):
+            if v > 0:
+                acc += v
+            else:
+                runs.append(acc)
+                acc = 0.0
+        out[j] = max(runs) / total
+    return out
+
+
 def one_blob_fraction(profiles: Any) -> float:
     """Fraction of the profiles (n, T) with exactly one blob, counted (:func:`count_blobs`) above twice the stalk
     level of their own averaged profile."""
@@ -372,6 +394,7 @@ def desitter(a: argparse.Namespace) -> None:
             "stalk": fit.stalk,
             "one_blob_fraction": float(np.mean(blobs == 1)),
             "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
+            "largest_blob_share": float(np.mean(largest_blob_share(sv, 2 * stalk))),
             # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
             "one_blob_fraction_thermal_blocks": monitor,
             "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
