@@ -379,6 +379,20 @@ def desitter(a: argparse.Namespace) -> None:
         fit = d3_profile.fit_de_sitter(mean, err, vol, min_area=2 * stalk, stalk=stalk)
         blobs = count_blobs(sv, 2 * stalk)
         ratio = d3_profile.ratio_with_error(obs["n22"], obs["n31"])
+        one = blobs == 1
+        if (
+            one.sum() >= 40
+        ):  # the sub-ensemble of one-blob measurements, fitted alike (a check on the smearing by lumps)
+            m1, e1 = d3_profile.mean_profile(sv[one])
+            st1 = d3_profile.stalk_level(m1)
+            f1 = d3_profile.fit_de_sitter(m1, e1, float(np.mean(obs["n3"][one])), min_area=2 * st1, stalk=st1)
+            fit_one = {"measurements": int(one.sum()), "s": f1.s, "s_err": f1.s_err, "chi2": f1.chi2, "dof": f1.dof}
+        else:
+            fit_one = None
+        if a.save_profiles:
+            out_dir = pathlib.Path(a.save_profiles)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(out_dir / f"profiles_n{target}.npz", slice_volumes=obs["slice_volumes"], n3=obs["n3"])
         rec = {
             "target_n31": target,
             "k3": k3,
@@ -395,6 +409,7 @@ def desitter(a: argparse.Namespace) -> None:
             "one_blob_fraction": float(np.mean(blobs == 1)),
             "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
             "largest_blob_share": float(np.mean(largest_blob_share(sv, 2 * stalk))),
+            "fit_one_blob_measurements": fit_one,
             # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
             "one_blob_fraction_thermal_blocks": monitor,
             "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
@@ -521,6 +536,9 @@ def main(argv: list[str] | None = None) -> None:
     sub.choices["desitter"].add_argument("--k0", type=float, default=5.0)
     sub.choices["desitter"].add_argument("--ramp", type=int, nargs="*", default=[250, 500])
     sub.choices["desitter"].add_argument("--ramp-sweeps", type=int, default=500)
+    sub.choices["desitter"].add_argument(
+        "--save-profiles", default=None, help="folder for the raw measured profiles (profiles_n<target>.npz)"
+    )
     sub.choices["desitter"].add_argument(
         "--ramp-factor",
         type=float,
