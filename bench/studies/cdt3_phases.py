@@ -222,6 +222,20 @@ def largest_blob_share(profiles: np.ndarray, level: float) -> np.ndarray:
     return out
 
 
+def s_by_block(profiles: np.ndarray, n3: np.ndarray, blocks: int) -> list[float]:
+    """The de Sitter fit of each of ``blocks`` consecutive blocks of the measurements (profiles (n, T), volumes
+    (n,)) alone, as in ``desitter``: their scatter includes the slow fluctuations (lumps coming and going) that a
+    per-slice error from one series may miss."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    out = []
+    for sv, v in zip(np.array_split(profiles, blocks), np.array_split(n3, blocks)):
+        mean, err = d3_profile.mean_profile(sv)
+        stalk = d3_profile.stalk_level(mean)
+        out.append(d3_profile.fit_de_sitter(mean, err, float(np.mean(v)), min_area=2 * stalk, stalk=stalk).s)
+    return out
+
+
 def one_blob_fraction(profiles: Any) -> float:
     """Fraction of the profiles (n, T) with exactly one blob, counted (:func:`count_blobs`) above twice the stalk
     level of their own averaged profile."""
@@ -410,6 +424,7 @@ def desitter(a: argparse.Namespace) -> None:
             "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
             "largest_blob_share": float(np.mean(largest_blob_share(sv, 2 * stalk))),
             "fit_one_blob_measurements": fit_one,
+            "s_by_fifth": s_by_block(sv, np.asarray(obs["n3"], np.float64), 5),
             # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
             "one_blob_fraction_thermal_blocks": monitor,
             "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
