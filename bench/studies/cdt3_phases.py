@@ -20,7 +20,12 @@ through increasing targets (``--ramp``; each stage thermalised and k3 retuned, s
 volume grows instead of several blobs nucleating), and at each target of ``--targets`` measured for ``--sweeps``
 sweeps; the centred averaged profile is fitted with :func:`ivhl_jax.physics.cdt.d3_profile.fit_de_sitter` (volume:
 ⟨N3⟩, stalk subtracted, slices above twice the stalk), and the number of blobs per measurement is counted
-(circular runs of at least 2 slices above twice the stalk level).
+(circular runs of at least 2 slices above twice the stalk level). ``--ramp-factor F`` replaces the ramp by
+geometric stages (factor F) from ``min(--ramp)`` up to the largest target, so that each stage adds a small volume.
+The one-blob fraction is recorded per thermalisation block, per ramp stage and per tenth of the measurement (its
+stationarity), with the largest blob's share of the area above twice the stalk, the fit of the one-blob
+measurements alone (how much the other lumps smear the average) and the fit of each fifth of the measurement
+alone (a scatter that includes the slow coming and going of lumps).
 
 **The comparison** (``analyse``): for each scan file and for the reference code's own runs
 (``bench/results/cdt3_reference_k0*.json``, target 1000, T = 32, k3 retuned by the reference) the k0 where N22/N31
