@@ -37,8 +37,9 @@ Results are written after every point, so a cut run leaves the points it finishe
 
     python -m bench.studies.cdt3_phases scan --targets 1000 --k0 5 5.5 6 6.25 6.5 6.75 7 7.5 8 \
         --out bench/results/cdt3_phases_n1000.json
-    python -m bench.studies.cdt3_phases desitter --k0 5 --slices 24 --targets 1000 2000 4000 \
-        --out bench/results/cdt3_desitter_scaling.json
+    python -m bench.studies.cdt3_phases desitter --k0 4 --slices 32 --targets 1000 2000 3000 4000 --ramp 250 \
+        --ramp-factor 1.12 --ramp-sweeps 400 --thermal 3000 --sweeps 30000 \
+        --out bench/results/cdt3_desitter_scaling_k04_long.json
     python -m bench.studies.cdt3_phases analyse --inputs bench/results/cdt3_phases_n*.json \
         --out bench/results/cdt3_phases.json
 """
