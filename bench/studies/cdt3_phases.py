@@ -20,7 +20,12 @@ through increasing targets (``--ramp``; each stage thermalised and k3 retuned, s
 volume grows instead of several blobs nucleating), and at each target of ``--targets`` measured for ``--sweeps``
 sweeps; the centred averaged profile is fitted with :func:`ivhl_jax.physics.cdt.d3_profile.fit_de_sitter` (volume:
 ⟨N3⟩, stalk subtracted, slices above twice the stalk), and the number of blobs per measurement is counted
-(circular runs of at least 2 slices above twice the stalk level).
+(circular runs of at least 2 slices above twice the stalk level). ``--ramp-factor F`` replaces the ramp by
+geometric stages (factor F) from ``min(--ramp)`` up to the largest target, so that each stage adds a small volume.
+The one-blob fraction is recorded per thermalisation block, per ramp stage and per tenth of the measurement (its
+stationarity), with the largest blob's share of the area above twice the stalk, the fit of the one-blob
+measurements alone (how much the other lumps smear the average) and the fit of each fifth of the measurement
+alone (a scatter that includes the slow coming and going of lumps).
 
 **The comparison** (``analyse``): for each scan file and for the reference code's own runs
 (``bench/results/cdt3_reference_k0*.json``, target 1000, T = 32, k3 retuned by the reference) the k0 where N22/N31
@@ -32,8 +37,9 @@ Results are written after every point, so a cut run leaves the points it finishe
 
     python -m bench.studies.cdt3_phases scan --targets 1000 --k0 5 5.5 6 6.25 6.5 6.75 7 7.5 8 \
         --out bench/results/cdt3_phases_n1000.json
-    python -m bench.studies.cdt3_phases desitter --k0 5 --slices 24 --targets 1000 2000 4000 \
-        --out bench/results/cdt3_desitter_scaling.json
+    python -m bench.studies.cdt3_phases desitter --k0 4 --slices 32 --targets 1000 2000 3000 4000 --ramp 250 \
+        --ramp-factor 1.12 --ramp-sweeps 400 --thermal 3000 --sweeps 30000 \
+        --out bench/results/cdt3_desitter_scaling_k04_long.json
     python -m bench.studies.cdt3_phases analyse --inputs bench/results/cdt3_phases_n*.json \
         --out bench/results/cdt3_phases.json
 """
@@ -74,9 +80,11 @@ def run_point(
     sweeps: int,
     block: int,
     measure: str = "action",
+    on_block: Any = None,
 ) -> tuple[Any, float, dict[str, np.ndarray], list[float]]:
     """Thermalise ``chain`` at (k0, target) for ``thermal`` sweeps retuning k3 every ``block`` sweeps, then measure
-    ``sweeps`` sweeps. Returns (chain, final k3, observations (NumPy), the k3 history)."""
+    ``sweeps`` sweeps. ``on_block(obs)``, when given, sees each thermalisation block's observations (a monitor).
+    Returns (chain, final k3, observations (NumPy), the k3 history)."""
     import jax
 
     from ivhl_jax import cdt, trajectory
@@ -85,6 +93,8 @@ def run_point(
     for _ in range(thermal // block):
         stepper = cdt.metropolis_3d(k0, k3, target=target, eps=eps, attempts_per_sweep=attempts, measure=measure)
         chain, obs = trajectory(stepper, chain, block, observe=cdt.observe_3d)
+        if on_block is not None:
+            on_block(obs)
         n31 = np.asarray(obs["n31"], np.float64) / 2  # N(3,1), the fixed count
         r = float(np.mean(np.asarray(obs["n3"], np.float64)) / np.mean(n31))
         k3 = k3 + 2 * eps * float(np.mean(n31) - target) / r
@@ -196,6 +206,61 @@ def count_blobs(profiles: np.ndarray, level: float) -> np.ndarray:
     return out
 
 
+def largest_blob_share(profiles: np.ndarray, level: float) -> np.ndarray:
+    """Per profile (n, T): the share of the area above ``level`` (summed over the slices above it) that sits in the
+    largest circular run of slices above ``level`` (1 when one lump holds it all, 0 when no slice is above)."""
+    out = np.zeros(profiles.shape[0])
+    for j, row in enumerate(profiles):
+        excess = np.where(row > level, row - level, 0.0)
+        total = excess.sum()
+        if total == 0:
+            continue
+        start = int(np.argmin(excess))  # a slice at or below the level: runs do not wrap past it
+        r = np.roll(excess, -start)
+        runs, acc = [], 0.0
+        for v in np.append(r, 0.0):
+            if v > 0:
+                acc += v
+            else:
+                runs.append(acc)
+                acc = 0.0
+        out[j] = max(runs) / total
+    return out
+
+
+def s_by_block(profiles: np.ndarray, n3: np.ndarray, blocks: int) -> list[float]:
+    """The de Sitter fit of each of ``blocks`` consecutive blocks of the measurements (profiles (n, T), volumes
+    (n,)) alone, as in ``desitter``: their scatter includes the slow fluctuations (lumps coming and going) that a
+    per-slice error from one series may miss."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    out = []
+    for sv, v in zip(np.array_split(profiles, blocks), np.array_split(n3, blocks)):
+        mean, err = d3_profile.mean_profile(sv)
+        stalk = d3_profile.stalk_level(mean)
+        out.append(d3_profile.fit_de_sitter(mean, err, float(np.mean(v)), min_area=2 * stalk, stalk=stalk).s)
+    return out
+
+
+def one_blob_fraction(profiles: Any) -> float:
+    """Fraction of the profiles (n, T) with exactly one blob, counted (:func:`count_blobs`) above twice the stalk
+    level of their own averaged profile."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    sv = np.asarray(profiles, np.float64)
+    level = 2 * d3_profile.stalk_level(d3_profile.mean_profile(sv)[0])
+    return float(np.mean(count_blobs(sv, level) == 1))
+
+
+def geometric_ramp(start: int, stop: int, factor: float) -> list[int]:
+    """Targets from ``start`` growing by ``factor`` per stage, below ``stop`` (rounded to integers)."""
+    out, t = [], float(start)
+    while round(t) < stop:
+        out.append(round(t))
+        t *= factor
+    return out
+
+
 def _write(out: str, doc: dict) -> None:
     from ivhl_jax.bench.harness import write_results
 
@@ -282,6 +347,7 @@ def desitter(a: argparse.Namespace) -> None:
             "eps": a.eps,
             "attempts_per_sweep": f"{a.attempts_per_target} x target",
             "ramp": a.ramp,
+            "ramp_factor": a.ramp_factor,
             "ramp_sweeps": a.ramp_sweeps,
             "thermal_sweeps": a.thermal,
             "measured_sweeps": a.sweeps,
@@ -289,9 +355,13 @@ def desitter(a: argparse.Namespace) -> None:
             "measure": a.measure,
         },
         "points": [],
+        "ramp_stages": [],
     }
     k3 = k3_start(a.k0)
-    stages = sorted(set(a.ramp) | set(a.targets))
+    ramp = list(a.ramp)
+    if a.ramp_factor is not None:  # geometric stages from the smallest ramp value up to the largest target
+        ramp = geometric_ramp(min(a.ramp), max(a.targets), a.ramp_factor)
+    stages = sorted(set(ramp) | set(a.targets))
     chain = None
     for target in stages:
         t0 = time.perf_counter()
@@ -302,6 +372,7 @@ def desitter(a: argparse.Namespace) -> None:
             cap = cdt.default_capacity_3d(cdt.metropolis_3d(a.k0, k3, target=max(stages), eps=a.eps).params, a.slices)
             chain = stepper.init(jax.random.key(a.seed), a.slices, cap)
         measured = target in a.targets
+        monitor: list[float] = []  # one-blob fraction per thermalisation block
         chain, k3, obs, hist = run_point(
             chain,
             a.k0,
@@ -313,9 +384,13 @@ def desitter(a: argparse.Namespace) -> None:
             sweeps=a.sweeps if measured else a.tune_block,
             block=a.tune_block,
             measure=a.measure,
+            on_block=lambda o, m=monitor: m.append(one_blob_fraction(o["slice_volumes"])),
         )
         if not measured:
-            print(f"ramp: target {target} done, k3 {k3:.4f}", flush=True)
+            frac = one_blob_fraction(obs["slice_volumes"])
+            doc["ramp_stages"].append({"target_n31": target, "k3": k3, "one_blob_fraction_by_block": monitor + [frac]})
+            print(f"ramp: target {target} done, k3 {k3:.4f}, one blob {monitor + [frac]}", flush=True)
+            _write(a.out, doc)
             continue
         sv = obs["slice_volumes"].astype(np.float64)
         mean, err = d3_profile.mean_profile(sv)
@@ -324,6 +399,20 @@ def desitter(a: argparse.Namespace) -> None:
         fit = d3_profile.fit_de_sitter(mean, err, vol, min_area=2 * stalk, stalk=stalk)
         blobs = count_blobs(sv, 2 * stalk)
         ratio = d3_profile.ratio_with_error(obs["n22"], obs["n31"])
+        one = blobs == 1
+        if (
+            one.sum() >= 40
+        ):  # the sub-ensemble of one-blob measurements, fitted alike (a check on the smearing by lumps)
+            m1, e1 = d3_profile.mean_profile(sv[one])
+            st1 = d3_profile.stalk_level(m1)
+            f1 = d3_profile.fit_de_sitter(m1, e1, float(np.mean(obs["n3"][one])), min_area=2 * st1, stalk=st1)
+            fit_one = {"measurements": int(one.sum()), "s": f1.s, "s_err": f1.s_err, "chi2": f1.chi2, "dof": f1.dof}
+        else:
+            fit_one = None
+        if a.save_profiles:
+            out_dir = pathlib.Path(a.save_profiles)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            np.savez_compressed(out_dir / f"profiles_n{target}.npz", slice_volumes=obs["slice_volumes"], n3=obs["n3"])
         rec = {
             "target_n31": target,
             "k3": k3,
@@ -339,6 +428,12 @@ def desitter(a: argparse.Namespace) -> None:
             "stalk": fit.stalk,
             "one_blob_fraction": float(np.mean(blobs == 1)),
             "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
+            "largest_blob_share": float(np.mean(largest_blob_share(sv, 2 * stalk))),
+            "fit_one_blob_measurements": fit_one,
+            "s_by_fifth": s_by_block(sv, np.asarray(obs["n3"], np.float64), 5),
+            # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
+            "one_blob_fraction_thermal_blocks": monitor,
+            "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
             "mean_profile": mean.tolist(),
             "mean_profile_err": err.tolist(),
             "seconds": time.perf_counter() - t0,
@@ -462,6 +557,15 @@ def main(argv: list[str] | None = None) -> None:
     sub.choices["desitter"].add_argument("--k0", type=float, default=5.0)
     sub.choices["desitter"].add_argument("--ramp", type=int, nargs="*", default=[250, 500])
     sub.choices["desitter"].add_argument("--ramp-sweeps", type=int, default=500)
+    sub.choices["desitter"].add_argument(
+        "--save-profiles", default=None, help="folder for the raw measured profiles (profiles_n<target>.npz)"
+    )
+    sub.choices["desitter"].add_argument(
+        "--ramp-factor",
+        type=float,
+        default=None,
+        help="grow the target geometrically by this factor per stage from min(--ramp) up to the largest target",
+    )
     q = sub.add_parser("analyse")
     q.add_argument("--inputs", nargs="+", required=True)
     q.add_argument("--range", type=float, nargs=2, default=[5.0, 8.0])
@@ -472,6 +576,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if min(a.targets) < 1 or a.thermal < 0 or a.sweeps < 40:
         p.error("targets must be >= 1, thermal >= 0 and sweeps >= 40")
+    if a.mode == "desitter" and a.ramp_factor is not None and (a.ramp_factor <= 1 or not a.ramp):
+        p.error("--ramp-factor must be > 1 and needs a --ramp start value")
     (scan if a.mode == "scan" else desitter)(a)
 
 

@@ -41,6 +41,39 @@ def test_count_blobs_on_periodic_profiles():
     np.testing.assert_array_equal(cp.count_blobs(p, 8.0), [1, 1, 2, 0])
 
 
+def test_geometric_ramp_and_one_blob_fraction():
+    assert cp.geometric_ramp(250, 1000, 1.5) == [250, 375, 562, 844]
+    assert cp.geometric_ramp(250, 250, 1.5) == []
+    # stalk (the quarter of smallest slices of the mean) at 4: one blob, two blobs, one blob across the seam
+    p = np.array(
+        [
+            [4, 4, 20, 30, 20, 4, 4, 4],
+            [20, 30, 4, 4, 20, 30, 4, 4],
+            [30, 20, 4, 4, 4, 4, 4, 20],
+            [4, 4, 4, 30, 30, 4, 4, 4],
+        ],
+        float,
+    )
+    assert cp.one_blob_fraction(p) == pytest.approx(0.75)
+    # excess over the level 8: 12 + 22 + 12 in one lump; 12 + 22 and 12 + 22 in two; a seam-crossing lump
+    np.testing.assert_allclose(cp.largest_blob_share(p, 8.0), [1.0, 0.5, 1.0, 1.0])
+    assert cp.largest_blob_share(np.full((1, 8), 4.0), 8.0)[0] == 0.0
+
+
+def test_s_by_block_recovers_a_known_width():
+    """Profiles drawn (Poisson) around a stalk of 10 plus the de Sitter shape of s = 0.25 at volume 8000, shifted at
+    random in time: every block's fit returns s within a few per cent."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    rng = np.random.default_rng(3)
+    T, vol, s_true = 32, 8000.0, 0.25
+    shape = 10 + d3_profile.de_sitter_profile(np.arange(T), s_true, vol, 2000.0, t0=T // 2)
+    prof = np.stack([np.roll(rng.poisson(shape), rng.integers(T)) for _ in range(2000)]).astype(float)
+    got = cp.s_by_block(prof, np.full(2000, vol), 4)
+    assert len(got) == 4
+    np.testing.assert_allclose(got, s_true, rtol=0.05)
+
+
 def test_k3_start_passes_through_the_reference_values():
     for k0, k3 in cp.REFERENCE_K3.items():
         assert cp.k3_start(k0) == pytest.approx(k3)
