@@ -5,7 +5,8 @@ Each run is the ladder of ``ivhl sim mera`` (the library calls it makes, float64
 stage a checked cold start (:func:`~ivhl_jax.physics.tensornet.mera.cold_start`, key ``--key``), every later stage grown
 from the one before (:func:`~ivhl_jax.physics.tensornet.mera.grow`, key ``fold_in(key, stage)``; a symmetric MERA's
 sectors chosen from its spectra) and swept on. A stage is chi/chi_mid/layers/steps; the default is the sim's default
-ladder, 6/4/1/2000 then 8/6/2/1800. Per run and stage: the energy error per site; at the end the order parameter of
+ladder, 6/4/1/2000 then 8/6/2/1800. Per run and stage: the energy error per site, the order parameter of one spin
+and the six lowest scaling dimensions (no charges); at the end the order parameter of
 one spin (⟨X⟩ for Ising and XX, Re⟨σ⟩ for Potts; zero in the exact ground state and in every symmetric MERA), the
 scaling dimensions (with their charges for the symmetric MERA) and the central charge
 (:func:`~ivhl_jax.physics.tensornet.mera.central_charge`, on the dense embedding). Also recorded: the symmetric first
@@ -16,6 +17,12 @@ had ``trials``); with ``--dense-from-symmetric N`` N dense sweeps from the symme
 
     python -m bench.studies.mera_symmetric_starts --models xx --compare-trials 1 --dense-from-symmetric 1000 \
         --out bench/results/mera_symmetric_starts_xx.json
+
+The dense MERA on the three-layer U(1) XX ladder of ``bench.studies.mera_symmetric`` (same χ, χ_mid, layers and
+sweeps per stage; its symmetric counterpart is ``bench/results/mera_symmetric_xx_chi16.json``)::
+
+    python -m bench.studies.mera_symmetric_starts --models xx --kinds dense \
+        --ladder 8/6/3/1000 12/9/3/1000 16/12/3/3000 --out bench/results/mera_dense_xx_chi16.json
 """
 
 from __future__ import annotations
@@ -99,9 +106,15 @@ def run_ladder(
             grown = M.grow(m, jax.random.fold_in(k0, k), spec[0], spec[1], layers=spec[2], refsym=True, model=model)
             state, first, restarts = st.init(k0, mera=grown), np.zeros((0,)), []
         e = [first]
-        for _ in range((n - first.shape[0]) // 50):
+        for c in range((n - first.shape[0]) // 50):
             state, chunk = advance(state)
             e.append(np.asarray(chunk))
+            if (c + 1) % 10 == 0:  # long stages: show progress
+                print(
+                    f"  {spec}: {first.shape[0] + 50 * (c + 1)} sweeps, {time.perf_counter() - t0:.0f} s, "
+                    f"energy error {float(chunk[-1]) - model.e0:.3e}",
+                    flush=True,
+                )
         err = np.concatenate(e) - model.e0
         m = state.mera
         stage = {"stage": "/".join(str(x) for x in spec), "energy_error": float(err[-1]), "restarts": len(restarts)}
@@ -110,6 +123,9 @@ def run_ladder(
             stage["sectors"] = [{str(q): d for q, d in zip(w.legs[2].charges, w.legs[2].dims)} for w in m.w]
             stage["mid_sectors"] = [{str(q): d for q, d in zip(u.legs[2].charges, u.legs[2].dims)} for u in m.u]
         stage["seconds_loaded_host"] = round(time.perf_counter() - t0, 1)
+        # per stage (cheap, no central charge): how the order and the lowest dimensions move along the ladder
+        stage["order_parameter_X"] = order_parameter(M.to_dense(m, model) if symmetric else m, model)
+        stage["scaling_dimensions"] = [round(float(x), 4) for x in M.scaling_dimensions(m, 6)]
         rec["stages"].append(stage)
         print(name, rec["kind"], stage, flush=True)
     rec.update(_conformal(m, model, name, symmetric))
