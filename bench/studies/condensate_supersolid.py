@@ -7,8 +7,10 @@ with the Lima–Pelster LHY term, converted by :func:`ivhl_jax.physics.condensat
   Gaussian guess, float64) and, as a check on the modulated side where several stationary states compete, the
   CG started from the default ground state of the previous (larger) a_s; for each: E/N (ħω̄), the number of maxima
   and the contrast of the line density n(z), the iterations, the residual and the wall time;
-- the roton: the lowest Bogoliubov modes (``bogoliubov``, the energy-Hessian LOBPCG) about the default ground states
-  on the superfluid side, with the axial parity of each mode's density fluctuation (u + v)ψ₀ (even: +1, odd: −1).
+- the roton: the lowest Bogoliubov modes (``bogoliubov``, the energy-Hessian LOBPCG, in the A-inner product by
+  default: ``--metric A`` resolves a mode whose ω² → 0) about the default ground states on the superfluid side, or
+  (``--carry``) about the superfluid branch followed down the a_s list (each CG started from the state at the
+  previous a_s), with the axial parity of each mode's density fluctuation (u + v)ψ₀ (even: +1, odd: −1).
 
 ``python -m bench.studies.condensate_supersolid --roton "" --out bench/results/condensate_supersolid_cpu.json`` (the
 scan) and ``python -m bench.studies.condensate_supersolid --scan "" --out
