@@ -7,8 +7,10 @@ with the Lima–Pelster LHY term, converted by :func:`ivhl_jax.physics.condensat
   Gaussian guess, float64) and, as a check on the modulated side where several stationary states compete, the
   CG started from the default ground state of the previous (larger) a_s; for each: E/N (ħω̄), the number of maxima
   and the contrast of the line density n(z), the iterations, the residual and the wall time;
-- the roton: the lowest Bogoliubov modes (``bogoliubov``, the energy-Hessian LOBPCG) about the default ground states
-  on the superfluid side, with the axial parity of each mode's density fluctuation (u + v)ψ₀ (even: +1, odd: −1).
+- the roton: the lowest Bogoliubov modes (``bogoliubov``, the energy-Hessian LOBPCG, in the A-inner product by
+  default: ``--metric A`` resolves a mode whose ω² → 0) about the default ground states on the superfluid side, or
+  (``--carry``) about the superfluid branch followed down the a_s list (each CG started from the state at the
+  previous a_s), with the axial parity of each mode's density fluctuation (u + v)ψ₀ (even: +1, odd: −1).
 
 ``python -m bench.studies.condensate_supersolid --roton "" --out bench/results/condensate_supersolid_cpu.json`` (the
 scan) and ``python -m bench.studies.condensate_supersolid --scan "" --out
@@ -87,31 +89,56 @@ def follow(a_values, shape, half_um, carry: bool) -> list[dict]:
     return rows
 
 
-def roton(a_values, shape, half_um, n_modes: int, tol: float, max_iterations: int) -> list[dict]:
+def roton(
+    a_values,
+    shape,
+    half_um,
+    n_modes: int,
+    tol: float,
+    max_iterations: int,
+    metric: str = "A",
+    carry: bool = False,
+    rows: list[dict] | None = None,
+    write: Any = None,
+) -> list[dict]:
+    """The ``n_modes`` lowest BdG modes (``bogoliubov`` with ``metric``; "A" resolves a mode whose ω² → 0) about
+    the default ground state at each a_s, or (``carry=True``) about the state carried down the list (each CG
+    started from the state at the previous a_s: the superfluid branch as long as it is a local minimum); with
+    ``carry`` the default ground state is recorded beside it, and no modes are computed about a modulated state.
+    Each row is appended to ``rows`` (a new list if None) and ``write()`` (if given) is called after it."""
     from ivhl_jax.physics import condensate as C
     from ivhl_jax.physics.condensate.supersolid import density_contrast, line_density
 
-    rows = []
+    rows = [] if rows is None else rows
+    previous: Any = None
     for a_s in a_values:
         system, u = dysprosium(a_s, shape, half_um)
-        psi, info = C.ground_state(system, ATOMS)
-        count, contrast = density_contrast(line_density(psi, system.grid))
-        t = time.perf_counter()
-        modes = C.bogoliubov(jax.random.key(0), system, psi, n_modes, tol=tol, max_iterations=max_iterations)
-        om = np.asarray(modes.omega)
-        rows.append(
-            {
-                "a_s": a_s,
-                "ground_state": {"maxima": count, "contrast": contrast, "energy": float(info["energy"])},
-                "omega": om.tolist(),
-                "residual": np.asarray(modes.residual).tolist(),
-                "axial_parity": axial_parity(modes, psi),
-                "kohn_z": u["trap"][2],
-                "iterations": int(modes.iterations),
-                "wall_s": time.perf_counter() - t,
-            }
-        )
-        print(rows[-1], flush=True)
+        row: dict = {"a_s": a_s}
+        psi, row["ground_state"] = solve(system, None)
+        if carry and previous is not None:
+            psi, row["carried"] = solve(system, previous)
+        previous = psi
+        count, _ = density_contrast(line_density(psi, system.grid))
+        if count == 1 or not carry:
+            t = time.perf_counter()
+            modes = C.bogoliubov(
+                jax.random.key(0), system, psi, n_modes, tol=tol, max_iterations=max_iterations, metric=metric
+            )
+            row.update(
+                {
+                    "omega": np.asarray(modes.omega).tolist(),
+                    "omega_squared": np.asarray(modes.omega_squared).tolist(),
+                    "residual": np.asarray(modes.residual).tolist(),
+                    "axial_parity": axial_parity(modes, psi),
+                    "kohn_z": u["trap"][2],
+                    "iterations": int(modes.iterations),
+                    "wall_s": time.perf_counter() - t,
+                }
+            )
+        rows.append(row)
+        print(row, flush=True)
+        if write is not None:
+            write()
     return rows
 
 
@@ -125,13 +152,23 @@ def main(argv=None) -> None:
     ap.add_argument("--modes", type=int, default=4)
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--max-iterations", type=int, default=600)
+    ap.add_argument("--metric", default="A", choices=("A", "B"), help="the BdG iteration's inner product")
+    ap.add_argument("--carry", action="store_true", help="modes about the state carried down the --roton list")
     ap.add_argument("--hysteresis", default="", help="a_s list to follow one branch through (e.g. upwards)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     shape = tuple(int(s) for s in a.shape.split(","))
     half = tuple(float(s) for s in a.half_um.split(","))
+    doc: dict = {}
+
+    def write() -> None:
+        if a.out:
+            from ivhl_jax.bench.harness import write_results
+
+            write_results(a.out, doc)
+
     with jax.enable_x64(True):
-        doc: dict = {
+        doc |= {
             "what": "164Dy in an elongated trap with LHY: ground states across the superfluid-supersolid transition "
             "(maxima and contrast of the line density n(z)) and the lowest Bogoliubov modes on the superfluid side",
             "species": SPECIES,
@@ -149,12 +186,23 @@ def main(argv=None) -> None:
                 "half_sides_um": half,
                 "tol": a.tol,
                 "max_iterations": a.max_iterations,
+                "metric": a.metric,
+                "carry": a.carry,
             }
-            doc["roton"] = roton([float(x) for x in a.roton.split(",")], rshape, half, a.modes, a.tol, a.max_iterations)
-    if a.out:
-        from ivhl_jax.bench.harness import write_results
-
-        write_results(a.out, doc)
+            doc["roton"] = []
+            roton(
+                [float(x) for x in a.roton.split(",")],
+                rshape,
+                half,
+                a.modes,
+                a.tol,
+                a.max_iterations,
+                a.metric,
+                a.carry,
+                doc["roton"],
+                write,
+            )
+    write()
 
 
 if __name__ == "__main__":
