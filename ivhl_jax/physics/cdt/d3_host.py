@@ -65,7 +65,7 @@ from numba import carray, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ivhl_jax.physics.cdt.d3_state import COUNTS, TYPE_13, TYPE_22, TYPE_31, SweepPlan, layout
+from ivhl_jax.physics.cdt.d3_state import COUNTS, ENGINES, TYPE_13, TYPE_22, TYPE_31, SweepPlan, layout
 from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
 
 __all__ = ["sweep", "sweep_chain", "apply_move", "transition_counts", "field_offsets", "FIELDS"]
@@ -823,8 +823,8 @@ def apply_move(
     for any finite ratio: ``force=True`` only), so a test runs both engines through one door."""
     from ivhl_jax.physics.cdt.d3_state import MOVE_NAMES_3D
 
-    if engine not in ("host", "jax"):
-        raise ValueError(f"engine must be 'host' or 'jax', got {engine!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if move not in MOVE_NAMES_3D:
         raise ValueError(f"move must be one of {MOVE_NAMES_3D}, got {move!r}")
     if buf.dtype != np.int32 or buf.ndim != 1 or not buf.flags.c_contiguous:

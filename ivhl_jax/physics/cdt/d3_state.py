@@ -43,6 +43,7 @@ __all__ = [
     "TYPE_13",
     "CDT3State",
     "SweepPlan",
+    "ENGINES",
     "layout",
     "initial_state",
     "vertex_capacity",
@@ -116,6 +117,10 @@ class CDT3State(flax.struct.PyTreeNode):
     def count(self, name: str) -> jax.Array:
         """One of the counts ``n0, n3, n31`` (the (3,1) only), ``n22``, ``overflow``, ``missed_target``."""
         return self.field("counts")[..., COUNTS.index(name)]
+
+
+#: The engines of one 2+1D chain: ``"host"`` (numba, through a callback under jit) and ``"jax"`` (pure XLA).
+ENGINES = ("host", "jax")
 
 
 class SweepPlan(NamedTuple):

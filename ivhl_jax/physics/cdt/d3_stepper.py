@@ -27,7 +27,7 @@ import numpy as np
 
 from ivhl_jax.core.validation import check_couplings, check_key, check_scalar, concrete_max, is_concrete
 from ivhl_jax.numerics.rollout import Stepper
-from ivhl_jax.physics.cdt.d3_state import MAX_TETRA_CAPACITY, CDT3State, SweepPlan, initial_state
+from ivhl_jax.physics.cdt.d3_state import ENGINES, MAX_TETRA_CAPACITY, CDT3State, SweepPlan, initial_state
 
 __all__ = [
     "Metropolis3dParams",
@@ -45,7 +45,6 @@ REFERENCE_EPSILON = 4e-5
 REFERENCE_SWEEP = 1_000_000
 FIXES = ("n31", "n3")
 MEASURES = ("action", "reference")
-ENGINES = ("host", "jax")
 _EXTRA = 10  # stop_at_target: at most this many times a sweep's attempts more
 
 

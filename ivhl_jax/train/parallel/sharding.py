@@ -62,7 +62,8 @@ def logical_to_spec(
     """PartitionSpec for an array whose dimensions carry logical ``names``.
 
     Mesh axes that are missing or of size 1 are dropped, a mesh axis is used at most once per array,
-    and (when ``shape`` is given) a dimension that the axes do not divide stays replicated.
+    and (when ``shape`` is given, ``names`` holds one name or None per dimension) a dimension that the axes do not
+    divide stays replicated.
     """
     if names is None:
         return P()
@@ -72,6 +73,11 @@ def logical_to_spec(
         or not all(n is None or isinstance(n, str) for n in names)
     ):
         raise TypeError(f"names must be a sequence of logical axis names (str or None), got {names!r}")
+    if shape is not None and len(names) != len(shape):
+        raise ValueError(
+            f"names {tuple(names)} do not match an array of shape {tuple(shape)}: one logical name (or None) per "
+            "dimension"
+        )
     table: dict[str, Any] = {}
     for rule_name, target in rules:
         table.setdefault(rule_name, target)
@@ -158,8 +164,6 @@ def param_shardings(
         shape = tuple(x.shape)
         if isinstance(nm, P):  # a PartitionSpec of *logical* names (flax ``nn.get_partition_spec``)
             nm = tuple(nm) + (None,) * (len(shape) - len(nm))
-        if nm is not None and len(nm) != len(shape):
-            raise ValueError(f"logical names {nm} do not match a parameter of shape {shape}")
         spec = logical_to_spec(nm, mesh, rules, shape)
         if fsdp_fallback and "fsdp" not in jax.tree_util.tree_leaves(tuple(spec)) and not any(spec):
             spec = fsdp_spec(shape, mesh, "fsdp", min_size)
@@ -284,7 +288,5 @@ def with_constraint(
 ) -> Any:
     """``with_sharding_constraint`` by logical activation names (e.g. ``("batch", "length", "embed")``), one name
     (or None) for each dimension of ``x``."""
-    if isinstance(names, Sequence) and not isinstance(names, str) and len(names) != x.ndim:
-        raise ValueError(f"names must name each of the {x.ndim} dimensions of x, got {len(names)}: {tuple(names)}")
     spec = logical_to_spec(names, mesh, rules, x.shape)
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
