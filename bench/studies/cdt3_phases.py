@@ -228,18 +228,22 @@ def largest_blob_share(profiles: np.ndarray, level: float) -> np.ndarray:
     return out
 
 
-def s_by_block(profiles: np.ndarray, n3: np.ndarray, blocks: int) -> list[float]:
-    """The de Sitter fit of each of ``blocks`` consecutive blocks of the measurements (profiles (n, T), volumes
-    (n,)) alone, as in ``desitter``: their scatter includes the slow fluctuations (lumps coming and going) that a
-    per-slice error from one series may miss."""
+def fit_profiles(profiles: np.ndarray, n3: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, Any]:
+    """The de Sitter fit of ``desitter`` on measurements (centred profiles (n, T), volumes (n,)): the averaged
+    profile with its errors, the stalk level, and the fit of the slices above twice the stalk (volume ⟨N3⟩, stalk
+    subtracted). Returns (mean, err, stalk, fit)."""
     from ivhl_jax.physics.cdt import d3_profile
 
-    out = []
-    for sv, v in zip(np.array_split(profiles, blocks), np.array_split(n3, blocks)):
-        mean, err = d3_profile.mean_profile(sv)
-        stalk = d3_profile.stalk_level(mean)
-        out.append(d3_profile.fit_de_sitter(mean, err, float(np.mean(v)), min_area=2 * stalk, stalk=stalk).s)
-    return out
+    mean, err = d3_profile.mean_profile(profiles)
+    stalk = d3_profile.stalk_level(mean)
+    return mean, err, stalk, d3_profile.fit_de_sitter(mean, err, float(np.mean(n3)), min_area=2 * stalk, stalk=stalk)
+
+
+def s_by_block(profiles: np.ndarray, n3: np.ndarray, blocks: int) -> list[float]:
+    """The de Sitter fit (:func:`fit_profiles`) of each of ``blocks`` consecutive blocks of the measurements
+    (profiles (n, T), volumes (n,)) alone: their scatter includes the slow fluctuations (lumps coming and going)
+    that a per-slice error from one series may miss."""
+    return [fit_profiles(sv, v)[3].s for sv, v in zip(np.array_split(profiles, blocks), np.array_split(n3, blocks))]
 
 
 def one_blob_fraction(profiles: Any) -> float:
@@ -393,19 +397,15 @@ def desitter(a: argparse.Namespace) -> None:
             _write(a.out, doc)
             continue
         sv = obs["slice_volumes"].astype(np.float64)
-        mean, err = d3_profile.mean_profile(sv)
-        stalk = d3_profile.stalk_level(mean)
-        vol = float(np.mean(obs["n3"]))
-        fit = d3_profile.fit_de_sitter(mean, err, vol, min_area=2 * stalk, stalk=stalk)
+        n3 = np.asarray(obs["n3"], np.float64)
+        vol = float(np.mean(n3))
+        mean, err, stalk, fit = fit_profiles(sv, n3)
         blobs = count_blobs(sv, 2 * stalk)
         ratio = d3_profile.ratio_with_error(obs["n22"], obs["n31"])
         one = blobs == 1
-        if (
-            one.sum() >= 40
-        ):  # the sub-ensemble of one-blob measurements, fitted alike (a check on the smearing by lumps)
-            m1, e1 = d3_profile.mean_profile(sv[one])
-            st1 = d3_profile.stalk_level(m1)
-            f1 = d3_profile.fit_de_sitter(m1, e1, float(np.mean(obs["n3"][one])), min_area=2 * st1, stalk=st1)
+        # the sub-ensemble of one-blob measurements, fitted alike (a check on the smearing by lumps)
+        if one.sum() >= 40:
+            f1 = fit_profiles(sv[one], n3[one])[3]
             fit_one = {"measurements": int(one.sum()), "s": f1.s, "s_err": f1.s_err, "chi2": f1.chi2, "dof": f1.dof}
         else:
             fit_one = None
@@ -430,7 +430,7 @@ def desitter(a: argparse.Namespace) -> None:
             "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
             "largest_blob_share": float(np.mean(largest_blob_share(sv, 2 * stalk))),
             "fit_one_blob_measurements": fit_one,
-            "s_by_fifth": s_by_block(sv, np.asarray(obs["n3"], np.float64), 5),
+            "s_by_fifth": s_by_block(sv, n3, 5),
             # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
             "one_blob_fraction_thermal_blocks": monitor,
             "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
