@@ -335,11 +335,62 @@ def scan(a: argparse.Namespace) -> None:
             _write(a.out, doc)
 
 
+def desitter_record(
+    obs: dict[str, np.ndarray], target: int, k3: float, hist: list, monitor: list[float], save_profiles: str | None
+) -> dict[str, Any]:
+    """The record of one measured target of ``desitter``: the de Sitter fit of the centred averaged profile
+    (on all measurements, on the one-blob ones and on each fifth), ⟨N22⟩/⟨N31⟩, the blob counts and the
+    one-blob fraction through the thermalisation and the measurement; the profiles saved when asked."""
+    from ivhl_jax.physics.cdt import d3_profile
+
+    sv = obs["slice_volumes"].astype(np.float64)
+    n3 = np.asarray(obs["n3"], np.float64)
+    vol = float(np.mean(n3))
+    mean, err, stalk, fit = fit_profiles(sv, n3)
+    blobs = count_blobs(sv, 2 * stalk)
+    ratio = d3_profile.ratio_with_error(obs["n22"], obs["n31"])
+    one = blobs == 1
+    # the sub-ensemble of one-blob measurements, fitted alike (a check on the smearing by lumps)
+    if one.sum() >= 40:
+        f1 = fit_profiles(sv[one], n3[one])[3]
+        fit_one = {"measurements": int(one.sum()), "s": f1.s, "s_err": f1.s_err, "chi2": f1.chi2, "dof": f1.dof}
+    else:
+        fit_one = None
+    if save_profiles:
+        out_dir = pathlib.Path(save_profiles)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out_dir / f"profiles_n{target}.npz", slice_volumes=obs["slice_volumes"], n3=obs["n3"])
+    rec = {
+        "target_n31": target,
+        "k3": k3,
+        "k3_history": hist,
+        "measurements": int(sv.shape[0]),
+        "mean_n3": vol,
+        "n22_over_n31": list(ratio),
+        "s": fit.s,
+        "s_err": fit.s_err,
+        "width_slices": fit.width,
+        "chi2": fit.chi2,
+        "dof": fit.dof,
+        "stalk": fit.stalk,
+        "one_blob_fraction": float(np.mean(blobs == 1)),
+        "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
+        "largest_blob_share": float(np.mean(largest_blob_share(sv, 2 * stalk))),
+        "fit_one_blob_measurements": fit_one,
+        "s_by_fifth": s_by_block(sv, n3, 5),
+        # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
+        "one_blob_fraction_thermal_blocks": monitor,
+        "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
+        "mean_profile": mean.tolist(),
+        "mean_profile_err": err.tolist(),
+    }
+    return rec
+
+
 def desitter(a: argparse.Namespace) -> None:
     import jax
 
     from ivhl_jax import cdt
-    from ivhl_jax.physics.cdt import d3_profile
 
     doc: dict[str, Any] = {
         "what": "2+1D CDT extended phase: the de Sitter width s of the centred averaged slice-area profile "
@@ -396,52 +447,13 @@ def desitter(a: argparse.Namespace) -> None:
             print(f"ramp: target {target} done, k3 {k3:.4f}, one blob {monitor + [frac]}", flush=True)
             _write(a.out, doc)
             continue
-        sv = obs["slice_volumes"].astype(np.float64)
-        n3 = np.asarray(obs["n3"], np.float64)
-        vol = float(np.mean(n3))
-        mean, err, stalk, fit = fit_profiles(sv, n3)
-        blobs = count_blobs(sv, 2 * stalk)
-        ratio = d3_profile.ratio_with_error(obs["n22"], obs["n31"])
-        one = blobs == 1
-        # the sub-ensemble of one-blob measurements, fitted alike (a check on the smearing by lumps)
-        if one.sum() >= 40:
-            f1 = fit_profiles(sv[one], n3[one])[3]
-            fit_one = {"measurements": int(one.sum()), "s": f1.s, "s_err": f1.s_err, "chi2": f1.chi2, "dof": f1.dof}
-        else:
-            fit_one = None
-        if a.save_profiles:
-            out_dir = pathlib.Path(a.save_profiles)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            np.savez_compressed(out_dir / f"profiles_n{target}.npz", slice_volumes=obs["slice_volumes"], n3=obs["n3"])
-        rec = {
-            "target_n31": target,
-            "k3": k3,
-            "k3_history": hist,
-            "measurements": int(sv.shape[0]),
-            "mean_n3": vol,
-            "n22_over_n31": list(ratio),
-            "s": fit.s,
-            "s_err": fit.s_err,
-            "width_slices": fit.width,
-            "chi2": fit.chi2,
-            "dof": fit.dof,
-            "stalk": fit.stalk,
-            "one_blob_fraction": float(np.mean(blobs == 1)),
-            "blob_count_histogram": np.bincount(blobs, minlength=4).tolist(),
-            "largest_blob_share": float(np.mean(largest_blob_share(sv, 2 * stalk))),
-            "fit_one_blob_measurements": fit_one,
-            "s_by_fifth": s_by_block(sv, n3, 5),
-            # stationarity: the one-blob fraction through the thermalisation blocks and the measurement's tenths
-            "one_blob_fraction_thermal_blocks": monitor,
-            "one_blob_fraction_by_tenth": [float(np.mean(b == 1)) for b in np.array_split(blobs, 10)],
-            "mean_profile": mean.tolist(),
-            "mean_profile_err": err.tolist(),
-            "seconds": time.perf_counter() - t0,
-        }
+        rec = desitter_record(obs, target, k3, hist, monitor, a.save_profiles)
+        rec["seconds"] = time.perf_counter() - t0
         doc["points"].append(rec)
         print(
-            f"target {target}: s = {fit.s:.4f} +- {fit.s_err:.4f} (chi2 {fit.chi2:.1f}/{fit.dof}), one blob in "
-            f"{rec['one_blob_fraction']:.2f} of the measurements, <N3> {vol:.0f}, {rec['seconds']:.0f} s",
+            f"target {target}: s = {rec['s']:.4f} +- {rec['s_err']:.4f} (chi2 {rec['chi2']:.1f}/{rec['dof']}), one "
+            f"blob in {rec['one_blob_fraction']:.2f} of the measurements, <N3> {rec['mean_n3']:.0f}, "
+            f"{rec['seconds']:.0f} s",
             flush=True,
         )
         _write(a.out, doc)

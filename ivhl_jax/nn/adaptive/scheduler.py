@@ -24,6 +24,10 @@ __all__ = [
 ]
 
 
+#: A per-node input of the rule cascade: any shape that broadcasts with the other inputs (``[N]``, ``[B, N]``,
+#: a scalar).
+NodeField = Real[ArrayLike, " ..."]
+
 # Rule weights over (ACTIVE, SLEEP, INTERACTIVE, INSPIRED).
 _EXPLORE_W = (0.6, 0.1, 0.25, 0.05)
 _TRANSITION = (
@@ -47,11 +51,11 @@ def _w(*vals) -> jax.Array:
 
 def phase_weights(
     phase: Int[ArrayLike, " ..."],
-    energy: Real[ArrayLike, " ..."],
-    activity: Real[ArrayLike, " ..."],
-    anxiety_ema: Real[ArrayLike, " ..."],
-    restorative: Real[ArrayLike, " ..."],
-    circadian: Real[ArrayLike, " ..."],
+    energy: NodeField,
+    activity: NodeField,
+    anxiety_ema: NodeField,
+    restorative: NodeField,
+    circadian: NodeField,
     explore: Bool[ArrayLike, " ..."],
     anxiety_threshold: float = 5.0,
 ) -> Float[Array, "... 4"]:

@@ -322,19 +322,40 @@ def _bag_removal(length: jax.Array, rem: jax.Array, rem_pos: jax.Array, ren: jax
 def _replace_writes(b: _Buf, pr: _Proposal, vtime_new: jax.Array) -> list[tuple[jax.Array, jax.Array, jax.Array]]:
     """(flat index, value, enabled) of the move ``pr`` (every value gathered before any write): the cavity
     ``rem[:nr]`` replaced by ``nv[:nn]``, the gluing, the bags, the counts and the per-vertex data (the module
-    docstring). ``vtime_new``: the time of the (2,6)'s new vertex."""
+    docstring). ``vtime_new``: the time of the (2,6)'s new vertex. The writes are listed in a fixed order:
+    gluing, bags, per-vertex data, counts and the vertex bag."""
     kr = kn = jnp.arange(_MAXNEW)  # removed and new entries share the padded length
     ren, nen = kr < pr.nr, kn < pr.nn
     rem = jnp.where(ren, pr.rem, 0)
     nv = jnp.where(nen[:, None], pr.nv, 0)
-    n0, n3, n31 = b.cnt(_N0), b.cnt(_N3), b.cnt(_N31)
-    is31 = nen & (pr.ntype == TYPE_31)
-    out: list[tuple[jax.Array, jax.Array, jax.Array]] = []
-
-    # the cavity's boundary faces (removed tetrahedron, face i) whose neighbour stays, and their sorted triples
-    rv = b.g("tv", 4 * rem[:, None] + jnp.arange(4))  # (6, 4)
-    rn = b.g("tn", 4 * rem[:, None] + jnp.arange(4))
+    rv = b.g("tv", 4 * rem[:, None] + jnp.arange(4))  # (6, 4) the removed tetrahedra's vertices
     rtype = jnp.where(ren, b.tt(rem), 0)
+    slots = b.g("tperm", jnp.minimum(b.cnt(_N3) + kn, b.c3 - 1))  # the new tetrahedra's slots
+    out = _gluing_writes(b, pr, rem, ren, rv, nv, nen, slots)
+    bags, new3, d31 = _bag_writes(b, pr, rem, ren, rtype, nen, slots)
+    out += bags
+    out += _vertex_writes(b, pr, vtime_new, rv, ren, rtype, nv, nen, slots)
+    out += _count_writes(b, pr, vtime_new, ren, rtype, nen, new3, d31)
+    return out
+
+
+def _gluing_writes(
+    b: _Buf,
+    pr: _Proposal,
+    rem: jax.Array,
+    ren: jax.Array,
+    rv: jax.Array,
+    nv: jax.Array,
+    nen: jax.Array,
+    slots: jax.Array,
+) -> list[tuple[jax.Array, jax.Array, jax.Array]]:
+    """The new tetrahedra's types and vertices, and the gluing: each new face to the new tetrahedron or to the
+    outside tetrahedron across the cavity's boundary with the same vertices, and that outside tetrahedron's
+    face back to the new one."""
+    kn = jnp.arange(_MAXNEW)
+    out: list[tuple[jax.Array, jax.Array, jax.Array]] = []
+    # the cavity's boundary faces (removed tetrahedron, face i) whose neighbour stays, and their sorted triples
+    rn = b.g("tn", 4 * rem[:, None] + jnp.arange(4))
     inside = jnp.any((rn[:, :, None] == rem[None, None, :]) & ren[None, None, :], -1)
     bnd = (ren[:, None] & ~inside).reshape(-1)  # (24,)
     bout = rn.reshape(-1)
@@ -343,7 +364,6 @@ def _replace_writes(b: _Buf, pr: _Proposal, vtime_new: jax.Array) -> list[tuple[
     bq = b.position(bout, jnp.repeat(rem, 4), "tn")  # the outside tetrahedron's face index towards the cavity
 
     # new slots, types, vertices
-    slots = b.g("tperm", jnp.minimum(n3 + kn, b.c3 - 1))
     out.append((b.at("ttype", slots), pr.ntype, nen))
     out.append((b.at("tv", 4 * slots[:, None] + jnp.arange(4)).reshape(-1), nv.reshape(-1), jnp.repeat(nen, 4)))
     nkey = jnp.stack([_sort3(nv[:, f[0]], nv[:, f[1]], nv[:, f[2]]) for f in opp], 1).reshape(-1, 3)
@@ -358,7 +378,24 @@ def _replace_writes(b: _Buf, pr: _Proposal, vtime_new: jax.Array) -> list[tuple[
     out.append((b.at("tn", 4 * slots[owner] + jnp.arange(24) % 4), jnp.where(in_new, glue_new, glue_out), fen))
     relink_to = jnp.sum(jnp.where(eq_bnd, slots[owner][:, None], 0), 0)  # (boundary,) the new slot across it
     out.append((b.at("tn", 4 * bout + bq), relink_to, bnd & jnp.any(eq_bnd, 0)))
+    return out
 
+
+def _bag_writes(
+    b: _Buf,
+    pr: _Proposal,
+    rem: jax.Array,
+    ren: jax.Array,
+    rtype: jax.Array,
+    nen: jax.Array,
+    slots: jax.Array,
+) -> tuple[list[tuple[jax.Array, jax.Array, jax.Array]], jax.Array, jax.Array]:
+    """The removed slots freed and taken out of the live-tetrahedron bag, and the (3,1) bag updated. Returns
+    the writes, the new N3 and the change of N31."""
+    kr = jnp.arange(_MAXNEW)
+    n3, n31 = b.cnt(_N3), b.cnt(_N31)
+    is31 = nen & (pr.ntype == TYPE_31)
+    out: list[tuple[jax.Array, jax.Array, jax.Array]] = []
     # removed slots: free, and out of the live-tetrahedron bag
     out.append((b.at("ttype", rem), jnp.zeros(_MAXNEW, _I32), ren))
     len3 = n3 + pr.nn
@@ -395,8 +432,26 @@ def _replace_writes(b: _Buf, pr: _Proposal, vtime_new: jax.Array) -> list[tuple[
     out.append((b.at("l31", rp31), mv31, old_mover))
     out.append((b.at("p31", mv31), rp31, old_mover))
     out.append((b.at("p31", rem), jnp.full(_MAXNEW, -1, _I32), r31))
+    return out, new3, new31 - nrem31
 
-    # per-vertex counts: cnum (every vertex of every new/removed tetrahedron), scnum and the slices ((3,1) bases)
+
+def _vertex_writes(
+    b: _Buf,
+    pr: _Proposal,
+    vtime_new: jax.Array,
+    rv: jax.Array,
+    ren: jax.Array,
+    rtype: jax.Array,
+    nv: jax.Array,
+    nen: jax.Array,
+    slots: jax.Array,
+) -> list[tuple[jax.Array, jax.Array, jax.Array]]:
+    """Per-vertex counts: cnum (every vertex of every new/removed tetrahedron), scnum and the slices ((3,1)
+    bases), and each new (3,1)'s base vertices' representative tetrahedron."""
+    is31 = nen & (pr.ntype == TYPE_31)
+    r31 = ren & (rtype == TYPE_31)
+    fen = jnp.repeat(nen, 4)
+    out: list[tuple[jax.Array, jax.Array, jax.Array]] = []
 
     def zero_of(v: jax.Array) -> jax.Array:  # the (2,6)'s new vertex: its slot's old counts are stale
         return (pr.vnew >= 0) & (v == pr.vnew)
@@ -416,14 +471,27 @@ def _replace_writes(b: _Buf, pr: _Proposal, vtime_new: jax.Array) -> list[tuple[
     vt_v = nv[:, :3].reshape(-1)
     vt_en = jnp.repeat(is31, 3)
     out.append((b.at("vtet", vt_v), jnp.repeat(slots, 3), _last_of_equal(vt_v, vt_en)))
+    return out
 
-    # counts
+
+def _count_writes(
+    b: _Buf,
+    pr: _Proposal,
+    vtime_new: jax.Array,
+    ren: jax.Array,
+    rtype: jax.Array,
+    nen: jax.Array,
+    new3: jax.Array,
+    d31: jax.Array,
+) -> list[tuple[jax.Array, jax.Array, jax.Array]]:
+    """The counts (N0, N3, N31, N22; ``new3`` the new N3, ``d31`` the change of N31) and the vertex bag: a (2,6)
+    takes slot vperm[n0] (already in place) and sets its vertex's time, a (6,2) swap-removes its vertex."""
+    n0 = b.cnt(_N0)
     n22d = jnp.sum((nen & (pr.ntype == TYPE_22)).astype(_I32)) - jnp.sum((ren & (rtype == TYPE_22)).astype(_I32))
     dn0 = (pr.vnew >= 0).astype(_I32) - (pr.vdel >= 0).astype(_I32)
     cidx = jnp.asarray([_N0, _N3, _N31, _N22])
-    cval = jnp.stack([n0 + dn0, new3, n31 + new31 - nrem31, b.cnt(_N22) + n22d])
-    out.append((b.at("counts", cidx), cval, jnp.ones(4, bool)))
-    # the vertex bag: a (2,6) takes slot vperm[n0] (already in place), a (6,2) swap-removes its vertex
+    cval = jnp.stack([n0 + dn0, new3, b.cnt(_N31) + d31, b.cnt(_N22) + n22d])
+    out = [(b.at("counts", cidx), cval, jnp.ones(4, bool))]
     out.append((b.at("vtime", pr.vnew)[None], vtime_new[None], (pr.vnew >= 0)[None]))
     vd = jnp.maximum(pr.vdel, 0)
     i_d, last = b.g("vpos", vd), b.g("vperm", jnp.maximum(n0 - 1, 0))

@@ -392,19 +392,27 @@ def bogoliubov(
         return _dense_bogoliubov(system, psi, int(n_modes), int(max_dense_points), float(zero_tol))
     if operators != "energy" and isinstance(system, GPSystem):
         _check_gp_coupling(system)
+    budget, tol = _matrix_free_budget(psi.size, n_modes, extra, max_iterations, tol, rdt)
+    return _real_bogoliubov(check_key(key), system, psi.real.astype(rdt), budget, tol, operators, metric)
+
+
+def _matrix_free_budget(
+    size: int, n_modes: int, extra: int, max_iterations: int, tol: float | None, rdt: Any
+) -> tuple[tuple[int, int, int], float]:
+    """The matrix-free solve's validated (block size, iteration budget, modes) and tolerance (None: 1e-9 in
+    float64, 1e-4 in float32) for a state of ``size`` unknowns."""
     check_scalar(extra, "extra", integer=True, nonnegative=True)
     check_scalar(max_iterations, "max_iterations", integer=True, minimum=1)
     k = int(n_modes) + int(extra)
-    if 3 * k > psi.size:
+    if 3 * k > size:
         raise ValueError(
-            f"n_modes={n_modes} is too large for a state of {psi.size} unknowns: the block solver needs "
-            f"3·(n_modes + extra) <= {psi.size}, so n_modes <= {psi.size // 3 - int(extra)}"
+            f"n_modes={n_modes} is too large for a state of {size} unknowns: the block solver needs "
+            f"3·(n_modes + extra) <= {size}, so n_modes <= {size // 3 - int(extra)}"
         )
     if tol is None:
         tol = 1e-9 if rdt == jnp.float64 else 1e-4
     check_scalar(tol, "tol", positive=True)
-    budget = (k, int(max_iterations), int(n_modes))
-    return _real_bogoliubov(check_key(key), system, psi.real.astype(rdt), budget, tol, operators, metric)
+    return (k, int(max_iterations), int(n_modes)), float(tol)
 
 
 def _real_bogoliubov(
