@@ -2,11 +2,13 @@
 
 For each volume N2 (T = sqrt(N2)/2 slices of initial length 2T, so the shape of the universe is fixed
 as N2 grows) ``--chains`` independent chains are thermalised with the host engine (2d-cdt's list
-proposals, volume term eps (N2 - N2_target)^2 with eps = 0.02), then measured ``--measurements`` times, ``--gap``
-sweeps apart (a sweep = N2 attempts, a fixed count). The fixed-volume ensemble is the chains' law restricted to
-N2 = target: at each measurement the chains at the target volume are measured and the others skipped (a sweep
-extended until N2 first hits the target would be biased), so a measurement yields about a sixth of the chains
-(the fraction is recorded as ``at_target``). Each configuration gives:
+proposals, volume term eps (N2 - N2_target)^2, ``--eps`` 0.02 by default), then measured ``--measurements``
+times, ``--gap`` sweeps apart (a sweep = N2 attempts, a fixed count). The fixed-volume ensemble is the chains'
+law restricted to N2 = target: at each measurement the chains at the target volume are measured and the others
+skipped (a sweep extended until N2 first hits the target would be biased), so a measurement yields about a sixth
+of the chains at eps = 0.02 (the fraction is recorded as ``at_target``). The law at N2 = target does not depend
+on eps (the volume term vanishes there): a larger eps puts more measurements at the target and slows the volume
+moves. Each configuration gives:
 
 * the mean graph distance <r> between random vertices (vertex graph) and triangles (dual graph) from
   exact BFS spheres (scipy, from ``--origins`` origins): <r> = a + b N^{1/d_H} (:func:`cdt.hausdorff_from_scaling`);
@@ -205,6 +207,7 @@ def run(
     dump=None,
     walk_origins=None,
     thermal_every=0,
+    eps=0.02,
 ):
     """Per volume: ``chains`` chains thermalised, then measured ``measurements`` times ``gap`` sweeps apart; the
     raw records (``dump`` gets them after every measurement)."""
@@ -216,14 +219,14 @@ def run(
     for n2 in volumes:
         t_slices = max(3, int(round(math.sqrt(n2) / 2)))
         length = max(3, n2 // (2 * t_slices))
-        stepper = cdt.metropolis(cdt.LN2, eps=0.02, target=float(n2), engine="host")
+        stepper = cdt.metropolis(cdt.LN2, eps=eps, target=float(n2), engine="host")
         keys = jax.random.split(jax.random.key(seed + n2), chains)
         chain = jax.vmap(lambda k, st=stepper, t=t_slices, ln=length, n=n2: st.init(k, t, ln, n))(keys)
         t0 = time.perf_counter()
         chain, series = _thermalise(stepper, chain, n2, thermal, thermal_every, rng, origins, log, t0)
         t_therm = time.perf_counter() - t0
         sigma_max = int(sigma_factor * math.sqrt(n2))
-        settings = {"gap": gap, "origins": origins, "walk_origins": walk_origins, "seed": seed}
+        settings = {"gap": gap, "origins": origins, "walk_origins": walk_origins, "seed": seed, "eps": eps}
         rec = _record(n2, t_slices, chains, thermal, t_therm, sigma_max, **settings)
         rec["thermal_series"] = series
 
@@ -503,7 +506,7 @@ def _pool(records):
         out["chain"] += [f"{i}.{c}" for c in r.get("chain", [j % r["chains"] for j in range(len(r["n2"]))])]
         out["runs"].append(
             {"seed": r.get("seed", 0)}
-            | {k: r[k] for k in ("chains", "thermal_sweeps", "gap", "origins", "walk_origins") if k in r}
+            | {k: r[k] for k in ("chains", "thermal_sweeps", "gap", "origins", "walk_origins", "eps") if k in r}
             | {"configurations": len(r["n2"])}
         )
     out["thermal_series_runs"] = [{"seed": r.get("seed", 0), **r.get("thermal_series", {})} for r in records]
@@ -545,6 +548,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=16384,
         help="volumes N2 up to this diffuse N steps (past the mixing time: d_s by scaling)",
+    )
+    ap.add_argument(
+        "--eps",
+        type=float,
+        default=0.02,
+        help="volume term eps (N2 - target)^2: larger puts more measurements at the target (same law there)",
     )
     ap.add_argument("--seed", type=int, default=0, help="chains use keys seed + N2; origins rng(seed)")
     ap.add_argument(
@@ -695,9 +704,11 @@ def _meta(records: list[dict], command: str, run_commands: list[str]) -> dict[st
     meta: dict[str, Any] = {"command": command}
     if run_commands:
         meta["runs"] = run_commands
+    # records written before eps was a setting ran at 0.02
+    eps = sorted({e for r in records for e in [r.get("eps", 0.02)] + [q.get("eps", 0.02) for q in r.get("runs", [])]})
     meta["engine"] = (
-        "host (list proposals), eps = 0.02, lambda = ln 2, sweeps of N2 attempts; configurations: the chains at "
-        "N2 = target at each measurement"
+        f"host (list proposals), eps = {' / '.join(f'{e:g}' for e in eps)}, lambda = ln 2, sweeps of N2 attempts; "
+        "configurations: the chains at N2 = target at each measurement"
     )
     meta["per_volume_schedule"] = [
         {
@@ -709,6 +720,7 @@ def _meta(records: list[dict], command: str, run_commands: list[str]) -> dict[st
             "gap": r.get("gap"),
             "origins": r.get("origins"),
             "walk_origins": r.get("walk_origins", r.get("origins")),
+            "eps": r.get("eps", 0.02),
             "walk_steps": {g: min((len(q) for q in r["p"][g]), default=1) - 1 for g in r["p"]},
         }
         | ({"runs": r["runs"]} if "runs" in r else {})
@@ -760,6 +772,7 @@ def main(argv=None) -> int:
             walk_origins=args.walk_origins,
             thermal_every=args.thermal_every,
             seed=args.seed,
+            eps=args.eps,
         )
     haus, spec = analyse(records)
     meta = _meta(records, command, args.run_command)

@@ -28,7 +28,7 @@ def tiny():
 
 def test_run_records_configurations_at_the_target_walks_and_thermal_series(tiny):
     (r,) = tiny
-    assert r["n2_target"] == 256 and r["n_slices"] == 8
+    assert r["n2_target"] == 256 and r["n_slices"] == 8 and r["eps"] == 0.02
     # only the chains at the target volume at each measurement are configurations (the fixed-volume ensemble)
     k = len(r["n2"])
     assert len(r["at_target"]) == 6 and sum(r["at_target"]) == k >= 1
