@@ -19,12 +19,29 @@ A stage is chi/chi_mid/sweeps; Ising and Potts use two transitional layers (χ p
 (χ per layer (min(χ, d²·d²), χ, …, χ)); with ``--load``, L above the loaded MERA's transitional layers inserts
 copies of its scale-invariant layer below the top first
 (:func:`~ivhl_jax.physics.tensornet.mera.symmetric.insert_layers`).
+
+``--track N`` records the energy error and the charged scaling dimensions every N sweeps of a stage (how far a stage
+is from converged in its conformal data, not only in its energy). ``--save``/``--load`` continue a stage: a loaded
+MERA at the same χ keeps its sectors (its ρ mixed with 𝟙/χ² by 1e-3), e.g. the χ = 16 stage of the three-layer XX
+ladder continued for 2000 sweeps::
+
+    python -m bench.studies.mera_symmetric --model xx --layers 3 --ladder 8/6/1000 12/9/1000 16/12/3000 \
+        --save runs/symm_xx --out runs/xx_chi16.json
+    python -m bench.studies.mera_symmetric --model xx --layers 3 --load runs/symm_xx_chi16.pkl --ladder 16/12/2000 \
+        --track 250 --light --out bench/results/mera_symmetric_xx_chi16_continued_2000.json
+
+``--grow-sectors``/``--grow-mid-sectors`` (JSON ``{charge: dim}``) replace the grown sectors of every bond of that size
+(a comparison against the spectra's choice); ``--stage-index`` numbers the first stage (a loaded MERA grown with the
+key of the stage it continues). For XX the results also hold the exact charge content of the largest Schmidt values
+of a block of the chain at each stage's χ (:func:`xx_block_charges`), what the grown sectors are compared with.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -79,6 +96,36 @@ def first_config(name: str, chi: int, mid: int, d2: int, layers: int | None = No
         refsym=model.reflection_symmetric,
         symmetry=M.Symmetry(group, sectors=sectors, mid_sectors=mid_sectors),
     )
+
+
+def xx_block_charges(sites: int, chi: int, modes: int = 14) -> dict[str, Any]:
+    """The charges (S^z) of the ``chi`` largest Schmidt values of a block of ``sites`` consecutive spins of the
+    infinite XX chain, exactly: the chain is free fermions at half filling (Jordan–Wigner), the block's reduced
+    density matrix is Gaussian, fixed by the correlation matrix C_ij = sin(π(i−j)/2)/(π(i−j)), C_ii = ½, whose
+    eigenvalues ν_k are the mode occupations (Peschel, J. Phys. A 36, L205 (2003)); a Schmidt value is
+    Π_occupied ν_k Π_empty (1 − ν_k), its charge the occupied count − sites/2. The ``modes`` modes nearest ν = ½
+    are enumerated (the others frozen at their likelier occupation, which keeps every Schmidt value above 1e-7
+    for up to 64 sites). Returns ``kept`` (charge: count of the values above the χ-th), ``tied`` (charge: count of
+    the values equal to the χ-th to 1e-9, among which the last states are chosen) and the χ-th value."""
+    i = np.arange(sites)
+    d = i[:, None] - i[None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.where(d == 0, 0.5, np.sin(np.pi * d / 2) / (np.pi * d))
+    nu = np.clip(np.linalg.eigvalsh(c), 1e-300, 1 - 1e-16)
+    near = np.argsort(np.abs(nu - 0.5))[: min(sites, modes)]
+    occ = np.tile(nu > 0.5, (2 ** len(near), 1))
+    occ[:, near] = (np.arange(2 ** len(near))[:, None] >> np.arange(len(near))[None, :]) & 1
+    logw = np.where(occ, np.log(nu), np.log1p(-nu)).sum(axis=1)
+    charge = occ.sum(axis=1) - sites // 2
+    order = np.argsort(-logw, kind="stable")
+    cut = logw[order[chi - 1]]
+    above, tie = logw > cut + 1e-9, np.abs(logw - cut) <= 1e-9
+
+    def count(mask: np.ndarray) -> dict[str, int]:
+        qs, n = np.unique(charge[mask], return_counts=True)
+        return {str(int(q)): int(k) for q, k in zip(qs, n)}
+
+    return {"sites": sites, "chi": chi, "kept": count(above), "tied": count(tie), "chi_th_value": float(np.exp(cut))}
 
 
 def measure(m: Any, model: Any, cfg: Any, name: str, light: bool = False) -> dict[str, Any]:
@@ -141,6 +188,8 @@ def _sweep(st, state, model, cfg, args, rec, spec, sweeps, chi, t0, t_start):
     else:
         done = 0
     chunk = 100 if chi <= 12 else 25
+    if args.track:
+        chunk = math.gcd(chunk, args.track)
     while done < sweeps:
         if args.budget_min is not None and time.perf_counter() - t_start > 60 * args.budget_min and done:
             rec["stopped"] = f"wall-time budget of {args.budget_min} min spent after {done} sweeps"
@@ -149,6 +198,15 @@ def _sweep(st, state, model, cfg, args, rec, spec, sweeps, chi, t0, t_start):
         state, e = trajectory(st, state, n, observe=M.observe)
         energies.append(np.asarray(e))
         done += n
+        if args.track and (done % args.track == 0 or done == sweeps):
+            dims, qs = M.scaling_dimensions(state.mera, 6, charges=True)
+            rec.setdefault("tracked", []).append(
+                {
+                    "sweeps": done,
+                    "energy_error": float(e[-1]) - model.e0,
+                    "scaling_dimensions": [[round(float(x), 5), int(q)] for x, q in zip(dims, qs)],
+                }
+            )
         print(
             f"[{spec}] {done} sweeps, energy error {float(e[-1]) - model.e0:.3e}, {time.perf_counter() - t0:.0f} s",
             flush=True,
@@ -170,9 +228,32 @@ def _start_stage(args, model, key, k, chi, mid, m, cfg):
         chis, mids, nl = _shape(args.model, chi, mid, model.d**2, args.layers)
         more = nl if nl > m.num_layers - 1 else None  # --layers above a loaded MERA's: insert copies
         assert cfg is not None  # set with m (loaded, or built by the previous stage)
+        m0 = m
+        k += args.stage_index
         m, cfg = MS.grow_by_spectrum(m, jax.random.fold_in(key, k), model, cfg, chis, mids, layers=more)
+        if args.grow_sectors or args.grow_mid_sectors:  # hand-given sectors in place of the spectra's
+            cfg = dataclasses.replace(cfg, symmetry=given_sectors(cfg, args.grow_sectors, args.grow_mid_sectors))
+            m = MS.grow_symmetric(MS.insert_layers(m0, cfg.layers), jax.random.fold_in(key, k), model, cfg)
         st = M.evenbly_vidal(model, cfg)
         return st, st.init(mera=m), cfg
+
+
+def given_sectors(cfg: Any, sectors: str | None, mid_sectors: str | None) -> Any:
+    """``cfg.symmetry`` with the sectors given as JSON ``{charge: dim}`` on every bond (χ or χ_mid) whose size they
+    add up to; the other bonds keep the sectors grown from the spectra."""
+    from ivhl_jax.physics.tensornet.mera import symmetric as MS
+
+    sym = cfg.symmetry
+    n = cfg.layers + 1
+    out = {}
+    for name, given in (("sectors", sectors), ("mid_sectors", mid_sectors)):
+        now = list(sym.per_layer(name, n))
+        if given:
+            want = tuple(sorted((int(q), int(d)) for q, d in json.loads(given).items()))
+            size = sum(d for _, d in want)
+            now = [want if s is not None and sum(d for _, d in s) == size else s for s in now]
+        out[name] = tuple(now)
+    return MS.Symmetry(sym.group, out["sectors"], out["mid_sectors"], sym.spin_charges)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -190,6 +271,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--light", action="store_true", help="measure only the energy and the charged dimensions")
     ap.add_argument("--save", default=None, help="pickle each stage's MERA and config to <SAVE>_chi<chi>.pkl")
     ap.add_argument("--layers", type=int, default=None, help="transitional layers (default: the model's, see above)")
+    ap.add_argument(
+        "--stage-index", type=int, default=0, help="index of the first stage (its growth key is fold_in(key, index))"
+    )
+    ap.add_argument("--track", type=int, default=0, help="record the energy and charged dimensions every N sweeps")
+    ap.add_argument(
+        "--grow-sectors", default=None, help="JSON {charge: dim} for the grown bonds of that size (e.g. '{\"0\": 4}')"
+    )
+    ap.add_argument("--grow-mid-sectors", default=None, help="the same for the grown chi_mid bonds")
     return ap
 
 
@@ -207,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         "e0_exact": model.e0,
         "stages": [],
     }
+    if args.model == "xx":  # the exact charge content of the largest Schmidt values of a block, per stage's χ
+        chis = sorted({int(spec.split("/")[0]) for spec in args.ladder})
+        doc["exact_block_charges"] = [xx_block_charges(n, c) for c in chis for n in (4, 8, 16, 32, 64)]
     t_start = time.perf_counter()
     key = jax.random.key(args.key)
     with jax.enable_x64(True):

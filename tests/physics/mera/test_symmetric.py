@@ -352,6 +352,26 @@ def test_xx_grown_sectors_keep_plus_minus_q_equal():
         assert not MS.charge_conjugation_symmetric(field, mera.Symmetry("U1", {0: 1}, spin_charges=(0, 1)))
 
 
+@pytest.mark.parametrize("name", ["xx", "potts"])
+def test_default_sectors_keep_plus_minus_q_equal(name):
+    """Without sectors, a layer's χ is split in proportion to what its isometry carries; for a chain symmetric under
+    q → −q (XX, Potts in its charge basis) every bond's split keeps q and −q equal on every layer, the odd state on
+    charge 0 (a split that favours −q on a tie drifts further on every layer above: XX at χ/χ_mid 8/6 with three
+    layers would carry charges −4 … 1). Ising's Z2 split is unchanged ({0: 4, 1: 4} at χ = 8)."""
+    model, group = (mera.xx(), "U1") if name == "xx" else (MS.potts_charge_basis(), "Z3")
+    g = mera.Symmetry(group).group
+    for chi, mid, layers in ((8, 6, 3), (8, 6, 2), (12, 9, 2), (16, 12, 3), (5, 4, 1)):
+        cfg = mera.MERAConfig(chi=chi, chi_mid=mid, layers=layers, refsym=True, symmetry=mera.Symmetry(group))
+        for z, ll in enumerate(MS.layer_legs(model, cfg)):
+            for leg in (ll.mid, ll.out):
+                d = dict(zip(leg.charges, leg.dims))
+                assert all(d.get(int(g.reduce(-q)), 0) == n for q, n in d.items()), (chi, mid, layers, z, d)
+    legs = MS.layer_legs(mera.xx(), mera.MERAConfig(chi=8, chi_mid=6, layers=3, symmetry=mera.Symmetry("U1")))
+    assert [dict(zip(ll.out.charges, ll.out.dims)) for ll in legs] == [{-1: 2, 0: 4, 1: 2}] * 4
+    legs = MS.layer_legs(mera.ising(), mera.MERAConfig(chi=8, chi_mid=6, layers=2, symmetry=mera.Symmetry("Z2")))
+    assert dict(zip(legs[-1].out.charges, legs[-1].out.dims)) == {0: 4, 1: 4}
+
+
 @pytest.mark.slow  # an eager spectrum of a three-layer MERA and two growths (~30 s)
 def test_grow_inserts_layers_as_the_dense_ladder():
     """A config with more transitional layers inserts copies of the scale-invariant layer below it: with the same

@@ -236,13 +236,13 @@ def legs_from(inp: S.Leg, sym: Symmetry, shapes: Any) -> tuple[LayerLegs, ...]:
     res = []
     for z, ((chi_in, m, chi_out), so, sm) in enumerate(zip(shapes, outs, mids)):
         if sm is None and m < chi_in:
-            sm = default_sectors(dict(zip(inp.charges, inp.dims)), m)
+            sm = default_sectors(dict(zip(inp.charges, inp.dims)), m, g)
         if so is None:
             mid_leg = inp if sm is None else _leg(dict(sm))
             so = (
                 tuple(zip(inp.charges, inp.dims))
                 if z == n - 1
-                else default_sectors(S.fused_dims((inp, mid_leg), g), chi_out)
+                else default_sectors(S.fused_dims((inp, mid_leg), g), chi_out, g)
             )
         tot = sum(d for _, d in so)
         if tot != chi_out:
@@ -289,18 +289,33 @@ def legs_from(inp: S.Leg, sym: Symmetry, shapes: Any) -> tuple[LayerLegs, ...]:
     return tuple(res)
 
 
-def default_sectors(cap: dict[int, int], n: int) -> tuple[tuple[int, int], ...]:
+def default_sectors(cap: dict[int, int], n: int, group: S.Group | None = None) -> tuple[tuple[int, int], ...]:
     """``n`` states split over the charges in proportion to ``cap`` (what a bond can carry of each charge; the
-    largest remainders, nearer charge 0 first on a tie, take the states left), each at most ``cap[q]``."""
+    largest remainders, nearer charge 0 first on a tie, take the states left), each at most ``cap[q]``.
+
+    ``group``: a charge q and its conjugate −q that the bond can carry equally often get equally many states — the
+    states left go to such a pair together, a last odd one to a self-conjugate charge (0) — so the split of a
+    bond symmetric under q → −q (every bond of a charge-conjugation-symmetric chain, XX or Potts) stays symmetric;
+    only when no self-conjugate charge has room is a pair split."""
     total = sum(cap.values())
     if n > total:
         raise ValueError(f"chi={n} is more states than the layer can carry ({total})")
     exact = {q: n * c / total for q, c in cap.items()}
     count = {q: min(cap[q], int(x)) for q, x in exact.items()}
-    order = sorted(cap, key=lambda q: (-(exact[q] - int(exact[q])), abs(q), q))
+    units: list[tuple[int, ...]] = []
+    for q in cap:
+        qc = q if group is None else group.reduce(-q)
+        if qc == q or cap.get(qc) != cap[q]:
+            units.append((q,))
+        elif q < qc:
+            units.append((q, qc))
+    order = sorted(units, key=lambda u: (-(exact[u[0]] - int(exact[u[0]])), abs(u[0]), u[0]))
     while sum(count.values()) < n:
-        q = next(q for q in order if count[q] < cap[q])
-        count[q] += 1
+        left = n - sum(count.values())
+        fits = [u for u in order if len(u) <= left and all(count[q] < cap[q] for q in u)]
+        unit = fits[0] if fits else (next(q for u in order for q in u if count[q] < cap[q]),)
+        for q in unit:
+            count[q] += 1
         order = order[1:] + order[:1]
     return tuple((q, d) for q, d in sorted(count.items()) if d)
 
