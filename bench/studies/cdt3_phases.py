@@ -360,7 +360,7 @@ def desitter_record(
         out_dir = pathlib.Path(save_profiles)
         out_dir.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(out_dir / f"profiles_n{target}.npz", slice_volumes=obs["slice_volumes"], n3=obs["n3"])
-    rec = {
+    return {
         "target_n31": target,
         "k3": k3,
         "k3_history": hist,
@@ -384,7 +384,6 @@ def desitter_record(
         "mean_profile": mean.tolist(),
         "mean_profile_err": err.tolist(),
     }
-    return rec
 
 
 def desitter(a: argparse.Namespace) -> None:

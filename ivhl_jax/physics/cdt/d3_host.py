@@ -65,6 +65,7 @@ from numba import carray, njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ivhl_jax.core.validation import check_choice
 from ivhl_jax.physics.cdt.d3_state import COUNTS, ENGINES, TYPE_13, TYPE_22, TYPE_31, SweepPlan, layout
 from ivhl_jax.physics.cdt.host_kernels import draw_index, splitmix
 
@@ -823,10 +824,8 @@ def apply_move(
     for any finite ratio: ``force=True`` only), so a test runs both engines through one door."""
     from ivhl_jax.physics.cdt.d3_state import MOVE_NAMES_3D
 
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    if move not in MOVE_NAMES_3D:
-        raise ValueError(f"move must be one of {MOVE_NAMES_3D}, got {move!r}")
+    check_choice(engine, "engine", ENGINES)
+    check_choice(move, "move", MOVE_NAMES_3D)
     if buf.dtype != np.int32 or buf.ndim != 1 or not buf.flags.c_contiguous:
         raise ValueError("buf must be one chain's buffer: a contiguous 1-D int32 NumPy array")
     if engine == "jax":

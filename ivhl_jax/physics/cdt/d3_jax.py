@@ -331,10 +331,11 @@ def _replace_writes(b: _Buf, pr: _Proposal, vtime_new: jax.Array) -> list[tuple[
     rv = b.g("tv", 4 * rem[:, None] + jnp.arange(4))  # (6, 4) the removed tetrahedra's vertices
     rtype = jnp.where(ren, b.tt(rem), 0)
     slots = b.g("tperm", jnp.minimum(b.cnt(_N3) + kn, b.c3 - 1))  # the new tetrahedra's slots
+    is31, r31 = nen & (pr.ntype == TYPE_31), ren & (rtype == TYPE_31)  # the new and the removed (3,1)
     out = _gluing_writes(b, pr, rem, ren, rv, nv, nen, slots)
-    bags, new3, d31 = _bag_writes(b, pr, rem, ren, rtype, nen, slots)
+    bags, new3, d31 = _bag_writes(b, pr, rem, ren, is31, r31, slots)
     out += bags
-    out += _vertex_writes(b, pr, vtime_new, rv, ren, rtype, nv, nen, slots)
+    out += _vertex_writes(b, pr, vtime_new, rv, ren, r31, nv, nen, is31, slots)
     out += _count_writes(b, pr, vtime_new, ren, rtype, nen, new3, d31)
     return out
 
@@ -386,15 +387,14 @@ def _bag_writes(
     pr: _Proposal,
     rem: jax.Array,
     ren: jax.Array,
-    rtype: jax.Array,
-    nen: jax.Array,
+    is31: jax.Array,
+    r31: jax.Array,
     slots: jax.Array,
 ) -> tuple[list[tuple[jax.Array, jax.Array, jax.Array]], jax.Array, jax.Array]:
     """The removed slots freed and taken out of the live-tetrahedron bag, and the (3,1) bag updated. Returns
     the writes, the new N3 and the change of N31."""
     kr = jnp.arange(_MAXNEW)
     n3, n31 = b.cnt(_N3), b.cnt(_N31)
-    is31 = nen & (pr.ntype == TYPE_31)
     out: list[tuple[jax.Array, jax.Array, jax.Array]] = []
     # removed slots: free, and out of the live-tetrahedron bag
     out.append((b.at("ttype", rem), jnp.zeros(_MAXNEW, _I32), ren))
@@ -410,7 +410,6 @@ def _bag_writes(
     # the (3,1) bag: the new (3,1) appended, then the removed (3,1) taken out (p31 -1)
     rank31 = jnp.cumsum(is31.astype(_I32)) - 1
     new31 = jnp.sum(is31.astype(_I32))
-    r31 = ren & (rtype == TYPE_31)
     nrem31 = jnp.sum(r31.astype(_I32))
     len31 = n31 + new31
     tpos31 = len31 - nrem31 + kr
@@ -441,15 +440,14 @@ def _vertex_writes(
     vtime_new: jax.Array,
     rv: jax.Array,
     ren: jax.Array,
-    rtype: jax.Array,
+    r31: jax.Array,
     nv: jax.Array,
     nen: jax.Array,
+    is31: jax.Array,
     slots: jax.Array,
 ) -> list[tuple[jax.Array, jax.Array, jax.Array]]:
     """Per-vertex counts: cnum (every vertex of every new/removed tetrahedron), scnum and the slices ((3,1)
     bases), and each new (3,1)'s base vertices' representative tetrahedron."""
-    is31 = nen & (pr.ntype == TYPE_31)
-    r31 = ren & (rtype == TYPE_31)
     fen = jnp.repeat(nen, 4)
     out: list[tuple[jax.Array, jax.Array, jax.Array]] = []
 
