@@ -71,6 +71,23 @@ def order_parameter(m: Any, model: Any) -> float:
     return float(np.trace(spin @ op))
 
 
+def steady_energy(m: Any, model: Any, iters: int = 3000) -> float:
+    """The MERA's variational energy per site: its top density matrix iterated to the steady state of the
+    scale-invariant layer's descending superoperator (``iters`` power iterations), then descended to the bottom.
+    The energy a sweep records uses the top density matrix after its few power iterations, which lags the tensors
+    and is not variational while they change."""
+    from ivhl_jax import mera as M
+    from ivhl_jax.physics.tensornet.mera.models import blocked_terms
+    from ivhl_jax.physics.tensornet.mera.superoperators import fixed_point_density
+
+    dense = M.to_dense(m, model)
+    rho = jax.jit(fixed_point_density, static_argnums=2)(
+        dense.layer(dense.num_layers - 1), (dense.rho_ab, dense.rho_ba), iters
+    )
+    steady = dense.replace(rho_ab=rho[0], rho_ba=rho[1])
+    return float(M.energy_per_site(steady, blocked_terms(model, np.float64)))
+
+
 def _stage(model: Any, name: str, symmetric: bool, spec: tuple[int, ...]) -> Any:
     from ivhl_jax import mera as M
 
@@ -119,6 +136,8 @@ def run_ladder(
         m = state.mera
         stage = {"stage": "/".join(str(x) for x in spec), "energy_error": float(err[-1]), "restarts": len(restarts)}
         stage["energy_error_at"] = {str(i): float(err[i - 1]) for i in (100, 300, 1000, len(err)) if i <= len(err)}
+        stage["energy_error_min"] = {"error": float(err.min()), "sweep": int(err.argmin()) + 1}
+        stage["energy_error_steady_rho"] = steady_energy(m, model) - model.e0
         if symmetric:
             stage["sectors"] = [{str(q): d for q, d in zip(w.legs[2].charges, w.legs[2].dims)} for w in m.w]
             stage["mid_sectors"] = [{str(q): d for q, d in zip(u.legs[2].charges, u.legs[2].dims)} for u in m.u]
