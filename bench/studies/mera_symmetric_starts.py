@@ -88,18 +88,23 @@ def steady_energy(m: Any, model: Any, iters: int = 3000) -> float:
     return float(M.energy_per_site(steady, blocked_terms(model, np.float64)))
 
 
-def _stage(model: Any, name: str, symmetric: bool, spec: tuple[int, ...]) -> Any:
+def _stage(model: Any, name: str, symmetric: bool, spec: tuple[int, ...], si_scales: int = 1) -> Any:
     from ivhl_jax import mera as M
 
     chi, mid, layers, _ = spec
     cfg = M.MERAConfig(
-        chi=chi, chi_mid=mid, layers=layers, refsym=True, symmetry=M.Symmetry(GROUPS[name]) if symmetric else None
+        chi=chi,
+        chi_mid=mid,
+        layers=layers,
+        refsym=True,
+        si_scales=si_scales,
+        symmetry=M.Symmetry(GROUPS[name]) if symmetric else None,
     )
     return M.evenbly_vidal(model, cfg)
 
 
 def run_ladder(
-    name: str, symmetric: bool, ladder: list[tuple[int, ...]], key: int, trials: int | None
+    name: str, symmetric: bool, ladder: list[tuple[int, ...]], key: int, trials: int | None, si_scales: int = 1
 ) -> tuple[dict, Any]:
     """One ladder run: (energy error per stage and the conformal data of the last stage, the last MERA)."""
     from ivhl_jax import mera as M
@@ -113,7 +118,7 @@ def run_ladder(
     m = None
     for k, spec in enumerate(ladder):
         t0 = time.perf_counter()
-        st = _stage(model, name, symmetric, spec)
+        st = _stage(model, name, symmetric, spec, si_scales)
         advance = chunked(st, 50, save_every=1, observe=M.observe)
         n = spec[3]
         if m is None:
@@ -240,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--dense-from-symmetric", type=int, default=0, help="dense sweeps from the symmetric MERA's end (0: none)"
     )
+    ap.add_argument(
+        "--si-scales",
+        type=int,
+        default=1,
+        help="scales whose environments the scale-invariant layer's update sums (MERAConfig.si_scales; 1: the default)",
+    )
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     from ivhl_jax.bench.harness import write_results
@@ -254,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "refsym; energy error per site per stage, one-spin <X>, scaling dimensions, central charge",
         "ladder": args.ladder,
         "key": args.key,
+        "si_scales": args.si_scales,
         "runs": {},
     }
     with jax.enable_x64(True):
@@ -265,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             if "symmetric" in args.kinds:
                 doc.setdefault("single_draws_first_stage", {})[name] = trial_table(name, ladder[0], args.key)
             for symmetric, trials in kinds:
-                rec, m = run_ladder(name, symmetric, ladder, args.key, trials)
+                rec, m = run_ladder(name, symmetric, ladder, args.key, trials, args.si_scales)
                 runs.append(rec)
                 if symmetric and trials is None and args.dense_from_symmetric:
                     rec["dense_sweeps_from_it"] = dense_from_symmetric(
