@@ -37,6 +37,7 @@ Writes ``bench/results/cdt_hausdorff_scaling.json`` and ``bench/results/cdt_spec
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import pathlib
@@ -518,13 +519,15 @@ def _pool(records):
 def load_raw(paths):
     """Raw record files of earlier runs as one record per volume, sorted by volume.
 
+    A file whose name ends in ``.gz`` is read through gzip (the raw files kept in ``bench/results/raw``).
     Where several runs measured a volume, those whose walks went furthest are used; runs with different
     seeds (independent chains) have their configurations pooled, of runs with the same seed (the same
     chains) the first file's is kept.
     """
     best: dict = {}
     for f in paths:
-        for r in json.loads(pathlib.Path(f).read_text()):
+        data = pathlib.Path(f).read_bytes()
+        for r in json.loads(gzip.decompress(data) if str(f).endswith(".gz") else data):
             steps = min((len(row) for row in r["p"]["dual"]), default=0)
             v = r["n2_target"]
             if v not in best or steps > best[v][0]:
