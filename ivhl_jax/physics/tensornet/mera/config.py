@@ -98,7 +98,9 @@ class MERAConfig:
     be updated (they start at the identity, as in mainVarMERA); refsym: impose reflection symmetry (v = w
     reflected, u = u reflected; needs a reflection-symmetric model), which removes spurious minima; si_scales:
     scales j = 0..si_scales−1 whose environments Γ(ρ*, 2^{−j}𝒜^j h) are summed for the SI layer (1 =
-    mainVarMERA, the default and the fastest to converge).
+    mainVarMERA, the default and the fastest to converge; it approximates the layer's gradient, and where a dense
+    MERA orders (the dense 3-state Potts MERA on the guide's χ = 16 ladder), its sweeps can raise the energy:
+    then use 2 or 3).
     symmetry: None (dense tensors) or a :class:`~ivhl_jax.physics.tensornet.mera.symmetric.Symmetry` (a Z_n or U(1)
     charge and the sectors of every bond): the sweep then runs on block-sparse symmetric tensors.
     """
