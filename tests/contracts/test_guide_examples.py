@@ -627,6 +627,8 @@ def _tiny(c: Command) -> list[str] | None:
         given = [v for a, v in zip(w, w[1:]) if a == "--set" and v.startswith("steps=")]
         n = len([s for s in given[-1].split("=", 1)[1].split(",") if s]) if given else 2
         extra = ["steps=" + ",".join(["4"] * n) + ("," if n == 1 else "")]
+    if key == "ivhl sim cdt" and "dims=3" in w:  # the geometry keys are 1+1D ones: a 2+1D run refuses them
+        extra = [s for s in extra if s.split("=", 1)[0] in ("steps", "thermalise_max")]
     if "--generate" in w:
         return w + ["--length", "8"]
     return w + [a for s in extra for a in ("--set", s)] + ["--no-progress"]
